@@ -1,0 +1,107 @@
+"""OpenAI-shaped errors: every non-2xx body is {"error": {"message", "type", "param", "code"}}."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+INVALID_REQUEST = "invalid_request_error"
+SERVER_ERROR = "server_error"
+
+
+class ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = INVALID_REQUEST,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = headers
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, type=self.type, param=self.param, code=self.code)
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def error_body(
+    message: str, *, type: str = INVALID_REQUEST, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def invalid_param(param: str, message: str, code: str = "invalid_value") -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+def internal_error(request_id: str) -> ApiError:
+    return ApiError(
+        500,
+        f"The server had an error while processing your request. Request id: {request_id}.",
+        type=SERVER_ERROR,
+        code="internal_error",
+    )
+
+
+def validation_error(errors: Sequence[Any]) -> ApiError:
+    """The first pydantic error of a request body, as OpenAI words it, with `param` naming the top-level field."""
+    if not errors:
+        return ApiError(400, "The request body is invalid.", code="invalid_request")
+    error = errors[0]
+    loc = [part for part in error.get("loc", ()) if part != "body"]
+    kind = error.get("type", "")
+    param = str(loc[0]) if loc and isinstance(loc[0], str) else None
+    if kind == "json_invalid":
+        return ApiError(
+            400,
+            "We could not parse the JSON body of your request. The body must be a valid JSON object.",
+            code="invalid_json",
+        )
+    if param is None:
+        return ApiError(400, "The request body must be a JSON object.", code="invalid_request")
+    if kind == "extra_forbidden":
+        return ApiError(400, f"Unrecognized request argument supplied: {param}", param=param, code="unknown_parameter")
+    if kind == "missing":
+        return ApiError(400, f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
+    detail = str(error.get("msg", "invalid value"))
+    code = "invalid_type" if kind.endswith("_type") or kind.endswith("_parsing") else "invalid_value"
+    return ApiError(400, f"Invalid value for '{param}': {detail}.", param=param, code=code)
+
+
+_STATUS_MESSAGES = {404: ("Not found.", "not_found"), 405: ("Method not allowed.", "method_not_allowed")}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_api_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        return exc.response()
+
+    async def on_validation_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return validation_error(exc.errors()).response()
+
+    async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        message, code = _STATUS_MESSAGES.get(exc.status_code, (str(exc.detail), None))
+        error_type = INVALID_REQUEST if exc.status_code < 500 else SERVER_ERROR
+        return ApiError(exc.status_code, message, type=error_type, code=code, headers=exc.headers).response()
+
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)

@@ -1,0 +1,108 @@
+"""A validated SpeechRequest becomes a SynthesisJob, checked against what the engine can honour.
+
+Schema checks (types, ranges, unknown fields) happen in pydantic; this module checks what depends on the engine
+and the server's configuration: served models, voices, languages, task types and the Qwen3-TTS extensions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.api.errors import ApiError, invalid_param
+from app.api.schemas import SpeechRequest
+from app.audio.encoders import supported_sample_rates
+from app.engines.base import EngineCapabilities, SynthesisJob, TaskType
+from app.text.sentences import is_speakable
+from app.voices import VoiceCatalog
+
+DEFAULT_SAMPLE_RATE = 24_000
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSpec:
+    response_format: str
+    stream_format: str
+    sample_rate: int
+
+
+def check_model(model: str, served_models: list[str]) -> None:
+    if model not in served_models:
+        raise ApiError(
+            404,
+            f"The model '{model}' does not exist. Available models: {', '.join(served_models)}.",
+            param="model",
+            code="model_not_found",
+        )
+
+
+def _check_language(language: str | None, caps: EngineCapabilities) -> str | None:
+    if language is None:
+        return None
+    for known in caps.languages:
+        if known.casefold() == language.strip().casefold():
+            return known
+    raise invalid_param("language", f"Unsupported language '{language}'. Supported: {', '.join(caps.languages)}.")
+
+
+def _check_extensions(request: SpeechRequest, caps: EngineCapabilities) -> TaskType:
+    task_type = TaskType(request.task_type) if request.task_type else TaskType.CUSTOM_VOICE
+    if task_type not in caps.task_types:
+        supported = ", ".join(sorted(t.value for t in caps.task_types))
+        raise invalid_param("task_type", f"task_type '{task_type.value}' is not supported by this model ({supported}).")
+    if not caps.voice_cloning:
+        for param in ("ref_audio", "ref_text", "x_vector_only_mode"):
+            if getattr(request, param) is not None:
+                raise invalid_param(param, f"'{param}' is not supported: this model cannot clone voices.")
+    elif request.ref_audio is not None:
+        raise invalid_param("ref_audio", "Reference audio is not accepted by this server yet.")
+    if request.max_new_tokens is not None and not caps.max_new_tokens:
+        raise invalid_param("max_new_tokens", "'max_new_tokens' is not supported by this model.")
+    if request.seed is not None and not caps.seed:
+        raise invalid_param("seed", "'seed' is not supported by this model.")
+    return task_type
+
+
+def _output_spec(request: SpeechRequest) -> OutputSpec:
+    sample_rate = request.sample_rate or DEFAULT_SAMPLE_RATE
+    allowed = supported_sample_rates(request.response_format)
+    if allowed is not None and sample_rate not in allowed:
+        rates = ", ".join(str(r) for r in sorted(allowed))
+        raise invalid_param(
+            "sample_rate", f"{request.response_format} cannot carry {sample_rate} Hz; choose one of {rates}."
+        )
+    return OutputSpec(request.response_format, request.stream_format, sample_rate)
+
+
+def build_job(
+    request: SpeechRequest,
+    *,
+    request_id: str,
+    caps: EngineCapabilities,
+    catalog: VoiceCatalog,
+    served_models: list[str],
+) -> tuple[SynthesisJob, OutputSpec]:
+    check_model(request.model, served_models)
+    if len(request.input) > caps.max_input_chars:
+        raise invalid_param("input", f"'input' is longer than {caps.max_input_chars} characters.", "string_too_long")
+    if not is_speakable(request.input):
+        raise invalid_param("input", "'input' contains nothing that can be spoken.")
+    voice = catalog.resolve(request.voice_name)
+    if voice is None:
+        known = ", ".join(v.id for v in catalog.voices)
+        message = f"Unknown voice '{request.voice_name}'. Available voices: {known}."
+        raise invalid_param("voice", message, "voice_not_found")
+    task_type = _check_extensions(request, caps)
+    job = SynthesisJob(
+        request_id=request_id,
+        text=request.input,
+        voice=voice,
+        language=_check_language(request.language, caps),
+        instructions=request.instructions if caps.instructions else None,
+        speed=request.speed,
+        task_type=task_type,
+        ref_text=request.ref_text,
+        x_vector_only_mode=bool(request.x_vector_only_mode),
+        max_new_tokens=request.max_new_tokens,
+        seed=request.seed,
+    )
+    return job, _output_spec(request)

@@ -1,0 +1,62 @@
+"""Models, voices, health and readiness."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+
+from app.api.dependencies import get_catalog, get_engine, get_settings, served_models
+from app.api.errors import ApiError
+from app.engines.base import SpeechEngine
+from app.settings import Settings
+from app.voices import VoiceCatalog
+
+router = APIRouter()
+_CREATED = 1_767_225_600  # 2026-01-01: models are served, not trained here; a fixed timestamp keeps listings stable
+
+
+@router.get("/v1/models")
+async def list_models(
+    engine: Annotated[SpeechEngine, Depends(get_engine)], settings: Annotated[Settings, Depends(get_settings)]
+) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [
+            {"id": model, "object": "model", "created": _CREATED, "owned_by": f"speech-service/{engine.name}"}
+            for model in served_models(engine, settings)
+        ],
+    }
+
+
+@router.get("/v1/audio/voices")
+async def list_voices(
+    engine: Annotated[SpeechEngine, Depends(get_engine)], catalog: Annotated[VoiceCatalog, Depends(get_catalog)]
+) -> dict[str, Any]:
+    return {
+        "voices": [
+            {
+                "id": voice.id,
+                "name": voice.name,
+                "languages": list(voice.languages),
+                "engine": engine.name,
+                "aliases": catalog.aliases_of(voice.id),
+            }
+            for voice in catalog.voices
+        ]
+    }
+
+
+@router.get("/health")
+async def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/ready")
+async def ready(engine: Annotated[SpeechEngine, Depends(get_engine)]) -> JSONResponse:
+    state = engine.health()
+    if not state.ready:
+        message = f"The {engine.name} engine is not ready: {state.detail}."
+        return ApiError(503, message, type="server_error", code="engine_unavailable").response()
+    return JSONResponse({"status": "ready", "engine": engine.name, "detail": state.detail})

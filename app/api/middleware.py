@@ -1,0 +1,113 @@
+"""ASGI middleware: request ids with the last-resort 500, and the request body cap."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.errors import ApiError, internal_error
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID_HEADER = "x-request-id"
+_VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def request_id_of(scope: Scope) -> str:
+    return scope.get("state", {}).get("request_id", "")
+
+
+async def _send_error(send: Send, error: ApiError, request_id: str) -> None:
+    body = json.dumps(error.body()).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (REQUEST_ID_HEADER.encode(), request_id.encode()),
+    ]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class RequestIdMiddleware:
+    """Gives every request an id (the caller's X-Request-Id when it is sane), echoes it on every response, and turns
+    an unhandled exception into a 500 that carries the id and no stack trace."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1")
+        request_id = given if _VALID_REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != REQUEST_ID_HEADER.encode()]
+                message["headers"] = [*headers, (REQUEST_ID_HEADER.encode(), request_id.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("unhandled error", extra={"request_id": request_id})
+            if not started:
+                await _send_error(send, internal_error(request_id), request_id)
+            # else: the body was already streaming; the connection is cut, so the client sees an incomplete response
+
+
+class BodySizeLimitMiddleware:
+    """413 for bodies over `max_bytes`, whether announced by Content-Length or found while reading. The body is read
+    here, before the app runs (the app would buffer it whole anyway), so the 413 comes before any other answer."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self) -> ApiError:
+        return ApiError(
+            413, f"The request body exceeds the limit of {self.max_bytes} bytes.", code="request_too_large"
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await _send_error(send, self._too_large(), request_id_of(scope))
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay(message, receive), send)  # the client left before sending it all
+                return
+            body += message.get("body", b"")
+            if len(body) > self.max_bytes:
+                await _send_error(send, self._too_large(), request_id_of(scope))
+                return
+            if not message.get("more_body", False):
+                break
+        await self.app(scope, _replay({"type": "http.request", "body": bytes(body), "more_body": False}, receive), send)
+
+
+def _replay(first: Message, receive: Receive) -> Receive:
+    """A receive that hands out `first` once, then listens to the client again (for disconnects)."""
+    pending: list[Message] = [first]
+
+    async def replay_receive() -> Message:
+        if pending:
+            return pending.pop()
+        return await receive()
+
+    return replay_receive

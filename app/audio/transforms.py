@@ -1,0 +1,72 @@
+"""Sample-level transforms through FFmpeg (PyAV): streaming resampling and pitch-preserving time-stretching."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import av
+import numpy as np
+
+
+def _frame(samples: np.ndarray, sample_rate: int, pts: int | None = None) -> av.AudioFrame:
+    frame = av.AudioFrame.from_ndarray(
+        np.ascontiguousarray(samples, dtype=np.float32)[None, :], format="flt", layout="mono"
+    )
+    frame.sample_rate = sample_rate
+    if pts is not None:
+        frame.pts = pts
+        frame.time_base = Fraction(1, sample_rate)
+    return frame
+
+
+def _samples(frames: list[av.AudioFrame]) -> np.ndarray:
+    if not frames:
+        return np.zeros(0, np.float32)
+    return np.concatenate([f.to_ndarray().reshape(-1) for f in frames]).astype(np.float32, copy=False)
+
+
+class StreamResampler:
+    """Resamples a stream chunk by chunk. The filter state carries across chunks, so joins stay seamless; `flush`
+    returns the tail the filter still holds."""
+
+    def __init__(self, source_rate: int, target_rate: int) -> None:
+        self.source_rate = source_rate
+        self.target_rate = target_rate
+        self._resampler = (
+            av.AudioResampler(format="flt", layout="mono", rate=target_rate) if source_rate != target_rate else None
+        )
+        self._pts = 0
+
+    def process(self, samples: np.ndarray) -> np.ndarray:
+        if self._resampler is None or len(samples) == 0:
+            return np.asarray(samples, dtype=np.float32)
+        frame = _frame(samples, self.source_rate, self._pts)
+        self._pts += len(samples)
+        return _samples(self._resampler.resample(frame))
+
+    def flush(self) -> np.ndarray:
+        if self._resampler is None:
+            return np.zeros(0, np.float32)
+        return _samples(self._resampler.resample(None))
+
+
+def time_stretch(samples: np.ndarray, sample_rate: int, tempo: float) -> np.ndarray:
+    """Play `samples` `tempo` times faster without changing pitch (FFmpeg's atempo, WSOLA). tempo in [0.5, 100]."""
+    if tempo == 1.0 or len(samples) == 0:
+        return np.asarray(samples, dtype=np.float32)
+    graph = av.filter.Graph()
+    source = graph.add_abuffer(format="flt", sample_rate=sample_rate, layout="mono", time_base=Fraction(1, sample_rate))
+    atempo = graph.add("atempo", f"{tempo:.6f}")
+    sink = graph.add("abuffersink")
+    source.link_to(atempo)
+    atempo.link_to(sink)
+    graph.configure()
+    graph.push(_frame(samples, sample_rate, 0))
+    graph.push(None)
+    frames: list[av.AudioFrame] = []
+    while True:
+        try:
+            frames.append(graph.pull())
+        except (av.BlockingIOError, av.EOFError):
+            break
+    return _samples(frames)

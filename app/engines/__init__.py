@@ -1,0 +1,58 @@
+"""Speech engines behind one protocol (`app.engines.base`). Engine libraries are imported only by their own module."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import TYPE_CHECKING
+
+from app.engines.base import SpeechEngine
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+
+# Engines this build provides, by name. `auto` picks the first whose requirements are met.
+_AUTO_ORDER = ("omni", "embedded")
+
+
+def gpu_present() -> bool:
+    """An NVIDIA GPU visible to this process, judged without importing a CUDA library."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return os.path.exists("/dev/nvidia0") or os.path.isdir("/proc/driver/nvidia/gpus")
+
+
+def engine_available(name: str) -> bool:
+    if name == "embedded":
+        return importlib.util.find_spec("hibari") is not None
+    if name == "omni":
+        return (
+            importlib.util.find_spec("app.engines.omni") is not None
+            and importlib.util.find_spec("vllm_omni") is not None
+            and gpu_present()
+        )
+    return False
+
+
+def resolve_engine_name(requested: str) -> str:
+    if requested != "auto":
+        return requested
+    for name in _AUTO_ORDER:
+        if engine_available(name):
+            return name
+    raise RuntimeError("no speech engine is installed: install the `embedded` extra or the `omni` extra")
+
+
+def create_engine(settings: Settings) -> SpeechEngine:
+    name = resolve_engine_name(settings.engine)
+    if not engine_available(name):
+        raise RuntimeError(f"the {name!r} engine is not available here (missing package or GPU)")
+    if name == "embedded":
+        from app.engines.embedded import EmbeddedEngine
+
+        return EmbeddedEngine(settings)
+    if name == "omni":
+        from app.engines.omni import OmniEngine  # type: ignore[import-not-found]
+
+        return OmniEngine(settings)
+    raise RuntimeError(f"unknown engine {name!r}")

@@ -1,0 +1,131 @@
+"""The engine protocol: the one interface between the HTTP layer and speech synthesis.
+
+Nothing above this module imports an engine library. An engine takes a `SynthesisJob` and streams mono float32
+`AudioChunk`s at its native sample rate; resampling, encoding and transport belong to the HTTP layer.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+class TaskType(enum.StrEnum):
+    """Qwen3-TTS task types: a preset speaker, a voice described in words, or a voice cloned from reference audio."""
+
+    CUSTOM_VOICE = "CustomVoice"
+    VOICE_DESIGN = "VoiceDesign"
+    BASE = "Base"
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceAudio:
+    """Decoded reference audio for voice cloning: mono float32 in [-1, 1]."""
+
+    samples: np.ndarray
+    sample_rate: int
+
+
+@dataclass(frozen=True, slots=True)
+class SynthesisJob:
+    """Everything a request asks of an engine. `voice` is already resolved to an engine voice id."""
+
+    request_id: str
+    text: str
+    voice: str
+    language: str | None = None
+    instructions: str | None = None
+    speed: float = 1.0
+    task_type: TaskType = TaskType.CUSTOM_VOICE
+    ref_audio: ReferenceAudio | None = None
+    ref_text: str | None = None
+    x_vector_only_mode: bool = False
+    max_new_tokens: int | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AudioChunk:
+    """A piece of synthesized speech. Token counts are increments, summed by the caller for usage reporting."""
+
+    samples: np.ndarray  # mono float32, [-1, 1]
+    sample_rate: int
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.samples) / self.sample_rate
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceInfo:
+    id: str
+    name: str
+    languages: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCapabilities:
+    """What an engine can honour. Request fields it cannot honour are refused with a 400 naming the field."""
+
+    task_types: frozenset[TaskType]
+    voice_cloning: bool
+    instructions: bool  # False: instructions are accepted and ignored, as OpenAI's tts-1 does
+    languages: tuple[str, ...]
+    max_input_chars: int
+    seed: bool
+    max_new_tokens: bool
+    sample_rate: int  # native output rate of the engine's chunks
+
+
+@dataclass(slots=True)
+class EngineHealth:
+    ready: bool
+    detail: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class EngineError(Exception):
+    """The engine failed while synthesizing; the HTTP layer answers 500 (or an SSE error event)."""
+
+
+class EngineUnavailable(EngineError):
+    """The engine is not loaded, still warming up, or has died: 503."""
+
+
+class UnsupportedParameter(Exception):
+    """A request field this engine cannot honour: 400 with `param` naming the field."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+        self.message = message
+
+
+@runtime_checkable
+class SpeechEngine(Protocol):
+    """A speech engine. `start` loads and warms it; `synthesize` streams audio for one job."""
+
+    name: str
+    model_id: str
+
+    async def start(self) -> None: ...
+
+    def synthesize(self, job: SynthesisJob) -> AsyncIterator[AudioChunk]: ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    def voices(self) -> list[VoiceInfo]: ...
+
+    def languages(self) -> list[str]: ...
+
+    def capabilities(self) -> EngineCapabilities: ...
+
+    def health(self) -> EngineHealth: ...
+
+    async def close(self) -> None: ...

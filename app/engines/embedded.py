@@ -1,0 +1,212 @@
+"""The embedded engine: hibari-tts, a small neural TTS that runs on the CPU with its default voice inside the wheel.
+
+Input is cut into sentences; each sentence is synthesized in a worker thread (the event loop never waits on the
+model) and yielded as soon as it is ready, while the next sentence is already being synthesized. A fixed pool of
+workers, each with its own model instance, bounds CPU use. Only the bundled voice is offered: hibari's other voices
+are downloaded from a hub on first use, which a production service must never do behind a caller's back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import re
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from app.audio.transforms import time_stretch
+from app.engines.base import (
+    AudioChunk,
+    EngineCapabilities,
+    EngineHealth,
+    EngineUnavailable,
+    SynthesisJob,
+    TaskType,
+    UnsupportedParameter,
+    VoiceInfo,
+)
+from app.text.sentences import split_sentences
+
+if TYPE_CHECKING:
+    from hibari import Hibari
+
+    from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 24_000
+FRAME_SAMPLES = 300  # the model's acoustic frame: 12.5 ms at 24 kHz; counted as output tokens
+MODEL_SPEED_RANGE = (0.5, 2.0)  # where hibari's duration control is reliable; beyond it we time-stretch
+MAX_PHONEMES = 400  # hibari's own limit per synthesis call
+VOICE_ID = "heart"
+LANGUAGES = ("English",)
+_PHONEME_CLAUSE = re.compile(r"(?<=[,;:—])\s+")
+_WARMUP_TEXT = "Warming up the speech engine."
+
+
+def split_speed(speed: float) -> tuple[float, float]:
+    """Split a requested speed into (model speed, time-stretch tempo) whose product is the speed."""
+    low, high = MODEL_SPEED_RANGE
+    model_speed = min(max(speed, low), high)
+    return model_speed, speed / model_speed
+
+
+def chunk_phonemes(phonemes: str, limit: int = MAX_PHONEMES) -> list[str]:
+    """Cut a phoneme string at clause punctuation, then at spaces, into pieces of at most `limit` characters."""
+    if len(phonemes) <= limit:
+        return [phonemes]
+    pieces: list[str] = []
+    for clause in _PHONEME_CLAUSE.split(phonemes):
+        words = clause.split(" ") if len(clause) > limit else [clause]
+        for word in words:
+            for start in range(0, len(word), limit):  # a single "word" over the limit: hard cut, nothing dropped
+                part = word[start : start + limit]
+                if pieces and len(pieces[-1]) + 1 + len(part) <= limit:
+                    pieces[-1] = f"{pieces[-1]} {part}"
+                else:
+                    pieces.append(part)
+    return pieces
+
+
+@dataclass(frozen=True, slots=True)
+class SentenceAudio:
+    samples: np.ndarray
+    phoneme_ids: int
+    frames: int
+
+
+class EmbeddedEngine:
+    name = "embedded"
+    model_id = "hibari"
+
+    def __init__(self, settings: Settings) -> None:
+        self._workers = settings.embedded_workers
+        self._threads_per_worker = settings.embedded_threads_per_worker
+        self._max_input_chars = settings.max_input_chars
+        self._sentence_max_chars = settings.sentence_max_chars
+        self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="hibari")
+        self._models: queue.SimpleQueue[Hibari] = queue.SimpleQueue()
+        self._active: set[str] = set()
+        self._aborted: set[str] = set()
+        self._ready = False
+        self._detail = "loading"
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        try:
+            models = await asyncio.gather(
+                *(loop.run_in_executor(self._executor, self._load_model) for _ in range(self._workers))
+            )
+        except Exception as exc:
+            self._detail = f"failed to load: {exc}"
+            raise
+        for model in models:
+            self._models.put(model)
+        self._ready = True
+        self._detail = "ready"
+        log.info(
+            "embedded engine ready",
+            extra={"workers": self._workers, "load_s": round(time.perf_counter() - started, 3)},
+        )
+
+    def _load_model(self) -> Hibari:
+        from hibari import Hibari
+
+        model = Hibari(voice=VOICE_ID, threads=self._threads_per_worker)
+        model(_WARMUP_TEXT, seed=0)  # loads the G2P and runs the graph once so the first request is not slow
+        return model
+
+    async def close(self) -> None:
+        self._ready = False
+        self._detail = "closed"
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def health(self) -> EngineHealth:
+        return EngineHealth(ready=self._ready, detail=self._detail)
+
+    # -- description ----------------------------------------------------------------------------------------------
+    def voices(self) -> list[VoiceInfo]:
+        return [VoiceInfo(id=VOICE_ID, name="Heart (American English, female)", languages=LANGUAGES)]
+
+    def languages(self) -> list[str]:
+        return ["Auto", *LANGUAGES]
+
+    def capabilities(self) -> EngineCapabilities:
+        return EngineCapabilities(
+            task_types=frozenset({TaskType.CUSTOM_VOICE}),
+            voice_cloning=False,
+            instructions=False,
+            languages=tuple(self.languages()),
+            max_input_chars=self._max_input_chars,
+            seed=True,
+            max_new_tokens=False,
+            sample_rate=SAMPLE_RATE,
+        )
+
+    # -- synthesis ------------------------------------------------------------------------------------------------
+    async def abort(self, request_id: str) -> None:
+        if request_id in self._active:
+            self._aborted.add(request_id)
+
+    async def synthesize(self, job: SynthesisJob) -> AsyncIterator[AudioChunk]:
+        if not self._ready:
+            raise EngineUnavailable("the embedded engine is not ready")
+        sentences = split_sentences(job.text, self._sentence_max_chars)
+        if not sentences:
+            raise UnsupportedParameter("input", "`input` contains nothing that can be spoken.")
+        loop = asyncio.get_running_loop()
+
+        def submit(index: int) -> asyncio.Future[SentenceAudio]:
+            seed = None if job.seed is None else job.seed + index
+            return loop.run_in_executor(self._executor, self._synthesize_sentence, sentences[index], job.speed, seed)
+
+        self._active.add(job.request_id)
+        pending = submit(0)
+        try:
+            for index in range(len(sentences)):
+                audio = await pending
+                if job.request_id in self._aborted:
+                    return
+                if index + 1 < len(sentences):
+                    pending = submit(index + 1)  # overlap the next sentence with sending this one
+                log.debug(
+                    "sentence synthesized",
+                    extra={
+                        "request_id": job.request_id,
+                        "event": "sentence_synthesized",
+                        "sentence": index,
+                        "sentences": len(sentences),
+                        "at": time.time(),
+                    },
+                )
+                if len(audio.samples):
+                    yield AudioChunk(audio.samples, SAMPLE_RATE, audio.phoneme_ids, audio.frames)
+        finally:
+            pending.cancel()
+            self._active.discard(job.request_id)
+            self._aborted.discard(job.request_id)
+
+    def _synthesize_sentence(self, sentence: str, speed: float, seed: int | None) -> SentenceAudio:
+        model = self._models.get()
+        try:
+            rng = np.random.default_rng(seed)
+            model_speed, tempo = split_speed(speed)
+            parts: list[np.ndarray] = []
+            phoneme_ids = 0
+            for piece in chunk_phonemes(model.g2p(sentence)):
+                ids = model.ids(piece)
+                phoneme_ids += len(ids)
+                parts.append(model.from_ids(ids, model_speed, rng))
+        finally:
+            self._models.put(model)
+        samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        frames = len(samples) // FRAME_SAMPLES
+        return SentenceAudio(time_stretch(samples, SAMPLE_RATE, tempo), phoneme_ids, frames)

@@ -1,0 +1,55 @@
+"""The ASGI application: routes, error shapes, middleware, and the engine's lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app import __version__
+from app.api import meta, speech
+from app.api.errors import install_error_handlers
+from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
+from app.engines import create_engine
+from app.engines.base import SpeechEngine
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAPI:
+    engine = engine or create_engine(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # Load in the background: /health answers at once, /ready turns 200 when the engine is warm.
+        loading = asyncio.create_task(engine.start(), name="engine-start")
+        loading.add_done_callback(_log_start_failure)
+        try:
+            yield
+        finally:
+            loading.cancel()
+            await engine.close()
+
+    app = FastAPI(
+        title="Speech service",
+        version=__version__,
+        summary="OpenAI-compatible streaming text-to-speech.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    install_error_handlers(app)
+    app.include_router(speech.router)
+    app.include_router(meta.router)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestIdMiddleware)  # outermost: every response, 413 and 500 included, carries the id
+    return app
+
+
+def _log_start_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("engine failed to start", exc_info=task.exception())

@@ -1,0 +1,64 @@
+"""The one settings object. Every field is also an environment variable: `SPEECH_<FIELD>` (e.g. SPEECH_PORT)."""
+
+from __future__ import annotations
+
+import os
+import json
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+EngineName = Literal["auto", "embedded", "omni"]
+
+# OpenAI's voice names, so OpenAI client code runs unchanged. The empty target means "the engine's default voice".
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SPEECH_", extra="ignore")
+
+    host: str = Field("0.0.0.0", description="Address to listen on.")
+    port: int = Field(8000, ge=1, le=65535, description="Port to listen on.")
+    engine: EngineName = Field(
+        "auto", description="Speech engine: embedded (CPU), omni (vllm-omni on a GPU), or auto (omni when available)."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+    model_aliases: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"],
+        description="Model names accepted besides the engine's own model id (JSON list or comma-separated).",
+    )
+    voice_aliases: dict[str, str] = Field(
+        default_factory=lambda: dict.fromkeys(OPENAI_VOICES, ""),
+        description='Voice name -> engine voice id (JSON object); an empty id means the engine\'s default voice.',
+    )
+    max_input_chars: int = Field(4096, ge=1, le=4096, description="Longest accepted `input`, in characters.")
+    max_body_bytes: int = Field(25 * 1024 * 1024, ge=1024, description="Largest accepted request body (413 beyond).")
+    sentence_max_chars: int = Field(
+        250, ge=40, description="Sentences longer than this are cut at commas (then spaces) before synthesis."
+    )
+    embedded_workers: int = Field(
+        default_factory=lambda: max(1, os.cpu_count() or 1),
+        ge=1,
+        description="Embedded engine: synthesis threads, each with its own model instance (default: CPU cores).",
+    )
+    embedded_threads_per_worker: int = Field(1, ge=1, description="Embedded engine: onnxruntime threads per worker.")
+
+    @field_validator("model_aliases", mode="before")
+    @classmethod
+    def _list_from_env(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+
+def settings_help() -> str:
+    """A table of every setting for `--help`."""
+    lines = ["settings (environment variables):"]
+    for name, info in Settings.model_fields.items():
+        default = info.default_factory() if info.default_factory else info.default  # type: ignore[call-arg]
+        lines.append(f"  SPEECH_{name.upper():<32} {info.description} [default: {default}]")
+    return "\n".join(lines)

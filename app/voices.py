@@ -1,0 +1,36 @@
+"""Voice names as callers say them (including OpenAI's) mapped to the engine's voice ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.engines.base import VoiceInfo
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceCatalog:
+    """Engine voices plus an alias table. An alias whose target is empty, or names no engine voice, points at the
+    engine's default (first) voice, so OpenAI client code asking for "alloy" gets speech, not an error."""
+
+    voices: tuple[VoiceInfo, ...]
+    aliases: dict[str, str]
+
+    def resolve(self, name: str) -> str | None:
+        """The engine voice id for a requested name, or None when the name is unknown. Case-insensitive."""
+        wanted = name.strip().casefold()
+        for voice in self.voices:
+            if voice.id.casefold() == wanted:
+                return voice.id
+        for alias, target in self.aliases.items():
+            if alias.casefold() == wanted:
+                return self._voice_id(target)
+        return None
+
+    def _voice_id(self, target: str) -> str | None:
+        for voice in self.voices:
+            if voice.id.casefold() == target.casefold():
+                return voice.id
+        return self.voices[0].id if self.voices else None
+
+    def aliases_of(self, voice_id: str) -> list[str]:
+        return sorted(alias for alias, target in self.aliases.items() if self._voice_id(target) == voice_id)
