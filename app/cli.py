@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+from types import FrameType
 
 import uvicorn
 
 from app.logs import configure_logging
 from app.server import create_app
 from app.settings import Settings, settings_help
+
+
+class SpeechServer(uvicorn.Server):
+    """uvicorn re-raises SIGTERM after shutting down, so the process dies by the signal (status -15) and a supervisor
+    reads a requested stop as a crash. A SIGTERM that was handled gracefully ends with status 0 instead."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if sig == signal.SIGTERM and sig in self._captured_signals:
+            self._captured_signals.remove(sig)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -37,7 +49,8 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(settings.log_level)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # engines load from local files only, never from a hub
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, timeout_graceful_shutdown=30)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, timeout_graceful_shutdown=30)
+    SpeechServer(config).run()
 
 
 if __name__ == "__main__":

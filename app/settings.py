@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import json
+import os
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     )
     voice_aliases: dict[str, str] = Field(
         default_factory=lambda: dict.fromkeys(OPENAI_VOICES, ""),
-        description='Voice name -> engine voice id (JSON object); an empty id means the engine\'s default voice.',
+        description="Voice name -> engine voice id (JSON object); an empty id means the engine's default voice.",
     )
     max_input_chars: int = Field(4096, ge=1, le=4096, description="Longest accepted `input`, in characters.")
     max_body_bytes: int = Field(25 * 1024 * 1024, ge=1024, description="Largest accepted request body (413 beyond).")

@@ -74,9 +74,7 @@ class BodySizeLimitMiddleware:
         self.max_bytes = max_bytes
 
     def _too_large(self) -> ApiError:
-        return ApiError(
-            413, f"The request body exceeds the limit of {self.max_bytes} bytes.", code="request_too_large"
-        )
+        return ApiError(413, f"The request body exceeds the limit of {self.max_bytes} bytes.", code="request_too_large")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

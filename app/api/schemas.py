@@ -28,7 +28,7 @@ class SpeechRequest(BaseModel):
 
     model: str = Field(min_length=1, max_length=256)
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS, description="Text to speak, 1–4096 characters.")
-    voice: str | VoiceRef = Field(description="A voice name (OpenAI names are aliases) or {\"id\": ...}.")
+    voice: str | VoiceRef = Field(description='A voice name (OpenAI names are aliases) or {"id": ...}.')
     instructions: str | None = Field(
         None,
         max_length=MAX_INPUT_CHARS,

@@ -1,0 +1,135 @@
+"""Models, voices, health, readiness, docs and the command line."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+from openai import OpenAI
+
+from tests.support.server import RunningServer, server_command, start_server, wait_until
+
+
+def test_models_list_in_openai_shape(server: RunningServer) -> None:
+    body = httpx.get(f"{server.base_url}/v1/models").json()
+    assert body["object"] == "list"
+    ids = [m["id"] for m in body["data"]]
+    assert ids[0] == "hibari"
+    assert {"tts-1", "tts-1-hd", "gpt-4o-mini-tts"} <= set(ids)
+    assert all(m["object"] == "model" and isinstance(m["created"], int) and m["owned_by"] for m in body["data"])
+    sdk_ids = [m.id for m in OpenAI(base_url=f"{server.base_url}/v1", api_key="x").models.list()]
+    assert sdk_ids == ids
+
+
+def test_voices_list_shows_aliases(server: RunningServer) -> None:
+    voices = httpx.get(f"{server.base_url}/v1/audio/voices").json()["voices"]
+    assert [v["id"] for v in voices] == ["heart"]
+    heart = voices[0]
+    assert heart["languages"] == ["English"]
+    assert heart["engine"] == "embedded"
+    assert heart["name"]
+    assert {"alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse"} == set(
+        heart["aliases"]
+    )
+
+
+def test_health_ready_and_docs(server: RunningServer) -> None:
+    assert httpx.get(f"{server.base_url}/health").json() == {"status": "ok"}
+    ready = httpx.get(f"{server.base_url}/ready")
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    assert httpx.get(f"{server.base_url}/docs").status_code == 200
+    schema = httpx.get(f"{server.base_url}/openapi.json").json()
+    assert "/v1/audio/speech" in schema["paths"]
+
+
+def test_not_ready_until_the_engine_is_warm(tmp_path: Path) -> None:
+    """/health answers while the engine loads; /ready and speech answer 503 (OpenAI shape) until it is warm."""
+    server = start_server(tmp_path / "server.log", wait_ready=False)
+    try:
+        wait_until(server, "/health", 120)
+        early_ready = httpx.get(f"{server.base_url}/ready")
+        early_speech = httpx.post(
+            f"{server.base_url}/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": "Hi."}
+        )
+        assert early_ready.status_code == 503
+        assert early_ready.json()["error"]["code"] == "engine_unavailable"
+        assert early_speech.status_code == 503
+        assert early_speech.json()["error"]["code"] == "engine_unavailable"
+        assert early_speech.headers["retry-after"]
+        wait_until(server, "/ready", 120)
+        late = httpx.post(
+            f"{server.base_url}/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": "Hi."}
+        )
+        assert late.status_code == 200
+    finally:
+        assert server.stop() == 0
+
+
+def test_settings_from_environment(tmp_path: Path) -> None:
+    env = {
+        "SPEECH_MODEL_ALIASES": "my-tts",
+        "SPEECH_VOICE_ALIASES": '{"narrator": "heart"}',
+        "SPEECH_MAX_INPUT_CHARS": "20",
+    }
+    server = start_server(tmp_path / "server.log", env=env)
+    try:
+        models = [m["id"] for m in httpx.get(f"{server.base_url}/v1/models").json()["data"]]
+        assert models == ["hibari", "my-tts"]
+        ok = httpx.post(
+            f"{server.base_url}/v1/audio/speech", json={"model": "my-tts", "voice": "narrator", "input": "Hi."}
+        )
+        assert ok.status_code == 200
+        alloy = httpx.post(
+            f"{server.base_url}/v1/audio/speech", json={"model": "my-tts", "voice": "alloy", "input": "Hi."}
+        )
+        assert alloy.json()["error"]["param"] == "voice"
+        long = httpx.post(
+            f"{server.base_url}/v1/audio/speech", json={"model": "my-tts", "voice": "heart", "input": "x" * 21}
+        )
+        assert long.status_code == 400 and long.json()["error"]["param"] == "input"
+    finally:
+        server.stop()
+
+
+def test_cli_help_documents_every_setting() -> None:
+    result = subprocess.run([*server_command(), "--help"], capture_output=True, text=True, timeout=60, check=True)
+    for flag in ("--host", "--port", "--engine", "--log-level"):
+        assert flag in result.stdout
+    for variable in (
+        "SPEECH_HOST",
+        "SPEECH_PORT",
+        "SPEECH_ENGINE",
+        "SPEECH_LOG_LEVEL",
+        "SPEECH_VOICE_ALIASES",
+        "SPEECH_MODEL_ALIASES",
+        "SPEECH_MAX_BODY_BYTES",
+        "SPEECH_EMBEDDED_WORKERS",
+    ):
+        assert variable in result.stdout
+
+
+def test_flags_override_environment(tmp_path: Path) -> None:
+    log = (tmp_path / "server.log").open("wb")
+    from tests.support.server import free_port
+
+    port = free_port()
+    process = subprocess.Popen(
+        [*server_command(), "--host", "127.0.0.1", "--port", str(port), "--engine", "embedded"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={"PATH": "/usr/bin:/bin", "SPEECH_PORT": "1", "SPEECH_ENGINE": "omni"},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/ready").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        assert httpx.get(f"http://127.0.0.1:{port}/ready").json()["engine"] == "embedded"
+    finally:
+        process.terminate()
+        assert process.wait(timeout=30) == 0

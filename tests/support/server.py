@@ -1,0 +1,89 @@
+"""Start the real `speech-server` console script on a free loopback port and wait for it."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class RunningServer:
+    process: subprocess.Popen[bytes]
+    base_url: str
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def log_events(self) -> list[dict[str, object]]:
+        """The server's JSON log lines so far."""
+        events = []
+        for line in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    events.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        return events
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def server_command() -> list[str]:
+    script = Path(sys.executable).parent / "speech-server"
+    return [str(script)]
+
+
+def start_server(
+    log_path: Path, env: dict[str, str] | None = None, wait_ready: bool = True, timeout_s: float = 120.0
+) -> RunningServer:
+    port = free_port()
+    full_env = {**os.environ, "SPEECH_HOST": "127.0.0.1", "SPEECH_PORT": str(port), **(env or {})}
+    log_file = log_path.open("wb")
+    process = subprocess.Popen(
+        [*server_command(), "--engine", "embedded", "--log-level", "debug"],
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        env=full_env,
+    )
+    server = RunningServer(process, f"http://127.0.0.1:{port}", log_path, env or {})
+    if wait_ready:
+        wait_until(server, "/ready", timeout_s)
+    return server
+
+
+def wait_until(server: RunningServer, path: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"speech-server exited early:\n{server.log_path.read_text()[-4000:]}")
+        try:
+            if httpx.get(server.base_url + path, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    server.stop()
+    raise TimeoutError(
+        f"speech-server not answering {path} after {timeout_s} s:\n{server.log_path.read_text()[-4000:]}"
+    )
