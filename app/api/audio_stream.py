@@ -21,6 +21,10 @@ from app.engines.base import AudioChunk
 
 log = logging.getLogger(__name__)
 
+# Engine chunks (a whole sentence, for the embedded engine) are encoded in slices of this length, so the first bytes
+# leave after encoding a quarter second of audio instead of a whole sentence (mp3 encodes ~4 ms per second of audio).
+ENCODE_SLICE_S = 0.25
+
 
 @dataclass(slots=True)
 class Usage:
@@ -58,10 +62,10 @@ class EncodedAudio:
         self._encoder: StreamEncoder = create_encoder(response_format, sample_rate)
         self.usage = Usage()
 
-    def _convert(self, chunk: AudioChunk) -> bytes:
+    def _convert(self, samples: np.ndarray, sample_rate: int) -> bytes:
         if self._resampler is None:
-            self._resampler = StreamResampler(chunk.sample_rate, self._sample_rate)
-        return self._encoder.encode(self._resampler.process(chunk.samples))
+            self._resampler = StreamResampler(sample_rate, self._sample_rate)
+        return self._encoder.encode(self._resampler.process(samples))
 
     def _finish(self) -> bytes:
         tail = self._resampler.flush() if self._resampler is not None else np.zeros(0, np.float32)
@@ -80,9 +84,13 @@ class EncodedAudio:
                 self.usage.input_tokens += chunk.input_tokens
                 self.usage.output_tokens += chunk.output_tokens
                 self.usage.audio_samples += len(chunk.samples)
-                data = await asyncio.to_thread(self._convert, chunk)
-                if data:
-                    yield data
+                step = max(1, int(chunk.sample_rate * ENCODE_SLICE_S))
+                for start in range(0, len(chunk.samples), step):
+                    data = await asyncio.to_thread(
+                        self._convert, chunk.samples[start : start + step], chunk.sample_rate
+                    )
+                    if data:
+                        yield data
             tail = await asyncio.to_thread(self._finish)
             if tail:
                 yield tail

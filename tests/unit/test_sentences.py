@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -169,7 +170,7 @@ def test_clause_packing_is_greedy() -> None:
     text = ", ".join(f"clause number {i}" for i in range(40)) + "."
     pieces = split_sentences(text, max_chars=60)
     assert all(len(p) <= 60 for p in pieces)
-    for piece, following in zip(pieces, pieces[1:], strict=False):
+    for piece, following in itertools.pairwise(pieces):
         next_clause = following.split(", ")[0] + ("," if ", " in following else "")
         assert len(piece) + 1 + len(next_clause) > 60  # the next clause would not have fitted
 
@@ -181,7 +182,7 @@ def test_long_sentence_without_commas_is_cut_at_spaces() -> None:
     pieces = split_sentences(text, max_chars=80)
     assert len(pieces) > 1
     assert all(len(p) <= 80 for p in pieces)
-    for piece, following in zip(pieces, pieces[1:], strict=False):
+    for piece, following in itertools.pairwise(pieces):
         assert len(piece) + 1 + len(following.split(" ")[0]) > 80  # greedy: the next word would not have fitted
     assert words(" ".join(pieces)) == words(text)
 

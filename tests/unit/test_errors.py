@@ -1,0 +1,378 @@
+"""OpenAI-shaped error bodies, and the ASGI middlewares driven directly with hand-made scope/receive/send."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from app.api.errors import (
+    INVALID_REQUEST,
+    SERVER_ERROR,
+    ApiError,
+    error_body,
+    internal_error,
+    invalid_param,
+    validation_error,
+)
+from app.api.middleware import REQUEST_ID_HEADER, BodySizeLimitMiddleware, RequestIdMiddleware, request_id_of
+
+Message = dict[str, Any]
+ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Any]
+
+# -- error bodies --------------------------------------------------------------------------------------------------
+
+
+def test_api_error_body_has_exactly_the_openai_keys() -> None:
+    error = ApiError(400, "Bad thing.", param="speed", code="invalid_value")
+    assert error.body() == {
+        "error": {"message": "Bad thing.", "type": "invalid_request_error", "param": "speed", "code": "invalid_value"}
+    }
+    assert list(error.body()) == ["error"]
+    assert str(error) == "Bad thing."
+
+
+def test_api_error_defaults_and_response() -> None:
+    error = ApiError(409, "Conflict.", headers={"Retry-After": "1"})
+    assert error.body()["error"] == {"message": "Conflict.", "type": INVALID_REQUEST, "param": None, "code": None}
+    response = error.response()
+    assert response.status_code == 409
+    assert response.headers["retry-after"] == "1"
+    assert response.headers["content-type"] == "application/json"
+    assert json.loads(response.body) == error.body()
+
+
+def test_error_body_and_invalid_param() -> None:
+    assert error_body("m", type="t", param="p", code="c") == {
+        "error": {"message": "m", "type": "t", "param": "p", "code": "c"}
+    }
+    error = invalid_param("voice", "No such voice.")
+    assert (error.status, error.param, error.code, error.type) == (400, "voice", "invalid_value", INVALID_REQUEST)
+    assert invalid_param("input", "Too long.", "string_too_long").code == "string_too_long"
+
+
+def test_internal_error_carries_the_request_id() -> None:
+    error = internal_error("abc123")
+    assert error.status == 500
+    assert error.type == SERVER_ERROR == "server_error"
+    assert error.code == "internal_error"
+    assert "abc123" in error.message
+    assert error.param is None
+
+
+@pytest.mark.parametrize("loc", [("body", 1), ()])
+def test_validation_error_json_invalid(loc: tuple[Any, ...]) -> None:
+    error = validation_error([{"type": "json_invalid", "loc": loc, "msg": "JSON decode error"}])
+    assert (error.status, error.code, error.param) == (400, "invalid_json", None)
+    assert "JSON" in error.message
+
+
+@pytest.mark.parametrize(
+    "errors",
+    [
+        [{"type": "model_attributes_type", "loc": ("body",), "msg": "Input should be a valid dictionary"}],
+        [{"type": "model_attributes_type", "loc": (), "msg": "Input should be a valid dictionary"}],  # pydantic's own
+        [{"type": "missing", "loc": ("body",), "msg": "Field required"}],  # no body at all
+        [{"type": "list_type", "loc": ("body", 0), "msg": "Input should be a valid list"}],  # a non-string loc
+    ],
+)
+def test_validation_error_for_a_non_object_body(errors: list[dict[str, Any]]) -> None:
+    error = validation_error(errors)
+    assert (error.status, error.code, error.param) == (400, "invalid_request", None)
+    assert error.message == "The request body must be a JSON object."
+
+
+def test_validation_error_without_errors() -> None:
+    error = validation_error([])
+    assert (error.status, error.code, error.param) == (400, "invalid_request", None)
+    assert error.message
+    assert set(error.body()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_validation_error_names_the_top_level_field_of_a_nested_error() -> None:
+    error = validation_error([{"type": "string_too_short", "loc": ("body", "voice", "VoiceRef", "id"), "msg": "m"}])
+    assert (error.param, error.code) == ("voice", "invalid_value")
+    assert error.message == "Invalid value for 'voice': m."
+
+
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    [("int_type", "invalid_type"), ("int_parsing", "invalid_type"), ("greater_than_equal", "invalid_value")],
+)
+def test_validation_error_codes(kind: str, code: str) -> None:
+    assert validation_error([{"type": kind, "loc": ("seed",), "msg": "m"}]).code == code
+
+
+# -- a tiny ASGI harness -------------------------------------------------------------------------------------------
+
+
+class Exchange:
+    def __init__(self, sent: list[Message]) -> None:
+        self.sent = sent
+
+    @property
+    def start(self) -> Message:
+        starts = [m for m in self.sent if m["type"] == "http.response.start"]
+        assert len(starts) == 1, self.sent
+        return starts[0]
+
+    @property
+    def status(self) -> int:
+        return self.start["status"]
+
+    def header(self, name: str) -> list[str]:
+        return [v.decode("latin-1") for k, v in self.start["headers"] if k.decode("latin-1").lower() == name]
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+async def call(
+    app: ASGIApp,
+    *,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    messages: list[Message] | None = None,
+    scope_type: str = "http",
+) -> Exchange:
+    scope: dict[str, Any] = {
+        "type": scope_type,
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "path": "/v1/audio/speech",
+        "headers": headers or [],
+    }
+    pending = list(messages if messages is not None else [{"type": "http.request", "body": b"", "more_body": False}])
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return Exchange(sent)
+
+
+class EchoApp:
+    """Answers 200 with the body it received; records the scope and every message it was handed."""
+
+    def __init__(self, *, request_id_header: bytes | None = None) -> None:
+        self.scope: dict[str, Any] | None = None
+        self.received: list[Message] = []
+        self.request_id_header = request_id_header
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.scope = scope
+        body = b""
+        while True:
+            message = await receive()
+            self.received.append(message)
+            if message["type"] != "http.request":
+                break
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        headers = [(b"content-type", b"application/octet-stream")]
+        if self.request_id_header is not None:
+            headers.append((b"X-Request-ID", self.request_id_header))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+# -- RequestIdMiddleware -------------------------------------------------------------------------------------------
+
+HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+@pytest.mark.parametrize("given", ["abc-123", "req_1.2:3", "A" * 128, "0"])
+async def test_sane_request_id_is_echoed(given: str) -> None:
+    inner = EchoApp()
+    exchange = await call(RequestIdMiddleware(inner), headers=[(b"x-request-id", given.encode())])
+    assert exchange.status == 200
+    assert exchange.header(REQUEST_ID_HEADER) == [given]
+    assert inner.scope is not None and request_id_of(inner.scope) == given
+
+
+@pytest.mark.parametrize("given", ["has space", "A" * 129, "semi;colon", "new\nline", "ünïcode", "a/b", ""])
+async def test_insane_request_id_is_replaced(given: str) -> None:
+    inner = EchoApp()
+    exchange = await call(RequestIdMiddleware(inner), headers=[(b"x-request-id", given.encode())])
+    [echoed] = exchange.header(REQUEST_ID_HEADER)
+    assert echoed != given
+    assert HEX32.fullmatch(echoed)
+    assert inner.scope is not None and request_id_of(inner.scope) == echoed
+
+
+async def test_missing_request_id_is_generated_and_unique() -> None:
+    ids = set()
+    for _ in range(5):
+        [echoed] = (await call(RequestIdMiddleware(EchoApp()))).header(REQUEST_ID_HEADER)
+        assert HEX32.fullmatch(echoed)
+        ids.add(echoed)
+    assert len(ids) == 5
+
+
+async def test_request_id_header_set_by_the_app_is_replaced_not_duplicated() -> None:
+    inner = EchoApp(request_id_header=b"from-the-app")
+    exchange = await call(RequestIdMiddleware(inner), headers=[(b"x-request-id", b"mine")])
+    assert exchange.header(REQUEST_ID_HEADER) == ["mine"]
+    assert exchange.header("content-type") == ["application/octet-stream"]
+
+
+async def test_exception_before_response_start_becomes_an_openai_500(caplog: pytest.LogCaptureFixture) -> None:
+    async def broken(scope: Any, receive: Any, send: Any) -> None:
+        raise RuntimeError("secret database password in a stack frame")
+
+    with caplog.at_level(logging.ERROR):
+        exchange = await call(RequestIdMiddleware(broken), headers=[(b"x-request-id", b"trace-me")])
+    assert exchange.status == 500
+    assert exchange.header(REQUEST_ID_HEADER) == ["trace-me"]
+    assert exchange.header("content-type") == ["application/json"]
+    assert exchange.header("content-length") == [str(len(exchange.body))]
+    error = exchange.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert (error["type"], error["code"]) == ("server_error", "internal_error")
+    assert "trace-me" in error["message"]
+    text = exchange.body.decode()
+    assert "Traceback" not in text and "RuntimeError" not in text and "secret" not in text
+    assert any(getattr(r, "request_id", None) == "trace-me" and r.exc_info for r in caplog.records)  # logged, with id
+
+
+async def test_exception_after_response_start_does_not_send_a_second_start() -> None:
+    async def dies_mid_stream(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"partial", "more_body": True})
+        raise RuntimeError("engine died")
+
+    exchange = await call(RequestIdMiddleware(dies_mid_stream))
+    assert exchange.status == 200  # exactly one start (checked by .start)
+    assert exchange.body == b"partial"
+    assert not any(m.get("more_body") is False for m in exchange.sent)  # the response is left incomplete
+
+
+async def test_non_http_scopes_pass_through() -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def lifespan_app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope)
+        await send({"type": "lifespan.startup.complete"})
+
+    exchange = await call(RequestIdMiddleware(lifespan_app), scope_type="lifespan", messages=[])
+    assert exchange.sent == [{"type": "lifespan.startup.complete"}]
+    assert "state" not in seen[0]
+
+
+# -- BodySizeLimitMiddleware ---------------------------------------------------------------------------------------
+
+CAP = 1024
+
+
+def assert_413(exchange: Exchange) -> None:
+    assert exchange.status == 413
+    error = exchange.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", "request_too_large", None)
+    assert str(CAP) in error["message"]
+    assert exchange.header("content-length") == [str(len(exchange.body))]
+
+
+async def test_declared_content_length_over_the_cap() -> None:
+    inner = EchoApp()
+    exchange = await call(
+        BodySizeLimitMiddleware(inner, max_bytes=CAP),
+        headers=[(b"content-length", str(CAP + 1).encode())],
+        messages=[{"type": "http.request", "body": b"x" * 10, "more_body": True}],
+    )
+    assert_413(exchange)
+    assert inner.scope is None  # the app never ran
+
+
+async def test_chunked_body_over_the_cap() -> None:
+    inner = EchoApp()
+    messages = [{"type": "http.request", "body": b"x" * 400, "more_body": True} for _ in range(3)]
+    messages.append({"type": "http.request", "body": b"", "more_body": False})
+    exchange = await call(BodySizeLimitMiddleware(inner, max_bytes=CAP), messages=messages)
+    assert_413(exchange)
+    assert inner.scope is None
+
+
+async def test_understated_content_length_is_caught_while_reading() -> None:
+    inner = EchoApp()
+    exchange = await call(
+        BodySizeLimitMiddleware(inner, max_bytes=CAP),
+        headers=[(b"content-length", b"10")],
+        messages=[{"type": "http.request", "body": b"x" * (CAP + 1), "more_body": False}],
+    )
+    assert_413(exchange)
+    assert inner.scope is None
+
+
+@pytest.mark.parametrize("total", [0, 1, CAP - 1, CAP])
+async def test_body_under_the_cap_passes_through_reassembled(total: int) -> None:
+    inner = EchoApp()
+    payload = bytes(i % 251 for i in range(total))
+    pieces = [payload[i : i + 100] for i in range(0, total, 100)] or [b""]
+    messages = [{"type": "http.request", "body": p, "more_body": True} for p in pieces]
+    messages.append({"type": "http.request", "body": b"", "more_body": False})
+    exchange = await call(
+        BodySizeLimitMiddleware(inner, max_bytes=CAP),
+        headers=[(b"content-length", str(total).encode())],
+        messages=messages,
+    )
+    assert exchange.status == 200
+    assert exchange.body == payload
+    assert inner.received[0] == {"type": "http.request", "body": payload, "more_body": False}  # one message
+
+
+async def test_after_the_body_the_app_still_hears_a_disconnect() -> None:
+    seen: list[Message] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(await receive())
+        seen.append(await receive())
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    await call(
+        BodySizeLimitMiddleware(app, max_bytes=CAP),
+        messages=[{"type": "http.request", "body": b"{}", "more_body": False}, {"type": "http.disconnect"}],
+    )
+    assert seen == [{"type": "http.request", "body": b"{}", "more_body": False}, {"type": "http.disconnect"}]
+
+
+async def test_client_leaving_mid_body_is_handed_to_the_app() -> None:
+    inner = EchoApp()
+    await call(
+        BodySizeLimitMiddleware(inner, max_bytes=CAP),
+        messages=[{"type": "http.request", "body": b"abc", "more_body": True}, {"type": "http.disconnect"}],
+    )
+    assert inner.received == [{"type": "http.disconnect"}]
+
+
+async def test_invalid_content_length_falls_back_to_counting() -> None:
+    inner = EchoApp()
+    exchange = await call(
+        BodySizeLimitMiddleware(inner, max_bytes=CAP),
+        headers=[(b"content-length", b"lots")],
+        messages=[{"type": "http.request", "body": b"hello", "more_body": False}],
+    )
+    assert exchange.status == 200 and exchange.body == b"hello"
+
+
+async def test_413_carries_the_request_id_once_when_both_middlewares_are_stacked() -> None:
+    inner = EchoApp()
+    app = RequestIdMiddleware(BodySizeLimitMiddleware(inner, max_bytes=CAP))  # the order app/server.py uses
+    exchange = await call(app, headers=[(b"x-request-id", b"big-one"), (b"content-length", b"999999")])
+    assert_413(exchange)
+    assert exchange.header(REQUEST_ID_HEADER) == ["big-one"]
+    assert inner.scope is None

@@ -1,0 +1,351 @@
+"""Request validation without FastAPI: SpeechRequest (schema) -> validation_error (OpenAI shape) -> build_job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from app.api.errors import ApiError, validation_error
+from app.api.job_builder import DEFAULT_SAMPLE_RATE, OutputSpec, build_job
+from app.api.schemas import SpeechRequest, VoiceRef
+from app.audio.encoders import RESPONSE_FORMATS
+from app.engines.base import EngineCapabilities, SynthesisJob, TaskType, VoiceInfo
+from app.voices import VoiceCatalog
+
+BASE: dict[str, Any] = {"model": "tts-1", "input": "Hello there.", "voice": "alloy"}
+
+
+def body(**changes: Any) -> dict[str, Any]:
+    return {**BASE, **changes}
+
+
+def without(key: str) -> dict[str, Any]:
+    return {k: v for k, v in BASE.items() if k != key}
+
+
+def schema_error(payload: Any, *, fastapi_loc: bool) -> ApiError:
+    """The ApiError a body gets. FastAPI's RequestValidationError prefixes every loc with "body"; pydantic's own
+    errors do not. validation_error must handle both."""
+    with pytest.raises(ValidationError) as info:
+        SpeechRequest.model_validate(payload)
+    errors = info.value.errors()
+    if fastapi_loc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in errors]
+    return validation_error(errors)
+
+
+# -- schema: what pydantic refuses, and how it is worded ------------------------------------------------------------
+
+_INVALID = [
+    pytest.param(without("model"), "model", "missing_required_parameter", id="missing-model"),
+    pytest.param(without("input"), "input", "missing_required_parameter", id="missing-input"),
+    pytest.param(without("voice"), "voice", "missing_required_parameter", id="missing-voice"),
+    pytest.param(body(foo=1), "foo", "unknown_parameter", id="unknown-field"),
+    pytest.param(body(model=""), "model", "invalid_value", id="model-empty"),
+    pytest.param(body(input=""), "input", "invalid_value", id="input-empty"),
+    pytest.param(body(input="a" * 4097), "input", "invalid_value", id="input-4097"),
+    pytest.param(body(input=None), "input", "invalid_type", id="input-null"),
+    pytest.param(body(speed=0.2), "speed", "invalid_value", id="speed-0.2"),
+    pytest.param(body(speed=4.5), "speed", "invalid_value", id="speed-4.5"),
+    pytest.param(body(speed="fast"), "speed", "invalid_type", id="speed-string"),
+    pytest.param(body(speed=True), "speed", "invalid_type", id="speed-bool"),
+    pytest.param(body(response_format="ogg"), "response_format", "invalid_value", id="format-ogg"),
+    pytest.param(body(stream_format="chunks"), "stream_format", "invalid_value", id="stream-chunks"),
+    pytest.param(body(voice=123), "voice", "invalid_type", id="voice-int"),
+    pytest.param(body(voice=None), "voice", "invalid_type", id="voice-null"),
+    pytest.param(body(voice={"id": ""}), "voice", None, id="voice-empty-id"),
+    pytest.param(body(voice={"name": "x"}), "voice", None, id="voice-name-object"),
+    pytest.param(body(voice={"id": "alloy", "x": 1}), "voice", None, id="voice-extra-key"),
+    pytest.param(body(instructions="a" * 4097), "instructions", "invalid_value", id="instructions-4097"),
+    pytest.param(body(sample_rate=7999), "sample_rate", "invalid_value", id="rate-7999"),
+    pytest.param(body(sample_rate=48001), "sample_rate", "invalid_value", id="rate-48001"),
+    pytest.param(body(sample_rate="24000"), "sample_rate", "invalid_type", id="rate-string"),
+    pytest.param(body(seed=-1), "seed", "invalid_value", id="seed-negative"),
+    pytest.param(body(seed=2**32), "seed", "invalid_value", id="seed-2^32"),
+    pytest.param(body(max_new_tokens=0), "max_new_tokens", "invalid_value", id="max-new-tokens-0"),
+    pytest.param(body(task_type="Other"), "task_type", "invalid_value", id="task-type-other"),
+    pytest.param(body(x_vector_only_mode="yes"), "x_vector_only_mode", "invalid_type", id="x-vector-yes"),
+    pytest.param(body(language=""), "language", "invalid_value", id="language-empty"),
+    pytest.param(body(ref_audio=""), "ref_audio", "invalid_value", id="ref-audio-empty"),
+]
+
+
+@pytest.mark.parametrize("fastapi_loc", [False, True], ids=["pydantic", "fastapi"])
+@pytest.mark.parametrize(("payload", "param", "code"), _INVALID)
+def test_invalid_bodies(payload: dict[str, Any], param: str, code: str | None, fastapi_loc: bool) -> None:
+    error = schema_error(payload, fastapi_loc=fastapi_loc)
+    assert error.status == 400
+    assert error.param == param
+    if code is not None:
+        assert error.code == code
+    assert error.type == "invalid_request_error"
+    assert param in error.message
+    assert set(error.body()["error"]) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize("fastapi_loc", [False, True], ids=["pydantic", "fastapi"])
+def test_unknown_field_message_matches_openai(fastapi_loc: bool) -> None:
+    error = schema_error(body(foo="bar"), fastapi_loc=fastapi_loc)
+    assert error.message == "Unrecognized request argument supplied: foo"
+    assert (error.param, error.code) == ("foo", "unknown_parameter")
+
+
+@pytest.mark.parametrize("fastapi_loc", [False, True], ids=["pydantic", "fastapi"])
+def test_missing_field_message(fastapi_loc: bool) -> None:
+    error = schema_error(without("voice"), fastapi_loc=fastapi_loc)
+    assert error.message == "Missing required parameter: 'voice'."
+
+
+def test_only_the_first_error_is_reported() -> None:
+    error = schema_error({}, fastapi_loc=True)
+    assert (error.param, error.code) == ("model", "missing_required_parameter")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: validation_error drops every loc part equal to 'body', so an unknown field literally named "
+    "'body' (FastAPI loc ('body', 'body')) is reported as 'The request body must be a JSON object.' with param None",
+)
+def test_unknown_field_named_body() -> None:
+    error = schema_error(body(body="x"), fastapi_loc=True)
+    assert (error.param, error.code) == ("body", "unknown_parameter")
+
+
+# -- schema: what it accepts ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(BASE, id="minimal"),
+        pytest.param(body(voice={"id": "alloy"}), id="voice-object"),
+        pytest.param(body(speed=0.25), id="speed-min"),
+        pytest.param(body(speed=4.0), id="speed-max"),
+        pytest.param(body(speed=1), id="speed-int"),
+        pytest.param(body(input="a" * 4096), id="input-4096"),
+        pytest.param(body(instructions="a" * 4096), id="instructions-4096"),
+        pytest.param(body(sample_rate=8000), id="rate-8000"),
+        pytest.param(body(sample_rate=48000), id="rate-48000"),
+        pytest.param(body(seed=0), id="seed-0"),
+        pytest.param(body(seed=2**32 - 1), id="seed-max"),
+        pytest.param(body(stream_format="sse"), id="sse"),
+        pytest.param(body(task_type="Base", x_vector_only_mode=False, max_new_tokens=1), id="extensions"),
+        *[pytest.param(body(response_format=fmt), id=f"format-{fmt}") for fmt in RESPONSE_FORMATS],
+    ],
+)
+def test_valid_bodies(payload: dict[str, Any]) -> None:
+    request = SpeechRequest.model_validate(payload)
+    assert request.model == payload["model"]
+    assert request.voice_name == "alloy"
+    assert request.speed == float(payload.get("speed", 1.0))
+    assert request.response_format == payload.get("response_format", "mp3")
+
+
+def test_defaults() -> None:
+    request = SpeechRequest.model_validate(BASE)
+    assert (request.response_format, request.speed, request.stream_format) == ("mp3", 1.0, "audio")
+    assert request.instructions is request.language is request.task_type is request.seed is request.sample_rate is None
+
+
+def test_voice_object_form() -> None:
+    request = SpeechRequest.model_validate(body(voice={"id": "heart"}))
+    assert request.voice == VoiceRef(id="heart")
+    assert request.voice_name == "heart"
+
+
+# -- build_job: what depends on the engine ---------------------------------------------------------------------------
+
+CAPS = EngineCapabilities(
+    task_types=frozenset({TaskType.CUSTOM_VOICE}),
+    voice_cloning=False,
+    instructions=False,
+    languages=("Auto", "English"),
+    max_input_chars=4096,
+    seed=True,
+    max_new_tokens=False,
+    sample_rate=24_000,
+)
+CATALOG = VoiceCatalog(voices=(VoiceInfo("heart", "Heart", ("English",)),), aliases={"alloy": ""})
+MODELS = ["hibari", "tts-1", "tts-1-hd", "gpt-4o-mini-tts"]
+
+
+def build(payload: dict[str, Any], caps: EngineCapabilities = CAPS) -> tuple[SynthesisJob, OutputSpec]:
+    request = SpeechRequest.model_validate(payload)
+    return build_job(request, request_id="req-1", caps=caps, catalog=CATALOG, served_models=MODELS)
+
+
+def build_error(payload: dict[str, Any], caps: EngineCapabilities = CAPS) -> ApiError:
+    with pytest.raises(ApiError) as info:
+        build(payload, caps)
+    return info.value
+
+
+def test_valid_job() -> None:
+    job, output = build(body(speed=1.5, seed=42, response_format="wav"))
+    assert job == SynthesisJob(
+        request_id="req-1", text="Hello there.", voice="heart", speed=1.5, task_type=TaskType.CUSTOM_VOICE, seed=42
+    )
+    assert output == OutputSpec("wav", "audio", DEFAULT_SAMPLE_RATE)
+    assert DEFAULT_SAMPLE_RATE == 24_000
+
+
+def test_unknown_model_is_404() -> None:
+    error = build_error(body(model="gpt-5-tts"))
+    assert (error.status, error.param, error.code) == (404, "model", "model_not_found")
+    assert "gpt-5-tts" in error.message
+    assert "hibari" in error.message  # the available models are listed
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_served_model_is_accepted(model: str) -> None:
+    job, _ = build(body(model=model))
+    assert job.voice == "heart"
+
+
+def test_model_names_are_exact() -> None:
+    assert build_error(body(model="TTS-1")).status == 404
+
+
+def test_unknown_voice() -> None:
+    error = build_error(body(voice="nobody"))
+    assert (error.status, error.param, error.code) == (400, "voice", "voice_not_found")
+    assert "nobody" in error.message and "heart" in error.message
+
+
+@pytest.mark.parametrize("voice", ["alloy", "ALLOY", " alloy ", {"id": "alloy"}, "heart", "Heart", {"id": "HEART"}])
+def test_voice_resolution(voice: Any) -> None:
+    job, _ = build(body(voice=voice))
+    assert job.voice == "heart"
+
+
+@pytest.mark.parametrize("text", ["\x00\x01\x02", "   ", "...", "?!", "\n\n"])
+def test_unspeakable_input(text: str) -> None:
+    error = build_error(body(input=text))
+    assert (error.status, error.param) == (400, "input")
+
+
+def test_input_longer_than_the_engine_allows() -> None:
+    caps = EngineCapabilities(**{**_caps_fields(), "max_input_chars": 100})
+    error = build_error(body(input="a" * 101), caps)
+    assert (error.status, error.param, error.code) == (400, "input", "string_too_long")
+    job, _ = build(body(input="a" * 100), caps)
+    assert len(job.text) == 100
+
+
+@pytest.mark.parametrize(("language", "expected"), [("english", "English"), ("ENGLISH", "English"), (" auto ", "Auto")])
+def test_language_is_normalised(language: str, expected: str) -> None:
+    job, _ = build(body(language=language))
+    assert job.language == expected
+
+
+def test_unsupported_language() -> None:
+    error = build_error(body(language="French"))
+    assert (error.status, error.param) == (400, "language")
+    assert "French" in error.message and "English" in error.message
+
+
+def test_no_language_stays_none() -> None:
+    job, _ = build(BASE)
+    assert job.language is None
+
+
+@pytest.mark.parametrize("task_type", ["Base", "VoiceDesign"])
+def test_unsupported_task_type(task_type: str) -> None:
+    error = build_error(body(task_type=task_type))
+    assert (error.status, error.param) == (400, "task_type")
+    assert task_type in error.message
+
+
+def test_supported_task_type_is_passed_on() -> None:
+    job, _ = build(body(task_type="CustomVoice"))
+    assert job.task_type is TaskType.CUSTOM_VOICE
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("ref_audio", "UklGRg=="), ("ref_text", "hello"), ("x_vector_only_mode", True), ("x_vector_only_mode", False)],
+)
+def test_cloning_fields_are_refused_without_cloning(field: str, value: Any) -> None:
+    error = build_error(body(**{field: value}))
+    assert (error.status, error.param) == (400, field)
+    assert field in error.message
+
+
+def test_ref_audio_is_refused_even_with_cloning() -> None:
+    caps = EngineCapabilities(**{**_caps_fields(), "voice_cloning": True, "task_types": frozenset(TaskType)})
+    error = build_error(body(task_type="Base", ref_audio="UklGRg=="), caps)
+    assert (error.status, error.param) == (400, "ref_audio")
+    job, _ = build(body(task_type="Base", ref_text="hello", x_vector_only_mode=True), caps)
+    assert (job.task_type, job.ref_text, job.x_vector_only_mode) == (TaskType.BASE, "hello", True)
+
+
+def test_max_new_tokens_refused_when_unsupported() -> None:
+    error = build_error(body(max_new_tokens=100))
+    assert (error.status, error.param) == (400, "max_new_tokens")
+    caps = EngineCapabilities(**{**_caps_fields(), "max_new_tokens": True})
+    job, _ = build(body(max_new_tokens=100), caps)
+    assert job.max_new_tokens == 100
+
+
+def test_seed() -> None:
+    job, _ = build(body(seed=1234))
+    assert job.seed == 1234
+    caps = EngineCapabilities(**{**_caps_fields(), "seed": False})
+    error = build_error(body(seed=1234), caps)
+    assert (error.status, error.param) == (400, "seed")
+
+
+def test_instructions_ignored_when_unsupported() -> None:
+    job, _ = build(body(instructions="Speak like a pirate."))
+    assert job.instructions is None
+    caps = EngineCapabilities(**{**_caps_fields(), "instructions": True})
+    job, _ = build(body(instructions="Speak like a pirate."), caps)
+    assert job.instructions == "Speak like a pirate."
+
+
+@pytest.mark.parametrize(
+    ("fmt", "rate", "ok"),
+    [
+        ("opus", 22_050, False),
+        ("opus", 44_100, False),
+        ("opus", 16_000, True),
+        ("opus", 48_000, True),
+        ("mp3", 22_050, True),
+        ("mp3", 8001, False),
+        ("aac", 44_100, True),
+        ("aac", 12_345, False),
+        ("wav", 22_050, True),
+        ("pcm", 8001, True),
+        ("flac", 47_999, True),
+    ],
+)
+def test_sample_rate_against_format(fmt: str, rate: int, ok: bool) -> None:
+    payload = body(response_format=fmt, sample_rate=rate)
+    if ok:
+        _, output = build(payload)
+        assert output == OutputSpec(fmt, "audio", rate)
+    else:
+        error = build_error(payload)
+        assert (error.status, error.param) == (400, "sample_rate")
+        assert str(rate) in error.message and fmt in error.message
+
+
+@pytest.mark.parametrize("fmt", RESPONSE_FORMATS)
+def test_default_rate_works_for_every_format(fmt: str) -> None:
+    _, output = build(body(response_format=fmt, stream_format="sse"))
+    assert output == OutputSpec(fmt, "sse", 24_000)
+
+
+def test_checks_run_in_order_model_first() -> None:
+    error = build_error(body(model="nope", voice="nobody", language="French", input="\x00"))
+    assert error.param == "model"
+    error = build_error(body(voice="nobody", language="French", input="\x00"))
+    assert error.param == "input"
+    error = build_error(body(voice="nobody", language="French"))
+    assert error.param == "voice"
+
+
+def _caps_fields() -> dict[str, Any]:
+    return {name: getattr(CAPS, name) for name in CAPS.__dataclass_fields__}
