@@ -147,3 +147,30 @@ def test_sse_sends_deltas_as_sentences_finish(server: RunningServer) -> None:
                 if event["type"] == "speech.audio.delta":
                     deltas_before_done += 1
     assert deltas_before_done >= 8  # at least one delta per sentence
+
+
+def test_client_disconnect_stops_synthesis(server: RunningServer) -> None:
+    """A caller who hangs up stops the work: the engine synthesizes far fewer sentences than the text holds."""
+    request_id = "hangs-up-early"
+    text = " ".join(f"This is sentence number {n} of a long text that nobody will listen to." for n in range(40))
+    with httpx.stream(
+        "POST",
+        f"{server.base_url}/v1/audio/speech",
+        json={"model": "tts-1", "voice": "alloy", "input": text, "response_format": "pcm"},
+        headers={"X-Request-Id": request_id},
+        timeout=60,
+    ) as response:
+        assert response.status_code == 200
+        assert next(response.iter_raw())
+    deadline = time.monotonic() + 10
+    summary: list[dict[str, object]] = []
+    while not summary and time.monotonic() < deadline:
+        time.sleep(0.05)
+        summary = [
+            e for e in server.log_events() if e.get("request_id") == request_id and e.get("message") == "speech request"
+        ]
+    assert summary and summary[0]["completed"] is False
+    synthesized = [
+        e for e in server.log_events() if e.get("request_id") == request_id and e.get("event") == "sentence_synthesized"
+    ]
+    assert len(synthesized) < 20

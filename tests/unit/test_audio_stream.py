@@ -1,0 +1,102 @@
+"""EncodedAudio and the SSE framing: usage, the close hook, and errors after the stream has started."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+from app.api.audio_stream import EncodedAudio, sse_events
+from app.engines.base import AudioChunk
+
+
+def tone(seconds: float, rate: int = 24_000) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+
+
+async def chunks(count: int, fail_after: int | None = None) -> AsyncIterator[AudioChunk]:
+    for index in range(count):
+        if fail_after is not None and index == fail_after:
+            raise RuntimeError("engine exploded")
+        yield AudioChunk(tone(0.6), 24_000, input_tokens=10, output_tokens=48)
+
+
+class CloseRecorder:
+    def __init__(self) -> None:
+        self.calls: list[bool] = []
+
+    async def __call__(self, completed: bool) -> None:
+        self.calls.append(completed)
+
+
+def parse(events: list[bytes]) -> list[dict]:
+    return [json.loads(e.decode().removeprefix("data: ").strip()) for e in events]
+
+
+async def test_pcm_bytes_usage_and_close_hook() -> None:
+    rest = chunks(3)
+    first = await anext(rest)
+    closed = CloseRecorder()
+    audio = EncodedAudio(first, rest, "pcm", 24_000, closed)
+    data = b"".join([piece async for piece in audio.bytes()])
+    assert len(data) == 3 * int(0.6 * 24_000) * 2
+    assert audio.usage.as_dict() == {"input_tokens": 30, "output_tokens": 144, "total_tokens": 174}
+    assert closed.calls == [True]
+
+
+async def test_resampled_output_length() -> None:
+    rest = chunks(2)
+    audio = EncodedAudio(await anext(rest), rest, "pcm", 16_000, CloseRecorder())
+    data = b"".join([piece async for piece in audio.bytes()])
+    assert abs(len(data) // 2 - int(1.2 * 16_000)) <= 32
+
+
+async def test_error_mid_stream_propagates_for_plain_audio() -> None:
+    rest = chunks(3, fail_after=1)
+    closed = CloseRecorder()
+    audio = EncodedAudio(await anext(rest), rest, "pcm", 24_000, closed)
+    received: list[bytes] = []
+    with pytest.raises(RuntimeError, match="engine exploded"):
+        async for piece in audio.bytes():
+            received.append(piece)
+    assert received  # the first chunk went out before the failure
+    assert closed.calls == [False]
+
+
+async def test_sse_error_event_after_stream_started() -> None:
+    rest = chunks(3, fail_after=1)
+    closed = CloseRecorder()
+    audio = EncodedAudio(await anext(rest), rest, "mp3", 24_000, closed)
+    events = parse([event async for event in sse_events(audio, "req-1")])
+    assert events[0]["type"] == "speech.audio.delta"
+    assert base64.b64decode(events[0]["audio"])
+    assert events[-1]["type"] == "error"
+    assert set(events[-1]["error"]) == {"message", "type", "param", "code"}
+    assert "req-1" in events[-1]["error"]["message"]
+    assert "Traceback" not in json.dumps(events[-1])
+    assert all(e["type"] != "speech.audio.done" for e in events)
+    assert closed.calls == [False]
+
+
+async def test_sse_done_event_carries_usage() -> None:
+    rest = chunks(2)
+    audio = EncodedAudio(await anext(rest), rest, "pcm", 24_000, CloseRecorder())
+    events = parse([event async for event in sse_events(audio, "req-2")])
+    assert [e["type"] for e in events][-1] == "speech.audio.done"
+    assert events[-1]["usage"] == {"input_tokens": 20, "output_tokens": 96, "total_tokens": 116}
+    pcm = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    assert len(pcm) == 2 * int(0.6 * 24_000) * 2
+
+
+async def test_consumer_leaving_early_runs_close_hook_with_not_completed() -> None:
+    rest = chunks(5)
+    closed = CloseRecorder()
+    audio = EncodedAudio(await anext(rest), rest, "pcm", 24_000, closed)
+    stream = audio.bytes()
+    assert await anext(stream)
+    await stream.aclose()  # what Starlette does when the client disconnects
+    assert closed.calls == [False]
