@@ -64,7 +64,9 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
     if not errors:
         return ApiError(400, "The request body is invalid.", code="invalid_request")
     error = errors[0]
-    loc = [part for part in error.get("loc", ()) if part != "body"]
+    loc = list(error.get("loc", ()))
+    if loc[:1] == ["body"]:  # FastAPI prefixes body fields with "body"; a field may itself be named "body"
+        loc = loc[1:]
     kind = error.get("type", "")
     param = str(loc[0]) if loc and isinstance(loc[0], str) else None
     if kind == "json_invalid":

@@ -55,7 +55,7 @@ def supported_sample_rates(response_format: ResponseFormat) -> frozenset[int] | 
 
 def float_to_pcm16(samples: np.ndarray) -> bytes:
     """float32 in [-1, 1] to signed 16-bit little-endian, clipping anything outside."""
-    return (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    return np.rint(np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
 
 
 def wav_stream_header(sample_rate: int, channels: int = 1, bits_per_sample: int = 16) -> bytes:

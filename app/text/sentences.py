@@ -24,8 +24,9 @@ _FINAL_BEFORE_CAPITAL = frozenset(
     etc inc ltd co corp bros llc plc dept univ assn ave blvd rd hwy""".split()
 )
 
-_TERMINATOR = re.compile(r"[.!?…。！？]+[\"'”’)\]»]*(?=\s|$)")
-_CLAUSE_BREAK = re.compile(r"(?<=[,;:—–])\s+")
+# Western terminators need a space (or the end) after them; CJK ones are written without spaces.
+_TERMINATOR = re.compile(r"[.!?…]+[\"'”’)\]»]*(?=\s|$)|[。！？]+[”’」』）]*")
+_CLAUSE_BREAK = re.compile(r"(?<=[,;:—–])\s+|(?<=[，、；：])")
 _SPACE = re.compile(r"\s+")
 
 
@@ -59,7 +60,8 @@ def _ends_sentence(text: str, match: re.Match[str]) -> bool:
 
 
 def split_sentences(text: str, max_chars: int = 250) -> list[str]:
-    """Cut text into speakable pieces of at most `max_chars` characters (single words longer than that excepted)."""
+    """Cut text into speakable pieces of at most `max_chars` characters (single Latin-script words longer than that
+    excepted)."""
     pieces: list[str] = []
     for paragraph in re.split(r"\n\s*\n|\r?\n", text):
         paragraph = _SPACE.sub(" ", paragraph).strip()
@@ -77,20 +79,27 @@ def _split_long(sentence: str, max_chars: int) -> list[str]:
         return [sentence] if sentence else []
     out: list[str] = []
     for clause in _pack(_CLAUSE_BREAK.split(sentence), max_chars):
-        out.extend(_pack(clause.split(" "), max_chars) if len(clause) > max_chars else [clause])
+        for piece in _pack(clause.split(" "), max_chars) if len(clause) > max_chars else [clause]:
+            if len(piece) > max_chars and " " not in piece and not piece.isascii():
+                # unspaced scripts (Chinese, Japanese) have no word boundary to wait for: cut at the limit
+                out.extend(piece[i : i + max_chars] for i in range(0, len(piece), max_chars))
+            else:
+                out.append(piece)
     return out
 
 
 def _pack(parts: list[str], max_chars: int) -> list[str]:
-    """Greedily join consecutive parts with spaces while the result fits in max_chars."""
+    """Greedily join consecutive parts while the result fits in max_chars (with a space, unless a CJK clause mark
+    ends the previous part)."""
     packed: list[str] = []
     current = ""
     for part in parts:
-        if current and len(current) + 1 + len(part) > max_chars:
+        joiner = "" if current.endswith(("，", "、", "；", "：")) else " "
+        if current and len(current) + len(joiner) + len(part) > max_chars:
             packed.append(current)
             current = part
         else:
-            current = f"{current} {part}" if current else part
+            current = f"{current}{joiner}{part}" if current else part
     if current:
         packed.append(current)
     return packed

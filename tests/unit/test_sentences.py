@@ -265,13 +265,17 @@ def test_default_max_chars_is_250() -> None:
     assert len(pieces) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: CJK terminators 。！？ are in _TERMINATOR but the (?=\\s|$) lookahead needs whitespace after them, "
-    "which CJK text never has, so Chinese/Japanese text is never split (and never cut to max_chars).",
-)
 def test_cjk_sentences_are_split() -> None:
     assert split_sentences("你好。世界真大！你是谁？") == ["你好。", "世界真大！", "你是谁？"]
+
+
+def test_long_cjk_sentences_are_cut_to_max_chars_without_losing_text() -> None:
+    with_commas = "你好，" * 100
+    pieces = split_sentences(with_commas, max_chars=50)
+    assert all(len(p) <= 50 for p in pieces) and "".join(pieces) == with_commas
+    unbroken = "你好" * 100
+    pieces = split_sentences(unbroken, max_chars=50)
+    assert all(len(p) <= 50 for p in pieces) and "".join(pieces) == unbroken
 
 
 # -- is_speakable --------------------------------------------------------------------------------------------------

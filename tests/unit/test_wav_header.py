@@ -54,7 +54,7 @@ def test_float_to_pcm16_values_and_clipping() -> None:
     data = float_to_pcm16(samples)
     assert len(data) == 2 * len(samples)
     values = struct.unpack(f"<{len(samples)}h", data)
-    assert values == (0, 32767, -32767, 16383, -16383, 32767, -32767, 0)
+    assert values == (0, 32767, -32767, 16384, -16384, 32767, -32767, 0)  # rounded to the nearest step
 
 
 def test_float_to_pcm16_is_little_endian() -> None:
@@ -64,11 +64,11 @@ def test_float_to_pcm16_is_little_endian() -> None:
 
 
 def test_float_to_pcm16_accepts_float64_and_empty_input() -> None:
-    assert float_to_pcm16(np.array([0.25, -0.25], dtype=np.float64)) == struct.pack("<2h", 8191, -8191)
+    assert float_to_pcm16(np.array([0.25, -0.25], dtype=np.float64)) == struct.pack("<2h", 8192, -8192)
     assert float_to_pcm16(np.zeros(0, dtype=np.float32)) == b""
 
 
-def test_float_to_pcm16_round_trip_error_is_below_one_step() -> None:
+def test_float_to_pcm16_round_trip_error_is_at_most_half_a_step() -> None:
     samples = np.random.default_rng(0).uniform(-1, 1, 10_000).astype(np.float32)
     decoded = np.frombuffer(float_to_pcm16(samples), dtype="<i2").astype(np.float64) / 32767.0
-    assert np.max(np.abs(decoded - samples)) <= 1 / 32767 + 1e-9
+    assert np.max(np.abs(decoded - samples)) <= 0.5 / 32767 + 1e-7
