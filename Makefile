@@ -15,9 +15,9 @@ UV := $(shell command -v uv 2>/dev/null || echo .tools/uv/bin/uv)
 	$(PYTHON) -m venv .tools/uv
 	.tools/uv/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-# .venv with the service, the embedded engine and the test tools, exactly as uv.lock pins them.
+# .venv with the service, the embedded engine, the load tool and the test tools, exactly as uv.lock pins them.
 install: $(if $(filter .tools/uv/bin/uv,$(UV)),.tools/uv/bin/uv)
-	$(UV) sync --frozen --extra embedded --python $(PYTHON)
+	$(UV) sync --frozen --extra embedded --extra loadtest --python $(PYTHON)
 
 run: install
 	.venv/bin/speech-server --host $(HOST) --port $(PORT) --engine embedded

@@ -7,7 +7,7 @@ import struct
 import httpx
 import pytest
 
-from tests.support.audio import DecodedAudio, decode, transcribe, word_error_rate
+from loadtest.audio import DecodedAudio, decode, transcribe, word_error_rate
 from tests.support.server import RunningServer
 
 FORMATS = ["mp3", "opus", "aac", "flac", "wav", "pcm"]

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from tests.support.audio import decode, transcribe, word_error_rate
+from loadtest.audio import decode, transcribe, word_error_rate
 from tests.support.server import RunningServer
 
 STORY = (

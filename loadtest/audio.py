@@ -77,3 +77,8 @@ def normalise(text: str) -> str:
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
     return jiwer.wer(normalise(reference), normalise(hypothesis))
+
+
+def corpus_wer(references: list[str], hypotheses: list[str]) -> float:
+    """Word errors over all pairs divided by all reference words (not a mean of per-utterance rates)."""
+    return jiwer.wer([normalise(r) for r in references], [normalise(h) or "<silence>" for h in hypotheses])

@@ -1,0 +1,206 @@
+"""Results: aggregate per target and level, then results.json, summary.md, PNG plots and the console table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from loadtest.runner import LevelRun
+from loadtest.stats import ratio, summarize
+
+
+def aggregate(run: LevelRun, wer: float | None) -> dict[str, Any]:
+    ok = [r for r in run.results if r.ok]
+    errors_by_status: dict[str, int] = {}
+    errors_by_code: dict[str, int] = {}
+    for result in run.results:
+        if not result.ok:
+            errors_by_status[str(result.status)] = errors_by_status.get(str(result.status), 0) + 1
+            code = result.error_code or "unknown"
+            errors_by_code[code] = errors_by_code.get(code, 0) + 1
+    audio_total = sum(r.audio_s or 0.0 for r in ok)
+    wall = run.wall_s
+    return {
+        "target": run.target.index,
+        "url": run.target.url,
+        "model": run.target.model,
+        "voice": run.target.voice,
+        run.mode: run.level,
+        "requests": len(run.results),
+        "ok": len(ok),
+        "errors": len(run.results) - len(ok),
+        "errors_by_status": errors_by_status,
+        "errors_by_code": errors_by_code,
+        "ttfa_s": summarize([r.ttfa_s for r in ok if r.ttfa_s is not None]),
+        "e2e_s": summarize([r.e2e_s for r in ok if r.e2e_s is not None]),
+        "rtf": summarize([r.rtf for r in ok if r.rtf is not None]),
+        "audio_seconds_total": audio_total,
+        "wall_s": wall,
+        "throughput_rps": len(ok) / wall if wall > 0 else None,
+        "audio_throughput": audio_total / wall if wall > 0 else None,
+        "wer": wer,
+        "per_request": [
+            {
+                "status": r.status,
+                "ok": r.ok,
+                "error_code": r.error_code,
+                "ttfa_s": r.ttfa_s,
+                "e2e_s": r.e2e_s,
+                "audio_s": r.audio_s,
+                "samples": r.samples,
+                "sample_rate": r.sample_rate,
+                "bytes": r.bytes,
+                "rtf": r.rtf,
+            }
+            for r in run.results
+        ],
+    }
+
+
+def _level_key(run: dict[str, Any]) -> float:
+    return run.get("concurrency", run.get("rate"))
+
+
+def ab_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every other target against target 0, per level: < 1 means faster (or, for throughput, less)."""
+    base = {_level_key(r): r for r in runs if r["target"] == 0}
+    out = []
+    for run in runs:
+        reference = base.get(_level_key(run))
+        if run["target"] == 0 or reference is None:
+            continue
+        out.append(
+            {
+                "target": run["target"],
+                "level": _level_key(run),
+                "ttfa_p50": ratio(run["ttfa_s"]["p50"], reference["ttfa_s"]["p50"]),
+                "ttfa_p95": ratio(run["ttfa_s"]["p95"], reference["ttfa_s"]["p95"]),
+                "e2e_p50": ratio(run["e2e_s"]["p50"], reference["e2e_s"]["p50"]),
+                "rtf_p50": ratio(run["rtf"]["p50"], reference["rtf"]["p50"]),
+                "throughput": ratio(run["throughput_rps"], reference["throughput_rps"]),
+            }
+        )
+    return out
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value * 1000:.0f}"
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    mode = "concurrency" if any("concurrency" in r for r in runs) else "rate"
+    lines = [f"# Speech load test — {meta['started_at']}", ""]
+    lines += [
+        f"- format: `{meta['response_format']}`, stream format: `{meta['stream_format']}`, "
+        f"texts: {meta['texts']}, requests per level: {meta['requests']}, warm-up: {meta['warmup']}"
+    ]
+    for target in meta["targets"]:
+        lines.append(f"- target {target['label']} — model `{target['model']}`, voice `{target['voice']}`")
+    lines.append("")
+    header = (
+        f"| target | {mode} | ok | errors | TTFA mean ms | p50 | p90 | p95 | p99 | E2E p50 ms | E2E p95 ms "
+        "| RTF p50 | req/s | audio s/s | WER |"
+    )
+    lines += [header, "|" + "---|" * (header.count("|") - 1)]
+    for run in runs:
+        t, e, r = run["ttfa_s"], run["e2e_s"], run["rtf"]
+        lines.append(
+            f"| {meta['targets'][run['target']]['label']} | {_level_key(run):g} | {run['ok']} | {run['errors']} "
+            f"| {_ms(t['mean'])} | {_ms(t['p50'])} | {_ms(t['p90'])} | {_ms(t['p95'])} | {_ms(t['p99'])} "
+            f"| {_ms(e['p50'])} | {_ms(e['p95'])} | {_num(r['p50'], 3)} | {_num(run['throughput_rps'])} "
+            f"| {_num(run['audio_throughput'], 1)} | {_num(run['wer'], 3)} |"
+        )
+    ratios = ab_ratios(runs)
+    if ratios:
+        lines += [
+            "",
+            "## A/B ratios (target ÷ A, same level, interleaved runs)",
+            "",
+            f"| target | {mode} | TTFA p50 | TTFA p95 | E2E p50 | RTF p50 | throughput |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for row in ratios:
+            lines.append(
+                f"| {meta['targets'][row['target']]['label']} | {row['level']:g} | {_num(row['ttfa_p50'])} "
+                f"| {_num(row['ttfa_p95'])} | {_num(row['e2e_p50'])} | {_num(row['rtf_p50'])} "
+                f"| {_num(row['throughput'])} |"
+            )
+    errors = [r for r in runs if r["errors"]]
+    if errors:
+        lines += ["", "## Errors", ""]
+        for run in errors:
+            lines.append(
+                f"- {meta['targets'][run['target']]['label']} at {_level_key(run):g}: "
+                f"by status {run['errors_by_status']}, by code {run['errors_by_code']}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _level_axis(axis: Any, runs: list[dict[str, Any]], label: str) -> None:
+    levels = sorted({_level_key(r) for r in runs})
+    if levels and levels[0] > 0 and levels[-1] / levels[0] >= 8:
+        axis.set_xscale("log", base=2)  # 1, 4, 8, 16, 32 spread evenly
+    axis.set_xticks(levels, [f"{level:g}" for level in levels])
+    axis.set_xlabel(label)
+
+
+def plot(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xlabel = "concurrency" if any("concurrency" in r for r in runs) else "arrival rate (req/s)"
+    paths = []
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for target in meta["targets"]:
+        mine = sorted((r for r in runs if r["target"] == target["index"]), key=_level_key)
+        xs = [_level_key(r) for r in mine]
+        p50 = [(r["ttfa_s"]["p50"] or float("nan")) * 1000 for r in mine]
+        p95 = [(r["ttfa_s"]["p95"] or float("nan")) * 1000 for r in mine]
+        line = axis.plot(xs, p50, marker="o", label=f"{target['label']} p50")[0]
+        axis.plot(xs, p95, marker="s", linestyle="--", color=line.get_color(), label=f"{target['label']} p95")
+    _level_axis(axis, runs, xlabel)
+    axis.set_ylabel("TTFA (ms)")
+    axis.set_title("Time to first audio")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    paths.append(out / "ttfa.png")
+    figure.savefig(paths[-1], dpi=120)
+    plt.close(figure)
+
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for target in meta["targets"]:
+        mine = sorted((r for r in runs if r["target"] == target["index"]), key=_level_key)
+        axis.plot(
+            [_level_key(r) for r in mine],
+            [r["throughput_rps"] or float("nan") for r in mine],
+            marker="o",
+            label=target["label"],
+        )
+    _level_axis(axis, runs, xlabel)
+    axis.set_ylabel("requests / s")
+    axis.set_title("Throughput")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    paths.append(out / "throughput.png")
+    figure.savefig(paths[-1], dpi=120)
+    plt.close(figure)
+    return paths
+
+
+def write_outputs(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.json"
+    results.write_text(json.dumps({"meta": meta, "runs": runs, "ab_ratios": ab_ratios(runs)}, indent=1))
+    summary = out / "summary.md"
+    summary.write_text(summary_markdown(meta, runs))
+    ttfa_png, throughput_png = plot(meta, runs, out)
+    return {"results": results, "summary": summary, "ttfa_plot": ttfa_png, "throughput_plot": throughput_png}

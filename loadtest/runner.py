@@ -1,0 +1,158 @@
+"""Closed-loop (fixed concurrency) and open-loop (Poisson arrivals) runs, targets interleaved per level."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from loadtest.measure import RequestResult, measure
+from loadtest.targets import Target
+
+
+@dataclass
+class LevelRun:
+    """All requests of one target at one level (a concurrency or an arrival rate), over all its rounds."""
+
+    target: Target
+    mode: str  # "concurrency" or "rate"
+    level: float
+    results: list[RequestResult] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+@dataclass
+class RunPlan:
+    targets: list[Target]
+    texts: list[str]
+    response_format: str
+    stream_format: str
+    requests: int
+    warmup: int
+    rounds: int
+    asr_sample: int | None  # keep audio of this many ok requests per target and level; None = all; 0 = none
+    seed: int = 0
+    duration_s: float = 0.0
+
+
+class TextCycle:
+    """Texts in a fixed order, the same sequence for every target, so A and B speak the same words."""
+
+    def __init__(self, texts: list[str], start: int = 0) -> None:
+        self.texts = texts
+        self.next = start
+
+    def take(self) -> str:
+        text = self.texts[self.next % len(self.texts)]
+        self.next += 1
+        return text
+
+
+def _split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def _keep(plan: RunPlan, run: LevelRun) -> bool:
+    if plan.asr_sample is None:
+        return True
+    return sum(r.audio is not None for r in run.results) < plan.asr_sample
+
+
+async def _closed_loop(
+    client: httpx.AsyncClient,
+    plan: RunPlan,
+    target: Target,
+    concurrency: int,
+    count: int,
+    texts: TextCycle,
+    record: LevelRun | None,
+    tick: Callable[[], None],
+) -> float:
+    """`count` requests with `concurrency` in flight; returns the wall time from first send to last answer."""
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for _ in range(count):
+        queue.put_nowait(texts.take())
+
+    async def worker() -> None:
+        while not queue.empty():
+            text = queue.get_nowait()
+            keep = record is not None and _keep(plan, record)
+            result = await measure(client, target, text, plan.response_format, plan.stream_format, keep)
+            if record is not None:
+                record.results.append(result)
+            tick()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, count))))
+    return time.perf_counter() - started
+
+
+async def _open_loop(
+    client: httpx.AsyncClient,
+    plan: RunPlan,
+    target: Target,
+    rate: float,
+    duration_s: float,
+    texts: TextCycle,
+    record: LevelRun,
+    rng: random.Random,
+    tick: Callable[[], None],
+) -> float:
+    """Poisson arrivals at `rate` per second for `duration_s`; returns the wall time until the last answer."""
+    tasks: list[asyncio.Task[None]] = []
+
+    async def one(text: str) -> None:
+        result = await measure(client, target, text, plan.response_format, plan.stream_format, _keep(plan, record))
+        record.results.append(result)
+        tick()
+
+    started = time.perf_counter()
+    next_at = rng.expovariate(rate)
+    while next_at < duration_s:
+        delay = started + next_at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(texts.take())))
+        next_at += rng.expovariate(rate)
+    await asyncio.gather(*tasks)
+    return time.perf_counter() - started
+
+
+async def run_concurrency_sweep(
+    client: httpx.AsyncClient, plan: RunPlan, levels: list[int], tick: Callable[[], None]
+) -> list[LevelRun]:
+    runs: list[LevelRun] = []
+    for level in levels:
+        level_runs = [LevelRun(target, "concurrency", level) for target in plan.targets]
+        for target in plan.targets:
+            if plan.warmup:  # every batch size pays its first-time costs here, not in the measurement
+                await _closed_loop(client, plan, target, level, plan.warmup, TextCycle(plan.texts), None, tick)
+        # the same texts for every target: one cycle per target, all starting at the same place
+        cycles = [TextCycle(plan.texts) for _ in plan.targets]
+        for round_requests in _split(plan.requests, plan.rounds):  # A, B, A, B: drift hits every target alike
+            for target, run, texts in zip(plan.targets, level_runs, cycles, strict=True):
+                if round_requests:
+                    run.wall_s += await _closed_loop(client, plan, target, level, round_requests, texts, run, tick)
+        runs.extend(level_runs)
+    return runs
+
+
+async def run_rate_sweep(
+    client: httpx.AsyncClient, plan: RunPlan, rates: list[float], tick: Callable[[], None]
+) -> list[LevelRun]:
+    runs: list[LevelRun] = []
+    for rate in rates:
+        level_runs = [LevelRun(target, "rate", rate) for target in plan.targets]
+        cycles = [TextCycle(plan.texts) for _ in plan.targets]
+        for round_index in range(plan.rounds):
+            for target, run, texts in zip(plan.targets, level_runs, cycles, strict=True):
+                rng = random.Random(f"{plan.seed}-{rate}-{round_index}")  # the same arrival times for every target
+                run.wall_s += await _open_loop(
+                    client, plan, target, rate, plan.duration_s / plan.rounds, texts, run, rng, tick
+                )
+        runs.extend(level_runs)
+    return runs

@@ -1,0 +1,24 @@
+"""Summary statistics: mean and percentiles (linear interpolation between closest ranks, as numpy's default)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+def summarize(values: Sequence[float]) -> dict[str, float | None]:
+    """{"mean", "p50", "p90", "p95", "p99"}; all None when there are no values."""
+    if not values:
+        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
+    array = np.asarray(values, dtype=np.float64)
+    return {"mean": float(array.mean()), **{f"p{p}": float(np.percentile(array, p)) for p in PERCENTILES}}
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when either is missing or b is zero."""
+    if a is None or b is None or b == 0:
+        return None
+    return a / b

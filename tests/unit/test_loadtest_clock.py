@@ -1,0 +1,182 @@
+"""The load tool's clock against a local server that controls exactly when each byte leaves."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import struct
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+import numpy as np
+import pytest
+
+from loadtest.measure import measure
+from loadtest.stats import ratio, summarize
+from loadtest.targets import Target, normalise_url, parse_header
+
+RATE = 24_000
+FIRST_AUDIO_DELAY_S = 0.3
+
+
+def wav_header() -> bytes:
+    return (
+        b"RIFF"
+        + struct.pack("<I", 0xFFFFFFFF)
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<IHHIIHH", 16, 1, 1, RATE, RATE * 2, 2, 16)
+        + b"data"
+        + struct.pack("<I", 0xFFFFFFFF)
+    )
+
+
+def pcm(seconds: float) -> bytes:
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (0.3 * np.sin(2 * np.pi * 200 * t) * 32767).astype("<i2").tobytes()
+
+
+Handler = Callable[[asyncio.StreamWriter], Awaitable[None]]
+
+
+async def send_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
+    writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+    await writer.drain()
+
+
+async def respond(writer: asyncio.StreamWriter, status: str, content_type: str) -> None:
+    writer.write(f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ntransfer-encoding: chunked\r\n\r\n".encode())
+    await writer.drain()
+
+
+async def wav_server(writer: asyncio.StreamWriter) -> None:
+    """Sends the WAV header at once, the first audio after FIRST_AUDIO_DELAY_S, more audio 0.1 s later."""
+    await respond(writer, "200 OK", "audio/wav")
+    await send_chunk(writer, wav_header())
+    await asyncio.sleep(FIRST_AUDIO_DELAY_S)
+    await send_chunk(writer, pcm(0.5))
+    await asyncio.sleep(0.1)
+    await send_chunk(writer, pcm(0.5))
+    await send_chunk(writer, b"")  # the last chunk
+
+
+async def sse_server(writer: asyncio.StreamWriter) -> None:
+    """An SSE stream whose first delta carries only a WAV header; audio comes after FIRST_AUDIO_DELAY_S."""
+    await respond(writer, "200 OK", "text/event-stream")
+
+    def event(payload: dict[str, object]) -> bytes:
+        return f"data: {json.dumps(payload)}\n\n".encode()
+
+    await send_chunk(writer, event({"type": "speech.audio.delta", "audio": base64.b64encode(wav_header()).decode()}))
+    await asyncio.sleep(FIRST_AUDIO_DELAY_S)
+    await send_chunk(writer, event({"type": "speech.audio.delta", "audio": base64.b64encode(pcm(0.75)).decode()}))
+    await send_chunk(writer, event({"type": "speech.audio.done", "usage": {}}))
+    await send_chunk(writer, b"")
+
+
+async def refusing_server(writer: asyncio.StreamWriter) -> None:
+    body = json.dumps(
+        {"error": {"message": "no", "type": "invalid_request_error", "param": "voice", "code": "voice_not_found"}}
+    ).encode()
+    writer.write(
+        b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+        + f"content-length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    await writer.drain()
+
+
+async def _serve(handler: Handler) -> AsyncIterator[str]:
+    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        headers = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            (int(line.split(b":")[1]) for line in headers.split(b"\r\n") if line.lower().startswith(b"content-length")),
+            0,
+        )
+        await reader.readexactly(length)
+        await handler(writer)
+        writer.close()
+
+    server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def serve():
+    servers = []
+
+    async def start(handler: Handler) -> str:
+        generator = _serve(handler)
+        servers.append(generator)
+        return await anext(generator)
+
+    yield start
+    for generator in servers:
+        await generator.aclose()
+
+
+def target(url: str) -> Target:
+    return Target(0, url, model="m", voice="v")
+
+
+async def test_ttfa_starts_after_the_wav_header(serve) -> None:
+    url = await serve(wav_server)
+    async with httpx.AsyncClient() as client:
+        result = await measure(client, target(url), "text", "wav", "audio", keep_audio=False)
+    assert result.ok, result
+    assert result.ttfa_s is not None and result.e2e_s is not None
+    assert result.ttfa_s >= FIRST_AUDIO_DELAY_S  # the header arrived at once but is not audio
+    assert result.ttfa_s < FIRST_AUDIO_DELAY_S + 1.0
+    assert result.e2e_s >= result.ttfa_s + 0.1
+    assert result.samples == RATE and result.sample_rate == RATE
+    assert result.audio_s == pytest.approx(result.samples / result.sample_rate)
+    assert result.rtf == pytest.approx(result.e2e_s / result.audio_s)
+
+
+async def test_sse_ttfa_is_the_first_delta_with_audio(serve) -> None:
+    url = await serve(sse_server)
+    async with httpx.AsyncClient() as client:
+        result = await measure(client, target(url), "text", "wav", "sse", keep_audio=True)
+    assert result.ok, result
+    assert result.ttfa_s is not None and result.ttfa_s >= FIRST_AUDIO_DELAY_S
+    assert result.audio_s == pytest.approx(0.75)
+    assert result.audio is not None and result.audio.startswith(b"RIFF")
+
+
+async def test_http_errors_are_counted_with_status_and_code(serve) -> None:
+    url = await serve(refusing_server)
+    async with httpx.AsyncClient() as client:
+        result = await measure(client, target(url), "text", "pcm", "audio", keep_audio=False)
+    assert not result.ok
+    assert result.status == 400
+    assert result.error_code == "voice_not_found"
+    assert result.ttfa_s is None
+
+
+async def test_connection_refused_is_an_error_not_a_crash() -> None:
+    async with httpx.AsyncClient() as client:
+        result = await measure(client, target("http://127.0.0.1:9"), "text", "pcm", "audio", keep_audio=False)
+    assert not result.ok and result.status == 0 and result.error_code == "ConnectError"
+
+
+def test_summarize_orders_percentiles() -> None:
+    values = [float(v) for v in np.random.default_rng(1).exponential(0.2, 500)]
+    stats = summarize(values)
+    assert stats["p50"] <= stats["p90"] <= stats["p95"] <= stats["p99"] <= max(values)
+    assert stats["mean"] == pytest.approx(sum(values) / len(values))
+    assert summarize([2.0])["p99"] == 2.0
+    assert summarize([]) == {"mean": None, "p50": None, "p90": None, "p95": None, "p99": None}
+    assert summarize([1.0, 2.0, 3.0, 4.0])["p50"] == 2.5
+
+
+def test_ratio_and_target_parsing() -> None:
+    assert ratio(1.0, 4.0) == 0.25
+    assert ratio(None, 1.0) is None and ratio(1.0, 0.0) is None
+    assert normalise_url("http://h:8000/v1/audio/speech") == "http://h:8000"
+    assert normalise_url("http://h:8000/v1/") == "http://h:8000"
+    assert parse_header("Authorization: Bearer abc:def") == ("Authorization", "Bearer abc:def")
+    with pytest.raises(ValueError):
+        parse_header("no colon here")
