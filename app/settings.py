@@ -44,7 +44,33 @@ class Settings(BaseSettings):
     )
     embedded_threads_per_worker: int = Field(1, ge=1, description="Embedded engine: onnxruntime threads per worker.")
 
-    @field_validator("model_aliases", mode="before")
+    # -- omni engine (vllm-omni, Qwen3-TTS) ------------------------------------------------------------------------
+    model: str | None = Field(None, description="Omni engine: Qwen3-TTS model directory.")
+    served_model_name: str | None = Field(None, description="Omni engine: model id in the API (default: dir name).")
+    deploy_config: str | None = Field(
+        None, description="Omni engine: vllm-omni deploy profile (YAML), e.g. deploy/vllm-omni/customvoice.yaml."
+    )
+    stage_overrides: dict[str, dict[str, object]] | None = Field(
+        None, description='Omni engine: per-stage overrides as JSON, e.g. {"0": {"max_num_seqs": 32}}.'
+    )
+    load_format: str | None = Field(None, description="Omni engine: vLLM load_format (`dummy`: random weights).")
+    compile_cache_dir: str | None = Field(
+        None, description="Omni engine: vLLM cache root (torch.compile cache); persist it to restart in minutes."
+    )
+    omni_stage_init_timeout_s: int = Field(900, ge=30, description="Omni engine: seconds allowed per stage start.")
+    omni_init_timeout_s: int = Field(1200, ge=30, description="Omni engine: seconds allowed for the whole start.")
+    omni_warmup_batch_sizes: Annotated[list[int], NoDecode] = Field(
+        default_factory=lambda: [1, 2, 4, 8, 16, 32],
+        description="Omni engine: batch sizes warmed up before /ready (each new size costs a JIT compile).",
+    )
+    omni_initial_chunk_frames: int = Field(
+        1, ge=1, description="Omni engine: first audio chunk in codec frames; must match the deploy profile."
+    )
+    omni_fixed_length: bool = Field(
+        False, description="Omni engine, benchmarks on random weights only: generate exactly max_new_tokens."
+    )
+
+    @field_validator("model_aliases", "omni_warmup_batch_sizes", mode="before")
     @classmethod
     def _list_from_env(cls, value: object) -> object:
         if isinstance(value, str):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from app.api.errors import ApiError, invalid_param
 from app.api.schemas import SpeechRequest
 from app.audio.encoders import supported_sample_rates
-from app.engines.base import EngineCapabilities, SynthesisJob, TaskType
+from app.engines.base import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType
 from app.text.sentences import is_speakable
 from app.voices import VoiceCatalog
 
@@ -44,8 +44,20 @@ def _check_language(language: str | None, caps: EngineCapabilities) -> str | Non
     raise invalid_param("language", f"Unsupported language '{language}'. Supported: {', '.join(caps.languages)}.")
 
 
+def _task_type(request: SpeechRequest, caps: EngineCapabilities) -> TaskType:
+    """The requested task type, else what the request implies: cloning when it brings reference audio, else the
+    model's preset voices, else the one task the model has."""
+    if request.task_type:
+        return TaskType(request.task_type)
+    if caps.voice_cloning and (request.ref_audio is not None or request.ref_text is not None):
+        return TaskType.BASE
+    if TaskType.CUSTOM_VOICE in caps.task_types or len(caps.task_types) != 1:
+        return TaskType.CUSTOM_VOICE
+    return next(iter(caps.task_types))
+
+
 def _check_extensions(request: SpeechRequest, caps: EngineCapabilities) -> TaskType:
-    task_type = TaskType(request.task_type) if request.task_type else TaskType.CUSTOM_VOICE
+    task_type = _task_type(request, caps)
     if task_type not in caps.task_types:
         supported = ", ".join(sorted(t.value for t in caps.task_types))
         raise invalid_param("task_type", f"task_type '{task_type.value}' is not supported by this model ({supported}).")
@@ -53,8 +65,6 @@ def _check_extensions(request: SpeechRequest, caps: EngineCapabilities) -> TaskT
         for param in ("ref_audio", "ref_text", "x_vector_only_mode"):
             if getattr(request, param) is not None:
                 raise invalid_param(param, f"'{param}' is not supported: this model cannot clone voices.")
-    elif request.ref_audio is not None:
-        raise invalid_param("ref_audio", "Reference audio is not accepted by this server yet.")
     if request.max_new_tokens is not None and not caps.max_new_tokens:
         raise invalid_param("max_new_tokens", "'max_new_tokens' is not supported by this model.")
     if request.seed is not None and not caps.seed:
@@ -80,18 +90,22 @@ def build_job(
     caps: EngineCapabilities,
     catalog: VoiceCatalog,
     served_models: list[str],
+    ref_audio: ReferenceAudio | None = None,
 ) -> tuple[SynthesisJob, OutputSpec]:
+    """`ref_audio` is the request's reference audio, already decoded by the caller (decoding is CPU work that belongs
+    off the event loop)."""
     check_model(request.model, served_models)
     if len(request.input) > caps.max_input_chars:
         raise invalid_param("input", f"'input' is longer than {caps.max_input_chars} characters.", "string_too_long")
     if not is_speakable(request.input):
         raise invalid_param("input", "'input' contains nothing that can be spoken.")
-    voice = catalog.resolve(request.voice_name)
+    task_type = _check_extensions(request, caps)
+    # A cloned voice comes from the reference audio; the voice name then only labels the request.
+    voice = request.voice_name if task_type == TaskType.BASE else catalog.resolve(request.voice_name)
     if voice is None:
         known = ", ".join(v.id for v in catalog.voices)
         message = f"Unknown voice '{request.voice_name}'. Available voices: {known}."
         raise invalid_param("voice", message, "voice_not_found")
-    task_type = _check_extensions(request, caps)
     job = SynthesisJob(
         request_id=request_id,
         text=request.input,
@@ -100,6 +114,7 @@ def build_job(
         instructions=request.instructions if caps.instructions else None,
         speed=request.speed,
         task_type=task_type,
+        ref_audio=ref_audio,
         ref_text=request.ref_text,
         x_vector_only_mode=bool(request.x_vector_only_mode),
         max_new_tokens=request.max_new_tokens,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from app.api.dependencies import get_catalog, get_engine, get_settings, served_models
 from app.api.errors import ApiError
@@ -60,3 +61,10 @@ async def ready(engine: Annotated[SpeechEngine, Depends(get_engine)]) -> JSONRes
         message = f"The {engine.name} engine is not ready: {state.detail}."
         return ApiError(503, message, type="server_error", code="engine_unavailable").response()
     return JSONResponse({"status": "ready", "engine": engine.name, "detail": state.detail})
+
+
+@router.get("/metrics")
+async def metrics() -> Response:
+    """Prometheus exposition of the process registry, where vllm-omni records its own families (`vllm_omni:*`,
+    `vllm:*`) when the omni engine runs."""
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

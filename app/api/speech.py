@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator
@@ -16,7 +17,8 @@ from app.api.errors import ApiError, internal_error, invalid_param
 from app.api.job_builder import build_job
 from app.api.schemas import SpeechRequest
 from app.audio.encoders import CONTENT_TYPES
-from app.engines.base import AudioChunk, EngineUnavailable, SpeechEngine, UnsupportedParameter
+from app.audio.reference import decode_reference_audio
+from app.engines.base import AudioChunk, EngineUnavailable, ReferenceAudio, SpeechEngine, UnsupportedParameter
 from app.settings import Settings
 from app.voices import VoiceCatalog
 
@@ -56,6 +58,13 @@ async def first_chunk(chunks: AsyncGenerator[AudioChunk], engine: SpeechEngine, 
         raise internal_error(request_id) from exc
 
 
+async def decode_reference(value: str) -> ReferenceAudio:
+    try:
+        return await asyncio.to_thread(decode_reference_audio, value)
+    except UnsupportedParameter as exc:
+        raise invalid_param(exc.param, exc.message) from exc
+
+
 @router.post("/v1/audio/speech", responses=_AUDIO_RESPONSES, response_class=StreamingResponse)
 async def create_speech(
     body: SpeechRequest,
@@ -68,12 +77,15 @@ async def create_speech(
     request_id: str = request.state.request_id
     if not engine.health().ready:
         raise engine_unavailable(engine)
+    caps = engine.capabilities()
+    reference = await decode_reference(body.ref_audio) if caps.voice_cloning and body.ref_audio else None
     job, output = build_job(
         body,
         request_id=request_id,
-        caps=engine.capabilities(),
+        caps=caps,
         catalog=catalog,
         served_models=served_models(engine, settings),
+        ref_audio=reference,
     )
     chunks = engine.synthesize(job)
     first = await first_chunk(chunks, engine, request_id)

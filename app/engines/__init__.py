@@ -26,25 +26,22 @@ def engine_available(name: str) -> bool:
     if name == "embedded":
         return importlib.util.find_spec("hibari") is not None
     if name == "omni":
-        return (
-            importlib.util.find_spec("app.engines.omni") is not None
-            and importlib.util.find_spec("vllm_omni") is not None
-            and gpu_present()
-        )
+        return importlib.util.find_spec("vllm_omni") is not None and gpu_present()
     return False
 
 
-def resolve_engine_name(requested: str) -> str:
+def resolve_engine_name(requested: str, settings: Settings) -> str:
+    """`auto` is omni when vllm-omni, a GPU and a model (SPEECH_MODEL) are all there, else embedded."""
     if requested != "auto":
         return requested
     for name in _AUTO_ORDER:
-        if engine_available(name):
+        if engine_available(name) and (name != "omni" or settings.model):
             return name
     raise RuntimeError("no speech engine is installed: install the `embedded` extra or the `omni` extra")
 
 
 def create_engine(settings: Settings) -> SpeechEngine:
-    name = resolve_engine_name(settings.engine)
+    name = resolve_engine_name(settings.engine, settings)
     if not engine_available(name):
         raise RuntimeError(f"the {name!r} engine is not available here (missing package or GPU)")
     if name == "embedded":
@@ -52,7 +49,7 @@ def create_engine(settings: Settings) -> SpeechEngine:
 
         return EmbeddedEngine(settings)
     if name == "omni":
-        from app.engines.omni import OmniEngine  # type: ignore[import-not-found]
+        from app.engines.omni import OmniEngine
 
         return OmniEngine(settings)
     raise RuntimeError(f"unknown engine {name!r}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
@@ -11,7 +12,7 @@ from app.api.errors import ApiError, validation_error
 from app.api.job_builder import DEFAULT_SAMPLE_RATE, OutputSpec, build_job
 from app.api.schemas import SpeechRequest, VoiceRef
 from app.audio.encoders import RESPONSE_FORMATS
-from app.engines.base import EngineCapabilities, SynthesisJob, TaskType, VoiceInfo
+from app.engines.base import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType, VoiceInfo
 from app.voices import VoiceCatalog
 
 BASE: dict[str, Any] = {"model": "tts-1", "input": "Hello there.", "voice": "alloy"}
@@ -268,10 +269,14 @@ def test_cloning_fields_are_refused_without_cloning(field: str, value: Any) -> N
     assert field in error.message
 
 
-def test_ref_audio_is_refused_even_with_cloning() -> None:
+def test_cloning_job_carries_the_decoded_reference_and_infers_base() -> None:
     caps = EngineCapabilities(**{**_caps_fields(), "voice_cloning": True, "task_types": frozenset(TaskType)})
-    error = build_error(body(task_type="Base", ref_audio="UklGRg=="), caps)
-    assert (error.status, error.param) == (400, "ref_audio")
+    reference = ReferenceAudio(np.zeros(24_000, np.float32), 24_000)
+    request = SpeechRequest.model_validate(body(voice="anyone", ref_audio="UklGRg==", ref_text="hello"))
+    job, _ = build_job(request, request_id="r", caps=caps, catalog=CATALOG, served_models=MODELS, ref_audio=reference)
+    assert job.task_type == TaskType.BASE  # implied by the reference audio
+    assert job.ref_audio is reference and job.ref_text == "hello"
+    assert job.voice == "anyone"  # a cloned voice is not looked up among the preset voices
     job, _ = build(body(task_type="Base", ref_text="hello", x_vector_only_mode=True), caps)
     assert (job.task_type, job.ref_text, job.x_vector_only_mode) == (TaskType.BASE, "hello", True)
 

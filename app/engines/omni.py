@@ -1,0 +1,276 @@
+"""The omni engine: Qwen3-TTS on vllm-omni's `AsyncOmni` (talker -> shared-memory chunk connector -> code2wav).
+
+Written against vllm-omni 0.26.0 with vllm 0.26.0. vllm-omni is imported only when the engine starts, after the
+environment it needs is set, so the rest of the service runs without it. Requests are built the way vllm-omni's own
+speech server builds them (see `app.engines.qwen3_tts`); audio is streamed as DELTA outputs, passed through a
+`FrameGuard` so that no audio the talker did not generate ever reaches a caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from app.engines.base import (
+    AudioChunk,
+    EngineCapabilities,
+    EngineError,
+    EngineHealth,
+    EngineUnavailable,
+    SynthesisJob,
+    TaskType,
+    VoiceInfo,
+)
+from app.engines.qwen3_tts import (
+    AudioOutputReader,
+    FrameGuard,
+    Qwen3TTSModel,
+    additional_information,
+    check_job,
+    sampling_params_for,
+)
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# vllm-omni's stage processes are spawned and must find everything locally.
+_ENGINE_ENVIRONMENT = {
+    "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+_WARMUP_TEXT = "Warming up."
+
+
+def _default_omni_factory(**kwargs: Any) -> Any:
+    from vllm_omni import AsyncOmni
+
+    return AsyncOmni(**kwargs)
+
+
+class OmniEngine:
+    name = "omni"
+
+    def __init__(self, settings: Settings, omni_factory: Callable[..., Any] | None = None) -> None:
+        if not settings.model:
+            raise ValueError("the omni engine needs SPEECH_MODEL: a Qwen3-TTS model directory")
+        self._settings = settings
+        self._model = Qwen3TTSModel.from_dir(settings.model)
+        self.model_id = settings.served_model_name or os.path.basename(os.path.normpath(settings.model))
+        self._factory = omni_factory or _default_omni_factory
+        self._omni: Any = None
+        self._delta_defaults: list[Any] = []
+        self._cumulative = False
+        self._tokenizer: Any = None
+        self._estimator: Callable[..., int] | None = None
+        self._tokens_input: Callable[..., dict[str, Any]] | None = None
+        # the tokenizer is not thread-safe: prompt-length estimates run one at a time, off the event loop
+        self._prompt_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen3-prompt")
+        self._active: dict[str, asyncio.Task[None] | None] = {}
+        self._ready = False
+        self._detail = "not started"
+        self.frames_dropped = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        for key, value in _ENGINE_ENVIRONMENT.items():
+            os.environ.setdefault(key, value)
+        if self._settings.compile_cache_dir:
+            os.environ.setdefault("VLLM_CACHE_ROOT", self._settings.compile_cache_dir)
+        started = time.perf_counter()
+        self._detail = "starting vllm-omni (a cold start compiles and captures CUDA graphs: minutes)"
+        log.info("omni engine starting", extra={"model": self._model.path, "variant": self._model.variant})
+        try:
+            self._omni = await asyncio.to_thread(self._factory, **self._engine_kwargs())
+            if self._tokens_input is None:
+                await asyncio.to_thread(self._load_helpers)
+            self._detail = "warming up"
+            log.info("omni engine started", extra={"start_s": round(time.perf_counter() - started, 1)})
+            await self._warm_up()
+        except Exception as exc:
+            self._detail = f"failed to start: {exc}"
+            log.exception("omni engine failed to start")
+            raise
+        self._ready = True
+        self._detail = "ready"
+        log.info("omni engine ready", extra={"total_s": round(time.perf_counter() - started, 1)})
+
+    def _engine_kwargs(self) -> dict[str, Any]:
+        settings = self._settings
+        kwargs: dict[str, Any] = {"model": self._model.path, "log_stats": True}
+        if settings.deploy_config:
+            kwargs["deploy_config"] = settings.deploy_config
+        if settings.stage_overrides:
+            kwargs["stage_overrides"] = settings.stage_overrides
+        if settings.load_format:
+            kwargs["load_format"] = settings.load_format
+        kwargs["stage_init_timeout"] = settings.omni_stage_init_timeout_s
+        kwargs["init_timeout"] = settings.omni_init_timeout_s
+        return kwargs
+
+    def _load_helpers(self) -> None:
+        """The engine's default sampling parameters (as DELTA) and the model's prompt-length estimator."""
+        from transformers import AutoTokenizer
+        from vllm.inputs import tokens_input
+        from vllm_omni.entrypoints.utils import coerce_param_message_types
+        from vllm_omni.model_executor.models.qwen3_tts.prompt_embeds_builder import Qwen3TTSPromptEmbedsBuilder
+
+        defaults = list(self._omni.default_sampling_params_list)
+        self._delta_defaults = coerce_param_message_types(defaults, True)
+        self._tokenizer = AutoTokenizer.from_pretrained(self._model.path, trust_remote_code=True, padding_side="left")
+        self._estimator = Qwen3TTSPromptEmbedsBuilder.estimate_prompt_len_from_additional_information
+        self._tokens_input = tokens_input
+
+    def use_helpers(
+        self,
+        delta_defaults: list[Any],
+        estimator: Callable[..., int],
+        tokenizer: Any,
+        tokens_input: Callable[..., dict[str, Any]],
+    ) -> None:
+        """Install what `_load_helpers` would import from vllm / vllm-omni (for an engine built by a factory)."""
+        self._delta_defaults, self._estimator, self._tokenizer = delta_defaults, estimator, tokenizer
+        self._tokens_input = tokens_input
+
+    async def _warm_up(self) -> None:
+        """Every batch size the service will run pays its first-time JIT here, not on a caller's request."""
+        voice = self._model.speakers[0] if self._model.speakers else ""
+        for batch in self._settings.omni_warmup_batch_sizes:
+            if self._model.task_types.isdisjoint({TaskType.CUSTOM_VOICE}):
+                break  # Base and VoiceDesign need per-request inputs; their first requests warm up themselves
+            started = time.perf_counter()
+            jobs = [SynthesisJob(f"warmup-{batch}-{i}", _WARMUP_TEXT, voice, max_new_tokens=16) for i in range(batch)]
+            await asyncio.gather(*(self._drain(job) for job in jobs))
+            log.info("omni warm-up", extra={"batch": batch, "seconds": round(time.perf_counter() - started, 2)})
+
+    async def _drain(self, job: SynthesisJob) -> None:
+        async for _ in self.synthesize(job, warming=True):
+            pass
+
+    async def close(self) -> None:
+        self._ready = False
+        self._detail = "closed"
+        if self._omni is not None:
+            await asyncio.to_thread(self._omni.shutdown)
+        self._prompt_executor.shutdown(wait=False, cancel_futures=True)
+
+    def health(self) -> EngineHealth:
+        if self._ready and self._omni is not None and getattr(self._omni, "errored", False):
+            self._ready = False
+            self._detail = "the vllm-omni engine died"
+        return EngineHealth(ready=self._ready, detail=self._detail)
+
+    # -- description ----------------------------------------------------------------------------------------------
+    def voices(self) -> list[VoiceInfo]:
+        languages = tuple(lang for lang in self._model.languages if lang != "Auto")
+        return [VoiceInfo(id=s, name=s.replace("_", " ").title(), languages=languages) for s in self._model.speakers]
+
+    def languages(self) -> list[str]:
+        return list(self._model.languages)
+
+    def capabilities(self) -> EngineCapabilities:
+        return EngineCapabilities(
+            task_types=self._model.task_types,
+            voice_cloning=TaskType.BASE in self._model.task_types,
+            instructions=True,
+            languages=self._model.languages,
+            max_input_chars=self._settings.max_input_chars,
+            seed=True,
+            max_new_tokens=True,
+            sample_rate=self._model.sample_rate,
+        )
+
+    # -- synthesis ------------------------------------------------------------------------------------------------
+    async def abort(self, request_id: str) -> None:
+        """Cancel the task consuming the job: vllm-omni's generate() aborts the engine request on cancellation
+        (an `AsyncOmni.abort` alone can leave the consumer waiting forever)."""
+        task = self._active.get(request_id)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def _prompt(self, info: dict[str, list[Any]]) -> dict[str, Any]:
+        assert self._estimator is not None and self._tokenizer is not None and self._tokens_input is not None
+
+        def estimate() -> int:
+            try:
+                return int(
+                    self._estimator(  # type: ignore[misc]
+                        additional_information=info,
+                        task_type=info["task_type"][0],
+                        tokenize_prompt=lambda text: self._tokenizer(text, padding=False)["input_ids"],
+                        codec_language_id=self._model.codec_language_id or None,
+                        spk_is_dialect=self._model.spk_is_dialect or None,
+                    )
+                )
+            except Exception:
+                log.warning("prompt length estimate failed; using 2048 as vllm-omni does", exc_info=True)
+                return 2048
+
+        length = await asyncio.get_running_loop().run_in_executor(self._prompt_executor, estimate)
+        prompt = self._tokens_input(prompt_token_ids=[1] * length)
+        prompt["additional_information"] = info
+        return prompt
+
+    async def synthesize(self, job: SynthesisJob, warming: bool = False) -> AsyncIterator[AudioChunk]:
+        if not warming and not self.health().ready:
+            raise EngineUnavailable(f"the omni engine is not ready ({self._detail})")
+        check_job(job, self._model)
+        info = additional_information(job, self._model)
+        prompt = await self._prompt(info)
+        params = sampling_params_for(job, self._delta_defaults, fixed_length=self._settings.omni_fixed_length)
+        reader = AudioOutputReader(cumulative=self._cumulative)
+        guard = FrameGuard(initial_frames=self._settings.omni_initial_chunk_frames)
+        self._active[job.request_id] = asyncio.current_task()
+        outputs = self._omni.generate(
+            prompt=prompt, request_id=job.request_id, sampling_params_list=params, output_modalities=["audio"]
+        )
+        input_tokens_reported = False
+        try:
+            async for output in outputs:
+                if getattr(output, "error", None):
+                    raise EngineError(f"vllm-omni failed the request: {output.error}")
+                samples = reader.read(output)
+                if samples is None:
+                    continue
+                fresh = guard.accept(samples)
+                if len(fresh) == 0:
+                    continue
+                frames = len(fresh) // guard.samples_per_frame
+                tokens_in = 0 if input_tokens_reported else len(prompt["prompt_token_ids"])
+                input_tokens_reported = True
+                yield AudioChunk(fresh, reader.sample_rate or self._model.sample_rate, tokens_in, frames)
+        except Exception as exc:
+            if _is_engine_dead(exc):
+                self._ready = False
+                self._detail = f"the vllm-omni engine died: {exc}"
+                raise EngineUnavailable(self._detail) from exc
+            raise
+        finally:
+            self._active.pop(job.request_id, None)
+            with contextlib.suppress(Exception):
+                await outputs.aclose()  # on early exit, generate() aborts the engine request itself
+            if guard.frames_dropped or guard.irregular_chunks:
+                self.frames_dropped += guard.frames_dropped
+                log.warning(
+                    "omni output re-covered frames already sent; dropped them",
+                    extra={
+                        "request_id": job.request_id,
+                        "frames_dropped": guard.frames_dropped,
+                        "irregular_chunks": guard.irregular_chunks,
+                        "frames_sent": guard.frames_sent,
+                    },
+                )
+
+
+def _is_engine_dead(exc: BaseException) -> bool:
+    return any(cls.__name__ in ("EngineDeadError", "OmniEngineDeadError") for cls in type(exc).__mro__)

@@ -1,0 +1,243 @@
+"""Qwen3-TTS on vllm-omni 0.26: the model's description and the translation of a job into an engine request.
+
+Pure Python (no vllm import), so the translation is tested on the CPU. It mirrors vllm-omni 0.26.0's own speech
+server (`vllm_omni/entrypoints/openai/serving_speech.py`, `_build_tts_params` / `_build_qwen3_tts_request`, and the
+Qwen3-TTS adapter in `entrypoints/openai/tts_adapters/qwen3_tts.py`):
+
+- the prompt is `prompt_token_ids=[1] * n` (placeholders: the talker rebuilds its embeddings from
+  `additional_information`), n from the model's own prompt-length estimator;
+- every `additional_information` value is a one-element list;
+- per-stage sampling parameters are the engine's defaults, switched to DELTA output, with stage 0's `max_tokens`
+  from `max_new_tokens` and the seed in both `seed` and `extra_args["tts_local_seed"]`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.engines.base import SynthesisJob, TaskType, UnsupportedParameter
+
+SAMPLE_RATE = 24_000
+CODEC_FRAME_RATE = 12.5  # Qwen3-TTS-12Hz: one codec frame per 80 ms
+SAMPLES_PER_FRAME = int(SAMPLE_RATE / CODEC_FRAME_RATE)  # 1920
+MAX_NEW_TOKENS = 4096  # the talker's max_model_len in the shipped deploy profile
+MAX_INSTRUCTIONS_CHARS = 500  # vllm-omni's adapter limit
+REF_AUDIO_SECONDS = (1.0, 30.0)
+
+TASK_TYPES_BY_VARIANT: dict[str, frozenset[TaskType]] = {
+    "custom_voice": frozenset({TaskType.CUSTOM_VOICE}),
+    "voice_design": frozenset({TaskType.VOICE_DESIGN}),
+    "base": frozenset({TaskType.BASE}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Qwen3TTSModel:
+    """What a Qwen3-TTS checkpoint offers, read from its config.json."""
+
+    path: str
+    variant: str  # custom_voice | voice_design | base
+    speakers: tuple[str, ...]  # lower-case, as the model matches them
+    languages: tuple[str, ...]  # "Auto" first, then title-cased codec languages
+    codec_language_id: dict[str, int]
+    spk_is_dialect: dict[str, Any]
+    sample_rate: int
+
+    @property
+    def task_types(self) -> frozenset[TaskType]:
+        return TASK_TYPES_BY_VARIANT.get(self.variant, frozenset({TaskType.CUSTOM_VOICE}))
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> Qwen3TTSModel:
+        root = Path(path)
+        config = json.loads((root / "config.json").read_text(encoding="utf-8"))
+        talker = config.get("talker_config") or {}
+        spk_id = talker.get("spk_id") or talker.get("speaker_id") or {}
+        codec_languages = talker.get("codec_language_id") or {}
+        languages = ["Auto", *sorted(name.title() for name in codec_languages if "dialect" not in name)]
+        sample_rate = SAMPLE_RATE
+        tokenizer_config = root / "speech_tokenizer" / "config.json"
+        if tokenizer_config.exists():
+            sample_rate = int(
+                json.loads(tokenizer_config.read_text(encoding="utf-8")).get("output_sample_rate", 24_000)
+            )
+        return cls(
+            path=str(root),
+            variant=str(config.get("tts_model_type", "custom_voice")),
+            speakers=tuple(name.lower() for name in spk_id),
+            languages=tuple(languages),
+            codec_language_id=dict(codec_languages),
+            spk_is_dialect=dict(talker.get("spk_is_dialect") or {}),
+            sample_rate=sample_rate,
+        )
+
+
+def check_job(job: SynthesisJob, model: Qwen3TTSModel) -> None:
+    """The checks vllm-omni's adapter makes, as 400s naming the field."""
+    if job.task_type not in model.task_types:
+        raise UnsupportedParameter(
+            "task_type", f"This {model.variant} checkpoint does not support task_type '{job.task_type.value}'."
+        )
+    if job.task_type == TaskType.CUSTOM_VOICE and job.voice.lower() not in model.speakers:
+        raise UnsupportedParameter("voice", f"Unknown voice '{job.voice}'. Available: {', '.join(model.speakers)}.")
+    if job.task_type == TaskType.BASE:
+        if job.ref_audio is None:
+            raise UnsupportedParameter("ref_audio", "Voice cloning (task_type Base) needs 'ref_audio'.")
+        if not job.x_vector_only_mode and not (job.ref_text or "").strip():
+            raise UnsupportedParameter(
+                "ref_text", "Voice cloning needs 'ref_text' (the transcript of ref_audio) unless x_vector_only_mode."
+            )
+    else:
+        for param, value in (("ref_audio", job.ref_audio), ("ref_text", job.ref_text)):
+            if value is not None:
+                raise UnsupportedParameter(param, f"'{param}' is only valid for task_type Base (voice cloning).")
+        if job.x_vector_only_mode:
+            raise UnsupportedParameter("x_vector_only_mode", "'x_vector_only_mode' is only valid for task_type Base.")
+    if job.task_type == TaskType.VOICE_DESIGN and not (job.instructions or "").strip():
+        raise UnsupportedParameter("instructions", "VoiceDesign needs 'instructions' describing the voice.")
+    if job.instructions and len(job.instructions) > MAX_INSTRUCTIONS_CHARS:
+        raise UnsupportedParameter("instructions", f"Instructions are limited to {MAX_INSTRUCTIONS_CHARS} characters.")
+    if job.max_new_tokens is not None and not 1 <= job.max_new_tokens <= MAX_NEW_TOKENS:
+        raise UnsupportedParameter("max_new_tokens", f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS}.")
+    if job.ref_audio is not None:
+        seconds = len(job.ref_audio.samples) / job.ref_audio.sample_rate
+        low, high = REF_AUDIO_SECONDS
+        if not low <= seconds <= high:
+            raise UnsupportedParameter(
+                "ref_audio", f"ref_audio lasts {seconds:.1f} s; it must last {low:g}–{high:g} s."
+            )
+
+
+def additional_information(job: SynthesisJob, model: Qwen3TTSModel) -> dict[str, list[Any]]:
+    """The talker's conditioning, key for key as vllm-omni 0.26's `_build_tts_params` writes it."""
+    info: dict[str, list[Any]] = {
+        "text": [job.text],
+        "task_type": [job.task_type.value],
+        "language": [job.language.title() if job.language else "Auto"],
+        "instruct": [job.instructions or ""],
+        "max_new_tokens": [job.max_new_tokens or 2048],  # informational there too; stage 0 max_tokens caps length
+    }
+    if job.task_type == TaskType.CUSTOM_VOICE:
+        info["speaker"] = [job.voice.lower()]
+        info["voice_created_at"] = [0]  # a built-in speaker
+    if job.task_type == TaskType.BASE and job.ref_audio is not None:
+        samples = np.asarray(job.ref_audio.samples, dtype=np.float32)
+        info["ref_audio"] = [[samples.tolist(), int(job.ref_audio.sample_rate)]]
+        info["ref_code_length"] = [int(np.ceil(len(samples) / job.ref_audio.sample_rate * CODEC_FRAME_RATE))]
+        info["x_vector_only_mode"] = [bool(job.x_vector_only_mode)]
+        if job.ref_text:
+            info["ref_text"] = [job.ref_text]
+    return info
+
+
+def sampling_params_for(job: SynthesisJob, delta_defaults: list[Any], *, fixed_length: bool = False) -> list[Any]:
+    """Per-stage sampling parameters: copies of the engine's DELTA defaults with stage 0 set for this job.
+
+    `fixed_length` (benchmarks on random weights only) makes stage 0 generate exactly max_new_tokens tokens, since
+    random weights stop at random times."""
+    params = copy.deepcopy(delta_defaults)
+    talker = params[0]
+    if job.max_new_tokens is not None:
+        talker.max_tokens = job.max_new_tokens
+    if fixed_length:
+        talker.min_tokens = talker.max_tokens
+    if job.seed is not None:
+        talker.seed = job.seed
+        talker.extra_args = {**(talker.extra_args or {}), "tts_local_seed": job.seed}
+    return params
+
+
+class FrameGuard:
+    """Forwards only audio the talker generated once: never a window that re-covers frames already sent.
+
+    vllm-omni 0.26's stage-0 chunk builder reads the request's live finished flag from a background thread; when that
+    thread lags (c >= 32), an older step is flushed as if it were the last, and code2wav decodes the tail since the
+    last chunk boundary twice: 1 + 3x25 + 22 + 23 = 121 frames for 99 generated. Every legitimate chunk after the
+    first starts at a boundary (initial + 25k frames) and every flush re-covers the tail since that same boundary, so
+    a chunk no longer than the tail already sent is a duplicate, and a longer one is new only past that tail."""
+
+    def __init__(self, samples_per_frame: int = SAMPLES_PER_FRAME, initial_frames: int = 1, chunk_frames: int = 25):
+        self.samples_per_frame = samples_per_frame
+        self.chunk_frames = chunk_frames
+        self._expected = initial_frames  # a full chunk of this size brings us to the next boundary
+        self._tail = 0  # frames sent since the current boundary, by a partial (flush) window
+        self.frames_sent = 0
+        self.frames_dropped = 0
+        self.irregular_chunks = 0
+
+    def accept(self, samples: np.ndarray) -> np.ndarray:
+        frames, remainder = divmod(len(samples), self.samples_per_frame)
+        if remainder or frames == 0:
+            self.irregular_chunks += 1  # not whole frames: nothing to reason about, pass it on unchanged
+            return samples
+        if self._tail and frames <= self._tail:
+            self.frames_dropped += frames
+            return samples[:0]
+        new = samples[self._tail * self.samples_per_frame :] if self._tail else samples
+        self.frames_dropped += self._tail
+        self.frames_sent += frames - self._tail
+        if frames == self._expected:
+            self._tail, self._expected = 0, self.chunk_frames
+        else:
+            self._tail = frames
+        return new
+
+
+class AudioOutputReader:
+    """New audio from each `OmniRequestOutput`, whether the engine sends deltas or everything so far.
+
+    DELTA outputs carry `multimodal_output["audio"]` as the new chunk (a tensor); cumulative ones carry either a
+    growing list of chunk tensors or one tensor of all audio so far. vllm-omni's speech server handles the list form
+    by index; a cumulative tensor is sliced past what was already read."""
+
+    def __init__(self, cumulative: bool) -> None:
+        self.cumulative = cumulative
+        self._items_seen = 0
+        self._samples_seen = 0
+        self.sample_rate: int | None = None
+
+    def read(self, output: Any) -> np.ndarray | None:
+        payload = _multimodal(output)
+        if not payload or "audio" not in payload:
+            return None
+        rate = payload.get("sr") if hasattr(payload, "get") else None
+        if rate is not None:
+            self.sample_rate = int(_to_numpy(rate[-1] if isinstance(rate, list) else rate).reshape(-1)[-1])
+        audio = payload["audio"]
+        if isinstance(audio, list):
+            fresh = audio[self._items_seen :]
+            self._items_seen = len(audio)
+            if not fresh:
+                return None
+            samples = np.concatenate([_to_numpy(part).reshape(-1) for part in fresh])
+        else:
+            samples = _to_numpy(audio).reshape(-1)
+            if self.cumulative:
+                samples = samples[self._samples_seen :]
+        self._samples_seen += len(samples)
+        return samples.astype(np.float32, copy=False)
+
+
+def _multimodal(output: Any) -> Any:
+    """`OmniRequestOutput.multimodal_output`, falling back where vllm-omni's speech server looks."""
+    payload = getattr(output, "multimodal_output", None)
+    if payload:
+        return payload
+    request_output = getattr(output, "request_output", None)
+    for completion in getattr(request_output, "outputs", None) or []:
+        payload = getattr(completion, "multimodal_output", None)
+        if payload:
+            return payload
+    return None
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "detach"):  # a torch tensor
+        return value.detach().float().cpu().numpy()
+    return np.asarray(value, dtype=np.float32)
