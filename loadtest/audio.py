@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from functools import cache
 
 import av
-import jiwer
 import numpy as np
 
 
@@ -76,9 +75,13 @@ def normalise(text: str) -> str:
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
+    import jiwer
+
     return jiwer.wer(normalise(reference), normalise(hypothesis))
 
 
 def corpus_wer(references: list[str], hypotheses: list[str]) -> float:
     """Word errors over all pairs divided by all reference words (not a mean of per-utterance rates)."""
+    import jiwer
+
     return jiwer.wer([normalise(r) for r in references], [normalise(h) or "<silence>" for h in hypotheses])

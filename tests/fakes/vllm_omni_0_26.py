@@ -1,0 +1,267 @@
+"""Stand-ins for the vllm / vllm-omni types the omni engine touches, mirroring vllm 0.26.0 + vllm-omni 0.26.0.
+
+vllm-omni cannot run on the CPU machines where CI runs; these mirror, field for field, what the engine uses:
+- `vllm.sampling_params.RequestOutputKind` and the `SamplingParams` fields it reads or sets;
+- `vllm_omni.outputs.mm_outputs.MultimodalPayload` (a Mapping: "audio", "sr") and `MultimodalCompletionOutput`;
+- `vllm_omni.outputs.OmniRequestOutput` (request_id, finished, stage_id, final_output_type, request_output, metrics,
+  error, and the `multimodal_output` property that looks at the completion output first);
+- `vllm_omni.entrypoints.utils.coerce_param_message_types` (DELTA when streaming, FINAL_ONLY otherwise);
+- `vllm.inputs.tokens_input`;
+- `vllm_omni.AsyncOmni`: `default_sampling_params_list` (CUMULATIVE, as the engine builds them), `generate(prompt,
+  request_id, *, sampling_params_list, output_modalities)` as an async generator whose early close aborts the request,
+  `abort`, `shutdown`, `errored`. Audio follows code2wav's windows: 1 frame, then 25-frame windows, then the tail;
+  N talker tokens make N - 1 frames of 1920 samples at 24 kHz. `duplicate_tail` replays 0.26.0's race (the tail since
+  the last boundary flushed twice, one frame short the first time).
+Torch tensors are replaced by `FakeTensor`, which has the methods the engine calls (detach, float, cpu, numpy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import enum
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+SAMPLES_PER_FRAME = 1920
+
+
+class RequestOutputKind(enum.Enum):
+    CUMULATIVE = 0
+    DELTA = 1
+    FINAL_ONLY = 2
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int | None = 16
+    min_tokens: int = 0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    stop_token_ids: list[int] | None = None
+    detokenize: bool = True
+    extra_args: dict[str, Any] | None = None
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+
+
+def coerce_param_message_types(params: list[Any], is_streaming: bool) -> list[Any]:
+    kind = RequestOutputKind.DELTA if is_streaming else RequestOutputKind.FINAL_ONLY
+    out = []
+    for p in params:
+        clone = copy.copy(p)
+        clone.output_kind = kind
+        out.append(clone)
+    return out
+
+
+def tokens_input(prompt_token_ids: list[int], *, prompt: str | None = None, cache_salt: str | None = None) -> dict:
+    result: dict[str, Any] = {"type": "token", "prompt_token_ids": prompt_token_ids}
+    if prompt is not None:
+        result["prompt"] = prompt
+    if cache_salt is not None:
+        result["cache_salt"] = cache_salt
+    return result
+
+
+class FakeTensor:
+    def __init__(self, values: np.ndarray) -> None:
+        self._values = values
+
+    def detach(self) -> FakeTensor:
+        return self
+
+    def float(self) -> FakeTensor:
+        return FakeTensor(self._values.astype(np.float32))
+
+    def cpu(self) -> FakeTensor:
+        return self
+
+    def numpy(self) -> np.ndarray:
+        return self._values
+
+
+class MultimodalPayload(Mapping[str, Any]):
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+@dataclass
+class MultimodalCompletionOutput:
+    index: int = 0
+    multimodal_output: MultimodalPayload | None = None
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    outputs: list[MultimodalCompletionOutput] = field(default_factory=list)
+    finished: bool = False
+
+
+@dataclass
+class OmniRequestOutput:
+    request_id: str
+    finished: bool
+    stage_id: int = 1
+    final_output_type: str = "audio"
+    request_output: RequestOutput | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def multimodal_output(self) -> MultimodalPayload | None:
+        if self.request_output is not None:
+            for completion in self.request_output.outputs:
+                if completion.multimodal_output is not None:
+                    return completion.multimodal_output
+        return None
+
+
+def windows(frames: int, initial: int = 1, chunk: int = 25) -> list[int]:
+    """code2wav's window sizes for a request of `frames` frames."""
+    sizes = [min(initial, frames)] if frames else []
+    rest = frames - sum(sizes)
+    while rest > 0:
+        sizes.append(min(chunk, rest))
+        rest -= sizes[-1]
+    return sizes
+
+
+class EngineDeadError(RuntimeError):
+    """Mirrors vllm.v1.engine.exceptions.EngineDeadError (the engine matches the class name)."""
+
+
+class FakeAsyncOmni:
+    def __init__(self, *, mode: str = "delta", duplicate_tail: bool = False, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        self.mode = mode  # delta | cumulative_list | cumulative_tensor
+        self.duplicate_tail = duplicate_tail
+        self.default_sampling_params_list = [
+            SamplingParams(
+                temperature=0.9,
+                top_k=50,
+                max_tokens=4096,
+                min_tokens=2,
+                repetition_penalty=1.05,
+                stop_token_ids=[2150],
+                detokenize=False,
+            ),
+            SamplingParams(temperature=0.0, top_k=-1, max_tokens=65536, detokenize=True),
+        ]
+        self.requests: list[dict[str, Any]] = []
+        self.aborted: list[str] = []
+        self.finished: list[str] = []
+        self.errored = False
+        self.die_on_request = False
+        self.shut_down = False
+        self.step_delay_s = 0.0
+
+    def frames_for(self, params: list[SamplingParams], prompt: dict[str, Any]) -> int:
+        talker = params[0]
+        tokens = talker.max_tokens if talker.min_tokens >= (talker.max_tokens or 0) else min(talker.max_tokens, 40)
+        return max(0, tokens - 1)
+
+    async def generate(
+        self,
+        prompt: dict[str, Any],
+        sampling_params: Any = None,
+        request_id: str = "",
+        *,
+        sampling_params_list: list[SamplingParams] | None = None,
+        output_modalities: list[str] | None = None,
+        **_: Any,
+    ) -> AsyncIterator[OmniRequestOutput]:
+        if len(sampling_params_list or []) != 2:
+            raise ValueError("sampling_params_list must have one entry per stage (2)")
+        self.requests.append(
+            {
+                "prompt": prompt,
+                "request_id": request_id,
+                "params": sampling_params_list,
+                "output_modalities": output_modalities,
+            }
+        )
+        if self.die_on_request:
+            self.errored = True
+            raise EngineDeadError("EngineCore encountered an issue")
+        frames = self.frames_for(sampling_params_list, prompt)
+        sizes = windows(frames)
+        rng = np.random.default_rng(len(self.requests))
+        waveform = rng.uniform(-0.5, 0.5, frames * SAMPLES_PER_FRAME).astype(np.float32)
+        emitted: list[np.ndarray] = []
+        start = 0
+        for index, size in enumerate(sizes):
+            last = index == len(sizes) - 1
+            if last and self.duplicate_tail and size > 1:  # 0.26.0's race: the tail flushed early, then again
+                emitted.append(waveform[start * SAMPLES_PER_FRAME : (start + size - 1) * SAMPLES_PER_FRAME])
+                yield self._output(request_id, emitted, False)
+            emitted.append(waveform[start * SAMPLES_PER_FRAME : (start + size) * SAMPLES_PER_FRAME])
+            start += size
+            try:
+                if self.step_delay_s:
+                    await asyncio.sleep(self.step_delay_s)
+                yield self._output(request_id, emitted, last)
+            except GeneratorExit:
+                self.aborted.append(request_id)
+                raise
+            except asyncio.CancelledError:
+                self.aborted.append(request_id)
+                raise
+        self.finished.append(request_id)
+        self.last_waveform = waveform
+
+    def _output(self, request_id: str, emitted: list[np.ndarray], finished: bool) -> OmniRequestOutput:
+        sr = FakeTensor(np.array(24000, dtype=np.int32))
+        if self.mode == "delta":
+            audio: Any = FakeTensor(emitted[-1])
+            rates: Any = [sr] * len(emitted)  # DELTA drains audio but not "sr": a growing list
+        elif self.mode == "cumulative_list":
+            audio = [FakeTensor(part) for part in emitted]
+            rates = sr
+        else:
+            audio = FakeTensor(np.concatenate(emitted))
+            rates = sr
+        payload = MultimodalPayload({"audio": audio, "sr": rates})
+        completion = MultimodalCompletionOutput(multimodal_output=payload)
+        return OmniRequestOutput(request_id, finished, request_output=RequestOutput(request_id, [completion], finished))
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append(request_id)
+
+    def shutdown(self) -> None:
+        self.shut_down = True
+
+
+def estimate_prompt_len(
+    *,
+    additional_information: dict[str, list[Any]],
+    task_type: str,
+    tokenize_prompt: Any,
+    codec_language_id: Any,
+    spk_is_dialect: Any,
+) -> int:
+    """A stand-in for Qwen3TTSPromptEmbedsBuilder.estimate_prompt_len_from_additional_information (same keywords):
+    the real formula runs in the GPU tests; here a length that depends on the text is enough."""
+    return 9 + len(tokenize_prompt(additional_information["text"][0]))
+
+
+class WordTokenizer:
+    """Enough of a Hugging Face tokenizer for the estimator: __call__(text, padding=False)["input_ids"]."""
+
+    def __call__(self, text: str, padding: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": list(range(len(text.split())))}

@@ -1,0 +1,137 @@
+"""The omni engine through our HTTP API on a GPU: real vllm-omni two-stage synthesis (random weights, 0.6B shape)."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import json
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from loadtest.audio import decode
+from tests.gpu.support import SAMPLES_PER_FRAME, metric, model_of, speak
+
+FORMATS = ["pcm", "wav", "mp3", "opus", "aac", "flac"]
+TOKENS = 51  # -> 50 codec frames = 4.0 s of audio
+
+
+@pytest.mark.parametrize("response_format", FORMATS)
+def test_every_format_streams_and_decodes(omni_url: str, response_format: str) -> None:
+    chunks = 0
+    body = bytearray()
+    payload = {
+        "model": model_of(omni_url),
+        "voice": "vivian",
+        "input": "Every format streams.",
+        "response_format": response_format,
+        "max_new_tokens": TOKENS,
+    }
+    with httpx.stream("POST", f"{omni_url}/v1/audio/speech", json=payload, timeout=300) as response:
+        assert response.status_code == 200, response.read()
+        for chunk in response.iter_raw():
+            chunks += 1
+            body += chunk
+    assert chunks >= 2  # the first window (1 frame) leaves before the rest
+    audio = decode(bytes(body), response_format)
+    assert audio.channels == 1
+    expected = (TOKENS - 1) * SAMPLES_PER_FRAME / 24_000
+    if response_format in ("pcm", "wav", "flac"):
+        assert len(audio.samples) == (TOKENS - 1) * SAMPLES_PER_FRAME  # exactly what the talker generated
+    else:
+        assert abs(audio.duration_s - expected) < 0.15  # codec priming / padding only
+
+
+def test_sse_events_and_usage(omni_url: str) -> None:
+    response = speak(omni_url, response_format="pcm", stream_format="sse", max_new_tokens=TOKENS)
+    assert response.status_code == 200
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    assert [e["type"] for e in events][-1] == "speech.audio.done"
+    assert all(e["type"] == "speech.audio.delta" for e in events[:-1]) and len(events) >= 3
+    pcm = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    assert len(pcm) == 2 * (TOKENS - 1) * SAMPLES_PER_FRAME
+    usage = events[-1]["usage"]
+    assert usage["output_tokens"] == TOKENS - 1 and usage["input_tokens"] > 0
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+
+
+def test_voices_and_languages_come_from_the_model_config(omni_url: str) -> None:
+    voices = httpx.get(f"{omni_url}/v1/audio/voices", timeout=30).json()["voices"]
+    ids = {v["id"] for v in voices}
+    assert {"vivian", "serena", "ryan", "aiden", "uncle_fu", "ono_anna", "sohee", "eric", "dylan"} == ids
+    assert all(v["engine"] == "omni" for v in voices)
+    assert "English" in voices[0]["languages"] and "Chinese" in voices[0]["languages"]
+    for language in ("English", "chinese", "Auto"):
+        response = speak(omni_url, language=language, response_format="pcm", max_new_tokens=6)
+        assert response.status_code == 200, (language, response.text)
+    for voice in ("alloy", "Ryan"):  # an OpenAI alias, and a speaker in another case
+        assert speak(omni_url, voice=voice, response_format="pcm", max_new_tokens=6).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"language": "Klingon"}, "language"),
+        ({"voice": "nobody"}, "voice"),
+        ({"task_type": "Base"}, "task_type"),
+        ({"ref_audio": "UklGRg=="}, "ref_audio"),  # cloning on a CustomVoice checkpoint
+        ({"max_new_tokens": 5000}, "max_new_tokens"),
+        ({"instructions": "x" * 501}, "instructions"),
+        ({"speed": 9}, "speed"),
+    ],
+)
+def test_engine_mismatches_are_openai_errors(omni_url: str, body: dict[str, object], param: str) -> None:
+    response = speak(omni_url, **body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and error["type"] == "invalid_request_error"
+
+
+def test_disconnect_aborts_the_engine_request_and_frees_the_slot(omni_url: str) -> None:
+    before = metric(omni_url, "vllm_omni:requests_success_total", finished_reason="abort")
+    payload = {
+        "model": model_of(omni_url),
+        "voice": "vivian",
+        "input": "A long one.",
+        "response_format": "pcm",
+        "max_new_tokens": 3000,
+    }  # 4 minutes of audio: far longer than the test waits
+    with httpx.stream("POST", f"{omni_url}/v1/audio/speech", json=payload, timeout=300) as response:
+        assert response.status_code == 200
+        assert next(response.iter_raw())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        running = metric(omni_url, "vllm:num_requests_running")
+        aborted = metric(omni_url, "vllm_omni:requests_success_total", finished_reason="abort")
+        if running == 0 and aborted > before:
+            break
+        time.sleep(0.1)
+    assert running == 0, "the engine still runs the abandoned request"
+    assert aborted > before
+    assert speak(omni_url, response_format="pcm", max_new_tokens=6).status_code == 200
+
+
+def test_metrics_expose_vllm_omni_families(omni_url: str) -> None:
+    text = httpx.get(f"{omni_url}/metrics", timeout=30).text
+    assert "vllm_omni:" in text and "vllm:" in text
+
+
+@pytest.mark.parametrize("concurrency", [32, 64])
+def test_audio_length_integrity_under_load(omni_url: str, concurrency: int) -> None:
+    """Every response holds exactly the frames the talker generated (100 tokens -> 99 frames), at c=32 and c=64."""
+    tokens = 100
+
+    def one(i: int) -> int:
+        response = speak(omni_url, input=f"Integrity check number {i}.", response_format="pcm", max_new_tokens=tokens)
+        assert response.status_code == 200, response.text
+        return len(response.content) // 2
+
+    for _ in range(2):  # twice: the first round at a new batch size also pays its JIT
+        with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+            lengths = list(pool.map(one, range(concurrency)))
+        wrong = [n / SAMPLES_PER_FRAME for n in lengths if n != (tokens - 1) * SAMPLES_PER_FRAME]
+        assert not wrong, f"{len(wrong)} of {concurrency} responses had the wrong length (frames): {wrong}"
+    silent = speak(omni_url, response_format="pcm", max_new_tokens=tokens).content
+    assert np.abs(np.frombuffer(silent, "<i2")).max() > 0  # random weights still make (noisy) audio

@@ -1,0 +1,76 @@
+"""Voice cloning (a Base checkpoint) through our HTTP API on a GPU."""
+
+from __future__ import annotations
+
+import base64
+import io
+import wave
+
+import numpy as np
+import pytest
+
+from loadtest.audio import decode
+from tests.gpu.support import SAMPLES_PER_FRAME, speak
+
+
+def reference_wav(seconds: float = 3.0, rate: int = 16_000) -> str:
+    """A voiced-sounding reference clip: a 140 Hz buzz with vowel-like formant sweeps."""
+    t = np.arange(int(seconds * rate)) / rate
+    signal = sum(np.sin(2 * np.pi * 140 * k * t) / k for k in range(1, 12)) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))
+    pcm = (signal / np.abs(signal).max() * 0.5 * 32767).astype("<i2")
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.tobytes())
+    return base64.b64encode(out.getvalue()).decode()
+
+
+@pytest.mark.parametrize("form", ["base64", "data_uri"])
+def test_clone_with_reference_audio_and_transcript(clone_url: str, form: str) -> None:
+    audio = reference_wav()
+    ref = audio if form == "base64" else f"data:audio/wav;base64,{audio}"
+    response = speak(
+        clone_url,
+        voice="my-voice",
+        input="Cloned speech.",
+        ref_audio=ref,
+        ref_text="This is the reference transcript.",
+        response_format="wav",
+        max_new_tokens=26,
+    )
+    assert response.status_code == 200, response.text
+    assert len(decode(response.content, "wav").samples) == 25 * SAMPLES_PER_FRAME
+
+
+def test_clone_x_vector_only(clone_url: str) -> None:
+    response = speak(
+        clone_url,
+        input="Only the speaker embedding.",
+        ref_audio=reference_wav(),
+        x_vector_only_mode=True,
+        response_format="pcm",
+        max_new_tokens=26,
+    )
+    assert response.status_code == 200, response.text
+    assert len(response.content) == 2 * 25 * SAMPLES_PER_FRAME
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"ref_audio": None}, "ref_audio"),  # Base without reference audio
+        ({"ref_text": None}, "ref_text"),  # in-context cloning needs the transcript
+        ({"ref_audio": "bm90IGF1ZGlv"}, "ref_audio"),  # base64 of "not audio"
+        ({"ref_audio": "https://example.com/a.wav"}, "ref_audio"),
+        ({"task_type": "CustomVoice"}, "task_type"),
+    ],
+)
+def test_clone_errors_name_the_param(clone_url: str, body: dict[str, object], param: str) -> None:
+    payload: dict[str, object] = {"task_type": "Base", "ref_audio": reference_wav(), "ref_text": "Reference."}
+    payload.update(body)
+    payload = {k: v for k, v in payload.items() if v is not None}
+    response = speak(clone_url, **payload)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param

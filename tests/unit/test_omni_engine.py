@@ -1,0 +1,358 @@
+"""The omni engine's request translation and output handling, against fakes of vllm-omni 0.26.0's types."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from app.engines.base import EngineUnavailable, ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
+from app.engines.omni import OmniEngine
+from app.engines.qwen3_tts import (
+    AudioOutputReader,
+    FrameGuard,
+    Qwen3TTSModel,
+    additional_information,
+    check_job,
+    sampling_params_for,
+)
+from app.server import create_app
+from app.settings import Settings
+from app.tools.qwen3_tts_model_dir import write_model_dir
+from tests.fakes.vllm_omni_0_26 import (
+    SAMPLES_PER_FRAME,
+    FakeAsyncOmni,
+    RequestOutputKind,
+    WordTokenizer,
+    coerce_param_message_types,
+    estimate_prompt_len,
+    tokens_input,
+    windows,
+)
+
+
+@pytest.fixture(scope="module")
+def custom_voice_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_model_dir(tmp_path_factory.mktemp("cv"), "custom_voice")
+
+
+@pytest.fixture(scope="module")
+def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_model_dir(tmp_path_factory.mktemp("base"), "base")
+
+
+def job(**changes: object) -> SynthesisJob:
+    fields: dict[str, object] = {"request_id": "r1", "text": "Hello there.", "voice": "vivian"}
+    fields.update(changes)
+    return SynthesisJob(**fields)  # type: ignore[arg-type]
+
+
+def reference(seconds: float = 3.0, rate: int = 16_000) -> ReferenceAudio:
+    return ReferenceAudio(np.full(int(seconds * rate), 0.1, np.float32), rate)
+
+
+# -- the model's description -----------------------------------------------------------------------------------------
+
+
+def test_model_description_from_config(custom_voice_dir: Path, base_dir: Path) -> None:
+    model = Qwen3TTSModel.from_dir(custom_voice_dir)
+    assert model.variant == "custom_voice" and model.task_types == {TaskType.CUSTOM_VOICE}
+    assert "vivian" in model.speakers and "uncle_fu" in model.speakers
+    assert model.languages[0] == "Auto" and "English" in model.languages and "Chinese" in model.languages
+    assert not any("Dialect" in lang for lang in model.languages)
+    assert model.sample_rate == 24_000
+    base = Qwen3TTSModel.from_dir(base_dir)
+    assert base.task_types == {TaskType.BASE} and base.speakers == ()
+
+
+# -- request translation ---------------------------------------------------------------------------------------------
+
+
+def test_custom_voice_additional_information(custom_voice_dir: Path) -> None:
+    model = Qwen3TTSModel.from_dir(custom_voice_dir)
+    info = additional_information(job(voice="Vivian", language="english", instructions="Cheerful."), model)
+    assert info == {
+        "text": ["Hello there."],
+        "task_type": ["CustomVoice"],
+        "language": ["English"],
+        "instruct": ["Cheerful."],
+        "max_new_tokens": [2048],
+        "speaker": ["vivian"],
+        "voice_created_at": [0],
+    }
+    assert all(isinstance(value, list) and len(value) == 1 for value in info.values())
+    assert additional_information(job(), model)["language"] == ["Auto"]
+
+
+def test_base_additional_information_carries_the_reference(base_dir: Path) -> None:
+    model = Qwen3TTSModel.from_dir(base_dir)
+    ref = reference(2.5, 16_000)
+    info = additional_information(job(task_type=TaskType.BASE, ref_audio=ref, ref_text="The transcript."), model)
+    samples, rate = info["ref_audio"][0]
+    assert rate == 16_000 and len(samples) == 40_000 and isinstance(samples, list)
+    assert info["ref_code_length"] == [32]  # ceil(2.5 s * 12.5 Hz) + nothing: 31.25 -> 32
+    assert info["ref_text"] == ["The transcript."] and info["x_vector_only_mode"] == [False]
+    assert "speaker" not in info
+
+
+@pytest.mark.parametrize(
+    ("changes", "param"),
+    [
+        ({"task_type": TaskType.BASE}, "task_type"),  # cloning on a CustomVoice checkpoint
+        ({"voice": "nobody"}, "voice"),
+        ({"ref_audio": reference()}, "ref_audio"),
+        ({"ref_text": "words"}, "ref_text"),
+        ({"x_vector_only_mode": True}, "x_vector_only_mode"),
+        ({"max_new_tokens": 4097}, "max_new_tokens"),
+        ({"instructions": "x" * 501}, "instructions"),
+    ],
+)
+def test_custom_voice_mismatches_name_the_param(custom_voice_dir: Path, changes: dict, param: str) -> None:
+    with pytest.raises(UnsupportedParameter) as info:
+        check_job(job(**changes), Qwen3TTSModel.from_dir(custom_voice_dir))
+    assert info.value.param == param
+
+
+@pytest.mark.parametrize(
+    ("changes", "param"),
+    [
+        ({}, "ref_audio"),
+        ({"ref_audio": reference()}, "ref_text"),
+        ({"ref_audio": reference(0.5), "ref_text": "t"}, "ref_audio"),
+        ({"ref_audio": reference(31), "ref_text": "t"}, "ref_audio"),
+        ({"task_type": TaskType.CUSTOM_VOICE}, "task_type"),
+    ],
+)
+def test_base_mismatches_name_the_param(base_dir: Path, changes: dict, param: str) -> None:
+    fields = {"task_type": TaskType.BASE, **changes}
+    with pytest.raises(UnsupportedParameter) as info:
+        check_job(job(**fields), Qwen3TTSModel.from_dir(base_dir))
+    assert info.value.param == param
+    check_job(
+        job(task_type=TaskType.BASE, ref_audio=reference(), x_vector_only_mode=True), Qwen3TTSModel.from_dir(base_dir)
+    )
+
+
+def test_sampling_params_copy_the_delta_defaults() -> None:
+    defaults = coerce_param_message_types(FakeAsyncOmni().default_sampling_params_list, True)
+    params = sampling_params_for(job(max_new_tokens=101, seed=7), defaults)
+    assert params[0].max_tokens == 101 and params[0].min_tokens == 2
+    assert params[0].seed == 7 and params[0].extra_args == {"tts_local_seed": 7}
+    assert params[0].output_kind == params[1].output_kind == RequestOutputKind.DELTA
+    assert defaults[0].max_tokens == 4096 and defaults[0].seed is None and defaults[0].extra_args is None
+    fixed = sampling_params_for(job(max_new_tokens=101), defaults, fixed_length=True)
+    assert fixed[0].min_tokens == fixed[0].max_tokens == 101
+    assert sampling_params_for(job(), defaults)[0].max_tokens == 4096
+
+
+# -- output handling -------------------------------------------------------------------------------------------------
+
+
+def frames_of(sizes: list[int]) -> list[np.ndarray]:
+    """Windows cut from one stream of numbered frames (frame k is full of k), as code2wav would decode them."""
+    chunks, start = [], 0
+    for size in sizes:
+        chunks.append(np.repeat(np.arange(start, start + size, dtype=np.float32), SAMPLES_PER_FRAME))
+        start += size
+    return chunks
+
+
+def through_guard(chunks: list[np.ndarray]) -> tuple[np.ndarray, FrameGuard]:
+    guard = FrameGuard()
+    return np.concatenate([guard.accept(c) for c in chunks]), guard
+
+
+def test_frame_guard_passes_a_normal_stream_untouched() -> None:
+    chunks = frames_of(windows(99))
+    assert windows(99) == [1, 25, 25, 25, 23]
+    out, guard = through_guard(chunks)
+    assert np.array_equal(out, np.concatenate(chunks))
+    assert guard.frames_sent == 99 and guard.frames_dropped == 0
+
+
+@pytest.mark.parametrize("lag", [1, 2, 3])
+def test_frame_guard_drops_a_duplicated_tail(lag: int) -> None:
+    """vllm-omni 0.26.0 under load: the tail since the last boundary flushed `lag` extra times, growing by a frame."""
+    normal = frames_of(windows(99))
+    boundary = 76  # 1 + 3 x 25
+    tail = [
+        np.repeat(np.arange(boundary, boundary + n, dtype=np.float32), SAMPLES_PER_FRAME) for n in range(23 - lag, 24)
+    ]
+    out, guard = through_guard([*normal[:-1], *tail])
+    assert np.array_equal(out, np.concatenate(normal))  # exactly frames 0..98, once each, in order
+    assert guard.frames_sent == 99
+    assert guard.frames_dropped == sum(range(23 - lag, 23))
+
+
+def test_frame_guard_passes_irregular_chunks_on() -> None:
+    guard = FrameGuard()
+    odd = np.zeros(1000, np.float32)
+    assert len(guard.accept(odd)) == 1000 and guard.irregular_chunks == 1
+
+
+@pytest.mark.parametrize("mode", ["delta", "cumulative_list", "cumulative_tensor"])
+async def test_audio_reader_handles_delta_and_cumulative_outputs(mode: str) -> None:
+    omni = FakeAsyncOmni(mode=mode)
+    params = coerce_param_message_types(omni.default_sampling_params_list, True)
+    params[0].max_tokens = params[0].min_tokens = 80
+    reader = AudioOutputReader(cumulative=mode != "delta")
+    pieces = [
+        s
+        async for out in omni.generate({"prompt_token_ids": [1]}, request_id="x", sampling_params_list=params)
+        if (s := reader.read(out)) is not None
+    ]
+    assert np.array_equal(np.concatenate(pieces), omni.last_waveform)
+    assert reader.sample_rate == 24_000
+
+
+# -- the engine on the fake AsyncOmni ----------------------------------------------------------------------------------
+
+
+def make_engine(model_dir: Path, omni: FakeAsyncOmni, **settings: object) -> OmniEngine:
+    config = Settings(
+        engine="omni",
+        model=str(model_dir),
+        load_format="dummy",
+        omni_warmup_batch_sizes=[1, 4],
+        deploy_config="deploy/vllm-omni/customvoice.yaml",
+        **settings,
+    )
+
+    def factory(**kwargs: object) -> FakeAsyncOmni:
+        omni.kwargs = kwargs
+        return omni
+
+    engine = OmniEngine(config, omni_factory=factory)
+    defaults = coerce_param_message_types(omni.default_sampling_params_list, True)
+    engine.use_helpers(defaults, estimate_prompt_len, WordTokenizer(), tokens_input)
+    return engine
+
+
+async def collect(engine: OmniEngine, synthesis_job: SynthesisJob) -> tuple[np.ndarray, int, int]:
+    chunks = [c async for c in engine.synthesize(synthesis_job)]
+    return (
+        np.concatenate([c.samples for c in chunks]),
+        sum(c.input_tokens for c in chunks),
+        sum(c.output_tokens for c in chunks),
+    )
+
+
+async def test_engine_starts_warms_up_and_streams(custom_voice_dir: Path) -> None:
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni)
+    assert not engine.health().ready
+    await engine.start()
+    assert engine.health().ready
+    assert omni.kwargs == {
+        "model": str(custom_voice_dir),
+        "log_stats": True,
+        "deploy_config": "deploy/vllm-omni/customvoice.yaml",
+        "load_format": "dummy",
+        "stage_init_timeout": 900,
+        "init_timeout": 1200,
+    }
+    assert len(omni.requests) == 1 + 4  # warm-up at batch sizes 1 and 4
+    samples, tokens_in, tokens_out = await collect(engine, job(request_id="real", max_new_tokens=51, seed=3))
+    request = omni.requests[-1]
+    assert request["request_id"] == "real" and request["output_modalities"] == ["audio"]
+    prompt = request["prompt"]
+    assert prompt["type"] == "token" and set(prompt["prompt_token_ids"]) == {1}
+    assert len(prompt["prompt_token_ids"]) == 9 + 2 == tokens_in  # the estimator's length, reported once
+    assert prompt["additional_information"]["speaker"] == ["vivian"]
+    assert request["params"][0].max_tokens == 51 and request["params"][0].seed == 3
+    assert request["params"][0].output_kind == RequestOutputKind.DELTA
+    assert len(samples) == len(omni.last_waveform) and np.array_equal(samples, omni.last_waveform)
+    assert tokens_out == len(samples) // SAMPLES_PER_FRAME
+    await engine.close()
+    assert omni.shut_down
+
+
+async def test_fixed_length_setting_and_duplicate_tail(custom_voice_dir: Path) -> None:
+    omni = FakeAsyncOmni(duplicate_tail=True)
+    engine = make_engine(custom_voice_dir, omni, omni_fixed_length=True)
+    await engine.start()
+    samples, _, frames = await collect(engine, job(max_new_tokens=100))
+    assert omni.requests[-1]["params"][0].min_tokens == 100
+    assert frames == 99 and len(samples) == 99 * SAMPLES_PER_FRAME
+    assert np.array_equal(samples, omni.last_waveform)
+    assert engine.frames_dropped > 0
+
+
+async def test_closing_the_stream_aborts_the_engine_request(custom_voice_dir: Path) -> None:
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni)
+    await engine.start()
+    stream = engine.synthesize(job(request_id="leaves", max_new_tokens=200))
+    assert len((await anext(stream)).samples) == SAMPLES_PER_FRAME  # the 1-frame first window
+    await stream.aclose()
+    assert "leaves" in omni.aborted and "leaves" not in omni.finished
+
+
+async def test_abort_cancels_the_consumer(custom_voice_dir: Path) -> None:
+    omni = FakeAsyncOmni()
+    omni.step_delay_s = 0.05
+    engine = make_engine(custom_voice_dir, omni)
+    await engine.start()
+
+    async def consume() -> None:
+        async for _ in engine.synthesize(job(request_id="slow", max_new_tokens=400)):
+            pass
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.12)
+    await engine.abort("slow")
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert "slow" in omni.aborted
+
+
+async def test_mismatch_is_refused_before_the_engine_sees_it(custom_voice_dir: Path) -> None:
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni)
+    await engine.start()
+    sent = len(omni.requests)
+    with pytest.raises(UnsupportedParameter):
+        await anext(engine.synthesize(job(voice="nobody")))
+    assert len(omni.requests) == sent
+
+
+async def test_engine_death_is_unavailable(custom_voice_dir: Path) -> None:
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni)
+    await engine.start()
+    omni.die_on_request = True
+    with pytest.raises(EngineUnavailable):
+        await anext(engine.synthesize(job()))
+    assert not engine.health().ready
+
+
+async def test_http_errors_from_the_omni_engine_are_openai_shaped(custom_voice_dir: Path) -> None:
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni)
+    await engine.start()
+    app = create_app(engine.__dict__["_settings"], engine=engine)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        model = (await client.get("/v1/models")).json()["data"][0]["id"]
+        assert model == custom_voice_dir.name
+        voices = (await client.get("/v1/audio/voices")).json()["voices"]
+        assert {v["id"] for v in voices} >= {"vivian", "ryan"} and voices[0]["engine"] == "omni"
+        base = {"model": model, "input": "Hi.", "voice": "vivian"}
+        for body, status, param in [
+            ({"max_new_tokens": 9999}, 400, "max_new_tokens"),
+            ({"ref_audio": "UklGRg=="}, 400, "ref_audio"),
+            ({"task_type": "Base"}, 400, "task_type"),
+            ({"language": "Klingon"}, 400, "language"),
+            ({"instructions": "y" * 600}, 400, "instructions"),
+        ]:
+            response = await client.post("/v1/audio/speech", json={**base, **body})
+            assert response.status_code == status, (body, response.text)
+            assert response.json()["error"]["param"] == param
+        ok = await client.post("/v1/audio/speech", json={**base, "response_format": "pcm", "max_new_tokens": 26})
+        assert ok.status_code == 200 and len(ok.content) == 2 * 25 * SAMPLES_PER_FRAME
+        omni.die_on_request = True
+        dead = await client.post("/v1/audio/speech", json={**base, "response_format": "pcm"})
+        assert dead.status_code == 503 and dead.json()["error"]["code"] == "engine_unavailable"
+        assert (await client.get("/ready")).status_code == 503
