@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from typing import TYPE_CHECKING
 
 from app.engines.base import SpeechEngine
@@ -19,7 +20,11 @@ def gpu_present() -> bool:
     """An NVIDIA GPU visible to this process, judged without importing a CUDA library."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return False
-    return os.path.exists("/dev/nvidia0") or os.path.isdir("/proc/driver/nvidia/gpus")
+    return (
+        os.path.exists("/dev/nvidia0")
+        or os.path.isdir("/proc/driver/nvidia/gpus")
+        or shutil.which("nvidia-smi") is not None
+    )
 
 
 def engine_available(name: str) -> bool:
