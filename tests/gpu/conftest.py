@@ -1,12 +1,14 @@
 """tests/gpu run against a live `speech-server --engine omni` on a GPU host (deploy/gpu/run-gpu-tests.sh).
 
-SPEECH_GPU_URL: a server of a CustomVoice checkpoint; SPEECH_GPU_CLONE_URL: a server of a Base checkpoint. Both run
+SPEECH_GPU_URL: a server of a CustomVoice checkpoint; SPEECH_GPU_CLONE_URL: a server of a Base checkpoint;
+SPEECH_GPU_SERVER_LOG: the CustomVoice server's log file, when the tests run on its host. Both servers run
 with SPEECH_OMNI_FIXED_LENGTH=true on random weights, so a request for N tokens returns exactly N - 1 codec frames.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -26,3 +28,11 @@ def omni_url() -> str:
 @pytest.fixture(scope="session")
 def clone_url() -> str:
     return _url("SPEECH_GPU_CLONE_URL")
+
+
+@pytest.fixture(scope="session")
+def server_log() -> Path:
+    path = os.environ.get("SPEECH_GPU_SERVER_LOG")
+    if not path:
+        pytest.skip("SPEECH_GPU_SERVER_LOG is not set: the server's log is not readable here")
+    return Path(path)

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import re
-
 import httpx
 
 SAMPLES_PER_FRAME = 1920  # 24 kHz / 12.5 Hz codec frames
@@ -19,14 +17,3 @@ def model_of(url: str) -> str:
     if url not in _models:
         _models[url] = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
     return _models[url]
-
-
-def metric(url: str, name: str, **labels: str) -> float:
-    """Sum of a metric's samples whose labels include `labels`."""
-    total = 0.0
-    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        if all(re.search(rf'{key}="{re.escape(value)}"', line) for key, value in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total

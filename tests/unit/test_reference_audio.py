@@ -1,0 +1,78 @@
+"""Reference audio for cloning: base64 and data URIs decoded with FFmpeg; anything else refused, naming ref_audio."""
+
+from __future__ import annotations
+
+import base64
+import io
+import wave
+
+import numpy as np
+import pytest
+
+from app.audio.encoders import create_encoder
+from app.audio.reference import decode_reference_audio
+from app.engines.base import UnsupportedParameter
+
+
+def wav_bytes(seconds: float = 2.0, rate: int = 16_000, channels: int = 1) -> bytes:
+    t = np.arange(int(seconds * rate)) / rate
+    mono = (0.4 * np.sin(2 * np.pi * 220 * t) * 32767).astype("<i2")
+    frames = np.repeat(mono[:, None], channels, axis=1).reshape(-1)
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(frames.tobytes())
+    return out.getvalue()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+def test_base64_wav_decodes_to_mono_at_its_own_rate(channels: int) -> None:
+    ref = decode_reference_audio(b64(wav_bytes(2.0, 16_000, channels)))
+    assert ref.sample_rate == 16_000
+    assert ref.samples.dtype == np.float32 and ref.samples.ndim == 1
+    assert len(ref.samples) == 32_000
+    assert 0.35 < np.abs(ref.samples).max() < 0.45
+
+
+def test_data_uri_and_line_wrapped_base64() -> None:
+    encoded = b64(wav_bytes())
+    assert len(decode_reference_audio(f"data:audio/wav;base64,{encoded}").samples) == 32_000
+    wrapped = "\n".join(encoded[i : i + 76] for i in range(0, len(encoded), 76))
+    assert len(decode_reference_audio(wrapped).samples) == 32_000
+
+
+def test_compressed_formats_decode() -> None:
+    encoder = create_encoder("mp3", 24_000)
+    tone = (0.3 * np.sin(2 * np.pi * 200 * np.arange(48_000) / 24_000)).astype(np.float32)
+    mp3 = encoder.encode(tone) + encoder.finish()
+    ref = decode_reference_audio(b64(mp3))
+    assert ref.sample_rate == 24_000 and abs(len(ref.samples) / 24_000 - 2.0) < 0.1
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("https://example.com/voice.wav", "URL"),
+        ("file:///etc/passwd", "URL"),
+        ("not base64 at all!", "base64"),
+        (b64(b""), "empty"),
+        (b64(np.random.default_rng(0).bytes(4000)), "decoded"),
+        (b64(b"RIFF" + b"\x00" * 40), "decoded"),
+    ],
+)
+def test_bad_reference_audio_names_the_param(value: str, words: str) -> None:
+    with pytest.raises(UnsupportedParameter) as info:
+        decode_reference_audio(value)
+    assert info.value.param == "ref_audio"
+    assert words in info.value.message
+
+
+def test_size_cap() -> None:
+    with pytest.raises(UnsupportedParameter, match="larger than"):
+        decode_reference_audio(b64(wav_bytes(2.0)), max_bytes=1000)
