@@ -49,11 +49,14 @@ def decode_reference_audio(value: str, max_bytes: int = MAX_REFERENCE_BYTES) -> 
             if not container.streams.audio:
                 raise _reject("ref_audio holds no audio stream.")
             stream = container.streams.audio[0]
-            resampler = av.AudioResampler(format="flt", layout="mono", rate=stream.codec_context.sample_rate)
+            context = stream.codec_context
+            # planar float with the channels kept, then averaged as vllm-omni averages them (FFmpeg's own down-mix
+            # would scale by its pan law instead)
+            resampler = av.AudioResampler(format="fltp", layout=context.layout, rate=context.sample_rate)
             parts = [
-                out.to_ndarray().reshape(-1) for frame in container.decode(stream) for out in resampler.resample(frame)
+                out.to_ndarray().mean(axis=0) for frame in container.decode(stream) for out in resampler.resample(frame)
             ]
-            rate = stream.codec_context.sample_rate
+            rate = context.sample_rate
     except UnsupportedParameter:
         raise
     except (av.FFmpegError, ValueError, OSError) as exc:
