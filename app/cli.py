@@ -3,25 +3,47 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import signal
+import socket
 from types import FrameType
 
 import uvicorn
 
+from app.lifecycle import Lifecycle
 from app.logs import configure_logging
 from app.server import create_app
 from app.settings import Settings, settings_help
 
 
 class SpeechServer(uvicorn.Server):
-    """uvicorn re-raises SIGTERM after shutting down, so the process dies by the signal (status -15) and a supervisor
-    reads a requested stop as a crash. A SIGTERM that was handled gracefully ends with status 0 instead."""
+    """uvicorn with a graceful drain on SIGTERM, and exit status 0 after it.
+
+    On SIGTERM uvicorn would close its listener and re-raise the signal after shutting down (status -15, read by a
+    supervisor as a crash). Instead the first SIGTERM starts a drain: /ready and new requests answer 503 at once,
+    streams in flight finish (up to SPEECH_DRAIN_TIMEOUT_S), and then the server shuts down and exits 0. A second
+    SIGTERM, or SIGINT, shuts down without waiting."""
+
+    def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle) -> None:
+        super().__init__(config)
+        self.lifecycle = lifecycle
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig == signal.SIGTERM and not self.lifecycle.draining and self._loop is not None and self.started:
+            self._loop.call_soon_threadsafe(self.lifecycle.begin_drain, self._drained)
+            return
         super().handle_exit(sig, frame)
         if sig == signal.SIGTERM and sig in self._captured_signals:
             self._captured_signals.remove(sig)
+
+    def _drained(self) -> None:
+        self.should_exit = True
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,8 +71,14 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(settings.log_level)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # engines load from local files only, never from a hub
     app = create_app(settings)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, timeout_graceful_shutdown=30)
-    SpeechServer(config).run()
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        timeout_graceful_shutdown=int(settings.drain_timeout_s) + 5,  # connections left after the drain
+    )
+    SpeechServer(config, app.state.lifecycle).run()
 
 
 if __name__ == "__main__":

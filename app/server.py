@@ -9,12 +9,14 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app import __version__
+from app import __version__, metrics
+from app.admission import AdmissionGate
 from app.api import meta, speech
 from app.api.errors import install_error_handlers
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from app.engines import create_engine
 from app.engines.base import SpeechEngine
+from app.lifecycle import Lifecycle
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -42,12 +44,24 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     )
     app.state.settings = settings
     app.state.engine = engine
+    app.state.gate = admission_gate(settings, engine)
+    app.state.lifecycle = Lifecycle(settings.drain_timeout_s)
     install_error_handlers(app)
     app.include_router(speech.router)
     app.include_router(meta.router)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)  # outermost: every response, 413 and 500 included, carries the id
     return app
+
+
+def admission_gate(settings: Settings, engine: SpeechEngine) -> AdmissionGate:
+    concurrency = settings.max_concurrency or engine.capabilities().max_concurrency
+    queue = settings.max_queue if settings.max_queue is not None else 2 * concurrency
+    gate = AdmissionGate(concurrency, queue, settings.queue_timeout_s)
+    metrics.IN_FLIGHT.set_function(lambda: gate.in_flight)
+    metrics.QUEUE_DEPTH.set_function(lambda: gate.queued)
+    log.info("admission", extra={"max_concurrency": concurrency, "max_queue": queue})
+    return gate
 
 
 def _log_start_failure(task: asyncio.Task[None]) -> None:

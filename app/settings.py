@@ -33,6 +33,13 @@ class Settings(BaseSettings):
         description="Voice name -> engine voice id (JSON object); an empty id means the engine's default voice.",
     )
     max_input_chars: int = Field(4096, ge=1, le=4096, description="Longest accepted `input`, in characters.")
+    max_concurrency: int | None = Field(
+        None, ge=1, description="Syntheses at once (default per engine: embedded: workers; omni: stage-0 max_num_seqs)."
+    )
+    max_queue: int | None = Field(None, ge=0, description="Requests waiting for a slot (default: 2 x concurrency).")
+    queue_timeout_s: float = Field(10.0, ge=0, description="Longest wait for a slot before a 429.")
+    request_timeout_s: float = Field(300.0, gt=0, description="Longest synthesis; then it is aborted.")
+    drain_timeout_s: float = Field(30.0, ge=0, description="On SIGTERM: how long in-flight streams may finish.")
     max_body_bytes: int = Field(25 * 1024 * 1024, ge=1024, description="Largest accepted request body (413 beyond).")
     sentence_max_chars: int = Field(
         250, ge=40, description="Sentences longer than this are cut at commas (then spaces) before synthesis."

@@ -1,6 +1,9 @@
 """Engine chunks to response bytes: resample to the requested rate, encode incrementally, frame as SSE if asked.
 
-Resampling and encoding run in worker threads so the event loop only moves bytes.
+Resampling and encoding run in worker threads so the event loop only moves bytes. A stream ends one of five ways,
+reported to `on_close` exactly once: completed, client_gone, timeout (SPEECH_REQUEST_TIMEOUT_S), drain (stopped by a
+graceful shutdown) or error. A stream that does not complete is never closed as if it had: the chunked body is cut
+(plain audio) or ends with an `error` event (SSE).
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ import asyncio
 import base64
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,27 +43,52 @@ class Usage:
         }
 
 
+class StreamStopped(ApiError):
+    """The stream was ended on the server's side: its deadline passed, or a drain stopped it."""
+
+    def __init__(self, reason: str) -> None:
+        if reason == "timeout":
+            super().__init__(
+                504, "The synthesis took longer than the server allows.", type="server_error", code="timeout"
+            )
+        else:
+            super().__init__(
+                503,
+                "The server is shutting down; retry on another replica.",
+                type="server_error",
+                code="server_shutting_down",
+            )
+        self.reason = reason
+
+
 class EncodedAudio:
     """One response's audio: the engine's chunks (the first already awaited, so failures before any audio become a
-    proper HTTP error) turned into bytes of `response_format` at `sample_rate`. `on_close` runs exactly once, however
-    the stream ends (finished, failed, or the client went away), and is where the engine job is aborted."""
+    proper HTTP error) turned into bytes of `response_format` at `sample_rate`."""
 
     def __init__(
         self,
         first: AudioChunk | None,
-        rest: AsyncIterator[AudioChunk],
+        rest: AsyncGenerator[AudioChunk],
         response_format: str,
         sample_rate: int,
-        on_close: Callable[[bool], Awaitable[None]],
+        on_close: Callable[[str], Awaitable[None]],
+        deadline: float | None = None,
     ) -> None:
         self._first = first
         self._rest = rest
-        self._response_format = response_format
         self._sample_rate = sample_rate
         self._on_close = on_close
+        self._deadline = deadline  # loop time
         self._resampler: StreamResampler | None = None
         self._encoder: StreamEncoder = create_encoder(response_format, sample_rate)
+        self._stop_reason: str | None = None
+        self._stopped = asyncio.Event()
         self.usage = Usage()
+
+    def stop(self, reason: str) -> None:
+        """End the stream from outside (a drain): it stops waiting for the engine and ends as not completed."""
+        self._stop_reason = reason
+        self._stopped.set()
 
     def _convert(self, samples: np.ndarray, sample_rate: int) -> bytes:
         if self._resampler is None:
@@ -71,14 +99,38 @@ class EncodedAudio:
         tail = self._resampler.flush() if self._resampler is not None else np.zeros(0, np.float32)
         return self._encoder.encode(tail) + self._encoder.finish()
 
+    async def _next_chunk(self) -> AudioChunk | None:
+        """The engine's next chunk, unless the deadline passes or the stream is stopped first."""
+        loop = asyncio.get_running_loop()
+        remaining = None if self._deadline is None else self._deadline - loop.time()
+        if remaining is not None and remaining <= 0:
+            raise StreamStopped("timeout")
+        pending = asyncio.ensure_future(anext(self._rest))
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        try:
+            done, _ = await asyncio.wait({pending, stopped}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not pending.done():
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+        if pending in done:
+            try:
+                return pending.result()
+            except StopAsyncIteration:
+                return None
+        raise StreamStopped(self._stop_reason or "timeout")
+
     async def _chunks(self) -> AsyncIterator[AudioChunk]:
         if self._first is not None:
             yield self._first
-        async for chunk in self._rest:
+        while (chunk := await self._next_chunk()) is not None:
             yield chunk
+        if self._stop_reason:  # the engine ended early because it was told to stop: not a completed stream
+            raise StreamStopped(self._stop_reason)
 
     async def bytes(self) -> AsyncIterator[bytes]:
-        completed = False
+        outcome = "error"
         try:
             async for chunk in self._chunks():
                 self.usage.input_tokens += chunk.input_tokens
@@ -86,19 +138,24 @@ class EncodedAudio:
                 self.usage.audio_samples += len(chunk.samples)
                 step = max(1, int(chunk.sample_rate * ENCODE_SLICE_S))
                 for start in range(0, len(chunk.samples), step):
-                    data = await asyncio.to_thread(
-                        self._convert, chunk.samples[start : start + step], chunk.sample_rate
-                    )
+                    piece = chunk.samples[start : start + step]
+                    data = await asyncio.to_thread(self._convert, piece, chunk.sample_rate)
                     if data:
                         yield data
             tail = await asyncio.to_thread(self._finish)
             if tail:
                 yield tail
-            completed = True
+            outcome = "completed"
+        except StreamStopped as exc:
+            outcome = exc.reason
+            raise
+        except (GeneratorExit, asyncio.CancelledError):
+            outcome = "client_gone"
+            raise
         finally:
             self._encoder.close()
-            await self._rest.aclose()  # type: ignore[attr-defined]
-            await self._on_close(completed)
+            await self._rest.aclose()
+            await self._on_close(outcome)
 
 
 def sse_event(payload: dict[str, object]) -> bytes:

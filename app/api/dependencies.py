@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from fastapi import Request
 
+from app.admission import AdmissionGate
 from app.engines.base import SpeechEngine
+from app.lifecycle import Lifecycle
 from app.settings import Settings
 from app.voices import VoiceCatalog
 
@@ -15,6 +17,14 @@ def get_engine(request: Request) -> SpeechEngine:
 
 def get_settings(request: Request) -> Settings:
     return request.app.state.settings
+
+
+def get_gate(request: Request) -> AdmissionGate:
+    return request.app.state.gate
+
+
+def get_lifecycle(request: Request) -> Lifecycle:
+    return request.app.state.lifecycle
 
 
 def get_catalog(request: Request) -> VoiceCatalog:

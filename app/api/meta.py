@@ -8,9 +8,10 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from app.api.dependencies import get_catalog, get_engine, get_settings, served_models
+from app.api.dependencies import get_catalog, get_engine, get_lifecycle, get_settings, served_models
 from app.api.errors import ApiError
 from app.engines.base import SpeechEngine
+from app.lifecycle import Lifecycle
 from app.settings import Settings
 from app.voices import VoiceCatalog
 
@@ -55,7 +56,13 @@ async def health() -> dict[str, str]:
 
 
 @router.get("/ready")
-async def ready(engine: Annotated[SpeechEngine, Depends(get_engine)]) -> JSONResponse:
+async def ready(
+    engine: Annotated[SpeechEngine, Depends(get_engine)], lifecycle: Annotated[Lifecycle, Depends(get_lifecycle)]
+) -> JSONResponse:
+    if lifecycle.draining:
+        return ApiError(
+            503, "The server is shutting down.", type="server_error", code="server_shutting_down"
+        ).response()
     state = engine.health()
     if not state.ready:
         message = f"The {engine.name} engine is not ready: {state.detail}."

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -45,7 +46,9 @@ class RequestIdMiddleware:
             return
         given = dict(scope["headers"]).get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1")
         request_id = given if _VALID_REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        state["started_at"] = time.perf_counter()  # TTFA and the request deadline count from arrival
         started = False
 
         async def send_with_id(message: Message) -> None:

@@ -1,4 +1,4 @@
-"""POST /v1/audio/speech: validate, synthesize, encode, stream."""
+"""POST /v1/audio/speech: validate, admit, synthesize, encode, stream."""
 
 from __future__ import annotations
 
@@ -11,14 +11,17 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
+from app import metrics
+from app.admission import AdmissionGate, Rejected, Ticket
 from app.api.audio_stream import EncodedAudio, sse_events
-from app.api.dependencies import get_catalog, get_engine, get_settings, served_models
+from app.api.dependencies import get_catalog, get_engine, get_gate, get_lifecycle, get_settings, served_models
 from app.api.errors import ApiError, internal_error, invalid_param
 from app.api.job_builder import build_job
 from app.api.schemas import SpeechRequest
 from app.audio.encoders import CONTENT_TYPES
 from app.audio.reference import decode_reference_audio
 from app.engines.base import AudioChunk, EngineUnavailable, ReferenceAudio, SpeechEngine, UnsupportedParameter
+from app.lifecycle import Lifecycle
 from app.settings import Settings
 from app.voices import VoiceCatalog
 
@@ -41,6 +44,35 @@ def engine_unavailable(engine: SpeechEngine) -> ApiError:
         code="engine_unavailable",
         headers={"Retry-After": "5"},
     )
+
+
+def shutting_down() -> ApiError:
+    return ApiError(
+        503,
+        "The server is shutting down; retry on another replica.",
+        type="server_error",
+        code="server_shutting_down",
+        headers={"Retry-After": "1", "Connection": "close"},
+    )
+
+
+async def admit(gate: AdmissionGate) -> Ticket:
+    try:
+        return await gate.acquire()
+    except Rejected as exc:
+        metrics.REJECTED.labels(exc.reason).inc()
+        message = (
+            "The server is at capacity and its queue is full."
+            if exc.reason == "queue_full"
+            else "The server is at capacity and no slot freed in time."
+        )
+        raise ApiError(
+            429,
+            f"{message} Retry after {exc.retry_after_s} s.",
+            type="requests",
+            code="rate_limit_exceeded",
+            headers={"Retry-After": str(exc.retry_after_s)},
+        ) from exc
 
 
 async def first_chunk(chunks: AsyncGenerator[AudioChunk], engine: SpeechEngine, request_id: str) -> AudioChunk | None:
@@ -72,9 +104,13 @@ async def create_speech(
     engine: Annotated[SpeechEngine, Depends(get_engine)],
     settings: Annotated[Settings, Depends(get_settings)],
     catalog: Annotated[VoiceCatalog, Depends(get_catalog)],
+    gate: Annotated[AdmissionGate, Depends(get_gate)],
+    lifecycle: Annotated[Lifecycle, Depends(get_lifecycle)],
 ) -> StreamingResponse:
-    started = time.perf_counter()
+    started = request.state.started_at
     request_id: str = request.state.request_id
+    if lifecycle.draining:
+        raise shutting_down()
     if not engine.health().ready:
         raise engine_unavailable(engine)
     caps = engine.capabilities()
@@ -87,12 +123,20 @@ async def create_speech(
         served_models=served_models(engine, settings),
         ref_audio=reference,
     )
-    chunks = engine.synthesize(job)
-    first = await first_chunk(chunks, engine, request_id)
+    ticket = await admit(gate)
+    try:
+        chunks = engine.synthesize(job)
+        first = await first_chunk(chunks, engine, request_id)
+    except BaseException:
+        gate.release(ticket)
+        raise
     first_audio_s = time.perf_counter() - started
 
-    async def on_close(completed: bool) -> None:
-        if not completed:
+    async def on_close(outcome: str) -> None:
+        gate.release(ticket)
+        lifecycle.untrack(request_id)
+        if outcome != "completed":
+            metrics.ABORTED.labels(outcome).inc()
             await engine.abort(request_id)
         log.info(
             "speech request",
@@ -103,14 +147,18 @@ async def create_speech(
                 "response_format": output.response_format,
                 "stream_format": output.stream_format,
                 "chars": len(body.input),
+                "queued_s": round(ticket.queued_s, 4),
                 "engine_first_audio_s": round(first_audio_s, 4),
                 "e2e_s": round(time.perf_counter() - started, 4),
                 "audio_s": round(audio.usage.audio_samples / first.sample_rate, 3) if first else 0.0,
-                "completed": completed,
+                "outcome": outcome,
+                "completed": outcome == "completed",
             },
         )
 
-    audio = EncodedAudio(first, chunks, output.response_format, output.sample_rate, on_close)
+    deadline = asyncio.get_running_loop().time() + settings.request_timeout_s - (time.perf_counter() - started)
+    audio = EncodedAudio(first, chunks, output.response_format, output.sample_rate, on_close, deadline)
+    lifecycle.track(request_id, audio)
     if output.stream_format == "sse":
         return StreamingResponse(
             sse_events(audio, request_id),

@@ -81,6 +81,7 @@ class EngineCapabilities:
     seed: bool
     max_new_tokens: bool
     sample_rate: int  # native output rate of the engine's chunks
+    max_concurrency: int = 1  # syntheses the engine serves well at once: the default admission limit
 
 
 @dataclass(slots=True)

@@ -153,6 +153,7 @@ class EmbeddedEngine:
             seed=True,
             max_new_tokens=False,
             sample_rate=SAMPLE_RATE,
+            max_concurrency=self._workers,
         )
 
     # -- synthesis ------------------------------------------------------------------------------------------------

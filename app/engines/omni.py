@@ -76,10 +76,11 @@ class OmniEngine:
         self._tokens_input: Callable[..., dict[str, Any]] | None = None
         # the tokenizer is not thread-safe: prompt-length estimates run one at a time, off the event loop
         self._prompt_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen3-prompt")
-        self._active: dict[str, asyncio.Task[None] | None] = {}
+        self._active: set[str] = set()
         self._ready = False
         self._detail = "not started"
         self.frames_dropped = 0
+        self._talker_batch = talker_max_num_seqs(settings.deploy_config, settings.stage_overrides)
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -188,15 +189,15 @@ class OmniEngine:
             seed=True,
             max_new_tokens=True,
             sample_rate=self._model.sample_rate,
+            max_concurrency=self._talker_batch,
         )
 
     # -- synthesis ------------------------------------------------------------------------------------------------
     async def abort(self, request_id: str) -> None:
-        """Cancel the task consuming the job: vllm-omni's generate() aborts the engine request on cancellation
-        (an `AsyncOmni.abort` alone can leave the consumer waiting forever)."""
-        task = self._active.get(request_id)
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+        """Tell vllm-omni to drop the request. The stream that consumed it has normally closed its generator already,
+        which makes vllm-omni's generate() abort the request itself; this covers a caller that could not close it."""
+        if request_id in self._active:
+            await self._omni.abort(request_id)
 
     async def _prompt(self, info: dict[str, list[Any]]) -> dict[str, Any]:
         assert self._estimator is not None and self._tokenizer is not None and self._tokens_input is not None
@@ -230,7 +231,7 @@ class OmniEngine:
         params = sampling_params_for(job, self._delta_defaults, fixed_length=self._settings.omni_fixed_length)
         reader = AudioOutputReader(cumulative=self._cumulative)
         guard = FrameGuard(initial_frames=self._settings.omni_initial_chunk_frames)
-        self._active[job.request_id] = asyncio.current_task()
+        self._active.add(job.request_id)
         outputs = self._omni.generate(
             prompt=prompt, request_id=job.request_id, sampling_params_list=params, output_modalities=["audio"]
         )
@@ -256,7 +257,7 @@ class OmniEngine:
                 raise EngineUnavailable(self._detail) from exc
             raise
         finally:
-            self._active.pop(job.request_id, None)
+            self._active.discard(job.request_id)
             with contextlib.suppress(Exception):
                 await outputs.aclose()  # on early exit, generate() aborts the engine request itself
             if guard.frames_dropped or guard.irregular_chunks:
@@ -270,6 +271,22 @@ class OmniEngine:
                         "frames_sent": guard.frames_sent,
                     },
                 )
+
+
+VLLM_OMNI_DEFAULT_MAX_NUM_SEQS = 64  # stage 0 of vllm-omni 0.26.0's own qwen3_tts.yaml
+
+
+def talker_max_num_seqs(deploy_config: str | None, stage_overrides: dict[str, dict[str, object]] | None) -> int:
+    """Stage 0's max_num_seqs: the talker's batch, which bounds how many syntheses run at once."""
+    value: object = VLLM_OMNI_DEFAULT_MAX_NUM_SEQS
+    if deploy_config and os.path.exists(deploy_config):
+        import yaml
+
+        with open(deploy_config, encoding="utf-8") as f:
+            stages = (yaml.safe_load(f) or {}).get("stages") or []
+        value = next((s.get("max_num_seqs", value) for s in stages if s.get("stage_id") == 0), value)
+    value = ((stage_overrides or {}).get("0") or {}).get("max_num_seqs", value)
+    return int(value)  # type: ignore[call-overload]
 
 
 def _is_engine_dead(exc: BaseException) -> bool:

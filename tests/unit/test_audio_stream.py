@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
@@ -9,7 +10,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from app.api.audio_stream import EncodedAudio, sse_events
+from app.api.audio_stream import EncodedAudio, StreamStopped, sse_events
 from app.engines.base import AudioChunk
 
 
@@ -27,10 +28,10 @@ async def chunks(count: int, fail_after: int | None = None) -> AsyncIterator[Aud
 
 class CloseRecorder:
     def __init__(self) -> None:
-        self.calls: list[bool] = []
+        self.calls: list[str] = []
 
-    async def __call__(self, completed: bool) -> None:
-        self.calls.append(completed)
+    async def __call__(self, outcome: str) -> None:
+        self.calls.append(outcome)
 
 
 def parse(events: list[bytes]) -> list[dict]:
@@ -45,7 +46,7 @@ async def test_pcm_bytes_usage_and_close_hook() -> None:
     data = b"".join([piece async for piece in audio.bytes()])
     assert len(data) == 3 * int(0.6 * 24_000) * 2
     assert audio.usage.as_dict() == {"input_tokens": 30, "output_tokens": 144, "total_tokens": 174}
-    assert closed.calls == [True]
+    assert closed.calls == ["completed"]
 
 
 async def test_resampled_output_length() -> None:
@@ -64,7 +65,7 @@ async def test_error_mid_stream_propagates_for_plain_audio() -> None:
         async for piece in audio.bytes():
             received.append(piece)
     assert received  # the first chunk went out before the failure
-    assert closed.calls == [False]
+    assert closed.calls == ["error"]
 
 
 async def test_sse_error_event_after_stream_started() -> None:
@@ -79,7 +80,7 @@ async def test_sse_error_event_after_stream_started() -> None:
     assert "req-1" in events[-1]["error"]["message"]
     assert "Traceback" not in json.dumps(events[-1])
     assert all(e["type"] != "speech.audio.done" for e in events)
-    assert closed.calls == [False]
+    assert closed.calls == ["error"]
 
 
 async def test_sse_done_event_carries_usage() -> None:
@@ -99,4 +100,50 @@ async def test_consumer_leaving_early_runs_close_hook_with_not_completed() -> No
     stream = audio.bytes()
     assert await anext(stream)
     await stream.aclose()  # what Starlette does when the client disconnects
-    assert closed.calls == [False]
+    assert closed.calls == ["client_gone"]
+
+
+async def slow_chunks(count: int, delay_s: float) -> AsyncIterator[AudioChunk]:
+    for _ in range(count):
+        await asyncio.sleep(delay_s)
+        yield AudioChunk(tone(0.2), 24_000)
+
+
+async def test_deadline_ends_the_stream_as_timeout() -> None:
+    rest = slow_chunks(50, 0.05)
+    closed = CloseRecorder()
+    deadline = asyncio.get_running_loop().time() + 0.3
+    audio = EncodedAudio(await anext(rest), rest, "mp3", 24_000, closed, deadline)
+    events = parse([event async for event in sse_events(audio, "req-3")])
+    assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "timeout"
+    assert 1 <= len(events) - 1 < 49  # some audio went out, not all of it
+    assert closed.calls == ["timeout"]
+
+
+async def test_stop_ends_a_waiting_stream_at_once() -> None:
+    rest = slow_chunks(3, 30.0)  # an engine that would keep the stream waiting for half a minute
+    closed = CloseRecorder()
+    audio = EncodedAudio(AudioChunk(tone(0.2), 24_000), rest, "pcm", 24_000, closed)
+    stream = audio.bytes()
+    assert await anext(stream)
+    asyncio.get_running_loop().call_later(0.05, audio.stop, "drain")
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(StreamStopped) as info:
+        await anext(stream)
+    assert info.value.reason == "drain" and info.value.status == 503
+    assert asyncio.get_running_loop().time() - started < 1.0
+    assert closed.calls == ["drain"]
+
+
+async def test_an_engine_that_returns_early_after_a_stop_is_not_completed() -> None:
+    async def obedient() -> AsyncIterator[AudioChunk]:
+        yield AudioChunk(tone(0.2), 24_000)
+        # an engine told to stop simply ends its stream
+
+    closed = CloseRecorder()
+    audio = EncodedAudio(AudioChunk(tone(0.2), 24_000), obedient(), "pcm", 24_000, closed)
+    audio.stop("drain")
+    with pytest.raises(StreamStopped):
+        async for _ in audio.bytes():
+            pass
+    assert closed.calls == ["drain"]

@@ -1,0 +1,100 @@
+"""Admission: at most N syntheses run; up to Q more wait, first come first served, for a bounded time; the rest are
+refused at once with a retry hint. A speech API is judged at p95: answering "not now" quickly beats answering late,
+and a queue without bound only converts overload into latency for everyone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from dataclasses import dataclass
+
+
+class Rejected(Exception):
+    """No slot: `reason` is queue_full, queue_timeout or draining; `retry_after_s` is when a retry should succeed."""
+
+    def __init__(self, reason: str, retry_after_s: int) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+@dataclass
+class Ticket:
+    granted_at: float
+    queued_s: float
+    released: bool = False
+
+
+class AdmissionGate:
+    def __init__(self, max_concurrency: int, max_queue: int, queue_timeout_s: float) -> None:
+        if max_concurrency < 1 or max_queue < 0 or queue_timeout_s < 0:
+            raise ValueError("max_concurrency >= 1, max_queue >= 0 and queue_timeout_s >= 0 are required")
+        self.max_concurrency = max_concurrency
+        self.max_queue = max_queue
+        self.queue_timeout_s = queue_timeout_s
+        self.in_flight = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._service_s = 1.0  # moving average of how long a slot is held; seeds Retry-After before any data
+        self._observed = 0
+
+    @property
+    def queued(self) -> int:
+        return sum(1 for waiter in self._waiters if not waiter.done())
+
+    def retry_after_s(self) -> int:
+        """Seconds until the queue ahead would have drained at the observed service time (at least 1)."""
+        ahead = self.in_flight + self.queued
+        return max(1, math.ceil(self._service_s * max(ahead, 1) / self.max_concurrency))
+
+    async def acquire(self) -> Ticket:
+        arrived = time.perf_counter()
+        if self.in_flight < self.max_concurrency and not self.queued:
+            self.in_flight += 1
+            return Ticket(arrived, 0.0)
+        if self.queued >= self.max_queue:
+            raise Rejected("queue_full", self.retry_after_s())
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), self.queue_timeout_s)
+        except TimeoutError:
+            if waiter.done() and not waiter.cancelled():  # granted in the same instant: keep the slot
+                return Ticket(time.perf_counter(), time.perf_counter() - arrived)
+            waiter.cancel()
+            raise Rejected("queue_timeout", self.retry_after_s()) from None
+        except asyncio.CancelledError:  # the caller went away while queued
+            if waiter.done() and not waiter.cancelled():
+                self._release_slot()  # it was handed a slot it will never use
+            else:
+                waiter.cancel()
+            raise
+        finally:
+            self._prune()
+        now = time.perf_counter()
+        return Ticket(now, now - arrived)
+
+    def release(self, ticket: Ticket) -> None:
+        if ticket.released:
+            return
+        ticket.released = True
+        held = time.perf_counter() - ticket.granted_at
+        self._observed += 1
+        weight = 0.2 if self._observed > 5 else 1.0 / self._observed
+        self._service_s += weight * (held - self._service_s)
+        self._release_slot()
+
+    def _release_slot(self) -> None:
+        """Hand the slot to the longest waiter, or free it."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # in_flight unchanged: the slot changes hands
+                return
+        self.in_flight -= 1
+
+    def _prune(self) -> None:
+        while self._waiters and self._waiters[0].done():
+            self._waiters.popleft()
