@@ -1,0 +1,215 @@
+"""Behaviour under load and faults, against real servers: admission, disconnects, timeouts, graceful drain."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import json
+import re
+import signal
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from loadtest.audio import decode
+from tests.support.server import RunningServer, start_server
+
+LONG_TEXT = " ".join(f"Sentence number {n} is here to keep the engine busy for a while." for n in range(30))
+LONGEST_TEXT = " ".join(f"Sentence number {n} is here to keep the engine busy for a while." for n in range(62))
+assert len(LONGEST_TEXT) <= 4096
+
+
+def metric(server: RunningServer, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in httpx.get(f"{server.base_url}/metrics").text.splitlines():
+        if line.startswith("#") or not re.match(rf"{re.escape(name)}(\{{| )", line):
+            continue
+        if all(f'{key}="{value}"' in line for key, value in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def speech(text: str = "Hello there.", **extra: object) -> dict[str, object]:
+    return {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "pcm", **extra}
+
+
+def timed_stream(server: RunningServer, body: dict[str, object]) -> tuple[int, float | None, float, dict[str, str]]:
+    """(status, TTFA, elapsed, headers) of one streamed request."""
+    started = time.perf_counter()
+    ttfa = None
+    with httpx.stream("POST", f"{server.base_url}/v1/audio/speech", json=body, timeout=120) as response:
+        for chunk in response.iter_raw():
+            if chunk and ttfa is None and response.status_code == 200:
+                ttfa = time.perf_counter() - started
+        return response.status_code, ttfa, time.perf_counter() - started, dict(response.headers)
+
+
+@pytest.fixture(scope="module")
+def small_server(tmp_path_factory: pytest.TempPathFactory):
+    """Two slots, a queue of two, one second of patience."""
+    env = {"SPEECH_MAX_CONCURRENCY": "2", "SPEECH_MAX_QUEUE": "2", "SPEECH_QUEUE_TIMEOUT_S": "1"}
+    running = start_server(tmp_path_factory.mktemp("small") / "server.log", env=env)
+    yield running
+    running.stop()
+
+
+def test_flood_at_ten_times_capacity(small_server: RunningServer) -> None:
+    medium = "The quick brown fox jumps over the lazy dog, again and again, until the sun goes down."
+    unloaded = [timed_stream(small_server, speech(medium))[1] for _ in range(5)]
+    rejected_before = metric(small_server, "speech_rejected_total")
+    with concurrent.futures.ThreadPoolExecutor(40) as pool:
+        results = list(pool.map(lambda _: timed_stream(small_server, speech(medium)), range(40)))
+    ok = [r for r in results if r[0] == 200]
+    refused = [r for r in results if r[0] == 429]
+    assert len(ok) + len(refused) == 40
+    assert ok and refused
+    assert len(ok) >= 4  # every slot and queue place was used at least once
+    for _, _, elapsed, headers in refused:
+        assert int(headers["retry-after"]) >= 1
+        assert elapsed < 1.5  # refused at once, or after at most the one-second queue timeout
+    admitted_p95 = statistics.quantiles([r[1] for r in ok], n=20)[-1] if len(ok) > 1 else ok[0][1]
+    assert admitted_p95 < 1.0 + 3 * max(unloaded)  # queue wait is bounded by the queue timeout
+    assert metric(small_server, "speech_rejected_total") - rejected_before == len(refused)
+    error = httpx.post(f"{small_server.base_url}/v1/audio/speech", json=speech(LONG_TEXT))  # still serving
+    assert error.status_code == 200
+
+
+def test_429_is_openai_shaped(small_server: RunningServer) -> None:
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        responses = list(
+            pool.map(
+                lambda _: httpx.post(f"{small_server.base_url}/v1/audio/speech", json=speech(LONG_TEXT), timeout=120),
+                range(12),
+            )
+        )
+    refused = [r for r in responses if r.status_code == 429]
+    assert refused
+    error = refused[0].json()["error"]
+    assert error["code"] == "rate_limit_exceeded" and set(error) == {"message", "type", "param", "code"}
+
+
+def test_disconnects_release_slots_and_are_counted(small_server: RunningServer) -> None:
+    before = metric(small_server, "speech_aborted_total", reason="client_gone")
+    for i in range(200):
+        with httpx.stream(
+            "POST", f"{small_server.base_url}/v1/audio/speech", json=speech(LONG_TEXT), timeout=60
+        ) as response:
+            if response.status_code == 429:  # a slot not yet released from the previous round: wait for it
+                time.sleep(0.05)
+                continue
+            assert response.status_code == 200, i
+            next(response.iter_raw())
+    deadline = time.monotonic() + 5
+    while metric(small_server, "speech_in_flight") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert metric(small_server, "speech_in_flight") == 0
+    aborted = metric(small_server, "speech_aborted_total", reason="client_gone") - before
+    assert aborted >= 190  # all but the odd stream that finished before the client left
+    assert httpx.post(f"{small_server.base_url}/v1/audio/speech", json=speech()).status_code == 200
+
+
+def test_abort_latency_after_disconnect(small_server: RunningServer) -> None:
+    """The engine is told to stop within 100 ms of the client leaving (measured from the server's own log)."""
+    latencies = []
+    for i in range(10):
+        request_id = f"latency-{i}"
+        with httpx.stream(
+            "POST",
+            f"{small_server.base_url}/v1/audio/speech",
+            json=speech(LONG_TEXT),
+            headers={"X-Request-Id": request_id},
+            timeout=60,
+        ) as response:
+            next(response.iter_raw())
+            left = time.time()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            lines = [
+                e
+                for e in small_server.log_events()
+                if e.get("request_id") == request_id and e.get("message") == "speech request"
+            ]
+            if lines:
+                break
+            time.sleep(0.01)
+        assert lines and lines[0]["outcome"] == "client_gone"
+        logged = time.mktime(time.strptime(lines[0]["ts"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        latencies.append(logged + int(lines[0]["ts"][20:23]) / 1000 - left)
+    assert statistics.median(latencies) < 0.1, latencies
+
+
+def test_request_timeout_ends_sse_with_an_error_event(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "server.log", env={"SPEECH_REQUEST_TIMEOUT_S": "0.3"})
+    try:
+        response = httpx.post(
+            f"{server.base_url}/v1/audio/speech", json=speech(LONGEST_TEXT, stream_format="sse"), timeout=60
+        )
+        events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+        assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "timeout"
+        assert all(e["type"] == "speech.audio.delta" for e in events[:-1])
+        assert metric(server, "speech_aborted_total", reason="timeout") == 1
+        with pytest.raises(httpx.RemoteProtocolError):  # plain audio: the body is cut, never silently complete
+            httpx.post(f"{server.base_url}/v1/audio/speech", json=speech(LONGEST_TEXT), timeout=60)
+    finally:
+        server.stop()
+
+
+def test_sigterm_drains_streams_then_exits_zero(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "server.log", env={"SPEECH_DRAIN_TIMEOUT_S": "60"})
+    bodies: list[bytes] = []
+    statuses: list[int] = []
+    started = [threading.Event() for _ in range(3)]
+
+    def stream_slowly(index: int) -> None:
+        with httpx.stream(
+            "POST", f"{server.base_url}/v1/audio/speech", json=speech(LONGEST_TEXT), timeout=120
+        ) as response:
+            statuses.append(response.status_code)
+            data = bytearray()
+            for chunk in response.iter_raw(4096):
+                data += chunk
+                started[index].set()
+                time.sleep(0.002)  # a slow listener keeps the stream in flight
+            bodies.append(bytes(data))
+
+    threads = [threading.Thread(target=stream_slowly, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    assert all(event.wait(30) for event in started)  # all three are streaming before the signal
+    server.process.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    ready = httpx.get(f"{server.base_url}/ready")
+    assert ready.status_code == 503 and ready.json()["error"]["code"] == "server_shutting_down"
+    refused = httpx.post(f"{server.base_url}/v1/audio/speech", json=speech())
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_shutting_down"
+    for thread in threads:
+        thread.join(120)
+    assert statuses == [200, 200, 200]
+    durations = [decode(body, "pcm").duration_s for body in bodies]
+    assert len(durations) == 3 and min(durations) > 0.9 * max(durations) > 0  # all three complete, same text
+    assert server.process.wait(60) == 0
+    outcomes = [e.get("outcome") for e in server.log_events() if e.get("message") == "speech request"]
+    assert outcomes.count("completed") == 3
+
+
+def test_drain_timeout_stops_the_rest(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "server.log", env={"SPEECH_DRAIN_TIMEOUT_S": "0.5"})
+    with httpx.stream(
+        "POST", f"{server.base_url}/v1/audio/speech", json=speech(LONGEST_TEXT, stream_format="sse"), timeout=120
+    ) as response:
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")
+        server.process.send_signal(signal.SIGTERM)
+        events = []
+        for line in lines:
+            time.sleep(0.02)  # read slowly: the drain deadline passes mid-stream
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "server_shutting_down"
+    assert server.process.wait(60) == 0
+    deltas = [e for e in events if e["type"] == "speech.audio.delta"]
+    assert deltas and all(base64.b64decode(e["audio"]) for e in deltas)
