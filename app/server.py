@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from app import __version__, metrics
 from app.admission import AdmissionGate
 from app.api import meta, speech
+from app.api.auth import ApiKeyMiddleware, load_api_keys
 from app.api.errors import install_error_handlers
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from app.engines import create_engine
@@ -50,6 +51,8 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     app.include_router(speech.router)
     app.include_router(meta.router)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    keys = load_api_keys(settings.api_keys, settings.api_keys_file)
+    app.add_middleware(ApiKeyMiddleware, keys=keys, max_concurrency_per_key=settings.api_key_max_concurrency)
     app.add_middleware(RequestIdMiddleware)  # outermost: every response, 413 and 500 included, carries the id
     return app
 

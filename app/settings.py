@@ -40,6 +40,13 @@ class Settings(BaseSettings):
     queue_timeout_s: float = Field(10.0, ge=0, description="Longest wait for a slot before a 429.")
     request_timeout_s: float = Field(300.0, gt=0, description="Longest synthesis; then it is aborted.")
     drain_timeout_s: float = Field(30.0, ge=0, description="On SIGTERM: how long in-flight streams may finish.")
+    api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, repr=False, description="API keys (comma list); none = open API."
+    )
+    api_keys_file: str | None = Field(None, description="File of API keys, one per line (# comments).")
+    api_key_max_concurrency: int | None = Field(
+        None, ge=1, description="Requests in progress per API key (429 beyond)."
+    )
     max_body_bytes: int = Field(25 * 1024 * 1024, ge=1024, description="Largest accepted request body (413 beyond).")
     sentence_max_chars: int = Field(
         250, ge=40, description="Sentences longer than this are cut at commas (then spaces) before synthesis."
@@ -77,7 +84,7 @@ class Settings(BaseSettings):
         False, description="Omni engine, benchmarks on random weights only: generate exactly max_new_tokens."
     )
 
-    @field_validator("model_aliases", "omni_warmup_batch_sizes", mode="before")
+    @field_validator("model_aliases", "omni_warmup_batch_sizes", "api_keys", mode="before")
     @classmethod
     def _list_from_env(cls, value: object) -> object:
         if isinstance(value, str):

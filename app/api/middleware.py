@@ -22,12 +22,13 @@ def request_id_of(scope: Scope) -> str:
     return scope.get("state", {}).get("request_id", "")
 
 
-async def _send_error(send: Send, error: ApiError, request_id: str) -> None:
+async def send_error(send: Send, error: ApiError, request_id: str) -> None:
     body = json.dumps(error.body()).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
         (REQUEST_ID_HEADER.encode(), request_id.encode()),
+        *((name.lower().encode(), value.encode()) for name, value in (error.headers or {}).items()),
     ]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
@@ -64,7 +65,7 @@ class RequestIdMiddleware:
         except Exception:
             log.exception("unhandled error", extra={"request_id": request_id})
             if not started:
-                await _send_error(send, internal_error(request_id), request_id)
+                await send_error(send, internal_error(request_id), request_id)
             # else: the body was already streaming; the connection is cut, so the client sees an incomplete response
 
 
@@ -85,7 +86,7 @@ class BodySizeLimitMiddleware:
             return
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await _send_error(send, self._too_large(), request_id_of(scope))
+            await send_error(send, self._too_large(), request_id_of(scope))
             return
         body = bytearray()
         while True:
@@ -95,7 +96,7 @@ class BodySizeLimitMiddleware:
                 return
             body += message.get("body", b"")
             if len(body) > self.max_bytes:
-                await _send_error(send, self._too_large(), request_id_of(scope))
+                await send_error(send, self._too_large(), request_id_of(scope))
                 return
             if not message.get("more_body", False):
                 break

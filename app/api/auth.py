@@ -1,0 +1,81 @@
+"""API keys: `Authorization: Bearer <key>` on the API, checked in constant time; an optional per-key concurrency cap.
+
+Keys come from SPEECH_API_KEYS (comma list) and/or SPEECH_API_KEYS_FILE (one per line, # comments). With no keys
+configured the API is open. /health, /ready, /metrics and the docs stay open: probes and scrapers carry no keys, and
+none of them reveals anything a key protects. Keys are never logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from pathlib import Path
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app import metrics
+from app.api.errors import ApiError
+from app.api.middleware import request_id_of, send_error
+
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc"})
+
+
+def load_api_keys(keys: list[str], keys_file: str | None) -> list[str]:
+    loaded = [key.strip() for key in keys if key.strip()]
+    if keys_file:
+        for line in Path(keys_file).read_text(encoding="utf-8").splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                loaded.append(line)
+    return loaded
+
+
+class ApiKeyMiddleware:
+    def __init__(self, app: ASGIApp, keys: list[str], max_concurrency_per_key: int | None = None) -> None:
+        self.app = app
+        # compare digests of equal length: the time taken tells nothing about how much of a key matched
+        self._digests = [hashlib.sha256(key.encode()).digest() for key in keys]
+        self._max_per_key = max_concurrency_per_key
+        self._in_flight: dict[int, int] = {}
+
+    def _match(self, presented: str) -> int | None:
+        digest = hashlib.sha256(presented.encode()).digest()
+        found = None
+        for index, known in enumerate(self._digests):  # no early exit: every key is compared every time
+            if hmac.compare_digest(digest, known):
+                found = index
+        return found
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self._digests or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        scheme, _, presented = header.partition(" ")
+        key = self._match(presented.strip()) if scheme.lower() == "bearer" and presented.strip() else None
+        if key is None:
+            metrics.REJECTED.labels("unauthorized").inc()
+            message = (
+                "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."
+                if not header
+                else "Incorrect API key provided."
+            )
+            error = ApiError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+            await send_error(send, error, request_id_of(scope))
+            return
+        if self._max_per_key is not None and self._in_flight.get(key, 0) >= self._max_per_key:
+            metrics.REJECTED.labels("per_key_limit").inc()
+            error = ApiError(
+                429,
+                f"This API key already has {self._max_per_key} requests in progress.",
+                type="requests",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": "1"},
+            )
+            await send_error(send, error, request_id_of(scope))
+            return
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._in_flight[key] -= 1

@@ -1,0 +1,99 @@
+"""API keys on a real server: the auth table, the keys file, the per-key limit, keys never logged."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.support.server import RunningServer, start_server
+
+KEY_A = "sk-test-alpha-0123456789"
+KEY_B = "sk-test-bravo-9876543210"
+KEY_FROM_FILE = "sk-from-file-5555"
+BODY = {"model": "tts-1", "voice": "alloy", "input": "Authorised speech.", "response_format": "pcm"}
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    folder = tmp_path_factory.mktemp("auth")
+    keys_file = folder / "keys"
+    keys_file.write_text(f"# team keys\n{KEY_FROM_FILE}  # ops\n\n")
+    env = {
+        "SPEECH_API_KEYS": f"{KEY_A},{KEY_B}",
+        "SPEECH_API_KEYS_FILE": str(keys_file),
+        "SPEECH_API_KEY_MAX_CONCURRENCY": "1",
+    }
+    running = start_server(folder / "server.log", env=env)
+    yield running
+    running.stop()
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({}, 401),
+        ({"Authorization": f"Bearer {KEY_A}"}, 200),
+        ({"Authorization": f"Bearer {KEY_B}"}, 200),
+        ({"Authorization": f"Bearer {KEY_FROM_FILE}"}, 200),
+        ({"Authorization": f"bearer {KEY_A}"}, 200),
+        ({"Authorization": "Bearer sk-wrong"}, 401),
+        ({"Authorization": f"Bearer {KEY_A}x"}, 401),
+        ({"Authorization": f"Bearer {KEY_A[:-1]}"}, 401),
+        ({"Authorization": f"Basic {KEY_A}"}, 401),
+        ({"Authorization": "Bearer"}, 401),
+        ({"Authorization": f"{KEY_A}"}, 401),
+    ],
+)
+def test_auth_table(secured: RunningServer, headers: dict[str, str], status: int) -> None:
+    response = httpx.post(f"{secured.base_url}/v1/audio/speech", json=BODY, headers=headers, timeout=60)
+    assert response.status_code == status, response.text
+    assert response.headers["x-request-id"]
+    if status == 401:
+        error = response.json()["error"]
+        assert error["code"] == "invalid_api_key" and set(error) == {"message", "type", "param", "code"}
+        assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_every_api_route_is_protected(secured: RunningServer) -> None:
+    for method, path in [("GET", "/v1/models"), ("GET", "/v1/audio/voices"), ("POST", "/v1/audio/speech")]:
+        assert httpx.request(method, f"{secured.base_url}{path}").status_code == 401, path
+
+
+def test_probes_and_scrapes_stay_open(secured: RunningServer) -> None:
+    for path in ("/health", "/ready", "/metrics", "/openapi.json"):
+        assert httpx.get(f"{secured.base_url}{path}").status_code == 200, path
+
+
+def test_openai_sdk_with_and_without_key(secured: RunningServer) -> None:
+    good = openai.OpenAI(base_url=f"{secured.base_url}/v1", api_key=KEY_B, max_retries=0)
+    assert next(m.id for m in good.models.list()) == "hibari"
+    bad = openai.OpenAI(base_url=f"{secured.base_url}/v1", api_key="sk-nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+
+
+def test_per_key_concurrency_limit(secured: RunningServer) -> None:
+    long = {**BODY, "input": " ".join(["This keeps the key busy for a moment."] * 60)}
+
+    def call(key: str) -> int:
+        return httpx.post(
+            f"{secured.base_url}/v1/audio/speech", json=long, timeout=60, headers={"Authorization": f"Bearer {key}"}
+        ).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        statuses = list(pool.map(call, [KEY_A] * 6))
+    assert 200 in statuses and 429 in statuses  # one at a time for this key
+    assert call(KEY_B) == 200  # other keys are not affected
+
+
+def test_keys_never_reach_the_log(secured: RunningServer) -> None:
+    httpx.post(f"{secured.base_url}/v1/audio/speech", json=BODY, headers={"Authorization": f"Bearer {KEY_A}"})
+    httpx.post(f"{secured.base_url}/v1/audio/speech", json=BODY, headers={"Authorization": "Bearer sk-wrong-key"})
+    log = Path(secured.log_path).read_text()
+    for secret in (KEY_A, KEY_B, KEY_FROM_FILE, "sk-wrong-key"):
+        assert secret not in log
