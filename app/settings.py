@@ -9,6 +9,8 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.audio.fetch import FetchPolicy
+
 EngineName = Literal["auto", "embedded", "omni"]
 
 # OpenAI's voice names, so OpenAI client code runs unchanged. The empty target means "the engine's default voice".
@@ -47,6 +49,17 @@ class Settings(BaseSettings):
     api_key_max_concurrency: int | None = Field(
         None, ge=1, description="Requests in progress per API key (429 beyond)."
     )
+    ref_audio_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Hosts ref_audio URLs may name (comma list; '.example.com' = its subdomains); none = no URLs.",
+    )
+    ref_audio_allow_http: bool = Field(False, description="Also fetch plain-http ref_audio URLs.")
+    ref_audio_allow_private: bool = Field(
+        False,
+        description="Also fetch from non-public addresses (private, loopback, link-local): trusted networks only.",
+    )
+    ref_audio_max_bytes: int = Field(10 * 1024 * 1024, ge=1024, description="Largest reference audio accepted.")
+    ref_audio_ca_bundle: str | None = Field(None, description="CA bundle for https ref_audio hosts with a private CA.")
     max_body_bytes: int = Field(25 * 1024 * 1024, ge=1024, description="Largest accepted request body (413 beyond).")
     sentence_max_chars: int = Field(
         250, ge=40, description="Sentences longer than this are cut at commas (then spaces) before synthesis."
@@ -84,7 +97,7 @@ class Settings(BaseSettings):
         False, description="Omni engine, benchmarks on random weights only: generate exactly max_new_tokens."
     )
 
-    @field_validator("model_aliases", "omni_warmup_batch_sizes", "api_keys", mode="before")
+    @field_validator("model_aliases", "omni_warmup_batch_sizes", "api_keys", "ref_audio_allowed_hosts", mode="before")
     @classmethod
     def _list_from_env(cls, value: object) -> object:
         if isinstance(value, str):
@@ -93,6 +106,15 @@ class Settings(BaseSettings):
                 return json.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
+
+    def fetch_policy(self) -> FetchPolicy:
+        return FetchPolicy(
+            allowed_hosts=frozenset(h.lower().rstrip(".") for h in self.ref_audio_allowed_hosts),
+            allow_http=self.ref_audio_allow_http,
+            allow_private=self.ref_audio_allow_private,
+            max_bytes=self.ref_audio_max_bytes,
+            ca_bundle=self.ref_audio_ca_bundle,
+        )
 
 
 def settings_help() -> str:

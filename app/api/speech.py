@@ -19,7 +19,8 @@ from app.api.errors import ApiError, internal_error, invalid_param
 from app.api.job_builder import build_job
 from app.api.schemas import SpeechRequest
 from app.audio.encoders import CONTENT_TYPES
-from app.audio.reference import decode_reference_audio
+from app.audio.fetch import fetch_reference
+from app.audio.reference import decode_reference_audio, is_url
 from app.engines.base import AudioChunk, EngineUnavailable, ReferenceAudio, SpeechEngine, UnsupportedParameter
 from app.lifecycle import Lifecycle
 from app.settings import Settings
@@ -90,9 +91,11 @@ async def first_chunk(chunks: AsyncGenerator[AudioChunk], engine: SpeechEngine, 
         raise internal_error(request_id) from exc
 
 
-async def decode_reference(value: str) -> ReferenceAudio:
+async def decode_reference(value: str, settings: Settings) -> ReferenceAudio:
+    policy = settings.fetch_policy()
     try:
-        return await asyncio.to_thread(decode_reference_audio, value)
+        source: str | bytes = await fetch_reference(value.strip(), policy) if is_url(value) else value
+        return await asyncio.to_thread(decode_reference_audio, source, policy.max_bytes)
     except UnsupportedParameter as exc:
         raise invalid_param(exc.param, exc.message) from exc
 
@@ -114,7 +117,7 @@ async def create_speech(
     if not engine.health().ready:
         raise engine_unavailable(engine)
     caps = engine.capabilities()
-    reference = await decode_reference(body.ref_audio) if caps.voice_cloning and body.ref_audio else None
+    reference = await decode_reference(body.ref_audio, settings) if caps.voice_cloning and body.ref_audio else None
     job, output = build_job(
         body,
         request_id=request_id,

@@ -1,8 +1,5 @@
-"""Reference audio for voice cloning, as callers send it: base64 or a data URI, decoded with FFmpeg (PyAV).
-
-Fetching URLs is not offered yet (it needs the allow-list and address checks of a hardened fetcher); such values are
-refused with a clear message rather than fetched naively.
-"""
+"""Reference audio for voice cloning, as callers send it: base64, a data URI or an https URL (fetched under the rules
+of `app.audio.fetch`), decoded with FFmpeg (PyAV)."""
 
 from __future__ import annotations
 
@@ -24,10 +21,14 @@ def _reject(message: str) -> UnsupportedParameter:
     return UnsupportedParameter("ref_audio", message)
 
 
+def is_url(value: str) -> bool:
+    return re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", value.strip()) is not None
+
+
 def reference_bytes(value: str, max_bytes: int = MAX_REFERENCE_BYTES) -> bytes:
     text = value.strip()
-    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", text):
-        raise _reject("ref_audio URLs are not accepted by this server; send the audio as base64 or a data URI.")
+    if is_url(text):
+        raise _reject("ref_audio URLs are fetched separately; this function takes base64 or a data URI.")
     match = _DATA_URI.fullmatch(text)
     payload = match.group("data") if match else text
     if len(payload) > max_bytes * 4 // 3 + 4:
@@ -41,9 +42,10 @@ def reference_bytes(value: str, max_bytes: int = MAX_REFERENCE_BYTES) -> bytes:
     return data
 
 
-def decode_reference_audio(value: str, max_bytes: int = MAX_REFERENCE_BYTES) -> ReferenceAudio:
-    """Decode to mono float32 at the file's own rate (the model resamples what it needs itself)."""
-    data = reference_bytes(value, max_bytes)
+def decode_reference_audio(value: str | bytes, max_bytes: int = MAX_REFERENCE_BYTES) -> ReferenceAudio:
+    """Decode (base64, a data URI, or bytes already fetched) to mono float32 at the file's own rate (the model
+    resamples what it needs itself)."""
+    data = value if isinstance(value, bytes) else reference_bytes(value, max_bytes)
     try:
         with av.open(io.BytesIO(data)) as container:
             if not container.streams.audio:
