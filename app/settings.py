@@ -93,6 +93,9 @@ class Settings(BaseSettings):
     omni_initial_chunk_frames: int = Field(
         1, ge=1, description="Omni engine: first audio chunk in codec frames; must match the deploy profile."
     )
+    omni_sentence_pipeline: bool = Field(
+        False, description="Omni engine: speak long text sentence by sentence (as the embedded engine always does)."
+    )
     omni_fixed_length: bool = Field(
         False, description="Omni engine, benchmarks on random weights only: generate exactly max_new_tokens."
     )

@@ -49,12 +49,15 @@ def create_engine(settings: Settings) -> SpeechEngine:
     name = resolve_engine_name(settings.engine, settings)
     if not engine_available(name):
         raise RuntimeError(f"the {name!r} engine is not available here (missing package or GPU)")
+    from app.pipeline import SentencePipeline
+
     if name == "embedded":
         from app.engines.embedded import EmbeddedEngine
 
-        return EmbeddedEngine(settings)
+        return SentencePipeline(EmbeddedEngine(settings), settings.sentence_max_chars)
     if name == "omni":
         from app.engines.omni import OmniEngine
 
-        return OmniEngine(settings)
+        omni = OmniEngine(settings)
+        return SentencePipeline(omni, settings.sentence_max_chars) if settings.omni_sentence_pipeline else omni
     raise RuntimeError(f"unknown engine {name!r}")

@@ -1,8 +1,8 @@
 """The embedded engine: hibari-tts, a small neural TTS that runs on the CPU with its default voice inside the wheel.
 
-Input is cut into sentences; each sentence is synthesized in a worker thread (the event loop never waits on the
-model) and yielded as soon as it is ready, while the next sentence is already being synthesized. A fixed pool of
-workers, each with its own model instance, bounds CPU use. Only the bundled voice is offered: hibari's other voices
+Each piece of text (a sentence: `app.pipeline.SentencePipeline` fronts this engine) is synthesized in a worker thread,
+so the event loop never waits on the model. A fixed pool of workers, each with its own model instance, bounds CPU
+use. Only the bundled voice is offered: hibari's other voices
 are downloaded from a hub on first use, which a production service must never do behind a caller's back.
 """
 
@@ -28,10 +28,8 @@ from app.engines.base import (
     EngineUnavailable,
     SynthesisJob,
     TaskType,
-    UnsupportedParameter,
     VoiceInfo,
 )
-from app.text.sentences import split_sentences
 
 if TYPE_CHECKING:
     from hibari import Hibari
@@ -93,10 +91,9 @@ class EmbeddedEngine:
         self._workers = settings.embedded_workers
         self._threads_per_worker = settings.embedded_threads_per_worker
         self._max_input_chars = settings.max_input_chars
-        self._sentence_max_chars = settings.sentence_max_chars
         self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="hibari")
         self._models: queue.SimpleQueue[Hibari] = queue.SimpleQueue()
-        self._active: set[str] = set()
+        self._active: dict[str, int] = {}  # request id -> its syntheses in progress
         self._aborted: set[str] = set()
         self._ready = False
         self._detail = "loading"
@@ -158,46 +155,27 @@ class EmbeddedEngine:
 
     # -- synthesis ------------------------------------------------------------------------------------------------
     async def abort(self, request_id: str) -> None:
-        if request_id in self._active:
+        if self._active.get(request_id):
             self._aborted.add(request_id)
 
     async def synthesize(self, job: SynthesisJob) -> AsyncIterator[AudioChunk]:
+        """One piece of text (the sentence pipeline in front of this engine cuts long text into sentences) as one
+        chunk, synthesized in a worker thread."""
         if not self._ready:
             raise EngineUnavailable("the embedded engine is not ready")
-        sentences = split_sentences(job.text, self._sentence_max_chars)
-        if not sentences:
-            raise UnsupportedParameter("input", "`input` contains nothing that can be spoken.")
         loop = asyncio.get_running_loop()
-
-        def submit(index: int) -> asyncio.Future[SentenceAudio]:
-            seed = None if job.seed is None else job.seed + index
-            return loop.run_in_executor(self._executor, self._synthesize_sentence, sentences[index], job.speed, seed)
-
-        self._active.add(job.request_id)
-        pending = submit(0)
+        self._active[job.request_id] = self._active.get(job.request_id, 0) + 1
+        pending = loop.run_in_executor(self._executor, self._synthesize_sentence, job.text, job.speed, job.seed)
         try:
-            for index in range(len(sentences)):
-                audio = await pending
-                if job.request_id in self._aborted:
-                    return
-                if index + 1 < len(sentences):
-                    pending = submit(index + 1)  # overlap the next sentence with sending this one
-                log.debug(
-                    "sentence synthesized",
-                    extra={
-                        "request_id": job.request_id,
-                        "event": "sentence_synthesized",
-                        "sentence": index,
-                        "sentences": len(sentences),
-                        "at": time.time(),
-                    },
-                )
-                if len(audio.samples):
-                    yield AudioChunk(audio.samples, SAMPLE_RATE, audio.phoneme_ids, audio.frames)
+            audio = await pending
+            if job.request_id not in self._aborted and len(audio.samples):
+                yield AudioChunk(audio.samples, SAMPLE_RATE, audio.phoneme_ids, audio.frames)
         finally:
-            pending.cancel()
-            self._active.discard(job.request_id)
-            self._aborted.discard(job.request_id)
+            pending.cancel()  # a caller that left before the thread started: the work is never done
+            self._active[job.request_id] -= 1
+            if not self._active[job.request_id]:
+                del self._active[job.request_id]
+                self._aborted.discard(job.request_id)
 
     def _synthesize_sentence(self, sentence: str, speed: float, seed: int | None) -> SentenceAudio:
         model = self._models.get()

@@ -128,8 +128,10 @@ def test_sse_event_sequence_and_usage(server: RunningServer, response_format: st
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
     audio_bytes = b"".join(base64.b64decode(str(e["audio"])) for e in events[:-1])
     audio = decode(audio_bytes, response_format)
-    # output tokens are the engine's 12.5 ms acoustic frames
-    assert abs(usage["output_tokens"] * 0.0125 - audio.duration_s) < 0.15
+    # output tokens are the engine's 12.5 ms acoustic frames, generated; the joins trim some of their silence
+    generated_s = usage["output_tokens"] * 0.0125
+    assert audio.duration_s <= generated_s + 0.05
+    assert generated_s - audio.duration_s < 1.0  # two sentences: at most their padding was trimmed
     assert word_error_rate(text, transcribe(audio)) <= 0.2
 
 

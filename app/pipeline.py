@@ -1,0 +1,212 @@
+"""The sentence pipeline: long text spoken sentence by sentence by any engine, with seamless joins.
+
+Text is cut into sentences (`app.text.sentences`); sentence n streams to the caller while sentence n + 1 is already
+being synthesized, so the first audio leaves after one sentence and the rest follows without gaps in delivery. Every
+piece of the input is spoken: nothing is dropped. Engines pad each utterance with silence (hibari: ~0.3 s before,
+~0.4 s after), which would put a second of dead air between sentences; the joiner trims the silent edges to a
+natural pause (longer after a full stop than at a clause cut) and fades the cut points, so joins neither drag nor
+click.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+
+import numpy as np
+
+from app.engines.base import (
+    AudioChunk,
+    EngineCapabilities,
+    EngineHealth,
+    SpeechEngine,
+    SynthesisJob,
+    UnsupportedParameter,
+    VoiceInfo,
+)
+from app.text.sentences import split_sentences
+
+log = logging.getLogger(__name__)
+
+SILENCE_THRESHOLD = 0.01  # |sample| below this (-40 dBFS) counts as silence at an utterance's edges
+LEAD_S = 0.05  # silence kept before a sentence's first sound
+PAUSE_AFTER_SENTENCE_S = 0.25
+PAUSE_AFTER_CLAUSE_S = 0.12  # a long sentence cut at a comma or semicolon
+FADE_S = 0.005
+_END = object()
+
+
+def pause_after(piece: str) -> float:
+    tail = piece.rstrip("\"'”’)]» ")
+    if tail.endswith((".", "!", "?", "…", "。", "！", "？")):
+        return PAUSE_AFTER_SENTENCE_S
+    if tail.endswith((",", ";", ":", "—", "–", "，", "；", "：", "、")):
+        return PAUSE_AFTER_CLAUSE_S
+    return 0.0  # cut inside a clause (a very long one): no audible pause at all
+
+
+class SentenceJoiner:
+    """Trims one utterance's silent edges as it streams: leading silence down to LEAD_S, trailing silence down to
+    `pause_s`. Sound passes through at once; only a trailing run of silence is held until more sound (or the end)
+    shows whether it is a pause inside the sentence or the tail."""
+
+    def __init__(self, sample_rate: int, pause_s: float, first: bool) -> None:
+        self.sample_rate = sample_rate
+        self._lead = int(LEAD_S * sample_rate)
+        self._pause = int(pause_s * sample_rate)
+        self._fade = max(1, int(FADE_S * sample_rate))
+        self._first = first
+        self._started = False  # a sound has been seen
+        self._held = np.zeros(0, np.float32)
+
+    def _fade_in(self, samples: np.ndarray) -> np.ndarray:
+        n = min(self._fade, len(samples))
+        samples = samples.copy()
+        samples[:n] *= np.linspace(0.0, 1.0, n, endpoint=False, dtype=np.float32)
+        return samples
+
+    def feed(self, samples: np.ndarray) -> np.ndarray:
+        samples = np.concatenate([self._held, np.asarray(samples, dtype=np.float32)])
+        loud = np.flatnonzero(np.abs(samples) >= SILENCE_THRESHOLD)
+        if not self._started:
+            if not len(loud):
+                # all silence so far: the first sentence keeps its silence as it comes (the caller hears the stream
+                # start at once); later ones hold it, to be trimmed to the lead
+                self._held = samples if not self._first else np.zeros(0, np.float32)
+                return samples if self._first else np.zeros(0, np.float32)
+            self._started = True
+            start = 0 if self._first else max(0, loud[0] - self._lead)
+            samples = samples[start:] if self._first else self._fade_in(samples[start:])
+            loud = loud - start
+        end = loud[-1] + 1 if len(loud) else 0
+        self._held = samples[end:]
+        return samples[:end]
+
+    def finish(self) -> np.ndarray:
+        """The end of the utterance: its trailing silence, cut to the pause and faded at the cut."""
+        tail = self._held[: self._pause] if self._started else np.zeros(0, np.float32)
+        self._held = np.zeros(0, np.float32)
+        if len(tail):
+            n = min(self._fade, len(tail))
+            tail = tail.copy()
+            tail[-n:] *= np.linspace(1.0, 0.0, n, dtype=np.float32)
+        return tail
+
+
+class SentencePipeline:
+    """A SpeechEngine that fronts another one with sentence splitting, look-ahead and seamless joins."""
+
+    def __init__(self, engine: SpeechEngine, max_chars: int) -> None:
+        self.inner = engine
+        self.max_chars = max_chars
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.inner.name
+
+    @property
+    def model_id(self) -> str:  # type: ignore[override]
+        return self.inner.model_id
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def health(self) -> EngineHealth:
+        return self.inner.health()
+
+    def voices(self) -> list[VoiceInfo]:
+        return self.inner.voices()
+
+    def languages(self) -> list[str]:
+        return self.inner.languages()
+
+    def capabilities(self) -> EngineCapabilities:
+        return self.inner.capabilities()
+
+    async def abort(self, request_id: str) -> None:
+        await self.inner.abort(request_id)
+
+    async def synthesize(self, job: SynthesisJob) -> AsyncIterator[AudioChunk]:
+        pieces = split_sentences(job.text, self.max_chars)
+        if not pieces:
+            raise UnsupportedParameter("input", "'input' contains nothing that can be spoken.")
+        if job.max_new_tokens is not None and len(pieces) > 1:
+            pieces = [job.text]  # a token budget applies to the whole text: do not multiply it by the sentences
+        jobs = [
+            dataclasses.replace(job, text=piece, seed=None if job.seed is None else job.seed + index)
+            for index, piece in enumerate(pieces)
+        ]
+        ahead: tuple[int, asyncio.Queue[object]] | None = None  # the sentence being synthesized in advance
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            for index, sentence_job in enumerate(jobs):
+                if ahead is not None and ahead[0] == index:
+                    source: AsyncIterator[AudioChunk] = _drain(ahead[1])
+                else:
+                    source = self.inner.synthesize(sentence_job)
+                joiner: SentenceJoiner | None = None
+                try:
+                    async for chunk in source:
+                        if joiner is None:
+                            joiner = SentenceJoiner(chunk.sample_rate, pause_after(pieces[index]), first=index == 0)
+                            if index + 1 < len(jobs):  # the next sentence starts as soon as this one sounds
+                                queue: asyncio.Queue[object] = asyncio.Queue()
+                                tasks.append(asyncio.create_task(self._prefetch(jobs[index + 1], queue)))
+                                ahead = (index + 1, queue)
+                        audio = joiner.feed(chunk.samples)
+                        if len(audio) or chunk.input_tokens or chunk.output_tokens:
+                            yield dataclasses.replace(chunk, samples=audio)
+                finally:
+                    await _aclose(source)
+                if joiner is not None:
+                    tail = joiner.finish()
+                    if len(tail):
+                        yield AudioChunk(tail, joiner.sample_rate)
+                log.debug(
+                    "sentence synthesized",
+                    extra={
+                        "request_id": job.request_id,
+                        "event": "sentence_synthesized",
+                        "sentence": index,
+                        "sentences": len(jobs),
+                        "at": time.time(),
+                    },
+                )
+        finally:
+            for task in tasks:
+                if not task.done():
+                    task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _prefetch(self, job: SynthesisJob, queue: asyncio.Queue[object]) -> None:
+        stream = self.inner.synthesize(job)
+        try:
+            async for chunk in stream:
+                queue.put_nowait(chunk)
+            queue.put_nowait(_END)
+        except Exception as exc:  # delivered in order, where the sentence's audio would have been
+            queue.put_nowait(exc)
+        finally:
+            await _aclose(stream)
+
+
+async def _drain(queue: asyncio.Queue[object]) -> AsyncIterator[AudioChunk]:
+    while (item := await queue.get()) is not _END:
+        if isinstance(item, BaseException):
+            raise item
+        assert isinstance(item, AudioChunk)
+        yield item
+
+
+async def _aclose(stream: AsyncIterator[AudioChunk]) -> None:
+    if isinstance(stream, AsyncGenerator):
+        await stream.aclose()
