@@ -12,9 +12,11 @@ import asyncio
 import base64
 import json
 import logging
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+import anyio
 import numpy as np
 
 from app.api.errors import ApiError, error_body
@@ -83,6 +85,9 @@ class EncodedAudio:
         self._encoder: StreamEncoder = create_encoder(response_format, sample_rate)
         self._stop_reason: str | None = None
         self._stopped = asyncio.Event()
+        # The encoder is used from worker threads; a client that leaves cancels the await, not the thread, so the
+        # encoder must not be closed while a thread still encodes into it (FFmpeg would crash the process).
+        self._encoder_lock = threading.Lock()
         self.usage = Usage()
 
     def stop(self, reason: str) -> None:
@@ -91,13 +96,19 @@ class EncodedAudio:
         self._stopped.set()
 
     def _convert(self, samples: np.ndarray, sample_rate: int) -> bytes:
-        if self._resampler is None:
-            self._resampler = StreamResampler(sample_rate, self._sample_rate)
-        return self._encoder.encode(self._resampler.process(samples))
+        with self._encoder_lock:
+            if self._resampler is None:
+                self._resampler = StreamResampler(sample_rate, self._sample_rate)
+            return self._encoder.encode(self._resampler.process(samples))
 
     def _finish(self) -> bytes:
-        tail = self._resampler.flush() if self._resampler is not None else np.zeros(0, np.float32)
-        return self._encoder.encode(tail) + self._encoder.finish()
+        with self._encoder_lock:
+            tail = self._resampler.flush() if self._resampler is not None else np.zeros(0, np.float32)
+            return self._encoder.encode(tail) + self._encoder.finish()
+
+    def _close_encoder(self) -> None:
+        with self._encoder_lock:  # waits for a slice being encoded right now (a few milliseconds at most)
+            self._encoder.close()
 
     async def _next_chunk(self) -> AudioChunk | None:
         """The engine's next chunk, unless the deadline passes or the stream is stopped first."""
@@ -153,9 +164,14 @@ class EncodedAudio:
             outcome = "client_gone"
             raise
         finally:
-            self._encoder.close()
-            await self._rest.aclose()
-            await self._on_close(outcome)
+            self._close_encoder()
+            # The request's task may be cancelled (the client left): shield the clean-up so that the engine job is
+            # closed and the slot released however the stream ended.
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self._rest.aclose()
+                finally:
+                    await self._on_close(outcome)
 
 
 def sse_event(payload: dict[str, object]) -> bytes:

@@ -213,3 +213,33 @@ def test_drain_timeout_stops_the_rest(tmp_path: Path) -> None:
     assert server.process.wait(60) == 0
     deltas = [e for e in events if e["type"] == "speech.audio.delta"]
     assert deltas and all(base64.b64decode(e["audio"]) for e in deltas)
+
+
+@pytest.mark.parametrize("response_format", ["mp3", "aac", "opus", "flac"])
+def test_disconnects_while_encoding_never_crash_the_server(small_server: RunningServer, response_format: str) -> None:
+    """Clients that leave while a compressed stream is being encoded (regression: closing the encoder while a
+    worker thread still encoded into it crashed the process)."""
+
+    def leave_early(_: int) -> None:
+        try:
+            with httpx.stream(
+                "POST",
+                f"{small_server.base_url}/v1/audio/speech",
+                json=speech(LONG_TEXT, response_format=response_format),
+                timeout=60,
+            ) as response:
+                if response.status_code == 200:
+                    next(response.iter_raw())
+        except httpx.HTTPError:
+            pass
+
+    for _ in range(5):
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            list(pool.map(leave_early, range(8)))
+    assert small_server.process.poll() is None, "the server died"
+    deadline = time.monotonic() + 5
+    while metric(small_server, "speech_in_flight") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert metric(small_server, "speech_in_flight") == 0
+    ok = httpx.post(f"{small_server.base_url}/v1/audio/speech", json=speech(response_format=response_format))
+    assert ok.status_code == 200
