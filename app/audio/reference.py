@@ -14,6 +14,7 @@ import numpy as np
 from app.engines.base import ReferenceAudio, UnsupportedParameter
 
 MAX_REFERENCE_BYTES = 10 * 1024 * 1024
+MAX_CHANNELS = 8
 _DATA_URI = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?:;[\w=.+-]+)*;base64,(?P<data>.*)", re.S)
 
 
@@ -52,16 +53,21 @@ def decode_reference_audio(value: str | bytes, max_bytes: int = MAX_REFERENCE_BY
                 raise _reject("ref_audio holds no audio stream.")
             stream = container.streams.audio[0]
             context = stream.codec_context
-            # planar float with the channels kept, then averaged as vllm-omni averages them (FFmpeg's own down-mix
+            channels = context.channels if context is not None else 0
+            if not 1 <= channels <= MAX_CHANNELS:
+                raise _reject(f"ref_audio must have 1 to {MAX_CHANNELS} channels.")
+            # packed float with the channels kept, then averaged as vllm-omni averages them (FFmpeg's own down-mix
             # would scale by its pan law instead)
-            resampler = av.AudioResampler(format="fltp", layout=context.layout, rate=context.sample_rate)
+            resampler = av.AudioResampler(format="flt", layout=context.layout, rate=context.sample_rate)
             parts = [
-                out.to_ndarray().mean(axis=0) for frame in container.decode(stream) for out in resampler.resample(frame)
+                out.to_ndarray().reshape(-1, channels).mean(axis=1)
+                for frame in container.decode(stream)
+                for out in resampler.resample(frame)
             ]
             rate = context.sample_rate
     except UnsupportedParameter:
         raise
-    except (av.FFmpegError, ValueError, OSError) as exc:
+    except (av.FFmpegError, ValueError, OSError, AttributeError, TypeError, RuntimeError) as exc:
         raise _reject("ref_audio could not be decoded as audio (wav, mp3, flac, ogg, opus, m4a or webm).") from exc
     samples = np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
     if not len(samples) or not rate:

@@ -76,3 +76,40 @@ def test_bad_reference_audio_names_the_param(value: str, words: str) -> None:
 def test_size_cap() -> None:
     with pytest.raises(UnsupportedParameter, match="larger than"):
         decode_reference_audio(b64(wav_bytes(2.0)), max_bytes=1000)
+
+
+def wav_with_header(channels: int, bits: int, frames: bytes = b"") -> bytes:
+    """A RIFF/WAVE file with whatever header values a hostile caller likes."""
+    import struct
+
+    block = max(1, channels * bits // 8)
+    fmt = struct.pack("<HHIIHH", 1, channels, 16_000, 16_000 * block, block, bits)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(frames)) + frames
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+@pytest.mark.parametrize(("channels", "bits"), [(9, 16), (64, 16), (0, 16), (1, 0)])
+def test_hostile_wav_headers_are_refused_not_crashing(channels: int, bits: int) -> None:
+    data = wav_with_header(channels, bits, b"\x01\x02" * 4000)
+    with pytest.raises(UnsupportedParameter) as info:
+        decode_reference_audio(b64(data))
+    assert info.value.param == "ref_audio"
+
+
+@pytest.mark.parametrize(("channels", "bits"), [(2, 7), (1, 64), (3, 24), (8, 8)])
+def test_odd_but_decodable_headers_decode_or_are_refused(channels: int, bits: int) -> None:
+    data = wav_with_header(channels, bits, b"\x01\x02" * 4000)
+    try:
+        ref = decode_reference_audio(b64(data))
+    except UnsupportedParameter as exc:
+        assert exc.param == "ref_audio"
+    else:
+        assert ref.samples.ndim == 1 and len(ref.samples) > 0
+
+
+def test_eight_channels_are_averaged() -> None:
+    t = np.arange(16_000) / 16_000
+    mono = (0.25 * np.sin(2 * np.pi * 300 * t) * 32767).astype("<i2")
+    data = wav_with_header(8, 16, np.repeat(mono[:, None], 8, axis=1).tobytes())
+    ref = decode_reference_audio(b64(data))
+    assert len(ref.samples) == 16_000 and 0.2 < np.abs(ref.samples).max() < 0.3
