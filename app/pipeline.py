@@ -172,7 +172,8 @@ class SentencePipeline:
                 log.debug(
                     "sentence synthesized",
                     extra={
-                        "request_id": job.request_id,
+                        "request_id": job.trace_id or job.request_id,
+                        "job_id": job.request_id,
                         "event": "sentence_synthesized",
                         "sentence": index,
                         "sentences": len(jobs),

@@ -6,6 +6,7 @@ and the server's configuration: served models, voices, languages, task types and
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 from app.api.errors import ApiError, invalid_param
@@ -107,7 +108,9 @@ def build_job(
         message = f"Unknown voice '{request.voice_name}'. Available voices: {known}."
         raise invalid_param("voice", message, "voice_not_found")
     job = SynthesisJob(
-        request_id=request_id,
+        # the caller's id may repeat (a retry): the job gets its own, which still starts with it
+        request_id=f"{request_id}-{uuid.uuid4().hex[:8]}",
+        trace_id=request_id,
         text=request.input,
         voice=voice,
         language=_check_language(request.language, caps),

@@ -137,14 +137,15 @@ async def create_speech(
 
     async def on_close(outcome: str) -> None:
         gate.release(ticket)
-        lifecycle.untrack(request_id)
+        lifecycle.untrack(job.request_id)
         if outcome != "completed":
             metrics.ABORTED.labels(outcome).inc()
-            await engine.abort(request_id)
+            await engine.abort(job.request_id)
         log.info(
             "speech request",
             extra={
                 "request_id": request_id,
+                "job_id": job.request_id,
                 "model": body.model,
                 "voice": job.voice,
                 "response_format": output.response_format,
@@ -161,7 +162,7 @@ async def create_speech(
 
     deadline = asyncio.get_running_loop().time() + settings.request_timeout_s - (time.perf_counter() - started)
     audio = EncodedAudio(first, chunks, output.response_format, output.sample_rate, on_close, deadline)
-    lifecycle.track(request_id, audio)
+    lifecycle.track(job.request_id, audio)
     if output.stream_format == "sse":
         return StreamingResponse(
             sse_events(audio, request_id),

@@ -34,7 +34,7 @@ class ReferenceAudio:
 class SynthesisJob:
     """Everything a request asks of an engine. `voice` is already resolved to an engine voice id."""
 
-    request_id: str
+    request_id: str  # unique per job (the engines key their work on it)
     text: str
     voice: str
     language: str | None = None
@@ -46,6 +46,7 @@ class SynthesisJob:
     x_vector_only_mode: bool = False
     max_new_tokens: int | None = None
     seed: int | None = None
+    trace_id: str = ""  # the caller's request id (X-Request-Id), for logs; not unique: callers may reuse it
 
 
 @dataclass(frozen=True, slots=True)

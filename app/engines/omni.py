@@ -265,7 +265,8 @@ class OmniEngine:
                 log.warning(
                     "omni output re-covered frames already sent; dropped them",
                     extra={
-                        "request_id": job.request_id,
+                        "request_id": job.trace_id or job.request_id,
+                        "job_id": job.request_id,
                         "frames_dropped": guard.frames_dropped,
                         "irregular_chunks": guard.irregular_chunks,
                         "frames_sent": guard.frames_sent,

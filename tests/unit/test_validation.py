@@ -180,9 +180,18 @@ def build_error(payload: dict[str, Any], caps: EngineCapabilities = CAPS) -> Api
 
 def test_valid_job() -> None:
     job, output = build(body(speed=1.5, seed=42, response_format="wav"))
+    assert job.request_id.startswith("req-1-") and job.trace_id == "req-1"
     assert job == SynthesisJob(
-        request_id="req-1", text="Hello there.", voice="heart", speed=1.5, task_type=TaskType.CUSTOM_VOICE, seed=42
+        request_id=job.request_id,
+        text="Hello there.",
+        voice="heart",
+        speed=1.5,
+        task_type=TaskType.CUSTOM_VOICE,
+        seed=42,
+        trace_id="req-1",
     )
+    again, _ = build(body(speed=1.5, seed=42, response_format="wav"))
+    assert again.request_id != job.request_id  # a caller's repeated id never makes two jobs share one
     assert output == OutputSpec("wav", "audio", DEFAULT_SAMPLE_RATE)
     assert DEFAULT_SAMPLE_RATE == 24_000
 
