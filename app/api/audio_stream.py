@@ -174,6 +174,24 @@ class EncodedAudio:
                     await self._on_close(outcome)
 
 
+class StreamCut(Exception):
+    """Ends a plain audio response on purpose, mid-body: the connection closes without the chunked terminator, so the
+    client sees an incomplete body rather than a complete but shortened file."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+async def audio_body(audio: EncodedAudio) -> AsyncIterator[bytes]:
+    """The plain (non-SSE) body: a stream the server stops (timeout, drain) is cut, not closed as if complete."""
+    try:
+        async for data in audio.bytes():
+            yield data
+    except StreamStopped as exc:
+        raise StreamCut(exc.reason) from None
+
+
 def sse_event(payload: dict[str, object]) -> bytes:
     return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
 

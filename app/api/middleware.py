@@ -10,6 +10,7 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.audio_stream import StreamCut
 from app.api.errors import ApiError, internal_error
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,10 @@ class RequestIdMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except StreamCut as exc:
+            # a stream the server ended on purpose (timeout, drain): returning without finishing the body makes the
+            # server close the connection, which the client reads as an incomplete response
+            log.warning("stream ended early", extra={"request_id": request_id, "reason": exc.reason})
         except Exception:
             log.exception("unhandled error", extra={"request_id": request_id})
             if not started:

@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 
 from app import metrics
 from app.admission import AdmissionGate, Rejected, Ticket
-from app.api.audio_stream import EncodedAudio, sse_events
+from app.api.audio_stream import EncodedAudio, StreamStopped, audio_body, sse_events
 from app.api.dependencies import get_catalog, get_engine, get_gate, get_lifecycle, get_settings, served_models
 from app.api.errors import ApiError, internal_error, invalid_param
 from app.api.job_builder import build_job
@@ -127,11 +127,16 @@ async def create_speech(
         ref_audio=reference,
     )
     ticket = await admit(gate)
+    chunks = engine.synthesize(job)
     try:
-        chunks = engine.synthesize(job)
-        first = await first_chunk(chunks, engine, request_id)
-    except BaseException:
+        remaining = settings.request_timeout_s - (time.perf_counter() - started)
+        first = await asyncio.wait_for(first_chunk(chunks, engine, request_id), max(remaining, 0.001))
+    except BaseException as exc:
         gate.release(ticket)
+        await chunks.aclose()
+        if isinstance(exc, TimeoutError):
+            metrics.ABORTED.labels("timeout").inc()
+            raise StreamStopped("timeout") from exc
         raise
     first_audio_s = time.perf_counter() - started
 
@@ -169,4 +174,4 @@ async def create_speech(
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    return StreamingResponse(audio.bytes(), media_type=CONTENT_TYPES[output.response_format])
+    return StreamingResponse(audio_body(audio), media_type=CONTENT_TYPES[output.response_format])

@@ -154,6 +154,21 @@ def test_request_timeout_ends_sse_with_an_error_event(tmp_path: Path) -> None:
         assert metric(server, "speech_aborted_total", reason="timeout") == 1
         with pytest.raises(httpx.RemoteProtocolError):  # plain audio: the body is cut, never silently complete
             httpx.post(f"{server.base_url}/v1/audio/speech", json=speech(LONGEST_TEXT), timeout=60)
+        time.sleep(0.2)
+        log = server.log_path.read_text()
+        assert "stream ended early" in log and "Traceback" not in log  # an intended end, logged as such
+    finally:
+        server.stop()
+
+
+def test_request_timeout_before_the_first_audio_is_a_504(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "server.log", env={"SPEECH_REQUEST_TIMEOUT_S": "0.001"})
+    try:
+        response = httpx.post(f"{server.base_url}/v1/audio/speech", json=speech(LONGEST_TEXT), timeout=60)
+        assert response.status_code == 504
+        assert response.json()["error"]["code"] == "timeout"
+        assert metric(server, "speech_in_flight") == 0
+        assert metric(server, "speech_aborted_total", reason="timeout") == 1
     finally:
         server.stop()
 
