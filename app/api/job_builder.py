@@ -66,6 +66,14 @@ def _check_extensions(request: SpeechRequest, caps: EngineCapabilities) -> TaskT
         for param in ("ref_audio", "ref_text", "x_vector_only_mode"):
             if getattr(request, param) is not None:
                 raise invalid_param(param, f"'{param}' is not supported: this model cannot clone voices.")
+    low, high = caps.speed_range
+    if not low <= request.speed <= high:
+        message = (
+            f"This model speaks at speed {low:g} only."
+            if low == high
+            else f"'speed' must be between {low:g} and {high:g} for this model."
+        )
+        raise invalid_param("speed", message)
     if request.max_new_tokens is not None and not caps.max_new_tokens:
         raise invalid_param("max_new_tokens", "'max_new_tokens' is not supported by this model.")
     if request.seed is not None and not caps.seed:
@@ -101,8 +109,12 @@ def build_job(
     if not is_speakable(request.input):
         raise invalid_param("input", "'input' contains nothing that can be spoken.")
     task_type = _check_extensions(request, caps)
-    # A cloned voice comes from the reference audio; the voice name then only labels the request.
-    voice = request.voice_name if task_type == TaskType.BASE else catalog.resolve(request.voice_name)
+    # A cloned or designed voice comes from the reference audio or the instructions; the name then only labels it.
+    voice = (
+        request.voice_name
+        if task_type in (TaskType.BASE, TaskType.VOICE_DESIGN)  # the voice comes from reference audio or a description
+        else catalog.resolve(request.voice_name)
+    )
     if voice is None:
         known = ", ".join(v.id for v in catalog.voices)
         message = f"Unknown voice '{request.voice_name}'. Available voices: {known}."

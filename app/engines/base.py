@@ -83,6 +83,7 @@ class EngineCapabilities:
     max_new_tokens: bool
     sample_rate: int  # native output rate of the engine's chunks
     max_concurrency: int = 1  # syntheses the engine serves well at once: the default admission limit
+    speed_range: tuple[float, float] = (0.25, 4.0)  # speeds honoured; others are refused, naming `speed`
 
 
 @dataclass(slots=True)

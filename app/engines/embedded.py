@@ -28,6 +28,7 @@ from app.engines.base import (
     EngineUnavailable,
     SynthesisJob,
     TaskType,
+    UnsupportedParameter,
     VoiceInfo,
 )
 
@@ -168,6 +169,10 @@ class EmbeddedEngine:
         pending = loop.run_in_executor(self._executor, self._synthesize_sentence, job.text, job.speed, job.seed)
         try:
             audio = await pending
+            if not audio.phoneme_ids:  # e.g. Chinese text: this English voice has no phonemes for it
+                raise UnsupportedParameter(
+                    "input", f"This voice speaks English only and cannot read: {job.text[:80]!r}."
+                )
             if job.request_id not in self._aborted and len(audio.samples):
                 yield AudioChunk(audio.samples, SAMPLE_RATE, audio.phoneme_ids, audio.frames)
         finally:
@@ -186,6 +191,8 @@ class EmbeddedEngine:
             phoneme_ids = 0
             for piece in chunk_phonemes(model.g2p(sentence)):
                 ids = model.ids(piece)
+                if len(ids) <= 2:  # only the padding: nothing in this piece the model can say
+                    continue
                 phoneme_ids += len(ids)
                 parts.append(model.from_ids(ids, model_speed, rng))
         finally:

@@ -190,6 +190,7 @@ class OmniEngine:
             max_new_tokens=True,
             sample_rate=self._model.sample_rate,
             max_concurrency=self._talker_batch,
+            speed_range=(1.0, 1.0),  # Qwen3-TTS has no speed control (vllm-omni refuses other speeds when streaming)
         )
 
     # -- synthesis ------------------------------------------------------------------------------------------------
@@ -226,7 +227,9 @@ class OmniEngine:
         if not warming and not self.health().ready:
             raise EngineUnavailable(f"the omni engine is not ready ({self._detail})")
         check_job(job, self._model)
-        info = additional_information(job, self._model)
+        loop = asyncio.get_running_loop()
+        # reference audio becomes a list of up to ~1.4 M floats: built in a worker thread, not on the event loop
+        info = await loop.run_in_executor(self._prompt_executor, additional_information, job, self._model)
         prompt = await self._prompt(info)
         params = sampling_params_for(job, self._delta_defaults, fixed_length=self._settings.omni_fixed_length)
         reader = AudioOutputReader(cumulative=self._cumulative)

@@ -64,6 +64,7 @@ CASES = [
     ("sample_rate too high", with_(sample_rate=48001), 400, "sample_rate", None),
     ("sample_rate the codec cannot carry", with_(sample_rate=44100, response_format="opus"), 400, "sample_rate", None),
     ("unknown model", with_(model="tts-9"), 404, "model", "model_not_found"),
+    ("text this English voice cannot read", with_(input="你好世界。"), 400, "input", None),
 ]
 
 

@@ -340,6 +340,7 @@ async def test_http_errors_from_the_omni_engine_are_openai_shaped(custom_voice_d
             ({"task_type": "Base"}, 400, "task_type"),
             ({"language": "Klingon"}, 400, "language"),
             ({"instructions": "y" * 600}, 400, "instructions"),
+            ({"speed": 2.0}, 400, "speed"),  # Qwen3-TTS has no speed control: refused, not ignored
         ]:
             response = await client.post("/v1/audio/speech", json={**base, **body})
             assert response.status_code == status, (body, response.text)

@@ -358,3 +358,22 @@ def test_checks_run_in_order_model_first() -> None:
 
 def _caps_fields() -> dict[str, Any]:
     return {name: getattr(CAPS, name) for name in CAPS.__dataclass_fields__}
+
+
+def test_voice_design_takes_the_voice_as_a_label() -> None:
+    caps = EngineCapabilities(
+        **{**_caps_fields(), "task_types": frozenset({TaskType.VOICE_DESIGN}), "instructions": True}
+    )
+    empty = VoiceCatalog(voices=(), aliases={})
+    request = SpeechRequest.model_validate(body(voice="narrator", instructions="A warm, low voice."))
+    job, _ = build_job(request, request_id="r", caps=caps, catalog=empty, served_models=MODELS)
+    assert job.task_type == TaskType.VOICE_DESIGN and job.voice == "narrator"
+    assert job.instructions == "A warm, low voice."
+
+
+def test_speed_outside_the_engines_range_is_refused() -> None:
+    fixed = EngineCapabilities(**{**_caps_fields(), "speed_range": (1.0, 1.0)})
+    error = build_error(body(speed=1.5), fixed)
+    assert (error.status, error.param) == (400, "speed") and "1" in error.message
+    job, _ = build(body(speed=1.0), fixed)
+    assert job.speed == 1.0
