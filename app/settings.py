@@ -90,9 +90,6 @@ class Settings(BaseSettings):
         default_factory=lambda: [1, 2, 4, 8, 16, 32],
         description="Omni engine: batch sizes warmed up before /ready (each new size costs a JIT compile).",
     )
-    omni_initial_chunk_frames: int = Field(
-        1, ge=1, description="Omni engine: first audio chunk in codec frames; must match the deploy profile."
-    )
     omni_sentence_pipeline: bool = Field(
         False, description="Omni engine: speak long text sentence by sentence (as the embedded engine always does)."
     )

@@ -33,6 +33,7 @@ from app.engines.qwen3_tts import (
     Qwen3TTSModel,
     additional_information,
     check_job,
+    chunk_geometry,
     sampling_params_for,
 )
 
@@ -81,6 +82,7 @@ class OmniEngine:
         self._detail = "not started"
         self.frames_dropped = 0
         self._talker_batch = talker_max_num_seqs(settings.deploy_config, settings.stage_overrides)
+        self._initial_frames, self._chunk_frames = chunk_geometry(settings.deploy_config)
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -233,7 +235,7 @@ class OmniEngine:
         prompt = await self._prompt(info)
         params = sampling_params_for(job, self._delta_defaults, fixed_length=self._settings.omni_fixed_length)
         reader = AudioOutputReader(cumulative=self._cumulative)
-        guard = FrameGuard(initial_frames=self._settings.omni_initial_chunk_frames)
+        guard = FrameGuard(initial_frames=self._initial_frames, chunk_frames=self._chunk_frames)
         self._active.add(job.request_id)
         outputs = self._omni.generate(
             prompt=prompt, request_id=job.request_id, sampling_params_list=params, output_modalities=["audio"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,34 +159,48 @@ class FrameGuard:
 
     vllm-omni 0.26's stage-0 chunk builder reads the request's live finished flag from a background thread; when that
     thread lags (c >= 32), an older step is flushed as if it were the last, and code2wav decodes the tail since the
-    last chunk boundary twice: 1 + 3x25 + 22 + 23 = 121 frames for 99 generated. Every legitimate chunk after the
-    first starts at a boundary (initial + 25k frames) and every flush re-covers the tail since that same boundary, so
-    a chunk no longer than the tail already sent is a duplicate, and a longer one is new only past that tail."""
+    last chunk boundary twice: 1 + 3x25 + 22 + 23 = 121 frames for 99 generated. Every legitimate window after the
+    first starts at a boundary (initial + k x chunk frames) and every flush re-covers the tail since that same
+    boundary. So after a partial window, the next one is a re-cover exactly when it begins with the audio already
+    sent (same codes, same left context: the same decoded samples); only its part past that tail is new. The content
+    check keeps the guard from cutting real audio if the windows are not what the geometry predicts."""
+
+    SAME_AUDIO = 0.25  # relative RMS difference below which two decodings are the same frames
 
     def __init__(self, samples_per_frame: int = SAMPLES_PER_FRAME, initial_frames: int = 1, chunk_frames: int = 25):
         self.samples_per_frame = samples_per_frame
         self.chunk_frames = chunk_frames
-        self._expected = initial_frames  # a full chunk of this size brings us to the next boundary
-        self._tail = 0  # frames sent since the current boundary, by a partial (flush) window
+        self._expected = initial_frames  # a full window of this size brings us to the next boundary
+        self._tail = np.zeros(0, np.float32)  # audio sent since the current boundary by partial windows
         self.frames_sent = 0
         self.frames_dropped = 0
         self.irregular_chunks = 0
+
+    def _recovers_tail(self, samples: np.ndarray) -> bool:
+        overlap = min(len(samples), len(self._tail))
+        if not overlap:
+            return False
+        sent, again = self._tail[:overlap], samples[:overlap]
+        scale = float(np.sqrt(np.mean(sent.astype(np.float64) ** 2))) + 1e-6
+        return float(np.sqrt(np.mean((sent.astype(np.float64) - again) ** 2))) < self.SAME_AUDIO * scale
 
     def accept(self, samples: np.ndarray) -> np.ndarray:
         frames, remainder = divmod(len(samples), self.samples_per_frame)
         if remainder or frames == 0:
             self.irregular_chunks += 1  # not whole frames: nothing to reason about, pass it on unchanged
             return samples
-        if self._tail and frames <= self._tail:
-            self.frames_dropped += frames
-            return samples[:0]
-        new = samples[self._tail * self.samples_per_frame :] if self._tail else samples
-        self.frames_dropped += self._tail
-        self.frames_sent += frames - self._tail
-        if frames == self._expected:
-            self._tail, self._expected = 0, self.chunk_frames
+        new = samples
+        if len(self._tail) and self._recovers_tail(samples):
+            repeated = min(len(samples), len(self._tail))
+            self.frames_dropped += repeated // self.samples_per_frame
+            new = samples[repeated:]
+            self._tail = np.concatenate([self._tail, new])  # the tail since the boundary, now longer
+        elif frames == self._expected:
+            self._tail = np.zeros(0, np.float32)  # a full window: the next boundary is reached
+            self._expected = self.chunk_frames
         else:
-            self._tail = frames
+            self._tail = samples.copy()  # a partial window: a flush, or an early one
+        self.frames_sent += len(new) // self.samples_per_frame
         return new
 
 
@@ -222,6 +237,28 @@ class AudioOutputReader:
                 samples = samples[self._samples_seen :]
         self._samples_seen += len(samples)
         return samples.astype(np.float32, copy=False)
+
+
+def chunk_geometry(deploy_config: str | None) -> tuple[int, int]:
+    """(initial, steady) window sizes in frames from a deploy profile's connector settings; vllm-omni 0.26's own
+    qwen3_tts.yaml, used when no profile is given, has (1, 25)."""
+    initial, steady = 1, 25
+    if deploy_config and os.path.exists(deploy_config):  # a bare name is one of vllm-omni's own profiles
+        import yaml
+
+        with open(deploy_config, encoding="utf-8") as f:
+            connectors = (yaml.safe_load(f) or {}).get("connectors") or {}
+        for connector in connectors.values():
+            extra = (connector or {}).get("extra") or {}
+            if "codec_chunk_frames" in extra or "initial_codec_chunk_frames" in extra:
+                initial = int(extra.get("initial_codec_chunk_frames") or 0)
+                steady = int(extra.get("codec_chunk_frames", steady))
+    if initial <= 0:
+        raise ValueError(
+            f"{deploy_config}: set initial_codec_chunk_frames; without it vllm-omni sizes the first window by load, "
+            "and the service could not tell a repeated window from a new one"
+        )
+    return initial, steady
 
 
 def _multimodal(output: Any) -> Any:

@@ -186,6 +186,15 @@ def test_frame_guard_drops_a_duplicated_tail(lag: int) -> None:
     assert guard.frames_dropped == sum(range(23 - lag, 23))
 
 
+@pytest.mark.parametrize("sizes", [[4, 25, 25, 20], [1, 12, 12, 12, 12, 10], [1, 25, 3], [2, 2, 2], [1, 25, 25]])
+def test_frame_guard_never_cuts_windows_it_did_not_expect(sizes: list[int]) -> None:
+    """Windows of another geometry than the guard's (a profile with other chunk sizes) pass through whole."""
+    chunks = frames_of(sizes)
+    out, guard = through_guard(chunks)
+    assert np.array_equal(out, np.concatenate(chunks))
+    assert guard.frames_dropped == 0 and guard.frames_sent == sum(sizes)
+
+
 def test_frame_guard_passes_irregular_chunks_on() -> None:
     guard = FrameGuard()
     odd = np.zeros(1000, np.float32)
