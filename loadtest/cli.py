@@ -133,7 +133,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for target in targets:
             await discover(client, target)
         if levels:
-            total = len(levels) * len(targets) * (args.requests + args.warmup)
+            warmups = sum(max(args.warmup, level) if args.warmup else 0 for level in levels)
+            total = len(targets) * (len(levels) * args.requests + warmups)
         else:
             total = None  # open loop: the count is random
         with tqdm(total=total, desc="requests", disable=args.no_progress, file=sys.stderr) as bar:

@@ -1,12 +1,15 @@
 """One request, timed the way a caller feels it.
 
 TTFA is the time from sending the request to the first byte of audio payload: for wav, the first byte past the
-44-byte header; for SSE, the first audio inside the first `speech.audio.delta` (again past a wav header); for other
-formats, the first body byte. E2E runs until the last byte. Audio duration comes from decoding what arrived.
+header (RIFF parsed up to the "data" chunk: 44 bytes from this server); for SSE, the first audio inside the
+`speech.audio.delta` events (again past a wav header); for other formats, the first body byte (container headers
+included: compare such formats only between servers that send them alike). E2E runs until the last byte. Audio
+duration comes from decoding what arrived.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -17,8 +20,6 @@ import httpx
 
 from loadtest.audio import decode
 from loadtest.targets import Target
-
-WAV_HEADER_BYTES = 44
 
 
 @dataclass
@@ -43,19 +44,40 @@ class RequestResult:
         return self.e2e_s / self.audio_s
 
 
-class _PayloadClock:
-    """Counts audio payload bytes and notes when the first one arrives."""
+def wav_payload_offset(head: bytes) -> int | None:
+    """Where the samples of a (streaming) WAV start: past the RIFF header and every chunk before "data" (LIST, fact,
+    ...); None while the header has not fully arrived."""
+    if len(head) < 12:
+        return None
+    if head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return 0  # not a WAV header: count from the first byte
+    offset = 12
+    while len(head) >= offset + 8:
+        chunk, size = head[offset : offset + 4], int.from_bytes(head[offset + 4 : offset + 8], "little")
+        if chunk == b"data":
+            return offset + 8
+        offset += 8 + size + (size & 1)
+    return None
 
-    def __init__(self, started: float, skip: int) -> None:
+
+class _PayloadClock:
+    """Counts audio payload bytes and notes when the first one arrives (for wav, the first byte past the header)."""
+
+    def __init__(self, started: float, wav: bool) -> None:
         self.started = started
-        self.skip = skip
-        self.seen = 0
+        self.wav = wav
+        self.head = bytearray()
         self.first_at: float | None = None
 
-    def add(self, size: int) -> None:
-        self.seen += size
-        if self.first_at is None and self.seen > self.skip:
-            self.first_at = time.perf_counter() - self.started
+    def add(self, data: bytes) -> None:
+        if self.first_at is not None or not data:
+            return
+        if self.wav:
+            self.head += data
+            offset = wav_payload_offset(bytes(self.head))
+            if offset is None or len(self.head) <= offset:
+                return
+        self.first_at = time.perf_counter() - self.started
 
 
 def _error_code(body: bytes) -> str | None:
@@ -73,7 +95,10 @@ async def measure(
     response_format: str,
     stream_format: str,
     keep_audio: bool,
+    scheduled_at: float | None = None,
 ) -> RequestResult:
+    """`scheduled_at` (open loop): the planned send time, so that a late send counts against the server's latency
+    instead of vanishing from it (coordinated omission)."""
     body: dict[str, Any] = {
         "model": target.model,
         "voice": target.voice,
@@ -83,10 +108,9 @@ async def measure(
     }
     if stream_format != "audio":
         body["stream_format"] = stream_format
-    skip = WAV_HEADER_BYTES if response_format == "wav" else 0
     audio = bytearray()
-    started = time.perf_counter()
-    clock = _PayloadClock(started, skip)
+    started = time.perf_counter() if scheduled_at is None else scheduled_at
+    clock = _PayloadClock(started, response_format == "wav")
     try:
         async with client.stream("POST", target.speech_url, json=body, headers=target.headers) as response:
             if response.status_code != 200:
@@ -107,15 +131,15 @@ async def measure(
             else:
                 async for chunk in response.aiter_raw():
                     audio += chunk
-                    clock.add(len(chunk))
+                    clock.add(chunk)
         e2e = time.perf_counter() - started
     except httpx.TimeoutException:
         return RequestResult(target.index, text, 0, False, "timeout", e2e_s=time.perf_counter() - started)
     except httpx.HTTPError as exc:
         return RequestResult(target.index, text, 0, False, type(exc).__name__, e2e_s=time.perf_counter() - started)
     rate = int(target.extra_body.get("sample_rate", 24_000))
-    try:
-        decoded = decode(bytes(audio), response_format, pcm_rate=rate)
+    try:  # decoding is CPU work: off the event loop, so it does not delay other requests' clocks
+        decoded = await asyncio.to_thread(decode, bytes(audio), response_format, rate)
     except Exception:  # the server sent something no decoder accepts: count it, do not crash the run
         return RequestResult(target.index, text, 200, False, "undecodable_audio", clock.first_at, e2e, bytes=len(audio))
     if len(decoded.samples) == 0:
@@ -141,12 +165,15 @@ async def _read_sse(response: httpx.Response, audio: bytearray, clock: _PayloadC
     async for line in response.aiter_lines():
         if not line.startswith("data:"):
             continue
-        event = json.loads(line[5:].strip())
-        kind = event.get("type")
+        try:
+            event = json.loads(line[5:].strip())
+            kind = event.get("type")
+            data = base64.b64decode(event.get("audio", ""), validate=True) if kind == "speech.audio.delta" else b""
+        except (ValueError, AttributeError, TypeError):
+            return "sse_malformed"
         if kind == "speech.audio.delta":
-            data = base64.b64decode(event.get("audio", ""))
             audio += data
-            clock.add(len(data))
+            clock.add(data)
         elif kind == "error":
             return (event.get("error") or {}).get("code") or "sse_error"
         elif kind == "speech.audio.done":

@@ -27,6 +27,7 @@ def aggregate(run: LevelRun, wer: float | None) -> dict[str, Any]:
         "model": run.target.model,
         "voice": run.target.voice,
         run.mode: run.level,
+        "concurrency_achieved": run.peak_in_flight,
         "requests": len(run.results),
         "ok": len(ok),
         "errors": len(run.results) - len(ok),

@@ -23,6 +23,7 @@ class LevelRun:
     level: float
     results: list[RequestResult] = field(default_factory=list)
     wall_s: float = 0.0
+    peak_in_flight: int = 0
 
 
 @dataclass
@@ -77,11 +78,22 @@ async def _closed_loop(
     for _ in range(count):
         queue.put_nowait(texts.take())
 
+    in_flight = 0
+
     async def worker() -> None:
+        nonlocal in_flight
         while not queue.empty():
             text = queue.get_nowait()
             keep = record is not None and _keep(plan, record)
-            result = await measure(client, target, text, plan.response_format, plan.stream_format, keep)
+            in_flight += 1
+            if record is not None:
+                record.peak_in_flight = max(record.peak_in_flight, in_flight)
+            try:
+                result = await measure(client, target, text, plan.response_format, plan.stream_format, keep)
+            except Exception as exc:  # a client-side failure is one failed request, never the end of the sweep
+                result = RequestResult(target.index, text, 0, False, f"client_{type(exc).__name__}")
+            finally:
+                in_flight -= 1
             if record is not None:
                 record.results.append(result)
             tick()
@@ -105,8 +117,20 @@ async def _open_loop(
     """Poisson arrivals at `rate` per second for `duration_s`; returns the wall time until the last answer."""
     tasks: list[asyncio.Task[None]] = []
 
-    async def one(text: str) -> None:
-        result = await measure(client, target, text, plan.response_format, plan.stream_format, _keep(plan, record))
+    in_flight = 0
+
+    async def one(text: str, scheduled_at: float) -> None:
+        nonlocal in_flight
+        in_flight += 1
+        record.peak_in_flight = max(record.peak_in_flight, in_flight)
+        try:
+            result = await measure(
+                client, target, text, plan.response_format, plan.stream_format, _keep(plan, record), scheduled_at
+            )
+        except Exception as exc:
+            result = RequestResult(target.index, text, 0, False, f"client_{type(exc).__name__}")
+        finally:
+            in_flight -= 1
         record.results.append(result)
         tick()
 
@@ -116,7 +140,7 @@ async def _open_loop(
         delay = started + next_at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(texts.take())))
+        tasks.append(asyncio.create_task(one(texts.take(), started + next_at)))
         next_at += rng.expovariate(rate)
     await asyncio.gather(*tasks)
     return time.perf_counter() - started
@@ -129,11 +153,13 @@ async def run_concurrency_sweep(
     for level in levels:
         level_runs = [LevelRun(target, "concurrency", level) for target in plan.targets]
         for target in plan.targets:
-            if plan.warmup:  # every batch size pays its first-time costs here, not in the measurement
-                await _closed_loop(client, plan, target, level, plan.warmup, TextCycle(plan.texts), None, tick)
+            if plan.warmup:  # every batch size pays its first-time costs here: at least one full batch of it
+                warmup = max(plan.warmup, level)
+                await _closed_loop(client, plan, target, level, warmup, TextCycle(plan.texts), None, tick)
         # the same texts for every target: one cycle per target, all starting at the same place
         cycles = [TextCycle(plan.texts) for _ in plan.targets]
-        for round_requests in _split(plan.requests, plan.rounds):  # A, B, A, B: drift hits every target alike
+        rounds = max(1, min(plan.rounds, plan.requests // level))  # a round must fill the level's concurrency
+        for round_requests in _split(plan.requests, rounds):  # A, B, A, B: drift hits every target alike
             for target, run, texts in zip(plan.targets, level_runs, cycles, strict=True):
                 if round_requests:
                     run.wall_s += await _closed_loop(client, plan, target, level, round_requests, texts, run, tick)

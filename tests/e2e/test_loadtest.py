@@ -62,6 +62,7 @@ def test_ab_sweep_with_asr(server: RunningServer, second_server: RunningServer, 
     assert sorted((r["target"], r["concurrency"]) for r in runs) == [(0, 1), (0, 4), (1, 1), (1, 4)]
     for run in runs:
         assert run["requests"] == 8 and run["ok"] == 8 and run["errors"] == 0
+        assert run["concurrency_achieved"] == run["concurrency"]  # the level really ran that many at once
         assert set(run["ttfa_s"]) == {"mean", "p50", "p90", "p95", "p99"}
         for key in ("ttfa_s", "e2e_s", "rtf"):
             assert percentiles_ordered(run[key]), (key, run[key])

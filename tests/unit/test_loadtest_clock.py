@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from loadtest.measure import measure
+from loadtest.measure import measure, wav_payload_offset
 from loadtest.stats import ratio, summarize
 from loadtest.targets import Target, normalise_url, parse_header
 
@@ -180,3 +180,26 @@ def test_ratio_and_target_parsing() -> None:
     assert parse_header("Authorization: Bearer abc:def") == ("Authorization", "Bearer abc:def")
     with pytest.raises(ValueError):
         parse_header("no colon here")
+
+
+def test_wav_payload_offset_skips_every_chunk_before_data() -> None:
+    plain = wav_header()
+    assert wav_payload_offset(plain) == 44
+    assert wav_payload_offset(plain[:30]) is None  # the header has not fully arrived
+    info = b"LIST" + (10).to_bytes(4, "little") + b"INFOabcdef"
+    extended = plain[:36] + info + plain[36:]
+    assert wav_payload_offset(extended) == 44 + 18
+    assert wav_payload_offset(b"ID3\x04" + b"\0" * 20) == 0  # not a WAV: count from the first byte
+
+
+async def malformed_sse_server(writer: asyncio.StreamWriter) -> None:
+    await respond(writer, "200 OK", "text/event-stream")
+    await send_chunk(writer, b"data: [DONE]\n\n")
+    await send_chunk(writer, b"")
+
+
+async def test_malformed_sse_is_an_error_not_a_crash(serve) -> None:
+    url = await serve(malformed_sse_server)
+    async with httpx.AsyncClient() as client:
+        result = await measure(client, target(url), "text", "pcm", "sse", keep_audio=False)
+    assert not result.ok and result.error_code == "sse_malformed"
