@@ -1,0 +1,80 @@
+"""The sentence pipeline's joins: silent edges trimmed to natural pauses, cut points faded (no clicks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.pipeline import (
+    FADE_S,
+    LEAD_S,
+    PAUSE_AFTER_CLAUSE_S,
+    PAUSE_AFTER_SENTENCE_S,
+    SentenceJoiner,
+    pause_after,
+)
+
+RATE = 24_000
+
+
+def utterance(lead_s: float, speech_s: float, trail_s: float, noise: float = 0.004) -> np.ndarray:
+    """Speech padded with low noise, as an engine pads an utterance with near-silence."""
+    rng = np.random.default_rng(0)
+    t = np.arange(int(speech_s * RATE)) / RATE
+    speech = (0.5 * np.sin(2 * np.pi * 180 * t)).astype(np.float32)
+    pad = lambda s: rng.uniform(-noise, noise, int(s * RATE)).astype(np.float32)  # noqa: E731
+    return np.concatenate([pad(lead_s), speech, pad(trail_s)])
+
+
+def join(audio: np.ndarray, pause_s: float, first: bool, chunk: int) -> np.ndarray:
+    joiner = SentenceJoiner(RATE, pause_s, first)
+    parts = [joiner.feed(audio[i : i + chunk]) for i in range(0, len(audio), chunk)]
+    return np.concatenate([*parts, joiner.finish()])
+
+
+@pytest.mark.parametrize("chunk", [480, 4800, 10**7])  # streamed in small pieces, or all at once
+def test_later_sentences_keep_a_short_lead_and_the_pause(chunk: int) -> None:
+    audio = utterance(0.3, 1.0, 0.4)
+    out = join(audio, PAUSE_AFTER_SENTENCE_S, first=False, chunk=chunk)
+    expected = LEAD_S + 1.0 + PAUSE_AFTER_SENTENCE_S
+    assert abs(len(out) / RATE - expected) < 0.01
+    assert abs(out[0]) < 1e-6 and abs(out[-1]) < 1e-6  # faded to zero at both cuts: no click
+    fade = int(FADE_S * RATE)
+    assert np.all(np.abs(out[:fade]) <= 0.004 + 1e-6)
+
+
+def test_the_first_sentence_keeps_its_start_and_streams_silence_at_once() -> None:
+    audio = utterance(0.3, 1.0, 0.4)
+    joiner = SentenceJoiner(RATE, PAUSE_AFTER_CLAUSE_S, first=True)
+    first = joiner.feed(audio[:4800])  # 0.2 s of leading silence: passed on at once, the stream starts
+    assert len(first) == 4800
+    rest = joiner.feed(audio[4800:])
+    out = np.concatenate([first, rest, joiner.finish()])
+    assert abs(len(out) / RATE - (0.3 + 1.0 + PAUSE_AFTER_CLAUSE_S)) < 0.01
+
+
+def test_sound_inside_the_sentence_is_never_trimmed() -> None:
+    inner_pause = utterance(0.0, 0.5, 0.6)  # a long pause inside the sentence, then more speech
+    audio = np.concatenate([inner_pause, utterance(0.0, 0.5, 0.3)])
+    out = join(audio, PAUSE_AFTER_SENTENCE_S, first=True, chunk=2400)
+    assert abs(len(out) / RATE - (0.5 + 0.6 + 0.5 + PAUSE_AFTER_SENTENCE_S)) < 0.01
+
+
+def test_an_all_silent_later_utterance_adds_nothing() -> None:
+    silent = utterance(0.5, 0.0, 0.0)
+    assert len(join(silent, PAUSE_AFTER_SENTENCE_S, first=False, chunk=4800)) == 0
+
+
+@pytest.mark.parametrize(
+    ("piece", "pause"),
+    [
+        ("A sentence.", PAUSE_AFTER_SENTENCE_S),
+        ("Really?!", PAUSE_AFTER_SENTENCE_S),
+        ('He said "stop."', PAUSE_AFTER_SENTENCE_S),
+        ("a clause,", PAUSE_AFTER_CLAUSE_S),
+        ("你好，", PAUSE_AFTER_CLAUSE_S),
+        ("cut in the middle", 0.0),
+    ],
+)
+def test_pause_after(piece: str, pause: float) -> None:
+    assert pause_after(piece) == pause
