@@ -150,6 +150,10 @@ def _level_axis(axis: Any, runs: list[dict[str, Any]], label: str) -> None:
     axis.set_xlabel(label)
 
 
+def _nan(value: float | None, scale: float = 1.0) -> float:
+    return float("nan") if value is None else value * scale
+
+
 def plot(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> list[Path]:
     import matplotlib
 
@@ -157,43 +161,45 @@ def plot(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> list[Pa
     import matplotlib.pyplot as plt
 
     xlabel = "concurrency" if any("concurrency" in r for r in runs) else "arrival rate (req/s)"
+    # (file, title, y label, [(series label, line style, value of a run)])
+    charts = [
+        (
+            "ttfa.png",
+            "Time to first audio",
+            "TTFA (ms)",
+            [
+                ("p50", "-", lambda r: _nan(r["ttfa_s"]["p50"], 1000)),
+                ("p95", "--", lambda r: _nan(r["ttfa_s"]["p95"], 1000)),
+            ],
+        ),
+        ("throughput.png", "Throughput", "requests / s", [("", "-", lambda r: _nan(r["throughput_rps"]))]),
+    ]
     paths = []
-    figure, axis = plt.subplots(figsize=(7, 4.5))
-    for target in meta["targets"]:
-        mine = sorted((r for r in runs if r["target"] == target["index"]), key=_level_key)
-        xs = [_level_key(r) for r in mine]
-        p50 = [(r["ttfa_s"]["p50"] or float("nan")) * 1000 for r in mine]
-        p95 = [(r["ttfa_s"]["p95"] or float("nan")) * 1000 for r in mine]
-        line = axis.plot(xs, p50, marker="o", label=f"{target['label']} p50")[0]
-        axis.plot(xs, p95, marker="s", linestyle="--", color=line.get_color(), label=f"{target['label']} p95")
-    _level_axis(axis, runs, xlabel)
-    axis.set_ylabel("TTFA (ms)")
-    axis.set_title("Time to first audio")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    paths.append(out / "ttfa.png")
-    figure.savefig(paths[-1], dpi=120)
-    plt.close(figure)
-
-    figure, axis = plt.subplots(figsize=(7, 4.5))
-    for target in meta["targets"]:
-        mine = sorted((r for r in runs if r["target"] == target["index"]), key=_level_key)
-        axis.plot(
-            [_level_key(r) for r in mine],
-            [r["throughput_rps"] or float("nan") for r in mine],
-            marker="o",
-            label=target["label"],
-        )
-    _level_axis(axis, runs, xlabel)
-    axis.set_ylabel("requests / s")
-    axis.set_title("Throughput")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    paths.append(out / "throughput.png")
-    figure.savefig(paths[-1], dpi=120)
-    plt.close(figure)
+    for name, title, ylabel, series in charts:
+        figure, axis = plt.subplots(figsize=(7, 4.5))
+        for target in meta["targets"]:
+            mine = sorted((r for r in runs if r["target"] == target["index"]), key=_level_key)
+            color = None
+            for suffix, style, value in series:
+                label = f"{target['label']} {suffix}".strip()
+                line = axis.plot(
+                    [_level_key(r) for r in mine],
+                    [value(r) for r in mine],
+                    marker="o",
+                    linestyle=style,
+                    color=color,
+                    label=label,
+                )[0]
+                color = line.get_color()  # one color per target
+        _level_axis(axis, runs, xlabel)
+        axis.set_ylabel(ylabel)
+        axis.set_title(title)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+        figure.tight_layout()
+        paths.append(out / name)
+        figure.savefig(paths[-1], dpi=120)
+        plt.close(figure)
     return paths
 
 
