@@ -1,10 +1,68 @@
-"""The service's Prometheus families. They live in the process's default registry, beside vllm-omni's own."""
+"""The service's Prometheus families. They live in the process's default registry, beside vllm-omni's own.
+
+Labels stay bounded: status codes, the six formats, two stream kinds, a handful of reasons. Never a request id, a
+voice name or a text.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram, Info
 
+# Dense between 20 ms and 1 s, where time to first audio lives; sparse out to 30 s for the worst day.
+TTFA_BUCKETS = (
+    0.005,
+    0.01,
+    0.02,
+    0.03,
+    0.04,
+    0.05,
+    0.06,
+    0.08,
+    0.1,
+    0.125,
+    0.15,
+    0.2,
+    0.25,
+    0.3,
+    0.4,
+    0.5,
+    0.6,
+    0.75,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    5.0,
+    10.0,
+    20.0,
+    30.0,
+)
+E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+RTF_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
+QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+REQUESTS = Counter(
+    "speech_requests_total", "Speech requests answered, by HTTP status.", ["status", "response_format", "stream"]
+)
+TTFA = Histogram(
+    "speech_ttfa_seconds",
+    "Time from a request's arrival (queue wait included) to its first byte of audio.",
+    ["response_format", "stream"],
+    buckets=TTFA_BUCKETS,
+)
+E2E = Histogram(
+    "speech_e2e_seconds", "Time from a request's arrival to its last byte.", ["stream"], buckets=E2E_BUCKETS
+)
+RTF = Histogram(
+    "speech_rtf",
+    "Synthesis time divided by the audio's duration (below 1: faster than real time).",
+    buckets=RTF_BUCKETS,
+)
+AUDIO_SECONDS = Counter("speech_audio_seconds_total", "Seconds of audio delivered.")
+INPUT_CHARACTERS = Counter("speech_input_characters_total", "Characters of input text accepted for synthesis.")
 IN_FLIGHT = Gauge("speech_in_flight", "Syntheses holding a slot (streaming or about to).")
 QUEUE_DEPTH = Gauge("speech_queue_depth", "Requests waiting for a slot.")
+QUEUE_WAIT = Histogram("speech_queue_wait_seconds", "Time admitted requests waited for a slot.", buckets=QUEUE_BUCKETS)
 REJECTED = Counter("speech_rejected_total", "Requests refused without synthesis, by reason.", ["reason"])
 ABORTED = Counter("speech_aborted_total", "Syntheses stopped before they finished, by reason.", ["reason"])
+BUILD = Info("speech_build", "The service's version and engine.")

@@ -14,7 +14,7 @@ from app.admission import AdmissionGate
 from app.api import meta, speech
 from app.api.auth import ApiKeyMiddleware, load_api_keys
 from app.api.errors import install_error_handlers
-from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
+from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, SpeechAccountingMiddleware
 from app.engines import create_engine
 from app.engines.base import SpeechEngine
 from app.lifecycle import Lifecycle
@@ -45,6 +45,7 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     )
     app.state.settings = settings
     app.state.engine = engine
+    metrics.BUILD.info({"version": __version__, "engine": engine.name, "model": engine.model_id})
     app.state.gate = admission_gate(settings, engine)
     app.state.lifecycle = Lifecycle(settings.drain_timeout_s)
     install_error_handlers(app)
@@ -53,6 +54,7 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     keys = load_api_keys(settings.api_keys, settings.api_keys_file)
     app.add_middleware(ApiKeyMiddleware, keys=keys, max_concurrency_per_key=settings.api_key_max_concurrency)
+    app.add_middleware(SpeechAccountingMiddleware)
     app.add_middleware(RequestIdMiddleware)  # outermost: every response, 413 and 500 included, carries the id
     return app
 

@@ -75,11 +75,13 @@ class EncodedAudio:
         sample_rate: int,
         on_close: Callable[[str], Awaitable[None]],
         deadline: float | None = None,
+        on_first_audio: Callable[[], None] | None = None,
     ) -> None:
         self._first = first
         self._rest = rest
         self._sample_rate = sample_rate
         self._on_close = on_close
+        self._on_first_audio = on_first_audio
         self._deadline = deadline  # loop time
         self._resampler: StreamResampler | None = None
         self._encoder: StreamEncoder = create_encoder(response_format, sample_rate)
@@ -152,6 +154,9 @@ class EncodedAudio:
                     piece = chunk.samples[start : start + step]
                     data = await asyncio.to_thread(self._convert, piece, chunk.sample_rate)
                     if data:
+                        if self._on_first_audio is not None:
+                            self._on_first_audio()
+                            self._on_first_audio = None
                         yield data
             tail = await asyncio.to_thread(self._finish)
             if tail:

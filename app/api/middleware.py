@@ -10,6 +10,7 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app import metrics
 from app.api.audio_stream import StreamCut
 from app.api.errors import ApiError, internal_error
 
@@ -118,3 +119,37 @@ def _replay(first: Message, receive: Receive) -> Receive:
         return await receive()
 
     return replay_receive
+
+
+class SpeechAccountingMiddleware:
+    """One count and one JSON log line per speech request, whatever its outcome (a 400 from the schema, a 429, a
+    stream cut by a drain...). The route leaves what it learned in `scope["state"]["speech"]`."""
+
+    PATH = "/v1/audio/speech"
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != self.PATH:
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            state = scope.get("state", {})
+            summary = dict(state.get("speech") or {})
+            response_format = str(summary.get("response_format", "unknown"))
+            stream = str(summary.get("stream_format", "unknown"))
+            metrics.REQUESTS.labels(str(status), response_format, stream).inc()
+            summary.update(request_id=state.get("request_id", ""), status=status)
+            summary.setdefault("e2e_s", round(time.perf_counter() - state.get("started_at", time.perf_counter()), 4))
+            log.info("speech request", extra=summary)

@@ -112,6 +112,13 @@ async def create_speech(
 ) -> StreamingResponse:
     started = request.state.started_at
     request_id: str = request.state.request_id
+    summary: dict[str, object] = {
+        "model": body.model,
+        "response_format": body.response_format,
+        "stream_format": body.stream_format,
+        "chars": len(body.input),
+    }
+    request.state.speech = summary  # logged and counted once per request by SpeechAccountingMiddleware
     if lifecycle.draining:
         raise shutting_down()
     if not engine.health().ready:
@@ -127,6 +134,9 @@ async def create_speech(
         ref_audio=reference,
     )
     ticket = await admit(gate)
+    metrics.QUEUE_WAIT.observe(ticket.queued_s)
+    metrics.INPUT_CHARACTERS.inc(len(body.input))
+    summary.update(voice=job.voice, job_id=job.request_id, queued_s=round(ticket.queued_s, 4))
     chunks = engine.synthesize(job)
     try:
         remaining = settings.request_timeout_s - (time.perf_counter() - started)
@@ -140,33 +150,34 @@ async def create_speech(
         raise
     first_audio_s = time.perf_counter() - started
 
+    def on_first_audio() -> None:
+        ttfa = time.perf_counter() - started
+        metrics.TTFA.labels(output.response_format, output.stream_format).observe(ttfa)
+        summary["ttfa_s"] = round(ttfa, 4)
+
     async def on_close(outcome: str) -> None:
         gate.release(ticket)
         lifecycle.untrack(job.request_id)
-        if outcome != "completed":
+        now = time.perf_counter()
+        audio_s = audio.usage.audio_samples / first.sample_rate if first else 0.0
+        metrics.E2E.labels(output.stream_format).observe(now - started)
+        metrics.AUDIO_SECONDS.inc(audio_s)
+        if outcome == "completed" and audio_s > 0:
+            metrics.RTF.observe((now - ticket.granted_at) / audio_s)
+        else:
             metrics.ABORTED.labels(outcome).inc()
             await engine.abort(job.request_id)
-        log.info(
-            "speech request",
-            extra={
-                "request_id": request_id,
-                "job_id": job.request_id,
-                "model": body.model,
-                "voice": job.voice,
-                "response_format": output.response_format,
-                "stream_format": output.stream_format,
-                "chars": len(body.input),
-                "queued_s": round(ticket.queued_s, 4),
-                "engine_first_audio_s": round(first_audio_s, 4),
-                "e2e_s": round(time.perf_counter() - started, 4),
-                "audio_s": round(audio.usage.audio_samples / first.sample_rate, 3) if first else 0.0,
-                "outcome": outcome,
-                "completed": outcome == "completed",
-            },
+        summary.update(
+            engine_first_audio_s=round(first_audio_s, 4),
+            e2e_s=round(now - started, 4),
+            audio_s=round(audio_s, 3),
+            outcome=outcome,
+            abort_reason=None if outcome == "completed" else outcome,
+            completed=outcome == "completed",
         )
 
     deadline = asyncio.get_running_loop().time() + settings.request_timeout_s - (time.perf_counter() - started)
-    audio = EncodedAudio(first, chunks, output.response_format, output.sample_rate, on_close, deadline)
+    audio = EncodedAudio(first, chunks, output.response_format, output.sample_rate, on_close, deadline, on_first_audio)
     lifecycle.track(job.request_id, audio)
     if output.stream_format == "sse":
         return StreamingResponse(
