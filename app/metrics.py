@@ -66,3 +66,4 @@ QUEUE_WAIT = Histogram("speech_queue_wait_seconds", "Time admitted requests wait
 REJECTED = Counter("speech_rejected_total", "Requests refused without synthesis, by reason.", ["reason"])
 ABORTED = Counter("speech_aborted_total", "Syntheses stopped before they finished, by reason.", ["reason"])
 BUILD = Info("speech_build", "The service's version and engine.")
+READY = Gauge("speech_ready", "1 while this replica answers /ready with 200 (engine warm, not draining).")

@@ -48,6 +48,8 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     metrics.BUILD.info({"version": __version__, "engine": engine.name, "model": engine.model_id})
     app.state.gate = admission_gate(settings, engine)
     app.state.lifecycle = Lifecycle(settings.drain_timeout_s)
+    lifecycle: Lifecycle = app.state.lifecycle
+    metrics.READY.set_function(lambda: float(engine.health().ready and not lifecycle.draining))
     install_error_handlers(app)
     app.include_router(speech.router)
     app.include_router(meta.router)

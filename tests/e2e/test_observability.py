@@ -1,0 +1,221 @@
+"""Metrics, logs, dashboard and alert rules, checked by a real Prometheus scraping a live server under load."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.prometheus import RunningPrometheus, ensure_installed, start_prometheus
+from tests.support.server import RunningServer
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "deploy/prometheus/speech-rules.yaml"
+DASHBOARD = ROOT / "deploy/grafana/speech.json"
+FAMILIES = {
+    "speech_requests": "counter",
+    "speech_ttfa_seconds": "histogram",
+    "speech_e2e_seconds": "histogram",
+    "speech_rtf": "histogram",
+    "speech_audio_seconds": "counter",
+    "speech_input_characters": "counter",
+    "speech_in_flight": "gauge",
+    "speech_queue_depth": "gauge",
+    "speech_queue_wait_seconds": "histogram",
+    "speech_rejected": "counter",
+    "speech_aborted": "counter",
+    "speech_build_info": "gauge",  # an info metric: exposed as a gauge of 1 carrying its labels
+}
+
+
+def load(server: RunningServer) -> None:
+    """Streamed, non-streamed (the SDK's plain create), SSE, client errors, and a client that leaves."""
+    body = {"model": "tts-1", "voice": "alloy", "input": "Observability under a little load."}
+    for fmt in ("pcm", "mp3", "wav"):
+        with httpx.stream("POST", f"{server.base_url}/v1/audio/speech", json={**body, "response_format": fmt}) as r:
+            assert r.status_code == 200
+            r.read()
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="x", max_retries=0)
+    assert client.audio.speech.create(model="tts-1", voice="alloy", input="Not streamed by the client.").content
+    sse = httpx.post(f"{server.base_url}/v1/audio/speech", json={**body, "stream_format": "sse"}, timeout=60)
+    assert sse.status_code == 200
+    assert httpx.post(f"{server.base_url}/v1/audio/speech", json={**body, "voice": "nobody"}).status_code == 400
+    assert httpx.post(f"{server.base_url}/v1/audio/speech", json={**body, "model": "nope"}).status_code == 404
+    long = {
+        **body,
+        "input": " ".join(["A long text that the client will not wait for."] * 40),
+        "response_format": "pcm",
+    }
+    with httpx.stream("POST", f"{server.base_url}/v1/audio/speech", json=long) as r:
+        next(r.iter_raw())
+
+
+@pytest.fixture(scope="module")
+def prometheus(server: RunningServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPrometheus]:
+    running = start_prometheus(tmp_path_factory.mktemp("prometheus"), server.base_url.split("//")[1], RULES)
+    load(server)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # two scrapes after the load, so that rates have two points
+        result = running.query('sum(speech_requests_total{status="404"})')["data"]["result"]
+        if result and float(result[0]["value"][1]) >= 1:
+            time.sleep(2.5)
+            break
+        time.sleep(0.5)
+    yield running
+    running.stop()
+
+
+def families(server: RunningServer) -> dict[str, object]:
+    return {f.name: f for f in text_string_to_metric_families(httpx.get(f"{server.base_url}/metrics").text)}
+
+
+def sample(server: RunningServer, name: str, **labels: str) -> float:
+    total = 0.0
+    for family in families(server).values():
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
+
+
+def test_metric_families_exist_with_their_types(server: RunningServer, prometheus: RunningPrometheus) -> None:
+    found = families(server)
+    for name, kind in FAMILIES.items():
+        assert name in found, name
+        assert found[name].type == kind, (name, found[name].type)
+    info = next(s for s in found["speech_build_info"].samples if s.name == "speech_build_info")
+    assert info.labels["engine"] == "embedded" and info.labels["version"]
+
+
+def test_ttfa_is_observed_for_streamed_plain_and_sse_requests(server: RunningServer, prometheus) -> None:
+    assert sample(server, "speech_ttfa_seconds_count", stream="audio", response_format="pcm") >= 1
+    assert sample(server, "speech_ttfa_seconds_count", stream="audio", response_format="mp3") >= 2  # + the SDK's
+    assert sample(server, "speech_ttfa_seconds_count", stream="sse") >= 1
+    assert sample(server, "speech_queue_wait_seconds_count") >= 5
+    assert sample(server, "speech_audio_seconds_total") > 5
+
+
+def test_errors_are_counted_under_their_status(server: RunningServer, prometheus) -> None:
+    assert sample(server, "speech_requests_total", status="400") >= 1
+    assert sample(server, "speech_requests_total", status="404") >= 1
+    assert sample(server, "speech_requests_total", status="200") >= 6
+    assert sample(server, "speech_aborted_total", reason="client_gone") >= 1
+
+
+def test_one_json_log_line_per_request(server: RunningServer, prometheus) -> None:
+    request_id = "log-line-check"
+    httpx.post(
+        f"{server.base_url}/v1/audio/speech",
+        headers={"X-Request-Id": request_id},
+        json={"model": "tts-1", "voice": "alloy", "input": "One line.", "response_format": "wav"},
+    )
+    httpx.post(
+        f"{server.base_url}/v1/audio/speech",
+        headers={"X-Request-Id": request_id + "-bad"},
+        json={"model": "tts-1", "voice": "nobody", "input": "One line."},
+    )
+    time.sleep(0.3)
+    lines = [e for e in server.log_events() if e.get("message") == "speech request"]
+    ok = [e for e in lines if e.get("request_id") == request_id]
+    bad = [e for e in lines if e.get("request_id") == request_id + "-bad"]
+    assert len(ok) == 1 and len(bad) == 1
+    for key in (
+        "model",
+        "voice",
+        "response_format",
+        "stream_format",
+        "chars",
+        "ttfa_s",
+        "e2e_s",
+        "audio_s",
+        "status",
+        "outcome",
+    ):
+        assert key in ok[0], key
+    assert ok[0]["status"] == 200 and ok[0]["ttfa_s"] <= ok[0]["e2e_s"]
+    assert bad[0]["status"] == 400
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    out = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"].replace("$__rate_interval", "1m")
+            expr = re.sub(r"\$\{?(namespace|pod|model)\}?", ".*", expr)
+            out.append((panel["title"], expr))
+    return out
+
+
+def test_every_dashboard_query_evaluates(prometheus: RunningPrometheus) -> None:
+    queries = dashboard_queries()
+    assert len(queries) >= 20
+    empty = []
+    for title, expr in queries:
+        answer = prometheus.query(expr)
+        assert answer["status"] == "success", (title, expr, answer)
+        if not answer["data"]["result"]:
+            empty.append(title)
+    # the service's own panels have data; engine (vllm-omni) and GPU (DCGM) panels have none on the CPU engine
+    must_have = [
+        "Time to first audio",
+        "Requests / s by status",
+        "End-to-end time",
+        "Audio seconds / s",
+        "In flight",
+        "Queue wait",
+        "Aborts / s by reason",
+        "Real-time factor",
+    ]
+    for title in must_have:
+        assert any(t.startswith(title) for t, _ in queries), title  # the panel exists
+        assert not [t for t in empty if t.startswith(title)], (title, empty)
+
+
+def test_dashboard_variables(prometheus: RunningPrometheus) -> None:
+    variables = {v["name"]: v for v in json.loads(DASHBOARD.read_text())["templating"]["list"]}
+    assert {"datasource", "namespace", "pod", "model"} <= set(variables)
+    for name in ("namespace", "pod", "model"):
+        query = variables[name]["query"]["query"]
+        metric = re.search(r"label_values\((\w+)", query).group(1)
+        assert prometheus.query(metric)["data"]["result"], name
+
+
+def test_every_rule_expression_evaluates(prometheus: RunningPrometheus) -> None:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    assert sum("alert" in r for r in rules) >= 5 and sum("record" in r for r in rules) >= 5
+    for rule in rules:
+        answer = prometheus.query(rule["expr"])
+        assert answer["status"] == "success", (rule, answer)
+        if "alert" in rule:
+            assert {"summary", "description", "runbook_url"} <= set(rule["annotations"])
+            anchor = rule["annotations"]["runbook_url"].split("#")[1]
+            assert f"## {rule['alert']}".lower() == f"## {anchor}" or anchor == rule["alert"].lower()
+            assert f"## {rule['alert']}" in (ROOT / "deploy/RUNBOOK.md").read_text()
+    deadline = time.monotonic() + 15
+    while not (ttfa := prometheus.query("speech:ttfa_seconds:p95_5m")["data"]["result"]):
+        assert time.monotonic() < deadline, "the recording rule never produced a series"
+        time.sleep(0.5)
+    assert ttfa and 0 < float(ttfa[0]["value"][1]) < 30  # the recording rule itself has run on the scraped data
+
+
+def test_rules_loaded_healthy_and_promtool_passes(prometheus: RunningPrometheus) -> None:
+    ensure_installed()
+    checked = subprocess.run(
+        [shutil.which("promtool") or "promtool", "check", "rules", str(RULES)], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    groups = httpx.get(f"{prometheus.url}/api/v1/rules").json()["data"]["groups"]
+    health = [rule["health"] for group in groups for rule in group["rules"]]
+    assert health and all(h in ("ok", "unknown") for h in health)
