@@ -9,15 +9,20 @@ export UV_PROJECT_ENVIRONMENT := .venv
 # uv from PATH when it is there, else a private copy installed from PyPI into .tools/.
 UV := $(shell command -v uv 2>/dev/null || echo .tools/uv/bin/uv)
 
-.PHONY: install run test test-unit test-e2e lint format clean
+.PHONY: install run test test-unit test-e2e lint format clean k8s-sync
 
 .tools/uv/bin/uv:
 	$(PYTHON) -m venv .tools/uv
 	.tools/uv/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-# .venv with the service, the embedded engine, the load tool and the test tools, exactly as uv.lock pins them.
+# What `make install` puts in .venv: the embedded engine, the load tool and (unless SYNC_FLAGS=--no-dev) the test
+# tools. The container images run this same target with other EXTRAS (see Dockerfile).
+EXTRAS ?= --extra embedded --extra loadtest
+SYNC_FLAGS ?=
+
+# .venv exactly as uv.lock pins it.
 install: $(if $(filter .tools/uv/bin/uv,$(UV)),.tools/uv/bin/uv)
-	$(UV) sync --frozen --extra embedded --extra loadtest --python $(PYTHON)
+	$(UV) sync --frozen $(EXTRAS) $(SYNC_FLAGS) --python $(PYTHON)
 
 run: install
 	.venv/bin/speech-server --host $(HOST) --port $(PORT) --engine embedded
@@ -40,3 +45,7 @@ format: install
 
 clean:
 	rm -rf .venv .tools .pytest_cache .ruff_cache
+
+# Copies of deploy/ files that the Kubernetes manifests embed (kustomize reads only files under k8s/).
+k8s-sync: install
+	.venv/bin/python k8s/sync.py

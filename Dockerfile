@@ -1,0 +1,68 @@
+# syntax=docker/dockerfile:1.7
+# Two images from one file:
+#   docker build --target cpu -t speech-service:cpu .   the embedded CPU engine (no GPU needed)
+#   docker build --target gpu -t speech-service:gpu .   the omni engine: vllm 0.26.0 + vllm-omni 0.26.0 (the pair
+#                                                       proven on H100; torch 2.11 / CUDA 13) for Qwen3-TTS
+# Both install with the Makefile's own `make install` (only the extras differ), so CI runs the same install steps.
+# No model weights are baked in: mount them and point SPEECH_MODEL at them (see k8s/overlays/gpu).
+
+ARG VERSION=0.1.0
+
+# ---------------------------------------------------------------------------------------------------------------------
+FROM python:3.11-slim-bookworm AS cpu
+ARG VERSION
+LABEL org.opencontainers.image.title="speech-service (cpu)" \
+      org.opencontainers.image.description="OpenAI-compatible streaming text-to-speech, embedded CPU engine" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/speech-service/speech-service"
+RUN apt-get update && apt-get install -y --no-install-recommends make && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --home-dir /srv/speech --shell /usr/sbin/nologin speech
+WORKDIR /srv/speech
+COPY pyproject.toml uv.lock Makefile README.md ./
+COPY app ./app
+COPY loadtest ./loadtest
+COPY deploy ./deploy
+RUN make install EXTRAS="--extra embedded" SYNC_FLAGS="--no-dev" PYTHON=python3 && rm -rf /root/.cache .tools
+ENV PATH="/srv/speech/.venv/bin:${PATH}" \
+    HOME=/tmp \
+    SPEECH_ENGINE=embedded \
+    SPEECH_HOST=0.0.0.0 \
+    SPEECH_PORT=8000 \
+    HF_HUB_OFFLINE=1
+USER 10001
+EXPOSE 8000
+ENTRYPOINT ["speech-server"]
+
+# ---------------------------------------------------------------------------------------------------------------------
+FROM nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04 AS gpu
+ARG VERSION
+LABEL org.opencontainers.image.title="speech-service (gpu)" \
+      org.opencontainers.image.description="OpenAI-compatible streaming text-to-speech, Qwen3-TTS on vllm-omni" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/speech-service/speech-service"
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv python3-dev build-essential make ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --home-dir /srv/speech --shell /usr/sbin/nologin speech
+WORKDIR /srv/speech
+COPY pyproject.toml uv.lock Makefile README.md ./
+COPY app ./app
+COPY loadtest ./loadtest
+COPY deploy ./deploy
+RUN make install EXTRAS="--extra omni --extra loadtest" SYNC_FLAGS="--no-dev" PYTHON=python3 && rm -rf /root/.cache .tools
+ENV PATH="/srv/speech/.venv/bin:${PATH}" \
+    HOME=/tmp \
+    SPEECH_ENGINE=omni \
+    SPEECH_HOST=0.0.0.0 \
+    SPEECH_PORT=8000 \
+    SPEECH_DEPLOY_CONFIG=/srv/speech/deploy/vllm-omni/customvoice.yaml \
+    VLLM_WORKER_MULTIPROC_METHOD=spawn \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    VLLM_NO_USAGE_STATS=1 \
+    PYTHONPATH=/srv/speech
+USER 10001
+EXPOSE 8000
+ENTRYPOINT ["speech-server"]

@@ -1,0 +1,243 @@
+"""The Dockerfile and the Kubernetes manifests, validated offline: both overlays rendered with kubectl kustomize,
+every object checked against the Kubernetes schemas (kubernetes-validate) or its CRD's published schema."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "k8s"
+KUBERNETES_VERSION = "1.32.0"
+CRD_FILES = {
+    ("keda.sh", "ScaledObject"): "keda.sh_scaledobjects.yaml",
+    ("monitoring.coreos.com", "ServiceMonitor"): "monitoring.coreos.com_servicemonitors.yaml",
+    ("monitoring.coreos.com", "PrometheusRule"): "monitoring.coreos.com_prometheusrules.yaml",
+}
+
+
+def kubectl() -> str:
+    """kubectl with kustomize (on the machine image; Debian's kubernetes-client package otherwise)."""
+    if shutil.which("kubectl") is None:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "kubernetes-client"],
+            check=True,
+            env=env,
+            capture_output=True,
+            timeout=600,
+        )
+    return shutil.which("kubectl") or "kubectl"
+
+
+@functools.cache
+def render(overlay: str) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [kubectl(), "kustomize", str(K8S / "overlays" / overlay)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(found) == 1, (kind, name, [o["metadata"]["name"] for o in found])
+    return found[0]
+
+
+@functools.cache
+def crd_schema(group: str, kind: str, version: str) -> dict[str, Any]:
+    crd = yaml.safe_load((K8S / "schemas" / CRD_FILES[(group, kind)]).read_text())
+    for served in crd["spec"]["versions"]:
+        if served["name"] == version:
+            return served["schema"]["openAPIV3Schema"]
+    raise AssertionError(f"no schema for {group}/{version} {kind}")
+
+
+def validate(obj: dict[str, Any]) -> None:
+    group, _, version = obj["apiVersion"].rpartition("/")
+    if (group, obj["kind"]) in CRD_FILES:
+        jsonschema.validate(obj, crd_schema(group, obj["kind"], version))
+    else:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("overlay", ["gpu", "cpu"])
+def test_overlay_renders_and_every_object_validates(overlay: str) -> None:
+    objects = render(overlay)
+    kinds = {o["kind"] for o in objects}
+    assert {
+        "Namespace",
+        "ServiceAccount",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+        "ServiceMonitor",
+        "PrometheusRule",
+        "ScaledObject",
+        "ConfigMap",
+    } <= kinds
+    for obj in objects:
+        validate(obj)
+        assert obj["metadata"].get("namespace", "speech") == "speech" or obj["kind"] == "Namespace"
+
+
+def test_a_schema_violation_is_caught() -> None:
+    broken = dict(one(render("gpu"), "ScaledObject"))
+    broken["spec"] = {**broken["spec"], "minReplicaCount": "two"}
+    with pytest.raises(jsonschema.ValidationError):
+        validate(broken)
+    deployment = one(render("gpu"), "Deployment")
+    bad = {**deployment, "spec": {**deployment["spec"], "replicas": "many"}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(bad)
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+def env_of(objects: list[dict[str, Any]]) -> dict[str, str]:
+    settings = one(
+        objects,
+        "ConfigMap",
+        next(o["metadata"]["name"] for o in objects if o["metadata"]["name"].startswith("speech-settings")),
+    )
+    return {**settings["data"], **{e["name"]: e["value"] for e in container(objects).get("env", [])}}
+
+
+def test_gpu_overlay_essentials() -> None:
+    objects = render("gpu")
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    main = container(objects)
+    assert main["image"] == "speech-service:gpu"
+    assert main["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+    assert volumes["models"]["persistentVolumeClaim"]["readOnly"] is True
+    mounts = {m["name"]: m for m in main["volumeMounts"]}
+    assert mounts["dshm"]["mountPath"] == "/dev/shm" and mounts["models"]["readOnly"] is True
+    assert (
+        volumes["vllm-cache"]["persistentVolumeClaim"]["claimName"]
+        == one(objects, "PersistentVolumeClaim")["metadata"]["name"]
+    )
+    startup = main["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600  # a cold start measured 4-6 minutes
+    env = env_of(objects)
+    assert env["SPEECH_ENGINE"] == "omni" and env["SPEECH_COMPILE_CACHE_DIR"] == mounts["vllm-cache"]["mountPath"]
+    profile = Path(env["SPEECH_DEPLOY_CONFIG"]).name
+    assert (
+        profile
+        in one(
+            objects, "ConfigMap", next(o["metadata"]["name"] for o in objects if "profiles" in o["metadata"]["name"])
+        )["data"]
+    )
+
+
+@pytest.mark.parametrize("overlay", ["gpu", "cpu"])
+def test_probes_drain_and_security(overlay: str) -> None:
+    objects = render(overlay)
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    main = container(objects)
+    assert main["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert main["livenessProbe"]["httpGet"]["path"] == "/health"
+    pause = int(main["lifecycle"]["preStop"]["exec"]["command"][-1])
+    drain = float(env_of(objects)["SPEECH_DRAIN_TIMEOUT_S"])
+    assert pod["terminationGracePeriodSeconds"] >= pause + drain + 10
+    security = main["securityContext"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_autoscaling_on_queue_and_in_flight() -> None:
+    for overlay in ("gpu", "cpu"):
+        scaled = one(render(overlay), "ScaledObject")
+        queries = [t["metadata"]["query"] for t in scaled["spec"]["triggers"]]
+        assert any("speech_queue_depth" in q for q in queries) and any("speech_in_flight" in q for q in queries)
+        assert scaled["spec"]["scaleTargetRef"]["name"] == one(render(overlay), "Deployment")["metadata"]["name"]
+    alternative = [d for d in yaml.safe_load_all((K8S / "alternatives/hpa-prometheus-adapter.yaml").read_text()) if d]
+    for obj in alternative:
+        validate(obj)
+    metrics = {m["type"]: m for m in one(alternative, "HorizontalPodAutoscaler")["spec"]["metrics"]}
+    assert metrics["Pods"]["pods"]["metric"]["name"] == "speech_in_flight"
+    assert metrics["Object"]["object"]["metric"]["name"] == "speech_queue_depth"
+
+
+def test_monitoring_objects_come_from_deploy() -> None:
+    objects = render("gpu")
+    rules = yaml.safe_load((ROOT / "deploy/prometheus/speech-rules.yaml").read_text())
+    assert one(objects, "PrometheusRule")["spec"]["groups"] == rules["groups"]
+    dashboard = one(objects, "ConfigMap", "speech-grafana-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["data"]["speech.json"] == (ROOT / "deploy/grafana/speech.json").read_text()
+    monitor = one(objects, "ServiceMonitor")
+    service = one(objects, "Service")
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    assert all(service["metadata"]["labels"].get(k) == v for k, v in monitor["spec"]["selector"]["matchLabels"].items())
+    synced = subprocess.run([sys.executable, str(K8S / "sync.py"), "--check"], capture_output=True, text=True)
+    assert synced.returncode == 0, synced.stdout
+
+
+# -- the Dockerfile ------------------------------------------------------------------------------------------------
+
+
+def stages() -> dict[str, list[str]]:
+    """Instructions per named stage, line continuations joined."""
+    text = re.sub(r"\\\n\s*", " ", (ROOT / "Dockerfile").read_text())
+    result: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r"FROM\s+(\S+)\s+AS\s+(\w+)", line, re.I)
+        if match:
+            current = match.group(2)
+            result[current] = [line]
+        elif current:
+            result[current].append(line)
+    return result
+
+
+def test_dockerfile_stages() -> None:
+    found = stages()
+    assert set(found) == {"cpu", "gpu"}
+    assert "nvidia/cuda" in found["gpu"][0] and "runtime" in found["gpu"][0]
+    for name, lines in found.items():
+        joined = "\n".join(lines)
+        assert re.search(r"^USER\s+10001$", joined, re.M), name  # not root
+        assert re.search(r"^EXPOSE\s+8000$", joined, re.M), name
+        assert re.search(r'^ENTRYPOINT\s+\["speech-server"\]$', joined, re.M), name
+        for label in ("title", "version", "licenses", "source", "description"):
+            assert f"org.opencontainers.image.{label}=" in joined, (name, label)
+        assert not re.search(r"\.(safetensors|bin|pt|onnx)\b", joined), name  # no weights baked in
+        installs = re.findall(r"make install EXTRAS=\"([^\"]+)\"", joined)
+        assert len(installs) == 1, name  # the Makefile's own install step
+    assert "--extra omni" in re.search(r'make install EXTRAS="([^"]+)"', "\n".join(found["gpu"])).group(1)
+    assert "--extra embedded" in re.search(r'make install EXTRAS="([^"]+)"', "\n".join(found["cpu"])).group(1)
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^install:", makefile, re.M) and "$(EXTRAS)" in makefile
+
+
+def test_dockerfile_pins_the_proven_vllm_pair() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'"vllm==0\.26\.0 ;', pyproject) and re.search(r'"vllm-omni==0\.26\.0 ;', pyproject)
+    lock = (ROOT / "uv.lock").read_text()
+    assert re.search(r'name = "vllm"\nversion = "0\.26\.0"', lock)
+    assert re.search(r'name = "vllm-omni"\nversion = "0\.26\.0"', lock)
