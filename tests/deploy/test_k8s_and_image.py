@@ -62,8 +62,22 @@ def crd_schema(group: str, kind: str, version: str) -> dict[str, Any]:
     crd = yaml.safe_load((K8S / "schemas" / CRD_FILES[(group, kind)]).read_text())
     for served in crd["spec"]["versions"]:
         if served["name"] == version:
-            return served["schema"]["openAPIV3Schema"]
+            return _python_patterns(served["schema"]["openAPIV3Schema"])
     raise AssertionError(f"no schema for {group}/{version} {kind}")
+
+
+def _python_patterns(schema: Any) -> Any:
+    """CRD schemas carry Go regular expressions; Go accepts a flag group after "^" ("^(?i)..."), Python only at the
+    start ("(?i)^...")."""
+    if isinstance(schema, dict):
+        fixed = {key: _python_patterns(value) for key, value in schema.items()}
+        pattern = fixed.get("pattern")
+        if isinstance(pattern, str) and pattern.startswith("^(?i)"):
+            fixed["pattern"] = "(?i)^" + pattern[len("^(?i)") :]
+        return fixed
+    if isinstance(schema, list):
+        return [_python_patterns(item) for item in schema]
+    return schema
 
 
 def validate(obj: dict[str, Any]) -> None:
