@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from app import __version__, metrics
 from app.admission import AdmissionGate
-from app.api import meta, speech
+from app.api import meta, speech, voices
 from app.api.auth import ApiKeyMiddleware, load_api_keys
 from app.api.errors import install_error_handlers
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, SpeechAccountingMiddleware
@@ -19,6 +19,7 @@ from app.engines import create_engine
 from app.engines.base import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
+from app.voice_store import VoiceStore
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +48,14 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     app.state.engine = engine
     metrics.BUILD.info({"version": __version__, "engine": engine.name, "model": engine.model_id})
     app.state.gate = admission_gate(settings, engine)
+    app.state.voice_store = VoiceStore(settings.voice_store)
     app.state.lifecycle = Lifecycle(settings.drain_timeout_s)
     lifecycle: Lifecycle = app.state.lifecycle
     metrics.READY.set_function(lambda: float(engine.health().ready and not lifecycle.draining))
     install_error_handlers(app)
     app.include_router(speech.router)
     app.include_router(meta.router)
+    app.include_router(voices.router)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     keys = load_api_keys(settings.api_keys, settings.api_keys_file)
     app.add_middleware(ApiKeyMiddleware, keys=keys, max_concurrency_per_key=settings.api_key_max_concurrency)

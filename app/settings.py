@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     )
     ref_audio_max_bytes: int = Field(10 * 1024 * 1024, ge=1024, description="Largest reference audio accepted.")
     ref_audio_ca_bundle: str | None = Field(None, description="CA bundle for https ref_audio hosts with a private CA.")
+    voice_store: str = Field(
+        "./data/voices", description="Directory of registered voices; share it (ReadWriteMany) between replicas."
+    )
     max_body_bytes: int = Field(25 * 1024 * 1024, ge=1024, description="Largest accepted request body (413 beyond).")
     sentence_max_chars: int = Field(
         250, ge=40, description="Sentences longer than this are cut at commas (then spaces) before synthesis."

@@ -8,6 +8,7 @@ from app.admission import AdmissionGate
 from app.engines.base import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
+from app.voice_store import VoiceStore
 from app.voices import VoiceCatalog
 
 
@@ -25,6 +26,10 @@ def get_gate(request: Request) -> AdmissionGate:
 
 def get_lifecycle(request: Request) -> Lifecycle:
     return request.app.state.lifecycle
+
+
+def get_voice_store(request: Request) -> VoiceStore:
+    return request.app.state.voice_store
 
 
 def get_catalog(request: Request) -> VoiceCatalog:

@@ -8,12 +8,11 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from app.api.dependencies import get_catalog, get_engine, get_lifecycle, get_settings, served_models
+from app.api.dependencies import get_engine, get_lifecycle, get_settings, served_models
 from app.api.errors import ApiError
 from app.engines.base import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
-from app.voices import VoiceCatalog
 
 router = APIRouter()
 _CREATED = 1_767_225_600  # 2026-01-01: models are served, not trained here; a fixed timestamp keeps listings stable
@@ -29,24 +28,6 @@ async def list_models(
             {"id": model, "object": "model", "created": _CREATED, "owned_by": f"speech-service/{engine.name}"}
             for model in served_models(engine, settings)
         ],
-    }
-
-
-@router.get("/v1/audio/voices")
-async def list_voices(
-    engine: Annotated[SpeechEngine, Depends(get_engine)], catalog: Annotated[VoiceCatalog, Depends(get_catalog)]
-) -> dict[str, Any]:
-    return {
-        "voices": [
-            {
-                "id": voice.id,
-                "name": voice.name,
-                "languages": list(voice.languages),
-                "engine": engine.name,
-                "aliases": catalog.aliases_of(voice.id),
-            }
-            for voice in catalog.voices
-        ]
     }
 
 

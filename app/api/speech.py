@@ -14,16 +14,25 @@ from fastapi.responses import StreamingResponse
 from app import metrics
 from app.admission import AdmissionGate, Rejected, Ticket
 from app.api.audio_stream import EncodedAudio, StreamStopped, audio_body, sse_events
-from app.api.dependencies import get_catalog, get_engine, get_gate, get_lifecycle, get_settings, served_models
+from app.api.dependencies import (
+    get_catalog,
+    get_engine,
+    get_gate,
+    get_lifecycle,
+    get_settings,
+    get_voice_store,
+    served_models,
+)
 from app.api.errors import ApiError, internal_error, invalid_param
 from app.api.job_builder import build_job
 from app.api.schemas import SpeechRequest
 from app.audio.encoders import CONTENT_TYPES
 from app.audio.fetch import fetch_reference
-from app.audio.reference import decode_reference_audio, is_url
+from app.audio.reference import is_url, prepare_reference_audio
 from app.engines.base import AudioChunk, EngineUnavailable, ReferenceAudio, SpeechEngine, UnsupportedParameter
 from app.lifecycle import Lifecycle
 from app.settings import Settings
+from app.voice_store import StoredVoice, VoiceNotFound, VoiceStore
 from app.voices import VoiceCatalog
 
 log = logging.getLogger(__name__)
@@ -95,9 +104,19 @@ async def decode_reference(value: str, settings: Settings) -> ReferenceAudio:
     policy = settings.fetch_policy()
     try:
         source: str | bytes = await fetch_reference(value.strip(), policy) if is_url(value) else value
-        return await asyncio.to_thread(decode_reference_audio, source, policy.max_bytes)
+        return await asyncio.to_thread(prepare_reference_audio, source, policy.max_bytes)
     except UnsupportedParameter as exc:
         raise invalid_param(exc.param, exc.message) from exc
+
+
+async def registered_voice(body: SpeechRequest, catalog: VoiceCatalog, store: VoiceStore) -> StoredVoice | None:
+    """The registered voice a request names, when the name is not one of the engine's own voices or aliases."""
+    if catalog.resolve(body.voice_name) is not None:
+        return None
+    try:
+        return await asyncio.to_thread(store.get, body.voice_name)
+    except VoiceNotFound:
+        return None
 
 
 @router.post("/v1/audio/speech", responses=_AUDIO_RESPONSES, response_class=StreamingResponse)
@@ -109,6 +128,7 @@ async def create_speech(
     catalog: Annotated[VoiceCatalog, Depends(get_catalog)],
     gate: Annotated[AdmissionGate, Depends(get_gate)],
     lifecycle: Annotated[Lifecycle, Depends(get_lifecycle)],
+    store: Annotated[VoiceStore, Depends(get_voice_store)],
 ) -> StreamingResponse:
     started = request.state.started_at
     request_id: str = request.state.request_id
@@ -125,6 +145,20 @@ async def create_speech(
         raise engine_unavailable(engine)
     caps = engine.capabilities()
     reference = await decode_reference(body.ref_audio, settings) if caps.voice_cloning and body.ref_audio else None
+    registered = await registered_voice(body, catalog, store) if reference is None else None
+    if registered is not None:
+        if not caps.voice_cloning:
+            raise invalid_param(
+                "voice", f"'{body.voice_name}' is a registered (cloned) voice; this model cannot clone."
+            )
+        reference = await asyncio.to_thread(store.audio, registered)
+        body = body.model_copy(
+            update={
+                "task_type": body.task_type or "Base",
+                "ref_text": registered.ref_text,
+                "x_vector_only_mode": not registered.has_ref_text,  # without a transcript: the speaker embedding only
+            }
+        )
     job, output = build_job(
         body,
         request_id=request_id,

@@ -11,10 +11,14 @@ import re
 import av
 import numpy as np
 
+from app.audio.transforms import resample
 from app.engines.base import ReferenceAudio, UnsupportedParameter
 
 MAX_REFERENCE_BYTES = 10 * 1024 * 1024
 MAX_CHANNELS = 8
+REFERENCE_RATE = 24_000
+REFERENCE_SECONDS = (1.0, 30.0)
+SILENCE_RMS = 10 ** (-50 / 20)  # -50 dBFS
 _DATA_URI = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?:;[\w=.+-]+)*;base64,(?P<data>.*)", re.S)
 
 
@@ -41,6 +45,21 @@ def reference_bytes(value: str, max_bytes: int = MAX_REFERENCE_BYTES) -> bytes:
     if not data:
         raise _reject("ref_audio is empty.")
     return data
+
+
+def prepare_reference_audio(value: str | bytes, max_bytes: int = MAX_REFERENCE_BYTES) -> ReferenceAudio:
+    """Decoded, checked and normalised reference audio: mono, 24 kHz (what the Qwen3-TTS tokenizer reads; also halves
+    a 48 kHz clip before it travels to the engine), 1–30 s long, not near-silent."""
+    decoded = decode_reference_audio(value, max_bytes)
+    samples = resample(decoded.samples, decoded.sample_rate, REFERENCE_RATE)
+    seconds = len(samples) / REFERENCE_RATE
+    low, high = REFERENCE_SECONDS
+    if not low <= seconds <= high:
+        raise _reject(f"ref_audio lasts {seconds:.1f} s; a reference clip must last {low:g}–{high:g} s.")
+    rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
+    if rms < SILENCE_RMS:
+        raise _reject("ref_audio is (nearly) silent; the voice to clone must be audible.")
+    return ReferenceAudio(samples.astype(np.float32), REFERENCE_RATE)
 
 
 def decode_reference_audio(value: str | bytes, max_bytes: int = MAX_REFERENCE_BYTES) -> ReferenceAudio:

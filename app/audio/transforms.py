@@ -70,3 +70,9 @@ def time_stretch(samples: np.ndarray, sample_rate: int, tempo: float) -> np.ndar
         except (av.BlockingIOError, av.EOFError):
             break
     return _samples(frames)
+
+
+def resample(samples: np.ndarray, source_rate: int, target_rate: int) -> np.ndarray:
+    """A whole clip at another rate (the streaming resampler, flushed)."""
+    resampler = StreamResampler(source_rate, target_rate)
+    return np.concatenate([resampler.process(samples), resampler.flush()])

@@ -145,10 +145,8 @@ def test_gpu_overlay_essentials() -> None:
     assert volumes["models"]["persistentVolumeClaim"]["readOnly"] is True
     mounts = {m["name"]: m for m in main["volumeMounts"]}
     assert mounts["dshm"]["mountPath"] == "/dev/shm" and mounts["models"]["readOnly"] is True
-    assert (
-        volumes["vllm-cache"]["persistentVolumeClaim"]["claimName"]
-        == one(objects, "PersistentVolumeClaim")["metadata"]["name"]
-    )
+    cache_claim = one(objects, "PersistentVolumeClaim", volumes["vllm-cache"]["persistentVolumeClaim"]["claimName"])
+    assert cache_claim["spec"]["accessModes"] == ["ReadWriteOnce"]
     startup = main["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 600  # a cold start measured 4-6 minutes
     env = env_of(objects)
@@ -177,6 +175,16 @@ def test_probes_drain_and_security(overlay: str) -> None:
     assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
     assert security["capabilities"]["drop"] == ["ALL"]
     assert pod["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("overlay", ["gpu", "cpu"])
+def test_the_voice_store_is_shared_and_writable(overlay: str) -> None:
+    objects = render(overlay)
+    store = env_of(objects)["SPEECH_VOICE_STORE"]
+    mounts = {m["mountPath"]: m["name"] for m in container(objects)["volumeMounts"]}
+    volumes = {v["name"]: v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    claim = volumes[mounts[store]]["persistentVolumeClaim"]["claimName"]
+    assert one(objects, "PersistentVolumeClaim", claim)["spec"]["accessModes"] == ["ReadWriteMany"]
 
 
 def test_autoscaling_on_queue_and_in_flight() -> None:

@@ -58,7 +58,13 @@ def start_server(
     log_path: Path, env: dict[str, str] | None = None, wait_ready: bool = True, timeout_s: float = 120.0
 ) -> RunningServer:
     port = free_port()
-    full_env = {**os.environ, "SPEECH_HOST": "127.0.0.1", "SPEECH_PORT": str(port), **(env or {})}
+    full_env = {
+        **os.environ,
+        "SPEECH_HOST": "127.0.0.1",
+        "SPEECH_PORT": str(port),
+        "SPEECH_VOICE_STORE": str(log_path.parent / "voices"),  # each server its own store unless a test shares one
+        **(env or {}),
+    }
     log_file = log_path.open("wb")
     process = subprocess.Popen(
         [*server_command(), "--engine", "embedded", "--log-level", "debug"],

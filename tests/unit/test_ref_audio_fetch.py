@@ -36,12 +36,14 @@ WAV = wav()
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
+    clip = WAV  # what /voice.wav serves
+
     def log_message(self, *args: object) -> None:
         pass
 
     def do_GET(self) -> None:
         routes = {
-            "/voice.wav": lambda: self._send(200, WAV),
+            "/voice.wav": lambda: self._send(200, self.clip),
             "/to-voice": lambda: self._redirect("/voice.wav"),
             "/to-metadata": lambda: self._redirect("http://169.254.169.254/latest/meta-data/"),
             "/to-elsewhere": lambda: self._redirect("https://not-allowed.example/voice.wav"),
@@ -79,8 +81,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._send(200, WAV)
 
 
-def serve(context: ssl.SSLContext | None) -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+def serve(context: ssl.SSLContext | None, handler: type[Handler] = Handler) -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     if context is not None:
         server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -1,0 +1,116 @@
+"""Voices: the engine's own (with their aliases) and voices registered for cloning, shared by every replica."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, File, Form, Response, UploadFile
+from fastapi.responses import JSONResponse
+
+from app.api.dependencies import get_catalog, get_engine, get_voice_store
+from app.api.errors import ApiError, invalid_param
+from app.audio.reference import MAX_REFERENCE_BYTES, prepare_reference_audio
+from app.engines.base import SpeechEngine, UnsupportedParameter
+from app.voice_store import NAME_PATTERN, StoredVoice, VoiceExists, VoiceNotFound, VoiceStore
+from app.voices import VoiceCatalog
+
+router = APIRouter()
+
+
+def _builtin(catalog: VoiceCatalog, engine: SpeechEngine) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": voice.id,
+            "name": voice.name,
+            "type": "builtin",
+            "languages": list(voice.languages),
+            "engine": engine.name,
+            "aliases": catalog.aliases_of(voice.id),
+        }
+        for voice in catalog.voices
+    ]
+
+
+def _uploaded(voice: StoredVoice, engine: SpeechEngine) -> dict[str, Any]:
+    languages = [lang for lang in engine.languages() if lang != "Auto"]
+    return {**voice.public(), "type": "uploaded", "languages": languages, "engine": engine.name}
+
+
+def _not_found(name: str) -> ApiError:
+    return ApiError(404, f"No voice named '{name}'.", param="name", code="voice_not_found")
+
+
+@router.get("/v1/audio/voices")
+async def list_voices(
+    engine: Annotated[SpeechEngine, Depends(get_engine)],
+    catalog: Annotated[VoiceCatalog, Depends(get_catalog)],
+    store: Annotated[VoiceStore, Depends(get_voice_store)],
+) -> dict[str, Any]:
+    uploaded = await asyncio.to_thread(store.list)
+    return {"voices": [*_builtin(catalog, engine), *(_uploaded(v, engine) for v in uploaded)]}
+
+
+@router.get("/v1/audio/voices/{name}")
+async def get_voice(
+    name: str,
+    engine: Annotated[SpeechEngine, Depends(get_engine)],
+    catalog: Annotated[VoiceCatalog, Depends(get_catalog)],
+    store: Annotated[VoiceStore, Depends(get_voice_store)],
+) -> dict[str, Any]:
+    for voice in _builtin(catalog, engine):
+        if voice["id"] == name:
+            return voice
+    try:
+        return _uploaded(await asyncio.to_thread(store.get, name), engine)
+    except VoiceNotFound:
+        raise _not_found(name) from None
+
+
+@router.post("/v1/audio/voices", status_code=201)
+async def create_voice(
+    name: Annotated[str, Form(description="[a-z0-9_-]{1,64}")],
+    audio_sample: Annotated[UploadFile, File(description="1–30 s of the voice, ≤ 10 MB: wav, mp3, flac, ogg, m4a...")],
+    consent: Annotated[bool, Form(description="The speaker agreed to have their voice cloned: must be true.")],
+    catalog: Annotated[VoiceCatalog, Depends(get_catalog)],
+    store: Annotated[VoiceStore, Depends(get_voice_store)],
+    ref_text: Annotated[str | None, Form(max_length=4096, description="What the sample says.")] = None,
+) -> JSONResponse:
+    if not NAME_PATTERN.fullmatch(name):
+        raise invalid_param("name", "'name' must be 1–64 characters of a-z, 0-9, '_' and '-'.")
+    if not consent:
+        raise invalid_param("consent", "Registering a voice needs 'consent' = true: the speaker's agreement.")
+    if catalog.resolve(name) is not None:
+        raise ApiError(409, f"'{name}' is a built-in voice or alias.", param="name", code="voice_exists")
+    data = await audio_sample.read(MAX_REFERENCE_BYTES + 1)
+    if len(data) > MAX_REFERENCE_BYTES:
+        raise ApiError(
+            413,
+            f"'audio_sample' is larger than {MAX_REFERENCE_BYTES} bytes.",
+            param="audio_sample",
+            code="file_too_large",
+        )
+    try:
+        reference = await asyncio.to_thread(prepare_reference_audio, data)
+    except UnsupportedParameter as exc:
+        raise invalid_param("audio_sample", exc.message.replace("ref_audio", "audio_sample")) from exc
+    try:
+        voice = await asyncio.to_thread(store.create, name, reference, ref_text)
+    except VoiceExists:
+        raise ApiError(409, f"A voice named '{name}' already exists.", param="name", code="voice_exists") from None
+    return JSONResponse(voice.public(), status_code=201, headers={"Location": f"/v1/audio/voices/{name}"})
+
+
+@router.delete("/v1/audio/voices/{name}", status_code=204)
+async def delete_voice(
+    name: str,
+    catalog: Annotated[VoiceCatalog, Depends(get_catalog)],
+    store: Annotated[VoiceStore, Depends(get_voice_store)],
+) -> Response:
+    if catalog.resolve(name) is not None:
+        raise invalid_param("name", f"'{name}' is a built-in voice; only uploaded voices can be deleted.")
+    try:
+        await asyncio.to_thread(store.delete, name)
+    except VoiceNotFound:
+        raise _not_found(name) from None
+    return Response(status_code=204)

@@ -1,0 +1,143 @@
+"""Registered voices (for cloning), kept on a filesystem that several replicas may share (a ReadWriteMany volume).
+
+One directory per voice under the store: `audio.wav` (the normalised reference clip: mono, 24 kHz, 16-bit) and
+`voice.json` (metadata), each written to a temporary file and renamed into place. Creating the directory is the
+atomic claim on a name, so two replicas uploading the same name at once get one 201 and one 409; a voice is visible
+only once its metadata exists; deleting renames the directory away first. Nothing is cached across processes: every
+replica reads the store, so an upload or a delete through one is seen by all at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import uuid
+import wave
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from app.engines.base import ReferenceAudio
+
+NAME_PATTERN = re.compile(r"[a-z0-9_-]{1,64}")
+_META = "voice.json"
+_AUDIO = "audio.wav"
+
+
+class VoiceExists(Exception):
+    pass
+
+
+class VoiceNotFound(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class StoredVoice:
+    id: str
+    name: str
+    duration_s: float
+    sample_rate: int
+    created_at: int
+    has_ref_text: bool
+    ref_text: str | None = None
+
+    def public(self) -> dict[str, object]:
+        return {k: v for k, v in asdict(self).items() if k != "ref_text"}
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _wav_bytes(reference: ReferenceAudio) -> bytes:
+    import io
+
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(reference.sample_rate)
+        w.writeframes(np.rint(np.clip(reference.samples, -1, 1) * 32767).astype("<i2").tobytes())
+    return out.getvalue()
+
+
+class VoiceStore:
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._audio_cache: dict[tuple[str, str], ReferenceAudio] = {}  # (name, id) -> decoded clip
+
+    def create(self, name: str, reference: ReferenceAudio, ref_text: str | None) -> StoredVoice:
+        folder = self.root / name
+        try:
+            folder.mkdir()  # the atomic claim on the name, across processes sharing the store
+        except FileExistsError:
+            raise VoiceExists(name) from None
+        try:
+            voice = StoredVoice(
+                id=f"voice_{uuid.uuid4().hex}",
+                name=name,
+                duration_s=round(len(reference.samples) / reference.sample_rate, 3),
+                sample_rate=reference.sample_rate,
+                created_at=int(time.time()),
+                has_ref_text=bool(ref_text and ref_text.strip()),
+                ref_text=ref_text.strip() if ref_text and ref_text.strip() else None,
+            )
+            _write_atomically(folder / _AUDIO, _wav_bytes(reference))
+            _write_atomically(folder / _META, json.dumps(asdict(voice)).encode())  # last: the voice now exists
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        return voice
+
+    def get(self, name: str) -> StoredVoice:
+        if not NAME_PATTERN.fullmatch(name):
+            raise VoiceNotFound(name)
+        try:
+            return StoredVoice(**json.loads((self.root / name / _META).read_text()))
+        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, TypeError):
+            raise VoiceNotFound(name) from None
+
+    def list(self) -> list[StoredVoice]:
+        voices = []
+        for folder in sorted(self.root.iterdir()):
+            if folder.name.startswith(".") or not folder.is_dir():
+                continue
+            try:
+                voices.append(self.get(folder.name))
+            except VoiceNotFound:
+                continue  # being written or deleted right now
+        return voices
+
+    def delete(self, name: str) -> None:
+        self.get(name)
+        tombstone = self.root / f".deleted-{name}-{uuid.uuid4().hex}"
+        try:
+            (self.root / name).rename(tombstone)  # gone for every reader at once
+        except FileNotFoundError:
+            raise VoiceNotFound(name) from None
+        shutil.rmtree(tombstone, ignore_errors=True)
+
+    def audio(self, voice: StoredVoice) -> ReferenceAudio:
+        """The clip, decoded once per process and voice (a re-upload under the same name has a new id)."""
+        key = (voice.name, voice.id)
+        if key not in self._audio_cache:
+            with wave.open(str(self.root / voice.name / _AUDIO), "rb") as w:
+                pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32767.0
+                self._audio_cache[key] = ReferenceAudio(pcm, w.getframerate())
+        return self._audio_cache[key]

@@ -1,0 +1,168 @@
+"""The voice registry on real servers: CRUD, validation, two replicas over one store, restarts, concurrent uploads."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+import wave
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.support.server import RunningServer, start_server
+
+
+@pytest.fixture(scope="module")
+def sample(server: RunningServer) -> bytes:
+    """Real speech to register: three seconds or so from the server's own voice, as a WAV file."""
+    response = httpx.post(
+        f"{server.base_url}/v1/audio/speech",
+        timeout=60,
+        json={
+            "model": "tts-1",
+            "voice": "alloy",
+            "input": "This is my voice. Please keep it safe.",
+            "response_format": "wav",
+        },
+    )
+    pcm = np.frombuffer(response.content[44:], "<i2")
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:  # a file with real sizes, as a caller would upload it
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(24_000)
+        w.writeframes(pcm.tobytes())
+    return out.getvalue()
+
+
+def tone_wav(seconds: float, amplitude: float = 0.3, rate: int = 16_000) -> bytes:
+    t = np.arange(int(seconds * rate)) / rate
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((amplitude * np.sin(2 * np.pi * 220 * t) * 32767).astype("<i2").tobytes())
+    return out.getvalue()
+
+
+def upload(
+    url: str,
+    name: str,
+    audio: bytes,
+    consent: str | None = "true",
+    ref_text: str | None = "Hello.",
+    filename: str = "sample.wav",
+) -> httpx.Response:
+    data = {"name": name}
+    if consent is not None:
+        data["consent"] = consent
+    if ref_text is not None:
+        data["ref_text"] = ref_text
+    return httpx.post(
+        f"{url}/v1/audio/voices", data=data, files={"audio_sample": (filename, audio, "audio/wav")}, timeout=60
+    )
+
+
+@pytest.fixture
+def shared_store(tmp_path: Path) -> Iterator[tuple[RunningServer, RunningServer, Path]]:
+    store = tmp_path / "store"
+    a = start_server(tmp_path / "a.log", env={"SPEECH_VOICE_STORE": str(store)})
+    b = start_server(tmp_path / "b.log", env={"SPEECH_VOICE_STORE": str(store)})
+    yield a, b, store
+    a.stop()
+    b.stop()
+
+
+def test_crud(server: RunningServer, sample: bytes) -> None:
+    created = upload(server.base_url, "my-voice_1", sample, ref_text="This is my voice. Please keep it safe.")
+    assert created.status_code == 201, created.text
+    voice = created.json()
+    assert set(voice) == {"id", "name", "duration_s", "sample_rate", "created_at", "has_ref_text"}
+    assert voice["name"] == "my-voice_1" and voice["has_ref_text"] is True and voice["sample_rate"] == 24_000
+    assert 1.5 < voice["duration_s"] < 6
+    listed = httpx.get(f"{server.base_url}/v1/audio/voices").json()["voices"]
+    assert {v["name"] for v in listed if v["type"] == "uploaded"} == {"my-voice_1"}
+    assert any(v["type"] == "builtin" and v["id"] == "heart" for v in listed)
+    assert httpx.get(f"{server.base_url}/v1/audio/voices/my-voice_1").json()["id"] == voice["id"]
+    assert upload(server.base_url, "my-voice_1", sample).status_code == 409
+    assert httpx.delete(f"{server.base_url}/v1/audio/voices/my-voice_1").status_code == 204
+    gone = httpx.get(f"{server.base_url}/v1/audio/voices/my-voice_1")
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "voice_not_found"
+    assert httpx.delete(f"{server.base_url}/v1/audio/voices/my-voice_1").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("name", "audio", "consent", "status", "param"),
+    [
+        ("Bad Name", "sample", "true", 400, "name"),
+        ("x" * 65, "sample", "true", 400, "name"),
+        ("ok-name", "sample", "false", 400, "consent"),
+        ("ok-name", "sample", None, 400, "consent"),
+        ("heart", "sample", "true", 409, "name"),
+        ("alloy", "sample", "true", 409, "name"),
+        ("too-short", "short", "true", 400, "audio_sample"),
+        ("too-long", "long", "true", 400, "audio_sample"),
+        ("silence", "silence", "true", 400, "audio_sample"),
+        ("noise-bytes", "random", "true", 400, "audio_sample"),
+        ("oversized", "huge", "true", 413, "audio_sample"),
+    ],
+)
+def test_upload_validation(
+    server: RunningServer, sample: bytes, name: str, audio: str, consent: str | None, status: int, param: str
+) -> None:
+    clips = {
+        "sample": sample,
+        "short": tone_wav(0.5),
+        "long": tone_wav(31),
+        "silence": tone_wav(3, amplitude=0.0),
+        "random": np.random.default_rng(1).bytes(50_000),
+        "huge": b"RIFF" + b"\0" * (10 * 1024 * 1024 + 10),
+    }
+    response = upload(server.base_url, name, clips[audio], consent=consent)
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["param"] == param
+
+
+def test_a_registered_voice_on_an_engine_that_cannot_clone(server: RunningServer, sample: bytes) -> None:
+    assert upload(server.base_url, "cloned", sample).status_code == 201
+    response = httpx.post(
+        f"{server.base_url}/v1/audio/speech", json={"model": "tts-1", "voice": "cloned", "input": "Hello."}
+    )
+    assert response.status_code == 400 and response.json()["error"]["param"] == "voice"
+    assert "clone" in response.json()["error"]["message"]
+    httpx.delete(f"{server.base_url}/v1/audio/voices/cloned")
+
+
+def test_two_replicas_share_one_store_and_survive_restarts(shared_store, sample: bytes, tmp_path: Path) -> None:
+    a, b, store = shared_store
+    assert upload(a.base_url, "shared", sample).status_code == 201
+    assert httpx.get(f"{b.base_url}/v1/audio/voices/shared").status_code == 200  # no restart, no cache to refresh
+    assert upload(b.base_url, "shared", sample).status_code == 409
+    assert upload(b.base_url, "kept", sample, ref_text=None).status_code == 201
+    assert httpx.delete(f"{b.base_url}/v1/audio/voices/shared").status_code == 204
+    assert httpx.get(f"{a.base_url}/v1/audio/voices/shared").status_code == 404
+    a.stop()
+    restarted = start_server(tmp_path / "a2.log", env={"SPEECH_VOICE_STORE": str(store)})
+    try:
+        kept = httpx.get(f"{restarted.base_url}/v1/audio/voices/kept").json()
+        assert kept["has_ref_text"] is False and kept["type"] == "uploaded"
+    finally:
+        restarted.stop()
+
+
+def test_concurrent_uploads_never_corrupt_the_store(shared_store, sample: bytes) -> None:
+    a, b, _ = shared_store
+    names = [f"voice-{i}" for i in range(12)]
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        statuses = list(pool.map(lambda i: upload((a, b)[i % 2].base_url, names[i], sample).status_code, range(12)))
+    assert statuses == [201] * 12
+    listed = {v["name"]: v for v in httpx.get(f"{a.base_url}/v1/audio/voices").json()["voices"]}
+    assert set(names) <= set(listed)
+    assert len({listed[n]["duration_s"] for n in names}) == 1  # every copy whole
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:  # the same name from both replicas at once
+        same = list(pool.map(lambda i: upload((a, b)[i % 2].base_url, "contested", sample).status_code, range(8)))
+    assert sorted(same) == [201] + [409] * 7
