@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import httpx
@@ -220,6 +221,7 @@ async def test_audio_reader_handles_delta_and_cumulative_outputs(mode: str) -> N
 
 
 def make_engine(model_dir: Path, omni: FakeAsyncOmni, **settings: object) -> OmniEngine:
+    settings = {"voice_store": tempfile.mkdtemp(prefix="voices-"), **settings}  # never the working directory
     config = Settings(
         engine="omni",
         model=str(model_dir),
