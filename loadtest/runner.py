@@ -63,6 +63,40 @@ def _keep(plan: RunPlan, run: LevelRun) -> bool:
     return sum(r.audio is not None for r in run.results) < plan.asr_sample
 
 
+class _Sender:
+    """Sends one request at a time on behalf of a loop: counts what is in flight, records the result (unless warming
+    up), and turns a client-side failure into one failed request rather than the end of the sweep."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        plan: RunPlan,
+        target: Target,
+        record: LevelRun | None,
+        tick: Callable[[], None],
+    ) -> None:
+        self.client, self.plan, self.target, self.record, self.tick = client, plan, target, record, tick
+        self.in_flight = 0
+
+    async def send(self, text: str, scheduled_at: float | None = None) -> None:
+        plan, record = self.plan, self.record
+        keep = record is not None and _keep(plan, record)
+        self.in_flight += 1
+        if record is not None:
+            record.peak_in_flight = max(record.peak_in_flight, self.in_flight)
+        try:
+            result = await measure(
+                self.client, self.target, text, plan.response_format, plan.stream_format, keep, scheduled_at
+            )
+        except Exception as exc:
+            result = RequestResult(self.target.index, text, 0, False, f"client_{type(exc).__name__}")
+        finally:
+            self.in_flight -= 1
+        if record is not None:
+            record.results.append(result)
+        self.tick()
+
+
 async def _closed_loop(
     client: httpx.AsyncClient,
     plan: RunPlan,
@@ -77,26 +111,11 @@ async def _closed_loop(
     queue: asyncio.Queue[str] = asyncio.Queue()
     for _ in range(count):
         queue.put_nowait(texts.take())
-
-    in_flight = 0
+    sender = _Sender(client, plan, target, record, tick)
 
     async def worker() -> None:
-        nonlocal in_flight
         while not queue.empty():
-            text = queue.get_nowait()
-            keep = record is not None and _keep(plan, record)
-            in_flight += 1
-            if record is not None:
-                record.peak_in_flight = max(record.peak_in_flight, in_flight)
-            try:
-                result = await measure(client, target, text, plan.response_format, plan.stream_format, keep)
-            except Exception as exc:  # a client-side failure is one failed request, never the end of the sweep
-                result = RequestResult(target.index, text, 0, False, f"client_{type(exc).__name__}")
-            finally:
-                in_flight -= 1
-            if record is not None:
-                record.results.append(result)
-            tick()
+            await sender.send(queue.get_nowait())
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(min(concurrency, count))))
@@ -115,32 +134,15 @@ async def _open_loop(
     tick: Callable[[], None],
 ) -> float:
     """Poisson arrivals at `rate` per second for `duration_s`; returns the wall time until the last answer."""
+    sender = _Sender(client, plan, target, record, tick)
     tasks: list[asyncio.Task[None]] = []
-
-    in_flight = 0
-
-    async def one(text: str, scheduled_at: float) -> None:
-        nonlocal in_flight
-        in_flight += 1
-        record.peak_in_flight = max(record.peak_in_flight, in_flight)
-        try:
-            result = await measure(
-                client, target, text, plan.response_format, plan.stream_format, _keep(plan, record), scheduled_at
-            )
-        except Exception as exc:
-            result = RequestResult(target.index, text, 0, False, f"client_{type(exc).__name__}")
-        finally:
-            in_flight -= 1
-        record.results.append(result)
-        tick()
-
     started = time.perf_counter()
     next_at = rng.expovariate(rate)
     while next_at < duration_s:
         delay = started + next_at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(texts.take(), started + next_at)))
+        tasks.append(asyncio.create_task(sender.send(texts.take(), started + next_at)))
         next_at += rng.expovariate(rate)
     await asyncio.gather(*tasks)
     return time.perf_counter() - started

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import concurrent.futures
-import io
-import wave
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.support.server import RunningServer, start_server
+from tests.support.wav import pcm_wav, tone_wav
 
 
 @pytest.fixture(scope="module")
@@ -28,25 +27,7 @@ def sample(server: RunningServer) -> bytes:
             "response_format": "wav",
         },
     )
-    pcm = np.frombuffer(response.content[44:], "<i2")
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:  # a file with real sizes, as a caller would upload it
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(24_000)
-        w.writeframes(pcm.tobytes())
-    return out.getvalue()
-
-
-def tone_wav(seconds: float, amplitude: float = 0.3, rate: int = 16_000) -> bytes:
-    t = np.arange(int(seconds * rate)) / rate
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((amplitude * np.sin(2 * np.pi * 220 * t) * 32767).astype("<i2").tobytes())
-    return out.getvalue()
+    return pcm_wav(np.frombuffer(response.content[44:], "<i2"), 24_000)  # real sizes, as a caller would upload
 
 
 def upload(

@@ -4,9 +4,7 @@ ref_audio form — base64, data URI, an https URL from an allow-listed local ser
 from __future__ import annotations
 
 import base64
-import io
 import ssl
-import wave
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import trustme
 from app.server import create_app
 from app.tools.qwen3_tts_model_dir import write_model_dir
 from tests.fakes.vllm_omni_0_26 import FakeAsyncOmni
+from tests.support.wav import tone_wav
 from tests.unit.test_omni_engine import make_engine
 from tests.unit.test_ref_audio_fetch import Handler, serve
 
@@ -25,14 +24,7 @@ RATE = 16_000
 
 
 def clip(seconds: float, amplitude: float = 0.3) -> bytes:
-    t = np.arange(int(seconds * RATE)) / RATE
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(RATE)
-        w.writeframes((amplitude * np.sin(2 * np.pi * 200 * t) * 32767).astype("<i2").tobytes())
-    return out.getvalue()
+    return tone_wav(seconds, RATE, amplitude, frequency=200.0)
 
 
 CLIP = clip(2.0)

@@ -4,11 +4,9 @@ HTTP and HTTPS servers (a test CA from trustme)."""
 from __future__ import annotations
 
 import http.server
-import io
 import ssl
 import threading
 import time
-import wave
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -20,19 +18,9 @@ import trustme
 from app.audio.fetch import FetchPolicy, fetch_reference
 from app.audio.reference import decode_reference_audio
 from app.engines.base import UnsupportedParameter
+from tests.support.wav import pcm_wav
 
-
-def wav() -> bytes:
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16_000)
-        w.writeframes((np.sin(np.arange(32_000) / 8) * 10_000).astype("<i2").tobytes())
-    return out.getvalue()
-
-
-WAV = wav()
+WAV = pcm_wav((np.sin(np.arange(32_000) / 8) * 10_000).astype("<i2"), 16_000)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import base64
-import io
-import wave
 
 import numpy as np
 import pytest
@@ -12,19 +10,11 @@ import pytest
 from app.audio.encoders import create_encoder
 from app.audio.reference import decode_reference_audio
 from app.engines.base import UnsupportedParameter
+from tests.support.wav import tone_wav
 
 
 def wav_bytes(seconds: float = 2.0, rate: int = 16_000, channels: int = 1) -> bytes:
-    t = np.arange(int(seconds * rate)) / rate
-    mono = (0.4 * np.sin(2 * np.pi * 220 * t) * 32767).astype("<i2")
-    frames = np.repeat(mono[:, None], channels, axis=1).reshape(-1)
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(channels)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(frames.tobytes())
-    return out.getvalue()
+    return tone_wav(seconds, rate, amplitude=0.4, channels=channels)
 
 
 def b64(data: bytes) -> str:
