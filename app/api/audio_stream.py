@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import anyio
 import numpy as np
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from app.api.errors import ApiError, error_body
 from app.audio.encoders import StreamEncoder, create_encoder
@@ -87,6 +89,7 @@ class EncodedAudio:
         self._encoder: StreamEncoder = create_encoder(response_format, sample_rate)
         self._stop_reason: str | None = None
         self._stopped = asyncio.Event()
+        self._closed = False
         # The encoder is used from worker threads; a client that leaves cancels the await, not the thread, so the
         # encoder must not be closed while a thread still encodes into it (FFmpeg would crash the process).
         self._encoder_lock = threading.Lock()
@@ -169,14 +172,25 @@ class EncodedAudio:
             outcome = "client_gone"
             raise
         finally:
-            self._close_encoder()
-            # The request's task may be cancelled (the client left): shield the clean-up so that the engine job is
-            # closed and the slot released however the stream ended.
-            with anyio.CancelScope(shield=True):
-                try:
-                    await self._rest.aclose()
-                finally:
-                    await self._on_close(outcome)
+            await self._close(outcome)
+
+    async def _close(self, outcome: str) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._close_encoder()
+        # The request's task may be cancelled (the client left): shield the clean-up so that the engine job is
+        # closed and the slot released however the stream ended.
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._rest.aclose()
+            finally:
+                await self._on_close(outcome)
+
+    async def close_if_never_streamed(self) -> None:
+        """For a client that left before the body started: the body generator then never runs (and never reaches
+        its clean-up), so the response calls this once it is done, whatever happened."""
+        await self._close("client_gone")
 
 
 class StreamCut(Exception):
@@ -195,6 +209,21 @@ async def audio_body(audio: EncodedAudio) -> AsyncIterator[bytes]:
             yield data
     except StreamStopped as exc:
         raise StreamCut(exc.reason) from None
+
+
+class SpeechResponse(StreamingResponse):
+    """A streaming response that always closes its audio, even when the client left before the first byte."""
+
+    def __init__(self, content: AsyncIterator[bytes], audio: EncodedAudio, **kwargs: object) -> None:
+        super().__init__(content, **kwargs)  # type: ignore[arg-type]
+        self.audio = audio
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.audio.close_if_never_streamed()
 
 
 def sse_event(payload: dict[str, object]) -> bytes:

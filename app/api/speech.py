@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 
 from app import metrics
 from app.admission import AdmissionGate, Rejected, Ticket
-from app.api.audio_stream import EncodedAudio, StreamStopped, audio_body, sse_events
+from app.api.audio_stream import EncodedAudio, SpeechResponse, StreamStopped, audio_body, sse_events
 from app.api.dependencies import (
     get_catalog,
     get_engine,
@@ -196,8 +196,9 @@ async def create_speech(
         audio_s = audio.usage.audio_samples / first.sample_rate if first else 0.0
         metrics.E2E.labels(output.stream_format).observe(now - started)
         metrics.AUDIO_SECONDS.inc(audio_s)
-        if outcome == "completed" and audio_s > 0:
-            metrics.RTF.observe((now - ticket.granted_at) / audio_s)
+        if outcome == "completed":
+            if audio_s > 0:
+                metrics.RTF.observe((now - ticket.granted_at) / audio_s)
         else:
             metrics.ABORTED.labels(outcome).inc()
             await engine.abort(job.request_id)
@@ -214,9 +215,10 @@ async def create_speech(
     audio = EncodedAudio(first, chunks, output.response_format, output.sample_rate, on_close, deadline, on_first_audio)
     lifecycle.track(job.request_id, audio)
     if output.stream_format == "sse":
-        return StreamingResponse(
+        return SpeechResponse(
             sse_events(audio, request_id),
+            audio,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    return StreamingResponse(audio_body(audio), media_type=CONTENT_TYPES[output.response_format])
+    return SpeechResponse(audio_body(audio), audio, media_type=CONTENT_TYPES[output.response_format])

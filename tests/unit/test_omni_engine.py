@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import tempfile
 from pathlib import Path
 
@@ -362,3 +364,43 @@ async def test_http_errors_from_the_omni_engine_are_openai_shaped(custom_voice_d
         dead = await client.post("/v1/audio/speech", json={**base, "response_format": "pcm"})
         assert dead.status_code == 503 and dead.json()["error"]["code"] == "engine_unavailable"
         assert (await client.get("/ready")).status_code == 503
+
+
+async def test_a_client_gone_before_the_body_starts_still_frees_its_slot(custom_voice_dir: Path) -> None:
+    """Starlette may cancel a response before its body generator ever runs; the slot must be freed all the same."""
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni)
+    await engine.start()
+    app = create_app(engine.__dict__["_settings"], engine=engine)
+    model = custom_voice_dir.name
+    body = json.dumps({"model": model, "voice": "vivian", "input": "Hi.", "max_new_tokens": 200}).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/audio/speech",
+        "raw_path": b"/v1/audio/speech",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("test", 80),
+    }
+    for _ in range(5):
+        await app({**scope, "state": {}}, _receive_then_leave(body), _discard)
+    assert app.state.gate.in_flight == 0
+
+
+def _receive_then_leave(body: bytes):
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    return receive
+
+
+async def _discard(message: dict) -> None:
+    await asyncio.sleep(0.01)  # a slow network: the disconnect is noticed before the body's first byte is asked for
