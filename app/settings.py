@@ -89,9 +89,10 @@ class Settings(BaseSettings):
     )
     omni_stage_init_timeout_s: int = Field(900, ge=30, description="Omni engine: seconds allowed per stage start.")
     omni_init_timeout_s: int = Field(1200, ge=30, description="Omni engine: seconds allowed for the whole start.")
-    omni_warmup_batch_sizes: Annotated[list[int], NoDecode] = Field(
-        default_factory=lambda: [1, 2, 4, 8, 16, 32],
-        description="Omni engine: batch sizes warmed up before /ready (each new size costs a JIT compile).",
+    omni_warmup_batch_sizes: Annotated[list[int] | None, NoDecode] = Field(
+        None,
+        description="Omni engine: batch sizes warmed up before /ready (each new size costs a JIT compile). "
+        "Default: 1, 2, 4, ... up to the admission limit.",
     )
     omni_sentence_pipeline: bool = Field(
         False, description="Omni engine: speak long text sentence by sentence (as the embedded engine always does)."

@@ -145,10 +145,18 @@ class OmniEngine:
         self._delta_defaults, self._estimator, self._tokenizer = delta_defaults, estimator, tokenizer
         self._tokens_input = tokens_input
 
+    def warmup_batch_sizes(self) -> list[int]:
+        """The batch sizes admission can produce: powers of two up to the limit, and the limit itself."""
+        if self._settings.omni_warmup_batch_sizes:
+            return list(self._settings.omni_warmup_batch_sizes)
+        limit = self._settings.max_concurrency or self._talker_batch
+        sizes = [1 << k for k in range(limit.bit_length()) if 1 << k < limit]
+        return [*sizes, limit]
+
     async def _warm_up(self) -> None:
         """Every batch size the service will run pays its first-time JIT here, not on a caller's request."""
         voice = self._model.speakers[0] if self._model.speakers else ""
-        for batch in self._settings.omni_warmup_batch_sizes:
+        for batch in self.warmup_batch_sizes():
             if self._model.task_types.isdisjoint({TaskType.CUSTOM_VOICE}):
                 break  # Base and VoiceDesign need per-request inputs; their first requests warm up themselves
             started = time.perf_counter()

@@ -223,12 +223,15 @@ async def test_audio_reader_handles_delta_and_cumulative_outputs(mode: str) -> N
 
 
 def make_engine(model_dir: Path, omni: FakeAsyncOmni, **settings: object) -> OmniEngine:
-    settings = {"voice_store": tempfile.mkdtemp(prefix="voices-"), **settings}  # never the working directory
+    settings = {  # never the working directory; small warm-ups unless a test sets them
+        "voice_store": tempfile.mkdtemp(prefix="voices-"),
+        "omni_warmup_batch_sizes": [1, 4],
+        **settings,
+    }
     config = Settings(
         engine="omni",
         model=str(model_dir),
         load_format="dummy",
-        omni_warmup_batch_sizes=[1, 4],
         deploy_config="deploy/vllm-omni/customvoice.yaml",
         **settings,
     )
@@ -404,3 +407,18 @@ def _receive_then_leave(body: bytes):
 
 async def _discard(message: dict) -> None:
     await asyncio.sleep(0.01)  # a slow network: the disconnect is noticed before the body's first byte is asked for
+
+
+def test_warm_up_covers_the_batch_sizes_admission_allows(custom_voice_dir: Path) -> None:
+    assert make_engine(custom_voice_dir, FakeAsyncOmni(), omni_warmup_batch_sizes=None).warmup_batch_sizes() == [
+        1,
+        2,
+        4,
+        8,
+        16,
+        32,
+        64,
+    ]  # the profile's talker batch
+    limited = make_engine(custom_voice_dir, FakeAsyncOmni(), omni_warmup_batch_sizes=None, max_concurrency=24)
+    assert limited.warmup_batch_sizes() == [1, 2, 4, 8, 16, 24]
+    assert make_engine(custom_voice_dir, FakeAsyncOmni()).warmup_batch_sizes() == [1, 4]  # set explicitly
