@@ -33,6 +33,7 @@ from app.text.sentences import split_sentences
 log = logging.getLogger(__name__)
 
 SILENCE_THRESHOLD = 0.01  # |sample| below this (-40 dBFS) counts as silence at an utterance's edges
+QUIET_FLOOR = 0.001  # an utterance whose peak stays under the threshold but above this is quiet speech, not silence
 LEAD_S = 0.05  # silence kept before a sentence's first sound
 PAUSE_AFTER_SENTENCE_S = 0.25
 PAUSE_AFTER_CLAUSE_S = 0.12  # a long sentence cut at a comma or semicolon
@@ -87,7 +88,11 @@ class SentenceJoiner:
         return samples[:end]
 
     def finish(self) -> np.ndarray:
-        """The end of the utterance: its trailing silence, cut to the pause and faded at the cut."""
+        """The end of the utterance: its trailing silence, cut to the pause and faded at the cut. An utterance that
+        never rose above the silence threshold (a very quiet voice) is given back whole, never dropped."""
+        if not self._started and len(self._held) and np.abs(self._held).max() > QUIET_FLOOR:
+            whole, self._held = self._held, np.zeros(0, np.float32)
+            return whole
         tail = self._held[: self._pause] if self._started else np.zeros(0, np.float32)
         self._held = np.zeros(0, np.float32)
         if len(tail):

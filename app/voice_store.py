@@ -17,6 +17,7 @@ import tempfile
 import time
 import uuid
 import wave
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import numpy as np
 from app.engines.base import ReferenceAudio
 
 NAME_PATTERN = re.compile(r"[a-z0-9_-]{1,64}")
+CACHE_VOICES = 64
 _META = "voice.json"
 _AUDIO = "audio.wav"
 
@@ -80,7 +82,8 @@ class VoiceStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self._audio_cache: dict[tuple[str, str], ReferenceAudio] = {}  # (name, id) -> decoded clip
+        # (name, id) -> decoded clip, most recently used last; bounded (a 30 s clip is ~3 MB decoded)
+        self._audio_cache: OrderedDict[tuple[str, str], ReferenceAudio] = OrderedDict()
 
     def create(self, name: str, reference: ReferenceAudio, ref_text: str | None) -> StoredVoice:
         folder = self.root / name
@@ -132,12 +135,24 @@ class VoiceStore:
         except FileNotFoundError:
             raise VoiceNotFound(name) from None
         shutil.rmtree(tombstone, ignore_errors=True)
+        for key in [k for k in self._audio_cache if k[0] == name]:
+            del self._audio_cache[key]
 
     def audio(self, voice: StoredVoice) -> ReferenceAudio:
         """The clip, decoded once per process and voice (a re-upload under the same name has a new id)."""
         key = (voice.name, voice.id)
-        if key not in self._audio_cache:
+        if key in self._audio_cache:
+            self._audio_cache.move_to_end(key)
+            return self._audio_cache[key]
+        try:
+            if self.get(voice.name).id != voice.id:  # deleted and registered again meanwhile
+                raise VoiceNotFound(voice.name)
             with wave.open(str(self.root / voice.name / _AUDIO), "rb") as w:
                 pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32767.0
-                self._audio_cache[key] = ReferenceAudio(pcm, w.getframerate())
-        return self._audio_cache[key]
+                clip = ReferenceAudio(pcm, w.getframerate())
+        except (FileNotFoundError, NotADirectoryError, wave.Error, EOFError):
+            raise VoiceNotFound(voice.name) from None  # deleted by another replica a moment ago
+        self._audio_cache[key] = clip
+        while len(self._audio_cache) > CACHE_VOICES:
+            self._audio_cache.popitem(last=False)
+        return clip

@@ -93,6 +93,7 @@ class EncodedAudio:
         # The encoder is used from worker threads; a client that leaves cancels the await, not the thread, so the
         # encoder must not be closed while a thread still encodes into it (FFmpeg would crash the process).
         self._encoder_lock = threading.Lock()
+        self._encoder_closed = False
         self.usage = Usage()
 
     def stop(self, reason: str) -> None:
@@ -102,17 +103,22 @@ class EncodedAudio:
 
     def _convert(self, samples: np.ndarray, sample_rate: int) -> bytes:
         with self._encoder_lock:
+            if self._encoder_closed:  # the stream ended while this thread waited for the lock
+                return b""
             if self._resampler is None:
                 self._resampler = StreamResampler(sample_rate, self._sample_rate)
             return self._encoder.encode(self._resampler.process(samples))
 
     def _finish(self) -> bytes:
         with self._encoder_lock:
+            if self._encoder_closed:
+                return b""
             tail = self._resampler.flush() if self._resampler is not None else np.zeros(0, np.float32)
             return self._encoder.encode(tail) + self._encoder.finish()
 
     def _close_encoder(self) -> None:
         with self._encoder_lock:  # waits for a slice being encoded right now (a few milliseconds at most)
+            self._encoder_closed = True
             self._encoder.close()
 
     async def _next_chunk(self) -> AudioChunk | None:
@@ -129,7 +135,9 @@ class EncodedAudio:
             stopped.cancel()
             if not pending.done():
                 pending.cancel()
-                await asyncio.gather(pending, return_exceptions=True)
+                # shielded: a cancelled request would otherwise cut the engine generator's own clean-up short
+                with anyio.CancelScope(shield=True):
+                    await asyncio.gather(pending, return_exceptions=True)
         if pending in done:
             try:
                 return pending.result()

@@ -151,7 +151,12 @@ async def create_speech(
             raise invalid_param(
                 "voice", f"'{body.voice_name}' is a registered (cloned) voice; this model cannot clone."
             )
-        reference = await asyncio.to_thread(store.audio, registered)
+        try:
+            reference = await asyncio.to_thread(store.audio, registered)
+        except VoiceNotFound:
+            raise invalid_param(
+                "voice", f"The voice '{body.voice_name}' was just deleted.", "voice_not_found"
+            ) from None
         body = body.model_copy(
             update={
                 "task_type": body.task_type or "Base",
@@ -168,6 +173,9 @@ async def create_speech(
         ref_audio=reference,
     )
     ticket = await admit(gate)
+    if lifecycle.draining:  # the drain began while this request waited for its slot
+        gate.release(ticket)
+        raise shutting_down()
     metrics.QUEUE_WAIT.observe(ticket.queued_s)
     metrics.INPUT_CHARACTERS.inc(len(body.input))
     summary.update(voice=job.voice, job_id=job.request_id, queued_s=round(ticket.queued_s, 4))

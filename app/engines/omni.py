@@ -270,9 +270,9 @@ class OmniEngine:
                 raise EngineUnavailable(self._detail) from exc
             raise
         finally:
-            self._active.discard(job.request_id)
             with contextlib.suppress(Exception):
                 await outputs.aclose()  # on early exit, generate() aborts the engine request itself
+            self._active.discard(job.request_id)  # after: abort() can still reach a request whose close was cut
             if guard.frames_dropped or guard.irregular_chunks:
                 self.frames_dropped += guard.frames_dropped
                 log.warning(

@@ -147,3 +147,14 @@ async def test_an_engine_that_returns_early_after_a_stop_is_not_completed() -> N
         async for _ in audio.bytes():
             pass
     assert closed.calls == ["drain"]
+
+
+async def test_a_thread_that_encodes_after_the_stream_closed_is_a_no_op() -> None:
+    """A worker thread can reach the encoder after the stream closed it (a client that just left): nothing happens,
+    instead of FFmpeg touching a closed container."""
+    rest = chunks(2)
+    audio = EncodedAudio(await anext(rest), rest, "mp3", 24_000, CloseRecorder())
+    audio._close_encoder()
+    assert audio._convert(tone(0.3), 24_000) == b""
+    assert audio._finish() == b""
+    await rest.aclose()

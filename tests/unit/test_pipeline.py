@@ -61,8 +61,16 @@ def test_sound_inside_the_sentence_is_never_trimmed() -> None:
 
 
 def test_an_all_silent_later_utterance_adds_nothing() -> None:
-    silent = utterance(0.5, 0.0, 0.0)
+    silent = utterance(0.5, 0.0, 0.0, noise=0.0005)
     assert len(join(silent, PAUSE_AFTER_SENTENCE_S, first=False, chunk=4800)) == 0
+
+
+def test_a_quiet_utterance_is_never_dropped() -> None:
+    """A voice that never rises above the silence threshold (a quiet clone) is kept whole."""
+    t = np.arange(RATE) / RATE
+    quiet = (0.008 * np.sin(2 * np.pi * 180 * t)).astype(np.float32)
+    out = join(quiet, PAUSE_AFTER_SENTENCE_S, first=False, chunk=4800)
+    assert np.array_equal(out, quiet)
 
 
 @pytest.mark.parametrize(
