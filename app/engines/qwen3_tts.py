@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from app.audio.reference import REFERENCE_SECONDS
 from app.engines.base import SynthesisJob, TaskType, UnsupportedParameter
 
 SAMPLE_RATE = 24_000
@@ -29,7 +30,6 @@ CODEC_FRAME_RATE = 12.5  # Qwen3-TTS-12Hz: one codec frame per 80 ms
 SAMPLES_PER_FRAME = int(SAMPLE_RATE / CODEC_FRAME_RATE)  # 1920
 MAX_NEW_TOKENS = 4096  # the talker's max_model_len in the shipped deploy profile
 MAX_INSTRUCTIONS_CHARS = 500  # vllm-omni's adapter limit
-REF_AUDIO_SECONDS = (1.0, 30.0)
 
 TASK_TYPES_BY_VARIANT: dict[str, frozenset[TaskType]] = {
     "custom_voice": frozenset({TaskType.CUSTOM_VOICE}),
@@ -108,7 +108,7 @@ def check_job(job: SynthesisJob, model: Qwen3TTSModel) -> None:
         raise UnsupportedParameter("max_new_tokens", f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS}.")
     if job.ref_audio is not None:
         seconds = len(job.ref_audio.samples) / job.ref_audio.sample_rate
-        low, high = REF_AUDIO_SECONDS
+        low, high = REFERENCE_SECONDS
         if not low <= seconds <= high:
             raise UnsupportedParameter(
                 "ref_audio", f"ref_audio lasts {seconds:.1f} s; it must last {low:g}–{high:g} s."

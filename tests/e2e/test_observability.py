@@ -79,15 +79,6 @@ def families(server: RunningServer) -> dict[str, object]:
     return {f.name: f for f in text_string_to_metric_families(httpx.get(f"{server.base_url}/metrics").text)}
 
 
-def sample(server: RunningServer, name: str, **labels: str) -> float:
-    total = 0.0
-    for family in families(server).values():
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                total += s.value
-    return total
-
-
 def test_metric_families_exist_with_their_types(server: RunningServer, prometheus: RunningPrometheus) -> None:
     found = families(server)
     for name, kind in FAMILIES.items():
@@ -98,18 +89,18 @@ def test_metric_families_exist_with_their_types(server: RunningServer, prometheu
 
 
 def test_ttfa_is_observed_for_streamed_plain_and_sse_requests(server: RunningServer, prometheus) -> None:
-    assert sample(server, "speech_ttfa_seconds_count", stream="audio", response_format="pcm") >= 1
-    assert sample(server, "speech_ttfa_seconds_count", stream="audio", response_format="mp3") >= 2  # + the SDK's
-    assert sample(server, "speech_ttfa_seconds_count", stream="sse") >= 1
-    assert sample(server, "speech_queue_wait_seconds_count") >= 5
-    assert sample(server, "speech_audio_seconds_total") > 5
+    assert server.metric("speech_ttfa_seconds_count", stream="audio", response_format="pcm") >= 1
+    assert server.metric("speech_ttfa_seconds_count", stream="audio", response_format="mp3") >= 2  # + the SDK's
+    assert server.metric("speech_ttfa_seconds_count", stream="sse") >= 1
+    assert server.metric("speech_queue_wait_seconds_count") >= 5
+    assert server.metric("speech_audio_seconds_total") > 5
 
 
 def test_errors_are_counted_under_their_status(server: RunningServer, prometheus) -> None:
-    assert sample(server, "speech_requests_total", status="400") >= 1
-    assert sample(server, "speech_requests_total", status="404") >= 1
-    assert sample(server, "speech_requests_total", status="200") >= 6
-    assert sample(server, "speech_aborted_total", reason="client_gone") >= 1
+    assert server.metric("speech_requests_total", status="400") >= 1
+    assert server.metric("speech_requests_total", status="404") >= 1
+    assert server.metric("speech_requests_total", status="200") >= 6
+    assert server.metric("speech_aborted_total", reason="client_gone") >= 1
 
 
 def test_one_json_log_line_per_request(server: RunningServer, prometheus) -> None:

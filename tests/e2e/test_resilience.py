@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import json
-import re
 import signal
 import statistics
 import threading
@@ -21,16 +20,6 @@ from tests.support.server import RunningServer, start_server
 LONG_TEXT = " ".join(f"Sentence number {n} is here to keep the engine busy for a while." for n in range(30))
 LONGEST_TEXT = " ".join(f"Sentence number {n} is here to keep the engine busy for a while." for n in range(62))
 assert len(LONGEST_TEXT) <= 4096
-
-
-def metric(server: RunningServer, name: str, **labels: str) -> float:
-    total = 0.0
-    for line in httpx.get(f"{server.base_url}/metrics").text.splitlines():
-        if line.startswith("#") or not re.match(rf"{re.escape(name)}(\{{| )", line):
-            continue
-        if all(f'{key}="{value}"' in line for key, value in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def speech(text: str = "Hello there.", **extra: object) -> dict[str, object]:
@@ -60,7 +49,7 @@ def small_server(tmp_path_factory: pytest.TempPathFactory):
 def test_flood_at_ten_times_capacity(small_server: RunningServer) -> None:
     medium = "The quick brown fox jumps over the lazy dog, again and again, until the sun goes down."
     unloaded = [timed_stream(small_server, speech(medium))[1] for _ in range(5)]
-    rejected_before = metric(small_server, "speech_rejected_total")
+    rejected_before = small_server.metric("speech_rejected_total")
     with concurrent.futures.ThreadPoolExecutor(40) as pool:
         results = list(pool.map(lambda _: timed_stream(small_server, speech(medium)), range(40)))
     ok = [r for r in results if r[0] == 200]
@@ -73,7 +62,7 @@ def test_flood_at_ten_times_capacity(small_server: RunningServer) -> None:
         assert elapsed < 1.5  # refused at once, or after at most the one-second queue timeout
     admitted_p95 = statistics.quantiles([r[1] for r in ok], n=20)[-1] if len(ok) > 1 else ok[0][1]
     assert admitted_p95 < 1.0 + 3 * max(unloaded)  # queue wait is bounded by the queue timeout
-    assert metric(small_server, "speech_rejected_total") - rejected_before == len(refused)
+    assert small_server.metric("speech_rejected_total") - rejected_before == len(refused)
     error = httpx.post(f"{small_server.base_url}/v1/audio/speech", json=speech(LONG_TEXT))  # still serving
     assert error.status_code == 200
 
@@ -93,7 +82,7 @@ def test_429_is_openai_shaped(small_server: RunningServer) -> None:
 
 
 def test_disconnects_release_slots_and_are_counted(small_server: RunningServer) -> None:
-    before = metric(small_server, "speech_aborted_total", reason="client_gone")
+    before = small_server.metric("speech_aborted_total", reason="client_gone")
     for i in range(200):
         with httpx.stream(
             "POST", f"{small_server.base_url}/v1/audio/speech", json=speech(LONG_TEXT), timeout=60
@@ -104,10 +93,10 @@ def test_disconnects_release_slots_and_are_counted(small_server: RunningServer) 
             assert response.status_code == 200, i
             next(response.iter_raw())
     deadline = time.monotonic() + 5
-    while metric(small_server, "speech_in_flight") and time.monotonic() < deadline:
+    while small_server.metric("speech_in_flight") and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert metric(small_server, "speech_in_flight") == 0
-    aborted = metric(small_server, "speech_aborted_total", reason="client_gone") - before
+    assert small_server.metric("speech_in_flight") == 0
+    aborted = small_server.metric("speech_aborted_total", reason="client_gone") - before
     assert aborted >= 190  # all but the odd stream that finished before the client left
     assert httpx.post(f"{small_server.base_url}/v1/audio/speech", json=speech()).status_code == 200
 
@@ -151,7 +140,7 @@ def test_request_timeout_ends_sse_with_an_error_event(tmp_path: Path) -> None:
         events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
         assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "timeout"
         assert all(e["type"] == "speech.audio.delta" for e in events[:-1])
-        assert metric(server, "speech_aborted_total", reason="timeout") == 1
+        assert server.metric("speech_aborted_total", reason="timeout") == 1
         with pytest.raises(httpx.RemoteProtocolError):  # plain audio: the body is cut, never silently complete
             httpx.post(f"{server.base_url}/v1/audio/speech", json=speech(LONGEST_TEXT), timeout=60)
         time.sleep(0.2)
@@ -167,8 +156,8 @@ def test_request_timeout_before_the_first_audio_is_a_504(tmp_path: Path) -> None
         response = httpx.post(f"{server.base_url}/v1/audio/speech", json=speech(LONGEST_TEXT), timeout=60)
         assert response.status_code == 504
         assert response.json()["error"]["code"] == "timeout"
-        assert metric(server, "speech_in_flight") == 0
-        assert metric(server, "speech_aborted_total", reason="timeout") == 1
+        assert server.metric("speech_in_flight") == 0
+        assert server.metric("speech_aborted_total", reason="timeout") == 1
     finally:
         server.stop()
 
@@ -253,8 +242,8 @@ def test_disconnects_while_encoding_never_crash_the_server(small_server: Running
             list(pool.map(leave_early, range(8)))
     assert small_server.process.poll() is None, "the server died"
     deadline = time.monotonic() + 5
-    while metric(small_server, "speech_in_flight") and time.monotonic() < deadline:
+    while small_server.metric("speech_in_flight") and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert metric(small_server, "speech_in_flight") == 0
+    assert small_server.metric("speech_in_flight") == 0
     ok = httpx.post(f"{small_server.base_url}/v1/audio/speech", json=speech(response_format=response_format))
     assert ok.status_code == 200

@@ -38,6 +38,18 @@ class RunningServer:
                     continue
         return events
 
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of a sample's values over the series whose labels include `labels`, from /metrics now."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = httpx.get(f"{self.base_url}/metrics", timeout=30).text
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        )
+
     def stop(self) -> int:
         if self.process.poll() is None:
             self.process.terminate()
