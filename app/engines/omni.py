@@ -35,6 +35,7 @@ from app.engines.qwen3_tts import (
     check_job,
     chunk_geometry,
     sampling_params_for,
+    warmup_job,
 )
 
 if TYPE_CHECKING:
@@ -50,7 +51,6 @@ _ENGINE_ENVIRONMENT = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
 }
-_WARMUP_TEXT = "Warming up."
 
 
 def _default_omni_factory(**kwargs: Any) -> Any:
@@ -89,7 +89,8 @@ class OmniEngine:
         for key, value in _ENGINE_ENVIRONMENT.items():
             os.environ.setdefault(key, value)
         if self._settings.compile_cache_dir:
-            os.environ.setdefault("VLLM_CACHE_ROOT", self._settings.compile_cache_dir)
+            for key, value in compile_cache_environment(self._settings.compile_cache_dir).items():
+                os.environ.setdefault(key, value)
         started = time.perf_counter()
         self._detail = "starting vllm-omni (a cold start compiles and captures CUDA graphs: minutes)"
         log.info("omni engine starting", extra={"model": self._model.path, "variant": self._model.variant})
@@ -155,12 +156,9 @@ class OmniEngine:
 
     async def _warm_up(self) -> None:
         """Every batch size the service will run pays its first-time JIT here, not on a caller's request."""
-        voice = self._model.speakers[0] if self._model.speakers else ""
         for batch in self.warmup_batch_sizes():
-            if self._model.task_types.isdisjoint({TaskType.CUSTOM_VOICE}):
-                break  # Base and VoiceDesign need per-request inputs; their first requests warm up themselves
             started = time.perf_counter()
-            jobs = [SynthesisJob(f"warmup-{batch}-{i}", _WARMUP_TEXT, voice, max_new_tokens=16) for i in range(batch)]
+            jobs = [warmup_job(self._model, f"warmup-{batch}-{i}", i) for i in range(batch)]
             await asyncio.gather(*(self._drain(job) for job in jobs))
             log.info("omni warm-up", extra={"batch": batch, "seconds": round(time.perf_counter() - started, 2)})
 
@@ -285,6 +283,18 @@ class OmniEngine:
                         "frames_sent": guard.frames_sent,
                     },
                 )
+
+
+def compile_cache_environment(cache_dir: str) -> dict[str, str]:
+    """Everything compiled at start-up kept under one directory, so that persisting it lets a restart skip the work:
+    vLLM's torch.compile artifacts and model-info cache (VLLM_CACHE_ROOT), Inductor's graphs (vLLM moves them under
+    its own root for the talker, but not always before other compilations such as the code predictor's) and Triton's
+    kernels (otherwise in ~/.triton, lost with the container)."""
+    return {
+        "VLLM_CACHE_ROOT": cache_dir,
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
+        "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
+    }
 
 
 VLLM_OMNI_DEFAULT_MAX_NUM_SEQS = 64  # stage 0 of vllm-omni 0.26.0's own qwen3_tts.yaml

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from app.audio.reference import REFERENCE_SECONDS
-from app.engines.base import SynthesisJob, TaskType, UnsupportedParameter
+from app.engines.base import ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
 
 SAMPLE_RATE = 24_000
 CODEC_FRAME_RATE = 12.5  # Qwen3-TTS-12Hz: one codec frame per 80 ms
@@ -113,6 +113,40 @@ def check_job(job: SynthesisJob, model: Qwen3TTSModel) -> None:
             raise UnsupportedParameter(
                 "ref_audio", f"ref_audio lasts {seconds:.1f} s; it must last {low:g}–{high:g} s."
             )
+
+
+WARMUP_TEXT = "Warming up."
+WARMUP_REF_TEXT = "This is a short reference recording."
+
+
+def warmup_reference(seconds: float = 2.0) -> ReferenceAudio:
+    """A voiced-sounding 24 kHz clip (a 140 Hz buzz with a slow vowel-like sway) for warming up a cloning checkpoint:
+    its speaker encoder and codec encoder then compile before the first caller's clip arrives."""
+    t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    buzz = sum(np.sin(2 * np.pi * 140 * k * t) / k for k in range(1, 12)) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))
+    return ReferenceAudio((buzz / np.abs(buzz).max() * 0.5).astype(np.float32), SAMPLE_RATE)
+
+
+def warmup_job(model: Qwen3TTSModel, request_id: str, index: int = 0) -> SynthesisJob:
+    """A short request of the kind this checkpoint serves. Base alternates in-context cloning (reference transcript)
+    and x-vector-only cloning, so both paths are warm; VoiceDesign follows an instruction."""
+    if TaskType.CUSTOM_VOICE in model.task_types:
+        return SynthesisJob(request_id, WARMUP_TEXT, model.speakers[0] if model.speakers else "", max_new_tokens=16)
+    if TaskType.BASE in model.task_types:
+        in_context = index % 2 == 0
+        return SynthesisJob(
+            request_id,
+            WARMUP_TEXT,
+            "",
+            task_type=TaskType.BASE,
+            ref_audio=warmup_reference(),
+            ref_text=WARMUP_REF_TEXT if in_context else None,
+            x_vector_only_mode=not in_context,
+            max_new_tokens=16,
+        )
+    return SynthesisJob(
+        request_id, WARMUP_TEXT, "", task_type=TaskType.VOICE_DESIGN, instructions="A calm voice.", max_new_tokens=16
+    )
 
 
 def additional_information(job: SynthesisJob, model: Qwen3TTSModel) -> dict[str, list[Any]]:

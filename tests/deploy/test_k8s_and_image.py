@@ -251,6 +251,8 @@ def test_dockerfile_stages() -> None:
         assert not re.search(r"\.(safetensors|bin|pt|onnx)\b", joined), name  # no weights baked in
         installs = re.findall(r"make install EXTRAS=\"([^\"]+)\"", joined)
         assert len(installs) == 1, name  # the Makefile's own install step
+        # a non-root process cannot write __pycache__ into the venv: bytecode must be compiled at build time
+        assert re.search(r'make install .*SYNC_FLAGS="[^"]*--compile-bytecode', joined), name
     assert "--extra omni" in re.search(r'make install EXTRAS="([^"]+)"', "\n".join(found["gpu"])).group(1)
     assert "--extra embedded" in re.search(r'make install EXTRAS="([^"]+)"', "\n".join(found["cpu"])).group(1)
     makefile = (ROOT / "Makefile").read_text()

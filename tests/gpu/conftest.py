@@ -3,6 +3,8 @@
 SPEECH_GPU_URL: a server of a CustomVoice checkpoint; SPEECH_GPU_CLONE_URL: a server of a Base checkpoint;
 SPEECH_GPU_SERVER_LOG: the CustomVoice server's log file, when the tests run on its host. Both servers run
 with SPEECH_OMNI_FIXED_LENGTH=true on random weights, so a request for N tokens returns exactly N - 1 codec frames.
+SPEECH_GPU_SENTENCE_TOKENS=N: the CustomVoice server runs the sentence pipeline (SPEECH_OMNI_SENTENCE_PIPELINE=true)
+with stage 0's default max_tokens set to N, so that each sentence of a request without max_new_tokens is N - 1 frames.
 """
 
 from __future__ import annotations
@@ -36,3 +38,11 @@ def server_log() -> Path:
     if not path:
         pytest.skip("SPEECH_GPU_SERVER_LOG is not set: the server's log is not readable here")
     return Path(path)
+
+
+@pytest.fixture(scope="session")
+def sentence_tokens() -> int:
+    value = os.environ.get("SPEECH_GPU_SENTENCE_TOKENS")
+    if not value:
+        pytest.skip("SPEECH_GPU_SENTENCE_TOKENS is not set: the server does not run the sentence pipeline")
+    return int(value)

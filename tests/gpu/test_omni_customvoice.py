@@ -138,3 +138,24 @@ def test_audio_length_integrity_under_load(omni_url: str, concurrency: int) -> N
         assert not wrong, f"{len(wrong)} of {concurrency} responses had the wrong length (frames): {wrong}"
     silent = speak(omni_url, response_format="pcm", max_new_tokens=tokens).content
     assert np.abs(np.frombuffer(silent, "<i2")).max() > 0  # random weights still make (noisy) audio
+
+
+def test_sentence_pipeline_speaks_every_sentence(omni_url: str, sentence_tokens: int) -> None:
+    """Three sentences, no token budget: the pipeline sends each sentence as its own engine request, so the audio
+    holds three utterances of sentence_tokens - 1 frames (their silent edges trimmed, pauses added between them)."""
+    sentences = ["The first sentence is here.", "A second one follows it.", "And the third one ends it."]
+    started = time.perf_counter()
+    first_audio: float | None = None
+    body = bytearray()
+    payload = {"model": model_of(omni_url), "voice": "vivian", "input": " ".join(sentences), "response_format": "pcm"}
+    with httpx.stream("POST", f"{omni_url}/v1/audio/speech", json=payload, timeout=300) as response:
+        assert response.status_code == 200, response.read()
+        for chunk in response.iter_raw():
+            if chunk and first_audio is None:
+                first_audio = time.perf_counter() - started
+            body += chunk
+    one = (sentence_tokens - 1) * SAMPLES_PER_FRAME
+    samples = len(body) // 2
+    assert samples > 1.5 * one  # well over one sentence's worth: not one request capped at one sentence's tokens
+    assert samples < 3 * one + 2 * 24_000  # three sentences and their pauses, no more
+    assert first_audio is not None and first_audio < 1.0  # the first sentence streams before the rest is made

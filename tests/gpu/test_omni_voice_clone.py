@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import io
+import uuid
 import wave
 
+import httpx
 import numpy as np
 import pytest
 
@@ -13,18 +15,22 @@ from loadtest.audio import decode
 from tests.gpu.support import SAMPLES_PER_FRAME, speak
 
 
-def reference_wav(seconds: float = 3.0, rate: int = 16_000) -> str:
+def reference_wav_bytes(seconds: float = 3.0, rate: int = 16_000, channels: int = 1) -> bytes:
     """A voiced-sounding reference clip: a 140 Hz buzz with vowel-like formant sweeps."""
     t = np.arange(int(seconds * rate)) / rate
     signal = sum(np.sin(2 * np.pi * 140 * k * t) / k for k in range(1, 12)) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))
     pcm = (signal / np.abs(signal).max() * 0.5 * 32767).astype("<i2")
     out = io.BytesIO()
     with wave.open(out, "wb") as w:
-        w.setnchannels(1)
+        w.setnchannels(channels)
         w.setsampwidth(2)
         w.setframerate(rate)
-        w.writeframes(pcm.tobytes())
-    return base64.b64encode(out.getvalue()).decode()
+        w.writeframes(np.repeat(pcm, channels).tobytes())  # interleaved: the same signal in every channel
+    return out.getvalue()
+
+
+def reference_wav(seconds: float = 3.0, rate: int = 16_000, channels: int = 1) -> str:
+    return base64.b64encode(reference_wav_bytes(seconds, rate, channels)).decode()
 
 
 @pytest.mark.parametrize("form", ["base64", "data_uri"])
@@ -74,3 +80,42 @@ def test_clone_errors_name_the_param(clone_url: str, body: dict[str, object], pa
     response = speak(clone_url, **payload)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
+
+
+@pytest.mark.parametrize(("rate", "channels"), [(44_100, 2), (48_000, 1), (8_000, 1)])
+def test_reference_audio_of_any_rate_and_layout_is_normalised(clone_url: str, rate: int, channels: int) -> None:
+    response = speak(
+        clone_url,
+        input="A reference of another rate.",
+        ref_audio=reference_wav(rate=rate, channels=channels),
+        ref_text="This is the reference transcript.",
+        response_format="pcm",
+        max_new_tokens=26,
+    )
+    assert response.status_code == 200, response.text
+    assert len(response.content) == 2 * 25 * SAMPLES_PER_FRAME
+
+
+def test_a_registered_voice_speaks_until_deleted(clone_url: str) -> None:
+    name = f"gpu-{uuid.uuid4().hex[:8]}"
+    created = httpx.post(
+        f"{clone_url}/v1/audio/voices",
+        data={"name": name, "consent": "true", "ref_text": "This is the reference transcript."},
+        files={"audio_sample": ("sample.wav", reference_wav_bytes(rate=44_100, channels=2), "audio/wav")},
+        timeout=60,
+    )
+    assert created.status_code == 201, created.text
+    try:
+        listed = httpx.get(f"{clone_url}/v1/audio/voices", timeout=30).json()["voices"]
+        assert name in {voice["id"] for voice in listed}
+        for response_format in ("pcm", "mp3"):
+            response = speak(
+                clone_url, voice=name, input="My registered voice.", response_format=response_format, max_new_tokens=26
+            )
+            assert response.status_code == 200, response.text
+            audio = decode(response.content, response_format)
+            assert abs(audio.duration_s - 25 * SAMPLES_PER_FRAME / 24_000) < 0.15
+    finally:
+        assert httpx.delete(f"{clone_url}/v1/audio/voices/{name}", timeout=30).status_code == 204
+    gone = speak(clone_url, voice=name, input="Gone.", max_new_tokens=26)
+    assert gone.status_code == 400 and gone.json()["error"]["param"] == "voice"

@@ -32,6 +32,8 @@ def test_profile_is_consistent(profile: Path) -> None:
     assert talker["async_scheduling"] and code2wav["async_scheduling"]
     assert code2wav["max_num_batched_tokens"] % 16 == 0  # 16 codebooks per frame
     assert code2wav["max_num_seqs"] >= talker["max_num_seqs"]
+    # larger talker graphs are never used and each recompiles the code predictor at start-up
+    assert talker["compilation_config"]["max_cudagraph_capture_size"] == talker["max_num_seqs"]
     module, function = talker["custom_process_next_stage_input_func"].rsplit(".", 1)
     assert module == "app.engines.omni_stage_fix"
     defined = {node.name for node in ast.parse(STAGE_FIX.read_text()).body if isinstance(node, ast.FunctionDef)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -226,15 +227,10 @@ def make_engine(model_dir: Path, omni: FakeAsyncOmni, **settings: object) -> Omn
     settings = {  # never the working directory; small warm-ups unless a test sets them
         "voice_store": tempfile.mkdtemp(prefix="voices-"),
         "omni_warmup_batch_sizes": [1, 4],
+        "deploy_config": "deploy/vllm-omni/customvoice.yaml",
         **settings,
     }
-    config = Settings(
-        engine="omni",
-        model=str(model_dir),
-        load_format="dummy",
-        deploy_config="deploy/vllm-omni/customvoice.yaml",
-        **settings,
-    )
+    config = Settings(engine="omni", model=str(model_dir), load_format="dummy", **settings)
 
     def factory(**kwargs: object) -> FakeAsyncOmni:
         omni.kwargs = kwargs
@@ -422,3 +418,31 @@ def test_warm_up_covers_the_batch_sizes_admission_allows(custom_voice_dir: Path)
     limited = make_engine(custom_voice_dir, FakeAsyncOmni(), omni_warmup_batch_sizes=None, max_concurrency=24)
     assert limited.warmup_batch_sizes() == [1, 2, 4, 8, 16, 24]
     assert make_engine(custom_voice_dir, FakeAsyncOmni()).warmup_batch_sizes() == [1, 4]  # set explicitly
+
+
+async def test_a_base_checkpoint_warms_up_both_cloning_paths_before_ready(base_dir: Path) -> None:
+    omni = FakeAsyncOmni()
+    engine = make_engine(base_dir, omni, deploy_config="deploy/vllm-omni/voice-clone.yaml")
+    await engine.start()
+    assert engine.health().ready
+    assert len(omni.requests) == 1 + 4
+    infos = [r["prompt"]["additional_information"] for r in omni.requests]
+    assert {info["task_type"][0] for info in infos} == {"Base"}
+    assert all(info["ref_audio"][0][1] == 24_000 and len(info["ref_audio"][0][0]) == 48_000 for info in infos)
+    x_vector_only = [info["x_vector_only_mode"][0] for info in infos[1:]]
+    assert x_vector_only == [False, True, False, True]  # in-context (with a transcript) and x-vector-only cloning
+    assert all(("ref_text" in info) != info["x_vector_only_mode"][0] for info in infos)
+    await engine.close()
+
+
+async def test_a_persistent_cache_directory_holds_every_compile_cache(
+    custom_voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        monkeypatch.delenv(key, raising=False)
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni(), compile_cache_dir=str(tmp_path))
+    await engine.start()
+    assert os.environ["VLLM_CACHE_ROOT"] == str(tmp_path)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton")
+    await engine.close()
