@@ -81,11 +81,15 @@ class Settings(BaseSettings):
         None, description="Omni engine: vllm-omni deploy profile (YAML), e.g. deploy/vllm-omni/customvoice.yaml."
     )
     stage_overrides: dict[str, dict[str, object]] | None = Field(
-        None, description='Omni engine: per-stage overrides as JSON, e.g. {"0": {"max_num_seqs": 32}}.'
+        None,
+        description='Omni engine: per-stage engine arguments as JSON, e.g. {"0": {"max_num_seqs": 32}} '
+        "(sampling defaults are set in the deploy profile).",
     )
     load_format: str | None = Field(None, description="Omni engine: vLLM load_format (`dummy`: random weights).")
     compile_cache_dir: str | None = Field(
-        None, description="Omni engine: vLLM cache root (torch.compile cache); persist it to restart in minutes."
+        None,
+        description="Omni engine: one directory for every compile cache (vLLM, Inductor, Triton); persist it and a "
+        "restart skips compilation.",
     )
     omni_stage_init_timeout_s: int = Field(900, ge=30, description="Omni engine: seconds allowed per stage start.")
     omni_init_timeout_s: int = Field(1200, ge=30, description="Omni engine: seconds allowed for the whole start.")

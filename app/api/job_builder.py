@@ -115,6 +115,13 @@ def build_job(
         if task_type in (TaskType.BASE, TaskType.VOICE_DESIGN)  # the voice comes from reference audio or a description
         else catalog.resolve(request.voice_name)
     )
+    if task_type == TaskType.BASE and ref_audio is None and request.task_type is None and request.ref_text is None:
+        # nothing but a name on a model that only clones: the caller meant a registered voice that does not exist
+        message = (
+            f"Unknown voice '{request.voice_name}'. This model speaks in cloned voices: name a voice registered with "
+            "POST /v1/audio/voices, or send 'ref_audio' (with its 'ref_text')."
+        )
+        raise invalid_param("voice", message, "voice_not_found")
     if voice is None:
         known = ", ".join(v.id for v in catalog.voices)
         message = f"Unknown voice '{request.voice_name}'. Available voices: {known}."

@@ -107,7 +107,7 @@ def test_a_registered_voice_speaks_until_deleted(clone_url: str) -> None:
     assert created.status_code == 201, created.text
     try:
         listed = httpx.get(f"{clone_url}/v1/audio/voices", timeout=30).json()["voices"]
-        assert name in {voice["id"] for voice in listed}
+        assert name in {voice["name"] for voice in listed}
         for response_format in ("pcm", "mp3"):
             response = speak(
                 clone_url, voice=name, input="My registered voice.", response_format=response_format, max_new_tokens=26

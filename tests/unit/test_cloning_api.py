@@ -141,3 +141,23 @@ async def test_registered_voice_becomes_a_clone_job_decoded_once(api) -> None:
     assert plain.status_code == 201 and plain.json()["has_ref_text"] is False
     assert (await speak(client, voice="no-text")).status_code == 200
     assert received(omni)["x_vector_only_mode"] == [True]  # no transcript: the speaker embedding alone
+
+
+async def test_a_name_alone_must_be_a_registered_voice(api) -> None:
+    client, omni, _ = api
+    sent = len(omni.requests)
+    response = await speak(client, voice="nobody")  # no ref_audio, no registered voice of that name
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["param"], error["code"]) == ("voice", "voice_not_found") and "/v1/audio/voices" in error["message"]
+    files = {"audio_sample": ("me.wav", CLIP, "audio/wav")}
+    assert (
+        await client.post("/v1/audio/voices", data={"name": "me", "consent": "true"}, files=files)
+    ).status_code == 201
+    assert (await speak(client, voice="me")).status_code == 200
+    assert (await client.delete("/v1/audio/voices/me")).status_code == 204
+    assert (await speak(client, voice="me")).json()["error"]["param"] == "voice"  # deleted: unknown again
+    # asking for cloning explicitly without the clip still names the missing clip
+    explicit = await speak(client, voice="nobody", task_type="Base", ref_text="Text.")
+    assert explicit.status_code == 400 and explicit.json()["error"]["param"] == "ref_audio"
+    assert len(omni.requests) == sent + 1
