@@ -140,22 +140,39 @@ def test_audio_length_integrity_under_load(omni_url: str, concurrency: int) -> N
     assert np.abs(np.frombuffer(silent, "<i2")).max() > 0  # random weights still make (noisy) audio
 
 
-def test_sentence_pipeline_speaks_every_sentence(omni_url: str, sentence_tokens: int) -> None:
-    """Three sentences, no token budget: the pipeline sends each sentence as its own engine request, so the audio
-    holds three utterances of sentence_tokens - 1 frames (their silent edges trimmed, pauses added between them)."""
+def test_sentence_pipeline_speaks_every_sentence(omni_url: str, server_log: Path, sentence_tokens: int) -> None:
+    """Three sentences, no token budget: the pipeline sends each sentence to vllm-omni as its own request (their
+    ids extend the job id in the server's log) and streams the first while the next is made. The joiner trims the
+    silent edges of each utterance, so the audio is at most three sentences and their pauses."""
+    request_id = f"gpu-pipeline-{uuid.uuid4().hex[:12]}"
     sentences = ["The first sentence is here.", "A second one follows it.", "And the third one ends it."]
     started = time.perf_counter()
     first_audio: float | None = None
     body = bytearray()
     payload = {"model": model_of(omni_url), "voice": "vivian", "input": " ".join(sentences), "response_format": "pcm"}
-    with httpx.stream("POST", f"{omni_url}/v1/audio/speech", json=payload, timeout=300) as response:
+    headers = {"X-Request-Id": request_id}
+    with httpx.stream("POST", f"{omni_url}/v1/audio/speech", json=payload, timeout=300, headers=headers) as response:
         assert response.status_code == 200, response.read()
         for chunk in response.iter_raw():
             if chunk and first_audio is None:
                 first_audio = time.perf_counter() - started
             body += chunk
+    assert first_audio is not None and first_audio < 1.0
     one = (sentence_tokens - 1) * SAMPLES_PER_FRAME
-    samples = len(body) // 2
-    assert samples > 1.5 * one  # well over one sentence's worth: not one request capped at one sentence's tokens
-    assert samples < 3 * one + 2 * 24_000  # three sentences and their pauses, no more
-    assert first_audio is not None and first_audio < 1.0  # the first sentence streams before the rest is made
+    assert 0 < len(body) // 2 <= 3 * one + 2 * 24_000 // 4  # three utterances, two quarter-second pauses at most
+    log = server_log.read_text(errors="replace")
+    job_id = next(r["job_id"] for r in json_records(log) if r.get("request_id") == request_id and "job_id" in r)
+    engine_requests = set(re.findall(r"\[OmniTiming\] req=(" + re.escape(job_id) + r"-\w+)", log))
+    assert len(engine_requests) == 3, engine_requests
+
+
+def json_records(log: str) -> list[dict]:
+    """The service's own log records (JSON lines) among vllm-omni's plain-text lines."""
+    records = []
+    for line in log.splitlines():
+        if line.startswith("{"):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
