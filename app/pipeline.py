@@ -108,6 +108,7 @@ class SentencePipeline:
     def __init__(self, engine: SpeechEngine, max_chars: int) -> None:
         self.inner = engine
         self.max_chars = max_chars
+        self._sentence_ids: dict[str, list[str]] = {}  # a job's id -> its sentences' ids, while it runs
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -136,7 +137,8 @@ class SentencePipeline:
         return self.inner.capabilities()
 
     async def abort(self, request_id: str) -> None:
-        await self.inner.abort(request_id)
+        for sentence_id in self._sentence_ids.get(request_id, [request_id]):
+            await self.inner.abort(sentence_id)
 
     async def synthesize(self, job: SynthesisJob) -> AsyncIterator[AudioChunk]:
         pieces = split_sentences(job.text, self.max_chars)
@@ -145,9 +147,16 @@ class SentencePipeline:
         if job.max_new_tokens is not None and len(pieces) > 1:
             pieces = [job.text]  # a token budget applies to the whole text: do not multiply it by the sentences
         jobs = [
-            dataclasses.replace(job, text=piece, seed=None if job.seed is None else job.seed + index)
+            dataclasses.replace(
+                job,
+                # engines key their work on the id, and two sentences are in flight at once: each gets its own
+                request_id=job.request_id if len(pieces) == 1 else f"{job.request_id}-s{index}",
+                text=piece,
+                seed=None if job.seed is None else job.seed + index,
+            )
             for index, piece in enumerate(pieces)
         ]
+        self._sentence_ids[job.request_id] = [sentence.request_id for sentence in jobs]
         ahead: tuple[int, asyncio.Queue[object]] | None = None  # the sentence being synthesized in advance
         tasks: list[asyncio.Task[None]] = []
         try:
@@ -186,6 +195,7 @@ class SentencePipeline:
                     },
                 )
         finally:
+            self._sentence_ids.pop(job.request_id, None)
             for task in tasks:
                 if not task.done():
                     task.cancel()

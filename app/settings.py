@@ -89,7 +89,7 @@ class Settings(BaseSettings):
     compile_cache_dir: str | None = Field(
         None,
         description="Omni engine: one directory for every compile cache (vLLM, Inductor, Triton); persist it and a "
-        "restart skips compilation.",
+        "restart skips compilation (VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR or TRITON_CACHE_DIR set explicitly win).",
     )
     omni_stage_init_timeout_s: int = Field(900, ge=30, description="Omni engine: seconds allowed per stage start.")
     omni_init_timeout_s: int = Field(1200, ge=30, description="Omni engine: seconds allowed for the whole start.")

@@ -82,6 +82,13 @@ class OmniEngine:
         self._detail = "not started"
         self.frames_dropped = 0
         self._talker_batch = talker_max_num_seqs(settings.deploy_config, settings.stage_overrides)
+        graph_cap = talker_graph_cap(settings.deploy_config, settings.stage_overrides)
+        if graph_cap is not None and graph_cap < self._talker_batch:
+            log.warning(
+                "the talker batches beyond its CUDA graphs: raise compilation_config.max_cudagraph_capture_size "
+                "with max_num_seqs",
+                extra={"max_num_seqs": self._talker_batch, "max_cudagraph_capture_size": graph_cap},
+            )
         self._initial_frames, self._chunk_frames = chunk_geometry(settings.deploy_config)
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
@@ -89,8 +96,10 @@ class OmniEngine:
         for key, value in _ENGINE_ENVIRONMENT.items():
             os.environ.setdefault(key, value)
         if self._settings.compile_cache_dir:
-            for key, value in compile_cache_environment(self._settings.compile_cache_dir).items():
-                os.environ.setdefault(key, value)
+            caches = compile_cache_environment(self._settings.compile_cache_dir)
+            for key, value in caches.items():
+                os.environ.setdefault(key, value)  # a variable the operator set explicitly wins
+            log.info("omni compile caches", extra={key: os.environ[key] for key in caches})
         started = time.perf_counter()
         self._detail = "starting vllm-omni (a cold start compiles and captures CUDA graphs: minutes)"
         log.info("omni engine starting", extra={"model": self._model.path, "variant": self._model.variant})
@@ -300,17 +309,28 @@ def compile_cache_environment(cache_dir: str) -> dict[str, str]:
 VLLM_OMNI_DEFAULT_MAX_NUM_SEQS = 64  # stage 0 of vllm-omni 0.26.0's own qwen3_tts.yaml
 
 
-def talker_max_num_seqs(deploy_config: str | None, stage_overrides: dict[str, dict[str, object]] | None) -> int:
-    """Stage 0's max_num_seqs: the talker's batch, which bounds how many syntheses run at once."""
-    value: object = VLLM_OMNI_DEFAULT_MAX_NUM_SEQS
+def _talker_stage(deploy_config: str | None, stage_overrides: dict[str, dict[str, object]] | None) -> dict:
+    """Stage 0's settings: the deploy profile's, with the stage overrides on top."""
+    stage: dict = {}
     if deploy_config and os.path.exists(deploy_config):
         import yaml
 
         with open(deploy_config, encoding="utf-8") as f:
             stages = (yaml.safe_load(f) or {}).get("stages") or []
-        value = next((s.get("max_num_seqs", value) for s in stages if s.get("stage_id") == 0), value)
-    value = ((stage_overrides or {}).get("0") or {}).get("max_num_seqs", value)
-    return int(value)  # type: ignore[call-overload]
+        stage = dict(next((s for s in stages if s.get("stage_id") == 0), {}))
+    return {**stage, **((stage_overrides or {}).get("0") or {})}
+
+
+def talker_max_num_seqs(deploy_config: str | None, stage_overrides: dict[str, dict[str, object]] | None) -> int:
+    """Stage 0's max_num_seqs: the talker's batch, which bounds how many syntheses run at once."""
+    return int(_talker_stage(deploy_config, stage_overrides).get("max_num_seqs", VLLM_OMNI_DEFAULT_MAX_NUM_SEQS))
+
+
+def talker_graph_cap(deploy_config: str | None, stage_overrides: dict[str, dict[str, object]] | None) -> int | None:
+    """Stage 0's largest CUDA-graph batch, where the profile sets one."""
+    compilation = _talker_stage(deploy_config, stage_overrides).get("compilation_config") or {}
+    cap = compilation.get("max_cudagraph_capture_size") if isinstance(compilation, dict) else None
+    return int(cap) if cap is not None else None
 
 
 def _is_engine_dead(exc: BaseException) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from app.engines.qwen3_tts import (
     additional_information,
     check_job,
     sampling_params_for,
+    warmup_job,
 )
 from app.server import create_app
 from app.settings import Settings
@@ -439,10 +441,39 @@ async def test_a_persistent_cache_directory_holds_every_compile_cache(
     custom_voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for key in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
-        monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv(key, "unset")  # recorded, so that the test leaves the environment as it found it
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/operator/triton")  # set explicitly: it wins
     engine = make_engine(custom_voice_dir, FakeAsyncOmni(), compile_cache_dir=str(tmp_path))
     await engine.start()
     assert os.environ["VLLM_CACHE_ROOT"] == str(tmp_path)
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
-    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton")
+    assert os.environ["TRITON_CACHE_DIR"] == "/operator/triton"
     await engine.close()
+
+
+def test_a_batch_override_beyond_the_graph_cap_is_warned_about(
+    custom_voice_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="app.engines.omni"):
+        make_engine(custom_voice_dir, FakeAsyncOmni())
+        assert not [r for r in caplog.records if "CUDA graphs" in r.getMessage()]
+        engine = make_engine(custom_voice_dir, FakeAsyncOmni(), stage_overrides={"0": {"max_num_seqs": 96}})
+    assert engine.capabilities().max_concurrency == 96
+    warned = [r for r in caplog.records if "CUDA graphs" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].max_cudagraph_capture_size == 64  # type: ignore[attr-defined]
+
+
+def test_warm_up_jobs_pass_the_checks_of_every_variant(base_dir: Path, tmp_path: Path) -> None:
+    design_dir = tmp_path / "design"
+    shutil.copytree(base_dir, design_dir)
+    config = json.loads((design_dir / "config.json").read_text())
+    (design_dir / "config.json").write_text(json.dumps({**config, "tts_model_type": "voice_design"}))
+    design = Qwen3TTSModel.from_dir(design_dir)
+    warm = warmup_job(design, "w")
+    assert warm.task_type == TaskType.VOICE_DESIGN and warm.instructions
+    check_job(warm, design)
+    assert additional_information(warm, design)["instruct"] == [warm.instructions]
+    base = Qwen3TTSModel.from_dir(base_dir)
+    for index in range(2):
+        check_job(warmup_job(base, "w", index), base)

@@ -1,16 +1,22 @@
-"""The sentence pipeline's joins: silent edges trimmed to natural pauses, cut points faded (no clicks)."""
+"""The sentence pipeline: joins (silent edges trimmed to natural pauses, cut points faded: no clicks) and how it
+drives its engine (one job per sentence, each with its own id)."""
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
 
+from app.engines.base import AudioChunk, SynthesisJob
 from app.pipeline import (
     FADE_S,
     LEAD_S,
     PAUSE_AFTER_CLAUSE_S,
     PAUSE_AFTER_SENTENCE_S,
     SentenceJoiner,
+    SentencePipeline,
     pause_after,
 )
 
@@ -86,3 +92,47 @@ def test_a_quiet_utterance_is_never_dropped() -> None:
 )
 def test_pause_after(piece: str, pause: float) -> None:
     assert pause_after(piece) == pause
+
+
+class RecordingEngine:
+    """Speaks every job as 0.2 s of tone, slowly enough that the next sentence is in flight alongside."""
+
+    def __init__(self) -> None:
+        self.running: set[str] = set()
+        self.seen: list[str] = []
+        self.overlapped = False
+        self.aborted: list[str] = []
+
+    async def synthesize(self, job: SynthesisJob) -> AsyncIterator[AudioChunk]:
+        assert job.request_id not in self.running, f"two jobs in flight under one id: {job.request_id}"
+        self.running.add(job.request_id)
+        self.seen.append(job.request_id)
+        self.overlapped |= len(self.running) > 1
+        try:
+            for _ in range(4):
+                await asyncio.sleep(0.01)
+                yield AudioChunk(np.full(1200, 0.3, np.float32), 24_000)
+        finally:
+            self.running.discard(job.request_id)
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append(request_id)
+
+
+async def test_each_sentence_is_its_own_engine_job_and_abort_reaches_them() -> None:
+    engine = RecordingEngine()
+    pipeline = SentencePipeline(engine, 200)  # type: ignore[arg-type]
+    job = SynthesisJob("job-1", "One sentence here. Another one there. And a third.", "v", trace_id="caller")
+    chunks = [chunk async for chunk in pipeline.synthesize(job)]
+    assert chunks and engine.overlapped  # the look-ahead ran a sentence while the previous one streamed
+    assert engine.seen == ["job-1-s0", "job-1-s1", "job-1-s2"]
+    single = [c async for c in pipeline.synthesize(SynthesisJob("job-2", "Just one.", "v"))]
+    assert single and engine.seen[-1] == "job-2"  # one sentence keeps the job's own id
+
+    stream = pipeline.synthesize(SynthesisJob("job-3", "First part here. Second part there.", "v"))
+    await anext(stream)
+    await pipeline.abort("job-3")
+    assert engine.aborted == ["job-3-s0", "job-3-s1"]
+    await stream.aclose()
+    await pipeline.abort("job-3")  # finished: the job's own id, as for any engine
+    assert engine.aborted[-1] == "job-3"
