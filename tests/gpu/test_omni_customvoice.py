@@ -160,8 +160,15 @@ def test_sentence_pipeline_speaks_every_sentence(omni_url: str, server_log: Path
     assert first_audio is not None and first_audio < 1.0
     one = (sentence_tokens - 1) * SAMPLES_PER_FRAME
     assert 0 < len(body) // 2 <= 3 * one + 2 * 24_000 // 4  # three utterances, two quarter-second pauses at most
-    log = server_log.read_text(errors="replace")
-    job_id = next(r["job_id"] for r in json_records(log) if r.get("request_id") == request_id and "job_id" in r)
+    deadline = time.monotonic() + 5  # the request's log record is written as its response ends: it may trail
+    while True:
+        log = server_log.read_text(errors="replace")
+        jobs = [r["job_id"] for r in json_records(log) if r.get("request_id") == request_id and "job_id" in r]
+        if jobs:
+            break
+        assert time.monotonic() < deadline, "the request was not logged"
+        time.sleep(0.05)
+    job_id = jobs[0]
     engine_requests = set(re.findall(r"\[OmniTiming\] req=(" + re.escape(job_id) + r"-\w+)", log))
     assert len(engine_requests) == 3, engine_requests
 
