@@ -16,11 +16,15 @@ from pathlib import Path
 import pytest
 
 
+def _setting(variable: str, missing: str) -> str:
+    value = os.environ.get(variable)
+    if not value:
+        pytest.skip(f"{variable} is not set: {missing}")
+    return value
+
+
 def _url(variable: str) -> str:
-    url = os.environ.get(variable)
-    if not url:
-        pytest.skip(f"{variable} is not set: no omni server to test")
-    return url.rstrip("/")
+    return _setting(variable, "no omni server to test").rstrip("/")
 
 
 @pytest.fixture(scope="session")
@@ -35,15 +39,9 @@ def clone_url() -> str:
 
 @pytest.fixture(scope="session")
 def server_log() -> Path:
-    path = os.environ.get("SPEECH_GPU_SERVER_LOG")
-    if not path:
-        pytest.skip("SPEECH_GPU_SERVER_LOG is not set: the server's log is not readable here")
-    return Path(path)
+    return Path(_setting("SPEECH_GPU_SERVER_LOG", "the server's log is not readable here"))
 
 
 @pytest.fixture(scope="session")
 def sentence_tokens() -> int:
-    value = os.environ.get("SPEECH_GPU_SENTENCE_TOKENS")
-    if not value:
-        pytest.skip("SPEECH_GPU_SENTENCE_TOKENS is not set: the server does not run the sentence pipeline")
-    return int(value)
+    return int(_setting("SPEECH_GPU_SENTENCE_TOKENS", "the server does not run the sentence pipeline"))

@@ -16,6 +16,7 @@ import pytest
 
 from loadtest.audio import decode
 from tests.gpu.support import SAMPLES_PER_FRAME, model_of, speak
+from tests.support.server import json_log_records
 
 FORMATS = ["pcm", "wav", "mp3", "opus", "aac", "flac"]
 TOKENS = 51  # -> 50 codec frames = 4.0 s of audio
@@ -163,7 +164,7 @@ def test_sentence_pipeline_speaks_every_sentence(omni_url: str, server_log: Path
     deadline = time.monotonic() + 5  # the request's log record is written as its response ends: it may trail
     while True:
         log = server_log.read_text(errors="replace")
-        jobs = [r["job_id"] for r in json_records(log) if r.get("request_id") == request_id and "job_id" in r]
+        jobs = [r["job_id"] for r in json_log_records(log) if r.get("request_id") == request_id and "job_id" in r]
         if jobs:
             break
         assert time.monotonic() < deadline, "the request was not logged"
@@ -171,15 +172,3 @@ def test_sentence_pipeline_speaks_every_sentence(omni_url: str, server_log: Path
     job_id = jobs[0]
     engine_requests = set(re.findall(r"\[OmniTiming\] req=(" + re.escape(job_id) + r"-\w+)", log))
     assert len(engine_requests) == 3, engine_requests
-
-
-def json_records(log: str) -> list[dict]:
-    """The service's own log records (JSON lines) among vllm-omni's plain-text lines."""
-    records = []
-    for line in log.splitlines():
-        if line.startswith("{"):
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return records

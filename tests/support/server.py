@@ -14,6 +14,18 @@ from pathlib import Path
 import httpx
 
 
+def json_log_records(text: str) -> list[dict[str, object]]:
+    """The service's JSON log records in a log, skipping other lines (vllm-omni's plain text, tracebacks)."""
+    records = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -29,14 +41,7 @@ class RunningServer:
 
     def log_events(self) -> list[dict[str, object]]:
         """The server's JSON log lines so far."""
-        events = []
-        for line in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("{"):
-                try:
-                    events.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-        return events
+        return json_log_records(self.log_path.read_text(encoding="utf-8", errors="replace"))
 
     def metric(self, name: str, **labels: str) -> float:
         """The sum of a sample's values over the series whose labels include `labels`, from /metrics now."""
