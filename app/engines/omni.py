@@ -81,8 +81,7 @@ class OmniEngine:
         self._ready = False
         self._detail = "not started"
         self.frames_dropped = 0
-        self._talker_batch = talker_max_num_seqs(settings.deploy_config, settings.stage_overrides)
-        graph_cap = talker_graph_cap(settings.deploy_config, settings.stage_overrides)
+        self._talker_batch, graph_cap = talker_limits(settings.deploy_config, settings.stage_overrides)
         if graph_cap is not None and graph_cap < self._talker_batch:
             log.warning(
                 "the talker batches beyond its CUDA graphs: raise compilation_config.max_cudagraph_capture_size "
@@ -321,16 +320,15 @@ def _talker_stage(deploy_config: str | None, stage_overrides: dict[str, dict[str
     return {**stage, **((stage_overrides or {}).get("0") or {})}
 
 
-def talker_max_num_seqs(deploy_config: str | None, stage_overrides: dict[str, dict[str, object]] | None) -> int:
-    """Stage 0's max_num_seqs: the talker's batch, which bounds how many syntheses run at once."""
-    return int(_talker_stage(deploy_config, stage_overrides).get("max_num_seqs", VLLM_OMNI_DEFAULT_MAX_NUM_SEQS))
-
-
-def talker_graph_cap(deploy_config: str | None, stage_overrides: dict[str, dict[str, object]] | None) -> int | None:
-    """Stage 0's largest CUDA-graph batch, where the profile sets one."""
-    compilation = _talker_stage(deploy_config, stage_overrides).get("compilation_config") or {}
+def talker_limits(
+    deploy_config: str | None, stage_overrides: dict[str, dict[str, object]] | None
+) -> tuple[int, int | None]:
+    """Stage 0's max_num_seqs (the talker's batch, which bounds how many syntheses run at once) and its largest
+    CUDA-graph batch, where the profile sets one."""
+    stage = _talker_stage(deploy_config, stage_overrides)
+    compilation = stage.get("compilation_config") or {}
     cap = compilation.get("max_cudagraph_capture_size") if isinstance(compilation, dict) else None
-    return int(cap) if cap is not None else None
+    return int(stage.get("max_num_seqs", VLLM_OMNI_DEFAULT_MAX_NUM_SEQS)), None if cap is None else int(cap)
 
 
 def _is_engine_dead(exc: BaseException) -> bool:

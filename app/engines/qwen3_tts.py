@@ -14,6 +14,7 @@ Qwen3-TTS adapter in `entrypoints/openai/tts_adapters/qwen3_tts.py`):
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -119,6 +120,7 @@ WARMUP_TEXT = "Warming up."
 WARMUP_REF_TEXT = "This is a short reference recording."
 
 
+@functools.cache
 def warmup_reference(seconds: float = 2.0) -> ReferenceAudio:
     """A voiced-sounding 24 kHz clip (a 140 Hz buzz with a slow vowel-like sway) for warming up a cloning checkpoint:
     its speaker encoder and codec encoder then compile before the first caller's clip arrives."""
