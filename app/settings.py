@@ -101,6 +101,11 @@ class Settings(BaseSettings):
     omni_sentence_pipeline: bool = Field(
         False, description="Omni engine: speak long text sentence by sentence (as the embedded engine always does)."
     )
+    omni_code2wav_scheduler: str = Field(
+        "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler",
+        description="Omni engine: code2wav (stage 1) scheduler class by dotted path; empty = vllm-omni's own. "
+        "A scheduler_cls for stage 1 in SPEECH_STAGE_OVERRIDES wins.",
+    )
     omni_fixed_length: bool = Field(
         False, description="Omni engine, benchmarks on random weights only: generate exactly max_new_tokens."
     )

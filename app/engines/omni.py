@@ -122,8 +122,9 @@ class OmniEngine:
         kwargs: dict[str, Any] = {"model": self._model.path, "log_stats": True}
         if settings.deploy_config:
             kwargs["deploy_config"] = settings.deploy_config
-        if settings.stage_overrides:
-            kwargs["stage_overrides"] = settings.stage_overrides
+        overrides = stage_overrides_with_scheduler(settings.stage_overrides, settings.omni_code2wav_scheduler)
+        if overrides:
+            kwargs["stage_overrides"] = overrides
         if settings.load_format:
             kwargs["load_format"] = settings.load_format
         kwargs["stage_init_timeout"] = settings.omni_stage_init_timeout_s
@@ -303,6 +304,18 @@ def compile_cache_environment(cache_dir: str) -> dict[str, str]:
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
         "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
     }
+
+
+def stage_overrides_with_scheduler(
+    stage_overrides: dict[str, dict[str, object]] | None, code2wav_scheduler: str
+) -> dict[str, dict[str, object]] | None:
+    """The operator's stage overrides plus code2wav's scheduler class: vllm-omni's Qwen3-TTS pipeline sets each
+    stage's scheduler itself, so a deploy profile cannot choose one; a stage override can (vLLM then logs "Using
+    custom scheduler class"). The operator's own choice for stage 1 wins."""
+    overrides = {stage: dict(values) for stage, values in (stage_overrides or {}).items()}
+    if code2wav_scheduler:
+        overrides.setdefault("1", {}).setdefault("scheduler_cls", code2wav_scheduler)
+    return overrides or None
 
 
 VLLM_OMNI_DEFAULT_MAX_NUM_SEQS = 64  # stage 0 of vllm-omni 0.26.0's own qwen3_tts.yaml

@@ -12,9 +12,15 @@ a second time: 121 frames of audio for 99 generated. The flag captured when the 
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from vllm_omni.model_executor.stage_input_processors import qwen3_tts as _qwen3_tts
+
+from app.engines.code2wav_policy import percentile
+
+log = logging.getLogger("vllm.speech.talker")
 
 
 class _FinishedAsEnqueued:
@@ -33,9 +39,55 @@ class _FinishedAsEnqueued:
         return getattr(self._request, name)
 
 
+class SaveThreadProbe:
+    """How far the talker's save thread lags: the steps still queued behind the one it builds, and how long building
+    one takes. Logging only, one line per interval (the connector's `engine_probe_interval_s`; 0 = off)."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._started = time.monotonic()
+        self._depths: list[int] = []
+        self._build_s: list[float] = []
+
+    def record(self, depth: int, build_s: float) -> None:
+        self._depths.append(depth)
+        self._build_s.append(build_s)
+        now = time.monotonic()
+        if now - self._started >= self.interval_s:
+            log.info(
+                "talker save-thread probe %s",
+                {
+                    "seconds": round(now - self._started, 1),
+                    "steps_built": len(self._depths),
+                    "queued_p50": percentile(self._depths, 0.5),
+                    "queued_p95": percentile(self._depths, 0.95),
+                    "queued_max": max(self._depths),
+                    "build_p50_ms": round(percentile(self._build_s, 0.5) * 1000, 2),
+                    "build_p95_ms": round(percentile(self._build_s, 0.95) * 1000, 2),
+                },
+            )
+            self._started, self._depths, self._build_s = now, [], []
+
+
+def _probe_for(transfer_manager: Any) -> SaveThreadProbe | None:
+    probe = getattr(transfer_manager, "_speech_probe", False)
+    if probe is False:
+        config = getattr(getattr(transfer_manager, "connector", None), "config", None) or {}
+        extra = config.get("extra", config) if isinstance(config, dict) else {}
+        interval = float(extra.get("engine_probe_interval_s", 0) or 0)
+        probe = SaveThreadProbe(interval) if interval > 0 else None
+        transfer_manager._speech_probe = probe
+    return probe
+
+
 def talker2code2wav_async_chunk_as_enqueued(
     transfer_manager: Any, multimodal_output: Any, request: Any, is_finished: bool = False
 ) -> Any:
-    return _qwen3_tts.talker2code2wav_async_chunk(
+    probe = _probe_for(transfer_manager)
+    started = time.perf_counter()
+    payload = _qwen3_tts.talker2code2wav_async_chunk(
         transfer_manager, multimodal_output, _FinishedAsEnqueued(request, is_finished), is_finished=is_finished
     )
+    if probe is not None:
+        probe.record(len(getattr(transfer_manager, "_pending_save_reqs", ())), time.perf_counter() - started)
+    return payload

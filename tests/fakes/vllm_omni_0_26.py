@@ -265,3 +265,83 @@ class WordTokenizer:
 
     def __call__(self, text: str, padding: bool = False) -> dict[str, list[int]]:
         return {"input_ids": list(range(len(text.split())))}
+
+
+# -- stage 1 (code2wav) scheduling: vllm_omni.core.sched.omni_generation_scheduler.OmniGenerationScheduler ----------
+@dataclass
+class FakeStageRequest:
+    """A code2wav request as the scheduler sees it: `request_id`; its window arrives through the chunk adapter."""
+
+    request_id: str
+
+
+class FakeChunkTransferAdapter:
+    """The two sets `OmniChunkTransferAdapter` keeps of requests whose next window has arrived: loaded by the
+    receiving thread (`_finished_load_reqs`) and moved back into a queue (`requests_with_ready_chunks`)."""
+
+    def __init__(self) -> None:
+        self._finished_load_reqs: set[str] = set()
+        self.requests_with_ready_chunks: set[str] = set()
+
+
+@dataclass
+class FakeSchedulerOutput:
+    num_scheduled_tokens: dict[str, int]
+
+
+class FakeGenerationScheduler:
+    """OmniGenerationScheduler's parts that a subclass touches: `vllm_config.model_config.stage_connector_config`,
+    `chunk_transfer_adapter`, `waiting` (new requests, in order), `running` (a list), `requests` (id -> request),
+    `schedule()` returning an output whose `num_scheduled_tokens` names every request with a window in the step, and
+    `update_from_output()`. As in 0.26.0, one step takes the ready window of every request in `running`, then of
+    every waiting request, which then moves to `running`."""
+
+    window_tokens = 16 * 97
+
+    def __init__(self, connector_extra: dict[str, Any]) -> None:
+        model_config = type("ModelConfig", (), {"stage_connector_config": {"name": "x", "extra": connector_extra}})
+        self.vllm_config = type("VllmConfig", (), {"model_config": model_config})()
+        self.chunk_transfer_adapter = FakeChunkTransferAdapter()
+        self.waiting: list[FakeStageRequest] = []
+        self.running: list[FakeStageRequest] = []
+        self.requests: dict[str, FakeStageRequest] = {}
+        self.updates: list[FakeSchedulerOutput] = []
+
+    def add(self, request_id: str) -> None:
+        request = FakeStageRequest(request_id)
+        self.requests[request_id] = request
+        self.waiting.append(request)
+
+    def window_arrives(self, request_id: str) -> None:
+        self.chunk_transfer_adapter._finished_load_reqs.add(request_id)
+
+    def _ready(self, request: FakeStageRequest) -> bool:
+        adapter = self.chunk_transfer_adapter
+        return request.request_id in adapter._finished_load_reqs | adapter.requests_with_ready_chunks
+
+    def schedule(self, throttle_prefills: bool = False) -> FakeSchedulerOutput:
+        adapter = self.chunk_transfer_adapter
+        scheduled = {r.request_id: self.window_tokens for r in self.running if self._ready(r)}
+        for request in [r for r in self.waiting if self._ready(r)]:
+            self.waiting.remove(request)
+            self.running.append(request)
+            scheduled[request.request_id] = self.window_tokens
+        adapter._finished_load_reqs -= set(scheduled)
+        adapter.requests_with_ready_chunks -= set(scheduled)
+        return FakeSchedulerOutput(scheduled)
+
+    def update_from_output(self, scheduler_output: FakeSchedulerOutput, model_runner_output: Any) -> dict:
+        self.updates.append(scheduler_output)
+        return {}
+
+
+def install_generation_scheduler(modules: dict[str, Any]) -> None:
+    """Make `vllm_omni.core.sched.omni_generation_scheduler` importable with the stand-in (into `modules`, e.g. a
+    monkeypatched sys.modules)."""
+    import types
+
+    module = types.ModuleType("vllm_omni.core.sched.omni_generation_scheduler")
+    module.OmniGenerationScheduler = FakeGenerationScheduler  # type: ignore[attr-defined]
+    for name in ("vllm_omni", "vllm_omni.core", "vllm_omni.core.sched"):
+        modules.setdefault(name, types.ModuleType(name))
+    modules["vllm_omni.core.sched.omni_generation_scheduler"] = module

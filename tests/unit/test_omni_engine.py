@@ -266,6 +266,7 @@ async def test_engine_starts_warms_up_and_streams(custom_voice_dir: Path) -> Non
         "load_format": "dummy",
         "stage_init_timeout": 900,
         "init_timeout": 1200,
+        "stage_overrides": {"1": {"scheduler_cls": "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler"}},
     }
     assert len(omni.requests) == 1 + 4  # warm-up at batch sizes 1 and 4
     samples, tokens_in, tokens_out = await collect(engine, job(request_id="real", max_new_tokens=51, seed=3))

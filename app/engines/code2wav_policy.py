@@ -1,0 +1,132 @@
+"""Which code2wav windows run in the next decoding step: first audio first, and no listener left to run dry.
+
+Pure bookkeeping, no engine imports: the code2wav scheduler (`app.engines.omni_code2wav_scheduler`) feeds it what
+it schedules and asks it which streams may wait. Every stream has a deadline: its next audio is due when its
+listener's buffer runs out, and a stream that has produced no audio yet is due now. A step that carries a first
+window should be short, so the steady windows of streams that hold plenty of audio wait one step; everything else
+keeps vllm-omni's order.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+FRAME_SECONDS = 0.08  # Qwen3-TTS-12Hz: one codec frame is 1920 samples at 24 kHz
+
+
+@dataclass
+class StreamClock:
+    """How much audio one stream has been given, and since when its listener has been playing."""
+
+    first_at: float  # when its first window was scheduled (its listener starts about one step later)
+    frames: int  # audio frames its scheduled windows carry (new frames, not left context)
+
+    def buffered_s(self, now: float) -> float:
+        """Audio its listener holds at `now`, assuming playback began when the first window was scheduled."""
+        return self.frames * FRAME_SECONDS - (now - self.first_at)
+
+
+class FirstAudioFirst:
+    """Decides which streams' windows wait one step so that new streams' first windows run in a short step.
+
+    `margin_s`: a stream may wait only while its listener holds more than this much audio. One step of code2wav
+    takes tens of milliseconds, so a margin of a second can never turn a wait into a stall."""
+
+    def __init__(self, initial_frames: int, chunk_frames: int, margin_s: float = 1.0) -> None:
+        if initial_frames <= 0 or chunk_frames <= 0:
+            raise ValueError("initial_frames and chunk_frames must be positive")
+        self.initial_frames = initial_frames
+        self.chunk_frames = chunk_frames
+        self.margin_s = margin_s
+        self._clocks: dict[str, StreamClock] = {}
+
+    def has_started(self, request_id: str) -> bool:
+        return request_id in self._clocks
+
+    def may_wait(self, request_id: str, now: float) -> bool:
+        """True for a stream whose listener can spare one step: a stream not yet started never waits."""
+        clock = self._clocks.get(request_id)
+        return clock is not None and clock.buffered_s(now) > self.margin_s
+
+    def scheduled(self, request_ids: Iterable[str], now: float) -> int:
+        """Record the windows of one step; returns how many of them were first windows."""
+        firsts = 0
+        for request_id in request_ids:
+            clock = self._clocks.get(request_id)
+            if clock is None:
+                self._clocks[request_id] = StreamClock(first_at=now, frames=self.initial_frames)
+                firsts += 1
+            else:
+                clock.frames += self.chunk_frames
+        return firsts
+
+    def forget_all_but(self, live: Iterable[str]) -> None:
+        """Drop the clocks of streams that ended (finished or aborted)."""
+        keep = set(live)
+        for request_id in [r for r in self._clocks if r not in keep]:
+            del self._clocks[request_id]
+
+    def __len__(self) -> int:
+        return len(self._clocks)
+
+
+def percentile(values: list[float] | list[int], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+@dataclass
+class StepProbe:
+    """Counts of what a busy stage did, summed over an interval and reported as one line (logging only)."""
+
+    interval_s: float
+    started: float = field(default_factory=time.monotonic)
+    steps: int = 0
+    windows: int = 0
+    max_windows: int = 0
+    first_windows: int = 0
+    deferred: int = 0
+    first_waits_s: list[float] = field(default_factory=list)
+    results_s: list[float] = field(default_factory=list)
+
+    def step(self, windows: int, first_windows: int, deferred: int) -> None:
+        if windows:
+            self.steps += 1
+            self.windows += windows
+            self.max_windows = max(self.max_windows, windows)
+        self.first_windows += first_windows
+        self.deferred += deferred
+
+    def first_wait(self, seconds: float) -> None:
+        self.first_waits_s.append(seconds)
+
+    def result(self, seconds: float) -> None:
+        self.results_s.append(seconds)
+
+    def due(self, now: float) -> bool:
+        return self.interval_s > 0 and now - self.started >= self.interval_s
+
+    def report(self, now: float) -> dict[str, float | int]:
+        """The interval's numbers; starts the next interval."""
+        elapsed = max(now - self.started, 1e-9)
+        line: dict[str, float | int] = {
+            "seconds": round(elapsed, 1),
+            "steps": self.steps,
+            "windows_per_step": round(self.windows / self.steps, 2) if self.steps else 0,
+            "max_windows": self.max_windows,
+            "first_windows": self.first_windows,
+            "deferred_windows": self.deferred,
+            "first_wait_p50_ms": round(percentile(self.first_waits_s, 0.5) * 1000, 1),
+            "first_wait_p95_ms": round(percentile(self.first_waits_s, 0.95) * 1000, 1),
+            "step_result_p50_ms": round(percentile(self.results_s, 0.5) * 1000, 1),
+            "step_result_p95_ms": round(percentile(self.results_s, 0.95) * 1000, 1),
+        }
+        self.started = now
+        self.steps = self.windows = self.max_windows = self.first_windows = self.deferred = 0
+        self.first_waits_s, self.results_s = [], []
+        return line

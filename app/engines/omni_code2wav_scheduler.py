@@ -1,0 +1,107 @@
+"""Code2wav (stage 1) scheduler for vllm-omni 0.26.0: first audio first. Loaded by the code2wav stage process by
+dotted path; the service passes it as a stage override (`{"1": {"scheduler_cls": ...}}`, see `Settings`), because
+vllm-omni's Qwen3-TTS pipeline sets the stage's scheduler class itself and a deploy profile cannot.
+
+vllm-omni's generation scheduler decodes, in every step, a window for every stream whose next window has arrived:
+at 32 streams one step carries up to 32 windows of 97 frames. A new stream's first window (1 frame, the one its
+listener is waiting for) then waits for such a step and rides in the next one, as long as the others. Here, when a
+first window is ready, the streams whose listeners hold more than `first_audio_first_margin_s` of audio sit out
+one step, so that the first window's step is short; they run in the next one, long before their listeners could run
+dry. Nothing else changes: the order, the token budget and every window are vllm-omni's.
+
+Settings come from the deploy profile's connector `extra` (which vllm-omni hands to every stage unchanged):
+`first_audio_first_margin_s` (default 1.0; 0 turns the policy off, leaving a logging-only scheduler) and
+`engine_probe_interval_s` (default 0 = off: every so many seconds, one log line of steps, windows per step,
+first-window waits and step times).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from vllm_omni.core.sched.omni_generation_scheduler import OmniGenerationScheduler
+
+from app.engines.code2wav_policy import FirstAudioFirst, StepProbe
+
+log = logging.getLogger("vllm.speech.code2wav")
+
+
+def connector_extra(vllm_config: Any) -> dict[str, Any]:
+    """The stage's connector `extra` settings from the deploy profile."""
+    connector = getattr(getattr(vllm_config, "model_config", None), "stage_connector_config", None) or {}
+    extra = connector.get("extra", {}) if isinstance(connector, dict) else getattr(connector, "extra", {})
+    return dict(extra or {})
+
+
+class FirstAudioFirstScheduler(OmniGenerationScheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        extra = connector_extra(self.vllm_config)
+        self._policy = FirstAudioFirst(
+            initial_frames=int(extra.get("initial_codec_chunk_frames") or 1),
+            chunk_frames=int(extra.get("codec_chunk_frames") or 25),
+            margin_s=float(extra.get("first_audio_first_margin_s", 1.0)),
+        )
+        self._probe = StepProbe(interval_s=float(extra.get("engine_probe_interval_s", 0) or 0))
+        self._first_ready_at: dict[str, float] = {}  # first windows seen ready, not yet scheduled
+        self._scheduled_at: dict[int, float] = {}  # id(scheduler output) -> when it was scheduled
+        log.info(
+            "code2wav scheduler: first audio first (margin %.2f s, probe every %.0f s)",
+            self._policy.margin_s,
+            self._probe.interval_s,
+        )
+
+    def _ready_first_windows(self, now: float) -> list[str]:
+        """Streams whose first window has arrived and waits to be decoded."""
+        adapter = self.chunk_transfer_adapter
+        if adapter is None:
+            return []
+        try:  # the receiving thread adds to the first set; a copy under the GIL is consistent
+            loaded = set(adapter._finished_load_reqs) | adapter.requests_with_ready_chunks
+        except RuntimeError:
+            return []
+        ready = [r.request_id for r in self.waiting if r.request_id in loaded]
+        for request_id in ready:
+            self._first_ready_at.setdefault(request_id, now)
+        return ready
+
+    def schedule(self, throttle_prefills: bool = False) -> Any:
+        now = time.monotonic()
+        sitting_out: list[Any] = []
+        ready_firsts = self._ready_first_windows(now)
+        if self._policy.margin_s > 0 and ready_firsts:
+            sitting_out = [r for r in self.running if self._policy.may_wait(r.request_id, now)]
+            if sitting_out:
+                waiting_ids = {id(r) for r in sitting_out}
+                self.running[:] = [r for r in self.running if id(r) not in waiting_ids]
+        try:
+            output = super().schedule(throttle_prefills)
+        finally:
+            if sitting_out:
+                self.running.extend(sitting_out)
+        scheduled = list(output.num_scheduled_tokens)
+        firsts = self._policy.scheduled(scheduled, now)
+        for request_id in scheduled:
+            ready_at = self._first_ready_at.pop(request_id, None)
+            if ready_at is not None:
+                self._probe.first_wait(now - ready_at)
+        if scheduled:
+            self._scheduled_at[id(output)] = now
+        self._probe.step(len(scheduled), firsts, len(sitting_out))
+        if len(self._policy) > 4 * max(16, len(self.requests)):
+            self._policy.forget_all_but(self.requests)
+            for request_id in [r for r in self._first_ready_at if r not in self.requests]:
+                del self._first_ready_at[request_id]
+        if len(self._scheduled_at) > 64:  # outputs whose results never came back
+            self._scheduled_at.clear()
+        if self._probe.due(now):
+            log.info("code2wav probe %s", self._probe.report(now))
+        return output
+
+    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        scheduled_at = self._scheduled_at.pop(id(scheduler_output), None)
+        if scheduled_at is not None:
+            self._probe.result(time.monotonic() - scheduled_at)
+        return super().update_from_output(scheduler_output, model_runner_output)

@@ -1,0 +1,129 @@
+"""First audio first: the code2wav policy, and the scheduler that applies it (against a stand-in of vllm-omni
+0.26.0's generation scheduler; the real one runs in tests/gpu)."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+
+import pytest
+
+from app.engines.code2wav_policy import FRAME_SECONDS, FirstAudioFirst, StepProbe
+from app.engines.omni import stage_overrides_with_scheduler
+from tests.fakes.vllm_omni_0_26 import install_generation_scheduler
+
+
+def test_a_stream_may_wait_only_while_its_listener_holds_more_than_the_margin() -> None:
+    policy = FirstAudioFirst(initial_frames=1, chunk_frames=25, margin_s=1.0)
+    assert not policy.may_wait("new", now=0.0)  # nothing played yet: its first audio is due now
+    assert policy.scheduled(["a"], now=0.0) == 1  # first window: 1 frame
+    assert not policy.may_wait("a", now=0.0)  # 0.08 s in hand
+    assert policy.scheduled(["a"], now=0.05) == 0  # + 25 frames
+    assert policy.may_wait("a", now=0.1)  # 26 x 0.08 - 0.1 = 1.98 s in hand
+    held_until = 26 * FRAME_SECONDS - 1.0
+    assert policy.may_wait("a", now=held_until - 0.01)
+    assert not policy.may_wait("a", now=held_until + 0.01)
+
+
+def test_clocks_of_ended_streams_are_dropped() -> None:
+    policy = FirstAudioFirst(initial_frames=1, chunk_frames=25)
+    policy.scheduled(["a", "b", "c"], now=0.0)
+    policy.forget_all_but(["b"])
+    assert len(policy) == 1 and policy.has_started("b") and not policy.has_started("a")
+
+
+def test_window_sizes_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        FirstAudioFirst(initial_frames=0, chunk_frames=25)
+
+
+def test_the_probe_reports_an_interval_and_starts_the_next() -> None:
+    probe = StepProbe(interval_s=10.0, started=0.0)
+    probe.step(windows=4, first_windows=1, deferred=3)
+    probe.step(windows=2, first_windows=0, deferred=0)
+    probe.step(windows=0, first_windows=0, deferred=0)  # an empty step is not a step
+    probe.first_wait(0.010)
+    probe.result(0.030)
+    probe.result(0.050)
+    assert not probe.due(9.0) and probe.due(10.0)
+    line = probe.report(10.0)
+    assert line["steps"] == 2 and line["windows_per_step"] == 3 and line["max_windows"] == 4
+    assert (line["first_windows"], line["deferred_windows"]) == (1, 3)
+    assert line["first_wait_p50_ms"] == 10.0 and line["step_result_p95_ms"] == 50.0
+    assert probe.report(20.0)["steps"] == 0 and math.isnan(probe.report(30.0)["first_wait_p50_ms"])
+
+
+def test_the_service_names_its_code2wav_scheduler_unless_the_operator_did() -> None:
+    path = "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler"
+    assert stage_overrides_with_scheduler(None, path) == {"1": {"scheduler_cls": path}}
+    assert stage_overrides_with_scheduler({"0": {"max_num_seqs": 8}}, path) == {
+        "0": {"max_num_seqs": 8},
+        "1": {"scheduler_cls": path},
+    }
+    mine = {"1": {"scheduler_cls": "my.Scheduler"}}
+    assert stage_overrides_with_scheduler(mine, path) == mine
+    assert stage_overrides_with_scheduler(None, "") is None
+
+
+@pytest.fixture
+def scheduler_module(monkeypatch: pytest.MonkeyPatch):
+    modules = dict(sys.modules)
+    install_generation_scheduler(modules)
+    modules.pop("app.engines.omni_code2wav_scheduler", None)
+    monkeypatch.setattr(sys, "modules", modules)
+    return importlib.import_module("app.engines.omni_code2wav_scheduler")
+
+
+def _streaming(scheduler_module, margin_s: float, monkeypatch: pytest.MonkeyPatch):
+    """A scheduler with three streams well into playback (each given its first and one steady window)."""
+    clock = [100.0]
+    monkeypatch.setattr(scheduler_module.time, "monotonic", lambda: clock[0])
+    extra = {"initial_codec_chunk_frames": 1, "codec_chunk_frames": 25, "first_audio_first_margin_s": margin_s}
+    scheduler = scheduler_module.FirstAudioFirstScheduler(extra)
+    for name in ("a", "b", "c"):
+        scheduler.add(name)
+    for _ in range(2):
+        for name in ("a", "b", "c"):
+            scheduler.window_arrives(name)
+        scheduler.schedule()
+        clock[0] += 0.05
+    return scheduler, clock
+
+
+def test_a_first_window_runs_in_a_step_of_its_own(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler, clock = _streaming(scheduler_module, 1.0, monkeypatch)
+    for name in ("a", "b", "c"):
+        scheduler.window_arrives(name)
+    scheduler.add("new")
+    scheduler.window_arrives("new")
+    first = scheduler.schedule()
+    assert list(first.num_scheduled_tokens) == ["new"]  # the others hold ~2 s of audio each: they wait
+    assert {r.request_id for r in scheduler.running} == {"a", "b", "c", "new"}  # nobody lost
+    clock[0] += 0.02
+    second = scheduler.schedule()
+    assert sorted(second.num_scheduled_tokens) == ["a", "b", "c"]  # one step later
+
+
+def test_a_stream_short_of_audio_never_waits(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler, clock = _streaming(scheduler_module, 1.0, monkeypatch)
+    clock[0] += 1.5  # ~2.08 s given, ~1.6 s played: 0.5 s in hand, under the margin
+    for name in ("a", "b", "c"):
+        scheduler.window_arrives(name)
+    scheduler.add("new")
+    scheduler.window_arrives("new")
+    assert sorted(scheduler.schedule().num_scheduled_tokens) == ["a", "b", "c", "new"]
+
+
+def test_with_no_margin_it_only_observes(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler, clock = _streaming(scheduler_module, 0.0, monkeypatch)
+    for name in ("a", "b", "c"):
+        scheduler.window_arrives(name)
+    scheduler.add("new")
+    scheduler.window_arrives("new")
+    output = scheduler.schedule()
+    assert sorted(output.num_scheduled_tokens) == ["a", "b", "c", "new"]
+    clock[0] += 0.03
+    scheduler.update_from_output(output, None)
+    assert scheduler._probe.results_s[-1] == pytest.approx(0.03)
+    assert scheduler._probe.first_waits_s == [0.0, 0.0, 0.0, 0.0]
