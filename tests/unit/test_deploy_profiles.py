@@ -29,7 +29,17 @@ def test_profile_is_consistent(profile: Path) -> None:
     talker, code2wav = config["stages"]
     assert (talker["stage_id"], code2wav["stage_id"]) == (0, 1)
     assert talker["output_connectors"]["to_stage_1"] == code2wav["input_connectors"]["from_stage_0"]
-    assert talker["async_scheduling"] and code2wav["async_scheduling"]
+    assert talker["async_scheduling"]  # the talker's runner really overlaps steps
+    if profile.name == "customvoice.yaml":
+        # code2wav's runner does not overlap: a queued second step only delays each window's audio (measured)
+        assert code2wav["async_scheduling"] is False
+        # every batch a step can form in the two streaming buckets has its graph
+        shapes = {tuple(shape) for shape in extra["decode_cudagraph_extra_capture_shapes"]}
+        for bucket in extra["decode_batch_bucket_frames"]:
+            assert bucket in extra["decode_cudagraph_capture_sizes"]
+            assert {(batch, bucket) for batch in range(2, extra["decode_batch_max_size"] + 1)} <= shapes
+        assert extra["decode_batch_max_size"] == max(batch for batch, _ in shapes)
+        assert extra["first_audio_first_margin_s"] > 0
     assert code2wav["max_num_batched_tokens"] % 16 == 0  # 16 codebooks per frame
     assert code2wav["max_num_seqs"] >= talker["max_num_seqs"]
     # larger talker graphs are never used and each recompiles the code predictor at start-up
