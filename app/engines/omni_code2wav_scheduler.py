@@ -9,10 +9,15 @@ first window is ready, the streams whose listeners hold more than `first_audio_f
 one step, so that the first window's step is short; they run in the next one, long before their listeners could run
 dry. Nothing else changes: the order, the token budget and every window are vllm-omni's.
 
+It also gives way when it has nothing to schedule. Requests whose next window has not arrived keep vLLM's engine
+loop busy (schedule, an empty step, again), and that loop holds the GIL that code2wav's receiving thread needs to
+load each arriving window (a few GIL hand-overs per window, each up to the interpreter's 5 ms switch interval).
+Sleeping `code2wav_idle_wait_ms` after an empty schedule lets the receiving thread run.
+
 Settings come from the deploy profile's connector `extra` (which vllm-omni hands to every stage unchanged):
-`first_audio_first_margin_s` (default 1.0; 0 turns the policy off, leaving a logging-only scheduler) and
-`engine_probe_interval_s` (default 0 = off: every so many seconds, one log line of steps, windows per step,
-first-window waits and step times).
+`first_audio_first_margin_s` (default 1.0; 0 turns the policy off, leaving a logging-only scheduler),
+`code2wav_idle_wait_ms` (default 0 = never sleep) and `engine_probe_interval_s` (default 0 = off: every so many
+seconds, one log line of steps, windows per step, first-window waits and step times).
 """
 
 from __future__ import annotations
@@ -45,11 +50,13 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
             margin_s=float(extra.get("first_audio_first_margin_s", 1.0)),
         )
         self._probe = StepProbe(interval_s=float(extra.get("engine_probe_interval_s", 0) or 0))
+        self._idle_wait_s = float(extra.get("code2wav_idle_wait_ms", 0) or 0) / 1000
         self._first_ready_at: dict[str, float] = {}  # first windows seen ready, not yet scheduled
         self._scheduled_at: dict[int, float] = {}  # id(scheduler output) -> when it was scheduled
         log.info(
-            "code2wav scheduler: first audio first (margin %.2f s, probe every %.0f s)",
+            "code2wav scheduler: first audio first (margin %.2f s, idle wait %.1f ms, probe every %.0f s)",
             self._policy.margin_s,
+            self._idle_wait_s * 1000,
             self._probe.interval_s,
         )
 
@@ -98,6 +105,8 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
             self._scheduled_at.clear()
         if self._probe.due(now):
             log.info("code2wav probe %s", self._probe.report(now))
+        if not scheduled and self._idle_wait_s > 0:
+            time.sleep(self._idle_wait_s)  # releases the GIL to the thread that receives the windows
         return output
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:

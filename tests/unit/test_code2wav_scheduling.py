@@ -127,3 +127,20 @@ def test_with_no_margin_it_only_observes(scheduler_module, monkeypatch: pytest.M
     scheduler.update_from_output(output, None)
     assert scheduler._probe.results_s[-1] == pytest.approx(0.03)
     assert scheduler._probe.first_waits_s == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_an_empty_schedule_gives_way_to_the_receiving_thread(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(scheduler_module.time, "sleep", slept.append)
+    extra = {"initial_codec_chunk_frames": 1, "codec_chunk_frames": 25, "code2wav_idle_wait_ms": 0.5}
+    scheduler = scheduler_module.FirstAudioFirstScheduler(extra)
+    scheduler.add("a")
+    scheduler.schedule()  # its first window has not arrived: nothing to run
+    assert slept == [0.0005]
+    scheduler.window_arrives("a")
+    assert list(scheduler.schedule().num_scheduled_tokens) == ["a"]
+    assert slept == [0.0005]  # a step with work never waits
+    no_wait = scheduler_module.FirstAudioFirstScheduler({})
+    no_wait.add("b")
+    no_wait.schedule()
+    assert slept == [0.0005]
