@@ -172,3 +172,36 @@ def test_sentence_pipeline_speaks_every_sentence(omni_url: str, server_log: Path
     job_id = jobs[0]
     engine_requests = set(re.findall(r"\[OmniTiming\] req=(" + re.escape(job_id) + r"-\w+)", log))
     assert len(engine_requests) == 3, engine_requests
+
+
+def test_code2wav_runs_first_audio_first(omni_url: str, server_log: Path) -> None:
+    """vLLM loaded the service's code2wav scheduler, and on the real engine new streams' first windows made streams
+    holding enough audio sit out a step (its probe lines count them). Needs the profile's engine probes on."""
+    log = server_log.read_text(errors="replace")
+    assert "Using custom scheduler class app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler" in log
+    settings = re.search(r"code2wav scheduler: first audio first \(margin ([\d.]+) s.*probe every (\d+) s\)", log)
+    assert settings, "the scheduler did not log its settings"
+    margin, interval = float(settings.group(1)), int(settings.group(2))
+    if margin <= 0 or interval <= 0:
+        pytest.skip(f"the profile turns the policy ({margin}) or the probes ({interval}) off")
+    probes_before = log.count("code2wav probe")
+
+    def one(i: int) -> int:
+        time.sleep(0.15 * (i % 12))  # arrivals spread out: later streams start while earlier ones play
+        response = speak(omni_url, input=f"Stream {i}.", response_format="pcm", max_new_tokens=150)
+        assert response.status_code == 200, response.text
+        return len(response.content) // 2
+
+    with concurrent.futures.ThreadPoolExecutor(24) as pool:
+        lengths = list(pool.map(one, range(48)))
+    assert set(lengths) == {149 * SAMPLES_PER_FRAME}
+    deadline = time.monotonic() + interval + 10
+    while True:
+        lines = server_log.read_text(errors="replace").split("code2wav probe")[probes_before + 1 :]
+        deferred = sum(int(m) for line in lines for m in re.findall(r"'deferred_windows': (\d+)", line[:400]))
+        firsts = sum(int(m) for line in lines for m in re.findall(r"'first_windows': (\d+)", line[:400]))
+        if firsts >= 48:
+            break
+        assert time.monotonic() < deadline, f"probe lines counted {firsts} first windows of 48"
+        time.sleep(1)
+    assert deferred > 0, "no stream sat out a step for a first window"
