@@ -81,12 +81,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the modelled listener starts playing once this much audio has arrived (default 0: at the first audio)",
     )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
+    p.add_argument(
+        "--keepalive-expiry",
+        type=float,
+        default=KEEPALIVE_EXPIRY_S,
+        help=f"seconds a pooled connection may idle and still be reused (default {KEEPALIVE_EXPIRY_S:g}; keep it "
+        "below the servers' keep-alive timeout)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the open-loop arrival times")
     p.add_argument("--out", help="output directory (default loadtest-results/<time>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     if args.playback_buffer_ms < 0:
         p.error("--playback-buffer-ms must be 0 or more")
+    if args.keepalive_expiry < 0:
+        p.error("--keepalive-expiry must be 0 or more")
     return args
 
 
@@ -123,12 +132,14 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
     ]
 
 
-def http_client(concurrency: int, timeout_s: float) -> httpx.AsyncClient:
+def http_client(
+    concurrency: int, timeout_s: float, keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S
+) -> httpx.AsyncClient:
     """One pool for every target: room for a level's connections to two targets (those of the target that just ran
     stay pooled while the next one runs), and no reuse of a connection the server may be closing
-    (KEEPALIVE_EXPIRY_S)."""
+    (`keepalive_expiry_s`, see KEEPALIVE_EXPIRY_S)."""
     size = concurrency * 2 + 8
-    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size, keepalive_expiry=KEEPALIVE_EXPIRY_S)
+    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size, keepalive_expiry=keepalive_expiry_s)
     return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s, connect=10.0))
 
 
@@ -166,7 +177,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         args.duration,
         args.playback_buffer_ms / 1000,
     )
-    client = http_client(max(levels or [64]), args.timeout)
+    client = http_client(max(levels or [64]), args.timeout, args.keepalive_expiry)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     async with client:
         for target in targets:
@@ -210,7 +221,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         # the same for every target, else None: each target's own is in "targets"
         "extra_body": targets[0].extra_body if all(t.extra_body == targets[0].extra_body for t in targets) else None,
         "playback_buffer_ms": args.playback_buffer_ms,
-        "keepalive_expiry_s": KEEPALIVE_EXPIRY_S,
+        "keepalive_expiry_s": args.keepalive_expiry,
         "asr": {
             "enabled": args.asr and english,
             "sample": args.asr_sample,

@@ -115,3 +115,6 @@ def test_extra_body_once_for_all_or_once_per_target() -> None:
         build_targets(parse_args(["--target", "a", "--extra-body", "{nope"]))
     with pytest.raises(SystemExit):
         parse_args(["--target", "a", "--playback-buffer-ms", "-1"])
+    with pytest.raises(SystemExit):
+        parse_args(["--target", "a", "--keepalive-expiry", "-1"])
+    assert parse_args(["--target", "a"]).keepalive_expiry == 1.0
