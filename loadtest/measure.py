@@ -4,7 +4,8 @@ TTFA is the time from sending the request to the first byte of audio payload: fo
 header (RIFF parsed up to the "data" chunk: 44 bytes from this server); for SSE, the first audio inside the
 `speech.audio.delta` events (again past a wav header); for other formats, the first body byte (container headers
 included: compare such formats only between servers that send them alike). E2E runs until the last byte. Audio
-duration comes from decoding what arrived.
+duration comes from decoding what arrived. The arrival time of every chunk is kept for the modelled listener
+(`loadtest.playback`): when playback starts, how often and how long it stalls.
 """
 
 from __future__ import annotations
