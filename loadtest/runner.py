@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from loadtest.measure import RequestResult, measure
+from loadtest.measure import RequestResult, describe_exception, measure
 from loadtest.targets import Target
 
 
@@ -38,6 +38,7 @@ class RunPlan:
     asr_sample: int | None  # keep audio of this many ok requests per target and level; None = all; 0 = none
     seed: int = 0
     duration_s: float = 0.0
+    playback_buffer_s: float = 0.0  # the listener's jitter buffer before playback starts
 
 
 class TextCycle:
@@ -86,10 +87,24 @@ class _Sender:
             record.peak_in_flight = max(record.peak_in_flight, self.in_flight)
         try:
             result = await measure(
-                self.client, self.target, text, plan.response_format, plan.stream_format, keep, scheduled_at
+                self.client,
+                self.target,
+                text,
+                plan.response_format,
+                plan.stream_format,
+                keep,
+                scheduled_at,
+                plan.playback_buffer_s,
             )
         except Exception as exc:
-            result = RequestResult(self.target.index, text, 0, False, f"client_{type(exc).__name__}")
+            result = RequestResult(
+                self.target.index,
+                text,
+                0,
+                False,
+                f"client_{type(exc).__name__}",
+                error_message=describe_exception(exc),
+            )
         finally:
             self.in_flight -= 1
         if record is not None:
