@@ -59,14 +59,14 @@ class AdmissionGate:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), self.queue_timeout_s)
+            await asyncio.wait_for(asyncio.shield(waiter), self.queue_timeout_s)  # raises Rejected if refused
         except TimeoutError:
-            if waiter.done() and not waiter.cancelled():  # granted in the same instant: keep the slot
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:  # granted in the same instant
                 return Ticket(time.perf_counter(), time.perf_counter() - arrived)
             waiter.cancel()
             raise Rejected("queue_timeout", self.retry_after_s()) from None
         except asyncio.CancelledError:  # the caller went away while queued
-            if waiter.done() and not waiter.cancelled():
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 self._release_slot()  # it was handed a slot it will never use
             else:
                 waiter.cancel()
@@ -75,6 +75,21 @@ class AdmissionGate:
             self._prune()
         now = time.perf_counter()
         return Ticket(now, now - arrived)
+
+    @property
+    def idle(self) -> bool:
+        """No slot held and nobody waiting: every request admitted or queued has finished."""
+        return self.in_flight == 0 and not self.queued
+
+    def refuse_waiting(self, reason: str) -> int:
+        """Turn every waiter away with `reason` (a drain out of time); returns how many there were."""
+        refused = 0
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(Rejected(reason, 1))
+                refused += 1
+        return refused
 
     def release(self, ticket: Ticket) -> None:
         if ticket.released:

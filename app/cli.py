@@ -11,6 +11,7 @@ from types import FrameType
 
 import uvicorn
 
+from app.http_protocol import guarded_protocol
 from app.lifecycle import Lifecycle
 from app.logs import configure_logging
 from app.server import create_app
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> None:
         port=settings.port,
         log_config=None,
         timeout_graceful_shutdown=int(settings.drain_timeout_s) + 5,  # connections left after the drain
+        timeout_keep_alive=settings.keep_alive_timeout_s,  # type: ignore[arg-type]
+        http=guarded_protocol(settings.request_read_timeout_s, settings.client_stall_timeout_s),
     )
     SpeechServer(config, app.state.lifecycle).run()
 

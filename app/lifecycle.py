@@ -1,5 +1,6 @@
-"""Graceful drain: on SIGTERM the replica stops taking work at once, lets what is streaming finish (up to a limit),
-stops the rest, and only then lets the server shut down, so a rolling restart truncates nobody's audio silently."""
+"""Graceful drain: on SIGTERM the replica stops taking work at once, serves every request it already accepted (those
+streaming and those queued for a slot, in arrival order) up to a limit, stops the rest, and only then lets the server
+shut down, so a rolling restart neither drops accepted work nor truncates anybody's audio silently."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from app.admission import AdmissionGate
+
 log = logging.getLogger(__name__)
+
+_POLL_S = 0.05
+_STOPPED_GRACE_S = 5.0  # stopped streams end within a chunk; never hold the shutdown hostage to one that does not
 
 
 class Stoppable(Protocol):
@@ -17,43 +23,61 @@ class Stoppable(Protocol):
 
 
 class Lifecycle:
-    def __init__(self, drain_timeout_s: float) -> None:
+    def __init__(self, drain_timeout_s: float, gate: AdmissionGate | None = None) -> None:
         self.drain_timeout_s = drain_timeout_s
         self.draining = False
+        self.drained = False
+        self._gate = gate
         self._streams: dict[str, Stoppable] = {}
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._stopping = False  # the drain ran out of time: whatever starts streaming now is stopped at once
         self._task: asyncio.Task[None] | None = None
 
     def track(self, request_id: str, stream: Stoppable) -> None:
         self._streams[request_id] = stream
-        self._idle.clear()
+        if self._stopping:
+            stream.stop("drain")
 
     def untrack(self, request_id: str) -> None:
         self._streams.pop(request_id, None)
-        if not self._streams:
-            self._idle.set()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing accepted is still waiting or streaming."""
+        return not self._streams and (self._gate is None or self._gate.idle)
 
     def begin_drain(self, on_drained: Callable[[], None] | None = None) -> None:
-        """Refuse new work now; after in-flight streams finish (or the drain timeout), call `on_drained`."""
+        """Refuse new work now; after the accepted work finishes (or the drain timeout), call `on_drained`."""
         if self.draining:
             return
         self.draining = True
-        log.info("draining", extra={"in_flight": len(self._streams), "timeout_s": self.drain_timeout_s})
+        queued = self._gate.queued if self._gate is not None else 0
+        log.info(
+            "draining", extra={"in_flight": len(self._streams), "queued": queued, "timeout_s": self.drain_timeout_s}
+        )
         self._task = asyncio.get_running_loop().create_task(self._drain(on_drained))
+
+    async def _wait_idle(self, timeout_s: float) -> bool:
+        deadline = time.perf_counter() + timeout_s
+        while not self.idle:
+            if time.perf_counter() >= deadline:
+                return False
+            await asyncio.sleep(_POLL_S)
+        return True
 
     async def _drain(self, on_drained: Callable[[], None] | None) -> None:
         started = time.perf_counter()
-        try:
-            await asyncio.wait_for(self._idle.wait(), self.drain_timeout_s)
-        except TimeoutError:
+        if not await self._wait_idle(self.drain_timeout_s):
+            self._stopping = True
+            # waiters first: a stopped stream's slot would otherwise pass to a waiter that cannot finish either
+            refused = self._gate.refuse_waiting("draining") if self._gate is not None else 0
+            if refused:
+                log.warning("drain timeout: refused queued requests", extra={"refused": refused})
             for request_id, stream in list(self._streams.items()):
                 log.warning("drain timeout: stopping a stream", extra={"request_id": request_id})
                 stream.stop("drain")
-            try:  # stopped streams end within a chunk; never hold the shutdown hostage to one that does not
-                await asyncio.wait_for(self._idle.wait(), 5.0)
-            except TimeoutError:
+            if not await self._wait_idle(_STOPPED_GRACE_S):
                 log.error("streams still open after the drain", extra={"streams": list(self._streams)})
+        self.drained = True
         log.info("drained", extra={"seconds": round(time.perf_counter() - started, 3)})
         if on_drained is not None:
             on_drained()

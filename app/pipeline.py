@@ -23,6 +23,7 @@ from app.engines.base import (
     AudioChunk,
     EngineCapabilities,
     EngineHealth,
+    ReadsAhead,
     SpeechEngine,
     SynthesisJob,
     UnsupportedParameter,
@@ -144,6 +145,9 @@ class SentencePipeline:
         pieces = split_sentences(job.text, self.max_chars)
         if not pieces:
             raise UnsupportedParameter("input", "'input' contains nothing that can be spoken.")
+        if isinstance(self.inner, ReadsAhead) and (unreadable := await self.inner.unreadable(pieces)) is not None:
+            # refused before the first audio: a later sentence must never cut a stream that already started
+            raise UnsupportedParameter("input", f"This voice cannot read {unreadable[:80]!r}.")
         if job.max_new_tokens is not None and len(pieces) > 1:
             pieces = [job.text]  # a token budget applies to the whole text: do not multiply it by the sentences
         jobs = [

@@ -49,14 +49,16 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     metrics.BUILD.info({"version": __version__, "engine": engine.name, "model": engine.model_id})
     app.state.gate = admission_gate(settings, engine)
     app.state.voice_store = VoiceStore(settings.voice_store)
-    app.state.lifecycle = Lifecycle(settings.drain_timeout_s)
+    app.state.lifecycle = Lifecycle(settings.drain_timeout_s, app.state.gate)
     lifecycle: Lifecycle = app.state.lifecycle
     metrics.READY.set_function(lambda: float(engine.health().ready and not lifecycle.draining))
     install_error_handlers(app)
     app.include_router(speech.router)
     app.include_router(meta.router)
     app.include_router(voices.router)
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, read_timeout_s=settings.request_read_timeout_s
+    )
     keys = load_api_keys(settings.api_keys, settings.api_keys_file)
     app.add_middleware(ApiKeyMiddleware, keys=keys, max_concurrency_per_key=settings.api_key_max_concurrency)
     app.add_middleware(SpeechAccountingMiddleware)

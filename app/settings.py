@@ -41,7 +41,19 @@ class Settings(BaseSettings):
     max_queue: int | None = Field(None, ge=0, description="Requests waiting for a slot (default: 2 x concurrency).")
     queue_timeout_s: float = Field(10.0, ge=0, description="Longest wait for a slot before a 429.")
     request_timeout_s: float = Field(300.0, gt=0, description="Longest synthesis; then it is aborted.")
-    drain_timeout_s: float = Field(30.0, ge=0, description="On SIGTERM: how long in-flight streams may finish.")
+    drain_timeout_s: float = Field(
+        30.0, ge=0, description="On SIGTERM: how long accepted requests (streaming or queued) may take to finish."
+    )
+    request_read_timeout_s: float = Field(
+        10.0, gt=0, description="Longest time a request's headers, and then its body, may take to arrive (408 beyond)."
+    )
+    keep_alive_timeout_s: float = Field(5.0, gt=0, description="Idle keep-alive connections are closed after this.")
+    client_stall_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="A client that reads none of its response for this long is cut off (its stream stopped, its slot "
+        "freed); above the time a real-time player takes to read ~64 KiB of audio.",
+    )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, repr=False, description="API keys (comma list); none = open API."
     )

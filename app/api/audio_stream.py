@@ -1,9 +1,10 @@
 """Engine chunks to response bytes: resample to the requested rate, encode incrementally, frame as SSE if asked.
 
-Resampling and encoding run in worker threads so the event loop only moves bytes. A stream ends one of five ways,
-reported to `on_close` exactly once: completed, client_gone, timeout (SPEECH_REQUEST_TIMEOUT_S), drain (stopped by a
-graceful shutdown) or error. A stream that does not complete is never closed as if it had: the chunked body is cut
-(plain audio) or ends with an `error` event (SSE).
+Resampling and encoding run in worker threads so the event loop only moves bytes. A stream ends one of six ways,
+reported to `on_close` exactly once: completed, client_gone, client_stalled (the client read nothing for
+SPEECH_CLIENT_STALL_TIMEOUT_S), timeout (SPEECH_REQUEST_TIMEOUT_S), drain (stopped by a graceful shutdown) or error.
+A stream that does not complete is never closed as if it had: the chunked body is cut (plain audio) or ends with an
+`error` event (SSE).
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ from dataclasses import dataclass
 import anyio
 import numpy as np
 from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from app.api.errors import ApiError, error_body
 from app.audio.encoders import StreamEncoder, create_encoder
 from app.audio.transforms import StreamResampler
 from app.engines.base import AudioChunk
+
+# Set in the request's state by app.http_protocol when it aborts the connection of a client that stopped reading.
+STALLED_STATE_KEY = "client_stalled"
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +181,7 @@ class EncodedAudio:
             outcome = exc.reason
             raise
         except (GeneratorExit, asyncio.CancelledError):
-            outcome = "client_gone"
+            outcome = self._stop_reason or "client_gone"  # client_stalled: the server cut off a client not reading
             raise
         finally:
             await self._close(outcome)
@@ -227,8 +231,14 @@ class SpeechResponse(StreamingResponse):
         self.audio = audio
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def receive_noting_stalls() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect" and scope.get("state", {}).get(STALLED_STATE_KEY):
+                self.audio.stop("client_stalled")  # the connection was aborted because its client stopped reading
+            return message
+
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive_noting_stalls, send)
         finally:
             with anyio.CancelScope(shield=True):
                 await self.audio.close_if_never_streamed()

@@ -63,7 +63,9 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
     """The first pydantic error of a request body, as OpenAI words it, with `param` naming the top-level field."""
     if not errors:
         return ApiError(400, "The request body is invalid.", code="invalid_request")
-    error = errors[0]
+    # A union field (`voice`: a name or {"id": ...}) reports one error per branch: the deepest names the real fault.
+    same_field = [e for e in errors if tuple(e.get("loc", ()))[:2] == tuple(errors[0].get("loc", ()))[:2]]
+    error = max(same_field, key=lambda e: len(e.get("loc", ())))
     loc = list(error.get("loc", ()))
     if loc[:1] == ["body"]:  # FastAPI prefixes body fields with "body"; a field may itself be named "body"
         loc = loc[1:]
@@ -81,7 +83,7 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
         return ApiError(400, f"Unrecognized request argument supplied: {param}", param=param, code="unknown_parameter")
     if kind == "missing":
         return ApiError(400, f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
-    detail = str(error.get("msg", "invalid value"))
+    detail = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
     code = "invalid_type" if kind.endswith("_type") or kind.endswith("_parsing") else "invalid_value"
     return ApiError(400, f"Invalid value for '{param}': {detail}.", param=param, code=code)
 

@@ -13,7 +13,7 @@ from app.api.errors import ApiError, invalid_param
 from app.api.schemas import SpeechRequest
 from app.audio.encoders import supported_sample_rates
 from app.engines.base import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType
-from app.text.sentences import is_speakable
+from app.text.normalize import UnreadableText, normalize_text
 from app.voices import VoiceCatalog
 
 DEFAULT_SAMPLE_RATE = 24_000
@@ -106,8 +106,10 @@ def build_job(
     check_model(request.model, served_models)
     if len(request.input) > caps.max_input_chars:
         raise invalid_param("input", f"'input' is longer than {caps.max_input_chars} characters.", "string_too_long")
-    if not is_speakable(request.input):
-        raise invalid_param("input", "'input' contains nothing that can be spoken.")
+    try:
+        text = normalize_text(request.input, caps.reading)
+    except UnreadableText as exc:
+        raise invalid_param("input", str(exc)) from None
     task_type = _check_extensions(request, caps)
     # A cloned or designed voice comes from the reference audio or the instructions; the name then only labels it.
     voice = (
@@ -130,7 +132,7 @@ def build_job(
         # the caller's id may repeat (a retry): the job gets its own, which still starts with it
         request_id=f"{request_id}-{uuid.uuid4().hex[:8]}",
         trace_id=request_id,
-        text=request.input,
+        text=text,
         voice=voice,
         language=_check_language(request.language, caps),
         instructions=request.instructions if caps.instructions else None,

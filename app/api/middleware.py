@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -12,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
 from app.api.audio_stream import StreamCut
-from app.api.errors import ApiError, internal_error
+from app.api.errors import ApiError, internal_error, invalid_param
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +48,20 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = dict(scope["headers"]).get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1")
+        raw = dict(scope["headers"]).get(REQUEST_ID_HEADER.encode(), b"")
+        given = raw.decode("latin-1")
         request_id = given if _VALID_REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         state["started_at"] = time.perf_counter()  # TTFA and the request deadline count from arrival
+        if any(byte < 0x20 or byte >= 0x7F for byte in raw):
+            # control characters or bytes that are not text: refused, never logged or echoed (an id merely in an
+            # unusual shape, too long or with other punctuation, is replaced by a fresh one instead)
+            error = invalid_param(
+                "X-Request-Id", "The X-Request-Id header must be printable ASCII ([A-Za-z0-9._:-], up to 128)."
+            )
+            await send_error(send, error, request_id)
+            return
         started = False
 
         async def send_with_id(message: Message) -> None:
@@ -76,12 +86,23 @@ class RequestIdMiddleware:
 
 
 class BodySizeLimitMiddleware:
-    """413 for bodies over `max_bytes`, whether announced by Content-Length or found while reading. The body is read
-    here, before the app runs (the app would buffer it whole anyway), so the 413 comes before any other answer."""
+    """413 for bodies over `max_bytes`, whether announced by Content-Length or found while reading; 408 (and the
+    connection closed) for a body that has not fully arrived `read_timeout_s` after its headers, a trickle or a
+    Content-Length that promises more than comes. The body is read here, before the app runs (the app would buffer
+    it whole anyway), so these answers come before any other."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, read_timeout_s: float | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.read_timeout_s = read_timeout_s
+
+    def _timed_out(self) -> ApiError:
+        return ApiError(
+            408,
+            f"The request body did not arrive within {self.read_timeout_s:g} s; the connection is closed.",
+            code="request_timeout",
+            headers={"Connection": "close"},
+        )
 
     def _too_large(self) -> ApiError:
         return ApiError(413, f"The request body exceeds the limit of {self.max_bytes} bytes.", code="request_too_large")
@@ -95,17 +116,25 @@ class BodySizeLimitMiddleware:
             await send_error(send, self._too_large(), request_id_of(scope))
             return
         body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                await self.app(scope, _replay(message, receive), send)  # the client left before sending it all
-                return
-            body += message.get("body", b"")
-            if len(body) > self.max_bytes:
-                await send_error(send, self._too_large(), request_id_of(scope))
-                return
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.read_timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        break
+                    body += message.get("body", b"")
+                    if len(body) > self.max_bytes:
+                        await send_error(send, self._too_large(), request_id_of(scope))
+                        return
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            log.info("request body not received in time", extra={"request_id": request_id_of(scope)})
+            await send_error(send, self._timed_out(), request_id_of(scope))
+            return
+        if message["type"] != "http.request":
+            await self.app(scope, _replay(message, receive), send)  # the client left before sending it all
+            return
         await self.app(scope, _replay({"type": "http.request", "body": bytes(body), "more_body": False}, receive), send)
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from app.text.hygiene import check_multiline, check_single_line
 
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 StreamFormat = Literal["audio", "sse"]
@@ -12,13 +14,17 @@ TaskTypeName = Literal["CustomVoice", "VoiceDesign", "Base"]
 
 MAX_INPUT_CHARS = 4096
 
+# Every text field but `input` (which text normalisation makes speakable): valid Unicode, no control characters.
+Name = Annotated[str, AfterValidator(check_single_line)]
+FreeText = Annotated[str, AfterValidator(check_multiline)]
+
 
 class VoiceRef(BaseModel):
     """OpenAI's object form of `voice`: {"id": "..."}."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    id: str = Field(min_length=1, max_length=256)
+    id: Name = Field(min_length=1, max_length=256)
 
 
 class SpeechRequest(BaseModel):
@@ -26,10 +32,10 @@ class SpeechRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    model: str = Field(min_length=1, max_length=256)
+    model: Name = Field(min_length=1, max_length=256)
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS, description="Text to speak, 1–4096 characters.")
-    voice: str | VoiceRef = Field(description='A voice name (OpenAI names are aliases) or {"id": ...}.')
-    instructions: str | None = Field(
+    voice: Name | VoiceRef = Field(description='A voice name (OpenAI names are aliases) or {"id": ...}.')
+    instructions: FreeText | None = Field(
         None,
         max_length=MAX_INPUT_CHARS,
         description="Style instructions. Engines that cannot follow them ignore them, as OpenAI's tts-1 does.",
@@ -39,10 +45,12 @@ class SpeechRequest(BaseModel):
     stream_format: StreamFormat = "audio"
 
     # Qwen3-TTS extensions: honoured by engines that support them, otherwise refused with a 400 naming the field.
-    language: str | None = Field(None, min_length=1, max_length=64)
+    language: Name | None = Field(None, min_length=1, max_length=64)
     task_type: TaskTypeName | None = None
-    ref_audio: str | None = Field(None, min_length=1, description="Reference audio for cloning: base64 or data URI.")
-    ref_text: str | None = Field(None, max_length=MAX_INPUT_CHARS)
+    ref_audio: FreeText | None = Field(
+        None, min_length=1, description="Reference audio for cloning: base64 or data URI."
+    )
+    ref_text: FreeText | None = Field(None, max_length=MAX_INPUT_CHARS)
     x_vector_only_mode: bool | None = None
     max_new_tokens: int | None = Field(None, ge=1, le=65536)
     seed: int | None = Field(None, ge=0, le=2**32 - 1)

@@ -73,6 +73,8 @@ async def admit(gate: AdmissionGate) -> Ticket:
         return await gate.acquire()
     except Rejected as exc:
         metrics.REJECTED.labels(exc.reason).inc()
+        if exc.reason == "draining":  # queued when the drain ran out of time
+            raise shutting_down() from exc
         message = (
             "The server is at capacity and its queue is full."
             if exc.reason == "queue_full"
@@ -143,6 +145,7 @@ async def create_speech(
     }
     request.state.speech = summary  # logged and counted once per request by SpeechAccountingMiddleware
     if lifecycle.draining:
+        metrics.REJECTED.labels("draining").inc()
         raise shutting_down()
     if not engine.health().ready:
         raise engine_unavailable(engine)
@@ -177,9 +180,9 @@ async def create_speech(
     )
     job = dataclasses.replace(job, timing=timing)
     timing.mark("queued")
-    ticket = await admit(gate)
+    ticket = await admit(gate)  # accepted before a drain began: served, queued or not, while the drain lasts
     timing.mark("admitted", ticket.granted_at)
-    if lifecycle.draining:  # the drain began while this request waited for its slot
+    if lifecycle.drained:  # validated before the drain began, but reached the gate only after it ended
         gate.release(ticket)
         raise shutting_down()
     metrics.QUEUE_WAIT.observe(ticket.queued_s)

@@ -12,6 +12,7 @@ from app.api.dependencies import get_catalog, get_engine, get_voice_store
 from app.api.errors import ApiError, invalid_param
 from app.audio.reference import MAX_REFERENCE_BYTES, prepare_reference_audio
 from app.engines.base import SpeechEngine, UnsupportedParameter
+from app.text.hygiene import text_problem
 from app.voice_store import NAME_PATTERN, StoredVoice, VoiceExists, VoiceNotFound, VoiceStore
 from app.voices import VoiceCatalog
 
@@ -37,6 +38,12 @@ def _uploaded(voice: StoredVoice, engine: SpeechEngine) -> dict[str, Any]:
     return {**voice.public(), "type": "uploaded", "languages": languages, "engine": engine.name}
 
 
+def _check_name(name: str) -> None:
+    """A name from the path: echoed in errors, so it must be clean text first."""
+    if (problem := text_problem(name)) is not None:
+        raise invalid_param("name", f"Invalid voice name: {problem}.")
+
+
 def _not_found(name: str) -> ApiError:
     return ApiError(404, f"No voice named '{name}'.", param="name", code="voice_not_found")
 
@@ -58,6 +65,7 @@ async def get_voice(
     catalog: Annotated[VoiceCatalog, Depends(get_catalog)],
     store: Annotated[VoiceStore, Depends(get_voice_store)],
 ) -> dict[str, Any]:
+    _check_name(name)
     for voice in _builtin(catalog, engine):
         if voice["id"] == name:
             return voice
@@ -78,6 +86,8 @@ async def create_voice(
 ) -> JSONResponse:
     if not NAME_PATTERN.fullmatch(name):
         raise invalid_param("name", "'name' must be 1–64 characters of a-z, 0-9, '_' and '-'.")
+    if ref_text is not None and (problem := text_problem(ref_text, multiline=True)) is not None:
+        raise invalid_param("ref_text", f"Invalid value for 'ref_text': {problem}.")
     if not consent:
         raise invalid_param("consent", "Registering a voice needs 'consent' = true: the speaker's agreement.")
     if catalog.resolve(name) is not None:
@@ -107,6 +117,7 @@ async def delete_voice(
     catalog: Annotated[VoiceCatalog, Depends(get_catalog)],
     store: Annotated[VoiceStore, Depends(get_voice_store)],
 ) -> Response:
+    _check_name(name)
     if catalog.resolve(name) is not None:
         raise invalid_param("name", f"'{name}' is a built-in voice; only uploaded voices can be deleted.")
     try:

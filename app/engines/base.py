@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from app.text.normalize import ReadingRules
 from app.timing import TtfaTimeline
 
 
@@ -88,6 +89,7 @@ class EngineCapabilities:
     sample_rate: int  # native output rate of the engine's chunks
     max_concurrency: int = 1  # syntheses the engine serves well at once: the default admission limit
     speed_range: tuple[float, float] = (0.25, 4.0)  # speeds honoured; others are refused, naming `speed`
+    reading: ReadingRules = field(default_factory=ReadingRules)  # what the voices read; the rest is refused
 
 
 @dataclass(slots=True)
@@ -115,6 +117,14 @@ class UnsupportedParameter(Exception):
 
 
 @runtime_checkable
+@runtime_checkable
+class ReadsAhead(Protocol):
+    """An engine that can tell, cheaply and before synthesis, which piece of text its voice cannot read (the sentence
+    pipeline asks it for every sentence before the first audio, so that no request fails half-way)."""
+
+    async def unreadable(self, pieces: list[str]) -> str | None: ...
+
+
 class SpeechEngine(Protocol):
     """A speech engine. `start` loads and warms it; `synthesize` streams audio for one job."""
 

@@ -31,6 +31,7 @@ from app.engines.base import (
     UnsupportedParameter,
     VoiceInfo,
 )
+from app.text.normalize import ReadingRules
 
 if TYPE_CHECKING:
     from hibari import Hibari
@@ -51,6 +52,9 @@ VOICE_ID = "heart"
 LANGUAGES = ("English",)
 _PHONEME_CLAUSE = re.compile(r"(?<=[,;:—])\s+")
 _WARMUP_TEXT = "Warming up the speech engine."
+# The voice is English: other scripts are refused up front (hibari would skip them in silence). Its number words stop
+# at decillions (36 digits); beyond a quadrillion a number is a code or an account number, and read digit by digit.
+READING = ReadingRules(latin_only=True, max_number_digits=15)
 
 
 def split_speed(speed: float) -> tuple[float, float]:
@@ -152,6 +156,7 @@ class EmbeddedEngine:
             max_new_tokens=False,
             sample_rate=SAMPLE_RATE,
             max_concurrency=self._workers,
+            reading=READING,
         )
 
     # -- synthesis ------------------------------------------------------------------------------------------------
@@ -183,6 +188,28 @@ class EmbeddedEngine:
             if not self._active[job.request_id]:
                 del self._active[job.request_id]
                 self._aborted.discard(job.request_id)
+
+    async def unreadable(self, pieces: list[str]) -> str | None:
+        """The first piece this voice has no phonemes for (or that its text reader fails on), if any: only the
+        text-to-phoneme step runs, a millisecond or so per sentence."""
+        if not self._ready:
+            raise EngineUnavailable("the embedded engine is not ready")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._first_unreadable, pieces)
+
+    def _first_unreadable(self, pieces: list[str]) -> str | None:
+        model = self._models.get()
+        try:
+            for piece in pieces:
+                try:
+                    readable = any(len(model.ids(part)) > 2 for part in chunk_phonemes(model.g2p(piece)))
+                except Exception:
+                    log.warning("the text reader failed on a sentence", exc_info=True)
+                    readable = False
+                if not readable:
+                    return piece
+            return None
+        finally:
+            self._models.put(model)
 
     def _synthesize_sentence(self, sentence: str, speed: float, seed: int | None) -> SentenceAudio:
         model = self._models.get()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -124,3 +126,115 @@ def _silent_runs(samples, rate: int) -> list[float]:
         else:
             length += 1
     return runs
+
+
+HOSTILE = ["\\ud800", "\\udc80abc", "ok\\u0000", "\\u001b[31mred", "next\\u0085line", "\\u202eevil"]  # JSON escapes
+SPEECH_FIELDS = ["model", "voice", "voice.id", "instructions", "language", "ref_text", "ref_audio"]
+
+
+def speech_body_with(field: str, hostile: str) -> bytes:
+    fields = {"model": '"tts-1"', "voice": '"alloy"', "input": '"Hello there."'}
+    if field == "voice.id":
+        fields["voice"] = f'{{"id": "{hostile}"}}'
+    else:
+        fields[field] = f'"{hostile}"'
+    return ("{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}").encode()
+
+
+@pytest.mark.parametrize("field", SPEECH_FIELDS)
+def test_every_text_field_refuses_invalid_unicode_and_control_characters(server: RunningServer, field: str) -> None:
+    for hostile in HOSTILE:
+        response = httpx.post(
+            f"{server.base_url}/v1/audio/speech",
+            content=speech_body_with(field, hostile),
+            headers={"content-type": "application/json"},
+            timeout=30,
+        )
+        assert response.status_code == 400, (field, hostile, response.text)
+        assert response.json()["error"]["param"] == field.split(".")[0], (field, hostile)
+        assert response.text.isascii()  # whatever is echoed comes back escaped
+
+
+def test_registry_fields_refuse_control_characters(server: RunningServer) -> None:
+    url = f"{server.base_url}/v1/audio/voices"
+    clip = {"audio_sample": ("clip.wav", b"RIFF", "audio/wav")}
+    for field, value in [
+        ("name", "bad\x1bname"),
+        ("name", "\x85"),
+        ("ref_text", "said \x1b[2J this"),
+        ("ref_text", "\u202e"),
+    ]:
+        data = {"name": "fine-name", "consent": "true", "ref_text": "Hello.", field: value}
+        response = httpx.post(url, data=data, files=clip, timeout=30)
+        assert response.status_code == 400 and response.json()["error"]["param"] == field, (field, response.text)
+    for method in ("GET", "DELETE"):
+        response = httpx.request(method, f"{url}/bad%1Bname", timeout=30)
+        assert response.status_code == 400 and response.json()["error"]["param"] == "name"
+
+
+# (control bytes in a header never reach the application: the HTTP parser refuses the request with its own 400)
+@pytest.mark.parametrize("value", [b"\xff\xfe", b"caf\xc3\xa9", b"\xed\xa0\x80"])
+def test_request_id_that_is_not_printable_ascii_is_a_400(server: RunningServer, value: bytes) -> None:
+    host, port = server.base_url.removeprefix("http://").split(":")
+    body = b'{"model": "tts-1", "voice": "alloy", "input": "Hi."}'
+    request = (
+        b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\nX-Request-Id: " + value + b"\r\n\r\n" + body
+    )
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request)
+        response = b""
+        while chunk := sock.recv(65536):
+            response += chunk
+    head, _, payload = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), response[:300]
+    assert json.loads(payload)["error"]["param"] == "X-Request-Id"
+    assert value not in head  # never echoed into a header
+
+
+def test_hostile_fields_leave_the_log_clean(server: RunningServer) -> None:
+    for hostile in HOSTILE:
+        httpx.post(
+            f"{server.base_url}/v1/audio/speech",
+            content=speech_body_with("voice", hostile),
+            headers={"content-type": "application/json"},
+            timeout=30,
+        )
+    text = server.log_path.read_text(encoding="utf-8")
+    assert not any(ch in text for ch in "\x00\x1b\x85\u202e")  # escaped in the JSON lines, never raw
+    assert all(e.get("status") != 500 for e in server.log_events())
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The code is " + "9" * 40 + ".",
+        "Hello there. The code is " + "9" * 60 + ". Goodbye.",
+        "Hello. Account " + "1,000," * 20 + "000 is yours.",
+        "Pay $" + "9" * 100 + " today.",
+    ],
+)
+def test_numbers_of_any_length_are_spoken(server: RunningServer, text: str) -> None:
+    response = httpx.post(
+        f"{server.base_url}/v1/audio/speech",
+        timeout=60,
+        json={"model": "tts-1", "voice": "alloy", "input": text, "response_format": "wav"},
+    )  # a stream cut mid-body raises here
+    assert response.status_code == 200, response.text
+    assert decode(response.content, "wav").duration_s > 2
+
+
+def test_a_later_sentence_in_another_script_is_refused_before_any_audio(server: RunningServer) -> None:
+    response = httpx.post(
+        f"{server.base_url}/v1/audio/speech",
+        timeout=60,
+        json={
+            "model": "tts-1",
+            "voice": "alloy",
+            "input": "Hello there, how are you today? 你好世界。 And goodbye now.",
+            "response_format": "pcm",
+        },
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "input" and "你好世界" in error["message"]

@@ -133,3 +133,22 @@ def test_flags_override_environment(tmp_path: Path) -> None:
     finally:
         process.terminate()
         assert process.wait(timeout=30) == 0
+
+
+def test_labelled_counters_start_at_zero_without_created_series(tmp_path: Path) -> None:
+    """A fresh server already exposes every rejection and abort reason at 0 (so the first event shows as an
+    increase), and no `_created` series."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from app.metrics import ABORT_REASONS, REJECT_REASONS
+
+    server = start_server(tmp_path / "server.log")
+    try:
+        text = httpx.get(f"{server.base_url}/metrics", timeout=30).text
+    finally:
+        server.stop()
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    assert not [s.name for s in samples if s.name.endswith("_created")]
+    for name, reasons in (("speech_rejected_total", REJECT_REASONS), ("speech_aborted_total", ABORT_REASONS)):
+        found = {s.labels["reason"]: s.value for s in samples if s.name == name}
+        assert found == dict.fromkeys(reasons, 0.0), name

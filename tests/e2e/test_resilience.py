@@ -247,3 +247,95 @@ def test_disconnects_while_encoding_never_crash_the_server(small_server: Running
     assert small_server.metric("speech_in_flight") == 0
     ok = httpx.post(f"{small_server.base_url}/v1/audio/speech", json=speech(response_format=response_format))
     assert ok.status_code == 200
+
+
+def test_sigterm_serves_queued_requests_in_order_before_exiting(tmp_path: Path) -> None:
+    """N streaming and M queued for a slot when SIGTERM arrives: all N + M complete, in full, the queued ones in the
+    order they arrived; the server exits 0 only after the last."""
+    streaming, queued = 2, 3
+    env = {
+        "SPEECH_MAX_CONCURRENCY": str(streaming),
+        "SPEECH_MAX_QUEUE": str(queued),
+        "SPEECH_QUEUE_TIMEOUT_S": "120",
+        "SPEECH_DRAIN_TIMEOUT_S": "120",
+    }
+    server = start_server(tmp_path / "server.log", env=env)
+    results: dict[int, tuple[int, bytes, float]] = {}
+    streaming_now = [threading.Event() for _ in range(streaming)]
+
+    def listen(index: int) -> None:
+        with httpx.stream(
+            "POST",
+            f"{server.base_url}/v1/audio/speech",
+            json=speech(LONG_TEXT),
+            headers={"X-Request-Id": f"drain-{index}"},
+            timeout=180,
+        ) as response:
+            data = bytearray()
+            first_byte = 0.0
+            for chunk in response.iter_raw(4096):
+                if not data:
+                    first_byte = time.monotonic()
+                data += chunk
+                if index < streaming:
+                    streaming_now[index].set()
+                    time.sleep(0.004)  # slow listeners hold their slots while the others queue
+            results[index] = (response.status_code, bytes(data), first_byte)
+
+    threads = [threading.Thread(target=listen, args=(i,)) for i in range(streaming + queued)]
+    for index, thread in enumerate(threads):
+        thread.start()
+        if index == streaming - 1:
+            assert all(event.wait(30) for event in streaming_now)
+        elif index >= streaming:
+            deadline = time.monotonic() + 10  # each queued request is in the queue before the next is sent
+            while server.metric("speech_queue_depth") < index - streaming + 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+    assert server.metric("speech_queue_depth") == queued and server.metric("speech_in_flight") == streaming
+    server.process.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert httpx.post(f"{server.base_url}/v1/audio/speech", json=speech()).status_code == 503  # new work: refused
+    for thread in threads:
+        thread.join(180)
+    assert server.process.wait(60) == 0
+    assert sorted(results) == list(range(streaming + queued))
+    assert [results[i][0] for i in range(streaming + queued)] == [200] * (streaming + queued)
+    durations = [decode(results[i][1], "pcm").duration_s for i in range(streaming + queued)]
+    assert min(durations) > 0.95 * max(durations) > 0, durations  # the same text, each in full
+    starts = [results[i][2] for i in range(streaming, streaming + queued)]
+    assert starts == sorted(starts), starts  # queued requests served in arrival order
+    outcomes = [e.get("outcome") for e in server.log_events() if e.get("message") == "speech request"]
+    assert outcomes.count("completed") == streaming + queued
+    print(f"drain: {streaming} streaming + {queued} queued at SIGTERM -> {outcomes.count('completed')} completed")
+
+
+def test_drain_out_of_time_refuses_the_queue_and_stops_the_streams(tmp_path: Path) -> None:
+    env = {"SPEECH_MAX_CONCURRENCY": "1", "SPEECH_QUEUE_TIMEOUT_S": "60", "SPEECH_DRAIN_TIMEOUT_S": "0.5"}
+    server = start_server(tmp_path / "server.log", env=env)
+    statuses: list[int] = []
+
+    def queued() -> None:
+        statuses.append(httpx.post(f"{server.base_url}/v1/audio/speech", json=speech(), timeout=60).status_code)
+
+    with httpx.stream(
+        "POST", f"{server.base_url}/v1/audio/speech", json=speech(LONGEST_TEXT, stream_format="sse"), timeout=120
+    ) as response:
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")
+        waiter = threading.Thread(target=queued)
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while server.metric("speech_queue_depth") < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        server.process.send_signal(signal.SIGTERM)
+        events = []
+        for line in lines:
+            time.sleep(0.02)  # a slow reader: the drain runs out of time mid-stream
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    waiter.join(60)
+    assert statuses == [503]  # refused, not left hanging: the replica is going away
+    assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "server_shutting_down"
+    assert server.process.wait(60) == 0

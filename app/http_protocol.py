@@ -1,0 +1,128 @@
+"""uvicorn's HTTP protocol with the two bounds it lacks: how long a request's headers may take to arrive, and how long
+a client may leave the response unread.
+
+uvicorn bounds an idle keep-alive connection (`timeout_keep_alive`) but nothing else: a connection that never sends,
+or sends its headers a byte at a time, holds a socket and a parser forever; a client that stops reading holds its
+stream (and its admission slot) forever, because the response waits on the full write buffer. The body's own deadline
+is enforced where the body is read (`app.api.middleware.BodySizeLimitMiddleware`), so that it can answer a proper
+OpenAI-shaped 408 from inside the application.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+from app.api.audio_stream import STALLED_STATE_KEY
+from app.api.errors import error_body
+
+log = logging.getLogger(__name__)
+
+
+def request_timeout_response() -> bytes:
+    body = json.dumps(
+        error_body("The request was not received in time; the connection is closed.", code="request_timeout")
+    ).encode()
+    head = (
+        b"HTTP/1.1 408 Request Timeout\r\n"
+        b"content-type: application/json\r\n"
+        b"content-length: " + str(len(body)).encode() + b"\r\n"
+        b"connection: close\r\n\r\n"
+    )
+    return head + body
+
+
+class GuardedHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+    """A request's headers must arrive within `header_timeout_s` of its first byte (of the connection's opening, for
+    the first request); a response whose client reads nothing for `write_stall_timeout_s` is aborted."""
+
+    header_timeout_s: float = 10.0
+    write_stall_timeout_s: float = 30.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._header_deadline: asyncio.TimerHandle | None = None
+        self._stall_deadline: asyncio.TimerHandle | None = None
+        super().__init__(*args, **kwargs)
+
+    # uvicorn (httptools and h11 alike) assigns a new cycle once a request's headers are parsed: that ends the wait.
+    @property
+    def cycle(self) -> Any:
+        return self.__dict__.get("_guarded_cycle")
+
+    @cycle.setter
+    def cycle(self, value: Any) -> None:
+        self.__dict__["_guarded_cycle"] = value
+        if value is not None:
+            self._disarm_header_deadline()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._arm_header_deadline()
+
+    def data_received(self, data: bytes) -> None:
+        if self._header_deadline is None and (self.cycle is None or self.cycle.response_complete):
+            self._arm_header_deadline()  # the first bytes of a new request on a kept-alive connection
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_deadline()
+        self._disarm_stall_deadline()
+        super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stall_deadline is None:
+            self._stall_deadline = self.loop.call_later(self.write_stall_timeout_s, self._on_write_stall)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._disarm_stall_deadline()
+
+    def _arm_header_deadline(self) -> None:
+        self._disarm_header_deadline()
+        self._header_deadline = self.loop.call_later(self.header_timeout_s, self._on_header_timeout)
+
+    def _disarm_header_deadline(self) -> None:
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def _disarm_stall_deadline(self) -> None:
+        if self._stall_deadline is not None:
+            self._stall_deadline.cancel()
+            self._stall_deadline = None
+
+    def _on_header_timeout(self) -> None:
+        self._header_deadline = None
+        if self.transport.is_closing():
+            return
+        log.info("request headers not received in time", extra={"client": _peer(self.client)})
+        self.transport.write(request_timeout_response())
+        self.transport.close()
+
+    def _on_write_stall(self) -> None:
+        self._stall_deadline = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None:
+            self.cycle.scope.setdefault("state", {})[STALLED_STATE_KEY] = True
+        log.warning("client stopped reading: connection aborted", extra={"client": _peer(self.client)})
+        # abort, not close: close would wait for the client to read what is buffered, which it never does
+        self.transport.abort()
+
+
+def _peer(client: tuple[str, int] | None) -> str:
+    return f"{client[0]}:{client[1]}" if client else ""
+
+
+def guarded_protocol(header_timeout_s: float, write_stall_timeout_s: float) -> type[asyncio.Protocol]:
+    """The protocol class for uvicorn.Config(http=...), with these bounds."""
+    return type(
+        "GuardedHTTPProtocol",
+        (GuardedHTTPProtocol,),
+        {"header_timeout_s": header_timeout_s, "write_stall_timeout_s": write_stall_timeout_s},
+    )

@@ -1,0 +1,106 @@
+"""Text normalisation before the engine: any `input` either becomes text the engine can read, or is refused up front
+(a 400 on `input` naming what cannot be read), before any audio is produced. A request never fails half-way through
+its audio because of a later sentence.
+
+What every engine gets: valid Unicode only; control characters become spaces; invisible format characters
+(zero-width joiners, direction marks, byte-order marks) and private-use or unassigned code points are dropped, as
+emoji and other pictographs are left for the engine to skip. What depends on the voice is in `ReadingRules`.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+from app.text.sentences import is_speakable
+
+_KEPT_CONTROLS = frozenset("\t\n\r")
+_DIGIT_RUN = re.compile(r"[0-9][0-9,]*")
+_NAMED_LATIN = ("LATIN ", "MODIFIER LETTER ")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadingRules:
+    """What an engine's voice can read.
+
+    `latin_only`: letters of any other script (Chinese, Cyrillic, Arabic...) are refused, never skipped in silence;
+    digits of every script are read as digits. `max_number_digits`: longer runs of digits (codes, card and account
+    numbers, or numbers beyond the voice's number words) are read digit by digit."""
+
+    latin_only: bool = False
+    max_number_digits: int | None = None
+
+
+class UnreadableText(ValueError):
+    """The text cannot be read; the message says what and where, safely quoted."""
+
+
+def normalize_text(text: str, rules: ReadingRules | None = None) -> str:
+    rules = rules or ReadingRules()
+    out: list[str] = []
+    for index, ch in enumerate(unicodedata.normalize("NFC", _valid_unicode(text))):
+        category = unicodedata.category(ch)
+        if category == "Cc":
+            out.append(ch if ch in _KEPT_CONTROLS else " ")
+        elif category in ("Zl", "Zp"):
+            out.append("\n")
+        elif ch == "\u200b":
+            out.append(" ")  # a zero-width space marks a word break
+        elif category in ("Cf", "Co", "Cn"):
+            continue
+        elif rules.latin_only:
+            out.append(_latin_reading(ch, category, text, index))
+        else:
+            out.append(ch)
+    normalized = "".join(out)
+    if rules.latin_only:
+        _refuse_other_scripts(normalized)
+    if rules.max_number_digits is not None:
+        normalized = _DIGIT_RUN.sub(lambda m: _read_number(m.group(0), rules.max_number_digits or 0), normalized)
+    if not is_speakable(normalized):
+        raise UnreadableText("'input' contains nothing that can be spoken.")
+    return normalized
+
+
+def _valid_unicode(text: str) -> str:
+    for index, ch in enumerate(text):
+        if unicodedata.category(ch) == "Cs":
+            raise UnreadableText(f"'input' is not valid Unicode: a lone surrogate (U+{ord(ch):04X}) at {index}.")
+    return text
+
+
+def _latin_reading(ch: str, category: str, text: str, index: int) -> str:
+    if category == "Nd":
+        return str(unicodedata.digit(ch))  # "١٢" and "１２" read as 12
+    if category[0] == "M":
+        return ""  # a combining mark left over after composition (stacked diacritics): not pronounceable in English
+    return ch
+
+
+def _refuse_other_scripts(text: str) -> None:
+    for match in re.finditer(r"[^\W\d_]+", text):
+        word = match.group(0)
+        foreign = [ch for ch in word if not unicodedata.name(ch, "").startswith(_NAMED_LATIN)]
+        if foreign:
+            start = text.rfind(" ", 0, match.start()) + 1
+            end = text.find(" ", match.end())
+            fragment = text[start : end if end != -1 else len(text)].strip()[:40]
+            raise UnreadableText(
+                f"This voice reads English (Latin script) only and cannot read {fragment!r} "
+                f"(U+{ord(foreign[0]):04X}, {_script_hint(foreign[0])}). Send that text to a model that speaks it."
+            )
+
+
+def _script_hint(ch: str) -> str:
+    name = unicodedata.name(ch, "")
+    script = name.split(" ")[0] if name else "unknown"
+    return script if len(script) <= 3 else script.capitalize()
+
+
+def _read_number(run: str, max_digits: int) -> str:
+    digits = run.replace(",", "")
+    if len(digits) <= max_digits:
+        return run
+    trailing = "," if run.endswith(",") else ""
+    return " ".join(digits) + trailing

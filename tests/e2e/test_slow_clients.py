@@ -1,0 +1,181 @@
+"""Slow and silent clients against a real server, over raw sockets: request reading is bounded (408, connection
+closed), idle keep-alive is bounded, and a client that never reads its audio is cut off with bounded memory."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.server import RunningServer, start_server
+
+READ_TIMEOUT_S = 1.0
+KEEP_ALIVE_S = 1.0
+STALL_S = 2.0
+LONGEST_TEXT = " ".join(f"Sentence number {n} is here to keep the engine busy for a while." for n in range(62))
+BODY = json.dumps({"model": "tts-1", "voice": "alloy", "input": "Hello there.", "response_format": "pcm"}).encode()
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    env = {
+        "SPEECH_REQUEST_READ_TIMEOUT_S": str(READ_TIMEOUT_S),
+        "SPEECH_KEEP_ALIVE_TIMEOUT_S": str(KEEP_ALIVE_S),
+        "SPEECH_CLIENT_STALL_TIMEOUT_S": str(STALL_S),
+        "SPEECH_MAX_CONCURRENCY": "1",
+    }
+    running = start_server(tmp_path_factory.mktemp("guarded") / "server.log", env=env)
+    yield running
+    running.stop()
+
+
+def connect(server: RunningServer, recv_buffer: int | None = None) -> socket.socket:
+    host, port = server.base_url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    if recv_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buffer)
+    sock.connect((host, int(port)))
+    sock.settimeout(15)
+    return sock
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:  # the server closed while unread bytes of ours were still in its buffer
+        pass
+    return data
+
+
+def request_head(length: int) -> bytes:
+    return (
+        "POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def send_slowly(sock: socket.socket, data: bytes, delay_s: float) -> None:
+    """A byte at a time, until the server hangs up."""
+    try:
+        for byte in data:
+            sock.sendall(bytes([byte]))
+            time.sleep(delay_s)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+def assert_408_and_closed(sock: socket.socket, started: float) -> None:
+    response = read_until_closed(sock)  # returns only once the server closed the connection
+    elapsed = time.monotonic() - started
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), response[:200]
+    assert json.loads(body)["error"]["code"] == "request_timeout"
+    assert READ_TIMEOUT_S * 0.9 <= elapsed < READ_TIMEOUT_S + 3
+
+
+def test_a_client_that_never_sends_gets_a_408_and_is_closed(guarded: RunningServer) -> None:
+    started = time.monotonic()
+    with connect(guarded) as sock:
+        assert_408_and_closed(sock, started)
+
+
+def test_slow_headers_get_a_408_and_are_closed(guarded: RunningServer) -> None:
+    started = time.monotonic()
+    with connect(guarded) as sock:
+        send_slowly(sock, request_head(len(BODY))[:30], 0.1)  # 10 bytes a second: the deadline passes first
+        assert_408_and_closed(sock, started)
+
+
+def test_a_trickled_body_gets_a_408_and_is_closed(guarded: RunningServer) -> None:
+    started = time.monotonic()
+    with connect(guarded) as sock:
+        sock.sendall(request_head(len(BODY)))
+        send_slowly(sock, BODY[:15], 0.2)
+        assert_408_and_closed(sock, started)
+
+
+def test_a_content_length_that_lies_gets_a_408_and_is_closed(guarded: RunningServer) -> None:
+    started = time.monotonic()
+    with connect(guarded) as sock:
+        sock.sendall(request_head(len(BODY) + 100) + BODY)  # a hundred bytes promised that never come
+        assert_408_and_closed(sock, started)
+
+
+def test_idle_keep_alive_connections_are_closed(guarded: RunningServer) -> None:
+    with connect(guarded) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = b""
+        while not first.endswith(b"}"):  # the whole response (headers and JSON body) may come in several reads
+            first += sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200")
+        idle_from = time.monotonic()
+        assert sock.recv(65536) == b""  # closed by the server, without a response
+        assert time.monotonic() - idle_from < KEEP_ALIVE_S + 2
+
+
+def test_prompt_clients_are_unaffected(guarded: RunningServer) -> None:
+    with httpx.Client(base_url=guarded.base_url, timeout=30) as client:
+        for _ in range(3):
+            response = client.post("/v1/audio/speech", content=BODY, headers={"content-type": "application/json"})
+            assert response.status_code == 200 and len(response.content) > 1000
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_a_client_that_never_reads_is_cut_off_and_counted(guarded: RunningServer) -> None:
+    """Three clients ask for the longest text (minutes of audio) and never read a byte. Each stream is stopped
+    within the stall timeout of the write buffer filling, counted as client_stalled, its slot freed; the server's
+    memory does not grow with the audio it could have produced."""
+    pid = guarded.process.pid
+    before_rss = rss_kib(pid)
+    before = guarded.metric("speech_aborted_total", reason="client_stalled")
+    body = json.dumps({"model": "tts-1", "voice": "alloy", "input": LONGEST_TEXT, "response_format": "pcm"}).encode()
+    sockets = []
+    started = time.monotonic()
+    peak_rss = before_rss
+    for _ in range(3):
+        sock = connect(guarded, recv_buffer=4096)
+        sock.sendall(request_head(len(body)) + body)
+        sockets.append(sock)
+    try:
+        deadline = time.monotonic() + 60
+        while guarded.metric("speech_aborted_total", reason="client_stalled") - before < 3:
+            assert time.monotonic() < deadline, "stalled streams were never stopped"
+            peak_rss = max(peak_rss, rss_kib(pid))
+            time.sleep(0.2)
+        elapsed = time.monotonic() - started
+        after_rss = rss_kib(pid)
+        assert guarded.metric("speech_in_flight") == 0
+        print(f"stall: 3 cut off in {elapsed:.1f} s; RSS {before_rss} -> peak {peak_rss} -> {after_rss} KiB")
+        assert peak_rss - before_rss < 64 * 1024  # less than 64 MiB over three streams of ~3.5 minutes of audio
+        events = [e for e in guarded.log_events() if e.get("outcome") == "client_stalled"]
+        assert len(events) >= 3
+        assert all(connection_ended(sock) for sock in sockets)  # the server let go of the connections
+    finally:
+        for sock in sockets:
+            sock.close()
+    response = httpx.post(
+        f"{guarded.base_url}/v1/audio/speech", content=BODY, headers={"content-type": "application/json"}, timeout=30
+    )
+    assert response.status_code == 200  # the slot came back
+
+
+def connection_ended(sock: socket.socket) -> bool:
+    sock.settimeout(5)
+    try:
+        read_until_closed(sock)
+    except TimeoutError:
+        return False
+    return True
