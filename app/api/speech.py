@@ -133,7 +133,7 @@ async def create_speech(
     started = request.state.started_at
     request_id: str = request.state.request_id
     summary: dict[str, object] = {
-        "model": body.model,
+        "model": body.model or engine.model_id,
         "response_format": body.response_format,
         "stream_format": body.stream_format,
         "chars": len(body.input),

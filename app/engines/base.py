@@ -46,6 +46,8 @@ class SynthesisJob:
     x_vector_only_mode: bool = False
     max_new_tokens: int | None = None
     seed: int | None = None
+    initial_codec_chunk_frames: int | None = None  # None: the deployment's own first-chunk size
+    non_streaming_mode: bool | None = None  # None: the model's default prompt mode
     trace_id: str = ""  # the caller's request id (X-Request-Id), for logs; not unique: callers may reuse it
 
 
@@ -84,6 +86,8 @@ class EngineCapabilities:
     sample_rate: int  # native output rate of the engine's chunks
     max_concurrency: int = 1  # syntheses the engine serves well at once: the default admission limit
     speed_range: tuple[float, float] = (0.25, 4.0)  # speeds honoured; others are refused, naming `speed`
+    initial_chunk_frames: tuple[int, int] | None = None  # the first-chunk sizes honoured, in codec frames; None: none
+    prompt_modes: bool = False  # honours `non_streaming_mode` (Qwen3-TTS prompt construction)
 
 
 @dataclass(slots=True)
