@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from app.api.dependencies import get_engine, get_lifecycle, get_settings, served_models
+from app.api.docs import error_responses
 from app.api.errors import ApiError
 from app.engines.base import SpeechEngine
 from app.lifecycle import Lifecycle
@@ -18,7 +19,7 @@ router = APIRouter()
 _CREATED = 1_767_225_600  # 2026-01-01: models are served, not trained here; a fixed timestamp keeps listings stable
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", responses=error_responses(401, 429))
 async def list_models(
     engine: Annotated[SpeechEngine, Depends(get_engine)], settings: Annotated[Settings, Depends(get_settings)]
 ) -> dict[str, Any]:
@@ -36,7 +37,7 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/ready")
+@router.get("/ready", responses=error_responses(503))
 async def ready(
     engine: Annotated[SpeechEngine, Depends(get_engine)], lifecycle: Annotated[Lifecycle, Depends(get_lifecycle)]
 ) -> JSONResponse:

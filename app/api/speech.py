@@ -23,6 +23,7 @@ from app.api.dependencies import (
     get_voice_store,
     served_models,
 )
+from app.api.docs import error_responses
 from app.api.errors import ApiError, internal_error, invalid_param
 from app.api.job_builder import build_job
 from app.api.schemas import SpeechRequest
@@ -42,7 +43,8 @@ _AUDIO_RESPONSES = {
     200: {
         "description": "Audio, streamed as it is synthesized (or SSE events when stream_format is sse).",
         "content": {**{ct: {} for ct in CONTENT_TYPES.values()}, "text/event-stream": {}},
-    }
+    },
+    **error_responses(400, 401, 404, 413, 429, 503, 504),
 }
 
 
