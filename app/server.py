@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
 from app import __version__, metrics
@@ -66,7 +67,17 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     keys = load_api_keys(settings.api_keys, settings.api_keys_file)
     app.add_middleware(ApiKeyMiddleware, keys=keys, max_concurrency_per_key=settings.api_key_max_concurrency)
     app.add_middleware(SpeechAccountingMiddleware)
-    app.add_middleware(RequestIdMiddleware)  # outermost: every response, 413 and 500 included, carries the id
+    app.add_middleware(RequestIdMiddleware)  # every response, 413 and 500 included, carries the id
+    if settings.cors_origins:
+        # outermost: a preflight is answered before the key check, and a browser can read every error, 401 included
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["*"],  # mirrors what the preflight asks for, Authorization included
+            expose_headers=["X-Request-Id", "Retry-After"],
+            max_age=600,
+        )
     return app
 
 

@@ -426,3 +426,14 @@ def test_first_chunk_size_is_checked_against_the_engine() -> None:
     for field, value in (("initial_codec_chunk_frames", 4), ("non_streaming_mode", True)):
         error = build_error(body(**{field: value}))  # an engine without them refuses them, naming the field
         assert (error.status, error.param) == (400, field)
+
+
+def test_cors_origins_setting() -> None:
+    from app.settings import Settings
+
+    assert Settings(_env_file=None).cors_origins == []  # type: ignore[call-arg]
+    assert Settings(cors_origins="*").cors_origins == ["*"]  # type: ignore[arg-type]
+    two = Settings(cors_origins="https://app.example.com/, http://127.0.0.1:5173")  # type: ignore[arg-type]
+    assert two.cors_origins == ["https://app.example.com", "http://127.0.0.1:5173"]
+    with pytest.raises(ValueError, match="scheme"):
+        Settings(cors_origins="app.example.com")  # type: ignore[arg-type]
