@@ -13,7 +13,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app import __version__, metrics
 from app.admission import AdmissionGate
-from app.api import docs, meta, speech, voices
+from app.api import docs, meta, playground, speech, voices
 from app.api.auth import ApiKeyMiddleware, load_api_keys
 from app.api.errors import install_error_handlers
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, SpeechAccountingMiddleware
@@ -63,6 +63,8 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     app.include_router(voices.router)
     app.include_router(docs.router)
     app.mount(docs.ASSETS_PATH, StaticFiles(directory=docs.ASSETS_DIR), name="docs-assets")
+    app.include_router(playground.router)
+    app.mount(playground.STATIC_PATH, StaticFiles(directory=playground.STATIC_DIR), name="static")
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     keys = load_api_keys(settings.api_keys, settings.api_keys_file)
     app.add_middleware(ApiKeyMiddleware, keys=keys, max_concurrency_per_key=settings.api_key_max_concurrency)

@@ -11,6 +11,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from app.api.dependencies import get_engine, get_lifecycle, get_settings, served_models
 from app.api.docs import error_responses
 from app.api.errors import ApiError
+from app.api.job_builder import DEFAULT_SAMPLE_RATE
+from app.audio.encoders import RESPONSE_FORMATS
 from app.engines.base import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
@@ -29,6 +31,32 @@ async def list_models(
             {"id": model, "object": "model", "created": _CREATED, "owned_by": f"speech-service/{engine.name}"}
             for model in served_models(engine, settings)
         ],
+    }
+
+
+@router.get("/v1/audio/capabilities", responses=error_responses(401, 429))
+async def speech_capabilities(
+    engine: Annotated[SpeechEngine, Depends(get_engine)], settings: Annotated[Settings, Depends(get_settings)]
+) -> dict[str, Any]:
+    """What this server's engine honours in a speech request, so that a client (the playground at /) offers only
+    that: speeds, instructions, languages, cloning and the Qwen3-TTS task types."""
+    caps = engine.capabilities()
+    low, high = caps.speed_range
+    return {
+        "engine": engine.name,
+        "model": engine.model_id,
+        "response_formats": list(RESPONSE_FORMATS),
+        "stream_formats": ["audio", "sse"],
+        "sample_rate": DEFAULT_SAMPLE_RATE,
+        "max_input_chars": min(caps.max_input_chars, settings.max_input_chars),
+        "speed": {"min": low, "max": high},
+        "instructions": caps.instructions,
+        "languages": list(caps.languages),
+        "voice_cloning": caps.voice_cloning,
+        "task_types": sorted(t.value for t in caps.task_types),
+        "seed": caps.seed,
+        "max_new_tokens": caps.max_new_tokens,
+        "initial_codec_chunk_frames": list(caps.initial_chunk_frames) if caps.initial_chunk_frames else None,
     }
 
 
