@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from tests.support.server import RunningServer, start_server
 
@@ -18,23 +19,25 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running.stop()
 
 
-@pytest.fixture(scope="session")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One headless Debian chromium (fresh profile) for every browser test of the session: a Playwright context."""
-    from playwright.sync_api import sync_playwright
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def browser(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
+    """One headless Debian chromium (fresh profile) for every browser test of the session: a Playwright context.
+    Async: Playwright's sync API would keep an event loop running in the main thread, and the async tests could not
+    run after it; browser tests run on the session loop (`pytest.mark.asyncio(loop_scope="session")`)."""
+    from playwright.async_api import async_playwright
 
     from tests.support.browser import CHROMIUM_ARGS, ensure_chromium
 
     executable = ensure_chromium()
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
+    async with async_playwright() as playwright:
+        context = await playwright.chromium.launch_persistent_context(
             str(tmp_path_factory.mktemp("chromium-profile")),
             executable_path=executable,
             headless=True,
             args=CHROMIUM_ARGS,
         )
         yield context
-        context.close()
+        await context.close()
 
 
 @pytest.fixture(scope="session")

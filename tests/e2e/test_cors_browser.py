@@ -14,7 +14,7 @@ import pytest
 from tests.support.browser import PageWatch
 from tests.support.server import RunningServer, free_port, start_server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
 
 KEY = "cors-test-key"
 PAGE = b"<!doctype html><html><head><title>another origin</title></head><body>web app</body></html>"
@@ -66,28 +66,28 @@ def cors_server(tmp_path_factory: pytest.TempPathFactory, web_app_port: int) -> 
     running.stop()
 
 
-def call_from(browser: Any, page_url: str, api_url: str, key: str = KEY) -> dict[str, Any]:
-    page = browser.new_page()
-    PageWatch().attach(page)  # nothing leaves loopback
-    page.goto(page_url)
-    result = page.evaluate(CALL_API, [api_url, key])
-    page.close()
+async def call_from(browser: Any, page_url: str, api_url: str, key: str = KEY) -> dict[str, Any]:
+    page = await browser.new_page()
+    await PageWatch().attach(page)  # nothing leaves loopback
+    await page.goto(page_url)
+    result = await page.evaluate(CALL_API, [api_url, key])
+    await page.close()
     return result
 
 
-def test_a_listed_origin_calls_the_api(browser: Any, cors_server: RunningServer, web_app_port: int) -> None:
-    result = call_from(browser, f"http://127.0.0.1:{web_app_port}/", cors_server.base_url)
+async def test_a_listed_origin_calls_the_api(browser: Any, cors_server: RunningServer, web_app_port: int) -> None:
+    result = await call_from(browser, f"http://127.0.0.1:{web_app_port}/", cors_server.base_url)
     assert result == {"status": 200, "requestId": "from-web-app", "bytes": result.get("bytes")}, result
     assert result["bytes"] > 10_000  # real audio came back
-    refused = call_from(browser, f"http://127.0.0.1:{web_app_port}/", cors_server.base_url, key="wrong")
+    refused = await call_from(browser, f"http://127.0.0.1:{web_app_port}/", cors_server.base_url, key="wrong")
     assert refused["status"] == 401 and refused["requestId"] == "from-web-app"  # errors are readable too
 
 
-def test_an_origin_not_listed_is_blocked(browser: Any, cors_server: RunningServer, web_app_port: int) -> None:
-    result = call_from(browser, f"http://localhost:{web_app_port}/", cors_server.base_url)  # another origin
+async def test_an_origin_not_listed_is_blocked(browser: Any, cors_server: RunningServer, web_app_port: int) -> None:
+    result = await call_from(browser, f"http://localhost:{web_app_port}/", cors_server.base_url)  # another origin
     assert "blocked" in result and "Failed to fetch" in result["blocked"]
 
 
-def test_cors_is_off_by_default(browser: Any, server: RunningServer, web_app_port: int) -> None:
-    result = call_from(browser, f"http://127.0.0.1:{web_app_port}/", server.base_url)
+async def test_cors_is_off_by_default(browser: Any, server: RunningServer, web_app_port: int) -> None:
+    result = await call_from(browser, f"http://127.0.0.1:{web_app_port}/", server.base_url)
     assert "blocked" in result, result

@@ -11,31 +11,34 @@ from tests.support.browser import PageWatch
 from tests.support.server import RunningServer
 
 pytestmark = pytest.mark.e2e
+in_browser = pytest.mark.asyncio(loop_scope="session")  # the session browser lives on the session loop
 
 
-def test_swagger_ui_renders_offline(server: RunningServer, browser: Any) -> None:
-    page = browser.new_page()
-    watch = PageWatch().attach(page)
-    page.goto(f"{server.base_url}/docs")
-    page.wait_for_selector(".opblock-summary-path", timeout=20_000)
-    paths = page.locator(".opblock-summary-path").all_inner_texts()
+@in_browser
+async def test_swagger_ui_renders_offline(server: RunningServer, browser: Any) -> None:
+    page = await browser.new_page()
+    watch = await PageWatch().attach(page)
+    await page.goto(f"{server.base_url}/docs")
+    await page.wait_for_selector(".opblock-summary-path", timeout=20_000)
+    paths = await page.locator(".opblock-summary-path").all_inner_texts()
     assert "/v1/audio/speech" in paths and "/v1/audio/voices" in paths
-    page.locator(".opblock-post .opblock-summary").first.click()  # open POST /v1/audio/speech
-    page.wait_for_selector(".responses-table", timeout=10_000)
-    codes = page.locator(".responses-table .response-col_status").all_inner_texts()
+    await page.locator(".opblock-post .opblock-summary").first.click()  # open POST /v1/audio/speech
+    await page.wait_for_selector(".responses-table", timeout=10_000)
+    codes = await page.locator(".responses-table .response-col_status").all_inner_texts()
     assert {"400", "429", "503"} <= {c.strip() for c in codes} and "422" not in codes
-    page.close()
+    await page.close()
     assert watch.problems == []
 
 
-def test_redoc_renders_offline(server: RunningServer, browser: Any) -> None:
-    page = browser.new_page()
-    watch = PageWatch().attach(page)
-    page.goto(f"{server.base_url}/redoc")
-    page.wait_for_selector('h2:has-text("Create Speech")', timeout=30_000)
-    assert page.get_by_text("/v1/audio/speech").count() >= 1  # the operation's path is shown
-    assert page.get_by_text("Too Many Requests").count() + page.locator("text=429").count() >= 1
-    page.close()
+@in_browser
+async def test_redoc_renders_offline(server: RunningServer, browser: Any) -> None:
+    page = await browser.new_page()
+    watch = await PageWatch().attach(page)
+    await page.goto(f"{server.base_url}/redoc")
+    await page.wait_for_selector('h2:has-text("Create Speech")', timeout=30_000)
+    assert await page.get_by_text("/v1/audio/speech").count() >= 1  # the operation's path is shown
+    assert await page.get_by_text("Too Many Requests").count() + await page.locator("text=429").count() >= 1
+    await page.close()
     assert watch.problems == []
 
 

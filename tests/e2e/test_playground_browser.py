@@ -24,7 +24,7 @@ from tests.support.server import RunningServer
 from tests.support.wav import tone_wav
 from tests.unit.test_omni_engine import make_engine
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
 
 TEXT = (
     "Good morning, and welcome to the speech playground. "
@@ -36,48 +36,49 @@ FORMATS = ("pcm", "wav", "mp3", "opus", "aac", "flac")
 STREAMED = ("pcm", "wav", "mp3")  # played as they arrive (Web Audio, Media Source)
 
 
-def open_playground(browser: Any, base_url: str) -> tuple[Any, PageWatch]:
-    page = browser.new_page()
-    watch = PageWatch().attach(page)
-    page.goto(f"{base_url}/")
-    page.wait_for_function("document.body.dataset.ready === '1'", timeout=20_000)
+async def open_playground(browser: Any, base_url: str) -> tuple[Any, PageWatch]:
+    page = await browser.new_page()
+    watch = await PageWatch().attach(page)
+    await page.goto(f"{base_url}/")
+    await page.wait_for_function("document.body.dataset.ready === '1'", timeout=20_000)
     return page, watch
 
 
-def speak(page: Any, response_format: str, timeout_ms: int = 60_000) -> dict[str, float]:
-    page.select_option("#format", response_format)
-    page.click("#speak")
-    page.wait_for_function("document.getElementById('stats').dataset.done === '1'", timeout=timeout_ms)
-    status = page.inner_text("#status")
+async def speak(page: Any, response_format: str, timeout_ms: int = 60_000) -> dict[str, float]:
+    await page.select_option("#format", response_format)
+    await page.click("#speak")
+    await page.wait_for_function("document.getElementById('stats').dataset.done === '1'", timeout=timeout_ms)
+    status = await page.inner_text("#status")
     assert status.startswith("Done"), status
-    data = page.eval_on_selector("#stats", "el => ({...el.dataset})")
+    data = await page.eval_on_selector("#stats", "el => ({...el.dataset})")
     return {name: float(value) for name, value in data.items() if name != "done" and value}
 
 
-def test_playground_streams_every_format_and_measures_it(
+async def test_playground_streams_every_format_and_measures_it(
     browser: Any, server: RunningServer, artifacts_dir: Path
 ) -> None:
-    caps = httpx.get(f"{server.base_url}/v1/audio/capabilities", timeout=10).json()
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as client:
+        caps = (await client.get("/v1/audio/capabilities")).json()
     assert caps["engine"] == "embedded" and caps["voice_cloning"] is False and "pcm" in caps["response_formats"]
-    page, watch = open_playground(browser, server.base_url)
-    assert page.is_hidden("#clone")  # the embedded engine cannot clone: no upload form
-    assert page.is_hidden("#instructions-field")  # nor follow instructions
-    page.fill("#input", " ".join([TEXT] * 3))  # long enough that playback starts well before the last byte
+    page, watch = await open_playground(browser, server.base_url)
+    assert await page.is_hidden("#clone")  # the embedded engine cannot clone: no upload form
+    assert await page.is_hidden("#instructions-field")  # nor follow instructions
+    await page.fill("#input", " ".join([TEXT] * 3))  # long enough that playback starts well before the last byte
     measured: dict[str, dict[str, float]] = {}
     for response_format in FORMATS:
-        stats = speak(page, response_format)
+        stats = await speak(page, response_format)
         measured[response_format] = stats
         assert 0 < stats["ttfa"] < stats["total"], (response_format, stats)
         assert stats["audio"] > 10.0 and stats["rtf"] > 0, (response_format, stats)
-        assert page.get_attribute("#download", "href").startswith("blob:")
+        assert (await page.get_attribute("#download", "href")).startswith("blob:")
         if response_format in STREAMED:  # playback began before the response ended
             assert stats["playback"] < stats["total"], (response_format, stats)
         if response_format == "pcm":
             shot = artifacts_dir / "playground.png"
-            page.screenshot(path=str(shot), full_page=True)
+            await page.screenshot(path=str(shot), full_page=True)
             print(f"\nplayground screenshot: {shot}")
-            assert page.inner_text("#ttfa").endswith("ms")
-    page.close()
+            assert (await page.inner_text("#ttfa")).endswith("ms")
+    await page.close()
     assert watch.problems == []
     report = artifacts_dir / "browser-ttfa.json"
     report.write_text(json.dumps(measured, indent=2))
@@ -119,30 +120,32 @@ def cloning_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     sock.close()
 
 
-def test_playground_clones_a_voice_with_consent(browser: Any, cloning_server: str, tmp_path: Path) -> None:
-    page = browser.new_page()
-    watch = PageWatch().attach(page)
-    page.goto(f"{cloning_server}/")
-    page.wait_for_function("document.body.dataset.ready === '1'", timeout=20_000)
-    assert page.is_visible("#clone")
-    assert page.is_disabled("#speak")  # a Base checkpoint has no voice until one is uploaded
-    assert page.is_disabled("#speed") and page.is_visible("#instructions-field")  # what the omni engine offers
+async def test_playground_clones_a_voice_with_consent(browser: Any, cloning_server: str, tmp_path: Path) -> None:
+    page = await browser.new_page()
+    watch = await PageWatch().attach(page)
+    await page.goto(f"{cloning_server}/")
+    await page.wait_for_function("document.body.dataset.ready === '1'", timeout=20_000)
+    assert await page.is_visible("#clone")
+    assert await page.is_disabled("#speak")  # a Base checkpoint has no voice until one is uploaded
+    assert await page.is_disabled("#speed") and await page.is_visible(
+        "#instructions-field"
+    )  # what the omni engine offers
     clip = tmp_path / "me.wav"
     clip.write_bytes(tone_wav(3.0, 16_000, 0.3, frequency=180.0))
-    page.fill("#clone-name", "my-voice")
-    page.set_input_files("#clone-file", str(clip))
-    page.fill("#clone-text", "A steady tone, for the test.")
-    page.click("#clone-upload")
-    page.wait_for_selector("#clone-status.error", timeout=10_000)
-    assert "consent" in page.inner_text("#clone-status")  # refused without the box ticked
-    page.check("#clone-consent")
-    page.click("#clone-upload")
-    page.wait_for_function("document.getElementById('voice').value === 'my-voice'", timeout=10_000)
-    assert "Registered" in page.inner_text("#clone-status")
-    page.fill("#input", "Hello in a cloned voice.")
-    stats = speak(page, "pcm")
+    await page.fill("#clone-name", "my-voice")
+    await page.set_input_files("#clone-file", str(clip))
+    await page.fill("#clone-text", "A steady tone, for the test.")
+    await page.click("#clone-upload")
+    await page.wait_for_selector("#clone-status.error", timeout=10_000)
+    assert "consent" in await page.inner_text("#clone-status")  # refused without the box ticked
+    await page.check("#clone-consent")
+    await page.click("#clone-upload")
+    await page.wait_for_function("document.getElementById('voice').value === 'my-voice'", timeout=10_000)
+    assert "Registered" in await page.inner_text("#clone-status")
+    await page.fill("#input", "Hello in a cloned voice.")
+    stats = await speak(page, "pcm")
     assert stats["audio"] > 0.5 and stats["ttfa"] > 0
-    page.close()
+    await page.close()
     # the refused upload's 400 is the only console error: the browser logs every failed fetch
     assert [e for e in watch.console_errors if "400" not in e] == [] and watch.page_errors == []
     assert watch.external_requests == []

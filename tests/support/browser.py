@@ -43,19 +43,19 @@ class PageWatch:
     page_errors: list[str] = field(default_factory=list)
     external_requests: list[str] = field(default_factory=list)
 
-    def attach(self, page: Any) -> PageWatch:
+    async def attach(self, page: Any) -> PageWatch:
         page.on("console", lambda m: self.console_errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: self.page_errors.append(str(e)))
 
-        def route(r: Any) -> None:
+        async def route(r: Any) -> None:
             host = urlsplit(r.request.url).hostname or ""
             if r.request.url.startswith(("data:", "blob:")) or host in ("127.0.0.1", "localhost"):
-                r.continue_()
+                await r.continue_()
             else:  # nothing may come from the internet: record it and fail the request
                 self.external_requests.append(r.request.url)
-                r.abort()
+                await r.abort()
 
-        page.route("**/*", route)
+        await page.route("**/*", route)
         return self
 
     @property
