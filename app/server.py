@@ -8,10 +8,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.staticfiles import StaticFiles
 
 from app import __version__, metrics
 from app.admission import AdmissionGate
-from app.api import meta, speech, voices
+from app.api import docs, meta, playground, speech, voices
 from app.api.auth import ApiKeyMiddleware, load_api_keys
 from app.api.errors import install_error_handlers
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, SpeechAccountingMiddleware
@@ -43,7 +45,10 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
         version=__version__,
         summary="OpenAI-compatible streaming text-to-speech.",
         lifespan=lifespan,
+        docs_url=None,  # served by app.api.docs, from local assets
+        redoc_url=None,
     )
+    app.openapi = lambda: docs.openapi_without_422(app)  # type: ignore[method-assign]
     app.state.settings = settings
     app.state.engine = engine
     metrics.BUILD.info({"version": __version__, "engine": engine.name, "model": engine.model_id})
@@ -56,13 +61,27 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     app.include_router(speech.router)
     app.include_router(meta.router)
     app.include_router(voices.router)
+    app.include_router(docs.router)
+    app.mount(docs.ASSETS_PATH, StaticFiles(directory=docs.ASSETS_DIR), name="docs-assets")
+    app.include_router(playground.router)
+    app.mount(playground.STATIC_PATH, StaticFiles(directory=playground.STATIC_DIR), name="static")
     app.add_middleware(
         BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, read_timeout_s=settings.request_read_timeout_s
     )
     keys = load_api_keys(settings.api_keys, settings.api_keys_file)
     app.add_middleware(ApiKeyMiddleware, keys=keys, max_concurrency_per_key=settings.api_key_max_concurrency)
     app.add_middleware(SpeechAccountingMiddleware)
-    app.add_middleware(RequestIdMiddleware)  # outermost: every response, 413 and 500 included, carries the id
+    app.add_middleware(RequestIdMiddleware)  # every response, 413 and 500 included, carries the id
+    if settings.cors_origins:
+        # outermost: a preflight is answered before the key check, and a browser can read every error, 401 included
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["*"],  # mirrors what the preflight asks for, Authorization included
+            expose_headers=["X-Request-Id", "Retry-After"],
+            max_age=600,
+        )
     return app
 
 

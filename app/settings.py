@@ -75,6 +75,11 @@ class Settings(BaseSettings):
     voice_store: str = Field(
         "./data/voices", description="Directory of registered voices; share it (ReadWriteMany) between replicas."
     )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Web origins allowed to call the API from a browser (comma list, e.g. https://app.example.com, "
+        "or *); none = no CORS.",
+    )
     max_body_bytes: int = Field(25 * 1024 * 1024, ge=1024, description="Largest accepted request body (413 beyond).")
     sentence_max_chars: int = Field(
         250, ge=40, description="Sentences longer than this are cut at commas (then spaces) before synthesis."
@@ -122,7 +127,9 @@ class Settings(BaseSettings):
         False, description="Omni engine, benchmarks on random weights only: generate exactly max_new_tokens."
     )
 
-    @field_validator("model_aliases", "omni_warmup_batch_sizes", "api_keys", "ref_audio_allowed_hosts", mode="before")
+    @field_validator(
+        "model_aliases", "omni_warmup_batch_sizes", "api_keys", "ref_audio_allowed_hosts", "cors_origins", mode="before"
+    )
     @classmethod
     def _list_from_env(cls, value: object) -> object:
         if isinstance(value, str):
@@ -131,6 +138,15 @@ class Settings(BaseSettings):
                 return json.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, origins: list[str]) -> list[str]:
+        cleaned = [origin.rstrip("/") for origin in origins]
+        for origin in cleaned:
+            if origin != "*" and not origin.startswith(("http://", "https://")):
+                raise ValueError(f"a CORS origin is scheme://host[:port] or *, not {origin!r}")
+        return cleaned
 
     def fetch_policy(self) -> FetchPolicy:
         return FetchPolicy(

@@ -1,8 +1,9 @@
 """API keys: `Authorization: Bearer <key>` on the API, checked in constant time; an optional per-key concurrency cap.
 
 Keys come from SPEECH_API_KEYS (comma list) and/or SPEECH_API_KEYS_FILE (one per line, # comments). With no keys
-configured the API is open. /health, /ready, /metrics and the docs stay open: probes and scrapers carry no keys, and
-none of them reveals anything a key protects. Keys are never logged.
+configured the API is open. /health, /ready, /metrics, the docs and the playground page (/) stay open: probes and
+scrapers carry no keys, none of them reveals anything a key protects, and the playground sends the key its user gives
+it with each API call. Keys are never logged.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from app import metrics
 from app.api.errors import ApiError
 from app.api.middleware import request_id_of, send_error
 
-OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc"})
+OPEN_PATHS = frozenset(
+    {"/", "/health", "/ready", "/metrics", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc"}
+)
+# the playground's and the docs' static files: the page asks for the key and sends it with its API calls
+OPEN_PREFIXES = ("/static/", "/docs-assets/")
 
 
 def load_api_keys(keys: list[str], keys_file: str | None) -> list[str]:
@@ -47,7 +52,8 @@ class ApiKeyMiddleware:
         return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self._digests or scope["path"] in OPEN_PATHS:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not self._digests or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")

@@ -78,6 +78,20 @@ def _check_extensions(request: SpeechRequest, caps: EngineCapabilities) -> TaskT
         raise invalid_param("max_new_tokens", "'max_new_tokens' is not supported by this model.")
     if request.seed is not None and not caps.seed:
         raise invalid_param("seed", "'seed' is not supported by this model.")
+    frames = request.initial_codec_chunk_frames
+    if frames is not None:
+        if caps.initial_chunk_frames is None:
+            raise invalid_param(
+                "initial_codec_chunk_frames", "'initial_codec_chunk_frames' is not supported by this model."
+            )
+        low_frames, high_frames = caps.initial_chunk_frames
+        if not low_frames <= frames <= high_frames:
+            raise invalid_param(
+                "initial_codec_chunk_frames",
+                f"'initial_codec_chunk_frames' must be between {low_frames} and {high_frames} on this deployment.",
+            )
+    if request.non_streaming_mode is not None and not caps.prompt_modes:
+        raise invalid_param("non_streaming_mode", "'non_streaming_mode' is not supported by this model.")
     return task_type
 
 
@@ -102,8 +116,8 @@ def build_job(
     ref_audio: ReferenceAudio | None = None,
 ) -> tuple[SynthesisJob, OutputSpec]:
     """`ref_audio` is the request's reference audio, already decoded by the caller (decoding is CPU work that belongs
-    off the event loop)."""
-    check_model(request.model, served_models)
+    off the event loop). `served_models` starts with the engine's own model, which an omitted `model` means."""
+    check_model(request.model or served_models[0], served_models)
     if len(request.input) > caps.max_input_chars:
         raise invalid_param("input", f"'input' is longer than {caps.max_input_chars} characters.", "string_too_long")
     try:
@@ -143,5 +157,7 @@ def build_job(
         x_vector_only_mode=bool(request.x_vector_only_mode),
         max_new_tokens=request.max_new_tokens,
         seed=request.seed,
+        initial_codec_chunk_frames=request.initial_codec_chunk_frames,
+        non_streaming_mode=request.non_streaming_mode,
     )
     return job, _output_spec(request)

@@ -9,7 +9,10 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from app.api.dependencies import get_engine, get_lifecycle, get_settings, served_models
+from app.api.docs import error_responses
 from app.api.errors import ApiError
+from app.api.job_builder import DEFAULT_SAMPLE_RATE
+from app.audio.encoders import RESPONSE_FORMATS
 from app.engines.base import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
@@ -18,7 +21,7 @@ router = APIRouter()
 _CREATED = 1_767_225_600  # 2026-01-01: models are served, not trained here; a fixed timestamp keeps listings stable
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", responses=error_responses(401, 429))
 async def list_models(
     engine: Annotated[SpeechEngine, Depends(get_engine)], settings: Annotated[Settings, Depends(get_settings)]
 ) -> dict[str, Any]:
@@ -31,12 +34,38 @@ async def list_models(
     }
 
 
+@router.get("/v1/audio/capabilities", responses=error_responses(401, 429))
+async def speech_capabilities(
+    engine: Annotated[SpeechEngine, Depends(get_engine)], settings: Annotated[Settings, Depends(get_settings)]
+) -> dict[str, Any]:
+    """What this server's engine honours in a speech request, so that a client (the playground at /) offers only
+    that: speeds, instructions, languages, cloning and the Qwen3-TTS task types."""
+    caps = engine.capabilities()
+    low, high = caps.speed_range
+    return {
+        "engine": engine.name,
+        "model": engine.model_id,
+        "response_formats": list(RESPONSE_FORMATS),
+        "stream_formats": ["audio", "sse"],
+        "sample_rate": DEFAULT_SAMPLE_RATE,
+        "max_input_chars": min(caps.max_input_chars, settings.max_input_chars),
+        "speed": {"min": low, "max": high},
+        "instructions": caps.instructions,
+        "languages": list(caps.languages),
+        "voice_cloning": caps.voice_cloning,
+        "task_types": sorted(t.value for t in caps.task_types),
+        "seed": caps.seed,
+        "max_new_tokens": caps.max_new_tokens,
+        "initial_codec_chunk_frames": list(caps.initial_chunk_frames) if caps.initial_chunk_frames else None,
+    }
+
+
 @router.get("/health")
 async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/ready")
+@router.get("/ready", responses=error_responses(503))
 async def ready(
     engine: Annotated[SpeechEngine, Depends(get_engine)], lifecycle: Annotated[Lifecycle, Depends(get_lifecycle)]
 ) -> JSONResponse:

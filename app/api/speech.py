@@ -24,6 +24,7 @@ from app.api.dependencies import (
     get_voice_store,
     served_models,
 )
+from app.api.docs import error_responses
 from app.api.errors import ApiError, internal_error, invalid_param
 from app.api.job_builder import build_job
 from app.api.schemas import SpeechRequest
@@ -44,7 +45,8 @@ _AUDIO_RESPONSES = {
     200: {
         "description": "Audio, streamed as it is synthesized (or SSE events when stream_format is sse).",
         "content": {**{ct: {} for ct in CONTENT_TYPES.values()}, "text/event-stream": {}},
-    }
+    },
+    **error_responses(400, 401, 404, 413, 429, 503, 504),
 }
 
 
@@ -138,7 +140,7 @@ async def create_speech(
     timing = request.state.ttfa_timeline = TtfaTimeline(started)  # the accounting middleware logs its milestones
     request_id: str = request.state.request_id
     summary: dict[str, object] = {
-        "model": body.model,
+        "model": body.model or engine.model_id,
         "response_format": body.response_format,
         "stream_format": body.stream_format,
         "chars": len(body.input),

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, File, Form, Response, UploadFile
 from fastapi.responses import JSONResponse
 
 from app.api.dependencies import get_catalog, get_engine, get_voice_store
+from app.api.docs import error_responses
 from app.api.errors import ApiError, invalid_param
 from app.audio.reference import MAX_REFERENCE_BYTES, prepare_reference_audio
 from app.engines.base import SpeechEngine, UnsupportedParameter
@@ -48,7 +49,7 @@ def _not_found(name: str) -> ApiError:
     return ApiError(404, f"No voice named '{name}'.", param="name", code="voice_not_found")
 
 
-@router.get("/v1/audio/voices")
+@router.get("/v1/audio/voices", responses=error_responses(401, 429))
 async def list_voices(
     engine: Annotated[SpeechEngine, Depends(get_engine)],
     catalog: Annotated[VoiceCatalog, Depends(get_catalog)],
@@ -58,7 +59,7 @@ async def list_voices(
     return {"voices": [*_builtin(catalog, engine), *(_uploaded(v, engine) for v in uploaded)]}
 
 
-@router.get("/v1/audio/voices/{name}")
+@router.get("/v1/audio/voices/{name}", responses=error_responses(401, 404, 429))
 async def get_voice(
     name: str,
     engine: Annotated[SpeechEngine, Depends(get_engine)],
@@ -75,7 +76,7 @@ async def get_voice(
         raise _not_found(name) from None
 
 
-@router.post("/v1/audio/voices", status_code=201)
+@router.post("/v1/audio/voices", status_code=201, responses=error_responses(400, 401, 409, 413, 429))
 async def create_voice(
     name: Annotated[str, Form(description="[a-z0-9_-]{1,64}")],
     audio_sample: Annotated[UploadFile, File(description="1–30 s of the voice, ≤ 10 MB: wav, mp3, flac, ogg, m4a...")],
@@ -111,7 +112,7 @@ async def create_voice(
     return JSONResponse(voice.public(), status_code=201, headers={"Location": f"/v1/audio/voices/{name}"})
 
 
-@router.delete("/v1/audio/voices/{name}", status_code=204)
+@router.delete("/v1/audio/voices/{name}", status_code=204, responses=error_responses(400, 401, 404, 429))
 async def delete_voice(
     name: str,
     catalog: Annotated[VoiceCatalog, Depends(get_catalog)],

@@ -49,6 +49,8 @@ class SynthesisJob:
     x_vector_only_mode: bool = False
     max_new_tokens: int | None = None
     seed: int | None = None
+    initial_codec_chunk_frames: int | None = None  # None: the deployment's own first-chunk size
+    non_streaming_mode: bool | None = None  # None: the model's default prompt mode
     trace_id: str = ""  # the caller's request id (X-Request-Id), for logs; not unique: callers may reuse it
     # the request's TTFA milestones: an engine marks "submitted" when it hands the work to its model
     timing: TtfaTimeline | None = field(default=None, compare=False, repr=False)
@@ -90,6 +92,8 @@ class EngineCapabilities:
     max_concurrency: int = 1  # syntheses the engine serves well at once: the default admission limit
     speed_range: tuple[float, float] = (0.25, 4.0)  # speeds honoured; others are refused, naming `speed`
     reading: ReadingRules = field(default_factory=ReadingRules)  # what the voices read; the rest is refused
+    initial_chunk_frames: tuple[int, int] | None = None  # the first-chunk sizes honoured, in codec frames; None: none
+    prompt_modes: bool = False  # honours `non_streaming_mode` (Qwen3-TTS prompt construction)
 
 
 @dataclass(slots=True)

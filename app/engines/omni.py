@@ -208,6 +208,9 @@ class OmniEngine:
             sample_rate=self._model.sample_rate,
             max_concurrency=self._talker_batch,
             speed_range=(1.0, 1.0),  # Qwen3-TTS has no speed control (vllm-omni refuses other speeds when streaming)
+            # a first chunk larger than the steady windows only delays the first audio
+            initial_chunk_frames=(1, self._chunk_frames),
+            prompt_modes=True,
         )
 
     # -- synthesis ------------------------------------------------------------------------------------------------
@@ -250,7 +253,9 @@ class OmniEngine:
         prompt = await self._prompt(info)
         params = sampling_params_for(job, self._delta_defaults, fixed_length=self._settings.omni_fixed_length)
         reader = AudioOutputReader(cumulative=self._cumulative)
-        guard = FrameGuard(initial_frames=self._initial_frames, chunk_frames=self._chunk_frames)
+        # the request's first-chunk size, when it sets one, is the window the guard must expect first
+        initial_frames = job.initial_codec_chunk_frames or self._initial_frames
+        guard = FrameGuard(initial_frames=initial_frames, chunk_frames=self._chunk_frames)
         self._active.add(job.request_id)
         if job.timing is not None:
             job.timing.mark("submitted")

@@ -170,6 +170,12 @@ def additional_information(job: SynthesisJob, model: Qwen3TTSModel) -> dict[str,
         info["x_vector_only_mode"] = [bool(job.x_vector_only_mode)]
         if job.ref_text:
             info["ref_text"] = [job.ref_text]
+    if job.initial_codec_chunk_frames is not None:
+        info["initial_codec_chunk_frames"] = [job.initial_codec_chunk_frames]  # read by stage 0's chunk connector
+    if job.non_streaming_mode is not None:
+        info["non_streaming_mode"] = [job.non_streaming_mode]
+    elif job.task_type == TaskType.VOICE_DESIGN:
+        info["non_streaming_mode"] = [True]  # vllm-omni's own fallback for VoiceDesign
     return info
 
 

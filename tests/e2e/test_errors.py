@@ -33,7 +33,6 @@ def with_(**changes: object) -> dict[str, object]:
 
 
 CASES = [
-    ("missing model", with_(model=...), 400, "model", "missing_required_parameter"),
     ("missing input", with_(input=...), 400, "input", "missing_required_parameter"),
     ("missing voice", with_(voice=...), 400, "voice", "missing_required_parameter"),
     ("empty input", with_(input=""), 400, "input", None),
@@ -58,6 +57,8 @@ CASES = [
     ("ref_text without cloning", with_(ref_text="hello"), 400, "ref_text", None),
     ("x_vector_only_mode without cloning", with_(x_vector_only_mode=True), 400, "x_vector_only_mode", None),
     ("max_new_tokens unsupported", with_(max_new_tokens=100), 400, "max_new_tokens", None),
+    ("first chunk size unsupported", with_(initial_codec_chunk_frames=4), 400, "initial_codec_chunk_frames", None),
+    ("prompt mode unsupported", with_(non_streaming_mode=True), 400, "non_streaming_mode", None),
     ("max_new_tokens invalid", with_(max_new_tokens=0), 400, "max_new_tokens", None),
     ("seed negative", with_(seed=-1), 400, "seed", None),
     ("sample_rate too low", with_(sample_rate=7999), 400, "sample_rate", None),

@@ -9,7 +9,8 @@ vllm-omni cannot run on the CPU machines where CI runs; these mirror, field for 
 - `vllm.inputs.tokens_input`;
 - `vllm_omni.AsyncOmni`: `default_sampling_params_list` (CUMULATIVE, as the engine builds them), `generate(prompt,
   request_id, *, sampling_params_list, output_modalities)` as an async generator whose early close aborts the request,
-  `abort`, `shutdown`, `errored`. Audio follows code2wav's windows: 1 frame, then 25-frame windows, then the tail;
+  `abort`, `shutdown`, `errored`. Audio follows code2wav's windows: 1 frame (or the request's
+  `initial_codec_chunk_frames`), then 25-frame windows, then the tail;
   N talker tokens make N - 1 frames of 1920 samples at 24 kHz. `duplicate_tail` replays 0.26.0's race (the tail since
   the last boundary flushed twice, one frame short the first time).
 Torch tensors are replaced by `FakeTensor`, which has the methods the engine calls (detach, float, cpu, numpy).
@@ -200,7 +201,9 @@ class FakeAsyncOmni:
             self.errored = True
             raise EngineDeadError("EngineCore encountered an issue")
         frames = self.frames_for(sampling_params_list, prompt)
-        sizes = windows(frames)
+        # stage 0's connector takes a request's first-chunk size from its additional_information, else the profile's
+        initial = (prompt.get("additional_information") or {}).get("initial_codec_chunk_frames", [1])[0]
+        sizes = windows(frames, initial=initial)
         rng = np.random.default_rng(len(self.requests))
         waveform = rng.uniform(-0.5, 0.5, frames * SAMPLES_PER_FRAME).astype(np.float32)
         emitted: list[np.ndarray] = []

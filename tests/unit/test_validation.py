@@ -40,7 +40,6 @@ def schema_error(payload: Any, *, fastapi_loc: bool) -> ApiError:
 # -- schema: what pydantic refuses, and how it is worded ------------------------------------------------------------
 
 _INVALID = [
-    pytest.param(without("model"), "model", "missing_required_parameter", id="missing-model"),
     pytest.param(without("input"), "input", "missing_required_parameter", id="missing-input"),
     pytest.param(without("voice"), "voice", "missing_required_parameter", id="missing-voice"),
     pytest.param(body(foo=1), "foo", "unknown_parameter", id="unknown-field"),
@@ -70,6 +69,12 @@ _INVALID = [
     pytest.param(body(x_vector_only_mode="yes"), "x_vector_only_mode", "invalid_type", id="x-vector-yes"),
     pytest.param(body(language=""), "language", "invalid_value", id="language-empty"),
     pytest.param(body(ref_audio=""), "ref_audio", "invalid_value", id="ref-audio-empty"),
+    pytest.param(body(stream="true"), "stream", "invalid_type", id="stream-string"),
+    pytest.param(body(initial_codec_chunk_frames=0), "initial_codec_chunk_frames", "invalid_value", id="icf-0"),
+    pytest.param(body(initial_codec_chunk_frames="4"), "initial_codec_chunk_frames", "invalid_type", id="icf-str"),
+    pytest.param(body(initial_codec_chunk_frames=1.5), "initial_codec_chunk_frames", "invalid_type", id="icf-float"),
+    pytest.param(body(non_streaming_mode="yes"), "non_streaming_mode", "invalid_type", id="nsm-yes"),
+    pytest.param(without("voice") | {"task_type": "CustomVoice"}, "voice", "missing_required_parameter", id="cv-voice"),
 ]
 
 
@@ -101,7 +106,7 @@ def test_missing_field_message(fastapi_loc: bool) -> None:
 
 def test_only_the_first_error_is_reported() -> None:
     error = schema_error({}, fastapi_loc=True)
-    assert (error.param, error.code) == ("model", "missing_required_parameter")
+    assert (error.param, error.code) == ("input", "missing_required_parameter")
 
 
 def test_unknown_field_named_body() -> None:
@@ -377,3 +382,58 @@ def test_speed_outside_the_engines_range_is_refused() -> None:
     assert (error.status, error.param) == (400, "speed") and "1" in error.message
     job, _ = build(body(speed=1.0), fixed)
     assert job.speed == 1.0
+
+
+# -- vllm-omni's request fields (clients of `vllm serve --omni` run unchanged) -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({}, "audio"),
+        ({"stream": False}, "audio"),
+        ({"stream": True}, "sse"),  # vllm-omni: stream=true without stream_format is SSE
+        ({"stream": True, "stream_format": "audio"}, "audio"),
+        ({"stream": False, "stream_format": "sse"}, "sse"),
+    ],
+)
+def test_stream_selects_the_stream_format_as_vllm_omni_does(changes: dict[str, Any], expected: str) -> None:
+    assert SpeechRequest.model_validate(body(**changes)).stream_format == expected
+    _, output = build(body(**changes))
+    assert output.stream_format == expected
+
+
+def test_an_omitted_model_is_the_served_model() -> None:
+    request = SpeechRequest.model_validate(without("model"))
+    assert request.model is None
+    job, _ = build(without("model"))
+    assert job.voice == "heart"
+
+
+@pytest.mark.parametrize("task_type", ["VoiceDesign", "Base"])
+def test_designed_and_cloned_voices_need_no_name(task_type: str) -> None:
+    request = SpeechRequest.model_validate({"input": "Hi.", "task_type": task_type})
+    assert request.voice_name == ""
+
+
+def test_first_chunk_size_is_checked_against_the_engine() -> None:
+    omni_caps = EngineCapabilities(**{**_caps_fields(), "initial_chunk_frames": (1, 25), "prompt_modes": True})
+    job, _ = build(body(initial_codec_chunk_frames=4, non_streaming_mode=False), omni_caps)
+    assert (job.initial_codec_chunk_frames, job.non_streaming_mode) == (4, False)
+    error = build_error(body(initial_codec_chunk_frames=26), omni_caps)
+    assert (error.status, error.param) == (400, "initial_codec_chunk_frames")
+    assert "between 1 and 25" in error.message
+    for field, value in (("initial_codec_chunk_frames", 4), ("non_streaming_mode", True)):
+        error = build_error(body(**{field: value}))  # an engine without them refuses them, naming the field
+        assert (error.status, error.param) == (400, field)
+
+
+def test_cors_origins_setting() -> None:
+    from app.settings import Settings
+
+    assert Settings(_env_file=None).cors_origins == []  # type: ignore[call-arg]
+    assert Settings(cors_origins="*").cors_origins == ["*"]  # type: ignore[arg-type]
+    two = Settings(cors_origins="https://app.example.com/, http://127.0.0.1:5173")  # type: ignore[arg-type]
+    assert two.cors_origins == ["https://app.example.com", "http://127.0.0.1:5173"]
+    with pytest.raises(ValueError, match="scheme"):
+        Settings(cors_origins="app.example.com")  # type: ignore[arg-type]

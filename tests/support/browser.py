@@ -1,0 +1,63 @@
+"""Debian's chromium, headless, driven by Playwright (never a browser of Playwright's own), for the browser tests.
+
+`ensure_chromium` installs the Debian package when it is missing (the test machines run as root); one browser with a
+fresh profile serves the whole session."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--autoplay-policy=no-user-gesture-required",  # the playground plays audio without a click
+]
+
+
+def ensure_chromium() -> str:
+    """The path of Debian's chromium, installing it with apt-get when it is not there."""
+    if not Path(CHROMIUM).exists():
+        if shutil.which("apt-get") is None:
+            raise RuntimeError("chromium is missing and apt-get is not available to install it")
+        subprocess.run(["apt-get", "update"], check=True, capture_output=True)
+        subprocess.run(["apt-get", "install", "-y", "chromium"], check=True, capture_output=True)
+    return CHROMIUM
+
+
+@dataclass
+class PageWatch:
+    """What a page did that a test must see: console errors, uncaught exceptions, and requests that left loopback."""
+
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    external_requests: list[str] = field(default_factory=list)
+
+    async def attach(self, page: Any) -> PageWatch:
+        page.on("console", lambda m: self.console_errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.page_errors.append(str(e)))
+
+        async def route(r: Any) -> None:
+            host = urlsplit(r.request.url).hostname or ""
+            if r.request.url.startswith(("data:", "blob:")) or host in ("127.0.0.1", "localhost"):
+                await r.continue_()
+            else:  # nothing may come from the internet: record it and fail the request
+                self.external_requests.append(r.request.url)
+                await r.abort()
+
+        await page.route("**/*", route)
+        return self
+
+    @property
+    def problems(self) -> list[str]:
+        return [*self.console_errors, *self.page_errors, *(f"external: {u}" for u in self.external_requests)]

@@ -1,0 +1,210 @@
+"""Requests shaped as vllm-omni 0.26's speech API documents them (docs/serving/speech_api.md: quick start, OpenAI SDK,
+style instructions, VoiceDesign, Base cloning, uploaded voices, streaming) replayed against the omni engine on fakes of
+vllm-omni's types: clients written for `vllm serve --omni` run unchanged, while unknown fields are still refused."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from openai import AsyncOpenAI
+
+from app.server import create_app
+from app.tools.qwen3_tts_model_dir import write_model_dir
+from tests.fakes.vllm_omni_0_26 import SAMPLES_PER_FRAME, FakeAsyncOmni
+from tests.support.wav import tone_wav
+from tests.unit.test_omni_engine import make_engine
+
+SERVED = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
+CLIP = tone_wav(2.0, 16_000, 0.3, frequency=200.0)
+
+
+def model_dir(root: Path, variant: str) -> Path:
+    if variant != "voice_design":
+        return write_model_dir(root, variant)
+    path = write_model_dir(root, "custom_voice")  # the same checkpoint layout, another task
+    config = json.loads((path / "config.json").read_text())
+    config["tts_model_type"] = "voice_design"
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    return {variant: model_dir(root / variant, variant) for variant in ("custom_voice", "voice_design", "base")}
+
+
+@pytest.fixture
+async def omni_api(
+    tmp_path: Path, model_dirs: dict[str, Path], request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[httpx.AsyncClient, FakeAsyncOmni]]:
+    variant = getattr(request, "param", "custom_voice")
+    omni = FakeAsyncOmni()
+    engine = make_engine(
+        model_dirs[variant],
+        omni,
+        voice_store=str(tmp_path / "voices"),
+        served_model_name=SERVED,
+        omni_warmup_batch_sizes=[1],
+    )
+    await engine.start()
+    app = create_app(engine.__dict__["_settings"], engine=engine)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://omni", timeout=30) as client:
+        yield client, omni
+
+
+def conditioning(omni: FakeAsyncOmni) -> dict:
+    return omni.requests[-1]["prompt"]["additional_information"]
+
+
+# -- the documented shapes ------------------------------------------------------------------------------------------
+
+
+async def test_quick_start_without_model(omni_api) -> None:
+    client, omni = omni_api
+    response = await client.post(
+        "/v1/audio/speech", json={"input": "Hello, how are you?", "voice": "vivian", "language": "English"}
+    )
+    assert response.status_code == 200, response.text
+    assert response.content[:3] == b"ID3" or response.content[:2] == b"\xff\xfb"  # OpenAI's default format: mp3
+    info = conditioning(omni)
+    assert info["speaker"] == ["vivian"] and info["language"] == ["English"]
+
+
+async def test_openai_sdk_with_the_served_model_name(omni_api) -> None:
+    client, _ = omni_api
+    sdk = AsyncOpenAI(base_url="http://omni/v1", api_key="none", http_client=client)
+    async with sdk.audio.speech.with_streaming_response.create(
+        model=SERVED, voice="vivian", input="Hello, how are you?"
+    ) as response:
+        audio = await response.read()
+    assert len(audio) > 1000
+
+
+async def test_custom_voice_with_style_instruction(omni_api) -> None:
+    client, omni = omni_api
+    body = {"input": "I am so excited!", "voice": "vivian", "instructions": "Speak with great enthusiasm"}
+    assert (await client.post("/v1/audio/speech", json=body)).status_code == 200
+    assert conditioning(omni)["instruct"] == ["Speak with great enthusiasm"]
+    assert "non_streaming_mode" not in conditioning(omni)  # CustomVoice: the model's default
+
+
+@pytest.mark.parametrize("omni_api", ["voice_design"], indirect=True)
+async def test_voice_design_without_voice(omni_api) -> None:
+    client, omni = omni_api
+    body = {
+        "input": "Hello world",
+        "task_type": "VoiceDesign",
+        "instructions": "A warm, friendly female voice with a gentle tone",
+    }
+    response = await client.post("/v1/audio/speech", json=body)
+    assert response.status_code == 200, response.text
+    info = conditioning(omni)
+    assert info["task_type"] == ["VoiceDesign"] and info["non_streaming_mode"] == [True]  # vllm-omni's fallback
+
+
+@pytest.mark.parametrize("omni_api", ["base"], indirect=True)
+async def test_base_cloning_with_non_streaming_mode_and_uploaded_voice(omni_api) -> None:
+    client, omni = omni_api
+    body = {
+        "input": "Hello, this is a cloned voice",
+        "task_type": "Base",
+        # the documented example names an https URL; the service fetches only allow-listed hosts, so a data URI here
+        "ref_audio": "data:audio/wav;base64," + base64.b64encode(CLIP).decode(),
+        "ref_text": "Original transcript of the reference audio",
+        "non_streaming_mode": True,
+    }
+    response = await client.post("/v1/audio/speech", json=body)
+    assert response.status_code == 200, response.text
+    info = conditioning(omni)
+    assert info["task_type"] == ["Base"] and info["non_streaming_mode"] == [True]
+    files = {"audio_sample": ("voice_sample.wav", CLIP, "audio/wav")}
+    form = {"consent": "true", "name": "custom_voice_1"}
+    assert (await client.post("/v1/audio/voices", data=form, files=files)).status_code == 201
+    used = await client.post(
+        "/v1/audio/speech", json={"input": "Hello, this is a cloned voice", "voice": "custom_voice_1"}
+    )
+    assert used.status_code == 200, used.text
+    assert conditioning(omni)["task_type"] == ["Base"]
+
+
+def sse_deltas(text: str) -> tuple[bytes, list[str]]:
+    audio, types = b"", []
+    for line in text.splitlines():
+        if line.startswith("data: "):
+            event = json.loads(line[6:])
+            types.append(event["type"])
+            if event["type"] == "speech.audio.delta":
+                audio += base64.b64decode(event["audio"])
+    return audio, types
+
+
+async def test_stream_true_is_sse_with_a_first_chunk_size(omni_api) -> None:
+    client, omni = omni_api
+    body = {
+        "input": "Hello, how are you?",
+        "voice": "vivian",
+        "response_format": "pcm",
+        "stream": True,
+        "initial_codec_chunk_frames": 4,
+        "max_new_tokens": 40,
+    }
+    response = await client.post("/v1/audio/speech", json=body)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/event-stream")
+    audio, types = sse_deltas(response.text)
+    assert types[-1] == "speech.audio.done" and types.count("speech.audio.delta") >= 2
+    assert len(audio) == 39 * SAMPLES_PER_FRAME * 2  # every generated frame, once (16-bit pcm)
+    info = conditioning(omni)
+    assert info["initial_codec_chunk_frames"] == [4]  # where vllm-omni's serving layer puts it
+
+
+async def test_stream_true_with_stream_format_audio_is_raw_bytes(omni_api) -> None:
+    client, _ = omni_api
+    body = {"input": "Hi there.", "voice": "vivian", "response_format": "pcm", "stream": True, "stream_format": "audio"}
+    response = await client.post("/v1/audio/speech", json=body)
+    assert response.status_code == 200 and response.headers["content-type"] == "audio/pcm"
+    assert len(response.content) % 2 == 0 and len(response.content) > 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "param"),
+    [
+        ({"initial_codec_chunk_frames": 0}, "initial_codec_chunk_frames"),  # vllm-omni's "by load": not offered
+        ({"initial_codec_chunk_frames": 26}, "initial_codec_chunk_frames"),  # past the deployment's steady window
+        ({"initial_codec_chunk_frames": "4"}, "initial_codec_chunk_frames"),
+        ({"non_streaming_mode": "true"}, "non_streaming_mode"),
+        ({"stream": "yes"}, "stream"),
+        ({"speaker": "vivian"}, "speaker"),  # unknown fields are still refused
+        ({"extra_params": {}}, "extra_params"),
+    ],
+)
+async def test_bad_values_are_400s_naming_the_field(omni_api, changes: dict, param: str) -> None:
+    client, omni = omni_api
+    sent = len(omni.requests)
+    response = await client.post("/v1/audio/speech", json={"input": "Hi.", "voice": "vivian", **changes})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+    assert len(omni.requests) == sent
+
+
+async def test_engine_honours_a_first_chunk_size_through_a_duplicated_tail(model_dirs: dict[str, Path]) -> None:
+    """The frame guard expects the request's first window, not the profile's: 0.26's duplicated tail is still dropped
+    and every generated frame arrives once."""
+    from app.engines.base import SynthesisJob
+
+    omni = FakeAsyncOmni(duplicate_tail=True)
+    engine = make_engine(model_dirs["custom_voice"], omni, omni_warmup_batch_sizes=[1])
+    await engine.start()
+    job = SynthesisJob("r-1", "Hello there.", "vivian", max_new_tokens=40, initial_codec_chunk_frames=4)
+    chunks = [c.samples async for c in engine.synthesize(job)]
+    assert len(chunks[0]) == 4 * SAMPLES_PER_FRAME
+    assert np.array_equal(np.concatenate(chunks), omni.last_waveform)
+    await engine.close()
