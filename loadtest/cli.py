@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
+from loadtest.engine_target import split_engine_url
 from loadtest.report import aggregate, summary_markdown, write_outputs
 from loadtest.runner import LevelRun, RunPlan, run_concurrency_sweep, run_rate_sweep
 from loadtest.targets import Target, discover, normalise_url, parse_header
@@ -44,7 +45,12 @@ def _csv(kind: type, value: str) -> list[Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="speech-loadtest", description=__doc__)
-    p.add_argument("--target", action="append", required=True, help="server base URL (repeat for A/B runs)")
+    p.add_argument(
+        "--target",
+        action="append",
+        required=True,
+        help="server base URL (repeat for A/B runs); engine+http://HOST:PORT: a `python3 -m loadtest.engine_alone`",
+    )
     p.add_argument("--model", action="append", help="model per target, in --target order (default: discovered)")
     p.add_argument("--voice", action="append", help="voice per target, in --target order (default: discovered)")
     p.add_argument("--header", action="append", default=[], help="'Name: value' sent to every target (auth)")
@@ -86,10 +92,11 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
         raise SystemExit("--extra-body must be a JSON object")
     models = _per_target(args.model, len(args.target), "model")
     voices = _per_target(args.voice, len(args.target), "voice")
-    return [
-        Target(i, normalise_url(url), models[i], voices[i], dict(headers), dict(extra))
-        for i, url in enumerate(args.target)
-    ]
+    targets = []
+    for i, given in enumerate(args.target):
+        url, engine = split_engine_url(given)
+        targets.append(Target(i, normalise_url(url), models[i], voices[i], dict(headers), dict(extra), engine))
+    return targets
 
 
 def transcribe_runs(runs: list[LevelRun], response_format: str, progress: bool) -> dict[int, float]:
@@ -150,7 +157,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "started_at": started_at,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "targets": [
-            {"index": t.index, "label": t.label, "url": t.url, "model": t.model, "voice": t.voice} for t in targets
+            {"index": t.index, "label": t.label, "url": t.url, "engine": t.engine, "model": t.model, "voice": t.voice}
+            for t in targets
         ],
         "response_format": args.format,
         "stream_format": args.stream_format,

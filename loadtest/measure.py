@@ -36,6 +36,8 @@ class RequestResult:
     sample_rate: int | None = None
     bytes: int = 0
     audio: bytes | None = field(default=None, repr=False)
+    # (seconds since the request started, audio samples) per chunk, where known (engine targets report them)
+    chunks: list[tuple[float, int]] = field(default_factory=list, repr=False)
 
     @property
     def rtf(self) -> float | None:

@@ -3,86 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from app.tools.qwen3_tts_model_dir import write_model_dir
-from loadtest.engine_alone import AloneEngine, Helpers, create_app, default_texts
-from tests.fakes.vllm_omni_0_26 import (
-    SAMPLES_PER_FRAME,
-    FakeAsyncOmni,
-    WordTokenizer,
-    coerce_param_message_types,
-    estimate_prompt_len,
-    tokens_input,
-)
+from loadtest.engine_alone import AloneEngine, default_texts
+from tests.fakes.vllm_omni_0_26 import SAMPLES_PER_FRAME, WordTokenizer, estimate_prompt_len
+from tests.support.engine_alone import FRAMES, PROFILE, alone, control, fake_helpers, fixed_length_omni, wait_ready
 from tests.support.server import free_port
-
-FRAMES = 30  # the bench profile's fixed length, as max_tokens == min_tokens == FRAMES + 1
-PROFILE = "deploy/vllm-omni/customvoice.yaml"
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_model_dir(tmp_path_factory.mktemp("cv"), "custom_voice")
-
-
-def fixed_length_omni(step_delay_s: float = 0.005) -> FakeAsyncOmni:
-    omni = FakeAsyncOmni()
-    talker = omni.default_sampling_params_list[0]
-    talker.max_tokens = talker.min_tokens = FRAMES + 1
-    omni.step_delay_s = step_delay_s
-    return omni
-
-
-def fake_helpers(omni: object, model_dir: str) -> Helpers:
-    defaults = coerce_param_message_types(omni.default_sampling_params_list, True)  # type: ignore[attr-defined]
-    return Helpers(defaults, estimate_prompt_len, WordTokenizer(), tokens_input)
-
-
-def alone(model_dir: Path, omni: FakeAsyncOmni, gate: threading.Event | None = None) -> AloneEngine:
-    def factory(**kwargs: object) -> FakeAsyncOmni:
-        if gate is not None:
-            gate.wait(10)
-        omni.kwargs = kwargs
-        return omni
-
-    return AloneEngine(str(model_dir), PROFILE, "dummy", None, omni_factory=factory, helpers=fake_helpers)
-
-
-@contextlib.asynccontextmanager
-async def control(engine: AloneEngine, warmup: list[int] | None = None, **kwargs: object) -> AsyncIterator[str]:
-    """The control endpoint on a real loopback port, in this event loop (the fake cannot cross a process)."""
-    port = free_port()
-    app = create_app(engine, [1, 2] if warmup is None else warmup, **kwargs)  # type: ignore[arg-type]
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    for _ in range(1000):
-        if server.started:
-            break
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
-async def wait_ready(client: httpx.AsyncClient, url: str) -> None:
-    for _ in range(500):
-        if (await client.get(f"{url}/ready")).status_code == 200:
-            return
-        await asyncio.sleep(0.01)
-    raise TimeoutError("not ready")
 
 
 async def test_ready_only_after_start_and_warm_up(model_dir: Path) -> None:
