@@ -140,9 +140,10 @@ class AloneEngine:
         stage_overrides: dict[str, dict[str, object]] | None = None,
         omni_factory: Callable[..., Any] | None = None,
         helpers: Callable[[Any, str], Helpers] | None = None,
+        served_model_name: str | None = None,
     ) -> None:
         self.model = Qwen3TTSModel.from_dir(model_dir)
-        self.model_id = os.path.basename(os.path.normpath(model_dir))
+        self.model_id = served_model_name or os.path.basename(os.path.normpath(model_dir))
         self.deploy_config = deploy_config
         self.load_format = load_format
         self.stage_overrides = stage_overrides
@@ -511,6 +512,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", required=True, help="Qwen3-TTS model directory")
     p.add_argument("--deploy-config", help="vllm-omni deploy profile (YAML)")
     p.add_argument("--load-format", help="vLLM load_format (dummy: random weights)")
+    p.add_argument("--served-model-name", help="model id in /v1/models (default: the directory's name)")
     p.add_argument("--stage-overrides", type=json.loads, help='per-stage engine arguments, JSON: {"1": {...}}')
     p.add_argument("--warmup-batch-sizes", type=_csv_ints, help="default: 1, 2, 4, ... up to stage 0's max_num_seqs")
     p.add_argument("--compile-cache-dir", help="one directory for vLLM's, Inductor's and Triton's compile caches")
@@ -529,7 +531,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.compile_cache_dir:
         for key, value in compile_cache_environment(args.compile_cache_dir).items():
             os.environ.setdefault(key, value)  # a variable the operator set explicitly wins
-    engine = AloneEngine(args.model, args.deploy_config, args.load_format, args.stage_overrides)
+    engine = AloneEngine(
+        args.model,
+        args.deploy_config,
+        args.load_format,
+        args.stage_overrides,
+        served_model_name=args.served_model_name,
+    )
     failed = False
 
     def stop() -> None:
@@ -538,7 +546,7 @@ def main(argv: list[str] | None = None) -> None:
         server.should_exit = True
 
     app = create_app(engine, args.warmup_batch_sizes, on_failure=stop)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info"))
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=False))
     server.run()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -122,7 +122,8 @@ launch() {  # $1 target
       ;;
     alone)
       setsid nohup "$PYTHON" -m loadtest.engine_alone --model "$MODEL" --deploy-config "$BENCH_PROFILE" \
-        --load-format dummy --compile-cache-dir "$CACHE" --port "$ALONE_PORT" >"$log" 2>&1 </dev/null &
+        --load-format dummy --served-model-name "$NAME" --compile-cache-dir "$CACHE" --port "$ALONE_PORT" \
+        >"$log" 2>&1 </dev/null &
       echo $! >"$(pidfile_of alone)"
       echo "engine_alone starting on port $ALONE_PORT, pid $!, log $log"
       ;;

@@ -186,3 +186,8 @@ def test_command_line_exits_non_zero_when_the_engine_cannot_start(model_dir: Pat
     )
     assert done.returncode == 1
     assert "the engine failed to start" in done.stdout and "vllm_omni" in done.stdout
+
+
+def test_served_model_name_is_the_listed_model_id(model_dir: Path) -> None:
+    engine = AloneEngine(str(model_dir), PROFILE, served_model_name="qwen3-tts", helpers=fake_helpers)
+    assert engine.model_id == "qwen3-tts"
