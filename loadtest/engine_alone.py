@@ -141,12 +141,15 @@ class AloneEngine:
         omni_factory: Callable[..., Any] | None = None,
         helpers: Callable[[Any, str], Helpers] | None = None,
         served_model_name: str | None = None,
+        stage_init_timeout_s: int = 900,
+        init_timeout_s: int = 1200,
     ) -> None:
         self.model = Qwen3TTSModel.from_dir(model_dir)
         self.model_id = served_model_name or os.path.basename(os.path.normpath(model_dir))
         self.deploy_config = deploy_config
         self.load_format = load_format
         self.stage_overrides = stage_overrides
+        self.timeouts = {"stage_init_timeout": stage_init_timeout_s, "init_timeout": init_timeout_s}
         self._factory = omni_factory or _default_omni_factory
         self._load_helpers = helpers or load_helpers
         self._omni: Any = None
@@ -170,6 +173,7 @@ class AloneEngine:
             kwargs["stage_overrides"] = self.stage_overrides
         if self.load_format:
             kwargs["load_format"] = self.load_format
+        kwargs.update(self.timeouts)
         started = time.perf_counter()
         self.detail = "starting AsyncOmni"
         log.info("starting AsyncOmni %s", kwargs)
@@ -515,6 +519,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--served-model-name", help="model id in /v1/models (default: the directory's name)")
     p.add_argument("--stage-overrides", type=json.loads, help='per-stage engine arguments, JSON: {"1": {...}}')
     p.add_argument("--warmup-batch-sizes", type=_csv_ints, help="default: 1, 2, 4, ... up to stage 0's max_num_seqs")
+    p.add_argument("--stage-init-timeout", type=int, default=900, help="seconds per stage start (as the service)")
+    p.add_argument("--init-timeout", type=int, default=1200, help="seconds for the whole start (as the service)")
     p.add_argument("--compile-cache-dir", help="one directory for vLLM's, Inductor's and Triton's compile caches")
     p.add_argument("--host", default="127.0.0.1", help="control endpoint address (default loopback)")
     p.add_argument("--port", type=int, default=8002, help="control endpoint port (default 8002)")
@@ -537,6 +543,8 @@ def main(argv: list[str] | None = None) -> None:
         args.load_format,
         args.stage_overrides,
         served_model_name=args.served_model_name,
+        stage_init_timeout_s=args.stage_init_timeout,
+        init_timeout_s=args.init_timeout,
     )
     failed = False
 

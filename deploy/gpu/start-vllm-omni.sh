@@ -6,6 +6,8 @@
 #   PORT (default 8001), LOG (default /tmp/vllm-omni-PORT.log), NAME (served model name, default the directory's name)
 #   LOAD_FORMAT    vLLM load_format (dummy with DUMMY_VARIANT)
 #   COMPILE_CACHE_DIR  one directory for vLLM's, Inductor's and Triton's compile caches (share it with the service)
+#   STAGE_INIT_TIMEOUT=900 INIT_TIMEOUT=1200  seconds per stage and in all, the service's defaults (vllm-omni's own,
+#                  300 and 600, can run out on a cold start beside other servers: the per-device start lock counts too)
 # Further arguments go to `vllm serve`. Ready when GET /health answers 200:
 #   READY_PATH=/health PIDFILE=/tmp/vllm-omni-8001.pid deploy/gpu/wait-ready.sh 8001 900
 set -euo pipefail
@@ -33,7 +35,8 @@ if [ -n "${COMPILE_CACHE_DIR:-}" ]; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the profile's stage-0 hook is app.engines.omni_stage_fix
 args=(serve "$MODEL" --omni --deploy-config "$DEPLOY_CONFIG" --host "${HOST:-127.0.0.1}" --port "$PORT"
-  --served-model-name "$NAME")
+  --served-model-name "$NAME" --stage-init-timeout "${STAGE_INIT_TIMEOUT:-900}"
+  --init-timeout "${INIT_TIMEOUT:-1200}")
 [ -n "${LOAD_FORMAT:-}" ] && args+=(--load-format "$LOAD_FORMAT")
 setsid nohup "$PYTHON" -m vllm_omni.entrypoints.cli.main "${args[@]}" "$@" >"$LOG" 2>&1 </dev/null &
 echo $! >"/tmp/vllm-omni-$PORT.pid"

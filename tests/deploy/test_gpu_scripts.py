@@ -51,7 +51,8 @@ def test_start_vllm_omni_runs_vllm_serve_omni_detached_and_stop_ends_it(tmp_path
     assert argv == [
         "-m", "vllm_omni.entrypoints.cli.main", "serve", "/models/qwen3-tts", "--omni",
         "--deploy-config", "/tmp/bench.yaml", "--host", "127.0.0.1", "--port", str(port),
-        "--served-model-name", "qwen3-tts", "--load-format", "dummy", "--max-num-seqs", "8",
+        "--served-model-name", "qwen3-tts", "--stage-init-timeout", "900", "--init-timeout", "1200",
+        "--load-format", "dummy", "--max-num-seqs", "8",
     ]  # fmt: skip
     seen = dict(line.split("=", 1) for line in (tmp_path / "env").read_text().splitlines() if "=" in line)
     assert seen["PYTHONPATH"] == f"{ROOT}:/site"  # the profile's stage-0 hook imports from the checkout

@@ -39,6 +39,8 @@ async def test_ready_only_after_start_and_warm_up(model_dir: Path) -> None:
             "log_stats": True,
             "deploy_config": PROFILE,
             "load_format": "dummy",
+            "stage_init_timeout": 900,  # the service's defaults: vllm-omni's own 300 s can run out on a cold start
+            "init_timeout": 1200,
         }
         warm = [r for r in omni.requests if r["request_id"].startswith("warmup-")]
         assert len(warm) == 1 + 4
