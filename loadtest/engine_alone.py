@@ -35,6 +35,7 @@ import os
 import random
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -157,6 +158,9 @@ class AloneEngine:
         # the tokenizer is not thread-safe: prompt-length estimates run one at a time, off the event loop
         self._prompt_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen3-prompt")
         self._ids = 0
+        # vllm-omni names its shared-memory windows after the request id, host-wide (/dev/shm): ids of this process
+        # must not collide with those of the servers beside it
+        self._id_tag = uuid.uuid4().hex[:8]
         self.ready = False
         self.detail = "not started"
 
@@ -196,7 +200,7 @@ class AloneEngine:
 
     def _next_id(self, prefix: str) -> str:
         self._ids += 1
-        return f"{prefix}-{self._ids}"
+        return f"{prefix}-{self._id_tag}-{self._ids}"
 
     def job(self, text: str, voice: str, language: str | None) -> SynthesisJob:
         return SynthesisJob(self._next_id("alone"), text, voice, language=language)

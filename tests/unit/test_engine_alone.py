@@ -193,3 +193,12 @@ def test_command_line_exits_non_zero_when_the_engine_cannot_start(model_dir: Pat
 def test_served_model_name_is_the_listed_model_id(model_dir: Path) -> None:
     engine = AloneEngine(str(model_dir), PROFILE, served_model_name="qwen3-tts", helpers=fake_helpers)
     assert engine.model_id == "qwen3-tts"
+
+
+async def test_request_ids_are_unique_across_processes(model_dir: Path) -> None:
+    """vllm-omni keys its /dev/shm windows by request id: two engines on one host must never share one."""
+    first, second = fixed_length_omni(), fixed_length_omni()
+    for omni in (first, second):
+        await alone(model_dir, omni).start([1, 2])
+    ids = [r["request_id"] for r in first.requests + second.requests]
+    assert len(ids) == len(set(ids)) == 6
