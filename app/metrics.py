@@ -37,6 +37,8 @@ TTFA_BUCKETS = (
     20.0,
     30.0,
 )
+# A phase of TTFA can take well under a millisecond (validation, encoding a first slice).
+TTFA_PHASE_BUCKETS = (0.0005, 0.001, 0.0025, *TTFA_BUCKETS)
 E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 RTF_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
 QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -49,6 +51,13 @@ TTFA = Histogram(
     "Time from a request's arrival (queue wait included) to its first byte of audio.",
     ["response_format", "stream"],
     buckets=TTFA_BUCKETS,
+)
+TTFA_PHASE = Histogram(
+    "speech_ttfa_phase_seconds",
+    "Time to first audio by phase (validate, queue, prepare, engine, encode_write; see app/timing.py), observed once "
+    "per request when its first byte is written; the phases of a request add up to its TTFA.",
+    ["phase"],
+    buckets=TTFA_PHASE_BUCKETS,
 )
 E2E = Histogram(
     "speech_e2e_seconds", "Time from a request's arrival to its last byte.", ["stream"], buckets=E2E_BUCKETS

@@ -23,6 +23,14 @@ from loadtest.targets import Target, discover, normalise_url, parse_header
 
 TEXT_SETS = ("short", "medium", "long", "mixed")
 
+# A pooled connection idle longer than this is closed, not reused. Servers close idle keep-alive connections on their
+# own clock (uvicorn, and so vLLM's server, after 5 s; gunicorn after 2 s); a client that reuses a connection idle for
+# about as long as that races the server's close and loses the request to a ReadError or "server disconnected"
+# (httpx's default expiry is 5 s, the same as uvicorn's). Within a closed loop every connection is reused at once;
+# between levels and rounds, a fresh connection costs one TCP handshake, which the first request on it pays as
+# every real client does.
+KEEPALIVE_EXPIRY_S = 1.0
+
 
 def load_texts(language: str, text_set: str, text_file: str | None) -> list[str]:
     if text_file:
@@ -54,7 +62,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", action="append", help="model per target, in --target order (default: discovered)")
     p.add_argument("--voice", action="append", help="voice per target, in --target order (default: discovered)")
     p.add_argument("--header", action="append", default=[], help="'Name: value' sent to every target (auth)")
-    p.add_argument("--extra-body", default="{}", help="JSON object merged into every request body")
+    p.add_argument(
+        "--extra-body",
+        action="append",
+        help="JSON object merged into the request body: once for all targets, or once per target in --target order",
+    )
     p.add_argument("--texts", choices=TEXT_SETS, default="medium", help="shipped text set (default medium)")
     p.add_argument("--language", default="English", help="language of the shipped texts (default English)")
     p.add_argument("--text-file", help="one text per line, instead of the shipped sets")
@@ -68,11 +80,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, help="interleaved rounds per level (default 2 with several targets)")
     p.add_argument("--asr", action="store_true", help="transcribe responses with Whisper tiny.en and report WER")
     p.add_argument("--asr-sample", type=int, help="transcribe at most this many responses per target and level")
+    p.add_argument(
+        "--playback-buffer-ms",
+        type=float,
+        default=0.0,
+        help="the modelled listener starts playing once this much audio has arrived (default 0: at the first audio)",
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
+    p.add_argument(
+        "--keepalive-expiry",
+        type=float,
+        default=KEEPALIVE_EXPIRY_S,
+        help=f"seconds a pooled connection may idle and still be reused (default {KEEPALIVE_EXPIRY_S:g}; keep it "
+        "below the servers' keep-alive timeout)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the open-loop arrival times")
     p.add_argument("--out", help="output directory (default loadtest-results/<time>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.playback_buffer_ms < 0:
+        p.error("--playback-buffer-ms must be 0 or more")
+    if args.keepalive_expiry < 0:
+        p.error("--keepalive-expiry must be 0 or more")
+    return args
 
 
 def _per_target(values: list[str] | None, count: int, name: str) -> list[str | None]:
@@ -85,18 +115,40 @@ def _per_target(values: list[str] | None, count: int, name: str) -> list[str | N
     return list(values)
 
 
+def _json_object(value: str | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"--extra-body is not JSON ({exc}): {value}") from None
+    if not isinstance(parsed, dict):
+        raise SystemExit(f"--extra-body must be a JSON object, got: {value}")
+    return parsed
+
+
 def build_targets(args: argparse.Namespace) -> list[Target]:
     headers = dict(parse_header(h) for h in args.header)
-    extra = json.loads(args.extra_body)
-    if not isinstance(extra, dict):
-        raise SystemExit("--extra-body must be a JSON object")
     models = _per_target(args.model, len(args.target), "model")
     voices = _per_target(args.voice, len(args.target), "voice")
+    extras = _per_target(args.extra_body, len(args.target), "extra-body")
     targets = []
     for i, given in enumerate(args.target):
         url, engine = split_engine_url(given)
-        targets.append(Target(i, normalise_url(url), models[i], voices[i], dict(headers), dict(extra), engine))
+        extra = _json_object(extras[i])
+        targets.append(Target(i, normalise_url(url), models[i], voices[i], dict(headers), extra, engine))
     return targets
+
+
+def http_client(
+    concurrency: int, timeout_s: float, keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S
+) -> httpx.AsyncClient:
+    """One pool for every target: room for a level's connections to two targets (those of the target that just ran
+    stay pooled while the next one runs), and no reuse of a connection the server may be closing
+    (`keepalive_expiry_s`, see KEEPALIVE_EXPIRY_S)."""
+    size = concurrency * 2 + 8
+    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size, keepalive_expiry=keepalive_expiry_s)
+    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s, connect=10.0))
 
 
 def transcribe_runs(runs: list[LevelRun], response_format: str, progress: bool) -> dict[int, float]:
@@ -131,12 +183,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         keep,
         args.seed,
         args.duration,
+        args.playback_buffer_ms / 1000,
     )
-    top = max(levels or [64])
-    limits = httpx.Limits(max_connections=top * 2 + 8, max_keepalive_connections=top * 2 + 8)
-    timeout = httpx.Timeout(args.timeout, connect=10.0)
+    client = http_client(max(levels or [64]), args.timeout, args.keepalive_expiry)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    async with client:
         for target in targets:
             await discover(client, target)
         if levels:
@@ -157,7 +208,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "started_at": started_at,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "targets": [
-            {"index": t.index, "label": t.label, "url": t.url, "engine": t.engine, "model": t.model, "voice": t.voice}
+            {
+                "index": t.index,
+                "label": t.label,
+                "url": t.url,
+                "engine": t.engine,
+                "model": t.model,
+                "voice": t.voice,
+                "extra_body": t.extra_body,
+            }
             for t in targets
         ],
         "response_format": args.format,
@@ -168,7 +227,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": rounds,
         "mode": "concurrency" if levels else "rate",
         "duration_s": args.duration if rates else None,
-        "extra_body": json.loads(args.extra_body),
+        # the same for every target, else None: each target's own is in "targets"
+        "extra_body": targets[0].extra_body if all(t.extra_body == targets[0].extra_body for t in targets) else None,
+        "playback_buffer_ms": args.playback_buffer_ms,
+        "keepalive_expiry_s": args.keepalive_expiry,
         "asr": {
             "enabled": args.asr and english,
             "sample": args.asr_sample,
@@ -182,7 +244,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "command": " ".join(["speech-loadtest", *sys.argv[1:]]),
     }
-    return {"meta": meta, "runs": [aggregate(r, wers.get(i)) for i, r in enumerate(runs)]}
+    buffer_s = args.playback_buffer_ms / 1000
+    return {"meta": meta, "runs": [aggregate(r, wers.get(i), buffer_s) for i, r in enumerate(runs)]}
 
 
 def main(argv: list[str] | None = None) -> None:

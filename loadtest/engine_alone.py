@@ -107,6 +107,7 @@ class RequestRecord:
     text: str
     ok: bool = True
     error_code: str | None = None
+    error_message: str | None = None
     ttfa_s: float | None = None
     e2e_s: float | None = None
     audio_s: float | None = None
@@ -120,6 +121,7 @@ class RequestRecord:
             "text": self.text,
             "ok": self.ok,
             "error_code": self.error_code,
+            "error_message": self.error_message,
             "ttfa_s": self.ttfa_s,
             "e2e_s": self.e2e_s,
             "audio_s": self.audio_s,
@@ -261,10 +263,11 @@ class AloneEngine:
             record.sample_rate = reader.sample_rate or self.model.sample_rate
             record.audio_s = record.samples / record.sample_rate
             if record.samples == 0:
-                record.ok, record.error_code = False, "empty_audio"
+                record.ok, record.error_code, record.error_message = False, "empty_audio", "the engine made no audio"
         except Exception as exc:
             log.warning("request %s failed: %r", job.request_id, exc)
             record.ok, record.error_code = False, f"engine_{type(exc).__name__}"
+            record.error_message = f"{type(exc).__name__}: {exc}"
             record.e2e_s = time.perf_counter() - started
         return record
 

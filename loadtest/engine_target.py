@@ -2,7 +2,8 @@
 `python3 -m loadtest.engine_alone`. For each level and round the runner hands it the same workload it would run
 itself (the same texts in the same order; for an open loop the same arrival times, from the same seed); the engine
 runs it in its own process, with no HTTP between the load and the engine, and answers with one record per request,
-which becomes a `RequestResult` like any measured here."""
+which becomes a `RequestResult` like any measured here: its chunks' arrivals (seconds since the request's start,
+samples) are played by the same modelled listener as a server's response (`loadtest.playback`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 
 import httpx
 
-from loadtest.measure import RequestResult
+from loadtest.measure import RequestResult, describe_exception
+from loadtest.playback import simulate_playback
 from loadtest.targets import Target
 
 ENGINE_PREFIX = "engine+"
@@ -26,13 +28,20 @@ def split_engine_url(url: str) -> tuple[str, bool]:
     return url, False
 
 
-def result_from_record(target: Target, record: dict[str, Any]) -> RequestResult:
+def result_from_record(target: Target, record: dict[str, Any], playback_buffer_s: float = 0.0) -> RequestResult:
     samples = int(record.get("samples") or 0)
+    ok = bool(record.get("ok"))
+    rate = int(record.get("sample_rate") or 24_000)
+    arrivals, received = [], 0
+    for at, count in record.get("chunks") or []:
+        received += int(count)
+        arrivals.append((float(at), received / rate))
+    playback = simulate_playback(arrivals, playback_buffer_s) if ok else None
     return RequestResult(
         target.index,
         str(record.get("text", "")),
-        200 if record.get("ok") else 0,
-        bool(record.get("ok")),
+        200 if ok else 0,
+        ok,
         record.get("error_code"),
         record.get("ttfa_s"),
         record.get("e2e_s"),
@@ -40,7 +49,10 @@ def result_from_record(target: Target, record: dict[str, Any]) -> RequestResult:
         samples,
         record.get("sample_rate"),
         samples * 2,  # as 16-bit pcm
-        chunks=[(float(t), int(n)) for t, n in record.get("chunks") or []],
+        error_message=record.get("error_message"),
+        playback_start_s=None if playback is None else playback.start_s,
+        stalls=None if playback is None else playback.stalls,
+        stalled_s=None if playback is None else playback.stalled_s,
     )
 
 
@@ -51,6 +63,7 @@ async def run_on_engine(
     record: Any,
     tick: Callable[[], None],
     expected: int | None = None,
+    playback_buffer_s: float = 0.0,
 ) -> float:
     """POST the workload to the engine's /run; its records join `record` (a LevelRun; None while warming up).
     Returns the engine's own wall time. A failed call counts as `expected` failed requests (one if unknown), like
@@ -68,13 +81,16 @@ async def run_on_engine(
         answer = response.json()
     except (httpx.HTTPError, _RunFailed, ValueError) as exc:
         code = exc.code if isinstance(exc, _RunFailed) else f"engine_run_{type(exc).__name__}"
-        failures = [RequestResult(target.index, "", 0, False, code) for _ in range(expected or 1)]
+        message = f"engine control endpoint {target.url}/run: {describe_exception(exc)}"
+        failures = [
+            RequestResult(target.index, "", 0, False, code, error_message=message) for _ in range(expected or 1)
+        ]
         if record is not None:
             record.results.extend(failures)
         for _ in failures:
             tick()
         return 0.0
-    results = [result_from_record(target, r) for r in answer["records"]]
+    results = [result_from_record(target, r, playback_buffer_s) for r in answer["records"]]
     if record is not None:
         record.results.extend(results)
         record.peak_in_flight = max(record.peak_in_flight, int(answer.get("peak_in_flight") or 0))

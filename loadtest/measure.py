@@ -19,7 +19,10 @@ from typing import Any
 import httpx
 
 from loadtest.audio import decode
+from loadtest.playback import listen, wav_payload_offset
 from loadtest.targets import Target
+
+__all__ = ["RequestResult", "measure", "wav_payload_offset"]
 
 
 @dataclass
@@ -36,8 +39,11 @@ class RequestResult:
     sample_rate: int | None = None
     bytes: int = 0
     audio: bytes | None = field(default=None, repr=False)
-    # (seconds since the request started, audio samples) per chunk, where known (engine targets report them)
-    chunks: list[tuple[float, int]] = field(default_factory=list, repr=False)
+    error_message: str | None = None
+    # the listener's view (loadtest.playback); None where the format gives no byte-to-time mapping
+    playback_start_s: float | None = None
+    stalls: int | None = None
+    stalled_s: float | None = None
 
     @property
     def rtf(self) -> float | None:
@@ -46,48 +52,52 @@ class RequestResult:
         return self.e2e_s / self.audio_s
 
 
-def wav_payload_offset(head: bytes) -> int | None:
-    """Where the samples of a (streaming) WAV start: past the RIFF header and every chunk before "data" (LIST, fact,
-    ...); None while the header has not fully arrived."""
-    if len(head) < 12:
-        return None
-    if head[:4] != b"RIFF" or head[8:12] != b"WAVE":
-        return 0  # not a WAV header: count from the first byte
-    offset = 12
-    while len(head) >= offset + 8:
-        chunk, size = head[offset : offset + 4], int.from_bytes(head[offset + 4 : offset + 8], "little")
-        if chunk == b"data":
-            return offset + 8
-        offset += 8 + size + (size & 1)
-    return None
-
-
 class _PayloadClock:
-    """Counts audio payload bytes and notes when the first one arrives (for wav, the first byte past the header)."""
+    """Notes when each chunk of audio payload arrives and how many payload bytes had arrived by then (for the player
+    model), and when the first byte of audio came (for wav, the first byte past the header)."""
 
     def __init__(self, started: float, wav: bool) -> None:
         self.started = started
         self.wav = wav
         self.head = bytearray()
         self.first_at: float | None = None
+        self.received = 0
+        self.arrivals: list[tuple[float, int]] = []
 
     def add(self, data: bytes) -> None:
-        if self.first_at is not None or not data:
+        if not data:
+            return
+        self.received += len(data)
+        self.arrivals.append((time.perf_counter() - self.started, self.received))
+        if self.first_at is not None:
             return
         if self.wav:
             self.head += data
             offset = wav_payload_offset(bytes(self.head))
             if offset is None or len(self.head) <= offset:
                 return
-        self.first_at = time.perf_counter() - self.started
+        self.first_at = self.arrivals[-1][0]
 
 
-def _error_code(body: bytes) -> str | None:
+def _error(body: bytes) -> tuple[str | None, str | None]:
+    """(code, message) of an error response: the OpenAI error object's, or the start of whatever else came back."""
     try:
         error = json.loads(body)["error"]
-        return error.get("code") or error.get("type")
-    except (ValueError, KeyError, TypeError):
-        return None
+        return error.get("code") or error.get("type"), error.get("message")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        text = body[:300].decode("utf-8", errors="replace").strip()
+        return None, text or None
+
+
+def describe_exception(exc: BaseException) -> str:
+    """An exception's message with what caused it (httpx's ReadError alone often says nothing)."""
+    parts: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(parts) < 4:
+        text = str(seen).strip()
+        parts.append(f"{type(seen).__name__}: {text}" if text else type(seen).__name__)
+        seen = seen.__cause__ or seen.__context__
+    return " <- ".join(parts)
 
 
 async def measure(
@@ -98,9 +108,10 @@ async def measure(
     stream_format: str,
     keep_audio: bool,
     scheduled_at: float | None = None,
+    playback_buffer_s: float = 0.0,
 ) -> RequestResult:
     """`scheduled_at` (open loop): the planned send time, so that a late send counts against the server's latency
-    instead of vanishing from it (coordinated omission)."""
+    instead of vanishing from it (coordinated omission). `playback_buffer_s`: the listener's jitter buffer."""
     body: dict[str, Any] = {
         "model": target.model,
         "voice": target.voice,
@@ -113,39 +124,42 @@ async def measure(
     audio = bytearray()
     started = time.perf_counter() if scheduled_at is None else scheduled_at
     clock = _PayloadClock(started, response_format == "wav")
+
+    def failed(status: int, code: str | None, message: str | None, **fields: Any) -> RequestResult:
+        return RequestResult(target.index, text, status, False, code, error_message=message, **fields)
+
     try:
         async with client.stream("POST", target.speech_url, json=body, headers=target.headers) as response:
             if response.status_code != 200:
                 payload = await response.aread()
-                return RequestResult(
-                    target.index,
-                    text,
-                    response.status_code,
-                    False,
-                    _error_code(payload),
-                    e2e_s=time.perf_counter() - started,
-                    bytes=len(payload),
+                code, message = _error(payload)
+                return failed(
+                    response.status_code, code, message, e2e_s=time.perf_counter() - started, bytes=len(payload)
                 )
             if stream_format == "sse":
                 error = await _read_sse(response, audio, clock)
                 if error is not None:
-                    return RequestResult(target.index, text, 200, False, error, e2e_s=time.perf_counter() - started)
+                    return failed(200, error[0], error[1], e2e_s=time.perf_counter() - started)
             else:
                 async for chunk in response.aiter_raw():
                     audio += chunk
                     clock.add(chunk)
         e2e = time.perf_counter() - started
-    except httpx.TimeoutException:
-        return RequestResult(target.index, text, 0, False, "timeout", e2e_s=time.perf_counter() - started)
     except httpx.HTTPError as exc:
-        return RequestResult(target.index, text, 0, False, type(exc).__name__, e2e_s=time.perf_counter() - started)
+        return failed(0, type(exc).__name__, describe_exception(exc), e2e_s=time.perf_counter() - started)
     rate = int(target.extra_body.get("sample_rate", 24_000))
+    payload = bytes(audio)
     try:  # decoding is CPU work: off the event loop, so it does not delay other requests' clocks
-        decoded = await asyncio.to_thread(decode, bytes(audio), response_format, rate)
-    except Exception:  # the server sent something no decoder accepts: count it, do not crash the run
-        return RequestResult(target.index, text, 200, False, "undecodable_audio", clock.first_at, e2e, bytes=len(audio))
+        decoded = await asyncio.to_thread(decode, payload, response_format, rate)
+    except Exception as exc:  # the server sent something no decoder accepts: count it, do not crash the run
+        return failed(
+            200, "undecodable_audio", describe_exception(exc), ttfa_s=clock.first_at, e2e_s=e2e, bytes=len(audio)
+        )
     if len(decoded.samples) == 0:
-        return RequestResult(target.index, text, 200, False, "empty_audio", clock.first_at, e2e, bytes=len(audio))
+        return failed(
+            200, "empty_audio", "the response held no audio", ttfa_s=clock.first_at, e2e_s=e2e, bytes=len(audio)
+        )
+    playback = await asyncio.to_thread(listen, payload, clock.arrivals, response_format, rate, playback_buffer_s)
     return RequestResult(
         target.index,
         text,
@@ -158,12 +172,15 @@ async def measure(
         len(decoded.samples),
         decoded.sample_rate,
         len(audio),
-        bytes(audio) if keep_audio else None,
+        payload if keep_audio else None,
+        playback_start_s=None if playback is None else playback.start_s,
+        stalls=None if playback is None else playback.stalls,
+        stalled_s=None if playback is None else playback.stalled_s,
     )
 
 
-async def _read_sse(response: httpx.Response, audio: bytearray, clock: _PayloadClock) -> str | None:
-    """Collect the audio of an SSE stream; returns an error code if the stream reported one."""
+async def _read_sse(response: httpx.Response, audio: bytearray, clock: _PayloadClock) -> tuple[str, str | None] | None:
+    """Collect the audio of an SSE stream; returns (error code, message) if the stream reported or had an error."""
     async for line in response.aiter_lines():
         if not line.startswith("data:"):
             continue
@@ -172,12 +189,13 @@ async def _read_sse(response: httpx.Response, audio: bytearray, clock: _PayloadC
             kind = event.get("type")
             data = base64.b64decode(event.get("audio", ""), validate=True) if kind == "speech.audio.delta" else b""
         except (ValueError, AttributeError, TypeError):
-            return "sse_malformed"
+            return "sse_malformed", f"malformed event: {line[:200]}"
         if kind == "speech.audio.delta":
             audio += data
             clock.add(data)
         elif kind == "error":
-            return (event.get("error") or {}).get("code") or "sse_error"
+            error = event.get("error") or {}
+            return error.get("code") or "sse_error", error.get("message")
         elif kind == "speech.audio.done":
             return None
-    return "sse_incomplete"  # the stream ended without speech.audio.done
+    return "sse_incomplete", "the stream ended without speech.audio.done"

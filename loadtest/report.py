@@ -6,11 +6,38 @@ import json
 from pathlib import Path
 from typing import Any
 
+from loadtest.measure import RequestResult
 from loadtest.runner import LevelRun
-from loadtest.stats import ratio, summarize
+from loadtest.stats import ratio, spread, summarize
 
 
-def aggregate(run: LevelRun, wer: float | None) -> dict[str, Any]:
+def error_groups(results: list[RequestResult]) -> list[dict[str, Any]]:
+    """Failed requests grouped by (status, code), most frequent first, each with the first message seen for it."""
+    groups: dict[tuple[int, str], dict[str, Any]] = {}
+    for result in results:
+        if result.ok:
+            continue
+        key = (result.status, result.error_code or "unknown")
+        group = groups.setdefault(key, {"status": key[0], "code": key[1], "count": 0, "message": None})
+        group["count"] += 1
+        if group["message"] is None:
+            group["message"] = result.error_message
+    return sorted(groups.values(), key=lambda g: (-g["count"], g["status"], g["code"]))
+
+
+def playback_summary(ok: list[RequestResult], buffer_s: float) -> dict[str, Any]:
+    """The listener's view over the requests whose format maps bytes to playing time (see loadtest.playback)."""
+    heard = [(r.stalls, r.stalled_s) for r in ok if r.stalls is not None and r.stalled_s is not None]
+    return {
+        "buffer_s": buffer_s,
+        "requests": len(heard),  # fewer than ok only where the format gave no byte-to-time mapping
+        "stalled_share": sum(stalls > 0 for stalls, _ in heard) / len(heard) if heard else None,
+        "stalls": spread([float(stalls) for stalls, _ in heard]),
+        "stalled_s": spread([stalled for _, stalled in heard]),
+    }
+
+
+def aggregate(run: LevelRun, wer: float | None, playback_buffer_s: float = 0.0) -> dict[str, Any]:
     ok = [r for r in run.results if r.ok]
     errors_by_status: dict[str, int] = {}
     errors_by_code: dict[str, int] = {}
@@ -33,6 +60,7 @@ def aggregate(run: LevelRun, wer: float | None) -> dict[str, Any]:
         "errors": len(run.results) - len(ok),
         "errors_by_status": errors_by_status,
         "errors_by_code": errors_by_code,
+        "error_groups": error_groups(run.results),
         "ttfa_s": summarize([r.ttfa_s for r in ok if r.ttfa_s is not None]),
         "e2e_s": summarize([r.e2e_s for r in ok if r.e2e_s is not None]),
         "rtf": summarize([r.rtf for r in ok if r.rtf is not None]),
@@ -41,11 +69,13 @@ def aggregate(run: LevelRun, wer: float | None) -> dict[str, Any]:
         "throughput_rps": len(ok) / wall if wall > 0 else None,
         "audio_throughput": audio_total / wall if wall > 0 else None,
         "wer": wer,
+        "playback": playback_summary(ok, playback_buffer_s),
         "per_request": [
             {
                 "status": r.status,
                 "ok": r.ok,
                 "error_code": r.error_code,
+                "error_message": r.error_message,
                 "ttfa_s": r.ttfa_s,
                 "e2e_s": r.e2e_s,
                 "audio_s": r.audio_s,
@@ -53,6 +83,9 @@ def aggregate(run: LevelRun, wer: float | None) -> dict[str, Any]:
                 "sample_rate": r.sample_rate,
                 "bytes": r.bytes,
                 "rtf": r.rtf,
+                "playback_start_s": r.playback_start_s,
+                "stalls": r.stalls,
+                "stalled_s": r.stalled_s,
             }
             for r in run.results
         ],
@@ -131,15 +164,39 @@ def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
                 f"| {_num(row['ttfa_p95'])} | {_num(row['e2e_p50'])} | {_num(row['rtf_p50'])} "
                 f"| {_num(row['throughput'])} |"
             )
+    lines += playback_markdown(meta, runs, mode)
     errors = [r for r in runs if r["errors"]]
     if errors:
         lines += ["", "## Errors", ""]
         for run in errors:
-            lines.append(
-                f"- {meta['targets'][run['target']]['label']} at {_level_key(run):g}: "
-                f"by status {run['errors_by_status']}, by code {run['errors_by_code']}"
-            )
+            lines.append(f"- {meta['targets'][run['target']]['label']} at {mode} {_level_key(run):g}:")
+            for group in run["error_groups"]:
+                status = "client" if group["status"] == 0 else group["status"]
+                message = (group["message"] or "no message").replace("\n", " ")
+                lines.append(f"  - {status} {group['code']} ×{group['count']}: {message}")
     return "\n".join(lines) + "\n"
+
+
+def playback_markdown(meta: dict[str, Any], runs: list[dict[str, Any]], mode: str) -> list[str]:
+    buffer_ms = meta.get("playback_buffer_ms", 0)
+    start = "at its first audio" if not buffer_ms else f"once {buffer_ms:g} ms of audio have arrived"
+    lines = [
+        "",
+        f"## Playback (a listener who starts {start} and plays in real time)",
+        "",
+        f"| target | {mode} | heard | stalled requests | stalls p50 | p95 | max | stalled ms p50 | p95 | max |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        playback = run["playback"]
+        share = playback["stalled_share"]
+        stalls, stalled = playback["stalls"], playback["stalled_s"]
+        lines.append(
+            f"| {meta['targets'][run['target']]['label']} | {_level_key(run):g} | {playback['requests']} "
+            f"| {'–' if share is None else f'{share:.0%}'} | {_num(stalls['p50'], 0)} | {_num(stalls['p95'], 1)} "
+            f"| {_num(stalls['max'], 0)} | {_ms(stalled['p50'])} | {_ms(stalled['p95'])} | {_ms(stalled['max'])} |"
+        )
+    return lines
 
 
 def _level_axis(axis: Any, runs: list[dict[str, Any]], label: str) -> None:
@@ -152,6 +209,11 @@ def _level_axis(axis: Any, runs: list[dict[str, Any]], label: str) -> None:
 
 def _nan(value: float | None, scale: float = 1.0) -> float:
     return float("nan") if value is None else value * scale
+
+
+def _buffer_label(meta: dict[str, Any]) -> str:
+    buffer_ms = meta.get("playback_buffer_ms", 0)
+    return "playing from the first audio" if not buffer_ms else f"{buffer_ms:g} ms buffer"
 
 
 def plot(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> list[Path]:
@@ -173,6 +235,22 @@ def plot(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> list[Pa
             ],
         ),
         ("throughput.png", "Throughput", "requests / s", [("", "-", lambda r: _nan(r["throughput_rps"]))]),
+        (
+            "stalls.png",
+            f"Playback stalls ({_buffer_label(meta)})",
+            "stalled time per request (ms)",
+            [
+                ("p50", ":", lambda r: _nan(r["playback"]["stalled_s"]["p50"], 1000)),
+                ("p95", "--", lambda r: _nan(r["playback"]["stalled_s"]["p95"], 1000)),
+                ("max", "-", lambda r: _nan(r["playback"]["stalled_s"]["max"], 1000)),
+            ],
+        ),
+        (
+            "stalled_share.png",
+            f"Requests with a playback stall ({_buffer_label(meta)})",
+            "requests with any stall (%)",
+            [("", "-", lambda r: _nan(r["playback"]["stalled_share"], 100))],
+        ),
     ]
     paths = []
     for name, title, ylabel, series in charts:
@@ -209,5 +287,12 @@ def write_outputs(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -
     results.write_text(json.dumps({"meta": meta, "runs": runs, "ab_ratios": ab_ratios(runs)}, indent=1))
     summary = out / "summary.md"
     summary.write_text(summary_markdown(meta, runs))
-    ttfa_png, throughput_png = plot(meta, runs, out)
-    return {"results": results, "summary": summary, "ttfa_plot": ttfa_png, "throughput_plot": throughput_png}
+    ttfa_png, throughput_png, stalls_png, share_png = plot(meta, runs, out)
+    return {
+        "results": results,
+        "summary": summary,
+        "ttfa_plot": ttfa_png,
+        "throughput_plot": throughput_png,
+        "stalls_plot": stalls_png,
+        "stalled_share_plot": share_png,
+    }

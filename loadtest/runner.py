@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from loadtest.engine_target import run_on_engine
-from loadtest.measure import RequestResult, measure
+from loadtest.measure import RequestResult, describe_exception, measure
 from loadtest.targets import Target
 
 
@@ -39,6 +39,7 @@ class RunPlan:
     asr_sample: int | None  # keep audio of this many ok requests per target and level; None = all; 0 = none
     seed: int = 0
     duration_s: float = 0.0
+    playback_buffer_s: float = 0.0  # the listener's jitter buffer before playback starts
 
 
 class TextCycle:
@@ -87,10 +88,24 @@ class _Sender:
             record.peak_in_flight = max(record.peak_in_flight, self.in_flight)
         try:
             result = await measure(
-                self.client, self.target, text, plan.response_format, plan.stream_format, keep, scheduled_at
+                self.client,
+                self.target,
+                text,
+                plan.response_format,
+                plan.stream_format,
+                keep,
+                scheduled_at,
+                plan.playback_buffer_s,
             )
         except Exception as exc:
-            result = RequestResult(self.target.index, text, 0, False, f"client_{type(exc).__name__}")
+            result = RequestResult(
+                self.target.index,
+                text,
+                0,
+                False,
+                f"client_{type(exc).__name__}",
+                error_message=describe_exception(exc),
+            )
         finally:
             self.in_flight -= 1
         if record is not None:
@@ -116,7 +131,7 @@ async def _closed_loop(
             "requests": count,
             "texts": [texts.take() for _ in range(count)],
         }
-        return await run_on_engine(client, target, workload, record, tick, expected=count)
+        return await run_on_engine(client, target, workload, record, tick, count, plan.playback_buffer_s)
     queue: asyncio.Queue[str] = asyncio.Queue()
     for _ in range(count):
         queue.put_nowait(texts.take())
@@ -193,7 +208,7 @@ async def run_rate_sweep(
                     workload = {"mode": "open", "level": rate, "duration": duration, "seed": seed}
                     workload |= {"texts": texts.texts, "text_offset": texts.next}
                     count_before = len(run.results)
-                    run.wall_s += await run_on_engine(client, target, workload, run, tick)
+                    run.wall_s += await run_on_engine(client, target, workload, run, tick, None, plan.playback_buffer_s)
                     texts.next += len(run.results) - count_before
                     continue
                 rng = random.Random(seed)

@@ -22,3 +22,11 @@ def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0:
         return None
     return a / b
+
+
+def spread(values: Sequence[float]) -> dict[str, float | None]:
+    """{"p50", "p95", "max"}: the typical case, the tail and the worst; all None when there are no values."""
+    if not values:
+        return {"p50": None, "p95": None, "max": None}
+    array = np.asarray(values, dtype=np.float64)
+    return {"p50": float(np.percentile(array, 50)), "p95": float(np.percentile(array, 95)), "max": float(array.max())}

@@ -165,10 +165,10 @@ class EncodedAudio:
                     piece = chunk.samples[start : start + step]
                     data = await asyncio.to_thread(self._convert, piece, chunk.sample_rate)
                     if data:
-                        if self._on_first_audio is not None:
+                        yield data
+                        if self._on_first_audio is not None:  # resumed: the server has written those bytes
                             self._on_first_audio()
                             self._on_first_audio = None
-                        yield data
             tail = await asyncio.to_thread(self._finish)
             if tail:
                 yield tail

@@ -151,5 +151,7 @@ class SpeechAccountingMiddleware:
             stream = str(summary.get("stream_format", "unknown"))
             metrics.REQUESTS.labels(str(status), response_format, stream).inc()
             summary.update(request_id=state.get("request_id", ""), status=status)
+            if (timeline := state.get("ttfa_timeline")) is not None:  # milestones reached, in s since arrival
+                summary["timeline_s"] = timeline.offsets()
             summary.setdefault("e2e_s", round(time.perf_counter() - state.get("started_at", time.perf_counter()), 4))
             log.info("speech request", extra=summary)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncGenerator
@@ -32,6 +33,7 @@ from app.audio.reference import is_url, prepare_reference_audio
 from app.engines.base import AudioChunk, EngineUnavailable, ReferenceAudio, SpeechEngine, UnsupportedParameter
 from app.lifecycle import Lifecycle
 from app.settings import Settings
+from app.timing import TtfaTimeline
 from app.voice_store import StoredVoice, VoiceNotFound, VoiceStore
 from app.voices import VoiceCatalog
 
@@ -131,6 +133,7 @@ async def create_speech(
     store: Annotated[VoiceStore, Depends(get_voice_store)],
 ) -> StreamingResponse:
     started = request.state.started_at
+    timing = request.state.ttfa_timeline = TtfaTimeline(started)  # the accounting middleware logs its milestones
     request_id: str = request.state.request_id
     summary: dict[str, object] = {
         "model": body.model,
@@ -172,7 +175,10 @@ async def create_speech(
         served_models=served_models(engine, settings),
         ref_audio=reference,
     )
+    job = dataclasses.replace(job, timing=timing)
+    timing.mark("queued")
     ticket = await admit(gate)
+    timing.mark("admitted", ticket.granted_at)
     if lifecycle.draining:  # the drain began while this request waited for its slot
         gate.release(ticket)
         raise shutting_down()
@@ -190,12 +196,18 @@ async def create_speech(
             metrics.ABORTED.labels("timeout").inc()
             raise StreamStopped("timeout") from exc
         raise
-    first_audio_s = time.perf_counter() - started
+    timing.mark("first_chunk")
 
     def on_first_audio() -> None:
-        ttfa = time.perf_counter() - started
+        written = time.perf_counter()
+        timing.mark("first_byte", written)
+        ttfa = written - started
         metrics.TTFA.labels(output.response_format, output.stream_format).observe(ttfa)
+        phases = timing.phases()
+        for phase, seconds in phases.items():
+            metrics.TTFA_PHASE.labels(phase).observe(seconds)
         summary["ttfa_s"] = round(ttfa, 4)
+        summary["ttfa_phases_s"] = {phase: round(seconds, 4) for phase, seconds in phases.items()}
 
     async def on_close(outcome: str) -> None:
         gate.release(ticket)
@@ -211,7 +223,7 @@ async def create_speech(
             metrics.ABORTED.labels(outcome).inc()
             await engine.abort(job.request_id)
         summary.update(
-            engine_first_audio_s=round(first_audio_s, 4),
+            engine_first_audio_s=round((timing.first_chunk or now) - started, 4),
             e2e_s=round(now - started, 4),
             audio_s=round(audio_s, 3),
             outcome=outcome,

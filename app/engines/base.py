@@ -13,6 +13,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from app.timing import TtfaTimeline
+
 
 class TaskType(enum.StrEnum):
     """Qwen3-TTS task types: a preset speaker, a voice described in words, or a voice cloned from reference audio."""
@@ -47,6 +49,8 @@ class SynthesisJob:
     max_new_tokens: int | None = None
     seed: int | None = None
     trace_id: str = ""  # the caller's request id (X-Request-Id), for logs; not unique: callers may reuse it
+    # the request's TTFA milestones: an engine marks "submitted" when it hands the work to its model
+    timing: TtfaTimeline | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

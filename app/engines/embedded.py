@@ -166,6 +166,8 @@ class EmbeddedEngine:
             raise EngineUnavailable("the embedded engine is not ready")
         loop = asyncio.get_running_loop()
         self._active[job.request_id] = self._active.get(job.request_id, 0) + 1
+        if job.timing is not None:
+            job.timing.mark("submitted")
         pending = loop.run_in_executor(self._executor, self._synthesize_sentence, job.text, job.speed, job.seed)
         try:
             audio = await pending

@@ -251,6 +251,8 @@ class OmniEngine:
         reader = AudioOutputReader(cumulative=self._cumulative)
         guard = FrameGuard(initial_frames=self._initial_frames, chunk_frames=self._chunk_frames)
         self._active.add(job.request_id)
+        if job.timing is not None:
+            job.timing.mark("submitted")
         outputs = self._omni.generate(
             prompt=prompt, request_id=job.request_id, sampling_params_list=params, output_modalities=["audio"]
         )

@@ -23,6 +23,7 @@
 #   TARGETS="service vllm-omni alone"  which to run, in start order; SERVICE_PORT=8000 OMNI_PORT=8001 ALONE_PORT=8002
 #   NAME=qwen3-tts  VOICE=vivian    model id and voice for every target
 #   CONCURRENCY=1,8,16,32,64  RATES=8,14  REQUESTS=64  WARMUP=8  DURATION=30  ROUNDS=2   the sweep
+#   PLAYBACK_BUFFER_MS=0            the modelled listener's jitter buffer (stalls); LOADTEST_ARGS: more options
 #   START_WAIT_S=540                how long one `start` waits in all before it gives up (run it again to resume)
 #   KV_WAIT_S=420                   the longest wait for a talker's KV cache line before starting the next anyway
 #   PYTHON=python3
@@ -49,6 +50,8 @@ REQUESTS=${REQUESTS:-64}
 WARMUP=${WARMUP:-8}
 DURATION=${DURATION:-30}
 ROUNDS=${ROUNDS:-2}
+PLAYBACK_BUFFER_MS=${PLAYBACK_BUFFER_MS:-0}
+LOADTEST_ARGS=${LOADTEST_ARGS:-}
 START_WAIT_S=${START_WAIT_S:-540}
 KV_WAIT_S=${KV_WAIT_S:-420}
 MODEL=$WORK/model
@@ -183,7 +186,10 @@ loadtest() {  # $1 out folder name, then speech-loadtest's level arguments
   done
   # vllm-omni's server streams raw pcm only when asked with the OpenAI field; this service accepts it too
   args+=(--model "$NAME" --voice "$VOICE" --format pcm --extra-body '{"stream_format": "audio"}'
-    --warmup "$WARMUP" --rounds "$ROUNDS" --no-progress --out "$OUT/$name" "$@")
+    --warmup "$WARMUP" --rounds "$ROUNDS" --playback-buffer-ms "$PLAYBACK_BUFFER_MS" --no-progress --out "$OUT/$name"
+    "$@")
+  # shellcheck disable=SC2206  # LOADTEST_ARGS is split into words on purpose
+  args+=($LOADTEST_ARGS)
   echo "$(date -u +%FT%TZ) $PYTHON -m loadtest.cli ${args[*]}" >>"$OUT/commands.txt"
   log "speech-loadtest ${args[*]}"
   gpu_snapshot "before $name"

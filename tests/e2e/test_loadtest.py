@@ -54,7 +54,7 @@ def test_ab_sweep_with_asr(server: RunningServer, second_server: RunningServer, 
     assert "| target | concurrency |" in done.stdout  # the summary table is printed at the end
     results = json.loads((out / "results.json").read_text())
     assert (out / "summary.md").read_text().count("A/B ratios") == 1
-    for png in ("ttfa.png", "throughput.png"):
+    for png in ("ttfa.png", "throughput.png", "stalls.png", "stalled_share.png"):
         assert (out / png).read_bytes()[:8] == PNG_MAGIC
     meta, runs = results["meta"], results["runs"]
     assert [t["model"] for t in meta["targets"]] == ["hibari", "hibari"]  # discovered from /v1/models
@@ -70,15 +70,24 @@ def test_ab_sweep_with_asr(server: RunningServer, second_server: RunningServer, 
             assert 0 < request["ttfa_s"] <= request["e2e_s"]
             assert request["audio_s"] == pytest.approx(request["samples"] / request["sample_rate"])
             assert request["bytes"] == 2 * request["samples"]  # pcm: two bytes a sample, nothing else
+            assert request["playback_start_s"] == request["ttfa_s"]  # pcm plays from its first sample
+            assert request["stalls"] >= 0 and request["stalled_s"] >= 0
+            assert (request["stalls"] > 0) == (request["stalled_s"] > 0)
+        playback = run["playback"]
+        assert playback["requests"] == 8 and playback["buffer_s"] == 0
+        assert playback["stalled_share"] == sum(r["stalls"] > 0 for r in run["per_request"]) / 8
+        assert playback["stalled_s"]["max"] == max(r["stalled_s"] for r in run["per_request"])
         assert run["audio_seconds_total"] == pytest.approx(sum(r["audio_s"] for r in run["per_request"]))
         assert run["throughput_rps"] > 0 and run["audio_throughput"] > 0
         assert run["wer"] is not None and run["wer"] <= 0.2
     assert {r["target"] for r in results["ab_ratios"]} == {1}
 
 
-def test_server_errors_are_counted_by_status(server: RunningServer, tmp_path: Path) -> None:
+def test_server_errors_are_counted_by_status_with_one_message(server: RunningServer, tmp_path: Path) -> None:
     out = tmp_path / "errors"
     done = loadtest(
+        "--target",
+        server.base_url,
         "--target",
         server.base_url,
         "--concurrency",
@@ -87,16 +96,33 @@ def test_server_errors_are_counted_by_status(server: RunningServer, tmp_path: Pa
         "4",
         "--warmup",
         "0",
-        "--extra-body",
+        "--extra-body",  # one per target: only the first asks for what the server refuses
         '{"speed": 9}',
+        "--extra-body",
+        '{"speed": 1.5}',
+        "--playback-buffer-ms",
+        "60000",
         "--out",
         str(out),
     )
     assert done.returncode == 0, done.stderr
-    (run,) = json.loads((out / "results.json").read_text())["runs"]
-    assert run["ok"] == 0 and run["errors"] == 4
-    assert run["errors_by_status"] == {"400": 4}
-    assert run["ttfa_s"]["p50"] is None and run["throughput_rps"] == 0
+    results = json.loads((out / "results.json").read_text())
+    assert [t["extra_body"] for t in results["meta"]["targets"]] == [{"speed": 9}, {"speed": 1.5}]
+    refused, served = sorted(results["runs"], key=lambda r: r["target"])
+    assert refused["ok"] == 0 and refused["errors"] == 4
+    assert refused["errors_by_status"] == {"400": 4}
+    assert refused["ttfa_s"]["p50"] is None and refused["throughput_rps"] == 0
+    ((group),) = refused["error_groups"]
+    assert (group["status"], group["code"], group["count"]) == (400, "invalid_value", 4)
+    assert "speed" in group["message"]
+    summary = (out / "summary.md").read_text()
+    assert f"  - 400 invalid_value ×4: {group['message']}\n" in summary
+    assert served["ok"] == 4 and served["errors"] == 0
+    # a buffer longer than any clip: every listener starts once all of it is in, and never waits after that
+    assert served["playback"]["buffer_s"] == 60
+    assert served["playback"]["stalled_share"] == 0 and served["playback"]["stalls"]["max"] == 0
+    for request in served["per_request"]:
+        assert request["ttfa_s"] < request["playback_start_s"] <= request["e2e_s"]
 
 
 def test_open_loop_sse(server: RunningServer, tmp_path: Path) -> None:
@@ -122,3 +148,6 @@ def test_open_loop_sse(server: RunningServer, tmp_path: Path) -> None:
     assert run["rate"] == 4
     assert run["requests"] >= 1 and run["ok"] == run["requests"]
     assert all(0 < r["ttfa_s"] <= r["e2e_s"] for r in run["per_request"])
+    # mp3 inside SSE deltas: the player maps bytes to time by the packets PyAV demuxes
+    assert run["playback"]["requests"] == run["ok"]
+    assert all(r["ttfa_s"] <= r["playback_start_s"] <= r["e2e_s"] for r in run["per_request"])

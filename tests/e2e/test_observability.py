@@ -25,6 +25,7 @@ DASHBOARD = ROOT / "deploy/grafana/speech.json"
 FAMILIES = {
     "speech_requests": "counter",
     "speech_ttfa_seconds": "histogram",
+    "speech_ttfa_phase_seconds": "histogram",
     "speech_e2e_seconds": "histogram",
     "speech_rtf": "histogram",
     "speech_audio_seconds": "counter",
@@ -96,6 +97,26 @@ def test_ttfa_is_observed_for_streamed_plain_and_sse_requests(server: RunningSer
     assert server.metric("speech_audio_seconds_total") > 5
 
 
+def test_ttfa_phases_are_observed_once_per_request_that_sent_audio(server: RunningServer, prometheus) -> None:
+    found = families(server)
+    ttfa = sum(s.value for s in found["speech_ttfa_seconds"].samples if s.name == "speech_ttfa_seconds_count")
+    counts = {
+        s.labels["phase"]: s.value
+        for s in found["speech_ttfa_phase_seconds"].samples
+        if s.name == "speech_ttfa_phase_seconds_count"
+    }
+    sums = {
+        s.labels["phase"]: s.value
+        for s in found["speech_ttfa_phase_seconds"].samples
+        if s.name == "speech_ttfa_phase_seconds_sum"
+    }
+    assert set(counts) == {"validate", "queue", "prepare", "engine", "encode_write"}
+    assert ttfa >= 5 and all(count == ttfa for count in counts.values())  # every phase of every TTFA observed
+    ttfa_sum = sum(s.value for s in found["speech_ttfa_seconds"].samples if s.name == "speech_ttfa_seconds_sum")
+    assert sum(sums.values()) == pytest.approx(ttfa_sum, rel=1e-6)  # the phases add up to TTFA
+    assert sums["engine"] > 0  # the embedded engine synthesizes the first sentence before any audio exists
+
+
 def test_errors_are_counted_under_their_status(server: RunningServer, prometheus) -> None:
     assert server.metric("speech_requests_total", status="400") >= 1
     assert server.metric("speech_requests_total", status="404") >= 1
@@ -135,6 +156,15 @@ def test_one_json_log_line_per_request(server: RunningServer, prometheus) -> Non
         assert key in ok[0], key
     assert ok[0]["status"] == 200 and ok[0]["ttfa_s"] <= ok[0]["e2e_s"]
     assert bad[0]["status"] == 400
+    phases = ok[0]["ttfa_phases_s"]
+    assert list(phases) == ["validate", "queue", "prepare", "engine", "encode_write"]
+    assert all(value >= 0 for value in phases.values()) and phases["engine"] > 0
+    assert sum(phases.values()) == pytest.approx(ok[0]["ttfa_s"], abs=0.0005 * 6)  # each rounded to 0.1 ms
+    timeline = ok[0]["timeline_s"]
+    assert list(timeline) == ["queued", "admitted", "submitted", "first_chunk", "first_byte"]
+    assert list(timeline.values()) == sorted(timeline.values())
+    assert timeline["first_byte"] == pytest.approx(ok[0]["ttfa_s"], abs=0.0002)
+    assert "ttfa_phases_s" not in bad[0] and "first_byte" not in bad[0].get("timeline_s", {})
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
@@ -160,6 +190,9 @@ def test_every_dashboard_query_evaluates(prometheus: RunningPrometheus) -> None:
     # the service's own panels have data; engine (vllm-omni) and GPU (DCGM) panels have none on the CPU engine
     must_have = [
         "Time to first audio",
+        "TTFA by phase (p50",
+        "TTFA by phase (p95",
+        "TTFA by phase (mean",
         "Requests / s by status",
         "End-to-end time",
         "Audio seconds / s",
@@ -171,6 +204,17 @@ def test_every_dashboard_query_evaluates(prometheus: RunningPrometheus) -> None:
     for title in must_have:
         assert any(t.startswith(title) for t, _ in queries), title  # the panel exists
         assert not [t for t in empty if t.startswith(title)], (title, empty)
+
+
+def test_the_dashboard_breaks_ttfa_down_by_phase() -> None:
+    panels = {p["title"]: p for p in json.loads(DASHBOARD.read_text())["panels"]}
+    for title in ("TTFA by phase (p50, stacked)", "TTFA by phase (p95, stacked)", "TTFA by phase (mean, stacked)"):
+        panel = panels[title]
+        assert panel["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
+        exprs = [t["expr"] for t in panel["targets"]]
+        assert all("speech_ttfa_phase_seconds" in e for e in exprs)
+        phases = [re.search(r'phase="(\w+)"', e).group(1) for e in exprs]
+        assert phases == ["validate", "queue", "prepare", "engine", "encode_write"]  # stacked in request order
 
 
 def test_dashboard_variables(prometheus: RunningPrometheus) -> None:

@@ -159,6 +159,7 @@ async def test_a_failed_request_is_a_failed_record_not_a_failed_run(model_dir: P
         omni.die_on_request = True
         result = (await client.post(f"{url}/run", json={"mode": "closed", "level": 2, "requests": 2})).json()
     assert [r["error_code"] for r in result["records"]] == ["engine_EngineDeadError"] * 2
+    assert result["records"][0]["error_message"] == "EngineDeadError: EngineCore encountered an issue"
     assert not any(r["ok"] for r in result["records"])
 
 

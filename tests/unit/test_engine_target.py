@@ -10,7 +10,7 @@ import pytest
 
 from app.tools.qwen3_tts_model_dir import write_model_dir
 from loadtest.cli import build_targets, parse_args
-from loadtest.engine_target import run_on_engine, split_engine_url
+from loadtest.engine_target import result_from_record, run_on_engine, split_engine_url
 from loadtest.report import aggregate
 from loadtest.runner import LevelRun, RunPlan, TextCycle, run_concurrency_sweep, run_rate_sweep
 from loadtest.targets import Target, discover
@@ -61,8 +61,8 @@ async def test_closed_loop_sweep_runs_each_level_on_the_engine(model_dir: Path) 
         for result in run.results:
             assert result.ok and result.status == 200 and result.samples == FRAMES * SAMPLES_PER_FRAME
             assert result.ttfa_s is not None and result.e2e_s is not None and result.ttfa_s <= result.e2e_s
-            assert [n for _, n in result.chunks] == [1920, 25 * 1920, 4 * 1920]
-            assert result.chunks[0][0] == result.ttfa_s
+            # the modelled listener starts at the first audio; the fake outruns real time: never a stall
+            assert (result.playback_start_s, result.stalls, result.stalled_s) == (result.ttfa_s, 0, 0.0)
         summary = aggregate(run, None)
         assert summary["ok"] == 8 and summary["ttfa_s"]["p50"] is not None and summary["throughput_rps"] > 0
 
@@ -93,6 +93,7 @@ async def test_an_unreachable_engine_counts_failed_requests_and_the_sweep_goes_o
         wall = await run_on_engine(client, target, {"mode": "closed", "level": 4, "requests": 6}, run, lambda: None, 6)
     assert wall == 0.0
     assert [r.error_code for r in run.results] == ["engine_run_ConnectError"] * 6
+    assert run.results[0].error_message.startswith(f"engine control endpoint {target.url}/run: ConnectError")
     assert not any(r.ok for r in run.results)
 
 
@@ -105,3 +106,23 @@ async def test_a_refused_run_is_counted_with_its_status(model_dir: Path) -> None
         workload = {"mode": "closed", "level": 2, "requests": 2, "texts": [texts.take(), texts.take()]}
         await run_on_engine(client, target, workload, run, lambda: None, 2)
     assert [r.error_code for r in run.results] == ["engine_run_400"] * 2
+
+
+def test_engine_records_are_played_like_a_servers_response() -> None:
+    """80 ms of audio at 0.1 s, then 2 s more at 0.5 s: the listener runs dry at 0.18 s and waits 0.32 s."""
+    record = {"text": "x", "ok": True, "ttfa_s": 0.1, "e2e_s": 0.5, "audio_s": 2.08, "samples": 26 * 1920}
+    record |= {"sample_rate": 24_000, "chunks": [[0.1, 1920], [0.5, 25 * 1920]]}
+    target = Target(1, "http://e:1", engine=True)
+    result = result_from_record(target, record)
+    assert (result.target, result.ok, result.status, result.bytes) == (1, True, 200, 26 * 1920 * 2)
+    assert (result.playback_start_s, result.stalls) == (0.1, 1) and result.stalled_s == pytest.approx(0.32)
+    buffered = result_from_record(target, record, playback_buffer_s=2.0)  # starts once 2 s are in hand: at 0.5 s
+    assert (buffered.playback_start_s, buffered.stalls, buffered.stalled_s) == (0.5, 0, 0.0)
+    failed = result_from_record(target, {"text": "x", "ok": False, "error_code": "engine_X", "error_message": "X: y"})
+    assert (failed.ok, failed.status, failed.error_code, failed.error_message, failed.stalls) == (
+        False,
+        0,
+        "engine_X",
+        "X: y",
+        None,
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -12,6 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
+from loadtest.cli import KEEPALIVE_EXPIRY_S, http_client
 from loadtest.measure import measure, wav_payload_offset
 from loadtest.stats import ratio, summarize
 from loadtest.targets import Target, normalise_url, parse_header
@@ -75,6 +77,38 @@ async def sse_server(writer: asyncio.StreamWriter) -> None:
     await send_chunk(writer, b"")
 
 
+GAP_S = 0.5
+
+
+async def gapped_pcm_server(writer: asyncio.StreamWriter) -> None:
+    """0.2 s of pcm, then nothing for GAP_S, then 0.2 s more: a listener from the first byte waits GAP_S - 0.2 s."""
+    await respond(writer, "200 OK", "audio/pcm")
+    await send_chunk(writer, pcm(0.2))
+    await asyncio.sleep(GAP_S)
+    await send_chunk(writer, pcm(0.2))
+    await send_chunk(writer, b"")
+
+
+async def test_a_gap_longer_than_the_audio_in_hand_is_a_stall(serve) -> None:
+    url = await serve(gapped_pcm_server)
+    async with httpx.AsyncClient() as client:
+        result = await measure(client, target(url), "text", "pcm", "audio", keep_audio=False)
+    assert result.ok, result
+    assert result.playback_start_s == result.ttfa_s
+    assert result.stalls == 1
+    assert result.stalled_s is not None and GAP_S - 0.2 - 0.05 <= result.stalled_s <= GAP_S - 0.2 + 0.5
+
+
+async def test_a_jitter_buffer_holding_the_whole_clip_hears_no_stall(serve) -> None:
+    url = await serve(gapped_pcm_server)
+    async with httpx.AsyncClient() as client:
+        result = await measure(client, target(url), "text", "pcm", "audio", keep_audio=False, playback_buffer_s=1.0)
+    assert result.ok, result
+    assert result.ttfa_s is not None and result.playback_start_s is not None
+    assert result.playback_start_s >= result.ttfa_s + GAP_S  # it waited for the rest of the clip
+    assert (result.stalls, result.stalled_s) == (0, 0.0)
+
+
 async def refusing_server(writer: asyncio.StreamWriter) -> None:
     body = json.dumps(
         {"error": {"message": "no", "type": "invalid_request_error", "param": "voice", "code": "voice_not_found"}}
@@ -134,6 +168,9 @@ async def test_ttfa_starts_after_the_wav_header(serve) -> None:
     assert result.samples == RATE and result.sample_rate == RATE
     assert result.audio_s == pytest.approx(result.samples / result.sample_rate)
     assert result.rtf == pytest.approx(result.e2e_s / result.audio_s)
+    # the listener starts with the first audio, and the second half arrives while the first still plays
+    assert result.playback_start_s == result.ttfa_s
+    assert (result.stalls, result.stalled_s) == (0, 0.0)
 
 
 async def test_sse_ttfa_is_the_first_delta_with_audio(serve) -> None:
@@ -153,6 +190,7 @@ async def test_http_errors_are_counted_with_status_and_code(serve) -> None:
     assert not result.ok
     assert result.status == 400
     assert result.error_code == "voice_not_found"
+    assert result.error_message == "no"
     assert result.ttfa_s is None
 
 
@@ -160,6 +198,8 @@ async def test_connection_refused_is_an_error_not_a_crash() -> None:
     async with httpx.AsyncClient() as client:
         result = await measure(client, target("http://127.0.0.1:9"), "text", "pcm", "audio", keep_audio=False)
     assert not result.ok and result.status == 0 and result.error_code == "ConnectError"
+    assert result.error_message is not None and result.error_message.startswith("ConnectError")
+    assert "refused" in result.error_message.lower()  # the cause, which httpx's own message may leave out
 
 
 def test_summarize_orders_percentiles() -> None:
@@ -203,3 +243,52 @@ async def test_malformed_sse_is_an_error_not_a_crash(serve) -> None:
     async with httpx.AsyncClient() as client:
         result = await measure(client, target(url), "text", "pcm", "sse", keep_audio=False)
     assert not result.ok and result.error_code == "sse_malformed"
+
+
+IDLE_CLOSE_S = 1.2  # this server's keep-alive timeout: shorter than uvicorn's 5 s, longer than the tool's expiry
+
+
+async def test_a_connection_idle_near_the_servers_keep_alive_is_not_reused() -> None:
+    """A server that closes idle keep-alive connections, caught at the moment a reused connection's request arrives
+    (the race a client loses when its keep-alive expiry is as long as the server's): it resets the connection. The
+    load tool must have dropped such a connection itself and send on a fresh one."""
+    connections = 0
+
+    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        idle_since: float | None = None
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            length = next(
+                int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+            )
+            await reader.readexactly(length)
+            if idle_since is not None and loop.time() - idle_since >= IDLE_CLOSE_S:
+                sock = writer.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+                writer.transport.abort()
+                return
+            body = pcm(0.1)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: audio/pcm\r\n" + f"content-length: {len(body)}\r\n\r\n".encode()
+            )
+            writer.write(body)
+            await writer.drain()
+            idle_since = loop.time()
+        writer.close()
+
+    assert KEEPALIVE_EXPIRY_S < IDLE_CLOSE_S
+    server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server, http_client(4, 10.0) as client:
+        first = await measure(client, target(url), "text", "pcm", "audio", keep_audio=False)
+        await asyncio.sleep(IDLE_CLOSE_S + 0.05)
+        second = await measure(client, target(url), "text", "pcm", "audio", keep_audio=False)
+    assert first.ok, first
+    assert second.ok, second  # with httpx's default 5 s expiry: ReadError (connection reset by peer)
+    assert connections == 2

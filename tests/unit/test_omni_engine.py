@@ -26,6 +26,7 @@ from app.engines.qwen3_tts import (
 )
 from app.server import create_app
 from app.settings import Settings
+from app.timing import TtfaTimeline
 from app.tools.qwen3_tts_model_dir import write_model_dir
 from tests.fakes.vllm_omni_0_26 import (
     SAMPLES_PER_FRAME,
@@ -477,3 +478,15 @@ def test_warm_up_jobs_pass_the_checks_of_every_variant(base_dir: Path, tmp_path:
     base = Qwen3TTSModel.from_dir(base_dir)
     for index in range(2):
         check_job(warmup_job(base, "w", index), base)
+
+
+async def test_the_omni_engine_marks_its_submit_before_the_first_audio(custom_voice_dir: Path) -> None:
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni())
+    await engine.start()
+    timing = TtfaTimeline(received=0.0)
+    stream = engine.synthesize(job(timing=timing))
+    assert timing.submitted is None
+    await anext(stream)
+    assert timing.submitted is not None and timing.submitted > 0
+    await stream.aclose()
+    await engine.close()

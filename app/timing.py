@@ -1,0 +1,67 @@
+"""Where a request's time to first audio goes: its milestones from arrival to the first byte written, and the phases
+between them (exported as `speech_ttfa_phase_seconds{phase}` and logged with the request).
+
+Phases, which add up to the request's TTFA exactly:
+- `validate`: arrival → waiting for a slot. Reading and validating the body, fetching and decoding reference audio,
+  resolving the voice, building the engine job.
+- `queue`: waiting for a synthesis slot (admission).
+- `prepare`: slot granted → the engine hands the work to its model. Sentence splitting, prompt and reference-audio
+  features (omni: vllm-omni's prompt inputs, built in a worker pool), waiting for that pool.
+- `engine`: handed to the model → the engine's first audio chunk. For omni, vllm-omni's talker and code2wav stages
+  with their scheduling; for the embedded engine, its worker thread (queueing for it included).
+- `encode_write`: the first chunk → its first encoded bytes written to the connection (resampling, encoding, the
+  event loop getting to it). With a format whose encoder holds back its first frame (mp3, aac, opus) and an engine
+  whose first chunk is short, this includes waiting for the engine's next chunk.
+Requests that end before their first byte (errors, a client that left) have milestones but no phases.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Literal
+
+Milestone = Literal["queued", "admitted", "submitted", "first_chunk", "first_byte"]
+PHASES = ("validate", "queue", "prepare", "engine", "encode_write")
+
+
+@dataclass(slots=True)
+class TtfaTimeline:
+    """Milestones of one request in time.perf_counter() seconds. Each is set once and the first mark wins: a long
+    text becomes several engine requests, and the caller waits for the first."""
+
+    received: float
+    queued: float | None = None
+    admitted: float | None = None
+    submitted: float | None = None  # set by the engine; an engine that does not counts its preparation as engine time
+    first_chunk: float | None = None
+    first_byte: float | None = None
+
+    def mark(self, milestone: Milestone, at: float | None = None) -> None:
+        if getattr(self, milestone) is None:
+            setattr(self, milestone, time.perf_counter() if at is None else at)
+
+    @property
+    def ttfa_s(self) -> float | None:
+        return None if self.first_byte is None else self.first_byte - self.received
+
+    def phases(self) -> dict[str, float]:
+        """Seconds per phase, once the first byte is out (before that, TTFA has no breakdown)."""
+        queued, admitted, first_chunk, first_byte = self.queued, self.admitted, self.first_chunk, self.first_byte
+        if queued is None or admitted is None or first_chunk is None or first_byte is None:
+            return {}
+        submitted = admitted if self.submitted is None else self.submitted
+        points = (self.received, queued, admitted, submitted, first_chunk, first_byte)
+        return {phase: max(0.0, end - start) for phase, (start, end) in zip(PHASES, pairwise(points), strict=True)}
+
+    def offsets(self) -> dict[str, float]:
+        """Each milestone reached, in seconds since arrival (for the request's log record)."""
+        marks = {
+            "queued": self.queued,
+            "admitted": self.admitted,
+            "submitted": self.submitted,
+            "first_chunk": self.first_chunk,
+            "first_byte": self.first_byte,
+        }
+        return {name: round(at - self.received, 4) for name, at in marks.items() if at is not None}

@@ -1,0 +1,179 @@
+"""What a listener hears: a player that starts at the first audio (or once a jitter buffer holds enough) and plays in
+real time, stalling whenever the audio received so far runs out, and resuming as soon as more arrives.
+
+The player needs to know, for every moment a chunk arrived, how many seconds of audio the bytes received so far can
+play. That mapping is exact for pcm (s16le mono at the requested rate) and wav (past the header, at the rate and
+frame size its `fmt ` chunk names). For compressed formats it is packet-exact: the response is demuxed with PyAV
+(FFmpeg), and a packet's audio counts as playable once its last byte has arrived (for Ogg, once the page holding it is
+complete, since a demuxer hands out no packet of a page before its end). Codec priming and decoder delay are not
+modelled (tens of milliseconds at most), and a real decoder's buffering may add a little latency this model does not
+see: for compressed formats the stall figures are a close lower bound, for pcm and wav they are exact up to the
+client's own scheduling.
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import av
+
+# Stalls shorter than this are float noise in the arithmetic, not gaps a listener could hear.
+EPSILON_S = 1e-6
+
+# Received payload bytes -> seconds of audio they make playable.
+PlayableSeconds = Callable[[int], float]
+
+
+@dataclass(frozen=True)
+class Playback:
+    start_s: float  # when the player started, in seconds since the request was sent
+    stalls: int  # times the player ran dry before the end of the audio
+    stalled_s: float  # total time spent waiting for audio after playback started
+    audio_s: float  # seconds of audio played
+
+
+def simulate_playback(arrivals: Sequence[tuple[float, float]], buffer_s: float = 0.0) -> Playback | None:
+    """`arrivals`: (seconds since send, seconds of audio playable by then) at every received chunk, in arrival order.
+
+    Playback starts at the first arrival that makes audio playable, or, with a buffer, at the first one that makes at
+    least `buffer_s` playable (or all of it, for a clip shorter than the buffer). After that the playhead advances in
+    real time; when it reaches the end of what has arrived before the next arrival, that is one stall, lasting until
+    that arrival. None when no audio arrived at all."""
+    points: list[tuple[float, float]] = []
+    for at, audio in arrivals:
+        if audio > (points[-1][1] if points else 0.0):  # chunks that add nothing playable change nothing
+            points.append((at, audio))
+    if not points:
+        return None
+    need = min(buffer_s, points[-1][1])
+    start = next(i for i, (_, audio) in enumerate(points) if audio >= need - EPSILON_S)
+    clock, available = points[start]
+    played, stalls, stalled = 0.0, 0, 0.0
+    for at, audio in points[start + 1 :]:
+        runs_dry_at = clock + (available - played)
+        if at > runs_dry_at + EPSILON_S:
+            stalls += 1
+            stalled += at - runs_dry_at
+            played = available
+        else:
+            played += at - clock
+        clock, available = at, audio
+    return Playback(points[start][0], stalls, stalled, points[-1][1])
+
+
+def wav_payload_offset(head: bytes) -> int | None:
+    """Where the samples of a (streaming) WAV start: past the RIFF header and every chunk before "data" (LIST, fact,
+    ...); None while the header has not fully arrived."""
+    chunks = _riff_chunks(head)
+    if chunks is None:
+        return 0  # not a WAV header: count from the first byte
+    for name, offset, _ in chunks:
+        if name == b"data":
+            return offset
+    return None
+
+
+def _riff_chunks(head: bytes) -> list[tuple[bytes, int, int]] | None:
+    """(name, offset of its body, declared size) of each chunk header present in `head`; None if not RIFF/WAVE."""
+    if len(head) < 12:
+        return []
+    if head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None
+    chunks, offset = [], 12
+    while len(head) >= offset + 8:
+        name, size = head[offset : offset + 4], int.from_bytes(head[offset + 4 : offset + 8], "little")
+        chunks.append((name, offset + 8, size))
+        if name == b"data":
+            break
+        offset += 8 + size + (size & 1)
+    return chunks
+
+
+def _wav_playable(payload: bytes) -> PlayableSeconds | None:
+    chunks = _riff_chunks(payload)
+    if not chunks:
+        return None
+    fmt = next(((offset, size) for name, offset, size in chunks if name == b"fmt "), None)
+    data = next((offset for name, offset, _ in chunks if name == b"data"), None)
+    if fmt is None or data is None or fmt[1] < 16:
+        return None
+    body = payload[fmt[0] : fmt[0] + 16]
+    rate = int.from_bytes(body[4:8], "little")
+    block_align = int.from_bytes(body[12:14], "little")
+    if rate <= 0 or block_align <= 0:
+        return None
+    return lambda received: max(0, received - data) // block_align / rate
+
+
+def _ogg_page_ends(payload: bytes) -> list[int]:
+    """End offset of every complete Ogg page, in order."""
+    ends, offset = [], 0
+    while len(payload) >= offset + 27 and payload[offset : offset + 4] == b"OggS":
+        segments = payload[offset + 26]
+        table = payload[offset + 27 : offset + 27 + segments]
+        if len(table) < segments:
+            break
+        offset += 27 + segments + sum(table)
+        if offset > len(payload):
+            break
+        ends.append(offset)
+    return ends
+
+
+def _packet_playable(payload: bytes) -> PlayableSeconds | None:
+    """Demux the whole response once: each packet's end offset in the byte stream and the audio it carries."""
+    packets: list[tuple[int, float]] = []
+    try:
+        with av.open(io.BytesIO(payload)) as container:
+            stream = container.streams.audio[0]
+            for packet in container.demux(stream):
+                if not packet.size:
+                    continue
+                if packet.pos is None or packet.pos < 0 or packet.duration is None or packet.time_base is None:
+                    return None  # the container does not say where its packets lie: no honest mapping
+                packets.append((packet.pos + packet.size, float(packet.duration * packet.time_base)))
+    except (av.error.FFmpegError, IndexError):
+        return None
+    if not packets:
+        return None
+    pages = _ogg_page_ends(payload) if payload[:4] == b"OggS" else []
+    ends: list[int] = []
+    totals: list[float] = []
+    total = 0.0
+    for end, seconds in sorted(packets):
+        if pages:  # an Ogg packet is handed out only once the page holding its last byte is complete
+            page = bisect.bisect_left(pages, end)
+            end = pages[page] if page < len(pages) else len(payload)
+        total += seconds
+        ends.append(end)
+        totals.append(total)
+
+    def playable(received: int) -> float:
+        complete = bisect.bisect_right(ends, received)
+        return totals[complete - 1] if complete else 0.0
+
+    return playable
+
+
+def playable_seconds(payload: bytes, response_format: str, pcm_rate: int) -> PlayableSeconds | None:
+    """How many seconds of audio the first n bytes of this payload make playable; None when that cannot be told."""
+    if response_format == "pcm":
+        return lambda received: (received // 2) / pcm_rate
+    if response_format == "wav":
+        exact = _wav_playable(payload)
+        if exact is not None:
+            return exact
+    return _packet_playable(payload)
+
+
+def listen(
+    payload: bytes, arrivals: Sequence[tuple[float, int]], response_format: str, pcm_rate: int, buffer_s: float
+) -> Playback | None:
+    """Play a received response: `arrivals` are (seconds since send, payload bytes received so far) per chunk."""
+    playable = playable_seconds(payload, response_format, pcm_rate)
+    if playable is None:
+        return None
+    return simulate_playback([(at, playable(received)) for at, received in arrivals], buffer_s)

@@ -1,0 +1,173 @@
+"""The load tool's listener: the player model on synthetic arrival schedules, and bytes → playing time per format."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+
+import numpy as np
+import pytest
+
+from app.audio.encoders import create_encoder
+from loadtest.playback import _ogg_page_ends, listen, playable_seconds, simulate_playback
+
+RATE = 24_000
+
+
+def test_audio_arriving_ahead_of_the_player_never_stalls() -> None:
+    playback = simulate_playback([(0.1, 1.0), (0.5, 2.0), (1.0, 3.0), (1.2, 8.0)])
+    assert playback is not None
+    assert playback.start_s == 0.1
+    assert (playback.stalls, playback.stalled_s) == (0, 0.0)
+    assert playback.audio_s == 8.0
+
+
+def test_audio_arriving_exactly_when_needed_is_no_stall() -> None:
+    # 0.25 s of audio every 0.25 s, the first at 0.2 s: real time, the player never waits
+    arrivals = [(0.2 + 0.25 * i, 0.25 * (i + 1)) for i in range(32)]
+    playback = simulate_playback(arrivals)
+    assert playback is not None and playback.stalls == 0 and playback.stalled_s == 0.0
+
+
+def test_one_stall_of_known_length() -> None:
+    # 0.5 s of audio at 0.1 s: the player runs dry at 0.6 s; the next audio comes at 1.1 s
+    playback = simulate_playback([(0.1, 0.5), (1.1, 1.5), (1.3, 3.0)])
+    assert playback is not None
+    assert playback.stalls == 1
+    assert playback.stalled_s == pytest.approx(0.5)
+
+
+def test_stalls_add_up() -> None:
+    # dry at 0.2 until 0.5 (0.3 s); then 0.2 s more plays to 0.7, dry until 1.0 (0.3 s); then no more gaps
+    playback = simulate_playback([(0.0, 0.2), (0.5, 0.4), (1.0, 2.0), (1.5, 2.5)])
+    assert playback is not None
+    assert playback.stalls == 2
+    assert playback.stalled_s == pytest.approx(0.6)
+
+
+def test_a_jitter_buffer_shortens_or_avoids_a_stall() -> None:
+    arrivals = [(0.1, 0.2), (0.3, 0.4), (0.9, 2.0)]
+    no_buffer = simulate_playback(arrivals)
+    assert no_buffer is not None
+    assert (no_buffer.start_s, no_buffer.stalls) == (0.1, 1)
+    assert no_buffer.stalled_s == pytest.approx(0.4)  # 0.4 s played by 0.5 s; the next audio at 0.9 s
+
+    small = simulate_playback(arrivals, buffer_s=0.4)  # starts at 0.3 s with 0.4 s in hand, dry at 0.7 s
+    assert small is not None
+    assert (small.start_s, small.stalls) == (0.3, 1)
+    assert small.stalled_s == pytest.approx(0.2)
+
+    enough = simulate_playback(arrivals, buffer_s=1.0)  # starts at 0.9 s with everything in hand
+    assert enough is not None
+    assert (enough.start_s, enough.stalls, enough.stalled_s) == (0.9, 0, 0.0)
+
+
+def test_a_clip_shorter_than_the_buffer_plays_once_it_has_all_arrived() -> None:
+    playback = simulate_playback([(0.1, 0.2), (0.6, 0.5)], buffer_s=2.0)
+    assert playback is not None
+    assert (playback.start_s, playback.stalls) == (0.6, 0)
+
+
+def test_chunks_without_playable_audio_neither_start_playback_nor_count() -> None:
+    # a header-only chunk, then audio; a trailing chunk (an end event) adds nothing
+    playback = simulate_playback([(0.05, 0.0), (0.3, 0.5), (0.4, 0.5), (2.0, 0.5)])
+    assert playback is not None
+    assert (playback.start_s, playback.stalls, playback.stalled_s) == (0.3, 0, 0.0)
+    assert simulate_playback([(0.1, 0.0)]) is None
+    assert simulate_playback([]) is None
+
+
+def test_pcm_bytes_map_to_samples_at_the_requested_rate() -> None:
+    playable = playable_seconds(b"", "pcm", 16_000)
+    assert playable is not None
+    assert playable(32_000) == 1.0
+    assert playable(32_001) == 1.0  # half a sample plays nothing yet
+    assert playable(0) == 0.0
+
+
+def wav_header(rate: int, channels: int = 1, bits: int = 16, extra: bytes = b"") -> bytes:
+    block = channels * bits // 8
+    fmt = struct.pack("<HHIIHH", 1, channels, rate, rate * block, block, bits)
+    return (
+        b"RIFF"
+        + struct.pack("<I", 0xFFFFFFFF)
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<I", 16)
+        + fmt
+        + extra
+        + (b"data" + struct.pack("<I", 0xFFFFFFFF))
+    )
+
+
+def test_wav_maps_past_its_header_at_the_rate_and_frame_size_it_names() -> None:
+    header = wav_header(48_000, channels=2)
+    playable = playable_seconds(header + bytes(8), "wav", 24_000)  # the header's rate wins over the request's
+    assert playable is not None
+    assert playable(len(header)) == 0.0
+    assert playable(len(header) + 4 * 48_000) == 1.0  # 4 bytes a stereo frame
+
+    info = b"LIST" + struct.pack("<I", 4) + b"INFO"  # a chunk before "data" moves the payload
+    extended = wav_header(24_000, extra=info)
+    playable = playable_seconds(extended, "wav", 24_000)
+    assert playable is not None
+    assert len(extended) == 44 + 12
+    assert playable(44) == 0.0 and playable(56 + 48_000) == 1.0
+
+
+def encoded_chunks(fmt: str, seconds: list[float]) -> list[bytes]:
+    """What the service's encoder emits after each chunk of a sine, and at the end."""
+    encoder = create_encoder(fmt, RATE)
+    try:
+        out, offset = [], 0
+        for length in seconds:
+            n = round(length * RATE)
+            t = (np.arange(n) + offset) / RATE
+            out.append(encoder.encode((0.4 * np.sin(2 * np.pi * 330 * t)).astype(np.float32)))
+            offset += n
+        out.append(encoder.finish())
+        return out
+    finally:
+        encoder.close()
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "opus", "aac", "flac"])
+def test_compressed_bytes_map_to_the_audio_of_complete_packets(fmt: str) -> None:
+    chunks = encoded_chunks(fmt, [1.0, 1.0, 1.0])
+    payload = b"".join(chunks)
+    playable = playable_seconds(payload, fmt, RATE)
+    assert playable is not None
+    received = np.cumsum([len(c) for c in chunks])
+    seconds = [playable(int(n)) for n in received]
+    assert all(a <= b for a, b in itertools.pairwise(seconds))  # more bytes never play less
+    assert seconds[-1] == pytest.approx(3.0, abs=0.12)  # the whole response: all of it (plus codec padding)
+    # after the first second went in, the encoder has handed out most of it (it holds back at most a frame or two)
+    assert 0.85 <= seconds[0] <= 1.05, seconds
+    assert 1.85 <= seconds[1] <= 2.05, seconds
+    assert playable(0) == 0.0
+
+
+def test_an_ogg_packet_plays_only_once_its_page_is_complete() -> None:
+    payload = b"".join(encoded_chunks("opus", [0.5, 0.5]))
+    pages = _ogg_page_ends(payload)
+    assert len(pages) >= 3 and pages[-1] == len(payload)
+    playable = playable_seconds(payload, "opus", RATE)
+    assert playable is not None
+    audio_pages = [(a, b) for a, b in itertools.pairwise(pages) if playable(b) > playable(a)]
+    assert audio_pages
+    start, end = audio_pages[0]
+    assert playable(end - 1) == playable(start)  # one byte short of the page: none of its packets yet
+
+
+def test_listen_plays_a_pcm_response_from_its_arrival_schedule() -> None:
+    one_second = 2 * RATE
+    arrivals = [(0.1, one_second // 2), (0.2, one_second), (2.0, 3 * one_second)]  # dry at 1.1 s, more at 2.0 s
+    playback = listen(b"", arrivals, "pcm", RATE, 0.0)
+    assert playback is not None
+    assert playback.stalls == 1 and playback.stalled_s == pytest.approx(0.9)
+    assert playback.audio_s == 3.0
+
+
+def test_an_unreadable_compressed_payload_gives_no_playback_rather_than_a_guess() -> None:
+    assert playable_seconds(b"not audio at all" * 10, "mp3", RATE) is None
+    assert listen(b"\x00" * 100, [(0.1, 100)], "aac", RATE, 0.0) is None

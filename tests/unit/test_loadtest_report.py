@@ -1,0 +1,120 @@
+"""The load tool's report: errors summarised one message per code, the listener's stalls per level, and per-target
+request fields from the command line."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtest.cli import build_targets, parse_args
+from loadtest.measure import RequestResult
+from loadtest.report import aggregate, summary_markdown
+from loadtest.runner import LevelRun
+from loadtest.targets import Target
+
+
+def ok(stalls: int | None, stalled_s: float | None) -> RequestResult:
+    return RequestResult(0, "t", 200, True, ttfa_s=0.1, e2e_s=1.0, audio_s=2.0, stalls=stalls, stalled_s=stalled_s)
+
+
+def failed(status: int, code: str, message: str) -> RequestResult:
+    return RequestResult(0, "t", status, False, code, e2e_s=0.01, error_message=message)
+
+
+def level(results: list[RequestResult]) -> LevelRun:
+    return LevelRun(Target(0, "http://a", "m", "v"), "concurrency", 8, results, wall_s=2.0, peak_in_flight=8)
+
+
+def meta(buffer_ms: float = 0.0) -> dict[str, object]:
+    return {
+        "started_at": "now",
+        "response_format": "pcm",
+        "stream_format": "audio",
+        "texts": "English/medium",
+        "requests": 8,
+        "warmup": 0,
+        "playback_buffer_ms": buffer_ms,
+        "targets": [{"index": 0, "label": "A: http://a", "model": "m", "voice": "v"}],
+    }
+
+
+def test_errors_are_summarised_one_message_per_code() -> None:
+    results = [
+        *(failed(429, "rate_limit_exceeded", f"queue full ({i})") for i in range(12)),
+        failed(0, "ReadError", "ReadError <- ConnectionResetError: [Errno 104] Connection reset by peer"),
+        ok(0, 0.0),
+    ]
+    run = aggregate(level(results), None)
+    assert run["errors_by_code"] == {"rate_limit_exceeded": 12, "ReadError": 1}
+    assert run["error_groups"] == [
+        {"status": 429, "code": "rate_limit_exceeded", "count": 12, "message": "queue full (0)"},
+        {
+            "status": 0,
+            "code": "ReadError",
+            "count": 1,
+            "message": "ReadError <- ConnectionResetError: [Errno 104] Connection reset by peer",
+        },
+    ]
+    text = summary_markdown(meta(), [run])
+    assert "  - 429 rate_limit_exceeded ×12: queue full (0)\n" in text
+    assert "  - client ReadError ×1: ReadError <- ConnectionResetError: [Errno 104] Connection reset by peer\n" in text
+    assert text.count("queue full") == 1
+
+
+def test_stalls_per_level_percentiles_max_and_share() -> None:
+    stalled = [0.0] * 6 + [0.2, 1.0]
+    counts = [0] * 6 + [1, 3]
+    results = [ok(c, s) for c, s in zip(counts, stalled, strict=True)]
+    results.append(ok(None, None))  # a response the player could not map: not counted either way
+    run = aggregate(level(results), None, playback_buffer_s=0.25)
+    playback = run["playback"]
+    assert playback["buffer_s"] == 0.25
+    assert playback["requests"] == 8
+    assert playback["stalled_share"] == pytest.approx(2 / 8)
+    assert playback["stalls"]["p50"] == 0.0 and playback["stalls"]["max"] == 3.0
+    assert playback["stalled_s"]["max"] == 1.0
+    assert 0.2 < playback["stalled_s"]["p95"] < 1.0
+    assert [r["stalls"] for r in run["per_request"]] == [*counts, None]
+    text = summary_markdown(meta(250), [run])
+    assert "## Playback (a listener who starts once 250 ms of audio have arrived" in text
+    assert "| A: http://a | 8 | 8 | 25% | 0 | " in text
+    assert "| 0 | 720 | 1000 |" in text  # stalled ms p50, p95, max
+
+
+def test_no_mappable_response_reports_no_stall_figures_rather_than_zeros() -> None:
+    playback = aggregate(level([ok(None, None)]), None)["playback"]
+    assert playback["requests"] == 0 and playback["stalled_share"] is None
+    assert playback["stalled_s"] == {"p50": None, "p95": None, "max": None}
+
+
+def test_extra_body_once_for_all_or_once_per_target() -> None:
+    both = build_targets(parse_args(["--target", "http://a", "--target", "http://b", "--extra-body", '{"seed": 1}']))
+    assert [t.extra_body for t in both] == [{"seed": 1}, {"seed": 1}]
+    each = build_targets(
+        parse_args(
+            [
+                "--target",
+                "http://a",
+                "--target",
+                "http://b",
+                "--extra-body",
+                '{"max_new_tokens": 101}',
+                "--extra-body",
+                '{"stream_format": "audio"}',
+            ]
+        )
+    )
+    assert [t.extra_body for t in each] == [{"max_new_tokens": 101}, {"stream_format": "audio"}]
+    assert [t.extra_body for t in build_targets(parse_args(["--target", "http://a"]))] == [{}]
+    with pytest.raises(SystemExit):  # two for three targets: ambiguous
+        build_targets(
+            parse_args(["--target", "a", "--target", "b", "--target", "c", "--extra-body", "{}", "--extra-body", "{}"])
+        )
+    with pytest.raises(SystemExit):
+        build_targets(parse_args(["--target", "a", "--extra-body", "[1]"]))
+    with pytest.raises(SystemExit):
+        build_targets(parse_args(["--target", "a", "--extra-body", "{nope"]))
+    with pytest.raises(SystemExit):
+        parse_args(["--target", "a", "--playback-buffer-ms", "-1"])
+    with pytest.raises(SystemExit):
+        parse_args(["--target", "a", "--keepalive-expiry", "-1"])
+    assert parse_args(["--target", "a"]).keepalive_expiry == 1.0
