@@ -101,6 +101,12 @@ gpu_snapshot() {  # $1 what happened
 prepare() {
   mkdir -p "$WORK" "$OUT" "$LOGS" "$CACHE"
   [ -f "$MODEL/config.json" ] || "$PYTHON" -m app.tools.qwen3_tts_model_dir "$MODEL" --variant custom_voice || return 1
+  local target
+  for target in $TARGETS; do
+    if running "$target" && [ -f "$BENCH_PROFILE" ]; then
+      log "servers are running on $BENCH_PROFILE: kept as it is (stop them to change the profile)"; return 0
+    fi
+  done
   local sets=() item
   IFS=';' read -ra items <<<"$PROFILE_SET"
   for item in "${items[@]}"; do [ -n "$item" ] && sets+=(--set "$item"); done
@@ -190,8 +196,10 @@ loadtest() {  # $1 out folder name, then speech-loadtest's level arguments
     "$@")
   # shellcheck disable=SC2206  # LOADTEST_ARGS is split into words on purpose
   args+=($LOADTEST_ARGS)
-  echo "$(date -u +%FT%TZ) $PYTHON -m loadtest.cli ${args[*]}" >>"$OUT/commands.txt"
-  log "speech-loadtest ${args[*]}"
+  local line
+  line=$(printf '%q ' "$PYTHON" -m loadtest.cli "${args[@]}")  # quoted: the line can be run again as it is
+  echo "$(date -u +%FT%TZ) $line" >>"$OUT/commands.txt"
+  log "$line"
   gpu_snapshot "before $name"
   "$PYTHON" -m loadtest.cli "${args[@]}"
   local rc=$?
