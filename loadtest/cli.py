@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
+from loadtest.engine_target import split_engine_url
 from loadtest.report import aggregate, summary_markdown, write_outputs
 from loadtest.runner import LevelRun, RunPlan, run_concurrency_sweep, run_rate_sweep
 from loadtest.targets import Target, discover, normalise_url, parse_header
@@ -52,7 +53,12 @@ def _csv(kind: type, value: str) -> list[Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="speech-loadtest", description=__doc__)
-    p.add_argument("--target", action="append", required=True, help="server base URL (repeat for A/B runs)")
+    p.add_argument(
+        "--target",
+        action="append",
+        required=True,
+        help="server base URL (repeat for A/B runs); engine+http://HOST:PORT: a `python3 -m loadtest.engine_alone`",
+    )
     p.add_argument("--model", action="append", help="model per target, in --target order (default: discovered)")
     p.add_argument("--voice", action="append", help="voice per target, in --target order (default: discovered)")
     p.add_argument("--header", action="append", default=[], help="'Name: value' sent to every target (auth)")
@@ -126,10 +132,12 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
     models = _per_target(args.model, len(args.target), "model")
     voices = _per_target(args.voice, len(args.target), "voice")
     extras = _per_target(args.extra_body, len(args.target), "extra-body")
-    return [
-        Target(i, normalise_url(url), models[i], voices[i], dict(headers), _json_object(extras[i]))
-        for i, url in enumerate(args.target)
-    ]
+    targets = []
+    for i, given in enumerate(args.target):
+        url, engine = split_engine_url(given)
+        extra = _json_object(extras[i])
+        targets.append(Target(i, normalise_url(url), models[i], voices[i], dict(headers), extra, engine))
+    return targets
 
 
 def http_client(
@@ -204,6 +212,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "index": t.index,
                 "label": t.label,
                 "url": t.url,
+                "engine": t.engine,
                 "model": t.model,
                 "voice": t.voice,
                 "extra_body": t.extra_body,

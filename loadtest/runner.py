@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from loadtest.engine_target import run_on_engine
 from loadtest.measure import RequestResult, describe_exception, measure
 from loadtest.targets import Target
 
@@ -123,6 +124,14 @@ async def _closed_loop(
     tick: Callable[[], None],
 ) -> float:
     """`count` requests with `concurrency` in flight; returns the wall time from first send to last answer."""
+    if target.engine:  # the engine runs the same requests in its own process
+        workload = {
+            "mode": "closed",
+            "level": concurrency,
+            "requests": count,
+            "texts": [texts.take() for _ in range(count)],
+        }
+        return await run_on_engine(client, target, workload, record, tick, count, plan.playback_buffer_s)
     queue: asyncio.Queue[str] = asyncio.Queue()
     for _ in range(count):
         queue.put_nowait(texts.take())
@@ -193,9 +202,16 @@ async def run_rate_sweep(
         cycles = [TextCycle(plan.texts) for _ in plan.targets]
         for round_index in range(plan.rounds):
             for target, run, texts in zip(plan.targets, level_runs, cycles, strict=True):
-                rng = random.Random(f"{plan.seed}-{rate}-{round_index}")  # the same arrival times for every target
-                run.wall_s += await _open_loop(
-                    client, plan, target, rate, plan.duration_s / plan.rounds, texts, run, rng, tick
-                )
+                seed = f"{plan.seed}-{rate}-{round_index}"  # the same arrival times for every target
+                duration = plan.duration_s / plan.rounds
+                if target.engine:
+                    workload = {"mode": "open", "level": rate, "duration": duration, "seed": seed}
+                    workload |= {"texts": texts.texts, "text_offset": texts.next}
+                    count_before = len(run.results)
+                    run.wall_s += await run_on_engine(client, target, workload, run, tick, None, plan.playback_buffer_s)
+                    texts.next += len(run.results) - count_before
+                    continue
+                rng = random.Random(seed)
+                run.wall_s += await _open_loop(client, plan, target, rate, duration, texts, run, rng, tick)
         runs.extend(level_runs)
     return runs

@@ -17,6 +17,7 @@ class Target:
     voice: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     extra_body: dict[str, Any] = field(default_factory=dict)
+    engine: bool = False  # an engine_alone control endpoint (engine+http://...), not a speech server
 
     @property
     def speech_url(self) -> str:
@@ -24,7 +25,8 @@ class Target:
 
     @property
     def label(self) -> str:
-        return f"{chr(ord('A') + self.index) if self.index < 26 else self.index}: {self.url}"
+        letter = chr(ord("A") + self.index) if self.index < 26 else self.index
+        return f"{letter}: {'engine+' if self.engine else ''}{self.url}"
 
 
 def normalise_url(url: str) -> str:

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Wait until the server on PORT answers /ready (exit 0), dies (exit 2) or TIMEOUT seconds pass (exit 1).
+# Wait until the server on PORT answers READY_PATH (default /ready) (exit 0), dies (exit 2) or TIMEOUT seconds pass
+# (exit 1). PIDFILE and LOG default to start-server.sh's; for start-vllm-omni.sh give READY_PATH=/health
+# PIDFILE=/tmp/vllm-omni-PORT.pid LOG=/tmp/vllm-omni-PORT.log.
 set -uo pipefail
 PORT=${1:-8000}
 TIMEOUT=${2:-900}
 LOG=${LOG:-/tmp/speech-server-$PORT.log}
-PID=$(cat "/tmp/speech-server-$PORT.pid" 2>/dev/null || echo "")
+READY_PATH=${READY_PATH:-/ready}
+PID=$(cat "${PIDFILE:-/tmp/speech-server-$PORT.pid}" 2>/dev/null || echo "")
 start=$(date +%s)
 last=""
 while true; do
-  if curl -sf "http://127.0.0.1:$PORT/ready" >/dev/null 2>&1; then
+  if curl -sf "http://127.0.0.1:$PORT$READY_PATH" >/dev/null 2>&1; then
     echo "ready after $(( $(date +%s) - start )) s"; exit 0
   fi
   if [ -n "$PID" ] && ! kill -0 "$PID" 2>/dev/null; then

@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# This service, vllm-omni's own `vllm serve --omni` and AsyncOmni alone (loadtest/engine_alone.py) on one GPU, the
+# same deploy profile for all three (memory cut so that they fit; every request the same fixed length), swept
+# interleaved by speech-loadtest. For a GPU host where vllm and vllm-omni are importable by $PYTHON (give PYTHONPATH).
+#
+#   deploy/gpu/side-by-side.sh all              start, sweep closed + open loop, stop
+#   deploy/gpu/side-by-side.sh start            start what is not running yet, wait until all three are ready
+#   deploy/gpu/side-by-side.sh sweep            sweep-closed, then sweep-open
+#   deploy/gpu/side-by-side.sh sweep-closed     closed loop at $CONCURRENCY
+#   deploy/gpu/side-by-side.sh sweep-open       open loop at $RATES
+#   deploy/gpu/side-by-side.sh status           what runs, what is ready
+#   deploy/gpu/side-by-side.sh stop             stop all three, keep their logs in $OUT/logs
+# Each phase can run on its own (e.g. one per command where a command's time is limited); `start` resumes where an
+# earlier `start` stopped waiting (START_WAIT_S), since the servers run detached.
+#
+# Settings (environment):
+#   OUT=/tmp/side-by-side/results   results: closed/ and open/ (speech-loadtest's JSON, Markdown, plots), logs/, the
+#                                   profile used, commands.txt, gpu.txt
+#   WORK=/tmp/side-by-side          model directory, profile copy, logs, compile cache (CACHE=$WORK/compile-cache)
+#   PROFILE=deploy/vllm-omni/customvoice.yaml  MEMORY=0.14 (every stage's share of the GPU)  FRAMES=100 (per request)
+#   PROFILE_SET="stages.1.async_scheduling=false;connectors.connector_of_shared_memory.extra.decode_batch_max_size=16"
+#                                   more overrides of the profile copy (deploy/gpu/bench_profile.py --set), ';'-separated
+#   TARGETS="service vllm-omni alone"  which to run, in start order; SERVICE_PORT=8000 OMNI_PORT=8001 ALONE_PORT=8002
+#   NAME=qwen3-tts  VOICE=vivian    model id and voice for every target
+#   CONCURRENCY=1,8,16,32,64  RATES=8,14  REQUESTS=64  WARMUP=8  DURATION=30  ROUNDS=2   the sweep
+#   PLAYBACK_BUFFER_MS=0            the modelled listener's jitter buffer (stalls); LOADTEST_ARGS: more options
+#   START_WAIT_S=540                how long one `start` waits in all before it gives up (run it again to resume)
+#   KV_WAIT_S=420                   the longest wait for a talker's KV cache line before starting the next anyway
+#   PYTHON=python3
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+REPO=$PWD
+PYTHON=${PYTHON:-python3}
+WORK=${WORK:-/tmp/side-by-side}
+OUT=${OUT:-$WORK/results}
+CACHE=${CACHE:-$WORK/compile-cache}
+PROFILE=${PROFILE:-deploy/vllm-omni/customvoice.yaml}
+MEMORY=${MEMORY:-0.14}
+FRAMES=${FRAMES:-100}
+PROFILE_SET=${PROFILE_SET:-}
+TARGETS=${TARGETS:-service vllm-omni alone}
+SERVICE_PORT=${SERVICE_PORT:-8000}
+OMNI_PORT=${OMNI_PORT:-8001}
+ALONE_PORT=${ALONE_PORT:-8002}
+NAME=${NAME:-qwen3-tts}
+VOICE=${VOICE:-vivian}
+CONCURRENCY=${CONCURRENCY:-1,8,16,32,64}
+RATES=${RATES:-8,14}
+REQUESTS=${REQUESTS:-64}
+WARMUP=${WARMUP:-8}
+DURATION=${DURATION:-30}
+ROUNDS=${ROUNDS:-2}
+PLAYBACK_BUFFER_MS=${PLAYBACK_BUFFER_MS:-0}
+LOADTEST_ARGS=${LOADTEST_ARGS:-}
+START_WAIT_S=${START_WAIT_S:-540}
+KV_WAIT_S=${KV_WAIT_S:-420}
+MODEL=$WORK/model
+BENCH_PROFILE=$WORK/bench-profile.yaml
+LOGS=$WORK/logs
+KV_LINE="GPU KV cache size"  # vLLM logs it once a stage has profiled its memory and sized its KV cache
+
+# one compile cache for all three: the second and third start reuse the first one's torch.compile / Triton work
+export VLLM_CACHE_ROOT=${VLLM_CACHE_ROOT:-$CACHE}
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$CACHE/inductor}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$CACHE/triton}
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"  # app.engines.omni_stage_fix (the profile's hook), loadtest
+export PYTHONUNBUFFERED=1
+
+log() { echo "[side-by-side $(date -u +%T)] $*"; }
+
+port_of() { case $1 in service) echo "$SERVICE_PORT" ;; vllm-omni) echo "$OMNI_PORT" ;; alone) echo "$ALONE_PORT" ;; esac; }
+pidfile_of() {
+  case $1 in
+    service) echo "/tmp/speech-server-$SERVICE_PORT.pid" ;;
+    vllm-omni) echo "/tmp/vllm-omni-$OMNI_PORT.pid" ;;
+    alone) echo "/tmp/engine-alone-$ALONE_PORT.pid" ;;
+  esac
+}
+ready_path_of() { case $1 in vllm-omni) echo /health ;; *) echo /ready ;; esac; }
+url_of() { case $1 in alone) echo "engine+http://127.0.0.1:$ALONE_PORT" ;; *) echo "http://127.0.0.1:$(port_of "$1")" ;; esac; }
+log_of() { echo "$LOGS/$1.log"; }
+
+running() {  # $1 target: its recorded process is alive
+  local pid
+  pid=$(cat "$(pidfile_of "$1")" 2>/dev/null) || return 1
+  kill -0 "$pid" 2>/dev/null
+}
+
+is_ready() {  # $1 target: it answers its readiness path with 200 (python: no curl needed)
+  "$PYTHON" - "http://127.0.0.1:$(port_of "$1")$(ready_path_of "$1")" <<'PY' >/dev/null 2>&1
+import sys, urllib.request
+sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=3).status == 200 else 1)
+PY
+}
+
+gpu_snapshot() {  # $1 what happened
+  { echo "== $(date -u +%T) $1"; nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu --format=csv 2>&1; } \
+    >>"$OUT/gpu.txt"
+}
+
+prepare() {
+  mkdir -p "$WORK" "$OUT" "$LOGS" "$CACHE"
+  [ -f "$MODEL/config.json" ] || "$PYTHON" -m app.tools.qwen3_tts_model_dir "$MODEL" --variant custom_voice || return 1
+  local target
+  for target in $TARGETS; do
+    if running "$target" && [ -f "$BENCH_PROFILE" ]; then
+      log "servers are running on $BENCH_PROFILE: kept as it is (stop them to change the profile)"; return 0
+    fi
+  done
+  local sets=() item
+  IFS=';' read -ra items <<<"$PROFILE_SET"
+  for item in "${items[@]}"; do [ -n "$item" ] && sets+=(--set "$item"); done
+  "$PYTHON" deploy/gpu/bench_profile.py "$PROFILE" "$BENCH_PROFILE" --memory "$MEMORY" --frames "$FRAMES" \
+    "${sets[@]}" || return 1
+  cp "$BENCH_PROFILE" "$OUT/profile.yaml"
+}
+
+launch() {  # $1 target
+  local log
+  log=$(log_of "$1")
+  case $1 in
+    service)
+      # fixed length: every request runs to the profile's max_tokens (FRAMES + 1); warm-up requests to their own
+      PORT=$SERVICE_PORT LOG=$log PYTHON=$PYTHON SPEECH_MODEL=$MODEL SPEECH_LOAD_FORMAT=dummy \
+        SPEECH_DEPLOY_CONFIG=$BENCH_PROFILE SPEECH_OMNI_FIXED_LENGTH=true SPEECH_SERVED_MODEL_NAME=$NAME \
+        SPEECH_COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-server.sh
+      ;;
+    vllm-omni)
+      PORT=$OMNI_PORT LOG=$log PYTHON=$PYTHON MODEL=$MODEL DEPLOY_CONFIG=$BENCH_PROFILE LOAD_FORMAT=dummy NAME=$NAME \
+        COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-vllm-omni.sh
+      ;;
+    alone)
+      setsid nohup "$PYTHON" -m loadtest.engine_alone --model "$MODEL" --deploy-config "$BENCH_PROFILE" \
+        --load-format dummy --served-model-name "$NAME" --compile-cache-dir "$CACHE" --port "$ALONE_PORT" \
+        >"$log" 2>&1 </dev/null &
+      echo $! >"$(pidfile_of alone)"
+      echo "engine_alone starting on port $ALONE_PORT, pid $!, log $log"
+      ;;
+  esac
+}
+
+wait_for() {  # $1 target, $2 "kv" (its talker sized its KV cache) or "ready"; until the deadline $3 (epoch s)
+  local target=$1 what=$2 deadline=$3 since
+  since=$(date +%s)
+  while true; do
+    if [ "$what" = kv ] && grep -q "$KV_LINE" "$(log_of "$target")" 2>/dev/null; then
+      log "$target: $(grep -m1 -o "$KV_LINE.*" "$(log_of "$target")")"; return 0
+    fi
+    if is_ready "$target"; then log "$target: ready"; return 0; fi
+    if ! running "$target"; then
+      log "$target died; the end of its log:"; tail -n 40 "$(log_of "$target")"; return 2
+    fi
+    if [ "$what" = kv ] && [ $(( $(date +%s) - since )) -ge "$KV_WAIT_S" ]; then
+      log "$target: no '$KV_LINE' line after $KV_WAIT_S s; starting the next one anyway"; return 0
+    fi
+    if [ "$(date +%s)" -ge "$deadline" ]; then return 1; fi
+    sleep 3
+  done
+}
+
+cmd_start() {
+  prepare || { log "could not prepare the model directory and profile"; return 1; }
+  local deadline=$(( $(date +%s) + START_WAIT_S )) target rc
+  for target in $TARGETS; do
+    if running "$target"; then
+      log "$target: already running (pid $(cat "$(pidfile_of "$target")"))"
+    else
+      echo "$(date -u +%FT%TZ) start $target" >>"$OUT/commands.txt"
+      launch "$target" || return 1
+      gpu_snapshot "launched $target"
+    fi
+    # the next start waits until this one's memory profile is done, so that the two do not measure each other
+    wait_for "$target" kv "$deadline"; rc=$?
+    [ $rc -eq 2 ] && return 2
+    [ $rc -eq 1 ] && { log "still starting after $START_WAIT_S s: run '$0 start' again to go on waiting"; return 3; }
+  done
+  for target in $TARGETS; do
+    wait_for "$target" ready "$deadline"; rc=$?
+    [ $rc -eq 2 ] && return 2
+    [ $rc -eq 1 ] && { log "$target not ready yet: run '$0 start' again to go on waiting"; return 3; }
+  done
+  gpu_snapshot "all ready"
+  log "all ready: $TARGETS"
+}
+
+loadtest() {  # $1 out folder name, then speech-loadtest's level arguments
+  local name=$1 args=() target
+  shift
+  for target in $TARGETS; do
+    is_ready "$target" || { log "$target is not ready: run '$0 start' first"; return 1; }
+    args+=(--target "$(url_of "$target")")
+  done
+  # vllm-omni's server streams raw pcm only when asked with the OpenAI field; this service accepts it too
+  args+=(--model "$NAME" --voice "$VOICE" --format pcm --extra-body '{"stream_format": "audio"}'
+    --warmup "$WARMUP" --rounds "$ROUNDS" --playback-buffer-ms "$PLAYBACK_BUFFER_MS" --no-progress --out "$OUT/$name"
+    "$@")
+  # shellcheck disable=SC2206  # LOADTEST_ARGS is split into words on purpose
+  args+=($LOADTEST_ARGS)
+  local line
+  line=$(printf '%q ' "$PYTHON" -m loadtest.cli "${args[@]}")  # quoted: the line can be run again as it is
+  echo "$(date -u +%FT%TZ) $line" >>"$OUT/commands.txt"
+  log "$line"
+  gpu_snapshot "before $name"
+  "$PYTHON" -m loadtest.cli "${args[@]}"
+  local rc=$?
+  gpu_snapshot "after $name"
+  return $rc
+}
+
+cmd_sweep_closed() { loadtest closed --concurrency "$CONCURRENCY" --requests "$REQUESTS"; }
+cmd_sweep_open() { loadtest open --rate "$RATES" --duration "$DURATION" --requests "$REQUESTS"; }
+
+cmd_status() {
+  local target
+  for target in $TARGETS; do
+    if is_ready "$target"; then echo "$target: ready on port $(port_of "$target")"
+    elif running "$target"; then echo "$target: starting (log $(log_of "$target"))"
+    else echo "$target: not running"; fi
+  done
+}
+
+cmd_stop() {
+  local target
+  mkdir -p "$OUT/logs"
+  for target in $TARGETS; do
+    PIDFILE=$(pidfile_of "$target") deploy/gpu/stop-server.sh "$(port_of "$target")"
+    [ -f "$(log_of "$target")" ] && tail -c 20000000 "$(log_of "$target")" >"$OUT/logs/$target.log"
+  done
+  gpu_snapshot "stopped"
+}
+
+case ${1:-} in
+  start) cmd_start ;;
+  sweep) cmd_sweep_closed && cmd_sweep_open ;;
+  sweep-closed) cmd_sweep_closed ;;
+  sweep-open) cmd_sweep_open ;;
+  status) cmd_status ;;
+  stop) cmd_stop ;;
+  all)
+    cmd_start && cmd_sweep_closed && cmd_sweep_open
+    rc=$?
+    cmd_stop
+    exit $rc
+    ;;
+  *) sed -n '2,14p' "$0"; exit 64 ;;
+esac

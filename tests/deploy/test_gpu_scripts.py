@@ -1,0 +1,87 @@
+"""deploy/gpu's start / wait / stop scripts, with a stand-in for the GPU host's python (no vllm here)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from tests.support.server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU = ROOT / "deploy/gpu"
+
+
+def stand_in_python(tmp_path: Path) -> Path:
+    """Records its arguments and environment, then idles like a server that is still starting."""
+    script = tmp_path / "python3"
+    script.write_text(
+        f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {tmp_path}/argv\nenv > {tmp_path}/env\nexec sleep 60\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_start_vllm_omni_runs_vllm_serve_omni_detached_and_stop_ends_it(tmp_path: Path) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHON": str(stand_in_python(tmp_path)),
+        "PORT": str(port),
+        "MODEL": "/models/qwen3-tts",
+        "DEPLOY_CONFIG": "/tmp/bench.yaml",
+        "LOAD_FORMAT": "dummy",
+        "COMPILE_CACHE_DIR": "/cache",
+        "LOG": str(tmp_path / "log"),
+        "PYTHONPATH": "/site",
+    }
+    env.pop("TRITON_CACHE_DIR", None)
+    started = subprocess.run(
+        [str(GPU / "start-vllm-omni.sh"), "--max-num-seqs", "8"], env=env, capture_output=True, text=True, check=True
+    )
+    assert f"starting on port {port}" in started.stdout
+    pidfile = Path(f"/tmp/vllm-omni-{port}.pid")
+    pid = int(pidfile.read_text())
+    for _ in range(100):
+        if (tmp_path / "env").exists():
+            break
+        time.sleep(0.05)
+    argv = (tmp_path / "argv").read_text().split("\n")[:-1]
+    assert argv == [
+        "-m", "vllm_omni.entrypoints.cli.main", "serve", "/models/qwen3-tts", "--omni",
+        "--deploy-config", "/tmp/bench.yaml", "--host", "127.0.0.1", "--port", str(port),
+        "--served-model-name", "qwen3-tts", "--stage-init-timeout", "900", "--init-timeout", "1200",
+        "--load-format", "dummy", "--max-num-seqs", "8",
+    ]  # fmt: skip
+    seen = dict(line.split("=", 1) for line in (tmp_path / "env").read_text().splitlines() if "=" in line)
+    assert seen["PYTHONPATH"] == f"{ROOT}:/site"  # the profile's stage-0 hook imports from the checkout
+    assert seen["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn" and seen["HF_HUB_OFFLINE"] == "1"
+    assert (seen["VLLM_CACHE_ROOT"], seen["TORCHINDUCTOR_CACHE_DIR"], seen["TRITON_CACHE_DIR"]) == (
+        "/cache",
+        "/cache/inductor",
+        "/cache/triton",
+    )
+    assert os.getpgid(pid) == pid  # its own session: stop-server.sh can end the stage processes with it
+
+    waited = subprocess.run(
+        [str(GPU / "wait-ready.sh"), str(port), "1"],
+        env={**env, "READY_PATH": "/health", "PIDFILE": str(pidfile)},
+        capture_output=True,
+        text=True,
+    )
+    assert waited.returncode == 1 and "not ready after 1 s" in waited.stdout  # alive, not answering
+
+    stopped = subprocess.run(
+        [str(GPU / "stop-server.sh"), str(port)], env={**env, "PIDFILE": str(pidfile)}, capture_output=True, text=True
+    )
+    assert stopped.returncode == 0 and f"stopped the server on port {port}" in stopped.stdout
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the stand-in server is still running")
+    assert not pidfile.exists()
