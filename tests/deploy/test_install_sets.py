@@ -18,14 +18,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from loadtest.audio import decode
 from tests.support.dockerfile import ROOT, Stage, stages
 from tests.support.server import RunningServer, free_port, wait_until
+from tests.support.speech import FORMATS, assert_speaks
 
-FORMATS = ["pcm", "wav", "mp3", "opus", "aac", "flac"]
 # Modules of the omni engine that import vllm-omni at load: only the omni engine (the GPU image) imports them.
 NEEDS_OMNI_EXTRA = {"app.engines.omni_stage_fix"}
-SENTENCE = "The quick brown fox jumps over the lazy dog."
 
 
 def uv() -> str:
@@ -213,12 +211,4 @@ def test_every_module_of_the_service_imports(installed: Installed) -> None:
 
 @pytest.mark.parametrize("response_format", FORMATS)
 def test_every_format_speaks(installed: Installed, response_format: str) -> None:
-    response = httpx.post(
-        f"{installed.server.base_url}/v1/audio/speech",
-        json={"model": "tts-1", "voice": "alloy", "input": SENTENCE, "response_format": response_format},
-        timeout=60,
-    )
-    assert response.status_code == 200, response.text
-    audio = decode(response.content, response_format)
-    assert audio.channels == 1
-    assert 1.5 < audio.duration_s < 6.0, audio.duration_s  # nine words of speech
+    assert_speaks(installed.server.base_url, response_format)
