@@ -42,31 +42,44 @@ def _csv(kind: type, value: str) -> list[Any]:
     return [kind(part) for part in value.split(",") if part.strip()]
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="speech-loadtest", description=__doc__)
+class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows every default that is a value (not None, False or an empty list: those say it in words)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="speech-loadtest", description=__doc__, formatter_class=_DefaultsHelpFormatter)
     p.add_argument("--target", action="append", required=True, help="server base URL (repeat for A/B runs)")
     p.add_argument("--model", action="append", help="model per target, in --target order (default: discovered)")
     p.add_argument("--voice", action="append", help="voice per target, in --target order (default: discovered)")
     p.add_argument("--header", action="append", default=[], help="'Name: value' sent to every target (auth)")
     p.add_argument("--extra-body", default="{}", help="JSON object merged into every request body")
-    p.add_argument("--texts", choices=TEXT_SETS, default="medium", help="shipped text set (default medium)")
-    p.add_argument("--language", default="English", help="language of the shipped texts (default English)")
+    p.add_argument("--texts", choices=TEXT_SETS, default="medium", help="shipped text set")
+    p.add_argument("--language", default="English", help="language of the shipped texts")
     p.add_argument("--text-file", help="one text per line, instead of the shipped sets")
-    p.add_argument("--format", default="pcm", choices=["pcm", "wav", "mp3", "opus", "aac", "flac"])
-    p.add_argument("--stream-format", default="audio", choices=["audio", "sse"])
+    p.add_argument("--format", default="pcm", choices=["pcm", "wav", "mp3", "opus", "aac", "flac"], help="audio format")
+    p.add_argument("--stream-format", default="audio", choices=["audio", "sse"], help="raw audio stream or SSE events")
     p.add_argument("--concurrency", default="1,4,8,16,32", help="closed-loop levels, comma-separated")
     p.add_argument("--requests", type=int, default=32, help="measured requests per target and level")
     p.add_argument("--warmup", type=int, default=2, help="unmeasured requests per target before each level")
     p.add_argument("--rate", help="open loop instead: Poisson arrival rates per second, comma-separated")
     p.add_argument("--duration", type=float, default=30.0, help="open loop: seconds per target and rate")
-    p.add_argument("--rounds", type=int, help="interleaved rounds per level (default 2 with several targets)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds per level (default: 2 with several targets, else 1)")
     p.add_argument("--asr", action="store_true", help="transcribe responses with Whisper tiny.en and report WER")
     p.add_argument("--asr-sample", type=int, help="transcribe at most this many responses per target and level")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
     p.add_argument("--seed", type=int, default=0, help="seed of the open-loop arrival times")
-    p.add_argument("--out", help="output directory (default loadtest-results/<time>)")
+    p.add_argument("--out", help="output directory (default: loadtest-results/<time>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def _per_target(values: list[str] | None, count: int, name: str) -> list[str | None]:

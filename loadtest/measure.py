@@ -36,6 +36,7 @@ class RequestResult:
     sample_rate: int | None = None
     bytes: int = 0
     audio: bytes | None = field(default=None, repr=False)
+    error_message: str | None = None  # the server's own words (its error body or SSE error event), else ours
 
     @property
     def rtf(self) -> float | None:
@@ -80,12 +81,13 @@ class _PayloadClock:
         self.first_at = time.perf_counter() - self.started
 
 
-def _error_code(body: bytes) -> str | None:
+def _error(body: bytes) -> tuple[str | None, str | None]:
+    """(code, message) of an OpenAI-shaped error body; for any other body, no code and the body's start."""
     try:
         error = json.loads(body)["error"]
-        return error.get("code") or error.get("type")
-    except (ValueError, KeyError, TypeError):
-        return None
+        return error.get("code") or error.get("type"), error.get("message")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None, body[:200].decode("utf-8", "replace").strip() or None
 
 
 async def measure(
@@ -115,33 +117,58 @@ async def measure(
         async with client.stream("POST", target.speech_url, json=body, headers=target.headers) as response:
             if response.status_code != 200:
                 payload = await response.aread()
+                code, message = _error(payload)
                 return RequestResult(
                     target.index,
                     text,
                     response.status_code,
                     False,
-                    _error_code(payload),
+                    code,
                     e2e_s=time.perf_counter() - started,
                     bytes=len(payload),
+                    error_message=message,
                 )
             if stream_format == "sse":
                 error = await _read_sse(response, audio, clock)
                 if error is not None:
-                    return RequestResult(target.index, text, 200, False, error, e2e_s=time.perf_counter() - started)
+                    code, message = error
+                    return RequestResult(
+                        target.index, text, 200, False, code, e2e_s=time.perf_counter() - started, error_message=message
+                    )
             else:
                 async for chunk in response.aiter_raw():
                     audio += chunk
                     clock.add(chunk)
         e2e = time.perf_counter() - started
-    except httpx.TimeoutException:
-        return RequestResult(target.index, text, 0, False, "timeout", e2e_s=time.perf_counter() - started)
+    except httpx.TimeoutException as exc:
+        return RequestResult(
+            target.index, text, 0, False, "timeout", e2e_s=time.perf_counter() - started, error_message=repr(exc)
+        )
     except httpx.HTTPError as exc:
-        return RequestResult(target.index, text, 0, False, type(exc).__name__, e2e_s=time.perf_counter() - started)
+        return RequestResult(
+            target.index,
+            text,
+            0,
+            False,
+            type(exc).__name__,
+            e2e_s=time.perf_counter() - started,
+            error_message=str(exc),
+        )
     rate = int(target.extra_body.get("sample_rate", 24_000))
     try:  # decoding is CPU work: off the event loop, so it does not delay other requests' clocks
         decoded = await asyncio.to_thread(decode, bytes(audio), response_format, rate)
-    except Exception:  # the server sent something no decoder accepts: count it, do not crash the run
-        return RequestResult(target.index, text, 200, False, "undecodable_audio", clock.first_at, e2e, bytes=len(audio))
+    except Exception as exc:  # the server sent something no decoder accepts: count it, do not crash the run
+        return RequestResult(
+            target.index,
+            text,
+            200,
+            False,
+            "undecodable_audio",
+            clock.first_at,
+            e2e,
+            bytes=len(audio),
+            error_message=str(exc),
+        )
     if len(decoded.samples) == 0:
         return RequestResult(target.index, text, 200, False, "empty_audio", clock.first_at, e2e, bytes=len(audio))
     return RequestResult(
@@ -160,8 +187,8 @@ async def measure(
     )
 
 
-async def _read_sse(response: httpx.Response, audio: bytearray, clock: _PayloadClock) -> str | None:
-    """Collect the audio of an SSE stream; returns an error code if the stream reported one."""
+async def _read_sse(response: httpx.Response, audio: bytearray, clock: _PayloadClock) -> tuple[str, str | None] | None:
+    """Collect the audio of an SSE stream; returns (code, message) if the stream failed."""
     async for line in response.aiter_lines():
         if not line.startswith("data:"):
             continue
@@ -170,12 +197,13 @@ async def _read_sse(response: httpx.Response, audio: bytearray, clock: _PayloadC
             kind = event.get("type")
             data = base64.b64decode(event.get("audio", ""), validate=True) if kind == "speech.audio.delta" else b""
         except (ValueError, AttributeError, TypeError):
-            return "sse_malformed"
+            return "sse_malformed", line[:200]
         if kind == "speech.audio.delta":
             audio += data
             clock.add(data)
         elif kind == "error":
-            return (event.get("error") or {}).get("code") or "sse_error"
+            error = event.get("error") or {}
+            return error.get("code") or "sse_error", error.get("message")
         elif kind == "speech.audio.done":
             return None
-    return "sse_incomplete"  # the stream ended without speech.audio.done
+    return "sse_incomplete", "the stream ended without speech.audio.done"

@@ -14,11 +14,14 @@ def aggregate(run: LevelRun, wer: float | None) -> dict[str, Any]:
     ok = [r for r in run.results if r.ok]
     errors_by_status: dict[str, int] = {}
     errors_by_code: dict[str, int] = {}
+    error_messages: dict[str, str] = {}  # the first message seen per code: why the requests failed
     for result in run.results:
         if not result.ok:
             errors_by_status[str(result.status)] = errors_by_status.get(str(result.status), 0) + 1
             code = result.error_code or "unknown"
             errors_by_code[code] = errors_by_code.get(code, 0) + 1
+            if result.error_message:
+                error_messages.setdefault(code, result.error_message)
     audio_total = sum(r.audio_s or 0.0 for r in ok)
     wall = run.wall_s
     return {
@@ -33,6 +36,7 @@ def aggregate(run: LevelRun, wer: float | None) -> dict[str, Any]:
         "errors": len(run.results) - len(ok),
         "errors_by_status": errors_by_status,
         "errors_by_code": errors_by_code,
+        "error_messages": error_messages,
         "ttfa_s": summarize([r.ttfa_s for r in ok if r.ttfa_s is not None]),
         "e2e_s": summarize([r.e2e_s for r in ok if r.e2e_s is not None]),
         "rtf": summarize([r.rtf for r in ok if r.rtf is not None]),
@@ -139,6 +143,8 @@ def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
                 f"- {meta['targets'][run['target']]['label']} at {_level_key(run):g}: "
                 f"by status {run['errors_by_status']}, by code {run['errors_by_code']}"
             )
+            for code, message in run.get("error_messages", {}).items():
+                lines.append(f"  - {code}: {message}")
     return "\n".join(lines) + "\n"
 
 

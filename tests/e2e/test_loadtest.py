@@ -97,6 +97,10 @@ def test_server_errors_are_counted_by_status(server: RunningServer, tmp_path: Pa
     assert run["ok"] == 0 and run["errors"] == 4
     assert run["errors_by_status"] == {"400": 4}
     assert run["ttfa_s"]["p50"] is None and run["throughput_rps"] == 0
+    # why they failed: the server's own message, per code, in results.json and in the printed summary
+    ((code, message),) = run["error_messages"].items()
+    assert run["errors_by_code"] == {code: 4} and "speed" in message
+    assert f"- {code}: {message}" in done.stdout
 
 
 def test_open_loop_sse(server: RunningServer, tmp_path: Path) -> None:
