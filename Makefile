@@ -1,7 +1,8 @@
 # Two commands on a fresh machine with Python >= 3.11 and make: `make run` and `make test`.
 PYTHON ?= python3
 UV_VERSION := 0.13.8
-HOST ?= 0.0.0.0
+# `make run` serves this machine only; HOST=0.0.0.0 listens on every interface.
+HOST ?= 127.0.0.1
 PORT ?= 8000
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := .venv
