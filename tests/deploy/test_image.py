@@ -78,7 +78,7 @@ def image_config(tool: str) -> dict[str, object]:
 
 
 def run_in_container(tool: str, workdir: Path) -> RunningServer:
-    """`docker run` exactly as the README shows it, on a loopback port."""
+    """`docker run` with the README's arguments (read-only root, tmpfs /tmp, a voice volume), on a loopback port."""
     port = free_port()
     name = f"speech-test-{port}"
     volume = f"speech-test-voices-{port}"

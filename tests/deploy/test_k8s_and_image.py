@@ -275,3 +275,12 @@ def test_dockerfile_pins_the_proven_vllm_pair() -> None:
     lock = (ROOT / "uv.lock").read_text()
     assert re.search(r'name = "vllm"\nversion = "0\.26\.0"', lock)
     assert re.search(r'name = "vllm-omni"\nversion = "0\.26\.0"', lock)
+
+
+def test_readme_runs_the_image_read_only_with_its_volume() -> None:
+    readme = re.sub(r"\\\n\s*", " ", (ROOT / "README.md").read_text())
+    (run,) = [line for line in readme.splitlines() if line.startswith("docker run ")]
+    store = stages()["cpu"].env()["SPEECH_VOICE_STORE"]
+    assert "--read-only" in run and "--tmpfs /tmp" in run and re.search(rf"-v \S+:{re.escape(store)}\b", run), run
+    assert re.search(r"-p \S*8000:8000", run), run
+    assert "docker build --target cpu" in readme and "make image" in readme
