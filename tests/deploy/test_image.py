@@ -131,17 +131,18 @@ exec env -i {shlex.join(env)} chroot --userspec={uid}:{gid or uid} {root} \
 def running(image: tuple[str, bool]) -> Iterator[RunningServer]:
     tool, runs = image
     workdir = Path(tempfile.mkdtemp(prefix="speech-image-"))
-    server = run_in_container(tool, workdir) if runs else run_from_mounted_image(workdir)
+    server = None
     try:
+        server = run_in_container(tool, workdir) if runs else run_from_mounted_image(workdir)
         wait_until(server, "/ready", timeout_s=120)
         yield server
     finally:
-        if runs:
+        if server is not None and runs:
             sh(tool, "stop", "-t", "40", server.env["container"], timeout=60)
-            server.stop()
             sh(tool, "volume", "rm", "-f", server.env["volume"])
-        else:
+        if server is not None:
             server.stop()
+        if not runs:
             sh("podman", "image", "unmount", IMAGE)
         shutil.rmtree(workdir, ignore_errors=True)
 
