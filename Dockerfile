@@ -1,15 +1,15 @@
-# syntax=docker/dockerfile:1.7
 # Two images from one file:
 #   docker build --target cpu -t speech-service:cpu .   the embedded CPU engine (no GPU needed)
 #   docker build --target gpu -t speech-service:gpu .   the omni engine: vllm 0.26.0 + vllm-omni 0.26.0 (the pair
 #                                                       proven on H100; torch 2.11 / CUDA 13) for Qwen3-TTS
 # Both install with the Makefile's own `make install` (only the extras differ), so CI runs the same install steps.
+# The root filesystem can be read-only: the service writes only to /tmp (HOME) and its voice store.
 # No model weights are baked in: mount them and point SPEECH_MODEL at them (see k8s/overlays/gpu).
 
 ARG VERSION=0.1.0
 
 # ---------------------------------------------------------------------------------------------------------------------
-FROM python:3.11-slim-bookworm AS cpu
+FROM docker.io/library/python:3.11-slim-bookworm AS cpu
 ARG VERSION
 LABEL org.opencontainers.image.title="speech-service (cpu)" \
       org.opencontainers.image.description="OpenAI-compatible streaming text-to-speech, embedded CPU engine" \
@@ -17,7 +17,9 @@ LABEL org.opencontainers.image.title="speech-service (cpu)" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.source="https://github.com/speech-service/speech-service"
 RUN apt-get update && apt-get install -y --no-install-recommends make && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --home-dir /srv/speech --shell /usr/sbin/nologin speech
+    && groupadd --system --gid 10001 speech \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /srv/speech --shell /usr/sbin/nologin speech \
+    && install -d -o 10001 -g 10001 -m 0750 /var/lib/speech/voices
 WORKDIR /srv/speech
 COPY pyproject.toml uv.lock Makefile README.md ./
 COPY app ./app
@@ -32,13 +34,16 @@ ENV PATH="/srv/speech/.venv/bin:${PATH}" \
     SPEECH_ENGINE=embedded \
     SPEECH_HOST=0.0.0.0 \
     SPEECH_PORT=8000 \
+    SPEECH_VOICE_STORE=/var/lib/speech/voices \
     HF_HUB_OFFLINE=1
-USER 10001
+# Registered voices outlive the container: mount a volume here (shared between replicas, see k8s/).
+VOLUME ["/var/lib/speech/voices"]
+USER 10001:10001
 EXPOSE 8000
 ENTRYPOINT ["speech-server"]
 
 # ---------------------------------------------------------------------------------------------------------------------
-FROM nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04 AS gpu
+FROM docker.io/nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04 AS gpu
 ARG VERSION
 LABEL org.opencontainers.image.title="speech-service (gpu)" \
       org.opencontainers.image.description="OpenAI-compatible streaming text-to-speech, Qwen3-TTS on vllm-omni" \
@@ -48,7 +53,9 @@ LABEL org.opencontainers.image.title="speech-service (gpu)" \
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 python3-venv python3-dev build-essential make ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --home-dir /srv/speech --shell /usr/sbin/nologin speech
+    && groupadd --system --gid 10001 speech \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /srv/speech --shell /usr/sbin/nologin speech \
+    && install -d -o 10001 -g 10001 -m 0750 /var/lib/speech/voices
 WORKDIR /srv/speech
 COPY pyproject.toml uv.lock Makefile README.md ./
 COPY app ./app
@@ -63,12 +70,15 @@ ENV PATH="/srv/speech/.venv/bin:${PATH}" \
     SPEECH_ENGINE=omni \
     SPEECH_HOST=0.0.0.0 \
     SPEECH_PORT=8000 \
+    SPEECH_VOICE_STORE=/var/lib/speech/voices \
     SPEECH_DEPLOY_CONFIG=/srv/speech/deploy/vllm-omni/customvoice.yaml \
     VLLM_WORKER_MULTIPROC_METHOD=spawn \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
     VLLM_NO_USAGE_STATS=1 \
     PYTHONPATH=/srv/speech
-USER 10001
+# Registered voices outlive the container: mount a volume here (shared between replicas, see k8s/).
+VOLUME ["/var/lib/speech/voices"]
+USER 10001:10001
 EXPOSE 8000
 ENTRYPOINT ["speech-server"]

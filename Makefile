@@ -1,7 +1,8 @@
 # Two commands on a fresh machine with Python >= 3.11 and make: `make run` and `make test`.
 PYTHON ?= python3
 UV_VERSION := 0.13.8
-HOST ?= 0.0.0.0
+# `make run` serves this machine only; HOST=0.0.0.0 listens on every interface.
+HOST ?= 127.0.0.1
 PORT ?= 8000
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := .venv
@@ -9,7 +10,7 @@ export UV_PROJECT_ENVIRONMENT := .venv
 # uv from PATH when it is there, else a private copy installed from PyPI into .tools/.
 UV := $(shell command -v uv 2>/dev/null || echo .tools/uv/bin/uv)
 
-.PHONY: install run test test-unit test-e2e lint format clean k8s-sync
+.PHONY: install run test test-unit test-e2e lint format clean k8s-sync image
 
 .tools/uv/bin/uv:
 	$(PYTHON) -m venv .tools/uv
@@ -49,3 +50,13 @@ clean:
 # Copies of deploy/ files that the Kubernetes manifests embed (kustomize reads only files under k8s/).
 k8s-sync: install
 	.venv/bin/python k8s/sync.py
+
+# The CPU image, with podman or docker (the first found; CONTAINER_TOOL=docker to choose). IMAGE_BUILD_FLAGS reach the
+# build command, e.g. IMAGE_BUILD_FLAGS="--isolation chroot" for podman inside a container or VM that cannot start one.
+CONTAINER_TOOL ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
+IMAGE ?= speech-service:cpu
+IMAGE_BUILD_FLAGS ?=
+
+image:
+	@test -n "$(CONTAINER_TOOL)" || { echo "make image: needs podman or docker" >&2; exit 1; }
+	$(CONTAINER_TOOL) build --target cpu -t $(IMAGE) $(IMAGE_BUILD_FLAGS) .

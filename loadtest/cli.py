@@ -51,8 +51,17 @@ def _csv(kind: type, value: str) -> list[Any]:
     return [kind(part) for part in value.split(",") if part.strip()]
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="speech-loadtest", description=__doc__)
+class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows every default that is a value (not None, False or an empty list: those say it in words)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="speech-loadtest", description=__doc__, formatter_class=_DefaultsHelpFormatter)
     p.add_argument(
         "--target",
         action="append",
@@ -67,36 +76,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="append",
         help="JSON object merged into the request body: once for all targets, or once per target in --target order",
     )
-    p.add_argument("--texts", choices=TEXT_SETS, default="medium", help="shipped text set (default medium)")
-    p.add_argument("--language", default="English", help="language of the shipped texts (default English)")
+    p.add_argument("--texts", choices=TEXT_SETS, default="medium", help="shipped text set")
+    p.add_argument("--language", default="English", help="language of the shipped texts")
     p.add_argument("--text-file", help="one text per line, instead of the shipped sets")
-    p.add_argument("--format", default="pcm", choices=["pcm", "wav", "mp3", "opus", "aac", "flac"])
-    p.add_argument("--stream-format", default="audio", choices=["audio", "sse"])
+    p.add_argument("--format", default="pcm", choices=["pcm", "wav", "mp3", "opus", "aac", "flac"], help="audio format")
+    p.add_argument("--stream-format", default="audio", choices=["audio", "sse"], help="raw audio stream or SSE events")
     p.add_argument("--concurrency", default="1,4,8,16,32", help="closed-loop levels, comma-separated")
     p.add_argument("--requests", type=int, default=32, help="measured requests per target and level")
     p.add_argument("--warmup", type=int, default=2, help="unmeasured requests per target before each level")
     p.add_argument("--rate", help="open loop instead: Poisson arrival rates per second, comma-separated")
     p.add_argument("--duration", type=float, default=30.0, help="open loop: seconds per target and rate")
-    p.add_argument("--rounds", type=int, help="interleaved rounds per level (default 2 with several targets)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds per level (default: 2 with several targets, else 1)")
     p.add_argument("--asr", action="store_true", help="transcribe responses with Whisper tiny.en and report WER")
     p.add_argument("--asr-sample", type=int, help="transcribe at most this many responses per target and level")
     p.add_argument(
         "--playback-buffer-ms",
         type=float,
         default=0.0,
-        help="the modelled listener starts playing once this much audio has arrived (default 0: at the first audio)",
+        help="the modelled listener starts playing once this much audio has arrived (0: at the first audio)",
     )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
     p.add_argument(
         "--keepalive-expiry",
         type=float,
         default=KEEPALIVE_EXPIRY_S,
-        help=f"seconds a pooled connection may idle and still be reused (default {KEEPALIVE_EXPIRY_S:g}; keep it "
-        "below the servers' keep-alive timeout)",
+        help="seconds a pooled connection may idle and still be reused (keep it below the servers' keep-alive "
+        "timeout)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the open-loop arrival times")
-    p.add_argument("--out", help="output directory (default loadtest-results/<time>)")
+    p.add_argument("--out", help="output directory (default: loadtest-results/<time>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.playback_buffer_ms < 0:
         p.error("--playback-buffer-ms must be 0 or more")

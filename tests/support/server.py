@@ -71,8 +71,17 @@ def server_command() -> list[str]:
     return [str(script)]
 
 
+def fake_omni_command() -> list[str]:
+    """The server on the omni engine over the vllm-omni fakes (tests/fakes/omni_server.py); needs SPEECH_MODEL."""
+    return [sys.executable, "-m", "tests.fakes.omni_server"]
+
+
 def start_server(
-    log_path: Path, env: dict[str, str] | None = None, wait_ready: bool = True, timeout_s: float = 120.0
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    wait_ready: bool = True,
+    timeout_s: float = 120.0,
+    command: list[str] | None = None,
 ) -> RunningServer:
     port = free_port()
     full_env = {
@@ -84,7 +93,7 @@ def start_server(
     }
     log_file = log_path.open("wb")
     process = subprocess.Popen(
-        [*server_command(), "--engine", "embedded", "--log-level", "debug"],
+        command or [*server_command(), "--engine", "embedded", "--log-level", "debug"],
         stdout=log_file,
         stderr=subprocess.STDOUT,
         env=full_env,
