@@ -100,8 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--keepalive-expiry",
         type=float,
         default=KEEPALIVE_EXPIRY_S,
-        help="seconds a pooled connection may idle and still be reused (keep it below the servers' keep-alive "
-        "timeout)",
+        help="seconds a pooled connection may idle and still be reused (keep it below the servers' keep-alive timeout)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the open-loop arrival times")
     p.add_argument("--out", help="output directory (default: loadtest-results/<time>)")
