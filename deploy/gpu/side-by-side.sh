@@ -198,6 +198,7 @@ loadtest() {  # $1 out folder name, then speech-loadtest's level arguments
   args+=($LOADTEST_ARGS)
   local line
   line=$(printf '%q ' "$PYTHON" -m loadtest.cli "${args[@]}")  # quoted: the line can be run again as it is
+  mkdir -p "$OUT"  # OUT may be a fresh folder per sweep: the command line must land beside its results
   echo "$(date -u +%FT%TZ) $line" >>"$OUT/commands.txt"
   log "$line"
   gpu_snapshot "before $name"
