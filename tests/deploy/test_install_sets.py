@@ -22,8 +22,9 @@ from tests.support.dockerfile import ROOT, Stage, stages
 from tests.support.server import RunningServer, free_port, wait_until
 from tests.support.speech import FORMATS, assert_speaks
 
-# Modules of the omni engine that import vllm-omni at load: only the omni engine (the GPU image) imports them.
-NEEDS_OMNI_EXTRA = {"app.engines.omni_stage_fix"}
+# Modules of the omni engine that import vllm-omni at load: vllm-omni's stage processes load them by dotted path, in
+# the GPU image only.
+NEEDS_OMNI_EXTRA = {"app.engines.omni_stage_fix", "app.engines.omni_code2wav_scheduler"}
 
 
 def uv() -> str:
