@@ -203,5 +203,7 @@ def test_code2wav_runs_first_audio_first(omni_url: str, server_log: Path) -> Non
         if firsts >= 48:
             break
         assert time.monotonic() < deadline, f"probe lines counted {firsts} first windows of 48"
+        # a probe line is written by the scheduler's next step once its interval is over: keep it stepping
+        assert speak(omni_url, response_format="pcm", max_new_tokens=4).status_code == 200
         time.sleep(1)
     assert deferred > 0, "no stream sat out a step for a first window"
