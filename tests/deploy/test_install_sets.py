@@ -22,8 +22,9 @@ from tests.support.dockerfile import ROOT, Stage, stages
 from tests.support.server import RunningServer, free_port, wait_until
 from tests.support.speech import FORMATS, assert_speaks
 
-# Modules of the omni engine that import vllm-omni at load: only the omni engine (the GPU image) imports them.
-NEEDS_OMNI_EXTRA = {"app.engines.omni_stage_fix"}
+# Modules that vllm-omni's stage processes load by dotted path (the stage-0 chunk builder, the code2wav scheduler): they
+# import vllm-omni at load, and only the omni engine (the GPU image) names them.
+NEEDS_OMNI_EXTRA = {"app.engines.omni_stage_fix", "app.engines.omni_code2wav_scheduler"}
 
 
 def uv() -> str:
