@@ -134,6 +134,24 @@ def test_upload_validation(
     assert response.json()["error"]["param"] == param
 
 
+def test_registry_fields_refuse_control_characters(cloning: RunningServer, sample: bytes) -> None:
+    """On a server that clones (elsewhere every upload is refused before its fields are read)."""
+    url = f"{cloning.base_url}/v1/audio/voices"
+    for field, value in [
+        ("name", "bad\x1bname"),
+        ("name", "\x85"),
+        ("ref_text", "said \x1b[2J this"),
+        ("ref_text", "\u202e"),
+    ]:
+        data = {"name": "hostile-fields", "consent": "true", "ref_text": "Hello.", field: value}
+        response = httpx.post(url, data=data, files={"audio_sample": ("clip.wav", sample, "audio/wav")}, timeout=60)
+        assert response.status_code == 400 and response.json()["error"]["param"] == field, (field, response.text)
+    assert httpx.get(f"{url}/hostile-fields", timeout=30).status_code == 404  # nothing stored
+    for method in ("GET", "DELETE"):
+        response = httpx.request(method, f"{url}/bad%1Bname", timeout=30)
+        assert response.status_code == 400 and response.json()["error"]["param"] == "name"
+
+
 def test_an_engine_that_cannot_clone_refuses_uploads(server: RunningServer, sample: bytes) -> None:
     response = upload(server.base_url, "refused", sample)
     assert response.status_code == 400, response.text

@@ -5,6 +5,7 @@ fresh profile serves the whole session."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -30,8 +31,11 @@ def ensure_chromium() -> str:
     if not Path(CHROMIUM).exists():
         if shutil.which("apt-get") is None:
             raise RuntimeError("chromium is missing and apt-get is not available to install it")
-        subprocess.run(["apt-get", "update"], check=True, capture_output=True)
-        subprocess.run(["apt-get", "install", "-y", "chromium"], check=True, capture_output=True)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}  # CI has no terminal to answer a prompt
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "chromium"], check=True, env=env, capture_output=True, timeout=900
+        )
     return CHROMIUM
 
 
