@@ -23,8 +23,8 @@ class SpeechServer(uvicorn.Server):
 
     On SIGTERM uvicorn would close its listener and re-raise the signal after shutting down (status -15, read by a
     supervisor as a crash). Instead the first SIGTERM starts a drain: /ready and new requests answer 503 at once,
-    streams in flight finish (up to SPEECH_DRAIN_TIMEOUT_S), and then the server shuts down and exits 0. A second
-    SIGTERM, or SIGINT, shuts down without waiting."""
+    every request already accepted, streaming or queued for a slot, is served (up to SPEECH_DRAIN_TIMEOUT_S), and then
+    the server shuts down and exits 0. A second SIGTERM, or SIGINT, shuts down without waiting."""
 
     def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle) -> None:
         super().__init__(config)

@@ -48,11 +48,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from app.engines.base import SynthesisJob
-from app.engines.omni import _ENGINE_ENVIRONMENT, compile_cache_environment, talker_limits
+from app.engines.omni import _ENGINE_ENVIRONMENT, compile_cache_environment, load_prompt_helpers, talker_limits
 from app.engines.qwen3_tts import (
     AudioOutputReader,
+    PromptHelpers,
     Qwen3TTSModel,
     additional_information,
+    build_prompt,
     sampling_params_for,
     warmup_job,
 )
@@ -72,31 +74,6 @@ def _default_omni_factory(**kwargs: Any) -> Any:
     from vllm_omni import AsyncOmni
 
     return AsyncOmni(**kwargs)
-
-
-@dataclass
-class Helpers:
-    """What the prompt needs from vllm / vllm-omni: the engine's DELTA sampling defaults, the model's prompt-length
-    estimator, its tokenizer and vllm's `tokens_input`."""
-
-    delta_defaults: list[Any]
-    estimator: Callable[..., int]
-    tokenizer: Any
-    tokens_input: Callable[..., dict[str, Any]]
-
-
-def load_helpers(omni: Any, model_dir: str) -> Helpers:
-    from transformers import AutoTokenizer
-    from vllm.inputs import tokens_input
-    from vllm_omni.entrypoints.utils import coerce_param_message_types
-    from vllm_omni.model_executor.models.qwen3_tts.prompt_embeds_builder import Qwen3TTSPromptEmbedsBuilder
-
-    return Helpers(
-        coerce_param_message_types(list(omni.default_sampling_params_list), True),
-        Qwen3TTSPromptEmbedsBuilder.estimate_prompt_len_from_additional_information,
-        AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True, padding_side="left"),
-        tokens_input,
-    )
 
 
 @dataclass
@@ -142,7 +119,7 @@ class AloneEngine:
         load_format: str | None = None,
         stage_overrides: dict[str, dict[str, object]] | None = None,
         omni_factory: Callable[..., Any] | None = None,
-        helpers: Callable[[Any, str], Helpers] | None = None,
+        helpers: Callable[[Any, str], PromptHelpers] | None = None,
         served_model_name: str | None = None,
         stage_init_timeout_s: int = 900,
         init_timeout_s: int = 1200,
@@ -154,9 +131,9 @@ class AloneEngine:
         self.stage_overrides = stage_overrides
         self.timeouts = {"stage_init_timeout": stage_init_timeout_s, "init_timeout": init_timeout_s}
         self._factory = omni_factory or _default_omni_factory
-        self._load_helpers = helpers or load_helpers
+        self._load_helpers = helpers or load_prompt_helpers
         self._omni: Any = None
-        self._helpers: Helpers | None = None
+        self._helpers: PromptHelpers | None = None
         # the tokenizer is not thread-safe: prompt-length estimates run one at a time, off the event loop
         self._prompt_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen3-prompt")
         self._ids = 0
@@ -207,37 +184,13 @@ class AloneEngine:
     def job(self, text: str, voice: str, language: str | None) -> SynthesisJob:
         return SynthesisJob(self._next_id("alone"), text, voice, language=language)
 
-    async def _prompt(self, info: dict[str, list[Any]]) -> dict[str, Any]:
-        helpers = self._helpers
-        assert helpers is not None
-
-        def estimate() -> int:
-            try:
-                return int(
-                    helpers.estimator(
-                        additional_information=info,
-                        task_type=info["task_type"][0],
-                        tokenize_prompt=lambda text: helpers.tokenizer(text, padding=False)["input_ids"],
-                        codec_language_id=self.model.codec_language_id or None,
-                        spk_is_dialect=self.model.spk_is_dialect or None,
-                    )
-                )
-            except Exception:
-                log.warning("prompt length estimate failed; using 2048 as vllm-omni does", exc_info=True)
-                return 2048
-
-        length = await asyncio.get_running_loop().run_in_executor(self._prompt_executor, estimate)
-        prompt = helpers.tokens_input(prompt_token_ids=[1] * length)
-        prompt["additional_information"] = info
-        return prompt
-
     async def synthesize(self, job: SynthesisJob, started: float, warming: bool = False) -> RequestRecord:
         """Run one request to its end; times from `started` (a perf_counter value)."""
         assert self._helpers is not None
         record = RequestRecord(job.text)
         try:
             info = additional_information(job, self.model)
-            prompt = await self._prompt(info)
+            prompt = await build_prompt(self._helpers, self.model, info, self._prompt_executor)
             # warm-up jobs ask for a few frames: min_tokens follows (the profile's fixed length would exceed them)
             params = sampling_params_for(job, self._helpers.delta_defaults, fixed_length=warming)
             reader = AudioOutputReader(cumulative=False)

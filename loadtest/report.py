@@ -41,14 +41,11 @@ def aggregate(run: LevelRun, wer: float | None, playback_buffer_s: float = 0.0) 
     ok = [r for r in run.results if r.ok]
     errors_by_status: dict[str, int] = {}
     errors_by_code: dict[str, int] = {}
-    error_messages: dict[str, str] = {}  # the first message seen per code: why the requests failed
     for result in run.results:
         if not result.ok:
             errors_by_status[str(result.status)] = errors_by_status.get(str(result.status), 0) + 1
             code = result.error_code or "unknown"
             errors_by_code[code] = errors_by_code.get(code, 0) + 1
-            if result.error_message:
-                error_messages.setdefault(code, result.error_message)
     audio_total = sum(r.audio_s or 0.0 for r in ok)
     wall = run.wall_s
     return {

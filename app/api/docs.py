@@ -37,6 +37,7 @@ _ERRORS = {
     400: "Invalid request: the field at fault is named in `param` (unknown fields are refused too).",
     401: "Missing or wrong API key (when the server has keys): `Authorization: Bearer <key>`.",
     404: "Unknown model or voice.",
+    408: "The request body did not arrive within SPEECH_REQUEST_READ_TIMEOUT_S; the connection is closed.",
     409: "A voice of that name already exists.",
     413: "Request body or upload too large.",
     429: "At capacity (queue full or wait too long) or the API key's concurrency limit; see `Retry-After`.",

@@ -46,7 +46,7 @@ _AUDIO_RESPONSES = {
         "description": "Audio, streamed as it is synthesized (or SSE events when stream_format is sse).",
         "content": {**{ct: {} for ct in CONTENT_TYPES.values()}, "text/event-stream": {}},
     },
-    **error_responses(400, 401, 404, 413, 429, 503, 504),
+    **error_responses(400, 401, 404, 408, 413, 429, 503, 504),
 }
 
 

@@ -121,7 +121,6 @@ class UnsupportedParameter(Exception):
 
 
 @runtime_checkable
-@runtime_checkable
 class ReadsAhead(Protocol):
     """An engine that can tell, cheaply and before synthesis, which piece of text its voice cannot read (the sentence
     pipeline asks it for every sentence before the first audio, so that no request fails half-way)."""
@@ -129,6 +128,7 @@ class ReadsAhead(Protocol):
     async def unreadable(self, pieces: list[str]) -> str | None: ...
 
 
+@runtime_checkable
 class SpeechEngine(Protocol):
     """A speech engine. `start` loads and warms it; `synthesize` streams audio for one job."""
 

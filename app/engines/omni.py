@@ -30,8 +30,10 @@ from app.engines.base import (
 from app.engines.qwen3_tts import (
     AudioOutputReader,
     FrameGuard,
+    PromptHelpers,
     Qwen3TTSModel,
     additional_information,
+    build_prompt,
     check_job,
     chunk_geometry,
     sampling_params_for,
@@ -70,11 +72,8 @@ class OmniEngine:
         self.model_id = settings.served_model_name or os.path.basename(os.path.normpath(settings.model))
         self._factory = omni_factory or _default_omni_factory
         self._omni: Any = None
-        self._delta_defaults: list[Any] = []
         self._cumulative = False
-        self._tokenizer: Any = None
-        self._estimator: Callable[..., int] | None = None
-        self._tokens_input: Callable[..., dict[str, Any]] | None = None
+        self._helpers: PromptHelpers | None = None
         # the tokenizer is not thread-safe: prompt-length estimates run one at a time, off the event loop
         self._prompt_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen3-prompt")
         self._active: set[str] = set()
@@ -104,8 +103,8 @@ class OmniEngine:
         log.info("omni engine starting", extra={"model": self._model.path, "variant": self._model.variant})
         try:
             self._omni = await asyncio.to_thread(self._factory, **self._engine_kwargs())
-            if self._tokens_input is None:
-                await asyncio.to_thread(self._load_helpers)
+            if self._helpers is None:
+                self._helpers = await asyncio.to_thread(load_prompt_helpers, self._omni, self._model.path)
             self._detail = "warming up"
             log.info("omni engine started", extra={"start_s": round(time.perf_counter() - started, 1)})
             await self._warm_up()
@@ -131,19 +130,6 @@ class OmniEngine:
         kwargs["init_timeout"] = settings.omni_init_timeout_s
         return kwargs
 
-    def _load_helpers(self) -> None:
-        """The engine's default sampling parameters (as DELTA) and the model's prompt-length estimator."""
-        from transformers import AutoTokenizer
-        from vllm.inputs import tokens_input
-        from vllm_omni.entrypoints.utils import coerce_param_message_types
-        from vllm_omni.model_executor.models.qwen3_tts.prompt_embeds_builder import Qwen3TTSPromptEmbedsBuilder
-
-        defaults = list(self._omni.default_sampling_params_list)
-        self._delta_defaults = coerce_param_message_types(defaults, True)
-        self._tokenizer = AutoTokenizer.from_pretrained(self._model.path, trust_remote_code=True, padding_side="left")
-        self._estimator = Qwen3TTSPromptEmbedsBuilder.estimate_prompt_len_from_additional_information
-        self._tokens_input = tokens_input
-
     def use_helpers(
         self,
         delta_defaults: list[Any],
@@ -151,9 +137,8 @@ class OmniEngine:
         tokenizer: Any,
         tokens_input: Callable[..., dict[str, Any]],
     ) -> None:
-        """Install what `_load_helpers` would import from vllm / vllm-omni (for an engine built by a factory)."""
-        self._delta_defaults, self._estimator, self._tokenizer = delta_defaults, estimator, tokenizer
-        self._tokens_input = tokens_input
+        """Install what `load_prompt_helpers` would import from vllm / vllm-omni (for an engine built by a factory)."""
+        self._helpers = PromptHelpers(delta_defaults, estimator, tokenizer, tokens_input)
 
     def warmup_batch_sizes(self) -> list[int]:
         """The batch sizes admission can produce: powers of two up to the limit, and the limit itself."""
@@ -220,29 +205,6 @@ class OmniEngine:
         if request_id in self._active:
             await self._omni.abort(request_id)
 
-    async def _prompt(self, info: dict[str, list[Any]]) -> dict[str, Any]:
-        assert self._estimator is not None and self._tokenizer is not None and self._tokens_input is not None
-
-        def estimate() -> int:
-            try:
-                return int(
-                    self._estimator(  # type: ignore[misc]
-                        additional_information=info,
-                        task_type=info["task_type"][0],
-                        tokenize_prompt=lambda text: self._tokenizer(text, padding=False)["input_ids"],
-                        codec_language_id=self._model.codec_language_id or None,
-                        spk_is_dialect=self._model.spk_is_dialect or None,
-                    )
-                )
-            except Exception:
-                log.warning("prompt length estimate failed; using 2048 as vllm-omni does", exc_info=True)
-                return 2048
-
-        length = await asyncio.get_running_loop().run_in_executor(self._prompt_executor, estimate)
-        prompt = self._tokens_input(prompt_token_ids=[1] * length)
-        prompt["additional_information"] = info
-        return prompt
-
     async def synthesize(self, job: SynthesisJob, warming: bool = False) -> AsyncIterator[AudioChunk]:
         if not warming and not self.health().ready:
             raise EngineUnavailable(f"the omni engine is not ready ({self._detail})")
@@ -250,8 +212,9 @@ class OmniEngine:
         loop = asyncio.get_running_loop()
         # reference audio becomes a list of up to ~1.4 M floats: built in a worker thread, not on the event loop
         info = await loop.run_in_executor(self._prompt_executor, additional_information, job, self._model)
-        prompt = await self._prompt(info)
-        params = sampling_params_for(job, self._delta_defaults, fixed_length=self._settings.omni_fixed_length)
+        assert self._helpers is not None
+        prompt = await build_prompt(self._helpers, self._model, info, self._prompt_executor)
+        params = sampling_params_for(job, self._helpers.delta_defaults, fixed_length=self._settings.omni_fixed_length)
         reader = AudioOutputReader(cumulative=self._cumulative)
         # the request's first-chunk size, when it sets one, is the window the guard must expect first
         initial_frames = job.initial_codec_chunk_frames or self._initial_frames
@@ -311,6 +274,21 @@ def compile_cache_environment(cache_dir: str) -> dict[str, str]:
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
         "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
     }
+
+
+def load_prompt_helpers(omni: Any, model_dir: str) -> PromptHelpers:
+    """What a request's prompt needs, from a started `AsyncOmni` and the model directory (imports vllm)."""
+    from transformers import AutoTokenizer
+    from vllm.inputs import tokens_input
+    from vllm_omni.entrypoints.utils import coerce_param_message_types
+    from vllm_omni.model_executor.models.qwen3_tts.prompt_embeds_builder import Qwen3TTSPromptEmbedsBuilder
+
+    return PromptHelpers(
+        coerce_param_message_types(list(omni.default_sampling_params_list), True),
+        Qwen3TTSPromptEmbedsBuilder.estimate_prompt_len_from_additional_information,
+        AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True, padding_side="left"),
+        tokens_input,
+    )
 
 
 def stage_overrides_with_scheduler(

@@ -13,10 +13,14 @@ Qwen3-TTS adapter in `entrypoints/openai/tts_adapters/qwen3_tts.py`):
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import functools
 import json
+import logging
 import os
+from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,8 @@ import numpy as np
 
 from app.audio.reference import REFERENCE_SECONDS
 from app.engines.base import ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
+
+log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24_000
 CODEC_FRAME_RATE = 12.5  # Qwen3-TTS-12Hz: one codec frame per 80 ms
@@ -177,6 +183,44 @@ def additional_information(job: SynthesisJob, model: Qwen3TTSModel) -> dict[str,
     elif job.task_type == TaskType.VOICE_DESIGN:
         info["non_streaming_mode"] = [True]  # vllm-omni's own fallback for VoiceDesign
     return info
+
+
+@dataclass(frozen=True, slots=True)
+class PromptHelpers:
+    """What a request needs from vllm / vllm-omni (`app.engines.omni.load_prompt_helpers` imports them): the engine's
+    sampling defaults as DELTA, the model's prompt-length estimator, its tokenizer and vllm's `tokens_input`."""
+
+    delta_defaults: list[Any]
+    estimator: Callable[..., int]
+    tokenizer: Any
+    tokens_input: Callable[..., dict[str, Any]]
+
+
+async def build_prompt(
+    helpers: PromptHelpers, model: Qwen3TTSModel, info: dict[str, list[Any]], executor: Executor
+) -> dict[str, Any]:
+    """The prompt for `info`: as many placeholder ids as the model's own estimator says. The estimate tokenizes the
+    text: it runs in `executor` (one thread: the tokenizer is not thread-safe), off the event loop."""
+
+    def estimate() -> int:
+        try:
+            return int(
+                helpers.estimator(
+                    additional_information=info,
+                    task_type=info["task_type"][0],
+                    tokenize_prompt=lambda text: helpers.tokenizer(text, padding=False)["input_ids"],
+                    codec_language_id=model.codec_language_id or None,
+                    spk_is_dialect=model.spk_is_dialect or None,
+                )
+            )
+        except Exception:
+            log.warning("prompt length estimate failed; using 2048 as vllm-omni does", exc_info=True)
+            return 2048
+
+    length = await asyncio.get_running_loop().run_in_executor(executor, estimate)
+    prompt = helpers.tokens_input(prompt_token_ids=[1] * length)
+    prompt["additional_information"] = info
+    return prompt
 
 
 def sampling_params_for(job: SynthesisJob, delta_defaults: list[Any], *, fixed_length: bool = False) -> list[Any]:

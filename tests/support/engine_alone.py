@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import uvicorn
 
-from loadtest.engine_alone import AloneEngine, Helpers, create_app
+from app.engines.qwen3_tts import PromptHelpers
+from loadtest.engine_alone import AloneEngine, create_app
 from tests.fakes.vllm_omni_0_26 import (
     FakeAsyncOmni,
     WordTokenizer,
@@ -33,9 +34,9 @@ def fixed_length_omni(step_delay_s: float = 0.005) -> FakeAsyncOmni:
     return omni
 
 
-def fake_helpers(omni: object, model_dir: str) -> Helpers:
+def fake_helpers(omni: object, model_dir: str) -> PromptHelpers:
     defaults = coerce_param_message_types(omni.default_sampling_params_list, True)  # type: ignore[attr-defined]
-    return Helpers(defaults, estimate_prompt_len, WordTokenizer(), tokens_input)
+    return PromptHelpers(defaults, estimate_prompt_len, WordTokenizer(), tokens_input)
 
 
 def alone(model_dir: Path, omni: FakeAsyncOmni, gate: threading.Event | None = None) -> AloneEngine:

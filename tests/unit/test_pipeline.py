@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from app.engines.base import AudioChunk, SynthesisJob
+from app.engines.base import AudioChunk, ReadsAhead, SpeechEngine, SynthesisJob
+from app.engines.embedded import EmbeddedEngine
 from app.pipeline import (
     FADE_S,
     LEAD_S,
@@ -19,6 +20,7 @@ from app.pipeline import (
     SentencePipeline,
     pause_after,
 )
+from app.settings import Settings
 
 RATE = 24_000
 
@@ -136,3 +138,13 @@ async def test_each_sentence_is_its_own_engine_job_and_abort_reaches_them() -> N
     await stream.aclose()
     await pipeline.abort("job-3")  # finished: the job's own id, as for any engine
     assert engine.aborted[-1] == "job-3"
+
+
+def test_engine_protocols_are_checkable_at_run_time() -> None:
+    """The embedded engine, and the pipeline in front of it, are SpeechEngines; ReadsAhead tells apart the engines
+    that can vet text before synthesis."""
+    embedded = EmbeddedEngine(Settings(embedded_workers=1))
+    assert isinstance(embedded, SpeechEngine) and isinstance(embedded, ReadsAhead)
+    assert isinstance(SentencePipeline(embedded, 200), SpeechEngine)
+    assert not isinstance(RecordingEngine(), SpeechEngine)  # no start, voices, health...
+    assert not isinstance(RecordingEngine(), ReadsAhead)
