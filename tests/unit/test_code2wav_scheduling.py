@@ -91,12 +91,17 @@ def _streaming(scheduler_module, margin_s: float, monkeypatch: pytest.MonkeyPatc
     return scheduler, clock
 
 
-def test_a_first_window_runs_in_a_step_of_its_own(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
-    scheduler, clock = _streaming(scheduler_module, 1.0, monkeypatch)
+def _next_windows_and_a_new_stream(scheduler) -> None:
+    """Each playing stream's next window arrives, and so does a new stream with its first window."""
     for name in ("a", "b", "c"):
         scheduler.window_arrives(name)
     scheduler.add("new")
     scheduler.window_arrives("new")
+
+
+def test_a_first_window_runs_in_a_step_of_its_own(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler, clock = _streaming(scheduler_module, 1.0, monkeypatch)
+    _next_windows_and_a_new_stream(scheduler)
     first = scheduler.schedule()
     assert list(first.num_scheduled_tokens) == ["new"]  # the others hold ~2 s of audio each: they wait
     assert {r.request_id for r in scheduler.running} == {"a", "b", "c", "new"}  # nobody lost
@@ -108,19 +113,13 @@ def test_a_first_window_runs_in_a_step_of_its_own(scheduler_module, monkeypatch:
 def test_a_stream_short_of_audio_never_waits(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
     scheduler, clock = _streaming(scheduler_module, 1.0, monkeypatch)
     clock[0] += 1.5  # ~2.08 s given, ~1.6 s played: 0.5 s in hand, under the margin
-    for name in ("a", "b", "c"):
-        scheduler.window_arrives(name)
-    scheduler.add("new")
-    scheduler.window_arrives("new")
+    _next_windows_and_a_new_stream(scheduler)
     assert sorted(scheduler.schedule().num_scheduled_tokens) == ["a", "b", "c", "new"]
 
 
 def test_with_no_margin_it_only_observes(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
     scheduler, clock = _streaming(scheduler_module, 0.0, monkeypatch)
-    for name in ("a", "b", "c"):
-        scheduler.window_arrives(name)
-    scheduler.add("new")
-    scheduler.window_arrives("new")
+    _next_windows_and_a_new_stream(scheduler)
     output = scheduler.schedule()
     assert sorted(output.num_scheduled_tokens) == ["a", "b", "c", "new"]
     clock[0] += 0.03
