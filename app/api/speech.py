@@ -190,6 +190,7 @@ class SpeechRun:
     timing: TtfaTimeline
     summary: dict[str, object]
     stream_label: str  # the metrics' `stream` label: audio, sse or websocket
+    observe_ttfa: bool = True  # a WebSocket utterance observes its TTFA once, not per sentence
 
     async def open(
         self, job: SynthesisJob, output: OutputSpec, ticket: Ticket, on_first_audio: Callable[[], None] | None = None
@@ -223,10 +224,11 @@ class SpeechRun:
             written = time.perf_counter()
             timing.mark("first_byte", written)
             ttfa = written - started
-            metrics.TTFA.labels(output.response_format, self.stream_label).observe(ttfa)
             phases = timing.phases()
-            for phase, seconds in phases.items():
-                metrics.TTFA_PHASE.labels(phase).observe(seconds)
+            if self.observe_ttfa:
+                metrics.TTFA.labels(output.response_format, self.stream_label).observe(ttfa)
+                for phase, seconds in phases.items():
+                    metrics.TTFA_PHASE.labels(phase).observe(seconds)
             summary["ttfa_s"] = round(ttfa, 4)
             summary["ttfa_phases_s"] = {phase: round(seconds, 4) for phase, seconds in phases.items()}
             if on_first_audio is not None:
