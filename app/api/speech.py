@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
@@ -214,6 +215,10 @@ class SpeechRun:
         except BaseException as exc:
             gate.release(ticket)
             await chunks.aclose()
+            if isinstance(exc, asyncio.CancelledError):  # the client left while the engine started
+                metrics.ABORTED.labels("client_gone").inc()
+                with anyio.CancelScope(shield=True):
+                    await engine.abort(job.request_id)
             if isinstance(exc, TimeoutError):
                 metrics.ABORTED.labels("timeout").inc()
                 raise StreamStopped("timeout") from exc

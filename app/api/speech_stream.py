@@ -390,18 +390,21 @@ class SpeechStreamSession:
         )
 
     async def speak(self) -> None:
-        """Sends the sentences in order; the next one is synthesized while the current one is sent (two at most)."""
+        """Sends the sentences in order. A sentence's synthesis starts when the previous one's has finished (a session
+        holds one slot at a time, and never queues behind itself), while that one is still being sent and played:
+        synthesis runs faster than real time, so the next sentence is ready before the current one has been heard."""
         started: asyncio.Queue[tuple[Sentence, asyncio.Queue[object]] | UtteranceEnd] = asyncio.Queue()
         lookahead = asyncio.Semaphore(2)
         tasks: set[asyncio.Task[None]] = set()
 
         async def start_sentences() -> None:
+            previous: asyncio.Task[None] | None = None
             while True:
                 item = await self.queue.get()
                 if isinstance(item, Sentence):
                     await lookahead.acquire()
                     produced: asyncio.Queue[object] = asyncio.Queue()
-                    task = asyncio.create_task(self.synthesize(item, produced))
+                    task = previous = asyncio.create_task(self.synthesize(item, produced, previous))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
                     started.put_nowait((item, produced))
@@ -470,8 +473,12 @@ class SpeechStreamSession:
             }
         )
 
-    async def synthesize(self, sentence: Sentence, produced: asyncio.Queue[object]) -> None:
+    async def synthesize(
+        self, sentence: Sentence, produced: asyncio.Queue[object], after: asyncio.Task[None] | None
+    ) -> None:
         """One sentence through the request pipeline; its encoded bytes, then _END (or an ApiError), into `produced`."""
+        if after is not None:
+            await asyncio.wait({after})
         timing = TtfaTimeline(sentence.arrived)
         summary: dict[str, object] = {}
         try:
