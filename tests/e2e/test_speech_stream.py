@@ -278,3 +278,21 @@ def test_drain_finishes_the_utterance_then_closes_1001(guarded_server: RunningSe
             ws.recv(timeout=10)
         assert ws.close_code == 1001
     assert guarded_server.process.wait(timeout=30) == 0
+
+
+def test_readme_example_runs(server: RunningServer, tmp_path: Path) -> None:
+    """The README's WebSocket example, as written (only the address changed)."""
+    import re
+    import subprocess
+    import sys
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("\n## Streaming text in: WebSocket\n", 1)[1].split("\n## ", 1)[0]
+    code = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)[0]
+    code = code.replace("ws://localhost:8000", server.base_url.replace("http://", "ws://"))
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "'session.done'" in result.stdout
+    text = "Hello there. This sentence streams in word by word, as an LLM writes it."
+    audio = decode((tmp_path / "speech.pcm").read_bytes(), "pcm")
+    assert word_error_rate(text, transcribe(audio)) <= 0.2
