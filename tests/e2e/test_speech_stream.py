@@ -296,3 +296,35 @@ def test_readme_example_runs(server: RunningServer, tmp_path: Path) -> None:
     text = "Hello there. This sentence streams in word by word, as an LLM writes it."
     audio = decode((tmp_path / "speech.pcm").read_bytes(), "pcm")
     assert word_error_rate(text, transcribe(audio)) <= 0.2
+
+
+def test_omni_engine_streams_over_the_websocket(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The omni engine (over the vllm-omni fakes) behind the same endpoint, with its own fields (language,
+    instructions) and a voice clone from a reference clip on the Base checkpoint."""
+    from app.tools.qwen3_tts_model_dir import write_model_dir
+    from tests.support.server import fake_omni_command
+    from tests.support.wav import tone_wav
+
+    folder = tmp_path_factory.mktemp("ws-omni")
+    model = write_model_dir(folder / "model", "base")
+    env = {
+        "SPEECH_MODEL": str(model),
+        "SPEECH_DEPLOY_CONFIG": "deploy/vllm-omni/voice-clone.yaml",
+        "SPEECH_OMNI_WARMUP_BATCH_SIZES": "1",
+    }
+    omni = start_server(folder / "server.log", env=env, command=fake_omni_command())
+    try:
+        import base64
+
+        clip = "data:audio/wav;base64," + base64.b64encode(tone_wav(2.0)).decode()
+        with connect(ws_url(omni)) as ws:
+            config = {"type": "session.config", "task_type": "Base", "ref_audio": clip, "ref_text": "Hello."}
+            send(ws, {**config, "language": "English", "response_format": "flac"})
+            send(ws, {"type": "input.text", "text": "A cloned voice. It streams too."})
+            send(ws, {"type": "input.done"})
+            events, audio = receive_utterance(ws)
+        assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 2}, events
+        for index in (0, 1):
+            assert decode(audio[index], "flac").samples.size > 0
+    finally:
+        omni.stop()
