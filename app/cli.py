@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         log_config=None,
         timeout_graceful_shutdown=int(settings.drain_timeout_s) + 5,  # connections left after the drain
         timeout_keep_alive=settings.keep_alive_timeout_s,  # type: ignore[arg-type]
+        ws_max_size=settings.max_body_bytes,  # the largest session.config (reference audio); beyond: close 1009
         http=guarded_protocol(settings.request_read_timeout_s, settings.client_stall_timeout_s),
     )
     SpeechServer(config, app.state.lifecycle).run()

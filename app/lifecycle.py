@@ -31,6 +31,7 @@ class Lifecycle:
         self._streams: dict[str, Stoppable] = {}
         self._stopping = False  # the drain ran out of time: whatever starts streaming now is stopped at once
         self._task: asyncio.Task[None] | None = None
+        self.drain_started = asyncio.Event()  # long-lived connections (WebSocket sessions) wait on it
 
     def track(self, request_id: str, stream: Stoppable) -> None:
         self._streams[request_id] = stream
@@ -50,6 +51,7 @@ class Lifecycle:
         if self.draining:
             return
         self.draining = True
+        self.drain_started.set()
         queued = self._gate.queued if self._gate is not None else 0
         log.info(
             "draining", extra={"in_flight": len(self._streams), "queued": queued, "timeout_s": self.drain_timeout_s}

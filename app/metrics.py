@@ -73,6 +73,7 @@ RTF = Histogram(
 AUDIO_SECONDS = Counter("speech_audio_seconds_total", "Seconds of audio delivered.")
 INPUT_CHARACTERS = Counter("speech_input_characters_total", "Characters of input text accepted for synthesis.")
 IN_FLIGHT = Gauge("speech_in_flight", "Syntheses holding a slot (streaming or about to).")
+WS_SESSIONS = Gauge("speech_ws_sessions", "Open WebSocket speech sessions (/v1/audio/speech/stream).")
 QUEUE_DEPTH = Gauge("speech_queue_depth", "Requests waiting for a slot.")
 QUEUE_WAIT = Histogram("speech_queue_wait_seconds", "Time admitted requests waited for a slot.", buckets=QUEUE_BUCKETS)
 REJECTED = Counter("speech_rejected_total", "Requests refused without synthesis, by reason.", ["reason"])

@@ -84,6 +84,21 @@ class Settings(BaseSettings):
     sentence_max_chars: int = Field(
         250, ge=40, description="Sentences longer than this are cut at commas (then spaces) before synthesis."
     )
+    ws_config_timeout_s: float = Field(
+        10.0, gt=0, description="WebSocket speech: how long a new connection may take to send a valid session.config."
+    )
+    ws_idle_timeout_s: float = Field(
+        30.0, gt=0, description="WebSocket speech: a session that sends nothing and has nothing to speak is closed."
+    )
+    ws_sentence_idle_s: float = Field(
+        1.0,
+        gt=0,
+        description="WebSocket speech: text that ends like a sentence is spoken after this pause in the input, "
+        "even before the next word shows that the sentence is over.",
+    )
+    ws_max_message_bytes: int = Field(
+        128 * 1024, ge=1024, description="WebSocket speech: largest message but session.config (max_body_bytes)."
+    )
     embedded_workers: int = Field(
         default_factory=lambda: max(1, os.cpu_count() or 1),
         ge=1,

@@ -1,5 +1,10 @@
 """API keys: `Authorization: Bearer <key>` on the API, checked in constant time; an optional per-key concurrency cap.
 
+A WebSocket (the speech stream) may carry its key as `Authorization: Bearer <key>` or, for browsers, which cannot set
+headers on a WebSocket, as the query parameter `api_key`; the parameter is removed from the request before anything
+(uvicorn's connection log included) sees it. A refused WebSocket is accepted, told why in an `error` message and
+closed with 1008 (1013 past the per-key limit).
+
 Keys come from SPEECH_API_KEYS (comma list) and/or SPEECH_API_KEYS_FILE (one per line, # comments). With no keys
 configured the API is open. /health, /ready, /metrics, the docs and the playground page (/) stay open: probes and
 scrapers carry no keys, none of them reveals anything a key protects, and the playground sends the key its user gives
@@ -10,7 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -52,6 +59,9 @@ class ApiKeyMiddleware:
         return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+            return
         path = scope.get("path", "")
         if scope["type"] != "http" or not self._digests or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
             await self.app(scope, receive, send)
@@ -85,3 +95,54 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
         finally:
             self._in_flight[key] -= 1
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        from_query = next((value for name, value in query if name == "api_key"), "")
+        # in place: uvicorn logs the connection from this very scope
+        scope["query_string"] = urlencode([(n, v) for n, v in query if n != "api_key"]).encode("latin-1")
+        if not self._digests:
+            await self.app(scope, receive, send)
+            return
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        scheme, _, presented = header.partition(" ")
+        presented = presented.strip() if scheme.lower() == "bearer" else ""
+        key = self._match(presented or from_query) if presented or from_query else None
+        if key is None:
+            metrics.REJECTED.labels("unauthorized").inc()
+            message = (
+                "You didn't provide an API key. Send 'Authorization: Bearer <key>' or the query parameter api_key."
+                if not (header or from_query)
+                else "Incorrect API key provided."
+            )
+            await _refuse_websocket(receive, send, ApiError(401, message, code="invalid_api_key"), 1008)
+            return
+        if self._max_per_key is not None and self._in_flight.get(key, 0) >= self._max_per_key:
+            metrics.REJECTED.labels("per_key_limit").inc()
+            error = ApiError(
+                429,
+                f"This API key already has {self._max_per_key} requests in progress.",
+                type="requests",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": "1"},
+            )
+            await _refuse_websocket(receive, send, error, 1013)
+            return
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._in_flight[key] -= 1
+
+
+async def _refuse_websocket(receive: Receive, send: Send, error: ApiError, close_code: int) -> None:
+    """Accept, say why in an `error` message (a browser cannot read a refused handshake), close."""
+    if (await receive())["type"] != "websocket.connect":
+        return
+    await send({"type": "websocket.accept"})
+    message: dict[str, object] = {"type": "error", "message": error.message, "code": error.code, "param": None}
+    if error.headers and "Retry-After" in error.headers:
+        message["retry_after"] = int(error.headers["Retry-After"])
+    message["error"] = error.body()["error"]
+    await send({"type": "websocket.send", "text": json.dumps(message)})
+    await send({"type": "websocket.close", "code": close_code})

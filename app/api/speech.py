@@ -6,9 +6,10 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
@@ -26,12 +27,19 @@ from app.api.dependencies import (
 )
 from app.api.docs import error_responses
 from app.api.errors import ApiError, internal_error, invalid_param
-from app.api.job_builder import build_job
+from app.api.job_builder import OutputSpec, build_job
 from app.api.schemas import SpeechRequest
 from app.audio.encoders import CONTENT_TYPES
 from app.audio.fetch import fetch_reference
 from app.audio.reference import is_url, prepare_reference_audio
-from app.engines.base import AudioChunk, EngineUnavailable, ReferenceAudio, SpeechEngine, UnsupportedParameter
+from app.engines.base import (
+    AudioChunk,
+    EngineUnavailable,
+    ReferenceAudio,
+    SpeechEngine,
+    SynthesisJob,
+    UnsupportedParameter,
+)
 from app.lifecycle import Lifecycle
 from app.settings import Settings
 from app.timing import TtfaTimeline
@@ -125,6 +133,142 @@ async def registered_voice(body: SpeechRequest, catalog: VoiceCatalog, store: Vo
         return None
 
 
+def check_open(engine: SpeechEngine, lifecycle: Lifecycle) -> None:
+    """New work is refused while the server drains or before the engine is warm."""
+    if lifecycle.draining:
+        metrics.REJECTED.labels("draining").inc()
+        raise shutting_down()
+    if not engine.health().ready:
+        raise engine_unavailable(engine)
+
+
+async def resolve_voice(
+    body: SpeechRequest, engine: SpeechEngine, settings: Settings, catalog: VoiceCatalog, store: VoiceStore
+) -> tuple[SpeechRequest, ReferenceAudio | None]:
+    """The request's reference audio, decoded, and a registered (cloned) voice's reference and transcript in place."""
+    caps = engine.capabilities()
+    reference = await decode_reference(body.ref_audio, settings) if caps.voice_cloning and body.ref_audio else None
+    registered = await registered_voice(body, catalog, store) if reference is None else None
+    if registered is None:
+        return body, reference
+    if not caps.voice_cloning:
+        raise invalid_param("voice", f"'{body.voice_name}' is a registered (cloned) voice; this model cannot clone.")
+    try:
+        reference = await asyncio.to_thread(store.audio, registered)
+    except VoiceNotFound:
+        raise invalid_param("voice", f"The voice '{body.voice_name}' was just deleted.", "voice_not_found") from None
+    body = body.model_copy(
+        update={
+            "task_type": body.task_type or "Base",
+            "ref_text": registered.ref_text,
+            "x_vector_only_mode": not registered.has_ref_text,  # without a transcript: the speaker embedding only
+        }
+    )
+    return body, reference
+
+
+async def admitted(gate: AdmissionGate, lifecycle: Lifecycle, timing: TtfaTimeline) -> Ticket:
+    timing.mark("queued")
+    ticket = await admit(gate)  # accepted before a drain began: served, queued or not, while the drain lasts
+    timing.mark("admitted", ticket.granted_at)
+    if lifecycle.drained:  # validated before the drain began, but reached the gate only after it ended
+        gate.release(ticket)
+        raise shutting_down()
+    metrics.QUEUE_WAIT.observe(ticket.queued_s)
+    return ticket
+
+
+@dataclasses.dataclass
+class SpeechRun:
+    """One synthesis from admission to its last byte, with the accounting both transports share: TTFA, E2E, RTF,
+    audio seconds, aborts, the slot released and the engine told to stop, exactly once however it ends."""
+
+    engine: SpeechEngine
+    gate: AdmissionGate
+    lifecycle: Lifecycle
+    settings: Settings
+    started: float  # perf_counter of arrival: the request's, or the text's that completed a sentence
+    timing: TtfaTimeline
+    summary: dict[str, object]
+    stream_label: str  # the metrics' `stream` label: audio, sse or websocket
+    observe_ttfa: bool = True  # a WebSocket utterance observes its TTFA once, not per sentence
+
+    async def open(
+        self, job: SynthesisJob, output: OutputSpec, ticket: Ticket, on_first_audio: Callable[[], None] | None = None
+    ) -> EncodedAudio:
+        """Start the engine and wait for its first audio (a failure before any audio is an ApiError)."""
+        started, timing, summary, engine, gate, lifecycle = (
+            self.started,
+            self.timing,
+            self.summary,
+            self.engine,
+            self.gate,
+            self.lifecycle,
+        )
+        summary.update(voice=job.voice, job_id=job.request_id, queued_s=round(ticket.queued_s, 4))
+        chunks = engine.synthesize(job)
+        try:
+            remaining = self.settings.request_timeout_s - (time.perf_counter() - started)
+            first = await asyncio.wait_for(
+                first_chunk(chunks, engine, job.trace_id or job.request_id), max(remaining, 0.001)
+            )
+        except BaseException as exc:
+            gate.release(ticket)
+            await chunks.aclose()
+            if isinstance(exc, asyncio.CancelledError):  # the client left while the engine started
+                metrics.ABORTED.labels("client_gone").inc()
+                with anyio.CancelScope(shield=True):
+                    await engine.abort(job.request_id)
+            if isinstance(exc, TimeoutError):
+                metrics.ABORTED.labels("timeout").inc()
+                raise StreamStopped("timeout") from exc
+            raise
+        timing.mark("first_chunk")
+
+        def first_audio_written() -> None:
+            written = time.perf_counter()
+            timing.mark("first_byte", written)
+            ttfa = written - started
+            phases = timing.phases()
+            if self.observe_ttfa:
+                metrics.TTFA.labels(output.response_format, self.stream_label).observe(ttfa)
+                for phase, seconds in phases.items():
+                    metrics.TTFA_PHASE.labels(phase).observe(seconds)
+            summary["ttfa_s"] = round(ttfa, 4)
+            summary["ttfa_phases_s"] = {phase: round(seconds, 4) for phase, seconds in phases.items()}
+            if on_first_audio is not None:
+                on_first_audio()
+
+        async def on_close(outcome: str) -> None:
+            gate.release(ticket)
+            lifecycle.untrack(job.request_id)
+            now = time.perf_counter()
+            audio_s = audio.usage.audio_samples / first.sample_rate if first else 0.0
+            metrics.E2E.labels(self.stream_label).observe(now - started)
+            metrics.AUDIO_SECONDS.inc(audio_s)
+            if outcome == "completed":
+                if audio_s > 0:
+                    metrics.RTF.observe((now - ticket.granted_at) / audio_s)
+            else:
+                metrics.ABORTED.labels(outcome).inc()
+                await engine.abort(job.request_id)
+            summary.update(
+                engine_first_audio_s=round((timing.first_chunk or now) - started, 4),
+                e2e_s=round(now - started, 4),
+                audio_s=round(audio_s, 3),
+                outcome=outcome,
+                abort_reason=None if outcome == "completed" else outcome,
+                completed=outcome == "completed",
+            )
+
+        deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s - (time.perf_counter() - started)
+        audio = EncodedAudio(
+            first, chunks, output.response_format, output.sample_rate, on_close, deadline, first_audio_written
+        )
+        lifecycle.track(job.request_id, audio)
+        return audio
+
+
 @router.post("/v1/audio/speech", responses=_AUDIO_RESPONSES, response_class=StreamingResponse)
 async def create_speech(
     body: SpeechRequest,
@@ -136,8 +280,7 @@ async def create_speech(
     lifecycle: Annotated[Lifecycle, Depends(get_lifecycle)],
     store: Annotated[VoiceStore, Depends(get_voice_store)],
 ) -> StreamingResponse:
-    started = request.state.started_at
-    timing = request.state.ttfa_timeline = TtfaTimeline(started)  # the accounting middleware logs its milestones
+    timing = request.state.ttfa_timeline = TtfaTimeline(request.state.started_at)  # logged by the accounting
     request_id: str = request.state.request_id
     summary: dict[str, object] = {
         "model": body.model or engine.model_id,
@@ -146,99 +289,21 @@ async def create_speech(
         "chars": len(body.input),
     }
     request.state.speech = summary  # logged and counted once per request by SpeechAccountingMiddleware
-    if lifecycle.draining:
-        metrics.REJECTED.labels("draining").inc()
-        raise shutting_down()
-    if not engine.health().ready:
-        raise engine_unavailable(engine)
-    caps = engine.capabilities()
-    reference = await decode_reference(body.ref_audio, settings) if caps.voice_cloning and body.ref_audio else None
-    registered = await registered_voice(body, catalog, store) if reference is None else None
-    if registered is not None:
-        if not caps.voice_cloning:
-            raise invalid_param(
-                "voice", f"'{body.voice_name}' is a registered (cloned) voice; this model cannot clone."
-            )
-        try:
-            reference = await asyncio.to_thread(store.audio, registered)
-        except VoiceNotFound:
-            raise invalid_param(
-                "voice", f"The voice '{body.voice_name}' was just deleted.", "voice_not_found"
-            ) from None
-        body = body.model_copy(
-            update={
-                "task_type": body.task_type or "Base",
-                "ref_text": registered.ref_text,
-                "x_vector_only_mode": not registered.has_ref_text,  # without a transcript: the speaker embedding only
-            }
-        )
+    check_open(engine, lifecycle)
+    body, reference = await resolve_voice(body, engine, settings, catalog, store)
     job, output = build_job(
         body,
         request_id=request_id,
-        caps=caps,
+        caps=engine.capabilities(),
         catalog=catalog,
         served_models=served_models(engine, settings),
         ref_audio=reference,
     )
     job = dataclasses.replace(job, timing=timing)
-    timing.mark("queued")
-    ticket = await admit(gate)  # accepted before a drain began: served, queued or not, while the drain lasts
-    timing.mark("admitted", ticket.granted_at)
-    if lifecycle.drained:  # validated before the drain began, but reached the gate only after it ended
-        gate.release(ticket)
-        raise shutting_down()
-    metrics.QUEUE_WAIT.observe(ticket.queued_s)
+    ticket = await admitted(gate, lifecycle, timing)
     metrics.INPUT_CHARACTERS.inc(len(body.input))
-    summary.update(voice=job.voice, job_id=job.request_id, queued_s=round(ticket.queued_s, 4))
-    chunks = engine.synthesize(job)
-    try:
-        remaining = settings.request_timeout_s - (time.perf_counter() - started)
-        first = await asyncio.wait_for(first_chunk(chunks, engine, request_id), max(remaining, 0.001))
-    except BaseException as exc:
-        gate.release(ticket)
-        await chunks.aclose()
-        if isinstance(exc, TimeoutError):
-            metrics.ABORTED.labels("timeout").inc()
-            raise StreamStopped("timeout") from exc
-        raise
-    timing.mark("first_chunk")
-
-    def on_first_audio() -> None:
-        written = time.perf_counter()
-        timing.mark("first_byte", written)
-        ttfa = written - started
-        metrics.TTFA.labels(output.response_format, output.stream_format).observe(ttfa)
-        phases = timing.phases()
-        for phase, seconds in phases.items():
-            metrics.TTFA_PHASE.labels(phase).observe(seconds)
-        summary["ttfa_s"] = round(ttfa, 4)
-        summary["ttfa_phases_s"] = {phase: round(seconds, 4) for phase, seconds in phases.items()}
-
-    async def on_close(outcome: str) -> None:
-        gate.release(ticket)
-        lifecycle.untrack(job.request_id)
-        now = time.perf_counter()
-        audio_s = audio.usage.audio_samples / first.sample_rate if first else 0.0
-        metrics.E2E.labels(output.stream_format).observe(now - started)
-        metrics.AUDIO_SECONDS.inc(audio_s)
-        if outcome == "completed":
-            if audio_s > 0:
-                metrics.RTF.observe((now - ticket.granted_at) / audio_s)
-        else:
-            metrics.ABORTED.labels(outcome).inc()
-            await engine.abort(job.request_id)
-        summary.update(
-            engine_first_audio_s=round((timing.first_chunk or now) - started, 4),
-            e2e_s=round(now - started, 4),
-            audio_s=round(audio_s, 3),
-            outcome=outcome,
-            abort_reason=None if outcome == "completed" else outcome,
-            completed=outcome == "completed",
-        )
-
-    deadline = asyncio.get_running_loop().time() + settings.request_timeout_s - (time.perf_counter() - started)
-    audio = EncodedAudio(first, chunks, output.response_format, output.sample_rate, on_close, deadline, on_first_audio)
-    lifecycle.track(job.request_id, audio)
+    run = SpeechRun(engine, gate, lifecycle, settings, request.state.started_at, timing, summary, output.stream_format)
+    audio = await run.open(job, output, ticket)
     if output.stream_format == "sse":
         return SpeechResponse(
             sse_events(audio, request_id),

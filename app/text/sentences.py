@@ -103,3 +103,27 @@ def _pack(parts: list[str], max_chars: int) -> list[str]:
     if current:
         packed.append(current)
     return packed
+
+
+def complete_sentences(text: str, max_chars: int = 250, final: bool = False) -> tuple[list[str], str]:
+    """For text that is still arriving: the pieces whose end is already certain, and the rest to keep waiting on.
+
+    A sentence end is certain at a line break, or at a terminator once the next word has begun (its first character
+    tells "Dr. Smith" from "Done. Then"). A tail longer than `max_chars` gives up every piece but its last, as
+    `split_sentences` would cut it there anyway. `final` (the text paused long enough) also gives up a tail that ends
+    like a sentence, unless it ends on a word that never ends one ("Dr.")."""
+    cut = text.rfind("\n") + 1
+    for match in _TERMINATOR.finditer(text, cut):
+        if text[match.end() :].strip() and _ends_sentence(text, match):
+            cut = match.end()
+    tail = text[cut:].strip()
+    if final and tail:
+        ending = next((m for m in _TERMINATOR.finditer(tail) if m.end() == len(tail)), None)
+        if ending is not None and _word_before(tail, ending.start()) not in _NEVER_FINAL:
+            cut = len(text)
+    done, rest = split_sentences(text[:cut], max_chars), text[cut:]
+    if len(rest.strip()) > max_chars:
+        pieces = split_sentences(rest, max_chars)
+        # the last piece may still grow with the next words: it waits, as normalised text
+        return done + pieces[:-1], pieces[-1] + (" " if rest[-1:].isspace() else "") if pieces else ""
+    return done, rest

@@ -1,0 +1,553 @@
+"""WS /v1/audio/speech/stream: text that streams in (an LLM writing), spoken sentence by sentence as it completes.
+
+Wire-compatible with vllm-omni 0.26's endpoint of the same path: the client sends `session.config`, `input.text`
+chunks, `input.done` (ends an utterance, keeps the connection) and `session.close`; the server answers per sentence
+`audio.start`, binary audio frames (their concatenation is the sentence's file in `response_format`) and `audio.done`,
+per utterance `session.done`, and `error`. Unlike vllm-omni, text is not held until `input.done`: a sentence is
+synthesized as soon as its end is certain (or SPEECH_WS_SENTENCE_IDLE_S passes with no more text), the next one's
+synthesis overlapping the current one's delivery.
+
+Each sentence is one request through the same stages as POST /v1/audio/speech (app.api.speech): validation, admission
+(a sentence being synthesized holds a slot), the engine, encoding and the metrics.
+
+Close codes: 1000 `session.close` or the idle timeout; 1001 the server drains (after the current utterance); 1008 a
+missing or wrong API key, or no valid `session.config` in time; 1013 the server is full (the `error` before it
+carries `retry_after`); 1009 a message over uvicorn's size cap (SPEECH_MAX_BODY_BYTES).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import time
+import uuid
+from typing import Any, Literal
+
+from fastapi import APIRouter, WebSocket
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.websockets import WebSocketState
+
+from app import metrics
+from app.api.dependencies import served_models
+from app.api.errors import ApiError, internal_error, invalid_param, validation_error
+from app.api.job_builder import build_job
+from app.api.schemas import SpeechRequest
+from app.api.speech import SpeechRun, admitted, engine_unavailable, resolve_voice, shutting_down
+from app.engines.base import ReferenceAudio, SpeechEngine
+from app.lifecycle import Lifecycle
+from app.settings import Settings
+from app.text.sentences import complete_sentences, split_sentences
+from app.timing import TtfaTimeline
+from app.voice_store import VoiceStore
+from app.voices import VoiceCatalog
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001  # the server drains
+CLOSE_POLICY = 1008  # no valid key, or no session.config in time
+CLOSE_TRY_AGAIN = 1013  # the server is full
+
+_END = object()
+
+
+class SessionConfig(BaseModel):
+    """`session.config`: the fields of POST /v1/audio/speech but `input`, plus vllm-omni's session switches."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["session.config"]
+    model: str | None = None
+    voice: str | None = None
+    speaker: str | None = Field(None, description="vllm-omni's other name for `voice`.")
+    instructions: str | None = None
+    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "wav"  # vllm-omni's default
+    speed: float | None = None
+    sample_rate: int | None = None
+    language: str | None = None
+    task_type: Literal["CustomVoice", "VoiceDesign", "Base"] | None = None
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    x_vector_only_mode: bool | None = None
+    max_new_tokens: int | None = None
+    seed: int | None = None
+    initial_codec_chunk_frames: int | None = None
+    non_streaming_mode: bool | None = None
+    stream_audio: bool = Field(False, description="vllm-omni's switch; audio always streams here, in every format.")
+    word_timestamps: bool = False
+
+    def speech_request(self, default_voice: str) -> SpeechRequest:
+        fields = self.model_dump(exclude={"type", "speaker", "stream_audio", "word_timestamps"}, exclude_none=True)
+        fields["voice"] = self.voice or self.speaker or ("" if self.task_type in ("VoiceDesign", "Base") else None)
+        if fields["voice"] is None:
+            fields["voice"] = default_voice
+        return SpeechRequest.model_validate({**fields, "input": "-"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Voice:
+    """A validated session.config: the request every sentence of the utterances it governs is built from."""
+
+    request: SpeechRequest
+    reference: ReferenceAudio | None
+
+
+@dataclasses.dataclass
+class Sentence:
+    utterance: int
+    index: int
+    text: str
+    voice: Voice
+    arrived: float  # perf_counter when the text that completed it arrived
+
+
+@dataclasses.dataclass
+class UtteranceEnd:
+    utterance: int
+    sentences: int
+    arrived: float
+
+
+@dataclasses.dataclass
+class Utterance:
+    """What one utterance did, logged once when it ends."""
+
+    index: int
+    started: float
+    chars: int = 0
+    sentences: int = 0
+    audio_bytes: int = 0
+    ttfa_s: float | None = None
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+
+class SessionClosed(Exception):
+    """The session ends: the code to close with (the client may already be gone)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def error_message(error: ApiError) -> dict[str, Any]:
+    """vllm-omni clients read `message`; `code`, `param` and `error` (OpenAI's error object) say what went wrong."""
+    body = error.body()["error"]
+    message: dict[str, Any] = {"type": "error", "message": error.message, "code": error.code, "param": error.param}
+    if error.headers and "Retry-After" in error.headers:
+        message["retry_after"] = int(error.headers["Retry-After"])
+    message["error"] = body
+    return message
+
+
+class SpeechStreamSession:
+    """One connection: reads the client's messages, cuts the arriving text into sentences, and speaks them in order,
+    synthesizing the next while the current one is delivered."""
+
+    def __init__(
+        self,
+        websocket: WebSocket,
+        engine: SpeechEngine,
+        settings: Settings,
+        catalog: VoiceCatalog,
+        store: VoiceStore,
+        lifecycle: Lifecycle,
+    ) -> None:
+        self.ws = websocket
+        self.engine = engine
+        self.settings = settings
+        self.catalog = catalog
+        self.store = store
+        self.lifecycle = lifecycle
+        self.gate = websocket.app.state.gate
+        self.session_id = websocket.headers.get("x-request-id") or uuid.uuid4().hex
+        self.voice: Voice | None = None
+        self.buffer = ""
+        self.buffered_at = 0.0
+        self.utterance = 0
+        self.sentence_index = 0  # within the utterance being received
+        self.open_utterances: dict[int, Utterance] = {}
+        self.queue: asyncio.Queue[Sentence | UtteranceEnd] = asyncio.Queue()
+        self.stopped = asyncio.Event()  # a drain out of time stops the session
+        self.send_lock = asyncio.Lock()
+        self.speaker: asyncio.Task[None] | None = None
+        self.all_spoken = asyncio.Event()
+
+    # -- Stoppable, for the lifecycle --------------------------------------------------------------------------------
+    def stop(self, reason: str) -> None:
+        self.stopped.set()
+
+    # -- the connection ----------------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        speaker = self.speaker = asyncio.create_task(self.speak())
+        drain_seen = False
+        receiving: asyncio.Task[dict[str, Any]] | None = None
+        code = CLOSE_NORMAL
+        try:
+            while True:
+                if receiving is None:
+                    receiving = asyncio.create_task(self.ws.receive())
+                drain = asyncio.ensure_future(self.lifecycle.drain_started.wait() if not drain_seen else self.never())
+                stop = asyncio.ensure_future(self.stopped.wait())
+                waits = {receiving, speaker, drain, stop}
+                done, _ = await asyncio.wait(waits, timeout=self.timeout(), return_when=asyncio.FIRST_COMPLETED)
+                drain.cancel()
+                stop.cancel()
+                if speaker in done:
+                    speaker.result()  # raises SessionClosed: the speaker ended the session
+                    return
+                if stop in done:
+                    await self.send(error_message(shutting_down()))
+                    raise SessionClosed(CLOSE_GOING_AWAY)
+                if receiving in done:
+                    message, receiving = receiving.result(), None
+                    if message["type"] == "websocket.disconnect":
+                        code = -1
+                        return
+                    await self.on_message(message)
+                elif drain in done:
+                    if not self.open_utterances and not self.buffer.strip():
+                        raise SessionClosed(CLOSE_GOING_AWAY)
+                    drain_seen = True  # the open utterance is finished first; its end closes the session
+                else:
+                    await self.on_timeout()
+        except SessionClosed as closed:
+            code = closed.code
+        except Exception:
+            log.exception("websocket session failed", extra={"request_id": self.session_id})
+            code = 1011
+            with contextlib.suppress(Exception):
+                await self.send(error_message(internal_error(self.session_id)))
+        finally:
+            for task in (receiving, speaker):
+                if task is not None and not task.done():
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
+            for key in list(self.open_utterances):
+                self.lifecycle.untrack(self.utterance_key(key))
+            if code != -1 and self.ws.application_state == WebSocketState.CONNECTED:
+                with contextlib.suppress(Exception):
+                    await self.ws.close(code)
+
+    @staticmethod
+    async def never() -> None:
+        await asyncio.Event().wait()
+
+    def timeout(self) -> float:
+        if self.voice is None:
+            return self.settings.ws_config_timeout_s
+        if self.buffer.strip():
+            return max(0.0, self.buffered_at + self.settings.ws_sentence_idle_s - time.perf_counter())
+        return self.settings.ws_idle_timeout_s
+
+    async def on_timeout(self) -> None:
+        if self.voice is None:
+            error = ApiError(
+                408, "No valid session.config arrived in time.", code="session_config_timeout", param="type"
+            )
+            await self.send(error_message(error))
+            raise SessionClosed(CLOSE_POLICY)
+        if self.buffer.strip():  # the writer paused: a sentence that looks finished is spoken now
+            self.enqueue(*complete_sentences(self.buffer, self.settings.sentence_max_chars, final=True))
+            self.buffered_at = time.perf_counter()
+            return
+        if self.open_utterances:  # still speaking: silence from the client is expected
+            return
+        error = ApiError(408, "The session was idle for too long.", code="idle_timeout")
+        await self.send(error_message(error))
+        raise SessionClosed(CLOSE_NORMAL)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        async with self.send_lock:
+            await self.ws.send_text(json.dumps(message))
+
+    # -- messages from the client ------------------------------------------------------------------------------------
+    async def on_message(self, message: dict[str, Any]) -> None:
+        raw = message.get("text")
+        if raw is None:
+            await self.send(error_message(ApiError(400, "Messages are JSON text frames.", code="invalid_message")))
+            return
+        if len(raw) > self.settings.max_body_bytes:
+            await self.send(error_message(self.too_large(self.settings.max_body_bytes)))
+            return
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError:
+            await self.send(error_message(ApiError(400, "The message is not valid JSON.", code="invalid_json")))
+            return
+        if not isinstance(data, dict):
+            await self.send(error_message(ApiError(400, "A message is a JSON object.", code="invalid_request")))
+            return
+        kind = data.get("type")
+        if kind != "session.config" and len(raw.encode()) > self.settings.ws_max_message_bytes:
+            await self.send(error_message(self.too_large(self.settings.ws_max_message_bytes)))
+            return
+        try:
+            if kind == "session.config":
+                await self.on_config(data)
+            elif kind == "input.text":
+                self.on_text(data)
+            elif kind == "input.done":
+                self.on_done()
+            elif kind == "session.close":
+                self.on_done(close=True)
+                await self.finish()
+                raise SessionClosed(CLOSE_NORMAL)
+            else:
+                message_text = f"Unknown message type {kind!r}: session.config, input.text, input.done, session.close."
+                raise invalid_param("type", message_text, "unknown_message_type")
+        except ApiError as exc:
+            await self.send(error_message(exc))
+
+    def too_large(self, limit: int) -> ApiError:
+        return ApiError(413, f"The message exceeds the limit of {limit} bytes.", code="message_too_large")
+
+    async def on_config(self, data: dict[str, Any]) -> None:
+        if self.buffer.strip():
+            raise invalid_param("type", "Send input.done before a new session.config.", "input_pending")
+        try:
+            config = SessionConfig.model_validate(data)
+            if config.word_timestamps:
+                raise invalid_param(
+                    "word_timestamps", "'word_timestamps' is not supported on this endpoint yet.", "unsupported"
+                )
+            default_voice = self.catalog.voices[0].id if self.catalog.voices else ""
+            request = config.speech_request(default_voice)
+        except ValidationError as exc:
+            raise validation_error(exc.errors()) from None
+        request, reference = await resolve_voice(request, self.engine, self.settings, self.catalog, self.store)
+        voice = Voice(request, reference)
+        self.build(voice, "Hello.", "config")  # everything but the text is checked now, not at the first sentence
+        self.voice = voice
+
+    def on_text(self, data: dict[str, Any]) -> None:
+        if self.voice is None:
+            raise invalid_param("type", "Send session.config first.", "session_config_required")
+        text = data.get("text", "")
+        if not isinstance(text, str):
+            raise ApiError(400, "'text' must be a string.", param="text", code="invalid_type")
+        if self.lifecycle.draining and self.utterance not in self.open_utterances:
+            raise shutting_down()
+        self.begin_utterance()
+        self.open_utterances[self.utterance].chars += len(text)
+        self.buffer += text
+        self.buffered_at = time.perf_counter()
+        self.enqueue(*complete_sentences(self.buffer, self.settings.sentence_max_chars))
+
+    def on_done(self, close: bool = False) -> None:
+        if self.voice is None:
+            if close:
+                return
+            raise invalid_param("type", "Send session.config first.", "session_config_required")
+        if close and self.utterance not in self.open_utterances:
+            return
+        self.begin_utterance()
+        sentences, rest = complete_sentences(self.buffer, self.settings.sentence_max_chars, final=True)
+        self.enqueue([*sentences, *split_sentences(rest, self.settings.sentence_max_chars)], "")
+        self.queue.put_nowait(UtteranceEnd(self.utterance, self.sentence_index, time.perf_counter()))
+        self.utterance += 1
+        self.sentence_index = 0
+
+    def begin_utterance(self) -> None:
+        if self.utterance not in self.open_utterances:
+            self.open_utterances[self.utterance] = Utterance(self.utterance, time.perf_counter())
+            self.lifecycle.track(self.utterance_key(self.utterance), self)
+
+    def utterance_key(self, utterance: int) -> str:
+        return f"{self.session_id}-u{utterance}"
+
+    def enqueue(self, sentences: list[str], rest: str) -> None:
+        assert self.voice is not None
+        self.buffer = rest
+        now = time.perf_counter()
+        for text in sentences:
+            self.queue.put_nowait(Sentence(self.utterance, self.sentence_index, text, self.voice, now))
+            self.sentence_index += 1
+
+    async def finish(self) -> None:
+        """Wait until everything queued has been spoken (session.close)."""
+        if not self.open_utterances or self.speaker is None:
+            return
+        self.all_spoken.clear()
+        spoken = asyncio.ensure_future(self.all_spoken.wait())
+        await asyncio.wait({spoken, self.speaker}, return_when=asyncio.FIRST_COMPLETED)
+        spoken.cancel()
+
+    # -- speaking ----------------------------------------------------------------------------------------------------
+    def build(self, voice: Voice, text: str, sentence_id: str) -> tuple[Any, Any]:
+        body = voice.request.model_copy(update={"input": text})
+        return build_job(
+            body,
+            request_id=f"{self.session_id}-{sentence_id}",
+            caps=self.engine.capabilities(),
+            catalog=self.catalog,
+            served_models=served_models(self.engine, self.settings),
+            ref_audio=voice.reference,
+        )
+
+    async def speak(self) -> None:
+        """Sends the sentences in order. A sentence's synthesis starts when the previous one's has finished (a session
+        holds one slot at a time, and never queues behind itself), while that one is still being sent and played:
+        synthesis runs faster than real time, so the next sentence is ready before the current one has been heard."""
+        started: asyncio.Queue[tuple[Sentence, asyncio.Queue[object]] | UtteranceEnd] = asyncio.Queue()
+        lookahead = asyncio.Semaphore(2)
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def start_sentences() -> None:
+            previous: asyncio.Task[None] | None = None
+            while True:
+                item = await self.queue.get()
+                if isinstance(item, Sentence):
+                    await lookahead.acquire()
+                    produced: asyncio.Queue[object] = asyncio.Queue()
+                    task = previous = asyncio.create_task(self.synthesize(item, produced, previous))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                    started.put_nowait((item, produced))
+                else:
+                    started.put_nowait(item)
+
+        starter = asyncio.create_task(start_sentences())
+        try:
+            while True:
+                entry = await started.get()
+                if isinstance(entry, UtteranceEnd):
+                    await self.end_utterance(entry)
+                    continue
+                sentence, produced = entry
+                try:
+                    await self.deliver(sentence, produced)
+                finally:
+                    lookahead.release()
+        finally:
+            starter.cancel()
+            for task in [starter, *tasks]:
+                task.cancel()
+            await asyncio.gather(starter, *tasks, return_exceptions=True)
+
+    async def deliver(self, sentence: Sentence, produced: asyncio.Queue[object]) -> None:
+        utterance = self.open_utterances[sentence.utterance]
+        response_format = sentence.voice.request.response_format
+        await self.send(
+            {
+                "type": "audio.start",
+                "utterance_index": sentence.utterance,
+                "sentence_index": sentence.index,
+                "sentence_text": sentence.text,
+                "format": response_format,
+                "sample_rate": sentence.voice.request.sample_rate or 24_000,
+            }
+        )
+        total = 0
+        failed = False
+        while (item := await produced.get()) is not _END:
+            if isinstance(item, ApiError):
+                failed = True
+                utterance.errors.append(item.code or "error")
+                await self.send(error_message(item))
+                if item.status == 429:
+                    raise SessionClosed(CLOSE_TRY_AGAIN)
+                if item.code == "server_shutting_down":
+                    raise SessionClosed(CLOSE_GOING_AWAY)
+                break
+            assert isinstance(item, bytes)
+            async with self.send_lock:
+                await self.ws.send_bytes(item)
+            if utterance.ttfa_s is None:  # from the arrival of the text that completed the first sentence
+                utterance.ttfa_s = time.perf_counter() - sentence.arrived
+                metrics.TTFA.labels(response_format, "websocket").observe(utterance.ttfa_s)
+            total += len(item)
+        utterance.sentences += 1
+        utterance.audio_bytes += total
+        await self.send(
+            {
+                "type": "audio.done",
+                "utterance_index": sentence.utterance,
+                "sentence_index": sentence.index,
+                "total_bytes": total,
+                "error": failed,
+            }
+        )
+
+    async def synthesize(
+        self, sentence: Sentence, produced: asyncio.Queue[object], after: asyncio.Task[None] | None
+    ) -> None:
+        """One sentence through the request pipeline; its encoded bytes, then _END (or an ApiError), into `produced`."""
+        if after is not None:
+            await asyncio.wait({after})
+        timing = TtfaTimeline(sentence.arrived)
+        summary: dict[str, object] = {}
+        try:
+            if not self.engine.health().ready:
+                raise engine_unavailable(self.engine)
+            job, output = self.build(sentence.voice, sentence.text, f"u{sentence.utterance}s{sentence.index}")
+            job = dataclasses.replace(job, timing=timing)
+            ticket = await admitted(self.gate, self.lifecycle, timing)
+            metrics.INPUT_CHARACTERS.inc(len(sentence.text))
+            run = SpeechRun(
+                self.engine,
+                self.gate,
+                self.lifecycle,
+                self.settings,
+                sentence.arrived,
+                timing,
+                summary,
+                "websocket",
+                observe_ttfa=False,
+            )
+            audio = await run.open(job, output, ticket)
+            async for data in audio.bytes():
+                produced.put_nowait(data)
+            produced.put_nowait(_END)
+        except ApiError as exc:
+            produced.put_nowait(exc)
+        except Exception:
+            log.exception("sentence synthesis failed", extra={"request_id": self.session_id})
+            produced.put_nowait(internal_error(self.session_id))
+
+    async def end_utterance(self, end: UtteranceEnd) -> None:
+        utterance = self.open_utterances.pop(end.utterance)
+        self.lifecycle.untrack(self.utterance_key(end.utterance))
+        await self.send({"type": "session.done", "utterance_index": end.utterance, "total_sentences": end.sentences})
+        log.info(
+            "speech utterance",
+            extra={
+                "request_id": self.session_id,
+                "transport": "websocket",
+                "utterance": end.utterance,
+                "chars": utterance.chars,
+                "sentences": utterance.sentences,
+                "audio_bytes": utterance.audio_bytes,
+                "ttfa_s": None if utterance.ttfa_s is None else round(utterance.ttfa_s, 4),
+                "e2e_s": round(time.perf_counter() - utterance.started, 4),
+                "errors": utterance.errors,
+                "outcome": "completed" if not utterance.errors else "error",
+            },
+        )
+        if not self.open_utterances:
+            self.all_spoken.set()
+        if self.lifecycle.draining and not self.open_utterances and not self.buffer.strip():
+            raise SessionClosed(CLOSE_GOING_AWAY)
+
+
+@router.websocket("/v1/audio/speech/stream")
+async def speech_stream(websocket: WebSocket) -> None:
+    state = websocket.app.state
+    catalog = VoiceCatalog(tuple(state.engine.voices()), state.settings.voice_aliases)
+    await websocket.accept()
+    metrics.WS_SESSIONS.inc()
+    try:
+        session = SpeechStreamSession(
+            websocket, state.engine, state.settings, catalog, state.voice_store, state.lifecycle
+        )
+        if state.lifecycle.draining:
+            await session.send(error_message(shutting_down()))
+            await websocket.close(CLOSE_GOING_AWAY)
+            return
+        await session.run()
+    finally:
+        metrics.WS_SESSIONS.dec()

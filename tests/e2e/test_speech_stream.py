@@ -1,0 +1,330 @@
+"""WS /v1/audio/speech/stream against the real server, with the `websockets` client: vllm-omni's message sequence,
+incremental synthesis, formats, errors, keys, admission, disconnects and the drain."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from loadtest.audio import decode, transcribe, word_error_rate
+from tests.support.server import RunningServer, start_server
+
+PATH = "/v1/audio/speech/stream"
+KEY = "sk-stream-test-key"
+
+
+def ws_url(server: RunningServer, query: str = "") -> str:
+    return server.base_url.replace("http://", "ws://") + PATH + query
+
+
+def send(ws: ClientConnection, message: dict[str, object]) -> None:
+    ws.send(json.dumps(message))
+
+
+def receive_utterance(ws: ClientConnection) -> tuple[list[dict[str, object]], dict[int, bytes]]:
+    """Every message up to session.done; the audio of each sentence, by sentence index."""
+    events: list[dict[str, object]] = []
+    audio: dict[int, bytes] = {}
+    current = -1
+    while True:
+        message = ws.recv(timeout=60)
+        if isinstance(message, bytes):
+            audio[current] = audio.get(current, b"") + message
+            continue
+        event = json.loads(message)
+        events.append(event)
+        if event["type"] == "audio.start":
+            current = int(event["sentence_index"])
+        if event["type"] in ("session.done", "error"):
+            return events, audio
+
+
+def test_vllm_omni_client_sequence_works_unchanged(server: RunningServer) -> None:
+    """The messages of vllm-omni's own example client: config, text chunks, input.done, a second utterance on the
+    same connection, session.close."""
+    text = "Hello from a streaming client. The text arrives in pieces."
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "wav"})
+        for piece in ("Hello from a stream", "ing client. The text ", "arrives in pieces."):
+            send(ws, {"type": "input.text", "text": piece})
+        send(ws, {"type": "input.done"})
+        events, audio = receive_utterance(ws)
+        kinds = [e["type"] for e in events]
+        assert kinds == ["audio.start", "audio.done", "audio.start", "audio.done", "session.done"]
+        assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 2}
+        assert [e["sentence_text"] for e in events if e["type"] == "audio.start"] == [
+            "Hello from a streaming client.",
+            "The text arrives in pieces.",
+        ]
+        assert all(e["total_bytes"] == len(audio[e["sentence_index"]]) for e in events if e["type"] == "audio.done")
+        spoken = " ".join(transcribe(decode(audio[i], "wav")) for i in sorted(audio))
+        assert word_error_rate(text, spoken) <= 0.2
+
+        send(ws, {"type": "input.text", "text": "A second utterance."})
+        send(ws, {"type": "input.done"})
+        events, audio = receive_utterance(ws)
+        assert events[-1] == {"type": "session.done", "utterance_index": 1, "total_sentences": 1}
+        assert events[0]["utterance_index"] == 1 and len(audio[0]) > 1000
+        send(ws, {"type": "session.close"})
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+        assert ws.close_code == 1000
+
+
+def test_first_sentence_is_spoken_before_the_rest_is_sent(server: RunningServer) -> None:
+    """Word by word: the first sentence's audio arrives while the second sentence has not been sent at all."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        for word in "The first sentence is here. The".split(" "):
+            send(ws, {"type": "input.text", "text": word + " "})
+        start = json.loads(ws.recv(timeout=30))  # nothing else was sent: no input.done, no second sentence
+        assert start["type"] == "audio.start" and start["sentence_text"] == "The first sentence is here."
+        assert isinstance(ws.recv(timeout=30), bytes)
+        for word in "second one follows.".split(" "):
+            send(ws, {"type": "input.text", "text": word + " "})
+        send(ws, {"type": "input.done"})
+        events, _ = receive_utterance(ws)
+        starts = [e["sentence_text"] for e in events if e["type"] == "audio.start"]
+        assert starts == ["The second one follows."]
+        assert events[-1]["total_sentences"] == 2
+
+
+def test_a_pause_in_the_text_speaks_a_finished_sentence(server: RunningServer) -> None:
+    """No next word and no input.done: the sentence idle gap (1 s by default) lets a finished sentence be spoken."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": "Wait for it."})
+        start = json.loads(ws.recv(timeout=30))
+        assert start["type"] == "audio.start" and start["sentence_text"] == "Wait for it."
+
+
+@pytest.mark.parametrize(
+    ("response_format", "sample_rate"),
+    [("mp3", None), ("opus", None), ("aac", None), ("flac", 16000), ("wav", 16000), ("pcm", 16000)],
+)
+def test_every_format_decodes(server: RunningServer, response_format: str, sample_rate: int | None) -> None:
+    text = "Every format streams."
+    config: dict[str, object] = {"type": "session.config", "voice": "alloy", "response_format": response_format}
+    if sample_rate:
+        config["sample_rate"] = sample_rate
+    with connect(ws_url(server)) as ws:
+        send(ws, config)
+        send(ws, {"type": "input.text", "text": text})
+        send(ws, {"type": "input.done"})
+        events, audio = receive_utterance(ws)
+    assert events[0]["format"] == response_format
+    decoded = decode(audio[0], response_format, pcm_rate=sample_rate or 24_000)
+    if sample_rate and response_format != "pcm":
+        assert decoded.sample_rate == sample_rate
+    assert word_error_rate(text, transcribe(decoded)) <= 0.2
+
+
+def test_malformed_messages_are_answered_and_the_connection_kept(server: RunningServer) -> None:
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "input.text", "text": "Too early."})
+        assert json.loads(ws.recv(timeout=10))["code"] == "session_config_required"
+        send(ws, {"type": "session.config", "voice": "nobody-by-this-name"})
+        error = json.loads(ws.recv(timeout=10))
+        assert (error["type"], error["code"], error["param"]) == ("error", "voice_not_found", "voice")
+        assert error["error"]["type"] == "invalid_request_error"
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "ogg"})
+        assert json.loads(ws.recv(timeout=10))["param"] == "response_format"
+        send(ws, {"type": "session.config", "voice": "alloy", "colour": "blue"})
+        assert json.loads(ws.recv(timeout=10))["code"] == "unknown_parameter"
+        send(ws, {"type": "session.config", "voice": "alloy", "word_timestamps": True})
+        error = json.loads(ws.recv(timeout=10))
+        assert (error["code"], error["param"]) == ("unsupported", "word_timestamps")
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        ws.send("{not json")
+        assert json.loads(ws.recv(timeout=10))["code"] == "invalid_json"
+        ws.send(b"\x00\x01")
+        assert json.loads(ws.recv(timeout=10))["code"] == "invalid_message"
+        send(ws, {"type": "input.text", "text": 42})
+        assert json.loads(ws.recv(timeout=10))["param"] == "text"
+        send(ws, {"type": "input.text", "text": "x" * (200 * 1024)})
+        assert json.loads(ws.recv(timeout=10))["code"] == "message_too_large"
+        send(ws, {"type": "what"})
+        assert json.loads(ws.recv(timeout=10))["code"] == "unknown_message_type"
+        # still serving
+        send(ws, {"type": "input.text", "text": "Still here."})
+        send(ws, {"type": "input.done"})
+        events, audio = receive_utterance(ws)
+        assert events[-1]["type"] == "session.done" and len(audio[0]) > 1000
+
+
+@pytest.fixture(scope="module")
+def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """Keys required, one slot and no queue, short timeouts: for auth, admission, timeouts, disconnects, the drain."""
+    log_path: Path = tmp_path_factory.mktemp("ws-server") / "server.log"
+    running = start_server(
+        log_path,
+        env={
+            "SPEECH_API_KEYS": KEY,
+            "SPEECH_MAX_CONCURRENCY": "1",
+            "SPEECH_MAX_QUEUE": "0",
+            "SPEECH_WS_CONFIG_TIMEOUT_S": "1",
+            "SPEECH_EMBEDDED_WORKERS": "1",
+        },
+    )
+    yield running
+    running.stop()
+
+
+def test_keys_by_header_or_query_never_logged(guarded_server: RunningServer) -> None:
+    with connect(ws_url(guarded_server)) as ws:
+        error = json.loads(ws.recv(timeout=10))
+        assert error["code"] == "invalid_api_key"
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+        assert ws.close_code == 1008
+    with connect(ws_url(guarded_server, "?api_key=wrong")) as ws:
+        assert json.loads(ws.recv(timeout=10))["code"] == "invalid_api_key"
+    for url, headers in ((ws_url(guarded_server, f"?api_key={KEY}"), None), (ws_url(guarded_server), {})):
+        with connect(url, additional_headers=headers if headers is None else {"Authorization": f"Bearer {KEY}"}) as ws:
+            send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+            send(ws, {"type": "input.text", "text": "Keyed."})
+            send(ws, {"type": "input.done"})
+            events, _ = receive_utterance(ws)
+            assert events[-1]["type"] == "session.done"
+    assert KEY not in guarded_server.log_path.read_text()
+
+
+def test_config_timeout_closes(guarded_server: RunningServer) -> None:
+    with connect(ws_url(guarded_server, f"?api_key={KEY}")) as ws:
+        assert json.loads(ws.recv(timeout=10))["code"] == "session_config_timeout"
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+        assert ws.close_code == 1008
+
+
+def long_text(sentences: int) -> str:
+    return " ".join(f"This is sentence number {n} of a long story that goes on and on." for n in range(sentences))
+
+
+def test_full_service_answers_retry_after_and_closes_1013(guarded_server: RunningServer) -> None:
+    auth = {"Authorization": f"Bearer {KEY}"}
+    with connect(ws_url(guarded_server), additional_headers=auth) as busy:
+        send(busy, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(busy, {"type": "input.text", "text": long_text(1)})
+        send(busy, {"type": "input.done"})
+        assert json.loads(busy.recv(timeout=30))["type"] == "audio.start"  # holds the only slot now
+        with connect(ws_url(guarded_server), additional_headers=auth) as ws:
+            send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+            send(ws, {"type": "input.text", "text": "Am I admitted?"})
+            send(ws, {"type": "input.done"})
+            events, _ = receive_utterance(ws)
+            error = events[-1]
+            assert error["type"] == "error" and error["code"] == "rate_limit_exceeded"
+            assert isinstance(error["retry_after"], int) and error["retry_after"] >= 1
+            with pytest.raises(ConnectionClosed):
+                while True:
+                    ws.recv(timeout=10)
+            assert ws.close_code == 1013
+
+
+def test_disconnect_aborts_the_engine_and_frees_the_slot(guarded_server: RunningServer) -> None:
+    auth = {"Authorization": f"Bearer {KEY}"}
+    aborted = guarded_server.metric("speech_aborted_total", reason="client_gone")
+    with connect(ws_url(guarded_server), additional_headers=auth) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": long_text(50)})
+        send(ws, {"type": "input.done"})
+        assert json.loads(ws.recv(timeout=30))["type"] == "audio.start"
+    deadline = time.monotonic() + 10
+    while guarded_server.metric("speech_aborted_total", reason="client_gone") <= aborted:
+        assert time.monotonic() < deadline, "the engine work was not aborted"
+        time.sleep(0.05)
+    while guarded_server.metric("speech_in_flight") != 0 or guarded_server.metric("speech_ws_sessions") != 0:
+        assert time.monotonic() < deadline, "the slot or the session was not freed"
+        time.sleep(0.05)
+    with connect(ws_url(guarded_server), additional_headers=auth) as ws:  # the one slot serves the next client
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": "Next."})
+        send(ws, {"type": "input.done"})
+        assert receive_utterance(ws)[0][-1]["type"] == "session.done"
+
+
+def test_drain_finishes_the_utterance_then_closes_1001(guarded_server: RunningServer) -> None:
+    """Last in this module: it stops the server. SIGTERM while an utterance is being spoken and its last sentence has
+    not even been sent: the whole utterance is still spoken, then the session closes with 1001."""
+    auth = {"Authorization": f"Bearer {KEY}"}
+    with (
+        connect(ws_url(guarded_server), additional_headers=auth) as ws,
+        connect(ws_url(guarded_server), additional_headers=auth) as idle,
+    ):
+        send(idle, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": "Before the signal. And"})
+        assert json.loads(ws.recv(timeout=30))["type"] == "audio.start"
+        guarded_server.process.send_signal(signal.SIGTERM)
+        with pytest.raises(ConnectionClosed):
+            idle.recv(timeout=10)
+        assert idle.close_code == 1001  # nothing open: closed at once
+        send(ws, {"type": "input.text", "text": " after it."})
+        send(ws, {"type": "input.done"})
+        events, _ = receive_utterance(ws)
+        while events[-1]["type"] != "session.done":
+            more, _ = receive_utterance(ws)
+            events += more
+        assert [e["sentence_text"] for e in events if e["type"] == "audio.start"] == ["And after it."]
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+        assert ws.close_code == 1001
+    assert guarded_server.process.wait(timeout=30) == 0
+
+
+def test_readme_example_runs(server: RunningServer, tmp_path: Path) -> None:
+    """The README's WebSocket example, as written (only the address changed)."""
+    import re
+    import subprocess
+    import sys
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("\n## Streaming text in: WebSocket\n", 1)[1].split("\n## ", 1)[0]
+    code = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)[0]
+    code = code.replace("ws://localhost:8000", server.base_url.replace("http://", "ws://"))
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "'session.done'" in result.stdout
+    text = "Hello there. This sentence streams in word by word, as an LLM writes it."
+    audio = decode((tmp_path / "speech.pcm").read_bytes(), "pcm")
+    assert word_error_rate(text, transcribe(audio)) <= 0.2
+
+
+def test_omni_engine_streams_over_the_websocket(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The omni engine (over the vllm-omni fakes) behind the same endpoint, with its own fields (language,
+    instructions) and a voice clone from a reference clip on the Base checkpoint."""
+    from app.tools.qwen3_tts_model_dir import write_model_dir
+    from tests.support.server import fake_omni_command
+    from tests.support.wav import tone_wav
+
+    folder = tmp_path_factory.mktemp("ws-omni")
+    model = write_model_dir(folder / "model", "base")
+    env = {
+        "SPEECH_MODEL": str(model),
+        "SPEECH_DEPLOY_CONFIG": "deploy/vllm-omni/voice-clone.yaml",
+        "SPEECH_OMNI_WARMUP_BATCH_SIZES": "1",
+    }
+    omni = start_server(folder / "server.log", env=env, command=fake_omni_command())
+    try:
+        import base64
+
+        clip = "data:audio/wav;base64," + base64.b64encode(tone_wav(2.0)).decode()
+        with connect(ws_url(omni)) as ws:
+            config = {"type": "session.config", "task_type": "Base", "ref_audio": clip, "ref_text": "Hello."}
+            send(ws, {**config, "language": "English", "response_format": "flac"})
+            send(ws, {"type": "input.text", "text": "A cloned voice. It streams too."})
+            send(ws, {"type": "input.done"})
+            events, audio = receive_utterance(ws)
+        assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 2}, events
+        for index in (0, 1):
+            assert decode(audio[index], "flac").samples.size > 0
+    finally:
+        omni.stop()
