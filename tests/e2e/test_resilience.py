@@ -46,6 +46,8 @@ QUEUE_TIMEOUT_S = 1.0
 # How late the server's event loop may act on a timer or a freed slot while it is flooded on a busy machine: the bounds
 # below are the server's own (its request log), so they do not depend on how fast the test's clients are served.
 LOOP_LAG_S = 1.0
+# a queue timeout measured by the server's own clock may end a hair before it (0.9997 s for 1 s has been seen)
+TIMER_SLACK_S = 0.05
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +99,8 @@ def test_flood_at_ten_times_capacity(small_server: RunningServer) -> None:
     # nobody waits for a slot longer than the queue timeout
     assert max(waits.values()) < QUEUE_TIMEOUT_S + LOOP_LAG_S, waits
     # a refusal comes at once (queue full) or after the whole queue timeout, and is counted under its reason
-    timed_out = [i for i in ids if statuses[i] == 429 and waits[i] >= QUEUE_TIMEOUT_S]
-    at_once = [i for i in ids if statuses[i] == 429 and waits[i] < QUEUE_TIMEOUT_S]
+    timed_out = [i for i in ids if statuses[i] == 429 and waits[i] >= QUEUE_TIMEOUT_S - TIMER_SLACK_S]
+    at_once = [i for i in ids if statuses[i] == 429 and waits[i] < QUEUE_TIMEOUT_S - TIMER_SLACK_S]
     rejected = {r: small_server.metric("speech_rejected_total", reason=r) - rejected_before[r] for r in rejected_before}
     assert rejected == {"queue_full": len(at_once), "queue_timeout": len(timed_out)}, (rejected, waits, statuses)
     # every slot and every queue place was used: the first four to arrive were served, or waited their time out
@@ -118,8 +120,8 @@ def test_queued_requests_are_refused_after_the_queue_timeout(small_server: Runni
         assert [r[0] for r in results] == [429] * 6
         records = request_records(small_server, set(ids))
         waits = sorted(waited_s(records[i]) for i in ids)
-        assert all(w < QUEUE_TIMEOUT_S for w in waits[:-2]), waits  # the queue was full: refused at once
-        assert all(QUEUE_TIMEOUT_S <= w < QUEUE_TIMEOUT_S + LOOP_LAG_S for w in waits[-2:]), waits
+        assert all(w < QUEUE_TIMEOUT_S / 2 for w in waits[:-2]), waits  # the queue was full: refused at once
+        assert all(QUEUE_TIMEOUT_S - TIMER_SLACK_S <= w < QUEUE_TIMEOUT_S + LOOP_LAG_S for w in waits[-2:]), waits
     finally:
         for sock in holders:
             sock.close()
