@@ -57,7 +57,7 @@ def test_word_timestamps_follow_the_input_and_agree_with_whisper(server: Running
     matcher = difflib.SequenceMatcher(a=[k for k, _ in ours], b=[k for k, _ in heard], autojunk=False)
     diffs = [abs(ours[i + k][1] - heard[j + k][1]) for i, j, n in matcher.get_matching_blocks() for k in range(n)]
     assert len(diffs) >= 15, (ours, heard)
-    assert statistics.median(diffs) < 250, diffs
+    assert statistics.median(diffs) < 100, diffs  # the bar; measured: about 25 ms
 
 
 def test_word_timestamps_follow_speed(server: RunningServer) -> None:
