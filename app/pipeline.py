@@ -28,6 +28,7 @@ from app.engines.base import (
     SynthesisJob,
     UnsupportedParameter,
     VoiceInfo,
+    WordTiming,
 )
 from app.text.sentences import split_sentences
 
@@ -64,6 +65,7 @@ class SentenceJoiner:
         self._first = first
         self._started = False  # a sound has been seen
         self._held = np.zeros(0, np.float32)
+        self.dropped = 0  # leading samples cut: the sentence's audio starts this much later than the engine's
 
     def _fade_in(self, samples: np.ndarray) -> np.ndarray:
         n = min(self._fade, len(samples))
@@ -82,6 +84,7 @@ class SentenceJoiner:
                 return samples if self._first else np.zeros(0, np.float32)
             self._started = True
             start = 0 if self._first else max(0, loud[0] - self._lead)
+            self.dropped = start
             samples = samples[start:] if self._first else self._fade_in(samples[start:])
             loud = loud - start
         end = loud[-1] + 1 if len(loud) else 0
@@ -170,6 +173,8 @@ class SentencePipeline:
                 else:
                     source = self.inner.synthesize(sentence_job)
                 joiner: SentenceJoiner | None = None
+                fed = emitted = 0  # this sentence's samples: from the engine, and passed on
+                words: list[WordTiming] = []  # timed from the start of this sentence's joined audio
                 try:
                     async for chunk in source:
                         if joiner is None:
@@ -179,14 +184,25 @@ class SentencePipeline:
                                 tasks.append(asyncio.create_task(self._prefetch(jobs[index + 1], queue)))
                                 ahead = (index + 1, queue)
                         audio = joiner.feed(chunk.samples)
+                        words.extend(word.shifted((fed - joiner.dropped) / chunk.sample_rate) for word in chunk.words)
+                        fed += len(chunk.samples)
+                        emitted += len(audio)
                         if len(audio) or chunk.input_tokens or chunk.output_tokens:
-                            yield dataclasses.replace(chunk, samples=audio)
+                            yield dataclasses.replace(chunk, samples=audio, words=())
                 finally:
                     await _aclose(source)
                 if joiner is not None:
                     tail = joiner.finish()
-                    if len(tail):
-                        yield AudioChunk(tail, joiner.sample_rate)
+                    if len(tail) or words:
+                        # the words go with the sentence's last audio, clamped to it: a word's last phoneme may
+                        # run on into the silence the joiner cut
+                        rate = joiner.sample_rate
+                        end_s = (emitted + len(tail)) / rate
+                        timed = tuple(
+                            WordTiming(w.word, min(max(w.start_s, 0.0), end_s), min(max(w.end_s, 0.0), end_s))
+                            for w in words
+                        )
+                        yield AudioChunk(tail, rate, words=tuple(w.shifted(-emitted / rate) for w in timed))
                 log.debug(
                     "sentence synthesized",
                     extra={

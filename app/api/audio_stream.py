@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import threading
@@ -25,7 +26,7 @@ from starlette.types import Message, Receive, Scope, Send
 from app.api.errors import ApiError, error_body
 from app.audio.encoders import StreamEncoder, create_encoder
 from app.audio.transforms import StreamResampler
-from app.engines.base import AudioChunk
+from app.engines.base import AudioChunk, WordTiming
 
 # Set in the request's state by app.http_protocol when it aborts the connection of a client that stopped reading.
 STALLED_STATE_KEY = "client_stalled"
@@ -158,9 +159,19 @@ class EncodedAudio:
             raise StreamStopped(self._stop_reason)
 
     async def bytes(self) -> AsyncIterator[bytes]:
+        """The encoded audio alone."""
+        async with contextlib.aclosing(self.events()) as events:
+            async for item in events:
+                if isinstance(item, bytes):
+                    yield item
+
+    async def events(self) -> AsyncIterator[bytes | list[WordTiming]]:
+        """The encoded audio, and after each chunk's audio the words it carried (jobs that asked for word
+        timestamps), timed from the start of the utterance."""
         outcome = "error"
         try:
             async for chunk in self._chunks():
+                offset_s = self.usage.audio_samples / chunk.sample_rate
                 self.usage.input_tokens += chunk.input_tokens
                 self.usage.output_tokens += chunk.output_tokens
                 self.usage.audio_samples += len(chunk.samples)
@@ -173,6 +184,8 @@ class EncodedAudio:
                         if self._on_first_audio is not None:  # resumed: the server has written those bytes
                             self._on_first_audio()
                             self._on_first_audio = None
+                if chunk.words:
+                    yield [word.shifted(offset_s) for word in chunk.words]
             tail = await asyncio.to_thread(self._finish)
             if tail:
                 yield tail
@@ -250,10 +263,15 @@ def sse_event(payload: dict[str, object]) -> bytes:
 
 async def sse_events(audio: EncodedAudio, request_id: str) -> AsyncIterator[bytes]:
     """OpenAI's speech SSE: `speech.audio.delta` events carrying base64 of response_format bytes, then
-    `speech.audio.done` with usage. A failure after the stream started becomes an `error` event, then the end."""
+    `speech.audio.done` with usage. A request with `word_timestamps` also gets a `speech.audio.timestamps` event after
+    each sentence's audio, its words timed in milliseconds from the start of the utterance. A failure after the
+    stream started becomes an `error` event, then the end."""
     try:
-        async for data in audio.bytes():
-            yield sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+        async for item in audio.events():
+            if isinstance(item, bytes):
+                yield sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(item).decode("ascii")})
+            else:
+                yield sse_event({"type": "speech.audio.timestamps", "words": [word.as_dict() for word in item]})
     except asyncio.CancelledError:
         raise
     except ApiError as exc:

@@ -92,6 +92,13 @@ def _check_extensions(request: SpeechRequest, caps: EngineCapabilities) -> TaskT
             )
     if request.non_streaming_mode is not None and not caps.prompt_modes:
         raise invalid_param("non_streaming_mode", "'non_streaming_mode' is not supported by this model.")
+    if request.word_timestamps:
+        if request.stream_format != "sse":
+            raise invalid_param(
+                "word_timestamps", "'word_timestamps' needs stream_format 'sse': the timings arrive as SSE events."
+            )
+        if not caps.word_timestamps:
+            raise invalid_param("word_timestamps", "'word_timestamps' is not supported by this model.")
     return task_type
 
 
@@ -159,5 +166,6 @@ def build_job(
         seed=request.seed,
         initial_codec_chunk_frames=request.initial_codec_chunk_frames,
         non_streaming_mode=request.non_streaming_mode,
+        word_timestamps=request.word_timestamps,
     )
     return job, _output_spec(request)

@@ -69,6 +69,11 @@ class SpeechRequest(BaseModel):
         description="Qwen3-TTS prompt construction mode (not HTTP streaming). Omitted: the model's default "
         "(Base: false, CustomVoice/VoiceDesign: true).",
     )
+    word_timestamps: bool = Field(
+        False,
+        description="With stream_format sse: `speech.audio.timestamps` events time each word of the input "
+        "(as written) in milliseconds from the start of the audio. Engines that cannot time words refuse it.",
+    )
 
     @model_validator(mode="before")
     @classmethod

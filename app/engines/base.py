@@ -51,19 +51,38 @@ class SynthesisJob:
     seed: int | None = None
     initial_codec_chunk_frames: int | None = None  # None: the deployment's own first-chunk size
     non_streaming_mode: bool | None = None  # None: the model's default prompt mode
+    word_timestamps: bool = False  # the chunks carry `words` (engines whose capabilities say they can)
     trace_id: str = ""  # the caller's request id (X-Request-Id), for logs; not unique: callers may reuse it
     # the request's TTFA milestones: an engine marks "submitted" when it hands the work to its model
     timing: TtfaTimeline | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
+class WordTiming:
+    """When one word of the input, as the caller wrote it ("$9.99", "Dr."), is spoken: seconds from the start of
+    the audio it belongs to (a chunk's own samples inside an engine; the whole utterance in a response)."""
+
+    word: str
+    start_s: float
+    end_s: float
+
+    def shifted(self, offset_s: float) -> WordTiming:
+        return WordTiming(self.word, self.start_s + offset_s, self.end_s + offset_s)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"word": self.word, "start_ms": round(self.start_s * 1000), "end_ms": round(self.end_s * 1000)}
+
+
+@dataclass(frozen=True, slots=True)
 class AudioChunk:
-    """A piece of synthesized speech. Token counts are increments, summed by the caller for usage reporting."""
+    """A piece of synthesized speech. Token counts are increments, summed by the caller for usage reporting.
+    `words`: the words spoken in this chunk, timed from its first sample (only for jobs that asked for them)."""
 
     samples: np.ndarray  # mono float32, [-1, 1]
     sample_rate: int
     input_tokens: int = 0
     output_tokens: int = 0
+    words: tuple[WordTiming, ...] = ()
 
     @property
     def duration_s(self) -> float:
@@ -94,6 +113,7 @@ class EngineCapabilities:
     reading: ReadingRules = field(default_factory=ReadingRules)  # what the voices read; the rest is refused
     initial_chunk_frames: tuple[int, int] | None = None  # the first-chunk sizes honoured, in codec frames; None: none
     prompt_modes: bool = False  # honours `non_streaming_mode` (Qwen3-TTS prompt construction)
+    word_timestamps: bool = False  # can time each word of the input from its own alignment
 
 
 @dataclass(slots=True)

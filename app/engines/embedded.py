@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from app.audio.transforms import time_stretch
+from app.engines import hibari_alignment
 from app.engines.base import (
     AudioChunk,
     EngineCapabilities,
@@ -30,10 +31,14 @@ from app.engines.base import (
     TaskType,
     UnsupportedParameter,
     VoiceInfo,
+    WordTiming,
 )
 from app.text.normalize import ReadingRules
+from app.text.words import align_words, written_words
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from hibari import Hibari
 
     from app.settings import Settings
@@ -86,6 +91,15 @@ class SentenceAudio:
     samples: np.ndarray
     phoneme_ids: int
     frames: int
+    words: tuple[WordTiming, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Voice:
+    """One worker's model: hibari's text reader and vocabulary, and its network returning phoneme durations too."""
+
+    model: Hibari
+    session: Any
 
 
 class EmbeddedEngine:
@@ -97,7 +111,7 @@ class EmbeddedEngine:
         self._threads_per_worker = settings.embedded_threads_per_worker
         self._max_input_chars = settings.max_input_chars
         self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="hibari")
-        self._models: queue.SimpleQueue[Hibari] = queue.SimpleQueue()
+        self._models: queue.SimpleQueue[Voice] = queue.SimpleQueue()
         self._active: dict[str, int] = {}  # request id -> its syntheses in progress
         self._aborted: set[str] = set()
         self._ready = False
@@ -123,12 +137,16 @@ class EmbeddedEngine:
             extra={"workers": self._workers, "load_s": round(time.perf_counter() - started, 3)},
         )
 
-    def _load_model(self) -> Hibari:
+    def _load_model(self) -> Voice:
         from hibari import Hibari
 
         model = Hibari(voice=VOICE_ID, threads=self._threads_per_worker)
-        model(_WARMUP_TEXT, seed=0)  # loads the G2P and runs the graph once so the first request is not slow
-        return model
+        voice = Voice(model, hibari_alignment.load_session(model, self._threads_per_worker))
+        model.sess = None  # the session above replaces it: one copy of the network per worker
+        # loads the G2P and runs the graph once so the first request is not slow
+        self._models.put(voice)
+        self._synthesize_sentence(_WARMUP_TEXT, 1.0, 0, word_timestamps=True)
+        return self._models.get()
 
     async def close(self) -> None:
         self._ready = False
@@ -157,6 +175,7 @@ class EmbeddedEngine:
             sample_rate=SAMPLE_RATE,
             max_concurrency=self._workers,
             reading=READING,
+            word_timestamps=True,
         )
 
     # -- synthesis ------------------------------------------------------------------------------------------------
@@ -173,7 +192,9 @@ class EmbeddedEngine:
         self._active[job.request_id] = self._active.get(job.request_id, 0) + 1
         if job.timing is not None:
             job.timing.mark("submitted")
-        pending = loop.run_in_executor(self._executor, self._synthesize_sentence, job.text, job.speed, job.seed)
+        pending = loop.run_in_executor(
+            self._executor, self._synthesize_sentence, job.text, job.speed, job.seed, job.word_timestamps
+        )
         try:
             audio = await pending
             if not audio.phoneme_ids:  # e.g. Chinese text: this English voice has no phonemes for it
@@ -181,7 +202,7 @@ class EmbeddedEngine:
                     "input", f"This voice speaks English only and cannot read: {job.text[:80]!r}."
                 )
             if job.request_id not in self._aborted and len(audio.samples):
-                yield AudioChunk(audio.samples, SAMPLE_RATE, audio.phoneme_ids, audio.frames)
+                yield AudioChunk(audio.samples, SAMPLE_RATE, audio.phoneme_ids, audio.frames, audio.words)
         finally:
             pending.cancel()  # a caller that left before the thread started: the work is never done
             self._active[job.request_id] -= 1
@@ -197,7 +218,8 @@ class EmbeddedEngine:
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._first_unreadable, pieces)
 
     def _first_unreadable(self, pieces: list[str]) -> str | None:
-        model = self._models.get()
+        voice = self._models.get()
+        model = voice.model
         try:
             for piece in pieces:
                 try:
@@ -209,23 +231,34 @@ class EmbeddedEngine:
                     return piece
             return None
         finally:
-            self._models.put(model)
+            self._models.put(voice)
 
-    def _synthesize_sentence(self, sentence: str, speed: float, seed: int | None) -> SentenceAudio:
-        model = self._models.get()
+    def _synthesize_sentence(
+        self, sentence: str, speed: float, seed: int | None, word_timestamps: bool = False
+    ) -> SentenceAudio:
+        voice = self._models.get()
         try:
             rng = np.random.default_rng(seed)
             model_speed, tempo = split_speed(speed)
+            phonemes, spoken = hibari_alignment.phonemize(voice.model.g2p, sentence)
+            clock = hibari_alignment.PhonemeClock(phonemes, voice.model.vocab)
             parts: list[np.ndarray] = []
             phoneme_ids = 0
-            for piece in chunk_phonemes(model.g2p(sentence)):
-                ids = model.ids(piece)
+            for piece in chunk_phonemes(phonemes):
+                ids = voice.model.ids(piece)
                 if len(ids) <= 2:  # only the padding: nothing in this piece the model can say
                     continue
                 phoneme_ids += len(ids)
-                parts.append(model.from_ids(ids, model_speed, rng))
+                audio, durations = hibari_alignment.synthesize_ids(voice.session, ids, model_speed, rng)
+                clock.add(piece, durations, len(audio))
+                parts.append(audio)
         finally:
-            self._models.put(model)
+            self._models.put(voice)
         samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
         frames = len(samples) // FRAME_SAMPLES
-        return SentenceAudio(time_stretch(samples, SAMPLE_RATE, tempo), phoneme_ids, frames)
+        stretched = time_stretch(samples, SAMPLE_RATE, tempo)
+        words: tuple[WordTiming, ...] = ()
+        if word_timestamps:
+            stretch = len(stretched) / len(samples) if len(samples) else 1.0
+            words = tuple(align_words(written_words(sentence), clock.words(spoken, SAMPLE_RATE, stretch)))
+        return SentenceAudio(stretched, phoneme_ids, frames, words)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -437,3 +438,12 @@ def test_cors_origins_setting() -> None:
     assert two.cors_origins == ["https://app.example.com", "http://127.0.0.1:5173"]
     with pytest.raises(ValueError, match="scheme"):
         Settings(cors_origins="app.example.com")  # type: ignore[arg-type]
+
+
+def test_word_timestamps_need_sse_and_an_engine_that_times_words() -> None:
+    timed = dataclasses.replace(CAPS, word_timestamps=True)
+    job, _ = build(body(stream_format="sse", word_timestamps=True), timed)
+    assert job.word_timestamps
+    for payload, caps in ((body(word_timestamps=True), timed), (body(stream_format="sse", word_timestamps=True), CAPS)):
+        error = build_error(payload, caps)
+        assert error.status == 400 and error.body()["error"]["param"] == "word_timestamps"

@@ -1,0 +1,93 @@
+"""Word timestamps in the caller's own words.
+
+An engine times the words it actually speaks, after its text reader expanded "$9.99" to "nine dollars and ninety
+nine cents" or "Dr." to "doctor". Callers want the words they wrote (captions, read-along), so the spoken words are
+matched back to the written ones: identical words pair up, and each run of written words the reader rewrote takes the
+time of the spoken words that replaced it. Every written word gets a timing, in order; punctuation is not a word.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from app.engines.base import WordTiming
+
+# Stripped from both ends of a written word: quotes, brackets, dashes and sentence punctuation. A trailing full stop
+# stays on words with a full stop inside ("e.g.", "U.S."): there it is part of the word as written.
+_EDGE_PUNCTUATION = "\"'“”‘’«»()[]{}<>,;:!?…—–-"
+_KEY_DROP = re.compile(r"[\W_]+")
+_ABBREVIATION = re.compile(r"[^\W\d_]\.[^\W\d_]")  # a full stop between letters
+
+
+@dataclass(frozen=True, slots=True)
+class SpokenWord:
+    """A word as an engine's text reader spoke it ("nine", "dollars"), timed in seconds."""
+
+    text: str
+    start_s: float
+    end_s: float
+
+
+def written_words(text: str) -> list[str]:
+    """The words of `text` as written: whitespace-separated, without the punctuation around them."""
+    words: list[str] = []
+    for token in text.split():
+        word = token.strip(_EDGE_PUNCTUATION)
+        if word.endswith("."):
+            bare = word.rstrip(".")
+            word = f"{bare}." if _ABBREVIATION.search(bare) else bare
+        word = word.strip(_EDGE_PUNCTUATION)
+        if word:
+            words.append(word)
+    return words
+
+
+def _key(word: str) -> str:
+    """What two spellings of one word share: "Hello," and "hello" match; "$9.99" and "9.99" match."""
+    key = _KEY_DROP.sub("", word.casefold())
+    return key or word
+
+
+def align_words(written: Sequence[str], spoken: Sequence[SpokenWord]) -> list[WordTiming]:
+    """Time every written word from the spoken words: the same words pair up in order; a run of written words that
+    the reader rewrote (numbers, abbreviations, symbols) shares the time of the spoken words in its place."""
+    if not written:
+        return []
+    if not spoken:
+        return [WordTiming(word, 0.0, 0.0) for word in written]
+    timings: list[WordTiming] = []
+    matcher = difflib.SequenceMatcher(a=[_key(w) for w in written], b=[_key(s.text) for s in spoken], autojunk=False)
+    for tag, w0, w1, s0, s1 in matcher.get_opcodes():
+        words = written[w0:w1]
+        if tag == "equal":
+            timings.extend(WordTiming(w, s.start_s, s.end_s) for w, s in zip(words, spoken[s0:s1], strict=True))
+        elif tag == "insert":  # spoken with no written word of its own (a reader's addition): the word before it
+            if timings:
+                last = timings[-1]
+                timings[-1] = WordTiming(last.word, last.start_s, max(last.end_s, spoken[s1 - 1].end_s))
+        elif tag == "delete":  # written but not spoken (e.g. a symbol the reader skips): an instant, in place
+            at = timings[-1].end_s if timings else spoken[0].start_s
+            timings.extend(WordTiming(w, at, at) for w in words)
+        elif len(words) == s1 - s0:
+            timings.extend(WordTiming(w, s.start_s, s.end_s) for w, s in zip(words, spoken[s0:s1], strict=True))
+        else:
+            timings.extend(_share(words, spoken[s0].start_s, spoken[s1 - 1].end_s))
+    if matcher.get_opcodes()[0][0] == "insert" and len(timings):  # spoken words before the first written one
+        first = timings[0]
+        timings[0] = WordTiming(first.word, min(first.start_s, spoken[0].start_s), first.end_s)
+    return timings
+
+
+def _share(words: Sequence[str], start_s: float, end_s: float) -> list[WordTiming]:
+    """Written words that became a different number of spoken words: the span, split by the words' lengths."""
+    total = sum(len(w) for w in words)
+    timings: list[WordTiming] = []
+    at = start_s
+    for word in words:
+        end = at + (end_s - start_s) * len(word) / total
+        timings.append(WordTiming(word, at, end))
+        at = end
+    return timings

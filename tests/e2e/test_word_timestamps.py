@@ -1,0 +1,92 @@
+"""Word timestamps over SSE, from the embedded engine's own alignment, checked against Whisper's word timings."""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import itertools
+import json
+import statistics
+
+import httpx
+import numpy as np
+
+from loadtest.audio import DecodedAudio, normalise, to_16k, whisper
+from tests.support.server import RunningServer
+
+TEXT = (
+    "The quick brown fox jumps over the lazy dog. On Monday, Dr. Smith paid $9.99 for 3 books at 7:30 pm. "
+    "Then everyone went home happily."
+)
+
+
+def sse_events(server: RunningServer, **body: object) -> list[dict[str, object]]:
+    payload = {"model": "tts-1", "voice": "alloy", "response_format": "pcm", "stream_format": "sse", **body}
+    with httpx.stream("POST", f"{server.base_url}/v1/audio/speech", json=payload, timeout=120) as response:
+        assert response.status_code == 200, response.read()
+        return [json.loads(line[len("data: ") :]) for line in response.iter_lines() if line.startswith("data: ")]
+
+
+def test_word_timestamps_follow_the_input_and_agree_with_whisper(server: RunningServer) -> None:
+    events = sse_events(server, input=TEXT, word_timestamps=True, seed=3)
+    kinds = [event["type"] for event in events]
+    assert kinds[-1] == "speech.audio.done"
+    assert "speech.audio.timestamps" in kinds and kinds.index("speech.audio.timestamps") < len(kinds) - 1
+    assert kinds.count("speech.audio.timestamps") == 3  # one per sentence
+    pcm = b"".join(base64.b64decode(str(e["audio"])) for e in events if e["type"] == "speech.audio.delta")
+    audio = DecodedAudio(np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0, 24_000, 1, "pcm_s16le")
+    words = [w for e in events if e["type"] == "speech.audio.timestamps" for w in e["words"]]  # type: ignore[attr-defined]
+
+    # the caller's words, as written, in order
+    assert [w["word"] for w in words] == [
+        "The", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog",
+        "On", "Monday", "Dr", "Smith", "paid", "$9.99", "for", "3", "books", "at", "7:30", "pm",
+        "Then", "everyone", "went", "home", "happily",
+    ]  # fmt: skip
+    starts = [w["start_ms"] for w in words]
+    assert starts == sorted(starts)
+    assert all(w["start_ms"] <= w["end_ms"] for w in words)
+    overlaps = [(a, b) for a, b in itertools.pairwise(words) if a["end_ms"] > b["start_ms"]]
+    assert not overlaps, overlaps
+    assert words[-1]["end_ms"] <= audio.duration_s * 1000 + 0.5  # rounded to the millisecond
+    assert words[-1]["end_ms"] > audio.duration_s * 1000 - 800  # the words reach the end of the audio
+
+    segments, _ = whisper().transcribe(to_16k(audio), language="en", beam_size=1, word_timestamps=True)
+    heard = [(normalise(w.word), w.start * 1000) for s in segments for w in s.words if normalise(w.word)]
+    ours = [(normalise(str(w["word"])), float(w["start_ms"])) for w in words]
+    matcher = difflib.SequenceMatcher(a=[k for k, _ in ours], b=[k for k, _ in heard], autojunk=False)
+    diffs = [abs(ours[i + k][1] - heard[j + k][1]) for i, j, n in matcher.get_matching_blocks() for k in range(n)]
+    assert len(diffs) >= 15, (ours, heard)
+    assert statistics.median(diffs) < 100, diffs  # the issue's bar; measured: about 25 ms
+
+
+def test_word_timestamps_follow_speed(server: RunningServer) -> None:
+    """At speed 2 the audio is time-stretched: the word times shrink with it and stay within the audio."""
+    normal = sse_events(server, input="The quick brown fox jumps over the lazy dog.", word_timestamps=True, seed=1)
+    fast = sse_events(
+        server, input="The quick brown fox jumps over the lazy dog.", word_timestamps=True, seed=1, speed=2.0
+    )
+    for events in (normal, fast):
+        pcm = b"".join(base64.b64decode(str(e["audio"])) for e in events if e["type"] == "speech.audio.delta")
+        last = [e for e in events if e["type"] == "speech.audio.timestamps"][-1]["words"][-1]  # type: ignore[index]
+        assert last["end_ms"] <= len(pcm) / 2 / 24 + 0.5  # type: ignore[index]
+    dog_normal = normal[-2]["words"][-1]["start_ms"]  # type: ignore[index]
+    dog_fast = fast[-2]["words"][-1]["start_ms"]  # type: ignore[index]
+    assert 0.4 < dog_fast / dog_normal < 0.65
+
+
+def test_word_timestamps_need_sse(server: RunningServer) -> None:
+    response = httpx.post(
+        f"{server.base_url}/v1/audio/speech",
+        json={"model": "tts-1", "voice": "alloy", "input": "Hello.", "word_timestamps": True},
+        timeout=30,
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "word_timestamps"
+    assert "sse" in error["message"]
+
+
+def test_no_timestamp_events_unless_asked(server: RunningServer) -> None:
+    events = sse_events(server, input="Hello there. How are you?")
+    assert all(event["type"] != "speech.audio.timestamps" for event in events)

@@ -1,0 +1,123 @@
+"""Word timestamps: written words, matching the reader's spoken words back to them, hibari's phoneme clock, and the
+sentence pipeline's shifts (trimmed silence, joined sentences)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+from app.engines import hibari_alignment
+from app.engines.base import AudioChunk, SynthesisJob, WordTiming
+from app.pipeline import LEAD_S, SentencePipeline
+from app.text.words import SpokenWord, align_words, written_words
+from tests.unit.test_pipeline import RATE, utterance
+
+
+def spoken(*words: str) -> list[SpokenWord]:
+    return [SpokenWord(word, float(i), i + 0.5) for i, word in enumerate(words)]
+
+
+def test_written_words_keep_numbers_and_abbreviations_as_written() -> None:
+    text = 'Dr. Smith paid $9.99, e.g. at 7:30 pm — in the U.S. "Really?" ... yes & no. 50%. (Done)'
+    assert written_words(text) == [
+        "Dr", "Smith", "paid", "$9.99", "e.g.", "at", "7:30", "pm", "in", "the", "U.S.", "Really", "yes", "&", "no",
+        "50%", "Done",
+    ]  # fmt: skip
+
+
+def test_same_words_pair_up_and_punctuation_does_not_matter() -> None:
+    timings = align_words(["Hello", "there"], spoken("hello,", "There!"))
+    assert timings == [WordTiming("Hello", 0.0, 0.5), WordTiming("there", 1.0, 1.5)]
+
+
+def test_a_number_read_as_several_words_takes_their_whole_span() -> None:
+    timings = align_words(["paid", "$9.99", "each"], spoken("paid", "nine", "dollars", "ninety", "nine", "each"))
+    assert timings == [WordTiming("paid", 0, 0.5), WordTiming("$9.99", 1, 4.5), WordTiming("each", 5, 5.5)]
+
+
+def test_an_abbreviation_read_as_another_word_takes_its_time() -> None:
+    timings = align_words(["Dr", "Smith"], spoken("Doctor", "Smith"))
+    assert timings == [WordTiming("Dr", 0, 0.5), WordTiming("Smith", 1, 1.5)]
+
+
+def test_several_rewritten_words_share_the_span_in_order_by_length() -> None:
+    timings = align_words(["at", "7:30", "pm", "x"], spoken("at", "seven", "thirty", "P.M.", "why"))
+    assert [t.word for t in timings] == ["at", "7:30", "pm", "x"]
+    starts = [t.start_s for t in timings]
+    assert starts == sorted(starts) and timings[-1].end_s == 4.5
+    assert all(a.end_s <= b.start_s for a, b in itertools.pairwise(timings))
+
+
+def test_unspoken_words_are_instants_and_extra_spoken_words_extend_the_previous_word() -> None:
+    timings = align_words(["a", "§", "b"], spoken("a", "b", "uh"))
+    assert timings == [WordTiming("a", 0, 0.5), WordTiming("§", 0.5, 0.5), WordTiming("b", 1, 2.5)]
+    assert align_words(["a"], []) == [WordTiming("a", 0, 0)]
+
+
+def test_durations_output_is_an_appended_protobuf_field() -> None:
+    patched = hibari_alignment.with_durations_output(b"MODEL")
+    name = hibari_alignment.DURATIONS_OUTPUT.encode()
+    assert patched.startswith(b"MODEL") and name in patched
+    assert patched[5] == 7 << 3 | 2  # ModelProto.graph, length-delimited
+
+
+def test_phoneme_clock_times_words_from_durations_through_pieces_and_stretch() -> None:
+    vocab = {c: i for i, c in enumerate("abcdxyz", start=1)}
+    phonemes = "ab, cd xyz"
+    words = [hibari_alignment.PhonemeWord("AB", 0, 2), hibari_alignment.PhonemeWord("CD", 4, 6)]
+    words.append(hibari_alignment.PhonemeWord("XYZ", 7, 10))
+    clock = hibari_alignment.PhonemeClock(phonemes, vocab)
+    # piece 1 "ab, cd": ids pad a b c d pad (',' and ' ' are not in this vocab), 2 samples per duration unit
+    clock.add("ab, cd", np.array([5, 1, 1, 2, 2, 3]), samples=28)
+    clock.add("xyz", np.array([1, 1, 1, 1, 1]), samples=10)
+    timed = clock.words(words, sample_rate=2, stretch=0.5)
+    # AB: samples 10..14, CD: 14..22, XYZ: 28 + 2 .. 28 + 8; seconds at 2 Hz, halved by the stretch
+    assert timed == [SpokenWord("AB", 2.5, 3.5), SpokenWord("CD", 3.5, 5.5), SpokenWord("XYZ", 7.5, 9.0)]
+
+
+def test_phonemize_builds_hibaris_own_phoneme_string() -> None:
+    from hibari.g2p import G2P
+
+    g2p = G2P()
+    for text in ["\"Quoted,\" she said. Don't stop; it's 50% done & A/B tested.", "At 7:30 pm, Dr. Smith paid $9.99."]:
+        phonemes, words = hibari_alignment.phonemize(g2p, text)
+        assert phonemes == g2p(text)
+        assert all(not any(c in ",.;!?" for c in phonemes[w.start : w.end]) for w in words)
+    _, words = hibari_alignment.phonemize(g2p, "At 7:30 pm, Dr. Smith paid $9.99.")
+    assert [w.text for w in words] == ["At", "seven", "thirty", "P.M.,", "Dr", "Smith", "paid", "$9.99."]
+
+
+class WordEngine:
+    """Each sentence: 0.3 s of near-silence, 1 s of sound, 0.6 s of near-silence; one word in the middle of the sound,
+    and one that runs on into the tail silence."""
+
+    name = "fake"
+    model_id = "fake"
+
+    async def synthesize(self, job: SynthesisJob) -> AsyncIterator[AudioChunk]:
+        words = (WordTiming("mid", 0.5, 0.8), WordTiming("end", 1.2, 1.9))
+        yield AudioChunk(utterance(0.3, 1.0, 0.6), RATE, words=words)
+
+    async def abort(self, request_id: str) -> None:
+        return None
+
+
+@pytest.mark.asyncio
+async def test_pipeline_moves_words_with_the_trimmed_silence_and_clamps_them_to_the_sentence() -> None:
+    pipeline = SentencePipeline(WordEngine(), max_chars=250)  # type: ignore[arg-type]
+    job = SynthesisJob(request_id="r", text="One. Two.", voice="v", word_timestamps=True)
+    offset, timed = 0, []
+    async for chunk in pipeline.synthesize(job):
+        timed.extend(word.shifted(offset / RATE) for word in chunk.words)
+        offset += len(chunk.samples)
+    total_s = offset / RATE
+    first, second = timed[:2], timed[2:]
+    assert first[0] == WordTiming("mid", 0.5, 0.8)  # the first sentence keeps its leading silence
+    sentence_one_s = 0.3 + 1.0 + 0.25  # the tail cut to the pause after a full stop
+    assert first[1].end_s == pytest.approx(sentence_one_s, abs=0.01)  # clamped to the sentence's audio
+    # the second sentence's 0.3 s lead is cut to LEAD_S: its words move 0.3 - LEAD_S earlier
+    assert second[0].start_s == pytest.approx(sentence_one_s + 0.5 - (0.3 - LEAD_S), abs=0.01)
+    assert second[1].end_s == pytest.approx(total_s, abs=1e-6)
