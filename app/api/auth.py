@@ -42,6 +42,12 @@ def load_api_keys(keys: list[str], keys_file: str | None) -> list[str]:
     return loaded
 
 
+def _bearer(header: str) -> str:
+    """The key in an `Authorization: Bearer <key>` header; empty for anything else."""
+    scheme, _, presented = header.partition(" ")
+    return presented.strip() if scheme.lower() == "bearer" else ""
+
+
 class ApiKeyMiddleware:
     def __init__(self, app: ASGIApp, keys: list[str], max_concurrency_per_key: int | None = None) -> None:
         self.app = app
@@ -67,29 +73,32 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        scheme, _, presented = header.partition(" ")
-        key = self._match(presented.strip()) if scheme.lower() == "bearer" and presented.strip() else None
+        admitted = self._admit(_bearer(header), given=bool(header), how="Send it as 'Authorization: Bearer <key>'.")
+        if isinstance(admitted, ApiError):
+            await send_error(send, admitted, request_id_of(scope))
+            return
+        await self._run_holding(admitted, scope, receive, send)
+
+    def _admit(self, presented: str, given: bool, how: str) -> int | ApiError:
+        """The key a request holds while it runs, or its refusal: no or a wrong key (401), or the key already running
+        as many requests as it may (429)."""
+        key = self._match(presented) if presented else None
         if key is None:
             metrics.REJECTED.labels("unauthorized").inc()
-            message = (
-                "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."
-                if not header
-                else "Incorrect API key provided."
-            )
-            error = ApiError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
-            await send_error(send, error, request_id_of(scope))
-            return
+            message = "Incorrect API key provided." if given else f"You didn't provide an API key. {how}"
+            return ApiError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
         if self._max_per_key is not None and self._in_flight.get(key, 0) >= self._max_per_key:
             metrics.REJECTED.labels("per_key_limit").inc()
-            error = ApiError(
+            return ApiError(
                 429,
                 f"This API key already has {self._max_per_key} requests in progress.",
                 type="requests",
                 code="rate_limit_exceeded",
                 headers={"Retry-After": "1"},
             )
-            await send_error(send, error, request_id_of(scope))
-            return
+        return key
+
+    async def _run_holding(self, key: int, scope: Scope, receive: Receive, send: Send) -> None:
         self._in_flight[key] = self._in_flight.get(key, 0) + 1
         try:
             await self.app(scope, receive, send)
@@ -105,34 +114,15 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        scheme, _, presented = header.partition(" ")
-        presented = presented.strip() if scheme.lower() == "bearer" else ""
-        key = self._match(presented or from_query) if presented or from_query else None
-        if key is None:
-            metrics.REJECTED.labels("unauthorized").inc()
-            message = (
-                "You didn't provide an API key. Send 'Authorization: Bearer <key>' or the query parameter api_key."
-                if not (header or from_query)
-                else "Incorrect API key provided."
-            )
-            await _refuse_websocket(receive, send, ApiError(401, message, code="invalid_api_key"), 1008)
+        admitted = self._admit(
+            _bearer(header) or from_query,
+            given=bool(header or from_query),
+            how="Send 'Authorization: Bearer <key>' or the query parameter api_key.",
+        )
+        if isinstance(admitted, ApiError):
+            await _refuse_websocket(receive, send, admitted, 1008 if admitted.status == 401 else 1013)
             return
-        if self._max_per_key is not None and self._in_flight.get(key, 0) >= self._max_per_key:
-            metrics.REJECTED.labels("per_key_limit").inc()
-            error = ApiError(
-                429,
-                f"This API key already has {self._max_per_key} requests in progress.",
-                type="requests",
-                code="rate_limit_exceeded",
-                headers={"Retry-After": "1"},
-            )
-            await _refuse_websocket(receive, send, error, 1013)
-            return
-        self._in_flight[key] = self._in_flight.get(key, 0) + 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self._in_flight[key] -= 1
+        await self._run_holding(admitted, scope, receive, send)
 
 
 async def _refuse_websocket(receive: Receive, send: Send, error: ApiError, close_code: int) -> None:
