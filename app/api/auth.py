@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, urlencode
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import metrics
-from app.api.errors import ApiError
+from app.api.errors import ApiError, websocket_error_message
 from app.api.middleware import request_id_of, send_error
 
 OPEN_PATHS = frozenset(
@@ -130,9 +130,5 @@ async def _refuse_websocket(receive: Receive, send: Send, error: ApiError, close
     if (await receive())["type"] != "websocket.connect":
         return
     await send({"type": "websocket.accept"})
-    message: dict[str, object] = {"type": "error", "message": error.message, "code": error.code, "param": None}
-    if error.headers and "Retry-After" in error.headers:
-        message["retry_after"] = int(error.headers["Retry-After"])
-    message["error"] = error.body()["error"]
-    await send({"type": "websocket.send", "text": json.dumps(message)})
+    await send({"type": "websocket.send", "text": json.dumps(websocket_error_message(error))})
     await send({"type": "websocket.close", "code": close_code})

@@ -109,3 +109,13 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
+
+
+def websocket_error_message(error: ApiError) -> dict[str, Any]:
+    """An error as a WebSocket `error` message: vllm-omni clients read `message`; `code`, `param` and `error`
+    (OpenAI's error object) say what went wrong; `retry_after` (seconds) when the service is full."""
+    message: dict[str, Any] = {"type": "error", "message": error.message, "code": error.code, "param": error.param}
+    if error.headers and "Retry-After" in error.headers:
+        message["retry_after"] = int(error.headers["Retry-After"])
+    message["error"] = error.body()["error"]
+    return message

@@ -32,7 +32,7 @@ from starlette.websockets import WebSocketState
 
 from app import metrics
 from app.api.dependencies import served_models
-from app.api.errors import ApiError, internal_error, invalid_param, validation_error
+from app.api.errors import ApiError, internal_error, invalid_param, validation_error, websocket_error_message
 from app.api.job_builder import build_job
 from app.api.schemas import SpeechRequest
 from app.api.speech import SpeechRun, admitted, engine_unavailable, resolve_voice, shutting_down
@@ -133,16 +133,6 @@ class SessionClosed(Exception):
         self.code = code
 
 
-def error_message(error: ApiError) -> dict[str, Any]:
-    """vllm-omni clients read `message`; `code`, `param` and `error` (OpenAI's error object) say what went wrong."""
-    body = error.body()["error"]
-    message: dict[str, Any] = {"type": "error", "message": error.message, "code": error.code, "param": error.param}
-    if error.headers and "Retry-After" in error.headers:
-        message["retry_after"] = int(error.headers["Retry-After"])
-    message["error"] = body
-    return message
-
-
 class SpeechStreamSession:
     """One connection: reads the client's messages, cuts the arriving text into sentences, and speaks them in order,
     synthesizing the next while the current one is delivered."""
@@ -200,7 +190,7 @@ class SpeechStreamSession:
                     speaker.result()  # raises SessionClosed: the speaker ended the session
                     return
                 if stop in done:
-                    await self.send(error_message(shutting_down()))
+                    await self.send(websocket_error_message(shutting_down()))
                     raise SessionClosed(CLOSE_GOING_AWAY)
                 if receiving in done:
                     message, receiving = receiving.result(), None
@@ -220,7 +210,7 @@ class SpeechStreamSession:
             log.exception("websocket session failed", extra={"request_id": self.session_id})
             code = 1011
             with contextlib.suppress(Exception):
-                await self.send(error_message(internal_error(self.session_id)))
+                await self.send(websocket_error_message(internal_error(self.session_id)))
         finally:
             for task in (receiving, speaker):
                 if task is not None and not task.done():
@@ -249,7 +239,7 @@ class SpeechStreamSession:
             error = ApiError(
                 408, "No valid session.config arrived in time.", code="session_config_timeout", param="type"
             )
-            await self.send(error_message(error))
+            await self.send(websocket_error_message(error))
             raise SessionClosed(CLOSE_POLICY)
         if self.buffer.strip():  # the writer paused: a sentence that looks finished is spoken now
             self.enqueue(*complete_sentences(self.buffer, self.settings.sentence_max_chars, final=True))
@@ -258,7 +248,7 @@ class SpeechStreamSession:
         if self.open_utterances:  # still speaking: silence from the client is expected
             return
         error = ApiError(408, "The session was idle for too long.", code="idle_timeout")
-        await self.send(error_message(error))
+        await self.send(websocket_error_message(error))
         raise SessionClosed(CLOSE_NORMAL)
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -269,22 +259,28 @@ class SpeechStreamSession:
     async def on_message(self, message: dict[str, Any]) -> None:
         raw = message.get("text")
         if raw is None:
-            await self.send(error_message(ApiError(400, "Messages are JSON text frames.", code="invalid_message")))
+            await self.send(
+                websocket_error_message(ApiError(400, "Messages are JSON text frames.", code="invalid_message"))
+            )
             return
         if len(raw) > self.settings.max_body_bytes:
-            await self.send(error_message(self.too_large(self.settings.max_body_bytes)))
+            await self.send(websocket_error_message(self.too_large(self.settings.max_body_bytes)))
             return
         try:
             data = json.loads(raw)
         except json.JSONDecodeError:
-            await self.send(error_message(ApiError(400, "The message is not valid JSON.", code="invalid_json")))
+            await self.send(
+                websocket_error_message(ApiError(400, "The message is not valid JSON.", code="invalid_json"))
+            )
             return
         if not isinstance(data, dict):
-            await self.send(error_message(ApiError(400, "A message is a JSON object.", code="invalid_request")))
+            await self.send(
+                websocket_error_message(ApiError(400, "A message is a JSON object.", code="invalid_request"))
+            )
             return
         kind = data.get("type")
         if kind != "session.config" and len(raw.encode()) > self.settings.ws_max_message_bytes:
-            await self.send(error_message(self.too_large(self.settings.ws_max_message_bytes)))
+            await self.send(websocket_error_message(self.too_large(self.settings.ws_max_message_bytes)))
             return
         try:
             if kind == "session.config":
@@ -301,7 +297,7 @@ class SpeechStreamSession:
                 message_text = f"Unknown message type {kind!r}: session.config, input.text, input.done, session.close."
                 raise invalid_param("type", message_text, "unknown_message_type")
         except ApiError as exc:
-            await self.send(error_message(exc))
+            await self.send(websocket_error_message(exc))
 
     def too_large(self, limit: int) -> ApiError:
         return ApiError(413, f"The message exceeds the limit of {limit} bytes.", code="message_too_large")
@@ -448,7 +444,7 @@ class SpeechStreamSession:
             if isinstance(item, ApiError):
                 failed = True
                 utterance.errors.append(item.code or "error")
-                await self.send(error_message(item))
+                await self.send(websocket_error_message(item))
                 if item.status == 429:
                     raise SessionClosed(CLOSE_TRY_AGAIN)
                 if item.code == "server_shutting_down":
@@ -545,7 +541,7 @@ async def speech_stream(websocket: WebSocket) -> None:
             websocket, state.engine, state.settings, catalog, state.voice_store, state.lifecycle
         )
         if state.lifecycle.draining:
-            await session.send(error_message(shutting_down()))
+            await session.send(websocket_error_message(shutting_down()))
             await websocket.close(CLOSE_GOING_AWAY)
             return
         await session.run()
