@@ -64,7 +64,7 @@ COPY deploy ./deploy
 # Bytecode compiled at build time: the service runs as uid 10001, which cannot write __pycache__ into the root-owned
 # .venv, so without it every process start (the server and, on the GPU, each vllm-omni stage process) would
 # compile vllm's sources again.
-RUN make install EXTRAS="--extra omni --extra loadtest" SYNC_FLAGS="--no-dev --compile-bytecode" PYTHON=python3 && rm -rf /root/.cache .tools
+RUN make install EXTRAS="--extra omni --extra align --extra loadtest" SYNC_FLAGS="--no-dev --compile-bytecode" PYTHON=python3 && rm -rf /root/.cache .tools
 ENV PATH="/srv/speech/.venv/bin:${PATH}" \
     HOME=/tmp \
     SPEECH_ENGINE=omni \

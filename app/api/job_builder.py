@@ -13,7 +13,7 @@ from app.api.errors import ApiError, invalid_param
 from app.api.schemas import SpeechRequest
 from app.audio.encoders import supported_sample_rates
 from app.engines.base import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType
-from app.text.normalize import UnreadableText, normalize_text
+from app.text.normalize import UnreadableText, first_non_latin, normalize_text
 from app.voices import VoiceCatalog
 
 DEFAULT_SAMPLE_RATE = 24_000
@@ -97,9 +97,30 @@ def _check_extensions(request: SpeechRequest, caps: EngineCapabilities) -> TaskT
             raise invalid_param(
                 "word_timestamps", "'word_timestamps' needs stream_format 'sse': the timings arrive as SSE events."
             )
-        if not caps.word_timestamps:
-            raise invalid_param("word_timestamps", "'word_timestamps' is not supported by this model.")
     return task_type
+
+
+def check_word_timestamps(language: str | None, text: str, caps: EngineCapabilities) -> None:
+    """Word timestamps for this text in this language, or a 400 naming `word_timestamps` before any audio.
+    `language` is the resolved one (None: omitted)."""
+    if not caps.word_timestamps:
+        missing = f": {caps.word_timestamps_missing}" if caps.word_timestamps_missing else ""
+        raise invalid_param("word_timestamps", f"'word_timestamps' is not supported by this model{missing}.")
+    timed = caps.word_timestamps_languages
+    if timed is None:
+        return
+    if language is not None and language != "Auto" and language not in timed:
+        raise invalid_param(
+            "word_timestamps",
+            f"'word_timestamps' can time {', '.join(timed)} speech only on this model, not {language}: "
+            "omit word_timestamps for this language.",
+        )
+    if language in (None, "Auto") and (foreign := first_non_latin(text)) is not None:
+        raise invalid_param(
+            "word_timestamps",
+            f"'word_timestamps' can time {', '.join(timed)} speech only on this model and cannot time "
+            f"{foreign.describe()}: omit word_timestamps for this text.",
+        )
 
 
 def _output_spec(request: SpeechRequest) -> OutputSpec:
@@ -149,13 +170,16 @@ def build_job(
         known = ", ".join(v.id for v in catalog.voices)
         message = f"Unknown voice '{request.voice_name}'. Available voices: {known}."
         raise invalid_param("voice", message, "voice_not_found")
+    language = _check_language(request.language, caps)
+    if request.word_timestamps:
+        check_word_timestamps(language, text, caps)
     job = SynthesisJob(
         # the caller's id may repeat (a retry): the job gets its own, which still starts with it
         request_id=f"{request_id}-{uuid.uuid4().hex[:8]}",
         trace_id=request_id,
         text=text,
         voice=voice,
-        language=_check_language(request.language, caps),
+        language=language,
         instructions=request.instructions if caps.instructions else None,
         speed=request.speed,
         task_type=task_type,

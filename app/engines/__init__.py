@@ -49,15 +49,26 @@ def create_engine(settings: Settings) -> SpeechEngine:
     name = resolve_engine_name(settings.engine, settings)
     if not engine_available(name):
         raise RuntimeError(f"the {name!r} engine is not available here (missing package or GPU)")
-    from app.pipeline import SentencePipeline
-
     if name == "embedded":
         from app.engines.embedded import EmbeddedEngine
+        from app.pipeline import SentencePipeline
 
         return SentencePipeline(EmbeddedEngine(settings), settings.sentence_max_chars)
     if name == "omni":
         from app.engines.omni import OmniEngine
 
-        omni = OmniEngine(settings)
-        return SentencePipeline(omni, settings.sentence_max_chars) if settings.omni_sentence_pipeline else omni
+        return omni_as_served(OmniEngine(settings), settings)
     raise RuntimeError(f"unknown engine {name!r}")
+
+
+def omni_as_served(omni: SpeechEngine, settings: Settings) -> SpeechEngine:
+    """The omni engine as the service runs it: its words timed by the forced aligner (Qwen3-TTS has no alignment of
+    its own), behind the sentence pipeline where SPEECH_OMNI_SENTENCE_PIPELINE asks for it (the aligner then times
+    one sentence at a time)."""
+    from app.audio.alignment import INSTALL_HINT, WhisperAligner
+    from app.engines.aligned import ForcedAlignedEngine
+    from app.pipeline import SentencePipeline
+
+    aligner = WhisperAligner() if WhisperAligner.installed() else None
+    aligned = ForcedAlignedEngine(omni, aligner, missing="" if aligner else INSTALL_HINT)
+    return SentencePipeline(aligned, settings.sentence_max_chars) if settings.omni_sentence_pipeline else aligned

@@ -76,7 +76,12 @@ class WordTiming:
 @dataclass(frozen=True, slots=True)
 class AudioChunk:
     """A piece of synthesized speech. Token counts are increments, summed by the caller for usage reporting.
-    `words`: the words spoken in this chunk, timed from its first sample (only for jobs that asked for them)."""
+
+    `words` (only for jobs that asked for them): words of the job's text, timed in seconds from this chunk's first
+    sample. The times may be negative: a word spoken in an earlier chunk of the same job is timed back from here (a
+    forced aligner can only time a sentence once all of its audio has streamed, so its words come in an empty chunk
+    after that audio). Whoever places the chunk on a timeline (the sentence pipeline, the HTTP and WebSocket
+    transports) shifts its words by the chunk's start, which puts every word where it was spoken."""
 
     samples: np.ndarray  # mono float32, [-1, 1]
     sample_rate: int
@@ -113,7 +118,11 @@ class EngineCapabilities:
     reading: ReadingRules = field(default_factory=ReadingRules)  # what the voices read; the rest is refused
     initial_chunk_frames: tuple[int, int] | None = None  # the first-chunk sizes honoured, in codec frames; None: none
     prompt_modes: bool = False  # honours `non_streaming_mode` (Qwen3-TTS prompt construction)
-    word_timestamps: bool = False  # can time each word of the input from its own alignment
+    word_timestamps: bool = False  # can time each word of the input (its own alignment, or a forced aligner's)
+    # the `language`s whose words it can time (None: every language it speaks). An aligner with a list is English-only
+    # (Whisper tiny.en): with `language` omitted or Auto, text in a script other than Latin is refused
+    word_timestamps_languages: tuple[str, ...] | None = None
+    word_timestamps_missing: str = ""  # when it cannot time words: what the server lacks to do so (told to callers)
 
 
 @dataclass(slots=True)

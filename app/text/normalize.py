@@ -78,21 +78,38 @@ def _latin_reading(ch: str, category: str, text: str, index: int) -> str:
     return ch
 
 
-def _refuse_other_scripts(text: str) -> None:
+@dataclass(frozen=True, slots=True)
+class ForeignWord:
+    """Text in a script other than Latin: the words around it (for a message) and its first such letter."""
+
+    fragment: str
+    letter: str
+
+    def describe(self) -> str:
+        return f"{self.fragment!r} (U+{ord(self.letter):04X}, {script_hint(self.letter)})"
+
+
+def first_non_latin(text: str) -> ForeignWord | None:
+    """The first word of `text` with a letter outside the Latin script, if any (digits and symbols do not count)."""
     for match in re.finditer(r"[^\W\d_]+", text):
         word = match.group(0)
         foreign = [ch for ch in word if not unicodedata.name(ch, "").startswith(_NAMED_LATIN)]
         if foreign:
             start = text.rfind(" ", 0, match.start()) + 1
             end = text.find(" ", match.end())
-            fragment = text[start : end if end != -1 else len(text)].strip()[:40]
-            raise UnreadableText(
-                f"This voice reads English (Latin script) only and cannot read {fragment!r} "
-                f"(U+{ord(foreign[0]):04X}, {_script_hint(foreign[0])}). Send that text to a model that speaks it."
-            )
+            return ForeignWord(text[start : end if end != -1 else len(text)].strip()[:40], foreign[0])
+    return None
 
 
-def _script_hint(ch: str) -> str:
+def _refuse_other_scripts(text: str) -> None:
+    if (foreign := first_non_latin(text)) is not None:
+        raise UnreadableText(
+            f"This voice reads English (Latin script) only and cannot read {foreign.describe()}. "
+            "Send that text to a model that speaks it."
+        )
+
+
+def script_hint(ch: str) -> str:
     name = unicodedata.name(ch, "")
     script = name.split(" ")[0] if name else "unknown"
     return script if len(script) <= 3 else script.capitalize()

@@ -239,6 +239,7 @@ def test_dockerfile_stages() -> None:
         # a non-root process cannot write __pycache__ into the venv: bytecode must be compiled at build time
         assert "--compile-bytecode" in stage.make_install()["SYNC_FLAGS"], name
     assert "--extra omni" in found["gpu"].make_install()["EXTRAS"]
+    assert "--extra align" in found["gpu"].make_install()["EXTRAS"]  # word timestamps on the omni engine
     assert "--extra embedded" in found["cpu"].make_install()["EXTRAS"]
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^install:", makefile, re.M) and "$(EXTRAS)" in makefile

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uvicorn
 
 from app.cli import SpeechServer
+from app.engines import omni_as_served
 from app.engines.omni import OmniEngine
 from app.logs import configure_logging
 from app.server import create_app
@@ -27,7 +28,7 @@ def main() -> None:
     engine = OmniEngine(settings, omni_factory=lambda **_: omni)
     defaults = coerce_param_message_types(omni.default_sampling_params_list, True)
     engine.use_helpers(defaults, estimate_prompt_len, WordTokenizer(), tokens_input)
-    app = create_app(settings, engine=engine)
+    app = create_app(settings, engine=omni_as_served(engine, settings))
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None)
     SpeechServer(config, app.state.lifecycle).run()
 
