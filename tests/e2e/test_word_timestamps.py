@@ -6,7 +6,11 @@ import base64
 import difflib
 import itertools
 import json
+import re
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -90,3 +94,20 @@ def test_word_timestamps_need_sse(server: RunningServer) -> None:
 def test_no_timestamp_events_unless_asked(server: RunningServer) -> None:
     events = sse_events(server, input="Hello there. How are you?")
     assert all(event["type"] != "speech.audio.timestamps" for event in events)
+
+
+def test_the_readme_example_prints_the_words_as_written(server: RunningServer, tmp_path: Path) -> None:
+    """The README's word-timestamps example, run as written (only the address changed)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("Word timestamps (an extension):", 1)[1]
+    code = re.search(r"^```python\n(.*?)^```$", section, re.S | re.M)
+    assert code is not None
+    script = tmp_path / "timestamps.py"
+    script.write_text(code.group(1).replace("http://localhost:8000", server.base_url))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()]
+    written = ["Dr", "Smith", "paid", "$9.99", "at", "7:30", "pm", "Then", "he", "went", "home"]
+    assert [row[2] for row in rows] == written
+    starts = [int(row[0]) for row in rows]
+    assert starts == sorted(starts) and all(int(row[0]) <= int(row[1]) for row in rows)
