@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.engines.qwen3_tts import chunk_geometry
+from app.engines.codec_windows import CodecWindows
+from app.engines.qwen3_tts import codec_windows
 
 PROFILES = sorted(Path(__file__).resolve().parents[2].joinpath("deploy/vllm-omni").glob("*.yaml"))
 STAGE_FIX = Path(__file__).resolve().parents[2] / "app/engines/omni_stage_fix.py"
@@ -25,7 +26,10 @@ def test_profile_is_consistent(profile: Path) -> None:
     assert config["async_chunk"] is True
     extra = config["connectors"]["connector_of_shared_memory"]["extra"]
     assert config["connectors"]["connector_of_shared_memory"]["name"] == "SharedMemoryConnector"
-    assert chunk_geometry(str(profile)) == (extra["initial_codec_chunk_frames"], extra["codec_chunk_frames"]) == (1, 25)
+    assert codec_windows(str(profile)) == CodecWindows(
+        (extra["initial_codec_chunk_frames"],), extra["codec_chunk_frames"]
+    )
+    assert codec_windows(str(profile)) == CodecWindows((1,), 25)
     talker, code2wav = config["stages"]
     assert (talker["stage_id"], code2wav["stage_id"]) == (0, 1)
     assert talker["output_connectors"]["to_stage_1"] == code2wav["input_connectors"]["from_stage_0"]

@@ -12,8 +12,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import yaml
 
 from app.engines.base import EngineUnavailable, ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
+from app.engines.codec_windows import CodecWindows
 from app.engines.omni import OmniEngine
 from app.engines.qwen3_tts import (
     AudioOutputReader,
@@ -491,3 +493,60 @@ async def test_the_omni_engine_marks_its_submit_before_the_first_audio(custom_vo
     assert timing.submitted is not None and timing.submitted > 0
     await stream.aclose()
     await engine.close()
+
+
+# -- window schedules: a first window then steady ones, or vllm-omni's codec_chunk_ramp -------------------------------
+
+RAMP = CodecWindows((4, 4, 8, 16, 25), 25, ramp=True)
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({"initial_codec_chunk_frames": 1, "codec_chunk_frames": 25}, CodecWindows((1,), 25)),
+        ({"initial_codec_chunk_frames": 40, "codec_chunk_frames": 25}, CodecWindows((25,), 25)),  # vllm-omni clamps
+        ({"initial_codec_chunk_frames": 1, "codec_chunk_ramp": [4, 4, 8, 16, 25]}, RAMP),  # the ramp wins
+        ({"initial_codec_chunk_frames": 1, "codec_chunk_ramp": "4, 4, 8,16,25"}, RAMP),
+        ({"initial_codec_chunk_frames": 2, "codec_chunk_ramp": [4]}, CodecWindows((2,), 25)),  # too short: no ramp
+        ({"initial_codec_chunk_frames": 2, "codec_chunk_ramp": [4, 0]}, CodecWindows((2,), 25)),
+        ({"initial_codec_chunk_frames": 2, "codec_chunk_ramp": "4,x"}, CodecWindows((2,), 25)),
+        ({"codec_chunk_frames": 25}, None),  # the first window left to vllm-omni's load-dependent choice
+    ],
+)
+def test_window_schedules_are_read_as_vllm_omni_reads_them(extra: dict, expected: CodecWindows | None) -> None:
+    assert CodecWindows.from_connector_extra(extra) == expected
+
+
+def test_a_ramp_schedule_continues_with_steady_windows_and_keeps_a_request_first_size_out() -> None:
+    assert [RAMP.size(i) for i in range(7)] == [4, 4, 8, 16, 25, 25, 25]
+    assert RAMP.with_first(2) is RAMP  # vllm-omni ignores the request's field under a ramp
+    assert CodecWindows((1,), 25).with_first(4) == CodecWindows((4,), 25)
+
+
+def test_frame_guard_follows_a_ramp_and_still_drops_a_duplicated_tail() -> None:
+    sizes = [4, 4, 8, 16, 25, 25, 10]  # 92 frames
+    normal = frames_of(sizes)
+    guard = FrameGuard(RAMP)
+    assert np.array_equal(np.concatenate([guard.accept(c) for c in normal]), np.concatenate(normal))
+    assert guard.frames_sent == 92 and guard.frames_dropped == 0
+    # a lagging flush at the 16-frame boundary: the tail after it is decoded again, one frame longer
+    boundary = 16
+    tail = [np.repeat(np.arange(boundary, boundary + n, dtype=np.float32), SAMPLES_PER_FRAME) for n in (9, 10)]
+    guard = FrameGuard(RAMP)
+    out = np.concatenate([guard.accept(c) for c in [*normal[:3], *tail]])
+    assert np.array_equal(out, np.concatenate(frames_of([4, 4, 8, 10])))
+    assert guard.frames_dropped == 9
+    # the guard built for 1 + 25 windows would have taken the ramp's full windows for flushes: it must not cut them
+    guard = FrameGuard()
+    assert np.array_equal(np.concatenate([guard.accept(c) for c in normal]), np.concatenate(normal))
+
+
+def test_a_ramp_profile_refuses_a_request_first_window_size(custom_voice_dir: Path, tmp_path: Path) -> None:
+    profile = yaml.safe_load(Path("deploy/vllm-omni/customvoice.yaml").read_text())
+    profile["connectors"]["connector_of_shared_memory"]["extra"]["codec_chunk_ramp"] = [4, 4, 8, 16, 25]
+    ramp_profile = tmp_path / "ramp.yaml"
+    ramp_profile.write_text(yaml.safe_dump(profile))
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni(), deploy_config=str(ramp_profile))
+    assert engine.capabilities().initial_chunk_frames is None
+    default = make_engine(custom_voice_dir, FakeAsyncOmni())
+    assert default.capabilities().initial_chunk_frames == (1, 25)
