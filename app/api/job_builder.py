@@ -82,7 +82,7 @@ def _check_extensions(request: SpeechRequest, caps: EngineCapabilities) -> TaskT
     if frames is not None:
         if caps.initial_chunk_frames is None:
             raise invalid_param(
-                "initial_codec_chunk_frames", "'initial_codec_chunk_frames' is not supported by this model."
+                "initial_codec_chunk_frames", "'initial_codec_chunk_frames' is not supported by this model or deployment."
             )
         low_frames, high_frames = caps.initial_chunk_frames
         if not low_frames <= frames <= high_frames:
