@@ -81,9 +81,8 @@ def _check_extensions(request: SpeechRequest, caps: EngineCapabilities) -> TaskT
     frames = request.initial_codec_chunk_frames
     if frames is not None:
         if caps.initial_chunk_frames is None:
-            raise invalid_param(
-                "initial_codec_chunk_frames", "'initial_codec_chunk_frames' is not supported by this model or deployment."
-            )
+            message = "'initial_codec_chunk_frames' is not supported by this model or deployment."
+            raise invalid_param("initial_codec_chunk_frames", message)
         low_frames, high_frames = caps.initial_chunk_frames
         if not low_frames <= frames <= high_frames:
             raise invalid_param(

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -152,7 +153,10 @@ class OmniEngine:
         """Every batch size the service will run pays its first-time JIT here, not on a caller's request."""
         for batch in self.warmup_batch_sizes():
             started = time.perf_counter()
-            jobs = [warmup_job(self._model, f"warmup-{batch}-{i}", i) for i in range(batch)]
+            # unique per process: vllm-omni names its /dev/shm windows after request ids, and two servers on one
+            # host (replicas, or a side-by-side run) warm up with the same batch sizes
+            run = uuid.uuid4().hex[:8]
+            jobs = [warmup_job(self._model, f"warmup-{run}-{batch}-{i}", i) for i in range(batch)]
             await asyncio.gather(*(self._drain(job) for job in jobs))
             log.info("omni warm-up", extra={"batch": batch, "seconds": round(time.perf_counter() - started, 2)})
 

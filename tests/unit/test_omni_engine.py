@@ -550,3 +550,15 @@ def test_a_ramp_profile_refuses_a_request_first_window_size(custom_voice_dir: Pa
     assert engine.capabilities().initial_chunk_frames is None
     default = make_engine(custom_voice_dir, FakeAsyncOmni())
     assert default.capabilities().initial_chunk_frames == (1, 25)
+
+
+async def test_two_servers_on_one_host_warm_up_with_different_request_ids(custom_voice_dir: Path) -> None:
+    """vllm-omni names its shared-memory windows after request ids: two replicas must never share one."""
+    first, second = FakeAsyncOmni(), FakeAsyncOmni()
+    engines = [make_engine(custom_voice_dir, omni) for omni in (first, second)]
+    for engine in engines:
+        await engine.start()
+    ids = [{r["request_id"] for r in omni.requests} for omni in (first, second)]
+    assert len(ids[0]) == len(ids[1]) == 1 + 4 and not ids[0] & ids[1]
+    for engine in engines:
+        await engine.close()
