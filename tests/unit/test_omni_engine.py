@@ -228,6 +228,15 @@ async def test_audio_reader_handles_delta_and_cumulative_outputs(mode: str) -> N
 # -- the engine on the fake AsyncOmni ----------------------------------------------------------------------------------
 
 
+def profile_without_ramp(directory: Path) -> str:
+    """A copy of the shipped profile with one first window then steady ones (a request may size its first window)."""
+    profile = yaml.safe_load(Path("deploy/vllm-omni/customvoice.yaml").read_text())
+    del profile["connectors"]["connector_of_shared_memory"]["extra"]["codec_chunk_ramp"]
+    path = directory / "customvoice-no-ramp.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return str(path)
+
+
 def make_engine(model_dir: Path, omni: FakeAsyncOmni, **settings: object) -> OmniEngine:
     settings = {  # never the working directory; small warm-ups unless a test sets them
         "voice_store": tempfile.mkdtemp(prefix="voices-"),
@@ -303,7 +312,7 @@ async def test_closing_the_stream_aborts_the_engine_request(custom_voice_dir: Pa
     engine = make_engine(custom_voice_dir, omni)
     await engine.start()
     stream = engine.synthesize(job(request_id="leaves", max_new_tokens=200))
-    assert len((await anext(stream)).samples) == SAMPLES_PER_FRAME  # the 1-frame first window
+    assert len((await anext(stream)).samples) == 2 * SAMPLES_PER_FRAME  # the ramp's 2-frame first window
     await stream.aclose()
     assert "leaves" in omni.aborted and "leaves" not in omni.finished
 
@@ -542,14 +551,10 @@ def test_frame_guard_follows_a_ramp_and_still_drops_a_duplicated_tail() -> None:
 
 
 def test_a_ramp_profile_refuses_a_request_first_window_size(custom_voice_dir: Path, tmp_path: Path) -> None:
-    profile = yaml.safe_load(Path("deploy/vllm-omni/customvoice.yaml").read_text())
-    profile["connectors"]["connector_of_shared_memory"]["extra"]["codec_chunk_ramp"] = [4, 4, 8, 16, 25]
-    ramp_profile = tmp_path / "ramp.yaml"
-    ramp_profile.write_text(yaml.safe_dump(profile))
-    engine = make_engine(custom_voice_dir, FakeAsyncOmni(), deploy_config=str(ramp_profile))
-    assert engine.capabilities().initial_chunk_frames is None
-    default = make_engine(custom_voice_dir, FakeAsyncOmni())
-    assert default.capabilities().initial_chunk_frames == (1, 25)
+    shipped = make_engine(custom_voice_dir, FakeAsyncOmni())  # the shipped profile has a ramp
+    assert shipped.capabilities().initial_chunk_frames is None
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni(), deploy_config=profile_without_ramp(tmp_path))
+    assert engine.capabilities().initial_chunk_frames == (1, 25)
 
 
 async def test_two_servers_on_one_host_warm_up_with_different_request_ids(custom_voice_dir: Path) -> None:
