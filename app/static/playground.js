@@ -141,7 +141,7 @@ class PcmPlayer {
 
   mark(label) { this.marks.push({ label, at: this.slot() }); }
 
-  // The label of the part being heard now (null before the first), and whether everything scheduled has played.
+  // The label of the part being heard now (null before the first).
   heard() { return this.marks.filter((m) => m.at <= this.context.currentTime).map((m) => m.label).pop() ?? null; }
 
   get playedOut() { return this.context.currentTime >= this.next; }
