@@ -5,7 +5,8 @@ chunks, `input.done` (ends an utterance, keeps the connection) and `session.clos
 `audio.start`, binary audio frames (their concatenation is the sentence's file in `response_format`) and `audio.done`,
 per utterance `session.done`, and `error`. Unlike vllm-omni, text is not held until `input.done`: a sentence is
 synthesized as soon as its end is certain (or SPEECH_WS_SENTENCE_IDLE_S passes with no more text), the next one's
-synthesis overlapping the current one's delivery.
+synthesis overlapping the current one's delivery, and the sentences after the first of an utterance are joined to it as
+POST /v1/audio/speech joins its sentences (the engine's leading silence trimmed to a natural pause).
 
 Each sentence is one request through the same stages as POST /v1/audio/speech (app.api.speech): validation, admission
 (a sentence being synthesized holds a slot), the engine, encoding and the metrics.
@@ -481,7 +482,8 @@ class SpeechStreamSession:
             if not self.engine.health().ready:
                 raise engine_unavailable(self.engine)
             job, output = self.build(sentence.voice, sentence.text, f"u{sentence.utterance}s{sentence.index}")
-            job = dataclasses.replace(job, timing=timing)
+            # a later sentence continues the utterance: joined without the engine's leading silence
+            job = dataclasses.replace(job, timing=timing, continues=sentence.index > 0)
             ticket = await admitted(self.gate, self.lifecycle, timing)
             metrics.INPUT_CHARACTERS.inc(len(sentence.text))
             run = SpeechRun(
