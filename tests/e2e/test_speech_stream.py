@@ -138,9 +138,8 @@ def test_malformed_messages_are_answered_and_the_connection_kept(server: Running
         assert json.loads(ws.recv(timeout=10))["param"] == "response_format"
         send(ws, {"type": "session.config", "voice": "alloy", "colour": "blue"})
         assert json.loads(ws.recv(timeout=10))["code"] == "unknown_parameter"
-        send(ws, {"type": "session.config", "voice": "alloy", "word_timestamps": True})
-        error = json.loads(ws.recv(timeout=10))
-        assert (error["code"], error["param"]) == ("unsupported", "word_timestamps")
+        send(ws, {"type": "session.config", "voice": "alloy", "word_timestamps": "please"})
+        assert json.loads(ws.recv(timeout=10))["param"] == "word_timestamps"
         send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
         ws.send("{not json")
         assert json.loads(ws.recv(timeout=10))["code"] == "invalid_json"
@@ -326,5 +325,33 @@ def test_omni_engine_streams_over_the_websocket(tmp_path_factory: pytest.TempPat
         assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 2}, events
         for index in (0, 1):
             assert decode(audio[index], "flac").samples.size > 0
+        assert_word_timestamps_as_capable(omni, config)
     finally:
         omni.stop()
+
+
+def assert_word_timestamps_as_capable(server: RunningServer, config: dict[str, object]) -> None:
+    """An engine that times words sends them; one that cannot refuses `word_timestamps` at session.config with the
+    very error POST /v1/audio/speech gives, and the connection carries on."""
+    import httpx
+
+    capable = httpx.get(f"{server.base_url}/v1/audio/capabilities", timeout=10).json()["word_timestamps"]
+    with connect(ws_url(server)) as ws:
+        send(ws, {**config, "word_timestamps": True, "response_format": "pcm"})
+        if not capable:
+            error = json.loads(ws.recv(timeout=30))
+            assert (error["type"], error["param"], error["code"]) == ("error", "word_timestamps", "invalid_value")
+            body = {k: v for k, v in config.items() if k != "type"}
+            body |= {"input": "Timed words.", "stream_format": "sse", "word_timestamps": True}
+            http = httpx.post(f"{server.base_url}/v1/audio/speech", json=body, timeout=30)
+            assert http.status_code == 400 and http.json() == {"error": error["error"]}
+            send(ws, {**config, "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": "Timed words."})
+        send(ws, {"type": "input.done"})
+        events, audio = receive_utterance(ws)
+    assert events[-1]["type"] == "session.done", events
+    if capable:
+        trailer = [e for e in events if e["type"] == "audio.chunk" and e["timestamps"] is not None]
+        assert [w["word"] for w in trailer[0]["timestamps"]] == ["Timed", "words"], events  # type: ignore[index]
+    else:
+        assert len(audio[0]) > 1000 and all(e["type"] != "audio.chunk" for e in events)
