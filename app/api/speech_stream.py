@@ -205,6 +205,7 @@ class SpeechStreamSession:
         self.voice: Voice | None = None
         self.buffer = ""
         self.buffered_at = 0.0
+        self.quiet_since = time.perf_counter()  # the last message, or the end of the last utterance spoken
         self.utterance = 0
         self.sentence_index = 0  # within the utterance being received
         self.open_utterances: dict[int, Utterance] = {}
@@ -242,6 +243,7 @@ class SpeechStreamSession:
                     raise SessionClosed(CLOSE_GOING_AWAY)
                 if receiving in done:
                     message, receiving = receiving.result(), None
+                    self.quiet_since = time.perf_counter()
                     if message["type"] == "websocket.disconnect":
                         code = -1
                         return
@@ -280,7 +282,9 @@ class SpeechStreamSession:
             return self.settings.ws_config_timeout_s
         if self.buffer.strip():
             return max(0.0, self.buffered_at + self.settings.ws_sentence_idle_s - time.perf_counter())
-        return self.settings.ws_idle_timeout_s
+        if self.open_utterances:  # looked at again later: the idle time counts from the end of the utterance
+            return self.settings.ws_idle_timeout_s
+        return max(0.0, self.quiet_since + self.settings.ws_idle_timeout_s - time.perf_counter())
 
     async def on_timeout(self) -> None:
         if self.voice is None:
@@ -294,6 +298,8 @@ class SpeechStreamSession:
             self.buffered_at = time.perf_counter()
             return
         if self.open_utterances:  # still speaking: silence from the client is expected
+            return
+        if time.perf_counter() < self.quiet_since + self.settings.ws_idle_timeout_s:  # an utterance ended meanwhile
             return
         error = ApiError(408, "The session was idle for too long.", code="idle_timeout")
         await self.send(websocket_error_message(error))
@@ -590,6 +596,7 @@ class SpeechStreamSession:
             },
         )
         if not self.open_utterances:
+            self.quiet_since = time.perf_counter()
             self.all_spoken.set()
         if self.lifecycle.draining and not self.open_utterances and not self.buffer.strip():
             raise SessionClosed(CLOSE_GOING_AWAY)
