@@ -279,22 +279,36 @@ def test_drain_finishes_the_utterance_then_closes_1001(guarded_server: RunningSe
     assert guarded_server.process.wait(timeout=30) == 0
 
 
-def test_readme_example_runs(server: RunningServer, tmp_path: Path) -> None:
-    """The README's WebSocket example, as written (only the address changed)."""
+def run_readme_example(index: int, server: RunningServer, folder: Path) -> str:
+    """The README's WebSocket example number `index`, as written (only the address changed): what it printed."""
     import re
     import subprocess
     import sys
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("\n## Streaming text in: WebSocket\n", 1)[1].split("\n## ", 1)[0]
-    code = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)[0]
+    code = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)[index]
     code = code.replace("ws://localhost:8000", server.base_url.replace("http://", "ws://"))
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert "'session.done'" in result.stdout
+    return result.stdout
+
+
+def test_readme_example_runs(server: RunningServer, tmp_path: Path) -> None:
+    assert "'session.done'" in run_readme_example(0, server, tmp_path)
     text = "Hello there. This sentence streams in word by word, as an LLM writes it."
     audio = decode((tmp_path / "speech.pcm").read_bytes(), "pcm")
     assert word_error_rate(text, transcribe(audio)) <= 0.2
+
+
+def test_readme_word_timestamps_example_runs(server: RunningServer, tmp_path: Path) -> None:
+    """It prints each word with its time in the utterance: every word, in order, inside the audio it wrote."""
+    lines = [line.split() for line in run_readme_example(1, server, tmp_path).splitlines()]
+    assert [line[2] for line in lines] == "Captions follow the voice Every word has its time".split()
+    times = [float(line[0]) for line in lines]
+    audio = decode((tmp_path / "captions.pcm").read_bytes(), "pcm")
+    assert times == sorted(times) and times[-1] < audio.duration_s  # the 2nd sentence's words placed after the 1st
+    assert word_error_rate("Captions follow the voice. Every word has its time.", transcribe(audio)) <= 0.2
 
 
 def test_omni_engine_streams_over_the_websocket(tmp_path_factory: pytest.TempPathFactory) -> None:
