@@ -91,13 +91,8 @@ def _check_extensions(request: SpeechRequest, caps: EngineCapabilities) -> TaskT
             )
     if request.non_streaming_mode is not None and not caps.prompt_modes:
         raise invalid_param("non_streaming_mode", "'non_streaming_mode' is not supported by this model.")
-    if request.word_timestamps:
-        if request.stream_format != "sse":
-            raise invalid_param(
-                "word_timestamps", "'word_timestamps' needs stream_format 'sse': the timings arrive as SSE events."
-            )
-        if not caps.word_timestamps:
-            raise invalid_param("word_timestamps", "'word_timestamps' is not supported by this model.")
+    if request.word_timestamps and not caps.word_timestamps:
+        raise invalid_param("word_timestamps", "'word_timestamps' is not supported by this model.")
     return task_type
 
 
