@@ -5,7 +5,8 @@ being synthesized, so the first audio leaves after one sentence and the rest fol
 piece of the input is spoken: nothing is dropped. Engines pad each utterance with silence (hibari: ~0.3 s before,
 ~0.4 s after), which would put a second of dead air between sentences; the joiner trims the silent edges to a
 natural pause (longer after a full stop than at a clause cut) and fades the cut points, so joins neither drag nor
-click.
+click. A job that `continues` an utterance (its text is the next sentence of audio already being heard) is joined as a
+later sentence from its first one on.
 """
 
 from __future__ import annotations
@@ -178,7 +179,8 @@ class SentencePipeline:
                 try:
                     async for chunk in source:
                         if joiner is None:
-                            joiner = SentenceJoiner(chunk.sample_rate, pause_after(pieces[index]), first=index == 0)
+                            first = index == 0 and not job.continues
+                            joiner = SentenceJoiner(chunk.sample_rate, pause_after(pieces[index]), first=first)
                             if index + 1 < len(jobs):  # the next sentence starts as soon as this one sounds
                                 queue: asyncio.Queue[object] = asyncio.Queue()
                                 tasks.append(asyncio.create_task(self._prefetch(jobs[index + 1], queue)))

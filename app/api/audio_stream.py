@@ -100,6 +100,9 @@ class EncodedAudio:
         self._encoder_lock = threading.Lock()
         self._encoder_closed = False
         self.usage = Usage()
+        # seconds of audio handed to the encoder: the bytes yielded so far carry the audio up to here (but what a
+        # compressed format's encoder still holds back for its next frame)
+        self.encoded_s = 0.0
 
     def stop(self, reason: str) -> None:
         """End the stream from outside (a drain): it stops waiting for the engine and ends as not completed."""
@@ -179,6 +182,7 @@ class EncodedAudio:
                 for start in range(0, len(chunk.samples), step):
                     piece = chunk.samples[start : start + step]
                     data = await asyncio.to_thread(self._convert, piece, chunk.sample_rate)
+                    self.encoded_s += len(piece) / chunk.sample_rate
                     if data:
                         yield data
                         if self._on_first_audio is not None:  # resumed: the server has written those bytes

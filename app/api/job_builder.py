@@ -81,9 +81,8 @@ def _check_extensions(request: SpeechRequest, caps: EngineCapabilities) -> TaskT
     frames = request.initial_codec_chunk_frames
     if frames is not None:
         if caps.initial_chunk_frames is None:
-            raise invalid_param(
-                "initial_codec_chunk_frames", "'initial_codec_chunk_frames' is not supported by this model."
-            )
+            message = "'initial_codec_chunk_frames' is not supported by this model or deployment."
+            raise invalid_param("initial_codec_chunk_frames", message)
         low_frames, high_frames = caps.initial_chunk_frames
         if not low_frames <= frames <= high_frames:
             raise invalid_param(
@@ -92,11 +91,6 @@ def _check_extensions(request: SpeechRequest, caps: EngineCapabilities) -> TaskT
             )
     if request.non_streaming_mode is not None and not caps.prompt_modes:
         raise invalid_param("non_streaming_mode", "'non_streaming_mode' is not supported by this model.")
-    if request.word_timestamps:
-        if request.stream_format != "sse":
-            raise invalid_param(
-                "word_timestamps", "'word_timestamps' needs stream_format 'sse': the timings arrive as SSE events."
-            )
     return task_type
 
 

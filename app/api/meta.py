@@ -39,7 +39,7 @@ async def speech_capabilities(
     engine: Annotated[SpeechEngine, Depends(get_engine)], settings: Annotated[Settings, Depends(get_settings)]
 ) -> dict[str, Any]:
     """What this server's engine honours in a speech request, so that a client (the playground at /) offers only
-    that: speeds, instructions, languages, cloning and the Qwen3-TTS task types."""
+    that: speeds, instructions, languages, cloning, the Qwen3-TTS task types and word timestamps."""
     caps = engine.capabilities()
     low, high = caps.speed_range
     return {
@@ -57,6 +57,7 @@ async def speech_capabilities(
         "seed": caps.seed,
         "max_new_tokens": caps.max_new_tokens,
         "initial_codec_chunk_frames": list(caps.initial_chunk_frames) if caps.initial_chunk_frames else None,
+        "word_timestamps": caps.word_timestamps,
     }
 
 

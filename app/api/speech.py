@@ -289,6 +289,9 @@ async def create_speech(
         "chars": len(body.input),
     }
     request.state.speech = summary  # logged and counted once per request by SpeechAccountingMiddleware
+    if body.word_timestamps and body.stream_format != "sse":  # over HTTP the timings travel as SSE events
+        message = "'word_timestamps' needs stream_format 'sse': the timings arrive as SSE events."
+        raise invalid_param("word_timestamps", message)
     check_open(engine, lifecycle)
     body, reference = await resolve_voice(body, engine, settings, catalog, store)
     job, output = build_job(

@@ -5,7 +5,14 @@ chunks, `input.done` (ends an utterance, keeps the connection) and `session.clos
 `audio.start`, binary audio frames (their concatenation is the sentence's file in `response_format`) and `audio.done`,
 per utterance `session.done`, and `error`. Unlike vllm-omni, text is not held until `input.done`: a sentence is
 synthesized as soon as its end is certain (or SPEECH_WS_SENTENCE_IDLE_S passes with no more text), the next one's
-synthesis overlapping the current one's delivery.
+synthesis overlapping the current one's delivery, and the sentences after the first of an utterance are joined to it as
+POST /v1/audio/speech joins its sentences (the engine's leading silence trimmed to a natural pause).
+
+With `word_timestamps` the audio travels as vllm-omni's JSON `audio.chunk` frames (base64 of the bytes of
+`response_format`, any format here; vllm-omni needs pcm), and after a sentence's audio a trailing `audio.chunk` without
+audio carries its words `[{word, start_ms, end_ms}]`, timed from the start of the sentence as vllm-omni times them, plus
+`utterance_offset_ms`: where the sentence starts in the utterance's audio (the durations of the sentences before it),
+so that `utterance_offset_ms + start_ms` times a word in the whole utterance.
 
 Each sentence is one request through the same stages as POST /v1/audio/speech (app.api.speech): validation, admission
 (a sentence being synthesized holds a slot), the engine, encoding and the metrics.
@@ -18,6 +25,7 @@ carries `retry_after`); 1009 a message over uvicorn's size cap (SPEECH_MAX_BODY_
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import json
@@ -36,7 +44,7 @@ from app.api.errors import ApiError, internal_error, invalid_param, validation_e
 from app.api.job_builder import build_job
 from app.api.schemas import SpeechRequest
 from app.api.speech import SpeechRun, admitted, engine_unavailable, resolve_voice, shutting_down
-from app.engines.base import ReferenceAudio, SpeechEngine
+from app.engines.base import ReferenceAudio, SpeechEngine, WordTiming
 from app.lifecycle import Lifecycle
 from app.settings import Settings
 from app.text.sentences import complete_sentences, split_sentences
@@ -51,8 +59,6 @@ CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001  # the server drains
 CLOSE_POLICY = 1008  # no valid key, or no session.config in time
 CLOSE_TRY_AGAIN = 1013  # the server is full
-
-_END = object()
 
 
 class SessionConfig(BaseModel):
@@ -78,10 +84,14 @@ class SessionConfig(BaseModel):
     initial_codec_chunk_frames: int | None = None
     non_streaming_mode: bool | None = None
     stream_audio: bool = Field(False, description="vllm-omni's switch; audio always streams here, in every format.")
-    word_timestamps: bool = False
+    word_timestamps: bool = Field(
+        False,
+        description="Audio as JSON `audio.chunk` frames, and after each sentence's audio a frame with its words' "
+        "timings (engines that cannot time words refuse it).",
+    )
 
     def speech_request(self, default_voice: str) -> SpeechRequest:
-        fields = self.model_dump(exclude={"type", "speaker", "stream_audio", "word_timestamps"}, exclude_none=True)
+        fields = self.model_dump(exclude={"type", "speaker", "stream_audio"}, exclude_none=True)
         fields["voice"] = self.voice or self.speaker or ("" if self.task_type in ("VoiceDesign", "Base") else None)
         if fields["voice"] is None:
             fields["voice"] = default_voice
@@ -105,6 +115,43 @@ class Sentence:
     arrived: float  # perf_counter when the text that completed it arrived
 
 
+@dataclasses.dataclass(frozen=True)
+class EncodedPiece:
+    """A sentence's next encoded bytes, and how far into its audio they reach."""
+
+    data: bytes
+    end_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SentenceEnd:
+    duration_s: float  # the sentence's audio, as synthesized
+
+
+@dataclasses.dataclass
+class AudioChunkFrames:
+    """One sentence's vllm-omni `audio.chunk` frames (word_timestamps): its audio in base64, numbered in order."""
+
+    utterance: int
+    sentence: int
+    sample_rate: int
+    sent: int = 0
+
+    def frame(self, data: bytes, start_s: float, end_s: float, words: list[WordTiming] | None) -> dict[str, Any]:
+        self.sent += 1
+        return {
+            "type": "audio.chunk",
+            "utterance_index": self.utterance,
+            "sentence_index": self.sentence,
+            "chunk_id": self.sent - 1,
+            "chunk_start_ms": round(start_s * 1000),
+            "chunk_end_ms": round(end_s * 1000),
+            "sample_rate": self.sample_rate,
+            "audio_b64": base64.b64encode(data).decode("ascii"),
+            "timestamps": None if words is None else [word.as_dict() for word in words],
+        }
+
+
 @dataclasses.dataclass
 class UtteranceEnd:
     utterance: int
@@ -121,6 +168,7 @@ class Utterance:
     chars: int = 0
     sentences: int = 0
     audio_bytes: int = 0
+    audio_s: float = 0.0  # the sentences delivered so far: where the next one starts in the utterance's audio
     ttfa_s: float | None = None
     errors: list[str] = dataclasses.field(default_factory=list)
 
@@ -157,6 +205,7 @@ class SpeechStreamSession:
         self.voice: Voice | None = None
         self.buffer = ""
         self.buffered_at = 0.0
+        self.quiet_since = time.perf_counter()  # the last message, or the end of the last utterance spoken
         self.utterance = 0
         self.sentence_index = 0  # within the utterance being received
         self.open_utterances: dict[int, Utterance] = {}
@@ -194,6 +243,7 @@ class SpeechStreamSession:
                     raise SessionClosed(CLOSE_GOING_AWAY)
                 if receiving in done:
                     message, receiving = receiving.result(), None
+                    self.quiet_since = time.perf_counter()
                     if message["type"] == "websocket.disconnect":
                         code = -1
                         return
@@ -232,7 +282,9 @@ class SpeechStreamSession:
             return self.settings.ws_config_timeout_s
         if self.buffer.strip():
             return max(0.0, self.buffered_at + self.settings.ws_sentence_idle_s - time.perf_counter())
-        return self.settings.ws_idle_timeout_s
+        if self.open_utterances:  # looked at again later: the idle time counts from the end of the utterance
+            return self.settings.ws_idle_timeout_s
+        return max(0.0, self.quiet_since + self.settings.ws_idle_timeout_s - time.perf_counter())
 
     async def on_timeout(self) -> None:
         if self.voice is None:
@@ -246,6 +298,8 @@ class SpeechStreamSession:
             self.buffered_at = time.perf_counter()
             return
         if self.open_utterances:  # still speaking: silence from the client is expected
+            return
+        if time.perf_counter() < self.quiet_since + self.settings.ws_idle_timeout_s:  # an utterance ended meanwhile
             return
         error = ApiError(408, "The session was idle for too long.", code="idle_timeout")
         await self.send(websocket_error_message(error))
@@ -307,17 +361,13 @@ class SpeechStreamSession:
             raise invalid_param("type", "Send input.done before a new session.config.", "input_pending")
         try:
             config = SessionConfig.model_validate(data)
-            if config.word_timestamps:
-                raise invalid_param(
-                    "word_timestamps", "'word_timestamps' is not supported on this endpoint yet.", "unsupported"
-                )
             default_voice = self.catalog.voices[0].id if self.catalog.voices else ""
             request = config.speech_request(default_voice)
         except ValidationError as exc:
             raise validation_error(exc.errors()) from None
         request, reference = await resolve_voice(request, self.engine, self.settings, self.catalog, self.store)
         voice = Voice(request, reference)
-        self.build(voice, "Hello.", "config")  # everything but the text is checked now, not at the first sentence
+        self.build(voice, "Hello.", "config")  # everything but the text (word_timestamps too) is checked now
         self.voice = voice
 
     def on_text(self, data: dict[str, Any]) -> None:
@@ -427,20 +477,25 @@ class SpeechStreamSession:
 
     async def deliver(self, sentence: Sentence, produced: asyncio.Queue[object]) -> None:
         utterance = self.open_utterances[sentence.utterance]
-        response_format = sentence.voice.request.response_format
-        await self.send(
-            {
-                "type": "audio.start",
-                "utterance_index": sentence.utterance,
-                "sentence_index": sentence.index,
-                "sentence_text": sentence.text,
-                "format": response_format,
-                "sample_rate": sentence.voice.request.sample_rate or 24_000,
-            }
-        )
+        request = sentence.voice.request
+        sample_rate = request.sample_rate or 24_000
+        start: dict[str, Any] = {
+            "type": "audio.start",
+            "utterance_index": sentence.utterance,
+            "sentence_index": sentence.index,
+            "sentence_text": sentence.text,
+            "format": request.response_format,
+            "sample_rate": sample_rate,
+        }
+        frames = AudioChunkFrames(sentence.utterance, sentence.index, sample_rate) if request.word_timestamps else None
+        if frames is not None:
+            start["word_timestamps"] = True
+        await self.send(start)
         total = 0
+        spoken_s = 0.0
+        words: list[WordTiming] = []
         failed = False
-        while (item := await produced.get()) is not _END:
+        while not isinstance(item := await produced.get(), SentenceEnd):
             if isinstance(item, ApiError):
                 failed = True
                 utterance.errors.append(item.code or "error")
@@ -450,15 +505,28 @@ class SpeechStreamSession:
                 if item.code == "server_shutting_down":
                     raise SessionClosed(CLOSE_GOING_AWAY)
                 break
-            assert isinstance(item, bytes)
-            async with self.send_lock:
-                await self.ws.send_bytes(item)
+            if isinstance(item, list):
+                words.extend(item)
+                continue
+            assert isinstance(item, EncodedPiece)
+            if frames is not None:
+                await self.send(frames.frame(item.data, spoken_s, item.end_s, None))
+            else:
+                async with self.send_lock:
+                    await self.ws.send_bytes(item.data)
             if utterance.ttfa_s is None:  # from the arrival of the text that completed the first sentence
                 utterance.ttfa_s = time.perf_counter() - sentence.arrived
-                metrics.TTFA.labels(response_format, "websocket").observe(utterance.ttfa_s)
-            total += len(item)
+                metrics.TTFA.labels(request.response_format, "websocket").observe(utterance.ttfa_s)
+            total += len(item.data)
+            spoken_s = item.end_s
+        if isinstance(item, SentenceEnd):
+            spoken_s = item.duration_s
+            if frames is not None:  # vllm-omni's trailing frame: no audio, the whole sentence's words
+                trailer = frames.frame(b"", 0.0, spoken_s, words)
+                await self.send({**trailer, "utterance_offset_ms": round(utterance.audio_s * 1000)})
         utterance.sentences += 1
         utterance.audio_bytes += total
+        utterance.audio_s += spoken_s
         await self.send(
             {
                 "type": "audio.done",
@@ -472,7 +540,8 @@ class SpeechStreamSession:
     async def synthesize(
         self, sentence: Sentence, produced: asyncio.Queue[object], after: asyncio.Task[None] | None
     ) -> None:
-        """One sentence through the request pipeline; its encoded bytes, then _END (or an ApiError), into `produced`."""
+        """One sentence through the request pipeline: its encoded pieces and word timings (timed from the start of
+        the sentence), then its SentenceEnd (or an ApiError), into `produced`."""
         if after is not None:
             await asyncio.wait({after})
         timing = TtfaTimeline(sentence.arrived)
@@ -481,7 +550,8 @@ class SpeechStreamSession:
             if not self.engine.health().ready:
                 raise engine_unavailable(self.engine)
             job, output = self.build(sentence.voice, sentence.text, f"u{sentence.utterance}s{sentence.index}")
-            job = dataclasses.replace(job, timing=timing)
+            # a later sentence continues the utterance: joined without the engine's leading silence
+            job = dataclasses.replace(job, timing=timing, continues=sentence.index > 0)
             ticket = await admitted(self.gate, self.lifecycle, timing)
             metrics.INPUT_CHARACTERS.inc(len(sentence.text))
             run = SpeechRun(
@@ -496,9 +566,9 @@ class SpeechStreamSession:
                 observe_ttfa=False,
             )
             audio = await run.open(job, output, ticket)
-            async for data in audio.bytes():
-                produced.put_nowait(data)
-            produced.put_nowait(_END)
+            async for item in audio.events():
+                produced.put_nowait(EncodedPiece(item, audio.encoded_s) if isinstance(item, bytes) else item)
+            produced.put_nowait(SentenceEnd(audio.encoded_s))
         except ApiError as exc:
             produced.put_nowait(exc)
         except Exception:
@@ -518,6 +588,7 @@ class SpeechStreamSession:
                 "chars": utterance.chars,
                 "sentences": utterance.sentences,
                 "audio_bytes": utterance.audio_bytes,
+                "audio_s": round(utterance.audio_s, 3),
                 "ttfa_s": None if utterance.ttfa_s is None else round(utterance.ttfa_s, 4),
                 "e2e_s": round(time.perf_counter() - utterance.started, 4),
                 "errors": utterance.errors,
@@ -525,6 +596,7 @@ class SpeechStreamSession:
             },
         )
         if not self.open_utterances:
+            self.quiet_since = time.perf_counter()
             self.all_spoken.set()
         if self.lifecycle.draining and not self.open_utterances and not self.buffer.strip():
             raise SessionClosed(CLOSE_GOING_AWAY)

@@ -52,6 +52,10 @@ class SynthesisJob:
     initial_codec_chunk_frames: int | None = None  # None: the deployment's own first-chunk size
     non_streaming_mode: bool | None = None  # None: the model's default prompt mode
     word_timestamps: bool = False  # the chunks carry `words` (engines whose capabilities say they can)
+    # the text continues an utterance whose audio the listener is hearing right now (a sentence after the first of a
+    # WebSocket utterance): an engine that joins sentences trims its leading silence as it does between its own
+    # sentences; others may ignore it
+    continues: bool = False
     trace_id: str = ""  # the caller's request id (X-Request-Id), for logs; not unique: callers may reuse it
     # the request's TTFA milestones: an engine marks "submitted" when it hands the work to its model
     timing: TtfaTimeline | None = field(default=None, compare=False, repr=False)

@@ -14,6 +14,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from app.engines.codec_windows import CodecWindows
+
 FRAME_SECONDS = 0.08  # Qwen3-TTS-12Hz: one codec frame is 1920 samples at 24 kHz
 
 
@@ -23,6 +25,7 @@ class StreamClock:
 
     first_at: float  # when its first window was scheduled (its listener starts about one step later)
     frames: int  # audio frames its scheduled windows carry (new frames, not left context)
+    windows: int = 1  # windows scheduled so far
 
     def buffered_s(self, now: float) -> float:
         """Audio its listener holds at `now`, assuming playback began when the first window was scheduled."""
@@ -35,11 +38,8 @@ class FirstAudioFirst:
     `margin_s`: a stream may wait only while its listener holds more than this much audio. One step of code2wav
     takes tens of milliseconds, so a margin of a second can never turn a wait into a stall."""
 
-    def __init__(self, initial_frames: int, chunk_frames: int, margin_s: float = 1.0) -> None:
-        if initial_frames <= 0 or chunk_frames <= 0:
-            raise ValueError("initial_frames and chunk_frames must be positive")
-        self.initial_frames = initial_frames
-        self.chunk_frames = chunk_frames
+    def __init__(self, windows: CodecWindows, margin_s: float = 1.0) -> None:
+        self.windows = windows
         self.margin_s = margin_s
         self._clocks: dict[str, StreamClock] = {}
 
@@ -57,10 +57,11 @@ class FirstAudioFirst:
         for request_id in request_ids:
             clock = self._clocks.get(request_id)
             if clock is None:
-                self._clocks[request_id] = StreamClock(first_at=now, frames=self.initial_frames)
+                self._clocks[request_id] = StreamClock(first_at=now, frames=self.windows.size(0))
                 firsts += 1
             else:
-                clock.frames += self.chunk_frames
+                clock.frames += self.windows.size(clock.windows)
+                clock.windows += 1
         return firsts
 
     def forget_all_but(self, live: Iterable[str]) -> None:

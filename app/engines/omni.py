@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,7 @@ from app.engines.qwen3_tts import (
     additional_information,
     build_prompt,
     check_job,
-    chunk_geometry,
+    codec_windows,
     sampling_params_for,
     warmup_job,
 )
@@ -87,7 +88,7 @@ class OmniEngine:
                 "with max_num_seqs",
                 extra={"max_num_seqs": self._talker_batch, "max_cudagraph_capture_size": graph_cap},
             )
-        self._initial_frames, self._chunk_frames = chunk_geometry(settings.deploy_config)
+        self._windows = codec_windows(settings.deploy_config)
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -152,7 +153,10 @@ class OmniEngine:
         """Every batch size the service will run pays its first-time JIT here, not on a caller's request."""
         for batch in self.warmup_batch_sizes():
             started = time.perf_counter()
-            jobs = [warmup_job(self._model, f"warmup-{batch}-{i}", i) for i in range(batch)]
+            # unique per process: vllm-omni names its /dev/shm windows after request ids, and two servers on one
+            # host (replicas, or a side-by-side run) warm up with the same batch sizes
+            run = uuid.uuid4().hex[:8]
+            jobs = [warmup_job(self._model, f"warmup-{run}-{batch}-{i}", i) for i in range(batch)]
             await asyncio.gather(*(self._drain(job) for job in jobs))
             log.info("omni warm-up", extra={"batch": batch, "seconds": round(time.perf_counter() - started, 2)})
 
@@ -193,8 +197,9 @@ class OmniEngine:
             sample_rate=self._model.sample_rate,
             max_concurrency=self._talker_batch,
             speed_range=(1.0, 1.0),  # Qwen3-TTS has no speed control (vllm-omni refuses other speeds when streaming)
-            # a first chunk larger than the steady windows only delays the first audio
-            initial_chunk_frames=(1, self._chunk_frames),
+            # a first chunk larger than the steady windows only delays the first audio; under a ramp vllm-omni
+            # ignores a request's first-chunk size, so the field is refused rather than silently dropped
+            initial_chunk_frames=None if self._windows.ramp else (1, self._windows.steady),
             prompt_modes=True,
         )
 
@@ -217,8 +222,7 @@ class OmniEngine:
         params = sampling_params_for(job, self._helpers.delta_defaults, fixed_length=self._settings.omni_fixed_length)
         reader = AudioOutputReader(cumulative=self._cumulative)
         # the request's first-chunk size, when it sets one, is the window the guard must expect first
-        initial_frames = job.initial_codec_chunk_frames or self._initial_frames
-        guard = FrameGuard(initial_frames=initial_frames, chunk_frames=self._chunk_frames)
+        guard = FrameGuard(self._windows.with_first(job.initial_codec_chunk_frames))
         self._active.add(job.request_id)
         if job.timing is not None:
             job.timing.mark("submitted")

@@ -29,6 +29,7 @@ from typing import Any
 from vllm_omni.core.sched.omni_generation_scheduler import OmniGenerationScheduler
 
 from app.engines.code2wav_policy import FirstAudioFirst, StepProbe
+from app.engines.codec_windows import CodecWindows
 
 log = logging.getLogger("vllm.speech.code2wav")
 
@@ -44,11 +45,12 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         extra = connector_extra(self.vllm_config)
-        self._policy = FirstAudioFirst(
-            initial_frames=int(extra.get("initial_codec_chunk_frames") or 1),
-            chunk_frames=int(extra.get("codec_chunk_frames") or 25),
-            margin_s=float(extra.get("first_audio_first_margin_s", 1.0)),
+        # a profile that leaves the first window to vllm-omni (sized by load) is counted as 1 frame: the least
+        # audio a listener can hold, so no stream is ever thought further ahead than it is
+        windows = CodecWindows.from_connector_extra(extra) or CodecWindows(
+            (1,), int(extra.get("codec_chunk_frames") or 25)
         )
+        self._policy = FirstAudioFirst(windows, margin_s=float(extra.get("first_audio_first_margin_s", 1.0)))
         self._probe = StepProbe(interval_s=float(extra.get("engine_probe_interval_s", 0) or 0))
         self._idle_wait_s = float(extra.get("code2wav_idle_wait_ms", 0) or 0) / 1000
         self._first_ready_at: dict[str, float] = {}  # first windows seen ready, not yet scheduled

@@ -29,6 +29,7 @@ import numpy as np
 
 from app.audio.reference import REFERENCE_SECONDS
 from app.engines.base import ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
+from app.engines.codec_windows import CodecWindows
 
 log = logging.getLogger(__name__)
 
@@ -246,17 +247,19 @@ class FrameGuard:
     vllm-omni 0.26's stage-0 chunk builder reads the request's live finished flag from a background thread; when that
     thread lags (c >= 32), an older step is flushed as if it were the last, and code2wav decodes the tail since the
     last chunk boundary twice: 1 + 3x25 + 22 + 23 = 121 frames for 99 generated. Every legitimate window after the
-    first starts at a boundary (initial + k x chunk frames) and every flush re-covers the tail since that same
-    boundary. So after a partial window, the next one is a re-cover exactly when it begins with the audio already
-    sent (same codes, same left context: the same decoded samples); only its part past that tail is new. The content
-    check keeps the guard from cutting real audio if the windows are not what the geometry predicts."""
+    first starts at a boundary (the sum of the window sizes before it, `CodecWindows`) and every flush re-covers the
+    tail since that same boundary. So after a partial window, the next one is a re-cover exactly when it begins with
+    the audio already sent (same codes, same left context: the same decoded samples); only its part past that tail is
+    new. The content check keeps the guard from cutting real audio if the windows are not what the geometry
+    predicts."""
 
     SAME_AUDIO = 0.25  # relative RMS difference below which two decodings are the same frames
 
-    def __init__(self, samples_per_frame: int = SAMPLES_PER_FRAME, initial_frames: int = 1, chunk_frames: int = 25):
+    def __init__(self, windows: CodecWindows | None = None, samples_per_frame: int = SAMPLES_PER_FRAME):
         self.samples_per_frame = samples_per_frame
-        self.chunk_frames = chunk_frames
-        self._expected = initial_frames  # a full window of this size brings us to the next boundary
+        self.windows = windows = windows or CodecWindows((1,), 25)  # vllm-omni's own profile
+        self._window = 0  # index of the next full window
+        self._expected = windows.size(0)  # a full window of this size brings us to the next boundary
         self._tail = np.zeros(0, np.float32)  # audio sent since the current boundary by partial windows
         self.frames_sent = 0
         self.frames_dropped = 0
@@ -283,7 +286,8 @@ class FrameGuard:
             self._tail = np.concatenate([self._tail, new])  # the tail since the boundary, now longer
         elif frames == self._expected:
             self._tail = np.zeros(0, np.float32)  # a full window: the next boundary is reached
-            self._expected = self.chunk_frames
+            self._window += 1
+            self._expected = self.windows.size(self._window)
         else:
             self._tail = samples.copy()  # a partial window: a flush, or an early one
         self.frames_sent += len(new) // self.samples_per_frame
@@ -325,10 +329,10 @@ class AudioOutputReader:
         return samples.astype(np.float32, copy=False)
 
 
-def chunk_geometry(deploy_config: str | None) -> tuple[int, int]:
-    """(initial, steady) window sizes in frames from a deploy profile's connector settings; vllm-omni 0.26's own
-    qwen3_tts.yaml, used when no profile is given, has (1, 25)."""
-    initial, steady = 1, 25
+def codec_windows(deploy_config: str | None) -> CodecWindows:
+    """The window schedule a deploy profile's connector settings give; vllm-omni 0.26's own qwen3_tts.yaml, used when
+    no profile is given, has a first window of 1 frame and then 25."""
+    windows: CodecWindows | None = CodecWindows((1,), 25)
     if deploy_config and os.path.exists(deploy_config):  # a bare name is one of vllm-omni's own profiles
         import yaml
 
@@ -336,15 +340,14 @@ def chunk_geometry(deploy_config: str | None) -> tuple[int, int]:
             connectors = (yaml.safe_load(f) or {}).get("connectors") or {}
         for connector in connectors.values():
             extra = (connector or {}).get("extra") or {}
-            if "codec_chunk_frames" in extra or "initial_codec_chunk_frames" in extra:
-                initial = int(extra.get("initial_codec_chunk_frames") or 0)
-                steady = int(extra.get("codec_chunk_frames", steady))
-    if initial <= 0:
+            if {"codec_chunk_frames", "initial_codec_chunk_frames", "codec_chunk_ramp"} & set(extra):
+                windows = CodecWindows.from_connector_extra(extra)
+    if windows is None:
         raise ValueError(
-            f"{deploy_config}: set initial_codec_chunk_frames; without it vllm-omni sizes the first window by load, "
-            "and the service could not tell a repeated window from a new one"
+            f"{deploy_config}: set initial_codec_chunk_frames (or codec_chunk_ramp); without it vllm-omni sizes the "
+            "first window by load, and the service could not tell a repeated window from a new one"
         )
-    return initial, steady
+    return windows
 
 
 def _multimodal(output: Any) -> Any:

@@ -1,13 +1,16 @@
 // The speech playground: one page, no build step, nothing from outside this server.
 // pcm and wav play through Web Audio as their bytes arrive; mp3 (and aac where the browser can) through Media Source;
-// formats a browser cannot stream (Ogg Opus, FLAC) play once downloaded. The numbers shown are this browser's own.
+// formats a browser cannot stream (Ogg Opus, FLAC) play once downloaded. Text can also go out word by word over the
+// WebSocket (as an LLM writes, or as the user types), each sentence spoken as soon as it is complete. The numbers
+// shown are this browser's own.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const MIME = { mp3: "audio/mpeg", opus: "audio/ogg", aac: "audio/aac", flac: "audio/flac", wav: "audio/wav", pcm: "audio/pcm" };
 const WAV_HEADER_BYTES = 44;
 let caps = null;
-let current = null; // the request in flight: {controller, player}
+let current = null; // what is speaking now: {stop}
+let typing = null; // the "as I type" session: {stream, seen: the text already offered to it}
 
 function authHeaders(extra = {}) {
   const key = $("key").value.trim();
@@ -98,6 +101,7 @@ class PcmPlayer {
     this.pending = new Uint8Array(0);
     this.next = 0;
     this.startedAt = null;
+    this.marks = []; // {label, at}: where on the audio clock a labelled part (a sentence) begins
   }
 
   push(bytes) {
@@ -120,7 +124,7 @@ class PcmPlayer {
     const source = this.context.createBufferSource();
     source.buffer = buffer;
     source.connect(this.context.destination);
-    this.next = Math.max(this.next, this.context.currentTime + 0.05);
+    this.next = this.slot();
     source.start(this.next);
     if (this.startedAt === null && this.context.state === "running") {
       this.startedAt = performance.now() + (this.next - this.context.currentTime) * 1000; // when it is heard
@@ -131,6 +135,16 @@ class PcmPlayer {
   end() {}
 
   stop() { this.context.close(); }
+
+  // Where the next bytes pushed will start: right after what is scheduled, or just ahead of now after a gap.
+  slot() { return Math.max(this.next, this.context.currentTime + 0.05); }
+
+  mark(label) { this.marks.push({ label, at: this.slot() }); }
+
+  // The label of the part being heard now (null before the first).
+  heard() { return this.marks.filter((m) => m.at <= this.context.currentTime).map((m) => m.label).pop() ?? null; }
+
+  get playedOut() { return this.context.currentTime >= this.next; }
 }
 
 // Compressed formats the browser's Media Source can append as they arrive (mp3, and aac where supported).
@@ -229,14 +243,14 @@ function requestBody() {
   return body;
 }
 
-function show(stats) {
+function show(stats, early = stats.playback < stats.total ? "before the last byte" : "") {
   const ms = (value) => (Number.isFinite(value) ? `${Math.round(value)} ms` : "–");
   $("ttfa").textContent = ms(stats.ttfa);
   $("total").textContent = ms(stats.total);
   $("audio-s").textContent = Number.isFinite(stats.audio) ? `${stats.audio.toFixed(2)} s` : "–";
   $("rtf").textContent = Number.isFinite(stats.rtf) ? stats.rtf.toFixed(3) : "–";
   $("playback").textContent = Number.isFinite(stats.playback)
-    ? `${Math.round(stats.playback)} ms${stats.playback < stats.total ? " (before the last byte)" : ""}`
+    ? `${Math.round(stats.playback)} ms${early ? ` (${early})` : ""}`
     : "–";
   const data = $("stats").dataset;
   for (const [name, value] of Object.entries(stats)) data[name] = Number.isFinite(value) ? String(value) : "";
@@ -248,12 +262,8 @@ async function speak() {
   const sampleRate = caps.sample_rate;
   const player = playerFor(body.response_format, sampleRate);
   const controller = new AbortController();
-  current = { controller, player };
-  $("stop").disabled = false;
-  $("download").hidden = true;
-  $("stats").dataset.done = "";
-  show({});
-  setStatus("status", "Speaking…");
+  const mine = current = { stop: () => { controller.abort(); player.stop(); } };
+  begin("Speaking…");
   const parts = [];
   let received = 0;
   const started = performance.now();
@@ -284,19 +294,40 @@ async function speak() {
     stats.rtf = stats.total / 1000 / stats.audio;
     await waitForPlayback(player);
     stats.playback = player.startedAt === null ? NaN : player.startedAt - started;
-    const link = $("download");
-    link.href = URL.createObjectURL(blob);
-    link.download = `speech.${body.response_format === "pcm" ? "wav" : body.response_format}`;
-    link.textContent = `Download (${link.download})`;
-    link.hidden = false;
+    offerDownload(blob, `speech.${body.response_format === "pcm" ? "wav" : body.response_format}`);
     setStatus("status", `Done: ${received} bytes of ${body.response_format}.`);
   } catch (error) {
-    setStatus("status", error.name === "AbortError" ? "Stopped." : error.message, error.name !== "AbortError");
+    if (current === mine) setStatus("status", error.message, true); // else stopped, and the page said so
   } finally {
-    show(stats);
-    $("stats").dataset.done = "1";
-    $("stop").disabled = true;
+    if (current === mine) finish(stats);
   }
+}
+
+// The page around one run, whichever way the text goes out.
+function begin(status) {
+  $("stop").disabled = false;
+  $("download").hidden = true;
+  $("sentences").replaceChildren();
+  $("sentences").hidden = true;
+  $("log-lines").replaceChildren();
+  $("log").hidden = true;
+  $("stats").dataset.done = "";
+  show({});
+  setStatus("status", status);
+}
+
+function finish(stats, early) {
+  show(stats, early);
+  $("stats").dataset.done = "1";
+  $("stop").disabled = true; // `current` stays: its audio may still be playing, until the next run or mode stops it
+}
+
+function offerDownload(blob, name) {
+  const link = $("download");
+  link.href = URL.createObjectURL(blob);
+  link.download = name;
+  link.textContent = `Download (${name})`;
+  link.hidden = false;
 }
 
 async function waitForPlayback(player, timeoutMs = 3000) {
@@ -306,9 +337,286 @@ async function waitForPlayback(player, timeoutMs = 3000) {
 
 function stop() {
   if (!current) return;
-  current.controller.abort();
-  current.player.stop();
+  current.stop();
   current = null;
+  if ($("stop").disabled) return; // it had finished already
+  $("stop").disabled = true;
+  $("stats").dataset.done = "1";
+  setStatus("status", "Stopped.");
+}
+
+// -- text streamed in: WS /v1/audio/speech/stream --------------------------------------------------------------------
+
+const nonSpace = (text) => text.replace(/\s+/g, ""); // the server reports sentences with their spaces normalized
+
+function streamUrl() {
+  const url = new URL("/v1/audio/speech/stream", location.href);
+  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+  const key = $("key").value.trim();
+  if (key) url.searchParams.set("api_key", key); // a browser cannot set a WebSocket's headers
+  return url.href;
+}
+
+// One WebSocket session: text goes out piece by piece, each sentence's pcm plays as it arrives (back to back, in order,
+// on one Web Audio clock), and every message sent or received is logged on the page in the order it happened.
+class TextStream {
+  constructor(config) {
+    this.player = new PcmPlayer(caps.sample_rate); // made in the click: audio may start from a user's gesture
+    this.started = performance.now();
+    this.sentText = "";
+    this.sentChars = 0; // non-space characters sent so far
+    this.sentPieces = []; // {chars: sentChars after the piece, at: when it was sent}
+    this.sentences = [];
+    this.parts = [];
+    this.received = 0;
+    this.sentence = -1; // whose audio frames are arriving
+    this.stats = { ttfa: NaN, total: NaN, audio: NaN, rtf: NaN, playback: NaN };
+    this.ttfaFrom = NaN; // when the piece that ended the first sentence was sent
+    this.closed = false;
+    this.done = new Promise((resolve, reject) => { this.resolve = resolve; this.reject = reject; });
+    this.done.catch(() => {}); // failures are read by whoever awaits it
+    this.socket = new WebSocket(streamUrl());
+    this.socket.binaryType = "arraybuffer";
+    this.opened = new Promise((resolve) => { this.socket.onopen = resolve; });
+    this.socket.onmessage = (event) => this.receive(event.data);
+    this.socket.onclose = (event) => this.fail(`The connection closed (code ${event.code}).`);
+    this.config = { type: "session.config", ...config, response_format: "pcm" };
+    this.ticker = setInterval(() => this.tick(), 40);
+  }
+
+  async open() {
+    await Promise.race([this.opened, this.done]);
+    this.post(this.config);
+    this.log("session.config", JSON.stringify(this.config));
+  }
+
+  post(message) { this.socket.send(JSON.stringify(message)); }
+
+  // Sends a piece of text; false once the session has ended.
+  send(text) {
+    if (this.closed) return false;
+    this.post({ type: "input.text", text });
+    this.sentText += text;
+    this.sentChars += nonSpace(text).length;
+    this.sentPieces.push({ chars: this.sentChars, at: performance.now() });
+    this.log("sent", JSON.stringify(text));
+    return true;
+  }
+
+  inputDone() {
+    if (this.closed) return;
+    this.post({ type: "input.done" });
+    this.log("input.done", "");
+  }
+
+  receive(data) {
+    if (typeof data !== "string") return this.audio(new Uint8Array(data));
+    const message = JSON.parse(data);
+    if (message.type === "audio.start") {
+      this.sentence = message.sentence_index;
+      this.sentences[this.sentence] = message.sentence_text;
+      this.player.sampleRate = message.sample_rate;
+      const item = document.createElement("li");
+      item.textContent = message.sentence_text;
+      $("sentences").append(item);
+      $("sentences").hidden = false;
+      this.log("audio.start", `#${this.sentence} ${JSON.stringify(message.sentence_text)}`, this.sentence);
+    } else if (message.type === "audio.done") {
+      this.log("audio.done", `#${message.sentence_index} ${message.total_bytes} bytes`, message.sentence_index);
+    } else if (message.type === "session.done") {
+      this.log("session.done", `${message.total_sentences} sentences`);
+      this.closed = true;
+      this.post({ type: "session.close" });
+      this.resolve(message);
+    } else if (message.type === "error") {
+      this.fail(message.message, message.code);
+    }
+  }
+
+  audio(bytes) {
+    const now = performance.now();
+    if (!this.received) this.firstAudio(now);
+    if (this.player.marks.length <= this.sentence) {
+      this.player.mark(this.sentence);
+      this.log("audio", `#${this.sentence} first bytes`, this.sentence);
+    }
+    this.received += bytes.length;
+    this.parts.push(bytes);
+    this.stats.total = now - this.started;
+    this.player.push(bytes);
+  }
+
+  // TTFA counts from sending the piece that ended the first sentence (every sentence ends in a piece sent earlier).
+  firstAudio(now) {
+    const first = nonSpace(this.sentences[0] ?? "");
+    const found = nonSpace(this.sentText).indexOf(first);
+    const end = (found < 0 ? 0 : found) + first.length;
+    const piece = this.sentPieces.find((p) => p.chars >= end) ?? this.sentPieces[this.sentPieces.length - 1];
+    this.ttfaFrom = piece ? piece.at : this.started;
+    this.stats.ttfa = now - this.ttfaFrom;
+    show(this.stats);
+  }
+
+  // Follows the audio clock: marks the sentence being heard, and the end of playback.
+  tick() {
+    const heard = this.player.heard();
+    const items = [...$("sentences").children];
+    if (heard !== null && heard !== this.heard) {
+      this.heard = heard;
+      this.log("speaking", `#${heard}`, heard);
+      items.forEach((item, i) => { item.className = i < heard ? "spoken" : i === heard ? "speaking" : ""; });
+    }
+    if (this.closed && this.player.playedOut) {
+      clearInterval(this.ticker);
+      items.forEach((item) => { item.className = "spoken"; });
+      if (this.received) this.log("played", "");
+    }
+  }
+
+  fail(message, code = "") {
+    if (this.closed) return;
+    this.closed = true;
+    this.log("error", code ? `${code}: ${message}` : message);
+    this.socket.close();
+    this.reject(new Error(message));
+  }
+
+  stop() {
+    this.fail("Stopped.");
+    clearInterval(this.ticker);
+    this.player.stop();
+  }
+
+  log(kind, text, sentence = "") {
+    const at = performance.now() - this.started;
+    const line = document.createElement("li");
+    Object.assign(line.dataset, { kind, at: at.toFixed(1), sentence, detail: text });
+    line.textContent = `+${(at / 1000).toFixed(3)} s  ${kind}  ${text}`;
+    $("log-lines").append(line);
+    $("log").hidden = false;
+  }
+
+  // What the run measured, once it has ended; playback is heard from the same moment TTFA counts from.
+  result() {
+    const lastSent = this.sentPieces.length ? this.sentPieces[this.sentPieces.length - 1].at : NaN;
+    const heardAt = this.player.startedAt ?? NaN;
+    this.stats.audio = this.received / 2 / this.player.sampleRate;
+    this.stats.playback = heardAt - this.ttfaFrom;
+    return [this.stats, heardAt < lastSent ? "before the last word was sent" : ""];
+  }
+}
+
+function streamConfig() {
+  const { input, response_format, ...config } = requestBody(); // the same fields as the HTTP request
+  return config;
+}
+
+function startStream(status) {
+  stop();
+  const stream = new TextStream(streamConfig());
+  current = stream;
+  begin(status);
+  return stream;
+}
+
+async function ended(stream, run) {
+  try {
+    await run();
+    const message = await stream.done;
+    const [stats, early] = stream.result();
+    if (current !== stream) return;
+    if (stream.received) offerDownload(wavFile(stream.parts, stream.player.sampleRate), "speech.wav");
+    const sentences = `${message.total_sentences} sentence${message.total_sentences === 1 ? "" : "s"}`;
+    setStatus("status", `Done: ${sentences}, ${stream.received} bytes of pcm.`);
+    finish(stats, early);
+  } catch (error) {
+    if (current !== stream) return; // stopped, and the page said so
+    setStatus("status", error.message, true);
+    finish(...stream.result());
+  }
+}
+
+// The text in the box, word by word (each with the spaces after it) at the chosen rate, then input.done.
+function streamWords() {
+  const stream = startStream("Sending word by word…");
+  const words = $("input").value.match(/\S+\s*/g) || [];
+  const interval = 1000 / Math.max(1, Number($("rate").value) || 20);
+  return ended(stream, async () => {
+    await stream.open();
+    const start = performance.now();
+    for (const [i, word] of words.entries()) {
+      await new Promise((resolve) => setTimeout(resolve, start + i * interval - performance.now()));
+      if (!stream.send(word)) return;
+    }
+    stream.inputDone();
+  });
+}
+
+// "As I type": a word goes out when it is finished (a space or a line break after it), so a typo can be fixed first;
+// Finish sends the rest and input.done.
+function startTyping() {
+  const stream = startStream("Type: each word is sent when you finish it.");
+  typing = { stream, seen: "" };
+  $("speak").textContent = "Finish";
+  const done = ended(stream, async () => {
+    await stream.open();
+    sendTyped();
+    $("input").focus();
+  });
+  return done.finally(() => {
+    if (typing && typing.stream === stream) typing = null;
+    showMode();
+  });
+}
+
+function sendTyped(final = false) {
+  if (!typing) return;
+  const text = $("input").value;
+  const ready = final ? text : text.slice(0, text.search(/\S*$/));
+  const fresh = ready.slice(typing.seen.length);
+  if (!ready.startsWith(typing.seen)) setStatus("status", "Text already sent stays as sent; additions go out.");
+  else if (fresh) typing.stream.send(fresh);
+  typing.seen = ready;
+}
+
+function finishTyping() {
+  sendTyped(true);
+  typing.stream.inputDone();
+  $("speak").disabled = true;
+}
+
+const STATS_NOTES = {
+  whole: "Measured by this browser: TTFA from sending the request to the first audio bytes; realtime factor = time " +
+    "to receive everything ÷ audio duration (below 1 is faster than real time).",
+  streamed: "Measured by this browser: TTFA from sending the word that ends the first sentence to its first audio " +
+    "bytes. It includes the wait until the server can tell the sentence has ended: the next word, a line break, or a " +
+    "pause in the text. Playback began counts from the same word; total from the first word sent to the last audio " +
+    "byte.",
+};
+const MODE_NOTES = {
+  whole: "",
+  words: "The text goes over the WebSocket (/v1/audio/speech/stream) one word at a time, as an LLM writes it; each " +
+    "sentence is spoken as soon as it is complete, while later words are still being sent. Played as pcm.",
+  typing: "Press Start and type: each word is sent when you finish it, and each sentence is spoken once it is " +
+    "complete. Finish sends the rest. Played as pcm.",
+};
+
+function showMode() {
+  const mode = $("mode").value;
+  $("rate-field").hidden = mode !== "words";
+  $("format").disabled = mode !== "whole";
+  $("mode-note").textContent = MODE_NOTES[mode];
+  $("mode-note").hidden = mode === "whole";
+  const note = STATS_NOTES[mode === "whole" ? "whole" : "streamed"];
+  $("stats-note").textContent = note;
+  $("ttfa-label").title = note;
+  $("speak").textContent = mode === "typing" ? "Start" : "Speak";
+  $("speak").disabled = $("voice").options.length === 0;
+}
+
+function onSpeak() {
+  if (typing) return finishTyping();
+  return { whole: speak, words: streamWords, typing: startTyping }[$("mode").value]();
 }
 
 // -- cloning ----------------------------------------------------------------------------------------------------------
@@ -334,10 +642,13 @@ async function uploadVoice() {
 
 // -- wiring -----------------------------------------------------------------------------------------------------------
 
-$("speak").addEventListener("click", speak);
+$("speak").addEventListener("click", onSpeak);
+$("mode").addEventListener("change", () => { stop(); showMode(); });
+$("input").addEventListener("input", () => sendTyped());
 $("stop").addEventListener("click", stop);
 $("clone-upload").addEventListener("click", uploadVoice);
 $("speed").addEventListener("input", () => { $("speed-value").textContent = Number($("speed").value).toFixed(2); });
 $("key").value = localStorage.getItem("speech-api-key") || "";
 $("key").addEventListener("change", () => { localStorage.setItem("speech-api-key", $("key").value.trim()); load(); });
+showMode();
 load();

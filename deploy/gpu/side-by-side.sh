@@ -21,6 +21,10 @@
 #   PROFILE_SET="stages.1.async_scheduling=false;connectors.connector_of_shared_memory.extra.decode_batch_max_size=16"
 #                                   more overrides of the profile copy (deploy/gpu/bench_profile.py --set), ';'-separated
 #   TARGETS="service vllm-omni alone"  which to run, in start order; SERVICE_PORT=8000 OMNI_PORT=8001 ALONE_PORT=8002
+#                                   `service-b` is a second instance of this service (SERVICE_B_PORT=8003) on profile
+#                                   B: the same copy with B_PROFILE_SET's overrides on top (a lever A/B, interleaved)
+#   B_PROFILE_SET=""                profile B's extra overrides, ';'-separated like PROFILE_SET
+#   OMNI_ON=a                       the profile vllm-omni's server runs: a (the shared one) or b
 #   NAME=qwen3-tts  VOICE=vivian    model id and voice for every target
 #   CONCURRENCY=1,8,16,32,64  RATES=8,14  REQUESTS=64  WARMUP=8  DURATION=30  ROUNDS=2   the sweep
 #   PLAYBACK_BUFFER_MS=0            the modelled listener's jitter buffer (stalls); LOADTEST_ARGS: more options
@@ -42,6 +46,9 @@ TARGETS=${TARGETS:-service vllm-omni alone}
 SERVICE_PORT=${SERVICE_PORT:-8000}
 OMNI_PORT=${OMNI_PORT:-8001}
 ALONE_PORT=${ALONE_PORT:-8002}
+SERVICE_B_PORT=${SERVICE_B_PORT:-8003}
+B_PROFILE_SET=${B_PROFILE_SET:-}
+OMNI_ON=${OMNI_ON:-a}
 NAME=${NAME:-qwen3-tts}
 VOICE=${VOICE:-vivian}
 CONCURRENCY=${CONCURRENCY:-1,8,16,32,64}
@@ -56,6 +63,7 @@ START_WAIT_S=${START_WAIT_S:-540}
 KV_WAIT_S=${KV_WAIT_S:-420}
 MODEL=$WORK/model
 BENCH_PROFILE=$WORK/bench-profile.yaml
+BENCH_PROFILE_B=$WORK/bench-profile-b.yaml
 LOGS=$WORK/logs
 KV_LINE="GPU KV cache size"  # vLLM logs it once a stage has profiled its memory and sized its KV cache
 
@@ -68,10 +76,16 @@ export PYTHONUNBUFFERED=1
 
 log() { echo "[side-by-side $(date -u +%T)] $*"; }
 
-port_of() { case $1 in service) echo "$SERVICE_PORT" ;; vllm-omni) echo "$OMNI_PORT" ;; alone) echo "$ALONE_PORT" ;; esac; }
+port_of() {
+  case $1 in
+    service) echo "$SERVICE_PORT" ;; service-b) echo "$SERVICE_B_PORT" ;; vllm-omni) echo "$OMNI_PORT" ;;
+    alone) echo "$ALONE_PORT" ;;
+  esac
+}
 pidfile_of() {
   case $1 in
     service) echo "/tmp/speech-server-$SERVICE_PORT.pid" ;;
+    service-b) echo "/tmp/speech-server-$SERVICE_B_PORT.pid" ;;
     vllm-omni) echo "/tmp/vllm-omni-$OMNI_PORT.pid" ;;
     alone) echo "/tmp/engine-alone-$ALONE_PORT.pid" ;;
   esac
@@ -113,20 +127,29 @@ prepare() {
   "$PYTHON" deploy/gpu/bench_profile.py "$PROFILE" "$BENCH_PROFILE" --memory "$MEMORY" --frames "$FRAMES" \
     "${sets[@]}" || return 1
   cp "$BENCH_PROFILE" "$OUT/profile.yaml"
+  IFS=';' read -ra items <<<"$B_PROFILE_SET"
+  for item in "${items[@]}"; do [ -n "$item" ] && sets+=(--set "$item"); done
+  "$PYTHON" deploy/gpu/bench_profile.py "$PROFILE" "$BENCH_PROFILE_B" --memory "$MEMORY" --frames "$FRAMES" \
+    "${sets[@]}" || return 1
+  cp "$BENCH_PROFILE_B" "$OUT/profile-b.yaml"
 }
 
 launch() {  # $1 target
   local log
   log=$(log_of "$1")
   case $1 in
-    service)
+    service | service-b)
+      local profile=$BENCH_PROFILE
+      [ "$1" = service-b ] && profile=$BENCH_PROFILE_B
       # fixed length: every request runs to the profile's max_tokens (FRAMES + 1); warm-up requests to their own
-      PORT=$SERVICE_PORT LOG=$log PYTHON=$PYTHON SPEECH_MODEL=$MODEL SPEECH_LOAD_FORMAT=dummy \
-        SPEECH_DEPLOY_CONFIG=$BENCH_PROFILE SPEECH_OMNI_FIXED_LENGTH=true SPEECH_SERVED_MODEL_NAME=$NAME \
+      PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON SPEECH_MODEL=$MODEL SPEECH_LOAD_FORMAT=dummy \
+        SPEECH_DEPLOY_CONFIG=$profile SPEECH_OMNI_FIXED_LENGTH=true SPEECH_SERVED_MODEL_NAME=$NAME \
         SPEECH_COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-server.sh
       ;;
     vllm-omni)
-      PORT=$OMNI_PORT LOG=$log PYTHON=$PYTHON MODEL=$MODEL DEPLOY_CONFIG=$BENCH_PROFILE LOAD_FORMAT=dummy NAME=$NAME \
+      local profile=$BENCH_PROFILE
+      [ "$OMNI_ON" = b ] && profile=$BENCH_PROFILE_B
+      PORT=$OMNI_PORT LOG=$log PYTHON=$PYTHON MODEL=$MODEL DEPLOY_CONFIG=$profile LOAD_FORMAT=dummy NAME=$NAME \
         COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-vllm-omni.sh
       ;;
     alone)

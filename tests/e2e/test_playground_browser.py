@@ -19,7 +19,7 @@ import uvicorn
 from app.server import create_app
 from app.tools.qwen3_tts_model_dir import write_model_dir
 from tests.fakes.vllm_omni_0_26 import FakeAsyncOmni
-from tests.support.browser import PageWatch
+from tests.support.browser import PageWatch, open_playground
 from tests.support.server import RunningServer
 from tests.support.wav import tone_wav
 from tests.unit.test_omni_engine import make_engine
@@ -34,14 +34,6 @@ TEXT = (
 )
 FORMATS = ("pcm", "wav", "mp3", "opus", "aac", "flac")
 STREAMED = ("pcm", "wav", "mp3")  # played as they arrive (Web Audio, Media Source)
-
-
-async def open_playground(browser: Any, base_url: str) -> tuple[Any, PageWatch]:
-    page = await browser.new_page()
-    watch = await PageWatch().attach(page)
-    await page.goto(f"{base_url}/")
-    await page.wait_for_function("document.body.dataset.ready === '1'", timeout=20_000)
-    return page, watch
 
 
 async def speak(page: Any, response_format: str, timeout_ms: int = 60_000) -> dict[str, float]:

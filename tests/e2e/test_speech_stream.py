@@ -138,9 +138,8 @@ def test_malformed_messages_are_answered_and_the_connection_kept(server: Running
         assert json.loads(ws.recv(timeout=10))["param"] == "response_format"
         send(ws, {"type": "session.config", "voice": "alloy", "colour": "blue"})
         assert json.loads(ws.recv(timeout=10))["code"] == "unknown_parameter"
-        send(ws, {"type": "session.config", "voice": "alloy", "word_timestamps": True})
-        error = json.loads(ws.recv(timeout=10))
-        assert (error["code"], error["param"]) == ("unsupported", "word_timestamps")
+        send(ws, {"type": "session.config", "voice": "alloy", "word_timestamps": "please"})
+        assert json.loads(ws.recv(timeout=10))["param"] == "word_timestamps"
         send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
         ws.send("{not json")
         assert json.loads(ws.recv(timeout=10))["code"] == "invalid_json"
@@ -280,22 +279,36 @@ def test_drain_finishes_the_utterance_then_closes_1001(guarded_server: RunningSe
     assert guarded_server.process.wait(timeout=30) == 0
 
 
-def test_readme_example_runs(server: RunningServer, tmp_path: Path) -> None:
-    """The README's WebSocket example, as written (only the address changed)."""
+def run_readme_example(index: int, server: RunningServer, folder: Path) -> str:
+    """The README's WebSocket example number `index`, as written (only the address changed): what it printed."""
     import re
     import subprocess
     import sys
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("\n## Streaming text in: WebSocket\n", 1)[1].split("\n## ", 1)[0]
-    code = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)[0]
+    code = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)[index]
     code = code.replace("ws://localhost:8000", server.base_url.replace("http://", "ws://"))
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert "'session.done'" in result.stdout
+    return result.stdout
+
+
+def test_readme_example_runs(server: RunningServer, tmp_path: Path) -> None:
+    assert "'session.done'" in run_readme_example(0, server, tmp_path)
     text = "Hello there. This sentence streams in word by word, as an LLM writes it."
     audio = decode((tmp_path / "speech.pcm").read_bytes(), "pcm")
     assert word_error_rate(text, transcribe(audio)) <= 0.2
+
+
+def test_readme_word_timestamps_example_runs(server: RunningServer, tmp_path: Path) -> None:
+    """It prints each word with its time in the utterance: every word, in order, inside the audio it wrote."""
+    lines = [line.split() for line in run_readme_example(1, server, tmp_path).splitlines()]
+    assert [line[2] for line in lines] == "Captions follow the voice Every word has its time".split()
+    times = [float(line[0]) for line in lines]
+    audio = decode((tmp_path / "captions.pcm").read_bytes(), "pcm")
+    assert times == sorted(times) and times[-1] < audio.duration_s  # the 2nd sentence's words placed after the 1st
+    assert word_error_rate("Captions follow the voice. Every word has its time.", transcribe(audio)) <= 0.2
 
 
 def test_omni_engine_streams_over_the_websocket(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -326,5 +339,33 @@ def test_omni_engine_streams_over_the_websocket(tmp_path_factory: pytest.TempPat
         assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 2}, events
         for index in (0, 1):
             assert decode(audio[index], "flac").samples.size > 0
+        assert_word_timestamps_as_capable(omni, config)
     finally:
         omni.stop()
+
+
+def assert_word_timestamps_as_capable(server: RunningServer, config: dict[str, object]) -> None:
+    """An engine that times words sends them; one that cannot refuses `word_timestamps` at session.config with the
+    very error POST /v1/audio/speech gives, and the connection carries on."""
+    import httpx
+
+    capable = httpx.get(f"{server.base_url}/v1/audio/capabilities", timeout=10).json()["word_timestamps"]
+    with connect(ws_url(server)) as ws:
+        send(ws, {**config, "word_timestamps": True, "response_format": "pcm"})
+        if not capable:
+            error = json.loads(ws.recv(timeout=30))
+            assert (error["type"], error["param"], error["code"]) == ("error", "word_timestamps", "invalid_value")
+            body = {k: v for k, v in config.items() if k != "type"}
+            body |= {"input": "Timed words.", "stream_format": "sse", "word_timestamps": True}
+            http = httpx.post(f"{server.base_url}/v1/audio/speech", json=body, timeout=30)
+            assert http.status_code == 400 and http.json() == {"error": error["error"]}
+            send(ws, {**config, "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": "Timed words."})
+        send(ws, {"type": "input.done"})
+        events, audio = receive_utterance(ws)
+    assert events[-1]["type"] == "session.done", events
+    if capable:
+        trailer = [e for e in events if e["type"] == "audio.chunk" and e["timestamps"] is not None]
+        assert [w["word"] for w in trailer[0]["timestamps"]] == ["Timed", "words"], events  # type: ignore[index]
+    else:
+        assert len(audio[0]) > 1000 and all(e["type"] != "audio.chunk" for e in events)

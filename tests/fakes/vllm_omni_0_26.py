@@ -21,11 +21,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import enum
+import os
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import yaml
 
 SAMPLES_PER_FRAME = 1920
 
@@ -133,14 +135,25 @@ class OmniRequestOutput:
         return None
 
 
-def windows(frames: int, initial: int = 1, chunk: int = 25) -> list[int]:
-    """code2wav's window sizes for a request of `frames` frames."""
-    sizes = [min(initial, frames)] if frames else []
-    rest = frames - sum(sizes)
+def windows(frames: int, initial: int = 1, chunk: int = 25, ramp: list[int] | None = None) -> list[int]:
+    """code2wav's window sizes for a request of `frames` frames: a first window then `chunk` each, or under a
+    `codec_chunk_ramp` the ramp's sizes then `chunk` each (the ramp replaces the first-window size)."""
+    schedule = list(ramp) if ramp else [initial]
+    sizes: list[int] = []
+    rest = frames
     while rest > 0:
-        sizes.append(min(chunk, rest))
+        sizes.append(min(schedule[len(sizes)] if len(sizes) < len(schedule) else chunk, rest))
         rest -= sizes[-1]
     return sizes
+
+
+def connector_extra(deploy_config: object) -> dict[str, Any]:
+    """The shared-memory connector's `extra` of a deploy profile file (empty for vllm-omni's own by name)."""
+    if not isinstance(deploy_config, str) or not os.path.exists(deploy_config):
+        return {}
+    with open(deploy_config, encoding="utf-8") as f:
+        connectors = (yaml.safe_load(f) or {}).get("connectors") or {}
+    return dict(next(iter(connectors.values()), {}).get("extra") or {}) if connectors else {}
 
 
 class EngineDeadError(RuntimeError):
@@ -201,9 +214,11 @@ class FakeAsyncOmni:
             self.errored = True
             raise EngineDeadError("EngineCore encountered an issue")
         frames = self.frames_for(sampling_params_list, prompt)
-        # stage 0's connector takes a request's first-chunk size from its additional_information, else the profile's
+        # stage 0's connector takes a request's first-chunk size from its additional_information, else the profile's;
+        # a profile's codec_chunk_ramp replaces both
+        extra = connector_extra(self.kwargs.get("deploy_config"))
         initial = (prompt.get("additional_information") or {}).get("initial_codec_chunk_frames", [1])[0]
-        sizes = windows(frames, initial=initial)
+        sizes = windows(frames, initial=initial, ramp=extra.get("codec_chunk_ramp"))
         rng = np.random.default_rng(len(self.requests))
         waveform = rng.uniform(-0.5, 0.5, frames * SAMPLES_PER_FRAME).astype(np.float32)
         emitted: list[np.ndarray] = []

@@ -46,10 +46,12 @@ class PageWatch:
     console_errors: list[str] = field(default_factory=list)
     page_errors: list[str] = field(default_factory=list)
     external_requests: list[str] = field(default_factory=list)
+    websockets: list[str] = field(default_factory=list)
 
     async def attach(self, page: Any) -> PageWatch:
         page.on("console", lambda m: self.console_errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: self.page_errors.append(str(e)))
+        page.on("websocket", self._websocket)  # page.route does not see WebSockets
 
         async def route(r: Any) -> None:
             host = urlsplit(r.request.url).hostname or ""
@@ -62,6 +64,20 @@ class PageWatch:
         await page.route("**/*", route)
         return self
 
+    def _websocket(self, ws: Any) -> None:
+        self.websockets.append(ws.url)
+        if (urlsplit(ws.url).hostname or "") not in ("127.0.0.1", "localhost"):
+            self.external_requests.append(ws.url)
+
     @property
     def problems(self) -> list[str]:
         return [*self.console_errors, *self.page_errors, *(f"external: {u}" for u in self.external_requests)]
+
+
+async def open_playground(browser: Any, base_url: str) -> tuple[Any, PageWatch]:
+    """A new page on the playground, watched, once it has loaded what the server offers."""
+    page = await browser.new_page()
+    watch = await PageWatch().attach(page)
+    await page.goto(f"{base_url}/")
+    await page.wait_for_function("document.body.dataset.ready === '1'", timeout=20_000)
+    return page, watch

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from app.engines.codec_windows import CodecWindows
 from app.engines.omni import talker_limits
-from app.engines.qwen3_tts import chunk_geometry
+from app.engines.qwen3_tts import codec_windows
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy/gpu/bench_profile.py"
@@ -92,7 +93,7 @@ def test_command_line_writes_a_profile_the_service_reads(tmp_path: Path) -> None
     assert written["stages"][0]["max_num_seqs"] == 32
     assert written["stages"][0]["custom_process_next_stage_input_func"].startswith("app.engines.omni_stage_fix")
     assert talker_limits(str(out), None) == (32, 64)
-    assert chunk_geometry(str(out)) == (1, 25)
+    assert codec_windows(str(out)) == CodecWindows((2, 4, 8, 16, 25), 25, ramp=True)  # the shipped ramp
 
 
 def test_command_line_error_is_one_line_not_a_traceback(tmp_path: Path) -> None:

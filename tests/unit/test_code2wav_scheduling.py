@@ -10,12 +10,13 @@ import sys
 import pytest
 
 from app.engines.code2wav_policy import FRAME_SECONDS, FirstAudioFirst, StepProbe
+from app.engines.codec_windows import CodecWindows
 from app.engines.omni import stage_overrides_with_scheduler
 from tests.fakes.vllm_omni_0_26 import install_generation_scheduler
 
 
 def test_a_stream_may_wait_only_while_its_listener_holds_more_than_the_margin() -> None:
-    policy = FirstAudioFirst(initial_frames=1, chunk_frames=25, margin_s=1.0)
+    policy = FirstAudioFirst(CodecWindows((1,), 25), margin_s=1.0)
     assert not policy.may_wait("new", now=0.0)  # nothing played yet: its first audio is due now
     assert policy.scheduled(["a"], now=0.0) == 1  # first window: 1 frame
     assert not policy.may_wait("a", now=0.0)  # 0.08 s in hand
@@ -27,7 +28,7 @@ def test_a_stream_may_wait_only_while_its_listener_holds_more_than_the_margin() 
 
 
 def test_clocks_of_ended_streams_are_dropped() -> None:
-    policy = FirstAudioFirst(initial_frames=1, chunk_frames=25)
+    policy = FirstAudioFirst(CodecWindows((1,), 25))
     policy.scheduled(["a", "b", "c"], now=0.0)
     policy.forget_all_but(["b"])
     assert len(policy) == 1 and policy.has_started("b") and not policy.has_started("a")
@@ -35,7 +36,21 @@ def test_clocks_of_ended_streams_are_dropped() -> None:
 
 def test_window_sizes_must_be_positive() -> None:
     with pytest.raises(ValueError):
-        FirstAudioFirst(initial_frames=0, chunk_frames=25)
+        CodecWindows((0,), 25)
+
+
+def test_under_a_ramp_a_listener_holds_what_each_window_of_the_ramp_carried() -> None:
+    policy = FirstAudioFirst(CodecWindows((4, 4, 8, 16, 25), 25, ramp=True), margin_s=1.0)
+    policy.scheduled(["a"], now=0.0)  # 4 frames
+    policy.scheduled(["a"], now=0.0)  # 4
+    policy.scheduled(["a"], now=0.0)  # 8: 16 frames = 1.28 s in hand
+    assert policy.may_wait("a", now=0.2)  # 1.08 s left
+    assert not policy.may_wait("a", now=0.3)  # 0.98 s left: under the margin
+    policy.scheduled(["a"], now=0.3)  # 16 more: 32 frames
+    policy.scheduled(["a"], now=0.3)  # 25
+    policy.scheduled(["a"], now=0.3)  # past the ramp: steady 25 -> 82 frames
+    assert policy.may_wait("a", now=82 * FRAME_SECONDS - 1.0 - 0.01)
+    assert not policy.may_wait("a", now=82 * FRAME_SECONDS - 1.0 + 0.01)
 
 
 def test_the_probe_reports_an_interval_and_starts_the_next() -> None:

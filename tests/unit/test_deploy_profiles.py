@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.engines.qwen3_tts import chunk_geometry
+from app.engines.codec_windows import CodecWindows
+from app.engines.qwen3_tts import codec_windows
 
 PROFILES = sorted(Path(__file__).resolve().parents[2].joinpath("deploy/vllm-omni").glob("*.yaml"))
 STAGE_FIX = Path(__file__).resolve().parents[2] / "app/engines/omni_stage_fix.py"
@@ -25,7 +26,19 @@ def test_profile_is_consistent(profile: Path) -> None:
     assert config["async_chunk"] is True
     extra = config["connectors"]["connector_of_shared_memory"]["extra"]
     assert config["connectors"]["connector_of_shared_memory"]["name"] == "SharedMemoryConnector"
-    assert chunk_geometry(str(profile)) == (extra["initial_codec_chunk_frames"], extra["codec_chunk_frames"]) == (1, 25)
+    first, steady = extra["initial_codec_chunk_frames"], extra["codec_chunk_frames"]
+    if "codec_chunk_ramp" in extra:
+        ramp = extra["codec_chunk_ramp"]
+        assert codec_windows(str(profile)) == CodecWindows(tuple(ramp), steady, ramp=True) and ramp[-1] == steady
+        # every window of the ramp, with its left context, pads into a streaming bucket that has CUDA graphs
+        buckets, graphs = extra["decode_batch_bucket_frames"], extra["decode_cudagraph_capture_sizes"]
+        sent = 0
+        for size in ramp:
+            window = min(sent, extra["codec_left_context_frames"]) + size
+            assert window <= max(buckets) and min(b for b in buckets if b >= window) in graphs
+            sent += size
+    else:
+        assert codec_windows(str(profile)) == CodecWindows((first,), steady) == CodecWindows((1,), 25)
     talker, code2wav = config["stages"]
     assert (talker["stage_id"], code2wav["stage_id"]) == (0, 1)
     assert talker["output_connectors"]["to_stage_1"] == code2wav["input_connectors"]["from_stage_0"]

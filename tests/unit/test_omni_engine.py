@@ -12,8 +12,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import yaml
 
 from app.engines.base import EngineUnavailable, ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
+from app.engines.codec_windows import CodecWindows
 from app.engines.omni import OmniEngine
 from app.engines.qwen3_tts import (
     AudioOutputReader,
@@ -226,6 +228,15 @@ async def test_audio_reader_handles_delta_and_cumulative_outputs(mode: str) -> N
 # -- the engine on the fake AsyncOmni ----------------------------------------------------------------------------------
 
 
+def profile_without_ramp(directory: Path) -> str:
+    """A copy of the shipped profile with one first window then steady ones (a request may size its first window)."""
+    profile = yaml.safe_load(Path("deploy/vllm-omni/customvoice.yaml").read_text())
+    del profile["connectors"]["connector_of_shared_memory"]["extra"]["codec_chunk_ramp"]
+    path = directory / "customvoice-no-ramp.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return str(path)
+
+
 def make_engine(model_dir: Path, omni: FakeAsyncOmni, **settings: object) -> OmniEngine:
     settings = {  # never the working directory; small warm-ups unless a test sets them
         "voice_store": tempfile.mkdtemp(prefix="voices-"),
@@ -301,7 +312,7 @@ async def test_closing_the_stream_aborts_the_engine_request(custom_voice_dir: Pa
     engine = make_engine(custom_voice_dir, omni)
     await engine.start()
     stream = engine.synthesize(job(request_id="leaves", max_new_tokens=200))
-    assert len((await anext(stream)).samples) == SAMPLES_PER_FRAME  # the 1-frame first window
+    assert len((await anext(stream)).samples) == 2 * SAMPLES_PER_FRAME  # the ramp's 2-frame first window
     await stream.aclose()
     assert "leaves" in omni.aborted and "leaves" not in omni.finished
 
@@ -491,3 +502,68 @@ async def test_the_omni_engine_marks_its_submit_before_the_first_audio(custom_vo
     assert timing.submitted is not None and timing.submitted > 0
     await stream.aclose()
     await engine.close()
+
+
+# -- window schedules: a first window then steady ones, or vllm-omni's codec_chunk_ramp -------------------------------
+
+RAMP = CodecWindows((4, 4, 8, 16, 25), 25, ramp=True)
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({"initial_codec_chunk_frames": 1, "codec_chunk_frames": 25}, CodecWindows((1,), 25)),
+        ({"initial_codec_chunk_frames": 40, "codec_chunk_frames": 25}, CodecWindows((25,), 25)),  # vllm-omni clamps
+        ({"initial_codec_chunk_frames": 1, "codec_chunk_ramp": [4, 4, 8, 16, 25]}, RAMP),  # the ramp wins
+        ({"initial_codec_chunk_frames": 1, "codec_chunk_ramp": "4, 4, 8,16,25"}, RAMP),
+        ({"initial_codec_chunk_frames": 2, "codec_chunk_ramp": [4]}, CodecWindows((2,), 25)),  # too short: no ramp
+        ({"initial_codec_chunk_frames": 2, "codec_chunk_ramp": [4, 0]}, CodecWindows((2,), 25)),
+        ({"initial_codec_chunk_frames": 2, "codec_chunk_ramp": "4,x"}, CodecWindows((2,), 25)),
+        ({"codec_chunk_frames": 25}, None),  # the first window left to vllm-omni's load-dependent choice
+    ],
+)
+def test_window_schedules_are_read_as_vllm_omni_reads_them(extra: dict, expected: CodecWindows | None) -> None:
+    assert CodecWindows.from_connector_extra(extra) == expected
+
+
+def test_a_ramp_schedule_continues_with_steady_windows_and_keeps_a_request_first_size_out() -> None:
+    assert [RAMP.size(i) for i in range(7)] == [4, 4, 8, 16, 25, 25, 25]
+    assert RAMP.with_first(2) is RAMP  # vllm-omni ignores the request's field under a ramp
+    assert CodecWindows((1,), 25).with_first(4) == CodecWindows((4,), 25)
+
+
+def test_frame_guard_follows_a_ramp_and_still_drops_a_duplicated_tail() -> None:
+    sizes = [4, 4, 8, 16, 25, 25, 10]  # 92 frames
+    normal = frames_of(sizes)
+    guard = FrameGuard(RAMP)
+    assert np.array_equal(np.concatenate([guard.accept(c) for c in normal]), np.concatenate(normal))
+    assert guard.frames_sent == 92 and guard.frames_dropped == 0
+    # a lagging flush at the 16-frame boundary: the tail after it is decoded again, one frame longer
+    boundary = 16
+    tail = [np.repeat(np.arange(boundary, boundary + n, dtype=np.float32), SAMPLES_PER_FRAME) for n in (9, 10)]
+    guard = FrameGuard(RAMP)
+    out = np.concatenate([guard.accept(c) for c in [*normal[:3], *tail]])
+    assert np.array_equal(out, np.concatenate(frames_of([4, 4, 8, 10])))
+    assert guard.frames_dropped == 9
+    # the guard built for 1 + 25 windows would have taken the ramp's full windows for flushes: it must not cut them
+    guard = FrameGuard()
+    assert np.array_equal(np.concatenate([guard.accept(c) for c in normal]), np.concatenate(normal))
+
+
+def test_a_ramp_profile_refuses_a_request_first_window_size(custom_voice_dir: Path, tmp_path: Path) -> None:
+    shipped = make_engine(custom_voice_dir, FakeAsyncOmni())  # the shipped profile has a ramp
+    assert shipped.capabilities().initial_chunk_frames is None
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni(), deploy_config=profile_without_ramp(tmp_path))
+    assert engine.capabilities().initial_chunk_frames == (1, 25)
+
+
+async def test_two_servers_on_one_host_warm_up_with_different_request_ids(custom_voice_dir: Path) -> None:
+    """vllm-omni names its shared-memory windows after request ids: two replicas must never share one."""
+    first, second = FakeAsyncOmni(), FakeAsyncOmni()
+    engines = [make_engine(custom_voice_dir, omni) for omni in (first, second)]
+    for engine in engines:
+        await engine.start()
+    ids = [{r["request_id"] for r in omni.requests} for omni in (first, second)]
+    assert len(ids[0]) == len(ids[1]) == 1 + 4 and not ids[0] & ids[1]
+    for engine in engines:
+        await engine.close()

@@ -18,7 +18,7 @@ from app.server import create_app
 from app.tools.qwen3_tts_model_dir import write_model_dir
 from tests.fakes.vllm_omni_0_26 import SAMPLES_PER_FRAME, FakeAsyncOmni
 from tests.support.wav import tone_wav
-from tests.unit.test_omni_engine import make_engine
+from tests.unit.test_omni_engine import make_engine, profile_without_ramp
 
 SERVED = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
 CLIP = tone_wav(2.0, 16_000, 0.3, frequency=200.0)
@@ -52,6 +52,8 @@ async def omni_api(
         voice_store=str(tmp_path / "voices"),
         served_model_name=SERVED,
         omni_warmup_batch_sizes=[1],
+        # a profile where a request may size its first window, as vllm-omni's own qwen3_tts.yaml
+        deploy_config=profile_without_ramp(tmp_path),
     )
     await engine.start()
     app = create_app(engine.__dict__["_settings"], engine=engine)
@@ -201,10 +203,28 @@ async def test_engine_honours_a_first_chunk_size_through_a_duplicated_tail(model
     from app.engines.base import SynthesisJob
 
     omni = FakeAsyncOmni(duplicate_tail=True)
-    engine = make_engine(model_dirs["custom_voice"], omni, omni_warmup_batch_sizes=[1])
+    no_ramp = profile_without_ramp(model_dirs["custom_voice"].parent)
+    engine = make_engine(model_dirs["custom_voice"], omni, omni_warmup_batch_sizes=[1], deploy_config=no_ramp)
     await engine.start()
     job = SynthesisJob("r-1", "Hello there.", "vivian", max_new_tokens=40, initial_codec_chunk_frames=4)
     chunks = [c.samples async for c in engine.synthesize(job)]
     assert len(chunks[0]) == 4 * SAMPLES_PER_FRAME
     assert np.array_equal(np.concatenate(chunks), omni.last_waveform)
+    await engine.close()
+
+
+async def test_the_shipped_ramp_profile_refuses_a_first_chunk_size(model_dirs: dict[str, Path], tmp_path: Path) -> None:
+    """Under codec_chunk_ramp vllm-omni ignores `initial_codec_chunk_frames`; the service says so instead."""
+    omni = FakeAsyncOmni()
+    engine = make_engine(model_dirs["custom_voice"], omni, omni_warmup_batch_sizes=[1], voice_store=str(tmp_path))
+    await engine.start()
+    app = create_app(engine.__dict__["_settings"], engine=engine)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://omni") as client:
+        body = {"input": "Hi.", "voice": "vivian", "initial_codec_chunk_frames": 4}
+        response = await client.post("/v1/audio/speech", json=body)
+        assert response.status_code == 400 and response.json()["error"]["param"] == "initial_codec_chunk_frames"
+        capabilities = (await client.get("/v1/audio/capabilities")).json()
+        assert capabilities["initial_codec_chunk_frames"] is None
+        ok = await client.post("/v1/audio/speech", json={"input": "Hi.", "voice": "vivian", "response_format": "pcm"})
+        assert ok.status_code == 200 and len(ok.content) > 0
     await engine.close()

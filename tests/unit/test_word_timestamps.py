@@ -121,3 +121,24 @@ async def test_pipeline_moves_words_with_the_trimmed_silence_and_clamps_them_to_
     # the second sentence's 0.3 s lead is cut to LEAD_S: its words move 0.3 - LEAD_S earlier
     assert second[0].start_s == pytest.approx(sentence_one_s + 0.5 - (0.3 - LEAD_S), abs=0.01)
     assert second[1].end_s == pytest.approx(total_s, abs=1e-6)
+
+
+@pytest.mark.asyncio
+async def test_a_job_that_continues_an_utterance_loses_its_lead_and_its_words_move_with_it() -> None:
+    """A WebSocket utterance's second sentence is a job of its own: `continues` joins it as a later sentence, so its
+    0.3 s lead is cut to LEAD_S from the start and its words stay on the sounds they name."""
+    pipeline = SentencePipeline(WordEngine(), max_chars=250)  # type: ignore[arg-type]
+    results = {}
+    for continues in (False, True):
+        job = SynthesisJob(request_id="r", text="Two.", voice="v", word_timestamps=True, continues=continues)
+        chunks = [chunk async for chunk in pipeline.synthesize(job)]
+        samples = np.concatenate([chunk.samples for chunk in chunks])
+        offset = sum(len(chunk.samples) for chunk in chunks[:-1])
+        words = [word.shifted(offset / RATE) for word in chunks[-1].words]
+        results[continues] = (len(samples) / RATE, words)
+    (alone_s, alone_words), (continued_s, continued_words) = results[False], results[True]
+    assert alone_s == pytest.approx(0.3 + 1.0 + 0.25, abs=0.01)
+    assert continued_s == pytest.approx(LEAD_S + 1.0 + 0.25, abs=0.01)
+    assert alone_words[0] == WordTiming("mid", 0.5, 0.8)
+    assert continued_words[0].start_s == pytest.approx(0.5 - (0.3 - LEAD_S), abs=0.01)
+    assert continued_words[1].end_s == pytest.approx(continued_s, abs=1e-6)

@@ -1,0 +1,64 @@
+"""The sizes of the windows in which vllm-omni 0.26's Qwen3-TTS talker hands its codec frames to code2wav.
+
+Stage 0's chunk builder (`vllm_omni/model_executor/stage_input_processors/qwen3_tts.py`) cuts a stream's frames into
+windows by the deploy profile's connector settings: either a first window of `initial_codec_chunk_frames` and then
+`codec_chunk_frames` each, or, when `codec_chunk_ramp` is set, the ramp's sizes one after the other and then
+`codec_chunk_frames` each (the ramp replaces the first-window size, the per-request one included). The service needs
+the same schedule twice: the frame guard tells a full window from a flush by it, and the code2wav scheduler counts the
+audio each stream's listener holds by it. Pure Python: read from the profile's YAML, no engine import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class CodecWindows:
+    """Window i holds `first[i]` new frames while i < len(first), `steady` frames after that."""
+
+    first: tuple[int, ...]
+    steady: int
+    ramp: bool = False  # the sizes come from `codec_chunk_ramp` (vllm-omni then ignores a request's first size)
+
+    def __post_init__(self) -> None:
+        if not self.first or any(size <= 0 for size in self.first) or self.steady <= 0:
+            raise ValueError(f"window sizes must be positive: {self.first} then {self.steady}")
+
+    def size(self, index: int) -> int:
+        return self.first[index] if index < len(self.first) else self.steady
+
+    def with_first(self, frames: int | None) -> CodecWindows:
+        """The windows of a request that sets its own first-window size (`initial_codec_chunk_frames`); under a
+        ramp vllm-omni ignores that field, so the ramp stays."""
+        if frames is None or self.ramp:
+            return self
+        return CodecWindows((frames,), self.steady)
+
+    @classmethod
+    def from_connector_extra(cls, extra: Mapping[str, Any]) -> CodecWindows | None:
+        """The schedule a connector's `extra` settings give, as vllm-omni 0.26 reads them (`parse_chunk_ramp`: a
+        list or a comma-separated string of at least two positive sizes, else no ramp). None when the first window
+        is left to vllm-omni, which then sizes it by load: no fixed schedule exists."""
+        steady = int(extra.get("codec_chunk_frames") or 25)
+        ramp = _ramp(extra.get("codec_chunk_ramp"))
+        if ramp is not None:
+            return cls(ramp, steady, ramp=True)
+        initial = int(extra.get("initial_codec_chunk_frames") or 0)
+        if initial <= 0:
+            return None
+        return cls((min(initial, steady),), steady)  # vllm-omni clamps a first window larger than the steady ones
+
+
+def _ramp(raw: object) -> tuple[int, ...] | None:
+    if raw is None:
+        return None
+    try:
+        sizes = [int(x.strip()) for x in raw.split(",")] if isinstance(raw, str) else [int(x) for x in raw]  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        return None
+    if len(sizes) < 2 or any(size <= 0 for size in sizes):
+        return None
+    return tuple(sizes)

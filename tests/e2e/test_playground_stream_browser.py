@@ -1,0 +1,189 @@
+"""The playground's streamed-text modes in headless chromium, against the real server: text sent word by word over
+WS /v1/audio/speech/stream (as an LLM writes, at 20 words/s) and as it is typed. Proofs come from the page's own log
+of what it sent and received, in order: the first sentence is heard before the last word is sent, the sentences
+arrive and play in order, TTFA counts from the word that ended the first sentence. Errors (an unknown voice, a wrong
+API key) are shown. A screenshot is kept (playground-stream.png) and its path printed."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from itertools import pairwise
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import pytest
+
+from loadtest.audio import decode, transcribe, word_error_rate
+from tests.support.browser import PageWatch, open_playground
+from tests.support.server import RunningServer, start_server
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
+
+SENTENCES = (
+    "Here is the first sentence.",
+    "The second one follows while the page is still sending the rest of this text, one word after another.",
+    "The third and last sentence ends here, after the audio of the first has begun to play.",
+)
+TEXT = " ".join(SENTENCES)
+KEY = "sk-playground-stream-key"
+
+READ_LOG = """() => [...document.querySelectorAll('#log-lines li')].map((li) => ({
+    kind: li.dataset.kind, at: Number(li.dataset.at), sentence: li.dataset.sentence, detail: li.dataset.detail}))"""
+READ_DOWNLOAD = """async () => {
+    const blob = await (await fetch(document.getElementById('download').href)).blob();
+    const url = await new Promise((resolve) => { const r = new FileReader(); r.onload = () => resolve(r.result);
+        r.readAsDataURL(blob); });
+    return url.slice(url.indexOf(',') + 1); }"""
+
+
+async def stream_words(page: Any, text: str, rate: int = 20) -> str:
+    """Sends `text` word by word from the page; the status line once the run has ended."""
+    await page.select_option("#mode", "words")
+    await page.fill("#rate", str(rate))
+    await page.fill("#input", text)
+    await page.click("#speak")
+    await page.wait_for_function("document.getElementById('stats').dataset.done === '1'", timeout=90_000)
+    return await page.inner_text("#status")
+
+
+def positions(log: list[dict[str, Any]], kind: str) -> list[int]:
+    return [i for i, entry in enumerate(log) if entry["kind"] == kind]
+
+
+async def test_words_stream_in_and_each_sentence_plays_as_it_completes(
+    browser: Any, server: RunningServer, artifacts_dir: Path
+) -> None:
+    page, watch = await open_playground(browser, server.base_url)
+    assert await page.is_hidden("#rate-field")
+    await page.select_option("#mode", "words")
+    assert await page.is_visible("#rate-field") and await page.is_disabled("#format")  # streamed text plays as pcm
+    assert await page.input_value("#rate") == "20"
+    await page.fill("#input", TEXT)
+    await page.click("#speak")
+    # the second sentence highlighted as the one being heard: the screenshot shows the mode at work
+    await page.wait_for_selector("#sentences li:nth-child(2).speaking", timeout=60_000)
+    shot = artifacts_dir / "playground-stream.png"
+    await page.screenshot(path=str(shot), full_page=True)
+    print(f"\nplayground (streamed text) screenshot: {shot}")
+    await page.wait_for_function("document.getElementById('stats').dataset.done === '1'", timeout=60_000)
+    assert (await page.inner_text("#status")).startswith("Done: 3 sentences"), await page.inner_text("#status")
+    await page.wait_for_selector("#log-lines li[data-kind='played']", state="attached", timeout=60_000)
+    log = await page.evaluate(READ_LOG)
+
+    sent = [log[i] for i in positions(log, "sent")]
+    assert "".join(json.loads(entry["detail"]) for entry in sent) == TEXT  # every word, in order, nothing else
+    assert len(sent) == len(TEXT.split())
+    assert 45 <= median(b["at"] - a["at"] for a, b in pairwise(sent)) <= 80  # 20 words/s
+    starts = [log[i] for i in positions(log, "audio.start")]
+    assert [entry["sentence"] for entry in starts] == ["0", "1", "2"]
+    assert [json.loads(entry["detail"].split(" ", 1)[1]) for entry in starts] == list(SENTENCES)
+    heard = [log[i]["sentence"] for i in positions(log, "speaking")]
+    assert heard == ["0", "1", "2"]  # played in order, each after the one before
+
+    # The page's order of events: the first sentence was received and heard while words were still going out.
+    last_sent = positions(log, "sent")[-1]
+    assert positions(log, "audio.start")[0] < last_sent
+    assert positions(log, "speaking")[0] < last_sent
+    assert "before the last word was sent" in await page.inner_text("#playback")
+    # ... and it could not have begun before the word that ended the first sentence went out
+    ended_first = next(i for i, entry in enumerate(log) if entry["kind"] == "sent" and "sentence." in entry["detail"])
+    assert ended_first < positions(log, "audio.start")[0]
+
+    # TTFA: from sending that word to the first audio bytes, as the small print says
+    stats = await page.eval_on_selector("#stats", "el => ({...el.dataset})")
+    first_audio = log[positions(log, "audio")[0]]
+    assert float(stats["ttfa"]) > 0 and (await page.inner_text("#ttfa")).endswith(" ms")
+    assert abs(float(stats["ttfa"]) - (first_audio["at"] - log[ended_first]["at"])) < 5
+    assert "word that ends the first sentence" in await page.get_attribute("#ttfa-label", "title")
+    assert "word that ends the first sentence" in await page.inner_text("#stats-note")
+    assert await page.eval_on_selector_all("#sentences li", "items => items.map((i) => i.className)") == ["spoken"] * 3
+
+    # what played is the text, sentence after sentence (the download is the audio the page received)
+    audio = decode(base64.b64decode(await page.evaluate(READ_DOWNLOAD)), "wav")
+    assert float(stats["audio"]) == pytest.approx(audio.duration_s, abs=0.01)
+    assert word_error_rate(TEXT, transcribe(audio)) <= 0.2
+
+    await page.close()
+    assert watch.problems == []
+    assert watch.websockets and all(url.startswith(server.base_url.replace("http", "ws")) for url in watch.websockets)
+    print(f"browser-measured TTFA, word by word at 20 words/s: {float(stats['ttfa']):.1f} ms")
+
+
+async def test_a_server_error_is_shown(browser: Any, server: RunningServer) -> None:
+    """A voice the server does not have (one removed since the page loaded): session.config is refused, the page
+    shows the server's message, stops sending and plays nothing."""
+    page, watch = await open_playground(browser, server.base_url)
+    await page.evaluate("""() => { const voice = document.getElementById('voice');
+        voice.append(new Option('gone', 'nobody-by-this-name')); voice.value = 'nobody-by-this-name'; }""")
+    status = await stream_words(page, TEXT)
+    assert "nobody-by-this-name" in status and await page.eval_on_selector("#status", "el => el.className") == "error"
+    log = await page.evaluate(READ_LOG)
+    assert [entry["kind"] for entry in log if entry["kind"] == "error"] == ["error"]
+    assert log[positions(log, "error")[0]]["detail"].startswith("voice_not_found:")
+    assert positions(log, "audio.start") == [] and await page.is_hidden("#sentences")
+    assert len(positions(log, "sent")) < len(TEXT.split())  # sending stopped at the error
+    assert await page.is_enabled("#speak") and await page.is_disabled("#stop")
+    await page.close()
+    assert watch.problems == []
+
+
+async def test_as_i_type_sends_finished_words(browser: Any, server: RunningServer) -> None:
+    """Start, type (fixing a typo in the word being typed), Finish: each word goes out once a space ends it, the
+    typo never does, and the sentences are spoken."""
+    page, watch = await open_playground(browser, server.base_url)
+    await page.select_option("#mode", "typing")
+    assert await page.inner_text("#speak") == "Start" and await page.is_hidden("#rate-field")
+    await page.fill("#input", "")
+    await page.click("#speak")
+    assert await page.inner_text("#speak") == "Finish"
+    await page.wait_for_selector("#log-lines li[data-kind='session.config']", state="attached")
+    await page.keyboard.type("Typing is spoken. A wrod", delay=20)
+    for _ in range(3):
+        await page.keyboard.press("Backspace")
+    await page.keyboard.type("ord at a time", delay=20)
+    await page.wait_for_selector("#log-lines li[data-kind='audio.start']", state="attached", timeout=30_000)
+    await page.click("#speak")  # Finish: the unfinished last word and input.done
+    await page.wait_for_function("document.getElementById('stats').dataset.done === '1'", timeout=60_000)
+    assert (await page.inner_text("#status")).startswith("Done: 2 sentences")
+    log = await page.evaluate(READ_LOG)
+    sent = [json.loads(log[i]["detail"]) for i in positions(log, "sent")]
+    assert sent == ["Typing ", "is ", "spoken. ", "A ", "word ", "at ", "a ", "time"]
+    assert positions(log, "audio.start")[0] < positions(log, "input.done")[0]  # spoken before Finish
+    assert [entry["detail"] for entry in log if entry["kind"] == "audio.start"] == [
+        '#0 "Typing is spoken."',
+        '#1 "A word at a time"',
+    ]
+    assert await page.inner_text("#speak") == "Start" and (await page.inner_text("#ttfa")).endswith(" ms")
+    await page.close()
+    assert watch.problems == []
+
+
+@pytest.fixture(scope="module")
+def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    log_path: Path = tmp_path_factory.mktemp("keyed-server") / "server.log"
+    running = start_server(log_path, env={"SPEECH_API_KEYS": KEY})
+    yield running
+    running.stop()
+
+
+async def test_the_api_key_field_opens_the_websocket(browser: Any, keyed_server: RunningServer) -> None:
+    """A browser cannot set a WebSocket's headers: the key goes as ?api_key=. A wrong key is refused, and shown."""
+    page = await browser.new_page()
+    watch = await PageWatch().attach(page)
+    await page.goto(f"{keyed_server.base_url}/")
+    await page.fill("#key", KEY)
+    await page.dispatch_event("#key", "change")  # reloads what the server offers, with the key
+    await page.wait_for_function("document.getElementById('voice').options.length > 0", timeout=20_000)
+    assert (await stream_words(page, "Keys work here.")).startswith("Done: 1 sentence,")
+    assert watch.websockets[-1].endswith(f"?api_key={KEY}")
+    await page.fill("#key", "sk-wrong")  # no change event: the voices stay loaded, the stream carries the wrong key
+    status = await stream_words(page, "Keys work here.")
+    assert "Incorrect API key" in status and await page.eval_on_selector("#status", "el => el.className") == "error"
+    await page.evaluate("() => localStorage.removeItem('speech-api-key')")
+    await page.close()
+    assert watch.page_errors == [] and watch.external_requests == []
+    assert [e for e in watch.console_errors if "401" not in e] == []  # the first load, before the key, is refused
+    assert KEY not in keyed_server.log_path.read_text()

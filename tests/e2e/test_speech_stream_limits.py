@@ -1,0 +1,132 @@
+"""WS /v1/audio/speech/stream at its limits, against the real server with the `websockets` client: the idle timeout,
+the per-key limit, and a drain that runs out of time."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from tests.e2e.test_speech_stream import long_text, receive_utterance, send, ws_url
+from tests.support.server import RunningServer, start_server
+
+KEY = "sk-stream-limits-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+IDLE_S = 1.5
+DRAIN_S = 1.0
+
+
+@pytest.fixture(scope="module")
+def limited_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    log_path: Path = tmp_path_factory.mktemp("ws-limits") / "server.log"
+    running = start_server(
+        log_path,
+        env={
+            "SPEECH_API_KEYS": KEY,
+            "SPEECH_API_KEY_MAX_CONCURRENCY": "1",
+            "SPEECH_WS_IDLE_TIMEOUT_S": str(IDLE_S),
+            "SPEECH_DRAIN_TIMEOUT_S": str(DRAIN_S),
+            "SPEECH_EMBEDDED_WORKERS": "1",
+        },
+    )
+    yield running
+    running.stop()
+
+
+def no_sessions(server: RunningServer) -> None:
+    """The previous test's connections are gone on the server's side too (their keys released)."""
+    deadline = time.monotonic() + 10
+    while server.metric("speech_ws_sessions") != 0:
+        assert time.monotonic() < deadline, "a session stayed open"
+        time.sleep(0.05)
+
+
+def closed_with(ws: ClientConnection) -> int | None:
+    with pytest.raises(ConnectionClosed):
+        while True:
+            ws.recv(timeout=15)
+    return ws.close_code
+
+
+def test_an_idle_session_is_closed_but_not_while_it_speaks(limited_server: RunningServer) -> None:
+    """Silence from the client while its utterance is spoken is expected; once everything is spoken, the session is
+    closed after SPEECH_WS_IDLE_TIMEOUT_S of silence, counted from then."""
+    no_sessions(limited_server)
+    with connect(ws_url(limited_server), additional_headers=AUTH) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": long_text(100)})
+        sent = time.monotonic()
+        send(ws, {"type": "input.done"})
+        events, _ = receive_utterance(ws)  # the client says nothing while the utterance is spoken
+        done = time.monotonic()
+        assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 100}, events[-1]
+        assert done - sent > IDLE_S, done - sent  # longer than the idle timeout (else this proves nothing), not cut
+        error = json.loads(ws.recv(timeout=10))
+        quiet_s = time.monotonic() - done
+        assert (error["type"], error["code"]) == ("error", "idle_timeout")
+        assert IDLE_S - 0.1 <= quiet_s <= IDLE_S + 1.0, quiet_s
+        assert closed_with(ws) == 1000
+    print(f"spoken for {done - sent:.2f} s, then closed after {quiet_s:.2f} s of silence (idle timeout {IDLE_S} s)")
+
+
+def test_a_key_at_its_limit_is_refused_with_1013(limited_server: RunningServer) -> None:
+    """SPEECH_API_KEY_MAX_CONCURRENCY counts a WebSocket as one request for as long as it is open: a second one with
+    the same key (or a POST) is refused while the first lasts, and served once it has closed."""
+    no_sessions(limited_server)
+    with connect(ws_url(limited_server), additional_headers=AUTH) as first:
+        send(first, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        with connect(ws_url(limited_server, f"?api_key={KEY}")) as second:
+            error = json.loads(second.recv(timeout=10))
+            assert (error["type"], error["code"]) == ("error", "rate_limit_exceeded")
+            assert error["retry_after"] == 1 and error["error"]["type"] == "requests"
+            assert closed_with(second) == 1013
+        body = {"model": "tts-1", "voice": "alloy", "input": "Over HTTP.", "response_format": "pcm"}
+        response = httpx.post(f"{limited_server.base_url}/v1/audio/speech", json=body, headers=AUTH, timeout=30)
+        assert response.status_code == 429 and response.json()["error"]["code"] == "rate_limit_exceeded"
+        send(first, {"type": "input.text", "text": "The first session is served."})
+        send(first, {"type": "input.done"})
+        assert receive_utterance(first)[0][-1]["type"] == "session.done"
+    no_sessions(limited_server)
+    with connect(ws_url(limited_server), additional_headers=AUTH) as again:
+        send(again, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(again, {"type": "input.text", "text": "Served again."})
+        send(again, {"type": "input.done"})
+        assert receive_utterance(again)[0][-1]["type"] == "session.done"
+
+
+def test_a_drain_out_of_time_stops_the_utterance_with_an_error_and_1001(limited_server: RunningServer) -> None:
+    """Last in this module: it stops the server. SIGTERM while a long utterance is spoken, with a drain timeout far
+    shorter than the utterance: what the drain allows is delivered, then `server_shutting_down` and close 1001, and
+    the server exits cleanly."""
+    no_sessions(limited_server)
+    with connect(ws_url(limited_server), additional_headers=AUTH) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": long_text(100)})
+        send(ws, {"type": "input.done"})
+        assert json.loads(ws.recv(timeout=30))["type"] == "audio.start"
+        limited_server.process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        events: list[dict[str, object]] = []
+        with pytest.raises(ConnectionClosed):
+            while True:
+                message = ws.recv(timeout=30)
+                if isinstance(message, str):
+                    events.append(json.loads(message))
+        stopped_s = time.monotonic() - signalled
+        assert ws.close_code == 1001
+    kinds = [e["type"] for e in events]
+    assert "session.done" not in kinds  # 100 sentences do not fit in the drain: the utterance was stopped
+    errors = [e for e in events if e["type"] == "error"]
+    assert errors and all(e["code"] == "server_shutting_down" for e in errors), errors
+    assert errors[0]["error"]["type"] == "server_error"  # type: ignore[index]
+    assert kinds[-1] == "error", kinds  # nothing after it: the connection closes
+    spoken = kinds.count("audio.done")
+    print(f"closed {stopped_s:.2f} s after SIGTERM (drain timeout {DRAIN_S} s), {spoken} more sentences spoken")
+    assert limited_server.process.wait(timeout=30) == 0
