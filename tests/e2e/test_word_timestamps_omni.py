@@ -1,6 +1,7 @@
-"""Word timestamps on the omni engine (the vllm-omni fakes behind a real server): Qwen3-TTS has no alignment of its
-own, so Whisper tiny.en's forced alignment times the words after each job's audio. The fakes speak noise, so these
-tests check the events' shape, order and bounds; tests/unit/test_forced_alignment_speech.py checks accuracy."""
+"""Word timestamps on the omni engine (the vllm-omni fakes behind a real server), over SSE and the WebSocket: Qwen3-TTS
+has no alignment of its own, so Whisper tiny.en's forced alignment times the words after each job's audio. The fakes
+speak noise, so these tests check the events' shape, order and bounds; tests/unit/test_forced_alignment_speech.py
+checks accuracy on real speech."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from websockets.sync.client import connect
 
 from app.tools.qwen3_tts_model_dir import write_model_dir
 from tests.support.server import RunningServer, fake_omni_command, json_log_records, start_server
@@ -90,3 +92,34 @@ def test_languages_the_aligner_cannot_time_are_refused_before_any_audio(omni: Ru
 def test_no_timestamps_unless_asked(omni: RunningServer) -> None:
     kinds = [event["type"] for event in events_of(sse(omni))]
     assert "speech.audio.timestamps" not in kinds and kinds[-1] == "speech.audio.done"
+
+
+def test_the_websocket_carries_the_aligned_words_per_sentence(omni: RunningServer) -> None:
+    """The WebSocket reads the same chunks: each sentence's trailing audio.chunk has its words, timed from the
+    sentence, within its audio; a language the aligner cannot time is refused at session.config."""
+    url = omni.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with connect(url) as ws:
+        french = {"type": "session.config", "voice": "vivian", "language": "French", "word_timestamps": True}
+        ws.send(json.dumps(french))
+        error = json.loads(ws.recv(timeout=30))
+        assert (error["type"], error["param"]) == ("error", "word_timestamps"), error
+        config = {"type": "session.config", "voice": "vivian", "response_format": "pcm", "word_timestamps": True}
+        ws.send(json.dumps(config))
+        ws.send(json.dumps({"type": "input.text", "text": TEXT}))
+        ws.send(json.dumps({"type": "input.done"}))
+        messages = []
+        while (message := json.loads(ws.recv(timeout=60)))["type"] != "session.done":
+            assert message["type"] != "error", message
+            messages.append(message)
+    trailers = [m for m in messages if m["type"] == "audio.chunk" and not m["audio_b64"]]
+    assert [[w["word"] for w in t["timestamps"]] for t in trailers] == [WRITTEN[:9], WRITTEN[9:]]
+    for trailer in trailers:
+        pcm = b"".join(
+            base64.b64decode(m["audio_b64"])
+            for m in messages
+            if m["type"] == "audio.chunk" and m["audio_b64"] and m["sentence_index"] == trailer["sentence_index"]
+        )
+        assert trailer["chunk_end_ms"] == round(len(pcm) / 2 / RATE * 1000)
+        words = trailer["timestamps"]
+        assert all(0 <= w["start_ms"] <= w["end_ms"] <= trailer["chunk_end_ms"] for w in words), words
+        assert all(a["start_ms"] <= b["start_ms"] for a, b in itertools.pairwise(words)), words
