@@ -47,8 +47,8 @@ KEEP_FRAMES = 2500  # ... and keeps those it places in its first 25 s: the text 
 # window) at a sixth of the CPU time (85 ms vs 513 ms a sentence on 2 threads).
 ENCODE_MARGIN_FRAMES = 100
 MAX_TEXT_TOKENS = 400  # the decoder holds 448 positions, a few of which are taken by its start tokens
-SILENCE_THRESHOLD = 0.01  # -40 dBFS: the silence before and after the speech is left out (Whisper's first word
-# would otherwise start with the clip)
+# -40 dBFS: the silence around the speech is left out (Whisper's first word would otherwise start with the clip)
+SILENCE_THRESHOLD = 0.01
 # A fixed, small share of the CPU, whatever the host: the event loop, the audio encoders and the engine's own CPU
 # work run beside it. Two workers of two threads align a sentence in about 0.1 s each (int8).
 WORKERS = 2
@@ -180,7 +180,8 @@ class WhisperAligner:
             if last:
                 return spoken + timed
             keep_until = (frame + KEEP_FRAMES) / FRAMES_PER_S
-            kept = [word for word in timed[:-1] if word.end_s <= keep_until] or timed[:1]
+            beyond = next((i for i, word in enumerate(timed[:-1]) if word.end_s > keep_until), len(timed) - 1)
+            kept = timed[: max(1, beyond)]
             spoken += kept
             first += len(kept)
             # the next window starts where this one placed the next word: its first word would otherwise take in the

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Protocol
 
@@ -117,10 +118,21 @@ class ForcedAlignedEngine:
         if not sample_rate:
             return  # no audio: nothing was spoken to time
         samples = np.concatenate(parts)
+        started = time.perf_counter()
         try:
             words = await self.aligner.align(samples, sample_rate, job.text)
         except Exception as exc:
             log.exception("word alignment failed", extra={"request_id": job.trace_id or job.request_id})
             raise EngineError(f"word alignment failed: {exc}") from exc
+        log.debug(
+            "words aligned",
+            extra={
+                "request_id": job.trace_id or job.request_id,
+                "job_id": job.request_id,
+                "words": len(words),
+                "audio_s": round(len(samples) / sample_rate, 3),
+                "align_s": round(time.perf_counter() - started, 4),
+            },
+        )
         back_s = len(samples) / sample_rate  # this chunk starts after all of the audio the words are timed in
         yield AudioChunk(np.zeros(0, np.float32), sample_rate, words=tuple(word.shifted(-back_s) for word in words))

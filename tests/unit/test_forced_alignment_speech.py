@@ -149,3 +149,14 @@ def test_through_the_sentence_pipeline_the_aligned_words_match_hibaris(
     median = statistics.median(start_differences(aligned, truth))
     print(f"\nthrough the sentence pipeline: median |start difference| {median * 1000:.0f} ms")
     assert median < 0.1
+
+
+def test_concurrent_alignments_share_the_model_and_agree_with_one_at_a_time(
+    runner: asyncio.Runner, aligner: WhisperAligner, spoken: list[Spoken]
+) -> None:
+    alone = [runner.run(aligner.align(s.samples, SAMPLE_RATE, s.text)) for s in spoken]
+
+    async def together() -> list[list[WordTiming]]:
+        return await asyncio.gather(*(aligner.align(s.samples, SAMPLE_RATE, s.text) for s in spoken * 2))
+
+    assert runner.run(together()) == alone * 2
