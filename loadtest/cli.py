@@ -89,9 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ws",
         action="store_true",
-        help="drive WS /v1/audio/speech/stream instead: each text is one utterance on its own connection, its words "
-        "sent as input.text at --text-rate, then input.done; TTFA counts from the send of the word that completed "
-        "the first sentence, and the report adds the silence between sentences",
+        help="drive WS /v1/audio/speech/stream instead: each request is one utterance on its own connection, its "
+        "text sent word by word as input.text at --text-rate, then input.done; TTFA counts from the send of the word "
+        "that completed the first sentence, and the report adds the silence between sentences",
     )
     p.add_argument(
         "--text-rate",
