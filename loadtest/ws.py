@@ -73,7 +73,6 @@ class ProtocolError(Exception):
 
 @dataclass
 class Sentence:
-    index: int
     text: str
     clock: PayloadClock
     payload: bytearray = field(default_factory=bytearray)
@@ -150,8 +149,7 @@ async def _receive(ws: ClientConnection, started: float, wav: bool, received: Re
             raise ProtocolError("protocol_error", f"malformed message: {message[:200]}") from None
         if kind == "audio.start":
             received.sample_rate = received.sample_rate or event.get("sample_rate")
-            index = len(received.sentences)
-            received.sentences.append(Sentence(index, str(event.get("sentence_text", "")), PayloadClock(started, wav)))
+            received.sentences.append(Sentence(str(event.get("sentence_text", "")), PayloadClock(started, wav)))
         elif kind == "audio.done":
             if not received.sentences or received.sentences[-1].done:
                 raise ProtocolError("protocol_error", "audio.done without audio.start")
