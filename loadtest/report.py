@@ -223,11 +223,11 @@ def playback_markdown(meta: dict[str, Any], runs: list[dict[str, Any]], mode: st
     buffer_ms = meta.get("playback_buffer_ms", 0)
     start = "at its first audio" if not buffer_ms else f"once {buffer_ms:g} ms of audio have arrived"
     inside = (
-        " (stalls inside sentences; the silence between them is under Sentence gaps)" if meta.get("text_rate") else ""
+        "; stalls inside sentences, the silence between them is under Sentence gaps" if meta.get("text_rate") else ""
     )
     lines = [
         "",
-        f"## Playback (a listener who starts {start} and plays in real time){inside}",
+        f"## Playback (a listener who starts {start} and plays in real time{inside})",
         "",
         f"| target | {mode} | heard | stalled requests | stalls p50 | p95 | max | stalled ms p50 | p95 | max |",
         "|---|---|---|---|---|---|---|---|---|---|",
