@@ -1,4 +1,5 @@
-"""`speech-loadtest`: TTFA / E2E / RTF / throughput sweeps of OpenAI-compatible speech servers, A/B in one run."""
+"""`speech-loadtest`: TTFA / E2E / RTF / throughput sweeps of OpenAI-compatible speech servers, A/B in one run;
+with --ws, of text streamed into WS /v1/audio/speech/stream as an LLM writes it."""
 
 from __future__ import annotations
 
@@ -76,11 +77,29 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="JSON object merged into the request body: once for all targets, or once per target in --target order",
     )
-    p.add_argument("--texts", choices=TEXT_SETS, default="medium", help="shipped text set")
+    p.add_argument(
+        "--texts",
+        choices=TEXT_SETS,
+        help="shipped text set (default: medium, one sentence each; with --ws: long, several sentences each)",
+    )
     p.add_argument("--language", default="English", help="language of the shipped texts")
     p.add_argument("--text-file", help="one text per line, instead of the shipped sets")
     p.add_argument("--format", default="pcm", choices=["pcm", "wav", "mp3", "opus", "aac", "flac"], help="audio format")
     p.add_argument("--stream-format", default="audio", choices=["audio", "sse"], help="raw audio stream or SSE events")
+    p.add_argument(
+        "--ws",
+        action="store_true",
+        help="drive WS /v1/audio/speech/stream instead: each request is one utterance on its own connection, its "
+        "text sent word by word as input.text at --text-rate, then input.done; TTFA counts from the send of the word "
+        "that completed the first sentence, and the report adds the silence between sentences",
+    )
+    p.add_argument(
+        "--text-rate",
+        type=float,
+        default=20.0,
+        help="--ws: tokens per second the text is written at, as an LLM writes it; a token is a word with the "
+        "whitespace after it",
+    )
     p.add_argument("--concurrency", default="1,4,8,16,32", help="closed-loop levels, comma-separated")
     p.add_argument("--requests", type=int, default=32, help="measured requests per target and level")
     p.add_argument("--warmup", type=int, default=2, help="unmeasured requests per target before each level")
@@ -95,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="the modelled listener starts playing once this much audio has arrived (0: at the first audio)",
     )
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per request (--ws: per utterance)")
     p.add_argument(
         "--keepalive-expiry",
         type=float,
@@ -115,6 +134,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--playback-buffer-ms must be 0 or more")
     if args.keepalive_expiry < 0:
         p.error("--keepalive-expiry must be 0 or more")
+    if args.text_rate <= 0:
+        p.error("--text-rate must be more than 0")
+    if args.ws and args.stream_format != "audio":
+        p.error("--ws streams audio frames over the WebSocket: --stream-format does not apply")
+    if args.ws and any(target.startswith("engine+") for target in args.target):
+        p.error("--ws needs speech servers: an engine+ target has no WebSocket endpoint")
+    if args.texts is None:
+        args.texts = "long" if args.ws else "medium"
     return args
 
 
@@ -166,12 +193,12 @@ def http_client(
 
 def transcribe_runs(runs: list[LevelRun], response_format: str, progress: bool) -> dict[int, float]:
     """Corpus word error rate per run (by index in `runs`), over the responses whose audio was kept."""
-    from loadtest.audio import corpus_wer, decode, transcribe
+    from loadtest.audio import corpus_wer, transcribe
 
-    jobs = [(i, r) for i, run in enumerate(runs) for r in run.results if r.ok and r.audio is not None]
+    jobs = [(i, r) for i, run in enumerate(runs) for r in run.results if r.ok and r.kept_audio]
     pairs: dict[int, tuple[list[str], list[str]]] = {}
     for i, result in tqdm(jobs, desc="ASR", disable=not progress, file=sys.stderr):
-        audio = decode(result.audio or b"", response_format, pcm_rate=result.sample_rate or 24_000)
+        audio = result.decode_audio(response_format)
         references, hypotheses = pairs.setdefault(i, ([], []))
         references.append(result.text)
         hypotheses.append(transcribe(audio))
@@ -197,6 +224,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         args.seed,
         args.duration,
         args.playback_buffer_ms / 1000,
+        args.text_rate if args.ws else None,
+        args.timeout,
     )
     client = http_client(max(levels or [64]), args.timeout, args.keepalive_expiry)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -233,7 +262,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for t in targets
         ],
         "response_format": args.format,
-        "stream_format": args.stream_format,
+        "stream_format": None if args.ws else args.stream_format,
+        "transport": "websocket" if args.ws else "http",
+        "text_rate": args.text_rate if args.ws else None,  # tokens (words) per second
+        "ttfa_from": "the send of the text that completed the first sentence" if args.ws else "the request's send",
         "texts": args.text_file or f"{args.language}/{args.texts}",
         "requests": args.requests,
         "warmup": args.warmup,

@@ -19,11 +19,11 @@ from typing import Any
 
 import httpx
 
-from loadtest.audio import decode
+from loadtest.audio import DecodedAudio, decode
 from loadtest.playback import listen, wav_payload_offset
 from loadtest.targets import Target
 
-__all__ = ["RequestResult", "measure", "wav_payload_offset"]
+__all__ = ["PayloadClock", "RequestResult", "describe_exception", "measure", "wav_payload_offset"]
 
 
 @dataclass
@@ -52,8 +52,16 @@ class RequestResult:
             return None
         return self.e2e_s / self.audio_s
 
+    @property
+    def kept_audio(self) -> bool:
+        return self.audio is not None
 
-class _PayloadClock:
+    def decode_audio(self, response_format: str) -> DecodedAudio:
+        """The kept audio, decoded (to transcribe it)."""
+        return decode(self.audio or b"", response_format, pcm_rate=self.sample_rate or 24_000)
+
+
+class PayloadClock:
     """Notes when each chunk of audio payload arrives and how many payload bytes had arrived by then (for the player
     model), and when the first byte of audio came (for wav, the first byte past the header)."""
 
@@ -124,7 +132,7 @@ async def measure(
         body["stream_format"] = stream_format
     audio = bytearray()
     started = time.perf_counter() if scheduled_at is None else scheduled_at
-    clock = _PayloadClock(started, response_format == "wav")
+    clock = PayloadClock(started, response_format == "wav")
 
     def failed(status: int, code: str | None, message: str | None, **fields: Any) -> RequestResult:
         return RequestResult(target.index, text, status, False, code, error_message=message, **fields)
@@ -180,7 +188,7 @@ async def measure(
     )
 
 
-async def _read_sse(response: httpx.Response, audio: bytearray, clock: _PayloadClock) -> tuple[str, str | None] | None:
+async def _read_sse(response: httpx.Response, audio: bytearray, clock: PayloadClock) -> tuple[str, str | None] | None:
     """Collect the audio of an SSE stream; returns (error code, message) if the stream reported or had an error."""
     async for line in response.aiter_lines():
         if not line.startswith("data:"):

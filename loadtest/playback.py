@@ -9,6 +9,9 @@ complete, since a demuxer hands out no packet of a page before its end). Codec p
 modelled (tens of milliseconds at most), and a real decoder's buffering may add a little latency this model does not
 see: for compressed formats the stall figures are a close lower bound, for pcm and wav they are exact up to the
 client's own scheduling.
+
+Streamed text (the WebSocket endpoint) arrives as one file per sentence; `listen_sentences` plays them back to back
+and tells the silence at the joins between sentences (gaps) from the waits inside a sentence (stalls).
 """
 
 from __future__ import annotations
@@ -28,11 +31,29 @@ PlayableSeconds = Callable[[int], float]
 
 
 @dataclass(frozen=True)
+class Wait:
+    """The player ran dry: at this point of the audio (seconds into it), for this long."""
+
+    at_audio_s: float
+    waited_s: float
+
+
+@dataclass(frozen=True)
 class Playback:
     start_s: float  # when the player started, in seconds since the request was sent
     stalls: int  # times the player ran dry before the end of the audio
     stalled_s: float  # total time spent waiting for audio after playback started
     audio_s: float  # seconds of audio played
+    waits: tuple[Wait, ...] = ()  # each stall, in order
+
+
+@dataclass(frozen=True)
+class SentencePlayback:
+    """An utterance heard sentence after sentence: the waits inside sentences are its stalls (`playback`), those at
+    the joins between sentences its gaps, one per join (0 where the next sentence was there in time)."""
+
+    playback: Playback
+    gaps_s: tuple[float, ...]
 
 
 def simulate_playback(arrivals: Sequence[tuple[float, float]], buffer_s: float = 0.0) -> Playback | None:
@@ -51,17 +72,21 @@ def simulate_playback(arrivals: Sequence[tuple[float, float]], buffer_s: float =
     need = min(buffer_s, points[-1][1])
     start = next(i for i, (_, audio) in enumerate(points) if audio >= need - EPSILON_S)
     clock, available = points[start]
-    played, stalls, stalled = 0.0, 0, 0.0
+    played = 0.0
+    waits: list[Wait] = []
     for at, audio in points[start + 1 :]:
         runs_dry_at = clock + (available - played)
         if at > runs_dry_at + EPSILON_S:
-            stalls += 1
-            stalled += at - runs_dry_at
+            waits.append(Wait(available, at - runs_dry_at))
             played = available
         else:
             played += at - clock
         clock, available = at, audio
-    return Playback(points[start][0], stalls, stalled, points[-1][1])
+    return _played(points[start][0], points[-1][1], waits)
+
+
+def _played(start_s: float, audio_s: float, waits: Sequence[Wait]) -> Playback:
+    return Playback(start_s, len(waits), sum(w.waited_s for w in waits), audio_s, tuple(waits))
 
 
 def wav_payload_offset(head: bytes) -> int | None:
@@ -177,3 +202,32 @@ def listen(
     if playable is None:
         return None
     return simulate_playback([(at, playable(received)) for at, received in arrivals], buffer_s)
+
+
+def listen_sentences(
+    sentences: Sequence[tuple[bytes, Sequence[tuple[float, int]]]], response_format: str, pcm_rate: int, buffer_s: float
+) -> SentencePlayback | None:
+    """Play an utterance sent as one file per sentence (the WebSocket endpoint's `audio.start` ... `audio.done`), the
+    sentences back to back: `sentences` holds each one's payload and its arrivals (seconds since the utterance began,
+    that sentence's bytes received so far). A wait where the playhead stands at the end of a sentence is the silence
+    between that sentence and the next (a gap); any other wait is a stall inside a sentence."""
+    timeline: list[tuple[float, float]] = []
+    ends: list[float] = []
+    for payload, arrivals in sentences:
+        playable = playable_seconds(payload, response_format, pcm_rate)
+        if playable is None:
+            return None
+        before = ends[-1] if ends else 0.0
+        timeline += [(at, before + playable(received)) for at, received in arrivals]
+        ends.append(before + playable(len(payload)))
+    heard = simulate_playback(timeline, buffer_s)
+    if heard is None:
+        return None
+    joins = ends[:-1]
+
+    def at_join(wait: Wait, join: float) -> bool:
+        return abs(wait.at_audio_s - join) <= EPSILON_S
+
+    gaps = tuple(sum(w.waited_s for w in heard.waits if at_join(w, join)) for join in joins)
+    inside = [w for w in heard.waits if not any(at_join(w, join) for join in joins)]
+    return SentencePlayback(_played(heard.start_s, heard.audio_s, inside), gaps)

@@ -9,6 +9,7 @@ from typing import Any
 from loadtest.measure import RequestResult
 from loadtest.runner import LevelRun
 from loadtest.stats import ratio, spread, summarize
+from loadtest.ws import UtteranceResult
 
 
 def error_groups(results: list[RequestResult]) -> list[dict[str, Any]]:
@@ -37,6 +38,52 @@ def playback_summary(ok: list[RequestResult], buffer_s: float) -> dict[str, Any]
     }
 
 
+def text_stream_summary(ok: list[UtteranceResult]) -> dict[str, Any]:
+    """Utterances of streamed text: how long the text took to send, how many sentences were spoken, and the silence
+    between sentences (one figure per join, 0 where the next sentence came in time)."""
+    gaps = [gap for r in ok for gap in r.gaps_s]
+    return {
+        "utterances": len(ok),
+        "sentences": sum(r.sentences for r in ok),
+        "joins": len(gaps),
+        "gapped_share": sum(gap > 0 for gap in gaps) / len(gaps) if gaps else None,
+        "gap_s": spread(gaps),
+        "text_send_s": summarize([r.text_send_s for r in ok if r.text_send_s is not None]),
+        "first_sentence_sent_s": summarize(
+            [r.first_sentence_sent_s for r in ok if r.first_sentence_sent_s is not None]
+        ),
+        "connect_s": summarize([r.connect_s for r in ok if r.connect_s is not None]),
+    }
+
+
+def _request_record(r: RequestResult) -> dict[str, Any]:
+    record = {
+        "status": r.status,
+        "ok": r.ok,
+        "error_code": r.error_code,
+        "error_message": r.error_message,
+        "ttfa_s": r.ttfa_s,
+        "e2e_s": r.e2e_s,
+        "audio_s": r.audio_s,
+        "samples": r.samples,
+        "sample_rate": r.sample_rate,
+        "bytes": r.bytes,
+        "rtf": r.rtf,
+        "playback_start_s": r.playback_start_s,
+        "stalls": r.stalls,
+        "stalled_s": r.stalled_s,
+    }
+    if isinstance(r, UtteranceResult):
+        record |= {
+            "connect_s": r.connect_s,
+            "text_send_s": r.text_send_s,
+            "first_sentence_sent_s": r.first_sentence_sent_s,
+            "sentences": r.sentences,
+            "gaps_s": r.gaps_s,
+        }
+    return record
+
+
 def aggregate(run: LevelRun, wer: float | None, playback_buffer_s: float = 0.0) -> dict[str, Any]:
     ok = [r for r in run.results if r.ok]
     errors_by_status: dict[str, int] = {}
@@ -47,6 +94,8 @@ def aggregate(run: LevelRun, wer: float | None, playback_buffer_s: float = 0.0) 
             code = result.error_code or "unknown"
             errors_by_code[code] = errors_by_code.get(code, 0) + 1
     audio_total = sum(r.audio_s or 0.0 for r in ok)
+    streamed = any(isinstance(r, UtteranceResult) for r in run.results)
+    utterances = [r for r in ok if isinstance(r, UtteranceResult)]
     wall = run.wall_s
     return {
         "target": run.target.index,
@@ -70,25 +119,8 @@ def aggregate(run: LevelRun, wer: float | None, playback_buffer_s: float = 0.0) 
         "audio_throughput": audio_total / wall if wall > 0 else None,
         "wer": wer,
         "playback": playback_summary(ok, playback_buffer_s),
-        "per_request": [
-            {
-                "status": r.status,
-                "ok": r.ok,
-                "error_code": r.error_code,
-                "error_message": r.error_message,
-                "ttfa_s": r.ttfa_s,
-                "e2e_s": r.e2e_s,
-                "audio_s": r.audio_s,
-                "samples": r.samples,
-                "sample_rate": r.sample_rate,
-                "bytes": r.bytes,
-                "rtf": r.rtf,
-                "playback_start_s": r.playback_start_s,
-                "stalls": r.stalls,
-                "stalled_s": r.stalled_s,
-            }
-            for r in run.results
-        ],
+        **({"text_stream": text_stream_summary(utterances)} if streamed else {}),
+        "per_request": [_request_record(r) for r in run.results],
     }
 
 
@@ -129,10 +161,19 @@ def _num(value: float | None, digits: int = 2) -> str:
 def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     mode = "concurrency" if any("concurrency" in r for r in runs) else "rate"
     lines = [f"# Speech load test — {meta['started_at']}", ""]
-    lines += [
-        f"- format: `{meta['response_format']}`, stream format: `{meta['stream_format']}`, "
-        f"texts: {meta['texts']}, requests per level: {meta['requests']}, warm-up: {meta['warmup']}"
-    ]
+    if meta.get("text_rate"):
+        lines += [
+            f"- WebSocket `/v1/audio/speech/stream`, the text of each utterance sent at {meta['text_rate']:g} "
+            "tokens (words) per second, one connection per utterance; TTFA from the send of the text that completed "
+            "the first sentence to its first audio",
+            f"- format: `{meta['response_format']}`, texts: {meta['texts']}, utterances per level: "
+            f"{meta['requests']}, warm-up: {meta['warmup']}",
+        ]
+    else:
+        lines += [
+            f"- format: `{meta['response_format']}`, stream format: `{meta['stream_format']}`, "
+            f"texts: {meta['texts']}, requests per level: {meta['requests']}, warm-up: {meta['warmup']}"
+        ]
     for target in meta["targets"]:
         lines.append(f"- target {target['label']} — model `{target['model']}`, voice `{target['voice']}`")
     lines.append("")
@@ -165,6 +206,7 @@ def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
                 f"| {_num(row['throughput'])} |"
             )
     lines += playback_markdown(meta, runs, mode)
+    lines += gaps_markdown(meta, runs, mode)
     errors = [r for r in runs if r["errors"]]
     if errors:
         lines += ["", "## Errors", ""]
@@ -180,9 +222,12 @@ def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
 def playback_markdown(meta: dict[str, Any], runs: list[dict[str, Any]], mode: str) -> list[str]:
     buffer_ms = meta.get("playback_buffer_ms", 0)
     start = "at its first audio" if not buffer_ms else f"once {buffer_ms:g} ms of audio have arrived"
+    inside = (
+        "; stalls inside sentences, the silence between them is under Sentence gaps" if meta.get("text_rate") else ""
+    )
     lines = [
         "",
-        f"## Playback (a listener who starts {start} and plays in real time)",
+        f"## Playback (a listener who starts {start} and plays in real time{inside})",
         "",
         f"| target | {mode} | heard | stalled requests | stalls p50 | p95 | max | stalled ms p50 | p95 | max |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -195,6 +240,30 @@ def playback_markdown(meta: dict[str, Any], runs: list[dict[str, Any]], mode: st
             f"| {meta['targets'][run['target']]['label']} | {_level_key(run):g} | {playback['requests']} "
             f"| {'–' if share is None else f'{share:.0%}'} | {_num(stalls['p50'], 0)} | {_num(stalls['p95'], 1)} "
             f"| {_num(stalls['max'], 0)} | {_ms(stalled['p50'])} | {_ms(stalled['p95'])} | {_ms(stalled['max'])} |"
+        )
+    return lines
+
+
+def gaps_markdown(meta: dict[str, Any], runs: list[dict[str, Any]], mode: str) -> list[str]:
+    streamed = [run for run in runs if "text_stream" in run]
+    if not streamed:
+        return []
+    lines = [
+        "",
+        "## Sentence gaps (silence the listener above hears between one sentence's end and the next one's start)",
+        "",
+        f"| target | {mode} | utterances | sentences | joins | joins with silence | gap ms p50 | p95 | max "
+        "| text sent in s p50 | first sentence sent at s p50 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in streamed:
+        stream = run["text_stream"]
+        share, gap = stream["gapped_share"], stream["gap_s"]
+        lines.append(
+            f"| {meta['targets'][run['target']]['label']} | {_level_key(run):g} | {stream['utterances']} "
+            f"| {stream['sentences']} | {stream['joins']} | {'–' if share is None else f'{share:.0%}'} "
+            f"| {_ms(gap['p50'])} | {_ms(gap['p95'])} | {_ms(gap['max'])} | {_num(stream['text_send_s']['p50'])} "
+            f"| {_num(stream['first_sentence_sent_s']['p50'])} |"
         )
     return lines
 
@@ -216,18 +285,21 @@ def _buffer_label(meta: dict[str, Any]) -> str:
     return "playing from the first audio" if not buffer_ms else f"{buffer_ms:g} ms buffer"
 
 
-def plot(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> list[Path]:
+def plot(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> dict[str, Path]:
+    """PNG charts per level: {"ttfa_plot", "throughput_plot", "stalls_plot", "stalled_share_plot"}, and
+    "gaps_plot" for streamed text."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     xlabel = "concurrency" if any("concurrency" in r for r in runs) else "arrival rate (req/s)"
+    streamed = any("text_stream" in r for r in runs)
     # (file, title, y label, [(series label, line style, value of a run)])
     charts = [
         (
             "ttfa.png",
-            "Time to first audio",
+            "Time to first audio" + (" from the first complete sentence" if streamed else ""),
             "TTFA (ms)",
             [
                 ("p50", "-", lambda r: _nan(r["ttfa_s"]["p50"], 1000)),
@@ -252,7 +324,20 @@ def plot(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> list[Pa
             [("", "-", lambda r: _nan(r["playback"]["stalled_share"], 100))],
         ),
     ]
-    paths = []
+    if streamed:
+        charts.append(
+            (
+                "gaps.png",
+                f"Silence between sentences ({_buffer_label(meta)})",
+                "gap at a join between sentences (ms)",
+                [
+                    ("p50", ":", lambda r: _nan(r["text_stream"]["gap_s"]["p50"], 1000)),
+                    ("p95", "--", lambda r: _nan(r["text_stream"]["gap_s"]["p95"], 1000)),
+                    ("max", "-", lambda r: _nan(r["text_stream"]["gap_s"]["max"], 1000)),
+                ],
+            )
+        )
+    paths = {}
     for name, title, ylabel, series in charts:
         figure, axis = plt.subplots(figsize=(7, 4.5))
         for target in meta["targets"]:
@@ -275,8 +360,8 @@ def plot(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> list[Pa
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
         figure.tight_layout()
-        paths.append(out / name)
-        figure.savefig(paths[-1], dpi=120)
+        path = paths[name.removesuffix(".png") + "_plot"] = out / name
+        figure.savefig(path, dpi=120)
         plt.close(figure)
     return paths
 
@@ -287,12 +372,4 @@ def write_outputs(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -
     results.write_text(json.dumps({"meta": meta, "runs": runs, "ab_ratios": ab_ratios(runs)}, indent=1))
     summary = out / "summary.md"
     summary.write_text(summary_markdown(meta, runs))
-    ttfa_png, throughput_png, stalls_png, share_png = plot(meta, runs, out)
-    return {
-        "results": results,
-        "summary": summary,
-        "ttfa_plot": ttfa_png,
-        "throughput_plot": throughput_png,
-        "stalls_plot": stalls_png,
-        "stalled_share_plot": share_png,
-    }
+    return {"results": results, "summary": summary, **plot(meta, runs, out)}

@@ -13,6 +13,7 @@ import httpx
 from loadtest.engine_target import run_on_engine
 from loadtest.measure import RequestResult, describe_exception, measure
 from loadtest.targets import Target
+from loadtest.ws import UtteranceResult, measure_utterance
 
 
 @dataclass
@@ -40,6 +41,8 @@ class RunPlan:
     seed: int = 0
     duration_s: float = 0.0
     playback_buffer_s: float = 0.0  # the listener's jitter buffer before playback starts
+    text_rate: float | None = None  # WebSocket: each text an utterance sent at this many tokens/s; None: HTTP
+    timeout_s: float = 300.0  # WebSocket: per utterance (HTTP: the client's own timeouts)
 
 
 class TextCycle:
@@ -62,7 +65,7 @@ def _split(total: int, parts: int) -> list[int]:
 def _keep(plan: RunPlan, run: LevelRun) -> bool:
     if plan.asr_sample is None:
         return True
-    return sum(r.audio is not None for r in run.results) < plan.asr_sample
+    return sum(r.kept_audio for r in run.results) < plan.asr_sample
 
 
 class _Sender:
@@ -87,18 +90,9 @@ class _Sender:
         if record is not None:
             record.peak_in_flight = max(record.peak_in_flight, self.in_flight)
         try:
-            result = await measure(
-                self.client,
-                self.target,
-                text,
-                plan.response_format,
-                plan.stream_format,
-                keep,
-                scheduled_at,
-                plan.playback_buffer_s,
-            )
+            result = await self.measure(text, keep, scheduled_at)
         except Exception as exc:
-            result = RequestResult(
+            result = (UtteranceResult if plan.text_rate else RequestResult)(
                 self.target.index,
                 text,
                 0,
@@ -111,6 +105,30 @@ class _Sender:
         if record is not None:
             record.results.append(result)
         self.tick()
+
+    async def measure(self, text: str, keep: bool, scheduled_at: float | None) -> RequestResult:
+        plan = self.plan
+        if plan.text_rate:
+            return await measure_utterance(
+                self.target,
+                text,
+                plan.response_format,
+                plan.text_rate,
+                keep,
+                scheduled_at,
+                plan.playback_buffer_s,
+                plan.timeout_s,
+            )
+        return await measure(
+            self.client,
+            self.target,
+            text,
+            plan.response_format,
+            plan.stream_format,
+            keep,
+            scheduled_at,
+            plan.playback_buffer_s,
+        )
 
 
 async def _closed_loop(

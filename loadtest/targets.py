@@ -24,6 +24,11 @@ class Target:
         return f"{self.url}/v1/audio/speech"
 
     @property
+    def stream_url(self) -> str:
+        """WS /v1/audio/speech/stream (wss:// for an https:// server)."""
+        return re.sub(r"^http", "ws", self.url) + "/v1/audio/speech/stream"
+
+    @property
     def label(self) -> str:
         letter = chr(ord("A") + self.index) if self.index < 26 else self.index
         return f"{letter}: {'engine+' if self.engine else ''}{self.url}"

@@ -1,0 +1,138 @@
+"""`speech-loadtest --ws` against the real server (embedded engine): text streamed word by word into
+WS /v1/audio/speech/stream, closed and open loop, and the report's figures checked against what was sent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_loadtest import PNG_MAGIC, loadtest, percentiles_ordered
+from tests.support.server import RunningServer
+
+# three sentences each, the first of 5 words: it is spoken while the other two are still being written
+TEXTS = [
+    "The train was late again. Everyone waited on the cold platform with a cup of coffee in their hands. "
+    "When it finally arrived, the doors opened slowly and nobody said a word.",
+    "Our garden has many tomatoes. We carry baskets of them to the neighbours every evening after dinner. "
+    "Nobody seems to mind, and the children love to help pick the ripest ones.",
+]
+SENTENCES = 3
+RATE = 20.0
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("ws-texts") / "texts.txt"
+    path.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    return path
+
+
+def check_utterances(run: dict[str, object], requests: int) -> None:
+    assert (run["requests"], run["ok"], run["errors"]) == (requests, requests, 0), run["error_groups"]
+    for request in run["per_request"]:
+        words = min(len(text.split()) for text in TEXTS)
+        assert request["status"] == 101
+        assert 0 < request["ttfa_s"] < request["text_send_s"], request
+        # sent on schedule: the first sentence (5 words) ends 4 token intervals in, the text some 30 words later
+        assert request["first_sentence_sent_s"] == pytest.approx(4 / RATE, abs=0.15)
+        assert request["text_send_s"] >= (words - 1) / RATE - 0.1
+        assert request["sentences"] == SENTENCES
+        assert len(request["gaps_s"]) == SENTENCES - 1 and all(gap >= 0 for gap in request["gaps_s"])
+        assert request["stalls"] >= 0 and request["stalled_s"] >= 0
+        # the listener starts at the first sentence's audio, which came ttfa_s after its last word was sent
+        assert request["playback_start_s"] >= request["first_sentence_sent_s"] + request["ttfa_s"] - 1e-6
+        assert request["audio_s"] > 5 and request["e2e_s"] >= request["text_send_s"]
+    stream = run["text_stream"]
+    assert stream["utterances"] == requests
+    assert stream["sentences"] == SENTENCES * requests  # every sentence sent was spoken, once
+    assert stream["joins"] == (SENTENCES - 1) * requests
+    assert stream["gap_s"]["p50"] >= 0 and stream["gap_s"]["max"] >= stream["gap_s"]["p95"] >= stream["gap_s"]["p50"]
+    assert percentiles_ordered(run["ttfa_s"])
+
+
+def test_closed_loop_streamed_text(server: RunningServer, text_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ws"
+    done = loadtest(
+        "--target",
+        server.base_url,
+        "--ws",
+        "--text-rate",
+        f"{RATE:g}",
+        "--text-file",
+        str(text_file),
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "2",
+        "--warmup",
+        "1",
+        "--asr",
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "## Sentence gaps" in done.stdout
+    results = json.loads((out / "results.json").read_text())
+    meta, runs = results["meta"], results["runs"]
+    assert (meta["transport"], meta["text_rate"], meta["response_format"]) == ("websocket", RATE, "pcm")
+    assert [run["concurrency"] for run in runs] == [1, 2]
+    for run in runs:
+        check_utterances(run, 2)
+        assert run["concurrency_achieved"] == run["concurrency"]
+        assert run["wer"] is not None and run["wer"] <= 0.2  # each utterance's sentences, joined, say the text
+    for png in ("ttfa.png", "stalls.png", "gaps.png"):
+        assert (out / png).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_open_loop_streamed_text_in_a_compressed_format(server: RunningServer, text_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ws-open"
+    done = loadtest(
+        "--target",
+        server.base_url,
+        "--ws",
+        "--text-file",
+        str(text_file),
+        "--rate",
+        "1",
+        "--duration",
+        "4",  # two arrivals with the default seed
+        "--format",
+        "opus",
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    assert run["rate"] == 1 and run["requests"] == 2
+    check_utterances(run, run["requests"])
+    assert run["playback"]["requests"] == run["ok"]  # opus mapped packet by packet: every utterance was heard
+
+
+def test_refused_utterances_are_counted_by_code(server: RunningServer, text_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ws-refused"
+    done = loadtest(
+        "--target",
+        server.base_url,
+        "--ws",
+        "--text-file",
+        str(text_file),
+        "--concurrency",
+        "1",
+        "--requests",
+        "2",
+        "--warmup",
+        "0",
+        "--voice",
+        "nobody-by-this-name",
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    assert (run["ok"], run["errors"], run["errors_by_code"]) == (0, 2, {"voice_not_found": 2})
+    (group,) = run["error_groups"]
+    assert group["status"] == 101 and "nobody-by-this-name" in group["message"]
+    assert run["text_stream"]["utterances"] == 0
+    assert f"  - 101 voice_not_found ×2: {group['message']}" in (out / "summary.md").read_text()
