@@ -205,7 +205,9 @@ class SpeechStreamSession:
         self.voice: Voice | None = None
         self.buffer = ""
         self.buffered_at = 0.0
-        self.quiet_since = time.perf_counter()  # the last message, or the end of the last utterance spoken
+        self.quiet_since = time.perf_counter()  # the last message, or the end of the last speech
+        self.unspoken = 0  # sentences queued, being synthesized or being delivered
+        self.gap_checked = False  # the buffered text has had its SPEECH_WS_SENTENCE_IDLE_S look
         self.utterance = 0
         self.sentence_index = 0  # within the utterance being received
         self.open_utterances: dict[int, Utterance] = {}
@@ -280,9 +282,9 @@ class SpeechStreamSession:
     def timeout(self) -> float:
         if self.voice is None:
             return self.settings.ws_config_timeout_s
-        if self.buffer.strip():
+        if self.buffer.strip() and not self.gap_checked:
             return max(0.0, self.buffered_at + self.settings.ws_sentence_idle_s - time.perf_counter())
-        if self.open_utterances:  # looked at again later: the idle time counts from the end of the utterance
+        if self.unspoken:  # looked at again later: the idle time counts from the end of the speech
             return self.settings.ws_idle_timeout_s
         return max(0.0, self.quiet_since + self.settings.ws_idle_timeout_s - time.perf_counter())
 
@@ -293,13 +295,23 @@ class SpeechStreamSession:
             )
             await self.send(websocket_error_message(error))
             raise SessionClosed(CLOSE_POLICY)
-        if self.buffer.strip():  # the writer paused: a sentence that looks finished is spoken now
-            self.enqueue(*complete_sentences(self.buffer, self.settings.sentence_max_chars, final=True))
-            self.buffered_at = time.perf_counter()
+        now = time.perf_counter()
+        if self.buffer.strip() and not self.gap_checked:  # the writer paused: a sentence that looks finished is spoken
+            if now < self.buffered_at + self.settings.ws_sentence_idle_s:
+                return
+            self.gap_checked = True
+            # its TTFA counts from the arrival of its text, not from this look
+            sentences, rest = complete_sentences(self.buffer, self.settings.sentence_max_chars, final=True)
+            self.enqueue(sentences, rest, arrived=self.buffered_at)
             return
-        if self.open_utterances:  # still speaking: silence from the client is expected
+        if self.unspoken:  # still speaking: silence from the client is expected
             return
-        if time.perf_counter() < self.quiet_since + self.settings.ws_idle_timeout_s:  # an utterance ended meanwhile
+        if now < self.quiet_since + self.settings.ws_idle_timeout_s:  # speech ended meanwhile
+            return
+        if self.buffer.strip():
+            # text that never became a sentence and then a whole idle period of silence: it is spoken, as input.done
+            # would have it, never dropped; the session closes after the next idle period
+            self.on_done()
             return
         error = ApiError(408, "The session was idle for too long.", code="idle_timeout")
         await self.send(websocket_error_message(error))
@@ -382,6 +394,7 @@ class SpeechStreamSession:
         self.open_utterances[self.utterance].chars += len(text)
         self.buffer += text
         self.buffered_at = time.perf_counter()
+        self.gap_checked = False
         self.enqueue(*complete_sentences(self.buffer, self.settings.sentence_max_chars))
 
     def on_done(self, close: bool = False) -> None:
@@ -406,13 +419,15 @@ class SpeechStreamSession:
     def utterance_key(self, utterance: int) -> str:
         return f"{self.session_id}-u{utterance}"
 
-    def enqueue(self, sentences: list[str], rest: str) -> None:
+    def enqueue(self, sentences: list[str], rest: str, arrived: float | None = None) -> None:
+        """Queues sentences to be spoken; `arrived`: when the text that completed them came (default now)."""
         assert self.voice is not None
         self.buffer = rest
-        now = time.perf_counter()
+        at = time.perf_counter() if arrived is None else arrived
         for text in sentences:
-            self.queue.put_nowait(Sentence(self.utterance, self.sentence_index, text, self.voice, now))
+            self.queue.put_nowait(Sentence(self.utterance, self.sentence_index, text, self.voice, at))
             self.sentence_index += 1
+            self.unspoken += 1
 
     async def finish(self) -> None:
         """Wait until everything queued has been spoken (session.close)."""
@@ -469,6 +484,9 @@ class SpeechStreamSession:
                     await self.deliver(sentence, produced)
                 finally:
                     lookahead.release()
+                    self.unspoken -= 1
+                    if not self.unspoken:
+                        self.quiet_since = time.perf_counter()
         finally:
             starter.cancel()
             for task in [starter, *tasks]:

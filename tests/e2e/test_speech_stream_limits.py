@@ -76,6 +76,47 @@ def test_an_idle_session_is_closed_but_not_while_it_speaks(limited_server: Runni
     print(f"spoken for {done - sent:.2f} s, then closed after {quiet_s:.2f} s of silence (idle timeout {IDLE_S} s)")
 
 
+def test_a_fragment_left_unfinished_is_spoken_then_the_idle_session_closes(limited_server: RunningServer) -> None:
+    """Text that never ends like a sentence, then silence: it is spoken after SPEECH_WS_IDLE_TIMEOUT_S (as input.done
+    would have it, never dropped), and the session closes after the next idle period: a stray fragment cannot hold
+    the connection, and its key's slot, open for ever."""
+    no_sessions(limited_server)
+    fragment = "a fragment the writer never finished"
+    with connect(ws_url(limited_server), additional_headers=AUTH) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": fragment})
+        sent = time.monotonic()
+        events, audio = receive_utterance(ws)
+        spoken_after = time.monotonic() - sent
+        assert [e["type"] for e in events] == ["audio.start", "audio.done", "session.done"], events
+        assert events[0]["sentence_text"] == fragment and len(audio[0]) > 24_000  # more than 0.5 s of speech
+        assert spoken_after >= IDLE_S, spoken_after
+        error = json.loads(ws.recv(timeout=10))
+        assert (error["type"], error["code"]) == ("error", "idle_timeout")
+        assert closed_with(ws) == 1000
+
+
+def test_a_sentence_spoken_after_the_writer_paused_counts_its_ttfa_from_its_text(
+    limited_server: RunningServer,
+) -> None:
+    """A sentence whose end is only certain once SPEECH_WS_SENTENCE_IDLE_S passes: its TTFA (log and metric) counts
+    from the arrival of its text, so it includes that pause."""
+    no_sessions(limited_server)
+    with connect(ws_url(limited_server), additional_headers=AUTH) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": "Nothing follows this sentence."})
+        first = json.loads(ws.recv(timeout=30))
+        assert first["type"] == "audio.start"
+        send(ws, {"type": "input.done"})
+        events, _ = receive_utterance(ws)
+        assert events[-1]["type"] == "session.done"
+    deadline = time.monotonic() + 5
+    while not (logged := [e for e in limited_server.log_events() if e.get("message") == "speech utterance"]):
+        assert time.monotonic() < deadline, "no utterance log line"
+        time.sleep(0.05)
+    assert logged[-1]["ttfa_s"] >= 1.0  # SPEECH_WS_SENTENCE_IDLE_S's default: the pause is part of the wait
+
+
 def test_a_key_at_its_limit_is_refused_with_1013(limited_server: RunningServer) -> None:
     """SPEECH_API_KEY_MAX_CONCURRENCY counts a WebSocket as one request for as long as it is open: a second one with
     the same key (or a POST) is refused while the first lasts, and served once it has closed."""
