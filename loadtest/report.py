@@ -45,6 +45,7 @@ def text_stream_summary(ok: list[UtteranceResult]) -> dict[str, Any]:
     return {
         "utterances": len(ok),
         "sentences": sum(r.sentences for r in ok),
+        "timestamped_sentences": sum(r.timestamped_sentences for r in ok),
         "joins": len(gaps),
         "gapped_share": sum(gap > 0 for gap in gaps) / len(gaps) if gaps else None,
         "gap_s": spread(gaps),
@@ -79,6 +80,7 @@ def _request_record(r: RequestResult) -> dict[str, Any]:
             "text_send_s": r.text_send_s,
             "first_sentence_sent_s": r.first_sentence_sent_s,
             "sentences": r.sentences,
+            "timestamped_sentences": r.timestamped_sentences,
             "gaps_s": r.gaps_s,
         }
     return record

@@ -17,11 +17,17 @@ it reads lower by about one token interval.
 The listener (`loadtest.playback.listen_sentences`) hears the sentences back to back from the first byte of audio:
 silence where the playhead reaches the end of a sentence before the next one's audio is there is a gap (one figure per
 join between sentences, 0 when the next was in time); running dry inside a sentence is a stall.
+
+With `word_timestamps` (in --extra-body) the server sends a sentence's audio as JSON `audio.chunk` frames instead of
+binary ones: their `audio_b64`, decoded, is the sentence's payload, clocked at each frame's arrival as a binary frame
+would be; the sentence's trailing frame carries no audio, only its words' `timestamps`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import json
 import re
@@ -52,6 +58,7 @@ class UtteranceResult(RequestResult):
     text_send_s: float | None = None  # from the first token due to input.done sent
     first_sentence_sent_s: float | None = None  # when the token completing the first sentence was sent
     sentences: int = 0  # sentences spoken (audio.done received)
+    timestamped_sentences: int = 0  # sentences whose words' timestamps came (word_timestamps)
     gaps_s: list[float] = field(default_factory=list)  # silence at each join between sentences
     sentence_audio: list[bytes] | None = field(default=None, repr=False)  # each sentence's file, when kept
 
@@ -77,6 +84,7 @@ class Sentence:
     clock: PayloadClock
     payload: bytearray = field(default_factory=bytearray)
     done: bool = False
+    timestamped: bool = False  # an audio.chunk frame brought its words' timestamps
 
 
 @dataclass
@@ -131,14 +139,26 @@ def decode_sentences(payloads: Sequence[bytes], response_format: str, pcm_rate: 
     return DecodedAudio(samples, parts[0].sample_rate, parts[0].channels, parts[0].codec)
 
 
+def _open_sentence(received: Received) -> Sentence:
+    if not received.sentences or received.sentences[-1].done:
+        raise ProtocolError("protocol_error", "audio arrived outside audio.start ... audio.done")
+    return received.sentences[-1]
+
+
+def _chunk_audio(event: dict[str, Any]) -> bytes:
+    """The audio of an `audio.chunk` frame (b"" for a sentence's trailing frame, which carries only its words)."""
+    try:
+        return base64.b64decode(event.get("audio_b64") or "", validate=True)
+    except (binascii.Error, TypeError, ValueError):
+        raise ProtocolError("protocol_error", "an audio.chunk's audio_b64 is not base64") from None
+
+
 async def _receive(ws: ClientConnection, started: float, wav: bool, received: Received) -> None:
     """Read messages up to session.done (or the first error)."""
     while True:
         message = await ws.recv()  # raises ConnectionClosed when the server closes before session.done
         if isinstance(message, bytes):
-            if not received.sentences or received.sentences[-1].done:
-                raise ProtocolError("protocol_error", "audio arrived outside audio.start ... audio.done")
-            sentence = received.sentences[-1]
+            sentence = _open_sentence(received)
             sentence.payload += message
             sentence.clock.add(message)
             continue
@@ -150,6 +170,12 @@ async def _receive(ws: ClientConnection, started: float, wav: bool, received: Re
         if kind == "audio.start":
             received.sample_rate = received.sample_rate or event.get("sample_rate")
             received.sentences.append(Sentence(str(event.get("sentence_text", "")), PayloadClock(started, wav)))
+        elif kind == "audio.chunk":
+            sentence = _open_sentence(received)
+            data = _chunk_audio(event)
+            sentence.payload += data
+            sentence.clock.add(data)  # an empty trailing frame adds no audio, so no arrival either
+            sentence.timestamped |= isinstance(event.get("timestamps"), list)
         elif kind == "audio.done":
             if not received.sentences or received.sentences[-1].done:
                 raise ProtocolError("protocol_error", "audio.done without audio.start")
@@ -331,6 +357,7 @@ async def _assess(
         text_send_s=text_done - started,
         first_sentence_sent_s=first_sent,
         sentences=len(sentences),
+        timestamped_sentences=sum(s.timestamped for s in sentences),
         gaps_s=[] if heard is None else list(heard.gaps_s),
         sentence_audio=payloads if keep_audio else None,
     )

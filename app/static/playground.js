@@ -10,7 +10,7 @@ const MIME = { mp3: "audio/mpeg", opus: "audio/ogg", aac: "audio/aac", flac: "au
 const WAV_HEADER_BYTES = 44;
 let caps = null;
 let current = null; // what is speaking now: {stop}
-let typing = null; // the "as I type" session: {stream, seen: the text already offered to it}
+let typing = null; // the "as I type" session: {stream, seen: the text already offered to it, finished: after Finish}
 
 function authHeaders(extra = {}) {
   const key = $("key").value.trim();
@@ -427,6 +427,7 @@ class TextStream {
       this.log("session.done", `${message.total_sentences} sentences`);
       this.closed = true;
       this.post({ type: "session.close" });
+      this.log("session.close", "");
       this.resolve(message);
     } else if (message.type === "error") {
       this.fail(message.message, message.code);
@@ -556,7 +557,7 @@ function streamWords() {
 // Finish sends the rest and input.done.
 function startTyping() {
   const stream = startStream("Type: each word is sent when you finish it.");
-  typing = { stream, seen: "" };
+  typing = { stream, seen: "", finished: false };
   $("speak").textContent = "Finish";
   const done = ended(stream, async () => {
     await stream.open();
@@ -570,7 +571,8 @@ function startTyping() {
 }
 
 function sendTyped(final = false) {
-  if (!typing) return;
+  // after Finish the utterance is closed: text sent now would start another one that this page never plays
+  if (!typing || typing.finished) return;
   const text = $("input").value;
   const ready = final ? text : text.slice(0, text.search(/\S*$/));
   const fresh = ready.slice(typing.seen.length);
@@ -581,6 +583,7 @@ function sendTyped(final = false) {
 
 function finishTyping() {
   sendTyped(true);
+  typing.finished = true;
   typing.stream.inputDone();
   $("speak").disabled = true;
 }

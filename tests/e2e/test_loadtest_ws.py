@@ -136,3 +136,35 @@ def test_refused_utterances_are_counted_by_code(server: RunningServer, text_file
     assert group["status"] == 101 and "nobody-by-this-name" in group["message"]
     assert run["text_stream"]["utterances"] == 0
     assert f"  - 101 voice_not_found ×2: {group['message']}" in (out / "summary.md").read_text()
+
+
+def test_word_timestamps_audio_comes_as_json_frames(server: RunningServer, text_file: Path, tmp_path: Path) -> None:
+    """With word_timestamps the audio travels base64 in audio.chunk frames: measured and heard as binary frames are,
+    and every sentence brought its words' timestamps."""
+    out = tmp_path / "ws-timestamps"
+    done = loadtest(
+        "--target",
+        server.base_url,
+        "--ws",
+        "--text-file",
+        str(text_file),
+        "--concurrency",
+        "1",
+        "--requests",
+        "2",
+        "--warmup",
+        "0",
+        "--extra-body",
+        '{"word_timestamps": true}',
+        "--asr",
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["meta"]["extra_body"] == {"word_timestamps": True}
+    (run,) = results["runs"]
+    check_utterances(run, 2)
+    assert [r["timestamped_sentences"] for r in run["per_request"]] == [SENTENCES, SENTENCES]
+    assert run["text_stream"]["timestamped_sentences"] == SENTENCES * 2
+    assert run["wer"] is not None and run["wer"] <= 0.2  # the base64 audio, decoded, says the text

@@ -161,6 +161,57 @@ async def test_as_i_type_sends_finished_words(browser: Any, server: RunningServe
     assert watch.problems == []
 
 
+async def test_words_typed_after_finish_are_not_sent(browser: Any, server: RunningServer) -> None:
+    """Finish ends the utterance: words typed after it go nowhere. Nothing but session.close follows input.done, on
+    the page's log and on the wire, and one utterance is spoken (the server is left no second one to speak)."""
+    page, watch = await open_playground(browser, server.base_url)
+    sockets: list[Any] = []
+    wire: list[tuple[str, dict[str, Any]]] = []  # the text frames, in order: ("sent" | "received", message)
+
+    def on_websocket(ws: Any) -> None:
+        sockets.append(ws)
+        ws.on("framesent", lambda payload: wire.append(("sent", json.loads(payload))))
+        ws.on("framereceived", lambda payload: wire.append(("received", json.loads(payload)))
+              if isinstance(payload, str) else None)  # fmt: skip
+
+    page.on("websocket", on_websocket)
+    await page.select_option("#mode", "typing")
+    await page.fill("#input", "")
+    await page.click("#speak")
+    await page.wait_for_selector("#log-lines li[data-kind='session.config']", state="attached")
+    await page.keyboard.type("Only this is spoken.", delay=20)
+    await page.click("#speak")  # Finish
+    await page.focus("#input")
+    await page.keyboard.press("Control+End")
+    await page.keyboard.type(" These words come too late. And these.", delay=20)
+    await page.wait_for_function("document.getElementById('stats').dataset.done === '1'", timeout=60_000)
+    assert (await page.inner_text("#status")).startswith("Done: 1 sentence,"), await page.inner_text("#status")
+    for _ in range(300):  # the server closes once session.close has come and nothing is left to speak
+        if sockets and sockets[0].is_closed():
+            break
+        await page.wait_for_timeout(100)
+    assert sockets[0].is_closed()
+
+    log = await page.evaluate(READ_LOG)
+    outgoing = [
+        entry["kind"] for entry in log if entry["kind"] in ("session.config", "sent", "input.done", "session.close")
+    ]
+    assert outgoing[outgoing.index("input.done") :] == ["input.done", "session.close"]
+    assert "".join(json.loads(log[i]["detail"]) for i in positions(log, "sent")) == "Only this is spoken."
+    assert [entry["detail"] for entry in log if entry["kind"] == "audio.start"] == ['#0 "Only this is spoken."']
+    sent = [message["type"] for way, message in wire if way == "sent"]
+    assert sent[sent.index("input.done") :] == ["input.done", "session.close"]
+    received = [message for way, message in wire if way == "received"]
+    assert [m["type"] for m in received if m["type"] in ("audio.start", "session.done")] == [
+        "audio.start",
+        "session.done",
+    ]
+    assert {m["utterance_index"] for m in received if "utterance_index" in m} == {0}
+    assert "too late" in await page.input_value("#input")  # left in the box, for a next Start
+    await page.close()
+    assert watch.problems == []
+
+
 @pytest.fixture(scope="module")
 def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     log_path: Path = tmp_path_factory.mktemp("keyed-server") / "server.log"

@@ -1,11 +1,13 @@
 """`speech-loadtest --ws`'s clock and error handling against a scripted WebSocket server in the same process (so
 the server's and the client's clocks are one): TTFA counts from the send of the word that completed the first
-sentence, the silence between sentences is what the server's timing leaves, and every way an utterance can fail is
-one counted error, never a hang or a crash."""
+sentence, the silence between sentences is what the server's timing leaves, audio that comes as JSON `audio.chunk`
+frames (word_timestamps) is clocked as binary frames are, and every way an utterance can fail is one counted error,
+never a hang or a crash."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import socket
@@ -36,18 +38,36 @@ class Log:
     audio_sent: list[float] = field(default_factory=list)
     config: dict[str, object] = field(default_factory=dict)
     closed_by_client: bool = False
+    chunk_frames: bool = False  # audio as word_timestamps' JSON audio.chunk frames, each sentence's words after it
 
 
 def pcm(seconds: float) -> bytes:
     return bytes(2 * round(seconds * RATE))
 
 
-async def sentence(ws: ServerConnection, index: int, text: str, audio: bytes, log: Log) -> None:
+def audio_chunk(index: int, chunk_id: int, data: bytes, words: list[str] | None = None) -> str:
+    """The endpoint's `audio.chunk` frame: a piece of audio, or (words given) the sentence's trailing frame."""
+    frame = {"type": "audio.chunk", "utterance_index": 0, "sentence_index": index, "chunk_id": chunk_id,
+             "chunk_start_ms": 0, "chunk_end_ms": 0, "sample_rate": RATE, "audio_b64": base64.b64encode(data).decode(),
+             "timestamps": None}  # fmt: skip
+    if words is not None:
+        frame |= {"utterance_offset_ms": 0, "timestamps": [{"word": w, "start_ms": 0, "end_ms": 1} for w in words]}
+    return json.dumps(frame)
+
+
+async def sentence(
+    ws: ServerConnection, index: int, text: str, audio: bytes, log: Log, pause_after_first_s: float = 0.0
+) -> None:
     await ws.send(json.dumps({"type": "audio.start", "utterance_index": 0, "sentence_index": index,
                               "sentence_text": text, "format": "pcm", "sample_rate": RATE}))  # fmt: skip
     log.audio_sent.append(time.perf_counter())
-    for offset in range(0, len(audio), 9600):
-        await ws.send(audio[offset : offset + 9600])
+    pieces = [audio[offset : offset + 9600] for offset in range(0, len(audio), 9600)]
+    for chunk_id, piece in enumerate(pieces):
+        await ws.send(audio_chunk(index, chunk_id, piece) if log.chunk_frames else piece)
+        if chunk_id == 0 and pause_after_first_s:
+            await asyncio.sleep(pause_after_first_s)
+    if log.chunk_frames:
+        await ws.send(audio_chunk(index, len(pieces), b"", text.rstrip(".").split()))
     await ws.send(json.dumps({"type": "audio.done", "utterance_index": 0, "sentence_index": index,
                               "total_bytes": len(audio), "error": False}))  # fmt: skip
 
@@ -88,8 +108,9 @@ async def scripted(handler: Handler) -> AsyncIterator[Target]:
         yield Target(0, f"http://127.0.0.1:{port}", "m", "v", {"Authorization": "Bearer k"}, {"speed": 1.0})
 
 
-async def test_ttfa_counts_from_the_word_that_completed_the_first_sentence() -> None:
-    log = Log()
+@pytest.mark.parametrize("chunk_frames", [False, True], ids=["binary", "audio.chunk"])
+async def test_ttfa_counts_from_the_word_that_completed_the_first_sentence(chunk_frames: bool) -> None:
+    log = Log(chunk_frames=chunk_frames)
     async with scripted(speaking_server(log)) as target:
         result = await measure_utterance(target, TEXT, "pcm", TOKENS_PER_S, keep_audio=True)
         await asyncio.sleep(0.05)
@@ -112,7 +133,27 @@ async def test_ttfa_counts_from_the_word_that_completed_the_first_sentence() -> 
     assert result.gaps_s == [pytest.approx(heard_gap, abs=0.05)]
     assert result.stalls == 0
     assert result.sentence_audio == [pcm(0.5), pcm(0.5)]
+    assert result.timestamped_sentences == (2 if chunk_frames else 0)
     assert log.closed_by_client  # session.close after session.done
+
+
+async def test_audio_chunk_frames_are_heard_when_each_arrives() -> None:
+    """A sentence whose second audio.chunk frame comes 0.5 s after its first (0.2 s of audio): the listener stalls
+    for the difference, as it would on binary frames."""
+
+    async def pausing(ws: ServerConnection) -> None:
+        await ws.recv()
+        async for message in ws:
+            if json.loads(message)["type"] == "input.done":
+                await sentence(ws, 0, "Hello there.", pcm(0.4), Log(chunk_frames=True), pause_after_first_s=0.5)
+                await ws.send(json.dumps({"type": "session.done", "utterance_index": 0, "total_sentences": 1}))
+
+    async with scripted(pausing) as target:
+        result = await measure_utterance(target, "Hello there.", "pcm", 50.0, keep_audio=True)
+    assert result.ok, result
+    assert result.sentence_audio == [pcm(0.4)] and result.bytes == len(pcm(0.4))
+    assert result.stalls == 1 and result.stalled_s == pytest.approx(0.3, abs=0.05)
+    assert (result.sentences, result.timestamped_sentences) == (1, 1)
 
 
 async def test_audio_that_outlasts_the_wait_leaves_no_gap() -> None:
@@ -190,6 +231,20 @@ async def test_a_broken_sequence_is_a_protocol_error() -> None:
         result = await measure_utterance(target, "Hello.", "pcm", 20.0, keep_audio=False, timeout_s=10)
     assert (result.ok, result.error_code) == (False, "protocol_error")
     assert "1 bytes" in (result.error_message or "")
+
+
+async def test_an_audio_chunk_that_is_not_base64_is_a_protocol_error() -> None:
+    async def garbled(ws: ServerConnection) -> None:
+        await ws.recv()
+        await ws.send(json.dumps({"type": "audio.start", "sentence_index": 0, "sentence_text": "Hello.",
+                                  "sample_rate": RATE}))  # fmt: skip
+        await ws.send(json.dumps({"type": "audio.chunk", "sentence_index": 0, "audio_b64": "not base64!"}))
+        await ws.wait_closed()
+
+    async with scripted(garbled) as target:
+        result = await measure_utterance(target, "Hello.", "pcm", 20.0, keep_audio=False, timeout_s=10)
+    assert (result.ok, result.error_code) == (False, "protocol_error")
+    assert "audio_b64" in (result.error_message or "")
 
 
 async def test_no_server_is_an_error_not_a_crash() -> None:
