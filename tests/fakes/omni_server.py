@@ -3,10 +3,12 @@ tests of what only a cloning engine (a Base checkpoint) does, such as registerin
 service's own work under load. Settings come from SPEECH_* as usual; SPEECH_MODEL names a model directory written by
 `speech-make-model-dir`.
 
-    python -m tests.fakes.omni_server [--frames N] [--step-delay-s S]
+    python -m tests.fakes.omni_server [--frames N] [--step-delay-s S] [--orchestrator-busy-ms MS]
 
 `--frames 100 --step-delay-s 0.25` gives every request the shape of the GPU benchmarks: exactly 100 codec frames
-(8 s of audio), in code2wav's windows of 1, 25, 25, 25 and 24 frames, one every 250 ms.
+(8 s of audio), in code2wav's windows of 1, 25, 25, 25 and 24 frames, one every 250 ms. `--orchestrator-busy-ms 3`
+adds what AsyncOmni's orchestrator thread does to this process: 3 ms of GIL-holding Python work every 20 ms
+(`--orchestrator-period-ms`) while requests run.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.fakes.omni_server")
     parser.add_argument("--frames", type=int, help="every request makes exactly this many frames (default: by text)")
     parser.add_argument("--step-delay-s", type=float, default=0.0, help="seconds before each window of audio")
+    parser.add_argument(
+        "--orchestrator-busy-ms", type=float, default=0.0, help="GIL-holding Python work per period while requests run"
+    )
+    parser.add_argument("--orchestrator-period-ms", type=float, default=20.0)
     return parser.parse_args(argv)
 
 
@@ -40,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(settings.log_level)
     omni = FakeAsyncOmni()
     omni.step_delay_s = args.step_delay_s
+    omni.orchestrator_busy_ms, omni.orchestrator_period_ms = args.orchestrator_busy_ms, args.orchestrator_period_ms
     if args.frames is not None:  # as a bench profile fixes stage 0's length: N + 1 tokens make N frames
         talker = omni.default_sampling_params_list[0]
         talker.max_tokens = talker.min_tokens = args.frames + 1
