@@ -23,6 +23,7 @@ from app.engines.base import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
 from app.voice_store import VoiceStore
+from app.voices import VoiceCatalog
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     app.openapi = lambda: docs.openapi_without_422(app)  # type: ignore[method-assign]
     app.state.settings = settings
     app.state.engine = engine
+    app.state.catalog = VoiceCatalog(tuple(engine.voices()), settings.voice_aliases)  # an engine's voices are fixed
     metrics.BUILD.info({"version": __version__, "engine": engine.name, "model": engine.model_id})
     app.state.gate = admission_gate(settings, engine)
     app.state.voice_store = VoiceStore(settings.voice_store)
