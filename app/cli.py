@@ -10,6 +10,7 @@ import socket
 from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
 
 from app.http_protocol import guarded_protocol
 from app.lifecycle import Lifecycle
@@ -72,7 +73,12 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(settings.log_level)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # engines load from local files only, never from a hub
     app = create_app(settings)
-    config = uvicorn.Config(
+    SpeechServer(server_config(app, settings), app.state.lifecycle).run()
+
+
+def server_config(app: FastAPI, settings: Settings) -> uvicorn.Config:
+    """uvicorn's configuration for serving `app` as `settings` say."""
+    return uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -82,7 +88,6 @@ def main(argv: list[str] | None = None) -> None:
         ws_max_size=settings.max_body_bytes,  # the largest session.config (reference audio); beyond: close 1009
         http=guarded_protocol(settings.request_read_timeout_s, settings.client_stall_timeout_s),
     )
-    SpeechServer(config, app.state.lifecycle).run()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +23,7 @@ from app.engines.base import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
 from app.voice_store import VoiceStore
+from app.voices import VoiceCatalog
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,7 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # Load in the background: /health answers at once, /ready turns 200 when the engine is warm.
-        loading = asyncio.create_task(engine.start(), name="engine-start")
+        loading = asyncio.create_task(start_engine(engine), name="engine-start")
         loading.add_done_callback(_log_start_failure)
         try:
             yield
@@ -51,6 +53,7 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     app.openapi = lambda: docs.openapi_without_422(app)  # type: ignore[method-assign]
     app.state.settings = settings
     app.state.engine = engine
+    app.state.catalog = VoiceCatalog(tuple(engine.voices()), settings.voice_aliases)  # an engine's voices are fixed
     metrics.BUILD.info({"version": __version__, "engine": engine.name, "model": engine.model_id})
     app.state.gate = admission_gate(settings, engine)
     app.state.voice_store = VoiceStore(settings.voice_store)
@@ -84,6 +87,21 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
             max_age=600,
         )
     return app
+
+
+async def start_engine(engine: SpeechEngine) -> None:
+    await engine.start()
+    freeze_startup_heap()  # in the same step that made the engine ready: no request runs in between
+
+
+def freeze_startup_heap() -> None:
+    """Everything alive once the engine is warm (libraries, the engine's model code and state) lives as long as the
+    process: it is moved out of the garbage collector's reach, so that the full collections serving triggers traverse
+    only what serving allocated. In the omni engine's process torch and vLLM make that millions of objects, and every
+    full collection over them would stop the event loop, with every stream on it. vLLM's own API server freezes its
+    startup heap the same way."""
+    gc.collect()
+    gc.freeze()
 
 
 def admission_gate(settings: Settings, engine: SpeechEngine) -> AdmissionGate:

@@ -53,7 +53,6 @@ from app.engines.qwen3_tts import (
     AudioOutputReader,
     PromptHelpers,
     Qwen3TTSModel,
-    additional_information,
     build_prompt,
     sampling_params_for,
     warmup_job,
@@ -134,7 +133,7 @@ class AloneEngine:
         self._load_helpers = helpers or load_prompt_helpers
         self._omni: Any = None
         self._helpers: PromptHelpers | None = None
-        # the tokenizer is not thread-safe: prompt-length estimates run one at a time, off the event loop
+        # reference audio becomes the conditioning's list of floats here, one request at a time, off the event loop
         self._prompt_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen3-prompt")
         self._ids = 0
         # vllm-omni names its shared-memory windows after the request id, host-wide (/dev/shm): ids of this process
@@ -189,8 +188,7 @@ class AloneEngine:
         assert self._helpers is not None
         record = RequestRecord(job.text)
         try:
-            info = additional_information(job, self.model)
-            prompt = await build_prompt(self._helpers, self.model, info, self._prompt_executor)
+            prompt = await build_prompt(self._helpers, self.model, job, self._prompt_executor)
             # warm-up jobs ask for a few frames: min_tokens follows (the profile's fixed length would exceed them)
             params = sampling_params_for(job, self._helpers.delta_defaults, fixed_length=warming)
             reader = AudioOutputReader(cumulative=False)

@@ -623,7 +623,7 @@ class SpeechStreamSession:
 @router.websocket("/v1/audio/speech/stream")
 async def speech_stream(websocket: WebSocket) -> None:
     state = websocket.app.state
-    catalog = VoiceCatalog(tuple(state.engine.voices()), state.settings.voice_aliases)
+    catalog: VoiceCatalog = state.catalog
     await websocket.accept()
     metrics.WS_SESSIONS.inc()
     try:

@@ -33,7 +33,6 @@ from app.engines.qwen3_tts import (
     FrameGuard,
     PromptHelpers,
     Qwen3TTSModel,
-    additional_information,
     build_prompt,
     check_job,
     codec_windows,
@@ -75,7 +74,7 @@ class OmniEngine:
         self._omni: Any = None
         self._cumulative = False
         self._helpers: PromptHelpers | None = None
-        # the tokenizer is not thread-safe: prompt-length estimates run one at a time, off the event loop
+        # reference audio becomes the conditioning's list of floats here, one request at a time, off the event loop
         self._prompt_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen3-prompt")
         self._active: set[str] = set()
         self._ready = False
@@ -214,11 +213,8 @@ class OmniEngine:
         if not warming and not self.health().ready:
             raise EngineUnavailable(f"the omni engine is not ready ({self._detail})")
         check_job(job, self._model)
-        loop = asyncio.get_running_loop()
-        # reference audio becomes a list of up to ~1.4 M floats: built in a worker thread, not on the event loop
-        info = await loop.run_in_executor(self._prompt_executor, additional_information, job, self._model)
         assert self._helpers is not None
-        prompt = await build_prompt(self._helpers, self._model, info, self._prompt_executor)
+        prompt = await build_prompt(self._helpers, self._model, job, self._prompt_executor)
         params = sampling_params_for(job, self._helpers.delta_defaults, fixed_length=self._settings.omni_fixed_length)
         reader = AudioOutputReader(cumulative=self._cumulative)
         # the request's first-chunk size, when it sets one, is the window the guard must expect first

@@ -197,31 +197,40 @@ class PromptHelpers:
     tokens_input: Callable[..., dict[str, Any]]
 
 
-async def build_prompt(
-    helpers: PromptHelpers, model: Qwen3TTSModel, info: dict[str, list[Any]], executor: Executor
-) -> dict[str, Any]:
-    """The prompt for `info`: as many placeholder ids as the model's own estimator says. The estimate tokenizes the
-    text: it runs in `executor` (one thread: the tokenizer is not thread-safe), off the event loop."""
-
-    def estimate() -> int:
-        try:
-            return int(
-                helpers.estimator(
-                    additional_information=info,
-                    task_type=info["task_type"][0],
-                    tokenize_prompt=lambda text: helpers.tokenizer(text, padding=False)["input_ids"],
-                    codec_language_id=model.codec_language_id or None,
-                    spk_is_dialect=model.spk_is_dialect or None,
-                )
+def prompt_for(helpers: PromptHelpers, model: Qwen3TTSModel, info: dict[str, list[Any]]) -> dict[str, Any]:
+    """The prompt for the conditioning `info`: as many placeholder ids as the model's own estimator says. The estimate
+    tokenizes the text (and instructions, reference transcript): call it from one thread only, as the tokenizer is not
+    thread-safe."""
+    try:
+        length = int(
+            helpers.estimator(
+                additional_information=info,
+                task_type=info["task_type"][0],
+                tokenize_prompt=lambda text: helpers.tokenizer(text, padding=False)["input_ids"],
+                codec_language_id=model.codec_language_id or None,
+                spk_is_dialect=model.spk_is_dialect or None,
             )
-        except Exception:
-            log.warning("prompt length estimate failed; using 2048 as vllm-omni does", exc_info=True)
-            return 2048
-
-    length = await asyncio.get_running_loop().run_in_executor(executor, estimate)
+        )
+    except Exception:
+        log.warning("prompt length estimate failed; using 2048 as vllm-omni does", exc_info=True)
+        length = 2048
     prompt = helpers.tokens_input(prompt_token_ids=[1] * length)
     prompt["additional_information"] = info
     return prompt
+
+
+async def build_prompt(
+    helpers: PromptHelpers, model: Qwen3TTSModel, job: SynthesisJob, executor: Executor
+) -> dict[str, Any]:
+    """The prompt for `job`. A cloning job's conditioning carries its reference audio as a list of up to ~1.4 M
+    floats: built in `executor`. The length estimate runs on the event loop, the tokenizer's one thread: a fast
+    tokenizer takes ~65 us for a sentence and ~1 ms at the 4096-character limit, while a hop to a worker thread costs
+    the request milliseconds once vllm-omni's orchestrator thread contends for the GIL (c=32)."""
+    if job.ref_audio is None:
+        info = additional_information(job, model)
+    else:
+        info = await asyncio.get_running_loop().run_in_executor(executor, additional_information, job, model)
+    return prompt_for(helpers, model, info)
 
 
 def sampling_params_for(job: SynthesisJob, delta_defaults: list[Any], *, fixed_length: bool = False) -> list[Any]:

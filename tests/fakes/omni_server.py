@@ -1,12 +1,21 @@
 """`speech-server` on the omni engine over the vllm-omni 0.26.0 fakes, as a real process on a real port: for end-to-end
-tests of what only a cloning engine (a Base checkpoint) does, such as registering voices. Settings come from SPEECH_*
-as usual; SPEECH_MODEL names a model directory written by `speech-make-model-dir`."""
+tests of what only a cloning engine (a Base checkpoint) does, such as registering voices, and for profiling the
+service's own work under load. Settings come from SPEECH_* as usual; SPEECH_MODEL names a model directory written by
+`speech-make-model-dir`.
+
+    python -m tests.fakes.omni_server [--frames N] [--step-delay-s S] [--orchestrator-busy-ms MS]
+
+`--frames 100 --step-delay-s 0.25` gives every request the shape of the GPU benchmarks: exactly 100 codec frames
+(8 s of audio), in code2wav's windows of 1, 25, 25, 25 and 24 frames, one every 250 ms. `--orchestrator-busy-ms 3`
+adds what AsyncOmni's orchestrator thread does to this process: 3 ms of GIL-holding Python work every 20 ms
+(`--orchestrator-period-ms`) while requests run.
+"""
 
 from __future__ import annotations
 
-import uvicorn
+import argparse
 
-from app.cli import SpeechServer
+from app.cli import SpeechServer, server_config
 from app.engines import omni_as_served
 from app.engines.omni import OmniEngine
 from app.logs import configure_logging
@@ -21,16 +30,32 @@ from tests.fakes.vllm_omni_0_26 import (
 )
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.fakes.omni_server")
+    parser.add_argument("--frames", type=int, help="every request makes exactly this many frames (default: by text)")
+    parser.add_argument("--step-delay-s", type=float, default=0.0, help="seconds before each window of audio")
+    parser.add_argument(
+        "--orchestrator-busy-ms", type=float, default=0.0, help="GIL-holding Python work per period while requests run"
+    )
+    parser.add_argument("--orchestrator-period-ms", type=float, default=20.0)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     settings = Settings(engine="omni")
     configure_logging(settings.log_level)
     omni = FakeAsyncOmni()
+    omni.step_delay_s = args.step_delay_s
+    omni.orchestrator_busy_ms, omni.orchestrator_period_ms = args.orchestrator_busy_ms, args.orchestrator_period_ms
+    if args.frames is not None:  # as a bench profile fixes stage 0's length: N + 1 tokens make N frames
+        talker = omni.default_sampling_params_list[0]
+        talker.max_tokens = talker.min_tokens = args.frames + 1
     engine = OmniEngine(settings, omni_factory=lambda **_: omni)
     defaults = coerce_param_message_types(omni.default_sampling_params_list, True)
     engine.use_helpers(defaults, estimate_prompt_len, WordTokenizer(), tokens_input)
     app = create_app(settings, engine=omni_as_served(engine, settings))
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None)
-    SpeechServer(config, app.state.lifecycle).run()
+    SpeechServer(server_config(app, settings), app.state.lifecycle).run()
 
 
 if __name__ == "__main__":

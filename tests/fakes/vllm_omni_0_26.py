@@ -9,7 +9,9 @@ vllm-omni cannot run on the CPU machines where CI runs; these mirror, field for 
 - `vllm.inputs.tokens_input`;
 - `vllm_omni.AsyncOmni`: `default_sampling_params_list` (CUMULATIVE, as the engine builds them), `generate(prompt,
   request_id, *, sampling_params_list, output_modalities)` as an async generator whose early close aborts the request,
-  `abort`, `shutdown`, `errored`. Audio follows code2wav's windows: 1 frame (or the request's
+  `abort`, `shutdown`, `errored`. AsyncOmni's orchestrator is a Python thread of the caller's process, holding the
+  GIL while it handles the stages' outputs; `orchestrator_busy_ms` every `orchestrator_period_ms` while requests run
+  models that load. Audio follows code2wav's windows: 1 frame (or the request's
   `initial_codec_chunk_frames`), then 25-frame windows, then the tail;
   N talker tokens make N - 1 frames of 1920 samples at 24 kHz. `duplicate_tail` replays 0.26.0's race (the tail since
   the last boundary flushed twice, one frame short the first time).
@@ -22,6 +24,8 @@ import asyncio
 import copy
 import enum
 import os
+import threading
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,6 +188,19 @@ class FakeAsyncOmni:
         self.die_on_request = False
         self.shut_down = False
         self.step_delay_s = 0.0
+        self.in_flight = 0
+        self.orchestrator_busy_ms = 0.0
+        self.orchestrator_period_ms = 20.0
+        self._orchestrator: threading.Thread | None = None
+
+    def _orchestrate(self) -> None:
+        """Pure-Python work, as the orchestrator's output processing is: it holds the GIL in the same way."""
+        while not self.shut_down:
+            if self.in_flight:
+                deadline = time.perf_counter() + self.orchestrator_busy_ms / 1000
+                while time.perf_counter() < deadline:
+                    sum(i * i for i in range(200))
+            time.sleep(max(0.0, self.orchestrator_period_ms - self.orchestrator_busy_ms) / 1000)
 
     def frames_for(self, params: list[SamplingParams], prompt: dict[str, Any]) -> int:
         talker = params[0]
@@ -213,6 +230,9 @@ class FakeAsyncOmni:
         if self.die_on_request:
             self.errored = True
             raise EngineDeadError("EngineCore encountered an issue")
+        if self.orchestrator_busy_ms and self._orchestrator is None:
+            self._orchestrator = threading.Thread(target=self._orchestrate, name="orchestrator", daemon=True)
+            self._orchestrator.start()
         frames = self.frames_for(sampling_params_list, prompt)
         # stage 0's connector takes a request's first-chunk size from its additional_information, else the profile's;
         # a profile's codec_chunk_ramp replaces both
@@ -223,23 +243,27 @@ class FakeAsyncOmni:
         waveform = rng.uniform(-0.5, 0.5, frames * SAMPLES_PER_FRAME).astype(np.float32)
         emitted: list[np.ndarray] = []
         start = 0
-        for index, size in enumerate(sizes):
-            last = index == len(sizes) - 1
-            if last and self.duplicate_tail and size > 1:  # 0.26.0's race: the tail flushed early, then again
-                emitted.append(waveform[start * SAMPLES_PER_FRAME : (start + size - 1) * SAMPLES_PER_FRAME])
-                yield self._output(request_id, emitted, False)
-            emitted.append(waveform[start * SAMPLES_PER_FRAME : (start + size) * SAMPLES_PER_FRAME])
-            start += size
-            try:
-                if self.step_delay_s:
-                    await asyncio.sleep(self.step_delay_s)
-                yield self._output(request_id, emitted, last)
-            except GeneratorExit:
-                self.aborted.append(request_id)
-                raise
-            except asyncio.CancelledError:
-                self.aborted.append(request_id)
-                raise
+        self.in_flight += 1
+        try:
+            for index, size in enumerate(sizes):
+                last = index == len(sizes) - 1
+                if last and self.duplicate_tail and size > 1:  # 0.26.0's race: the tail flushed early, then again
+                    emitted.append(waveform[start * SAMPLES_PER_FRAME : (start + size - 1) * SAMPLES_PER_FRAME])
+                    yield self._output(request_id, emitted, False)
+                emitted.append(waveform[start * SAMPLES_PER_FRAME : (start + size) * SAMPLES_PER_FRAME])
+                start += size
+                try:
+                    if self.step_delay_s:
+                        await asyncio.sleep(self.step_delay_s)
+                    yield self._output(request_id, emitted, last)
+                except GeneratorExit:
+                    self.aborted.append(request_id)
+                    raise
+                except asyncio.CancelledError:
+                    self.aborted.append(request_id)
+                    raise
+        finally:
+            self.in_flight -= 1
         self.finished.append(request_id)
         self.last_waveform = waveform
 

@@ -49,6 +49,24 @@ async def test_pcm_bytes_usage_and_close_hook() -> None:
     assert closed.calls == ["completed"]
 
 
+@pytest.mark.parametrize("response_format", ["pcm", "wav"])
+async def test_a_plain_body_takes_each_chunk_in_one_write_with_the_same_bytes_as_sse(response_format: str) -> None:
+    """pcm and wav at the engine's rate are converted on the event loop: a plain body gets one write per chunk
+    instead of one per quarter second, SSE keeps its quarter-second events, and the audio is the same bytes."""
+    rest = chunks(3)
+    plain = [
+        piece async for piece in EncodedAudio(await anext(rest), rest, response_format, 24_000, CloseRecorder()).bytes()
+    ]
+    rest = chunks(3)
+    audio = EncodedAudio(await anext(rest), rest, response_format, 24_000, CloseRecorder())
+    deltas = [e["audio"] for e in parse([event async for event in sse_events(audio, "r")]) if "audio" in e]
+    assert len(plain) == 3
+    assert len(deltas) == 3 * 3  # 0.6 s chunks in 0.25 s slices, as before
+    header = 44 if response_format == "wav" else 0
+    assert b"".join(plain) == b"".join(base64.b64decode(d) for d in deltas)
+    assert len(b"".join(plain)) == header + 3 * int(0.6 * 24_000) * 2
+
+
 async def test_resampled_output_length() -> None:
     rest = chunks(2)
     audio = EncodedAudio(await anext(rest), rest, "pcm", 16_000, CloseRecorder())

@@ -1,0 +1,176 @@
+"""What a speech request costs the event loop it shares with vllm-omni's output handling: thread hops (each one waits
+for the GIL, which vllm-omni's orchestrator thread holds much of the time under load), work repeated per request that
+could be done once, and the garbage collector traversing the startup heap."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import functools
+import gc
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio.to_thread
+import httpx
+import pytest
+
+from app.server import create_app
+from app.tools.qwen3_tts_model_dir import write_model_dir
+from tests.fakes.vllm_omni_0_26 import (
+    SAMPLES_PER_FRAME,
+    FakeAsyncOmni,
+    WordTokenizer,
+    coerce_param_message_types,
+    estimate_prompt_len,
+    tokens_input,
+)
+from tests.support.wav import tone_wav
+from tests.unit.test_omni_engine import make_engine
+
+
+@pytest.fixture(scope="module")
+def custom_voice_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_model_dir(tmp_path_factory.mktemp("cv"), "custom_voice")
+
+
+@pytest.fixture(scope="module")
+def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_model_dir(tmp_path_factory.mktemp("base"), "base")
+
+
+def describe(fn: object) -> str:
+    """A callable's name; for a partial (asyncio.to_thread's context.run), the names of the callables in it."""
+    if isinstance(fn, functools.partial):
+        return " ".join(describe(part) for part in (fn.func, *fn.args) if callable(part))
+    return getattr(fn, "__qualname__", repr(fn))
+
+
+class ThreadHops:
+    """Counts work handed to worker threads: executors (asyncio.to_thread, run_in_executor) and anyio's pool
+    (Starlette's run_in_threadpool, where FastAPI runs plain-function dependencies)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[str] = []
+        submit = concurrent.futures.ThreadPoolExecutor.submit
+        run_sync = anyio.to_thread.run_sync
+
+        def counted_submit(executor: concurrent.futures.ThreadPoolExecutor, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            self.calls.append(describe(fn))
+            return submit(executor, fn, *args, **kwargs)
+
+        async def counted_run_sync(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+            self.calls.append(describe(fn))
+            return await run_sync(fn, *args, **kwargs)
+
+        monkeypatch.setattr(concurrent.futures.ThreadPoolExecutor, "submit", counted_submit)
+        monkeypatch.setattr(anyio.to_thread, "run_sync", counted_run_sync)
+
+
+class LoopThreadTokenizer(WordTokenizer):
+    """Records the thread of every call: the tokenizer is not thread-safe, so it must stay on one thread."""
+
+    def __init__(self) -> None:
+        self.threads: set[int] = set()
+
+    def __call__(self, text: str, padding: bool = False) -> dict[str, list[int]]:
+        self.threads.add(threading.get_ident())
+        return super().__call__(text, padding)
+
+
+@pytest.fixture
+def hops(monkeypatch: pytest.MonkeyPatch) -> ThreadHops:
+    return ThreadHops(monkeypatch)
+
+
+async def test_a_pcm_request_on_the_omni_engine_never_leaves_the_event_loop(
+    custom_voice_dir: Path, hops: ThreadHops, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dependencies, prompt building and pcm conversion run on the loop: a thread hop costs the loop more than any
+    of them. The audio is whole and the voice catalog is built once, not per request."""
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni)
+    tokenizer = LoopThreadTokenizer()
+    defaults = coerce_param_message_types(omni.default_sampling_params_list, True)
+    engine.use_helpers(defaults, estimate_prompt_len, tokenizer, tokens_input)
+    await engine.start()
+    voices_calls = 0
+    voices = engine.voices
+
+    def counted_voices() -> list:
+        nonlocal voices_calls
+        voices_calls += 1
+        return voices()
+
+    monkeypatch.setattr(engine, "voices", counted_voices)
+    app = create_app(engine.__dict__["_settings"], engine=engine)
+    hops.calls.clear()
+    body = {"input": "Hello there, how are you today?", "voice": "vivian", "max_new_tokens": 31}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        for response_format in ("pcm", "wav", "pcm"):
+            response = await client.post("/v1/audio/speech", json={**body, "response_format": response_format})
+            assert response.status_code == 200, response.text
+            header = 44 if response_format == "wav" else 0
+            assert len(response.content) == header + 2 * 30 * SAMPLES_PER_FRAME  # 31 tokens: 30 frames
+    assert hops.calls == []
+    assert tokenizer.threads == {threading.get_ident()}
+    assert voices_calls == 1  # at start-up
+
+
+async def test_heavy_work_still_leaves_the_loop(custom_voice_dir: Path, base_dir: Path, hops: ThreadHops) -> None:
+    """What costs more than a hop stays in worker threads: mp3 encoding, resampling, and a cloning request's
+    reference audio becoming the conditioning's list of floats."""
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni)
+    await engine.start()
+    app = create_app(engine.__dict__["_settings"], engine=engine)
+    body = {"input": "Hello there.", "voice": "vivian", "max_new_tokens": 31}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        for extra in ({"response_format": "mp3"}, {"response_format": "pcm", "sample_rate": 16_000}):
+            hops.calls.clear()
+            response = await client.post("/v1/audio/speech", json={**body, **extra})
+            assert response.status_code == 200 and response.content
+            assert any("EncodedAudio._convert" in call for call in hops.calls), extra
+
+    cloning = make_engine(base_dir, FakeAsyncOmni())
+    await cloning.start()
+    app = create_app(cloning.__dict__["_settings"], engine=cloning)
+    clip = "data:audio/wav;base64," + base64.b64encode(tone_wav(2.0)).decode()
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        hops.calls.clear()
+        response = await client.post(
+            "/v1/audio/speech",
+            json={
+                "input": "Cloned.",
+                "voice": "anyone",
+                "ref_audio": clip,
+                "ref_text": "Hi.",
+                "response_format": "pcm",
+            },
+        )
+        assert response.status_code == 200, response.text
+        assert "additional_information" in hops.calls
+
+
+@pytest.fixture
+def unfrozen_heap() -> Iterator[None]:
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+async def test_the_startup_heap_is_frozen_once_the_engine_is_ready(custom_voice_dir: Path, unfrozen_heap: None) -> None:
+    """Objects alive at readiness are out of the collector's reach, so a full collection while serving traverses
+    only what serving allocated."""
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni())
+    app = create_app(engine.__dict__["_settings"], engine=engine)
+    assert gc.get_freeze_count() == 0
+    async with app.router.lifespan_context(app):
+        for _ in range(500):
+            if engine.health().ready:
+                break
+            await asyncio.sleep(0.01)
+        assert engine.health().ready  # seen by another task: the start task's step that made it ready has ended
+        assert gc.get_freeze_count() > 10_000  # the libraries' objects, and the engine's
