@@ -94,11 +94,14 @@ class SentenceJoiner:
 
     def finish(self) -> np.ndarray:
         """The end of the utterance: its trailing silence, cut to the pause and faded at the cut. An utterance that
-        never rose above the silence threshold (a very quiet voice) is given back whole, never dropped."""
+        never rose above the silence threshold (a very quiet voice) is given back whole, never dropped; one of
+        silence throughout becomes its lead and pause."""
         if not self._started and len(self._held) and np.abs(self._held).max() > QUIET_FLOOR:
             whole, self._held = self._held, np.zeros(0, np.float32)
             return whole
-        tail = self._held[: self._pause] if self._started else np.zeros(0, np.float32)
+        # an utterance of silence throughout still takes its lead and pause (and a streamed sentence on its own is
+        # never an empty file)
+        tail = self._held[: self._pause] if self._started else self._held[: self._lead + self._pause]
         self._held = np.zeros(0, np.float32)
         if len(tail):
             n = min(self._fade, len(tail))

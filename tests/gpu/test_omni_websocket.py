@@ -86,11 +86,14 @@ def test_three_sentences_streamed_in_pieces(omni_url: str, response_format: str)
         send(ws, config(omni_url, response_format=response_format))
         messages = stream_three_sentences(ws)
         send(ws, {"type": "session.close"})
-    for audio in sentence_audio(messages, response_format):
-        seconds = decode(audio, response_format).duration_s
-        # each sentence is its own request of TOKENS; a sentence pipeline in front may trim silent edges, a codec
-        # adds its priming and padding
-        assert SENTENCE_S / 2 < seconds <= SENTENCE_S + (0 if response_format == "pcm" else 0.15), seconds
+    padding = 0 if response_format == "pcm" else 0.15  # a codec's priming and padding
+    for index, audio in enumerate(sentence_audio(messages, response_format)):
+        seconds = decode(audio, response_format).duration_s  # every sentence a file that decodes, never empty
+        # each sentence is its own request of TOKENS. The first is passed on whole; a sentence pipeline in front
+        # trims the silent edges of the later ones, and random weights speak near-silence (peak about -62 dBFS,
+        # measured on an H100): those keep only their lead and pause
+        low = SENTENCE_S / 2 if index == 0 else 0.05
+        assert low < seconds <= SENTENCE_S + padding, (index, seconds)
 
 
 def test_word_timestamps_as_the_capabilities_say(omni_url: str) -> None:

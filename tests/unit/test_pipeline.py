@@ -68,9 +68,12 @@ def test_sound_inside_the_sentence_is_never_trimmed() -> None:
     assert abs(len(out) / RATE - (0.5 + 0.6 + 0.5 + PAUSE_AFTER_SENTENCE_S)) < 0.01
 
 
-def test_an_all_silent_later_utterance_adds_nothing() -> None:
+def test_an_all_silent_later_utterance_becomes_its_lead_and_pause() -> None:
+    """Not the whole silence (a second of dead air), and not nothing: a sentence streamed on its own (the WebSocket)
+    would otherwise be an empty file, which no decoder opens."""
     silent = utterance(0.5, 0.0, 0.0, noise=0.0005)
-    assert len(join(silent, PAUSE_AFTER_SENTENCE_S, first=False, chunk=4800)) == 0
+    out = join(silent, PAUSE_AFTER_SENTENCE_S, first=False, chunk=4800)
+    assert len(out) == int(LEAD_S * RATE) + int(PAUSE_AFTER_SENTENCE_S * RATE)
 
 
 def test_a_quiet_utterance_is_never_dropped() -> None:
