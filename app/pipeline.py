@@ -22,13 +22,11 @@ import numpy as np
 
 from app.engines.base import (
     AudioChunk,
-    EngineCapabilities,
-    EngineHealth,
+    EngineFront,
     ReadsAhead,
     SpeechEngine,
     SynthesisJob,
     UnsupportedParameter,
-    VoiceInfo,
     WordTiming,
 )
 from app.text.sentences import split_sentences
@@ -110,39 +108,13 @@ class SentenceJoiner:
         return tail
 
 
-class SentencePipeline:
+class SentencePipeline(EngineFront):
     """A SpeechEngine that fronts another one with sentence splitting, look-ahead and seamless joins."""
 
     def __init__(self, engine: SpeechEngine, max_chars: int) -> None:
-        self.inner = engine
+        super().__init__(engine)
         self.max_chars = max_chars
         self._sentence_ids: dict[str, list[str]] = {}  # a job's id -> its sentences' ids, while it runs
-
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        return self.inner.name
-
-    @property
-    def model_id(self) -> str:  # type: ignore[override]
-        return self.inner.model_id
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-    def health(self) -> EngineHealth:
-        return self.inner.health()
-
-    def voices(self) -> list[VoiceInfo]:
-        return self.inner.voices()
-
-    def languages(self) -> list[str]:
-        return self.inner.languages()
-
-    def capabilities(self) -> EngineCapabilities:
-        return self.inner.capabilities()
 
     async def abort(self, request_id: str) -> None:
         for sentence_id in self._sentence_ids.get(request_id, [request_id]):

@@ -21,11 +21,10 @@ from app.engines.base import (
     AudioChunk,
     EngineCapabilities,
     EngineError,
-    EngineHealth,
+    EngineFront,
     SpeechEngine,
     SynthesisJob,
     UnsupportedParameter,
-    VoiceInfo,
     WordTiming,
 )
 
@@ -45,22 +44,14 @@ class WordAligner(Protocol):
     async def close(self) -> None: ...
 
 
-class ForcedAlignedEngine:
+class ForcedAlignedEngine(EngineFront):
     """A SpeechEngine whose word timestamps come from a forced aligner run on another engine's audio. Without an
     aligner (`None`: its packages are not installed) word timestamps stay refused, and the refusal says why."""
 
     def __init__(self, engine: SpeechEngine, aligner: WordAligner | None, missing: str = "") -> None:
-        self.inner = engine
+        super().__init__(engine)
         self.aligner = aligner
         self.missing = missing  # why there is no aligner (the refusal tells callers)
-
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        return self.inner.name
-
-    @property
-    def model_id(self) -> str:  # type: ignore[override]
-        return self.inner.model_id
 
     async def start(self) -> None:
         if self.aligner is not None:
@@ -76,15 +67,6 @@ class ForcedAlignedEngine:
             if self.aligner is not None:
                 await self.aligner.close()
 
-    def health(self) -> EngineHealth:
-        return self.inner.health()
-
-    def voices(self) -> list[VoiceInfo]:
-        return self.inner.voices()
-
-    def languages(self) -> list[str]:
-        return self.inner.languages()
-
     def capabilities(self) -> EngineCapabilities:
         caps = self.inner.capabilities()
         if caps.word_timestamps:  # the engine's own alignment is better than any guess from its audio
@@ -92,9 +74,6 @@ class ForcedAlignedEngine:
         if self.aligner is None:
             return dataclasses.replace(caps, word_timestamps_missing=self.missing)
         return dataclasses.replace(caps, word_timestamps=True, word_timestamps_languages=self.aligner.languages)
-
-    async def abort(self, request_id: str) -> None:
-        await self.inner.abort(request_id)
 
     def synthesize(self, job: SynthesisJob) -> AsyncIterator[AudioChunk]:
         if not job.word_timestamps or self.inner.capabilities().word_timestamps:

@@ -183,3 +183,40 @@ class SpeechEngine(Protocol):
     def health(self) -> EngineHealth: ...
 
     async def close(self) -> None: ...
+
+
+class EngineFront:
+    """A SpeechEngine in front of another one (the sentence pipeline, the forced aligner): whatever a front does not
+    change is the engine's behind it."""
+
+    def __init__(self, engine: SpeechEngine) -> None:
+        self.inner = engine
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def health(self) -> EngineHealth:
+        return self.inner.health()
+
+    def voices(self) -> list[VoiceInfo]:
+        return self.inner.voices()
+
+    def languages(self) -> list[str]:
+        return self.inner.languages()
+
+    def capabilities(self) -> EngineCapabilities:
+        return self.inner.capabilities()
+
+    async def abort(self, request_id: str) -> None:
+        await self.inner.abort(request_id)
