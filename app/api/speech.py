@@ -192,6 +192,7 @@ class SpeechRun:
     summary: dict[str, object]
     stream_label: str  # the metrics' `stream` label: audio, sse or websocket
     observe_ttfa: bool = True  # a WebSocket utterance observes its TTFA once, not per sentence
+    observe_phases: bool = True  # ... and the phases of its first sentence, so that every TTFA has its breakdown
 
     async def open(
         self, job: SynthesisJob, output: OutputSpec, ticket: Ticket, on_first_audio: Callable[[], None] | None = None
@@ -232,6 +233,7 @@ class SpeechRun:
             phases = timing.phases()
             if self.observe_ttfa:
                 metrics.TTFA.labels(output.response_format, self.stream_label).observe(ttfa)
+            if self.observe_phases:
                 for phase, seconds in phases.items():
                     metrics.TTFA_PHASE.labels(phase).observe(seconds)
             summary["ttfa_s"] = round(ttfa, 4)

@@ -582,6 +582,7 @@ class SpeechStreamSession:
                 summary,
                 "websocket",
                 observe_ttfa=False,
+                observe_phases=sentence.index == 0,
             )
             audio = await run.open(job, output, ticket)
             async for item in audio.events():

@@ -369,3 +369,18 @@ def assert_word_timestamps_as_capable(server: RunningServer, config: dict[str, o
         assert [w["word"] for w in trailer[0]["timestamps"]] == ["Timed", "words"], events  # type: ignore[index]
     else:
         assert len(audio[0]) > 1000 and all(e["type"] != "audio.chunk" for e in events)
+
+
+def test_every_websocket_ttfa_has_its_phase_breakdown(server: RunningServer) -> None:
+    """The utterance's TTFA is observed once, and so are the phases of its first sentence: the dashboard's breakdown
+    covers WebSocket traffic too, one observation per TTFA."""
+    ttfa_before = server.metric("speech_ttfa_seconds_count")
+    phases_before = server.metric("speech_ttfa_phase_seconds_count", phase="engine")
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        for _ in range(2):  # two utterances of two sentences
+            send(ws, {"type": "input.text", "text": "One sentence here. And another one."})
+            send(ws, {"type": "input.done"})
+            assert receive_utterance(ws)[0][-1]["type"] == "session.done"
+    assert server.metric("speech_ttfa_seconds_count") - ttfa_before == 2
+    assert server.metric("speech_ttfa_phase_seconds_count", phase="engine") - phases_before == 2
