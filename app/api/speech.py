@@ -192,7 +192,6 @@ class SpeechRun:
     summary: dict[str, object]
     stream_label: str  # the metrics' `stream` label: audio, sse or websocket
     observe_ttfa: bool = True  # a WebSocket utterance observes its TTFA once, not per sentence
-    observe_phases: bool = True  # ... and the phases of its first sentence, so that every TTFA has its breakdown
 
     async def open(
         self, job: SynthesisJob, output: OutputSpec, ticket: Ticket, on_first_audio: Callable[[], None] | None = None
@@ -231,9 +230,8 @@ class SpeechRun:
             timing.mark("first_byte", written)
             ttfa = written - started
             phases = timing.phases()
-            if self.observe_ttfa:
+            if self.observe_ttfa:  # a WebSocket utterance observes both itself, at its first bytes on the socket
                 metrics.TTFA.labels(output.response_format, self.stream_label).observe(ttfa)
-            if self.observe_phases:
                 for phase, seconds in phases.items():
                     metrics.TTFA_PHASE.labels(phase).observe(seconds)
             summary["ttfa_s"] = round(ttfa, 4)

@@ -113,6 +113,7 @@ class Sentence:
     text: str
     voice: Voice
     arrived: float  # perf_counter when the text that completed it arrived
+    timing: TtfaTimeline | None = None  # its milestones, once its synthesis has begun
 
 
 @dataclasses.dataclass(frozen=True)
@@ -533,8 +534,7 @@ class SpeechStreamSession:
                 async with self.send_lock:
                     await self.ws.send_bytes(item.data)
             if utterance.ttfa_s is None:  # from the arrival of the text that completed the first sentence
-                utterance.ttfa_s = time.perf_counter() - sentence.arrived
-                metrics.TTFA.labels(request.response_format, "websocket").observe(utterance.ttfa_s)
+                self.observe_ttfa(utterance, sentence, request.response_format)
             total += len(item.data)
             spoken_s = item.end_s
         if isinstance(item, SentenceEnd):
@@ -555,6 +555,17 @@ class SpeechStreamSession:
             }
         )
 
+    @staticmethod
+    def observe_ttfa(utterance: Utterance, sentence: Sentence, response_format: str) -> None:
+        """The utterance's TTFA, and its phases: those of the sentence that first spoke, up to its first bytes on the
+        socket (they add up to the TTFA, as a request's do over HTTP)."""
+        sent = time.perf_counter()
+        utterance.ttfa_s = sent - sentence.arrived
+        metrics.TTFA.labels(response_format, "websocket").observe(utterance.ttfa_s)
+        if sentence.timing is not None:
+            for phase, seconds in dataclasses.replace(sentence.timing, first_byte=sent).phases().items():
+                metrics.TTFA_PHASE.labels(phase).observe(seconds)
+
     async def synthesize(
         self, sentence: Sentence, produced: asyncio.Queue[object], after: asyncio.Task[None] | None
     ) -> None:
@@ -562,7 +573,7 @@ class SpeechStreamSession:
         the sentence), then its SentenceEnd (or an ApiError), into `produced`."""
         if after is not None:
             await asyncio.wait({after})
-        timing = TtfaTimeline(sentence.arrived)
+        timing = sentence.timing = TtfaTimeline(sentence.arrived)
         summary: dict[str, object] = {}
         try:
             if not self.engine.health().ready:
@@ -582,7 +593,6 @@ class SpeechStreamSession:
                 summary,
                 "websocket",
                 observe_ttfa=False,
-                observe_phases=sentence.index == 0,
             )
             audio = await run.open(job, output, ticket)
             async for item in audio.events():

@@ -372,10 +372,12 @@ def assert_word_timestamps_as_capable(server: RunningServer, config: dict[str, o
 
 
 def test_every_websocket_ttfa_has_its_phase_breakdown(server: RunningServer) -> None:
-    """The utterance's TTFA is observed once, and so are the phases of its first sentence: the dashboard's breakdown
-    covers WebSocket traffic too, one observation per TTFA."""
+    """The utterance's TTFA is observed once, and so are the phases of the sentence that first spoke, up to its first
+    bytes on the socket: the dashboard's breakdown covers WebSocket traffic too, and adds up to the TTFA."""
     ttfa_before = server.metric("speech_ttfa_seconds_count")
     phases_before = server.metric("speech_ttfa_phase_seconds_count", phase="engine")
+    ttfa_sum_before = server.metric("speech_ttfa_seconds_sum")
+    phases_sum_before = server.metric("speech_ttfa_phase_seconds_sum")
     with connect(ws_url(server)) as ws:
         send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
         for _ in range(2):  # two utterances of two sentences
@@ -384,3 +386,5 @@ def test_every_websocket_ttfa_has_its_phase_breakdown(server: RunningServer) -> 
             assert receive_utterance(ws)[0][-1]["type"] == "session.done"
     assert server.metric("speech_ttfa_seconds_count") - ttfa_before == 2
     assert server.metric("speech_ttfa_phase_seconds_count", phase="engine") - phases_before == 2
+    ttfa_s = server.metric("speech_ttfa_seconds_sum") - ttfa_sum_before
+    assert server.metric("speech_ttfa_phase_seconds_sum") - phases_sum_before == pytest.approx(ttfa_s, rel=1e-6)
