@@ -270,8 +270,10 @@ class SpeechStreamSession:
                     task.cancel()
                     with contextlib.suppress(BaseException):
                         await task
-            for key in list(self.open_utterances):
+            for key, utterance in list(self.open_utterances.items()):
                 self.lifecycle.untrack(self.utterance_key(key))
+                if utterance.sentences or utterance.chars:  # cut short: by the client leaving, or the session ending
+                    self.log_utterance(utterance, "client_gone" if code == -1 else "stopped")
             if code != -1 and self.ws.application_state == WebSocketState.CONNECTED:
                 with contextlib.suppress(Exception):
                     await self.ws.close(code)
@@ -513,47 +515,51 @@ class SpeechStreamSession:
         total = 0
         spoken_s = 0.0
         words: list[WordTiming] = []
-        failed = False
-        while not isinstance(item := await produced.get(), SentenceEnd):
-            if isinstance(item, ApiError):
-                failed = True
-                utterance.errors.append(item.code or "error")
-                await self.send(websocket_error_message(item))
-                if item.status == 429:
-                    raise SessionClosed(CLOSE_TRY_AGAIN)
-                if item.code == "server_shutting_down":
-                    raise SessionClosed(CLOSE_GOING_AWAY)
-                break
-            if isinstance(item, list):
-                words.extend(item)
-                continue
-            assert isinstance(item, EncodedPiece)
-            if frames is not None:
-                await self.send(frames.frame(item.data, spoken_s, item.end_s, None))
-            else:
-                async with self.send_lock:
-                    await self.ws.send_bytes(item.data)
-            if utterance.ttfa_s is None:  # from the arrival of the text that completed the first sentence
-                self.observe_ttfa(utterance, sentence, request.response_format)
-            total += len(item.data)
-            spoken_s = item.end_s
-        if isinstance(item, SentenceEnd):
-            spoken_s = item.duration_s
-            if frames is not None:  # vllm-omni's trailing frame: no audio, the whole sentence's words
-                trailer = frames.frame(b"", 0.0, spoken_s, words)
-                await self.send({**trailer, "utterance_offset_ms": round(utterance.audio_s * 1000)})
-        utterance.sentences += 1
-        utterance.audio_bytes += total
-        utterance.audio_s += spoken_s
-        await self.send(
-            {
+        ended = False  # the sentence's audio came to its end (not an error, nor the session stopping)
+        try:
+            while not isinstance(item := await produced.get(), SentenceEnd):
+                if isinstance(item, ApiError):
+                    utterance.errors.append(item.code or "error")
+                    await self.send(websocket_error_message(item))
+                    if item.status == 429:
+                        raise SessionClosed(CLOSE_TRY_AGAIN)
+                    if item.code == "server_shutting_down":
+                        raise SessionClosed(CLOSE_GOING_AWAY)
+                    break
+                if isinstance(item, list):
+                    words.extend(item)
+                    continue
+                assert isinstance(item, EncodedPiece)
+                if frames is not None:
+                    await self.send(frames.frame(item.data, spoken_s, item.end_s, None))
+                else:
+                    async with self.send_lock:
+                        await self.ws.send_bytes(item.data)
+                if utterance.ttfa_s is None:  # from the arrival of the text that completed the first sentence
+                    self.observe_ttfa(utterance, sentence, request.response_format)
+                total += len(item.data)
+                spoken_s = item.end_s
+            if isinstance(item, SentenceEnd):
+                ended = True
+                spoken_s = item.duration_s
+                if frames is not None:  # vllm-omni's trailing frame: no audio, the whole sentence's words
+                    trailer = frames.frame(b"", 0.0, spoken_s, words)
+                    await self.send({**trailer, "utterance_offset_ms": round(utterance.audio_s * 1000)})
+        finally:
+            # every audio.start gets its audio.done, as from vllm-omni: after an error, and when the session is
+            # stopped mid-sentence (a drain out of time), with `error` set; not to a client that has gone
+            utterance.sentences += 1
+            utterance.audio_bytes += total
+            utterance.audio_s += spoken_s
+            done = {
                 "type": "audio.done",
                 "utterance_index": sentence.utterance,
                 "sentence_index": sentence.index,
                 "total_bytes": total,
-                "error": failed,
+                "error": not ended,
             }
-        )
+            with contextlib.suppress(Exception):
+                await self.send(done)
 
     @staticmethod
     def observe_ttfa(utterance: Utterance, sentence: Sentence, response_format: str) -> None:
@@ -604,16 +610,14 @@ class SpeechStreamSession:
             log.exception("sentence synthesis failed", extra={"request_id": self.session_id})
             produced.put_nowait(internal_error(self.session_id))
 
-    async def end_utterance(self, end: UtteranceEnd) -> None:
-        utterance = self.open_utterances.pop(end.utterance)
-        self.lifecycle.untrack(self.utterance_key(end.utterance))
-        await self.send({"type": "session.done", "utterance_index": end.utterance, "total_sentences": end.sentences})
+    def log_utterance(self, utterance: Utterance, outcome: str) -> None:
+        """One log line per utterance, however it ends."""
         log.info(
             "speech utterance",
             extra={
                 "request_id": self.session_id,
                 "transport": "websocket",
-                "utterance": end.utterance,
+                "utterance": utterance.index,
                 "chars": utterance.chars,
                 "sentences": utterance.sentences,
                 "audio_bytes": utterance.audio_bytes,
@@ -621,9 +625,15 @@ class SpeechStreamSession:
                 "ttfa_s": None if utterance.ttfa_s is None else round(utterance.ttfa_s, 4),
                 "e2e_s": round(time.perf_counter() - utterance.started, 4),
                 "errors": utterance.errors,
-                "outcome": "completed" if not utterance.errors else "error",
+                "outcome": outcome,
             },
         )
+
+    async def end_utterance(self, end: UtteranceEnd) -> None:
+        utterance = self.open_utterances.pop(end.utterance)
+        self.lifecycle.untrack(self.utterance_key(end.utterance))
+        await self.send({"type": "session.done", "utterance_index": end.utterance, "total_sentences": end.sentences})
+        self.log_utterance(utterance, "completed" if not utterance.errors else "error")
         if not self.open_utterances:
             self.quiet_since = time.perf_counter()
             self.all_spoken.set()
