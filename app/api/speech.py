@@ -178,6 +178,13 @@ async def admitted(gate: AdmissionGate, lifecycle: Lifecycle, timing: TtfaTimeli
     return ticket
 
 
+def observe_ttfa(response_format: str, stream: str, ttfa_s: float, phases: dict[str, float]) -> None:
+    """One TTFA and its phases (which add up to it), as the metrics count them for every transport."""
+    metrics.TTFA.labels(response_format, stream).observe(ttfa_s)
+    for phase, seconds in phases.items():
+        metrics.TTFA_PHASE.labels(phase).observe(seconds)
+
+
 @dataclasses.dataclass
 class SpeechRun:
     """One synthesis from admission to its last byte, with the accounting both transports share: TTFA, E2E, RTF,
@@ -231,9 +238,7 @@ class SpeechRun:
             ttfa = written - started
             phases = timing.phases()
             if self.observe_ttfa:  # a WebSocket utterance observes both itself, at its first bytes on the socket
-                metrics.TTFA.labels(output.response_format, self.stream_label).observe(ttfa)
-                for phase, seconds in phases.items():
-                    metrics.TTFA_PHASE.labels(phase).observe(seconds)
+                observe_ttfa(output.response_format, self.stream_label, ttfa, phases)
             summary["ttfa_s"] = round(ttfa, 4)
             summary["ttfa_phases_s"] = {phase: round(seconds, 4) for phase, seconds in phases.items()}
             if on_first_audio is not None:

@@ -43,7 +43,7 @@ from app.api.dependencies import served_models
 from app.api.errors import ApiError, internal_error, invalid_param, validation_error, websocket_error_message
 from app.api.job_builder import build_job
 from app.api.schemas import SpeechRequest
-from app.api.speech import SpeechRun, admitted, engine_unavailable, resolve_voice, shutting_down
+from app.api.speech import SpeechRun, admitted, engine_unavailable, observe_ttfa, resolve_voice, shutting_down
 from app.engines.base import ReferenceAudio, SpeechEngine, WordTiming
 from app.lifecycle import Lifecycle
 from app.settings import Settings
@@ -536,7 +536,7 @@ class SpeechStreamSession:
                     async with self.send_lock:
                         await self.ws.send_bytes(item.data)
                 if utterance.ttfa_s is None:  # from the arrival of the text that completed the first sentence
-                    self.observe_ttfa(utterance, sentence, request.response_format)
+                    self.observe_first_audio(utterance, sentence, request.response_format)
                 total += len(item.data)
                 spoken_s = item.end_s
             if isinstance(item, SentenceEnd):
@@ -562,15 +562,13 @@ class SpeechStreamSession:
                 await self.send(done)
 
     @staticmethod
-    def observe_ttfa(utterance: Utterance, sentence: Sentence, response_format: str) -> None:
+    def observe_first_audio(utterance: Utterance, sentence: Sentence, response_format: str) -> None:
         """The utterance's TTFA, and its phases: those of the sentence that first spoke, up to its first bytes on the
         socket (they add up to the TTFA, as a request's do over HTTP)."""
         sent = time.perf_counter()
         utterance.ttfa_s = sent - sentence.arrived
-        metrics.TTFA.labels(response_format, "websocket").observe(utterance.ttfa_s)
-        if sentence.timing is not None:
-            for phase, seconds in dataclasses.replace(sentence.timing, first_byte=sent).phases().items():
-                metrics.TTFA_PHASE.labels(phase).observe(seconds)
+        phases = {} if sentence.timing is None else dataclasses.replace(sentence.timing, first_byte=sent).phases()
+        observe_ttfa(response_format, "websocket", utterance.ttfa_s, phases)
 
     async def synthesize(
         self, sentence: Sentence, produced: asyncio.Queue[object], after: asyncio.Task[None] | None
