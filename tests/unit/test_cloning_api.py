@@ -14,7 +14,6 @@ import pytest
 import trustme
 
 from app.server import create_app
-from app.tools.qwen3_tts_model_dir import write_model_dir
 from tests.fakes.vllm_omni_0_26 import FakeAsyncOmni
 from tests.support.wav import tone_wav
 from tests.unit.test_omni_engine import make_engine
@@ -28,11 +27,6 @@ def clip(seconds: float, amplitude: float = 0.3) -> bytes:
 
 
 CLIP = clip(2.0)
-
-
-@pytest.fixture(scope="module")
-def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_model_dir(tmp_path_factory.mktemp("base"), "base")
 
 
 class ClipHandler(Handler):

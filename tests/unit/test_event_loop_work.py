@@ -18,7 +18,6 @@ import httpx
 import pytest
 
 from app.server import create_app
-from app.tools.qwen3_tts_model_dir import write_model_dir
 from tests.fakes.vllm_omni_0_26 import (
     SAMPLES_PER_FRAME,
     FakeAsyncOmni,
@@ -29,16 +28,6 @@ from tests.fakes.vllm_omni_0_26 import (
 )
 from tests.support.wav import tone_wav
 from tests.unit.test_omni_engine import make_engine
-
-
-@pytest.fixture(scope="module")
-def custom_voice_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_model_dir(tmp_path_factory.mktemp("cv"), "custom_voice")
-
-
-@pytest.fixture(scope="module")
-def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_model_dir(tmp_path_factory.mktemp("base"), "base")
 
 
 def describe(fn: object) -> str:

@@ -29,7 +29,6 @@ from app.engines.qwen3_tts import (
 from app.server import create_app
 from app.settings import Settings
 from app.timing import TtfaTimeline
-from app.tools.qwen3_tts_model_dir import write_model_dir
 from tests.fakes.vllm_omni_0_26 import (
     SAMPLES_PER_FRAME,
     FakeAsyncOmni,
@@ -40,16 +39,6 @@ from tests.fakes.vllm_omni_0_26 import (
     tokens_input,
     windows,
 )
-
-
-@pytest.fixture(scope="module")
-def custom_voice_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_model_dir(tmp_path_factory.mktemp("cv"), "custom_voice")
-
-
-@pytest.fixture(scope="module")
-def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_model_dir(tmp_path_factory.mktemp("base"), "base")
 
 
 def job(**changes: object) -> SynthesisJob:
