@@ -67,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--target",
         action="append",
         required=True,
-        help="server base URL (repeat for A/B runs); engine+http://HOST:PORT: a `python3 -m loadtest.engine_alone`",
+        help="server base URL (repeat for A/B runs); several replicas of one deployment as URL,URL,... (requests go to "
+        "them in turn, as a round-robin load balancer sends them); engine+http://HOST:PORT: a `python3 -m "
+        "loadtest.engine_alone`",
     )
     p.add_argument("--model", action="append", help="model per target, in --target order (default: discovered)")
     p.add_argument("--voice", action="append", help="voice per target, in --target order (default: discovered)")
@@ -174,9 +176,15 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
     extras = _per_target(args.extra_body, len(args.target), "extra-body")
     targets = []
     for i, given in enumerate(args.target):
-        url, engine = split_engine_url(given)
+        urls = [part for part in given.split(",") if part.strip()]
+        if not urls:
+            raise SystemExit(f"--target {given!r} names no URL")
+        url, engine = split_engine_url(urls[0])
+        if len(urls) > 1 and any(split_engine_url(u)[1] for u in urls):
+            raise SystemExit(f"--target {given!r}: an engine+ target has no replicas")
+        replicas = tuple(normalise_url(u) for u in urls[1:])
         extra = _json_object(extras[i])
-        targets.append(Target(i, normalise_url(url), models[i], voices[i], dict(headers), extra, engine))
+        targets.append(Target(i, normalise_url(url), models[i], voices[i], dict(headers), extra, engine, replicas))
     return targets
 
 
@@ -254,6 +262,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "index": t.index,
                 "label": t.label,
                 "url": t.url,
+                "replicas": list(t.replicas),
                 "engine": t.engine,
                 "model": t.model,
                 "voice": t.voice,

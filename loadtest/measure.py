@@ -138,7 +138,7 @@ async def measure(
         return RequestResult(target.index, text, status, False, code, error_message=message, **fields)
 
     try:
-        async with client.stream("POST", target.speech_url, json=body, headers=target.headers) as response:
+        async with client.stream("POST", target.next_speech_url(), json=body, headers=target.headers) as response:
             if response.status_code != 200:
                 payload = await response.aread()
                 code, message = _error(payload)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,20 +19,32 @@ class Target:
     headers: dict[str, str] = field(default_factory=dict)
     extra_body: dict[str, Any] = field(default_factory=dict)
     engine: bool = False  # an engine_alone control endpoint (engine+http://...), not a speech server
+    # Further replicas of the same deployment (two pods behind one Service, two servers sharing a GPU): requests go
+    # to url and these in turn, as a round-robin load balancer would send them; discovery asks url only.
+    replicas: tuple[str, ...] = ()
+    _turn: itertools.cycle[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
-    def speech_url(self) -> str:
-        return f"{self.url}/v1/audio/speech"
+    def urls(self) -> tuple[str, ...]:
+        return (self.url, *self.replicas)
 
-    @property
-    def stream_url(self) -> str:
+    def next_url(self) -> str:
+        """The base URL the next request goes to: the replicas in turn."""
+        if self._turn is None:
+            self._turn = itertools.cycle(self.urls)
+        return next(self._turn)
+
+    def next_speech_url(self) -> str:
+        return f"{self.next_url()}/v1/audio/speech"
+
+    def next_stream_url(self) -> str:
         """WS /v1/audio/speech/stream (wss:// for an https:// server)."""
-        return re.sub(r"^http", "ws", self.url) + "/v1/audio/speech/stream"
+        return re.sub(r"^http", "ws", self.next_url()) + "/v1/audio/speech/stream"
 
     @property
     def label(self) -> str:
         letter = chr(ord("A") + self.index) if self.index < 26 else self.index
-        return f"{letter}: {'engine+' if self.engine else ''}{self.url}"
+        return f"{letter}: {'engine+' if self.engine else ''}{' + '.join(self.urls)}"
 
 
 def normalise_url(url: str) -> str:

@@ -263,7 +263,7 @@ async def measure_utterance(
     config |= {"response_format": response_format, **target.extra_body}
     try:
         async with asyncio.timeout(timeout_s):
-            async with connect(target.stream_url, additional_headers=target.headers, max_size=None) as ws:
+            async with connect(target.next_stream_url(), additional_headers=target.headers, max_size=None) as ws:
                 status, connect_s = UPGRADED, time.perf_counter() - started
                 received, sent_at, text_done = await _converse(
                     ws, config, text_tokens, started, text_rate, response_format == "wav"

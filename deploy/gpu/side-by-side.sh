@@ -24,6 +24,14 @@
 #                                   `service-b` is a second instance of this service (SERVICE_B_PORT=8003) on profile
 #                                   B: the same copy with B_PROFILE_SET's overrides on top (a lever A/B, interleaved)
 #   B_PROFILE_SET=""                profile B's extra overrides, ';'-separated like PROFILE_SET
+#                                   `replicas` is not a server but `service` and `service-b` as one target, requests
+#                                   sent to them in turn (two replicas on one GPU behind a round-robin balancer); list
+#                                   it after both, e.g. TARGETS="service service-b vllm-omni replicas"
+#   SWEEP_TARGETS=$TARGETS          the targets a sweep drives (e.g. "service replicas vllm-omni": service-b is then
+#                                   idle except as a replica)
+#   MPS=0                           1: run every server under CUDA MPS (`nvidia-cuda-mps-control -d` before the first
+#                                   start, checked with one CUDA context; `stop` quits it), so that the kernels of
+#                                   servers sharing the GPU run side by side rather than time-sliced
 #   OMNI_ON=a                       the profile vllm-omni's server runs: a (the shared one) or b
 #   NAME=qwen3-tts  VOICE=vivian    model id and voice for every target
 #   CONCURRENCY=1,8,16,32,64  RATES=8,14  REQUESTS=64  WARMUP=8  DURATION=30  ROUNDS=2   the sweep
@@ -43,6 +51,8 @@ MEMORY=${MEMORY:-0.14}
 FRAMES=${FRAMES:-100}
 PROFILE_SET=${PROFILE_SET:-}
 TARGETS=${TARGETS:-service vllm-omni alone}
+SWEEP_TARGETS=${SWEEP_TARGETS:-$TARGETS}
+MPS=${MPS:-0}
 SERVICE_PORT=${SERVICE_PORT:-8000}
 OMNI_PORT=${OMNI_PORT:-8001}
 ALONE_PORT=${ALONE_PORT:-8002}
@@ -91,7 +101,14 @@ pidfile_of() {
   esac
 }
 ready_path_of() { case $1 in vllm-omni) echo /health ;; *) echo /ready ;; esac; }
-url_of() { case $1 in alone) echo "engine+http://127.0.0.1:$ALONE_PORT" ;; *) echo "http://127.0.0.1:$(port_of "$1")" ;; esac; }
+url_of() {
+  case $1 in
+    alone) echo "engine+http://127.0.0.1:$ALONE_PORT" ;;
+    replicas) echo "http://127.0.0.1:$SERVICE_PORT,http://127.0.0.1:$SERVICE_B_PORT" ;;
+    *) echo "http://127.0.0.1:$(port_of "$1")" ;;
+  esac
+}
+servers() { local t; for t in $TARGETS; do [ "$t" = replicas ] || echo "$t"; done; }  # what runs as a process
 log_of() { echo "$LOGS/$1.log"; }
 
 running() {  # $1 target: its recorded process is alive
@@ -101,6 +118,7 @@ running() {  # $1 target: its recorded process is alive
 }
 
 is_ready() {  # $1 target: it answers its readiness path with 200 (python: no curl needed)
+  [ "$1" = replicas ] && { is_ready service && is_ready service-b; return; }
   "$PYTHON" - "http://127.0.0.1:$(port_of "$1")$(ready_path_of "$1")" <<'PY' >/dev/null 2>&1
 import sys, urllib.request
 sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=3).status == 200 else 1)
@@ -181,10 +199,25 @@ wait_for() {  # $1 target, $2 "kv" (its talker sized its KV cache) or "ready"; u
   done
 }
 
+mps_start() {  # the MPS control daemon, before any CUDA context; proven by one context through it
+  command -v nvidia-cuda-mps-control >/dev/null || { log "MPS=1 but nvidia-cuda-mps-control is not installed"; return 1; }
+  if ! pgrep -x nvidia-cuda-mps-control >/dev/null; then
+    setsid nvidia-cuda-mps-control -d || { log "nvidia-cuda-mps-control -d failed"; return 1; }
+    echo "$(date -u +%FT%TZ) nvidia-cuda-mps-control -d" >>"$OUT/commands.txt"
+  fi
+  if ! "$PYTHON" -c 'import torch; torch.zeros(1, device="cuda"); torch.cuda.synchronize()' >>"$LOGS/mps.log" 2>&1; then
+    log "no CUDA context through MPS (see $LOGS/mps.log): quitting the daemon"
+    echo quit | nvidia-cuda-mps-control
+    return 1
+  fi
+  log "MPS: $(echo get_server_list | nvidia-cuda-mps-control 2>&1 | head -1 | sed 's/^/server /')"
+}
+
 cmd_start() {
   prepare || { log "could not prepare the model directory and profile"; return 1; }
+  if [ "$MPS" = 1 ]; then mps_start || return 1; fi
   local deadline=$(( $(date +%s) + START_WAIT_S )) target rc
-  for target in $TARGETS; do
+  for target in $(servers); do
     if running "$target"; then
       log "$target: already running (pid $(cat "$(pidfile_of "$target")"))"
     else
@@ -197,7 +230,7 @@ cmd_start() {
     [ $rc -eq 2 ] && return 2
     [ $rc -eq 1 ] && { log "still starting after $START_WAIT_S s: run '$0 start' again to go on waiting"; return 3; }
   done
-  for target in $TARGETS; do
+  for target in $(servers); do
     wait_for "$target" ready "$deadline"; rc=$?
     [ $rc -eq 2 ] && return 2
     [ $rc -eq 1 ] && { log "$target not ready yet: run '$0 start' again to go on waiting"; return 3; }
@@ -209,7 +242,7 @@ cmd_start() {
 loadtest() {  # $1 out folder name, then speech-loadtest's level arguments
   local name=$1 args=() target
   shift
-  for target in $TARGETS; do
+  for target in $SWEEP_TARGETS; do
     is_ready "$target" || { log "$target is not ready: run '$0 start' first"; return 1; }
     args+=(--target "$(url_of "$target")")
   done
@@ -236,7 +269,7 @@ cmd_sweep_open() { loadtest open --rate "$RATES" --duration "$DURATION" --reques
 
 cmd_status() {
   local target
-  for target in $TARGETS; do
+  for target in $(servers); do
     if is_ready "$target"; then echo "$target: ready on port $(port_of "$target")"
     elif running "$target"; then echo "$target: starting (log $(log_of "$target"))"
     else echo "$target: not running"; fi
@@ -246,10 +279,13 @@ cmd_status() {
 cmd_stop() {
   local target
   mkdir -p "$OUT/logs"
-  for target in $TARGETS; do
+  for target in $(servers); do
     PIDFILE=$(pidfile_of "$target") deploy/gpu/stop-server.sh "$(port_of "$target")"
     [ -f "$(log_of "$target")" ] && tail -c 20000000 "$(log_of "$target")" >"$OUT/logs/$target.log"
   done
+  if [ "$MPS" = 1 ] && pgrep -x nvidia-cuda-mps-control >/dev/null; then
+    echo quit | nvidia-cuda-mps-control && log "MPS daemon quit"
+  fi
   gpu_snapshot "stopped"
 }
 

@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
-from loadtest.cli import KEEPALIVE_EXPIRY_S, http_client
+from loadtest.cli import KEEPALIVE_EXPIRY_S, build_targets, http_client, parse_args
 from loadtest.measure import measure, wav_payload_offset
 from loadtest.stats import ratio, summarize
 from loadtest.targets import Target, normalise_url, parse_header
@@ -357,3 +357,30 @@ async def test_a_connection_idle_near_the_servers_keep_alive_is_not_reused() -> 
     assert first.ok, first
     assert second.ok, second  # with httpx's default 5 s expiry: ReadError (connection reset by peer)
     assert connections == 2
+
+
+async def test_replicas_of_one_target_take_the_requests_in_turn(serve) -> None:
+    """A target given as two replicas (two servers behind one load balancer): its requests alternate between them,
+    and each reply is measured as the target's."""
+    served: list[str] = []
+
+    def replica(name: str) -> Handler:
+        async def handler(writer: asyncio.StreamWriter) -> None:
+            served.append(name)
+            await respond(writer, "200 OK", "audio/pcm")
+            await send_chunk(writer, pcm(0.1))
+            await send_chunk(writer, b"")
+
+        return handler
+
+    first, second = await serve(replica("first")), await serve(replica("second"))
+    args = parse_args(["--target", f"{first},{second}/v1/audio/speech", "--target", first])
+    both, alone = build_targets(args)
+    assert both.urls == (first, second) and alone.urls == (first,)
+    assert both.label == f"A: {first} + {second}"
+    async with httpx.AsyncClient() as client:
+        results = [await measure(client, both, "text", "pcm", "audio", keep_audio=False) for _ in range(4)]
+    assert all(r.ok and r.target == 0 for r in results), results
+    assert served == ["first", "second", "first", "second"]
+    with pytest.raises(SystemExit):  # the engine baseline is one process: nothing to balance
+        build_targets(parse_args(["--target", f"engine+{first},{second}"]))

@@ -224,5 +224,5 @@ def test_ws_refuses_what_it_cannot_do(argv: list[str], capsys: pytest.CaptureFix
 
 
 def test_the_stream_url_follows_the_scheme() -> None:
-    assert Target(0, "http://a:8000").stream_url == "ws://a:8000/v1/audio/speech/stream"
-    assert Target(0, "https://a").stream_url == "wss://a/v1/audio/speech/stream"
+    assert Target(0, "http://a:8000").next_stream_url() == "ws://a:8000/v1/audio/speech/stream"
+    assert Target(0, "https://a").next_stream_url() == "wss://a/v1/audio/speech/stream"
