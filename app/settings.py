@@ -138,6 +138,13 @@ class Settings(BaseSettings):
         description="Omni engine: code2wav (stage 1) scheduler class by dotted path; empty = vllm-omni's own. "
         "A scheduler_cls for stage 1 in SPEECH_STAGE_OVERRIDES wins.",
     )
+    omni_cuda_mps: bool = Field(
+        False,
+        description="Omni engine: run its stage processes (talker, codec decoder) as clients of a CUDA MPS daemon "
+        "this server starts, so that their kernels share the GPU side by side instead of time-sliced; needs "
+        "nvidia-cuda-mps-control (the NVIDIA driver's utilities). Under an MPS daemon set by CUDA_MPS_PIPE_DIRECTORY "
+        "(a GPU shared through the device plugin's MPS), that one serves.",
+    )
     omni_fixed_length: bool = Field(
         False, description="Omni engine, benchmarks on random weights only: generate exactly max_new_tokens."
     )

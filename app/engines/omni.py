@@ -28,6 +28,7 @@ from app.engines.base import (
     TaskType,
     VoiceInfo,
 )
+from app.engines.cuda_mps import CudaMpsDaemon
 from app.engines.qwen3_tts import (
     AudioOutputReader,
     FrameGuard,
@@ -88,6 +89,7 @@ class OmniEngine:
                 extra={"max_num_seqs": self._talker_batch, "max_cudagraph_capture_size": graph_cap},
             )
         self._windows = codec_windows(settings.deploy_config)
+        self._mps = CudaMpsDaemon() if settings.omni_cuda_mps else None
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -102,6 +104,8 @@ class OmniEngine:
         self._detail = "starting vllm-omni (a cold start compiles and captures CUDA graphs: minutes)"
         log.info("omni engine starting", extra={"model": self._model.path, "variant": self._model.variant})
         try:
+            if self._mps is not None:
+                await asyncio.to_thread(self._mps.start)  # before the stage processes exist: they inherit it
             self._omni = await asyncio.to_thread(self._factory, **self._engine_kwargs())
             if self._helpers is None:
                 self._helpers = await asyncio.to_thread(load_prompt_helpers, self._omni, self._model.path)
@@ -168,6 +172,8 @@ class OmniEngine:
         self._detail = "closed"
         if self._omni is not None:
             await asyncio.to_thread(self._omni.shutdown)
+        if self._mps is not None:
+            await asyncio.to_thread(self._mps.stop)  # its clients, the stage processes, are gone
         self._prompt_executor.shutdown(wait=False, cancel_futures=True)
 
     def health(self) -> EngineHealth:

@@ -199,9 +199,12 @@ wait_for() {  # $1 target, $2 "kv" (its talker sized its KV cache) or "ready"; u
   done
 }
 
+# the daemon answers on its control pipe (pgrep cannot tell: the name is longer than the 15 characters it matches)
+mps_running() { echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1; }
+
 mps_start() {  # the MPS control daemon, before any CUDA context; proven by one context through it
   command -v nvidia-cuda-mps-control >/dev/null || { log "MPS=1 but nvidia-cuda-mps-control is not installed"; return 1; }
-  if ! pgrep -x nvidia-cuda-mps-control >/dev/null; then
+  if ! mps_running; then
     setsid nvidia-cuda-mps-control -d || { log "nvidia-cuda-mps-control -d failed"; return 1; }
     echo "$(date -u +%FT%TZ) nvidia-cuda-mps-control -d" >>"$OUT/commands.txt"
   fi
@@ -283,7 +286,7 @@ cmd_stop() {
     PIDFILE=$(pidfile_of "$target") deploy/gpu/stop-server.sh "$(port_of "$target")"
     [ -f "$(log_of "$target")" ] && tail -c 20000000 "$(log_of "$target")" >"$OUT/logs/$target.log"
   done
-  if [ "$MPS" = 1 ] && pgrep -x nvidia-cuda-mps-control >/dev/null; then
+  if [ "$MPS" = 1 ] && mps_running; then
     echo quit | nvidia-cuda-mps-control && log "MPS daemon quit"
   fi
   gpu_snapshot "stopped"
