@@ -28,10 +28,18 @@ class CudaMpsError(RuntimeError):
 
 
 class CudaMpsDaemon:
-    def __init__(self, control: str = CONTROL, root: str | None = None, answer_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        control: str = CONTROL,
+        root: str | None = None,
+        answer_timeout_s: float = 10.0,
+        quit_timeout_s: float = 30.0,
+    ) -> None:
         self._control = control
         self._root = root  # where the private directory goes (default: the temporary directory)
         self._answer_timeout_s = answer_timeout_s
+        # `quit` returns only once the MPS server has gone: on an H100, 10 s after vllm-omni's last stage had stopped
+        self._quit_timeout_s = quit_timeout_s
         self._binary: str | None = None
         self._directory: str | None = None
         self._environment: dict[str, str] = {}
@@ -80,7 +88,7 @@ class CudaMpsDaemon:
         deadline = time.monotonic() + self._answer_timeout_s
         while not self._answers(env):
             if time.monotonic() >= deadline:
-                self._send("quit", env)
+                self._send("quit", env, self._quit_timeout_s)
                 self._remove_directory()
                 raise CudaMpsError(f"the MPS control daemon did not answer within {self._answer_timeout_s:g} s")
             time.sleep(0.1)
@@ -93,9 +101,11 @@ class CudaMpsDaemon:
         if not self._environment:
             return
         env = os.environ | self._environment
-        quit_ = self._send("quit", env)
-        if quit_ is None or quit_.returncode != 0:
-            log.warning("the MPS control daemon did not take quit", extra={"detail": quit_ and quit_.stderr})
+        quit_ = self._send("quit", env, self._quit_timeout_s)
+        if quit_ is None:
+            log.warning("the MPS control daemon did not finish quitting", extra={"timeout_s": self._quit_timeout_s})
+        elif quit_.returncode != 0:
+            log.warning("the MPS control daemon refused quit", extra={"detail": (quit_.stderr or quit_.stdout).strip()})
         for key, value in self._environment.items():
             if os.environ.get(key) == value:
                 del os.environ[key]
@@ -106,12 +116,15 @@ class CudaMpsDaemon:
         answer = self._send("get_server_list", env)
         return answer is not None and answer.returncode == 0
 
-    def _send(self, command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str] | None:
+    def _send(
+        self, command: str, env: dict[str, str], timeout_s: float = 10.0
+    ) -> subprocess.CompletedProcess[str] | None:
         assert self._binary is not None
         try:
             return subprocess.run(
-                [self._binary], input=command + "\n", env=env, capture_output=True, text=True, timeout=10, check=False
-            )
+                [self._binary], input=command + "\n", env=env, capture_output=True, text=True, timeout=timeout_s,
+                check=False,
+            )  # fmt: skip
         except subprocess.TimeoutExpired:
             return None
 

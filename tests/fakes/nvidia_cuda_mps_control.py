@@ -13,9 +13,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 FAIL_VARIABLE = "FAKE_MPS_CONTROL_FAIL"  # set: `-d` fails as when another daemon holds the pipe directory
+QUIT_DELAY_VARIABLE = "FAKE_MPS_QUIT_DELAY_S"  # `quit` returns once the MPS server has gone: so many seconds
 
 
 def install(directory: Path) -> Path:
@@ -63,6 +65,7 @@ def main(argv: list[str]) -> int:
         return 1
     for command in sys.stdin.read().split("\n"):
         if command.strip() == "quit":
+            time.sleep(float(os.environ.get(QUIT_DELAY_VARIABLE) or 0))
             os.kill(pid, signal.SIGTERM)
             (_pipe_directory() / "control").unlink(missing_ok=True)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from app.engines.cuda_mps import LOG_VARIABLE, PIPE_VARIABLE, CudaMpsDaemon
 from app.engines.omni import OmniEngine
 from app.settings import Settings
-from tests.fakes.nvidia_cuda_mps_control import FAIL_VARIABLE, install
+from tests.fakes.nvidia_cuda_mps_control import FAIL_VARIABLE, QUIT_DELAY_VARIABLE, install
 from tests.fakes.vllm_omni_0_26 import (
     FakeAsyncOmni,
     WordTokenizer,
@@ -117,3 +118,22 @@ def test_an_operators_daemon_is_used_not_doubled(
         assert daemon_answers(theirs)  # not ours to stop
     finally:
         subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, check=False)
+
+
+def test_stop_waits_for_a_quit_that_takes_its_time(
+    control: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The real `quit` returns only once the MPS server has gone (10 s on an H100): not a failure."""
+    monkeypatch.setenv(QUIT_DELAY_VARIABLE, "0.6")
+    patient = CudaMpsDaemon(quit_timeout_s=5)
+    patient.start()
+    pipe = patient.environment[PIPE_VARIABLE]
+    patient.stop()
+    assert not daemon_answers(pipe)
+    assert "did not finish quitting" not in caplog.text
+    hasty = CudaMpsDaemon(quit_timeout_s=0.2)
+    hasty.start()
+    left = int((Path(hasty.environment[PIPE_VARIABLE]) / "control").read_text())  # the stand-in daemon's pid
+    hasty.stop()
+    assert "the MPS control daemon did not finish quitting" in caplog.text
+    os.kill(left, signal.SIGTERM)  # what the quit cut short would have done
