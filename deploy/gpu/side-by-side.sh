@@ -24,6 +24,8 @@
 #                                   `service-b` is a second instance of this service (SERVICE_B_PORT=8003) on profile
 #                                   B: the same copy with B_PROFILE_SET's overrides on top (a lever A/B, interleaved)
 #   B_PROFILE_SET=""                profile B's extra overrides, ';'-separated like PROFILE_SET
+#   SERVICE_ENV="" SERVICE_B_ENV="" more settings for `service` / `service-b`, as NAME=value words, e.g.
+#                                   SERVICE_B_ENV="SPEECH_OMNI_CUDA_MPS=true" (a lever that is a setting, not a profile)
 #                                   `replicas` is not a server but `service` and `service-b` as one target, requests
 #                                   sent to them in turn (two replicas on one GPU behind a round-robin balancer); list
 #                                   it after both, e.g. TARGETS="service service-b vllm-omni replicas"
@@ -52,6 +54,8 @@ FRAMES=${FRAMES:-100}
 PROFILE_SET=${PROFILE_SET:-}
 TARGETS=${TARGETS:-service vllm-omni alone}
 SWEEP_TARGETS=${SWEEP_TARGETS:-$TARGETS}
+SERVICE_ENV=${SERVICE_ENV:-}
+SERVICE_B_ENV=${SERVICE_B_ENV:-}
 MPS=${MPS:-0}
 SERVICE_PORT=${SERVICE_PORT:-8000}
 OMNI_PORT=${OMNI_PORT:-8001}
@@ -157,10 +161,12 @@ launch() {  # $1 target
   log=$(log_of "$1")
   case $1 in
     service | service-b)
-      local profile=$BENCH_PROFILE
-      [ "$1" = service-b ] && profile=$BENCH_PROFILE_B
+      local profile=$BENCH_PROFILE settings=$SERVICE_ENV
+      [ "$1" = service-b ] && profile=$BENCH_PROFILE_B settings=$SERVICE_B_ENV
+      echo "$(date -u +%FT%TZ) $1: profile $profile, settings: ${settings:-none}" >>"$OUT/commands.txt"
       # fixed length: every request runs to the profile's max_tokens (FRAMES + 1); warm-up requests to their own
-      PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON SPEECH_MODEL=$MODEL SPEECH_LOAD_FORMAT=dummy \
+      # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
+      env $settings PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON SPEECH_MODEL=$MODEL SPEECH_LOAD_FORMAT=dummy \
         SPEECH_DEPLOY_CONFIG=$profile SPEECH_OMNI_FIXED_LENGTH=true SPEECH_SERVED_MODEL_NAME=$NAME \
         SPEECH_COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-server.sh
       ;;
