@@ -3,8 +3,10 @@
 vllm-omni runs the talker and the codec decoder (code2wav) as separate processes on one GPU. Without MPS the GPU
 time-slices between processes: a talker step and a decoder step never run at the same time, though each alone leaves
 most of the GPU idle. Under MPS (NVIDIA's Multi-Process Service) both are clients of one MPS server and their kernels
-run side by side. The daemon is started with private pipe and log directories before vllm-omni spawns its stages,
-which inherit them through the environment, and is told to quit after the engine has shut down.
+run side by side. The daemon runs in the foreground as this server's child (`-f`), with private pipe and log
+directories, started before vllm-omni spawns its stages, which inherit them through the environment; after the engine
+has shut down it is told to quit, and killed if it has not within the time allowed, so that it never outlives the
+server holding GPU memory.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Mapping
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +47,11 @@ class CudaMpsDaemon:
         self._quit_timeout_s = quit_timeout_s
         self._binary: str | None = None
         self._directory: str | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._environment: dict[str, str] = {}
+        # start() runs in a worker thread that a shutdown cannot cancel: stop() waits for it, or makes it refuse
+        self._lock = threading.Lock()
+        self._stopped = False
 
     @property
     def environment(self) -> dict[str, str]:
@@ -50,21 +59,32 @@ class CudaMpsDaemon:
         operator's daemon serves)."""
         return dict(self._environment)
 
+    @property
+    def pid(self) -> int | None:
+        """The daemon's process id while it runs as this server's child."""
+        return self._process.pid if self._process is not None else None
+
     def start(self) -> None:
         """Start the daemon and point this process's environment at it; raise CudaMpsError if it cannot serve."""
-        binary = shutil.which(self._control)
-        if binary is None:
-            raise CudaMpsError(
-                f"SPEECH_OMNI_CUDA_MPS is on but {self._control} is not on PATH: it ships with the NVIDIA driver's "
-                "utilities (in a container, the NVIDIA runtime mounts it with the compute and utility capabilities)"
-            )
-        self._binary = binary
-        if os.environ.get(PIPE_VARIABLE):
-            # an operator's daemon (e.g. a GPU shared through the device plugin's MPS): use it, start none
-            if not self._answers(os.environ):
-                raise CudaMpsError(f"no MPS control daemon answers at {PIPE_VARIABLE}={os.environ[PIPE_VARIABLE]}")
-            log.info("omni engine under the MPS daemon given", extra={PIPE_VARIABLE: os.environ[PIPE_VARIABLE]})
-            return
+        with self._lock:
+            if self._stopped:
+                raise CudaMpsError("the server stopped before its MPS daemon had started")
+            binary = shutil.which(self._control)
+            if binary is None:
+                raise CudaMpsError(
+                    f"SPEECH_OMNI_CUDA_MPS is on but {self._control} is not on PATH: it ships with the NVIDIA driver's "
+                    "utilities (in a container, the NVIDIA runtime mounts it with the compute capability)"
+                )
+            self._binary = binary
+            if os.environ.get(PIPE_VARIABLE):
+                # an operator's daemon (e.g. a GPU shared through the device plugin's MPS): use it, start none
+                if not self._answers(os.environ):
+                    raise CudaMpsError(f"no MPS control daemon answers at {PIPE_VARIABLE}={os.environ[PIPE_VARIABLE]}")
+                log.info("omni engine under the MPS daemon given", extra={PIPE_VARIABLE: os.environ[PIPE_VARIABLE]})
+                return
+            self._start_own(binary)
+
+    def _start_own(self, binary: str) -> None:
         self._directory = tempfile.mkdtemp(prefix="speech-mps-", dir=self._root)
         environment = {
             PIPE_VARIABLE: os.path.join(self._directory, "pipe"),
@@ -73,57 +93,77 @@ class CudaMpsDaemon:
         for path in environment.values():
             os.makedirs(path)
         env = os.environ | environment
-        # the daemon's output goes to a file, not a pipe: a daemon holding a pipe open would keep run() waiting
-        output = os.path.join(environment[LOG_VARIABLE], "start.txt")
-        with open(output, "w") as sink:
-            started = subprocess.run(
-                [binary, "-d"], env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                timeout=30, check=False, start_new_session=True,
+        # output to a file, not a pipe that nobody reads; a session of its own, so that a signal meant for the
+        # server's process group (Ctrl-C, a supervisor) does not kill it before its clients are gone
+        output = os.path.join(environment[LOG_VARIABLE], "control-output.txt")
+        with open(output, "wb") as sink:
+            self._process = subprocess.Popen(
+                [binary, "-f"], env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+                start_new_session=True,
             )  # fmt: skip
-        if started.returncode != 0:
-            with open(output) as said:
-                detail = said.read().strip()
-            self._remove_directory()
-            raise CudaMpsError(f"{self._control} -d failed (exit {started.returncode}): {detail}")
         deadline = time.monotonic() + self._answer_timeout_s
-        while not self._answers(env):
-            if time.monotonic() >= deadline:
-                self._send("quit", env, self._quit_timeout_s)
+        while not self._answers(env, timeout_s=max(0.5, deadline - time.monotonic())):
+            exited = self._process.poll()
+            if exited is not None or time.monotonic() >= deadline:
+                with open(output, encoding="utf-8", errors="replace") as said:
+                    detail = said.read().strip()
+                self._kill()
                 self._remove_directory()
+                if exited is not None:
+                    raise CudaMpsError(f"{self._control} -f exited with {exited}: {detail}")
                 raise CudaMpsError(f"the MPS control daemon did not answer within {self._answer_timeout_s:g} s")
             time.sleep(0.1)
         self._environment = environment
         os.environ.update(environment)
-        log.info("omni engine under its own MPS daemon", extra=environment)
+        log.info("omni engine under its own MPS daemon", extra={"pid": self._process.pid, **environment})
 
     def stop(self) -> None:
-        """Tell the daemon (and its MPS server) to quit, once every client is gone; forget its environment."""
-        if not self._environment:
-            return
-        env = os.environ | self._environment
-        quit_ = self._send("quit", env, self._quit_timeout_s)
-        if quit_ is None:
-            log.warning("the MPS control daemon did not finish quitting", extra={"timeout_s": self._quit_timeout_s})
-        elif quit_.returncode != 0:
-            log.warning("the MPS control daemon refused quit", extra={"detail": (quit_.stderr or quit_.stdout).strip()})
-        for key, value in self._environment.items():
-            if os.environ.get(key) == value:
-                del os.environ[key]
-        self._environment = {}
-        self._remove_directory()
+        """Tell the daemon (and its MPS server) to quit, once every client is gone, and kill it if it has not quit
+        within the time allowed; forget its environment."""
+        with self._lock:
+            self._stopped = True
+            process = self._process
+            if process is None:
+                return
+            started = time.monotonic()
+            answer = self._send("quit", os.environ | self._environment, self._quit_timeout_s)
+            try:
+                process.wait(timeout=max(1.0, self._quit_timeout_s - (time.monotonic() - started)))
+            except subprocess.TimeoutExpired:
+                log.warning(
+                    "the MPS control daemon did not finish quitting: killed",
+                    extra={"timeout_s": self._quit_timeout_s, "answer": answer and answer.returncode},
+                )
+                self._kill()
+            self._process = None
+            for key, value in self._environment.items():
+                if os.environ.get(key) == value:
+                    del os.environ[key]
+            self._environment = {}
+            self._remove_directory()
 
-    def _answers(self, env: dict[str, str]) -> bool:
-        answer = self._send("get_server_list", env)
+    def _kill(self) -> None:
+        """The daemon and whatever it started in its session (the MPS server)."""
+        process = self._process
+        self._process = None
+        if process is None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+    def _answers(self, env: Mapping[str, str], timeout_s: float = 10.0) -> bool:
+        answer = self._send("get_server_list", env, timeout_s)
         return answer is not None and answer.returncode == 0
 
-    def _send(
-        self, command: str, env: dict[str, str], timeout_s: float = 10.0
-    ) -> subprocess.CompletedProcess[str] | None:
+    def _send(self, command: str, env: Mapping[str, str], timeout_s: float) -> subprocess.CompletedProcess[str] | None:
         assert self._binary is not None
         try:
             return subprocess.run(
-                [self._binary], input=command + "\n", env=env, capture_output=True, text=True, timeout=timeout_s,
-                check=False,
+                [self._binary], input=command + "\n", env=dict(env), capture_output=True, text=True,
+                timeout=timeout_s, check=False,
             )  # fmt: skip
         except subprocess.TimeoutExpired:
             return None

@@ -170,11 +170,13 @@ class OmniEngine:
     async def close(self) -> None:
         self._ready = False
         self._detail = "closed"
-        if self._omni is not None:
-            await asyncio.to_thread(self._omni.shutdown)
-        if self._mps is not None:
-            await asyncio.to_thread(self._mps.stop)  # its clients, the stage processes, are gone
-        self._prompt_executor.shutdown(wait=False, cancel_futures=True)
+        try:
+            if self._omni is not None:
+                await asyncio.to_thread(self._omni.shutdown)
+        finally:
+            if self._mps is not None:
+                await asyncio.to_thread(self._mps.stop)  # its clients, the stage processes, are gone (or dead)
+            self._prompt_executor.shutdown(wait=False, cancel_futures=True)
 
     def health(self) -> EngineHealth:
         if self._ready and self._omni is not None and getattr(self._omni, "errored", False):

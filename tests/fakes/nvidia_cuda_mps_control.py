@@ -1,9 +1,9 @@
 """A stand-in for `nvidia-cuda-mps-control` (NVIDIA driver 580) where no GPU driver exists, with the real one's
-command line: `-d` starts the control daemon in the background, found through CUDA_MPS_PIPE_DIRECTORY (default
-/tmp/nvidia-mps) and exits 0, or exits 1 with the real message when one already runs there; without arguments it
-reads commands from stdin (`get_server_list`, `quit`) and answers them, or exits 1 with "Cannot find MPS control
-daemon process" when no daemon runs. The daemon here is a sleeping process whose pid stands for the control pipe.
-The real one is exercised on the GPU machine (tests/gpu, deploy/gpu/side-by-side.sh MPS=1).
+command line: `-f` runs the control daemon in the foreground and `-d` in the background, found through
+CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps); either exits 1 with the real message when a daemon already runs
+there. Without arguments it reads commands from stdin (`get_server_list`, `quit`) and answers them, or exits 1 with
+"Cannot find MPS control daemon process" when no daemon runs; `quit` returns once the daemon has gone. A daemon's pid
+stands for the control pipe. The real program is exercised on the GPU machine.
 
 Install it on PATH as `nvidia-cuda-mps-control` with `install(directory)`."""
 
@@ -16,8 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-FAIL_VARIABLE = "FAKE_MPS_CONTROL_FAIL"  # set: `-d` fails as when another daemon holds the pipe directory
-QUIT_DELAY_VARIABLE = "FAKE_MPS_QUIT_DELAY_S"  # `quit` returns once the MPS server has gone: so many seconds
+FAIL_VARIABLE = "FAKE_MPS_CONTROL_FAIL"  # set: a daemon fails to start, as when another holds the pipe directory
+QUIT_DELAY_VARIABLE = "FAKE_MPS_QUIT_DELAY_S"  # a daemon takes so long to quit (the MPS server winding down)
+ANSWER_DELAY_VARIABLE = "FAKE_MPS_ANSWER_DELAY_S"  # a daemon answers only so long after it started
+PIDS_VARIABLE = "FAKE_MPS_PIDS"  # a file every daemon started appends its pid to (for the tests' cleanup)
 
 
 def install(directory: Path) -> Path:
@@ -28,6 +30,17 @@ def install(directory: Path) -> Path:
     return program
 
 
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped by its parent) is gone for every purpose here
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def _pipe_directory() -> Path:
     return Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps")
 
@@ -35,26 +48,51 @@ def _pipe_directory() -> Path:
 def _daemon_pid() -> int | None:
     try:
         pid = int((_pipe_directory() / "control").read_text())
-        os.kill(pid, 0)
     except (OSError, ValueError):
         return None
-    return pid
+    return pid if alive(pid) else None
+
+
+def _started(pid: int) -> None:
+    if os.environ.get(PIDS_VARIABLE):
+        with open(os.environ[PIDS_VARIABLE], "a") as pids:
+            pids.write(f"{pid}\n")
+    log = Path(os.environ.get("CUDA_MPS_LOG_DIRECTORY") or "/var/log/nvidia-mps")
+    log.mkdir(parents=True, exist_ok=True)
+    (log / "control.log").write_text("[fake] Starting control daemon using socket control\n")
+
+
+def _announce(pid: int) -> None:
+    time.sleep(float(os.environ.get(ANSWER_DELAY_VARIABLE) or 0))
+    _pipe_directory().mkdir(parents=True, exist_ok=True)
+    (_pipe_directory() / "control").write_text(str(pid))
+
+
+def _foreground() -> int:
+    def end(*_: object) -> None:
+        (_pipe_directory() / "control").unlink(missing_ok=True)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, end)
+    _started(os.getpid())
+    _announce(os.getpid())
+    while True:
+        time.sleep(1)
 
 
 def main(argv: list[str]) -> int:
-    if argv == ["-d"]:
+    if argv in (["-f"], ["-d"]):
         if os.environ.get(FAIL_VARIABLE) or _daemon_pid() is not None:
-            print("An instance of this daemon is already running")
+            print("An instance of this daemon is already running", flush=True)
             return 1
+        if argv == ["-f"]:
+            return _foreground()
         daemon = subprocess.Popen(
             [sys.executable, "-c", "import time; time.sleep(600)"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
-        _pipe_directory().mkdir(parents=True, exist_ok=True)
-        (_pipe_directory() / "control").write_text(str(daemon.pid))
-        log = Path(os.environ.get("CUDA_MPS_LOG_DIRECTORY") or "/var/log/nvidia-mps")
-        log.mkdir(parents=True, exist_ok=True)
-        (log / "control.log").write_text("[fake] Starting control daemon using socket control\n")
+        _started(daemon.pid)
+        _announce(daemon.pid)
         return 0
     if argv:
         print(f"unknown option {argv[0]}", file=sys.stderr)
@@ -67,7 +105,8 @@ def main(argv: list[str]) -> int:
         if command.strip() == "quit":
             time.sleep(float(os.environ.get(QUIT_DELAY_VARIABLE) or 0))
             os.kill(pid, signal.SIGTERM)
-            (_pipe_directory() / "control").unlink(missing_ok=True)
+            while alive(pid):
+                time.sleep(0.01)
     return 0
 
 

@@ -6,14 +6,24 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from app.engines.cuda_mps import LOG_VARIABLE, PIPE_VARIABLE, CudaMpsDaemon
+from app.engines.cuda_mps import LOG_VARIABLE, PIPE_VARIABLE, CudaMpsDaemon, CudaMpsError
 from app.engines.omni import OmniEngine
 from app.settings import Settings
-from tests.fakes.nvidia_cuda_mps_control import FAIL_VARIABLE, QUIT_DELAY_VARIABLE, install
+from tests.fakes.nvidia_cuda_mps_control import (
+    ANSWER_DELAY_VARIABLE,
+    FAIL_VARIABLE,
+    PIDS_VARIABLE,
+    QUIT_DELAY_VARIABLE,
+    alive,
+    install,
+)
 from tests.fakes.vllm_omni_0_26 import (
     FakeAsyncOmni,
     WordTokenizer,
@@ -24,24 +34,30 @@ from tests.fakes.vllm_omni_0_26 import (
 
 
 @pytest.fixture
-def control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The stand-in first on PATH, and no MPS variables from the environment the tests run in."""
+def daemons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The stand-in first on PATH and no MPS variables from the environment the tests run in; every daemon the
+    stand-in starts is killed at the end, whatever happened."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     install(bin_dir)
+    pids_file = tmp_path / "daemon-pids"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv(PIDS_VARIABLE, str(pids_file))
     monkeypatch.delenv(PIPE_VARIABLE, raising=False)
     monkeypatch.delenv(LOG_VARIABLE, raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # TMPDIR, as read once by tempfile
-    return bin_dir
+    yield
+    for pid in started_daemons(pids_file):
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
-def daemon_answers(pipe_directory: str) -> bool:
-    asked = subprocess.run(
-        ["nvidia-cuda-mps-control"], input="get_server_list\n", env=os.environ | {PIPE_VARIABLE: pipe_directory},
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    return asked.returncode == 0
+def started_daemons(pids_file: Path) -> list[int]:
+    return [int(line) for line in pids_file.read_text().split()] if pids_file.exists() else []
+
+
+def live_daemons() -> list[int]:
+    return [pid for pid in started_daemons(Path(os.environ[PIDS_VARIABLE])) if alive(pid)]
 
 
 def engine_with_mps(model_dir: Path, tmp_path: Path, seen: dict[str, str | None]) -> OmniEngine:
@@ -63,7 +79,7 @@ def engine_with_mps(model_dir: Path, tmp_path: Path, seen: dict[str, str | None]
 
 
 async def test_the_stage_processes_start_under_the_servers_own_daemon(
-    control: Path, custom_voice_dir: Path, tmp_path: Path
+    daemons: None, custom_voice_dir: Path, tmp_path: Path
 ) -> None:
     seen: dict[str, str | None] = {}
     engine = engine_with_mps(custom_voice_dir, tmp_path, seen)
@@ -72,11 +88,28 @@ async def test_the_stage_processes_start_under_the_servers_own_daemon(
     pipe = seen["pipe"]
     assert pipe is not None and pipe.startswith(str(tmp_path)), pipe  # private, in the temporary directory
     assert os.environ[PIPE_VARIABLE] == pipe and Path(os.environ[LOG_VARIABLE]).name == "log"
-    assert daemon_answers(pipe)
+    [daemon] = live_daemons()
     await engine.close()
-    assert not daemon_answers(pipe)  # told to quit once the engine was down
+    assert not alive(daemon)  # told to quit once the engine was down
     assert PIPE_VARIABLE not in os.environ and LOG_VARIABLE not in os.environ
     assert not Path(pipe).parent.exists()  # its private directory is gone
+
+
+async def test_the_daemon_is_stopped_even_when_vllm_omni_fails_to_shut_down(
+    daemons: None, custom_voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = engine_with_mps(custom_voice_dir, tmp_path, {})
+    await engine.start()
+    [daemon] = live_daemons()
+
+    def broken_shutdown() -> None:
+        raise RuntimeError("a stage did not answer")
+
+    monkeypatch.setattr(FakeAsyncOmni, "shutdown", lambda self: broken_shutdown())
+    with pytest.raises(RuntimeError, match="a stage did not answer"):
+        await engine.close()
+    assert not alive(daemon)
+    assert PIPE_VARIABLE not in os.environ
 
 
 async def test_without_the_control_program_the_engine_does_not_start(
@@ -86,54 +119,78 @@ async def test_without_the_control_program_the_engine_does_not_start(
     monkeypatch.delenv(PIPE_VARIABLE, raising=False)
     seen: dict[str, str | None] = {}
     engine = engine_with_mps(custom_voice_dir, tmp_path, seen)
-    with pytest.raises(RuntimeError, match="nvidia-cuda-mps-control is not on PATH"):
+    with pytest.raises(CudaMpsError, match="nvidia-cuda-mps-control is not on PATH"):
         await engine.start()
     assert not seen  # vllm-omni was never started
     health = engine.health()
     assert not health.ready and "nvidia-cuda-mps-control is not on PATH" in health.detail
 
 
-def test_a_daemon_that_fails_to_start_says_why(control: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_daemon_that_fails_to_start_says_why(daemons: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv(FAIL_VARIABLE, "1")
-    with pytest.raises(RuntimeError, match=r"exit 1.*An instance of this daemon is already running"):
+    with pytest.raises(CudaMpsError, match=r"-f exited with 1: An instance of this daemon is already running"):
         CudaMpsDaemon().start()
     assert PIPE_VARIABLE not in os.environ
     assert not list(tmp_path.glob("speech-mps-*"))  # its directory is gone
 
 
-def test_an_operators_daemon_is_used_not_doubled(
-    control: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    theirs = str(tmp_path / "theirs")
-    monkeypatch.setenv(PIPE_VARIABLE, theirs)
-    with pytest.raises(RuntimeError, match="no MPS control daemon answers"):
-        CudaMpsDaemon().start()
-    subprocess.run(["nvidia-cuda-mps-control", "-d"], check=True)  # the operator's, on their pipe directory
-    try:
-        ours = CudaMpsDaemon()
-        ours.start()
-        assert ours.environment == {} and os.environ[PIPE_VARIABLE] == theirs
-        assert not list(tmp_path.glob("speech-mps-*"))
-        ours.stop()
-        assert daemon_answers(theirs)  # not ours to stop
-    finally:
-        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, check=False)
+def test_a_daemon_that_never_answers_is_killed(daemons: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ANSWER_DELAY_VARIABLE, "30")
+    with pytest.raises(CudaMpsError, match=r"did not answer within 0\.5 s"):
+        CudaMpsDaemon(answer_timeout_s=0.5).start()
+    assert live_daemons() == []
+    assert PIPE_VARIABLE not in os.environ
 
 
-def test_stop_waits_for_a_quit_that_takes_its_time(
-    control: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_stop_waits_for_a_quit_that_takes_its_time_and_kills_one_that_takes_too_long(
+    daemons: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The real `quit` returns only once the MPS server has gone (10 s on an H100): not a failure."""
+    """The real `quit` returns only once the MPS server has gone (10 s on an H100): not a failure. A daemon still
+    there when the time allowed is up is killed: it must not outlive the server, holding GPU memory."""
     monkeypatch.setenv(QUIT_DELAY_VARIABLE, "0.6")
     patient = CudaMpsDaemon(quit_timeout_s=5)
     patient.start()
-    pipe = patient.environment[PIPE_VARIABLE]
+    [first] = live_daemons()
     patient.stop()
-    assert not daemon_answers(pipe)
-    assert "did not finish quitting" not in caplog.text
+    assert not alive(first) and "did not finish quitting" not in caplog.text
     hasty = CudaMpsDaemon(quit_timeout_s=0.2)
     hasty.start()
-    left = int((Path(hasty.environment[PIPE_VARIABLE]) / "control").read_text())  # the stand-in daemon's pid
+    second = hasty.pid
+    assert second is not None and alive(second)
     hasty.stop()
-    assert "the MPS control daemon did not finish quitting" in caplog.text
-    os.kill(left, signal.SIGTERM)  # what the quit cut short would have done
+    assert not alive(second)
+    assert "the MPS control daemon did not finish quitting: killed" in caplog.text
+
+
+def test_a_stop_during_a_start_leaves_no_daemon(daemons: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shutdown while the daemon is still starting (the start runs in a thread a cancelled task does not stop):
+    the stop waits for the start and then quits what it started; a start after a stop starts nothing."""
+    monkeypatch.setenv(ANSWER_DELAY_VARIABLE, "0.5")
+    daemon = CudaMpsDaemon()
+    starting = threading.Thread(target=daemon.start)
+    starting.start()
+    while not live_daemons():
+        time.sleep(0.01)
+    daemon.stop()
+    starting.join()
+    assert live_daemons() == [] and PIPE_VARIABLE not in os.environ
+    with pytest.raises(CudaMpsError, match="stopped before"):
+        daemon.start()
+    assert live_daemons() == []
+
+
+def test_an_operators_daemon_is_used_not_doubled(
+    daemons: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    theirs = str(tmp_path / "theirs")
+    monkeypatch.setenv(PIPE_VARIABLE, theirs)
+    with pytest.raises(CudaMpsError, match="no MPS control daemon answers"):
+        CudaMpsDaemon().start()
+    subprocess.run(["nvidia-cuda-mps-control", "-d"], check=True)  # the operator's, on their pipe directory
+    [operators] = live_daemons()
+    ours = CudaMpsDaemon()
+    ours.start()
+    assert ours.environment == {} and ours.pid is None and os.environ[PIPE_VARIABLE] == theirs
+    assert not list(tmp_path.glob("speech-mps-*"))
+    ours.stop()
+    assert alive(operators)  # not ours to stop
