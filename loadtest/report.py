@@ -102,6 +102,7 @@ def aggregate(run: LevelRun, wer: float | None, playback_buffer_s: float = 0.0) 
     return {
         "target": run.target.index,
         "url": run.target.url,
+        "replicas": list(run.target.replicas),  # further URLs the requests went to in turn
         "model": run.target.model,
         "voice": run.target.voice,
         run.mode: run.level,

@@ -60,6 +60,11 @@ class CudaMpsDaemon:
         return dict(self._environment)
 
     @property
+    def quit_timeout_s(self) -> float:
+        """How long a stop may take: the time a shutdown must allow for it."""
+        return self._quit_timeout_s
+
+    @property
     def pid(self) -> int | None:
         """The daemon's process id while it runs as this server's child."""
         return self._process.pid if self._process is not None else None

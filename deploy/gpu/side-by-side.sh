@@ -24,7 +24,8 @@
 #                                   `service-b` is a second instance of this service (SERVICE_B_PORT=8003) on profile
 #                                   B: the same copy with B_PROFILE_SET's overrides on top (a lever A/B, interleaved)
 #   B_PROFILE_SET=""                profile B's extra overrides, ';'-separated like PROFILE_SET
-#   SERVICE_ENV="" SERVICE_B_ENV="" more settings for `service` / `service-b`, as NAME=value words, e.g.
+#   SERVICE_ENV="" SERVICE_B_ENV="" more settings for `service` / `service-b`, as NAME=value words (no spaces in a
+#                                   value), e.g.
 #                                   SERVICE_B_ENV="SPEECH_OMNI_CUDA_MPS=true" (a lever that is a setting, not a profile)
 #                                   `replicas` is not a server but `service` and `service-b` as one target, requests
 #                                   sent to them in turn (two replicas on one GPU behind a round-robin balancer); list
@@ -206,17 +207,21 @@ wait_for() {  # $1 target, $2 "kv" (its talker sized its KV cache) or "ready"; u
 }
 
 # the daemon answers on its control pipe (pgrep cannot tell: the name is longer than the 15 characters it matches)
-mps_running() { echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1; }
+mps_running() { echo get_server_list | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1; }
+# `quit` returns once every client has gone: bounded, so that a leftover GPU process cannot hang `stop`
+mps_quit() { echo quit | timeout 60 nvidia-cuda-mps-control; }
 
 mps_start() {  # the MPS control daemon, before any CUDA context; proven by one context through it
   command -v nvidia-cuda-mps-control >/dev/null || { log "MPS=1 but nvidia-cuda-mps-control is not installed"; return 1; }
   if ! mps_running; then
-    setsid nvidia-cuda-mps-control -d || { log "nvidia-cuda-mps-control -d failed"; return 1; }
+    # its output to the log, not to this script's stdout, which a caller may be piping (a daemon holding the pipe)
+    setsid nvidia-cuda-mps-control -d </dev/null >>"$LOGS/mps.log" 2>&1 || {
+      log "nvidia-cuda-mps-control -d failed (see $LOGS/mps.log)"; return 1; }
     echo "$(date -u +%FT%TZ) nvidia-cuda-mps-control -d" >>"$OUT/commands.txt"
   fi
   if ! "$PYTHON" -c 'import torch; torch.zeros(1, device="cuda"); torch.cuda.synchronize()' >>"$LOGS/mps.log" 2>&1; then
     log "no CUDA context through MPS (see $LOGS/mps.log): quitting the daemon"
-    echo quit | nvidia-cuda-mps-control
+    mps_quit
     return 1
   fi
   log "MPS: $(echo get_server_list | nvidia-cuda-mps-control 2>&1 | head -1 | sed 's/^/server /')"
@@ -292,8 +297,8 @@ cmd_stop() {
     PIDFILE=$(pidfile_of "$target") deploy/gpu/stop-server.sh "$(port_of "$target")"
     [ -f "$(log_of "$target")" ] && tail -c 20000000 "$(log_of "$target")" >"$OUT/logs/$target.log"
   done
-  if [ "$MPS" = 1 ] && mps_running; then
-    echo quit | nvidia-cuda-mps-control && log "MPS daemon quit"
+  if [ "$MPS" = 1 ] && mps_running; then  # MPS=1 here too: a daemon this script did not start is not its to quit
+    mps_quit && log "MPS daemon quit"
   fi
   gpu_snapshot "stopped"
 }

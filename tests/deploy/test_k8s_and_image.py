@@ -15,6 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from app.engines.cuda_mps import CudaMpsDaemon
 from tests.support.dockerfile import stages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,6 +174,8 @@ def test_probes_drain_and_security(overlay: str) -> None:
     pause = int(main["lifecycle"]["preStop"]["exec"]["command"][-1])
     drain = float(env_of(objects)["SPEECH_DRAIN_TIMEOUT_S"])
     assert pod["terminationGracePeriodSeconds"] >= pause + drain + 10
+    if overlay == "gpu":  # and the engine's own shutdown: the stages (~5 s), the MPS daemon's quit when it is on
+        assert pod["terminationGracePeriodSeconds"] >= pause + drain + 5 + CudaMpsDaemon().quit_timeout_s
     security = main["securityContext"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
