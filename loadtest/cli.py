@@ -107,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=2, help="unmeasured requests per target before each level")
     p.add_argument("--rate", help="open loop instead: Poisson arrival rates per second, comma-separated")
     p.add_argument("--duration", type=float, default=30.0, help="open loop: seconds per target and rate")
+    p.add_argument(
+        "--stagger",
+        type=float,
+        default=0.0,
+        help="closed loop: start the workers one after another, evenly over this many seconds (about one request's "
+        "length), so that requests of one length do not run in cohorts that start and end together; each round's "
+        "first seconds then run below the level",
+    )
     p.add_argument("--rounds", type=int, help="interleaved rounds per level (default: 2 with several targets, else 1)")
     p.add_argument("--asr", action="store_true", help="transcribe responses with Whisper tiny.en and report WER")
     p.add_argument("--asr-sample", type=int, help="transcribe at most this many responses per target and level")
@@ -136,6 +144,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--playback-buffer-ms must be 0 or more")
     if args.keepalive_expiry < 0:
         p.error("--keepalive-expiry must be 0 or more")
+    if args.stagger < 0:
+        p.error("--stagger must be 0 or more")
     if args.text_rate <= 0:
         p.error("--text-rate must be more than 0")
     if args.ws and args.stream_format != "audio":
@@ -234,6 +244,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         args.playback_buffer_ms / 1000,
         args.text_rate if args.ws else None,
         args.timeout,
+        args.stagger,
     )
     client = http_client(max(levels or [64]), args.timeout, args.keepalive_expiry)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -281,6 +292,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": rounds,
         "mode": "concurrency" if levels else "rate",
         "duration_s": args.duration if rates else None,
+        "stagger_s": args.stagger if levels else None,
         # the same for every target, else None: each target's own is in "targets"
         "extra_body": targets[0].extra_body if all(t.extra_body == targets[0].extra_body for t in targets) else None,
         "playback_buffer_ms": args.playback_buffer_ms,

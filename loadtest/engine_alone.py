@@ -251,12 +251,14 @@ class RunSpec:
     text_offset: int = 0
     voice: str | None = None
     language: str | None = None
+    stagger_s: float = 0.0  # closed loop: the workers start evenly over this many seconds
 
     @classmethod
     def from_json(cls, body: Any) -> RunSpec:
         if not isinstance(body, dict):
             raise RunRefused("body", "the body must be a JSON object")
         known = {"mode", "level", "requests", "warmup", "duration", "seed", "texts", "text_offset", "voice", "language"}
+        known |= {"stagger"}
         unknown = sorted(set(body) - known)
         if unknown:
             raise RunRefused(unknown[0], f"unknown field '{unknown[0]}'; known: {', '.join(sorted(known))}")
@@ -270,8 +272,11 @@ class RunSpec:
         spec.requests = _number(body, "requests", int, 0)
         spec.warmup = _number(body, "warmup", int, 0)
         spec.duration_s = _number(body, "duration", float, 0.0)
+        spec.stagger_s = _number(body, "stagger", float, 0.0)
         if spec.requests < 0 or spec.warmup < 0 or spec.duration_s < 0:
             raise RunRefused("requests", "'requests', 'warmup' and 'duration' cannot be negative")
+        if spec.stagger_s < 0:
+            raise RunRefused("stagger", "'stagger' cannot be negative")
         if mode == "closed" and spec.requests == 0 and spec.warmup == 0:
             raise RunRefused("requests", "a closed-loop run needs 'requests' (or 'warmup')")
         if mode == "open" and spec.duration_s == 0:
@@ -343,10 +348,11 @@ class WorkloadRunner:
         if spec.mode == "closed":
             concurrency = int(spec.level)
             if spec.warmup:  # its own text cycle: the measured requests speak the texts they were given
-                await self._closed(_Texts(spec.texts, spec.text_offset), spec.warmup, concurrency, one, None)
+                warmup_texts = _Texts(spec.texts, spec.text_offset)
+                await self._closed(warmup_texts, spec.warmup, concurrency, one, None, spec.stagger_s)
                 peak = 0
                 began = time.perf_counter()
-            wall = await self._closed(texts, spec.requests, concurrency, one, records)
+            wall = await self._closed(texts, spec.requests, concurrency, one, records, spec.stagger_s)
         else:
             wall = await self._open(texts, spec, one, records)
         return {
@@ -360,16 +366,21 @@ class WorkloadRunner:
         }
 
     @staticmethod
-    async def _closed(texts: _Texts, count: int, concurrency: int, one: Any, records: Any) -> float:
+    async def _closed(
+        texts: _Texts, count: int, concurrency: int, one: Any, records: Any, stagger_s: float = 0.0
+    ) -> float:
+        """As speech-loadtest's closed loop: `concurrency` workers, started evenly over `stagger_s`."""
         queue = [texts.take() for _ in range(count)]
         queue.reverse()
+        workers = min(concurrency, count)
 
-        async def worker() -> None:
+        async def worker(index: int) -> None:
+            await asyncio.sleep(index * stagger_s / workers)
             while queue:
                 await one(queue.pop(), time.perf_counter(), records)
 
         started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, count))))
+        await asyncio.gather(*(worker(i) for i in range(workers)))
         return time.perf_counter() - started
 
     @staticmethod

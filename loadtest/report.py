@@ -177,6 +177,8 @@ def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             f"- format: `{meta['response_format']}`, stream format: `{meta['stream_format']}`, "
             f"texts: {meta['texts']}, requests per level: {meta['requests']}, warm-up: {meta['warmup']}"
         ]
+    if meta.get("stagger_s"):
+        lines.append(f"- closed loop: the workers started one after another over {meta['stagger_s']:g} s per round")
     for target in meta["targets"]:
         lines.append(f"- target {target['label']} — model `{target['model']}`, voice `{target['voice']}`")
     lines.append("")

@@ -43,6 +43,7 @@ class RunPlan:
     playback_buffer_s: float = 0.0  # the listener's jitter buffer before playback starts
     text_rate: float | None = None  # WebSocket: each text an utterance sent at this many tokens/s; None: HTTP
     timeout_s: float = 300.0  # WebSocket: per utterance (HTTP: the client's own timeouts)
+    stagger_s: float = 0.0  # closed loop: the workers start evenly over this many seconds
 
 
 class TextCycle:
@@ -148,6 +149,7 @@ async def _closed_loop(
             "level": concurrency,
             "requests": count,
             "texts": [texts.take() for _ in range(count)],
+            "stagger": plan.stagger_s,
         }
         return await run_on_engine(client, target, workload, record, tick, count, plan.playback_buffer_s)
     queue: asyncio.Queue[str] = asyncio.Queue()
@@ -155,12 +157,15 @@ async def _closed_loop(
         queue.put_nowait(texts.take())
     sender = _Sender(client, plan, target, record, tick)
 
-    async def worker() -> None:
+    workers = min(concurrency, count)
+
+    async def worker(index: int) -> None:
+        await asyncio.sleep(index * plan.stagger_s / workers)
         while not queue.empty():
             await sender.send(queue.get_nowait())
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, count))))
+    await asyncio.gather(*(worker(i) for i in range(workers)))
     return time.perf_counter() - started
 
 

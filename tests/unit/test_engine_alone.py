@@ -97,6 +97,17 @@ async def test_closed_loop_run_records_every_chunk(model_dir: Path) -> None:
     assert max(r["sent_at_s"] for r in records) <= result["wall_s"]
 
 
+async def test_a_staggered_closed_loop_starts_its_workers_apart(model_dir: Path) -> None:
+    """As speech-loadtest's --stagger: worker i's first request leaves i * stagger / workers after the start."""
+    engine = alone(model_dir, fixed_length_omni(step_delay_s=0.2))  # each request far longer than the stagger
+    async with control(engine) as url, httpx.AsyncClient(timeout=60) as client:
+        await wait_ready(client, url)
+        response = await client.post(f"{url}/run", json={"mode": "closed", "level": 3, "requests": 3, "stagger": 0.6})
+    assert response.status_code == 200, response.text
+    sent = sorted(r["sent_at_s"] for r in response.json()["records"])
+    assert sent[0] < 0.1 and sent[1] >= 0.2 and sent[2] >= 0.4, sent
+
+
 async def test_open_loop_run_draws_the_load_tools_arrivals(model_dir: Path) -> None:
     omni = fixed_length_omni()
     engine = alone(model_dir, omni)
@@ -128,6 +139,7 @@ async def test_open_loop_run_draws_the_load_tools_arrivals(model_dir: Path) -> N
         ({"mode": "closed", "level": 2, "requests": 2, "texts": []}, "texts"),
         ({"mode": "closed", "level": 2, "requests": 2, "voice": "nobody"}, "voice"),
         ({"mode": "closed", "level": 2, "requests": 2, "seed": [1]}, "seed"),
+        ({"mode": "closed", "level": 2, "requests": 2, "stagger": -1}, "stagger"),
         ([1, 2], "body"),
     ],
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import socket
 import struct
@@ -15,6 +16,7 @@ import pytest
 
 from loadtest.cli import KEEPALIVE_EXPIRY_S, build_targets, http_client, parse_args
 from loadtest.measure import measure, wav_payload_offset
+from loadtest.runner import RunPlan, run_concurrency_sweep
 from loadtest.stats import ratio, summarize
 from loadtest.targets import Target, normalise_url, parse_header
 
@@ -384,3 +386,30 @@ async def test_replicas_of_one_target_take_the_requests_in_turn(serve) -> None:
     assert served == ["first", "second", "first", "second"]
     with pytest.raises(SystemExit):  # the engine baseline is one process: nothing to balance
         build_targets(parse_args(["--target", f"engine+{first},{second}"]))
+
+
+@pytest.mark.parametrize("stagger_s", [0.0, 0.6])
+async def test_a_staggered_closed_loop_starts_its_workers_one_after_another(serve, stagger_s: float) -> None:
+    """Requests of one length in a closed loop start and end together, round after round, unless the workers start
+    apart: with --stagger S, worker i sends its first request i * S / workers after the round starts."""
+    loop = asyncio.get_running_loop()
+    arrivals: list[float] = []
+
+    async def handler(writer: asyncio.StreamWriter) -> None:
+        arrivals.append(loop.time())
+        await respond(writer, "200 OK", "audio/pcm")
+        await asyncio.sleep(1.0)  # every request as long as the others
+        await send_chunk(writer, pcm(0.1))
+        await send_chunk(writer, b"")
+
+    url = await serve(handler)
+    args = parse_args(["--target", url, "--concurrency", "3", "--requests", "3", "--stagger", str(stagger_s)])
+    plan = RunPlan(build_targets(args), ["text"], "pcm", "audio", 3, 0, 1, 0, stagger_s=args.stagger)
+    async with http_client(4, 10.0) as client:
+        [run] = await run_concurrency_sweep(client, plan, [3], lambda: None)
+    assert [r.ok for r in run.results] == [True, True, True]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(sorted(arrivals))]
+    if stagger_s:
+        assert all(gap >= 0.18 for gap in gaps), gaps  # 0.2 s apart at least; a busy machine only adds
+    else:
+        assert all(gap < 0.15 for gap in gaps), gaps  # the cohort this option exists to break up
