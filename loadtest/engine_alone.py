@@ -36,7 +36,7 @@ import random
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
@@ -57,6 +57,7 @@ from app.engines.qwen3_tts import (
     sampling_params_for,
     warmup_job,
 )
+from loadtest.schedule import TextCycle, closed_loop, open_loop
 
 log = logging.getLogger("engine_alone")
 
@@ -308,16 +309,6 @@ def _number(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
     return kind(value)
 
 
-class _Texts:
-    def __init__(self, texts: list[str], offset: int) -> None:
-        self.texts, self.next = texts, offset
-
-    def take(self) -> str:
-        text = self.texts[self.next % len(self.texts)]
-        self.next += 1
-        return text
-
-
 class WorkloadRunner:
     """Runs closed- and open-loop workloads against an `AloneEngine`, one at a time."""
 
@@ -327,7 +318,7 @@ class WorkloadRunner:
 
     async def run(self, spec: RunSpec) -> dict[str, Any]:
         voice = spec.voice or (self.engine.model.speakers[0] if self.engine.model.speakers else "")
-        texts = _Texts(spec.texts, spec.text_offset)
+        texts = TextCycle(spec.texts, spec.text_offset)
         in_flight = 0
         peak = 0
         began = time.perf_counter()
@@ -344,17 +335,23 @@ class WorkloadRunner:
             if records is not None:
                 records.append(record)
 
+        def sent_now(records: list[RequestRecord] | None) -> Callable[[str], Awaitable[None]]:
+            return lambda text: one(text, time.perf_counter(), records)
+
         records: list[RequestRecord] = []
         if spec.mode == "closed":
             concurrency = int(spec.level)
             if spec.warmup:  # its own text cycle: the measured requests speak the texts they were given
-                warmup_texts = _Texts(spec.texts, spec.text_offset)
-                await self._closed(warmup_texts, spec.warmup, concurrency, one, None, spec.stagger_s)
+                warmup = TextCycle(spec.texts, spec.text_offset).take_many(spec.warmup)
+                await closed_loop(warmup, concurrency, sent_now(None), spec.stagger_s)
                 peak = 0
                 began = time.perf_counter()
-            wall = await self._closed(texts, spec.requests, concurrency, one, records, spec.stagger_s)
+            wall = await closed_loop(texts.take_many(spec.requests), concurrency, sent_now(records), spec.stagger_s)
         else:
-            wall = await self._open(texts, spec, one, records)
+            # arrival times as speech-loadtest draws them: random.Random(seed).expovariate(rate) gaps
+            rng = random.Random(spec.seed)
+            wall = await open_loop(rng, spec.level, spec.duration_s, lambda at: one(texts.take(), at, records))
+            records.sort(key=lambda r: r.sent_at_s)  # arrival order, as the texts were handed out
         return {
             "mode": spec.mode,
             "level": spec.level,
@@ -364,41 +361,6 @@ class WorkloadRunner:
             "voice": voice,
             "records": [r.as_json() for r in records],
         }
-
-    @staticmethod
-    async def _closed(
-        texts: _Texts, count: int, concurrency: int, one: Any, records: Any, stagger_s: float = 0.0
-    ) -> float:
-        """As speech-loadtest's closed loop: `concurrency` workers, started evenly over `stagger_s`."""
-        queue = [texts.take() for _ in range(count)]
-        queue.reverse()
-        workers = min(concurrency, count)
-
-        async def worker(index: int) -> None:
-            await asyncio.sleep(index * stagger_s / workers)
-            while queue:
-                await one(queue.pop(), time.perf_counter(), records)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker(i) for i in range(workers)))
-        return time.perf_counter() - started
-
-    @staticmethod
-    async def _open(texts: _Texts, spec: RunSpec, one: Any, records: list[RequestRecord]) -> float:
-        """Arrival times as speech-loadtest draws them: random.Random(seed).expovariate(rate) gaps."""
-        rng = random.Random(spec.seed)
-        tasks: list[asyncio.Task[None]] = []
-        started = time.perf_counter()
-        next_at = rng.expovariate(spec.level)
-        while next_at < spec.duration_s:
-            delay = started + next_at - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(texts.take(), started + next_at, records)))
-            next_at += rng.expovariate(spec.level)
-        await asyncio.gather(*tasks)
-        records.sort(key=lambda r: r.sent_at_s)  # arrival order, as the texts were handed out
-        return time.perf_counter() - started
 
 
 # -- the control endpoint -------------------------------------------------------------------------------------------

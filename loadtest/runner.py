@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -12,6 +10,7 @@ import httpx
 
 from loadtest.engine_target import run_on_engine
 from loadtest.measure import RequestResult, describe_exception, measure
+from loadtest.schedule import TextCycle, closed_loop, open_loop
 from loadtest.targets import Target
 from loadtest.ws import UtteranceResult, measure_utterance
 
@@ -44,19 +43,6 @@ class RunPlan:
     text_rate: float | None = None  # WebSocket: each text an utterance sent at this many tokens/s; None: HTTP
     timeout_s: float = 300.0  # WebSocket: per utterance (HTTP: the client's own timeouts)
     stagger_s: float = 0.0  # closed loop: the workers start evenly over this many seconds
-
-
-class TextCycle:
-    """Texts in a fixed order, the same sequence for every target, so A and B speak the same words."""
-
-    def __init__(self, texts: list[str], start: int = 0) -> None:
-        self.texts = texts
-        self.next = start
-
-    def take(self) -> str:
-        text = self.texts[self.next % len(self.texts)]
-        self.next += 1
-        return text
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -148,25 +134,12 @@ async def _closed_loop(
             "mode": "closed",
             "level": concurrency,
             "requests": count,
-            "texts": [texts.take() for _ in range(count)],
+            "texts": texts.take_many(count),
             "stagger": plan.stagger_s,
         }
         return await run_on_engine(client, target, workload, record, tick, count, plan.playback_buffer_s)
-    queue: asyncio.Queue[str] = asyncio.Queue()
-    for _ in range(count):
-        queue.put_nowait(texts.take())
     sender = _Sender(client, plan, target, record, tick)
-
-    workers = min(concurrency, count)
-
-    async def worker(index: int) -> None:
-        await asyncio.sleep(index * plan.stagger_s / workers)
-        while not queue.empty():
-            await sender.send(queue.get_nowait())
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker(i) for i in range(workers)))
-    return time.perf_counter() - started
+    return await closed_loop(texts.take_many(count), concurrency, sender.send, plan.stagger_s)
 
 
 async def _open_loop(
@@ -182,17 +155,7 @@ async def _open_loop(
 ) -> float:
     """Poisson arrivals at `rate` per second for `duration_s`; returns the wall time until the last answer."""
     sender = _Sender(client, plan, target, record, tick)
-    tasks: list[asyncio.Task[None]] = []
-    started = time.perf_counter()
-    next_at = rng.expovariate(rate)
-    while next_at < duration_s:
-        delay = started + next_at - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(sender.send(texts.take(), started + next_at)))
-        next_at += rng.expovariate(rate)
-    await asyncio.gather(*tasks)
-    return time.perf_counter() - started
+    return await open_loop(rng, rate, duration_s, lambda planned: sender.send(texts.take(), planned))
 
 
 async def run_concurrency_sweep(

@@ -12,7 +12,8 @@ from app.tools.qwen3_tts_model_dir import write_model_dir
 from loadtest.cli import build_targets, parse_args
 from loadtest.engine_target import result_from_record, run_on_engine, split_engine_url
 from loadtest.report import aggregate
-from loadtest.runner import LevelRun, RunPlan, TextCycle, run_concurrency_sweep, run_rate_sweep
+from loadtest.runner import LevelRun, RunPlan, run_concurrency_sweep, run_rate_sweep
+from loadtest.schedule import TextCycle
 from loadtest.targets import Target, discover
 from tests.fakes.vllm_omni_0_26 import SAMPLES_PER_FRAME
 from tests.support.engine_alone import FRAMES, alone, control, fixed_length_omni, wait_ready
