@@ -52,6 +52,10 @@ class CodecWindows:
         return cls((min(initial, steady),), steady)  # vllm-omni clamps a first window larger than the steady ones
 
 
+# vllm-omni 0.26's own qwen3_tts.yaml, used when a deployment gives no profile: a first window of 1 frame, then 25
+VLLM_OMNI_DEFAULT = CodecWindows((1,), 25)
+
+
 def _ramp(raw: object) -> tuple[int, ...] | None:
     if raw is None:
         return None

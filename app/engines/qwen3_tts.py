@@ -29,7 +29,7 @@ import numpy as np
 
 from app.audio.reference import REFERENCE_SECONDS
 from app.engines.base import ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
-from app.engines.codec_windows import CodecWindows
+from app.engines.codec_windows import VLLM_OMNI_DEFAULT, CodecWindows
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +266,7 @@ class FrameGuard:
 
     def __init__(self, windows: CodecWindows | None = None, samples_per_frame: int = SAMPLES_PER_FRAME):
         self.samples_per_frame = samples_per_frame
-        self.windows = windows = windows or CodecWindows((1,), 25)  # vllm-omni's own profile
+        self.windows = windows = windows or VLLM_OMNI_DEFAULT
         self._window = 0  # index of the next full window
         self._expected = windows.size(0)  # a full window of this size brings us to the next boundary
         self._tail = np.zeros(0, np.float32)  # audio sent since the current boundary by partial windows
@@ -339,9 +339,8 @@ class AudioOutputReader:
 
 
 def codec_windows(deploy_config: str | None) -> CodecWindows:
-    """The window schedule a deploy profile's connector settings give; vllm-omni 0.26's own qwen3_tts.yaml, used when
-    no profile is given, has a first window of 1 frame and then 25."""
-    windows: CodecWindows | None = CodecWindows((1,), 25)
+    """The window schedule a deploy profile's connector settings give (vllm-omni's own without one)."""
+    windows: CodecWindows | None = VLLM_OMNI_DEFAULT
     if deploy_config and os.path.exists(deploy_config):  # a bare name is one of vllm-omni's own profiles
         import yaml
 
