@@ -5,13 +5,12 @@ command line."""
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from app.audio.encoders import create_encoder
+from app.audio.encoders import create_encoder, wav_stream_header
 from loadtest.cli import parse_args
 from loadtest.measure import RequestResult
 from loadtest.playback import listen_sentences, simulate_playback
@@ -91,15 +90,7 @@ def test_silence_at_a_join_is_a_gap_and_inside_a_sentence_a_stall() -> None:
 def test_each_sentence_is_a_file_of_its_own() -> None:
     # wav: every sentence starts with its own header, which plays nothing: the next sentence is there only once its
     # first samples are
-    header = (
-        b"RIFF"
-        + struct.pack("<I", 0xFFFFFFFF)
-        + b"WAVE"
-        + b"fmt "
-        + struct.pack("<IHHIIHH", 16, 1, 1, RATE, RATE * 2, 2, 16)
-        + b"data"
-        + struct.pack("<I", 0xFFFFFFFF)
-    )
+    header = wav_stream_header(RATE)
     first, second = header + bytes(SECOND), header + bytes(SECOND)
     arrivals_1 = [(0.0, len(first))]
     arrivals_2 = [(0.5, len(header)), (1.25, len(second))]  # the header alone comes early
