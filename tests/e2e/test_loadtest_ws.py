@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,13 @@ def text_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("ws-texts") / "texts.txt"
     path.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     return path
+
+
+def ws_loadtest(server: RunningServer, text_file: Path, out: Path, *args: str) -> tuple[str, dict[str, Any]]:
+    """`speech-loadtest --ws` on the texts above against `server`, which must succeed: its stdout and results.json."""
+    done = loadtest("--target", server.base_url, "--ws", "--text-file", str(text_file), *args, "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    return done.stdout, json.loads((out / "results.json").read_text())
 
 
 def check_utterances(run: dict[str, object], requests: int) -> None:
@@ -54,27 +62,11 @@ def check_utterances(run: dict[str, object], requests: int) -> None:
 
 def test_closed_loop_streamed_text(server: RunningServer, text_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "ws"
-    done = loadtest(
-        "--target",
-        server.base_url,
-        "--ws",
-        "--text-rate",
-        f"{RATE:g}",
-        "--text-file",
-        str(text_file),
-        "--concurrency",
-        "1,2",
-        "--requests",
-        "2",
-        "--warmup",
-        "1",
+    stdout, results = ws_loadtest(
+        server, text_file, out, "--text-rate", f"{RATE:g}", "--concurrency", "1,2", "--requests", "2", "--warmup", "1",
         "--asr",
-        "--out",
-        str(out),
-    )
-    assert done.returncode == 0, done.stderr
-    assert "## Sentence gaps" in done.stdout
-    results = json.loads((out / "results.json").read_text())
+    )  # fmt: skip
+    assert "## Sentence gaps" in stdout
     meta, runs = results["meta"], results["runs"]
     assert (meta["transport"], meta["text_rate"], meta["response_format"]) == ("websocket", RATE, "pcm")
     assert [run["concurrency"] for run in runs] == [1, 2]
@@ -88,23 +80,9 @@ def test_closed_loop_streamed_text(server: RunningServer, text_file: Path, tmp_p
 
 def test_open_loop_streamed_text_in_a_compressed_format(server: RunningServer, text_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "ws-open"
-    done = loadtest(
-        "--target",
-        server.base_url,
-        "--ws",
-        "--text-file",
-        str(text_file),
-        "--rate",
-        "1",
-        "--duration",
-        "4",  # two arrivals with the default seed
-        "--format",
-        "opus",
-        "--out",
-        str(out),
-    )
-    assert done.returncode == 0, done.stderr
-    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    # two arrivals with the default seed
+    _, results = ws_loadtest(server, text_file, out, "--rate", "1", "--duration", "4", "--format", "opus")
+    (run,) = results["runs"]
     assert run["rate"] == 1 and run["requests"] == 2
     check_utterances(run, run["requests"])
     assert run["playback"]["requests"] == run["ok"]  # opus mapped packet by packet: every utterance was heard
@@ -112,25 +90,11 @@ def test_open_loop_streamed_text_in_a_compressed_format(server: RunningServer, t
 
 def test_refused_utterances_are_counted_by_code(server: RunningServer, text_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "ws-refused"
-    done = loadtest(
-        "--target",
-        server.base_url,
-        "--ws",
-        "--text-file",
-        str(text_file),
-        "--concurrency",
-        "1",
-        "--requests",
-        "2",
-        "--warmup",
-        "0",
-        "--voice",
-        "nobody-by-this-name",
-        "--out",
-        str(out),
-    )
-    assert done.returncode == 0, done.stderr
-    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    _, results = ws_loadtest(
+        server, text_file, out, "--concurrency", "1", "--requests", "2", "--warmup", "0",
+        "--voice", "nobody-by-this-name",
+    )  # fmt: skip
+    (run,) = results["runs"]
     assert (run["ok"], run["errors"], run["errors_by_code"]) == (0, 2, {"voice_not_found": 2})
     (group,) = run["error_groups"]
     assert group["status"] == 101 and "nobody-by-this-name" in group["message"]
@@ -142,26 +106,10 @@ def test_word_timestamps_audio_comes_as_json_frames(server: RunningServer, text_
     """With word_timestamps the audio travels base64 in audio.chunk frames: measured and heard as binary frames are,
     and every sentence brought its words' timestamps."""
     out = tmp_path / "ws-timestamps"
-    done = loadtest(
-        "--target",
-        server.base_url,
-        "--ws",
-        "--text-file",
-        str(text_file),
-        "--concurrency",
-        "1",
-        "--requests",
-        "2",
-        "--warmup",
-        "0",
-        "--extra-body",
-        '{"word_timestamps": true}',
-        "--asr",
-        "--out",
-        str(out),
-    )
-    assert done.returncode == 0, done.stderr
-    results = json.loads((out / "results.json").read_text())
+    _, results = ws_loadtest(
+        server, text_file, out, "--concurrency", "1", "--requests", "2", "--warmup", "0",
+        "--extra-body", '{"word_timestamps": true}', "--asr",
+    )  # fmt: skip
     assert results["meta"]["extra_body"] == {"word_timestamps": True}
     (run,) = results["runs"]
     check_utterances(run, 2)
