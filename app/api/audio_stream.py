@@ -187,9 +187,10 @@ class EncodedAudio:
                 self.usage.output_tokens += chunk.output_tokens
                 self.usage.audio_samples += len(chunk.samples)
                 inline = self._inline(chunk.sample_rate)
-                step = len(chunk.samples) if inline and whole_chunks else int(chunk.sample_rate * ENCODE_SLICE_S)
-                for start in range(0, len(chunk.samples), max(1, step)):
-                    piece = chunk.samples[start : start + max(1, step)]
+                whole = inline and whole_chunks
+                step = max(1, len(chunk.samples) if whole else int(chunk.sample_rate * ENCODE_SLICE_S))
+                for start in range(0, len(chunk.samples), step):
+                    piece = chunk.samples[start : start + step]
                     if inline:
                         data = self._convert(piece, chunk.sample_rate)
                     else:
