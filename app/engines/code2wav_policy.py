@@ -3,8 +3,9 @@
 Pure bookkeeping, no engine imports: the code2wav scheduler (`app.engines.omni_code2wav_scheduler`) feeds it what
 it schedules and asks it which streams may wait. Every stream has a deadline: its next audio is due when its
 listener's buffer runs out, and a stream that has produced no audio yet is due now. A step that carries a first
-window should be short, so the steady windows of streams that hold plenty of audio wait one step; everything else
-keeps vllm-omni's order.
+window should be short, so the steady windows of streams that hold plenty of audio wait one step. A step may also be
+capped: beyond the cap, the windows of the streams furthest ahead of their listeners wait. Everything else keeps
+vllm-omni's order.
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ class FirstAudioFirst:
         """True for a stream whose listener can spare one step: a stream not yet started never waits."""
         clock = self._clocks.get(request_id)
         return clock is not None and clock.buffered_s(now) > self.margin_s
+
+    def furthest_ahead(self, request_ids: Iterable[str], count: int, now: float) -> list[str]:
+        """Up to `count` of these streams, those whose listeners hold the most audio first; only streams that may
+        wait are chosen, so the most urgent windows always run."""
+        spare = [(self._clocks[r].buffered_s(now), r) for r in request_ids if self.may_wait(r, now)]
+        spare.sort(key=lambda held: held[0], reverse=True)
+        return [request_id for _, request_id in spare[: max(count, 0)]]
 
     def scheduled(self, request_ids: Iterable[str], now: float) -> int:
         """Record the windows of one step; returns how many of them were first windows."""

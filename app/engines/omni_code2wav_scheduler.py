@@ -7,7 +7,10 @@ at 32 streams one step carries up to 32 windows of 97 frames. A new stream's fir
 listener is waiting for) then waits for such a step and rides in the next one, as long as the others. Here, when a
 first window is ready, the streams whose listeners hold more than `first_audio_first_margin_s` of audio sit out
 one step, so that the first window's step is short; they run in the next one, long before their listeners could run
-dry. Nothing else changes: the order, the token budget and every window are vllm-omni's.
+dry. With `code2wav_max_windows_per_step` set, a step carries at most that many windows where it can: beyond the
+cap, the windows of the streams furthest ahead of their listeners (holding more than the margin) wait for a later
+step, so that the windows a listener is waiting for are never held up by a long step of windows nobody needs yet.
+Nothing else changes: the order, the token budget and every window are vllm-omni's.
 
 It also gives way when it has nothing to schedule. Requests whose next window has not arrived keep vLLM's engine
 loop busy (schedule, an empty step, again), and that loop holds the GIL that code2wav's receiving thread needs to
@@ -16,7 +19,8 @@ Sleeping `code2wav_idle_wait_ms` after an empty schedule lets the receiving thre
 
 Settings come from the deploy profile's connector `extra` (which vllm-omni hands to every stage unchanged):
 `first_audio_first_margin_s` (default 1.0; 0 turns the policy off, leaving a logging-only scheduler),
-`code2wav_idle_wait_ms` (default 0 = never sleep) and `engine_probe_interval_s` (default 0 = off: every so many
+`code2wav_max_windows_per_step` (default 0 = no cap; a stream is held back by it only while it holds more than the
+margin), `code2wav_idle_wait_ms` (default 0 = never sleep) and `engine_probe_interval_s` (default 0 = off: every so many
 seconds, one log line of steps, windows per step, first-window waits and step times).
 """
 
@@ -53,38 +57,58 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         self._policy = FirstAudioFirst(windows, margin_s=float(extra.get("first_audio_first_margin_s", 1.0)))
         self._probe = StepProbe(interval_s=float(extra.get("engine_probe_interval_s", 0) or 0))
         self._idle_wait_s = float(extra.get("code2wav_idle_wait_ms", 0) or 0) / 1000
+        self._max_windows = int(extra.get("code2wav_max_windows_per_step", 0) or 0)
         self._first_ready_at: dict[str, float] = {}  # first windows seen ready, not yet scheduled
         self._scheduled_at: dict[int, float] = {}  # id(scheduler output) -> when it was scheduled
         log.info(
-            "code2wav scheduler: first audio first (margin %.2f s, idle wait %.1f ms, probe every %.0f s)",
+            "code2wav scheduler: first audio first (margin %.2f s, at most %s windows a step, idle wait %.1f ms, "
+            "probe every %.0f s)",
             self._policy.margin_s,
+            self._max_windows or "any",
             self._idle_wait_s * 1000,
             self._probe.interval_s,
         )
 
-    def _ready_first_windows(self, now: float) -> list[str]:
-        """Streams whose first window has arrived and waits to be decoded."""
+    def _loaded(self) -> set[str]:
+        """Requests whose next window has arrived and waits to be decoded."""
         adapter = self.chunk_transfer_adapter
         if adapter is None:
-            return []
+            return set()
         try:  # the receiving thread adds to the first set; a copy under the GIL is consistent
-            loaded = set(adapter._finished_load_reqs) | adapter.requests_with_ready_chunks
+            return set(adapter._finished_load_reqs) | adapter.requests_with_ready_chunks
         except RuntimeError:
-            return []
+            return set()
+
+    def _ready_first_windows(self, loaded: set[str], now: float) -> list[str]:
+        """Streams whose first window has arrived and waits to be decoded."""
         ready = [r.request_id for r in self.waiting if r.request_id in loaded]
         for request_id in ready:
             self._first_ready_at.setdefault(request_id, now)
         return ready
 
+    def _sitting_out(self, loaded: set[str], firsts: int, now: float) -> list[Any]:
+        """The running streams that wait this step: with a first window ready, every one whose listener can spare a
+        step; and where the step would carry more windows than its cap, those furthest ahead of their listeners."""
+        if self._policy.margin_s <= 0:
+            return []
+        out = [r for r in self.running if self._policy.may_wait(r.request_id, now)] if firsts else []
+        if self._max_windows > 0:
+            out_ids = {r.request_id for r in out}
+            ready = [r for r in self.running if r.request_id in loaded and r.request_id not in out_ids]
+            excess = firsts + len(ready) - self._max_windows
+            if excess > 0:
+                chosen = set(self._policy.furthest_ahead([r.request_id for r in ready], excess, now))
+                out += [r for r in ready if r.request_id in chosen]
+        return out
+
     def schedule(self, throttle_prefills: bool = False) -> Any:
         now = time.monotonic()
-        sitting_out: list[Any] = []
-        ready_firsts = self._ready_first_windows(now)
-        if self._policy.margin_s > 0 and ready_firsts:
-            sitting_out = [r for r in self.running if self._policy.may_wait(r.request_id, now)]
-            if sitting_out:
-                waiting_ids = {id(r) for r in sitting_out}
-                self.running[:] = [r for r in self.running if id(r) not in waiting_ids]
+        loaded = self._loaded()
+        ready_firsts = self._ready_first_windows(loaded, now)
+        sitting_out = self._sitting_out(loaded, len(ready_firsts), now)
+        if sitting_out:
+            waiting_ids = {id(r) for r in sitting_out}
+            self.running[:] = [r for r in self.running if id(r) not in waiting_ids]
         try:
             output = super().schedule(throttle_prefills)
         finally:

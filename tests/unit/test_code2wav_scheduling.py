@@ -27,6 +27,17 @@ def test_a_stream_may_wait_only_while_its_listener_holds_more_than_the_margin() 
     assert not policy.may_wait("a", now=held_until + 0.01)
 
 
+def test_the_streams_furthest_ahead_are_the_ones_that_wait_beyond_a_cap() -> None:
+    policy = FirstAudioFirst(CodecWindows((1,), 25), margin_s=1.0)
+    for start, name in enumerate(("a", "b", "c")):  # each given 1 + 25 frames (2.08 s), a one second apart
+        policy.scheduled([name], now=float(start))
+        policy.scheduled([name], now=float(start))
+    # at 2.5 s: a holds 2.08 - 2.5 < 0, b 0.58 s, c 1.58 s; "new" has not started (its first audio is due now)
+    assert policy.furthest_ahead(["a", "b", "c", "new"], 3, now=2.5) == ["c"]  # only c can spare a step
+    assert policy.furthest_ahead(["a", "b", "c"], 0, now=2.5) == []
+    assert policy.furthest_ahead(["a", "b", "c"], 2, now=1.0) == ["c", "b"]  # c 2.08 s, b 1.08 s; a 0.08 s
+
+
 def test_clocks_of_ended_streams_are_dropped() -> None:
     policy = FirstAudioFirst(CodecWindows((1,), 25))
     policy.scheduled(["a", "b", "c"], now=0.0)
@@ -158,3 +169,57 @@ def test_an_empty_schedule_gives_way_to_the_receiving_thread(scheduler_module, m
     no_wait.add("b")
     no_wait.schedule()
     assert slept == [0.0005]
+
+
+def _staggered(scheduler_module, monkeypatch: pytest.MonkeyPatch, extra: dict):
+    """A scheduler whose streams a, b, c, d started 0.3 s apart, each given its first and one steady window."""
+    clock = [100.0]
+    monkeypatch.setattr(scheduler_module.time, "monotonic", lambda: clock[0])
+    scheduler = scheduler_module.FirstAudioFirstScheduler({"initial_codec_chunk_frames": 1, "codec_chunk_frames": 25}
+                                                          | extra)  # fmt: skip
+    for name in ("a", "b", "c", "d"):
+        scheduler.add(name)
+        for _ in range(2):
+            scheduler.window_arrives(name)
+            scheduler.schedule()
+        clock[0] += 0.3
+    return scheduler, clock
+
+
+def test_beyond_the_cap_the_streams_furthest_ahead_wait(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler, _ = _staggered(scheduler_module, monkeypatch, {"code2wav_max_windows_per_step": 2})
+    for name in ("a", "b", "c", "d"):  # each holds 2.08 s less what it played: d 1.78 s ... a 0.88 s
+        scheduler.window_arrives(name)
+    deferred = scheduler._probe.deferred
+    first = scheduler.schedule()
+    assert sorted(first.num_scheduled_tokens) == ["a", "b"]  # a is under the margin; b is the least ahead of the rest
+    assert {r.request_id for r in scheduler.running} == {"a", "b", "c", "d"}  # nobody lost
+    assert scheduler._probe.deferred == deferred + 2
+    second = scheduler.schedule()
+    assert sorted(second.num_scheduled_tokens) == ["c", "d"]  # their windows waited one step, no longer
+
+
+def test_the_cap_never_holds_back_a_stream_short_of_audio(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler, clock = _staggered(scheduler_module, monkeypatch, {"code2wav_max_windows_per_step": 2})
+    clock[0] += 1.0  # now every stream holds under 1 s: none can spare a step
+    for name in ("a", "b", "c", "d"):
+        scheduler.window_arrives(name)
+    assert sorted(scheduler.schedule().num_scheduled_tokens) == ["a", "b", "c", "d"]
+
+
+def test_under_a_cap_a_first_window_still_runs_first(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler, clock = _staggered(scheduler_module, monkeypatch, {"code2wav_max_windows_per_step": 3})
+    clock[0] += 0.5  # a holds 0.38 s, b 0.68 s, c 0.98 s, d 1.28 s
+    for name in ("a", "b", "c", "d"):
+        scheduler.window_arrives(name)
+    scheduler.add("new")
+    scheduler.window_arrives("new")
+    assert sorted(scheduler.schedule().num_scheduled_tokens) == ["a", "b", "c", "new"]  # d can wait; 4 > 3 is kept
+
+
+def test_without_a_margin_there_is_no_cap_either(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    extra = {"code2wav_max_windows_per_step": 1, "first_audio_first_margin_s": 0.0}
+    scheduler, _ = _staggered(scheduler_module, monkeypatch, extra)
+    for name in ("a", "b", "c", "d"):
+        scheduler.window_arrives(name)
+    assert sorted(scheduler.schedule().num_scheduled_tokens) == ["a", "b", "c", "d"]
