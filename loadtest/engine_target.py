@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from loadtest.measure import RequestResult, describe_exception
+from loadtest.measure import RequestResult, describe_exception, heard_fields
 from loadtest.playback import simulate_playback
 from loadtest.targets import Target
 
@@ -50,9 +50,7 @@ def result_from_record(target: Target, record: dict[str, Any], playback_buffer_s
         record.get("sample_rate"),
         samples * 2,  # as 16-bit pcm
         error_message=record.get("error_message"),
-        playback_start_s=None if playback is None else playback.start_s,
-        stalls=None if playback is None else playback.stalls,
-        stalled_s=None if playback is None else playback.stalled_s,
+        **heard_fields(playback),
     )
 
 

@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 
 from loadtest.audio import DecodedAudio, decode
-from loadtest.playback import listen, wav_payload_offset
+from loadtest.playback import Playback, listen, wav_payload_offset
 from loadtest.targets import Target
 
-__all__ = ["PayloadClock", "RequestResult", "describe_exception", "measure", "wav_payload_offset"]
+__all__ = ["PayloadClock", "RequestResult", "describe_exception", "heard_fields", "measure", "wav_payload_offset"]
 
 
 @dataclass
@@ -45,6 +45,7 @@ class RequestResult:
     playback_start_s: float | None = None
     stalls: int | None = None
     stalled_s: float | None = None
+    stalls_at_audio_s: tuple[float, ...] | None = None  # where in the audio (s) each stall began, in order
 
     @property
     def rtf(self) -> float | None:
@@ -86,6 +87,18 @@ class PayloadClock:
             if offset is None or len(self.head) <= offset:
                 return
         self.first_at = self.arrivals[-1][0]
+
+
+def heard_fields(playback: Playback | None) -> dict[str, Any]:
+    """A RequestResult's listener fields from a modelled playback (all None where none could be modelled)."""
+    if playback is None:
+        return {"playback_start_s": None, "stalls": None, "stalled_s": None, "stalls_at_audio_s": None}
+    return {
+        "playback_start_s": playback.start_s,
+        "stalls": playback.stalls,
+        "stalled_s": playback.stalled_s,
+        "stalls_at_audio_s": tuple(wait.at_audio_s for wait in playback.waits),
+    }
 
 
 def _error(body: bytes) -> tuple[str | None, str | None]:
@@ -182,9 +195,7 @@ async def measure(
         decoded.sample_rate,
         len(audio),
         payload if keep_audio else None,
-        playback_start_s=None if playback is None else playback.start_s,
-        stalls=None if playback is None else playback.stalls,
-        stalled_s=None if playback is None else playback.stalled_s,
+        **heard_fields(playback),
     )
 
 

@@ -35,6 +35,8 @@ def playback_summary(ok: list[RequestResult], buffer_s: float) -> dict[str, Any]
         "stalled_share": sum(stalls > 0 for stalls, _ in heard) / len(heard) if heard else None,
         "stalls": spread([float(stalls) for stalls, _ in heard]),
         "stalled_s": spread([stalled for _, stalled in heard]),
+        # where in the audio a stream first ran dry: early (a window schedule's first windows) or late (capacity)
+        "first_stall_at_audio_s": spread([r.stalls_at_audio_s[0] for r in ok if r.stalls_at_audio_s]),
     }
 
 
@@ -73,6 +75,7 @@ def _request_record(r: RequestResult) -> dict[str, Any]:
         "playback_start_s": r.playback_start_s,
         "stalls": r.stalls,
         "stalled_s": r.stalled_s,
+        "stalls_at_audio_s": None if r.stalls_at_audio_s is None else list(r.stalls_at_audio_s),
     }
     if isinstance(r, UtteranceResult):
         record |= {
@@ -234,17 +237,20 @@ def playback_markdown(meta: dict[str, Any], runs: list[dict[str, Any]], mode: st
         "",
         f"## Playback (a listener who starts {start} and plays in real time{inside})",
         "",
-        f"| target | {mode} | heard | stalled requests | stalls p50 | p95 | max | stalled ms p50 | p95 | max |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| target | {mode} | heard | stalled requests | stalls p50 | p95 | max | stalled ms p50 | p95 | max "
+        "| first ran dry at audio ms p50 | p95 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         playback = run["playback"]
         share = playback["stalled_share"]
         stalls, stalled = playback["stalls"], playback["stalled_s"]
+        first = playback.get("first_stall_at_audio_s") or {}  # results written before it was recorded lack it
         lines.append(
             f"| {meta['targets'][run['target']]['label']} | {_level_key(run):g} | {playback['requests']} "
             f"| {'–' if share is None else f'{share:.0%}'} | {_num(stalls['p50'], 0)} | {_num(stalls['p95'], 1)} "
-            f"| {_num(stalls['max'], 0)} | {_ms(stalled['p50'])} | {_ms(stalled['p95'])} | {_ms(stalled['max'])} |"
+            f"| {_num(stalls['max'], 0)} | {_ms(stalled['p50'])} | {_ms(stalled['p95'])} | {_ms(stalled['max'])} "
+            f"| {_ms(first.get('p50'))} | {_ms(first.get('p95'))} |"
         )
     return lines
 

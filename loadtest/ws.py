@@ -41,7 +41,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from loadtest.audio import DecodedAudio, decode
-from loadtest.measure import PayloadClock, RequestResult, describe_exception
+from loadtest.measure import PayloadClock, RequestResult, describe_exception, heard_fields
 from loadtest.playback import listen_sentences
 from loadtest.targets import Target
 
@@ -350,9 +350,7 @@ async def _assess(
         len(decoded.samples),
         decoded.sample_rate,
         sum(len(p) for p in payloads),
-        playback_start_s=None if heard is None else heard.playback.start_s,
-        stalls=None if heard is None else heard.playback.stalls,
-        stalled_s=None if heard is None else heard.playback.stalled_s,
+        **heard_fields(None if heard is None else heard.playback),
         connect_s=connect_s,
         text_send_s=text_done - started,
         first_sentence_sent_s=first_sent,

@@ -118,3 +118,29 @@ def test_extra_body_once_for_all_or_once_per_target() -> None:
     with pytest.raises(SystemExit):
         parse_args(["--target", "a", "--keepalive-expiry", "-1"])
     assert parse_args(["--target", "a"]).keepalive_expiry == 1.0
+
+
+def test_where_each_stream_first_ran_dry_is_kept_per_request_and_summarised() -> None:
+    from loadtest.measure import heard_fields
+    from loadtest.playback import simulate_playback
+
+    # 0.16 s of audio at 0.1 s, the next window at 0.5 s: dry at 0.16 s of audio for 0.24 s; then in time
+    early = simulate_playback([(0.1, 0.16), (0.5, 0.48), (0.7, 2.0)])
+    # in time until 1.0 s of audio, then dry there
+    late = simulate_playback([(0.1, 1.0), (1.5, 2.0)])
+    assert early is not None and late is not None
+    results = [RequestResult(0, "t", 200, True, ttfa_s=0.1, e2e_s=1.0, audio_s=2.0, **heard_fields(p))
+               for p in (early, late, simulate_playback([(0.1, 2.0)]))]  # fmt: skip
+    assert heard_fields(None) == {
+        "playback_start_s": None,
+        "stalls": None,
+        "stalled_s": None,
+        "stalls_at_audio_s": None,
+    }
+    run = aggregate(level(results), None)
+    assert [r["stalls_at_audio_s"] for r in run["per_request"]] == [[pytest.approx(0.16)], [pytest.approx(1.0)], []]
+    first = run["playback"]["first_stall_at_audio_s"]
+    assert first["max"] == pytest.approx(1.0) and 0.16 <= first["p50"] <= 1.0  # of the two that ran dry
+    text = summary_markdown(meta(), [run])
+    assert "| first ran dry at audio ms p50 | p95 |" in text
+    assert text.rstrip().endswith(f"| {first['p50'] * 1000:.0f} | {first['p95'] * 1000:.0f} |")
