@@ -3,14 +3,16 @@ dotted path; the service passes it as a stage override (`{"1": {"scheduler_cls":
 vllm-omni's Qwen3-TTS pipeline sets the stage's scheduler class itself and a deploy profile cannot.
 
 vllm-omni's generation scheduler decodes, in every step, a window for every stream whose next window has arrived:
-at 32 streams one step carries up to 32 windows of 97 frames. A new stream's first window (1 frame, the one its
-listener is waiting for) then waits for such a step and rides in the next one, as long as the others. Here, when a
-first window is ready, the streams whose listeners hold more than `first_audio_first_margin_s` of audio sit out
-one step, so that the first window's step is short; they run in the next one, long before their listeners could run
-dry. With `code2wav_max_windows_per_step` set, a step carries at most that many windows where it can: beyond the
-cap, the windows of the streams furthest ahead of their listeners (holding more than the margin) wait for a later
-step, so that the windows a listener is waiting for are never held up by a long step of windows nobody needs yet.
-Nothing else changes: the order, the token budget and every window are vllm-omni's.
+at 32 streams one step carries up to 32 windows of 97 frames. A new stream's first window (the one its listener is
+waiting for) then waits for such a step and rides in the next one, as long as the others. Here, when a first window
+is ready, the streams whose listeners hold more than `first_audio_first_margin_s` of audio sit out one step, so that
+the first window's step is short; they run in the next one, long before their listeners could run dry.
+With `short_streams_first`, a window of any stream whose listener holds less than the margin counts as first audio
+too: the windows right after a stream's first (a ramp's 4, 8 and 16 frames), due within a few hundred milliseconds,
+or a stream that fell behind. With `code2wav_max_windows_per_step` set, a step carries at most that many windows
+where it can: beyond the cap, the windows of the streams furthest ahead of their listeners (holding more than the
+margin) wait for a later step, so that the windows a listener is waiting for are never held up by a long step of
+windows nobody needs yet. Nothing else changes: the order, the token budget and every window are vllm-omni's.
 
 It also gives way when it has nothing to schedule. Requests whose next window has not arrived keep vLLM's engine
 loop busy (schedule, an empty step, again), and that loop holds the GIL that code2wav's receiving thread needs to
@@ -19,9 +21,10 @@ Sleeping `code2wav_idle_wait_ms` after an empty schedule lets the receiving thre
 
 Settings come from the deploy profile's connector `extra` (which vllm-omni hands to every stage unchanged):
 `first_audio_first_margin_s` (default 1.0; 0 turns the policy off, leaving a logging-only scheduler),
-`code2wav_max_windows_per_step` (default 0 = no cap; a stream is held back by it only while it holds more than the
-margin), `code2wav_idle_wait_ms` (default 0 = never sleep) and `engine_probe_interval_s` (default 0 = off: every so many
-seconds, one log line of steps, windows per step, first-window waits and step times).
+`short_streams_first` (default false), `code2wav_max_windows_per_step` (default 0 = no cap; a stream is held back
+by it only while it holds more than the margin), `code2wav_idle_wait_ms` (default 0 = never sleep) and
+`engine_probe_interval_s` (default 0 = off: every so many seconds, one log line of steps, windows per step,
+first-window waits and step times).
 """
 
 from __future__ import annotations
@@ -58,12 +61,14 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         self._probe = StepProbe(interval_s=float(extra.get("engine_probe_interval_s", 0) or 0))
         self._idle_wait_s = float(extra.get("code2wav_idle_wait_ms", 0) or 0) / 1000
         self._max_windows = int(extra.get("code2wav_max_windows_per_step", 0) or 0)
+        self._short_streams_first = bool(extra.get("short_streams_first", False))
         self._first_ready_at: dict[str, float] = {}  # first windows seen ready, not yet scheduled
         self._scheduled_at: dict[int, float] = {}  # id(scheduler output) -> when it was scheduled
         log.info(
-            "code2wav scheduler: first audio first (margin %.2f s, at most %s windows a step, idle wait %.1f ms, "
-            "probe every %.0f s)",
+            "code2wav scheduler: first audio first (margin %.2f s, short streams too: %s, at most %s windows a step, "
+            "idle wait %.1f ms, probe every %.0f s)",
             self._policy.margin_s,
+            self._short_streams_first,
             self._max_windows or "any",
             self._idle_wait_s * 1000,
             self._probe.interval_s,
@@ -87,11 +92,15 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         return ready
 
     def _sitting_out(self, loaded: set[str], firsts: int, now: float) -> list[Any]:
-        """The running streams that wait this step: with a first window ready, every one whose listener can spare a
-        step; and where the step would carry more windows than its cap, those furthest ahead of their listeners."""
+        """The running streams that wait this step: with a first window ready (or, with `short_streams_first`, a
+        window of any stream holding less than the margin), every one whose listener can spare a step; and where the
+        step would carry more windows than its cap, those furthest ahead of their listeners."""
         if self._policy.margin_s <= 0:
             return []
-        out = [r for r in self.running if self._policy.may_wait(r.request_id, now)] if firsts else []
+        urgent = firsts
+        if self._short_streams_first:
+            urgent += sum(r.request_id in loaded and not self._policy.may_wait(r.request_id, now) for r in self.running)
+        out = [r for r in self.running if self._policy.may_wait(r.request_id, now)] if urgent else []
         if self._max_windows > 0:
             out_ids = {r.request_id for r in out}
             ready = [r for r in self.running if r.request_id in loaded and r.request_id not in out_ids]

@@ -223,3 +223,21 @@ def test_without_a_margin_there_is_no_cap_either(scheduler_module, monkeypatch: 
     for name in ("a", "b", "c", "d"):
         scheduler.window_arrives(name)
     assert sorted(scheduler.schedule().num_scheduled_tokens) == ["a", "b", "c", "d"]
+
+
+def test_a_short_streams_window_runs_first_when_asked(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler, _ = _staggered(scheduler_module, monkeypatch, {"short_streams_first": True})
+    scheduler.window_arrives("a")  # a holds 0.88 s: under the margin, its window is due soon
+    scheduler.window_arrives("d")  # d holds 1.78 s
+    assert list(scheduler.schedule().num_scheduled_tokens) == ["a"]
+    assert list(scheduler.schedule().num_scheduled_tokens) == ["d"]  # one step later
+    assert {r.request_id for r in scheduler.running} == {"a", "b", "c", "d"}
+
+
+def test_without_short_streams_first_only_a_first_window_makes_others_wait(
+    scheduler_module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scheduler, _ = _staggered(scheduler_module, monkeypatch, {})
+    scheduler.window_arrives("a")
+    scheduler.window_arrives("d")
+    assert sorted(scheduler.schedule().num_scheduled_tokens) == ["a", "d"]
