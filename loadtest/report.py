@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.measure import RequestResult
-from loadtest.runner import LevelRun
+from loadtest.runner import LevelRun, runs_as_waves
 from loadtest.stats import ratio, spread, summarize
 from loadtest.ws import UtteranceResult
 
@@ -182,6 +182,16 @@ def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         ]
     if meta.get("stagger_s"):
         lines.append(f"- closed loop: the workers started one after another over {meta['stagger_s']:g} s per round")
+    waves = sorted(
+        {r["concurrency"] for r in runs if "concurrency" in r and runs_as_waves(r["concurrency"], meta["requests"],
+                                                                                 meta.get("rounds") or 1)}
+    )  # fmt: skip
+    if waves:
+        lines.append(
+            f"- concurrency {', '.join(map(str, waves))}: each worker sent fewer than two requests per round, so "
+            "each round there is a wave of arrivals onto an idle server, not a sustained load (for one: --requests "
+            "of at least 2 x rounds x the level)"
+        )
     for target in meta["targets"]:
         lines.append(f"- target {target['label']} — model `{target['model']}`, voice `{target['voice']}`")
     lines.append("")

@@ -158,6 +158,17 @@ async def _open_loop(
     return await open_loop(rng, rate, duration_s, lambda planned: sender.send(texts.take(), planned))
 
 
+def closed_loop_rounds(level: int, requests: int, rounds: int) -> int:
+    """How many interleaved rounds a closed-loop level runs: a round must fill the level's concurrency."""
+    return max(1, min(rounds, requests // level))
+
+
+def runs_as_waves(level: int, requests: int, rounds: int) -> bool:
+    """True where a closed-loop round gives each worker fewer than two requests: the round is then one wave of
+    arrivals onto an idle server (each worker's first request), not a sustained load."""
+    return requests // closed_loop_rounds(level, requests, rounds) < 2 * level
+
+
 async def run_concurrency_sweep(
     client: httpx.AsyncClient, plan: RunPlan, levels: list[int], tick: Callable[[], None]
 ) -> list[LevelRun]:
@@ -170,7 +181,7 @@ async def run_concurrency_sweep(
                 await _closed_loop(client, plan, target, level, warmup, TextCycle(plan.texts), None, tick)
         # the same texts for every target: one cycle per target, all starting at the same place
         cycles = [TextCycle(plan.texts) for _ in plan.targets]
-        rounds = max(1, min(plan.rounds, plan.requests // level))  # a round must fill the level's concurrency
+        rounds = closed_loop_rounds(level, plan.requests, plan.rounds)
         for round_requests in _split(plan.requests, rounds):  # A, B, A, B: drift hits every target alike
             for target, run, texts in zip(plan.targets, level_runs, cycles, strict=True):
                 if round_requests:

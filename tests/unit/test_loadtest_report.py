@@ -144,3 +144,19 @@ def test_where_each_stream_first_ran_dry_is_kept_per_request_and_summarised() ->
     text = summary_markdown(meta(), [run])
     assert "| first ran dry at audio ms p50 | p95 |" in text
     assert text.rstrip().endswith(f"| {first['p50'] * 1000:.0f} | {first['p95'] * 1000:.0f} |")
+
+
+def test_a_level_whose_rounds_give_each_worker_one_request_is_called_a_wave() -> None:
+    from loadtest.runner import closed_loop_rounds, runs_as_waves
+
+    # 64 requests in 2 rounds: c=8 and c=16 sustain (4 and 2 per worker per round); c=32 (2 rounds of 32) and c=64
+    # (1 round of 64) give each worker one request per round
+    assert [closed_loop_rounds(c, 64, 2) for c in (8, 16, 32, 64)] == [2, 2, 2, 1]
+    assert [runs_as_waves(c, 64, 2) for c in (8, 16, 32, 64)] == [False, False, True, True]
+    assert not runs_as_waves(32, 256, 2)
+    runs = [aggregate(LevelRun(Target(0, "http://a", "m", "v"), "concurrency", c, [ok(0, 0.0)], 1.0, c), None)
+            for c in (8, 16, 32, 64)]  # fmt: skip
+    text = summary_markdown(meta() | {"requests": 64, "rounds": 2}, runs)
+    assert "- concurrency 32, 64: each worker sent fewer than two requests per round" in text
+    assert "concurrency 8" not in text and "concurrency 16" not in text
+    assert "fewer than two requests" not in summary_markdown(meta() | {"requests": 256, "rounds": 2}, runs)
