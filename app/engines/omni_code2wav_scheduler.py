@@ -48,6 +48,15 @@ def connector_extra(vllm_config: Any) -> dict[str, Any]:
     return dict(extra or {})
 
 
+def _flag(value: object, name: str) -> bool:
+    """A yes/no setting from YAML or a string override ("false" is no, not a non-empty string)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in {"true", "false", "1", "0", "yes", "no", "on", "off"}:
+        return value.strip().lower() in {"true", "1", "yes", "on"}
+    raise ValueError(f"{name} must be true or false, not {value!r}")
+
+
 class FirstAudioFirstScheduler(OmniGenerationScheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -61,7 +70,7 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         self._probe = StepProbe(interval_s=float(extra.get("engine_probe_interval_s", 0) or 0))
         self._idle_wait_s = float(extra.get("code2wav_idle_wait_ms", 0) or 0) / 1000
         self._max_windows = int(extra.get("code2wav_max_windows_per_step", 0) or 0)
-        self._short_streams_first = bool(extra.get("short_streams_first", False))
+        self._short_streams_first = _flag(extra.get("short_streams_first", False), "short_streams_first")
         self._first_ready_at: dict[str, float] = {}  # first windows seen ready, not yet scheduled
         self._scheduled_at: dict[int, float] = {}  # id(scheduler output) -> when it was scheduled
         log.info(
@@ -92,23 +101,29 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         return ready
 
     def _sitting_out(self, loaded: set[str], firsts: int, now: float) -> list[Any]:
-        """The running streams that wait this step: with a first window ready (or, with `short_streams_first`, a
-        window of any stream holding less than the margin), every one whose listener can spare a step; and where the
-        step would carry more windows than its cap, those furthest ahead of their listeners."""
+        """The running streams whose ready windows wait this step: with a first window ready (or, with
+        `short_streams_first`, a window of a stream holding less than the margin), every one whose listener can spare
+        a step; otherwise, where the step would carry more windows than its cap, those furthest ahead of their
+        listeners. A stream with no window ready is never held (holding it would only delay the request for its next
+        window), nor is a stream's last window (holding it would only delay the end of its response)."""
         if self._policy.margin_s <= 0:
             return []
+        adapter = self.chunk_transfer_adapter
+        ready = [r for r in self.running if r.request_id in loaded]
         urgent = firsts
         if self._short_streams_first:
-            urgent += sum(r.request_id in loaded and not self._policy.may_wait(r.request_id, now) for r in self.running)
-        out = [r for r in self.running if self._policy.may_wait(r.request_id, now)] if urgent else []
-        if self._max_windows > 0:
-            out_ids = {r.request_id for r in out}
-            ready = [r for r in self.running if r.request_id in loaded and r.request_id not in out_ids]
-            excess = firsts + len(ready) - self._max_windows
-            if excess > 0:
-                chosen = set(self._policy.furthest_ahead([r.request_id for r in ready], excess, now))
-                out += [r for r in ready if r.request_id in chosen]
-        return out
+            urgent += sum(not self._policy.may_wait(r.request_id, now) for r in ready)
+        holdable = [
+            r for r in ready
+            if self._policy.may_wait(r.request_id, now) and not adapter.is_done_receiving_chunks(r.request_id)
+        ]  # fmt: skip
+        if urgent:
+            return holdable
+        excess = len(ready) - self._max_windows if self._max_windows > 0 else 0
+        if excess <= 0:
+            return []
+        chosen = set(self._policy.furthest_ahead([r.request_id for r in holdable], excess, now))
+        return [r for r in holdable if r.request_id in chosen]
 
     def schedule(self, throttle_prefills: bool = False) -> Any:
         now = time.monotonic()

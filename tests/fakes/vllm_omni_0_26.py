@@ -324,6 +324,10 @@ class FakeChunkTransferAdapter:
     def __init__(self) -> None:
         self._finished_load_reqs: set[str] = set()
         self.requests_with_ready_chunks: set[str] = set()
+        self.upstream_exhausted_requests: set[str] = set()  # the talker sent its last window (`finished` in meta)
+
+    def is_done_receiving_chunks(self, request_id: str) -> bool:
+        return request_id in self.upstream_exhausted_requests
 
 
 @dataclass
@@ -336,7 +340,9 @@ class FakeGenerationScheduler:
     `chunk_transfer_adapter`, `waiting` (new requests, in order), `running` (a list), `requests` (id -> request),
     `schedule()` returning an output whose `num_scheduled_tokens` names every request with a window in the step, and
     `update_from_output()`. As in 0.26.0, one step takes the ready window of every request in `running`, then of
-    every waiting request, which then moves to `running`."""
+    every waiting request, which then moves to `running`. `seen_running` keeps the requests each `schedule()` found
+    in `running`: the real one asks the chunk adapter for the next window of exactly those (`process_pending_chunks`
+    -> `load_async`)."""
 
     window_tokens = 16 * 97
 
@@ -348,13 +354,16 @@ class FakeGenerationScheduler:
         self.running: list[FakeStageRequest] = []
         self.requests: dict[str, FakeStageRequest] = {}
         self.updates: list[FakeSchedulerOutput] = []
+        self.seen_running: list[set[str]] = []
 
     def add(self, request_id: str) -> None:
         request = FakeStageRequest(request_id)
         self.requests[request_id] = request
         self.waiting.append(request)
 
-    def window_arrives(self, request_id: str) -> None:
+    def window_arrives(self, request_id: str, last: bool = False) -> None:
+        if last:  # as 0.26.0 loads a chunk: the finished mark first, then the chunk counts as loaded
+            self.chunk_transfer_adapter.upstream_exhausted_requests.add(request_id)
         self.chunk_transfer_adapter._finished_load_reqs.add(request_id)
 
     def _ready(self, request: FakeStageRequest) -> bool:
@@ -363,6 +372,7 @@ class FakeGenerationScheduler:
 
     def schedule(self, throttle_prefills: bool = False) -> FakeSchedulerOutput:
         adapter = self.chunk_transfer_adapter
+        self.seen_running.append({r.request_id for r in self.running})
         scheduled = {r.request_id: self.window_tokens for r in self.running if self._ready(r)}
         for request in [r for r in self.waiting if self._ready(r)]:
             self.waiting.remove(request)

@@ -241,3 +241,41 @@ def test_without_short_streams_first_only_a_first_window_makes_others_wait(
     scheduler.window_arrives("a")
     scheduler.window_arrives("d")
     assert sorted(scheduler.schedule().num_scheduled_tokens) == ["a", "d"]
+
+
+def test_a_stream_with_no_window_ready_is_not_held_back(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler, _ = _streaming(scheduler_module, 1.0, monkeypatch)
+    scheduler.window_arrives("a")  # b's and c's next windows have not arrived
+    scheduler.add("new")
+    scheduler.window_arrives("new")
+    assert list(scheduler.schedule().num_scheduled_tokens) == ["new"]  # a (2 s in hand) waits one step
+    # b and c stayed where vllm-omni asks the talker's connector for their next windows
+    assert scheduler.seen_running[-1] == {"b", "c"}
+
+
+def test_a_streams_last_window_is_never_held_back(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler, _ = _streaming(scheduler_module, 1.0, monkeypatch)
+    scheduler.window_arrives("a", last=True)  # holding it would only delay the end of a's response
+    scheduler.window_arrives("b")
+    scheduler.add("new")
+    scheduler.window_arrives("new")
+    assert sorted(scheduler.schedule().num_scheduled_tokens) == ["a", "new"]
+    capped, _ = _staggered(scheduler_module, monkeypatch, {"code2wav_max_windows_per_step": 1})
+    capped.window_arrives("c")  # 1.48 s in hand
+    capped.window_arrives("d", last=True)  # 1.78 s: the furthest ahead, but its last window
+    assert list(capped.schedule().num_scheduled_tokens) == ["d"]
+
+
+def test_a_short_stream_with_no_window_ready_holds_nobody_back(
+    scheduler_module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scheduler, _ = _staggered(scheduler_module, monkeypatch, {"short_streams_first": True})
+    scheduler.window_arrives("d")  # a holds 0.88 s but has no window ready: nothing of it is due in this step
+    assert list(scheduler.schedule().num_scheduled_tokens) == ["d"]
+
+
+def test_short_streams_first_reads_yes_and_no_and_refuses_anything_else(scheduler_module) -> None:
+    assert scheduler_module.FirstAudioFirstScheduler({"short_streams_first": "false"})._short_streams_first is False
+    assert scheduler_module.FirstAudioFirstScheduler({"short_streams_first": "true"})._short_streams_first is True
+    with pytest.raises(ValueError, match="short_streams_first"):
+        scheduler_module.FirstAudioFirstScheduler({"short_streams_first": "maybe"})
