@@ -188,7 +188,7 @@ def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     )  # fmt: skip
     if waves:
         lines.append(
-            f"- concurrency {', '.join(map(str, waves))}: each worker sent fewer than two requests per round, so "
+            f"- concurrency {', '.join(map(str, waves))}: fewer than two requests per worker and round, so "
             "each round there is a wave of arrivals onto an idle server, not a sustained load (for one: --requests "
             "of at least 2 x rounds x the level)"
         )

@@ -164,8 +164,8 @@ def closed_loop_rounds(level: int, requests: int, rounds: int) -> int:
 
 
 def runs_as_waves(level: int, requests: int, rounds: int) -> bool:
-    """True where a closed-loop round gives each worker fewer than two requests: the round is then one wave of
-    arrivals onto an idle server (each worker's first request), not a sustained load."""
+    """True where a closed-loop round gives its workers fewer than two requests each on average: the round is then
+    mostly one wave of arrivals onto an idle server (each worker's first request), not a sustained load."""
     return requests // closed_loop_rounds(level, requests, rounds) < 2 * level
 
 

@@ -37,8 +37,8 @@ class FirstAudioFirst:
     """Decides which streams' windows wait one step so that new streams' first windows run in a short step.
 
     `margin_s`: a stream may wait only while its listener holds more than this much audio. One step of code2wav
-    takes tens of milliseconds (~200 ms at worst, measured under load), so a margin of a second cannot turn a wait
-    into a stall."""
+    takes tens of milliseconds (~200 ms at p95, measured under load), so a margin of a second leaves a wait of a
+    step far from a stall."""
 
     def __init__(self, windows: CodecWindows, margin_s: float = 1.0) -> None:
         self.windows = windows

@@ -52,6 +52,8 @@ def _flag(value: object, name: str) -> bool:
     """A yes/no setting from YAML or a string override ("false" is no, not a non-empty string)."""
     if isinstance(value, bool):
         return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
     if isinstance(value, str) and value.strip().lower() in {"true", "false", "1", "0", "yes", "no", "on", "off"}:
         return value.strip().lower() in {"true", "1", "yes", "on"}
     raise ValueError(f"{name} must be true or false, not {value!r}")

@@ -318,8 +318,11 @@ class FakeStageRequest:
 
 
 class FakeChunkTransferAdapter:
-    """The two sets `OmniChunkTransferAdapter` keeps of requests whose next window has arrived: loaded by the
-    receiving thread (`_finished_load_reqs`) and moved back into a queue (`requests_with_ready_chunks`)."""
+    """What `OmniChunkTransferAdapter` keeps that a scheduler reads: the two sets of requests whose next window has
+    arrived, loaded by the receiving thread (`_finished_load_reqs`) and moved back into a queue
+    (`requests_with_ready_chunks`), and the requests whose talker sent its last window (`upstream_exhausted_requests`;
+    0.26.0's `is_done_receiving_chunks` also counts the end of a realtime input segment, which TTS requests do not
+    have)."""
 
     def __init__(self) -> None:
         self._finished_load_reqs: set[str] = set()
