@@ -36,6 +36,9 @@
 #                                   start, checked with one CUDA context; `stop` quits it), so that the kernels of
 #                                   servers sharing the GPU run side by side rather than time-sliced
 #   OMNI_ON=a                       the profile vllm-omni's server runs: a (the shared one) or b
+#   ALONE_STAGE_OVERRIDES=""        `alone`'s stage overrides (JSON). The service passes its code2wav scheduler as
+#                                   one, so `alone` and `vllm serve` run vllm-omni's scheduler unless given it here:
+#                                   '{"1": {"scheduler_cls": "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler"}}'
 #   NAME=qwen3-tts  VOICE=vivian    model id and voice for every target
 #   CONCURRENCY=1,8,16,32,64  RATES=8,14  REQUESTS=64  WARMUP=8  DURATION=30  ROUNDS=2   the sweep
 #   PLAYBACK_BUFFER_MS=0            the modelled listener's jitter buffer (stalls); LOADTEST_ARGS: more options
@@ -64,6 +67,7 @@ ALONE_PORT=${ALONE_PORT:-8002}
 SERVICE_B_PORT=${SERVICE_B_PORT:-8003}
 B_PROFILE_SET=${B_PROFILE_SET:-}
 OMNI_ON=${OMNI_ON:-a}
+ALONE_STAGE_OVERRIDES=${ALONE_STAGE_OVERRIDES:-}
 NAME=${NAME:-qwen3-tts}
 VOICE=${VOICE:-vivian}
 CONCURRENCY=${CONCURRENCY:-1,8,16,32,64}
@@ -178,9 +182,12 @@ launch() {  # $1 target
         COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-vllm-omni.sh
       ;;
     alone)
+      local overrides=()
+      [ -n "$ALONE_STAGE_OVERRIDES" ] && overrides=(--stage-overrides "$ALONE_STAGE_OVERRIDES")
+      echo "$(date -u +%FT%TZ) alone: stage overrides ${ALONE_STAGE_OVERRIDES:-none}" >>"$OUT/commands.txt"
       setsid nohup "$PYTHON" -m loadtest.engine_alone --model "$MODEL" --deploy-config "$BENCH_PROFILE" \
         --load-format dummy --served-model-name "$NAME" --compile-cache-dir "$CACHE" --port "$ALONE_PORT" \
-        >"$log" 2>&1 </dev/null &
+        "${overrides[@]}" >"$log" 2>&1 </dev/null &
       echo $! >"$(pidfile_of alone)"
       echo "engine_alone starting on port $ALONE_PORT, pid $!, log $log"
       ;;

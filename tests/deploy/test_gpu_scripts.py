@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.support.server import free_port
 
@@ -85,3 +88,51 @@ def test_start_vllm_omni_runs_vllm_serve_omni_detached_and_stop_ends_it(tmp_path
     else:
         raise AssertionError("the stand-in server is still running")
     assert not pidfile.exists()
+
+
+def harness_python(tmp_path: Path) -> Path:
+    """The GPU host's python for side-by-side.sh: the real one for its set-up steps (model directory, profile copy),
+    a recorder that idles like a starting engine for `loadtest.engine_alone`, and 'not ready' for readiness probes."""
+    script = tmp_path / "python3"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        'case "$1 $2" in\n'
+        f'  "-m loadtest.engine_alone") printf "%s\\n" "$@" > {tmp_path}/argv; exec sleep 60 ;;\n'
+        '  "- "*) exit 1 ;;\n'
+        "esac\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("overrides", ["", '{"1": {"scheduler_cls": "my.Scheduler"}}'])
+def test_side_by_side_hands_the_baseline_its_stage_overrides(tmp_path: Path, overrides: str) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHON": str(harness_python(tmp_path)),
+        "WORK": str(tmp_path / "work"),
+        "TARGETS": "alone",
+        "ALONE_PORT": str(port),
+        "ALONE_STAGE_OVERRIDES": overrides,
+        "START_WAIT_S": "2",
+        "KV_WAIT_S": "1",
+    }
+    started = subprocess.run([str(GPU / "side-by-side.sh"), "start"], env=env, capture_output=True, text=True)
+    try:
+        assert started.returncode == 3, started.stdout + started.stderr  # launched, never ready: gave up waiting
+        for _ in range(100):
+            if (tmp_path / "argv").exists():
+                break
+            time.sleep(0.05)
+        argv = (tmp_path / "argv").read_text().split("\n")[:-1]
+        assert argv[:2] == ["-m", "loadtest.engine_alone"] and argv[argv.index("--port") + 1] == str(port)
+        if overrides:
+            assert argv[-2:] == ["--stage-overrides", overrides]
+        else:
+            assert "--stage-overrides" not in argv
+        commands = (tmp_path / "work/results/commands.txt").read_text()
+        assert f"alone: stage overrides {overrides or 'none'}" in commands
+    finally:
+        subprocess.run([str(GPU / "side-by-side.sh"), "stop"], env=env, capture_output=True, text=True)
