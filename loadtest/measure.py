@@ -14,6 +14,7 @@ import asyncio
 import base64
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,9 @@ class RequestResult:
     stalls: int | None = None
     stalled_s: float | None = None
     stalls_at_audio_s: tuple[float, ...] | None = None  # where in the audio (s) each stall began, in order
+    # when the audio came: (s since send, s of audio playable by then), arrivals within ARRIVAL_GROUP_S of the next
+    # counted once (a window reaches the client as several socket reads)
+    audio_arrivals: tuple[tuple[float, float], ...] | None = None
 
     @property
     def rtf(self) -> float | None:
@@ -89,15 +93,38 @@ class PayloadClock:
         self.first_at = self.arrivals[-1][0]
 
 
+ARRIVAL_GROUP_S = 0.005
+
+
+def grouped_arrivals(
+    timeline: Sequence[tuple[float, float]], within_s: float = ARRIVAL_GROUP_S
+) -> list[tuple[float, float]]:
+    """The timeline with each run of arrivals less than `within_s` apart kept as its last one."""
+    grouped: list[tuple[float, float]] = []
+    for at, audio in timeline:
+        if grouped and at - grouped[-1][0] < within_s:
+            grouped[-1] = (at, audio)
+        else:
+            grouped.append((at, audio))
+    return grouped
+
+
 def heard_fields(playback: Playback | None) -> dict[str, Any]:
     """A RequestResult's listener fields from a modelled playback (all None where none could be modelled)."""
     if playback is None:
-        return {"playback_start_s": None, "stalls": None, "stalled_s": None, "stalls_at_audio_s": None}
+        return {
+            "playback_start_s": None,
+            "stalls": None,
+            "stalled_s": None,
+            "stalls_at_audio_s": None,
+            "audio_arrivals": None,
+        }
     return {
         "playback_start_s": playback.start_s,
         "stalls": playback.stalls,
         "stalled_s": playback.stalled_s,
         "stalls_at_audio_s": tuple(wait.at_audio_s for wait in playback.waits),
+        "audio_arrivals": tuple(grouped_arrivals(playback.timeline)),
     }
 
 

@@ -45,6 +45,9 @@ class Playback:
     stalled_s: float  # total time spent waiting for audio after playback started
     audio_s: float  # seconds of audio played
     waits: tuple[Wait, ...] = ()  # each stall, in order
+    # (seconds since send, seconds of audio playable by then) at each arrival that added audio: when each piece of
+    # audio came, e.g. to see which of a stream's windows came late
+    timeline: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,11 +85,13 @@ def simulate_playback(arrivals: Sequence[tuple[float, float]], buffer_s: float =
         else:
             played += at - clock
         clock, available = at, audio
-    return _played(points[start][0], points[-1][1], waits)
+    return _played(points[start][0], points[-1][1], waits, points)
 
 
-def _played(start_s: float, audio_s: float, waits: Sequence[Wait]) -> Playback:
-    return Playback(start_s, len(waits), sum(w.waited_s for w in waits), audio_s, tuple(waits))
+def _played(
+    start_s: float, audio_s: float, waits: Sequence[Wait], timeline: Sequence[tuple[float, float]] = ()
+) -> Playback:
+    return Playback(start_s, len(waits), sum(w.waited_s for w in waits), audio_s, tuple(waits), tuple(timeline))
 
 
 def wav_payload_offset(head: bytes) -> int | None:
@@ -230,4 +235,4 @@ def listen_sentences(
 
     gaps = tuple(sum(w.waited_s for w in heard.waits if at_join(w, join)) for join in joins)
     inside = [w for w in heard.waits if not any(at_join(w, join) for join in joins)]
-    return SentencePlayback(_played(heard.start_s, heard.audio_s, inside), gaps)
+    return SentencePlayback(_played(heard.start_s, heard.audio_s, inside, heard.timeline), gaps)

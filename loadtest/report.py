@@ -76,6 +76,9 @@ def _request_record(r: RequestResult) -> dict[str, Any]:
         "stalls": r.stalls,
         "stalled_s": r.stalled_s,
         "stalls_at_audio_s": None if r.stalls_at_audio_s is None else list(r.stalls_at_audio_s),
+        "audio_arrivals": None
+        if r.audio_arrivals is None
+        else [[round(at, 4), round(audio, 4)] for at, audio in r.audio_arrivals],
     }
     if isinstance(r, UtteranceResult):
         record |= {

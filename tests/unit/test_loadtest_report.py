@@ -131,14 +131,12 @@ def test_where_each_stream_first_ran_dry_is_kept_per_request_and_summarised() ->
     assert early is not None and late is not None
     results = [RequestResult(0, "t", 200, True, ttfa_s=0.1, e2e_s=1.0, audio_s=2.0, **heard_fields(p))
                for p in (early, late, simulate_playback([(0.1, 2.0)]))]  # fmt: skip
-    assert heard_fields(None) == {
-        "playback_start_s": None,
-        "stalls": None,
-        "stalled_s": None,
-        "stalls_at_audio_s": None,
-    }
+    assert heard_fields(None) == dict.fromkeys(
+        ("playback_start_s", "stalls", "stalled_s", "stalls_at_audio_s", "audio_arrivals")
+    )
     run = aggregate(level(results), None)
     assert [r["stalls_at_audio_s"] for r in run["per_request"]] == [[pytest.approx(0.16)], [pytest.approx(1.0)], []]
+    assert run["per_request"][0]["audio_arrivals"] == [[0.1, 0.16], [0.5, 0.48], [0.7, 2.0]]  # which window was late
     first = run["playback"]["first_stall_at_audio_s"]
     assert first["max"] == pytest.approx(1.0) and first["p50"] == pytest.approx(0.58)  # of the two that ran dry
     text = summary_markdown(meta(), [run])
@@ -160,3 +158,12 @@ def test_a_level_whose_rounds_give_each_worker_one_request_is_called_a_wave() ->
     assert "- concurrency 32, 64: fewer than two requests per worker and round" in text
     assert "concurrency 8" not in text and "concurrency 16" not in text
     assert "fewer than two requests per worker" not in summary_markdown(meta() | {"requests": 256, "rounds": 2}, runs)
+
+
+def test_arrivals_a_few_milliseconds_apart_are_kept_as_one() -> None:
+    from loadtest.measure import grouped_arrivals
+
+    # one window read from the socket in three pieces, then the next window
+    timeline = [(0.100, 0.05), (0.101, 0.10), (0.103, 0.16), (0.400, 0.48)]
+    assert grouped_arrivals(timeline) == [(0.103, 0.16), (0.400, 0.48)]
+    assert grouped_arrivals([]) == []
