@@ -37,7 +37,19 @@ def playback_summary(ok: list[RequestResult], buffer_s: float) -> dict[str, Any]
         "stalled_s": spread([stalled for _, stalled in heard]),
         # where in the audio a stream first ran dry: early (a window schedule's first windows) or late (capacity)
         "first_stall_at_audio_s": spread([r.stalls_at_audio_s[0] for r in ok if r.stalls_at_audio_s]),
+        # the same, as the most common places (to 10 ms): with fixed window sizes, each is the end of one window
+        "first_stall_places": common_places([r.stalls_at_audio_s[0] for r in ok if r.stalls_at_audio_s]),
     }
+
+
+def common_places(positions: list[float], most: int = 3) -> list[dict[str, float | int]]:
+    """The `most` most common positions (seconds, to 10 ms) with how many streams first ran dry there."""
+    counts: dict[float, int] = {}
+    for position in positions:
+        place = round(position, 2)
+        counts[place] = counts.get(place, 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:most]
+    return [{"at_audio_s": place, "streams": count} for place, count in ranked]
 
 
 def text_stream_summary(ok: list[UtteranceResult]) -> dict[str, Any]:
@@ -163,6 +175,10 @@ def _ms(value: float | None) -> str:
     return "–" if value is None else f"{value * 1000:.0f}"
 
 
+def _places(places: list[dict[str, float | int]] | None) -> str:
+    return ", ".join(f"{_ms(p['at_audio_s'])} ({p['streams']})" for p in places or []) or "–"
+
+
 def _num(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
@@ -251,8 +267,8 @@ def playback_markdown(meta: dict[str, Any], runs: list[dict[str, Any]], mode: st
         f"## Playback (a listener who starts {start} and plays in real time{inside})",
         "",
         f"| target | {mode} | heard | stalled requests | stalls p50 | p95 | max | stalled ms p50 | p95 | max "
-        "| first ran dry at audio ms p50 | p95 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| first ran dry at audio ms p50 | p95 | most often at ms (streams) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         playback = run["playback"]
@@ -263,7 +279,7 @@ def playback_markdown(meta: dict[str, Any], runs: list[dict[str, Any]], mode: st
             f"| {meta['targets'][run['target']]['label']} | {_level_key(run):g} | {playback['requests']} "
             f"| {'–' if share is None else f'{share:.0%}'} | {_num(stalls['p50'], 0)} | {_num(stalls['p95'], 1)} "
             f"| {_num(stalls['max'], 0)} | {_ms(stalled['p50'])} | {_ms(stalled['p95'])} | {_ms(stalled['max'])} "
-            f"| {_ms(first.get('p50'))} | {_ms(first.get('p95'))} |"
+            f"| {_ms(first.get('p50'))} | {_ms(first.get('p95'))} | {_places(playback.get('first_stall_places'))} |"
         )
     return lines
 

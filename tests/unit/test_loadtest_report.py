@@ -139,9 +139,27 @@ def test_where_each_stream_first_ran_dry_is_kept_per_request_and_summarised() ->
     assert run["per_request"][0]["audio_arrivals"] == [[0.1, 0.16], [0.5, 0.48], [0.7, 2.0]]  # which window was late
     first = run["playback"]["first_stall_at_audio_s"]
     assert first["max"] == pytest.approx(1.0) and first["p50"] == pytest.approx(0.58)  # of the two that ran dry
+    assert run["playback"]["first_stall_places"] == [
+        {"at_audio_s": 0.16, "streams": 1},
+        {"at_audio_s": 1.0, "streams": 1},
+    ]
     text = summary_markdown(meta(), [run])
-    assert "| first ran dry at audio ms p50 | p95 |" in text
-    assert text.rstrip().endswith(f"| {first['p50'] * 1000:.0f} | {first['p95'] * 1000:.0f} |")
+    assert "| first ran dry at audio ms p50 | p95 | most often at ms (streams) |" in text
+    assert text.rstrip().endswith(f"| {first['p50'] * 1000:.0f} | {first['p95'] * 1000:.0f} | 160 (1), 1000 (1) |")
+
+
+def test_the_most_common_places_streams_first_ran_dry_are_counted_to_10_ms() -> None:
+    from loadtest.report import common_places
+
+    # three streams dry after a 160 ms first window, two after 480 ms, one late
+    positions = [0.1601, 0.16, 0.1598, 0.48, 0.4803, 3.2]
+    assert common_places(positions) == [
+        {"at_audio_s": 0.16, "streams": 3},
+        {"at_audio_s": 0.48, "streams": 2},
+        {"at_audio_s": 3.2, "streams": 1},
+    ]
+    assert common_places(positions, most=1) == [{"at_audio_s": 0.16, "streams": 3}]
+    assert common_places([]) == []
 
 
 def test_a_level_whose_rounds_give_each_worker_one_request_is_called_a_wave() -> None:
