@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ def error_groups(results: list[RequestResult]) -> list[dict[str, Any]]:
 def playback_summary(ok: list[RequestResult], buffer_s: float) -> dict[str, Any]:
     """The listener's view over the requests whose format maps bytes to playing time (see loadtest.playback)."""
     heard = [(r.stalls, r.stalled_s) for r in ok if r.stalls is not None and r.stalled_s is not None]
+    first_stalls = [r.stalls_at_audio_s[0] for r in ok if r.stalls_at_audio_s]
     return {
         "buffer_s": buffer_s,
         "requests": len(heard),  # fewer than ok only where the format gave no byte-to-time mapping
@@ -36,18 +38,15 @@ def playback_summary(ok: list[RequestResult], buffer_s: float) -> dict[str, Any]
         "stalls": spread([float(stalls) for stalls, _ in heard]),
         "stalled_s": spread([stalled for _, stalled in heard]),
         # where in the audio a stream first ran dry: early (a window schedule's first windows) or late (capacity)
-        "first_stall_at_audio_s": spread([r.stalls_at_audio_s[0] for r in ok if r.stalls_at_audio_s]),
+        "first_stall_at_audio_s": spread(first_stalls),
         # the same, as the most common places (to 10 ms): with fixed window sizes, each is the end of one window
-        "first_stall_places": common_places([r.stalls_at_audio_s[0] for r in ok if r.stalls_at_audio_s]),
+        "first_stall_places": common_places(first_stalls),
     }
 
 
 def common_places(positions: list[float], most: int = 3) -> list[dict[str, float | int]]:
     """The `most` most common positions (seconds, to 10 ms) with how many streams first ran dry there."""
-    counts: dict[float, int] = {}
-    for position in positions:
-        place = round(position, 2)
-        counts[place] = counts.get(place, 0) + 1
+    counts = collections.Counter(round(position, 2) for position in positions)
     ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:most]
     return [{"at_audio_s": place, "streams": count} for place, count in ranked]
 

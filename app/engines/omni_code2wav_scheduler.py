@@ -110,20 +110,20 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         window), nor is a stream's last window (holding it would only delay the end of its response)."""
         if self._policy.margin_s <= 0:
             return []
-        adapter = self.chunk_transfer_adapter
         ready = [r for r in self.running if r.request_id in loaded]
         urgent = firsts
         if self._short_streams_first:
             urgent += sum(not self._policy.may_wait(r.request_id, now) for r in ready)
+        excess = len(ready) - self._max_windows if self._max_windows > 0 else 0
+        if not urgent and excess <= 0:  # most steps: nobody waits, nothing more to work out
+            return []
+        adapter = self.chunk_transfer_adapter
         holdable = [
             r for r in ready
             if self._policy.may_wait(r.request_id, now) and not adapter.is_done_receiving_chunks(r.request_id)
         ]  # fmt: skip
         if urgent:
             return holdable
-        excess = len(ready) - self._max_windows if self._max_windows > 0 else 0
-        if excess <= 0:
-            return []
         chosen = set(self._policy.furthest_ahead([r.request_id for r in holdable], excess, now))
         return [r for r in holdable if r.request_id in chosen]
 
