@@ -24,8 +24,12 @@
 #                                   `service-b` is a second instance of this service (SERVICE_B_PORT=8003) on profile
 #                                   B: the same copy with B_PROFILE_SET's overrides on top (a lever A/B, interleaved)
 #   B_PROFILE_SET=""                profile B's extra overrides, ';'-separated like PROFILE_SET
-#   SERVICE_ENV="" SERVICE_B_ENV="" more settings for `service` / `service-b`, as NAME=value words (no spaces in a
-#                                   value), e.g.
+#                                   `service-c` is a third instance (SERVICE_C_PORT=8004) on profile C: the copy with
+#                                   C_PROFILE_SET's overrides on top (not B's), for two levers against one baseline
+#   C_PROFILE_SET=""                profile C's extra overrides
+#   SERVICE_ENV="" SERVICE_B_ENV="" SERVICE_C_ENV=""
+#                                   more settings for `service` / `service-b` / `service-c`, as NAME=value words (no
+#                                   spaces in a value), e.g.
 #                                   SERVICE_B_ENV="SPEECH_OMNI_CUDA_MPS=true" (a lever that is a setting, not a profile)
 #                                   `replicas` is not a server but `service` and `service-b` as one target, requests
 #                                   sent to them in turn (two replicas on one GPU behind a round-robin balancer); list
@@ -35,7 +39,7 @@
 #   MPS=0                           1: run every server under CUDA MPS (`nvidia-cuda-mps-control -d` before the first
 #                                   start, checked with one CUDA context; `stop` quits it), so that the kernels of
 #                                   servers sharing the GPU run side by side rather than time-sliced
-#   OMNI_ON=a                       the profile vllm-omni's server runs: a (the shared one) or b
+#   OMNI_ON=a                       the profile vllm-omni's server runs: a (the shared one), b or c
 #   ALONE_STAGE_OVERRIDES=""        `alone`'s stage overrides (JSON). The service passes its code2wav scheduler as
 #                                   one, so `alone` and `vllm serve` run vllm-omni's scheduler unless given it here:
 #                                   '{"1": {"scheduler_cls": "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler"}}'
@@ -60,12 +64,15 @@ TARGETS=${TARGETS:-service vllm-omni alone}
 SWEEP_TARGETS=${SWEEP_TARGETS:-$TARGETS}
 SERVICE_ENV=${SERVICE_ENV:-}
 SERVICE_B_ENV=${SERVICE_B_ENV:-}
+SERVICE_C_ENV=${SERVICE_C_ENV:-}
 MPS=${MPS:-0}
 SERVICE_PORT=${SERVICE_PORT:-8000}
 OMNI_PORT=${OMNI_PORT:-8001}
 ALONE_PORT=${ALONE_PORT:-8002}
 SERVICE_B_PORT=${SERVICE_B_PORT:-8003}
+SERVICE_C_PORT=${SERVICE_C_PORT:-8004}
 B_PROFILE_SET=${B_PROFILE_SET:-}
+C_PROFILE_SET=${C_PROFILE_SET:-}
 OMNI_ON=${OMNI_ON:-a}
 ALONE_STAGE_OVERRIDES=${ALONE_STAGE_OVERRIDES:-}
 NAME=${NAME:-qwen3-tts}
@@ -83,6 +90,7 @@ KV_WAIT_S=${KV_WAIT_S:-420}
 MODEL=$WORK/model
 BENCH_PROFILE=$WORK/bench-profile.yaml
 BENCH_PROFILE_B=$WORK/bench-profile-b.yaml
+BENCH_PROFILE_C=$WORK/bench-profile-c.yaml
 LOGS=$WORK/logs
 KV_LINE="GPU KV cache size"  # vLLM logs it once a stage has profiled its memory and sized its KV cache
 
@@ -97,7 +105,8 @@ log() { echo "[side-by-side $(date -u +%T)] $*"; }
 
 port_of() {
   case $1 in
-    service) echo "$SERVICE_PORT" ;; service-b) echo "$SERVICE_B_PORT" ;; vllm-omni) echo "$OMNI_PORT" ;;
+    service) echo "$SERVICE_PORT" ;; service-b) echo "$SERVICE_B_PORT" ;; service-c) echo "$SERVICE_C_PORT" ;;
+    vllm-omni) echo "$OMNI_PORT" ;;
     alone) echo "$ALONE_PORT" ;;
   esac
 }
@@ -105,6 +114,7 @@ pidfile_of() {
   case $1 in
     service) echo "/tmp/speech-server-$SERVICE_PORT.pid" ;;
     service-b) echo "/tmp/speech-server-$SERVICE_B_PORT.pid" ;;
+    service-c) echo "/tmp/speech-server-$SERVICE_C_PORT.pid" ;;
     vllm-omni) echo "/tmp/vllm-omni-$OMNI_PORT.pid" ;;
     alone) echo "/tmp/engine-alone-$ALONE_PORT.pid" ;;
   esac
@@ -139,6 +149,13 @@ gpu_snapshot() {  # $1 what happened
     >>"$OUT/gpu.txt"
 }
 
+bench_profile() {  # $1 the copy to write, $2 its overrides (';'-separated)
+  local sets=() item items
+  IFS=';' read -ra items <<<"$2"
+  for item in "${items[@]}"; do [ -n "$item" ] && sets+=(--set "$item"); done
+  "$PYTHON" deploy/gpu/bench_profile.py "$PROFILE" "$1" --memory "$MEMORY" --frames "$FRAMES" "${sets[@]}"
+}
+
 prepare() {
   mkdir -p "$WORK" "$OUT" "$LOGS" "$CACHE"
   [ -f "$MODEL/config.json" ] || "$PYTHON" -m app.tools.qwen3_tts_model_dir "$MODEL" --variant custom_voice || return 1
@@ -148,26 +165,21 @@ prepare() {
       log "servers are running on $BENCH_PROFILE: kept as it is (stop them to change the profile)"; return 0
     fi
   done
-  local sets=() item
-  IFS=';' read -ra items <<<"$PROFILE_SET"
-  for item in "${items[@]}"; do [ -n "$item" ] && sets+=(--set "$item"); done
-  "$PYTHON" deploy/gpu/bench_profile.py "$PROFILE" "$BENCH_PROFILE" --memory "$MEMORY" --frames "$FRAMES" \
-    "${sets[@]}" || return 1
-  cp "$BENCH_PROFILE" "$OUT/profile.yaml"
-  IFS=';' read -ra items <<<"$B_PROFILE_SET"
-  for item in "${items[@]}"; do [ -n "$item" ] && sets+=(--set "$item"); done
-  "$PYTHON" deploy/gpu/bench_profile.py "$PROFILE" "$BENCH_PROFILE_B" --memory "$MEMORY" --frames "$FRAMES" \
-    "${sets[@]}" || return 1
-  cp "$BENCH_PROFILE_B" "$OUT/profile-b.yaml"
+  bench_profile "$BENCH_PROFILE" "$PROFILE_SET" && cp "$BENCH_PROFILE" "$OUT/profile.yaml" || return 1
+  bench_profile "$BENCH_PROFILE_B" "$PROFILE_SET;$B_PROFILE_SET" && cp "$BENCH_PROFILE_B" "$OUT/profile-b.yaml" || return 1
+  if [[ " $TARGETS " == *" service-c "* || $OMNI_ON == c ]]; then
+    bench_profile "$BENCH_PROFILE_C" "$PROFILE_SET;$C_PROFILE_SET" && cp "$BENCH_PROFILE_C" "$OUT/profile-c.yaml" || return 1
+  fi
 }
 
 launch() {  # $1 target
   local log
   log=$(log_of "$1")
   case $1 in
-    service | service-b)
+    service | service-b | service-c)
       local profile=$BENCH_PROFILE settings=$SERVICE_ENV
       [ "$1" = service-b ] && profile=$BENCH_PROFILE_B settings=$SERVICE_B_ENV
+      [ "$1" = service-c ] && profile=$BENCH_PROFILE_C settings=$SERVICE_C_ENV
       echo "$(date -u +%FT%TZ) $1: profile $profile, settings: ${settings:-none}" >>"$OUT/commands.txt"
       # fixed length: every request runs to the profile's max_tokens (FRAMES + 1); warm-up requests to their own
       # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
@@ -178,6 +190,7 @@ launch() {  # $1 target
     vllm-omni)
       local profile=$BENCH_PROFILE
       [ "$OMNI_ON" = b ] && profile=$BENCH_PROFILE_B
+      [ "$OMNI_ON" = c ] && profile=$BENCH_PROFILE_C
       PORT=$OMNI_PORT LOG=$log PYTHON=$PYTHON MODEL=$MODEL DEPLOY_CONFIG=$profile LOAD_FORMAT=dummy NAME=$NAME \
         COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-vllm-omni.sh
       ;;

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support.server import free_port
 
@@ -92,12 +93,14 @@ def test_start_vllm_omni_runs_vllm_serve_omni_detached_and_stop_ends_it(tmp_path
 
 def harness_python(tmp_path: Path) -> Path:
     """The GPU host's python for side-by-side.sh: the real one for its set-up steps (model directory, profile copy),
-    a recorder that idles like a starting engine for `loadtest.engine_alone`, and 'not ready' for readiness probes."""
+    a recorder that idles like a starting engine for `loadtest.engine_alone` and the service (`app.cli`, its deploy
+    profile first), and 'not ready' for readiness probes."""
     script = tmp_path / "python3"
     script.write_text(
         "#!/usr/bin/env bash\n"
         'case "$1 $2" in\n'
         f'  "-m loadtest.engine_alone") printf "%s\\n" "$@" > {tmp_path}/argv; exec sleep 60 ;;\n'
+        f'  "-m app.cli") printf "%s\\n" "$SPEECH_DEPLOY_CONFIG" "$@" > {tmp_path}/argv; exec sleep 60 ;;\n'
         '  "- "*) exit 1 ;;\n'
         "esac\n"
         f'exec {sys.executable} "$@"\n'
@@ -134,5 +137,43 @@ def test_side_by_side_hands_the_baseline_its_stage_overrides(tmp_path: Path, ove
             assert "--stage-overrides" not in argv
         commands = (tmp_path / "work/results/commands.txt").read_text()
         assert f"alone: stage overrides {overrides or 'none'}" in commands
+    finally:
+        subprocess.run([str(GPU / "side-by-side.sh"), "stop"], env=env, capture_output=True, text=True)
+
+
+def test_side_by_side_starts_a_third_service_on_profile_c_without_b_s_overrides(tmp_path: Path) -> None:
+    port = free_port()
+    extra = "connectors.connector_of_shared_memory.extra"
+    env = {
+        **os.environ,
+        "PYTHON": str(harness_python(tmp_path)),
+        "WORK": str(tmp_path / "work"),
+        "TARGETS": "service-c",
+        "SERVICE_C_PORT": str(port),
+        "B_PROFILE_SET": f"{extra}.short_streams_first=false",
+        "C_PROFILE_SET": f"{extra}.codec_chunk_ramp=[3, 3, 6, 12, 25];{extra}.code2wav_max_windows_per_step=8",
+        "START_WAIT_S": "2",
+        "KV_WAIT_S": "1",
+    }
+    started = subprocess.run([str(GPU / "side-by-side.sh"), "start"], env=env, capture_output=True, text=True)
+    try:
+        assert started.returncode == 3, started.stdout + started.stderr  # launched, never ready: gave up waiting
+        for _ in range(100):
+            if (tmp_path / "argv").exists():
+                break
+            time.sleep(0.05)
+        recorded = (tmp_path / "argv").read_text().split("\n")[:-1]
+        profile, argv = Path(recorded[0]), recorded[1:]
+        assert profile == tmp_path / "work/bench-profile-c.yaml"
+        assert argv[:2] == ["-m", "app.cli"] and argv[argv.index("--port") + 1] == str(port)
+        connector = yaml.safe_load(profile.read_text())["connectors"]["connector_of_shared_memory"]["extra"]
+        assert connector["codec_chunk_ramp"] == [3, 3, 6, 12, 25]
+        assert connector["code2wav_max_windows_per_step"] == 8
+        assert connector["short_streams_first"] is True  # the shipped value: B's override is B's alone
+        assert (tmp_path / "work/results/profile-c.yaml").read_text() == profile.read_text()
+        b = yaml.safe_load((tmp_path / "work/results/profile-b.yaml").read_text())
+        assert b["connectors"]["connector_of_shared_memory"]["extra"]["short_streams_first"] is False
+        commands = (tmp_path / "work/results/commands.txt").read_text()
+        assert f"service-c: profile {profile}, settings: none" in commands
     finally:
         subprocess.run([str(GPU / "side-by-side.sh"), "stop"], env=env, capture_output=True, text=True)
