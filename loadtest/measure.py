@@ -50,6 +50,7 @@ class RequestResult:
     # when the audio came: (s since send, s of audio playable by then), arrivals within ARRIVAL_GROUP_S of the next
     # counted once (a window reaches the client as several socket reads)
     audio_arrivals: tuple[tuple[float, float], ...] | None = None
+    least_in_hand_s: float | None = None  # the least audio the listener held before the last arrival (< 0: a wait)
 
     @property
     def rtf(self) -> float | None:
@@ -118,6 +119,7 @@ def heard_fields(playback: Playback | None) -> dict[str, Any]:
             "stalled_s": None,
             "stalls_at_audio_s": None,
             "audio_arrivals": None,
+            "least_in_hand_s": None,
         }
     return {
         "playback_start_s": playback.start_s,
@@ -125,6 +127,7 @@ def heard_fields(playback: Playback | None) -> dict[str, Any]:
         "stalled_s": playback.stalled_s,
         "stalls_at_audio_s": tuple(wait.at_audio_s for wait in playback.waits),
         "audio_arrivals": tuple(grouped_arrivals(playback.timeline)),
+        "least_in_hand_s": playback.least_in_hand_s,
     }
 
 

@@ -48,6 +48,9 @@ class Playback:
     # (seconds since send, seconds of audio playable by then) at each arrival that added audio: when each piece of
     # audio came, e.g. to see which of a stream's windows came late
     timeline: tuple[tuple[float, float], ...] = ()
+    # the least audio the player held at any moment before the last arrival (just before some arrival), how close a
+    # stream that never ran dry came to it; negative: the longest wait. None when all audio came at once
+    least_in_hand_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -77,21 +80,28 @@ def simulate_playback(arrivals: Sequence[tuple[float, float]], buffer_s: float =
     clock, available = points[start]
     played = 0.0
     waits: list[Wait] = []
+    least: float | None = None
     for at, audio in points[start + 1 :]:
         runs_dry_at = clock + (available - played)
+        least = runs_dry_at - at if least is None else min(least, runs_dry_at - at)
         if at > runs_dry_at + EPSILON_S:
             waits.append(Wait(available, at - runs_dry_at))
             played = available
         else:
             played += at - clock
         clock, available = at, audio
-    return _played(points[start][0], points[-1][1], waits, points)
+    return _played(points[start][0], points[-1][1], waits, points, least)
 
 
 def _played(
-    start_s: float, audio_s: float, waits: Sequence[Wait], timeline: Sequence[tuple[float, float]] = ()
+    start_s: float,
+    audio_s: float,
+    waits: Sequence[Wait],
+    timeline: Sequence[tuple[float, float]] = (),
+    least_in_hand_s: float | None = None,
 ) -> Playback:
-    return Playback(start_s, len(waits), sum(w.waited_s for w in waits), audio_s, tuple(waits), tuple(timeline))
+    stalled = sum(w.waited_s for w in waits)
+    return Playback(start_s, len(waits), stalled, audio_s, tuple(waits), tuple(timeline), least_in_hand_s)
 
 
 def wav_payload_offset(head: bytes) -> int | None:
@@ -235,4 +245,5 @@ def listen_sentences(
 
     gaps = tuple(sum(w.waited_s for w in heard.waits if at_join(w, join)) for join in joins)
     inside = [w for w in heard.waits if not any(at_join(w, join) for join in joins)]
+    # no least audio in hand here: at a join the player runs dry by design (a gap), which would hide the stalls' margin
     return SentencePlayback(_played(heard.start_s, heard.audio_s, inside, heard.timeline), gaps)

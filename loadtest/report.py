@@ -9,7 +9,7 @@ from typing import Any
 
 from loadtest.measure import RequestResult
 from loadtest.runner import LevelRun, runs_as_waves
-from loadtest.stats import ratio, spread, summarize
+from loadtest.stats import low_spread, ratio, spread, summarize
 from loadtest.ws import UtteranceResult
 
 
@@ -41,6 +41,9 @@ def playback_summary(ok: list[RequestResult], buffer_s: float) -> dict[str, Any]
         "first_stall_at_audio_s": spread(first_stalls),
         # the same, as the most common places (to 10 ms): with fixed window sizes, each is the end of one window
         "first_stall_places": common_places(first_stalls),
+        # how close streams came to running dry (the least audio in hand before their last arrival; < 0: a wait):
+        # a margin that stall counts alone do not show, e.g. between two window schedules where none ran dry
+        "least_in_hand_s": low_spread([r.least_in_hand_s for r in ok if r.least_in_hand_s is not None]),
     }
 
 
@@ -87,6 +90,7 @@ def _request_record(r: RequestResult) -> dict[str, Any]:
         "stalls": r.stalls,
         "stalled_s": r.stalled_s,
         "stalls_at_audio_s": None if r.stalls_at_audio_s is None else list(r.stalls_at_audio_s),
+        "least_in_hand_s": r.least_in_hand_s,
         "audio_arrivals": None
         if r.audio_arrivals is None
         else [[round(at, 4), round(audio, 4)] for at, audio in r.audio_arrivals],
@@ -266,19 +270,21 @@ def playback_markdown(meta: dict[str, Any], runs: list[dict[str, Any]], mode: st
         f"## Playback (a listener who starts {start} and plays in real time{inside})",
         "",
         f"| target | {mode} | heard | stalled requests | stalls p50 | p95 | max | stalled ms p50 | p95 | max "
-        "| first ran dry at audio ms p50 | p95 | most often at ms (streams) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| first ran dry at audio ms p50 | p95 | most often at ms (streams) | least in hand ms p50 | p5 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         playback = run["playback"]
         share = playback["stalled_share"]
         stalls, stalled = playback["stalls"], playback["stalled_s"]
         first = playback.get("first_stall_at_audio_s") or {}  # results written before it was recorded lack it
+        least = playback.get("least_in_hand_s") or {}  # the same
         lines.append(
             f"| {meta['targets'][run['target']]['label']} | {_level_key(run):g} | {playback['requests']} "
             f"| {'–' if share is None else f'{share:.0%}'} | {_num(stalls['p50'], 0)} | {_num(stalls['p95'], 1)} "
             f"| {_num(stalls['max'], 0)} | {_ms(stalled['p50'])} | {_ms(stalled['p95'])} | {_ms(stalled['max'])} "
-            f"| {_ms(first.get('p50'))} | {_ms(first.get('p95'))} | {_places(playback.get('first_stall_places'))} |"
+            f"| {_ms(first.get('p50'))} | {_ms(first.get('p95'))} | {_places(playback.get('first_stall_places'))} "
+            f"| {_ms(least.get('p50'))} | {_ms(least.get('p5'))} |"
         )
     return lines
 

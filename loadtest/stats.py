@@ -30,3 +30,12 @@ def spread(values: Sequence[float]) -> dict[str, float | None]:
         return {"p50": None, "p95": None, "max": None}
     array = np.asarray(values, dtype=np.float64)
     return {"p50": float(np.percentile(array, 50)), "p95": float(np.percentile(array, 95)), "max": float(array.max())}
+
+
+def low_spread(values: Sequence[float]) -> dict[str, float | None]:
+    """{"p50", "p5", "min"}: the typical case, the low tail and the worst, for a measure where less is worse; all None
+    when there are no values."""
+    if not values:
+        return {"p50": None, "p5": None, "min": None}
+    array = np.asarray(values, dtype=np.float64)
+    return {"p50": float(np.percentile(array, 50)), "p5": float(np.percentile(array, 5)), "min": float(array.min())}

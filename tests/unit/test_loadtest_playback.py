@@ -171,3 +171,15 @@ def test_listen_plays_a_pcm_response_from_its_arrival_schedule() -> None:
 def test_an_unreadable_compressed_payload_gives_no_playback_rather_than_a_guess() -> None:
     assert playable_seconds(b"not audio at all" * 10, "mp3", RATE) is None
     assert listen(b"\x00" * 100, [(0.1, 100)], "aac", RATE, 0.0) is None
+
+
+def test_the_least_audio_in_hand_is_the_margin_before_the_closest_arrival_or_the_longest_wait() -> None:
+    in_time = simulate_playback([(0.0, 0.16), (0.1, 0.48), (0.45, 1.12), (0.5, 1.2)])
+    assert in_time is not None and in_time.stalls == 0
+    assert in_time.least_in_hand_s == pytest.approx(0.03)  # at 0.45 s: 0.48 s of audio, 0.45 s played
+    two_waits = simulate_playback([(0.0, 0.1), (0.2, 0.2), (0.5, 0.3)])
+    assert two_waits is not None and two_waits.stalled_s == pytest.approx(0.3)
+    assert two_waits.least_in_hand_s == pytest.approx(-0.2)  # the longer of the two waits
+    buffered = simulate_playback([(0.0, 0.1), (0.2, 0.3), (0.6, 0.5)], buffer_s=0.3)
+    assert buffered is not None and buffered.least_in_hand_s == pytest.approx(-0.1)  # from its start at 0.2 s only
+    assert simulate_playback([(0.3, 2.0)]).least_in_hand_s is None  # type: ignore[union-attr]  # all at once

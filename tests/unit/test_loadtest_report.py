@@ -132,7 +132,7 @@ def test_where_each_stream_first_ran_dry_is_kept_per_request_and_summarised() ->
     results = [RequestResult(0, "t", 200, True, ttfa_s=0.1, e2e_s=1.0, audio_s=2.0, **heard_fields(p))
                for p in (early, late, simulate_playback([(0.1, 2.0)]))]  # fmt: skip
     assert heard_fields(None) == dict.fromkeys(
-        ("playback_start_s", "stalls", "stalled_s", "stalls_at_audio_s", "audio_arrivals")
+        ("playback_start_s", "stalls", "stalled_s", "stalls_at_audio_s", "audio_arrivals", "least_in_hand_s")
     )
     run = aggregate(level(results), None)
     assert [r["stalls_at_audio_s"] for r in run["per_request"]] == [[pytest.approx(0.16)], [pytest.approx(1.0)], []]
@@ -145,7 +145,33 @@ def test_where_each_stream_first_ran_dry_is_kept_per_request_and_summarised() ->
     ]
     text = summary_markdown(meta(), [run])
     assert "| first ran dry at audio ms p50 | p95 | most often at ms (streams) |" in text
-    assert text.rstrip().endswith(f"| {first['p50'] * 1000:.0f} | {first['p95'] * 1000:.0f} | 160 (1), 1000 (1) |")
+    assert f"| {first['p50'] * 1000:.0f} | {first['p95'] * 1000:.0f} | 160 (1), 1000 (1) |" in text
+
+
+def test_how_close_streams_came_to_running_dry_is_kept_per_request_and_summarised() -> None:
+    from loadtest.measure import heard_fields
+    from loadtest.playback import simulate_playback
+
+    # in time with 60 ms then 80 ms to spare; in time with 400 ms to spare; dry for 240 ms; all at once (no margin)
+    close = simulate_playback([(0.1, 0.16), (0.2, 0.48), (0.5, 1.12)])
+    ample = simulate_playback([(0.1, 1.0), (0.7, 2.0)])
+    dry = simulate_playback([(0.1, 0.16), (0.5, 0.48), (0.7, 2.0)])
+    once = simulate_playback([(0.1, 2.0)])
+    results = [RequestResult(0, "t", 200, True, ttfa_s=0.1, e2e_s=1.0, audio_s=2.0, **heard_fields(p))
+               for p in (close, ample, dry, once)]  # fmt: skip
+    run = aggregate(level(results), None)
+    assert [r["least_in_hand_s"] for r in run["per_request"]] == [
+        pytest.approx(0.06),
+        pytest.approx(0.4),
+        pytest.approx(-0.24),
+        None,
+    ]
+    least = run["playback"]["least_in_hand_s"]
+    assert least["min"] == pytest.approx(-0.24) and least["p50"] == pytest.approx(0.06)  # of the three with a margin
+    assert -0.24 < least["p5"] < 0.06
+    text = summary_markdown(meta(), [run])
+    assert "| least in hand ms p50 | p5 |" in text
+    assert text.rstrip().endswith(f"| 60 | {least['p5'] * 1000:.0f} |")
 
 
 def test_the_most_common_places_streams_first_ran_dry_are_counted_to_10_ms() -> None:
