@@ -85,6 +85,7 @@ def test_silence_at_a_join_is_a_gap_and_inside_a_sentence_a_stall() -> None:
     assert heard.gaps_s == pytest.approx((0.5, 0.0))
     assert heard.playback.stalls == 1 and heard.playback.stalled_s == pytest.approx(0.5)
     assert heard.playback.start_s == 0.1 and heard.playback.audio_s == 3.0
+    assert heard.playback.least_in_hand_s is None  # a join's gap would pass for the stalls' margin
 
 
 def test_each_sentence_is_a_file_of_its_own() -> None:
