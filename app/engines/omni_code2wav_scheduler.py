@@ -24,8 +24,8 @@ Settings come from the deploy profile's connector `extra` (which vllm-omni hands
 `short_streams_first` (default false), `code2wav_max_windows_per_step` (default 0 = no cap; a stream is held back
 by it only while it holds more than the margin), `code2wav_idle_wait_ms` (default 0 = never sleep) and
 `engine_probe_interval_s` (default 0 = off: every so many seconds, one log line of steps, windows per step,
-first-window waits and step times). The shipped profiles set the margin to 1.0 s, `short_streams_first` to true and
-the cap to 16, each with the measurement behind it.
+first-window waits and step times). The CustomVoice profiles (`deploy/vllm-omni/customvoice.yaml`, `two-gpu.yaml`)
+set the margin to 1.0 s, `short_streams_first` to true and the cap to 16, each with the measurement behind it.
 """
 
 from __future__ import annotations

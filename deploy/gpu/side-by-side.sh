@@ -165,11 +165,12 @@ prepare() {
       log "servers are running on $BENCH_PROFILE: kept as it is (stop them to change the profile)"; return 0
     fi
   done
-  bench_profile "$BENCH_PROFILE" "$PROFILE_SET" && cp "$BENCH_PROFILE" "$OUT/profile.yaml" || return 1
-  bench_profile "$BENCH_PROFILE_B" "$PROFILE_SET;$B_PROFILE_SET" && cp "$BENCH_PROFILE_B" "$OUT/profile-b.yaml" || return 1
-  if [[ " $TARGETS " == *" service-c "* || $OMNI_ON == c ]]; then
-    bench_profile "$BENCH_PROFILE_C" "$PROFILE_SET;$C_PROFILE_SET" && cp "$BENCH_PROFILE_C" "$OUT/profile-c.yaml" || return 1
-  fi
+  bench_profile "$BENCH_PROFILE" "$PROFILE_SET" || return 1
+  bench_profile "$BENCH_PROFILE_B" "$PROFILE_SET;$B_PROFILE_SET" || return 1
+  # all three copies at once, like the servers' one profile: a target added while others run finds its copy
+  bench_profile "$BENCH_PROFILE_C" "$PROFILE_SET;$C_PROFILE_SET" || return 1
+  cp "$BENCH_PROFILE" "$OUT/profile.yaml" && cp "$BENCH_PROFILE_B" "$OUT/profile-b.yaml" || return 1
+  if [[ " $TARGETS " == *" service-c "* || $OMNI_ON == c ]]; then cp "$BENCH_PROFILE_C" "$OUT/profile-c.yaml"; fi
 }
 
 launch() {  # $1 target

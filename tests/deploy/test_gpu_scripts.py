@@ -93,14 +93,15 @@ def test_start_vllm_omni_runs_vllm_serve_omni_detached_and_stop_ends_it(tmp_path
 
 def harness_python(tmp_path: Path) -> Path:
     """The GPU host's python for side-by-side.sh: the real one for its set-up steps (model directory, profile copy),
-    a recorder that idles like a starting engine for `loadtest.engine_alone` and the service (`app.cli`, its deploy
-    profile first), and 'not ready' for readiness probes."""
+    a recorder that idles like a starting engine for `loadtest.engine_alone`, vllm-omni's server and the service
+    (`app.cli`, its deploy profile first), and 'not ready' for readiness probes."""
     script = tmp_path / "python3"
     script.write_text(
         "#!/usr/bin/env bash\n"
         'case "$1 $2" in\n'
         f'  "-m loadtest.engine_alone") printf "%s\\n" "$@" > {tmp_path}/argv; exec sleep 60 ;;\n'
         f'  "-m app.cli") printf "%s\\n" "$SPEECH_DEPLOY_CONFIG" "$@" > {tmp_path}/argv; exec sleep 60 ;;\n'
+        f'  "-m vllm_omni.entrypoints.cli.main") printf "%s\\n" "$@" > {tmp_path}/argv; exec sleep 60 ;;\n'
         '  "- "*) exit 1 ;;\n'
         "esac\n"
         f'exec {sys.executable} "$@"\n'
@@ -141,16 +142,21 @@ def test_side_by_side_hands_the_baseline_its_stage_overrides(tmp_path: Path, ove
         subprocess.run([str(GPU / "side-by-side.sh"), "stop"], env=env, capture_output=True, text=True)
 
 
-def test_side_by_side_starts_a_third_service_on_profile_c_without_b_s_overrides(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", ["service-c", "vllm-omni"])
+def test_side_by_side_runs_profile_c_without_b_s_overrides(tmp_path: Path, target: str) -> None:
+    """`service-c`, or vllm-omni's server with OMNI_ON=c, runs the copy with C_PROFILE_SET on top (not B's)."""
     port = free_port()
     extra = "connectors.connector_of_shared_memory.extra"
     env = {
         **os.environ,
         "PYTHON": str(harness_python(tmp_path)),
         "WORK": str(tmp_path / "work"),
-        "TARGETS": "service-c",
+        "TARGETS": target,
         "SERVICE_C_PORT": str(port),
-        "B_PROFILE_SET": f"{extra}.short_streams_first=false",
+        "OMNI_PORT": str(port),
+        "OMNI_ON": "c" if target == "vllm-omni" else "a",
+        "SERVICE_C_ENV": "SPEECH_LOG_LEVEL=debug",
+        "B_PROFILE_SET": f"{extra}.first_audio_first_margin_s=2.5",
         "C_PROFILE_SET": f"{extra}.codec_chunk_ramp=[3, 3, 6, 12, 25];{extra}.code2wav_max_windows_per_step=8",
         "START_WAIT_S": "2",
         "KV_WAIT_S": "1",
@@ -162,18 +168,25 @@ def test_side_by_side_starts_a_third_service_on_profile_c_without_b_s_overrides(
             if (tmp_path / "argv").exists():
                 break
             time.sleep(0.05)
-        recorded = (tmp_path / "argv").read_text().split("\n")[:-1]
-        profile, argv = Path(recorded[0]), recorded[1:]
-        assert profile == tmp_path / "work/bench-profile-c.yaml"
-        assert argv[:2] == ["-m", "app.cli"] and argv[argv.index("--port") + 1] == str(port)
+        argv = (tmp_path / "argv").read_text().split("\n")[:-1]
+        if target == "service-c":
+            profile, argv = Path(argv[0]), argv[1:]
+            assert argv[:2] == ["-m", "app.cli"]
+            commands = (tmp_path / "work/results/commands.txt").read_text()
+            assert f"service-c: profile {profile}, settings: SPEECH_LOG_LEVEL=debug" in commands
+        else:
+            assert argv[:2] == ["-m", "vllm_omni.entrypoints.cli.main"]
+            profile = Path(argv[argv.index("--deploy-config") + 1])
+        assert profile == tmp_path / "work/bench-profile-c.yaml" and argv[argv.index("--port") + 1] == str(port)
+        shipped = yaml.safe_load((ROOT / "deploy/vllm-omni/customvoice.yaml").read_text())
         connector = yaml.safe_load(profile.read_text())["connectors"]["connector_of_shared_memory"]["extra"]
         assert connector["codec_chunk_ramp"] == [3, 3, 6, 12, 25]
         assert connector["code2wav_max_windows_per_step"] == 8
-        assert connector["short_streams_first"] is True  # the shipped value: B's override is B's alone
-        assert (tmp_path / "work/results/profile-c.yaml").read_text() == profile.read_text()
+        # B's override is B's alone
+        margin = shipped["connectors"]["connector_of_shared_memory"]["extra"]["first_audio_first_margin_s"]
+        assert margin != 2.5 and connector["first_audio_first_margin_s"] == margin
         b = yaml.safe_load((tmp_path / "work/results/profile-b.yaml").read_text())
-        assert b["connectors"]["connector_of_shared_memory"]["extra"]["short_streams_first"] is False
-        commands = (tmp_path / "work/results/commands.txt").read_text()
-        assert f"service-c: profile {profile}, settings: none" in commands
+        assert b["connectors"]["connector_of_shared_memory"]["extra"]["first_audio_first_margin_s"] == 2.5
+        assert (tmp_path / "work/results/profile-c.yaml").read_text() == profile.read_text()
     finally:
         subprocess.run([str(GPU / "side-by-side.sh"), "stop"], env=env, capture_output=True, text=True)
