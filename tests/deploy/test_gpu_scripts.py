@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -110,18 +112,17 @@ def harness_python(tmp_path: Path) -> Path:
     return script
 
 
-@pytest.mark.parametrize("overrides", ["", '{"1": {"scheduler_cls": "my.Scheduler"}}'])
-def test_side_by_side_hands_the_baseline_its_stage_overrides(tmp_path: Path, overrides: str) -> None:
-    port = free_port()
+@contextlib.contextmanager
+def harness_started(tmp_path: Path, settings: dict[str, str]) -> Iterator[list[str]]:
+    """`side-by-side.sh start` with the stand-in python and `settings`: yields the started process's recorded
+    arguments once it has launched (it never becomes ready, so the script gives up waiting); stops it after."""
     env = {
         **os.environ,
         "PYTHON": str(harness_python(tmp_path)),
         "WORK": str(tmp_path / "work"),
-        "TARGETS": "alone",
-        "ALONE_PORT": str(port),
-        "ALONE_STAGE_OVERRIDES": overrides,
         "START_WAIT_S": "2",
         "KV_WAIT_S": "1",
+        **settings,
     }
     started = subprocess.run([str(GPU / "side-by-side.sh"), "start"], env=env, capture_output=True, text=True)
     try:
@@ -130,7 +131,16 @@ def test_side_by_side_hands_the_baseline_its_stage_overrides(tmp_path: Path, ove
             if (tmp_path / "argv").exists():
                 break
             time.sleep(0.05)
-        argv = (tmp_path / "argv").read_text().split("\n")[:-1]
+        yield (tmp_path / "argv").read_text().split("\n")[:-1]
+    finally:
+        subprocess.run([str(GPU / "side-by-side.sh"), "stop"], env=env, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("overrides", ["", '{"1": {"scheduler_cls": "my.Scheduler"}}'])
+def test_side_by_side_hands_the_baseline_its_stage_overrides(tmp_path: Path, overrides: str) -> None:
+    port = free_port()
+    settings = {"TARGETS": "alone", "ALONE_PORT": str(port), "ALONE_STAGE_OVERRIDES": overrides}
+    with harness_started(tmp_path, settings) as argv:
         assert argv[:2] == ["-m", "loadtest.engine_alone"] and argv[argv.index("--port") + 1] == str(port)
         if overrides:
             assert argv[-2:] == ["--stage-overrides", overrides]
@@ -138,8 +148,6 @@ def test_side_by_side_hands_the_baseline_its_stage_overrides(tmp_path: Path, ove
             assert "--stage-overrides" not in argv
         commands = (tmp_path / "work/results/commands.txt").read_text()
         assert f"alone: stage overrides {overrides or 'none'}" in commands
-    finally:
-        subprocess.run([str(GPU / "side-by-side.sh"), "stop"], env=env, capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("target", ["service-c", "vllm-omni"])
@@ -147,10 +155,7 @@ def test_side_by_side_runs_profile_c_without_b_s_overrides(tmp_path: Path, targe
     """`service-c`, or vllm-omni's server with OMNI_ON=c, runs the copy with C_PROFILE_SET on top (not B's)."""
     port = free_port()
     extra = "connectors.connector_of_shared_memory.extra"
-    env = {
-        **os.environ,
-        "PYTHON": str(harness_python(tmp_path)),
-        "WORK": str(tmp_path / "work"),
+    settings = {
         "TARGETS": target,
         "SERVICE_C_PORT": str(port),
         "OMNI_PORT": str(port),
@@ -158,17 +163,8 @@ def test_side_by_side_runs_profile_c_without_b_s_overrides(tmp_path: Path, targe
         "SERVICE_C_ENV": "SPEECH_LOG_LEVEL=debug",
         "B_PROFILE_SET": f"{extra}.first_audio_first_margin_s=2.5",
         "C_PROFILE_SET": f"{extra}.codec_chunk_ramp=[3, 3, 6, 12, 25];{extra}.code2wav_max_windows_per_step=8",
-        "START_WAIT_S": "2",
-        "KV_WAIT_S": "1",
     }
-    started = subprocess.run([str(GPU / "side-by-side.sh"), "start"], env=env, capture_output=True, text=True)
-    try:
-        assert started.returncode == 3, started.stdout + started.stderr  # launched, never ready: gave up waiting
-        for _ in range(100):
-            if (tmp_path / "argv").exists():
-                break
-            time.sleep(0.05)
-        argv = (tmp_path / "argv").read_text().split("\n")[:-1]
+    with harness_started(tmp_path, settings) as argv:
         if target == "service-c":
             profile, argv = Path(argv[0]), argv[1:]
             assert argv[:2] == ["-m", "app.cli"]
@@ -188,5 +184,3 @@ def test_side_by_side_runs_profile_c_without_b_s_overrides(tmp_path: Path, targe
         b = yaml.safe_load((tmp_path / "work/results/profile-b.yaml").read_text())
         assert b["connectors"]["connector_of_shared_memory"]["extra"]["first_audio_first_margin_s"] == 2.5
         assert (tmp_path / "work/results/profile-c.yaml").read_text() == profile.read_text()
-    finally:
-        subprocess.run([str(GPU / "side-by-side.sh"), "stop"], env=env, capture_output=True, text=True)
