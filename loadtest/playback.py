@@ -49,7 +49,7 @@ class Playback:
     # audio came, e.g. to see which of a stream's windows came late
     timeline: tuple[tuple[float, float], ...] = ()
     # the least audio the player held at any moment before the last arrival (just before some arrival), how close a
-    # stream that never ran dry came to it; negative: the longest wait. None when all audio came at once
+    # stream that never ran dry came to it; negative: the longest wait. None when no audio arrived after playback began
     least_in_hand_s: float | None = None
 
 
@@ -83,8 +83,10 @@ def simulate_playback(arrivals: Sequence[tuple[float, float]], buffer_s: float =
     least: float | None = None
     for at, audio in points[start + 1 :]:
         runs_dry_at = clock + (available - played)
-        least = runs_dry_at - at if least is None else min(least, runs_dry_at - at)
-        if at > runs_dry_at + EPSILON_S:
+        waited = at > runs_dry_at + EPSILON_S
+        in_hand = runs_dry_at - at if waited else max(runs_dry_at - at, 0.0)  # in time is never below 0 (float noise)
+        least = in_hand if least is None else min(least, in_hand)
+        if waited:
             waits.append(Wait(available, at - runs_dry_at))
             played = available
         else:

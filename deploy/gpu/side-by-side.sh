@@ -170,7 +170,6 @@ prepare() {
   # all three copies at once, like the servers' one profile: a target added while others run finds its copy
   bench_profile "$BENCH_PROFILE_C" "$PROFILE_SET;$C_PROFILE_SET" || return 1
   cp "$BENCH_PROFILE" "$OUT/profile.yaml" && cp "$BENCH_PROFILE_B" "$OUT/profile-b.yaml" || return 1
-  if [[ " $TARGETS " == *" service-c "* || $OMNI_ON == c ]]; then cp "$BENCH_PROFILE_C" "$OUT/profile-c.yaml"; fi
 }
 
 launch() {  # $1 target
@@ -180,7 +179,10 @@ launch() {  # $1 target
     service | service-b | service-c)
       local profile=$BENCH_PROFILE settings=$SERVICE_ENV
       [ "$1" = service-b ] && profile=$BENCH_PROFILE_B settings=$SERVICE_B_ENV
-      [ "$1" = service-c ] && profile=$BENCH_PROFILE_C settings=$SERVICE_C_ENV
+      if [ "$1" = service-c ]; then
+        profile=$BENCH_PROFILE_C settings=$SERVICE_C_ENV
+        cp "$profile" "$OUT/profile-c.yaml"  # only the runs that use profile C keep a copy of it
+      fi
       echo "$(date -u +%FT%TZ) $1: profile $profile, settings: ${settings:-none}" >>"$OUT/commands.txt"
       # fixed length: every request runs to the profile's max_tokens (FRAMES + 1); warm-up requests to their own
       # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
@@ -191,7 +193,7 @@ launch() {  # $1 target
     vllm-omni)
       local profile=$BENCH_PROFILE
       [ "$OMNI_ON" = b ] && profile=$BENCH_PROFILE_B
-      [ "$OMNI_ON" = c ] && profile=$BENCH_PROFILE_C
+      if [ "$OMNI_ON" = c ]; then profile=$BENCH_PROFILE_C; cp "$profile" "$OUT/profile-c.yaml"; fi
       PORT=$OMNI_PORT LOG=$log PYTHON=$PYTHON MODEL=$MODEL DEPLOY_CONFIG=$profile LOAD_FORMAT=dummy NAME=$NAME \
         COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-vllm-omni.sh
       ;;

@@ -184,3 +184,18 @@ def test_side_by_side_runs_profile_c_without_b_s_overrides(tmp_path: Path, targe
         b = yaml.safe_load((tmp_path / "work/results/profile-b.yaml").read_text())
         assert b["connectors"]["connector_of_shared_memory"]["extra"]["first_audio_first_margin_s"] == 2.5
         assert (tmp_path / "work/results/profile-c.yaml").read_text() == profile.read_text()
+
+
+def test_side_by_side_writes_profile_c_with_the_others_and_keeps_it_only_where_used(tmp_path: Path) -> None:
+    """Profile C is written with A's and B's even when no target runs it yet, so that a target added later, while
+    the others run (the copies are then kept as they are), finds it; the results hold a copy once a target runs it."""
+    extra = "connectors.connector_of_shared_memory.extra"
+    settings = {
+        "TARGETS": "alone",
+        "ALONE_PORT": str(free_port()),
+        "C_PROFILE_SET": f"{extra}.short_streams_first=false",
+    }
+    with harness_started(tmp_path, settings):
+        written = yaml.safe_load((tmp_path / "work/bench-profile-c.yaml").read_text())
+        assert written["connectors"]["connector_of_shared_memory"]["extra"]["short_streams_first"] is False
+        assert not (tmp_path / "work/results/profile-c.yaml").exists()

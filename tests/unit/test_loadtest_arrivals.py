@@ -29,21 +29,50 @@ def test_the_gap_to_the_nth_arrival_counts_only_streams_that_had_one() -> None:
     second = window_gaps(RESULTS["runs"][0], 2)
     assert second["streams"] == 2 and second["held_p50"] == pytest.approx(0.16)
     assert second["gap_p50"] == pytest.approx(0.15) and second["gap_p95"] == pytest.approx(0.24)
-    third = window_gaps(RESULTS["runs"][0], 3)
-    assert third["streams"] == 1 and third["gap_p50"] == pytest.approx(0.2)
-    assert window_gaps(RESULTS["runs"][1], 2) == {"streams": 0, "held_p50": None, "gap_p50": None, "gap_p95": None}
+    assert second["late"] == 1  # 0.25 s after 0.16 s of audio
+    third = window_gaps(RESULTS["runs"][0], 3)  # due when the 0.48 s held by the second arrival has played
+    assert third == {"streams": 1, "held_p50": pytest.approx(0.48), "gap_p50": pytest.approx(0.2),
+                     "gap_p95": pytest.approx(0.2), "late": 0}  # fmt: skip
+    assert window_gaps(RESULTS["runs"][1], 2) == {
+        "streams": 0, "held_p50": None, "gap_p50": None, "gap_p95": None, "late": 0
+    }  # fmt: skip
 
 
 def test_the_table_names_each_target_and_level(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert gaps_markdown(RESULTS, 2).splitlines()[2:] == [
-        "| A: http://a | 8 | 2 | 160 | 150 | 240 |",
-        "| B: http://b | 8 | 0 | – | – | – |",
+        "| A: http://a | 8 | 2 | 160 | 150 | 240 | 1 |",
+        "| B: http://b | 8 | 0 | – | – | – | 0 |",
     ]
     path = tmp_path / "results.json"
     path.write_text(json.dumps(RESULTS))
     main([str(path), "--nth", "3"])
-    assert "| A: http://a | 8 | 1 | 160 | 200 | 200 |" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
+    assert "| A: http://a | 8 | 1 | 480 | 200 | 200 | 0 |" in capsys.readouterr().out
+    at_a_rate = {key: value for key, value in RESULTS["runs"][0].items() if key != "concurrency"} | {"rate": 2.5}
+    assert "| A: http://a | 2.5 | 2 |" in gaps_markdown({**RESULTS, "runs": [at_a_rate]}, 2)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        None,  # no file
+        "{not json",
+        json.dumps({"runs": []}),  # no meta
+        json.dumps({**RESULTS, "meta": {"targets": []}}),  # a run of a target meta does not name
+        json.dumps({**RESULTS, "meta": {**RESULTS["meta"], "text_rate": 20.0}}),  # a WebSocket run
+    ],
+)
+def test_what_is_not_a_results_file_it_can_read_is_a_usage_error(tmp_path: Path, content: str | None) -> None:
+    path = tmp_path / "results.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit) as exc:
+        main([str(path)])
+    assert exc.value.code == 2
+
+
+def test_nth_starts_at_the_second_arrival(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(RESULTS))
+    with pytest.raises(SystemExit) as exc:
         main([str(path), "--nth", "1"])
-    with pytest.raises(SystemExit):
-        main([str(tmp_path / "missing.json")])
+    assert exc.value.code == 2

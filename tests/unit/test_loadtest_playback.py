@@ -183,3 +183,9 @@ def test_the_least_audio_in_hand_is_the_margin_before_the_closest_arrival_or_the
     buffered = simulate_playback([(0.0, 0.1), (0.2, 0.3), (0.6, 0.5)], buffer_s=0.3)
     assert buffered is not None and buffered.least_in_hand_s == pytest.approx(-0.1)  # from its start at 0.2 s only
     assert simulate_playback([(0.3, 2.0)]).least_in_hand_s is None  # type: ignore[union-attr]  # all at once
+    late_buffer = simulate_playback([(0.0, 0.5), (0.5, 2.0)], buffer_s=1.0)  # the buffer fills at the last arrival
+    assert late_buffer is not None and late_buffer.least_in_hand_s is None
+    # arrivals exactly when the audio runs out (float sums a hair past it), and one within EPSILON_S: no wait, no
+    # negative margin
+    steps = simulate_playback([(0.05 + 0.32 * i, 0.32 * (i + 1)) for i in range(10)] + [(3.25 + 5e-7, 3.6)])
+    assert steps is not None and steps.stalls == 0 and steps.least_in_hand_s == 0.0
