@@ -112,17 +112,13 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         if self._policy.margin_s <= 0:
             return []
         ready = [r for r in self.running if r.request_id in loaded]
-        urgent = firsts
-        if self._short_streams_first:
-            urgent += sum(not self._policy.may_wait(r.request_id, now) for r in ready)
+        spare = [r for r in ready if self._policy.may_wait(r.request_id, now)]
+        urgent = firsts + (len(ready) - len(spare) if self._short_streams_first else 0)
         excess = len(ready) - self._max_windows if self._max_windows > 0 else 0
         if not urgent and excess <= 0:  # most steps: nobody waits, nothing more to work out
             return []
         adapter = self.chunk_transfer_adapter
-        holdable = [
-            r for r in ready
-            if self._policy.may_wait(r.request_id, now) and not adapter.is_done_receiving_chunks(r.request_id)
-        ]  # fmt: skip
+        holdable = [r for r in spare if not adapter.is_done_receiving_chunks(r.request_id)]
         if urgent:
             return holdable
         chosen = set(self._policy.furthest_ahead([r.request_id for r in holdable], excess, now))
