@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from loadtest.report import level_of, ms
+
 
 def window_gaps(run: dict[str, Any], nth: int) -> dict[str, float | int | None]:
     """{"streams", "held_p50", "gap_p50", "gap_p95", "late"} for one run (a target at a level), in seconds: `gap` is
@@ -51,14 +53,9 @@ def gaps_markdown(results: dict[str, Any], nth: int) -> str:
     ]
     for run in results["runs"]:
         gaps = window_gaps(run, nth)
-        level = run["concurrency"] if "concurrency" in run else run["rate"]
-        cells = [_ms(gaps["held_p50"]), _ms(gaps["gap_p50"]), _ms(gaps["gap_p95"]), str(gaps["late"])]
-        lines.append(f"| {labels[run['target']]} | {level:g} | {gaps['streams']} | " + " | ".join(cells) + " |")
+        cells = [ms(gaps["held_p50"]), ms(gaps["gap_p50"]), ms(gaps["gap_p95"]), str(gaps["late"])]
+        lines.append(f"| {labels[run['target']]} | {level_of(run):g} | {gaps['streams']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def _ms(value: float | int | None) -> str:
-    return "–" if value is None else f"{value * 1000:.0f}"
 
 
 def main(argv: list[str] | None = None) -> None:

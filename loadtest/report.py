@@ -148,22 +148,23 @@ def aggregate(run: LevelRun, wer: float | None, playback_buffer_s: float = 0.0) 
     }
 
 
-def _level_key(run: dict[str, Any]) -> float:
+def level_of(run: dict[str, Any]) -> float:
+    """A run's level: its concurrency (closed loop) or its rate (open loop)."""
     return run.get("concurrency", run.get("rate"))
 
 
 def ab_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every other target against target 0, per level: < 1 means faster (or, for throughput, less)."""
-    base = {_level_key(r): r for r in runs if r["target"] == 0}
+    base = {level_of(r): r for r in runs if r["target"] == 0}
     out = []
     for run in runs:
-        reference = base.get(_level_key(run))
+        reference = base.get(level_of(run))
         if run["target"] == 0 or reference is None:
             continue
         out.append(
             {
                 "target": run["target"],
-                "level": _level_key(run),
+                "level": level_of(run),
                 "ttfa_p50": ratio(run["ttfa_s"]["p50"], reference["ttfa_s"]["p50"]),
                 "ttfa_p95": ratio(run["ttfa_s"]["p95"], reference["ttfa_s"]["p95"]),
                 "e2e_p50": ratio(run["e2e_s"]["p50"], reference["e2e_s"]["p50"]),
@@ -174,12 +175,13 @@ def ab_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _ms(value: float | None) -> str:
+def ms(value: float | None) -> str:
+    """Seconds as whole milliseconds for a Markdown cell; – where there is no value."""
     return "–" if value is None else f"{value * 1000:.0f}"
 
 
 def _places(places: list[dict[str, float | int]] | None) -> str:
-    return ", ".join(f"{_ms(p['at_audio_s'])} ({p['streams']})" for p in places or []) or "–"
+    return ", ".join(f"{ms(p['at_audio_s'])} ({p['streams']})" for p in places or []) or "–"
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -225,9 +227,9 @@ def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     for run in runs:
         t, e, r = run["ttfa_s"], run["e2e_s"], run["rtf"]
         lines.append(
-            f"| {meta['targets'][run['target']]['label']} | {_level_key(run):g} | {run['ok']} | {run['errors']} "
-            f"| {_ms(t['mean'])} | {_ms(t['p50'])} | {_ms(t['p90'])} | {_ms(t['p95'])} | {_ms(t['p99'])} "
-            f"| {_ms(e['p50'])} | {_ms(e['p95'])} | {_num(r['p50'], 3)} | {_num(run['throughput_rps'])} "
+            f"| {meta['targets'][run['target']]['label']} | {level_of(run):g} | {run['ok']} | {run['errors']} "
+            f"| {ms(t['mean'])} | {ms(t['p50'])} | {ms(t['p90'])} | {ms(t['p95'])} | {ms(t['p99'])} "
+            f"| {ms(e['p50'])} | {ms(e['p95'])} | {_num(r['p50'], 3)} | {_num(run['throughput_rps'])} "
             f"| {_num(run['audio_throughput'], 1)} | {_num(run['wer'], 3)} |"
         )
     ratios = ab_ratios(runs)
@@ -251,7 +253,7 @@ def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     if errors:
         lines += ["", "## Errors", ""]
         for run in errors:
-            lines.append(f"- {meta['targets'][run['target']]['label']} at {mode} {_level_key(run):g}:")
+            lines.append(f"- {meta['targets'][run['target']]['label']} at {mode} {level_of(run):g}:")
             for group in run["error_groups"]:
                 status = "client" if group["status"] == 0 else group["status"]
                 message = (group["message"] or "no message").replace("\n", " ")
@@ -280,11 +282,11 @@ def playback_markdown(meta: dict[str, Any], runs: list[dict[str, Any]], mode: st
         first = playback.get("first_stall_at_audio_s") or {}  # results written before it was recorded lack it
         least = playback.get("least_in_hand_s") or {}  # the same
         lines.append(
-            f"| {meta['targets'][run['target']]['label']} | {_level_key(run):g} | {playback['requests']} "
+            f"| {meta['targets'][run['target']]['label']} | {level_of(run):g} | {playback['requests']} "
             f"| {'–' if share is None else f'{share:.0%}'} | {_num(stalls['p50'], 0)} | {_num(stalls['p95'], 1)} "
-            f"| {_num(stalls['max'], 0)} | {_ms(stalled['p50'])} | {_ms(stalled['p95'])} | {_ms(stalled['max'])} "
-            f"| {_ms(first.get('p50'))} | {_ms(first.get('p95'))} | {_places(playback.get('first_stall_places'))} "
-            f"| {_ms(least.get('p50'))} | {_ms(least.get('p5'))} |"
+            f"| {_num(stalls['max'], 0)} | {ms(stalled['p50'])} | {ms(stalled['p95'])} | {ms(stalled['max'])} "
+            f"| {ms(first.get('p50'))} | {ms(first.get('p95'))} | {_places(playback.get('first_stall_places'))} "
+            f"| {ms(least.get('p50'))} | {ms(least.get('p5'))} |"
         )
     return lines
 
@@ -305,16 +307,16 @@ def gaps_markdown(meta: dict[str, Any], runs: list[dict[str, Any]], mode: str) -
         stream = run["text_stream"]
         share, gap = stream["gapped_share"], stream["gap_s"]
         lines.append(
-            f"| {meta['targets'][run['target']]['label']} | {_level_key(run):g} | {stream['utterances']} "
+            f"| {meta['targets'][run['target']]['label']} | {level_of(run):g} | {stream['utterances']} "
             f"| {stream['sentences']} | {stream['joins']} | {'–' if share is None else f'{share:.0%}'} "
-            f"| {_ms(gap['p50'])} | {_ms(gap['p95'])} | {_ms(gap['max'])} | {_num(stream['text_send_s']['p50'])} "
+            f"| {ms(gap['p50'])} | {ms(gap['p95'])} | {ms(gap['max'])} | {_num(stream['text_send_s']['p50'])} "
             f"| {_num(stream['first_sentence_sent_s']['p50'])} |"
         )
     return lines
 
 
 def _level_axis(axis: Any, runs: list[dict[str, Any]], label: str) -> None:
-    levels = sorted({_level_key(r) for r in runs})
+    levels = sorted({level_of(r) for r in runs})
     if levels and levels[0] > 0 and levels[-1] / levels[0] >= 8:
         axis.set_xscale("log", base=2)  # 1, 4, 8, 16, 32 spread evenly
     axis.set_xticks(levels, [f"{level:g}" for level in levels])
@@ -386,12 +388,12 @@ def plot(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> dict[st
     for name, title, ylabel, series in charts:
         figure, axis = plt.subplots(figsize=(7, 4.5))
         for target in meta["targets"]:
-            mine = sorted((r for r in runs if r["target"] == target["index"]), key=_level_key)
+            mine = sorted((r for r in runs if r["target"] == target["index"]), key=level_of)
             color = None
             for suffix, style, value in series:
                 label = f"{target['label']} {suffix}".strip()
                 line = axis.plot(
-                    [_level_key(r) for r in mine],
+                    [level_of(r) for r in mine],
                     [value(r) for r in mine],
                     marker="o",
                     linestyle=style,
