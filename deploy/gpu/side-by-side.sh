@@ -172,17 +172,23 @@ prepare() {
   cp "$BENCH_PROFILE" "$OUT/profile.yaml" && cp "$BENCH_PROFILE_B" "$OUT/profile-b.yaml" || return 1
 }
 
+profile_of() {  # $1 a, b or c: that profile copy's path; the results keep profile C only once a target runs it
+  case $1 in
+    b) echo "$BENCH_PROFILE_B" ;;
+    c) cp "$BENCH_PROFILE_C" "$OUT/profile-c.yaml" && echo "$BENCH_PROFILE_C" ;;
+    *) echo "$BENCH_PROFILE" ;;
+  esac
+}
+
 launch() {  # $1 target
   local log
   log=$(log_of "$1")
   case $1 in
     service | service-b | service-c)
-      local profile=$BENCH_PROFILE settings=$SERVICE_ENV
-      [ "$1" = service-b ] && profile=$BENCH_PROFILE_B settings=$SERVICE_B_ENV
-      if [ "$1" = service-c ]; then
-        profile=$BENCH_PROFILE_C settings=$SERVICE_C_ENV
-        cp "$profile" "$OUT/profile-c.yaml"  # only the runs that use profile C keep a copy of it
-      fi
+      local profile settings=$SERVICE_ENV
+      profile=$(profile_of "${1#service-}")  # service-b: b, service-c: c, service: A's
+      [ "$1" = service-b ] && settings=$SERVICE_B_ENV
+      [ "$1" = service-c ] && settings=$SERVICE_C_ENV
       echo "$(date -u +%FT%TZ) $1: profile $profile, settings: ${settings:-none}" >>"$OUT/commands.txt"
       # fixed length: every request runs to the profile's max_tokens (FRAMES + 1); warm-up requests to their own
       # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
@@ -191,9 +197,8 @@ launch() {  # $1 target
         SPEECH_COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-server.sh
       ;;
     vllm-omni)
-      local profile=$BENCH_PROFILE
-      [ "$OMNI_ON" = b ] && profile=$BENCH_PROFILE_B
-      if [ "$OMNI_ON" = c ]; then profile=$BENCH_PROFILE_C; cp "$profile" "$OUT/profile-c.yaml"; fi
+      local profile
+      profile=$(profile_of "$OMNI_ON")
       PORT=$OMNI_PORT LOG=$log PYTHON=$PYTHON MODEL=$MODEL DEPLOY_CONFIG=$profile LOAD_FORMAT=dummy NAME=$NAME \
         COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-vllm-omni.sh
       ;;
