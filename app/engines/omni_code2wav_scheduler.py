@@ -5,8 +5,11 @@ vllm-omni's Qwen3-TTS pipeline sets the stage's scheduler class itself and a dep
 vllm-omni's generation scheduler decodes, in every step, a window for every stream whose next window has arrived:
 at 32 streams one step carries up to 32 windows of 97 frames. A new stream's first window (the one its listener is
 waiting for) then waits for such a step and rides in the next one, as long as the others. Here, when a first window
-is ready, the streams whose listeners hold more than `first_audio_first_margin_s` of audio sit out one step, so that
-the first window's step is short; they run in the next one, long before their listeners could run dry.
+is ready, the streams whose listeners hold more than `first_audio_first_margin_s` of audio sit out the step, so that
+the first window's step is short; they run in the next step with nothing more urgent, long before their listeners
+could run dry. When first windows keep coming (arrivals that never pause), that step may not come until the streams
+are down to the margin: they are paced to it, and live longer. `code2wav_max_steps_held` bounds how many
+steps in a row a stream may sit out (by this rule or the cap below).
 With `short_streams_first`, a window of any stream whose listener holds less than the margin counts as first audio
 too: the windows right after a stream's first (a ramp's 4, 8 and 16 frames), due within a few hundred milliseconds,
 or a stream that fell behind. With `code2wav_max_windows_per_step` set, a step carries at most that many windows
@@ -22,10 +25,11 @@ Sleeping `code2wav_idle_wait_ms` after an empty schedule lets the receiving thre
 Settings come from the deploy profile's connector `extra` (which vllm-omni hands to every stage unchanged):
 `first_audio_first_margin_s` (default 1.0; 0 turns the policy off, leaving a logging-only scheduler),
 `short_streams_first` (default false), `code2wav_max_windows_per_step` (default 0 = no cap; a stream is held back
-by it only while it holds more than the margin), `code2wav_idle_wait_ms` (default 0 = never sleep) and
-`engine_probe_interval_s` (default 0 = off: every so many seconds, one log line of steps, windows per step,
-first-window waits and step times). The CustomVoice profiles (`deploy/vllm-omni/customvoice.yaml`, `two-gpu.yaml`)
-set the margin to 1.0 s, `short_streams_first` to true and the cap to 16, each with the measurement behind it.
+by it only while it holds more than the margin), `code2wav_max_steps_held` (default 0 = no bound),
+`code2wav_idle_wait_ms` (default 0 = never sleep) and `engine_probe_interval_s` (default 0 = off: every so many
+seconds, one log line of steps, windows per step, first-window waits and step times). The CustomVoice profiles
+(`deploy/vllm-omni/customvoice.yaml`, `two-gpu.yaml`) set the margin to 1.0 s, `short_streams_first` to true and
+the cap to 16, each with the measurement behind it, and leave the bound off.
 """
 
 from __future__ import annotations
@@ -47,6 +51,17 @@ def connector_extra(vllm_config: Any) -> dict[str, Any]:
     connector = getattr(getattr(vllm_config, "model_config", None), "stage_connector_config", None) or {}
     extra = connector.get("extra", {}) if isinstance(connector, dict) else getattr(connector, "extra", {})
     return dict(extra or {})
+
+
+def _steps(value: object, name: str) -> int:
+    """A whole number of steps, 0 or more, from YAML or a string override."""
+    try:
+        steps = int(value) if not isinstance(value, float) or value.is_integer() else -1  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        steps = -1
+    if steps < 0:
+        raise ValueError(f"{name} must be a whole number of steps, 0 or more, not {value!r}")
+    return steps
 
 
 def _flag(value: object, name: str) -> bool:
@@ -74,14 +89,17 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         self._idle_wait_s = float(extra.get("code2wav_idle_wait_ms", 0) or 0) / 1000
         self._max_windows = int(extra.get("code2wav_max_windows_per_step", 0) or 0)
         self._short_streams_first = _flag(extra.get("short_streams_first", False), "short_streams_first")
+        self._max_steps_held = _steps(extra.get("code2wav_max_steps_held", 0) or 0, "code2wav_max_steps_held")
+        self._steps_held: dict[str, int] = {}  # streams sitting out -> steps in a row so far
         self._first_ready_at: dict[str, float] = {}  # first windows seen ready, not yet scheduled
         self._scheduled_at: dict[int, float] = {}  # id(scheduler output) -> when it was scheduled
         log.info(
             "code2wav scheduler: first audio first (margin %.2f s, short streams too: %s, at most %s windows a step, "
-            "idle wait %.1f ms, probe every %.0f s)",
+            "a stream waits at most %s steps in a row, idle wait %.1f ms, probe every %.0f s)",
             self._policy.margin_s,
             self._short_streams_first,
             self._max_windows or "any",
+            self._max_steps_held or "any number of",
             self._idle_wait_s * 1000,
             self._probe.interval_s,
         )
@@ -118,17 +136,26 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         if not urgent and excess <= 0:  # most steps: nobody waits, nothing more to work out
             return []
         adapter = self.chunk_transfer_adapter
-        holdable = [r for r in spare if not adapter.is_done_receiving_chunks(r.request_id)]
+        holdable = [r for r in spare if not adapter.is_done_receiving_chunks(r.request_id) and self._may_sit_out(r)]
         if urgent:
             return holdable
         chosen = set(self._policy.furthest_ahead([r.request_id for r in holdable], excess, now))
         return [r for r in holdable if r.request_id in chosen]
+
+    def _may_sit_out(self, request: Any) -> bool:
+        return not self._max_steps_held or self._steps_held.get(request.request_id, 0) < self._max_steps_held
+
+    def _count_steps_held(self, sitting_out: list[Any]) -> None:
+        """Only streams sitting out now keep a count: a stream that ran (or had nothing ready) starts again at 0."""
+        self._steps_held = {r.request_id: self._steps_held.get(r.request_id, 0) + 1 for r in sitting_out}
 
     def schedule(self, throttle_prefills: bool = False) -> Any:
         now = time.monotonic()
         loaded = self._loaded()
         ready_firsts = self._ready_first_windows(loaded, now)
         sitting_out = self._sitting_out(loaded, len(ready_firsts), now)
+        if self._max_steps_held:
+            self._count_steps_held(sitting_out)
         if sitting_out:
             waiting_ids = {id(r) for r in sitting_out}
             self.running[:] = [r for r in self.running if id(r) not in waiting_ids]

@@ -101,11 +101,12 @@ def scheduler_module(monkeypatch: pytest.MonkeyPatch):
     return importlib.import_module("app.engines.omni_code2wav_scheduler")
 
 
-def _streaming(scheduler_module, margin_s: float, monkeypatch: pytest.MonkeyPatch):
+def _streaming(scheduler_module, margin_s: float, monkeypatch: pytest.MonkeyPatch, more: dict | None = None):
     """A scheduler with three streams well into playback (each given its first and one steady window)."""
     clock = [100.0]
     monkeypatch.setattr(scheduler_module.time, "monotonic", lambda: clock[0])
     extra = {"initial_codec_chunk_frames": 1, "codec_chunk_frames": 25, "first_audio_first_margin_s": margin_s}
+    extra |= more or {}
     scheduler = scheduler_module.FirstAudioFirstScheduler(extra)
     for name in ("a", "b", "c"):
         scheduler.add(name)
@@ -279,3 +280,59 @@ def test_short_streams_first_reads_yes_and_no_and_refuses_anything_else(schedule
     assert scheduler_module.FirstAudioFirstScheduler({"short_streams_first": "true"})._short_streams_first is True
     with pytest.raises(ValueError, match="short_streams_first"):
         scheduler_module.FirstAudioFirstScheduler({"short_streams_first": "maybe"})
+
+
+def _first_windows_one_after_another(scheduler, clock: list[float], steps: int) -> list[list[str]]:
+    """Before every step a new stream's first window arrives (arrivals that never pause) and the playing streams a, b
+    and c have a window ready: what each step ran."""
+    ran = []
+    for step in range(steps):
+        for name in ("a", "b", "c"):
+            scheduler.window_arrives(name)
+        scheduler.add(f"new{step}")
+        scheduler.window_arrives(f"new{step}")
+        ran.append(sorted(scheduler.schedule().num_scheduled_tokens))
+        clock[0] += 0.02
+    return ran
+
+
+def test_without_a_bound_streams_ahead_wait_as_long_as_first_windows_keep_coming(
+    scheduler_module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scheduler, clock = _streaming(scheduler_module, 1.0, monkeypatch)
+    ran = _first_windows_one_after_another(scheduler, clock, 3)
+    assert ran == [["new0"], ["new1"], ["new2"]]  # a, b and c hold ~2 s each: paced down towards the margin
+
+
+def test_a_stream_waits_at_most_the_bound_of_steps_in_a_row(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler, clock = _streaming(scheduler_module, 1.0, monkeypatch, {"code2wav_max_steps_held": 1})
+    deferred = scheduler._probe.deferred
+    ran = _first_windows_one_after_another(scheduler, clock, 4)
+    assert ran[0] == ["new0"]  # a, b and c sit out one step ...
+    assert ran[1] == ["a", "b", "c", "new1"]  # ... and run in the next, though another first window is ready
+    assert ran[2:] == [["new2"], ["a", "b", "c", "new3"]]  # their next windows may wait one step again
+    assert scheduler._probe.deferred == deferred + 6
+    assert {r.request_id for r in scheduler.running} >= {"a", "b", "c"}  # nobody lost
+    bounded, clock = _streaming(scheduler_module, 1.0, monkeypatch, {"code2wav_max_steps_held": 2})
+    assert _first_windows_one_after_another(bounded, clock, 3) == [["new0"], ["new1"], ["a", "b", "c", "new2"]]
+
+
+def test_the_bound_applies_to_the_cap_too(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    def two_steps(extra: dict) -> list[list[str]]:
+        scheduler, _ = _staggered(scheduler_module, monkeypatch, {"code2wav_max_windows_per_step": 1} | extra)
+        for name in ("a", "b", "c", "d"):  # a holds 0.88 s (under the margin), b 1.18 s, c 1.48 s, d 1.78 s
+            scheduler.window_arrives(name)
+        first = sorted(scheduler.schedule().num_scheduled_tokens)
+        scheduler.window_arrives("a")  # a, 2 s further ahead after its step, has its next window ready too
+        return [first, sorted(scheduler.schedule().num_scheduled_tokens)]
+
+    assert two_steps({}) == [["a"], ["b"]]  # c and d, still further ahead than b, wait a second step
+    assert two_steps({"code2wav_max_steps_held": 1}) == [["a"], ["b", "c", "d"]]  # only a may wait now
+
+
+def test_the_bound_must_be_a_whole_number_of_steps(scheduler_module) -> None:
+    assert scheduler_module.FirstAudioFirstScheduler({"code2wav_max_steps_held": "2"})._max_steps_held == 2
+    assert scheduler_module.FirstAudioFirstScheduler({})._max_steps_held == 0
+    for bad in (-1, 1.5, "one"):
+        with pytest.raises(ValueError, match="code2wav_max_steps_held"):
+            scheduler_module.FirstAudioFirstScheduler({"code2wav_max_steps_held": bad})
