@@ -30,23 +30,25 @@ def test_the_gap_to_the_nth_arrival_counts_only_streams_that_had_one() -> None:
     assert second["streams"] == 2 and second["held_p50"] == pytest.approx(0.16)
     assert second["gap_p50"] == pytest.approx(0.15) and second["gap_p95"] == pytest.approx(0.24)
     assert second["late"] == 1  # 0.25 s after 0.16 s of audio
+    # what the listener still held when it came: 0.11 s for one stream, -0.09 s (a wait) for the other
+    assert second["in_hand_p50"] == pytest.approx(0.01)
     third = window_gaps(RESULTS["runs"][0], 3)  # due when the 0.48 s held by the second arrival has played
     assert third == {"streams": 1, "held_p50": pytest.approx(0.48), "gap_p50": pytest.approx(0.2),
-                     "gap_p95": pytest.approx(0.2), "late": 0}  # fmt: skip
+                     "gap_p95": pytest.approx(0.2), "late": 0, "in_hand_p50": pytest.approx(0.28)}  # fmt: skip
     assert window_gaps(RESULTS["runs"][1], 2) == {
-        "streams": 0, "held_p50": None, "gap_p50": None, "gap_p95": None, "late": 0
+        "streams": 0, "held_p50": None, "gap_p50": None, "gap_p95": None, "late": 0, "in_hand_p50": None
     }  # fmt: skip
 
 
 def test_the_table_names_each_target_and_level(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert gaps_markdown(RESULTS, 2).splitlines()[2:] == [
-        "| A: http://a | 8 | 2 | 160 | 150 | 240 | 1 |",
-        "| B: http://b | 8 | 0 | – | – | – | 0 |",
+        "| A: http://a | 8 | 2 | 160 | 150 | 240 | 1 | 10 |",
+        "| B: http://b | 8 | 0 | – | – | – | 0 | – |",
     ]
     path = tmp_path / "results.json"
     path.write_text(json.dumps(RESULTS))
     main([str(path), "--nth", "3"])
-    assert "| A: http://a | 8 | 1 | 480 | 200 | 200 | 0 |" in capsys.readouterr().out
+    assert "| A: http://a | 8 | 1 | 480 | 200 | 200 | 0 | 280 |" in capsys.readouterr().out
     at_a_rate = {key: value for key, value in RESULTS["runs"][0].items() if key != "concurrency"} | {"rate": 2.5}
     assert "| A: http://a | 2.5 | 2 |" in gaps_markdown({**RESULTS, "runs": [at_a_rate]}, 2)
 
