@@ -3,7 +3,8 @@
 Pure bookkeeping, no engine imports: the code2wav scheduler (`app.engines.omni_code2wav_scheduler`) feeds it what
 it schedules and asks it which streams may wait. Every stream has a deadline: its next audio is due when its
 listener's buffer runs out, and a stream that has produced no audio yet is due now. A step that carries a first
-window should be short, so the steady windows of streams that hold plenty of audio wait one step. A step may also be
+window should be short, so the steady windows of streams that hold plenty of audio wait (for as many steps as the
+scheduler's bound allows: with none, until they are down to the margin). A step may also be
 capped: beyond the cap, the windows of the streams furthest ahead of their listeners wait. Everything else keeps
 vllm-omni's order.
 """
@@ -34,11 +35,11 @@ class StreamClock:
 
 
 class FirstAudioFirst:
-    """Decides which streams' windows wait one step so that new streams' first windows run in a short step.
+    """Decides which streams' windows may wait a step so that new streams' first windows run in a short step.
 
-    `margin_s`: a stream may wait only while its listener holds more than this much audio. One step of code2wav
-    takes tens of milliseconds (~200 ms at p95, measured under load), so a margin of a second leaves a wait of a
-    step far from a stall."""
+    `margin_s`: a stream may wait only while its listener holds more than this much audio, checked again at every
+    step. One step of code2wav takes tens of milliseconds (~200 ms at p95, measured under load), so a margin of a
+    second leaves a stream that waits far from a stall."""
 
     def __init__(self, windows: CodecWindows, margin_s: float = 1.0) -> None:
         self.windows = windows

@@ -9,7 +9,8 @@ is ready, the streams whose listeners hold more than `first_audio_first_margin_s
 the first window's step is short; they run in the next step with nothing more urgent, long before their listeners
 could run dry. When first windows keep coming (arrivals that never pause), that step may not come until the streams
 are down to the margin: they are paced to it, and live longer. `code2wav_max_steps_held` bounds how many
-steps in a row a stream may sit out (by this rule or the cap below).
+steps in a row a stream may sit out (by this rule or the cap below; a stream at the bound runs even where that puts
+its step over the cap).
 With `short_streams_first`, a window of any stream whose listener holds less than the margin counts as first audio
 too: the windows right after a stream's first (a ramp's 4, 8 and 16 frames), due within a few hundred milliseconds,
 or a stream that fell behind. With `code2wav_max_windows_per_step` set, a step carries at most that many windows
@@ -54,14 +55,16 @@ def connector_extra(vllm_config: Any) -> dict[str, Any]:
 
 
 def _steps(value: object, name: str) -> int:
-    """A whole number of steps, 0 or more, from YAML or a string override."""
-    try:
-        steps = int(value) if not isinstance(value, float) or value.is_integer() else -1  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        steps = -1
-    if steps < 0:
+    """A whole number of steps, 0 or more, from YAML or a string override (not a yes/no: `true` is no number)."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{name} must be a whole number of steps, 0 or more, not {value!r}")
-    return steps
+    return value
 
 
 def _flag(value: object, name: str) -> bool:
@@ -89,17 +92,17 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         self._idle_wait_s = float(extra.get("code2wav_idle_wait_ms", 0) or 0) / 1000
         self._max_windows = int(extra.get("code2wav_max_windows_per_step", 0) or 0)
         self._short_streams_first = _flag(extra.get("short_streams_first", False), "short_streams_first")
-        self._max_steps_held = _steps(extra.get("code2wav_max_steps_held", 0) or 0, "code2wav_max_steps_held")
+        self._max_steps_held = _steps(extra.get("code2wav_max_steps_held"), "code2wav_max_steps_held")
         self._steps_held: dict[str, int] = {}  # streams sitting out -> steps in a row so far
         self._first_ready_at: dict[str, float] = {}  # first windows seen ready, not yet scheduled
         self._scheduled_at: dict[int, float] = {}  # id(scheduler output) -> when it was scheduled
         log.info(
             "code2wav scheduler: first audio first (margin %.2f s, short streams too: %s, at most %s windows a step, "
-            "a stream waits at most %s steps in a row, idle wait %.1f ms, probe every %.0f s)",
+            "steps a stream may sit out in a row: %s, idle wait %.1f ms, probe every %.0f s)",
             self._policy.margin_s,
             self._short_streams_first,
             self._max_windows or "any",
-            self._max_steps_held or "any number of",
+            self._max_steps_held or "no bound",
             self._idle_wait_s * 1000,
             self._probe.interval_s,
         )
@@ -126,7 +129,8 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         `short_streams_first`, a window of a stream holding less than the margin), every one whose listener can spare
         a step; otherwise, where the step would carry more windows than its cap, those furthest ahead of their
         listeners. A stream with no window ready is never held (holding it would only delay the request for its next
-        window), nor is a stream's last window (holding it would only delay the end of its response)."""
+        window), nor is a stream's last window (holding it would only delay the end of its response), nor, with
+        `code2wav_max_steps_held`, a stream that has sat out that many steps in a row."""
         if self._policy.margin_s <= 0:
             return []
         ready = [r for r in self.running if r.request_id in loaded]

@@ -331,8 +331,10 @@ def test_the_bound_applies_to_the_cap_too(scheduler_module, monkeypatch: pytest.
 
 
 def test_the_bound_must_be_a_whole_number_of_steps(scheduler_module) -> None:
-    assert scheduler_module.FirstAudioFirstScheduler({"code2wav_max_steps_held": "2"})._max_steps_held == 2
+    for given in (2, 2.0, "2", " 2 "):
+        assert scheduler_module.FirstAudioFirstScheduler({"code2wav_max_steps_held": given})._max_steps_held == 2
     assert scheduler_module.FirstAudioFirstScheduler({})._max_steps_held == 0
-    for bad in (-1, 1.5, "one"):
+    assert scheduler_module.FirstAudioFirstScheduler({"code2wav_max_steps_held": None})._max_steps_held == 0
+    for bad in (-1, 1.5, "one", "2.0", "-1", True, False, [], ""):
         with pytest.raises(ValueError, match="code2wav_max_steps_held"):
             scheduler_module.FirstAudioFirstScheduler({"code2wav_max_steps_held": bad})
