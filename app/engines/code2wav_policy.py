@@ -104,20 +104,25 @@ class StepProbe:
     deferred: int = 0
     first_waits_s: list[float] = field(default_factory=list)
     results_s: list[float] = field(default_factory=list)
+    first_results_s: list[float] = field(default_factory=list)  # steps that carried a first window
+    streams: list[int] = field(default_factory=list)  # requests the stage held (running + waiting) at each step
 
-    def step(self, windows: int, first_windows: int, deferred: int) -> None:
+    def step(self, windows: int, first_windows: int, deferred: int, streams: int = 0) -> None:
         if windows:
             self.steps += 1
             self.windows += windows
             self.max_windows = max(self.max_windows, windows)
+            self.streams.append(streams)
         self.first_windows += first_windows
         self.deferred += deferred
 
     def first_wait(self, seconds: float) -> None:
         self.first_waits_s.append(seconds)
 
-    def result(self, seconds: float) -> None:
+    def result(self, seconds: float, first: bool = False) -> None:
         self.results_s.append(seconds)
+        if first:
+            self.first_results_s.append(seconds)
 
     def due(self, now: float) -> bool:
         return self.interval_s > 0 and now - self.started >= self.interval_s
@@ -136,8 +141,12 @@ class StepProbe:
             "first_wait_p95_ms": round(percentile(self.first_waits_s, 0.95) * 1000, 1),
             "step_result_p50_ms": round(percentile(self.results_s, 0.5) * 1000, 1),
             "step_result_p95_ms": round(percentile(self.results_s, 0.95) * 1000, 1),
+            "first_step_result_p50_ms": round(percentile(self.first_results_s, 0.5) * 1000, 1),
+            "first_step_result_p95_ms": round(percentile(self.first_results_s, 0.95) * 1000, 1),
+            "streams_p50": percentile(self.streams, 0.5),
+            "streams_max": max(self.streams, default=0),
         }
         self.started = now
         self.steps = self.windows = self.max_windows = self.first_windows = self.deferred = 0
-        self.first_waits_s, self.results_s = [], []
+        self.first_waits_s, self.results_s, self.first_results_s, self.streams = [], [], [], []
         return line

@@ -28,7 +28,8 @@ Settings come from the deploy profile's connector `extra` (which vllm-omni hands
 `short_streams_first` (default false), `code2wav_max_windows_per_step` (default 0 = no cap; a stream is held back
 by it only while it holds more than the margin), `code2wav_max_steps_held` (default 0 = no bound),
 `code2wav_idle_wait_ms` (default 0 = never sleep) and `engine_probe_interval_s` (default 0 = off: every so many
-seconds, one log line of steps, windows per step, first-window waits and step times). The CustomVoice profiles
+seconds, one log line of steps, windows per step, first-window waits, step times, the times of steps that carried a
+first window, and the streams the stage held). The CustomVoice profiles
 (`deploy/vllm-omni/customvoice.yaml`, `two-gpu.yaml`) set the margin to 1.0 s, `short_streams_first` to true and
 the cap to 16, each with the measurement behind it, and leave the bound off.
 """
@@ -95,7 +96,7 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         self._max_steps_held = _steps(extra.get("code2wav_max_steps_held"), "code2wav_max_steps_held")
         self._steps_held: dict[str, int] = {}  # streams sitting out -> steps in a row so far
         self._first_ready_at: dict[str, float] = {}  # first windows seen ready, not yet scheduled
-        self._scheduled_at: dict[int, float] = {}  # id(scheduler output) -> when it was scheduled
+        self._scheduled_at: dict[int, tuple[float, bool]] = {}  # id(output) -> when scheduled, carries a first window
         log.info(
             "code2wav scheduler: first audio first (margin %.2f s, short streams too: %s, at most %s windows a step, "
             "steps a stream may sit out in a row: %s, idle wait %.1f ms, probe every %.0f s)",
@@ -175,8 +176,8 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
             if ready_at is not None:
                 self._probe.first_wait(now - ready_at)
         if scheduled:
-            self._scheduled_at[id(output)] = now
-        self._probe.step(len(scheduled), firsts, len(sitting_out))
+            self._scheduled_at[id(output)] = (now, firsts > 0)
+        self._probe.step(len(scheduled), firsts, len(sitting_out), len(self.running) + len(self.waiting))
         if len(self._policy) > 4 * max(16, len(self.requests)):
             self._policy.forget_all_but(self.requests)
             for request_id in [r for r in self._first_ready_at if r not in self.requests]:
@@ -190,7 +191,8 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         return output
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        scheduled_at = self._scheduled_at.pop(id(scheduler_output), None)
-        if scheduled_at is not None:
-            self._probe.result(time.monotonic() - scheduled_at)
+        scheduled = self._scheduled_at.pop(id(scheduler_output), None)
+        if scheduled is not None:
+            scheduled_at, had_first = scheduled
+            self._probe.result(time.monotonic() - scheduled_at, first=had_first)
         return super().update_from_output(scheduler_output, model_runner_output)

@@ -41,13 +41,30 @@ class _FinishedAsEnqueued:
 
 class SaveThreadProbe:
     """How far the talker's save thread lags: the steps still queued behind the one it builds, and how long building
-    one takes. Logging only, one line per interval (the connector's `engine_probe_interval_s`; 0 = off)."""
+    one takes; and how long after a request arrived its first window left the talker (on the wall clock, as vLLM
+    stamps a request's arrival), the talker's share of time to first audio. Logging only, one line per interval (the
+    connector's `engine_probe_interval_s`; 0 = off)."""
 
     def __init__(self, interval_s: float) -> None:
         self.interval_s = interval_s
         self._started = time.monotonic()
         self._depths: list[int] = []
         self._build_s: list[float] = []
+        self._first_window_s: list[float] = []
+        self._sent: set[str] = set()  # requests whose first window has left, until their last
+
+    def window(self, request_id: str, arrival_time: float | None, last: bool) -> None:
+        """A window left for code2wav (`last`: the request's last)."""
+        if request_id in self._sent:
+            if last:
+                self._sent.discard(request_id)
+            return
+        if arrival_time is not None:
+            self._first_window_s.append(time.time() - arrival_time)
+        if not last:
+            if len(self._sent) > 65536:  # requests aborted before their last window; logging only, so forget them
+                self._sent.clear()
+            self._sent.add(request_id)
 
     def record(self, depth: int, build_s: float) -> None:
         self._depths.append(depth)
@@ -64,9 +81,11 @@ class SaveThreadProbe:
                     "queued_max": max(self._depths),
                     "build_p50_ms": round(percentile(self._build_s, 0.5) * 1000, 2),
                     "build_p95_ms": round(percentile(self._build_s, 0.95) * 1000, 2),
+                    "first_window_p50_ms": round(percentile(self._first_window_s, 0.5) * 1000, 1),
+                    "first_window_p95_ms": round(percentile(self._first_window_s, 0.95) * 1000, 1),
                 },
             )
-            self._started, self._depths, self._build_s = now, [], []
+            self._started, self._depths, self._build_s, self._first_window_s = now, [], [], []
 
 
 def _probe_for(transfer_manager: Any) -> SaveThreadProbe | None:
@@ -89,5 +108,9 @@ def talker2code2wav_async_chunk_as_enqueued(
         transfer_manager, multimodal_output, _FinishedAsEnqueued(request, is_finished), is_finished=is_finished
     )
     if probe is not None:
+        if payload is not None:
+            arrival = getattr(request, "arrival_time", None)
+            arrival = float(arrival) if isinstance(arrival, int | float) else None
+            probe.window(str(request.external_req_id), arrival, bool(is_finished))
         probe.record(len(getattr(transfer_manager, "_pending_save_reqs", ())), time.perf_counter() - started)
     return payload

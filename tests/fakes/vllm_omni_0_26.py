@@ -400,3 +400,53 @@ def install_generation_scheduler(modules: dict[str, Any]) -> None:
     for name in ("vllm_omni", "vllm_omni.core", "vllm_omni.core.sched"):
         modules.setdefault(name, types.ModuleType(name))
     modules["vllm_omni.core.sched.omni_generation_scheduler"] = module
+
+
+# -- stage 0 (talker) chunk builder: vllm_omni.model_executor.stage_input_processors.qwen3_tts -----------------------
+@dataclass
+class FakeTalkerRequest:
+    """What 0.26.0's builder reads of the talker's live request: `external_req_id`, `is_finished()` (the live state,
+    which may already be past the step being built) and, as every vLLM `Request`, `arrival_time` (wall clock)."""
+
+    external_req_id: str
+    arrival_time: float
+    finished: bool = False
+
+    def is_finished(self) -> bool:
+        return self.finished
+
+
+class FakeTransferManager:
+    """The parts of 0.26.0's chunk transfer adapter that the builder and the service's hook touch."""
+
+    def __init__(self, extra: dict[str, Any]) -> None:
+        self.connector = type("Connector", (), {"config": {"extra": extra}})()
+        self._pending_save_reqs: list[Any] = []
+        self.frames: dict[str, int] = {}
+
+
+def talker2code2wav_async_chunk(
+    transfer_manager: FakeTransferManager, multimodal_output: Any, request: Any, is_finished: bool = False
+) -> dict[str, Any] | None:
+    """0.26.0's builder, cut to what decides whether a step sends a window: one frame per step; a window when the
+    frames reach the next point of `windows_at` (connector `extra`), or at the end. Like the real one it reads the
+    live request: `finished = is_finished or request.is_finished()`."""
+    finished = bool(is_finished or request.is_finished())
+    frames = transfer_manager.frames.get(request.external_req_id, 0) + 1
+    transfer_manager.frames[request.external_req_id] = frames
+    if finished or frames in transfer_manager.connector.config["extra"].get("windows_at", ()):
+        return {"frames": frames, "finished": finished}
+    return None
+
+
+def install_talker_chunk_builder(modules: dict[str, Any]) -> None:
+    """Make `vllm_omni.model_executor.stage_input_processors.qwen3_tts` importable with the stand-in builder."""
+    import types
+
+    module = types.ModuleType("vllm_omni.model_executor.stage_input_processors.qwen3_tts")
+    module.talker2code2wav_async_chunk = talker2code2wav_async_chunk  # type: ignore[attr-defined]
+    for name in ("vllm_omni", "vllm_omni.model_executor", "vllm_omni.model_executor.stage_input_processors"):
+        modules.setdefault(name, types.ModuleType(name))
+    modules["vllm_omni.model_executor.stage_input_processors.qwen3_tts"] = module
+    # `from package import module` reads the package's attribute
+    modules["vllm_omni.model_executor.stage_input_processors"].qwen3_tts = module  # type: ignore[attr-defined]

@@ -66,18 +66,21 @@ def test_under_a_ramp_a_listener_holds_what_each_window_of_the_ramp_carried() ->
 
 def test_the_probe_reports_an_interval_and_starts_the_next() -> None:
     probe = StepProbe(interval_s=10.0, started=0.0)
-    probe.step(windows=4, first_windows=1, deferred=3)
-    probe.step(windows=2, first_windows=0, deferred=0)
-    probe.step(windows=0, first_windows=0, deferred=0)  # an empty step is not a step
+    probe.step(windows=4, first_windows=1, deferred=3, streams=9)
+    probe.step(windows=2, first_windows=0, deferred=0, streams=7)
+    probe.step(windows=0, first_windows=0, deferred=0, streams=30)  # an empty step is not a step
     probe.first_wait(0.010)
-    probe.result(0.030)
+    probe.result(0.030, first=True)
     probe.result(0.050)
     assert not probe.due(9.0) and probe.due(10.0)
     line = probe.report(10.0)
     assert line["steps"] == 2 and line["windows_per_step"] == 3 and line["max_windows"] == 4
     assert (line["first_windows"], line["deferred_windows"]) == (1, 3)
     assert line["first_wait_p50_ms"] == 10.0 and line["step_result_p95_ms"] == 50.0
+    assert line["first_step_result_p95_ms"] == 30.0  # only the step that carried a first window
+    assert (line["streams_p50"], line["streams_max"]) == (7, 9)
     assert probe.report(20.0)["steps"] == 0 and math.isnan(probe.report(30.0)["first_wait_p50_ms"])
+    assert probe.report(40.0)["streams_max"] == 0 and math.isnan(probe.report(50.0)["first_step_result_p50_ms"])
 
 
 def test_the_service_names_its_code2wav_scheduler_unless_the_operator_did() -> None:
@@ -152,7 +155,14 @@ def test_with_no_margin_it_only_observes(scheduler_module, monkeypatch: pytest.M
     clock[0] += 0.03
     scheduler.update_from_output(output, None)
     assert scheduler._probe.results_s[-1] == pytest.approx(0.03)
+    assert scheduler._probe.first_results_s == [pytest.approx(0.03)]  # that step carried new's first window
+    assert scheduler._probe.streams[-1] == 4  # a, b, c and new
     assert scheduler._probe.first_waits_s == [0.0, 0.0, 0.0, 0.0]
+    scheduler.window_arrives("a")
+    later = scheduler.schedule()
+    clock[0] += 0.02
+    scheduler.update_from_output(later, None)
+    assert scheduler._probe.results_s[-1] == pytest.approx(0.02) and len(scheduler._probe.first_results_s) == 1
 
 
 def test_an_empty_schedule_gives_way_to_the_receiving_thread(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
