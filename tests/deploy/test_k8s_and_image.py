@@ -1,4 +1,4 @@
-"""The Dockerfile and the Kubernetes manifests, validated offline: both overlays rendered with kubectl kustomize,
+"""The Dockerfile and the Kubernetes manifests, validated offline: every overlay rendered with kubectl kustomize,
 every object checked against the Kubernetes schemas (kubernetes-validate) or its CRD's published schema."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def validate(obj: dict[str, Any]) -> None:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("overlay", ["gpu", "cpu"])
+@pytest.mark.parametrize("overlay", ["gpu", "gpu-two", "cpu"])
 def test_overlay_renders_and_every_object_validates(overlay: str) -> None:
     objects = render(overlay)
     kinds = {o["kind"] for o in objects}
@@ -137,12 +137,27 @@ def env_of(objects: list[dict[str, Any]]) -> dict[str, str]:
     return {**settings["data"], **{e["name"]: e["value"] for e in container(objects).get("env", [])}}
 
 
-def test_gpu_overlay_essentials() -> None:
-    objects = render("gpu")
+def profile_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The vllm-omni deploy profile the server is pointed at, as the profiles ConfigMap carries it."""
+    name = Path(env_of(objects)["SPEECH_DEPLOY_CONFIG"]).name
+    profiles = one(
+        objects, "ConfigMap", next(o["metadata"]["name"] for o in objects if "profiles" in o["metadata"]["name"])
+    )
+    return yaml.safe_load(profiles["data"][name])
+
+
+@pytest.mark.parametrize(
+    ("overlay", "gpus", "profile"), [("gpu", 1, "customvoice.yaml"), ("gpu-two", 2, "two-gpu.yaml")]
+)
+def test_gpu_overlay_essentials(overlay: str, gpus: int, profile: str) -> None:
+    objects = render(overlay)
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     main = container(objects)
     assert main["image"] == "speech-service:gpu"
-    assert main["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert main["resources"]["limits"]["nvidia.com/gpu"] == main["resources"]["requests"]["nvidia.com/gpu"] == gpus
+    assert Path(env_of(objects)["SPEECH_DEPLOY_CONFIG"]).name == profile
+    devices = {str(stage["devices"]) for stage in profile_of(objects)["stages"]}
+    assert len(devices) == gpus  # one stage per GPU on the two-GPU pod: the profile and the pod agree
     assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
@@ -164,7 +179,7 @@ def test_gpu_overlay_essentials() -> None:
     )
 
 
-@pytest.mark.parametrize("overlay", ["gpu", "cpu"])
+@pytest.mark.parametrize("overlay", ["gpu", "gpu-two", "cpu"])
 def test_probes_drain_and_security(overlay: str) -> None:
     objects = render(overlay)
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
@@ -174,7 +189,9 @@ def test_probes_drain_and_security(overlay: str) -> None:
     pause = int(main["lifecycle"]["preStop"]["exec"]["command"][-1])
     drain = float(env_of(objects)["SPEECH_DRAIN_TIMEOUT_S"])
     assert pod["terminationGracePeriodSeconds"] >= pause + drain + 10
-    if overlay == "gpu":  # and the engine's own shutdown: the stages (~5 s), the MPS daemon's quit when it is on
+    if overlay.startswith(
+        "gpu"
+    ):  # and the engine's own shutdown: the stages (~5 s), the MPS daemon's quit when it is on
         assert pod["terminationGracePeriodSeconds"] >= pause + drain + 5 + CudaMpsDaemon().quit_timeout_s
     security = main["securityContext"]
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -183,7 +200,7 @@ def test_probes_drain_and_security(overlay: str) -> None:
     assert pod["automountServiceAccountToken"] is False
 
 
-@pytest.mark.parametrize("overlay", ["gpu", "cpu"])
+@pytest.mark.parametrize("overlay", ["gpu", "gpu-two", "cpu"])
 def test_the_voice_store_is_shared_and_writable(overlay: str) -> None:
     objects = render(overlay)
     store = env_of(objects)["SPEECH_VOICE_STORE"]
@@ -193,8 +210,18 @@ def test_the_voice_store_is_shared_and_writable(overlay: str) -> None:
     assert one(objects, "PersistentVolumeClaim", claim)["spec"]["accessModes"] == ["ReadWriteMany"]
 
 
+@pytest.mark.parametrize("overlay", ["gpu", "gpu-two"])
+def test_scale_out_comes_before_the_talker_batch_is_full(overlay: str) -> None:
+    objects = render(overlay)
+    batch = profile_of(objects)["stages"][0]["max_num_seqs"]  # the service admits this many syntheses at once
+    in_flight = next(
+        t for t in one(objects, "ScaledObject")["spec"]["triggers"] if "speech_in_flight" in t["metadata"]["query"]
+    )
+    assert float(in_flight["metadata"]["threshold"]) == 0.75 * batch
+
+
 def test_autoscaling_on_queue_and_in_flight() -> None:
-    for overlay in ("gpu", "cpu"):
+    for overlay in ("gpu", "gpu-two", "cpu"):
         scaled = one(render(overlay), "ScaledObject")
         queries = [t["metadata"]["query"] for t in scaled["spec"]["triggers"]]
         assert any("speech_queue_depth" in q for q in queries) and any("speech_in_flight" in q for q in queries)
