@@ -26,7 +26,7 @@ import enum
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -450,3 +450,17 @@ def install_talker_chunk_builder(modules: dict[str, Any]) -> None:
     modules["vllm_omni.model_executor.stage_input_processors.qwen3_tts"] = module
     # `from package import module` reads the package's attribute
     modules["vllm_omni.model_executor.stage_input_processors"].qwen3_tts = module  # type: ignore[attr-defined]
+
+
+def import_against_stand_ins(monkeypatch: Any, module: str, *installs: Callable[[dict[str, Any]], None]) -> Any:
+    """Import `module` afresh against these stand-ins (`install_*` functions), in a sys.modules that the test's
+    monkeypatch restores afterwards."""
+    import importlib
+    import sys
+
+    modules = dict(sys.modules)
+    for install in installs:
+        install(modules)
+    modules.pop(module, None)
+    monkeypatch.setattr(sys, "modules", modules)
+    return importlib.import_module(module)

@@ -3,16 +3,14 @@
 
 from __future__ import annotations
 
-import importlib
 import math
-import sys
 
 import pytest
 
 from app.engines.code2wav_policy import FRAME_SECONDS, FirstAudioFirst, StepProbe
 from app.engines.codec_windows import CodecWindows
 from app.engines.omni import stage_overrides_with_scheduler
-from tests.fakes.vllm_omni_0_26 import install_generation_scheduler
+from tests.fakes.vllm_omni_0_26 import import_against_stand_ins, install_generation_scheduler
 
 
 def test_a_stream_may_wait_only_while_its_listener_holds_more_than_the_margin() -> None:
@@ -97,11 +95,7 @@ def test_the_service_names_its_code2wav_scheduler_unless_the_operator_did() -> N
 
 @pytest.fixture
 def scheduler_module(monkeypatch: pytest.MonkeyPatch):
-    modules = dict(sys.modules)
-    install_generation_scheduler(modules)
-    modules.pop("app.engines.omni_code2wav_scheduler", None)
-    monkeypatch.setattr(sys, "modules", modules)
-    return importlib.import_module("app.engines.omni_code2wav_scheduler")
+    return import_against_stand_ins(monkeypatch, "app.engines.omni_code2wav_scheduler", install_generation_scheduler)
 
 
 def _streaming(scheduler_module, margin_s: float, monkeypatch: pytest.MonkeyPatch, more: dict | None = None):

@@ -3,22 +3,21 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
-import sys
 
 import pytest
 
-from tests.fakes.vllm_omni_0_26 import FakeTalkerRequest, FakeTransferManager, install_talker_chunk_builder
+from tests.fakes.vllm_omni_0_26 import (
+    FakeTalkerRequest,
+    FakeTransferManager,
+    import_against_stand_ins,
+    install_talker_chunk_builder,
+)
 
 
 @pytest.fixture
 def stage_fix(monkeypatch: pytest.MonkeyPatch):
-    modules = dict(sys.modules)
-    install_talker_chunk_builder(modules)
-    modules.pop("app.engines.omni_stage_fix", None)
-    monkeypatch.setattr(sys, "modules", modules)
-    return importlib.import_module("app.engines.omni_stage_fix")
+    return import_against_stand_ins(monkeypatch, "app.engines.omni_stage_fix", install_talker_chunk_builder)
 
 
 def test_a_step_enqueued_before_the_end_is_not_taken_for_the_last(stage_fix) -> None:
