@@ -4,10 +4,10 @@ For every target and level: the time from each stream's first arrival of audio t
 second window), p50 and p95; the audio the listener held by the arrival before it (the n-th is in time when it comes
 before that has played, for a listener who starts at the first arrival without a jitter buffer), p50; and the streams
 whose n-th came later than that, and what the listener still held when it came (negative: how long it waited), p50.
-With a window schedule of fixed sizes each arrival is one window (in `results.json`
-reads less than 5 ms apart are already one arrival, timed at its last read), so this tells which window of a stream
-comes late and by how much, e.g. a ramp's second window against the 160 ms its 2-frame first window holds. Not for
-text streamed over the WebSocket (`--ws`), whose arrivals run across sentences.
+With a window schedule of fixed sizes each arrival is one window (in `results.json` reads less than 5 ms apart are
+already one arrival, timed at its last read), so this tells which window of a stream comes late and by how much, e.g.
+a ramp's second window against the 160 ms its 2-frame first window holds. Not for text streamed over the WebSocket
+(`--ws`), whose arrivals run across sentences.
 """
 
 from __future__ import annotations
@@ -37,13 +37,14 @@ def window_gaps(run: dict[str, Any], nth: int) -> dict[str, float | int | None]:
             gaps.append(arrivals[nth - 1][0] - arrivals[0][0])
     if not gaps:
         return {"streams": 0, "held_p50": None, "gap_p50": None, "gap_p95": None, "late": 0, "in_hand_p50": None}
+    in_hand = [audio - gap for gap, audio in zip(gaps, held, strict=True)]  # below 0: the n-th came late
     return {
         "streams": len(gaps),
         "held_p50": float(np.percentile(held, 50)),
         "gap_p50": float(np.percentile(gaps, 50)),
         "gap_p95": float(np.percentile(gaps, 95)),
-        "late": sum(gap > audio for gap, audio in zip(gaps, held, strict=True)),
-        "in_hand_p50": float(np.percentile([audio - gap for gap, audio in zip(gaps, held, strict=True)], 50)),
+        "late": sum(margin < 0 for margin in in_hand),
+        "in_hand_p50": float(np.percentile(in_hand, 50)),
     }
 
 
