@@ -37,6 +37,7 @@ from app.engines.qwen3_tts import (
     build_prompt,
     check_job,
     codec_windows,
+    engine_probe_interval_s,
     sampling_params_for,
     warmup_job,
 )
@@ -53,6 +54,15 @@ _ENGINE_ENVIRONMENT = {
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
+}
+
+# vllm-omni 0.26.0's code2wav decoder counts, when asked, the windows it decoded in a CUDA graph and those that fell
+# back to eager (no graph of their batch size and length): one cumulative log line every so many decoder calls, from
+# the code2wav stage process, which reads these at start. The service asks whenever the deploy profile turns the
+# engine probes on, so that eager fallbacks show beside the probes' step times.
+DECODER_GRAPH_STATS_ENVIRONMENT = {
+    "VLLM_OMNI_QWEN3_CODE2WAV_CUDAGRAPH_STATS": "1",
+    "VLLM_OMNI_QWEN3_CODE2WAV_CUDAGRAPH_STATS_LOG_EVERY": "500",  # about a line a minute at c=8, more under load
 }
 
 
@@ -89,6 +99,7 @@ class OmniEngine:
                 extra={"max_num_seqs": self._talker_batch, "max_cudagraph_capture_size": graph_cap},
             )
         self._windows = codec_windows(settings.deploy_config)
+        self._probes_on = engine_probe_interval_s(settings.deploy_config) > 0
         self._mps = CudaMpsDaemon() if settings.omni_cuda_mps else None
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
@@ -100,6 +111,9 @@ class OmniEngine:
             for key, value in caches.items():
                 os.environ.setdefault(key, value)  # a variable the operator set explicitly wins
             log.info("omni compile caches", extra={key: os.environ[key] for key in caches})
+        if self._probes_on:
+            for key, value in DECODER_GRAPH_STATS_ENVIRONMENT.items():
+                os.environ.setdefault(key, value)
         started = time.perf_counter()
         self._detail = "starting vllm-omni (a cold start compiles and captures CUDA graphs: minutes)"
         log.info("omni engine starting", extra={"model": self._model.path, "variant": self._model.variant})

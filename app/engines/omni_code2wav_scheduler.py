@@ -31,10 +31,10 @@ by it only while it holds more than the margin), `code2wav_max_steps_held` (defa
 seconds, one log line of steps, windows per step, first-window waits, step times, the times of steps that carried a
 first window, and the streams the stage held). The CustomVoice profiles
 (`deploy/vllm-omni/customvoice.yaml`, `two-gpu.yaml`) set the margin to 1.0 s, `short_streams_first` to true and
-the cap to 16, each with the measurement behind it, and leave the bound off. On one H100, a bound of 1 (the streams ahead then
-run every other step) and no holds at all (every step) both put long windows back into the steps that carry the
-ramp's short ones: TTFA p95 at c=16 went from 207 to 383 and 374 ms, and 46% and 52% of streams ran dry instead of
-5% (`loadtest/results/gpu/2026-11-23-h100-pacing`).
+the cap to 16, each with the measurement behind it, and leave the bound off. On one H100, a bound of 1 (the streams
+ahead then run every other step) and no holds at all (every step) both put long windows back into the steps that
+carry the ramp's short ones: TTFA p95 at c=16 went from 207 to 383 and 374 ms, and 46% and 52% of streams ran dry
+instead of 5% (`loadtest/results/gpu/2026-11-23-h100-pacing`).
 """
 
 from __future__ import annotations

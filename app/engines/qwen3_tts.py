@@ -338,24 +338,35 @@ class AudioOutputReader:
         return samples.astype(np.float32, copy=False)
 
 
+def _connector_extras(deploy_config: str | None) -> list[dict[str, Any]]:
+    """The `extra` of every connector a deploy profile file declares (none for one of vllm-omni's own, named bare)."""
+    if not deploy_config or not os.path.exists(deploy_config):
+        return []
+    import yaml
+
+    with open(deploy_config, encoding="utf-8") as f:
+        connectors = (yaml.safe_load(f) or {}).get("connectors") or {}
+    return [(connector or {}).get("extra") or {} for connector in connectors.values()]
+
+
 def codec_windows(deploy_config: str | None) -> CodecWindows:
     """The window schedule a deploy profile's connector settings give (vllm-omni's own without one)."""
     windows: CodecWindows | None = VLLM_OMNI_DEFAULT
-    if deploy_config and os.path.exists(deploy_config):  # a bare name is one of vllm-omni's own profiles
-        import yaml
-
-        with open(deploy_config, encoding="utf-8") as f:
-            connectors = (yaml.safe_load(f) or {}).get("connectors") or {}
-        for connector in connectors.values():
-            extra = (connector or {}).get("extra") or {}
-            if {"codec_chunk_frames", "initial_codec_chunk_frames", "codec_chunk_ramp"} & set(extra):
-                windows = CodecWindows.from_connector_extra(extra)
+    for extra in _connector_extras(deploy_config):
+        if {"codec_chunk_frames", "initial_codec_chunk_frames", "codec_chunk_ramp"} & set(extra):
+            windows = CodecWindows.from_connector_extra(extra)
     if windows is None:
         raise ValueError(
             f"{deploy_config}: set initial_codec_chunk_frames (or codec_chunk_ramp); without it vllm-omni sizes the "
             "first window by load, and the service could not tell a repeated window from a new one"
         )
     return windows
+
+
+def engine_probe_interval_s(deploy_config: str | None) -> float:
+    """How often the engine's probes log (the connector's `engine_probe_interval_s`); 0 = off."""
+    intervals = [float(extra.get("engine_probe_interval_s") or 0) for extra in _connector_extras(deploy_config)]
+    return max(intervals, default=0.0)
 
 
 def _multimodal(output: Any) -> Any:

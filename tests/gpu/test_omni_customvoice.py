@@ -207,3 +207,27 @@ def test_code2wav_runs_first_audio_first(omni_url: str, server_log: Path) -> Non
         assert speak(omni_url, response_format="pcm", max_new_tokens=4).status_code == 200
         time.sleep(1)
     assert deferred > 0, "no stream sat out a step for a first window"
+
+
+def test_code2wav_counts_its_eager_windows(omni_url: str, server_log: Path) -> None:
+    """With the profile's engine probes on, the service asks vllm-omni's code2wav decoder to count the windows it
+    decoded in a CUDA graph and those that fell back to eager; on the real engine it logs them."""
+    log = server_log.read_text(errors="replace")
+    settings = re.search(r"code2wav scheduler: first audio first \(margin [\d.]+ s.*probe every (\d+) s\)", log)
+    assert settings, "the scheduler did not log its settings"
+    if int(settings.group(1)) <= 0:
+        pytest.skip("the profile turns the engine probes off")
+    stats = r"Code2Wav CUDA Graph stats: total=(\d+) hits=(\d+) fallbacks=(\d+)"
+
+    def one(i: int) -> None:
+        response = speak(omni_url, input=f"Count {i}.", response_format="pcm", max_new_tokens=150)
+        assert response.status_code == 200, response.text
+
+    deadline = time.monotonic() + 180
+    while not re.search(stats, server_log.read_text(errors="replace")):
+        assert time.monotonic() < deadline, "the decoder never logged its CUDA graph stats"
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            list(pool.map(one, range(32)))
+        time.sleep(1)
+    total, hits, fallbacks = (int(n) for n in re.findall(stats, server_log.read_text(errors="replace"))[-1])
+    assert total == hits + fallbacks and total >= 500, (total, hits, fallbacks)

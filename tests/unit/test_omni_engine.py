@@ -16,7 +16,7 @@ import yaml
 
 from app.engines.base import EngineUnavailable, ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
 from app.engines.codec_windows import CodecWindows
-from app.engines.omni import OmniEngine
+from app.engines.omni import DECODER_GRAPH_STATS_ENVIRONMENT, OmniEngine
 from app.engines.qwen3_tts import (
     AudioOutputReader,
     FrameGuard,
@@ -451,6 +451,35 @@ async def test_a_persistent_cache_directory_holds_every_compile_cache(
     assert os.environ["VLLM_CACHE_ROOT"] == str(tmp_path)
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
     assert os.environ["TRITON_CACHE_DIR"] == "/operator/triton"
+    await engine.close()
+
+
+def profile_without_probes(directory: Path) -> Path:
+    profile = yaml.safe_load(Path("deploy/vllm-omni/customvoice.yaml").read_text())
+    (extra,) = [connector["extra"] for connector in profile["connectors"].values()]
+    assert extra["engine_probe_interval_s"] > 0  # the shipped profile logs its probes
+    extra["engine_probe_interval_s"] = 0
+    quiet = directory / "quiet.yaml"
+    quiet.write_text(yaml.safe_dump(profile))
+    return quiet
+
+
+async def test_engine_probes_turn_on_the_decoders_graph_stats(
+    custom_voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in DECODER_GRAPH_STATS_ENVIRONMENT:
+        monkeypatch.setenv(key, "unset")  # recorded, so that the test leaves the environment as it found it
+        monkeypatch.delenv(key)
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni(), deploy_config=str(profile_without_probes(tmp_path)))
+    await engine.start()
+    assert not any(key in os.environ for key in DECODER_GRAPH_STATS_ENVIRONMENT)
+    await engine.close()
+
+    monkeypatch.setenv("VLLM_OMNI_QWEN3_CODE2WAV_CUDAGRAPH_STATS_LOG_EVERY", "50")  # set explicitly: it wins
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni())
+    await engine.start()
+    assert os.environ["VLLM_OMNI_QWEN3_CODE2WAV_CUDAGRAPH_STATS"] == "1"
+    assert os.environ["VLLM_OMNI_QWEN3_CODE2WAV_CUDAGRAPH_STATS_LOG_EVERY"] == "50"
     await engine.close()
 
 
