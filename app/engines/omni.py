@@ -100,6 +100,13 @@ class OmniEngine:
             )
         self._windows = codec_windows(settings.deploy_config)
         self._probes_on = engine_probe_interval_s(settings.deploy_config) > 0
+        if settings.load_format == "dummy":
+            # vLLM's dummy loader never calls a model's load_weights, and vllm-omni 0.26.0's code2wav does its set-up
+            # there: the codec decoder's CUDA graphs, its float32 cast and the profile's decode_* batching settings.
+            log.warning(
+                "random weights (load_format dummy): code2wav decodes eagerly, without the profile's decoder graphs "
+                "and batching, so its timing is not that of real weights"
+            )
         self._mps = CudaMpsDaemon() if settings.omni_cuda_mps else None
 
     # -- lifecycle ------------------------------------------------------------------------------------------------

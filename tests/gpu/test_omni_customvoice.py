@@ -217,6 +217,9 @@ def test_code2wav_counts_its_eager_windows(omni_url: str, server_log: Path) -> N
     assert settings, "the scheduler did not log its settings"
     if int(settings.group(1)) <= 0:
         pytest.skip("the profile turns the engine probes off")
+    if "Code2Wav decoder CUDA Graph enabled" not in log:
+        # vLLM's dummy loader skips code2wav's load_weights, where vllm-omni 0.26.0 turns the decoder's graphs on
+        pytest.skip("the code2wav decoder runs without its CUDA graphs (random weights?), so it counts nothing")
     stats = r"Code2Wav CUDA Graph stats: total=(\d+) hits=(\d+) fallbacks=(\d+)"
 
     def one(i: int) -> None:

@@ -231,9 +231,10 @@ def make_engine(model_dir: Path, omni: FakeAsyncOmni, **settings: object) -> Omn
         "voice_store": tempfile.mkdtemp(prefix="voices-"),
         "omni_warmup_batch_sizes": [1, 4],
         "deploy_config": "deploy/vllm-omni/customvoice.yaml",
+        "load_format": "dummy",
         **settings,
     }
-    config = Settings(engine="omni", model=str(model_dir), load_format="dummy", **settings)
+    config = Settings(engine="omni", model=str(model_dir), **settings)
 
     def factory(**kwargs: object) -> FakeAsyncOmni:
         omni.kwargs = kwargs
@@ -481,6 +482,17 @@ async def test_engine_probes_turn_on_the_decoders_graph_stats(
     assert os.environ["VLLM_OMNI_QWEN3_CODE2WAV_CUDAGRAPH_STATS"] == "1"
     assert os.environ["VLLM_OMNI_QWEN3_CODE2WAV_CUDAGRAPH_STATS_LOG_EVERY"] == "50"
     await engine.close()
+
+
+def test_random_weights_are_warned_to_leave_code2wav_unlike_real_ones(
+    custom_voice_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="app.engines.omni"):
+        make_engine(custom_voice_dir, FakeAsyncOmni(), load_format="safetensors")
+        assert not [r for r in caplog.records if "random weights" in r.getMessage()]
+        make_engine(custom_voice_dir, FakeAsyncOmni())  # the tests' engines run on random weights
+    (warned,) = [r for r in caplog.records if "random weights" in r.getMessage()]
+    assert "decodes eagerly" in warned.getMessage()
 
 
 def test_a_batch_override_beyond_the_graph_cap_is_warned_about(
