@@ -100,7 +100,8 @@ class OmniEngine:
             )
         self._windows = codec_windows(settings.deploy_config)
         self._probes_on = engine_probe_interval_s(settings.deploy_config) > 0
-        if settings.load_format == "dummy":
+        codec_load_format = ((settings.stage_overrides or {}).get("1") or {}).get("load_format", settings.load_format)
+        if codec_load_format == "dummy":
             # vLLM's dummy loader never calls a model's load_weights, and vllm-omni 0.26.0's code2wav does its set-up
             # there: the codec decoder's CUDA graphs, its float32 cast and the profile's decode_* batching settings.
             log.warning(

@@ -40,6 +40,11 @@
 #                                   start, checked with one CUDA context; `stop` quits it), so that the kernels of
 #                                   servers sharing the GPU run side by side rather than time-sliced
 #   OMNI_ON=a                       the profile vllm-omni's server runs: a (the shared one), b or c
+#   CODEC_WEIGHTS=dummy             real: code2wav loads random weights written in the checkpoint's format
+#                                   (deploy/gpu/codec_weights.py; its stage gets load_format auto by a stage override,
+#                                   the talker keeps dummy), so that it sets itself up as with a real checkpoint: the
+#                                   decoder's CUDA graphs, float32 and the profile's decode_* settings. With dummy
+#                                   vllm-omni 0.26.0 skips all of that and code2wav decodes eagerly
 #   ALONE_STAGE_OVERRIDES=""        `alone`'s stage overrides (JSON). The service passes its code2wav scheduler as
 #                                   one, so `alone` and `vllm serve` run vllm-omni's scheduler unless given it here:
 #                                   '{"1": {"scheduler_cls": "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler"}}'
@@ -75,6 +80,7 @@ B_PROFILE_SET=${B_PROFILE_SET:-}
 C_PROFILE_SET=${C_PROFILE_SET:-}
 OMNI_ON=${OMNI_ON:-a}
 ALONE_STAGE_OVERRIDES=${ALONE_STAGE_OVERRIDES:-}
+CODEC_WEIGHTS=${CODEC_WEIGHTS:-dummy}
 NAME=${NAME:-qwen3-tts}
 VOICE=${VOICE:-vivian}
 CONCURRENCY=${CONCURRENCY:-1,8,16,32,64}
@@ -159,6 +165,9 @@ bench_profile() {  # $1 the copy to write, $2 its overrides (';'-separated)
 prepare() {
   mkdir -p "$WORK" "$OUT" "$LOGS" "$CACHE"
   [ -f "$MODEL/config.json" ] || "$PYTHON" -m app.tools.qwen3_tts_model_dir "$MODEL" --variant custom_voice || return 1
+  if [ "$CODEC_WEIGHTS" = real ] && [ ! -f "$MODEL/speech_tokenizer/model.safetensors" ]; then
+    "$PYTHON" deploy/gpu/codec_weights.py "$MODEL" || return 1
+  fi
   local target
   for target in $TARGETS; do
     if running "$target" && [ -f "$BENCH_PROFILE" ]; then
@@ -180,15 +189,25 @@ profile_of() {  # $1 a, b or c: that profile copy's path; the results keep profi
   esac
 }
 
+codec_overrides() {  # $1 stage overrides (JSON, may be empty): with CODEC_WEIGHTS=real, plus code2wav's load_format
+  if [ "$CODEC_WEIGHTS" != real ]; then echo "$1"; return; fi
+  "$PYTHON" -c 'import json, sys
+overrides = json.loads(sys.argv[1] or "{}")
+overrides.setdefault("1", {})["load_format"] = "auto"
+print(json.dumps(overrides, separators=(",", ":")))' "$1"  # no spaces: it may travel as a NAME=value word
+}
+
 launch() {  # $1 target
-  local log
+  local log codec
   log=$(log_of "$1")
+  codec=$(codec_overrides "")
   case $1 in
     service | service-b | service-c)
       local profile settings=$SERVICE_ENV
       profile=$(profile_of "${1#service-}")  # service-b: b, service-c: c, service: A's
       [ "$1" = service-b ] && settings=$SERVICE_B_ENV
       [ "$1" = service-c ] && settings=$SERVICE_C_ENV
+      [ -n "$codec" ] && settings="SPEECH_STAGE_OVERRIDES=$codec $settings"
       echo "$(date -u +%FT%TZ) $1: profile $profile, settings: ${settings:-none}" >>"$OUT/commands.txt"
       # fixed length: every request runs to the profile's max_tokens (FRAMES + 1); warm-up requests to their own
       # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
@@ -199,13 +218,16 @@ launch() {  # $1 target
     vllm-omni)
       local profile
       profile=$(profile_of "$OMNI_ON")
+      local extra=()
+      [ -n "$codec" ] && extra=(--stage-overrides "$codec")
       PORT=$OMNI_PORT LOG=$log PYTHON=$PYTHON MODEL=$MODEL DEPLOY_CONFIG=$profile LOAD_FORMAT=dummy NAME=$NAME \
-        COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-vllm-omni.sh
+        COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-vllm-omni.sh "${extra[@]}"
       ;;
     alone)
-      local overrides=()
-      [ -n "$ALONE_STAGE_OVERRIDES" ] && overrides=(--stage-overrides "$ALONE_STAGE_OVERRIDES")
-      echo "$(date -u +%FT%TZ) alone: stage overrides ${ALONE_STAGE_OVERRIDES:-none}" >>"$OUT/commands.txt"
+      local overrides=() stage_overrides
+      stage_overrides=$(codec_overrides "$ALONE_STAGE_OVERRIDES")
+      [ -n "$stage_overrides" ] && overrides=(--stage-overrides "$stage_overrides")
+      echo "$(date -u +%FT%TZ) alone: stage overrides ${stage_overrides:-none}" >>"$OUT/commands.txt"
       setsid nohup "$PYTHON" -m loadtest.engine_alone --model "$MODEL" --deploy-config "$BENCH_PROFILE" \
         --load-format dummy --served-model-name "$NAME" --compile-cache-dir "$CACHE" --port "$ALONE_PORT" \
         "${overrides[@]}" >"$log" 2>&1 </dev/null &

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
@@ -102,7 +105,9 @@ def harness_python(tmp_path: Path) -> Path:
         "#!/usr/bin/env bash\n"
         'case "$1 $2" in\n'
         f'  "-m loadtest.engine_alone") printf "%s\\n" "$@" > {tmp_path}/argv; exec sleep 60 ;;\n'
-        f'  "-m app.cli") printf "%s\\n" "$SPEECH_DEPLOY_CONFIG" "$@" > {tmp_path}/argv; exec sleep 60 ;;\n'
+        f'  "-m app.cli") printf "%s" "${{SPEECH_STAGE_OVERRIDES:-}}" > {tmp_path}/stage_overrides\n'
+        f'    printf "%s\\n" "$SPEECH_DEPLOY_CONFIG" "$@" > {tmp_path}/argv; exec sleep 60 ;;\n'
+        f'  "deploy/gpu/codec_weights.py "*) printf "%s\\n" "$@" > {tmp_path}/codec_argv; exit 0 ;;\n'
         f'  "-m vllm_omni.entrypoints.cli.main") printf "%s\\n" "$@" > {tmp_path}/argv; exec sleep 60 ;;\n'
         '  "- "*) exit 1 ;;\n'
         "esac\n"
@@ -186,6 +191,44 @@ def test_side_by_side_runs_profile_c_without_b_s_overrides(tmp_path: Path, targe
         assert (tmp_path / "work/results/profile-c.yaml").read_text() == profile.read_text()
 
 
+@pytest.mark.parametrize("target", ["service", "vllm-omni", "alone"])
+def test_side_by_side_with_real_codec_weights_loads_code2wav_from_them(tmp_path: Path, target: str) -> None:
+    """CODEC_WEIGHTS=real writes the codec weights once and gives every target's code2wav load_format auto by a
+    stage override (the talker keeps dummy), next to the overrides a target already has."""
+    port = free_port()
+    settings = {
+        "TARGETS": target,
+        "SERVICE_PORT": str(port),
+        "OMNI_PORT": str(port),
+        "ALONE_PORT": str(port),
+        "ALONE_STAGE_OVERRIDES": '{"1": {"scheduler_cls": "my.Scheduler"}}',
+        "CODEC_WEIGHTS": "real",
+    }
+    with harness_started(tmp_path, settings) as argv:
+        assert (tmp_path / "codec_argv").read_text().split("\n")[:-1] == [
+            "deploy/gpu/codec_weights.py",
+            str(tmp_path / "work/model"),
+        ]
+        if target == "service":
+            overrides = json.loads((tmp_path / "stage_overrides").read_text())
+            assert overrides == {"1": {"load_format": "auto"}}
+            assert (
+                f"service: profile {argv[0]}, settings: SPEECH_STAGE_OVERRIDES="
+                in (tmp_path / "work/results/commands.txt").read_text()
+            )
+        else:
+            overrides = json.loads(argv[argv.index("--stage-overrides") + 1])
+            expected = {"load_format": "auto"} | ({"scheduler_cls": "my.Scheduler"} if target == "alone" else {})
+            assert overrides == {"1": expected}
+            assert argv[argv.index("--load-format") + 1] == "dummy"  # the talker's
+
+
+def test_side_by_side_keeps_dummy_codec_weights_unless_asked(tmp_path: Path) -> None:
+    with harness_started(tmp_path, {"TARGETS": "service", "SERVICE_PORT": str(free_port())}):
+        assert not (tmp_path / "codec_argv").exists()
+        assert (tmp_path / "stage_overrides").read_text() == ""
+
+
 def test_side_by_side_writes_profile_c_with_the_others_and_keeps_it_only_where_used(tmp_path: Path) -> None:
     """Profile C is written with A's and B's even when no target runs it yet, so that a target added later, while
     the others run (the copies are then kept as they are), finds it; the results hold a copy once a target runs it."""
@@ -199,3 +242,46 @@ def test_side_by_side_writes_profile_c_with_the_others_and_keeps_it_only_where_u
         written = yaml.safe_load((tmp_path / "work/bench-profile-c.yaml").read_text())
         assert written["connectors"]["connector_of_shared_memory"]["extra"]["short_streams_first"] is False
         assert not (tmp_path / "work/results/profile-c.yaml").exists()
+
+
+def load_codec_weights() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("codec_weights", GPU / "codec_weights.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeTensor:
+    def __init__(self, name: str) -> None:
+        self.name, self.calls = name, []
+
+    def detach(self) -> FakeTensor:
+        self.calls.append("detach")
+        return self
+
+    def contiguous(self) -> FakeTensor:
+        self.calls.append("contiguous")
+        return self
+
+
+def test_codec_weights_are_named_as_a_checkpoints_speech_tokenizer_names_them() -> None:
+    """Code2wav's load_weights loads `decoder.*` from speech_tokenizer/ into its decoder (and skips `encoder.*`)."""
+    codec_weights = load_codec_weights()
+    state = {
+        "pre_conv.conv.weight": FakeTensor("a"),
+        "quantizer.rvq_first.vq.layers.0._codebook.embed_sum": FakeTensor("b"),
+    }
+    tensors = codec_weights.checkpoint_tensors(state)
+    assert list(tensors) == [
+        "decoder.pre_conv.conv.weight",
+        "decoder.quantizer.rvq_first.vq.layers.0._codebook.embed_sum",
+    ]
+    assert all(t.calls == ["detach", "contiguous"] for t in tensors.values())  # detached, laid out for safetensors
+
+
+def test_codec_weights_refuses_a_directory_without_a_speech_tokenizer(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, str(GPU / "codec_weights.py"), str(tmp_path)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert run.returncode == 2 and "no speech_tokenizer/config.json" in run.stderr
