@@ -25,8 +25,9 @@ PLACEHOLDER = "model.safetensors"  # code2wav's loader drains the top-level weig
 
 
 def checkpoint_tensors(decoder_state: dict[str, Any]) -> dict[str, Any]:
-    """The decoder's tensors under the names a checkpoint's speech tokenizer gives them."""
-    return {f"decoder.{name}": tensor.detach().contiguous() for name, tensor in decoder_state.items()}
+    """The decoder's tensors under the names a checkpoint's speech tokenizer gives them, each a copy of its own
+    (safetensors refuses tensors that share memory, as tied or viewed ones do)."""
+    return {f"decoder.{name}": tensor.detach().clone().contiguous() for name, tensor in decoder_state.items()}
 
 
 def write_codec_weights(model_dir: Path) -> list[Path]:

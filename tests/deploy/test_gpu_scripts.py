@@ -260,6 +260,10 @@ class FakeTensor:
         self.calls.append("detach")
         return self
 
+    def clone(self) -> FakeTensor:
+        self.calls.append("clone")
+        return self
+
     def contiguous(self) -> FakeTensor:
         self.calls.append("contiguous")
         return self
@@ -277,7 +281,9 @@ def test_codec_weights_are_named_as_a_checkpoints_speech_tokenizer_names_them() 
         "decoder.pre_conv.conv.weight",
         "decoder.quantizer.rvq_first.vq.layers.0._codebook.embed_sum",
     ]
-    assert all(t.calls == ["detach", "contiguous"] for t in tensors.values())  # detached, laid out for safetensors
+    assert all(
+        t.calls == ["detach", "clone", "contiguous"] for t in tensors.values()
+    )  # own memory, as safetensors needs
 
 
 def test_codec_weights_refuses_a_directory_without_a_speech_tokenizer(tmp_path: Path) -> None:
