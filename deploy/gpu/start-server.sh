@@ -2,6 +2,10 @@
 # Start `speech-server --engine omni` detached, in its own session, so it outlives this shell (a cold start takes
 # minutes). Settings come from SPEECH_* variables; PORT (default 8000) and LOG choose where it listens and logs.
 # DUMMY_VARIANT=custom_voice|base: write a weight-less Qwen3-TTS 0.6B model directory and use random weights.
+# CODEC_WEIGHTS=real (with DUMMY_VARIANT): code2wav loads random weights written in the checkpoint's own format
+# (deploy/gpu/codec_weights.py) with load_format auto, so that it sets itself up as with a real checkpoint (decoder
+# CUDA graphs, float32, the profile's decode_* settings); the talker stays on random weights. Sets
+# SPEECH_STAGE_OVERRIDES unless it is set already.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PORT=${PORT:-8000}
@@ -12,6 +16,10 @@ if [ -n "${DUMMY_VARIANT:-}" ]; then
   export SPEECH_MODEL=${SPEECH_MODEL:-/tmp/qwen3-tts-0.6b-$DUMMY_VARIANT}
   "$PYTHON" -m app.tools.qwen3_tts_model_dir "$SPEECH_MODEL" --variant "$DUMMY_VARIANT"
   export SPEECH_LOAD_FORMAT=dummy
+  if [ "${CODEC_WEIGHTS:-dummy}" = real ]; then
+    [ -f "$SPEECH_MODEL/speech_tokenizer/model.safetensors" ] || "$PYTHON" deploy/gpu/codec_weights.py "$SPEECH_MODEL"
+    export SPEECH_STAGE_OVERRIDES=${SPEECH_STAGE_OVERRIDES:-'{"1":{"load_format":"auto"}}'}
+  fi
 fi
 : "${SPEECH_MODEL:?set SPEECH_MODEL to a Qwen3-TTS model directory (or DUMMY_VARIANT)}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the stage processes import app.engines.omni_stage_fix

@@ -291,3 +291,36 @@ def test_codec_weights_refuses_a_directory_without_a_speech_tokenizer(tmp_path: 
         [sys.executable, str(GPU / "codec_weights.py"), str(tmp_path)], capture_output=True, text=True, cwd=ROOT
     )
     assert run.returncode == 2 and "no speech_tokenizer/config.json" in run.stderr
+
+
+@pytest.mark.parametrize("codec_weights", ["real", "dummy"])
+def test_start_server_with_real_codec_weights_loads_code2wav_from_them(tmp_path: Path, codec_weights: str) -> None:
+    """`start-server.sh` with DUMMY_VARIANT and CODEC_WEIGHTS=real writes the codec weights into the model directory
+    and gives code2wav load_format auto; without it, code2wav stays on random weights like the talker."""
+    port = free_port()
+    model = tmp_path / "model"
+    env = {
+        **os.environ,
+        "PYTHON": str(harness_python(tmp_path)),
+        "PORT": str(port),
+        "LOG": str(tmp_path / "log"),
+        "DUMMY_VARIANT": "custom_voice",
+        "SPEECH_MODEL": str(model),
+        "CODEC_WEIGHTS": codec_weights,
+    }
+    env.pop("SPEECH_STAGE_OVERRIDES", None)
+    subprocess.run([str(GPU / "start-server.sh")], env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+    try:
+        for _ in range(100):
+            if (tmp_path / "argv").exists():
+                break
+            time.sleep(0.05)
+        assert (model / "speech_tokenizer/config.json").is_file()  # the model directory, written for real
+        if codec_weights == "real":
+            assert (tmp_path / "codec_argv").read_text().split("\n")[:-1] == ["deploy/gpu/codec_weights.py", str(model)]
+            assert json.loads((tmp_path / "stage_overrides").read_text()) == {"1": {"load_format": "auto"}}
+        else:
+            assert not (tmp_path / "codec_argv").exists()
+            assert (tmp_path / "stage_overrides").read_text() == ""
+    finally:
+        subprocess.run([str(GPU / "stop-server.sh"), str(port)], capture_output=True, text=True)
