@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -14,6 +15,12 @@ from app.engines.qwen3_tts import codec_windows
 
 PROFILES = sorted(Path(__file__).resolve().parents[2].joinpath("deploy/vllm-omni").glob("*.yaml"))
 STAGE_FIX = Path(__file__).resolve().parents[2] / "app/engines/omni_stage_fix.py"
+# code2wav's decoder measured shape by shape on an H100 (deploy/gpu/decoder_graph_bench.py)
+DECODER_BENCH = (
+    Path(__file__).resolve().parents[2] / "loadtest/results/gpu/2026-11-25-h100-decoder-graphs/bench-fp32.json"
+)
+H100_MIB = 79.18 * 1024  # the memory torch reports for an 80 GB H100
+NON_STREAMING_CHUNK = 325  # the decoder's own chunk (300 + 25 frames of context), one request at a time
 
 
 def test_the_three_profiles_exist() -> None:
@@ -46,12 +53,12 @@ def test_profile_is_consistent(profile: Path) -> None:
     if profile.name == "customvoice.yaml":
         # code2wav's runner does not overlap: a queued second step only delays each window's audio (measured)
         assert code2wav["async_scheduling"] is False
-        # every batch a step can form in the two streaming buckets has its graph
-        shapes = {tuple(shape) for shape in extra["decode_cudagraph_extra_capture_shapes"]}
+        # batches of 1 to 4 in the two streaming buckets have graphs (where a graph saves most, measured); larger
+        # ones, up to the batch cap, run eagerly
+        shapes = decoder_graph_shapes(extra)
         for bucket in extra["decode_batch_bucket_frames"]:
-            assert bucket in extra["decode_cudagraph_capture_sizes"]
-            assert {(batch, bucket) for batch in range(2, extra["decode_batch_max_size"] + 1)} <= shapes
-        assert extra["decode_batch_max_size"] == max(batch for batch, _ in shapes)
+            assert {(batch, bucket) for batch in range(1, 5)} <= shapes
+        assert extra["decode_batch_max_size"] == extra["code2wav_max_windows_per_step"] == 16
         assert extra["first_audio_first_margin_s"] > 0
     assert code2wav["max_num_batched_tokens"] % 16 == 0  # 16 codebooks per frame
     assert code2wav["max_num_seqs"] >= talker["max_num_seqs"]
@@ -61,6 +68,47 @@ def test_profile_is_consistent(profile: Path) -> None:
     assert module == "app.engines.omni_stage_fix"
     defined = {node.name for node in ast.parse(STAGE_FIX.read_text()).body if isinstance(node, ast.FunctionDef)}
     assert function in defined
+
+
+def decoder_graph_shapes(extra: dict) -> set[tuple[int, int]]:
+    """The (batch, frames) shapes whose CUDA graphs vllm-omni 0.26.0's code2wav captures for a profile."""
+    sizes, batches = extra["decode_cudagraph_capture_sizes"], extra.get("decode_cudagraph_batch_sizes", [1])
+    shapes = {(batch, size) for batch in batches for size in sizes}
+    return shapes | {(batch, size) for batch, size in extra.get("decode_cudagraph_extra_capture_shapes", [])}
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name)
+def test_code2wav_decoder_fits_its_share_of_an_h100(profile: Path) -> None:
+    """Code2wav's decoder graphs, its largest eager call and its weights fit the stage's share of an 80 GB H100.
+
+    Each graph keeps its activations for as long as the server runs. A set measured together counts as measured;
+    any other set counts as the sum of its graphs at the most memory per window-frame measured for one graph (an
+    upper bound: graphs captured into one pool share some of it). The largest eager call is the batch cap times the
+    longest streaming window, at that same cost. Once, every batch up to 16 had a graph: code2wav took 70 GiB, ran
+    out of memory and did not start."""
+    config = yaml.safe_load(profile.read_text())
+    extra = config["connectors"]["connector_of_shared_memory"]["extra"]
+    code2wav = config["stages"][1]
+    bench = json.loads(DECODER_BENCH.read_text())
+    per_window_frame = max(row["pool_mib"] / (row["batch"] * row["frames"]) for row in bench["shapes"])
+    shapes = decoder_graph_shapes(extra)
+    if shapes == {tuple(shape) for shape in bench["shared"]["shapes"]}:
+        graphs = bench["shared"]["shared_pool_mib"]
+    else:
+        graphs = per_window_frame * sum(batch * frames for batch, frames in shapes)
+    batch_cap = extra.get("decode_batch_max_size", 0)
+    assert batch_cap > 0, "without decode_batch_max_size a step's windows of one length form one eager call"
+    # the longest window a step streams: the largest bucket where windows are bucketed (CustomVoice windows end at
+    # 72 + 25 frames), else the longest captured length short of the non-streaming chunk (Base: reference context)
+    buckets = extra.get("decode_batch_bucket_frames")
+    sizes = extra["decode_cudagraph_capture_sizes"]
+    longest = max(buckets) if buckets else max(size for size in sizes if size < NON_STREAMING_CHUNK)
+    eager = per_window_frame * batch_cap * longest
+    weights = bench["decoder_params"] * 4 / 2**20  # float32
+    share = code2wav["gpu_memory_utilization"] * H100_MIB
+    assert graphs + eager + weights <= share, (
+        f"decoder graphs {graphs:.0f} MiB + eager call {eager:.0f} + weights {weights:.0f} > share {share:.0f} MiB"
+    )
 
 
 TRIVIAL = (
