@@ -59,6 +59,13 @@ class GuardedHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         if value is not None:
             self._disarm_header_deadline()
 
+    # A WebSocket upgrade hands the connection to another protocol without assigning a cycle: its headers have
+    # arrived all the same, and a deadline left armed would write a 408 into the WebSocket stream.
+    def handle_websocket_upgrade(self, *args: Any) -> None:
+        self._disarm_header_deadline()
+        self._disarm_stall_deadline()
+        super().handle_websocket_upgrade(*args)
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._arm_header_deadline()

@@ -179,3 +179,30 @@ def test_a_drain_out_of_time_stops_the_utterance_with_an_error_and_1001(limited_
     assert limited_server.process.wait(timeout=30) == 0
     stopped = [e for e in limited_server.log_events() if e.get("message") == "speech utterance"][-1]
     assert stopped["outcome"] == "stopped" and stopped["sentences"] == spoken + 1, stopped
+
+
+@pytest.fixture(scope="module")
+def quick_headers_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """Request headers must arrive within 1 s; a WebSocket session stays open far longer."""
+    running = start_server(
+        tmp_path_factory.mktemp("ws-headers") / "server.log",
+        env={"SPEECH_REQUEST_READ_TIMEOUT_S": "1", "SPEECH_WS_IDLE_TIMEOUT_S": "30", "SPEECH_EMBEDDED_WORKERS": "1"},
+    )
+    yield running
+    running.stop()
+
+
+def test_a_session_outlives_the_request_header_deadline(quick_headers_server: RunningServer) -> None:
+    """The deadline for a request's headers ends once they have arrived, WebSocket upgrades included: it once stayed
+    armed on an upgraded connection and, SPEECH_REQUEST_READ_TIMEOUT_S after it opened, wrote an HTTP 408 into the
+    WebSocket stream and closed it (the client saw `1002 reserved bits must be 0`)."""
+    with connect(ws_url(quick_headers_server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        time.sleep(2.5)  # well past the 1 s header deadline, counted from the connection's opening
+        send(ws, {"type": "input.text", "text": "Still here after a pause."})
+        send(ws, {"type": "input.done"})
+        events, audio = receive_utterance(ws)
+        assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 1}, events[-1]
+        assert len(audio[0]) > 0
+        send(ws, {"type": "session.close"})
+        assert closed_with(ws) == 1000
