@@ -30,9 +30,10 @@ def checkpoint_tensors(decoder_state: dict[str, Any]) -> dict[str, Any]:
     return {f"decoder.{name}": tensor.detach().clone().contiguous() for name, tensor in decoder_state.items()}
 
 
-def write_codec_weights(model_dir: Path) -> list[Path]:
+def random_decoder(model_dir: Path) -> Any:
+    """The codec decoder of the model directory's speech tokenizer, built by vllm-omni's own class, its weights
+    filled as vLLM's dummy loader fills them."""
     import torch
-    from safetensors.torch import save_file
     from vllm.model_executor.model_loader.weight_utils import initialize_single_dummy_weight
     from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
         Qwen3TTSTokenizerV2Config,
@@ -46,6 +47,14 @@ def write_codec_weights(model_dir: Path) -> list[Path]:
     with torch.no_grad():
         for tensor in decoder.state_dict().values():
             initialize_single_dummy_weight(tensor)  # the values the dummy loader would give
+    return decoder
+
+
+def write_codec_weights(model_dir: Path) -> list[Path]:
+    import torch
+    from safetensors.torch import save_file
+
+    decoder = random_decoder(model_dir)
     codec = model_dir / CODEC_WEIGHTS
     save_file(checkpoint_tensors(decoder.state_dict()), str(codec), metadata={"format": "pt"})
     placeholder = model_dir / PLACEHOLDER

@@ -44,21 +44,12 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
 
 
 def build_decoder(model_dir: Path) -> Any:
+    """The decoder as code2wav sets it up after loading its weights: float32 on the GPU, SnakeBeta caches."""
     import torch
-    from vllm.model_executor.model_loader.weight_utils import initialize_single_dummy_weight
-    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
-        Qwen3TTSTokenizerV2Config,
-    )
-    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
-        Qwen3TTSTokenizerV2Decoder,
-    )
+    from codec_weights import random_decoder  # this script's neighbour (scripts run with their folder on sys.path)
 
-    config = Qwen3TTSTokenizerV2Config.from_pretrained(str(model_dir), subfolder="speech_tokenizer")
-    decoder = Qwen3TTSTokenizerV2Decoder._from_config(config.decoder_config)
-    with torch.no_grad():
-        for tensor in decoder.state_dict().values():
-            initialize_single_dummy_weight(tensor)
-    decoder.to(device="cuda", dtype=torch.float32)  # as code2wav's load_weights does
+    decoder = random_decoder(model_dir)
+    decoder.to(device="cuda", dtype=torch.float32)
     decoder.precompute_snake_caches()
     return decoder.eval()
 

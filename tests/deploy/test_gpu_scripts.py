@@ -245,8 +245,9 @@ def test_side_by_side_writes_profile_c_with_the_others_and_keeps_it_only_where_u
         assert not (tmp_path / "work/results/profile-c.yaml").exists()
 
 
-def load_codec_weights() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("codec_weights", GPU / "codec_weights.py")
+def load_gpu_script(name: str) -> ModuleType:
+    """A deploy/gpu script as a module (they run as scripts, not as a package)."""
+    spec = importlib.util.spec_from_file_location(name, GPU / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -272,7 +273,7 @@ class FakeTensor:
 
 def test_codec_weights_are_named_as_a_checkpoints_speech_tokenizer_names_them() -> None:
     """Code2wav's load_weights loads `decoder.*` from speech_tokenizer/ into its decoder (and skips `encoder.*`)."""
-    codec_weights = load_codec_weights()
+    codec_weights = load_gpu_script("codec_weights")
     state = {
         "pre_conv.conv.weight": FakeTensor("a"),
         "quantizer.rvq_first.vq.layers.0._codebook.embed_sum": FakeTensor("b"),
@@ -327,16 +328,8 @@ def test_start_server_with_real_codec_weights_loads_code2wav_from_them(tmp_path:
         subprocess.run([str(GPU / "stop-server.sh"), str(port)], capture_output=True, text=True)
 
 
-def load_decoder_graph_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("decoder_graph_bench", GPU / "decoder_graph_bench.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_decoder_graph_bench_reads_shapes_as_batch_by_frames() -> None:
-    bench = load_decoder_graph_bench()
+    bench = load_gpu_script("decoder_graph_bench")
     assert bench.parse_shapes("1x25, 16x97") == [(1, 25), (16, 97)]
     for bad in ("16", "0x97", "4x", "x97", "2x-1", "ax3"):
         with pytest.raises(argparse.ArgumentTypeError, match="BATCHxFRAMES"):
