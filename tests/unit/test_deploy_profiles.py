@@ -13,12 +13,11 @@ import yaml
 from app.engines.codec_windows import CodecWindows
 from app.engines.qwen3_tts import codec_windows
 
-PROFILES = sorted(Path(__file__).resolve().parents[2].joinpath("deploy/vllm-omni").glob("*.yaml"))
-STAGE_FIX = Path(__file__).resolve().parents[2] / "app/engines/omni_stage_fix.py"
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = sorted(ROOT.joinpath("deploy/vllm-omni").glob("*.yaml"))
+STAGE_FIX = ROOT / "app/engines/omni_stage_fix.py"
 # code2wav's decoder measured shape by shape on an H100 (deploy/gpu/decoder_graph_bench.py)
-DECODER_BENCH = (
-    Path(__file__).resolve().parents[2] / "loadtest/results/gpu/2026-11-25-h100-decoder-graphs/bench-fp32.json"
-)
+DECODER_BENCH = ROOT / "loadtest/results/gpu/2026-11-25-h100-decoder-graphs/bench-fp32.json"
 H100_MIB = 79.18 * 1024  # the memory torch reports for an 80 GB H100
 NON_STREAMING_CHUNK = 325  # the decoder's own chunk (300 + 25 frames of context), one request at a time
 
