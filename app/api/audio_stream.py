@@ -27,7 +27,7 @@ from starlette.types import Message, Receive, Scope, Send
 from app.api.errors import ApiError, error_body
 from app.audio.encoders import INLINE_FORMATS, StreamEncoder, create_encoder
 from app.audio.transforms import StreamResampler
-from app.engines.base import AudioChunk, WordTiming
+from app.engines.base import AudioChunk, EngineUnavailable, WordTiming
 
 # Set in the request's state by app.http_protocol when it aborts the connection of a client that stopped reading.
 STALLED_STATE_KEY = "client_stalled"
@@ -246,12 +246,16 @@ class StreamCut(Exception):
 
 
 async def audio_body(audio: EncodedAudio) -> AsyncIterator[bytes]:
-    """The plain (non-SSE) body: a stream the server stops (timeout, drain) is cut, not closed as if complete."""
+    """The plain (non-SSE) body: a stream the server stops (timeout, drain) or whose engine goes away is cut, not
+    closed as if complete."""
     try:
         async for data in audio.bytes():
             yield data
     except StreamStopped as exc:
         raise StreamCut(exc.reason) from None
+    except EngineUnavailable:
+        # the engine's own log says why it went; this is not a fault of the request or of this server
+        raise StreamCut("engine_unavailable") from None
 
 
 class SpeechResponse(StreamingResponse):
@@ -294,6 +298,12 @@ async def sse_events(audio: EncodedAudio, request_id: str) -> AsyncIterator[byte
         raise
     except ApiError as exc:
         yield sse_event({"type": "error", **exc.body()})
+        return
+    except EngineUnavailable as exc:
+        # as the 503 a request gets before its first audio: the client may retry, here or on another replica
+        log.warning("engine went away mid-stream", extra={"request_id": request_id, "detail": str(exc)})
+        message = f"The speech engine is not ready ({exc}). Retry shortly."
+        yield sse_event({"type": "error", **error_body(message, type="server_error", code="engine_unavailable")})
         return
     except Exception:
         log.exception("synthesis failed mid-stream", extra={"request_id": request_id})

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from app.api.audio_stream import EncodedAudio, StreamStopped, sse_events
-from app.engines.base import AudioChunk
+from app.api.audio_stream import EncodedAudio, StreamCut, StreamStopped, audio_body, sse_events
+from app.engines.base import AudioChunk, EngineUnavailable
 
 
 def tone(seconds: float, rate: int = 24_000) -> np.ndarray:
@@ -19,10 +19,12 @@ def tone(seconds: float, rate: int = 24_000) -> np.ndarray:
     return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
 
 
-async def chunks(count: int, fail_after: int | None = None) -> AsyncIterator[AudioChunk]:
+async def chunks(
+    count: int, fail_after: int | None = None, error: Exception | None = None
+) -> AsyncIterator[AudioChunk]:
     for index in range(count):
         if fail_after is not None and index == fail_after:
-            raise RuntimeError("engine exploded")
+            raise error or RuntimeError("engine exploded")
         yield AudioChunk(tone(0.6), 24_000, input_tokens=10, output_tokens=48)
 
 
@@ -98,6 +100,36 @@ async def test_sse_error_event_after_stream_started() -> None:
     assert "req-1" in events[-1]["error"]["message"]
     assert "Traceback" not in json.dumps(events[-1])
     assert all(e["type"] != "speech.audio.done" for e in events)
+    assert closed.calls == ["error"]
+
+
+async def test_an_engine_that_dies_mid_stream_is_engine_unavailable_in_sse() -> None:
+    """The same error a request gets before its first audio when the engine is gone (503 engine_unavailable), as the
+    stream's last event: a client can tell a dead engine (retry elsewhere or later) from a server fault."""
+    died = EngineUnavailable("the vllm-omni engine died: EngineCore encountered an issue")
+    rest = chunks(3, fail_after=1, error=died)
+    closed = CloseRecorder()
+    audio = EncodedAudio(await anext(rest), rest, "pcm", 24_000, closed)
+    events = parse([event async for event in sse_events(audio, "req-3")])
+    assert events[0]["type"] == "speech.audio.delta"
+    assert events[-1]["type"] == "error"
+    error = events[-1]["error"]
+    assert (error["type"], error["code"], error["param"]) == ("server_error", "engine_unavailable", None)
+    assert "the vllm-omni engine died" in error["message"] and "Retry" in error["message"]
+    assert closed.calls == ["error"]
+
+
+async def test_an_engine_that_dies_mid_stream_cuts_a_plain_body() -> None:
+    """Plain audio cannot carry an error after its first byte: the body is cut (the client reads an incomplete
+    response), as for a stream the server stops, not raised as a fault of the server's own."""
+    rest = chunks(3, fail_after=1, error=EngineUnavailable("the vllm-omni engine died"))
+    closed = CloseRecorder()
+    audio = EncodedAudio(await anext(rest), rest, "pcm", 24_000, closed)
+    received: list[bytes] = []
+    with pytest.raises(StreamCut) as cut:
+        async for piece in audio_body(audio):
+            received.append(piece)
+    assert received and cut.value.reason == "engine_unavailable"
     assert closed.calls == ["error"]
 
 
