@@ -24,7 +24,7 @@ import numpy as np
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from app.api.errors import ApiError, error_body
+from app.api.errors import ApiError, engine_not_ready, internal_error
 from app.audio.encoders import INLINE_FORMATS, StreamEncoder, create_encoder
 from app.audio.transforms import StreamResampler
 from app.engines.base import AudioChunk, EngineUnavailable, WordTiming
@@ -302,12 +302,10 @@ async def sse_events(audio: EncodedAudio, request_id: str) -> AsyncIterator[byte
     except EngineUnavailable as exc:
         # as the 503 a request gets before its first audio: the client may retry, here or on another replica
         log.warning("engine went away mid-stream", extra={"request_id": request_id, "detail": str(exc)})
-        message = f"The speech engine is not ready ({exc}). Retry shortly."
-        yield sse_event({"type": "error", **error_body(message, type="server_error", code="engine_unavailable")})
+        yield sse_event({"type": "error", **engine_not_ready(str(exc)).body()})
         return
     except Exception:
         log.exception("synthesis failed mid-stream", extra={"request_id": request_id})
-        message = f"The server had an error while processing your request. Request id: {request_id}."
-        yield sse_event({"type": "error", **error_body(message, type="server_error", code="internal_error")})
+        yield sse_event({"type": "error", **internal_error(request_id).body()})
         return
     yield sse_event({"type": "speech.audio.done", "usage": audio.usage.as_dict()})

@@ -50,6 +50,17 @@ def invalid_param(param: str, message: str, code: str = "invalid_value") -> ApiE
     return ApiError(400, message, param=param, code=code)
 
 
+def engine_not_ready(detail: str) -> ApiError:
+    """The engine is loading, warming up or gone (`detail` says which): worth a retry, here or on another replica."""
+    return ApiError(
+        503,
+        f"The speech engine is not ready ({detail}). Retry shortly.",
+        type=SERVER_ERROR,
+        code="engine_unavailable",
+        headers={"Retry-After": "5"},
+    )
+
+
 def internal_error(request_id: str) -> ApiError:
     return ApiError(
         500,

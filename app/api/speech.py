@@ -26,7 +26,7 @@ from app.api.dependencies import (
     served_models,
 )
 from app.api.docs import error_responses
-from app.api.errors import ApiError, internal_error, invalid_param
+from app.api.errors import ApiError, engine_not_ready, internal_error, invalid_param
 from app.api.job_builder import OutputSpec, build_job
 from app.api.schemas import SpeechRequest
 from app.audio.encoders import CONTENT_TYPES
@@ -59,13 +59,7 @@ _AUDIO_RESPONSES = {
 
 
 def engine_unavailable(engine: SpeechEngine) -> ApiError:
-    return ApiError(
-        503,
-        f"The speech engine is not ready ({engine.health().detail}). Retry shortly.",
-        type="server_error",
-        code="engine_unavailable",
-        headers={"Retry-After": "5"},
-    )
+    return engine_not_ready(engine.health().detail)
 
 
 def shutting_down() -> ApiError:

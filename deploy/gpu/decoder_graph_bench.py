@@ -10,9 +10,11 @@ builds the decoder as code2wav does (float32, SnakeBeta caches), and for every s
 - `graph_ms`: one replay of the shape's graph, median of `--reps`;
 - `pool_mib`: the memory the graph's own pool holds (captured alone, in a private pool).
 
-It then captures the shapes all together as vllm-omni does (one shared pool, ascending order) and reports the pool
-they hold: the number to set against the stage's share of the GPU. Random weights (as vLLM's dummy loader draws
-them): timing and memory depend on the shapes only.
+It then captures the shapes all together into one shared pool, in ascending order, and reports the pool they hold.
+That is not what code2wav holds: its own warm-up of ten shapes reserved about the sum of their own pools (14.0 GiB
+against 3.0 shared, loadtest/results/gpu/2026-11-25-h100-faithful), so set the sum of `pool_mib` against the
+stage's share of the GPU. Random weights (as vLLM's dummy loader draws them): timing and memory depend on the shapes
+only.
 
     python3 -m app.tools.qwen3_tts_model_dir /tmp/model --variant custom_voice
     python3 deploy/gpu/decoder_graph_bench.py /tmp/model --shapes 1x25,1x97,4x97,16x97 --out bench.json
@@ -98,7 +100,8 @@ def measure_shape(decoder: Any, batch: int, frames: int, reps: int) -> dict[str,
 
 
 def measure_shared_pool(decoder: Any, shapes: list[tuple[int, int]]) -> dict[str, Any]:
-    """The shapes captured into one shared pool in ascending order, as vllm-omni 0.26.0's wrapper captures them."""
+    """The shapes captured into one shared pool in ascending order, as vllm-omni 0.26.0's wrapper captures them
+    (which in code2wav itself held about their sum instead)."""
     import torch
 
     torch.cuda.empty_cache()
