@@ -58,7 +58,8 @@ def test_overrides_address_stages_by_id_and_parse_yaml_values() -> None:
     extra = out["connectors"]["connector_of_shared_memory"]["extra"]
     assert extra["decode_batch_max_size"] == 16
     assert extra["decode_cudagraph_capture_sizes"] == [1, 26, 51, 76, 97]
-    assert extra["codec_chunk_frames"] == 25
+    untouched = config["connectors"]["connector_of_shared_memory"]["extra"]
+    assert extra["codec_chunk_frames"] == untouched["codec_chunk_frames"]
     assert by_id[0]["compilation_config"] == {"max_cudagraph_capture_size": 32}
     assert by_id[0]["new_section"] == {"key": "text"}
 
@@ -93,7 +94,7 @@ def test_command_line_writes_a_profile_the_service_reads(tmp_path: Path) -> None
     assert written["stages"][0]["max_num_seqs"] == 32
     assert written["stages"][0]["custom_process_next_stage_input_func"].startswith("app.engines.omni_stage_fix")
     assert talker_limits(str(out), None) == (32, 64)
-    assert codec_windows(str(out)) == CodecWindows((2, 4, 8, 16, 25), 25, ramp=True)  # the shipped ramp
+    assert codec_windows(str(out)) == CodecWindows((2, 4, 8, 16, 25, 50), 50, ramp=True)  # the shipped ramp
 
 
 def test_command_line_error_is_one_line_not_a_traceback(tmp_path: Path) -> None:

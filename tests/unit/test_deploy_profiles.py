@@ -43,6 +43,8 @@ def test_profile_is_consistent(profile: Path) -> None:
             window = min(sent, extra["codec_left_context_frames"]) + size
             assert window <= max(buckets) and min(b for b in buckets if b >= window) in graphs
             sent += size
+        # and so does every steady window after it, at full context
+        assert extra["codec_left_context_frames"] + steady == max(buckets) and max(buckets) in graphs
     else:
         assert codec_windows(str(profile)) == CodecWindows((first,), steady) == CodecWindows((1,), 25)
     talker, code2wav = config["stages"]
@@ -52,11 +54,13 @@ def test_profile_is_consistent(profile: Path) -> None:
     if profile.name == "customvoice.yaml":
         # code2wav's runner does not overlap: a queued second step only delays each window's audio (measured)
         assert code2wav["async_scheduling"] is False
-        # batches of 1 to 4 in the two streaming buckets have graphs (where a graph saves most, measured); larger
-        # ones, up to the batch cap, run eagerly
+        # batches of 1 to 4 in the ramp's buckets have graphs (where a graph saves most, measured), batch 1 in the
+        # steady windows' (the three more there would hold about 9 GiB); larger ones, up to the batch cap, run eagerly
         shapes = decoder_graph_shapes(extra)
-        for bucket in extra["decode_batch_bucket_frames"]:
+        *ramp_buckets, steady_bucket = extra["decode_batch_bucket_frames"]
+        for bucket in ramp_buckets:
             assert {(batch, bucket) for batch in range(1, 5)} <= shapes
+        assert (1, steady_bucket) in shapes
         assert extra["decode_batch_max_size"] == extra["code2wav_max_windows_per_step"] == 16
         assert extra["first_audio_first_margin_s"] > 0
     assert code2wav["max_num_batched_tokens"] % 16 == 0  # 16 codebooks per frame

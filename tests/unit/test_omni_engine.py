@@ -218,9 +218,12 @@ async def test_audio_reader_handles_delta_and_cumulative_outputs(mode: str) -> N
 
 
 def profile_without_ramp(directory: Path) -> str:
-    """A copy of the shipped profile with one first window then steady ones (a request may size its first window)."""
+    """A copy of the shipped profile with one first window then steady ones of 25 frames, as vllm-omni's own
+    qwen3_tts.yaml (a request may size its first window)."""
     profile = yaml.safe_load(Path("deploy/vllm-omni/customvoice.yaml").read_text())
-    del profile["connectors"]["connector_of_shared_memory"]["extra"]["codec_chunk_ramp"]
+    extra = profile["connectors"]["connector_of_shared_memory"]["extra"]
+    del extra["codec_chunk_ramp"]
+    extra["codec_chunk_frames"] = 25
     path = directory / "customvoice-no-ramp.yaml"
     path.write_text(yaml.safe_dump(profile))
     return str(path)
