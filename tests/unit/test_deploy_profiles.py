@@ -106,7 +106,8 @@ def test_code2wav_decoder_fits_its_share_of_an_h100(profile: Path) -> None:
     batch_cap = extra.get("decode_batch_max_size", 0)
     assert batch_cap > 0, "without decode_batch_max_size a step's windows of one length form one eager call"
     # the longest window a step streams: the largest bucket where windows are bucketed (CustomVoice windows end at
-    # 72 + 25 frames), else the longest captured length short of the non-streaming chunk (Base: reference context)
+    # 72 + the steady window), else the longest captured length short of the non-streaming chunk (Base: reference
+    # context)
     buckets = extra.get("decode_batch_bucket_frames")
     sizes = extra["decode_cudagraph_capture_sizes"]
     longest = max(buckets) if buckets else max(size for size in sizes if size < NON_STREAMING_CHUNK)
