@@ -18,7 +18,7 @@ import uvicorn
 
 from app.server import create_app
 from app.tools.qwen3_tts_model_dir import write_model_dir
-from tests.fakes.vllm_omni_0_26 import FakeAsyncOmni
+from tests.fakes.vllm_omni_0_30 import FakeAsyncOmni
 from tests.support.browser import PageWatch, open_playground
 from tests.support.server import RunningServer
 from tests.support.wav import tone_wav

@@ -21,7 +21,7 @@ from app.engines.omni import OmniEngine
 from app.logs import configure_logging
 from app.server import create_app
 from app.settings import Settings
-from tests.fakes.vllm_omni_0_26 import (
+from tests.fakes.vllm_omni_0_30 import (
     FakeAsyncOmni,
     WordTokenizer,
     coerce_param_message_types,

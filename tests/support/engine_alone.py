@@ -13,7 +13,7 @@ import uvicorn
 
 from app.engines.qwen3_tts import PromptHelpers
 from loadtest.engine_alone import AloneEngine, create_app
-from tests.fakes.vllm_omni_0_26 import (
+from tests.fakes.vllm_omni_0_30 import (
     FakeAsyncOmni,
     WordTokenizer,
     coerce_param_message_types,

@@ -14,7 +14,7 @@ import pytest
 import trustme
 
 from app.server import create_app
-from tests.fakes.vllm_omni_0_26 import FakeAsyncOmni
+from tests.fakes.vllm_omni_0_30 import FakeAsyncOmni
 from tests.support.wav import tone_wav
 from tests.unit.test_omni_engine import make_engine
 from tests.unit.test_ref_audio_fetch import Handler, serve

@@ -10,7 +10,7 @@ import pytest
 from app.engines.code2wav_policy import FRAME_SECONDS, FirstAudioFirst, StepProbe
 from app.engines.codec_windows import CodecWindows
 from app.engines.omni import stage_overrides_with_scheduler
-from tests.fakes.vllm_omni_0_26 import import_against_stand_ins, install_generation_scheduler
+from tests.fakes.vllm_omni_0_30 import import_against_stand_ins, install_generation_scheduler
 
 
 def test_a_stream_may_wait_only_while_its_listener_holds_more_than_the_margin() -> None:

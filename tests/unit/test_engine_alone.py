@@ -14,7 +14,7 @@ import pytest
 
 from app.tools.qwen3_tts_model_dir import write_model_dir
 from loadtest.engine_alone import AloneEngine, default_texts
-from tests.fakes.vllm_omni_0_26 import SAMPLES_PER_FRAME, WordTokenizer, estimate_prompt_len
+from tests.fakes.vllm_omni_0_30 import SAMPLES_PER_FRAME, WordTokenizer, estimate_prompt_len
 from tests.support.engine_alone import FRAMES, PROFILE, alone, control, fake_helpers, fixed_length_omni, wait_ready
 from tests.support.server import free_port
 

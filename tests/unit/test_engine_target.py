@@ -15,7 +15,7 @@ from loadtest.report import aggregate
 from loadtest.runner import LevelRun, RunPlan, run_concurrency_sweep, run_rate_sweep
 from loadtest.schedule import TextCycle
 from loadtest.targets import Target, discover
-from tests.fakes.vllm_omni_0_26 import SAMPLES_PER_FRAME
+from tests.fakes.vllm_omni_0_30 import SAMPLES_PER_FRAME
 from tests.support.engine_alone import FRAMES, alone, control, fixed_length_omni, wait_ready
 from tests.support.server import free_port
 

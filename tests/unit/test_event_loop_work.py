@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from app.server import create_app
-from tests.fakes.vllm_omni_0_26 import (
+from tests.fakes.vllm_omni_0_30 import (
     SAMPLES_PER_FRAME,
     FakeAsyncOmni,
     WordTokenizer,

@@ -24,7 +24,7 @@ from tests.fakes.nvidia_cuda_mps_control import (
     alive,
     install,
 )
-from tests.fakes.vllm_omni_0_26 import (
+from tests.fakes.vllm_omni_0_30 import (
     FakeAsyncOmni,
     WordTokenizer,
     coerce_param_message_types,

@@ -29,7 +29,7 @@ from app.engines.qwen3_tts import (
 from app.server import create_app
 from app.settings import Settings
 from app.timing import TtfaTimeline
-from tests.fakes.vllm_omni_0_26 import (
+from tests.fakes.vllm_omni_0_30 import (
     SAMPLES_PER_FRAME,
     FakeAsyncOmni,
     RequestOutputKind,

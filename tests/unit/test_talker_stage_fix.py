@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from tests.fakes.vllm_omni_0_26 import (
+from tests.fakes.vllm_omni_0_30 import (
     FakeTalkerRequest,
     FakeTransferManager,
     import_against_stand_ins,

@@ -16,7 +16,7 @@ from openai import AsyncOpenAI
 
 from app.server import create_app
 from app.tools.qwen3_tts_model_dir import write_model_dir
-from tests.fakes.vllm_omni_0_26 import SAMPLES_PER_FRAME, FakeAsyncOmni
+from tests.fakes.vllm_omni_0_30 import SAMPLES_PER_FRAME, FakeAsyncOmni
 from tests.support.wav import tone_wav
 from tests.unit.test_omni_engine import make_engine, profile_without_ramp
 
