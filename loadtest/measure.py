@@ -5,7 +5,9 @@ header (RIFF parsed up to the "data" chunk: 44 bytes from this server); for SSE,
 `speech.audio.delta` events (again past a wav header); for other formats, the first body byte (container headers
 included: compare such formats only between servers that send them alike). E2E runs until the last byte. Audio
 duration comes from decoding what arrived. The arrival time of every chunk is kept for the modelled listener
-(`loadtest.playback`): when playback starts, how often and how long it stalls.
+(`loadtest.playback`): when playback starts, how often and how long it stalls, and the time to uninterrupted audio
+(when a real-time listener could start and never run dry: TTFA plus the stream's largest deficit), the headline
+figure: a low TTFA whose stream then runs dry is not what a listener hears.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ class RequestResult:
     # counted once (a window reaches the client as several socket reads)
     audio_arrivals: tuple[tuple[float, float], ...] | None = None
     least_in_hand_s: float | None = None  # the least audio the listener held before the last arrival (< 0: a wait)
+    # time to uninterrupted audio, from TTFA's origin: the earliest start from which a real-time listener never runs
+    # dry (loadtest.playback), TTFA plus the largest deficit for pcm and wav (for compressed formats the listener's
+    # first audio is the first complete packet, at or after TTFA's first byte); and that deficit (0: never ran dry)
+    uninterrupted_s: float | None = None
+    deficit_s: float | None = None
 
     @property
     def rtf(self) -> float | None:
@@ -110,8 +117,10 @@ def grouped_arrivals(
     return grouped
 
 
-def heard_fields(playback: Playback | None) -> dict[str, Any]:
-    """A RequestResult's listener fields from a modelled playback (all None where none could be modelled)."""
+def heard_fields(playback: Playback | None, origin_s: float = 0.0) -> dict[str, Any]:
+    """A RequestResult's listener fields from a modelled playback (all None where none could be modelled).
+    `origin_s`: where TTFA counts from on the playback's clock, for the time to uninterrupted audio (the WebSocket's
+    first complete sentence; a request's send is 0)."""
     if playback is None:
         return {
             "playback_start_s": None,
@@ -120,6 +129,8 @@ def heard_fields(playback: Playback | None) -> dict[str, Any]:
             "stalls_at_audio_s": None,
             "audio_arrivals": None,
             "least_in_hand_s": None,
+            "uninterrupted_s": None,
+            "deficit_s": None,
         }
     return {
         "playback_start_s": playback.start_s,
@@ -128,6 +139,8 @@ def heard_fields(playback: Playback | None) -> dict[str, Any]:
         "stalls_at_audio_s": tuple(wait.at_audio_s for wait in playback.waits),
         "audio_arrivals": tuple(grouped_arrivals(playback.timeline)),
         "least_in_hand_s": playback.least_in_hand_s,
+        "uninterrupted_s": None if playback.uninterrupted_s is None else playback.uninterrupted_s - origin_s,
+        "deficit_s": playback.deficit_s,
     }
 
 

@@ -10,6 +10,16 @@ modelled (tens of milliseconds at most), and a real decoder's buffering may add 
 see: for compressed formats the stall figures are a close lower bound, for pcm and wav they are exact up to the
 client's own scheduling.
 
+Time to uninterrupted audio: a listener who starts at S plays the audio at position p at S + p, so a chunk that
+arrives at t after A seconds of audio came before it is in time if t <= S + A. The earliest start from which no chunk
+is late is S = max over chunks of (t - A): `Playback.uninterrupted_s`. The first chunk (A = 0) makes S at least the
+first audio; how far beyond it S lies is the stream's largest deficit (`deficit_s`), the time-measured buffer that a
+listener starting at the first audio would need never to run dry. It is the same listener as below: without a
+buffer, the player's stalls add up to exactly the deficit (each wait moves the rest of the audio later, and only a
+chunk later than every one before it makes it wait again), and a player that starts `deficit_s` late (`delay_s`)
+never stalls, while any later start in audio terms (`buffer_s`) avoids stalls exactly when it starts at S or after.
+A stream "ran dry" when its deficit exceeds EPSILON_S, the float noise the player already ignores.
+
 Streamed text (the WebSocket endpoint) arrives as one file per sentence; `listen_sentences` plays them back to back
 and tells the silence at the joins between sentences (gaps) from the waits inside a sentence (stalls).
 """
@@ -51,6 +61,15 @@ class Playback:
     # the least audio the player held at any moment before the last arrival (just before some arrival), how close a
     # stream that never ran dry came to it; negative: the longest wait. None when no audio arrived after playback began
     least_in_hand_s: float | None = None
+    # the earliest start (seconds since send) from which a real-time listener never runs dry, whatever the buffer;
+    # and how far it lies past the first playable audio (the largest deficit, 0 for a stream that never ran dry)
+    uninterrupted_s: float | None = None
+    deficit_s: float | None = None
+
+    @property
+    def ran_dry(self) -> bool | None:
+        """Whether a listener starting at the first audio would have run dry (None where nothing was modelled)."""
+        return None if self.deficit_s is None else self.deficit_s > EPSILON_S
 
 
 @dataclass(frozen=True)
@@ -62,11 +81,25 @@ class SentencePlayback:
     gaps_s: tuple[float, ...]
 
 
-def simulate_playback(arrivals: Sequence[tuple[float, float]], buffer_s: float = 0.0) -> Playback | None:
+def uninterrupted_start(points: Sequence[tuple[float, float]]) -> float:
+    """The earliest start (seconds since send) from which a real-time listener never runs dry: max over arrivals of
+    (arrival - audio playable before it). `points`: (seconds since send, seconds of audio playable by then) at each
+    arrival that added audio, at least one."""
+    ready, before = points[0][0], 0.0
+    for at, audio in points:
+        ready = max(ready, at - before)
+        before = audio
+    return ready
+
+
+def simulate_playback(
+    arrivals: Sequence[tuple[float, float]], buffer_s: float = 0.0, delay_s: float = 0.0
+) -> Playback | None:
     """`arrivals`: (seconds since send, seconds of audio playable by then) at every received chunk, in arrival order.
 
     Playback starts at the first arrival that makes audio playable, or, with a buffer, at the first one that makes at
-    least `buffer_s` playable (or all of it, for a clip shorter than the buffer). After that the playhead advances in
+    least `buffer_s` playable (or all of it, for a clip shorter than the buffer); `delay_s` later still (a buffer
+    counted in time: with the stream's `deficit_s`, the player never stalls). After that the playhead advances in
     real time; when it reaches the end of what has arrived before the next arrival, that is one stall, lasting until
     that arrival. None when no audio arrived at all."""
     points: list[tuple[float, float]] = []
@@ -77,7 +110,10 @@ def simulate_playback(arrivals: Sequence[tuple[float, float]], buffer_s: float =
         return None
     need = min(buffer_s, points[-1][1])
     start = next(i for i, (_, audio) in enumerate(points) if audio >= need - EPSILON_S)
-    clock, available = points[start]
+    clock = points[start][0] + delay_s
+    while delay_s > 0 and start + 1 < len(points) and points[start + 1][0] <= clock:  # arrived by a late start
+        start += 1
+    begin, available = clock, points[start][1]
     played = 0.0
     waits: list[Wait] = []
     least: float | None = None
@@ -92,7 +128,10 @@ def simulate_playback(arrivals: Sequence[tuple[float, float]], buffer_s: float =
         else:
             played += at - clock
         clock, available = at, audio
-    return _played(points[start][0], points[-1][1], waits, points, least)
+    first, ready = points[0][0], uninterrupted_start(points)
+    if ready - first <= EPSILON_S:  # float noise, as for the stalls: this stream never ran dry
+        ready = first
+    return _played(begin, points[-1][1], waits, points, least, ready, ready - first)
 
 
 def _played(
@@ -101,9 +140,21 @@ def _played(
     waits: Sequence[Wait],
     timeline: Sequence[tuple[float, float]] = (),
     least_in_hand_s: float | None = None,
+    uninterrupted_s: float | None = None,
+    deficit_s: float | None = None,
 ) -> Playback:
     stalled = sum(w.waited_s for w in waits)
-    return Playback(start_s, len(waits), stalled, audio_s, tuple(waits), tuple(timeline), least_in_hand_s)
+    return Playback(
+        start_s,
+        len(waits),
+        stalled,
+        audio_s,
+        tuple(waits),
+        tuple(timeline),
+        least_in_hand_s,
+        uninterrupted_s,
+        deficit_s,
+    )
 
 
 def wav_payload_offset(head: bytes) -> int | None:
@@ -247,5 +298,7 @@ def listen_sentences(
 
     gaps = tuple(sum(w.waited_s for w in heard.waits if at_join(w, join)) for join in joins)
     inside = [w for w in heard.waits if not any(at_join(w, join) for join in joins)]
-    # no least audio in hand here: at a join the player runs dry by design (a gap), which would hide the stalls' margin
-    return SentencePlayback(_played(heard.start_s, heard.audio_s, inside, heard.timeline), gaps)
+    # no least audio in hand here: at a join the player runs dry by design (a gap), which would hide the stalls' margin;
+    # the time to uninterrupted audio counts every wait, gaps included: a listener hears the silence either way
+    played = _played(heard.start_s, heard.audio_s, inside, heard.timeline, None, heard.uninterrupted_s, heard.deficit_s)
+    return SentencePlayback(played, gaps)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.measure import RequestResult
+from loadtest.playback import EPSILON_S
 from loadtest.runner import LevelRun, runs_as_waves
 from loadtest.stats import low_spread, ratio, spread, summarize
 from loadtest.ws import UtteranceResult
@@ -44,7 +45,17 @@ def playback_summary(ok: list[RequestResult], buffer_s: float) -> dict[str, Any]
         # how close streams came to running dry (the least audio in hand before their last arrival; < 0: a wait):
         # a margin that stall counts alone do not show, e.g. between two window schedules where none ran dry
         "least_in_hand_s": low_spread([r.least_in_hand_s for r in ok if r.least_in_hand_s is not None]),
+        # each stream's largest deficit (uninterrupted minus its first audio): the time-measured buffer a listener
+        # starting at the first audio would need; with no buffer, the same as the stalled time
+        "deficit_s": spread([r.deficit_s for r in ok if r.deficit_s is not None]),
     }
+
+
+def ran_dry_share(ok: list[RequestResult]) -> float | None:
+    """The share of streams a listener starting at the first audio would hear run dry (deficit over the player's
+    float tolerance); None where no stream could be modelled."""
+    deficits = [r.deficit_s for r in ok if r.deficit_s is not None]
+    return sum(deficit > EPSILON_S for deficit in deficits) / len(deficits) if deficits else None
 
 
 def common_places(positions: list[float], most: int = 3) -> list[dict[str, float | int]]:
@@ -91,6 +102,8 @@ def _request_record(r: RequestResult) -> dict[str, Any]:
         "stalled_s": r.stalled_s,
         "stalls_at_audio_s": None if r.stalls_at_audio_s is None else list(r.stalls_at_audio_s),
         "least_in_hand_s": r.least_in_hand_s,
+        "uninterrupted_s": r.uninterrupted_s,
+        "deficit_s": r.deficit_s,
         "audio_arrivals": None
         if r.audio_arrivals is None
         else [[round(at, 4), round(audio, 4)] for at, audio in r.audio_arrivals],
@@ -134,6 +147,11 @@ def aggregate(run: LevelRun, wer: float | None, playback_buffer_s: float = 0.0) 
         "errors_by_status": errors_by_status,
         "errors_by_code": errors_by_code,
         "error_groups": error_groups(run.results),
+        # the headline: when a real-time listener could start and never run dry (TTFA + the largest deficit), and
+        # the share of streams that ran dry after their first audio; TTFA alone hides a stream that starts early
+        # and then stalls
+        "uninterrupted_s": summarize([r.uninterrupted_s for r in ok if r.uninterrupted_s is not None]),
+        "ran_dry_share": ran_dry_share(ok),
         "ttfa_s": summarize([r.ttfa_s for r in ok if r.ttfa_s is not None]),
         "e2e_s": summarize([r.e2e_s for r in ok if r.e2e_s is not None]),
         "rtf": summarize([r.rtf for r in ok if r.rtf is not None]),
@@ -153,6 +171,11 @@ def level_of(run: dict[str, Any]) -> float:
     return run.get("concurrency", run.get("rate"))
 
 
+def _stat(run: dict[str, Any], name: str, stat: str) -> float | None:
+    """A figure of a run that results written before it was recorded lack (then None, shown as –)."""
+    return (run.get(name) or {}).get(stat)
+
+
 def ab_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every other target against target 0, per level: < 1 means faster (or, for throughput, less)."""
     base = {level_of(r): r for r in runs if r["target"] == 0}
@@ -165,6 +188,12 @@ def ab_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             {
                 "target": run["target"],
                 "level": level_of(run),
+                "uninterrupted_p50": ratio(
+                    _stat(run, "uninterrupted_s", "p50"), _stat(reference, "uninterrupted_s", "p50")
+                ),
+                "uninterrupted_p95": ratio(
+                    _stat(run, "uninterrupted_s", "p95"), _stat(reference, "uninterrupted_s", "p95")
+                ),
                 "ttfa_p50": ratio(run["ttfa_s"]["p50"], reference["ttfa_s"]["p50"]),
                 "ttfa_p95": ratio(run["ttfa_s"]["p95"], reference["ttfa_s"]["p95"]),
                 "e2e_p50": ratio(run["e2e_s"]["p50"], reference["e2e_s"]["p50"]),
@@ -219,15 +248,23 @@ def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     for target in meta["targets"]:
         lines.append(f"- target {target['label']} — model `{target['model']}`, voice `{target['voice']}`")
     lines.append("")
+    lines += [
+        "Uninterrupted: the time from the request until a real-time listener could start and never run dry (TTFA plus "
+        "the stream's largest deficit); ran dry: the streams a listener starting at the first audio would hear stop.",
+        "",
+    ]
     header = (
-        f"| target | {mode} | ok | errors | TTFA mean ms | p50 | p90 | p95 | p99 | E2E p50 ms | E2E p95 ms "
-        "| RTF p50 | req/s | audio s/s | WER |"
+        f"| target | {mode} | ok | errors | uninterrupted p50 ms | p95 | ran dry "
+        "| TTFA mean ms | p50 | p90 | p95 | p99 | E2E p50 ms | E2E p95 ms | RTF p50 | req/s | audio s/s | WER |"
     )
     lines += [header, "|" + "---|" * (header.count("|") - 1)]
     for run in runs:
         t, e, r = run["ttfa_s"], run["e2e_s"], run["rtf"]
+        dry = run.get("ran_dry_share")  # results written before it was recorded lack it, and uninterrupted_s
         lines.append(
             f"| {meta['targets'][run['target']]['label']} | {level_of(run):g} | {run['ok']} | {run['errors']} "
+            f"| {ms(_stat(run, 'uninterrupted_s', 'p50'))} | {ms(_stat(run, 'uninterrupted_s', 'p95'))} "
+            f"| {'–' if dry is None else f'{dry:.0%}'} "
             f"| {ms(t['mean'])} | {ms(t['p50'])} | {ms(t['p90'])} | {ms(t['p95'])} | {ms(t['p99'])} "
             f"| {ms(e['p50'])} | {ms(e['p95'])} | {_num(r['p50'], 3)} | {_num(run['throughput_rps'])} "
             f"| {_num(run['audio_throughput'], 1)} | {_num(run['wer'], 3)} |"
@@ -238,14 +275,16 @@ def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             "",
             "## A/B ratios (target ÷ A, same level, interleaved runs)",
             "",
-            f"| target | {mode} | TTFA p50 | TTFA p95 | E2E p50 | RTF p50 | throughput |",
-            "|---|---|---|---|---|---|---|",
+            f"| target | {mode} | uninterrupted p50 | uninterrupted p95 | TTFA p50 | TTFA p95 | E2E p50 | RTF p50 "
+            "| throughput |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for row in ratios:
             lines.append(
-                f"| {meta['targets'][row['target']]['label']} | {row['level']:g} | {_num(row['ttfa_p50'])} "
-                f"| {_num(row['ttfa_p95'])} | {_num(row['e2e_p50'])} | {_num(row['rtf_p50'])} "
-                f"| {_num(row['throughput'])} |"
+                f"| {meta['targets'][row['target']]['label']} | {row['level']:g} "
+                f"| {_num(row.get('uninterrupted_p50'))} | {_num(row.get('uninterrupted_p95'))} "
+                f"| {_num(row['ttfa_p50'])} | {_num(row['ttfa_p95'])} | {_num(row['e2e_p50'])} "
+                f"| {_num(row['rtf_p50'])} | {_num(row['throughput'])} |"
             )
     lines += playback_markdown(meta, runs, mode)
     lines += gaps_markdown(meta, runs, mode)
@@ -272,8 +311,9 @@ def playback_markdown(meta: dict[str, Any], runs: list[dict[str, Any]], mode: st
         f"## Playback (a listener who starts {start} and plays in real time{inside})",
         "",
         f"| target | {mode} | heard | stalled requests | stalls p50 | p95 | max | stalled ms p50 | p95 | max "
-        "| first ran dry at audio ms p50 | p95 | most often at ms (streams) | least in hand ms p50 | p5 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| first ran dry at audio ms p50 | p95 | most often at ms (streams) | least in hand ms p50 | p5 "
+        "| largest deficit ms p50 | p95 | max |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         playback = run["playback"]
@@ -281,12 +321,14 @@ def playback_markdown(meta: dict[str, Any], runs: list[dict[str, Any]], mode: st
         stalls, stalled = playback["stalls"], playback["stalled_s"]
         first = playback.get("first_stall_at_audio_s") or {}  # results written before it was recorded lack it
         least = playback.get("least_in_hand_s") or {}  # the same
+        deficit = playback.get("deficit_s") or {}  # the same
         lines.append(
             f"| {meta['targets'][run['target']]['label']} | {level_of(run):g} | {playback['requests']} "
             f"| {'–' if share is None else f'{share:.0%}'} | {_num(stalls['p50'], 0)} | {_num(stalls['p95'], 1)} "
             f"| {_num(stalls['max'], 0)} | {ms(stalled['p50'])} | {ms(stalled['p95'])} | {ms(stalled['max'])} "
             f"| {ms(first.get('p50'))} | {ms(first.get('p95'))} | {_places(playback.get('first_stall_places'))} "
-            f"| {ms(least.get('p50'))} | {ms(least.get('p5'))} |"
+            f"| {ms(least.get('p50'))} | {ms(least.get('p5'))} "
+            f"| {ms(deficit.get('p50'))} | {ms(deficit.get('p95'))} | {ms(deficit.get('max'))} |"
         )
     return lines
 
@@ -333,8 +375,8 @@ def _buffer_label(meta: dict[str, Any]) -> str:
 
 
 def plot(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> dict[str, Path]:
-    """PNG charts per level: {"ttfa_plot", "throughput_plot", "stalls_plot", "stalled_share_plot"}, and
-    "gaps_plot" for streamed text."""
+    """PNG charts per level: {"uninterrupted_plot", "ttfa_plot", "throughput_plot", "stalls_plot",
+    "stalled_share_plot"}, and "gaps_plot" for streamed text."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -344,6 +386,17 @@ def plot(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> dict[st
     streamed = any("text_stream" in r for r in runs)
     # (file, title, y label, [(series label, line style, value of a run)])
     charts = [
+        (
+            "uninterrupted.png",
+            "Time to uninterrupted audio (TTFA + largest deficit)"
+            + (" from the first complete sentence" if streamed else ""),
+            "until a real-time listener never runs dry (ms)",
+            [
+                ("p50", "-", lambda r: _nan(_stat(r, "uninterrupted_s", "p50"), 1000)),
+                ("p95", "--", lambda r: _nan(_stat(r, "uninterrupted_s", "p95"), 1000)),
+                ("TTFA p95", ":", lambda r: _nan(r["ttfa_s"]["p95"], 1000)),
+            ],
+        ),
         (
             "ttfa.png",
             "Time to first audio" + (" from the first complete sentence" if streamed else ""),

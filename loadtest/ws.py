@@ -350,7 +350,7 @@ async def _assess(
         len(decoded.samples),
         decoded.sample_rate,
         sum(len(p) for p in payloads),
-        **heard_fields(None if heard is None else heard.playback),
+        **heard_fields(None if heard is None else heard.playback, origin_s=first_sent),
         connect_s=connect_s,
         text_send_s=text_done - started,
         first_sentence_sent_s=first_sent,

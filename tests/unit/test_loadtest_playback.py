@@ -7,9 +7,18 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from app.audio.encoders import create_encoder
-from loadtest.playback import _ogg_page_ends, listen, playable_seconds, simulate_playback
+from loadtest.playback import (
+    EPSILON_S,
+    _ogg_page_ends,
+    listen,
+    listen_sentences,
+    playable_seconds,
+    simulate_playback,
+)
 
 RATE = 24_000
 
@@ -189,3 +198,74 @@ def test_the_least_audio_in_hand_is_the_margin_before_the_closest_arrival_or_the
     # negative margin
     steps = simulate_playback([(0.05 + 0.32 * i, 0.32 * (i + 1)) for i in range(10)] + [(3.25 + 5e-7, 3.6)])
     assert steps is not None and steps.stalls == 0 and steps.least_in_hand_s == 0.0
+
+
+def test_time_to_uninterrupted_audio_is_the_first_audio_plus_the_largest_deficit() -> None:
+    # 0.5 s of audio at 0.1 s, the next second's at 1.1 s: a listener must start at 0.6 s (1.1 - 0.5) not to wait
+    late = simulate_playback([(0.1, 0.5), (1.1, 1.5), (1.3, 3.0)])
+    assert late is not None
+    assert late.uninterrupted_s == pytest.approx(0.6) and late.deficit_s == pytest.approx(0.5) and late.ran_dry
+    # 0.3 s late at 0.5 s (0.2 s of audio before it), 0.6 s at 1.0 s (0.4 s before): the largest, max(0, 0.3, 0.6);
+    # the listener without a buffer waits twice, 0.3 s each, and so ends as far behind
+    twice = simulate_playback([(0.0, 0.2), (0.5, 0.4), (1.0, 2.0)])
+    assert twice is not None and twice.uninterrupted_s == pytest.approx(0.6) and twice.stalled_s == pytest.approx(0.6)
+    in_time = simulate_playback([(0.2 + 0.25 * i, 0.25 * (i + 1)) for i in range(32)])
+    assert in_time is not None
+    assert (in_time.uninterrupted_s, in_time.deficit_s, in_time.ran_dry) == (0.2, 0.0, False)
+    # the figure belongs to the stream, not to the listener's buffer
+    buffered = simulate_playback([(0.1, 0.5), (1.1, 1.5), (1.3, 3.0)], buffer_s=1.0)
+    assert buffered is not None and buffered.uninterrupted_s == pytest.approx(0.6)
+
+
+def test_a_listener_delayed_by_exactly_the_deficit_never_stalls_and_one_a_little_earlier_does() -> None:
+    arrivals = [(0.1, 0.08), (0.35, 0.24), (0.5, 0.56), (0.9, 1.2), (1.6, 2.4), (1.7, 3.0)]
+    first = simulate_playback(arrivals)
+    assert first is not None and first.deficit_s is not None and first.deficit_s > 0.1
+    exact = simulate_playback(arrivals, delay_s=first.deficit_s)
+    assert exact is not None and exact.start_s == pytest.approx(first.uninterrupted_s)
+    assert (exact.stalls, exact.least_in_hand_s) == (0, 0.0)  # in time, with nothing to spare at the closest arrival
+    early = simulate_playback(arrivals, delay_s=first.deficit_s - 0.01)
+    assert early is not None and early.stalls == 1 and early.stalled_s == pytest.approx(0.01)
+
+
+def test_sentences_heard_back_to_back_count_their_gaps_in_the_deficit() -> None:
+    pcm = np.zeros(RATE, np.int16).tobytes()  # one second per sentence
+    heard = listen_sentences([(pcm, [(0.1, len(pcm))]), (pcm, [(1.5, len(pcm))])], "pcm", RATE, 0.0)
+    assert heard is not None and heard.gaps_s == pytest.approx((0.4,)) and heard.playback.stalls == 0
+    assert heard.playback.uninterrupted_s == pytest.approx(0.5) and heard.playback.deficit_s == pytest.approx(0.4)
+
+
+schedules = st.lists(
+    st.tuples(st.floats(0.0, 0.5), st.floats(0.0, 0.5)), min_size=1, max_size=30
+).map(  # (time since the previous arrival, audio it adds): a cumulative arrival schedule
+    lambda steps: list(itertools.accumulate(steps, lambda a, b: (a[0] + b[0], a[1] + b[1]), initial=(0.0, 0.0)))[1:]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(schedules)
+def test_without_a_buffer_the_stalls_add_up_to_the_deficit(arrivals: list[tuple[float, float]]) -> None:
+    played = simulate_playback(arrivals)
+    assume(played is not None)
+    assert played is not None and played.deficit_s is not None and played.uninterrupted_s is not None
+    assert played.stalled_s == pytest.approx(played.deficit_s, abs=1e-4)
+    assert played.start_s + played.stalled_s == pytest.approx(played.uninterrupted_s, abs=1e-4)
+    assert played.ran_dry == (played.deficit_s > EPSILON_S)
+    if played.deficit_s > 1e-4:  # clear of the float tolerance: ran dry means the listener stalled, and the reverse
+        assert played.stalls > 0
+    if played.stalls:
+        assert played.ran_dry
+
+
+@settings(max_examples=300, deadline=None)
+@given(schedules, st.floats(0.0, 3.0))
+def test_any_listener_avoids_stalls_exactly_when_it_starts_no_earlier_than_the_uninterrupted_start(
+    arrivals: list[tuple[float, float]], buffer_s: float
+) -> None:
+    played = simulate_playback(arrivals, buffer_s=buffer_s)
+    assume(played is not None)
+    assert played is not None and played.uninterrupted_s is not None
+    assume(abs(played.start_s - played.uninterrupted_s) > 1e-4)  # clear of the float tolerance
+    assert (played.stalls == 0) == (played.start_s > played.uninterrupted_s)
+    delayed = simulate_playback(arrivals, delay_s=played.deficit_s or 0.0)
+    assert delayed is not None and delayed.stalls == 0

@@ -132,7 +132,16 @@ def test_where_each_stream_first_ran_dry_is_kept_per_request_and_summarised() ->
     results = [RequestResult(0, "t", 200, True, ttfa_s=0.1, e2e_s=1.0, audio_s=2.0, **heard_fields(p))
                for p in (early, late, simulate_playback([(0.1, 2.0)]))]  # fmt: skip
     assert heard_fields(None) == dict.fromkeys(
-        ("playback_start_s", "stalls", "stalled_s", "stalls_at_audio_s", "audio_arrivals", "least_in_hand_s")
+        (
+            "playback_start_s",
+            "stalls",
+            "stalled_s",
+            "stalls_at_audio_s",
+            "audio_arrivals",
+            "least_in_hand_s",
+            "uninterrupted_s",
+            "deficit_s",
+        )
     )
     run = aggregate(level(results), None)
     assert [r["stalls_at_audio_s"] for r in run["per_request"]] == [[pytest.approx(0.16)], [pytest.approx(1.0)], []]
@@ -171,7 +180,7 @@ def test_how_close_streams_came_to_running_dry_is_kept_per_request_and_summarise
     assert -0.24 < least["p5"] < 0.06
     text = summary_markdown(meta(), [run])
     assert "| least in hand ms p50 | p5 |" in text
-    assert text.rstrip().endswith(f"| 60 | {least['p5'] * 1000:.0f} |")
+    assert f"| 60 | {least['p5'] * 1000:.0f} | 0 | " in text  # then the largest deficit: none for most
 
 
 def test_the_most_common_places_streams_first_ran_dry_are_counted_to_10_ms() -> None:
@@ -211,3 +220,56 @@ def test_arrivals_a_few_milliseconds_apart_are_kept_as_one() -> None:
     timeline = [(0.100, 0.05), (0.101, 0.10), (0.103, 0.16), (0.400, 0.48)]
     assert grouped_arrivals(timeline) == [(0.103, 0.16), (0.400, 0.48)]
     assert grouped_arrivals([]) == []
+
+
+def test_time_to_uninterrupted_audio_is_the_headline_beside_ttfa() -> None:
+    from loadtest.measure import heard_fields
+    from loadtest.playback import simulate_playback
+
+    # in time from 0.1 s; dry for 0.24 s after a 160 ms first window (uninterrupted at 0.34 s); dry for 0.5 s at 1 s
+    # (0.6 s); a compressed response the player could not map (no figure, not counted either way)
+    heard = [
+        simulate_playback([(0.1, 1.0), (0.7, 2.0)]),
+        simulate_playback([(0.1, 0.16), (0.5, 0.48), (0.7, 2.0)]),
+        simulate_playback([(0.1, 1.0), (1.6, 2.0)]),
+        None,
+    ]
+    results = [RequestResult(0, "t", 200, True, ttfa_s=0.1, e2e_s=1.0, audio_s=2.0, **heard_fields(p)) for p in heard]
+    results.append(failed(429, "rate_limit_exceeded", "full"))  # a refused request counts in none of it
+    run = aggregate(level(results), None)
+    assert [r["uninterrupted_s"] for r in run["per_request"]] == [
+        pytest.approx(0.1),
+        pytest.approx(0.34),
+        pytest.approx(0.6),
+        None,
+        None,
+    ]
+    assert [r["deficit_s"] for r in run["per_request"]][:3] == [0.0, pytest.approx(0.24), pytest.approx(0.5)]
+    assert run["uninterrupted_s"]["p50"] == pytest.approx(0.34) and run["uninterrupted_s"]["mean"] == pytest.approx(
+        (0.1 + 0.34 + 0.6) / 3
+    )
+    assert run["ran_dry_share"] == pytest.approx(2 / 3)
+    assert run["playback"]["deficit_s"]["max"] == pytest.approx(0.5)
+    for request in run["per_request"][:3]:
+        assert request["uninterrupted_s"] >= request["ttfa_s"]
+        assert request["uninterrupted_s"] == pytest.approx(request["ttfa_s"] + request["deficit_s"])  # pcm-like
+    text = summary_markdown(meta(), [run])
+    assert "| uninterrupted p50 ms | p95 | ran dry | TTFA mean ms |" in text
+    p95 = run["uninterrupted_s"]["p95"] * 1000
+    assert f"| A: http://a | 8 | 4 | 1 | 340 | {p95:.0f} | 67% | 100 |" in text  # 4 ok, 3 of them heard
+    assert "| largest deficit ms p50 | p95 | max |" in text
+
+
+def test_results_written_before_the_uninterrupted_figures_still_report_and_plot(tmp_path) -> None:
+    from loadtest.report import ab_ratios, plot
+
+    runs = [aggregate(level([ok(0, 0.0)]), None), aggregate(level([ok(0, 0.0)]), None)]
+    runs[1]["target"] = 1
+    for run in runs:  # as a results.json of an earlier version has them
+        del run["uninterrupted_s"], run["ran_dry_share"], run["playback"]["deficit_s"]
+    old = {**meta(), "targets": [*meta()["targets"], {"index": 1, "label": "B: http://b", "model": "m", "voice": "v"}]}
+    text = summary_markdown(old, runs)
+    assert "| A: http://a | 8 | 1 | 0 | – | – | – | 100 |" in text
+    assert ab_ratios(runs)[0]["uninterrupted_p95"] is None and ab_ratios(runs)[0]["ttfa_p95"] == 1.0
+    paths = plot(old, runs, tmp_path)
+    assert paths["uninterrupted_plot"].read_bytes()[:4] == b"\x89PNG" and paths["ttfa_plot"].exists()
