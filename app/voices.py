@@ -6,11 +6,15 @@ from dataclasses import dataclass
 
 from app.engines.base import VoiceInfo
 
+GENERIC_VOICE = "default"
+
 
 @dataclass(frozen=True, slots=True)
 class VoiceCatalog:
     """Engine voices plus an alias table. An alias whose target is empty, or names no engine voice, points at the
-    engine's default (first) voice, so OpenAI client code asking for "alloy" gets speech, not an error."""
+    engine's default (first) voice, so OpenAI client code asking for "alloy" gets speech, not an error. "default"
+    (vllm-omni 0.30's generic voice, and what an omitted `voice` means) is that voice too, unless a voice or an alias
+    has that name."""
 
     voices: tuple[VoiceInfo, ...]
     aliases: dict[str, str]
@@ -24,6 +28,8 @@ class VoiceCatalog:
         for alias, target in self.aliases.items():
             if alias.casefold() == wanted:
                 return self._voice_id(target)
+        if wanted == GENERIC_VOICE:
+            return self._voice_id("")
         return None
 
     def _voice_id(self, target: str) -> str | None:

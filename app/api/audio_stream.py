@@ -85,6 +85,7 @@ class EncodedAudio:
         on_close: Callable[[str], Awaitable[None]],
         deadline: float | None = None,
         on_first_audio: Callable[[], None] | None = None,
+        whole_file: bool = False,
     ) -> None:
         self._first = first
         self._rest = rest
@@ -93,7 +94,7 @@ class EncodedAudio:
         self._on_first_audio = on_first_audio
         self._deadline = deadline  # loop time
         self._resampler: StreamResampler | None = None
-        self._encoder: StreamEncoder = create_encoder(response_format, sample_rate)
+        self._encoder: StreamEncoder = create_encoder(response_format, sample_rate, whole_file)
         self._inline_format = response_format in INLINE_FORMATS
         self._stop_reason: str | None = None
         self._stopped = asyncio.Event()
@@ -106,6 +107,12 @@ class EncodedAudio:
         # seconds of audio handed to the encoder: the bytes yielded so far carry the audio up to here (but what a
         # compressed format's encoder still holds back for its next frame)
         self.encoded_s = 0.0
+
+    def first_audio_sent(self) -> None:
+        """The first audio is on its way (a whole file, whose bytes exist only once all of it is encoded)."""
+        if self._on_first_audio is not None:
+            self._on_first_audio()
+            self._on_first_audio = None
 
     def stop(self, reason: str) -> None:
         """End the stream from outside (a drain): it stops waiting for the engine and ends as not completed."""
@@ -198,9 +205,7 @@ class EncodedAudio:
                     self.encoded_s += len(piece) / chunk.sample_rate
                     if data:
                         yield data
-                        if self._on_first_audio is not None:  # resumed: the server has written those bytes
-                            self._on_first_audio()
-                            self._on_first_audio = None
+                        self.first_audio_sent()  # resumed: the server has written those bytes
                 if chunk.words:
                     yield [word.shifted(offset_s) for word in chunk.words]
             rate = self._sample_rate if self._resampler is None else self._resampler.source_rate
@@ -243,6 +248,29 @@ class StreamCut(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class WholeFile:
+    data: bytes
+    words: list[WordTiming] | None  # None: the request did not ask for them
+
+
+async def whole_file(audio: EncodedAudio, words: bool) -> WholeFile:
+    """All of the audio as one complete file, and the words the engine timed in it (`stream: false`). Nothing has been
+    sent yet, so a failure is still an HTTP error: the ApiError of a stopped stream (504 timeout, 503 drain), a 503
+    for an engine that went away; anything else propagates."""
+    parts: list[bytes] = []
+    timed: list[WordTiming] = []
+    try:
+        async for item in audio.events(whole_chunks=True):
+            if isinstance(item, bytes):
+                parts.append(item)
+            else:
+                timed.extend(item)
+    except EngineUnavailable as exc:
+        raise engine_not_ready(str(exc)) from exc
+    return WholeFile(b"".join(parts), timed if words else None)
 
 
 async def audio_body(audio: EncodedAudio) -> AsyncIterator[bytes]:

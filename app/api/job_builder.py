@@ -7,6 +7,7 @@ and the server's configuration: served models, voices, languages, task types and
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.api.errors import ApiError, invalid_param
@@ -24,10 +25,24 @@ class OutputSpec:
     response_format: str
     stream_format: str
     sample_rate: int
+    whole_file: bool = False  # one complete file with its length (`stream: false`), not a stream
 
 
-def check_model(model: str, served_models: list[str]) -> None:
-    if model not in served_models:
+# vllm-omni 0.30 sets these keys of `extra_params` on the talker's sampling parameters, past vLLM's own checks: the
+# values are checked here instead, so that a bad one is a 400 rather than a failed request inside the engine.
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+_SAMPLING_EXTRA_PARAMS = {
+    "temperature": (lambda v: _number(v) and v >= 0, "a number >= 0"),
+    "top_p": (lambda v: _number(v) and 0 < v <= 1, "a number in (0, 1]"),
+    "top_k": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= -1, "an integer >= -1 (-1: off)"),
+}
+
+
+def check_model(model: str, served_models: list[str], also_accepted: Sequence[str] = ()) -> None:
+    if model not in served_models and model not in also_accepted:
         raise ApiError(
             404,
             f"The model '{model}' does not exist. Available models: {', '.join(served_models)}.",
@@ -50,7 +65,8 @@ def _task_type(request: SpeechRequest, caps: EngineCapabilities) -> TaskType:
     model's preset voices, else the one task the model has."""
     if request.task_type:
         return TaskType(request.task_type)
-    if caps.voice_cloning and (request.ref_audio is not None or request.ref_text is not None):
+    clones = request.ref_audio is not None or request.ref_text is not None or request.speaker_embedding is not None
+    if caps.voice_cloning and clones:
         return TaskType.BASE
     if TaskType.CUSTOM_VOICE in caps.task_types or len(caps.task_types) != 1:
         return TaskType.CUSTOM_VOICE
@@ -91,7 +107,39 @@ def _check_extensions(request: SpeechRequest, caps: EngineCapabilities) -> TaskT
             )
     if request.non_streaming_mode is not None and not caps.prompt_modes:
         raise invalid_param("non_streaming_mode", "'non_streaming_mode' is not supported by this model.")
+    _check_speaker_embedding(request, caps, task_type)
+    _check_extra_params(request, caps)
     return task_type
+
+
+def _check_speaker_embedding(request: SpeechRequest, caps: EngineCapabilities, task_type: TaskType) -> None:
+    """vllm-omni 0.30's rules: Base only, not with ref_audio, the talker's own width."""
+    embedding = request.speaker_embedding
+    if embedding is None:
+        return
+    if caps.speaker_embedding_dim is None:
+        message = "'speaker_embedding' is not supported: this model cannot clone voices."
+        raise invalid_param("speaker_embedding", message)
+    if task_type != TaskType.BASE:
+        raise invalid_param("speaker_embedding", "'speaker_embedding' is only valid for task_type Base.")
+    if request.ref_audio is not None:
+        raise invalid_param("speaker_embedding", "'speaker_embedding' and 'ref_audio' are mutually exclusive.")
+    if len(embedding) != caps.speaker_embedding_dim:
+        raise invalid_param(
+            "speaker_embedding",
+            f"'speaker_embedding' has {len(embedding)} dimensions; this model's are {caps.speaker_embedding_dim}.",
+        )
+
+
+def _check_extra_params(request: SpeechRequest, caps: EngineCapabilities) -> None:
+    if request.extra_params is None:
+        return
+    if not caps.extra_params:
+        raise invalid_param("extra_params", "'extra_params' is not supported by this model.")
+    for name, (valid, expected) in _SAMPLING_EXTRA_PARAMS.items():
+        value = request.extra_params.get(name)
+        if value is not None and not valid(value):
+            raise invalid_param("extra_params", f"'extra_params.{name}' must be {expected}.")
 
 
 def check_word_timestamps(language: str | None, text: str, caps: EngineCapabilities) -> None:
@@ -125,7 +173,7 @@ def _output_spec(request: SpeechRequest) -> OutputSpec:
         raise invalid_param(
             "sample_rate", f"{request.response_format} cannot carry {sample_rate} Hz; choose one of {rates}."
         )
-    return OutputSpec(request.response_format, request.stream_format, sample_rate)
+    return OutputSpec(request.response_format, request.stream_format, sample_rate, request.whole_file)
 
 
 def build_job(
@@ -136,10 +184,14 @@ def build_job(
     catalog: VoiceCatalog,
     served_models: list[str],
     ref_audio: ReferenceAudio | None = None,
+    also_accepted: Sequence[str] = (),
 ) -> tuple[SynthesisJob, OutputSpec]:
     """`ref_audio` is the request's reference audio, already decoded by the caller (decoding is CPU work that belongs
-    off the event loop). `served_models` starts with the engine's own model, which an omitted `model` means."""
-    check_model(request.model or served_models[0], served_models)
+    off the event loop). `served_models` starts with the engine's own model, which an omitted `model` means;
+    `also_accepted`: other ids `model` may name (a checkpoint's), not listed in errors."""
+    check_model(request.model or served_models[0], served_models, also_accepted)
+    if request.speaker is not None and request.speaker != request.voice_name:
+        raise invalid_param("speaker", "'speaker' is another name for 'voice': send one of them, or the same name.")
     if len(request.input) > caps.max_input_chars:
         raise invalid_param("input", f"'input' is longer than {caps.max_input_chars} characters.", "string_too_long")
     try:
@@ -153,7 +205,13 @@ def build_job(
         if task_type in (TaskType.BASE, TaskType.VOICE_DESIGN)  # the voice comes from reference audio or a description
         else catalog.resolve(request.voice_name)
     )
-    if task_type == TaskType.BASE and ref_audio is None and request.task_type is None and request.ref_text is None:
+    if (
+        task_type == TaskType.BASE
+        and ref_audio is None
+        and request.task_type is None
+        and request.ref_text is None
+        and request.speaker_embedding is None
+    ):
         # nothing but a name on a model that only clones: the caller meant a registered voice that does not exist
         message = (
             f"Unknown voice '{request.voice_name}'. This model speaks in cloned voices: name a voice registered with "
@@ -179,11 +237,13 @@ def build_job(
         task_type=task_type,
         ref_audio=ref_audio,
         ref_text=request.ref_text,
-        x_vector_only_mode=bool(request.x_vector_only_mode),
         max_new_tokens=request.max_new_tokens,
         seed=request.seed,
         initial_codec_chunk_frames=request.initial_codec_chunk_frames,
         non_streaming_mode=request.non_streaming_mode,
         word_timestamps=request.word_timestamps,
+        speaker_embedding=None if request.speaker_embedding is None else tuple(request.speaker_embedding),
+        x_vector_only_mode=bool(request.x_vector_only_mode) or request.speaker_embedding is not None,
+        extra_params=request.extra_params,
     )
     return job, _output_spec(request)

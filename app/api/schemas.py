@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from app.text.hygiene import check_multiline, check_single_line
+from app.voices import GENERIC_VOICE
 
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 StreamFormat = Literal["audio", "sse"]
 TaskTypeName = Literal["CustomVoice", "VoiceDesign", "Base"]
 
 MAX_INPUT_CHARS = 4096
+MAX_EMBEDDING_DIM = 8192  # vllm-omni 0.30's bound on `speaker_embedding`
+# vllm-omni 0.30's generic voice: the model's default speaker, unless a voice of that name exists
+DEFAULT_VOICE = GENERIC_VOICE
 
 # Every text field but `input` (which text normalisation makes speakable): valid Unicode, no control characters.
 Name = Annotated[str, AfterValidator(check_single_line)]
@@ -27,17 +32,35 @@ class VoiceRef(BaseModel):
     id: Name = Field(min_length=1, max_length=256)
 
 
+def check_speaker_embedding(value: list[float] | None) -> list[float] | None:
+    """vllm-omni 0.30's checks on `speaker_embedding`: a non-empty vector of finite numbers."""
+    if value is None:
+        return None
+    if not value:
+        raise ValueError("must be a non-empty list of numbers")
+    if not all(math.isfinite(x) for x in value):
+        raise ValueError("values must be finite (no NaN or Inf)")
+    return value
+
+
 class SpeechRequest(BaseModel):
     """POST /v1/audio/speech. Unknown fields are refused, as OpenAI refuses unrecognized arguments.
 
-    Clients written for vllm-omni's own speech server (`vllm serve --omni`) run unchanged: `model` may be omitted (the
-    served model), `stream` selects SSE as it does there, and a VoiceDesign or Base request needs no `voice`."""
+    Clients written for vllm-omni 0.30's own speech server (`vllm serve --omni`) run unchanged: `model` may be omitted
+    (the served model) or be the checkpoint's id, `speaker` is another name for `voice`, `voice` may be omitted or be
+    "default" (the model's default voice), `stream` selects SSE as it does there and `stream: false` asks for a whole
+    file, and `speaker_embedding` and `extra_params` are honoured where the engine can."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     model: Name | None = Field(None, min_length=1, max_length=256, description="Omitted: the served model.")
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS, description="Text to speak, 1–4096 characters.")
-    voice: Name | VoiceRef = Field(description='A voice name (OpenAI names are aliases) or {"id": ...}.')
+    voice: Name | VoiceRef = Field(
+        DEFAULT_VOICE,
+        description='A voice name (OpenAI names are aliases) or {"id": ...}. `speaker` is another name for it. '
+        'Omitted or "default": the model\'s default voice.',
+    )
+    speaker: Name | None = Field(None, min_length=1, max_length=256, description="vllm-omni's other name for `voice`.")
     instructions: FreeText | None = Field(
         None,
         max_length=MAX_INPUT_CHARS,
@@ -48,7 +71,11 @@ class SpeechRequest(BaseModel):
     stream_format: StreamFormat | None = Field(
         None, description="`audio` (raw bytes) or `sse`. Omitted: `sse` when `stream` is true, else `audio`."
     )
-    stream: bool = Field(False, description="vllm-omni's switch: true without `stream_format` streams SSE events.")
+    stream: bool = Field(
+        False,
+        description="vllm-omni's switch: true without `stream_format` streams SSE events; false, sent explicitly, "
+        "answers one whole file with its Content-Length (omitted: the audio streams).",
+    )
 
     # Qwen3-TTS extensions: honoured by engines that support them, otherwise refused with a 400 naming the field.
     language: Name | None = Field(None, min_length=1, max_length=64)
@@ -69,26 +96,56 @@ class SpeechRequest(BaseModel):
         description="Qwen3-TTS prompt construction mode (not HTTP streaming). Omitted: the model's default "
         "(Base: false, CustomVoice/VoiceDesign: true).",
     )
+    speaker_embedding: list[float] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_EMBEDDING_DIM,
+        description="Voice cloning from a precomputed speaker embedding (task_type Base; implies x_vector_only_mode; "
+        "not with ref_audio). Engines that cannot take one refuse it.",
+    )
+    extra_params: dict[str, Any] | None = Field(
+        None,
+        description="vllm-omni's model-specific parameters: temperature, top_p and top_k set the talker's sampling, "
+        "and the whole object reaches the model as extra arguments. Engines without them refuse it.",
+    )
     word_timestamps: bool = Field(
         False,
         description="With stream_format sse: `speech.audio.timestamps` events time each word of the input "
-        "(as written) in milliseconds from the start of the audio. Engines that cannot time words refuse it.",
+        "(as written) in milliseconds from the start of the audio; with `stream: false`, the whole file's timings "
+        "in an `X-Word-Timestamps` header, as vllm-omni 0.30 sends them. Engines that cannot time words refuse it.",
     )
+
+    _check_speaker_embedding = field_validator("speaker_embedding")(check_speaker_embedding)
 
     @model_validator(mode="before")
     @classmethod
-    def _voice_not_needed(cls, data: Any) -> Any:
-        """A designed or cloned voice comes from `instructions` or the reference audio: vllm-omni needs no name."""
-        if isinstance(data, dict) and "voice" not in data and data.get("task_type") in ("VoiceDesign", "Base"):
+    def _voice_from_speaker(cls, data: Any) -> Any:
+        """`speaker` names the voice when `voice` is absent (vllm-omni 0.30's alias); two different names are refused
+        by the job builder, naming `speaker`. A designed or cloned voice comes from `instructions` or the reference
+        audio: vllm-omni needs no name."""
+        if not isinstance(data, dict) or "voice" in data:
+            return data
+        if isinstance(data.get("speaker"), str):
+            return {**data, "voice": data["speaker"]}
+        if data.get("task_type") in ("VoiceDesign", "Base"):
             return {**data, "voice": ""}
         return data
+
+    _whole_file: bool = PrivateAttr(False)
 
     @model_validator(mode="after")
     def _resolve_stream_format(self) -> SpeechRequest:
         if self.stream_format is None:
+            # vllm-omni answers `stream: false` with one whole file; omitted, the audio streams here, as from OpenAI
+            self._whole_file = "stream" in self.model_fields_set and not self.stream
             self.stream_format = "sse" if self.stream else "audio"
         return self
 
     @property
     def voice_name(self) -> str:
         return self.voice.id if isinstance(self.voice, VoiceRef) else self.voice
+
+    @property
+    def whole_file(self) -> bool:
+        """`stream: false` sent explicitly: one complete file, as vllm-omni answers it (omitted: streamed audio)."""
+        return self._whole_file

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable
@@ -11,12 +12,21 @@ from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from app import metrics
 from app.admission import AdmissionGate, Rejected, Ticket
-from app.api.audio_stream import EncodedAudio, SpeechResponse, StreamStopped, audio_body, sse_events
+from app.api.audio_stream import (
+    EncodedAudio,
+    SpeechResponse,
+    StreamStopped,
+    WholeFile,
+    audio_body,
+    sse_events,
+    whole_file,
+)
 from app.api.dependencies import (
+    accepted_models,
     get_catalog,
     get_engine,
     get_gate,
@@ -49,9 +59,13 @@ from app.voices import VoiceCatalog
 log = logging.getLogger(__name__)
 router = APIRouter()
 
+# vllm-omni 0.30's budget for X-Word-Timestamps: larger headers become opaque 502s behind common reverse proxies
+WORD_TIMESTAMPS_HEADER_LIMIT = 4096
+
 _AUDIO_RESPONSES = {
     200: {
-        "description": "Audio, streamed as it is synthesized (or SSE events when stream_format is sse).",
+        "description": "Audio, streamed as it is synthesized (or SSE events when stream_format is sse; one whole file "
+        "with its Content-Length for `stream: false`).",
         "content": {**{ct: {} for ct in CONTENT_TYPES.values()}, "text/event-stream": {}},
     },
     **error_responses(400, 401, 404, 408, 413, 429, 503, 504),
@@ -262,10 +276,46 @@ class SpeechRun:
 
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s - (time.perf_counter() - started)
         audio = EncodedAudio(
-            first, chunks, output.response_format, output.sample_rate, on_close, deadline, first_audio_written
+            first,
+            chunks,
+            output.response_format,
+            output.sample_rate,
+            on_close,
+            deadline,
+            first_audio_written,
+            whole_file=output.whole_file,
         )
         lifecycle.track(job.request_id, audio)
         return audio
+
+
+def word_timestamps_headers(file: WholeFile) -> dict[str, str]:
+    """vllm-omni 0.30's headers for a whole file's word timings: `X-Word-Timestamps`, a JSON list of {word, start_ms,
+    end_ms} (ASCII-escaped), or past 4 KB `X-Word-Timestamps-Omitted` saying so."""
+    if file.words is None:
+        return {}
+    timings = json.dumps([word.as_dict() for word in file.words])
+    if len(timings) <= WORD_TIMESTAMPS_HEADER_LIMIT:
+        return {"X-Word-Timestamps": timings}
+    return {"X-Word-Timestamps-Omitted": f"oversize; bytes={len(timings)}; limit={WORD_TIMESTAMPS_HEADER_LIMIT}"}
+
+
+async def whole_file_response(audio: EncodedAudio, response_format: str, words: bool, request_id: str) -> Response:
+    """`stream: false`: the complete file, sent once all of it exists, with its Content-Length and exact headers."""
+    try:
+        file = await whole_file(audio, words)
+    except ApiError:
+        raise
+    except Exception as exc:
+        log.exception("synthesis failed", extra={"request_id": request_id})
+        raise internal_error(request_id) from exc
+    finally:
+        # however it ended, even cancelled before the audio was first read: the slot is released, the engine told
+        with anyio.CancelScope(shield=True):
+            await audio.close_if_never_streamed()
+    audio.first_audio_sent()  # the TTFA of a whole file: when it is complete and about to be written
+    headers = word_timestamps_headers(file)
+    return Response(file.data, media_type=CONTENT_TYPES[response_format], headers=headers)
 
 
 @router.post("/v1/audio/speech", responses=_AUDIO_RESPONSES, response_class=StreamingResponse)
@@ -284,12 +334,16 @@ async def create_speech(
     summary: dict[str, object] = {
         "model": body.model or engine.model_id,
         "response_format": body.response_format,
-        "stream_format": body.stream_format,
+        # the metrics' `stream` label: audio, sse, or file (a whole file, `stream: false`)
+        "stream_format": "file" if body.whole_file else body.stream_format,
         "chars": len(body.input),
     }
     request.state.speech = summary  # logged and counted once per request by SpeechAccountingMiddleware
-    if body.word_timestamps and body.stream_format != "sse":  # over HTTP the timings travel as SSE events
-        message = "'word_timestamps' needs stream_format 'sse': the timings arrive as SSE events."
+    if body.word_timestamps and body.stream_format != "sse" and not body.whole_file:
+        message = (
+            "'word_timestamps' needs stream_format 'sse' (the timings arrive as SSE events) or 'stream': false "
+            "(a whole file, the timings in its X-Word-Timestamps header)."
+        )
         raise invalid_param("word_timestamps", message)
     check_open(engine, lifecycle)
     body, reference = await resolve_voice(body, engine, settings, catalog, store)
@@ -300,12 +354,16 @@ async def create_speech(
         catalog=catalog,
         served_models=served_models(engine, settings),
         ref_audio=reference,
+        also_accepted=accepted_models(engine, settings),
     )
     job = dataclasses.replace(job, timing=timing)
     ticket = await admitted(gate, lifecycle, timing)
     metrics.INPUT_CHARACTERS.inc(len(body.input))
-    run = SpeechRun(engine, gate, lifecycle, settings, request.state.started_at, timing, summary, output.stream_format)
+    label = str(summary["stream_format"])
+    run = SpeechRun(engine, gate, lifecycle, settings, request.state.started_at, timing, summary, label)
     audio = await run.open(job, output, ticket)
+    if output.whole_file:
+        return await whole_file_response(audio, output.response_format, job.word_timestamps, request_id)
     if output.stream_format == "sse":
         return SpeechResponse(
             sse_events(audio, request_id),

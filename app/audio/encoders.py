@@ -3,10 +3,16 @@
 pcm and wav are written directly; mp3, opus (Ogg), aac (ADTS) and flac go through PyAV (FFmpeg inside the wheel).
 Every `encode` returns whatever the muxer has produced so far, so a client hears the first sentence while later ones
 are still being synthesized. Encoders are not thread-safe; one per response, used from one thread at a time.
+
+A whole-file encoder (`create_encoder(..., whole_file=True)`, for `stream: false`) returns nothing until `finish`,
+which returns the complete file with every header exact: WAV's RIFF and data sizes, FLAC's STREAMINFO with its sample
+count and MD5 (FFmpeg rewrites it on an output it can seek), MP3's Xing frame count. A stream cannot carry them: its
+header leaves before the length is known, which some readers (python-soundfile on FLAC) refuse.
 """
 
 from __future__ import annotations
 
+import io
 import struct
 from typing import Final, Protocol
 
@@ -65,15 +71,22 @@ def float_to_pcm16(samples: np.ndarray) -> bytes:
 def wav_stream_header(sample_rate: int, channels: int = 1, bits_per_sample: int = 16) -> bytes:
     """A 44-byte RIFF/WAVE header for a stream of unknown length: RIFF and data sizes are 0xFFFFFFFF, as OpenAI
     sends when streaming (most decoders then read until the end of the stream)."""
+    return wav_header(sample_rate, None, channels, bits_per_sample)
+
+
+def wav_header(sample_rate: int, data_bytes: int | None, channels: int = 1, bits_per_sample: int = 16) -> bytes:
+    """A 44-byte RIFF/WAVE header; `data_bytes` None: a stream of unknown length (sizes 0xFFFFFFFF)."""
     block_align = channels * bits_per_sample // 8
+    riff_size = _STREAMING_SIZE if data_bytes is None else 36 + data_bytes
+    data_size = _STREAMING_SIZE if data_bytes is None else data_bytes
     return (
         b"RIFF"
-        + struct.pack("<I", _STREAMING_SIZE)
+        + struct.pack("<I", riff_size)
         + b"WAVE"
         + b"fmt "
         + struct.pack("<IHHIIHH", 16, 1, channels, sample_rate, sample_rate * block_align, block_align, bits_per_sample)
         + b"data"
-        + struct.pack("<I", _STREAMING_SIZE)
+        + struct.pack("<I", data_size)
     )
 
 
@@ -119,6 +132,22 @@ class WavEncoder(PcmEncoder):
         return self._header()
 
 
+class WholeWavEncoder(PcmEncoder):
+    """A complete WAV file: the samples are kept until `finish`, which puts the exact sizes in the header."""
+
+    def __init__(self, sample_rate: int) -> None:
+        super().__init__(sample_rate)
+        self._pcm = bytearray()
+
+    def encode(self, samples: np.ndarray) -> bytes:
+        self._pcm += float_to_pcm16(samples)
+        return b""
+
+    def finish(self) -> bytes:
+        data, self._pcm = bytes(self._pcm), bytearray()
+        return wav_header(self.sample_rate, len(data)) + data
+
+
 class _ByteSink:
     """A write-only file for FFmpeg's muxer. Without `seek` the muxer treats the output as a stream and never
     goes back to patch headers, which a chunked HTTP body could not honour anyway."""
@@ -137,14 +166,21 @@ class _ByteSink:
 
 
 class PyAvEncoder:
-    """mp3 / Ogg Opus / ADTS AAC / FLAC through FFmpeg. PyAV re-frames input to the codec's frame size itself."""
+    """mp3 / Ogg Opus / ADTS AAC / FLAC through FFmpeg. PyAV re-frames input to the codec's frame size itself.
 
-    def __init__(self, response_format: ResponseFormat, sample_rate: int) -> None:
+    `whole_file`: the muxer writes to a buffer it can seek, and goes back to complete the headers when it closes;
+    nothing is returned before `finish`."""
+
+    def __init__(self, response_format: ResponseFormat, sample_rate: int, whole_file: bool = False) -> None:
         container_format, codec = _PYAV_FORMATS[response_format]
         self.sample_rate = sample_rate
-        self._sink = _ByteSink()
+        self._sink: _ByteSink | None = None if whole_file else _ByteSink()
+        self._file = io.BytesIO() if whole_file else None
         self._container = av.open(
-            self._sink, mode="w", format=container_format, options=_MUXER_OPTIONS.get(response_format, {})
+            self._file if self._file is not None else self._sink,
+            mode="w",
+            format=container_format,
+            options=_MUXER_OPTIONS.get(response_format, {}),
         )
         self._stream = self._container.add_stream(codec, rate=sample_rate, layout="mono")
         if response_format in _BIT_RATES:
@@ -162,14 +198,17 @@ class PyAvEncoder:
             self._pts += len(samples)
             for packet in self._stream.encode(frame):
                 self._container.mux(packet)
-        return self._sink.take()
+        return self._take()
+
+    def _take(self) -> bytes:
+        return b"" if self._sink is None else self._sink.take()
 
     def finish(self) -> bytes:
         for packet in self._stream.encode(None):
             self._container.mux(packet)
         self._container.close()
         self._closed = True
-        return self._sink.take()
+        return self._file.getvalue() if self._file is not None else self._take()
 
     def close(self) -> None:
         if not self._closed:
@@ -180,11 +219,12 @@ class PyAvEncoder:
                 pass  # closing an abandoned stream; nothing left to deliver
 
 
-def create_encoder(response_format: ResponseFormat, sample_rate: int) -> StreamEncoder:
+def create_encoder(response_format: ResponseFormat, sample_rate: int, whole_file: bool = False) -> StreamEncoder:
+    """`whole_file`: one complete file, returned by `finish` (raw pcm is the same either way)."""
     if response_format == "pcm":
         return PcmEncoder(sample_rate)
     if response_format == "wav":
-        return WavEncoder(sample_rate)
+        return WholeWavEncoder(sample_rate) if whole_file else WavEncoder(sample_rate)
     if response_format in _PYAV_FORMATS:
-        return PyAvEncoder(response_format, sample_rate)
+        return PyAvEncoder(response_format, sample_rate, whole_file)
     raise ValueError(f"unknown response format {response_format!r}")

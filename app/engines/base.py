@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -52,6 +52,10 @@ class SynthesisJob:
     initial_codec_chunk_frames: int | None = None  # None: the deployment's own first-chunk size
     non_streaming_mode: bool | None = None  # None: the model's default prompt mode
     word_timestamps: bool = False  # the chunks carry `words` (engines whose capabilities say they can)
+    # a precomputed speaker embedding to clone from (task Base, x-vector only), instead of reference audio
+    speaker_embedding: tuple[float, ...] | None = None
+    # vllm-omni's `extra_params`: temperature/top_p/top_k for the talker, the whole object as the model's extra_args
+    extra_params: dict[str, Any] | None = field(default=None, compare=False)
     # the text continues an utterance whose audio the listener is hearing right now (a sentence after the first of a
     # WebSocket utterance): an engine that joins sentences trims its leading silence as it does between its own
     # sentences; others may ignore it
@@ -127,6 +131,8 @@ class EngineCapabilities:
     # (Whisper tiny.en): with `language` omitted or Auto, text in a script other than Latin is refused
     word_timestamps_languages: tuple[str, ...] | None = None
     word_timestamps_missing: str = ""  # when it cannot time words: what the server lacks to do so (told to callers)
+    speaker_embedding_dim: int | None = None  # clones from a precomputed embedding of this size; None: cannot
+    extra_params: bool = False  # honours vllm-omni's `extra_params` (sampling and the model's extra arguments)
 
 
 @dataclass(slots=True)
