@@ -1,7 +1,7 @@
 # Two images from one file:
 #   docker build --target cpu -t speech-service:cpu .   the embedded CPU engine (no GPU needed)
-#   docker build --target gpu -t speech-service:gpu .   the omni engine: vllm 0.26.0 + vllm-omni 0.26.0 (the pair
-#                                                       proven on H100; torch 2.11 / CUDA 13) for Qwen3-TTS
+#   docker build --target gpu -t speech-service:gpu .   the omni engine: vllm 0.30.0 + vllm-omni 0.30.0 (the pair
+#                                                       run on H100; torch 2.13 / CUDA 13) for Qwen3-TTS
 # Both install with the Makefile's own `make install` (only the extras differ), so CI runs the same install steps.
 # The root filesystem can be read-only: the service writes only to /tmp (HOME) and its voice store.
 # No model weights are baked in: mount them and point SPEECH_MODEL at them (see k8s/overlays/gpu).
@@ -76,6 +76,7 @@ ENV PATH="/srv/speech/.venv/bin:${PATH}" \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
     VLLM_NO_USAGE_STATS=1 \
+    VLLM_USE_FLASHINFER_SAMPLER=0 \
     PYTHONPATH=/srv/speech
 # Registered voices outlive the container: mount a volume here (shared between replicas, see k8s/).
 VOLUME ["/var/lib/speech/voices"]

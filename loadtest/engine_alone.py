@@ -48,7 +48,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from app.engines.base import SynthesisJob
-from app.engines.omni import _ENGINE_ENVIRONMENT, compile_cache_environment, load_prompt_helpers, talker_limits
+from app.engines.omni import ENGINE_ENVIRONMENT, compile_cache_environment, load_prompt_helpers, talker_limits
 from app.engines.qwen3_tts import (
     AudioOutputReader,
     PromptHelpers,
@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stdout)
-    for key, value in _ENGINE_ENVIRONMENT.items():  # vllm-omni's stage processes are spawned, offline
+    for key, value in ENGINE_ENVIRONMENT.items():  # vllm-omni's stage processes are spawned, offline
         os.environ.setdefault(key, value)
     if args.compile_cache_dir:
         for key, value in compile_cache_environment(args.compile_cache_dir).items():

@@ -1,11 +1,12 @@
-"""The sizes of the windows in which vllm-omni 0.26's Qwen3-TTS talker hands its codec frames to code2wav.
+"""The sizes of the windows in which vllm-omni 0.30's Qwen3-TTS talker hands its codec frames to code2wav.
 
 Stage 0's chunk builder (`vllm_omni/model_executor/stage_input_processors/qwen3_tts.py`) cuts a stream's frames into
 windows by the deploy profile's connector settings: either a first window of `initial_codec_chunk_frames` and then
 `codec_chunk_frames` each, or, when `codec_chunk_ramp` is set, the ramp's sizes one after the other and then
-`codec_chunk_frames` each (the ramp replaces the first-window size, the per-request one included). The service needs
-the same schedule twice: the frame guard tells a full window from a flush by it, and the code2wav scheduler counts the
-audio each stream's listener holds by it. Pure Python: read from the profile's YAML, no engine import.
+`codec_chunk_frames` each, or, with `codec_chunk_adaptive`, sizes chosen at run time from how far each stream is
+ahead of its listener (`chunk_size_utils.AdaptiveChunkController`), up to `codec_chunk_frames`. Both the ramp and the
+adaptive sizes replace the first-window size, the per-request one included, which the service then refuses rather
+than ignores. Pure Python: read from the profile's YAML, no engine import.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ class CodecWindows:
     first: tuple[int, ...]
     steady: int
     ramp: bool = False  # the sizes come from `codec_chunk_ramp` (vllm-omni then ignores a request's first size)
+    adaptive: bool = False  # `codec_chunk_adaptive`: sizes chosen at run time; `first` is only the smallest window
+
+    @property
+    def request_first_size_ignored(self) -> bool:
+        """vllm-omni ignores a request's own `initial_codec_chunk_frames` under a ramp or adaptive windows."""
+        return self.ramp or self.adaptive
 
     def __post_init__(self) -> None:
         if not self.first or any(size <= 0 for size in self.first) or self.steady <= 0:
@@ -33,16 +40,19 @@ class CodecWindows:
     def with_first(self, frames: int | None) -> CodecWindows:
         """The windows of a request that sets its own first-window size (`initial_codec_chunk_frames`); under a
         ramp vllm-omni ignores that field, so the ramp stays."""
-        if frames is None or self.ramp:
+        if frames is None or self.request_first_size_ignored:
             return self
         return CodecWindows((frames,), self.steady)
 
     @classmethod
     def from_connector_extra(cls, extra: Mapping[str, Any]) -> CodecWindows | None:
-        """The schedule a connector's `extra` settings give, as vllm-omni 0.26 reads them (`parse_chunk_ramp`: a
-        list or a comma-separated string of at least two positive sizes, else no ramp). None when the first window
-        is left to vllm-omni, which then sizes it by load: no fixed schedule exists."""
+        """The schedule a connector's `extra` settings give, as vllm-omni 0.30 reads them (`chunk_size_utils`:
+        `parse_adaptive_config`, which wins over `parse_chunk_ramp`: a list or a comma-separated string of at least
+        two positive sizes, else no ramp). None when the first window is left to vllm-omni, which then sizes it by
+        load: no fixed schedule exists."""
         steady = int(extra.get("codec_chunk_frames") or 25)
+        if _flag(extra.get("codec_chunk_adaptive")):
+            return cls((max(1, int(extra.get("codec_chunk_min_frames") or 2)),), steady, adaptive=True)
         ramp = _ramp(extra.get("codec_chunk_ramp"))
         if ramp is not None:
             return cls(ramp, steady, ramp=True)
@@ -52,7 +62,7 @@ class CodecWindows:
         return cls((min(initial, steady),), steady)  # vllm-omni clamps a first window larger than the steady ones
 
 
-# vllm-omni 0.26's own qwen3_tts.yaml, used when a deployment gives no profile: a first window of 1 frame, then 25
+# vllm-omni 0.30's own qwen3_tts.yaml, used when a deployment gives no profile: a first window of 1 frame, then 25
 VLLM_OMNI_DEFAULT = CodecWindows((1,), 25)
 
 
@@ -66,3 +76,11 @@ def _ramp(raw: object) -> tuple[int, ...] | None:
     if len(sizes) < 2 or any(size <= 0 for size in sizes):
         return None
     return tuple(sizes)
+
+
+def _flag(raw: object) -> bool:
+    """A yes/no as vllm-omni reads `codec_chunk_adaptive` (`bool(value)`), except that the strings a YAML override
+    or an environment may give ("false", "0", "no", "off") mean no."""
+    if isinstance(raw, str):
+        return raw.strip().lower() not in {"", "false", "0", "no", "off"}
+    return bool(raw)

@@ -1,9 +1,10 @@
 """The omni engine: Qwen3-TTS on vllm-omni's `AsyncOmni` (talker -> shared-memory chunk connector -> code2wav).
 
-Written against vllm-omni 0.26.0 with vllm 0.26.0. vllm-omni is imported only when the engine starts, after the
+Written against vllm-omni 0.30.0 with vllm 0.30.0. vllm-omni is imported only when the engine starts, after the
 environment it needs is set, so the rest of the service runs without it. Requests are built the way vllm-omni's own
-speech server builds them (see `app.engines.qwen3_tts`); audio is streamed as DELTA outputs, passed through a
-`FrameGuard` so that no audio the talker did not generate ever reaches a caller.
+speech server builds them (see `app.engines.qwen3_tts`); audio is streamed as DELTA outputs. (0.26's talker could
+send a stream's tail window twice under load, which a frame guard here used to drop; 0.30 counts the frames it has
+sent per request and never sends one again, so every sample now goes to the caller as it comes.)
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from app.engines.base import (
 )
 from app.engines.cuda_mps import CudaMpsDaemon
 from app.engines.qwen3_tts import (
+    SAMPLES_PER_FRAME,
     AudioOutputReader,
-    FrameGuard,
     PromptHelpers,
     Qwen3TTSModel,
     build_prompt,
@@ -48,15 +49,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # vllm-omni's stage processes are spawned and must find everything locally.
-_ENGINE_ENVIRONMENT = {
+ENGINE_ENVIRONMENT = {
     "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
+    # vLLM's native top-k/top-p sampler: flashinfer's would compile itself with nvcc at first use, which a runtime
+    # image does not have
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",
 }
 
-# vllm-omni 0.26.0's code2wav decoder counts, when asked, the windows it decoded in a CUDA graph and those that fell
+# vllm-omni 0.30.0's code2wav decoder counts, when asked, the windows it decoded in a CUDA graph and those that fell
 # back to eager (no graph of their batch size and length): one cumulative log line every so many decoder calls, from
 # the code2wav stage process, which reads these at start. The service asks whenever the deploy profile turns the
 # engine probes on, so that eager fallbacks show beside the probes' step times.
@@ -90,7 +94,6 @@ class OmniEngine:
         self._active: set[str] = set()
         self._ready = False
         self._detail = "not started"
-        self.frames_dropped = 0
         self._talker_batch, graph_cap = talker_limits(settings.deploy_config, settings.stage_overrides)
         if graph_cap is not None and graph_cap < self._talker_batch:
             log.warning(
@@ -102,8 +105,8 @@ class OmniEngine:
         self._probes_on = engine_probe_interval_s(settings.deploy_config) > 0
         codec_load_format = ((settings.stage_overrides or {}).get("1") or {}).get("load_format", settings.load_format)
         if codec_load_format == "dummy":
-            # vLLM's dummy loader never calls a model's load_weights, and vllm-omni 0.26.0's code2wav does its set-up
-            # there: the codec decoder's CUDA graphs, its float32 cast and the profile's decode_* batching settings.
+            # vLLM's dummy loader never calls a model's load_weights, and vllm-omni 0.30.0's code2wav does its set-up
+            # there: the codec decoder's CUDA graphs, its dtype cast, its chunk schedule and decode_* batching settings.
             log.warning(
                 "random weights (load_format dummy): code2wav decodes eagerly, without the profile's decoder graphs "
                 "and batching, so its timing is not that of real weights"
@@ -112,7 +115,7 @@ class OmniEngine:
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
-        for key, value in _ENGINE_ENVIRONMENT.items():
+        for key, value in ENGINE_ENVIRONMENT.items():
             os.environ.setdefault(key, value)
         if self._settings.compile_cache_dir:
             caches = compile_cache_environment(self._settings.compile_cache_dir)
@@ -226,9 +229,9 @@ class OmniEngine:
             sample_rate=self._model.sample_rate,
             max_concurrency=self._talker_batch,
             speed_range=(1.0, 1.0),  # Qwen3-TTS has no speed control (vllm-omni refuses other speeds when streaming)
-            # a first chunk larger than the steady windows only delays the first audio; under a ramp vllm-omni
-            # ignores a request's first-chunk size, so the field is refused rather than silently dropped
-            initial_chunk_frames=None if self._windows.ramp else (1, self._windows.steady),
+            # a first chunk larger than the steady windows only delays the first audio; under a ramp or adaptive
+            # windows vllm-omni ignores a request's first-chunk size, so the field is refused rather than dropped
+            initial_chunk_frames=None if self._windows.request_first_size_ignored else (1, self._windows.steady),
             prompt_modes=True,
         )
 
@@ -247,8 +250,6 @@ class OmniEngine:
         prompt = await build_prompt(self._helpers, self._model, job, self._prompt_executor)
         params = sampling_params_for(job, self._helpers.delta_defaults, fixed_length=self._settings.omni_fixed_length)
         reader = AudioOutputReader(cumulative=self._cumulative)
-        # the request's first-chunk size, when it sets one, is the window the guard must expect first
-        guard = FrameGuard(self._windows.with_first(job.initial_codec_chunk_frames))
         self._active.add(job.request_id)
         if job.timing is not None:
             job.timing.mark("submitted")
@@ -261,15 +262,12 @@ class OmniEngine:
                 if getattr(output, "error", None):
                     raise EngineError(f"vllm-omni failed the request: {output.error}")
                 samples = reader.read(output)
-                if samples is None:
+                if samples is None or len(samples) == 0:
                     continue
-                fresh = guard.accept(samples)
-                if len(fresh) == 0:
-                    continue
-                frames = len(fresh) // guard.samples_per_frame
+                frames = len(samples) // SAMPLES_PER_FRAME
                 tokens_in = 0 if input_tokens_reported else len(prompt["prompt_token_ids"])
                 input_tokens_reported = True
-                yield AudioChunk(fresh, reader.sample_rate or self._model.sample_rate, tokens_in, frames)
+                yield AudioChunk(samples, reader.sample_rate or self._model.sample_rate, tokens_in, frames)
         except Exception as exc:
             if _is_engine_dead(exc):
                 self._ready = False
@@ -280,18 +278,6 @@ class OmniEngine:
             with contextlib.suppress(Exception):
                 await outputs.aclose()  # on early exit, generate() aborts the engine request itself
             self._active.discard(job.request_id)  # after: abort() can still reach a request whose close was cut
-            if guard.frames_dropped or guard.irregular_chunks:
-                self.frames_dropped += guard.frames_dropped
-                log.warning(
-                    "omni output re-covered frames already sent; dropped them",
-                    extra={
-                        "request_id": job.trace_id or job.request_id,
-                        "job_id": job.request_id,
-                        "frames_dropped": guard.frames_dropped,
-                        "irregular_chunks": guard.irregular_chunks,
-                        "frames_sent": guard.frames_sent,
-                    },
-                )
 
 
 def compile_cache_environment(cache_dir: str) -> dict[str, str]:
@@ -333,7 +319,7 @@ def stage_overrides_with_scheduler(
     return overrides or None
 
 
-VLLM_OMNI_DEFAULT_MAX_NUM_SEQS = 64  # stage 0 of vllm-omni 0.26.0's own qwen3_tts.yaml
+VLLM_OMNI_DEFAULT_MAX_NUM_SEQS = 64  # stage 0 of vllm-omni 0.30.0's own qwen3_tts.yaml
 
 
 def _talker_stage(deploy_config: str | None, stage_overrides: dict[str, dict[str, object]] | None) -> dict:

@@ -1,8 +1,8 @@
-"""Qwen3-TTS on vllm-omni 0.26: the model's description and the translation of a job into an engine request.
+"""Qwen3-TTS on vllm-omni 0.30: the model's description and the translation of a job into an engine request.
 
-Pure Python (no vllm import), so the translation is tested on the CPU. It mirrors vllm-omni 0.26.0's own speech
-server (`vllm_omni/entrypoints/openai/serving_speech.py`, `_build_tts_params` / `_build_qwen3_tts_request`, and the
-Qwen3-TTS adapter in `entrypoints/openai/tts_adapters/qwen3_tts.py`):
+Pure Python (no vllm import), so the translation is tested on the CPU. It mirrors vllm-omni 0.30.0's own speech
+server (`vllm_omni/entrypoints/openai/serving_speech.py` and the Qwen3-TTS adapter in
+`entrypoints/openai/tts_adapters/qwen3_tts.py`, `_build_tts_params` and `build`):
 
 - the prompt is `prompt_token_ids=[1] * n` (placeholders: the talker rebuilds its embeddings from
   `additional_information`), n from the model's own prompt-length estimator;
@@ -159,7 +159,7 @@ def warmup_job(model: Qwen3TTSModel, request_id: str, index: int = 0) -> Synthes
 
 
 def additional_information(job: SynthesisJob, model: Qwen3TTSModel) -> dict[str, list[Any]]:
-    """The talker's conditioning, key for key as vllm-omni 0.26's `_build_tts_params` writes it."""
+    """The talker's conditioning, key for key as vllm-omni 0.30's `_build_tts_params` writes it."""
     info: dict[str, list[Any]] = {
         "text": [job.text],
         "task_type": [job.task_type.value],
@@ -250,59 +250,6 @@ def sampling_params_for(job: SynthesisJob, delta_defaults: list[Any], *, fixed_l
     return params
 
 
-class FrameGuard:
-    """Forwards only audio the talker generated once: never a window that re-covers frames already sent.
-
-    vllm-omni 0.26's stage-0 chunk builder reads the request's live finished flag from a background thread; when that
-    thread lags (c >= 32), an older step is flushed as if it were the last, and code2wav decodes the tail since the
-    last chunk boundary twice: 1 + 3x25 + 22 + 23 = 121 frames for 99 generated. Every legitimate window after the
-    first starts at a boundary (the sum of the window sizes before it, `CodecWindows`) and every flush re-covers the
-    tail since that same boundary. So after a partial window, the next one is a re-cover exactly when it begins with
-    the audio already sent (same codes, same left context: the same decoded samples); only its part past that tail is
-    new. The content check keeps the guard from cutting real audio if the windows are not what the geometry
-    predicts."""
-
-    SAME_AUDIO = 0.25  # relative RMS difference below which two decodings are the same frames
-
-    def __init__(self, windows: CodecWindows | None = None, samples_per_frame: int = SAMPLES_PER_FRAME):
-        self.samples_per_frame = samples_per_frame
-        self.windows = windows = windows or VLLM_OMNI_DEFAULT
-        self._window = 0  # index of the next full window
-        self._expected = windows.size(0)  # a full window of this size brings us to the next boundary
-        self._tail = np.zeros(0, np.float32)  # audio sent since the current boundary by partial windows
-        self.frames_sent = 0
-        self.frames_dropped = 0
-        self.irregular_chunks = 0
-
-    def _recovers_tail(self, samples: np.ndarray) -> bool:
-        overlap = min(len(samples), len(self._tail))
-        if not overlap:
-            return False
-        sent, again = self._tail[:overlap], samples[:overlap]
-        scale = float(np.sqrt(np.mean(sent.astype(np.float64) ** 2))) + 1e-6
-        return float(np.sqrt(np.mean((sent.astype(np.float64) - again) ** 2))) < self.SAME_AUDIO * scale
-
-    def accept(self, samples: np.ndarray) -> np.ndarray:
-        frames, remainder = divmod(len(samples), self.samples_per_frame)
-        if remainder or frames == 0:
-            self.irregular_chunks += 1  # not whole frames: nothing to reason about, pass it on unchanged
-            return samples
-        new = samples
-        if len(self._tail) and self._recovers_tail(samples):
-            repeated = min(len(samples), len(self._tail))
-            self.frames_dropped += repeated // self.samples_per_frame
-            new = samples[repeated:]
-            self._tail = np.concatenate([self._tail, new])  # the tail since the boundary, now longer
-        elif frames == self._expected:
-            self._tail = np.zeros(0, np.float32)  # a full window: the next boundary is reached
-            self._window += 1
-            self._expected = self.windows.size(self._window)
-        else:
-            self._tail = samples.copy()  # a partial window: a flush, or an early one
-        self.frames_sent += len(new) // self.samples_per_frame
-        return new
-
-
 class AudioOutputReader:
     """New audio from each `OmniRequestOutput`, whether the engine sends deltas or everything so far.
 
@@ -349,17 +296,19 @@ def _connector_extras(deploy_config: str | None) -> list[dict[str, Any]]:
     return [(connector or {}).get("extra") or {} for connector in connectors.values()]
 
 
+WINDOW_SETTINGS = frozenset(
+    {"codec_chunk_frames", "initial_codec_chunk_frames", "codec_chunk_ramp", "codec_chunk_adaptive"}
+)
+
+
 def codec_windows(deploy_config: str | None) -> CodecWindows:
-    """The window schedule a deploy profile's connector settings give (vllm-omni's own without one)."""
-    windows: CodecWindows | None = VLLM_OMNI_DEFAULT
+    """The window schedule a deploy profile's connector settings give (vllm-omni's own without one). A profile that
+    leaves the first window to vllm-omni (sized by load) is read as its smallest, 1 frame."""
+    windows = VLLM_OMNI_DEFAULT
     for extra in _connector_extras(deploy_config):
-        if {"codec_chunk_frames", "initial_codec_chunk_frames", "codec_chunk_ramp"} & set(extra):
-            windows = CodecWindows.from_connector_extra(extra)
-    if windows is None:
-        raise ValueError(
-            f"{deploy_config}: set initial_codec_chunk_frames (or codec_chunk_ramp); without it vllm-omni sizes the "
-            "first window by load, and the service could not tell a repeated window from a new one"
-        )
+        if WINDOW_SETTINGS & set(extra):
+            steady = int(extra.get("codec_chunk_frames") or 25)
+            windows = CodecWindows.from_connector_extra(extra) or CodecWindows((1,), steady)
     return windows
 
 

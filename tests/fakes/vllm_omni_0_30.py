@@ -1,4 +1,4 @@
-"""Stand-ins for the vllm / vllm-omni types the omni engine touches, mirroring vllm 0.26.0 + vllm-omni 0.26.0.
+"""Stand-ins for the vllm / vllm-omni types the omni engine touches, mirroring vllm 0.30.0 + vllm-omni 0.30.0.
 
 vllm-omni cannot run on the CPU machines where CI runs; these mirror, field for field, what the engine uses:
 - `vllm.sampling_params.RequestOutputKind` and the `SamplingParams` fields it reads or sets;
@@ -7,14 +7,16 @@ vllm-omni cannot run on the CPU machines where CI runs; these mirror, field for 
   error, and the `multimodal_output` property that looks at the completion output first);
 - `vllm_omni.entrypoints.utils.coerce_param_message_types` (DELTA when streaming, FINAL_ONLY otherwise);
 - `vllm.inputs.tokens_input`;
-- `vllm_omni.AsyncOmni`: `default_sampling_params_list` (CUMULATIVE, as the engine builds them), `generate(prompt,
-  request_id, *, sampling_params_list, output_modalities)` as an async generator whose early close aborts the request,
-  `abort`, `shutdown`, `errored`. AsyncOmni's orchestrator is a Python thread of the caller's process, holding the
+- `vllm_omni.AsyncOmni` (`vllm_omni/entrypoints/async_omni.py`): `default_sampling_params_list` (CUMULATIVE, as the
+  engine builds them), `generate(prompt, sampling_params=None, request_id="", *, sampling_params_list,
+  output_modalities, arrival_time, ...)` as an async generator whose early close aborts the request, `abort` (by the
+  caller's request id: 0.30 adds a suffix of its own internally and maps it back), `shutdown`, `errored`. AsyncOmni's orchestrator is a Python thread of the caller's process, holding the
   GIL while it handles the stages' outputs; `orchestrator_busy_ms` every `orchestrator_period_ms` while requests run
-  models that load. Audio follows code2wav's windows: 1 frame (or the request's
-  `initial_codec_chunk_frames`), then 25-frame windows, then the tail;
-  N talker tokens make N - 1 frames of 1920 samples at 24 kHz. `duplicate_tail` replays 0.26.0's race (the tail since
-  the last boundary flushed twice, one frame short the first time).
+  models that load. Audio follows code2wav's windows
+  (`vllm_omni/model_executor/stage_input_processors/qwen3_tts.py`): 1 frame (or the request's
+  `initial_codec_chunk_frames`), then 25-frame windows, then the tail; a profile's `codec_chunk_ramp` or
+  `codec_chunk_adaptive` replaces the request's first size. Every frame is sent once (0.30 tracks the frames it has
+  emitted per request); N talker tokens make N - 1 frames of 1920 samples at 24 kHz.
 Torch tensors are replaced by `FakeTensor`, which has the methods the engine calls (detach, float, cpu, numpy).
 """
 
@@ -165,10 +167,9 @@ class EngineDeadError(RuntimeError):
 
 
 class FakeAsyncOmni:
-    def __init__(self, *, mode: str = "delta", duplicate_tail: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, mode: str = "delta", **kwargs: Any) -> None:
         self.kwargs = kwargs
         self.mode = mode  # delta | cumulative_list | cumulative_tensor
-        self.duplicate_tail = duplicate_tail
         self.default_sampling_params_list = [
             SamplingParams(
                 temperature=0.9,
@@ -235,9 +236,12 @@ class FakeAsyncOmni:
             self._orchestrator.start()
         frames = self.frames_for(sampling_params_list, prompt)
         # stage 0's connector takes a request's first-chunk size from its additional_information, else the profile's;
-        # a profile's codec_chunk_ramp replaces both
+        # a profile's codec_chunk_ramp replaces both, and codec_chunk_adaptive sizes the first window by load (1 frame
+        # on an idle engine) and the next ones by the listener's buffer (here: the ramp, or 25 each)
         extra = connector_extra(self.kwargs.get("deploy_config"))
         initial = (prompt.get("additional_information") or {}).get("initial_codec_chunk_frames", [1])[0]
+        if extra.get("codec_chunk_adaptive"):
+            initial = 1
         sizes = windows(frames, initial=initial, ramp=extra.get("codec_chunk_ramp"))
         rng = np.random.default_rng(len(self.requests))
         waveform = rng.uniform(-0.5, 0.5, frames * SAMPLES_PER_FRAME).astype(np.float32)
@@ -247,9 +251,6 @@ class FakeAsyncOmni:
         try:
             for index, size in enumerate(sizes):
                 last = index == len(sizes) - 1
-                if last and self.duplicate_tail and size > 1:  # 0.26.0's race: the tail flushed early, then again
-                    emitted.append(waveform[start * SAMPLES_PER_FRAME : (start + size - 1) * SAMPLES_PER_FRAME])
-                    yield self._output(request_id, emitted, False)
                 emitted.append(waveform[start * SAMPLES_PER_FRAME : (start + size) * SAMPLES_PER_FRAME])
                 start += size
                 try:
@@ -400,56 +401,6 @@ def install_generation_scheduler(modules: dict[str, Any]) -> None:
     for name in ("vllm_omni", "vllm_omni.core", "vllm_omni.core.sched"):
         modules.setdefault(name, types.ModuleType(name))
     modules["vllm_omni.core.sched.omni_generation_scheduler"] = module
-
-
-# -- stage 0 (talker) chunk builder: vllm_omni.model_executor.stage_input_processors.qwen3_tts -----------------------
-@dataclass
-class FakeTalkerRequest:
-    """What 0.26.0's builder reads of the talker's live request: `external_req_id`, `is_finished()` (the live state,
-    which may already be past the step being built) and, as every vLLM `Request`, `arrival_time` (wall clock)."""
-
-    external_req_id: str
-    arrival_time: float
-    finished: bool = False
-
-    def is_finished(self) -> bool:
-        return self.finished
-
-
-class FakeTransferManager:
-    """The parts of 0.26.0's chunk transfer adapter that the builder and the service's hook touch."""
-
-    def __init__(self, extra: dict[str, Any]) -> None:
-        self.connector = type("Connector", (), {"config": {"extra": extra}})()
-        self._pending_save_reqs: list[Any] = []
-        self.frames: dict[str, int] = {}
-
-
-def talker2code2wav_async_chunk(
-    transfer_manager: FakeTransferManager, multimodal_output: Any, request: Any, is_finished: bool = False
-) -> dict[str, Any] | None:
-    """0.26.0's builder, cut to what decides whether a step sends a window: one frame per step; a window when the
-    frames reach the next point of `windows_at` (connector `extra`), or at the end. Like the real one it reads the
-    live request: `finished = is_finished or request.is_finished()`."""
-    finished = bool(is_finished or request.is_finished())
-    frames = transfer_manager.frames.get(request.external_req_id, 0) + 1
-    transfer_manager.frames[request.external_req_id] = frames
-    if finished or frames in transfer_manager.connector.config["extra"].get("windows_at", ()):
-        return {"frames": frames, "finished": finished}
-    return None
-
-
-def install_talker_chunk_builder(modules: dict[str, Any]) -> None:
-    """Make `vllm_omni.model_executor.stage_input_processors.qwen3_tts` importable with the stand-in builder."""
-    import types
-
-    module = types.ModuleType("vllm_omni.model_executor.stage_input_processors.qwen3_tts")
-    module.talker2code2wav_async_chunk = talker2code2wav_async_chunk  # type: ignore[attr-defined]
-    for name in ("vllm_omni", "vllm_omni.model_executor", "vllm_omni.model_executor.stage_input_processors"):
-        modules.setdefault(name, types.ModuleType(name))
-    modules["vllm_omni.model_executor.stage_input_processors.qwen3_tts"] = module
-    # `from package import module` reads the package's attribute
-    modules["vllm_omni.model_executor.stage_input_processors"].qwen3_tts = module  # type: ignore[attr-defined]
 
 
 def import_against_stand_ins(monkeypatch: Any, module: str, *installs: Callable[[dict[str, Any]], None]) -> Any:

@@ -1,4 +1,4 @@
-"""loadtest.engine_alone on the fake of vllm-omni 0.26.0, its control endpoint on a real loopback port."""
+"""loadtest.engine_alone on the fake of vllm-omni 0.30.0, its control endpoint on a real loopback port."""
 
 from __future__ import annotations
 

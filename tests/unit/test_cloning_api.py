@@ -1,4 +1,4 @@
-"""Cloning through the HTTP API on a Base checkpoint (the omni engine on fakes of vllm-omni 0.26.0's types): every
+"""Cloning through the HTTP API on a Base checkpoint (the omni engine on fakes of vllm-omni 0.30.0's types): every
 ref_audio form — base64, data URI, an https URL from an allow-listed local server — and registered voices."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""loadtest/engine_alone.py: AsyncOmni alone behind a control endpoint, on the fake of vllm-omni 0.26.0."""
+"""loadtest/engine_alone.py: AsyncOmni alone behind a control endpoint, on the fake of vllm-omni 0.30.0."""
 
 from __future__ import annotations
 
@@ -87,8 +87,8 @@ async def test_closed_loop_run_records_every_chunk(model_dir: Path) -> None:
     assert sorted(r["text"] for r in records) == sorted((texts * 4)[1:11])
     for record in records:
         assert record["ok"] and record["error_code"] is None
-        # the shipped profile's ramp: windows of 2, 4, 8 and 16 frames
-        assert [n // SAMPLES_PER_FRAME for _, n in record["chunks"]] == [2, 4, 8, 16]
+        # the shipped profile's ramp: windows of 1, 2, 4 and 8 frames, then what is left of the 30
+        assert [n // SAMPLES_PER_FRAME for _, n in record["chunks"]] == [1, 2, 4, 8, 15]
         assert record["samples"] == FRAMES * SAMPLES_PER_FRAME and record["sample_rate"] == 24_000
         assert record["audio_s"] == pytest.approx(FRAMES * 0.08)
         times = [t for t, _ in record["chunks"]]

@@ -1,4 +1,4 @@
-"""The omni engine's request translation and output handling, against fakes of vllm-omni 0.26.0's types."""
+"""The omni engine's request translation and output handling, against fakes of vllm-omni 0.30.0's types."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from app.engines.codec_windows import CodecWindows
 from app.engines.omni import DECODER_GRAPH_STATS_ENVIRONMENT, OmniEngine
 from app.engines.qwen3_tts import (
     AudioOutputReader,
-    FrameGuard,
     Qwen3TTSModel,
     additional_information,
     check_job,
@@ -148,57 +147,6 @@ def test_sampling_params_copy_the_delta_defaults() -> None:
 # -- output handling -------------------------------------------------------------------------------------------------
 
 
-def frames_of(sizes: list[int]) -> list[np.ndarray]:
-    """Windows cut from one stream of numbered frames (frame k is full of k), as code2wav would decode them."""
-    chunks, start = [], 0
-    for size in sizes:
-        chunks.append(np.repeat(np.arange(start, start + size, dtype=np.float32), SAMPLES_PER_FRAME))
-        start += size
-    return chunks
-
-
-def through_guard(chunks: list[np.ndarray]) -> tuple[np.ndarray, FrameGuard]:
-    guard = FrameGuard()
-    return np.concatenate([guard.accept(c) for c in chunks]), guard
-
-
-def test_frame_guard_passes_a_normal_stream_untouched() -> None:
-    chunks = frames_of(windows(99))
-    assert windows(99) == [1, 25, 25, 25, 23]
-    out, guard = through_guard(chunks)
-    assert np.array_equal(out, np.concatenate(chunks))
-    assert guard.frames_sent == 99 and guard.frames_dropped == 0
-
-
-@pytest.mark.parametrize("lag", [1, 2, 3])
-def test_frame_guard_drops_a_duplicated_tail(lag: int) -> None:
-    """vllm-omni 0.26.0 under load: the tail since the last boundary flushed `lag` extra times, growing by a frame."""
-    normal = frames_of(windows(99))
-    boundary = 76  # 1 + 3 x 25
-    tail = [
-        np.repeat(np.arange(boundary, boundary + n, dtype=np.float32), SAMPLES_PER_FRAME) for n in range(23 - lag, 24)
-    ]
-    out, guard = through_guard([*normal[:-1], *tail])
-    assert np.array_equal(out, np.concatenate(normal))  # exactly frames 0..98, once each, in order
-    assert guard.frames_sent == 99
-    assert guard.frames_dropped == sum(range(23 - lag, 23))
-
-
-@pytest.mark.parametrize("sizes", [[4, 25, 25, 20], [1, 12, 12, 12, 12, 10], [1, 25, 3], [2, 2, 2], [1, 25, 25]])
-def test_frame_guard_never_cuts_windows_it_did_not_expect(sizes: list[int]) -> None:
-    """Windows of another geometry than the guard's (a profile with other chunk sizes) pass through whole."""
-    chunks = frames_of(sizes)
-    out, guard = through_guard(chunks)
-    assert np.array_equal(out, np.concatenate(chunks))
-    assert guard.frames_dropped == 0 and guard.frames_sent == sum(sizes)
-
-
-def test_frame_guard_passes_irregular_chunks_on() -> None:
-    guard = FrameGuard()
-    odd = np.zeros(1000, np.float32)
-    assert len(guard.accept(odd)) == 1000 and guard.irregular_chunks == 1
-
-
 @pytest.mark.parametrize("mode", ["delta", "cumulative_list", "cumulative_tensor"])
 async def test_audio_reader_handles_delta_and_cumulative_outputs(mode: str) -> None:
     omni = FakeAsyncOmni(mode=mode)
@@ -217,13 +165,17 @@ async def test_audio_reader_handles_delta_and_cumulative_outputs(mode: str) -> N
 # -- the engine on the fake AsyncOmni ----------------------------------------------------------------------------------
 
 
-def profile_without_ramp(directory: Path) -> str:
+def profile_without_ramp(directory: Path, **more: object) -> str:
     """A copy of the shipped profile with one first window then steady ones of 25 frames, as vllm-omni's own
-    qwen3_tts.yaml (a request may size its first window)."""
+    qwen3_tts.yaml (a request may size its first window), with `more` connector settings on top."""
     profile = yaml.safe_load(Path("deploy/vllm-omni/customvoice.yaml").read_text())
     extra = profile["connectors"]["connector_of_shared_memory"]["extra"]
-    del extra["codec_chunk_ramp"]
+    extra.pop("codec_chunk_ramp", None)
+    extra.pop("codec_chunk_adaptive", None)
     extra["codec_chunk_frames"] = 25
+    extra["initial_codec_chunk_frames"] = 1
+    extra.update(more)
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "customvoice-no-ramp.yaml"
     path.write_text(yaml.safe_dump(profile))
     return str(path)
@@ -289,15 +241,14 @@ async def test_engine_starts_warms_up_and_streams(custom_voice_dir: Path) -> Non
     assert omni.shut_down
 
 
-async def test_fixed_length_setting_and_duplicate_tail(custom_voice_dir: Path) -> None:
-    omni = FakeAsyncOmni(duplicate_tail=True)
+async def test_fixed_length_setting_passes_every_frame_once(custom_voice_dir: Path) -> None:
+    omni = FakeAsyncOmni()
     engine = make_engine(custom_voice_dir, omni, omni_fixed_length=True)
     await engine.start()
     samples, _, frames = await collect(engine, job(max_new_tokens=100))
     assert omni.requests[-1]["params"][0].min_tokens == 100
     assert frames == 99 and len(samples) == 99 * SAMPLES_PER_FRAME
     assert np.array_equal(samples, omni.last_waveform)
-    assert engine.frames_dropped > 0
 
 
 async def test_closing_the_stream_aborts_the_engine_request(custom_voice_dir: Path) -> None:
@@ -305,7 +256,7 @@ async def test_closing_the_stream_aborts_the_engine_request(custom_voice_dir: Pa
     engine = make_engine(custom_voice_dir, omni)
     await engine.start()
     stream = engine.synthesize(job(request_id="leaves", max_new_tokens=200))
-    assert len((await anext(stream)).samples) == 2 * SAMPLES_PER_FRAME  # the ramp's 2-frame first window
+    assert len((await anext(stream)).samples) == SAMPLES_PER_FRAME  # the ramp's 1-frame first window
     await stream.aclose()
     assert "leaves" in omni.aborted and "leaves" not in omni.finished
 
@@ -542,6 +493,7 @@ async def test_the_omni_engine_marks_its_submit_before_the_first_audio(custom_vo
 # -- window schedules: a first window then steady ones, or vllm-omni's codec_chunk_ramp -------------------------------
 
 RAMP = CodecWindows((4, 4, 8, 16, 25), 25, ramp=True)
+ADAPTIVE = CodecWindows((2,), 25, adaptive=True)
 
 
 @pytest.mark.parametrize(
@@ -555,6 +507,11 @@ RAMP = CodecWindows((4, 4, 8, 16, 25), 25, ramp=True)
         ({"initial_codec_chunk_frames": 2, "codec_chunk_ramp": [4, 0]}, CodecWindows((2,), 25)),
         ({"initial_codec_chunk_frames": 2, "codec_chunk_ramp": "4,x"}, CodecWindows((2,), 25)),
         ({"codec_chunk_frames": 25}, None),  # the first window left to vllm-omni's load-dependent choice
+        # adaptive windows win over a ramp, as vllm-omni 0.30 reads them; the smallest window is the floor
+        ({"codec_chunk_adaptive": True, "codec_chunk_ramp": [2, 4], "codec_chunk_frames": 25}, ADAPTIVE),
+        ({"codec_chunk_adaptive": "true", "codec_chunk_min_frames": 2, "codec_chunk_frames": 25}, ADAPTIVE),
+        ({"codec_chunk_adaptive": "false", "initial_codec_chunk_frames": 1}, CodecWindows((1,), 25)),
+        ({"codec_chunk_adaptive": False, "codec_chunk_ramp": [4, 4, 8, 16, 25]}, RAMP),
     ],
 )
 def test_window_schedules_are_read_as_vllm_omni_reads_them(extra: dict, expected: CodecWindows | None) -> None:
@@ -564,25 +521,8 @@ def test_window_schedules_are_read_as_vllm_omni_reads_them(extra: dict, expected
 def test_a_ramp_schedule_continues_with_steady_windows_and_keeps_a_request_first_size_out() -> None:
     assert [RAMP.size(i) for i in range(7)] == [4, 4, 8, 16, 25, 25, 25]
     assert RAMP.with_first(2) is RAMP  # vllm-omni ignores the request's field under a ramp
+    assert ADAPTIVE.with_first(2) is ADAPTIVE and ADAPTIVE.request_first_size_ignored  # and under adaptive windows
     assert CodecWindows((1,), 25).with_first(4) == CodecWindows((4,), 25)
-
-
-def test_frame_guard_follows_a_ramp_and_still_drops_a_duplicated_tail() -> None:
-    sizes = [4, 4, 8, 16, 25, 25, 10]  # 92 frames
-    normal = frames_of(sizes)
-    guard = FrameGuard(RAMP)
-    assert np.array_equal(np.concatenate([guard.accept(c) for c in normal]), np.concatenate(normal))
-    assert guard.frames_sent == 92 and guard.frames_dropped == 0
-    # a lagging flush at the 16-frame boundary: the tail after it is decoded again, one frame longer
-    boundary = 16
-    tail = [np.repeat(np.arange(boundary, boundary + n, dtype=np.float32), SAMPLES_PER_FRAME) for n in (9, 10)]
-    guard = FrameGuard(RAMP)
-    out = np.concatenate([guard.accept(c) for c in [*normal[:3], *tail]])
-    assert np.array_equal(out, np.concatenate(frames_of([4, 4, 8, 10])))
-    assert guard.frames_dropped == 9
-    # the guard built for 1 + 25 windows would have taken the ramp's full windows for flushes: it must not cut them
-    guard = FrameGuard()
-    assert np.array_equal(np.concatenate([guard.accept(c) for c in normal]), np.concatenate(normal))
 
 
 def test_a_ramp_profile_refuses_a_request_first_window_size(custom_voice_dir: Path, tmp_path: Path) -> None:
@@ -590,6 +530,9 @@ def test_a_ramp_profile_refuses_a_request_first_window_size(custom_voice_dir: Pa
     assert shipped.capabilities().initial_chunk_frames is None
     engine = make_engine(custom_voice_dir, FakeAsyncOmni(), deploy_config=profile_without_ramp(tmp_path))
     assert engine.capabilities().initial_chunk_frames == (1, 25)
+    adaptive = profile_without_ramp(tmp_path / "adaptive", codec_chunk_adaptive=True)
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni(), deploy_config=adaptive)
+    assert engine.capabilities().initial_chunk_frames is None  # adaptive windows ignore it too
 
 
 async def test_two_servers_on_one_host_warm_up_with_different_request_ids(custom_voice_dir: Path) -> None:

@@ -197,12 +197,11 @@ async def test_bad_values_are_400s_naming_the_field(omni_api, changes: dict, par
     assert len(omni.requests) == sent
 
 
-async def test_engine_honours_a_first_chunk_size_through_a_duplicated_tail(model_dirs: dict[str, Path]) -> None:
-    """The frame guard expects the request's first window, not the profile's: 0.26's duplicated tail is still dropped
-    and every generated frame arrives once."""
+async def test_engine_honours_a_first_chunk_size(model_dirs: dict[str, Path]) -> None:
+    """Without a ramp, a request's own first-window size reaches the talker, and every generated frame arrives once."""
     from app.engines.base import SynthesisJob
 
-    omni = FakeAsyncOmni(duplicate_tail=True)
+    omni = FakeAsyncOmni()
     no_ramp = profile_without_ramp(model_dirs["custom_voice"].parent)
     engine = make_engine(model_dirs["custom_voice"], omni, omni_warmup_batch_sizes=[1], deploy_config=no_ramp)
     await engine.start()
