@@ -1,24 +1,34 @@
 """Which code2wav windows run in the next decoding step: first audio first, and no listener left to run dry.
 
-Pure bookkeeping, no engine imports: the code2wav scheduler (`app.engines.omni_code2wav_scheduler`) feeds it what
-it schedules and asks it which streams may wait. Every stream has a deadline: its next audio is due when its
+Pure bookkeeping, no engine imports: the code2wav scheduler (`app.engines.omni_code2wav_scheduler`) feeds it the
+windows it schedules and asks it which streams may wait. Every stream has a deadline: its next audio is due when its
 listener's buffer runs out, and a stream that has produced no audio yet is due now. A step that carries a first
 window should be short, so the steady windows of streams that hold plenty of audio wait (for as many steps as the
-scheduler's bound allows: with none, until they are down to the margin). A step may also be
-capped: beyond the cap, the windows of the streams furthest ahead of their listeners wait. Everything else keeps
-vllm-omni's order.
+scheduler's bound allows: with none, until they are down to the margin). A step may also be capped: beyond the cap,
+the windows of the streams furthest ahead of their listeners wait. Everything else keeps vllm-omni's order.
+
+The audio a listener holds is counted from the windows actually scheduled, not from a predicted schedule, so it
+follows whatever sizes the talker chose (a fixed first window, `codec_chunk_ramp`, or `codec_chunk_adaptive`, which
+picks each size at run time from the buffer depth).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from app.engines.codec_windows import CodecWindows
-
 FRAME_SECONDS = 0.08  # Qwen3-TTS-12Hz: one codec frame is 1920 samples at 24 kHz
+CODE_GROUPS = 16  # Qwen3-TTS-12Hz: a frame is 16 codec tokens (num_code_groups), flattened into the window's prompt
+
+
+def window_frames(scheduled_tokens: int, left_context_frames: int = 0) -> float:
+    """New audio frames in a step's part of a window: its codec tokens over the 16 code groups, less the frames
+    decoded only as context (vllm-omni 0.30's decoder is stateful, so only the first window of a request with
+    reference codes carries any: `left_context_size` in the window's meta). A window cut by the token budget counts
+    the part scheduled."""
+    return max(0.0, scheduled_tokens / CODE_GROUPS - left_context_frames)
 
 
 @dataclass
@@ -26,8 +36,7 @@ class StreamClock:
     """How much audio one stream has been given, and since when its listener has been playing."""
 
     first_at: float  # when its first window was scheduled (its listener starts about one step later)
-    frames: int  # audio frames its scheduled windows carry (new frames, not left context)
-    windows: int = 1  # windows scheduled so far
+    frames: float  # audio frames its scheduled windows carry (new frames, not context)
 
     def buffered_s(self, now: float) -> float:
         """Audio its listener holds at `now`, assuming playback began when the first window was scheduled."""
@@ -38,11 +47,10 @@ class FirstAudioFirst:
     """Decides which streams' windows may wait a step so that new streams' first windows run in a short step.
 
     `margin_s`: a stream may wait only while its listener holds more than this much audio, checked again at every
-    step. One step of code2wav takes tens of milliseconds (~200 ms at p95, measured under load), so a margin of a
-    second leaves a stream that waits far from a stall."""
+    step. One step of code2wav takes tens of milliseconds (~200 ms at p95, measured under load on 0.26), so a margin
+    of a second leaves a stream that waits far from a stall."""
 
-    def __init__(self, windows: CodecWindows, margin_s: float = 1.0) -> None:
-        self.windows = windows
+    def __init__(self, margin_s: float = 1.0) -> None:
         self.margin_s = margin_s
         self._clocks: dict[str, StreamClock] = {}
 
@@ -61,17 +69,16 @@ class FirstAudioFirst:
         spare.sort(key=lambda held: held[0], reverse=True)
         return [request_id for _, request_id in spare[: max(count, 0)]]
 
-    def scheduled(self, request_ids: Iterable[str], now: float) -> int:
-        """Record the windows of one step; returns how many of them were first windows."""
+    def scheduled(self, frames: Mapping[str, float], now: float) -> int:
+        """Record one step's windows (stream -> new audio frames); returns how many of them were first windows."""
         firsts = 0
-        for request_id in request_ids:
+        for request_id, new_frames in frames.items():
             clock = self._clocks.get(request_id)
             if clock is None:
-                self._clocks[request_id] = StreamClock(first_at=now, frames=self.windows.size(0))
+                self._clocks[request_id] = StreamClock(first_at=now, frames=new_frames)
                 firsts += 1
             else:
-                clock.frames += self.windows.size(clock.windows)
-                clock.windows += 1
+                clock.frames += new_frames
         return firsts
 
     def forget_all_but(self, live: Iterable[str]) -> None:

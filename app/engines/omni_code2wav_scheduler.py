@@ -1,54 +1,75 @@
-"""Code2wav (stage 1) scheduler for vllm-omni 0.26.0: first audio first. Loaded by the code2wav stage process by
-dotted path; the service passes it as a stage override (`{"1": {"scheduler_cls": ...}}`, see `Settings`), because
-vllm-omni's Qwen3-TTS pipeline sets the stage's scheduler class itself and a deploy profile cannot.
+"""Code2wav (stage 1) scheduler for vllm-omni 0.30.0: first audio first. Loaded by the code2wav stage process by
+dotted path as stage 1's scheduler class (see `Settings.omni_code2wav_scheduler`; empty = vllm-omni's own).
 
-vllm-omni's generation scheduler decodes, in every step, a window for every stream whose next window has arrived:
-at 32 streams one step carries up to 32 windows of 97 frames. A new stream's first window (the one its listener is
-waiting for) then waits for such a step and rides in the next one, as long as the others. Here, when a first window
-is ready, the streams whose listeners hold more than `first_audio_first_margin_s` of audio sit out the step, so that
-the first window's step is short; they run in the next step with nothing more urgent, long before their listeners
-could run dry. When first windows keep coming (arrivals that never pause), that step may not come until the streams
-are down to the margin: they are paced to it, and live longer. `code2wav_max_steps_held` bounds how many
-steps in a row a stream may sit out (by this rule or the cap below; a stream at the bound runs even where that puts
-its step over the cap).
-With `short_streams_first`, a window of any stream whose listener holds less than the margin counts as first audio
-too: the windows right after a stream's first (a ramp's 4, 8 and 16 frames), due within a few hundred milliseconds,
-or a stream that fell behind. With `code2wav_max_windows_per_step` set, a step carries at most that many windows
-where it can: beyond the cap, the windows of the streams furthest ahead of their listeners (holding more than the
-margin) wait for a later step, so that the windows a listener is waiting for are never held up by a long step of
-windows nobody needs yet. Nothing else changes: the order, the token budget and every window are vllm-omni's.
+The path it plugs into (Qwen3-TTS with `model_runner: v2` and `async_chunk: true`, vllm-omni's CUDA default): the
+native data plane. Windows arrive in the model runner's receiving thread, which hands "window ready" events to the
+scheduler (`enqueue_omni_connector_output`); `OmniGenerationScheduler.schedule()` first returns every stream whose last
+window has finished decoding to `waiting`, then `_process_pending_omni_inputs()` has the input coordinator load each
+arrived window into its request (the window's codec tokens become its prompt) and move every stream whose next window
+has not arrived out of the queues until the step is built. So at that point `waiting` holds exactly the streams with
+a window to decode (the coordinator's `requests_with_ready_chunks`), and one step decodes a window for each of them,
+in order, up to `max_num_seqs`. A new stream's first window (the one its listener is waiting for) then rides in a step
+as long as everyone else's.
 
-It also gives way when it has nothing to schedule. Requests whose next window has not arrived keep vLLM's engine
-loop busy (schedule, an empty step, again), and that loop holds the GIL that code2wav's receiving thread needs to
-load each arriving window (a few GIL hand-overs per window, each up to the interpreter's 5 ms switch interval).
-Sleeping `code2wav_idle_wait_ms` after an empty schedule lets the receiving thread run.
+Here, when a first window is ready, the streams whose listeners hold more than `first_audio_first_margin_s` of audio
+sit out the step (they are taken out of `waiting` after the coordinator has sorted it, and put back at its head once
+the step is built), so that the first window's step is short; they run in the next step with nothing more urgent, long
+before their listeners could run dry. When first windows keep coming (arrivals that never pause), that step may not
+come until the streams are down to the margin: they are paced to it. `code2wav_max_steps_held` bounds how many steps
+in a row a stream may sit out (by this rule or the cap below; a stream at the bound runs even where that puts its step
+over the cap). With `short_streams_first`, a window of any stream whose listener holds less than the margin counts as
+first audio too (a ramp's next windows, or a stream that fell behind). With `code2wav_max_windows_per_step` set, a
+step carries at most that many windows where it can: beyond the cap, the windows of the streams furthest ahead of
+their listeners (holding more than the margin) wait. A stream's last window is never held. Nothing else changes: the
+order, the token budget and every window are vllm-omni's.
+
+The audio each listener holds is counted from the windows actually scheduled: a window's codec tokens / 16 code
+groups, less its `left_context_size` (only the first window of a request with reference codes has any: 0.30's decoder
+is stateful and keeps its own context). So it follows `codec_chunk_ramp` and `codec_chunk_adaptive` alike, with no
+window schedule to read.
+
+It also gives way when it has nothing to schedule: vLLM's engine loop keeps calling `schedule()` (and an empty model
+step) while any stream waits for its next window, and it holds the GIL that the model runner's receiving thread (the
+same process at one GPU per stage) needs to load each window. `code2wav_idle_wait_ms` sleeps after an empty schedule.
 
 Settings come from the deploy profile's connector `extra` (which vllm-omni hands to every stage unchanged):
 `first_audio_first_margin_s` (default 1.0; 0 turns the policy off, leaving a logging-only scheduler),
-`short_streams_first` (default false), `code2wav_max_windows_per_step` (default 0 = no cap; a stream is held back
-by it only while it holds more than the margin), `code2wav_max_steps_held` (default 0 = no bound),
-`code2wav_idle_wait_ms` (default 0 = never sleep) and `engine_probe_interval_s` (default 0 = off: every so many
-seconds, one log line of steps, windows per step, first-window waits, step times, the times of steps that carried a
-first window, and the streams the stage held). The CustomVoice profiles
-(`deploy/vllm-omni/customvoice.yaml`, `two-gpu.yaml`) set the margin to 1.0 s, `short_streams_first` to true and
-the cap to 16, each with the measurement behind it, and leave the bound off. On one H100, a bound of 1 (the streams
-ahead then run every other step) and no holds at all (every step) both put long windows back into the steps that
-carry the ramp's short ones: TTFA p95 at c=16 went from 207 to 383 and 374 ms, and 46% and 52% of streams ran dry
-instead of 5% (`loadtest/results/gpu/2026-11-23-h100-pacing`).
+`short_streams_first` (default false), `code2wav_max_windows_per_step` (default 0 = no cap),
+`code2wav_max_steps_held` (default 0 = no bound), `code2wav_idle_wait_ms` (default 0 = never sleep) and
+`engine_probe_interval_s` (default 0 = off: every so many seconds, one log line of steps, windows per step,
+first-window waits, step times, the times of steps that carried a first window, and the streams the stage held).
+The numbers behind the CustomVoice profiles' values were measured on vllm-omni 0.26 (see the profiles).
+
+Only the native data plane is supported: on the legacy transport (`model_runner: v1`) or with any of the 0.30
+internals below missing, the stage fails at start with the reason, never silently mid-run.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from typing import Any
 
 from vllm_omni.core.sched.omni_generation_scheduler import OmniGenerationScheduler
 
-from app.engines.code2wav_policy import FirstAudioFirst, StepProbe
-from app.engines.codec_windows import CodecWindows
+from app.engines.code2wav_policy import FirstAudioFirst, StepProbe, window_frames
 
 log = logging.getLogger("vllm.speech.code2wav")
+
+KNOBS = (
+    "first_audio_first_margin_s",
+    "short_streams_first",
+    "code2wav_max_windows_per_step",
+    "code2wav_max_steps_held",
+    "code2wav_idle_wait_ms",
+    "engine_probe_interval_s",
+)
+# what of vllm-omni 0.30.0 this class relies on (core/sched/omni_generation_scheduler.py, omni_scheduler_mixin.py,
+# omni_scheduling_coordinator.py)
+_SCHEDULER_METHODS = ("_process_pending_omni_inputs", "_restore_omni_wait_queues", "_is_done_receiving_chunks")
+_QUEUE_METHODS = ("remove_requests", "prepend_request")
+_LEFT_CONTEXT = "_omni_initial_model_buffer"  # where the coordinator keeps a window's left_context_size
 
 
 def connector_extra(vllm_config: Any) -> dict[str, Any]:
@@ -82,69 +103,117 @@ def _flag(value: object, name: str) -> bool:
     raise ValueError(f"{name} must be true or false, not {value!r}")
 
 
+def left_context_frames(request: Any) -> int:
+    """The context frames at the head of the request's current window (0.30's coordinator stores the window's
+    `left_context_size` as `{"meta": {"left_context_size": n}}`, or None when the window's meta had none)."""
+    seed = getattr(request, _LEFT_CONTEXT, None)
+    meta = seed.get("meta") if isinstance(seed, dict) else None
+    value = meta.get("left_context_size") if isinstance(meta, dict) else None
+    return int(value or 0)
+
+
 class FirstAudioFirstScheduler(OmniGenerationScheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._check_engine()
         extra = connector_extra(self.vllm_config)
-        # a profile that leaves the first window to vllm-omni (sized by load) is counted as 1 frame: the least
-        # audio a listener can hold, so no stream is ever thought further ahead than it is
-        windows = CodecWindows.from_connector_extra(extra) or CodecWindows(
-            (1,), int(extra.get("codec_chunk_frames") or 25)
-        )
-        self._policy = FirstAudioFirst(windows, margin_s=float(extra.get("first_audio_first_margin_s", 1.0)))
+        self._policy = FirstAudioFirst(margin_s=float(extra.get("first_audio_first_margin_s", 1.0)))
         self._probe = StepProbe(interval_s=float(extra.get("engine_probe_interval_s", 0) or 0))
         self._idle_wait_s = float(extra.get("code2wav_idle_wait_ms", 0) or 0) / 1000
         self._max_windows = int(extra.get("code2wav_max_windows_per_step", 0) or 0)
         self._short_streams_first = _flag(extra.get("short_streams_first", False), "short_streams_first")
         self._max_steps_held = _steps(extra.get("code2wav_max_steps_held"), "code2wav_max_steps_held")
+        self._held: list[Any] = []  # ready streams sitting out the step being built
+        self._deferred = 0  # how many sat out the last step
         self._steps_held: dict[str, int] = {}  # streams sitting out -> steps in a row so far
         self._first_ready_at: dict[str, float] = {}  # first windows seen ready, not yet scheduled
         self._scheduled_at: dict[int, tuple[float, bool]] = {}  # id(output) -> when scheduled, carries a first window
         log.info(
-            "code2wav scheduler: first audio first (margin %.2f s, short streams too: %s, at most %s windows a step, "
-            "steps a stream may sit out in a row: %s, idle wait %.1f ms, probe every %.0f s)",
+            "code2wav scheduler: first audio first on vllm-omni's native data plane (margin %.2f s, short streams "
+            "too: %s, at most %s windows a step, steps a stream may sit out in a row: %s, idle wait %.1f ms, probe "
+            "every %.0f s; max_num_seqs %s); read from the connector extra: %s",
             self._policy.margin_s,
             self._short_streams_first,
             self._max_windows or "any",
             self._max_steps_held or "no bound",
             self._idle_wait_s * 1000,
             self._probe.interval_s,
+            getattr(self, "max_num_running_reqs", "?"),
+            {name: extra[name] for name in KNOBS if name in extra} or "nothing (defaults)",
         )
 
-    def _loaded(self) -> set[str]:
-        """Requests whose next window has arrived and waits to be decoded."""
-        adapter = self.chunk_transfer_adapter
-        if adapter is None:
-            return set()
-        try:  # the receiving thread adds to the first set; a copy under the GIL is consistent
-            return set(adapter._finished_load_reqs) | adapter.requests_with_ready_chunks
-        except RuntimeError:
-            return set()
+    def _check_engine(self) -> None:
+        """Fail at start, with the reason, where this vllm-omni is not the 0.30 path this class was written for."""
+        coordinator = getattr(self, "input_coordinator", None)
+        if not getattr(self, "_native_data_plane", False) or not getattr(coordinator, "_async_chunk", False):
+            raise RuntimeError(
+                "FirstAudioFirstScheduler needs vllm-omni 0.30's native data plane for code2wav (deploy profile: "
+                "model_runner: v2 and async_chunk: true); this stage has "
+                f"native data plane {getattr(self, '_native_data_plane', None)!r}, chunk transfer adapter "
+                f"{type(getattr(self, 'chunk_transfer_adapter', None)).__name__}. Set SPEECH_OMNI_CODE2WAV_SCHEDULER "
+                "empty to use vllm-omni's own scheduler."
+            )
+        # on vllm-omni's class: this one overrides two of them
+        missing = [
+            f"scheduler.{name}()"
+            for name in _SCHEDULER_METHODS
+            if not callable(getattr(OmniGenerationScheduler, name, None))
+        ]
+        missing += [f"waiting.{name}()" for name in _QUEUE_METHODS if not callable(getattr(self.waiting, name, None))]
+        try:  # the window's left context is read from what the coordinator writes, so check that it still does
+            source = inspect.getsource(type(coordinator).update_request_metadata)
+        except (AttributeError, OSError, TypeError):
+            source = ""
+        if _LEFT_CONTEXT not in source:
+            missing.append(f"input_coordinator.update_request_metadata() writing request.{_LEFT_CONTEXT}")
+        if missing:
+            raise RuntimeError(
+                "FirstAudioFirstScheduler was written for vllm-omni 0.30.0; this one lacks " + ", ".join(missing)
+            )
 
-    def _ready_first_windows(self, loaded: set[str], now: float) -> list[str]:
-        """Streams whose first window has arrived and waits to be decoded."""
-        ready = [r.request_id for r in self.waiting if r.request_id in loaded]
-        for request_id in ready:
-            self._first_ready_at.setdefault(request_id, now)
-        return ready
+    def _process_pending_omni_inputs(self, model_mode: str) -> None:
+        """vllm-omni loads the arrived windows and sorts `waiting` down to the streams that have one; then the
+        streams that sit out this step leave it until `_restore_omni_wait_queues`."""
+        super()._process_pending_omni_inputs(model_mode)
+        now = time.monotonic()
+        # what vllm-omni will run from `waiting` (its own test): a window not still decoding the last one, with codec
+        # tokens left (an end-of-stream marker with no codes is finished without a step)
+        ready = [
+            r for r in self.waiting if not r.num_in_flight_tokens and len(r.prompt_token_ids) > r.num_computed_tokens
+        ]
+        for request in ready:
+            if not self._policy.has_started(request.request_id):
+                self._first_ready_at.setdefault(request.request_id, now)
+        held = self._sitting_out(ready, now)
+        if self._max_steps_held:
+            self._count_steps_held(held)
+        self._deferred = len(held)
+        if held:
+            self.waiting.remove_requests(held)
+            self._held = held
 
-    def _sitting_out(self, loaded: set[str], firsts: int, now: float) -> list[Any]:
-        """The running streams whose ready windows wait this step: with a first window ready (or, with
-        `short_streams_first`, a window of a stream holding less than the margin), every one whose listener can spare
-        a step; otherwise, where the step would carry more windows than its cap, those furthest ahead of their
-        listeners. A stream with no window ready is never held (holding it would only delay the request for its next
-        window), nor is a stream's last window (holding it would only delay the end of its response), nor, with
+    def _restore_omni_wait_queues(self) -> None:
+        """After the step is built: the streams that sat out go back to the head of `waiting`, first next time."""
+        super()._restore_omni_wait_queues()
+        held, self._held = self._held, []
+        for request in reversed(held):
+            self.waiting.prepend_request(request)
+
+    def _sitting_out(self, ready: list[Any], now: float) -> list[Any]:
+        """The ready streams that wait this step: with a first window ready (or, with `short_streams_first`, a
+        window of a stream holding less than the margin), every one whose listener can spare a step; otherwise,
+        where the step would carry more windows than its cap, those furthest ahead of their listeners. Never a
+        stream's last window (holding it would only delay the end of its response), nor, with
         `code2wav_max_steps_held`, a stream that has sat out that many steps in a row."""
         if self._policy.margin_s <= 0:
             return []
-        ready = [r for r in self.running if r.request_id in loaded]
-        spare = [r for r in ready if self._policy.may_wait(r.request_id, now)]
-        urgent = firsts + (len(ready) - len(spare) if self._short_streams_first else 0)
+        started = [r for r in ready if self._policy.has_started(r.request_id)]
+        spare = [r for r in started if self._policy.may_wait(r.request_id, now)]
+        urgent = len(ready) - len(started) + (len(started) - len(spare) if self._short_streams_first else 0)
         excess = len(ready) - self._max_windows if self._max_windows > 0 else 0
         if not urgent and excess <= 0:  # most steps: nobody waits, nothing more to work out
             return []
-        adapter = self.chunk_transfer_adapter
-        holdable = [r for r in spare if not adapter.is_done_receiving_chunks(r.request_id) and self._may_sit_out(r)]
+        holdable = [r for r in spare if not self._is_done_receiving_chunks(r.request_id) and self._may_sit_out(r)]
         if urgent:
             return holdable
         chosen = set(self._policy.furthest_ahead([r.request_id for r in holdable], excess, now))
@@ -157,30 +226,26 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         """Only streams sitting out now keep a count: a stream that ran (or had nothing ready) starts again at 0."""
         self._steps_held = {r.request_id: self._steps_held.get(r.request_id, 0) + 1 for r in sitting_out}
 
+    def _new_frames(self, request_id: str, tokens: int) -> float:
+        request = self.requests.get(request_id)
+        # the context frames lead the window, so only its first part (the whole window, unless the token budget
+        # cut it) carries them; num_computed_tokens already counts this step's part
+        first_part = request is not None and request.num_computed_tokens <= tokens
+        return window_frames(tokens, left_context_frames(request) if first_part else 0)
+
     def schedule(self, throttle_prefills: bool = False) -> Any:
+        self._deferred = 0
+        output = super().schedule(throttle_prefills)
         now = time.monotonic()
-        loaded = self._loaded()
-        ready_firsts = self._ready_first_windows(loaded, now)
-        sitting_out = self._sitting_out(loaded, len(ready_firsts), now)
-        if self._max_steps_held:
-            self._count_steps_held(sitting_out)
-        if sitting_out:
-            waiting_ids = {id(r) for r in sitting_out}
-            self.running[:] = [r for r in self.running if id(r) not in waiting_ids]
-        try:
-            output = super().schedule(throttle_prefills)
-        finally:
-            if sitting_out:
-                self.running.extend(sitting_out)
-        scheduled = list(output.num_scheduled_tokens)
-        firsts = self._policy.scheduled(scheduled, now)
-        for request_id in scheduled:
+        windows = {r: self._new_frames(r, tokens) for r, tokens in output.num_scheduled_tokens.items()}
+        firsts = self._policy.scheduled(windows, now)
+        for request_id in windows:
             ready_at = self._first_ready_at.pop(request_id, None)
             if ready_at is not None:
                 self._probe.first_wait(now - ready_at)
-        if scheduled:
+        if windows:
             self._scheduled_at[id(output)] = (now, firsts > 0)
-        self._probe.step(len(scheduled), firsts, len(sitting_out), len(self.running) + len(self.waiting))
+        self._probe.step(len(windows), firsts, self._deferred, len(self.requests))
         if len(self._policy) > 4 * max(16, len(self.requests)):
             self._policy.forget_all_but(self.requests)
             for request_id in [r for r in self._first_ready_at if r not in self.requests]:
@@ -189,7 +254,7 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
             self._scheduled_at.clear()
         if self._probe.due(now):
             log.info("code2wav probe %s", self._probe.report(now))
-        if not scheduled and self._idle_wait_s > 0:
+        if not windows and self._idle_wait_s > 0:
             time.sleep(self._idle_wait_s)  # releases the GIL to the thread that receives the windows
         return output
 

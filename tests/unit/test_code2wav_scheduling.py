@@ -1,5 +1,6 @@
-"""First audio first: the code2wav policy, and the scheduler that applies it (against a stand-in of vllm-omni
-0.26.0's generation scheduler; the real one runs in tests/gpu)."""
+"""First audio first: the code2wav policy, and the scheduler that applies it (against stand-ins of vllm-omni
+0.30.0's generation scheduler on its native data plane, tests/fakes/vllm_omni_0_30_scheduler.py; the real one runs
+in tests/gpu)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,22 @@ import math
 
 import pytest
 
-from app.engines.code2wav_policy import FRAME_SECONDS, FirstAudioFirst, StepProbe
-from app.engines.codec_windows import CodecWindows
+from app.engines.code2wav_policy import FRAME_SECONDS, FirstAudioFirst, StepProbe, window_frames
 from app.engines.omni import stage_overrides_with_scheduler
-from tests.fakes.vllm_omni_0_30 import import_against_stand_ins, install_generation_scheduler
+from tests.fakes.vllm_omni_0_30_scheduler import (
+    FakeGenerationScheduler,
+    FakeSchedulingCoordinator,
+    import_against_stand_ins,
+    install_generation_scheduler,
+)
 
 
 def test_a_stream_may_wait_only_while_its_listener_holds_more_than_the_margin() -> None:
-    policy = FirstAudioFirst(CodecWindows((1,), 25), margin_s=1.0)
+    policy = FirstAudioFirst(margin_s=1.0)
     assert not policy.may_wait("new", now=0.0)  # nothing played yet: its first audio is due now
-    assert policy.scheduled(["a"], now=0.0) == 1  # first window: 1 frame
+    assert policy.scheduled({"a": 1}, now=0.0) == 1  # first window: 1 frame
     assert not policy.may_wait("a", now=0.0)  # 0.08 s in hand
-    assert policy.scheduled(["a"], now=0.05) == 0  # + 25 frames
+    assert policy.scheduled({"a": 25}, now=0.05) == 0
     assert policy.may_wait("a", now=0.1)  # 26 x 0.08 - 0.1 = 1.98 s in hand
     held_until = 26 * FRAME_SECONDS - 1.0
     assert policy.may_wait("a", now=held_until - 0.01)
@@ -26,10 +31,9 @@ def test_a_stream_may_wait_only_while_its_listener_holds_more_than_the_margin() 
 
 
 def test_the_streams_furthest_ahead_are_the_ones_that_wait_beyond_a_cap() -> None:
-    policy = FirstAudioFirst(CodecWindows((1,), 25), margin_s=1.0)
-    for start, name in enumerate(("a", "b", "c")):  # each given 1 + 25 frames (2.08 s), a one second apart
-        policy.scheduled([name], now=float(start))
-        policy.scheduled([name], now=float(start))
+    policy = FirstAudioFirst(margin_s=1.0)
+    for start, name in enumerate(("a", "b", "c")):  # each given 26 frames (2.08 s), one second apart
+        policy.scheduled({name: 26}, now=float(start))
     # at 2.5 s: a holds 2.08 - 2.5 < 0, b 0.58 s, c 1.58 s; "new" has not started (its first audio is due now)
     assert policy.furthest_ahead(["a", "b", "c", "new"], 3, now=2.5) == ["c"]  # only c can spare a step
     assert policy.furthest_ahead(["a", "b", "c"], 0, now=2.5) == []
@@ -37,29 +41,17 @@ def test_the_streams_furthest_ahead_are_the_ones_that_wait_beyond_a_cap() -> Non
 
 
 def test_clocks_of_ended_streams_are_dropped() -> None:
-    policy = FirstAudioFirst(CodecWindows((1,), 25))
-    policy.scheduled(["a", "b", "c"], now=0.0)
+    policy = FirstAudioFirst()
+    policy.scheduled({"a": 1, "b": 1, "c": 1}, now=0.0)
     policy.forget_all_but(["b"])
     assert len(policy) == 1 and policy.has_started("b") and not policy.has_started("a")
 
 
-def test_window_sizes_must_be_positive() -> None:
-    with pytest.raises(ValueError):
-        CodecWindows((0,), 25)
-
-
-def test_under_a_ramp_a_listener_holds_what_each_window_of_the_ramp_carried() -> None:
-    policy = FirstAudioFirst(CodecWindows((4, 4, 8, 16, 25), 25, ramp=True), margin_s=1.0)
-    policy.scheduled(["a"], now=0.0)  # 4 frames
-    policy.scheduled(["a"], now=0.0)  # 4
-    policy.scheduled(["a"], now=0.0)  # 8: 16 frames = 1.28 s in hand
-    assert policy.may_wait("a", now=0.2)  # 1.08 s left
-    assert not policy.may_wait("a", now=0.3)  # 0.98 s left: under the margin
-    policy.scheduled(["a"], now=0.3)  # 16 more: 32 frames
-    policy.scheduled(["a"], now=0.3)  # 25
-    policy.scheduled(["a"], now=0.3)  # past the ramp: steady 25 -> 82 frames
-    assert policy.may_wait("a", now=82 * FRAME_SECONDS - 1.0 - 0.01)
-    assert not policy.may_wait("a", now=82 * FRAME_SECONDS - 1.0 + 0.01)
+def test_a_window_carries_its_tokens_over_16_code_groups_less_its_context() -> None:
+    assert window_frames(16 * 50) == 50
+    assert window_frames(16 * (72 + 2), left_context_frames=72) == 2  # a Base request's first window, ref codes first
+    assert window_frames(1) == pytest.approx(1 / 16)  # a part cut by the token budget counts as scheduled
+    assert window_frames(16 * 10, left_context_frames=72) == 0  # a cut first part of context only: no audio yet
 
 
 def test_the_probe_reports_an_interval_and_starts_the_next() -> None:
@@ -98,19 +90,28 @@ def scheduler_module(monkeypatch: pytest.MonkeyPatch):
     return import_against_stand_ins(monkeypatch, "app.engines.omni_code2wav_scheduler", install_generation_scheduler)
 
 
+def _step(scheduler) -> list[str]:
+    """One step, decoded before the next is scheduled: the streams it ran a window of."""
+    output = scheduler.schedule()
+    scheduler.update_from_output(output, None)
+    return sorted(output.num_scheduled_tokens)
+
+
+def _everyone(scheduler) -> set[str]:
+    return {r.request_id for r in scheduler.waiting} | {r.request_id for r in scheduler.running}
+
+
 def _streaming(scheduler_module, margin_s: float, monkeypatch: pytest.MonkeyPatch, more: dict | None = None):
-    """A scheduler with three streams well into playback (each given its first and one steady window)."""
+    """A scheduler with three streams well into playback (each given a window of 1 frame, then one of 25)."""
     clock = [100.0]
     monkeypatch.setattr(scheduler_module.time, "monotonic", lambda: clock[0])
-    extra = {"initial_codec_chunk_frames": 1, "codec_chunk_frames": 25, "first_audio_first_margin_s": margin_s}
-    extra |= more or {}
-    scheduler = scheduler_module.FirstAudioFirstScheduler(extra)
+    scheduler = scheduler_module.FirstAudioFirstScheduler({"first_audio_first_margin_s": margin_s} | (more or {}))
     for name in ("a", "b", "c"):
         scheduler.add(name)
-    for _ in range(2):
+    for frames in (1, 25):
         for name in ("a", "b", "c"):
-            scheduler.window_arrives(name)
-        scheduler.schedule()
+            scheduler.window_arrives(name, frames)
+        _step(scheduler)
         clock[0] += 0.05
     return scheduler, clock
 
@@ -120,55 +121,92 @@ def _next_windows_and_a_new_stream(scheduler) -> None:
     for name in ("a", "b", "c"):
         scheduler.window_arrives(name)
     scheduler.add("new")
-    scheduler.window_arrives("new")
+    scheduler.window_arrives("new", 2)
 
 
 def test_a_first_window_runs_in_a_step_of_its_own(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
     scheduler, clock = _streaming(scheduler_module, 1.0, monkeypatch)
     _next_windows_and_a_new_stream(scheduler)
-    first = scheduler.schedule()
-    assert list(first.num_scheduled_tokens) == ["new"]  # the others hold ~2 s of audio each: they wait
-    assert {r.request_id for r in scheduler.running} == {"a", "b", "c", "new"}  # nobody lost
+    assert _step(scheduler) == ["new"]  # the others hold ~2 s of audio each: they wait
+    assert _everyone(scheduler) == {"a", "b", "c", "new"}  # nobody lost
+    assert [r.request_id for r in scheduler.waiting][:3] == ["a", "b", "c"]  # back at the head, in their order
     clock[0] += 0.02
-    second = scheduler.schedule()
-    assert sorted(second.num_scheduled_tokens) == ["a", "b", "c"]  # one step later
+    assert _step(scheduler) == ["a", "b", "c"]  # one step later: their windows stayed ready
 
 
 def test_a_stream_short_of_audio_never_waits(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
     scheduler, clock = _streaming(scheduler_module, 1.0, monkeypatch)
-    clock[0] += 1.5  # ~2.08 s given, ~1.6 s played: 0.5 s in hand, under the margin
+    clock[0] += 1.5  # 2.08 s given, ~1.6 s played: 0.5 s in hand, under the margin
     _next_windows_and_a_new_stream(scheduler)
-    assert sorted(scheduler.schedule().num_scheduled_tokens) == ["a", "b", "c", "new"]
+    assert _step(scheduler) == ["a", "b", "c", "new"]
+
+
+def test_the_audio_in_hand_follows_the_windows_scheduled_whatever_their_sizes(
+    scheduler_module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """codec_chunk_adaptive picks each size at run time: the scheduler counts what it scheduled."""
+    clock = [100.0]
+    monkeypatch.setattr(scheduler_module.time, "monotonic", lambda: clock[0])
+    scheduler = scheduler_module.FirstAudioFirstScheduler({})
+    scheduler.add("a")
+    for frames in (2, 3, 7):  # 12 frames = 0.96 s: under the margin
+        scheduler.window_arrives("a", frames)
+        _step(scheduler)
+    scheduler.window_arrives("a", 25)
+    scheduler.add("new")
+    scheduler.window_arrives("new", 2)
+    assert _step(scheduler) == ["a", "new"]
+    scheduler.window_arrives("a", 13)  # now 12 + 25 + 13 = 50 frames: 4 s, well over the margin
+    scheduler.add("newer")
+    scheduler.window_arrives("newer", 2)
+    assert _step(scheduler) == ["newer"]
+
+
+def test_reference_codes_before_a_first_window_are_not_audio(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Base (voice clone) request's first window carries its reference codes as left context (72 frames here):
+    its listener holds the 2 new frames, not 74, so it never sits out for a newer stream."""
+    clock = [100.0]
+    monkeypatch.setattr(scheduler_module.time, "monotonic", lambda: clock[0])
+    scheduler = scheduler_module.FirstAudioFirstScheduler({})
+    scheduler.add("clone")
+    scheduler.window_arrives("clone", 2, left_context=72)
+    _step(scheduler)
+    scheduler.window_arrives("clone", 4)
+    scheduler.add("new")
+    scheduler.window_arrives("new", 2)
+    assert _step(scheduler) == ["clone", "new"]  # 0.16 s in hand; counted with its context it would hold 5.9 s
 
 
 def test_with_no_margin_it_only_observes(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
     scheduler, clock = _streaming(scheduler_module, 0.0, monkeypatch)
     _next_windows_and_a_new_stream(scheduler)
+    firsts = len(scheduler._probe.first_results_s)  # the step that ran a, b and c's first windows
     output = scheduler.schedule()
     assert sorted(output.num_scheduled_tokens) == ["a", "b", "c", "new"]
     clock[0] += 0.03
     scheduler.update_from_output(output, None)
     assert scheduler._probe.results_s[-1] == pytest.approx(0.03)
-    assert scheduler._probe.first_results_s == [pytest.approx(0.03)]  # that step carried new's first window
+    assert scheduler._probe.first_results_s[firsts:] == [pytest.approx(0.03)]  # that step carried new's first window
     assert scheduler._probe.streams[-1] == 4  # a, b, c and new
     assert scheduler._probe.first_waits_s == [0.0, 0.0, 0.0, 0.0]
     scheduler.window_arrives("a")
     later = scheduler.schedule()
     clock[0] += 0.02
     scheduler.update_from_output(later, None)
-    assert scheduler._probe.results_s[-1] == pytest.approx(0.02) and len(scheduler._probe.first_results_s) == 1
+    assert scheduler._probe.results_s[-1] == pytest.approx(0.02)
+    assert len(scheduler._probe.first_results_s) == firsts + 1
 
 
 def test_an_empty_schedule_gives_way_to_the_receiving_thread(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
     slept: list[float] = []
     monkeypatch.setattr(scheduler_module.time, "sleep", slept.append)
-    extra = {"initial_codec_chunk_frames": 1, "codec_chunk_frames": 25, "code2wav_idle_wait_ms": 0.5}
-    scheduler = scheduler_module.FirstAudioFirstScheduler(extra)
+    scheduler = scheduler_module.FirstAudioFirstScheduler({"code2wav_idle_wait_ms": 0.5})
     scheduler.add("a")
     scheduler.schedule()  # its first window has not arrived: nothing to run
     assert slept == [0.0005]
+    assert scheduler.requests["a"].status == "WAITING_FOR_CHUNK" and _everyone(scheduler) == {"a"}
     scheduler.window_arrives("a")
-    assert list(scheduler.schedule().num_scheduled_tokens) == ["a"]
+    assert _step(scheduler) == ["a"]
     assert slept == [0.0005]  # a step with work never waits
     no_wait = scheduler_module.FirstAudioFirstScheduler({})
     no_wait.add("b")
@@ -177,16 +215,15 @@ def test_an_empty_schedule_gives_way_to_the_receiving_thread(scheduler_module, m
 
 
 def _staggered(scheduler_module, monkeypatch: pytest.MonkeyPatch, extra: dict):
-    """A scheduler whose streams a, b, c, d started 0.3 s apart, each given its first and one steady window."""
+    """A scheduler whose streams a, b, c, d started 0.3 s apart, each given a window of 1 frame, then one of 25."""
     clock = [100.0]
     monkeypatch.setattr(scheduler_module.time, "monotonic", lambda: clock[0])
-    scheduler = scheduler_module.FirstAudioFirstScheduler({"initial_codec_chunk_frames": 1, "codec_chunk_frames": 25}
-                                                          | extra)  # fmt: skip
+    scheduler = scheduler_module.FirstAudioFirstScheduler(extra)
     for name in ("a", "b", "c", "d"):
         scheduler.add(name)
-        for _ in range(2):
-            scheduler.window_arrives(name)
-            scheduler.schedule()
+        for frames in (1, 25):
+            scheduler.window_arrives(name, frames)
+            _step(scheduler)
         clock[0] += 0.3
     return scheduler, clock
 
@@ -196,12 +233,10 @@ def test_beyond_the_cap_the_streams_furthest_ahead_wait(scheduler_module, monkey
     for name in ("a", "b", "c", "d"):  # each holds 2.08 s less what it played: d 1.78 s ... a 0.88 s
         scheduler.window_arrives(name)
     deferred = scheduler._probe.deferred
-    first = scheduler.schedule()
-    assert sorted(first.num_scheduled_tokens) == ["a", "b"]  # a is under the margin; b is the least ahead of the rest
-    assert {r.request_id for r in scheduler.running} == {"a", "b", "c", "d"}  # nobody lost
+    assert _step(scheduler) == ["a", "b"]  # a is under the margin; b is the least ahead of the rest
+    assert _everyone(scheduler) == {"a", "b", "c", "d"}  # nobody lost
     assert scheduler._probe.deferred == deferred + 2
-    second = scheduler.schedule()
-    assert sorted(second.num_scheduled_tokens) == ["c", "d"]  # their windows waited one step, no longer
+    assert _step(scheduler) == ["c", "d"]  # their windows waited one step, no longer
 
 
 def test_the_cap_never_holds_back_a_stream_short_of_audio(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,7 +244,7 @@ def test_the_cap_never_holds_back_a_stream_short_of_audio(scheduler_module, monk
     clock[0] += 1.0  # now every stream holds under 1 s: none can spare a step
     for name in ("a", "b", "c", "d"):
         scheduler.window_arrives(name)
-    assert sorted(scheduler.schedule().num_scheduled_tokens) == ["a", "b", "c", "d"]
+    assert _step(scheduler) == ["a", "b", "c", "d"]
 
 
 def test_under_a_cap_a_first_window_still_runs_first(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -219,7 +254,7 @@ def test_under_a_cap_a_first_window_still_runs_first(scheduler_module, monkeypat
         scheduler.window_arrives(name)
     scheduler.add("new")
     scheduler.window_arrives("new")
-    assert sorted(scheduler.schedule().num_scheduled_tokens) == ["a", "b", "c", "new"]  # d can wait; 4 > 3 is kept
+    assert _step(scheduler) == ["a", "b", "c", "new"]  # d can wait; 4 > 3 is kept
 
 
 def test_without_a_margin_there_is_no_cap_either(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -227,16 +262,18 @@ def test_without_a_margin_there_is_no_cap_either(scheduler_module, monkeypatch: 
     scheduler, _ = _staggered(scheduler_module, monkeypatch, extra)
     for name in ("a", "b", "c", "d"):
         scheduler.window_arrives(name)
-    assert sorted(scheduler.schedule().num_scheduled_tokens) == ["a", "b", "c", "d"]
+    assert _step(scheduler) == ["a", "b", "c", "d"]
 
 
-def test_a_short_streams_window_runs_first_when_asked(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_with_short_streams_first_a_short_stream_runs_before_those_ahead(
+    scheduler_module, monkeypatch: pytest.MonkeyPatch
+) -> None:
     scheduler, _ = _staggered(scheduler_module, monkeypatch, {"short_streams_first": True})
     scheduler.window_arrives("a")  # a holds 0.88 s: under the margin, its window is due soon
     scheduler.window_arrives("d")  # d holds 1.78 s
-    assert list(scheduler.schedule().num_scheduled_tokens) == ["a"]
-    assert list(scheduler.schedule().num_scheduled_tokens) == ["d"]  # one step later
-    assert {r.request_id for r in scheduler.running} == {"a", "b", "c", "d"}
+    assert _step(scheduler) == ["a"]
+    assert _step(scheduler) == ["d"]  # one step later
+    assert _everyone(scheduler) == {"a", "b", "c", "d"}
 
 
 def test_without_short_streams_first_only_a_first_window_makes_others_wait(
@@ -245,17 +282,31 @@ def test_without_short_streams_first_only_a_first_window_makes_others_wait(
     scheduler, _ = _staggered(scheduler_module, monkeypatch, {})
     scheduler.window_arrives("a")
     scheduler.window_arrives("d")
-    assert sorted(scheduler.schedule().num_scheduled_tokens) == ["a", "d"]
+    assert _step(scheduler) == ["a", "d"]
 
 
-def test_a_stream_with_no_window_ready_is_not_held_back(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stream_with_no_window_ready_is_left_to_vllm_omni(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
     scheduler, _ = _streaming(scheduler_module, 1.0, monkeypatch)
     scheduler.window_arrives("a")  # b's and c's next windows have not arrived
     scheduler.add("new")
     scheduler.window_arrives("new")
-    assert list(scheduler.schedule().num_scheduled_tokens) == ["new"]  # a (2 s in hand) waits one step
-    # b and c stayed where vllm-omni asks the talker's connector for their next windows
-    assert scheduler.seen_running[-1] == {"b", "c"}
+    assert _step(scheduler) == ["new"]  # a (2 s in hand) waits one step
+    assert scheduler.seen_waiting[-1] == ["new"]  # the step was built from new alone
+    # b and c stayed with the coordinator, waiting for their windows; a is ready at the head of the queue
+    assert {r.request_id: r.status for r in scheduler.waiting} == {"a": "WAITING", "b": "WAITING_FOR_CHUNK",
+                                                                  "c": "WAITING_FOR_CHUNK"}  # fmt: skip
+    assert "a" in scheduler.input_coordinator.requests_with_ready_chunks
+
+
+def test_an_end_marker_with_no_codes_is_no_first_window(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A talker that ends a request before any frame sends code2wav only its end marker (no codes): vllm-omni
+    finishes it without a step, so it is no first audio to make way for."""
+    scheduler, _ = _streaming(scheduler_module, 1.0, monkeypatch)
+    for name in ("a", "b", "c"):
+        scheduler.window_arrives(name)
+    scheduler.add("empty")
+    scheduler.window_arrives("empty", 0, last=True)
+    assert _step(scheduler) == ["a", "b", "c"]
 
 
 def test_a_streams_last_window_is_never_held_back(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -264,11 +315,12 @@ def test_a_streams_last_window_is_never_held_back(scheduler_module, monkeypatch:
     scheduler.window_arrives("b")
     scheduler.add("new")
     scheduler.window_arrives("new")
-    assert sorted(scheduler.schedule().num_scheduled_tokens) == ["a", "new"]
+    assert _step(scheduler) == ["a", "new"]
+    assert "a" in scheduler.finished
     capped, _ = _staggered(scheduler_module, monkeypatch, {"code2wav_max_windows_per_step": 1})
     capped.window_arrives("c")  # 1.48 s in hand
     capped.window_arrives("d", last=True)  # 1.78 s: the furthest ahead, but its last window
-    assert list(capped.schedule().num_scheduled_tokens) == ["d"]
+    assert _step(capped) == ["d"]
 
 
 def test_a_short_stream_with_no_window_ready_holds_nobody_back(
@@ -276,7 +328,24 @@ def test_a_short_stream_with_no_window_ready_holds_nobody_back(
 ) -> None:
     scheduler, _ = _staggered(scheduler_module, monkeypatch, {"short_streams_first": True})
     scheduler.window_arrives("d")  # a holds 0.88 s but has no window ready: nothing of it is due in this step
-    assert list(scheduler.schedule().num_scheduled_tokens) == ["d"]
+    assert _step(scheduler) == ["d"]
+
+
+def test_a_window_in_flight_is_left_alone(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Async scheduling: the next step is built while the last one runs; a stream whose window is still decoding
+    stays in `running` and is neither scheduled again nor held."""
+    scheduler, _ = _streaming(scheduler_module, 1.0, monkeypatch)
+    scheduler.window_arrives("a")
+    running = scheduler.schedule()  # not yet decoded
+    assert sorted(running.num_scheduled_tokens) == ["a"]
+    scheduler.window_arrives("a")
+    scheduler.add("new")
+    scheduler.window_arrives("new")
+    overlapped = scheduler.schedule()
+    assert sorted(overlapped.num_scheduled_tokens) == ["new"] and scheduler._probe.deferred == 0
+    scheduler.update_from_output(running, None)
+    scheduler.update_from_output(overlapped, None)
+    assert _step(scheduler) == ["a"]
 
 
 def test_short_streams_first_reads_yes_and_no_and_refuses_anything_else(scheduler_module) -> None:
@@ -288,14 +357,15 @@ def test_short_streams_first_reads_yes_and_no_and_refuses_anything_else(schedule
 
 def _first_windows_one_after_another(scheduler, clock: list[float], steps: int) -> list[list[str]]:
     """Before every step a new stream's first window arrives (arrivals that never pause) and the playing streams a, b
-    and c have a window ready: what each step ran."""
+    and c have a window ready (one that sat out keeps it): what each step ran."""
     ran = []
     for step in range(steps):
-        for name in ("a", "b", "c"):
+        ready = scheduler.input_coordinator.requests_with_ready_chunks
+        for name in [n for n in ("a", "b", "c") if n not in ready]:
             scheduler.window_arrives(name)
         scheduler.add(f"new{step}")
         scheduler.window_arrives(f"new{step}")
-        ran.append(sorted(scheduler.schedule().num_scheduled_tokens))
+        ran.append(_step(scheduler))
         clock[0] += 0.02
     return ran
 
@@ -316,7 +386,7 @@ def test_a_stream_waits_at_most_the_bound_of_steps_in_a_row(scheduler_module, mo
     assert ran[1] == ["a", "b", "c", "new1"]  # ... and run in the next, though another first window is ready
     assert ran[2:] == [["new2"], ["a", "b", "c", "new3"]]  # their next windows may wait one step again
     assert scheduler._probe.deferred == deferred + 6
-    assert {r.request_id for r in scheduler.running} >= {"a", "b", "c"}  # nobody lost
+    assert _everyone(scheduler) >= {"a", "b", "c"}  # nobody lost
     bounded, clock = _streaming(scheduler_module, 1.0, monkeypatch, {"code2wav_max_steps_held": 2})
     assert _first_windows_one_after_another(bounded, clock, 3) == [["new0"], ["new1"], ["a", "b", "c", "new2"]]
 
@@ -326,9 +396,9 @@ def test_the_bound_applies_to_the_cap_too(scheduler_module, monkeypatch: pytest.
         scheduler, _ = _staggered(scheduler_module, monkeypatch, {"code2wav_max_windows_per_step": 1} | extra)
         for name in ("a", "b", "c", "d"):  # a holds 0.88 s (under the margin), b 1.18 s, c 1.48 s, d 1.78 s
             scheduler.window_arrives(name)
-        first = sorted(scheduler.schedule().num_scheduled_tokens)
+        first = _step(scheduler)
         scheduler.window_arrives("a")  # a, 2 s further ahead after its step, has its next window ready too
-        return [first, sorted(scheduler.schedule().num_scheduled_tokens)]
+        return [first, _step(scheduler)]
 
     assert two_steps({}) == [["a"], ["b"]]  # c and d, still further ahead than b, wait a second step
     assert two_steps({"code2wav_max_steps_held": 1}) == [["a"], ["b", "c", "d"]]  # only a may wait now
@@ -342,3 +412,53 @@ def test_the_bound_must_be_a_whole_number_of_steps(scheduler_module) -> None:
     for bad in (-1, 1.5, "one", "2.0", "-1", True, False, [], ""):
         with pytest.raises(ValueError, match="code2wav_max_steps_held"):
             scheduler_module.FirstAudioFirstScheduler({"code2wav_max_steps_held": bad})
+
+
+def test_the_start_up_line_says_what_it_read(scheduler_module, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger="vllm.speech.code2wav"):
+        scheduler_module.FirstAudioFirstScheduler({"short_streams_first": True, "codec_chunk_frames": 50})
+    line = caplog.records[-1].getMessage()
+    assert "native data plane" in line and "{'short_streams_first': True}" in line and "max_num_seqs 64" in line
+
+
+def _importing_against(monkeypatch: pytest.MonkeyPatch, scheduler: type):
+    return import_against_stand_ins(
+        monkeypatch,
+        "app.engines.omni_code2wav_scheduler",
+        lambda modules: install_generation_scheduler(modules, scheduler),
+    )
+
+
+def test_on_the_legacy_transport_it_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    class LegacyTransport(FakeGenerationScheduler):  # model_runner: v1: the chunk transfer adapter, no coordinator
+        def __init__(self, extra: dict) -> None:
+            super().__init__(extra)
+            self._native_data_plane = False
+            self.input_coordinator = None
+            self.chunk_transfer_adapter = object()
+
+    module = _importing_against(monkeypatch, LegacyTransport)
+    with pytest.raises(RuntimeError, match="model_runner: v2 and async_chunk: true"):
+        module.FirstAudioFirstScheduler({})
+
+
+def test_a_missing_piece_of_vllm_omni_fails_at_start_and_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Renamed(FakeGenerationScheduler):
+        _restore_omni_wait_queues = None  # a release that renamed it
+
+    module = _importing_against(monkeypatch, Renamed)
+    with pytest.raises(RuntimeError, match=r"lacks scheduler\._restore_omni_wait_queues\(\)"):
+        module.FirstAudioFirstScheduler({})
+
+    class ForgetsTheContext(FakeSchedulingCoordinator):  # a coordinator that no longer keeps left_context_size
+        def update_request_metadata(self, requests: dict, request_metadata: dict, model_mode: str) -> None:
+            return None
+
+    class OtherCoordinator(FakeGenerationScheduler):
+        def __init__(self, extra: dict) -> None:
+            super().__init__(extra)
+            self.input_coordinator = ForgetsTheContext()
+
+    module = _importing_against(monkeypatch, OtherCoordinator)
+    with pytest.raises(RuntimeError, match="_omni_initial_model_buffer"):
+        module.FirstAudioFirstScheduler({})
