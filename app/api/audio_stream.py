@@ -156,6 +156,10 @@ class EncodedAudio:
                 # shielded: a cancelled request would otherwise cut the engine generator's own clean-up short
                 with anyio.CancelScope(shield=True):
                     await asyncio.gather(pending, return_exceptions=True)
+            elif not pending.cancelled():
+                # answered in the very turn this wait was cancelled (the client left as the engine ended): read its
+                # outcome, or the loop reports a StopAsyncIteration "never retrieved" when the task is collected
+                pending.exception()
         if pending in done:
             try:
                 return pending.result()
