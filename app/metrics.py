@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram, Info, disable_created_metrics
 
+from app.audio.encoders import RESPONSE_FORMATS
+
 # A `_created` series per labelled counter doubles the series count and no dashboard or rule reads it.
 disable_created_metrics()
 
@@ -55,6 +57,22 @@ TTFA = Histogram(
     ["response_format", "stream"],
     buckets=TTFA_BUCKETS,
 )
+UNINTERRUPTED = Histogram(
+    "speech_uninterrupted_seconds",
+    "Time from a request's arrival (as speech_ttfa_seconds) until a real-time listener could start and never run dry: "
+    "TTFA plus the stream's largest deficit, from when the server wrote each piece of audio (see app/timing.py). "
+    "Observed once per completed stream; streams cut short (the client left, an error, a timeout, a drain) and whole "
+    "files (stream: false) are not observed. Over the WebSocket, per utterance, from its first complete sentence, "
+    "waits for the client's text included.",
+    ["response_format", "stream"],
+    buckets=TTFA_BUCKETS,
+)
+RAN_DRY = Counter(
+    "speech_streams_ran_dry_total",
+    "Completed streams that a listener starting at their first audio would have heard run dry (those of "
+    "speech_uninterrupted_seconds beyond their TTFA); divided by speech_uninterrupted_seconds_count, the share.",
+    ["response_format", "stream"],
+)
 TTFA_PHASE = Histogram(
     "speech_ttfa_phase_seconds",
     "Time to first audio by phase (validate, queue, prepare, engine, encode_write; see app/timing.py), observed once "
@@ -86,6 +104,13 @@ BUILD = Info("speech_build", "The service's version and engine.")
 READY = Gauge("speech_ready", "1 while this replica answers /ready with 200 (engine warm, not draining).")
 
 
+# The streams a ran-dry share is counted for, each at 0 from the start: with none run dry it reads 0, not "no data".
+STREAM_KINDS = ("audio", "sse", "websocket")
+
+
+for _format in RESPONSE_FORMATS:
+    for _stream in STREAM_KINDS:
+        RAN_DRY.labels(_format, _stream)
 for _reason in REJECT_REASONS:
     REJECTED.labels(_reason)
 for _reason in ABORT_REASONS:

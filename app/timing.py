@@ -13,6 +13,9 @@ Phases, which add up to the request's TTFA exactly:
   event loop getting to it). With a format whose encoder holds back its first frame (mp3, aac, opus) and an engine
   whose first chunk is short, this includes waiting for the engine's next chunk.
 Requests that end before their first byte (errors, a client that left) have milestones but no phases.
+
+TTFA alone is never the goal: a stream that starts early and then runs dry is heard as a stutter. `ListenerClock` times
+the audio that follows (the time to uninterrupted audio, from the same origin).
 """
 
 from __future__ import annotations
@@ -65,3 +68,53 @@ class TtfaTimeline:
             "first_byte": self.first_byte,
         }
         return {name: round(at - self.received, 4) for name, at in marks.items() if at is not None}
+
+
+# Lateness below this is float noise in the arithmetic, not a gap anyone could hear (the load tool's listener,
+# loadtest.playback, ignores the same).
+RAN_DRY_EPSILON_S = 1e-6
+
+
+@dataclass(slots=True)
+class ListenerClock:
+    """When a real-time listener of one stream could start and never run dry, from when each piece of its audio was
+    written (exported as `speech_uninterrupted_seconds`).
+
+    A listener who starts at S plays the audio at position p at S + p, so bytes written at t after A seconds of audio
+    went out before them are in time if t <= S + A. The earliest start with every write in time is S = max over writes
+    of (t - A); the first write (A = 0) makes S at least the time to first audio, and how far S lies past it is the
+    stream's largest deficit: the buffer, counted in time, that a listener starting at the first audio would need never
+    to run dry. The load tool computes the same figure from the client's side."""
+
+    origin: float  # time.perf_counter() of the request's arrival: TTFA's origin
+    first_s: float | None = None  # the first write, in seconds since the origin
+    ready_s: float | None = None  # S so far, in seconds since the origin
+    audio_s: float = 0.0  # seconds of audio the writes so far carry
+
+    def wrote(self, at: float, audio_through_s: float) -> None:
+        """Bytes went out at `at` (perf_counter); with them, the writes so far carry `audio_through_s` seconds."""
+        since = at - self.origin
+        late = since - self.audio_s  # the start this write needs: it brings the audio from position audio_s on
+        if self.first_s is None or self.ready_s is None:
+            self.first_s = self.ready_s = since
+        elif late > self.ready_s:
+            self.ready_s = late
+        self.audio_s = max(self.audio_s, audio_through_s)
+
+    @property
+    def deficit_s(self) -> float | None:
+        """The largest deficit (0 for a stream that never ran dry); None before the first write."""
+        if self.first_s is None or self.ready_s is None:
+            return None
+        deficit = self.ready_s - self.first_s
+        return deficit if deficit > RAN_DRY_EPSILON_S else 0.0
+
+    @property
+    def uninterrupted_s(self) -> float | None:
+        """Time to uninterrupted audio: the first write plus the largest deficit; None before the first write."""
+        deficit = self.deficit_s
+        return None if deficit is None or self.first_s is None else self.first_s + deficit
+
+    @property
+    def ran_dry(self) -> bool:
+        return bool(self.deficit_s)

@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from app.api.errors import ApiError, engine_not_ready, internal_error
 from app.audio.encoders import INLINE_FORMATS, StreamEncoder, create_encoder
 from app.audio.transforms import StreamResampler
 from app.engines.base import AudioChunk, EngineUnavailable, WordTiming
+from app.timing import ListenerClock
 
 # Set in the request's state by app.http_protocol when it aborts the connection of a client that stopped reading.
 STALLED_STATE_KEY = "client_stalled"
@@ -107,12 +109,19 @@ class EncodedAudio:
         # seconds of audio handed to the encoder: the bytes yielded so far carry the audio up to here (but what a
         # compressed format's encoder still holds back for its next frame)
         self.encoded_s = 0.0
+        # told when each piece of audio reached the client (the time to uninterrupted audio); None: not timed
+        self.listener: ListenerClock | None = None
 
     def first_audio_sent(self) -> None:
         """The first audio is on its way (a whole file, whose bytes exist only once all of it is encoded)."""
         if self._on_first_audio is not None:
             self._on_first_audio()
             self._on_first_audio = None
+
+    def written(self) -> None:
+        """The bytes last handed out have been written to the client: they carry the audio up to `encoded_s`."""
+        if self.listener is not None:
+            self.listener.wrote(time.perf_counter(), self.encoded_s)
 
     def stop(self, reason: str) -> None:
         """End the stream from outside (a drain): it stops waiting for the engine and ends as not completed."""
@@ -283,6 +292,7 @@ async def audio_body(audio: EncodedAudio) -> AsyncIterator[bytes]:
     try:
         async for data in audio.bytes():
             yield data
+            audio.written()
     except StreamStopped as exc:
         raise StreamCut(exc.reason) from None
     except EngineUnavailable:
@@ -324,6 +334,7 @@ async def sse_events(audio: EncodedAudio, request_id: str) -> AsyncIterator[byte
         async for item in audio.events():
             if isinstance(item, bytes):
                 yield sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(item).decode("ascii")})
+                audio.written()
             else:
                 yield sse_event({"type": "speech.audio.timestamps", "words": [word.as_dict() for word in item]})
     except asyncio.CancelledError:

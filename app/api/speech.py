@@ -52,7 +52,7 @@ from app.engines.base import (
 )
 from app.lifecycle import Lifecycle
 from app.settings import Settings
-from app.timing import TtfaTimeline
+from app.timing import ListenerClock, TtfaTimeline
 from app.voice_store import StoredVoice, VoiceNotFound, VoiceStore
 from app.voices import VoiceCatalog
 
@@ -193,6 +193,16 @@ def observe_ttfa(response_format: str, stream: str, ttfa_s: float, phases: dict[
         metrics.TTFA_PHASE.labels(phase).observe(seconds)
 
 
+def observe_uninterrupted(response_format: str, stream: str, ttfa_s: float, listener: ListenerClock) -> None:
+    """A completed stream's time to uninterrupted audio (its TTFA plus the largest deficit its writes show), and
+    whether it ran dry. A stream cut short is not observed: what it would have needed is unknown."""
+    if listener.deficit_s is None:  # no audio written to the client (nothing to listen to)
+        return
+    metrics.UNINTERRUPTED.labels(response_format, stream).observe(ttfa_s + listener.deficit_s)
+    if listener.ran_dry:
+        metrics.RAN_DRY.labels(response_format, stream).inc()
+
+
 @dataclasses.dataclass
 class SpeechRun:
     """One synthesis from admission to its last byte, with the accounting both transports share: TTFA, E2E, RTF,
@@ -262,6 +272,8 @@ class SpeechRun:
             if outcome == "completed":
                 if audio_s > 0:
                     metrics.RTF.observe((now - ticket.granted_at) / audio_s)
+                if audio.listener is not None and timing.ttfa_s is not None:
+                    observe_uninterrupted(output.response_format, self.stream_label, timing.ttfa_s, audio.listener)
             else:
                 metrics.ABORTED.labels(outcome).inc()
                 await engine.abort(job.request_id)
@@ -285,6 +297,8 @@ class SpeechRun:
             first_audio_written,
             whole_file=output.whole_file,
         )
+        # a WebSocket utterance times its listener itself, across its sentences, as they reach the socket
+        audio.listener = ListenerClock(started) if self.observe_ttfa else None
         lifecycle.track(job.request_id, audio)
         return audio
 

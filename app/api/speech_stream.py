@@ -43,12 +43,20 @@ from app.api.dependencies import served_models
 from app.api.errors import ApiError, internal_error, invalid_param, validation_error, websocket_error_message
 from app.api.job_builder import build_job
 from app.api.schemas import SpeechRequest
-from app.api.speech import SpeechRun, admitted, engine_unavailable, observe_ttfa, resolve_voice, shutting_down
+from app.api.speech import (
+    SpeechRun,
+    admitted,
+    engine_unavailable,
+    observe_ttfa,
+    observe_uninterrupted,
+    resolve_voice,
+    shutting_down,
+)
 from app.engines.base import ReferenceAudio, SpeechEngine, WordTiming
 from app.lifecycle import Lifecycle
 from app.settings import Settings
 from app.text.sentences import complete_sentences, split_sentences
-from app.timing import TtfaTimeline
+from app.timing import ListenerClock, TtfaTimeline
 from app.voice_store import VoiceStore
 from app.voices import VoiceCatalog
 
@@ -172,6 +180,10 @@ class Utterance:
     audio_s: float = 0.0  # the sentences delivered so far: where the next one starts in the utterance's audio
     ttfa_s: float | None = None
     errors: list[str] = dataclasses.field(default_factory=list)
+    # when each piece of its audio reached the socket, from the same origin as its TTFA (across its sentences: a
+    # listener hears them back to back); and in which format
+    listener: ListenerClock | None = None
+    response_format: str = ""
 
 
 class SessionClosed(Exception):
@@ -537,6 +549,8 @@ class SpeechStreamSession:
                         await self.ws.send_bytes(item.data)
                 if utterance.ttfa_s is None:  # from the arrival of the text that completed the first sentence
                     self.observe_first_audio(utterance, sentence, request.response_format)
+                if utterance.listener is not None:
+                    utterance.listener.wrote(time.perf_counter(), utterance.audio_s + item.end_s)
                 total += len(item.data)
                 spoken_s = item.end_s
             if isinstance(item, SentenceEnd):
@@ -567,6 +581,7 @@ class SpeechStreamSession:
         socket (they add up to the TTFA, as a request's do over HTTP)."""
         sent = time.perf_counter()
         utterance.ttfa_s = sent - sentence.arrived
+        utterance.listener, utterance.response_format = ListenerClock(sentence.arrived), response_format
         phases = {} if sentence.timing is None else dataclasses.replace(sentence.timing, first_byte=sent).phases()
         observe_ttfa(response_format, "websocket", utterance.ttfa_s, phases)
 
@@ -632,6 +647,8 @@ class SpeechStreamSession:
         self.lifecycle.untrack(self.utterance_key(end.utterance))
         await self.send({"type": "session.done", "utterance_index": end.utterance, "total_sentences": end.sentences})
         self.log_utterance(utterance, "completed" if not utterance.errors else "error")
+        if not utterance.errors and utterance.ttfa_s is not None and utterance.listener is not None:
+            observe_uninterrupted(utterance.response_format, "websocket", utterance.ttfa_s, utterance.listener)
         if not self.open_utterances:
             self.quiet_since = time.perf_counter()
             self.all_spoken.set()

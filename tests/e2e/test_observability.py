@@ -26,6 +26,8 @@ FAMILIES = {
     "speech_requests": "counter",
     "speech_ttfa_seconds": "histogram",
     "speech_ttfa_phase_seconds": "histogram",
+    "speech_uninterrupted_seconds": "histogram",
+    "speech_streams_ran_dry": "counter",
     "speech_e2e_seconds": "histogram",
     "speech_rtf": "histogram",
     "speech_audio_seconds": "counter",
@@ -117,6 +119,40 @@ def test_ttfa_phases_are_observed_once_per_request_that_sent_audio(server: Runni
     assert sums["engine"] > 0  # the embedded engine synthesizes the first sentence before any audio exists
 
 
+def by_labels(server: RunningServer, family: str, sample: str) -> dict[tuple[str, str], float]:
+    """A family's sample values per (response_format, stream)."""
+    found = families(server)[family]
+    return {(s.labels["response_format"], s.labels["stream"]): s.value for s in found.samples if s.name == sample}
+
+
+def test_time_to_uninterrupted_audio_is_observed_once_per_completed_stream(server: RunningServer, prometheus) -> None:
+    """Every stream the load completed (plain, the SDK's, SSE; a WebSocket utterance too) is observed once, at or past
+    its TTFA; the client that left after its first bytes has a TTFA but is not observed."""
+    from websockets.sync.client import connect
+
+    with connect(server.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream") as ws:
+        ws.send(json.dumps({"type": "session.config", "voice": "alloy", "response_format": "pcm"}))
+        ws.send(json.dumps({"type": "input.text", "text": "Two sentences over a socket. Heard back to back."}))
+        ws.send(json.dumps({"type": "input.done"}))
+        while not (isinstance(m := ws.recv(timeout=60), str) and json.loads(m)["type"] == "session.done"):
+            pass
+    ttfa_count = by_labels(server, "speech_ttfa_seconds", "speech_ttfa_seconds_count")
+    ttfa_sum = by_labels(server, "speech_ttfa_seconds", "speech_ttfa_seconds_sum")
+    count = by_labels(server, "speech_uninterrupted_seconds", "speech_uninterrupted_seconds_count")
+    total = by_labels(server, "speech_uninterrupted_seconds", "speech_uninterrupted_seconds_sum")
+    dry = by_labels(server, "speech_streams_ran_dry", "speech_streams_ran_dry_total")
+    for labels in [("mp3", "audio"), ("wav", "audio"), ("mp3", "sse"), ("pcm", "websocket")]:
+        assert count.get(labels, 0) >= 1, labels
+    # the plain pcm streams: one completed, and the long one whose client left after the first bytes
+    assert count[("pcm", "audio")] == ttfa_count[("pcm", "audio")] - 1
+    for labels, observed in count.items():
+        assert observed <= ttfa_count[labels] and dry[labels] <= observed, labels
+        if observed == ttfa_count[labels]:  # the same streams: each at or past its own TTFA
+            assert total[labels] >= ttfa_sum[labels], labels
+    assert set(dry) >= {(f, s) for f in ("mp3", "opus", "aac", "flac", "wav", "pcm") for s in ("audio", "sse")}
+    assert all(0 < total[labels] / count[labels] < 30 for labels in count)
+
+
 def test_errors_are_counted_under_their_status(server: RunningServer, prometheus) -> None:
     assert server.metric("speech_requests_total", status="400") >= 1
     assert server.metric("speech_requests_total", status="404") >= 1
@@ -190,6 +226,8 @@ def test_every_dashboard_query_evaluates(prometheus: RunningPrometheus) -> None:
     # the service's own panels have data; engine (vllm-omni) and GPU (DCGM) panels have none on the CPU engine
     must_have = [
         "Time to first audio",
+        "Time to uninterrupted audio",
+        "Streams that ran dry",
         "TTFA by phase (p50",
         "TTFA by phase (p95",
         "TTFA by phase (mean",
@@ -215,6 +253,30 @@ def test_the_dashboard_breaks_ttfa_down_by_phase() -> None:
         assert all("speech_ttfa_phase_seconds" in e for e in exprs)
         phases = [re.search(r'phase="(\w+)"', e).group(1) for e in exprs]
         assert phases == ["validate", "queue", "prepare", "engine", "encode_write"]  # stacked in request order
+
+
+def test_uninterrupted_audio_sits_beside_ttfa_on_the_dashboard_and_in_the_rules() -> None:
+    panels = {p["title"]: p for p in json.loads(DASHBOARD.read_text())["panels"]}
+    ttfa, heard = (
+        panels["Time to first audio (p50 / p95 / p99)"],
+        panels["Time to uninterrupted audio (p50 / p95 / p99)"],
+    )
+    assert heard["gridPos"]["y"] == ttfa["gridPos"]["y"]
+    assert heard["gridPos"]["x"] == ttfa["gridPos"]["x"] + ttfa["gridPos"]["w"]  # right of it
+    assert all("speech_uninterrupted_seconds_bucket" in t["expr"] for t in heard["targets"])
+    rules = [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
+    alerts = [rule["alert"] for rule in rules if "alert" in rule]
+    assert alerts.index("SpeechUninterruptedAudioSlow") == alerts.index("SpeechTTFABudgetBurnSlow") + 1
+
+
+def test_every_service_metric_the_dashboard_and_rules_read_is_exported(server: RunningServer, prometheus) -> None:
+    """A panel or an alert on a metric the service does not export would show nothing, or never fire."""
+    exported = set(families(server))
+    rules = [rule["expr"] for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
+    used = {name for expr in [e for _, e in dashboard_queries()] + rules for name in re.findall(r"\bspeech_\w+", expr)}
+    assert {"speech_uninterrupted_seconds_bucket", "speech_streams_ran_dry_total"} <= used
+    families_used = {re.sub(r"_(bucket|count|sum|total)$", "", name) for name in used}
+    assert families_used - exported == set()
 
 
 def test_dashboard_variables(prometheus: RunningPrometheus) -> None:

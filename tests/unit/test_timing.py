@@ -1,15 +1,20 @@
-"""TTFA milestones and phases: the record the route fills in, and when the first byte counts as written."""
+"""TTFA milestones and phases: the record the route fills in, and when the first byte counts as written; the time to
+uninterrupted audio from when each piece was written."""
 
 from __future__ import annotations
 
+import itertools
 import math
+import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from app.api.audio_stream import EncodedAudio, sse_events
+from app.api.audio_stream import EncodedAudio, audio_body, sse_events
 from app.engines.base import AudioChunk
-from app.timing import PHASES, TtfaTimeline
+from app.timing import PHASES, RAN_DRY_EPSILON_S, ListenerClock, TtfaTimeline
 
 
 def full_timeline() -> TtfaTimeline:
@@ -94,3 +99,71 @@ async def test_the_first_byte_counts_once_the_server_has_taken_it(sse: bool) -> 
     rest = [piece async for piece in body]  # a plain pcm body took the one chunk whole: nothing more comes
     assert calls == ["sent", "hook"]  # once
     assert rest if sse else not rest
+
+
+def clock_of(writes: list[tuple[float, float]], origin: float = 100.0) -> ListenerClock:
+    """A ListenerClock told of writes at (seconds since origin, seconds of audio the writes so far carry)."""
+    clock = ListenerClock(origin)
+    for at, audio_s in writes:
+        clock.wrote(origin + at, audio_s)
+    return clock
+
+
+def test_a_stream_written_ahead_of_real_time_is_uninterrupted_from_its_first_audio() -> None:
+    clock = clock_of([(0.2 + 0.25 * i, 0.25 * (i + 1)) for i in range(32)])  # exactly real time: never late
+    assert (clock.first_s, clock.deficit_s, clock.ran_dry) == (pytest.approx(0.2), 0.0, False)
+    assert clock.uninterrupted_s == clock.first_s
+    assert ListenerClock(1.0).uninterrupted_s is None and ListenerClock(1.0).deficit_s is None  # nothing written
+
+
+def test_the_time_to_uninterrupted_audio_is_the_first_write_plus_the_largest_deficit() -> None:
+    # 0.5 s of audio at 0.1 s, the next second's at 1.1 s: a listener must start at 0.6 s; 0.2 s more at 1.3 s is early
+    clock = clock_of([(0.1, 0.5), (1.1, 1.5), (1.3, 1.7)])
+    assert clock.uninterrupted_s == pytest.approx(0.6) and clock.deficit_s == pytest.approx(0.5) and clock.ran_dry
+    # the largest, not the last or the sum: 0.3 s late at 0.5 s, 0.6 s at 1.0 s, in time after
+    assert clock_of([(0.0, 0.2), (0.5, 0.4), (1.0, 2.0), (1.5, 3.0)]).uninterrupted_s == pytest.approx(0.6)
+    # a write that carries no more audio (a trailer) still has to come before the audio runs out
+    assert clock_of([(0.1, 0.5), (0.9, 0.5)]).deficit_s == pytest.approx(0.3)
+    # float noise is no deficit (the same tolerance as the load tool's listener)
+    assert clock_of([(0.1, 0.5), (0.6 + RAN_DRY_EPSILON_S / 2, 1.0)]).ran_dry is False
+
+
+schedules = st.lists(st.tuples(st.floats(0.0, 0.5), st.floats(0.001, 0.5)), min_size=1, max_size=30).map(
+    lambda steps: list(itertools.accumulate(steps, lambda a, b: (a[0] + b[0], a[1] + b[1]), initial=(0.0, 0.0)))[1:]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(schedules)
+def test_the_server_and_the_load_tool_time_a_stream_alike(writes: list[tuple[float, float]]) -> None:
+    """The same schedule, as the server writes it and as the load tool's listener hears it (no network between):
+    the same time to uninterrupted audio and deficit."""
+    from loadtest.playback import simulate_playback
+
+    heard = simulate_playback(writes)
+    clock = clock_of(writes)
+    assert heard is not None and clock.uninterrupted_s is not None
+    assert clock.uninterrupted_s == pytest.approx(heard.uninterrupted_s, abs=1e-9)
+    assert clock.deficit_s == pytest.approx(heard.deficit_s, abs=1e-9)
+    assert clock.ran_dry == heard.ran_dry
+
+
+@pytest.mark.parametrize("sse", [False, True])
+async def test_the_listener_is_told_of_each_write_once_the_server_has_taken_it(sse: bool) -> None:
+    """As the first byte: a piece counts as written when the server's send comes back for more, carrying the audio
+    encoded up to it (an engine chunk of 0.6 s, then one of 0.4 s)."""
+
+    async def second():
+        yield AudioChunk(tone(0.4), 24_000)
+
+    audio = EncodedAudio(AudioChunk(tone(0.6), 24_000), second(), "pcm", 24_000, noop_close)
+    audio.listener = ListenerClock(time.perf_counter())
+    body = sse_events(audio, "r") if sse else audio_body(audio)
+    await anext(body)
+    assert audio.listener.first_s is None  # produced, not yet taken by the server
+    await anext(body)
+    first_piece = 0.25 if sse else 0.6  # SSE events carry slices of ENCODE_SLICE_S; a plain pcm body whole chunks
+    assert audio.listener.first_s is not None and audio.listener.audio_s == pytest.approx(first_piece)
+    async for _ in body:
+        pass
+    assert audio.listener.audio_s == pytest.approx(1.0) and audio.listener.uninterrupted_s is not None
