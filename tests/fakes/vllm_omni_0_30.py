@@ -28,7 +28,7 @@ import enum
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -308,110 +308,3 @@ class WordTokenizer:
 
     def __call__(self, text: str, padding: bool = False) -> dict[str, list[int]]:
         return {"input_ids": list(range(len(text.split())))}
-
-
-# -- stage 1 (code2wav) scheduling: vllm_omni.core.sched.omni_generation_scheduler.OmniGenerationScheduler ----------
-@dataclass
-class FakeStageRequest:
-    """A code2wav request as the scheduler sees it: `request_id`; its window arrives through the chunk adapter."""
-
-    request_id: str
-
-
-class FakeChunkTransferAdapter:
-    """What `OmniChunkTransferAdapter` keeps that a scheduler reads: the two sets of requests whose next window has
-    arrived, loaded by the receiving thread (`_finished_load_reqs`) and moved back into a queue
-    (`requests_with_ready_chunks`), and the requests whose talker sent its last window (`upstream_exhausted_requests`;
-    0.26.0's `is_done_receiving_chunks` also counts the end of a realtime input segment, which TTS requests do not
-    have)."""
-
-    def __init__(self) -> None:
-        self._finished_load_reqs: set[str] = set()
-        self.requests_with_ready_chunks: set[str] = set()
-        self.upstream_exhausted_requests: set[str] = set()  # the talker sent its last window (`finished` in meta)
-
-    def is_done_receiving_chunks(self, request_id: str) -> bool:
-        return request_id in self.upstream_exhausted_requests
-
-
-@dataclass
-class FakeSchedulerOutput:
-    num_scheduled_tokens: dict[str, int]
-
-
-class FakeGenerationScheduler:
-    """OmniGenerationScheduler's parts that a subclass touches: `vllm_config.model_config.stage_connector_config`,
-    `chunk_transfer_adapter`, `waiting` (new requests, in order), `running` (a list), `requests` (id -> request),
-    `schedule()` returning an output whose `num_scheduled_tokens` names every request with a window in the step, and
-    `update_from_output()`. As in 0.26.0, one step takes the ready window of every request in `running`, then of
-    every waiting request, which then moves to `running`. `seen_running` keeps the requests each `schedule()` found
-    in `running`: the real one asks the chunk adapter for the next window of exactly those (`process_pending_chunks`
-    -> `load_async`)."""
-
-    window_tokens = 16 * 97
-
-    def __init__(self, connector_extra: dict[str, Any]) -> None:
-        model_config = type("ModelConfig", (), {"stage_connector_config": {"name": "x", "extra": connector_extra}})
-        self.vllm_config = type("VllmConfig", (), {"model_config": model_config})()
-        self.chunk_transfer_adapter = FakeChunkTransferAdapter()
-        self.waiting: list[FakeStageRequest] = []
-        self.running: list[FakeStageRequest] = []
-        self.requests: dict[str, FakeStageRequest] = {}
-        self.updates: list[FakeSchedulerOutput] = []
-        self.seen_running: list[set[str]] = []
-
-    def add(self, request_id: str) -> None:
-        request = FakeStageRequest(request_id)
-        self.requests[request_id] = request
-        self.waiting.append(request)
-
-    def window_arrives(self, request_id: str, last: bool = False) -> None:
-        if last:  # as 0.26.0 loads a chunk: the finished mark first, then the chunk counts as loaded
-            self.chunk_transfer_adapter.upstream_exhausted_requests.add(request_id)
-        self.chunk_transfer_adapter._finished_load_reqs.add(request_id)
-
-    def _ready(self, request: FakeStageRequest) -> bool:
-        adapter = self.chunk_transfer_adapter
-        return request.request_id in adapter._finished_load_reqs | adapter.requests_with_ready_chunks
-
-    def schedule(self, throttle_prefills: bool = False) -> FakeSchedulerOutput:
-        adapter = self.chunk_transfer_adapter
-        self.seen_running.append({r.request_id for r in self.running})
-        scheduled = {r.request_id: self.window_tokens for r in self.running if self._ready(r)}
-        for request in [r for r in self.waiting if self._ready(r)]:
-            self.waiting.remove(request)
-            self.running.append(request)
-            scheduled[request.request_id] = self.window_tokens
-        adapter._finished_load_reqs -= set(scheduled)
-        adapter.requests_with_ready_chunks -= set(scheduled)
-        return FakeSchedulerOutput(scheduled)
-
-    def update_from_output(self, scheduler_output: FakeSchedulerOutput, model_runner_output: Any) -> dict:
-        self.updates.append(scheduler_output)
-        return {}
-
-
-def install_generation_scheduler(modules: dict[str, Any]) -> None:
-    """Make `vllm_omni.core.sched.omni_generation_scheduler` importable with the stand-in (into `modules`, e.g. a
-    monkeypatched sys.modules)."""
-    import types
-
-    module = types.ModuleType("vllm_omni.core.sched.omni_generation_scheduler")
-    module.OmniGenerationScheduler = FakeGenerationScheduler  # type: ignore[attr-defined]
-    for name in ("vllm_omni", "vllm_omni.core", "vllm_omni.core.sched"):
-        modules.setdefault(name, types.ModuleType(name))
-    modules["vllm_omni.core.sched.omni_generation_scheduler"] = module
-
-
-def import_against_stand_ins(monkeypatch: Any, module: str, *installs: Callable[[dict[str, Any]], None]) -> Any:
-    """Import `module` afresh against these stand-ins (`install_*` functions), in a sys.modules that the test's
-    monkeypatch restores afterwards."""
-    import importlib
-    import sys
-
-    modules = dict(sys.modules)
-    for install in installs:
-        install(modules)
-    modules.pop(module, None)
-    monkeypatch.setattr(sys, "modules", modules)
-    return importlib.import_module(module)
