@@ -10,10 +10,10 @@ vllm-omni cannot run on the CPU machines where CI runs; these mirror, field for 
 - `vllm_omni.AsyncOmni` (`vllm_omni/entrypoints/async_omni.py`): `default_sampling_params_list` (CUMULATIVE, as the
   engine builds them), `generate(prompt, sampling_params=None, request_id="", *, sampling_params_list,
   output_modalities, arrival_time, ...)` as an async generator whose early close aborts the request, `abort` (by the
-  caller's request id: 0.30 adds a suffix of its own internally and maps it back), `shutdown`, `errored`. AsyncOmni's orchestrator is a Python thread of the caller's process, holding the
-  GIL while it handles the stages' outputs; `orchestrator_busy_ms` every `orchestrator_period_ms` while requests run
-  models that load. Audio follows code2wav's windows
-  (`vllm_omni/model_executor/stage_input_processors/qwen3_tts.py`): 1 frame (or the request's
+  caller's request id: 0.30 adds a suffix of its own internally and maps it back), `shutdown`, `errored`.
+  AsyncOmni's orchestrator is a Python thread of the caller's process, holding the GIL while it handles the stages'
+  outputs; `orchestrator_busy_ms` every `orchestrator_period_ms` while requests run models that load. Audio follows
+  code2wav's windows (`vllm_omni/model_executor/stage_input_processors/qwen3_tts.py`): 1 frame (or the request's
   `initial_codec_chunk_frames`), then 25-frame windows, then the tail; a profile's `codec_chunk_ramp` or
   `codec_chunk_adaptive` replaces the request's first size. Every frame is sent once (0.30 tracks the frames it has
   emitted per request); N talker tokens make N - 1 frames of 1920 samples at 24 kHz.
