@@ -4,7 +4,7 @@
 # DUMMY_VARIANT=custom_voice|base: write a weight-less Qwen3-TTS 0.6B model directory and use random weights.
 # CODEC_WEIGHTS=real (with DUMMY_VARIANT): code2wav loads random weights written in the checkpoint's own format
 # (deploy/gpu/codec_weights.py) with load_format auto, so that it sets itself up as with a real checkpoint (decoder
-# CUDA graphs, float32, the profile's decode_* settings); the talker stays on random weights. Sets
+# CUDA graphs, its dtype, the profile's decode_* settings); the talker stays on random weights. Sets
 # SPEECH_STAGE_OVERRIDES unless it is set already.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +22,7 @@ if [ -n "${DUMMY_VARIANT:-}" ]; then
   fi
 fi
 : "${SPEECH_MODEL:?set SPEECH_MODEL to a Qwen3-TTS model directory (or DUMMY_VARIANT)}"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the stage processes import app.engines.omni_stage_fix
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the code2wav stage process imports the service's scheduler
 setsid nohup "$PYTHON" -m app.cli --engine omni --host "${HOST:-127.0.0.1}" --port "$PORT" >"$LOG" 2>&1 </dev/null &
 echo $! >"/tmp/speech-server-$PORT.pid"
 echo "speech-server (omni) starting on port $PORT, pid $!, log $LOG"
