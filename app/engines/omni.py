@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -70,10 +71,36 @@ DECODER_GRAPH_STATS_ENVIRONMENT = {
 }
 
 
-def _default_omni_factory(**kwargs: Any) -> Any:
+def _default_omni_factory(code2wav_scheduler: str = "", **kwargs: Any) -> Any:
     from vllm_omni import AsyncOmni
 
+    if code2wav_scheduler:
+        register_code2wav_scheduler(code2wav_scheduler)
     return AsyncOmni(**kwargs)
+
+
+def register_code2wav_scheduler(path: str) -> None:
+    """Make vllm-omni's Qwen3-TTS pipeline run code2wav (stage 1) under the scheduler class at `path`.
+
+    vllm-omni 0.30 takes a stage's scheduler class only from the pipeline's topology: a stage override or a deploy
+    profile naming `scheduler_cls` is refused at start ("no structured config owner", `config/omni_config.py`). Its way
+    for out-of-tree pipelines is `config.pipeline_registry.register_pipeline`, so the Qwen3-TTS pipeline is registered
+    again, stage 1's scheduler set, in this process, where AsyncOmni resolves its stages; the stage processes get the
+    class by its dotted path."""
+    from vllm_omni.config.pipeline_registry import register_pipeline
+    from vllm_omni.model_executor.models.qwen3_tts.pipeline import QWEN3_TTS_PIPELINE
+
+    register_pipeline(pipeline_with_code2wav_scheduler(QWEN3_TTS_PIPELINE, path))
+
+
+def pipeline_with_code2wav_scheduler(pipeline: Any, path: str) -> Any:
+    """A copy of a (frozen) vllm-omni `PipelineConfig` whose stage 1 runs under the scheduler class at `path`."""
+    if not any(stage.stage_id == 1 for stage in pipeline.stages):
+        raise ValueError(f"pipeline {pipeline.model_type!r} has no stage 1 to give a scheduler")
+    stages = tuple(
+        dataclasses.replace(stage, scheduler_cls=path) if stage.stage_id == 1 else stage for stage in pipeline.stages
+    )
+    return dataclasses.replace(pipeline, stages=stages)
 
 
 class OmniEngine:
@@ -150,9 +177,10 @@ class OmniEngine:
         kwargs: dict[str, Any] = {"model": self._model.path, "log_stats": True}
         if settings.deploy_config:
             kwargs["deploy_config"] = settings.deploy_config
-        overrides = stage_overrides_with_scheduler(settings.stage_overrides, settings.omni_code2wav_scheduler)
-        if overrides:
-            kwargs["stage_overrides"] = overrides
+        if settings.stage_overrides:
+            kwargs["stage_overrides"] = settings.stage_overrides
+        if settings.omni_code2wav_scheduler:
+            kwargs["code2wav_scheduler"] = settings.omni_code2wav_scheduler  # for the factory, not AsyncOmni
         if settings.load_format:
             kwargs["load_format"] = settings.load_format
         kwargs["stage_init_timeout"] = settings.omni_stage_init_timeout_s
@@ -305,18 +333,6 @@ def load_prompt_helpers(omni: Any, model_dir: str) -> PromptHelpers:
         AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True, padding_side="left"),
         tokens_input,
     )
-
-
-def stage_overrides_with_scheduler(
-    stage_overrides: dict[str, dict[str, object]] | None, code2wav_scheduler: str
-) -> dict[str, dict[str, object]] | None:
-    """The operator's stage overrides plus code2wav's scheduler class: vllm-omni's Qwen3-TTS pipeline sets each
-    stage's scheduler itself, so a deploy profile cannot choose one; a stage override can (vLLM then logs "Using
-    custom scheduler class"). The operator's own choice for stage 1 wins."""
-    overrides = {stage: dict(values) for stage, values in (stage_overrides or {}).items()}
-    if code2wav_scheduler:
-        overrides.setdefault("1", {}).setdefault("scheduler_cls", code2wav_scheduler)
-    return overrides or None
 
 
 VLLM_OMNI_DEFAULT_MAX_NUM_SEQS = 64  # stage 0 of vllm-omni 0.30.0's own qwen3_tts.yaml

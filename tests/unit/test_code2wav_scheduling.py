@@ -4,12 +4,13 @@ in tests/gpu)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 from app.engines.code2wav_policy import FRAME_SECONDS, FirstAudioFirst, StepProbe, window_frames
-from app.engines.omni import stage_overrides_with_scheduler
+from app.engines.omni import pipeline_with_code2wav_scheduler
 from tests.fakes.vllm_omni_0_30_scheduler import (
     FakeGenerationScheduler,
     FakeSchedulingCoordinator,
@@ -73,16 +74,32 @@ def test_the_probe_reports_an_interval_and_starts_the_next() -> None:
     assert probe.report(40.0)["streams_max"] == 0 and math.isnan(probe.report(50.0)["first_step_result_p50_ms"])
 
 
-def test_the_service_names_its_code2wav_scheduler_unless_the_operator_did() -> None:
+@dataclasses.dataclass(frozen=True)
+class Stage:  # the fields of vllm-omni 0.30's frozen StagePipelineConfig that the registration reads or sets
+    stage_id: int
+    model_stage: str
+    scheduler_cls: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:  # likewise of its frozen PipelineConfig
+    model_type: str
+    stages: tuple[Stage, ...]
+
+
+def test_the_service_registers_its_code2wav_scheduler_in_the_pipeline_topology() -> None:
+    """vllm-omni 0.30 refuses scheduler_cls as a stage override; the pipeline's stage 1 carries it instead."""
     path = "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler"
-    assert stage_overrides_with_scheduler(None, path) == {"1": {"scheduler_cls": path}}
-    assert stage_overrides_with_scheduler({"0": {"max_num_seqs": 8}}, path) == {
-        "0": {"max_num_seqs": 8},
-        "1": {"scheduler_cls": path},
-    }
-    mine = {"1": {"scheduler_cls": "my.Scheduler"}}
-    assert stage_overrides_with_scheduler(mine, path) == mine
-    assert stage_overrides_with_scheduler(None, "") is None
+    upstream = Pipeline("qwen3_tts", (Stage(0, "qwen3_tts"), Stage(1, "code2wav")))
+    ours = pipeline_with_code2wav_scheduler(upstream, path)
+    assert ours.model_type == "qwen3_tts"
+    assert [(s.stage_id, s.model_stage, s.scheduler_cls) for s in ours.stages] == [
+        (0, "qwen3_tts", None),
+        (1, "code2wav", path),
+    ]
+    assert upstream.stages[1].scheduler_cls is None  # the registry's own copy is left as it was
+    with pytest.raises(ValueError, match="no stage 1"):
+        pipeline_with_code2wav_scheduler(Pipeline("other", (Stage(0, "x"),)), path)
 
 
 @pytest.fixture

@@ -36,7 +36,6 @@ from tests.fakes.vllm_omni_0_30 import (
     coerce_param_message_types,
     estimate_prompt_len,
     tokens_input,
-    windows,
 )
 
 
@@ -223,7 +222,7 @@ async def test_engine_starts_warms_up_and_streams(custom_voice_dir: Path) -> Non
         "load_format": "dummy",
         "stage_init_timeout": 900,
         "init_timeout": 1200,
-        "stage_overrides": {"1": {"scheduler_cls": "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler"}},
+        "code2wav_scheduler": "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler",
     }
     assert len(omni.requests) == 1 + 4  # warm-up at batch sizes 1 and 4
     samples, tokens_in, tokens_out = await collect(engine, job(request_id="real", max_new_tokens=51, seed=3))
@@ -302,7 +301,7 @@ async def test_http_errors_from_the_omni_engine_are_openai_shaped(custom_voice_d
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
         model = (await client.get("/v1/models")).json()["data"][0]["id"]
         assert model == custom_voice_dir.name
-        voices = (await client.get("/v1/audio/voices")).json()["voices"]
+        voices = (await client.get("/v1/audio/voices")).json()["data"]
         assert {v["id"] for v in voices} >= {"vivian", "ryan"} and voices[0]["engine"] == "omni"
         base = {"model": model, "input": "Hi.", "voice": "vivian"}
         for body, status, param in [
