@@ -52,9 +52,10 @@ def test_ab_sweep_with_asr(server: RunningServer, second_server: RunningServer, 
     )
     assert done.returncode == 0, done.stderr
     assert "| target | concurrency |" in done.stdout  # the summary table is printed at the end
+    assert "| uninterrupted p50 ms | p95 | ran dry | TTFA mean ms |" in done.stdout  # the headline, before TTFA
     results = json.loads((out / "results.json").read_text())
     assert (out / "summary.md").read_text().count("A/B ratios") == 1
-    for png in ("ttfa.png", "throughput.png", "stalls.png", "stalled_share.png"):
+    for png in ("uninterrupted.png", "ttfa.png", "throughput.png", "stalls.png", "stalled_share.png"):
         assert (out / png).read_bytes()[:8] == PNG_MAGIC
     meta, runs = results["meta"], results["runs"]
     assert [t["model"] for t in meta["targets"]] == ["hibari", "hibari"]  # discovered from /v1/models
@@ -64,7 +65,7 @@ def test_ab_sweep_with_asr(server: RunningServer, second_server: RunningServer, 
         assert run["requests"] == 8 and run["ok"] == 8 and run["errors"] == 0
         assert run["concurrency_achieved"] == run["concurrency"]  # the level really ran that many at once
         assert set(run["ttfa_s"]) == {"mean", "p50", "p90", "p95", "p99"}
-        for key in ("ttfa_s", "e2e_s", "rtf"):
+        for key in ("uninterrupted_s", "ttfa_s", "e2e_s", "rtf"):
             assert percentiles_ordered(run[key]), (key, run[key])
         for request in run["per_request"]:
             assert 0 < request["ttfa_s"] <= request["e2e_s"]
@@ -73,10 +74,22 @@ def test_ab_sweep_with_asr(server: RunningServer, second_server: RunningServer, 
             assert request["playback_start_s"] == request["ttfa_s"]  # pcm plays from its first sample
             assert request["stalls"] >= 0 and request["stalled_s"] >= 0
             assert (request["stalls"] > 0) == (request["stalled_s"] > 0)
+            # time to uninterrupted audio: TTFA plus the largest deficit, which a listener without a buffer spends
+            # waiting; the same as TTFA where the stream never ran dry
+            assert request["uninterrupted_s"] >= request["ttfa_s"] and request["deficit_s"] >= 0
+            assert request["uninterrupted_s"] == pytest.approx(request["ttfa_s"] + request["deficit_s"])
+            assert (request["uninterrupted_s"] == request["ttfa_s"]) == (request["deficit_s"] == 0)
+            assert request["deficit_s"] == pytest.approx(request["stalled_s"], abs=1e-4)
+            assert (request["deficit_s"] > 0) == (request["stalls"] > 0)
         playback = run["playback"]
         assert playback["requests"] == 8 and playback["buffer_s"] == 0
         assert playback["stalled_share"] == sum(r["stalls"] > 0 for r in run["per_request"]) / 8
         assert playback["stalled_s"]["max"] == max(r["stalled_s"] for r in run["per_request"])
+        assert run["ran_dry_share"] == playback["stalled_share"]  # the listener without a buffer: one and the same
+        assert (
+            run["uninterrupted_s"]["p50"] >= run["ttfa_s"]["p50"]
+            and run["uninterrupted_s"]["p95"] >= run["ttfa_s"]["p95"]
+        )
         assert run["audio_seconds_total"] == pytest.approx(sum(r["audio_s"] for r in run["per_request"]))
         assert run["throughput_rps"] > 0 and run["audio_throughput"] > 0
         assert run["wer"] is not None and run["wer"] <= 0.2
@@ -123,6 +136,10 @@ def test_server_errors_are_counted_by_status_with_one_message(server: RunningSer
     assert served["playback"]["stalled_share"] == 0 and served["playback"]["stalls"]["max"] == 0
     for request in served["per_request"]:
         assert request["ttfa_s"] < request["playback_start_s"] <= request["e2e_s"]
+        # the stream's own figure, whatever the listener's buffer: at or after its first audio
+        assert request["ttfa_s"] <= request["uninterrupted_s"] <= request["e2e_s"]
+    assert served["ran_dry_share"] is not None and refused["uninterrupted_s"]["p50"] is None
+    assert refused["ran_dry_share"] is None
 
 
 def test_open_loop_sse(server: RunningServer, tmp_path: Path) -> None:
@@ -151,3 +168,7 @@ def test_open_loop_sse(server: RunningServer, tmp_path: Path) -> None:
     # mp3 inside SSE deltas: the player maps bytes to time by the packets PyAV demuxes
     assert run["playback"]["requests"] == run["ok"]
     assert all(r["ttfa_s"] <= r["playback_start_s"] <= r["e2e_s"] for r in run["per_request"])
+    # a listener of mp3 starts at the first complete packet, at or after TTFA's first byte, and may not start
+    # before it: the time to uninterrupted audio is at least that
+    assert all(r["playback_start_s"] <= r["uninterrupted_s"] for r in run["per_request"])
+    assert percentiles_ordered(run["uninterrupted_s"]) and 0 <= run["ran_dry_share"] <= 1

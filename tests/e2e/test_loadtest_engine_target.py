@@ -45,6 +45,9 @@ async def test_server_and_engine_swept_in_one_run(server: RunningServer, model_d
     engine_runs = [r for r in runs if r["target"] == 1]
     assert all(p["samples"] == FRAMES * 1920 for r in engine_runs for p in r["per_request"])
     assert all(r["playback"]["requests"] == 4 and r["playback"]["stalled_share"] == 0 for r in engine_runs)
+    # nothing ran dry: a listener could start at the first audio
+    assert all(r["ran_dry_share"] == 0 and r["uninterrupted_s"]["p50"] > 0 for r in engine_runs)
+    assert all(p["deficit_s"] == 0 for r in engine_runs for p in r["per_request"])
     # per level, a warm-up of max(1, level) requests, then the measured ones: the texts an HTTP target gets
     spoken = [r["prompt"]["additional_information"]["text"][0] for r in omni.requests if "alone" in r["request_id"]]
     texts = load_texts("English", "short", None)

@@ -51,13 +51,18 @@ def check_utterances(run: dict[str, object], requests: int) -> None:
         assert request["stalls"] >= 0 and request["stalled_s"] >= 0
         # the listener starts at the first sentence's audio, which came ttfa_s after its last word was sent
         assert request["playback_start_s"] >= request["first_sentence_sent_s"] + request["ttfa_s"] - 1e-6
+        # time to uninterrupted audio counts from TTFA's origin, and every wait, the gaps between sentences included
+        assert request["uninterrupted_s"] >= request["ttfa_s"] - 1e-6
+        assert request["uninterrupted_s"] + request["first_sentence_sent_s"] >= request["playback_start_s"] - 1e-6
+        assert request["deficit_s"] == pytest.approx(request["stalled_s"] + sum(request["gaps_s"]), abs=1e-4)
         assert request["audio_s"] > 5 and request["e2e_s"] >= request["text_send_s"]
     stream = run["text_stream"]
     assert stream["utterances"] == requests
     assert stream["sentences"] == SENTENCES * requests  # every sentence sent was spoken, once
     assert stream["joins"] == (SENTENCES - 1) * requests
     assert stream["gap_s"]["p50"] >= 0 and stream["gap_s"]["max"] >= stream["gap_s"]["p95"] >= stream["gap_s"]["p50"]
-    assert percentiles_ordered(run["ttfa_s"])
+    assert percentiles_ordered(run["ttfa_s"]) and percentiles_ordered(run["uninterrupted_s"])
+    assert run["uninterrupted_s"]["p50"] >= run["ttfa_s"]["p50"] - 1e-6 and run["ran_dry_share"] is not None
 
 
 def test_closed_loop_streamed_text(server: RunningServer, text_file: Path, tmp_path: Path) -> None:
