@@ -1,26 +1,41 @@
 #!/usr/bin/env bash
-# This service, vllm-omni's own `vllm serve --omni` and AsyncOmni alone (loadtest/engine_alone.py) on one GPU, the
-# same deploy profile for all three (memory cut so that they fit; every request the same fixed length), swept
-# interleaved by speech-loadtest. For a GPU host where vllm and vllm-omni are importable by $PYTHON (give PYTHONPATH).
+# This service, vllm-omni's own `vllm serve --omni` and AsyncOmni alone (loadtest/engine_alone.py) on one GPU, each on
+# a copy of a deploy profile (memory cut so that they fit; every request the same fixed length), swept interleaved by
+# speech-loadtest. By default all three run the service's profile; `vllm serve` may run another one (OMNI_PROFILE, e.g.
+# one of vllm-omni's own), and a second `vllm serve` (vllm-omni-b) a third. For a GPU host where vllm and vllm-omni
+# are importable by $PYTHON (give PYTHONPATH).
 #
 #   deploy/gpu/side-by-side.sh all              start, sweep closed + open loop, stop
-#   deploy/gpu/side-by-side.sh start            start what is not running yet, wait until all three are ready
+#   deploy/gpu/side-by-side.sh start            start what is not running yet, wait until all are ready
 #   deploy/gpu/side-by-side.sh sweep            sweep-closed, then sweep-open
 #   deploy/gpu/side-by-side.sh sweep-closed     closed loop at $CONCURRENCY
 #   deploy/gpu/side-by-side.sh sweep-open       open loop at $RATES
+#   CONCURRENCY=8 SWEEP_NAME=c8 deploy/gpu/side-by-side.sh sweep-closed    one level per call, in $OUT/closed-c8
 #   deploy/gpu/side-by-side.sh status           what runs, what is ready
-#   deploy/gpu/side-by-side.sh stop             stop all three, keep their logs in $OUT/logs
+#   deploy/gpu/side-by-side.sh stop             stop them all, keep their logs in $OUT/logs
 # Each phase can run on its own (e.g. one per command where a command's time is limited); `start` resumes where an
-# earlier `start` stopped waiting (START_WAIT_S), since the servers run detached.
+# earlier `start` stopped waiting (START_WAIT_S), since the servers run detached. A sweep never overwrites an earlier
+# one: its folder ($OUT/closed or $OUT/open, with -$SWEEP_NAME) gets -2, -3, ... when it already holds results.
 #
 # Settings (environment):
-#   OUT=/tmp/side-by-side/results   results: closed/ and open/ (speech-loadtest's JSON, Markdown, plots), logs/, the
-#                                   profile used, commands.txt, gpu.txt
-#   WORK=/tmp/side-by-side          model directory, profile copy, logs, compile cache (CACHE=$WORK/compile-cache)
-#   PROFILE=deploy/vllm-omni/customvoice.yaml  MEMORY=0.14 (every stage's share of the GPU)  FRAMES=100 (per request)
+#   OUT=/tmp/side-by-side/results   results: closed/ and open/ (speech-loadtest's JSON, Markdown, plots, and
+#                                   targets.txt: which target is which URL, on which profile), logs/, the profile
+#                                   copies used (profile.yaml, profile-vllm-omni.yaml, ...), commands.txt, gpu.txt
+#   WORK=/tmp/side-by-side          model directory, profile copies, logs, compile cache (CACHE=$WORK/compile-cache)
+#   PROFILE=deploy/vllm-omni/customvoice.yaml  the service's profile (service, service-b, service-c, alone): a path or
+#                                   vllm-omni:NAME.yaml, a profile of the installed vllm-omni (bench_profile.py)
+#   MEMORY=0.14                     every stage's share of the GPU in each copy, or per stage_id: 0:0.12,1:0.10
+#   FRAMES=100                      codec frames per request, every copy
 #   PROFILE_SET="stages.1.async_scheduling=false;connectors.connector_of_shared_memory.extra.decode_batch_max_size=16"
 #                                   more overrides of the profile copy (deploy/gpu/bench_profile.py --set), ';'-separated
 #   TARGETS="service vllm-omni alone"  which to run, in start order; SERVICE_PORT=8000 OMNI_PORT=8001 ALONE_PORT=8002
+#   OMNI_PROFILE=$PROFILE           the profile `vllm-omni` runs, e.g. vllm-omni:qwen3_tts.yaml (upstream's default)
+#   OMNI_PROFILE_SET=""             its copy's overrides, ';'-separated (with OMNI_PROFILE; without it the copy is the
+#                                   service's profile with PROFILE_SET and OMNI_ON's overrides)
+#   OMNI_MEMORY=$MEMORY             its copy's memory
+#                                   `vllm-omni-b` is a second `vllm serve --omni` (OMNI_B_PORT=8005) on OMNI_B_PROFILE
+#                                   (required for it), e.g. vllm-omni:qwen3_tts_high_concurrency_mrv2_single_gpu.yaml
+#   OMNI_B_PROFILE_SET="" OMNI_B_MEMORY=$MEMORY   its copy's overrides and memory
 #                                   `service-b` is a second instance of this service (SERVICE_B_PORT=8003) on profile
 #                                   B: the same copy with B_PROFILE_SET's overrides on top (a lever A/B, interleaved)
 #   B_PROFILE_SET=""                profile B's extra overrides, ';'-separated like PROFILE_SET
@@ -39,17 +54,20 @@
 #   MPS=0                           1: run every server under CUDA MPS (`nvidia-cuda-mps-control -d` before the first
 #                                   start, checked with one CUDA context; `stop` quits it), so that the kernels of
 #                                   servers sharing the GPU run side by side rather than time-sliced
-#   OMNI_ON=a                       the profile vllm-omni's server runs: a (the shared one), b or c
+#   OMNI_ON=a                       without OMNI_PROFILE, the service's copy `vllm-omni` mirrors: a (PROFILE_SET), b
+#                                   (with B_PROFILE_SET) or c (with C_PROFILE_SET), as its own copy at OMNI_MEMORY
 #   CODEC_WEIGHTS=dummy             real: code2wav loads random weights written in the checkpoint's format
 #                                   (deploy/gpu/codec_weights.py; its stage gets load_format auto by a stage override,
 #                                   the talker keeps dummy), so that it sets itself up as with a real checkpoint: the
-#                                   decoder's CUDA graphs, float32 and the profile's decode_* settings. With dummy
-#                                   vllm-omni 0.26.0 skips all of that and code2wav decodes eagerly
+#                                   decoder's CUDA graphs and the profile's decode_* settings. With dummy, vLLM's
+#                                   loader skips load_weights, where code2wav sets all of that up
 #   ALONE_STAGE_OVERRIDES=""        `alone`'s stage overrides (JSON). The service passes its code2wav scheduler as
 #                                   one, so `alone` and `vllm serve` run vllm-omni's scheduler unless given it here:
 #                                   '{"1": {"scheduler_cls": "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler"}}'
 #   NAME=qwen3-tts  VOICE=vivian    model id and voice for every target
 #   CONCURRENCY=1,8,16,32,64  RATES=8,14  REQUESTS=64  WARMUP=8  DURATION=30  ROUNDS=2   the sweep
+#   SWEEP_NAME=""                   a suffix for the sweep's folder ($OUT/closed-NAME), e.g. one per level where each
+#                                   call of `sweep-closed` runs one (CONCURRENCY=32 SWEEP_NAME=c32)
 #   PLAYBACK_BUFFER_MS=0            the modelled listener's jitter buffer (stalls); LOADTEST_ARGS: more options
 #   START_WAIT_S=540                how long one `start` waits in all before it gives up (run it again to resume)
 #   KV_WAIT_S=420                   the longest wait for a talker's KV cache line before starting the next anyway
@@ -79,6 +97,14 @@ SERVICE_C_PORT=${SERVICE_C_PORT:-8004}
 B_PROFILE_SET=${B_PROFILE_SET:-}
 C_PROFILE_SET=${C_PROFILE_SET:-}
 OMNI_ON=${OMNI_ON:-a}
+OMNI_PROFILE=${OMNI_PROFILE:-}
+OMNI_PROFILE_SET=${OMNI_PROFILE_SET:-}
+OMNI_MEMORY=${OMNI_MEMORY:-$MEMORY}
+OMNI_B_PROFILE=${OMNI_B_PROFILE:-}
+OMNI_B_PROFILE_SET=${OMNI_B_PROFILE_SET:-}
+OMNI_B_MEMORY=${OMNI_B_MEMORY:-$MEMORY}
+OMNI_B_PORT=${OMNI_B_PORT:-8005}
+SWEEP_NAME=${SWEEP_NAME:-}
 ALONE_STAGE_OVERRIDES=${ALONE_STAGE_OVERRIDES:-}
 CODEC_WEIGHTS=${CODEC_WEIGHTS:-dummy}
 NAME=${NAME:-qwen3-tts}
@@ -104,7 +130,8 @@ KV_LINE="GPU KV cache size"  # vLLM logs it once a stage has profiled its memory
 export VLLM_CACHE_ROOT=${VLLM_CACHE_ROOT:-$CACHE}
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$CACHE/inductor}
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$CACHE/triton}
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"  # app.engines.omni_stage_fix (the profile's hook), loadtest
+# the checkout, for loadtest and for what a stage override may name (the service's code2wav scheduler)
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 
 log() { echo "[side-by-side $(date -u +%T)] $*"; }
@@ -112,7 +139,7 @@ log() { echo "[side-by-side $(date -u +%T)] $*"; }
 port_of() {
   case $1 in
     service) echo "$SERVICE_PORT" ;; service-b) echo "$SERVICE_B_PORT" ;; service-c) echo "$SERVICE_C_PORT" ;;
-    vllm-omni) echo "$OMNI_PORT" ;;
+    vllm-omni) echo "$OMNI_PORT" ;; vllm-omni-b) echo "$OMNI_B_PORT" ;;
     alone) echo "$ALONE_PORT" ;;
   esac
 }
@@ -122,10 +149,11 @@ pidfile_of() {
     service-b) echo "/tmp/speech-server-$SERVICE_B_PORT.pid" ;;
     service-c) echo "/tmp/speech-server-$SERVICE_C_PORT.pid" ;;
     vllm-omni) echo "/tmp/vllm-omni-$OMNI_PORT.pid" ;;
+    vllm-omni-b) echo "/tmp/vllm-omni-$OMNI_B_PORT.pid" ;;  # as start-vllm-omni.sh names it
     alone) echo "/tmp/engine-alone-$ALONE_PORT.pid" ;;
   esac
 }
-ready_path_of() { case $1 in vllm-omni) echo /health ;; *) echo /ready ;; esac; }
+ready_path_of() { case $1 in vllm-omni | vllm-omni-b) echo /health ;; *) echo /ready ;; esac; }
 url_of() {
   case $1 in
     alone) echo "engine+http://127.0.0.1:$ALONE_PORT" ;;
@@ -155,11 +183,42 @@ gpu_snapshot() {  # $1 what happened
     >>"$OUT/gpu.txt"
 }
 
-bench_profile() {  # $1 the copy to write, $2 its overrides (';'-separated)
+bench_profile() {  # $1 the copy to write, $2 its overrides (';'-separated), $3 its source (PROFILE), $4 its memory
   local sets=() item items
   IFS=';' read -ra items <<<"$2"
   for item in "${items[@]}"; do [ -n "$item" ] && sets+=(--set "$item"); done
-  "$PYTHON" deploy/gpu/bench_profile.py "$PROFILE" "$1" --memory "$MEMORY" --frames "$FRAMES" "${sets[@]}"
+  "$PYTHON" deploy/gpu/bench_profile.py "${3:-$PROFILE}" "$1" --memory "${4:-$MEMORY}" --frames "$FRAMES" "${sets[@]}"
+}
+
+omni_copy() { echo "$WORK/bench-profile-$1.yaml"; }  # $1 vllm-omni or vllm-omni-b: the copy that server runs
+omni_source() {  # $1 vllm-omni or vllm-omni-b: the profile its copy is made from, as given
+  case $1 in
+    vllm-omni-b) echo "$OMNI_B_PROFILE" ;;
+    *) echo "${OMNI_PROFILE:-$PROFILE}" ;;
+  esac
+}
+
+omni_profile() {  # $1 vllm-omni or vllm-omni-b: write its copy (a server that runs keeps the one it started on)
+  local target=$1 sets memory
+  if running "$target" && [ -f "$(omni_copy "$target")" ]; then return 0; fi
+  if [ "$target" = vllm-omni-b ]; then
+    [ -n "$OMNI_B_PROFILE" ] || { log "vllm-omni-b needs OMNI_B_PROFILE (its deploy profile)"; return 1; }
+    sets=$OMNI_B_PROFILE_SET memory=$OMNI_B_MEMORY
+  elif [ -n "$OMNI_PROFILE" ]; then
+    if [ "$OMNI_ON" != a ]; then
+      log "OMNI_ON=$OMNI_ON picks one of the service's copies; with OMNI_PROFILE, give OMNI_PROFILE_SET"; return 1
+    fi
+    sets=$OMNI_PROFILE_SET memory=$OMNI_MEMORY
+  else  # the service's profile with the overrides of its copy a, b or c
+    case $OMNI_ON in
+      a) sets=$PROFILE_SET ;;
+      b) sets="$PROFILE_SET;$B_PROFILE_SET" ;;
+      c) sets="$PROFILE_SET;$C_PROFILE_SET" ;;
+      *) log "OMNI_ON is a, b or c, not $OMNI_ON"; return 1 ;;
+    esac
+    memory=$OMNI_MEMORY
+  fi
+  bench_profile "$(omni_copy "$target")" "$sets" "$(omni_source "$target")" "$memory"
 }
 
 prepare() {
@@ -168,15 +227,19 @@ prepare() {
   if [ "$CODEC_WEIGHTS" = real ] && [ ! -f "$MODEL/speech_tokenizer/model.safetensors" ]; then
     "$PYTHON" deploy/gpu/codec_weights.py "$MODEL" || return 1
   fi
-  local target
-  for target in $TARGETS; do
-    if running "$target" && [ -f "$BENCH_PROFILE" ]; then
-      log "servers are running on $BENCH_PROFILE: kept as it is (stop them to change the profile)"; return 0
-    fi
+  local target keep=0
+  for target in $(servers); do
+    case $target in
+      vllm-omni | vllm-omni-b) omni_profile "$target" || return 1 ;;  # a copy each
+      *) running "$target" && keep=1 ;;
+    esac
   done
+  if [ $keep = 1 ] && [ -f "$BENCH_PROFILE" ]; then
+    log "servers are running on $BENCH_PROFILE: kept as it is (stop them to change the profile)"; return 0
+  fi
   bench_profile "$BENCH_PROFILE" "$PROFILE_SET" || return 1
   bench_profile "$BENCH_PROFILE_B" "$PROFILE_SET;$B_PROFILE_SET" || return 1
-  # all three copies at once, like the servers' one profile: a target added while others run finds its copy
+  # the service's three copies at once, like one profile: a target added while others run finds its copy
   bench_profile "$BENCH_PROFILE_C" "$PROFILE_SET;$C_PROFILE_SET" || return 1
   cp "$BENCH_PROFILE" "$OUT/profile.yaml" && cp "$BENCH_PROFILE_B" "$OUT/profile-b.yaml" || return 1
 }
@@ -208,6 +271,7 @@ launch() {  # $1 target
       [ "$1" = service-b ] && settings=$SERVICE_B_ENV
       [ "$1" = service-c ] && settings=$SERVICE_C_ENV
       [ -n "$codec" ] && settings="SPEECH_STAGE_OVERRIDES=$codec $settings"
+      echo "$(date -u +%FT%TZ) $1: source profile $PROFILE" >>"$OUT/commands.txt"
       echo "$(date -u +%FT%TZ) $1: profile $profile, settings: ${settings:-none}" >>"$OUT/commands.txt"
       # fixed length: every request runs to the profile's max_tokens (FRAMES + 1); warm-up requests to their own
       # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
@@ -215,18 +279,21 @@ launch() {  # $1 target
         SPEECH_DEPLOY_CONFIG=$profile SPEECH_OMNI_FIXED_LENGTH=true SPEECH_SERVED_MODEL_NAME=$NAME \
         SPEECH_COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-server.sh
       ;;
-    vllm-omni)
-      local profile
-      profile=$(profile_of "$OMNI_ON")
-      local extra=()
+    vllm-omni | vllm-omni-b)
+      local profile extra=()
+      profile=$(omni_copy "$1")
+      cp "$profile" "$OUT/profile-$1.yaml" || return 1
       [ -n "$codec" ] && extra=(--stage-overrides "$codec")
-      PORT=$OMNI_PORT LOG=$log PYTHON=$PYTHON MODEL=$MODEL DEPLOY_CONFIG=$profile LOAD_FORMAT=dummy NAME=$NAME \
+      echo "$(date -u +%FT%TZ) $1: source profile $(omni_source "$1")" >>"$OUT/commands.txt"
+      echo "$(date -u +%FT%TZ) $1: profile $profile, stage overrides ${codec:-none}" >>"$OUT/commands.txt"
+      PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON MODEL=$MODEL DEPLOY_CONFIG=$profile LOAD_FORMAT=dummy NAME=$NAME \
         COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-vllm-omni.sh "${extra[@]}"
       ;;
     alone)
       local overrides=() stage_overrides
       stage_overrides=$(codec_overrides "$ALONE_STAGE_OVERRIDES")
       [ -n "$stage_overrides" ] && overrides=(--stage-overrides "$stage_overrides")
+      echo "$(date -u +%FT%TZ) alone: source profile $PROFILE" >>"$OUT/commands.txt"
       echo "$(date -u +%FT%TZ) alone: stage overrides ${stage_overrides:-none}" >>"$OUT/commands.txt"
       setsid nohup "$PYTHON" -m loadtest.engine_alone --model "$MODEL" --deploy-config "$BENCH_PROFILE" \
         --load-format dummy --served-model-name "$NAME" --compile-cache-dir "$CACHE" --port "$ALONE_PORT" \
@@ -303,12 +370,32 @@ cmd_start() {
   log "all ready: $TARGETS"
 }
 
-loadtest() {  # $1 out folder name, then speech-loadtest's level arguments
-  local name=$1 args=() target
+sweep_folder() {  # $1 closed or open: with -$SWEEP_NAME, then -2, -3, ... past folders that hold results already
+  local base=$1${SWEEP_NAME:+-$SWEEP_NAME} n=2
+  local name=$base
+  while [ -e "$OUT/$name/results.json" ]; do name=$base-$n; n=$((n + 1)); done
+  echo "$name"
+}
+
+source_of() {  # $1 a sweep target: the profile it runs, as given
+  case $1 in
+    vllm-omni | vllm-omni-b) omni_source "$1" ;;
+    *) echo "$PROFILE" ;;
+  esac
+}
+
+loadtest() {  # $1 closed or open, then speech-loadtest's level arguments
+  local name args=() target asked=$1${SWEEP_NAME:+-$SWEEP_NAME}
+  name=$(sweep_folder "$1")
+  [ "$name" = "$asked" ] || log "$OUT/$asked holds results: this sweep goes to $OUT/$name"
   shift
+  mkdir -p "$OUT/$name"  # OUT may be a fresh folder per sweep: the command line must land beside its results
+  : >"$OUT/$name/targets.txt"
   for target in $SWEEP_TARGETS; do
     is_ready "$target" || { log "$target is not ready: run '$0 start' first"; return 1; }
     args+=(--target "$(url_of "$target")")
+    # speech-loadtest names a target by its URL: this says which server each URL is, on which profile
+    echo "$target $(url_of "$target") $(source_of "$target")" >>"$OUT/$name/targets.txt"
   done
   # vllm-omni's server streams raw pcm only when asked with the OpenAI field; this service accepts it too
   args+=(--model "$NAME" --voice "$VOICE" --format pcm --extra-body '{"stream_format": "audio"}'
@@ -318,7 +405,7 @@ loadtest() {  # $1 out folder name, then speech-loadtest's level arguments
   args+=($LOADTEST_ARGS)
   local line
   line=$(printf '%q ' "$PYTHON" -m loadtest.cli "${args[@]}")  # quoted: the line can be run again as it is
-  mkdir -p "$OUT"  # OUT may be a fresh folder per sweep: the command line must land beside its results
+  echo "$(date -u +%FT%TZ) $name: $(paste -sd ';' "$OUT/$name/targets.txt")" >>"$OUT/commands.txt"
   echo "$(date -u +%FT%TZ) $line" >>"$OUT/commands.txt"
   log "$line"
   gpu_snapshot "before $name"
@@ -366,5 +453,5 @@ case ${1:-} in
     cmd_stop
     exit $rc
     ;;
-  *) sed -n '2,14p' "$0"; exit 64 ;;
+  *) sed -n '2,18p' "$0"; exit 64 ;;
 esac

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Start vllm-omni's own OpenAI server (`vllm serve MODEL --omni`) detached, in its own session, the way
-# start-server.sh starts this service: the baseline of a side-by-side benchmark on the same deploy profile.
+# start-server.sh starts this service: the baseline of a side-by-side benchmark, on the service's deploy profile or
+# on one of vllm-omni's own (deploy/gpu/bench_profile.py copies one with its base_config flattened, e.g.
+# vllm-omni:qwen3_tts.yaml, so that the copy reads the same outside vllm_omni/deploy).
 #   MODEL=DIR (or DUMMY_VARIANT=custom_voice|base: write a weight-less Qwen3-TTS 0.6B model directory, random weights)
 #   DEPLOY_CONFIG  deploy profile (default deploy/vllm-omni/customvoice.yaml)
 #   PORT (default 8001), LOG (default /tmp/vllm-omni-PORT.log), NAME (served model name, default the directory's name)
@@ -33,7 +35,8 @@ if [ -n "${COMPILE_CACHE_DIR:-}" ]; then
   export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$COMPILE_CACHE_DIR/inductor}
   export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$COMPILE_CACHE_DIR/triton}
 fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the profile's stage-0 hook is app.engines.omni_stage_fix
+# the checkout: a profile or --stage-overrides may name its classes (the service's code2wav scheduler)
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 args=(serve "$MODEL" --omni --deploy-config "$DEPLOY_CONFIG" --host "${HOST:-127.0.0.1}" --port "$PORT"
   --served-model-name "$NAME" --stage-init-timeout "${STAGE_INIT_TIMEOUT:-900}"
   --init-timeout "${INIT_TIMEOUT:-1200}")

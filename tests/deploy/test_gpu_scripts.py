@@ -65,7 +65,7 @@ def test_start_vllm_omni_runs_vllm_serve_omni_detached_and_stop_ends_it(tmp_path
         "--load-format", "dummy", "--max-num-seqs", "8",
     ]  # fmt: skip
     seen = dict(line.split("=", 1) for line in (tmp_path / "env").read_text().splitlines() if "=" in line)
-    assert seen["PYTHONPATH"] == f"{ROOT}:/site"  # the profile's stage-0 hook imports from the checkout
+    assert seen["PYTHONPATH"] == f"{ROOT}:/site"  # a stage override may name the checkout's classes
     assert seen["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn" and seen["HF_HUB_OFFLINE"] == "1"
     assert (seen["VLLM_CACHE_ROOT"], seen["TORCHINDUCTOR_CACHE_DIR"], seen["TRITON_CACHE_DIR"]) == (
         "/cache",
@@ -158,7 +158,8 @@ def test_side_by_side_hands_the_baseline_its_stage_overrides(tmp_path: Path, ove
 
 @pytest.mark.parametrize("target", ["service-c", "vllm-omni"])
 def test_side_by_side_runs_profile_c_without_b_s_overrides(tmp_path: Path, target: str) -> None:
-    """`service-c`, or vllm-omni's server with OMNI_ON=c, runs the copy with C_PROFILE_SET on top (not B's)."""
+    """`service-c`, or vllm-omni's server with OMNI_ON=c (on a copy of its own), runs the service's profile with
+    C_PROFILE_SET on top (not B's)."""
     port = free_port()
     extra = "connectors.connector_of_shared_memory.extra"
     settings = {
@@ -179,7 +180,11 @@ def test_side_by_side_runs_profile_c_without_b_s_overrides(tmp_path: Path, targe
         else:
             assert argv[:2] == ["-m", "vllm_omni.entrypoints.cli.main"]
             profile = Path(argv[argv.index("--deploy-config") + 1])
-        assert profile == tmp_path / "work/bench-profile-c.yaml" and argv[argv.index("--port") + 1] == str(port)
+        copy = "bench-profile-c.yaml" if target == "service-c" else "bench-profile-vllm-omni.yaml"
+        assert profile == tmp_path / "work" / copy and argv[argv.index("--port") + 1] == str(port)
+        assert yaml.safe_load(profile.read_text()) == yaml.safe_load(
+            (tmp_path / "work/bench-profile-c.yaml").read_text()
+        )
         shipped = yaml.safe_load((ROOT / "deploy/vllm-omni/customvoice.yaml").read_text())
         connector = yaml.safe_load(profile.read_text())["connectors"]["connector_of_shared_memory"]["extra"]
         assert connector["codec_chunk_ramp"] == [3, 3, 6, 12, 25]
@@ -189,10 +194,11 @@ def test_side_by_side_runs_profile_c_without_b_s_overrides(tmp_path: Path, targe
         assert margin != 2.5 and connector["first_audio_first_margin_s"] == margin
         b = yaml.safe_load((tmp_path / "work/results/profile-b.yaml").read_text())
         assert b["connectors"]["connector_of_shared_memory"]["extra"]["first_audio_first_margin_s"] == 2.5
-        assert (tmp_path / "work/results/profile-c.yaml").read_text() == profile.read_text()
+        kept = "profile-c.yaml" if target == "service-c" else "profile-vllm-omni.yaml"
+        assert (tmp_path / "work/results" / kept).read_text() == profile.read_text()
 
 
-@pytest.mark.parametrize("target", ["service", "vllm-omni", "alone"])
+@pytest.mark.parametrize("target", ["service", "vllm-omni", "vllm-omni-b", "alone"])
 def test_side_by_side_with_real_codec_weights_loads_code2wav_from_them(tmp_path: Path, target: str) -> None:
     """CODEC_WEIGHTS=real writes the codec weights once and gives every target's code2wav load_format auto by a
     stage override (the talker keeps dummy), next to the overrides a target already has."""
@@ -201,6 +207,8 @@ def test_side_by_side_with_real_codec_weights_loads_code2wav_from_them(tmp_path:
         "TARGETS": target,
         "SERVICE_PORT": str(port),
         "OMNI_PORT": str(port),
+        "OMNI_B_PORT": str(port),
+        "OMNI_B_PROFILE": "deploy/vllm-omni/customvoice.yaml",
         "ALONE_PORT": str(port),
         "ALONE_STAGE_OVERRIDES": '{"1": {"scheduler_cls": "my.Scheduler"}}',
         "CODEC_WEIGHTS": "real",
@@ -243,6 +251,189 @@ def test_side_by_side_writes_profile_c_with_the_others_and_keeps_it_only_where_u
         written = yaml.safe_load((tmp_path / "work/bench-profile-c.yaml").read_text())
         assert written["connectors"]["connector_of_shared_memory"]["extra"]["short_streams_first"] is False
         assert not (tmp_path / "work/results/profile-c.yaml").exists()
+
+
+def upstream_profiles(folder: Path) -> Path:
+    """A stand-in for vllm_omni's deploy folder: a two-stage profile, and one inheriting from it as vllm-omni's
+    high-concurrency profiles do (base_config)."""
+    folder.mkdir(parents=True)
+    base = {
+        "model_runner": "v1",
+        "connectors": {"shm": {"name": "SharedMemoryConnector", "extra": {"decode_batch_max_size": 1, "chunk": 25}}},
+        "stages": [
+            {
+                "stage_id": 0,
+                "max_num_seqs": 64,
+                "gpu_memory_utilization": 0.3,
+                "default_sampling_params": {"top_k": 50},
+            },
+            {"stage_id": 1, "max_num_seqs": 10, "gpu_memory_utilization": 0.3, "devices": "1"},
+        ],
+        "platforms": {"npu": {"model_runner": "v1"}},
+    }
+    (folder / "tts.yaml").write_text(yaml.safe_dump(base))
+    overlay = {
+        "base_config": "tts.yaml",
+        "model_runner": "v2",
+        "connectors": {"shm": {"extra": {"decode_batch_max_size": 8}}},
+        "stages": [{"stage_id": 1, "max_num_seqs": 32, "devices": "0"}],
+    }
+    (folder / "tts_hc.yaml").write_text(yaml.safe_dump(overlay))
+    return folder
+
+
+def test_side_by_side_starts_vllm_omni_b_on_its_own_flattened_profile(tmp_path: Path) -> None:
+    """`vllm-omni-b`: a second `vllm serve --omni` on OMNI_B_PROFILE (here a profile of vllm_omni's deploy folder
+    that inherits), at OMNI_B_MEMORY per stage and FRAMES, on OMNI_B_PORT, with code2wav's codec override."""
+    port = free_port()
+    settings = {
+        "TARGETS": "vllm-omni-b",
+        "OMNI_B_PORT": str(port),
+        "OMNI_B_PROFILE": "vllm-omni:tts_hc.yaml",
+        "OMNI_B_PROFILE_SET": "connectors.shm.extra.chunk=50",
+        "OMNI_B_MEMORY": "0:0.2,1:0.1",
+        "MEMORY": "0.14",
+        "PROFILE_SET": "stages.0.max_num_seqs=7",  # the service's: not for vllm-omni-b
+        "FRAMES": "40",
+        "CODEC_WEIGHTS": "real",
+        "VLLM_OMNI_DEPLOY_DIR": str(upstream_profiles(tmp_path / "vllm_omni/deploy")),
+    }
+    with harness_started(tmp_path, settings) as argv:
+        copy = tmp_path / "work/bench-profile-vllm-omni-b.yaml"
+        assert argv[:3] == ["-m", "vllm_omni.entrypoints.cli.main", "serve"]
+        assert argv[argv.index("--deploy-config") + 1] == str(copy)
+        assert argv[argv.index("--port") + 1] == str(port)
+        assert argv[argv.index("--load-format") + 1] == "dummy"  # the talker's
+        assert json.loads(argv[argv.index("--stage-overrides") + 1]) == {"1": {"load_format": "auto"}}
+        assert int(Path(f"/tmp/vllm-omni-{port}.pid").read_text()) > 0  # where `stop` looks for it
+        text = copy.read_text()
+        assert text.startswith(
+            "# Benchmark copy of vllm-omni:tts_hc.yaml: memory=0:0.2,1:0.1, frames=40, connectors.shm.extra.chunk=50\n"
+        )
+        profile = yaml.safe_load(text)
+        assert "base_config" not in profile and profile["model_runner"] == "v2"
+        assert profile["platforms"] == {"npu": {"model_runner": "v1", "stages": []}}  # merged as vllm-omni does
+        assert profile["connectors"]["shm"]["extra"] == {"decode_batch_max_size": 8, "chunk": 50}
+        talker, code2wav = profile["stages"]
+        assert (talker["gpu_memory_utilization"], code2wav["gpu_memory_utilization"]) == (0.2, 0.1)
+        assert (talker["max_num_seqs"], code2wav["max_num_seqs"], code2wav["devices"]) == (64, 32, "0")
+        assert talker["default_sampling_params"] == {"top_k": 50, "max_tokens": 41, "min_tokens": 41}
+        assert (tmp_path / "work/results/profile-vllm-omni-b.yaml").read_text() == text
+        commands = (tmp_path / "work/results/commands.txt").read_text()
+        assert "vllm-omni-b: source profile vllm-omni:tts_hc.yaml" in commands
+        assert f"vllm-omni-b: profile {copy}, stage overrides " in commands
+
+
+def test_side_by_side_gives_the_service_and_vllm_omni_each_their_profile(tmp_path: Path) -> None:
+    """PROFILE (with PROFILE_SET, at MEMORY) is the service's; OMNI_PROFILE (with OMNI_PROFILE_SET, at OMNI_MEMORY)
+    vllm-omni's: neither copy gets the other's overrides, and commands.txt says which target ran which."""
+    settings = {
+        "TARGETS": "service vllm-omni",
+        "SERVICE_PORT": str(free_port()),
+        "OMNI_PORT": str(free_port()),
+        "PROFILE_SET": "stages.0.max_num_seqs=7",
+        "MEMORY": "0.15",
+        "OMNI_PROFILE": "vllm-omni:tts.yaml",
+        "OMNI_PROFILE_SET": "stages.1.max_num_seqs=3",
+        "OMNI_MEMORY": "0.11",
+        "VLLM_OMNI_DEPLOY_DIR": str(upstream_profiles(tmp_path / "vllm_omni/deploy")),
+    }
+    with harness_started(tmp_path, settings) as argv:  # vllm-omni's, started second
+        assert argv[argv.index("--deploy-config") + 1] == str(tmp_path / "work/bench-profile-vllm-omni.yaml")
+        results = tmp_path / "work/results"
+        service = yaml.safe_load((results / "profile.yaml").read_text())
+        omni = yaml.safe_load((results / "profile-vllm-omni.yaml").read_text())
+        shipped = yaml.safe_load((ROOT / "deploy/vllm-omni/customvoice.yaml").read_text())
+        assert service["connectors"] == shipped["connectors"]
+        assert [s["max_num_seqs"] for s in service["stages"]] == [7, shipped["stages"][1]["max_num_seqs"]]
+        assert {s["gpu_memory_utilization"] for s in service["stages"]} == {0.15}
+        assert omni["model_runner"] == "v1" and [s["max_num_seqs"] for s in omni["stages"]] == [64, 3]
+        assert {s["gpu_memory_utilization"] for s in omni["stages"]} == {0.11}
+        commands = (results / "commands.txt").read_text()
+        assert "service: source profile deploy/vllm-omni/customvoice.yaml" in commands
+        assert "vllm-omni: source profile vllm-omni:tts.yaml" in commands
+
+
+@pytest.mark.parametrize(
+    ("settings", "refusal"),
+    [
+        ({"TARGETS": "vllm-omni-b"}, "vllm-omni-b needs OMNI_B_PROFILE"),
+        ({"TARGETS": "vllm-omni", "OMNI_PROFILE": "deploy/vllm-omni/customvoice.yaml", "OMNI_ON": "b"}, "OMNI_ON=b"),
+        ({"TARGETS": "vllm-omni", "OMNI_ON": "d"}, "OMNI_ON is a, b or c, not d"),
+    ],
+)
+def test_side_by_side_refuses_a_vllm_omni_target_without_a_profile_to_run(
+    tmp_path: Path, settings: dict[str, str], refusal: str
+) -> None:
+    env = {**os.environ, "PYTHON": str(harness_python(tmp_path)), "WORK": str(tmp_path / "work"), **settings}
+    env.update(OMNI_PORT=str(free_port()), OMNI_B_PORT=str(free_port()))
+    started = subprocess.run([str(GPU / "side-by-side.sh"), "start"], env=env, capture_output=True, text=True)
+    assert started.returncode == 1 and refusal in started.stdout, started.stdout + started.stderr
+    assert not (tmp_path / "argv").exists()  # nothing started
+
+
+def sweep_python(tmp_path: Path) -> Path:
+    """The GPU host's python for side-by-side.sh's sweeps: every readiness probe answers 200, and speech-loadtest
+    records its arguments and writes a results.json into its --out folder."""
+    script = tmp_path / "python3"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        'case "$1 $2" in\n'
+        '  "-m loadtest.cli") out=; prev=\n'
+        '    for a in "$@"; do [ "$prev" = --out ] && out=$a; prev=$a; done\n'
+        f'    mkdir -p "$out" && echo {{}} > "$out/results.json" && printf "%s\\n" "$@" > {tmp_path}/loadtest_argv\n'
+        "    exit 0 ;;\n"
+        '  "- "*) exit 0 ;;\n'
+        "esac\n"
+        "exit 1\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_side_by_side_sweeps_one_level_a_call_and_keeps_every_level(tmp_path: Path) -> None:
+    """Closed-loop levels run one per call land in folders of their own (SWEEP_NAME), a sweep run again beside its
+    results in a new one, and each folder's targets.txt says which server and profile each URL is."""
+    out = tmp_path / "results"
+    env = {
+        **os.environ,
+        "PYTHON": str(sweep_python(tmp_path)),
+        "WORK": str(tmp_path / "work"),
+        "OUT": str(out),
+        "TARGETS": "service vllm-omni vllm-omni-b",
+        "SERVICE_PORT": "18000",
+        "OMNI_PORT": "18001",
+        "OMNI_B_PORT": "18005",
+        "OMNI_PROFILE": "vllm-omni:qwen3_tts.yaml",
+        "OMNI_B_PROFILE": "vllm-omni:qwen3_tts_high_concurrency_mrv2_single_gpu.yaml",
+    }
+    folders = []
+    for level, name in [("1", "c1"), ("8", "c8"), ("8", "c8")]:
+        done = subprocess.run(
+            [str(GPU / "side-by-side.sh"), "sweep-closed"],
+            env={**env, "CONCURRENCY": level, "SWEEP_NAME": name},
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        argv = (tmp_path / "loadtest_argv").read_text().split("\n")[:-1]
+        assert argv[argv.index("--concurrency") + 1] == level
+        folders.append(Path(argv[argv.index("--out") + 1]))
+    assert folders == [out / "closed-c1", out / "closed-c8", out / "closed-c8-2"]
+    assert "closed-c8 holds results: this sweep goes to" in done.stdout
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--target"] == [
+        "http://127.0.0.1:18000",
+        "http://127.0.0.1:18001",
+        "http://127.0.0.1:18005",
+    ]
+    assert (out / "closed-c8-2/targets.txt").read_text().splitlines() == [
+        "service http://127.0.0.1:18000 deploy/vllm-omni/customvoice.yaml",
+        "vllm-omni http://127.0.0.1:18001 vllm-omni:qwen3_tts.yaml",
+        "vllm-omni-b http://127.0.0.1:18005 vllm-omni:qwen3_tts_high_concurrency_mrv2_single_gpu.yaml",
+    ]
+    commands = (out / "commands.txt").read_text()
+    assert commands.count("-m loadtest.cli") == 3
+    assert "closed-c1: service http://127.0.0.1:18000 deploy/vllm-omni/customvoice.yaml;vllm-omni " in commands
 
 
 def load_gpu_script(name: str) -> ModuleType:
