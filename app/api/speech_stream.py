@@ -1,10 +1,11 @@
 """WS /v1/audio/speech/stream: text that streams in (an LLM writing), spoken sentence by sentence as it completes.
 
-Wire-compatible with vllm-omni 0.26's endpoint of the same path: the client sends `session.config`, `input.text`
+Wire-compatible with vllm-omni 0.30's endpoint of the same path: the client sends `session.config`, `input.text`
 chunks, `input.done` (ends an utterance, keeps the connection) and `session.close`; the server answers per sentence
 `audio.start`, binary audio frames (their concatenation is the sentence's file in `response_format`) and `audio.done`,
-per utterance `session.done`, and `error`. Unlike vllm-omni, text is not held until `input.done`: a sentence is
-synthesized as soon as its end is certain (or SPEECH_WS_SENTENCE_IDLE_S passes with no more text), the next one's
+per utterance `session.done`, and `error`. Unlike vllm-omni's default (`split_granularity` `none`, honoured when
+sent), text is not held until `input.done`: a sentence (or a clause, with `clause`) is synthesized as soon as its end
+is certain (or SPEECH_WS_SENTENCE_IDLE_S passes with no more text), the next one's
 synthesis overlapping the current one's delivery, and the sentences after the first of an utterance are joined to it as
 POST /v1/audio/speech joins its sentences (the engine's leading silence trimmed to a natural pause).
 
@@ -18,8 +19,9 @@ Each sentence is one request through the same stages as POST /v1/audio/speech (a
 (a sentence being synthesized holds a slot), the engine, encoding and the metrics.
 
 Close codes: 1000 `session.close` or the idle timeout; 1001 the server drains (after the current utterance); 1008 a
-missing or wrong API key, or no valid `session.config` in time; 1013 the server is full (the `error` before it
-carries `retry_after`); 1009 a message over uvicorn's size cap (SPEECH_MAX_BODY_BYTES).
+missing or wrong API key, no valid `session.config` in time, or a first message that is not a valid one (one `error`,
+then the close, as from vllm-omni); 1013 the server is full (the `error` before it carries `retry_after`); 1009 a
+message over uvicorn's size cap (SPEECH_MAX_BODY_BYTES).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import re
 import time
 import uuid
 from typing import Any, Literal
@@ -39,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.websockets import WebSocketState
 
 from app import metrics
-from app.api.dependencies import served_models
+from app.api.dependencies import accepted_models, served_models
 from app.api.errors import ApiError, internal_error, invalid_param, validation_error, websocket_error_message
 from app.api.job_builder import build_job
 from app.api.schemas import SpeechRequest
@@ -68,9 +71,34 @@ CLOSE_GOING_AWAY = 1001  # the server drains
 CLOSE_POLICY = 1008  # no valid key, or no session.config in time
 CLOSE_TRY_AGAIN = 1013  # the server is full
 
+Granularity = Literal["none", "sentence", "clause"]
+# vllm-omni 0.30's clause marks, Latin and CJK: a clause ends at one of them followed by more text
+_CLAUSE_END = re.compile(r"(?<=[,;:—–])\s+|(?<=[，、；：])")
+
+
+def complete_units(text: str, max_chars: int, granularity: Granularity, final: bool = False) -> tuple[list[str], str]:
+    """The pieces of arriving text whose end is certain, and the rest, cut as `split_granularity` asks: whole
+    sentences; also clauses (`clause`); nothing before input.done (`none`, which `final_units` speaks whole)."""
+    if granularity == "none":
+        return [], text
+    sentences, rest = complete_sentences(text, max_chars, final=final)
+    if granularity == "sentence":
+        return sentences, rest
+    clauses = [clause for sentence in sentences for clause in _CLAUSE_END.split(sentence) if clause.strip()]
+    *done, last = _CLAUSE_END.split(rest)
+    return clauses + [clause for clause in done if clause.strip()], last
+
+
+def final_units(text: str, max_chars: int, granularity: Granularity) -> list[str]:
+    """Every piece of the text at input.done: `none` speaks it as one request, as vllm-omni does."""
+    if granularity == "none":
+        return [text.strip()] if text.strip() else []
+    units, rest = complete_units(text, max_chars, granularity, final=True)
+    return [*units, *split_sentences(rest, max_chars)]
+
 
 class SessionConfig(BaseModel):
-    """`session.config`: the fields of POST /v1/audio/speech but `input`, plus vllm-omni's session switches."""
+    """`session.config`: the fields of POST /v1/audio/speech but `input`, plus vllm-omni 0.30's session switches."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -91,6 +119,14 @@ class SessionConfig(BaseModel):
     seed: int | None = None
     initial_codec_chunk_frames: int | None = None
     non_streaming_mode: bool | None = None
+    speaker_embedding: list[float] | None = None
+    extra_params: dict[str, Any] | None = None
+    split_granularity: Granularity | None = Field(
+        None,
+        description="How the text is cut into requests: `sentence` (omitted: the default here), `clause` (also at "
+        "commas and semicolons, sooner), or `none` (the whole utterance as one request at input.done, vllm-omni's "
+        "default).",
+    )
     stream_audio: bool = Field(False, description="vllm-omni's switch; audio always streams here, in every format.")
     word_timestamps: bool = Field(
         False,
@@ -98,11 +134,10 @@ class SessionConfig(BaseModel):
         "timings (engines that cannot time words refuse it).",
     )
 
-    def speech_request(self, default_voice: str) -> SpeechRequest:
-        fields = self.model_dump(exclude={"type", "speaker", "stream_audio"}, exclude_none=True)
-        fields["voice"] = self.voice or self.speaker or ("" if self.task_type in ("VoiceDesign", "Base") else None)
-        if fields["voice"] is None:
-            fields["voice"] = default_voice
+    def speech_request(self) -> SpeechRequest:
+        """The request each piece of text is spoken with: an omitted voice is the model's default voice, `speaker`
+        names it as `voice` does (both checked as POST /v1/audio/speech checks them)."""
+        fields = self.model_dump(exclude={"type", "stream_audio", "split_granularity"}, exclude_none=True)
         return SpeechRequest.model_validate({**fields, "input": "-"})
 
 
@@ -112,6 +147,7 @@ class Voice:
 
     request: SpeechRequest
     reference: ReferenceAudio | None
+    granularity: Granularity = "sentence"
 
 
 @dataclasses.dataclass
@@ -316,7 +352,9 @@ class SpeechStreamSession:
                 return
             self.gap_checked = True
             # its TTFA counts from the arrival of its text, not from this look
-            sentences, rest = complete_sentences(self.buffer, self.settings.sentence_max_chars, final=True)
+            assert self.voice is not None
+            granularity = self.voice.granularity
+            sentences, rest = complete_units(self.buffer, self.settings.sentence_max_chars, granularity, final=True)
             self.enqueue(sentences, rest, arrived=self.buffered_at)
             return
         if self.unspoken:  # still speaking: silence from the client is expected
@@ -340,28 +378,22 @@ class SpeechStreamSession:
     async def on_message(self, message: dict[str, Any]) -> None:
         raw = message.get("text")
         if raw is None:
-            await self.send(
-                websocket_error_message(ApiError(400, "Messages are JSON text frames.", code="invalid_message"))
-            )
+            await self.refuse(ApiError(400, "Messages are JSON text frames.", code="invalid_message"))
             return
         if len(raw) > self.settings.max_body_bytes:
-            await self.send(websocket_error_message(self.too_large(self.settings.max_body_bytes)))
+            await self.refuse(self.too_large(self.settings.max_body_bytes))
             return
         try:
             data = json.loads(raw)
         except json.JSONDecodeError:
-            await self.send(
-                websocket_error_message(ApiError(400, "The message is not valid JSON.", code="invalid_json"))
-            )
+            await self.refuse(ApiError(400, "The message is not valid JSON.", code="invalid_json"))
             return
         if not isinstance(data, dict):
-            await self.send(
-                websocket_error_message(ApiError(400, "A message is a JSON object.", code="invalid_request"))
-            )
+            await self.refuse(ApiError(400, "A message is a JSON object.", code="invalid_request"))
             return
         kind = data.get("type")
         if kind != "session.config" and len(raw.encode()) > self.settings.ws_max_message_bytes:
-            await self.send(websocket_error_message(self.too_large(self.settings.ws_max_message_bytes)))
+            await self.refuse(self.too_large(self.settings.ws_max_message_bytes))
             return
         try:
             if kind == "session.config":
@@ -378,7 +410,14 @@ class SpeechStreamSession:
                 message_text = f"Unknown message type {kind!r}: session.config, input.text, input.done, session.close."
                 raise invalid_param("type", message_text, "unknown_message_type")
         except ApiError as exc:
-            await self.send(websocket_error_message(exc))
+            await self.refuse(exc)
+
+    async def refuse(self, error: ApiError) -> None:
+        """Tell the client what was wrong with its message. Before a valid session.config, as from vllm-omni, that
+        `error` is the last message: the session closes (1008) instead of answering each later message with it."""
+        await self.send(websocket_error_message(error))
+        if self.voice is None:
+            raise SessionClosed(CLOSE_POLICY)
 
     def too_large(self, limit: int) -> ApiError:
         return ApiError(413, f"The message exceeds the limit of {limit} bytes.", code="message_too_large")
@@ -388,12 +427,11 @@ class SpeechStreamSession:
             raise invalid_param("type", "Send input.done before a new session.config.", "input_pending")
         try:
             config = SessionConfig.model_validate(data)
-            default_voice = self.catalog.voices[0].id if self.catalog.voices else ""
-            request = config.speech_request(default_voice)
+            request = config.speech_request()
         except ValidationError as exc:
             raise validation_error(exc.errors()) from None
         request, reference = await resolve_voice(request, self.engine, self.settings, self.catalog, self.store)
-        voice = Voice(request, reference)
+        voice = Voice(request, reference, config.split_granularity or "sentence")
         self.build(voice, "Hello.", "config")  # everything but the text (word_timestamps too) is checked now
         self.voice = voice
 
@@ -410,7 +448,7 @@ class SpeechStreamSession:
         self.buffer += text
         self.buffered_at = time.perf_counter()
         self.gap_checked = False
-        self.enqueue(*complete_sentences(self.buffer, self.settings.sentence_max_chars))
+        self.enqueue(*complete_units(self.buffer, self.settings.sentence_max_chars, self.voice.granularity))
 
     def on_done(self, close: bool = False) -> None:
         if self.voice is None:
@@ -420,8 +458,7 @@ class SpeechStreamSession:
         if close and self.utterance not in self.open_utterances:
             return
         self.begin_utterance()
-        sentences, rest = complete_sentences(self.buffer, self.settings.sentence_max_chars, final=True)
-        self.enqueue([*sentences, *split_sentences(rest, self.settings.sentence_max_chars)], "")
+        self.enqueue(final_units(self.buffer, self.settings.sentence_max_chars, self.voice.granularity), "")
         self.queue.put_nowait(UtteranceEnd(self.utterance, self.sentence_index, time.perf_counter()))
         self.utterance += 1
         self.sentence_index = 0
@@ -463,6 +500,7 @@ class SpeechStreamSession:
             catalog=self.catalog,
             served_models=served_models(self.engine, self.settings),
             ref_audio=voice.reference,
+            also_accepted=accepted_models(self.engine, self.settings),
         )
 
     async def speak(self) -> None:

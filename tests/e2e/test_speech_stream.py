@@ -126,10 +126,28 @@ def test_every_format_decodes(server: RunningServer, response_format: str, sampl
     assert word_error_rate(text, transcribe(decoded)) <= 0.2
 
 
+@pytest.mark.parametrize(
+    ("first", "code"),
+    [
+        ({"type": "input.text", "text": "Too early."}, "session_config_required"),
+        ({"type": "session.config", "voice": "nobody-by-this-name"}, "voice_not_found"),
+        ({"type": "session.config", "split_granularity": "word"}, "invalid_value"),
+        ("{not json", "invalid_json"),
+    ],
+)
+def test_a_bad_first_message_gets_one_error_and_a_close(server: RunningServer, first: object, code: str) -> None:
+    """As from vllm-omni 0.30: no session without a valid session.config first; the client is told why, once."""
+    with connect(ws_url(server)) as ws:
+        ws.send(first if isinstance(first, str) else json.dumps(first))
+        assert json.loads(ws.recv(timeout=10))["code"] == code
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+        assert ws.close_code == 1008
+
+
 def test_malformed_messages_are_answered_and_the_connection_kept(server: RunningServer) -> None:
     with connect(ws_url(server)) as ws:
-        send(ws, {"type": "input.text", "text": "Too early."})
-        assert json.loads(ws.recv(timeout=10))["code"] == "session_config_required"
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
         send(ws, {"type": "session.config", "voice": "nobody-by-this-name"})
         error = json.loads(ws.recv(timeout=10))
         assert (error["type"], error["code"], error["param"]) == ("error", "voice_not_found", "voice")
