@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
@@ -15,6 +16,15 @@ EngineName = Literal["auto", "embedded", "omni"]
 
 # OpenAI's voice names, so OpenAI client code runs unchanged. The empty target means "the engine's default voice".
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse")
+
+
+def user_voice_store(env: Mapping[str, str] = os.environ) -> str:
+    """Where a user's data belongs (the XDG base directories): $XDG_DATA_HOME/speech-service/voices, else
+    ~/.local/share/speech-service/voices. Never the working directory, which a service may not be able to write."""
+    data_home = env.get("XDG_DATA_HOME", "")
+    if not os.path.isabs(data_home):  # unset, empty or relative: the spec says to ignore it
+        data_home = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "share")
+    return os.path.join(data_home, "speech-service", "voices")
 
 
 class Settings(BaseSettings):
@@ -73,7 +83,10 @@ class Settings(BaseSettings):
     ref_audio_max_bytes: int = Field(10 * 1024 * 1024, ge=1024, description="Largest reference audio accepted.")
     ref_audio_ca_bundle: str | None = Field(None, description="CA bundle for https ref_audio hosts with a private CA.")
     voice_store: str = Field(
-        "./data/voices", description="Directory of registered voices; share it (ReadWriteMany) between replicas."
+        default_factory=user_voice_store,
+        description="Directory of registered voices, created when the first is stored; share it (ReadWriteMany) "
+        "between replicas. Default: speech-service/voices in the user's data directory ($XDG_DATA_HOME, else "
+        "~/.local/share).",
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -136,7 +149,7 @@ class Settings(BaseSettings):
     omni_code2wav_scheduler: str = Field(
         "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler",
         description="Omni engine: code2wav (stage 1) scheduler class by dotted path; empty = vllm-omni's own. "
-        "A scheduler_cls for stage 1 in SPEECH_STAGE_OVERRIDES wins.",
+        "vllm-omni 0.30 refuses a scheduler_cls in SPEECH_STAGE_OVERRIDES: set this instead.",
     )
     omni_cuda_mps: bool = Field(
         False,

@@ -80,13 +80,15 @@ def _wav_bytes(reference: ReferenceAudio) -> bytes:
 
 class VoiceStore:
     def __init__(self, root: str | Path) -> None:
+        # created when the first voice is stored, not here: a server that never stores one (an engine that cannot
+        # clone, a read-only working directory) never needs to write there
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
         # (name, id) -> decoded clip, most recently used last; bounded (a 30 s clip is ~3 MB decoded)
         self._audio_cache: OrderedDict[tuple[str, str], ReferenceAudio] = OrderedDict()
 
     def create(self, name: str, reference: ReferenceAudio, ref_text: str | None) -> StoredVoice:
         folder = self.root / name
+        self.root.mkdir(parents=True, exist_ok=True)
         try:
             folder.mkdir()  # the atomic claim on the name, across processes sharing the store
         except FileExistsError:
@@ -118,6 +120,8 @@ class VoiceStore:
 
     def list(self) -> list[StoredVoice]:
         voices = []
+        if not self.root.is_dir():  # nothing stored yet
+            return voices
         for folder in sorted(self.root.iterdir()):
             if folder.name.startswith(".") or not folder.is_dir():
                 continue

@@ -15,7 +15,7 @@ from app.audio.reference import MAX_REFERENCE_BYTES, prepare_reference_audio
 from app.engines.base import SpeechEngine, UnsupportedParameter
 from app.text.hygiene import text_problem
 from app.voice_store import NAME_PATTERN, StoredVoice, VoiceExists, VoiceNotFound, VoiceStore
-from app.voices import VoiceCatalog
+from app.voices import GENERIC_VOICE, VoiceCatalog
 
 router = APIRouter()
 
@@ -49,14 +49,42 @@ def _not_found(name: str) -> ApiError:
     return ApiError(404, f"No voice named '{name}'.", param="name", code="voice_not_found")
 
 
+def _uploaded_0_30(voice: StoredVoice) -> dict[str, Any]:
+    """A registered voice as vllm-omni 0.30 lists it under `uploaded_voices`."""
+    entry: dict[str, Any] = {
+        "name": voice.name,
+        "consent": "",  # vllm-omni keeps a consent recording's id; this server keeps that consent was given
+        "created_at": voice.created_at,
+        "mime_type": "audio/wav",
+        "embedding_source": "audio",
+        "embedding_dim": None,
+    }
+    if voice.ref_text:
+        entry["ref_text"] = voice.ref_text
+    return entry
+
+
 @router.get("/v1/audio/voices", responses=error_responses(401, 429))
 async def list_voices(
     engine: Annotated[SpeechEngine, Depends(get_engine)],
     catalog: Annotated[VoiceCatalog, Depends(get_catalog)],
     store: Annotated[VoiceStore, Depends(get_voice_store)],
 ) -> dict[str, Any]:
-    uploaded = await asyncio.to_thread(store.list)
-    return {"voices": [*_builtin(catalog, engine), *(_uploaded(v, engine) for v in uploaded)]}
+    """vllm-omni 0.30's listing, which its clients read unchanged: `voices`, the names a request may give (with the
+    generic "default"), and `uploaded_voices`; beside them `data`, this server's own listing: one object per voice
+    with its id, name, type (builtin or uploaded), languages, engine and aliases."""
+    # an engine that cannot clone never reads the store (which it may not even be able to create)
+    uploaded = await asyncio.to_thread(store.list) if engine.capabilities().voice_cloning else []
+    # the model's default voice first (what a client that takes the first name speaks with), the generic name last
+    names = [voice.id for voice in catalog.voices] + [voice.name for voice in uploaded]
+    if catalog.resolve(GENERIC_VOICE) is not None and GENERIC_VOICE not in names:
+        names.append(GENERIC_VOICE)
+    return {
+        "voices": names,
+        "uploaded_voices": [_uploaded_0_30(voice) for voice in uploaded],
+        "object": "list",
+        "data": [*_builtin(catalog, engine), *(_uploaded(voice, engine) for voice in uploaded)],
+    }
 
 
 @router.get("/v1/audio/voices/{name}", responses=error_responses(401, 404, 429))

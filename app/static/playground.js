@@ -65,7 +65,7 @@ async function loadCapabilities() {
 }
 
 async function loadVoices(select) {
-  const { voices } = await (await api("/v1/audio/voices")).json();
+  const { data: voices } = await (await api("/v1/audio/voices")).json();  // this server's own listing
   const list = $("voice");
   list.replaceChildren();
   for (const voice of voices) {

@@ -24,7 +24,7 @@ def test_models_list_in_openai_shape(server: RunningServer) -> None:
 
 
 def test_voices_list_shows_aliases(server: RunningServer) -> None:
-    voices = httpx.get(f"{server.base_url}/v1/audio/voices").json()["voices"]
+    voices = httpx.get(f"{server.base_url}/v1/audio/voices").json()["data"]
     assert [v["id"] for v in voices] == ["heart"]
     heart = voices[0]
     assert heart["languages"] == ["English"]

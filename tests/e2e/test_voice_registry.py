@@ -93,7 +93,7 @@ def test_crud(cloning: RunningServer, sample: bytes) -> None:
     assert set(voice) == {"id", "name", "duration_s", "sample_rate", "created_at", "has_ref_text"}
     assert voice["name"] == "my-voice_1" and voice["has_ref_text"] is True and voice["sample_rate"] == 24_000
     assert 1.5 < voice["duration_s"] < 6
-    listed = httpx.get(f"{server.base_url}/v1/audio/voices").json()["voices"]
+    listed = httpx.get(f"{server.base_url}/v1/audio/voices").json()["data"]
     assert {v["name"] for v in listed if v["type"] == "uploaded"} == {"my-voice_1"}
     assert all(v["engine"] == "omni" for v in listed)
     assert httpx.get(f"{server.base_url}/v1/audio/voices/my-voice_1").json()["id"] == voice["id"]
@@ -203,7 +203,7 @@ def test_concurrent_uploads_never_corrupt_the_store(shared_store, sample: bytes)
     with concurrent.futures.ThreadPoolExecutor(12) as pool:
         statuses = list(pool.map(lambda i: upload((a, b)[i % 2].base_url, names[i], sample).status_code, range(12)))
     assert statuses == [201] * 12
-    listed = {v["name"]: v for v in httpx.get(f"{a.base_url}/v1/audio/voices").json()["voices"]}
+    listed = {v["name"]: v for v in httpx.get(f"{a.base_url}/v1/audio/voices").json()["data"]}
     assert set(names) <= set(listed)
     assert len({listed[n]["duration_s"] for n in names}) == 1  # every copy whole
     with concurrent.futures.ThreadPoolExecutor(8) as pool:  # the same name from both replicas at once

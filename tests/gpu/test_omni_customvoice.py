@@ -62,7 +62,7 @@ def test_sse_events_and_usage(omni_url: str) -> None:
 
 
 def test_voices_and_languages_come_from_the_model_config(omni_url: str) -> None:
-    voices = httpx.get(f"{omni_url}/v1/audio/voices", timeout=30).json()["voices"]
+    voices = httpx.get(f"{omni_url}/v1/audio/voices", timeout=30).json()["data"]
     ids = {v["id"] for v in voices}
     assert {"vivian", "serena", "ryan", "aiden", "uncle_fu", "ono_anna", "sohee", "eric", "dylan"} == ids
     assert all(v["engine"] == "omni" for v in voices)

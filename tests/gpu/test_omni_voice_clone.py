@@ -106,7 +106,7 @@ def test_a_registered_voice_speaks_until_deleted(clone_url: str) -> None:
     )
     assert created.status_code == 201, created.text
     try:
-        listed = httpx.get(f"{clone_url}/v1/audio/voices", timeout=30).json()["voices"]
+        listed = httpx.get(f"{clone_url}/v1/audio/voices", timeout=30).json()["data"]
         assert name in {voice["name"] for voice in listed}
         for response_format in ("pcm", "mp3"):
             response = speak(

@@ -42,7 +42,6 @@ def schema_error(payload: Any, *, fastapi_loc: bool) -> ApiError:
 
 _INVALID = [
     pytest.param(without("input"), "input", "missing_required_parameter", id="missing-input"),
-    pytest.param(without("voice"), "voice", "missing_required_parameter", id="missing-voice"),
     pytest.param(body(foo=1), "foo", "unknown_parameter", id="unknown-field"),
     pytest.param(body(model=""), "model", "invalid_value", id="model-empty"),
     pytest.param(body(input=""), "input", "invalid_value", id="input-empty"),
@@ -75,7 +74,13 @@ _INVALID = [
     pytest.param(body(initial_codec_chunk_frames="4"), "initial_codec_chunk_frames", "invalid_type", id="icf-str"),
     pytest.param(body(initial_codec_chunk_frames=1.5), "initial_codec_chunk_frames", "invalid_type", id="icf-float"),
     pytest.param(body(non_streaming_mode="yes"), "non_streaming_mode", "invalid_type", id="nsm-yes"),
-    pytest.param(without("voice") | {"task_type": "CustomVoice"}, "voice", "missing_required_parameter", id="cv-voice"),
+    pytest.param(body(speaker=""), "speaker", "invalid_value", id="speaker-empty"),
+    pytest.param(body(speaker=1), "speaker", "invalid_type", id="speaker-int"),
+    pytest.param(body(speaker_embedding=[]), "speaker_embedding", "invalid_value", id="embedding-empty"),
+    pytest.param(body(speaker_embedding=[0.1, "x"]), "speaker_embedding", "invalid_type", id="embedding-string"),
+    pytest.param(body(speaker_embedding=[[0.1]]), "speaker_embedding", "invalid_type", id="embedding-nested"),
+    pytest.param(body(speaker_embedding=[0.0] * 8193), "speaker_embedding", "invalid_value", id="embedding-8193"),
+    pytest.param(body(extra_params=[1]), "extra_params", "invalid_type", id="extra-params-list"),
 ]
 
 
@@ -101,8 +106,36 @@ def test_unknown_field_message_matches_openai(fastapi_loc: bool) -> None:
 
 @pytest.mark.parametrize("fastapi_loc", [False, True], ids=["pydantic", "fastapi"])
 def test_missing_field_message(fastapi_loc: bool) -> None:
-    error = schema_error(without("voice"), fastapi_loc=fastapi_loc)
-    assert error.message == "Missing required parameter: 'voice'."
+    error = schema_error(without("input"), fastapi_loc=fastapi_loc)
+    assert error.message == "Missing required parameter: 'input'."
+
+
+@pytest.mark.parametrize(
+    ("payload", "voice"),
+    [
+        pytest.param(without("voice"), "default", id="omitted"),  # vllm-omni 0.30: the model's default voice
+        pytest.param(without("voice") | {"speaker": "nova"}, "nova", id="speaker"),
+        pytest.param(body(speaker="alloy"), "alloy", id="speaker-and-the-same-voice"),
+        pytest.param(without("voice") | {"task_type": "VoiceDesign"}, "", id="voice-design"),
+    ],
+)
+def test_the_voice_vllm_omni_0_30_clients_name(payload: dict[str, Any], voice: str) -> None:
+    assert SpeechRequest.model_validate(payload).voice_name == voice
+
+
+@pytest.mark.parametrize(
+    ("changes", "whole_file"),
+    [
+        ({}, False),
+        ({"stream": False}, True),
+        ({"stream": True}, False),
+        ({"stream": False, "stream_format": "audio"}, False),
+    ],
+)
+def test_only_an_explicit_stream_false_asks_for_a_whole_file(changes: dict[str, Any], whole_file: bool) -> None:
+    request = SpeechRequest.model_validate(body(**changes))
+    assert request.whole_file is whole_file
+    assert request.model_copy(update={"input": "Another."}).whole_file is whole_file  # as the WebSocket copies it
 
 
 def test_only_the_first_error_is_reported() -> None:
@@ -449,3 +482,101 @@ def test_word_timestamps_need_an_engine_that_times_words() -> None:
         assert job.word_timestamps
     error = build_error(body(stream_format="sse", word_timestamps=True), CAPS)
     assert error.status == 400 and error.body()["error"]["param"] == "word_timestamps"
+
+
+# -- vllm-omni 0.30's fields -----------------------------------------------------------------------------------------
+
+CLONING = dataclasses.replace(
+    CAPS,
+    task_types=frozenset({TaskType.CUSTOM_VOICE, TaskType.BASE}),
+    voice_cloning=True,
+    speaker_embedding_dim=4,
+    extra_params=True,
+)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [without("voice"), body(voice="default"), body(voice="DEFAULT"), without("voice") | {"speaker": "default"}],
+)
+def test_the_generic_voice_is_the_default_voice(payload: dict[str, Any]) -> None:
+    job, _ = build(payload)
+    assert job.voice == "heart"
+
+
+def test_a_voice_named_default_is_that_voice() -> None:
+    catalog = VoiceCatalog(voices=(VoiceInfo("heart", "Heart", ()), VoiceInfo("default", "Default", ())), aliases={})
+    request = SpeechRequest.model_validate(body(voice="default"))
+    job, _ = build_job(request, request_id="r", caps=CAPS, catalog=catalog, served_models=MODELS)
+    assert job.voice == "default"
+
+
+def test_speaker_names_the_voice_and_may_not_contradict_it() -> None:
+    job, _ = build(without("voice") | {"speaker": "heart"})
+    assert job.voice == "heart"
+    error = build_error(body(speaker="heart"))  # voice alloy, speaker heart: which one was meant?
+    assert (error.status, error.param) == (400, "speaker")
+
+
+def test_speaker_embedding_is_refused_by_an_engine_that_cannot_take_one() -> None:
+    error = build_error(body(speaker_embedding=[0.1, 0.2, 0.3, 0.4]))
+    assert (error.status, error.param) == (400, "speaker_embedding")
+
+
+def test_speaker_embedding_clones_x_vector_only() -> None:
+    job, _ = build(without("voice") | {"speaker_embedding": [0.1, 0.2, 0.3, 0.4], "task_type": "Base"}, CLONING)
+    assert job.task_type == TaskType.BASE and job.x_vector_only_mode
+    assert job.speaker_embedding == (0.1, 0.2, 0.3, 0.4) and job.ref_audio is None
+    inferred, _ = build(without("voice") | {"speaker_embedding": [0.1, 0.2, 0.3, 0.4]}, CLONING)
+    assert inferred.task_type == TaskType.BASE  # as ref_audio implies Base
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        pytest.param({"speaker_embedding": [0.1, 0.2], "task_type": "Base"}, id="wrong-width"),
+        pytest.param({"speaker_embedding": [0.1] * 4, "task_type": "CustomVoice"}, id="not-base"),
+        pytest.param({"speaker_embedding": [0.1] * 4, "ref_audio": "data:,", "task_type": "Base"}, id="with-ref-audio"),
+    ],
+)
+def test_speaker_embedding_is_checked_as_vllm_omni_checks_it(changes: dict[str, Any]) -> None:
+    error = build_error(body(**changes), CLONING)
+    assert (error.status, error.param) == (400, "speaker_embedding")
+
+
+def test_a_speaker_embedding_of_non_finite_numbers_is_refused_by_the_schema() -> None:
+    error = schema_error(body(speaker_embedding=[0.1, float("nan")]), fastapi_loc=False)
+    assert (error.status, error.param) == (400, "speaker_embedding") and "finite" in error.message
+
+
+def test_extra_params_reach_the_job_where_the_engine_takes_them() -> None:
+    params = {"temperature": 0.7, "top_p": 0.9, "top_k": 20, "repetition_penalty": 1.1}
+    job, _ = build(body(extra_params=params), CLONING)
+    assert job.extra_params == params
+    error = build_error(body(extra_params=params))
+    assert (error.status, error.param) == (400, "extra_params")
+
+
+@pytest.mark.parametrize(
+    "params", [{"temperature": -1}, {"temperature": "hot"}, {"top_p": 0}, {"top_p": 1.5}, {"top_k": 2.5}, {"top_k": -2}]
+)
+def test_extra_params_sampling_values_are_checked(params: dict[str, Any]) -> None:
+    error = build_error(body(extra_params=params), CLONING)
+    assert (error.status, error.param) == (400, "extra_params")
+    assert next(iter(params)) in error.message
+
+
+def test_a_checkpoint_id_is_accepted_but_not_listed() -> None:
+    request = SpeechRequest.model_validate(body(model="Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"))
+    checkpoint = ["Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"]
+    job, _ = build_job(
+        request, request_id="r", caps=CAPS, catalog=CATALOG, served_models=MODELS, also_accepted=checkpoint
+    )
+    assert job.voice == "heart"
+    error = build_error(body(model="Qwen/Qwen3-TTS-12Hz-0.6B-Base"))
+    assert error.status == 404 and "Qwen" not in error.message.split("Available models:")[1]
+
+
+def test_whole_file_output() -> None:
+    _, output = build(body(stream=False, response_format="flac"))
+    assert output == OutputSpec("flac", "audio", DEFAULT_SAMPLE_RATE, whole_file=True)

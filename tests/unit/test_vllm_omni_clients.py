@@ -184,7 +184,7 @@ async def test_stream_true_with_stream_format_audio_is_raw_bytes(omni_api) -> No
         ({"initial_codec_chunk_frames": "4"}, "initial_codec_chunk_frames"),
         ({"non_streaming_mode": "true"}, "non_streaming_mode"),
         ({"stream": "yes"}, "stream"),
-        ({"speaker": "vivian"}, "speaker"),  # unknown fields are still refused
+        ({"speaker": "ryan"}, "speaker"),  # voice vivian, speaker ryan: which one was meant?
         ({"extra_params": {}}, "extra_params"),
     ],
 )
