@@ -69,6 +69,8 @@
 #   SWEEP_NAME=""                   a suffix for the sweep's folder ($OUT/closed-NAME), e.g. one per level where each
 #                                   call of `sweep-closed` runs one (CONCURRENCY=32 SWEEP_NAME=c32)
 #   PLAYBACK_BUFFER_MS=0            the modelled listener's jitter buffer (stalls); LOADTEST_ARGS: more options
+#   EXTRA_BODY='{"stream_format": "audio"}'  the JSON merged into every request (e.g. with "max_new_tokens": 101 for 100-frame
+#                                   requests from servers started at a larger FRAMES)
 #   START_WAIT_S=540                how long one `start` waits in all before it gives up (run it again to resume)
 #   KV_WAIT_S=420                   the longest wait for a talker's KV cache line before starting the next anyway
 #   PYTHON=python3
@@ -117,6 +119,11 @@ DURATION=${DURATION:-30}
 ROUNDS=${ROUNDS:-2}
 PLAYBACK_BUFFER_MS=${PLAYBACK_BUFFER_MS:-0}
 LOADTEST_ARGS=${LOADTEST_ARGS:-}
+# vllm-omni's server streams raw pcm only when asked with the OpenAI field; this service accepts it too. With FRAMES
+# set to the longest utterance, '{"stream_format": "audio", "max_new_tokens": 101}' makes every server's requests
+# exactly 100 frames (vllm-omni 0.30 lowers min_tokens to a request's max_new_tokens; the service's fixed length
+# follows it), so one start serves several lengths
+EXTRA_BODY=${EXTRA_BODY:-'{"stream_format": "audio"}'}
 START_WAIT_S=${START_WAIT_S:-540}
 KV_WAIT_S=${KV_WAIT_S:-420}
 MODEL=$WORK/model
@@ -398,7 +405,7 @@ loadtest() {  # $1 closed or open, then speech-loadtest's level arguments
     echo "$target $(url_of "$target") $(source_of "$target")" >>"$OUT/$name/targets.txt"
   done
   # vllm-omni's server streams raw pcm only when asked with the OpenAI field; this service accepts it too
-  args+=(--model "$NAME" --voice "$VOICE" --format pcm --extra-body '{"stream_format": "audio"}'
+  args+=(--model "$NAME" --voice "$VOICE" --format pcm --extra-body "$EXTRA_BODY"
     --warmup "$WARMUP" --rounds "$ROUNDS" --playback-buffer-ms "$PLAYBACK_BUFFER_MS" --no-progress --out "$OUT/$name"
     "$@")
   # shellcheck disable=SC2206  # LOADTEST_ARGS is split into words on purpose
