@@ -41,7 +41,8 @@ cache rolls, and a rolled window equals one call over "the truncated suffix wind
 - each later window: against one call over that window and the 72 frames before it, within rounding;
 - those later frames against one call over the utterance: a bound on 0.30's approximation, not a rounding error
   (measured 37 dB on these random weights in float32 on a CPU, 100 frames with vllm-omni's windows); printed, and
-  held to >= 20 dB, which a lost or misaligned state (about 0 dB) cannot reach;
+  held to >= 20 dB, which those frames decoded without their history (8.7 dB), after another stream's (7.2 dB) or
+  one frame off (-1.4 dB), measured the same way, do not reach;
 - every window's audio is exactly its frames x 1920 samples, and each stream's state is gone after its last window.
 
 Rounding thresholds (SNR over the span, the one-call waveform as reference): float32 >= 50 dB, bfloat16 >= 25 dB.
@@ -343,8 +344,8 @@ def test_a_stream_of_windows_decodes_to_the_one_call_waveform(
         )
         later = streamed[exact_samples:].numpy()
         design = wave_diff(truncated.numpy(), later)
-        print(f"  frames {exact_frames}-{frames}, against one call over each window and its {sliding_window} frames")
-        print(f"    before: {design}")
+        print(f"  frames {exact_frames}-{frames}, against one call over each window and the {sliding_window} frames")
+        print(f"  before it: {design}")
         assert design.snr_db >= ROUNDING_SNR_DB[dtype], f"frames {exact_frames}-{frames}: {design}"
         cut = wave_diff(reference[exact_samples:].numpy(), later)
         print(f"  frames {exact_frames}-{frames}, against one call over the whole utterance: {cut}")
