@@ -261,7 +261,13 @@ class OmniEngine:
             # windows vllm-omni ignores a request's first-chunk size, so the field is refused rather than dropped
             initial_chunk_frames=None if self._windows.request_first_size_ignored else (1, self._windows.steady),
             prompt_modes=True,
+            # a Base checkpoint clones from a precomputed x-vector as wide as its talker (vllm-omni 0.30's check)
+            speaker_embedding_dim=self._embedding_dim(),
+            extra_params=True,
         )
+
+    def _embedding_dim(self) -> int | None:
+        return (self._model.hidden_size or None) if TaskType.BASE in self._model.task_types else None
 
     # -- synthesis ------------------------------------------------------------------------------------------------
     async def abort(self, request_id: str) -> None:

@@ -57,6 +57,7 @@ class Qwen3TTSModel:
     codec_language_id: dict[str, int]
     spk_is_dialect: dict[str, Any]
     sample_rate: int
+    hidden_size: int = 0  # the talker's; a precomputed speaker embedding must be this wide (0: not in the config)
 
     @property
     def task_types(self) -> frozenset[TaskType]:
@@ -84,6 +85,7 @@ class Qwen3TTSModel:
             codec_language_id=dict(codec_languages),
             spk_is_dialect=dict(talker.get("spk_is_dialect") or {}),
             sample_rate=sample_rate,
+            hidden_size=int(talker.get("hidden_size") or 0),
         )
 
 
@@ -96,9 +98,23 @@ def check_job(job: SynthesisJob, model: Qwen3TTSModel) -> None:
     if job.task_type == TaskType.CUSTOM_VOICE and job.voice.lower() not in model.speakers:
         raise UnsupportedParameter("voice", f"Unknown voice '{job.voice}'. Available: {', '.join(model.speakers)}.")
     if job.task_type == TaskType.BASE:
-        if job.ref_audio is None:
-            raise UnsupportedParameter("ref_audio", "Voice cloning (task_type Base) needs 'ref_audio'.")
-        if not job.x_vector_only_mode and not (job.ref_text or "").strip():
+        if job.speaker_embedding is not None:
+            # vllm-omni 0.30's adapter: an embedding is the voice (x-vector only), never beside reference audio
+            if job.ref_audio is not None:
+                raise UnsupportedParameter(
+                    "speaker_embedding", "'speaker_embedding' and 'ref_audio' exclude each other."
+                )
+            if len(job.speaker_embedding) != model.hidden_size:
+                raise UnsupportedParameter(
+                    "speaker_embedding",
+                    f"'speaker_embedding' has {len(job.speaker_embedding)} dimensions; this model's are "
+                    f"{model.hidden_size}.",
+                )
+        elif job.ref_audio is None:
+            raise UnsupportedParameter(
+                "ref_audio", "Voice cloning (task_type Base) needs 'ref_audio' or 'speaker_embedding'."
+            )
+        elif not job.x_vector_only_mode and not (job.ref_text or "").strip():
             raise UnsupportedParameter(
                 "ref_text", "Voice cloning needs 'ref_text' (the transcript of ref_audio) unless x_vector_only_mode."
             )
@@ -170,7 +186,11 @@ def additional_information(job: SynthesisJob, model: Qwen3TTSModel) -> dict[str,
     if job.task_type == TaskType.CUSTOM_VOICE:
         info["speaker"] = [job.voice.lower()]
         info["voice_created_at"] = [0]  # a built-in speaker
-    if job.task_type == TaskType.BASE and job.ref_audio is not None:
+    if job.task_type == TaskType.BASE and job.speaker_embedding is not None:
+        # as 0.30's adapter writes it: plain floats (they cross the engine's IPC), x-vector-only cloning
+        info["voice_clone_prompt"] = [{"ref_spk_embedding": [float(x) for x in job.speaker_embedding]}]
+        info["x_vector_only_mode"] = [True]
+    elif job.task_type == TaskType.BASE and job.ref_audio is not None:
         samples = np.asarray(job.ref_audio.samples, dtype=np.float32)
         info["ref_audio"] = [[samples.tolist(), int(job.ref_audio.sample_rate)]]
         info["ref_code_length"] = [int(np.ceil(len(samples) / job.ref_audio.sample_rate * CODEC_FRAME_RATE))]
@@ -240,6 +260,13 @@ def sampling_params_for(job: SynthesisJob, delta_defaults: list[Any], *, fixed_l
     random weights stop at random times."""
     params = copy.deepcopy(delta_defaults)
     talker = params[0]
+    if job.extra_params:
+        # as vllm-omni 0.30's serving_speech applies `extra_params`: its sampling keys on the talker, the whole object
+        # in the talker's extra_args; then the request's token limit, as its adapter does after it
+        for name in ("temperature", "top_p", "top_k"):
+            if job.extra_params.get(name) is not None:
+                setattr(talker, name, job.extra_params[name])
+        talker.extra_args = {**(talker.extra_args or {}), **job.extra_params}
     if job.max_new_tokens is not None:
         talker.max_tokens = job.max_new_tokens
     if fixed_length:

@@ -185,7 +185,8 @@ async def test_stream_true_with_stream_format_audio_is_raw_bytes(omni_api) -> No
         ({"non_streaming_mode": "true"}, "non_streaming_mode"),
         ({"stream": "yes"}, "stream"),
         ({"speaker": "ryan"}, "speaker"),  # voice vivian, speaker ryan: which one was meant?
-        ({"extra_params": {}}, "extra_params"),
+        ({"extra_params": {"top_k": "many"}}, "extra_params"),
+        ({"speaker_embedding": [0.1] * 1024}, "speaker_embedding"),  # a CustomVoice checkpoint cannot clone
     ],
 )
 async def test_bad_values_are_400s_naming_the_field(omni_api, changes: dict, param: str) -> None:
@@ -227,3 +228,36 @@ async def test_the_shipped_ramp_profile_refuses_a_first_chunk_size(model_dirs: d
         ok = await client.post("/v1/audio/speech", json={"input": "Hi.", "voice": "vivian", "response_format": "pcm"})
         assert ok.status_code == 200 and len(ok.content) > 0
     await engine.close()
+
+
+async def test_extra_params_reach_the_talker_as_vllm_omni_applies_them(omni_api) -> None:
+    """vllm-omni 0.30's serving_speech: temperature/top_p/top_k onto stage 0's sampling, the whole object into its
+    extra_args; code2wav's parameters untouched."""
+    client, omni = omni_api
+    extra = {"temperature": 0.5, "top_k": 20, "top_p": 0.8, "subtalker_temperature": 0.7}
+    body = {"input": "Hi there.", "voice": "vivian", "response_format": "pcm", "extra_params": extra, "seed": 4}
+    response = await client.post("/v1/audio/speech", json=body)
+    assert response.status_code == 200, response.text
+    talker, code2wav = omni.requests[-1]["params"]
+    assert (talker.temperature, talker.top_k, talker.top_p) == (0.5, 20, 0.8)
+    assert talker.extra_args == {**extra, "tts_local_seed": 4}
+    assert code2wav.temperature == 0.0 and not code2wav.extra_args
+
+
+@pytest.mark.parametrize("omni_api", ["base"], indirect=True)
+async def test_a_speaker_embedding_clones_as_vllm_omni_builds_it(omni_api) -> None:
+    """Base: the embedding becomes the talker's voice_clone_prompt (x-vector-only), as 0.30's adapter writes it; one
+    of the talker's width is required."""
+    client, omni = omni_api
+    embedding = [round(0.001 * i, 3) for i in range(1024)]  # the 0.6B talker's hidden size
+    body = {"input": "Hi there.", "task_type": "Base", "speaker_embedding": embedding, "response_format": "pcm"}
+    response = await client.post("/v1/audio/speech", json=body)
+    assert response.status_code == 200, response.text
+    info = conditioning(omni)
+    assert info["voice_clone_prompt"] == [{"ref_spk_embedding": embedding}]
+    assert info["x_vector_only_mode"] == [True] and info["task_type"] == ["Base"]
+    assert "ref_audio" not in info and "ref_code_length" not in info
+    sent = len(omni.requests)
+    short = await client.post("/v1/audio/speech", json={**body, "speaker_embedding": embedding[:512]})
+    assert short.status_code == 400 and short.json()["error"]["param"] == "speaker_embedding"
+    assert len(omni.requests) == sent
