@@ -58,6 +58,10 @@ async def speech_capabilities(
         "max_new_tokens": caps.max_new_tokens,
         "initial_codec_chunk_frames": list(caps.initial_chunk_frames) if caps.initial_chunk_frames else None,
         "word_timestamps": caps.word_timestamps,
+        # vllm-omni 0.30's fields: the width of a `speaker_embedding` this model clones from (null: it cannot), and
+        # whether `extra_params` is honoured
+        "speaker_embedding_dim": caps.speaker_embedding_dim,
+        "extra_params": caps.extra_params,
     }
 
 

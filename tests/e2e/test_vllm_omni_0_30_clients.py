@@ -70,6 +70,8 @@ def test_generic_voice_and_no_voice_speak_the_default_voice(server: RunningServe
 def test_what_the_embedded_engine_cannot_do_is_a_400_naming_the_field(
     server: RunningServer, extra: dict[str, object], param: str
 ) -> None:
+    capabilities = httpx.get(f"{server.base_url}/v1/audio/capabilities", timeout=10).json()
+    assert (capabilities["speaker_embedding_dim"], capabilities["extra_params"]) == (None, False)  # says so first
     response = speech(server, {"input": "Hi.", **extra})
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param

@@ -119,3 +119,18 @@ def test_a_registered_voice_speaks_until_deleted(clone_url: str) -> None:
         assert httpx.delete(f"{clone_url}/v1/audio/voices/{name}", timeout=30).status_code == 204
     gone = speak(clone_url, voice=name, input="Gone.", max_new_tokens=26)
     assert gone.status_code == 400 and gone.json()["error"]["param"] == "voice"
+
+
+def test_clone_from_a_precomputed_speaker_embedding(clone_url: str) -> None:
+    """vllm-omni 0.30's `speaker_embedding`: a vector as wide as the talker clones without reference audio; the
+    real talker builds its prompt from it (voice_clone_prompt) and speaks the frames asked for."""
+    width = httpx.get(f"{clone_url}/v1/audio/capabilities", timeout=30).json()["speaker_embedding_dim"]
+    assert width, "a Base checkpoint must offer speaker_embedding"
+    embedding = (np.random.default_rng(7).standard_normal(width) * 0.05).round(5).tolist()
+    body = {"input": "A voice from numbers.", "task_type": "Base", "speaker_embedding": embedding}
+    body |= {"response_format": "pcm", "max_new_tokens": 26}  # no voice: the embedding is the voice
+    response = httpx.post(f"{clone_url}/v1/audio/speech", json=body, timeout=300)
+    assert response.status_code == 200, response.text
+    assert len(response.content) == 25 * SAMPLES_PER_FRAME * 2
+    wrong = httpx.post(f"{clone_url}/v1/audio/speech", json={**body, "speaker_embedding": embedding[:-1]}, timeout=300)
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "speaker_embedding"

@@ -239,6 +239,8 @@ async def test_extra_params_reach_the_talker_as_vllm_omni_applies_them(omni_api)
     response = await client.post("/v1/audio/speech", json=body)
     assert response.status_code == 200, response.text
     talker, code2wav = omni.requests[-1]["params"]
+    capabilities = (await client.get("/v1/audio/capabilities")).json()
+    assert (capabilities["speaker_embedding_dim"], capabilities["extra_params"]) == (None, True)  # CustomVoice
     assert (talker.temperature, talker.top_k, talker.top_p) == (0.5, 20, 0.8)
     assert talker.extra_args == {**extra, "tts_local_seed": 4}
     assert code2wav.temperature == 0.0 and not code2wav.extra_args
@@ -253,6 +255,8 @@ async def test_a_speaker_embedding_clones_as_vllm_omni_builds_it(omni_api) -> No
     body = {"input": "Hi there.", "task_type": "Base", "speaker_embedding": embedding, "response_format": "pcm"}
     response = await client.post("/v1/audio/speech", json=body)
     assert response.status_code == 200, response.text
+    capabilities = (await client.get("/v1/audio/capabilities")).json()
+    assert (capabilities["speaker_embedding_dim"], capabilities["extra_params"]) == (1024, True)
     info = conditioning(omni)
     assert info["voice_clone_prompt"] == [{"ref_spk_embedding": embedding}]
     assert info["x_vector_only_mode"] == [True] and info["task_type"] == ["Base"]
