@@ -1,13 +1,14 @@
-"""Write a weight-less Qwen3-TTS-12Hz-0.6B model directory (CustomVoice or Base) for vllm-omni's `load_format=dummy`.
+"""Write a weight-less Qwen3-TTS-12Hz model directory (0.6B or 1.7B, CustomVoice or Base) for vllm-omni's
+`load_format=dummy`.
 
 With random weights vllm-omni runs the real two-stage pipeline at the real model size, so a deployment can be
 smoke-tested and load-tested without downloading a checkpoint. The directory holds what fixes every tensor shape and
-what the pipeline reads at start-up: `config.json` (the 0.6B checkpoints' published values), `generation_config.json`,
+what the pipeline reads at start-up: `config.json` (the published checkpoints' values), `generation_config.json`,
 `speech_tokenizer/config.json` and `preprocessor_config.json`, and a text tokenizer in Qwen2's layout. The tokenizer
 is a small byte-level BPE trained here on generated English (not Qwen's vocabulary), padded so that every special
 token sits at its real id; English gets about one token per word, as with Qwen's.
 
-    speech-make-model-dir OUT_DIR [--variant custom_voice|base]
+    speech-make-model-dir OUT_DIR [--variant custom_voice|base] [--size 0.6B|1.7B]
 """
 
 from __future__ import annotations
@@ -58,14 +59,29 @@ CODEC_LANGUAGES = {
 }
 
 
-def _attention(hidden: int, layers: int, positions: int) -> dict[str, Any]:
+# The 1.7B checkpoints' config.json, as published at Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice revision 0c0e3051 and
+# Qwen/Qwen3-TTS-12Hz-1.7B-Base revision fd4b2543. Read from byte-identical copies in github.com/deepbeepmeep/Wan2GP,
+# models/TTS/qwen3/configs/qwen3_tts_customvoice.json and qwen3_tts_base.json (their SHA-256, 17a07f52... and
+# b4f01752..., are the ones pinned for those revisions in another public project's checkpoint manifest). Against the
+# 0.6B values only these differ: the talker is 2048 wide with a 6144 MLP (its 28 layers, 16 query and 8 key/value
+# heads of 128 stay), the Base speaker encoder gives 2048-wide x-vectors, and the code predictor (1024 wide, 5
+# layers) is reached through a 2048 -> 1024 projection that vllm-omni builds from the two widths. As published, the
+# CustomVoice file has no speaker_encoder_config, the Base file lists no dialects among its codec languages, and
+# neither names a torch_dtype; the nine CustomVoice speakers and their codec ids are the 0.6B ones.
+SIZES: dict[str, dict[str, Any]] = {
+    "0.6B": {"tag": "0b6", "talker_hidden": 1024, "talker_intermediate": 3072, "enc_dim": 1024},
+    "1.7B": {"tag": "1b7", "talker_hidden": 2048, "talker_intermediate": 6144, "enc_dim": 2048},
+}
+
+
+def _attention(hidden: int, layers: int, positions: int, intermediate: int = 3072) -> dict[str, Any]:
     return {
         "hidden_size": hidden,
         "num_hidden_layers": layers,
         "num_attention_heads": 16,
         "num_key_value_heads": 8,
         "head_dim": 128,
-        "intermediate_size": 3072,
+        "intermediate_size": intermediate,
         "hidden_act": "silu",
         "max_position_embeddings": positions,
         "rms_norm_eps": 1e-06,
@@ -77,11 +93,15 @@ def _attention(hidden: int, layers: int, positions: int) -> dict[str, Any]:
     }
 
 
-def model_config(variant: str) -> dict[str, Any]:
+def model_config(variant: str, size: str = "0.6B") -> dict[str, Any]:
+    shape = SIZES[size]
     speakers = SPEAKERS if variant == "custom_voice" else {}
+    languages = dict(CODEC_LANGUAGES)
+    if size == "1.7B" and variant == "base":  # the published 1.7B Base config names no dialects
+        languages = {name: codec for name, codec in languages.items() if "dialect" not in name}
     talker = {
         "model_type": "qwen3_tts_talker",
-        **_attention(1024, 28, 32768),
+        **_attention(shape["talker_hidden"], 28, 32768, shape["talker_intermediate"]),
         "rope_scaling": {"interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default", "type": "default"},
         "vocab_size": 3072,
         "text_vocab_size": 151_936,
@@ -95,7 +115,7 @@ def model_config(variant: str) -> dict[str, Any]:
         "codec_nothink_id": 2155,
         "codec_think_bos_id": 2156,
         "codec_think_eos_id": 2157,
-        "codec_language_id": dict(CODEC_LANGUAGES),
+        "codec_language_id": languages,
         "spk_id": {name: ids for name, (ids, _) in speakers.items()},
         "spk_is_dialect": {name: dialect for name, (_, dialect) in speakers.items()},
         "code_predictor_config": {
@@ -107,11 +127,11 @@ def model_config(variant: str) -> dict[str, Any]:
             "num_code_groups": 16,
         },
     }
-    return {
+    config: dict[str, Any] = {
         "architectures": ["Qwen3TTSForConditionalGeneration"],
         "model_type": "qwen3_tts",
         "tokenizer_type": "qwen3_tts_tokenizer_12hz",
-        "tts_model_size": "0b6",
+        "tts_model_size": shape["tag"],
         "tts_model_type": variant,
         "im_start_token_id": 151_644,
         "im_end_token_id": 151_645,
@@ -119,10 +139,15 @@ def model_config(variant: str) -> dict[str, Any]:
         "tts_bos_token_id": 151_672,
         "tts_eos_token_id": 151_673,
         "assistant_token_id": 77091,
-        "speaker_encoder_config": {"enc_dim": 1024, "sample_rate": 24000},
+        "speaker_encoder_config": {"enc_dim": shape["enc_dim"], "sample_rate": 24000},
         "talker_config": talker,
         "torch_dtype": "bfloat16",
     }
+    if size == "1.7B":  # as published (see SIZES); the 0.6B output stays as it always was
+        del config["torch_dtype"]
+        if variant != "base":
+            del config["speaker_encoder_config"]
+    return config
 
 
 GENERATION_CONFIG = {
@@ -299,13 +324,15 @@ def write_tokenizer(out: Path) -> None:
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
 
 
-def write_model_dir(out: str | Path, variant: str = "custom_voice") -> Path:
+def write_model_dir(out: str | Path, variant: str = "custom_voice", size: str = "0.6B") -> Path:
     if variant not in ("custom_voice", "base"):
         raise ValueError("variant must be custom_voice or base")
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}")
     root = Path(out)
     (root / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
     files = {
-        "config.json": model_config(variant),
+        "config.json": model_config(variant, size),
         "generation_config.json": GENERATION_CONFIG,
         "speech_tokenizer/config.json": SPEECH_TOKENIZER_CONFIG,
         "speech_tokenizer/preprocessor_config.json": PREPROCESSOR_CONFIG,
@@ -322,9 +349,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("out", help="directory to write")
     parser.add_argument("--variant", choices=["custom_voice", "base"], default="custom_voice")
+    parser.add_argument("--size", choices=list(SIZES), default="0.6B", help="checkpoint shape to copy (default 0.6B)")
     args = parser.parse_args(argv)
-    root = write_model_dir(args.out, args.variant)
-    print(f"wrote a Qwen3-TTS 0.6B {args.variant} model directory (no weights) to {root}")
+    root = write_model_dir(args.out, args.variant, args.size)
+    print(f"wrote a Qwen3-TTS {args.size} {args.variant} model directory (no weights) to {root}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@
 #                                   targets.txt: which target is which URL, on which profile), logs/, the profile
 #                                   copies used (profile.yaml, profile-vllm-omni.yaml, ...), commands.txt, gpu.txt
 #   WORK=/tmp/side-by-side          model directory, profile copies, logs, compile cache (CACHE=$WORK/compile-cache)
+#   MODEL_SIZE=0.6B                 the weight-less CustomVoice checkpoint's shape every target serves: 0.6B or 1.7B
+#                                   ($WORK/model, or $WORK/model-1.7B, so that one size's directory is never reused)
 #   PROFILE=deploy/vllm-omni/customvoice.yaml  the service's profile (service, service-b, service-c, alone): a path or
 #                                   vllm-omni:NAME.yaml, a profile of the installed vllm-omni (bench_profile.py)
 #   MEMORY=0.14                     every stage's share of the GPU in each copy, or per stage_id: 0:0.12,1:0.10
@@ -126,7 +128,9 @@ LOADTEST_ARGS=${LOADTEST_ARGS:-}
 EXTRA_BODY=${EXTRA_BODY:-'{"stream_format": "audio"}'}
 START_WAIT_S=${START_WAIT_S:-540}
 KV_WAIT_S=${KV_WAIT_S:-420}
+MODEL_SIZE=${MODEL_SIZE:-0.6B}
 MODEL=$WORK/model
+[ "$MODEL_SIZE" = 0.6B ] || MODEL=$WORK/model-$MODEL_SIZE
 BENCH_PROFILE=$WORK/bench-profile.yaml
 BENCH_PROFILE_B=$WORK/bench-profile-b.yaml
 BENCH_PROFILE_C=$WORK/bench-profile-c.yaml
@@ -230,7 +234,8 @@ omni_profile() {  # $1 vllm-omni or vllm-omni-b: write its copy (a server that r
 
 prepare() {
   mkdir -p "$WORK" "$OUT" "$LOGS" "$CACHE"
-  [ -f "$MODEL/config.json" ] || "$PYTHON" -m app.tools.qwen3_tts_model_dir "$MODEL" --variant custom_voice || return 1
+  [ -f "$MODEL/config.json" ] ||
+    "$PYTHON" -m app.tools.qwen3_tts_model_dir "$MODEL" --variant custom_voice --size "$MODEL_SIZE" || return 1
   if [ "$CODEC_WEIGHTS" = real ] && [ ! -f "$MODEL/speech_tokenizer/model.safetensors" ]; then
     "$PYTHON" deploy/gpu/codec_weights.py "$MODEL" || return 1
   fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start `speech-server --engine omni` detached, in its own session, so it outlives this shell (a cold start takes
 # minutes). Settings come from SPEECH_* variables; PORT (default 8000) and LOG choose where it listens and logs.
-# DUMMY_VARIANT=custom_voice|base: write a weight-less Qwen3-TTS 0.6B model directory and use random weights.
+# DUMMY_VARIANT=custom_voice|base: write a weight-less Qwen3-TTS model directory and use random weights; DUMMY_SIZE
+# (0.6B, the default, or 1.7B) picks the checkpoint shape it copies.
 # CODEC_WEIGHTS=real (with DUMMY_VARIANT): code2wav loads random weights written in the checkpoint's own format
 # (deploy/gpu/codec_weights.py) with load_format auto, so that it sets itself up as with a real checkpoint (decoder
 # CUDA graphs, its dtype, the profile's decode_* settings); the talker stays on random weights. Sets
@@ -13,8 +14,9 @@ LOG=${LOG:-/tmp/speech-server-$PORT.log}
 PYTHON=${PYTHON:-python3}
 export SPEECH_DEPLOY_CONFIG=${SPEECH_DEPLOY_CONFIG:-deploy/vllm-omni/customvoice.yaml}
 if [ -n "${DUMMY_VARIANT:-}" ]; then
-  export SPEECH_MODEL=${SPEECH_MODEL:-/tmp/qwen3-tts-0.6b-$DUMMY_VARIANT}
-  "$PYTHON" -m app.tools.qwen3_tts_model_dir "$SPEECH_MODEL" --variant "$DUMMY_VARIANT"
+  DUMMY_SIZE=${DUMMY_SIZE:-0.6B}
+  export SPEECH_MODEL=${SPEECH_MODEL:-/tmp/qwen3-tts-${DUMMY_SIZE,,}-$DUMMY_VARIANT}
+  "$PYTHON" -m app.tools.qwen3_tts_model_dir "$SPEECH_MODEL" --variant "$DUMMY_VARIANT" --size "$DUMMY_SIZE"
   export SPEECH_LOAD_FORMAT=dummy
   if [ "${CODEC_WEIGHTS:-dummy}" = real ]; then
     [ -f "$SPEECH_MODEL/speech_tokenizer/model.safetensors" ] || "$PYTHON" deploy/gpu/codec_weights.py "$SPEECH_MODEL"

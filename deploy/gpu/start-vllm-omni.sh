@@ -3,7 +3,8 @@
 # start-server.sh starts this service: the baseline of a side-by-side benchmark, on the service's deploy profile or
 # on one of vllm-omni's own (deploy/gpu/bench_profile.py copies one with its base_config flattened, e.g.
 # vllm-omni:qwen3_tts.yaml, so that the copy reads the same outside vllm_omni/deploy).
-#   MODEL=DIR (or DUMMY_VARIANT=custom_voice|base: write a weight-less Qwen3-TTS 0.6B model directory, random weights)
+#   MODEL=DIR (or DUMMY_VARIANT=custom_voice|base: write a weight-less Qwen3-TTS model directory, random weights, of
+#                  the shape DUMMY_SIZE names: 0.6B, the default, or 1.7B)
 #   DEPLOY_CONFIG  deploy profile (default deploy/vllm-omni/customvoice.yaml)
 #   PORT (default 8001), LOG (default /tmp/vllm-omni-PORT.log), NAME (served model name, default the directory's name)
 #   LOAD_FORMAT    vLLM load_format (dummy with DUMMY_VARIANT)
@@ -19,8 +20,9 @@ LOG=${LOG:-/tmp/vllm-omni-$PORT.log}
 PYTHON=${PYTHON:-python3}
 DEPLOY_CONFIG=${DEPLOY_CONFIG:-deploy/vllm-omni/customvoice.yaml}
 if [ -n "${DUMMY_VARIANT:-}" ]; then
-  MODEL=${MODEL:-/tmp/qwen3-tts-0.6b-$DUMMY_VARIANT}
-  "$PYTHON" -m app.tools.qwen3_tts_model_dir "$MODEL" --variant "$DUMMY_VARIANT"
+  DUMMY_SIZE=${DUMMY_SIZE:-0.6B}
+  MODEL=${MODEL:-/tmp/qwen3-tts-${DUMMY_SIZE,,}-$DUMMY_VARIANT}
+  "$PYTHON" -m app.tools.qwen3_tts_model_dir "$MODEL" --variant "$DUMMY_VARIANT" --size "$DUMMY_SIZE"
   LOAD_FORMAT=${LOAD_FORMAT:-dummy}
 fi
 : "${MODEL:?set MODEL to a Qwen3-TTS model directory (or DUMMY_VARIANT)}"

@@ -539,3 +539,80 @@ def test_decoder_graph_bench_refuses_bad_input_before_touching_a_gpu(
         [sys.executable, str(GPU / "decoder_graph_bench.py"), *argv], capture_output=True, text=True, cwd=ROOT
     )
     assert run.returncode == 2 and refusal in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize(
+    ("settings", "directory", "tag"), [({}, "model", "0b6"), ({"MODEL_SIZE": "1.7B"}, "model-1.7B", "1b7")]
+)
+def test_side_by_side_serves_the_model_size_asked_for(
+    tmp_path: Path, settings: dict[str, str], directory: str, tag: str
+) -> None:
+    """MODEL_SIZE picks the weight-less checkpoint's shape, in a directory of its own so that an earlier run's other
+    size is never reused; without it, the 0.6B directory as before."""
+    port = free_port()
+    with harness_started(tmp_path, {"TARGETS": "alone", "ALONE_PORT": str(port), **settings}) as argv:
+        model = tmp_path / "work" / directory
+        assert argv[argv.index("--model") + 1] == str(model)
+        config = json.loads((model / "config.json").read_text())
+        assert (config["tts_model_size"], config["tts_model_type"]) == (tag, "custom_voice")
+
+
+@pytest.mark.parametrize("size", ["", "1.7B"])
+def test_start_server_writes_the_dummy_size_asked_for(tmp_path: Path, size: str) -> None:
+    """`start-server.sh` with DUMMY_VARIANT writes the 0.6B shape unless DUMMY_SIZE names another."""
+    port = free_port()
+    model = tmp_path / "model"
+    env = {
+        **os.environ,
+        "PYTHON": str(harness_python(tmp_path)),
+        "PORT": str(port),
+        "LOG": str(tmp_path / "log"),
+        "DUMMY_VARIANT": "base",
+        "SPEECH_MODEL": str(model),
+        **({"DUMMY_SIZE": size} if size else {}),
+    }
+    if not size:
+        env.pop("DUMMY_SIZE", None)
+    subprocess.run([str(GPU / "start-server.sh")], env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+    try:
+        config = json.loads((model / "config.json").read_text())
+        assert (config["tts_model_size"], config["tts_model_type"]) == ("1b7" if size else "0b6", "base")
+        assert config["talker_config"]["hidden_size"] == (2048 if size else 1024)
+    finally:
+        subprocess.run([str(GPU / "stop-server.sh"), str(port)], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("size", ["", "1.7B"])
+def test_start_vllm_omni_writes_the_dummy_size_asked_for(tmp_path: Path, size: str) -> None:
+    """`start-vllm-omni.sh` with DUMMY_VARIANT serves a weight-less directory of DUMMY_SIZE's shape (0.6B unless
+    named) with load_format dummy."""
+    port = free_port()
+    model = tmp_path / "model"
+    env = {
+        **os.environ,
+        "PYTHON": str(harness_python(tmp_path)),
+        "PORT": str(port),
+        "LOG": str(tmp_path / "log"),
+        "DUMMY_VARIANT": "custom_voice",
+        "MODEL": str(model),
+        **({"DUMMY_SIZE": size} if size else {}),
+    }
+    env.pop("LOAD_FORMAT", None)
+    if not size:
+        env.pop("DUMMY_SIZE", None)
+    subprocess.run([str(GPU / "start-vllm-omni.sh")], env=env, capture_output=True, text=True, check=True)
+    pidfile = Path(f"/tmp/vllm-omni-{port}.pid")
+    try:
+        for _ in range(100):
+            if (tmp_path / "argv").exists():
+                break
+            time.sleep(0.05)
+        argv = (tmp_path / "argv").read_text().split("\n")[:-1]
+        assert argv[argv.index("serve") + 1] == str(model) and argv[argv.index("--load-format") + 1] == "dummy"
+        config = json.loads((model / "config.json").read_text())
+        assert config["tts_model_size"] == ("1b7" if size else "0b6")
+        assert len(config["talker_config"]["spk_id"]) == 9
+    finally:
+        subprocess.run(
+            [str(GPU / "stop-server.sh"), str(port)], env={**env, "PIDFILE": str(pidfile)}, capture_output=True
+        )
