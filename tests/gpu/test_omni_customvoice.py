@@ -179,7 +179,7 @@ def test_code2wav_runs_first_audio_first(omni_url: str, server_log: Path) -> Non
     holding enough audio sit out a step (its probe lines count them). Needs the profile's engine probes on."""
     log = server_log.read_text(errors="replace")
     assert "Using custom scheduler class app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler" in log
-    settings = re.search(r"code2wav scheduler: first audio first \(margin ([\d.]+) s.*probe every (\d+) s\)", log)
+    settings = re.search(r"code2wav scheduler: first audio first[^(]*\(margin ([\d.]+) s.*probe every (\d+) s", log)
     assert settings, "the scheduler did not log its settings"
     margin, interval = float(settings.group(1)), int(settings.group(2))
     if margin <= 0 or interval <= 0:
@@ -213,7 +213,7 @@ def test_code2wav_counts_its_eager_windows(omni_url: str, server_log: Path) -> N
     """With the profile's engine probes on, the service asks vllm-omni's code2wav decoder to count the windows it
     decoded in a CUDA graph and those that fell back to eager; on the real engine it logs them."""
     log = server_log.read_text(errors="replace")
-    settings = re.search(r"code2wav scheduler: first audio first \(margin [\d.]+ s.*probe every (\d+) s\)", log)
+    settings = re.search(r"code2wav scheduler: first audio first[^(]*\(margin [\d.]+ s.*probe every (\d+) s", log)
     assert settings, "the scheduler did not log its settings"
     if int(settings.group(1)) <= 0:
         pytest.skip("the profile turns the engine probes off")

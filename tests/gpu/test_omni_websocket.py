@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from app.text.words import written_words
@@ -97,16 +98,21 @@ def test_three_sentences_streamed_in_pieces(omni_url: str, response_format: str)
 
 
 def test_word_timestamps_as_the_capabilities_say(omni_url: str) -> None:
-    """An omni engine that cannot time words refuses `word_timestamps` at session.config (param and code as over
-    HTTP) and the connection serves on; one that can sends vllm-omni's audio.chunk frames with each sentence's words."""
+    """An omni engine that cannot time words refuses `word_timestamps` in a first session.config (param and code as
+    over HTTP) and, as vllm-omni 0.30 does, closes; one that can sends vllm-omni's audio.chunk frames with each
+    sentence's words."""
     capable = httpx.get(f"{omni_url}/v1/audio/capabilities", timeout=30).json()["word_timestamps"]
     with connect(ws_url(omni_url)) as ws:
         send(ws, config(omni_url, response_format="pcm", word_timestamps=True))
         if not capable:
             error = json.loads(ws.recv(timeout=60))
             assert (error["type"], error["param"], error["code"]) == ("error", "word_timestamps", "invalid_value")
-            send(ws, config(omni_url, response_format="pcm"))
-            assert len(sentence_audio(stream_three_sentences(ws), "pcm")) == 3
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=60)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+            with connect(ws_url(omni_url)) as again:  # a valid config on a new connection speaks
+                send(again, config(omni_url, response_format="pcm"))
+                assert len(sentence_audio(stream_three_sentences(again), "pcm")) == 3
             return
         messages = stream_three_sentences(ws)
     assert all(isinstance(m, dict) for m in messages), "word_timestamps: audio travels in JSON frames"

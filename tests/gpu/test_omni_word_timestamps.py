@@ -11,12 +11,21 @@ import itertools
 import json
 
 import httpx
+import pytest
 
 from tests.gpu.support import SAMPLES_PER_FRAME, model_of, speak
 
 TOKENS = 51  # -> 50 codec frames = 4.0 s of audio
 TEXT = "On Monday, Dr. Smith paid $9.99 for 3 books at 7:30 pm."
 WRITTEN = ["On", "Monday", "Dr", "Smith", "paid", "$9.99", "for", "3", "books", "at", "7:30", "pm"]
+
+
+@pytest.fixture(autouse=True)
+def _needs_an_aligner(omni_url: str) -> None:
+    """These tests time words with the server's aligner (the `align` extra: faster-whisper with Whisper tiny.en); a
+    server without it refuses word_timestamps, which test_omni_websocket checks."""
+    if not httpx.get(f"{omni_url}/v1/audio/capabilities", timeout=30).json()["word_timestamps"]:
+        pytest.skip("the server has no word aligner (install the service's `align` extra on the GPU host)")
 
 
 def sse_events(url: str, **body: object) -> list[dict]:

@@ -80,7 +80,11 @@ CODEC_WEIGHTS = ROOT / "deploy/gpu/codec_weights.py"
 DEVICE = "cuda"
 FRAMES = (100, 375)  # an 8-s utterance, a 30-s one
 NUM_QUANTIZERS = 16
-ROUNDING_SNR_DB = {"float32": 50.0, "bfloat16": 25.0}
+# The stream must match one call as closely as one call matches float32 arithmetic without TF32 (its own rounding,
+# measured in the same test, `rounding_floor`), less this margin. Measured on an H100 (vllm-omni 0.30.0): one call's
+# own rounding 34.2-34.5 dB in float32 (cuDNN's TF32) and 21.2 dB in bfloat16; the stream against one call 36.6-37.6
+# dB and 22.6-23.7 dB. A stream decoded without its history measured 8.7 dB (see the docstring).
+ROUNDING_MARGIN_DB = 3.0
 TRUNCATED_HISTORY_SNR_DB = 20.0
 STATS_VARIABLE = "VLLM_OMNI_QWEN3_CODE2WAV_CUDAGRAPH_STATS"  # segmented_graph_wrapper.py:100-103
 
@@ -330,7 +334,7 @@ def test_a_stream_of_windows_decodes_to_the_one_call_waveform(
         whole = wave_diff(reference[:exact_samples].numpy(), streamed[:exact_samples].numpy())
         print(f"  frames 0-{exact_frames}, whole history, against one call: {whole}")
         print(f"  (the one call's own rounding in {dtype}, against float32 without TF32: {floor})")
-        assert whole.snr_db >= ROUNDING_SNR_DB[dtype], f"frames 0-{exact_frames}: {whole}"
+        assert whole.snr_db >= floor.snr_db - ROUNDING_MARGIN_DB, f"frames 0-{exact_frames}: {whole}, rounding {floor}"
         if not rolled:
             continue
         # Later windows: 0.30 decodes each from the last `sliding_window` frames and the window, nothing older.
@@ -346,10 +350,12 @@ def test_a_stream_of_windows_decodes_to_the_one_call_waveform(
         design = wave_diff(truncated.numpy(), later)
         print(f"  frames {exact_frames}-{frames}, against one call over each window and the {sliding_window} frames")
         print(f"  before it: {design}")
-        assert design.snr_db >= ROUNDING_SNR_DB[dtype], f"frames {exact_frames}-{frames}: {design}"
+        assert design.snr_db >= floor.snr_db - ROUNDING_MARGIN_DB, f"frames {exact_frames}-{frames}: {design}"
         cut = wave_diff(reference[exact_samples:].numpy(), later)
         print(f"  frames {exact_frames}-{frames}, against one call over the whole utterance: {cut}")
-        assert cut.snr_db >= TRUNCATED_HISTORY_SNR_DB, f"frames {exact_frames}-{frames}: {cut}"
+        # bounded by 0.30's design, and by the dtype's own rounding where that is coarser (bfloat16)
+        bound = min(TRUNCATED_HISTORY_SNR_DB, floor.snr_db - ROUNDING_MARGIN_DB)
+        assert cut.snr_db >= bound, f"frames {exact_frames}-{frames}: {cut}"
 
 
 def rounding_floor(decoders: Decoders, dtype: str, codes: Any, name: str) -> WaveDiff:
