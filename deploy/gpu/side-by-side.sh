@@ -63,9 +63,9 @@
 #                                   the talker keeps dummy), so that it sets itself up as with a real checkpoint: the
 #                                   decoder's CUDA graphs and the profile's decode_* settings. With dummy, vLLM's
 #                                   loader skips load_weights, where code2wav sets all of that up
-#   ALONE_STAGE_OVERRIDES=""        `alone`'s stage overrides (JSON). The service passes its code2wav scheduler as
-#                                   one, so `alone` and `vllm serve` run vllm-omni's scheduler unless given it here:
-#                                   '{"1": {"scheduler_cls": "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler"}}'
+#   ALONE_STAGE_OVERRIDES=""        `alone`'s stage overrides (JSON). `alone` and `vllm serve` run vllm-omni's own
+#                                   code2wav scheduler (vllm-omni 0.30 refuses scheduler_cls as a stage override; the
+#                                   service registers its own in vllm-omni's pipeline registry)
 #   NAME=qwen3-tts  VOICE=vivian    model id and voice for every target
 #   CONCURRENCY=1,8,16,32,64  RATES=8,14  REQUESTS=64  WARMUP=8  DURATION=30  ROUNDS=2   the sweep
 #   SWEEP_NAME=""                   a suffix for the sweep's folder ($OUT/closed-NAME), e.g. one per level where each

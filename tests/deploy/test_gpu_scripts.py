@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.util
 import json
@@ -517,28 +516,6 @@ def test_start_server_with_real_codec_weights_loads_code2wav_from_them(tmp_path:
             assert (tmp_path / "stage_overrides").read_text() == ""
     finally:
         subprocess.run([str(GPU / "stop-server.sh"), str(port)], capture_output=True, text=True)
-
-
-def test_decoder_graph_bench_reads_shapes_as_batch_by_frames() -> None:
-    bench = load_gpu_script("decoder_graph_bench")
-    assert bench.parse_shapes("1x25, 16x97") == [(1, 25), (16, 97)]
-    for bad in ("16", "0x97", "4x", "x97", "2x-1", "ax3"):
-        with pytest.raises(argparse.ArgumentTypeError, match="BATCHxFRAMES"):
-            bench.parse_shapes(bad)
-
-
-@pytest.mark.parametrize(
-    ("argv", "refusal"),
-    [(["MODEL"], "no speech_tokenizer/config.json"), (["MODEL", "--shapes", "4by97"], "BATCHxFRAMES")],
-)
-def test_decoder_graph_bench_refuses_bad_input_before_touching_a_gpu(
-    tmp_path: Path, argv: list[str], refusal: str
-) -> None:
-    argv = [str(tmp_path) if arg == "MODEL" else arg for arg in argv]
-    run = subprocess.run(
-        [sys.executable, str(GPU / "decoder_graph_bench.py"), *argv], capture_output=True, text=True, cwd=ROOT
-    )
-    assert run.returncode == 2 and refusal in run.stderr, run.stderr
 
 
 @pytest.mark.parametrize(
