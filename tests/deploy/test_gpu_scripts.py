@@ -485,24 +485,32 @@ def test_codec_weights_refuses_a_directory_without_a_speech_tokenizer(tmp_path: 
     assert run.returncode == 2 and "no speech_tokenizer/config.json" in run.stderr
 
 
+@contextlib.contextmanager
+def dummy_server_started(tmp_path: Path, model: Path, **settings: str | None) -> Iterator[None]:
+    """`start-server.sh` on the stand-in python with a weight-less model directory at `model`; `settings` on top of the
+    environment (None: unset), the server stopped afterwards."""
+    port = free_port()
+    env = {**os.environ, "PYTHON": str(harness_python(tmp_path)), "PORT": str(port), "LOG": str(tmp_path / "log")}
+    env["SPEECH_MODEL"] = str(model)
+    env.pop("SPEECH_STAGE_OVERRIDES", None)
+    for name, value in settings.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    subprocess.run([str(GPU / "start-server.sh")], env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+    try:
+        yield
+    finally:
+        subprocess.run([str(GPU / "stop-server.sh"), str(port)], capture_output=True, text=True)
+
+
 @pytest.mark.parametrize("codec_weights", ["real", "dummy"])
 def test_start_server_with_real_codec_weights_loads_code2wav_from_them(tmp_path: Path, codec_weights: str) -> None:
     """`start-server.sh` with DUMMY_VARIANT and CODEC_WEIGHTS=real writes the codec weights into the model directory
     and gives code2wav load_format auto; without it, code2wav stays on random weights like the talker."""
-    port = free_port()
     model = tmp_path / "model"
-    env = {
-        **os.environ,
-        "PYTHON": str(harness_python(tmp_path)),
-        "PORT": str(port),
-        "LOG": str(tmp_path / "log"),
-        "DUMMY_VARIANT": "custom_voice",
-        "SPEECH_MODEL": str(model),
-        "CODEC_WEIGHTS": codec_weights,
-    }
-    env.pop("SPEECH_STAGE_OVERRIDES", None)
-    subprocess.run([str(GPU / "start-server.sh")], env=env, capture_output=True, text=True, check=True, cwd=ROOT)
-    try:
+    with dummy_server_started(tmp_path, model, DUMMY_VARIANT="custom_voice", CODEC_WEIGHTS=codec_weights):
         for _ in range(100):
             if (tmp_path / "argv").exists():
                 break
@@ -514,8 +522,6 @@ def test_start_server_with_real_codec_weights_loads_code2wav_from_them(tmp_path:
         else:
             assert not (tmp_path / "codec_argv").exists()
             assert (tmp_path / "stage_overrides").read_text() == ""
-    finally:
-        subprocess.run([str(GPU / "stop-server.sh"), str(port)], capture_output=True, text=True)
 
 
 @pytest.mark.parametrize(
@@ -537,26 +543,11 @@ def test_side_by_side_serves_the_model_size_asked_for(
 @pytest.mark.parametrize("size", ["", "1.7B"])
 def test_start_server_writes_the_dummy_size_asked_for(tmp_path: Path, size: str) -> None:
     """`start-server.sh` with DUMMY_VARIANT writes the 0.6B shape unless DUMMY_SIZE names another."""
-    port = free_port()
     model = tmp_path / "model"
-    env = {
-        **os.environ,
-        "PYTHON": str(harness_python(tmp_path)),
-        "PORT": str(port),
-        "LOG": str(tmp_path / "log"),
-        "DUMMY_VARIANT": "base",
-        "SPEECH_MODEL": str(model),
-        **({"DUMMY_SIZE": size} if size else {}),
-    }
-    if not size:
-        env.pop("DUMMY_SIZE", None)
-    subprocess.run([str(GPU / "start-server.sh")], env=env, capture_output=True, text=True, check=True, cwd=ROOT)
-    try:
+    with dummy_server_started(tmp_path, model, DUMMY_VARIANT="base", DUMMY_SIZE=size or None):
         config = json.loads((model / "config.json").read_text())
         assert (config["tts_model_size"], config["tts_model_type"]) == ("1b7" if size else "0b6", "base")
         assert config["talker_config"]["hidden_size"] == (2048 if size else 1024)
-    finally:
-        subprocess.run([str(GPU / "stop-server.sh"), str(port)], capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("size", ["", "1.7B"])
