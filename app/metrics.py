@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram, Info, disable_created_metrics
 
-from app.audio.encoders import RESPONSE_FORMATS
+from app.audio.formats import RESPONSE_FORMATS
 
 # A `_created` series per labelled counter doubles the series count and no dashboard or rule reads it.
 disable_created_metrics()

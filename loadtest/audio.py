@@ -1,4 +1,8 @@
-"""Judging audio for real: decode with PyAV (FFmpeg), transcribe with Whisper tiny.en, score word error rate."""
+"""Judging audio for real: decode with PyAV (FFmpeg), transcribe with Whisper tiny.en, score word error rate.
+
+What each `response_format` is on the wire comes from `app.audio.formats`, the table the service itself encodes
+with: the load tool is a client of the same wire formats, and that module is pure data (it imports nothing else
+from the service), so reading it keeps the two from drifting apart without pulling the server in."""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ from functools import cache
 
 import av
 import numpy as np
+
+from app.audio.formats import DEFAULT_SAMPLE_RATE, get_format
 
 
 @dataclass(frozen=True)
@@ -23,9 +29,10 @@ class DecodedAudio:
         return len(self.samples) / self.sample_rate
 
 
-def decode(data: bytes, response_format: str, pcm_rate: int = 24_000) -> DecodedAudio:
-    """Decode a response body the way a client would: PyAV for every container, raw s16le for pcm."""
-    if response_format == "pcm":
+def decode(data: bytes, response_format: str, pcm_rate: int = DEFAULT_SAMPLE_RATE) -> DecodedAudio:
+    """Decode a response body the way a client would: PyAV for every container, raw s16le for pcm (no container,
+    so its rate is what the request asked for: `pcm_rate`)."""
+    if get_format(response_format).container is None:
         samples = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
         return DecodedAudio(samples, pcm_rate, 1, "pcm_s16le")
     with av.open(io.BytesIO(data)) as container:

@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
+# the service's own table of formats: pure data, the same wire formats this tool asks for and decodes
+from app.audio.formats import RESPONSE_FORMATS
 from loadtest.engine_target import split_engine_url
 from loadtest.report import aggregate, summary_markdown, write_outputs
 from loadtest.runner import LevelRun, RunPlan, run_concurrency_sweep, run_rate_sweep
@@ -86,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--language", default="English", help="language of the shipped texts")
     p.add_argument("--text-file", help="one text per line, instead of the shipped sets")
-    p.add_argument("--format", default="pcm", choices=["pcm", "wav", "mp3", "opus", "aac", "flac"], help="audio format")
+    p.add_argument("--format", default="pcm", choices=RESPONSE_FORMATS, help="audio format")
     p.add_argument("--stream-format", default="audio", choices=["audio", "sse"], help="raw audio stream or SSE events")
     p.add_argument(
         "--ws",

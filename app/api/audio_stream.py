@@ -26,7 +26,8 @@ from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from app.api.errors import ApiError, engine_not_ready, internal_error
-from app.audio.encoders import INLINE_FORMATS, StreamEncoder, create_encoder
+from app.audio.encoders import StreamEncoder, create_encoder
+from app.audio.formats import FORMATS
 from app.audio.transforms import StreamResampler
 from app.engines.base import AudioChunk, EngineUnavailable, WordTiming
 from app.timing import ListenerClock
@@ -97,7 +98,7 @@ class EncodedAudio:
         self._deadline = deadline  # loop time
         self._resampler: StreamResampler | None = None
         self._encoder: StreamEncoder = create_encoder(response_format, sample_rate, whole_file)
-        self._inline_format = response_format in INLINE_FORMATS
+        self._inline_format = not FORMATS[response_format].ffmpeg
         self._stop_reason: str | None = None
         self._stopped = asyncio.Event()
         self._closed = False

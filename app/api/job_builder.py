@@ -12,12 +12,10 @@ from dataclasses import dataclass
 
 from app.api.errors import ApiError, invalid_param
 from app.api.schemas import SpeechRequest
-from app.audio.encoders import supported_sample_rates
+from app.audio.formats import DEFAULT_SAMPLE_RATE, FORMATS
 from app.engines.base import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType
 from app.text.normalize import UnreadableText, first_non_latin, normalize_text
 from app.voices import VoiceCatalog
-
-DEFAULT_SAMPLE_RATE = 24_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +165,7 @@ def check_word_timestamps(language: str | None, text: str, caps: EngineCapabilit
 
 def _output_spec(request: SpeechRequest) -> OutputSpec:
     sample_rate = request.sample_rate or DEFAULT_SAMPLE_RATE
-    allowed = supported_sample_rates(request.response_format)
+    allowed = FORMATS[request.response_format].sample_rates
     if allowed is not None and sample_rate not in allowed:
         rates = ", ".join(str(r) for r in sorted(allowed))
         raise invalid_param(

@@ -11,8 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from app.api.dependencies import get_engine, get_lifecycle, get_settings, served_models
 from app.api.docs import error_responses
 from app.api.errors import ApiError
-from app.api.job_builder import DEFAULT_SAMPLE_RATE
-from app.audio.encoders import RESPONSE_FORMATS
+from app.audio.formats import DEFAULT_SAMPLE_RATE, RESPONSE_FORMATS
 from app.engines.base import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings

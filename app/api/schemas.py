@@ -7,10 +7,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from app.audio.formats import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, ResponseFormat
 from app.text.hygiene import check_multiline, check_single_line
 from app.voices import GENERIC_VOICE
 
-ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 StreamFormat = Literal["audio", "sse"]
 TaskTypeName = Literal["CustomVoice", "VoiceDesign", "Base"]
 
@@ -87,7 +87,9 @@ class SpeechRequest(BaseModel):
     x_vector_only_mode: bool | None = None
     max_new_tokens: int | None = Field(None, ge=1, le=65536)
     seed: int | None = Field(None, ge=0, le=2**32 - 1)
-    sample_rate: int | None = Field(None, ge=8000, le=48000, description="Output rate; resampled server-side.")
+    sample_rate: int | None = Field(
+        None, ge=MIN_SAMPLE_RATE, le=MAX_SAMPLE_RATE, description="Output rate; resampled server-side."
+    )
     initial_codec_chunk_frames: int | None = Field(
         None, ge=1, le=4096, description="Codec frames in the first audio chunk (TTFA tuning); the deploy default."
     )

@@ -39,8 +39,8 @@ from app.api.docs import error_responses
 from app.api.errors import ApiError, engine_not_ready, internal_error, invalid_param
 from app.api.job_builder import OutputSpec, build_job
 from app.api.schemas import SpeechRequest
-from app.audio.encoders import CONTENT_TYPES
 from app.audio.fetch import fetch_reference
+from app.audio.formats import CONTENT_TYPES
 from app.audio.reference import is_url, prepare_reference_audio
 from app.engines.base import (
     AudioChunk,

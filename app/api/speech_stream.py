@@ -55,6 +55,7 @@ from app.api.speech import (
     resolve_voice,
     shutting_down,
 )
+from app.audio.formats import DEFAULT_SAMPLE_RATE, ResponseFormat
 from app.engines.base import ReferenceAudio, SpeechEngine, WordTiming
 from app.lifecycle import Lifecycle
 from app.settings import Settings
@@ -107,7 +108,7 @@ class SessionConfig(BaseModel):
     voice: str | None = None
     speaker: str | None = Field(None, description="vllm-omni's other name for `voice`.")
     instructions: str | None = None
-    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "wav"  # vllm-omni's default
+    response_format: ResponseFormat = "wav"  # vllm-omni's default
     speed: float | None = None
     sample_rate: int | None = None
     language: str | None = None
@@ -549,7 +550,7 @@ class SpeechStreamSession:
     async def deliver(self, sentence: Sentence, produced: asyncio.Queue[object]) -> None:
         utterance = self.open_utterances[sentence.utterance]
         request = sentence.voice.request
-        sample_rate = request.sample_rate or 24_000
+        sample_rate = request.sample_rate or DEFAULT_SAMPLE_RATE
         start: dict[str, Any] = {
             "type": "audio.start",
             "utterance_index": sentence.utterance,

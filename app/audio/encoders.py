@@ -1,6 +1,7 @@
 """Incremental audio encoders: float32 chunks in, bytes of the response format out, as soon as they exist.
 
-pcm and wav are written directly; mp3, opus (Ogg), aac (ADTS) and flac go through PyAV (FFmpeg inside the wheel).
+pcm and wav are written directly; mp3, opus (Ogg), aac (ADTS) and flac go through PyAV (FFmpeg inside the wheel), with
+the container, codec, bit rate and muxer options that `app.audio.formats.FORMATS` states for each.
 Every `encode` returns whatever the muxer has produced so far, so a client hears the first sentence while later ones
 are still being synthesized. Encoders are not thread-safe; one per response, used from one thread at a time.
 
@@ -19,48 +20,10 @@ from typing import Final, Protocol
 import av
 import numpy as np
 
-ResponseFormat = str  # one of RESPONSE_FORMATS
-
-RESPONSE_FORMATS: Final = ("mp3", "opus", "aac", "flac", "wav", "pcm")
-
-CONTENT_TYPES: Final[dict[str, str]] = {
-    "mp3": "audio/mpeg",
-    "opus": "audio/ogg; codecs=opus",
-    "aac": "audio/aac",
-    "flac": "audio/flac",
-    "wav": "audio/wav",
-    "pcm": "audio/pcm",
-}
-
-# Sample rates each codec can carry (pcm, wav and flac take any rate in the API's 8000–48000 range).
-CODEC_SAMPLE_RATES: Final[dict[str, frozenset[int]]] = {
-    "mp3": frozenset({8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000}),
-    "opus": frozenset({8000, 12000, 16000, 24000, 48000}),
-    "aac": frozenset({7350, 8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000}),
-}
-
-# FFmpeg muxer and codec per format.
-_PYAV_FORMATS: Final[dict[str, tuple[str, str]]] = {
-    "mp3": ("mp3", "libmp3lame"),
-    "opus": ("ogg", "libopus"),
-    "aac": ("adts", "aac"),
-    "flac": ("flac", "flac"),
-}
-# The Ogg muxer holds pages back for up to a second by default; 20 ms pages let each chunk out at once.
-_MUXER_OPTIONS: Final[dict[str, dict[str, str]]] = {"opus": {"page_duration": "20000"}}
-_BIT_RATES: Final[dict[str, int]] = {"mp3": 64_000, "opus": 32_000, "aac": 64_000}
-
-# Formats written by a clip and a cast (about 20 us for 2 s of 24 kHz audio): cheaper done on the event loop than
-# handed to a worker thread, whose hop alone costs the loop more than that.
-INLINE_FORMATS: Final = frozenset({"pcm", "wav"})
+from app.audio.formats import Format, get_format
 
 WAV_HEADER_BYTES: Final = 44
 _STREAMING_SIZE: Final = 0xFFFFFFFF
-
-
-def supported_sample_rates(response_format: ResponseFormat) -> frozenset[int] | None:
-    """The rates a format can carry, or None when any rate is fine."""
-    return CODEC_SAMPLE_RATES.get(response_format)
 
 
 def float_to_pcm16(samples: np.ndarray) -> bytes:
@@ -171,20 +134,19 @@ class PyAvEncoder:
     `whole_file`: the muxer writes to a buffer it can seek, and goes back to complete the headers when it closes;
     nothing is returned before `finish`."""
 
-    def __init__(self, response_format: ResponseFormat, sample_rate: int, whole_file: bool = False) -> None:
-        container_format, codec = _PYAV_FORMATS[response_format]
+    def __init__(self, fmt: Format, sample_rate: int, whole_file: bool = False) -> None:
         self.sample_rate = sample_rate
         self._sink: _ByteSink | None = None if whole_file else _ByteSink()
         self._file = io.BytesIO() if whole_file else None
         self._container = av.open(
             self._file if self._file is not None else self._sink,
             mode="w",
-            format=container_format,
-            options=_MUXER_OPTIONS.get(response_format, {}),
+            format=fmt.container,
+            options=dict(fmt.muxer_options),
         )
-        self._stream = self._container.add_stream(codec, rate=sample_rate, layout="mono")
-        if response_format in _BIT_RATES:
-            self._stream.codec_context.bit_rate = _BIT_RATES[response_format]
+        self._stream = self._container.add_stream(fmt.codec, rate=sample_rate, layout="mono")
+        if fmt.bit_rate is not None:
+            self._stream.codec_context.bit_rate = fmt.bit_rate
         self._pts = 0
         self._closed = False
 
@@ -219,12 +181,12 @@ class PyAvEncoder:
                 pass  # closing an abandoned stream; nothing left to deliver
 
 
-def create_encoder(response_format: ResponseFormat, sample_rate: int, whole_file: bool = False) -> StreamEncoder:
-    """`whole_file`: one complete file, returned by `finish` (raw pcm is the same either way)."""
-    if response_format == "pcm":
+def create_encoder(response_format: str, sample_rate: int, whole_file: bool = False) -> StreamEncoder:
+    """`whole_file`: one complete file, returned by `finish` (raw pcm is the same either way). ValueError for a
+    format the table does not hold."""
+    fmt = get_format(response_format)
+    if fmt.ffmpeg:
+        return PyAvEncoder(fmt, sample_rate, whole_file)
+    if fmt.container is None:  # raw samples
         return PcmEncoder(sample_rate)
-    if response_format == "wav":
-        return WholeWavEncoder(sample_rate) if whole_file else WavEncoder(sample_rate)
-    if response_format in _PYAV_FORMATS:
-        return PyAvEncoder(response_format, sample_rate, whole_file)
-    raise ValueError(f"unknown response format {response_format!r}")
+    return WholeWavEncoder(sample_rate) if whole_file else WavEncoder(sample_rate)

@@ -12,16 +12,11 @@ import numpy as np
 import pytest
 
 from app.api.schemas import ResponseFormat
-from app.audio.encoders import (
-    CODEC_SAMPLE_RATES,
-    CONTENT_TYPES,
-    RESPONSE_FORMATS,
-    WAV_HEADER_BYTES,
-    create_encoder,
-    float_to_pcm16,
-    supported_sample_rates,
-    wav_stream_header,
-)
+from app.audio.encoders import WAV_HEADER_BYTES, create_encoder, float_to_pcm16, wav_stream_header
+from app.audio.formats import CONTENT_TYPES, FORMATS, RESPONSE_FORMATS
+
+# The formats whose codec carries only some rates, and those rates.
+CODEC_SAMPLE_RATES = {name: f.sample_rates for name, f in FORMATS.items() if f.sample_rates is not None}
 
 LOSSY = ("mp3", "opus", "aac")
 LOSSLESS = ("flac", "wav", "pcm")
@@ -293,14 +288,14 @@ def test_format_tables_agree() -> None:
     assert CONTENT_TYPES["opus"].startswith("audio/ogg")
 
 
-def test_supported_sample_rates() -> None:
+def test_codec_sample_rates() -> None:
     for fmt in ("pcm", "wav", "flac"):
-        assert supported_sample_rates(fmt) is None
-    assert supported_sample_rates("opus") == {8000, 12000, 16000, 24000, 48000}  # the rates libopus accepts
-    assert supported_sample_rates("mp3") == {8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000}
-    assert {8000, 16000, 22050, 24000, 44100, 48000} <= supported_sample_rates("aac")
+        assert FORMATS[fmt].sample_rates is None
+    assert FORMATS["opus"].sample_rates == {8000, 12000, 16000, 24000, 48000}  # the rates libopus accepts
+    assert FORMATS["mp3"].sample_rates == {8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000}
+    assert {8000, 16000, 22050, 24000, 44100, 48000} <= FORMATS["aac"].sample_rates
     for fmt in ("mp3", "opus", "aac"):
-        assert 24_000 in supported_sample_rates(fmt)  # the default output rate works everywhere
+        assert 24_000 in FORMATS[fmt].sample_rates  # the default output rate works everywhere
 
 
 @pytest.mark.parametrize(("fmt", "rate"), [(f, r) for f, rates in CODEC_SAMPLE_RATES.items() for r in sorted(rates)])

@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from app.api.errors import ApiError, validation_error
-from app.api.job_builder import DEFAULT_SAMPLE_RATE, OutputSpec, build_job
+from app.api.job_builder import OutputSpec, build_job
 from app.api.schemas import SpeechRequest, VoiceRef
-from app.audio.encoders import RESPONSE_FORMATS
+from app.audio.formats import DEFAULT_SAMPLE_RATE, RESPONSE_FORMATS
 from app.engines.base import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType, VoiceInfo
 from app.voices import VoiceCatalog
 
