@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 from openai import OpenAI
 
+from app.audio.formats import DEFAULT_SAMPLE_RATE, FORMATS
 from tests.support.server import RunningServer, server_command, start_server, wait_until
 
 
@@ -21,6 +22,12 @@ def test_models_list_in_openai_shape(server: RunningServer) -> None:
     assert all(m["object"] == "model" and isinstance(m["created"], int) and m["owned_by"] for m in body["data"])
     sdk_ids = [m.id for m in OpenAI(base_url=f"{server.base_url}/v1", api_key="x").models.list()]
     assert sdk_ids == ids
+
+
+def test_capabilities_list_the_formats_table(server: RunningServer) -> None:
+    caps = httpx.get(f"{server.base_url}/v1/audio/capabilities").json()
+    assert caps["response_formats"] == list(FORMATS) == ["mp3", "opus", "aac", "flac", "wav", "pcm"]
+    assert caps["sample_rate"] == DEFAULT_SAMPLE_RATE == 24_000
 
 
 def test_voices_list_shows_aliases(server: RunningServer) -> None:

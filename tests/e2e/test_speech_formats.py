@@ -7,6 +7,7 @@ import struct
 import httpx
 import pytest
 
+from app.audio.formats import FORMATS as TABLE
 from loadtest.audio import DecodedAudio, decode, transcribe, word_error_rate
 from tests.support.server import RunningServer
 
@@ -46,6 +47,7 @@ def test_format_streams_and_decodes(server: RunningServer, response_format: str)
     response = speak(server, input=SENTENCE, response_format=response_format, seed=1)
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith(CONTENT_TYPES[response_format])
+    assert response.headers["content-type"] == TABLE[response_format].content_type  # the table is what is sent
     assert response.headers.get("transfer-encoding") == "chunked"
     assert response.headers["x-request-id"]
     audio = decode(response.content, response_format)
