@@ -1,4 +1,4 @@
-"""The CPU image as `make image` builds it, run as the README runs it: read-only root filesystem, a tmpfs at /tmp, a
+"""The CPU image as `make image` builds it, run as docs/deploy.md runs it: read-only root filesystem, a tmpfs at /tmp, a
 volume for the voice store, the image's own user and environment. Skipped, saying why, where neither podman nor docker
 can build (no builder, no daemon, or no way to get the base image)."""
 
@@ -81,7 +81,7 @@ def image_config(tool: str) -> dict[str, object]:
 
 
 def run_in_container(tool: str, workdir: Path) -> RunningServer:
-    """`docker run` with the README's arguments (read-only root, tmpfs /tmp, a voice volume), on a loopback port."""
+    """`docker run` with docs/deploy.md's arguments (read-only root, tmpfs /tmp, a voice volume), on a loopback port."""
     port = free_port()
     name = f"speech-test-{port}"
     volume = f"speech-test-voices-{port}"

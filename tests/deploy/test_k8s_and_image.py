@@ -309,8 +309,8 @@ def test_dockerfile_pins_the_vllm_pair_the_hooks_are_written_against() -> None:
     assert re.search(r'name = "torch"\nversion = "2\.13\.0"', lock)  # what vllm 0.30 is built for
 
 
-def test_readme_runs_the_image_read_only_with_its_volume() -> None:
-    readme = re.sub(r"\\\n\s*", " ", (ROOT / "README.md").read_text())
+def test_the_deploy_page_runs_the_image_read_only_with_its_volume() -> None:
+    readme = re.sub(r"\\\n\s*", " ", (ROOT / "docs/deploy.md").read_text())
     (run,) = [line for line in readme.splitlines() if line.startswith("docker run ")]
     store = stages()["cpu"].env()["SPEECH_VOICE_STORE"]
     assert "--read-only" in run and "--tmpfs /tmp" in run and re.search(rf"-v \S+:{re.escape(store)}\b", run), run

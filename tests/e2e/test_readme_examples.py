@@ -1,10 +1,10 @@
-"""The README's "Try it" examples, run as written (only the address changed) against a real server: curl into a file
-and into ffplay, the OpenAI SDK, and server-sent events with curl, the OpenAI SDK and Node's fetch."""
+"""The "Try it" examples of the README and of the docs' home page, run as written (only the address changed) against a
+real server: curl into a file and into ffplay, the OpenAI SDK, and server-sent events with curl, the OpenAI SDK and
+Node's fetch. The README shows one curl and one SDK example; docs/index.md has them all."""
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -13,17 +13,23 @@ from pathlib import Path
 import pytest
 
 from loadtest.audio import decode
+from tests.support.docs import fenced_blocks
 from tests.support.server import RunningServer
 
-ROOT = Path(__file__).resolve().parents[2]
 README_URL = "http://localhost:8000"
+PAGES = ("README.md", "docs/index.md")  # the pages whose "## Try it" examples run here
 
 
-def try_it_blocks() -> list[tuple[str, str]]:
-    """(language, code) of every fenced block in the README's "Try it" section."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("\n## Try it\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^```(\w+)\n(.*?)^```$", section, re.S | re.M)
+def try_it_blocks() -> list[tuple[str, str, str]]:
+    """(page, language, code) of every fenced block in the "Try it" sections; an example both pages show runs once."""
+    seen: set[str] = set()
+    found = []
+    for page in PAGES:
+        for language, code in fenced_blocks(page, "## Try it"):
+            if code not in seen:
+                seen.add(code)
+                found.append((page, language, code))
+    return found
 
 
 BLOCKS = try_it_blocks()
@@ -49,16 +55,22 @@ def audio_files(folder: Path) -> dict[str, float]:
     return found
 
 
-def test_the_section_has_every_kind_of_example() -> None:
-    languages = [language for language, _ in BLOCKS]
+def test_the_sections_have_every_kind_of_example() -> None:
+    languages = [language for _, language, _ in BLOCKS]
     assert languages.count("sh") >= 2 and languages.count("python") >= 2 and languages.count("js") == 1
-    joined = "\n".join(code for _, code in BLOCKS)
+    joined = "\n".join(code for _, _, code in BLOCKS)
     assert '"stream_format": "sse"' in joined and 'stream_format="sse"' in joined and "iter_lines" in joined
     assert "-ac 1" in joined and "-ch_layout" not in joined  # ffplay's portable channel option
+    readme = [language for language, _ in fenced_blocks("README.md", "## Try it")]
+    assert "sh" in readme and "python" in readme, readme  # the front door keeps one curl and one SDK example
 
 
-@pytest.mark.parametrize(("language", "code"), BLOCKS, ids=[f"{lang}-{i}" for i, (lang, _) in enumerate(BLOCKS)])
-def test_example_runs(server: RunningServer, tmp_path: Path, language: str, code: str) -> None:
+@pytest.mark.parametrize(
+    ("page", "language", "code"),
+    BLOCKS,
+    ids=[f"{page.removesuffix('.md')}-{lang}-{i}" for i, (page, lang, _) in enumerate(BLOCKS)],
+)
+def test_example_runs(server: RunningServer, tmp_path: Path, page: str, language: str, code: str) -> None:
     code = code.replace(README_URL, server.base_url)
     env = {**os.environ, "SDL_AUDIODRIVER": "dummy"}  # ffplay plays into SDL's null device: no sound card here
     if language == "sh":
@@ -75,11 +87,11 @@ def test_example_runs(server: RunningServer, tmp_path: Path, language: str, code
         if int(version.lstrip("v").split(".")[0]) < 20:
             pytest.skip(f"the example is for Node.js 20 or later; this is {version.strip()}")
         (tmp_path / "sse.mjs").write_text(code)
-        command = ["bash", "-c", f"{node} sse.mjs > hello.pcm"]  # as the README runs it
+        command = ["bash", "-c", f"{node} sse.mjs > hello.pcm"]  # as the page runs it
     else:
-        raise AssertionError(f"no runner for {language} blocks")
+        raise AssertionError(f"no runner for {language} blocks ({page})")
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.returncode == 0, page + "\n" + done.stdout[-2000:] + done.stderr[-2000:]
     written = audio_files(tmp_path)
     if '"stream_format": "sse"' in code and language == "sh":  # curl prints the events
         assert done.stdout.count('"type":"speech.audio.delta"') >= 1 and '"type":"speech.audio.done"' in done.stdout

@@ -297,31 +297,31 @@ def test_drain_finishes_the_utterance_then_closes_1001(guarded_server: RunningSe
     assert guarded_server.process.wait(timeout=30) == 0
 
 
-def run_readme_example(index: int, server: RunningServer, folder: Path) -> str:
-    """The README's WebSocket example number `index`, as written (only the address changed): what it printed."""
-    import re
+def run_docs_example(heading: str, server: RunningServer, folder: Path) -> str:
+    """The only Python example under `heading` in docs/websocket.md, as written (only the address changed): what it
+    printed."""
     import subprocess
     import sys
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("\n## Streaming text in: WebSocket\n", 1)[1].split("\n## ", 1)[0]
-    code = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)[index]
+    from tests.support.docs import fenced_blocks
+
+    (code,) = [code for _, code in fenced_blocks("docs/websocket.md", heading, "python")]
     code = code.replace("ws://localhost:8000", server.base_url.replace("http://", "ws://"))
     result = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
-def test_readme_example_runs(server: RunningServer, tmp_path: Path) -> None:
-    assert "'session.done'" in run_readme_example(0, server, tmp_path)
+def test_docs_example_runs(server: RunningServer, tmp_path: Path) -> None:
+    assert "'session.done'" in run_docs_example("## Streaming text in: WebSocket", server, tmp_path)
     text = "Hello there. This sentence streams in word by word, as an LLM writes it."
     audio = decode((tmp_path / "speech.pcm").read_bytes(), "pcm")
     assert word_error_rate(text, transcribe(audio)) <= 0.2
 
 
-def test_readme_word_timestamps_example_runs(server: RunningServer, tmp_path: Path) -> None:
+def test_docs_word_timestamps_example_runs(server: RunningServer, tmp_path: Path) -> None:
     """It prints each word with its time in the utterance: every word, in order, inside the audio it wrote."""
-    lines = [line.split() for line in run_readme_example(1, server, tmp_path).splitlines()]
+    lines = [line.split() for line in run_docs_example("### Over the WebSocket", server, tmp_path).splitlines()]
     assert [line[2] for line in lines] == "Captions follow the voice Every word has its time".split()
     times = [float(line[0]) for line in lines]
     audio = decode((tmp_path / "captions.pcm").read_bytes(), "pcm")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import httpx
 import numpy as np
 
 from loadtest.audio import DecodedAudio
+from tests.support.docs import fenced_blocks
 from tests.support.server import RunningServer
 from tests.support.word_timing import assert_words_cover, start_errors_ms
 
@@ -85,14 +85,12 @@ def test_no_timestamp_events_unless_asked(server: RunningServer) -> None:
     assert all(event["type"] != "speech.audio.timestamps" for event in events)
 
 
-def test_the_readme_example_prints_the_words_as_written(server: RunningServer, tmp_path: Path) -> None:
-    """The README's word-timestamps example, run as written (only the address changed)."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("Word timestamps (an extension):", 1)[1]
-    code = re.search(r"^```python\n(.*?)^```$", section, re.S | re.M)
-    assert code is not None
+def test_the_docs_example_prints_the_words_as_written(server: RunningServer, tmp_path: Path) -> None:
+    """docs/websocket.md's word-timestamps example over server-sent events, run as written (only the address
+    changed)."""
+    (code,) = fenced_blocks("docs/websocket.md", "### Over HTTP (server-sent events)", "python")
     script = tmp_path / "timestamps.py"
-    script.write_text(code.group(1).replace("http://localhost:8000", server.base_url))
+    script.write_text(code[1].replace("http://localhost:8000", server.base_url))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     rows = [line.split() for line in done.stdout.splitlines()]
