@@ -29,7 +29,8 @@ run: install
 	.venv/bin/speech-server --host $(HOST) --port $(PORT) --engine embedded
 
 # The docs site is built strictly first: a broken link or anchor, a page missing from the nav, or a settings table
-# that no longer renders fails the tests (site/ is git-ignored). Not --quiet: mkdocs would drop the warnings --strict counts.
+# that no longer renders fails the tests (site/ is git-ignored). Not --quiet: mkdocs then drops the warnings that
+# --strict counts, and passes.
 test: install
 	.venv/bin/ruff check .
 	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site
