@@ -16,7 +16,7 @@ from app.http_protocol import guarded_protocol
 from app.lifecycle import Lifecycle
 from app.logs import configure_logging
 from app.server import create_app
-from app.settings import Settings, settings_help
+from app.settings import Settings, log_deprecated_env, settings_help
 
 
 class SpeechServer(uvicorn.Server):
@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     overrides = {k: v for k, v in vars(args).items() if v is not None}
     settings = Settings(**overrides)
     configure_logging(settings.log_level)
+    log_deprecated_env()  # once, now that logs go where the operator reads them
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # engines load from local files only, never from a hub
     app = create_app(settings)
     SpeechServer(server_config(app, settings), app.state.lifecycle).run()

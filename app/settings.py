@@ -1,21 +1,82 @@
-"""The one settings object. Every field is also an environment variable: `SPEECH_<FIELD>` (e.g. SPEECH_PORT)."""
+"""The one settings object. Every field is also an environment variable: `SPEECH_<FIELD>` (e.g. SPEECH_PORT); an
+engine's own settings are grouped under its name, `SPEECH_<ENGINE>__<FIELD>` (e.g. SPEECH_OMNI__DEPLOY_CONFIG).
+
+The engine settings were flat fields once (SPEECH_DEPLOY_CONFIG, SPEECH_EMBEDDED_WORKERS, ...). Those names are still
+read, as environment variables and as keyword arguments, and logged as deprecated at start (`FLAT_NAMES`); where both
+names are set, the grouped one wins."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from app.audio.fetch import FetchPolicy
 
+log = logging.getLogger(__name__)
+
 EngineName = Literal["auto", "embedded", "omni"]
+ENV_PREFIX = "SPEECH_"
+NESTED_DELIMITER = "__"
+MAX_INPUT_CHARS = 4096  # the longest `input` OpenAI accepts, and this service's default and upper bound
 
 # OpenAI's voice names, so OpenAI client code runs unchanged. The empty target means "the engine's default voice".
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse")
+
+# The engine settings' old flat names (a field of `Settings` once, `SPEECH_<NAME>` in the environment) -> the engine
+# group and field that took them over.
+FLAT_NAMES: dict[str, tuple[str, str]] = {
+    "embedded_workers": ("embedded", "workers"),
+    "embedded_threads_per_worker": ("embedded", "threads_per_worker"),
+    "model": ("omni", "model"),
+    "served_model_name": ("omni", "served_model_name"),
+    "deploy_config": ("omni", "deploy_config"),
+    "stage_overrides": ("omni", "stage_overrides"),
+    "load_format": ("omni", "load_format"),
+    "compile_cache_dir": ("omni", "compile_cache_dir"),
+    "omni_stage_init_timeout_s": ("omni", "stage_init_timeout_s"),
+    "omni_init_timeout_s": ("omni", "init_timeout_s"),
+    "omni_warmup_batch_sizes": ("omni", "warmup_batch_sizes"),
+    "omni_sentence_pipeline": ("omni", "sentence_pipeline"),
+    "omni_code2wav_scheduler": ("omni", "code2wav_scheduler"),
+    "omni_cuda_mps": ("omni", "cuda_mps"),
+    "omni_fixed_length": ("omni", "fixed_length"),
+}
+
+
+def flat_env_name(flat: str) -> str:
+    return f"{ENV_PREFIX}{flat}".upper()
+
+
+def nested_env_name(group: str, field: str) -> str:
+    return f"{ENV_PREFIX}{group}{NESTED_DELIMITER}{field}".upper()
+
+
+def _deprecated(flat: str) -> str:
+    """The sentence every field with an old flat name ends its description with (the settings page shows it)."""
+    return f" Deprecated name, still read: `{flat_env_name(flat)}`."
+
+
+def _list_from_text(value: object) -> object:
+    """A list setting given as text: a JSON list, or a comma list."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
 
 
 def user_voice_store(env: Mapping[str, str] = os.environ) -> str:
@@ -27,8 +88,158 @@ def user_voice_store(env: Mapping[str, str] = os.environ) -> str:
     return os.path.join(data_home, "speech-service", "voices")
 
 
+class EmbeddedSettings(BaseModel):
+    """The embedded engine (hibari-tts on the CPU): `SPEECH_EMBEDDED__<FIELD>`."""
+
+    workers: int = Field(
+        default_factory=lambda: max(1, os.cpu_count() or 1),
+        ge=1,
+        description="Synthesis threads, each with its own model instance (default: CPU cores)."
+        + _deprecated("embedded_workers"),
+    )
+    threads_per_worker: int = Field(
+        1, ge=1, description="onnxruntime threads per worker." + _deprecated("embedded_threads_per_worker")
+    )
+
+
+class OmniSettings(BaseModel):
+    """The omni engine (Qwen3-TTS on vllm-omni, on a GPU): `SPEECH_OMNI__<FIELD>`."""
+
+    model: str | None = Field(None, description="Qwen3-TTS model directory." + _deprecated("model"))
+    served_model_name: str | None = Field(
+        None, description="Model id in the API (default: dir name)." + _deprecated("served_model_name")
+    )
+    deploy_config: str | None = Field(
+        None,
+        description="vllm-omni deploy profile (YAML), e.g. deploy/vllm-omni/customvoice.yaml; unset: vllm-omni's "
+        "default profile for the model." + _deprecated("deploy_config"),
+    )
+    stage_overrides: dict[str, dict[str, object]] | None = Field(
+        None,
+        description='Per-stage engine arguments as JSON, e.g. {"0": {"max_num_seqs": 32}} (sampling defaults are set '
+        "in the deploy profile)." + _deprecated("stage_overrides"),
+    )
+    load_format: str | None = Field(
+        None, description="vLLM load_format (`dummy`: random weights)." + _deprecated("load_format")
+    )
+    compile_cache_dir: str | None = Field(
+        None,
+        description="One directory for every compile cache (vLLM, Inductor, Triton); persist it and a restart skips "
+        "compilation (VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR or TRITON_CACHE_DIR set explicitly win)."
+        + _deprecated("compile_cache_dir"),
+    )
+    stage_init_timeout_s: int = Field(
+        900, ge=30, description="Seconds allowed per stage start." + _deprecated("omni_stage_init_timeout_s")
+    )
+    init_timeout_s: int = Field(
+        1200, ge=30, description="Seconds allowed for the whole start." + _deprecated("omni_init_timeout_s")
+    )
+    warmup_batch_sizes: Annotated[list[int] | None, NoDecode] = Field(
+        None,
+        description="Batch sizes warmed up before /ready (each new size costs a JIT compile). "
+        "Default: 1, 2, 4, ... up to the admission limit." + _deprecated("omni_warmup_batch_sizes"),
+    )
+    sentence_pipeline: bool = Field(
+        False,
+        description="Speak long text sentence by sentence (as the embedded engine always does)."
+        + _deprecated("omni_sentence_pipeline"),
+    )
+    code2wav_scheduler: str = Field(
+        "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler",
+        description="code2wav (stage 1) scheduler class by dotted path; empty = vllm-omni's own. vllm-omni 0.30 "
+        "refuses a scheduler_cls in SPEECH_OMNI__STAGE_OVERRIDES: set this instead."
+        + _deprecated("omni_code2wav_scheduler"),
+    )
+    cuda_mps: bool = Field(
+        False,
+        description="Run its stage processes (talker, codec decoder) as clients of a CUDA MPS daemon this server "
+        "starts, so that their kernels share the GPU side by side instead of time-sliced; needs "
+        "nvidia-cuda-mps-control (the NVIDIA driver's utilities). Under an MPS daemon set by CUDA_MPS_PIPE_DIRECTORY "
+        "(a GPU shared through the device plugin's MPS), that one serves." + _deprecated("omni_cuda_mps"),
+    )
+    fixed_length: bool = Field(
+        False,
+        description="Benchmarks on random weights only: generate exactly max_new_tokens."
+        + _deprecated("omni_fixed_length"),
+    )
+
+    @field_validator("warmup_batch_sizes", mode="before")
+    @classmethod
+    def _list_from_env(cls, value: object) -> object:
+        return _list_from_text(value)
+
+
+def nest_flat_names(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments (or a dict to validate) with the old flat engine names moved into their engine's group; a
+    value given under the grouped name wins over the same setting given flat."""
+    out = {key: value for key, value in values.items() if key not in FLAT_NAMES}
+    for flat, (group, field) in FLAT_NAMES.items():
+        if flat not in values:
+            continue
+        current = out.get(group)
+        if isinstance(current, BaseModel):
+            continue  # a whole engine settings object was given: it says everything about its engine
+        merged = dict(current) if isinstance(current, Mapping) else {}
+        merged.setdefault(field, values[flat])
+        out[group] = merged
+    return out
+
+
+def deprecated_env_names(env: Mapping[str, str] = os.environ) -> list[tuple[str, str]]:
+    """(old name, new name) for every old flat engine variable set in `env`, in `FLAT_NAMES` order."""
+    present = {key.upper() for key in env}
+    return [
+        (flat_env_name(flat), nested_env_name(group, field))
+        for flat, (group, field) in FLAT_NAMES.items()
+        if flat_env_name(flat) in present
+    ]
+
+
+def log_deprecated_env(env: Mapping[str, str] = os.environ) -> None:
+    """Once at start: each old flat engine variable still set, with the name that replaces it."""
+    present = {key.upper() for key in env}
+    for old, new in deprecated_env_names(env):
+        ignored = new in present
+        log.warning(
+            f"{old} is deprecated: set {new} instead" + (f" ({new} is set too and wins)" if ignored else ""),
+            extra={"deprecated": old, "use": new, "ignored": ignored},
+        )
+
+
+class _FlatEnvSource(EnvSettingsSource):
+    """The old flat engine variables, read as if they had been given under their grouped names (so parsed exactly as
+    those are). A grouped name that is set wins: the old one is then not read at all."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        env = super()._load_env_vars()
+        renamed: dict[str, str | None] = {}
+        for flat, (group, field) in FLAT_NAMES.items():
+            old, new = flat_env_name(flat), nested_env_name(group, field)
+            if not self.case_sensitive:
+                old, new = old.lower(), new.lower()
+            if old in env and new not in env:  # not merged: a dict given both ways would mix (sources deep-merge)
+                renamed[new] = env[old]
+        return renamed
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPEECH_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter=NESTED_DELIMITER, extra="ignore")
+
+    def __init__(self, **values: Any) -> None:
+        # Old flat keyword arguments (Settings(deploy_config=...)) are moved into their group before the sources are
+        # merged, so that they win over the environment as every keyword argument does.
+        super().__init__(**nest_flat_names(values))
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _FlatEnvSource(settings_cls), dotenv_settings, file_secret_settings)
 
     host: str = Field("0.0.0.0", description="Address to listen on.")
     port: int = Field(8000, ge=1, le=65535, description="Port to listen on.")
@@ -44,7 +255,9 @@ class Settings(BaseSettings):
         default_factory=lambda: dict.fromkeys(OPENAI_VOICES, ""),
         description="Voice name -> engine voice id (JSON object); an empty id means the engine's default voice.",
     )
-    max_input_chars: int = Field(4096, ge=1, le=4096, description="Longest accepted `input`, in characters.")
+    max_input_chars: int = Field(
+        MAX_INPUT_CHARS, ge=1, le=MAX_INPUT_CHARS, description="Longest accepted `input`, in characters."
+    )
     max_concurrency: int | None = Field(
         None, ge=1, description="Syntheses at once (default per engine: embedded: workers; omni: stage-0 max_num_seqs)."
     )
@@ -112,67 +325,20 @@ class Settings(BaseSettings):
     ws_max_message_bytes: int = Field(
         128 * 1024, ge=1024, description="WebSocket speech: largest message but session.config (max_body_bytes)."
     )
-    embedded_workers: int = Field(
-        default_factory=lambda: max(1, os.cpu_count() or 1),
-        ge=1,
-        description="Embedded engine: synthesis threads, each with its own model instance (default: CPU cores).",
-    )
-    embedded_threads_per_worker: int = Field(1, ge=1, description="Embedded engine: onnxruntime threads per worker.")
+    # -- each engine's own settings: the engine is given these and nothing else of this object ---------------------
+    embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
+    omni: OmniSettings = Field(default_factory=OmniSettings)
 
-    # -- omni engine (vllm-omni, Qwen3-TTS) ------------------------------------------------------------------------
-    model: str | None = Field(None, description="Omni engine: Qwen3-TTS model directory.")
-    served_model_name: str | None = Field(None, description="Omni engine: model id in the API (default: dir name).")
-    deploy_config: str | None = Field(
-        None, description="Omni engine: vllm-omni deploy profile (YAML), e.g. deploy/vllm-omni/customvoice.yaml."
-    )
-    stage_overrides: dict[str, dict[str, object]] | None = Field(
-        None,
-        description='Omni engine: per-stage engine arguments as JSON, e.g. {"0": {"max_num_seqs": 32}} '
-        "(sampling defaults are set in the deploy profile).",
-    )
-    load_format: str | None = Field(None, description="Omni engine: vLLM load_format (`dummy`: random weights).")
-    compile_cache_dir: str | None = Field(
-        None,
-        description="Omni engine: one directory for every compile cache (vLLM, Inductor, Triton); persist it and a "
-        "restart skips compilation (VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR or TRITON_CACHE_DIR set explicitly win).",
-    )
-    omni_stage_init_timeout_s: int = Field(900, ge=30, description="Omni engine: seconds allowed per stage start.")
-    omni_init_timeout_s: int = Field(1200, ge=30, description="Omni engine: seconds allowed for the whole start.")
-    omni_warmup_batch_sizes: Annotated[list[int] | None, NoDecode] = Field(
-        None,
-        description="Omni engine: batch sizes warmed up before /ready (each new size costs a JIT compile). "
-        "Default: 1, 2, 4, ... up to the admission limit.",
-    )
-    omni_sentence_pipeline: bool = Field(
-        False, description="Omni engine: speak long text sentence by sentence (as the embedded engine always does)."
-    )
-    omni_code2wav_scheduler: str = Field(
-        "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler",
-        description="Omni engine: code2wav (stage 1) scheduler class by dotted path; empty = vllm-omni's own. "
-        "vllm-omni 0.30 refuses a scheduler_cls in SPEECH_STAGE_OVERRIDES: set this instead.",
-    )
-    omni_cuda_mps: bool = Field(
-        False,
-        description="Omni engine: run its stage processes (talker, codec decoder) as clients of a CUDA MPS daemon "
-        "this server starts, so that their kernels share the GPU side by side instead of time-sliced; needs "
-        "nvidia-cuda-mps-control (the NVIDIA driver's utilities). Under an MPS daemon set by CUDA_MPS_PIPE_DIRECTORY "
-        "(a GPU shared through the device plugin's MPS), that one serves.",
-    )
-    omni_fixed_length: bool = Field(
-        False, description="Omni engine, benchmarks on random weights only: generate exactly max_new_tokens."
-    )
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_names(cls, values: object) -> object:
+        """Settings.model_validate({...}) with the old flat names, as `__init__` takes them."""
+        return nest_flat_names(values) if isinstance(values, Mapping) else values
 
-    @field_validator(
-        "model_aliases", "omni_warmup_batch_sizes", "api_keys", "ref_audio_allowed_hosts", "cors_origins", mode="before"
-    )
+    @field_validator("model_aliases", "api_keys", "ref_audio_allowed_hosts", "cors_origins", mode="before")
     @classmethod
     def _list_from_env(cls, value: object) -> object:
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            return [part.strip() for part in text.split(",") if part.strip()]
-        return value
+        return _list_from_text(value)
 
     @field_validator("cors_origins")
     @classmethod
@@ -194,9 +360,20 @@ class Settings(BaseSettings):
 
 
 def settings_help() -> str:
-    """A table of every setting for `--help`."""
+    """A table of every setting for `--help`: the service's, then each engine's under its grouped name."""
     lines = ["settings (environment variables):"]
+    groups: list[tuple[str, type[BaseModel]]] = []
     for name, info in Settings.model_fields.items():
-        default = info.default_factory() if info.default_factory else info.default  # type: ignore[call-arg]
-        lines.append(f"  SPEECH_{name.upper():<32} {info.description} [default: {default}]")
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            groups.append((name, info.annotation))
+            continue
+        lines.append(_help_line(f"{ENV_PREFIX}{name}".upper(), info))
+    for group, model in groups:
+        for name, info in model.model_fields.items():
+            lines.append(_help_line(nested_env_name(group, name), info))
     return "\n".join(lines)
+
+
+def _help_line(env: str, info: FieldInfo) -> str:
+    default = info.default_factory() if info.default_factory else info.default  # type: ignore[call-arg]
+    return f"  {env:<39} {info.description} [default: {default}]"

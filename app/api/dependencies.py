@@ -99,5 +99,5 @@ def accepted_models(engine: SpeechEngine, settings: Settings) -> list[str]:
     """Every `model` a request may name: the served ids (`served_models`), then, on the omni engine, its checkpoint's
     ids (`checkpoint_ids`): accepted, not listed (`vllm serve --served-model-name` would not list them either)."""
     served = served_models(engine, settings)
-    extra = checkpoint_ids(settings.model) if engine.name == "omni" else ()
+    extra = checkpoint_ids(settings.omni.model) if engine.name == "omni" else ()
     return [*served, *(model for model in extra if model not in served)]

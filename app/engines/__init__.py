@@ -5,11 +5,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from app.engines.base import SpeechEngine
 
 if TYPE_CHECKING:
+    from app.engines.omni import OmniEngine
     from app.settings import Settings
 
 # Engines this build provides, by name. `auto` picks the first whose requirements are met.
@@ -36,11 +38,11 @@ def engine_available(name: str) -> bool:
 
 
 def resolve_engine_name(requested: str, settings: Settings) -> str:
-    """`auto` is omni when vllm-omni, a GPU and a model (SPEECH_MODEL) are all there, else embedded."""
+    """`auto` is omni when vllm-omni, a GPU and a model (SPEECH_OMNI__MODEL) are all there, else embedded."""
     if requested != "auto":
         return requested
     for name in _AUTO_ORDER:
-        if engine_available(name) and (name != "omni" or settings.model):
+        if engine_available(name) and (name != "omni" or settings.omni.model):
             return name
     raise RuntimeError("no speech engine is installed: install the `embedded` extra or the `omni` extra")
 
@@ -53,17 +55,28 @@ def create_engine(settings: Settings) -> SpeechEngine:
         from app.engines.embedded import EmbeddedEngine
         from app.pipeline import SentencePipeline
 
-        return SentencePipeline(EmbeddedEngine(settings), settings.sentence_max_chars)
+        embedded = EmbeddedEngine(settings.embedded, max_input_chars=settings.max_input_chars)
+        return SentencePipeline(embedded, settings.sentence_max_chars)
     if name == "omni":
-        from app.engines.omni import OmniEngine
-
-        return omni_as_served(OmniEngine(settings), settings)
+        return omni_as_served(omni_engine(settings), settings)
     raise RuntimeError(f"unknown engine {name!r}")
+
+
+def omni_engine(settings: Settings, omni_factory: Callable[..., Any] | None = None) -> OmniEngine:
+    """The omni engine on its own settings, given the two of the service's that it needs."""
+    from app.engines.omni import OmniEngine
+
+    return OmniEngine(
+        settings.omni,
+        omni_factory,
+        max_input_chars=settings.max_input_chars,
+        max_concurrency=settings.max_concurrency,
+    )
 
 
 def omni_as_served(omni: SpeechEngine, settings: Settings) -> SpeechEngine:
     """The omni engine as the service runs it: its words timed by the forced aligner (Qwen3-TTS has no alignment of
-    its own), behind the sentence pipeline where SPEECH_OMNI_SENTENCE_PIPELINE asks for it (the aligner then times
+    its own), behind the sentence pipeline where SPEECH_OMNI__SENTENCE_PIPELINE asks for it (the aligner then times
     one sentence at a time)."""
     from app.audio.alignment import INSTALL_HINT, WhisperAligner
     from app.engines.aligned import ForcedAlignedEngine
@@ -71,4 +84,4 @@ def omni_as_served(omni: SpeechEngine, settings: Settings) -> SpeechEngine:
 
     aligner = WhisperAligner() if WhisperAligner.installed() else None
     aligned = ForcedAlignedEngine(omni, aligner, missing="" if aligner else INSTALL_HINT)
-    return SentencePipeline(aligned, settings.sentence_max_chars) if settings.omni_sentence_pipeline else aligned
+    return SentencePipeline(aligned, settings.sentence_max_chars) if settings.omni.sentence_pipeline else aligned

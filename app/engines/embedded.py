@@ -33,6 +33,7 @@ from app.engines.base import (
     VoiceInfo,
     WordTiming,
 )
+from app.settings import MAX_INPUT_CHARS
 from app.text.normalize import ReadingRules
 from app.text.words import align_words, written_words
 
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
     from hibari import Hibari
 
-    from app.settings import Settings
+    from app.settings import EmbeddedSettings
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +107,11 @@ class EmbeddedEngine:
     name = "embedded"
     model_id = "hibari"
 
-    def __init__(self, settings: Settings) -> None:
-        self._workers = settings.embedded_workers
-        self._threads_per_worker = settings.embedded_threads_per_worker
-        self._max_input_chars = settings.max_input_chars
+    def __init__(self, settings: EmbeddedSettings, *, max_input_chars: int = MAX_INPUT_CHARS) -> None:
+        """`settings` are the engine's own; of the service's it needs only the longest input it accepts."""
+        self._workers = settings.workers
+        self._threads_per_worker = settings.threads_per_worker
+        self._max_input_chars = max_input_chars
         self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="hibari")
         self._models: queue.SimpleQueue[Voice] = queue.SimpleQueue()
         self._active: dict[str, int] = {}  # request id -> its syntheses in progress

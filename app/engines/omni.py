@@ -43,9 +43,10 @@ from app.engines.qwen3_tts import (
     sampling_params_for,
     warmup_job,
 )
+from app.settings import MAX_INPUT_CHARS
 
 if TYPE_CHECKING:
-    from app.settings import Settings
+    from app.settings import OmniSettings
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +107,21 @@ def pipeline_with_code2wav_scheduler(pipeline: Any, path: str) -> Any:
 class OmniEngine:
     name = "omni"
 
-    def __init__(self, settings: Settings, omni_factory: Callable[..., Any] | None = None) -> None:
+    def __init__(
+        self,
+        settings: OmniSettings,
+        omni_factory: Callable[..., Any] | None = None,
+        *,
+        max_input_chars: int = MAX_INPUT_CHARS,
+        max_concurrency: int | None = None,
+    ) -> None:
+        """`settings` are the engine's own; of the service's it needs only the longest input it accepts (which its
+        capabilities report) and the admission limit (the largest batch it warms up for; unset: its talker's)."""
         if not settings.model:
-            raise ValueError("the omni engine needs SPEECH_MODEL: a Qwen3-TTS model directory")
+            raise ValueError("the omni engine needs SPEECH_OMNI__MODEL: a Qwen3-TTS model directory")
         self._settings = settings
+        self._max_input_chars = max_input_chars
+        self._max_concurrency = max_concurrency
         self._model = Qwen3TTSModel.from_dir(settings.model)
         self.model_id = settings.served_model_name or os.path.basename(os.path.normpath(settings.model))
         self._factory = omni_factory or _default_omni_factory
@@ -138,7 +150,7 @@ class OmniEngine:
                 "random weights (load_format dummy): code2wav decodes eagerly, without the profile's decoder graphs "
                 "and batching, so its timing is not that of real weights"
             )
-        self._mps = CudaMpsDaemon() if settings.omni_cuda_mps else None
+        self._mps = CudaMpsDaemon() if settings.cuda_mps else None
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -179,12 +191,12 @@ class OmniEngine:
             kwargs["deploy_config"] = settings.deploy_config
         if settings.stage_overrides:
             kwargs["stage_overrides"] = settings.stage_overrides
-        if settings.omni_code2wav_scheduler:
-            kwargs["code2wav_scheduler"] = settings.omni_code2wav_scheduler  # for the factory, not AsyncOmni
+        if settings.code2wav_scheduler:
+            kwargs["code2wav_scheduler"] = settings.code2wav_scheduler  # for the factory, not AsyncOmni
         if settings.load_format:
             kwargs["load_format"] = settings.load_format
-        kwargs["stage_init_timeout"] = settings.omni_stage_init_timeout_s
-        kwargs["init_timeout"] = settings.omni_init_timeout_s
+        kwargs["stage_init_timeout"] = settings.stage_init_timeout_s
+        kwargs["init_timeout"] = settings.init_timeout_s
         return kwargs
 
     def use_helpers(
@@ -199,9 +211,9 @@ class OmniEngine:
 
     def warmup_batch_sizes(self) -> list[int]:
         """The batch sizes admission can produce: powers of two up to the limit, and the limit itself."""
-        if self._settings.omni_warmup_batch_sizes:
-            return list(self._settings.omni_warmup_batch_sizes)
-        limit = self._settings.max_concurrency or self._talker_batch
+        if self._settings.warmup_batch_sizes:
+            return list(self._settings.warmup_batch_sizes)
+        limit = self._max_concurrency or self._talker_batch
         sizes = [1 << k for k in range(limit.bit_length()) if 1 << k < limit]
         return [*sizes, limit]
 
@@ -251,7 +263,7 @@ class OmniEngine:
             voice_cloning=TaskType.BASE in self._model.task_types,
             instructions=True,
             languages=self._model.languages,
-            max_input_chars=self._settings.max_input_chars,
+            max_input_chars=self._max_input_chars,
             seed=True,
             max_new_tokens=True,
             sample_rate=self._model.sample_rate,
@@ -282,7 +294,7 @@ class OmniEngine:
         check_job(job, self._model)
         assert self._helpers is not None
         prompt = await build_prompt(self._helpers, self._model, job, self._prompt_executor)
-        params = sampling_params_for(job, self._helpers.delta_defaults, fixed_length=self._settings.omni_fixed_length)
+        params = sampling_params_for(job, self._helpers.delta_defaults, fixed_length=self._settings.fixed_length)
         reader = AudioOutputReader(cumulative=self._cumulative)
         self._active.add(job.request_id)
         if job.timing is not None:

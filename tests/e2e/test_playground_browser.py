@@ -22,7 +22,7 @@ from tests.fakes.vllm_omni_0_30 import FakeAsyncOmni
 from tests.support.browser import PageWatch, open_playground
 from tests.support.server import RunningServer
 from tests.support.wav import tone_wav
-from tests.unit.test_omni_engine import make_engine
+from tests.unit.test_omni_engine import make_engine, service_settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
 
@@ -91,7 +91,7 @@ def cloning_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     omni = FakeAsyncOmni()
     omni.step_delay_s = 0.02
     engine = make_engine(write_model_dir(root / "base", "base"), omni, voice_store=str(root / "voices"))
-    app = create_app(engine.__dict__["_settings"], engine=engine)
+    app = create_app(service_settings(engine), engine=engine)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))

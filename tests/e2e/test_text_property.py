@@ -48,7 +48,7 @@ texts = st.lists(st.tuples(pieces, punctuation).map("".join), min_size=1, max_si
 @pytest.fixture(scope="module")
 def engine() -> Iterator[tuple[asyncio.Runner, SentencePipeline]]:
     runner = asyncio.Runner()
-    inner = EmbeddedEngine(Settings(embedded_workers=1))
+    inner = EmbeddedEngine(Settings(embedded_workers=1).embedded)
     runner.run(inner.start())
     yield runner, SentencePipeline(inner, Settings().sentence_max_chars)
     runner.run(inner.close())

@@ -16,8 +16,7 @@ from __future__ import annotations
 import argparse
 
 from app.cli import SpeechServer, server_config
-from app.engines import omni_as_served
-from app.engines.omni import OmniEngine
+from app.engines import omni_as_served, omni_engine
 from app.logs import configure_logging
 from app.server import create_app
 from app.settings import Settings
@@ -51,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.frames is not None:  # as a bench profile fixes stage 0's length: N + 1 tokens make N frames
         talker = omni.default_sampling_params_list[0]
         talker.max_tokens = talker.min_tokens = args.frames + 1
-    engine = OmniEngine(settings, omni_factory=lambda **_: omni)
+    engine = omni_engine(settings, omni_factory=lambda **_: omni)
     defaults = coerce_param_message_types(omni.default_sampling_params_list, True)
     engine.use_helpers(defaults, estimate_prompt_len, WordTokenizer(), tokens_input)
     app = create_app(settings, engine=omni_as_served(engine, settings))

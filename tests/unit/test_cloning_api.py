@@ -16,7 +16,7 @@ import trustme
 from app.server import create_app
 from tests.fakes.vllm_omni_0_30 import FakeAsyncOmni
 from tests.support.wav import tone_wav
-from tests.unit.test_omni_engine import make_engine
+from tests.unit.test_omni_engine import make_engine, service_settings
 from tests.unit.test_ref_audio_fetch import Handler, serve
 
 RATE = 16_000
@@ -58,7 +58,7 @@ async def api(base_dir: Path, tmp_path: Path, https_clip: tuple[str, Path]):
         ref_audio_ca_bundle=str(bundle),
     )
     await engine.start()
-    app = create_app(engine.__dict__["_settings"], engine=engine)
+    app = create_app(service_settings(engine), engine=engine)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=30) as client:
         yield client, omni, app
 

@@ -43,7 +43,12 @@ def rows(markdown: str) -> dict[str, list[str]]:
 
 def test_every_setting_is_on_the_page_under_the_variable_the_service_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     table = rows(gen.render(Settings))
-    assert set(table) == {f"SPEECH_{name.upper()}" for name in Settings.model_fields}
+    groups = {name: info.annotation for name, info in Settings.model_fields.items() if name in ("embedded", "omni")}
+    service = {f"SPEECH_{name.upper()}" for name in Settings.model_fields if name not in groups}
+    engines = {
+        f"SPEECH_{group.upper()}__{name.upper()}" for group, model in groups.items() for name in model.model_fields
+    }  # type: ignore[union-attr]
+    assert set(table) == service | engines
     monkeypatch.setenv("SPEECH_QUEUE_TIMEOUT_S", "7.5")  # the documented name is the one that is read
     assert Settings().queue_timeout_s == 7.5
     kind, default, what = table["SPEECH_PORT"]
@@ -55,7 +60,7 @@ def test_every_setting_is_on_the_page_under_the_variable_the_service_reads(monke
 
 def test_defaults_that_depend_on_the_machine_are_left_to_the_description() -> None:
     table = rows(gen.render(Settings))
-    for name in ("SPEECH_EMBEDDED_WORKERS", "SPEECH_VOICE_STORE", "SPEECH_MAX_CONCURRENCY"):
+    for name in ("SPEECH_EMBEDDED__WORKERS", "SPEECH_VOICE_STORE", "SPEECH_MAX_CONCURRENCY"):
         assert table[name][1] == gen.SEE_DESCRIPTION, name
         assert "default" in table[name][2].lower(), name
     page = gen.render(Settings)

@@ -27,7 +27,7 @@ from tests.fakes.vllm_omni_0_30 import (
     tokens_input,
 )
 from tests.support.wav import tone_wav
-from tests.unit.test_omni_engine import make_engine
+from tests.unit.test_omni_engine import make_engine, service_settings
 
 
 def describe(fn: object) -> str:
@@ -94,7 +94,7 @@ async def test_a_pcm_request_on_the_omni_engine_never_leaves_the_event_loop(
         return voices()
 
     monkeypatch.setattr(engine, "voices", counted_voices)
-    app = create_app(engine.__dict__["_settings"], engine=engine)
+    app = create_app(service_settings(engine), engine=engine)
     hops.calls.clear()
     body = {"input": "Hello there, how are you today?", "voice": "vivian", "max_new_tokens": 31}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
@@ -114,7 +114,7 @@ async def test_heavy_work_still_leaves_the_loop(custom_voice_dir: Path, base_dir
     omni = FakeAsyncOmni()
     engine = make_engine(custom_voice_dir, omni)
     await engine.start()
-    app = create_app(engine.__dict__["_settings"], engine=engine)
+    app = create_app(service_settings(engine), engine=engine)
     body = {"input": "Hello there.", "voice": "vivian", "max_new_tokens": 31}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
         for extra in ({"response_format": "mp3"}, {"response_format": "pcm", "sample_rate": 16_000}):
@@ -125,7 +125,7 @@ async def test_heavy_work_still_leaves_the_loop(custom_voice_dir: Path, base_dir
 
     cloning = make_engine(base_dir, FakeAsyncOmni())
     await cloning.start()
-    app = create_app(cloning.__dict__["_settings"], engine=cloning)
+    app = create_app(service_settings(cloning), engine=cloning)
     clip = "data:audio/wav;base64," + base64.b64encode(tone_wav(2.0)).decode()
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
         hops.calls.clear()
@@ -154,7 +154,7 @@ async def test_the_startup_heap_is_frozen_once_the_engine_is_ready(custom_voice_
     """Objects alive at readiness are out of the collector's reach, so a full collection while serving traverses
     only what serving allocated."""
     engine = make_engine(custom_voice_dir, FakeAsyncOmni())
-    app = create_app(engine.__dict__["_settings"], engine=engine)
+    app = create_app(service_settings(engine), engine=engine)
     assert gc.get_freeze_count() == 0
     async with app.router.lifespan_context(app):
         for _ in range(500):

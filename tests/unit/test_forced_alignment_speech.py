@@ -60,7 +60,7 @@ def aligner(runner: asyncio.Runner) -> Iterator[WhisperAligner]:
 
 @pytest.fixture(scope="module")
 def hibari(runner: asyncio.Runner) -> Iterator[UntimedHibari]:
-    engine = UntimedHibari(Settings(embedded_workers=1))
+    engine = UntimedHibari(Settings(embedded_workers=1).embedded)
     runner.run(engine.start())
     yield engine
     runner.run(engine.close())

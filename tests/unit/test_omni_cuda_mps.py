@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from app.engines import omni_engine
 from app.engines.cuda_mps import LOG_VARIABLE, PIPE_VARIABLE, CudaMpsDaemon, CudaMpsError
 from app.engines.omni import OmniEngine
 from app.settings import Settings
@@ -72,7 +73,7 @@ def engine_with_mps(model_dir: Path, tmp_path: Path, seen: dict[str, str | None]
         engine="omni", model=str(model_dir), load_format="dummy", voice_store=str(tmp_path / "voices"),
         deploy_config="deploy/vllm-omni/customvoice.yaml", omni_warmup_batch_sizes=[1], omni_cuda_mps=True,
     )  # fmt: skip
-    engine = OmniEngine(settings, omni_factory=factory)
+    engine = omni_engine(settings, omni_factory=factory)
     defaults = coerce_param_message_types(omni.default_sampling_params_list, True)
     engine.use_helpers(defaults, estimate_prompt_len, WordTokenizer(), tokens_input)
     return engine

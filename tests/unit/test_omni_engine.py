@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 
 import httpx
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
+from app.engines import omni_engine
 from app.engines.base import EngineUnavailable, ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
 from app.engines.codec_windows import CodecWindows
 from app.engines.omni import DECODER_GRAPH_STATS_ENVIRONMENT, OmniEngine
@@ -180,6 +182,15 @@ def profile_without_ramp(directory: Path, **more: object) -> str:
     return str(path)
 
 
+# The service settings each engine of `make_engine` was built from: the engine itself holds only its own group.
+SERVICE_SETTINGS: weakref.WeakKeyDictionary[OmniEngine, Settings] = weakref.WeakKeyDictionary()
+
+
+def service_settings(engine: OmniEngine) -> Settings:
+    """The settings to serve an engine of `make_engine` with (`create_app(service_settings(engine), engine=engine)`)."""
+    return SERVICE_SETTINGS[engine]
+
+
 def make_engine(model_dir: Path, omni: FakeAsyncOmni, **settings: object) -> OmniEngine:
     settings = {  # never the working directory; small warm-ups unless a test sets them
         "voice_store": tempfile.mkdtemp(prefix="voices-"),
@@ -194,7 +205,8 @@ def make_engine(model_dir: Path, omni: FakeAsyncOmni, **settings: object) -> Omn
         omni.kwargs = kwargs
         return omni
 
-    engine = OmniEngine(config, omni_factory=factory)
+    engine = omni_engine(config, omni_factory=factory)  # as the service builds it: its own settings, and two more
+    SERVICE_SETTINGS[engine] = config
     defaults = coerce_param_message_types(omni.default_sampling_params_list, True)
     engine.use_helpers(defaults, estimate_prompt_len, WordTokenizer(), tokens_input)
     return engine
@@ -297,7 +309,7 @@ async def test_http_errors_from_the_omni_engine_are_openai_shaped(custom_voice_d
     omni = FakeAsyncOmni()
     engine = make_engine(custom_voice_dir, omni)
     await engine.start()
-    app = create_app(engine.__dict__["_settings"], engine=engine)
+    app = create_app(service_settings(engine), engine=engine)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
         model = (await client.get("/v1/models")).json()["data"][0]["id"]
         assert model == custom_voice_dir.name
@@ -328,7 +340,7 @@ async def test_a_client_gone_before_the_body_starts_still_frees_its_slot(custom_
     omni = FakeAsyncOmni()
     engine = make_engine(custom_voice_dir, omni)
     await engine.start()
-    app = create_app(engine.__dict__["_settings"], engine=engine)
+    app = create_app(service_settings(engine), engine=engine)
     model = custom_voice_dir.name
     body = json.dumps({"model": model, "voice": "vivian", "input": "Hi.", "max_new_tokens": 200}).encode()
     scope = {

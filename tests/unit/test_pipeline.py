@@ -146,7 +146,7 @@ async def test_each_sentence_is_its_own_engine_job_and_abort_reaches_them() -> N
 def test_engine_protocols_are_checkable_at_run_time() -> None:
     """The embedded engine, and the pipeline in front of it, are SpeechEngines; ReadsAhead tells apart the engines
     that can vet text before synthesis."""
-    embedded = EmbeddedEngine(Settings(embedded_workers=1))
+    embedded = EmbeddedEngine(Settings(embedded_workers=1).embedded)
     assert isinstance(embedded, SpeechEngine) and isinstance(embedded, ReadsAhead)
     assert isinstance(SentencePipeline(embedded, 200), SpeechEngine)
     assert not isinstance(RecordingEngine(), SpeechEngine)  # no start, voices, health...

@@ -18,7 +18,7 @@ from app.server import create_app
 from app.tools.qwen3_tts_model_dir import write_model_dir
 from tests.fakes.vllm_omni_0_30 import SAMPLES_PER_FRAME, FakeAsyncOmni
 from tests.support.wav import tone_wav
-from tests.unit.test_omni_engine import make_engine, profile_without_ramp
+from tests.unit.test_omni_engine import make_engine, profile_without_ramp, service_settings
 
 SERVED = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
 CLIP = tone_wav(2.0, 16_000, 0.3, frequency=200.0)
@@ -56,7 +56,7 @@ async def omni_api(
         deploy_config=profile_without_ramp(tmp_path),
     )
     await engine.start()
-    app = create_app(engine.__dict__["_settings"], engine=engine)
+    app = create_app(service_settings(engine), engine=engine)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://omni", timeout=30) as client:
         yield client, omni
@@ -218,7 +218,7 @@ async def test_the_shipped_ramp_profile_refuses_a_first_chunk_size(model_dirs: d
     omni = FakeAsyncOmni()
     engine = make_engine(model_dirs["custom_voice"], omni, omni_warmup_batch_sizes=[1], voice_store=str(tmp_path))
     await engine.start()
-    app = create_app(engine.__dict__["_settings"], engine=engine)
+    app = create_app(service_settings(engine), engine=engine)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://omni") as client:
         body = {"input": "Hi.", "voice": "vivian", "initial_codec_chunk_frames": 4}
         response = await client.post("/v1/audio/speech", json=body)

@@ -1,0 +1,229 @@
+"""Settings grouped per engine (`settings.omni`, `settings.embedded`, read from SPEECH_<ENGINE>__<FIELD>), the old
+flat names still read (environment and keyword arguments) and logged as deprecated, and each engine given only its
+own group."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import app.cli
+from app.engines import create_engine, engine_available, omni_engine
+from app.engines.embedded import EmbeddedEngine
+from app.engines.omni import OmniEngine
+from app.settings import (
+    FLAT_NAMES,
+    EmbeddedSettings,
+    OmniSettings,
+    Settings,
+    deprecated_env_names,
+    log_deprecated_env,
+    settings_help,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# One value per old flat name: (as the environment gives it, as the engine group holds it), unlike the default.
+EXAMPLES: dict[str, tuple[str, object]] = {
+    "embedded_workers": ("3", 3),
+    "embedded_threads_per_worker": ("2", 2),
+    "model": ("/models/qwen", "/models/qwen"),
+    "served_model_name": ("my-voice", "my-voice"),
+    "deploy_config": ("deploy/vllm-omni/throughput.yaml", "deploy/vllm-omni/throughput.yaml"),
+    "stage_overrides": ('{"0": {"max_num_seqs": 8}}', {"0": {"max_num_seqs": 8}}),
+    "load_format": ("dummy", "dummy"),
+    "compile_cache_dir": ("/cache", "/cache"),
+    "omni_stage_init_timeout_s": ("60", 60),
+    "omni_init_timeout_s": ("90", 90),
+    "omni_warmup_batch_sizes": ("1,2,8", [1, 2, 8]),
+    "omni_sentence_pipeline": ("true", True),
+    "omni_code2wav_scheduler": ("", ""),
+    "omni_cuda_mps": ("1", True),
+    "omni_fixed_length": ("true", True),
+}
+
+
+@pytest.fixture(autouse=True)
+def no_speech_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only what a test sets: no SPEECH_* variable of the machine running the tests."""
+    for key in list(os.environ):
+        if key.upper().startswith("SPEECH_"):
+            monkeypatch.delenv(key)
+
+
+def group_value(settings: Settings, flat: str) -> object:
+    group, field = FLAT_NAMES[flat]
+    return getattr(getattr(settings, group), field)
+
+
+def test_every_old_flat_name_has_an_example_and_a_grouped_field_that_names_it() -> None:
+    assert set(EXAMPLES) == set(OTHERS) == set(FLAT_NAMES)
+    groups = {"embedded": EmbeddedSettings, "omni": OmniSettings}
+    taken = set()
+    for flat, (group, field) in FLAT_NAMES.items():
+        info = groups[group].model_fields[field]
+        assert f"`SPEECH_{flat.upper()}`" in (info.description or ""), flat  # the settings page shows the old name
+        assert EXAMPLES[flat][1] != (info.default_factory() if info.default_factory else info.default)  # type: ignore[call-arg]
+        taken.add((group, field))
+    # every engine setting that existed flat is mapped; nothing of the service moved into a group
+    assert taken == {(g, f) for g, model in groups.items() for f in model.model_fields}
+    assert not set(FLAT_NAMES) & set(Settings.model_fields)
+
+
+@pytest.mark.parametrize("flat", list(FLAT_NAMES))
+def test_an_old_flat_variable_is_read_into_its_group(monkeypatch: pytest.MonkeyPatch, flat: str) -> None:
+    text, value = EXAMPLES[flat]
+    monkeypatch.setenv(f"SPEECH_{flat.upper()}", text)
+    assert group_value(Settings(), flat) == value
+
+
+@pytest.mark.parametrize("flat", list(FLAT_NAMES))
+def test_the_grouped_variable_is_read(monkeypatch: pytest.MonkeyPatch, flat: str) -> None:
+    group, field = FLAT_NAMES[flat]
+    text, value = EXAMPLES[flat]
+    monkeypatch.setenv(f"SPEECH_{group.upper()}__{field.upper()}", text)
+    assert group_value(Settings(), flat) == value
+
+
+# A second value per name, unlike the example: set under the grouped name beside the example under the old one.
+OTHERS: dict[str, tuple[str, object]] = {
+    "embedded_workers": ("7", 7),
+    "embedded_threads_per_worker": ("4", 4),
+    "model": ("/models/other", "/models/other"),
+    "served_model_name": ("other", "other"),
+    "deploy_config": ("deploy/vllm-omni/customvoice.yaml", "deploy/vllm-omni/customvoice.yaml"),
+    "stage_overrides": ('{"1": {"load_format": "auto"}}', {"1": {"load_format": "auto"}}),
+    "load_format": ("auto", "auto"),
+    "compile_cache_dir": ("/other-cache", "/other-cache"),
+    "omni_stage_init_timeout_s": ("61", 61),
+    "omni_init_timeout_s": ("91", 91),
+    "omni_warmup_batch_sizes": ("[4]", [4]),
+    "omni_sentence_pipeline": ("false", False),
+    "omni_code2wav_scheduler": ("my.Scheduler", "my.Scheduler"),
+    "omni_cuda_mps": ("false", False),
+    "omni_fixed_length": ("false", False),
+}
+
+
+@pytest.mark.parametrize("flat", list(FLAT_NAMES))
+def test_the_grouped_variable_wins_over_the_old_one(monkeypatch: pytest.MonkeyPatch, flat: str) -> None:
+    group, field = FLAT_NAMES[flat]
+    text, value = OTHERS[flat]
+    assert value != EXAMPLES[flat][1]
+    monkeypatch.setenv(f"SPEECH_{flat.upper()}", EXAMPLES[flat][0])
+    monkeypatch.setenv(f"SPEECH_{group.upper()}__{field.upper()}", text)
+    assert group_value(Settings(), flat) == value
+
+
+def test_old_and_grouped_variables_of_one_engine_combine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPEECH_DEPLOY_CONFIG", "old.yaml")
+    monkeypatch.setenv("SPEECH_OMNI__CUDA_MPS", "true")
+    monkeypatch.setenv("speech_omni_fixed_length", "true")  # names are read case-insensitively, as before
+    omni = Settings().omni
+    assert (omni.deploy_config, omni.cuda_mps, omni.fixed_length) == ("old.yaml", True, True)
+
+
+@pytest.mark.parametrize("flat", list(FLAT_NAMES))
+def test_an_old_flat_keyword_argument_is_read_into_its_group(flat: str) -> None:
+    value = EXAMPLES[flat][1]
+    assert group_value(Settings(**{flat: value}), flat) == value
+    assert group_value(Settings.model_validate({flat: value}), flat) == value
+
+
+def test_keyword_arguments_win_over_the_environment_and_grouped_ones_over_flat_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SPEECH_OMNI__DEPLOY_CONFIG", "from-env.yaml")
+    monkeypatch.setenv("SPEECH_EMBEDDED_WORKERS", "5")
+    settings = Settings(deploy_config="flat-kwarg.yaml", embedded_workers=2)
+    assert (settings.omni.deploy_config, settings.embedded.workers) == ("flat-kwarg.yaml", 2)
+    both = Settings(deploy_config="flat.yaml", omni={"deploy_config": "grouped.yaml"})
+    assert both.omni.deploy_config == "grouped.yaml"
+    given = OmniSettings(model="/m")
+    assert Settings(omni=given, load_format="dummy").omni == given  # a whole group object is taken as it is
+
+
+def test_deprecated_variables_are_logged_with_their_new_names(caplog: pytest.LogCaptureFixture) -> None:
+    env = {"SPEECH_DEPLOY_CONFIG": "a.yaml", "SPEECH_OMNI__DEPLOY_CONFIG": "b.yaml", "speech_embedded_workers": "2"}
+    assert deprecated_env_names(env) == [
+        ("SPEECH_EMBEDDED_WORKERS", "SPEECH_EMBEDDED__WORKERS"),
+        ("SPEECH_DEPLOY_CONFIG", "SPEECH_OMNI__DEPLOY_CONFIG"),
+    ]
+    with caplog.at_level(logging.WARNING, logger="app.settings"):
+        log_deprecated_env(env)
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages == [
+        "SPEECH_EMBEDDED_WORKERS is deprecated: set SPEECH_EMBEDDED__WORKERS instead",
+        "SPEECH_DEPLOY_CONFIG is deprecated: set SPEECH_OMNI__DEPLOY_CONFIG instead "
+        "(SPEECH_OMNI__DEPLOY_CONFIG is set too and wins)",
+    ]
+    caplog.clear()
+    log_deprecated_env({"SPEECH_OMNI__MODEL": "/m", "SPEECH_MODEL_ALIASES": "x", "SPEECH_PORT": "1"})
+    assert caplog.records == []  # grouped names and the service's own settings are not deprecated
+
+
+def test_the_server_logs_each_deprecated_variable_once_at_start(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("SPEECH_OMNI_CUDA_MPS", "true")
+    monkeypatch.setenv("SPEECH_MODEL", "/models/qwen")
+    built: list[Settings] = []
+
+    def create_app(settings: Settings) -> SimpleNamespace:
+        built.append(settings)
+        return SimpleNamespace(state=SimpleNamespace(lifecycle=None))
+
+    monkeypatch.setattr(app.cli, "create_app", create_app)
+    monkeypatch.setattr(app.cli, "configure_logging", lambda level: None)  # keep pytest's log capture
+    monkeypatch.setattr(app.cli.SpeechServer, "run", lambda self: None)
+    with caplog.at_level(logging.WARNING, logger="app.settings"):
+        app.cli.main(["--engine", "embedded"])
+    deprecated = sorted(getattr(record, "deprecated", "") for record in caplog.records)
+    assert deprecated == ["SPEECH_MODEL", "SPEECH_OMNI_CUDA_MPS"]
+    assert built[0].omni.model == "/models/qwen" and built[0].omni.cuda_mps
+
+
+def test_help_lists_grouped_names_and_the_old_ones() -> None:
+    text = settings_help()
+    for flat, (group, field) in FLAT_NAMES.items():
+        assert f"SPEECH_{group.upper()}__{field.upper()} " in text
+        assert f"`SPEECH_{flat.upper()}`" in text
+    assert "SPEECH_PORT " in text and "SPEECH_OMNI " not in text
+
+
+# -- each engine is given only its own settings ----------------------------------------------------------------------
+
+
+def test_engines_take_their_own_group_not_the_service_settings() -> None:
+    assert inspect.signature(OmniEngine).parameters["settings"].annotation == "OmniSettings"
+    assert inspect.signature(EmbeddedEngine).parameters["settings"].annotation == "EmbeddedSettings"
+    for module in ("omni.py", "embedded.py"):
+        source = (ROOT / "app" / "engines" / module).read_text()
+        assert not re.search(r"\bSettings\b", source), module  # the service's settings object is never named
+
+
+def test_the_omni_engine_gets_its_group_and_the_two_service_settings_it_needs(custom_voice_dir: Path) -> None:
+    settings = Settings(
+        model=str(custom_voice_dir),
+        deploy_config="deploy/vllm-omni/customvoice.yaml",
+        max_concurrency=6,
+        max_input_chars=100,
+    )
+    engine = omni_engine(settings)
+    assert engine._settings is settings.omni  # what it holds is its group, nothing more
+    assert engine.warmup_batch_sizes() == [1, 2, 4, 6]  # the service's admission limit, passed in
+    assert engine.capabilities().max_input_chars == 100
+
+
+@pytest.mark.skipif(not engine_available("embedded"), reason="needs the embedded extra (hibari)")
+def test_the_embedded_engine_gets_its_group_and_the_longest_input() -> None:
+    served = create_engine(Settings(engine="embedded", embedded_workers=2, max_input_chars=50))
+    engine = served.inner  # type: ignore[attr-defined]
+    assert isinstance(engine, EmbeddedEngine)
+    assert (engine._workers, engine._max_input_chars) == (2, 50)
