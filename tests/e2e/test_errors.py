@@ -34,7 +34,6 @@ def with_(**changes: object) -> dict[str, object]:
 
 CASES = [
     ("missing input", with_(input=...), 400, "input", "missing_required_parameter"),
-    ("missing voice", with_(voice=...), 400, "voice", "missing_required_parameter"),
     ("empty input", with_(input=""), 400, "input", None),
     ("input too long", with_(input="a" * 4097), 400, "input", None),
     ("control characters only", with_(input="\u0000\u0001\u0002\u0007"), 400, "input", None),

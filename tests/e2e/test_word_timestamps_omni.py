@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from app.tools.qwen3_tts_model_dir import write_model_dir
@@ -96,13 +97,18 @@ def test_no_timestamps_unless_asked(omni: RunningServer) -> None:
 
 def test_the_websocket_carries_the_aligned_words_per_sentence(omni: RunningServer) -> None:
     """The WebSocket reads the same chunks: each sentence's trailing audio.chunk has its words, timed from the
-    sentence, within its audio; a language the aligner cannot time is refused at session.config."""
+    sentence, within its audio; a language the aligner cannot time is refused at session.config (a first config: one
+    error, then the socket closes, as vllm-omni 0.30's does)."""
     url = omni.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
     with connect(url) as ws:
         french = {"type": "session.config", "voice": "vivian", "language": "French", "word_timestamps": True}
         ws.send(json.dumps(french))
         error = json.loads(ws.recv(timeout=30))
         assert (error["type"], error["param"]) == ("error", "word_timestamps"), error
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    with connect(url) as ws:
         config = {"type": "session.config", "voice": "vivian", "response_format": "pcm", "word_timestamps": True}
         ws.send(json.dumps(config))
         ws.send(json.dumps({"type": "input.text", "text": TEXT}))
