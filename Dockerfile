@@ -4,7 +4,7 @@
 #                                                       run on H100; torch 2.13 / CUDA 13) for Qwen3-TTS
 # Both install with the Makefile's own `make install` (only the extras differ), so CI runs the same install steps.
 # The root filesystem can be read-only: the service writes only to /tmp (HOME) and its voice store.
-# No model weights are baked in: mount them and point SPEECH_MODEL at them (see k8s/overlays/gpu).
+# No model weights are baked in: mount them and point SPEECH_OMNI__MODEL at them (see k8s/overlays/gpu).
 
 ARG VERSION=0.1.0
 
@@ -71,7 +71,7 @@ ENV PATH="/srv/speech/.venv/bin:${PATH}" \
     SPEECH_HOST=0.0.0.0 \
     SPEECH_PORT=8000 \
     SPEECH_VOICE_STORE=/var/lib/speech/voices \
-    SPEECH_DEPLOY_CONFIG=/srv/speech/deploy/vllm-omni/customvoice.yaml \
+    SPEECH_OMNI__DEPLOY_CONFIG=/srv/speech/deploy/vllm-omni/customvoice.yaml \
     VLLM_WORKER_MULTIPROC_METHOD=spawn \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \

@@ -139,7 +139,7 @@ def env_of(objects: list[dict[str, Any]]) -> dict[str, str]:
 
 def profile_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
     """The vllm-omni deploy profile the server is pointed at, as the profiles ConfigMap carries it."""
-    name = Path(env_of(objects)["SPEECH_DEPLOY_CONFIG"]).name
+    name = Path(env_of(objects)["SPEECH_OMNI__DEPLOY_CONFIG"]).name
     profiles = one(
         objects, "ConfigMap", next(o["metadata"]["name"] for o in objects if "profiles" in o["metadata"]["name"])
     )
@@ -155,7 +155,7 @@ def test_gpu_overlay_essentials(overlay: str, gpus: int, profile: str) -> None:
     main = container(objects)
     assert main["image"] == "speech-service:gpu"
     assert main["resources"]["limits"]["nvidia.com/gpu"] == main["resources"]["requests"]["nvidia.com/gpu"] == gpus
-    assert Path(env_of(objects)["SPEECH_DEPLOY_CONFIG"]).name == profile
+    assert Path(env_of(objects)["SPEECH_OMNI__DEPLOY_CONFIG"]).name == profile
     devices = {str(stage["devices"]) for stage in profile_of(objects)["stages"]}
     assert len(devices) == gpus  # one stage per GPU on the two-GPU pod: the profile and the pod agree
     assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
@@ -169,8 +169,8 @@ def test_gpu_overlay_essentials(overlay: str, gpus: int, profile: str) -> None:
     startup = main["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 600  # a cold start measured 4-6 minutes
     env = env_of(objects)
-    assert env["SPEECH_ENGINE"] == "omni" and env["SPEECH_COMPILE_CACHE_DIR"] == mounts["vllm-cache"]["mountPath"]
-    profile = Path(env["SPEECH_DEPLOY_CONFIG"]).name
+    assert env["SPEECH_ENGINE"] == "omni" and env["SPEECH_OMNI__COMPILE_CACHE_DIR"] == mounts["vllm-cache"]["mountPath"]
+    profile = Path(env["SPEECH_OMNI__DEPLOY_CONFIG"]).name
     assert (
         profile
         in one(
