@@ -110,7 +110,7 @@ class RequestRecord:
 
 
 class AloneEngine:
-    """AsyncOmni and the prompt building of the omni engine, nothing else: no admission, no frame guard, no encoding."""
+    """AsyncOmni and the prompt building of the omni engine, nothing else: no admission, no encoding."""
 
     def __init__(
         self,
