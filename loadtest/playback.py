@@ -12,7 +12,8 @@ client's own scheduling.
 
 Time to uninterrupted audio: a listener who starts at S plays the audio at position p at S + p, so a chunk that
 arrives at t after A seconds of audio came before it is in time if t <= S + A. The earliest start from which no chunk
-is late is S = max over chunks of (t - A): `Playback.uninterrupted_s`. The first chunk (A = 0) makes S at least the
+is late is S = max over chunks of (t - A): `Playback.uninterrupted_s`, counted by the server's own `ListenerClock`
+(app.timing) from the arrivals as the server counts it from its writes. The first chunk (A = 0) makes S at least the
 first audio; how far beyond it S lies is the stream's largest deficit (`deficit_s`), the time-measured buffer that a
 listener starting at the first audio would need never to run dry. It is the same listener as below: without a
 buffer, the player's stalls add up to exactly the deficit (each wait moves the rest of the audio later, and only a
@@ -33,8 +34,11 @@ from dataclasses import dataclass
 
 import av
 
-# Stalls shorter than this are float noise in the arithmetic, not gaps a listener could hear.
-EPSILON_S = 1e-6
+from app.timing import RAN_DRY_EPSILON_S, ListenerClock
+
+# Stalls shorter than this are float noise in the arithmetic, not gaps a listener could hear; the server's listener
+# (app.timing, which also computes the time to uninterrupted audio for both) ignores the same.
+EPSILON_S = RAN_DRY_EPSILON_S
 
 # Received payload bytes -> seconds of audio they make playable.
 PlayableSeconds = Callable[[int], float]
@@ -81,17 +85,6 @@ class SentencePlayback:
     gaps_s: tuple[float, ...]
 
 
-def uninterrupted_start(points: Sequence[tuple[float, float]]) -> float:
-    """The earliest start (seconds since send) from which a real-time listener never runs dry: max over arrivals of
-    (arrival - audio playable before it). `points`: (seconds since send, seconds of audio playable by then) at each
-    arrival that added audio, at least one."""
-    ready, before = points[0][0], 0.0
-    for at, audio in points:
-        ready = max(ready, at - before)
-        before = audio
-    return ready
-
-
 def simulate_playback(
     arrivals: Sequence[tuple[float, float]], buffer_s: float = 0.0, delay_s: float = 0.0
 ) -> Playback | None:
@@ -128,10 +121,11 @@ def simulate_playback(
         else:
             played += at - clock
         clock, available = at, audio
-    first, ready = points[0][0], uninterrupted_start(points)
-    if ready - first <= EPSILON_S:  # float noise, as for the stalls: this stream never ran dry
-        ready = first
-    return _played(begin, points[-1][1], waits, points, least, ready, ready - first)
+    # the time to uninterrupted audio, as the server counts it from its writes (float noise is no deficit)
+    listener = ListenerClock(origin=0.0)
+    for at, audio in points:
+        listener.wrote(at, audio)
+    return _played(begin, points[-1][1], waits, points, least, listener.uninterrupted_s, listener.deficit_s)
 
 
 def _played(
