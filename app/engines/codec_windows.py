@@ -34,16 +34,6 @@ class CodecWindows:
         if not self.first or any(size <= 0 for size in self.first) or self.steady <= 0:
             raise ValueError(f"window sizes must be positive: {self.first} then {self.steady}")
 
-    def size(self, index: int) -> int:
-        return self.first[index] if index < len(self.first) else self.steady
-
-    def with_first(self, frames: int | None) -> CodecWindows:
-        """The windows of a request that sets its own first-window size (`initial_codec_chunk_frames`); under a
-        ramp vllm-omni ignores that field, so the ramp stays."""
-        if frames is None or self.request_first_size_ignored:
-            return self
-        return CodecWindows((frames,), self.steady)
-
     @classmethod
     def from_connector_extra(cls, extra: Mapping[str, Any]) -> CodecWindows | None:
         """The schedule a connector's `extra` settings give, as vllm-omni 0.30 reads them (`chunk_size_utils`:
