@@ -20,16 +20,16 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import numpy as np
 
-from app.engines.base import (
+from app.engine_protocol import (
     AudioChunk,
     EngineFront,
     ReadsAhead,
     SpeechEngine,
     SynthesisJob,
     UnsupportedParameter,
-    WordTiming,
 )
 from app.text.sentences import split_sentences
+from app.text.words import WordTiming
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from app.api import docs, meta, playground, speech, speech_stream, voices
 from app.api.auth import ApiKeyMiddleware, load_api_keys
 from app.api.errors import install_error_handlers
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, SpeechAccountingMiddleware
+from app.engine_protocol import SpeechEngine
 from app.engines import create_engine
-from app.engines.base import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
 from app.voice_store import VoiceStore

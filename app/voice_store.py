@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.engines.base import ReferenceAudio
+from app.engine_protocol import ReferenceAudio
 
 NAME_PATTERN = re.compile(r"[a-z0-9_-]{1,64}")
 CACHE_VOICES = 64

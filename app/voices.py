@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.engines.base import VoiceInfo
+from app.engine_protocol import VoiceInfo
 
 GENERIC_VOICE = "default"
 

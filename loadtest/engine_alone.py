@@ -47,7 +47,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from app.engines.base import SynthesisJob
+from app.engine_protocol import SynthesisJob
 from app.engines.omni import ENGINE_ENVIRONMENT, compile_cache_environment, load_prompt_helpers, talker_limits
 from app.engines.qwen3_tts import (
     AudioOutputReader,

@@ -29,7 +29,8 @@ from app.api.errors import ApiError, engine_not_ready, internal_error
 from app.audio.encoders import StreamEncoder, create_encoder
 from app.audio.formats import FORMATS
 from app.audio.transforms import StreamResampler
-from app.engines.base import AudioChunk, EngineUnavailable, WordTiming
+from app.engine_protocol import AudioChunk, EngineUnavailable
+from app.text.words import WordTiming
 from app.timing import ListenerClock
 
 # Set in the request's state by app.http_protocol when it aborts the connection of a client that stopped reading.

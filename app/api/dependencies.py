@@ -14,7 +14,7 @@ from pathlib import Path
 from fastapi import Request
 
 from app.admission import AdmissionGate
-from app.engines.base import SpeechEngine
+from app.engine_protocol import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
 from app.voice_store import VoiceStore

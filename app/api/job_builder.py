@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from app.api.errors import ApiError, invalid_param
 from app.api.schemas import SpeechRequest
 from app.audio.formats import DEFAULT_SAMPLE_RATE, FORMATS
-from app.engines.base import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType
+from app.engine_protocol import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType
 from app.text.normalize import UnreadableText, first_non_latin, normalize_text
 from app.voices import VoiceCatalog
 

@@ -12,7 +12,7 @@ from app.api.dependencies import get_engine, get_lifecycle, get_settings, served
 from app.api.docs import error_responses
 from app.api.errors import ApiError
 from app.audio.formats import DEFAULT_SAMPLE_RATE, RESPONSE_FORMATS
-from app.engines.base import SpeechEngine
+from app.engine_protocol import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
 

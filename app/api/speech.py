@@ -42,7 +42,7 @@ from app.api.schemas import SpeechRequest
 from app.audio.fetch import fetch_reference
 from app.audio.formats import CONTENT_TYPES
 from app.audio.reference import is_url, prepare_reference_audio
-from app.engines.base import (
+from app.engine_protocol import (
     AudioChunk,
     EngineUnavailable,
     ReferenceAudio,

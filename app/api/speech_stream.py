@@ -56,10 +56,11 @@ from app.api.speech import (
     shutting_down,
 )
 from app.audio.formats import DEFAULT_SAMPLE_RATE, ResponseFormat
-from app.engines.base import ReferenceAudio, SpeechEngine, WordTiming
+from app.engine_protocol import ReferenceAudio, SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
 from app.text.sentences import complete_sentences, split_sentences
+from app.text.words import WordTiming
 from app.timing import ListenerClock, TtfaTimeline
 from app.voice_store import VoiceStore
 from app.voices import VoiceCatalog

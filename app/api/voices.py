@@ -12,7 +12,7 @@ from app.api.dependencies import get_catalog, get_engine, get_voice_store
 from app.api.docs import error_responses
 from app.api.errors import ApiError, invalid_param
 from app.audio.reference import MAX_REFERENCE_BYTES, prepare_reference_audio
-from app.engines.base import SpeechEngine, UnsupportedParameter
+from app.engine_protocol import SpeechEngine, UnsupportedParameter
 from app.text.hygiene import text_problem
 from app.voice_store import NAME_PATTERN, StoredVoice, VoiceExists, VoiceNotFound, VoiceStore
 from app.voices import GENERIC_VOICE, VoiceCatalog

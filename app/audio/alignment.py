@@ -29,8 +29,7 @@ from typing import Any
 import numpy as np
 
 from app.audio.transforms import resample
-from app.engines.base import WordTiming
-from app.text.words import SpokenWord, align_words, written_words
+from app.text.words import SpokenWord, WordTiming, align_words, written_words
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from app.engines.base import UnsupportedParameter
+from app.engine_protocol import UnsupportedParameter
 
 MAX_REDIRECTS = 3
 

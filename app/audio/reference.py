@@ -12,7 +12,7 @@ import av
 import numpy as np
 
 from app.audio.transforms import resample
-from app.engines.base import ReferenceAudio, UnsupportedParameter
+from app.engine_protocol import ReferenceAudio, UnsupportedParameter
 
 MAX_REFERENCE_BYTES = 10 * 1024 * 1024
 MAX_CHANNELS = 8

@@ -1,4 +1,4 @@
-"""Speech engines behind one protocol (`app.engines.base`). Engine libraries are imported only by their own module."""
+"""Speech engines behind one protocol (`app.engine_protocol`). Engine libraries are imported only by their engine."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import shutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from app.engines.base import SpeechEngine
+from app.engine_protocol import SpeechEngine
 
 if TYPE_CHECKING:
     from app.engines.omni import OmniEngine

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from app.engines.base import (
+from app.engine_protocol import (
     AudioChunk,
     EngineCapabilities,
     EngineError,
@@ -25,8 +25,8 @@ from app.engines.base import (
     SpeechEngine,
     SynthesisJob,
     UnsupportedParameter,
-    WordTiming,
 )
+from app.text.words import WordTiming
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from app.audio.transforms import time_stretch
-from app.engines import hibari_alignment
-from app.engines.base import (
+from app.engine_protocol import (
     AudioChunk,
     EngineCapabilities,
     EngineHealth,
@@ -31,11 +30,11 @@ from app.engines.base import (
     TaskType,
     UnsupportedParameter,
     VoiceInfo,
-    WordTiming,
 )
+from app.engines import hibari_alignment
 from app.settings import MAX_INPUT_CHARS
 from app.text.normalize import ReadingRules
-from app.text.words import align_words, written_words
+from app.text.words import WordTiming, align_words, written_words
 
 if TYPE_CHECKING:
     from typing import Any

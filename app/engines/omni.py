@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from app.engines.base import (
+from app.engine_protocol import (
     AudioChunk,
     EngineCapabilities,
     EngineError,

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from app.audio.reference import REFERENCE_SECONDS
-from app.engines.base import ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
+from app.engine_protocol import ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
 from app.engines.codec_windows import VLLM_OMNI_DEFAULT, CodecWindows
 
 log = logging.getLogger(__name__)

@@ -13,13 +13,27 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.engines.base import WordTiming
-
 # Stripped from both ends of a written word: quotes, brackets, dashes and sentence punctuation. A trailing full stop
 # stays on words with a full stop inside ("e.g.", "U.S."): there it is part of the word as written.
 _EDGE_PUNCTUATION = "\"'“”‘’«»()[]{}<>,;:!?…—–-"
 _KEY_DROP = re.compile(r"[\W_]+")
 _ABBREVIATION = re.compile(r"[^\W\d_]\.[^\W\d_]")  # a full stop between letters
+
+
+@dataclass(frozen=True, slots=True)
+class WordTiming:
+    """When one word of the input, as the caller wrote it ("$9.99", "Dr."), is spoken: seconds from the start of
+    the audio it belongs to (a chunk's own samples inside an engine; the whole utterance in a response)."""
+
+    word: str
+    start_s: float
+    end_s: float
+
+    def shifted(self, offset_s: float) -> WordTiming:
+        return WordTiming(self.word, self.start_s + offset_s, self.end_s + offset_s)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"word": self.word, "start_ms": round(self.start_s * 1000), "end_ms": round(self.end_s * 1000)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.engines.base import SynthesisJob, UnsupportedParameter
+from app.engine_protocol import SynthesisJob, UnsupportedParameter
 from app.engines.embedded import READING, EmbeddedEngine
 from app.pipeline import SentencePipeline
 from app.settings import Settings

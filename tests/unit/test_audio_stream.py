@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.api.audio_stream import EncodedAudio, StreamCut, StreamStopped, audio_body, sse_events
-from app.engines.base import AudioChunk, EngineUnavailable
+from app.engine_protocol import AudioChunk, EngineUnavailable
 
 
 def tone(seconds: float, rate: int = 24_000) -> np.ndarray:

@@ -14,10 +14,10 @@ from app.api.audio_stream import EncodedAudio
 from app.api.errors import ApiError
 from app.api.job_builder import check_word_timestamps
 from app.audio.alignment import INSTALL_HINT, expected_words, speech_span, words_from_pieces
+from app.engine_protocol import AudioChunk, EngineCapabilities, EngineError, SynthesisJob, TaskType
 from app.engines.aligned import ForcedAlignedEngine
-from app.engines.base import AudioChunk, EngineCapabilities, EngineError, SynthesisJob, TaskType, WordTiming
 from app.pipeline import LEAD_S, PAUSE_AFTER_SENTENCE_S, SentencePipeline
-from app.text.words import SpokenWord
+from app.text.words import SpokenWord, WordTiming
 from tests.unit.test_pipeline import RATE, utterance
 
 CAPS = EngineCapabilities(

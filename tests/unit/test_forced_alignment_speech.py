@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from app.audio.alignment import WhisperAligner
+from app.engine_protocol import AudioChunk, EngineCapabilities, SynthesisJob
 from app.engines.aligned import ForcedAlignedEngine
-from app.engines.base import AudioChunk, EngineCapabilities, SynthesisJob, WordTiming
 from app.engines.embedded import SAMPLE_RATE, EmbeddedEngine
 from app.pipeline import SentencePipeline
 from app.settings import Settings
+from app.text.words import WordTiming
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",

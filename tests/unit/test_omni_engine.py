@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import yaml
 
+from app.engine_protocol import EngineUnavailable, ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
 from app.engines import omni_engine
-from app.engines.base import EngineUnavailable, ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
 from app.engines.codec_windows import CodecWindows
 from app.engines.omni import DECODER_GRAPH_STATS_ENVIRONMENT, OmniEngine
 from app.engines.qwen3_tts import (

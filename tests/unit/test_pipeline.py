@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from app.engines.base import AudioChunk, ReadsAhead, SpeechEngine, SynthesisJob
+from app.engine_protocol import AudioChunk, ReadsAhead, SpeechEngine, SynthesisJob
 from app.engines.embedded import EmbeddedEngine
 from app.pipeline import (
     FADE_S,

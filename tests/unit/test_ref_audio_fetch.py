@@ -17,7 +17,7 @@ import trustme
 
 from app.audio.fetch import FetchPolicy, fetch_reference
 from app.audio.reference import decode_reference_audio
-from app.engines.base import UnsupportedParameter
+from app.engine_protocol import UnsupportedParameter
 from tests.support.wav import pcm_wav
 
 WAV = pcm_wav((np.sin(np.arange(32_000) / 8) * 10_000).astype("<i2"), 16_000)

@@ -9,7 +9,7 @@ import pytest
 
 from app.audio.encoders import create_encoder
 from app.audio.reference import decode_reference_audio
-from app.engines.base import UnsupportedParameter
+from app.engine_protocol import UnsupportedParameter
 from tests.support.wav import tone_wav
 
 

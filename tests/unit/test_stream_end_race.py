@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from app.api.audio_stream import EncodedAudio
-from app.engines.base import AudioChunk
+from app.engine_protocol import AudioChunk
 
 
 async def _ends_at_once() -> AsyncGenerator[AudioChunk]:

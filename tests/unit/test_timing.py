@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.api.audio_stream import EncodedAudio, audio_body, sse_events
-from app.engines.base import AudioChunk
+from app.engine_protocol import AudioChunk
 from app.timing import PHASES, RAN_DRY_EPSILON_S, ListenerClock, TtfaTimeline
 
 

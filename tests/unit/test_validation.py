@@ -13,7 +13,7 @@ from app.api.errors import ApiError, validation_error
 from app.api.job_builder import OutputSpec, build_job
 from app.api.schemas import SpeechRequest, VoiceRef
 from app.audio.formats import DEFAULT_SAMPLE_RATE, RESPONSE_FORMATS
-from app.engines.base import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType, VoiceInfo
+from app.engine_protocol import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType, VoiceInfo
 from app.voices import VoiceCatalog
 
 BASE: dict[str, Any] = {"model": "tts-1", "input": "Hello there.", "voice": "alloy"}

@@ -200,7 +200,7 @@ async def test_bad_values_are_400s_naming_the_field(omni_api, changes: dict, par
 
 async def test_engine_honours_a_first_chunk_size(model_dirs: dict[str, Path]) -> None:
     """Without a ramp, a request's own first-window size reaches the talker, and every generated frame arrives once."""
-    from app.engines.base import SynthesisJob
+    from app.engine_protocol import SynthesisJob
 
     omni = FakeAsyncOmni()
     no_ramp = profile_without_ramp(model_dirs["custom_voice"].parent)

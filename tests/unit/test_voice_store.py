@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app import voice_store
-from app.engines.base import ReferenceAudio
+from app.engine_protocol import ReferenceAudio
 from app.voice_store import VoiceExists, VoiceNotFound, VoiceStore
 
 CLIP = ReferenceAudio((0.2 * np.sin(np.arange(24_000) / 5)).astype(np.float32), 24_000)

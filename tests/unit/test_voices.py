@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.engines.base import VoiceInfo
+from app.engine_protocol import VoiceInfo
 from app.settings import OPENAI_VOICES, Settings
 from app.voices import VoiceCatalog
 

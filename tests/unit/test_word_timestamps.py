@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
+from app.engine_protocol import AudioChunk, SynthesisJob
 from app.engines import hibari_alignment
-from app.engines.base import AudioChunk, SynthesisJob, WordTiming
 from app.pipeline import LEAD_S, SentencePipeline
-from app.text.words import SpokenWord, align_words, written_words
+from app.text.words import SpokenWord, WordTiming, align_words, written_words
 from tests.unit.test_pipeline import RATE, utterance
 
 

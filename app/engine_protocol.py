@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from app.text.normalize import ReadingRules
+from app.text.words import WordTiming
 from app.timing import TtfaTimeline
 
 
@@ -63,22 +64,6 @@ class SynthesisJob:
     trace_id: str = ""  # the caller's request id (X-Request-Id), for logs; not unique: callers may reuse it
     # the request's TTFA milestones: an engine marks "submitted" when it hands the work to its model
     timing: TtfaTimeline | None = field(default=None, compare=False, repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class WordTiming:
-    """When one word of the input, as the caller wrote it ("$9.99", "Dr."), is spoken: seconds from the start of
-    the audio it belongs to (a chunk's own samples inside an engine; the whole utterance in a response)."""
-
-    word: str
-    start_s: float
-    end_s: float
-
-    def shifted(self, offset_s: float) -> WordTiming:
-        return WordTiming(self.word, self.start_s + offset_s, self.end_s + offset_s)
-
-    def as_dict(self) -> dict[str, object]:
-        return {"word": self.word, "start_ms": round(self.start_s * 1000), "end_ms": round(self.end_s * 1000)}
 
 
 @dataclass(frozen=True, slots=True)
