@@ -55,6 +55,14 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
     "omni_fixed_length": ("omni", "fixed_length"),
 }
 
+# Classes a setting names by dotted path that have moved: old path -> new path. A setting given the old path gets the
+# new one (the class is the same), and the variable naming it is logged as deprecated at start, as the flat names are.
+MOVED_PATHS: dict[str, str] = {
+    "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler": (
+        "app.engines.omni.stage_plugins.code2wav_scheduler.FirstAudioFirstScheduler"
+    ),
+}
+
 
 def flat_env_name(flat: str) -> str:
     return f"{ENV_PREFIX}{flat}".upper()
@@ -145,7 +153,7 @@ class OmniSettings(BaseModel):
         + _deprecated("omni_sentence_pipeline"),
     )
     code2wav_scheduler: str = Field(
-        "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler",
+        "app.engines.omni.stage_plugins.code2wav_scheduler.FirstAudioFirstScheduler",
         description="code2wav (stage 1) scheduler class by dotted path; empty = vllm-omni's own. vllm-omni 0.30 "
         "refuses a scheduler_cls in SPEECH_OMNI__STAGE_OVERRIDES: set this instead."
         + _deprecated("omni_code2wav_scheduler"),
@@ -167,6 +175,11 @@ class OmniSettings(BaseModel):
     @classmethod
     def _list_from_env(cls, value: object) -> object:
         return _list_from_text(value)
+
+    @field_validator("code2wav_scheduler")
+    @classmethod
+    def _moved_scheduler(cls, path: str) -> str:
+        return MOVED_PATHS.get(path, path)
 
 
 def nest_flat_names(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -195,14 +208,30 @@ def deprecated_env_names(env: Mapping[str, str] = os.environ) -> list[tuple[str,
     ]
 
 
+def moved_path_env(env: Mapping[str, str] = os.environ) -> list[tuple[str, str, str]]:
+    """(variable, old path, new path) for every service variable in `env` set to a dotted path that has moved
+    (`MOVED_PATHS`), in `env` order."""
+    return [
+        (key.upper(), value, MOVED_PATHS[value])
+        for key, value in env.items()
+        if key.upper().startswith(ENV_PREFIX) and value in MOVED_PATHS
+    ]
+
+
 def log_deprecated_env(env: Mapping[str, str] = os.environ) -> None:
-    """Once at start: each old flat engine variable still set, with the name that replaces it."""
+    """Once at start: each old flat engine variable still set, with the name that replaces it; and each variable set
+    to a class's old dotted path, with the path that replaces it."""
     present = {key.upper() for key in env}
     for old, new in deprecated_env_names(env):
         ignored = new in present
         log.warning(
             f"{old} is deprecated: set {new} instead" + (f" ({new} is set too and wins)" if ignored else ""),
             extra={"deprecated": old, "use": new, "ignored": ignored},
+        )
+    for variable, old, new in moved_path_env(env):
+        log.warning(
+            f"{variable}={old} is a deprecated path, read as {new}: set that instead",
+            extra={"deprecated": old, "use": new, "variable": variable},
         )
 
 

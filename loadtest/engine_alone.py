@@ -1,7 +1,7 @@
 """The engine with no service around it: vllm-omni's `AsyncOmni` driven in-process, behind a small control endpoint.
 
 The baseline of a side-by-side benchmark. It starts `AsyncOmni` on a Qwen3-TTS model directory and deploy profile,
-builds every request exactly as the omni engine does (`app.engines.qwen3_tts`: the talker's conditioning, the prompt
+builds every request exactly as the omni engine does (`app.engines.omni.requests`: the talker's conditioning, the prompt
 of placeholder ids from the model's own length estimator, DELTA sampling parameters), warms up every batch size, and
 then waits for workloads on a loopback control port:
 
@@ -48,8 +48,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from app.engine_protocol import SynthesisJob
-from app.engines.omni import ENGINE_ENVIRONMENT, compile_cache_environment, load_prompt_helpers, talker_limits
-from app.engines.qwen3_tts import (
+from app.engines.omni.engine import ENGINE_ENVIRONMENT, compile_cache_environment, load_prompt_helpers, talker_limits
+from app.engines.omni.requests import (
     AudioOutputReader,
     PromptHelpers,
     Qwen3TTSModel,

@@ -24,7 +24,7 @@ from tests.support.speech import FORMATS, assert_speaks
 
 # Modules of the omni engine that import vllm-omni at load: vllm-omni's stage processes load them by dotted path, in
 # the GPU image only.
-NEEDS_OMNI_EXTRA = {"app.engines.omni_code2wav_scheduler"}
+NEEDS_OMNI_EXTRA = {"app.engines.omni.stage_plugins.code2wav_scheduler"}
 
 
 def uv() -> str:

@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from app.engines.cuda_mps import CudaMpsDaemon
+from app.engines.omni.cuda_mps import CudaMpsDaemon
 from tests.support.dockerfile import stages
 
 ROOT = Path(__file__).resolve().parents[2]

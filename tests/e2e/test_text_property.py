@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.engine_protocol import SynthesisJob, UnsupportedParameter
-from app.engines.embedded import READING, EmbeddedEngine
+from app.engines.embedded.engine import READING, EmbeddedEngine
 from app.pipeline import SentencePipeline
 from app.settings import Settings
 from app.text.normalize import UnreadableText, normalize_text

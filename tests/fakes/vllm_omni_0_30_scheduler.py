@@ -1,7 +1,7 @@
 """Stand-ins for vllm-omni 0.30.0's code2wav (stage 1) scheduling on its native data plane (Qwen3-TTS with
-`model_runner: v2` and `async_chunk: true`), cut to what `app.engines.omni_code2wav_scheduler` touches, field for
-field, with the same names and the same order of work inside `schedule()`. Paths are inside the vllm_omni 0.30.0
-wheel (and vllm 0.30.0 for the request queue).
+`model_runner: v2` and `async_chunk: true`), cut to what `app.engines.omni.stage_plugins.code2wav_scheduler`
+touches, field for field, with the same names and the same order of work inside `schedule()`. Paths are inside the
+vllm_omni 0.30.0 wheel (and vllm 0.30.0 for the request queue).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from app.engines.cuda_mps import PIPE_VARIABLE, CudaMpsDaemon
+from app.engines.omni.cuda_mps import PIPE_VARIABLE, CudaMpsDaemon
 
 pytestmark = pytest.mark.skipif(
     shutil.which("nvidia-cuda-mps-control") is None, reason="no nvidia-cuda-mps-control on this host"

@@ -178,7 +178,9 @@ def test_code2wav_runs_first_audio_first(omni_url: str, server_log: Path) -> Non
     """vLLM loaded the service's code2wav scheduler, and on the real engine new streams' first windows made streams
     holding enough audio sit out a step (its probe lines count them). Needs the profile's engine probes on."""
     log = server_log.read_text(errors="replace")
-    assert "Using custom scheduler class app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler" in log
+    assert (
+        "Using custom scheduler class app.engines.omni.stage_plugins.code2wav_scheduler.FirstAudioFirstScheduler" in log
+    )
     settings = re.search(r"code2wav scheduler: first audio first[^(]*\(margin ([\d.]+) s.*probe every (\d+) s", log)
     assert settings, "the scheduler did not log its settings"
     margin, interval = float(settings.group(1)), int(settings.group(2))

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import uvicorn
 
-from app.engines.qwen3_tts import PromptHelpers
+from app.engines.omni.requests import PromptHelpers
 from loadtest.engine_alone import AloneEngine, create_app
 from tests.fakes.vllm_omni_0_30 import (
     FakeAsyncOmni,

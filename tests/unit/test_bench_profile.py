@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.engines.omni import talker_limits
-from app.engines.qwen3_tts import codec_windows
+from app.engines.omni.engine import talker_limits
+from app.engines.omni.requests import codec_windows
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy/gpu/bench_profile.py"

@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from app.engines.code2wav_policy import FRAME_SECONDS, FirstAudioFirst, StepProbe, window_frames
-from app.engines.omni import pipeline_with_code2wav_scheduler
+from app.engines.omni.engine import pipeline_with_code2wav_scheduler
+from app.engines.omni.stage_plugins.code2wav_policy import FRAME_SECONDS, FirstAudioFirst, StepProbe, window_frames
 from tests.fakes.vllm_omni_0_30_scheduler import (
     FakeGenerationScheduler,
     FakeSchedulingCoordinator,
@@ -89,7 +89,7 @@ class Pipeline:  # likewise of its frozen PipelineConfig
 
 def test_the_service_registers_its_code2wav_scheduler_in_the_pipeline_topology() -> None:
     """vllm-omni 0.30 refuses scheduler_cls as a stage override; the pipeline's stage 1 carries it instead."""
-    path = "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler"
+    path = "app.engines.omni.stage_plugins.code2wav_scheduler.FirstAudioFirstScheduler"
     upstream = Pipeline("qwen3_tts", (Stage(0, "qwen3_tts"), Stage(1, "code2wav")))
     ours = pipeline_with_code2wav_scheduler(upstream, path)
     assert ours.model_type == "qwen3_tts"
@@ -102,9 +102,31 @@ def test_the_service_registers_its_code2wav_scheduler_in_the_pipeline_topology()
         pipeline_with_code2wav_scheduler(Pipeline("other", (Stage(0, "x"),)), path)
 
 
+def test_the_stage_plugins_load_without_the_engine_and_the_engine_without_vllm() -> None:
+    """vllm-omni's stage processes import the plugins through `app.engines.omni`: that package must not bring the
+    engine (nor the service's settings) along; and the engine itself imports vllm, vllm-omni and torch only when it
+    starts, so that the service runs without them."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "for name in ('vllm', 'vllm_omni', 'torch', 'transformers'): sys.modules[name] = None  # importing one fails\n"
+        "import app.engines.omni.stage_plugins.code2wav_policy\n"
+        "loaded = {m for m in sys.modules if m.startswith('app.')}\n"
+        "assert not loaded & {'app.engines.omni.engine', 'app.settings'}, sorted(loaded)\n"
+        "from app.engines.omni import OmniEngine\n"
+        "assert OmniEngine.__module__ == 'app.engines.omni.engine'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.fixture
 def scheduler_module(monkeypatch: pytest.MonkeyPatch):
-    return import_against_stand_ins(monkeypatch, "app.engines.omni_code2wav_scheduler", install_generation_scheduler)
+    return import_against_stand_ins(
+        monkeypatch, "app.engines.omni.stage_plugins.code2wav_scheduler", install_generation_scheduler
+    )
 
 
 def _step(scheduler) -> list[str]:
@@ -441,7 +463,7 @@ def test_the_start_up_line_says_what_it_read(scheduler_module, caplog: pytest.Lo
 def _importing_against(monkeypatch: pytest.MonkeyPatch, scheduler: type):
     return import_against_stand_ins(
         monkeypatch,
-        "app.engines.omni_code2wav_scheduler",
+        "app.engines.omni.stage_plugins.code2wav_scheduler",
         lambda modules: install_generation_scheduler(modules, scheduler),
     )
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.engines.codec_windows import CodecWindows
-from app.engines.qwen3_tts import codec_windows
+from app.engines.omni.codec_windows import CodecWindows
+from app.engines.omni.requests import codec_windows
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted(ROOT.joinpath("deploy/vllm-omni").glob("*.yaml"))
-SCHEDULER = ROOT / "app/engines/omni_code2wav_scheduler.py"
+SCHEDULER = ROOT / "app/engines/omni/stage_plugins/code2wav_scheduler.py"
 
 
 def test_the_four_profiles_exist() -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from app.engines import omni_engine
-from app.engines.cuda_mps import LOG_VARIABLE, PIPE_VARIABLE, CudaMpsDaemon, CudaMpsError
 from app.engines.omni import OmniEngine
+from app.engines.omni.cuda_mps import LOG_VARIABLE, PIPE_VARIABLE, CudaMpsDaemon, CudaMpsError
 from app.settings import Settings
 from tests.fakes.nvidia_cuda_mps_control import (
     ANSWER_DELAY_VARIABLE,

@@ -17,9 +17,9 @@ import yaml
 
 from app.engine_protocol import EngineUnavailable, ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
 from app.engines import omni_engine
-from app.engines.codec_windows import CodecWindows
-from app.engines.omni import DECODER_GRAPH_STATS_ENVIRONMENT, OmniEngine
-from app.engines.qwen3_tts import (
+from app.engines.omni.codec_windows import CodecWindows
+from app.engines.omni.engine import DECODER_GRAPH_STATS_ENVIRONMENT, OmniEngine
+from app.engines.omni.requests import (
     AudioOutputReader,
     Qwen3TTSModel,
     additional_information,
@@ -234,7 +234,7 @@ async def test_engine_starts_warms_up_and_streams(custom_voice_dir: Path) -> Non
         "load_format": "dummy",
         "stage_init_timeout": 900,
         "init_timeout": 1200,
-        "code2wav_scheduler": "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler",
+        "code2wav_scheduler": "app.engines.omni.stage_plugins.code2wav_scheduler.FirstAudioFirstScheduler",
     }
     assert len(omni.requests) == 1 + 4  # warm-up at batch sizes 1 and 4
     samples, tokens_in, tokens_out = await collect(engine, job(request_id="real", max_new_tokens=51, seed=3))
@@ -452,7 +452,7 @@ async def test_engine_probes_turn_on_the_decoders_graph_stats(
 def test_random_weights_are_warned_to_leave_code2wav_unlike_real_ones(
     custom_voice_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level("WARNING", logger="app.engines.omni"):
+    with caplog.at_level("WARNING", logger="app.engines.omni.engine"):
         make_engine(custom_voice_dir, FakeAsyncOmni(), load_format="safetensors")
         # code2wav loading a checkpoint of its own (deploy/gpu/codec_weights.py) while the talker stays random
         make_engine(custom_voice_dir, FakeAsyncOmni(), stage_overrides={"1": {"load_format": "auto"}})
@@ -465,7 +465,7 @@ def test_random_weights_are_warned_to_leave_code2wav_unlike_real_ones(
 def test_a_batch_override_beyond_the_graph_cap_is_warned_about(
     custom_voice_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level("WARNING", logger="app.engines.omni"):
+    with caplog.at_level("WARNING", logger="app.engines.omni.engine"):
         make_engine(custom_voice_dir, FakeAsyncOmni())
         assert not [r for r in caplog.records if "CUDA graphs" in r.getMessage()]
         engine = make_engine(custom_voice_dir, FakeAsyncOmni(), stage_overrides={"0": {"max_num_seqs": 96}})

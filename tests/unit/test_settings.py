@@ -19,11 +19,13 @@ from app.engines.embedded import EmbeddedEngine
 from app.engines.omni import OmniEngine
 from app.settings import (
     FLAT_NAMES,
+    MOVED_PATHS,
     EmbeddedSettings,
     OmniSettings,
     Settings,
     deprecated_env_names,
     log_deprecated_env,
+    moved_path_env,
     settings_help,
 )
 
@@ -189,6 +191,44 @@ def test_the_server_logs_each_deprecated_variable_once_at_start(
     assert built[0].omni.model == "/models/qwen" and built[0].omni.cuda_mps
 
 
+# -- dotted paths that moved ----------------------------------------------------------------------------------------
+
+OLD_SCHEDULER = "app.engines.omni_code2wav_scheduler.FirstAudioFirstScheduler"  # before the engines had folders
+
+
+@pytest.mark.parametrize("variable", ["SPEECH_OMNI__CODE2WAV_SCHEDULER", "SPEECH_OMNI_CODE2WAV_SCHEDULER"])
+def test_the_code2wav_schedulers_old_path_is_read_as_its_new_one(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    """A deployment that still names the scheduler where it used to live gets the same class from where it lives now
+    (vllm-omni's stage process would fail to import the old path)."""
+    new = OmniSettings().code2wav_scheduler
+    assert MOVED_PATHS[OLD_SCHEDULER] == new != OLD_SCHEDULER
+    monkeypatch.setenv(variable, OLD_SCHEDULER)
+    assert Settings().omni.code2wav_scheduler == new
+    assert Settings(omni={"code2wav_scheduler": OLD_SCHEDULER}).omni.code2wav_scheduler == new
+    assert Settings(omni_code2wav_scheduler=OLD_SCHEDULER).omni.code2wav_scheduler == new
+    assert Settings(omni={"code2wav_scheduler": "my.Scheduler"}).omni.code2wav_scheduler == "my.Scheduler"
+    for old, moved in MOVED_PATHS.items():  # each new path names a class defined there (its module imports vllm-omni,
+        module, _, name = moved.rpartition(".")  # so only its source is read)
+        assert f"class {name}(" in (ROOT / (module.replace(".", "/") + ".py")).read_text(), old
+
+
+def test_a_variable_set_to_an_old_path_is_logged_with_the_new_one(caplog: pytest.LogCaptureFixture) -> None:
+    new = MOVED_PATHS[OLD_SCHEDULER]
+    env = {"speech_omni__code2wav_scheduler": OLD_SCHEDULER, "SPEECH_OMNI__MODEL": "/m", "OTHER_TOOL": OLD_SCHEDULER}
+    assert moved_path_env(env) == [("SPEECH_OMNI__CODE2WAV_SCHEDULER", OLD_SCHEDULER, new)]
+    with caplog.at_level(logging.WARNING, logger="app.settings"):
+        log_deprecated_env(env)
+    assert [record.getMessage() for record in caplog.records] == [
+        f"SPEECH_OMNI__CODE2WAV_SCHEDULER={OLD_SCHEDULER} is a deprecated path, read as {new}: set that instead"
+    ]
+    assert caplog.records[0].deprecated == OLD_SCHEDULER  # type: ignore[attr-defined]
+    caplog.clear()
+    log_deprecated_env({"SPEECH_OMNI__CODE2WAV_SCHEDULER": new})
+    assert caplog.records == []
+
+
 def test_help_lists_grouped_names_and_the_old_ones() -> None:
     text = settings_help()
     for flat, (group, field) in FLAT_NAMES.items():
@@ -203,7 +243,7 @@ def test_help_lists_grouped_names_and_the_old_ones() -> None:
 def test_engines_take_their_own_group_not_the_service_settings() -> None:
     assert inspect.signature(OmniEngine).parameters["settings"].annotation == "OmniSettings"
     assert inspect.signature(EmbeddedEngine).parameters["settings"].annotation == "EmbeddedSettings"
-    for module in ("omni.py", "embedded.py"):
+    for module in ("omni/engine.py", "embedded/engine.py"):
         source = (ROOT / "app" / "engines" / module).read_text()
         assert not re.search(r"\bSettings\b", source), module  # the service's settings object is never named
 

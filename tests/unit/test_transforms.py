@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app.audio.transforms import StreamResampler, time_stretch
-from app.engines.embedded import MAX_PHONEMES, MODEL_SPEED_RANGE, chunk_phonemes, split_speed
+from app.engines.embedded.engine import MAX_PHONEMES, MODEL_SPEED_RANGE, chunk_phonemes, split_speed
 
 
 def sine(n: int, rate: int, freq: float, amp: float = 0.5) -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.engine_protocol import AudioChunk, SynthesisJob
-from app.engines import hibari_alignment
+from app.engines.embedded import alignment as hibari_alignment
 from app.pipeline import LEAD_S, SentencePipeline
 from app.text.words import SpokenWord, WordTiming, align_words, written_words
 from tests.unit.test_pipeline import RATE, utterance

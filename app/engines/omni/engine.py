@@ -2,7 +2,7 @@
 
 Written against vllm-omni 0.30.0 with vllm 0.30.0. vllm-omni is imported only when the engine starts, after the
 environment it needs is set, so the rest of the service runs without it. Requests are built the way vllm-omni's own
-speech server builds them (see `app.engines.qwen3_tts`); audio is streamed as DELTA outputs. (0.26's talker could
+speech server builds them (see `app.engines.omni.requests`); audio is streamed as DELTA outputs. (0.26's talker could
 send a stream's tail window twice under load, which a frame guard here used to drop; 0.30 counts the frames it has
 sent per request and never sends one again, so every sample now goes to the caller as it comes.)
 """
@@ -30,8 +30,8 @@ from app.engine_protocol import (
     TaskType,
     VoiceInfo,
 )
-from app.engines.cuda_mps import CudaMpsDaemon
-from app.engines.qwen3_tts import (
+from app.engines.omni.cuda_mps import CudaMpsDaemon
+from app.engines.omni.requests import (
     SAMPLES_PER_FRAME,
     AudioOutputReader,
     PromptHelpers,

@@ -31,7 +31,7 @@ from app.engine_protocol import (
     UnsupportedParameter,
     VoiceInfo,
 )
-from app.engines import hibari_alignment
+from app.engines.embedded import alignment
 from app.settings import MAX_INPUT_CHARS
 from app.text.normalize import ReadingRules
 from app.text.words import WordTiming, align_words, written_words
@@ -142,7 +142,7 @@ class EmbeddedEngine:
         from hibari import Hibari
 
         model = Hibari(voice=VOICE_ID, threads=self._threads_per_worker)
-        voice = Voice(model, hibari_alignment.load_session(model, self._threads_per_worker))
+        voice = Voice(model, alignment.load_session(model, self._threads_per_worker))
         model.sess = None  # the session above replaces it: one copy of the network per worker
         # loads the G2P and runs the graph once so the first request is not slow
         self._models.put(voice)
@@ -241,8 +241,8 @@ class EmbeddedEngine:
         try:
             rng = np.random.default_rng(seed)
             model_speed, tempo = split_speed(speed)
-            phonemes, spoken = hibari_alignment.phonemize(voice.model.g2p, sentence)
-            clock = hibari_alignment.PhonemeClock(phonemes, voice.model.vocab)
+            phonemes, spoken = alignment.phonemize(voice.model.g2p, sentence)
+            clock = alignment.PhonemeClock(phonemes, voice.model.vocab)
             parts: list[np.ndarray] = []
             phoneme_ids = 0
             for piece in chunk_phonemes(phonemes):
@@ -250,7 +250,7 @@ class EmbeddedEngine:
                 if len(ids) <= 2:  # only the padding: nothing in this piece the model can say
                     continue
                 phoneme_ids += len(ids)
-                audio, durations = hibari_alignment.synthesize_ids(voice.session, ids, model_speed, rng)
+                audio, durations = alignment.synthesize_ids(voice.session, ids, model_speed, rng)
                 clock.add(piece, durations, len(audio))
                 parts.append(audio)
         finally:

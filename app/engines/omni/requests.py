@@ -29,7 +29,7 @@ import numpy as np
 
 from app.audio.reference import REFERENCE_SECONDS
 from app.engine_protocol import ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
-from app.engines.codec_windows import VLLM_OMNI_DEFAULT, CodecWindows
+from app.engines.omni.codec_windows import VLLM_OMNI_DEFAULT, CodecWindows
 
 log = logging.getLogger(__name__)
 
@@ -208,8 +208,9 @@ def additional_information(job: SynthesisJob, model: Qwen3TTSModel) -> dict[str,
 
 @dataclass(frozen=True, slots=True)
 class PromptHelpers:
-    """What a request needs from vllm / vllm-omni (`app.engines.omni.load_prompt_helpers` imports them): the engine's
-    sampling defaults as DELTA, the model's prompt-length estimator, its tokenizer and vllm's `tokens_input`."""
+    """What a request needs from vllm / vllm-omni (`app.engines.omni.engine.load_prompt_helpers` imports them): the
+    engine's sampling defaults as DELTA, the model's prompt-length estimator, its tokenizer and vllm's
+    `tokens_input`."""
 
     delta_defaults: list[Any]
     estimator: Callable[..., int]

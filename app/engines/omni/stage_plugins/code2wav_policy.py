@@ -1,7 +1,7 @@
 """Which code2wav windows run in the next decoding step: first audio first, and no listener left to run dry.
 
-Pure bookkeeping, no engine imports: the code2wav scheduler (`app.engines.omni_code2wav_scheduler`) feeds it the
-windows it schedules and asks it which streams may wait. Every stream has a deadline: its next audio is due when its
+Pure bookkeeping, no engine imports: the code2wav scheduler (`code2wav_scheduler` beside it) feeds it the windows it
+schedules and asks it which streams may wait. Every stream has a deadline: its next audio is due when its
 listener's buffer runs out, and a stream that has produced no audio yet is due now. A step that carries a first
 window should be short, so the steady windows of streams that hold plenty of audio wait (for as many steps as the
 scheduler's bound allows: with none, until they are down to the margin). A step may also be capped: beyond the cap,

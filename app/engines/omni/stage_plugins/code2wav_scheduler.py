@@ -1,5 +1,5 @@
 """Code2wav (stage 1) scheduler for vllm-omni 0.30.0: first audio first. Loaded by the code2wav stage process by
-dotted path as stage 1's scheduler class (see `Settings.omni_code2wav_scheduler`; empty = vllm-omni's own).
+dotted path as stage 1's scheduler class (see `OmniSettings.code2wav_scheduler`; empty = vllm-omni's own).
 
 The path it plugs into (Qwen3-TTS with `model_runner: v2` and `async_chunk: true`, vllm-omni's CUDA default): the
 native data plane. Windows arrive in the model runner's receiving thread, which hands "window ready" events to the
@@ -53,7 +53,7 @@ from typing import Any
 
 from vllm_omni.core.sched.omni_generation_scheduler import OmniGenerationScheduler
 
-from app.engines.code2wav_policy import FirstAudioFirst, StepProbe, window_frames
+from app.engines.omni.stage_plugins.code2wav_policy import FirstAudioFirst, StepProbe, window_frames
 
 log = logging.getLogger("vllm.speech.code2wav")
 
