@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from app.api.errors import ApiError, to_api_error, validation_error
 from app.api.schemas import SpeechRequest
+from app.api.speech_stream import SessionConfig
 from app.audio.formats import DEFAULT_SAMPLE_RATE, RESPONSE_FORMATS
 from app.engine_protocol import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType, VoiceInfo
 from app.speech.errors import SpeechError
@@ -600,3 +601,34 @@ def test_a_checkpoint_id_is_accepted_but_not_listed() -> None:
 def test_whole_file_output() -> None:
     _, output = build(body(stream=False, response_format="flac"))
     assert output == OutputSpec("flac", DEFAULT_SAMPLE_RATE, whole_file=True)
+
+
+def test_the_body_keeps_its_documented_field_order() -> None:
+    """SpeechRequest extends SpeechOptions, whose fields pydantic would put first: the body keeps the order its clients
+    have always read, and validation follows it (a body with several faults hears of the first)."""
+    assert list(SpeechRequest.model_fields)[:9] == [
+        "model",
+        "input",
+        "voice",
+        "speaker",
+        "instructions",
+        "response_format",
+        "speed",
+        "stream_format",
+        "stream",
+    ]
+    assert schema_error(body(input="", speed=9.0), fastapi_loc=True).param == "input"
+
+
+def test_session_config_takes_the_bodys_limits_and_null_as_omitted() -> None:
+    """session.config is checked as the body is (the same fields and limits), but a null option is an omitted one,
+    as vllm-omni clients send them."""
+    config = SessionConfig.model_validate({"type": "session.config", "voice": None, "speaker": "heart", "speed": None})
+    assert (config.voice_name, config.speed, config.response_format) == ("heart", 1.0, "wav")
+    for field, value in (("speed", 9.0), ("model", ""), ("sample_rate", 1), ("seed", -1)):
+        with pytest.raises(ValidationError) as info:
+            SessionConfig.model_validate({"type": "session.config", field: value})
+        assert validation_error(info.value.errors()).param == field
+    with pytest.raises(ValidationError) as info:
+        SessionConfig.model_validate({"type": "session.config", "word_timestamps": None})
+    assert validation_error(info.value.errors()).param == "word_timestamps"
