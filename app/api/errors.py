@@ -1,4 +1,5 @@
-"""OpenAI-shaped errors: every non-2xx body is {"error": {"message", "type", "param", "code"}}."""
+"""OpenAI-shaped errors: every non-2xx body is {"error": {"message", "type", "param", "code"}}. `to_api_error` words
+every failure of a request for speech (`app.speech.errors`, the engine's own) once, for HTTP and the WebSocket alike."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.engine_protocol import EngineUnavailable, UnsupportedParameter
+from app.speech.errors import Failed, Full, Refused, ShuttingDown, SpeechError, Stopped, Unavailable, UnknownModel
 
 INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"
@@ -50,24 +54,42 @@ def invalid_param(param: str, message: str, code: str = "invalid_value") -> ApiE
     return ApiError(400, message, param=param, code=code)
 
 
-def engine_not_ready(detail: str) -> ApiError:
-    """The engine is loading, warming up or gone (`detail` says which): worth a retry, here or on another replica."""
-    return ApiError(
-        503,
-        f"The speech engine is not ready ({detail}). Retry shortly.",
-        type=SERVER_ERROR,
-        code="engine_unavailable",
-        headers={"Retry-After": "5"},
-    )
-
-
 def internal_error(request_id: str) -> ApiError:
-    return ApiError(
-        500,
-        f"The server had an error while processing your request. Request id: {request_id}.",
-        type=SERVER_ERROR,
-        code="internal_error",
-    )
+    return to_api_error(Failed(request_id))
+
+
+def to_api_error(exc: BaseException, request_id: str = "") -> ApiError:
+    """The one wording of a failure: an ApiError as it is, a request's failure (`app.speech.errors`, the engine's
+    UnsupportedParameter and EngineUnavailable) as its status, OpenAI error and headers; anything else as the 500 that
+    names `request_id` (the caller logs it)."""
+    match exc:
+        case ApiError():
+            return exc
+        case UnknownModel():
+            return ApiError(404, exc.message, param=exc.param, code=exc.code)
+        case Refused():
+            return invalid_param(exc.param, exc.message, exc.code)
+        case UnsupportedParameter():
+            return invalid_param(exc.param, exc.message)
+        case Unavailable():
+            return ApiError(
+                503, exc.message, type=SERVER_ERROR, code="engine_unavailable", headers={"Retry-After": "5"}
+            )
+        case EngineUnavailable():  # went away mid-stream: as the 503 a request gets before its first audio
+            return to_api_error(Unavailable(str(exc)))
+        case ShuttingDown():  # refused before it started: the client retries elsewhere, on a new connection
+            headers = {"Retry-After": "1", "Connection": "close"}
+            return ApiError(503, exc.message, type=SERVER_ERROR, code="server_shutting_down", headers=headers)
+        case Stopped(reason="timeout"):
+            return ApiError(504, exc.message, type=SERVER_ERROR, code="timeout")
+        case Stopped():
+            return ApiError(503, exc.message, type=SERVER_ERROR, code="server_shutting_down")
+        case Full():
+            headers = {"Retry-After": str(exc.retry_after_s)}
+            return ApiError(429, exc.message, type="requests", code="rate_limit_exceeded", headers=headers)
+        case Failed():
+            return ApiError(500, exc.message, type=SERVER_ERROR, code="internal_error")
+    return to_api_error(Failed(request_id))
 
 
 def validation_error(errors: Sequence[Any]) -> ApiError:
@@ -117,7 +139,11 @@ def install_error_handlers(app: FastAPI) -> None:
         error_type = INVALID_REQUEST if exc.status_code < 500 else SERVER_ERROR
         return ApiError(exc.status_code, message, type=error_type, code=code, headers=exc.headers).response()
 
+    async def on_speech_error(request: Request, exc: Exception) -> JSONResponse:
+        return to_api_error(exc, getattr(request.state, "request_id", "")).response()
+
     app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(SpeechError, on_speech_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
 

@@ -8,13 +8,14 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from app.api.dependencies import get_engine, get_lifecycle, get_settings, served_models
+from app.api.dependencies import get_engine, get_lifecycle, get_settings
 from app.api.docs import error_responses
 from app.api.errors import ApiError
 from app.audio.formats import DEFAULT_SAMPLE_RATE, RESPONSE_FORMATS
 from app.engine_protocol import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
+from app.speech.models import served_models
 
 router = APIRouter()
 _CREATED = 1_767_225_600  # 2026-01-01: models are served, not trained here; a fixed timestamp keeps listings stable

@@ -15,8 +15,9 @@ audio carries its words `[{word, start_ms, end_ms}]`, timed from the start of th
 `utterance_offset_ms`: where the sentence starts in the utterance's audio (the durations of the sentences before it),
 so that `utterance_offset_ms + start_ms` times a word in the whole utterance.
 
-Each sentence is one request through the same stages as POST /v1/audio/speech (app.api.speech): validation, admission
-(a sentence being synthesized holds a slot), the engine, encoding and the metrics.
+Each sentence is one request through the same stages as POST /v1/audio/speech (`app.speech`): validation, admission
+(a sentence being synthesized holds a slot), the engine, encoding and the metrics; this module holds the frames, the
+close codes and the session's timing.
 
 Close codes: 1000 `session.close` or the idle timeout; 1001 the server drains (after the current utterance); 1008 a
 missing or wrong API key, no valid `session.config` in time, or a first message that is not a valid one (one `error`,
@@ -30,40 +31,29 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
-import re
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, WebSocket
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 from starlette.websockets import WebSocketState
 
 from app import metrics
-from app.api.dependencies import accepted_models, served_models
-from app.api.errors import ApiError, internal_error, invalid_param, validation_error, websocket_error_message
-from app.api.job_builder import build_job
-from app.api.schemas import SpeechRequest
-from app.api.speech import (
-    SpeechRun,
-    admitted,
-    engine_unavailable,
-    observe_ttfa,
-    observe_uninterrupted,
-    resolve_voice,
-    shutting_down,
-)
+from app.api.dependencies import service_of
+from app.api.errors import ApiError, invalid_param, to_api_error, validation_error, websocket_error_message
 from app.audio.formats import DEFAULT_SAMPLE_RATE, ResponseFormat
-from app.engine_protocol import ReferenceAudio, SpeechEngine
-from app.lifecycle import Lifecycle
-from app.settings import Settings
-from app.text.sentences import complete_sentences, split_sentences
+from app.speech.errors import Failed, Full, ShuttingDown, SpeechError, Stopped
+from app.speech.options import DEFAULT_VOICE, Name, SpeechOptions
+from app.speech.run import EncodedPiece, SentenceEnd, SpeechService, observe_ttfa, observe_uninterrupted
+from app.speech.sentences import Ahead, Granularity, complete_units, final_units
+from app.speech.voice import Voice
 from app.text.words import WordTiming
 from app.timing import ListenerClock, TtfaTimeline
-from app.voice_store import VoiceStore
-from app.voices import VoiceCatalog
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -73,56 +63,20 @@ CLOSE_GOING_AWAY = 1001  # the server drains
 CLOSE_POLICY = 1008  # no valid key, or no session.config in time
 CLOSE_TRY_AGAIN = 1013  # the server is full
 
-Granularity = Literal["none", "sentence", "clause"]
-# vllm-omni 0.30's clause marks, Latin and CJK: a clause ends at one of them followed by more text
-_CLAUSE_END = re.compile(r"(?<=[,;:—–])\s+|(?<=[，、；：])")
+# vllm-omni clients send null for an option they leave unset: null means omitted, as it always has here (the fields
+# that could never be null still refuse it)
+_NULLABLE = frozenset(SpeechOptions.model_fields) - {"response_format", "word_timestamps"}
 
 
-def complete_units(text: str, max_chars: int, granularity: Granularity, final: bool = False) -> tuple[list[str], str]:
-    """The pieces of arriving text whose end is certain, and the rest, cut as `split_granularity` asks: whole
-    sentences; also clauses (`clause`); nothing before input.done (`none`, which `final_units` speaks whole)."""
-    if granularity == "none":
-        return [], text
-    sentences, rest = complete_sentences(text, max_chars, final=final)
-    if granularity == "sentence":
-        return sentences, rest
-    clauses = [clause for sentence in sentences for clause in _CLAUSE_END.split(sentence) if clause.strip()]
-    *done, last = _CLAUSE_END.split(rest)
-    return clauses + [clause for clause in done if clause.strip()], last
+class SessionConfig(SpeechOptions):
+    """`session.config`: the fields of POST /v1/audio/speech but `input`, plus vllm-omni 0.30's session switches. An
+    omitted voice is the model's default voice, `speaker` names it as `voice` does."""
 
-
-def final_units(text: str, max_chars: int, granularity: Granularity) -> list[str]:
-    """Every piece of the text at input.done: `none` speaks it as one request, as vllm-omni does."""
-    if granularity == "none":
-        return [text.strip()] if text.strip() else []
-    units, rest = complete_units(text, max_chars, granularity, final=True)
-    return [*units, *split_sentences(rest, max_chars)]
-
-
-class SessionConfig(BaseModel):
-    """`session.config`: the fields of POST /v1/audio/speech but `input`, plus vllm-omni 0.30's session switches."""
-
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(strict=False)  # as vllm-omni reads it: "1.5" is a speed
 
     type: Literal["session.config"]
-    model: str | None = None
-    voice: str | None = None
-    speaker: str | None = Field(None, description="vllm-omni's other name for `voice`.")
-    instructions: str | None = None
+    voice: Name = DEFAULT_VOICE  # a name only (no {"id": ...}), as vllm-omni sends it
     response_format: ResponseFormat = "wav"  # vllm-omni's default
-    speed: float | None = None
-    sample_rate: int | None = None
-    language: str | None = None
-    task_type: Literal["CustomVoice", "VoiceDesign", "Base"] | None = None
-    ref_audio: str | None = None
-    ref_text: str | None = None
-    x_vector_only_mode: bool | None = None
-    max_new_tokens: int | None = None
-    seed: int | None = None
-    initial_codec_chunk_frames: int | None = None
-    non_streaming_mode: bool | None = None
-    speaker_embedding: list[float] | None = None
-    extra_params: dict[str, Any] | None = None
     split_granularity: Granularity | None = Field(
         None,
         description="How the text is cut into requests: `sentence` (omitted: the default here), `clause` (also at "
@@ -136,20 +90,12 @@ class SessionConfig(BaseModel):
         "timings (engines that cannot time words refuse it).",
     )
 
-    def speech_request(self) -> SpeechRequest:
-        """The request each piece of text is spoken with: an omitted voice is the model's default voice, `speaker`
-        names it as `voice` does (both checked as POST /v1/audio/speech checks them)."""
-        fields = self.model_dump(exclude={"type", "stream_audio", "split_granularity"}, exclude_none=True)
-        return SpeechRequest.model_validate({**fields, "input": "-"})
-
-
-@dataclasses.dataclass(frozen=True)
-class Voice:
-    """A validated session.config: the request every sentence of the utterances it governs is built from."""
-
-    request: SpeechRequest
-    reference: ReferenceAudio | None
-    granularity: Granularity = "sentence"
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_omitted(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return {key: value for key, value in data.items() if value is not None or key not in _NULLABLE}
 
 
 @dataclasses.dataclass
@@ -157,22 +103,9 @@ class Sentence:
     utterance: int
     index: int
     text: str
-    voice: Voice
+    voice: Voice[SessionConfig]
     arrived: float  # perf_counter when the text that completed it arrived
     timing: TtfaTimeline | None = None  # its milestones, once its synthesis has begun
-
-
-@dataclasses.dataclass(frozen=True)
-class EncodedPiece:
-    """A sentence's next encoded bytes, and how far into its audio they reach."""
-
-    data: bytes
-    end_s: float
-
-
-@dataclasses.dataclass(frozen=True)
-class SentenceEnd:
-    duration_s: float  # the sentence's audio, as synthesized
 
 
 @dataclasses.dataclass
@@ -236,24 +169,14 @@ class SpeechStreamSession:
     """One connection: reads the client's messages, cuts the arriving text into sentences, and speaks them in order,
     synthesizing the next while the current one is delivered."""
 
-    def __init__(
-        self,
-        websocket: WebSocket,
-        engine: SpeechEngine,
-        settings: Settings,
-        catalog: VoiceCatalog,
-        store: VoiceStore,
-        lifecycle: Lifecycle,
-    ) -> None:
+    def __init__(self, websocket: WebSocket, service: SpeechService) -> None:
         self.ws = websocket
-        self.engine = engine
-        self.settings = settings
-        self.catalog = catalog
-        self.store = store
-        self.lifecycle = lifecycle
-        self.gate = websocket.app.state.gate
+        self.service = service
+        self.settings = service.settings
+        self.lifecycle = service.lifecycle
         self.session_id = websocket.headers.get("x-request-id") or uuid.uuid4().hex
-        self.voice: Voice | None = None
+        self.voice: Voice[SessionConfig] | None = None
+        self.granularity: Granularity = "sentence"
         self.buffer = ""
         self.buffered_at = 0.0
         self.quiet_since = time.perf_counter()  # the last message, or the end of the last speech
@@ -292,7 +215,7 @@ class SpeechStreamSession:
                     speaker.result()  # raises SessionClosed: the speaker ended the session
                     return
                 if stop in done:
-                    await self.send(websocket_error_message(shutting_down()))
+                    await self.send_error(ShuttingDown())
                     raise SessionClosed(CLOSE_GOING_AWAY)
                 if receiving in done:
                     message, receiving = receiving.result(), None
@@ -313,7 +236,7 @@ class SpeechStreamSession:
             log.exception("websocket session failed", extra={"request_id": self.session_id})
             code = 1011
             with contextlib.suppress(Exception):
-                await self.send(websocket_error_message(internal_error(self.session_id)))
+                await self.send_error(Failed(self.session_id))
         finally:
             for task in (receiving, speaker):
                 if task is not None and not task.done():
@@ -354,9 +277,8 @@ class SpeechStreamSession:
                 return
             self.gap_checked = True
             # its TTFA counts from the arrival of its text, not from this look
-            assert self.voice is not None
-            granularity = self.voice.granularity
-            sentences, rest = complete_units(self.buffer, self.settings.sentence_max_chars, granularity, final=True)
+            max_chars = self.settings.sentence_max_chars
+            sentences, rest = complete_units(self.buffer, max_chars, self.granularity, final=True)
             self.enqueue(sentences, rest, arrived=self.buffered_at)
             return
         if self.unspoken:  # still speaking: silence from the client is expected
@@ -375,6 +297,9 @@ class SpeechStreamSession:
     async def send(self, message: dict[str, Any]) -> None:
         async with self.send_lock:
             await self.ws.send_text(json.dumps(message))
+
+    async def send_error(self, exc: Exception) -> None:
+        await self.send(websocket_error_message(to_api_error(exc)))
 
     # -- messages from the client ------------------------------------------------------------------------------------
     async def on_message(self, message: dict[str, Any]) -> None:
@@ -411,8 +336,8 @@ class SpeechStreamSession:
             else:
                 message_text = f"Unknown message type {kind!r}: session.config, input.text, input.done, session.close."
                 raise invalid_param("type", message_text, "unknown_message_type")
-        except ApiError as exc:
-            await self.refuse(exc)
+        except (ApiError, SpeechError) as exc:
+            await self.refuse(to_api_error(exc))
 
     async def refuse(self, error: ApiError) -> None:
         """Tell the client what was wrong with its message. Before a valid session.config, as from vllm-omni, that
@@ -429,13 +354,12 @@ class SpeechStreamSession:
             raise invalid_param("type", "Send input.done before a new session.config.", "input_pending")
         try:
             config = SessionConfig.model_validate(data)
-            request = config.speech_request()
         except ValidationError as exc:
             raise validation_error(exc.errors()) from None
-        request, reference = await resolve_voice(request, self.engine, self.settings, self.catalog, self.store)
-        voice = Voice(request, reference, config.split_granularity or "sentence")
-        self.build(voice, "Hello.", "config")  # everything but the text (word_timestamps too) is checked now
-        self.voice = voice
+        voice = await self.service.resolve_voice(config)
+        # everything but the text (word_timestamps too) is checked now
+        self.service.build_job(voice, "Hello.", f"{self.session_id}-config")
+        self.voice, self.granularity = voice, config.split_granularity or "sentence"
 
     def on_text(self, data: dict[str, Any]) -> None:
         if self.voice is None:
@@ -444,13 +368,13 @@ class SpeechStreamSession:
         if not isinstance(text, str):
             raise ApiError(400, "'text' must be a string.", param="text", code="invalid_type")
         if self.lifecycle.draining and self.utterance not in self.open_utterances:
-            raise shutting_down()
+            raise ShuttingDown()
         self.begin_utterance()
         self.open_utterances[self.utterance].chars += len(text)
         self.buffer += text
         self.buffered_at = time.perf_counter()
         self.gap_checked = False
-        self.enqueue(*complete_units(self.buffer, self.settings.sentence_max_chars, self.voice.granularity))
+        self.enqueue(*complete_units(self.buffer, self.settings.sentence_max_chars, self.granularity))
 
     def on_done(self, close: bool = False) -> None:
         if self.voice is None:
@@ -460,7 +384,7 @@ class SpeechStreamSession:
         if close and self.utterance not in self.open_utterances:
             return
         self.begin_utterance()
-        self.enqueue(final_units(self.buffer, self.settings.sentence_max_chars, self.voice.granularity), "")
+        self.enqueue(final_units(self.buffer, self.settings.sentence_max_chars, self.granularity), "")
         self.queue.put_nowait(UtteranceEnd(self.utterance, self.sentence_index, time.perf_counter()))
         self.utterance += 1
         self.sentence_index = 0
@@ -493,37 +417,24 @@ class SpeechStreamSession:
         spoken.cancel()
 
     # -- speaking ----------------------------------------------------------------------------------------------------
-    def build(self, voice: Voice, text: str, sentence_id: str) -> tuple[Any, Any]:
-        body = voice.request.model_copy(update={"input": text})
-        return build_job(
-            body,
-            request_id=f"{self.session_id}-{sentence_id}",
-            caps=self.engine.capabilities(),
-            catalog=self.catalog,
-            served_models=served_models(self.engine, self.settings),
-            ref_audio=voice.reference,
-            also_accepted=accepted_models(self.engine, self.settings),
-        )
-
     async def speak(self) -> None:
-        """Sends the sentences in order. A sentence's synthesis starts when the previous one's has finished (a session
-        holds one slot at a time, and never queues behind itself), while that one is still being sent and played:
-        synthesis runs faster than real time, so the next sentence is ready before the current one has been heard."""
-        started: asyncio.Queue[tuple[Sentence, asyncio.Queue[object]] | UtteranceEnd] = asyncio.Queue()
+        """Sends the sentences in order, each synthesized ahead of its delivery (`Ahead`). A sentence's synthesis
+        starts when the previous one's has finished (a session holds one slot at a time, and never queues behind
+        itself), while that one is still being sent and played: synthesis runs faster than real time, so the next
+        sentence is ready before the current one has been heard. One sentence at most waits ahead of the one sent."""
+        started: asyncio.Queue[tuple[Sentence, Ahead[object]] | UtteranceEnd] = asyncio.Queue()
         lookahead = asyncio.Semaphore(2)
-        tasks: set[asyncio.Task[None]] = set()
+        running: list[Ahead[object]] = []
 
         async def start_sentences() -> None:
-            previous: asyncio.Task[None] | None = None
+            previous: Ahead[object] | None = None
             while True:
                 item = await self.queue.get()
                 if isinstance(item, Sentence):
                     await lookahead.acquire()
-                    produced: asyncio.Queue[object] = asyncio.Queue()
-                    task = previous = asyncio.create_task(self.synthesize(item, produced, previous))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                    started.put_nowait((item, produced))
+                    previous = Ahead(functools.partial(self.synthesize, item), after=previous)
+                    running[:] = [*(ahead for ahead in running if not ahead.task.done()), previous]
+                    started.put_nowait((item, previous))
                 else:
                     started.put_nowait(item)
 
@@ -544,23 +455,35 @@ class SpeechStreamSession:
                         self.quiet_since = time.perf_counter()
         finally:
             starter.cancel()
-            for task in [starter, *tasks]:
-                task.cancel()
-            await asyncio.gather(starter, *tasks, return_exceptions=True)
+            for ahead in running:
+                ahead.task.cancel()
+            await asyncio.gather(starter, *(ahead.task for ahead in running), return_exceptions=True)
 
-    async def deliver(self, sentence: Sentence, produced: asyncio.Queue[object]) -> None:
+    async def outcomes(self, produced: Ahead[object]) -> AsyncIterator[object]:
+        """A sentence's pieces, words and end, or the error that ended it instead (a failure of the server's own is
+        logged here, and told as the session's)."""
+        try:
+            async for item in produced:
+                yield item
+        except SpeechError as exc:
+            yield exc
+        except Exception:
+            log.exception("sentence synthesis failed", extra={"request_id": self.session_id})
+            yield Failed(self.session_id)
+
+    async def deliver(self, sentence: Sentence, produced: Ahead[object]) -> None:
         utterance = self.open_utterances[sentence.utterance]
-        request = sentence.voice.request
-        sample_rate = request.sample_rate or DEFAULT_SAMPLE_RATE
+        options = sentence.voice.options
+        sample_rate = options.sample_rate or DEFAULT_SAMPLE_RATE
         start: dict[str, Any] = {
             "type": "audio.start",
             "utterance_index": sentence.utterance,
             "sentence_index": sentence.index,
             "sentence_text": sentence.text,
-            "format": request.response_format,
+            "format": options.response_format,
             "sample_rate": sample_rate,
         }
-        frames = AudioChunkFrames(sentence.utterance, sentence.index, sample_rate) if request.word_timestamps else None
+        frames = AudioChunkFrames(sentence.utterance, sentence.index, sample_rate) if options.word_timestamps else None
         if frames is not None:
             start["word_timestamps"] = True
         await self.send(start)
@@ -569,36 +492,39 @@ class SpeechStreamSession:
         words: list[WordTiming] = []
         ended = False  # the sentence's audio came to its end (not an error, nor the session stopping)
         try:
-            while not isinstance(item := await produced.get(), SentenceEnd):
-                if isinstance(item, ApiError):
-                    utterance.errors.append(item.code or "error")
-                    await self.send(websocket_error_message(item))
-                    if item.status == 429:
-                        raise SessionClosed(CLOSE_TRY_AGAIN)
-                    if item.code == "server_shutting_down":
-                        raise SessionClosed(CLOSE_GOING_AWAY)
-                    break
-                if isinstance(item, list):
-                    words.extend(item)
-                    continue
-                assert isinstance(item, EncodedPiece)
-                if frames is not None:
-                    await self.send(frames.frame(item.data, spoken_s, item.end_s, None))
-                else:
-                    async with self.send_lock:
-                        await self.ws.send_bytes(item.data)
-                if utterance.ttfa_s is None:  # from the arrival of the text that completed the first sentence
-                    self.observe_first_audio(utterance, sentence, request.response_format)
-                if utterance.listener is not None:
-                    utterance.listener.wrote(time.perf_counter(), utterance.audio_s + item.end_s)
-                total += len(item.data)
-                spoken_s = item.end_s
-            if isinstance(item, SentenceEnd):
-                ended = True
-                spoken_s = item.duration_s
-                if frames is not None:  # vllm-omni's trailing frame: no audio, the whole sentence's words
-                    trailer = frames.frame(b"", 0.0, spoken_s, words)
-                    await self.send({**trailer, "utterance_offset_ms": round(utterance.audio_s * 1000)})
+            async with contextlib.aclosing(self.outcomes(produced)) as items:
+                async for item in items:
+                    if isinstance(item, SpeechError):
+                        error = to_api_error(item)
+                        utterance.errors.append(error.code or "error")
+                        await self.send(websocket_error_message(error))
+                        if isinstance(item, Full):
+                            raise SessionClosed(CLOSE_TRY_AGAIN)
+                        if isinstance(item, Stopped) and item.reason != "timeout":
+                            raise SessionClosed(CLOSE_GOING_AWAY)
+                        break
+                    if isinstance(item, SentenceEnd):
+                        ended = True
+                        spoken_s = item.duration_s
+                        if frames is not None:  # vllm-omni's trailing frame: no audio, the whole sentence's words
+                            trailer = frames.frame(b"", 0.0, spoken_s, words)
+                            await self.send({**trailer, "utterance_offset_ms": round(utterance.audio_s * 1000)})
+                        break
+                    if isinstance(item, list):
+                        words.extend(item)
+                        continue
+                    assert isinstance(item, EncodedPiece)
+                    if frames is not None:
+                        await self.send(frames.frame(item.data, spoken_s, item.end_s, None))
+                    else:
+                        async with self.send_lock:
+                            await self.ws.send_bytes(item.data)
+                    if utterance.ttfa_s is None:  # from the arrival of the text that completed the first sentence
+                        self.observe_first_audio(utterance, sentence, options.response_format)
+                    if utterance.listener is not None:
+                        utterance.listener.wrote(time.perf_counter(), utterance.audio_s + item.end_s)
+                    total += len(item.data)
+                    spoken_s = item.end_s
         finally:
             # every audio.start gets its audio.done, as from vllm-omni: after an error, and when the session is
             # stopped mid-sentence (a drain out of time), with `error` set; not to a client that has gone
@@ -625,43 +551,18 @@ class SpeechStreamSession:
         phases = {} if sentence.timing is None else dataclasses.replace(sentence.timing, first_byte=sent).phases()
         observe_ttfa(response_format, "websocket", utterance.ttfa_s, phases)
 
-    async def synthesize(
-        self, sentence: Sentence, produced: asyncio.Queue[object], after: asyncio.Task[None] | None
-    ) -> None:
-        """One sentence through the request pipeline: its encoded pieces and word timings (timed from the start of
-        the sentence), then its SentenceEnd (or an ApiError), into `produced`."""
-        if after is not None:
-            await asyncio.wait({after})
-        timing = sentence.timing = TtfaTimeline(sentence.arrived)
-        summary: dict[str, object] = {}
-        try:
-            if not self.engine.health().ready:
-                raise engine_unavailable(self.engine)
-            job, output = self.build(sentence.voice, sentence.text, f"u{sentence.utterance}s{sentence.index}")
-            # a later sentence continues the utterance: joined without the engine's leading silence
-            job = dataclasses.replace(job, timing=timing, continues=sentence.index > 0)
-            ticket = await admitted(self.gate, self.lifecycle, timing)
-            metrics.INPUT_CHARACTERS.inc(len(sentence.text))
-            run = SpeechRun(
-                self.engine,
-                self.gate,
-                self.lifecycle,
-                self.settings,
-                sentence.arrived,
-                timing,
-                summary,
-                "websocket",
-                observe_ttfa=False,
-            )
-            audio = await run.open(job, output, ticket)
-            async for item in audio.events():
-                produced.put_nowait(EncodedPiece(item, audio.encoded_s) if isinstance(item, bytes) else item)
-            produced.put_nowait(SentenceEnd(audio.encoded_s))
-        except ApiError as exc:
-            produced.put_nowait(exc)
-        except Exception:
-            log.exception("sentence synthesis failed", extra={"request_id": self.session_id})
-            produced.put_nowait(internal_error(self.session_id))
+    def synthesize(self, sentence: Sentence) -> AsyncIterator[EncodedPiece | list[WordTiming] | SentenceEnd]:
+        """One sentence through the request's stages: its encoded pieces and word timings (timed from the start of
+        the sentence), then its SentenceEnd. A later sentence continues the utterance: joined without the engine's
+        leading silence."""
+        sentence.timing = TtfaTimeline(sentence.arrived)
+        return self.service.speak_sentence(
+            sentence.voice,
+            sentence.text,
+            f"{self.session_id}-u{sentence.utterance}s{sentence.index}",
+            sentence.timing,
+            continues=sentence.index > 0,
+        )
 
     def log_utterance(self, utterance: Utterance, outcome: str) -> None:
         """One log line per utterance, however it ends."""
@@ -698,16 +599,12 @@ class SpeechStreamSession:
 
 @router.websocket("/v1/audio/speech/stream")
 async def speech_stream(websocket: WebSocket) -> None:
-    state = websocket.app.state
-    catalog: VoiceCatalog = state.catalog
     await websocket.accept()
     metrics.WS_SESSIONS.inc()
     try:
-        session = SpeechStreamSession(
-            websocket, state.engine, state.settings, catalog, state.voice_store, state.lifecycle
-        )
-        if state.lifecycle.draining:
-            await session.send(websocket_error_message(shutting_down()))
+        session = SpeechStreamSession(websocket, service_of(websocket.app.state))
+        if session.lifecycle.draining:
+            await session.send_error(ShuttingDown())
             await websocket.close(CLOSE_GOING_AWAY)
             return
         await session.run()

@@ -11,7 +11,7 @@ its timing, in order.
 Whisper hears 30 s at a time. Longer audio is aligned window by window: a window is given the words that the text's
 average speaking rate puts in its first 20 s; the words it places in its first 25 s are kept, and the next window
 starts where it placed the first word it did not keep. English only: other languages are refused before synthesis
-(`app.api.job_builder.check_word_timestamps`).
+(`app.speech.jobs.check_word_timestamps`).
 
 faster-whisper is imported when the aligner starts, so a service without the `align` extra still runs.
 """

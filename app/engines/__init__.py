@@ -53,7 +53,7 @@ def create_engine(settings: Settings) -> SpeechEngine:
         raise RuntimeError(f"the {name!r} engine is not available here (missing package or GPU)")
     if name == "embedded":
         from app.engines.embedded import EmbeddedEngine
-        from app.pipeline import SentencePipeline
+        from app.speech.sentences import SentencePipeline
 
         embedded = EmbeddedEngine(settings.embedded, max_input_chars=settings.max_input_chars)
         return SentencePipeline(embedded, settings.sentence_max_chars)
@@ -80,7 +80,7 @@ def omni_as_served(omni: SpeechEngine, settings: Settings) -> SpeechEngine:
     one sentence at a time)."""
     from app.audio.alignment import INSTALL_HINT, WhisperAligner
     from app.engines.aligned import ForcedAlignedEngine
-    from app.pipeline import SentencePipeline
+    from app.speech.sentences import SentencePipeline
 
     aligner = WhisperAligner() if WhisperAligner.installed() else None
     aligned = ForcedAlignedEngine(omni, aligner, missing="" if aligner else INSTALL_HINT)

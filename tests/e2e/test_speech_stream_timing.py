@@ -14,7 +14,7 @@ import numpy as np
 import websockets.asyncio.client
 from websockets.sync.client import ClientConnection, connect
 
-from app.pipeline import LEAD_S, PAUSE_AFTER_SENTENCE_S, SILENCE_THRESHOLD
+from app.speech.sentences import LEAD_S, PAUSE_AFTER_SENTENCE_S, SILENCE_THRESHOLD
 from loadtest.audio import decode, transcribe, word_error_rate
 from tests.e2e.test_speech_stream import receive_utterance, send, ws_url
 from tests.e2e.test_word_timestamps import TEXT as WORD_TEXT

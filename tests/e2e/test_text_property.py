@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from app.engine_protocol import SynthesisJob, UnsupportedParameter
 from app.engines.embedded.engine import READING, EmbeddedEngine
-from app.pipeline import SentencePipeline
 from app.settings import Settings
+from app.speech.sentences import SentencePipeline
 from app.text.normalize import UnreadableText, normalize_text
 from loadtest.audio import decode
 from tests.support.server import RunningServer

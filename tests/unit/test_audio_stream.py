@@ -10,8 +10,11 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from app.api.audio_stream import EncodedAudio, StreamCut, StreamStopped, audio_body, sse_events
+from app.api.audio_stream import StreamCut, audio_body, sse_events
+from app.api.errors import to_api_error
 from app.engine_protocol import AudioChunk, EngineUnavailable
+from app.speech.encoding import EncodedAudio
+from app.speech.errors import Stopped
 
 
 def tone(seconds: float, rate: int = 24_000) -> np.ndarray:
@@ -178,9 +181,9 @@ async def test_stop_ends_a_waiting_stream_at_once() -> None:
     assert await anext(stream)
     asyncio.get_running_loop().call_later(0.05, audio.stop, "drain")
     started = asyncio.get_running_loop().time()
-    with pytest.raises(StreamStopped) as info:
+    with pytest.raises(Stopped) as info:
         await anext(stream)
-    assert info.value.reason == "drain" and info.value.status == 503
+    assert info.value.reason == "drain" and to_api_error(info.value).status == 503
     assert asyncio.get_running_loop().time() - started < 1.0
     assert closed.calls == ["drain"]
 
@@ -193,7 +196,7 @@ async def test_an_engine_that_returns_early_after_a_stop_is_not_completed() -> N
     closed = CloseRecorder()
     audio = EncodedAudio(AudioChunk(tone(0.2), 24_000), obedient(), "pcm", 24_000, closed)
     audio.stop("drain")
-    with pytest.raises(StreamStopped):
+    with pytest.raises(Stopped):
         async for _ in audio.bytes():
             pass
     assert closed.calls == ["drain"]

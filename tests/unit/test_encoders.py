@@ -11,9 +11,8 @@ import av
 import numpy as np
 import pytest
 
-from app.api.schemas import ResponseFormat
 from app.audio.encoders import WAV_HEADER_BYTES, create_encoder, float_to_pcm16, wav_stream_header
-from app.audio.formats import CONTENT_TYPES, FORMATS, RESPONSE_FORMATS
+from app.audio.formats import CONTENT_TYPES, FORMATS, RESPONSE_FORMATS, ResponseFormat
 
 # The formats whose codec carries only some rates, and those rates.
 CODEC_SAMPLE_RATES = {name: f.sample_rates for name, f in FORMATS.items() if f.sample_rates is not None}

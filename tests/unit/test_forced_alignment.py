@@ -10,15 +10,16 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from app.api.audio_stream import EncodedAudio
-from app.api.errors import ApiError
-from app.api.job_builder import check_word_timestamps
+from app.api.errors import to_api_error
 from app.audio.alignment import INSTALL_HINT, expected_words, speech_span, words_from_pieces
 from app.engine_protocol import AudioChunk, EngineCapabilities, EngineError, SynthesisJob, TaskType
 from app.engines.aligned import ForcedAlignedEngine
-from app.pipeline import LEAD_S, PAUSE_AFTER_SENTENCE_S, SentencePipeline
+from app.speech.encoding import EncodedAudio
+from app.speech.errors import Refused
+from app.speech.jobs import check_word_timestamps
+from app.speech.sentences import LEAD_S, PAUSE_AFTER_SENTENCE_S, SentencePipeline
 from app.text.words import SpokenWord, WordTiming
-from tests.unit.test_pipeline import RATE, utterance
+from tests.unit.test_speech_sentences import RATE, utterance
 
 CAPS = EngineCapabilities(
     task_types=frozenset({TaskType.CUSTOM_VOICE}),
@@ -245,10 +246,11 @@ def test_capabilities_say_which_languages_can_be_timed_or_what_is_missing() -> N
 
 # -- which requests can be timed -------------------------------------------------------------------------------------
 def refusal(language: str | None, text: str, caps: EngineCapabilities) -> dict[str, object]:
-    with pytest.raises(ApiError) as raised:
+    with pytest.raises(Refused) as raised:
         check_word_timestamps(language, text, caps)
-    assert raised.value.status == 400
-    error = raised.value.body()["error"]
+    api_error = to_api_error(raised.value)
+    assert api_error.status == 400
+    error = api_error.body()["error"]
     assert error["param"] == "word_timestamps"
     return error
 

@@ -16,8 +16,8 @@ from app.audio.alignment import WhisperAligner
 from app.engine_protocol import AudioChunk, EngineCapabilities, SynthesisJob
 from app.engines.aligned import ForcedAlignedEngine
 from app.engines.embedded.engine import SAMPLE_RATE, EmbeddedEngine
-from app.pipeline import SentencePipeline
 from app.settings import Settings
+from app.speech.sentences import SentencePipeline
 from app.text.words import WordTiming
 
 SENTENCES = [

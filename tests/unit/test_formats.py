@@ -10,7 +10,7 @@ import av
 import numpy as np
 import pytest
 
-from app.api.schemas import ResponseFormat, SpeechRequest
+from app.api.schemas import SpeechRequest
 from app.api.speech_stream import SessionConfig
 from app.audio.encoders import create_encoder
 from app.audio.formats import (
@@ -20,6 +20,7 @@ from app.audio.formats import (
     MAX_SAMPLE_RATE,
     MIN_SAMPLE_RATE,
     RESPONSE_FORMATS,
+    ResponseFormat,
     get_format,
 )
 from app.server import create_app

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from app.api.audio_stream import EncodedAudio
 from app.engine_protocol import AudioChunk
+from app.speech.encoding import EncodedAudio
 
 
 async def _ends_at_once() -> AsyncGenerator[AudioChunk]:

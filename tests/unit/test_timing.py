@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.api.audio_stream import EncodedAudio, audio_body, sse_events
+from app.api.audio_stream import audio_body, sse_events
 from app.engine_protocol import AudioChunk
+from app.speech.encoding import EncodedAudio
 from app.timing import PHASES, RAN_DRY_EPSILON_S, ListenerClock, TtfaTimeline
 
 

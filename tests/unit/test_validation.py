@@ -9,11 +9,14 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from app.api.errors import ApiError, validation_error
-from app.api.job_builder import OutputSpec, build_job
-from app.api.schemas import SpeechRequest, VoiceRef
+from app.api.errors import ApiError, to_api_error, validation_error
+from app.api.schemas import SpeechRequest
+from app.api.speech_stream import SessionConfig
 from app.audio.formats import DEFAULT_SAMPLE_RATE, RESPONSE_FORMATS
 from app.engine_protocol import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType, VoiceInfo
+from app.speech.errors import SpeechError
+from app.speech.jobs import OutputSpec, build_job
+from app.speech.options import VoiceRef
 from app.voices import VoiceCatalog
 
 BASE: dict[str, Any] = {"model": "tts-1", "input": "Hello there.", "voice": "alloy"}
@@ -208,13 +211,22 @@ MODELS = ["hibari", "tts-1", "tts-1-hd", "gpt-4o-mini-tts"]
 
 def build(payload: dict[str, Any], caps: EngineCapabilities = CAPS) -> tuple[SynthesisJob, OutputSpec]:
     request = SpeechRequest.model_validate(payload)
-    return build_job(request, request_id="req-1", caps=caps, catalog=CATALOG, served_models=MODELS)
+    return build_job(
+        request,
+        request.input,
+        request_id="req-1",
+        caps=caps,
+        catalog=CATALOG,
+        served_models=MODELS,
+        whole_file=request.whole_file,
+    )
 
 
 def build_error(payload: dict[str, Any], caps: EngineCapabilities = CAPS) -> ApiError:
-    with pytest.raises(ApiError) as info:
+    """The error a client reads, as both transports word it."""
+    with pytest.raises(SpeechError) as info:
         build(payload, caps)
-    return info.value
+    return to_api_error(info.value)
 
 
 def test_valid_job() -> None:
@@ -231,7 +243,7 @@ def test_valid_job() -> None:
     )
     again, _ = build(body(speed=1.5, seed=42, response_format="wav"))
     assert again.request_id != job.request_id  # a caller's repeated id never makes two jobs share one
-    assert output == OutputSpec("wav", "audio", DEFAULT_SAMPLE_RATE)
+    assert output == OutputSpec("wav", DEFAULT_SAMPLE_RATE)
     assert DEFAULT_SAMPLE_RATE == 24_000
 
 
@@ -321,7 +333,9 @@ def test_cloning_job_carries_the_decoded_reference_and_infers_base() -> None:
     caps = EngineCapabilities(**{**_caps_fields(), "voice_cloning": True, "task_types": frozenset(TaskType)})
     reference = ReferenceAudio(np.zeros(24_000, np.float32), 24_000)
     request = SpeechRequest.model_validate(body(voice="anyone", ref_audio="UklGRg==", ref_text="hello"))
-    job, _ = build_job(request, request_id="r", caps=caps, catalog=CATALOG, served_models=MODELS, ref_audio=reference)
+    job, _ = build_job(
+        request, request.input, request_id="r", caps=caps, catalog=CATALOG, served_models=MODELS, ref_audio=reference
+    )
     assert job.task_type == TaskType.BASE  # implied by the reference audio
     assert job.ref_audio is reference and job.ref_text == "hello"
     assert job.voice == "anyone"  # a cloned voice is not looked up among the preset voices
@@ -373,7 +387,7 @@ def test_sample_rate_against_format(fmt: str, rate: int, ok: bool) -> None:
     payload = body(response_format=fmt, sample_rate=rate)
     if ok:
         _, output = build(payload)
-        assert output == OutputSpec(fmt, "audio", rate)
+        assert output == OutputSpec(fmt, rate)
     else:
         error = build_error(payload)
         assert (error.status, error.param) == (400, "sample_rate")
@@ -383,7 +397,7 @@ def test_sample_rate_against_format(fmt: str, rate: int, ok: bool) -> None:
 @pytest.mark.parametrize("fmt", RESPONSE_FORMATS)
 def test_default_rate_works_for_every_format(fmt: str) -> None:
     _, output = build(body(response_format=fmt, stream_format="sse"))
-    assert output == OutputSpec(fmt, "sse", 24_000)
+    assert output == OutputSpec(fmt, 24_000)
 
 
 def test_checks_run_in_order_model_first() -> None:
@@ -405,7 +419,7 @@ def test_voice_design_takes_the_voice_as_a_label() -> None:
     )
     empty = VoiceCatalog(voices=(), aliases={})
     request = SpeechRequest.model_validate(body(voice="narrator", instructions="A warm, low voice."))
-    job, _ = build_job(request, request_id="r", caps=caps, catalog=empty, served_models=MODELS)
+    job, _ = build_job(request, request.input, request_id="r", caps=caps, catalog=empty, served_models=MODELS)
     assert job.task_type == TaskType.VOICE_DESIGN and job.voice == "narrator"
     assert job.instructions == "A warm, low voice."
 
@@ -432,9 +446,10 @@ def test_speed_outside_the_engines_range_is_refused() -> None:
     ],
 )
 def test_stream_selects_the_stream_format_as_vllm_omni_does(changes: dict[str, Any], expected: str) -> None:
-    assert SpeechRequest.model_validate(body(**changes)).stream_format == expected
+    request = SpeechRequest.model_validate(body(**changes))
+    assert request.stream_format == expected
     _, output = build(body(**changes))
-    assert output.stream_format == expected
+    assert output.whole_file is request.whole_file  # the route reads `stream_format` from the request
 
 
 def test_an_omitted_model_is_the_served_model() -> None:
@@ -507,7 +522,7 @@ def test_the_generic_voice_is_the_default_voice(payload: dict[str, Any]) -> None
 def test_a_voice_named_default_is_that_voice() -> None:
     catalog = VoiceCatalog(voices=(VoiceInfo("heart", "Heart", ()), VoiceInfo("default", "Default", ())), aliases={})
     request = SpeechRequest.model_validate(body(voice="default"))
-    job, _ = build_job(request, request_id="r", caps=CAPS, catalog=catalog, served_models=MODELS)
+    job, _ = build_job(request, request.input, request_id="r", caps=CAPS, catalog=catalog, served_models=MODELS)
     assert job.voice == "default"
 
 
@@ -570,7 +585,13 @@ def test_a_checkpoint_id_is_accepted_but_not_listed() -> None:
     request = SpeechRequest.model_validate(body(model="Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"))
     checkpoint = ["Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"]
     job, _ = build_job(
-        request, request_id="r", caps=CAPS, catalog=CATALOG, served_models=MODELS, also_accepted=checkpoint
+        request,
+        request.input,
+        request_id="r",
+        caps=CAPS,
+        catalog=CATALOG,
+        served_models=MODELS,
+        also_accepted=checkpoint,
     )
     assert job.voice == "heart"
     error = build_error(body(model="Qwen/Qwen3-TTS-12Hz-0.6B-Base"))
@@ -579,4 +600,35 @@ def test_a_checkpoint_id_is_accepted_but_not_listed() -> None:
 
 def test_whole_file_output() -> None:
     _, output = build(body(stream=False, response_format="flac"))
-    assert output == OutputSpec("flac", "audio", DEFAULT_SAMPLE_RATE, whole_file=True)
+    assert output == OutputSpec("flac", DEFAULT_SAMPLE_RATE, whole_file=True)
+
+
+def test_the_body_keeps_its_documented_field_order() -> None:
+    """SpeechRequest extends SpeechOptions, whose fields pydantic would put first: the body keeps the order its clients
+    have always read, and validation follows it (a body with several faults hears of the first)."""
+    assert list(SpeechRequest.model_fields)[:9] == [
+        "model",
+        "input",
+        "voice",
+        "speaker",
+        "instructions",
+        "response_format",
+        "speed",
+        "stream_format",
+        "stream",
+    ]
+    assert schema_error(body(input="", speed=9.0), fastapi_loc=True).param == "input"
+
+
+def test_session_config_takes_the_bodys_limits_and_null_as_omitted() -> None:
+    """session.config is checked as the body is (the same fields and limits), but a null option is an omitted one,
+    as vllm-omni clients send them."""
+    config = SessionConfig.model_validate({"type": "session.config", "voice": None, "speaker": "heart", "speed": None})
+    assert (config.voice_name, config.speed, config.response_format) == ("heart", 1.0, "wav")
+    for field, value in (("speed", 9.0), ("model", ""), ("sample_rate", 1), ("seed", -1)):
+        with pytest.raises(ValidationError) as info:
+            SessionConfig.model_validate({"type": "session.config", field: value})
+        assert validation_error(info.value.errors()).param == field
+    with pytest.raises(ValidationError) as info:
+        SessionConfig.model_validate({"type": "session.config", "word_timestamps": None})
+    assert validation_error(info.value.errors()).param == "word_timestamps"

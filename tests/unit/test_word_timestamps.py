@@ -11,9 +11,9 @@ import pytest
 
 from app.engine_protocol import AudioChunk, SynthesisJob
 from app.engines.embedded import alignment as hibari_alignment
-from app.pipeline import LEAD_S, SentencePipeline
+from app.speech.sentences import LEAD_S, SentencePipeline
 from app.text.words import SpokenWord, WordTiming, align_words, written_words
-from tests.unit.test_pipeline import RATE, utterance
+from tests.unit.test_speech_sentences import RATE, utterance
 
 
 def spoken(*words: str) -> list[SpokenWord]:

@@ -1,9 +1,9 @@
 """The embedded engine: hibari-tts, a small neural TTS that runs on the CPU with its default voice inside the wheel.
 
-Each piece of text (a sentence: `app.pipeline.SentencePipeline` fronts this engine) is synthesized in a worker thread,
-so the event loop never waits on the model. A fixed pool of workers, each with its own model instance, bounds CPU
-use. Only the bundled voice is offered: hibari's other voices
-are downloaded from a hub on first use, which a production service must never do behind a caller's back.
+Each piece of text (a sentence: `app.speech.sentences.SentencePipeline` fronts this engine) is synthesized in a
+worker thread, so the event loop never waits on the model. A fixed pool of workers, each with its own model
+instance, bounds CPU use. Only the bundled voice is offered: hibari's other voices are downloaded from a hub on
+first use, which a production service must never do behind a caller's back.
 """
 
 from __future__ import annotations

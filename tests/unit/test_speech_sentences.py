@@ -11,7 +11,8 @@ import pytest
 
 from app.engine_protocol import AudioChunk, ReadsAhead, SpeechEngine, SynthesisJob
 from app.engines.embedded import EmbeddedEngine
-from app.pipeline import (
+from app.settings import Settings
+from app.speech.sentences import (
     FADE_S,
     LEAD_S,
     PAUSE_AFTER_CLAUSE_S,
@@ -20,7 +21,6 @@ from app.pipeline import (
     SentencePipeline,
     pause_after,
 )
-from app.settings import Settings
 
 RATE = 24_000
 

@@ -1,7 +1,8 @@
-"""A validated SpeechRequest becomes a SynthesisJob, checked against what the engine can honour.
+"""Validated options and a text become a SynthesisJob, checked against what the engine can honour.
 
-Schema checks (types, ranges, unknown fields) happen in pydantic; this module checks what depends on the engine
-and the server's configuration: served models, voices, languages, task types and the Qwen3-TTS extensions.
+Schema checks (types, ranges, unknown fields) happen in pydantic (`app.speech.options`); this module checks what
+depends on the engine and the server's configuration: served models, voices, languages, task types and the Qwen3-TTS
+extensions. A refusal is a `Refused` naming the field (`UnknownModel` for the model).
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.api.errors import ApiError, invalid_param
-from app.api.schemas import SpeechRequest
 from app.audio.formats import DEFAULT_SAMPLE_RATE, FORMATS
 from app.engine_protocol import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType
+from app.speech.errors import Refused, UnknownModel
+from app.speech.options import SpeechOptions
 from app.text.normalize import UnreadableText, first_non_latin, normalize_text
 from app.voices import VoiceCatalog
 
@@ -21,7 +22,6 @@ from app.voices import VoiceCatalog
 @dataclass(frozen=True, slots=True)
 class OutputSpec:
     response_format: str
-    stream_format: str
     sample_rate: int
     whole_file: bool = False  # one complete file with its length (`stream: false`), not a stream
 
@@ -41,12 +41,7 @@ _SAMPLING_EXTRA_PARAMS = {
 
 def check_model(model: str, served_models: list[str], also_accepted: Sequence[str] = ()) -> None:
     if model not in served_models and model not in also_accepted:
-        raise ApiError(
-            404,
-            f"The model '{model}' does not exist. Available models: {', '.join(served_models)}.",
-            param="model",
-            code="model_not_found",
-        )
+        raise UnknownModel(f"The model '{model}' does not exist. Available models: {', '.join(served_models)}.")
 
 
 def _check_language(language: str | None, caps: EngineCapabilities) -> str | None:
@@ -55,10 +50,10 @@ def _check_language(language: str | None, caps: EngineCapabilities) -> str | Non
     for known in caps.languages:
         if known.casefold() == language.strip().casefold():
             return known
-    raise invalid_param("language", f"Unsupported language '{language}'. Supported: {', '.join(caps.languages)}.")
+    raise Refused("language", f"Unsupported language '{language}'. Supported: {', '.join(caps.languages)}.")
 
 
-def _task_type(request: SpeechRequest, caps: EngineCapabilities) -> TaskType:
+def _task_type(request: SpeechOptions, caps: EngineCapabilities) -> TaskType:
     """The requested task type, else what the request implies: cloning when it brings reference audio, else the
     model's preset voices, else the one task the model has."""
     if request.task_type:
@@ -71,15 +66,15 @@ def _task_type(request: SpeechRequest, caps: EngineCapabilities) -> TaskType:
     return next(iter(caps.task_types))
 
 
-def _check_extensions(request: SpeechRequest, caps: EngineCapabilities) -> TaskType:
+def _check_extensions(request: SpeechOptions, caps: EngineCapabilities) -> TaskType:
     task_type = _task_type(request, caps)
     if task_type not in caps.task_types:
         supported = ", ".join(sorted(t.value for t in caps.task_types))
-        raise invalid_param("task_type", f"task_type '{task_type.value}' is not supported by this model ({supported}).")
+        raise Refused("task_type", f"task_type '{task_type.value}' is not supported by this model ({supported}).")
     if not caps.voice_cloning:
         for param in ("ref_audio", "ref_text", "x_vector_only_mode"):
             if getattr(request, param) is not None:
-                raise invalid_param(param, f"'{param}' is not supported: this model cannot clone voices.")
+                raise Refused(param, f"'{param}' is not supported: this model cannot clone voices.")
     low, high = caps.speed_range
     if not low <= request.speed <= high:
         message = (
@@ -87,57 +82,57 @@ def _check_extensions(request: SpeechRequest, caps: EngineCapabilities) -> TaskT
             if low == high
             else f"'speed' must be between {low:g} and {high:g} for this model."
         )
-        raise invalid_param("speed", message)
+        raise Refused("speed", message)
     if request.max_new_tokens is not None and not caps.max_new_tokens:
-        raise invalid_param("max_new_tokens", "'max_new_tokens' is not supported by this model.")
+        raise Refused("max_new_tokens", "'max_new_tokens' is not supported by this model.")
     if request.seed is not None and not caps.seed:
-        raise invalid_param("seed", "'seed' is not supported by this model.")
+        raise Refused("seed", "'seed' is not supported by this model.")
     frames = request.initial_codec_chunk_frames
     if frames is not None:
         if caps.initial_chunk_frames is None:
             message = "'initial_codec_chunk_frames' is not supported by this model or deployment."
-            raise invalid_param("initial_codec_chunk_frames", message)
+            raise Refused("initial_codec_chunk_frames", message)
         low_frames, high_frames = caps.initial_chunk_frames
         if not low_frames <= frames <= high_frames:
-            raise invalid_param(
+            raise Refused(
                 "initial_codec_chunk_frames",
                 f"'initial_codec_chunk_frames' must be between {low_frames} and {high_frames} on this deployment.",
             )
     if request.non_streaming_mode is not None and not caps.prompt_modes:
-        raise invalid_param("non_streaming_mode", "'non_streaming_mode' is not supported by this model.")
+        raise Refused("non_streaming_mode", "'non_streaming_mode' is not supported by this model.")
     _check_speaker_embedding(request, caps, task_type)
     _check_extra_params(request, caps)
     return task_type
 
 
-def _check_speaker_embedding(request: SpeechRequest, caps: EngineCapabilities, task_type: TaskType) -> None:
+def _check_speaker_embedding(request: SpeechOptions, caps: EngineCapabilities, task_type: TaskType) -> None:
     """vllm-omni 0.30's rules: Base only, not with ref_audio, the talker's own width."""
     embedding = request.speaker_embedding
     if embedding is None:
         return
     if caps.speaker_embedding_dim is None:
         message = "'speaker_embedding' is not supported: this model cannot clone voices."
-        raise invalid_param("speaker_embedding", message)
+        raise Refused("speaker_embedding", message)
     if task_type != TaskType.BASE:
-        raise invalid_param("speaker_embedding", "'speaker_embedding' is only valid for task_type Base.")
+        raise Refused("speaker_embedding", "'speaker_embedding' is only valid for task_type Base.")
     if request.ref_audio is not None:
-        raise invalid_param("speaker_embedding", "'speaker_embedding' and 'ref_audio' are mutually exclusive.")
+        raise Refused("speaker_embedding", "'speaker_embedding' and 'ref_audio' are mutually exclusive.")
     if len(embedding) != caps.speaker_embedding_dim:
-        raise invalid_param(
+        raise Refused(
             "speaker_embedding",
             f"'speaker_embedding' has {len(embedding)} dimensions; this model's are {caps.speaker_embedding_dim}.",
         )
 
 
-def _check_extra_params(request: SpeechRequest, caps: EngineCapabilities) -> None:
+def _check_extra_params(request: SpeechOptions, caps: EngineCapabilities) -> None:
     if request.extra_params is None:
         return
     if not caps.extra_params:
-        raise invalid_param("extra_params", "'extra_params' is not supported by this model.")
+        raise Refused("extra_params", "'extra_params' is not supported by this model.")
     for name, (valid, expected) in _SAMPLING_EXTRA_PARAMS.items():
         value = request.extra_params.get(name)
         if value is not None and not valid(value):
-            raise invalid_param("extra_params", f"'extra_params.{name}' must be {expected}.")
+            raise Refused("extra_params", f"'extra_params.{name}' must be {expected}.")
 
 
 def check_word_timestamps(language: str | None, text: str, caps: EngineCapabilities) -> None:
@@ -145,37 +140,36 @@ def check_word_timestamps(language: str | None, text: str, caps: EngineCapabilit
     `language` is the resolved one (None: omitted)."""
     if not caps.word_timestamps:
         missing = f": {caps.word_timestamps_missing}" if caps.word_timestamps_missing else ""
-        raise invalid_param("word_timestamps", f"'word_timestamps' is not supported by this model{missing}.")
+        raise Refused("word_timestamps", f"'word_timestamps' is not supported by this model{missing}.")
     timed = caps.word_timestamps_languages
     if timed is None:
         return
     if language is not None and language != "Auto" and language not in timed:
-        raise invalid_param(
+        raise Refused(
             "word_timestamps",
             f"'word_timestamps' can time {', '.join(timed)} speech only on this model, not {language}: "
             "omit word_timestamps for this language.",
         )
     if language in (None, "Auto") and (foreign := first_non_latin(text)) is not None:
-        raise invalid_param(
+        raise Refused(
             "word_timestamps",
             f"'word_timestamps' can time {', '.join(timed)} speech only on this model and cannot time "
             f"{foreign.describe()}: omit word_timestamps for this text.",
         )
 
 
-def _output_spec(request: SpeechRequest) -> OutputSpec:
+def _output_spec(request: SpeechOptions, whole_file: bool) -> OutputSpec:
     sample_rate = request.sample_rate or DEFAULT_SAMPLE_RATE
     allowed = FORMATS[request.response_format].sample_rates
     if allowed is not None and sample_rate not in allowed:
         rates = ", ".join(str(r) for r in sorted(allowed))
-        raise invalid_param(
-            "sample_rate", f"{request.response_format} cannot carry {sample_rate} Hz; choose one of {rates}."
-        )
-    return OutputSpec(request.response_format, request.stream_format, sample_rate, request.whole_file)
+        raise Refused("sample_rate", f"{request.response_format} cannot carry {sample_rate} Hz; choose one of {rates}.")
+    return OutputSpec(request.response_format, sample_rate, whole_file)
 
 
 def build_job(
-    request: SpeechRequest,
+    request: SpeechOptions,
+    text: str,
     *,
     request_id: str,
     caps: EngineCapabilities,
@@ -183,19 +177,21 @@ def build_job(
     served_models: list[str],
     ref_audio: ReferenceAudio | None = None,
     also_accepted: Sequence[str] = (),
+    whole_file: bool = False,
 ) -> tuple[SynthesisJob, OutputSpec]:
-    """`ref_audio` is the request's reference audio, already decoded by the caller (decoding is CPU work that belongs
-    off the event loop). `served_models` starts with the engine's own model, which an omitted `model` means;
-    `also_accepted`: other ids `model` may name (a checkpoint's), not listed in errors."""
+    """`text` is spoken as `request` asks; `whole_file`: the audio is one complete file, not a stream (the encoder
+    then writes exact headers). `ref_audio` is the request's reference audio, already decoded by the caller (decoding
+    is CPU work that belongs off the event loop). `served_models` starts with the engine's own model, which an omitted
+    `model` means; `also_accepted`: other ids `model` may name (a checkpoint's), not listed in errors."""
     check_model(request.model or served_models[0], served_models, also_accepted)
     if request.speaker is not None and request.speaker != request.voice_name:
-        raise invalid_param("speaker", "'speaker' is another name for 'voice': send one of them, or the same name.")
-    if len(request.input) > caps.max_input_chars:
-        raise invalid_param("input", f"'input' is longer than {caps.max_input_chars} characters.", "string_too_long")
+        raise Refused("speaker", "'speaker' is another name for 'voice': send one of them, or the same name.")
+    if len(text) > caps.max_input_chars:
+        raise Refused("input", f"'input' is longer than {caps.max_input_chars} characters.", "string_too_long")
     try:
-        text = normalize_text(request.input, caps.reading)
+        normalized = normalize_text(text, caps.reading)
     except UnreadableText as exc:
-        raise invalid_param("input", str(exc)) from None
+        raise Refused("input", str(exc)) from None
     task_type = _check_extensions(request, caps)
     # A cloned or designed voice comes from the reference audio or the instructions; the name then only labels it.
     voice = (
@@ -215,19 +211,19 @@ def build_job(
             f"Unknown voice '{request.voice_name}'. This model speaks in cloned voices: name a voice registered with "
             "POST /v1/audio/voices, or send 'ref_audio' (with its 'ref_text')."
         )
-        raise invalid_param("voice", message, "voice_not_found")
+        raise Refused("voice", message, "voice_not_found")
     if voice is None:
         known = ", ".join(v.id for v in catalog.voices)
         message = f"Unknown voice '{request.voice_name}'. Available voices: {known}."
-        raise invalid_param("voice", message, "voice_not_found")
+        raise Refused("voice", message, "voice_not_found")
     language = _check_language(request.language, caps)
     if request.word_timestamps:
-        check_word_timestamps(language, text, caps)
+        check_word_timestamps(language, normalized, caps)
     job = SynthesisJob(
         # the caller's id may repeat (a retry): the job gets its own, which still starts with it
         request_id=f"{request_id}-{uuid.uuid4().hex[:8]}",
         trace_id=request_id,
-        text=text,
+        text=normalized,
         voice=voice,
         language=language,
         instructions=request.instructions if caps.instructions else None,
@@ -244,4 +240,4 @@ def build_job(
         x_vector_only_mode=bool(request.x_vector_only_mode) or request.speaker_embedding is not None,
         extra_params=request.extra_params,
     )
-    return job, _output_spec(request)
+    return job, _output_spec(request, whole_file)

@@ -1,4 +1,5 @@
-"""The sentence pipeline: long text spoken sentence by sentence by any engine, with seamless joins.
+"""Sentence scheduling: long text spoken sentence by sentence by any engine, with seamless joins; streamed text cut
+into the pieces whose end is certain; and the one look-ahead both use (`Ahead`).
 
 Text is cut into sentences (`app.text.sentences`); sentence n streams to the caller while sentence n + 1 is already
 being synthesized, so the first audio leaves after one sentence and the rest follows without gaps in delivery. Every
@@ -7,6 +8,11 @@ piece of the input is spoken: nothing is dropped. Engines pad each utterance wit
 natural pause (longer after a full stop than at a clause cut) and fades the cut points, so joins neither drag nor
 click. A job that `continues` an utterance (its text is the next sentence of audio already being heard) is joined as a
 later sentence from its first one on.
+
+Both transports speak sentence n while sentence n + 1 is synthesized ahead of it, through `Ahead`: the sentence
+pipeline (every request whose engine it fronts) starts n + 1 as soon as n sounds, inside one admitted request; the
+WebSocket, whose sentences are each a request holding a slot, starts n + 1 once n's synthesis has ended (a session
+never queues behind itself), while n is still being sent and played.
 """
 
 from __future__ import annotations
@@ -14,9 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
+import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Generic, Literal, TypeVar
 
 import numpy as np
 
@@ -28,7 +37,7 @@ from app.engine_protocol import (
     SynthesisJob,
     UnsupportedParameter,
 )
-from app.text.sentences import split_sentences
+from app.text.sentences import complete_sentences, split_sentences
 from app.text.words import WordTiming
 
 log = logging.getLogger(__name__)
@@ -40,6 +49,67 @@ PAUSE_AFTER_SENTENCE_S = 0.25
 PAUSE_AFTER_CLAUSE_S = 0.12  # a long sentence cut at a comma or semicolon
 FADE_S = 0.005
 _END = object()
+
+T = TypeVar("T")
+Granularity = Literal["none", "sentence", "clause"]
+# vllm-omni 0.30's clause marks, Latin and CJK: a clause ends at one of them followed by more text
+_CLAUSE_END = re.compile(r"(?<=[,;:—–])\s+|(?<=[，、；：])")
+
+
+def complete_units(text: str, max_chars: int, granularity: Granularity, final: bool = False) -> tuple[list[str], str]:
+    """The pieces of arriving text whose end is certain, and the rest, cut as `split_granularity` asks: whole
+    sentences; also clauses (`clause`); nothing before input.done (`none`, which `final_units` speaks whole)."""
+    if granularity == "none":
+        return [], text
+    sentences, rest = complete_sentences(text, max_chars, final=final)
+    if granularity == "sentence":
+        return sentences, rest
+    clauses = [clause for sentence in sentences for clause in _CLAUSE_END.split(sentence) if clause.strip()]
+    *done, last = _CLAUSE_END.split(rest)
+    return clauses + [clause for clause in done if clause.strip()], last
+
+
+def final_units(text: str, max_chars: int, granularity: Granularity) -> list[str]:
+    """Every piece of the text at input.done: `none` speaks it as one request, as vllm-omni does."""
+    if granularity == "none":
+        return [text.strip()] if text.strip() else []
+    units, rest = complete_units(text, max_chars, granularity, final=True)
+    return [*units, *split_sentences(rest, max_chars)]
+
+
+class Ahead(Generic[T]):
+    """A stream run ahead of its reader, the one look-ahead of sentence scheduling: a task reads the stream that
+    `open` gives (once `after` has ended, when given) into a queue as fast as it comes, and the reader gets its items
+    in order, with an exception where the stream raised it. `cancel` stops it however far it got."""
+
+    def __init__(self, open: Callable[[], AsyncIterator[T]], after: Ahead[object] | None = None) -> None:
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self.task = asyncio.create_task(self._run(open, after))
+
+    async def _run(self, open: Callable[[], AsyncIterator[T]], after: Ahead[object] | None) -> None:
+        if after is not None:
+            await asyncio.wait({after.task})
+        stream = open()
+        try:
+            async for item in stream:
+                self._queue.put_nowait(item)
+            self._queue.put_nowait(_END)
+        except Exception as exc:  # delivered in order, where the stream's next item would have been
+            self._queue.put_nowait(exc)
+        finally:
+            await _aclose(stream)
+
+    async def __aiter__(self) -> AsyncIterator[T]:
+        while (item := await self._queue.get()) is not _END:
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+
+    async def cancel(self) -> None:
+        if not self.task.done():
+            self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.task
 
 
 def pause_after(piece: str) -> float:
@@ -140,12 +210,12 @@ class SentencePipeline(EngineFront):
             for index, piece in enumerate(pieces)
         ]
         self._sentence_ids[job.request_id] = [sentence.request_id for sentence in jobs]
-        ahead: tuple[int, asyncio.Queue[object]] | None = None  # the sentence being synthesized in advance
-        tasks: list[asyncio.Task[None]] = []
+        ahead: tuple[int, Ahead[AudioChunk]] | None = None  # the sentence being synthesized in advance
+        started: list[Ahead[AudioChunk]] = []
         try:
             for index, sentence_job in enumerate(jobs):
                 if ahead is not None and ahead[0] == index:
-                    source: AsyncIterator[AudioChunk] = _drain(ahead[1])
+                    source: AsyncIterator[AudioChunk] = aiter(ahead[1])
                 else:
                     source = self.inner.synthesize(sentence_job)
                 joiner: SentenceJoiner | None = None
@@ -157,9 +227,8 @@ class SentencePipeline(EngineFront):
                             first = index == 0 and not job.continues
                             joiner = SentenceJoiner(chunk.sample_rate, pause_after(pieces[index]), first=first)
                             if index + 1 < len(jobs):  # the next sentence starts as soon as this one sounds
-                                queue: asyncio.Queue[object] = asyncio.Queue()
-                                tasks.append(asyncio.create_task(self._prefetch(jobs[index + 1], queue)))
-                                ahead = (index + 1, queue)
+                                ahead = (index + 1, Ahead(functools.partial(self.inner.synthesize, jobs[index + 1])))
+                                started.append(ahead[1])
                         audio = joiner.feed(chunk.samples)
                         words.extend(word.shifted((fed - joiner.dropped) / chunk.sample_rate) for word in chunk.words)
                         fed += len(chunk.samples)
@@ -193,31 +262,10 @@ class SentencePipeline(EngineFront):
                 )
         finally:
             self._sentence_ids.pop(job.request_id, None)
-            for task in tasks:
-                if not task.done():
-                    task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-
-    async def _prefetch(self, job: SynthesisJob, queue: asyncio.Queue[object]) -> None:
-        stream = self.inner.synthesize(job)
-        try:
-            async for chunk in stream:
-                queue.put_nowait(chunk)
-            queue.put_nowait(_END)
-        except Exception as exc:  # delivered in order, where the sentence's audio would have been
-            queue.put_nowait(exc)
-        finally:
-            await _aclose(stream)
-
-
-async def _drain(queue: asyncio.Queue[object]) -> AsyncIterator[AudioChunk]:
-    while (item := await queue.get()) is not _END:
-        if isinstance(item, BaseException):
-            raise item
-        assert isinstance(item, AudioChunk)
-        yield item
+            for prefetched in started:
+                prefetched.task.cancel()
+            for prefetched in started:
+                await prefetched.cancel()
 
 
 async def _aclose(stream: AsyncIterator[AudioChunk]) -> None:

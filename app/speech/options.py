@@ -1,0 +1,137 @@
+"""The fields both transports accept, with their limits: POST /v1/audio/speech's body (`app.api.schemas.SpeechRequest`)
+and the WebSocket's `session.config` (`app.api.speech_stream.SessionConfig`) extend `SpeechOptions`, each with what is
+its own (the text and the stream switches over HTTP; the session's switches over the WebSocket). What depends on the
+engine and the server's configuration is checked later, by `app.speech.jobs`."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from app.audio.formats import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, ResponseFormat
+from app.text.hygiene import check_multiline, check_single_line
+from app.voices import GENERIC_VOICE
+
+TaskTypeName = Literal["CustomVoice", "VoiceDesign", "Base"]
+
+MAX_INPUT_CHARS = 4096
+MAX_EMBEDDING_DIM = 8192  # vllm-omni 0.30's bound on `speaker_embedding`
+# vllm-omni 0.30's generic voice: the model's default speaker, unless a voice of that name exists
+DEFAULT_VOICE = GENERIC_VOICE
+
+# Every text field but `input` (which text normalisation makes speakable): valid Unicode, no control characters.
+Name = Annotated[str, AfterValidator(check_single_line)]
+FreeText = Annotated[str, AfterValidator(check_multiline)]
+
+
+class VoiceRef(BaseModel):
+    """OpenAI's object form of `voice`: {"id": "..."}."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: Name = Field(min_length=1, max_length=256)
+
+
+def check_speaker_embedding(value: list[float] | None) -> list[float] | None:
+    """vllm-omni 0.30's checks on `speaker_embedding`: a non-empty vector of finite numbers."""
+    if value is None:
+        return None
+    if not value:
+        raise ValueError("must be a non-empty list of numbers")
+    if not all(math.isfinite(x) for x in value):
+        raise ValueError("values must be finite (no NaN or Inf)")
+    return value
+
+
+class SpeechOptions(BaseModel):
+    """How to speak: the model, the voice and the Qwen3-TTS extensions, whatever the transport. Unknown fields are
+    refused, as OpenAI refuses unrecognized arguments."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: Name | None = Field(None, min_length=1, max_length=256, description="Omitted: the served model.")
+    voice: Name | VoiceRef = Field(
+        DEFAULT_VOICE,
+        description='A voice name (OpenAI names are aliases) or {"id": ...}. `speaker` is another name for it. '
+        'Omitted or "default": the model\'s default voice.',
+    )
+    speaker: Name | None = Field(None, min_length=1, max_length=256, description="vllm-omni's other name for `voice`.")
+    instructions: FreeText | None = Field(
+        None,
+        max_length=MAX_INPUT_CHARS,
+        description="Style instructions. Engines that cannot follow them ignore them, as OpenAI's tts-1 does.",
+    )
+    response_format: ResponseFormat = "mp3"
+    speed: float = Field(1.0, ge=0.25, le=4.0)
+
+    # Qwen3-TTS extensions: honoured by engines that support them, otherwise refused with a 400 naming the field.
+    language: Name | None = Field(None, min_length=1, max_length=64)
+    task_type: TaskTypeName | None = None
+    ref_audio: FreeText | None = Field(
+        None, min_length=1, description="Reference audio for cloning: base64 or data URI."
+    )
+    ref_text: FreeText | None = Field(None, max_length=MAX_INPUT_CHARS)
+    x_vector_only_mode: bool | None = None
+    max_new_tokens: int | None = Field(None, ge=1, le=65536)
+    seed: int | None = Field(None, ge=0, le=2**32 - 1)
+    sample_rate: int | None = Field(
+        None, ge=MIN_SAMPLE_RATE, le=MAX_SAMPLE_RATE, description="Output rate; resampled server-side."
+    )
+    initial_codec_chunk_frames: int | None = Field(
+        None, ge=1, le=4096, description="Codec frames in the first audio chunk (TTFA tuning); the deploy default."
+    )
+    non_streaming_mode: bool | None = Field(
+        None,
+        description="Qwen3-TTS prompt construction mode (not HTTP streaming). Omitted: the model's default "
+        "(Base: false, CustomVoice/VoiceDesign: true).",
+    )
+    speaker_embedding: list[float] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_EMBEDDING_DIM,
+        description="Voice cloning from a precomputed speaker embedding (task_type Base; implies x_vector_only_mode; "
+        "not with ref_audio). Engines that cannot take one refuse it.",
+    )
+    extra_params: dict[str, Any] | None = Field(
+        None,
+        description="vllm-omni's model-specific parameters: temperature, top_p and top_k set the talker's sampling, "
+        "and the whole object reaches the model as extra arguments. Engines without them refuse it.",
+    )
+    word_timestamps: bool = Field(
+        False,
+        description="With stream_format sse: `speech.audio.timestamps` events time each word of the input "
+        "(as written) in milliseconds from the start of the audio; with `stream: false`, the whole file's timings "
+        "in an `X-Word-Timestamps` header, as vllm-omni 0.30 sends them. Engines that cannot time words refuse it.",
+    )
+
+    _check_speaker_embedding = field_validator("speaker_embedding")(check_speaker_embedding)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _voice_from_speaker(cls, data: Any) -> Any:
+        """`speaker` names the voice when `voice` is absent (vllm-omni 0.30's alias); two different names are refused
+        by the job builder, naming `speaker`. A designed or cloned voice comes from `instructions` or the reference
+        audio: vllm-omni needs no name."""
+        if not isinstance(data, dict) or "voice" in data:
+            return data
+        if isinstance(data.get("speaker"), str):
+            return {**data, "voice": data["speaker"]}
+        if data.get("task_type") in ("VoiceDesign", "Base"):
+            return {**data, "voice": ""}
+        return data
+
+    @property
+    def voice_name(self) -> str:
+        return self.voice.id if isinstance(self.voice, VoiceRef) else self.voice
+
+
+def in_order(model: type[BaseModel], names: list[str]) -> None:
+    """Declares `model`'s fields in the order its clients have always read them (pydantic puts a base's fields
+    first): the order of its documentation, and the order in which its fields are validated, of which a request with
+    several faults hears of the first."""
+    fields = model.__pydantic_fields__
+    assert sorted(names) == sorted(fields), "every field, once"
+    model.__pydantic_fields__ = {name: fields[name] for name in names}
+    model.model_rebuild(force=True)

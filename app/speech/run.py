@@ -1,0 +1,251 @@
+"""One synthesis from admission to its last byte, whatever the transport: the checks before any work (draining, the
+engine warm), admission, the engine's first audio awaited (so that a failure before any audio is still a proper
+error), the encoded audio, and the accounting both transports share (TTFA and its phases, E2E, RTF, audio seconds,
+aborts), with the slot released and the engine told to stop exactly once however it ends."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+
+import anyio
+
+from app import metrics
+from app.admission import AdmissionGate, Rejected, Ticket
+from app.engine_protocol import AudioChunk, EngineUnavailable, SpeechEngine, SynthesisJob, UnsupportedParameter
+from app.lifecycle import Lifecycle
+from app.settings import Settings
+from app.speech.encoding import EncodedAudio
+from app.speech.errors import Failed, Full, Refused, ShuttingDown, Stopped, Unavailable
+from app.speech.jobs import OutputSpec, build_job
+from app.speech.models import accepted_models, served_models
+from app.speech.options import SpeechOptions
+from app.speech.voice import Options, Voice, resolve_voice
+from app.text.words import WordTiming
+from app.timing import ListenerClock, TtfaTimeline
+from app.voice_store import VoiceStore
+from app.voices import VoiceCatalog
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedPiece:
+    """A sentence's next encoded bytes, and how far into its audio they reach."""
+
+    data: bytes
+    end_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SentenceEnd:
+    duration_s: float  # the sentence's audio, as synthesized
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeechService:
+    """What serves a request for speech on either transport: the engine, the settings, the voices, the admission gate
+    and the lifecycle."""
+
+    engine: SpeechEngine
+    settings: Settings
+    catalog: VoiceCatalog
+    store: VoiceStore
+    gate: AdmissionGate
+    lifecycle: Lifecycle
+
+    def check_open(self) -> None:
+        """New work is refused while the server drains or before the engine is warm."""
+        if self.lifecycle.draining:
+            metrics.REJECTED.labels("draining").inc()
+            raise ShuttingDown()
+        self.check_ready()
+
+    def check_ready(self) -> None:
+        if not self.engine.health().ready:
+            raise Unavailable(self.engine.health().detail)
+
+    async def resolve_voice(self, options: Options) -> Voice[Options]:
+        return await resolve_voice(options, self.engine, self.settings, self.catalog, self.store)
+
+    def build_job(
+        self, voice: Voice[SpeechOptions], text: str, request_id: str, whole_file: bool = False
+    ) -> tuple[SynthesisJob, OutputSpec]:
+        """`text`, in `voice`, as a job this engine can honour (or `Refused`, naming the field that it cannot)."""
+        return build_job(
+            voice.options,
+            text,
+            request_id=request_id,
+            caps=self.engine.capabilities(),
+            catalog=self.catalog,
+            served_models=served_models(self.engine, self.settings),
+            ref_audio=voice.reference,
+            also_accepted=accepted_models(self.engine, self.settings),
+            whole_file=whole_file,
+        )
+
+    async def speak_sentence(
+        self, voice: Voice[SpeechOptions], text: str, request_id: str, timing: TtfaTimeline, continues: bool
+    ) -> AsyncIterator[EncodedPiece | list[WordTiming] | SentenceEnd]:
+        """One sentence of streamed text as a request of its own (the WebSocket's): checked, admitted (it holds a
+        slot while it is synthesized), synthesized and encoded; its pieces and word timings (timed from the start of
+        the sentence), then its end. `continues`: a later sentence of the utterance, joined without the engine's
+        leading silence. The utterance's TTFA is observed by the caller, at its first bytes on the wire."""
+        self.check_ready()
+        job, output = self.build_job(voice, text, request_id)
+        ticket = await self.admitted(timing, len(text))
+        run = SpeechRun(self, timing.received, timing, {}, "websocket", observe_ttfa=False)
+        audio = await run.open(dataclasses.replace(job, continues=continues), output, ticket)
+        async for item in audio.events():
+            yield EncodedPiece(item, audio.encoded_s) if isinstance(item, bytes) else item
+        yield SentenceEnd(audio.encoded_s)
+
+    async def admitted(self, timing: TtfaTimeline, chars: int) -> Ticket:
+        """A slot for a job of `chars` characters: `Full` when none comes, `ShuttingDown` when the drain ends first."""
+        timing.mark("queued")
+        ticket = await admit(self.gate)  # accepted before a drain began: served, queued or not, while the drain lasts
+        timing.mark("admitted", ticket.granted_at)
+        if self.lifecycle.drained:  # validated before the drain began, but reached the gate only after it ended
+            self.gate.release(ticket)
+            raise ShuttingDown()
+        metrics.QUEUE_WAIT.observe(ticket.queued_s)
+        metrics.INPUT_CHARACTERS.inc(chars)
+        return ticket
+
+
+async def admit(gate: AdmissionGate) -> Ticket:
+    try:
+        return await gate.acquire()
+    except Rejected as exc:
+        metrics.REJECTED.labels(exc.reason).inc()
+        if exc.reason == "draining":  # queued when the drain ran out of time
+            raise ShuttingDown() from exc
+        raise Full(exc.reason, exc.retry_after_s) from exc
+
+
+async def first_chunk(chunks: AsyncGenerator[AudioChunk], engine: SpeechEngine, request_id: str) -> AudioChunk | None:
+    """Wait for the first audio, so that a failure before any audio exists is answered with a proper status."""
+    try:
+        return await anext(chunks)
+    except StopAsyncIteration:
+        return None
+    except UnsupportedParameter as exc:
+        raise Refused(exc.param, exc.message) from exc
+    except EngineUnavailable as exc:
+        raise Unavailable(engine.health().detail) from exc
+    except Exception as exc:
+        log.exception("synthesis failed before the first audio", extra={"request_id": request_id})
+        raise Failed(request_id) from exc
+
+
+def observe_ttfa(response_format: str, stream: str, ttfa_s: float, phases: dict[str, float]) -> None:
+    """One TTFA and its phases (which add up to it), as the metrics count them for every transport."""
+    metrics.TTFA.labels(response_format, stream).observe(ttfa_s)
+    for phase, seconds in phases.items():
+        metrics.TTFA_PHASE.labels(phase).observe(seconds)
+
+
+def observe_uninterrupted(response_format: str, stream: str, ttfa_s: float, listener: ListenerClock) -> None:
+    """A completed stream's time to uninterrupted audio (its TTFA plus the largest deficit its writes show), and
+    whether it ran dry. A stream cut short is not observed: what it would have needed is unknown."""
+    if listener.deficit_s is None:  # no audio written to the client (nothing to listen to)
+        return
+    metrics.UNINTERRUPTED.labels(response_format, stream).observe(ttfa_s + listener.deficit_s)
+    if listener.ran_dry:
+        metrics.RAN_DRY.labels(response_format, stream).inc()
+
+
+@dataclasses.dataclass
+class SpeechRun:
+    """One synthesis from admission to its last byte, with the accounting both transports share: TTFA, E2E, RTF,
+    audio seconds, aborts, the slot released and the engine told to stop, exactly once however it ends."""
+
+    service: SpeechService
+    started: float  # perf_counter of arrival: the request's, or the text's that completed a sentence
+    timing: TtfaTimeline
+    summary: dict[str, object]
+    stream_label: str  # the metrics' `stream` label: audio, sse, file or websocket
+    observe_ttfa: bool = True  # a WebSocket utterance observes its TTFA once, not per sentence
+
+    async def open(
+        self, job: SynthesisJob, output: OutputSpec, ticket: Ticket, on_first_audio: Callable[[], None] | None = None
+    ) -> EncodedAudio:
+        """Start the engine and wait for its first audio (a failure before any audio is a SpeechError)."""
+        started, timing, summary = self.started, self.timing, self.summary
+        engine, gate, lifecycle = self.service.engine, self.service.gate, self.service.lifecycle
+        request_timeout_s = self.service.settings.request_timeout_s
+        job = dataclasses.replace(job, timing=timing)
+        summary.update(voice=job.voice, job_id=job.request_id, queued_s=round(ticket.queued_s, 4))
+        chunks = engine.synthesize(job)
+        try:
+            remaining = request_timeout_s - (time.perf_counter() - started)
+            first = await asyncio.wait_for(
+                first_chunk(chunks, engine, job.trace_id or job.request_id), max(remaining, 0.001)
+            )
+        except BaseException as exc:
+            gate.release(ticket)
+            await chunks.aclose()
+            if isinstance(exc, asyncio.CancelledError):  # the client left while the engine started
+                metrics.ABORTED.labels("client_gone").inc()
+                with anyio.CancelScope(shield=True):
+                    await engine.abort(job.request_id)
+            if isinstance(exc, TimeoutError):
+                metrics.ABORTED.labels("timeout").inc()
+                raise Stopped("timeout") from exc
+            raise
+        timing.mark("first_chunk")
+
+        def first_audio_written() -> None:
+            written = time.perf_counter()
+            timing.mark("first_byte", written)
+            ttfa = written - started
+            phases = timing.phases()
+            if self.observe_ttfa:  # a WebSocket utterance observes both itself, at its first bytes on the socket
+                observe_ttfa(output.response_format, self.stream_label, ttfa, phases)
+            summary["ttfa_s"] = round(ttfa, 4)
+            summary["ttfa_phases_s"] = {phase: round(seconds, 4) for phase, seconds in phases.items()}
+            if on_first_audio is not None:
+                on_first_audio()
+
+        async def on_close(outcome: str) -> None:
+            gate.release(ticket)
+            lifecycle.untrack(job.request_id)
+            now = time.perf_counter()
+            audio_s = audio.usage.audio_samples / first.sample_rate if first else 0.0
+            metrics.E2E.labels(self.stream_label).observe(now - started)
+            metrics.AUDIO_SECONDS.inc(audio_s)
+            if outcome == "completed":
+                if audio_s > 0:
+                    metrics.RTF.observe((now - ticket.granted_at) / audio_s)
+                if audio.listener is not None and timing.ttfa_s is not None:
+                    observe_uninterrupted(output.response_format, self.stream_label, timing.ttfa_s, audio.listener)
+            else:
+                metrics.ABORTED.labels(outcome).inc()
+                await engine.abort(job.request_id)
+            summary.update(
+                engine_first_audio_s=round((timing.first_chunk or now) - started, 4),
+                e2e_s=round(now - started, 4),
+                audio_s=round(audio_s, 3),
+                outcome=outcome,
+                abort_reason=None if outcome == "completed" else outcome,
+                completed=outcome == "completed",
+            )
+
+        deadline = asyncio.get_running_loop().time() + request_timeout_s - (time.perf_counter() - started)
+        audio = EncodedAudio(
+            first,
+            chunks,
+            output.response_format,
+            output.sample_rate,
+            on_close,
+            deadline,
+            first_audio_written,
+            whole_file=output.whole_file,
+        )
+        # a WebSocket utterance times its listener itself, across its sentences, as they reach the socket
+        audio.listener = ListenerClock(started) if self.observe_ttfa else None
+        lifecycle.track(job.request_id, audio)
+        return audio
