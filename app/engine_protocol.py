@@ -1,7 +1,8 @@
-"""The engine protocol: the one interface between the HTTP layer and speech synthesis.
+"""The engine protocol: the one interface between a request for speech (`app.speech`) and speech synthesis.
 
 Nothing above this module imports an engine library. An engine takes a `SynthesisJob` and streams mono float32
-`AudioChunk`s at its native sample rate; resampling, encoding and transport belong to the HTTP layer.
+`AudioChunk`s at its native sample rate; resampling and encoding belong to `app.speech.encoding`, transport to
+`app.api`.
 """
 
 from __future__ import annotations
@@ -128,11 +129,11 @@ class EngineHealth:
 
 
 class EngineError(Exception):
-    """The engine failed while synthesizing; the HTTP layer answers 500 (or an SSE error event)."""
+    """The engine failed while synthesizing: the client hears of a 500 (a status, an SSE or WebSocket error)."""
 
 
 class EngineUnavailable(EngineError):
-    """The engine is not loaded, still warming up, or has died: 503."""
+    """The engine is not loaded, still warming up, or has died: a 503, worth a retry."""
 
 
 class UnsupportedParameter(Exception):

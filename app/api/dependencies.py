@@ -8,7 +8,6 @@ from __future__ import annotations
 from fastapi import Request
 from starlette.datastructures import State
 
-from app.admission import AdmissionGate
 from app.engine_protocol import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
@@ -23,10 +22,6 @@ async def get_engine(request: Request) -> SpeechEngine:
 
 async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
-
-
-async def get_gate(request: Request) -> AdmissionGate:
-    return request.app.state.gate
 
 
 async def get_lifecycle(request: Request) -> Lifecycle:

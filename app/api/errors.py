@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.engine_protocol import EngineUnavailable, UnsupportedParameter
+from app.engine_protocol import EngineUnavailable
 from app.speech.errors import Failed, Full, Refused, ShuttingDown, SpeechError, Stopped, Unavailable, UnknownModel
 
 INVALID_REQUEST = "invalid_request_error"
@@ -59,9 +59,10 @@ def internal_error(request_id: str) -> ApiError:
 
 
 def to_api_error(exc: BaseException, request_id: str = "") -> ApiError:
-    """The one wording of a failure: an ApiError as it is, a request's failure (`app.speech.errors`, the engine's
-    UnsupportedParameter and EngineUnavailable) as its status, OpenAI error and headers; anything else as the 500 that
-    names `request_id` (the caller logs it)."""
+    """The one wording of a failure: an ApiError as it is, a request's failure (`app.speech.errors`, and the engine's
+    EngineUnavailable mid-stream) as its status, OpenAI error and headers; anything else as the 500 that names
+    `request_id` (the caller logs it). The engine's UnsupportedParameter never gets here: `app.speech` turns it into
+    `Refused` where it is raised."""
     match exc:
         case ApiError():
             return exc
@@ -69,8 +70,6 @@ def to_api_error(exc: BaseException, request_id: str = "") -> ApiError:
             return ApiError(404, exc.message, param=exc.param, code=exc.code)
         case Refused():
             return invalid_param(exc.param, exc.message, exc.code)
-        case UnsupportedParameter():
-            return invalid_param(exc.param, exc.message)
         case Unavailable():
             return ApiError(
                 503, exc.message, type=SERVER_ERROR, code="engine_unavailable", headers={"Retry-After": "5"}

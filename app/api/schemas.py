@@ -4,22 +4,24 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
-from app.speech.options import MAX_INPUT_CHARS, SpeechOptions, in_order
+from app.speech.options import (
+    MAX_INPUT_CHARS,
+    ModelOption,
+    OpenAIVoiceOptions,
+    Qwen3Extensions,
+    SpeechOptions,
+)
 
 StreamFormat = Literal["audio", "sse"]
 
 
-class SpeechRequest(SpeechOptions):
-    """POST /v1/audio/speech. Unknown fields are refused, as OpenAI refuses unrecognized arguments.
-
-    Clients written for vllm-omni 0.30's own speech server (`vllm serve --omni`) run unchanged: `model` may be omitted
-    (the served model) or be the checkpoint's id, `speaker` is another name for `voice`, `voice` may be omitted or be
-    "default" (the model's default voice), `stream` selects SSE as it does there and `stream: false` asks for a whole
-    file, and `speaker_embedding` and `extra_params` are honoured where the engine can."""
-
+class TextInput(BaseModel):
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS, description="Text to speak, 1–4096 characters.")
+
+
+class StreamSwitches(BaseModel):
     stream_format: StreamFormat | None = Field(
         None, description="`audio` (raw bytes) or `sse`. Omitted: `sse` when `stream` is true, else `audio`."
     )
@@ -28,6 +30,16 @@ class SpeechRequest(SpeechOptions):
         description="vllm-omni's switch: true without `stream_format` streams SSE events; false, sent explicitly, "
         "answers one whole file with its Content-Length (omitted: the audio streams).",
     )
+
+
+# the bases' order puts the text second and the stream switches after `speed` (see app.speech.options)
+class SpeechRequest(SpeechOptions, Qwen3Extensions, StreamSwitches, OpenAIVoiceOptions, TextInput, ModelOption):
+    """POST /v1/audio/speech. Unknown fields are refused, as OpenAI refuses unrecognized arguments.
+
+    Clients written for vllm-omni 0.30's own speech server (`vllm serve --omni`) run unchanged: `model` may be omitted
+    (the served model) or be the checkpoint's id, `speaker` is another name for `voice`, `voice` may be omitted or be
+    "default" (the model's default voice), `stream` selects SSE as it does there and `stream: false` asks for a whole
+    file, and `speaker_embedding` and `extra_params` are honoured where the engine can."""
 
     _whole_file: bool = PrivateAttr(False)
 
@@ -43,11 +55,3 @@ class SpeechRequest(SpeechOptions):
     def whole_file(self) -> bool:
         """`stream: false` sent explicitly: one complete file, as vllm-omni answers it (omitted: streamed audio)."""
         return self._whole_file
-
-
-# the text second, the stream switches after `speed`: as the body has always been documented and validated
-_OPTIONS = list(SpeechOptions.model_fields)
-_AFTER_SPEED = _OPTIONS.index("speed") + 1
-in_order(
-    SpeechRequest, ["model", "input", *_OPTIONS[1:_AFTER_SPEED], "stream_format", "stream", *_OPTIONS[_AFTER_SPEED:]]
-)

@@ -8,9 +8,8 @@ import shutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from app.engine_protocol import SpeechEngine
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # vllm-omni's stage processes import the stage plugins through this package: it stays light
+    from app.engine_protocol import SpeechEngine
     from app.engines.omni import OmniEngine
     from app.settings import Settings
 

@@ -45,13 +45,19 @@ def check_speaker_embedding(value: list[float] | None) -> list[float] | None:
     return value
 
 
-class SpeechOptions(BaseModel):
-    """How to speak: the model, the voice and the Qwen3-TTS extensions, whatever the transport. Unknown fields are
-    refused, as OpenAI refuses unrecognized arguments."""
+# The options come in three parts so that a body that extends them can put its own fields between the parts: pydantic
+# declares (documents and validates) the fields of a model's bases from the last base to the first, so
+# `SpeechRequest(SpeechOptions, Qwen3Extensions, StreamSwitches, OpenAIVoiceOptions, TextInput, ModelOption)` reads
+# model, input, voice ... speed, stream_format, stream, language ..., the order its clients have always read.
 
-    model_config = ConfigDict(extra="forbid", strict=True)
 
+class ModelOption(BaseModel):
     model: Name | None = Field(None, min_length=1, max_length=256, description="Omitted: the served model.")
+
+
+class OpenAIVoiceOptions(BaseModel):
+    """OpenAI's own fields, after the text."""
+
     voice: Name | VoiceRef = Field(
         DEFAULT_VOICE,
         description='A voice name (OpenAI names are aliases) or {"id": ...}. `speaker` is another name for it. '
@@ -66,7 +72,10 @@ class SpeechOptions(BaseModel):
     response_format: ResponseFormat = "mp3"
     speed: float = Field(1.0, ge=0.25, le=4.0)
 
-    # Qwen3-TTS extensions: honoured by engines that support them, otherwise refused with a 400 naming the field.
+
+class Qwen3Extensions(BaseModel):
+    """Qwen3-TTS's extensions: honoured by engines that support them, otherwise refused with a 400 naming the field."""
+
     language: Name | None = Field(None, min_length=1, max_length=64)
     task_type: TaskTypeName | None = None
     ref_audio: FreeText | None = Field(
@@ -106,6 +115,13 @@ class SpeechOptions(BaseModel):
         "in an `X-Word-Timestamps` header, as vllm-omni 0.30 sends them. Engines that cannot time words refuse it.",
     )
 
+
+class SpeechOptions(Qwen3Extensions, OpenAIVoiceOptions, ModelOption):
+    """How to speak: the model, the voice and the Qwen3-TTS extensions, whatever the transport. Unknown fields are
+    refused, as OpenAI refuses unrecognized arguments."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
     _check_speaker_embedding = field_validator("speaker_embedding")(check_speaker_embedding)
 
     @model_validator(mode="before")
@@ -125,13 +141,3 @@ class SpeechOptions(BaseModel):
     @property
     def voice_name(self) -> str:
         return self.voice.id if isinstance(self.voice, VoiceRef) else self.voice
-
-
-def in_order(model: type[BaseModel], names: list[str]) -> None:
-    """Declares `model`'s fields in the order its clients have always read them (pydantic puts a base's fields
-    first): the order of its documentation, and the order in which its fields are validated, of which a request with
-    several faults hears of the first."""
-    fields = model.__pydantic_fields__
-    assert sorted(names) == sorted(fields), "every field, once"
-    model.__pydantic_fields__ = {name: fields[name] for name in names}
-    model.model_rebuild(force=True)

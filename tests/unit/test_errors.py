@@ -17,9 +17,12 @@ from app.api.errors import (
     error_body,
     internal_error,
     invalid_param,
+    to_api_error,
     validation_error,
 )
 from app.api.middleware import REQUEST_ID_HEADER, BodySizeLimitMiddleware, RequestIdMiddleware, request_id_of
+from app.engine_protocol import EngineUnavailable
+from app.speech.errors import Failed, Full, Refused, ShuttingDown, Stopped, Unavailable, UnknownModel
 
 Message = dict[str, Any]
 ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Any]
@@ -389,3 +392,48 @@ async def test_413_carries_the_request_id_once_when_both_middlewares_are_stacked
     assert_413(exchange)
     assert exchange.header(REQUEST_ID_HEADER) == ["big-one"]
     assert inner.scope is None
+
+
+# -- one wording of every failure (HTTP and WebSocket alike) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("failure", "status", "type_", "param", "code", "headers"),
+    [
+        (Refused("speed", "too fast"), 400, INVALID_REQUEST, "speed", "invalid_value", None),
+        (Refused("voice", "no such voice", "voice_not_found"), 400, INVALID_REQUEST, "voice", "voice_not_found", None),
+        (UnknownModel("no such model"), 404, INVALID_REQUEST, "model", "model_not_found", None),
+        (Unavailable("loading"), 503, SERVER_ERROR, None, "engine_unavailable", {"Retry-After": "5"}),
+        (EngineUnavailable("gone"), 503, SERVER_ERROR, None, "engine_unavailable", {"Retry-After": "5"}),
+        (
+            ShuttingDown(),
+            503,
+            SERVER_ERROR,
+            None,
+            "server_shutting_down",
+            {"Retry-After": "1", "Connection": "close"},
+        ),
+        (Stopped("drain"), 503, SERVER_ERROR, None, "server_shutting_down", None),
+        (Stopped("timeout"), 504, SERVER_ERROR, None, "timeout", None),
+        (Full("queue_full", 3), 429, "requests", None, "rate_limit_exceeded", {"Retry-After": "3"}),
+        (Full("queue_timeout", 7), 429, "requests", None, "rate_limit_exceeded", {"Retry-After": "7"}),
+        (Failed("req-1"), 500, SERVER_ERROR, None, "internal_error", None),
+        (RuntimeError("boom"), 500, SERVER_ERROR, None, "internal_error", None),
+    ],
+)
+def test_to_api_error_words_each_failure_once(
+    failure: BaseException, status: int, type_: str, param: str | None, code: str, headers: dict[str, str] | None
+) -> None:
+    error = to_api_error(failure, "req-1")
+    assert (error.status, error.type, error.param, error.code, error.headers) == (status, type_, param, code, headers)
+    assert error.message  # the client always reads why
+
+
+def test_to_api_error_keeps_the_message_the_client_reads() -> None:
+    assert to_api_error(Refused("speed", "Speed must be at most 4.")).message == "Speed must be at most 4."
+    assert "Retry after 3 s" in to_api_error(Full("queue_full", 3)).message
+    assert "req-9" in to_api_error(RuntimeError("boom"), "req-9").message  # an unknown failure names the request
+    assert "loading" in to_api_error(Unavailable("loading")).message
+    assert "gone" in to_api_error(EngineUnavailable("gone")).message
+    same = ApiError(418, "teapot", code="teapot")
+    assert to_api_error(same) is same

@@ -276,6 +276,21 @@ def test_the_stage_plugins_import_nothing_of_the_service_outside_themselves() ->
     assert not found, "\n".join(found)
 
 
+TRANSPORT = ("app.api", "fastapi", "starlette", "uvicorn", "websockets")
+
+
+@pytest.mark.parametrize("scope", ["app.speech", "app.engines", "app.engine_protocol"])
+def test_the_speech_core_and_the_engines_know_no_transport(scope: str) -> None:
+    """What a request is, and the engines, serve HTTP and the WebSocket alike: neither imports a web framework nor
+    the wire formats of `app.api`."""
+    found = [
+        f"{where(item)}: {item.importer} imports {item.module}"
+        for item in APP_IMPORTS
+        if within(item.importer, scope) and any(within(item.module, wire) for wire in TRANSPORT)
+    ]
+    assert not found, "\n".join(found)
+
+
 def test_the_service_imports_neither_the_load_tool_nor_the_tests() -> None:
     found = [
         f"{where(item)}: {item.importer} imports {item.module}"

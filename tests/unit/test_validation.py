@@ -436,20 +436,22 @@ def test_speed_outside_the_engines_range_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("changes", "expected"),
+    ("changes", "expected", "whole_file"),
     [
-        ({}, "audio"),
-        ({"stream": False}, "audio"),
-        ({"stream": True}, "sse"),  # vllm-omni: stream=true without stream_format is SSE
-        ({"stream": True, "stream_format": "audio"}, "audio"),
-        ({"stream": False, "stream_format": "sse"}, "sse"),
+        ({}, "audio", False),
+        ({"stream": False}, "audio", True),  # vllm-omni: stream=false, sent explicitly, is one whole file
+        ({"stream": True}, "sse", False),  # vllm-omni: stream=true without stream_format is SSE
+        ({"stream": True, "stream_format": "audio"}, "audio", False),
+        ({"stream": False, "stream_format": "sse"}, "sse", False),
     ],
 )
-def test_stream_selects_the_stream_format_as_vllm_omni_does(changes: dict[str, Any], expected: str) -> None:
+def test_stream_selects_the_stream_format_as_vllm_omni_does(
+    changes: dict[str, Any], expected: str, whole_file: bool
+) -> None:
     request = SpeechRequest.model_validate(body(**changes))
-    assert request.stream_format == expected
+    assert (request.stream_format, request.whole_file) == (expected, whole_file)
     _, output = build(body(**changes))
-    assert output.whole_file is request.whole_file  # the route reads `stream_format` from the request
+    assert output.whole_file is whole_file  # the job's output is one whole file exactly when the body asked for it
 
 
 def test_an_omitted_model_is_the_served_model() -> None:
