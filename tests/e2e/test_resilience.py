@@ -245,7 +245,10 @@ def test_request_timeout_before_the_first_audio_is_a_504(tmp_path: Path) -> None
 
 
 def test_sigterm_drains_streams_then_exits_zero(tmp_path: Path) -> None:
-    server = start_server(tmp_path / "server.log", env={"SPEECH_DRAIN_TIMEOUT_S": "60"})
+    # a third stream may wait for a slot while the first two speak: on a busy machine longer than the default
+    # queue timeout, which is not what this test is about
+    env = {"SPEECH_DRAIN_TIMEOUT_S": "60", "SPEECH_QUEUE_TIMEOUT_S": "120"}
+    server = start_server(tmp_path / "server.log", env=env)
     bodies: list[bytes] = []
     statuses: list[int] = []
     started = [threading.Event() for _ in range(3)]
