@@ -34,7 +34,7 @@ run: install
 test: install
 	.venv/bin/ruff check .
 	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site
-	.venv/bin/pytest -q
+	.venv/bin/pytest -q --durations=15  # names the slowest tests, to keep the suite within its time
 
 test-unit: install
 	.venv/bin/pytest -q tests/unit
