@@ -1,0 +1,116 @@
+"""The WebSocket's speech as vllm-omni 0.30's frames (`app.api.speech_stream`): per sentence `audio.start`, its audio
+(binary frames, or with word_timestamps `audio.chunk` JSON frames and a trailing one with its words), `audio.done`;
+per utterance `session.done`; `error`; and the close codes that end a session."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any
+
+from fastapi import WebSocket
+
+from app.api.errors import ApiError, to_api_error, websocket_error_message
+from app.audio.formats import DEFAULT_SAMPLE_RATE
+from app.speech.errors import Full, SpeechError, Stopped
+from app.speech.utterances import Sentence
+from app.text.words import WordTiming
+
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001  # the server drains
+CLOSE_POLICY = 1008  # no valid key, or no session.config in time
+CLOSE_TRY_AGAIN = 1013  # the server is full
+
+
+class SessionClosed(Exception):
+    """The session ends: the code to close with (the client may already be gone)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class Frames:
+    """The speech as vllm-omni 0.30's frames (a `SpeechSink`), and every other message to the client: one writer at
+    a time. With word_timestamps a sentence's audio travels as numbered `audio.chunk` frames, base64 in JSON."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self.ws = websocket
+        self.lock = asyncio.Lock()
+        self.chunks: int | None = None  # the audio.chunk frames of the sentence being delivered; None: binary frames
+
+    async def send(self, message: dict[str, Any]) -> None:
+        async with self.lock:
+            await self.ws.send_text(json.dumps(message))
+
+    async def send_error(self, exc: Exception) -> None:
+        await self.send(websocket_error_message(to_api_error(exc)))
+
+    def error_code(self, error: SpeechError) -> str:
+        return to_api_error(error).code or "error"
+
+    async def sentence_started(self, sentence: Sentence) -> None:
+        options = sentence.voice.options
+        self.chunks = 0 if options.word_timestamps else None
+        await self.send(
+            {
+                **self.indices(sentence, "audio.start"),
+                "sentence_text": sentence.text,
+                "format": options.response_format,
+                "sample_rate": options.sample_rate or DEFAULT_SAMPLE_RATE,
+                **({"word_timestamps": True} if options.word_timestamps else {}),
+            }
+        )
+
+    async def audio(self, sentence: Sentence, data: bytes, start_s: float, end_s: float) -> None:
+        if self.chunks is not None:
+            await self.send(self.chunk(sentence, data, start_s, end_s, None))
+        else:
+            async with self.lock:
+                await self.ws.send_bytes(data)
+
+    async def sentence_spoken(
+        self, sentence: Sentence, words: list[WordTiming], duration_s: float, offset_s: float
+    ) -> None:
+        if self.chunks is not None:  # vllm-omni's trailing frame: no audio, the whole sentence's words
+            trailer = self.chunk(sentence, b"", 0.0, duration_s, words)
+            await self.send({**trailer, "utterance_offset_ms": round(offset_s * 1000)})
+
+    def chunk(
+        self, sentence: Sentence, data: bytes, start_s: float, end_s: float, words: list[WordTiming] | None
+    ) -> dict[str, Any]:
+        assert self.chunks is not None
+        self.chunks += 1
+        return {
+            **self.indices(sentence, "audio.chunk"),
+            "chunk_id": self.chunks - 1,
+            "chunk_start_ms": round(start_s * 1000),
+            "chunk_end_ms": round(end_s * 1000),
+            "sample_rate": sentence.voice.options.sample_rate or DEFAULT_SAMPLE_RATE,
+            "audio_b64": base64.b64encode(data).decode("ascii"),
+            "timestamps": None if words is None else [word.as_dict() for word in words],
+        }
+
+    async def sentence_ended(self, sentence: Sentence, audio_bytes: int, error: bool) -> None:
+        # every audio.start gets its audio.done, as from vllm-omni, with `error` set when its audio did not end
+        await self.send({**self.indices(sentence, "audio.done"), "total_bytes": audio_bytes, "error": error})
+
+    @staticmethod
+    def indices(sentence: Sentence, kind: str) -> dict[str, Any]:
+        return {"type": kind, "utterance_index": sentence.utterance, "sentence_index": sentence.index}
+
+    async def error(self, error: SpeechError) -> None:
+        await self.send_error(error)
+        if isinstance(error, Full):
+            raise SessionClosed(CLOSE_TRY_AGAIN)
+        if isinstance(error, Stopped) and error.reason != "timeout":
+            raise SessionClosed(CLOSE_GOING_AWAY)
+
+    async def utterance_done(self, utterance: int, sentences: int) -> None:
+        await self.send({"type": "session.done", "utterance_index": utterance, "total_sentences": sentences})
+
+    async def close_with(self, error: ApiError, code: int) -> None:
+        """One `error`, then the close."""
+        await self.send(websocket_error_message(error))
+        raise SessionClosed(code)

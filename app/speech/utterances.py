@@ -1,0 +1,423 @@
+"""Text that streams in (an LLM writing), spoken as it is made, whatever carries it (the WebSocket:
+`app.api.speech_stream`).
+
+An utterance's text arrives in pieces (`StreamedSpeech.text`) and ends with `done`. It is cut into the pieces whose
+end is certain, as `split_granularity` asks (`complete_units`): a sentence (or a clause) is synthesized as soon as it
+is complete, or once SPEECH_WS_SENTENCE_IDLE_S passes with no more text and it looks finished; `none` holds the whole
+utterance until `done`. Each sentence is one request through the same stages as POST /v1/audio/speech
+(`SpeechService.speak_sentence`): admission (a sentence being synthesized holds a slot), the engine, encoding and the
+metrics; the sentences after the first of an utterance are joined to it (the engine's leading silence trimmed).
+
+Sentences are spoken in order, the next one synthesized while the current one is delivered (`Ahead`), and each
+utterance is accounted once, when it ends: its TTFA and phases (from the arrival of the text that completed its first
+sentence to its first bytes delivered), its time to uninterrupted audio (only when it had no error), and one
+"speech utterance" log line, however it ends.
+
+What the client is told goes through a `SpeechSink`, whose calls are awaited in order, one sentence after the other.
+A sink rather than an iterator of events, because
+- every started sentence is told its end, also when speaking is cancelled mid-sentence (a drain out of time, the
+  client gone): that end is told from a `finally`, which a generator being closed cannot yield from;
+- delivery paces the speech: a sentence's look-ahead slot is freed once its last call returned, and the clocks (the
+  TTFA, the listener's) are read when the client has been told, not when the audio was made;
+- the transport decides which errors end the whole stream, by raising from `SpeechSink.error`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from app.speech.errors import Failed, ShuttingDown, SpeechError
+from app.speech.options import SpeechOptions
+from app.speech.run import EncodedPiece, SentenceEnd, SpeechService, observe_ttfa, observe_uninterrupted
+from app.speech.sentences import Ahead, Granularity, complete_units, final_units
+from app.speech.voice import Voice
+from app.text.words import WordTiming
+from app.timing import ListenerClock, TtfaTimeline
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Sentence:
+    """One piece of an utterance, spoken as a request of its own."""
+
+    utterance: int
+    index: int  # within its utterance
+    text: str
+    voice: Voice[SpeechOptions]
+    arrived: float  # perf_counter when the text that completed it arrived
+    timing: TtfaTimeline | None = None  # its milestones, once its synthesis has begun
+
+
+@dataclasses.dataclass
+class UtteranceEnd:
+    utterance: int
+    sentences: int
+    arrived: float
+
+
+@dataclasses.dataclass
+class Utterance:
+    """What one utterance did, logged once when it ends."""
+
+    index: int
+    started: float
+    chars: int = 0
+    sentences: int = 0
+    audio_bytes: int = 0
+    audio_s: float = 0.0  # the sentences delivered so far: where the next one starts in the utterance's audio
+    ttfa_s: float | None = None
+    errors: list[str] = dataclasses.field(default_factory=list)
+    # when each piece of its audio reached the client, from the same origin as its TTFA (across its sentences: a
+    # listener hears them back to back); and in which format
+    listener: ListenerClock | None = None
+    response_format: str = ""
+
+    def first_audio(self, sentence: Sentence) -> None:
+        """The utterance's TTFA, and its phases: those of the sentence that first spoke, up to its first bytes
+        delivered (they add up to the TTFA, as a request's do over HTTP)."""
+        sent = time.perf_counter()
+        response_format = sentence.voice.options.response_format
+        self.ttfa_s = sent - sentence.arrived
+        self.listener, self.response_format = ListenerClock(sentence.arrived), response_format
+        phases = {} if sentence.timing is None else dataclasses.replace(sentence.timing, first_byte=sent).phases()
+        observe_ttfa(response_format, "websocket", self.ttfa_s, phases)
+
+    def observe_uninterrupted(self) -> None:
+        """Its time to uninterrupted audio: only for an utterance that completed without an error."""
+        if not self.errors and self.ttfa_s is not None and self.listener is not None:
+            observe_uninterrupted(self.response_format, "websocket", self.ttfa_s, self.listener)
+
+    def log(self, request_id: str, outcome: str) -> None:
+        """One log line per utterance, however it ends."""
+        log.info(
+            "speech utterance",
+            extra={
+                "request_id": request_id,
+                "transport": "websocket",
+                "utterance": self.index,
+                "chars": self.chars,
+                "sentences": self.sentences,
+                "audio_bytes": self.audio_bytes,
+                "audio_s": round(self.audio_s, 3),
+                "ttfa_s": None if self.ttfa_s is None else round(self.ttfa_s, 4),
+                "e2e_s": round(time.perf_counter() - self.started, 4),
+                "errors": self.errors,
+                "outcome": outcome,
+            },
+        )
+
+
+class SpeechSink(Protocol):
+    """What the client is told, in this order per sentence: `sentence_started`, its `audio` (then `sentence_spoken`
+    when its audio came to its end, or `error` instead), and `sentence_ended` always; `utterance_done` after an
+    utterance's last sentence. Each call returns once the client has been told. A call may raise to end the speaking:
+    the exception leaves the task that `StreamedSpeech.start` made."""
+
+    def error_code(self, error: SpeechError) -> str:
+        """The code the client is told for `error`, as the utterance's log line lists it."""
+        ...
+
+    async def sentence_started(self, sentence: Sentence) -> None: ...
+
+    async def audio(self, sentence: Sentence, data: bytes, start_s: float, end_s: float) -> None:
+        """The next encoded bytes of the sentence's file: from `start_s` to `end_s` into its audio."""
+        ...
+
+    async def sentence_spoken(
+        self, sentence: Sentence, words: list[WordTiming], duration_s: float, offset_s: float
+    ) -> None:
+        """The sentence's audio came to its end: its words (timed from its start, when asked for), its length, and
+        where it starts in the utterance's audio (the lengths of the sentences before it)."""
+        ...
+
+    async def sentence_ended(self, sentence: Sentence, audio_bytes: int, error: bool) -> None:
+        """The end of every started sentence; `error`: its audio did not come to its end."""
+        ...
+
+    async def error(self, error: SpeechError) -> None: ...
+
+    async def utterance_done(self, utterance: int, sentences: int) -> None: ...
+
+
+class StreamedSpeech:
+    """One stream of text (a WebSocket connection) and its utterances: text in, cut into sentences that queue to be
+    spoken in order by the task that `start` makes. Each open utterance is tracked by the lifecycle; a drain out of
+    time stops the whole stream (`stopped`)."""
+
+    def __init__(self, service: SpeechService, request_id: str) -> None:
+        self.service = service
+        self.settings = service.settings
+        self.lifecycle = service.lifecycle
+        self.request_id = request_id
+        self.voice: Voice[SpeechOptions] | None = None
+        self.granularity: Granularity = "sentence"
+        self.buffer = ""
+        self.buffered_at = 0.0
+        self.quiet_since = time.perf_counter()  # the last message, or the end of the last speech
+        self.unspoken = 0  # sentences queued, being synthesized or being delivered
+        self.gap_checked = False  # the buffered text has had its SPEECH_WS_SENTENCE_IDLE_S look
+        self.utterance = 0
+        self.sentence_index = 0  # within the utterance being received
+        self.open_utterances: dict[int, Utterance] = {}
+        self.queue: asyncio.Queue[Sentence | UtteranceEnd] = asyncio.Queue()
+        self.stopped = asyncio.Event()  # a drain out of time stops the stream
+        self.speaker: asyncio.Task[None] | None = None
+        self.all_spoken = asyncio.Event()
+
+    def stop(self, reason: str) -> None:  # Stoppable, for the lifecycle
+        self.stopped.set()
+
+    @property
+    def pending_text(self) -> bool:
+        """Text of the current utterance not yet queued as a sentence."""
+        return bool(self.buffer.strip())
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to finish: no open utterance, no text waiting (a drain may end the stream now)."""
+        return not self.open_utterances and not self.buffer.strip()
+
+    async def configure(self, options: SpeechOptions, granularity: Granularity) -> None:
+        """The voice and options of the utterances that follow, checked now: everything but the text."""
+        voice = await self.service.resolve_voice(options)
+        self.service.build_job(voice, "Hello.", f"{self.request_id}-config")  # word_timestamps too
+        self.voice, self.granularity = voice, granularity
+
+    def heard(self) -> None:
+        """The client sent something: the idle time counts from now."""
+        self.quiet_since = time.perf_counter()
+
+    def text(self, text: str) -> None:
+        """More text of the current utterance (its first opens it). `ShuttingDown` when the server drains and no
+        utterance is open."""
+        if self.lifecycle.draining and self.utterance not in self.open_utterances:
+            raise ShuttingDown()
+        self.begin_utterance()
+        self.open_utterances[self.utterance].chars += len(text)
+        self.buffer += text
+        self.buffered_at = time.perf_counter()
+        self.gap_checked = False
+        self.enqueue(*complete_units(self.buffer, self.settings.sentence_max_chars, self.granularity))
+
+    def done(self, close: bool = False) -> None:
+        """The current utterance ends: the rest of its text is spoken, then its end is told. With `close` (the stream
+        ends) only an utterance already open is ended."""
+        if close and self.utterance not in self.open_utterances:
+            return
+        self.begin_utterance()
+        self.enqueue(final_units(self.buffer, self.settings.sentence_max_chars, self.granularity), "")
+        self.queue.put_nowait(UtteranceEnd(self.utterance, self.sentence_index, time.perf_counter()))
+        self.utterance += 1
+        self.sentence_index = 0
+
+    def wait_s(self) -> float:
+        """How long until `look` has something to do."""
+        if self.buffer.strip() and not self.gap_checked:
+            return max(0.0, self.buffered_at + self.settings.ws_sentence_idle_s - time.perf_counter())
+        if self.unspoken:  # looked at again later: the idle time counts from the end of the speech
+            return self.settings.ws_idle_timeout_s
+        return max(0.0, self.quiet_since + self.settings.ws_idle_timeout_s - time.perf_counter())
+
+    def look(self) -> bool:
+        """After `wait_s`: a sentence that looks finished is spoken when the writer paused; True when the stream has
+        been idle too long (nothing to speak, and nothing heard for SPEECH_WS_IDLE_TIMEOUT_S)."""
+        now = time.perf_counter()
+        if self.buffer.strip() and not self.gap_checked:  # the writer paused: a sentence that looks finished is spoken
+            if now < self.buffered_at + self.settings.ws_sentence_idle_s:
+                return False
+            self.gap_checked = True
+            # its TTFA counts from the arrival of its text, not from this look
+            max_chars = self.settings.sentence_max_chars
+            sentences, rest = complete_units(self.buffer, max_chars, self.granularity, final=True)
+            self.enqueue(sentences, rest, arrived=self.buffered_at)
+            return False
+        if self.unspoken:  # still speaking: silence from the client is expected
+            return False
+        if now < self.quiet_since + self.settings.ws_idle_timeout_s:  # speech ended meanwhile
+            return False
+        if self.buffer.strip():
+            # text that never became a sentence and then a whole idle period of silence: it is spoken, as `done`
+            # would have it, never dropped; the stream is idle after the next idle period
+            self.done()
+            return False
+        return True
+
+    def begin_utterance(self) -> None:
+        if self.utterance not in self.open_utterances:
+            self.open_utterances[self.utterance] = Utterance(self.utterance, time.perf_counter())
+            self.lifecycle.track(self.utterance_key(self.utterance), self)
+
+    def utterance_key(self, utterance: int) -> str:
+        return f"{self.request_id}-u{utterance}"
+
+    def enqueue(self, sentences: list[str], rest: str, arrived: float | None = None) -> None:
+        """Queues sentences to be spoken; `arrived`: when the text that completed them came (default now)."""
+        assert self.voice is not None
+        self.buffer = rest
+        at = time.perf_counter() if arrived is None else arrived
+        for text in sentences:
+            self.queue.put_nowait(Sentence(self.utterance, self.sentence_index, text, self.voice, at))
+            self.sentence_index += 1
+            self.unspoken += 1
+
+    def start(self, sink: SpeechSink) -> asyncio.Task[None]:
+        """Speak what is queued, now and later, through `sink`: the task ends when a drain may end the stream (the
+        last open utterance ended while the server drains), or with what the sink raised."""
+        self.speaker = asyncio.create_task(Speaker(self, sink).run())
+        return self.speaker
+
+    async def finish(self) -> None:
+        """Wait until everything queued has been spoken (or speaking ended)."""
+        if not self.open_utterances or self.speaker is None:
+            return
+        self.all_spoken.clear()
+        spoken = asyncio.ensure_future(self.all_spoken.wait())
+        await asyncio.wait({spoken, self.speaker}, return_when=asyncio.FIRST_COMPLETED)
+        spoken.cancel()
+
+    async def close(self, outcome: str) -> None:
+        """The stream ends: speaking stops, and each utterance it cut short is logged with `outcome`."""
+        if self.speaker is not None and not self.speaker.done():
+            self.speaker.cancel()
+            with contextlib.suppress(BaseException):
+                await self.speaker
+        for key, utterance in list(self.open_utterances.items()):
+            self.lifecycle.untrack(self.utterance_key(key))
+            if utterance.sentences or utterance.chars:  # cut short: by the client leaving, or the stream ending
+                utterance.log(self.request_id, outcome)
+
+
+class Speaker:
+    """Speaks a stream's sentences in order, each synthesized ahead of its delivery (`Ahead`). A sentence's synthesis
+    starts when the previous one's has finished (a stream holds one slot at a time, and never queues behind itself),
+    while that one is still being delivered and played: synthesis runs faster than real time, so the next sentence is
+    ready before the current one has been heard. One sentence at most waits ahead of the one delivered."""
+
+    def __init__(self, speech: StreamedSpeech, sink: SpeechSink) -> None:
+        self.speech = speech
+        self.sink = sink
+
+    async def run(self) -> None:
+        speech = self.speech
+        started: asyncio.Queue[tuple[Sentence, Ahead[object]] | UtteranceEnd] = asyncio.Queue()
+        lookahead = asyncio.Semaphore(2)
+        running: list[Ahead[object]] = []
+
+        async def start_sentences() -> None:
+            previous: Ahead[object] | None = None
+            while True:
+                item = await speech.queue.get()
+                if isinstance(item, Sentence):
+                    await lookahead.acquire()
+                    previous = Ahead(functools.partial(self.synthesize, item), after=previous)
+                    running[:] = [*(ahead for ahead in running if not ahead.task.done()), previous]
+                    started.put_nowait((item, previous))
+                else:
+                    started.put_nowait(item)
+
+        starter = asyncio.create_task(start_sentences())
+        try:
+            while True:
+                entry = await started.get()
+                if isinstance(entry, UtteranceEnd):
+                    if await self.end_utterance(entry):
+                        return
+                    continue
+                sentence, produced = entry
+                try:
+                    await self.deliver(sentence, produced)
+                finally:
+                    lookahead.release()
+                    speech.unspoken -= 1
+                    if not speech.unspoken:
+                        speech.quiet_since = time.perf_counter()
+        finally:
+            starter.cancel()
+            for ahead in running:
+                ahead.task.cancel()
+            await asyncio.gather(starter, *(ahead.task for ahead in running), return_exceptions=True)
+
+    def synthesize(self, sentence: Sentence) -> AsyncIterator[EncodedPiece | list[WordTiming] | SentenceEnd]:
+        """One sentence through the request's stages: its encoded pieces and word timings (timed from the start of
+        the sentence), then its SentenceEnd. A later sentence continues the utterance: joined without the engine's
+        leading silence."""
+        sentence.timing = TtfaTimeline(sentence.arrived)
+        return self.speech.service.speak_sentence(
+            sentence.voice,
+            sentence.text,
+            f"{self.speech.request_id}-u{sentence.utterance}s{sentence.index}",
+            sentence.timing,
+            continues=sentence.index > 0,
+        )
+
+    async def outcomes(self, produced: Ahead[object]) -> AsyncIterator[object]:
+        """A sentence's pieces, words and end, or the error that ended it instead (a failure of the server's own is
+        logged here, and told as the stream's)."""
+        try:
+            async for item in produced:
+                yield item
+        except SpeechError as exc:
+            yield exc
+        except Exception:
+            log.exception("sentence synthesis failed", extra={"request_id": self.speech.request_id})
+            yield Failed(self.speech.request_id)
+
+    async def deliver(self, sentence: Sentence, produced: Ahead[object]) -> None:
+        utterance = self.speech.open_utterances[sentence.utterance]
+        await self.sink.sentence_started(sentence)
+        total = 0
+        spoken_s = 0.0
+        words: list[WordTiming] = []
+        ended = False  # the sentence's audio came to its end (not an error, nor the stream stopping)
+        try:
+            async with contextlib.aclosing(self.outcomes(produced)) as items:
+                async for item in items:
+                    if isinstance(item, SpeechError):
+                        utterance.errors.append(self.sink.error_code(item))
+                        await self.sink.error(item)
+                        break
+                    if isinstance(item, SentenceEnd):
+                        ended = True
+                        spoken_s = item.duration_s
+                        await self.sink.sentence_spoken(sentence, words, spoken_s, utterance.audio_s)
+                        break
+                    if isinstance(item, list):
+                        words.extend(item)
+                        continue
+                    assert isinstance(item, EncodedPiece)
+                    await self.sink.audio(sentence, item.data, spoken_s, item.end_s)
+                    if utterance.ttfa_s is None:  # from the arrival of the text that completed the first sentence
+                        utterance.first_audio(sentence)
+                    if utterance.listener is not None:
+                        utterance.listener.wrote(time.perf_counter(), utterance.audio_s + item.end_s)
+                    total += len(item.data)
+                    spoken_s = item.end_s
+        finally:
+            # every started sentence is told its end: after an error, and when the stream is stopped mid-sentence (a
+            # drain out of time), as an error; not to a client that has gone
+            utterance.sentences += 1
+            utterance.audio_bytes += total
+            utterance.audio_s += spoken_s
+            with contextlib.suppress(Exception):
+                await self.sink.sentence_ended(sentence, total, error=not ended)
+
+    async def end_utterance(self, end: UtteranceEnd) -> bool:
+        """The utterance's end told, logged and observed; True when a drain may now end the stream."""
+        speech = self.speech
+        utterance = speech.open_utterances.pop(end.utterance)
+        speech.lifecycle.untrack(speech.utterance_key(end.utterance))
+        await self.sink.utterance_done(end.utterance, end.sentences)
+        utterance.log(speech.request_id, "completed" if not utterance.errors else "error")
+        utterance.observe_uninterrupted()
+        if not speech.open_utterances:
+            speech.quiet_since = time.perf_counter()
+            speech.all_spoken.set()
+        return speech.lifecycle.draining and speech.idle

@@ -1,0 +1,369 @@
+"""Text that streams in, spoken as it is made (`app.speech.utterances`), with no transport: the text cut into sentences
+as their end becomes certain, their synthesis scheduled with one sentence of look-ahead, what the client is told (a
+recording sink) and each utterance's accounting (its log line, its metrics), over a stand-in engine whose every job
+is a short tone."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from prometheus_client import REGISTRY
+
+from app.admission import AdmissionGate
+from app.engine_protocol import (
+    AudioChunk,
+    EngineCapabilities,
+    EngineError,
+    EngineHealth,
+    SynthesisJob,
+    TaskType,
+    VoiceInfo,
+)
+from app.lifecycle import Lifecycle
+from app.settings import Settings
+from app.speech.errors import Failed, ShuttingDown, SpeechError
+from app.speech.options import SpeechOptions
+from app.speech.run import SpeechService
+from app.speech.utterances import Sentence, StreamedSpeech, UtteranceEnd
+from app.text.words import WordTiming
+from app.voice_store import VoiceStore
+from app.voices import VoiceCatalog
+
+RATE = 24_000
+SENTENCE_IDLE_S = 0.5
+IDLE_TIMEOUT_S = 30.0
+
+
+class ToneEngine:
+    """Every job is 0.1 s of tone in two chunks; a text with FAIL in it fails before its first audio, one with BREAK
+    after it. `steps` lists the jobs' texts as their synthesis began (+) and ended (-)."""
+
+    name = "tone"
+    model_id = "tone-1"
+
+    def __init__(self) -> None:
+        self.steps: list[str] = []
+
+    async def start(self) -> None:
+        return None
+
+    async def synthesize(self, job: SynthesisJob) -> AsyncIterator[AudioChunk]:
+        self.steps.append(f"+{job.text}")
+        await asyncio.sleep(0.01)
+        if "FAIL" in job.text:
+            raise EngineError("the tone generator broke")
+        for _ in range(2):
+            yield AudioChunk(np.full(RATE // 20, 0.3, np.float32), RATE)
+            await asyncio.sleep(0.005)
+            if "BREAK" in job.text:
+                raise RuntimeError("the tone generator broke mid-sentence")
+        self.steps.append(f"-{job.text}")
+
+    async def abort(self, request_id: str) -> None:
+        return None
+
+    def voices(self) -> list[VoiceInfo]:
+        return [VoiceInfo("heart", "Heart", ("English",))]
+
+    def languages(self) -> list[str]:
+        return ["English"]
+
+    def capabilities(self) -> EngineCapabilities:
+        return EngineCapabilities(
+            task_types=frozenset({TaskType.CUSTOM_VOICE}),
+            voice_cloning=False,
+            instructions=False,
+            languages=("English",),
+            max_input_chars=4096,
+            seed=False,
+            max_new_tokens=False,
+            sample_rate=RATE,
+        )
+
+    def health(self) -> EngineHealth:
+        return EngineHealth(ready=True)
+
+    async def close(self) -> None:
+        return None
+
+
+class RecordingSink:
+    """What a transport would tell its client, as tuples in order; `hold` (when given) keeps each piece of audio
+    waiting until it is set, as a client that reads slowly would."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+        self.hold: asyncio.Event | None = None
+        self.done = asyncio.Event()
+
+    def error_code(self, error: SpeechError) -> str:
+        return type(error).__name__
+
+    async def sentence_started(self, sentence: Sentence) -> None:
+        self.events.append(("started", sentence.utterance, sentence.index, sentence.text))
+
+    async def audio(self, sentence: Sentence, data: bytes, start_s: float, end_s: float) -> None:
+        if self.hold is not None:
+            await self.hold.wait()
+        self.events.append(("audio", sentence.index, len(data), round(start_s, 3), round(end_s, 3)))
+
+    async def sentence_spoken(
+        self, sentence: Sentence, words: list[WordTiming], duration_s: float, offset_s: float
+    ) -> None:
+        self.events.append(("spoken", sentence.index, round(duration_s, 3), round(offset_s, 3)))
+
+    async def sentence_ended(self, sentence: Sentence, audio_bytes: int, error: bool) -> None:
+        self.events.append(("ended", sentence.index, audio_bytes, error))
+
+    async def error(self, error: SpeechError) -> None:
+        self.events.append(("error", type(error).__name__))
+
+    async def utterance_done(self, utterance: int, sentences: int) -> None:
+        self.events.append(("utterance_done", utterance, sentences))
+        self.done.set()
+
+    def kinds(self) -> list[str]:
+        return [event[0] for event in self.events]
+
+
+@pytest.fixture
+def engine() -> ToneEngine:
+    return ToneEngine()
+
+
+@pytest.fixture
+def service(engine: ToneEngine, tmp_path: Path) -> Iterator[SpeechService]:
+    settings = Settings(ws_sentence_idle_s=SENTENCE_IDLE_S, ws_idle_timeout_s=IDLE_TIMEOUT_S, sentence_max_chars=200)
+    gate = AdmissionGate(2, 4, 5.0)
+    catalog = VoiceCatalog(tuple(engine.voices()), {})
+    yield SpeechService(engine, settings, catalog, VoiceStore(tmp_path), gate, Lifecycle(5.0, gate))  # type: ignore[arg-type]
+
+
+async def configured(service: SpeechService, granularity: Any = "sentence", **options: Any) -> StreamedSpeech:
+    speech = StreamedSpeech(service, "req-1")
+    await speech.configure(SpeechOptions(voice="heart", response_format="pcm", **options), granularity)
+    return speech
+
+
+def queued(speech: StreamedSpeech) -> list[str | int]:
+    """The sentences queued so far (their texts), and an utterance's end as its sentence count."""
+    items: list[Sentence | UtteranceEnd] = []
+    while not speech.queue.empty():
+        items.append(speech.queue.get_nowait())
+    return [item.text if isinstance(item, Sentence) else item.sentences for item in items]
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    for _ in range(int(timeout_s / 0.005)):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise TimeoutError
+
+
+def sample(name: str, labels: dict[str, str]) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_sentences_are_queued_as_their_end_becomes_certain(service: SpeechService) -> None:
+    speech = await configured(service)
+    speech.text("Hello there. How are")
+    assert queued(speech) == ["Hello there."]
+    assert speech.pending_text and not speech.idle
+    speech.text(" you? Fine")
+    assert queued(speech) == ["How are you?"]
+    speech.done()  # the rest is spoken, then the utterance ends with its sentence count
+    assert queued(speech) == ["Fine", 3]
+    assert not speech.pending_text and speech.open_utterances  # open until its end has been spoken
+    speech.text("Next one.")
+    speech.done()
+    assert [s for s in queued(speech) if isinstance(s, str)] == ["Next one."]
+    assert speech.utterance == 2 and speech.sentence_index == 0
+
+
+@pytest.mark.parametrize(
+    ("granularity", "while_arriving", "at_done"),
+    [
+        ("clause", ["First part,", "second part."], ["Third", 3]),
+        ("none", [], ["First part, second part. Third", 1]),  # vllm-omni's default: one request at input.done
+    ],
+)
+async def test_split_granularity(
+    service: SpeechService, granularity: str, while_arriving: list[str], at_done: list[str | int]
+) -> None:
+    speech = await configured(service, granularity)
+    speech.text("First part, second part. Third")
+    assert queued(speech) == while_arriving
+    speech.done()
+    assert queued(speech) == at_done
+
+
+async def test_a_sentence_left_waiting_is_spoken_when_the_writer_pauses(service: SpeechService) -> None:
+    speech = await configured(service)
+    speech.text("Is that all?")  # its end is not certain yet: more text could follow
+    assert queued(speech) == [] and 0 < speech.wait_s() <= SENTENCE_IDLE_S
+    assert speech.look() is False and queued(speech) == []  # too early
+    speech.buffered_at -= SENTENCE_IDLE_S  # the writer paused
+    assert speech.wait_s() == 0 and speech.look() is False
+    (sentence,) = [speech.queue.get_nowait()]
+    assert isinstance(sentence, Sentence) and sentence.text == "Is that all?"
+    assert sentence.arrived == speech.buffered_at  # its TTFA counts from the arrival of its text, not from the look
+
+
+async def test_the_stream_is_idle_only_with_nothing_to_speak(service: SpeechService) -> None:
+    speech = await configured(service)
+    speech.text("no end in sight")
+    speech.buffered_at -= SENTENCE_IDLE_S
+    assert speech.look() is False and queued(speech) == []  # not even a sentence once the writer paused
+    speech.quiet_since -= IDLE_TIMEOUT_S
+    speech.unspoken = 1  # still speaking: silence from the client is expected
+    assert speech.wait_s() == IDLE_TIMEOUT_S and speech.look() is False
+    speech.unspoken = 0
+    assert speech.wait_s() == 0
+    assert speech.look() is False  # text left after a whole idle period is spoken as input.done would, never dropped
+    assert queued(speech) == ["no end in sight", 1]
+    speech.unspoken = 0  # (spoken: no speaker runs here)
+    assert speech.look() is True  # nothing left: idle for too long
+
+
+async def test_an_utterance_is_told_in_order_and_accounted_once(
+    service: SpeechService, caplog: pytest.LogCaptureFixture
+) -> None:
+    speech = await configured(service)
+    sink = RecordingSink()
+    ttfa = {"response_format": "pcm", "stream": "websocket"}
+    ttfa_before = sample("speech_ttfa_seconds_count", ttfa)
+    uninterrupted_before = sample("speech_uninterrupted_seconds_count", ttfa)
+    speaker = speech.start(sink)
+    with caplog.at_level(logging.INFO, logger="app.speech.utterances"):
+        speech.text("One sentence here. Another")
+        speech.text(" one there.")
+        speech.done()
+        await asyncio.wait_for(sink.done.wait(), 5)
+    assert sink.kinds() == [*["started", "audio", "audio", "spoken", "ended"] * 2, "utterance_done"]
+    ends = [event for event in sink.events if event[0] == "ended"]
+    assert all(not error and audio_bytes > 0 for _, _, audio_bytes, error in ends)
+    spoken = [event for event in sink.events if event[0] == "spoken"]
+    assert spoken[0][3] == 0.0 and spoken[1][3] == spoken[0][2]  # the second starts where the first ended
+    assert sink.events[-1] == ("utterance_done", 0, 2)
+    (line,) = [record for record in caplog.records if record.getMessage() == "speech utterance"]
+    assert line.request_id == "req-1" and line.transport == "websocket" and line.utterance == 0  # type: ignore[attr-defined]
+    assert line.chars == len("One sentence here. Another one there.") and line.sentences == 2  # type: ignore[attr-defined]
+    assert line.audio_bytes == sum(end[2] for end in ends) and line.errors == []  # type: ignore[attr-defined]
+    assert line.outcome == "completed" and line.ttfa_s is not None  # type: ignore[attr-defined]
+    # one TTFA and one time to uninterrupted audio per utterance, not per sentence
+    assert sample("speech_ttfa_seconds_count", ttfa) == ttfa_before + 1
+    assert sample("speech_uninterrupted_seconds_count", ttfa) == uninterrupted_before + 1
+    assert speech.idle and not speaker.done()
+    await speech.close("stopped")
+
+
+async def test_a_failed_sentence_is_told_and_the_utterance_goes_on(
+    service: SpeechService, caplog: pytest.LogCaptureFixture
+) -> None:
+    speech = await configured(service)
+    sink = RecordingSink()
+    labels = {"response_format": "pcm", "stream": "websocket"}
+    uninterrupted_before = sample("speech_uninterrupted_seconds_count", labels)
+    speech.start(sink)
+    with caplog.at_level(logging.INFO, logger="app.speech.utterances"):
+        speech.text("This will FAIL now. This one works.")
+        speech.done()
+        await asyncio.wait_for(sink.done.wait(), 5)
+    assert sink.events[:3] == [("started", 0, 0, "This will FAIL now."), ("error", "Failed"), ("ended", 0, 0, True)]
+    assert sink.kinds()[3:] == ["started", "audio", "audio", "spoken", "ended", "utterance_done"]
+    (line,) = [record for record in caplog.records if record.getMessage() == "speech utterance"]
+    assert line.errors == ["Failed"] and line.outcome == "error"  # type: ignore[attr-defined]
+    # an utterance with an error is never observed as uninterrupted
+    assert sample("speech_uninterrupted_seconds_count", labels) == uninterrupted_before
+    await speech.close("stopped")
+
+
+async def test_one_sentence_at_most_is_synthesized_ahead_of_the_one_delivered(
+    service: SpeechService, engine: ToneEngine
+) -> None:
+    speech = await configured(service)
+    sink = RecordingSink()
+    sink.hold = asyncio.Event()  # the client is slow: the first sentence's delivery does not end
+    speech.start(sink)
+    speech.text("First one. Second one. Third one. Fourth")
+    await until(lambda: "-Second one." in engine.steps)
+    await asyncio.sleep(0.1)  # time enough for a third sentence to start, were it allowed to
+    # the second sentence's synthesis started once the first one's had finished, while the first is still delivered;
+    # the third waits for the first's delivery to end
+    assert engine.steps == ["+First one.", "-First one.", "+Second one.", "-Second one."]
+    sink.hold.set()
+    speech.done()
+    await asyncio.wait_for(sink.done.wait(), 5)
+    assert [step for step in engine.steps if step[0] == "+"] == [
+        "+First one.",
+        "+Second one.",
+        "+Third one.",
+        "+Fourth",
+    ]
+    await speech.close("stopped")
+
+
+async def test_a_drain_refuses_a_new_utterance_and_ends_the_stream_after_the_open_one(
+    service: SpeechService,
+) -> None:
+    speech = await configured(service)
+    sink = RecordingSink()
+    speaker = speech.start(sink)
+    speech.text("Started before the drain.")
+    service.lifecycle.draining = True
+    speech.text(" More of the same utterance.")  # the open utterance is finished
+    speech.done()
+    await asyncio.wait_for(speaker, 5)  # its end ends the speaking: a drain may close the stream now
+    assert sink.events[-1] == ("utterance_done", 0, 2) and speech.idle
+    with pytest.raises(ShuttingDown):
+        speech.text("A new utterance.")
+
+
+async def test_an_utterance_cut_short_is_logged_and_no_longer_tracked(
+    service: SpeechService, caplog: pytest.LogCaptureFixture
+) -> None:
+    speech = await configured(service)
+    sink = RecordingSink()
+    sink.hold = asyncio.Event()
+    speech.start(sink)
+    speech.text("Spoken in part. And then")
+    assert "req-1-u0" in service.lifecycle._streams
+    await asyncio.sleep(0.1)
+    with caplog.at_level(logging.INFO, logger="app.speech.utterances"):
+        await speech.close("client_gone")
+    (line,) = [record for record in caplog.records if record.getMessage() == "speech utterance"]
+    assert line.outcome == "client_gone" and line.sentences == 1  # type: ignore[attr-defined]
+    assert sink.events == [("started", 0, 0, "Spoken in part."), ("ended", 0, 0, True)]  # its end told, as an error
+    assert service.lifecycle.idle
+
+
+async def test_a_failure_of_the_engine_mid_sentence_is_the_streams_failure(
+    service: SpeechService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever the engine raises after the first audio is logged and told as `Failed`, naming the stream."""
+    speech = await configured(service)
+    sink = RecordingSink()
+    errors: list[SpeechError] = []
+
+    async def error(exc: SpeechError) -> None:
+        errors.append(exc)
+        sink.events.append(("error", type(exc).__name__))
+
+    sink.error = error  # type: ignore[method-assign]
+    speech.start(sink)
+    with caplog.at_level(logging.INFO, logger="app.speech.utterances"):
+        speech.text("BREAK here.")
+        speech.done()
+        await asyncio.wait_for(sink.done.wait(), 5)
+    assert sink.kinds() == ["started", "audio", "error", "ended", "utterance_done"]
+    assert len(errors) == 1 and isinstance(errors[0], Failed) and errors[0].request_id == "req-1"
+    assert sink.events[3][3] is True  # its audio.done says error
+    assert "sentence synthesis failed" in [record.getMessage() for record in caplog.records]
+    await speech.close("stopped")
