@@ -77,6 +77,10 @@ def final_units(text: str, max_chars: int, granularity: Granularity) -> list[str
     return [*units, *split_sentences(rest, max_chars)]
 
 
+class StreamCancelled(Exception):
+    """A stream read ahead was cancelled before its end (by whoever cancelled its task)."""
+
+
 class Ahead(Generic[T]):
     """A stream run ahead of its reader, the one look-ahead of sentence scheduling: a task reads the stream that
     `open` gives (once `after` has ended, when given) into a queue as fast as it comes, and the reader gets its items
@@ -87,23 +91,40 @@ class Ahead(Generic[T]):
         self.task = asyncio.create_task(self._run(open, after))
 
     async def _run(self, open: Callable[[], AsyncIterator[T]], after: Ahead[object] | None) -> None:
-        if after is not None:
-            await asyncio.wait({after.task})
-        stream = open()
+        stream: AsyncIterator[T] | None = None
         try:
+            if after is not None:
+                await asyncio.wait({after.task})
+            stream = open()
             async for item in stream:
                 self._queue.put_nowait(item)
             self._queue.put_nowait(_END)
         except Exception as exc:  # delivered in order, where the stream's next item would have been
             self._queue.put_nowait(exc)
         finally:
-            await _aclose(stream)
+            if stream is not None:
+                await _aclose(stream)
 
     async def __aiter__(self) -> AsyncIterator[T]:
-        while (item := await self._queue.get()) is not _END:
+        while (item := await self._next()) is not _END:
             if isinstance(item, BaseException):
                 raise item
             yield item  # type: ignore[misc]
+
+    async def _next(self) -> object:
+        if self._queue.empty() and not self.task.done():
+            get = asyncio.ensure_future(self._queue.get())
+            try:
+                await asyncio.wait({get, self.task}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                get.cancel()
+            if get.done() and not get.cancelled():
+                return get.result()
+        if not self._queue.empty():
+            return self._queue.get_nowait()
+        # the task ended without its end or an error: it was cancelled (by whoever cancelled it), perhaps before it
+        # began; a reader hears that the stream ended early, rather than waiting for ever
+        return StreamCancelled("the stream was cancelled before its end")
 
     async def cancel(self) -> None:
         if not self.task.done():
