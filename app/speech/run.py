@@ -9,7 +9,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 
 import anyio
 
@@ -24,25 +24,11 @@ from app.speech.jobs import OutputSpec, build_job
 from app.speech.models import accepted_models, served_models
 from app.speech.options import SpeechOptions
 from app.speech.voice import Options, Voice, resolve_voice
-from app.text.words import WordTiming
 from app.timing import ListenerClock, TtfaTimeline
 from app.voice_store import VoiceStore
 from app.voices import VoiceCatalog
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class EncodedPiece:
-    """A sentence's next encoded bytes, and how far into its audio they reach."""
-
-    data: bytes
-    end_s: float
-
-
-@dataclasses.dataclass(frozen=True)
-class SentenceEnd:
-    duration_s: float  # the sentence's audio, as synthesized
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,22 +72,6 @@ class SpeechService:
             also_accepted=accepted_models(self.engine, self.settings),
             whole_file=whole_file,
         )
-
-    async def speak_sentence(
-        self, voice: Voice[SpeechOptions], text: str, request_id: str, timing: TtfaTimeline, continues: bool
-    ) -> AsyncIterator[EncodedPiece | list[WordTiming] | SentenceEnd]:
-        """One sentence of streamed text as a request of its own (the WebSocket's): checked, admitted (it holds a
-        slot while it is synthesized), synthesized and encoded; its pieces and word timings (timed from the start of
-        the sentence), then its end. `continues`: a later sentence of the utterance, joined without the engine's
-        leading silence. The utterance's TTFA is observed by the caller, at its first bytes on the wire."""
-        self.check_ready()
-        job, output = self.build_job(voice, text, request_id)
-        ticket = await self.admitted(timing, len(text))
-        run = SpeechRun(self, timing.received, timing, {}, "websocket", observe_ttfa=False)
-        audio = await run.open(dataclasses.replace(job, continues=continues), output, ticket)
-        async for item in audio.events():
-            yield EncodedPiece(item, audio.encoded_s) if isinstance(item, bytes) else item
-        yield SentenceEnd(audio.encoded_s)
 
     async def admitted(self, timing: TtfaTimeline, chars: int) -> Ticket:
         """A slot for a job of `chars` characters: `Full` when none comes, `ShuttingDown` when the drain ends first."""

@@ -35,13 +35,48 @@ from typing import Protocol
 
 from app.speech.errors import Failed, ShuttingDown, SpeechError
 from app.speech.options import SpeechOptions
-from app.speech.run import EncodedPiece, SentenceEnd, SpeechService, observe_ttfa, observe_uninterrupted
+from app.speech.run import SpeechRun, SpeechService, observe_ttfa, observe_uninterrupted
 from app.speech.sentences import Ahead, Granularity, complete_units, final_units
 from app.speech.voice import Voice
 from app.text.words import WordTiming
 from app.timing import ListenerClock, TtfaTimeline
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedPiece:
+    """A sentence's next encoded bytes, and how far into its audio they reach."""
+
+    data: bytes
+    end_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SentenceEnd:
+    duration_s: float  # the sentence's audio, as synthesized
+
+
+async def speak_sentence(
+    service: SpeechService,
+    voice: Voice[SpeechOptions],
+    text: str,
+    request_id: str,
+    timing: TtfaTimeline,
+    continues: bool,
+) -> AsyncIterator[EncodedPiece | list[WordTiming] | SentenceEnd]:
+    """One sentence of streamed text as a request of its own (the WebSocket's): checked, admitted (it holds a
+    slot while it is synthesized), synthesized and encoded; its pieces and word timings (timed from the start of
+    the sentence), then its end. `continues`: a later sentence of the utterance, joined without the engine's
+    leading silence. The utterance's TTFA is observed by the caller, at its first bytes on the wire."""
+    service.check_ready()
+    job, output = service.build_job(voice, text, request_id)
+    ticket = await service.admitted(timing, len(text))
+    run = SpeechRun(service, timing.received, timing, {}, "websocket", observe_ttfa=False)
+    audio = await run.open(dataclasses.replace(job, continues=continues), output, ticket)
+    async for item in audio.events():
+        yield EncodedPiece(item, audio.encoded_s) if isinstance(item, bytes) else item
+    yield SentenceEnd(audio.encoded_s)
 
 
 @dataclasses.dataclass
@@ -350,7 +385,8 @@ class Speaker:
         the sentence), then its SentenceEnd. A later sentence continues the utterance: joined without the engine's
         leading silence."""
         sentence.timing = TtfaTimeline(sentence.arrived)
-        return self.speech.service.speak_sentence(
+        return speak_sentence(
+            self.speech.service,
             sentence.voice,
             sentence.text,
             f"{self.speech.request_id}-u{sentence.utterance}s{sentence.index}",
