@@ -6,6 +6,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -26,7 +27,10 @@ def stand_in_python(tmp_path: Path) -> Path:
     """Records its arguments and environment, then idles like a server that is still starting."""
     script = tmp_path / "python3"
     script.write_text(
-        f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {tmp_path}/argv\nenv > {tmp_path}/env\nexec sleep 60\n'
+        "#!/usr/bin/env bash\n"
+        f'printf "%s\\n" "$@" > {tmp_path}/argv\n'
+        f"env > {tmp_path}/env.$$ && mv {tmp_path}/env.$$ {tmp_path}/env\n"  # whole once it exists
+        "exec sleep 60\n"
     )
     script.chmod(0o755)
     return script
@@ -74,21 +78,19 @@ def test_start_vllm_omni_runs_vllm_serve_omni_detached_and_stop_ends_it(tmp_path
     assert os.getpgid(pid) == pid  # its own session: stop-server.sh can end the stage processes with it
 
     waited = subprocess.run(
-        [str(GPU / "wait-ready.sh"), str(port), "1"],
+        [str(GPU / "wait-ready.sh"), str(port), "0"],
         env={**env, "READY_PATH": "/health", "PIDFILE": str(pidfile)},
         capture_output=True,
         text=True,
     )
-    assert waited.returncode == 1 and "not ready after 1 s" in waited.stdout  # alive, not answering
+    assert waited.returncode == 1 and "not ready after 0 s" in waited.stdout  # alive, not answering
 
     stopped = subprocess.run(
         [str(GPU / "stop-server.sh"), str(port)], env={**env, "PIDFILE": str(pidfile)}, capture_output=True, text=True
     )
     assert stopped.returncode == 0 and f"stopped the server on port {port}" in stopped.stdout
     for _ in range(100):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if exited(pid):
             break
         time.sleep(0.05)
     else:
@@ -96,19 +98,54 @@ def test_start_vllm_omni_runs_vllm_serve_omni_detached_and_stop_ends_it(tmp_path
     assert not pidfile.exists()
 
 
+def exited(pid: int) -> bool:
+    """`pid` is gone, or has exited and waits to be reaped (a zombie: whoever reaps orphans gets to it in its time)."""
+    try:
+        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (ProcessLookupError, FileNotFoundError):
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_stop_server_does_not_wait_out_the_grace_period_for_a_server_not_reaped_yet(tmp_path: Path) -> None:
+    """A server that has ended on SIGTERM but that its parent has not reaped yet (`kill -0` still finds it, as in a
+    container whose first process reaps late or never) counts as stopped: `stop` does not wait its 60 s for it."""
+    server = subprocess.Popen(["sleep", "60"], start_new_session=True)  # this test, its parent, reaps it only below
+    pidfile = tmp_path / "server.pid"
+    pidfile.write_text(str(server.pid))
+    try:
+        stopped = subprocess.run(
+            [str(GPU / "stop-server.sh"), str(free_port())],
+            env={**os.environ, "PIDFILE": str(pidfile)},
+            capture_output=True,
+            text=True,
+            timeout=30,  # a guard: a stop that waits out the grace period for a zombie takes 60 s
+        )
+        assert stopped.returncode == 0 and "stopped the server" in stopped.stdout
+        assert exited(server.pid) and not pidfile.exists()
+        assert server.wait(timeout=5) == -signal.SIGTERM  # asked to end gracefully first
+    finally:
+        server.kill()
+        server.wait()
+
+
 def harness_python(tmp_path: Path) -> Path:
     """The GPU host's python for side-by-side.sh: the real one for its set-up steps (model directory, profile copy),
     a recorder that idles like a starting engine for `loadtest.engine_alone`, vllm-omni's server and the service
-    (`app.cli`, its deploy profile first), and 'not ready' for readiness probes."""
+    (`app.cli`, its deploy profile first), and 'not ready' for readiness probes. A server's arguments go to `argv`
+    (the last one started) and to `argv-PROGRAM` (engine_alone, app.cli, vllm_omni), each file whole once it exists."""
     script = tmp_path / "python3"
     script.write_text(
         "#!/usr/bin/env bash\n"
+        f'record() {{ printf "%s\\n" "${{@:2}}" > {tmp_path}/argv.$$ && cp {tmp_path}/argv.$$ {tmp_path}/argv-$1 &&\n'
+        f"  mv {tmp_path}/argv.$$ {tmp_path}/argv; }}\n"
         'case "$1 $2" in\n'
-        f'  "-m loadtest.engine_alone") printf "%s\\n" "$@" > {tmp_path}/argv; exec sleep 60 ;;\n'
+        '  "-m loadtest.engine_alone") record engine_alone "$@"; exec sleep 60 ;;\n'
         f'  "-m app.cli") printf "%s" "${{SPEECH_STAGE_OVERRIDES:-}}" > {tmp_path}/stage_overrides\n'
-        f'    printf "%s\\n" "$SPEECH_DEPLOY_CONFIG" "$@" > {tmp_path}/argv; exec sleep 60 ;;\n'
+        '    record app.cli "$SPEECH_DEPLOY_CONFIG" "$@"; exec sleep 60 ;;\n'
         f'  "deploy/gpu/codec_weights.py "*) printf "%s\\n" "$@" > {tmp_path}/codec_argv; exit 0 ;;\n'
-        f'  "-m vllm_omni.entrypoints.cli.main") printf "%s\\n" "$@" > {tmp_path}/argv; exec sleep 60 ;;\n'
+        '  "-m vllm_omni.entrypoints.cli.main") record vllm_omni "$@"; exec sleep 60 ;;\n'
         '  "- "*) exit 1 ;;\n'
         "esac\n"
         f'exec {sys.executable} "$@"\n'
@@ -118,25 +155,27 @@ def harness_python(tmp_path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def harness_started(tmp_path: Path, settings: dict[str, str]) -> Iterator[list[str]]:
+def harness_started(tmp_path: Path, settings: dict[str, str], record: str = "argv") -> Iterator[list[str]]:
     """`side-by-side.sh start` with the stand-in python and `settings`: yields the started process's recorded
-    arguments once it has launched (it never becomes ready, so the script gives up waiting); stops it after."""
+    arguments (`record`: argv, the last one started, or argv-PROGRAM) once it has launched (it never becomes ready,
+    so the script gives up waiting); stops it after. The stand-ins never log a KV cache line nor answer: waiting
+    for either (KV_WAIT_S, START_WAIT_S) would only pass time, so the script waits 0 s for each."""
     env = {
         **os.environ,
         "PYTHON": str(harness_python(tmp_path)),
         "WORK": str(tmp_path / "work"),
-        "START_WAIT_S": "2",
-        "KV_WAIT_S": "1",
+        "START_WAIT_S": "0",
+        "KV_WAIT_S": "0",
         **settings,
     }
     started = subprocess.run([str(GPU / "side-by-side.sh"), "start"], env=env, capture_output=True, text=True)
     try:
         assert started.returncode == 3, started.stdout + started.stderr  # launched, never ready: gave up waiting
         for _ in range(100):
-            if (tmp_path / "argv").exists():
+            if (tmp_path / record).exists():
                 break
             time.sleep(0.05)
-        yield (tmp_path / "argv").read_text().split("\n")[:-1]
+        yield (tmp_path / record).read_text().split("\n")[:-1]
     finally:
         subprocess.run([str(GPU / "side-by-side.sh"), "stop"], env=env, capture_output=True, text=True)
 
@@ -337,7 +376,7 @@ def test_side_by_side_gives_the_service_and_vllm_omni_each_their_profile(tmp_pat
         "OMNI_MEMORY": "0.11",
         "VLLM_OMNI_DEPLOY_DIR": str(upstream_profiles(tmp_path / "vllm_omni/deploy")),
     }
-    with harness_started(tmp_path, settings) as argv:  # vllm-omni's, started second
+    with harness_started(tmp_path, settings, record="argv-vllm_omni") as argv:  # vllm-omni's, started second
         assert argv[argv.index("--deploy-config") + 1] == str(tmp_path / "work/bench-profile-vllm-omni.yaml")
         results = tmp_path / "work/results"
         service = yaml.safe_load((results / "profile.yaml").read_text())
