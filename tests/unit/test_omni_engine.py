@@ -521,12 +521,26 @@ ADAPTIVE = CodecWindows((2,), 25, adaptive=True)
         # adaptive windows win over a ramp, as vllm-omni 0.30 reads them; the smallest window is the floor
         ({"codec_chunk_adaptive": True, "codec_chunk_ramp": [2, 4], "codec_chunk_frames": 25}, ADAPTIVE),
         ({"codec_chunk_adaptive": "true", "codec_chunk_min_frames": 2, "codec_chunk_frames": 25}, ADAPTIVE),
-        ({"codec_chunk_adaptive": "false", "initial_codec_chunk_frames": 1}, CodecWindows((1,), 25)),
         ({"codec_chunk_adaptive": False, "codec_chunk_ramp": [4, 4, 8, 16, 25]}, RAMP),
     ],
 )
 def test_window_schedules_are_read_as_vllm_omni_reads_them(extra: dict, expected: CodecWindows | None) -> None:
     assert CodecWindows.from_connector_extra(extra) == expected
+
+
+@pytest.mark.parametrize("said", ["false", "False", " off ", "0", "no"])
+def test_a_quoted_no_for_adaptive_windows_is_refused_not_misread(said: str) -> None:
+    """vllm-omni 0.30 reads `codec_chunk_adaptive` as `bool(value)`: the string "false" turns adaptive windows ON.
+    A profile that says no in quotes would run what it does not say, so it is refused, naming the setting."""
+    with pytest.raises(ValueError, match="codec_chunk_adaptive") as refused:
+        CodecWindows.from_connector_extra({"codec_chunk_adaptive": said, "initial_codec_chunk_frames": 1})
+    assert "without quotes" in str(refused.value)
+
+
+def test_an_engine_on_a_profile_with_a_quoted_no_does_not_start(custom_voice_dir: Path, tmp_path: Path) -> None:
+    misread = profile_without_ramp(tmp_path, codec_chunk_adaptive="false")
+    with pytest.raises(ValueError, match="codec_chunk_adaptive"):
+        make_engine(custom_voice_dir, FakeAsyncOmni(), deploy_config=misread)
 
 
 def test_a_ramp_or_adaptive_windows_keep_a_request_first_size_out() -> None:

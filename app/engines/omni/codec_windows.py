@@ -69,8 +69,12 @@ def _ramp(raw: object) -> tuple[int, ...] | None:
 
 
 def _flag(raw: object) -> bool:
-    """A yes/no as vllm-omni reads `codec_chunk_adaptive` (`bool(value)`), except that the strings a YAML override
-    or an environment may give ("false", "0", "no", "off") mean no."""
-    if isinstance(raw, str):
-        return raw.strip().lower() not in {"", "false", "0", "no", "off"}
+    """`codec_chunk_adaptive` as vllm-omni 0.30 reads it: `bool(value)`, so that any non-empty string is yes. A string
+    that says no to a person ("false", "0", "no", "off") would switch adaptive windows on in vllm-omni while the
+    profile says off: refused, so that the service never serves a schedule other than the one it reads."""
+    if isinstance(raw, str) and raw.strip().lower() in {"false", "0", "no", "off"}:
+        raise ValueError(
+            f"the deploy profile's connector setting codec_chunk_adaptive is the string {raw!r}, which vllm-omni "
+            "reads as on (any non-empty string is true to it): write true or false without quotes"
+        )
     return bool(raw)
