@@ -448,9 +448,11 @@ class Speaker:
     async def end_utterance(self, end: UtteranceEnd) -> bool:
         """The utterance's end told, logged and observed; True when a drain may now end the stream."""
         speech = self.speech
+        # told before it stops being open: a stream that closes once nothing is open (session.close) must not close
+        # while the end is still on its way to the client
+        await self.sink.utterance_done(end.utterance, end.sentences)
         utterance = speech.open_utterances.pop(end.utterance)
         speech.lifecycle.untrack(speech.utterance_key(end.utterance))
-        await self.sink.utterance_done(end.utterance, end.sentences)
         utterance.log(speech.request_id, "completed" if not utterance.errors else "error")
         utterance.observe_uninterrupted()
         if not speech.open_utterances:

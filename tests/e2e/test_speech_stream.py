@@ -78,6 +78,26 @@ def test_vllm_omni_client_sequence_works_unchanged(server: RunningServer) -> Non
         assert ws.close_code == 1000
 
 
+def test_a_close_sent_with_the_end_of_the_text_still_hears_the_end(server: RunningServer) -> None:
+    """input.done and session.close sent at once, as a client that has nothing more to say does: everything is
+    spoken, session.done is the last message, then the session closes normally."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": "Short and done."})
+        send(ws, {"type": "input.done"})
+        send(ws, {"type": "session.close"})
+        messages: list[dict | bytes] = []
+        with pytest.raises(ConnectionClosed):
+            while True:
+                message = ws.recv(timeout=30)
+                messages.append(json.loads(message) if isinstance(message, str) else message)
+        assert ws.close_code == 1000
+        events = [m for m in messages if isinstance(m, dict)]
+        assert [e["type"] for e in events] == ["audio.start", "audio.done", "session.done"]
+        assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 1}
+        assert sum(len(m) for m in messages if isinstance(m, bytes)) == events[1]["total_bytes"] > 0
+
+
 def test_first_sentence_is_spoken_before_the_rest_is_sent(server: RunningServer) -> None:
     """Word by word: the first sentence's audio arrives while the second sentence has not been sent at all."""
     with connect(ws_url(server)) as ws:

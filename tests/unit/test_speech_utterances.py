@@ -367,3 +367,30 @@ async def test_a_failure_of_the_engine_mid_sentence_is_the_streams_failure(
     assert sink.events[3][3] is True  # its audio.done says error
     assert "sentence synthesis failed" in [record.getMessage() for record in caplog.records]
     await speech.close("stopped")
+
+
+async def test_a_close_right_after_the_end_of_an_utterance_waits_for_its_end_to_be_told(
+    service: SpeechService,
+) -> None:
+    """input.done then session.close at once: the stream may close only after the utterance's end (session.done) has
+    reached the client, however long telling it takes."""
+    speech = await configured(service)
+    telling = asyncio.Event()
+    told: list[str] = []
+
+    class SlowToTellSink(RecordingSink):
+        async def utterance_done(self, utterance: int, sentences: int) -> None:
+            telling.set()
+            await asyncio.sleep(0.1)  # a client that reads slowly: the end is still on its way
+            told.append("session.done")
+            await super().utterance_done(utterance, sentences)
+
+    speaker = speech.start(SlowToTellSink())
+    speech.text("Only one sentence.")
+    speech.done()
+    await asyncio.wait_for(telling.wait(), 5)
+    speech.done(close=True)  # session.close arrives while the end is being told
+    await asyncio.wait_for(speech.finish(), 5)
+    assert told == ["session.done"]  # finished: the client has it
+    assert not speech.open_utterances and not speaker.done()
+    await speech.close("stopped")
