@@ -28,7 +28,7 @@ import contextlib
 import json
 import logging
 import uuid
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from fastapi import APIRouter, WebSocket
 from pydantic import ConfigDict, Field, ValidationError, model_validator
@@ -116,8 +116,7 @@ class SpeechStreamSession:
                     speaker.result()  # raises the SessionClosed that the frames raised
                     raise SessionClosed(CLOSE_GOING_AWAY)  # else the last utterance ended while the server drains
                 if stop in done:
-                    await self.frames.send_error(ShuttingDown())
-                    raise SessionClosed(CLOSE_GOING_AWAY)
+                    await self.stopped_by_drain()
                 if receiving in done:
                     message, receiving = receiving.result(), None
                     self.speech.heard()
@@ -154,6 +153,19 @@ class SpeechStreamSession:
                 with contextlib.suppress(Exception):
                     await self.ws.close(code)
 
+    async def stopped_by_drain(self) -> NoReturn:
+        await self.frames.send_error(ShuttingDown())
+        raise SessionClosed(CLOSE_GOING_AWAY)
+
+    async def closed_while_finishing(self) -> None:
+        """What ended speaking before all of it was spoken ends the session as it would have without the client's
+        session.close: the frames' close (a full server: 1013), or a drain out of time (1001)."""
+        speaker = self.speech.speaker
+        if speaker is not None and speaker.done() and not speaker.cancelled() and speaker.exception() is not None:
+            speaker.result()  # raises the SessionClosed that the frames raised
+        if self.speech.stopped.is_set():
+            await self.stopped_by_drain()
+
     def timeout(self) -> float:
         return self.settings.ws_config_timeout_s if self.speech.voice is None else self.speech.wait_s()
 
@@ -181,6 +193,7 @@ class SpeechStreamSession:
             elif kind == "session.close":  # what was sent is spoken first
                 self.speech.done(close=True)
                 await self.speech.finish()
+                await self.closed_while_finishing()
                 raise SessionClosed(CLOSE_NORMAL)
             else:
                 message_text = f"Unknown message type {kind!r}: session.config, input.text, input.done, session.close."

@@ -154,7 +154,8 @@ class SpeechSink(Protocol):
     """What the client is told, in this order per sentence: `sentence_started`, its `audio` (then `sentence_spoken`
     when its audio came to its end, or `error` instead), and `sentence_ended` always; `utterance_done` after an
     utterance's last sentence. Each call returns once the client has been told. A call may raise to end the speaking:
-    the exception leaves the task that `StreamedSpeech.start` made."""
+    the exception leaves the task that `StreamedSpeech.start` made; except `sentence_ended`, told as well as it can be
+    (its errors are ignored: it also ends sentences cut short, for a client that may be gone)."""
 
     def error_code(self, error: SpeechError) -> str:
         """The code the client is told for `error`, as the utterance's log line lists it."""
@@ -310,13 +311,15 @@ class StreamedSpeech:
         return self.speaker
 
     async def finish(self) -> None:
-        """Wait until everything queued has been spoken (or speaking ended)."""
+        """Wait until everything queued has been spoken, speaking ended, or a drain out of time stopped the stream."""
         if not self.open_utterances or self.speaker is None:
             return
         self.all_spoken.clear()
         spoken = asyncio.ensure_future(self.all_spoken.wait())
-        await asyncio.wait({spoken, self.speaker}, return_when=asyncio.FIRST_COMPLETED)
+        stopped = asyncio.ensure_future(self.stopped.wait())
+        await asyncio.wait({spoken, stopped, self.speaker}, return_when=asyncio.FIRST_COMPLETED)
         spoken.cancel()
+        stopped.cancel()
 
     async def close(self, outcome: str) -> None:
         """The stream ends: speaking stops, and each utterance it cut short is logged with `outcome`."""

@@ -245,7 +245,10 @@ def long_text(sentences: int) -> str:
     return " ".join(f"This is sentence number {n} of a long story that goes on and on." for n in range(sentences))
 
 
-def test_full_service_answers_retry_after_and_closes_1013(guarded_server: RunningServer) -> None:
+@pytest.mark.parametrize("closing", [False, True])
+def test_full_service_answers_retry_after_and_closes_1013(guarded_server: RunningServer, closing: bool) -> None:
+    """`closing`: the client sends session.close right after input.done; the refusal's 1013 (try again later) still
+    closes the session, not the 1000 its own close would have."""
     auth = {"Authorization": f"Bearer {KEY}"}
     with connect(ws_url(guarded_server), additional_headers=auth) as busy:
         send(busy, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
@@ -256,6 +259,8 @@ def test_full_service_answers_retry_after_and_closes_1013(guarded_server: Runnin
             send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
             send(ws, {"type": "input.text", "text": "Am I admitted?"})
             send(ws, {"type": "input.done"})
+            if closing:
+                send(ws, {"type": "session.close"})
             events, _ = receive_utterance(ws)
             error = events[-1]
             assert error["type"] == "error" and error["code"] == "rate_limit_exceeded"

@@ -394,3 +394,22 @@ async def test_a_close_right_after_the_end_of_an_utterance_waits_for_its_end_to_
     assert told == ["session.done"]  # finished: the client has it
     assert not speech.open_utterances and not speaker.done()
     await speech.close("stopped")
+
+
+async def test_waiting_for_the_rest_to_be_spoken_ends_when_a_drain_stops_the_stream(service: SpeechService) -> None:
+    """session.close waits for what was sent to be spoken, but not past a drain that ran out of time: the stream's
+    stop ends the wait, so that the transport can tell the client and close."""
+    speech = await configured(service)
+    sink = RecordingSink()
+    sink.hold = asyncio.Event()  # a client that does not read: the sentence is never all delivered
+    speech.start(sink)
+    speech.text("A sentence that is never all heard.")
+    speech.done()
+    await until(lambda: "started" in sink.kinds())
+    finishing = asyncio.ensure_future(speech.finish())
+    await asyncio.sleep(0.05)
+    assert not finishing.done()  # still speaking
+    speech.stop("drain")
+    await asyncio.wait_for(finishing, 5)
+    assert speech.open_utterances  # stopped, not spoken
+    await speech.close("stopped")
