@@ -89,6 +89,13 @@ class Ahead(Generic[T]):
     def __init__(self, open: Callable[[], AsyncIterator[T]], after: Ahead[object] | None = None) -> None:
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self.task = asyncio.create_task(self._run(open, after))
+        # cancelled by whoever cancelled it, perhaps before it began: a reader still waiting hears that the stream
+        # ended early, rather than waiting for ever
+        self.task.add_done_callback(self._told_if_cancelled)
+
+    def _told_if_cancelled(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            self._queue.put_nowait(StreamCancelled("the stream was cancelled before its end"))
 
     async def _run(self, open: Callable[[], AsyncIterator[T]], after: Ahead[object] | None) -> None:
         stream: AsyncIterator[T] | None = None
@@ -106,25 +113,10 @@ class Ahead(Generic[T]):
                 await _aclose(stream)
 
     async def __aiter__(self) -> AsyncIterator[T]:
-        while (item := await self._next()) is not _END:
+        while (item := await self._queue.get()) is not _END:
             if isinstance(item, BaseException):
                 raise item
             yield item  # type: ignore[misc]
-
-    async def _next(self) -> object:
-        if self._queue.empty() and not self.task.done():
-            get = asyncio.ensure_future(self._queue.get())
-            try:
-                await asyncio.wait({get, self.task}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                get.cancel()
-            if get.done() and not get.cancelled():
-                return get.result()
-        if not self._queue.empty():
-            return self._queue.get_nowait()
-        # the task ended without its end or an error: it was cancelled (by whoever cancelled it), perhaps before it
-        # began; a reader hears that the stream ended early, rather than waiting for ever
-        return StreamCancelled("the stream was cancelled before its end")
 
     async def cancel(self) -> None:
         if not self.task.done():
