@@ -41,6 +41,8 @@
 #                                   `service-b` is a second instance of this service (SERVICE_B_PORT=8003) on profile
 #                                   B: the same copy with B_PROFILE_SET's overrides on top (a lever A/B, interleaved)
 #   B_PROFILE_SET=""                profile B's extra overrides, ';'-separated like PROFILE_SET
+#   B_PROFILE=$PROFILE B_MEMORY=$MEMORY   profile B's source and memory, where B is another shipped profile (e.g.
+#                                   deploy/vllm-omni/throughput.yaml beside customvoice.yaml)
 #                                   `service-c` is a third instance (SERVICE_C_PORT=8004) on profile C: the copy with
 #                                   C_PROFILE_SET's overrides on top (not B's), for two levers against one baseline
 #   C_PROFILE_SET=""                profile C's extra overrides
@@ -99,6 +101,8 @@ ALONE_PORT=${ALONE_PORT:-8002}
 SERVICE_B_PORT=${SERVICE_B_PORT:-8003}
 SERVICE_C_PORT=${SERVICE_C_PORT:-8004}
 B_PROFILE_SET=${B_PROFILE_SET:-}
+B_PROFILE=${B_PROFILE:-$PROFILE}
+B_MEMORY=${B_MEMORY:-$MEMORY}
 C_PROFILE_SET=${C_PROFILE_SET:-}
 OMNI_ON=${OMNI_ON:-a}
 OMNI_PROFILE=${OMNI_PROFILE:-}
@@ -205,7 +209,7 @@ omni_copy() { echo "$WORK/bench-profile-$1.yaml"; }  # $1 vllm-omni or vllm-omni
 omni_source() {  # $1 vllm-omni or vllm-omni-b: the profile its copy is made from, as given
   case $1 in
     vllm-omni-b) echo "$OMNI_B_PROFILE" ;;
-    *) echo "${OMNI_PROFILE:-$PROFILE}" ;;
+    *) if [ -z "$OMNI_PROFILE" ] && [ "$OMNI_ON" = b ]; then echo "$B_PROFILE"; else echo "${OMNI_PROFILE:-$PROFILE}"; fi ;;
   esac
 }
 
@@ -250,7 +254,7 @@ prepare() {
     log "servers are running on $BENCH_PROFILE: kept as it is (stop them to change the profile)"; return 0
   fi
   bench_profile "$BENCH_PROFILE" "$PROFILE_SET" || return 1
-  bench_profile "$BENCH_PROFILE_B" "$PROFILE_SET;$B_PROFILE_SET" || return 1
+  bench_profile "$BENCH_PROFILE_B" "$PROFILE_SET;$B_PROFILE_SET" "$B_PROFILE" "$B_MEMORY" || return 1
   # the service's three copies at once, like one profile: a target added while others run finds its copy
   bench_profile "$BENCH_PROFILE_C" "$PROFILE_SET;$C_PROFILE_SET" || return 1
   cp "$BENCH_PROFILE" "$OUT/profile.yaml" && cp "$BENCH_PROFILE_B" "$OUT/profile-b.yaml" || return 1
@@ -283,7 +287,7 @@ launch() {  # $1 target
       [ "$1" = service-b ] && settings=$SERVICE_B_ENV
       [ "$1" = service-c ] && settings=$SERVICE_C_ENV
       [ -n "$codec" ] && settings="SPEECH_STAGE_OVERRIDES=$codec $settings"
-      echo "$(date -u +%FT%TZ) $1: source profile $PROFILE" >>"$OUT/commands.txt"
+      echo "$(date -u +%FT%TZ) $1: source profile $(source_of "$1")" >>"$OUT/commands.txt"
       echo "$(date -u +%FT%TZ) $1: profile $profile, settings: ${settings:-none}" >>"$OUT/commands.txt"
       # fixed length: every request runs to the profile's max_tokens (FRAMES + 1); warm-up requests to their own
       # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
@@ -392,6 +396,7 @@ sweep_folder() {  # $1 closed or open: with -$SWEEP_NAME, then -2, -3, ... past 
 source_of() {  # $1 a sweep target: the profile it runs, as given
   case $1 in
     vllm-omni | vllm-omni-b) omni_source "$1" ;;
+    service-b) echo "$B_PROFILE" ;;
     *) echo "$PROFILE" ;;
   esac
 }

@@ -236,6 +236,42 @@ def test_side_by_side_runs_profile_c_without_b_s_overrides(tmp_path: Path, targe
         assert (tmp_path / "work/results" / kept).read_text() == profile.read_text()
 
 
+@pytest.mark.parametrize("target", ["service-b", "vllm-omni"])
+def test_side_by_side_runs_profile_b_from_its_own_source_at_its_own_memory(tmp_path: Path, target: str) -> None:
+    """B_PROFILE and B_MEMORY: `service-b` (or vllm-omni's server with OMNI_ON=b) runs another shipped profile
+    (throughput.yaml beside customvoice.yaml) at its own memory, with B_PROFILE_SET on top; the commands and the
+    sweep's targets name that source."""
+    port = free_port()
+    extra = "connectors.connector_of_shared_memory.extra"
+    settings = {
+        "TARGETS": target,
+        "SERVICE_B_PORT": str(port),
+        "OMNI_PORT": str(port),
+        "OMNI_ON": "b" if target == "vllm-omni" else "a",
+        "OMNI_MEMORY": "0:0.08,1:0.12",
+        "B_PROFILE": "deploy/vllm-omni/throughput.yaml",
+        "B_MEMORY": "0:0.08,1:0.12",
+        "B_PROFILE_SET": f"{extra}.first_audio_first_margin_s=2.5",
+    }
+    with harness_started(tmp_path, settings) as argv:
+        if target == "service-b":
+            profile = Path(argv[0])
+            source_line = "service-b: source profile deploy/vllm-omni/throughput.yaml"
+        else:
+            profile = Path(argv[argv.index("--deploy-config") + 1])
+            source_line = "vllm-omni: source profile deploy/vllm-omni/throughput.yaml"
+        assert source_line in (tmp_path / "work/results/commands.txt").read_text()
+        written = yaml.safe_load(profile.read_text())
+        shipped = yaml.safe_load((ROOT / "deploy/vllm-omni/throughput.yaml").read_text())
+        assert [s["max_num_seqs"] for s in written["stages"]] == [s["max_num_seqs"] for s in shipped["stages"]]
+        assert [s["gpu_memory_utilization"] for s in written["stages"]] == [0.08, 0.12]
+        connector = written["connectors"]["connector_of_shared_memory"]["extra"]
+        assert connector["decode_batch_max_size"] == 8 and connector["first_audio_first_margin_s"] == 2.5
+        # profile A stays the service's own
+        a = yaml.safe_load((tmp_path / "work/results/profile.yaml").read_text())
+        assert a["stages"][0]["max_num_seqs"] == 64 and a["stages"][0]["gpu_memory_utilization"] == 0.14
+
+
 @pytest.mark.parametrize("target", ["service", "vllm-omni", "vllm-omni-b", "alone"])
 def test_side_by_side_with_real_codec_weights_loads_code2wav_from_them(tmp_path: Path, target: str) -> None:
     """CODEC_WEIGHTS=real writes the codec weights once and gives every target's code2wav load_format auto by a
