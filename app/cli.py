@@ -12,7 +12,7 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
-from app.http_protocol import guarded_protocol
+from app.http_protocol import guarded_protocol, guarded_websocket_protocol
 from app.lifecycle import Lifecycle
 from app.logs import configure_logging
 from app.server import create_app
@@ -88,6 +88,7 @@ def server_config(app: FastAPI, settings: Settings) -> uvicorn.Config:
         timeout_keep_alive=settings.keep_alive_timeout_s,  # type: ignore[arg-type]
         ws_max_size=settings.max_body_bytes,  # the largest session.config (reference audio); beyond: close 1009
         http=guarded_protocol(settings.request_read_timeout_s, settings.client_stall_timeout_s),
+        ws=guarded_websocket_protocol(settings.client_stall_timeout_s),
     )
 
 

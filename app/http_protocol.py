@@ -1,11 +1,13 @@
-"""uvicorn's HTTP protocol with the two bounds it lacks: how long a request's headers may take to arrive, and how long
-a client may leave the response unread.
+"""uvicorn's HTTP and WebSocket protocols with the bounds they lack: how long a request's headers may take to arrive,
+and how long a client may leave what it is sent unread.
 
 uvicorn bounds an idle keep-alive connection (`timeout_keep_alive`) but nothing else: a connection that never sends,
 or sends its headers a byte at a time, holds a socket and a parser forever; a client that stops reading holds its
-stream (and its admission slot) forever, because the response waits on the full write buffer. The body's own deadline
-is enforced where the body is read (`app.api.middleware.BodySizeLimitMiddleware`), so that it can answer a proper
-OpenAI-shaped 408 from inside the application.
+stream (and its admission slot) forever, because the response waits on the full write buffer. A WebSocket is held the
+same way: uvicorn's keep-alive ping is queued behind the unread audio, and when its pong does not come uvicorn only
+closes the connection, which waits for that same buffer to drain. The body's own deadline is enforced where the body
+is read (`app.api.middleware.BodySizeLimitMiddleware`), so that it can answer a proper OpenAI-shaped 408 from inside
+the application.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 from typing import Any
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from app.api.audio_stream import STALLED_STATE_KEY
 from app.api.errors import error_body
@@ -122,6 +125,44 @@ class GuardedHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         self.transport.abort()
 
 
+class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):  # type: ignore[misc]
+    """A WebSocket whose client reads nothing for `write_stall_timeout_s` while frames wait to be sent is aborted, as
+    an HTTP response is: the session sees its client gone, and its scope's state says it stalled."""
+
+    write_stall_timeout_s: float = 30.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._stall_deadline: asyncio.TimerHandle | None = None
+        super().__init__(*args, **kwargs)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stall_deadline is None:
+            self._stall_deadline = self.loop.call_later(self.write_stall_timeout_s, self._on_write_stall)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._disarm_stall_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_stall_deadline()
+        super().connection_lost(exc)
+
+    def _disarm_stall_deadline(self) -> None:
+        if self._stall_deadline is not None:
+            self._stall_deadline.cancel()
+            self._stall_deadline = None
+
+    def _on_write_stall(self) -> None:
+        self._stall_deadline = None
+        scope = getattr(self, "scope", None)  # set once the upgrade request was read
+        if scope is not None:
+            scope.setdefault("state", {})[STALLED_STATE_KEY] = True
+        log.warning("client stopped reading: connection aborted", extra={"client": _peer(self.client)})
+        # abort even where uvicorn already closes (a pong that never came): a close waits for the unread frames
+        self.transport.abort()
+
+
 def _peer(client: tuple[str, int] | None) -> str:
     return f"{client[0]}:{client[1]}" if client else ""
 
@@ -132,4 +173,11 @@ def guarded_protocol(header_timeout_s: float, write_stall_timeout_s: float) -> t
         "GuardedHTTPProtocol",
         (GuardedHTTPProtocol,),
         {"header_timeout_s": header_timeout_s, "write_stall_timeout_s": write_stall_timeout_s},
+    )
+
+
+def guarded_websocket_protocol(write_stall_timeout_s: float) -> type[asyncio.Protocol]:
+    """The protocol class for uvicorn.Config(ws=...), with this bound."""
+    return type(
+        "GuardedWebSocketProtocol", (GuardedWebSocketProtocol,), {"write_stall_timeout_s": write_stall_timeout_s}
     )

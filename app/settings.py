@@ -303,7 +303,8 @@ class Settings(BaseSettings):
     client_stall_timeout_s: float = Field(
         30.0,
         gt=0,
-        description="A client that reads none of its response for this long is cut off (its stream stopped, its slot "
+        description="A client that reads none of what it is sent (a response, a WebSocket's frames) for this long is "
+        "cut off (its stream stopped, its slot "
         "freed); above the time a real-time player takes to read ~64 KiB of audio.",
     )
     api_keys: Annotated[list[str], NoDecode] = Field(

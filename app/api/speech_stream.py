@@ -35,6 +35,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from starlette.websockets import WebSocketState
 
 from app import metrics
+from app.api.audio_stream import STALLED_STATE_KEY
 from app.api.dependencies import service_of
 from app.api.errors import ApiError, invalid_param, to_api_error, validation_error
 from app.api.speech_frames import CLOSE_GOING_AWAY, CLOSE_NORMAL, CLOSE_POLICY, Frames, SessionClosed
@@ -148,10 +149,17 @@ class SpeechStreamSession:
                 receiving.cancel()
                 with contextlib.suppress(BaseException):
                     await receiving
-            await self.speech.close("client_gone" if code == -1 else "stopped")
+            await self.speech.close(self.outcome(code))
             if code != -1 and self.ws.application_state == WebSocketState.CONNECTED:
                 with contextlib.suppress(Exception):
                     await self.ws.close(code)
+
+    def outcome(self, code: int) -> str:
+        """How the session's open utterances ended: the client left, stopped reading (the connection was aborted),
+        or the session was closed."""
+        if self.ws.scope.get("state", {}).get(STALLED_STATE_KEY):
+            return "client_stalled"
+        return "client_gone" if code == -1 else "stopped"
 
     async def stopped_by_drain(self) -> NoReturn:
         await self.frames.send_error(ShuttingDown())

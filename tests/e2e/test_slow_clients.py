@@ -3,7 +3,9 @@ closed), idle keep-alive is bounded, and a client that never reads its audio is 
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import socket
 import time
 from collections.abc import Iterator
@@ -179,3 +181,71 @@ def connection_ended(sock: socket.socket) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+def websocket_open(server: RunningServer) -> socket.socket:
+    """A WebSocket session over a raw socket with a small receive buffer: the handshake read, nothing after."""
+    sock = connect(server, recv_buffer=4096)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        (
+            "GET /v1/audio/speech/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):  # a byte at a time: not one byte of the session's frames is read
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return sock
+
+
+def websocket_send(sock: socket.socket, message: dict[str, object]) -> None:
+    """One masked text frame, as a client sends it."""
+    data = json.dumps(message).encode()
+    mask = os.urandom(4)
+    size = len(data)
+    if size < 126:
+        header = bytes([0x81, 0x80 | size])
+    elif size < 65536:
+        header = bytes([0x81, 0x80 | 126]) + size.to_bytes(2, "big")
+    else:
+        header = bytes([0x81, 0x80 | 127]) + size.to_bytes(8, "big")
+    sock.sendall(header + mask + bytes(byte ^ mask[i % 4] for i, byte in enumerate(data)))
+
+
+def test_a_websocket_client_that_never_reads_is_cut_off(guarded: RunningServer) -> None:
+    """A WebSocket client asks for minutes of speech and reads none of it: once its write buffer has been full for
+    the stall timeout, the connection is aborted as an HTTP response's would be, the utterance is logged as
+    client_stalled and the slot comes back (the server admits one stream at a time). Before, the session waited on
+    the full buffer for ever, holding its slot (uvicorn's keep-alive ping, queued behind the audio, only closes the
+    connection, which waits for the same buffer)."""
+    sock = websocket_open(guarded)
+    started = time.monotonic()
+    try:
+        websocket_send(sock, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        websocket_send(sock, {"type": "input.text", "text": LONGEST_TEXT})
+        websocket_send(sock, {"type": "input.done"})
+        deadline = time.monotonic() + 60
+        while True:
+            stalled = [
+                e
+                for e in guarded.log_events()
+                if e.get("message") == "speech utterance" and e.get("outcome") == "client_stalled"
+            ]
+            if stalled:
+                break
+            assert time.monotonic() < deadline, "the stalled session was never cut off"
+            time.sleep(0.2)
+        print(f"websocket stall: cut off {time.monotonic() - started:.1f} s after the request")
+        assert stalled[0]["sentences"] >= 1
+        messages = [e.get("message") for e in guarded.log_events()]
+        assert "client stopped reading: connection aborted" in messages
+        assert "websocket session failed" not in messages  # a client gone, not a fault of the server
+        assert connection_ended(sock)  # the server let go of the connection
+    finally:
+        sock.close()
+    response = httpx.post(
+        f"{guarded.base_url}/v1/audio/speech", content=BODY, headers={"content-type": "application/json"}, timeout=30
+    )
+    assert response.status_code == 200  # the slot came back
