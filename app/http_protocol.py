@@ -39,16 +39,53 @@ def request_timeout_response() -> bytes:
     return head + body
 
 
-class GuardedHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+class WriteStallGuard:
+    """For a uvicorn protocol (listed before it): a connection whose client reads nothing for
+    `write_stall_timeout_s` while data waits to be sent is aborted, and the scope of what it carried is marked
+    stalled. Abort, not close: a close waits for the client to read what is buffered, which it never does."""
+
+    write_stall_timeout_s: float = 30.0
+    _stall_deadline: asyncio.TimerHandle | None = None
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    client: tuple[str, int] | None
+
+    def pause_writing(self) -> None:
+        super().pause_writing()  # type: ignore[misc]
+        if self._stall_deadline is None:
+            self._stall_deadline = self.loop.call_later(self.write_stall_timeout_s, self._on_write_stall)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()  # type: ignore[misc]
+        self._disarm_stall_deadline()
+
+    def _disarm_stall_deadline(self) -> None:
+        if self._stall_deadline is not None:
+            self._stall_deadline.cancel()
+            self._stall_deadline = None
+
+    def _stalled_scope(self) -> dict[str, Any] | None:
+        """The scope of the request or session the stall cuts off; None where there is nothing to abort."""
+        raise NotImplementedError
+
+    def _on_write_stall(self) -> None:
+        self._stall_deadline = None
+        scope = self._stalled_scope()
+        if scope is None:
+            return
+        scope.setdefault("state", {})[STALLED_STATE_KEY] = True
+        log.warning("client stopped reading: connection aborted", extra={"client": _peer(self.client)})
+        self.transport.abort()
+
+
+class GuardedHTTPProtocol(WriteStallGuard, AutoHTTPProtocol):  # type: ignore[misc, valid-type]
     """A request's headers must arrive within `header_timeout_s` of its first byte (of the connection's opening, for
     the first request); a response whose client reads nothing for `write_stall_timeout_s` is aborted."""
 
     header_timeout_s: float = 10.0
-    write_stall_timeout_s: float = 30.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._header_deadline: asyncio.TimerHandle | None = None
-        self._stall_deadline: asyncio.TimerHandle | None = None
         super().__init__(*args, **kwargs)
 
     # uvicorn (httptools and h11 alike) assigns a new cycle once a request's headers are parsed: that ends the wait.
@@ -83,15 +120,6 @@ class GuardedHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         self._disarm_stall_deadline()
         super().connection_lost(exc)
 
-    def pause_writing(self) -> None:
-        super().pause_writing()
-        if self._stall_deadline is None:
-            self._stall_deadline = self.loop.call_later(self.write_stall_timeout_s, self._on_write_stall)
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        self._disarm_stall_deadline()
-
     def _arm_header_deadline(self) -> None:
         self._disarm_header_deadline()
         self._header_deadline = self.loop.call_later(self.header_timeout_s, self._on_header_timeout)
@@ -101,11 +129,6 @@ class GuardedHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
             self._header_deadline.cancel()
             self._header_deadline = None
 
-    def _disarm_stall_deadline(self) -> None:
-        if self._stall_deadline is not None:
-            self._stall_deadline.cancel()
-            self._stall_deadline = None
-
     def _on_header_timeout(self) -> None:
         self._header_deadline = None
         if self.transport.is_closing():
@@ -114,53 +137,24 @@ class GuardedHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         self.transport.write(request_timeout_response())
         self.transport.close()
 
-    def _on_write_stall(self) -> None:
-        self._stall_deadline = None
+    def _stalled_scope(self) -> dict[str, Any] | None:
         if self.transport.is_closing():
-            return
-        if self.cycle is not None:
-            self.cycle.scope.setdefault("state", {})[STALLED_STATE_KEY] = True
-        log.warning("client stopped reading: connection aborted", extra={"client": _peer(self.client)})
-        # abort, not close: close would wait for the client to read what is buffered, which it never does
-        self.transport.abort()
+            return None
+        # between requests there is no cycle: the connection is still aborted, with no request to mark
+        return self.cycle.scope if self.cycle is not None else {}
 
 
-class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):  # type: ignore[misc]
+class GuardedWebSocketProtocol(WriteStallGuard, WebSocketsSansIOProtocol):  # type: ignore[misc]
     """A WebSocket whose client reads nothing for `write_stall_timeout_s` while frames wait to be sent is aborted, as
     an HTTP response is: the session sees its client gone, and its scope's state says it stalled."""
-
-    write_stall_timeout_s: float = 30.0
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._stall_deadline: asyncio.TimerHandle | None = None
-        super().__init__(*args, **kwargs)
-
-    def pause_writing(self) -> None:
-        super().pause_writing()
-        if self._stall_deadline is None:
-            self._stall_deadline = self.loop.call_later(self.write_stall_timeout_s, self._on_write_stall)
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        self._disarm_stall_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_stall_deadline()
         super().connection_lost(exc)
 
-    def _disarm_stall_deadline(self) -> None:
-        if self._stall_deadline is not None:
-            self._stall_deadline.cancel()
-            self._stall_deadline = None
-
-    def _on_write_stall(self) -> None:
-        self._stall_deadline = None
-        scope = getattr(self, "scope", None)  # set once the upgrade request was read
-        if scope is not None:
-            scope.setdefault("state", {})[STALLED_STATE_KEY] = True
-        log.warning("client stopped reading: connection aborted", extra={"client": _peer(self.client)})
-        # abort even where uvicorn already closes (a pong that never came): a close waits for the unread frames
-        self.transport.abort()
+    def _stalled_scope(self) -> dict[str, Any] | None:
+        # aborted even where uvicorn already closes (a pong that never came): that close waits for the unread frames
+        return getattr(self, "scope", {})  # the session's, once its upgrade request was read
 
 
 def _peer(client: tuple[str, int] | None) -> str:

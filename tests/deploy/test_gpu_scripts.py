@@ -239,8 +239,8 @@ def test_side_by_side_runs_profile_c_without_b_s_overrides(tmp_path: Path, targe
 @pytest.mark.parametrize("target", ["service-b", "vllm-omni"])
 def test_side_by_side_runs_profile_b_from_its_own_source_at_its_own_memory(tmp_path: Path, target: str) -> None:
     """B_PROFILE and B_MEMORY: `service-b` (or vllm-omni's server with OMNI_ON=b) runs another shipped profile
-    (throughput.yaml beside customvoice.yaml) at its own memory, with B_PROFILE_SET on top; the commands and the
-    sweep's targets name that source."""
+    (throughput.yaml beside customvoice.yaml) at its own memory, with B_PROFILE_SET on top; commands.txt names that
+    source."""
     port = free_port()
     extra = "connectors.connector_of_shared_memory.extra"
     settings = {
