@@ -17,7 +17,8 @@ from tests.support.server import RunningServer
 
 
 def test_schemathesis_finds_no_server_error(server: RunningServer) -> None:
-    """Over a thousand generated requests across every endpoint (valid and invalid): never a 5xx."""
+    """Up to 500 generated requests per operation, over 5,000 across the 10 (valid and invalid): never a 5xx. (1,000
+    per operation took twice as long, about 3 minutes of the suite, spent generating in schemathesis itself.)"""
     script = Path(sys.executable).parent / "schemathesis"
     done = subprocess.run(
         [
@@ -27,7 +28,7 @@ def test_schemathesis_finds_no_server_error(server: RunningServer) -> None:
             "--checks",
             "not_a_server_error",
             "-n",
-            "1000",
+            "500",
             "--generation-deterministic",
             "--no-color",
         ],
@@ -37,7 +38,7 @@ def test_schemathesis_finds_no_server_error(server: RunningServer) -> None:
     )
     assert done.returncode == 0, done.stdout[-4000:]
     generated, passed = map(int, re.search(r"(\d+) generated, (\d+) passed", done.stdout).groups())
-    assert generated >= 1000 and passed == generated
+    assert generated >= 5000 and passed == generated
     assert server.process.poll() is None
 
 
