@@ -59,6 +59,10 @@ class WriteStallGuard:
         super().resume_writing()  # type: ignore[misc]
         self._disarm_stall_deadline()
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_stall_deadline()
+        super().connection_lost(exc)  # type: ignore[misc]
+
     def _disarm_stall_deadline(self) -> None:
         if self._stall_deadline is not None:
             self._stall_deadline.cancel()
@@ -117,7 +121,6 @@ class GuardedHTTPProtocol(WriteStallGuard, AutoHTTPProtocol):  # type: ignore[mi
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_deadline()
-        self._disarm_stall_deadline()
         super().connection_lost(exc)
 
     def _arm_header_deadline(self) -> None:
@@ -147,10 +150,6 @@ class GuardedHTTPProtocol(WriteStallGuard, AutoHTTPProtocol):  # type: ignore[mi
 class GuardedWebSocketProtocol(WriteStallGuard, WebSocketsSansIOProtocol):  # type: ignore[misc]
     """A WebSocket whose client reads nothing for `write_stall_timeout_s` while frames wait to be sent is aborted, as
     an HTTP response is: the session sees its client gone, and its scope's state says it stalled."""
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_stall_deadline()
-        super().connection_lost(exc)
 
     def _stalled_scope(self) -> dict[str, Any] | None:
         # aborted even where uvicorn already closes (a pong that never came): that close waits for the unread frames
