@@ -50,6 +50,10 @@
 #                                   more settings for `service` / `service-b` / `service-c`, as NAME=value words (no
 #                                   spaces in a value), e.g.
 #                                   SERVICE_B_ENV="SPEECH_OMNI_CUDA_MPS=true" (a lever that is a setting, not a profile)
+#   OMNI_ENV="" OMNI_B_ENV=""       the same for `vllm-omni` / `vllm-omni-b`. On a host of several GPUs,
+#                                   CUDA_VISIBLE_DEVICES=N among a server's settings gives it GPUs of its own (a
+#                                   profile's `devices` count within them): each server alone on its GPU, or a
+#                                   two-GPU profile beside another, swept interleaved all the same
 #                                   `replicas` is not a server but `service` and `service-b` as one target, requests
 #                                   sent to them in turn (two replicas on one GPU behind a round-robin balancer); list
 #                                   it after both, e.g. TARGETS="service service-b vllm-omni replicas"
@@ -94,6 +98,8 @@ SWEEP_TARGETS=${SWEEP_TARGETS:-$TARGETS}
 SERVICE_ENV=${SERVICE_ENV:-}
 SERVICE_B_ENV=${SERVICE_B_ENV:-}
 SERVICE_C_ENV=${SERVICE_C_ENV:-}
+OMNI_ENV=${OMNI_ENV:-}
+OMNI_B_ENV=${OMNI_B_ENV:-}
 MPS=${MPS:-0}
 SERVICE_PORT=${SERVICE_PORT:-8000}
 OMNI_PORT=${OMNI_PORT:-8001}
@@ -296,14 +302,17 @@ launch() {  # $1 target
         SPEECH_COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-server.sh
       ;;
     vllm-omni | vllm-omni-b)
-      local profile extra=()
+      local profile extra=() settings=$OMNI_ENV
+      [ "$1" = vllm-omni-b ] && settings=$OMNI_B_ENV
       profile=$(omni_copy "$1")
       cp "$profile" "$OUT/profile-$1.yaml" || return 1
       [ -n "$codec" ] && extra=(--stage-overrides "$codec")
       echo "$(date -u +%FT%TZ) $1: source profile $(omni_source "$1")" >>"$OUT/commands.txt"
-      echo "$(date -u +%FT%TZ) $1: profile $profile, stage overrides ${codec:-none}" >>"$OUT/commands.txt"
-      PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON MODEL=$MODEL DEPLOY_CONFIG=$profile LOAD_FORMAT=dummy NAME=$NAME \
-        COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-vllm-omni.sh "${extra[@]}"
+      echo "$(date -u +%FT%TZ) $1: profile $profile, stage overrides ${codec:-none}, settings: ${settings:-none}" \
+        >>"$OUT/commands.txt"
+      # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
+      env $settings PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON MODEL=$MODEL DEPLOY_CONFIG=$profile LOAD_FORMAT=dummy \
+        NAME=$NAME COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-vllm-omni.sh "${extra[@]}"
       ;;
     alone)
       local overrides=() stage_overrides

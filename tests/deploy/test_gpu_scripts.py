@@ -134,7 +134,8 @@ def harness_python(tmp_path: Path) -> Path:
     """The GPU host's python for side-by-side.sh: the real one for its set-up steps (model directory, profile copy),
     a recorder that idles like a starting engine for `loadtest.engine_alone`, vllm-omni's server and the service
     (`app.cli`, its deploy profile first), and 'not ready' for readiness probes. A server's arguments go to `argv`
-    (the last one started) and to `argv-PROGRAM` (engine_alone, app.cli, vllm_omni), each file whole once it exists."""
+    (the last one started) and to `argv-PROGRAM` (engine_alone, app.cli, vllm_omni), each file whole once it exists;
+    the GPUs a server was given (its CUDA_VISIBLE_DEVICES, or 'unset') go to `gpus`."""
     script = tmp_path / "python3"
     script.write_text(
         "#!/usr/bin/env bash\n"
@@ -143,9 +144,11 @@ def harness_python(tmp_path: Path) -> Path:
         'case "$1 $2" in\n'
         '  "-m loadtest.engine_alone") record engine_alone "$@"; exec sleep 60 ;;\n'
         f'  "-m app.cli") printf "%s" "${{SPEECH_STAGE_OVERRIDES:-}}" > {tmp_path}/stage_overrides\n'
+        f'    printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
         '    record app.cli "$SPEECH_DEPLOY_CONFIG" "$@"; exec sleep 60 ;;\n'
         f'  "deploy/gpu/codec_weights.py "*) printf "%s\\n" "$@" > {tmp_path}/codec_argv; exit 0 ;;\n'
-        '  "-m vllm_omni.entrypoints.cli.main") record vllm_omni "$@"; exec sleep 60 ;;\n'
+        f'  "-m vllm_omni.entrypoints.cli.main") printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
+        '    record vllm_omni "$@"; exec sleep 60 ;;\n'
         '  "- "*) exit 1 ;;\n'
         "esac\n"
         f'exec {sys.executable} "$@"\n'
@@ -304,6 +307,43 @@ def test_side_by_side_with_real_codec_weights_loads_code2wav_from_them(tmp_path:
             expected = {"load_format": "auto"} | ({"scheduler_cls": "my.Scheduler"} if target == "alone" else {})
             assert overrides == {"1": expected}
             assert argv[argv.index("--load-format") + 1] == "dummy"  # the talker's
+
+
+@pytest.mark.parametrize(
+    ("target", "setting"),
+    [
+        ("service", "SERVICE_ENV"),
+        ("service-b", "SERVICE_B_ENV"),
+        ("vllm-omni", "OMNI_ENV"),
+        ("vllm-omni-b", "OMNI_B_ENV"),
+    ],
+)
+def test_side_by_side_gives_each_server_the_gpus_its_settings_name(tmp_path: Path, target: str, setting: str) -> None:
+    """On a host of several GPUs each server can have GPUs of its own (each alone on its GPU, or a two-GPU profile
+    beside another one): CUDA_VISIBLE_DEVICES among a target's settings reaches that server alone, whose profile's
+    `devices` then count within it; commands.txt says so."""
+    port = free_port()
+    others = {"SERVICE_ENV", "SERVICE_B_ENV", "OMNI_ENV", "OMNI_B_ENV"} - {setting}
+    settings = {
+        "TARGETS": target,
+        "SERVICE_PORT": str(port),
+        "SERVICE_B_PORT": str(port),
+        "OMNI_PORT": str(port),
+        "OMNI_B_PORT": str(port),
+        "OMNI_B_PROFILE": "deploy/vllm-omni/throughput.yaml",
+        setting: "CUDA_VISIBLE_DEVICES=2,3",
+        **{other: "CUDA_VISIBLE_DEVICES=7" for other in others},
+    }
+    with harness_started(tmp_path, settings):
+        assert (tmp_path / "gpus").read_text() == "2,3"
+        lines = (tmp_path / "work/results/commands.txt").read_text().splitlines()
+        said = [line for line in lines if f" {target}: profile " in line]
+        assert len(said) == 1 and said[0].endswith("settings: CUDA_VISIBLE_DEVICES=2,3")
+
+
+def test_side_by_side_leaves_a_server_the_gpus_it_was_started_with(tmp_path: Path) -> None:
+    with harness_started(tmp_path, {"TARGETS": "vllm-omni", "OMNI_PORT": str(free_port()), "SERVICE_ENV": "X=1"}):
+        assert (tmp_path / "gpus").read_text() == os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
 
 
 def test_side_by_side_keeps_dummy_codec_weights_unless_asked(tmp_path: Path) -> None:
