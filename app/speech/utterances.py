@@ -33,6 +33,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from app.metrics import ABORT_REASONS
+from app.speech.encoding import EncodedAudio
 from app.speech.errors import Failed, ShuttingDown, SpeechError
 from app.speech.options import SpeechOptions
 from app.speech.run import SpeechRun, SpeechService, observe_ttfa, observe_uninterrupted
@@ -64,18 +66,24 @@ async def speak_sentence(
     request_id: str,
     timing: TtfaTimeline,
     continues: bool,
+    in_flight: set[EncodedAudio],
 ) -> AsyncIterator[EncodedPiece | list[WordTiming] | SentenceEnd]:
     """One sentence of streamed text as a request of its own (the WebSocket's): checked, admitted (it holds a
     slot while it is synthesized), synthesized and encoded; its pieces and word timings (timed from the start of
     the sentence), then its end. `continues`: a later sentence of the utterance, joined without the engine's
-    leading silence. The utterance's TTFA is observed by the caller, at its first bytes on the wire."""
+    leading silence. The utterance's TTFA is observed by the caller, at its first bytes on the wire. Its audio is in
+    `in_flight` while it is synthesized, so that the stream can tell it why it is stopped."""
     service.check_ready()
     job, output = service.build_job(voice, text, request_id)
     ticket = await service.admitted(timing, len(text))
     run = SpeechRun(service, timing.received, timing, {}, "websocket", observe_ttfa=False)
     audio = await run.open(dataclasses.replace(job, continues=continues), output, ticket)
-    async for item in audio.events():
-        yield EncodedPiece(item, audio.encoded_s) if isinstance(item, bytes) else item
+    in_flight.add(audio)
+    try:
+        async for item in audio.events():
+            yield EncodedPiece(item, audio.encoded_s) if isinstance(item, bytes) else item
+    finally:
+        in_flight.discard(audio)
     yield SentenceEnd(audio.encoded_s)
 
 
@@ -206,6 +214,7 @@ class StreamedSpeech:
         self.queue: asyncio.Queue[Sentence | UtteranceEnd] = asyncio.Queue()
         self.stopped = asyncio.Event()  # a drain out of time stops the stream
         self.speaker: asyncio.Task[None] | None = None
+        self.synthesizing: set[EncodedAudio] = set()  # the sentences' audio while the engine makes it
         self.all_spoken = asyncio.Event()
 
     def stop(self, reason: str) -> None:  # Stoppable, for the lifecycle
@@ -322,7 +331,12 @@ class StreamedSpeech:
         stopped.cancel()
 
     async def close(self, outcome: str) -> None:
-        """The stream ends: speaking stops, and each utterance it cut short is logged with `outcome`."""
+        """The stream ends: speaking stops, and each utterance it cut short is logged with `outcome`. A sentence
+        still being synthesized is stopped for the same reason (counted under it: a client that stopped reading is
+        not one that left)."""
+        if outcome in ABORT_REASONS:
+            for audio in list(self.synthesizing):
+                audio.stop(outcome)
         if self.speaker is not None and not self.speaker.done():
             self.speaker.cancel()
             with contextlib.suppress(BaseException):
@@ -395,6 +409,7 @@ class Speaker:
             f"{self.speech.request_id}-u{sentence.utterance}s{sentence.index}",
             sentence.timing,
             continues=sentence.index > 0,
+            in_flight=self.speech.synthesizing,
         )
 
     async def outcomes(self, produced: Ahead[object]) -> AsyncIterator[object]:

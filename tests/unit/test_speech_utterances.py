@@ -42,7 +42,8 @@ IDLE_TIMEOUT_S = 30.0
 
 class ToneEngine:
     """Every job is 0.1 s of tone in two chunks; a text with FAIL in it fails before its first audio, one with BREAK
-    after it. `steps` lists the jobs' texts as their synthesis began (+) and ended (-)."""
+    after it, and one with SLOW takes a minute over its second chunk. `steps` lists the jobs' texts as their synthesis
+    began (+) and ended (-)."""
 
     name = "tone"
     model_id = "tone-1"
@@ -63,6 +64,8 @@ class ToneEngine:
             await asyncio.sleep(0.005)
             if "BREAK" in job.text:
                 raise RuntimeError("the tone generator broke mid-sentence")
+            if "SLOW" in job.text:
+                await asyncio.sleep(60)
         self.steps.append(f"-{job.text}")
 
     async def abort(self, request_id: str) -> None:
@@ -341,6 +344,30 @@ async def test_an_utterance_cut_short_is_logged_and_no_longer_tracked(
     (line,) = [record for record in caplog.records if record.getMessage() == "speech utterance"]
     assert line.outcome == "client_gone" and line.sentences == 1  # type: ignore[attr-defined]
     assert sink.events == [("started", 0, 0, "Spoken in part."), ("ended", 0, 0, True)]  # its end told, as an error
+    assert service.lifecycle.idle
+
+
+@pytest.mark.parametrize("outcome", ["client_stalled", "client_gone"])
+async def test_a_sentence_cut_mid_synthesis_is_counted_for_why_the_stream_ended(
+    service: SpeechService, engine: ToneEngine, outcome: str
+) -> None:
+    """A stream that ends while a sentence is still being synthesized (its client stopped reading, or left) stops
+    that synthesis, counted in speech_aborted_total under the stream's own reason: a stalled client is not counted
+    as one that left."""
+    speech = await configured(service)
+    sink = RecordingSink()
+    speech.start(sink)
+    speech.text("SLOW to finish. And then")
+    await until(lambda: "audio" in sink.kinds())  # its first chunk is out; the second is a minute away
+    before = {
+        reason: sample("speech_aborted_total", {"reason": reason}) for reason in ("client_stalled", "client_gone")
+    }
+    await speech.close(outcome)
+    after = {reason: sample("speech_aborted_total", {"reason": reason}) for reason in before}
+    assert {reason: after[reason] - before[reason] for reason in before} == {
+        reason: 1.0 if reason == outcome else 0.0 for reason in before
+    }
+    assert "-SLOW to finish." not in engine.steps  # stopped, not finished
     assert service.lifecycle.idle
 
 
