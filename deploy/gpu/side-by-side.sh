@@ -174,6 +174,12 @@ pidfile_of() {
     alone) echo "/tmp/engine-alone-$ALONE_PORT.pid" ;;
   esac
 }
+settings_of() {  # $1 target: its own settings (NAME=value words)
+  case $1 in
+    service) echo "$SERVICE_ENV" ;; service-b) echo "$SERVICE_B_ENV" ;; service-c) echo "$SERVICE_C_ENV" ;;
+    vllm-omni) echo "$OMNI_ENV" ;; vllm-omni-b) echo "$OMNI_B_ENV" ;;
+  esac
+}
 ready_path_of() { case $1 in vllm-omni | vllm-omni-b) echo /health ;; *) echo /ready ;; esac; }
 url_of() {
   case $1 in
@@ -288,10 +294,9 @@ launch() {  # $1 target
   codec=$(codec_overrides "")
   case $1 in
     service | service-b | service-c)
-      local profile settings=$SERVICE_ENV
+      local profile settings
+      settings=$(settings_of "$1")
       profile=$(profile_of "${1#service-}")  # service-b: b, service-c: c, service: A's
-      [ "$1" = service-b ] && settings=$SERVICE_B_ENV
-      [ "$1" = service-c ] && settings=$SERVICE_C_ENV
       [ -n "$codec" ] && settings="SPEECH_STAGE_OVERRIDES=$codec $settings"
       echo "$(date -u +%FT%TZ) $1: source profile $(source_of "$1")" >>"$OUT/commands.txt"
       echo "$(date -u +%FT%TZ) $1: profile $profile, settings: ${settings:-none}" >>"$OUT/commands.txt"
@@ -302,8 +307,8 @@ launch() {  # $1 target
         SPEECH_COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-server.sh
       ;;
     vllm-omni | vllm-omni-b)
-      local profile extra=() settings=$OMNI_ENV
-      [ "$1" = vllm-omni-b ] && settings=$OMNI_B_ENV
+      local profile extra=() settings
+      settings=$(settings_of "$1")
       profile=$(omni_copy "$1")
       cp "$profile" "$OUT/profile-$1.yaml" || return 1
       [ -n "$codec" ] && extra=(--stage-overrides "$codec")
