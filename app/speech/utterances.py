@@ -66,24 +66,24 @@ async def speak_sentence(
     request_id: str,
     timing: TtfaTimeline,
     continues: bool,
-    in_flight: set[EncodedAudio],
+    synthesizing: set[EncodedAudio],
 ) -> AsyncIterator[EncodedPiece | list[WordTiming] | SentenceEnd]:
     """One sentence of streamed text as a request of its own (the WebSocket's): checked, admitted (it holds a
     slot while it is synthesized), synthesized and encoded; its pieces and word timings (timed from the start of
     the sentence), then its end. `continues`: a later sentence of the utterance, joined without the engine's
     leading silence. The utterance's TTFA is observed by the caller, at its first bytes on the wire. Its audio is in
-    `in_flight` while it is synthesized, so that the stream can tell it why it is stopped."""
+    `synthesizing` while it is synthesized, so that the stream can tell it why it is stopped."""
     service.check_ready()
     job, output = service.build_job(voice, text, request_id)
     ticket = await service.admitted(timing, len(text))
     run = SpeechRun(service, timing.received, timing, {}, "websocket", observe_ttfa=False)
     audio = await run.open(dataclasses.replace(job, continues=continues), output, ticket)
-    in_flight.add(audio)
+    synthesizing.add(audio)
     try:
         async for item in audio.events():
             yield EncodedPiece(item, audio.encoded_s) if isinstance(item, bytes) else item
     finally:
-        in_flight.discard(audio)
+        synthesizing.discard(audio)
     yield SentenceEnd(audio.encoded_s)
 
 
@@ -409,7 +409,7 @@ class Speaker:
             f"{self.speech.request_id}-u{sentence.utterance}s{sentence.index}",
             sentence.timing,
             continues=sentence.index > 0,
-            in_flight=self.speech.synthesizing,
+            synthesizing=self.speech.synthesizing,
         )
 
     async def outcomes(self, produced: Ahead[object]) -> AsyncIterator[object]:
