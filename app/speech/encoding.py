@@ -62,6 +62,7 @@ class EncodedAudio:
         deadline: float | None = None,
         on_first_audio: Callable[[], None] | None = None,
         whole_file: bool = False,
+        cancelled_as: Callable[[], str] | None = None,
     ) -> None:
         self._first = first
         self._rest = rest
@@ -73,6 +74,9 @@ class EncodedAudio:
         self._encoder: StreamEncoder = create_encoder(response_format, sample_rate, whole_file)
         self._inline_format = not FORMATS[response_format].ffmpeg
         self._stop_reason: str | None = None
+        # the outcome when a cancellation from outside ends it, where its caller knows better than "client_gone" (a
+        # WebSocket stream that cut off a client not reading: client_stalled)
+        self._cancelled_as = cancelled_as
         self._stopped = asyncio.Event()
         self._closed = False
         # The encoder is used from worker threads; a client that leaves cancels the await, not the thread, so the
@@ -204,7 +208,7 @@ class EncodedAudio:
             outcome = exc.reason
             raise
         except (GeneratorExit, asyncio.CancelledError):
-            outcome = self._stop_reason or "client_gone"  # client_stalled: the server cut off a client not reading
+            outcome = self._stop_reason or (self._cancelled_as() if self._cancelled_as else "client_gone")
             raise
         finally:
             await self._close(outcome)

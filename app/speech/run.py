@@ -139,6 +139,13 @@ class SpeechRun:
     summary: dict[str, object]
     stream_label: str  # the metrics' `stream` label: audio, sse, file or websocket
     observe_ttfa: bool = True  # a WebSocket utterance observes its TTFA once, not per sentence
+    # why the stream a WebSocket sentence belongs to ended, once it has (None: still open, or not a stream's)
+    stream_ended_as: Callable[[], str | None] | None = None
+
+    def cancelled_as(self) -> str:
+        """The outcome of a cancellation from outside: the stream's reason where it has one, else a client that left
+        (a stream that cut off a client not reading is not one whose client left)."""
+        return (self.stream_ended_as() if self.stream_ended_as else None) or "client_gone"
 
     async def open(
         self, job: SynthesisJob, output: OutputSpec, ticket: Ticket, on_first_audio: Callable[[], None] | None = None
@@ -158,8 +165,8 @@ class SpeechRun:
         except BaseException as exc:
             gate.release(ticket)
             await chunks.aclose()
-            if isinstance(exc, asyncio.CancelledError):  # the client left while the engine started
-                metrics.ABORTED.labels("client_gone").inc()
+            if isinstance(exc, asyncio.CancelledError):  # the client left (or was cut off) while the engine started
+                metrics.ABORTED.labels(self.cancelled_as()).inc()
                 with anyio.CancelScope(shield=True):
                     await engine.abort(job.request_id)
             if isinstance(exc, TimeoutError):
@@ -214,6 +221,7 @@ class SpeechRun:
             deadline,
             first_audio_written,
             whole_file=output.whole_file,
+            cancelled_as=self.cancelled_as,
         )
         # a WebSocket utterance times its listener itself, across its sentences, as they reach the socket
         audio.listener = ListenerClock(started) if self.observe_ttfa else None

@@ -30,11 +30,10 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from app.metrics import ABORT_REASONS
-from app.speech.encoding import EncodedAudio
 from app.speech.errors import Failed, ShuttingDown, SpeechError
 from app.speech.options import SpeechOptions
 from app.speech.run import SpeechRun, SpeechService, observe_ttfa, observe_uninterrupted
@@ -66,24 +65,22 @@ async def speak_sentence(
     request_id: str,
     timing: TtfaTimeline,
     continues: bool,
-    synthesizing: set[EncodedAudio],
+    stream_ended_as: Callable[[], str | None],
 ) -> AsyncIterator[EncodedPiece | list[WordTiming] | SentenceEnd]:
     """One sentence of streamed text as a request of its own (the WebSocket's): checked, admitted (it holds a
     slot while it is synthesized), synthesized and encoded; its pieces and word timings (timed from the start of
     the sentence), then its end. `continues`: a later sentence of the utterance, joined without the engine's
-    leading silence. The utterance's TTFA is observed by the caller, at its first bytes on the wire. Its audio is in
-    `synthesizing` while it is synthesized, so that the stream can tell it why it is stopped."""
+    leading silence. The utterance's TTFA is observed by the caller, at its first bytes on the wire. A sentence cut
+    off by the stream's end is counted under `stream_ended_as`'s reason."""
     service.check_ready()
     job, output = service.build_job(voice, text, request_id)
     ticket = await service.admitted(timing, len(text))
-    run = SpeechRun(service, timing.received, timing, {}, "websocket", observe_ttfa=False)
+    run = SpeechRun(
+        service, timing.received, timing, {}, "websocket", observe_ttfa=False, stream_ended_as=stream_ended_as
+    )
     audio = await run.open(dataclasses.replace(job, continues=continues), output, ticket)
-    synthesizing.add(audio)
-    try:
-        async for item in audio.events():
-            yield EncodedPiece(item, audio.encoded_s) if isinstance(item, bytes) else item
-    finally:
-        synthesizing.discard(audio)
+    async for item in audio.events():
+        yield EncodedPiece(item, audio.encoded_s) if isinstance(item, bytes) else item
     yield SentenceEnd(audio.encoded_s)
 
 
@@ -214,7 +211,7 @@ class StreamedSpeech:
         self.queue: asyncio.Queue[Sentence | UtteranceEnd] = asyncio.Queue()
         self.stopped = asyncio.Event()  # a drain out of time stops the stream
         self.speaker: asyncio.Task[None] | None = None
-        self.synthesizing: set[EncodedAudio] = set()  # the sentences' audio while the engine makes it
+        self.ended_as: str | None = None  # why the stream ended, for a sentence it cuts off (an abort reason)
         self.all_spoken = asyncio.Event()
 
     def stop(self, reason: str) -> None:  # Stoppable, for the lifecycle
@@ -332,11 +329,10 @@ class StreamedSpeech:
 
     async def close(self, outcome: str) -> None:
         """The stream ends: speaking stops, and each utterance it cut short is logged with `outcome`. A sentence
-        still being synthesized is stopped for the same reason (counted under it: a client that stopped reading is
-        not one that left)."""
+        still being synthesized is counted under the same reason (a client that stopped reading is not one that
+        left)."""
         if outcome in ABORT_REASONS:
-            for audio in list(self.synthesizing):
-                audio.stop(outcome)
+            self.ended_as = outcome
         if self.speaker is not None and not self.speaker.done():
             self.speaker.cancel()
             with contextlib.suppress(BaseException):
@@ -409,7 +405,7 @@ class Speaker:
             f"{self.speech.request_id}-u{sentence.utterance}s{sentence.index}",
             sentence.timing,
             continues=sentence.index > 0,
-            synthesizing=self.speech.synthesizing,
+            stream_ended_as=lambda: self.speech.ended_as,
         )
 
     async def outcomes(self, produced: Ahead[object]) -> AsyncIterator[object]:

@@ -42,8 +42,8 @@ IDLE_TIMEOUT_S = 30.0
 
 class ToneEngine:
     """Every job is 0.1 s of tone in two chunks; a text with FAIL in it fails before its first audio, one with BREAK
-    after it, and one with SLOW takes a minute over its second chunk. `steps` lists the jobs' texts as their synthesis
-    began (+) and ended (-)."""
+    after it, one with LATE takes a minute over its first chunk and one with SLOW over its second. `steps` lists the
+    jobs' texts as their synthesis began (+) and ended (-)."""
 
     name = "tone"
     model_id = "tone-1"
@@ -57,6 +57,8 @@ class ToneEngine:
     async def synthesize(self, job: SynthesisJob) -> AsyncIterator[AudioChunk]:
         self.steps.append(f"+{job.text}")
         await asyncio.sleep(0.01)
+        if "LATE" in job.text:
+            await asyncio.sleep(60)
         if "FAIL" in job.text:
             raise EngineError("the tone generator broke")
         for _ in range(2):
@@ -347,18 +349,25 @@ async def test_an_utterance_cut_short_is_logged_and_no_longer_tracked(
     assert service.lifecycle.idle
 
 
+@pytest.mark.parametrize("text", ["SLOW to finish. And then", "LATE to start. And then"])
 @pytest.mark.parametrize("outcome", ["client_stalled", "client_gone"])
 async def test_a_sentence_cut_mid_synthesis_is_counted_for_why_the_stream_ended(
-    service: SpeechService, engine: ToneEngine, outcome: str
+    service: SpeechService, engine: ToneEngine, outcome: str, text: str
 ) -> None:
     """A stream that ends while a sentence is still being synthesized (its client stopped reading, or left) stops
     that synthesis, counted in speech_aborted_total under the stream's own reason: a stalled client is not counted
-    as one that left."""
+    as one that left. So whether the sentence's first audio is out (SLOW: its second chunk is a minute away) or the
+    engine has not made it yet (LATE: still waiting for the first chunk)."""
     speech = await configured(service)
     sink = RecordingSink()
     speech.start(sink)
-    speech.text("SLOW to finish. And then")
-    await until(lambda: "audio" in sink.kinds())  # its first chunk is out; the second is a minute away
+    speech.text(text)
+    sentence = text.split(" And")[0]
+    if text.startswith("SLOW"):
+        await until(lambda: "audio" in sink.kinds())  # its first chunk is out; the second is a minute away
+    else:
+        await until(lambda: f"+{sentence}" in engine.steps)  # synthesis started; its first chunk is a minute away
+        await asyncio.sleep(0.05)
     before = {
         reason: sample("speech_aborted_total", {"reason": reason}) for reason in ("client_stalled", "client_gone")
     }
@@ -367,7 +376,7 @@ async def test_a_sentence_cut_mid_synthesis_is_counted_for_why_the_stream_ended(
     assert {reason: after[reason] - before[reason] for reason in before} == {
         reason: 1.0 if reason == outcome else 0.0 for reason in before
     }
-    assert "-SLOW to finish." not in engine.steps  # stopped, not finished
+    assert f"-{sentence}" not in engine.steps  # stopped, not finished
     assert service.lifecycle.idle
 
 
