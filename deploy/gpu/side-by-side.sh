@@ -49,7 +49,7 @@
 #   SERVICE_ENV="" SERVICE_B_ENV="" SERVICE_C_ENV=""
 #                                   more settings for `service` / `service-b` / `service-c`, as NAME=value words (no
 #                                   spaces in a value), e.g.
-#                                   SERVICE_B_ENV="SPEECH_OMNI_CUDA_MPS=true" (a lever that is a setting, not a profile)
+#                                   SERVICE_B_ENV="SPEECH_OMNI__CUDA_MPS=true" (a lever that is a setting, not a profile)
 #   OMNI_ENV="" OMNI_B_ENV=""       the same for `vllm-omni` / `vllm-omni-b`. On a host of several GPUs,
 #                                   CUDA_VISIBLE_DEVICES=N among a server's settings gives it GPUs of its own (a
 #                                   profile's `devices` count within them): each server alone on its GPU, or a
@@ -297,14 +297,14 @@ launch() {  # $1 target
       local profile settings
       settings=$(settings_of "$1")
       profile=$(profile_of "${1#service-}")  # service-b: b, service-c: c, service: A's
-      [ -n "$codec" ] && settings="SPEECH_STAGE_OVERRIDES=$codec $settings"
+      [ -n "$codec" ] && settings="SPEECH_OMNI__STAGE_OVERRIDES=$codec $settings"
       echo "$(date -u +%FT%TZ) $1: source profile $(source_of "$1")" >>"$OUT/commands.txt"
       echo "$(date -u +%FT%TZ) $1: profile $profile, settings: ${settings:-none}" >>"$OUT/commands.txt"
       # fixed length: every request runs to the profile's max_tokens (FRAMES + 1); warm-up requests to their own
       # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
-      env $settings PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON SPEECH_MODEL=$MODEL SPEECH_LOAD_FORMAT=dummy \
-        SPEECH_DEPLOY_CONFIG=$profile SPEECH_OMNI_FIXED_LENGTH=true SPEECH_SERVED_MODEL_NAME=$NAME \
-        SPEECH_COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-server.sh
+      env $settings PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON SPEECH_OMNI__MODEL=$MODEL SPEECH_OMNI__LOAD_FORMAT=dummy \
+        SPEECH_OMNI__DEPLOY_CONFIG=$profile SPEECH_OMNI__FIXED_LENGTH=true SPEECH_OMNI__SERVED_MODEL_NAME=$NAME \
+        SPEECH_OMNI__COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-server.sh
       ;;
     vllm-omni | vllm-omni-b)
       local profile extra=() settings

@@ -143,9 +143,9 @@ def harness_python(tmp_path: Path) -> Path:
         f"  mv {tmp_path}/argv.$$ {tmp_path}/argv; }}\n"
         'case "$1 $2" in\n'
         '  "-m loadtest.engine_alone") record engine_alone "$@"; exec sleep 60 ;;\n'
-        f'  "-m app.cli") printf "%s" "${{SPEECH_STAGE_OVERRIDES:-}}" > {tmp_path}/stage_overrides\n'
+        f'  "-m app.cli") printf "%s" "${{SPEECH_OMNI__STAGE_OVERRIDES:-}}" > {tmp_path}/stage_overrides\n'
         f'    printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
-        '    record app.cli "$SPEECH_DEPLOY_CONFIG" "$@"; exec sleep 60 ;;\n'
+        '    record app.cli "$SPEECH_OMNI__DEPLOY_CONFIG" "$@"; exec sleep 60 ;;\n'
         f'  "deploy/gpu/codec_weights.py "*) printf "%s\\n" "$@" > {tmp_path}/codec_argv; exit 0 ;;\n'
         f'  "-m vllm_omni.entrypoints.cli.main") printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
         '    record vllm_omni "$@"; exec sleep 60 ;;\n'
@@ -299,7 +299,7 @@ def test_side_by_side_with_real_codec_weights_loads_code2wav_from_them(tmp_path:
             overrides = json.loads((tmp_path / "stage_overrides").read_text())
             assert overrides == {"1": {"load_format": "auto"}}
             assert (
-                f"service: profile {argv[0]}, settings: SPEECH_STAGE_OVERRIDES="
+                f"service: profile {argv[0]}, settings: SPEECH_OMNI__STAGE_OVERRIDES="
                 in (tmp_path / "work/results/commands.txt").read_text()
             )
         else:
@@ -606,8 +606,8 @@ def dummy_server_started(tmp_path: Path, model: Path, **settings: str | None) ->
     environment (None: unset), the server stopped afterwards."""
     port = free_port()
     env = {**os.environ, "PYTHON": str(harness_python(tmp_path)), "PORT": str(port), "LOG": str(tmp_path / "log")}
-    env["SPEECH_MODEL"] = str(model)
-    env.pop("SPEECH_STAGE_OVERRIDES", None)
+    env["SPEECH_OMNI__MODEL"] = str(model)
+    env.pop("SPEECH_OMNI__STAGE_OVERRIDES", None)
     for name, value in settings.items():
         if value is None:
             env.pop(name, None)
@@ -699,3 +699,25 @@ def test_start_vllm_omni_writes_the_dummy_size_asked_for(tmp_path: Path, size: s
         subprocess.run(
             [str(GPU / "stop-server.sh"), str(port)], env={**env, "PIDFILE": str(pidfile)}, capture_output=True
         )
+
+
+def test_start_server_serves_what_the_old_flat_names_give(tmp_path: Path) -> None:
+    """The server still reads SPEECH_MODEL, SPEECH_DEPLOY_CONFIG and SPEECH_STAGE_OVERRIDES (deprecated), and a
+    grouped name wins over its flat one: the defaults `start-server.sh` sets under the grouped names must not
+    override what a caller (an older run's recorded script) gave under the flat ones."""
+    model = tmp_path / "old-name-model"
+    overrides = '{"1": {"load_format": "auto", "max_num_seqs": 4}}'
+    settings = {
+        "SPEECH_OMNI__MODEL": None,
+        "SPEECH_MODEL": str(model),
+        "SPEECH_DEPLOY_CONFIG": "deploy/vllm-omni/voice-clone.yaml",
+        "SPEECH_STAGE_OVERRIDES": overrides,
+    }
+    with dummy_server_started(tmp_path, model, DUMMY_VARIANT="base", CODEC_WEIGHTS="real", **settings):
+        for _ in range(100):
+            if (tmp_path / "argv").exists():
+                break
+            time.sleep(0.05)
+        assert (model / "speech_tokenizer/config.json").is_file()  # the model directory went where SPEECH_MODEL says
+        assert (tmp_path / "argv").read_text().split("\n")[0] == "deploy/vllm-omni/voice-clone.yaml"
+        assert json.loads((tmp_path / "stage_overrides").read_text()) == json.loads(overrides)

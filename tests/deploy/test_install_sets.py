@@ -95,7 +95,7 @@ class Sandbox:
         env["SPEECH_HOST"] = "127.0.0.1"
         env["SPEECH_PORT"] = str(free_port())
         env["TMPDIR"] = str(self.tmp)
-        env["SPEECH_EMBEDDED_WORKERS"] = "1"  # one model instance is enough for these requests, and starts fastest
+        env["SPEECH_EMBEDDED__WORKERS"] = "1"  # one model instance is enough for these requests, and starts fastest
         return env
 
     def start(self, bin_dir: Path, workdir: Path) -> RunningServer:

@@ -112,7 +112,7 @@ def test_cli_help_documents_every_setting() -> None:
         "SPEECH_VOICE_ALIASES",
         "SPEECH_MODEL_ALIASES",
         "SPEECH_MAX_BODY_BYTES",
-        "SPEECH_EMBEDDED_WORKERS",
+        "SPEECH_EMBEDDED__WORKERS",
     ):
         assert variable in result.stdout
 

@@ -207,7 +207,7 @@ def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running
             "SPEECH_MAX_CONCURRENCY": "1",
             "SPEECH_MAX_QUEUE": "0",
             "SPEECH_WS_CONFIG_TIMEOUT_S": "1",
-            "SPEECH_EMBEDDED_WORKERS": "1",
+            "SPEECH_EMBEDDED__WORKERS": "1",
         },
     )
     yield running
@@ -364,9 +364,9 @@ def test_omni_engine_streams_over_the_websocket(tmp_path_factory: pytest.TempPat
     folder = tmp_path_factory.mktemp("ws-omni")
     model = write_model_dir(folder / "model", "base")
     env = {
-        "SPEECH_MODEL": str(model),
-        "SPEECH_DEPLOY_CONFIG": "deploy/vllm-omni/voice-clone.yaml",
-        "SPEECH_OMNI_WARMUP_BATCH_SIZES": "1",
+        "SPEECH_OMNI__MODEL": str(model),
+        "SPEECH_OMNI__DEPLOY_CONFIG": "deploy/vllm-omni/voice-clone.yaml",
+        "SPEECH_OMNI__WARMUP_BATCH_SIZES": "1",
     }
     omni = start_server(folder / "server.log", env=env, command=fake_omni_command())
     try:

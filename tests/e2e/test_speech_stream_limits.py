@@ -33,7 +33,7 @@ def limited_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running
             "SPEECH_API_KEY_MAX_CONCURRENCY": "1",
             "SPEECH_WS_IDLE_TIMEOUT_S": str(IDLE_S),
             "SPEECH_DRAIN_TIMEOUT_S": str(DRAIN_S),
-            "SPEECH_EMBEDDED_WORKERS": "1",
+            "SPEECH_EMBEDDED__WORKERS": "1",
         },
     )
     yield running
@@ -186,7 +186,7 @@ def quick_headers_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[R
     """Request headers must arrive within 1 s; a WebSocket session stays open far longer."""
     running = start_server(
         tmp_path_factory.mktemp("ws-headers") / "server.log",
-        env={"SPEECH_REQUEST_READ_TIMEOUT_S": "1", "SPEECH_WS_IDLE_TIMEOUT_S": "30", "SPEECH_EMBEDDED_WORKERS": "1"},
+        env={"SPEECH_REQUEST_READ_TIMEOUT_S": "1", "SPEECH_WS_IDLE_TIMEOUT_S": "30", "SPEECH_EMBEDDED__WORKERS": "1"},
     )
     yield running
     running.stop()

@@ -58,9 +58,9 @@ def base_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def start_cloning_server(log_path: Path, base_model: Path, store: Path) -> RunningServer:
     env = {
-        "SPEECH_MODEL": str(base_model),
-        "SPEECH_DEPLOY_CONFIG": "deploy/vllm-omni/voice-clone.yaml",
-        "SPEECH_OMNI_WARMUP_BATCH_SIZES": "1",
+        "SPEECH_OMNI__MODEL": str(base_model),
+        "SPEECH_OMNI__DEPLOY_CONFIG": "deploy/vllm-omni/voice-clone.yaml",
+        "SPEECH_OMNI__WARMUP_BATCH_SIZES": "1",
         "SPEECH_VOICE_STORE": str(store),
     }
     return start_server(log_path, env=env, command=fake_omni_command())

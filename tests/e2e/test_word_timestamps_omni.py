@@ -28,10 +28,10 @@ RATE = 24_000
 def omni(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     folder = tmp_path_factory.mktemp("omni-timestamps")
     env = {
-        "SPEECH_MODEL": str(write_model_dir(folder / "model", "custom_voice")),
-        "SPEECH_DEPLOY_CONFIG": "deploy/vllm-omni/customvoice.yaml",
-        "SPEECH_OMNI_WARMUP_BATCH_SIZES": "1",
-        "SPEECH_OMNI_SENTENCE_PIPELINE": "true" if request.param else "false",
+        "SPEECH_OMNI__MODEL": str(write_model_dir(folder / "model", "custom_voice")),
+        "SPEECH_OMNI__DEPLOY_CONFIG": "deploy/vllm-omni/customvoice.yaml",
+        "SPEECH_OMNI__WARMUP_BATCH_SIZES": "1",
+        "SPEECH_OMNI__SENTENCE_PIPELINE": "true" if request.param else "false",
     }
     server = start_server(folder / "server.log", env=env, command=fake_omni_command())
     yield server
@@ -52,7 +52,7 @@ def test_timestamps_follow_the_audio_and_come_before_done(omni: RunningServer) -
     events = events_of(sse(omni, word_timestamps=True, language="English"))
     kinds = [event["type"] for event in events]
     assert kinds[-1] == "speech.audio.done" and "error" not in kinds
-    pipeline = omni.env["SPEECH_OMNI_SENTENCE_PIPELINE"] == "true"
+    pipeline = omni.env["SPEECH_OMNI__SENTENCE_PIPELINE"] == "true"
     assert kinds.count("speech.audio.timestamps") == (2 if pipeline else 1)  # per job: a sentence, or the text
     first_timing = kinds.index("speech.audio.timestamps")
     assert kinds[first_timing - 1] == "speech.audio.delta"  # a job's words follow its audio

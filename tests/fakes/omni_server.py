@@ -1,7 +1,7 @@
 """`speech-server` on the omni engine over the vllm-omni 0.30.0 fakes, as a real process on a real port: for end-to-end
 tests of what only a cloning engine (a Base checkpoint) does, such as registering voices, and for profiling the
-service's own work under load. Settings come from SPEECH_* as usual; SPEECH_MODEL names a model directory written by
-`speech-make-model-dir`.
+service's own work under load. Settings come from SPEECH_* as usual; SPEECH_OMNI__MODEL names a model directory
+written by `speech-make-model-dir`.
 
     python -m tests.fakes.omni_server [--frames N] [--step-delay-s S] [--orchestrator-busy-ms MS]
 

@@ -1,4 +1,4 @@
-"""SPEECH_OMNI_CUDA_MPS's daemon against the real nvidia-cuda-mps-control, with a CUDA client (torch) through it.
+"""SPEECH_OMNI__CUDA_MPS's daemon against the real nvidia-cuda-mps-control, with a CUDA client (torch) through it.
 
 Needs only the GPU host's driver utilities and torch, no server: skipped where either is missing."""
 

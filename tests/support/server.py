@@ -72,7 +72,7 @@ def server_command() -> list[str]:
 
 
 def fake_omni_command() -> list[str]:
-    """The server on the omni engine over the vllm-omni fakes (tests/fakes/omni_server.py); needs SPEECH_MODEL."""
+    """The server on the omni engine over the vllm-omni fakes (tests/fakes/omni_server.py); needs SPEECH_OMNI__MODEL."""
     return [sys.executable, "-m", "tests.fakes.omni_server"]
 
 

@@ -1,4 +1,4 @@
-"""The omni engine's own CUDA MPS daemon (SPEECH_OMNI_CUDA_MPS), against a stand-in for nvidia-cuda-mps-control."""
+"""The omni engine's own CUDA MPS daemon (SPEECH_OMNI__CUDA_MPS), against a stand-in for nvidia-cuda-mps-control."""
 
 from __future__ import annotations
 

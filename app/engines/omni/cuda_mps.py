@@ -77,8 +77,8 @@ class CudaMpsDaemon:
             binary = shutil.which(self._control)
             if binary is None:
                 raise CudaMpsError(
-                    f"SPEECH_OMNI_CUDA_MPS is on but {self._control} is not on PATH: it ships with the NVIDIA driver's "
-                    "utilities (in a container, the NVIDIA runtime mounts it with the compute capability)"
+                    f"SPEECH_OMNI__CUDA_MPS is on but {self._control} is not on PATH: it ships with the NVIDIA "
+                    "driver's utilities (in a container, the NVIDIA runtime mounts it with the compute capability)"
                 )
             self._binary = binary
             if os.environ.get(PIPE_VARIABLE):

@@ -150,7 +150,7 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
                 "FirstAudioFirstScheduler needs vllm-omni 0.30's native data plane for code2wav (deploy profile: "
                 "model_runner: v2 and async_chunk: true); this stage has "
                 f"native data plane {getattr(self, '_native_data_plane', None)!r}, chunk transfer adapter "
-                f"{type(getattr(self, 'chunk_transfer_adapter', None)).__name__}. Set SPEECH_OMNI_CODE2WAV_SCHEDULER "
+                f"{type(getattr(self, 'chunk_transfer_adapter', None)).__name__}. Set SPEECH_OMNI__CODE2WAV_SCHEDULER "
                 "empty to use vllm-omni's own scheduler."
             )
         # on vllm-omni's class: this one overrides two of them
