@@ -95,7 +95,7 @@ class SpeechStreamSession:
         self.settings = service.settings
         self.lifecycle = service.lifecycle
         self.session_id = websocket.headers.get("x-request-id") or uuid.uuid4().hex
-        self.speech = StreamedSpeech(service, self.session_id)
+        self.speech = StreamedSpeech(service, self.session_id, self.cut_off)
         self.frames = Frames(websocket)
 
     async def run(self) -> None:
@@ -154,12 +154,14 @@ class SpeechStreamSession:
                 with contextlib.suppress(Exception):
                     await self.ws.close(code)
 
+    def cut_off(self) -> str | None:
+        """client_stalled once the connection has been aborted because its client stopped reading."""
+        return "client_stalled" if self.ws.scope.get("state", {}).get(STALLED_STATE_KEY) else None
+
     def outcome(self, code: int) -> str:
         """How the session's open utterances ended: the client left, stopped reading (the connection was aborted),
         or the session was closed."""
-        if self.ws.scope.get("state", {}).get(STALLED_STATE_KEY):
-            return "client_stalled"
-        return "client_gone" if code == -1 else "stopped"
+        return self.cut_off() or ("client_gone" if code == -1 else "stopped")
 
     async def stopped_by_drain(self) -> NoReturn:
         await self.frames.send_error(ShuttingDown())

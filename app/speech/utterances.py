@@ -193,8 +193,13 @@ class StreamedSpeech:
     spoken in order by the task that `start` makes. Each open utterance is tracked by the lifecycle; a drain out of
     time stops the whole stream (`stopped`)."""
 
-    def __init__(self, service: SpeechService, request_id: str) -> None:
+    def __init__(
+        self, service: SpeechService, request_id: str, cut_off: Callable[[], str | None] = lambda: None
+    ) -> None:
         self.service = service
+        # the transport's reason it cut the stream off, once it has (a client that stopped reading: client_stalled),
+        # known before the stream is closed: a send to that client fails first and ends the speaking
+        self.cut_off = cut_off
         self.settings = service.settings
         self.lifecycle = service.lifecycle
         self.request_id = request_id
@@ -211,11 +216,15 @@ class StreamedSpeech:
         self.queue: asyncio.Queue[Sentence | UtteranceEnd] = asyncio.Queue()
         self.stopped = asyncio.Event()  # a drain out of time stops the stream
         self.speaker: asyncio.Task[None] | None = None
-        self.ended_as: str | None = None  # why the stream ended, for a sentence it cuts off (an abort reason)
+        self.ended_as: str | None = None  # why the stream ended, once closed with an abort reason
         self.all_spoken = asyncio.Event()
 
     def stop(self, reason: str) -> None:  # Stoppable, for the lifecycle
         self.stopped.set()
+
+    def ended_why(self) -> str | None:
+        """Why a sentence cut off now was cut off, where known: the stream's end, or the transport's cut."""
+        return self.ended_as or self.cut_off()
 
     @property
     def pending_text(self) -> bool:
@@ -405,7 +414,7 @@ class Speaker:
             f"{self.speech.request_id}-u{sentence.utterance}s{sentence.index}",
             sentence.timing,
             continues=sentence.index > 0,
-            stream_ended_as=lambda: self.speech.ended_as,
+            stream_ended_as=self.speech.ended_why,
         )
 
     async def outcomes(self, produced: Ahead[object]) -> AsyncIterator[object]:

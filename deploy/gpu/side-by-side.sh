@@ -297,7 +297,10 @@ launch() {  # $1 target
       local profile settings
       settings=$(settings_of "$1")
       profile=$(profile_of "${1#service-}")  # service-b: b, service-c: c, service: A's
-      [ -n "$codec" ] && settings="SPEECH_OMNI__STAGE_OVERRIDES=$codec $settings"
+      case " $settings " in  # stage overrides among the target's own settings are its own, under either name
+        *" SPEECH_OMNI__STAGE_OVERRIDES="* | *" SPEECH_STAGE_OVERRIDES="*) ;;
+        *) [ -n "$codec" ] && settings="SPEECH_OMNI__STAGE_OVERRIDES=$codec $settings" ;;
+      esac
       echo "$(date -u +%FT%TZ) $1: source profile $(source_of "$1")" >>"$OUT/commands.txt"
       echo "$(date -u +%FT%TZ) $1: profile $profile, settings: ${settings:-none}" >>"$OUT/commands.txt"
       # fixed length: every request runs to the profile's max_tokens (FRAMES + 1); warm-up requests to their own

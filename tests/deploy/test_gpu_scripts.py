@@ -143,7 +143,9 @@ def harness_python(tmp_path: Path) -> Path:
         f"  mv {tmp_path}/argv.$$ {tmp_path}/argv; }}\n"
         'case "$1 $2" in\n'
         '  "-m loadtest.engine_alone") record engine_alone "$@"; exec sleep 60 ;;\n'
-        f'  "-m app.cli") printf "%s" "${{SPEECH_OMNI__STAGE_OVERRIDES:-}}" > {tmp_path}/stage_overrides\n'
+        # the stage overrides the server reads: the grouped name, or else the old flat one
+        '  "-m app.cli") printf "%s" "${SPEECH_OMNI__STAGE_OVERRIDES-${SPEECH_STAGE_OVERRIDES:-}}"'
+        f" > {tmp_path}/stage_overrides\n"
         f'    printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
         '    record app.cli "$SPEECH_OMNI__DEPLOY_CONFIG" "$@"; exec sleep 60 ;;\n'
         f'  "deploy/gpu/codec_weights.py "*) printf "%s\\n" "$@" > {tmp_path}/codec_argv; exit 0 ;;\n'
@@ -307,6 +309,16 @@ def test_side_by_side_with_real_codec_weights_loads_code2wav_from_them(tmp_path:
             expected = {"load_format": "auto"} | ({"scheduler_cls": "my.Scheduler"} if target == "alone" else {})
             assert overrides == {"1": expected}
             assert argv[argv.index("--load-format") + 1] == "dummy"  # the talker's
+
+
+@pytest.mark.parametrize("name", ["SPEECH_OMNI__STAGE_OVERRIDES", "SPEECH_STAGE_OVERRIDES"])
+def test_side_by_side_leaves_a_services_own_stage_overrides_to_it(tmp_path: Path, name: str) -> None:
+    """Stage overrides among a service's settings are its own (e.g. `{}`: code2wav on dummy weights beside one on
+    codec weights): CODEC_WEIGHTS=real's override does not replace them, under the grouped or the old flat name."""
+    port = free_port()
+    settings = {"TARGETS": "service", "SERVICE_PORT": str(port), "CODEC_WEIGHTS": "real", "SERVICE_ENV": f"{name}={{}}"}
+    with harness_started(tmp_path, settings):
+        assert json.loads((tmp_path / "stage_overrides").read_text()) == {}
 
 
 @pytest.mark.parametrize(

@@ -150,8 +150,13 @@ def service(engine: ToneEngine, tmp_path: Path) -> Iterator[SpeechService]:
     yield SpeechService(engine, settings, catalog, VoiceStore(tmp_path), gate, Lifecycle(5.0, gate))  # type: ignore[arg-type]
 
 
-async def configured(service: SpeechService, granularity: Any = "sentence", **options: Any) -> StreamedSpeech:
-    speech = StreamedSpeech(service, "req-1")
+async def configured(
+    service: SpeechService,
+    granularity: Any = "sentence",
+    cut_off: Callable[[], str | None] | None = None,
+    **options: Any,
+) -> StreamedSpeech:
+    speech = StreamedSpeech(service, "req-1", cut_off) if cut_off else StreamedSpeech(service, "req-1")
     await speech.configure(SpeechOptions(voice="heart", response_format="pcm", **options), granularity)
     return speech
 
@@ -377,6 +382,31 @@ async def test_a_sentence_cut_mid_synthesis_is_counted_for_why_the_stream_ended(
         reason: 1.0 if reason == outcome else 0.0 for reason in before
     }
     assert f"-{sentence}" not in engine.steps  # stopped, not finished
+    assert service.lifecycle.idle
+
+
+async def test_a_sentence_cut_off_before_the_stream_closes_is_counted_for_why_the_transport_cut_it(
+    service: SpeechService, engine: ToneEngine
+) -> None:
+    """A client that stops reading usually fails the speaker's own send first: the speaker then ends, and cancels the
+    sentences it was synthesizing, before the stream is closed with its outcome. Those are counted under the reason
+    the transport already knows (the connection was aborted for a stalled client), not as a client that left."""
+    stalled = False
+    speech = await configured(service, cut_off=lambda: "client_stalled" if stalled else None)
+    sink = RecordingSink()
+    speaker = speech.start(sink)
+    speech.text("LATE to start. And then")
+    await until(lambda: "+LATE to start." in engine.steps)
+    await asyncio.sleep(0.05)
+    before = {
+        reason: sample("speech_aborted_total", {"reason": reason}) for reason in ("client_stalled", "client_gone")
+    }
+    stalled = True  # the transport aborted the connection; the speaker fails and ends before close() is called
+    speaker.cancel()
+    await asyncio.gather(speaker, return_exceptions=True)
+    after = {reason: sample("speech_aborted_total", {"reason": reason}) for reason in before}
+    assert {reason: after[reason] - before[reason] for reason in before} == {"client_stalled": 1.0, "client_gone": 0.0}
+    await speech.close("client_stalled")
     assert service.lifecycle.idle
 
 
