@@ -33,7 +33,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
-from app.metrics import ABORT_REASONS
 from app.speech.errors import Failed, ShuttingDown, SpeechError
 from app.speech.options import SpeechOptions
 from app.speech.run import SpeechRun, SpeechService, observe_ttfa, observe_uninterrupted
@@ -198,7 +197,8 @@ class StreamedSpeech:
     ) -> None:
         self.service = service
         # the transport's reason it cut the stream off, once it has (a client that stopped reading: client_stalled),
-        # known before the stream is closed: a send to that client fails first and ends the speaking
+        # known before the stream is closed (a send to that client fails first and ends the speaking): the reason a
+        # sentence cut off with it is counted under; None, a client that left
         self.cut_off = cut_off
         self.settings = service.settings
         self.lifecycle = service.lifecycle
@@ -216,15 +216,10 @@ class StreamedSpeech:
         self.queue: asyncio.Queue[Sentence | UtteranceEnd] = asyncio.Queue()
         self.stopped = asyncio.Event()  # a drain out of time stops the stream
         self.speaker: asyncio.Task[None] | None = None
-        self.ended_as: str | None = None  # why the stream ended, once closed with an abort reason
         self.all_spoken = asyncio.Event()
 
     def stop(self, reason: str) -> None:  # Stoppable, for the lifecycle
         self.stopped.set()
-
-    def ended_why(self) -> str | None:
-        """Why a sentence cut off now was cut off, where known: the stream's end, or the transport's cut."""
-        return self.ended_as or self.cut_off()
 
     @property
     def pending_text(self) -> bool:
@@ -338,10 +333,8 @@ class StreamedSpeech:
 
     async def close(self, outcome: str) -> None:
         """The stream ends: speaking stops, and each utterance it cut short is logged with `outcome`. A sentence
-        still being synthesized is counted under the same reason (a client that stopped reading is not one that
-        left)."""
-        if outcome in ABORT_REASONS:
-            self.ended_as = outcome
+        still being synthesized is counted under the transport's cut, as `outcome` is (a client that stopped
+        reading is not one that left)."""
         if self.speaker is not None and not self.speaker.done():
             self.speaker.cancel()
             with contextlib.suppress(BaseException):
@@ -414,7 +407,7 @@ class Speaker:
             f"{self.speech.request_id}-u{sentence.utterance}s{sentence.index}",
             sentence.timing,
             continues=sentence.index > 0,
-            stream_ended_as=self.speech.ended_why,
+            stream_ended_as=self.speech.cut_off,
         )
 
     async def outcomes(self, produced: Ahead[object]) -> AsyncIterator[object]:

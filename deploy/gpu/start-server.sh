@@ -15,9 +15,10 @@ PYTHON=${PYTHON:-python3}
 # The settings this script defaults take their old flat names too (SPEECH_DEPLOY_CONFIG, ...: the server still reads
 # them), so that a default here never overrides what a caller gave under the old name.
 export SPEECH_OMNI__DEPLOY_CONFIG=${SPEECH_OMNI__DEPLOY_CONFIG:-${SPEECH_DEPLOY_CONFIG:-deploy/vllm-omni/customvoice.yaml}}
+export SPEECH_OMNI__MODEL=${SPEECH_OMNI__MODEL:-${SPEECH_MODEL:-}}
 if [ -n "${DUMMY_VARIANT:-}" ]; then
   DUMMY_SIZE=${DUMMY_SIZE:-0.6B}
-  export SPEECH_OMNI__MODEL=${SPEECH_OMNI__MODEL:-${SPEECH_MODEL:-/tmp/qwen3-tts-${DUMMY_SIZE,,}-$DUMMY_VARIANT}}
+  export SPEECH_OMNI__MODEL=${SPEECH_OMNI__MODEL:-/tmp/qwen3-tts-${DUMMY_SIZE,,}-$DUMMY_VARIANT}
   "$PYTHON" -m app.tools.qwen3_tts_model_dir "$SPEECH_OMNI__MODEL" --variant "$DUMMY_VARIANT" --size "$DUMMY_SIZE"
   export SPEECH_OMNI__LOAD_FORMAT=dummy
   if [ "${CODEC_WEIGHTS:-dummy}" = real ]; then
@@ -25,7 +26,6 @@ if [ -n "${DUMMY_VARIANT:-}" ]; then
     export SPEECH_OMNI__STAGE_OVERRIDES=${SPEECH_OMNI__STAGE_OVERRIDES:-${SPEECH_STAGE_OVERRIDES:-'{"1":{"load_format":"auto"}}'}}
   fi
 fi
-export SPEECH_OMNI__MODEL=${SPEECH_OMNI__MODEL:-${SPEECH_MODEL:-}}
 : "${SPEECH_OMNI__MODEL:?set SPEECH_OMNI__MODEL to a Qwen3-TTS model directory (or DUMMY_VARIANT)}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the code2wav stage process imports the service's scheduler
 setsid nohup "$PYTHON" -m app.cli --engine omni --host "${HOST:-127.0.0.1}" --port "$PORT" >"$LOG" 2>&1 </dev/null &

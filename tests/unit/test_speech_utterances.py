@@ -363,7 +363,8 @@ async def test_a_sentence_cut_mid_synthesis_is_counted_for_why_the_stream_ended(
     that synthesis, counted in speech_aborted_total under the stream's own reason: a stalled client is not counted
     as one that left. So whether the sentence's first audio is out (SLOW: its second chunk is a minute away) or the
     engine has not made it yet (LATE: still waiting for the first chunk)."""
-    speech = await configured(service)
+    # the transport's cut, as a WebSocket session tells it: a client that stopped reading; one that left, none
+    speech = await configured(service, cut_off=lambda: "client_stalled" if outcome == "client_stalled" else None)
     sink = RecordingSink()
     speech.start(sink)
     speech.text(text)
