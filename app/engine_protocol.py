@@ -50,6 +50,9 @@ class SynthesisJob:
     ref_text: str | None = None
     x_vector_only_mode: bool = False
     max_new_tokens: int | None = None
+    # with max_new_tokens: run to exactly that many tokens, past the model's end of speech (vLLM's benchmark field);
+    # engines without an end-of-speech token ignore it
+    ignore_eos: bool = False
     seed: int | None = None
     initial_codec_chunk_frames: int | None = None  # None: the deployment's own first-chunk size
     non_streaming_mode: bool | None = None  # None: the model's default prompt mode

@@ -232,6 +232,7 @@ def build_job(
         ref_audio=ref_audio,
         ref_text=request.ref_text,
         max_new_tokens=request.max_new_tokens,
+        ignore_eos=request.ignore_eos,
         seed=request.seed,
         initial_codec_chunk_frames=request.initial_codec_chunk_frames,
         non_streaming_mode=request.non_streaming_mode,

@@ -84,6 +84,13 @@ class Qwen3Extensions(BaseModel):
     ref_text: FreeText | None = Field(None, max_length=MAX_INPUT_CHARS)
     x_vector_only_mode: bool | None = None
     max_new_tokens: int | None = Field(None, ge=1, le=65536)
+    ignore_eos: bool = Field(
+        False,
+        description="vLLM's benchmark field (`vllm bench serve` sends it with its random dataset): with "
+        "`max_new_tokens`, the talker does not stop at its end-of-speech token and the audio is exactly that many "
+        "codec frames long (a fixed-length benchmark). Without `max_new_tokens` there is no length to run to, and "
+        "it changes nothing, as on engines without an end-of-speech token (the embedded one).",
+    )
     seed: int | None = Field(None, ge=0, le=2**32 - 1)
     sample_rate: int | None = Field(
         None, ge=MIN_SAMPLE_RATE, le=MAX_SAMPLE_RATE, description="Output rate; resampled server-side."

@@ -1,7 +1,7 @@
 """vllm-omni 0.30's own clients' request shapes against the real server on the embedded engine, written from reading
-them (examples/online_serving/qwen3_tts: openai_speech_client.py, tts_common.py, streaming_speech_client.py; and the
-TTS request function of `vllm bench serve --omni`, vllm_omni/benchmarks/patch/patch.py), plus every whole file
-(`stream: false`) read back with python-soundfile and FFmpeg."""
+them (examples/online_serving/qwen3_tts: openai_speech_client.py, tts_common.py, streaming_speech_client.py), plus
+every whole file (`stream: false`) read back with python-soundfile and FFmpeg. The request of `vllm bench serve
+--omni` is replayed in test_vllm_bench_request.py."""
 
 from __future__ import annotations
 
@@ -88,18 +88,6 @@ def test_word_timestamps_of_a_whole_file_in_its_header(server: RunningServer) ->
     assert [w["start_ms"] for w in words] == sorted(w["start_ms"] for w in words)
     streamed = speech(server, {**body, "stream": True, "stream_format": "audio"})
     assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "word_timestamps"
-
-
-# -- vllm bench serve --omni ------------------------------------------------------------------------------------------
-
-
-def test_the_benchmark_request_streams_pcm_without_a_voice(server: RunningServer) -> None:
-    body = {"model": "hibari", "input": SENTENCE, "stream": True, "stream_format": "audio", "response_format": "pcm"}
-    with httpx.stream("POST", f"{server.base_url}/v1/audio/speech", json=body, timeout=120) as response:
-        assert response.status_code == 200
-        assert response.headers["content-type"] == "audio/pcm"
-        pcm = b"".join(response.iter_bytes())
-    assert len(pcm) % 2 == 0 and len(pcm) / 2 / 24_000 > 1.0
 
 
 # -- whole files, every format ----------------------------------------------------------------------------------------

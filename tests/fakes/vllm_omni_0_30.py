@@ -51,6 +51,7 @@ class SamplingParams:
     top_k: int = 0
     max_tokens: int | None = 16
     min_tokens: int = 0
+    ignore_eos: bool = False
     repetition_penalty: float = 1.0
     seed: int | None = None
     stop_token_ids: list[int] | None = None

@@ -145,6 +145,15 @@ def test_sampling_params_copy_the_delta_defaults() -> None:
     assert sampling_params_for(job(), defaults)[0].max_tokens == 4096
 
 
+def test_ignore_eos_with_a_length_runs_the_talker_to_it() -> None:
+    """vLLM's benchmark field: held past end of speech up to max_new_tokens; with no length it changes nothing."""
+    defaults = coerce_param_message_types(FakeAsyncOmni().default_sampling_params_list, True)
+    held = sampling_params_for(job(max_new_tokens=101, ignore_eos=True), defaults)[0]
+    assert held.min_tokens == held.max_tokens == 101 and held.ignore_eos
+    free = sampling_params_for(job(ignore_eos=True), defaults)[0]
+    assert (free.min_tokens, free.max_tokens, free.ignore_eos) == (2, 4096, False)
+
+
 # -- output handling -------------------------------------------------------------------------------------------------
 
 

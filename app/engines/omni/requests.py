@@ -258,7 +258,8 @@ def sampling_params_for(job: SynthesisJob, delta_defaults: list[Any], *, fixed_l
     """Per-stage sampling parameters: copies of the engine's DELTA defaults with stage 0 set for this job.
 
     `fixed_length` (benchmarks on random weights only) makes stage 0 generate exactly max_new_tokens tokens, since
-    random weights stop at random times."""
+    random weights stop at random times; a job's own `ignore_eos` with `max_new_tokens` does the same for that job
+    (vLLM's benchmark asks for it; `vllm serve --omni` 0.30 drops the field unread)."""
     params = copy.deepcopy(delta_defaults)
     talker = params[0]
     if job.extra_params:
@@ -270,8 +271,10 @@ def sampling_params_for(job: SynthesisJob, delta_defaults: list[Any], *, fixed_l
         talker.extra_args = {**(talker.extra_args or {}), **job.extra_params}
     if job.max_new_tokens is not None:
         talker.max_tokens = job.max_new_tokens
-    if fixed_length:
+    if fixed_length or (job.ignore_eos and job.max_new_tokens is not None):
+        # vLLM holds back every stop token, end-of-speech included, until min_tokens: exactly max_tokens frames
         talker.min_tokens = talker.max_tokens
+        talker.ignore_eos = True
     if job.seed is not None:
         talker.seed = job.seed
         talker.extra_args = {**(talker.extra_args or {}), "tts_local_seed": job.seed}
