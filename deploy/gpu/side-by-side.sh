@@ -10,6 +10,8 @@
 #   deploy/gpu/side-by-side.sh sweep            sweep-closed, then sweep-open
 #   deploy/gpu/side-by-side.sh sweep-closed     closed loop at $CONCURRENCY
 #   deploy/gpu/side-by-side.sh sweep-open       open loop at $RATES
+#   deploy/gpu/side-by-side.sh sweep-bench      the referee: vllm-omni's own benchmark (`vllm bench serve --omni
+#                                               --backend openai-audio-speech`) against each target at $CONCURRENCY
 #   CONCURRENCY=8 SWEEP_NAME=c8 deploy/gpu/side-by-side.sh sweep-closed    one level per call, in $OUT/closed-c8
 #   deploy/gpu/side-by-side.sh status           what runs, what is ready
 #   deploy/gpu/side-by-side.sh stop             stop them all, keep their logs in $OUT/logs
@@ -76,6 +78,10 @@
 #   CONCURRENCY=1,8,16,32,64  RATES=8,14  REQUESTS=64  WARMUP=8  DURATION=30  ROUNDS=2   the sweep
 #   SWEEP_NAME=""                   a suffix for the sweep's folder ($OUT/closed-NAME), e.g. one per level where each
 #                                   call of `sweep-closed` runs one (CONCURRENCY=32 SWEEP_NAME=c32)
+#   BENCH_PROMPTS=3                 sweep-bench: prompts per level = BENCH_PROMPTS x its concurrency (--num-prompts);
+#                                   its request body is the benchmark's own (pcm, `ignore_eos`) with VOICE and
+#                                   EXTRA_BODY's other fields as --extra-body; every target, level by level in turn
+#                                   (`alone` and `replicas` are not HTTP speech servers to it: skipped)
 #   PLAYBACK_BUFFER_MS=0            the modelled listener's jitter buffer (stalls); LOADTEST_ARGS: more options
 #   EXTRA_BODY='{"stream_format": "audio"}'  the JSON merged into every request (e.g. with "max_new_tokens": 101 for 100-frame
 #                                   requests from servers started at a larger FRAMES)
@@ -129,6 +135,7 @@ REQUESTS=${REQUESTS:-64}
 WARMUP=${WARMUP:-8}
 DURATION=${DURATION:-30}
 ROUNDS=${ROUNDS:-2}
+BENCH_PROMPTS=${BENCH_PROMPTS:-3}
 PLAYBACK_BUFFER_MS=${PLAYBACK_BUFFER_MS:-0}
 LOADTEST_ARGS=${LOADTEST_ARGS:-}
 # vllm-omni's server streams raw pcm only when asked with the OpenAI field; this service accepts it too. With FRAMES
@@ -403,10 +410,10 @@ cmd_start() {
   log "all ready: $TARGETS"
 }
 
-sweep_folder() {  # $1 closed or open: with -$SWEEP_NAME, then -2, -3, ... past folders that hold results already
+sweep_folder() {  # $1 closed, open or bench: with -$SWEEP_NAME, then -2, -3, ... past folders that hold results already
   local base=$1${SWEEP_NAME:+-$SWEEP_NAME} n=2
   local name=$base
-  while [ -e "$OUT/$name/results.json" ]; do name=$base-$n; n=$((n + 1)); done
+  while [ -e "$OUT/$name/results.json" ] || [ -e "$OUT/$name/README.md" ]; do name=$base-$n; n=$((n + 1)); done
   echo "$name"
 }
 
@@ -452,6 +459,45 @@ loadtest() {  # $1 closed or open, then speech-loadtest's level arguments
 cmd_sweep_closed() { loadtest closed --concurrency "$CONCURRENCY" --requests "$REQUESTS"; }
 cmd_sweep_open() { loadtest open --rate "$RATES" --duration "$DURATION" --requests "$REQUESTS"; }
 
+bench_body() {  # the benchmark's --extra-body: the voice and EXTRA_BODY's fields but stream_format (its own)
+  "$PYTHON" -c 'import json, sys
+body = {"voice": sys.argv[1], **json.loads(sys.argv[2] or "{}")}
+body.pop("stream_format", None)
+print(json.dumps(body, separators=(",", ":")))' "$VOICE" "$EXTRA_BODY"
+}
+
+cmd_sweep_bench() {  # vllm-omni's own benchmark, each level against every target in turn, then one table
+  local name level target body url log rc=0 bench
+  name=$(sweep_folder bench)
+  mkdir -p "$OUT/$name"
+  body=$(bench_body) || return 1
+  # vllm-omni installed with --target has no `vllm` program: its CLI's main, as `vllm` would call it
+  bench=(-c "import sys; from vllm_omni.entrypoints.cli.main import main; sys.argv[0] = 'vllm'; sys.exit(main())")
+  : >"$OUT/$name/targets.txt"
+  for target in $SWEEP_TARGETS; do
+    case $target in alone | replicas) log "$target: not an HTTP speech server to vllm bench; skipped"; continue ;; esac
+    echo "$target $(url_of "$target") $(source_of "$target")" >>"$OUT/$name/targets.txt"
+  done
+  for level in ${CONCURRENCY//,/ }; do
+    while read -r target url _; do
+      is_ready "$target" || { log "$target is not ready: run '$0 start' first"; return 1; }
+      log="$OUT/$name/c$level-$target.log"
+      local args=(bench serve --omni --backend openai-audio-speech --base-url "$url" --endpoint /v1/audio/speech
+        --model "$NAME" --tokenizer "$MODEL" --dataset-name random --random-input-len 24 --random-output-len 1
+        --num-prompts $((BENCH_PROMPTS * level)) --max-concurrency "$level" --extra-body "$body"
+        --percentile-metrics audio_ttfp,audio_rtf,e2el --metric-percentiles 50,95
+        --save-result --result-dir "$OUT/$name" --result-filename "c$level-$target.json")
+      echo "$(date -u +%FT%TZ) $name c=$level $target: $(printf '%q ' "$PYTHON" "${bench[@]}" "${args[@]}")" \
+        >>"$OUT/commands.txt"
+      log "vllm bench: c=$level against $target ($url)"
+      gpu_snapshot "before $name c=$level $target"
+      "$PYTHON" "${bench[@]}" "${args[@]}" >"$log" 2>&1 || { rc=$?; log "vllm bench failed on $target (see $log)"; }
+    done <"$OUT/$name/targets.txt"
+  done
+  "$PYTHON" deploy/gpu/bench_referee.py "$OUT/$name" >"$OUT/$name/README.md" && cat "$OUT/$name/README.md"
+  return $rc
+}
+
 cmd_status() {
   local target
   for target in $(servers); do
@@ -479,6 +525,7 @@ case ${1:-} in
   sweep) cmd_sweep_closed && cmd_sweep_open ;;
   sweep-closed) cmd_sweep_closed ;;
   sweep-open) cmd_sweep_open ;;
+  sweep-bench) cmd_sweep_bench ;;
   status) cmd_status ;;
   stop) cmd_stop ;;
   all)
@@ -487,5 +534,5 @@ case ${1:-} in
     cmd_stop
     exit $rc
     ;;
-  *) sed -n '2,18p' "$0"; exit 64 ;;
+  *) sed -n '2,20p' "$0"; exit 64 ;;
 esac

@@ -562,6 +562,94 @@ def test_side_by_side_sweeps_one_level_a_call_and_keeps_every_level(tmp_path: Pa
     assert "closed-c1: service http://127.0.0.1:18000 deploy/vllm-omni/customvoice.yaml;vllm-omni " in commands
 
 
+# what vllm-omni 0.30's print_metrics / print_audio_metrics write, in their layout (vllm_omni/benchmarks/metrics); a
+# printf format: requests ok, failed, the level, req/s, the continuity rate, TTFP p50
+BENCH_LOG = """============ Serving Benchmark Result ============
+Successful requests:                     %s
+Failed requests:                         %s
+Maximum request concurrency:             %s
+Benchmark duration (s):                  4.71
+Request throughput (req/s):              %s
+------------------------Real Time Factor------------------------
+Median AUDIO_RTF:                        0.41
+P95 AUDIO_RTF:                           0.52
+=================== Audio Result ===================
+Streaming continuity OK rate:            %s
+----------------Time to First Packet----------------
+Mean AUDIO_TTFP (ms):                    150.00
+Median AUDIO_TTFP (ms):                  %s
+P95 AUDIO_TTFP (ms):                     282.40
+"""
+
+
+def bench_python(tmp_path: Path) -> Path:
+    """The GPU host's python for sweep-bench: `vllm bench serve` (run through vllm-omni's CLI main) records its
+    arguments and prints a result in the benchmark's layout, a faster one for the second target; everything else (the
+    request body, the table) is the real python."""
+    script = tmp_path / "python3"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "$1" = -c ] && [ "$3 $4" = "bench serve" ]; then\n'
+        f'  printf "%s\\n" "$@" >> {tmp_path}/bench_argv; echo --- >> {tmp_path}/bench_argv\n'
+        '  url=; level=; prev=; for a in "$@"; do [ "$prev" = --base-url ] && url=$a;'
+        ' [ "$prev" = --max-concurrency ] && level=$a; prev=$a; done\n'
+        "  case $url in *18000) r=17.64 c=100.00%; p=219.30 ;; *) r=20.62 c=0.00%; p=138.10 ;; esac\n"
+        f"  printf {json.dumps(BENCH_LOG)} "
+        '"$((3 * level))" 0 "$level" "$r" "$c" "$p"\n'
+        "  exit 0\n"
+        "fi\n"
+        'case "$1" in -) exit 0 ;; esac\n'  # readiness probes
+        f'exec {sys.executable} "$@"\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_side_by_side_runs_vllm_bench_against_every_target_and_tabulates_it(tmp_path: Path) -> None:
+    """The referee: vllm-omni's benchmark at each level against each HTTP target (not `alone`), with the benchmark's
+    own body plus the voice and EXTRA_BODY's length (its own stream_format left to it), 3 prompts per stream, and one
+    table of what it printed."""
+    out = tmp_path / "results"
+    env = {
+        **os.environ,
+        "PYTHON": str(bench_python(tmp_path)),
+        "WORK": str(tmp_path / "work"),
+        "OUT": str(out),
+        "TARGETS": "service vllm-omni-b alone",
+        "SERVICE_PORT": "18000",
+        "OMNI_B_PORT": "18005",
+        "OMNI_B_PROFILE": "vllm-omni:qwen3_tts_high_concurrency_mrv2_single_gpu.yaml",
+        "CONCURRENCY": "32,64",
+        "EXTRA_BODY": '{"stream_format": "audio", "max_new_tokens": 101}',
+    }
+    done = subprocess.run(
+        [str(GPU / "side-by-side.sh"), "sweep-bench"], env=env, capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = [call.split("\n") for call in (tmp_path / "bench_argv").read_text().split("\n---\n") if call.strip()]
+    assert [(c[c.index("--max-concurrency") + 1], c[c.index("--base-url") + 1]) for c in calls] == [
+        ("32", "http://127.0.0.1:18000"),
+        ("32", "http://127.0.0.1:18005"),
+        ("64", "http://127.0.0.1:18000"),
+        ("64", "http://127.0.0.1:18005"),
+    ]
+    first = calls[0]
+    assert first[first.index("--backend") + 1] == "openai-audio-speech" and "--omni" in first
+    assert first[first.index("--num-prompts") + 1] == "96"
+    assert json.loads(first[first.index("--extra-body") + 1]) == {"voice": "vivian", "max_new_tokens": 101}
+    assert first[first.index("--dataset-name") + 1] == "random"  # whose requests carry ignore_eos
+    table = (out / "bench/README.md").read_text()
+    assert "| 32 | service | 96 / 0 | 17.64 | 219 / 282 | 0.410 / 0.520 | 100% | – |" in table
+    assert "| 32 | vllm-omni-b | 96 / 0 | 20.62 | 138 / 282 | 0.410 / 0.520 | 0% | 1.17, 0.63, 1.00 |" in table
+    assert "| 64 | service | 192 / 0 |" in table and "alone" not in table
+    assert "alone: not an HTTP speech server to vllm bench; skipped" in done.stdout
+    assert (out / "commands.txt").read_text().count("bench serve --omni") == 4
+    again = subprocess.run(
+        [str(GPU / "side-by-side.sh"), "sweep-bench"], env=env, capture_output=True, text=True, cwd=ROOT
+    )
+    assert again.returncode == 0 and (out / "bench-2/README.md").exists()  # never over an earlier sweep
+
+
 def load_gpu_script(name: str) -> ModuleType:
     """A deploy/gpu script as a module (they run as scripts, not as a package)."""
     spec = importlib.util.spec_from_file_location(name, GPU / f"{name}.py")
