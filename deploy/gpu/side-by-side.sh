@@ -78,7 +78,7 @@
 #   CONCURRENCY=1,8,16,32,64  RATES=8,14  REQUESTS=64  WARMUP=8  DURATION=30  ROUNDS=2   the sweep
 #   SWEEP_NAME=""                   a suffix for the sweep's folder ($OUT/closed-NAME), e.g. one per level where each
 #                                   call of `sweep-closed` runs one (CONCURRENCY=32 SWEEP_NAME=c32)
-#   BENCH_PROMPTS=3                 sweep-bench: prompts per level = BENCH_PROMPTS x its concurrency (--num-prompts);
+#   BENCH_PROMPTS=3                 sweep-bench: prompts per level = BENCH_PROMPTS x its concurrency, at least 16;
 #                                   its request body is the benchmark's own (pcm, `ignore_eos`) with VOICE and
 #                                   EXTRA_BODY's other fields as --extra-body; every target, level by level in turn
 #                                   (`alone` and `replicas` are not HTTP speech servers to it: skipped)
@@ -482,9 +482,11 @@ cmd_sweep_bench() {  # vllm-omni's own benchmark, each level against every targe
     while read -r target url _; do
       is_ready "$target" || { log "$target is not ready: run '$0 start' first"; return 1; }
       log="$OUT/$name/c$level-$target.log"
+      local prompts=$((BENCH_PROMPTS * level))
+      [ "$prompts" -ge 16 ] || prompts=16  # a low level still gets a sample to take a p95 of
       local args=(bench serve --omni --backend openai-audio-speech --base-url "$url" --endpoint /v1/audio/speech
         --model "$NAME" --tokenizer "$MODEL" --dataset-name random --random-input-len 24 --random-output-len 1
-        --num-prompts $((BENCH_PROMPTS * level)) --max-concurrency "$level" --extra-body "$body"
+        --num-prompts "$prompts" --max-concurrency "$level" --extra-body "$body"
         --percentile-metrics audio_ttfp,audio_rtf,e2el --metric-percentiles 50,95
         --save-result --result-dir "$OUT/$name" --result-filename "c$level-$target.json")
       echo "$(date -u +%FT%TZ) $name c=$level $target: $(printf '%q ' "$PYTHON" "${bench[@]}" "${args[@]}")" \

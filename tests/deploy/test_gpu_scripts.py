@@ -619,7 +619,7 @@ def test_side_by_side_runs_vllm_bench_against_every_target_and_tabulates_it(tmp_
         "SERVICE_PORT": "18000",
         "OMNI_B_PORT": "18005",
         "OMNI_B_PROFILE": "vllm-omni:qwen3_tts_high_concurrency_mrv2_single_gpu.yaml",
-        "CONCURRENCY": "32,64",
+        "CONCURRENCY": "1,32,64",
         "EXTRA_BODY": '{"stream_format": "audio", "max_new_tokens": 101}',
     }
     done = subprocess.run(
@@ -628,12 +628,15 @@ def test_side_by_side_runs_vllm_bench_against_every_target_and_tabulates_it(tmp_
     assert done.returncode == 0, done.stdout + done.stderr
     calls = [call.split("\n") for call in (tmp_path / "bench_argv").read_text().split("\n---\n") if call.strip()]
     assert [(c[c.index("--max-concurrency") + 1], c[c.index("--base-url") + 1]) for c in calls] == [
+        ("1", "http://127.0.0.1:18000"),
+        ("1", "http://127.0.0.1:18005"),
         ("32", "http://127.0.0.1:18000"),
         ("32", "http://127.0.0.1:18005"),
         ("64", "http://127.0.0.1:18000"),
         ("64", "http://127.0.0.1:18005"),
     ]
-    first = calls[0]
+    assert calls[0][calls[0].index("--num-prompts") + 1] == "16"  # 3 a stream, but at least 16
+    first = calls[2]
     assert first[first.index("--backend") + 1] == "openai-audio-speech" and "--omni" in first
     assert first[first.index("--num-prompts") + 1] == "96"
     assert json.loads(first[first.index("--extra-body") + 1]) == {"voice": "vivian", "max_new_tokens": 101}
@@ -643,7 +646,7 @@ def test_side_by_side_runs_vllm_bench_against_every_target_and_tabulates_it(tmp_
     assert "| 32 | vllm-omni-b | 96 / 0 | 20.62 | 138 / 282 | 0.410 / 0.520 | 0% | 1.17, 0.63, 1.00 |" in table
     assert "| 64 | service | 192 / 0 |" in table and "alone" not in table
     assert "alone: not an HTTP speech server to vllm bench; skipped" in done.stdout
-    assert (out / "commands.txt").read_text().count("bench serve --omni") == 4
+    assert (out / "commands.txt").read_text().count("bench serve --omni") == 6
     again = subprocess.run(
         [str(GPU / "side-by-side.sh"), "sweep-bench"], env=env, capture_output=True, text=True, cwd=ROOT
     )
