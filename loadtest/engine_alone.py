@@ -17,8 +17,9 @@ A run happens inside this process, against `AsyncOmni.generate()`: closed loop, 
 requests back to back (after `warmup` unmeasured requests at the same concurrency); open loop, Poisson arrivals at
 `level` per second for `duration` seconds, timed from each request's planned arrival (a late start counts against
 latency). The answer carries one record per measured request: TTFA, E2E, audio seconds, samples, and the arrival
-time and sample count of every audio chunk. `speech-loadtest --target engine+http://127.0.0.1:8002` drives it in
-the same sweep as HTTP servers.
+time and sample count of every audio chunk; and the run's `wall_s` and steady window (`held_s`,
+`finished_while_held`, `audio_s_while_held`: loadtest.schedule). `speech-loadtest --target
+engine+http://127.0.0.1:8002` drives it in the same sweep as HTTP servers.
 
 Request length comes from the profile (`deploy/gpu/bench_profile.py --frames N` makes it fixed), as for a server
 given no `max_new_tokens`. vllm-omni is imported only when the engine starts.
@@ -57,7 +58,7 @@ from app.engines.omni.requests import (
     sampling_params_for,
     warmup_job,
 )
-from loadtest.schedule import TextCycle, closed_loop, open_loop
+from loadtest.schedule import LoopRun, TextCycle, closed_loop, open_loop
 
 log = logging.getLogger("engine_alone")
 
@@ -92,6 +93,7 @@ class RequestRecord:
     sample_rate: int | None = None
     sent_at_s: float = 0.0  # from the run's start
     chunks: list[list[float]] = field(default_factory=list)
+    finished_at: float | None = None  # a perf_counter value, not sent: whether it came in the steady window
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -323,7 +325,7 @@ class WorkloadRunner:
         peak = 0
         began = time.perf_counter()
 
-        async def one(text: str, started: float, records: list[RequestRecord] | None) -> None:
+        async def one(text: str, started: float, records: list[RequestRecord] | None) -> bool:
             nonlocal in_flight, peak
             in_flight += 1
             peak = max(peak, in_flight)
@@ -332,10 +334,12 @@ class WorkloadRunner:
             finally:
                 in_flight -= 1
             record.sent_at_s = started - began
+            record.finished_at = time.perf_counter()
             if records is not None:
                 records.append(record)
+            return record.ok
 
-        def sent_now(records: list[RequestRecord] | None) -> Callable[[str], Awaitable[None]]:
+        def sent_now(records: list[RequestRecord] | None) -> Callable[[str], Awaitable[bool]]:
             return lambda text: one(text, time.perf_counter(), records)
 
         records: list[RequestRecord] = []
@@ -346,21 +350,29 @@ class WorkloadRunner:
                 await closed_loop(warmup, concurrency, sent_now(None), spec.stagger_s)
                 peak = 0
                 began = time.perf_counter()
-            wall = await closed_loop(texts.take_many(spec.requests), concurrency, sent_now(records), spec.stagger_s)
+            loop = await closed_loop(texts.take_many(spec.requests), concurrency, sent_now(records), spec.stagger_s)
         else:
             # arrival times as speech-loadtest draws them: random.Random(seed).expovariate(rate) gaps
             rng = random.Random(spec.seed)
-            wall = await open_loop(rng, spec.level, spec.duration_s, lambda at: one(texts.take(), at, records))
+            loop = await open_loop(rng, spec.level, spec.duration_s, lambda at: one(texts.take(), at, records))
             records.sort(key=lambda r: r.sent_at_s)  # arrival order, as the texts were handed out
         return {
             "mode": spec.mode,
             "level": spec.level,
             "requests": len(records),
-            "wall_s": wall,
+            "wall_s": loop.wall_s,
+            **steady_window(loop, records),
             "peak_in_flight": peak,
             "voice": voice,
             "records": [r.as_json() for r in records],
         }
+
+
+def steady_window(loop: LoopRun, records: list[RequestRecord]) -> dict[str, Any]:
+    """The answer's steady window (loadtest.schedule): its seconds, the successful answers inside it and their audio
+    seconds, counted here, where the window's clock is."""
+    audio = sum(r.audio_s or 0.0 for r in records if r.ok and loop.holds(r.finished_at))
+    return {"held_s": loop.held_s, "finished_while_held": loop.finished_while_held, "audio_s_while_held": audio}
 
 
 # -- the control endpoint -------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import httpx
 
 from loadtest.measure import RequestResult, describe_exception, heard_fields
 from loadtest.playback import simulate_playback
+from loadtest.schedule import LoopRun
 from loadtest.targets import Target
 
 ENGINE_PREFIX = "engine+"
@@ -62,10 +63,10 @@ async def run_on_engine(
     tick: Callable[[], None],
     expected: int | None = None,
     playback_buffer_s: float = 0.0,
-) -> float:
+) -> LoopRun:
     """POST the workload to the engine's /run; its records join `record` (a LevelRun; None while warming up).
-    Returns the engine's own wall time. A failed call counts as `expected` failed requests (one if unknown), like
-    a client-side failure against a server: the sweep goes on."""
+    Returns the engine's own wall time and steady window. A failed call counts as `expected` failed requests (one if
+    unknown), like a client-side failure against a server: the sweep goes on."""
     body = {**workload, "voice": target.voice}
     try:
         response = await client.post(f"{target.url}/run", json=body, headers=target.headers, timeout=RUN_TIMEOUT)
@@ -87,14 +88,25 @@ async def run_on_engine(
             record.results.extend(failures)
         for _ in failures:
             tick()
-        return 0.0
+        return LoopRun(0.0)
     results = [result_from_record(target, r, playback_buffer_s) for r in answer["records"]]
     if record is not None:
         record.results.extend(results)
         record.peak_in_flight = max(record.peak_in_flight, int(answer.get("peak_in_flight") or 0))
     for _ in results:
         tick()
-    return float(answer["wall_s"])
+    return loop_run_from_answer(answer)
+
+
+def loop_run_from_answer(answer: dict[str, Any]) -> LoopRun:
+    """The engine's times; an engine older than the steady window answers only `wall_s` (its window: none). The
+    window's bounds are the engine's clock, so they stay there: it counts its answers and their audio itself."""
+    return LoopRun(
+        float(answer["wall_s"]),
+        float(answer.get("held_s") or 0.0),
+        int(answer.get("finished_while_held") or 0),
+        audio_s=float(answer.get("audio_s_while_held") or 0.0),
+    )
 
 
 class _RunFailed(Exception):

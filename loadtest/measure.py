@@ -58,6 +58,8 @@ class RequestResult:
     # first audio is the first complete packet, at or after TTFA's first byte); and that deficit (0: never ran dry)
     uninterrupted_s: float | None = None
     deficit_s: float | None = None
+    # when the load tool had the answer (a perf_counter value): whether it came in a loop's steady window
+    finished_at: float | None = field(default=None, repr=False)
 
     @property
     def rtf(self) -> float | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from loadtest.measure import RequestResult
 from loadtest.playback import EPSILON_S
-from loadtest.runner import LevelRun, runs_as_waves
+from loadtest.runner import LevelRun, runs_as_waves, steady_minimum
 from loadtest.stats import low_spread, ratio, spread, summarize
 from loadtest.ws import UtteranceResult
 
@@ -120,6 +120,25 @@ def _request_record(r: RequestResult) -> dict[str, Any]:
     return record
 
 
+def throughput(run: LevelRun, ok: list[RequestResult]) -> dict[str, Any]:
+    """Requests and audio seconds per second: in the steady window (loadtest.schedule: the load held, ramp-up and
+    drain excluded) where it counted enough answers, else over the wall time (`throughput_basis` says which). The
+    wall-clock figures are always there too."""
+    wall = run.wall_s
+    wall_rps = len(ok) / wall if wall > 0 else None
+    wall_audio = sum(r.audio_s or 0.0 for r in ok) / wall if wall > 0 else None
+    held = run.held_s > 0 and run.finished_while_held >= steady_minimum(run.mode, run.level)
+    return {
+        "throughput_rps": run.finished_while_held / run.held_s if held else wall_rps,
+        "audio_throughput": run.audio_s_while_held / run.held_s if held else wall_audio,
+        "throughput_basis": "steady" if held else "wall",
+        "throughput_wall_rps": wall_rps,
+        "audio_throughput_wall": wall_audio,
+        "throughput_held_s": run.held_s,
+        "throughput_finished_while_held": run.finished_while_held,
+    }
+
+
 def aggregate(run: LevelRun, wer: float | None, playback_buffer_s: float = 0.0) -> dict[str, Any]:
     ok = [r for r in run.results if r.ok]
     errors_by_status: dict[str, int] = {}
@@ -132,7 +151,6 @@ def aggregate(run: LevelRun, wer: float | None, playback_buffer_s: float = 0.0) 
     audio_total = sum(r.audio_s or 0.0 for r in ok)
     streamed = any(isinstance(r, UtteranceResult) for r in run.results)
     utterances = [r for r in ok if isinstance(r, UtteranceResult)]
-    wall = run.wall_s
     return {
         "target": run.target.index,
         "url": run.target.url,
@@ -156,9 +174,8 @@ def aggregate(run: LevelRun, wer: float | None, playback_buffer_s: float = 0.0) 
         "e2e_s": summarize([r.e2e_s for r in ok if r.e2e_s is not None]),
         "rtf": summarize([r.rtf for r in ok if r.rtf is not None]),
         "audio_seconds_total": audio_total,
-        "wall_s": wall,
-        "throughput_rps": len(ok) / wall if wall > 0 else None,
-        "audio_throughput": audio_total / wall if wall > 0 else None,
+        "wall_s": run.wall_s,
+        **throughput(run, ok),
         "wer": wer,
         "playback": playback_summary(ok, playback_buffer_s),
         **({"text_stream": text_stream_summary(utterances)} if streamed else {}),
@@ -198,10 +215,41 @@ def ab_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "ttfa_p95": ratio(run["ttfa_s"]["p95"], reference["ttfa_s"]["p95"]),
                 "e2e_p50": ratio(run["e2e_s"]["p50"], reference["e2e_s"]["p50"]),
                 "rtf_p50": ratio(run["rtf"]["p50"], reference["rtf"]["p50"]),
-                "throughput": ratio(run["throughput_rps"], reference["throughput_rps"]),
+                **throughput_ratio(run, reference),
             }
         )
     return out
+
+
+def steady(run: dict[str, Any]) -> bool:
+    """Whether a run's req/s is its steady-state figure (results written before it was recorded: wall clock)."""
+    return run.get("throughput_basis") == "steady"
+
+
+def throughput_ratio(run: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+    """req/s against the reference's; where only one of the two is a steady figure, both wall-clock ones, so that
+    the ratio compares like with like."""
+    if steady(run) and steady(reference):
+        return {"throughput": ratio(run["throughput_rps"], reference["throughput_rps"]), "throughput_basis": "steady"}
+    walls = [r.get("throughput_wall_rps", r["throughput_rps"]) for r in (run, reference)]
+    return {"throughput": ratio(*walls), "throughput_basis": "wall"}
+
+
+def _rate(value: float | None, basis_steady: bool, digits: int = 2) -> str:
+    """A throughput cell: marked * where it is the wall-clock figure."""
+    return _num(value, digits) + ("" if basis_steady or value is None else "*")
+
+
+# what req/s counts, per mode (loadtest.schedule's steady window)
+HELD = {"concurrency": "while the level's concurrency was held", "rate": "from the first answer to the end of arrivals"}
+
+
+def throughput_note(mode: str) -> str:
+    """The footnote under the table: what req/s counts."""
+    return (
+        f"req/s and audio s/s: answers that finished {HELD[mode]} (ramp-up and drain excluded); * = too short a "
+        "window, wall clock (all answers over the whole run)."
+    )
 
 
 def ms(value: float | None) -> str:
@@ -266,9 +314,10 @@ def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             f"| {ms(_stat(run, 'uninterrupted_s', 'p50'))} | {ms(_stat(run, 'uninterrupted_s', 'p95'))} "
             f"| {'–' if dry is None else f'{dry:.0%}'} "
             f"| {ms(t['mean'])} | {ms(t['p50'])} | {ms(t['p90'])} | {ms(t['p95'])} | {ms(t['p99'])} "
-            f"| {ms(e['p50'])} | {ms(e['p95'])} | {_num(r['p50'], 3)} | {_num(run['throughput_rps'])} "
-            f"| {_num(run['audio_throughput'], 1)} | {_num(run['wer'], 3)} |"
+            f"| {ms(e['p50'])} | {ms(e['p95'])} | {_num(r['p50'], 3)} | {_rate(run['throughput_rps'], steady(run))} "
+            f"| {_rate(run['audio_throughput'], steady(run), 1)} | {_num(run['wer'], 3)} |"
         )
+    lines += ["", throughput_note(mode)]
     ratios = ab_ratios(runs)
     if ratios:
         lines += [
@@ -284,8 +333,9 @@ def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
                 f"| {meta['targets'][row['target']]['label']} | {row['level']:g} "
                 f"| {_num(row.get('uninterrupted_p50'))} | {_num(row.get('uninterrupted_p95'))} "
                 f"| {_num(row['ttfa_p50'])} | {_num(row['ttfa_p95'])} | {_num(row['e2e_p50'])} "
-                f"| {_num(row['rtf_p50'])} | {_num(row['throughput'])} |"
+                f"| {_num(row['rtf_p50'])} | {_rate(row['throughput'], row.get('throughput_basis') == 'steady')} |"
             )
+        lines += ["", "throughput: req/s as above; * = wall clock for both, where either window was too short."]
     lines += playback_markdown(meta, runs, mode)
     lines += gaps_markdown(meta, runs, mode)
     errors = [r for r in runs if r["errors"]]
@@ -406,7 +456,16 @@ def plot(meta: dict[str, Any], runs: list[dict[str, Any]], out: Path) -> dict[st
                 ("p95", "--", lambda r: _nan(r["ttfa_s"]["p95"], 1000)),
             ],
         ),
-        ("throughput.png", "Throughput", "requests / s", [("", "-", lambda r: _nan(r["throughput_rps"]))]),
+        (
+            "throughput.png",
+            "Throughput",
+            "requests / s",
+            [
+                # a gap where the window was too short: no steady figure
+                ("while the load was held", "-", lambda r: _nan(r["throughput_rps"] if steady(r) else None)),
+                ("wall clock", ":", lambda r: _nan(r.get("throughput_wall_rps", r["throughput_rps"]))),
+            ],
+        ),
         (
             "stalls.png",
             f"Playback stalls ({_buffer_label(meta)})",

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx
 
 from loadtest.engine_target import run_on_engine
 from loadtest.measure import RequestResult, describe_exception, measure
-from loadtest.schedule import TextCycle, closed_loop, open_loop
+from loadtest.schedule import LoopRun, TextCycle, closed_loop, open_loop
 from loadtest.targets import Target
 from loadtest.ws import UtteranceResult, measure_utterance
 
@@ -25,6 +26,25 @@ class LevelRun:
     results: list[RequestResult] = field(default_factory=list)
     wall_s: float = 0.0
     peak_in_flight: int = 0
+    # the rounds' steady windows (loadtest.schedule), those long enough to count (steady_minimum)
+    held_s: float = 0.0
+    finished_while_held: int = 0
+    audio_s_while_held: float = 0.0
+
+    def add(self, loop: LoopRun) -> None:
+        """One round's times. Its steady window counts only if it is long enough: a sum of windows too short to
+        measure a rate (a wave's few microseconds) would read as an absurd one."""
+        self.wall_s += loop.wall_s
+        if loop.held_s > 0 and loop.finished_while_held >= steady_minimum(self.mode, self.level):
+            self.held_s += loop.held_s
+            self.finished_while_held += loop.finished_while_held
+            self.audio_s_while_held += loop.audio_s
+
+
+def steady_minimum(mode: str, level: float) -> int:
+    """The answers a steady window must count to give a rate: one full turnover of a closed loop's workers (fewer
+    come only from a round that is one wave), two for an open loop."""
+    return int(level) if mode == "concurrency" else 2
 
 
 @dataclass
@@ -70,7 +90,8 @@ class _Sender:
         self.client, self.plan, self.target, self.record, self.tick = client, plan, target, record, tick
         self.in_flight = 0
 
-    async def send(self, text: str, scheduled_at: float | None = None) -> None:
+    async def send(self, text: str, scheduled_at: float | None = None) -> bool:
+        """Measure one request; answers whether it succeeded."""
         plan, record = self.plan, self.record
         keep = record is not None and _keep(plan, record)
         self.in_flight += 1
@@ -89,9 +110,11 @@ class _Sender:
             )
         finally:
             self.in_flight -= 1
+        result.finished_at = time.perf_counter()  # before the loop sees the answer: LoopRun.holds
         if record is not None:
             record.results.append(result)
         self.tick()
+        return result.ok
 
     async def measure(self, text: str, keep: bool, scheduled_at: float | None) -> RequestResult:
         plan = self.plan
@@ -127,8 +150,9 @@ async def _closed_loop(
     texts: TextCycle,
     record: LevelRun | None,
     tick: Callable[[], None],
-) -> float:
-    """`count` requests with `concurrency` in flight; returns the wall time from first send to last answer."""
+) -> LoopRun:
+    """`count` requests with `concurrency` in flight: the wall time from first send to last answer, and the steady
+    window with the audio of `record`'s results answered inside it."""
     if target.engine:  # the engine runs the same requests in its own process
         workload = {
             "mode": "closed",
@@ -139,7 +163,9 @@ async def _closed_loop(
         }
         return await run_on_engine(client, target, workload, record, tick, count, plan.playback_buffer_s)
     sender = _Sender(client, plan, target, record, tick)
-    return await closed_loop(texts.take_many(count), concurrency, sender.send, plan.stagger_s)
+    before = len(record.results) if record is not None else 0
+    loop = await closed_loop(texts.take_many(count), concurrency, sender.send, plan.stagger_s)
+    return _with_audio(loop, record.results[before:] if record is not None else [])
 
 
 async def _open_loop(
@@ -152,10 +178,19 @@ async def _open_loop(
     record: LevelRun,
     rng: random.Random,
     tick: Callable[[], None],
-) -> float:
-    """Poisson arrivals at `rate` per second for `duration_s`; returns the wall time until the last answer."""
+) -> LoopRun:
+    """Poisson arrivals at `rate` per second for `duration_s`: the wall time until the last answer, and the steady
+    window with the audio of the results answered inside it."""
     sender = _Sender(client, plan, target, record, tick)
-    return await open_loop(rng, rate, duration_s, lambda planned: sender.send(texts.take(), planned))
+    before = len(record.results)
+    loop = await open_loop(rng, rate, duration_s, lambda planned: sender.send(texts.take(), planned))
+    return _with_audio(loop, record.results[before:])
+
+
+def _with_audio(loop: LoopRun, results: list[RequestResult]) -> LoopRun:
+    """The loop's run with the audio seconds of the successful results answered inside its steady window."""
+    audio = sum(r.audio_s or 0.0 for r in results if r.ok and loop.holds(r.finished_at))
+    return replace(loop, audio_s=audio)
 
 
 def closed_loop_rounds(level: int, requests: int, rounds: int) -> int:
@@ -185,7 +220,7 @@ async def run_concurrency_sweep(
         for round_requests in _split(plan.requests, rounds):  # A, B, A, B: drift hits every target alike
             for target, run, texts in zip(plan.targets, level_runs, cycles, strict=True):
                 if round_requests:
-                    run.wall_s += await _closed_loop(client, plan, target, level, round_requests, texts, run, tick)
+                    run.add(await _closed_loop(client, plan, target, level, round_requests, texts, run, tick))
         runs.extend(level_runs)
     return runs
 
@@ -205,10 +240,10 @@ async def run_rate_sweep(
                     workload = {"mode": "open", "level": rate, "duration": duration, "seed": seed}
                     workload |= {"texts": texts.texts, "text_offset": texts.next}
                     count_before = len(run.results)
-                    run.wall_s += await run_on_engine(client, target, workload, run, tick, None, plan.playback_buffer_s)
+                    run.add(await run_on_engine(client, target, workload, run, tick, None, plan.playback_buffer_s))
                     texts.next += len(run.results) - count_before
                     continue
                 rng = random.Random(seed)
-                run.wall_s += await _open_loop(client, plan, target, rate, duration, texts, run, rng, tick)
+                run.add(await _open_loop(client, plan, target, rate, duration, texts, run, rng, tick))
         runs.extend(level_runs)
     return runs

@@ -1,5 +1,11 @@
 """When requests are sent: the closed and the open loop, one implementation for speech-loadtest and for the engine
-baseline (loadtest.engine_alone), so that both hand their targets the same load."""
+baseline (loadtest.engine_alone), so that both hand their targets the same load.
+
+Each loop also measures its steady window: the stretch in which it held its load, without the closed loop's ramp-up
+(staggered workers) and drain (the last answers, fewer than the level in flight), and without the open loop's first
+latency (nothing is answered yet) and the answers after its last arrival. A window opens at a successful answer and
+counts the successful answers after it: with both ends at an answer, it spans whole turnovers even where workers
+that start together end together, in cohorts (a window opened at a send would miss most of a cohort)."""
 
 from __future__ import annotations
 
@@ -7,8 +13,8 @@ import asyncio
 import collections
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 
 class TextCycle:
@@ -27,30 +33,110 @@ class TextCycle:
         return [self.take() for _ in range(count)]
 
 
+@dataclass(frozen=True)
+class LoopRun:
+    """One run of a loop. `wall_s`: from the start to the last answer. `held_s`: the steady window's length;
+    `finished_while_held`: the successful answers inside it (after the one that opened it); `window`: its bounds,
+    perf_counter values of the process that ran the loop (None: no window), so that the caller can tell which of its
+    results were answered inside; `audio_s`: their audio seconds, where the caller adds them (the loop cannot)."""
+
+    wall_s: float
+    held_s: float = 0.0
+    finished_while_held: int = 0
+    window: tuple[float, float] | None = None
+    audio_s: float = 0.0
+
+    def holds(self, finished_at: float | None) -> bool:
+        """Whether an answer at `finished_at` (a perf_counter value, taken before the loop saw the answer) counts."""
+        if self.window is None or finished_at is None:
+            return False
+        return self.window[0] < finished_at <= self.window[1]
+
+
+def succeeded(answer: bool | None) -> bool:
+    """A send's answer: False is a failed request; None (a send that reports nothing) counts as a success."""
+    return answer is not False
+
+
+class _Hold:
+    """A closed loop's steady window: it opens at the first successful answer once every worker has had a request in
+    flight at once (the last staggered worker has started) and closes when a worker first finds the queue empty."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.in_flight = 0
+        self.full = False
+        self.opened_at: float | None = None
+        self.closed_at: float | None = None
+        self.finished = 0
+
+    def sent(self) -> None:
+        self.in_flight += 1
+        self.full = self.full or self.in_flight == self.workers
+
+    def answered(self, ok: bool) -> None:
+        # no await between an answer and its worker's next send: in flight stays at the level from here on
+        self.in_flight -= 1
+        if not ok or not self.full or self.closed_at is not None:
+            return
+        if self.opened_at is None:
+            self.opened_at = time.perf_counter()
+        else:
+            self.finished += 1
+
+    def drained(self) -> None:
+        if self.closed_at is None:
+            self.closed_at = time.perf_counter()
+
+    def run(self, wall_s: float) -> LoopRun:
+        if self.opened_at is None or self.closed_at is None:
+            return LoopRun(wall_s)
+        window = (self.opened_at, self.closed_at)
+        return LoopRun(wall_s, self.closed_at - self.opened_at, self.finished, window)
+
+
 async def closed_loop(
-    items: list[str], concurrency: int, send: Callable[[str], Awaitable[None]], stagger_s: float = 0.0
-) -> float:
+    items: list[str], concurrency: int, send: Callable[[str], Awaitable[bool | None]], stagger_s: float = 0.0
+) -> LoopRun:
     """`concurrency` workers take the items in order, each sending the next once its last is answered; worker i
-    starts i * stagger_s / workers after the first. Returns the wall time from the start to the last answer."""
+    starts i * stagger_s / workers after the first. `send` answers whether the request succeeded."""
     pending = collections.deque(items)
     workers = min(concurrency, len(items))
+    hold = _Hold(workers)
 
     async def worker(index: int) -> None:
         await asyncio.sleep(index * stagger_s / workers)
         while pending:
-            await send(pending.popleft())
+            hold.sent()
+            hold.answered(succeeded(await send(pending.popleft())))
+        hold.drained()
 
     started = time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(workers)))
-    return time.perf_counter() - started
+    return hold.run(time.perf_counter() - started)
+
+
+def arrivals_window(answers: list[float], end: float, wall_s: float) -> LoopRun:
+    """An open loop's steady window: from its first successful answer to its last arrival's due time (`end`),
+    counting the successful answers (perf_counter values) after the first, up to `end`."""
+    inside = sorted(at for at in answers if at <= end)
+    if not inside:
+        return LoopRun(wall_s)
+    return LoopRun(wall_s, end - inside[0], len(inside) - 1, (inside[0], end))
 
 
 async def open_loop(
-    rng: random.Random, rate: float, duration_s: float, send: Callable[[float], Coroutine[Any, Any, None]]
-) -> float:
+    rng: random.Random, rate: float, duration_s: float, send: Callable[[float], Awaitable[bool | None]]
+) -> LoopRun:
     """Poisson arrivals at `rate` per second for `duration_s`: `send(planned)` at each arrival, given its planned time
-    (a perf_counter value), so that a late start counts against the target. Returns the wall time until the last
-    answer."""
+    (a perf_counter value), so that a late start counts against the target. `send` answers whether the request
+    succeeded. The wall time runs until the last answer."""
+    answers: list[float] = []
+
+    async def timed(planned: float) -> None:
+        if succeeded(await send(planned)):
+            answers.append(time.perf_counter())
+
     tasks: list[asyncio.Task[None]] = []
     started = time.perf_counter()
     next_at = rng.expovariate(rate)
@@ -58,7 +144,7 @@ async def open_loop(
         delay = started + next_at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(send(started + next_at)))
+        tasks.append(asyncio.create_task(timed(started + next_at)))
         next_at += rng.expovariate(rate)
     await asyncio.gather(*tasks)
-    return time.perf_counter() - started
+    return arrivals_window(answers, started + duration_s, time.perf_counter() - started)

@@ -95,6 +95,9 @@ async def test_closed_loop_run_records_every_chunk(model_dir: Path) -> None:
         assert record["ttfa_s"] == times[0] and times == sorted(times) and times[-1] <= record["e2e_s"]
         assert record["ttfa_s"] > 0
     assert max(r["sent_at_s"] for r in records) <= result["wall_s"]
+    # the steady window, counted where its clock is: 10 requests for 4 workers, more than a full turnover
+    assert 0 < result["held_s"] < result["wall_s"] and 4 <= result["finished_while_held"] < 10
+    assert result["audio_s_while_held"] == pytest.approx(result["finished_while_held"] * FRAMES * 0.08)
 
 
 async def test_a_staggered_closed_loop_starts_its_workers_apart(model_dir: Path) -> None:
@@ -124,6 +127,8 @@ async def test_open_loop_run_draws_the_load_tools_arrivals(model_dir: Path) -> N
     assert [r["sent_at_s"] for r in records] == pytest.approx(arrivals, abs=0.02)
     assert [r["text"] for r in records] == [default_texts()[i % 10] for i in range(len(arrivals))]
     assert all(r["ok"] and r["samples"] == FRAMES * SAMPLES_PER_FRAME for r in records)
+    assert 0 < result["held_s"] < duration and 0 < result["finished_while_held"] < len(records)
+    assert result["audio_s_while_held"] == pytest.approx(result["finished_while_held"] * FRAMES * 0.08)
 
 
 @pytest.mark.parametrize(
@@ -172,6 +177,7 @@ async def test_a_failed_request_is_a_failed_record_not_a_failed_run(model_dir: P
         omni.die_on_request = True
         result = (await client.post(f"{url}/run", json={"mode": "closed", "level": 2, "requests": 2})).json()
     assert [r["error_code"] for r in result["records"]] == ["engine_EngineDeadError"] * 2
+    assert (result["held_s"], result["finished_while_held"], result["audio_s_while_held"]) == (0, 0, 0)
     assert result["records"][0]["error_message"] == "EngineDeadError: EngineCore encountered an issue"
     assert not any(r["ok"] for r in result["records"])
 

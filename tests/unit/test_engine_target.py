@@ -10,10 +10,10 @@ import pytest
 
 from app.tools.qwen3_tts_model_dir import write_model_dir
 from loadtest.cli import build_targets, parse_args
-from loadtest.engine_target import result_from_record, run_on_engine, split_engine_url
+from loadtest.engine_target import loop_run_from_answer, result_from_record, run_on_engine, split_engine_url
 from loadtest.report import aggregate
 from loadtest.runner import LevelRun, RunPlan, run_concurrency_sweep, run_rate_sweep
-from loadtest.schedule import TextCycle
+from loadtest.schedule import LoopRun, TextCycle
 from loadtest.targets import Target, discover
 from tests.fakes.vllm_omni_0_30 import SAMPLES_PER_FRAME
 from tests.support.engine_alone import FRAMES, alone, control, fixed_length_omni, wait_ready
@@ -66,6 +66,19 @@ async def test_closed_loop_sweep_runs_each_level_on_the_engine(model_dir: Path) 
             assert (result.playback_start_s, result.stalls, result.stalled_s) == (result.ttfa_s, 0, 0.0)
         summary = aggregate(run, None)
         assert summary["ok"] == 8 and summary["ttfa_s"]["p50"] is not None and summary["throughput_rps"] > 0
+        # the engine's steady windows: c=1 turns over in each round of 4; c=4's rounds are one wave each
+        assert summary["throughput_basis"] == ("steady" if level == 1 else "wall")
+        if level == 1:
+            assert run.finished_while_held == 2 * 3 and 0 < run.held_s < run.wall_s  # the first answer opens it
+            assert run.audio_s_while_held == pytest.approx(6 * FRAMES * 0.08)
+        else:
+            assert (run.held_s, run.finished_while_held, run.audio_s_while_held) == (0, 0, 0)
+
+
+def test_the_engines_steady_window_comes_with_its_answer() -> None:
+    answer = {"wall_s": 2.5, "held_s": 1.5, "finished_while_held": 12, "audio_s_while_held": 30.0, "records": []}
+    assert loop_run_from_answer(answer) == LoopRun(2.5, 1.5, 12, None, 30.0)
+    assert loop_run_from_answer({"wall_s": 2.5, "records": []}) == LoopRun(2.5)  # an engine from before the window
 
 
 async def test_open_loop_sweep_sends_the_same_arrivals_and_texts(model_dir: Path) -> None:
@@ -91,8 +104,8 @@ async def test_an_unreachable_engine_counts_failed_requests_and_the_sweep_goes_o
     target = Target(0, f"http://127.0.0.1:{free_port()}", voice="vivian", engine=True)
     run = LevelRun(target, "concurrency", 4)
     async with httpx.AsyncClient(timeout=5) as client:
-        wall = await run_on_engine(client, target, {"mode": "closed", "level": 4, "requests": 6}, run, lambda: None, 6)
-    assert wall == 0.0
+        loop = await run_on_engine(client, target, {"mode": "closed", "level": 4, "requests": 6}, run, lambda: None, 6)
+    assert loop == LoopRun(0.0)  # no time, no steady window
     assert [r.error_code for r in run.results] == ["engine_run_ConnectError"] * 6
     assert run.results[0].error_message.startswith(f"engine control endpoint {target.url}/run: ConnectError")
     assert not any(r.ok for r in run.results)

@@ -273,3 +273,36 @@ def test_results_written_before_the_uninterrupted_figures_still_report_and_plot(
     assert ab_ratios(runs)[0]["uninterrupted_p95"] is None and ab_ratios(runs)[0]["ttfa_p95"] == 1.0
     paths = plot(old, runs, tmp_path)
     assert paths["uninterrupted_plot"].read_bytes()[:4] == b"\x89PNG" and paths["ttfa_plot"].exists()
+
+
+def test_throughput_is_the_steady_figure_where_the_window_allows_and_ratios_compare_like_with_like() -> None:
+    from loadtest.report import ab_ratios
+
+    # 16 answers of 2 s audio in 2.0 s of wall clock, 12 of them in a 1.0 s window with the level (8) held
+    held = level([ok(0, 0.0) for _ in range(16)])
+    held.held_s, held.finished_while_held, held.audio_s_while_held = 1.0, 12, 24.0
+    steady = aggregate(held, None)
+    assert (steady["throughput_rps"], steady["audio_throughput"], steady["throughput_basis"]) == (12.0, 24.0, "steady")
+    assert (steady["throughput_wall_rps"], steady["audio_throughput_wall"]) == (8.0, 16.0)
+    assert (steady["throughput_held_s"], steady["throughput_finished_while_held"]) == (1.0, 12)
+    short = level([ok(0, 0.0) for _ in range(16)])
+    short.held_s, short.finished_while_held = 0.5, 7  # fewer than the level (8): not one full turnover
+    wall = aggregate(short, None)
+    assert (wall["throughput_rps"], wall["audio_throughput"], wall["throughput_basis"]) == (8.0, 16.0, "wall")
+    second = {**steady, "target": 1, "throughput_rps": 6.0, "throughput_wall_rps": 3.0}
+    assert [(r["throughput"], r["throughput_basis"]) for r in ab_ratios([steady, second])] == [(0.5, "steady")]
+    mixed = {**wall, "target": 1, "throughput_wall_rps": 2.0}
+    assert [(r["throughput"], r["throughput_basis"]) for r in ab_ratios([steady, mixed])] == [(0.25, "wall")]
+    two = {**meta(), "targets": [*meta()["targets"], {"index": 1, "label": "B: http://b", "model": "m", "voice": "v"}]}
+    text = summary_markdown(two, [steady, mixed])
+    assert "| 12.00 | 24.0 |" in text and "| 8.00* | 16.0* |" in text
+    assert "| 0.25* |\n" in text  # the ratio of the wall-clock figures, 2.0 / 8.0
+    assert "* = wall clock for both, where either window was too short" in text
+
+
+def test_results_written_before_the_steady_window_read_as_wall_clock() -> None:
+    run = aggregate(level([ok(0, 0.0)]), None)
+    for name in ("throughput_basis", "throughput_wall_rps", "audio_throughput_wall"):
+        del run[name]
+    text = summary_markdown(meta(), [run])
+    assert f"| {run['throughput_rps']:.2f}* |" in text

@@ -1,0 +1,170 @@
+"""loadtest/schedule.py: the steady window of the closed and the open loop (the load held, ramp-up and drain left out),
+and how the runner and the report use it. Requests are fake: a sleep of a set length, so that Little's law gives the
+rate a held load must show (concurrency / latency); the tolerances are generous, the differences they test are not."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import httpx
+import pytest
+
+from loadtest import runner
+from loadtest.measure import RequestResult
+from loadtest.report import aggregate, summary_markdown
+from loadtest.runner import LevelRun, RunPlan, run_concurrency_sweep
+from loadtest.schedule import LoopRun, arrivals_window, closed_loop, open_loop
+from loadtest.targets import Target
+
+
+class FakeRequests:
+    """`send` for a loop: each request takes `latency_s`; those whose text is in `failing` fail. Keeps each request's
+    measured latency and, for the successful ones, when it was answered."""
+
+    def __init__(self, latency_s: float, failing: frozenset[str] = frozenset(), answer: bool | None = True) -> None:
+        self.latency_s, self.failing, self.answer = latency_s, failing, answer
+        self.latencies: list[float] = []
+        self.ok_at: list[float] = []
+
+    async def send(self, text: str) -> bool | None:
+        started = time.perf_counter()
+        await asyncio.sleep(self.latency_s)
+        self.latencies.append(time.perf_counter() - started)
+        if text in self.failing:
+            return False
+        self.ok_at.append(time.perf_counter())
+        return self.answer
+
+    def littles_law_rps(self, concurrency: int) -> float:
+        """What `concurrency` requests held in flight answer per second: concurrency / their mean latency."""
+        return concurrency / (sum(self.latencies) / len(self.latencies))
+
+
+def texts(count: int) -> list[str]:
+    return [f"text {i}" for i in range(count)]
+
+
+async def test_a_staggered_closed_loop_measures_the_held_load_where_the_wall_clock_reads_low() -> None:
+    """8 workers started over 0.25 s, 8 requests each of 50 ms: the ramp-up and the drain are a third of the run."""
+    fake = FakeRequests(0.05)
+    loop = await closed_loop(texts(64), 8, fake.send, stagger_s=0.25)
+    expected = fake.littles_law_rps(8)
+    steady, wall = loop.finished_while_held / loop.held_s, 64 / loop.wall_s
+    assert steady == pytest.approx(expected, rel=0.1)
+    assert wall < 0.85 * steady
+    assert loop.finished_while_held >= 8 and 0 < loop.held_s < loop.wall_s
+    assert loop.window is not None and loop.window[1] - loop.window[0] == pytest.approx(loop.held_s)
+
+
+async def test_workers_that_start_together_are_measured_in_whole_turnovers() -> None:
+    """Without a stagger the answers come in cohorts of 8: a window from one answer to another spans whole cohorts."""
+    fake = FakeRequests(0.05)
+    loop = await closed_loop(texts(32), 8, fake.send)
+    assert loop.finished_while_held / loop.held_s == pytest.approx(fake.littles_law_rps(8), rel=0.1)
+    assert loop.finished_while_held == 3 * 8  # cohorts 2 to 4, counted from the first answer of the first
+
+
+async def test_a_closed_loop_of_one_wave_has_no_full_turnover() -> None:
+    """12 requests for 8 workers: after all 8 are in flight, 4 more go out; the window holds fewer than 8 answers."""
+    loop = await closed_loop(texts(12), 8, FakeRequests(0.02).send)
+    assert loop.finished_while_held < 8
+
+
+async def test_failed_requests_are_not_counted_and_a_silent_send_counts_as_a_success() -> None:
+    failing = frozenset(texts(40)[1::2])
+    fake = FakeRequests(0.02, failing)
+    loop = await closed_loop(texts(40), 4, fake.send)
+    inside = sum(loop.holds(at) for at in fake.ok_at)  # each stamped before the loop saw its answer
+    assert loop.finished_while_held == inside > 0
+    assert loop.finished_while_held <= 20 - 1  # the successful ones only, the opening answer aside
+    assert (await closed_loop(texts(8), 2, FakeRequests(0.01, frozenset(texts(8))).send)).window is None
+    silent = await closed_loop(texts(16), 2, FakeRequests(0.01, answer=None).send)
+    assert silent.finished_while_held >= 2 and silent.held_s > 0
+
+
+async def test_an_open_loop_counts_from_its_first_answer_to_the_end_of_arrivals() -> None:
+    rate, duration, latency = 80.0, 0.6, 0.05
+    rng, arrivals, at = random.Random(7), [], 0.0
+    while (at := at + rng.expovariate(rate)) < duration:
+        arrivals.append(at)
+    fake = FakeRequests(latency)
+    sent: list[float] = []
+
+    async def send(planned: float) -> bool | None:
+        sent.append(planned)
+        return await fake.send("text")
+
+    loop = await open_loop(random.Random(7), rate, duration, send)
+    assert len(sent) == len(arrivals) > 20
+    first = min(sent)
+    assert loop.held_s == pytest.approx(duration - arrivals[0] - latency, abs=0.03)
+    assert loop.window is not None and loop.window[0] == pytest.approx(first + latency, abs=0.03)
+    # answered within the arrivals, after the first answer: those sent at least a latency before the end
+    expected = sum(a + latency <= duration for a in arrivals) - 1
+    assert abs(loop.finished_while_held - expected) <= 2
+    assert loop.wall_s > duration  # the wall clock also runs through the answers after the last arrival
+
+
+def test_an_open_loop_window_opens_at_its_first_success() -> None:
+    assert arrivals_window([1.2, 1.0, 1.5, 2.5], end=2.0, wall_s=1.6) == LoopRun(1.6, 1.0, 2, (1.0, 2.0))
+    assert arrivals_window([2.5], end=2.0, wall_s=1.6) == LoopRun(1.6)  # none before the end: no window
+    assert arrivals_window([], end=2.0, wall_s=1.6) == LoopRun(1.6)
+
+
+def test_a_round_without_a_full_turnover_adds_only_its_wall_time() -> None:
+    run = LevelRun(Target(0, "http://a"), "concurrency", 8)
+    run.add(LoopRun(2.0, 1.0, 16, audio_s=32.0))
+    run.add(LoopRun(1.0, 0.000_01, 4, audio_s=8.0))  # a wave: 4 answers in microseconds would read 400 000 req/s
+    assert (run.wall_s, run.held_s, run.finished_while_held, run.audio_s_while_held) == (3.0, 1.0, 16, 32.0)
+    rate = LevelRun(Target(0, "http://a"), "rate", 4.0)
+    rate.add(LoopRun(2.0, 1.0, 1))
+    rate.add(LoopRun(2.0, 1.5, 2))
+    assert (rate.held_s, rate.finished_while_held) == (1.5, 2)
+
+
+@pytest.fixture
+def fake_measure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every request of a sweep takes 40 ms and answers 2 s of audio."""
+
+    async def measure(self: runner._Sender, text: str, keep: bool, scheduled_at: float | None) -> RequestResult:
+        await asyncio.sleep(0.04)
+        return RequestResult(self.target.index, text, 200, True, ttfa_s=0.01, e2e_s=0.04, audio_s=2.0)
+
+    monkeypatch.setattr(runner._Sender, "measure", measure)
+
+
+@pytest.mark.usefixtures("fake_measure")
+async def test_a_sweep_reports_steady_throughput_and_falls_back_to_the_wall_clock_for_a_wave() -> None:
+    target = Target(0, "http://a", "m", "v")
+    plan = RunPlan([target], ["text"], "pcm", "audio", requests=24, warmup=0, rounds=1, asr_sample=0, stagger_s=0.1)
+    async with httpx.AsyncClient() as client:
+        runs = await run_concurrency_sweep(client, plan, [4, 16], lambda: None)
+    steady, wave = (aggregate(run, None) for run in runs)
+    # c=4: 6 requests per worker, held; Little's law: 4 / 0.04 s
+    assert steady["throughput_basis"] == "steady"
+    assert steady["throughput_rps"] == pytest.approx(100, rel=0.15)
+    assert steady["throughput_rps"] > steady["throughput_wall_rps"]
+    assert steady["throughput_finished_while_held"] >= 4 and 0 < steady["throughput_held_s"] < steady["wall_s"]
+    # the audio of exactly the answers counted: 2 s each
+    assert steady["audio_throughput"] == pytest.approx(2.0 * steady["throughput_rps"])
+    assert steady["audio_throughput_wall"] == pytest.approx(2.0 * steady["throughput_wall_rps"])
+    # c=16: 24 requests are one wave and a half; no full turnover
+    assert wave["throughput_basis"] == "wall"
+    assert wave["throughput_rps"] == wave["throughput_wall_rps"] == pytest.approx(24 / wave["wall_s"])
+    assert wave["audio_throughput"] == wave["audio_throughput_wall"]
+    meta = {
+        "started_at": "now",
+        "response_format": "pcm",
+        "stream_format": "audio",
+        "texts": "t",
+        "requests": 24,
+        "warmup": 0,
+        "targets": [{"index": 0, "label": "A: http://a", "model": "m", "voice": "v"}],
+    }
+    text = summary_markdown(meta, [steady, wave])
+    assert f"| {steady['throughput_rps']:.2f} | {steady['audio_throughput']:.1f} |" in text
+    assert f"| {wave['throughput_rps']:.2f}* | {wave['audio_throughput']:.1f}* |" in text
+    assert "req/s and audio s/s: answers that finished while the level's concurrency was held" in text
+    assert "* = too short a window, wall clock" in text
