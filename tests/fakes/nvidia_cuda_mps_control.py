@@ -60,6 +60,8 @@ def _started(pid: int) -> None:
     log = Path(os.environ.get("CUDA_MPS_LOG_DIRECTORY") or "/var/log/nvidia-mps")
     log.mkdir(parents=True, exist_ok=True)
     (log / "control.log").write_text("[fake] Starting control daemon using socket control\n")
+    # the real daemon's MPS server serves the devices CUDA_VISIBLE_DEVICES gave the daemon, renumbered from 0
+    (log / "visible-devices").write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "(all)"))
 
 
 def _announce(pid: int) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from app.engines import omni_engine
 from app.engines.omni import OmniEngine
-from app.engines.omni.cuda_mps import LOG_VARIABLE, PIPE_VARIABLE, CudaMpsDaemon, CudaMpsError
+from app.engines.omni.cuda_mps import LOG_VARIABLE, PIPE_VARIABLE, CudaMpsDaemon, CudaMpsError, client_devices
 from app.settings import Settings
 from tests.fakes.nvidia_cuda_mps_control import (
     ANSWER_DELAY_VARIABLE,
@@ -66,6 +66,8 @@ def engine_with_mps(model_dir: Path, tmp_path: Path, seen: dict[str, str | None]
 
     def factory(**kwargs: object) -> FakeAsyncOmni:
         seen["pipe"] = os.environ.get(PIPE_VARIABLE)  # what the stage processes vllm-omni spawns now will inherit
+        seen["devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+        seen["daemon_devices"] = (Path(os.environ[LOG_VARIABLE]) / "visible-devices").read_text()
         omni.kwargs = kwargs
         return omni
 
@@ -94,6 +96,30 @@ async def test_the_stage_processes_start_under_the_servers_own_daemon(
     assert not alive(daemon)  # told to quit once the engine was down
     assert PIPE_VARIABLE not in os.environ and LOG_VARIABLE not in os.environ
     assert not Path(pipe).parent.exists()  # its private directory is gone
+
+
+async def test_a_server_given_one_gpu_of_several_asks_the_mps_server_for_it_by_its_new_number(
+    daemons: None, custom_voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CUDA_VISIBLE_DEVICES=2 (a server alone on the host's third GPU): the daemon is given GPU 2, which its MPS server
+    calls device 0; vllm-omni and its stages, still asking for device 2, found no GPU ("No CUDA GPUs are available",
+    measured on a host of four). Once the engine is down the server's own setting is back."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    seen: dict[str, str | None] = {}
+    engine = engine_with_mps(custom_voice_dir, tmp_path, seen)
+    await engine.start()
+    assert (seen["daemon_devices"], seen["devices"]) == ("2", "0")
+    await engine.close()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "2"
+
+
+@pytest.mark.parametrize(
+    ("given", "client"),
+    [("2", "0"), ("1,3", "0,1"), (" 0 , 2 ", "0,1"), ("GPU-8977f7c4-e85e", None), ("MIG-1a2b", None), ("", None)],
+)
+def test_client_devices_renumber_indices_and_keep_uuids(given: str, client: str | None) -> None:
+    assert client_devices(given) == client
+    assert client_devices(None) is None
 
 
 async def test_the_daemon_is_stopped_even_when_vllm_omni_fails_to_shut_down(

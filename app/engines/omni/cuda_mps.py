@@ -4,7 +4,8 @@ vllm-omni runs the talker and the codec decoder (code2wav) as separate processes
 time-slices between processes: a talker step and a decoder step never run at the same time, though each alone leaves
 most of the GPU idle. Under MPS (NVIDIA's Multi-Process Service) both are clients of one MPS server and their kernels
 run side by side. The daemon runs in the foreground as this server's child (`-f`), with private pipe and log
-directories, started before vllm-omni spawns its stages, which inherit them through the environment; after the engine
+directories, started before vllm-omni spawns its stages, which inherit them through the environment (and, where
+CUDA_VISIBLE_DEVICES numbers the server's GPUs, their numbers as the MPS server gives them: 0, 1, ...); after the engine
 has shut down it is told to quit, and killed if it has not within the time allowed, so that it never outlives the
 server holding GPU memory.
 """
@@ -26,6 +27,20 @@ log = logging.getLogger(__name__)
 CONTROL = "nvidia-cuda-mps-control"
 PIPE_VARIABLE = "CUDA_MPS_PIPE_DIRECTORY"
 LOG_VARIABLE = "CUDA_MPS_LOG_DIRECTORY"
+DEVICES_VARIABLE = "CUDA_VISIBLE_DEVICES"
+
+
+def client_devices(daemon_devices: str | None) -> str | None:
+    """What CUDA_VISIBLE_DEVICES must say to an MPS client of a daemon started with `daemon_devices`, or None where
+    it can stay as it is. The MPS server renumbers the devices the daemon was given from 0 (NVIDIA's MPS guide,
+    "CUDA_VISIBLE_DEVICES"): a client still asking for device 2 of a daemon given only GPU 2 finds no GPU at all. GPU
+    and MIG UUIDs name the same device on both sides and stay."""
+    if not daemon_devices or not daemon_devices.strip():
+        return None
+    entries = [entry.strip() for entry in daemon_devices.split(",")]
+    if not all(entry.isdigit() for entry in entries):
+        return None
+    return ",".join(str(index) for index in range(len(entries)))
 
 
 class CudaMpsError(RuntimeError):
@@ -49,6 +64,7 @@ class CudaMpsDaemon:
         self._directory: str | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._environment: dict[str, str] = {}
+        self._replaced: dict[str, str] = {}  # what the environment said before the daemon's own values replaced it
         # start() runs in a worker thread that a shutdown cannot cancel: stop() waits for it, or makes it refuse
         self._lock = threading.Lock()
         self._stopped = False
@@ -118,6 +134,10 @@ class CudaMpsDaemon:
                     raise CudaMpsError(f"{self._control} -f exited with {exited}: {detail}")
                 raise CudaMpsError(f"the MPS control daemon did not answer within {self._answer_timeout_s:g} s")
             time.sleep(0.1)
+        devices = client_devices(os.environ.get(DEVICES_VARIABLE))
+        if devices is not None:
+            self._replaced[DEVICES_VARIABLE] = os.environ[DEVICES_VARIABLE]
+            environment[DEVICES_VARIABLE] = devices
         self._environment = environment
         os.environ.update(environment)
         log.info("omni engine under its own MPS daemon", extra={"pid": self._process.pid, **environment})
@@ -143,8 +163,11 @@ class CudaMpsDaemon:
             self._process = None
             for key, value in self._environment.items():
                 if os.environ.get(key) == value:
-                    del os.environ[key]
-            self._environment = {}
+                    if key in self._replaced:
+                        os.environ[key] = self._replaced[key]
+                    else:
+                        del os.environ[key]
+            self._environment, self._replaced = {}, {}
             self._remove_directory()
 
     def _kill(self) -> None:
