@@ -824,3 +824,24 @@ def test_start_server_serves_what_the_old_flat_names_give(tmp_path: Path) -> Non
         assert (model / "speech_tokenizer/config.json").is_file()  # the model directory went where SPEECH_MODEL says
         assert (tmp_path / "argv").read_text().split("\n")[0] == "deploy/vllm-omni/voice-clone.yaml"
         assert json.loads((tmp_path / "stage_overrides").read_text()) == json.loads(overrides)
+
+
+def test_ttfa_phases_splits_each_bench_run_into_its_first_wave_and_the_rest() -> None:
+    """vllm bench's requests (x-request-id bench-<run>-<n>) in a service's log: a run of 16 prompts at c=1 (16 is
+    sweep-bench's least) and one of 24 at c=8, each wave's phases apart; other requests and lines are left out."""
+    module = load_gpu_script("ttfa_phases")
+
+    def line(request_id: str, engine_s: float) -> str:
+        phases = {"validate": 0.001, "queue": 0.0, "prepare": 0.001, "engine": engine_s, "encode_write": 0.0}
+        record = {"message": "speech request", "request_id": request_id, "ttfa_s": 0.002 + engine_s}
+        return json.dumps({**record, "ttfa_phases_s": phases})
+
+    lines = [line(f"bench-aa-{n}", 0.05) for n in range(16)]
+    lines += [line(f"bench-bb-{n}", 0.2 if n < 8 else 0.1) for n in reversed(range(24))]  # any order in the log
+    lines += [line("3f2a", 9.0), "not json", '{"message": "speech request", "request_id": "bench-cc-1"}']
+    report = module.report(lines, [1, 8])
+    assert report[0].startswith("c=1 first wave (1): ttfa 52.0/52.0 | validate 1.0/1.0 queue 0.0/0.0")
+    assert report[1].startswith("c=1 later waves (15): ttfa 52.0/52.0")
+    assert report[2].startswith("c=8 first wave (8): ttfa 202.0/202.0") and "engine 200.0/200.0" in report[2]
+    assert report[3].startswith("c=8 later waves (16): ttfa 102.0/102.0")
+    assert len(report) == 4
