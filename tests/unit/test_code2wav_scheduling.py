@@ -395,6 +395,65 @@ def test_short_streams_first_reads_yes_and_no_and_refuses_anything_else(schedule
         scheduler_module.FirstAudioFirstScheduler({"short_streams_first": "maybe"})
 
 
+FILL = {"code2wav_fill_windows": 4, "code2wav_fill_wait_ms": 50}
+
+
+def test_a_step_of_streams_ahead_waits_to_be_filled(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two windows of streams holding ~2 s each wait (no step) until the step can carry four, or the oldest has waited
+    50 ms; nobody is lost meanwhile, and the receiving thread gets the GIL between the schedules held."""
+    slept: list[float] = []
+    monkeypatch.setattr(scheduler_module.time, "sleep", slept.append)
+    scheduler, clock = _streaming(scheduler_module, 1.0, monkeypatch, FILL)
+    scheduler.window_arrives("a")
+    scheduler.window_arrives("b")
+    assert _step(scheduler) == []
+    assert _everyone(scheduler) == {"a", "b", "c"} and slept == [0.001]
+    clock[0] += 0.03
+    assert _step(scheduler) == []  # 30 ms: still under the wait
+    clock[0] += 0.03
+    assert _step(scheduler) == ["a", "b"]  # past 50 ms: they run, two short of four
+    assert scheduler._probe.fill_holds == 2 and scheduler._probe.report(clock[0])["fill_holds"] == 2
+
+
+def test_a_filled_step_runs_at_once(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler, clock = _streaming(scheduler_module, 1.0, monkeypatch, {**FILL, "code2wav_fill_windows": 2})
+    scheduler.window_arrives("a")
+    assert _step(scheduler) == []
+    clock[0] += 0.01
+    scheduler.window_arrives("c")  # the second window: the step is full
+    assert _step(scheduler) == ["a", "c"]
+
+
+@pytest.mark.parametrize("why", ["first window", "short of audio", "last window"])
+def test_a_step_with_anything_due_is_never_held_to_fill(
+    scheduler_module, monkeypatch: pytest.MonkeyPatch, why: str
+) -> None:
+    scheduler, clock = _streaming(scheduler_module, 1.0, monkeypatch, FILL)
+    if why == "first window":
+        scheduler.add("new")
+        scheduler.window_arrives("new")
+        expected = ["new"]  # first audio first: the others could wait, so they do, for one step
+    elif why == "short of audio":
+        clock[0] += 1.5  # every stream holds ~0.5 s
+        scheduler.window_arrives("a")
+        expected = ["a"]
+    else:
+        scheduler.window_arrives("a", last=True)
+        expected = ["a"]
+    assert _step(scheduler) == expected
+
+
+def test_without_fill_windows_a_lone_window_runs_at_once(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler, _ = _streaming(scheduler_module, 1.0, monkeypatch)
+    scheduler.window_arrives("a")
+    assert _step(scheduler) == ["a"]
+
+
+def test_fill_windows_must_be_a_whole_number(scheduler_module) -> None:
+    with pytest.raises(ValueError, match="code2wav_fill_windows"):
+        scheduler_module.FirstAudioFirstScheduler({"code2wav_fill_windows": 2.5})
+
+
 def _first_windows_one_after_another(scheduler, clock: list[float], steps: int) -> list[list[str]]:
     """Before every step a new stream's first window arrives (arrivals that never pause) and the playing streams a, b
     and c have a window ready (one that sat out keeps it): what each step ran."""

@@ -109,12 +109,14 @@ class StepProbe:
     max_windows: int = 0
     first_windows: int = 0
     deferred: int = 0
+    fill_holds: int = 0  # schedules held back whole to fill the step (code2wav_fill_windows)
     first_waits_s: list[float] = field(default_factory=list)
     results_s: list[float] = field(default_factory=list)
     first_results_s: list[float] = field(default_factory=list)  # steps that carried a first window
     streams: list[int] = field(default_factory=list)  # requests the stage held (running + waiting) at each step
 
-    def step(self, windows: int, first_windows: int, deferred: int, streams: int = 0) -> None:
+    def step(self, windows: int, first_windows: int, deferred: int, streams: int = 0, filling: bool = False) -> None:
+        self.fill_holds += filling
         if windows:
             self.steps += 1
             self.windows += windows
@@ -144,6 +146,7 @@ class StepProbe:
             "max_windows": self.max_windows,
             "first_windows": self.first_windows,
             "deferred_windows": self.deferred,
+            "fill_holds": self.fill_holds,
             "first_wait_p50_ms": round(percentile(self.first_waits_s, 0.5) * 1000, 1),
             "first_wait_p95_ms": round(percentile(self.first_waits_s, 0.95) * 1000, 1),
             "step_result_p50_ms": round(percentile(self.results_s, 0.5) * 1000, 1),
@@ -154,6 +157,6 @@ class StepProbe:
             "streams_max": max(self.streams, default=0),
         }
         self.started = now
-        self.steps = self.windows = self.max_windows = self.first_windows = self.deferred = 0
+        self.steps = self.windows = self.max_windows = self.first_windows = self.deferred = self.fill_holds = 0
         self.first_waits_s, self.results_s, self.first_results_s, self.streams = [], [], [], []
         return line
