@@ -237,9 +237,12 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
     def _to_fill(self, ready: list[Any], spare: list[Any], now: float) -> list[Any]:
         """With `code2wav_fill_windows`: a step of fewer windows than that, every one of a stream ahead of its
         listener (holding more than the margin) and none its last, waits whole for more, until its oldest window
-        has been ready `code2wav_fill_wait_ms`. A step costs code2wav about the same for 1 window as for 8 (15.7 and
-        13.5 ms p50 under load, measured), and with arrivals spread out it ran 1.8 a step: filled, the same windows
-        take fewer steps, and the GPU time goes to the talker."""
+        has been ready `code2wav_fill_wait_ms`. Measured (benchmarks/gpu/2026-11-27-h200x4-referee): with requests
+        in step, code2wav ran 7.5 windows a step at 13.5 ms p50; with arrivals spread out, 1.8 at 15.7 ms. Within a
+        step vllm-omni 0.30's decoder batches only the windows of one phase (`batched_request_decode`: the same
+        first-window kind, or the same place in the window schedule; every window past the 72-frame sliding window
+        shares one), so a filled step saves per-step work and GPU switches between the stages, and most where the
+        windows it collects share a phase (long streams past their first seconds). Not yet measured."""
         if self._fill_windows <= 0 or not ready or len(ready) >= self._fill_windows or len(spare) < len(ready):
             return []
         if any(self._is_done_receiving_chunks(r.request_id) or not self._may_sit_out(r) for r in ready):
