@@ -517,22 +517,32 @@ def sweep_python(tmp_path: Path) -> Path:
     return script
 
 
+def sweep_env(tmp_path: Path, python: Path, **settings: str) -> dict[str, str]:
+    """side-by-side.sh's environment for a sweep with a stand-in `python`: its work and results under `tmp_path`, the
+    service on port 18000 and `vllm-omni-b` (on vllm-omni's single-GPU high-concurrency profile) on 18005."""
+    return {
+        **os.environ,
+        "PYTHON": str(python),
+        "WORK": str(tmp_path / "work"),
+        "OUT": str(tmp_path / "results"),
+        "SERVICE_PORT": "18000",
+        "OMNI_B_PORT": "18005",
+        "OMNI_B_PROFILE": "vllm-omni:qwen3_tts_high_concurrency_mrv2_single_gpu.yaml",
+        **settings,
+    }
+
+
 def test_side_by_side_sweeps_one_level_a_call_and_keeps_every_level(tmp_path: Path) -> None:
     """Closed-loop levels run one per call land in folders of their own (SWEEP_NAME), a sweep run again beside its
     results in a new one, and each folder's targets.txt says which server and profile each URL is."""
     out = tmp_path / "results"
-    env = {
-        **os.environ,
-        "PYTHON": str(sweep_python(tmp_path)),
-        "WORK": str(tmp_path / "work"),
-        "OUT": str(out),
-        "TARGETS": "service vllm-omni vllm-omni-b",
-        "SERVICE_PORT": "18000",
-        "OMNI_PORT": "18001",
-        "OMNI_B_PORT": "18005",
-        "OMNI_PROFILE": "vllm-omni:qwen3_tts.yaml",
-        "OMNI_B_PROFILE": "vllm-omni:qwen3_tts_high_concurrency_mrv2_single_gpu.yaml",
-    }
+    env = sweep_env(
+        tmp_path,
+        sweep_python(tmp_path),
+        TARGETS="service vllm-omni vllm-omni-b",
+        OMNI_PORT="18001",
+        OMNI_PROFILE="vllm-omni:qwen3_tts.yaml",
+    )
     folders = []
     for level, name in [("1", "c1"), ("8", "c8"), ("8", "c8")]:
         done = subprocess.run(
@@ -610,18 +620,13 @@ def test_side_by_side_runs_vllm_bench_against_every_target_and_tabulates_it(tmp_
     own body plus the voice and EXTRA_BODY's length (its own stream_format left to it), 3 prompts per stream, and one
     table of what it printed."""
     out = tmp_path / "results"
-    env = {
-        **os.environ,
-        "PYTHON": str(bench_python(tmp_path)),
-        "WORK": str(tmp_path / "work"),
-        "OUT": str(out),
-        "TARGETS": "service vllm-omni-b alone",
-        "SERVICE_PORT": "18000",
-        "OMNI_B_PORT": "18005",
-        "OMNI_B_PROFILE": "vllm-omni:qwen3_tts_high_concurrency_mrv2_single_gpu.yaml",
-        "CONCURRENCY": "1,32,64",
-        "EXTRA_BODY": '{"stream_format": "audio", "max_new_tokens": 101}',
-    }
+    env = sweep_env(
+        tmp_path,
+        bench_python(tmp_path),
+        TARGETS="service vllm-omni-b alone",
+        CONCURRENCY="1,32,64",
+        EXTRA_BODY='{"stream_format": "audio", "max_new_tokens": 101}',
+    )
     done = subprocess.run(
         [str(GPU / "side-by-side.sh"), "sweep-bench"], env=env, capture_output=True, text=True, cwd=ROOT
     )
