@@ -1,5 +1,6 @@
 """API documentation that works offline: Swagger UI and ReDoc from files the service serves itself (the assets that
-the pinned fastapi-offline wheel ships), and an OpenAPI schema that declares the errors the service really sends."""
+the pinned fastapi-offline wheel ships), and an OpenAPI schema that declares the errors the service really sends (the
+routes declare them from `app.api.errors.error_responses`)."""
 
 from __future__ import annotations
 
@@ -11,44 +12,12 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, Response
-from pydantic import BaseModel, Field
 
 ASSETS_PATH = "/docs-assets"
 ASSETS_DIR = str(files("fastapi_offline") / "static")
 _REDOC_LOGO_URL = b"https://cdn.redoc.ly/redoc/logo-mini.svg"
 
 router = APIRouter(include_in_schema=False)
-
-
-class ErrorDetail(BaseModel):
-    message: str = Field(description="What went wrong, in words meant for the caller.")
-    type: str = Field(description="invalid_request_error, requests (rate limits) or server_error.")
-    param: str | None = Field(description="The request field at fault, when one is.")
-    code: str | None = Field(description="A stable machine-readable code, e.g. model_not_found.")
-
-
-class ErrorResponse(BaseModel):
-    """OpenAI's error body: every non-2xx response has this shape."""
-
-    error: ErrorDetail
-
-
-_ERRORS = {
-    400: "Invalid request: the field at fault is named in `param` (unknown fields are refused too).",
-    401: "Missing or wrong API key (when the server has keys): `Authorization: Bearer <key>`.",
-    404: "Unknown model or voice.",
-    408: "The request body did not arrive within SPEECH_REQUEST_READ_TIMEOUT_S; the connection is closed.",
-    409: "A voice of that name already exists.",
-    413: "Request body or upload too large.",
-    429: "At capacity (queue full or wait too long) or the API key's concurrency limit; see `Retry-After`.",
-    503: "The engine is not ready yet, or the server is draining; see `Retry-After`.",
-    504: "The synthesis took longer than the server allows (SPEECH_REQUEST_TIMEOUT_S).",
-}
-
-
-def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses` for the errors a route can answer."""
-    return {status: {"model": ErrorResponse, "description": _ERRORS[status]} for status in statuses}
 
 
 def openapi_without_422(app: FastAPI) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """OpenAI-shaped errors: every non-2xx body is {"error": {"message", "type", "param", "code"}}. `to_api_error` words
-every failure of a request for speech (`app.speech.errors`, the engine's own) once, for HTTP and the WebSocket alike."""
+every failure of a request for speech (`app.speech.errors`, the engine's own) once, for HTTP and the WebSocket alike.
+`error_responses` is the same table for the OpenAPI schema: what each status means, in the body's documented shape."""
 
 from __future__ import annotations
 
@@ -9,10 +10,43 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.engine_protocol import EngineUnavailable
 from app.speech.errors import Failed, Full, Refused, ShuttingDown, SpeechError, Stopped, Unavailable, UnknownModel
+
+
+class ErrorDetail(BaseModel):
+    message: str = Field(description="What went wrong, in words meant for the caller.")
+    type: str = Field(description="invalid_request_error, requests (rate limits) or server_error.")
+    param: str | None = Field(description="The request field at fault, when one is.")
+    code: str | None = Field(description="A stable machine-readable code, e.g. model_not_found.")
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error body: every non-2xx response has this shape."""
+
+    error: ErrorDetail
+
+
+_ERRORS = {
+    400: "Invalid request: the field at fault is named in `param` (unknown fields are refused too).",
+    401: "Missing or wrong API key (when the server has keys): `Authorization: Bearer <key>`.",
+    404: "Unknown model or voice.",
+    408: "The request body did not arrive within SPEECH_REQUEST_READ_TIMEOUT_S; the connection is closed.",
+    409: "A voice of that name already exists.",
+    413: "Request body or upload too large.",
+    429: "At capacity (queue full or wait too long) or the API key's concurrency limit; see `Retry-After`.",
+    503: "The engine is not ready yet, or the server is draining; see `Retry-After`.",
+    504: "The synthesis took longer than the server allows (SPEECH_REQUEST_TIMEOUT_S).",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for the errors a route can answer."""
+    return {status: {"model": ErrorResponse, "description": _ERRORS[status]} for status in statuses}
+
 
 INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"

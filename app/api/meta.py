@@ -9,8 +9,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from app.api.dependencies import get_engine, get_lifecycle, get_settings
-from app.api.docs import error_responses
-from app.api.errors import ApiError
+from app.api.errors import ApiError, error_responses
 from app.audio.formats import DEFAULT_SAMPLE_RATE, RESPONSE_FORMATS
 from app.engine_protocol import SpeechEngine
 from app.lifecycle import Lifecycle

@@ -13,7 +13,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from app.api.audio_stream import SpeechResponse, audio_body, sse_events
 from app.api.dependencies import get_service
-from app.api.docs import error_responses
+from app.api.errors import error_responses
 from app.api.schemas import SpeechRequest
 from app.audio.formats import CONTENT_TYPES
 from app.speech.encoding import EncodedAudio, WholeFile, whole_file

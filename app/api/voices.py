@@ -9,8 +9,7 @@ from fastapi import APIRouter, Depends, File, Form, Response, UploadFile
 from fastapi.responses import JSONResponse
 
 from app.api.dependencies import get_catalog, get_engine, get_voice_store
-from app.api.docs import error_responses
-from app.api.errors import ApiError, invalid_param
+from app.api.errors import ApiError, error_responses, invalid_param
 from app.audio.reference import MAX_REFERENCE_BYTES, prepare_reference_audio
 from app.engine_protocol import SpeechEngine, UnsupportedParameter
 from app.text.hygiene import text_problem

@@ -8,6 +8,8 @@
 - `app.engines.omni.stage_plugins` imports nothing of `app` outside itself: vllm-omni loads it inside its own stage
   processes, which run none of the service.
 - `app` imports nothing of the load tool or the tests.
+- A module of `app.api` that declares routes imports no other such module: what routes share (the OpenAPI error
+  table, the request bodies) lives in modules without routes.
 
 Every import counts: at module level, inside a function (a lazy import is still a dependency) and under
 `TYPE_CHECKING`. The graph is walked from the tree, so a part added later is checked like the others.
@@ -300,6 +302,26 @@ def test_the_service_imports_neither_the_load_tool_nor_the_tests() -> None:
     assert not found, "\n".join(found)
 
 
+def route_modules(modules: dict[str, Path]) -> set[str]:
+    """The modules that declare routes (an `APIRouter(...)` in their source)."""
+    return {name for name, path in modules.items() if "APIRouter(" in path.read_text(encoding="utf-8")}
+
+
+def route_module_imports(imports: Iterable[Import], routes: set[str]) -> list[str]:
+    return [
+        f"{where(item)}: {item.importer} imports {item.module}"
+        for item in imports
+        if item.importer in routes and item.module in routes and item.module != item.importer
+    ]
+
+
+def test_no_route_module_imports_another() -> None:
+    routes = route_modules(APP)
+    assert {"app.api.speech", "app.api.docs", "app.api.voices", "app.api.meta"} <= routes
+    found = route_module_imports(APP_IMPORTS, routes)
+    assert not found, "\n".join(found)
+
+
 # -- the checks can fail: each on a made-up tree ---------------------------------------------------------------------
 
 
@@ -338,6 +360,15 @@ def test_private_names_are_told_apart(importer: str, module: str, name: str | No
     if name:
         attribute = Attribute(importer, ROOT / "app" / "made_up.py", 1, module, name)
         assert (not list(private_uses([], [attribute]))) == allowed
+
+
+def test_a_route_module_importing_another_is_found() -> None:
+    routes = {"app.api.speech", "app.api.docs"}
+    found = route_module_imports(
+        [made_up("app.api.speech", "app.api.docs", "error_responses"), made_up("app.api.speech", "app.api.errors")],
+        routes,
+    )
+    assert found == ["app/made_up.py:1: app.api.speech imports app.api.docs"]
 
 
 def test_relative_imports_are_resolved() -> None:
