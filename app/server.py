@@ -14,7 +14,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app import __version__, metrics
 from app.admission import AdmissionGate
-from app.api import docs, meta, playground, speech, speech_stream, voices
+from app.api import docs, meta, playground, speech, speech_batch, speech_stream, voices
 from app.api.auth import ApiKeyMiddleware, load_api_keys
 from app.api.errors import install_error_handlers
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, SpeechAccountingMiddleware
@@ -62,6 +62,7 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     metrics.READY.set_function(lambda: float(engine.health().ready and not lifecycle.draining))
     install_error_handlers(app)
     app.include_router(speech.router)
+    app.include_router(speech_batch.router)
     app.include_router(speech_stream.router)
     app.include_router(meta.router)
     app.include_router(voices.router)

@@ -291,6 +291,18 @@ class Settings(BaseSettings):
         None, ge=1, description="Syntheses at once (default per engine: embedded: workers; omni: stage-0 max_num_seqs)."
     )
     max_queue: int | None = Field(None, ge=0, description="Requests waiting for a slot (default: 2 x concurrency).")
+    batch_max_items: int = Field(
+        32, ge=1, description="POST /v1/audio/speech/batch: most items in one batch (400 beyond)."
+    )
+    batch_max_chars: int = Field(
+        32768, ge=1, description="POST /v1/audio/speech/batch: most `input` characters of all its items (413 beyond)."
+    )
+    batch_concurrency: int | None = Field(
+        None,
+        ge=1,
+        description="POST /v1/audio/speech/batch: items of one batch synthesized at once, each admitted like a request "
+        "(default: a quarter of the concurrency, at least 1).",
+    )
     queue_timeout_s: float = Field(10.0, ge=0, description="Longest wait for a slot before a 429.")
     request_timeout_s: float = Field(300.0, gt=0, description="Longest synthesis; then it is aborted.")
     drain_timeout_s: float = Field(

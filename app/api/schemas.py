@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
+from app.audio.formats import ResponseFormat
 from app.speech.options import (
     MAX_INPUT_CHARS,
     ModelOption,
@@ -55,3 +56,40 @@ class SpeechRequest(SpeechOptions, Qwen3Extensions, StreamSwitches, OpenAIVoiceO
     def whole_file(self) -> bool:
         """`stream: false` sent explicitly: one complete file, as vllm-omni answers it (omitted: streamed audio)."""
         return self._whole_file
+
+
+# -- POST /v1/audio/speech/batch (vllm-omni 0.30's shape) ------------------------------------------------------------
+
+
+class SpeechBatchItem(SpeechOptions, Qwen3Extensions, OpenAIVoiceOptions, TextInput, ModelOption):
+    """One item of a batch: its text, and the batch's options with the item's own on top (the same fields and limits as
+    POST /v1/audio/speech, but the stream switches: every item is a whole file)."""
+
+
+class SpeechBatchRequest(SpeechOptions):
+    """POST /v1/audio/speech/batch: `items`, each with its `input` and any option of its own; every option given
+    here is the default of every item that does not set it. Unknown fields are refused."""
+
+    items: list[dict[str, Any]] = Field(
+        min_length=1,
+        description="The utterances: objects with `input` and, where an item differs from the batch, its own "
+        "`voice`, `response_format`, `language` ... (any field of POST /v1/audio/speech but the stream switches).",
+    )
+    response_format: ResponseFormat = Field("wav", description="The items' format unless one sets its own.")
+
+
+class SpeechBatchItemResult(BaseModel):
+    index: int = Field(description="The item's place in `items`.")
+    status: Literal["success", "error"]
+    audio_data: str | None = Field(None, description="The whole file, base64.")
+    media_type: str | None = None
+    usage: dict[str, int] | None = Field(None, description="input_tokens, output_tokens, total_tokens.")
+    error: dict[str, Any] | None = Field(None, description="Why the item failed: an OpenAI error object.")
+
+
+class SpeechBatchResponse(BaseModel):
+    id: str
+    results: list[SpeechBatchItemResult]
+    total: int
+    succeeded: int
+    failed: int

@@ -1,0 +1,102 @@
+"""Many utterances in one call: each item synthesized whole as a request of its own (its voice resolved, its job built
+and refused on its own, admitted through the same gate as every request), at most `concurrency` of them at once, so
+that a batch holds no more than that share of the server's slots however many items it brings. One item's failure is
+its own; the others go on. Cancelling the batch (its caller left) stops the items running and starts no more."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+
+import anyio
+
+from app.speech.encoding import Usage, whole_file
+from app.speech.errors import Failed, SpeechError
+from app.speech.options import SpeechOptions
+from app.speech.run import SpeechRun, SpeechService
+from app.timing import TtfaTimeline
+
+log = logging.getLogger(__name__)
+
+STREAM_LABEL = "batch"  # the metrics' `stream` label of a batch item
+
+
+@dataclasses.dataclass
+class BatchItem:
+    """One item to synthesize: its place in the batch, its options (the batch's with its own on top) and text."""
+
+    index: int
+    options: SpeechOptions
+    text: str
+
+
+@dataclasses.dataclass
+class ItemOutcome:
+    """What became of one item: its whole file and usage, or the failure that ended it. `summary` is what its log
+    line and counters say of it, filled in as it ran."""
+
+    index: int
+    response_format: str
+    summary: dict[str, object]
+    data: bytes | None = None
+    usage: Usage | None = None
+    error: BaseException | None = None
+
+
+def default_concurrency(max_concurrency: int) -> int:
+    """A batch's share of the slots when none is set: a quarter, so that streams arriving meanwhile find room."""
+    return max(1, max_concurrency // 4)
+
+
+async def speak_whole(service: SpeechService, item: BatchItem, request_id: str) -> ItemOutcome:
+    """One item, whole: its job, a slot, the engine's audio encoded into one file."""
+    started = time.perf_counter()
+    timing = TtfaTimeline(started)
+    summary: dict[str, object] = {
+        "model": item.options.model or service.engine.model_id,
+        "response_format": item.options.response_format,
+        "stream_format": STREAM_LABEL,
+        "chars": len(item.text),
+        "batch_item": item.index,
+    }
+    outcome = ItemOutcome(item.index, item.options.response_format, summary)
+    try:
+        service.check_open()
+        voice = await service.resolve_voice(item.options)
+        job, output = service.build_job(voice, item.text, f"{request_id}-{item.index}", whole_file=True)
+        outcome.response_format = output.response_format
+        ticket = await service.admitted(timing, len(item.text))
+        run = SpeechRun(service, started, timing, summary, STREAM_LABEL)
+        audio = await run.open(job, output, ticket)
+        try:
+            file = await whole_file(audio, words=False)
+        finally:
+            with anyio.CancelScope(shield=True):  # the slot released and the engine told, however it ended
+                await audio.close_if_never_streamed()
+        audio.first_audio_sent()  # a whole file's TTFA: complete, about to be answered
+        outcome.data, outcome.usage = file.data, audio.usage
+    except SpeechError as exc:
+        outcome.error = exc
+    except Exception as exc:  # an item's own failure, the others go on
+        log.exception("synthesis failed", extra={"request_id": request_id, "batch_item": item.index})
+        outcome.error = Failed(request_id)
+        outcome.error.__cause__ = exc
+    summary.setdefault("e2e_s", round(time.perf_counter() - started, 4))
+    return outcome
+
+
+async def synthesize_batch(
+    service: SpeechService, items: list[BatchItem], request_id: str, concurrency: int
+) -> list[ItemOutcome]:
+    """Every item, at most `concurrency` at a time, in the order given; the outcomes in the same order."""
+    slots = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(item: BatchItem) -> ItemOutcome:
+        async with slots:
+            return await speak_whole(service, item, request_id)
+
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(one(item)) for item in items]
+    return [task.result() for task in tasks]

@@ -1,0 +1,192 @@
+"""POST /v1/audio/speech/batch on the real server (embedded engine): vllm-omni 0.30's request and answer shapes, each
+item's whole file read back by real decoders, items failing alone, the caps, a batch's share of the slots beside a
+stream, and a caller that leaves."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import io
+import json
+import socket
+import time
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+
+from loadtest.audio import decode, transcribe, word_error_rate
+from tests.support.server import RunningServer, start_server
+
+SENTENCES = ["The quick brown fox jumps over the lazy dog.", "Please call Stella and ask her to bring these things."]
+MAX_ITEMS, MAX_CHARS = 6, 4000
+# an item that takes a while to speak (about half a minute of audio), so that a batch of them is still running
+LONG = " ".join(
+    ["The quick brown fox jumps over the lazy dog while the patient farmer watches from the old wooden gate."] * 6
+)
+
+
+@pytest.fixture(scope="module")
+def batch_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """Two slots, a batch's share one of them, and small caps to cross."""
+    env = {
+        "SPEECH_MAX_CONCURRENCY": "2",
+        "SPEECH_BATCH_CONCURRENCY": "1",
+        "SPEECH_BATCH_MAX_ITEMS": str(MAX_ITEMS),
+        "SPEECH_BATCH_MAX_CHARS": str(MAX_CHARS),
+    }
+    server = start_server(tmp_path_factory.mktemp("batch") / "server.log", env=env)
+    yield server
+    server.stop()
+
+
+def batch(server: RunningServer, body: dict[str, object], timeout: float = 120) -> httpx.Response:
+    return httpx.post(f"{server.base_url}/v1/audio/speech/batch", json=body, timeout=timeout)
+
+
+def test_items_of_mixed_formats_and_voices_read_back_and_say_their_words(batch_server: RunningServer) -> None:
+    soundfile = pytest.importorskip("soundfile", reason="python-soundfile reads the files a user saves")
+    body = {
+        "voice": "alloy",  # the default of every item that names none (an OpenAI name, an alias here)
+        "items": [
+            {"input": SENTENCES[0]},  # the batch's format: wav, vllm-omni's default for a batch
+            {"input": SENTENCES[1], "response_format": "mp3", "speaker": "heart"},
+            {"input": SENTENCES[0], "response_format": "flac", "sample_rate": 16000},
+            {"input": SENTENCES[1], "response_format": "opus"},
+        ],
+    }
+    response = batch(batch_server, body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["id"].startswith("speech-batch-") and (answer["total"], answer["succeeded"], answer["failed"]) == (
+        4,
+        4,
+        0,
+    )
+    results = answer["results"]
+    assert [r["index"] for r in results] == [0, 1, 2, 3] and all(r["status"] == "success" for r in results)
+    assert [r["media_type"] for r in results] == ["audio/wav", "audio/mpeg", "audio/flac", "audio/ogg; codecs=opus"]
+    assert all("error" not in r for r in results)  # absent fields are left out, as vllm-omni answers
+    files = [base64.b64decode(r["audio_data"]) for r in results]
+    wav, rate = soundfile.read(io.BytesIO(files[0]))
+    assert rate == 24_000 and len(wav) / rate > 1.5
+    flac, flac_rate = soundfile.read(io.BytesIO(files[2]))
+    assert flac_rate == 16_000 and abs(len(flac) / flac_rate - len(wav) / rate) < 0.2
+    for data, fmt, sentence in zip(files, ["wav", "mp3", "flac", "opus"], SENTENCES * 2, strict=True):
+        audio = decode(data, fmt)
+        assert word_error_rate(sentence, transcribe(audio)) <= 0.25, fmt
+    for result in results:
+        usage = result["usage"]
+        assert usage["output_tokens"] > 0 and usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+
+
+def test_a_bad_item_fails_alone_with_an_openai_error_naming_its_field(batch_server: RunningServer) -> None:
+    body = {
+        "response_format": "pcm",
+        "items": [
+            {"input": "Hello there."},
+            {"input": "Who am I?", "voice": "nobody"},
+            {"input": "Too fast.", "speed": 9},
+            {"input": "Louder.", "stream": True},  # no stream switches in an item: each is a whole file
+            {"text": "no input"},  # the first fault named: `input` is missing
+            {"input": "Goodbye."},
+        ],
+    }
+    response = batch(batch_server, body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert (answer["succeeded"], answer["failed"]) == (2, 4)
+    by_index = {r["index"]: r for r in answer["results"]}
+    assert by_index[0]["status"] == by_index[5]["status"] == "success"
+    assert [by_index[i]["error"]["param"] for i in (1, 2, 3, 4)] == ["voice", "speed", "stream", "input"]
+    assert by_index[1]["error"]["code"] == "voice_not_found" and by_index[1]["error"]["type"] == "invalid_request_error"
+    assert all("audio_data" not in by_index[i] and "usage" not in by_index[i] for i in (1, 2, 3, 4))
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({"items": [{"input": "Hi."}] * (MAX_ITEMS + 1)}, 400, "items"),
+        ({"items": [{"input": "x" * (MAX_CHARS // 2 + 1)}] * 2}, 413, "items"),
+        ({"items": []}, 400, "items"),
+        ({"items": [{"input": "Hi."}], "word_timestamps": True}, 400, "word_timestamps"),
+        ({"items": [{"input": "Hi."}], "voice": 7}, 400, "voice"),  # a bad default fails the batch: it is the batch's
+    ],
+    ids=["too-many-items", "too-much-text", "no-items", "word-timestamps", "bad-default"],
+)
+def test_a_batch_over_its_caps_or_with_a_bad_default_is_refused_whole(
+    batch_server: RunningServer, body: dict[str, object], status: int, param: str
+) -> None:
+    response = batch(batch_server, body)
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["param"] == param
+
+
+def metric(server: RunningServer, name: str, **labels: str) -> float:
+    return server.metric(name, **labels)
+
+
+def speech_lines(server: RunningServer) -> list[dict[str, object]]:
+    """The server's log line of each speech request so far (a batch item's included)."""
+    return [event for event in server.log_events() if event.get("message") == "speech request"]
+
+
+def test_a_batch_takes_its_share_of_the_slots_and_a_stream_beside_it_is_admitted_at_once(
+    batch_server: RunningServer,
+) -> None:
+    """Long items, one at a time (SPEECH_BATCH_CONCURRENCY=1 of 2 slots): while the batch runs it never holds more
+    than its one slot, and a stream sent meanwhile waits for none. The items are counted as speech requests with the
+    stream label `batch`."""
+    before = metric(batch_server, "speech_requests_total", status="200", response_format="wav", stream="batch")
+    items = [{"input": LONG} for _ in range(MAX_ITEMS)]  # about 0.25 s each here
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(batch, batch_server, {"items": items})
+        held = []
+        for _ in range(4):
+            time.sleep(0.1)
+            held.append(metric(batch_server, "speech_in_flight"))
+        stream = httpx.post(
+            f"{batch_server.base_url}/v1/audio/speech",
+            json={"input": "A stream beside the batch.", "response_format": "pcm"},
+            headers={"x-request-id": "beside-the-batch"},
+            timeout=60,
+        )
+        assert stream.status_code == 200
+        still_running = not pending.done()
+        answer = pending.result().json()
+    assert max(held) == 1 and still_running  # its one slot the whole time; the stream came and went meanwhile
+    assert answer["succeeded"] == MAX_ITEMS
+    lines = speech_lines(batch_server)
+    [beside] = [line for line in lines if line["request_id"] == "beside-the-batch"]
+    assert beside["queued_s"] == 0.0  # the other slot was free for it
+    batch_id = answer["id"].removeprefix("speech-batch-")
+    items_logged = [line for line in lines if str(line["request_id"]).startswith(f"{batch_id}-")]
+    assert len(items_logged) == MAX_ITEMS and all(line["stream_format"] == "batch" for line in items_logged)
+    after = metric(batch_server, "speech_requests_total", status="200", response_format="wav", stream="batch")
+    assert after - before == MAX_ITEMS
+
+
+def test_a_caller_that_leaves_mid_batch_stops_the_rest(batch_server: RunningServer) -> None:
+    """The connection closes while the first of six items runs: the batch stops, the items left never start, and
+    every item is counted with 499."""
+    items = [{"input": LONG} for _ in range(MAX_ITEMS)]
+    payload = json.dumps({"items": items}).encode()
+    address = urlparse(batch_server.base_url)
+    with socket.create_connection((address.hostname, address.port)) as sock:
+        head = (
+            f"POST /v1/audio/speech/batch HTTP/1.1\r\nHost: {address.netloc}\r\nContent-Type: application/json\r\n"
+            f"X-Request-Id: leaves-mid-batch\r\nContent-Length: {len(payload)}\r\n\r\n"
+        )
+        sock.sendall(head.encode() + payload)
+        time.sleep(0.4)
+    deadline = time.monotonic() + 30
+    while "batch abandoned by its client" not in batch_server.log_path.read_text():
+        assert time.monotonic() < deadline, "the batch did not notice its caller had left"
+        time.sleep(0.1)
+    items_logged = [line for line in speech_lines(batch_server) if line["request_id"].startswith("leaves-mid-batch-")]
+    assert len(items_logged) == MAX_ITEMS and {line["status"] for line in items_logged} == {499}
+    deadline = time.monotonic() + 10
+    while metric(batch_server, "speech_in_flight") > 0:  # the running item stopped, no other started
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
