@@ -85,6 +85,7 @@ class AudioChunk:
     input_tokens: int = 0
     output_tokens: int = 0
     words: tuple[WordTiming, ...] = ()
+    input_audio_tokens: int = 0  # of input_tokens, those of reference audio (an in-context clone's codec frames)
 
     @property
     def duration_s(self) -> float:

@@ -84,7 +84,7 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["*"],  # mirrors what the preflight asks for, Authorization included
-            expose_headers=["X-Request-Id", "Retry-After"],
+            expose_headers=["X-Request-Id", "Retry-After", *speech.WHOLE_FILE_HEADERS],
             max_age=600,
         )
     return app

@@ -16,7 +16,7 @@ from app.api.dependencies import get_service
 from app.api.errors import error_responses
 from app.api.schemas import SpeechRequest
 from app.audio.formats import CONTENT_TYPES
-from app.speech.encoding import EncodedAudio, WholeFile, whole_file
+from app.speech.encoding import EncodedAudio, Usage, WholeFile, whole_file
 from app.speech.errors import Failed, Refused, SpeechError
 from app.speech.run import SpeechRun, SpeechService
 from app.timing import TtfaTimeline
@@ -26,6 +26,16 @@ router = APIRouter()
 
 # vllm-omni 0.30's budget for X-Word-Timestamps: larger headers become opaque 502s behind common reverse proxies
 WORD_TIMESTAMPS_HEADER_LIMIT = 4096
+# vllm-omni 0.30's usage headers on a whole file, in the order it writes them
+USAGE_HEADERS = (
+    "X-VLLM-OMNI-INPUT-TOKENS",
+    "X-VLLM-OMNI-OUTPUT-TOKENS",
+    "X-VLLM-OMNI-TOTAL-TOKENS",
+    "X-VLLM-OMNI-INPUT-TEXT-TOKENS",
+    "X-VLLM-OMNI-INPUT-AUDIO-TOKENS",
+)
+# what a browser's script may read of a whole file's answer (CORS exposes them)
+WHOLE_FILE_HEADERS = ("X-Word-Timestamps", "X-Word-Timestamps-Omitted", *USAGE_HEADERS)
 
 _AUDIO_RESPONSES = {
     200: {
@@ -69,6 +79,19 @@ def word_timestamps_headers(file: WholeFile) -> dict[str, str]:
     return {"X-Word-Timestamps-Omitted": f"oversize; bytes={len(timings)}; limit={WORD_TIMESTAMPS_HEADER_LIMIT}"}
 
 
+def usage_headers(usage: Usage) -> dict[str, str]:
+    """What a whole file cost, in vllm-omni 0.30's headers (the SSE `speech.audio.done` event carries the same as
+    `usage`): input tokens (text and reference audio apart), tokens generated, their total."""
+    counts = (
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.input_tokens + usage.output_tokens,
+        usage.input_text_tokens,
+        usage.input_audio_tokens,
+    )
+    return {name: str(count) for name, count in zip(USAGE_HEADERS, counts, strict=True)}
+
+
 async def whole_file_response(audio: EncodedAudio, response_format: str, words: bool, request_id: str) -> Response:
     """`stream: false`: the complete file, sent once all of it exists, with its Content-Length and exact headers."""
     try:
@@ -83,7 +106,7 @@ async def whole_file_response(audio: EncodedAudio, response_format: str, words: 
         with anyio.CancelScope(shield=True):
             await audio.close_if_never_streamed()
     audio.first_audio_sent()  # the TTFA of a whole file: when it is complete and about to be written
-    headers = word_timestamps_headers(file)
+    headers = {**usage_headers(audio.usage), **word_timestamps_headers(file)}
     return Response(file.data, media_type=CONTENT_TYPES[response_format], headers=headers)
 
 

@@ -36,9 +36,17 @@ ENCODE_SLICE_S = 0.25
 
 @dataclass(slots=True)
 class Usage:
+    """What a response cost, summed over its chunks: its input tokens (of which `input_audio_tokens` are reference
+    audio, the rest text), the tokens generated, and the samples of audio."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     audio_samples: int = 0
+    input_audio_tokens: int = 0
+
+    @property
+    def input_text_tokens(self) -> int:
+        return self.input_tokens - self.input_audio_tokens
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -183,6 +191,7 @@ class EncodedAudio:
                 offset_s = self.usage.audio_samples / chunk.sample_rate
                 self.usage.input_tokens += chunk.input_tokens
                 self.usage.output_tokens += chunk.output_tokens
+                self.usage.input_audio_tokens += chunk.input_audio_tokens
                 self.usage.audio_samples += len(chunk.samples)
                 inline = self._inline(chunk.sample_rate)
                 whole = inline and whole_chunks

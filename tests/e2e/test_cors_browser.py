@@ -20,15 +20,18 @@ KEY = "cors-test-key"
 PAGE = b"<!doctype html><html><head><title>another origin</title></head><body>web app</body></html>"
 
 # what a web app does: a JSON POST with a key and its own request id (a non-simple request: preflighted)
-CALL_API = """async ([url, key]) => {
+CALL_API = """async ([url, key, more]) => {
   try {
     const response = await fetch(url + "/v1/audio/speech", {
       method: "POST",
       headers: {"Content-Type": "application/json", "Authorization": "Bearer " + key, "X-Request-Id": "from-web-app"},
-      body: JSON.stringify({model: "tts-1", input: "Hello from a web page.", voice: "alloy", response_format: "pcm"}),
+      body: JSON.stringify({model: "tts-1", input: "Hello from a web page.", voice: "alloy", response_format: "pcm",
+                            ...more}),
     });
     const body = await response.arrayBuffer();
-    return {status: response.status, requestId: response.headers.get("X-Request-Id"), bytes: body.byteLength};
+    const result = {status: response.status, requestId: response.headers.get("X-Request-Id"), bytes: body.byteLength};
+    const usage = response.headers.get("X-VLLM-OMNI-TOTAL-TOKENS");
+    return usage === null ? result : {...result, usage};
   } catch (error) {
     return {blocked: String(error)};
   }
@@ -66,11 +69,13 @@ def cors_server(tmp_path_factory: pytest.TempPathFactory, web_app_port: int) -> 
     running.stop()
 
 
-async def call_from(browser: Any, page_url: str, api_url: str, key: str = KEY) -> dict[str, Any]:
+async def call_from(
+    browser: Any, page_url: str, api_url: str, key: str = KEY, more: dict[str, Any] | None = None
+) -> dict[str, Any]:
     page = await browser.new_page()
     await PageWatch().attach(page)  # nothing leaves loopback
     await page.goto(page_url)
-    result = await page.evaluate(CALL_API, [api_url, key])
+    result = await page.evaluate(CALL_API, [api_url, key, more or {}])
     await page.close()
     return result
 
@@ -81,6 +86,8 @@ async def test_a_listed_origin_calls_the_api(browser: Any, cors_server: RunningS
     assert result["bytes"] > 10_000  # real audio came back
     refused = await call_from(browser, f"http://127.0.0.1:{web_app_port}/", cors_server.base_url, key="wrong")
     assert refused["status"] == 401 and refused["requestId"] == "from-web-app"  # errors are readable too
+    whole = await call_from(browser, f"http://127.0.0.1:{web_app_port}/", cors_server.base_url, more={"stream": False})
+    assert whole["status"] == 200 and int(whole["usage"]) > 0  # a whole file's usage headers are the page's to read
 
 
 async def test_an_origin_not_listed_is_blocked(browser: Any, cors_server: RunningServer, web_app_port: int) -> None:

@@ -24,6 +24,7 @@ from app.engines.omni.requests import (
     Qwen3TTSModel,
     additional_information,
     check_job,
+    input_tokens,
     sampling_params_for,
     warmup_job,
 )
@@ -154,6 +155,27 @@ def test_ignore_eos_with_a_length_runs_the_talker_to_it() -> None:
     assert (free.min_tokens, free.max_tokens, free.ignore_eos) == (2, 4096, False)
 
 
+@pytest.mark.parametrize(
+    ("changes", "counted"),
+    [
+        ({}, (2, 0)),  # "Hello there.": 2 tokens of this tokenizer
+        ({"instructions": "Speak slowly and warmly."}, (6, 0)),
+        ({"instructions": "   "}, (2, 0)),
+        ({"task_type": TaskType.BASE, "ref_audio": reference(2.0), "ref_text": "a b"}, (2 + 25, 25)),  # 2 s at 12.5 Hz
+        ({"task_type": TaskType.BASE, "ref_audio": reference(2.0), "x_vector_only_mode": True}, (2, 0)),
+    ],
+    ids=["text", "instructions", "blank-instructions", "in-context-clone", "x-vector-clone"],
+)
+def test_input_tokens_count_the_text_and_an_in_context_clones_reference_frames(
+    base_dir: Path, changes: dict, counted: tuple[int, int]
+) -> None:
+    """Not the placeholder prompt's length (vllm-omni 0.30's issue #4646): text and instructions as tokenized, plus
+    the reference codec frames that an in-context clone prefills."""
+    synthesis = job(**changes)
+    info = additional_information(synthesis, Qwen3TTSModel.from_dir(base_dir))
+    assert input_tokens(WordTokenizer(), synthesis, info) == counted
+
+
 # -- output handling -------------------------------------------------------------------------------------------------
 
 
@@ -251,7 +273,8 @@ async def test_engine_starts_warms_up_and_streams(custom_voice_dir: Path) -> Non
     assert request["request_id"] == "real" and request["output_modalities"] == ["audio"]
     prompt = request["prompt"]
     assert prompt["type"] == "token" and set(prompt["prompt_token_ids"]) == {1}
-    assert len(prompt["prompt_token_ids"]) == 9 + 2 == tokens_in  # the estimator's length, reported once
+    assert len(prompt["prompt_token_ids"]) == 9 + 2  # the estimator's length
+    assert tokens_in == 2  # the input as vllm-omni 0.30 counts it: the text's tokens ("Hello there."), reported once
     assert prompt["additional_information"]["speaker"] == ["vivian"]
     assert request["params"][0].max_tokens == 51 and request["params"][0].seed == 3
     assert request["params"][0].output_kind == RequestOutputKind.DELTA

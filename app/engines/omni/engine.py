@@ -40,6 +40,7 @@ from app.engines.omni.requests import (
     check_job,
     codec_windows,
     engine_probe_interval_s,
+    input_tokens,
     sampling_params_for,
     warmup_job,
 )
@@ -302,6 +303,7 @@ class OmniEngine:
         outputs = self._omni.generate(
             prompt=prompt, request_id=job.request_id, sampling_params_list=params, output_modalities=["audio"]
         )
+        tokens_in, audio_tokens_in = input_tokens(self._helpers.tokenizer, job, prompt["additional_information"])
         input_tokens_reported = False
         try:
             async for output in outputs:
@@ -311,9 +313,12 @@ class OmniEngine:
                 if samples is None or len(samples) == 0:
                     continue
                 frames = len(samples) // SAMPLES_PER_FRAME
-                tokens_in = 0 if input_tokens_reported else len(prompt["prompt_token_ids"])
-                input_tokens_reported = True
-                yield AudioChunk(samples, reader.sample_rate or self._model.sample_rate, tokens_in, frames)
+                rate = reader.sample_rate or self._model.sample_rate
+                if input_tokens_reported:
+                    yield AudioChunk(samples, rate, output_tokens=frames)
+                else:  # the request's input, with its first audio
+                    input_tokens_reported = True
+                    yield AudioChunk(samples, rate, tokens_in, frames, input_audio_tokens=audio_tokens_in)
         except Exception as exc:
             if _is_engine_dead(exc):
                 self._ready = False

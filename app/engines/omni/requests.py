@@ -206,6 +206,21 @@ def additional_information(job: SynthesisJob, model: Qwen3TTSModel) -> dict[str,
     return info
 
 
+def input_tokens(tokenizer: Any, job: SynthesisJob, info: dict[str, list[Any]]) -> tuple[int, int]:
+    """A request's input as vllm-omni 0.30's speech server counts it for usage (`speech_usage.py`, after its issue
+    #4646), not the placeholder prompt's length: the tokens of the text and of the instructions, plus the reference
+    audio's codec frames where an in-context clone (Base, not x-vector only) prefills them. Returns (all, audio). Run
+    on the tokenizer's one thread, as `prompt_for` is."""
+
+    def count(text: str | None) -> int:
+        return len(tokenizer(text, padding=False)["input_ids"]) if text and text.strip() else 0
+
+    audio = 0
+    if job.task_type == TaskType.BASE and not job.x_vector_only_mode and "ref_code_length" in info:
+        audio = int(info["ref_code_length"][0])
+    return count(job.text) + count(job.instructions) + audio, audio
+
+
 @dataclass(frozen=True, slots=True)
 class PromptHelpers:
     """What a request needs from vllm / vllm-omni (`app.engines.omni.engine.load_prompt_helpers` imports them): the
