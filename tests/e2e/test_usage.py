@@ -74,3 +74,27 @@ def test_the_omni_engine_counts_the_text_as_vllm_omni_does(omni: RunningServer) 
         omni, {"input": TEXT, "voice": "vivian", "response_format": "pcm", "instructions": "Calm and slow."}
     )
     assert styled["INPUT-TEXT-TOKENS"] == 7 + 3
+
+
+@pytest.mark.parametrize("engine", ["embedded", "omni"])
+def test_each_batch_item_carries_its_usage_and_the_batch_runs_on_both_engines(
+    engine: str, server: RunningServer, omni: RunningServer
+) -> None:
+    target = server if engine == "embedded" else omni
+    voice = "heart" if engine == "embedded" else "vivian"
+    items = [{"input": TEXT}, {"input": TEXT, "instructions": "Calm and slow."}, {"input": "Hi.", "voice": "nobody"}]
+    response = httpx.post(
+        f"{target.base_url}/v1/audio/speech/batch",
+        json={"voice": voice, "response_format": "pcm", "seed": 5, "items": items},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [r["status"] for r in results] == ["success", "success", "error"]
+    alone = usage_of_whole_file(target, {"input": TEXT, "voice": voice, "response_format": "pcm", "seed": 5})
+    assert results[0]["usage"] == {
+        "input_tokens": alone["INPUT-TOKENS"],
+        "output_tokens": alone["OUTPUT-TOKENS"],
+        "total_tokens": alone["TOTAL-TOKENS"],
+    }
+    assert results[2]["error"]["param"] == "voice" and "usage" not in results[2]
