@@ -22,6 +22,7 @@ from app.engine_protocol import SpeechEngine
 from app.engines import create_engine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
+from app.speech.batch import BatchSlots
 from app.voice_store import VoiceStore
 from app.voices import VoiceCatalog
 
@@ -58,6 +59,7 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     app.state.gate = admission_gate(settings, engine)
     app.state.voice_store = VoiceStore(settings.voice_store)
     app.state.lifecycle = Lifecycle(settings.drain_timeout_s, app.state.gate)
+    app.state.batch_slots = BatchSlots(app.state.gate.max_concurrency, settings.batch_concurrency)
     lifecycle: Lifecycle = app.state.lifecycle
     metrics.READY.set_function(lambda: float(engine.health().ready and not lifecycle.draining))
     install_error_handlers(app)

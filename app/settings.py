@@ -300,8 +300,8 @@ class Settings(BaseSettings):
     batch_concurrency: int | None = Field(
         None,
         ge=1,
-        description="POST /v1/audio/speech/batch: items of one batch synthesized at once, each admitted like a request "
-        "(default: a quarter of the concurrency, at least 1).",
+        description="POST /v1/audio/speech/batch: items of all batches synthesized at once, each admitted like a "
+        "request (default: a quarter of the concurrency, at least 1; at most the concurrency).",
     )
     queue_timeout_s: float = Field(10.0, ge=0, description="Longest wait for a slot before a 429.")
     request_timeout_s: float = Field(300.0, gt=0, description="Longest synthesis; then it is aborted.")

@@ -11,6 +11,7 @@ from starlette.datastructures import State
 from app.engine_protocol import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
+from app.speech.batch import BatchSlots
 from app.speech.run import SpeechService
 from app.voice_store import VoiceStore
 from app.voices import VoiceCatalog
@@ -43,3 +44,7 @@ def service_of(state: State) -> SpeechService:
 
 async def get_service(request: Request) -> SpeechService:
     return service_of(request.app.state)
+
+
+async def get_batch_slots(request: Request) -> BatchSlots:
+    return request.app.state.batch_slots

@@ -63,7 +63,13 @@ class SpeechRequest(SpeechOptions, Qwen3Extensions, StreamSwitches, OpenAIVoiceO
 
 class SpeechBatchItem(SpeechOptions, Qwen3Extensions, OpenAIVoiceOptions, TextInput, ModelOption):
     """One item of a batch: its text, and the batch's options with the item's own on top (the same fields and limits as
-    POST /v1/audio/speech, but the stream switches: every item is a whole file)."""
+    POST /v1/audio/speech, but the stream switches: every item is a whole file). The voice follows from the merged
+    fields (`voice_from_speaker`), not from the item's alone."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _voice_from_speaker(cls, data: Any) -> Any:  # replaces SpeechOptions': the merge applies it
+        return data
 
 
 class SpeechBatchRequest(SpeechOptions):
@@ -76,6 +82,11 @@ class SpeechBatchRequest(SpeechOptions):
         "`voice`, `response_format`, `language` ... (any field of POST /v1/audio/speech but the stream switches).",
     )
     response_format: ResponseFormat = Field("wav", description="The items' format unless one sets its own.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _voice_from_speaker(cls, data: Any) -> Any:  # replaces SpeechOptions': each item's voice follows from its own
+        return data
 
 
 class SpeechBatchItemResult(BaseModel):

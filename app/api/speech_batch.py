@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 from typing import Annotated, Any
 
@@ -15,17 +14,19 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from app import metrics
-from app.api.dependencies import get_service
+from app.api.dependencies import get_batch_slots, get_service
 from app.api.errors import ApiError, error_responses, invalid_param, to_api_error, validation_error
 from app.api.schemas import SpeechBatchItem, SpeechBatchRequest, SpeechBatchResponse
 from app.audio.formats import CONTENT_TYPES
-from app.speech.batch import BatchItem, ItemOutcome, default_concurrency, synthesize_batch
+from app.speech.batch import BatchItem, BatchSlots, ItemOutcome, synthesize_batch
+from app.speech.errors import Stopped
+from app.speech.options import voice_from_speaker
 from app.speech.run import SpeechService
 
 log = logging.getLogger(__name__)
 router = APIRouter()
 
-VOICE_FIELDS = ("voice", "speaker")  # an item naming its voice either way replaces the batch's, named either way
+VOICE_FIELDS = {"voice", "speaker"}  # an item naming its voice either way replaces the batch's, named either way
 
 
 def check_size(body: SpeechBatchRequest, max_items: int, max_chars: int) -> None:
@@ -38,21 +39,29 @@ def check_size(body: SpeechBatchRequest, max_items: int, max_chars: int) -> None
         raise ApiError(413, message, param="items", code="batch_too_large")
 
 
-def checked_item(body: SpeechBatchRequest, item: dict[str, Any]) -> SpeechBatchItem | ApiError:
-    """The item's fields over the batch's own (those it was sent with, and its format), validated as a request is; or
-    the 400 that names what is wrong with it."""
-    shared = body.model_dump(mode="json", exclude_unset=True, exclude={"items"})
+def shared_fields(body: SpeechBatchRequest) -> dict[str, Any]:
+    """The batch's own fields, as validated: those it was sent with, and its format (wav unless sent)."""
+    shared = {name: getattr(body, name) for name in body.model_fields_set - {"items"}}
     shared.setdefault("response_format", body.response_format)
-    if any(name in item for name in VOICE_FIELDS):
-        for name in VOICE_FIELDS:
-            shared.pop(name, None)
+    return shared
+
+
+def checked_item(shared: dict[str, Any], item: dict[str, Any]) -> SpeechBatchItem | ApiError:
+    """The item's own fields, validated as a request's are (each value once: the batch's were validated with the
+    batch), over the batch's; or the 400 that names what is wrong with it. An item naming its voice (`voice` or
+    `speaker`) replaces the batch's, named either way; then the voice follows from the merged fields as a request's
+    does from its own."""
     try:
-        checked = SpeechBatchItem.model_validate_json(json.dumps({**shared, **item}))
+        own = SpeechBatchItem.model_validate(item)
     except ValidationError as exc:
         return validation_error(exc.errors())
-    if checked.word_timestamps:
+    mine = {name: getattr(own, name) for name in own.model_fields_set}
+    inherited = {k: v for k, v in shared.items() if not (k in VOICE_FIELDS and VOICE_FIELDS & mine.keys())}
+    fields = voice_from_speaker({**inherited, **mine})
+    merged = SpeechBatchItem.model_construct(_fields_set=set(fields), **fields)
+    if merged.word_timestamps:
         return invalid_param("word_timestamps", "'word_timestamps' is not available in a batch (no headers per item).")
-    return checked
+    return merged
 
 
 def item_result(outcome: ItemOutcome | ApiError, index: int) -> tuple[dict[str, Any], int]:
@@ -79,20 +88,22 @@ def count(outcome: ItemOutcome | ApiError, status: int, request_id: str, respons
 
 
 async def unless_disconnected(request: Request, work: asyncio.Future[Any]) -> bool:
-    """Wait for `work`, or cancel it (and wait for it to stop) when the client goes first: whether it finished."""
+    """Wait for `work`, or cancel it (and wait for it to stop) when the client goes first, or when this handler is
+    cancelled itself: whether the client is still there (`work` may have been stopped from elsewhere: a drain)."""
 
     async def disconnected() -> None:  # the body has been read: the next message is the client leaving
         while (await request.receive())["type"] != "http.disconnect":
             pass
 
     watcher = asyncio.ensure_future(disconnected())
-    await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    watcher.cancel()
-    if work.done():
-        return True
-    work.cancel()
-    await asyncio.gather(work, return_exceptions=True)
-    return False
+    try:
+        await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (watcher, work):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(watcher, work, return_exceptions=True)
+    return not (watcher.done() and not watcher.cancelled())
 
 
 @router.post(
@@ -101,29 +112,35 @@ async def unless_disconnected(request: Request, work: asyncio.Future[Any]) -> bo
     responses=error_responses(400, 401, 404, 413, 503),
 )
 async def create_speech_batch(
-    body: SpeechBatchRequest, request: Request, service: Annotated[SpeechService, Depends(get_service)]
+    body: SpeechBatchRequest,
+    request: Request,
+    service: Annotated[SpeechService, Depends(get_service)],
+    slots: Annotated[BatchSlots, Depends(get_batch_slots)],
 ) -> Response:
     request_id: str = request.state.request_id
-    settings = service.settings
-    check_size(body, settings.batch_max_items, settings.batch_max_chars)
+    check_size(body, service.settings.batch_max_items, service.settings.batch_max_chars)
     if body.word_timestamps:
         raise invalid_param("word_timestamps", "'word_timestamps' is not available in a batch (no headers per item).")
     service.check_open()
-    checked = [checked_item(body, raw) for raw in body.items]
+    shared = shared_fields(body)
+    checked = [checked_item(shared, raw) for raw in body.items]
     items = [BatchItem(i, entry, entry.input) for i, entry in enumerate(checked) if isinstance(entry, SpeechBatchItem)]
-    concurrency = settings.batch_concurrency or default_concurrency(service.gate.max_concurrency)
-    batch = asyncio.ensure_future(synthesize_batch(service, items, request_id, concurrency))
-    if not await unless_disconnected(request, batch):  # nobody is left to answer
-        for index, entry in enumerate(checked):
-            count(ApiError(499, "client gone"), 499, f"{request_id}-{index}", _format_of(entry, body))
-        log.info("batch abandoned by its client", extra={"request_id": request_id, "items": len(checked)})
-        return Response(status_code=499)
-    done: dict[int, ItemOutcome | ApiError] = {outcome.index: outcome for outcome in batch.result()}
+    batch = asyncio.ensure_future(synthesize_batch(service, items, request_id, slots))
+    present = await unless_disconnected(request, batch)
+    finished = present and not batch.cancelled()
+    done: dict[int, ItemOutcome] = {outcome.index: outcome for outcome in batch.result()} if finished else {}
+    stopped = ApiError(499, "The client left.") if not present else to_api_error(Stopped("drain"))
     results = []
     for index, entry in enumerate(checked):
-        result, status = item_result(done.get(index, entry), index)  # type: ignore[arg-type]
-        count(done.get(index, entry), status, f"{request_id}-{index}", _format_of(entry, body))  # type: ignore[arg-type]
+        outcome: ItemOutcome | ApiError = done.get(index, entry) if finished else stopped
+        result, status = item_result(outcome, index)
+        count(outcome, status, f"{request_id}-{index}", _format_of(entry, body))
         results.append(result)
+    if not present:  # nobody is left to answer
+        log.info("batch abandoned by its client", extra={"request_id": request_id, "items": len(checked)})
+        return Response(status_code=499)
+    if not finished:  # a drain ran out of time before the batch ended
+        raise stopped
     succeeded = sum(1 for result in results if result["status"] == "success")
     answer = {"id": f"speech-batch-{request_id}", "results": results, "total": len(results), "succeeded": succeeded}
     return JSONResponse({**answer, "failed": len(results) - succeeded})

@@ -1,7 +1,8 @@
 """Many utterances in one call: each item synthesized whole as a request of its own (its voice resolved, its job built
-and refused on its own, admitted through the same gate as every request), at most `concurrency` of them at once, so
-that a batch holds no more than that share of the server's slots however many items it brings. One item's failure is
-its own; the others go on. Cancelling the batch (its caller left) stops the items running and starts no more."""
+and refused on its own, admitted through the same gate as every request). All batches together run at most
+`BatchSlots` items at once, so that batches hold no more than that share of the server's slots however many items
+they bring, and requests arriving meanwhile find room. One item's failure is its own; the others go on. Cancelling
+the batch (its caller left, or a drain ran out of time) stops the items running and starts no more."""
 
 from __future__ import annotations
 
@@ -45,9 +46,31 @@ class ItemOutcome:
     error: BaseException | None = None
 
 
-def default_concurrency(max_concurrency: int) -> int:
-    """A batch's share of the slots when none is set: a quarter, so that streams arriving meanwhile find room."""
-    return max(1, max_concurrency // 4)
+class BatchSlots:
+    """The server's share of slots for batch items, all batches together: `configured`, or a quarter of the
+    concurrency, at least 1, and never more than the concurrency (beyond it items would only be refused by the
+    queue)."""
+
+    def __init__(self, max_concurrency: int, configured: int | None = None) -> None:
+        self.size = min(max_concurrency, configured or max(1, max_concurrency // 4))
+        self._semaphore = asyncio.Semaphore(self.size)
+
+    async def __aenter__(self) -> None:
+        await self._semaphore.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._semaphore.release()
+
+
+class BatchStop:
+    """What a drain that ran out of time stops of a batch (the lifecycle tracks it until the batch ends, so that a
+    drain waits for its items not yet started too)."""
+
+    def __init__(self, task: asyncio.Task[list[ItemOutcome]]) -> None:
+        self.task = task
+
+    def stop(self, reason: str) -> None:
+        self.task.cancel()
 
 
 async def speak_whole(service: SpeechService, item: BatchItem, request_id: str) -> ItemOutcome:
@@ -62,8 +85,7 @@ async def speak_whole(service: SpeechService, item: BatchItem, request_id: str) 
         "batch_item": item.index,
     }
     outcome = ItemOutcome(item.index, item.options.response_format, summary)
-    try:
-        service.check_open()
+    try:  # the batch was checked open when it was accepted: a drain lets it finish, as it lets a queued request
         voice = await service.resolve_voice(item.options)
         job, output = service.build_job(voice, item.text, f"{request_id}-{item.index}", whole_file=True)
         outcome.response_format = output.response_format
@@ -75,7 +97,7 @@ async def speak_whole(service: SpeechService, item: BatchItem, request_id: str) 
         finally:
             with anyio.CancelScope(shield=True):  # the slot released and the engine told, however it ended
                 await audio.close_if_never_streamed()
-        audio.first_audio_sent()  # a whole file's TTFA: complete, about to be answered
+        audio.first_audio_sent()  # no-op after its first encoded bytes (its TTFA, as a whole file's elsewhere)
         outcome.data, outcome.usage = file.data, audio.usage
     except SpeechError as exc:
         outcome.error = exc
@@ -88,15 +110,22 @@ async def speak_whole(service: SpeechService, item: BatchItem, request_id: str) 
 
 
 async def synthesize_batch(
-    service: SpeechService, items: list[BatchItem], request_id: str, concurrency: int
+    service: SpeechService, items: list[BatchItem], request_id: str, slots: BatchSlots
 ) -> list[ItemOutcome]:
-    """Every item, at most `concurrency` at a time, in the order given; the outcomes in the same order."""
-    slots = asyncio.Semaphore(max(1, concurrency))
+    """Every item, as batch slots come free, in the order given; the outcomes in the same order. The lifecycle counts
+    the batch as work in progress until it ends."""
 
     async def one(item: BatchItem) -> ItemOutcome:
         async with slots:
             return await speak_whole(service, item, request_id)
 
-    async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(one(item)) for item in items]
+    task = asyncio.current_task()
+    assert task is not None
+    tracking_id = f"{request_id}-batch"
+    service.lifecycle.track(tracking_id, BatchStop(task))
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(item)) for item in items]
+    finally:
+        service.lifecycle.untrack(tracking_id)
     return [task.result() for task in tasks]

@@ -123,6 +123,19 @@ class Qwen3Extensions(BaseModel):
     )
 
 
+def voice_from_speaker(data: Any) -> Any:
+    """The voice of a request's fields where `voice` is absent: `speaker` (vllm-omni 0.30's alias; two different names
+    are refused by the job builder, naming `speaker`), or none for a designed or cloned voice, which comes from
+    `instructions` or the reference audio (vllm-omni needs no name)."""
+    if not isinstance(data, dict) or "voice" in data:
+        return data
+    if isinstance(data.get("speaker"), str):
+        return {**data, "voice": data["speaker"]}
+    if data.get("task_type") in ("VoiceDesign", "Base"):
+        return {**data, "voice": ""}
+    return data
+
+
 class SpeechOptions(Qwen3Extensions, OpenAIVoiceOptions, ModelOption):
     """How to speak: the model, the voice and the Qwen3-TTS extensions, whatever the transport. Unknown fields are
     refused, as OpenAI refuses unrecognized arguments."""
@@ -134,16 +147,7 @@ class SpeechOptions(Qwen3Extensions, OpenAIVoiceOptions, ModelOption):
     @model_validator(mode="before")
     @classmethod
     def _voice_from_speaker(cls, data: Any) -> Any:
-        """`speaker` names the voice when `voice` is absent (vllm-omni 0.30's alias); two different names are refused
-        by the job builder, naming `speaker`. A designed or cloned voice comes from `instructions` or the reference
-        audio: vllm-omni needs no name."""
-        if not isinstance(data, dict) or "voice" in data:
-            return data
-        if isinstance(data.get("speaker"), str):
-            return {**data, "voice": data["speaker"]}
-        if data.get("task_type") in ("VoiceDesign", "Base"):
-            return {**data, "voice": ""}
-        return data
+        return voice_from_speaker(data)
 
     @property
     def voice_name(self) -> str:

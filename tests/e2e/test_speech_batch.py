@@ -8,6 +8,7 @@ import base64
 import concurrent.futures
 import io
 import json
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -123,6 +124,32 @@ def test_a_batch_over_its_caps_or_with_a_bad_default_is_refused_whole(
     assert response.json()["error"]["param"] == param
 
 
+def test_an_item_takes_the_batch_default_as_a_request_would_take_its_own(batch_server: RunningServer) -> None:
+    """A batch of clones by default whose item speaks a preset voice: the item's voice follows from its own task,
+    not from a voice the batch's task implied (this engine cannot clone, so only that item can succeed)."""
+    body = {
+        "task_type": "Base",
+        "response_format": "pcm",
+        "items": [{"input": "Hi.", "task_type": "CustomVoice"}, {"input": "Hi."}],
+    }
+    results = batch(batch_server, body).json()["results"]
+    assert results[0]["status"] == "success", results[0]
+    assert results[1]["error"]["param"] == "task_type"
+
+
+def test_an_item_nested_past_any_parsers_depth_is_an_item_error_not_a_server_error(
+    batch_server: RunningServer,
+) -> None:
+    nested: object = 1
+    for _ in range(900):
+        nested = [nested]
+    body = {"response_format": "pcm", "items": [{"input": "Hi.", "extra_params": {"a": nested}}, {"input": "Hi."}]}
+    response = batch(batch_server, body)
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert results[0]["error"]["param"] == "extra_params" and results[1]["status"] == "success"
+
+
 def metric(server: RunningServer, name: str, **labels: str) -> float:
     return server.metric(name, **labels)
 
@@ -140,8 +167,9 @@ def test_a_batch_takes_its_share_of_the_slots_and_a_stream_beside_it_is_admitted
     stream label `batch`."""
     before = metric(batch_server, "speech_requests_total", status="200", response_format="wav", stream="batch")
     items = [{"input": LONG} for _ in range(MAX_ITEMS)]  # about 0.25 s each here
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
         pending = pool.submit(batch, batch_server, {"items": items})
+        other = pool.submit(batch, batch_server, {"items": items[:2]})  # batches share one share of the slots
         held = []
         for _ in range(4):
             time.sleep(0.1)
@@ -155,6 +183,7 @@ def test_a_batch_takes_its_share_of_the_slots_and_a_stream_beside_it_is_admitted
         assert stream.status_code == 200
         still_running = not pending.done()
         answer = pending.result().json()
+        assert other.result().json()["succeeded"] == 2
     assert max(held) == 1 and still_running  # its one slot the whole time; the stream came and went meanwhile
     assert answer["succeeded"] == MAX_ITEMS
     lines = speech_lines(batch_server)
@@ -164,7 +193,7 @@ def test_a_batch_takes_its_share_of_the_slots_and_a_stream_beside_it_is_admitted
     items_logged = [line for line in lines if str(line["request_id"]).startswith(f"{batch_id}-")]
     assert len(items_logged) == MAX_ITEMS and all(line["stream_format"] == "batch" for line in items_logged)
     after = metric(batch_server, "speech_requests_total", status="200", response_format="wav", stream="batch")
-    assert after - before == MAX_ITEMS
+    assert after - before == MAX_ITEMS + 2  # both batches' items
 
 
 def test_a_caller_that_leaves_mid_batch_stops_the_rest(batch_server: RunningServer) -> None:
@@ -190,3 +219,16 @@ def test_a_caller_that_leaves_mid_batch_stops_the_rest(batch_server: RunningServ
     while metric(batch_server, "speech_in_flight") > 0:  # the running item stopped, no other started
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def test_a_batch_accepted_before_a_drain_is_served_whole(batch_server: RunningServer) -> None:
+    """SIGTERM while a batch's first item runs: the drain waits for every item, as it waits for accepted requests,
+    then the server exits cleanly. (Last in this module: it stops the module's server.)"""
+    items = [{"input": LONG} for _ in range(MAX_ITEMS)]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(batch, batch_server, {"items": items})
+        time.sleep(0.3)
+        batch_server.process.send_signal(signal.SIGTERM)
+        answer = pending.result().json()
+    assert answer["succeeded"] == MAX_ITEMS, answer
+    assert batch_server.process.wait(timeout=60) == 0
