@@ -10,8 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from app.tools.qwen3_tts_model_dir import write_model_dir
-from tests.support.server import RunningServer, fake_omni_command, start_server
+from tests.support.server import RunningServer, start_fake_omni
 
 TEXT = "Billing code reads what each request cost."  # 7 words: 7 tokens of the stand-in's tokenizer
 HEADERS = ["INPUT-TOKENS", "OUTPUT-TOKENS", "TOTAL-TOKENS", "INPUT-TEXT-TOKENS", "INPUT-AUDIO-TOKENS"]
@@ -19,13 +18,7 @@ HEADERS = ["INPUT-TOKENS", "OUTPUT-TOKENS", "TOTAL-TOKENS", "INPUT-TEXT-TOKENS",
 
 @pytest.fixture(scope="module")
 def omni(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    folder = tmp_path_factory.mktemp("usage-omni")
-    env = {
-        "SPEECH_OMNI__MODEL": str(write_model_dir(folder / "model", "custom_voice")),
-        "SPEECH_OMNI__DEPLOY_CONFIG": "deploy/vllm-omni/customvoice.yaml",
-        "SPEECH_OMNI__WARMUP_BATCH_SIZES": "1",
-    }
-    server = start_server(folder / "server.log", env=env, command=fake_omni_command())
+    server = start_fake_omni(tmp_path_factory.mktemp("usage-omni"))
     yield server
     server.stop()
 

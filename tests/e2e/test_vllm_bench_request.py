@@ -26,8 +26,7 @@ import aiohttp
 import httpx
 import pytest
 
-from app.tools.qwen3_tts_model_dir import write_model_dir
-from tests.support.server import RunningServer, fake_omni_command, start_server
+from tests.support.server import RunningServer, start_fake_omni
 
 SAMPLES_PER_FRAME = 1920  # Qwen3-TTS: 80 ms at 24 kHz
 PROMPT = "The quick brown fox jumps over the lazy dog, and then it runs back home."
@@ -84,14 +83,7 @@ def served_model(server: RunningServer) -> str:
 @pytest.fixture(scope="module")
 def omni(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """The service on the omni engine over the vllm-omni 0.30 stand-in, with the shipped profile."""
-    folder = tmp_path_factory.mktemp("bench-omni")
-    env = {
-        "SPEECH_OMNI__MODEL": str(write_model_dir(folder / "model", "custom_voice")),
-        "SPEECH_OMNI__DEPLOY_CONFIG": "deploy/vllm-omni/customvoice.yaml",
-        "SPEECH_OMNI__SERVED_MODEL_NAME": "qwen3-tts",
-        "SPEECH_OMNI__WARMUP_BATCH_SIZES": "1",
-    }
-    server = start_server(folder / "server.log", env=env, command=fake_omni_command())
+    server = start_fake_omni(tmp_path_factory.mktemp("bench-omni"), SPEECH_OMNI__SERVED_MODEL_NAME="qwen3-tts")
     yield server
     server.stop()
 

@@ -76,6 +76,20 @@ def fake_omni_command() -> list[str]:
     return [sys.executable, "-m", "tests.fakes.omni_server"]
 
 
+def start_fake_omni(folder: Path, **env: str) -> RunningServer:
+    """The server on the omni engine over the vllm-omni fakes: a CustomVoice model directory in `folder`, the shipped
+    profile, warm-up at batch size 1, and `env` on top."""
+    from app.tools.qwen3_tts_model_dir import write_model_dir
+
+    settings = {
+        "SPEECH_OMNI__MODEL": str(write_model_dir(folder / "model", "custom_voice")),
+        "SPEECH_OMNI__DEPLOY_CONFIG": "deploy/vllm-omni/customvoice.yaml",
+        "SPEECH_OMNI__WARMUP_BATCH_SIZES": "1",
+        **env,
+    }
+    return start_server(folder / "server.log", env=settings, command=fake_omni_command())
+
+
 def start_server(
     log_path: Path,
     env: dict[str, str] | None = None,
