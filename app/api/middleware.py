@@ -8,6 +8,7 @@ import logging
 import re
 import time
 import uuid
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -152,15 +153,18 @@ def _replay(first: Message, receive: Receive) -> Receive:
 
 class SpeechAccountingMiddleware:
     """One count and one JSON log line per speech request, whatever its outcome (a 400 from the schema, a 429, a
-    stream cut by a drain...). The route leaves what it learned in `scope["state"]["speech"]`."""
+    stream cut by a drain...). The route leaves what it learned in `scope["state"]["speech"]`. A batch's items are
+    counted by its route, one by one (`state["batch_items_counted"]`); a batch refused whole (its body, its caps) is
+    counted here, once, with the stream label `batch`."""
 
     PATH = "/v1/audio/speech"
+    BATCH_PATH = "/v1/audio/speech/batch"
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != self.PATH:
+        if scope["type"] != "http" or scope["path"] not in (self.PATH, self.BATCH_PATH):
             await self.app(scope, receive, send)
             return
         status = 500
@@ -175,12 +179,18 @@ class SpeechAccountingMiddleware:
             await self.app(scope, receive, send_with_status)
         finally:
             state = scope.get("state", {})
-            summary = dict(state.get("speech") or {})
-            response_format = str(summary.get("response_format", "unknown"))
-            stream = str(summary.get("stream_format", "unknown"))
-            metrics.REQUESTS.labels(str(status), response_format, stream).inc()
-            summary.update(request_id=state.get("request_id", ""), status=status)
-            if (timeline := state.get("ttfa_timeline")) is not None:  # milestones reached, in s since arrival
-                summary["timeline_s"] = timeline.offsets()
-            summary.setdefault("e2e_s", round(time.perf_counter() - state.get("started_at", time.perf_counter()), 4))
-            log.info("speech request", extra=summary)
+            if not state.get("batch_items_counted"):  # a batch's items were, one by one: nothing to add
+                self._account(scope, state, status)
+
+    def _account(self, scope: Scope, state: dict[str, Any], status: int) -> None:
+        summary = dict(state.get("speech") or {})
+        if scope["path"] == self.BATCH_PATH:
+            summary.setdefault("stream_format", "batch")
+        response_format = str(summary.get("response_format", "unknown"))
+        stream = str(summary.get("stream_format", "unknown"))
+        metrics.REQUESTS.labels(str(status), response_format, stream).inc()
+        summary.update(request_id=state.get("request_id", ""), status=status)
+        if (timeline := state.get("ttfa_timeline")) is not None:  # milestones reached, in s since arrival
+            summary["timeline_s"] = timeline.offsets()
+        summary.setdefault("e2e_s", round(time.perf_counter() - state.get("started_at", time.perf_counter()), 4))
+        log.info("speech request", extra=summary)

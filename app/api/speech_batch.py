@@ -130,6 +130,7 @@ async def create_speech_batch(
     finished = present and not batch.cancelled()
     done: dict[int, ItemOutcome] = {outcome.index: outcome for outcome in batch.result()} if finished else {}
     stopped = ApiError(499, "The client left.") if not present else to_api_error(Stopped("drain"))
+    request.state.batch_items_counted = True  # each item below, as a request of its own
     results = []
     for index, entry in enumerate(checked):
         outcome: ItemOutcome | ApiError = done.get(index, entry) if finished else stopped

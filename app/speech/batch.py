@@ -13,10 +13,13 @@ import time
 
 import anyio
 
+from app.engine_protocol import ReferenceAudio
+from app.settings import Settings
 from app.speech.encoding import Usage, whole_file
 from app.speech.errors import Failed, SpeechError
 from app.speech.options import SpeechOptions
 from app.speech.run import SpeechRun, SpeechService
+from app.speech.voice import decode_reference
 from app.timing import TtfaTimeline
 
 log = logging.getLogger(__name__)
@@ -62,6 +65,26 @@ class BatchSlots:
         self._semaphore.release()
 
 
+class SharedReferences:
+    """Each reference audio of a batch fetched and decoded once, however many of its items clone from it (an item
+    inherits the batch's `ref_audio`, a string of up to the body's size). The decodes end with the batch."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._decoded: dict[str, asyncio.Future[ReferenceAudio]] = {}
+
+    async def decode(self, value: str) -> ReferenceAudio:
+        future = self._decoded.get(value)
+        if future is None:
+            future = self._decoded[value] = asyncio.ensure_future(decode_reference(value, self._settings))
+        return await asyncio.shield(future)  # an item cancelled does not cancel the others' decode
+
+    async def close(self) -> None:
+        for future in self._decoded.values():
+            future.cancel()
+        await asyncio.gather(*self._decoded.values(), return_exceptions=True)
+
+
 class BatchStop:
     """What a drain that ran out of time stops of a batch (the lifecycle tracks it until the batch ends, so that a
     drain waits for its items not yet started too)."""
@@ -73,7 +96,9 @@ class BatchStop:
         self.task.cancel()
 
 
-async def speak_whole(service: SpeechService, item: BatchItem, request_id: str) -> ItemOutcome:
+async def speak_whole(
+    service: SpeechService, item: BatchItem, request_id: str, references: SharedReferences | None = None
+) -> ItemOutcome:
     """One item, whole: its job, a slot, the engine's audio encoded into one file."""
     started = time.perf_counter()
     timing = TtfaTimeline(started)
@@ -86,7 +111,7 @@ async def speak_whole(service: SpeechService, item: BatchItem, request_id: str) 
     }
     outcome = ItemOutcome(item.index, item.options.response_format, summary)
     try:  # the batch was checked open when it was accepted: a drain lets it finish, as it lets a queued request
-        voice = await service.resolve_voice(item.options)
+        voice = await service.resolve_voice(item.options, references.decode if references else None)
         job, output = service.build_job(voice, item.text, f"{request_id}-{item.index}", whole_file=True)
         outcome.response_format = output.response_format
         ticket = await service.admitted(timing, len(item.text))
@@ -115,9 +140,11 @@ async def synthesize_batch(
     """Every item, as batch slots come free, in the order given; the outcomes in the same order. The lifecycle counts
     the batch as work in progress until it ends."""
 
+    references = SharedReferences(service.settings)
+
     async def one(item: BatchItem) -> ItemOutcome:
         async with slots:
-            return await speak_whole(service, item, request_id)
+            return await speak_whole(service, item, request_id, references)
 
     task = asyncio.current_task()
     assert task is not None
@@ -128,4 +155,5 @@ async def synthesize_batch(
             tasks = [group.create_task(one(item)) for item in items]
     finally:
         service.lifecycle.untrack(tracking_id)
+        await references.close()
     return [task.result() for task in tasks]

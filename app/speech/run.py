@@ -23,7 +23,7 @@ from app.speech.errors import Failed, Full, Refused, ShuttingDown, Stopped, Unav
 from app.speech.jobs import OutputSpec, build_job
 from app.speech.models import accepted_models, served_models
 from app.speech.options import SpeechOptions
-from app.speech.voice import Options, Voice, resolve_voice
+from app.speech.voice import Decoder, Options, Voice, resolve_voice
 from app.timing import ListenerClock, TtfaTimeline
 from app.voice_store import VoiceStore
 from app.voices import VoiceCatalog
@@ -54,8 +54,8 @@ class SpeechService:
         if not self.engine.health().ready:
             raise Unavailable(self.engine.health().detail)
 
-    async def resolve_voice(self, options: Options) -> Voice[Options]:
-        return await resolve_voice(options, self.engine, self.settings, self.catalog, self.store)
+    async def resolve_voice(self, options: Options, decode: Decoder | None = None) -> Voice[Options]:
+        return await resolve_voice(options, self.engine, self.settings, self.catalog, self.store, decode)
 
     def build_job(
         self, voice: Voice[SpeechOptions], text: str, request_id: str, whole_file: bool = False

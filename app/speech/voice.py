@@ -5,6 +5,8 @@ place of the name."""
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -48,14 +50,22 @@ async def registered_voice(options: SpeechOptions, catalog: VoiceCatalog, store:
         return None
 
 
+Decoder = Callable[[str], Awaitable[ReferenceAudio]]
+
+
 async def resolve_voice(
-    options: Options, engine: SpeechEngine, settings: Settings, catalog: VoiceCatalog, store: VoiceStore
+    options: Options,
+    engine: SpeechEngine,
+    settings: Settings,
+    catalog: VoiceCatalog,
+    store: VoiceStore,
+    decode: Decoder | None = None,
 ) -> Voice[Options]:
-    """The request's reference audio, decoded, and a registered (cloned) voice's reference and transcript in place."""
+    """The request's reference audio, decoded (by `decode` where given: a batch decodes each reference once), and a
+    registered (cloned) voice's reference and transcript in place."""
     caps = engine.capabilities()
-    reference = (
-        await decode_reference(options.ref_audio, settings) if caps.voice_cloning and options.ref_audio else None
-    )
+    decode = decode or functools.partial(decode_reference, settings=settings)
+    reference = await decode(options.ref_audio) if caps.voice_cloning and options.ref_audio else None
     registered = await registered_voice(options, catalog, store) if reference is None else None
     if registered is None:
         return Voice(options, reference)

@@ -119,9 +119,12 @@ def test_a_bad_item_fails_alone_with_an_openai_error_naming_its_field(batch_serv
 def test_a_batch_over_its_caps_or_with_a_bad_default_is_refused_whole(
     batch_server: RunningServer, body: dict[str, object], status: int, param: str
 ) -> None:
+    """Refused whole, and counted once as a speech request (stream label `batch`), its items never having run."""
+    before = metric(batch_server, "speech_requests_total", status=str(status), stream="batch")
     response = batch(batch_server, body)
     assert response.status_code == status, response.text
     assert response.json()["error"]["param"] == param
+    assert metric(batch_server, "speech_requests_total", status=str(status), stream="batch") == before + 1
 
 
 def test_an_item_takes_the_batch_default_as_a_request_would_take_its_own(batch_server: RunningServer) -> None:
