@@ -248,14 +248,15 @@ async def never() -> None:
 
 @router.websocket("/v1/audio/speech/stream")
 async def speech_stream(websocket: WebSocket) -> None:
+    service = service_of(websocket.app.state)
+    if service.lifecycle.draining:
+        # refused before the upgrade, as the HTTP 503 a request gets: a balancer retries it on another replica, which
+        # it could not do with a session closed after the upgrade
+        await websocket.send_denial_response(to_api_error(ShuttingDown()).response())
+        return
     await websocket.accept()
     metrics.WS_SESSIONS.inc()
     try:
-        session = SpeechStreamSession(websocket, service_of(websocket.app.state))
-        if session.lifecycle.draining:
-            await session.frames.send_error(ShuttingDown())
-            await websocket.close(CLOSE_GOING_AWAY)
-            return
-        await session.run()
+        await SpeechStreamSession(websocket, service).run()
     finally:
         metrics.WS_SESSIONS.dec()

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from loadtest.audio import decode, transcribe, word_error_rate
@@ -295,7 +295,8 @@ def test_disconnect_aborts_the_engine_and_frees_the_slot(guarded_server: Running
 
 def test_drain_finishes_the_utterance_then_closes_1001(guarded_server: RunningServer) -> None:
     """Last in this module: it stops the server. SIGTERM while an utterance is being spoken and its last sentence has
-    not even been sent: the whole utterance is still spoken, then the session closes with 1001."""
+    not even been sent: the whole utterance is still spoken, then the session closes with 1001. A session asked for
+    meanwhile is refused with the HTTP 503 a request gets (a balancer retries it elsewhere)."""
     auth = {"Authorization": f"Bearer {KEY}"}
     with (
         connect(ws_url(guarded_server), additional_headers=auth) as ws,
@@ -309,6 +310,10 @@ def test_drain_finishes_the_utterance_then_closes_1001(guarded_server: RunningSe
         with pytest.raises(ConnectionClosed):
             idle.recv(timeout=10)
         assert idle.close_code == 1001  # nothing open: closed at once
+        with pytest.raises(InvalidStatus) as refused:  # a new session: refused before the upgrade, as a request is
+            connect(ws_url(guarded_server), additional_headers=auth)
+        assert refused.value.response.status_code == 503 and refused.value.response.headers["Retry-After"] == "1"
+        assert json.loads(refused.value.response.body)["error"]["code"] == "server_shutting_down"
         send(ws, {"type": "input.text", "text": " after it."})
         send(ws, {"type": "input.done"})
         events, _ = receive_utterance(ws)

@@ -1,0 +1,193 @@
+"""A fleet on the CPU: three embedded replicas behind a real HAProxy (Debian's, installed when missing), started and
+restarted by deploy/fleet/fleet.sh with deploy/fleet/haproxy.cfg.in, under steady load over HTTP and the WebSocket."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from tests.support.server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+FLEET = ROOT / "deploy/fleet/fleet.sh"
+REPLICAS = 3
+
+
+def ensure_haproxy() -> str:
+    """Debian's haproxy, installed with apt-get when it is not there."""
+    found = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
+    if found:
+        return found
+    if shutil.which("apt-get") is None:
+        raise RuntimeError("haproxy is missing and apt-get is not available to install it")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
+    install = ["apt-get", "install", "-y", "-qq", "haproxy"]
+    subprocess.run(install, check=True, env=env, capture_output=True, timeout=900)
+    return "/usr/sbin/haproxy"
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive free loopback ports."""
+    for _ in range(100):
+        base = free_port()
+        try:
+            sockets = []
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+@dataclass
+class Fleet:
+    url: str
+    env: dict[str, str]
+    work: Path
+
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(FLEET), *args], env=self.env, capture_output=True, text=True, timeout=timeout, cwd=ROOT
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+    def replica_log(self, index: int) -> str:
+        return (self.work / f"replica-{index}.log").read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    haproxy = ensure_haproxy()
+    work = tmp_path_factory.mktemp("fleet")
+    front, stats = free_port(), free_port()
+    env = {
+        **os.environ,
+        "REPLICAS": str(REPLICAS),
+        "FRONT": f"127.0.0.1:{front}",
+        "STATS": f"127.0.0.1:{stats}",
+        "BASE_PORT": str(free_ports(REPLICAS)),
+        "WORK": str(work),
+        "SPEECH_SERVER": str(Path(sys.executable).parent / "speech-server"),
+        "HAPROXY": haproxy,
+        "PYTHON": sys.executable,
+        "SPEECH_VOICE_STORE": str(work / "voices"),  # one store for the fleet
+    }
+    running = Fleet(f"http://127.0.0.1:{front}", env, work)
+    running.run("start")
+    yield running
+    subprocess.run([str(FLEET), "stop"], env=env, capture_output=True, timeout=120, cwd=ROOT)
+
+
+@dataclass
+class Load:
+    """Clients that keep asking the fleet for speech until told to stop, each outcome counted."""
+
+    url: str
+    outcomes: Counter[str] = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def record(self, ok: bool, what: str) -> None:
+        self.outcomes["ok" if ok else "failed"] += 1
+        if not ok:
+            self.failures.append(what)
+
+    def http(self, index: int) -> None:
+        """Streamed pcm: a whole body (an incomplete chunked one raises), of whole samples and over a second."""
+        with httpx.Client(timeout=60) as client:
+            n = 0
+            while not self.stop.is_set():
+                n += 1
+                body = {"input": f"The fleet serves request {index} {n} without a gap.", "response_format": "pcm"}
+                try:
+                    with client.stream("POST", f"{self.url}/v1/audio/speech", json=body) as response:
+                        data = b"".join(response.iter_bytes())
+                    ok = response.status_code == 200 and len(data) % 2 == 0 and len(data) > 2 * 24_000
+                    self.record(ok, f"http {response.status_code} {len(data)} bytes")
+                except httpx.HTTPError as exc:
+                    self.record(False, f"http {type(exc).__name__}: {exc}")
+
+    def websocket(self) -> None:
+        """A session a time: one utterance, all its audio, session.done, a normal close."""
+        ws_url = self.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            try:
+                with connect(ws_url, open_timeout=10) as ws:
+                    ws.send(json.dumps({"type": "session.config", "voice": "alloy", "response_format": "pcm"}))
+                    ws.send(json.dumps({"type": "input.text", "text": f"Session {n} speaks one sentence."}))
+                    ws.send(json.dumps({"type": "input.done"}))
+                    ws.send(json.dumps({"type": "session.close"}))
+                    events, audio = [], 0
+                    try:
+                        while True:
+                            message = ws.recv(timeout=30)
+                            if isinstance(message, bytes):
+                                audio += len(message)
+                            else:
+                                events.append(json.loads(message))
+                    except ConnectionClosed:
+                        pass
+                    done = [e for e in events if e["type"] == "audio.done"]
+                    ok = ws.close_code == 1000 and events[-1:] and events[-1]["type"] == "session.done"
+                    ok = bool(ok) and len(done) == 1 and done[0]["total_bytes"] == audio > 0
+                    self.record(ok, f"websocket close {ws.close_code}, events {[e['type'] for e in events]}")
+            except Exception as exc:  # a refused upgrade, a timeout: the session failed
+                self.record(False, f"websocket {type(exc).__name__}: {exc}")
+
+    def __enter__(self) -> Load:
+        self.threads = [threading.Thread(target=self.http, args=(i,)) for i in range(3)]
+        self.threads.append(threading.Thread(target=self.websocket))
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=120)
+
+
+def served(fleet: Fleet, index: int) -> int:
+    return fleet.replica_log(index).count('"message": "speech request"')
+
+
+def test_a_rolling_restart_under_load_fails_and_truncates_nothing(fleet: Fleet) -> None:
+    """SIGTERM each replica in turn (it drains: HAProxy takes it out within a second, retries elsewhere what it
+    refused before answering, and the streams it holds finish), start it again, next: every HTTP stream and every
+    WebSocket session of the steady load completes whole, and each restarted replica serves again."""
+    with Load(fleet.url) as load:
+        time.sleep(1.0)
+        fleet.run("rolling-restart")
+        before = [served(fleet, i) for i in range(REPLICAS)]
+        time.sleep(2.0)
+    assert not load.failures, load.failures[:5]
+    assert load.outcomes["ok"] > 50, load.outcomes
+    after = [served(fleet, i) for i in range(REPLICAS)]
+    assert all(b > a for a, b in zip(before, after, strict=True)) or sum(after) > sum(before)
+    for index in range(REPLICAS):
+        assert fleet.replica_log(index).count("Application startup complete") == 2  # each was restarted once
