@@ -16,6 +16,10 @@ log = logging.getLogger(__name__)
 
 _POLL_S = 0.05
 _STOPPED_GRACE_S = 5.0  # stopped streams end within a chunk; never hold the shutdown hostage to one that does not
+# A long-lived session open when the drain began may still have its next message on the way (sent right after its
+# first, before it heard of the drain): for this long it may begin one more piece of work, which the drain then waits
+# for. New requests and sessions are refused from the first instant.
+SESSION_GRACE_S = 0.25
 
 
 class Stoppable(Protocol):
@@ -32,6 +36,7 @@ class Lifecycle:
         self._stopping = False  # the drain ran out of time: whatever starts streaming now is stopped at once
         self._task: asyncio.Task[None] | None = None
         self.drain_started = asyncio.Event()  # long-lived connections (WebSocket sessions) wait on it
+        self._drain_began: float | None = None
 
     def track(self, request_id: str, stream: Stoppable) -> None:
         self._streams[request_id] = stream
@@ -46,11 +51,21 @@ class Lifecycle:
         """Nothing accepted is still waiting or streaming."""
         return not self._streams and (self._gate is None or self._gate.idle)
 
+    def session_grace_left_s(self) -> float:
+        """How long an open session may still begin new work: without end before a drain, `SESSION_GRACE_S` from its
+        start, none where the lifecycle was marked draining without one."""
+        if not self.draining:
+            return float("inf")
+        if self._drain_began is None:
+            return 0.0
+        return max(0.0, self._drain_began + SESSION_GRACE_S - time.perf_counter())
+
     def begin_drain(self, on_drained: Callable[[], None] | None = None) -> None:
         """Refuse new work now; after the accepted work finishes (or the drain timeout), call `on_drained`."""
         if self.draining:
             return
         self.draining = True
+        self._drain_began = time.perf_counter()
         self.drain_started.set()
         queued = self._gate.queued if self._gate is not None else 0
         log.info(
@@ -68,7 +83,8 @@ class Lifecycle:
 
     async def _drain(self, on_drained: Callable[[], None] | None) -> None:
         started = time.perf_counter()
-        if not await self._wait_idle(self.drain_timeout_s):
+        await asyncio.sleep(min(SESSION_GRACE_S, self.drain_timeout_s))  # what sessions begin in their grace counts
+        if not await self._wait_idle(self.drain_timeout_s - (time.perf_counter() - started)):
             self._stopping = True
             # waiters first: a stopped stream's slot would otherwise pass to a waiter that cannot finish either
             refused = self._gate.refuse_waiting("draining") if self._gate is not None else 0

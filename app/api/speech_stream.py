@@ -126,9 +126,12 @@ class SpeechStreamSession:
                         return
                     await self.on_message(message)
                 elif drain in done:
-                    if self.speech.idle:
-                        raise SessionClosed(CLOSE_GOING_AWAY)
                     drain_seen = True  # the open utterance is finished first; its end closes the session
+                    # idle, unless its client's next message is already on its way (sent with the session's first:
+                    # a session that began just before the drain is served, not closed with its text unread)
+                    grace = self.lifecycle.session_grace_left_s()
+                    if self.speech.idle and not (await asyncio.wait({receiving}, timeout=grace))[0]:
+                        raise SessionClosed(CLOSE_GOING_AWAY)
                 elif self.speech.voice is None:
                     message = "No valid session.config arrived in time."
                     await self.frames.close_with(

@@ -242,10 +242,11 @@ class StreamedSpeech:
         self.quiet_since = time.perf_counter()
 
     def text(self, text: str) -> None:
-        """More text of the current utterance (its first opens it). `ShuttingDown` when the server drains and no
-        utterance is open."""
+        """More text of the current utterance (its first opens it). `ShuttingDown` when the server drains, no utterance
+        is open and the session's grace (text already on its way when the drain began) is over."""
         if self.lifecycle.draining and self.utterance not in self.open_utterances:
-            raise ShuttingDown()
+            if self.lifecycle.session_grace_left_s() <= 0:
+                raise ShuttingDown()
         self.begin_utterance()
         self.open_utterances[self.utterance].chars += len(text)
         self.buffer += text

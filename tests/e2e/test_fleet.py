@@ -3,9 +3,13 @@ restarted by deploy/fleet/fleet.sh with deploy/fleet/haproxy.cfg.in, under stead
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -94,6 +98,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         "HAPROXY": haproxy,
         "PYTHON": sys.executable,
         "SPEECH_VOICE_STORE": str(work / "voices"),  # one store for the fleet
+        "SPEECH_MAX_CONCURRENCY": "8",  # room for the streams a test holds half read beside the steady load
     }
     running = Fleet(f"http://127.0.0.1:{front}", env, work)
     running.run("start")
@@ -191,3 +196,69 @@ def test_a_rolling_restart_under_load_fails_and_truncates_nothing(fleet: Fleet) 
     assert all(b > a for a, b in zip(before, after, strict=True)) or sum(after) > sum(before)
     for index in range(REPLICAS):
         assert fleet.replica_log(index).count("Application startup complete") == 2  # each was restarted once
+
+
+# about four minutes of speech: at 48 kHz, 23 MB of pcm, more than the sockets between a replica and its client hold,
+# so that a stream read only in part is still being written by its replica
+LONG = " ".join(["The fleet keeps speaking while one of its replicas is killed without warning."] * 50)
+
+
+def routed(fleet: Fleet) -> dict[str, str]:
+    """Request id -> the replica HAProxy sent it to (r0, r1, ...), from HAProxy's log of finished sessions."""
+    pattern = re.compile(r" replicas/(r\d+) .*?\{([^}]*)\}")
+    found = {}
+    for line in (fleet.work / "haproxy.log").read_text(errors="replace").splitlines():
+        match = pattern.search(line)
+        if match and match.group(2):
+            found[match.group(2)] = match.group(1)
+    return found
+
+
+def busiest(fleet: Fleet) -> int:
+    """The replica with the most sessions in progress now, from HAProxy's stats page."""
+    text = httpx.get(f"http://{fleet.env['STATS']}/stats;csv", timeout=5).text.lstrip("# ")
+    rows = [r for r in csv.DictReader(io.StringIO(text)) if r["pxname"] == "replicas" and r["svname"].startswith("r")]
+    return int(max(rows, key=lambda r: int(r["scur"] or 0))["svname"][1:])
+
+
+def test_a_replica_killed_fails_only_the_streams_it_held_each_visibly(fleet: Fleet) -> None:
+    """`kill -9` of one replica while streams it serves are half read: each of them ends in an error its client sees
+    (an incomplete chunked body), never as a short body that looks whole; every other request, before, during and
+    after, is served whole (HAProxy retries a refused connection elsewhere), and the replica comes back."""
+    held: list[tuple[str, httpx.Response, Iterator[bytes]]] = []
+    client = httpx.Client(timeout=60)
+    with Load(fleet.url) as load:
+        for n in range(6):  # long streams, read only in part: still being served when the replica dies
+            request_id = f"held-{n}"
+            response = client.send(
+                client.build_request(
+                    "POST",
+                    f"{fleet.url}/v1/audio/speech",
+                    json={"input": LONG, "response_format": "pcm", "sample_rate": 48000},
+                    headers={"x-request-id": request_id},
+                ),
+                stream=True,
+            )
+            assert response.status_code == 200
+            chunks = response.iter_raw(8192)
+            assert next(chunks)
+            held.append((request_id, response, chunks))
+        victim = busiest(fleet)  # a replica holding some of them (leastconn spreads them by its own count)
+        os.kill(int((fleet.work / f"replica-{victim}.pid").read_text()), signal.SIGKILL)
+        time.sleep(2.0)  # HAProxy's health check takes it out; requests meanwhile are retried elsewhere
+        outcomes = {}
+        for request_id, response, chunks in held:
+            try:
+                outcomes[request_id] = ("whole", sum(len(chunk) for chunk in chunks))
+            except httpx.HTTPError as exc:
+                outcomes[request_id] = ("cut", type(exc).__name__)
+            finally:
+                response.close()
+    client.close()
+    to = routed(fleet)
+    cut = {request_id for request_id, (how, _) in outcomes.items() if how == "cut"}
+    assert cut and cut == {request_id for request_id in outcomes if to.get(request_id) == f"r{victim}"}, (outcomes, to)
+    assert len({size for how, size in outcomes.values() if how == "whole"}) == 1  # the rest came whole, all alike
+    assert not load.failures, load.failures[:5]  # the steady load lost nothing (its requests are short)
+    fleet.run("restart", str(victim))
+    assert httpx.get(f"http://127.0.0.1:{int(fleet.env['BASE_PORT']) + victim}/ready", timeout=5).status_code == 200

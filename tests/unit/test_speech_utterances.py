@@ -25,7 +25,7 @@ from app.engine_protocol import (
     TaskType,
     VoiceInfo,
 )
-from app.lifecycle import Lifecycle
+from app.lifecycle import SESSION_GRACE_S, Lifecycle
 from app.settings import Settings
 from app.speech.errors import Failed, ShuttingDown, SpeechError
 from app.speech.options import SpeechOptions
@@ -334,6 +334,22 @@ async def test_a_drain_refuses_a_new_utterance_and_ends_the_stream_after_the_ope
     assert sink.events[-1] == ("utterance_done", 0, 2) and speech.idle
     with pytest.raises(ShuttingDown):
         speech.text("A new utterance.")
+
+
+async def test_a_session_may_begin_one_more_utterance_in_the_drains_first_moment(service: SpeechService) -> None:
+    """Text its client sent before it heard of the drain (within SESSION_GRACE_S of its start) is spoken, and the
+    drain waits for it; later text is refused."""
+    speech = await configured(service)
+    sink = RecordingSink()
+    speaker = speech.start(sink)
+    service.lifecycle.begin_drain()
+    speech.text("Sent just before the drain reached this session.")
+    speech.done()
+    await asyncio.wait_for(speaker, 5)
+    assert ("utterance_done", 0, 1) in sink.events
+    await asyncio.sleep(SESSION_GRACE_S)
+    with pytest.raises(ShuttingDown):
+        speech.text("Too late.")
 
 
 async def test_an_utterance_cut_short_is_logged_and_no_longer_tracked(
