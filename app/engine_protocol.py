@@ -130,6 +130,8 @@ class EngineHealth:
     ready: bool
     detail: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+    # gone for good (it died, or never started): only a restart of the process brings it back, so liveness fails
+    failed: bool = False
 
 
 class EngineError(Exception):

@@ -64,9 +64,15 @@ async def speech_capabilities(
     }
 
 
-@router.get("/health")
-async def health() -> dict[str, str]:
-    return {"status": "ok"}
+@router.get("/health", responses=error_responses(503))
+async def health(engine: Annotated[SpeechEngine, Depends(get_engine)]) -> JSONResponse:
+    """Liveness: the process serves, or will once its engine is warm. 503 only where the engine is gone for good (it
+    died, or never started), which only a restart mends; a slow start or a drain answers 200 here."""
+    state = engine.health()
+    if state.failed:
+        message = f"The {engine.name} engine has failed: {state.detail}. Restart the server."
+        return ApiError(503, message, type="server_error", code="engine_failed").response()
+    return JSONResponse({"status": "ok"})
 
 
 @router.get("/ready", responses=error_responses(503))

@@ -8,12 +8,14 @@ written by `speech-make-model-dir`.
 `--frames 100 --step-delay-s 0.25` gives every request the shape of the GPU benchmarks: exactly 100 codec frames
 (8 s of audio), in code2wav's windows of 1, 25, 25, 25 and 24 frames, one every 250 ms. `--orchestrator-busy-ms 3`
 adds what AsyncOmni's orchestrator thread does to this process: 3 ms of GIL-holding Python work every 20 ms
-(`--orchestrator-period-ms`) while requests run.
+(`--orchestrator-period-ms`) while requests run. SIGUSR1 kills its engine, as a vllm-omni stage process killed would:
+the requests in flight fail and every later one too (`errored`).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 
 from app.cli import SpeechServer, server_config
 from app.engines import omni_as_served, omni_engine
@@ -54,6 +56,8 @@ def main(argv: list[str] | None = None) -> None:
     defaults = coerce_param_message_types(omni.default_sampling_params_list, True)
     engine.use_helpers(defaults, estimate_prompt_len, WordTokenizer(), tokens_input)
     app = create_app(settings, engine=omni_as_served(engine, settings))
+    # SIGUSR1 stands for a vllm-omni stage process killed: the engine is dead from then on (`errored`)
+    signal.signal(signal.SIGUSR1, lambda *_: setattr(omni, "errored", True))
     SpeechServer(server_config(app, settings), app.state.lifecycle).run()
 
 

@@ -257,6 +257,8 @@ class FakeAsyncOmni:
                 try:
                     if self.step_delay_s:
                         await asyncio.sleep(self.step_delay_s)
+                    if self.errored:  # a stage process died: every request in flight fails, as vLLM's do
+                        raise EngineDeadError("EngineCore encountered an issue")
                     yield self._output(request_id, emitted, last)
                 except GeneratorExit:
                     self.aborted.append(request_id)

@@ -71,14 +71,15 @@ def server_command() -> list[str]:
     return [str(script)]
 
 
-def fake_omni_command() -> list[str]:
-    """The server on the omni engine over the vllm-omni fakes (tests/fakes/omni_server.py); needs SPEECH_OMNI__MODEL."""
-    return [sys.executable, "-m", "tests.fakes.omni_server"]
+def fake_omni_command(*args: str) -> list[str]:
+    """The server on the omni engine over the vllm-omni fakes (tests/fakes/omni_server.py, with its `args`); needs
+    SPEECH_OMNI__MODEL."""
+    return [sys.executable, "-m", "tests.fakes.omni_server", *args]
 
 
-def start_fake_omni(folder: Path, **env: str) -> RunningServer:
-    """The server on the omni engine over the vllm-omni fakes: a CustomVoice model directory in `folder`, the shipped
-    profile, warm-up at batch size 1, and `env` on top."""
+def start_fake_omni(folder: Path, *args: str, **env: str) -> RunningServer:
+    """The server on the omni engine over the vllm-omni fakes (with its command-line `args`): a CustomVoice model
+    directory in `folder`, the shipped profile, warm-up at batch size 1, and `env` on top."""
     from app.tools.qwen3_tts_model_dir import write_model_dir
 
     settings = {
@@ -87,7 +88,7 @@ def start_fake_omni(folder: Path, **env: str) -> RunningServer:
         "SPEECH_OMNI__WARMUP_BATCH_SIZES": "1",
         **env,
     }
-    return start_server(folder / "server.log", env=settings, command=fake_omni_command())
+    return start_server(folder / "server.log", env=settings, command=fake_omni_command(*args))
 
 
 def start_server(

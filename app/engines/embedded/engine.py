@@ -117,6 +117,7 @@ class EmbeddedEngine:
         self._aborted: set[str] = set()
         self._ready = False
         self._detail = "loading"
+        self._failed = False  # failed to load: a restart is the only way back
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -128,6 +129,7 @@ class EmbeddedEngine:
             )
         except Exception as exc:
             self._detail = f"failed to load: {exc}"
+            self._failed = True
             raise
         for model in models:
             self._models.put(model)
@@ -155,7 +157,7 @@ class EmbeddedEngine:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def health(self) -> EngineHealth:
-        return EngineHealth(ready=self._ready, detail=self._detail)
+        return EngineHealth(ready=self._ready, detail=self._detail, failed=self._failed)
 
     # -- description ----------------------------------------------------------------------------------------------
     def voices(self) -> list[VoiceInfo]:

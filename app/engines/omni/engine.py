@@ -134,6 +134,7 @@ class OmniEngine:
         self._active: set[str] = set()
         self._ready = False
         self._detail = "not started"
+        self._failed = False  # died or never started: a restart is the only way back
         self._talker_batch, graph_cap = talker_limits(settings.deploy_config, settings.stage_overrides)
         if graph_cap is not None and graph_cap < self._talker_batch:
             log.warning(
@@ -179,6 +180,7 @@ class OmniEngine:
             await self._warm_up()
         except Exception as exc:
             self._detail = f"failed to start: {exc}"
+            self._failed = True
             log.exception("omni engine failed to start")
             raise
         self._ready = True
@@ -246,9 +248,11 @@ class OmniEngine:
 
     def health(self) -> EngineHealth:
         if self._ready and self._omni is not None and getattr(self._omni, "errored", False):
-            self._ready = False
-            self._detail = "the vllm-omni engine died"
-        return EngineHealth(ready=self._ready, detail=self._detail)
+            self._died("the vllm-omni engine died")
+        return EngineHealth(ready=self._ready, detail=self._detail, failed=self._failed)
+
+    def _died(self, detail: str) -> None:
+        self._ready, self._detail, self._failed = False, detail, True
 
     # -- description ----------------------------------------------------------------------------------------------
     def voices(self) -> list[VoiceInfo]:
@@ -321,8 +325,7 @@ class OmniEngine:
                     yield AudioChunk(samples, rate, tokens_in, frames, input_audio_tokens=audio_tokens_in)
         except Exception as exc:
             if _is_engine_dead(exc):
-                self._ready = False
-                self._detail = f"the vllm-omni engine died: {exc}"
+                self._died(f"the vllm-omni engine died: {exc}")
                 raise EngineUnavailable(self._detail) from exc
             raise
         finally:

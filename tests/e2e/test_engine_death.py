@@ -1,0 +1,62 @@
+"""The engine dying inside a running server (the vllm-omni stand-in's stage process killed: SIGUSR1), as a fleet's
+balancer and an orchestrator meet it: the streams in flight end with an error their clients see, readiness fails at
+once (a balancer takes the replica out), liveness fails (an orchestrator restarts it), and nothing more is accepted
+(503s, never a 500)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.support.server import start_fake_omni
+
+LONG = {"input": "A long stream cut short.", "voice": "vivian", "max_new_tokens": 200, "ignore_eos": True}  # 2 s
+
+
+def test_an_engine_that_dies_fails_its_streams_visibly_then_readiness_and_liveness(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    server = start_fake_omni(tmp_path_factory.mktemp("death"), "--step-delay-s", "0.1")
+    try:
+        outcomes: dict[str, str] = {}
+
+        def pcm() -> None:
+            try:
+                with httpx.stream(
+                    "POST", f"{server.base_url}/v1/audio/speech", json={**LONG, "response_format": "pcm"}, timeout=30
+                ) as r:
+                    size = sum(len(chunk) for chunk in r.iter_raw())
+                outcomes["pcm"] = f"whole {size}"
+            except httpx.HTTPError as exc:
+                outcomes["pcm"] = f"cut {type(exc).__name__}"
+
+        def sse() -> None:
+            body = {**LONG, "response_format": "pcm", "stream_format": "sse"}
+            text = httpx.post(f"{server.base_url}/v1/audio/speech", json=body, timeout=30).text
+            events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+            outcomes["sse"] = events[-1]["type"] + " " + str(events[-1].get("error", {}).get("code"))
+
+        clients = [threading.Thread(target=pcm), threading.Thread(target=sse)]
+        for client in clients:
+            client.start()
+        time.sleep(0.4)  # both streaming
+        server.process.send_signal(signal.SIGUSR1)
+        died = time.monotonic()
+        for client in clients:
+            client.join(timeout=30)
+        assert outcomes["pcm"].startswith("cut"), outcomes  # an incomplete chunked body, never a short file
+        assert outcomes["sse"] == "error engine_unavailable", outcomes
+        ready = httpx.get(f"{server.base_url}/ready", timeout=5)
+        assert ready.status_code == 503 and time.monotonic() - died < 5
+        health = httpx.get(f"{server.base_url}/health", timeout=5)
+        assert health.status_code == 503 and health.json()["error"]["code"] == "engine_failed"
+        refused = httpx.post(f"{server.base_url}/v1/audio/speech", json={**LONG, "response_format": "pcm"}, timeout=10)
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "engine_unavailable"
+        assert server.process.poll() is None  # alive, for its orchestrator to restart
+    finally:
+        server.stop()
