@@ -224,7 +224,8 @@ def busiest(fleet: Fleet) -> int:
 def test_a_replica_killed_fails_only_the_streams_it_held_each_visibly(fleet: Fleet) -> None:
     """`kill -9` of one replica while streams it serves are half read: each of them ends in an error its client sees
     (an incomplete chunked body), never as a short body that looks whole; every other request, before, during and
-    after, is served whole (HAProxy retries a refused connection elsewhere), and the replica comes back."""
+    after, is served whole (HAProxy retries a refused connection elsewhere), but for what the steady load had in
+    flight on it, cut as visibly; and the replica comes back."""
     held: list[tuple[str, httpx.Response, Iterator[bytes]]] = []
     client = httpx.Client(timeout=60)
     with Load(fleet.url) as load:
@@ -259,6 +260,9 @@ def test_a_replica_killed_fails_only_the_streams_it_held_each_visibly(fleet: Fle
     cut = {request_id for request_id, (how, _) in outcomes.items() if how == "cut"}
     assert cut and cut == {request_id for request_id in outcomes if to.get(request_id) == f"r{victim}"}, (outcomes, to)
     assert len({size for how, size in outcomes.values() if how == "whole"}) == 1  # the rest came whole, all alike
-    assert not load.failures, load.failures[:5]  # the steady load lost nothing (its requests are short)
+    # the steady load: at most what each of its 4 clients had in flight on the victim, each cut visibly (an incomplete
+    # body, an abnormal close), never a refusal or a short answer that looks whole
+    visible = re.compile(r"^(http (RemoteProtocolError|ReadError)|websocket (close 1006|ConnectionClosedError))")
+    assert len(load.failures) <= 4 and all(visible.match(failure) for failure in load.failures), load.failures
     fleet.run("restart", str(victim))
     assert httpx.get(f"http://127.0.0.1:{int(fleet.env['BASE_PORT']) + victim}/ready", timeout=5).status_code == 200
