@@ -21,11 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from app.tools.qwen3_tts_model_dir import write_model_dir
 from tests.support.server import free_port
+from tests.support.wav import pcm_wav
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "deploy/fleet/fleet.sh"
@@ -266,3 +269,62 @@ def test_a_replica_killed_fails_only_the_streams_it_held_each_visibly(fleet: Fle
     assert len(load.failures) <= 4 and all(visible.match(failure) for failure in load.failures), load.failures
     fleet.run("restart", str(victim))
     assert httpx.get(f"http://127.0.0.1:{int(fleet.env['BASE_PORT']) + victim}/ready", timeout=5).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def cloning_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """Three cloning replicas (a Base checkpoint over the vllm-omni stand-ins) sharing one voice store, as fleet.sh
+    starts omni replicas; the stand-in takes its address from SPEECH_HOST and SPEECH_PORT."""
+    work = tmp_path_factory.mktemp("cloning-fleet")
+    server = work / "speech-server"
+    server.write_text(
+        "#!/usr/bin/env bash\n"
+        "# what fleet.sh runs: $SPEECH_SERVER --engine omni --host H --port P\nwhile [ $# -gt 0 ]; do case $1 in\n"
+        "  --host) export SPEECH_HOST=$2; shift 2 ;; --port) export SPEECH_PORT=$2; shift 2 ;; *) shift ;; esac; done\n"
+        f"cd {ROOT} && exec {sys.executable} -m tests.fakes.omni_server\n"
+    )
+    server.chmod(0o755)
+    front, stats = free_port(), free_port()
+    env = {
+        **os.environ,
+        "REPLICAS": str(REPLICAS),
+        "ENGINE": "omni",
+        "FRONT": f"127.0.0.1:{front}",
+        "STATS": f"127.0.0.1:{stats}",
+        "BASE_PORT": str(free_ports(REPLICAS)),
+        "WORK": str(work),
+        "SPEECH_SERVER": str(server),
+        "HAPROXY": ensure_haproxy(),
+        "PYTHON": sys.executable,
+        "SPEECH_VOICE_STORE": str(work / "voices"),
+        "SPEECH_OMNI__MODEL": str(write_model_dir(work / "model", "base")),
+        "SPEECH_OMNI__DEPLOY_CONFIG": "deploy/vllm-omni/voice-clone.yaml",
+        "SPEECH_OMNI__WARMUP_BATCH_SIZES": "1",
+    }
+    running = Fleet(f"http://127.0.0.1:{front}", env, work)
+    running.run("start")
+    yield running
+    subprocess.run([str(FLEET), "stop"], env=env, capture_output=True, timeout=120, cwd=ROOT)
+
+
+def test_a_voice_registered_through_the_balancer_speaks_on_every_replica(cloning_fleet: Fleet) -> None:
+    """Registered once, through HAProxy (which replica took it is HAProxy's choice): every replica lists it and speaks
+    with it, and so does the fleet."""
+    sample = pcm_wav((np.sin(np.linspace(0, 2000, 3 * 24_000)) * 8000).astype("<i2"), 24_000)
+    registered = httpx.post(
+        f"{cloning_fleet.url}/v1/audio/voices",
+        data={"name": "fleet-voice", "consent": "true", "ref_text": "Hello."},
+        files={"audio_sample": ("sample.wav", sample, "audio/wav")},
+        timeout=60,
+    )
+    assert registered.status_code == 201, registered.text
+    base = int(cloning_fleet.env["BASE_PORT"])
+    for url in [f"http://127.0.0.1:{base + i}" for i in range(REPLICAS)] + [cloning_fleet.url]:
+        names = [voice["name"] for voice in httpx.get(f"{url}/v1/audio/voices", timeout=10).json()["data"]]
+        assert "fleet-voice" in names, (url, names)
+        spoken = httpx.post(
+            f"{url}/v1/audio/speech",
+            json={"input": "Spoken in a registered voice.", "voice": "fleet-voice", "response_format": "pcm"},
+            timeout=60,
+        )
+        assert spoken.status_code == 200 and len(spoken.content) > 0, (url, spoken.text[:200])
