@@ -7,7 +7,6 @@ import json
 import logging
 from typing import Annotated
 
-import anyio
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
@@ -16,8 +15,8 @@ from app.api.dependencies import get_service
 from app.api.errors import error_responses
 from app.api.schemas import SpeechRequest
 from app.audio.formats import CONTENT_TYPES
-from app.speech.encoding import EncodedAudio, Usage, WholeFile, whole_file
-from app.speech.errors import Failed, Refused, SpeechError
+from app.speech.encoding import EncodedAudio, Usage, WholeFile, complete_file
+from app.speech.errors import Refused
 from app.speech.run import SpeechRun, SpeechService
 from app.timing import TtfaTimeline
 
@@ -94,18 +93,7 @@ def usage_headers(usage: Usage) -> dict[str, str]:
 
 async def whole_file_response(audio: EncodedAudio, response_format: str, words: bool, request_id: str) -> Response:
     """`stream: false`: the complete file, sent once all of it exists, with its Content-Length and exact headers."""
-    try:
-        file = await whole_file(audio, words)
-    except SpeechError:
-        raise
-    except Exception as exc:
-        log.exception("synthesis failed", extra={"request_id": request_id})
-        raise Failed(request_id) from exc
-    finally:
-        # however it ended, even cancelled before the audio was first read: the slot is released, the engine told
-        with anyio.CancelScope(shield=True):
-            await audio.close_if_never_streamed()
-    audio.first_audio_sent()  # the TTFA of a whole file: when it is complete and about to be written
+    file = await complete_file(audio, words, request_id)
     headers = {**usage_headers(audio.usage), **word_timestamps_headers(file)}
     return Response(file.data, media_type=CONTENT_TYPES[response_format], headers=headers)
 

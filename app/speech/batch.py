@@ -11,11 +11,9 @@ import dataclasses
 import logging
 import time
 
-import anyio
-
 from app.engine_protocol import ReferenceAudio
 from app.settings import Settings
-from app.speech.encoding import Usage, whole_file
+from app.speech.encoding import Usage, complete_file
 from app.speech.errors import Failed, SpeechError
 from app.speech.options import SpeechOptions
 from app.speech.run import SpeechRun, SpeechService
@@ -117,12 +115,7 @@ async def speak_whole(
         ticket = await service.admitted(timing, len(item.text))
         run = SpeechRun(service, started, timing, summary, STREAM_LABEL)
         audio = await run.open(job, output, ticket)
-        try:
-            file = await whole_file(audio, words=False)
-        finally:
-            with anyio.CancelScope(shield=True):  # the slot released and the engine told, however it ended
-                await audio.close_if_never_streamed()
-        audio.first_audio_sent()  # no-op after its first encoded bytes (its TTFA, as a whole file's elsewhere)
+        file = await complete_file(audio, False, f"{request_id}-{item.index}")
         outcome.data, outcome.usage = file.data, audio.usage
     except SpeechError as exc:
         outcome.error = exc

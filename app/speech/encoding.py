@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -24,9 +25,11 @@ from app.audio.encoders import StreamEncoder, create_encoder
 from app.audio.formats import FORMATS
 from app.audio.transforms import StreamResampler
 from app.engine_protocol import AudioChunk, EngineUnavailable
-from app.speech.errors import Stopped, Unavailable
+from app.speech.errors import Failed, SpeechError, Stopped, Unavailable
 from app.text.words import WordTiming
 from app.timing import ListenerClock
+
+log = logging.getLogger(__name__)
 
 # Engine chunks (a whole sentence, for the embedded engine) are encoded in slices of this length, so the first bytes
 # leave after encoding a quarter second of audio instead of a whole sentence (mp3 encodes ~4 ms per second of audio).
@@ -262,3 +265,21 @@ async def whole_file(audio: EncodedAudio, words: bool) -> WholeFile:
     except EngineUnavailable as exc:
         raise Unavailable(str(exc)) from exc
     return WholeFile(b"".join(parts), timed if words else None)
+
+
+async def complete_file(audio: EncodedAudio, words: bool, request_id: str) -> WholeFile:
+    """`whole_file` for an answer that is one file: the slot released and the engine told however it ended (even
+    cancelled before the audio was first read), a failure other than a `SpeechError` logged and made `Failed`, and
+    its TTFA taken once the file is complete and about to be answered."""
+    try:
+        file = await whole_file(audio, words)
+    except SpeechError:
+        raise
+    except Exception as exc:
+        log.exception("synthesis failed", extra={"request_id": request_id})
+        raise Failed(request_id) from exc
+    finally:
+        with anyio.CancelScope(shield=True):
+            await audio.close_if_never_streamed()
+    audio.first_audio_sent()
+    return file
