@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
+from app.api.errors import ErrorDetail
 from app.audio.formats import ResponseFormat
 from app.speech.options import (
     MAX_INPUT_CHARS,
@@ -95,7 +96,7 @@ class SpeechBatchItemResult(BaseModel):
     audio_data: str | None = Field(None, description="The whole file, base64.")
     media_type: str | None = None
     usage: dict[str, int] | None = Field(None, description="input_tokens, output_tokens, total_tokens.")
-    error: dict[str, Any] | None = Field(None, description="Why the item failed: an OpenAI error object.")
+    error: ErrorDetail | None = Field(None, description="Why the item failed: the OpenAI error object a request gets.")
 
 
 class SpeechBatchResponse(BaseModel):
