@@ -52,7 +52,17 @@
 #                                   more settings for `service` / `service-b` / `service-c`, as NAME=value words (no
 #                                   spaces in a value), e.g.
 #                                   SERVICE_B_ENV="SPEECH_OMNI__CUDA_MPS=true" (a lever that is a setting, not a profile)
-#   OMNI_ENV="" OMNI_B_ENV=""       the same for `vllm-omni` / `vllm-omni-b`. On a host of several GPUs,
+#                                   `sglang` is sglang-omni's `sgl-omni serve` (SGLANG_PORT=8006) on the same model
+#                                   directory: talker on random weights (load_format dummy), code2wav on the codec
+#                                   weights there; installed into SGLANG_SITE (deploy/gpu/sglang-omni/carry.sh). Every
+#                                   request runs to its max_new_tokens (fixed_length/sitecustomize.py masks the codec's
+#                                   end-of-speech token, which no request field of 0.1.8 can do), and SGLANG_BODY is its
+#                                   request body in place of EXTRA_BODY (it streams with "stream": true; max_new_tokens
+#                                   counts frames, no end token)
+#   SGLANG_SITE=/tmp/sglang-omni/site  SGLANG_MEMORY=0.6 (--mem-fraction-static)  SGLANG_ARGS="" (more serve flags)
+#   SGLANG_BODY='{"stream": true, "max_new_tokens": 100}'  SGLANG_BENCH_BODY: its --extra-body for vllm bench
+#                                   (default: SGLANG_BODY's max_new_tokens)
+#   OMNI_ENV="" OMNI_B_ENV=""       the same for `vllm-omni` / `vllm-omni-b` (SGLANG_ENV for `sglang`). On a host of several GPUs,
 #                                   CUDA_VISIBLE_DEVICES=N among a server's settings gives it GPUs of its own (a
 #                                   profile's `devices` count within them): each server alone on its GPU, or a
 #                                   two-GPU profile beside another, swept interleaved all the same
@@ -106,6 +116,13 @@ SERVICE_B_ENV=${SERVICE_B_ENV:-}
 SERVICE_C_ENV=${SERVICE_C_ENV:-}
 OMNI_ENV=${OMNI_ENV:-}
 OMNI_B_ENV=${OMNI_B_ENV:-}
+SGLANG_ENV=${SGLANG_ENV:-}
+SGLANG_PORT=${SGLANG_PORT:-8006}
+SGLANG_SITE=${SGLANG_SITE:-/tmp/sglang-omni/site}
+SGLANG_MEMORY=${SGLANG_MEMORY:-0.6}
+SGLANG_ARGS=${SGLANG_ARGS:-}
+SGLANG_BODY=${SGLANG_BODY:-'{"stream": true, "max_new_tokens": 100}'}
+SGLANG_BENCH_BODY=${SGLANG_BENCH_BODY:-}
 MPS=${MPS:-0}
 SERVICE_PORT=${SERVICE_PORT:-8000}
 OMNI_PORT=${OMNI_PORT:-8001}
@@ -168,7 +185,7 @@ port_of() {
   case $1 in
     service) echo "$SERVICE_PORT" ;; service-b) echo "$SERVICE_B_PORT" ;; service-c) echo "$SERVICE_C_PORT" ;;
     vllm-omni) echo "$OMNI_PORT" ;; vllm-omni-b) echo "$OMNI_B_PORT" ;;
-    alone) echo "$ALONE_PORT" ;;
+    alone) echo "$ALONE_PORT" ;; sglang) echo "$SGLANG_PORT" ;;
   esac
 }
 pidfile_of() {
@@ -179,15 +196,17 @@ pidfile_of() {
     vllm-omni) echo "/tmp/vllm-omni-$OMNI_PORT.pid" ;;
     vllm-omni-b) echo "/tmp/vllm-omni-$OMNI_B_PORT.pid" ;;  # as start-vllm-omni.sh names it
     alone) echo "/tmp/engine-alone-$ALONE_PORT.pid" ;;
+    sglang) echo "/tmp/sglang-omni-$SGLANG_PORT.pid" ;;
   esac
 }
 settings_of() {  # $1 target: its own settings (NAME=value words)
   case $1 in
     service) echo "$SERVICE_ENV" ;; service-b) echo "$SERVICE_B_ENV" ;; service-c) echo "$SERVICE_C_ENV" ;;
-    vllm-omni) echo "$OMNI_ENV" ;; vllm-omni-b) echo "$OMNI_B_ENV" ;;
+    vllm-omni) echo "$OMNI_ENV" ;; vllm-omni-b) echo "$OMNI_B_ENV" ;; sglang) echo "$SGLANG_ENV" ;;
   esac
 }
-ready_path_of() { case $1 in vllm-omni | vllm-omni-b) echo /health ;; *) echo /ready ;; esac; }
+ready_path_of() { case $1 in vllm-omni | vllm-omni-b | sglang) echo /health ;; *) echo /ready ;; esac; }
+body_of() { case $1 in sglang) echo "$SGLANG_BODY" ;; *) echo "$EXTRA_BODY" ;; esac; }  # $1 target: its request body
 url_of() {
   case $1 in
     alone) echo "engine+http://127.0.0.1:$ALONE_PORT" ;;
@@ -329,6 +348,24 @@ launch() {  # $1 target
       env $settings PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON MODEL=$MODEL DEPLOY_CONFIG=$profile LOAD_FORMAT=dummy \
         NAME=$NAME COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-vllm-omni.sh "${extra[@]}"
       ;;
+    sglang)
+      local settings args
+      settings=$(settings_of sglang)
+      [ -d "$SGLANG_SITE/sglang_omni" ] || { log "sglang: no sglang-omni in $SGLANG_SITE (deploy/gpu/sglang-omni/carry.sh)"; return 1; }
+      # its talker, code predictor and codec decoder as it ships them; the talker on random weights
+      args=(-m sglang_omni.cli serve --model-path "$MODEL" --port "$SGLANG_PORT" --tts_engine.engine.load_format dummy
+        --skip-server-warmup --mem-fraction-static "$SGLANG_MEMORY")
+      # shellcheck disable=SC2206  # SGLANG_ARGS is split into words on purpose
+      args+=($SGLANG_ARGS)
+      echo "$(date -u +%FT%TZ) sglang: $(printf '%q ' "$PYTHON" "${args[@]}"), settings: ${settings:-none}" >>"$OUT/commands.txt"
+      # its own packages first, then the fixed-length patch; a taken port is an error, not another port
+      # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
+      env $settings PYTHONPATH="$REPO/deploy/gpu/sglang-omni/fixed_length:$SGLANG_SITE:$PYTHONPATH" \
+        SGL_OMNI_FORCE_MAX_NEW_TOKENS=1 SGLANG_OMNI_STRICT_PORT=1 SGLANG_OMNI_STARTUP_TIMEOUT=1800 HF_HUB_OFFLINE=1 \
+        setsid nohup "$PYTHON" "${args[@]}" >"$log" 2>&1 </dev/null &
+      echo $! >"$(pidfile_of sglang)"
+      echo "sgl-omni serve starting on port $SGLANG_PORT, pid $!, log $log"
+      ;;
     alone)
       local overrides=() stage_overrides
       stage_overrides=$(codec_overrides "$ALONE_STAGE_OVERRIDES")
@@ -421,12 +458,15 @@ source_of() {  # $1 a sweep target: the profile it runs, as given
   case $1 in
     vllm-omni | vllm-omni-b) omni_source "$1" ;;
     service-b) echo "$B_PROFILE" ;;
+    sglang) echo "sglang-omni $(sglang_version)" ;;
     *) echo "$PROFILE" ;;
   esac
 }
 
+sglang_version() { PYTHONPATH="$SGLANG_SITE" "$PYTHON" -c 'from importlib.metadata import version; print(version("sglang-omni"))' 2>/dev/null; }
+
 loadtest() {  # $1 closed or open, then speech-loadtest's level arguments
-  local name args=() target asked=$1${SWEEP_NAME:+-$SWEEP_NAME}
+  local name args=() bodies=() target asked=$1${SWEEP_NAME:+-$SWEEP_NAME}
   name=$(sweep_folder "$1")
   [ "$name" = "$asked" ] || log "$OUT/$asked holds results: this sweep goes to $OUT/$name"
   shift
@@ -435,11 +475,13 @@ loadtest() {  # $1 closed or open, then speech-loadtest's level arguments
   for target in $SWEEP_TARGETS; do
     is_ready "$target" || { log "$target is not ready: run '$0 start' first"; return 1; }
     args+=(--target "$(url_of "$target")")
+    bodies+=(--extra-body "$(body_of "$target")")
     # speech-loadtest names a target by its URL: this says which server each URL is, on which profile
     echo "$target $(url_of "$target") $(source_of "$target")" >>"$OUT/$name/targets.txt"
   done
   # vllm-omni's server streams raw pcm only when asked with the OpenAI field; this service accepts it too
-  args+=(--model "$NAME" --voice "$VOICE" --format pcm --extra-body "$EXTRA_BODY"
+  # one request body per target, in --target order
+  args+=(--model "$NAME" --voice "$VOICE" --format pcm "${bodies[@]}"
     --warmup "$WARMUP" --rounds "$ROUNDS" --playback-buffer-ms "$PLAYBACK_BUFFER_MS" --no-progress --out "$OUT/$name"
     "$@")
   # shellcheck disable=SC2206  # LOADTEST_ARGS is split into words on purpose
@@ -459,18 +501,21 @@ loadtest() {  # $1 closed or open, then speech-loadtest's level arguments
 cmd_sweep_closed() { loadtest closed --concurrency "$CONCURRENCY" --requests "$REQUESTS"; }
 cmd_sweep_open() { loadtest open --rate "$RATES" --duration "$DURATION" --requests "$REQUESTS"; }
 
-bench_body() {  # the benchmark's --extra-body: the voice and EXTRA_BODY's fields but stream_format (its own)
+bench_body() {  # $1 target: the benchmark's --extra-body, the voice and its body's fields but how it streams (its own)
+  local body
+  body=$(body_of "$1")
+  [ "$1" = sglang ] && [ -n "$SGLANG_BENCH_BODY" ] && body=$SGLANG_BENCH_BODY
   "$PYTHON" -c 'import json, sys
 body = {"voice": sys.argv[1], **json.loads(sys.argv[2] or "{}")}
-body.pop("stream_format", None)
-print(json.dumps(body, separators=(",", ":")))' "$VOICE" "$EXTRA_BODY"
+for own in ("stream_format", "stream"):
+    body.pop(own, None)
+print(json.dumps(body, separators=(",", ":")))' "$VOICE" "$body"
 }
 
 cmd_sweep_bench() {  # vllm-omni's own benchmark, each level against every target in turn, then one table
   local name level target body url log rc=0 bench
   name=$(sweep_folder bench)
   mkdir -p "$OUT/$name"
-  body=$(bench_body) || return 1
   # vllm-omni installed with --target has no `vllm` program: its CLI's main, as `vllm` would call it
   bench=(-c "import sys; from vllm_omni.entrypoints.cli.main import main; sys.argv[0] = 'vllm'; sys.exit(main())")
   : >"$OUT/$name/targets.txt"
@@ -482,6 +527,7 @@ cmd_sweep_bench() {  # vllm-omni's own benchmark, each level against every targe
     while read -r target url _; do
       is_ready "$target" || { log "$target is not ready: run '$0 start' first"; return 1; }
       log="$OUT/$name/c$level-$target.log"
+      body=$(bench_body "$target") || return 1
       local prompts=$((BENCH_PROMPTS * level))
       [ "$prompts" -ge 16 ] || prompts=16  # a low level still gets a sample to take a p95 of
       local args=(bench serve --omni --backend openai-audio-speech --base-url "$url" --endpoint /v1/audio/speech

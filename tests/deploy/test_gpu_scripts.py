@@ -133,8 +133,9 @@ def test_stop_server_does_not_wait_out_the_grace_period_for_a_server_not_reaped_
 def harness_python(tmp_path: Path) -> Path:
     """The GPU host's python for side-by-side.sh: the real one for its set-up steps (model directory, profile copy),
     a recorder that idles like a starting engine for `loadtest.engine_alone`, vllm-omni's server and the service
-    (`app.cli`, its deploy profile first), and 'not ready' for readiness probes. A server's arguments go to `argv`
-    (the last one started) and to `argv-PROGRAM` (engine_alone, app.cli, vllm_omni), each file whole once it exists;
+    (`app.cli`, its deploy profile first), sglang-omni's (its environment to `sglang_env`), and 'not ready' for
+    readiness probes. A server's arguments go to `argv` (the last one started) and to `argv-PROGRAM` (engine_alone,
+    app.cli, vllm_omni, sglang), each file whole once it exists;
     the GPUs a server was given (its CUDA_VISIBLE_DEVICES, or 'unset') go to `gpus`."""
     script = tmp_path / "python3"
     script.write_text(
@@ -151,6 +152,9 @@ def harness_python(tmp_path: Path) -> Path:
         f'  "deploy/gpu/codec_weights.py "*) printf "%s\\n" "$@" > {tmp_path}/codec_argv; exit 0 ;;\n'
         f'  "-m vllm_omni.entrypoints.cli.main") printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
         '    record vllm_omni "$@"; exec sleep 60 ;;\n'
+        f'  "-m sglang_omni.cli") printf "%s\\n" "$PYTHONPATH" "$SGL_OMNI_FORCE_MAX_NEW_TOKENS"'
+        f' "$SGLANG_OMNI_STRICT_PORT" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/sglang_env\n'
+        '    record sglang "$@"; exec sleep 60 ;;\n'
         '  "- "*) exit 1 ;;\n'
         "esac\n"
         f'exec {sys.executable} "$@"\n'
@@ -498,6 +502,87 @@ def test_side_by_side_refuses_a_vllm_omni_target_without_a_profile_to_run(
     assert not (tmp_path / "argv").exists()  # nothing started
 
 
+def test_side_by_side_starts_sglang_omni_on_its_own_packages_and_runs_every_request_to_its_length(
+    tmp_path: Path,
+) -> None:
+    """`sglang`: `sgl-omni serve` on the shared model directory with a random-weight talker, its memory share, its
+    own packages (SGLANG_SITE) before the rest, the fixed-length patch before those, on its port or not at all, on
+    the GPUs its settings name."""
+    site = tmp_path / "sgl-site"
+    (site / "sglang_omni").mkdir(parents=True)
+    port = free_port()
+    settings = {
+        "TARGETS": "sglang",
+        "SGLANG_PORT": str(port),
+        "SGLANG_SITE": str(site),
+        "SGLANG_MEMORY": "0.3",
+        "SGLANG_ENV": "CUDA_VISIBLE_DEVICES=2",
+        "SGLANG_ARGS": "--vocoder.factory.incremental_codec_compile false",
+    }
+    with harness_started(tmp_path, settings, record="argv-sglang") as argv:
+        assert argv[:4] == ["-m", "sglang_omni.cli", "serve", "--model-path"]
+        assert argv[argv.index("--model-path") + 1] == str(tmp_path / "work/model")
+        assert argv[argv.index("--port") + 1] == str(port)
+        assert argv[argv.index("--tts_engine.engine.load_format") + 1] == "dummy"
+        assert argv[argv.index("--mem-fraction-static") + 1] == "0.3"
+        assert argv[-2:] == ["--vocoder.factory.incremental_codec_compile", "false"]
+        pythonpath, force, strict, gpus = (tmp_path / "sglang_env").read_text().split("\n")[:4]
+        assert pythonpath.split(":")[:2] == [str(GPU / "sglang-omni/fixed_length"), str(site)]
+        assert (force, strict, gpus) == ("1", "1", "2")
+        assert (tmp_path / "work/model/config.json").exists()
+
+
+def test_side_by_side_refuses_sglang_without_its_packages(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PYTHON": str(harness_python(tmp_path)),
+        "WORK": str(tmp_path / "work"),
+        "START_WAIT_S": "0",
+        "TARGETS": "sglang",
+        "SGLANG_SITE": str(tmp_path / "nothing"),
+        "SGLANG_PORT": str(free_port()),
+    }
+    started = subprocess.run([str(GPU / "side-by-side.sh"), "start"], env=env, capture_output=True, text=True)
+    assert started.returncode == 1 and "no sglang-omni in" in started.stdout
+    assert not (tmp_path / "argv-sglang").exists()
+
+
+def test_fixed_length_patch_masks_the_codec_end_token_in_sglang_omnis_talker_runner(tmp_path: Path) -> None:
+    """The patch (sitecustomize on PYTHONPATH, on with SGL_OMNI_FORCE_MAX_NEW_TOKENS=1) wraps the runner's
+    suppress-tokens step, run before sampling on every step: the end-of-speech logit of every request row is -inf,
+    other rows and tokens as the original left them; off without the setting."""
+    package = tmp_path / "fake/sglang_omni/models/qwen3_tts"
+    package.mkdir(parents=True)
+    for folder in [tmp_path / "fake/sglang_omni", tmp_path / "fake/sglang_omni/models", package]:
+        (folder / "__init__.py").write_text("")
+    (package / "model_runner.py").write_text(
+        "class Qwen3TTSModelRunner:\n"
+        "    def apply_codec_suppress_tokens(self, logits_output, requests):\n"
+        "        logits_output.next_token_logits[:, 0] = -1.0  # the original's own suppression\n"
+    )
+    probe = (
+        "import numpy, types\n"
+        "from sglang_omni.models.qwen3_tts.model_runner import Qwen3TTSModelRunner as R\n"
+        "runner = R(); runner.model = types.SimpleNamespace(config=types.SimpleNamespace(codec_eos_token_id=3))\n"
+        "out = types.SimpleNamespace(next_token_logits=numpy.zeros((3, 5)))\n"
+        "runner.apply_codec_suppress_tokens(out, ['a', 'b'])\n"
+        "print(out.next_token_logits.tolist())\n"
+    )
+    pythonpath = f"{GPU / 'sglang-omni/fixed_length'}:{tmp_path / 'fake'}"
+    for force, eos in [("1", float("-inf")), ("0", 0.0)]:
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**os.environ, "PYTHONPATH": pythonpath, "SGL_OMNI_FORCE_MAX_NEW_TOKENS": force},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        rows = json.loads(done.stdout.replace("-inf", "-Infinity"))
+        assert rows[0] == rows[1] == [-1.0, 0.0, 0.0, eos, 0.0]
+        assert rows[2] == [-1.0, 0.0, 0.0, 0.0, 0.0]  # a padding row past the batch's requests: left alone
+        assert ("codec EOS masked" in done.stderr) == (force == "1")
+
+
 def sweep_python(tmp_path: Path) -> Path:
     """The GPU host's python for side-by-side.sh's sweeps: every readiness probe answers 200, and speech-loadtest
     records its arguments and writes a results.json into its --out folder."""
@@ -656,6 +741,43 @@ def test_side_by_side_runs_vllm_bench_against_every_target_and_tabulates_it(tmp_
         [str(GPU / "side-by-side.sh"), "sweep-bench"], env=env, capture_output=True, text=True, cwd=ROOT
     )
     assert again.returncode == 0 and (out / "bench-2/README.md").exists()  # never over an earlier sweep
+
+
+def test_side_by_side_sends_sglang_its_own_request_body_beside_the_others(tmp_path: Path) -> None:
+    """sglang-omni streams on `"stream": true` and counts max_new_tokens in frames: the load tool gets one body per
+    target in --target order, and vllm bench gets sglang's length (its own streaming fields left to it)."""
+    env = sweep_env(
+        tmp_path,
+        sweep_python(tmp_path),
+        TARGETS="service sglang",
+        SGLANG_PORT="18006",
+        EXTRA_BODY='{"stream_format": "audio", "max_new_tokens": 101}',
+        CONCURRENCY="8",
+    )
+    done = subprocess.run([str(GPU / "side-by-side.sh"), "sweep-closed"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    argv = (tmp_path / "loadtest_argv").read_text().split("\n")[:-1]
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--target"] == [
+        "http://127.0.0.1:18000",
+        "http://127.0.0.1:18006",
+    ]
+    assert [json.loads(argv[i + 1]) for i, a in enumerate(argv) if a == "--extra-body"] == [
+        {"stream_format": "audio", "max_new_tokens": 101},
+        {"stream": True, "max_new_tokens": 100},
+    ]
+    benched = subprocess.run(
+        [str(GPU / "side-by-side.sh"), "sweep-bench"],
+        env={**env, "PYTHON": str(bench_python(tmp_path))},
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert benched.returncode == 0, benched.stdout + benched.stderr
+    calls = [call.split("\n") for call in (tmp_path / "bench_argv").read_text().split("\n---\n") if call.strip()]
+    assert [json.loads(c[c.index("--extra-body") + 1]) for c in calls] == [
+        {"voice": "vivian", "max_new_tokens": 101},
+        {"voice": "vivian", "max_new_tokens": 100},
+    ]
 
 
 def load_gpu_script(name: str) -> ModuleType:

@@ -1,0 +1,59 @@
+"""Force every Qwen3-TTS request on sglang-omni 0.1.8 to run to max_new_tokens.
+
+Put this directory on PYTHONPATH for `sgl-omni serve`. The talker runs in a spawned
+child process ("pipeline"), which inherits PYTHONPATH, so this file runs there too.
+Off unless SGL_OMNI_FORCE_MAX_NEW_TOKENS=1. Nothing is imported eagerly: the patch is
+applied right after sglang_omni.models.qwen3_tts.model_runner executes.
+"""
+import importlib.abc
+import importlib.util
+import os
+import sys
+
+_TARGET = "sglang_omni.models.qwen3_tts.model_runner"
+
+
+def _patch(module):
+    cls = module.Qwen3TTSModelRunner
+    original = cls.apply_codec_suppress_tokens
+    if getattr(original, "_force_max_new_tokens", False):
+        return
+
+    def apply_codec_suppress_tokens(self, logits_output, requests):
+        original(self, logits_output, requests)
+        logits = logits_output.next_token_logits
+        if logits is None or logits.ndim != 2 or not requests:
+            return
+        eos = int(self.model.config.codec_eos_token_id)
+        if 0 <= eos < logits.shape[1]:
+            logits[: len(requests), eos] = float("-inf")
+
+    apply_codec_suppress_tokens._force_max_new_tokens = True
+    cls.apply_codec_suppress_tokens = apply_codec_suppress_tokens
+    print(f"[sitecustomize pid={os.getpid()}] codec EOS masked: every Qwen3-TTS request runs to max_new_tokens",
+          file=sys.stderr, flush=True)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != _TARGET:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module):
+            exec_module(module)
+            _patch(module)
+
+        spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+if os.environ.get("SGL_OMNI_FORCE_MAX_NEW_TOKENS") == "1":
+    sys.meta_path.insert(0, _Finder())
