@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from app.engines.omni.cuda_mps import CudaMpsDaemon
+from app.settings import OmniSettings
 from tests.support.dockerfile import stages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,6 +169,9 @@ def test_gpu_overlay_essentials(overlay: str, gpus: int, profile: str) -> None:
     assert cache_claim["spec"]["accessModes"] == ["ReadWriteOnce"]
     startup = main["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 600  # a cold start measured 4-6 minutes
+    # a rollout waits for a cold start as long as the engine itself does before it gives up (then liveness restarts it)
+    deployment = one(objects, "Deployment")["spec"]
+    assert deployment["progressDeadlineSeconds"] >= OmniSettings().init_timeout_s
     env = env_of(objects)
     assert env["SPEECH_ENGINE"] == "omni" and env["SPEECH_OMNI__COMPILE_CACHE_DIR"] == mounts["vllm-cache"]["mountPath"]
     profile = Path(env["SPEECH_OMNI__DEPLOY_CONFIG"]).name
@@ -184,8 +188,15 @@ def test_probes_drain_and_security(overlay: str) -> None:
     objects = render(overlay)
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     main = container(objects)
-    assert main["readinessProbe"]["httpGet"]["path"] == "/ready"
-    assert main["livenessProbe"]["httpGet"]["path"] == "/health"
+    ready = main["readinessProbe"]
+    assert ready["httpGet"]["path"] == "/ready"
+    # /ready fails at once when the engine dies or a drain begins (tests/e2e/test_engine_death.py): out of the
+    # endpoints within 3 s, leaving kube-proxy time to act inside the 5 s goal
+    assert ready["periodSeconds"] * ready["failureThreshold"] <= 3
+    # liveness and the startup probe on /health, never /ready: a slow cold start or a drain must not restart the pod
+    assert main["livenessProbe"]["httpGet"]["path"] == main["startupProbe"]["httpGet"]["path"] == "/health"
+    budget = one(objects, "PodDisruptionBudget")["spec"]
+    assert budget["maxUnavailable"] == 1 and budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     pause = int(main["lifecycle"]["preStop"]["exec"]["command"][-1])
     drain = float(env_of(objects)["SPEECH_DRAIN_TIMEOUT_S"])
     assert pod["terminationGracePeriodSeconds"] >= pause + drain + 10

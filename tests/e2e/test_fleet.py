@@ -271,6 +271,41 @@ def test_a_replica_killed_fails_only_the_streams_it_held_each_visibly(fleet: Fle
     assert httpx.get(f"http://127.0.0.1:{int(fleet.env['BASE_PORT']) + victim}/ready", timeout=5).status_code == 200
 
 
+def test_balance_roundrobin_renders_a_config_haproxy_runs_and_takes_the_replicas_in_turn(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """BALANCE=roundrobin, the comparison fleet.sh offers (benchmarks/cpu/2026-11-27-fleet-balance/): a second HAProxy
+    in front of the same replicas (fleet.sh finds them running by their pid files and starts only its balancer) checks
+    its config, runs, and sends one request after another to each replica in turn."""
+    work = tmp_path / "roundrobin"
+    work.mkdir()
+    for index in range(REPLICAS):
+        shutil.copy(fleet.work / f"replica-{index}.pid", work)
+    front, stats = free_port(), free_port()
+    env = {**fleet.env, "BALANCE": "roundrobin", "FRONT": f"127.0.0.1:{front}", "STATS": f"127.0.0.1:{stats}"}
+    balancer = Fleet(f"http://127.0.0.1:{front}", {**env, "WORK": str(work)}, work)
+    try:
+        balancer.run("start", timeout=60)
+        assert re.search(r"^\s*balance roundrobin$", (work / "haproxy.cfg").read_text(), re.MULTILINE)
+        ids = [f"turn-{n}" for n in range(2 * REPLICAS)]
+        for request_id in ids:
+            body = {"input": f"Request {request_id} takes its turn.", "response_format": "pcm"}
+            answer = httpx.post(
+                f"{balancer.url}/v1/audio/speech", json=body, headers={"x-request-id": request_id}, timeout=60
+            )
+            assert answer.status_code == 200 and len(answer.content) > 0, answer.text[:200]
+        deadline = time.monotonic() + 10  # HAProxy logs a request once it ends
+        while not set(ids) <= routed(balancer).keys() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        to = routed(balancer)
+        order = [to.get(request_id) for request_id in ids]
+        assert sorted(order[:REPLICAS]) == [f"r{i}" for i in range(REPLICAS)] and order[REPLICAS:] == order[:REPLICAS]
+    finally:
+        pid = work / "haproxy.pid"
+        if pid.exists():
+            os.kill(int(pid.read_text()), signal.SIGTERM)
+
+
 @pytest.fixture(scope="module")
 def cloning_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """Three cloning replicas (a Base checkpoint over the vllm-omni stand-ins) sharing one voice store, as fleet.sh
