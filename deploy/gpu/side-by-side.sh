@@ -361,7 +361,7 @@ launch() {  # $1 target
       # its own packages first, then the fixed-length patch; a taken port is an error, not another port
       # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
       env $settings PYTHONPATH="$REPO/deploy/gpu/sglang-omni/fixed_length:$SGLANG_SITE:$PYTHONPATH" \
-        SGL_OMNI_FORCE_MAX_NEW_TOKENS=1 SGLANG_OMNI_STRICT_PORT=1 SGLANG_OMNI_STARTUP_TIMEOUT=1800 HF_HUB_OFFLINE=1 \
+        QWEN3_TTS_FIXED_LENGTH=1 SGLANG_OMNI_STRICT_PORT=1 SGLANG_OMNI_STARTUP_TIMEOUT=1800 HF_HUB_OFFLINE=1 \
         setsid nohup "$PYTHON" "${args[@]}" >"$log" 2>&1 </dev/null &
       echo $! >"$(pidfile_of sglang)"
       echo "sgl-omni serve starting on port $SGLANG_PORT, pid $!, log $log"

@@ -152,7 +152,7 @@ def harness_python(tmp_path: Path) -> Path:
         f'  "deploy/gpu/codec_weights.py "*) printf "%s\\n" "$@" > {tmp_path}/codec_argv; exit 0 ;;\n'
         f'  "-m vllm_omni.entrypoints.cli.main") printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
         '    record vllm_omni "$@"; exec sleep 60 ;;\n'
-        f'  "-m sglang_omni.cli") printf "%s\\n" "$PYTHONPATH" "$SGL_OMNI_FORCE_MAX_NEW_TOKENS"'
+        f'  "-m sglang_omni.cli") printf "%s\\n" "$PYTHONPATH" "$QWEN3_TTS_FIXED_LENGTH"'
         f' "$SGLANG_OMNI_STRICT_PORT" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/sglang_env\n'
         '    record sglang "$@"; exec sleep 60 ;;\n'
         '  "- "*) exit 1 ;;\n'
@@ -548,7 +548,7 @@ def test_side_by_side_refuses_sglang_without_its_packages(tmp_path: Path) -> Non
 
 
 def test_fixed_length_patch_masks_the_codec_end_token_in_sglang_omnis_talker_runner(tmp_path: Path) -> None:
-    """The patch (sitecustomize on PYTHONPATH, on with SGL_OMNI_FORCE_MAX_NEW_TOKENS=1) wraps the runner's
+    """The patch (sitecustomize on PYTHONPATH, on with QWEN3_TTS_FIXED_LENGTH=1) wraps the runner's
     suppress-tokens step, run before sampling on every step: the end-of-speech logit of every request row is -inf,
     other rows and tokens as the original left them; off without the setting."""
     package = tmp_path / "fake/sglang_omni/models/qwen3_tts"
@@ -572,7 +572,7 @@ def test_fixed_length_patch_masks_the_codec_end_token_in_sglang_omnis_talker_run
     for force, eos in [("1", float("-inf")), ("0", 0.0)]:
         done = subprocess.run(
             [sys.executable, "-c", probe],
-            env={**os.environ, "PYTHONPATH": pythonpath, "SGL_OMNI_FORCE_MAX_NEW_TOKENS": force},
+            env={**os.environ, "PYTHONPATH": pythonpath, "QWEN3_TTS_FIXED_LENGTH": force},
             capture_output=True,
             text=True,
             check=True,

@@ -2,9 +2,10 @@
 
 Put this directory on PYTHONPATH for `sgl-omni serve`. The talker runs in a spawned
 child process ("pipeline"), which inherits PYTHONPATH, so this file runs there too.
-Off unless SGL_OMNI_FORCE_MAX_NEW_TOKENS=1. Nothing is imported eagerly: the patch is
+Off unless QWEN3_TTS_FIXED_LENGTH=1. Nothing is imported eagerly: the patch is
 applied right after sglang_omni.models.qwen3_tts.model_runner executes.
 """
+
 import importlib.abc
 import importlib.util
 import os
@@ -30,8 +31,11 @@ def _patch(module):
 
     apply_codec_suppress_tokens._force_max_new_tokens = True
     cls.apply_codec_suppress_tokens = apply_codec_suppress_tokens
-    print(f"[sitecustomize pid={os.getpid()}] codec EOS masked: every Qwen3-TTS request runs to max_new_tokens",
-          file=sys.stderr, flush=True)
+    print(
+        f"[sitecustomize pid={os.getpid()}] codec EOS masked: every Qwen3-TTS request runs to max_new_tokens",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -55,5 +59,5 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-if os.environ.get("SGL_OMNI_FORCE_MAX_NEW_TOKENS") == "1":
+if os.environ.get("QWEN3_TTS_FIXED_LENGTH") == "1":
     sys.meta_path.insert(0, _Finder())
