@@ -95,7 +95,9 @@ class SpeechBatchItemResult(BaseModel):
     status: Literal["success", "error"]
     audio_data: str | None = Field(None, description="The whole file, base64.")
     media_type: str | None = None
-    usage: dict[str, int] | None = Field(None, description="input_tokens, output_tokens, total_tokens.")
+    usage: dict[str, Any] | None = Field(
+        None, description="input_tokens, output_tokens, total_tokens, input_token_details (text_tokens, audio_tokens)."
+    )
     error: ErrorDetail | None = Field(None, description="Why the item failed: the OpenAI error object a request gets.")
 
 

@@ -1,7 +1,8 @@
 """deploy/gpu/batch_compare.py against the real server (embedded engine): one batch sent to each target, interleaved,
 every item decoded and its usage as the server reported it, compared field by field between targets; a second target
-answers in vllm-omni 0.30's own shape (usage with `input_token_details`, an item's error as a bare message), as
-`vllm serve --omni` would on the GPU host, so that the comparison meets the fields only one side sends."""
+answers as vllm-omni 0.30 does (its output tokens count the end token: one more per item, measured on the GPU; an
+item's error as a bare message), as `vllm serve --omni` would on the GPU host, so that the comparison meets counts
+that differ."""
 
 from __future__ import annotations
 
@@ -26,11 +27,12 @@ ITEMS = 6
 
 
 def vllm_omni_shaped(answer: dict[str, Any]) -> dict[str, Any]:
-    """The service's batch answer as vllm-omni 0.30 words it: usage split into text and audio input tokens, an error
+    """The service's batch answer as vllm-omni 0.30 words it: the end token counted among the output tokens, an error
     as its message alone."""
     for result in answer["results"]:
         if "usage" in result:
-            result["usage"]["input_token_details"] = {"text_tokens": result["usage"]["input_tokens"], "audio_tokens": 0}
+            result["usage"]["output_tokens"] += 1
+            result["usage"]["total_tokens"] += 1
         if "error" in result:
             result["error"] = result["error"]["message"]
     return answer
@@ -121,30 +123,36 @@ def test_one_batch_per_target_interleaved_decoded_and_its_usage_compared(
             "input_tokens",
             "output_tokens",
             "total_tokens",
+            "input_token_details",
         }
         data = base64.b64decode(theirs["audio_data"])
         samples = len(data) // 2 if fmt == "pcm" else len(soundfile.read(io.BytesIO(data))[0])
         assert abs(mine["samples"] - samples) <= 0.05 * samples
     omni = runs[2]["items"]
-    assert omni[0]["usage"]["input_token_details"] == {
-        "text_tokens": service[0]["usage"]["input_tokens"],
-        "audio_tokens": 0,
-    }
+    assert (
+        omni[0]["usage"]["input_token_details"]
+        == service[0]["usage"]["input_token_details"]
+        == {
+            "text_tokens": service[0]["usage"]["input_tokens"],
+            "audio_tokens": 0,
+        }
+    )
 
-    # the comparison: the same server under two names agrees; vllm-omni's shape adds two fields, the counts agree
+    # the comparison: the same server under two names agrees; vllm-omni's count differs by its end token, the rest
+    # (its fields and the input's) agree
     same, shaped = results["usage_comparisons"]
+    fields = ("input_tokens", "output_tokens", "total_tokens", "input_token_details.text_tokens")
+    fields += ("input_token_details.audio_tokens",)
     assert (same["reference"], same["other"], same["items_differing"]) == ("service", "again", 0)
-    assert same["fields"] == {
-        f: {"equal": ITEMS, "differ": 0, "only_reference": 0, "only_other": 0}
-        for f in ("input_tokens", "output_tokens", "total_tokens")
-    }
+    assert same["fields"] == {f: {"equal": ITEMS, "differ": 0, "only_reference": 0, "only_other": 0} for f in fields}
     assert (shaped["other"], shaped["items_differing"]) == ("omni", ITEMS)
-    for field in ("input_token_details.text_tokens", "input_token_details.audio_tokens"):
-        assert shaped["fields"][field] == {"equal": 0, "differ": 0, "only_reference": 0, "only_other": ITEMS}
-    assert shaped["fields"]["output_tokens"]["equal"] == ITEMS
+    for field in ("input_tokens", "input_token_details.text_tokens", "input_token_details.audio_tokens"):
+        assert shaped["fields"][field] == {"equal": ITEMS, "differ": 0, "only_reference": 0, "only_other": 0}
+    for field in ("output_tokens", "total_tokens"):
+        assert shaped["fields"][field] == {"equal": 0, "differ": ITEMS, "only_reference": 0, "only_other": 0}
     assert "| service |" in table and "| omni |" in table and "None: every item succeeded." in table
     assert "## Usage per item: omni against service" in table
-    assert table.count("input_token_details.text_tokens only from omni") == ITEMS
+    assert table.count("output_tokens: ") == ITEMS and "only from omni" not in table
 
 
 def test_lengths_other_than_asked_are_each_reported_and_fail_the_run(server: RunningServer, tmp_path: Path) -> None:

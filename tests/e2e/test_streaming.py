@@ -123,7 +123,8 @@ def test_sse_event_sequence_and_usage(server: RunningServer, response_format: st
     assert types[:-1] and all(t == "speech.audio.delta" for t in types[:-1])
     usage = events[-1]["usage"]
     assert isinstance(usage, dict)
-    assert set(usage) == {"input_tokens", "output_tokens", "total_tokens"}
+    assert set(usage) == {"input_tokens", "output_tokens", "total_tokens", "input_token_details"}
+    assert usage["input_token_details"] == {"text_tokens": usage["input_tokens"], "audio_tokens": 0}
     assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
     audio_bytes = b"".join(base64.b64decode(str(e["audio"])) for e in events[:-1])

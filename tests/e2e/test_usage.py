@@ -89,5 +89,6 @@ def test_each_batch_item_carries_its_usage_and_the_batch_runs_on_both_engines(
         "input_tokens": alone["INPUT-TOKENS"],
         "output_tokens": alone["OUTPUT-TOKENS"],
         "total_tokens": alone["TOTAL-TOKENS"],
+        "input_token_details": {"text_tokens": alone["INPUT-TEXT-TOKENS"], "audio_tokens": alone["INPUT-AUDIO-TOKENS"]},
     }
     assert results[2]["error"]["param"] == "voice" and "usage" not in results[2]

@@ -50,7 +50,13 @@ async def test_pcm_bytes_usage_and_close_hook() -> None:
     audio = EncodedAudio(first, rest, "pcm", 24_000, closed)
     data = b"".join([piece async for piece in audio.bytes()])
     assert len(data) == 3 * int(0.6 * 24_000) * 2
-    assert audio.usage.as_dict() == {"input_tokens": 30, "output_tokens": 144, "total_tokens": 174}
+    # vllm-omni 0.30's SpeechTokenUsage: the input split into text and reference-audio tokens
+    assert audio.usage.as_dict() == {
+        "input_tokens": 30,
+        "output_tokens": 144,
+        "total_tokens": 174,
+        "input_token_details": {"text_tokens": 30, "audio_tokens": 0},
+    }
     assert closed.calls == ["completed"]
 
 
@@ -141,7 +147,12 @@ async def test_sse_done_event_carries_usage() -> None:
     audio = EncodedAudio(await anext(rest), rest, "pcm", 24_000, CloseRecorder())
     events = parse([event async for event in sse_events(audio, "req-2")])
     assert [e["type"] for e in events][-1] == "speech.audio.done"
-    assert events[-1]["usage"] == {"input_tokens": 20, "output_tokens": 96, "total_tokens": 116}
+    assert events[-1]["usage"] == {
+        "input_tokens": 20,
+        "output_tokens": 96,
+        "total_tokens": 116,
+        "input_token_details": {"text_tokens": 20, "audio_tokens": 0},
+    }
     pcm = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
     assert len(pcm) == 2 * int(0.6 * 24_000) * 2
 
