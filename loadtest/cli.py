@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import platform
+import secrets
 import sys
 import time
 from importlib import resources
@@ -88,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--language", default="English", help="language of the shipped texts")
     p.add_argument("--text-file", help="one text per line, instead of the shipped sets")
+    p.add_argument(
+        "--unique-texts",
+        action="store_true",
+        help="open every text with 'Take LABEL-N.' (LABEL random per run): no prompt is sent twice to a server, so "
+        "that one caching prompt prefixes (sglang's radix cache) prefills each in full, as for new text; every target "
+        "still gets the same words. Not for an engine target's open loop",
+    )
     p.add_argument("--format", default="pcm", choices=RESPONSE_FORMATS, help="audio format")
     p.add_argument("--stream-format", default="audio", choices=["audio", "sse"], help="raw audio stream or SSE events")
     p.add_argument(
@@ -247,6 +255,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         args.text_rate if args.ws else None,
         args.timeout,
         args.stagger,
+        secrets.token_hex(2) if args.unique_texts else None,
     )
     client = http_client(max(levels or [64]), args.timeout, args.keepalive_expiry)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -288,7 +297,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "transport": "websocket" if args.ws else "http",
         "text_rate": args.text_rate if args.ws else None,  # tokens (words) per second
         "ttfa_from": "the send of the text that completed the first sentence" if args.ws else "the request's send",
-        "texts": args.text_file or f"{args.language}/{args.texts}",
+        "texts": (args.text_file or f"{args.language}/{args.texts}") + (" (unique)" if args.unique_texts else ""),
         "requests": args.requests,
         "warmup": args.warmup,
         "rounds": rounds,

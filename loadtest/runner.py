@@ -63,6 +63,12 @@ class RunPlan:
     text_rate: float | None = None  # WebSocket: each text an utterance sent at this many tokens/s; None: HTTP
     timeout_s: float = 300.0  # WebSocket: per utterance (HTTP: the client's own timeouts)
     stagger_s: float = 0.0  # closed loop: the workers start evenly over this many seconds
+    unique_label: str | None = None  # every text made unique ("Take LABEL-...-N."): no prompt twice on a server
+
+    def cycle(self, part: str) -> TextCycle:
+        """The texts of one part of the run (a level's warm-up or measured requests, a rate): with `unique_label`,
+        labelled by the part, so that no two parts send the same prompt."""
+        return TextCycle(self.texts, label=None if self.unique_label is None else f"{self.unique_label}-{part}")
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -213,9 +219,9 @@ async def run_concurrency_sweep(
         for target in plan.targets:
             if plan.warmup:  # every batch size pays its first-time costs here: at least one full batch of it
                 warmup = max(plan.warmup, level)
-                await _closed_loop(client, plan, target, level, warmup, TextCycle(plan.texts), None, tick)
+                await _closed_loop(client, plan, target, level, warmup, plan.cycle(f"w{level}"), None, tick)
         # the same texts for every target: one cycle per target, all starting at the same place
-        cycles = [TextCycle(plan.texts) for _ in plan.targets]
+        cycles = [plan.cycle(f"c{level}") for _ in plan.targets]
         rounds = closed_loop_rounds(level, plan.requests, plan.rounds)
         for round_requests in _split(plan.requests, rounds):  # A, B, A, B: drift hits every target alike
             for target, run, texts in zip(plan.targets, level_runs, cycles, strict=True):
@@ -231,7 +237,7 @@ async def run_rate_sweep(
     runs: list[LevelRun] = []
     for rate in rates:
         level_runs = [LevelRun(target, "rate", rate) for target in plan.targets]
-        cycles = [TextCycle(plan.texts) for _ in plan.targets]
+        cycles = [plan.cycle(f"r{rate:g}") for _ in plan.targets]
         for round_index in range(plan.rounds):
             for target, run, texts in zip(plan.targets, level_runs, cycles, strict=True):
                 seed = f"{plan.seed}-{rate}-{round_index}"  # the same arrival times for every target

@@ -157,11 +157,14 @@ def test_open_loop_sse(server: RunningServer, tmp_path: Path) -> None:
         "mp3",
         "--texts",
         "short",
+        "--unique-texts",
         "--out",
         str(out),
     )
     assert done.returncode == 0, done.stderr
-    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    results = json.loads((out / "results.json").read_text())
+    (run,) = results["runs"]
+    assert results["meta"]["texts"] == "English/short (unique)"  # every prompt labelled: the server served them all
     assert run["rate"] == 4
     assert run["requests"] >= 1 and run["ok"] == run["requests"]
     assert all(0 < r["ttfa_s"] <= r["e2e_s"] for r in run["per_request"])

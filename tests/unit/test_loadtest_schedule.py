@@ -168,3 +168,35 @@ async def test_a_sweep_reports_steady_throughput_and_falls_back_to_the_wall_cloc
     assert f"| {wave['throughput_rps']:.2f}* | {wave['audio_throughput']:.1f}* |" in text
     assert "req/s and audio s/s: answers that finished while the level's concurrency was held" in text
     assert "* = too short a window, wall clock" in text
+
+
+async def test_unique_texts_never_repeat_a_prompt_on_a_server_yet_every_target_speaks_the_same_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--unique-texts`: a server that caches prompt prefixes (sglang's radix cache) meets no prompt twice, warm-up,
+    levels and rounds included, while A and B still get the same text for the same request of a round."""
+    sent: list[tuple[int, str]] = []
+
+    async def measure(self: runner._Sender, text: str, keep: bool, scheduled_at: float | None) -> RequestResult:
+        sent.append((self.target.index, text))
+        await asyncio.sleep(0.001)
+        return RequestResult(self.target.index, text, 200, True, ttfa_s=0.001, e2e_s=0.001, audio_s=1.0)
+
+    monkeypatch.setattr(runner._Sender, "measure", measure)
+    targets = [Target(0, "http://a", "m", "v"), Target(1, "http://b", "m", "v")]
+    shipped = ["Hello there.", "Good morning."]
+    plan = RunPlan(targets, shipped, "pcm", "audio", requests=6, warmup=2, rounds=2, asr_sample=0, unique_label="x1")
+    async with httpx.AsyncClient() as client:
+        await run_concurrency_sweep(client, plan, [1, 2], lambda: None)
+    texts = {index: [text for i, text in sent if i == index] for index in (0, 1)}
+    assert len(texts[0]) == len(texts[1]) == 2 + 6 + 2 + 6  # each level: its warm-up (2), then 6 in two rounds
+    for index in (0, 1):
+        assert len(set(texts[index])) == len(texts[index])  # never the same prompt twice on one server
+        assert all(text.startswith("Take x1-") and text.endswith(tuple(shipped)) for text in texts[index])
+    measured = [[t for t in texts[index] if "-w" not in t.split(".")[0]] for index in (0, 1)]
+    assert measured[0] == measured[1]  # the same words on A and B, request by request
+    plain = RunPlan(targets, shipped, "pcm", "audio", requests=2, warmup=0, rounds=1, asr_sample=0)
+    sent.clear()
+    async with httpx.AsyncClient() as client:
+        await run_concurrency_sweep(client, plain, [1], lambda: None)
+    assert [text for _, text in sent] == ["Hello there.", "Good morning.", "Hello there.", "Good morning."]
