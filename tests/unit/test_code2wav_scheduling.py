@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from app.engines.omni.engine import pipeline_with_code2wav_scheduler
+from app.engines.omni.engine import pipeline_with_stage_plugins
 from app.engines.omni.stage_plugins.code2wav_policy import FRAME_SECONDS, FirstAudioFirst, StepProbe, window_frames
 from tests.fakes.vllm_omni_0_30_scheduler import (
     FakeGenerationScheduler,
@@ -79,6 +79,7 @@ class Stage:  # the fields of vllm-omni 0.30's frozen StagePipelineConfig that t
     stage_id: int
     model_stage: str
     scheduler_cls: str | None = None
+    async_chunk_process_next_stage_input_func: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,19 +88,24 @@ class Pipeline:  # likewise of its frozen PipelineConfig
     stages: tuple[Stage, ...]
 
 
-def test_the_service_registers_its_code2wav_scheduler_in_the_pipeline_topology() -> None:
-    """vllm-omni 0.30 refuses scheduler_cls as a stage override; the pipeline's stage 1 carries it instead."""
+def test_the_service_registers_its_stage_plugins_in_the_pipeline_topology() -> None:
+    """vllm-omni 0.30 refuses scheduler_cls as a stage override; the pipeline's stage 1 carries it instead, and stage
+    0 the talker's window producer (vllm-omni's own but for adaptive windows' first window)."""
     path = "app.engines.omni.stage_plugins.code2wav_scheduler.FirstAudioFirstScheduler"
-    upstream = Pipeline("qwen3_tts", (Stage(0, "qwen3_tts"), Stage(1, "code2wav")))
-    ours = pipeline_with_code2wav_scheduler(upstream, path)
+    producer = "vllm_omni.model_executor.stage_input_processors.qwen3_tts.talker2code2wav_async_chunk"
+    upstream = Pipeline("qwen3_tts", (Stage(0, "qwen3_tts", None, producer), Stage(1, "code2wav")))
+    ours = pipeline_with_stage_plugins(upstream, path)
     assert ours.model_type == "qwen3_tts"
-    assert [(s.stage_id, s.model_stage, s.scheduler_cls) for s in ours.stages] == [
-        (0, "qwen3_tts", None),
-        (1, "code2wav", path),
+    assert [
+        (s.stage_id, s.model_stage, s.scheduler_cls, s.async_chunk_process_next_stage_input_func) for s in ours.stages
+    ] == [
+        (0, "qwen3_tts", None, "app.engines.omni.stage_plugins.talker_windows.talker2code2wav_async_chunk"),
+        (1, "code2wav", path, None),
     ]
     assert upstream.stages[1].scheduler_cls is None  # the registry's own copy is left as it was
+    assert upstream.stages[0].async_chunk_process_next_stage_input_func == producer
     with pytest.raises(ValueError, match="no stage 1"):
-        pipeline_with_code2wav_scheduler(Pipeline("other", (Stage(0, "x"),)), path)
+        pipeline_with_stage_plugins(Pipeline("other", (Stage(0, "x"),)), path)
 
 
 def test_the_stage_plugins_load_without_the_engine_and_the_engine_without_vllm() -> None:
@@ -561,3 +567,18 @@ def test_a_missing_piece_of_vllm_omni_fails_at_start_and_is_named(monkeypatch: p
     module = _importing_against(monkeypatch, OtherCoordinator)
     with pytest.raises(RuntimeError, match="_omni_initial_model_buffer"):
         module.FirstAudioFirstScheduler({})
+
+
+def test_vllm_omnis_own_pipeline_gets_both_plugins() -> None:
+    """Against the installed vllm-omni (where it imports: the GPU host): its Qwen3-TTS pipeline's talker hands windows
+    on through the producer the service wraps, so that the registration replaces it, and code2wav gets the scheduler."""
+    pytest.importorskip("vllm_omni")
+    from vllm_omni.model_executor.models.qwen3_tts.pipeline import QWEN3_TTS_PIPELINE
+
+    from app.engines.omni.engine import TALKER_WINDOWS, UPSTREAM_TALKER_WINDOWS
+
+    stages = {stage.stage_id: stage for stage in QWEN3_TTS_PIPELINE.stages}
+    assert stages[0].async_chunk_process_next_stage_input_func == UPSTREAM_TALKER_WINDOWS
+    ours = {stage.stage_id: stage for stage in pipeline_with_stage_plugins(QWEN3_TTS_PIPELINE, "x.Scheduler").stages}
+    assert ours[0].async_chunk_process_next_stage_input_func == TALKER_WINDOWS
+    assert ours[1].scheduler_cls == "x.Scheduler"

@@ -77,32 +77,45 @@ def _default_omni_factory(code2wav_scheduler: str = "", **kwargs: Any) -> Any:
     from vllm_omni import AsyncOmni
 
     if code2wav_scheduler:
-        register_code2wav_scheduler(code2wav_scheduler)
+        register_stage_plugins(code2wav_scheduler)
     return AsyncOmni(**kwargs)
 
 
-def register_code2wav_scheduler(path: str) -> None:
-    """Make vllm-omni's Qwen3-TTS pipeline run code2wav (stage 1) under the scheduler class at `path`.
+# the talker's window producer: vllm-omni's, and the service's around it (adaptive windows' first window)
+UPSTREAM_TALKER_WINDOWS = "vllm_omni.model_executor.stage_input_processors.qwen3_tts.talker2code2wav_async_chunk"
+TALKER_WINDOWS = "app.engines.omni.stage_plugins.talker_windows.talker2code2wav_async_chunk"
 
-    vllm-omni 0.30 takes a stage's scheduler class only from the pipeline's topology: a stage override or a deploy
-    profile naming `scheduler_cls` is refused at start ("no structured config owner", `config/omni_config.py`). Its way
-    for out-of-tree pipelines is `config.pipeline_registry.register_pipeline`, so the Qwen3-TTS pipeline is registered
-    again, stage 1's scheduler set, in this process, where AsyncOmni resolves its stages; the stage processes get the
-    class by its dotted path."""
+
+def register_stage_plugins(scheduler_path: str) -> None:
+    """Make vllm-omni's Qwen3-TTS pipeline run code2wav (stage 1) under the scheduler class at `scheduler_path`, and
+    its talker (stage 0) hand windows on through the service's producer (`stage_plugins.talker_windows`).
+
+    vllm-omni 0.30 takes a stage's scheduler class and producer only from the pipeline's topology: a stage override or
+    a deploy profile naming `scheduler_cls` is refused at start ("no structured config owner",
+    `config/omni_config.py`). Its way for out-of-tree pipelines is `config.pipeline_registry.register_pipeline`, so the
+    Qwen3-TTS pipeline is registered again, with both, in this process, where AsyncOmni resolves its stages; the stage
+    processes load them by dotted path."""
     from vllm_omni.config.pipeline_registry import register_pipeline
     from vllm_omni.model_executor.models.qwen3_tts.pipeline import QWEN3_TTS_PIPELINE
 
-    register_pipeline(pipeline_with_code2wav_scheduler(QWEN3_TTS_PIPELINE, path))
+    register_pipeline(pipeline_with_stage_plugins(QWEN3_TTS_PIPELINE, scheduler_path))
 
 
-def pipeline_with_code2wav_scheduler(pipeline: Any, path: str) -> Any:
-    """A copy of a (frozen) vllm-omni `PipelineConfig` whose stage 1 runs under the scheduler class at `path`."""
+def pipeline_with_stage_plugins(pipeline: Any, scheduler_path: str) -> Any:
+    """A copy of a (frozen) vllm-omni `PipelineConfig` whose stage 1 runs under the scheduler class at
+    `scheduler_path` and whose stage 0, where it hands windows on through vllm-omni's Qwen3-TTS producer, does so
+    through the service's (which calls vllm-omni's): a producer of another release or pipeline is left alone."""
     if not any(stage.stage_id == 1 for stage in pipeline.stages):
         raise ValueError(f"pipeline {pipeline.model_type!r} has no stage 1 to give a scheduler")
-    stages = tuple(
-        dataclasses.replace(stage, scheduler_cls=path) if stage.stage_id == 1 else stage for stage in pipeline.stages
-    )
-    return dataclasses.replace(pipeline, stages=stages)
+
+    def plugged(stage: Any) -> Any:
+        if stage.stage_id == 1:
+            return dataclasses.replace(stage, scheduler_cls=scheduler_path)
+        if getattr(stage, "async_chunk_process_next_stage_input_func", None) == UPSTREAM_TALKER_WINDOWS:
+            return dataclasses.replace(stage, async_chunk_process_next_stage_input_func=TALKER_WINDOWS)
+        return stage
+
+    return dataclasses.replace(pipeline, stages=tuple(plugged(stage) for stage in pipeline.stages))
 
 
 class OmniEngine:

@@ -1,0 +1,62 @@
+"""The talker's window producer for vllm-omni 0.30.0 (stage 0 of its Qwen3-TTS pipeline, `async_chunk`): vllm-omni's
+own `talker2code2wav_async_chunk`, loaded by the talker process by dotted path, with one change a deploy profile can
+ask for.
+
+vllm-omni's adaptive windows (`codec_chunk_adaptive: true` in the connector's `extra`) size every window after the
+first from the stream's lead over its listener: the audio sent less the time since its first audio, against the
+talker's measured time per frame. A window only as large as the lead allows, growing once the stream is ahead, up to
+`codec_chunk_frames`: windows sized by each stream's deadline rather than a fixed ramp. Its first window, though,
+vllm-omni sizes by load (2 up to 16 frames as the talker fills, whatever `initial_codec_chunk_frames` says), which made
+first audio 2-9x later under load when measured against the shipped ramp's one-frame first window.
+
+With `codec_adaptive_first_frames: N` beside `codec_chunk_adaptive: true`, every stream's first window is N frames (a
+request's own `initial_codec_chunk_frames` wins), and vllm-omni sizes the rest. It only fills vllm-omni's per-stream
+cache of first-window sizes (`_cached_ic`, which vllm-omni fills itself for a stream without an entry and empties
+when the stream ends) before vllm-omni reads it; the windows themselves, their emission and their payloads are
+vllm-omni's. Without both settings this is vllm-omni's producer, untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+FIRST_FRAMES = "codec_adaptive_first_frames"
+
+
+def connector_extra(transfer_manager: Any) -> dict[str, Any]:
+    """The connector's `extra` settings, as vllm-omni's producer reads them (a config with `extra`, or that itself)."""
+    config = getattr(getattr(transfer_manager, "connector", None), "config", None) or {}
+    extra = config.get("extra", config) if isinstance(config, dict) else {}
+    return extra if isinstance(extra, dict) else {}
+
+
+def requested_first_frames(request: Any) -> int | None:
+    """The request's own `initial_codec_chunk_frames`, where it carries one (vllm-omni's additional information)."""
+    entries = getattr(getattr(request, "additional_information", None), "entries", None)
+    if not entries or "initial_codec_chunk_frames" not in entries:
+        return None
+    data = getattr(entries["initial_codec_chunk_frames"], "list_data", None)
+    return int(data[0]) if data is not None and len(data) == 1 and int(data[0]) > 0 else None
+
+
+def first_window_frames(extra: dict[str, Any], request: Any) -> int | None:
+    """The first window to give this stream: None where vllm-omni decides alone."""
+    configured = int(extra.get(FIRST_FRAMES) or 0)
+    if not extra.get("codec_chunk_adaptive") or configured <= 0:
+        return None
+    return requested_first_frames(request) or configured
+
+
+def talker2code2wav_async_chunk(
+    transfer_manager: Any, multimodal_output: Any, request: Any, is_finished: bool = False
+) -> Any:
+    # imported here: the stage process has vllm-omni; the service and its tests import this module without it
+    from vllm_omni.model_executor.stage_input_processors import qwen3_tts
+
+    first = first_window_frames(connector_extra(transfer_manager), request)
+    if first is not None:
+        cache = getattr(transfer_manager, "_cached_ic", None)
+        if cache is None:
+            cache = transfer_manager._cached_ic = {}
+        cache.setdefault(request.external_req_id, first)
+    return qwen3_tts.talker2code2wav_async_chunk(transfer_manager, multimodal_output, request, is_finished)
