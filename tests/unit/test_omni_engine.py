@@ -537,6 +537,8 @@ async def test_the_omni_engine_marks_its_submit_before_the_first_audio(custom_vo
 
 RAMP = CodecWindows((4, 4, 8, 16, 25), 25, ramp=True)
 ADAPTIVE = CodecWindows((2,), 25, adaptive=True)
+# adaptive windows after a first window the service's talker producer fixes (stage_plugins/talker_windows.py)
+ADAPTIVE_FIRST_1 = CodecWindows((1,), 25, adaptive=True, first_fixed=True)
 
 
 @pytest.mark.parametrize(
@@ -554,6 +556,14 @@ ADAPTIVE = CodecWindows((2,), 25, adaptive=True)
         ({"codec_chunk_adaptive": True, "codec_chunk_ramp": [2, 4], "codec_chunk_frames": 25}, ADAPTIVE),
         ({"codec_chunk_adaptive": "true", "codec_chunk_min_frames": 2, "codec_chunk_frames": 25}, ADAPTIVE),
         ({"codec_chunk_adaptive": False, "codec_chunk_ramp": [4, 4, 8, 16, 25]}, RAMP),
+        (
+            {"codec_chunk_adaptive": True, "codec_adaptive_first_frames": 1, "codec_chunk_ramp": [2, 4]},
+            ADAPTIVE_FIRST_1,
+        ),
+        (
+            {"codec_chunk_adaptive": False, "codec_adaptive_first_frames": 1, "initial_codec_chunk_frames": 2},
+            CodecWindows((2,), 25),
+        ),
     ],
 )
 def test_window_schedules_are_read_as_vllm_omni_reads_them(extra: dict, expected: CodecWindows | None) -> None:
@@ -578,6 +588,7 @@ def test_an_engine_on_a_profile_with_a_quoted_no_does_not_start(custom_voice_dir
 def test_a_ramp_or_adaptive_windows_keep_a_request_first_size_out() -> None:
     assert RAMP.request_first_size_ignored  # vllm-omni ignores the request's field under a ramp
     assert ADAPTIVE.request_first_size_ignored  # and under adaptive windows
+    assert not ADAPTIVE_FIRST_1.request_first_size_ignored  # unless the service's producer sets the first window
     assert not CodecWindows((1,), 25).request_first_size_ignored
 
 
@@ -589,6 +600,9 @@ def test_a_ramp_profile_refuses_a_request_first_window_size(custom_voice_dir: Pa
     adaptive = profile_without_ramp(tmp_path / "adaptive", codec_chunk_adaptive=True)
     engine = make_engine(custom_voice_dir, FakeAsyncOmni(), deploy_config=adaptive)
     assert engine.capabilities().initial_chunk_frames is None  # adaptive windows ignore it too
+    first = profile_without_ramp(tmp_path / "first", codec_chunk_adaptive=True, codec_adaptive_first_frames=1)
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni(), deploy_config=first)
+    assert engine.capabilities().initial_chunk_frames == (1, 25)  # the service's producer honours it
 
 
 async def test_two_servers_on_one_host_warm_up_with_different_request_ids(custom_voice_dir: Path) -> None:

@@ -6,7 +6,9 @@ windows by the deploy profile's connector settings: either a first window of `in
 `codec_chunk_frames` each, or, with `codec_chunk_adaptive`, sizes chosen at run time from how far each stream is
 ahead of its listener (`chunk_size_utils.AdaptiveChunkController`), up to `codec_chunk_frames`. Both the ramp and the
 adaptive sizes replace the first-window size, the per-request one included, which the service then refuses rather
-than ignores. Pure Python: read from the profile's YAML, no engine import.
+than ignores; but with `codec_adaptive_first_frames` beside adaptive windows, the service's talker producer
+(`stage_plugins/talker_windows.py`) fixes the first window, a request's own size first. Pure Python: read from the
+profile's YAML, no engine import.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from app.engines.omni.stage_plugins.talker_windows import FIRST_FRAMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,11 +28,15 @@ class CodecWindows:
     steady: int
     ramp: bool = False  # the sizes come from `codec_chunk_ramp` (vllm-omni then ignores a request's first size)
     adaptive: bool = False  # `codec_chunk_adaptive`: sizes chosen at run time; `first` is only the smallest window
+    # with adaptive windows, `first` is the first window, fixed by the service's talker producer
+    # (`codec_adaptive_first_frames`, stage_plugins/talker_windows.py), which honours a request's own first size
+    first_fixed: bool = False
 
     @property
     def request_first_size_ignored(self) -> bool:
-        """vllm-omni ignores a request's own `initial_codec_chunk_frames` under a ramp or adaptive windows."""
-        return self.ramp or self.adaptive
+        """vllm-omni ignores a request's own `initial_codec_chunk_frames` under a ramp or adaptive windows (but where
+        the service's talker producer fixes adaptive windows' first one)."""
+        return self.ramp or (self.adaptive and not self.first_fixed)
 
     def __post_init__(self) -> None:
         if not self.first or any(size <= 0 for size in self.first) or self.steady <= 0:
@@ -42,6 +50,9 @@ class CodecWindows:
         load: no fixed schedule exists."""
         steady = int(extra.get("codec_chunk_frames") or 25)
         if _flag(extra.get("codec_chunk_adaptive")):
+            first = int(extra.get(FIRST_FRAMES) or 0)
+            if first > 0:
+                return cls((min(first, steady),), steady, adaptive=True, first_fixed=True)
             return cls((max(1, int(extra.get("codec_chunk_min_frames") or 2)),), steady, adaptive=True)
         ramp = _ramp(extra.get("codec_chunk_ramp"))
         if ramp is not None:
