@@ -92,9 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--unique-texts",
         action="store_true",
-        help="open every text with 'Take LABEL-N.' (LABEL random per run): no prompt is sent twice to a server, so "
-        "that one caching prompt prefixes (sglang's radix cache) prefills each in full, as for new text; every target "
-        "still gets the same words. Not for an engine target's open loop",
+        help="open every text with 'Take LABEL-N, ' (LABEL random per run, in the results' meta): no prompt is sent "
+        "twice to a server, so that one caching prompt prefixes (sglang's radix cache) prefills each in full, as for "
+        "new text; every target still gets the same words. Not with --asr, nor an engine target's open loop",
     )
     p.add_argument("--format", default="pcm", choices=RESPONSE_FORMATS, help="audio format")
     p.add_argument("--stream-format", default="audio", choices=["audio", "sse"], help="raw audio stream or SSE events")
@@ -162,6 +162,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--ws streams audio frames over the WebSocket: --stream-format does not apply")
     if args.ws and any(target.startswith("engine+") for target in args.target):
         p.error("--ws needs speech servers: an engine+ target has no WebSocket endpoint")
+    if args.unique_texts and args.asr:
+        p.error("--unique-texts with --asr: Whisper would hear each label too and count it against the text")
+    if args.unique_texts and args.rate and any(target.startswith("engine+") for target in args.target):
+        p.error("--unique-texts in an open loop: an engine+ target cycles the texts itself, unlabelled")
     if args.texts is None:
         args.texts = "long" if args.ws else "medium"
     return args
@@ -298,6 +302,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "text_rate": args.text_rate if args.ws else None,  # tokens (words) per second
         "ttfa_from": "the send of the text that completed the first sentence" if args.ws else "the request's send",
         "texts": (args.text_file or f"{args.language}/{args.texts}") + (" (unique)" if args.unique_texts else ""),
+        "unique_label": plan.unique_label,  # the texts' label this run: "Take LABEL-PART-N, " before each
         "requests": args.requests,
         "warmup": args.warmup,
         "rounds": rounds,

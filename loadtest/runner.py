@@ -63,7 +63,7 @@ class RunPlan:
     text_rate: float | None = None  # WebSocket: each text an utterance sent at this many tokens/s; None: HTTP
     timeout_s: float = 300.0  # WebSocket: per utterance (HTTP: the client's own timeouts)
     stagger_s: float = 0.0  # closed loop: the workers start evenly over this many seconds
-    unique_label: str | None = None  # every text made unique ("Take LABEL-...-N."): no prompt twice on a server
+    unique_label: str | None = None  # every text made unique ("Take LABEL-...-N, "): no prompt twice on a server
 
     def cycle(self, part: str) -> TextCycle:
         """The texts of one part of the run (a level's warm-up or measured requests, a rate): with `unique_label`,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 class TextCycle:
     """Texts in a fixed order, the same sequence for every target, so A and B speak the same words. With a `label`,
-    each text opens with "Take LABEL-N." (N its place in the cycle): no prompt is sent twice with the same label, so
+    each text opens with "Take LABEL-N, " (N its place in the cycle): no prompt is sent twice with the same label, so
     that a server caching prompt prefixes (sglang's radix cache) prefills every request in full, as for new text."""
 
     def __init__(self, texts: list[str], start: int = 0, label: str | None = None) -> None:
@@ -30,7 +30,7 @@ class TextCycle:
     def take(self) -> str:
         text = self.texts[self.next % len(self.texts)]
         if self.label is not None:
-            text = f"Take {self.label}-{self.next}. {text}"
+            text = f"Take {self.label}-{self.next}, {text}"  # a clause, not a sentence: the first is still the text's
         self.next += 1
         return text
 

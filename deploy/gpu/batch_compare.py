@@ -17,9 +17,9 @@ Exit status: 0 when every item of every measured batch succeeded with the length
 the arguments are wrong or DIR already holds results.
 
 Shapes it adapts to: vllm-omni 0.30 answers an item's `error` as a string and this service as an OpenAI error object
-(both are kept, the message compared); vllm-omni's `usage` also carries `input_token_details` ({text_tokens,
-audio_tokens}), which this service's batch items leave out: usage is compared field by field after flattening
-(`input_token_details.text_tokens`), a field one server does not send being reported as such. Fields vllm-omni's
+(both are kept, the message compared); usage is compared field by field after flattening
+(`input_token_details.text_tokens`), a field one server does not send being reported as such (vllm-omni 0.30 counts
+the end token among the output tokens: one more per item than this service). Fields vllm-omni's
 batch items do not know (`ignore_eos`) it drops unread: its length must come from its profile
 (`bench_profile.py --frames F`).
 """

@@ -165,6 +165,7 @@ def test_open_loop_sse(server: RunningServer, tmp_path: Path) -> None:
     results = json.loads((out / "results.json").read_text())
     (run,) = results["runs"]
     assert results["meta"]["texts"] == "English/short (unique)"  # every prompt labelled: the server served them all
+    assert len(results["meta"]["unique_label"]) == 4
     assert run["rate"] == 4
     assert run["requests"] >= 1 and run["ok"] == run["requests"]
     assert all(0 < r["ttfa_s"] <= r["e2e_s"] for r in run["per_request"])

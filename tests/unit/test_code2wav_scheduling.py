@@ -94,7 +94,7 @@ def test_the_service_registers_its_stage_plugins_in_the_pipeline_topology() -> N
     path = "app.engines.omni.stage_plugins.code2wav_scheduler.FirstAudioFirstScheduler"
     producer = "vllm_omni.model_executor.stage_input_processors.qwen3_tts.talker2code2wav_async_chunk"
     upstream = Pipeline("qwen3_tts", (Stage(0, "qwen3_tts", None, producer), Stage(1, "code2wav")))
-    ours = pipeline_with_stage_plugins(upstream, path)
+    ours = pipeline_with_stage_plugins(upstream, path, talker_windows=True)
     assert ours.model_type == "qwen3_tts"
     assert [
         (s.stage_id, s.model_stage, s.scheduler_cls, s.async_chunk_process_next_stage_input_func) for s in ours.stages
@@ -104,6 +104,12 @@ def test_the_service_registers_its_stage_plugins_in_the_pipeline_topology() -> N
     ]
     assert upstream.stages[1].scheduler_cls is None  # the registry's own copy is left as it was
     assert upstream.stages[0].async_chunk_process_next_stage_input_func == producer
+    # the producer only where the profile asks for it; the scheduler only where one is named
+    plain = pipeline_with_stage_plugins(upstream, path)
+    assert [s.async_chunk_process_next_stage_input_func for s in plain.stages] == [producer, None]
+    alone = pipeline_with_stage_plugins(upstream, "", talker_windows=True)
+    assert [s.scheduler_cls for s in alone.stages] == [None, None]
+    assert alone.stages[0].async_chunk_process_next_stage_input_func.startswith("app.engines.omni")
     with pytest.raises(ValueError, match="no stage 1"):
         pipeline_with_stage_plugins(Pipeline("other", (Stage(0, "x"),)), path)
 
@@ -579,6 +585,7 @@ def test_vllm_omnis_own_pipeline_gets_both_plugins() -> None:
 
     stages = {stage.stage_id: stage for stage in QWEN3_TTS_PIPELINE.stages}
     assert stages[0].async_chunk_process_next_stage_input_func == UPSTREAM_TALKER_WINDOWS
-    ours = {stage.stage_id: stage for stage in pipeline_with_stage_plugins(QWEN3_TTS_PIPELINE, "x.Scheduler").stages}
+    plugged = pipeline_with_stage_plugins(QWEN3_TTS_PIPELINE, "x.Scheduler", talker_windows=True)
+    ours = {stage.stage_id: stage for stage in plugged.stages}
     assert ours[0].async_chunk_process_next_stage_input_func == TALKER_WINDOWS
     assert ours[1].scheduler_cls == "x.Scheduler"

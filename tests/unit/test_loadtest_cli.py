@@ -35,3 +35,21 @@ def test_the_default_output_directory_is_not_committed() -> None:
         ["git", "-C", str(root), "check-ignore", "-q", "loadtest-results/20260101-000000/results.json"], timeout=30
     )
     assert ignored.returncode == 0, "loadtest-results/ (speech-loadtest's default --out) must be in .gitignore"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--target", "http://a", "--unique-texts", "--asr"], "--asr"),  # Whisper would hear the labels too
+        (["--target", "engine+http://a:1", "--unique-texts", "--rate", "4"], "engine+"),  # it cycles the texts itself
+    ],
+)
+def test_unique_texts_are_refused_where_they_would_be_measured_wrong(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loadtest.cli import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    err = capsys.readouterr().err
+    assert "--unique-texts" in err and said in err

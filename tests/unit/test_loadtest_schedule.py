@@ -192,8 +192,10 @@ async def test_unique_texts_never_repeat_a_prompt_on_a_server_yet_every_target_s
     assert len(texts[0]) == len(texts[1]) == 2 + 6 + 2 + 6  # each level: its warm-up (2), then 6 in two rounds
     for index in (0, 1):
         assert len(set(texts[index])) == len(texts[index])  # never the same prompt twice on one server
-        assert all(text.startswith("Take x1-") and text.endswith(tuple(shipped)) for text in texts[index])
-    measured = [[t for t in texts[index] if "-w" not in t.split(".")[0]] for index in (0, 1)]
+        # one clause before the text, not a sentence of its own: the first sentence is still the text's
+        assert all(text.startswith("Take x1-") and ", " in text for text in texts[index])
+        assert all(text.split(", ", 1)[1] in shipped and "." not in text.split(", ", 1)[0] for text in texts[index])
+    measured = [[t for t in texts[index] if "-w" not in t.split(",")[0]] for index in (0, 1)]
     assert measured[0] == measured[1]  # the same words on A and B, request by request
     plain = RunPlan(targets, shipped, "pcm", "audio", requests=2, warmup=0, rounds=1, asr_sample=0)
     sent.clear()

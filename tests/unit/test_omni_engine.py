@@ -605,6 +605,24 @@ def test_a_ramp_profile_refuses_a_request_first_window_size(custom_voice_dir: Pa
     assert engine.capabilities().initial_chunk_frames == (1, 25)  # the service's producer honours it
 
 
+async def test_the_talkers_producer_is_the_services_only_where_the_profile_fixes_adaptive_first_windows(
+    custom_voice_dir: Path, tmp_path: Path
+) -> None:
+    """The factory is told to register the service's talker producer (stage_plugins/talker_windows.py) exactly when
+    the profile asks for it; otherwise vllm-omni's own producer runs, untouched."""
+    shipped = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, shipped)
+    await engine.start()
+    assert "talker_windows" not in shipped.kwargs
+    await engine.close()
+    first = profile_without_ramp(tmp_path, codec_chunk_adaptive=True, codec_adaptive_first_frames=1)
+    fixed = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, fixed, deploy_config=first)
+    await engine.start()
+    assert fixed.kwargs["talker_windows"] is True  # for the factory, not AsyncOmni
+    await engine.close()
+
+
 async def test_two_servers_on_one_host_warm_up_with_different_request_ids(custom_voice_dir: Path) -> None:
     """vllm-omni names its shared-memory windows after request ids: two replicas must never share one."""
     first, second = FakeAsyncOmni(), FakeAsyncOmni()

@@ -32,6 +32,10 @@ class Info:
 class Request:
     external_req_id: str
     additional_information: Info | None = None
+    finished: bool = False
+
+    def is_finished(self) -> bool:
+        return self.finished
 
 
 class Connector:
@@ -56,8 +60,17 @@ def upstream(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int | 
         calls.append((request.external_req_id, transfer_manager._cached_ic.get(request.external_req_id), is_finished))
         return f"payload of {request.external_req_id}"
 
+    def talker2code2wav_async_chunk_batch(
+        transfer_manager: Any, pooling_outputs: list[Any], requests: list[Any], is_finished: list[bool]
+    ) -> list[str]:
+        return [
+            talker2code2wav_async_chunk(transfer_manager, {}, request, finished)
+            for request, finished in zip(requests, is_finished, strict=True)
+        ]
+
     module = types.ModuleType(UPSTREAM)
     module.talker2code2wav_async_chunk = talker2code2wav_async_chunk  # type: ignore[attr-defined]
+    module.talker2code2wav_async_chunk_batch = talker2code2wav_async_chunk_batch  # type: ignore[attr-defined]
     for name in ("vllm_omni", "vllm_omni.model_executor", "vllm_omni.model_executor.stage_input_processors"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, UPSTREAM, module)
@@ -77,14 +90,14 @@ def test_adaptive_windows_start_every_stream_with_the_first_window_asked_for(ups
 def test_a_requests_own_first_window_wins(upstream: list[Any]) -> None:
     manager = TransferManager(ADAPTIVE, wrapped=False)  # a connector config that is its extra itself
     request = Request("b", Info({"initial_codec_chunk_frames": Entry([4])}))
-    talker_windows.talker2code2wav_async_chunk(manager, None, request)
+    talker_windows.talker2code2wav_async_chunk(manager, {}, request)
     assert upstream == [("b", 4, False)]
 
 
 def test_a_size_already_chosen_for_a_stream_is_kept(upstream: list[Any]) -> None:
     manager = TransferManager(ADAPTIVE)
     manager._cached_ic["c"] = 8  # chosen before (vllm-omni never changes a stream's first window once chosen)
-    talker_windows.talker2code2wav_async_chunk(manager, None, Request("c"))
+    talker_windows.talker2code2wav_async_chunk(manager, {}, Request("c"))
     assert upstream == [("c", 8, False)]
 
 
@@ -101,5 +114,26 @@ def test_otherwise_vllm_omni_decides_alone(upstream: list[Any], extra: dict[str,
     """A ramp (which sizes every window itself), adaptive windows without the setting, or the setting without
     adaptive windows: the producer is vllm-omni's, untouched."""
     manager = TransferManager(extra)
-    talker_windows.talker2code2wav_async_chunk(manager, None, Request("d"))
+    talker_windows.talker2code2wav_async_chunk(manager, {}, Request("d"))
     assert upstream == [("d", None, False)] and manager._cached_ic == {}
+
+
+def test_a_model_steps_batch_goes_to_vllm_omnis_batch_builder_with_every_first_window_set(upstream: list[Any]) -> None:
+    """vllm-omni's native data plane looks for a `<producer>_batch` peer in the producer's module and builds one
+    talker step's payloads with it (one copy of the step's frames): the service's module has one, which sets each
+    stream's first window and hands the step to vllm-omni's."""
+    manager = TransferManager(ADAPTIVE)
+    requests = [Request("e"), Request("f", Info({"initial_codec_chunk_frames": Entry([2])}))]
+    payloads = talker_windows.talker2code2wav_async_chunk_batch(manager, [{}, {}], requests, [False, True])
+    assert payloads == ["payload of e", "payload of f"]
+    assert upstream == [("e", 1, False), ("f", 2, True)]
+
+
+def test_a_call_that_vllm_omni_would_drop_leaves_no_cache_entry(upstream: list[Any]) -> None:
+    """No output and not finished: vllm-omni returns at once, before its own cache is touched; so does the fill, so
+    that a late call can never leave an entry behind after vllm-omni's clean-up."""
+    manager = TransferManager(ADAPTIVE)
+    talker_windows.talker2code2wav_async_chunk(manager, None, Request("g"))
+    assert manager._cached_ic == {} and upstream == [("g", None, False)]
+    talker_windows.talker2code2wav_async_chunk(manager, None, Request("g", finished=True))
+    assert manager._cached_ic == {"g": 1}

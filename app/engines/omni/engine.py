@@ -73,11 +73,11 @@ DECODER_GRAPH_STATS_ENVIRONMENT = {
 }
 
 
-def _default_omni_factory(code2wav_scheduler: str = "", **kwargs: Any) -> Any:
+def _default_omni_factory(code2wav_scheduler: str = "", talker_windows: bool = False, **kwargs: Any) -> Any:
     from vllm_omni import AsyncOmni
 
-    if code2wav_scheduler:
-        register_stage_plugins(code2wav_scheduler)
+    if code2wav_scheduler or talker_windows:
+        register_stage_plugins(code2wav_scheduler, talker_windows)
     return AsyncOmni(**kwargs)
 
 
@@ -86,9 +86,10 @@ UPSTREAM_TALKER_WINDOWS = "vllm_omni.model_executor.stage_input_processors.qwen3
 TALKER_WINDOWS = "app.engines.omni.stage_plugins.talker_windows.talker2code2wav_async_chunk"
 
 
-def register_stage_plugins(scheduler_path: str) -> None:
-    """Make vllm-omni's Qwen3-TTS pipeline run code2wav (stage 1) under the scheduler class at `scheduler_path`, and
-    its talker (stage 0) hand windows on through the service's producer (`stage_plugins.talker_windows`).
+def register_stage_plugins(scheduler_path: str, talker_windows: bool = False) -> None:
+    """Make vllm-omni's Qwen3-TTS pipeline run code2wav (stage 1) under the scheduler class at `scheduler_path` (if
+    any), and with `talker_windows` its talker (stage 0) hand windows on through the service's producer
+    (`stage_plugins.talker_windows`: the profile fixes adaptive windows' first one).
 
     vllm-omni 0.30 takes a stage's scheduler class and producer only from the pipeline's topology: a stage override or
     a deploy profile naming `scheduler_cls` is refused at start ("no structured config owner",
@@ -98,20 +99,22 @@ def register_stage_plugins(scheduler_path: str) -> None:
     from vllm_omni.config.pipeline_registry import register_pipeline
     from vllm_omni.model_executor.models.qwen3_tts.pipeline import QWEN3_TTS_PIPELINE
 
-    register_pipeline(pipeline_with_stage_plugins(QWEN3_TTS_PIPELINE, scheduler_path))
+    register_pipeline(pipeline_with_stage_plugins(QWEN3_TTS_PIPELINE, scheduler_path, talker_windows))
 
 
-def pipeline_with_stage_plugins(pipeline: Any, scheduler_path: str) -> Any:
+def pipeline_with_stage_plugins(pipeline: Any, scheduler_path: str, talker_windows: bool = False) -> Any:
     """A copy of a (frozen) vllm-omni `PipelineConfig` whose stage 1 runs under the scheduler class at
-    `scheduler_path` and whose stage 0, where it hands windows on through vllm-omni's Qwen3-TTS producer, does so
-    through the service's (which calls vllm-omni's): a producer of another release or pipeline is left alone."""
-    if not any(stage.stage_id == 1 for stage in pipeline.stages):
+    `scheduler_path` (empty: vllm-omni's) and, with `talker_windows`, whose stage 0, where it hands windows on through
+    vllm-omni's Qwen3-TTS producer, does so through the service's (which calls vllm-omni's): a producer of another
+    release or pipeline is left alone."""
+    if scheduler_path and not any(stage.stage_id == 1 for stage in pipeline.stages):
         raise ValueError(f"pipeline {pipeline.model_type!r} has no stage 1 to give a scheduler")
 
     def plugged(stage: Any) -> Any:
-        if stage.stage_id == 1:
+        if stage.stage_id == 1 and scheduler_path:
             return dataclasses.replace(stage, scheduler_cls=scheduler_path)
-        if getattr(stage, "async_chunk_process_next_stage_input_func", None) == UPSTREAM_TALKER_WINDOWS:
+        producer = getattr(stage, "async_chunk_process_next_stage_input_func", None)
+        if talker_windows and producer == UPSTREAM_TALKER_WINDOWS:
             return dataclasses.replace(stage, async_chunk_process_next_stage_input_func=TALKER_WINDOWS)
         return stage
 
@@ -209,6 +212,8 @@ class OmniEngine:
             kwargs["stage_overrides"] = settings.stage_overrides
         if settings.code2wav_scheduler:
             kwargs["code2wav_scheduler"] = settings.code2wav_scheduler  # for the factory, not AsyncOmni
+        if self._windows is not None and self._windows.first_fixed:
+            kwargs["talker_windows"] = True  # for the factory: the service's talker producer sets the first window
         if settings.load_format:
             kwargs["load_format"] = settings.load_format
         kwargs["stage_init_timeout"] = settings.stage_init_timeout_s

@@ -13,11 +13,15 @@ With `codec_adaptive_first_frames: N` beside `codec_chunk_adaptive: true`, every
 request's own `initial_codec_chunk_frames` wins), and vllm-omni sizes the rest. It only fills vllm-omni's per-stream
 cache of first-window sizes (`_cached_ic`, which vllm-omni fills itself for a stream without an entry and empties
 when the stream ends) before vllm-omni reads it; the windows themselves, their emission and their payloads are
-vllm-omni's. Without both settings this is vllm-omni's producer, untouched.
+vllm-omni's. The service registers it as stage 0's producer only where the profile sets both (`engine.py`,
+`pipeline_with_stage_plugins`); elsewhere vllm-omni's own runs. vllm-omni's native data plane builds a talker step's
+payloads with the producer module's `<name>_batch` peer (one copy of the step's frames for all streams): this module
+has one too, which hands the step to vllm-omni's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 FIRST_FRAMES = "codec_adaptive_first_frames"
@@ -47,16 +51,36 @@ def first_window_frames(extra: dict[str, Any], request: Any) -> int | None:
     return requested_first_frames(request) or configured
 
 
-def talker2code2wav_async_chunk(
-    transfer_manager: Any, multimodal_output: Any, request: Any, is_finished: bool = False
-) -> Any:
-    # imported here: the stage process has vllm-omni; the service and its tests import this module without it
-    from vllm_omni.model_executor.stage_input_processors import qwen3_tts
-
+def set_first_window(transfer_manager: Any, request: Any) -> None:
+    """Fill vllm-omni's first-window cache for this stream where the profile fixes it and no size is chosen yet."""
     first = first_window_frames(connector_extra(transfer_manager), request)
     if first is not None:
         cache = getattr(transfer_manager, "_cached_ic", None)
         if cache is None:
             cache = transfer_manager._cached_ic = {}
         cache.setdefault(request.external_req_id, first)
+
+
+def talker2code2wav_async_chunk(
+    transfer_manager: Any, multimodal_output: Any, request: Any, is_finished: bool = False
+) -> Any:
+    # imported here: the stage process has vllm-omni; the service and its tests import this module without it
+    from vllm_omni.model_executor.stage_input_processors import qwen3_tts
+
+    # only where vllm-omni goes on to its cache (it returns at once on a call with no output before the end): a late
+    # call can then never leave an entry behind after vllm-omni's clean-up
+    if isinstance(multimodal_output, Mapping) or is_finished or request.is_finished():
+        set_first_window(transfer_manager, request)
     return qwen3_tts.talker2code2wav_async_chunk(transfer_manager, multimodal_output, request, is_finished)
+
+
+def talker2code2wav_async_chunk_batch(
+    transfer_manager: Any, pooling_outputs: list[Any], requests: list[Any], is_finished: list[bool]
+) -> list[Any]:
+    """One talker step's payloads, as vllm-omni's batch builder makes them (it calls its own per-stream producer for
+    every stream of the step), with each stream's first window set first."""
+    from vllm_omni.model_executor.stage_input_processors import qwen3_tts
+
+    for request in requests:
+        set_first_window(transfer_manager, request)
+    return qwen3_tts.talker2code2wav_async_chunk_batch(transfer_manager, pooling_outputs, requests, is_finished)
