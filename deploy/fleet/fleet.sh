@@ -6,6 +6,10 @@
 #   deploy/fleet/fleet.sh restart I          SIGTERM replica I (it drains: its streams finish, HAProxy stops sending it
 #                                            work within a second), start it again, wait until HAProxy sees it up
 #   deploy/fleet/fleet.sh rolling-restart    restart every replica in turn
+#   deploy/fleet/fleet.sh kill I             SIGKILL replica I (a crash: the streams it holds are cut)
+#   deploy/fleet/fleet.sh kill-stage I [P]   SIGKILL the processes under replica I whose command line holds P (default
+#                                            StageEngineCoreProc_stage1: vllm-omni 0.30's code2wav stage process, titled
+#                                            VLLM::StageEngineCoreProc_stage1_...): the engine dies inside a running replica
 #   deploy/fleet/fleet.sh status             each replica's state, and HAProxy's
 #   deploy/fleet/fleet.sh stop               stop HAProxy and every replica (each drains first)
 #
@@ -149,6 +153,29 @@ cmd_status() {
   fi
 }
 
+descendants() {  # $1 pid: every process below it
+  local child
+  for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do echo "$child"; descendants "$child"; done
+}
+
+cmd_kill() {  # $1 replica
+  local pid
+  pid=$(cat "$(pidfile_of "$1")" 2>/dev/null) && kill -KILL "$pid" 2>/dev/null || { log "replica $1 is not running"; return 1; }
+  log "replica $1 killed (pid $pid)"
+}
+
+cmd_kill_stage() {  # $1 replica, $2 what the process's command line holds
+  local pid child line killed=0
+  pid=$(cat "$(pidfile_of "$1")" 2>/dev/null) && kill -0 "$pid" 2>/dev/null || { log "replica $1 is not running"; return 1; }
+  for child in $(descendants "$pid"); do
+    line=$(tr '\0' ' ' <"/proc/$child/cmdline" 2>/dev/null) || continue
+    case $line in
+      *"$2"*) kill -KILL "$child" 2>/dev/null && killed=$((killed + 1)) && log "replica $1: killed $child (${line:0:100})" ;;
+    esac
+  done
+  [ "$killed" -gt 0 ] || { log "replica $1: no process under pid $pid holds '$2'"; return 1; }
+}
+
 cmd_stop() {
   if running "$WORK/haproxy.pid"; then kill -TERM "$(cat "$WORK/haproxy.pid")"; fi
   local i
@@ -160,7 +187,9 @@ case ${1:-} in
   start) cmd_start ;;
   restart) cmd_restart "${2:?which replica}" ;;
   rolling-restart) for i in $(replicas); do cmd_restart "$i" || exit 1; done ;;
+  kill) cmd_kill "${2:?which replica}" ;;
+  kill-stage) cmd_kill_stage "${2:?which replica}" "${3:-StageEngineCoreProc_stage1}" ;;
   status) cmd_status ;;
   stop) cmd_stop ;;
-  *) sed -n '2,12p' "$0"; exit 64 ;;
+  *) sed -n '2,16p' "$0"; exit 64 ;;
 esac

@@ -248,7 +248,7 @@ def test_a_replica_killed_fails_only_the_streams_it_held_each_visibly(fleet: Fle
             assert next(chunks)
             held.append((request_id, response, chunks))
         victim = busiest(fleet)  # a replica holding some of them (leastconn spreads them by its own count)
-        os.kill(int((fleet.work / f"replica-{victim}.pid").read_text()), signal.SIGKILL)
+        fleet.run("kill", str(victim))
         time.sleep(2.0)  # HAProxy's health check takes it out; requests meanwhile are retried elsewhere
         outcomes = {}
         for request_id, response, chunks in held:
@@ -309,14 +309,15 @@ def test_balance_roundrobin_renders_a_config_haproxy_runs_and_takes_the_replicas
 @pytest.fixture(scope="module")
 def cloning_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """Three cloning replicas (a Base checkpoint over the vllm-omni stand-ins) sharing one voice store, as fleet.sh
-    starts omni replicas; the stand-in takes its address from SPEECH_HOST and SPEECH_PORT."""
+    starts omni replicas; the stand-in takes its address from SPEECH_HOST and SPEECH_PORT, and runs a stand-in of
+    vllm-omni's code2wav stage process (its engine dies with it)."""
     work = tmp_path_factory.mktemp("cloning-fleet")
     server = work / "speech-server"
     server.write_text(
         "#!/usr/bin/env bash\n"
         "# what fleet.sh runs: $SPEECH_SERVER --engine omni --host H --port P\nwhile [ $# -gt 0 ]; do case $1 in\n"
         "  --host) export SPEECH_HOST=$2; shift 2 ;; --port) export SPEECH_PORT=$2; shift 2 ;; *) shift ;; esac; done\n"
-        f"cd {ROOT} && exec {sys.executable} -m tests.fakes.omni_server\n"
+        f"cd {ROOT} && exec {sys.executable} -m tests.fakes.omni_server --stage-process\n"
     )
     server.chmod(0o755)
     front, stats = free_port(), free_port()
@@ -363,3 +364,45 @@ def test_a_voice_registered_through_the_balancer_speaks_on_every_replica(cloning
             timeout=60,
         )
         assert spoken.status_code == 200 and len(spoken.content) > 0, (url, spoken.text[:200])
+
+
+def test_a_code2wav_process_killed_takes_its_replica_out_and_fails_its_liveness(cloning_fleet: Fleet) -> None:
+    """`fleet.sh kill-stage I` kills the replica's code2wav stage process (vllm-omni titles it
+    StageEngineCoreProc_stage1...; here the stand-in's): the replica's readiness fails within the 5 s goal, HAProxy
+    takes it out, its liveness fails (engine_failed) for an orchestrator to restart it, it accepts nothing (503), and
+    the fleet serves every request meanwhile; `restart` brings it back."""
+    victim, base = 2, int(cloning_fleet.env["BASE_PORT"])
+    replica = f"http://127.0.0.1:{base + victim}"
+    sample = pcm_wav((np.sin(np.linspace(0, 2000, 3 * 24_000)) * 8000).astype("<i2"), 24_000)
+    registered = httpx.post(  # a Base checkpoint speaks registered voices
+        f"{cloning_fleet.url}/v1/audio/voices",
+        data={"name": "stage-voice", "consent": "true", "ref_text": "Hello."},
+        files={"audio_sample": ("sample.wav", sample, "audio/wav")},
+        timeout=60,
+    )
+    assert registered.status_code == 201, registered.text
+    killed = cloning_fleet.run("kill-stage", str(victim))
+    started = time.monotonic()
+    assert "StageEngineCoreProc_stage1" in killed.stdout
+    while httpx.get(f"{replica}/ready", timeout=5).status_code != 503:
+        assert time.monotonic() - started < 5, "readiness still passes 5 s after the stage process died"
+        time.sleep(0.1)
+    health = httpx.get(f"{replica}/health", timeout=5)
+    assert health.status_code == 503 and health.json()["error"]["code"] == "engine_failed"
+    body = {"input": "Spoken while a replica is out.", "voice": "stage-voice", "response_format": "pcm"}
+    assert httpx.post(f"{replica}/v1/audio/speech", json=body, timeout=10).status_code == 503
+    time.sleep(1.5)  # HAProxy's next check (every second, out after one failure)
+    assert f"r{victim} DOWN" in cloning_fleet.run("status").stdout
+    for _ in range(6):  # leastconn would pick the idle victim first, were it in the pool
+        assert httpx.post(f"{cloning_fleet.url}/v1/audio/speech", json=body, timeout=60).status_code == 200
+    nothing = subprocess.run(
+        [str(FLEET), "kill-stage", "0", "NoSuchStage"],
+        env=cloning_fleet.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert nothing.returncode == 1 and "no process" in nothing.stdout  # a pattern that matches nothing says so
+    cloning_fleet.run("restart", str(victim))
+    assert httpx.get(f"{replica}/ready", timeout=5).status_code == 200

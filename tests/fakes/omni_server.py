@@ -9,13 +9,20 @@ written by `speech-make-model-dir`.
 (8 s of audio), in code2wav's windows of 1, 25, 25, 25 and 24 frames, one every 250 ms. `--orchestrator-busy-ms 3`
 adds what AsyncOmni's orchestrator thread does to this process: 3 ms of GIL-holding Python work every 20 ms
 (`--orchestrator-period-ms`) while requests run. SIGUSR1 kills its engine, as a vllm-omni stage process killed would:
-the requests in flight fail and every later one too (`errored`).
+the requests in flight fail and every later one too (`errored`). With `--stage-process` it also runs a stand-in of
+vllm-omni's code2wav stage process (a child whose command line carries the title vllm-omni 0.30 gives that process,
+`StageEngineCoreProc_stage1_replica0_DP0`): killing it kills the engine the same way, as `deploy/fleet/fleet.sh
+kill-stage` does on a GPU host.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import signal
+import subprocess
+import sys
+import threading
 
 from app.cli import SpeechServer, server_config
 from app.engines import omni_as_served, omni_engine
@@ -39,6 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--orchestrator-busy-ms", type=float, default=0.0, help="GIL-holding Python work per period while requests run"
     )
     parser.add_argument("--orchestrator-period-ms", type=float, default=20.0)
+    parser.add_argument("--stage-process", action="store_true", help="a code2wav stage process whose death kills it")
     return parser.parse_args(argv)
 
 
@@ -58,6 +66,16 @@ def main(argv: list[str] | None = None) -> None:
     app = create_app(settings, engine=omni_as_served(engine, settings))
     # SIGUSR1 stands for a vllm-omni stage process killed: the engine is dead from then on (`errored`)
     signal.signal(signal.SIGUSR1, lambda *_: setattr(omni, "errored", True))
+    if args.stage_process:
+        title = "StageEngineCoreProc_stage1_replica0_DP0"  # in its command line, where vllm-omni's title shows
+        stage = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(3600)", title])
+        atexit.register(stage.kill)
+
+        def watch() -> None:  # as AsyncOmni finds its stage gone: the engine is dead from then on
+            stage.wait()
+            omni.errored = True
+
+        threading.Thread(target=watch, daemon=True).start()
     SpeechServer(server_config(app, settings), app.state.lifecycle).run()
 
 
