@@ -93,6 +93,9 @@
 #                                   EXTRA_BODY's other fields as --extra-body; every target, level by level in turn
 #                                   (`alone` and `replicas` are not HTTP speech servers to it: skipped)
 #   PLAYBACK_BUFFER_MS=0            the modelled listener's jitter buffer (stalls); LOADTEST_ARGS: more options
+#   UNIQUE_TEXTS=1                  speech-loadtest --unique-texts: no prompt twice on a server, so that a server
+#                                   caching prompt prefixes (sglang-omni) meets new text as the others do; 0: the
+#                                   shipped texts as they are (as every run up to 2026-11-27's three-way sent them)
 #   EXTRA_BODY='{"stream_format": "audio"}'  the JSON merged into every request (e.g. with "max_new_tokens": 101 for 100-frame
 #                                   requests from servers started at a larger FRAMES)
 #   START_WAIT_S=540                how long one `start` waits in all before it gives up (run it again to resume)
@@ -154,6 +157,7 @@ DURATION=${DURATION:-30}
 ROUNDS=${ROUNDS:-2}
 BENCH_PROMPTS=${BENCH_PROMPTS:-3}
 PLAYBACK_BUFFER_MS=${PLAYBACK_BUFFER_MS:-0}
+UNIQUE_TEXTS=${UNIQUE_TEXTS:-1}
 LOADTEST_ARGS=${LOADTEST_ARGS:-}
 # vllm-omni's server streams raw pcm only when asked with the OpenAI field; this service accepts it too. With FRAMES
 # set to the longest utterance, '{"stream_format": "audio", "max_new_tokens": 101}' makes every server's requests
@@ -484,6 +488,7 @@ loadtest() {  # $1 closed or open, then speech-loadtest's level arguments
   args+=(--model "$NAME" --voice "$VOICE" --format pcm "${bodies[@]}"
     --warmup "$WARMUP" --rounds "$ROUNDS" --playback-buffer-ms "$PLAYBACK_BUFFER_MS" --no-progress --out "$OUT/$name"
     "$@")
+  [ "$UNIQUE_TEXTS" = 1 ] && args+=(--unique-texts)
   # shellcheck disable=SC2206  # LOADTEST_ARGS is split into words on purpose
   args+=($LOADTEST_ARGS)
   local line

@@ -765,6 +765,14 @@ def test_side_by_side_sends_sglang_its_own_request_body_beside_the_others(tmp_pa
         {"stream_format": "audio", "max_new_tokens": 101},
         {"stream": True, "max_new_tokens": 100},
     ]
+    assert "--unique-texts" in argv  # no prompt twice on a server: sglang-omni's prefix cache meets new text
+    again = subprocess.run(
+        [str(GPU / "side-by-side.sh"), "sweep-closed"],
+        env={**env, "UNIQUE_TEXTS": "0", "SWEEP_NAME": "plain"},
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 0 and "--unique-texts" not in (tmp_path / "loadtest_argv").read_text().split("\n")
     benched = subprocess.run(
         [str(GPU / "side-by-side.sh"), "sweep-bench"],
         env={**env, "PYTHON": str(bench_python(tmp_path))},
