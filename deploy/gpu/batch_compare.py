@@ -5,9 +5,9 @@ each item decoded and its usage compared between the servers (issue #38's GPU pa
 The batch: N items (default 64) of varied texts (a few lengths, from a fixed seed) over shared defaults (voice, and
 with `--frames F` the length fields `max_new_tokens: F + 1` and `ignore_eos: true`), each item with its own
 `response_format` (wav, pcm and flac in turn). The same body goes to every target, `--repeat K` times interleaved
-(A, B, A, B, ...). Per batch: the wall time, the answer's counts, and per item its status, the decoded audio (wav and
-flac with soundfile, pcm as s16le mono at `--pcm-rate`), its usage as the server reported it, and with `--frames F`
-whether it holds exactly F x 1920 samples (mismatches are listed, never dropped).
+(A, B, A, B, ...). Per batch: the wall time, the answer's counts, and per item its status, the decoded audio (as the
+load tool decodes a response: `loadtest.audio.decode`, pcm as s16le mono at `--pcm-rate`), its usage as the server
+reported it, and with `--frames F` whether it holds exactly F x 1920 samples (mismatches are listed, never dropped).
 
     python3 deploy/gpu/batch_compare.py --target service=http://127.0.0.1:8000 \
         --target vllm-omni=http://127.0.0.1:8005 --items 64 --frames 100 --repeat 3 --warmup 1 --out DIR
@@ -29,18 +29,18 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
-import io
 import json
 import random
 import statistics
 import sys
 import time
-import wave
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from loadtest.audio import decode
 
 SAMPLES_PER_FRAME = 1920  # 24 kHz / 12.5 Hz codec frames (Qwen3-TTS)
 FORMATS = ("wav", "pcm", "flac")
@@ -105,24 +105,6 @@ def item_format(body: dict[str, Any], index: int) -> str:
     return body["items"][index].get("response_format", body.get("response_format", "wav"))
 
 
-def decode_audio(data: bytes, fmt: str, pcm_rate: int) -> tuple[int, int]:
-    """(samples per channel, sample rate) of one item's file."""
-    if fmt == "pcm":
-        return len(data) // 2, pcm_rate  # s16le mono
-    try:
-        import soundfile
-    except ImportError:
-        if fmt != "wav":
-            raise RuntimeError(f"decoding {fmt} needs python-soundfile") from None
-        with wave.open(io.BytesIO(data)) as wav:
-            return wav.getnframes(), wav.getframerate()
-    info = soundfile.info(io.BytesIO(data))
-    if info.frames <= 0:  # a header that does not say (a streamed wav): read it whole
-        samples, rate = soundfile.read(io.BytesIO(data), dtype="int16")
-        return len(samples), rate
-    return info.frames, info.samplerate
-
-
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     """Nested usage as dotted fields: {"input_token_details": {"text_tokens": 7}} -> input_token_details.text_tokens."""
     if not isinstance(value, dict):
@@ -163,7 +145,8 @@ def read_item(result: dict[str, Any], body: dict[str, Any], args: argparse.Names
         record["bytes"] = len(data)
         record["audio_sha256"] = hashlib.sha256(data).hexdigest()
         try:
-            samples, rate = decode_audio(data, fmt, args.pcm_rate)
+            audio = decode(data, fmt, args.pcm_rate)
+            samples, rate = len(audio.samples), audio.sample_rate
             record.update(samples=samples, sample_rate=rate, duration_s=samples / rate if rate else None)
         except Exception as exc:  # an undecodable file is the item's finding, not the tool's failure
             record["decode_error"] = f"{type(exc).__name__}: {exc}"
