@@ -44,6 +44,7 @@ from app.engines.omni.requests import (
     sampling_params_for,
     warmup_job,
 )
+from app.engines.omni.stage_plugins import talker_windows as service_talker_windows
 from app.settings import MAX_INPUT_CHARS
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def _default_omni_factory(code2wav_scheduler: str = "", talker_windows: bool = F
 
 # the talker's window producer: vllm-omni's, and the service's around it (adaptive windows' first window)
 UPSTREAM_TALKER_WINDOWS = "vllm_omni.model_executor.stage_input_processors.qwen3_tts.talker2code2wav_async_chunk"
-TALKER_WINDOWS = "app.engines.omni.stage_plugins.talker_windows.talker2code2wav_async_chunk"
+TALKER_WINDOWS = f"{service_talker_windows.__name__}.{service_talker_windows.talker2code2wav_async_chunk.__name__}"
 
 
 def register_stage_plugins(scheduler_path: str, talker_windows: bool = False) -> None:
@@ -212,7 +213,7 @@ class OmniEngine:
             kwargs["stage_overrides"] = settings.stage_overrides
         if settings.code2wav_scheduler:
             kwargs["code2wav_scheduler"] = settings.code2wav_scheduler  # for the factory, not AsyncOmni
-        if self._windows is not None and self._windows.first_fixed:
+        if self._windows.first_fixed:
             kwargs["talker_windows"] = True  # for the factory: the service's talker producer sets the first window
         if settings.load_format:
             kwargs["load_format"] = settings.load_format
