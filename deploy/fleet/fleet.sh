@@ -160,13 +160,16 @@ descendants() {  # $1 pid: every process below it
 
 cmd_kill() {  # $1 replica
   local pid
-  pid=$(cat "$(pidfile_of "$1")" 2>/dev/null) && kill -KILL "$pid" 2>/dev/null || { log "replica $1 is not running"; return 1; }
+  running "$(pidfile_of "$1")" || { log "replica $1 is not running"; return 1; }
+  pid=$(cat "$(pidfile_of "$1")")
+  kill -KILL "$pid"
   log "replica $1 killed (pid $pid)"
 }
 
 cmd_kill_stage() {  # $1 replica, $2 what the process's command line holds
   local pid child line killed=0
-  pid=$(cat "$(pidfile_of "$1")" 2>/dev/null) && kill -0 "$pid" 2>/dev/null || { log "replica $1 is not running"; return 1; }
+  running "$(pidfile_of "$1")" || { log "replica $1 is not running"; return 1; }
+  pid=$(cat "$(pidfile_of "$1")")
   for child in $(descendants "$pid"); do
     line=$(tr '\0' ' ' <"/proc/$child/cmdline" 2>/dev/null) || continue
     case $line in
