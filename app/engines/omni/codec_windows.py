@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.engines.omni.stage_plugins.talker_windows import FIRST_FRAMES
+from app.engines.omni.stage_plugins.talker_windows import first_window_frames
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +50,8 @@ class CodecWindows:
         load: no fixed schedule exists."""
         steady = int(extra.get("codec_chunk_frames") or 25)
         if _flag(extra.get("codec_chunk_adaptive")):
-            first = int(extra.get(FIRST_FRAMES) or 0)
-            if first > 0:
+            first = first_window_frames(extra, request=None)  # the talker producer's own reading of the profile
+            if first is not None:
                 return cls((min(first, steady),), steady, adaptive=True, first_fixed=True)
             return cls((max(1, int(extra.get("codec_chunk_min_frames") or 2)),), steady, adaptive=True)
         ramp = _ramp(extra.get("codec_chunk_ramp"))

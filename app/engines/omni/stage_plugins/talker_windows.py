@@ -43,8 +43,9 @@ def requested_first_frames(request: Any) -> int | None:
     return int(data[0]) if data is not None and len(data) == 1 and int(data[0]) > 0 else None
 
 
-def first_window_frames(extra: dict[str, Any], request: Any) -> int | None:
-    """The first window to give this stream: None where vllm-omni decides alone."""
+def first_window_frames(extra: Mapping[str, Any], request: Any) -> int | None:
+    """The first window to give this stream (`request` None: any stream that does not ask for its own): None where
+    vllm-omni decides alone."""
     configured = int(extra.get(FIRST_FRAMES) or 0)
     if not extra.get("codec_chunk_adaptive") or configured <= 0:
         return None
