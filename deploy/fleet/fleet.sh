@@ -173,7 +173,7 @@ cmd_kill_stage() {  # $1 replica, $2 what the process's command line holds
   for child in $(descendants "$pid"); do
     line=$(tr '\0' ' ' <"/proc/$child/cmdline" 2>/dev/null) || continue
     case $line in
-      *"$2"*) kill -KILL "$child" 2>/dev/null && killed=$((killed + 1)) && log "replica $1: killed $child (${line:0:100})" ;;
+      *"$2"*) kill -KILL "$child" 2>/dev/null && killed=$((killed + 1)) && log "replica $1: killed $child, which holds '$2' (${line:0:100})" ;;
     esac
   done
   [ "$killed" -gt 0 ] || { log "replica $1: no process under pid $pid holds '$2'"; return 1; }
