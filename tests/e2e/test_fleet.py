@@ -383,7 +383,8 @@ def test_a_code2wav_process_killed_takes_its_replica_out_and_fails_its_liveness(
     assert registered.status_code == 201, registered.text
     killed = cloning_fleet.run("kill-stage", str(victim))
     started = time.monotonic()
-    assert "which holds 'StageEngineCoreProc_stage1'" in killed.stdout  # the log line names the pattern whatever the path
+    # the log line names the pattern, however long the process's path
+    assert "which holds 'StageEngineCoreProc_stage1'" in killed.stdout
     while httpx.get(f"{replica}/ready", timeout=5).status_code != 503:
         assert time.monotonic() - started < 5, "readiness still passes 5 s after the stage process died"
         time.sleep(0.1)
