@@ -92,9 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--unique-texts",
         action="store_true",
-        help="open every text with 'Take LABEL-N, ' (LABEL random per run, in the results' meta): no prompt is sent "
-        "twice to a server, so that one caching prompt prefixes (sglang's radix cache) prefills each in full, as for "
-        "new text; every target still gets the same words. Not with --asr, nor an engine target's open loop",
+        help="open every text with 'Take LABEL-PART-N, ' (LABEL random per run, the results' meta.unique_label; "
+        "PART the level and its place in the sweep): no prompt is sent twice to a server, so that one caching prompt "
+        "prefixes (sglang's radix cache) prefills each in full, as for new text; every target still gets the same "
+        "words. Not with --asr",
     )
     p.add_argument("--format", default="pcm", choices=RESPONSE_FORMATS, help="audio format")
     p.add_argument("--stream-format", default="audio", choices=["audio", "sse"], help="raw audio stream or SSE events")
@@ -164,8 +165,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--ws needs speech servers: an engine+ target has no WebSocket endpoint")
     if args.unique_texts and args.asr:
         p.error("--unique-texts with --asr: Whisper would hear each label too and count it against the text")
-    if args.unique_texts and args.rate and any(target.startswith("engine+") for target in args.target):
-        p.error("--unique-texts in an open loop: an engine+ target cycles the texts itself, unlabelled")
     if args.texts is None:
         args.texts = "long" if args.ws else "medium"
     return args

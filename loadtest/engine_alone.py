@@ -255,13 +255,14 @@ class RunSpec:
     voice: str | None = None
     language: str | None = None
     stagger_s: float = 0.0  # closed loop: the workers start evenly over this many seconds
+    label: str | None = None  # open loop: each text drawn opens with "Take LABEL-N, " (speech-loadtest --unique-texts)
 
     @classmethod
     def from_json(cls, body: Any) -> RunSpec:
         if not isinstance(body, dict):
             raise RunRefused("body", "the body must be a JSON object")
         known = {"mode", "level", "requests", "warmup", "duration", "seed", "texts", "text_offset", "voice", "language"}
-        known |= {"stagger"}
+        known |= {"stagger", "label"}
         unknown = sorted(set(body) - known)
         if unknown:
             raise RunRefused(unknown[0], f"unknown field '{unknown[0]}'; known: {', '.join(sorted(known))}")
@@ -294,7 +295,7 @@ class RunSpec:
                 raise RunRefused("texts", "'texts' is a non-empty list of non-empty strings")
             spec.texts = texts
         spec.text_offset = _number(body, "text_offset", int, 0)
-        for name in ("voice", "language"):
+        for name in ("voice", "language", "label"):
             value = body.get(name)
             if value is not None and not (isinstance(value, str) and value.strip()):
                 raise RunRefused(name, f"'{name}' is a non-empty string")
@@ -320,7 +321,7 @@ class WorkloadRunner:
 
     async def run(self, spec: RunSpec) -> dict[str, Any]:
         voice = spec.voice or (self.engine.model.speakers[0] if self.engine.model.speakers else "")
-        texts = TextCycle(spec.texts, spec.text_offset)
+        texts = TextCycle(spec.texts, spec.text_offset, spec.label)
         in_flight = 0
         peak = 0
         began = time.perf_counter()

@@ -63,7 +63,7 @@ class RunPlan:
     text_rate: float | None = None  # WebSocket: each text an utterance sent at this many tokens/s; None: HTTP
     timeout_s: float = 300.0  # WebSocket: per utterance (HTTP: the client's own timeouts)
     stagger_s: float = 0.0  # closed loop: the workers start evenly over this many seconds
-    unique_label: str | None = None  # every text made unique ("Take LABEL-...-N, "): no prompt twice on a server
+    unique_label: str | None = None  # every text made unique ("Take LABEL-PART-N, "): no prompt twice on a server
 
     def cycle(self, part: str) -> TextCycle:
         """The texts of one part of the run (a level's warm-up or measured requests, a rate): with `unique_label`,
@@ -214,14 +214,14 @@ async def run_concurrency_sweep(
     client: httpx.AsyncClient, plan: RunPlan, levels: list[int], tick: Callable[[], None]
 ) -> list[LevelRun]:
     runs: list[LevelRun] = []
-    for level in levels:
+    for position, level in enumerate(levels):  # a level may come twice: its parts are named by place too
         level_runs = [LevelRun(target, "concurrency", level) for target in plan.targets]
         for target in plan.targets:
             if plan.warmup:  # every batch size pays its first-time costs here: at least one full batch of it
                 warmup = max(plan.warmup, level)
-                await _closed_loop(client, plan, target, level, warmup, plan.cycle(f"w{level}"), None, tick)
+                await _closed_loop(client, plan, target, level, warmup, plan.cycle(f"w{level}-{position}"), None, tick)
         # the same texts for every target: one cycle per target, all starting at the same place
-        cycles = [plan.cycle(f"c{level}") for _ in plan.targets]
+        cycles = [plan.cycle(f"c{level}-{position}") for _ in plan.targets]
         rounds = closed_loop_rounds(level, plan.requests, plan.rounds)
         for round_requests in _split(plan.requests, rounds):  # A, B, A, B: drift hits every target alike
             for target, run, texts in zip(plan.targets, level_runs, cycles, strict=True):
@@ -235,9 +235,9 @@ async def run_rate_sweep(
     client: httpx.AsyncClient, plan: RunPlan, rates: list[float], tick: Callable[[], None]
 ) -> list[LevelRun]:
     runs: list[LevelRun] = []
-    for rate in rates:
+    for position, rate in enumerate(rates):
         level_runs = [LevelRun(target, "rate", rate) for target in plan.targets]
-        cycles = [plan.cycle(f"r{rate:g}") for _ in plan.targets]
+        cycles = [plan.cycle(f"r{rate:g}-{position}") for _ in plan.targets]
         for round_index in range(plan.rounds):
             for target, run, texts in zip(plan.targets, level_runs, cycles, strict=True):
                 seed = f"{plan.seed}-{rate}-{round_index}"  # the same arrival times for every target
@@ -245,6 +245,8 @@ async def run_rate_sweep(
                 if target.engine:
                     workload = {"mode": "open", "level": rate, "duration": duration, "seed": seed}
                     workload |= {"texts": texts.texts, "text_offset": texts.next}
+                    if texts.label is not None:  # the engine draws the texts: it labels them as this cycle would
+                        workload["label"] = texts.label
                     count_before = len(run.results)
                     run.add(await run_on_engine(client, target, workload, run, tick, None, plan.playback_buffer_s))
                     texts.next += len(run.results) - count_before

@@ -980,3 +980,22 @@ def test_ttfa_phases_splits_each_bench_run_into_its_first_wave_and_the_rest() ->
     assert report[2].startswith("c=8 first wave (8): ttfa 202.0/202.0") and "engine 200.0/200.0" in report[2]
     assert report[3].startswith("c=8 later waves (16): ttfa 102.0/102.0")
     assert len(report) == 4
+
+
+def test_every_sweep_of_the_default_targets_is_one_the_load_tool_accepts(tmp_path: Path) -> None:
+    """The default targets (the service, `vllm serve` and AsyncOmni alone behind its engine+ control endpoint) with
+    the default unique texts: the arguments each sweep hands speech-loadtest pass its own parser."""
+    from loadtest.cli import parse_args
+
+    env = sweep_env(tmp_path, sweep_python(tmp_path), RATES="14", CONCURRENCY="8")
+    env.pop("TARGETS", None)
+    for sweep in ("sweep-closed", "sweep-open"):
+        done = subprocess.run(
+            [str(GPU / "side-by-side.sh"), sweep], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        argv = (tmp_path / "loadtest_argv").read_text().split("\n")[:-1]
+        assert argv[:2] == ["-m", "loadtest.cli"] and "--unique-texts" in argv
+        assert any(a.startswith("engine+") for a in argv)  # AsyncOmni alone is among them
+        args = parse_args(argv[2:])  # exits (SystemExit) where the load tool would refuse the sweep
+        assert args.unique_texts and (args.rate == "14") == (sweep == "sweep-open")

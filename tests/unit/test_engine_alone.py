@@ -131,6 +131,20 @@ async def test_open_loop_run_draws_the_load_tools_arrivals(model_dir: Path) -> N
     assert result["audio_s_while_held"] == pytest.approx(result["finished_while_held"] * FRAMES * 0.08)
 
 
+async def test_an_open_loop_with_a_label_labels_every_text_it_draws(model_dir: Path) -> None:
+    """speech-loadtest --unique-texts against an engine+ target: the engine draws an open loop's texts itself, so it
+    labels them as the load tool's text cycle would ("Take LABEL-N, " from the offset on): no prompt twice."""
+    engine = alone(model_dir, fixed_length_omni())
+    texts = ["First text here.", "Second one."]
+    async with control(engine) as url, httpx.AsyncClient(timeout=60) as client:
+        await wait_ready(client, url)
+        body = {"mode": "open", "level": 40.0, "duration": 0.4, "seed": 3, "texts": texts, "text_offset": 5}
+        result = (await client.post(f"{url}/run", json={**body, "label": "ab12-r40"})).json()
+    drawn = [r["text"] for r in result["records"]]
+    assert len(drawn) > 3
+    assert drawn == [f"Take ab12-r40-{5 + i}, {texts[(5 + i) % 2]}" for i in range(len(drawn))]
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
@@ -145,6 +159,8 @@ async def test_open_loop_run_draws_the_load_tools_arrivals(model_dir: Path) -> N
         ({"mode": "closed", "level": 2, "requests": 2, "voice": "nobody"}, "voice"),
         ({"mode": "closed", "level": 2, "requests": 2, "seed": [1]}, "seed"),
         ({"mode": "closed", "level": 2, "requests": 2, "stagger": -1}, "stagger"),
+        ({"mode": "open", "level": 2, "duration": 1, "label": ""}, "label"),
+        ({"mode": "open", "level": 2, "duration": 1, "label": 7}, "label"),
         ([1, 2], "body"),
     ],
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -187,9 +188,9 @@ async def test_unique_texts_never_repeat_a_prompt_on_a_server_yet_every_target_s
     shipped = ["Hello there.", "Good morning."]
     plan = RunPlan(targets, shipped, "pcm", "audio", requests=6, warmup=2, rounds=2, asr_sample=0, unique_label="x1")
     async with httpx.AsyncClient() as client:
-        await run_concurrency_sweep(client, plan, [1, 2], lambda: None)
+        await run_concurrency_sweep(client, plan, [1, 2, 1], lambda: None)  # a level twice: new prompts again
     texts = {index: [text for i, text in sent if i == index] for index in (0, 1)}
-    assert len(texts[0]) == len(texts[1]) == 2 + 6 + 2 + 6  # each level: its warm-up (2), then 6 in two rounds
+    assert len(texts[0]) == len(texts[1]) == 3 * (2 + 6)  # each level: its warm-up (2), then 6 in two rounds
     for index in (0, 1):
         assert len(set(texts[index])) == len(texts[index])  # never the same prompt twice on one server
         # one clause before the text, not a sentence of its own: the first sentence is still the text's
@@ -202,3 +203,32 @@ async def test_unique_texts_never_repeat_a_prompt_on_a_server_yet_every_target_s
     async with httpx.AsyncClient() as client:
         await run_concurrency_sweep(client, plain, [1], lambda: None)
     assert [text for _, text in sent] == ["Hello there.", "Good morning.", "Hello there.", "Good morning."]
+
+
+async def test_unique_texts_reach_an_engine_target_drawing_its_own_open_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine+ target draws an open loop's texts itself: it is handed the part's label with the offset, and a rate
+    run twice gets a label of its own each time."""
+    workloads: list[dict[str, Any]] = []
+
+    async def run_on_engine(client: Any, target: Target, workload: dict[str, Any], record: Any, *_: Any) -> LoopRun:
+        workloads.append(workload)
+        record.results.append(RequestResult(target.index, "t", 200, True, ttfa_s=0.001, e2e_s=0.001, audio_s=1.0))
+        return LoopRun(wall_s=0.1)
+
+    monkeypatch.setattr(runner, "run_on_engine", run_on_engine)
+    plan = RunPlan([Target(0, "http://a", engine=True)], ["Hi."], "pcm", "audio", 0, 0, 2, 0, unique_label="x1")
+    plan.duration_s = 1.0
+    async with httpx.AsyncClient() as client:
+        await runner.run_rate_sweep(client, plan, [4.0, 4.0], lambda: None)
+    # two rounds of one rate: one label, the offset moved on by the first round's request
+    assert [(w["label"], w["text_offset"]) for w in workloads[:2]] == [
+        (workloads[0]["label"], 0),
+        (workloads[0]["label"], 1),
+    ]
+    assert workloads[0]["label"].startswith("x1-") and workloads[2]["label"] != workloads[0]["label"]
+    plain = RunPlan([Target(0, "http://a", engine=True)], ["Hi."], "pcm", "audio", 0, 0, 1, 0)
+    plain.duration_s = 1.0
+    workloads.clear()
+    async with httpx.AsyncClient() as client:
+        await runner.run_rate_sweep(client, plain, [4.0], lambda: None)
+    assert "label" not in workloads[0]
