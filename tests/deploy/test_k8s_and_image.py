@@ -193,6 +193,9 @@ def test_probes_drain_and_security(overlay: str) -> None:
     # /ready fails at once when the engine dies or a drain begins (tests/e2e/test_engine_death.py): out of the
     # endpoints within 3 s, leaving kube-proxy time to act inside the 5 s goal
     assert ready["periodSeconds"] * ready["failureThreshold"] <= 3
+    # but one late answer (a replica busy with a burst) is no failure: waited for as long as the fleet's HAProxy waits
+    haproxy = (ROOT / "deploy/fleet/haproxy.cfg.in").read_text()
+    assert ready["timeoutSeconds"] == int(re.search(r"^\s*timeout check (\d+)s$", haproxy, re.MULTILINE)[1]) >= 4
     # liveness and the startup probe on /health, never /ready: a slow cold start or a drain must not restart the pod
     assert main["livenessProbe"]["httpGet"]["path"] == main["startupProbe"]["httpGet"]["path"] == "/health"
     budget = one(objects, "PodDisruptionBudget")["spec"]
