@@ -112,6 +112,11 @@ def test_the_service_registers_its_stage_plugins_in_the_pipeline_topology() -> N
     assert alone.stages[0].async_chunk_process_next_stage_input_func.startswith("app.engines.omni")
     with pytest.raises(ValueError, match="no stage 1"):
         pipeline_with_stage_plugins(Pipeline("other", (Stage(0, "x"),)), path)
+    # a profile fixing the first window where no stage hands windows on through vllm-omni's Qwen3-TTS producer (another
+    # release or pipeline): refused, never a first-window size the service accepts and vllm-omni then overrides
+    renamed = Pipeline("qwen3_tts", (Stage(0, "qwen3_tts", None, "vllm_omni.elsewhere.producer"), Stage(1, "code2wav")))
+    with pytest.raises(ValueError, match="codec_adaptive_first_frames"):
+        pipeline_with_stage_plugins(renamed, path, talker_windows=True)
 
 
 def test_the_stage_plugins_load_without_the_engine_and_the_engine_without_vllm() -> None:

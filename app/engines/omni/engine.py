@@ -107,9 +107,16 @@ def pipeline_with_stage_plugins(pipeline: Any, scheduler_path: str, talker_windo
     """A copy of a (frozen) vllm-omni `PipelineConfig` whose stage 1 runs under the scheduler class at
     `scheduler_path` (empty: vllm-omni's) and, with `talker_windows`, whose stage 0, where it hands windows on through
     vllm-omni's Qwen3-TTS producer, does so through the service's (which calls vllm-omni's): a producer of another
-    release or pipeline is left alone."""
+    release or pipeline is left alone, and `talker_windows` is refused where no stage has vllm-omni's."""
     if scheduler_path and not any(stage.stage_id == 1 for stage in pipeline.stages):
         raise ValueError(f"pipeline {pipeline.model_type!r} has no stage 1 to give a scheduler")
+    producers = [getattr(stage, "async_chunk_process_next_stage_input_func", None) for stage in pipeline.stages]
+    if talker_windows and UPSTREAM_TALKER_WINDOWS not in producers:
+        # the service would accept a request's first-window size that vllm-omni's adaptive windows then override
+        raise ValueError(
+            f"the deploy profile sets codec_adaptive_first_frames, but no stage of pipeline {pipeline.model_type!r} "
+            f"hands its windows on through {UPSTREAM_TALKER_WINDOWS}, around which the service fixes the first window"
+        )
 
     def plugged(stage: Any) -> Any:
         if stage.stage_id == 1 and scheduler_path:
