@@ -153,9 +153,17 @@ cmd_status() {
   fi
 }
 
-descendants() {  # $1 pid: every process below it
-  local child
-  for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do echo "$child"; descendants "$child"; done
+descendants() {  # $1 pid: every process below it, read from /proc (a slim host has no procps `ps`)
+  local stat line fields child
+  for stat in /proc/[0-9]*/stat; do
+    read -r line <"$stat" 2>/dev/null || continue
+    # "pid (comm) state ppid ...": the name may hold spaces and parentheses, so the fields after its last ')'
+    read -ra fields <<<"${line##*) }"
+    [ "${fields[1]}" = "$1" ] || continue
+    child=${stat#/proc/} && child=${child%/stat}
+    echo "$child"
+    descendants "$child"
+  done
 }
 
 cmd_kill() {  # $1 replica
