@@ -9,7 +9,7 @@ with `--frames F` the length fields `max_new_tokens: F + 1` and `ignore_eos: tru
 load tool decodes a response: `loadtest.audio.decode`, pcm as s16le mono at `--pcm-rate`), its usage as the server
 reported it, and with `--frames F` whether it holds exactly F x 1920 samples (mismatches are listed, never dropped).
 
-    python3 deploy/gpu/batch_compare.py --target service=http://127.0.0.1:8000 \
+    PYTHONPATH=$PWD python3 deploy/gpu/batch_compare.py --target service=http://127.0.0.1:8000 \
         --target vllm-omni=http://127.0.0.1:8005 --items 64 --frames 100 --repeat 3 --warmup 1 --out DIR
 
 Writes DIR/results.json (everything, the request body included) and DIR/README.md (the tables, also printed).
@@ -414,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     if (args.out / "results.json").exists() or (args.out / "README.md").exists():
         parser.error(f"{args.out} already holds results: name another folder")
     body = build_batch(args)
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     runs: list[dict[str, Any]] = []
     with httpx.Client() as client:
         for round_ in range(-args.warmup, args.repeat):
@@ -444,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         "voice": args.voice,
         "targets": [{"name": t.name, "url": t.url} for t in args.target],
         "request_defaults": {k: v for k, v in body.items() if k != "items"},
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "started": started,
     }
     results = {"meta": meta, "request": body, "summaries": summaries, "usage_comparisons": comparisons, "runs": runs}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -81,7 +81,7 @@ def compare(out: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], di
 def test_one_batch_per_target_interleaved_decoded_and_its_usage_compared(
     server: RunningServer, omni_shaped: str, tmp_path: Path
 ) -> None:
-    soundfile = pytest.importorskip("soundfile", reason="the tool decodes wav and flac with python-soundfile")
+    soundfile = pytest.importorskip("soundfile", reason="its lengths are checked with a decoder other than the tool's")
     targets = ["--target", f"service={server.base_url}", "--target", f"again={server.base_url}"]
     done, results, table = compare(tmp_path / "out", *targets, "--target", f"omni={omni_shaped}", "--repeat", "2")
     assert done.returncode == 0, done.stdout + done.stderr
