@@ -15,6 +15,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from app.api.errors import to_api_error
+from app.api.schemas import SpeechUsage
 from app.engine_protocol import EngineUnavailable
 from app.speech.encoding import EncodedAudio
 from app.speech.errors import Failed, Stopped
@@ -99,4 +100,4 @@ async def sse_events(audio: EncodedAudio, request_id: str) -> AsyncIterator[byte
         log.exception("synthesis failed mid-stream", extra={"request_id": request_id})
         yield sse_event({"type": "error", **to_api_error(Failed(request_id)).body()})
         return
-    yield sse_event({"type": "speech.audio.done", "usage": audio.usage.as_dict()})
+    yield sse_event({"type": "speech.audio.done", "usage": SpeechUsage.of(audio.usage).model_dump()})

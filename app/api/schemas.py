@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from app.api.errors import ErrorDetail
 from app.audio.formats import ResponseFormat
+from app.speech.encoding import Usage
 from app.speech.options import (
     MAX_INPUT_CHARS,
     ModelOption,
@@ -90,14 +91,38 @@ class SpeechBatchRequest(SpeechOptions):
         return data
 
 
+class InputTokenDetails(BaseModel):
+    text_tokens: int = Field(description="Tokens of the text to speak (and of a cloning reference's transcript).")
+    audio_tokens: int = Field(description="Tokens of reference audio (voice cloning); 0 without.")
+
+
+class SpeechUsage(BaseModel):
+    """What a response cost, as vllm-omni 0.30 reports it (its SpeechTokenUsage): in the SSE `speech.audio.done`
+    event and on each batch item (a whole file carries the same counts in headers)."""
+
+    input_tokens: int = Field(description="Tokens of the input: text_tokens + audio_tokens.")
+    output_tokens: int = Field(description="Audio (codec) tokens generated: one per 80 ms frame.")
+    total_tokens: int = Field(description="input_tokens + output_tokens.")
+    input_token_details: InputTokenDetails
+
+    @classmethod
+    def of(cls, usage: Usage) -> SpeechUsage:
+        return cls(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            total_tokens=usage.total_tokens,
+            input_token_details=InputTokenDetails(
+                text_tokens=usage.input_text_tokens, audio_tokens=usage.input_audio_tokens
+            ),
+        )
+
+
 class SpeechBatchItemResult(BaseModel):
     index: int = Field(description="The item's place in `items`.")
     status: Literal["success", "error"]
     audio_data: str | None = Field(None, description="The whole file, base64.")
     media_type: str | None = None
-    usage: dict[str, Any] | None = Field(
-        None, description="input_tokens, output_tokens, total_tokens, input_token_details (text_tokens, audio_tokens)."
-    )
+    usage: SpeechUsage | None = Field(None, description="What the item cost.")
     error: ErrorDetail | None = Field(None, description="Why the item failed: the OpenAI error object a request gets.")
 
 

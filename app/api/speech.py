@@ -84,7 +84,7 @@ def usage_headers(usage: Usage) -> dict[str, str]:
     counts = (
         usage.input_tokens,
         usage.output_tokens,
-        usage.input_tokens + usage.output_tokens,
+        usage.total_tokens,
         usage.input_text_tokens,
         usage.input_audio_tokens,
     )

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from app import metrics
 from app.api.dependencies import get_batch_slots, get_service
 from app.api.errors import ApiError, error_responses, invalid_param, to_api_error, validation_error
-from app.api.schemas import SpeechBatchItem, SpeechBatchRequest, SpeechBatchResponse
+from app.api.schemas import SpeechBatchItem, SpeechBatchRequest, SpeechBatchResponse, SpeechUsage
 from app.audio.formats import CONTENT_TYPES
 from app.speech.batch import BatchItem, BatchSlots, ItemOutcome, synthesize_batch
 from app.speech.errors import Stopped
@@ -68,7 +68,7 @@ def checked_item(shared: dict[str, Any], item: dict[str, Any]) -> SpeechBatchIte
 def item_result(outcome: ItemOutcome | ApiError, index: int) -> tuple[dict[str, Any], int]:
     """An item's entry in the answer (vllm-omni 0.30's fields, absent ones left out) and its HTTP status."""
     if isinstance(outcome, ItemOutcome) and outcome.error is None and outcome.data is not None:
-        usage = outcome.usage.as_dict() if outcome.usage is not None else None
+        usage = SpeechUsage.of(outcome.usage).model_dump() if outcome.usage is not None else None
         result = {
             "index": index,
             "status": "success",

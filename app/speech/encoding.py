@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 import numpy as np
@@ -52,14 +51,9 @@ class Usage:
     def input_text_tokens(self) -> int:
         return self.input_tokens - self.input_audio_tokens
 
-    def as_dict(self) -> dict[str, Any]:
-        """vllm-omni 0.30's `usage` (its SpeechTokenUsage), wherever it goes: the SSE done event, a batch item."""
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "total_tokens": self.input_tokens + self.output_tokens,
-            "input_token_details": {"text_tokens": self.input_text_tokens, "audio_tokens": self.input_audio_tokens},
-        }
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
 
 
 class EncodedAudio:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from urllib.parse import urlparse
 
 import httpx
+import jsonschema
 import pytest
 
 from loadtest.audio import decode, transcribe, word_error_rate
@@ -80,6 +81,17 @@ def test_items_of_mixed_formats_and_voices_read_back_and_say_their_words(batch_s
     for result in results:
         usage = result["usage"]
         assert usage["output_tokens"] > 0 and usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+    # the answer is what the published schema says, usage field by field (a client generated from it reads it typed)
+    published = httpx.get(f"{batch_server.base_url}/openapi.json").json()["components"]["schemas"]
+    assert set(published["SpeechUsage"]["required"]) == {
+        "input_tokens",
+        "output_tokens",
+        "total_tokens",
+        "input_token_details",
+    }
+    jsonschema.validate(
+        answer, {"$ref": "#/components/schemas/SpeechBatchResponse", "components": {"schemas": published}}
+    )
 
 
 def test_a_bad_item_fails_alone_with_an_openai_error_naming_its_field(batch_server: RunningServer) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from app.api.audio_stream import StreamCut, audio_body, sse_events
 from app.api.errors import to_api_error
+from app.api.schemas import SpeechUsage
 from app.engine_protocol import AudioChunk, EngineUnavailable
 from app.speech.encoding import EncodedAudio
 from app.speech.errors import Stopped
@@ -51,7 +52,7 @@ async def test_pcm_bytes_usage_and_close_hook() -> None:
     data = b"".join([piece async for piece in audio.bytes()])
     assert len(data) == 3 * int(0.6 * 24_000) * 2
     # vllm-omni 0.30's SpeechTokenUsage: the input split into text and reference-audio tokens
-    assert audio.usage.as_dict() == {
+    assert SpeechUsage.of(audio.usage).model_dump() == {
         "input_tokens": 30,
         "output_tokens": 144,
         "total_tokens": 174,
