@@ -3,7 +3,7 @@ command line: `-f` runs the control daemon in the foreground and `-d` in the bac
 CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps); either exits 1 with the real message when a daemon already runs
 there. Without arguments it reads commands from stdin (`get_server_list`, `quit`) and answers them, or exits 1 with
 "Cannot find MPS control daemon process" when no daemon runs; `quit` returns once the daemon has gone. A daemon's pid
-stands for the control pipe. The real program is exercised on the GPU machine.
+stands for the control pipe. The real program is exercised on a GPU host (tests/gpu).
 
 Install it on PATH as `nvidia-cuda-mps-control` with `install(directory)`."""
 
