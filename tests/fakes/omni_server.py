@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import os
 import signal
 import subprocess
 import sys
@@ -68,7 +69,14 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGUSR1, lambda *_: setattr(omni, "errored", True))
     if args.stage_process:
         title = "StageEngineCoreProc_stage1_replica0_DP0"  # in its command line, where vllm-omni's title shows
-        stage = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(3600)", title])
+        # like vllm-omni's stage processes (set_death_signal), it ends with its parent, a SIGKILLed replica included
+        lives = (
+            "import ctypes, os, signal, sys, time\n"
+            "ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
+            "if os.getppid() != int(sys.argv[2]): sys.exit()  # the parent died before the line above\n"
+            "while True: time.sleep(3600)"
+        )
+        stage = subprocess.Popen([sys.executable, "-c", lives, title, str(os.getpid())])
         atexit.register(stage.kill)
 
         def watch() -> None:  # as AsyncOmni finds its stage gone: the engine is dead from then on
