@@ -1,9 +1,11 @@
 # Two commands on a fresh machine with Python >= 3.11 and make: `make run` and `make test`.
 PYTHON ?= python3
 UV_VERSION := 0.13.8
-# `make run` serves this machine only; HOST=0.0.0.0 listens on every interface.
-HOST ?= 127.0.0.1
-PORT ?= 8000
+# `make run` serves this machine only; HOST=0.0.0.0 listens on every interface. The server's own SPEECH_HOST,
+# SPEECH_PORT and SPEECH_ENGINE are passed on (flags would override them); HOST, PORT and ENGINE win over them.
+HOST ?= $(or $(SPEECH_HOST),127.0.0.1)
+PORT ?= $(or $(SPEECH_PORT),8000)
+ENGINE ?= $(or $(SPEECH_ENGINE),embedded)
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := .venv
 
@@ -26,7 +28,7 @@ install: $(if $(filter .tools/uv/bin/uv,$(UV)),.tools/uv/bin/uv)
 	$(UV) sync --frozen $(EXTRAS) $(SYNC_FLAGS) --python $(PYTHON)
 
 run: install
-	.venv/bin/speech-server --host $(HOST) --port $(PORT) --engine embedded
+	.venv/bin/speech-server --host $(HOST) --port $(PORT) --engine $(ENGINE)
 
 # The docs site is built strictly first: a broken link or anchor, a page missing from the nav, or a settings table
 # that no longer renders fails the tests (site/ is git-ignored). Not --quiet: mkdocs then drops the warnings that
