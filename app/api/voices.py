@@ -94,8 +94,9 @@ async def get_voice(
     store: Annotated[VoiceStore, Depends(get_voice_store)],
 ) -> dict[str, Any]:
     _check_name(name)
+    speaks_with = catalog.resolve(name)  # an id, an alias, "default": the engine voice a request naming it gets
     for voice in _builtin(catalog, engine):
-        if voice["id"] == name:
+        if voice["id"] == speaks_with:
             return voice
     try:
         return _uploaded(await asyncio.to_thread(store.get, name), engine)

@@ -40,6 +40,11 @@ def test_voices_list_shows_aliases(server: RunningServer) -> None:
     assert {"alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse"} == set(
         heart["aliases"]
     )
+    # any name a request may give looks up the voice it speaks with: the id, an alias, "default", in any case
+    for name in ("heart", "alloy", "Nova", "default"):
+        looked_up = httpx.get(f"{server.base_url}/v1/audio/voices/{name}")
+        assert looked_up.status_code == 200 and looked_up.json() == heart, name
+    assert httpx.get(f"{server.base_url}/v1/audio/voices/nobody").status_code == 404
 
 
 def test_health_ready_and_docs(server: RunningServer) -> None:
