@@ -122,6 +122,8 @@ async def create_speech_batch(
     check_size(body, service.settings.batch_max_items, service.settings.batch_max_chars)
     if body.word_timestamps:  # a batch-wide field at fault fails the batch, as a bad default does
         raise invalid_param("word_timestamps", NO_WORD_TIMESTAMPS)
+    if body.model is not None:  # the batch's model before its items, as vllm-omni checks it: a 404 for all
+        service.check_model(body.model)
     service.check_open()
     shared = shared_fields(body)
     checked = [checked_item(shared, raw) for raw in body.items]

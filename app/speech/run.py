@@ -20,7 +20,7 @@ from app.lifecycle import Lifecycle
 from app.settings import Settings
 from app.speech.encoding import EncodedAudio
 from app.speech.errors import Failed, Full, Refused, ShuttingDown, Stopped, Unavailable
-from app.speech.jobs import OutputSpec, build_job
+from app.speech.jobs import OutputSpec, build_job, check_model
 from app.speech.models import accepted_models, served_models
 from app.speech.options import SpeechOptions
 from app.speech.voice import Decoder, Options, Voice, resolve_voice
@@ -56,6 +56,11 @@ class SpeechService:
 
     async def resolve_voice(self, options: Options, decode: Decoder | None = None) -> Voice[Options]:
         return await resolve_voice(options, self.engine, self.settings, self.catalog, self.store, decode)
+
+    def check_model(self, model: str | None) -> None:
+        """`UnknownModel` where `model` names none this server serves (None: the engine's own)."""
+        served = served_models(self.engine, self.settings)
+        check_model(model or served[0], served, accepted_models(self.engine, self.settings))
 
     def build_job(
         self, voice: Voice[SpeechOptions], text: str, request_id: str, whole_file: bool = False

@@ -69,8 +69,8 @@ def test_make_run_takes_host() -> None:
 
 
 def test_make_run_takes_the_servers_own_settings() -> None:
-    """SPEECH_HOST, SPEECH_PORT and SPEECH_ENGINE (docs/settings.md) are the server's settings: `make run` passes them on
-    instead of flags that would override them; HOST and PORT still win over them."""
+    """SPEECH_HOST, SPEECH_PORT and SPEECH_ENGINE (docs/settings.md) are the server's settings: `make run` passes them
+    on instead of flags that would override them; HOST and PORT still win over them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPEECH_") and k not in ("HOST", "PORT")}
     settings = {"SPEECH_HOST": "0.0.0.0", "SPEECH_PORT": "8124", "SPEECH_ENGINE": "omni"}
     dry = subprocess.run(

@@ -125,8 +125,10 @@ def test_a_bad_item_fails_alone_with_an_openai_error_naming_its_field(batch_serv
         ({"items": []}, 400, "items"),
         ({"items": [{"input": "Hi."}], "word_timestamps": True}, 400, "word_timestamps"),
         ({"items": [{"input": "Hi."}], "voice": 7}, 400, "voice"),  # a bad default fails the batch: it is the batch's
+        # a model this server does not serve: the batch's 404, as vllm-omni checks a batch's model before its items
+        ({"items": [{"input": "Hi."}], "model": "nope"}, 404, "model"),
     ],
-    ids=["too-many-items", "too-much-text", "no-items", "word-timestamps", "bad-default"],
+    ids=["too-many-items", "too-much-text", "no-items", "word-timestamps", "bad-default", "unknown-model"],
 )
 def test_a_batch_over_its_caps_or_with_a_bad_default_is_refused_whole(
     batch_server: RunningServer, body: dict[str, object], status: int, param: str
