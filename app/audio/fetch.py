@@ -13,7 +13,7 @@ import ipaddress
 import socket
 import ssl
 from dataclasses import dataclass, field
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import SplitResult, urljoin, urlsplit
 
 import httpx
 
@@ -46,7 +46,7 @@ def _host_allowed(host: str, allowed: frozenset[str]) -> bool:
 async def _checked_address(host: str, port: int, policy: FetchPolicy) -> str:
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
+    except (socket.gaierror, UnicodeError) as exc:  # UnicodeError: a name IDNA cannot encode (a label too long)
         raise _reject(f"ref_audio host '{host}' does not resolve.") from exc
     addresses = []
     for info in infos:
@@ -61,6 +61,15 @@ async def _checked_address(host: str, port: int, policy: FetchPolicy) -> str:
     return addresses[0]
 
 
+def _parsed(url: str) -> tuple[SplitResult, int | None]:
+    """The URL's parts and port, or a refusal where it does not parse (a bracket left open, a port that is not one)."""
+    try:
+        parts = urlsplit(url)
+        return parts, parts.port
+    except ValueError as exc:
+        raise _reject(f"ref_audio is not a valid URL ({exc}).") from exc
+
+
 async def fetch_reference(url: str, policy: FetchPolicy) -> bytes:
     timeout = httpx.Timeout(policy.read_timeout_s, connect=policy.connect_timeout_s)
     verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=policy.ca_bundle) if policy.ca_bundle else True
@@ -70,14 +79,14 @@ async def fetch_reference(url: str, policy: FetchPolicy) -> bytes:
             httpx.AsyncClient(timeout=timeout, trust_env=False, verify=verify, follow_redirects=False) as client,
         ):
             for _ in range(MAX_REDIRECTS + 1):
-                parts = urlsplit(url)
+                parts, port = _parsed(url)
                 scheme = parts.scheme.lower()
                 if scheme not in ("https", "http") or (scheme == "http" and not policy.allow_http):
                     raise _reject(f"ref_audio URLs must use https{' or http' if policy.allow_http else ''}.")
                 host = parts.hostname or ""
                 if not host or not _host_allowed(host, policy.allowed_hosts):
                     raise _reject(f"ref_audio host '{host}' is not on this server's allow-list.")
-                port = parts.port or (443 if scheme == "https" else 80)
+                port = port or (443 if scheme == "https" else 80)
                 address = await _checked_address(host, port, policy)
                 netloc = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
                 pinned = parts._replace(netloc=netloc).geturl()

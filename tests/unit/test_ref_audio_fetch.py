@@ -40,6 +40,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "/big-undeclared": self._big_chunked,
             "/slow": self._slow,
             "/missing": lambda: self._send(404, b"no"),
+            "/to-bad-port": lambda: self._redirect("http://localhost:99999/voice.wav"),
         }
         routes.get(self.path, lambda: self._send(404, b""))()
 
@@ -143,6 +144,11 @@ async def test_http_when_allowed_and_redirects_followed(http_port: int) -> None:
         ("http://localhost:{port}/slow", {}, "too long"),
         ("http://localhost:{port}/missing", {}, "HTTP 404"),
         ("http://user:pass@localhost:{port}/voice.wav@evil.example", {"allow_private": False}, "non-public"),
+        # URLs that do not parse: refused as such, never an error of the server's
+        ("https://[x/a.wav", {}, "not a valid URL"),
+        ("http://localhost:99999/voice.wav", {}, "not a valid URL"),
+        ("http://localhost:abc/voice.wav", {}, "not a valid URL"),
+        ("http://localhost:{port}/to-bad-port", {}, "not a valid URL"),
     ],
 )
 async def test_hostile_urls_are_refused(http_port: int, url: str, policy_changes: dict, message: str) -> None:
