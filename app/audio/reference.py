@@ -18,6 +18,8 @@ MAX_REFERENCE_BYTES = 10 * 1024 * 1024
 MAX_CHANNELS = 8
 REFERENCE_RATE = 24_000
 REFERENCE_SECONDS = (1.0, 30.0)
+# the rates recordings have: a header declaring 10 Hz makes a small file last hours, gigabytes once at 24 kHz
+SOURCE_RATES = (8_000, 192_000)
 SILENCE_RMS = 10 ** (-50 / 20)  # -50 dBFS
 _DATA_URI = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?:;[\w=.+-]+)*;base64,(?P<data>.*)", re.S)
 
@@ -50,10 +52,10 @@ def reference_bytes(value: str, max_bytes: int = MAX_REFERENCE_BYTES) -> bytes:
 def prepare_reference_audio(value: str | bytes, max_bytes: int = MAX_REFERENCE_BYTES) -> ReferenceAudio:
     """Decoded, checked and normalised reference audio: mono, 24 kHz (what the Qwen3-TTS tokenizer reads; also halves
     a 48 kHz clip before it travels to the engine), 1–30 s long, not near-silent."""
-    decoded = decode_reference_audio(value, max_bytes)
+    low, high = REFERENCE_SECONDS
+    decoded = decode_reference_audio(value, max_bytes, max_seconds=high)
     samples = resample(decoded.samples, decoded.sample_rate, REFERENCE_RATE)
     seconds = len(samples) / REFERENCE_RATE
-    low, high = REFERENCE_SECONDS
     if not low <= seconds <= high:
         raise _reject(f"ref_audio lasts {seconds:.1f} s; a reference clip must last {low:g}–{high:g} s.")
     rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
@@ -62,9 +64,12 @@ def prepare_reference_audio(value: str | bytes, max_bytes: int = MAX_REFERENCE_B
     return ReferenceAudio(samples.astype(np.float32), REFERENCE_RATE)
 
 
-def decode_reference_audio(value: str | bytes, max_bytes: int = MAX_REFERENCE_BYTES) -> ReferenceAudio:
+def decode_reference_audio(
+    value: str | bytes, max_bytes: int = MAX_REFERENCE_BYTES, max_seconds: float | None = None
+) -> ReferenceAudio:
     """Decode (base64, a data URI, or bytes already fetched) to mono float32 at the file's own rate (the model
-    resamples what it needs itself)."""
+    resamples what it needs itself). A rate no recording has is refused before decoding, and with `max_seconds` a
+    clip is refused as soon as more than that has decoded: a small compressed file may hold hours."""
     data = value if isinstance(value, bytes) else reference_bytes(value, max_bytes)
     try:
         with av.open(io.BytesIO(data)) as container:
@@ -77,13 +82,24 @@ def decode_reference_audio(value: str | bytes, max_bytes: int = MAX_REFERENCE_BY
                 raise _reject(f"ref_audio must have 1 to {MAX_CHANNELS} channels.")
             # packed float with the channels kept, then averaged as vllm-omni averages them (FFmpeg's own down-mix
             # would scale by its pan law instead)
-            resampler = av.AudioResampler(format="flt", layout=context.layout, rate=context.sample_rate)
-            parts = [
-                out.to_ndarray().reshape(-1, channels).mean(axis=1)
-                for frame in container.decode(stream)
-                for out in resampler.resample(frame)
-            ]
             rate = context.sample_rate
+            if not SOURCE_RATES[0] <= rate <= SOURCE_RATES[1]:
+                raise _reject(
+                    f"ref_audio's sample rate is {rate} Hz; a recording's is "
+                    f"{SOURCE_RATES[0] // 1000}–{SOURCE_RATES[1] // 1000} kHz."
+                )
+            limit = None if max_seconds is None else int(max_seconds * rate)
+            resampler = av.AudioResampler(format="flt", layout=context.layout, rate=rate)
+            parts, decoded = [], 0
+            for frame in container.decode(stream):
+                for out in resampler.resample(frame):
+                    parts.append(out.to_ndarray().reshape(-1, channels).mean(axis=1))
+                    decoded += len(parts[-1])
+                if limit is not None and decoded > limit:
+                    raise _reject(
+                        f"ref_audio lasts more than {max_seconds:g} s; a reference clip must last "
+                        f"{REFERENCE_SECONDS[0]:g}–{REFERENCE_SECONDS[1]:g} s."
+                    )
     except UnsupportedParameter:
         raise
     except (av.FFmpegError, ValueError, OSError, AttributeError, TypeError, RuntimeError) as exc:

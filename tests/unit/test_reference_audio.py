@@ -10,7 +10,7 @@ import pytest
 from app.audio.encoders import create_encoder
 from app.audio.reference import decode_reference_audio
 from app.engine_protocol import UnsupportedParameter
-from tests.support.wav import tone_wav
+from tests.support.wav import pcm_wav, tone_wav
 
 
 def wav_bytes(seconds: float = 2.0, rate: int = 16_000, channels: int = 1) -> bytes:
@@ -103,3 +103,23 @@ def test_eight_channels_are_averaged() -> None:
     data = wav_with_header(8, 16, np.repeat(mono[:, None], 8, axis=1).tobytes())
     ref = decode_reference_audio(b64(data))
     assert len(ref.samples) == 16_000 and 0.2 < np.abs(ref.samples).max() < 0.3
+
+
+@pytest.mark.parametrize(("rate", "samples"), [(10, 100_000), (1, 48_000), (4_000, 8_000), (400_000, 800_000)])
+def test_a_sample_rate_no_recording_has_is_refused_before_it_is_resampled(rate: int, samples: int) -> None:
+    """A small file whose header declares 10 Hz lasts hours: resampled to 24 kHz it would take gigabytes (1 Hz: an
+    allocation FFmpeg refuses, which was a 500). Refused by its rate, naming ref_audio."""
+    from app.audio.reference import prepare_reference_audio
+
+    pcm = (np.sin(np.arange(samples) / 3) * 10_000).astype("<i2")
+    with pytest.raises(UnsupportedParameter) as info:
+        prepare_reference_audio(b64(pcm_wav(pcm, rate)), max_bytes=2_000_000)
+    assert info.value.param == "ref_audio" and "sample rate" in info.value.message
+
+
+def test_a_clip_longer_than_a_reference_is_refused_by_its_length() -> None:
+    from app.audio.reference import prepare_reference_audio
+
+    with pytest.raises(UnsupportedParameter, match=r"more than 30 s"):
+        prepare_reference_audio(b64(tone_wav(31.0, rate=8_000)), max_bytes=2_000_000)
+    assert len(prepare_reference_audio(b64(tone_wav(29.5, rate=8_000)), max_bytes=2_000_000).samples) == 29.5 * 24_000
