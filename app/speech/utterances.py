@@ -33,7 +33,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
-from app.speech.errors import Failed, ShuttingDown, SpeechError
+from app.speech.errors import Failed, Refused, ShuttingDown, SpeechError
 from app.speech.options import SpeechOptions
 from app.speech.run import SpeechRun, SpeechService, observe_ttfa, observe_uninterrupted
 from app.speech.sentences import Ahead, Granularity, complete_units, final_units
@@ -247,6 +247,20 @@ class StreamedSpeech:
         if self.lifecycle.draining and self.utterance not in self.open_utterances:
             if self.lifecycle.session_grace_left_s() <= 0:
                 raise ShuttingDown()
+        # the text waiting for its end holds at most what one request may: unbounded, each message would scan more
+        limit = self.service.engine.capabilities().max_input_chars
+        if len(self.buffer) + len(text) > limit:
+            waiting = len(self.buffer) + len(text)
+            why = (
+                "an utterance with split_granularity 'none' is spoken as one text"
+                if self.granularity == "none"
+                else "text with no sentence end or space to cut at waits"
+            )
+            raise Refused(
+                "text",
+                f"At most {limit} characters wait to be spoken at once ({why}); this input.text would make it "
+                f"{waiting}. It was not added: send input.done, then the rest.",
+            )
         self.begin_utterance()
         self.open_utterances[self.utterance].chars += len(text)
         self.buffer += text

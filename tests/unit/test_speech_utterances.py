@@ -27,7 +27,7 @@ from app.engine_protocol import (
 )
 from app.lifecycle import SESSION_GRACE_S, Lifecycle
 from app.settings import Settings
-from app.speech.errors import Failed, ShuttingDown, SpeechError
+from app.speech.errors import Failed, Refused, ShuttingDown, SpeechError
 from app.speech.options import SpeechOptions
 from app.speech.run import SpeechService
 from app.speech.utterances import Sentence, StreamedSpeech, UtteranceEnd
@@ -212,6 +212,27 @@ async def test_split_granularity(
     assert queued(speech) == while_arriving
     speech.done()
     assert queued(speech) == at_done
+
+
+async def test_an_unsplit_utterance_takes_no_more_text_than_one_request_speaks(service: SpeechService) -> None:
+    """`split_granularity: none` speaks the utterance as one text at input.done, which holds at most the engine's
+    longest input: text past that is refused as it arrives (naming `text`), never buffered without end."""
+    speech = await configured(service, "none")
+    limit = service.engine.capabilities().max_input_chars
+    speech.text("a" * (limit - 10))
+    with pytest.raises(Refused) as refused:
+        speech.text(" and eleven")
+    assert refused.value.param == "text" and str(limit) in refused.value.message
+    speech.text(" and ten.")  # what fits is still taken
+    speech.done()
+    assert queued(speech) == ["a" * (limit - 10) + " and ten.", 1]
+    # split by sentence, the text waiting for a sentence end is bounded alike: a run with nowhere to cut it
+    by_sentence = await configured(service)
+    by_sentence.text("b" * (limit - 20))
+    with pytest.raises(Refused, match="no sentence end or space"):
+        by_sentence.text("b" * 30)
+    by_sentence.text(". Then more.")  # an end arrives: what waited is queued, and no longer waits
+    assert queued(by_sentence)[0] == "b" * (limit - 20) + "." and len(by_sentence.buffer) < 20
 
 
 async def test_a_sentence_left_waiting_is_spoken_when_the_writer_pauses(service: SpeechService) -> None:
