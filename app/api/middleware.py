@@ -22,6 +22,11 @@ REQUEST_ID_HEADER = "x-request-id"
 _VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
+def valid_request_id(given: str | None) -> str:
+    """The caller's X-Request-Id where it is one (echoed in logs and headers: plain text, bounded), else a new one."""
+    return given if given and _VALID_REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+
+
 def request_id_of(scope: Scope) -> str:
     return scope.get("state", {}).get("request_id", "")
 
@@ -51,7 +56,7 @@ class RequestIdMiddleware:
             return
         raw = dict(scope["headers"]).get(REQUEST_ID_HEADER.encode(), b"")
         given = raw.decode("latin-1")
-        request_id = given if _VALID_REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        request_id = valid_request_id(given)
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         state["started_at"] = time.perf_counter()  # TTFA and the request deadline count from arrival

@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import uuid
 from typing import Any, Literal, NoReturn
 
 from fastapi import APIRouter, WebSocket
@@ -38,6 +37,7 @@ from app import metrics
 from app.api.audio_stream import STALLED_STATE_KEY
 from app.api.dependencies import service_of
 from app.api.errors import ApiError, invalid_param, to_api_error, validation_error
+from app.api.middleware import valid_request_id
 from app.api.speech_frames import CLOSE_GOING_AWAY, CLOSE_NORMAL, CLOSE_POLICY, Frames, SessionClosed
 from app.audio.formats import ResponseFormat
 from app.speech.errors import Failed, ShuttingDown, SpeechError
@@ -94,7 +94,7 @@ class SpeechStreamSession:
         self.service = service
         self.settings = service.settings
         self.lifecycle = service.lifecycle
-        self.session_id = websocket.headers.get("x-request-id") or uuid.uuid4().hex
+        self.session_id = valid_request_id(websocket.headers.get("x-request-id"))
         self.speech = StreamedSpeech(service, self.session_id, self.cut_off)
         self.frames = Frames(websocket)
 

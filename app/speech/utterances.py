@@ -30,6 +30,7 @@ import dataclasses
 import functools
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
@@ -203,6 +204,8 @@ class StreamedSpeech:
         self.settings = service.settings
         self.lifecycle = service.lifecycle
         self.request_id = request_id
+        # the lifecycle's key for this session's utterances: a caller may give two sessions one request id
+        self.tracked_as = f"{request_id}-{uuid.uuid4().hex[:8]}"
         self.voice: Voice[SpeechOptions] | None = None
         self.granularity: Granularity = "sentence"
         self.buffer = ""
@@ -317,7 +320,7 @@ class StreamedSpeech:
             self.lifecycle.track(self.utterance_key(self.utterance), self)
 
     def utterance_key(self, utterance: int) -> str:
-        return f"{self.request_id}-u{utterance}"
+        return f"{self.tracked_as}-u{utterance}"
 
     def enqueue(self, sentences: list[str], rest: str, arrived: float | None = None) -> None:
         """Queues sentences to be spoken; `arrived`: when the text that completed them came (default now)."""

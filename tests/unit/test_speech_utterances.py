@@ -235,6 +235,16 @@ async def test_an_unsplit_utterance_takes_no_more_text_than_one_request_speaks(s
     assert queued(by_sentence)[0] == "b" * (limit - 20) + "." and len(by_sentence.buffer) < 20
 
 
+async def test_two_sessions_under_one_request_id_are_tracked_apart(service: SpeechService) -> None:
+    """Two WebSocket sessions may carry the same X-Request-Id: the end of one's utterance leaves the other's tracked,
+    so that a drain still waits for it."""
+    first, second = await configured(service), await configured(service)
+    first.text("Hello.")
+    second.text("Hello.")
+    first.lifecycle.untrack(first.utterance_key(0))  # as the end of first's utterance 0 untracks it
+    assert not service.lifecycle.idle
+
+
 async def test_a_sentence_left_waiting_is_spoken_when_the_writer_pauses(service: SpeechService) -> None:
     speech = await configured(service)
     speech.text("Is that all?")  # its end is not certain yet: more text could follow
@@ -381,7 +391,7 @@ async def test_an_utterance_cut_short_is_logged_and_no_longer_tracked(
     sink.hold = asyncio.Event()
     speech.start(sink)
     speech.text("Spoken in part. And then")
-    assert "req-1-u0" in service.lifecycle._streams
+    assert speech.utterance_key(0) in service.lifecycle._streams
     await asyncio.sleep(0.1)
     with caplog.at_level(logging.INFO, logger="app.speech.utterances"):
         await speech.close("client_gone")
