@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import ValidationError
 
 from app import metrics
@@ -28,6 +29,7 @@ router = APIRouter()
 
 VOICE_FIELDS = {"voice", "speaker"}  # an item naming its voice either way replaces the batch's, named either way
 NO_WORD_TIMESTAMPS = "'word_timestamps' is not available in a batch (no headers per item)."
+ANSWER_ON_THE_LOOP_BYTES = 1 << 20  # of audio: a larger answer is encoded in a worker thread
 
 
 def check_size(body: SpeechBatchRequest, max_items: int, max_chars: int) -> None:
@@ -65,20 +67,33 @@ def checked_item(shared: dict[str, Any], item: dict[str, Any]) -> SpeechBatchIte
     return merged
 
 
-def item_result(outcome: ItemOutcome | ApiError, index: int) -> tuple[dict[str, Any], int]:
-    """An item's entry in the answer (vllm-omni 0.30's fields, absent ones left out) and its HTTP status."""
+def item_error(outcome: ItemOutcome | ApiError) -> ApiError | None:
+    """Why the item failed, as the API error a request would get; None where it succeeded."""
     if isinstance(outcome, ItemOutcome) and outcome.error is None and outcome.data is not None:
-        usage = SpeechUsage.of(outcome.usage).model_dump() if outcome.usage is not None else None
-        result = {
-            "index": index,
-            "status": "success",
-            "audio_data": base64.b64encode(outcome.data).decode("ascii"),
-            "media_type": CONTENT_TYPES[outcome.response_format],
-            "usage": usage,
-        }
-        return result, 200
-    error = outcome if isinstance(outcome, ApiError) else to_api_error(outcome.error or RuntimeError())
-    return {"index": index, "status": "error", "error": error.body()["error"]}, error.status
+        return None
+    return outcome if isinstance(outcome, ApiError) else to_api_error(outcome.error or RuntimeError())
+
+
+def item_status(outcome: ItemOutcome | ApiError) -> int:
+    """The HTTP status the item counts as."""
+    error = item_error(outcome)
+    return 200 if error is None else error.status
+
+
+def item_result(outcome: ItemOutcome | ApiError, index: int) -> dict[str, Any]:
+    """An item's entry in the answer (vllm-omni 0.30's fields, absent ones left out)."""
+    error = item_error(outcome)
+    if error is not None:
+        return {"index": index, "status": "error", "error": error.body()["error"]}
+    assert isinstance(outcome, ItemOutcome) and outcome.data is not None
+    usage = SpeechUsage.of(outcome.usage).model_dump() if outcome.usage is not None else None
+    return {
+        "index": index,
+        "status": "success",
+        "audio_data": base64.b64encode(outcome.data).decode("ascii"),
+        "media_type": CONTENT_TYPES[outcome.response_format],
+        "usage": usage,
+    }
 
 
 def count(outcome: ItemOutcome | ApiError, status: int, request_id: str, response_format: str) -> None:
@@ -134,20 +149,33 @@ async def create_speech_batch(
     done: dict[int, ItemOutcome] = {outcome.index: outcome for outcome in batch.result()} if finished else {}
     stopped = ApiError(499, "The client left.") if not present else to_api_error(Stopped("drain"))
     request.state.batch_items_counted = True  # each item below, as a request of its own
-    results = []
-    for index, entry in enumerate(checked):
-        outcome: ItemOutcome | ApiError = done.get(index, entry) if finished else stopped
-        result, status = item_result(outcome, index)
-        count(outcome, status, f"{request_id}-{index}", _format_of(entry, body))
-        results.append(result)
+    outcomes: list[ItemOutcome | ApiError] = [
+        done.get(index, entry) if finished else stopped for index, entry in enumerate(checked)
+    ]
+    for index, (entry, outcome) in enumerate(zip(checked, outcomes, strict=True)):
+        count(outcome, item_status(outcome), f"{request_id}-{index}", _format_of(entry, body))
     if not present:  # nobody is left to answer
         log.info("batch abandoned by its client", extra={"request_id": request_id, "items": len(checked)})
         return Response(status_code=499)
     if not finished:  # a drain ran out of time before the batch ended
         raise stopped
+    audio_bytes = sum(len(o.data) for o in outcomes if isinstance(o, ItemOutcome) and o.data is not None)
+    # every item's audio in base64 in one JSON: at the caps about 100 MB, half a second of the loop all streams share;
+    # a small answer stays on the loop, where a thread hop would cost more than the encoding
+    if audio_bytes > ANSWER_ON_THE_LOOP_BYTES:
+        answer = await asyncio.to_thread(batch_answer, f"speech-batch-{request_id}", outcomes)
+    else:
+        answer = batch_answer(f"speech-batch-{request_id}", outcomes)
+    return Response(answer, media_type="application/json")
+
+
+def batch_answer(batch_id: str, outcomes: list[ItemOutcome | ApiError]) -> bytes:
+    """The answer's JSON: each item's result in order, and the counts."""
+    results = [item_result(outcome, index) for index, outcome in enumerate(outcomes)]
     succeeded = sum(1 for result in results if result["status"] == "success")
-    answer = {"id": f"speech-batch-{request_id}", "results": results, "total": len(results), "succeeded": succeeded}
-    return JSONResponse({**answer, "failed": len(results) - succeeded})
+    answer = {"id": batch_id, "results": results, "total": len(results), "succeeded": succeeded}
+    document = {**answer, "failed": len(results) - succeeded}
+    return json.dumps(document, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def _format_of(entry: SpeechBatchItem | ApiError, body: SpeechBatchRequest) -> str:
