@@ -3,6 +3,7 @@ headers and the stream's framing are this module's)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Annotated
@@ -12,6 +13,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from app.api.audio_stream import SpeechResponse, audio_body, sse_events
 from app.api.dependencies import get_service
+from app.api.disconnect import unless_disconnected
 from app.api.errors import error_responses
 from app.api.schemas import SpeechRequest
 from app.audio.formats import CONTENT_TYPES
@@ -101,16 +103,33 @@ async def whole_file_response(audio: EncodedAudio, response_format: str, words: 
 @router.post("/v1/audio/speech", responses=_AUDIO_RESPONSES, response_class=StreamingResponse)
 async def create_speech(
     body: SpeechRequest, request: Request, service: Annotated[SpeechService, Depends(get_service)]
-) -> StreamingResponse:
+) -> Response:
     request_id: str = request.state.request_id
     timing = request.state.ttfa_timeline = TtfaTimeline(request.state.started_at)  # logged by the accounting
     summary = request.state.speech = speech_summary(body, service)  # logged and counted once per request
     check_word_timestamps_carrier(body)
     service.check_open()
+    # until its response starts, the request's work stops when its client leaves (waiting for a slot, for the first
+    # audio, for the whole file): nobody would hear it
+    answer = asyncio.ensure_future(speech_response(body, service, request_id, timing, summary))
+    if await unless_disconnected(request, answer):
+        return answer.result()
+    if answer.done() and not answer.cancelled() and answer.exception() is None:  # ready as the client left
+        response = answer.result()
+        if isinstance(response, SpeechResponse):
+            await response.audio.close_if_never_streamed()
+    summary.setdefault("outcome", "client_gone")
+    return Response(status_code=499)
+
+
+async def speech_response(
+    body: SpeechRequest, service: SpeechService, request_id: str, timing: TtfaTimeline, summary: dict[str, object]
+) -> Response:
+    """The answer, from the voice to the first audio (a stream) or to the last (a whole file)."""
     voice = await service.resolve_voice(body)
     job, output = service.build_job(voice, body.input, request_id, whole_file=body.whole_file)
     ticket = await service.admitted(timing, len(body.input))
-    run = SpeechRun(service, request.state.started_at, timing, summary, str(summary["stream_format"]))
+    run = SpeechRun(service, timing.received, timing, summary, str(summary["stream_format"]))
     audio = await run.open(job, output, ticket)
     if output.whole_file:
         return await whole_file_response(audio, output.response_format, job.word_timestamps, request_id)

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from app import metrics
 from app.api.dependencies import get_batch_slots, get_service
+from app.api.disconnect import unless_disconnected
 from app.api.errors import ApiError, error_responses, invalid_param, to_api_error, validation_error
 from app.api.schemas import SpeechBatchItem, SpeechBatchRequest, SpeechBatchResponse, SpeechUsage
 from app.audio.formats import CONTENT_TYPES
@@ -101,25 +102,6 @@ def count(outcome: ItemOutcome | ApiError, status: int, request_id: str, respons
     metrics.REQUESTS.labels(str(status), response_format, "batch").inc()
     summary = dict(outcome.summary) if isinstance(outcome, ItemOutcome) else {"stream_format": "batch"}
     log.info("speech request", extra={**summary, "request_id": request_id, "status": status})
-
-
-async def unless_disconnected(request: Request, work: asyncio.Future[Any]) -> bool:
-    """Wait for `work`, or cancel it (and wait for it to stop) when the client goes first, or when this handler is
-    cancelled itself: whether the client is still there (`work` may have been stopped from elsewhere: a drain)."""
-
-    async def disconnected() -> None:  # the body has been read: the next message is the client leaving
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    watcher = asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (watcher, work):
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(watcher, work, return_exceptions=True)
-    return not (watcher.done() and not watcher.cancelled())
 
 
 @router.post(

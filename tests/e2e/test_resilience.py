@@ -183,6 +183,23 @@ def test_disconnects_release_slots_and_are_counted(small_server: RunningServer) 
     assert httpx.post(f"{small_server.base_url}/v1/audio/speech", json=speech()).status_code == 200
 
 
+def test_a_client_that_leaves_before_its_answer_begins_stops_its_work(small_server: RunningServer) -> None:
+    """A client that times out while its whole file (`stream: false`) is still being made stops the synthesis: its
+    slot is freed and the engine aborts, instead of the work running to the end for nobody, counted a success."""
+    request_id = "leaves-early"
+    before = small_server.metric("speech_aborted_total", reason="client_gone")
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            f"{small_server.base_url}/v1/audio/speech",
+            json=speech(LONGEST_TEXT, stream=False),
+            headers={"X-Request-Id": request_id},
+            timeout=httpx.Timeout(30, read=0.2),
+        )
+    record = request_records(small_server, {request_id})[request_id]
+    assert record["status"] == 499 and record["outcome"] == "client_gone", record
+    assert small_server.metric("speech_aborted_total", reason="client_gone") == before + 1
+
+
 def test_abort_latency_after_disconnect(small_server: RunningServer) -> None:
     """The engine is told to stop within 100 ms of the client leaving (measured from the server's own log)."""
     latencies = []
