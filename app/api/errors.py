@@ -125,6 +125,9 @@ def to_api_error(exc: BaseException, request_id: str = "") -> ApiError:
     return to_api_error(Failed(request_id))
 
 
+INVALID_JSON = "We could not parse the JSON body of your request. The body must be a valid JSON object."
+
+
 def validation_error(errors: Sequence[Any]) -> ApiError:
     """The first pydantic error of a request body, as OpenAI words it, with `param` naming the top-level field."""
     if not errors:
@@ -138,23 +141,35 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
     kind = error.get("type", "")
     param = str(loc[0]) if loc and isinstance(loc[0], str) else None
     if kind == "json_invalid":
+        return ApiError(400, INVALID_JSON, code="invalid_json")
+    if param is None:
         return ApiError(
             400,
-            "We could not parse the JSON body of your request. The body must be a valid JSON object.",
-            code="invalid_json",
+            "The request body must be a JSON object, sent with Content-Type: application/json.",
+            code="invalid_request",
         )
-    if param is None:
-        return ApiError(400, "The request body must be a JSON object.", code="invalid_request")
+    # within the field: the keys of an object it holds, not the union branch or validator that reported them
+    path = ".".join([param, *(str(p) for p in loc[1:] if isinstance(p, str) and p.isidentifier() and p.islower())])
     if kind == "extra_forbidden":
-        return ApiError(400, f"Unrecognized request argument supplied: {param}", param=param, code="unknown_parameter")
+        return ApiError(400, f"Unrecognized request argument supplied: {path}", param=param, code="unknown_parameter")
     if kind == "missing":
-        return ApiError(400, f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
+        return ApiError(400, f"Missing required parameter: '{path}'.", param=param, code="missing_required_parameter")
     detail = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    bounds = error.get("ctx") or {}
+    if kind in ("too_long", "too_short") and isinstance(error.get("input"), str):  # a string: its characters
+        limit = bounds.get("max_length" if kind == "too_long" else "min_length")
+        unit = "character" if limit == 1 else "characters"
+        detail = f"{'at most' if kind == 'too_long' else 'at least'} {limit} {unit}, not {len(error['input'])}"
     code = "invalid_type" if kind.endswith("_type") or kind.endswith("_parsing") else "invalid_value"
     return ApiError(400, f"Invalid value for '{param}': {detail}.", param=param, code=code)
 
 
-_STATUS_MESSAGES = {404: ("Not found.", "not_found"), 405: ("Method not allowed.", "method_not_allowed")}
+_STATUS_MESSAGES = {
+    # FastAPI's own 400: a body it could not parse as JSON although it looked like JSON (not UTF-8, nested too deep)
+    400: (INVALID_JSON, "invalid_json"),
+    404: ("Not found.", "not_found"),
+    405: ("Method not allowed.", "method_not_allowed"),
+}
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -214,7 +214,9 @@ def build_job(
         raise Refused("voice", message, "voice_not_found")
     if voice is None:
         known = ", ".join(v.id for v in catalog.voices)
-        message = f"Unknown voice '{request.voice_name}'. Available voices: {known}."
+        aliases = sorted(catalog.aliases)
+        also = f"; or their aliases: {', '.join(aliases)}" if aliases else ""
+        message = f"Unknown voice '{request.voice_name}'. Available voices: {known}{also} (GET /v1/audio/voices)."
         raise Refused("voice", message, "voice_not_found")
     language = _check_language(request.language, caps)
     if request.word_timestamps:

@@ -84,6 +84,38 @@ def test_malformed_body(server: RunningServer, raw: bytes) -> None:
     assert_openai_error(response, 400, None)
 
 
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (with_(instructions="x" * 4097), "at most 4096 characters, not 4097"),  # a string's length, not its "items"
+        (with_(model=""), "at least 1 character"),
+        (with_(voice={"name": "alloy"}), "'voice.id'"),  # the object form's missing key, not the field itself
+        (with_(voice="nobody"), "alloy"),  # the names a request may give, OpenAI's among them
+    ],
+    ids=["string-too-long", "string-too-short", "voice-object-without-id", "unknown-voice-lists-aliases"],
+)
+def test_validation_messages_say_what_is_wrong_with_the_field(server: RunningServer, body: dict, says: str) -> None:
+    error = httpx.post(f"{server.base_url}/v1/audio/speech", json=body, timeout=30).json()["error"]
+    assert says in error["message"], error
+
+
+@pytest.mark.parametrize(
+    ("raw", "content_type", "says"),
+    [
+        (b'{"input": "\xff"}', "application/json", "JSON"),  # not UTF-8
+        (b"[" * 100_000 + b"]" * 100_000, "application/json", "JSON"),  # nested past any parser's depth
+        (b'{"model": "tts-1", "voice": "alloy", "input": "Hi."}', "text/plain", "Content-Type: application/json"),
+    ],
+    ids=["invalid-utf8", "nested-too-deep", "json-sent-as-text"],
+)
+def test_a_body_that_is_not_json_says_so(server: RunningServer, raw: bytes, content_type: str, says: str) -> None:
+    response = httpx.post(
+        f"{server.base_url}/v1/audio/speech", content=raw, headers={"content-type": content_type}, timeout=30
+    )
+    error = assert_openai_error(response, 400, None)
+    assert says in error["message"] and error["code"] in ("invalid_json", "invalid_request"), error
+
+
 def test_body_over_the_cap_is_413(server: RunningServer) -> None:
     huge = b'{"model": "tts-1", "voice": "alloy", "input": "' + b"a" * (26 * 1024 * 1024) + b'"}'
     response = httpx.post(

@@ -86,7 +86,7 @@ def test_validation_error_json_invalid(loc: tuple[Any, ...]) -> None:
 def test_validation_error_for_a_non_object_body(errors: list[dict[str, Any]]) -> None:
     error = validation_error(errors)
     assert (error.status, error.code, error.param) == (400, "invalid_request", None)
-    assert error.message == "The request body must be a JSON object."
+    assert error.message == "The request body must be a JSON object, sent with Content-Type: application/json."
 
 
 def test_validation_error_without_errors() -> None:
