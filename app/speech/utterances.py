@@ -250,10 +250,10 @@ class StreamedSpeech:
         if self.lifecycle.draining and self.utterance not in self.open_utterances:
             if self.lifecycle.session_grace_left_s() <= 0:
                 raise ShuttingDown()
-        # the text waiting for its end holds at most what one request may: unbounded, each message would scan more
+        units, rest = complete_units(self.buffer + text, self.settings.sentence_max_chars, self.granularity)
+        # the text left waiting for its end holds at most what one request may: unbounded, each message would scan more
         limit = self.service.engine.capabilities().max_input_chars
-        if len(self.buffer) + len(text) > limit:
-            waiting = len(self.buffer) + len(text)
+        if len(rest) > limit:
             why = (
                 "an utterance with split_granularity 'none' is spoken as one text"
                 if self.granularity == "none"
@@ -262,14 +262,14 @@ class StreamedSpeech:
             raise Refused(
                 "text",
                 f"At most {limit} characters wait to be spoken at once ({why}); this input.text would make it "
-                f"{waiting}. It was not added: send input.done, then the rest.",
+                f"{len(rest)}. It was not added: send input.done, then the rest.",
             )
         self.begin_utterance()
         self.open_utterances[self.utterance].chars += len(text)
         self.buffer += text
         self.buffered_at = time.perf_counter()
         self.gap_checked = False
-        self.enqueue(*complete_units(self.buffer, self.settings.sentence_max_chars, self.granularity))
+        self.enqueue(units, rest)
 
     def done(self, close: bool = False) -> None:
         """The current utterance ends: the rest of its text is spoken, then its end is told. With `close` (the stream
