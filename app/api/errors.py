@@ -132,24 +132,25 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
     """The first pydantic error of a request body, as OpenAI words it, with `param` naming the top-level field."""
     if not errors:
         return ApiError(400, "The request body is invalid.", code="invalid_request")
+
+    def field_loc(error: Any) -> list[Any]:  # FastAPI prefixes body fields with "body"; batch items and messages not
+        loc = list(error.get("loc", ()))
+        return loc[1:] if loc[:1] == ["body"] else loc
+
     # A union field (`voice`: a name or {"id": ...}) reports one error per branch: the deepest names the real fault.
-    same_field = [e for e in errors if tuple(e.get("loc", ()))[:2] == tuple(errors[0].get("loc", ()))[:2]]
-    error = max(same_field, key=lambda e: len(e.get("loc", ())))
-    loc = list(error.get("loc", ()))
-    if loc[:1] == ["body"]:  # FastAPI prefixes body fields with "body"; a field may itself be named "body"
-        loc = loc[1:]
+    same_field = [e for e in errors if field_loc(e)[:1] == field_loc(errors[0])[:1]]
+    error = max(same_field, key=lambda e: len(field_loc(e)))
+    loc = field_loc(error)
     kind = error.get("type", "")
     param = str(loc[0]) if loc and isinstance(loc[0], str) else None
     if kind == "json_invalid":
         return ApiError(400, INVALID_JSON, code="invalid_json")
     if param is None:
-        return ApiError(
-            400,
-            "The request body must be a JSON object, sent with Content-Type: application/json.",
-            code="invalid_request",
-        )
-    # within the field: the keys of an object it holds, not the union branch or validator that reported them
-    path = ".".join([param, *(str(p) for p in loc[1:] if isinstance(p, str) and p.isidentifier() and p.islower())])
+        sent_as_text = isinstance(error.get("input"), bytes | str)  # not read as JSON: its Content-Type said otherwise
+        need = ", sent with Content-Type: application/json" if sent_as_text else ""
+        return ApiError(400, f"The request body must be a JSON object{need}.", code="invalid_request")
+    # within the field, the key at fault (the last of the location; those between may name a union's branch)
+    path = f"{param}.{loc[-1]}" if len(loc) > 1 and isinstance(loc[-1], str) else param
     if kind == "extra_forbidden":
         return ApiError(400, f"Unrecognized request argument supplied: {path}", param=param, code="unknown_parameter")
     if kind == "missing":
@@ -164,12 +165,10 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
     return ApiError(400, f"Invalid value for '{param}': {detail}.", param=param, code=code)
 
 
-_STATUS_MESSAGES = {
-    # FastAPI's own 400: a body it could not parse as JSON although it looked like JSON (not UTF-8, nested too deep)
-    400: (INVALID_JSON, "invalid_json"),
-    404: ("Not found.", "not_found"),
-    405: ("Method not allowed.", "method_not_allowed"),
-}
+_STATUS_MESSAGES = {404: ("Not found.", "not_found"), 405: ("Method not allowed.", "method_not_allowed")}
+# FastAPI's own 400 for a JSON body it could not parse (not UTF-8, nested too deep); Starlette's form parser raises
+# 400s of its own, whose messages name their fault
+FASTAPI_BODY_PARSE_ERROR = "There was an error parsing the body"
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -184,6 +183,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         message, code = _STATUS_MESSAGES.get(exc.status_code, (str(exc.detail), None))
+        if exc.status_code == 400 and exc.detail == FASTAPI_BODY_PARSE_ERROR:
+            message, code = INVALID_JSON, "invalid_json"
         error_type = INVALID_REQUEST if exc.status_code < 500 else SERVER_ERROR
         return ApiError(exc.status_code, message, type=error_type, code=code, headers=exc.headers).response()
 

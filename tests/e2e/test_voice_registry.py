@@ -134,6 +134,19 @@ def test_upload_validation(
     assert response.json()["error"]["param"] == param
 
 
+def test_a_broken_upload_is_told_what_is_wrong_with_its_form(cloning: RunningServer) -> None:
+    """The form parser's own 400 (here: a multipart body without its boundary) keeps its message: it is no JSON."""
+    response = httpx.post(
+        f"{cloning.base_url}/v1/audio/voices",
+        content=b"--x\r\n",
+        headers={"content-type": "multipart/form-data"},
+        timeout=30,
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert "boundary" in error["message"].lower() and "JSON" not in error["message"], error
+
+
 def test_registry_fields_refuse_control_characters(cloning: RunningServer, sample: bytes) -> None:
     """On a server that clones (elsewhere every upload is refused before its fields are read)."""
     url = f"{cloning.base_url}/v1/audio/voices"

@@ -86,7 +86,40 @@ def test_validation_error_json_invalid(loc: tuple[Any, ...]) -> None:
 def test_validation_error_for_a_non_object_body(errors: list[dict[str, Any]]) -> None:
     error = validation_error(errors)
     assert (error.status, error.code, error.param) == (400, "invalid_request", None)
-    assert error.message == "The request body must be a JSON object, sent with Content-Type: application/json."
+    assert error.message == "The request body must be a JSON object."
+
+
+def test_a_body_not_read_as_json_names_the_content_type_it_needs() -> None:
+    """FastAPI hands a body whose Content-Type is not JSON to the model as bytes."""
+    sent_as_text = [{"type": "model_attributes_type", "loc": ("body",), "msg": "m", "input": b'{"input": "Hi."}'}]
+    assert validation_error(sent_as_text).message == (
+        "The request body must be a JSON object, sent with Content-Type: application/json."
+    )
+
+
+@pytest.mark.parametrize(
+    ("loc", "kind", "says"),
+    [
+        (("body", "voice", "VoiceRef", "id"), "missing", "Missing required parameter: 'voice.id'."),
+        (("voice", "VoiceRef", "id"), "missing", "Missing required parameter: 'voice.id'."),  # a batch item, a message
+        (
+            ("body", "voice", "VoiceRef", "Extra"),
+            "extra_forbidden",
+            "Unrecognized request argument supplied: voice.Extra",
+        ),
+        (("voice", "VoiceRef", "my-key"), "extra_forbidden", "Unrecognized request argument supplied: voice.my-key"),
+        (("body", "seed"), "missing", "Missing required parameter: 'seed'."),
+    ],
+)
+def test_a_key_within_a_field_is_named_with_it(loc: tuple[str, ...], kind: str, says: str) -> None:
+    """The union's other branch reports first (`voice` a string); the object form's key at fault is what is named."""
+    branch = ("body", "voice", "function-after[check_single_line(), str]")[: len(loc) - 1 if loc[0] == "body" else 2]
+    errors = [
+        {"type": "string_type", "loc": branch, "msg": "Input should be a valid string"},
+        {"type": kind, "loc": loc},
+    ]
+    error = validation_error(errors if "voice" in loc else errors[1:])
+    assert error.message == says and error.param == loc[1 if loc[0] == "body" else 0]
 
 
 def test_validation_error_without_errors() -> None:
