@@ -70,6 +70,14 @@ def _parsed(url: str) -> tuple[SplitResult, int | None]:
         raise _reject(f"ref_audio is not a valid URL ({exc}).") from exc
 
 
+def _joined(url: str, location: str) -> str:
+    """Where a redirect leads, or a refusal where its Location does not parse."""
+    try:
+        return urljoin(url, location)
+    except ValueError as exc:
+        raise _reject(f"ref_audio is not a valid URL ({exc}).") from exc
+
+
 async def fetch_reference(url: str, policy: FetchPolicy) -> bytes:
     timeout = httpx.Timeout(policy.read_timeout_s, connect=policy.connect_timeout_s)
     verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=policy.ca_bundle) if policy.ca_bundle else True
@@ -96,7 +104,7 @@ async def fetch_reference(url: str, policy: FetchPolicy) -> bytes:
                 response = await client.send(request, stream=True)
                 try:
                     if response.is_redirect:
-                        url = urljoin(url, response.headers.get("location", ""))
+                        url = _joined(url, response.headers.get("location", ""))
                         continue
                     if response.status_code != 200:
                         raise _reject(f"ref_audio URL answered HTTP {response.status_code}.")

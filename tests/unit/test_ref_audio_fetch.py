@@ -41,6 +41,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "/slow": self._slow,
             "/missing": lambda: self._send(404, b"no"),
             "/to-bad-port": lambda: self._redirect("http://localhost:99999/voice.wav"),
+            "/to-open-bracket": lambda: self._redirect("http://[x/voice.wav"),
         }
         routes.get(self.path, lambda: self._send(404, b""))()
 
@@ -149,6 +150,7 @@ async def test_http_when_allowed_and_redirects_followed(http_port: int) -> None:
         ("http://localhost:99999/voice.wav", {}, "not a valid URL"),
         ("http://localhost:abc/voice.wav", {}, "not a valid URL"),
         ("http://localhost:{port}/to-bad-port", {}, "not a valid URL"),
+        ("http://localhost:{port}/to-open-bracket", {}, "not a valid URL"),
     ],
 )
 async def test_hostile_urls_are_refused(http_port: int, url: str, policy_changes: dict, message: str) -> None:
