@@ -118,7 +118,7 @@ async def create_speech(
         response = answer.result()
         if isinstance(response, SpeechResponse):
             await response.audio.close_if_never_streamed()
-    summary.setdefault("outcome", "client_gone")
+    summary["outcome"] = "client_gone"  # also where the answer was ready as the client left: nobody got it
     return Response(status_code=499)
 
 
