@@ -2,10 +2,9 @@
 PYTHON ?= python3
 UV_VERSION := 0.13.8
 # `make run` serves this machine only; HOST=0.0.0.0 listens on every interface. The server's own SPEECH_HOST,
-# SPEECH_PORT and SPEECH_ENGINE are passed on (flags would override them); HOST, PORT and ENGINE win over them.
+# SPEECH_PORT and SPEECH_ENGINE are passed on (flags would override them); HOST and PORT win over them.
 HOST ?= $(or $(SPEECH_HOST),127.0.0.1)
 PORT ?= $(or $(SPEECH_PORT),8000)
-ENGINE ?= $(or $(SPEECH_ENGINE),embedded)
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := .venv
 
@@ -28,7 +27,7 @@ install: $(if $(filter .tools/uv/bin/uv,$(UV)),.tools/uv/bin/uv)
 	$(UV) sync --frozen $(EXTRAS) $(SYNC_FLAGS) --python $(PYTHON)
 
 run: install
-	.venv/bin/speech-server --host $(HOST) --port $(PORT) --engine $(ENGINE)
+	.venv/bin/speech-server --host $(HOST) --port $(PORT) --engine $(or $(SPEECH_ENGINE),embedded)
 
 # The docs site is built strictly first: a broken link or anchor, a page missing from the nav, or a settings table
 # that no longer renders fails the tests (site/ is git-ignored). Not --quiet: mkdocs then drops the warnings that

@@ -72,6 +72,7 @@ def test_make_run_takes_the_servers_own_settings() -> None:
     """SPEECH_HOST, SPEECH_PORT and SPEECH_ENGINE (docs/settings.md) are the server's settings: `make run` passes them
     on instead of flags that would override them; HOST and PORT still win over them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPEECH_") and k not in ("HOST", "PORT")}
+    env["ENGINE"] = "omni"  # a variable of that name, exported for something else, does not change what is served
     settings = {"SPEECH_HOST": "0.0.0.0", "SPEECH_PORT": "8124", "SPEECH_ENGINE": "omni"}
     dry = subprocess.run(
         ["make", "-C", str(ROOT), "-n", "run"], capture_output=True, text=True, env={**env, **settings}, timeout=60
@@ -79,8 +80,14 @@ def test_make_run_takes_the_servers_own_settings() -> None:
     assert dry.returncode == 0, dry.stderr
     assert "--host 0.0.0.0 --port 8124 --engine omni" in dry.stdout
     plain = subprocess.run(["make", "-C", str(ROOT), "-n", "run"], capture_output=True, text=True, env=env, timeout=60)
-    assert "--host 127.0.0.1 --port 8000 --engine embedded" in plain.stdout  # loopback and the CPU engine by default
+    assert (
+        plain.returncode == 0 and "--host 127.0.0.1 --port 8000 --engine embedded" in plain.stdout
+    )  # loopback and the CPU engine by default
     flags = subprocess.run(
-        ["make", "-C", str(ROOT), "-n", "run", "PORT=8125"], capture_output=True, text=True, env={**env, **settings}
+        ["make", "-C", str(ROOT), "-n", "run", "PORT=8125"],
+        capture_output=True,
+        text=True,
+        env={**env, **settings},
+        timeout=60,
     )
-    assert "--port 8125" in flags.stdout
+    assert flags.returncode == 0 and "--port 8125" in flags.stdout, flags.stderr
