@@ -75,15 +75,8 @@ def item_error(outcome: ItemOutcome | ApiError) -> ApiError | None:
     return outcome if isinstance(outcome, ApiError) else to_api_error(outcome.error or RuntimeError())
 
 
-def item_status(outcome: ItemOutcome | ApiError) -> int:
-    """The HTTP status the item counts as."""
-    error = item_error(outcome)
-    return 200 if error is None else error.status
-
-
-def item_result(outcome: ItemOutcome | ApiError, index: int) -> dict[str, Any]:
-    """An item's entry in the answer (vllm-omni 0.30's fields, absent ones left out)."""
-    error = item_error(outcome)
+def item_result(outcome: ItemOutcome | ApiError, error: ApiError | None, index: int) -> dict[str, Any]:
+    """An item's entry in the answer (vllm-omni 0.30's fields, absent ones left out); `error`: its `item_error`."""
     if error is not None:
         return {"index": index, "status": "error", "error": error.body()["error"]}
     assert isinstance(outcome, ItemOutcome) and outcome.data is not None
@@ -134,8 +127,9 @@ async def create_speech_batch(
     outcomes: list[ItemOutcome | ApiError] = [
         done.get(index, entry) if finished else stopped for index, entry in enumerate(checked)
     ]
-    for index, (entry, outcome) in enumerate(zip(checked, outcomes, strict=True)):
-        count(outcome, item_status(outcome), f"{request_id}-{index}", _format_of(entry, body))
+    errors = [item_error(outcome) for outcome in outcomes]  # each failure worded once, for the count and the answer
+    for index, (entry, outcome, error) in enumerate(zip(checked, outcomes, errors, strict=True)):
+        count(outcome, 200 if error is None else error.status, f"{request_id}-{index}", _format_of(entry, body))
     if not present:  # nobody is left to answer
         log.info("batch abandoned by its client", extra={"request_id": request_id, "items": len(checked)})
         return Response(status_code=499)
@@ -145,15 +139,15 @@ async def create_speech_batch(
     # every item's audio in base64 in one JSON: at the caps about 100 MB, half a second of the loop all streams share;
     # a small answer stays on the loop, where a thread hop would cost more than the encoding
     if audio_bytes > ANSWER_ON_THE_LOOP_BYTES:
-        answer = await asyncio.to_thread(batch_answer, f"speech-batch-{request_id}", outcomes)
+        answer = await asyncio.to_thread(batch_answer, f"speech-batch-{request_id}", outcomes, errors)
     else:
-        answer = batch_answer(f"speech-batch-{request_id}", outcomes)
+        answer = batch_answer(f"speech-batch-{request_id}", outcomes, errors)
     return Response(answer, media_type="application/json")
 
 
-def batch_answer(batch_id: str, outcomes: list[ItemOutcome | ApiError]) -> bytes:
+def batch_answer(batch_id: str, outcomes: list[ItemOutcome | ApiError], errors: list[ApiError | None]) -> bytes:
     """The answer's JSON: each item's result in order, and the counts."""
-    results = [item_result(outcome, index) for index, outcome in enumerate(outcomes)]
+    results = [item_result(o, error, index) for index, (o, error) in enumerate(zip(outcomes, errors, strict=True))]
     succeeded = sum(1 for result in results if result["status"] == "success")
     answer = {"id": batch_id, "results": results, "total": len(results), "succeeded": succeeded}
     document = {**answer, "failed": len(results) - succeeded}
