@@ -21,18 +21,20 @@ REPEAT=${REPEAT:-2}
 BENCH_PYTHON=${BENCH_PYTHON:?a python with vllm==0.30.0 and vllm-omni==0.30.0}
 mkdir -p "$OUT"
 
-# the load tool's shipped English texts (medium), as the benchmark's custom dataset: the same texts, the same order
-.venv/bin/python - "$OUT/texts.jsonl" <<'PY'
+# the load tool's shipped English texts (medium) in the order it sends them, cycled to one line per request, as the
+# benchmark's custom dataset (with fewer lines than requests it would draw the rest at random): request i speaks the
+# same text for both
+.venv/bin/python - "$OUT/texts.jsonl" "$PROMPTS" <<'PY'
 import json, sys
 texts = json.load(open("loadtest/data/texts.json"))["English"]["medium"]
 with open(sys.argv[1], "w") as out:
-    for text in texts:
-        out.write(json.dumps({"prompt": text}) + "\n")
+    for i in range(int(sys.argv[2])):
+        out.write(json.dumps({"prompt": texts[i % len(texts)]}) + "\n")
 PY
 
 .venv/bin/speech-server --host 127.0.0.1 --port "$PORT" >"$OUT/server.log" 2>&1 &
 SERVER=$!
-trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
+trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 300); do curl -sf "$URL/ready" >/dev/null && break; sleep 1; done
 curl -sf "$URL/ready" >/dev/null
 
