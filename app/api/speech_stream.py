@@ -40,7 +40,7 @@ from app.api.errors import ApiError, invalid_param, to_api_error, validation_err
 from app.api.middleware import valid_request_id
 from app.api.speech_frames import CLOSE_GOING_AWAY, CLOSE_NORMAL, CLOSE_POLICY, Frames, SessionClosed
 from app.audio.formats import ResponseFormat
-from app.speech.errors import Failed, ShuttingDown, SpeechError
+from app.speech.errors import Failed, Refused, ShuttingDown, SpeechError
 from app.speech.options import DEFAULT_VOICE, Name, SpeechOptions
 from app.speech.run import SpeechService
 from app.speech.sentences import Granularity
@@ -202,8 +202,10 @@ class SpeechStreamSession:
                 self.speech.text(text)
             elif kind == "input.done":
                 self.require_config()
+                await self.tell_if_nothing_to_speak()
                 self.speech.done()
             elif kind == "session.close":  # what was sent is spoken first
+                await self.tell_if_nothing_to_speak()
                 self.speech.done(close=True)
                 await self.speech.finish()
                 await self.closed_while_finishing()
@@ -217,6 +219,11 @@ class SpeechStreamSession:
             if self.speech.voice is None:
                 await self.frames.close_with(to_api_error(exc), CLOSE_POLICY)
             await self.frames.send_error(exc)
+
+    async def tell_if_nothing_to_speak(self) -> None:
+        """As a request of the same text is refused: told before the utterance's end (which has no sentence)."""
+        if self.speech.nothing_to_speak():
+            await self.frames.send_error(Refused("text", "The utterance's text contains nothing that can be spoken."))
 
     def read(self, message: dict[str, Any]) -> dict[str, Any]:
         """A client's message as a JSON object, within the size limits (a session.config may carry a reference

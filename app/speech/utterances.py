@@ -114,6 +114,7 @@ class Utterance:
     audio_bytes: int = 0
     audio_s: float = 0.0  # the sentences delivered so far: where the next one starts in the utterance's audio
     ttfa_s: float | None = None
+    text_seen: bool = False  # text other than whitespace arrived
     errors: list[str] = dataclasses.field(default_factory=list)
     # when each piece of its audio reached the client, from the same origin as its TTFA (across its sentences: a
     # listener hears them back to back); and in which format
@@ -266,10 +267,19 @@ class StreamedSpeech:
             )
         self.begin_utterance()
         self.open_utterances[self.utterance].chars += len(text)
+        self.open_utterances[self.utterance].text_seen |= bool(text.strip())
         self.buffer += text
         self.buffered_at = time.perf_counter()
         self.gap_checked = False
         self.enqueue(units, rest)
+
+    def nothing_to_speak(self) -> bool:
+        """Text arrived in the open utterance and none of it can be spoken (emoji, symbols alone): what `done` would
+        end without a sentence, where a request of the same text is refused."""
+        utterance = self.open_utterances.get(self.utterance)
+        if utterance is None or not utterance.text_seen or self.sentence_index:
+            return False
+        return not final_units(self.buffer, self.settings.sentence_max_chars, self.granularity)
 
     def done(self, close: bool = False) -> None:
         """The current utterance ends: the rest of its text is spoken, then its end is told. With `close` (the stream

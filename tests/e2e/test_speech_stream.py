@@ -165,6 +165,24 @@ def test_a_bad_first_message_gets_one_error_and_a_close(server: RunningServer, f
         assert ws.close_code == 1008
 
 
+def test_an_utterance_with_nothing_to_speak_is_told_so(server: RunningServer) -> None:
+    """Text that holds nothing speakable (emoji only) is refused as over HTTP, naming `text`, before the utterance's
+    end (no sentences): never an utterance that ends as if spoken. The session goes on."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": "\U0001f600 \U0001f389 "})
+        send(ws, {"type": "input.done"})
+        events, _ = receive_utterance(ws)
+        assert events[0].get("type") == "error" and events[0].get("param") == "text", events
+        assert "nothing that can be spoken" in str(events[0]["message"])
+        done = json.loads(ws.recv(timeout=10))  # then the utterance's end, with nothing in it
+        assert (done["type"], done["total_sentences"]) == ("session.done", 0), done
+        send(ws, {"type": "input.text", "text": "Spoken after all."})
+        send(ws, {"type": "input.done"})
+        events, audio = receive_utterance(ws)
+        assert events[-1]["type"] == "session.done" and len(audio[0]) > 1000, events
+
+
 def test_malformed_messages_are_answered_and_the_connection_kept(server: RunningServer) -> None:
     with connect(ws_url(server)) as ws:
         send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
