@@ -9,11 +9,13 @@ DNS answer can swap it), every redirect is checked again, and time and size are 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import socket
 import ssl
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from urllib.parse import SplitResult, urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 
@@ -61,19 +63,11 @@ async def _checked_address(host: str, port: int, policy: FetchPolicy) -> str:
     return addresses[0]
 
 
-def _parsed(url: str) -> tuple[SplitResult, int | None]:
-    """The URL's parts and port, or a refusal where it does not parse (a bracket left open, a port that is not one)."""
+@contextlib.contextmanager
+def _as_url() -> Iterator[None]:
+    """A URL that does not parse (a bracket left open, a port that is not one) is refused, not a server error."""
     try:
-        parts = urlsplit(url)
-        return parts, parts.port
-    except ValueError as exc:
-        raise _reject(f"ref_audio is not a valid URL ({exc}).") from exc
-
-
-def _joined(url: str, location: str) -> str:
-    """Where a redirect leads, or a refusal where its Location does not parse."""
-    try:
-        return urljoin(url, location)
+        yield
     except ValueError as exc:
         raise _reject(f"ref_audio is not a valid URL ({exc}).") from exc
 
@@ -87,7 +81,9 @@ async def fetch_reference(url: str, policy: FetchPolicy) -> bytes:
             httpx.AsyncClient(timeout=timeout, trust_env=False, verify=verify, follow_redirects=False) as client,
         ):
             for _ in range(MAX_REDIRECTS + 1):
-                parts, port = _parsed(url)
+                with _as_url():
+                    parts = urlsplit(url)
+                    port = parts.port
                 scheme = parts.scheme.lower()
                 if scheme not in ("https", "http") or (scheme == "http" and not policy.allow_http):
                     raise _reject(f"ref_audio URLs must use https{' or http' if policy.allow_http else ''}.")
@@ -104,7 +100,8 @@ async def fetch_reference(url: str, policy: FetchPolicy) -> bytes:
                 response = await client.send(request, stream=True)
                 try:
                     if response.is_redirect:
-                        url = _joined(url, response.headers.get("location", ""))
+                        with _as_url():
+                            url = urljoin(url, response.headers.get("location", ""))
                         continue
                     if response.status_code != 200:
                         raise _reject(f"ref_audio URL answered HTTP {response.status_code}.")

@@ -28,6 +28,11 @@ def _reject(message: str) -> UnsupportedParameter:
     return UnsupportedParameter("ref_audio", message)
 
 
+def _wrong_length(lasts: str) -> UnsupportedParameter:
+    low, high = REFERENCE_SECONDS
+    return _reject(f"ref_audio lasts {lasts}; a reference clip must last {low:g}–{high:g} s.")
+
+
 def is_url(value: str) -> bool:
     return re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", value.strip()) is not None
 
@@ -57,7 +62,7 @@ def prepare_reference_audio(value: str | bytes, max_bytes: int = MAX_REFERENCE_B
     samples = resample(decoded.samples, decoded.sample_rate, REFERENCE_RATE)
     seconds = len(samples) / REFERENCE_RATE
     if not low <= seconds <= high:
-        raise _reject(f"ref_audio lasts {seconds:.1f} s; a reference clip must last {low:g}–{high:g} s.")
+        raise _wrong_length(f"{seconds:.1f} s")
     rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
     if rms < SILENCE_RMS:
         raise _reject("ref_audio is (nearly) silent; the voice to clone must be audible.")
@@ -96,10 +101,7 @@ def decode_reference_audio(
                     parts.append(out.to_ndarray().reshape(-1, channels).mean(axis=1))
                     decoded += len(parts[-1])
                 if limit is not None and decoded > limit:
-                    raise _reject(
-                        f"ref_audio lasts more than {max_seconds:g} s; a reference clip must last "
-                        f"{REFERENCE_SECONDS[0]:g}–{REFERENCE_SECONDS[1]:g} s."
-                    )
+                    raise _wrong_length(f"more than {max_seconds:g} s")
     except UnsupportedParameter:
         raise
     except (av.FFmpegError, ValueError, OSError, AttributeError, TypeError, RuntimeError) as exc:
