@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 from types import FrameType
+from typing import get_args
 
 import uvicorn
 from fastapi import FastAPI
@@ -16,7 +17,7 @@ from app.http_protocol import guarded_protocol, guarded_websocket_protocol
 from app.lifecycle import Lifecycle
 from app.logs import configure_logging
 from app.server import create_app
-from app.settings import Settings, log_deprecated_env, settings_help
+from app.settings import EngineName, Settings, log_deprecated_env, settings_help
 
 
 class SpeechServer(uvicorn.Server):
@@ -58,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", help="address to listen on (SPEECH_HOST, default 0.0.0.0)")
     parser.add_argument("--port", type=int, help="port to listen on (SPEECH_PORT, default 8000)")
     parser.add_argument(
-        "--engine", choices=["auto", "embedded", "omni"], help="speech engine (SPEECH_ENGINE, default auto)"
+        "--engine", choices=list(get_args(EngineName)), help="speech engine (SPEECH_ENGINE, default auto)"
     )
     parser.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], help="log level (SPEECH_LOG_LEVEL, default info)"

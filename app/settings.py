@@ -27,7 +27,7 @@ from app.audio.fetch import FetchPolicy
 
 log = logging.getLogger(__name__)
 
-EngineName = Literal["auto", "embedded", "omni"]
+EngineName = Literal["auto", "embedded", "omni", "sglang"]
 ENV_PREFIX = "SPEECH_"
 NESTED_DELIMITER = "__"
 MAX_INPUT_CHARS = 4096  # the longest `input` OpenAI accepts, and this service's default and upper bound
@@ -182,6 +182,70 @@ class OmniSettings(BaseModel):
         return MOVED_PATHS.get(path, path)
 
 
+class SglangSettings(BaseModel):
+    """The sglang engine (Qwen3-TTS on sglang-omni 0.1.8, on a GPU, in the server's process): `SPEECH_SGLANG__<FIELD>`.
+    The pipeline's own settings keep sglang-omni's names (its `--<stage>.<group>.<field>` flags)."""
+
+    model: str | None = Field(None, description="Qwen3-TTS model directory.")
+    served_model_name: str | None = Field(None, description="Model id in the API (default: dir name).")
+    mem_fraction_static: float = Field(
+        0.6,
+        gt=0,
+        lt=1,
+        description="Share of the GPU's memory the talker takes for its weights and KV cache "
+        "(tts_engine.engine.mem_fraction_static); the codec decoder and its graphs need the rest.",
+    )
+    load_format: str | None = Field(
+        None, description="The talker's load format (`dummy`: random weights; the codec decoder always loads its own)."
+    )
+    max_running_requests: int = Field(
+        64, ge=1, description="Syntheses the talker batches at once (tts_engine.engine.max_running_requests)."
+    )
+    disable_radix_cache: bool = Field(
+        False,
+        description="Turn off the talker's prefix cache (tts_engine.engine.disable_radix_cache): with it, a prompt "
+        "seen before skips its prefill.",
+    )
+    first_window_batch: int = Field(
+        32,
+        ge=1,
+        description="First audio windows the decoder batches in one step (vocoder.factory.initial_max_batch_size).",
+    )
+    first_window_wait_ms: float = Field(
+        2.0, ge=0, description="How long the decoder waits to fill a batch of first windows (initial_batch_wait_ms)."
+    )
+    chunk_ramp: Annotated[list[int] | None, NoDecode] = Field(
+        None,
+        description="Codec frames in each window before the steady ones (vocoder.factory.stream_chunk_ramp; JSON or "
+        "comma list). Default: sglang-omni's 1, 2, 4.",
+    )
+    steady_chunk_frames: int | None = Field(
+        None, ge=1, description="Codec frames in each window after the ramp (stream_followup_stride; default 8)."
+    )
+    pipeline_overrides: dict[str, object] | None = Field(
+        None,
+        description="Any other setting of sglang-omni's pipeline, by its dotted name, as JSON, e.g. "
+        '{"vocoder.factory.followup_max_batch_size": 16}. They win over the fields above.',
+    )
+    start_timeout_s: int = Field(1800, ge=30, description="Seconds allowed for the pipeline's start.")
+    warmup_batch_sizes: Annotated[list[int] | None, NoDecode] = Field(
+        None,
+        description="Batch sizes warmed up before /ready, so that the first burst is served as fast as later ones. "
+        "Default: 1, 2, 4, ... up to the admission limit.",
+    )
+    sentence_pipeline: bool = Field(False, description="Speak long text sentence by sentence.")
+    fixed_length: bool = Field(
+        False,
+        description="Benchmarks on random weights only: every request runs to max_new_tokens (its talker never ends "
+        "speech early); also what `ignore_eos` asks for.",
+    )
+
+    @field_validator("warmup_batch_sizes", "chunk_ramp", mode="before")
+    @classmethod
+    def _list_from_env(cls, value: object) -> object:
+        return _list_from_text(value)
+
+
 def nest_flat_names(values: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword arguments (or a dict to validate) with the old flat engine names moved into their engine's group; a
     value given under the grouped name wins over the same setting given flat."""
@@ -273,7 +337,9 @@ class Settings(BaseSettings):
     host: str = Field("0.0.0.0", description="Address to listen on.")
     port: int = Field(8000, ge=1, le=65535, description="Port to listen on.")
     engine: EngineName = Field(
-        "auto", description="Speech engine: embedded (CPU), omni (vllm-omni on a GPU), or auto (omni when available)."
+        "auto",
+        description="Speech engine: embedded (CPU), omni (vllm-omni on a GPU), sglang (sglang-omni on a GPU), or "
+        "auto (omni, then sglang, when installed with a GPU and a model; else embedded).",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     model_aliases: Annotated[list[str], NoDecode] = Field(
@@ -288,7 +354,10 @@ class Settings(BaseSettings):
         MAX_INPUT_CHARS, ge=1, le=MAX_INPUT_CHARS, description="Longest accepted `input`, in characters."
     )
     max_concurrency: int | None = Field(
-        None, ge=1, description="Syntheses at once (default per engine: embedded: workers; omni: stage-0 max_num_seqs)."
+        None,
+        ge=1,
+        description="Syntheses at once (default per engine: embedded: workers; omni: stage-0 max_num_seqs; sglang: "
+        "max_running_requests).",
     )
     max_queue: int | None = Field(None, ge=0, description="Requests waiting for a slot (default: 2 x concurrency).")
     batch_max_items: int = Field(
@@ -370,6 +439,7 @@ class Settings(BaseSettings):
     # -- each engine's own settings: the engine is given these and nothing else of this object ---------------------
     embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
     omni: OmniSettings = Field(default_factory=OmniSettings)
+    sglang: SglangSettings = Field(default_factory=SglangSettings)
 
     @model_validator(mode="before")
     @classmethod

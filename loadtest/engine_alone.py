@@ -50,14 +50,8 @@ from starlette.routing import Route
 
 from app.engine_protocol import SynthesisJob
 from app.engines.omni.engine import ENGINE_ENVIRONMENT, compile_cache_environment, load_prompt_helpers, talker_limits
-from app.engines.omni.requests import (
-    AudioOutputReader,
-    PromptHelpers,
-    Qwen3TTSModel,
-    build_prompt,
-    sampling_params_for,
-    warmup_job,
-)
+from app.engines.omni.requests import AudioOutputReader, PromptHelpers, build_prompt, sampling_params_for
+from app.engines.qwen3_tts import Qwen3TTSModel, warmup_job
 from loadtest.schedule import LoopRun, TextCycle, closed_loop, open_loop
 
 log = logging.getLogger("engine_alone")

@@ -50,26 +50,64 @@ class StreamResampler:
         return _samples(self._resampler.resample(None))
 
 
+class StreamTimeStretch:
+    """Plays a stream `tempo` times faster without changing its pitch, chunk by chunk (FFmpeg's atempo, WSOLA): one
+    filter carries across chunks, so joins stay seamless; `flush` returns what it still holds. tempo in [0.25, 100]:
+    below atempo's 0.5, two filters halve it in turn."""
+
+    def __init__(self, sample_rate: int, tempo: float) -> None:
+        self.sample_rate = sample_rate
+        self.tempo = tempo
+        self._pts = 0
+        self._graph: av.filter.Graph | None = None
+        if tempo == 1.0:
+            return
+        graph = av.filter.Graph()
+        source = graph.add_abuffer(
+            format="flt", sample_rate=sample_rate, layout="mono", time_base=Fraction(1, sample_rate)
+        )
+        stages = [tempo] if tempo >= 0.5 else [0.5, tempo / 0.5]
+        previous = source
+        for stage in stages:
+            atempo = graph.add("atempo", f"{stage:.6f}")
+            previous.link_to(atempo)
+            previous = atempo
+        sink = graph.add("abuffersink")
+        previous.link_to(sink)
+        graph.configure()
+        self._graph = graph
+
+    def _pull(self) -> np.ndarray:
+        assert self._graph is not None
+        frames: list[av.AudioFrame] = []
+        while True:
+            try:
+                frames.append(self._graph.pull())
+            except (av.BlockingIOError, av.EOFError):
+                return _samples(frames)
+
+    def process(self, samples: np.ndarray) -> np.ndarray:
+        if self._graph is None or len(samples) == 0:
+            return np.asarray(samples, dtype=np.float32)
+        self._graph.push(_frame(samples, self.sample_rate, self._pts))
+        self._pts += len(samples)
+        return self._pull()
+
+    def flush(self) -> np.ndarray:
+        if self._graph is None:
+            return np.zeros(0, np.float32)
+        self._graph.push(None)
+        tail = self._pull()
+        self._graph = None
+        return tail
+
+
 def time_stretch(samples: np.ndarray, sample_rate: int, tempo: float) -> np.ndarray:
-    """Play `samples` `tempo` times faster without changing pitch (FFmpeg's atempo, WSOLA). tempo in [0.5, 100]."""
+    """Play `samples` `tempo` times faster without changing pitch (FFmpeg's atempo, WSOLA). tempo in [0.25, 100]."""
     if tempo == 1.0 or len(samples) == 0:
         return np.asarray(samples, dtype=np.float32)
-    graph = av.filter.Graph()
-    source = graph.add_abuffer(format="flt", sample_rate=sample_rate, layout="mono", time_base=Fraction(1, sample_rate))
-    atempo = graph.add("atempo", f"{tempo:.6f}")
-    sink = graph.add("abuffersink")
-    source.link_to(atempo)
-    atempo.link_to(sink)
-    graph.configure()
-    graph.push(_frame(samples, sample_rate, 0))
-    graph.push(None)
-    frames: list[av.AudioFrame] = []
-    while True:
-        try:
-            frames.append(graph.pull())
-        except (av.BlockingIOError, av.EOFError):
-            break
-    return _samples(frames)
+    stretch = StreamTimeStretch(sample_rate, tempo)
+    return np.concatenate([stretch.process(samples), stretch.flush()])
 
 
 def resample(samples: np.ndarray, source_rate: int, target_rate: int) -> np.ndarray:

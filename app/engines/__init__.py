@@ -11,10 +11,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # vllm-omni's stage processes import the stage plugins through this package: it stays light
     from app.engine_protocol import SpeechEngine
     from app.engines.omni import OmniEngine
+    from app.engines.sglang import SglangEngine
     from app.settings import Settings
 
 # Engines this build provides, by name. `auto` picks the first whose requirements are met.
-_AUTO_ORDER = ("omni", "embedded")
+_AUTO_ORDER = ("omni", "sglang", "embedded")
+# the package each engine imports, and whether it needs a GPU (and its settings group a model)
+_ENGINE_PACKAGES = {"embedded": "hibari", "omni": "vllm_omni", "sglang": "sglang_omni"}
+_GPU_ENGINES = ("omni", "sglang")
 
 
 def gpu_present() -> bool:
@@ -29,21 +33,21 @@ def gpu_present() -> bool:
 
 
 def engine_available(name: str) -> bool:
-    if name == "embedded":
-        return importlib.util.find_spec("hibari") is not None
-    if name == "omni":
-        return importlib.util.find_spec("vllm_omni") is not None and gpu_present()
-    return False
+    package = _ENGINE_PACKAGES.get(name)
+    if package is None or importlib.util.find_spec(package) is None:
+        return False
+    return gpu_present() if name in _GPU_ENGINES else True
 
 
 def resolve_engine_name(requested: str, settings: Settings) -> str:
-    """`auto` is omni when vllm-omni, a GPU and a model (SPEECH_OMNI__MODEL) are all there, else embedded."""
+    """`auto` is omni when vllm-omni, a GPU and a model (SPEECH_OMNI__MODEL) are all there, then sglang likewise
+    (sglang-omni, SPEECH_SGLANG__MODEL), else embedded."""
     if requested != "auto":
         return requested
     for name in _AUTO_ORDER:
-        if engine_available(name) and (name != "omni" or settings.omni.model):
+        if engine_available(name) and (name not in _GPU_ENGINES or getattr(settings, name).model):
             return name
-    raise RuntimeError("no speech engine is installed: install the `embedded` extra or the `omni` extra")
+    raise RuntimeError("no speech engine is installed: install the `embedded`, `omni` or `sglang` extra")
 
 
 def create_engine(settings: Settings) -> SpeechEngine:
@@ -58,6 +62,8 @@ def create_engine(settings: Settings) -> SpeechEngine:
         return SentencePipeline(embedded, settings.sentence_max_chars)
     if name == "omni":
         return omni_as_served(omni_engine(settings), settings)
+    if name == "sglang":
+        return qwen3_as_served(sglang_engine(settings), settings, settings.sglang.sentence_pipeline)
     raise RuntimeError(f"unknown engine {name!r}")
 
 
@@ -73,14 +79,31 @@ def omni_engine(settings: Settings, omni_factory: Callable[..., Any] | None = No
     )
 
 
+def sglang_engine(settings: Settings, runtime_factory: Callable[..., Any] | None = None) -> SglangEngine:
+    """The sglang engine on its own settings, given the two of the service's that it needs."""
+    from app.engines.sglang import SglangEngine
+
+    return SglangEngine(
+        settings.sglang,
+        runtime_factory,
+        max_input_chars=settings.max_input_chars,
+        max_concurrency=settings.max_concurrency,
+    )
+
+
 def omni_as_served(omni: SpeechEngine, settings: Settings) -> SpeechEngine:
-    """The omni engine as the service runs it: its words timed by the forced aligner (Qwen3-TTS has no alignment of
-    its own), behind the sentence pipeline where SPEECH_OMNI__SENTENCE_PIPELINE asks for it (the aligner then times
-    one sentence at a time)."""
+    """The omni engine as the service runs it (`qwen3_as_served`)."""
+    return qwen3_as_served(omni, settings, settings.omni.sentence_pipeline)
+
+
+def qwen3_as_served(engine: SpeechEngine, settings: Settings, sentence_pipeline: bool) -> SpeechEngine:
+    """A Qwen3-TTS engine (omni, sglang) as the service runs it: its words timed by the forced aligner (Qwen3-TTS has
+    no alignment of its own), behind the sentence pipeline where its settings ask for it (the aligner then times one
+    sentence at a time)."""
     from app.audio.alignment import INSTALL_HINT, WhisperAligner
     from app.engines.aligned import ForcedAlignedEngine
     from app.speech.sentences import SentencePipeline
 
     aligner = WhisperAligner() if WhisperAligner.installed() else None
-    aligned = ForcedAlignedEngine(omni, aligner, missing="" if aligner else INSTALL_HINT)
-    return SentencePipeline(aligned, settings.sentence_max_chars) if settings.omni.sentence_pipeline else aligned
+    aligned = ForcedAlignedEngine(engine, aligner, missing="" if aligner else INSTALL_HINT)
+    return SentencePipeline(aligned, settings.sentence_max_chars) if sentence_pipeline else aligned

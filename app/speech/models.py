@@ -63,8 +63,10 @@ def checkpoint_ids(model: str | None) -> tuple[str, ...]:
 
 
 def accepted_models(engine: SpeechEngine, settings: Settings) -> list[str]:
-    """Every `model` a request may name: the served ids (`served_models`), then, on the omni engine, its checkpoint's
-    ids (`checkpoint_ids`): accepted, not listed (`vllm serve --served-model-name` would not list them either)."""
+    """Every `model` a request may name: the served ids (`served_models`), then, on an engine whose settings name a
+    model directory (omni, sglang), its checkpoint's ids (`checkpoint_ids`): accepted, not listed (`vllm serve
+    --served-model-name` would not list them either)."""
     served = served_models(engine, settings)
-    extra = checkpoint_ids(settings.omni.model) if engine.name == "omni" else ()
+    model_dir = getattr(getattr(settings, engine.name, None), "model", None)
+    extra = checkpoint_ids(model_dir) if isinstance(model_dir, str) else ()
     return [*served, *(model for model in extra if model not in served)]

@@ -55,7 +55,7 @@
 #                                   `sglang` is sglang-omni's `sgl-omni serve` (SGLANG_PORT=8006) on the same model
 #                                   directory: talker on random weights (load_format dummy), code2wav on the codec
 #                                   weights there; installed into SGLANG_SITE (deploy/gpu/sglang-omni/carry.sh). Every
-#                                   request runs to its max_new_tokens (fixed_length/sitecustomize.py masks the codec's
+#                                   request runs to its max_new_tokens (app/engines/sglang/stage_plugins/fixed_length/sitecustomize.py masks the codec's
 #                                   end-of-speech token, which no request field of 0.1.8 can do), and SGLANG_BODY is its
 #                                   request body in place of EXTRA_BODY (it streams with "stream": true; max_new_tokens
 #                                   counts frames, no end token)
@@ -364,7 +364,7 @@ launch() {  # $1 target
       echo "$(date -u +%FT%TZ) sglang: $(printf '%q ' "$PYTHON" "${args[@]}"), settings: ${settings:-none}" >>"$OUT/commands.txt"
       # its own packages first, then the fixed-length patch; a taken port is an error, not another port
       # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
-      env $settings PYTHONPATH="$REPO/deploy/gpu/sglang-omni/fixed_length:$SGLANG_SITE:$PYTHONPATH" \
+      env $settings PYTHONPATH="$REPO/app/engines/sglang/stage_plugins/fixed_length:$SGLANG_SITE:$PYTHONPATH" \
         QWEN3_TTS_FIXED_LENGTH=1 SGLANG_OMNI_STRICT_PORT=1 SGLANG_OMNI_STARTUP_TIMEOUT=1800 HF_HUB_OFFLINE=1 \
         setsid nohup "$PYTHON" "${args[@]}" >"$log" 2>&1 </dev/null &
       echo $! >"$(pidfile_of sglang)"

@@ -527,7 +527,7 @@ def test_side_by_side_starts_sglang_omni_on_its_own_packages_and_runs_every_requ
         assert argv[argv.index("--mem-fraction-static") + 1] == "0.3"
         assert argv[-2:] == ["--vocoder.factory.incremental_codec_compile", "false"]
         pythonpath, force, strict, gpus = (tmp_path / "sglang_env").read_text().split("\n")[:4]
-        assert pythonpath.split(":")[:2] == [str(GPU / "sglang-omni/fixed_length"), str(site)]
+        assert pythonpath.split(":")[:2] == [str(ROOT / "app/engines/sglang/stage_plugins/fixed_length"), str(site)]
         assert (force, strict, gpus) == ("1", "1", "2")
         assert (tmp_path / "work/model/config.json").exists()
 
@@ -568,7 +568,7 @@ def test_fixed_length_patch_masks_the_codec_end_token_in_sglang_omnis_talker_run
         "runner.apply_codec_suppress_tokens(out, ['a', 'b'])\n"
         "print(out.next_token_logits.tolist())\n"
     )
-    pythonpath = f"{GPU / 'sglang-omni/fixed_length'}:{tmp_path / 'fake'}"
+    pythonpath = f"{ROOT / 'app/engines/sglang/stage_plugins/fixed_length'}:{tmp_path / 'fake'}"
     for force, eos in [("1", float("-inf")), ("0", 0.0)]:
         done = subprocess.run(
             [sys.executable, "-c", probe],

@@ -19,15 +19,8 @@ from app.engine_protocol import EngineUnavailable, ReferenceAudio, SynthesisJob,
 from app.engines import omni_engine
 from app.engines.omni.codec_windows import CodecWindows
 from app.engines.omni.engine import DECODER_GRAPH_STATS_ENVIRONMENT, OmniEngine
-from app.engines.omni.requests import (
-    AudioOutputReader,
-    Qwen3TTSModel,
-    additional_information,
-    check_job,
-    input_tokens,
-    sampling_params_for,
-    warmup_job,
-)
+from app.engines.omni.requests import AudioOutputReader, additional_information, input_tokens, sampling_params_for
+from app.engines.qwen3_tts import Qwen3TTSModel, check_job, warmup_job
 from app.server import create_app
 from app.settings import Settings
 from app.timing import TtfaTimeline

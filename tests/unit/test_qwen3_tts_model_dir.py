@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engines.omni.requests import Qwen3TTSModel
+from app.engines.qwen3_tts import Qwen3TTSModel
 from app.tools.qwen3_tts_model_dir import main, write_model_dir
 
 TEXT_TOKENIZER = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json")

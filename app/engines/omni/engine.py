@@ -32,19 +32,16 @@ from app.engine_protocol import (
 )
 from app.engines.omni.cuda_mps import CudaMpsDaemon
 from app.engines.omni.requests import (
-    SAMPLES_PER_FRAME,
     AudioOutputReader,
     PromptHelpers,
-    Qwen3TTSModel,
     build_prompt,
-    check_job,
     codec_windows,
     engine_probe_interval_s,
     input_tokens,
     sampling_params_for,
-    warmup_job,
 )
 from app.engines.omni.stage_plugins import talker_windows as service_talker_windows
+from app.engines.qwen3_tts import SAMPLES_PER_FRAME, Qwen3TTSModel, check_job, warmup_job
 from app.settings import MAX_INPUT_CHARS
 
 if TYPE_CHECKING:

@@ -1,9 +1,9 @@
-"""Force every Qwen3-TTS request on sglang-omni 0.1.8 to run to max_new_tokens.
+"""Force every Qwen3-TTS request on sglang-omni 0.1.8 to run to max_new_tokens: benchmarks on random weights only.
 
-Put this directory on PYTHONPATH for `sgl-omni serve`. The talker runs in a spawned
-child process ("pipeline"), which inherits PYTHONPATH, so this file runs there too.
-Off unless QWEN3_TTS_FIXED_LENGTH=1. Nothing is imported eagerly: the patch is
-applied right after sglang_omni.models.qwen3_tts.model_runner executes.
+The sglang engine puts this directory on PYTHONPATH with SPEECH_SGLANG__FIXED_LENGTH (and `sgl-omni serve` runs with
+it in deploy/gpu/side-by-side.sh). The talker runs in a spawned child process ("pipeline"), which inherits PYTHONPATH,
+so this file runs there too. Off unless QWEN3_TTS_FIXED_LENGTH=1. Nothing is imported eagerly: the patch is applied
+right after sglang_omni.models.qwen3_tts.model_runner executes, masking the codec's end-of-speech logit.
 """
 
 import importlib.abc

@@ -1,0 +1,157 @@
+"""Qwen3-TTS-12Hz as both GPU engines serve it (vllm-omni's and sglang-omni's): what a checkpoint offers, read from its
+config.json, the checks every request meets before it reaches either engine, and the short requests each engine warms
+up with. Pure Python: no engine library is imported here."""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.audio.reference import REFERENCE_SECONDS
+from app.engine_protocol import ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
+
+SAMPLE_RATE = 24_000
+CODEC_FRAME_RATE = 12.5  # Qwen3-TTS-12Hz: one codec frame per 80 ms
+SAMPLES_PER_FRAME = int(SAMPLE_RATE / CODEC_FRAME_RATE)  # 1920
+MAX_NEW_TOKENS = 4096  # the talker's max_model_len in vllm-omni's shipped deploy profile
+MAX_INSTRUCTIONS_CHARS = 500  # vllm-omni's adapter limit
+
+TASK_TYPES_BY_VARIANT: dict[str, frozenset[TaskType]] = {
+    "custom_voice": frozenset({TaskType.CUSTOM_VOICE}),
+    "voice_design": frozenset({TaskType.VOICE_DESIGN}),
+    "base": frozenset({TaskType.BASE}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Qwen3TTSModel:
+    """What a Qwen3-TTS checkpoint offers, read from its config.json."""
+
+    path: str
+    variant: str  # custom_voice | voice_design | base
+    speakers: tuple[str, ...]  # lower-case, as the model matches them
+    languages: tuple[str, ...]  # "Auto" first, then title-cased codec languages
+    codec_language_id: dict[str, int]
+    spk_is_dialect: dict[str, Any]
+    sample_rate: int
+    hidden_size: int = 0  # the talker's; a precomputed speaker embedding must be this wide (0: not in the config)
+
+    @property
+    def task_types(self) -> frozenset[TaskType]:
+        return TASK_TYPES_BY_VARIANT.get(self.variant, frozenset({TaskType.CUSTOM_VOICE}))
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> Qwen3TTSModel:
+        root = Path(path)
+        config = json.loads((root / "config.json").read_text(encoding="utf-8"))
+        talker = config.get("talker_config") or {}
+        spk_id = talker.get("spk_id") or talker.get("speaker_id") or {}
+        codec_languages = talker.get("codec_language_id") or {}
+        languages = ["Auto", *sorted(name.title() for name in codec_languages if "dialect" not in name)]
+        sample_rate = SAMPLE_RATE
+        tokenizer_config = root / "speech_tokenizer" / "config.json"
+        if tokenizer_config.exists():
+            sample_rate = int(
+                json.loads(tokenizer_config.read_text(encoding="utf-8")).get("output_sample_rate", 24_000)
+            )
+        return cls(
+            path=str(root),
+            variant=str(config.get("tts_model_type", "custom_voice")),
+            speakers=tuple(name.lower() for name in spk_id),
+            languages=tuple(languages),
+            codec_language_id=dict(codec_languages),
+            spk_is_dialect=dict(talker.get("spk_is_dialect") or {}),
+            sample_rate=sample_rate,
+            hidden_size=int(talker.get("hidden_size") or 0),
+        )
+
+
+def check_job(job: SynthesisJob, model: Qwen3TTSModel, max_new_tokens: int = MAX_NEW_TOKENS) -> None:
+    """The checks vllm-omni's adapter makes (sglang-omni's request builder makes the same), as 400s naming the field;
+    `max_new_tokens`: the most the engine can generate."""
+    if job.task_type not in model.task_types:
+        raise UnsupportedParameter(
+            "task_type", f"This {model.variant} checkpoint does not support task_type '{job.task_type.value}'."
+        )
+    if job.task_type == TaskType.CUSTOM_VOICE and job.voice.lower() not in model.speakers:
+        raise UnsupportedParameter("voice", f"Unknown voice '{job.voice}'. Available: {', '.join(model.speakers)}.")
+    if job.task_type == TaskType.BASE:
+        if job.speaker_embedding is not None:
+            # vllm-omni 0.30's adapter: an embedding is the voice (x-vector only), never beside reference audio
+            if job.ref_audio is not None:
+                raise UnsupportedParameter(
+                    "speaker_embedding", "'speaker_embedding' and 'ref_audio' exclude each other."
+                )
+            if len(job.speaker_embedding) != model.hidden_size:
+                raise UnsupportedParameter(
+                    "speaker_embedding",
+                    f"'speaker_embedding' has {len(job.speaker_embedding)} dimensions; this model's are "
+                    f"{model.hidden_size}.",
+                )
+        elif job.ref_audio is None:
+            raise UnsupportedParameter(
+                "ref_audio", "Voice cloning (task_type Base) needs 'ref_audio' or 'speaker_embedding'."
+            )
+        elif not job.x_vector_only_mode and not (job.ref_text or "").strip():
+            raise UnsupportedParameter(
+                "ref_text", "Voice cloning needs 'ref_text' (the transcript of ref_audio) unless x_vector_only_mode."
+            )
+    else:
+        for param, value in (("ref_audio", job.ref_audio), ("ref_text", job.ref_text)):
+            if value is not None:
+                raise UnsupportedParameter(param, f"'{param}' is only valid for task_type Base (voice cloning).")
+        if job.x_vector_only_mode:
+            raise UnsupportedParameter("x_vector_only_mode", "'x_vector_only_mode' is only valid for task_type Base.")
+    if job.task_type == TaskType.VOICE_DESIGN and not (job.instructions or "").strip():
+        raise UnsupportedParameter("instructions", "VoiceDesign needs 'instructions' describing the voice.")
+    if job.instructions and len(job.instructions) > MAX_INSTRUCTIONS_CHARS:
+        raise UnsupportedParameter("instructions", f"Instructions are limited to {MAX_INSTRUCTIONS_CHARS} characters.")
+    if job.max_new_tokens is not None and not 1 <= job.max_new_tokens <= max_new_tokens:
+        raise UnsupportedParameter("max_new_tokens", f"max_new_tokens must be between 1 and {max_new_tokens}.")
+    if job.ref_audio is not None:
+        seconds = len(job.ref_audio.samples) / job.ref_audio.sample_rate
+        low, high = REFERENCE_SECONDS
+        if not low <= seconds <= high:
+            raise UnsupportedParameter(
+                "ref_audio", f"ref_audio lasts {seconds:.1f} s; it must last {low:g}–{high:g} s."
+            )
+
+
+WARMUP_TEXT = "Warming up."
+WARMUP_REF_TEXT = "This is a short reference recording."
+
+
+@functools.cache
+def warmup_reference(seconds: float = 2.0) -> ReferenceAudio:
+    """A voiced-sounding 24 kHz clip (a 140 Hz buzz with a slow vowel-like sway) for warming up a cloning checkpoint:
+    its speaker encoder and codec encoder then compile before the first caller's clip arrives."""
+    t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    buzz = sum(np.sin(2 * np.pi * 140 * k * t) / k for k in range(1, 12)) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))
+    return ReferenceAudio((buzz / np.abs(buzz).max() * 0.5).astype(np.float32), SAMPLE_RATE)
+
+
+def warmup_job(model: Qwen3TTSModel, request_id: str, index: int = 0) -> SynthesisJob:
+    """A short request of the kind this checkpoint serves. Base alternates in-context cloning (reference transcript)
+    and x-vector-only cloning, so both paths are warm; VoiceDesign follows an instruction."""
+    if TaskType.CUSTOM_VOICE in model.task_types:
+        return SynthesisJob(request_id, WARMUP_TEXT, model.speakers[0] if model.speakers else "", max_new_tokens=16)
+    if TaskType.BASE in model.task_types:
+        in_context = index % 2 == 0
+        return SynthesisJob(
+            request_id,
+            WARMUP_TEXT,
+            "",
+            task_type=TaskType.BASE,
+            ref_audio=warmup_reference(),
+            ref_text=WARMUP_REF_TEXT if in_context else None,
+            x_vector_only_mode=not in_context,
+            max_new_tokens=16,
+        )
+    return SynthesisJob(
+        request_id, WARMUP_TEXT, "", task_type=TaskType.VOICE_DESIGN, instructions="A calm voice.", max_new_tokens=16
+    )

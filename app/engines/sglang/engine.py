@@ -1,0 +1,323 @@
+"""The sglang engine: Qwen3-TTS on sglang-omni 0.1.8, run inside the server's process through sglang-omni's own objects,
+the ones its `serve/launcher.py` uses: `ConfigManager` builds the pipeline's settings from the model directory,
+`MultiProcessPipelineRunner` starts the pipeline (one spawned process holding the text preprocessing, the talker and
+the streaming codec decoder, on GPU 0 of what this process sees), and `Client` submits requests and streams their
+audio. Never its HTTP server.
+
+sglang-omni is imported only when the engine starts (`load_runtime`), so the rest of the service runs without it. Its
+coordinator and client live on the event loop `start` runs on: the server's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from app.audio.transforms import StreamTimeStretch
+from app.engine_protocol import (
+    AudioChunk,
+    EngineCapabilities,
+    EngineError,
+    EngineHealth,
+    EngineUnavailable,
+    SynthesisJob,
+    TaskType,
+    VoiceInfo,
+)
+from app.engines.qwen3_tts import SAMPLES_PER_FRAME, Qwen3TTSModel, check_job, warmup_job
+from app.engines.sglang.requests import (
+    MAX_NEW_TOKENS,
+    check_sglang_job,
+    input_tokens,
+    pipeline_settings,
+    request_fields,
+    stream_stride,
+)
+from app.settings import MAX_INPUT_CHARS
+
+if TYPE_CHECKING:
+    from app.settings import SglangSettings
+
+log = logging.getLogger(__name__)
+
+# the pipeline's process is spawned and must find everything locally
+ENGINE_ENVIRONMENT = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
+# benchmarks on random weights (`fixed_length`): the talker's process starts with this directory on its path, whose
+# sitecustomize masks the codec's end-of-speech token, so every request runs to max_new_tokens
+FIXED_LENGTH_PATH = str(Path(__file__).parent / "stage_plugins" / "fixed_length")
+FIXED_LENGTH_ENVIRONMENT = {"QWEN3_TTS_FIXED_LENGTH": "1"}
+
+
+@dataclass(frozen=True, slots=True)
+class SglangRuntime:
+    """What the engine uses of sglang-omni 0.1.8 (a stand-in provides the same on the CPU)."""
+
+    config_manager: Any  # sglang_omni.config.manager.ConfigManager
+    pipeline_runner: Any  # sglang_omni.pipeline.mp_runner.MultiProcessPipelineRunner
+    client: Any  # sglang_omni.client.Client
+    generate_request: Any  # sglang_omni.client.GenerateRequest
+    sampling_params: Any  # sglang_omni.client.SamplingParams
+    apply_gpu_compat_env_defaults: Callable[[], Any]
+    tokenizer: Callable[[str], Any]  # the model's text tokenizer, for usage: model dir -> tokenizer
+
+
+def load_runtime() -> SglangRuntime:
+    """sglang-omni's objects (imports torch, sglang and transformers: call it off the event loop)."""
+    from sglang_omni.client import Client, GenerateRequest, SamplingParams
+    from sglang_omni.config.manager import ConfigManager
+    from sglang_omni.pipeline.mp_runner import MultiProcessPipelineRunner
+    from sglang_omni.utils.gpu_compat import apply_gpu_compat_env_defaults
+    from transformers import AutoTokenizer
+
+    def tokenizer(model_dir: str) -> Any:
+        return AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
+
+    return SglangRuntime(
+        ConfigManager, MultiProcessPipelineRunner, Client, GenerateRequest, SamplingParams,
+        apply_gpu_compat_env_defaults, tokenizer,
+    )  # fmt: skip
+
+
+class SglangEngine:
+    name = "sglang"
+
+    def __init__(
+        self,
+        settings: SglangSettings,
+        runtime_factory: Callable[[], SglangRuntime] | None = None,
+        *,
+        max_input_chars: int = MAX_INPUT_CHARS,
+        max_concurrency: int | None = None,
+    ) -> None:
+        """`settings` are the engine's own; of the service's it needs the longest input it accepts and the admission
+        limit (the largest batch it warms up for; unset: max_running_requests)."""
+        if not settings.model:
+            raise ValueError("the sglang engine needs SPEECH_SGLANG__MODEL: a Qwen3-TTS model directory")
+        self._settings = settings
+        self._max_input_chars = max_input_chars
+        self._max_concurrency = max_concurrency
+        self._model = Qwen3TTSModel.from_dir(settings.model)
+        self.model_id = settings.served_model_name or os.path.basename(os.path.normpath(settings.model))
+        self._runtime_factory = runtime_factory or load_runtime
+        self._pipeline = pipeline_settings(settings)
+        self._runtime: SglangRuntime | None = None
+        self._runner: Any = None
+        self._client: Any = None
+        self._tokenizer: Any = None
+        self._watch: asyncio.Task[None] | None = None
+        self._active: set[str] = set()
+        self._ready = False
+        self._detail = "not started"
+        self._failed = False  # died or never started: a restart is the only way back
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        for key, value in ENGINE_ENVIRONMENT.items():
+            os.environ.setdefault(key, value)
+        if self._settings.fixed_length:
+            os.environ.update(FIXED_LENGTH_ENVIRONMENT)
+            path = os.environ.get("PYTHONPATH", "")
+            os.environ["PYTHONPATH"] = FIXED_LENGTH_PATH + (os.pathsep + path if path else "")
+        started = time.perf_counter()
+        self._detail = "starting sglang-omni (a cold start captures CUDA graphs and compiles the codec: minutes)"
+        log.info("sglang engine starting", extra={"model": self._model.path, "pipeline": self._pipeline})
+        try:
+            runtime = self._runtime = await asyncio.to_thread(self._runtime_factory)
+            phases: dict[str, float] = {"imports_s": round(time.perf_counter() - started, 1)}
+            runtime.apply_gpu_compat_env_defaults()
+            config = await asyncio.to_thread(self._config, runtime)
+            self._tokenizer = await asyncio.to_thread(runtime.tokenizer, self._model.path)
+            mark = time.perf_counter()
+            # on this loop: the coordinator's sockets and queues belong to the loop that starts it
+            self._runner = runtime.pipeline_runner(config)
+            await self._runner.start(timeout=float(self._settings.start_timeout_s))
+            phases["pipeline_s"] = round(time.perf_counter() - mark, 1)
+            self._client = runtime.client(self._runner.coordinator)
+            self._watch = asyncio.create_task(self._watch_pipeline(), name="sglang-pipeline-watch")
+            self._detail = "warming up"
+            mark = time.perf_counter()
+            await self._warm_up()
+            phases["warmup_s"] = round(time.perf_counter() - mark, 1)
+        except Exception as exc:
+            self._died(f"failed to start: {exc}")
+            log.exception("sglang engine failed to start")
+            await self._stop_runner()
+            raise
+        self._ready = True
+        self._detail = "ready"
+        log.info("sglang engine ready", extra={"total_s": round(time.perf_counter() - started, 1), **phases})
+
+    def _config(self, runtime: SglangRuntime) -> Any:
+        manager = runtime.config_manager.from_model_path(self._model.path)
+        return manager.merge_config(dict(self._pipeline))
+
+    async def _watch_pipeline(self) -> None:
+        """sglang-omni's runner checks its process every few seconds and fails the pipeline when it is gone."""
+        try:
+            await self._runner.wait_failed()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            if self._ready:
+                log.error("the sglang-omni pipeline died", extra={"error": str(exc)})
+            self._died(f"the sglang-omni pipeline died: {exc}")
+
+    def warmup_batch_sizes(self) -> list[int]:
+        """The batch sizes admission can produce: powers of two up to the limit, and the limit itself."""
+        if self._settings.warmup_batch_sizes:
+            return list(self._settings.warmup_batch_sizes)
+        limit = self._max_concurrency or self._settings.max_running_requests
+        sizes = [1 << k for k in range(limit.bit_length()) if 1 << k < limit]
+        return [*sizes, limit]
+
+    async def _warm_up(self) -> None:
+        """Every batch size the service will run pays its first-time costs here (sglang-omni's own server sends no
+        warm-up for Qwen3-TTS: its first burst was served one request at a time)."""
+        for batch in self.warmup_batch_sizes():
+            started = time.perf_counter()
+            run = uuid.uuid4().hex[:8]
+            jobs = [warmup_job(self._model, f"warmup-{run}-{batch}-{i}", i) for i in range(batch)]
+            await asyncio.gather(*(self._drain(job) for job in jobs))
+            log.info("sglang warm-up", extra={"batch": batch, "seconds": round(time.perf_counter() - started, 2)})
+
+    async def _drain(self, job: SynthesisJob) -> None:
+        async for _ in self.synthesize(job, warming=True):
+            pass
+
+    async def close(self) -> None:
+        self._ready = False
+        self._detail = "closed"
+        await self._stop_runner()
+
+    async def _stop_runner(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(BaseException):
+                await self._watch
+        if self._runner is not None:
+            with contextlib.suppress(Exception):
+                await self._runner.stop()
+
+    def health(self) -> EngineHealth:
+        if self._ready and (dead := self._pipeline_dead()):
+            self._died(f"the sglang-omni pipeline died: {dead}")
+        return EngineHealth(ready=self._ready, detail=self._detail, failed=self._failed)
+
+    def _pipeline_dead(self) -> str:
+        """Why the pipeline is gone, or "": its process exited (seen at once, before the runner's own check), or the
+        runner failed it."""
+        runner = self._runner
+        if runner is None:
+            return ""
+        if getattr(runner, "fatal_error", None) is not None:
+            return str(runner.fatal_error)
+        for group in getattr(runner, "groups", None) or ():
+            if group.any_dead():
+                return group.dead_summary()
+        return ""
+
+    def _died(self, detail: str) -> None:
+        self._ready, self._detail, self._failed = False, detail, True
+
+    # -- description ----------------------------------------------------------------------------------------------
+    def voices(self) -> list[VoiceInfo]:
+        languages = tuple(lang for lang in self._model.languages if lang != "Auto")
+        return [VoiceInfo(id=s, name=s.replace("_", " ").title(), languages=languages) for s in self._model.speakers]
+
+    def languages(self) -> list[str]:
+        return list(self._model.languages)
+
+    def capabilities(self) -> EngineCapabilities:
+        return EngineCapabilities(
+            task_types=self._model.task_types,
+            voice_cloning=TaskType.BASE in self._model.task_types,
+            instructions=True,
+            languages=self._model.languages,
+            max_input_chars=self._max_input_chars,
+            seed=True,
+            max_new_tokens=True,
+            sample_rate=self._model.sample_rate,
+            max_concurrency=self._settings.max_running_requests,
+            speed_range=(0.25, 4.0),  # the service's pitch-preserving time stretch; the model has no speed
+            initial_chunk_frames=(1, stream_stride(self._pipeline)),
+            prompt_modes=True,  # non_streaming_mode: false for Base only (check_sglang_job)
+            speaker_embedding_dim=None,  # sglang-omni clones from reference audio only
+            extra_params=True,  # its sampling fields only (check_sglang_job)
+        )
+
+    # -- synthesis ------------------------------------------------------------------------------------------------
+    async def abort(self, request_id: str) -> None:
+        """Tell sglang-omni to drop the request. Closing its stream aborts it already; this covers a caller that could
+        not close it."""
+        if request_id in self._active and self._client is not None:
+            await self._client.abort(request_id)
+
+    async def synthesize(self, job: SynthesisJob, warming: bool = False) -> AsyncIterator[AudioChunk]:
+        if not warming and not self.health().ready:
+            raise EngineUnavailable(f"the sglang engine is not ready ({self._detail})")
+        check_job(job, self._model, MAX_NEW_TOKENS)
+        check_sglang_job(job, fixed_length=self._settings.fixed_length)
+        runtime, client = self._runtime, self._client
+        assert runtime is not None and client is not None
+        fields = await self._fields(job)
+        request = runtime.generate_request(
+            prompt=fields.prompt,
+            sampling=runtime.sampling_params(**fields.sampling),
+            extra_params=fields.extra_params,
+            stream=True,
+            output_modalities=["audio"],
+            metadata=fields.metadata,
+        )
+        tokens_in, audio_tokens_in = input_tokens(self._tokenizer, job)
+        stretch = StreamTimeStretch(self._model.sample_rate, job.speed) if job.speed != 1.0 else None
+        self._active.add(job.request_id)
+        if job.timing is not None:
+            job.timing.mark("submitted")
+        stream = client.generate(request, request_id=job.request_id)
+        first = True
+        try:
+            async for chunk in stream:
+                audio = getattr(chunk, "audio_data", None)
+                if audio is None:
+                    continue
+                samples = np.asarray(audio, dtype=np.float32).reshape(-1)
+                if len(samples) == 0:
+                    continue
+                rate = int(chunk.sample_rate or self._model.sample_rate)
+                frames = round(len(samples) / SAMPLES_PER_FRAME)
+                if stretch is not None:
+                    samples = stretch.process(samples)
+                if first:  # the request's input, with its first audio
+                    first = False
+                    yield AudioChunk(samples, rate, tokens_in, frames, input_audio_tokens=audio_tokens_in)
+                else:
+                    yield AudioChunk(samples, rate, output_tokens=frames)
+            if stretch is not None and len(tail := stretch.flush()):
+                yield AudioChunk(tail, self._model.sample_rate)
+        except RuntimeError as exc:
+            if dead := self._pipeline_dead():
+                self._died(f"the sglang-omni pipeline died: {dead}")
+                raise EngineUnavailable(self._detail) from exc
+            if type(exc).__name__ == "QueueFullError":  # sglang-omni's own admission: only past the service's
+                raise EngineUnavailable(f"sglang-omni is full: {exc}") from exc
+            raise EngineError(f"sglang-omni failed the request: {exc}") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.aclose()  # on early exit, the coordinator aborts the request itself
+            self._active.discard(job.request_id)
+
+    async def _fields(self, job: SynthesisJob) -> Any:
+        """A clone's reference clip becomes a WAV in base64 off the event loop (up to 30 s of audio)."""
+        if job.ref_audio is None:
+            return request_fields(job, self._model)
+        return await asyncio.to_thread(request_fields, job, self._model)

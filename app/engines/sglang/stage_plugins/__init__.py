@@ -1,0 +1,1 @@
+"""What runs inside sglang-omni's pipeline process, not the server's: it imports nothing of the service."""

@@ -1,0 +1,392 @@
+"""Stand-ins for the sglang-omni 0.1.8 objects the sglang engine touches, mirroring them field for field (checked
+against the pinned wheel's own source in tests/unit/test_sglang_omni_stand_in.py):
+
+- `sglang_omni.client.types`: `SamplingParams`, `GenerateRequest`, `UsageInfo`, `GenerateChunk` (dataclasses, same
+  fields, order and defaults);
+- `sglang_omni.client.Client(coordinator)`: `generate(request, request_id=None)` as an async generator whose early
+  close aborts the request, `abort(request_id, level)`, `health()`;
+- `sglang_omni.pipeline.mp_runner.MultiProcessPipelineRunner(config)`: `start(timeout)`, `stop()`, `coordinator`,
+  `wait_failed()`, `fatal_error`, `groups` (each with `any_dead()` and `dead_summary()`);
+- `sglang_omni.config.manager.ConfigManager`: `from_model_path(path)` (the pipeline chosen from config.json's
+  architecture or model type) and `merge_config(dotted)` (a key the pipeline does not have is refused, as sglang-omni
+  refuses a factory argument its stage does not take);
+- `sglang_omni.utils.gpu_compat.apply_gpu_compat_env_defaults`.
+
+What a Qwen3-TTS request yields is sglang-omni's (`models/qwen3_tts/streaming_vocoder.py`): float32 deltas at 24 kHz in
+windows of 1, 2, 4 frames then 8 each (or the `stream_chunk_ramp`, the steady `stream_followup_stride`, a request's
+`initial_codec_chunk_frames` for its first), then a final chunk with no audio, `finish_reason="stop"` and the usage
+(prompt tokens: a clone's reference frames; completion tokens: frames). The request builder's checks are its
+messages, raised in the stream as `RuntimeError` (a stage's error reaches the client so). The talker stops at its end of
+speech (a length that grows with the text) unless the fixed-length switch is on in the environment
+(QWEN3_TTS_FIXED_LENGTH=1), as `app/engines/sglang/stage_plugins/fixed_length` makes it on the GPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import io
+import json
+import os
+import wave
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from app.engines.sglang.engine import SglangRuntime
+from tests.fakes.vllm_omni_0_30 import WordTokenizer
+
+SAMPLES_PER_FRAME = 1920
+SAMPLE_RATE = 24_000
+DEFAULT_RAMP = (1, 2, 4)
+DEFAULT_STEADY = 8
+STREAM_STRIDE = 16
+
+# The dotted settings this pipeline has (sglang-omni 0.1.8's EngineArgs is open: any other engine key goes to SGLang's
+# ServerArgs; a factory key must be an argument of the stage's factory)
+ENGINE_KEYS_FREE = "tts_engine.engine."
+VOCODER_FACTORY_ARGS = frozenset(
+    {
+        "max_batch_size", "max_batch_wait_ms", "stream_stride", "stream_followup_stride",
+        "stream_initial_followup_stride", "initial_chunk_frames", "stream_chunk_ramp", "stream_left_context_frames",
+        "initial_max_batch_size", "initial_batch_wait_ms", "followup_max_batch_size", "followup_batch_wait_ms",
+        "followup_worker_count", "initial_cuda_graph", "followup_cuda_graph", "async_decode",
+        "enable_stateful_codec_decoder", "codec_state_slots",
+    }
+)  # fmt: skip
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    seed: int | None = None
+    max_new_tokens: int | None = None
+
+
+@dataclass
+class GenerateRequest:
+    model: str | None = None
+    prompt: str | dict[str, Any] | None = None
+    prompt_token_ids: list[int] | None = None
+    messages: list[dict[str, Any]] | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stage_sampling: dict[int, SamplingParams] | None = None
+    stage_params: dict[str, dict[str, Any]] | None = None
+    extra_params: dict[str, Any] = field(default_factory=dict)
+    stream: bool = True
+    max_tokens: int | None = None
+    output_modalities: list[str] | None = None
+    multimodal_train_inputs: Any = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class UsageInfo:
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    engine_time_s: float | None = None
+
+
+@dataclass
+class GenerateChunk:
+    request_id: str
+    index: int = 0
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    logprobs: Any = None
+    output_token_logprobs: Any = None
+    omni_rollout: Any = None
+    finish_reason: str | None = None
+    model_finish_reason: str | None = None
+    usage: UsageInfo | None = None
+    weight_version: str | None = None
+    stage_id: int | None = None
+    stage_name: str | None = None
+    modality: str = "text"
+    language: str | None = None
+    audio_data: object = None
+    sample_rate: int | None = None
+
+
+class AbortLevel(Enum):
+    SOFT = "soft"
+    HARD = "hard"
+
+
+@dataclass
+class AbortResult:
+    success: bool
+    level_applied: AbortLevel
+    partial_output: Any = None
+
+
+class QueueFullError(RuntimeError):
+    MESSAGE = "The request queue is full."
+
+
+def windows(frames: int, pipeline: Mapping[str, object], first: int | None) -> list[int]:
+    """The vocoder's windows for `frames` frames: the ramp (a request's first size replaces its head), then steady."""
+    ramp = list(pipeline.get("vocoder.factory.stream_chunk_ramp") or DEFAULT_RAMP)  # type: ignore[call-overload]
+    steady = int(pipeline.get("vocoder.factory.stream_followup_stride") or DEFAULT_STEADY)  # type: ignore[call-overload]
+    if first is not None:
+        ramp[0] = min(first, STREAM_STRIDE)
+    sizes: list[int] = []
+    while sum(sizes) < frames:
+        size = ramp[len(sizes)] if len(sizes) < len(ramp) else steady
+        sizes.append(min(size, frames - sum(sizes)))
+    return sizes
+
+
+def check_request(request: GenerateRequest, model_type: str, speakers: tuple[str, ...]) -> None:
+    """sglang-omni's Qwen3-TTS request builder's refusals (`build_qwen3_tts_state`, `validate_qwen3_tts_model_task`),
+    with its messages."""
+    tts = request.metadata.get("tts_params") or {}
+    prompt = request.prompt
+    references = prompt.get("references", []) if isinstance(prompt, dict) else []
+    task = tts.get("task_type") or ("Base" if references or "ref_audio" in tts else "CustomVoice")
+    if task == "CustomVoice":
+        for name in ("ref_audio", "ref_text", "x_vector_only_mode"):
+            if name in tts:
+                raise ValueError(f"Qwen3-TTS CustomVoice does not accept {name}")
+        if references:
+            raise ValueError("Qwen3-TTS CustomVoice does not accept ref_audio")
+        voice = str(tts.get("voice") or "vivian").lower()
+        if voice not in speakers:
+            raise ValueError(f"Unsupported Qwen3-TTS CustomVoice speaker '{voice}'. Supported: {', '.join(speakers)}")
+    elif task == "VoiceDesign" and not tts.get("instructions"):
+        raise ValueError("Qwen3-TTS VoiceDesign requires instructions")
+    elif task == "Base":
+        if not references and "ref_audio" not in tts:
+            raise ValueError("Qwen3-TTS Base requires reference audio via ref_audio or references[0].audio_path")
+        text = references[0].get("text") if references else tts.get("ref_text")
+        if not tts.get("x_vector_only_mode", not text) and not text:
+            raise ValueError("Qwen3-TTS Base requires non-empty ref_text unless x_vector_only_mode is enabled")
+    wanted = {"base": "Base", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}[model_type]
+    if task != wanted:
+        raise ValueError(f"Qwen3-TTS {wanted} checkpoint does not support {task}")
+
+
+def reference_seconds(reference: Mapping[str, Any]) -> float:
+    with wave.open(io.BytesIO(base64.b64decode(reference["data"]))) as clip:
+        return clip.getnframes() / clip.getframerate()
+
+
+class FakeCoordinator:
+    def __init__(self, pipeline: FakePipeline) -> None:
+        self.pipeline = pipeline
+        self.running = True
+        self.fatal_error: str | None = None
+        self.requests: dict[str, asyncio.Event] = {}  # in flight: set when aborted
+        self.submitted: list[tuple[str, GenerateRequest]] = []
+        self.aborted: list[str] = []
+        self.finished: list[str] = []
+        self.step_delay_s = 0.0
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "running": self.running,
+            "stages": ["preprocessing", "tts_engine", "vocoder"],
+            "entry_stage": "preprocessing",
+            "total_requests": len(self.requests),
+            "pending_completions": len(self.requests),
+            "request_states": {},
+        }
+
+    def frames_for(self, request: GenerateRequest) -> int:
+        limit = request.sampling.max_new_tokens or request.max_tokens or 2048
+        if os.environ.get("QWEN3_TTS_FIXED_LENGTH") == "1":
+            return limit
+        prompt = request.prompt
+        text = prompt["text"] if isinstance(prompt, dict) else str(prompt)
+        return min(limit, 4 + 3 * len(text.split()))  # the talker's end of speech
+
+    async def stream(self, request_id: str, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        if not self.running:
+            raise RuntimeError(self.fatal_error or "Coordinator stopped")
+        if request_id in self.requests:
+            raise ValueError(f"Request {request_id} already exists")
+        if len(self.requests) >= 128:
+            raise QueueFullError(QueueFullError.MESSAGE)
+        self.submitted.append((request_id, request))
+        aborted = self.requests[request_id] = asyncio.Event()
+        try:
+            await asyncio.sleep(0)
+            try:
+                check_request(request, self.pipeline.model_type, self.pipeline.speakers)
+            except ValueError as exc:
+                raise RuntimeError(str(exc)) from None
+            frames = self.frames_for(request)
+            references = request.prompt.get("references", []) if isinstance(request.prompt, dict) else []
+            in_context = bool(references) and bool(references[0].get("text"))
+            ref_frames = int(np.ceil(reference_seconds(references[0]) * 12.5)) if in_context else 0
+            first = request.extra_params.get("initial_codec_chunk_frames")
+            rng = np.random.default_rng(len(self.submitted))
+            for size in windows(frames, self.pipeline.settings, first):
+                if self.step_delay_s:
+                    await asyncio.sleep(self.step_delay_s)
+                else:
+                    await asyncio.sleep(0)
+                if aborted.is_set():
+                    raise RuntimeError("aborted")
+                if not self.running:
+                    raise RuntimeError(self.fatal_error or "Coordinator stopped")
+                audio = rng.uniform(-0.5, 0.5, size * SAMPLES_PER_FRAME).astype(np.float32)
+                chunk = GenerateChunk(request_id, stage_name="vocoder", modality="audio")
+                chunk.audio_data, chunk.sample_rate = audio, SAMPLE_RATE
+                yield chunk
+            usage = UsageInfo(ref_frames, frames, ref_frames + frames, 0.5)
+            yield GenerateChunk(
+                request_id, finish_reason="stop", model_finish_reason="", usage=usage, sample_rate=SAMPLE_RATE
+            )
+            self.finished.append(request_id)
+        finally:
+            if self.requests.pop(request_id, None) is not None and request_id not in self.finished:
+                self.aborted.append(request_id)  # Coordinator.stream's finally aborts a request still tracked
+
+    def abort(self, request_id: str) -> bool:
+        event = self.requests.get(request_id)
+        if event is None:
+            return False
+        event.set()
+        return True
+
+
+class Client:
+    def __init__(self, coordinator: FakeCoordinator, result_builder: Any = None, stream_builder: Any = None) -> None:
+        self.coordinator = coordinator
+
+    async def generate(self, request: GenerateRequest, request_id: str | None = None) -> AsyncIterator[GenerateChunk]:
+        assert request.stream, "the engine streams every request"
+        assert request.output_modalities == ["audio"]
+        async with contextlib.aclosing(self.coordinator.stream(request_id or "generated", request)) as stream:
+            async for chunk in stream:
+                yield chunk
+
+    async def abort(self, request_id: str, level: AbortLevel = AbortLevel.SOFT) -> AbortResult:
+        return AbortResult(self.coordinator.abort(request_id), level)
+
+    def health(self) -> dict[str, Any]:
+        return self.coordinator.health()
+
+
+@dataclass
+class FakePipeline:
+    """The merged pipeline config: its model and the dotted settings it was given."""
+
+    model_path: str
+    model_type: str
+    speakers: tuple[str, ...]
+    settings: dict[str, object] = field(default_factory=dict)
+
+
+class ConfigManager:
+    def __init__(self, config: FakePipeline | None = None) -> None:
+        self.config = config
+
+    @staticmethod
+    def from_model_path(model_path: str, variant: str | None = None) -> ConfigManager:
+        config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
+        architecture = (config.get("architectures") or [None])[0] or config.get("model_type")
+        if architecture not in ("Qwen3TTSForConditionalGeneration", "qwen3_tts"):
+            raise ValueError(f"no pipeline for architecture {architecture!r}")
+        speakers = tuple(name.lower() for name in (config.get("talker_config") or {}).get("spk_id") or {})
+        return ConfigManager(FakePipeline(model_path, config.get("tts_model_type", "base"), speakers))
+
+    def merge_config(self, extra_args: Mapping[str, object], *, extra_patches: Any = None) -> FakePipeline:
+        assert self.config is not None
+        for key in extra_args:
+            stage, group, name = key.split(".", 2)
+            factory_arg = (stage, group) == ("vocoder", "factory") and name in VOCODER_FACTORY_ARGS
+            known = key.startswith(ENGINE_KEYS_FREE) or factory_arg
+            if not known:
+                raise ValueError(f"Stage {stage!r} sets {group}.{name} but its factory does not accept {name!r}")
+        return FakePipeline(self.config.model_path, self.config.model_type, self.config.speakers, dict(extra_args))
+
+
+class FakeStageGroup:
+    def __init__(self) -> None:
+        self.exit_code: int | None = None
+
+    def any_dead(self) -> bool:
+        return self.exit_code is not None
+
+    def dead_summary(self) -> str:
+        return f"pipeline (pid=4242, exit={self.exit_code})"
+
+
+class MultiProcessPipelineRunner:
+    """Every runner built is kept (`built`), so a test reaches the one its engine started."""
+
+    built: ClassVar[list[MultiProcessPipelineRunner]] = []
+
+    def __init__(self, config: FakePipeline) -> None:
+        self.config = config
+        self.started = False
+        self.stopped = False
+        self.fatal_error: BaseException | None = None
+        self.fatal_event: asyncio.Event | None = None
+        self.groups: list[FakeStageGroup] = []
+        self._coordinator: FakeCoordinator | None = None
+        self.start_timeout: float | None = None
+        MultiProcessPipelineRunner.built.append(self)
+
+    @property
+    def coordinator(self) -> FakeCoordinator:
+        if self._coordinator is None:
+            raise RuntimeError("Runner not started")
+        return self._coordinator
+
+    async def start(self, timeout: float = 120.0) -> None:  # noqa: ASYNC109  (sglang-omni's signature)
+        self.start_timeout = timeout
+        self.fatal_event = asyncio.Event()
+        self._coordinator = FakeCoordinator(self.config)
+        self.groups = [FakeStageGroup()]
+        self.started = True
+
+    def kill(self, exit_code: int = -9) -> None:
+        """The pipeline's process dies: seen by `any_dead` at once; the runner fails itself as its monitor would."""
+        self.groups[0].exit_code = exit_code
+        message = f"Dead stage process(es) detected: {self.groups[0].dead_summary()}"
+        self.fatal_error = RuntimeError(message)
+        coordinator = self.coordinator
+        coordinator.running, coordinator.fatal_error = False, message
+        assert self.fatal_event is not None
+        self.fatal_event.set()
+
+    async def wait_failed(self) -> None:
+        assert self.fatal_event is not None
+        await self.fatal_event.wait()
+        raise self.fatal_error or RuntimeError("pipeline failed")
+
+    async def stop(self) -> None:
+        if not self.started:
+            return
+        self.started, self.stopped = False, True
+        if self._coordinator is not None:
+            self._coordinator.running = False
+            self._coordinator.fatal_error = self._coordinator.fatal_error or "Coordinator stopped"
+        self._coordinator = None
+
+
+def apply_gpu_compat_env_defaults(env: Any = None) -> dict[str, str]:
+    return {}
+
+
+def runtime() -> SglangRuntime:
+    """The stand-ins as the engine's runtime (the model's tokenizer: one token a word)."""
+    return SglangRuntime(
+        ConfigManager, MultiProcessPipelineRunner, Client, GenerateRequest, SamplingParams,
+        apply_gpu_compat_env_defaults, lambda model_dir: WordTokenizer(),
+    )  # fmt: skip

@@ -1,0 +1,272 @@
+"""The sglang engine over the sglang-omni 0.1.8 stand-ins (tests/fakes/sglang_omni_0_1_8.py): each job becomes the
+request sglang-omni's own speech server would hand its client, the pipeline starts with the settings given, warms up,
+streams, stretches time, aborts and notices its pipeline's death; what sglang-omni cannot do is refused naming the
+field."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.engine_protocol import (
+    EngineError,
+    EngineUnavailable,
+    ReferenceAudio,
+    SynthesisJob,
+    TaskType,
+    UnsupportedParameter,
+)
+from app.engines import sglang_engine
+from app.engines.qwen3_tts import Qwen3TTSModel
+from app.engines.sglang.engine import FIXED_LENGTH_PATH, SglangEngine
+from app.engines.sglang.requests import check_sglang_job, pipeline_settings, request_fields
+from app.settings import Settings, SglangSettings
+from tests.fakes import sglang_omni_0_1_8 as fake
+from tests.fakes.sglang_omni_0_1_8 import SAMPLES_PER_FRAME, MultiProcessPipelineRunner
+
+
+def job(**changes: object) -> SynthesisJob:
+    fields: dict[str, object] = {"request_id": "r1", "text": "Hello there.", "voice": "vivian"}
+    fields.update(changes)
+    return SynthesisJob(**fields)  # type: ignore[arg-type]
+
+
+def reference(seconds: float = 3.0, rate: int = 16_000) -> ReferenceAudio:
+    return ReferenceAudio(np.full(int(seconds * rate), 0.1, np.float32), rate)
+
+
+def engine_for(model_dir: Path, **settings: object) -> SglangEngine:
+    values = {"model": str(model_dir), "warmup_batch_sizes": [1], **settings}
+    return sglang_engine(Settings(engine="sglang", sglang=values), fake.runtime)
+
+
+async def collect(engine: SglangEngine, the_job: SynthesisJob) -> list:
+    return [chunk async for chunk in engine.synthesize(the_job)]
+
+
+# -- the request ------------------------------------------------------------------------------------------------------
+
+
+def test_a_preset_voice_is_text_and_tts_params_with_the_codec_stream_on(custom_voice_dir: Path) -> None:
+    model = Qwen3TTSModel.from_dir(custom_voice_dir)
+    fields = request_fields(job(language="English", instructions="Warmly.", seed=7), model)
+    assert fields.prompt == "Hello there."
+    assert fields.metadata == {
+        "task": "tts",
+        "tts_params": {
+            "task_type": "CustomVoice",
+            "language": "english",
+            "stream_codec_output": True,  # without it sglang-omni reads non_streaming_mode as "no codec stream"
+            "instructions": "Warmly.",
+            "voice": "vivian",
+            "seed": 7,
+        },
+    }
+    assert fields.sampling == {} and fields.extra_params == {}
+
+
+def test_a_clone_carries_its_reference_as_a_wav_beside_its_transcript(base_dir: Path) -> None:
+    model = Qwen3TTSModel.from_dir(base_dir)
+    clip = reference(2.0, 16_000)
+    fields = request_fields(job(task_type=TaskType.BASE, voice="", ref_audio=clip, ref_text="A reference."), model)
+    assert isinstance(fields.prompt, dict) and fields.prompt["text"] == "Hello there."
+    (ref,) = fields.prompt["references"]
+    assert ref["media_type"] == "audio/wav" and ref["text"] == "A reference."
+    with wave.open(io.BytesIO(base64.b64decode(ref["data"]))) as decoded:
+        assert (decoded.getframerate(), decoded.getnframes(), decoded.getnchannels()) == (16_000, 32_000, 1)
+    tts = fields.metadata["tts_params"]
+    assert tts["x_vector_only_mode"] is False and "voice" not in tts and "non_streaming_mode" not in tts
+    x_vector = request_fields(job(task_type=TaskType.BASE, ref_audio=clip, x_vector_only_mode=True), model)
+    assert "text" not in x_vector.prompt["references"][0]  # type: ignore[index]
+    assert x_vector.metadata["tts_params"]["x_vector_only_mode"] is True
+    streaming_prompt = request_fields(
+        job(task_type=TaskType.BASE, ref_audio=clip, ref_text="A.", non_streaming_mode=False), model
+    )
+    assert streaming_prompt.metadata["tts_params"]["non_streaming_mode"] is False
+
+
+def test_sampling_fields_set_are_named_explicit_so_a_default_value_is_not_dropped(custom_voice_dir: Path) -> None:
+    model = Qwen3TTSModel.from_dir(custom_voice_dir)
+    sampled = job(extra_params={"temperature": 0.8, "top_k": 30}, max_new_tokens=50, initial_codec_chunk_frames=3)
+    fields = request_fields(sampled, model)
+    assert fields.sampling == {"temperature": 0.8, "top_k": 30, "max_new_tokens": 50}
+    assert fields.metadata["tts_params"]["explicit_generation_params"] == ["temperature", "top_k"]
+    assert fields.extra_params == {"initial_codec_chunk_frames": 3}
+
+
+@pytest.mark.parametrize(
+    ("changes", "param"),
+    [
+        ({"non_streaming_mode": False}, "non_streaming_mode"),
+        ({"ignore_eos": True, "max_new_tokens": 100}, "ignore_eos"),
+        ({"extra_params": {"temperature": 0.5, "min_p": 0.1}}, "extra_params"),
+        ({"extra_params": {"repetition_penalty": 0}}, "extra_params"),
+    ],
+)
+def test_what_sglang_omni_cannot_do_is_refused_naming_the_field(changes: dict, param: str) -> None:
+    with pytest.raises(UnsupportedParameter) as refused:
+        check_sglang_job(job(**changes), fixed_length=False)
+    assert refused.value.param == param
+
+
+def test_ignore_eos_is_what_the_fixed_length_switch_does_and_base_keeps_its_prompt_mode() -> None:
+    check_sglang_job(job(ignore_eos=True, max_new_tokens=100), fixed_length=True)
+    check_sglang_job(job(ignore_eos=True), fixed_length=False)  # no length to run to: nothing to honour
+    check_sglang_job(job(task_type=TaskType.BASE, non_streaming_mode=False), fixed_length=False)
+
+
+def test_the_engine_settings_become_sglang_omnis_dotted_settings_and_overrides_win() -> None:
+    settings = SglangSettings(
+        model="m",
+        load_format="dummy",
+        disable_radix_cache=True,
+        chunk_ramp=[1, 3],
+        steady_chunk_frames=12,
+        pipeline_overrides={"vocoder.factory.initial_max_batch_size": 4, "vocoder.factory.codec_state_slots": 32},
+    )
+    assert pipeline_settings(settings) == {
+        "tts_engine.engine.mem_fraction_static": 0.6,
+        "tts_engine.engine.max_running_requests": 64,
+        "vocoder.factory.initial_max_batch_size": 4,
+        "vocoder.factory.initial_batch_wait_ms": 2.0,
+        "tts_engine.engine.load_format": "dummy",
+        "tts_engine.engine.disable_radix_cache": True,
+        "vocoder.factory.stream_chunk_ramp": [1, 3],
+        "vocoder.factory.stream_followup_stride": 12,
+        "vocoder.factory.codec_state_slots": 32,
+    }
+
+
+# -- the engine -------------------------------------------------------------------------------------------------------
+
+
+async def test_start_warms_every_batch_size_then_streams_sglang_omnis_windows(custom_voice_dir: Path) -> None:
+    engine = engine_for(custom_voice_dir, warmup_batch_sizes=None, max_running_requests=4)
+    assert engine.warmup_batch_sizes() == [1, 2, 4]
+    await engine.start()
+    runner = MultiProcessPipelineRunner.built[-1]
+    assert runner.start_timeout == 1800.0 and runner.config.settings["tts_engine.engine.max_running_requests"] == 4
+    coordinator = runner.coordinator
+    assert [len(ids) for ids in _batches(coordinator)] == [1, 2, 4]  # warm-up, before ready
+    assert engine.health().ready
+    chunks = await collect(engine, job(request_id="a", text="one two three four five six seven eight"))
+    frames = [len(c.samples) // SAMPLES_PER_FRAME for c in chunks]
+    assert frames[:4] == [1, 2, 4, 8] and sum(frames) == 4 + 3 * 8  # the talker's end of speech
+    assert sum(c.output_tokens for c in chunks) == sum(frames)
+    assert chunks[0].input_tokens == 8 and all(c.input_tokens == 0 for c in chunks[1:])  # one token a word
+    assert {c.sample_rate for c in chunks} == {24_000}
+    await engine.close()
+    assert runner.stopped and not engine.health().ready
+
+
+def _batches(coordinator: fake.FakeCoordinator) -> list[list[str]]:
+    by_batch: dict[str, list[str]] = {}
+    for request_id, _ in coordinator.submitted:
+        by_batch.setdefault(request_id.rsplit("-", 1)[0], []).append(request_id)
+    return list(by_batch.values())
+
+
+async def test_a_clone_reports_its_reference_frames_as_input_audio_tokens(base_dir: Path) -> None:
+    engine = engine_for(base_dir)
+    await engine.start()  # warm-up: an in-context clone (batch 1)
+    clone = job(task_type=TaskType.BASE, voice="", ref_audio=reference(2.0), ref_text="A reference.", max_new_tokens=9)
+    chunks = await collect(engine, clone)
+    assert chunks[0].input_audio_tokens == 25 and chunks[0].input_tokens == 2 + 25  # 2 words + 2 s at 12.5 Hz
+    assert sum(len(c.samples) for c in chunks) == 9 * SAMPLES_PER_FRAME
+    await engine.close()
+
+
+async def test_speed_is_a_pitch_keeping_time_stretch_of_the_whole_stream(custom_voice_dir: Path) -> None:
+    engine = engine_for(custom_voice_dir)
+    await engine.start()
+    text = "a sentence long enough to run past twenty frames of audio"
+    plain = await collect(engine, job(request_id="p", text=text, max_new_tokens=20))
+    fast = await collect(engine, job(request_id="f", text=text, max_new_tokens=20, speed=2.0))
+    slow = await collect(engine, job(request_id="s", text=text, max_new_tokens=20, speed=0.5))
+    length = sum(len(c.samples) for c in plain)
+    assert length == 20 * SAMPLES_PER_FRAME
+    assert sum(len(c.samples) for c in fast) == pytest.approx(length / 2, rel=0.01)
+    assert sum(len(c.samples) for c in slow) == pytest.approx(length * 2, rel=0.02)  # WSOLA's last window
+    assert sum(c.output_tokens for c in fast) == 20  # usage counts the frames generated
+    assert engine.capabilities().speed_range == (0.25, 4.0)
+    await engine.close()
+
+
+async def test_a_stream_closed_early_aborts_its_request_and_abort_reaches_one_in_flight(custom_voice_dir: Path) -> None:
+    engine = engine_for(custom_voice_dir)
+    await engine.start()
+    coordinator = MultiProcessPipelineRunner.built[-1].coordinator
+    long = "a sentence long enough to run for many windows of audio before it ends"
+    stream = engine.synthesize(job(request_id="early", text=long, max_new_tokens=40))
+    await anext(stream)
+    await stream.aclose()
+    assert "early" in coordinator.aborted
+    stream = engine.synthesize(job(request_id="told", text=long, max_new_tokens=40))
+    await anext(stream)
+    await engine.abort("told")
+    with pytest.raises(EngineError, match="aborted"):
+        async for _ in stream:
+            pass
+    await engine.close()
+
+
+async def test_the_pipelines_death_fails_streams_and_readiness_for_good(custom_voice_dir: Path) -> None:
+    engine = engine_for(custom_voice_dir)
+    await engine.start()
+    runner = MultiProcessPipelineRunner.built[-1]
+    stream = engine.synthesize(job(request_id="cut", text="one two three four five six", max_new_tokens=40))
+    await anext(stream)
+    runner.kill()
+    with pytest.raises(EngineUnavailable, match="pipeline died"):
+        async for _ in stream:
+            pass
+    health = engine.health()
+    assert not health.ready and health.failed and "exit=-9" in health.detail
+    with pytest.raises(EngineUnavailable):
+        await collect(engine, job(request_id="after"))
+    await engine.close()
+
+
+async def test_a_dead_process_is_seen_at_once_before_the_runner_fails_it(custom_voice_dir: Path) -> None:
+    engine = engine_for(custom_voice_dir)
+    await engine.start()
+    MultiProcessPipelineRunner.built[-1].groups[0].exit_code = 1  # the runner's own check comes every 5 s
+    health = engine.health()
+    assert not health.ready and health.failed and "exit=1" in health.detail
+    await engine.close()
+
+
+async def test_a_setting_the_pipeline_does_not_have_fails_the_start_with_its_name(custom_voice_dir: Path) -> None:
+    engine = engine_for(custom_voice_dir, pipeline_overrides={"vocoder.factory.no_such_knob": 1})
+    with pytest.raises(ValueError, match="no_such_knob"):
+        await engine.start()
+    assert engine.health().failed
+
+
+async def test_fixed_length_puts_the_end_of_speech_mask_on_the_pipelines_path(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.delenv("QWEN3_TTS_FIXED_LENGTH", raising=False)
+    engine = engine_for(custom_voice_dir, fixed_length=True)
+    await engine.start()
+    assert os.environ["PYTHONPATH"] == f"{FIXED_LENGTH_PATH}:/elsewhere"
+    assert (Path(FIXED_LENGTH_PATH) / "sitecustomize.py").is_file()
+    chunks = await collect(engine, job(request_id="long", max_new_tokens=60, ignore_eos=True))
+    assert sum(len(c.samples) for c in chunks) == 60 * SAMPLES_PER_FRAME  # past the talker's end of speech
+    await engine.close()
+
+
+async def test_the_capabilities_say_what_the_service_may_ask(custom_voice_dir: Path, base_dir: Path) -> None:
+    caps = engine_for(custom_voice_dir, max_running_requests=48).capabilities()
+    assert caps.max_concurrency == 48 and caps.initial_chunk_frames == (1, 16) and caps.speaker_embedding_dim is None
+    assert caps.task_types == {TaskType.CUSTOM_VOICE} and not caps.voice_cloning
+    strided = engine_for(custom_voice_dir, pipeline_overrides={"vocoder.factory.stream_stride": 24}).capabilities()
+    assert strided.initial_chunk_frames == (1, 24)
+    assert engine_for(base_dir).capabilities().voice_cloning
