@@ -60,6 +60,11 @@
 #                                   request body in place of EXTRA_BODY (it streams with "stream": true; max_new_tokens
 #                                   counts frames, no end token)
 #   SGLANG_SITE=/tmp/sglang-omni/site  SGLANG_MEMORY=0.6 (--mem-fraction-static)  SGLANG_ARGS="" (more serve flags)
+#                                   `service-sglang` is this service on its sglang engine (SERVICE_SGLANG_PORT=8007):
+#                                   sglang-omni in the server's process, the same model, weights and memory share as
+#                                   `sglang`, fixed length (SPEECH_SGLANG__FIXED_LENGTH); SERVICE_SGLANG_ENV its more
+#                                   settings, SERVICE_SGLANG_BODY its request body (max_new_tokens counts frames there)
+#   SERVICE_SGLANG_BODY='{"stream_format": "audio", "max_new_tokens": 100}'
 #   SGLANG_BODY='{"stream": true, "max_new_tokens": 100}'  SGLANG_BENCH_BODY: its --extra-body for vllm bench
 #                                   (default: SGLANG_BODY's max_new_tokens)
 #   OMNI_ENV="" OMNI_B_ENV=""       the same for `vllm-omni` / `vllm-omni-b` (SGLANG_ENV for `sglang`). On a host of several GPUs,
@@ -126,6 +131,9 @@ SGLANG_MEMORY=${SGLANG_MEMORY:-0.6}
 SGLANG_ARGS=${SGLANG_ARGS:-}
 SGLANG_BODY=${SGLANG_BODY:-'{"stream": true, "max_new_tokens": 100}'}
 SGLANG_BENCH_BODY=${SGLANG_BENCH_BODY:-}
+SERVICE_SGLANG_PORT=${SERVICE_SGLANG_PORT:-8007}
+SERVICE_SGLANG_ENV=${SERVICE_SGLANG_ENV:-}
+SERVICE_SGLANG_BODY=${SERVICE_SGLANG_BODY:-'{"stream_format": "audio", "max_new_tokens": 100}'}
 MPS=${MPS:-0}
 SERVICE_PORT=${SERVICE_PORT:-8000}
 OMNI_PORT=${OMNI_PORT:-8001}
@@ -189,7 +197,7 @@ port_of() {
   case $1 in
     service) echo "$SERVICE_PORT" ;; service-b) echo "$SERVICE_B_PORT" ;; service-c) echo "$SERVICE_C_PORT" ;;
     vllm-omni) echo "$OMNI_PORT" ;; vllm-omni-b) echo "$OMNI_B_PORT" ;;
-    alone) echo "$ALONE_PORT" ;; sglang) echo "$SGLANG_PORT" ;;
+    alone) echo "$ALONE_PORT" ;; sglang) echo "$SGLANG_PORT" ;; service-sglang) echo "$SERVICE_SGLANG_PORT" ;;
   esac
 }
 pidfile_of() {
@@ -201,16 +209,20 @@ pidfile_of() {
     vllm-omni-b) echo "/tmp/vllm-omni-$OMNI_B_PORT.pid" ;;  # as start-vllm-omni.sh names it
     alone) echo "/tmp/engine-alone-$ALONE_PORT.pid" ;;
     sglang) echo "/tmp/sglang-omni-$SGLANG_PORT.pid" ;;
+    service-sglang) echo "/tmp/speech-server-$SERVICE_SGLANG_PORT.pid" ;;
   esac
 }
 settings_of() {  # $1 target: its own settings (NAME=value words)
   case $1 in
     service) echo "$SERVICE_ENV" ;; service-b) echo "$SERVICE_B_ENV" ;; service-c) echo "$SERVICE_C_ENV" ;;
     vllm-omni) echo "$OMNI_ENV" ;; vllm-omni-b) echo "$OMNI_B_ENV" ;; sglang) echo "$SGLANG_ENV" ;;
+    service-sglang) echo "$SERVICE_SGLANG_ENV" ;;
   esac
 }
 ready_path_of() { case $1 in vllm-omni | vllm-omni-b | sglang) echo /health ;; *) echo /ready ;; esac; }
-body_of() { case $1 in sglang) echo "$SGLANG_BODY" ;; *) echo "$EXTRA_BODY" ;; esac; }  # $1 target: its request body
+body_of() {  # $1 target: its request body
+  case $1 in sglang) echo "$SGLANG_BODY" ;; service-sglang) echo "$SERVICE_SGLANG_BODY" ;; *) echo "$EXTRA_BODY" ;; esac
+}  # $1 target: its request body
 url_of() {
   case $1 in
     alone) echo "engine+http://127.0.0.1:$ALONE_PORT" ;;
@@ -370,6 +382,17 @@ launch() {  # $1 target
       echo $! >"$(pidfile_of sglang)"
       echo "sgl-omni serve starting on port $SGLANG_PORT, pid $!, log $log"
       ;;
+    service-sglang)
+      local settings
+      settings=$(settings_of service-sglang)
+      [ -d "$SGLANG_SITE/sglang_omni" ] || { log "service-sglang: no sglang-omni in $SGLANG_SITE"; return 1; }
+      echo "$(date -u +%FT%TZ) service-sglang: memory $SGLANG_MEMORY, settings: ${settings:-none}" >>"$OUT/commands.txt"
+      # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
+      env $settings ENGINE=sglang PORT=$SERVICE_SGLANG_PORT LOG=$log PYTHON=$PYTHON PYTHONPATH="$SGLANG_SITE:$PYTHONPATH" \
+        SPEECH_SGLANG__MODEL=$MODEL SPEECH_SGLANG__LOAD_FORMAT=dummy SPEECH_SGLANG__FIXED_LENGTH=true \
+        SPEECH_SGLANG__SERVED_MODEL_NAME=$NAME SPEECH_SGLANG__MEM_FRACTION_STATIC=$SGLANG_MEMORY HF_HUB_OFFLINE=1 \
+        deploy/gpu/start-server.sh
+      ;;
     alone)
       local overrides=() stage_overrides
       stage_overrides=$(codec_overrides "$ALONE_STAGE_OVERRIDES")
@@ -463,6 +486,7 @@ source_of() {  # $1 a sweep target: the profile it runs, as given
     vllm-omni | vllm-omni-b) omni_source "$1" ;;
     service-b) echo "$B_PROFILE" ;;
     sglang) echo "sglang-omni $(sglang_version)" ;;
+    service-sglang) echo "the service's sglang engine on sglang-omni $(sglang_version)" ;;
     *) echo "$PROFILE" ;;
   esac
 }
