@@ -81,7 +81,7 @@ class GenerateRequest:
     prompt_token_ids: list[int] | None = None
     messages: list[dict[str, Any]] | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    stage_sampling: dict[int, SamplingParams] | None = None
+    stage_sampling: dict[str, SamplingParams] | None = None
     stage_params: dict[str, dict[str, Any]] | None = None
     extra_params: dict[str, Any] = field(default_factory=dict)
     stream: bool = True
@@ -137,11 +137,13 @@ class QueueFullError(RuntimeError):
 
 
 def windows(frames: int, pipeline: Mapping[str, object], first: int | None) -> list[int]:
-    """The vocoder's windows for `frames` frames: the ramp (a request's first size replaces its head), then steady."""
-    ramp = list(pipeline.get("vocoder.factory.stream_chunk_ramp") or DEFAULT_RAMP)  # type: ignore[call-overload]
+    """The vocoder's windows for `frames` frames: the ramp (a request's first size, clamped to the stride, replaces its
+    head), then steady. The default ramp's later windows are no larger than the steady ones."""
     steady = int(pipeline.get("vocoder.factory.stream_followup_stride") or DEFAULT_STEADY)  # type: ignore[call-overload]
+    default = (DEFAULT_RAMP[0], *(min(size, steady) for size in DEFAULT_RAMP[1:]))
+    ramp = list(pipeline.get("vocoder.factory.stream_chunk_ramp") or default)  # type: ignore[call-overload]
     if first is not None:
-        ramp[0] = min(first, STREAM_STRIDE)
+        ramp[0] = min(first, int(pipeline.get("vocoder.factory.stream_stride") or STREAM_STRIDE))  # type: ignore[call-overload]
     sizes: list[int] = []
     while sum(sizes) < frames:
         size = ramp[len(sizes)] if len(sizes) < len(ramp) else steady

@@ -126,8 +126,9 @@ def _metric(url: str, name: str) -> float:
 
 
 def test_clone_in_context_and_x_vector_only(sglang_clone_url: str) -> None:
-    response = speak(sglang_clone_url, input="Cloned speech.", ref_audio=reference_wav(),
-                     ref_text="This is the reference transcript.", response_format="wav", max_new_tokens=25)  # fmt: skip
+    transcript = "This is the reference transcript."
+    response = speak(sglang_clone_url, input="Cloned speech.", ref_audio=reference_wav(), ref_text=transcript,
+                     response_format="wav", max_new_tokens=25)  # fmt: skip
     assert response.status_code == 200, response.text
     assert len(decode(response.content, "wav").samples) == 25 * SAMPLES_PER_FRAME
     response = speak(sglang_clone_url, input="Only the speaker.", ref_audio=reference_wav(), x_vector_only_mode=True,

@@ -91,6 +91,25 @@ def start_fake_omni(folder: Path, *args: str, **env: str) -> RunningServer:
     return start_server(folder / "server.log", env=settings, command=fake_omni_command(*args))
 
 
+def fake_sglang_command(*args: str) -> list[str]:
+    """The server on the sglang engine over the sglang-omni stand-ins (tests/fakes/sglang_server.py, with its `args`);
+    needs SPEECH_SGLANG__MODEL."""
+    return [sys.executable, "-m", "tests.fakes.sglang_server", *args]
+
+
+def start_fake_sglang(folder: Path, *args: str, variant: str = "custom_voice", **env: str) -> RunningServer:
+    """The server on the sglang engine over the sglang-omni stand-ins (with its command-line `args`): a model directory
+    of `variant` (custom_voice or base) in `folder`, warm-up at batch size 1, and `env` on top."""
+    from app.tools.qwen3_tts_model_dir import write_model_dir
+
+    settings = {
+        "SPEECH_SGLANG__MODEL": str(write_model_dir(folder / "model", variant)),
+        "SPEECH_SGLANG__WARMUP_BATCH_SIZES": "1",
+        **env,
+    }
+    return start_server(folder / "server.log", env=settings, command=fake_sglang_command(*args))
+
+
 def start_server(
     log_path: Path,
     env: dict[str, str] | None = None,

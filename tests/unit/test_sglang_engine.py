@@ -253,7 +253,7 @@ async def test_fixed_length_puts_the_end_of_speech_mask_on_the_pipelines_path(
     custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
-    monkeypatch.delenv("QWEN3_TTS_FIXED_LENGTH", raising=False)
+    monkeypatch.setenv("QWEN3_TTS_FIXED_LENGTH", "0")  # both restored after the test, which the engine sets for good
     engine = engine_for(custom_voice_dir, fixed_length=True)
     await engine.start()
     assert os.environ["PYTHONPATH"] == f"{FIXED_LENGTH_PATH}:/elsewhere"

@@ -1,0 +1,553 @@
+"""The sglang-omni 0.1.8 stand-in (tests/fakes/sglang_omni_0_1_8.py) and the sglang engine agree with the wheel that
+uv.lock pins, read from its own source: the wheel is fetched as locked (its sha256 checked, kept under .pytest_cache
+between runs) and its modules are parsed with `ast`, never imported (they need torch and sglang).
+
+What this proves: the engine's imports name what the wheel defines; the client's dataclasses have the wheel's fields in
+its order with its literal defaults; `Client`, `MultiProcessPipelineRunner`, its stage groups, `ConfigManager` and
+`apply_gpu_compat_env_defaults` have the wheel's signatures (async, async generator, property or static as the wheel
+has them) and the runner's state attributes; the Qwen3-TTS vocoder factory takes every setting the stand-in accepts and
+the engine sends, with the engine's defaults; the talker's `EngineArgs` declare the engine's settings and pass the rest
+on; the Qwen3-TTS request builder reads every `tts_params` key the engine writes and drops default sampling values
+unless named; and the stream windows' defaults are the wheel's.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import enum
+import hashlib
+import inspect
+import os
+import textwrap
+import time
+import tomllib
+import zipfile
+from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from app.engine_protocol import ReferenceAudio, SynthesisJob, TaskType
+from app.engines.qwen3_tts import Qwen3TTSModel
+from app.engines.sglang import engine
+from app.engines.sglang.requests import DEFAULT_STREAM_STRIDE, SAMPLING_FIELDS, pipeline_settings, request_fields
+from app.settings import SglangSettings
+from tests.fakes import sglang_omni_0_1_8 as stand_in
+
+ROOT = Path(__file__).resolve().parents[2]
+WHEEL_CACHE = ROOT / ".pytest_cache" / "wheels"  # .pytest_cache/ is git-ignored
+PACKAGE, VERSION = "sglang-omni", "0.1.8"
+DOWNLOAD_ATTEMPTS = 4
+PACKAGE_DIR = "sglang_omni/"
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+# -- the pinned wheel -------------------------------------------------------------------------------------------------
+
+
+class Wheel:
+    """The wheel's Python modules, by their path under `sglang_omni/`, parsed on first use."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._trees: dict[str, ast.Module] = {}
+
+    def tree(self, module: str) -> ast.Module:
+        if module not in self._trees:
+            with zipfile.ZipFile(self.path) as archive:
+                source = archive.read(PACKAGE_DIR + module).decode("utf-8")
+            self._trees[module] = ast.parse(source, filename=PACKAGE_DIR + module)
+        return self._trees[module]
+
+    def has(self, module: str) -> bool:
+        with zipfile.ZipFile(self.path) as archive:
+            return PACKAGE_DIR + module in archive.namelist()
+
+
+def pinned_wheel() -> tuple[str, str]:
+    """The url and sha256 of the sglang-omni wheel in uv.lock."""
+    lock = tomllib.loads((ROOT / "uv.lock").read_text(encoding="utf-8"))
+    packages = [package for package in lock["package"] if package["name"] == PACKAGE]
+    assert len(packages) == 1, f"uv.lock should lock one {PACKAGE}, not {len(packages)}"
+    (package,) = packages
+    assert package["version"] == VERSION, f"the stand-in mirrors {PACKAGE} {VERSION}; uv.lock has {package['version']}"
+    wheels = [wheel for wheel in package["wheels"] if wheel["url"].endswith("-py3-none-any.whl")]
+    assert len(wheels) == 1, f"uv.lock should list one pure-Python {PACKAGE} wheel, not {len(wheels)}"
+    algorithm, _, digest = wheels[0]["hash"].partition(":")
+    assert algorithm == "sha256", wheels[0]["hash"]
+    return wheels[0]["url"], digest
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download(url: str, target: Path) -> None:
+    """`url` into `target` (whole or not at all), retried on network errors and on the server's own (5xx, 429)."""
+    partial = target.with_name(f"{target.name}.{os.getpid()}.part")
+    for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
+        try:
+            with httpx.stream("GET", url, follow_redirects=True, timeout=60.0) as response:
+                response.raise_for_status()
+                with partial.open("wb") as out:
+                    for block in response.iter_bytes(1 << 20):
+                        out.write(block)
+            partial.replace(target)
+            return
+        except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+            partial.unlink(missing_ok=True)
+            transient = isinstance(exc, httpx.TransportError) or exc.response.status_code in (429, 500, 502, 503, 504)
+            if not transient or attempt == DOWNLOAD_ATTEMPTS:
+                raise
+            time.sleep(2**attempt)
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Wheel:
+    """sglang-omni's wheel exactly as uv.lock pins it: downloaded once per machine, its sha256 checked every run."""
+    url, sha256 = pinned_wheel()
+    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+    path = WHEEL_CACHE / url.rsplit("/", 1)[-1]
+    if not (path.exists() and sha256_of(path) == sha256):
+        download(url, path)
+        actual = sha256_of(path)
+        if actual != sha256:
+            path.unlink()
+            pytest.fail(f"{url} has sha256 {actual}, but uv.lock pins {sha256}")
+    return Wheel(path)
+
+
+# -- reading the source -----------------------------------------------------------------------------------------------
+
+
+class NoDefault:
+    def __repr__(self) -> str:
+        return "<no default>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NoDefault)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Spelled:
+    """A default that is no literal (an enum member, a constant), as the source spells it."""
+
+    source: str
+
+
+NO_DEFAULT = NoDefault()
+
+
+def class_def(tree: ast.Module, name: str) -> ast.ClassDef:
+    found = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == name]
+    assert found, f"the wheel defines no class {name}"
+    return found[0]
+
+
+def function_def(scope: ast.Module | ast.ClassDef, name: str) -> FunctionNode:
+    found = [node for node in scope.body if isinstance(node, FunctionNode) and node.name == name]
+    assert found, f"the wheel defines no function {name} in {getattr(scope, 'name', 'the module')}"
+    return found[-1]
+
+
+def module_value(tree: ast.Module, name: str) -> Any:
+    """The literal value of a module-level constant."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return ast.literal_eval(node.value)
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            assert node.value is not None, name
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"the wheel's module has no constant {name}")
+
+
+def defined_names(tree: ast.Module) -> set[str]:
+    """What a module defines or imports at its top level."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            names.update(alias.asname or alias.name for alias in node.names)
+    return names
+
+
+def own_nodes(function: FunctionNode) -> Iterator[ast.AST]:
+    """The nodes of a function's body, not those of the functions, lambdas and classes it defines."""
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def default_of(node: ast.expr | None) -> object:
+    if node is None:
+        return NO_DEFAULT
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return Spelled(ast.unparse(node))
+
+
+def typed(value: object) -> tuple[str, object]:
+    """A value with its type, so that 1 and 1.0 or True and 1 differ."""
+    return type(value).__name__, value
+
+
+def wheel_signature(function: FunctionNode) -> list[tuple[str, str, tuple[str, object]]]:
+    """Each parameter's name, kind and default, as `inspect` names the kinds."""
+    arguments = function.args
+    positional = [*arguments.posonlyargs, *arguments.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(arguments.defaults))
+    defaults += arguments.defaults
+    kinds = ["POSITIONAL_ONLY"] * len(arguments.posonlyargs) + ["POSITIONAL_OR_KEYWORD"] * len(arguments.args)
+    params = [(arg.arg, kind, typed(default_of(d))) for arg, kind, d in zip(positional, kinds, defaults, strict=True)]
+    if arguments.vararg:
+        params.append((arguments.vararg.arg, "VAR_POSITIONAL", typed(NO_DEFAULT)))
+    for arg, default in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True):
+        params.append((arg.arg, "KEYWORD_ONLY", typed(default_of(default))))
+    if arguments.kwarg:
+        params.append((arguments.kwarg.arg, "VAR_KEYWORD", typed(NO_DEFAULT)))
+    return params
+
+
+def stand_in_signature(function: Callable[..., Any]) -> list[tuple[str, str, tuple[str, object]]]:
+    def default(value: object) -> object:
+        if value is inspect.Parameter.empty:
+            return NO_DEFAULT
+        if isinstance(value, enum.Enum):
+            return Spelled(f"{type(value).__name__}.{value.name}")
+        return value
+
+    parameters = inspect.signature(function).parameters.values()
+    return [(p.name, p.kind.name, typed(default(p.default))) for p in parameters]
+
+
+def keyword_defaults(function: FunctionNode) -> dict[str, object]:
+    """The defaults of a function's keyword-only parameters."""
+    arguments = function.args
+    return {arg.arg: default_of(value) for arg, value in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True)}
+
+
+def wheel_kind(function: FunctionNode) -> str:
+    decorators = {ast.unparse(decorator) for decorator in function.decorator_list}
+    for kind in ("property", "staticmethod", "classmethod"):
+        if kind in decorators:
+            return kind
+    yields = any(isinstance(node, ast.Yield | ast.YieldFrom) for node in own_nodes(function))
+    if isinstance(function, ast.AsyncFunctionDef):
+        return "async generator" if yields else "coroutine"
+    return "generator" if yields else "function"
+
+
+def stand_in_kind(owner: object, name: str) -> str:
+    attribute = inspect.getattr_static(owner, name)
+    for kind in (property, staticmethod, classmethod):
+        if isinstance(attribute, kind):
+            return kind.__name__
+    if inspect.isasyncgenfunction(attribute):
+        return "async generator"
+    if inspect.iscoroutinefunction(attribute):
+        return "coroutine"
+    return "generator" if inspect.isgeneratorfunction(attribute) else "function"
+
+
+def assert_same_function(scope: ast.Module | ast.ClassDef, owner: object, name: str) -> None:
+    """The stand-in's `owner.name` is the wheel's: the same kind (async, property, ...) and the same parameters."""
+    node = function_def(scope, name)
+    assert stand_in_kind(owner, name) == wheel_kind(node), name
+    if wheel_kind(node) != "property":
+        assert stand_in_signature(getattr(owner, name)) == wheel_signature(node), name
+
+
+def self_attributes(scope: ast.AST) -> set[str]:
+    """The attributes `self.<name> = ...` sets (plain, annotated, tuple or augmented assignments)."""
+    return {
+        node.attr
+        for node in ast.walk(scope)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Store)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    }
+
+
+@cache
+def stand_in_class(name: str) -> ast.ClassDef:
+    tree = ast.parse(textwrap.dedent(inspect.getsource(getattr(stand_in, name))))
+    node = tree.body[0]
+    assert isinstance(node, ast.ClassDef)
+    return node
+
+
+def string_literals(tree: ast.AST) -> set[str]:
+    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+
+
+# -- what the engine imports ------------------------------------------------------------------------------------------
+
+
+def test_the_engine_imports_only_what_the_wheel_defines(wheel: Wheel) -> None:
+    imports = [
+        node
+        for node in ast.walk(ast.parse(inspect.getsource(engine.load_runtime)))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang_omni.")
+    ]
+    assert {node.module for node in imports} >= {"sglang_omni.client", "sglang_omni.pipeline.mp_runner"}
+    for node in imports:
+        path = str(node.module).removeprefix("sglang_omni.").replace(".", "/")
+        module = f"{path}/__init__.py" if wheel.has(f"{path}/__init__.py") else f"{path}.py"
+        missing = {alias.name for alias in node.names} - defined_names(wheel.tree(module))
+        assert not missing, f"{node.module} has no {sorted(missing)}"
+
+
+# -- the client's types -----------------------------------------------------------------------------------------------
+
+
+def wheel_field_default(value: ast.expr | None) -> tuple[str, object]:
+    """A dataclass field's default: ("none",), ("value", typed literal), ("factory", name) or ("expression", ...)."""
+    if value is None:
+        return ("none", None)
+    if isinstance(value, ast.Call) and ast.unparse(value.func) in ("field", "dataclasses.field"):
+        keywords = {keyword.arg: keyword.value for keyword in value.keywords}
+        if "default_factory" in keywords:
+            return ("factory", ast.unparse(keywords["default_factory"]))
+        return wheel_field_default(keywords.get("default"))
+    try:
+        return ("value", typed(ast.literal_eval(value)))
+    except ValueError:
+        return ("expression", ast.unparse(value))
+
+
+def stand_in_field_default(field: dataclasses.Field[Any]) -> tuple[str, object]:
+    if field.default_factory is not dataclasses.MISSING:
+        return ("factory", field.default_factory.__name__)
+    if field.default is not dataclasses.MISSING:
+        return ("value", typed(field.default))
+    return ("none", None)
+
+
+@pytest.mark.parametrize("name", ["SamplingParams", "GenerateRequest", "UsageInfo", "GenerateChunk", "AbortResult"])
+def test_each_client_dataclass_has_the_wheels_fields_in_its_order_with_its_defaults(wheel: Wheel, name: str) -> None:
+    node = class_def(wheel.tree("client/types.py"), name)
+    assert "dataclass" in {ast.unparse(decorator) for decorator in node.decorator_list}
+    fields = [
+        (statement.target.id, wheel_field_default(statement.value))
+        for statement in node.body
+        if isinstance(statement, ast.AnnAssign)
+        and isinstance(statement.target, ast.Name)
+        and not ast.unparse(statement.annotation).startswith("ClassVar")
+    ]
+    ours = dataclasses.fields(getattr(stand_in, name))
+    assert [field.name for field in ours] == [field_name for field_name, _ in fields]
+    for field, (field_name, default) in zip(ours, fields, strict=True):
+        if default[0] == "expression":  # no literal: the stand-in has a default too
+            assert stand_in_field_default(field)[0] != "none", field_name
+        else:
+            assert stand_in_field_default(field) == default, field_name
+
+
+def test_abort_levels_are_the_wheels(wheel: Wheel) -> None:
+    node = class_def(wheel.tree("client/types.py"), "AbortLevel")
+    members = {
+        target.id: ast.literal_eval(statement.value)
+        for statement in node.body
+        if isinstance(statement, ast.Assign)
+        for target in statement.targets
+        if isinstance(target, ast.Name)
+    }
+    assert {member.name: member.value for member in stand_in.AbortLevel} == members
+
+
+# -- the client, the pipeline runner, the config manager --------------------------------------------------------------
+
+
+def test_the_client_is_built_streams_aborts_and_answers_health_as_the_wheels_does(wheel: Wheel) -> None:
+    client = class_def(wheel.tree("client/client.py"), "Client")
+    for name in ("__init__", "generate", "abort", "health"):
+        assert_same_function(client, stand_in.Client, name)
+    assert [arg.arg for arg in function_def(client, "__init__").args.args] == [
+        "self", "coordinator", "result_builder", "stream_builder",
+    ]  # fmt: skip
+    assert wheel_kind(function_def(client, "generate")) == "async generator"  # closing it early aborts the request
+    assert [arg.arg for arg in function_def(client, "abort").args.args] == ["self", "request_id", "level"]
+
+
+def test_the_pipeline_runner_starts_stops_and_fails_as_the_wheels_does(wheel: Wheel) -> None:
+    runner = class_def(wheel.tree("pipeline/mp_runner.py"), "MultiProcessPipelineRunner")
+    for name in ("__init__", "start", "stop", "wait_failed", "coordinator"):
+        assert_same_function(runner, stand_in.MultiProcessPipelineRunner, name)
+    assert wheel_kind(function_def(runner, "start")) == "coroutine"
+    assert [arg.arg for arg in function_def(runner, "start").args.args] == ["self", "timeout"]
+    assert wheel_kind(function_def(runner, "coordinator")) == "property"
+    state = {"fatal_error", "groups", "started"}  # what the engine reads, before start too
+    assert state <= self_attributes(function_def(runner, "__init__"))
+    assert state <= self_attributes(function_def(stand_in_class("MultiProcessPipelineRunner"), "__init__"))
+
+
+def test_a_stage_group_tells_whether_a_process_died_and_which_as_the_wheels_does(wheel: Wheel) -> None:
+    group = class_def(wheel.tree("pipeline/stage_workers.py"), "StageGroup")
+    assert "StageGroup" in defined_names(wheel.tree("pipeline/mp_runner.py"))  # the runner's `groups` are these
+    for name in ("any_dead", "dead_summary"):
+        assert_same_function(group, stand_in.FakeStageGroup, name)
+
+
+def test_the_config_manager_loads_a_model_path_and_merges_dotted_settings_as_the_wheels_does(wheel: Wheel) -> None:
+    manager = class_def(wheel.tree("config/manager.py"), "ConfigManager")
+    for name in ("__init__", "from_model_path", "merge_config"):
+        assert_same_function(manager, stand_in.ConfigManager, name)
+    assert wheel_kind(function_def(manager, "from_model_path")) in ("staticmethod", "classmethod")
+    assert wheel_signature(function_def(manager, "merge_config"))[:3] == [
+        ("self", "POSITIONAL_OR_KEYWORD", typed(NO_DEFAULT)),
+        ("extra_args", "POSITIONAL_OR_KEYWORD", typed(NO_DEFAULT)),
+        ("extra_patches", "KEYWORD_ONLY", typed(None)),
+    ]
+
+
+def test_gpu_compat_defaults_apply_with_no_argument_as_the_wheels_do(wheel: Wheel) -> None:
+    tree = wheel.tree("utils/gpu_compat.py")
+    assert_same_function(tree, stand_in, "apply_gpu_compat_env_defaults")
+    assert all(
+        default != typed(NO_DEFAULT)
+        for _, _, default in wheel_signature(function_def(tree, "apply_gpu_compat_env_defaults"))
+    )
+
+
+def test_a_full_queue_is_refused_with_the_wheels_error(wheel: Wheel) -> None:
+    error = class_def(wheel.tree("admission.py"), "QueueFullError")
+    assert [ast.unparse(base) for base in error.bases] == ["RuntimeError"]
+    assert issubclass(stand_in.QueueFullError, RuntimeError)
+    message = [s for s in error.body if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "MESSAGE"]
+    assert ast.literal_eval(message[0].value) == stand_in.QueueFullError.MESSAGE
+
+
+# -- the pipeline's settings ------------------------------------------------------------------------------------------
+
+
+def every_pipeline_setting() -> dict[str, object]:
+    """The engine's pipeline settings with every optional one set."""
+    return pipeline_settings(
+        SglangSettings(
+            model="m", load_format="dummy", disable_radix_cache=True, chunk_ramp=[1, 2, 4], steady_chunk_frames=8
+        )
+    )
+
+
+def test_the_vocoder_factory_takes_every_setting_the_stand_in_accepts_and_the_engine_gives(wheel: Wheel) -> None:
+    factory = function_def(wheel.tree("models/qwen3_tts/stages.py"), "create_vocoder_executor")
+    assert factory.args.kwarg is None  # its signature is the list of what it accepts (sglang-omni refuses the rest)
+    accepted = {arg.arg for arg in [*factory.args.args, *factory.args.kwonlyargs]}
+    assert stand_in.VOCODER_FACTORY_ARGS <= accepted, sorted(stand_in.VOCODER_FACTORY_ARGS - accepted)
+    given = {key.removeprefix("vocoder.factory.") for key in every_pipeline_setting() if key.startswith("vocoder.")}
+    assert given == {"initial_max_batch_size", "initial_batch_wait_ms", "stream_chunk_ramp", "stream_followup_stride"}
+    assert given <= accepted
+    assert given <= stand_in.VOCODER_FACTORY_ARGS
+
+
+def test_the_vocoder_factorys_first_window_batch_defaults_are_the_engine_settings_defaults(wheel: Wheel) -> None:
+    factory = function_def(wheel.tree("models/qwen3_tts/stages.py"), "create_vocoder_executor")
+    defaults = keyword_defaults(factory)
+    settings = SglangSettings()
+    assert (settings.first_window_batch, settings.first_window_wait_ms) == (32, 2.0)
+    assert defaults["initial_max_batch_size"] == settings.first_window_batch
+    assert defaults["initial_batch_wait_ms"] == settings.first_window_wait_ms
+
+
+def test_the_talkers_engine_args_declare_the_engines_settings_and_pass_on_the_rest(wheel: Wheel) -> None:
+    engine_args = class_def(wheel.tree("config/schema.py"), "EngineArgs")
+    declared = {
+        s.target.id for s in engine_args.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+    }
+    assert {"mem_fraction_static", "max_running_requests"} <= declared
+    config = [s for s in engine_args.body if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "model_config"]
+    assert isinstance(call := config[0].value, ast.Call)
+    # any other `tts_engine.engine.*` key (load_format, disable_radix_cache) goes on to SGLang's ServerArgs, as the
+    # stand-in lets every `tts_engine.engine.` key through
+    assert {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords}.get("extra") == "allow"
+    assert all(key.startswith(stand_in.ENGINE_KEYS_FREE) for key in every_pipeline_setting() if key.startswith("tts_"))
+
+
+def test_the_stream_window_defaults_are_the_wheels(wheel: Wheel) -> None:
+    vocoder = wheel.tree("models/qwen3_tts/streaming_vocoder.py")
+    assert module_value(vocoder, "DEFAULT_QWEN3_TTS_STREAM_CHUNK_RAMP") == stand_in.DEFAULT_RAMP
+    assert module_value(vocoder, "DEFAULT_QWEN3_TTS_STREAM_FOLLOWUP_STRIDE") == stand_in.DEFAULT_STEADY
+    assert module_value(vocoder, "DEFAULT_QWEN3_TTS_STREAM_STRIDE") == DEFAULT_STREAM_STRIDE == stand_in.STREAM_STRIDE
+    # and the factory defaults to them: its stride and steady windows are these constants, its ramp the default one
+    factory = function_def(wheel.tree("models/qwen3_tts/stages.py"), "create_vocoder_executor")
+    defaults = keyword_defaults(factory)
+    assert defaults["stream_stride"] == Spelled("DEFAULT_QWEN3_TTS_STREAM_STRIDE")
+    assert defaults["stream_followup_stride"] == Spelled("DEFAULT_QWEN3_TTS_STREAM_FOLLOWUP_STRIDE")
+    assert defaults["stream_chunk_ramp"] is None and defaults["initial_chunk_frames"] is None
+
+
+# -- the requests -----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def every_request_field(custom_voice_dir: Path) -> list[dict[str, Any]]:
+    """The `metadata` and `extra_params` the engine writes, for jobs that set every optional field between them."""
+    model = Qwen3TTSModel.from_dir(custom_voice_dir)
+    clip = ReferenceAudio(np.zeros(16_000, dtype=np.float32), 16_000)
+    sampling = {"temperature": 0.7, "top_p": 0.9, "top_k": 20, "repetition_penalty": 1.05}
+    jobs = [
+        SynthesisJob(
+            request_id="base", text="Hello.", voice="", task_type=TaskType.BASE, language="English", ref_audio=clip,
+            ref_text="Hi.", non_streaming_mode=False, seed=7, extra_params=sampling, max_new_tokens=100,
+            initial_codec_chunk_frames=2,
+        ),
+        SynthesisJob(request_id="custom", text="Hello.", voice="vivian", instructions="Slowly.", seed=7),
+        SynthesisJob(request_id="design", text="Hello.", voice="", task_type=TaskType.VOICE_DESIGN, instructions="A."),
+    ]  # fmt: skip
+    return [dataclasses.asdict(request_fields(job, model)) for job in jobs]
+
+
+def test_the_request_builder_reads_every_tts_param_the_engine_writes(
+    wheel: Wheel, every_request_field: list[dict[str, Any]]
+) -> None:
+    builder = wheel.tree("models/qwen3_tts/request_builders.py")
+    read = string_literals(builder)
+    assert all(set(fields["metadata"]) == {"task", "tts_params"} for fields in every_request_field)
+    assert "tts_params" in read
+    written = {key for fields in every_request_field for key in fields["metadata"]["tts_params"]}
+    assert written >= {
+        "task_type", "language", "stream_codec_output", "instructions", "voice", "x_vector_only_mode",
+        "non_streaming_mode", "seed", "explicit_generation_params",
+    }  # fmt: skip
+    assert written <= read, sorted(written - read)
+
+
+def test_the_first_window_size_rides_in_extra_params_under_the_wheels_name(
+    wheel: Wheel, every_request_field: list[dict[str, Any]]
+) -> None:
+    name = module_value(wheel.tree("scheduling/streaming_vocoder.py"), "INITIAL_CODEC_CHUNK_FRAMES_PARAM")
+    assert {key for fields in every_request_field for key in fields["extra_params"]} == {name}
+    assert "INITIAL_CODEC_CHUNK_FRAMES_PARAM" in defined_names(wheel.tree("models/qwen3_tts/request_builders.py"))
+
+
+def test_the_request_builder_drops_a_default_sampling_value_unless_the_engine_names_it(
+    wheel: Wheel, every_request_field: list[dict[str, Any]]
+) -> None:
+    builder = wheel.tree("models/qwen3_tts/request_builders.py")
+    assert set(SAMPLING_FIELDS) <= set(module_value(builder, "_GENERATION_FIELDS"))  # the talker reads them
+    assert set(module_value(builder, "_IMPLICIT_SAMPLING_DEFAULTS")) >= set(SAMPLING_FIELDS)
+    named = [fields["metadata"]["tts_params"].get("explicit_generation_params") for fields in every_request_field]
+    assert sorted(SAMPLING_FIELDS) in named
