@@ -92,7 +92,7 @@ class SpeechBatchRequest(SpeechOptions):
 
 
 class InputTokenDetails(BaseModel):
-    text_tokens: int = Field(description="Tokens of the text to speak (and of a cloning reference's transcript).")
+    text_tokens: int = Field(description="Tokens of the text to speak and of the instructions.")
     audio_tokens: int = Field(description="Tokens of reference audio (voice cloning); 0 without.")
 
 

@@ -111,7 +111,12 @@ def _check_speaker_embedding(request: SpeechOptions, caps: EngineCapabilities, t
     if embedding is None:
         return
     if caps.speaker_embedding_dim is None:
-        message = "'speaker_embedding' is not supported: this model cannot clone voices."
+        message = (
+            "'speaker_embedding' is not supported: this engine clones from reference audio only ('ref_audio', with "
+            "'ref_text' or 'x_vector_only_mode')."
+            if caps.voice_cloning
+            else "'speaker_embedding' is not supported: this model cannot clone voices."
+        )
         raise Refused("speaker_embedding", message)
     if task_type != TaskType.BASE:
         raise Refused("speaker_embedding", "'speaker_embedding' is only valid for task_type Base.")

@@ -540,6 +540,14 @@ def test_speaker_embedding_is_refused_by_an_engine_that_cannot_take_one() -> Non
     assert (error.status, error.param) == (400, "speaker_embedding")
 
 
+def test_an_engine_that_clones_from_audio_only_says_so_when_refusing_an_embedding() -> None:
+    audio_only = dataclasses.replace(CLONING, speaker_embedding_dim=None)
+    error = build_error(without("voice") | {"speaker_embedding": [0.1, 0.2], "task_type": "Base"}, audio_only)
+    assert (error.status, error.param) == (400, "speaker_embedding")
+    message = error.body()["error"]["message"]
+    assert "ref_audio" in message and "cannot clone" not in message
+
+
 def test_speaker_embedding_clones_x_vector_only() -> None:
     job, _ = build(without("voice") | {"speaker_embedding": [0.1, 0.2, 0.3, 0.4], "task_type": "Base"}, CLONING)
     assert job.task_type == TaskType.BASE and job.x_vector_only_mode
