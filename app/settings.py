@@ -227,7 +227,15 @@ class SglangSettings(BaseModel):
         description="Any other setting of sglang-omni's pipeline, by its dotted name, as JSON, e.g. "
         '{"vocoder.factory.followup_max_batch_size": 16}. They win over the fields above.',
     )
-    start_timeout_s: int = Field(1800, ge=30, description="Seconds allowed for the pipeline's start.")
+    start_timeout_s: int = Field(
+        1200, ge=30, description="Seconds allowed for the pipeline's start (an H100 took 519 s cold)."
+    )
+    compile_cache_dir: str | None = Field(
+        None,
+        description="One directory for the compile caches a start fills (Inductor, Triton, and what sglang-omni and "
+        "FlashInfer keep under the user's cache directory); persist it and a restart skips the work (variables set "
+        "explicitly win).",
+    )
     warmup_batch_sizes: Annotated[list[int] | None, NoDecode] = Field(
         None,
         description="Batch sizes warmed up before /ready, so that the first burst is served as fast as later ones. "

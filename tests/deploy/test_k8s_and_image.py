@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 from app.engines.omni.cuda_mps import CudaMpsDaemon
-from app.settings import OmniSettings
+from app.settings import OmniSettings, SglangSettings
 from tests.support.dockerfile import stages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,7 +94,7 @@ def validate(obj: dict[str, Any]) -> None:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("overlay", ["gpu", "gpu-two", "cpu"])
+@pytest.mark.parametrize("overlay", ["gpu", "gpu-two", "gpu-sglang", "cpu"])
 def test_overlay_renders_and_every_object_validates(overlay: str) -> None:
     objects = render(overlay)
     kinds = {o["kind"] for o in objects}
@@ -183,7 +184,7 @@ def test_gpu_overlay_essentials(overlay: str, gpus: int, profile: str) -> None:
     )
 
 
-@pytest.mark.parametrize("overlay", ["gpu", "gpu-two", "cpu"])
+@pytest.mark.parametrize("overlay", ["gpu", "gpu-two", "gpu-sglang", "cpu"])
 def test_probes_drain_and_security(overlay: str) -> None:
     objects = render(overlay)
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
@@ -214,7 +215,7 @@ def test_probes_drain_and_security(overlay: str) -> None:
     assert pod["automountServiceAccountToken"] is False
 
 
-@pytest.mark.parametrize("overlay", ["gpu", "gpu-two", "cpu"])
+@pytest.mark.parametrize("overlay", ["gpu", "gpu-two", "gpu-sglang", "cpu"])
 def test_the_voice_store_is_shared_and_writable(overlay: str) -> None:
     objects = render(overlay)
     store = env_of(objects)["SPEECH_VOICE_STORE"]
@@ -222,6 +223,25 @@ def test_the_voice_store_is_shared_and_writable(overlay: str) -> None:
     volumes = {v["name"]: v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]}
     claim = volumes[mounts[store]]["persistentVolumeClaim"]["claimName"]
     assert one(objects, "PersistentVolumeClaim", claim)["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_the_sglang_overlay_runs_the_sglang_engine_on_its_own_image_and_caches() -> None:
+    objects = render("gpu-sglang")
+    main = container(objects)
+    env = env_of(objects)
+    assert main["image"] == "speech-service:gpu-sglang" and env["SPEECH_ENGINE"] == "sglang"
+    assert not [name for name in env if name.startswith("SPEECH_OMNI__")]  # the omni overlay's settings are gone
+    mounts = {m["name"]: m["mountPath"] for m in main["volumeMounts"]}
+    assert env["SPEECH_SGLANG__MODEL"].startswith(mounts["models"] + "/")
+    assert env["SPEECH_SGLANG__COMPILE_CACHE_DIR"] == mounts["vllm-cache"]  # a claim that outlives the pod
+    startup = main["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600  # a cold start measured 519 s on an H100
+    settings = SglangSettings(model="m")
+    assert one(objects, "Deployment")["spec"]["progressDeadlineSeconds"] >= settings.start_timeout_s
+    in_flight = next(
+        t for t in one(objects, "ScaledObject")["spec"]["triggers"] if "speech_in_flight" in t["metadata"]["query"]
+    )
+    assert float(in_flight["metadata"]["threshold"]) == 0.75 * settings.max_running_requests
 
 
 @pytest.mark.parametrize("overlay", ["gpu", "gpu-two"])
@@ -268,8 +288,9 @@ def test_monitoring_objects_come_from_deploy() -> None:
 
 def test_dockerfile_stages() -> None:
     found = stages()
-    assert set(found) == {"cpu", "gpu"}
-    assert "nvidia/cuda" in found["gpu"].base_image and "runtime" in found["gpu"].base_image
+    assert set(found) == {"cpu", "gpu", "gpu-sglang"}
+    for gpu in ("gpu", "gpu-sglang"):
+        assert "nvidia/cuda" in found[gpu].base_image and "runtime" in found[gpu].base_image
     for name, stage in found.items():
         joined = "\n".join(stage.lines)
         assert re.fullmatch(r"10001(:10001)?", stage.user()), name  # not root
@@ -285,6 +306,10 @@ def test_dockerfile_stages() -> None:
     assert "--extra omni" in found["gpu"].make_install()["EXTRAS"]
     assert "--extra align" in found["gpu"].make_install()["EXTRAS"]  # word timestamps on the omni engine
     assert "--extra embedded" in found["cpu"].make_install()["EXTRAS"]
+    sglang = found["gpu-sglang"].make_install()
+    assert "--extra sglang" in sglang["EXTRAS"] and "--extra omni" not in sglang["EXTRAS"]
+    assert "--no-dev" in sglang["SYNC_FLAGS"]  # sglang-omni and the test tools are in conflict (uv.lock's forks)
+    assert found["gpu-sglang"].env()["SPEECH_ENGINE"] == "sglang"
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^install:", makefile, re.M) and "$(EXTRAS)" in makefile
 
@@ -298,7 +323,7 @@ def test_dockerfile_builds_without_a_registry_of_frontends_and_names_its_bases_f
         assert re.match(r"[a-z0-9.-]+\.[a-z]+(:\d+)?/", stage.base_image), (name, stage.base_image)
 
 
-@pytest.mark.parametrize("stage", ["cpu", "gpu"])
+@pytest.mark.parametrize("stage", ["cpu", "gpu", "gpu-sglang"])
 def test_image_voice_store_is_a_volume_the_service_user_owns(stage: str) -> None:
     found = stages()[stage]
     store = found.env()["SPEECH_VOICE_STORE"]
@@ -321,6 +346,27 @@ def test_dockerfile_pins_the_vllm_pair_the_hooks_are_written_against() -> None:
     assert re.search(r'name = "vllm"\nversion = "0\.30\.0"', lock)
     assert re.search(r'name = "vllm-omni"\nversion = "0\.30\.0"', lock)
     assert re.search(r'name = "torch"\nversion = "2\.13\.0"', lock)  # what vllm 0.30 is built for
+    assert re.search(r'"sglang-omni==0\.1\.8 ;', pyproject) and re.search(
+        r'name = "sglang-omni"\nversion = "0\.1\.8"', lock
+    )
+
+
+@pytest.mark.parametrize("stage", ["gpu", "gpu-sglang"])
+def test_each_gpu_images_install_set_is_one_fork_of_the_lock(stage: str) -> None:
+    """The image's `make install` extras resolve from uv.lock as they stand (omni and sglang are declared in conflict:
+    each image takes one fork), and the set holds its engine's pinned package."""
+    install = stages()[stage].make_install()
+    uv = shutil.which("uv") or str(ROOT / ".tools/uv/bin/uv")
+    exported = subprocess.run(
+        [uv, "export", "--frozen", "--no-hashes", *install["EXTRAS"].split(), *(
+            flag for flag in install["SYNC_FLAGS"].split() if flag == "--no-dev"
+        )],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    wanted = {"gpu": "vllm-omni==0.30.0", "gpu-sglang": "sglang-omni==0.1.8"}[stage]
+    unwanted = {"gpu": "sglang-omni==", "gpu-sglang": "vllm-omni=="}[stage]
+    assert re.search(rf"^{re.escape(wanted)}\b", exported.stdout, re.M) and unwanted not in exported.stdout
 
 
 def test_the_deploy_page_runs_the_image_read_only_with_its_volume() -> None:

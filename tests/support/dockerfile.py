@@ -69,7 +69,7 @@ def stages(path: Path = DOCKERFILE) -> dict[str, Stage]:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        match = re.match(r"FROM\s+(\S+)\s+AS\s+(\w+)", line, re.I)
+        match = re.match(r"FROM\s+(\S+)\s+AS\s+([\w.-]+)", line, re.I)
         if match:
             current = Stage(match.group(2), [line])
             result[current.name] = current

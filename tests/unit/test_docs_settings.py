@@ -43,7 +43,12 @@ def rows(markdown: str) -> dict[str, list[str]]:
 
 def test_every_setting_is_on_the_page_under_the_variable_the_service_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     table = rows(gen.render(Settings))
-    groups = {name: info.annotation for name, info in Settings.model_fields.items() if name in ("embedded", "omni")}
+    groups = {  # each engine's settings: a model of its own
+        name: info.annotation
+        for name, info in Settings.model_fields.items()
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+    }
+    assert set(groups) == {"embedded", "omni", "sglang"}
     service = {f"SPEECH_{name.upper()}" for name in Settings.model_fields if name not in groups}
     engines = {
         f"SPEECH_{group.upper()}__{name.upper()}" for group, model in groups.items() for name in model.model_fields
@@ -53,7 +58,7 @@ def test_every_setting_is_on_the_page_under_the_variable_the_service_reads(monke
     assert Settings().queue_timeout_s == 7.5
     kind, default, what = table["SPEECH_PORT"]
     assert (kind, default, what) == ("integer, 1 – 65535", "`8000`", Settings.model_fields["port"].description)
-    assert table["SPEECH_ENGINE"][0] == "`auto` \\| `embedded` \\| `omni`"  # a pipe inside a cell is escaped
+    assert table["SPEECH_ENGINE"][0] == "`auto` \\| `embedded` \\| `omni` \\| `sglang`"  # a pipe in a cell is escaped
     assert table["SPEECH_MAX_BODY_BYTES"][1] == "`26214400` (25 MiB)"
     assert table["SPEECH_API_KEYS_FILE"][1] == "unset"
 

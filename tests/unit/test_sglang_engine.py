@@ -151,7 +151,7 @@ async def test_start_warms_every_batch_size_then_streams_sglang_omnis_windows(cu
     assert engine.warmup_batch_sizes() == [1, 2, 4]
     await engine.start()
     runner = MultiProcessPipelineRunner.built[-1]
-    assert runner.start_timeout == 1800.0 and runner.config.settings["tts_engine.engine.max_running_requests"] == 4
+    assert runner.start_timeout == 1200.0 and runner.config.settings["tts_engine.engine.max_running_requests"] == 4
     coordinator = runner.coordinator
     assert [len(ids) for ids in _batches(coordinator)] == [1, 2, 4]  # warm-up, before ready
     assert engine.health().ready
@@ -260,6 +260,21 @@ async def test_fixed_length_puts_the_end_of_speech_mask_on_the_pipelines_path(
     assert (Path(FIXED_LENGTH_PATH) / "sitecustomize.py").is_file()
     chunks = await collect(engine, job(request_id="long", max_new_tokens=60, ignore_eos=True))
     assert sum(len(c.samples) for c in chunks) == 60 * SAMPLES_PER_FRAME  # past the talker's end of speech
+    await engine.close()
+
+
+async def test_the_compile_caches_go_under_one_directory_unless_set_explicitly(
+    custom_voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/operator/triton")
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(name, "")  # recorded, so that the test restores their absence
+        monkeypatch.delenv(name)
+    engine = engine_for(custom_voice_dir, compile_cache_dir=str(tmp_path))
+    await engine.start()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
+    assert os.environ["XDG_CACHE_HOME"] == str(tmp_path)
+    assert os.environ["TRITON_CACHE_DIR"] == "/operator/triton"
     await engine.close()
 
 

@@ -71,6 +71,16 @@ class SglangRuntime:
     tokenizer: Callable[[str], Any]  # the model's text tokenizer, for usage: model dir -> tokenizer
 
 
+def compile_cache_environment(cache_dir: str) -> dict[str, str]:
+    """Everything a start compiles, under one directory: Inductor's graphs, Triton's kernels, and the user cache
+    directory where sglang-omni and FlashInfer keep theirs (~/.cache otherwise, lost with the container)."""
+    return {
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
+        "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
+        "XDG_CACHE_HOME": cache_dir,
+    }
+
+
 def load_runtime() -> SglangRuntime:
     """sglang-omni's objects (imports torch, sglang and transformers: call it off the event loop)."""
     from sglang_omni.client import Client, GenerateRequest, SamplingParams
@@ -124,6 +134,11 @@ class SglangEngine:
     async def start(self) -> None:
         for key, value in ENGINE_ENVIRONMENT.items():
             os.environ.setdefault(key, value)
+        if self._settings.compile_cache_dir:
+            caches = compile_cache_environment(self._settings.compile_cache_dir)
+            for key, value in caches.items():
+                os.environ.setdefault(key, value)  # a variable the operator set explicitly wins
+            log.info("sglang compile caches", extra={key: os.environ[key] for key in caches})
         if self._settings.fixed_length:
             os.environ.update(FIXED_LENGTH_ENVIRONMENT)
             path = os.environ.get("PYTHONPATH", "")
