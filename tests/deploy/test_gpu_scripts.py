@@ -148,6 +148,8 @@ def harness_python(tmp_path: Path) -> Path:
         '  "-m app.cli") printf "%s" "${SPEECH_OMNI__STAGE_OVERRIDES-${SPEECH_STAGE_OVERRIDES:-}}"'
         f" > {tmp_path}/stage_overrides\n"
         f'    printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
+        f'    printf "%s\\n" "$PYTHONPATH" "${{SPEECH_SGLANG__MODEL-}}" "${{SPEECH_SGLANG__LOAD_FORMAT-}}"'
+        f' "${{SPEECH_SGLANG__FIXED_LENGTH-}}" "${{SPEECH_SGLANG__MEM_FRACTION_STATIC-}}" > {tmp_path}/service_env\n'
         '    record app.cli "$SPEECH_OMNI__DEPLOY_CONFIG" "$@"; exec sleep 60 ;;\n'
         f'  "deploy/gpu/codec_weights.py "*) printf "%s\\n" "$@" > {tmp_path}/codec_argv; exit 0 ;;\n'
         f'  "-m vllm_omni.entrypoints.cli.main") printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
@@ -530,6 +532,28 @@ def test_side_by_side_starts_sglang_omni_on_its_own_packages_and_runs_every_requ
         assert pythonpath.split(":")[:2] == [str(ROOT / "app/engines/sglang/stage_plugins/fixed_length"), str(site)]
         assert (force, strict, gpus) == ("1", "1", "2")
         assert (tmp_path / "work/model/config.json").exists()
+
+
+def test_side_by_side_starts_the_service_on_its_sglang_engine_beside_sglang_omnis_own_server(tmp_path: Path) -> None:
+    """`service-sglang`: the service's sglang engine on the same model directory, random talker weights, fixed length
+    and memory share as `sglang`, sglang-omni's packages first, on its port and its GPUs."""
+    site = tmp_path / "sgl-site"
+    (site / "sglang_omni").mkdir(parents=True)
+    port = free_port()
+    settings = {
+        "TARGETS": "service-sglang",
+        "SERVICE_SGLANG_PORT": str(port),
+        "SGLANG_SITE": str(site),
+        "SGLANG_MEMORY": "0.3",
+        "SERVICE_SGLANG_ENV": "CUDA_VISIBLE_DEVICES=3",
+    }
+    with harness_started(tmp_path, settings, record="argv-app.cli") as argv:
+        assert argv[1:3] == ["-m", "app.cli"] and argv[argv.index("--engine") + 1] == "sglang"
+        assert argv[argv.index("--port") + 1] == str(port)
+        pythonpath, model, load_format, fixed, memory = (tmp_path / "service_env").read_text().split("\n")[:5]
+        assert pythonpath.split(":")[:2] == [str(ROOT), str(site)]  # the checkout, then sglang-omni's packages
+        assert (model, load_format, fixed, memory) == (str(tmp_path / "work/model"), "dummy", "true", "0.3")
+        assert (tmp_path / "gpus").read_text() == "3"
 
 
 def test_side_by_side_refuses_sglang_without_its_packages(tmp_path: Path) -> None:
