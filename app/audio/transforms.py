@@ -53,11 +53,18 @@ class StreamResampler:
 class StreamTimeStretch:
     """Plays a stream `tempo` times faster without changing its pitch, chunk by chunk (FFmpeg's atempo, WSOLA): one
     filter carries across chunks, so joins stay seamless; `flush` returns what it still holds. tempo in [0.25, 100]:
-    below atempo's 0.5, two filters halve it in turn."""
+    below atempo's 0.5, two filters halve it in turn.
+
+    A filter graph gives back a pushed frame's audio only once the next frame arrives: a chunk pushed whole would come
+    out with the next chunk, a whole window late. Each chunk is pushed in slices of 20 ms instead, so what a chunk
+    returns lags its input by one slice and the filter's own window (tens of milliseconds), not by a chunk."""
+
+    SLICE_S = 0.02
 
     def __init__(self, sample_rate: int, tempo: float) -> None:
         self.sample_rate = sample_rate
         self.tempo = tempo
+        self._slice = max(1, int(sample_rate * self.SLICE_S))
         self._pts = 0
         self._graph: av.filter.Graph | None = None
         if tempo == 1.0:
@@ -89,9 +96,13 @@ class StreamTimeStretch:
     def process(self, samples: np.ndarray) -> np.ndarray:
         if self._graph is None or len(samples) == 0:
             return np.asarray(samples, dtype=np.float32)
-        self._graph.push(_frame(samples, self.sample_rate, self._pts))
-        self._pts += len(samples)
-        return self._pull()
+        out: list[np.ndarray] = []
+        for start in range(0, len(samples), self._slice):
+            piece = samples[start : start + self._slice]
+            self._graph.push(_frame(piece, self.sample_rate, self._pts))
+            self._pts += len(piece)
+            out.append(self._pull())
+        return np.concatenate(out)
 
     def flush(self) -> np.ndarray:
         if self._graph is None:

@@ -68,7 +68,8 @@ def test_a_preset_voice_is_text_and_tts_params_with_the_codec_stream_on(custom_v
             "seed": 7,
         },
     }
-    assert fields.sampling == {} and fields.extra_params == {}
+    # always a length: sglang-omni's own default (2048 frames, 164 s) would cut a long input short
+    assert fields.sampling == {"max_new_tokens": 4096} and fields.extra_params == {}
 
 
 def test_a_clone_carries_its_reference_as_a_wav_beside_its_transcript(base_dir: Path) -> None:
@@ -107,6 +108,8 @@ def test_sampling_fields_set_are_named_explicit_so_a_default_value_is_not_droppe
         ({"ignore_eos": True, "max_new_tokens": 100}, "ignore_eos"),
         ({"extra_params": {"temperature": 0.5, "min_p": 0.1}}, "extra_params"),
         ({"extra_params": {"repetition_penalty": 0}}, "extra_params"),
+        ({"extra_params": {"repetition_penalty": 2.5}}, "extra_params"),  # sglang's SamplingParams.verify: (0, 2]
+        ({"extra_params": {"top_k": 0}}, "extra_params"),  # and top_k -1 or at least 1
     ],
 )
 def test_what_sglang_omni_cannot_do_is_refused_naming_the_field(changes: dict, param: str) -> None:
@@ -263,17 +266,41 @@ async def test_fixed_length_puts_the_end_of_speech_mask_on_the_pipelines_path(
     await engine.close()
 
 
+async def test_a_stretched_stream_starts_with_audio_and_reports_every_frame(custom_voice_dir: Path) -> None:
+    """speed: 2.0 on sglang-omni's windows of 1, 2, 4, then 8 frames: the first chunk yielded holds audio (a filter
+    that held each window until the next had made it empty, its window heard only with the next), and the frames
+    reported add up to those generated."""
+    engine = engine_for(custom_voice_dir)
+    await engine.start()
+    chunks = await collect(engine, job(text=" ".join(["word"] * 12), max_new_tokens=40, speed=2.0))
+    assert len(chunks[0].samples) > 0 and chunks[0].input_tokens == 12
+    assert len(chunks[0].samples) >= 0.5 * SAMPLES_PER_FRAME / 2  # most of its 80 ms window, played twice as fast
+    assert sum(c.output_tokens for c in chunks) == 40
+    await engine.close()
+
+
+def test_room_in_sglang_omnis_queue_for_every_request_the_service_admits(custom_voice_dir: Path) -> None:
+    """sglang-omni refuses past running + queued requests (64 + 64): an admission limit above that gets the queue it
+    needs; below it, or with the queue set by hand, the pipeline is left as it is."""
+    key = "tts_engine.engine.max_queued_requests"
+    assert key not in engine_for(custom_voice_dir).pipeline
+    wide = sglang_engine(Settings(engine="sglang", max_concurrency=200, sglang={"model": str(custom_voice_dir)}))
+    assert wide.pipeline[key] == 200 - 64
+    given = {"model": str(custom_voice_dir), "pipeline_overrides": {key: 10}}
+    assert sglang_engine(Settings(engine="sglang", max_concurrency=200, sglang=given)).pipeline[key] == 10
+
+
 async def test_the_compile_caches_go_under_one_directory_unless_set_explicitly(
     custom_voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TRITON_CACHE_DIR", "/operator/triton")
-    for name in ("TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"):
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "FLASHINFER_WORKSPACE_BASE"):
         monkeypatch.setenv(name, "")  # recorded, so that the test restores their absence
         monkeypatch.delenv(name)
     engine = engine_for(custom_voice_dir, compile_cache_dir=str(tmp_path))
     await engine.start()
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
-    assert os.environ["XDG_CACHE_HOME"] == str(tmp_path)
+    assert os.environ["XDG_CACHE_HOME"] == os.environ["FLASHINFER_WORKSPACE_BASE"] == str(tmp_path)
     assert os.environ["TRITON_CACHE_DIR"] == "/operator/triton"
     await engine.close()
 

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from app.audio.transforms import StreamResampler, time_stretch
+from app.audio.transforms import StreamResampler, StreamTimeStretch, time_stretch
 from app.engines.embedded.engine import MAX_PHONEMES, MODEL_SPEED_RANGE, chunk_phonemes, split_speed
 
 
@@ -192,3 +192,21 @@ def test_chunk_phonemes_invariants(seed: int) -> None:
         assert "".join(pieces).replace(" ", "") == text.replace(" ", "")
         if all(len(w) <= limit for w in words):  # no hard cut needed: pieces are whole words
             assert " ".join(pieces).split(" ") == words
+
+
+@pytest.mark.parametrize("tempo", [0.3, 0.5, 2.0])
+def test_a_streamed_stretch_gives_each_chunk_back_at_once_not_with_the_next(tempo: float) -> None:
+    """A filter graph holds a pushed frame until the next: pushed whole, every window of a stream came back one window
+    late, the first as nothing at all. Each chunk's audio is back by the end of its own push, but for one 20 ms slice
+    and the filter's window."""
+    rate = 24_000
+    signal = (0.3 * np.sin(2 * np.pi * 200 * np.arange(rate * 4) / rate)).astype(np.float32)
+    stretch = StreamTimeStretch(rate, tempo)
+    position, given = 0, 0.0
+    for frames in (1, 2, 4, 8, 8, 8):
+        chunk = signal[position : position + frames * 1920]
+        position += len(chunk)
+        given += len(stretch.process(chunk))
+        expected = position / tempo
+        assert expected - given <= 0.06 * rate / tempo, (frames, expected, given)  # 60 ms of input at most behind
+    assert given + len(stretch.flush()) == pytest.approx(position / tempo, rel=0.01)

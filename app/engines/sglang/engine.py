@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+SGLANG_DEFAULT_QUEUE = 64  # sglang-omni 0.1.8's max_queued_requests for Qwen3-TTS (generation_admission_defaults)
 # the pipeline's process is spawned and must find everything locally
 ENGINE_ENVIRONMENT = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
 # benchmarks on random weights (`fixed_length`): the talker's process starts with this directory on its path, whose
@@ -72,11 +73,12 @@ class SglangRuntime:
 
 
 def compile_cache_environment(cache_dir: str) -> dict[str, str]:
-    """Everything a start compiles, under one directory: Inductor's graphs, Triton's kernels, and the user cache
-    directory where sglang-omni and FlashInfer keep theirs (~/.cache otherwise, lost with the container)."""
+    """Everything a start compiles, under one directory: Inductor's graphs, Triton's kernels, FlashInfer's JIT
+    workspace and the user cache directory (~/.cache otherwise, lost with the container)."""
     return {
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
         "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
+        "FLASHINFER_WORKSPACE_BASE": cache_dir,  # FlashInfer's JIT cache (else ~/.cache/flashinfer)
         "XDG_CACHE_HOME": cache_dir,
     }
 
@@ -120,6 +122,12 @@ class SglangEngine:
         self.model_id = settings.served_model_name or os.path.basename(os.path.normpath(settings.model))
         self._runtime_factory = runtime_factory or load_runtime
         self._pipeline = pipeline_settings(settings)
+        # sglang-omni refuses requests past its talker's running + queued requests (64 + 64 by default) with "The
+        # request queue is full.": room for every request the service admits at once, warm-up included
+        admitted = max_concurrency or settings.max_running_requests
+        queued_key = "tts_engine.engine.max_queued_requests"
+        if queued_key not in self._pipeline and admitted > settings.max_running_requests + SGLANG_DEFAULT_QUEUE:
+            self._pipeline[queued_key] = admitted - settings.max_running_requests
         self._runtime: SglangRuntime | None = None
         self._runner: Any = None
         self._client: Any = None
@@ -129,6 +137,11 @@ class SglangEngine:
         self._ready = False
         self._detail = "not started"
         self._failed = False  # died or never started: a restart is the only way back
+
+    @property
+    def pipeline(self) -> dict[str, object]:
+        """The sglang-omni pipeline settings the engine starts with, by their dotted names."""
+        return dict(self._pipeline)
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -298,8 +311,16 @@ class SglangEngine:
         self._active.add(job.request_id)
         if job.timing is not None:
             job.timing.mark("submitted")
+
+        def counted(samples: np.ndarray, rate: int, frames: int, first: bool) -> AudioChunk:
+            """A chunk with the frames generated since the last; the first carries the request's input too."""
+            if first:
+                return AudioChunk(samples, rate, tokens_in, frames, input_audio_tokens=audio_tokens_in)
+            return AudioChunk(samples, rate, output_tokens=frames)
+
         stream = client.generate(request, request_id=job.request_id)
         first = True
+        frames = 0  # generated, not yet reported (a stretch may hold a window's audio back a little)
         try:
             async for chunk in stream:
                 audio = getattr(chunk, "audio_data", None)
@@ -309,16 +330,17 @@ class SglangEngine:
                 if len(samples) == 0:
                     continue
                 rate = int(chunk.sample_rate or self._model.sample_rate)
-                frames = round(len(samples) / SAMPLES_PER_FRAME)
-                if stretch is not None:
-                    samples = stretch.process(samples)
-                if first:  # the request's input, with its first audio
-                    first = False
-                    yield AudioChunk(samples, rate, tokens_in, frames, input_audio_tokens=audio_tokens_in)
-                else:
-                    yield AudioChunk(samples, rate, output_tokens=frames)
-            if stretch is not None and len(tail := stretch.flush()):
-                yield AudioChunk(tail, self._model.sample_rate)
+                frames += round(len(samples) / SAMPLES_PER_FRAME)
+                if stretch is not None:  # FFmpeg's filter, off the loop every stream shares
+                    samples = await asyncio.to_thread(stretch.process, samples)
+                    if len(samples) == 0:
+                        continue
+                yield counted(samples, rate, frames, first)
+                first, frames = False, 0
+            if stretch is not None:  # what the filter still holds, with the frames not yet reported
+                tail = await asyncio.to_thread(stretch.flush)
+                if len(tail) or (frames and not first):
+                    yield counted(tail, self._model.sample_rate, frames, first)
         except RuntimeError as exc:
             if dead := self._pipeline_dead():
                 self._died(f"the sglang-omni pipeline died: {dead}")

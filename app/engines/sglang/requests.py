@@ -70,9 +70,14 @@ def check_sglang_job(job: SynthesisJob, *, fixed_length: bool) -> None:
             f"This engine (sglang-omni) takes only {', '.join(SAMPLING_FIELDS)} in 'extra_params', not "
             f"{', '.join(repr(name) for name in unknown)}.",
         )
-    value = (job.extra_params or {}).get("repetition_penalty")
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-        raise UnsupportedParameter("extra_params", "'extra_params.repetition_penalty' must be a number > 0.")
+    # sglang's own SamplingParams.verify, which sglang-omni's talker runs on every request (a failure there would be a
+    # failed request, not a refusal naming the field): top_k -1 or at least 1, repetition_penalty in (0, 2]
+    given = job.extra_params or {}
+    if given.get("top_k") == 0:
+        raise UnsupportedParameter("extra_params", "'extra_params.top_k' must be -1 (off) or at least 1 here.")
+    value = given.get("repetition_penalty")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 2):
+        raise UnsupportedParameter("extra_params", "'extra_params.repetition_penalty' must be a number in (0, 2].")
 
 
 def reference_wav_base64(reference: ReferenceAudio) -> str:
@@ -114,8 +119,8 @@ def request_fields(job: SynthesisJob, model: Qwen3TTSModel) -> RequestFields:
     sampling = {name: given[name] for name in SAMPLING_FIELDS if given.get(name) is not None}
     if sampling:
         tts["explicit_generation_params"] = sorted(sampling)
-    if job.max_new_tokens is not None:
-        sampling["max_new_tokens"] = job.max_new_tokens
+    # always a length: sglang-omni's own default is 2048 frames (164 s), where a 4096-character input may need more
+    sampling["max_new_tokens"] = job.max_new_tokens or MAX_NEW_TOKENS
     extra = {}
     if job.initial_codec_chunk_frames is not None:
         extra["initial_codec_chunk_frames"] = job.initial_codec_chunk_frames
