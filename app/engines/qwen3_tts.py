@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 
 from app.audio.reference import REFERENCE_SECONDS
-from app.engine_protocol import ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
+from app.engine_protocol import (
+    EngineCapabilities,
+    ReferenceAudio,
+    SynthesisJob,
+    TaskType,
+    UnsupportedParameter,
+    VoiceInfo,
+)
 
 SAMPLE_RATE = 24_000
 CODEC_FRAME_RATE = 12.5  # Qwen3-TTS-12Hz: one codec frame per 80 ms
@@ -69,6 +76,28 @@ class Qwen3TTSModel:
             sample_rate=sample_rate,
             hidden_size=int(talker.get("hidden_size") or 0),
         )
+
+
+def voice_infos(model: Qwen3TTSModel) -> list[VoiceInfo]:
+    """The checkpoint's preset speakers as voices, each speaking every language but Auto."""
+    languages = tuple(lang for lang in model.languages if lang != "Auto")
+    return [VoiceInfo(id=s, name=s.replace("_", " ").title(), languages=languages) for s in model.speakers]
+
+
+def capabilities(model: Qwen3TTSModel, max_input_chars: int, **engine: Any) -> EngineCapabilities:
+    """What a checkpoint can do on either engine (its tasks, cloning for Base, its languages and rate, instructions,
+    seeds and lengths), with what the `engine` decides itself (its concurrency, speeds, windows, ...)."""
+    return EngineCapabilities(
+        task_types=model.task_types,
+        voice_cloning=TaskType.BASE in model.task_types,
+        instructions=True,
+        languages=model.languages,
+        max_input_chars=max_input_chars,
+        seed=True,
+        max_new_tokens=True,
+        sample_rate=model.sample_rate,
+        **engine,
+    )
 
 
 def check_job(job: SynthesisJob, model: Qwen3TTSModel, max_new_tokens: int = MAX_NEW_TOKENS) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from app.engine_protocol import EngineUnavailable, ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
+from app.engine_protocol import EngineUnavailable, SynthesisJob, TaskType, UnsupportedParameter
 from app.engines import omni_engine
 from app.engines.omni.codec_windows import CodecWindows
 from app.engines.omni.engine import DECODER_GRAPH_STATS_ENVIRONMENT, OmniEngine
@@ -33,17 +33,7 @@ from tests.fakes.vllm_omni_0_30 import (
     estimate_prompt_len,
     tokens_input,
 )
-
-
-def job(**changes: object) -> SynthesisJob:
-    fields: dict[str, object] = {"request_id": "r1", "text": "Hello there.", "voice": "vivian"}
-    fields.update(changes)
-    return SynthesisJob(**fields)  # type: ignore[arg-type]
-
-
-def reference(seconds: float = 3.0, rate: int = 16_000) -> ReferenceAudio:
-    return ReferenceAudio(np.full(int(seconds * rate), 0.1, np.float32), rate)
-
+from tests.support.jobs import job, reference
 
 # -- the model's description -----------------------------------------------------------------------------------------
 

@@ -11,13 +11,11 @@ import os
 import wave
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from app.engine_protocol import (
     EngineError,
     EngineUnavailable,
-    ReferenceAudio,
     SynthesisJob,
     TaskType,
     UnsupportedParameter,
@@ -29,16 +27,7 @@ from app.engines.sglang.requests import check_sglang_job, pipeline_settings, req
 from app.settings import Settings, SglangSettings
 from tests.fakes import sglang_omni_0_1_8 as fake
 from tests.fakes.sglang_omni_0_1_8 import SAMPLES_PER_FRAME, MultiProcessPipelineRunner
-
-
-def job(**changes: object) -> SynthesisJob:
-    fields: dict[str, object] = {"request_id": "r1", "text": "Hello there.", "voice": "vivian"}
-    fields.update(changes)
-    return SynthesisJob(**fields)  # type: ignore[arg-type]
-
-
-def reference(seconds: float = 3.0, rate: int = 16_000) -> ReferenceAudio:
-    return ReferenceAudio(np.full(int(seconds * rate), 0.1, np.float32), rate)
+from tests.support.jobs import job, reference
 
 
 def engine_for(model_dir: Path, **settings: object) -> SglangEngine:

@@ -41,7 +41,7 @@ from app.engines.omni.requests import (
     sampling_params_for,
 )
 from app.engines.omni.stage_plugins import talker_windows as service_talker_windows
-from app.engines.qwen3_tts import SAMPLES_PER_FRAME, Qwen3TTSModel, check_job, warmup_job
+from app.engines.qwen3_tts import SAMPLES_PER_FRAME, Qwen3TTSModel, capabilities, check_job, voice_infos, warmup_job
 from app.settings import MAX_INPUT_CHARS
 
 if TYPE_CHECKING:
@@ -279,22 +279,15 @@ class OmniEngine:
 
     # -- description ----------------------------------------------------------------------------------------------
     def voices(self) -> list[VoiceInfo]:
-        languages = tuple(lang for lang in self._model.languages if lang != "Auto")
-        return [VoiceInfo(id=s, name=s.replace("_", " ").title(), languages=languages) for s in self._model.speakers]
+        return voice_infos(self._model)
 
     def languages(self) -> list[str]:
         return list(self._model.languages)
 
     def capabilities(self) -> EngineCapabilities:
-        return EngineCapabilities(
-            task_types=self._model.task_types,
-            voice_cloning=TaskType.BASE in self._model.task_types,
-            instructions=True,
-            languages=self._model.languages,
-            max_input_chars=self._max_input_chars,
-            seed=True,
-            max_new_tokens=True,
-            sample_rate=self._model.sample_rate,
+        return capabilities(
+            self._model,
+            self._max_input_chars,
             max_concurrency=self._talker_batch,
             speed_range=(1.0, 1.0),  # Qwen3-TTS has no speed control (vllm-omni refuses other speeds when streaming)
             # a first chunk larger than the steady windows only delays the first audio; under a ramp or adaptive

@@ -31,10 +31,9 @@ from app.engine_protocol import (
     EngineHealth,
     EngineUnavailable,
     SynthesisJob,
-    TaskType,
     VoiceInfo,
 )
-from app.engines.qwen3_tts import SAMPLES_PER_FRAME, Qwen3TTSModel, check_job, warmup_job
+from app.engines.qwen3_tts import SAMPLES_PER_FRAME, Qwen3TTSModel, capabilities, check_job, voice_infos, warmup_job
 from app.engines.sglang.requests import (
     MAX_NEW_TOKENS,
     check_sglang_job,
@@ -259,22 +258,15 @@ class SglangEngine:
 
     # -- description ----------------------------------------------------------------------------------------------
     def voices(self) -> list[VoiceInfo]:
-        languages = tuple(lang for lang in self._model.languages if lang != "Auto")
-        return [VoiceInfo(id=s, name=s.replace("_", " ").title(), languages=languages) for s in self._model.speakers]
+        return voice_infos(self._model)
 
     def languages(self) -> list[str]:
         return list(self._model.languages)
 
     def capabilities(self) -> EngineCapabilities:
-        return EngineCapabilities(
-            task_types=self._model.task_types,
-            voice_cloning=TaskType.BASE in self._model.task_types,
-            instructions=True,
-            languages=self._model.languages,
-            max_input_chars=self._max_input_chars,
-            seed=True,
-            max_new_tokens=True,
-            sample_rate=self._model.sample_rate,
+        return capabilities(
+            self._model,
+            self._max_input_chars,
             max_concurrency=self._settings.max_running_requests,
             speed_range=(0.25, 4.0),  # the service's pitch-preserving time stretch; the model has no speed
             initial_chunk_frames=(1, stream_stride(self._pipeline)),
