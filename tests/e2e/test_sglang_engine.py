@@ -142,6 +142,23 @@ def test_speed_two_halves_the_duration_at_the_same_rate(custom: RunningServer) -
     assert abs(fast.duration_s / normal.duration_s - 0.5) <= 0.01, fast.duration_s / normal.duration_s
 
 
+@pytest.mark.parametrize("speed", [1.0, 2.0])
+def test_word_timestamps_time_every_word_within_the_audio_heard(custom: RunningServer, speed: float) -> None:
+    """Qwen3-TTS times no words itself: the forced aligner times them on the audio as sent, stretched included. The
+    stand-in speaks noise, so this checks the words, their order and their bounds, not their accuracy."""
+    text = "Every word is timed here."
+    body = {"voice": "vivian", "input": text, "response_format": "pcm", "stream_format": "sse", "speed": speed}
+    events = sse_events(speech(custom, word_timestamps=True, language="English", **body))
+    kinds = [event["type"] for event in events]
+    assert kinds[-1] == "speech.audio.done" and kinds.count("speech.audio.timestamps") == 1 and "error" not in kinds
+    pcm = b"".join(base64.b64decode(str(e["audio"])) for e in events if e["type"] == "speech.audio.delta")
+    duration_ms = len(pcm) / 2 / RATE * 1000
+    assert duration_ms == pytest.approx(seconds(frames(text)) * 1000 / speed, rel=0.02)
+    words = next(e for e in events if e["type"] == "speech.audio.timestamps")["words"]
+    assert [w["word"] for w in words] == ["Every", "word", "is", "timed", "here"]  # type: ignore[union-attr]
+    assert all(0 <= w["start_ms"] <= w["end_ms"] <= duration_ms + 0.5 for w in words), (words, duration_ms)
+
+
 def test_the_websocket_text_stream_speaks_each_sentence(custom: RunningServer) -> None:
     sentences = ["Hello from the sglang engine.", "Text arrives in pieces."]
     with connect(custom.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream") as ws:
