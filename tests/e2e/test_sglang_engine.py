@@ -360,3 +360,24 @@ def test_a_dead_pipeline_fails_its_streams_then_readiness_and_liveness(
         assert server.process.poll() is None  # alive, for its orchestrator to restart
     finally:
         server.stop()
+
+
+def test_sigterm_drains_a_stream_then_stops_the_pipeline_and_exits_zero(tmp_path: Path) -> None:
+    """A stream in flight when SIGTERM comes plays to its end; meanwhile /ready says the server is shutting down;
+    then the engine stops sglang-omni's pipeline and the process exits 0."""
+    server = start_fake_sglang(tmp_path, "--step-delay-s", "0.05", SPEECH_DRAIN_TIMEOUT_S="60")
+    body = {"input": LONG, "voice": "vivian", "response_format": "pcm"}
+    try:
+        with httpx.stream("POST", f"{server.base_url}/v1/audio/speech", json=body, timeout=60) as response:
+            chunks = response.iter_raw()
+            data = bytearray(next(chunks))
+            server.process.send_signal(signal.SIGTERM)
+            ready = httpx.get(f"{server.base_url}/ready", timeout=10)
+            assert ready.status_code == 503 and ready.json()["error"]["code"] == "server_shutting_down"
+            for chunk in chunks:
+                data += chunk
+        assert len(data) == frames(LONG) * FRAME * 2  # every frame, none cut by the shutdown
+        assert server.process.wait(60) == 0
+        assert any(e.get("message") == "sglang engine stopped" for e in server.log_events())
+    finally:
+        server.stop()

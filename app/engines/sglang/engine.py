@@ -224,7 +224,9 @@ class SglangEngine:
     async def close(self) -> None:
         self._ready = False
         self._detail = "closed"
+        started = time.perf_counter()
         await self._stop_runner()
+        log.info("sglang engine stopped", extra={"seconds": round(time.perf_counter() - started, 2)})
 
     async def _stop_runner(self) -> None:
         if self._watch is not None:
