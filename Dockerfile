@@ -45,13 +45,8 @@ EXPOSE 8000
 ENTRYPOINT ["speech-server"]
 
 # ---------------------------------------------------------------------------------------------------------------------
-FROM docker.io/nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04 AS gpu
-ARG VERSION
-LABEL org.opencontainers.image.title="speech-service (gpu)" \
-      org.opencontainers.image.description="OpenAI-compatible streaming text-to-speech, Qwen3-TTS on vllm-omni" \
-      org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.source="https://github.com/speech-service/speech-service"
+# What both GPU images share: CUDA 13's runtime, Python, the service user, its voice store and the service's files.
+FROM docker.io/nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04 AS gpu-runtime
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 python3-venv python3-dev build-essential make ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
@@ -63,6 +58,15 @@ COPY pyproject.toml uv.lock Makefile README.md ./
 COPY app ./app
 COPY loadtest ./loadtest
 COPY deploy ./deploy
+
+# ---------------------------------------------------------------------------------------------------------------------
+FROM gpu-runtime AS gpu
+ARG VERSION
+LABEL org.opencontainers.image.title="speech-service (gpu)" \
+      org.opencontainers.image.description="OpenAI-compatible streaming text-to-speech, Qwen3-TTS on vllm-omni" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/speech-service/speech-service"
 # Bytecode compiled at build time: the service runs as uid 10001, which cannot write __pycache__ into the root-owned
 # .venv, so without it every process start (the server and, on the GPU, each vllm-omni stage process) would
 # compile vllm's sources again.
@@ -89,24 +93,13 @@ ENTRYPOINT ["speech-server"]
 # ---------------------------------------------------------------------------------------------------------------------
 # The sglang engine: sglang-omni 0.1.8 cannot share an environment with vllm 0.30 (uv.lock keeps them in separate
 # forks), nor with the test tools (it pins openai 2.6.1): its own image, installed without the dev group.
-FROM docker.io/nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04 AS gpu-sglang
+FROM gpu-runtime AS gpu-sglang
 ARG VERSION
 LABEL org.opencontainers.image.title="speech-service (gpu-sglang)" \
       org.opencontainers.image.description="OpenAI-compatible streaming text-to-speech, Qwen3-TTS on sglang-omni" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.source="https://github.com/speech-service/speech-service"
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 python3-venv python3-dev build-essential make ca-certificates \
-    && rm -rf /var/lib/apt/lists/* \
-    && groupadd --system --gid 10001 speech \
-    && useradd --system --uid 10001 --gid 10001 --home-dir /srv/speech --shell /usr/sbin/nologin speech \
-    && install -d -o 10001 -g 10001 -m 0750 /var/lib/speech/voices
-WORKDIR /srv/speech
-COPY pyproject.toml uv.lock Makefile README.md ./
-COPY app ./app
-COPY loadtest ./loadtest
-COPY deploy ./deploy
 # Bytecode compiled at build time: the service runs as uid 10001, which cannot write __pycache__ into the venv, and
 # the pipeline's spawned process imports sglang anew.
 RUN make install EXTRAS="--extra sglang --extra align --extra loadtest" SYNC_FLAGS="--no-dev --compile-bytecode" PYTHON=python3 && rm -rf /root/.cache .tools

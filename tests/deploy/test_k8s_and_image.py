@@ -288,10 +288,13 @@ def test_monitoring_objects_come_from_deploy() -> None:
 
 def test_dockerfile_stages() -> None:
     found = stages()
-    assert set(found) == {"cpu", "gpu", "gpu-sglang"}
+    assert set(found) == {"cpu", "gpu-runtime", "gpu", "gpu-sglang"}
+    images = {name: stage for name, stage in found.items() if stage.is_image}
+    assert set(images) == {"cpu", "gpu", "gpu-sglang"}  # gpu-runtime is what the two GPU images are built on
     for gpu in ("gpu", "gpu-sglang"):
+        assert found[gpu].parent is found["gpu-runtime"]
         assert "nvidia/cuda" in found[gpu].base_image and "runtime" in found[gpu].base_image
-    for name, stage in found.items():
+    for name, stage in images.items():
         joined = "\n".join(stage.lines)
         assert re.fullmatch(r"10001(:10001)?", stage.user()), name  # not root
         assert re.search(r"^EXPOSE\s+8000$", joined, re.M), name

@@ -15,16 +15,24 @@ DOCKERFILE = ROOT / "Dockerfile"
 @dataclass(frozen=True)
 class Stage:
     name: str
-    lines: list[str]  # instructions, line continuations joined, comments left out
+    lines: list[str]  # its own instructions, line continuations joined, comments left out
+    parent: Stage | None = None  # the stage it is built FROM, where that is a stage of the file
 
     @property
     def base_image(self) -> str:
-        return self.lines[0].split()[1]
+        """The image the stage starts from, through the stages it is built on."""
+        return self.parent.base_image if self.parent else self.lines[0].split()[1]
+
+    @property
+    def is_image(self) -> bool:
+        """A stage built to run (it has an entry point), not one the others are built on."""
+        return bool(self.instructions("ENTRYPOINT"))
 
     def instructions(self, keyword: str) -> list[str]:
-        """The arguments of every `keyword` instruction, in order."""
+        """The arguments of every `keyword` instruction, in order: the stage's own after those it inherits."""
         prefix = keyword.upper() + " "
-        return [line[len(prefix) :].strip() for line in self.lines if line.upper().startswith(prefix)]
+        inherited = self.parent.instructions(keyword) if self.parent else []
+        return inherited + [line[len(prefix) :].strip() for line in self.lines if line.upper().startswith(prefix)]
 
     def env(self) -> dict[str, str]:
         """The environment the stage's ENV instructions set (KEY=VALUE form)."""
@@ -71,7 +79,7 @@ def stages(path: Path = DOCKERFILE) -> dict[str, Stage]:
             continue
         match = re.match(r"FROM\s+(\S+)\s+AS\s+([\w.-]+)", line, re.I)
         if match:
-            current = Stage(match.group(2), [line])
+            current = Stage(match.group(2), [line], result.get(match.group(1)))
             result[current.name] = current
         elif current:
             current.lines.append(line)
