@@ -51,7 +51,7 @@ from starlette.routing import Route
 from app.engine_protocol import SynthesisJob
 from app.engines.omni.engine import ENGINE_ENVIRONMENT, compile_cache_environment, load_prompt_helpers, talker_limits
 from app.engines.omni.requests import AudioOutputReader, PromptHelpers, build_prompt, sampling_params_for
-from app.engines.qwen3_tts import Qwen3TTSModel, warmup_job
+from app.engines.qwen3_tts import Qwen3TTSModel, warmup_batch_sizes, warmup_job
 from loadtest.schedule import LoopRun, TextCycle, closed_loop, open_loop
 
 log = logging.getLogger("engine_alone")
@@ -142,7 +142,7 @@ class AloneEngine:
     def warmup_batch_sizes(self) -> list[int]:
         """Powers of two up to the talker's batch, and the batch itself (what the service warms up by default)."""
         limit, _ = talker_limits(self.deploy_config, self.stage_overrides)
-        return [*[1 << k for k in range(limit.bit_length()) if 1 << k < limit], limit]
+        return warmup_batch_sizes(None, limit)
 
     async def start(self, warmup_batch_sizes: list[int] | None = None) -> None:
         kwargs: dict[str, Any] = {"model": self.model.path, "log_stats": True}

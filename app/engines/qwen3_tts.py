@@ -4,8 +4,13 @@ up with. Pure Python: no engine library is imported here."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +19,7 @@ import numpy as np
 
 from app.audio.reference import REFERENCE_SECONDS
 from app.engine_protocol import (
+    AudioChunk,
     EngineCapabilities,
     ReferenceAudio,
     SynthesisJob,
@@ -21,6 +27,8 @@ from app.engine_protocol import (
     UnsupportedParameter,
     VoiceInfo,
 )
+
+log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24_000
 CODEC_FRAME_RATE = 12.5  # Qwen3-TTS-12Hz: one codec frame per 80 ms
@@ -184,3 +192,33 @@ def warmup_job(model: Qwen3TTSModel, request_id: str, index: int = 0) -> Synthes
     return SynthesisJob(
         request_id, WARMUP_TEXT, "", task_type=TaskType.VOICE_DESIGN, instructions="A calm voice.", max_new_tokens=16
     )
+
+
+def warmup_batch_sizes(configured: Sequence[int] | None, limit: int) -> list[int]:
+    """The batch sizes to warm up: those configured, else the ones admission can produce, powers of two up to the
+    limit and the limit itself."""
+    if configured:
+        return list(configured)
+    return [*[1 << k for k in range(limit.bit_length()) if 1 << k < limit], limit]
+
+
+async def warm_up(
+    model: Qwen3TTSModel,
+    batch_sizes: Sequence[int],
+    synthesize: Callable[[SynthesisJob], AsyncIterator[AudioChunk]],
+    engine: str,
+) -> None:
+    """Every batch size the service will run pays its first-time costs here, not on a caller's request: `batch`
+    warm-up jobs at once for each size, through `synthesize`, logged as "<engine> warm-up". Request ids are unique per
+    process: vllm-omni names its /dev/shm windows after them, and two servers on one host warm up alike."""
+
+    async def drain(job: SynthesisJob) -> None:
+        async for _ in synthesize(job):
+            pass
+
+    for batch in batch_sizes:
+        started = time.perf_counter()
+        run = uuid.uuid4().hex[:8]
+        jobs = [warmup_job(model, f"warmup-{run}-{batch}-{i}", i) for i in range(batch)]
+        await asyncio.gather(*(drain(job) for job in jobs))
+        log.info(f"{engine} warm-up", extra={"batch": batch, "seconds": round(time.perf_counter() - started, 2)})

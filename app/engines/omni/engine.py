@@ -15,7 +15,6 @@ import dataclasses
 import logging
 import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -41,7 +40,15 @@ from app.engines.omni.requests import (
     sampling_params_for,
 )
 from app.engines.omni.stage_plugins import talker_windows as service_talker_windows
-from app.engines.qwen3_tts import SAMPLES_PER_FRAME, Qwen3TTSModel, capabilities, check_job, voice_infos, warmup_job
+from app.engines.qwen3_tts import (
+    SAMPLES_PER_FRAME,
+    Qwen3TTSModel,
+    capabilities,
+    check_job,
+    voice_infos,
+    warm_up,
+    warmup_batch_sizes,
+)
 from app.settings import MAX_INPUT_CHARS
 
 if TYPE_CHECKING:
@@ -237,26 +244,10 @@ class OmniEngine:
 
     def warmup_batch_sizes(self) -> list[int]:
         """The batch sizes admission can produce: powers of two up to the limit, and the limit itself."""
-        if self._settings.warmup_batch_sizes:
-            return list(self._settings.warmup_batch_sizes)
-        limit = self._max_concurrency or self._talker_batch
-        sizes = [1 << k for k in range(limit.bit_length()) if 1 << k < limit]
-        return [*sizes, limit]
+        return warmup_batch_sizes(self._settings.warmup_batch_sizes, self._max_concurrency or self._talker_batch)
 
     async def _warm_up(self) -> None:
-        """Every batch size the service will run pays its first-time JIT here, not on a caller's request."""
-        for batch in self.warmup_batch_sizes():
-            started = time.perf_counter()
-            # unique per process: vllm-omni names its /dev/shm windows after request ids, and two servers on one
-            # host (replicas, or a side-by-side run) warm up with the same batch sizes
-            run = uuid.uuid4().hex[:8]
-            jobs = [warmup_job(self._model, f"warmup-{run}-{batch}-{i}", i) for i in range(batch)]
-            await asyncio.gather(*(self._drain(job) for job in jobs))
-            log.info("omni warm-up", extra={"batch": batch, "seconds": round(time.perf_counter() - started, 2)})
-
-    async def _drain(self, job: SynthesisJob) -> None:
-        async for _ in self.synthesize(job, warming=True):
-            pass
+        await warm_up(self._model, self.warmup_batch_sizes(), lambda job: self.synthesize(job, warming=True), "omni")
 
     async def close(self) -> None:
         self._ready = False

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,15 @@ from app.engine_protocol import (
     SynthesisJob,
     VoiceInfo,
 )
-from app.engines.qwen3_tts import SAMPLES_PER_FRAME, Qwen3TTSModel, capabilities, check_job, voice_infos, warmup_job
+from app.engines.qwen3_tts import (
+    SAMPLES_PER_FRAME,
+    Qwen3TTSModel,
+    capabilities,
+    check_job,
+    voice_infos,
+    warm_up,
+    warmup_batch_sizes,
+)
 from app.engines.sglang.requests import (
     MAX_NEW_TOKENS,
     check_sglang_job,
@@ -201,25 +208,12 @@ class SglangEngine:
 
     def warmup_batch_sizes(self) -> list[int]:
         """The batch sizes admission can produce: powers of two up to the limit, and the limit itself."""
-        if self._settings.warmup_batch_sizes:
-            return list(self._settings.warmup_batch_sizes)
         limit = self._max_concurrency or self._settings.max_running_requests
-        sizes = [1 << k for k in range(limit.bit_length()) if 1 << k < limit]
-        return [*sizes, limit]
+        return warmup_batch_sizes(self._settings.warmup_batch_sizes, limit)
 
     async def _warm_up(self) -> None:
-        """Every batch size the service will run pays its first-time costs here (sglang-omni's own server sends no
-        warm-up for Qwen3-TTS: its first burst was served one request at a time)."""
-        for batch in self.warmup_batch_sizes():
-            started = time.perf_counter()
-            run = uuid.uuid4().hex[:8]
-            jobs = [warmup_job(self._model, f"warmup-{run}-{batch}-{i}", i) for i in range(batch)]
-            await asyncio.gather(*(self._drain(job) for job in jobs))
-            log.info("sglang warm-up", extra={"batch": batch, "seconds": round(time.perf_counter() - started, 2)})
-
-    async def _drain(self, job: SynthesisJob) -> None:
-        async for _ in self.synthesize(job, warming=True):
-            pass
+        """sglang-omni's own server sends no warm-up for Qwen3-TTS: its first burst was served one request at a time."""
+        await warm_up(self._model, self.warmup_batch_sizes(), lambda job: self.synthesize(job, warming=True), "sglang")
 
     async def close(self) -> None:
         self._ready = False
