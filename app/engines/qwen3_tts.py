@@ -108,6 +108,26 @@ def capabilities(model: Qwen3TTSModel, max_input_chars: int, **engine: Any) -> E
     )
 
 
+def reference_frames(reference: ReferenceAudio) -> int:
+    """The codec frames a reference clip is as long as: what an in-context clone prefills."""
+    return int(np.ceil(len(reference.samples) / reference.sample_rate * CODEC_FRAME_RATE))
+
+
+def input_tokens(tokenizer: Any, job: SynthesisJob) -> tuple[int, int]:
+    """A request's input as the service reports it on both engines, as vllm-omni 0.30's speech server counts it
+    (`speech_usage.py`, after its issue #4646) and not the placeholder prompt's length: the tokens of the text and of
+    the instructions, plus the reference's codec frames where an in-context clone (Base, not x-vector only) prefills
+    them. Returns (all, audio). Run on the tokenizer's one thread."""
+
+    def count(text: str | None) -> int:
+        return len(tokenizer(text, padding=False)["input_ids"]) if text and text.strip() else 0
+
+    audio = 0
+    if job.task_type == TaskType.BASE and not job.x_vector_only_mode and job.ref_audio is not None:
+        audio = reference_frames(job.ref_audio)
+    return count(job.text) + count(job.instructions) + audio, audio
+
+
 def check_job(job: SynthesisJob, model: Qwen3TTSModel, max_new_tokens: int = MAX_NEW_TOKENS) -> None:
     """The checks vllm-omni's adapter makes (sglang-omni's request builder makes the same), as 400s naming the field;
     `max_new_tokens`: the most the engine can generate."""

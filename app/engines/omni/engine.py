@@ -36,7 +36,6 @@ from app.engines.omni.requests import (
     build_prompt,
     codec_windows,
     engine_probe_interval_s,
-    input_tokens,
     sampling_params_for,
 )
 from app.engines.omni.stage_plugins import talker_windows as service_talker_windows
@@ -45,6 +44,7 @@ from app.engines.qwen3_tts import (
     Qwen3TTSModel,
     capabilities,
     check_job,
+    input_tokens,
     voice_infos,
     warm_up,
     warmup_batch_sizes,
@@ -314,7 +314,7 @@ class OmniEngine:
         outputs = self._omni.generate(
             prompt=prompt, request_id=job.request_id, sampling_params_list=params, output_modalities=["audio"]
         )
-        tokens_in, audio_tokens_in = input_tokens(self._helpers.tokenizer, job, prompt["additional_information"])
+        tokens_in, audio_tokens_in = input_tokens(self._helpers.tokenizer, job)
         input_tokens_reported = False
         try:
             async for output in outputs:

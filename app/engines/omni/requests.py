@@ -27,7 +27,7 @@ import numpy as np
 
 from app.engine_protocol import SynthesisJob, TaskType
 from app.engines.omni.codec_windows import VLLM_OMNI_DEFAULT, CodecWindows
-from app.engines.qwen3_tts import CODEC_FRAME_RATE, Qwen3TTSModel
+from app.engines.qwen3_tts import Qwen3TTSModel, reference_frames
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def additional_information(job: SynthesisJob, model: Qwen3TTSModel) -> dict[str,
     elif job.task_type == TaskType.BASE and job.ref_audio is not None:
         samples = np.asarray(job.ref_audio.samples, dtype=np.float32)
         info["ref_audio"] = [[samples.tolist(), int(job.ref_audio.sample_rate)]]
-        info["ref_code_length"] = [int(np.ceil(len(samples) / job.ref_audio.sample_rate * CODEC_FRAME_RATE))]
+        info["ref_code_length"] = [reference_frames(job.ref_audio)]
         info["x_vector_only_mode"] = [bool(job.x_vector_only_mode)]
         if job.ref_text:
             info["ref_text"] = [job.ref_text]
@@ -62,21 +62,6 @@ def additional_information(job: SynthesisJob, model: Qwen3TTSModel) -> dict[str,
     elif job.task_type == TaskType.VOICE_DESIGN:
         info["non_streaming_mode"] = [True]  # vllm-omni's own fallback for VoiceDesign
     return info
-
-
-def input_tokens(tokenizer: Any, job: SynthesisJob, info: dict[str, list[Any]]) -> tuple[int, int]:
-    """A request's input as vllm-omni 0.30's speech server counts it for usage (`speech_usage.py`, after its issue
-    #4646), not the placeholder prompt's length: the tokens of the text and of the instructions, plus the reference
-    audio's codec frames where an in-context clone (Base, not x-vector only) prefills them. Returns (all, audio). Run
-    on the tokenizer's one thread, as `prompt_for` is."""
-
-    def count(text: str | None) -> int:
-        return len(tokenizer(text, padding=False)["input_ids"]) if text and text.strip() else 0
-
-    audio = 0
-    if job.task_type == TaskType.BASE and not job.x_vector_only_mode and "ref_code_length" in info:
-        audio = int(info["ref_code_length"][0])
-    return count(job.text) + count(job.instructions) + audio, audio
 
 
 @dataclass(frozen=True, slots=True)

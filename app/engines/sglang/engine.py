@@ -37,6 +37,7 @@ from app.engines.qwen3_tts import (
     Qwen3TTSModel,
     capabilities,
     check_job,
+    input_tokens,
     voice_infos,
     warm_up,
     warmup_batch_sizes,
@@ -44,7 +45,6 @@ from app.engines.qwen3_tts import (
 from app.engines.sglang.requests import (
     MAX_NEW_TOKENS,
     check_sglang_job,
-    input_tokens,
     pipeline_settings,
     request_fields,
     stream_stride,

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from app.engine_protocol import ReferenceAudio, SynthesisJob, TaskType, UnsupportedParameter
-from app.engines.qwen3_tts import CODEC_FRAME_RATE, Qwen3TTSModel
+from app.engines.qwen3_tts import Qwen3TTSModel
 
 # sglang-omni 0.1.8's Qwen3-TTS pipeline: its talker's context is fixed at 8192 tokens (`engine_builder.py`); a request
 # also holds its prompt, so the service caps a request's frames where vllm-omni's shipped profile does
@@ -125,25 +125,6 @@ def request_fields(job: SynthesisJob, model: Qwen3TTSModel) -> RequestFields:
     if job.initial_codec_chunk_frames is not None:
         extra["initial_codec_chunk_frames"] = job.initial_codec_chunk_frames
     return RequestFields(prompt, sampling, {"task": "tts", "tts_params": tts}, extra)
-
-
-def reference_frames(job: SynthesisJob) -> int:
-    """The codec frames of a clone's reference that the talker prefills (an in-context clone's; sglang-omni counts
-    them as its prompt tokens)."""
-    if job.task_type != TaskType.BASE or job.x_vector_only_mode or job.ref_audio is None:
-        return 0
-    return int(np.ceil(len(job.ref_audio.samples) / job.ref_audio.sample_rate * CODEC_FRAME_RATE))
-
-
-def input_tokens(tokenizer: Any, job: SynthesisJob) -> tuple[int, int]:
-    """A request's input as the service reports it on every engine: the tokens of the text and the instructions, plus
-    an in-context clone's reference frames. Returns (all, audio)."""
-
-    def count(text: str | None) -> int:
-        return len(tokenizer(text, padding=False)["input_ids"]) if text and text.strip() else 0
-
-    audio = reference_frames(job)
-    return count(job.text) + count(job.instructions) + audio, audio
 
 
 def pipeline_settings(settings: Any) -> dict[str, object]:
