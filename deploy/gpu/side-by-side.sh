@@ -97,6 +97,8 @@
 #                                   its request body is the benchmark's own (pcm, `ignore_eos`) with VOICE and
 #                                   EXTRA_BODY's other fields as --extra-body; every target, level by level in turn
 #                                   (`alone` and `replicas` are not HTTP speech servers to it: skipped)
+#   BENCH_RATE=""                   sweep-bench: Poisson arrivals at this many requests a second (its
+#                                   --request-rate), each level's concurrency then a cap; empty: all at once (inf)
 #   PLAYBACK_BUFFER_MS=0            the modelled listener's jitter buffer (stalls); LOADTEST_ARGS: more options
 #   UNIQUE_TEXTS=1                  speech-loadtest --unique-texts: no prompt twice on a server, so that a server
 #                                   caching prompt prefixes (sglang-omni) meets new text as the others do; 0: the
@@ -164,6 +166,7 @@ WARMUP=${WARMUP:-8}
 DURATION=${DURATION:-30}
 ROUNDS=${ROUNDS:-2}
 BENCH_PROMPTS=${BENCH_PROMPTS:-3}
+BENCH_RATE=${BENCH_RATE:-}
 PLAYBACK_BUFFER_MS=${PLAYBACK_BUFFER_MS:-0}
 UNIQUE_TEXTS=${UNIQUE_TEXTS:-1}
 LOADTEST_ARGS=${LOADTEST_ARGS:-}
@@ -564,9 +567,10 @@ cmd_sweep_bench() {  # vllm-omni's own benchmark, each level against every targe
         --num-prompts "$prompts" --max-concurrency "$level" --extra-body "$body"
         --percentile-metrics audio_ttfp,audio_rtf,e2el --metric-percentiles 50,95
         --save-result --result-dir "$OUT/$name" --result-filename "c$level-$target.json")
+      [ -n "$BENCH_RATE" ] && args+=(--request-rate "$BENCH_RATE")
       echo "$(date -u +%FT%TZ) $name c=$level $target: $(printf '%q ' "$PYTHON" "${bench[@]}" "${args[@]}")" \
         >>"$OUT/commands.txt"
-      log "vllm bench: c=$level against $target ($url)"
+      log "vllm bench: c=$level${BENCH_RATE:+ at $BENCH_RATE req/s} against $target ($url)"
       gpu_snapshot "before $name c=$level $target"
       "$PYTHON" "${bench[@]}" "${args[@]}" >"$log" 2>&1 || { rc=$?; log "vllm bench failed on $target (see $log)"; }
     done <"$OUT/$name/targets.txt"

@@ -767,6 +767,30 @@ def test_side_by_side_runs_vllm_bench_against_every_target_and_tabulates_it(tmp_
     assert again.returncode == 0 and (out / "bench-2/README.md").exists()  # never over an earlier sweep
 
 
+def test_side_by_side_runs_vllm_bench_at_a_poisson_rate_with_the_level_as_its_cap(tmp_path: Path) -> None:
+    """BENCH_RATE: the benchmark's own Poisson arrivals (--request-rate), each level's concurrency then a cap and its
+    prompt count as at any level; without it no rate is passed (vllm bench sends them all at once)."""
+    env = sweep_env(tmp_path, bench_python(tmp_path), TARGETS="service", CONCURRENCY="56", BENCH_PROMPTS="2")
+    done = subprocess.run(
+        [str(GPU / "side-by-side.sh"), "sweep-bench"],
+        env={**env, "BENCH_RATE": "14", "SWEEP_NAME": "poisson14"},
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "c=56 at 14 req/s against service" in done.stdout
+    (call,) = [c.split("\n") for c in (tmp_path / "bench_argv").read_text().split("\n---\n") if c.strip()]
+    assert call[call.index("--request-rate") + 1] == "14"
+    assert (call[call.index("--max-concurrency") + 1], call[call.index("--num-prompts") + 1]) == ("56", "112")
+    assert "| 56 | service | 168 / 0 |" in (tmp_path / "results/bench-poisson14/README.md").read_text()
+    (tmp_path / "bench_argv").unlink()
+    plain = subprocess.run(
+        [str(GPU / "side-by-side.sh"), "sweep-bench"], env=env, capture_output=True, text=True, cwd=ROOT
+    )
+    assert plain.returncode == 0 and "--request-rate" not in (tmp_path / "bench_argv").read_text().split("\n")
+
+
 def test_side_by_side_sends_sglang_its_own_request_body_beside_the_others(tmp_path: Path) -> None:
     """sglang-omni streams on `"stream": true` and counts max_new_tokens in frames: the load tool gets one body per
     target in --target order, and vllm bench gets sglang's length (its own streaming fields left to it)."""
