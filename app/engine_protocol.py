@@ -160,6 +160,14 @@ class ReadsAhead(Protocol):
 
 
 @runtime_checkable
+class TimesItsStart(Protocol):
+    """An engine that times its start phase by phase: seconds per phase, in the order they ran (empty before its start
+    has finished). The server logs them and exports them as `speech_start_seconds`."""
+
+    def start_phases(self) -> dict[str, float]: ...
+
+
+@runtime_checkable
 class SpeechEngine(Protocol):
     """A speech engine. `start` loads and warms it; `synthesize` streams audio for one job."""
 
@@ -218,3 +226,6 @@ class EngineFront:
 
     async def abort(self, request_id: str) -> None:
         await self.inner.abort(request_id)
+
+    def start_phases(self) -> dict[str, float]:
+        return self.inner.start_phases() if isinstance(self.inner, TimesItsStart) else {}

@@ -102,6 +102,12 @@ REJECT_REASONS = ("queue_full", "queue_timeout", "draining", "unauthorized", "pe
 ABORT_REASONS = ("client_gone", "client_stalled", "timeout", "drain", "error")
 BUILD = Info("speech_build", "The service's version and engine.")
 READY = Gauge("speech_ready", "1 while this replica answers /ready with 200 (engine warm, not draining).")
+START = Gauge(
+    "speech_start_seconds",
+    "How long this replica's start took, by phase: the engine's own (e.g. imports, pipeline, engine, warmup), and "
+    "total, from the service's first import until the engine was warm.",
+    ["phase"],
+)
 
 
 # The streams a ran-dry share is counted for, each at 0 from the start: with none run dry it reads 0, not "no data".

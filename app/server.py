@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -12,13 +13,13 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
-from app import __version__, metrics
+from app import IMPORTED_AT, __version__, metrics
 from app.admission import AdmissionGate
 from app.api import docs, meta, playground, speech, speech_batch, speech_stream, voices
 from app.api.auth import ApiKeyMiddleware, load_api_keys
 from app.api.errors import install_error_handlers
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, SpeechAccountingMiddleware
-from app.engine_protocol import SpeechEngine
+from app.engine_protocol import SpeechEngine, TimesItsStart
 from app.engines import create_engine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
@@ -95,6 +96,18 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
 async def start_engine(engine: SpeechEngine) -> None:
     await engine.start()
     freeze_startup_heap()  # in the same step that made the engine ready: no request runs in between
+    record_start(engine)
+
+
+def record_start(engine: SpeechEngine) -> dict[str, float]:
+    """The start's phases as the engine timed them, and its total since the service's first import: logged once and
+    exported (`speech_start_seconds`), so that probes and autoscaling can be set from what a start really takes."""
+    phases = engine.start_phases() if isinstance(engine, TimesItsStart) else {}
+    phases["total"] = round(time.perf_counter() - IMPORTED_AT, 3)
+    for phase, seconds in phases.items():
+        metrics.START.labels(phase).set(seconds)
+    log.info("started", extra={"engine": engine.name, **{f"{phase}_s": s for phase, s in phases.items()}})
+    return phases
 
 
 def freeze_startup_heap() -> None:

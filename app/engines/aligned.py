@@ -52,10 +52,17 @@ class ForcedAlignedEngine(EngineFront):
         super().__init__(engine)
         self.aligner = aligner
         self.missing = missing  # why there is no aligner (the refusal tells callers)
+        self._aligner_s: float | None = None
+
+    def start_phases(self) -> dict[str, float]:
+        aligner = {} if self._aligner_s is None else {"aligner": self._aligner_s}
+        return aligner | super().start_phases()
 
     async def start(self) -> None:
         if self.aligner is not None:
+            started = time.perf_counter()
             await self.aligner.start()  # first: a second or so, and a broken aligner fails the start at once
+            self._aligner_s = round(time.perf_counter() - started, 1)
         else:
             log.warning("no word aligner: word timestamps are refused on this engine", extra={"reason": self.missing})
         await self.inner.start()

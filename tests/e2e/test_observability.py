@@ -38,6 +38,7 @@ FAMILIES = {
     "speech_rejected": "counter",
     "speech_aborted": "counter",
     "speech_build_info": "gauge",  # an info metric: exposed as a gauge of 1 carrying its labels
+    "speech_start_seconds": "gauge",
 }
 
 
@@ -89,6 +90,17 @@ def test_metric_families_exist_with_their_types(server: RunningServer, prometheu
         assert found[name].type == kind, (name, found[name].type)
     info = next(s for s in found["speech_build_info"].samples if s.name == "speech_build_info")
     assert info.labels["engine"] == "embedded" and info.labels["version"]
+
+
+def test_the_start_is_exported_and_logged_phase_by_phase(server: RunningServer) -> None:
+    """The embedded engine's one phase (its models loading) and the total from the service's first import: once the
+    server is ready, in /metrics and in one "started" log line with the same figures."""
+    load_s = server.metric("speech_start_seconds", phase="load")
+    total_s = server.metric("speech_start_seconds", phase="total")
+    assert 0 < load_s <= total_s
+    (started,) = [e for e in server.log_events() if e.get("message") == "started"]
+    assert started["engine"] == "embedded"
+    assert (started["load_s"], started["total_s"]) == (load_s, total_s)
 
 
 def test_ttfa_is_observed_for_streamed_plain_and_sse_requests(server: RunningServer, prometheus) -> None:

@@ -10,10 +10,12 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
+from app import metrics
 from app.api.errors import to_api_error
 from app.audio.alignment import INSTALL_HINT, expected_words, speech_span, words_from_pieces
 from app.engine_protocol import AudioChunk, EngineCapabilities, EngineError, SynthesisJob, TaskType
 from app.engines.aligned import ForcedAlignedEngine
+from app.server import record_start
 from app.speech.encoding import EncodedAudio
 from app.speech.errors import Refused
 from app.speech.jobs import check_word_timestamps
@@ -304,3 +306,27 @@ def test_without_the_packages_omni_is_served_without_an_aligner(monkeypatch: pyt
     monkeypatch.undo()
     direct = omni_as_served(ChunkEngine([]), Settings())  # type: ignore[arg-type]
     assert isinstance(direct, ForcedAlignedEngine) and direct.aligner is not None  # installed here
+
+
+async def test_the_start_phases_are_the_aligners_load_then_the_engines_own_through_every_front() -> None:
+    """The aligner's load is a phase of the start beside the engine's; a front over the sentence pipeline passes them
+    on, and the server logs and exports them with the total (`speech_start_seconds`)."""
+
+    class TimedEngine(ChunkEngine):
+        started = False
+
+        async def start(self) -> None:
+            self.started = True
+
+        def start_phases(self) -> dict[str, float]:
+            return {"pipeline": 12.5, "warmup": 3.0} if self.started else {}
+
+    engine = SentencePipeline(ForcedAlignedEngine(TimedEngine([]), FakeAligner([])), 200)  # type: ignore[arg-type]
+    assert engine.start_phases() == {}  # the aligner has not loaded yet
+    await engine.start()
+    assert list(engine.start_phases().items()) == [("aligner", 0.0), ("pipeline", 12.5), ("warmup", 3.0)]
+    phases = record_start(engine)  # type: ignore[arg-type]
+    assert phases["total"] > 0 and metrics.START.labels("pipeline")._value.get() == 12.5
+    assert metrics.START.labels("total")._value.get() == phases["total"]
+    untimed = ForcedAlignedEngine(ChunkEngine([]), None)  # type: ignore[arg-type]
+    assert untimed.start_phases() == {}  # neither an aligner nor an engine that times itself

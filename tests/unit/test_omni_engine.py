@@ -240,9 +240,10 @@ async def collect(engine: OmniEngine, synthesis_job: SynthesisJob) -> tuple[np.n
 async def test_engine_starts_warms_up_and_streams(custom_voice_dir: Path) -> None:
     omni = FakeAsyncOmni()
     engine = make_engine(custom_voice_dir, omni)
-    assert not engine.health().ready
+    assert not engine.health().ready and engine.start_phases() == {}
     await engine.start()
     assert engine.health().ready
+    assert list(engine.start_phases()) == ["engine", "warmup"]
     assert omni.kwargs == {
         "model": str(custom_voice_dir),
         "log_stats": True,

@@ -147,6 +147,7 @@ async def test_start_warms_every_batch_size_then_streams_sglang_omnis_windows(cu
     coordinator = runner.coordinator
     assert [len(ids) for ids in _batches(coordinator)] == [1, 2, 4]  # warm-up, before ready
     assert engine.health().ready
+    assert list(engine.start_phases()) == ["imports", "pipeline", "warmup"]
     chunks = await collect(engine, job(request_id="a", text="one two three four five six seven eight"))
     frames = [len(c.samples) // SAMPLES_PER_FRAME for c in chunks]
     assert frames[:4] == [1, 2, 4, 8] and sum(frames) == 4 + 3 * 8  # the talker's end of speech

@@ -118,6 +118,7 @@ class EmbeddedEngine:
         self._ready = False
         self._detail = "loading"
         self._failed = False  # failed to load: a restart is the only way back
+        self._start_phases: dict[str, float] = {}  # seconds per phase, once started
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -135,10 +136,12 @@ class EmbeddedEngine:
             self._models.put(model)
         self._ready = True
         self._detail = "ready"
-        log.info(
-            "embedded engine ready",
-            extra={"workers": self._workers, "load_s": round(time.perf_counter() - started, 3)},
-        )
+        self._start_phases = {"load": round(time.perf_counter() - started, 3)}
+        log.info("embedded engine ready", extra={"workers": self._workers, "load_s": self._start_phases["load"]})
+
+    def start_phases(self) -> dict[str, float]:
+        """load (one model and word-timing session per worker, in parallel)."""
+        return dict(self._start_phases)
 
     def _load_model(self) -> Voice:
         from hibari import Hibari

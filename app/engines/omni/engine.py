@@ -163,6 +163,7 @@ class OmniEngine:
         self._ready = False
         self._detail = "not started"
         self._failed = False  # died or never started: a restart is the only way back
+        self._start_phases: dict[str, float] = {}  # seconds per phase, once started
         self._talker_batch, graph_cap = talker_limits(settings.deploy_config, settings.stage_overrides)
         if graph_cap is not None and graph_cap < self._talker_batch:
             log.warning(
@@ -204,8 +205,11 @@ class OmniEngine:
             if self._helpers is None:
                 self._helpers = await asyncio.to_thread(load_prompt_helpers, self._omni, self._model.path)
             self._detail = "warming up"
-            log.info("omni engine started", extra={"start_s": round(time.perf_counter() - started, 1)})
+            engine_s = round(time.perf_counter() - started, 1)
+            log.info("omni engine started", extra={"start_s": engine_s})
+            mark = time.perf_counter()
             await self._warm_up()
+            warmup_s = round(time.perf_counter() - mark, 1)
         except Exception as exc:
             self._detail = f"failed to start: {exc}"
             self._failed = True
@@ -213,7 +217,13 @@ class OmniEngine:
             raise
         self._ready = True
         self._detail = "ready"
-        log.info("omni engine ready", extra={"total_s": round(time.perf_counter() - started, 1)})
+        self._start_phases = {"engine": engine_s, "warmup": warmup_s}
+        log.info("omni engine ready", extra={"total_s": round(time.perf_counter() - started, 1), "warmup_s": warmup_s})
+
+    def start_phases(self) -> dict[str, float]:
+        """engine (AsyncOmni: its stage processes, their imports, model load, compilation and CUDA graphs, one after
+        another as vllm-omni starts them, then the prompt helpers), warmup (every batch size admission can produce)."""
+        return dict(self._start_phases)
 
     def _engine_kwargs(self) -> dict[str, Any]:
         settings = self._settings

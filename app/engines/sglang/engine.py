@@ -143,6 +143,7 @@ class SglangEngine:
         self._ready = False
         self._detail = "not started"
         self._failed = False  # died or never started: a restart is the only way back
+        self._start_phases: dict[str, float] = {}  # seconds per phase, once started
 
     @property
     def pipeline(self) -> dict[str, object]:
@@ -167,7 +168,7 @@ class SglangEngine:
         log.info("sglang engine starting", extra={"model": self._model.path, "pipeline": self._pipeline})
         try:
             runtime = self._runtime = await asyncio.to_thread(self._runtime_factory)
-            phases: dict[str, float] = {"imports_s": round(time.perf_counter() - started, 1)}
+            phases: dict[str, float] = {"imports": round(time.perf_counter() - started, 1)}
             runtime.apply_gpu_compat_env_defaults()
             config = await asyncio.to_thread(self._config, runtime)
             self._tokenizer = await asyncio.to_thread(runtime.tokenizer, self._model.path)
@@ -175,13 +176,13 @@ class SglangEngine:
             # on this loop: the coordinator's sockets and queues belong to the loop that starts it
             self._runner = runtime.pipeline_runner(config)
             await self._runner.start(timeout=float(self._settings.start_timeout_s))
-            phases["pipeline_s"] = round(time.perf_counter() - mark, 1)
+            phases["pipeline"] = round(time.perf_counter() - mark, 1)
             self._client = runtime.client(self._runner.coordinator)
             self._watch = asyncio.create_task(self._watch_pipeline(), name="sglang-pipeline-watch")
             self._detail = "warming up"
             mark = time.perf_counter()
             await self._warm_up()
-            phases["warmup_s"] = round(time.perf_counter() - mark, 1)
+            phases["warmup"] = round(time.perf_counter() - mark, 1)
         except Exception as exc:
             self._died(f"failed to start: {exc}")
             log.exception("sglang engine failed to start")
@@ -189,7 +190,14 @@ class SglangEngine:
             raise
         self._ready = True
         self._detail = "ready"
-        log.info("sglang engine ready", extra={"total_s": round(time.perf_counter() - started, 1), **phases})
+        self._start_phases = phases
+        extra = {"total_s": round(time.perf_counter() - started, 1), **{f"{k}_s": v for k, v in phases.items()}}
+        log.info("sglang engine ready", extra=extra)
+
+    def start_phases(self) -> dict[str, float]:
+        """imports (sglang-omni, sglang, torch), pipeline (its process: model load, CUDA graphs, the codec's compile),
+        warmup (every batch size admission can produce)."""
+        return dict(self._start_phases)
 
     def _config(self, runtime: SglangRuntime) -> Any:
         manager = runtime.config_manager.from_model_path(self._model.path)
