@@ -70,12 +70,20 @@
 #   OMNI_ENV="" OMNI_B_ENV=""       the same for `vllm-omni` / `vllm-omni-b` (SGLANG_ENV for `sglang`). On a host of several GPUs,
 #                                   CUDA_VISIBLE_DEVICES=N among a server's settings gives it GPUs of its own (a
 #                                   profile's `devices` count within them): each server alone on its GPU, or a
-#                                   two-GPU profile beside another, swept interleaved all the same
+#                                   two-GPU profile beside another, swept interleaved all the same.
+#                                   Two words among a server's settings are CPUs, not environment: CPUS=0-13 starts
+#                                   the server on those cores (taskset: its processes inherit them), LOAD_CPUS=14-15
+#                                   runs its load tool and benchmark there when sweeps run in parallel (PARALLEL=1), so
+#                                   that servers swept at once share no core
 #                                   `replicas` is not a server but `service` and `service-b` as one target, requests
 #                                   sent to them in turn (two replicas on one GPU behind a round-robin balancer); list
 #                                   it after both, e.g. TARGETS="service service-b vllm-omni replicas"
 #   SWEEP_TARGETS=$TARGETS          the targets a sweep drives (e.g. "service replicas vllm-omni": service-b is then
 #                                   idle except as a replica)
+#   PARALLEL=0                      1: sweep-closed, sweep-open and sweep-bench drive every target from a process of
+#                                   its own, all at once (servers each alone on their GPUs, and on their CPUs with
+#                                   CPUS / LOAD_CPUS), into $OUT/<target>/ (its results and commands.txt; the sweep's
+#                                   output in $OUT/<target>.log). 0: one process drives them in turn, interleaved
 #   MPS=0                           1: run every server under CUDA MPS (`nvidia-cuda-mps-control -d` before the first
 #                                   start, checked with one CUDA context; `stop` quits it), so that the kernels of
 #                                   servers sharing the GPU run side by side rather than time-sliced
@@ -169,6 +177,7 @@ BENCH_PROMPTS=${BENCH_PROMPTS:-3}
 BENCH_RATE=${BENCH_RATE:-}
 PLAYBACK_BUFFER_MS=${PLAYBACK_BUFFER_MS:-0}
 UNIQUE_TEXTS=${UNIQUE_TEXTS:-1}
+PARALLEL=${PARALLEL:-0}
 LOADTEST_ARGS=${LOADTEST_ARGS:-}
 # vllm-omni's server streams raw pcm only when asked with the OpenAI field; this service accepts it too. With FRAMES
 # set to the longest utterance, '{"stream_format": "audio", "max_new_tokens": 101}' makes every server's requests
@@ -221,6 +230,15 @@ settings_of() {  # $1 target: its own settings (NAME=value words)
     vllm-omni) echo "$OMNI_ENV" ;; vllm-omni-b) echo "$OMNI_B_ENV" ;; sglang) echo "$SGLANG_ENV" ;;
     service-sglang) echo "$SERVICE_SGLANG_ENV" ;;
   esac
+}
+word_of() {  # $1 target, $2 NAME: the value of NAME=value among its settings (CPUS, LOAD_CPUS), empty if none
+  local word
+  for word in $(settings_of "$1"); do case $word in "$2="*) echo "${word#*=}"; return ;; esac; done
+}
+pinned() {  # $1 CPU list (may be empty: anywhere), then a command: run it on those cores, its children with it
+  local cpus=$1
+  shift
+  if [ -n "$cpus" ]; then taskset -c "$cpus" "$@"; else "$@"; fi
 }
 ready_path_of() { case $1 in vllm-omni | vllm-omni-b | sglang) echo /health ;; *) echo /ready ;; esac; }
 body_of() {  # $1 target: its request body
@@ -350,7 +368,8 @@ launch() {  # $1 target
       echo "$(date -u +%FT%TZ) $1: profile $profile, settings: ${settings:-none}" >>"$OUT/commands.txt"
       # fixed length: every request runs to the profile's max_tokens (FRAMES + 1); warm-up requests to their own
       # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
-      env $settings PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON SPEECH_OMNI__MODEL=$MODEL SPEECH_OMNI__LOAD_FORMAT=dummy \
+      pinned "$(word_of "$1" CPUS)" env $settings PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON \
+        SPEECH_OMNI__MODEL=$MODEL SPEECH_OMNI__LOAD_FORMAT=dummy \
         SPEECH_OMNI__DEPLOY_CONFIG=$profile SPEECH_OMNI__FIXED_LENGTH=true SPEECH_OMNI__SERVED_MODEL_NAME=$NAME \
         SPEECH_OMNI__COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-server.sh
       ;;
@@ -364,7 +383,8 @@ launch() {  # $1 target
       echo "$(date -u +%FT%TZ) $1: profile $profile, stage overrides ${codec:-none}, settings: ${settings:-none}" \
         >>"$OUT/commands.txt"
       # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
-      env $settings PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON MODEL=$MODEL DEPLOY_CONFIG=$profile LOAD_FORMAT=dummy \
+      pinned "$(word_of "$1" CPUS)" env $settings PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON MODEL=$MODEL \
+        DEPLOY_CONFIG=$profile LOAD_FORMAT=dummy \
         NAME=$NAME COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-vllm-omni.sh "${extra[@]}"
       ;;
     sglang)
@@ -379,7 +399,8 @@ launch() {  # $1 target
       echo "$(date -u +%FT%TZ) sglang: $(printf '%q ' "$PYTHON" "${args[@]}"), settings: ${settings:-none}" >>"$OUT/commands.txt"
       # its own packages first, then the fixed-length patch; a taken port is an error, not another port
       # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
-      env $settings PYTHONPATH="$REPO/app/engines/sglang/stage_plugins/fixed_length:$SGLANG_SITE:$PYTHONPATH" \
+      pinned "$(word_of sglang CPUS)" env $settings \
+        PYTHONPATH="$REPO/app/engines/sglang/stage_plugins/fixed_length:$SGLANG_SITE:$PYTHONPATH" \
         QWEN3_TTS_FIXED_LENGTH=1 SGLANG_OMNI_STRICT_PORT=1 SGLANG_OMNI_STARTUP_TIMEOUT=1800 HF_HUB_OFFLINE=1 \
         setsid nohup "$PYTHON" "${args[@]}" >"$log" 2>&1 </dev/null &
       echo $! >"$(pidfile_of sglang)"
@@ -391,7 +412,8 @@ launch() {  # $1 target
       [ -d "$SGLANG_SITE/sglang_omni" ] || { log "service-sglang: no sglang-omni in $SGLANG_SITE"; return 1; }
       echo "$(date -u +%FT%TZ) service-sglang: memory $SGLANG_MEMORY, settings: ${settings:-none}" >>"$OUT/commands.txt"
       # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
-      env $settings ENGINE=sglang PORT=$SERVICE_SGLANG_PORT LOG=$log PYTHON=$PYTHON PYTHONPATH="$SGLANG_SITE:$PYTHONPATH" \
+      pinned "$(word_of service-sglang CPUS)" env $settings ENGINE=sglang PORT=$SERVICE_SGLANG_PORT LOG=$log \
+        PYTHON=$PYTHON PYTHONPATH="$SGLANG_SITE:$PYTHONPATH" \
         SPEECH_SGLANG__MODEL=$MODEL SPEECH_SGLANG__LOAD_FORMAT=dummy SPEECH_SGLANG__FIXED_LENGTH=true \
         SPEECH_SGLANG__SERVED_MODEL_NAME=$NAME SPEECH_SGLANG__MEM_FRACTION_STATIC=$SGLANG_MEMORY HF_HUB_OFFLINE=1 \
         deploy/gpu/start-server.sh
@@ -579,6 +601,29 @@ cmd_sweep_bench() {  # vllm-omni's own benchmark, each level against every targe
   return $rc
 }
 
+in_parallel() {  # $1 a sweep (cmd_sweep_closed, cmd_sweep_open, cmd_sweep_bench): every target of SWEEP_TARGETS
+  # from a process of its own, all at once, each on its LOAD_CPUS, into $OUT/<target>; fails where any one failed
+  local target base=$OUT rc=0
+  local -A pids=()
+  for target in $SWEEP_TARGETS; do
+    mkdir -p "$base/$target"
+    (
+      export SWEEP_TARGETS=$target OUT=$base/$target
+      cpus=$(word_of "$target" LOAD_CPUS)
+      if [ -n "$cpus" ]; then taskset -cp "$cpus" "$BASHPID" >/dev/null || exit 1; fi
+      "$1"
+    ) >>"$base/$target.log" 2>&1 &
+    pids[$target]=$!
+  done
+  for target in $SWEEP_TARGETS; do
+    if wait "${pids[$target]}"; then log "$target: done ($base/$target)"
+    else rc=1; log "$target: the sweep failed; the end of $base/$target.log:"; tail -n 20 "$base/$target.log"; fi
+  done
+  return $rc
+}
+
+sweep() { if [ "$PARALLEL" = 1 ]; then in_parallel "$1"; else "$1"; fi; }  # $1 the sweep
+
 cmd_status() {
   local target
   for target in $(servers); do
@@ -603,14 +648,14 @@ cmd_stop() {
 
 case ${1:-} in
   start) cmd_start ;;
-  sweep) cmd_sweep_closed && cmd_sweep_open ;;
-  sweep-closed) cmd_sweep_closed ;;
-  sweep-open) cmd_sweep_open ;;
-  sweep-bench) cmd_sweep_bench ;;
+  sweep) sweep cmd_sweep_closed && sweep cmd_sweep_open ;;
+  sweep-closed) sweep cmd_sweep_closed ;;
+  sweep-open) sweep cmd_sweep_open ;;
+  sweep-bench) sweep cmd_sweep_bench ;;
   status) cmd_status ;;
   stop) cmd_stop ;;
   all)
-    cmd_start && cmd_sweep_closed && cmd_sweep_open
+    cmd_start && sweep cmd_sweep_closed && sweep cmd_sweep_open
     rc=$?
     cmd_stop
     exit $rc

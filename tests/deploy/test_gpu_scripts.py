@@ -136,10 +136,12 @@ def harness_python(tmp_path: Path) -> Path:
     (`app.cli`, its deploy profile first), sglang-omni's (its environment to `sglang_env`), and 'not ready' for
     readiness probes. A server's arguments go to `argv` (the last one started) and to `argv-PROGRAM` (engine_alone,
     app.cli, vllm_omni, sglang), each file whole once it exists;
-    the GPUs a server was given (its CUDA_VISIBLE_DEVICES, or 'unset') go to `gpus`."""
+    the GPUs a server was given (its CUDA_VISIBLE_DEVICES, or 'unset') go to `gpus`, the cores it may run on to
+    `cpus-PROGRAM`."""
     script = tmp_path / "python3"
     script.write_text(
         "#!/usr/bin/env bash\n"
+        f"cores() {{ grep Cpus_allowed_list /proc/$$/status | cut -f2 > {tmp_path}/cpus-$1; }}\n"
         f'record() {{ printf "%s\\n" "${{@:2}}" > {tmp_path}/argv.$$ && cp {tmp_path}/argv.$$ {tmp_path}/argv-$1 &&\n'
         f"  mv {tmp_path}/argv.$$ {tmp_path}/argv; }}\n"
         'case "$1 $2" in\n'
@@ -150,13 +152,13 @@ def harness_python(tmp_path: Path) -> Path:
         f'    printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
         f'    printf "%s\\n" "$PYTHONPATH" "${{SPEECH_SGLANG__MODEL-}}" "${{SPEECH_SGLANG__LOAD_FORMAT-}}"'
         f' "${{SPEECH_SGLANG__FIXED_LENGTH-}}" "${{SPEECH_SGLANG__MEM_FRACTION_STATIC-}}" > {tmp_path}/service_env\n'
-        '    record app.cli "$SPEECH_OMNI__DEPLOY_CONFIG" "$@"; exec sleep 60 ;;\n'
+        '    cores app.cli; record app.cli "$SPEECH_OMNI__DEPLOY_CONFIG" "$@"; exec sleep 60 ;;\n'
         f'  "deploy/gpu/codec_weights.py "*) printf "%s\\n" "$@" > {tmp_path}/codec_argv; exit 0 ;;\n'
         f'  "-m vllm_omni.entrypoints.cli.main") printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
-        '    record vllm_omni "$@"; exec sleep 60 ;;\n'
+        '    cores vllm_omni; record vllm_omni "$@"; exec sleep 60 ;;\n'
         f'  "-m sglang_omni.cli") printf "%s\\n" "$PYTHONPATH" "$QWEN3_TTS_FIXED_LENGTH"'
         f' "$SGLANG_OMNI_STRICT_PORT" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/sglang_env\n'
-        '    record sglang "$@"; exec sleep 60 ;;\n'
+        '    cores sglang; record sglang "$@"; exec sleep 60 ;;\n'
         '  "- "*) exit 1 ;;\n'
         "esac\n"
         f'exec {sys.executable} "$@"\n'
@@ -357,6 +359,34 @@ def test_side_by_side_gives_each_server_the_gpus_its_settings_name(tmp_path: Pat
         lines = (tmp_path / "work/results/commands.txt").read_text().splitlines()
         said = [line for line in lines if f" {target}: profile " in line]
         assert len(said) == 1 and said[0].endswith("settings: CUDA_VISIBLE_DEVICES=2,3")
+
+
+@pytest.mark.parametrize(
+    ("target", "setting", "program"),
+    [
+        ("service", "SERVICE_ENV", "app.cli"),
+        ("service-sglang", "SERVICE_SGLANG_ENV", "app.cli"),
+        ("sglang", "SGLANG_ENV", "sglang"),
+        ("vllm-omni-b", "OMNI_B_ENV", "vllm_omni"),
+    ],
+)
+def test_side_by_side_starts_each_server_on_the_cores_its_settings_name(
+    tmp_path: Path, target: str, setting: str, program: str
+) -> None:
+    """CPUS among a server's settings starts it on those cores alone (its processes inherit them), so that servers of
+    one host share no core; without it a server runs where the script does."""
+    site = tmp_path / "sgl-site"
+    (site / "sglang_omni").mkdir(parents=True)
+    core = sorted(os.sched_getaffinity(0))[-1]
+    port = str(free_port())
+    ports = {"SERVICE_PORT": port, "SERVICE_SGLANG_PORT": port, "SGLANG_PORT": port, "OMNI_B_PORT": port}
+    settings = {"TARGETS": target, "SGLANG_SITE": str(site), "OMNI_B_PROFILE": "deploy/vllm-omni/throughput.yaml"}
+    with harness_started(tmp_path, {**settings, **ports, setting: f"CUDA_VISIBLE_DEVICES=1 CPUS={core}"}):
+        assert (tmp_path / f"cpus-{program}").read_text().strip() == str(core)
+    (tmp_path / f"cpus-{program}").unlink()
+    with harness_started(tmp_path, {**settings, **ports, setting: "CUDA_VISIBLE_DEVICES=1"}):
+        allowed = (tmp_path / f"cpus-{program}").read_text().strip()
+        assert allowed == Path("/proc/self/status").read_text().split("Cpus_allowed_list:")[1].split()[0]
 
 
 def test_side_by_side_leaves_a_server_the_gpus_it_was_started_with(tmp_path: Path) -> None:
@@ -639,6 +669,68 @@ def sweep_env(tmp_path: Path, python: Path, **settings: str) -> dict[str, str]:
         "OMNI_B_PROFILE": "vllm-omni:qwen3_tts_high_concurrency_mrv2_single_gpu.yaml",
         **settings,
     }
+
+
+def parallel_python(tmp_path: Path, expected: int, wait_s: int = 30) -> Path:
+    """The GPU host's python for parallel sweeps: readiness probes answer 200; speech-loadtest waits until all
+    `expected` sweeps have begun (a barrier: sweeps run one after another never get past it, and fail after
+    `wait_s`), then writes its results.json, its arguments (`argv`) and the cores it may run on (`cpus`) into its
+    --out folder."""
+    barrier = tmp_path / "barrier"
+    barrier.mkdir(parents=True)
+    script = tmp_path / "python3"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        'case "$1 $2" in\n'
+        '  "-m loadtest.cli") out=; prev=\n'
+        '    for a in "$@"; do [ "$prev" = --out ] && out=$a; prev=$a; done\n'
+        f"    touch {barrier}/$$\n"
+        f"    for _ in $(seq {wait_s * 10}); do\n"
+        f'      [ "$(ls {barrier} | wc -l)" -ge {expected} ] && break; sleep 0.1\n'
+        "    done\n"
+        f'    [ "$(ls {barrier} | wc -l)" -ge {expected} ] || exit 1\n'
+        '    mkdir -p "$out" && echo {} > "$out/results.json" && printf "%s\\n" "$@" > "$out/argv"\n'
+        '    grep Cpus_allowed_list /proc/$$/status | cut -f2 > "$out/cpus"\n'
+        "    exit 0 ;;\n"
+        '  "- "*) exit 0 ;;\n'
+        "esac\n"
+        "exit 1\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_side_by_side_sweeps_every_target_at_once_each_from_its_own_cores_when_parallel(tmp_path: Path) -> None:
+    """PARALLEL=1: each target swept by a process of its own, all at once (the stand-in load tool holds until both
+    have begun), each on the cores its LOAD_CPUS names, into a folder of its own with its own commands.txt."""
+    out = tmp_path / "results"
+    cores = sorted(os.sched_getaffinity(0))
+    first, second = str(cores[0]), str(cores[-1])
+    env = sweep_env(
+        tmp_path,
+        parallel_python(tmp_path, expected=2),
+        TARGETS="service vllm-omni-b",
+        PARALLEL="1",
+        SERVICE_ENV=f"CUDA_VISIBLE_DEVICES=0 LOAD_CPUS={first}",
+        OMNI_B_ENV=f"CUDA_VISIBLE_DEVICES=1 LOAD_CPUS={second}",
+        CONCURRENCY="8",
+        SWEEP_NAME="c8",
+    )
+    done = subprocess.run([str(GPU / "side-by-side.sh"), "sweep-closed"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for target, port, core in [("service", "18000", first), ("vllm-omni-b", "18005", second)]:
+        argv = (out / target / "closed-c8/argv").read_text().split("\n")[:-1]
+        assert [argv[i + 1] for i, a in enumerate(argv) if a == "--target"] == [f"http://127.0.0.1:{port}"]
+        assert (out / target / "closed-c8/cpus").read_text().strip() == core
+        assert (out / target / "commands.txt").read_text().count("-m loadtest.cli") == 1
+        assert f"{target}: done ({out / target})" in done.stdout
+    one_at_a_time = subprocess.run(  # the same barrier, sweeps in turn: the first never sees the second begin
+        [str(GPU / "side-by-side.sh"), "sweep-closed"],
+        env={**env, "PYTHON": str(parallel_python(tmp_path / "again", expected=2, wait_s=1)), "PARALLEL": "0"},
+        capture_output=True,
+        text=True,
+    )
+    assert one_at_a_time.returncode != 0
 
 
 def test_side_by_side_sweeps_one_level_a_call_and_keeps_every_level(tmp_path: Path) -> None:
