@@ -24,27 +24,37 @@ def test_an_engine_that_dies_fails_its_streams_visibly_then_readiness_and_livene
     server = start_fake_omni(tmp_path_factory.mktemp("death"), "--step-delay-s", "0.1")
     try:
         outcomes: dict[str, str] = {}
+        # set by each client once its first audio has come: the engine dies while both stream, however late a busy
+        # machine runs them (a fixed wait once let the SSE request reach a dead engine: a 503, not a stream cut short)
+        streaming = {"pcm": threading.Event(), "sse": threading.Event()}
 
         def pcm() -> None:
             try:
                 with httpx.stream(
                     "POST", f"{server.base_url}/v1/audio/speech", json={**LONG, "response_format": "pcm"}, timeout=30
                 ) as r:
-                    size = sum(len(chunk) for chunk in r.iter_raw())
+                    size = 0
+                    for chunk in r.iter_raw():
+                        size += len(chunk)
+                        streaming["pcm"].set()
                 outcomes["pcm"] = f"whole {size}"
             except httpx.HTTPError as exc:
                 outcomes["pcm"] = f"cut {type(exc).__name__}"
 
         def sse() -> None:
             body = {**LONG, "response_format": "pcm", "stream_format": "sse"}
-            text = httpx.post(f"{server.base_url}/v1/audio/speech", json=body, timeout=30).text
-            events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+            events = []
+            with httpx.stream("POST", f"{server.base_url}/v1/audio/speech", json=body, timeout=30) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        events.append(json.loads(line[6:]))
+                        streaming["sse"].set()
             outcomes["sse"] = events[-1]["type"] + " " + str(events[-1].get("error", {}).get("code"))
 
         clients = [threading.Thread(target=pcm), threading.Thread(target=sse)]
         for client in clients:
             client.start()
-        time.sleep(0.4)  # both streaming
+        assert all(started.wait(30) for started in streaming.values()), (streaming, outcomes)  # both streaming
         server.process.send_signal(signal.SIGUSR1)
         died = time.monotonic()
         for client in clients:
