@@ -168,6 +168,16 @@ class TimesItsStart(Protocol):
 
 
 @runtime_checkable
+class Profiles(Protocol):
+    """An engine whose processes run the PyTorch profiler on request, writing traces under the server's
+    `profiler_dir` (`profiled` finds it behind the fronts)."""
+
+    async def start_profile(self, run_id: str) -> str: ...  # where this run's traces go
+
+    async def stop_profile(self, run_id: str) -> None: ...
+
+
+@runtime_checkable
 class SpeechEngine(Protocol):
     """A speech engine. `start` loads and warms it; `synthesize` streams audio for one job."""
 
@@ -229,3 +239,10 @@ class EngineFront:
 
     def start_phases(self) -> dict[str, float]:
         return self.inner.start_phases() if isinstance(self.inner, TimesItsStart) else {}
+
+
+def profiled(engine: SpeechEngine) -> Profiles | None:
+    """The engine behind every front, where it can profile itself; None where it cannot."""
+    while isinstance(engine, EngineFront):
+        engine = engine.inner
+    return engine if isinstance(engine, Profiles) else None

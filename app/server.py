@@ -15,7 +15,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app import IMPORTED_AT, __version__, metrics
 from app.admission import AdmissionGate
-from app.api import docs, meta, playground, speech, speech_batch, speech_stream, voices
+from app.api import docs, meta, playground, profile, speech, speech_batch, speech_stream, voices
 from app.api.auth import ApiKeyMiddleware, load_api_keys
 from app.api.errors import install_error_handlers
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, SpeechAccountingMiddleware
@@ -69,6 +69,8 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     app.include_router(speech_stream.router)
     app.include_router(meta.router)
     app.include_router(voices.router)
+    if settings.profiler_dir:
+        app.include_router(profile.router)
     app.include_router(docs.router)
     app.mount(docs.ASSETS_PATH, StaticFiles(directory=docs.ASSETS_DIR), name="docs-assets")
     app.include_router(playground.router)

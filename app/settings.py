@@ -420,6 +420,12 @@ class Settings(BaseSettings):
         "between replicas. Default: speech-service/voices in the user's data directory ($XDG_DATA_HOME, else "
         "~/.local/share).",
     )
+    profiler_dir: str | None = Field(
+        None,
+        description="Where a GPU engine's PyTorch profiler writes traces. Set, the server serves POST "
+        "/admin/profile/start and /admin/profile/stop (behind the API keys), to find where a frame's time goes; "
+        "leave it unset in production.",
+    )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Web origins allowed to call the API from a browser (comma list, e.g. https://app.example.com, "

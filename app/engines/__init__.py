@@ -76,6 +76,7 @@ def omni_engine(settings: Settings, omni_factory: Callable[..., Any] | None = No
         omni_factory,
         max_input_chars=settings.max_input_chars,
         max_concurrency=settings.max_concurrency,
+        profiler_dir=settings.profiler_dir,
     )
 
 
@@ -88,6 +89,7 @@ def sglang_engine(settings: Settings, runtime_factory: Callable[..., Any] | None
         runtime_factory,
         max_input_chars=settings.max_input_chars,
         max_concurrency=settings.max_concurrency,
+        profiler_dir=settings.profiler_dir,
     )
 
 

@@ -64,8 +64,9 @@ def wait_idle(server: RunningServer, timeout_s: float = 10) -> None:
 
 @pytest.fixture(scope="module")
 def custom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """A CustomVoice checkpoint, the stand-in at full speed."""
-    server = start_fake_sglang(tmp_path_factory.mktemp("sglang-custom"))
+    """A CustomVoice checkpoint, the stand-in at full speed, its profiler on request."""
+    folder = tmp_path_factory.mktemp("sglang-custom")
+    server = start_fake_sglang(folder, SPEECH_PROFILER_DIR=str(folder / "profiles"))
     yield server
     server.stop()
 
@@ -382,3 +383,19 @@ def test_sigterm_drains_a_stream_then_stops_the_pipeline_and_exits_zero(tmp_path
         assert any(e.get("message") == "sglang engine stopped" for e in server.log_events())
     finally:
         server.stop()
+
+
+def test_a_profile_run_through_the_admin_routes_leaves_the_pipelines_trace(custom: RunningServer) -> None:
+    """POST /admin/profile/start and /stop (served where SPEECH_PROFILER_DIR is set): the pipeline's profiler runs
+    between them, and its trace lands under the directory, in the run's folder."""
+    profiles = Path(custom.env["SPEECH_PROFILER_DIR"])
+    started = httpx.post(f"{custom.base_url}/admin/profile/start", json={"run_id": "e2e-c1"}, timeout=30)
+    assert started.status_code == 200, started.text
+    assert started.json() == {"run_id": "e2e-c1", "traces": str(profiles / "e2e-c1")}
+    spoken = speech(custom, voice="vivian", response_format="pcm")
+    assert spoken.status_code == 200 and spoken.content
+    stopped = httpx.post(f"{custom.base_url}/admin/profile/stop", json={"run_id": "e2e-c1"}, timeout=30)
+    assert stopped.status_code == 200 and stopped.json() == {"run_id": "e2e-c1", "stopped": True}
+    assert [path.name.split("_pid")[0] for path in (profiles / "e2e-c1").iterdir()] == ["trace"]
+    refused = httpx.post(f"{custom.base_url}/admin/profile/start", json={"run_id": "../elsewhere"}, timeout=30)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "run_id"

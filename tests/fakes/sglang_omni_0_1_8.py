@@ -10,7 +10,10 @@ against the pinned wheel's own source in tests/unit/test_sglang_omni_stand_in.py
 - `sglang_omni.config.manager.ConfigManager`: `from_model_path(path)` (the pipeline chosen from config.json's
   architecture or model type) and `merge_config(dotted)` (a key the pipeline does not have is refused, as sglang-omni
   refuses a factory argument its stage does not take);
-- `sglang_omni.utils.gpu_compat.apply_gpu_compat_env_defaults`.
+- `sglang_omni.utils.gpu_compat.apply_gpu_compat_env_defaults`;
+- `sglang_omni.profiler.profiler_control.ProfilerControlClient(stage_endpoints)`: `broadcast_start(run_id,
+  trace_path_template, ...)`, `broadcast_stop(run_id)`, `close()`, on the runner's `stage_control_endpoints`; the
+  stand-in's pipeline writes `<template>_pid<PID>_rank0.trace.json` when a run stops, as the stage's profiler does.
 
 What a Qwen3-TTS request yields is sglang-omni's (`models/qwen3_tts/streaming_vocoder.py`): float32 deltas at 24 kHz in
 windows of 1, 2, 4 frames then 8 each (or the `stream_chunk_ramp`, the steady `stream_followup_stride`, a request's
@@ -372,6 +375,12 @@ class MultiProcessPipelineRunner:
         await self.fatal_event.wait()
         raise self.fatal_error or RuntimeError("pipeline failed")
 
+    @property
+    def stage_control_endpoints(self) -> dict[str, str]:
+        if not self.started:
+            raise RuntimeError("Runner not started")
+        return {stage: f"ipc:///tmp/stand-in-{stage}-control" for stage in ("preprocessing", "tts_engine", "vocoder")}
+
     async def stop(self) -> None:
         if not self.started:
             return
@@ -386,9 +395,57 @@ def apply_gpu_compat_env_defaults(env: Any = None) -> dict[str, str]:
     return {}
 
 
+def _write_trace(path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text('{"traceEvents": []}')
+
+
+@dataclass
+class ProfilerControlClient:
+    """Control messages to the stages; the one pipeline process writes its trace when its run stops. Every client
+    built is kept (`built`) with the messages it sent (`sent`)."""
+
+    stage_endpoints: dict[str, str]
+    socks: dict[str, Any] | None = None
+    sent: list[tuple[str, str | None]] = field(default_factory=list)
+    built: ClassVar[list[ProfilerControlClient]] = []
+    _templates: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        ProfilerControlClient.built.append(self)
+
+    async def start(self) -> None:
+        if self.socks is None:
+            self.socks = dict.fromkeys(self.stage_endpoints)
+
+    async def close(self) -> None:
+        self.socks = None
+
+    async def broadcast_start(
+        self,
+        run_id: str,
+        trace_path_template: str,
+        config: Mapping[str, object] | None = None,
+        stages: list[str] | None = None,
+        event_dir: str | None = None,
+        enable_torch: bool = True,
+    ) -> None:
+        await self.start()
+        self.sent.append(("start", run_id))
+        self._templates[run_id] = trace_path_template
+
+    async def broadcast_stop(self, run_id: str | None = None, stages: list[str] | None = None) -> None:
+        await self.start()
+        self.sent.append(("stop", run_id))
+        for run in [run_id] if run_id is not None else list(self._templates):
+            template = self._templates.pop(run, None)
+            if template:
+                await asyncio.to_thread(_write_trace, f"{template}_pid{os.getpid()}_rank0.trace.json")
+
+
 def runtime() -> SglangRuntime:
     """The stand-ins as the engine's runtime (the model's tokenizer: one token a word)."""
     return SglangRuntime(
         ConfigManager, MultiProcessPipelineRunner, Client, GenerateRequest, SamplingParams,
-        apply_gpu_compat_env_defaults, lambda model_dir: WordTokenizer(),
+        apply_gpu_compat_env_defaults, lambda model_dir: WordTokenizer(), ProfilerControlClient,
     )  # fmt: skip

@@ -10,7 +10,8 @@ vllm-omni cannot run on the CPU machines where CI runs; these mirror, field for 
 - `vllm_omni.AsyncOmni` (`vllm_omni/entrypoints/async_omni.py`): `default_sampling_params_list` (CUMULATIVE, as the
   engine builds them), `generate(prompt, sampling_params=None, request_id="", *, sampling_params_list,
   output_modalities, arrival_time, ...)` as an async generator whose early close aborts the request, `abort` (by the
-  caller's request id: 0.30 adds a suffix of its own internally and maps it back), `shutdown`, `errored`.
+  caller's request id: 0.30 adds a suffix of its own internally and maps it back), `start_profile(profile_prefix,
+  stages)` / `stop_profile(stages)` (recorded in `profiles`), `shutdown`, `errored`.
   AsyncOmni's orchestrator is a Python thread of the caller's process, holding the GIL while it handles the stages'
   outputs; `orchestrator_busy_ms` every `orchestrator_period_ms` while requests run models that load. Audio follows
   code2wav's windows (`vllm_omni/model_executor/stage_input_processors/qwen3_tts.py`): 1 frame (or the request's
@@ -185,6 +186,7 @@ class FakeAsyncOmni:
         ]
         self.requests: list[dict[str, Any]] = []
         self.aborted: list[str] = []
+        self.profiles: list[tuple[str, str | None, list[int] | None]] = []  # start_profile / stop_profile calls
         self.finished: list[str] = []
         self.errored = False
         self.die_on_request = False
@@ -288,6 +290,14 @@ class FakeAsyncOmni:
 
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)
+
+    async def start_profile(self, profile_prefix: str | None = None, stages: list[int] | None = None) -> list[Any]:
+        self.profiles.append(("start", profile_prefix, stages))
+        return []
+
+    async def stop_profile(self, stages: list[int] | None = None) -> list[Any]:
+        self.profiles.append(("stop", None, stages))
+        return []
 
     def shutdown(self) -> None:
         self.shut_down = True

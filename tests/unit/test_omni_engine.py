@@ -18,7 +18,7 @@ import yaml
 from app.engine_protocol import EngineUnavailable, SynthesisJob, TaskType, UnsupportedParameter
 from app.engines import omni_engine
 from app.engines.omni.codec_windows import CodecWindows
-from app.engines.omni.engine import DECODER_GRAPH_STATS_ENVIRONMENT, OmniEngine
+from app.engines.omni.engine import DECODER_GRAPH_STATS_ENVIRONMENT, OmniEngine, profiler_overrides
 from app.engines.omni.requests import AudioOutputReader, additional_information, sampling_params_for
 from app.engines.qwen3_tts import Qwen3TTSModel, check_job, input_tokens, warmup_job
 from app.server import create_app
@@ -619,3 +619,29 @@ async def test_two_servers_on_one_host_warm_up_with_different_request_ids(custom
     assert len(ids[0]) == len(ids[1]) == 1 + 4 and not ids[0] & ids[1]
     for engine in engines:
         await engine.close()
+
+
+async def test_a_profiler_directory_gives_both_stages_a_profiler_and_profiles_them_on_request(
+    custom_voice_dir: Path, tmp_path: Path
+) -> None:
+    """vllm-omni 0.30 builds a stage's profiler from its `profiler_config` (a stage without one refuses to profile):
+    with a profiler directory both stages get one, beside the operator's own overrides (a stage's own profiler
+    config wins), and a run starts and stops on both through AsyncOmni's own calls."""
+    omni = FakeAsyncOmni()
+    own = {"1": {"load_format": "auto"}}
+    engine = make_engine(custom_voice_dir, omni, profiler_dir=str(tmp_path), stage_overrides=own)
+    with pytest.raises(EngineUnavailable):
+        await engine.start_profile("early")  # nothing to profile before the start
+    await engine.start()
+    config = {"profiler": "torch", "torch_profiler_dir": str(tmp_path), "torch_profiler_with_stack": False}
+    assert omni.kwargs["stage_overrides"] == {
+        "0": {"profiler_config": config},
+        "1": {"load_format": "auto", "profiler_config": config},
+    }
+    assert await engine.start_profile("c32") == str(tmp_path)
+    await engine.stop_profile("c32")
+    assert omni.profiles == [("start", "c32", [0, 1]), ("stop", None, [0, 1])]
+    theirs = {"0": {"profiler_config": {"profiler": "torch", "torch_profiler_dir": "/elsewhere"}}}
+    assert profiler_overrides(theirs, str(tmp_path))["0"]["profiler_config"]["torch_profiler_dir"] == "/elsewhere"
+    assert profiler_overrides(own, None) == own and profiler_overrides(None, None) == {}
+    await engine.close()

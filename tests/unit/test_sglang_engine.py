@@ -302,3 +302,32 @@ async def test_the_capabilities_say_what_the_service_may_ask(custom_voice_dir: P
     strided = engine_for(custom_voice_dir, pipeline_overrides={"vocoder.factory.stream_stride": 24}).capabilities()
     assert strided.initial_chunk_frames == (1, 24)
     assert engine_for(base_dir).capabilities().voice_cloning
+
+
+async def test_a_profile_run_starts_and_stops_the_pipelines_profiler_as_sgl_omni_serve_does(
+    custom_voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a profiler directory, a run is a control message to every stage (sgl-omni serve's /start_profile), its
+    trace under <dir>/<run_id>/; the stages read their profiler's options from SGLANG_TORCH_PROFILER_*."""
+    monkeypatch.delenv("SGLANG_TORCH_PROFILER_DIR", raising=False)
+    engine = sglang_engine(
+        Settings(
+            engine="sglang",
+            profiler_dir=str(tmp_path),
+            sglang={"model": str(custom_voice_dir), "warmup_batch_sizes": [1]},
+        ),
+        fake.runtime,
+    )
+    with pytest.raises(EngineUnavailable):
+        await engine.start_profile("early")
+    await engine.start()
+    assert os.environ["SGLANG_TORCH_PROFILER_DIR"] == str(tmp_path)
+    assert await engine.start_profile("c1") == str(tmp_path / "c1")
+    await collect(engine, job(request_id="profiled"))
+    await engine.stop_profile("c1")
+    control = fake.ProfilerControlClient.built[-1]
+    assert set(control.stage_endpoints) == {"preprocessing", "tts_engine", "vocoder"}
+    assert control.sent == [("start", "c1"), ("stop", "c1")]
+    assert [path.name for path in (tmp_path / "c1").iterdir()] == [f"trace_pid{os.getpid()}_rank0.trace.json"]
+    await engine.close()
+    assert control.socks is None  # closed with the pipeline

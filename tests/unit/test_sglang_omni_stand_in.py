@@ -423,6 +423,22 @@ def test_the_config_manager_loads_a_model_path_and_merges_dotted_settings_as_the
     ]
 
 
+def test_a_profile_run_is_controlled_as_the_wheels_profiler_control_does(wheel: Wheel) -> None:
+    """The engine starts and stops a profile as `sgl-omni serve` does: a ProfilerControlClient built on the runner's
+    stage control endpoints (the stand-in's extra fields record what it was sent)."""
+    control = class_def(wheel.tree("profiler/profiler_control.py"), "ProfilerControlClient")
+    for name in ("broadcast_start", "broadcast_stop", "close"):
+        assert_same_function(control, stand_in.ProfilerControlClient, name)
+    fields = [node.target.id for node in control.body if isinstance(node, ast.AnnAssign)]
+    assert fields == ["stage_endpoints", "socks"]
+    assert [field.name for field in dataclasses.fields(stand_in.ProfilerControlClient)][:2] == fields
+    runner = class_def(wheel.tree("pipeline/mp_runner.py"), "MultiProcessPipelineRunner")
+    assert_same_function(runner, stand_in.MultiProcessPipelineRunner, "stage_control_endpoints")
+    assert wheel_kind(function_def(runner, "stage_control_endpoints")) == "property"
+    launcher = wheel.tree("serve/launcher.py")
+    assert "ProfilerControlClient(mp_runner.stage_control_endpoints)" in ast.unparse(launcher)  # as serve does it
+
+
 def test_gpu_compat_defaults_apply_with_no_argument_as_the_wheels_do(wheel: Wheel) -> None:
     tree = wheel.tree("utils/gpu_compat.py")
     assert_same_function(tree, stand_in, "apply_gpu_compat_env_defaults")

@@ -78,6 +78,22 @@ DECODER_GRAPH_STATS_ENVIRONMENT = {
 }
 
 
+PROFILED_STAGES = (0, 1)  # the talker (with its code predictor) and code2wav
+
+
+def profiler_overrides(overrides: dict[str, dict[str, object]] | None, profiler_dir: str | None) -> dict[str, Any]:
+    """The stage overrides, with vLLM's torch profiler configured in every stage where a profiler directory is given
+    (vllm-omni 0.30 builds a stage's profiler from its `profiler_config`; a stage without one refuses to profile).
+    Python stacks stay off: they multiply a trace's size and the profiler's own cost per step. A stage's own
+    `profiler_config` among the overrides wins."""
+    merged: dict[str, Any] = {stage: dict(values) for stage, values in (overrides or {}).items()}
+    if profiler_dir:
+        config = {"profiler": "torch", "torch_profiler_dir": profiler_dir, "torch_profiler_with_stack": False}
+        for stage in PROFILED_STAGES:
+            merged.setdefault(str(stage), {}).setdefault("profiler_config", config)
+    return merged
+
+
 def _default_omni_factory(code2wav_scheduler: str = "", talker_windows: bool = False, **kwargs: Any) -> Any:
     from vllm_omni import AsyncOmni
 
@@ -143,9 +159,11 @@ class OmniEngine:
         *,
         max_input_chars: int = MAX_INPUT_CHARS,
         max_concurrency: int | None = None,
+        profiler_dir: str | None = None,
     ) -> None:
-        """`settings` are the engine's own; of the service's it needs only the longest input it accepts (which its
-        capabilities report) and the admission limit (the largest batch it warms up for; unset: its talker's)."""
+        """`settings` are the engine's own; of the service's it needs the longest input it accepts (which its
+        capabilities report), the admission limit (the largest batch it warms up for; unset: its talker's) and where
+        its stages' profiler writes (unset: no profiler)."""
         if not settings.model:
             raise ValueError("the omni engine needs SPEECH_OMNI__MODEL: a Qwen3-TTS model directory")
         self._settings = settings
@@ -154,6 +172,7 @@ class OmniEngine:
         self._model = Qwen3TTSModel.from_dir(settings.model)
         self.model_id = settings.served_model_name or os.path.basename(os.path.normpath(settings.model))
         self._factory = omni_factory or _default_omni_factory
+        self._profiler_dir = profiler_dir
         self._omni: Any = None
         self._cumulative = False
         self._helpers: PromptHelpers | None = None
@@ -225,13 +244,31 @@ class OmniEngine:
         another as vllm-omni starts them, then the prompt helpers), warmup (every batch size admission can produce)."""
         return dict(self._start_phases)
 
+    async def start_profile(self, run_id: str) -> str:
+        """The PyTorch profiler on in both stages (talker, code2wav), through vllm-omni's own call: each stage writes
+        `<profiler_dir>/<time>_stage<N>_rank0_<epoch>/` once stopped, its files named after `run_id`."""
+        omni = self._profiling()
+        await omni.start_profile(profile_prefix=run_id, stages=list(PROFILED_STAGES))
+        return self._profiler_dir or ""
+
+    async def stop_profile(self, run_id: str) -> None:
+        await self._profiling().stop_profile(stages=list(PROFILED_STAGES))  # returns once the traces are written
+
+    def _profiling(self) -> Any:
+        if not self._profiler_dir:
+            raise RuntimeError("the omni engine was started without a profiler directory")
+        if self._omni is None or not self._ready:
+            raise EngineUnavailable(self._detail)
+        return self._omni
+
     def _engine_kwargs(self) -> dict[str, Any]:
         settings = self._settings
         kwargs: dict[str, Any] = {"model": self._model.path, "log_stats": True}
         if settings.deploy_config:
             kwargs["deploy_config"] = settings.deploy_config
-        if settings.stage_overrides:
-            kwargs["stage_overrides"] = settings.stage_overrides
+        overrides = profiler_overrides(settings.stage_overrides, self._profiler_dir)
+        if overrides:
+            kwargs["stage_overrides"] = overrides
         if settings.code2wav_scheduler:
             kwargs["code2wav_scheduler"] = settings.code2wav_scheduler  # for the factory, not AsyncOmni
         if self._windows.first_fixed:

@@ -76,6 +76,7 @@ class SglangRuntime:
     sampling_params: Any  # sglang_omni.client.SamplingParams
     apply_gpu_compat_env_defaults: Callable[[], Any]
     tokenizer: Callable[[str], Any]  # the model's text tokenizer, for usage: model dir -> tokenizer
+    profiler_control: Any  # sglang_omni.profiler.profiler_control.ProfilerControlClient
 
 
 def compile_cache_environment(cache_dir: str) -> dict[str, str]:
@@ -94,6 +95,7 @@ def load_runtime() -> SglangRuntime:
     from sglang_omni.client import Client, GenerateRequest, SamplingParams
     from sglang_omni.config.manager import ConfigManager
     from sglang_omni.pipeline.mp_runner import MultiProcessPipelineRunner
+    from sglang_omni.profiler.profiler_control import ProfilerControlClient
     from sglang_omni.utils.gpu_compat import apply_gpu_compat_env_defaults
     from transformers import AutoTokenizer
 
@@ -102,7 +104,7 @@ def load_runtime() -> SglangRuntime:
 
     return SglangRuntime(
         ConfigManager, MultiProcessPipelineRunner, Client, GenerateRequest, SamplingParams,
-        apply_gpu_compat_env_defaults, tokenizer,
+        apply_gpu_compat_env_defaults, tokenizer, ProfilerControlClient,
     )  # fmt: skip
 
 
@@ -116,9 +118,11 @@ class SglangEngine:
         *,
         max_input_chars: int = MAX_INPUT_CHARS,
         max_concurrency: int | None = None,
+        profiler_dir: str | None = None,
     ) -> None:
-        """`settings` are the engine's own; of the service's it needs the longest input it accepts and the admission
-        limit (the largest batch it warms up for; unset: max_running_requests)."""
+        """`settings` are the engine's own; of the service's it needs the longest input it accepts, the admission
+        limit (the largest batch it warms up for; unset: max_running_requests) and where the pipeline's profiler
+        writes (unset: no profiler)."""
         if not settings.model:
             raise ValueError("the sglang engine needs SPEECH_SGLANG__MODEL: a Qwen3-TTS model directory")
         self._settings = settings
@@ -127,6 +131,8 @@ class SglangEngine:
         self._model = Qwen3TTSModel.from_dir(settings.model)
         self.model_id = settings.served_model_name or os.path.basename(os.path.normpath(settings.model))
         self._runtime_factory = runtime_factory or load_runtime
+        self._profiler_dir = profiler_dir
+        self._profiler: Any = None  # the control client of the profile running, if one is
         self._pipeline = pipeline_settings(settings)
         # sglang-omni refuses requests past its talker's running + queued requests (64 + 64 by default) with "The
         # request queue is full.": room for every request the service admits at once, warm-up included
@@ -159,6 +165,8 @@ class SglangEngine:
             for key, value in caches.items():
                 os.environ.setdefault(key, value)  # a variable the operator set explicitly wins
             log.info("sglang compile caches", extra={key: os.environ[key] for key in caches})
+        if self._profiler_dir:  # the stages' profiler reads its options (stacks, shapes) from SGLANG_TORCH_PROFILER_*
+            os.environ.setdefault("SGLANG_TORCH_PROFILER_DIR", self._profiler_dir)
         if self._settings.fixed_length:
             os.environ.update(FIXED_LENGTH_ENVIRONMENT)
             path = os.environ.get("PYTHONPATH", "")
@@ -199,6 +207,27 @@ class SglangEngine:
         warmup (every batch size admission can produce)."""
         return dict(self._start_phases)
 
+    async def start_profile(self, run_id: str) -> str:
+        """The PyTorch profiler on in the pipeline's process, as `sgl-omni serve`'s /start_profile does it (a control
+        message to every stage): its trace goes to `<profiler_dir>/<run_id>/trace_pid<PID>_rank0.trace.json.gz`
+        once stopped. sglang-omni 0.1.8 records the CPU operations of the stage's event-loop thread only; its kernels
+        and CUDA calls from every thread."""
+        if not self._profiler_dir:
+            raise RuntimeError("the sglang engine was started without a profiler directory")
+        if self._runtime is None or self._runner is None or not self._ready:
+            raise EngineUnavailable(f"the sglang engine is not ready ({self._detail})")
+        folder = os.path.join(self._profiler_dir, run_id)
+        if self._profiler is None:
+            self._profiler = self._runtime.profiler_control(dict(self._runner.stage_control_endpoints))
+        await self._profiler.broadcast_start(run_id=run_id, trace_path_template=os.path.join(folder, "trace"))
+        return folder
+
+    async def stop_profile(self, run_id: str) -> None:
+        """Stops it; the stages write their traces after this returns (the message is not answered)."""
+        if self._profiler is None:
+            raise EngineUnavailable("no profile is running")
+        await self._profiler.broadcast_stop(run_id=run_id)
+
     def _config(self, runtime: SglangRuntime) -> Any:
         manager = runtime.config_manager.from_model_path(self._model.path)
         return manager.merge_config(dict(self._pipeline))
@@ -231,6 +260,10 @@ class SglangEngine:
         log.info("sglang engine stopped", extra={"seconds": round(time.perf_counter() - started, 2)})
 
     async def _stop_runner(self) -> None:
+        if self._profiler is not None:
+            with contextlib.suppress(Exception):
+                await self._profiler.close()
+            self._profiler = None
         if self._watch is not None:
             self._watch.cancel()
             with contextlib.suppress(BaseException):
