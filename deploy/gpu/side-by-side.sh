@@ -13,6 +13,9 @@
 #   deploy/gpu/side-by-side.sh sweep-bench      the referee: vllm-omni's own benchmark (`vllm bench serve --omni
 #                                               --backend openai-audio-speech`) against each target at $CONCURRENCY
 #   CONCURRENCY=8 SWEEP_NAME=c8 deploy/gpu/side-by-side.sh sweep-closed    one level per call, in $OUT/closed-c8
+#   deploy/gpu/side-by-side.sh profile          with PROFILER_DIR: every target's PyTorch profiler on around one
+#                                               closed-loop level ($CONCURRENCY, $REQUESTS, no warm-up), through
+#                                               its own routes; traces in $PROFILER_DIR/<target>
 #   deploy/gpu/side-by-side.sh status           what runs, what is ready
 #   deploy/gpu/side-by-side.sh stop             stop them all, keep their logs in $OUT/logs
 # Each phase can run on its own (e.g. one per command where a command's time is limited); `start` resumes where an
@@ -108,6 +111,10 @@
 #   BENCH_RATE=""                   sweep-bench: Poisson arrivals at this many requests a second (its
 #                                   --request-rate), each level's concurrency then a cap; empty: all at once (inf)
 #   PLAYBACK_BUFFER_MS=0            the modelled listener's jitter buffer (stalls); LOADTEST_ARGS: more options
+#   PROFILER_DIR=""                 set when the servers start: each can run PyTorch's profiler on request, its traces
+#                                   in $PROFILER_DIR/<target> (the service: SPEECH_PROFILER_DIR and its
+#                                   /admin/profile routes; vllm serve: both stages' profiler_config in its copy, its
+#                                   /start_profile; sgl-omni serve: SGLANG_TORCH_PROFILER_DIR, its /start_profile)
 #   UNIQUE_TEXTS=1                  speech-loadtest --unique-texts: no prompt twice on a server, so that a server
 #                                   caching prompt prefixes (sglang-omni) meets new text as the others do; 0: the
 #                                   shipped texts as they are (as every run up to 2026-11-27's three-way sent them)
@@ -178,6 +185,7 @@ BENCH_RATE=${BENCH_RATE:-}
 PLAYBACK_BUFFER_MS=${PLAYBACK_BUFFER_MS:-0}
 UNIQUE_TEXTS=${UNIQUE_TEXTS:-1}
 PARALLEL=${PARALLEL:-0}
+PROFILER_DIR=${PROFILER_DIR:-}
 LOADTEST_ARGS=${LOADTEST_ARGS:-}
 # vllm-omni's server streams raw pcm only when asked with the OpenAI field; this service accepts it too. With FRAMES
 # set to the longest utterance, '{"stream_format": "audio", "max_new_tokens": 101}' makes every server's requests
@@ -224,12 +232,19 @@ pidfile_of() {
     service-sglang) echo "/tmp/speech-server-$SERVICE_SGLANG_PORT.pid" ;;
   esac
 }
-settings_of() {  # $1 target: its own settings (NAME=value words)
+settings_of() {  # $1 target: its own settings (NAME=value words), with PROFILER_DIR its profiler's directory
+  local profiler=""
+  if [ -n "$PROFILER_DIR" ]; then
+    case $1 in
+      service*) profiler="SPEECH_PROFILER_DIR=$PROFILER_DIR/$1" ;;
+      sglang) profiler="SGLANG_TORCH_PROFILER_DIR=$PROFILER_DIR/$1" ;;
+    esac
+  fi
   case $1 in
     service) echo "$SERVICE_ENV" ;; service-b) echo "$SERVICE_B_ENV" ;; service-c) echo "$SERVICE_C_ENV" ;;
     vllm-omni) echo "$OMNI_ENV" ;; vllm-omni-b) echo "$OMNI_B_ENV" ;; sglang) echo "$SGLANG_ENV" ;;
     service-sglang) echo "$SERVICE_SGLANG_ENV" ;;
-  esac
+  esac | sed "s|\$| $profiler|; s|^ ||; s| $||"
 }
 word_of() {  # $1 target, $2 NAME: the value of NAME=value among its settings (CPUS, LOAD_CPUS), empty if none
   local word
@@ -307,6 +322,10 @@ omni_profile() {  # $1 vllm-omni or vllm-omni-b: write its copy (a server that r
       *) log "OMNI_ON is a, b or c, not $OMNI_ON"; return 1 ;;
     esac
     memory=$OMNI_MEMORY
+  fi
+  if [ -n "$PROFILER_DIR" ]; then  # both stages' torch profiler, idle until /start_profile (no Python stacks)
+    local stage config="{profiler: torch, torch_profiler_dir: $PROFILER_DIR/$target, torch_profiler_with_stack: false}"
+    for stage in 0 1; do sets="$sets;stages.$stage.profiler_config=$config"; done
   fi
   bench_profile "$(omni_copy "$target")" "$sets" "$(omni_source "$target")" "$memory"
 }
@@ -601,6 +620,36 @@ cmd_sweep_bench() {  # vllm-omni's own benchmark, each level against every targe
   return $rc
 }
 
+profile_call() {  # $1 target, $2 start or stop, $3 the run's name: its profiler, through the server's own route
+  local path body
+  case $1 in
+    service*) path=/admin/profile/$2 body="{\"run_id\": \"$3\"}" ;;
+    sglang) path=/${2}_profile body="{\"run_id\": \"$3\"}" ;;  # its trace: $PROFILER_DIR/sglang/<run>/trace_pid*
+    vllm-omni | vllm-omni-b) path=/${2}_profile body='{"stages": [0, 1]}' ;;  # each stage's folder: <time>_stage<N>_*
+    *) log "$1 has no profiler route"; return 1 ;;
+  esac
+  echo "$(date -u +%FT%TZ) profile $3: POST $(url_of "$1")$path $body" >>"$OUT/commands.txt"
+  # a stop answers once the traces are written (vllm-omni): minutes for a long window
+  "$PYTHON" - "$(url_of "$1")$path" "$body" <<'PY'
+import sys
+import urllib.request
+
+request = urllib.request.Request(sys.argv[1], sys.argv[2].encode(), {"Content-Type": "application/json"})
+with urllib.request.urlopen(request, timeout=900) as answer:
+    print(answer.status, answer.read().decode(errors="replace")[:300])
+PY
+}
+
+cmd_profile() {  # every sweep target's profiler on around one closed-loop level; SWEEP_NAME names the run
+  [ -n "$PROFILER_DIR" ] || { log "profile: set PROFILER_DIR when the servers start, and here"; return 1; }
+  local run=${SWEEP_NAME:-profile} target rc=0
+  for target in $SWEEP_TARGETS; do profile_call "$target" start "$run" || return 1; done
+  WARMUP=0 ROUNDS=1 SWEEP_NAME=profile-$run cmd_sweep_closed || rc=1
+  for target in $SWEEP_TARGETS; do profile_call "$target" stop "$run" || rc=1; done
+  log "profile $run: traces in $PROFILER_DIR/<target>"
+  return $rc
+}
+
 in_parallel() {  # $1 a sweep (cmd_sweep_closed, cmd_sweep_open, cmd_sweep_bench): every target of SWEEP_TARGETS
   # from a process of its own, all at once, each on its LOAD_CPUS, into $OUT/<target>; fails where any one failed
   local target base=$OUT rc=0
@@ -652,6 +701,7 @@ case ${1:-} in
   sweep-closed) sweep cmd_sweep_closed ;;
   sweep-open) sweep cmd_sweep_open ;;
   sweep-bench) sweep cmd_sweep_bench ;;
+  profile) sweep cmd_profile ;;
   status) cmd_status ;;
   stop) cmd_stop ;;
   all)

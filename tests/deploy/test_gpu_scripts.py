@@ -151,13 +151,15 @@ def harness_python(tmp_path: Path) -> Path:
         f" > {tmp_path}/stage_overrides\n"
         f'    printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
         f'    printf "%s\\n" "$PYTHONPATH" "${{SPEECH_SGLANG__MODEL-}}" "${{SPEECH_SGLANG__LOAD_FORMAT-}}"'
-        f' "${{SPEECH_SGLANG__FIXED_LENGTH-}}" "${{SPEECH_SGLANG__MEM_FRACTION_STATIC-}}" > {tmp_path}/service_env\n'
+        f' "${{SPEECH_SGLANG__FIXED_LENGTH-}}" "${{SPEECH_SGLANG__MEM_FRACTION_STATIC-}}" "${{SPEECH_PROFILER_DIR-}}"'
+        f" > {tmp_path}/service_env\n"
         '    cores app.cli; record app.cli "$SPEECH_OMNI__DEPLOY_CONFIG" "$@"; exec sleep 60 ;;\n'
         f'  "deploy/gpu/codec_weights.py "*) printf "%s\\n" "$@" > {tmp_path}/codec_argv; exit 0 ;;\n'
         f'  "-m vllm_omni.entrypoints.cli.main") printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
         '    cores vllm_omni; record vllm_omni "$@"; exec sleep 60 ;;\n'
         f'  "-m sglang_omni.cli") printf "%s\\n" "$PYTHONPATH" "$QWEN3_TTS_FIXED_LENGTH"'
-        f' "$SGLANG_OMNI_STRICT_PORT" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/sglang_env\n'
+        f' "$SGLANG_OMNI_STRICT_PORT" "${{CUDA_VISIBLE_DEVICES-unset}}" "${{SGLANG_TORCH_PROFILER_DIR-}}"'
+        f" > {tmp_path}/sglang_env\n"
         '    cores sglang; record sglang "$@"; exec sleep 60 ;;\n'
         '  "- "*) exit 1 ;;\n'
         "esac\n"
@@ -387,6 +389,90 @@ def test_side_by_side_starts_each_server_on_the_cores_its_settings_name(
     with harness_started(tmp_path, {**settings, **ports, setting: "CUDA_VISIBLE_DEVICES=1"}):
         allowed = (tmp_path / f"cpus-{program}").read_text().strip()
         assert allowed == Path("/proc/self/status").read_text().split("Cpus_allowed_list:")[1].split()[0]
+
+
+@pytest.mark.parametrize("target", ["service", "service-sglang", "sglang", "vllm-omni-b"])
+def test_side_by_side_starts_each_server_ready_to_profile_into_a_folder_of_its_own(tmp_path: Path, target: str) -> None:
+    """PROFILER_DIR: the service gets SPEECH_PROFILER_DIR, sgl-omni serve SGLANG_TORCH_PROFILER_DIR, and `vllm serve`'s
+    copy a torch profiler_config in both stages (without it vllm-omni 0.30 has no profile routes), each under
+    PROFILER_DIR/<target>."""
+    site = tmp_path / "sgl-site"
+    (site / "sglang_omni").mkdir(parents=True)
+    port = str(free_port())
+    profiles = tmp_path / "profiles"
+    settings = {
+        "TARGETS": target,
+        "PROFILER_DIR": str(profiles),
+        "SGLANG_SITE": str(site),
+        "OMNI_B_PROFILE": "deploy/vllm-omni/throughput.yaml",
+        **{name: port for name in ("SERVICE_PORT", "SERVICE_SGLANG_PORT", "SGLANG_PORT", "OMNI_B_PORT")},
+    }
+    program = {"sglang": "argv-sglang", "vllm-omni-b": "argv-vllm_omni"}.get(target, "argv-app.cli")
+    with harness_started(tmp_path, settings, record=program):
+        if target == "sglang":
+            assert (tmp_path / "sglang_env").read_text().split("\n")[4] == str(profiles / "sglang")
+        elif target == "vllm-omni-b":
+            copy = yaml.safe_load((tmp_path / "work/bench-profile-vllm-omni-b.yaml").read_text())
+            configs = {stage["stage_id"]: stage.get("profiler_config") for stage in copy["stages"]}
+            expected = {
+                "profiler": "torch",
+                "torch_profiler_dir": str(profiles / target),
+                "torch_profiler_with_stack": False,
+            }
+            assert configs == {0: expected, 1: expected}
+        else:
+            assert (tmp_path / "service_env").read_text().split("\n")[5] == str(profiles / target)
+
+
+def profile_python(tmp_path: Path) -> Path:
+    """The GPU host's python for `profile`: readiness probes answer 200, a profiler route's call (`- URL BODY`) and the
+    load tool's level go to `calls` in the order they came."""
+    script = tmp_path / "python3"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        'case "$1 $2" in\n'
+        '  "-m loadtest.cli") out=; prev=; level=\n'
+        '    for a in "$@"; do [ "$prev" = --out ] && out=$a; [ "$prev" = --concurrency ] && level=$a; prev=$a; done\n'
+        '    mkdir -p "$out" && echo {} > "$out/results.json"\n'
+        '    warmup=$(echo "$@" | grep -o -- "--warmup [0-9]*")\n'
+        f'    echo "loadtest c=$level warmup=$warmup" >> {tmp_path}/calls; exit 0 ;;\n'
+        "esac\n"
+        f'if [ "$1" = - ]; then [ $# -eq 3 ] && echo "$2 $3" >> {tmp_path}/calls; echo 200; exit 0; fi\n'
+        "exit 1\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_side_by_side_profiles_every_target_around_one_level_through_its_own_route(tmp_path: Path) -> None:
+    """`profile`: each target's profiler started through its own route (the service's /admin/profile, vllm serve's and
+    sgl-omni serve's /start_profile), one closed-loop level with no warm-up, then each stopped."""
+    env = sweep_env(
+        tmp_path,
+        profile_python(tmp_path),
+        TARGETS="service vllm-omni-b sglang",
+        SGLANG_PORT="18006",
+        PROFILER_DIR=str(tmp_path / "profiles"),
+        CONCURRENCY="32",
+        REQUESTS="64",
+        SWEEP_NAME="c32",
+    )
+    done = subprocess.run([str(GPU / "side-by-side.sh"), "profile"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "calls").read_text().splitlines() == [
+        'http://127.0.0.1:18000/admin/profile/start {"run_id": "c32"}',
+        'http://127.0.0.1:18005/start_profile {"stages": [0, 1]}',
+        'http://127.0.0.1:18006/start_profile {"run_id": "c32"}',
+        "loadtest c=32 warmup=--warmup 0",
+        'http://127.0.0.1:18000/admin/profile/stop {"run_id": "c32"}',
+        'http://127.0.0.1:18005/stop_profile {"stages": [0, 1]}',
+        'http://127.0.0.1:18006/stop_profile {"run_id": "c32"}',
+    ]
+    assert (tmp_path / "results/closed-profile-c32/results.json").exists()
+    unset = subprocess.run(
+        [str(GPU / "side-by-side.sh"), "profile"], env={**env, "PROFILER_DIR": ""}, capture_output=True, text=True
+    )
+    assert unset.returncode != 0 and "set PROFILER_DIR" in unset.stdout
 
 
 def test_side_by_side_leaves_a_server_the_gpus_it_was_started_with(tmp_path: Path) -> None:
