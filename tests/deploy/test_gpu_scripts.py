@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import importlib.util
+import io
 import json
 import os
 import signal
@@ -1019,6 +1021,7 @@ def load_gpu_script(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, GPU / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as an import would: dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -1225,3 +1228,43 @@ def test_every_sweep_of_the_default_targets_is_one_the_load_tool_accepts(tmp_pat
         assert any(a.startswith("engine+") for a in argv)  # AsyncOmni alone is among them
         args = parse_args(argv[2:])  # exits (SystemExit) where the load tool would refuse the sweep
         assert args.unique_texts and (args.rate == "14") == (sweep == "sweep-open")
+
+
+def test_trace_summary_tells_gpu_busy_and_idle_time_kernels_launches_and_steps_per_frame(tmp_path: Path) -> None:
+    """The profiler's traces reduced to what they say (so that they need not leave the GPU host): the GPU's window,
+    its busy time with overlapping streams counted once, kernels by total time and how many ran in graphs, the host's
+    launch calls and vLLM's steps, per frame; a gzip cut short read from the .json beside it."""
+    summary = load_gpu_script("trace_summary")
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "talker_gemm", "ts": 0, "dur": 300, "args": {"graph id": 7}},
+        {"ph": "X", "cat": "kernel", "name": "talker_gemm", "ts": 400, "dur": 300, "args": {"graph id": 7}},
+        {"ph": "X", "cat": "kernel", "name": "codec|conv", "ts": 200, "dur": 200, "args": {"stream": 9}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH", "ts": 900, "dur": 100},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 0, "dur": 12},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 190, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "execute_context_2(2)_generation_0(0)", "ts": 0, "dur": 450},
+        {"ph": "X", "cat": "cpu_op", "name": "execute_context_2(2)_generation_0(0)", "ts": 450, "dur": 450},
+        {"ph": "X", "cat": "user_annotation", "name": "vocoder.decode", "ts": 200, "dur": 220},
+        {"ph": "i", "cat": "kernel", "name": "an instant, not a span", "ts": 5},
+    ]
+    stage = tmp_path / "profiles/vllm-omni-b/20261128-070000_stage0_rank0_1"
+    stage.mkdir(parents=True)
+    (stage / "trace_rank0.json.gz").write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    cut = tmp_path / "profiles/sglang/c1"
+    cut.mkdir(parents=True)
+    (cut / "trace_pid1_rank0.trace.json.gz").write_bytes(gzip.compress(json.dumps(events).encode())[:40])
+    (cut / "trace_pid1_rank0.trace.json").write_text(json.dumps(events))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert summary.main([str(tmp_path / "profiles"), "--frames", "2"]) == 0
+    text = out.getvalue()
+    assert text.count("## `") == 2 and "## `sglang/c1/trace_pid1_rank0.trace.json`" in text
+    # kernels 0-700 (300 + 300 and 200 overlapping), the copy 900-1000: 800 µs busy in a 1000 µs window
+    assert "GPU window 1.00 ms: busy 0.80 ms (80%), idle 0.20 ms; 3 kernels, 2 of them in CUDA graphs" in text
+    assert "| `talker_gemm` | 2 | 0.60 | 300.0 | 0.300 |" in text
+    assert "| `codec\\|conv` | 1 | 0.20 | 200.0 | 0.100 |" in text
+    assert "| `cudaGraphLaunch` | 1 | 0.01 | 12.0 | 0.006 |" in text
+    assert "| `execute_context_* (one engine step)` | 2 | 0.90 | 450.0 | 0.450 |" in text
+    assert "| `vocoder.decode` | 1 | 0.22 | 220.0 | 0.110 |" in text
+    assert "an instant" not in text
+    assert summary.union_us([(0, 10), (5, 20), (30, 40), (32, 35)]) == 30

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""One Markdown summary of PyTorch profiler traces (Chrome trace JSON, gzipped or not): where the GPU's time went and
+what the host did around it, per trace, so that the traces themselves (hundreds of MB) need not leave the GPU host.
+
+    python3 deploy/gpu/trace_summary.py PROFILER_DIR [--frames 100] [--top 15] > summary.md
+
+Every `*.json` / `*.json.gz` under PROFILER_DIR is one trace (vllm-omni writes one per stage, sglang-omni one per
+pipeline process; a gzip cut short, as sglang-omni 0.1.8's doubled export can leave, falls back to the `.json`
+beside it). Per trace:
+- the window (first to last GPU kernel), the GPU's busy time in it (kernels and copies, overlaps counted once) and
+  the idle rest, which is where a stream waits on the host;
+- the kernels by total time (count, total, mean), and how many kernels ran inside CUDA graphs;
+- the host's launch calls (cudaLaunchKernel, cudaGraphLaunch, ...: count and time) and its annotated spans (vLLM's
+  `execute_context_*` steps, `record_function` ranges), by total time.
+With `--frames N` (the codec frames the profiled window made) each total is also given per frame.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import sys
+import zlib
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
+LAUNCH = re.compile(r"^(cuda|cu)(LaunchKernel|LaunchKernelEx|GraphLaunch|MemcpyAsync|LaunchCooperativeKernel)")
+SPAN_CATEGORIES = {"user_annotation", "gpu_user_annotation"}
+# vLLM names each engine step by its batch: execute_context_<n>(<tokens>)_generation_<m>(<tokens>)
+STEP = re.compile(r"^execute_context_\d+\(\d+\)_generation_\d+\(\d+\)$")
+
+
+@dataclass
+class Totals:
+    count: int = 0
+    total_us: float = 0.0
+
+    def add(self, duration_us: float) -> None:
+        self.count += 1
+        self.total_us += duration_us
+
+
+@dataclass
+class TraceSummary:
+    path: Path
+    window_us: float = 0.0
+    busy_us: float = 0.0
+    kernels: dict[str, Totals] = field(default_factory=lambda: defaultdict(Totals))
+    in_graphs: int = 0
+    launches: dict[str, Totals] = field(default_factory=lambda: defaultdict(Totals))
+    spans: dict[str, Totals] = field(default_factory=lambda: defaultdict(Totals))
+
+
+def read_trace(path: Path) -> dict[str, Any] | list[Any]:
+    """A trace's JSON; a gzip cut short falls back to the plain `.json` beside it when there is one."""
+    if path.suffix == ".gz":
+        try:
+            return json.loads(gzip.decompress(path.read_bytes()))
+        except (EOFError, OSError, zlib.error, json.JSONDecodeError):
+            plain = path.with_suffix("")
+            if plain.exists():
+                return json.loads(plain.read_text())
+            raise
+    return json.loads(path.read_text())
+
+
+def traces_under(folder: Path) -> list[Path]:
+    """Every trace under `folder`, a `.json.gz` left out where its `.json` is there too."""
+    plain = {p for p in folder.rglob("*.json") if p.is_file()}
+    packed = {p for p in folder.rglob("*.json.gz") if p.is_file() and p.with_suffix("") not in plain}
+    return sorted(plain | packed)
+
+
+def union_us(intervals: Iterable[tuple[float, float]]) -> float:
+    """The time covered by intervals (start, end), overlaps counted once."""
+    covered, end_so_far = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end <= end_so_far:
+            continue
+        covered += end - max(start, end_so_far)
+        end_so_far = end
+    return covered
+
+
+def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
+    events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    summary = TraceSummary(path)
+    gpu: list[tuple[float, float]] = []
+    for event in events:
+        if not isinstance(event, dict) or event.get("ph") != "X":
+            continue
+        name, category = str(event.get("name", "")), str(event.get("cat", ""))
+        start, duration = float(event.get("ts", 0.0)), float(event.get("dur", 0.0))
+        if category in GPU_CATEGORIES:
+            gpu.append((start, start + duration))
+            if category == "kernel":
+                summary.kernels[name].add(duration)
+                args = event.get("args") or {}
+                if any("graph" in key.lower() for key in args):
+                    summary.in_graphs += 1
+        elif LAUNCH.match(name):
+            summary.launches[LAUNCH.match(name).group(0)].add(duration)  # type: ignore[union-attr]
+        elif category in SPAN_CATEGORIES or STEP.match(name):
+            summary.spans["execute_context_* (one engine step)" if STEP.match(name) else name].add(duration)
+    if gpu:
+        summary.window_us = max(end for _, end in gpu) - min(start for start, _ in gpu)
+        summary.busy_us = union_us(gpu)
+    return summary
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.2f}"
+
+
+def _per_frame(us: float, frames: int | None) -> str:
+    return f" | {us / frames / 1000:.3f}" if frames else ""
+
+
+def table(title: str, rows: dict[str, Totals], top: int, frames: int | None) -> list[str]:
+    if not rows:
+        return []
+    head = f"| {title} | count | total ms | mean µs" + (" | ms a frame" if frames else "") + " |"
+    lines = [head, "| --- | --- | --- | ---" + (" | ---" if frames else "") + " |"]
+    for name, totals in sorted(rows.items(), key=lambda item: -item[1].total_us)[:top]:
+        shown = name if len(name) <= 90 else name[:87] + "..."
+        shown = shown.replace("|", "\\|")
+        mean = totals.total_us / totals.count
+        lines.append(
+            f"| `{shown}` | {totals.count} | {_ms(totals.total_us)} | {mean:.1f}{_per_frame(totals.total_us, frames)} |"
+        )
+    return [*lines, ""]
+
+
+def report(summaries: list[TraceSummary], root: Path, top: int, frames: int | None) -> str:
+    lines = [f"# Profiler traces under `{root}`", ""]
+    if frames:
+        lines += [f"Per frame: divided by the {frames} codec frames the window made.", ""]
+    for summary in summaries:
+        idle = summary.window_us - summary.busy_us
+        share = 100 * summary.busy_us / summary.window_us if summary.window_us else 0.0
+        kernels = sum(t.count for t in summary.kernels.values())
+        lines += [
+            f"## `{summary.path.relative_to(root)}`",
+            "",
+            f"GPU window {_ms(summary.window_us)} ms: busy {_ms(summary.busy_us)} ms ({share:.0f}%), idle "
+            f"{_ms(idle)} ms; {kernels} kernels, {summary.in_graphs} of them in CUDA graphs"
+            + (f"; busy {summary.busy_us / frames / 1000:.3f} ms a frame" if frames else "")
+            + ".",
+            "",
+        ]
+        lines += table("kernel", summary.kernels, top, frames)
+        lines += table("host launch call", summary.launches, top, frames)
+        lines += table("host span", summary.spans, top, frames)
+    if not summaries:
+        lines.append("No traces found.")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path, help="where the traces are (searched recursively)")
+    parser.add_argument("--frames", type=int, help="codec frames the profiled window made: totals per frame too")
+    parser.add_argument("--top", type=int, default=15, help="rows per table (default 15)")
+    args = parser.parse_args(argv)
+    summaries = []
+    for path in traces_under(args.folder):
+        try:
+            summaries.append(summarize(path, read_trace(path)))
+        except (OSError, ValueError, EOFError, zlib.error) as exc:
+            print(f"{path}: not read ({exc})", file=sys.stderr)
+    sys.stdout.write(report(summaries, args.folder, args.top, args.frames))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
