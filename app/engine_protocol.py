@@ -172,9 +172,9 @@ class Profiles(Protocol):
     """An engine whose processes run the PyTorch profiler on request, writing traces under the server's
     `profiler_dir` (`profiled` finds it behind the fronts)."""
 
-    async def start_profile(self, run_id: str) -> str: ...  # where this run's traces go
+    async def start_profile(self, run_id: str) -> str: ...  # the folder this run's traces go to
 
-    async def stop_profile(self, run_id: str) -> None: ...
+    async def stop_profile(self, run_id: str | None) -> None: ...  # None: whichever run is on
 
 
 @runtime_checkable

@@ -233,18 +233,24 @@ pidfile_of() {
   esac
 }
 settings_of() {  # $1 target: its own settings (NAME=value words), with PROFILER_DIR its profiler's directory
-  local profiler=""
+  local own="" profiler=""
+  case $1 in
+    service) own=$SERVICE_ENV ;; service-b) own=$SERVICE_B_ENV ;; service-c) own=$SERVICE_C_ENV ;;
+    vllm-omni) own=$OMNI_ENV ;; vllm-omni-b) own=$OMNI_B_ENV ;; sglang) own=$SGLANG_ENV ;;
+    service-sglang) own=$SERVICE_SGLANG_ENV ;;
+  esac
   if [ -n "$PROFILER_DIR" ]; then
     case $1 in
       service*) profiler="SPEECH_PROFILER_DIR=$PROFILER_DIR/$1" ;;
       sglang) profiler="SGLANG_TORCH_PROFILER_DIR=$PROFILER_DIR/$1" ;;
     esac
   fi
-  case $1 in
-    service) echo "$SERVICE_ENV" ;; service-b) echo "$SERVICE_B_ENV" ;; service-c) echo "$SERVICE_C_ENV" ;;
-    vllm-omni) echo "$OMNI_ENV" ;; vllm-omni-b) echo "$OMNI_B_ENV" ;; sglang) echo "$SGLANG_ENV" ;;
-    service-sglang) echo "$SERVICE_SGLANG_ENV" ;;
-  esac | sed "s|\$| $profiler|; s|^ ||; s| $||"
+  echo "$own${own:+${profiler:+ }}$profiler"
+}
+env_of() {  # $1 target: its settings that are environment (CPUS and LOAD_CPUS are cores, not environment)
+  local word words=()
+  for word in $(settings_of "$1"); do case $word in CPUS=* | LOAD_CPUS=*) ;; *) words+=("$word") ;; esac; done
+  echo "${words[*]}"
 }
 word_of() {  # $1 target, $2 NAME: the value of NAME=value among its settings (CPUS, LOAD_CPUS), empty if none
   local word
@@ -377,7 +383,7 @@ launch() {  # $1 target
   case $1 in
     service | service-b | service-c)
       local profile settings
-      settings=$(settings_of "$1")
+      settings=$(env_of "$1")
       profile=$(profile_of "${1#service-}")  # service-b: b, service-c: c, service: A's
       case " $settings " in  # stage overrides among the target's own settings are its own, under either name
         *" SPEECH_OMNI__STAGE_OVERRIDES="* | *" SPEECH_STAGE_OVERRIDES="*) ;;
@@ -394,7 +400,7 @@ launch() {  # $1 target
       ;;
     vllm-omni | vllm-omni-b)
       local profile extra=() settings
-      settings=$(settings_of "$1")
+      settings=$(env_of "$1")
       profile=$(omni_copy "$1")
       cp "$profile" "$OUT/profile-$1.yaml" || return 1
       [ -n "$codec" ] && extra=(--stage-overrides "$codec")
@@ -407,8 +413,10 @@ launch() {  # $1 target
         NAME=$NAME COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-vllm-omni.sh "${extra[@]}"
       ;;
     sglang)
-      local settings args
-      settings=$(settings_of sglang)
+      local settings args pin=() cpus
+      settings=$(env_of sglang)
+      cpus=$(word_of sglang CPUS)
+      [ -n "$cpus" ] && pin=(taskset -c "$cpus")
       [ -d "$SGLANG_SITE/sglang_omni" ] || { log "sglang: no sglang-omni in $SGLANG_SITE (deploy/gpu/sglang-omni/carry.sh)"; return 1; }
       # its talker, code predictor and codec decoder as it ships them; the talker on random weights
       args=(-m sglang_omni.cli serve --model-path "$MODEL" --port "$SGLANG_PORT" --tts_engine.engine.load_format dummy
@@ -418,7 +426,8 @@ launch() {  # $1 target
       echo "$(date -u +%FT%TZ) sglang: $(printf '%q ' "$PYTHON" "${args[@]}"), settings: ${settings:-none}" >>"$OUT/commands.txt"
       # its own packages first, then the fixed-length patch; a taken port is an error, not another port
       # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
-      pinned "$(word_of sglang CPUS)" env $settings \
+      # a plain command (not the function `pinned`): $! is then the process that becomes the server, which `stop` kills
+      "${pin[@]}" env $settings \
         PYTHONPATH="$REPO/app/engines/sglang/stage_plugins/fixed_length:$SGLANG_SITE:$PYTHONPATH" \
         QWEN3_TTS_FIXED_LENGTH=1 SGLANG_OMNI_STRICT_PORT=1 SGLANG_OMNI_STARTUP_TIMEOUT=1800 HF_HUB_OFFLINE=1 \
         setsid nohup "$PYTHON" "${args[@]}" >"$log" 2>&1 </dev/null &
@@ -427,7 +436,7 @@ launch() {  # $1 target
       ;;
     service-sglang)
       local settings
-      settings=$(settings_of service-sglang)
+      settings=$(env_of service-sglang)
       [ -d "$SGLANG_SITE/sglang_omni" ] || { log "service-sglang: no sglang-omni in $SGLANG_SITE"; return 1; }
       echo "$(date -u +%FT%TZ) service-sglang: memory $SGLANG_MEMORY, settings: ${settings:-none}" >>"$OUT/commands.txt"
       # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
@@ -642,10 +651,20 @@ PY
 
 cmd_profile() {  # every sweep target's profiler on around one closed-loop level; SWEEP_NAME names the run
   [ -n "$PROFILER_DIR" ] || { log "profile: set PROFILER_DIR when the servers start, and here"; return 1; }
-  local run=${SWEEP_NAME:-profile} target rc=0
-  for target in $SWEEP_TARGETS; do profile_call "$target" start "$run" || return 1; done
-  WARMUP=0 ROUNDS=1 SWEEP_NAME=profile-$run cmd_sweep_closed || rc=1
-  for target in $SWEEP_TARGETS; do profile_call "$target" stop "$run" || rc=1; done
+  local run=${SWEEP_NAME:-profile} target targets=() started=() rc=0
+  [[ $run =~ ^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$ ]] || { log "profile: SWEEP_NAME '$run' is not a run name"; return 1; }
+  case $CONCURRENCY in *,*) log "profile: one level a window (CONCURRENCY=$CONCURRENCY)"; return 1 ;; esac
+  for target in $SWEEP_TARGETS; do
+    case $target in alone | replicas) log "$target: no profiler route; not profiled" ;; *) targets+=("$target") ;; esac
+  done
+  for target in "${targets[@]}"; do
+    if profile_call "$target" start "$run"; then started+=("$target")
+    else log "profile: $target's profiler did not start"; rc=1; break; fi
+  done
+  if [ $rc = 0 ]; then
+    WARMUP=0 ROUNDS=1 SWEEP_TARGETS="${targets[*]}" SWEEP_NAME=profile-$run cmd_sweep_closed || rc=1
+  fi
+  for target in "${started[@]}"; do profile_call "$target" stop "$run" || rc=1; done  # never left running
   log "profile $run: traces in $PROFILER_DIR/<target>"
   return $rc
 }
@@ -654,6 +673,8 @@ in_parallel() {  # $1 a sweep (cmd_sweep_closed, cmd_sweep_open, cmd_sweep_bench
   # from a process of its own, all at once, each on its LOAD_CPUS, into $OUT/<target>; fails where any one failed
   local target base=$OUT rc=0
   local -A pids=()
+  set -m  # each sweep its own process group: an interrupted run stops every load tool with it
+  trap 'for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done; exit 130' INT TERM
   for target in $SWEEP_TARGETS; do
     mkdir -p "$base/$target"
     (
@@ -668,6 +689,8 @@ in_parallel() {  # $1 a sweep (cmd_sweep_closed, cmd_sweep_open, cmd_sweep_bench
     if wait "${pids[$target]}"; then log "$target: done ($base/$target)"
     else rc=1; log "$target: the sweep failed; the end of $base/$target.log:"; tail -n 20 "$base/$target.log"; fi
   done
+  trap - INT TERM
+  set +m
   return $rc
 }
 

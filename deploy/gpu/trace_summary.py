@@ -9,7 +9,7 @@ pipeline process; a gzip cut short, as sglang-omni 0.1.8's doubled export can le
 beside it). Per trace:
 - the window (first to last GPU kernel), the GPU's busy time in it (kernels and copies, overlaps counted once) and
   the idle rest, which is where a stream waits on the host;
-- the kernels by total time (count, total, mean), and how many kernels ran inside CUDA graphs;
+- the kernels by total time (count, total, mean), and how many ran inside CUDA graphs (a non-zero `graph id`);
 - the host's launch calls (cudaLaunchKernel, cudaGraphLaunch, ...: count and time) and its annotated spans (vLLM's
   `execute_context_*` steps, `record_function` ranges), by total time.
 With `--frames N` (the codec frames the profiled window made) each total is also given per frame.
@@ -30,8 +30,12 @@ from pathlib import Path
 from typing import Any
 
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
-LAUNCH = re.compile(r"^(cuda|cu)(LaunchKernel|LaunchKernelEx|GraphLaunch|MemcpyAsync|LaunchCooperativeKernel)")
-SPAN_CATEGORIES = {"user_annotation", "gpu_user_annotation"}
+# longest names first: cudaLaunchKernelExC is not cudaLaunchKernel
+LAUNCH = re.compile(
+    r"^(cuda|cu)(LaunchKernelExC|LaunchKernelEx|LaunchKernel|LaunchCooperativeKernel|GraphLaunch|MemcpyAsync)"
+)
+# the host's ranges (gpu_user_annotation is each one's copy on the GPU's timeline: counted once, on the host)
+SPAN_CATEGORIES = {"user_annotation"}
 # vLLM names each engine step by its batch: execute_context_<n>(<tokens>)_generation_<m>(<tokens>)
 STEP = re.compile(r"^execute_context_\d+\(\d+\)_generation_\d+\(\d+\)$")
 
@@ -101,8 +105,8 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
             gpu.append((start, start + duration))
             if category == "kernel":
                 summary.kernels[name].add(duration)
-                args = event.get("args") or {}
-                if any("graph" in key.lower() for key in args):
+                # kineto tags every kernel with its CUDA graph's id: 0 for one launched on its own
+                if (event.get("args") or {}).get("graph id"):
                     summary.in_graphs += 1
         elif LAUNCH.match(name):
             summary.launches[LAUNCH.match(name).group(0)].add(duration)  # type: ignore[union-attr]

@@ -439,7 +439,8 @@ def profile_python(tmp_path: Path) -> Path:
         '    warmup=$(echo "$@" | grep -o -- "--warmup [0-9]*")\n'
         f'    echo "loadtest c=$level warmup=$warmup" >> {tmp_path}/calls; exit 0 ;;\n'
         "esac\n"
-        f'if [ "$1" = - ]; then [ $# -eq 3 ] && echo "$2 $3" >> {tmp_path}/calls; echo 200; exit 0; fi\n'
+        f'if [ "$1" = - ]; then [ $# -eq 3 ] && echo "$2 $3" >> {tmp_path}/calls\n'
+        '  case "$2" in *"${FAIL_ROUTE:-none}"*) exit 1 ;; esac; echo 200; exit 0; fi\n'
         "exit 1\n"
     )
     script.chmod(0o755)
@@ -475,6 +476,54 @@ def test_side_by_side_profiles_every_target_around_one_level_through_its_own_rou
         [str(GPU / "side-by-side.sh"), "profile"], env={**env, "PROFILER_DIR": ""}, capture_output=True, text=True
     )
     assert unset.returncode != 0 and "set PROFILER_DIR" in unset.stdout
+    for bad in ({"CONCURRENCY": "1,32"}, {"SWEEP_NAME": ".."}):
+        refused = subprocess.run(
+            [str(GPU / "side-by-side.sh"), "profile"], env={**env, **bad}, capture_output=True, text=True
+        )
+        assert refused.returncode != 0, bad
+
+
+def test_side_by_side_stops_every_profiler_it_started_when_another_fails_to_start(tmp_path: Path) -> None:
+    """A profiler that will not start ends the run before any load, and those already started are stopped: none is
+    left recording. A target with no profiler route (`alone`) is left out, and said so."""
+    env = sweep_env(
+        tmp_path,
+        profile_python(tmp_path),
+        TARGETS="service alone vllm-omni-b sglang",
+        SGLANG_PORT="18006",
+        PROFILER_DIR=str(tmp_path / "profiles"),
+        CONCURRENCY="1",
+        SWEEP_NAME="c1",
+        FAIL_ROUTE="18006/start_profile",
+    )
+    done = subprocess.run([str(GPU / "side-by-side.sh"), "profile"], env=env, capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "alone: no profiler route; not profiled" in done.stdout
+    assert (tmp_path / "calls").read_text().splitlines() == [
+        'http://127.0.0.1:18000/admin/profile/start {"run_id": "c1"}',
+        'http://127.0.0.1:18005/start_profile {"stages": [0, 1]}',
+        'http://127.0.0.1:18006/start_profile {"run_id": "c1"}',
+        'http://127.0.0.1:18000/admin/profile/stop {"run_id": "c1"}',
+        'http://127.0.0.1:18005/stop_profile {"stages": [0, 1]}',
+    ]
+
+
+def test_side_by_side_stops_sgl_omni_serve_started_on_its_cores(tmp_path: Path) -> None:
+    """`stop` ends the process that became sgl-omni serve, CPUS or not (its recorded pid is that process's)."""
+    site = tmp_path / "sgl-site"
+    (site / "sglang_omni").mkdir(parents=True)
+    port = free_port()
+    core = sorted(os.sched_getaffinity(0))[0]
+    settings = {"TARGETS": "sglang", "SGLANG_PORT": str(port), "SGLANG_SITE": str(site), "SGLANG_ENV": f"CPUS={core}"}
+    with harness_started(tmp_path, settings, record="argv-sglang"):
+        pid = int(Path(f"/tmp/sglang-omni-{port}.pid").read_text())
+        status = Path(f"/proc/{pid}/status").read_text()
+        assert status.split("Cpus_allowed_list:")[1].split()[0] == str(core)  # the recorded pid is the server's
+        assert not any(v.startswith(b"CPUS=") for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+    deadline = time.monotonic() + 30
+    while not exited(pid):
+        assert time.monotonic() < deadline, "sgl-omni serve outlived `stop`"
+        time.sleep(0.1)
 
 
 def test_side_by_side_leaves_a_server_the_gpus_it_was_started_with(tmp_path: Path) -> None:
@@ -1238,13 +1287,15 @@ def test_trace_summary_tells_gpu_busy_and_idle_time_kernels_launches_and_steps_p
     events = [
         {"ph": "X", "cat": "kernel", "name": "talker_gemm", "ts": 0, "dur": 300, "args": {"graph id": 7}},
         {"ph": "X", "cat": "kernel", "name": "talker_gemm", "ts": 400, "dur": 300, "args": {"graph id": 7}},
-        {"ph": "X", "cat": "kernel", "name": "codec|conv", "ts": 200, "dur": 200, "args": {"stream": 9}},
+        {"ph": "X", "cat": "kernel", "name": "codec|conv", "ts": 200, "dur": 200, "args": {"stream": 9, "graph id": 0}},
         {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH", "ts": 900, "dur": 100},
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 0, "dur": 12},
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 190, "dur": 5},
         {"ph": "X", "cat": "cpu_op", "name": "execute_context_2(2)_generation_0(0)", "ts": 0, "dur": 450},
         {"ph": "X", "cat": "cpu_op", "name": "execute_context_2(2)_generation_0(0)", "ts": 450, "dur": 450},
         {"ph": "X", "cat": "user_annotation", "name": "vocoder.decode", "ts": 200, "dur": 220},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "vocoder.decode", "ts": 210, "dur": 190},  # its GPU copy
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernelExC", "ts": 600, "dur": 4},
         {"ph": "i", "cat": "kernel", "name": "an instant, not a span", "ts": 5},
     ]
     stage = tmp_path / "profiles/vllm-omni-b/20261128-070000_stage0_rank0_1"
@@ -1264,6 +1315,7 @@ def test_trace_summary_tells_gpu_busy_and_idle_time_kernels_launches_and_steps_p
     assert "| `talker_gemm` | 2 | 0.60 | 300.0 | 0.300 |" in text
     assert "| `codec\\|conv` | 1 | 0.20 | 200.0 | 0.100 |" in text
     assert "| `cudaGraphLaunch` | 1 | 0.01 | 12.0 | 0.006 |" in text
+    assert "| `cudaLaunchKernelExC` | 1 | 0.00 | 4.0 | 0.002 |" in text
     assert "| `execute_context_* (one engine step)` | 2 | 0.90 | 450.0 | 0.450 |" in text
     assert "| `vocoder.decode` | 1 | 0.22 | 220.0 | 0.110 |" in text
     assert "an instant" not in text

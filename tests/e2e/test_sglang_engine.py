@@ -397,5 +397,9 @@ def test_a_profile_run_through_the_admin_routes_leaves_the_pipelines_trace(custo
     stopped = httpx.post(f"{custom.base_url}/admin/profile/stop", json={"run_id": "e2e-c1"}, timeout=30)
     assert stopped.status_code == 200 and stopped.json() == {"run_id": "e2e-c1", "stopped": True}
     assert [path.name.split("_pid")[0] for path in (profiles / "e2e-c1").iterdir()] == ["trace"]
-    refused = httpx.post(f"{custom.base_url}/admin/profile/start", json={"run_id": "../elsewhere"}, timeout=30)
-    assert refused.status_code == 400 and refused.json()["error"]["param"] == "run_id"
+    for outside in ("../elsewhere", "..", ".", "a/b"):  # a run's folder is a name under the directory, never a path
+        refused = httpx.post(f"{custom.base_url}/admin/profile/start", json={"run_id": outside}, timeout=30)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "run_id", outside
+    assert sorted(path.name for path in profiles.iterdir()) == ["e2e-c1"]
+    anyone = httpx.post(f"{custom.base_url}/admin/profile/stop", timeout=30)  # no body: whichever run is on
+    assert anyone.status_code == 200 and anyone.json() == {"run_id": None, "stopped": True}

@@ -324,8 +324,11 @@ async def test_the_start_phases_are_the_aligners_load_then_the_engines_own_throu
     engine = SentencePipeline(ForcedAlignedEngine(TimedEngine([]), FakeAligner([])), 200)  # type: ignore[arg-type]
     assert engine.start_phases() == {}  # the aligner has not loaded yet
     await engine.start()
-    assert list(engine.start_phases().items()) == [("aligner", 0.0), ("pipeline", 12.5), ("warmup", 3.0)]
+    phases = engine.start_phases()
+    assert list(phases) == ["aligner", "pipeline", "warmup"] and 0 <= phases["aligner"] < 5
+    assert (phases["pipeline"], phases["warmup"]) == (12.5, 3.0)
     phases = record_start(engine)  # type: ignore[arg-type]
+    assert list(phases) == ["aligner", "pipeline", "warmup", "total"]
     assert phases["total"] > 0 and metrics.START.labels("pipeline")._value.get() == 12.5
     assert metrics.START.labels("total")._value.get() == phases["total"]
     untimed = ForcedAlignedEngine(ChunkEngine([]), None)  # type: ignore[arg-type]

@@ -638,9 +638,14 @@ async def test_a_profiler_directory_gives_both_stages_a_profiler_and_profiles_th
         "0": {"profiler_config": config},
         "1": {"load_format": "auto", "profiler_config": config},
     }
-    assert await engine.start_profile("c32") == str(tmp_path)
+    assert await engine.start_profile("c32") == str(tmp_path / "c32")
     await engine.stop_profile("c32")
-    assert omni.profiles == [("start", "c32", [0, 1]), ("stop", None, [0, 1])]
+    # a prefix a stage: vllm-omni names a run's folder after it, and both stage processes are rank 0
+    assert omni.profiles == [
+        ("start", str(tmp_path / "c32/stage0"), [0]),
+        ("start", str(tmp_path / "c32/stage1"), [1]),
+        ("stop", None, [0, 1]),
+    ]
     theirs = {"0": {"profiler_config": {"profiler": "torch", "torch_profiler_dir": "/elsewhere"}}}
     assert profiler_overrides(theirs, str(tmp_path))["0"]["profiler_config"]["torch_profiler_dir"] == "/elsewhere"
     assert profiler_overrides(own, None) == own and profiler_overrides(None, None) == {}

@@ -309,7 +309,8 @@ async def test_a_profile_run_starts_and_stops_the_pipelines_profiler_as_sgl_omni
 ) -> None:
     """With a profiler directory, a run is a control message to every stage (sgl-omni serve's /start_profile), its
     trace under <dir>/<run_id>/; the stages read their profiler's options from SGLANG_TORCH_PROFILER_*."""
-    monkeypatch.delenv("SGLANG_TORCH_PROFILER_DIR", raising=False)
+    monkeypatch.setenv("SGLANG_TORCH_PROFILER_DIR", "")  # recorded as unset before the test: put back so after it
+    monkeypatch.delenv("SGLANG_TORCH_PROFILER_DIR")
     engine = sglang_engine(
         Settings(
             engine="sglang",
@@ -325,9 +326,10 @@ async def test_a_profile_run_starts_and_stops_the_pipelines_profiler_as_sgl_omni
     assert await engine.start_profile("c1") == str(tmp_path / "c1")
     await collect(engine, job(request_id="profiled"))
     await engine.stop_profile("c1")
+    await engine.stop_profile(None)  # whichever runs: none now
     control = fake.ProfilerControlClient.built[-1]
     assert set(control.stage_endpoints) == {"preprocessing", "tts_engine", "vocoder"}
-    assert control.sent == [("start", "c1"), ("stop", "c1")]
+    assert control.sent == [("start", "c1"), ("stop", "c1"), ("stop", None)]
     assert [path.name for path in (tmp_path / "c1").iterdir()] == [f"trace_pid{os.getpid()}_rank0.trace.json"]
     await engine.close()
     assert control.socks is None  # closed with the pipeline

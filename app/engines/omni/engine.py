@@ -172,7 +172,7 @@ class OmniEngine:
         self._model = Qwen3TTSModel.from_dir(settings.model)
         self.model_id = settings.served_model_name or os.path.basename(os.path.normpath(settings.model))
         self._factory = omni_factory or _default_omni_factory
-        self._profiler_dir = profiler_dir
+        self._profiler_dir = os.path.abspath(profiler_dir) if profiler_dir else None
         self._omni: Any = None
         self._cumulative = False
         self._helpers: PromptHelpers | None = None
@@ -245,13 +245,21 @@ class OmniEngine:
         return dict(self._start_phases)
 
     async def start_profile(self, run_id: str) -> str:
-        """The PyTorch profiler on in both stages (talker, code2wav), through vllm-omni's own call: each stage writes
-        `<profiler_dir>/<time>_stage<N>_rank0_<epoch>/` once stopped, its files named after `run_id`."""
+        """The PyTorch profiler on in both stages (talker, code2wav), through vllm-omni's own call. One call a stage,
+        each with a prefix of its own: vllm-omni names a run's folder `<time>_<prefix>` and both stages' processes
+        are rank 0, so one prefix for both would put their traces in one file. Each stage writes
+        `<profiler_dir>/<run_id>/<time>_stage<N>/` once stopped."""
         omni = self._profiling()
-        await omni.start_profile(profile_prefix=run_id, stages=list(PROFILED_STAGES))
-        return self._profiler_dir or ""
+        folder = os.path.join(self._profiler_dir or "", run_id)
+        await asyncio.gather(
+            *(
+                omni.start_profile(profile_prefix=os.path.join(folder, f"stage{stage}"), stages=[stage])
+                for stage in PROFILED_STAGES
+            )
+        )
+        return folder
 
-    async def stop_profile(self, run_id: str) -> None:
+    async def stop_profile(self, run_id: str | None) -> None:
         await self._profiling().stop_profile(stages=list(PROFILED_STAGES))  # returns once the traces are written
 
     def _profiling(self) -> Any:

@@ -131,8 +131,8 @@ class SglangEngine:
         self._model = Qwen3TTSModel.from_dir(settings.model)
         self.model_id = settings.served_model_name or os.path.basename(os.path.normpath(settings.model))
         self._runtime_factory = runtime_factory or load_runtime
-        self._profiler_dir = profiler_dir
-        self._profiler: Any = None  # the control client of the profile running, if one is
+        self._profiler_dir = os.path.abspath(profiler_dir) if profiler_dir else None
+        self._profiler: Any = None  # the stages' profiler control, once the pipeline runs (with a profiler_dir)
         self._pipeline = pipeline_settings(settings)
         # sglang-omni refuses requests past its talker's running + queued requests (64 + 64 by default) with "The
         # request queue is full.": room for every request the service admits at once, warm-up included
@@ -186,6 +186,8 @@ class SglangEngine:
             await self._runner.start(timeout=float(self._settings.start_timeout_s))
             phases["pipeline"] = round(time.perf_counter() - mark, 1)
             self._client = runtime.client(self._runner.coordinator)
+            if self._profiler_dir:  # built once, with the pipeline: a run's start and stop share it
+                self._profiler = runtime.profiler_control(dict(self._runner.stage_control_endpoints))
             self._watch = asyncio.create_task(self._watch_pipeline(), name="sglang-pipeline-watch")
             self._detail = "warming up"
             mark = time.perf_counter()
@@ -212,21 +214,21 @@ class SglangEngine:
         message to every stage): its trace goes to `<profiler_dir>/<run_id>/trace_pid<PID>_rank0.trace.json.gz`
         once stopped. sglang-omni 0.1.8 records the CPU operations of the stage's event-loop thread only; its kernels
         and CUDA calls from every thread."""
-        if not self._profiler_dir:
-            raise RuntimeError("the sglang engine was started without a profiler directory")
-        if self._runtime is None or self._runner is None or not self._ready:
-            raise EngineUnavailable(f"the sglang engine is not ready ({self._detail})")
-        folder = os.path.join(self._profiler_dir, run_id)
-        if self._profiler is None:
-            self._profiler = self._runtime.profiler_control(dict(self._runner.stage_control_endpoints))
-        await self._profiler.broadcast_start(run_id=run_id, trace_path_template=os.path.join(folder, "trace"))
+        folder = os.path.join(self._profiler_dir or "", run_id)
+        await self._profiling().broadcast_start(run_id=run_id, trace_path_template=os.path.join(folder, "trace"))
         return folder
 
-    async def stop_profile(self, run_id: str) -> None:
-        """Stops it; the stages write their traces after this returns (the message is not answered)."""
-        if self._profiler is None:
-            raise EngineUnavailable("no profile is running")
-        await self._profiler.broadcast_stop(run_id=run_id)
+    async def stop_profile(self, run_id: str | None) -> None:
+        """Stops the run (None: whichever runs); the stages write their traces after this returns (the message is not
+        answered)."""
+        await self._profiling().broadcast_stop(run_id=run_id)
+
+    def _profiling(self) -> Any:
+        if not self._profiler_dir:
+            raise RuntimeError("the sglang engine was started without a profiler directory")
+        if self._profiler is None or not self._ready:
+            raise EngineUnavailable(f"the sglang engine is not ready ({self._detail})")
+        return self._profiler
 
     def _config(self, runtime: SglangRuntime) -> Any:
         manager = runtime.config_manager.from_model_path(self._model.path)
