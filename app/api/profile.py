@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Body, Depends
 from pydantic import BaseModel, Field
@@ -14,6 +15,7 @@ from app.api.dependencies import get_engine
 from app.api.errors import SERVER_ERROR, ApiError, error_responses, to_api_error
 from app.engine_protocol import EngineUnavailable, Profiles, SpeechEngine, profiled
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/admin/profile", tags=["admin"])
 # a folder's name under the profiler's directory: never "." or "..", never a path
@@ -33,41 +35,34 @@ class ProfileStop(BaseModel):
     run_id: str | None = Field(None, pattern=RUN_ID, description="The run to stop; default: whichever is on.")
 
 
-def _profiler(engine: SpeechEngine) -> Profiles:
-    target = profiled(engine)
-    if target is None:
+async def _on_profiler(engine: SpeechEngine, call: Callable[[Profiles], Awaitable[T]]) -> T:
+    """`call` on the engine's profiler: 400 where the engine has none, 503 where it is not ready, and a failure inside
+    it a 500 that says what failed."""
+    profiler = profiled(engine)
+    if profiler is None:
         raise ApiError(400, f"The {engine.name} engine has no profiler.", code="unsupported_engine")
-    return target
-
-
-def _failed(exc: Exception) -> ApiError:
-    if isinstance(exc, EngineUnavailable):
-        return to_api_error(exc)
-    log.exception("the profiler failed")
-    return ApiError(500, f"The engine's profiler failed: {exc}", type=SERVER_ERROR, code="profiler_failed")
+    try:
+        return await call(profiler)
+    except EngineUnavailable as exc:
+        raise to_api_error(exc) from exc
+    except Exception as exc:
+        log.exception("the profiler failed")
+        raise ApiError(500, f"The engine's profiler failed: {exc}", type=SERVER_ERROR, code="profiler_failed") from exc
 
 
 @router.post("/start", responses=error_responses(400, 401, 503))
 async def start_profile(
     engine: Annotated[SpeechEngine, Depends(get_engine)], run: Annotated[ProfileStart | None, Body()] = None
 ) -> dict[str, Any]:
-    run = run or ProfileStart()
-    profiler = _profiler(engine)
-    try:
-        traces = await profiler.start_profile(run.run_id)
-    except Exception as exc:
-        raise _failed(exc) from exc
-    return {"run_id": run.run_id, "traces": traces}
+    run_id = (run or ProfileStart()).run_id
+    traces = await _on_profiler(engine, lambda profiler: profiler.start_profile(run_id))
+    return {"run_id": run_id, "traces": traces}
 
 
 @router.post("/stop", responses=error_responses(400, 401, 503))
 async def stop_profile(
     engine: Annotated[SpeechEngine, Depends(get_engine)], run: Annotated[ProfileStop | None, Body()] = None
 ) -> dict[str, Any]:
-    run = run or ProfileStop()
-    profiler = _profiler(engine)
-    try:
-        await profiler.stop_profile(run.run_id)
-    except Exception as exc:
-        raise _failed(exc) from exc
-    return {"run_id": run.run_id, "stopped": True}
+    run_id = (run or ProfileStop()).run_id
+    await _on_profiler(engine, lambda profiler: profiler.stop_profile(run_id))
+    return {"run_id": run_id, "stopped": True}

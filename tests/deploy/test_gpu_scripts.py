@@ -426,50 +426,71 @@ def test_side_by_side_starts_each_server_ready_to_profile_into_a_folder_of_its_o
             assert (tmp_path / "service_env").read_text().split("\n")[5] == str(profiles / target)
 
 
-def profile_python(tmp_path: Path) -> Path:
-    """The GPU host's python for `profile`: readiness probes answer 200, a profiler route's call (`- URL BODY`) and the
-    load tool's level go to `calls` in the order they came."""
-    script = tmp_path / "python3"
+def load_tool_python(folder: Path, loadtest: str, probe: str = "exit 0") -> Path:
+    """The GPU host's python for side-by-side.sh's sweeps, as a shell script in `folder`: speech-loadtest runs the
+    shell lines `loadtest` with `$out` its --out folder (made, holding a results.json) and `$level` its
+    --concurrency; `python3 - URL [BODY]` (a readiness probe, a profiler route's call) runs `probe`; else it fails."""
+    script = folder / "python3"
     script.write_text(
         "#!/usr/bin/env bash\n"
         'case "$1 $2" in\n'
         '  "-m loadtest.cli") out=; prev=; level=\n'
         '    for a in "$@"; do [ "$prev" = --out ] && out=$a; [ "$prev" = --concurrency ] && level=$a; prev=$a; done\n'
         '    mkdir -p "$out" && echo {} > "$out/results.json"\n'
-        '    warmup=$(echo "$@" | grep -o -- "--warmup [0-9]*")\n'
-        f'    echo "loadtest c=$level warmup=$warmup" >> {tmp_path}/calls; exit 0 ;;\n'
+        f"{loadtest}\n"
+        "    exit 0 ;;\n"
         "esac\n"
-        f'if [ "$1" = - ]; then [ $# -eq 3 ] && echo "$2 $3" >> {tmp_path}/calls\n'
-        '  case "$2" in *"${FAIL_ROUTE:-none}"*) exit 1 ;; esac; echo 200; exit 0; fi\n'
+        f'if [ "$1" = - ]; then {probe}; fi\n'
         "exit 1\n"
     )
     script.chmod(0o755)
     return script
 
 
+def profile_python(tmp_path: Path) -> Path:
+    """`profile`'s python: a profiler route's call (`- URL BODY`) and the load tool's level go to `calls` in the order
+    they came; a route containing $FAIL_ROUTE fails."""
+    return load_tool_python(
+        tmp_path,
+        '    warmup=$(echo "$@" | grep -o -- "--warmup [0-9]*")\n'
+        f'    echo "loadtest c=$level warmup=$warmup" >> {tmp_path}/calls',
+        f'[ $# -eq 3 ] && echo "$2 $3" >> {tmp_path}/calls\n'
+        '  case "$2" in *"${FAIL_ROUTE:-none}"*) exit 1 ;; esac; echo 200; exit 0',
+    )
+
+
+def profile_env(tmp_path: Path, targets: str, **settings: str) -> dict[str, str]:
+    """`profile`'s environment: the service on 18000, vllm serve on 18005, sgl-omni serve on 18006."""
+    return sweep_env(
+        tmp_path,
+        profile_python(tmp_path),
+        TARGETS=targets,
+        SGLANG_PORT="18006",
+        PROFILER_DIR=str(tmp_path / "profiles"),
+        **settings,
+    )
+
+
+def profile_routes(action: str, run: str, ports: tuple[str, ...] = ("18000", "18005", "18006")) -> list[str]:
+    """What `profile` sends each target to start or stop `run`, in target order (the service, vllm serve, sglang)."""
+    calls = {
+        "18000": f'http://127.0.0.1:18000/admin/profile/{action} {{"run_id": "{run}"}}',
+        "18005": f'http://127.0.0.1:18005/{action}_profile {{"stages": [0, 1]}}',
+        "18006": f'http://127.0.0.1:18006/{action}_profile {{"run_id": "{run}"}}',
+    }
+    return [calls[port] for port in ports]
+
+
 def test_side_by_side_profiles_every_target_around_one_level_through_its_own_route(tmp_path: Path) -> None:
     """`profile`: each target's profiler started through its own route (the service's /admin/profile, vllm serve's and
     sgl-omni serve's /start_profile), one closed-loop level with no warm-up, then each stopped."""
-    env = sweep_env(
-        tmp_path,
-        profile_python(tmp_path),
-        TARGETS="service vllm-omni-b sglang",
-        SGLANG_PORT="18006",
-        PROFILER_DIR=str(tmp_path / "profiles"),
-        CONCURRENCY="32",
-        REQUESTS="64",
-        SWEEP_NAME="c32",
-    )
+    env = profile_env(tmp_path, "service vllm-omni-b sglang", CONCURRENCY="32", REQUESTS="64", SWEEP_NAME="c32")
     done = subprocess.run([str(GPU / "side-by-side.sh"), "profile"], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "calls").read_text().splitlines() == [
-        'http://127.0.0.1:18000/admin/profile/start {"run_id": "c32"}',
-        'http://127.0.0.1:18005/start_profile {"stages": [0, 1]}',
-        'http://127.0.0.1:18006/start_profile {"run_id": "c32"}',
+        *profile_routes("start", "c32"),
         "loadtest c=32 warmup=--warmup 0",
-        'http://127.0.0.1:18000/admin/profile/stop {"run_id": "c32"}',
-        'http://127.0.0.1:18005/stop_profile {"stages": [0, 1]}',
-        'http://127.0.0.1:18006/stop_profile {"run_id": "c32"}',
+        *profile_routes("stop", "c32"),
     ]
     assert (tmp_path / "results/closed-profile-c32/results.json").exists()
     unset = subprocess.run(
@@ -486,26 +507,13 @@ def test_side_by_side_profiles_every_target_around_one_level_through_its_own_rou
 def test_side_by_side_stops_every_profiler_it_started_when_another_fails_to_start(tmp_path: Path) -> None:
     """A profiler that will not start ends the run before any load, and those already started are stopped: none is
     left recording. A target with no profiler route (`alone`) is left out, and said so."""
-    env = sweep_env(
-        tmp_path,
-        profile_python(tmp_path),
-        TARGETS="service alone vllm-omni-b sglang",
-        SGLANG_PORT="18006",
-        PROFILER_DIR=str(tmp_path / "profiles"),
-        CONCURRENCY="1",
-        SWEEP_NAME="c1",
-        FAIL_ROUTE="18006/start_profile",
-    )
+    targets = "service alone vllm-omni-b sglang"
+    env = profile_env(tmp_path, targets, CONCURRENCY="1", SWEEP_NAME="c1", FAIL_ROUTE="18006/start_profile")
     done = subprocess.run([str(GPU / "side-by-side.sh"), "profile"], env=env, capture_output=True, text=True)
     assert done.returncode != 0
     assert "alone: no profiler route; not profiled" in done.stdout
-    assert (tmp_path / "calls").read_text().splitlines() == [
-        'http://127.0.0.1:18000/admin/profile/start {"run_id": "c1"}',
-        'http://127.0.0.1:18005/start_profile {"stages": [0, 1]}',
-        'http://127.0.0.1:18006/start_profile {"run_id": "c1"}',
-        'http://127.0.0.1:18000/admin/profile/stop {"run_id": "c1"}',
-        'http://127.0.0.1:18005/stop_profile {"stages": [0, 1]}',
-    ]
+    started, stopped = profile_routes("start", "c1"), profile_routes("stop", "c1", ("18000", "18005"))
+    assert (tmp_path / "calls").read_text().splitlines() == [*started, *stopped]
 
 
 def test_side_by_side_stops_sgl_omni_serve_started_on_its_cores(tmp_path: Path) -> None:
@@ -777,20 +785,7 @@ def test_fixed_length_patch_masks_the_codec_end_token_in_sglang_omnis_talker_run
 def sweep_python(tmp_path: Path) -> Path:
     """The GPU host's python for side-by-side.sh's sweeps: every readiness probe answers 200, and speech-loadtest
     records its arguments and writes a results.json into its --out folder."""
-    script = tmp_path / "python3"
-    script.write_text(
-        "#!/usr/bin/env bash\n"
-        'case "$1 $2" in\n'
-        '  "-m loadtest.cli") out=; prev=\n'
-        '    for a in "$@"; do [ "$prev" = --out ] && out=$a; prev=$a; done\n'
-        f'    mkdir -p "$out" && echo {{}} > "$out/results.json" && printf "%s\\n" "$@" > {tmp_path}/loadtest_argv\n'
-        "    exit 0 ;;\n"
-        '  "- "*) exit 0 ;;\n'
-        "esac\n"
-        "exit 1\n"
-    )
-    script.chmod(0o755)
-    return script
+    return load_tool_python(tmp_path, f'    printf "%s\\n" "$@" > {tmp_path}/loadtest_argv')
 
 
 def sweep_env(tmp_path: Path, python: Path, **settings: str) -> dict[str, str]:
@@ -815,26 +810,16 @@ def parallel_python(tmp_path: Path, expected: int, wait_s: int = 30) -> Path:
     --out folder."""
     barrier = tmp_path / "barrier"
     barrier.mkdir(parents=True)
-    script = tmp_path / "python3"
-    script.write_text(
-        "#!/usr/bin/env bash\n"
-        'case "$1 $2" in\n'
-        '  "-m loadtest.cli") out=; prev=\n'
-        '    for a in "$@"; do [ "$prev" = --out ] && out=$a; prev=$a; done\n'
+    return load_tool_python(
+        tmp_path,
         f"    touch {barrier}/$$\n"
         f"    for _ in $(seq {wait_s * 10}); do\n"
         f'      [ "$(ls {barrier} | wc -l)" -ge {expected} ] && break; sleep 0.1\n'
         "    done\n"
         f'    [ "$(ls {barrier} | wc -l)" -ge {expected} ] || exit 1\n'
-        '    mkdir -p "$out" && echo {} > "$out/results.json" && printf "%s\\n" "$@" > "$out/argv"\n'
-        '    grep Cpus_allowed_list /proc/$$/status | cut -f2 > "$out/cpus"\n'
-        "    exit 0 ;;\n"
-        '  "- "*) exit 0 ;;\n'
-        "esac\n"
-        "exit 1\n"
+        '    printf "%s\\n" "$@" > "$out/argv"\n'
+        '    grep Cpus_allowed_list /proc/$$/status | cut -f2 > "$out/cpus"',
     )
-    script.chmod(0o755)
-    return script
 
 
 def test_side_by_side_sweeps_every_target_at_once_each_from_its_own_cores_when_parallel(tmp_path: Path) -> None:
