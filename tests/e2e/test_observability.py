@@ -264,6 +264,7 @@ def test_every_dashboard_query_evaluates(prometheus: RunningPrometheus) -> None:
         "Queue wait",
         "Aborts / s by reason",
         "Real-time factor",
+        "Start by phase",
     ]
     for title in must_have:
         assert any(t.startswith(title) for t, _ in queries), title  # the panel exists
