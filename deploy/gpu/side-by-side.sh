@@ -256,10 +256,11 @@ word_of() {  # $1 target, $2 NAME: the value of NAME=value among its settings (C
   local word
   for word in $(settings_of "$1"); do case $word in "$2="*) echo "${word#*=}"; return ;; esac; done
 }
-pinned() {  # $1 CPU list (may be empty: anywhere), then a command: run it on those cores, its children with it
-  local cpus=$1
-  shift
-  if [ -n "$cpus" ]; then taskset -c "$cpus" "$@"; else "$@"; fi
+pin_of() {  # $1 target: the words that start a command on its CPUS, its children with it (none: anywhere). Words put
+  # before a plain command, not a function around it: in the background $! is then the command's own pid
+  local cpus
+  cpus=$(word_of "$1" CPUS)
+  if [ -n "$cpus" ]; then echo "taskset -c $cpus"; fi
 }
 ready_path_of() { case $1 in vllm-omni | vllm-omni-b | sglang) echo /health ;; *) echo /ready ;; esac; }
 body_of() {  # $1 target: its request body
@@ -392,8 +393,8 @@ launch() {  # $1 target
       echo "$(date -u +%FT%TZ) $1: source profile $(source_of "$1")" >>"$OUT/commands.txt"
       echo "$(date -u +%FT%TZ) $1: profile $profile, settings: ${settings:-none}" >>"$OUT/commands.txt"
       # fixed length: every request runs to the profile's max_tokens (FRAMES + 1); warm-up requests to their own
-      # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
-      pinned "$(word_of "$1" CPUS)" env $settings PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON \
+      # shellcheck disable=SC2086,SC2046  # the settings and the pinning are split into words on purpose
+      $(pin_of "$1") env $settings PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON \
         SPEECH_OMNI__MODEL=$MODEL SPEECH_OMNI__LOAD_FORMAT=dummy \
         SPEECH_OMNI__DEPLOY_CONFIG=$profile SPEECH_OMNI__FIXED_LENGTH=true SPEECH_OMNI__SERVED_MODEL_NAME=$NAME \
         SPEECH_OMNI__COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-server.sh
@@ -407,16 +408,14 @@ launch() {  # $1 target
       echo "$(date -u +%FT%TZ) $1: source profile $(omni_source "$1")" >>"$OUT/commands.txt"
       echo "$(date -u +%FT%TZ) $1: profile $profile, stage overrides ${codec:-none}, settings: ${settings:-none}" \
         >>"$OUT/commands.txt"
-      # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
-      pinned "$(word_of "$1" CPUS)" env $settings PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON MODEL=$MODEL \
+      # shellcheck disable=SC2086,SC2046  # the settings and the pinning are split into words on purpose
+      $(pin_of "$1") env $settings PORT=$(port_of "$1") LOG=$log PYTHON=$PYTHON MODEL=$MODEL \
         DEPLOY_CONFIG=$profile LOAD_FORMAT=dummy \
         NAME=$NAME COMPILE_CACHE_DIR=$CACHE deploy/gpu/start-vllm-omni.sh "${extra[@]}"
       ;;
     sglang)
-      local settings args pin=() cpus
+      local settings args
       settings=$(env_of sglang)
-      cpus=$(word_of sglang CPUS)
-      [ -n "$cpus" ] && pin=(taskset -c "$cpus")
       [ -d "$SGLANG_SITE/sglang_omni" ] || { log "sglang: no sglang-omni in $SGLANG_SITE (deploy/gpu/sglang-omni/carry.sh)"; return 1; }
       # its talker, code predictor and codec decoder as it ships them; the talker on random weights
       args=(-m sglang_omni.cli serve --model-path "$MODEL" --port "$SGLANG_PORT" --tts_engine.engine.load_format dummy
@@ -425,9 +424,8 @@ launch() {  # $1 target
       args+=($SGLANG_ARGS)
       echo "$(date -u +%FT%TZ) sglang: $(printf '%q ' "$PYTHON" "${args[@]}"), settings: ${settings:-none}" >>"$OUT/commands.txt"
       # its own packages first, then the fixed-length patch; a taken port is an error, not another port
-      # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
-      # a plain command (not the function `pinned`): $! is then the process that becomes the server, which `stop` kills
-      "${pin[@]}" env $settings \
+      # shellcheck disable=SC2086,SC2046  # the settings and the pinning are split into words on purpose
+      $(pin_of sglang) env $settings \
         PYTHONPATH="$REPO/app/engines/sglang/stage_plugins/fixed_length:$SGLANG_SITE:$PYTHONPATH" \
         QWEN3_TTS_FIXED_LENGTH=1 SGLANG_OMNI_STRICT_PORT=1 SGLANG_OMNI_STARTUP_TIMEOUT=1800 HF_HUB_OFFLINE=1 \
         setsid nohup "$PYTHON" "${args[@]}" >"$log" 2>&1 </dev/null &
@@ -439,8 +437,8 @@ launch() {  # $1 target
       settings=$(env_of service-sglang)
       [ -d "$SGLANG_SITE/sglang_omni" ] || { log "service-sglang: no sglang-omni in $SGLANG_SITE"; return 1; }
       echo "$(date -u +%FT%TZ) service-sglang: memory $SGLANG_MEMORY, settings: ${settings:-none}" >>"$OUT/commands.txt"
-      # shellcheck disable=SC2086  # the settings are split into NAME=value words on purpose
-      pinned "$(word_of service-sglang CPUS)" env $settings ENGINE=sglang PORT=$SERVICE_SGLANG_PORT LOG=$log \
+      # shellcheck disable=SC2086,SC2046  # the settings and the pinning are split into words on purpose
+      $(pin_of service-sglang) env $settings ENGINE=sglang PORT=$SERVICE_SGLANG_PORT LOG=$log \
         PYTHON=$PYTHON PYTHONPATH="$SGLANG_SITE:$PYTHONPATH" \
         SPEECH_SGLANG__MODEL=$MODEL SPEECH_SGLANG__LOAD_FORMAT=dummy SPEECH_SGLANG__FIXED_LENGTH=true \
         SPEECH_SGLANG__SERVED_MODEL_NAME=$NAME SPEECH_SGLANG__MEM_FRACTION_STATIC=$SGLANG_MEMORY HF_HUB_OFFLINE=1 \

@@ -108,8 +108,8 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
                 # kineto tags every kernel with its CUDA graph's id: 0 for one launched on its own
                 if (event.get("args") or {}).get("graph id"):
                     summary.in_graphs += 1
-        elif LAUNCH.match(name):
-            summary.launches[LAUNCH.match(name).group(0)].add(duration)  # type: ignore[union-attr]
+        elif launch := LAUNCH.match(name):
+            summary.launches[launch.group(0)].add(duration)
         elif category in SPAN_CATEGORIES or STEP.match(name):
             summary.spans["execute_context_* (one engine step)" if STEP.match(name) else name].add(duration)
     if gpu:
