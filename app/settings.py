@@ -232,9 +232,9 @@ class SglangSettings(BaseModel):
     )
     compile_cache_dir: str | None = Field(
         None,
-        description="One directory for the compile caches a start fills (Inductor, Triton, and what sglang-omni and "
-        "FlashInfer keep under the user's cache directory); persist it and a restart skips the work (variables set "
-        "explicitly win).",
+        description="One directory for the compile caches a start fills (Inductor, Triton, FlashInfer, sglang's "
+        "JIT-built kernels and autotune results, and what sglang-omni keeps under the user's cache directory); persist "
+        "it and a restart skips the work (variables set explicitly win).",
     )
     warmup_batch_sizes: Annotated[list[int] | None, NoDecode] = Field(
         None,

@@ -16,19 +16,13 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
-import hashlib
 import inspect
-import os
 import textwrap
-import time
-import tomllib
-import zipfile
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 
@@ -38,93 +32,17 @@ from app.engines.sglang import engine
 from app.engines.sglang.requests import DEFAULT_STREAM_STRIDE, SAMPLING_FIELDS, pipeline_settings, request_fields
 from app.settings import SglangSettings
 from tests.fakes import sglang_omni_0_1_8 as stand_in
+from tests.support.locked_wheels import Wheel, fetch_locked_wheel
 
-ROOT = Path(__file__).resolve().parents[2]
-WHEEL_CACHE = ROOT / ".pytest_cache" / "wheels"  # .pytest_cache/ is git-ignored
 PACKAGE, VERSION = "sglang-omni", "0.1.8"
-DOWNLOAD_ATTEMPTS = 4
-PACKAGE_DIR = "sglang_omni/"
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
-
-
-# -- the pinned wheel -------------------------------------------------------------------------------------------------
-
-
-class Wheel:
-    """The wheel's Python modules, by their path under `sglang_omni/`, parsed on first use."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._trees: dict[str, ast.Module] = {}
-
-    def tree(self, module: str) -> ast.Module:
-        if module not in self._trees:
-            with zipfile.ZipFile(self.path) as archive:
-                source = archive.read(PACKAGE_DIR + module).decode("utf-8")
-            self._trees[module] = ast.parse(source, filename=PACKAGE_DIR + module)
-        return self._trees[module]
-
-    def has(self, module: str) -> bool:
-        with zipfile.ZipFile(self.path) as archive:
-            return PACKAGE_DIR + module in archive.namelist()
-
-
-def pinned_wheel() -> tuple[str, str]:
-    """The url and sha256 of the sglang-omni wheel in uv.lock."""
-    lock = tomllib.loads((ROOT / "uv.lock").read_text(encoding="utf-8"))
-    packages = [package for package in lock["package"] if package["name"] == PACKAGE]
-    assert len(packages) == 1, f"uv.lock should lock one {PACKAGE}, not {len(packages)}"
-    (package,) = packages
-    assert package["version"] == VERSION, f"the stand-in mirrors {PACKAGE} {VERSION}; uv.lock has {package['version']}"
-    wheels = [wheel for wheel in package["wheels"] if wheel["url"].endswith("-py3-none-any.whl")]
-    assert len(wheels) == 1, f"uv.lock should list one pure-Python {PACKAGE} wheel, not {len(wheels)}"
-    algorithm, _, digest = wheels[0]["hash"].partition(":")
-    assert algorithm == "sha256", wheels[0]["hash"]
-    return wheels[0]["url"], digest
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def download(url: str, target: Path) -> None:
-    """`url` into `target` (whole or not at all), retried on network errors and on the server's own (5xx, 429)."""
-    partial = target.with_name(f"{target.name}.{os.getpid()}.part")
-    for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
-        try:
-            with httpx.stream("GET", url, follow_redirects=True, timeout=60.0) as response:
-                response.raise_for_status()
-                with partial.open("wb") as out:
-                    for block in response.iter_bytes(1 << 20):
-                        out.write(block)
-            partial.replace(target)
-            return
-        except (httpx.TransportError, httpx.HTTPStatusError) as exc:
-            partial.unlink(missing_ok=True)
-            transient = isinstance(exc, httpx.TransportError) or exc.response.status_code in (429, 500, 502, 503, 504)
-            if not transient or attempt == DOWNLOAD_ATTEMPTS:
-                raise
-            time.sleep(2**attempt)
 
 
 @pytest.fixture(scope="module")
 def wheel() -> Wheel:
     """sglang-omni's wheel exactly as uv.lock pins it: downloaded once per machine, its sha256 checked every run."""
-    url, sha256 = pinned_wheel()
-    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
-    path = WHEEL_CACHE / url.rsplit("/", 1)[-1]
-    if not (path.exists() and sha256_of(path) == sha256):
-        download(url, path)
-        actual = sha256_of(path)
-        if actual != sha256:
-            path.unlink()
-            pytest.fail(f"{url} has sha256 {actual}, but uv.lock pins {sha256}")
-    return Wheel(path)
+    return fetch_locked_wheel(PACKAGE, VERSION, "-py3-none-any.whl", "sglang_omni")
 
 
 # -- reading the source -----------------------------------------------------------------------------------------------

@@ -81,11 +81,15 @@ class SglangRuntime:
 
 def compile_cache_environment(cache_dir: str) -> dict[str, str]:
     """Everything a start compiles, under one directory: Inductor's graphs, Triton's kernels, FlashInfer's JIT
-    workspace and the user cache directory (~/.cache otherwise, lost with the container)."""
+    workspace, sglang's own caches and the user cache directory (~/.cache otherwise, lost with the container)."""
     return {
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
         "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
         "FLASHINFER_WORKSPACE_BASE": cache_dir,  # FlashInfer's JIT cache (else ~/.cache/flashinfer)
+        # sglang ignores XDG_CACHE_HOME: its caches (FlashInfer's autotune among them) and, apart from them, its
+        # JIT-built kernels (minutes of a cold start) stay under ~/.cache/sglang otherwise
+        "SGLANG_CACHE_DIR": os.path.join(cache_dir, "sglang"),
+        "SGLANG_JIT_CACHE_DIR": os.path.join(cache_dir, "sglang-jit"),
         "XDG_CACHE_HOME": cache_dir,
     }
 
