@@ -203,10 +203,14 @@ BENCH_PROFILE_C=$WORK/bench-profile-c.yaml
 LOGS=$WORK/logs
 KV_LINE="GPU KV cache size"  # vLLM logs it once a stage has profiled its memory and sized its KV cache
 
-# one compile cache for all three: the second and third start reuse the first one's torch.compile / Triton work
+# one compile cache for every target: a later start reuses an earlier one's torch.compile / Triton work, and sglang's
+# own caches (its JIT-built kernels: the code predictor's graphs wait 90 s for them cold), laid out as the service's
+# SPEECH_SGLANG__COMPILE_CACHE_DIR lays them out
 export VLLM_CACHE_ROOT=${VLLM_CACHE_ROOT:-$CACHE}
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$CACHE/inductor}
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$CACHE/triton}
+export SGLANG_CACHE_DIR=${SGLANG_CACHE_DIR:-$CACHE/sglang}
+export SGLANG_JIT_CACHE_DIR=${SGLANG_JIT_CACHE_DIR:-$CACHE/sglang-jit}
 # the checkout, for loadtest and for what a stage override may name (the service's code2wav scheduler)
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -378,9 +382,11 @@ print(json.dumps(overrides, separators=(",", ":")))' "$1"  # no spaces: it may t
 }
 
 launch() {  # $1 target
-  local log codec
+  local log codec cpus
   log=$(log_of "$1")
   codec=$(codec_overrides "")
+  cpus=$(word_of "$1" CPUS)
+  [ -n "$cpus" ] && echo "$(date -u +%FT%TZ) $1: on cores $cpus (taskset -c $cpus)" >>"$OUT/commands.txt"
   case $1 in
     service | service-b | service-c)
       local profile settings

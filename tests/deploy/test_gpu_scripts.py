@@ -154,14 +154,14 @@ def harness_python(tmp_path: Path) -> Path:
         f'    printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
         f'    printf "%s\\n" "$PYTHONPATH" "${{SPEECH_SGLANG__MODEL-}}" "${{SPEECH_SGLANG__LOAD_FORMAT-}}"'
         f' "${{SPEECH_SGLANG__FIXED_LENGTH-}}" "${{SPEECH_SGLANG__MEM_FRACTION_STATIC-}}" "${{SPEECH_PROFILER_DIR-}}"'
-        f" > {tmp_path}/service_env\n"
+        f' "${{SGLANG_CACHE_DIR-}}" "${{SGLANG_JIT_CACHE_DIR-}}" > {tmp_path}/service_env\n'
         '    cores app.cli; record app.cli "$SPEECH_OMNI__DEPLOY_CONFIG" "$@"; exec sleep 60 ;;\n'
         f'  "deploy/gpu/codec_weights.py "*) printf "%s\\n" "$@" > {tmp_path}/codec_argv; exit 0 ;;\n'
         f'  "-m vllm_omni.entrypoints.cli.main") printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
         '    cores vllm_omni; record vllm_omni "$@"; exec sleep 60 ;;\n'
         f'  "-m sglang_omni.cli") printf "%s\\n" "$PYTHONPATH" "$QWEN3_TTS_FIXED_LENGTH"'
         f' "$SGLANG_OMNI_STRICT_PORT" "${{CUDA_VISIBLE_DEVICES-unset}}" "${{SGLANG_TORCH_PROFILER_DIR-}}"'
-        f" > {tmp_path}/sglang_env\n"
+        f' "${{SGLANG_CACHE_DIR-}}" "${{SGLANG_JIT_CACHE_DIR-}}" > {tmp_path}/sglang_env\n'
         '    cores sglang; record sglang "$@"; exec sleep 60 ;;\n'
         '  "- "*) exit 1 ;;\n'
         "esac\n"
@@ -387,6 +387,7 @@ def test_side_by_side_starts_each_server_on_the_cores_its_settings_name(
     settings = {"TARGETS": target, "SGLANG_SITE": str(site), "OMNI_B_PROFILE": "deploy/vllm-omni/throughput.yaml"}
     with harness_started(tmp_path, {**settings, **ports, setting: f"CUDA_VISIBLE_DEVICES=1 CPUS={core}"}):
         assert (tmp_path / f"cpus-{program}").read_text().strip() == str(core)
+        assert f" {target}: on cores {core} (taskset -c {core})" in (tmp_path / "work/results/commands.txt").read_text()
     (tmp_path / f"cpus-{program}").unlink()
     with harness_started(tmp_path, {**settings, **ports, setting: "CUDA_VISIBLE_DEVICES=1"}):
         allowed = (tmp_path / f"cpus-{program}").read_text().strip()
@@ -707,6 +708,9 @@ def test_side_by_side_starts_sglang_omni_on_its_own_packages_and_runs_every_requ
         assert pythonpath.split(":")[:2] == [str(ROOT / "app/engines/sglang/stage_plugins/fixed_length"), str(site)]
         assert (force, strict, gpus) == ("1", "1", "2")
         assert (tmp_path / "work/model/config.json").exists()
+        # sglang's own caches in the run's compile cache, laid out as the service's engine lays them out
+        caches = (tmp_path / "sglang_env").read_text().split("\n")[5:7]
+        assert caches == [str(tmp_path / "work/compile-cache/sglang"), str(tmp_path / "work/compile-cache/sglang-jit")]
 
 
 def test_side_by_side_starts_the_service_on_its_sglang_engine_beside_sglang_omnis_own_server(tmp_path: Path) -> None:
@@ -729,6 +733,8 @@ def test_side_by_side_starts_the_service_on_its_sglang_engine_beside_sglang_omni
         assert pythonpath.split(":")[:2] == [str(ROOT), str(site)]  # the checkout, then sglang-omni's packages
         assert (model, load_format, fixed, memory) == (str(tmp_path / "work/model"), "dummy", "true", "0.3")
         assert (tmp_path / "gpus").read_text() == "3"
+        caches = (tmp_path / "service_env").read_text().split("\n")[6:8]
+        assert caches == [str(tmp_path / "work/compile-cache/sglang"), str(tmp_path / "work/compile-cache/sglang-jit")]
 
 
 def test_side_by_side_refuses_sglang_without_its_packages(tmp_path: Path) -> None:
