@@ -47,6 +47,8 @@ TTFA_PHASE_BUCKETS = (0.0005, 0.001, 0.0025, *TTFA_BUCKETS)
 E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 RTF_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
 QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# A loop that keeps up wakes a timer within a millisecond or two; tens of milliseconds is a frame's worth of audio late.
+LOOP_LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 REQUESTS = Counter(
     "speech_requests_total", "Speech requests answered, by HTTP status.", ["status", "response_format", "stream"]
@@ -102,6 +104,12 @@ REJECT_REASONS = ("queue_full", "queue_timeout", "draining", "unauthorized", "pe
 ABORT_REASONS = ("client_gone", "client_stalled", "timeout", "drain", "error")
 BUILD = Info("speech_build", "The service's version and engine.")
 READY = Gauge("speech_ready", "1 while this replica answers /ready with 200 (engine warm, not draining).")
+LOOP_LAG = Histogram(
+    "speech_event_loop_lag_seconds",
+    "How late the event loop woke a timer that was due, sampled 20 times a second (app/loop_lag.py): the wait every "
+    "stream's next step meets behind other work on the loop (with the sglang engine, its client's too).",
+    buckets=LOOP_LAG_BUCKETS,
+)
 START = Gauge(
     "speech_start_seconds",
     "How long this replica's start took, by phase: the engine's own (e.g. imports, pipeline, engine, warmup), and "

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
-from app import IMPORTED_AT, __version__, metrics
+from app import IMPORTED_AT, __version__, loop_lag, metrics
 from app.admission import AdmissionGate
 from app.api import docs, meta, playground, profile, speech, speech_batch, speech_stream, voices
 from app.api.auth import ApiKeyMiddleware, load_api_keys
@@ -38,10 +38,12 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
         # Load in the background: /health answers at once, /ready turns 200 when the engine is warm.
         loading = asyncio.create_task(start_engine(engine), name="engine-start")
         loading.add_done_callback(_log_start_failure)
+        lag = asyncio.create_task(loop_lag.watch(metrics.LOOP_LAG.observe), name="loop-lag")
         try:
             yield
         finally:
             loading.cancel()
+            lag.cancel()
             await engine.close()
 
     app = FastAPI(

@@ -39,6 +39,7 @@ FAMILIES = {
     "speech_aborted": "counter",
     "speech_build_info": "gauge",  # an info metric: exposed as a gauge of 1 carrying its labels
     "speech_start_seconds": "gauge",
+    "speech_event_loop_lag_seconds": "histogram",
 }
 
 
@@ -101,6 +102,14 @@ def test_the_start_is_exported_and_logged_phase_by_phase(server: RunningServer) 
     (started,) = [e for e in server.log_events() if e.get("message") == "started"]
     assert started["engine"] == "embedded"
     assert (started["load_s"], started["total_s"]) == (load_s, total_s)
+
+
+def test_the_event_loops_lag_is_sampled_all_along(server: RunningServer, prometheus: RunningPrometheus) -> None:
+    """Sampled from the start until the server stops, 20 times a second (a busy machine may stretch that)."""
+    count = server.metric("speech_event_loop_lag_seconds_count")
+    time.sleep(0.5)
+    assert server.metric("speech_event_loop_lag_seconds_count") >= count + 3
+    assert server.metric("speech_event_loop_lag_seconds_sum") >= 0
 
 
 def test_ttfa_is_observed_for_streamed_plain_and_sse_requests(server: RunningServer, prometheus) -> None:
