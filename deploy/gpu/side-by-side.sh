@@ -23,8 +23,10 @@
 # one: its folder ($OUT/closed or $OUT/open, with -$SWEEP_NAME) gets -2, -3, ... when it already holds results.
 #
 # Settings (environment):
-#   OUT=/tmp/side-by-side/results   results: closed/ and open/ (speech-loadtest's JSON, Markdown, plots, and
-#                                   targets.txt: which target is which URL, on which profile), logs/, the profile
+#   OUT=/tmp/side-by-side/results   results: closed/ and open/ (speech-loadtest's JSON, Markdown, plots,
+#                                   targets.txt: which target is which URL, on which profile, and each server's
+#                                   /metrics before and after: metrics-<target>-before.txt, deploy/gpu/level_metrics.py
+#                                   reads them), logs/, the profile
 #                                   copies used (profile.yaml, profile-vllm-omni.yaml, ...), commands.txt, gpu.txt
 #   WORK=/tmp/side-by-side          model directory, profile copies, logs, compile cache (CACHE=$WORK/compile-cache)
 #   MODEL_SIZE=0.6B                 the weight-less CustomVoice checkpoint's shape every target serves: 0.6B or 1.7B
@@ -297,6 +299,19 @@ PY
 gpu_snapshot() {  # $1 what happened
   { echo "== $(date -u +%T) $1"; nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu --format=csv 2>&1; } \
     >>"$OUT/gpu.txt"
+}
+
+metrics_snapshot() {  # $1 a sweep's folder, $2 before|after: each target's /metrics there, where it has one (not
+  # sgl-omni serve), so that a level's server-side figures (the event loop's lag, TTFA by phase) are its difference
+  local target
+  for target in $SWEEP_TARGETS; do
+    [ "$target" = replicas ] && continue
+    "$PYTHON" - "http://127.0.0.1:$(port_of "$target")/metrics" "$1/metrics-$target-$2.txt" <<'PY' >/dev/null 2>&1
+import sys, urllib.request
+body = urllib.request.urlopen(sys.argv[1], timeout=5).read()
+open(sys.argv[2], "wb").write(body)
+PY
+  done
 }
 
 bench_profile() {  # $1 the copy to write, $2 its overrides (';'-separated), $3 its source (PROFILE), $4 its memory
@@ -578,9 +593,11 @@ loadtest() {  # $1 closed or open, then speech-loadtest's level arguments
   echo "$(date -u +%FT%TZ) $line" >>"$OUT/commands.txt"
   log "$line"
   gpu_snapshot "before $name"
+  metrics_snapshot "$OUT/$name" before
   "$PYTHON" -m loadtest.cli "${args[@]}"
   local rc=$?
   gpu_snapshot "after $name"
+  metrics_snapshot "$OUT/$name" after
   return $rc
 }
 

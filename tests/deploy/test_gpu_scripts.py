@@ -18,7 +18,9 @@ from types import ModuleType
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
+from app.metrics import LOOP_LAG_BUCKETS, TTFA_PHASE_BUCKETS
 from tests.support.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -455,7 +457,8 @@ def profile_python(tmp_path: Path) -> Path:
         tmp_path,
         '    warmup=$(echo "$@" | grep -o -- "--warmup [0-9]*")\n'
         f'    echo "loadtest c=$level warmup=$warmup" >> {tmp_path}/calls',
-        f'[ $# -eq 3 ] && echo "$2 $3" >> {tmp_path}/calls\n'
+        # a level's /metrics snapshots are no profiler route: not a call this records
+        f'case "$2" in */metrics) exit 0 ;; esac; [ $# -eq 3 ] && echo "$2 $3" >> {tmp_path}/calls\n'
         '  case "$2" in *"${FAIL_ROUTE:-none}"*) exit 1 ;; esac; echo 200; exit 0',
     )
 
@@ -861,6 +864,25 @@ def test_side_by_side_sweeps_every_target_at_once_each_from_its_own_cores_when_p
     assert one_at_a_time.returncode != 0
 
 
+def test_side_by_side_keeps_each_servers_metrics_from_just_before_and_just_after_a_level(tmp_path: Path) -> None:
+    """A level's folder holds each target's /metrics read before the load tool began and after it ended, so that a
+    level's server-side figures (the event loop's lag, TTFA by phase) are the difference of the two."""
+    python = load_tool_python(
+        tmp_path,
+        '    ls "$out" > "$out/seen-by-the-load-tool"',
+        probe='case "$2" in */metrics) printf "# %s at %s\\n" "$2" "$(date +%s%N)" > "$3" ;; esac; exit 0',
+    )
+    env = sweep_env(tmp_path, python, TARGETS="service vllm-omni-b", CONCURRENCY="8", SWEEP_NAME="c8")
+    done = subprocess.run([str(GPU / "side-by-side.sh"), "sweep-closed"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    level = tmp_path / "results/closed-c8"
+    seen = (level / "seen-by-the-load-tool").read_text().split()
+    for target, port in [("service", "18000"), ("vllm-omni-b", "18005")]:
+        assert f"metrics-{target}-before.txt" in seen and f"metrics-{target}-after.txt" not in seen
+        before, after = ((level / f"metrics-{target}-{when}.txt").read_text().split() for when in ("before", "after"))
+        assert before[1] == after[1] == f"http://127.0.0.1:{port}/metrics" and int(before[3]) < int(after[3])
+
+
 def test_side_by_side_sweeps_one_level_a_call_and_keeps_every_level(tmp_path: Path) -> None:
     """Closed-loop levels run one per call land in folders of their own (SWEEP_NAME), a sweep run again beside its
     results in a new one, and each folder's targets.txt says which server and profile each URL is."""
@@ -1228,6 +1250,39 @@ def test_start_server_serves_what_the_old_flat_names_give(tmp_path: Path) -> Non
         assert (model / "speech_tokenizer/config.json").is_file()  # the model directory went where SPEECH_MODEL says
         assert (tmp_path / "argv").read_text().split("\n")[0] == "deploy/vllm-omni/voice-clone.yaml"
         assert json.loads((tmp_path / "stage_overrides").read_text()) == json.loads(overrides)
+
+
+def test_level_metrics_reads_what_a_level_added_to_each_servers_histograms(tmp_path: Path) -> None:
+    """The loop lag and TTFA phases of one level: the observations between the two /metrics the sweep kept, as
+    Prometheus' histogram_quantile reads buckets; what came before the level is left out."""
+    module = load_gpu_script("level_metrics")
+    registry = CollectorRegistry()
+    lag = Histogram("speech_event_loop_lag_seconds", "", buckets=LOOP_LAG_BUCKETS, registry=registry)
+    phase = Histogram("speech_ttfa_phase_seconds", "", ["phase"], buckets=TTFA_PHASE_BUCKETS, registry=registry)
+    for _ in range(100):  # before the level: a loop that kept up, and slow engines
+        lag.observe(0.0003)
+        phase.labels("engine").observe(2.5)
+    (tmp_path / "metrics-service-before.txt").write_bytes(generate_latest(registry))
+    for _ in range(90):
+        lag.observe(0.0008)
+        phase.labels("engine").observe(0.045)
+    for _ in range(10):
+        lag.observe(0.2)
+        phase.labels("engine").observe(0.055)
+    (tmp_path / "metrics-service-after.txt").write_bytes(generate_latest(registry))
+    (tmp_path / "metrics-orphan-before.txt").write_text("")  # a target with no snapshot after: left out
+
+    rows = module.report(tmp_path)
+    (row,) = [r for r in rows if r.startswith("| service ")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    p50, p95, p99 = (float(v) for v in cells[1].split(" / "))
+    assert 0.5 < p50 <= 1.0  # in the (0.5, 1] ms bucket: the 100 samples before the level are not in it
+    assert p95 == pytest.approx(175.0)  # rank 95 of 100: halfway through the (100, 250] ms bucket's 10
+    assert p99 == pytest.approx(235.0)
+    assert (cells[2], cells[3]) == ("250.0", "100")
+    engine_p95 = float(cells[4].split(", ")[3])
+    assert 50.0 < engine_p95 <= 60.0  # the level's 45-55 ms, not the 2.5 s before it
+    assert not [r for r in rows if r.startswith("| orphan ")]
 
 
 def test_ttfa_phases_splits_each_bench_run_into_its_first_wave_and_the_rest() -> None:

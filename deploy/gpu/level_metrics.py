@@ -1,0 +1,118 @@
+"""What one level of a sweep did inside each server, from the /metrics that side-by-side.sh keeps beside its results
+(`metrics-<target>-before.txt` and `-after.txt`): each histogram's observations between the two, as quantiles read
+from its buckets the way Prometheus' histogram_quantile reads them.
+
+    python3 deploy/gpu/level_metrics.py LEVEL_FOLDER [LEVEL_FOLDER ...]
+
+One table per folder: for each target, the event loop's lag (p50 / p95 / p99 / the largest bucket reached, and the
+samples) and the service's TTFA phases (p95 of each), in ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections import defaultdict
+from pathlib import Path
+
+LOOP_LAG = "speech_event_loop_lag_seconds"
+TTFA_PHASE = "speech_ttfa_phase_seconds"
+PHASES = ("validate", "queue", "prepare", "engine", "encode_write")
+SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+Buckets = dict[float, float]  # upper bound -> cumulative count
+
+
+def buckets(text: str, family: str, **match: str) -> Buckets:
+    """A histogram's cumulative buckets in a /metrics text, summed over the series whose labels include `match`."""
+    found: Buckets = defaultdict(float)
+    for line in text.splitlines():
+        sample = SAMPLE.match(line)
+        if not sample or sample["name"] != f"{family}_bucket":
+            continue
+        labels = dict(LABEL.findall(sample["labels"] or ""))
+        if any(labels.get(key) != value for key, value in match.items()):
+            continue
+        found[float(labels["le"])] += float(sample["value"])
+    return dict(found)
+
+
+def difference(after: Buckets, before: Buckets) -> Buckets:
+    return {bound: count - before.get(bound, 0.0) for bound, count in after.items()}
+
+
+def quantile(cumulative: Buckets, fraction: float) -> float:
+    """histogram_quantile: linear within the bucket the rank falls in; the highest finite bound where it falls in
+    +Inf; NaN with no observations."""
+    bounds = sorted(cumulative)
+    total = cumulative.get(math.inf, cumulative[bounds[-1]] if bounds else 0.0)
+    if total <= 0:
+        return math.nan
+    rank = fraction * total
+    lower, below = 0.0, 0.0
+    for bound in bounds:
+        count = cumulative[bound]
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            return lower + (bound - lower) * ((rank - below) / (count - below) if count > below else 0.0)
+        lower, below = bound, count
+    return lower
+
+
+def largest(cumulative: Buckets) -> float:
+    """The upper bound of the highest bucket that holds an observation (inf: beyond every finite bound)."""
+    previous = 0.0
+    top = 0.0
+    for bound in sorted(cumulative):
+        if cumulative[bound] > previous:
+            top = bound
+        previous = cumulative[bound]
+    return top
+
+
+def ms(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "–"
+    return "∞" if math.isinf(seconds) else f"{seconds * 1000:.1f}"
+
+
+def report(folder: Path) -> list[str]:
+    rows = [
+        f"## {folder.name}",
+        "",
+        "| target | loop lag p50 / p95 / p99 ms | largest bucket ms | samples | TTFA phase p95 ms: "
+        + ", ".join(PHASES)
+        + " |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for before_path in sorted(folder.glob("metrics-*-before.txt")):
+        target = before_path.name[len("metrics-") : -len("-before.txt")]
+        after_path = folder / f"metrics-{target}-after.txt"
+        if not after_path.exists():
+            continue
+        before, after = before_path.read_text(), after_path.read_text()
+        lag = difference(buckets(after, LOOP_LAG), buckets(before, LOOP_LAG))
+        samples = lag.get(math.inf, 0.0)
+        phases = []
+        for phase in PHASES:
+            observed = difference(buckets(after, TTFA_PHASE, phase=phase), buckets(before, TTFA_PHASE, phase=phase))
+            phases.append(ms(quantile(observed, 0.95)))
+        rows.append(
+            f"| {target} | {' / '.join(ms(quantile(lag, q)) for q in (0.5, 0.95, 0.99))} | {ms(largest(lag))} "
+            f"| {samples:.0f} | {', '.join(phases)} |"
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folders", nargs="+", type=Path)
+    for folder in parser.parse_args().folders:
+        print("\n".join(report(folder)) + "\n")
+
+
+if __name__ == "__main__":
+    main()
