@@ -142,6 +142,12 @@ class OmniSettings(BaseModel):
     init_timeout_s: int = Field(
         1200, ge=30, description="Seconds allowed for the whole start." + _deprecated("omni_init_timeout_s")
     )
+    parallel_stage_init: bool = Field(
+        False,
+        description="Start the stages (talker, codec decoder) at once instead of one after the other: vllm-omni's "
+        "parallel_stage_init, which admits the stages' memory budgets on their GPU before either starts and locks "
+        "each stage's memory measurement. Only for a GPU this server has to itself.",
+    )
     warmup_batch_sizes: Annotated[list[int] | None, NoDecode] = Field(
         None,
         description="Batch sizes warmed up before /ready (each new size costs a JIT compile). "

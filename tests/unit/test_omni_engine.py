@@ -207,7 +207,7 @@ def service_settings(engine: OmniEngine) -> Settings:
     return SERVICE_SETTINGS[engine]
 
 
-def make_engine(model_dir: Path, omni: FakeAsyncOmni, **settings: object) -> OmniEngine:
+def make_engine(model_dir: Path, fake: FakeAsyncOmni, **settings: object) -> OmniEngine:
     settings = {  # never the working directory; small warm-ups unless a test sets them
         "voice_store": tempfile.mkdtemp(prefix="voices-"),
         "omni_warmup_batch_sizes": [1, 4],
@@ -218,12 +218,12 @@ def make_engine(model_dir: Path, omni: FakeAsyncOmni, **settings: object) -> Omn
     config = Settings(engine="omni", model=str(model_dir), **settings)
 
     def factory(**kwargs: object) -> FakeAsyncOmni:
-        omni.kwargs = kwargs
-        return omni
+        fake.kwargs = kwargs
+        return fake
 
     engine = omni_engine(config, omni_factory=factory)  # as the service builds it: its own settings, and two more
     SERVICE_SETTINGS[engine] = config
-    defaults = coerce_param_message_types(omni.default_sampling_params_list, True)
+    defaults = coerce_param_message_types(fake.default_sampling_params_list, True)
     engine.use_helpers(defaults, estimate_prompt_len, WordTokenizer(), tokens_input)
     return engine
 
@@ -268,6 +268,16 @@ async def test_engine_starts_warms_up_and_streams(custom_voice_dir: Path) -> Non
     assert tokens_out == len(samples) // SAMPLES_PER_FRAME
     await engine.close()
     assert omni.shut_down
+
+
+async def test_the_stages_start_at_once_where_the_setting_asks(custom_voice_dir: Path) -> None:
+    """SPEECH_OMNI__PARALLEL_STAGE_INIT reaches AsyncOmni as vllm-omni's own keyword (read from the pinned wheel in
+    tests/unit/test_vllm_omni_wheel.py); without it the keyword is not passed and the stages start one by one."""
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni, omni={"parallel_stage_init": True})
+    await engine.start()
+    assert omni.kwargs["parallel_stage_init"] is True and omni.kwargs["deploy_config"] == "deploy/vllm-omni/customvoice.yaml"
+    await engine.close()
 
 
 async def test_fixed_length_setting_passes_every_frame_once(custom_voice_dir: Path) -> None:

@@ -285,6 +285,8 @@ class OmniEngine:
             kwargs["load_format"] = settings.load_format
         kwargs["stage_init_timeout"] = settings.stage_init_timeout_s
         kwargs["init_timeout"] = settings.init_timeout_s
+        if settings.parallel_stage_init:
+            kwargs["parallel_stage_init"] = True
         return kwargs
 
     def use_helpers(
