@@ -276,7 +276,10 @@ async def test_the_stages_start_at_once_where_the_setting_asks(custom_voice_dir:
     omni = FakeAsyncOmni()
     engine = make_engine(custom_voice_dir, omni, omni={"parallel_stage_init": True})
     await engine.start()
-    assert omni.kwargs["parallel_stage_init"] is True and omni.kwargs["deploy_config"] == "deploy/vllm-omni/customvoice.yaml"
+    assert (
+        omni.kwargs["parallel_stage_init"] is True
+        and omni.kwargs["deploy_config"] == "deploy/vllm-omni/customvoice.yaml"
+    )
     await engine.close()
 
 
