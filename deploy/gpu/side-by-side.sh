@@ -212,7 +212,7 @@ export VLLM_CACHE_ROOT=${VLLM_CACHE_ROOT:-$CACHE}
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$CACHE/inductor}
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$CACHE/triton}
 export SGLANG_CACHE_DIR=${SGLANG_CACHE_DIR:-$CACHE/sglang}
-export SGLANG_JIT_CACHE_DIR=${SGLANG_JIT_CACHE_DIR:-$CACHE/sglang-jit}
+export SGLANG_JIT_CACHE_DIR=${SGLANG_JIT_CACHE_DIR:-$CACHE/sglang/jit}
 # the checkout, for loadtest and for what a stage override may name (the service's code2wav scheduler)
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1

@@ -713,7 +713,7 @@ def test_side_by_side_starts_sglang_omni_on_its_own_packages_and_runs_every_requ
         assert (tmp_path / "work/model/config.json").exists()
         # sglang's own caches in the run's compile cache, laid out as the service's engine lays them out
         caches = (tmp_path / "sglang_env").read_text().split("\n")[5:7]
-        assert caches == [str(tmp_path / "work/compile-cache/sglang"), str(tmp_path / "work/compile-cache/sglang-jit")]
+        assert caches == [str(tmp_path / "work/compile-cache/sglang"), str(tmp_path / "work/compile-cache/sglang/jit")]
 
 
 def test_side_by_side_starts_the_service_on_its_sglang_engine_beside_sglang_omnis_own_server(tmp_path: Path) -> None:
@@ -737,7 +737,7 @@ def test_side_by_side_starts_the_service_on_its_sglang_engine_beside_sglang_omni
         assert (model, load_format, fixed, memory) == (str(tmp_path / "work/model"), "dummy", "true", "0.3")
         assert (tmp_path / "gpus").read_text() == "3"
         caches = (tmp_path / "service_env").read_text().split("\n")[6:8]
-        assert caches == [str(tmp_path / "work/compile-cache/sglang"), str(tmp_path / "work/compile-cache/sglang-jit")]
+        assert caches == [str(tmp_path / "work/compile-cache/sglang"), str(tmp_path / "work/compile-cache/sglang/jit")]
 
 
 def test_side_by_side_refuses_sglang_without_its_packages(tmp_path: Path) -> None:

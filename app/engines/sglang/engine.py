@@ -86,10 +86,11 @@ def compile_cache_environment(cache_dir: str) -> dict[str, str]:
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
         "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
         "FLASHINFER_WORKSPACE_BASE": cache_dir,  # FlashInfer's JIT cache (else ~/.cache/flashinfer)
-        # sglang ignores XDG_CACHE_HOME: its caches (FlashInfer's autotune among them) and, apart from them, its
-        # JIT-built kernels (minutes of a cold start) stay under ~/.cache/sglang otherwise
+        # sglang ignores XDG_CACHE_HOME: its caches (FlashInfer's autotune among them) stay under ~/.cache/sglang
+        # otherwise, and its JIT-built kernels (minutes of a cold start) follow a variable of their own, not that
+        # one: both set, in sglang's own layout (a copy of a ~/.cache/sglang fits as it is)
         "SGLANG_CACHE_DIR": os.path.join(cache_dir, "sglang"),
-        "SGLANG_JIT_CACHE_DIR": os.path.join(cache_dir, "sglang-jit"),
+        "SGLANG_JIT_CACHE_DIR": os.path.join(cache_dir, "sglang", "jit"),
         "XDG_CACHE_HOME": cache_dir,
     }
 
