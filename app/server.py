@@ -44,6 +44,7 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
         finally:
             loading.cancel()
             lag.cancel()
+            await asyncio.gather(lag, return_exceptions=True)
             await engine.close()
 
     app = FastAPI(

@@ -5,12 +5,16 @@ from its buckets the way Prometheus' histogram_quantile reads them.
     python3 deploy/gpu/level_metrics.py LEVEL_FOLDER [LEVEL_FOLDER ...]
 
 One table per folder: for each target, the event loop's lag (p50 / p95 / p99 / the largest bucket reached, and the
-samples) and the service's TTFA phases (p95 of each), in ms.
+samples) and the service's TTFA phases (p95 of each), in ms. The snapshots wrap the whole load-tool call, warm-up
+included: a sweep of one target at one level per call (SWEEP_TARGETS=T, one CONCURRENCY) is one level of one server;
+where the call drove several, each server's figures also hold the time it sat idle while the others were driven, and
+the table says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 from collections import defaultdict
@@ -79,10 +83,27 @@ def ms(seconds: float) -> str:
     return "∞" if math.isinf(seconds) else f"{seconds * 1000:.1f}"
 
 
+def what_was_driven(folder: Path) -> tuple[set[str], set[str]]:
+    """The targets and the levels (closed-loop concurrency or open-loop rate) of the load tool's results there."""
+    try:
+        runs = json.loads((folder / "results.json").read_text()).get("runs", [])
+    except (OSError, ValueError, AttributeError):
+        return set(), set()
+    targets = {str(run.get("target")) for run in runs}
+    levels = {str(run.get("concurrency") if run.get("concurrency") is not None else run.get("rate")) for run in runs}
+    return targets, levels
+
+
 def report(folder: Path) -> list[str]:
-    rows = [
-        f"## {folder.name}",
-        "",
+    targets, levels = what_was_driven(folder)
+    rows = [f"## {folder.name}", ""]
+    if len(targets) > 1 or len(levels) > 1:
+        rows += [
+            f"(one load-tool call drove {len(targets)} targets at {len(levels)} levels: each server's figures span "
+            "them all, its idle turns included)",
+            "",
+        ]
+    rows += [
         "| target | loop lag p50 / p95 / p99 ms | largest bucket ms | samples | TTFA phase p95 ms: "
         + ", ".join(PHASES)
         + " |",

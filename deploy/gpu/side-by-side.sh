@@ -305,7 +305,7 @@ metrics_snapshot() {  # $1 a sweep's folder, $2 before|after: each target's /met
   # sgl-omni serve), so that a level's server-side figures (the event loop's lag, TTFA by phase) are its difference
   local target
   for target in $SWEEP_TARGETS; do
-    [ "$target" = replicas ] && continue
+    case $target in replicas | alone | sglang) continue ;; esac
     "$PYTHON" - "http://127.0.0.1:$(port_of "$target")/metrics" "$1/metrics-$target-$2.txt" <<'PY' >/dev/null 2>&1
 import sys, urllib.request
 body = urllib.request.urlopen(sys.argv[1], timeout=5).read()

@@ -173,6 +173,15 @@ def harness_python(tmp_path: Path) -> Path:
     return script
 
 
+CACHE_VARIABLES = (
+    "VLLM_CACHE_ROOT",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    "SGLANG_CACHE_DIR",
+    "SGLANG_JIT_CACHE_DIR",
+)
+
+
 @contextlib.contextmanager
 def harness_started(tmp_path: Path, settings: dict[str, str], record: str = "argv") -> Iterator[list[str]]:
     """`side-by-side.sh start` with the stand-in python and `settings`: yields the started process's recorded
@@ -180,7 +189,8 @@ def harness_started(tmp_path: Path, settings: dict[str, str], record: str = "arg
     so the script gives up waiting); stops it after. The stand-ins never log a KV cache line nor answer: waiting
     for either (KV_WAIT_S, START_WAIT_S) would only pass time, so the script waits 0 s for each."""
     env = {
-        **os.environ,
+        # the compile caches the script points every target at, unless the caller's environment already does
+        **{name: value for name, value in os.environ.items() if name not in CACHE_VARIABLES},
         "PYTHON": str(harness_python(tmp_path)),
         "WORK": str(tmp_path / "work"),
         "START_WAIT_S": "0",
@@ -1283,6 +1293,11 @@ def test_level_metrics_reads_what_a_level_added_to_each_servers_histograms(tmp_p
     engine_p95 = float(cells[4].split(", ")[3])
     assert 50.0 < engine_p95 <= 60.0  # the level's 45-55 ms, not the 2.5 s before it
     assert not [r for r in rows if r.startswith("| orphan ")]
+    assert not [r for r in rows if "one load-tool call drove" in r]  # no results.json: nothing said of what it drove
+    # a call that drove two targets at one level: each server's figures also hold its idle turns, and the table says so
+    runs = [{"target": 0, "concurrency": 8, "rate": None}, {"target": 1, "concurrency": 8, "rate": None}]
+    (tmp_path / "results.json").write_text(json.dumps({"runs": runs}))
+    assert "(one load-tool call drove 2 targets at 1 levels" in "\n".join(module.report(tmp_path))
 
 
 def test_ttfa_phases_splits_each_bench_run_into_its_first_wave_and_the_rest() -> None:

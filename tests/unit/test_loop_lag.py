@@ -30,7 +30,7 @@ async def test_a_blocked_loop_is_observed_as_late_as_it_was_blocked() -> None:
     lags = await watched(0.2, block_s=0.3)
     assert max(lags) >= 0.3 - 0.01  # the timer due during the block woke after it: at most one sample early
     # one stall, one late sample: the next is due a sample after the late one woke, not on a schedule left behind
-    assert sorted(lags)[-2] < 0.15
+    assert sorted(lags)[-2] < 0.25
 
 
 async def test_the_watcher_stops_when_cancelled() -> None:

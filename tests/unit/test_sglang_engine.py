@@ -22,7 +22,7 @@ from app.engine_protocol import (
 )
 from app.engines import sglang_engine
 from app.engines.qwen3_tts import Qwen3TTSModel
-from app.engines.sglang.engine import FIXED_LENGTH_PATH, SglangEngine
+from app.engines.sglang.engine import FIXED_LENGTH_PATH, SglangEngine, compile_cache_environment
 from app.engines.sglang.requests import check_sglang_job, pipeline_settings, request_fields
 from app.settings import Settings, SglangSettings
 from tests.fakes import sglang_omni_0_1_8 as fake
@@ -283,14 +283,16 @@ def test_room_in_sglang_omnis_queue_for_every_request_the_service_admits(custom_
 async def test_the_compile_caches_go_under_one_directory_unless_set_explicitly(
     custom_voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("TRITON_CACHE_DIR", "/operator/triton")
-    for name in ("TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "FLASHINFER_WORKSPACE_BASE"):
-        monkeypatch.setenv(name, "")  # recorded, so that the test restores their absence
+    for name in compile_cache_environment(str(tmp_path)):  # every one the start may set, restored after the test
+        monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/operator/triton")
     engine = engine_for(custom_voice_dir, compile_cache_dir=str(tmp_path))
     await engine.start()
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
     assert os.environ["XDG_CACHE_HOME"] == os.environ["FLASHINFER_WORKSPACE_BASE"] == str(tmp_path)
+    assert os.environ["SGLANG_CACHE_DIR"] == str(tmp_path / "sglang")
+    assert os.environ["SGLANG_JIT_CACHE_DIR"] == str(tmp_path / "sglang" / "jit")
     assert os.environ["TRITON_CACHE_DIR"] == "/operator/triton"
     await engine.close()
 
