@@ -25,8 +25,8 @@
 # Settings (environment):
 #   OUT=/tmp/side-by-side/results   results: closed/ and open/ (speech-loadtest's JSON, Markdown, plots,
 #                                   targets.txt: which target is which URL, on which profile, and each server's
-#                                   /metrics before and after: metrics-<target>-before.txt, deploy/gpu/level_metrics.py
-#                                   reads them), logs/, the profile
+#                                   /metrics before and after: metrics-<target>-before.txt, read by
+#                                   deploy/gpu/level_metrics.py into server-metrics.md), logs/, the profile
 #                                   copies used (profile.yaml, profile-vllm-omni.yaml, ...), commands.txt, gpu.txt
 #   WORK=/tmp/side-by-side          model directory, profile copies, logs, compile cache (CACHE=$WORK/compile-cache)
 #   MODEL_SIZE=0.6B                 the weight-less CustomVoice checkpoint's shape every target serves: 0.6B or 1.7B
@@ -598,6 +598,9 @@ loadtest() {  # $1 closed or open, then speech-loadtest's level arguments
   local rc=$?
   gpu_snapshot "after $name"
   metrics_snapshot "$OUT/$name" after
+  if compgen -G "$OUT/$name/metrics-*-after.txt" >/dev/null; then  # the servers' side of the level, in one table
+    "$PYTHON" deploy/gpu/level_metrics.py "$OUT/$name" >"$OUT/$name/server-metrics.md" 2>&1
+  fi
   return $rc
 }
 

@@ -442,11 +442,14 @@ def test_side_by_side_starts_each_server_ready_to_profile_into_a_folder_of_its_o
 def load_tool_python(folder: Path, loadtest: str, probe: str = "exit 0") -> Path:
     """The GPU host's python for side-by-side.sh's sweeps, as a shell script in `folder`: speech-loadtest runs the
     shell lines `loadtest` with `$out` its --out folder (made, holding a results.json) and `$level` its
-    --concurrency; `python3 - URL [BODY]` (a readiness probe, a profiler route's call) runs `probe`; else it fails."""
+    --concurrency; `python3 - URL [BODY]` (a readiness probe, a profiler route's call) runs `probe`;
+    deploy/gpu/level_metrics.py runs as it is; else it fails."""
     script = folder / "python3"
     script.write_text(
         "#!/usr/bin/env bash\n"
         'case "$1 $2" in\n'
+        # the GPU host's own scripts run as they are
+        f'  "deploy/gpu/level_metrics.py "*) exec {sys.executable} "$@" ;;\n'
         '  "-m loadtest.cli") out=; prev=; level=\n'
         '    for a in "$@"; do [ "$prev" = --out ] && out=$a; [ "$prev" = --concurrency ] && level=$a; prev=$a; done\n'
         '    mkdir -p "$out" && echo {} > "$out/results.json"\n'
@@ -891,6 +894,9 @@ def test_side_by_side_keeps_each_servers_metrics_from_just_before_and_just_after
         assert f"metrics-{target}-before.txt" in seen and f"metrics-{target}-after.txt" not in seen
         before, after = ((level / f"metrics-{target}-{when}.txt").read_text().split() for when in ("before", "after"))
         assert before[1] == after[1] == f"http://127.0.0.1:{port}/metrics" and int(before[3]) < int(after[3])
+    # and read into one table: a row per server (these stand-ins export no histograms: no figures in them)
+    table = (level / "server-metrics.md").read_text()
+    assert "| service | – / – / – |" in table and "| vllm-omni-b | – / – / – |" in table
 
 
 def test_side_by_side_sweeps_one_level_a_call_and_keeps_every_level(tmp_path: Path) -> None:
