@@ -16,15 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 from collections import defaultdict
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 LOOP_LAG = "speech_event_loop_lag_seconds"
 TTFA_PHASE = "speech_ttfa_phase_seconds"
 PHASES = ("validate", "queue", "prepare", "engine", "encode_write")
-SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
-LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 Buckets = dict[float, float]  # upper bound -> cumulative count
 
@@ -32,14 +31,10 @@ Buckets = dict[float, float]  # upper bound -> cumulative count
 def buckets(text: str, family: str, **match: str) -> Buckets:
     """A histogram's cumulative buckets in a /metrics text, summed over the series whose labels include `match`."""
     found: Buckets = defaultdict(float)
-    for line in text.splitlines():
-        sample = SAMPLE.match(line)
-        if not sample or sample["name"] != f"{family}_bucket":
-            continue
-        labels = dict(LABEL.findall(sample["labels"] or ""))
-        if any(labels.get(key) != value for key, value in match.items()):
-            continue
-        found[float(labels["le"])] += float(sample["value"])
+    for metric in text_string_to_metric_families(text):
+        for sample in metric.samples:
+            if sample.name == f"{family}_bucket" and all(sample.labels.get(k) == v for k, v in match.items()):
+                found[float(sample.labels["le"])] += sample.value
     return dict(found)
 
 
