@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WHEEL_CACHE = ROOT / ".pytest_cache" / "wheels"
 DOWNLOAD_ATTEMPTS = 4
 
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
 
 class Wheel:
     """A wheel's Python modules, by their path under its package folder (`package_dir`), parsed on first use."""
@@ -108,3 +110,15 @@ def fetch_locked_wheel(package: str, version: str, file_suffix: str, package_dir
             path.unlink()
             pytest.fail(f"{url} has sha256 {actual}, but uv.lock pins {sha256}")
     return Wheel(path, package_dir)
+
+
+def class_def(tree: ast.Module, name: str) -> ast.ClassDef:
+    found = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == name]
+    assert found, f"the wheel defines no class {name}"
+    return found[0]
+
+
+def function_def(scope: ast.Module | ast.ClassDef, name: str) -> FunctionNode:
+    found = [node for node in scope.body if isinstance(node, FunctionNode) and node.name == name]
+    assert found, f"the wheel defines no function {name} in {getattr(scope, 'name', 'the module')}"
+    return found[-1]

@@ -3,8 +3,9 @@ of the sglang wheel that uv.lock pins (tests/support/locked_wheels.py).
 
 sglang keeps its own caches under the user's home whatever XDG_CACHE_HOME says: `SGLANG_CACHE_DIR` (FlashInfer's
 autotune results and other kernels' objects) defaults to `~/.cache/sglang`, and its JIT-built kernels go to
-`SGLANG_JIT_CACHE_DIR`, else `~/.cache/sglang/jit`, not under the former. On a GPU those kernels' builds were about
-2.5 minutes of a cold start; a cache directory that missed them made every pod build them again.
+`SGLANG_JIT_CACHE_DIR`, else `~/.cache/sglang/jit`, not under the former. On an H200 the code predictor's graphs
+waited 91 s for those kernels on a cold start and 1.7 s with them; a cache directory that missed them made every pod
+build them again.
 """
 
 from __future__ import annotations
@@ -88,6 +89,6 @@ def test_every_cache_a_start_fills_is_under_the_compile_cache_directory(home_cac
     # and what torch, Triton and FlashInfer fill, by their own variables
     for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"):
         assert environment[name].startswith("/var/cache/speech"), name
-    # no two caches share a folder: sglang's JIT builds keep their own
+    # no two variables name the same folder: sglang's JIT builds keep their own (under its cache folder)
     folders = [environment[name] for name in environment if name != "XDG_CACHE_HOME"]
     assert len(folders) == len(set(folders)), folders

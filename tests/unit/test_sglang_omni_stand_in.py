@@ -32,11 +32,9 @@ from app.engines.sglang import engine
 from app.engines.sglang.requests import DEFAULT_STREAM_STRIDE, SAMPLING_FIELDS, pipeline_settings, request_fields
 from app.settings import SglangSettings
 from tests.fakes import sglang_omni_0_1_8 as stand_in
-from tests.support.locked_wheels import Wheel, fetch_locked_wheel
+from tests.support.locked_wheels import FunctionNode, Wheel, class_def, fetch_locked_wheel, function_def
 
 PACKAGE, VERSION = "sglang-omni", "0.1.8"
-
-FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 @pytest.fixture(scope="module")
@@ -67,18 +65,6 @@ class Spelled:
 
 
 NO_DEFAULT = NoDefault()
-
-
-def class_def(tree: ast.Module, name: str) -> ast.ClassDef:
-    found = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == name]
-    assert found, f"the wheel defines no class {name}"
-    return found[0]
-
-
-def function_def(scope: ast.Module | ast.ClassDef, name: str) -> FunctionNode:
-    found = [node for node in scope.body if isinstance(node, FunctionNode) and node.name == name]
-    assert found, f"the wheel defines no function {name} in {getattr(scope, 'name', 'the module')}"
-    return found[-1]
 
 
 def module_value(tree: ast.Module, name: str) -> Any:

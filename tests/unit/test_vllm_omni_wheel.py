@@ -8,7 +8,7 @@ import ast
 import pytest
 
 from app.settings import OmniSettings
-from tests.support.locked_wheels import Wheel, fetch_locked_wheel
+from tests.support.locked_wheels import FunctionNode, Wheel, class_def, fetch_locked_wheel, function_def
 
 
 @pytest.fixture(scope="module")
@@ -16,18 +16,7 @@ def wheel() -> Wheel:
     return fetch_locked_wheel("vllm-omni", "0.30.0", "-py3-none-any.whl", "vllm_omni")
 
 
-def method(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef:
-    (found,) = [
-        node
-        for klass in tree.body
-        if isinstance(klass, ast.ClassDef) and klass.name == cls
-        for node in klass.body
-        if isinstance(node, ast.FunctionDef) and node.name == name
-    ]
-    return found
-
-
-def keys_taken(function: ast.FunctionDef, how: str) -> set[str]:
+def keys_taken(function: FunctionNode, how: str) -> set[str]:
     """The literal keys `function` reads from its `kwargs` with `kwargs.<how>("key", ...)`."""
     return {
         node.args[0].value
@@ -43,10 +32,9 @@ def keys_taken(function: ast.FunctionDef, how: str) -> set[str]:
 
 
 def field_default(tree: ast.Module, cls: str, name: str) -> object:
-    (klass,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == cls]
     (field,) = [
         node
-        for node in klass.body
+        for node in class_def(tree, cls).body
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name
     ]
     assert field.value is not None
@@ -55,10 +43,10 @@ def field_default(tree: ast.Module, cls: str, name: str) -> object:
 
 def test_parallel_stage_init_reaches_the_engine_that_reads_it_with_the_same_default(wheel: Wheel) -> None:
     # AsyncOmni's base passes every keyword it does not take itself on to the engine it creates...
-    base = method(wheel.tree("entrypoints/omni_base.py"), "OmniBase", "__init__")
+    base = function_def(class_def(wheel.tree("entrypoints/omni_base.py"), "OmniBase"), "__init__")
     assert "parallel_stage_init" not in keys_taken(base, "pop")
     # ...and the engine reads this one
-    engine = method(wheel.tree("engine/omni_engine_base.py"), "OmniEngineBase", "__init__")
+    engine = function_def(class_def(wheel.tree("engine/omni_engine_base.py"), "OmniEngineBase"), "__init__")
     assert "parallel_stage_init" in keys_taken(engine, "get")
     # the service's default is vllm-omni's: off, the stages one by one
     assert field_default(wheel.tree("engine/arg_utils.py"), "OrchestratorArgs", "parallel_stage_init") is False
