@@ -164,6 +164,13 @@ class OmniSettings(BaseModel):
         "refuses a scheduler_cls in SPEECH_OMNI__STAGE_OVERRIDES: set this instead."
         + _deprecated("omni_code2wav_scheduler"),
     )
+    code2wav_model: Literal["vllm-omni", "service"] = Field(
+        "vllm-omni",
+        description="The codec decoder's model (stage 1): vllm-omni's Qwen3TTSCode2Wav, or the service's, which "
+        "computes the same with its one-channel output conv run on tensor cores "
+        "(app/engines/omni/stage_plugins/code2wav_model.py; registered in the stage processes by the package's "
+        "vllm_omni.general_plugins entry point, so the service must be installed, as its image is).",
+    )
     cuda_mps: bool = Field(
         False,
         description="Run its stage processes (talker, codec decoder) as clients of a CUDA MPS daemon this server "

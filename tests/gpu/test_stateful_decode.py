@@ -131,9 +131,12 @@ def model_dir(engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def build_code2wav(model_dir: Path, dtype: str, extra: dict[str, Any], *, async_chunk: bool, eager: bool) -> Any:
-    """`Qwen3TTSCode2Wav` as vLLM's loader builds it: constructed under the stage's dtype and device, then its own
-    `load_weights` (qwen3_tts_code2wav.py:73-120, 566-762). The config carries what code2wav reads of it."""
+def build_code2wav(
+    model_dir: Path, dtype: str, extra: dict[str, Any], *, async_chunk: bool, eager: bool, model_class: Any = None
+) -> Any:
+    """`Qwen3TTSCode2Wav` (or `model_class`, a subclass) as vLLM's loader builds it: constructed under the stage's
+    dtype and device, then its own `load_weights` (qwen3_tts_code2wav.py:73-120, 566-762) and the loader's model-level
+    `process_weights_after_loading` where the class has one. The config carries what code2wav reads of it."""
     import torch
     from vllm.config import LoadConfig
     from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code2wav import Qwen3TTSCode2Wav
@@ -155,10 +158,12 @@ def build_code2wav(model_dir: Path, dtype: str, extra: dict[str, Any], *, async_
     torch.set_default_dtype(torch_dtype)  # as vLLM's set_default_torch_dtype around model construction
     try:
         with torch.device(DEVICE):
-            model = Qwen3TTSCode2Wav(vllm_config=vllm_config)
+            model = (model_class or Qwen3TTSCode2Wav)(vllm_config=vllm_config)
     finally:
         torch.set_default_dtype(default_dtype)
     model.load_weights(iter(()))  # the top-level weights are drained unread; the decoder's come from speech_tokenizer/
+    if hasattr(model, "process_weights_after_loading"):  # as vLLM's loader calls it (model_loader/utils.py)
+        model.process_weights_after_loading()
     return model.eval()
 
 
@@ -196,7 +201,7 @@ class Decoders:
     def __init__(self, model_dir: Path) -> None:
         self.model_dir = model_dir
         self.one_call: dict[str, Any] = {}
-        self.stream_key: tuple[str, str, bool] | None = None
+        self.stream_key: tuple[str, str, bool, Any] | None = None
         self.stream_model: Any = None
         self.references: dict[tuple[str, str], Any] = {}
 
@@ -214,15 +219,17 @@ class Decoders:
             self.references[key] = audio
         return self.references[key]
 
-    def streaming(self, dtype: str, schedule: str, extra: dict[str, Any], eager: bool) -> Any:
+    def streaming(self, dtype: str, schedule: str, extra: dict[str, Any], eager: bool, model_class: Any = None) -> Any:
         import torch
 
-        key = (dtype, schedule, eager)
+        key = (dtype, schedule, eager, model_class)
         if self.stream_key != key:
             self.stream_model = None
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            self.stream_model = build_code2wav(self.model_dir, dtype, extra, async_chunk=True, eager=eager)
+            self.stream_model = build_code2wav(
+                self.model_dir, dtype, extra, async_chunk=True, eager=eager, model_class=model_class
+            )
             self.stream_key = key
         return self.stream_model
 
@@ -356,6 +363,42 @@ def test_a_stream_of_windows_decodes_to_the_one_call_waveform(
         # bounded by 0.30's design, and by the dtype's own rounding where that is coarser (bfloat16)
         bound = min(TRUNCATED_HISTORY_SNR_DB, floor.snr_db - ROUNDING_MARGIN_DB)
         assert cut.snr_db >= bound, f"frames {exact_frames}-{frames}: {cut}"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_services_code2wav_streams_what_vllm_omnis_does(decoders: Decoders, engine: Any, dtype: str) -> None:
+    """SPEECH_OMNI__CODE2WAV_MODEL=service (app/engines/omni/stage_plugins/code2wav_model.py), built and loaded as
+    vLLM builds vllm-omni's code2wav, captures its graphs with the decoder's output conv widened to 8 channels, and
+    streams the same codes through the same windows to vllm-omni's waveform: the two differ by rounding alone, so by
+    no more than the dtype's own rounding (`rounding_floor`)."""
+    from app.engines.omni.stage_plugins.code2wav_model import FirstChannelsConv1d, SpeechQwen3TTSCode2Wav
+
+    torch = engine
+    schedule = "customvoice.yaml"
+    extra = schedules()[schedule]
+    frames = FRAMES[0]
+    windows = windows_for(extra, frames)
+    audio: dict[str, Any] = {}
+    codes = None
+    for name, model_class in (("vllm-omni", None), ("service", SpeechQwen3TTSCode2Wav)):
+        model = decoders.streaming(dtype, schedule, extra, False, model_class)
+        assert model.decoder._cudagraph_enabled, f"{name}: code2wav did not enable the decoder's CUDA graphs"
+        if codes is None:
+            codes = random_codes(torch, frames, 3, int(model.decoder.config.codebook_size))
+        pieces, offset = [], 0
+        for index, size in enumerate(windows):
+            window = codes[:, offset : offset + size]
+            (wav,) = decode_step(model, [(f"{name}-{dtype}", window, index == len(windows) - 1)])
+            pieces.append(wav)
+            offset += size
+        audio[name] = torch.cat(pieces)
+    final = model.decoder.decoder[-1].conv
+    assert isinstance(final, FirstChannelsConv1d) and (final.out_channels, final.widened.out_channels) == (1, 8)
+    floor = rounding_floor(decoders, dtype, codes, "widened")
+    diff = wave_diff(audio["vllm-omni"].numpy(), audio["service"].numpy())
+    print(f"\n{dtype}: the service's code2wav against vllm-omni's {diff}; the dtype's own rounding {floor}")
+    assert audio["service"].numel() == audio["vllm-omni"].numel() == frames * SAMPLES_PER_FRAME
+    assert diff.snr_db >= floor.snr_db - ROUNDING_MARGIN_DB, f"{diff}, rounding {floor}"
 
 
 def rounding_floor(decoders: Decoders, dtype: str, codes: Any, name: str) -> WaveDiff:

@@ -80,6 +80,7 @@ class Stage:  # the fields of vllm-omni 0.30's frozen StagePipelineConfig that t
     model_stage: str
     scheduler_cls: str | None = None
     async_chunk_process_next_stage_input_func: str | None = None
+    model_arch: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +118,27 @@ def test_the_service_registers_its_stage_plugins_in_the_pipeline_topology() -> N
     renamed = Pipeline("qwen3_tts", (Stage(0, "qwen3_tts", None, "vllm_omni.elsewhere.producer"), Stage(1, "code2wav")))
     with pytest.raises(ValueError, match="codec_adaptive_first_frames"):
         pipeline_with_stage_plugins(renamed, path, talker_windows=True)
+
+
+def test_code2wav_runs_as_the_services_model_only_where_named() -> None:
+    """The service's code2wav model replaces the pipeline's own in stage 1 only, beside a scheduler or alone; the
+    talker keeps its model."""
+    path = "app.engines.omni.stage_plugins.code2wav_scheduler.FirstAudioFirstScheduler"
+    upstream = Pipeline("qwen3_tts", (Stage(0, "qwen3_tts", model_arch="Talker"), Stage(1, "code2wav", model_arch="C")))
+    both = pipeline_with_stage_plugins(upstream, path, code2wav_architecture="SpeechQwen3TTSCode2Wav")
+    assert [(s.model_arch, s.scheduler_cls) for s in both.stages] == [
+        ("Talker", None),
+        ("SpeechQwen3TTSCode2Wav", path),
+    ]
+    alone = pipeline_with_stage_plugins(upstream, "", code2wav_architecture="SpeechQwen3TTSCode2Wav")
+    assert [(s.model_arch, s.scheduler_cls) for s in alone.stages] == [
+        ("Talker", None),
+        ("SpeechQwen3TTSCode2Wav", None),
+    ]
+    assert [s.model_arch for s in pipeline_with_stage_plugins(upstream, path).stages] == ["Talker", "C"]
+    assert upstream.stages[1].model_arch == "C"
+    with pytest.raises(ValueError, match="no stage 1"):
+        pipeline_with_stage_plugins(Pipeline("other", (Stage(0, "x"),)), "", code2wav_architecture="X")
 
 
 def test_the_stage_plugins_load_without_the_engine_and_the_engine_without_vllm() -> None:

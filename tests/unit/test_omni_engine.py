@@ -283,6 +283,22 @@ async def test_the_stages_start_at_once_where_the_setting_asks(custom_voice_dir:
     await engine.close()
 
 
+async def test_code2wav_runs_as_the_services_model_only_where_the_setting_asks(custom_voice_dir: Path) -> None:
+    """SPEECH_OMNI__CODE2WAV_MODEL=service hands the factory the architecture the service's vllm-omni plugin registers
+    (the pipeline then names it as stage 1's model, tests/unit/test_code2wav_scheduling.py); by default vllm-omni's
+    own code2wav runs and nothing is passed."""
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni, omni={"code2wav_model": "service"})
+    await engine.start()
+    assert omni.kwargs["code2wav_architecture"] == "SpeechQwen3TTSCode2Wav"
+    await engine.close()
+    plain = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, plain)
+    await engine.start()
+    assert "code2wav_architecture" not in plain.kwargs and "code2wav_scheduler" in plain.kwargs
+    await engine.close()
+
+
 async def test_fixed_length_setting_passes_every_frame_once(custom_voice_dir: Path) -> None:
     omni = FakeAsyncOmni()
     engine = make_engine(custom_voice_dir, omni, omni_fixed_length=True)

@@ -52,7 +52,7 @@ EXAMPLES: dict[str, tuple[str, object]] = {
 
 
 # engine settings added after the groups: SPEECH_<GROUP>__<FIELD> only
-BORN_GROUPED = {("omni", "parallel_stage_init")}
+BORN_GROUPED = {("omni", "parallel_stage_init"), ("omni", "code2wav_model")}
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import ast
 import pytest
 
 from app.settings import OmniSettings
-from tests.support.locked_wheels import FunctionNode, Wheel, class_def, fetch_locked_wheel, function_def
+from tests.support.locked_wheels import ROOT, FunctionNode, Wheel, class_def, fetch_locked_wheel, function_def
 
 
 @pytest.fixture(scope="module")
@@ -51,3 +51,116 @@ def test_parallel_stage_init_reaches_the_engine_that_reads_it_with_the_same_defa
     # the service's default is vllm-omni's: off, the stages one by one
     assert field_default(wheel.tree("engine/arg_utils.py"), "OrchestratorArgs", "parallel_stage_init") is False
     assert OmniSettings().parallel_stage_init is False
+
+
+# The service's code2wav model (app/engines/omni/stage_plugins/code2wav_model.py), checked against what it extends
+CODE2WAV_MODULE = "model_executor/models/qwen3_tts/qwen3_tts_code2wav.py"
+TOKENIZER_MODULE = "model_executor/models/qwen3_tts/tokenizer_12hz/modeling_qwen3_tts_tokenizer_v2.py"
+
+
+def calls_to(scope: ast.AST, attribute: str) -> list[ast.Call]:
+    return [
+        node
+        for node in ast.walk(scope)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == attribute
+    ]
+
+
+def test_the_service_plugin_is_installed_in_the_group_vllm_omni_runs_in_every_process(wheel: Wheel) -> None:
+    from importlib.metadata import entry_points
+
+    from app.engines.omni.stage_plugins import model_registration
+
+    plugins = wheel.tree("plugins/__init__.py")
+    (group,) = [
+        node.value.value
+        for node in plugins.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "OMNI_DEFAULT_PLUGINS_GROUP" for t in node.targets)
+        and isinstance(node.value, ast.Constant)
+    ]
+    # vllm-omni runs the group's functions in each process it loads its plugins in (the stage workers among them)
+    loader = function_def(plugins, "load_omni_general_plugins")
+    assert any(isinstance(n, ast.Name) and n.id == "OMNI_DEFAULT_PLUGINS_GROUP" for n in ast.walk(loader))
+    (ours,) = [entry for entry in entry_points(group=group) if entry.name == "speech"]
+    assert ours.load() is model_registration.register
+
+
+def test_the_registered_class_is_vllm_omnis_code2wav_extended_where_it_captures_the_decoder(wheel: Wheel) -> None:
+    from app.engines.omni.stage_plugins import model_registration
+
+    # a registry of vllm-omni's own, the one its stages build their models from
+    registry = wheel.tree("model_executor/models/registry.py")
+    assert any(
+        isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "OmniModelRegistry" for t in node.targets)
+        for node in registry.body
+    )
+    # the name counts as a codec decoder's with vllm-omni's Qwen3-TTS config (no rope, long positions)
+    config = wheel.source("model_executor/models/qwen3_tts/configuration_qwen3_tts.py")
+    assert 'any("Code2Wav" in str(a) for a in archs)' in config
+    assert "Code2Wav" in model_registration.CODE2WAV_ARCHITECTURE
+    # the pipeline's stage 1 names its model in a field the service's copy replaces
+    stage = class_def(wheel.tree("config/stage_config.py"), "StagePipelineConfig")
+    assert any(isinstance(n, ast.AnnAssign) and getattr(n.target, "id", None) == "model_arch" for n in stage.body)
+    assert 'model_arch="Qwen3TTSCode2Wav"' in wheel.source("model_executor/models/qwen3_tts/pipeline.py")
+
+    # the class named is a subclass of vllm-omni's code2wav, imported from where the wheel defines it
+    module, name = model_registration.CODE2WAV_CLASS.split(":")
+    ours = ast.parse(ROOT.joinpath(*module.split(".")).with_suffix(".py").read_text())
+    (subclass,) = [node for node in ours.body if isinstance(node, ast.ClassDef) and node.name == name]
+    assert [base.id for base in subclass.bases if isinstance(base, ast.Name)] == ["Qwen3TTSCode2Wav"]
+    imported = {
+        (node.module, alias.name) for node in ours.body if isinstance(node, ast.ImportFrom) for alias in node.names
+    }
+    upstream_module = "vllm_omni." + CODE2WAV_MODULE.removesuffix(".py").replace("/", ".")
+    assert (upstream_module, "Qwen3TTSCode2Wav") in imported
+    upstream = class_def(wheel.tree(CODE2WAV_MODULE), "Qwen3TTSCode2Wav")
+
+    # what it overrides: the decoder's graphs are captured in `_maybe_enable_decoder_cudagraph`, keyword arguments
+    # only, called from `load_weights` once the decoder holds its weights, inside a try whose handler only logs
+    # (so that the override's own error is raised again from the loader's next call)
+    hook = function_def(upstream, "_maybe_enable_decoder_cudagraph")
+    assert not hook.args.args[1:] and hook.args.kwonlyargs
+    assert calls_to(hook, "enable_cudagraph")
+    load = function_def(upstream, "load_weights")
+    (guarded,) = [
+        node
+        for node in ast.walk(load)
+        if isinstance(node, ast.Try) and calls_to(node, "_maybe_enable_decoder_cudagraph")
+    ]
+    assert all(not any(isinstance(n, ast.Raise) for n in ast.walk(handler)) for handler in guarded.handlers)
+    assert not any(isinstance(n, FunctionNode) and n.name == "process_weights_after_loading" for n in upstream.body)
+    overridden = {node.name for node in subclass.body if isinstance(node, FunctionNode)}
+    assert overridden == {"_maybe_enable_decoder_cudagraph", "process_weights_after_loading"}
+
+
+def test_the_decoder_ends_in_the_one_channel_conv_the_service_widens(wheel: Wheel) -> None:
+    tokenizer = wheel.tree(TOKENIZER_MODULE)
+    decoder_init = function_def(class_def(tokenizer, "Qwen3TTSTokenizerV2Decoder"), "__init__")
+    # decoder += [SnakeBeta(output_dim), Qwen3TTSTokenizerV2CausalConvNet(output_dim, 1, 7)]
+    (tail,) = [
+        node.value
+        for node in ast.walk(decoder_init)
+        if isinstance(node, ast.AugAssign) and getattr(node.target, "id", None) == "decoder"
+    ]
+    last = tail.elts[-1]
+    assert isinstance(last, ast.Call) and getattr(last.func, "id", None) == "Qwen3TTSTokenizerV2CausalConvNet"
+    assert [ast.literal_eval(arg) for arg in last.args[1:]] == [1, 7]
+    assert any(
+        isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "self.decoder"
+        for node in ast.walk(decoder_init)
+    )
+    # whose conv is an ungrouped, zero-padded nn.Conv1d at `.conv`, called by its forward
+    conv_net = class_def(tokenizer, "Qwen3TTSTokenizerV2CausalConvNet")
+    (made,) = [
+        node.value
+        for node in ast.walk(function_def(conv_net, "__init__"))
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "self.conv"
+    ]
+    assert ast.unparse(made.func) == "nn.Conv1d" and "padding_mode" not in {k.arg for k in made.keywords}
+    assert any(
+        ast.unparse(call.func) == "self.conv"
+        for call in ast.walk(function_def(conv_net, "forward"))
+        if isinstance(call, ast.Call)
+    )

@@ -38,6 +38,7 @@ from app.engines.omni.requests import (
     engine_probe_interval_s,
     sampling_params_for,
 )
+from app.engines.omni.stage_plugins import model_registration
 from app.engines.omni.stage_plugins import talker_windows as service_talker_windows
 from app.engines.qwen3_tts import (
     SAMPLES_PER_FRAME,
@@ -94,11 +95,13 @@ def profiler_overrides(overrides: dict[str, dict[str, object]] | None, profiler_
     return merged
 
 
-def _default_omni_factory(code2wav_scheduler: str = "", talker_windows: bool = False, **kwargs: Any) -> Any:
+def _default_omni_factory(
+    code2wav_scheduler: str = "", talker_windows: bool = False, code2wav_architecture: str = "", **kwargs: Any
+) -> Any:
     from vllm_omni import AsyncOmni
 
-    if code2wav_scheduler or talker_windows:
-        register_stage_plugins(code2wav_scheduler, talker_windows)
+    if code2wav_scheduler or talker_windows or code2wav_architecture:
+        register_stage_plugins(code2wav_scheduler, talker_windows, code2wav_architecture)
     return AsyncOmni(**kwargs)
 
 
@@ -107,10 +110,12 @@ UPSTREAM_TALKER_WINDOWS = "vllm_omni.model_executor.stage_input_processors.qwen3
 TALKER_WINDOWS = f"{service_talker_windows.__name__}.{service_talker_windows.talker2code2wav_async_chunk.__name__}"
 
 
-def register_stage_plugins(scheduler_path: str, talker_windows: bool = False) -> None:
+def register_stage_plugins(scheduler_path: str, talker_windows: bool = False, code2wav_architecture: str = "") -> None:
     """Make vllm-omni's Qwen3-TTS pipeline run code2wav (stage 1) under the scheduler class at `scheduler_path` (if
-    any), and with `talker_windows` its talker (stage 0) hand windows on through the service's producer
-    (`stage_plugins.talker_windows`: the profile fixes adaptive windows' first one).
+    any), with `talker_windows` its talker (stage 0) hand windows on through the service's producer
+    (`stage_plugins.talker_windows`: the profile fixes adaptive windows' first one), and with `code2wav_architecture`
+    code2wav as that registered model (`stage_plugins.model_registration`, which registers it here too, where
+    AsyncOmni checks the stages' architectures; the stage processes register it through the entry point).
 
     vllm-omni 0.30 takes a stage's scheduler class and producer only from the pipeline's topology: a stage override or
     a deploy profile naming `scheduler_cls` is refused at start ("no structured config owner",
@@ -120,16 +125,23 @@ def register_stage_plugins(scheduler_path: str, talker_windows: bool = False) ->
     from vllm_omni.config.pipeline_registry import register_pipeline
     from vllm_omni.model_executor.models.qwen3_tts.pipeline import QWEN3_TTS_PIPELINE
 
-    register_pipeline(pipeline_with_stage_plugins(QWEN3_TTS_PIPELINE, scheduler_path, talker_windows))
+    if code2wav_architecture:
+        model_registration.register()
+    register_pipeline(
+        pipeline_with_stage_plugins(QWEN3_TTS_PIPELINE, scheduler_path, talker_windows, code2wav_architecture)
+    )
 
 
-def pipeline_with_stage_plugins(pipeline: Any, scheduler_path: str, talker_windows: bool = False) -> Any:
+def pipeline_with_stage_plugins(
+    pipeline: Any, scheduler_path: str, talker_windows: bool = False, code2wav_architecture: str = ""
+) -> Any:
     """A copy of a (frozen) vllm-omni `PipelineConfig` whose stage 1 runs under the scheduler class at
-    `scheduler_path` (empty: vllm-omni's) and, with `talker_windows`, whose stage 0, where it hands windows on through
-    vllm-omni's Qwen3-TTS producer, does so through the service's (which calls vllm-omni's): a producer of another
-    release or pipeline is left alone, and `talker_windows` is refused where no stage has vllm-omni's."""
-    if scheduler_path and not any(stage.stage_id == 1 for stage in pipeline.stages):
-        raise ValueError(f"pipeline {pipeline.model_type!r} has no stage 1 to give a scheduler")
+    `scheduler_path` (empty: vllm-omni's) and as the model registered as `code2wav_architecture` (empty: the
+    pipeline's own), and, with `talker_windows`, whose stage 0, where it hands windows on through vllm-omni's Qwen3-TTS
+    producer, does so through the service's (which calls vllm-omni's): a producer of another release or pipeline is
+    left alone, and `talker_windows` is refused where no stage has vllm-omni's."""
+    if (scheduler_path or code2wav_architecture) and not any(stage.stage_id == 1 for stage in pipeline.stages):
+        raise ValueError(f"pipeline {pipeline.model_type!r} has no stage 1 to give a scheduler or a model")
     producers = [getattr(stage, "async_chunk_process_next_stage_input_func", None) for stage in pipeline.stages]
     if talker_windows and UPSTREAM_TALKER_WINDOWS not in producers:
         # the service would accept a request's first-window size that vllm-omni's adaptive windows then override
@@ -139,12 +151,15 @@ def pipeline_with_stage_plugins(pipeline: Any, scheduler_path: str, talker_windo
         )
 
     def plugged(stage: Any) -> Any:
+        changes: dict[str, str] = {}
         if stage.stage_id == 1 and scheduler_path:
-            return dataclasses.replace(stage, scheduler_cls=scheduler_path)
+            changes["scheduler_cls"] = scheduler_path
+        if stage.stage_id == 1 and code2wav_architecture:
+            changes["model_arch"] = code2wav_architecture
         producer = getattr(stage, "async_chunk_process_next_stage_input_func", None)
         if talker_windows and producer == UPSTREAM_TALKER_WINDOWS:
-            return dataclasses.replace(stage, async_chunk_process_next_stage_input_func=TALKER_WINDOWS)
-        return stage
+            changes["async_chunk_process_next_stage_input_func"] = TALKER_WINDOWS
+        return dataclasses.replace(stage, **changes) if changes else stage
 
     return dataclasses.replace(pipeline, stages=tuple(plugged(stage) for stage in pipeline.stages))
 
@@ -279,6 +294,8 @@ class OmniEngine:
             kwargs["stage_overrides"] = overrides
         if settings.code2wav_scheduler:
             kwargs["code2wav_scheduler"] = settings.code2wav_scheduler  # for the factory, not AsyncOmni
+        if settings.code2wav_model == "service":
+            kwargs["code2wav_architecture"] = model_registration.CODE2WAV_ARCHITECTURE  # for the factory too
         if self._windows.first_fixed:
             kwargs["talker_windows"] = True  # for the factory: the service's talker producer sets the first window
         if settings.load_format:
