@@ -139,6 +139,7 @@ def build_code2wav(
     `process_weights_after_loading` where the class has one. The config carries what code2wav reads of it."""
     import torch
     from vllm.config import LoadConfig
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
     from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code2wav import Qwen3TTSCode2Wav
 
     torch_dtype = getattr(torch, dtype)
@@ -161,7 +162,11 @@ def build_code2wav(
             model = (model_class or Qwen3TTSCode2Wav)(vllm_config=vllm_config)
     finally:
         torch.set_default_dtype(default_dtype)
-    model.load_weights(iter(()))  # the top-level weights are drained unread; the decoder's come from speech_tokenizer/
+    loader = DefaultModelLoader(vllm_config.load_config)
+    loaded = model.load_weights(
+        iter(())
+    )  # the top-level weights are drained unread; the decoder's from speech_tokenizer/
+    loader.track_weights_loading(model, loaded)  # vLLM's check that every parameter was loaded (default_loader.py)
     if hasattr(model, "process_weights_after_loading"):  # as vLLM's loader calls it (model_loader/utils.py)
         model.process_weights_after_loading()
     return model.eval()
@@ -366,12 +371,38 @@ def test_a_stream_of_windows_decodes_to_the_one_call_waveform(
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_widened_output_conv_computes_the_trained_one(engine: Any, dtype: str) -> None:
+    """The service's output conv (code2wav_model.WidenedOutputConv1d) against the nn.Conv1d it widens, on a window's
+    worth of samples, with TF32 off: float32 to float32's rounding, bfloat16 to bfloat16's (torch's default
+    tolerances). It keeps the trained conv's parameters under their names."""
+    from app.engines.omni.stage_plugins.code2wav_model import WidenedOutputConv1d
+
+    torch = engine
+    torch_dtype = getattr(torch, dtype)
+    torch.manual_seed(0)
+    conv = torch.nn.Conv1d(96, 1, 7, device=DEVICE, dtype=torch_dtype)
+    samples = torch.randn(4, 96, 37 * SAMPLES_PER_FRAME + 6, device=DEVICE, dtype=torch_dtype)
+    widened = WidenedOutputConv1d.of(conv)
+    assert widened.weight is conv.weight and widened.bias is conv.bias
+    assert [name for name, _ in widened.named_parameters()] == ["weight", "bias"]
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.inference_mode():
+            expected, got = conv(samples), widened(samples)
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_the_services_code2wav_streams_what_vllm_omnis_does(decoders: Decoders, engine: Any, dtype: str) -> None:
     """SPEECH_OMNI__CODE2WAV_MODEL=service (app/engines/omni/stage_plugins/code2wav_model.py), built and loaded as
-    vLLM builds vllm-omni's code2wav, captures its graphs with the decoder's output conv widened to 8 channels, and
-    streams the same codes through the same windows to vllm-omni's waveform: the two differ by rounding alone, so by
-    no more than the dtype's own rounding (`rounding_floor`)."""
-    from app.engines.omni.stage_plugins.code2wav_model import FirstChannelsConv1d, SpeechQwen3TTSCode2Wav
+    vLLM builds vllm-omni's code2wav (its loader's checks included), captures its graphs with the decoder's output
+    conv widened to 8 channels, and streams the same codes through the same windows to vllm-omni's waveform: the two
+    differ by rounding alone, so by no more than the dtype's own rounding (`rounding_floor`)."""
+    from app.engines.omni.stage_plugins.code2wav_model import SpeechQwen3TTSCode2Wav, WidenedOutputConv1d
 
     torch = engine
     schedule = "customvoice.yaml"
@@ -393,7 +424,7 @@ def test_the_services_code2wav_streams_what_vllm_omnis_does(decoders: Decoders, 
             offset += size
         audio[name] = torch.cat(pieces)
     final = model.decoder.decoder[-1].conv
-    assert isinstance(final, FirstChannelsConv1d) and (final.out_channels, final.widened.out_channels) == (1, 8)
+    assert isinstance(final, WidenedOutputConv1d) and (final.out_channels, final.multiple) == (1, 8)
     floor = rounding_floor(decoders, dtype, codes, "widened")
     diff = wave_diff(audio["vllm-omni"].numpy(), audio["service"].numpy())
     print(f"\n{dtype}: the service's code2wav against vllm-omni's {diff}; the dtype's own rounding {floor}")

@@ -4,6 +4,8 @@ from its source (tests/support/locked_wheels.py): the wheel is never imported he
 from __future__ import annotations
 
 import ast
+import sys
+import types
 
 import pytest
 
@@ -86,16 +88,45 @@ def test_the_service_plugin_is_installed_in_the_group_vllm_omni_runs_in_every_pr
     assert ours.load() is model_registration.register
 
 
+def test_the_plugin_registers_the_model_where_vllm_checks_it_and_where_vllm_omni_builds_it(
+    wheel: Wheel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.engines.omni.stage_plugins import model_registration
+
+    # vllm-omni puts its own models in vLLM's registry too, against which vLLM's ModelConfig checks each stage's
+    # architecture...
+    to_vllm = function_def(wheel.tree("engine/arg_utils.py"), "register_omni_models_to_vllm")
+    assert "from vllm.model_executor.models import ModelRegistry" in ast.unparse(to_vllm)
+    assert [ast.unparse(call.func) for call in calls_to(to_vllm, "register_model")] == ["ModelRegistry.register_model"]
+    # ...while a stage's model config builds its model from vllm-omni's
+    registry_property = function_def(class_def(wheel.tree("config/model.py"), "OmniModelConfig"), "registry")
+    assert ast.unparse(registry_property.body[-1]) == "return me_models.OmniModelRegistry"
+
+    # the plugin registers the same dotted name in both (stand-ins of the two registries, which it imports by name)
+    calls: list[tuple[str, str, str]] = []
+
+    class Registry:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def register_model(self, architecture: str, model_class: str) -> None:
+            calls.append((self.name, architecture, model_class))
+
+    for module, name in (
+        ("vllm.model_executor.models", "ModelRegistry"),
+        ("vllm_omni.model_executor.models.registry", "OmniModelRegistry"),
+    ):
+        stand_in = types.ModuleType(module)
+        setattr(stand_in, name, Registry(name))
+        monkeypatch.setitem(sys.modules, module, stand_in)
+    model_registration.register()
+    named = (model_registration.CODE2WAV_ARCHITECTURE, model_registration.CODE2WAV_CLASS)
+    assert calls == [("ModelRegistry", *named), ("OmniModelRegistry", *named)]
+
+
 def test_the_registered_class_is_vllm_omnis_code2wav_extended_where_it_captures_the_decoder(wheel: Wheel) -> None:
     from app.engines.omni.stage_plugins import model_registration
 
-    # a registry of vllm-omni's own, the one its stages build their models from
-    registry = wheel.tree("model_executor/models/registry.py")
-    assert any(
-        isinstance(node, ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == "OmniModelRegistry" for t in node.targets)
-        for node in registry.body
-    )
     # the name counts as a codec decoder's with vllm-omni's Qwen3-TTS config (no rope, long positions)
     config = wheel.source("model_executor/models/qwen3_tts/configuration_qwen3_tts.py")
     assert 'any("Code2Wav" in str(a) for a in archs)' in config

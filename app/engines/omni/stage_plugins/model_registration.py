@@ -1,10 +1,15 @@
-"""The service's vllm-omni plugin: registers its code2wav model (`code2wav_model.SpeechQwen3TTSCode2Wav`) in
-vllm-omni's model registry under `CODE2WAV_ARCHITECTURE`. vllm-omni 0.30 runs the `vllm_omni.general_plugins` entry
-points (pyproject.toml declares this one as `speech`) in every process it starts, the stage processes among them, which
-are spawned and so see nothing the server's process registered. A registration alone changes nothing: a stage runs
-the model only where the pipeline names it as its `model_arch` (the service does with SPEECH_OMNI__CODE2WAV_MODEL).
+"""The service's vllm-omni plugin: registers its code2wav model (`code2wav_model.SpeechQwen3TTSCode2Wav`) as
+`CODE2WAV_ARCHITECTURE` in both registries vllm-omni 0.30 reads a stage's architecture from: vLLM's own, against which
+each stage's vLLM `ModelConfig` checks it (in the server's process, where AsyncOmni builds the stages' configs, and in
+the stage's), and vllm-omni's `OmniModelRegistry`, from which the stage's model loader builds the class
+(`OmniModelConfig.registry`). vllm-omni registers its own models in both the same way
+(`engine/arg_utils.py`, `register_omni_models_to_vllm`).
 
-The class is registered by its dotted name, imported only where a stage builds it (it needs torch and vllm-omni)."""
+vllm-omni runs the `vllm_omni.general_plugins` entry points (pyproject.toml declares this one as `speech`) in every
+process it starts, the stage processes among them, which are spawned and so see nothing the server's process
+registered. A registration alone changes nothing: a stage runs the model only where the pipeline names it as its
+`model_arch` (the service does with SPEECH_OMNI__CODE2WAV_MODEL). The class is registered by its dotted name,
+imported only where a stage builds it (it needs torch and vllm-omni)."""
 
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ CODE2WAV_CLASS = "app.engines.omni.stage_plugins.code2wav_model:SpeechQwen3TTSCo
 
 
 def register() -> None:
+    from vllm.model_executor.models import ModelRegistry
     from vllm_omni.model_executor.models.registry import OmniModelRegistry
 
-    OmniModelRegistry.register_model(CODE2WAV_ARCHITECTURE, CODE2WAV_CLASS)  # again in one process: the same entry
+    for registry in (ModelRegistry, OmniModelRegistry):  # again in one process: the same entry
+        registry.register_model(CODE2WAV_ARCHITECTURE, CODE2WAV_CLASS)
