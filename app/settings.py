@@ -167,7 +167,8 @@ class OmniSettings(BaseModel):
     code2wav_model: Literal["vllm-omni", "service"] = Field(
         "vllm-omni",
         description="The codec decoder's model (stage 1): vllm-omni's Qwen3TTSCode2Wav, or the service's, the same "
-        "with cuDNN timing each convolution's algorithms (cudnn.benchmark) where its heuristics pick a slow one "
+        "with its CUDA graphs made from cuDNN algorithms timed at start (cudnn.benchmark) rather than picked by "
+        "heuristics, which choose a slow one for some dilated convolutions "
         "(app/engines/omni/stage_plugins/code2wav_model.py; registered in the stage processes by the package's "
         "vllm_omni.general_plugins entry point, so the service must be installed, as its image is).",
     )

@@ -374,8 +374,9 @@ def test_a_stream_of_windows_decodes_to_the_one_call_waveform(
 def test_the_services_code2wav_streams_what_vllm_omnis_does(decoders: Decoders, engine: Any, dtype: str) -> None:
     """SPEECH_OMNI__CODE2WAV_MODEL=service (app/engines/omni/stage_plugins/code2wav_model.py), built and loaded as
     vLLM builds vllm-omni's code2wav (its loader's checks included), warms up and captures its graphs with cuDNN
-    timing each convolution's algorithms, and streams the same codes through the same windows to vllm-omni's
-    waveform: the two differ by rounding alone, so by no more than the dtype's own rounding (`rounding_floor`)."""
+    timing each convolution's algorithms (its switch put back after), and streams the same codes through the same
+    windows to vllm-omni's waveform: the two differ by rounding alone, so by no more than the dtype's own rounding
+    (`rounding_floor`)."""
     from app.engines.omni.stage_plugins.code2wav_model import SpeechQwen3TTSCode2Wav
 
     torch = engine
@@ -385,12 +386,12 @@ def test_the_services_code2wav_streams_what_vllm_omnis_does(decoders: Decoders, 
     windows = windows_for(extra, frames)
     audio: dict[str, Any] = {}
     codes = None
-    timed = torch.backends.cudnn.benchmark  # process-wide: put back for the tests after this one
+    timed = torch.backends.cudnn.benchmark
     try:
         for name, model_class in (("vllm-omni", None), ("service", SpeechQwen3TTSCode2Wav)):
             model = decoders.streaming(dtype, schedule, extra, False, model_class)
             assert model.decoder._cudagraph_enabled, f"{name}: code2wav did not enable the decoder's CUDA graphs"
-            assert torch.backends.cudnn.benchmark is (name == "service" or timed)
+            assert torch.backends.cudnn.benchmark is timed  # timed while its graphs were made, then put back
             if codes is None:
                 codes = random_codes(torch, frames, 3, int(model.decoder.config.codebook_size))
             pieces, offset = [], 0
@@ -401,8 +402,7 @@ def test_the_services_code2wav_streams_what_vllm_omnis_does(decoders: Decoders, 
                 offset += size
             audio[name] = torch.cat(pieces)
     finally:
-        torch.backends.cudnn.benchmark = timed
-        decoders.stream_model, decoders.stream_key = None, None  # its graphs were captured under the switch
+        decoders.stream_model, decoders.stream_key = None, None  # the next test builds its own
     floor = rounding_floor(decoders, dtype, codes, "timed-convs")
     diff = wave_diff(audio["vllm-omni"].numpy(), audio["service"].numpy())
     print(f"\n{dtype}: the service's code2wav against vllm-omni's {diff}; the dtype's own rounding {floor}")

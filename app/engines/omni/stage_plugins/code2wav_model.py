@@ -11,15 +11,18 @@ convs at some batch sizes: `Conv1d(384, 384, 7, dilation=9)` over 8 windows 3 41
 its undilated and dilation-3 neighbours, and at one window the dilated convs of two blocks 594-605 µs. Timed by
 cuDNN, the same convs take 394 and 85-94 µs, the same sums in another kernel (equal up to rounding).
 
-cuDNN times a shape's algorithms the first time it meets that shape. vllm-omni runs every shape it captures as a CUDA
-graph once before capturing it, so the timing happens outside the graphs, at start; a shape decoded without a graph
-(an eager fallback) is timed on its first use while serving. The switch is process-wide: code2wav runs in a stage
+cuDNN times a shape's algorithms the first time it meets that shape, which takes milliseconds a convolution. So the
+timing is on only while vllm-omni warms up and captures the decoder's CUDA graphs at start: it runs every shape it
+captures once before capturing it, so each graph holds the algorithms timed for its shape. Afterwards the switch is
+back as it was: a shape decoded without a graph (an eager fallback) gets cuDNN's heuristics, as in vllm-omni's own
+code2wav, rather than a timing pause in the middle of a stream. The switch is process-wide; code2wav runs in a stage
 process of its own, as vllm-omni's own TF32 switch for it assumes (`decode_enable_tf32`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import torch
@@ -29,11 +32,16 @@ log = logging.getLogger("vllm.speech.code2wav")  # under vLLM's logger, whose ha
 
 
 class SpeechQwen3TTSCode2Wav(Qwen3TTSCode2Wav):
-    """vllm-omni's code2wav with cuDNN's algorithms timed per shape. vllm-omni calls `_maybe_enable_decoder_cudagraph`
-    from `load_weights` on a CUDA device, once the decoder holds its weights and before it warms up and captures the
-    decoder's graphs."""
+    """vllm-omni's code2wav with its decoder's graphs made from timed cuDNN algorithms. vllm-omni calls
+    `_maybe_enable_decoder_cudagraph` from `load_weights` on a CUDA device, once the decoder holds its weights; it
+    warms up and captures the decoder's graphs."""
 
     def _maybe_enable_decoder_cudagraph(self, **kwargs: Any) -> None:
+        timed = torch.backends.cudnn.benchmark
         torch.backends.cudnn.benchmark = True
-        log.info("code2wav: cuDNN times each convolution's algorithms (cudnn.benchmark)")
-        super()._maybe_enable_decoder_cudagraph(**kwargs)
+        started = time.perf_counter()
+        try:
+            super()._maybe_enable_decoder_cudagraph(**kwargs)
+        finally:
+            torch.backends.cudnn.benchmark = timed
+        log.info("code2wav: decoder graphs made from timed cuDNN algorithms in %.1f s", time.perf_counter() - started)
