@@ -3,18 +3,23 @@ two upsampling stages with a ConvNeXt block each, the input conv, four decoder b
 GPU, at one code2wav step of 8 windows of 25 new frames plus 12 of context: the kernels cuDNN runs for each, and the
 time a call (CUDA events, median of 5 runs of 20 calls after 5 warm-up calls), bf16, random weights.
 
-    python3 benchmarks/gpu/2026-11-28-h200-output-conv/decoder_convs.py
+    python3 benchmarks/gpu/2026-11-28-h200-output-conv/decoder_convs.py [--cudnn-benchmark] [--batch N]
+
+--cudnn-benchmark: torch.backends.cudnn.benchmark on (cuDNN times its algorithms for each shape on first use);
+--batch N: N windows instead of 8.
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 
 import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
-BATCH, FRAMES = 8, 25 + 12
+BATCH = int(sys.argv[sys.argv.index("--batch") + 1]) if "--batch" in sys.argv else 8
+FRAMES = 25 + 12
 LATENT, DECODER, RATES, RATIOS = 1024, 1536, (8, 5, 4, 3), (2, 2)
 
 
@@ -85,6 +90,7 @@ def timed(module: nn.Module, samples: torch.Tensor) -> float:
 
 def main() -> None:
     torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = "--cudnn-benchmark" in sys.argv
     print(
         f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}, "
         f"cudnn.benchmark={torch.backends.cudnn.benchmark}\n"
