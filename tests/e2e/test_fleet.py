@@ -3,86 +3,36 @@ restarted by deploy/fleet/fleet.sh with deploy/fleet/haproxy.cfg.in, under stead
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
-from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import connect
 
 from app.tools.qwen3_tts_model_dir import write_model_dir
+from tests.support.fleet import (
+    FLEET,
+    ROOT,
+    Fleet,
+    ensure_haproxy,
+    free_ports,
+    kill_under_load,
+    restarts_under_load,
+    routed,
+    stage_killed,
+)
 from tests.support.server import free_port
 from tests.support.wav import pcm_wav
 
-ROOT = Path(__file__).resolve().parents[2]
-FLEET = ROOT / "deploy/fleet/fleet.sh"
 REPLICAS = 3
-
-
-def ensure_haproxy() -> str:
-    """Debian's haproxy, installed with apt-get when it is not there."""
-    found = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
-    if found:
-        return found
-    if shutil.which("apt-get") is None:
-        raise RuntimeError("haproxy is missing and apt-get is not available to install it")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
-    install = ["apt-get", "install", "-y", "-qq", "haproxy"]
-    subprocess.run(install, check=True, env=env, capture_output=True, timeout=900)
-    return "/usr/sbin/haproxy"
-
-
-def free_ports(count: int) -> int:
-    """The first of `count` consecutive free loopback ports."""
-    for _ in range(100):
-        base = free_port()
-        try:
-            sockets = []
-            for port in range(base, base + count):
-                sock = socket.socket()
-                sockets.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-    raise RuntimeError(f"no {count} consecutive free ports")
-
-
-@dataclass
-class Fleet:
-    url: str
-    env: dict[str, str]
-    work: Path
-
-    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [str(FLEET), *args], env=self.env, capture_output=True, text=True, timeout=timeout, cwd=ROOT
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done
-
-    def replica_log(self, index: int) -> str:
-        return (self.work / f"replica-{index}.log").read_text(errors="replace")
 
 
 @pytest.fixture(scope="module")
@@ -109,166 +59,16 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     subprocess.run([str(FLEET), "stop"], env=env, capture_output=True, timeout=120, cwd=ROOT)
 
 
-@dataclass
-class Load:
-    """Clients that keep asking the fleet for speech until told to stop, each outcome counted."""
-
-    url: str
-    outcomes: Counter[str] = field(default_factory=Counter)
-    failures: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def record(self, ok: bool, what: str) -> None:
-        self.outcomes["ok" if ok else "failed"] += 1
-        if not ok:
-            self.failures.append(what)
-
-    def http(self, index: int) -> None:
-        """Streamed pcm: a whole body (an incomplete chunked one raises), of whole samples and over a second."""
-        with httpx.Client(timeout=60) as client:
-            n = 0
-            while not self.stop.is_set():
-                n += 1
-                body = {"input": f"The fleet serves request {index} {n} without a gap.", "response_format": "pcm"}
-                try:
-                    with client.stream("POST", f"{self.url}/v1/audio/speech", json=body) as response:
-                        data = b"".join(response.iter_bytes())
-                    ok = response.status_code == 200 and len(data) % 2 == 0 and len(data) > 2 * 24_000
-                    self.record(ok, f"http {response.status_code} {len(data)} bytes")
-                except httpx.HTTPError as exc:
-                    self.record(False, f"http {type(exc).__name__}: {exc}")
-
-    def websocket(self) -> None:
-        """A session a time: one utterance, all its audio, session.done, a normal close."""
-        ws_url = self.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
-        n = 0
-        while not self.stop.is_set():
-            n += 1
-            try:
-                with connect(ws_url, open_timeout=10) as ws:
-                    ws.send(json.dumps({"type": "session.config", "voice": "alloy", "response_format": "pcm"}))
-                    ws.send(json.dumps({"type": "input.text", "text": f"Session {n} speaks one sentence."}))
-                    ws.send(json.dumps({"type": "input.done"}))
-                    ws.send(json.dumps({"type": "session.close"}))
-                    events, audio = [], 0
-                    try:
-                        while True:
-                            message = ws.recv(timeout=30)
-                            if isinstance(message, bytes):
-                                audio += len(message)
-                            else:
-                                events.append(json.loads(message))
-                    except ConnectionClosed:
-                        pass
-                    done = [e for e in events if e["type"] == "audio.done"]
-                    ok = ws.close_code == 1000 and events[-1:] and events[-1]["type"] == "session.done"
-                    ok = bool(ok) and len(done) == 1 and done[0]["total_bytes"] == audio > 0
-                    self.record(ok, f"websocket close {ws.close_code}, events {[e['type'] for e in events]}")
-            except Exception as exc:  # a refused upgrade, a timeout: the session failed
-                self.record(False, f"websocket {type(exc).__name__}: {exc}")
-
-    def __enter__(self) -> Load:
-        self.threads = [threading.Thread(target=self.http, args=(i,)) for i in range(3)]
-        self.threads.append(threading.Thread(target=self.websocket))
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=120)
-
-
-def served(fleet: Fleet, index: int) -> int:
-    return fleet.replica_log(index).count('"message": "speech request"')
-
-
 def test_a_rolling_restart_under_load_fails_and_truncates_nothing(fleet: Fleet) -> None:
-    """SIGTERM each replica in turn (it drains: HAProxy takes it out within a second, retries elsewhere what it
-    refused before answering, and the streams it holds finish), start it again, next: every HTTP stream and every
-    WebSocket session of the steady load completes whole, and each restarted replica serves again."""
-    with Load(fleet.url) as load:
-        time.sleep(1.0)
-        fleet.run("rolling-restart")
-        before = [served(fleet, i) for i in range(REPLICAS)]
-        time.sleep(2.0)
-    assert not load.failures, load.failures[:5]
-    assert load.outcomes["ok"] > 50, load.outcomes
-    after = [served(fleet, i) for i in range(REPLICAS)]
-    assert all(b > a for a, b in zip(before, after, strict=True)) or sum(after) > sum(before)
-    for index in range(REPLICAS):
-        assert fleet.replica_log(index).count("Application startup complete") == 2  # each was restarted once
-
-
-# about four minutes of speech: at 48 kHz, 23 MB of pcm, more than the sockets between a replica and its client hold,
-# so that a stream read only in part is still being written by its replica
-LONG = " ".join(["The fleet keeps speaking while one of its replicas is killed without warning."] * 50)
-
-
-def routed(fleet: Fleet) -> dict[str, str]:
-    """Request id -> the replica HAProxy sent it to (r0, r1, ...), from HAProxy's log of finished sessions."""
-    pattern = re.compile(r" replicas/(r\d+) .*?\{([^}]*)\}")
-    found = {}
-    for line in (fleet.work / "haproxy.log").read_text(errors="replace").splitlines():
-        match = pattern.search(line)
-        if match and match.group(2):
-            found[match.group(2)] = match.group(1)
-    return found
-
-
-def busiest(fleet: Fleet) -> int:
-    """The replica with the most sessions in progress now, from HAProxy's stats page."""
-    text = httpx.get(f"http://{fleet.env['STATS']}/stats;csv", timeout=5).text.lstrip("# ")
-    rows = [r for r in csv.DictReader(io.StringIO(text)) if r["pxname"] == "replicas" and r["svname"].startswith("r")]
-    return int(max(rows, key=lambda r: int(r["scur"] or 0))["svname"][1:])
+    """Every replica restarted in turn under steady load (tests/support/fleet.py `restarts_under_load`): nothing
+    fails or comes short, and each serves again."""
+    restarts_under_load(fleet, list(range(REPLICAS)))
 
 
 def test_a_replica_killed_fails_only_the_streams_it_held_each_visibly(fleet: Fleet) -> None:
-    """`kill -9` of one replica while streams it serves are half read: each of them ends in an error its client sees
-    (an incomplete chunked body), never as a short body that looks whole; every other request, before, during and
-    after, is served whole (HAProxy retries a refused connection elsewhere), but for what the steady load had in
-    flight on it, cut as visibly; and the replica comes back."""
-    held: list[tuple[str, httpx.Response, Iterator[bytes]]] = []
-    client = httpx.Client(timeout=60)
-    with Load(fleet.url) as load:
-        for n in range(6):  # long streams, read only in part: still being served when the replica dies
-            request_id = f"held-{n}"
-            response = client.send(
-                client.build_request(
-                    "POST",
-                    f"{fleet.url}/v1/audio/speech",
-                    json={"input": LONG, "response_format": "pcm", "sample_rate": 48000},
-                    headers={"x-request-id": request_id},
-                ),
-                stream=True,
-            )
-            assert response.status_code == 200
-            chunks = response.iter_raw(8192)
-            assert next(chunks)
-            held.append((request_id, response, chunks))
-        victim = busiest(fleet)  # a replica holding some of them (leastconn spreads them by its own count)
-        fleet.run("kill", str(victim))
-        time.sleep(2.0)  # HAProxy's health check takes it out; requests meanwhile are retried elsewhere
-        outcomes = {}
-        for request_id, response, chunks in held:
-            try:
-                outcomes[request_id] = ("whole", sum(len(chunk) for chunk in chunks))
-            except httpx.HTTPError as exc:
-                outcomes[request_id] = ("cut", type(exc).__name__)
-            finally:
-                response.close()
-    client.close()
-    to = routed(fleet)
-    cut = {request_id for request_id, (how, _) in outcomes.items() if how == "cut"}
-    assert cut and cut == {request_id for request_id in outcomes if to.get(request_id) == f"r{victim}"}, (outcomes, to)
-    assert len({size for how, size in outcomes.values() if how == "whole"}) == 1  # the rest came whole, all alike
-    # the steady load: at most what each of its 4 clients had in flight on the victim, each cut visibly (an incomplete
-    # body, an abnormal close), never a refusal or a short answer that looks whole
-    visible = re.compile(r"^(http (RemoteProtocolError|ReadError)|websocket (close 1006|ConnectionClosedError))")
-    assert len(load.failures) <= 4 and all(visible.match(failure) for failure in load.failures), load.failures
-    fleet.run("restart", str(victim))
-    assert httpx.get(f"http://127.0.0.1:{int(fleet.env['BASE_PORT']) + victim}/ready", timeout=5).status_code == 200
+    """`kill -9` of one replica while streams it serves are half read (tests/support/fleet.py `kill_under_load`): only
+    those, and what the steady load had in flight on it, fail, each visibly; the replica comes back."""
+    kill_under_load(fleet)
 
 
 def test_balance_roundrobin_renders_a_config_haproxy_runs_and_takes_the_replicas_in_turn(
@@ -367,12 +167,8 @@ def test_a_voice_registered_through_the_balancer_speaks_on_every_replica(cloning
 
 
 def test_a_code2wav_process_killed_takes_its_replica_out_and_fails_its_liveness(cloning_fleet: Fleet) -> None:
-    """`fleet.sh kill-stage I` kills the replica's code2wav stage process (vllm-omni titles it
-    StageEngineCoreProc_stage1...; here the stand-in's): the replica's readiness fails within the 5 s goal, HAProxy
-    takes it out, its liveness fails (engine_failed) for an orchestrator to restart it, it accepts nothing (503), and
-    the fleet serves every request meanwhile; `restart` brings it back."""
-    victim, base = 2, int(cloning_fleet.env["BASE_PORT"])
-    replica = f"http://127.0.0.1:{base + victim}"
+    """`fleet.sh kill-stage I` under the vllm-omni stand-in (tests/support/fleet.py `stage_killed`): the replica is
+    out of the pool within 5 s, fails its liveness, refuses work, and the fleet serves on; it comes back."""
     sample = pcm_wav((np.sin(np.linspace(0, 2000, 3 * 24_000)) * 8000).astype("<i2"), 24_000)
     registered = httpx.post(  # a Base checkpoint speaks registered voices
         f"{cloning_fleet.url}/v1/audio/voices",
@@ -381,43 +177,5 @@ def test_a_code2wav_process_killed_takes_its_replica_out_and_fails_its_liveness(
         timeout=60,
     )
     assert registered.status_code == 201, registered.text
-    no_ps = cloning_fleet.work / "no-procps"  # a slim host without procps: the script reads /proc itself
-    no_ps.mkdir(exist_ok=True)
-    (no_ps / "ps").write_text("#!/bin/sh\nexit 127\n")
-    (no_ps / "ps").chmod(0o755)
-    killed = subprocess.run(
-        [str(FLEET), "kill-stage", str(victim)],
-        env={**cloning_fleet.env, "PATH": f"{no_ps}:{cloning_fleet.env['PATH']}"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert killed.returncode == 0, killed.stdout + killed.stderr
-    started = time.monotonic()
-    # the log line names the pattern, however long the process's path
-    assert "which holds 'StageEngineCoreProc_stage1'" in killed.stdout
-    while httpx.get(f"{replica}/ready", timeout=5).status_code != 503:
-        assert time.monotonic() - started < 5, "readiness still passes 5 s after the stage process died"
-        time.sleep(0.1)
-    health = httpx.get(f"{replica}/health", timeout=5)
-    assert health.status_code == 503 and health.json()["error"]["code"] == "engine_failed"
     body = {"input": "Spoken while a replica is out.", "voice": "stage-voice", "response_format": "pcm"}
-    assert httpx.post(f"{replica}/v1/audio/speech", json=body, timeout=10).status_code == 503
-    # HAProxy's next check (every second, out after one failure) takes it out of the pool: within the 5 s goal
-    while f"r{victim} DOWN" not in cloning_fleet.run("status").stdout:
-        assert time.monotonic() - started < 5, "HAProxy still sends the replica work 5 s after its stage died"
-        time.sleep(0.2)
-    for _ in range(6):  # leastconn would pick the idle victim first, were it in the pool
-        assert httpx.post(f"{cloning_fleet.url}/v1/audio/speech", json=body, timeout=60).status_code == 200
-    nothing = subprocess.run(
-        [str(FLEET), "kill-stage", "0", "NoSuchStage"],
-        env=cloning_fleet.env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert nothing.returncode == 1 and "no process" in nothing.stdout  # a pattern that matches nothing says so
-    cloning_fleet.run("restart", str(victim))
-    assert httpx.get(f"{replica}/ready", timeout=5).status_code == 200
+    stage_killed(cloning_fleet, 2, body)
