@@ -11,10 +11,10 @@ time a call (CUDA events, median of 5 runs of 20 calls after 5 warm-up calls), b
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 import torch
+from cuda_timing import micros_a_call
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
@@ -73,21 +73,6 @@ def convs() -> list[tuple[str, nn.Module, int, int]]:
     return found
 
 
-def timed(module: nn.Module, samples: torch.Tensor) -> float:
-    runs = []
-    for _ in range(5):
-        for _ in range(5):
-            module(samples)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(20):
-            module(samples)
-        end.record()
-        torch.cuda.synchronize()
-        runs.append(start.elapsed_time(end) * 1000 / 20)
-    return statistics.median(runs)
-
-
 def main() -> None:
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = "--cudnn-benchmark" in sys.argv
@@ -101,7 +86,7 @@ def main() -> None:
         for name, module, channels, length in convs():
             module = module.to("cuda", torch.bfloat16)
             samples = torch.randn(BATCH, channels, length, device="cuda", dtype=torch.bfloat16)
-            micros = timed(module, samples)
+            micros = micros_a_call(module, samples, warmup=5, calls=20)
             with profile(activities=[ProfilerActivity.CUDA]) as trace:
                 module(samples)
                 torch.cuda.synchronize()

@@ -9,11 +9,11 @@ along L / d, one column per phase (exact: every output sample is the same sum). 
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
+from cuda_timing import micros_a_call
 from torch.profiler import ProfilerActivity, profile
 
 FRAMES = 25 + 12
@@ -27,21 +27,6 @@ def folded(x: torch.Tensor, conv: torch.nn.Conv1d) -> torch.Tensor:
     x = F.pad(x, (0, pad)).view(batch, channels, (length + pad) // d, d)
     out = F.conv2d(x, conv.weight.unsqueeze(3), conv.bias)
     return out.reshape(batch, out.shape[1], -1)[..., : length - (conv.kernel_size[0] - 1) * d]
-
-
-def timed(call, x: torch.Tensor) -> float:
-    runs = []
-    for _ in range(5):
-        for _ in range(3):
-            call(x)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(10):
-            call(x)
-        end.record()
-        torch.cuda.synchronize()
-        runs.append(start.elapsed_time(end) * 100)
-    return statistics.median(runs)
 
 
 def main() -> None:
@@ -71,7 +56,8 @@ def main() -> None:
                             key=lambda e: e.device_time_total,
                         )
                         names.append(heavy.key[:40])
-                    a, b = timed(conv, x), timed(lambda v, c=conv: folded(v, c), x)
+                    a = micros_a_call(conv, x, warmup=3, calls=10)
+                    b = micros_a_call(lambda v, c=conv: folded(v, c), x, warmup=3, calls=10)
                     print(
                         f"| Conv1d({channels}, {channels}, 7, dilation={d}) | {batch}×{channels}×{length} | "
                         f"{a:.0f} | {b:.0f} | {diff:.2g} | `{names[0]}` | `{names[1]}` |"

@@ -10,10 +10,9 @@ Times: CUDA events around 50 calls after 10 warm-up calls (eager, one stream), t
 
 from __future__ import annotations
 
-import statistics
-
 import torch
 import torch.nn.functional as F
+from cuda_timing import micros_a_call
 from torch.profiler import ProfilerActivity, profile
 
 SAMPLES_PER_FRAME = 1920
@@ -34,21 +33,6 @@ class WidenedOutputConv1d(torch.nn.Conv1d):
         added = -self.out_channels % 8
         weight = F.pad(self.weight, (0, 0, 0, 0, 0, added))
         return self._conv_forward(hidden, weight, F.pad(self.bias, (0, added)))[:, : self.out_channels]
-
-
-def time_call(module: torch.nn.Module, samples: torch.Tensor) -> float:
-    runs = []
-    for _ in range(5):
-        for _ in range(10):
-            module(samples)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(50):
-            module(samples)
-        end.record()
-        torch.cuda.synchronize()
-        runs.append(start.elapsed_time(end) * 1000 / 50)
-    return statistics.median(runs)
 
 
 def kernels(module: torch.nn.Module, samples: torch.Tensor) -> str:
@@ -74,7 +58,8 @@ def main() -> None:
                 samples = torch.randn(batch, 96, length, device="cuda", dtype=dtype)
                 with torch.inference_mode():
                     diff = (conv(samples).float() - widened(samples).float()).abs().max().item()
-                    one, eight = time_call(conv, samples), time_call(widened, samples)
+                    one = micros_a_call(conv, samples, warmup=10, calls=50)
+                    eight = micros_a_call(widened, samples, warmup=10, calls=50)
                     if batch == 8 and frames == 25:
                         seen["Conv1d(96, 1, 7)"] = kernels(conv, samples)
                         seen["widened"] = kernels(widened, samples)
