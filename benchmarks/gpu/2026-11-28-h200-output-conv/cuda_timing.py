@@ -1,9 +1,11 @@
-"""The time a CUDA call takes, as these scripts measure it: CUDA events around `calls` calls after `warmup` calls on
-one stream, the median of 5 such runs, in µs a call."""
+"""What these scripts share: how they start (seeded, cuDNN's timing switch from --cudnn-benchmark, a line naming torch,
+cuDNN and the GPU) and how they time a CUDA call (CUDA events around `calls` calls after `warmup` calls on one
+stream, the median of 5 such runs, in µs a call)."""
 
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Callable
 
 import torch
@@ -22,3 +24,12 @@ def micros_a_call(call: Callable[[torch.Tensor], object], x: torch.Tensor, warmu
         torch.cuda.synchronize()
         runs.append(start.elapsed_time(end) * 1000 / calls)
     return statistics.median(runs)
+
+
+def start() -> None:
+    torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = "--cudnn-benchmark" in sys.argv
+    print(
+        f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}, "
+        f"cudnn.benchmark={torch.backends.cudnn.benchmark}\n"
+    )

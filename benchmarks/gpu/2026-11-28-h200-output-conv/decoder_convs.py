@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 import torch
-from cuda_timing import micros_a_call
+from cuda_timing import micros_a_call, start
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
@@ -74,12 +74,7 @@ def convs() -> list[tuple[str, nn.Module, int, int]]:
 
 
 def main() -> None:
-    torch.manual_seed(0)
-    torch.backends.cudnn.benchmark = "--cudnn-benchmark" in sys.argv
-    print(
-        f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}, "
-        f"cudnn.benchmark={torch.backends.cudnn.benchmark}\n"
-    )
+    start()
     print("| conv | input | µs a call | kernels |")
     print("| --- | --- | --- | --- |")
     with torch.inference_mode():

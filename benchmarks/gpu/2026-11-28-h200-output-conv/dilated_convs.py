@@ -9,11 +9,9 @@ along L / d, one column per phase (exact: every output sample is the same sum). 
 
 from __future__ import annotations
 
-import sys
-
 import torch
 import torch.nn.functional as F
-from cuda_timing import micros_a_call
+from cuda_timing import micros_a_call, start
 from torch.profiler import ProfilerActivity, profile
 
 FRAMES = 25 + 12
@@ -30,12 +28,7 @@ def folded(x: torch.Tensor, conv: torch.nn.Conv1d) -> torch.Tensor:
 
 
 def main() -> None:
-    torch.manual_seed(0)
-    torch.backends.cudnn.benchmark = "--cudnn-benchmark" in sys.argv
-    print(
-        f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}, "
-        f"cudnn.benchmark={torch.backends.cudnn.benchmark}\n"
-    )
+    start()
     print("| conv | input | dilated µs | folded µs | max diff | dilated kernel | folded kernel |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     with torch.inference_mode():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from cuda_timing import micros_a_call
+from cuda_timing import micros_a_call, start
 from torch.profiler import ProfilerActivity, profile
 
 SAMPLES_PER_FRAME = 1920
@@ -44,8 +44,7 @@ def kernels(module: torch.nn.Module, samples: torch.Tensor) -> str:
 
 
 def main() -> None:
-    torch.manual_seed(0)
-    print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}\n")
+    start()
     print("| dtype | windows × frames | samples a window | Conv1d(96, 1, 7) µs | widened µs | ratio | max diff |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     seen: dict[str, str] = {}
