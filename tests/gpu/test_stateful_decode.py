@@ -371,12 +371,15 @@ def test_a_stream_of_windows_decodes_to_the_one_call_waveform(
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_the_services_code2wav_streams_what_vllm_omnis_does(decoders: Decoders, engine: Any, dtype: str) -> None:
+def test_the_services_code2wav_streams_what_vllm_omnis_does(
+    decoders: Decoders, engine: Any, monkeypatch: pytest.MonkeyPatch, dtype: str
+) -> None:
     """SPEECH_OMNI__CODE2WAV_MODEL=service (app/engines/omni/stage_plugins/code2wav_model.py), built and loaded as
     vLLM builds vllm-omni's code2wav (its loader's checks included), warms up and captures its graphs with cuDNN
     timing each convolution's algorithms (its switch put back after), and streams the same codes through the same
     windows to vllm-omni's waveform: the two differ by rounding alone, so by no more than the dtype's own rounding
-    (`rounding_floor`)."""
+    (`rounding_floor`). Its graphs replay for as many windows as vllm-omni's do (a capture that failed under the
+    timing would fall back to eager without failing anything else)."""
     from app.engines.omni.stage_plugins.code2wav_model import SpeechQwen3TTSCode2Wav
 
     torch = engine
@@ -385,8 +388,11 @@ def test_the_services_code2wav_streams_what_vllm_omnis_does(decoders: Decoders, 
     frames = FRAMES[0]
     windows = windows_for(extra, frames)
     audio: dict[str, Any] = {}
+    graph_hits: dict[str, int] = {}
     codes = None
     timed = torch.backends.cudnn.benchmark
+    monkeypatch.setenv(STATS_VARIABLE, "1")  # read when the graph wrapper is built: its count of graph replays
+    decoders.stream_model, decoders.stream_key = None, None  # both built here, under the same settings
     try:
         for name, model_class in (("vllm-omni", None), ("service", SpeechQwen3TTSCode2Wav)):
             model = decoders.streaming(dtype, schedule, extra, False, model_class)
@@ -395,12 +401,14 @@ def test_the_services_code2wav_streams_what_vllm_omnis_does(decoders: Decoders, 
             if codes is None:
                 codes = random_codes(torch, frames, 3, int(model.decoder.config.codebook_size))
             pieces, offset = [], 0
+            hits = model.decoder._cudagraph_wrapper._stats_hit_requests
             for index, size in enumerate(windows):
                 window = codes[:, offset : offset + size]
                 (wav,) = decode_step(model, [(f"{name}-{dtype}", window, index == len(windows) - 1)])
                 pieces.append(wav)
                 offset += size
             audio[name] = torch.cat(pieces)
+            graph_hits[name] = model.decoder._cudagraph_wrapper._stats_hit_requests - hits
     finally:
         decoders.stream_model, decoders.stream_key = None, None  # the next test builds its own
     floor = rounding_floor(decoders, dtype, codes, "timed-convs")
@@ -408,6 +416,7 @@ def test_the_services_code2wav_streams_what_vllm_omnis_does(decoders: Decoders, 
     print(f"\n{dtype}: the service's code2wav against vllm-omni's {diff}; the dtype's own rounding {floor}")
     assert audio["service"].numel() == audio["vllm-omni"].numel() == frames * SAMPLES_PER_FRAME
     assert diff.snr_db >= floor.snr_db - ROUNDING_MARGIN_DB, f"{diff}, rounding {floor}"
+    assert graph_hits["service"] == graph_hits["vllm-omni"] > 0, graph_hits
 
 
 def rounding_floor(decoders: Decoders, dtype: str, codes: Any, name: str) -> WaveDiff:
