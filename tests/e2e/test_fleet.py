@@ -154,8 +154,7 @@ def test_a_voice_registered_through_the_balancer_speaks_on_every_replica(cloning
         timeout=60,
     )
     assert registered.status_code == 201, registered.text
-    base = int(cloning_fleet.env["BASE_PORT"])
-    for url in [f"http://127.0.0.1:{base + i}" for i in range(REPLICAS)] + [cloning_fleet.url]:
+    for url in [cloning_fleet.replica_url(i) for i in range(REPLICAS)] + [cloning_fleet.url]:
         names = [voice["name"] for voice in httpx.get(f"{url}/v1/audio/voices", timeout=10).json()["data"]]
         assert "fleet-voice" in names, (url, names)
         spoken = httpx.post(

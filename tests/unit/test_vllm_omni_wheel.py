@@ -171,22 +171,20 @@ def test_every_decoder_graph_is_captured_after_an_eager_run_of_its_shape(wheel: 
     wrapper = class_def(
         wheel.tree("model_executor/models/qwen3_tts/segmented_graph_wrapper.py"), "CUDAGraphDecoderWrapper"
     )
-    capturing = [
-        function
-        for function in wrapper.body
-        if isinstance(function, FunctionNode)
-        and any(
-            isinstance(node, ast.With) and "torch.cuda.graph" in ast.unparse(node.items[0].context_expr)
-            for node in ast.walk(function)
-        )
-    ]
-    assert len(capturing) == 4  # stateless, suffix, ICL prefix, x-vector prefix
-    for function in capturing:
-        captures = [
+
+    def graph_captures(function: FunctionNode) -> list[int]:
+        """The lines of `with torch.cuda.graph(...)` in `function`."""
+        return [
             node.lineno
             for node in ast.walk(function)
             if isinstance(node, ast.With) and "torch.cuda.graph" in ast.unparse(node.items[0].context_expr)
         ]
+
+    capturing = [
+        function for function in wrapper.body if isinstance(function, FunctionNode) and graph_captures(function)
+    ]
+    assert len(capturing) == 4  # stateless, suffix, ICL prefix, x-vector prefix
+    for function in capturing:
         eager = [  # `_ = self.decoder...(static_input ...)`, or the suffix's own runner of the decoder
             node.lineno
             for node in ast.walk(function)
@@ -195,4 +193,4 @@ def test_every_decoder_graph_is_captured_after_an_eager_run_of_its_shape(wheel: 
             and isinstance(node.value, ast.Call)
             and ast.unparse(node.value.func).startswith(("self.decoder.", "self._run_combined_suffix"))
         ]
-        assert eager and min(eager) < min(captures), function.name
+        assert eager and min(eager) < min(graph_captures(function)), function.name
