@@ -163,9 +163,8 @@ def build_code2wav(
     finally:
         torch.set_default_dtype(default_dtype)
     loader = DefaultModelLoader(vllm_config.load_config)
-    loaded = model.load_weights(
-        iter(())
-    )  # the top-level weights are drained unread; the decoder's from speech_tokenizer/
+    # the top-level weights are drained unread; the decoder's come from speech_tokenizer/
+    loaded = model.load_weights(iter(()))
     loader.track_weights_loading(model, loaded)  # vLLM's check that every parameter was loaded (default_loader.py)
     if hasattr(model, "process_weights_after_loading"):  # as vLLM's loader calls it (model_loader/utils.py)
         model.process_weights_after_loading()
