@@ -20,6 +20,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
+from app.engines.sglang.engine import ENGINE_ENVIRONMENT
 from app.metrics import LOOP_LAG_BUCKETS, TTFA_PHASE_BUCKETS
 from tests.support.server import free_port
 
@@ -163,7 +164,8 @@ def harness_python(tmp_path: Path) -> Path:
         '    cores vllm_omni; record vllm_omni "$@"; exec sleep 60 ;;\n'
         f'  "-m sglang_omni.cli") printf "%s\\n" "$PYTHONPATH" "$QWEN3_TTS_FIXED_LENGTH"'
         f' "$SGLANG_OMNI_STRICT_PORT" "${{CUDA_VISIBLE_DEVICES-unset}}" "${{SGLANG_TORCH_PROFILER_DIR-}}"'
-        f' "${{SGLANG_CACHE_DIR-}}" "${{SGLANG_JIT_CACHE_DIR-}}" > {tmp_path}/sglang_env\n'
+        f' "${{SGLANG_CACHE_DIR-}}" "${{SGLANG_JIT_CACHE_DIR-}}" "${{SGLANG_OMNI_PORT_CLAIM_DIR-}}"'
+        f" > {tmp_path}/sglang_env\n"
         '    cores sglang; record sglang "$@"; exec sleep 60 ;;\n'
         '  "- "*) exit 1 ;;\n'
         "esac\n"
@@ -710,7 +712,7 @@ def test_side_by_side_starts_sglang_omni_on_its_own_packages_and_runs_every_requ
         "SGLANG_PORT": str(port),
         "SGLANG_SITE": str(site),
         "SGLANG_MEMORY": "0.3",
-        "SGLANG_ENV": "CUDA_VISIBLE_DEVICES=2",
+        "SGLANG_ENV": f"CUDA_VISIBLE_DEVICES=2 TMPDIR={tmp_path}",
         "SGLANG_ARGS": "--vocoder.factory.incremental_codec_compile false",
     }
     with harness_started(tmp_path, settings, record="argv-sglang") as argv:
@@ -727,6 +729,9 @@ def test_side_by_side_starts_sglang_omni_on_its_own_packages_and_runs_every_requ
         # sglang's own caches in the run's compile cache, laid out as the service's engine lays them out
         caches = (tmp_path / "sglang_env").read_text().split("\n")[5:7]
         assert caches == [str(tmp_path / "work/compile-cache/sglang"), str(tmp_path / "work/compile-cache/sglang/jit")]
+        # its process group's port claimed where the service's engine claims it, not under its own TMPDIR
+        claims = (tmp_path / "sglang_env").read_text().split("\n")[7]
+        assert claims == ENGINE_ENVIRONMENT["SGLANG_OMNI_PORT_CLAIM_DIR"]
 
 
 def test_side_by_side_starts_the_service_on_its_sglang_engine_beside_sglang_omnis_own_server(tmp_path: Path) -> None:

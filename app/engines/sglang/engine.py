@@ -58,7 +58,14 @@ log = logging.getLogger(__name__)
 
 SGLANG_DEFAULT_QUEUE = 64  # sglang-omni 0.1.8's max_queued_requests for Qwen3-TTS (generation_admission_defaults)
 # the pipeline's process is spawned and must find everything locally
-ENGINE_ENVIRONMENT = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
+ENGINE_ENVIRONMENT = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "DO_NOT_TRACK": "1",
+    # the talker's process group takes a TCP port (29500 first) by a claim file in this folder, under TMPDIR unless
+    # set: two servers on one host with their own TMPDIRs both claimed 29500 and the second died (EADDRINUSE)
+    "SGLANG_OMNI_PORT_CLAIM_DIR": "/tmp/sglang-omni-port-claims",
+}
 # benchmarks on random weights (`fixed_length`): the talker's process starts with this directory on its path, whose
 # sitecustomize masks the codec's end-of-speech token, so every request runs to max_new_tokens
 FIXED_LENGTH_PATH = str(Path(__file__).parent / "stage_plugins" / "fixed_length")
