@@ -22,11 +22,12 @@ from tests.support.dockerfile import ROOT, Stage, stages
 from tests.support.server import RunningServer, free_port, wait_until
 from tests.support.speech import FORMATS, assert_speaks
 
-# Modules of the omni engine that import vllm-omni (and torch) at load: vllm-omni's stage processes load them by dotted
+# Modules of the omni engine that import vllm-omni or torch at load: vllm-omni's stage processes load them by dotted
 # path or through its model registry, in the GPU image only.
 NEEDS_OMNI_EXTRA = {
     "app.engines.omni.stage_plugins.code2wav_scheduler",
     "app.engines.omni.stage_plugins.code2wav_model",
+    "app.engines.omni.stage_plugins.dilated_convs",
 }
 
 

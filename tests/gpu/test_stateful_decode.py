@@ -370,17 +370,20 @@ def test_a_stream_of_windows_decodes_to_the_one_call_waveform(
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("setting", ["service", "service-folded"])
 def test_the_services_code2wav_streams_what_vllm_omnis_does(
-    decoders: Decoders, engine: Any, monkeypatch: pytest.MonkeyPatch, dtype: str
+    decoders: Decoders, engine: Any, monkeypatch: pytest.MonkeyPatch, dtype: str, setting: str
 ) -> None:
-    """SPEECH_OMNI__CODE2WAV_MODEL=service (app/engines/omni/stage_plugins/code2wav_model.py), built and loaded as
-    vLLM builds vllm-omni's code2wav (its loader's checks included), warms up and captures its graphs with cuDNN
-    timing each convolution's algorithms (its switch put back after), and streams the same codes through the same
-    windows to vllm-omni's waveform: the two differ by rounding alone, so by no more than the dtype's own rounding
-    (`rounding_floor`). Its graphs replay for as many windows as vllm-omni's do (a capture that failed under the
-    timing would fall back to eager without failing anything else)."""
-    from app.engines.omni.stage_plugins.code2wav_model import SpeechQwen3TTSCode2Wav
+    """SPEECH_OMNI__CODE2WAV_MODEL=service or service-folded (app/engines/omni/stage_plugins/code2wav_model.py), built
+    and loaded as vLLM builds vllm-omni's code2wav (its loader's checks included), warms up and captures its graphs
+    (with cuDNN timing each convolution's algorithms, its switch put back after; or with the dilated convs folded),
+    and streams the same codes through the same windows to vllm-omni's waveform: the two differ by rounding alone, so
+    by no more than the dtype's own rounding (`rounding_floor`). Its graphs replay for as many windows as vllm-omni's
+    do (a capture that failed would fall back to eager without failing anything else)."""
+    from app.engines.omni.stage_plugins import code2wav_model
+    from app.engines.omni.stage_plugins.model_registration import CODE2WAV_ARCHITECTURES
 
+    service_model = getattr(code2wav_model, CODE2WAV_ARCHITECTURES[setting])
     torch = engine
     schedule = "customvoice.yaml"
     extra = schedules()[schedule]
@@ -393,10 +396,15 @@ def test_the_services_code2wav_streams_what_vllm_omnis_does(
     monkeypatch.setenv(STATS_VARIABLE, "1")  # read when the graph wrapper is built: its count of graph replays
     decoders.stream_model, decoders.stream_key = None, None  # both built here, under the same settings
     try:
-        for name, model_class in (("vllm-omni", None), ("service", SpeechQwen3TTSCode2Wav)):
+        for name, model_class in (("vllm-omni", None), ("service", service_model)):
             model = decoders.streaming(dtype, schedule, extra, False, model_class)
             assert model.decoder._cudagraph_enabled, f"{name}: code2wav did not enable the decoder's CUDA graphs"
             assert torch.backends.cudnn.benchmark is timed  # timed while its graphs were made, then put back
+            if name == "service" and setting == "service-folded":
+                from app.engines.omni.stage_plugins.dilated_convs import can_fold
+
+                dilated = [m for m in model.decoder.modules() if can_fold(m)]
+                assert len(dilated) == 8 and all("forward" in vars(m) for m in dilated)  # blocks 0-3, dilations 3, 9
             if codes is None:
                 codes = random_codes(torch, frames, 3, int(model.decoder.config.codebook_size))
             pieces, offset = [], 0
@@ -412,7 +420,7 @@ def test_the_services_code2wav_streams_what_vllm_omnis_does(
         decoders.stream_model, decoders.stream_key = None, None  # the next test builds its own
     floor = rounding_floor(decoders, dtype, codes, "timed-convs")
     diff = wave_diff(audio["vllm-omni"].numpy(), audio["service"].numpy())
-    print(f"\n{dtype}: the service's code2wav against vllm-omni's {diff}; the dtype's own rounding {floor}")
+    print(f"\n{dtype}: the service's code2wav ({setting}) against vllm-omni's {diff}; the dtype's own rounding {floor}")
     assert audio["service"].numel() == audio["vllm-omni"].numel() == frames * SAMPLES_PER_FRAME
     assert diff.snr_db >= floor.snr_db - ROUNDING_MARGIN_DB, f"{diff}, rounding {floor}"
     assert graph_hits["service"] == graph_hits["vllm-omni"] > 0, graph_hits

@@ -284,14 +284,18 @@ async def test_the_stages_start_at_once_where_the_setting_asks(custom_voice_dir:
 
 
 async def test_code2wav_runs_as_the_services_model_only_where_the_setting_asks(custom_voice_dir: Path) -> None:
-    """SPEECH_OMNI__CODE2WAV_MODEL=service hands the factory the architecture the service's vllm-omni plugin registers
-    (the pipeline then names it as stage 1's model, tests/unit/test_code2wav_scheduling.py); by default vllm-omni's
-    own code2wav runs and nothing is passed."""
-    omni = FakeAsyncOmni()
-    engine = make_engine(custom_voice_dir, omni, omni={"code2wav_model": "service"})
-    await engine.start()
-    assert omni.kwargs["code2wav_architecture"] == "SpeechQwen3TTSCode2Wav"
-    await engine.close()
+    """SPEECH_OMNI__CODE2WAV_MODEL=service or service-folded hands the factory the architecture the service's vllm-omni
+    plugin registers for it (the pipeline then names it as stage 1's model, tests/unit/test_code2wav_scheduling.py);
+    by default vllm-omni's own code2wav runs and nothing is passed."""
+    for setting, architecture in (
+        ("service", "SpeechQwen3TTSCode2Wav"),
+        ("service-folded", "SpeechFoldedQwen3TTSCode2Wav"),
+    ):
+        omni = FakeAsyncOmni()
+        engine = make_engine(custom_voice_dir, omni, omni={"code2wav_model": setting})
+        await engine.start()
+        assert omni.kwargs["code2wav_architecture"] == architecture
+        await engine.close()
     plain = FakeAsyncOmni()
     engine = make_engine(custom_voice_dir, plain)
     await engine.start()

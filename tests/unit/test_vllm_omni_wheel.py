@@ -120,24 +120,32 @@ def test_the_plugin_registers_the_model_where_vllm_checks_it_and_where_vllm_omni
         setattr(stand_in, name, Registry(name))
         monkeypatch.setitem(sys.modules, module, stand_in)
     model_registration.register()
-    named = (model_registration.CODE2WAV_ARCHITECTURE, model_registration.CODE2WAV_CLASS)
-    assert calls == [("ModelRegistry", *named), ("OmniModelRegistry", *named)]
+    named = [
+        (architecture, f"{model_registration.CODE2WAV_MODULE}:{architecture}")
+        for architecture in model_registration.CODE2WAV_ARCHITECTURES.values()
+    ]
+    assert len(named) == 2
+    assert calls == [("ModelRegistry", *each) for each in named] + [("OmniModelRegistry", *each) for each in named]
 
 
-def test_the_registered_class_is_vllm_omnis_code2wav_extended_where_it_captures_the_decoder(wheel: Wheel) -> None:
+@pytest.mark.parametrize("setting", ["service", "service-folded"])
+def test_each_registered_class_is_vllm_omnis_code2wav_extended_where_it_captures_the_decoder(
+    wheel: Wheel, setting: str
+) -> None:
     from app.engines.omni.stage_plugins import model_registration
 
     # the name counts as a codec decoder's with vllm-omni's Qwen3-TTS config (no rope, long positions)
     config = wheel.source("model_executor/models/qwen3_tts/configuration_qwen3_tts.py")
     assert 'any("Code2Wav" in str(a) for a in archs)' in config
-    assert "Code2Wav" in model_registration.CODE2WAV_ARCHITECTURE
+    name = model_registration.CODE2WAV_ARCHITECTURES[setting]
+    assert "Code2Wav" in name
     # the pipeline's stage 1 names its model in a field the service's copy replaces
     stage = class_def(wheel.tree("config/stage_config.py"), "StagePipelineConfig")
     assert any(isinstance(n, ast.AnnAssign) and getattr(n.target, "id", None) == "model_arch" for n in stage.body)
     assert 'model_arch="Qwen3TTSCode2Wav"' in wheel.source("model_executor/models/qwen3_tts/pipeline.py")
 
     # the class named is a subclass of vllm-omni's code2wav, imported from where the wheel defines it
-    module, name = model_registration.CODE2WAV_CLASS.split(":")
+    module = model_registration.CODE2WAV_MODULE
     ours = ast.parse(ROOT.joinpath(*module.split(".")).with_suffix(".py").read_text())
     (subclass,) = [node for node in ours.body if isinstance(node, ast.ClassDef) and node.name == name]
     assert [base.id for base in subclass.bases if isinstance(base, ast.Name)] == ["Qwen3TTSCode2Wav"]
@@ -159,6 +167,33 @@ def test_the_registered_class_is_vllm_omnis_code2wav_extended_where_it_captures_
     assert weights_loaded < graphs
     overridden = {node.name for node in subclass.body if isinstance(node, FunctionNode)}
     assert overridden == {"_maybe_enable_decoder_cudagraph"}
+
+
+def test_the_decoders_dilated_convs_are_ones_the_folded_model_folds_and_are_called_as_modules(wheel: Wheel) -> None:
+    """`service-folded` replaces the `forward` of each dilated Conv1d it finds (dilated_convs.can_fold: stride 1, no
+    padding of its own, one group), which takes effect only where the decoder calls the module itself. In vllm-omni's
+    decoder the dilated convs are the residual units' causal convs: an `nn.Conv1d` built with the unit's dilation,
+    stride 1 and one group by default, no padding (the causal conv pads before the call), and called as
+    `self.conv(hidden_state)`."""
+    tree = wheel.tree(TOKENIZER_MODULE)
+    unit = class_def(tree, "Qwen3TTSTokenizerV2DecoderDecoderResidualUnit")
+    (dilated,) = [
+        call for call in ast.walk(function_def(unit, "__init__"))
+        if isinstance(call, ast.Call) and any(k.arg == "dilation" for k in call.keywords)
+    ]  # fmt: skip
+    assert ast.unparse(dilated.func) == "Qwen3TTSTokenizerV2CausalConvNet"
+    assert {k.arg for k in dilated.keywords} == {"kernel_size", "dilation"}  # stride and groups left at 1
+    causal = class_def(tree, "Qwen3TTSTokenizerV2CausalConvNet")
+    init = function_def(causal, "__init__")
+    assert [a.arg for a in init.args.args[1:]][-2:] == ["stride", "groups"]
+    assert [ast.literal_eval(d) for d in init.args.defaults[-2:]] == [1, 1]
+    (built,) = [call for call in ast.walk(init) if isinstance(call, ast.Call) and ast.unparse(call.func) == "nn.Conv1d"]
+    assert "padding" not in {k.arg for k in built.keywords} and len(built.args) == 3
+    forward = ast.unparse(function_def(causal, "forward"))
+    assert "F.pad(hidden_state, (self.padding, extra_padding)" in forward
+    assert "self.conv(hidden_state)" in forward
+    # no other path of the decoder runs the conv's weights itself
+    assert "conv1d(" not in wheel.source(TOKENIZER_MODULE).replace("_get_extra_padding_for_conv1d(", "")
 
 
 def test_every_decoder_graph_is_captured_after_an_eager_run_of_its_shape(wheel: Wheel) -> None:

@@ -294,8 +294,8 @@ class OmniEngine:
             kwargs["stage_overrides"] = overrides
         if settings.code2wav_scheduler:
             kwargs["code2wav_scheduler"] = settings.code2wav_scheduler  # for the factory, not AsyncOmni
-        if settings.code2wav_model == "service":
-            kwargs["code2wav_architecture"] = model_registration.CODE2WAV_ARCHITECTURE  # for the factory too
+        if settings.code2wav_model != "vllm-omni":  # for the factory too
+            kwargs["code2wav_architecture"] = model_registration.CODE2WAV_ARCHITECTURES[settings.code2wav_model]
         if self._windows.first_fixed:
             kwargs["talker_windows"] = True  # for the factory: the service's talker producer sets the first window
         if settings.load_format:

@@ -1,8 +1,13 @@
-"""The service's code2wav model for vllm-omni 0.30.0 (stage 1 of its Qwen3-TTS pipeline): vllm-omni's own
-`Qwen3TTSCode2Wav`, which the code2wav process builds under the name `SpeechQwen3TTSCode2Wav` (registered by
-`model_registration.register`, a `vllm_omni.general_plugins` entry point), with cuDNN choosing each convolution's
-algorithm by timing them (`torch.backends.cudnn.benchmark`) instead of by its heuristics. The service selects it with
-`SPEECH_OMNI__CODE2WAV_MODEL`.
+"""The service's code2wav models for vllm-omni 0.30.0 (stage 1 of its Qwen3-TTS pipeline): vllm-omni's own
+`Qwen3TTSCode2Wav`, which the code2wav process builds under the names below (registered by
+`model_registration.register`, a `vllm_omni.general_plugins` entry point), with the decoder's dilated convolutions
+kept off the slow kernel cuDNN's heuristics pick for them, in one of two ways. The service selects one with
+`SPEECH_OMNI__CODE2WAV_MODEL`:
+- `service` (`SpeechQwen3TTSCode2Wav`): cuDNN chooses each convolution's algorithm by timing them
+  (`torch.backends.cudnn.benchmark`) while the decoder's graphs are made. Measured on the whole server
+  (benchmarks/gpu/2026-11-28-h200x2-code2wav-timed): code2wav's GPU time a frame 0.69x at c=32, and 92.6 s more start.
+- `service-folded` (`SpeechFoldedQwen3TTSCode2Wav`): each dilated conv computed as an undilated one over its input's
+  phases (`dilated_convs.py`), for which the heuristics choose well: no timing, so no start cost.
 
 Profiled at c=32 on an H200 (benchmarks/gpu/2026-11-28-h200x2-profiles), a third of code2wav's GPU time went to one
 CUDA-core kernel, `implicit_convolve_sgemm`, about 1 ms a call. Alone on the GPU
@@ -28,6 +33,8 @@ from typing import Any
 import torch
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code2wav import Qwen3TTSCode2Wav
 
+from app.engines.omni.stage_plugins.dilated_convs import fold_dilated_convs
+
 log = logging.getLogger("vllm.speech.code2wav")  # under vLLM's logger, whose handler the stage process has
 
 
@@ -45,3 +52,14 @@ class SpeechQwen3TTSCode2Wav(Qwen3TTSCode2Wav):
         finally:
             torch.backends.cudnn.benchmark = timed
         log.info("code2wav: decoder graphs made from timed cuDNN algorithms in %.1f s", time.perf_counter() - started)
+
+
+class SpeechFoldedQwen3TTSCode2Wav(Qwen3TTSCode2Wav):
+    """vllm-omni's code2wav with the decoder's dilated convs folded into undilated ones over their input's phases
+    before it warms up and captures its graphs (vllm-omni calls `_maybe_enable_decoder_cudagraph` on a CUDA device
+    once the weights are loaded, with graphs or without: folded either way)."""
+
+    def _maybe_enable_decoder_cudagraph(self, **kwargs: Any) -> None:
+        folded = fold_dilated_convs(self.decoder)
+        log.info("code2wav: %d dilated convs of the decoder folded into undilated ones over their phases", folded)
+        super()._maybe_enable_decoder_cudagraph(**kwargs)
