@@ -1,7 +1,8 @@
-"""The codec decoder's dilated convs three ways, each alone on a GPU: as cuDNN's heuristics run them, folded into an
-undilated conv over the input's phases (`app/engines/omni/stage_plugins/dilated_convs.py`, heuristics again), and
-with cuDNN timing its algorithms (`cudnn.benchmark`), with what that timing costs the first call of a shape. Also how
-far the folded result is from the direct one, in float32 without TF32 (the summation order only) and in bf16.
+"""The codec decoder's dilated convs four ways, each alone on a GPU: as cuDNN's heuristics run them; folded into an
+undilated conv1d over the input's phases as a batch (`app/engines/omni/stage_plugins/dilated_convs.py`, heuristics
+again); folded as dilated_convs.py here does it (a conv2d over the (L / d, d) view, no copies; heuristics); and with
+cuDNN timing its algorithms (`cudnn.benchmark`), with what that timing costs the first call of a shape. Also how far
+the batch-folded result is from the direct one, in float32 without TF32 (the summation order only) and in bf16.
 
     PYTHONPATH=. python3 benchmarks/gpu/2026-11-28-h200-output-conv/dilated_fold.py [--batch N]
 
@@ -22,11 +23,12 @@ from typing import Any
 import torch
 from cuda_timing import micros_a_call, start
 from decoder_convs import BATCH, convs
+from dilated_convs import folded as folded_2d
 from torch.profiler import ProfilerActivity, profile
 
 from app.engines.omni.stage_plugins.dilated_convs import can_fold, folded_conv1d
 
-WAYS = ("heuristics", "folded", "timed")
+WAYS = ("heuristics", "folded", "folded_2d", "timed")
 
 
 def kernels(call: Callable[[torch.Tensor], object], x: torch.Tensor) -> str:
@@ -51,7 +53,10 @@ def measure(way: str) -> list[dict[str, Any]]:
                 continue
             conv = module.to("cuda", torch.bfloat16)
             x = torch.randn(BATCH, channels, length, device="cuda", dtype=torch.bfloat16)
-            call = (lambda t, c=conv: folded_conv1d(t, c)) if way == "folded" else conv
+            call = {
+                "folded": lambda t, c=conv: folded_conv1d(t, c),
+                "folded_2d": lambda t, c=conv: folded_2d(t, c),
+            }.get(way, conv)
             torch.cuda.synchronize()
             began = time.perf_counter()
             call(x)  # the shape's first call: with the timing on, cuDNN times its algorithms here
@@ -81,14 +86,16 @@ def main() -> None:
         results[way] = json.loads(run.stdout.strip().splitlines()[-1])
         header = run.stdout.splitlines()[0]
     print(header.replace("cudnn.benchmark=False", f"batch {BATCH}") + "\n")
-    print("| conv | input | heuristics µs | folded µs | timed µs | first call ms: heuristics · folded · timed |"
-          " folded − direct, of the largest output: float32 · bf16 | folded's kernels |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for heuristic, folded, timed in zip(*(results[way] for way in WAYS), strict=True):
-        firsts = " · ".join(f"{row['first_ms']:.1f}" for row in (heuristic, folded, timed))
+    print(
+        "| conv | input | heuristics µs | folded µs | folded 2d µs | timed µs | first call ms: heuristics · folded"
+        " · folded 2d · timed | folded − direct, of the largest output: float32 · bf16 | folded's kernels |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for heuristic, folded, flat, timed in zip(*(results[way] for way in WAYS), strict=True):
+        firsts = " · ".join(f"{row['first_ms']:.1f}" for row in (heuristic, folded, flat, timed))
         print(f"| {heuristic['conv']} | {heuristic['input']} | {heuristic['micros']:.0f} | {folded['micros']:.0f} |"
-              f" {timed['micros']:.0f} | {firsts} | {folded['float32']:.1e} · {folded['bf16']:.1e} |"
-              f" {folded['kernels']} |")  # fmt: skip
+              f" {flat['micros']:.0f} | {timed['micros']:.0f} | {firsts} | {folded['float32']:.1e} ·"
+              f" {folded['bf16']:.1e} | {folded['kernels']} |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ kept off the slow kernel cuDNN's heuristics pick for them, in one of two ways. T
   (`torch.backends.cudnn.benchmark`) while the decoder's graphs are made. Measured on the whole server
   (benchmarks/gpu/2026-11-28-h200x2-code2wav-timed): code2wav's GPU time a frame 0.69x at c=32, and 92.6 s more start.
 - `service-folded` (`SpeechFoldedQwen3TTSCode2Wav`): each dilated conv computed as an undilated one over its input's
-  phases (`dilated_convs.py`), for which the heuristics choose well: no timing, so no start cost.
+  phases (`dilated_convs.py`), whose kernel the heuristics pick: no timing, so no start cost. Not measured yet.
 
 Profiled at c=32 on an H200 (benchmarks/gpu/2026-11-28-h200x2-profiles), a third of code2wav's GPU time went to one
 CUDA-core kernel, `implicit_convolve_sgemm`, about 1 ms a call. Alone on the GPU
