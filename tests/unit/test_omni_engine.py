@@ -283,6 +283,17 @@ async def test_the_stages_start_at_once_where_the_setting_asks(custom_voice_dir:
     await engine.close()
 
 
+async def test_vllm_omnis_statistics_are_on_unless_the_setting_turns_them_off(custom_voice_dir: Path) -> None:
+    """SPEECH_OMNI__ENGINE_STATS=false starts AsyncOmni without log_stats: no vllm-omni families on /metrics and no
+    per-request summary tables formatted on the event loop; by default both, as `vllm serve --omni` has them."""
+    for setting, expected in ((None, True), (False, False)):
+        omni = FakeAsyncOmni()
+        engine = make_engine(custom_voice_dir, omni, omni={} if setting is None else {"engine_stats": setting})
+        await engine.start()
+        assert omni.kwargs["log_stats"] is expected
+        await engine.close()
+
+
 async def test_code2wav_runs_as_the_services_model_only_where_the_setting_asks(custom_voice_dir: Path) -> None:
     """SPEECH_OMNI__CODE2WAV_MODEL=service or service-folded hands the factory the architecture the service's vllm-omni
     plugin registers for it (the pipeline then names it as stage 1's model, tests/unit/test_code2wav_scheduling.py);

@@ -286,7 +286,7 @@ class OmniEngine:
 
     def _engine_kwargs(self) -> dict[str, Any]:
         settings = self._settings
-        kwargs: dict[str, Any] = {"model": self._model.path, "log_stats": True}
+        kwargs: dict[str, Any] = {"model": self._model.path, "log_stats": settings.engine_stats}
         if settings.deploy_config:
             kwargs["deploy_config"] = settings.deploy_config
         overrides = profiler_overrides(settings.stage_overrides, self._profiler_dir)
