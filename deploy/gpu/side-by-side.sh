@@ -445,12 +445,13 @@ launch() {  # $1 target
       args+=($SGLANG_ARGS)
       echo "$(date -u +%FT%TZ) sglang: $(printf '%q ' "$PYTHON" "${args[@]}"), settings: ${settings:-none}" >>"$OUT/commands.txt"
       # its own packages first, then the fixed-length patch; a taken port is an error, not another port; its talker's
-      # process-group port claimed in the host's folder, as the service's engine does, whatever TMPDIR it has
+      # process-group port claimed in the host's folder, as the service's engine does, whatever TMPDIR it has (a
+      # folder given in the environment wins, as with the engine)
       # shellcheck disable=SC2086,SC2046  # the settings and the pinning are split into words on purpose
       $(pin_of sglang) env $settings \
         PYTHONPATH="$REPO/app/engines/sglang/stage_plugins/fixed_length:$SGLANG_SITE:$PYTHONPATH" \
         QWEN3_TTS_FIXED_LENGTH=1 SGLANG_OMNI_STRICT_PORT=1 SGLANG_OMNI_STARTUP_TIMEOUT=1800 HF_HUB_OFFLINE=1 \
-        SGLANG_OMNI_PORT_CLAIM_DIR=/tmp/sglang-omni-port-claims \
+        SGLANG_OMNI_PORT_CLAIM_DIR="${SGLANG_OMNI_PORT_CLAIM_DIR:-/tmp/sglang-omni-port-claims}" \
         setsid nohup "$PYTHON" "${args[@]}" >"$log" 2>&1 </dev/null &
       echo $! >"$(pidfile_of sglang)"
       echo "sgl-omni serve starting on port $SGLANG_PORT, pid $!, log $log"

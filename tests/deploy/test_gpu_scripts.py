@@ -699,7 +699,7 @@ def test_side_by_side_refuses_a_vllm_omni_target_without_a_profile_to_run(
 
 
 def test_side_by_side_starts_sglang_omni_on_its_own_packages_and_runs_every_request_to_its_length(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`sglang`: `sgl-omni serve` on the shared model directory with a random-weight talker, its memory share, its
     own packages (SGLANG_SITE) before the rest, the fixed-length patch before those, on its port or not at all, on
@@ -715,6 +715,7 @@ def test_side_by_side_starts_sglang_omni_on_its_own_packages_and_runs_every_requ
         "SGLANG_ENV": f"CUDA_VISIBLE_DEVICES=2 TMPDIR={tmp_path}",
         "SGLANG_ARGS": "--vocoder.factory.incremental_codec_compile false",
     }
+    monkeypatch.delenv("SGLANG_OMNI_PORT_CLAIM_DIR", raising=False)  # the folder is the script's to name here
     with harness_started(tmp_path, settings, record="argv-sglang") as argv:
         assert argv[:4] == ["-m", "sglang_omni.cli", "serve", "--model-path"]
         assert argv[argv.index("--model-path") + 1] == str(tmp_path / "work/model")

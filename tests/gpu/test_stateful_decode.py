@@ -401,10 +401,11 @@ def test_the_services_code2wav_streams_what_vllm_omnis_does(
             assert model.decoder._cudagraph_enabled, f"{name}: code2wav did not enable the decoder's CUDA graphs"
             assert torch.backends.cudnn.benchmark is timed  # timed while its graphs were made, then put back
             if name == "service" and setting == "service-folded":
-                from app.engines.omni.stage_plugins.dilated_convs import can_fold
+                from app.engines.omni.stage_plugins.dilated_convs import FoldedConv1d, can_fold
 
-                dilated = [m for m in model.decoder.modules() if can_fold(m)]
-                assert len(dilated) == 8 and all("forward" in vars(m) for m in dilated)  # blocks 0-3, dilations 3, 9
+                folded = [m for m in model.decoder.modules() if isinstance(m, FoldedConv1d)]
+                assert len(folded) == 8  # blocks 0-3, dilations 3 and 9
+                assert not [m for m in model.decoder.modules() if can_fold(m)]  # none left unfolded
             if codes is None:
                 codes = random_codes(torch, frames, 3, int(model.decoder.config.codebook_size))
             pieces, offset = [], 0

@@ -22,12 +22,27 @@ from app.engine_protocol import (
 )
 from app.engines import sglang_engine
 from app.engines.qwen3_tts import Qwen3TTSModel
-from app.engines.sglang.engine import FIXED_LENGTH_PATH, SglangEngine, compile_cache_environment
+from app.engines.sglang.engine import (
+    ENGINE_ENVIRONMENT,
+    FIXED_LENGTH_PATH,
+    SglangEngine,
+    SglangRuntime,
+    compile_cache_environment,
+)
 from app.engines.sglang.requests import check_sglang_job, pipeline_settings, request_fields
 from app.settings import Settings, SglangSettings
 from tests.fakes import sglang_omni_0_1_8 as fake
 from tests.fakes.sglang_omni_0_1_8 import SAMPLES_PER_FRAME, MultiProcessPipelineRunner
 from tests.support.jobs import job, reference
+
+
+@pytest.fixture(autouse=True)
+def engine_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a start sets in the process's environment is put back after each test (as it was, set or not), so that
+    no later test sees one test's start."""
+    for key in ENGINE_ENVIRONMENT:
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
 
 
 def engine_for(model_dir: Path, **settings: object) -> SglangEngine:
@@ -294,6 +309,32 @@ async def test_the_compile_caches_go_under_one_directory_unless_set_explicitly(
     assert os.environ["SGLANG_CACHE_DIR"] == str(tmp_path / "sglang")
     assert os.environ["SGLANG_JIT_CACHE_DIR"] == str(tmp_path / "sglang" / "jit")
     assert os.environ["TRITON_CACHE_DIR"] == "/operator/triton"
+    await engine.close()
+
+
+async def test_the_start_names_the_hosts_port_claim_folder_unless_the_operator_did(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sglang-omni claims its talker's process-group port by a file in SGLANG_OMNI_PORT_CLAIM_DIR, else under TMPDIR
+    (tests/unit/test_sglang_port_claims.py): the start names one folder for the host before the pipeline's processes
+    are spawned, whatever TMPDIR this server has; a folder the operator set stays."""
+    monkeypatch.setenv("TMPDIR", "/elsewhere")
+    seen: list[str | None] = []
+
+    def runtime() -> SglangRuntime:
+        seen.append(os.environ.get("SGLANG_OMNI_PORT_CLAIM_DIR"))  # when the start loads sglang-omni
+        return fake.runtime()
+
+    engine = sglang_engine(
+        Settings(engine="sglang", sglang={"model": str(custom_voice_dir), "warmup_batch_sizes": [1]}), runtime
+    )
+    await engine.start()
+    assert seen == ["/tmp/sglang-omni-port-claims"]
+    await engine.close()
+    monkeypatch.setenv("SGLANG_OMNI_PORT_CLAIM_DIR", "/operator/claims")
+    engine = engine_for(custom_voice_dir)
+    await engine.start()
+    assert os.environ["SGLANG_OMNI_PORT_CLAIM_DIR"] == "/operator/claims"
     await engine.close()
 
 

@@ -9,6 +9,7 @@ whole host (`SGLANG_OMNI_PORT_CLAIM_DIR`, an operator's own value wins).
 
 from __future__ import annotations
 
+import atexit
 import os
 import tempfile
 import types
@@ -31,10 +32,12 @@ def port_claim() -> types.ModuleType:
 
 @pytest.fixture
 def claims(port_claim: types.ModuleType) -> Iterator[list[int]]:
-    """Ports this test claimed (their files are under its tmp_path); the claims' files are closed after it rather than
-    at the process's exit."""
+    """Ports this test claimed (their files are under its tmp_path), released after it: each claim's file closed, and
+    its release at the process's exit dropped (it would close the same descriptor number again, by then another
+    file's)."""
     claimed: list[int] = []
     yield claimed
+    atexit.unregister(port_claim.release_claim)  # this copy of the module's function: only this module's claims
     while port_claim._HELD_CLAIM_FDS:
         os.close(port_claim._HELD_CLAIM_FDS.pop())
 
