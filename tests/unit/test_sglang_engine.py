@@ -9,6 +9,7 @@ import base64
 import io
 import os
 import wave
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -45,9 +46,11 @@ def engine_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(key)
 
 
-def engine_for(model_dir: Path, **settings: object) -> SglangEngine:
+def engine_for(
+    model_dir: Path, runtime: Callable[[], SglangRuntime] = fake.runtime, **settings: object
+) -> SglangEngine:
     values = {"model": str(model_dir), "warmup_batch_sizes": [1], **settings}
-    return sglang_engine(Settings(engine="sglang", sglang=values), fake.runtime)
+    return sglang_engine(Settings(engine="sglang", sglang=values), runtime)
 
 
 async def collect(engine: SglangEngine, the_job: SynthesisJob) -> list:
@@ -325,9 +328,7 @@ async def test_the_start_names_the_hosts_port_claim_folder_unless_the_operator_d
         seen.append(os.environ.get("SGLANG_OMNI_PORT_CLAIM_DIR"))  # when the start loads sglang-omni
         return fake.runtime()
 
-    engine = sglang_engine(
-        Settings(engine="sglang", sglang={"model": str(custom_voice_dir), "warmup_batch_sizes": [1]}), runtime
-    )
+    engine = engine_for(custom_voice_dir, runtime)
     await engine.start()
     assert seen == ["/tmp/sglang-omni-port-claims"]
     await engine.close()

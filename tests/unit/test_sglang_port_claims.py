@@ -31,45 +31,42 @@ def port_claim() -> types.ModuleType:
 
 
 @pytest.fixture
-def claims(port_claim: types.ModuleType) -> Iterator[list[int]]:
-    """Ports this test claimed (their files are under its tmp_path), released after it: each claim's file closed, and
+def claims(port_claim: types.ModuleType) -> Iterator[None]:
+    """The claims a test makes (their files are under its tmp_path), released after it: each claim's file closed, and
     its release at the process's exit dropped (it would close the same descriptor number again, by then another
     file's)."""
-    claimed: list[int] = []
-    yield claimed
+    yield
     atexit.unregister(port_claim.release_claim)  # this copy of the module's function: only this module's claims
     while port_claim._HELD_CLAIM_FDS:
         os.close(port_claim._HELD_CLAIM_FDS.pop())
 
 
-def claim_in(port_claim: types.ModuleType, monkeypatch: pytest.MonkeyPatch, tmpdir: Path, claimed: list[int]) -> int:
+def claim_in(port_claim: types.ModuleType, monkeypatch: pytest.MonkeyPatch, tmpdir: Path) -> int:
     """A server's claim, made under its own TMPDIR."""
     tmpdir.mkdir(exist_ok=True)
     monkeypatch.setenv("TMPDIR", str(tmpdir))
     monkeypatch.setattr(tempfile, "tempdir", None)
-    port = port_claim.claim_tcp_port()
-    claimed.append(port)
-    return port
+    return port_claim.claim_tcp_port()
 
 
 def test_servers_with_their_own_tmpdir_claim_the_same_port_without_the_engines_folder(
-    port_claim: types.ModuleType, claims: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    port_claim: types.ModuleType, claims: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(port_claim.CLAIM_DIR_ENV, raising=False)
-    first = claim_in(port_claim, monkeypatch, tmp_path / "server-a", claims)
-    second = claim_in(port_claim, monkeypatch, tmp_path / "server-b", claims)
+    first = claim_in(port_claim, monkeypatch, tmp_path / "server-a")
+    second = claim_in(port_claim, monkeypatch, tmp_path / "server-b")
     assert first == second  # the failure seen on a host: both bound it, the second died
 
 
 def test_with_the_engines_folder_each_server_claims_its_own_port(
-    port_claim: types.ModuleType, claims: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    port_claim: types.ModuleType, claims: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert port_claim.CLAIM_DIR_ENV in ENGINE_ENVIRONMENT  # the variable the wheel reads
     folder = ENGINE_ENVIRONMENT[port_claim.CLAIM_DIR_ENV]
     assert os.path.isabs(folder) and "TMPDIR" not in folder
     # the engine's folder itself is the host's; this test's claims go to a folder of its own, named the same way
     monkeypatch.setenv(port_claim.CLAIM_DIR_ENV, str(tmp_path / "host-claims"))
-    first = claim_in(port_claim, monkeypatch, tmp_path / "server-a", claims)
-    second = claim_in(port_claim, monkeypatch, tmp_path / "server-b", claims)
+    first = claim_in(port_claim, monkeypatch, tmp_path / "server-a")
+    second = claim_in(port_claim, monkeypatch, tmp_path / "server-b")
     assert first != second
     assert port_claim.claim_directory() == tmp_path / "host-claims"

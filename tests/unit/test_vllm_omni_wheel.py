@@ -170,10 +170,10 @@ def test_each_registered_class_is_vllm_omnis_code2wav_extended_where_it_captures
 
 
 def test_the_decoders_dilated_convs_are_ones_the_folded_model_folds_and_are_called_as_modules(wheel: Wheel) -> None:
-    """`service-folded` replaces the `forward` of each dilated Conv1d it finds (dilated_convs.can_fold: stride 1, no
-    padding of its own, one group), which takes effect only where the decoder calls the module itself. In vllm-omni's
-    decoder the dilated convs are the residual units' causal convs: an `nn.Conv1d` built with the unit's dilation,
-    stride 1 and one group by default, no padding (the causal conv pads before the call), and called as
+    """`service-folded` makes each dilated Conv1d it finds (dilated_convs.can_fold: stride 1, no padding of its own,
+    one group) a `FoldedConv1d`, whose forward takes effect only where the decoder calls the module itself. In
+    vllm-omni's decoder the dilated convs are the residual units' causal convs: an `nn.Conv1d` built with the unit's
+    dilation, stride 1 and one group by default, no padding (the causal conv pads before the call), and called as
     `self.conv(hidden_state)`."""
     tree = wheel.tree(TOKENIZER_MODULE)
     unit = class_def(tree, "Qwen3TTSTokenizerV2DecoderDecoderResidualUnit")
