@@ -173,13 +173,14 @@ class OmniSettings(BaseModel):
         + _deprecated("omni_code2wav_scheduler"),
     )
     code2wav_model: Literal["vllm-omni", "service", "service-folded"] = Field(
-        "vllm-omni",
-        description="The codec decoder's model (stage 1): vllm-omni's Qwen3TTSCode2Wav, or one of the service's, the "
-        "same but kept off the slow kernel cuDNN's heuristics pick for some dilated convolutions: `service` makes its "
-        "CUDA graphs from cuDNN algorithms timed at start (cudnn.benchmark; a minute and a half more start on an "
-        "H200), `service-folded` computes each dilated convolution as an undilated one over its input's phases "
-        "(app/engines/omni/stage_plugins/code2wav_model.py; registered in the stage processes by the package's "
-        "vllm_omni.general_plugins entry point, so the service must be installed, as its image is).",
+        "service-folded",
+        description="The codec decoder's model (stage 1): one of the service's, vllm-omni's Qwen3TTSCode2Wav kept off "
+        "the slow kernel cuDNN's heuristics pick for some dilated convolutions, or `vllm-omni`'s own. "
+        "`service-folded` (the default) computes each dilated convolution as an undilated one over its input's "
+        "phases; `service` makes its CUDA graphs from cuDNN algorithms timed at start (cudnn.benchmark; a minute and "
+        "a half more start on an H200). app/engines/omni/stage_plugins/code2wav_model.py; registered in the stage "
+        "processes by the package's vllm_omni.general_plugins entry point, so the service must be installed, as its "
+        "image is.",
     )
     cuda_mps: bool = Field(
         False,

@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 import weakref
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import httpx
@@ -20,6 +21,7 @@ from app.engines import omni_engine
 from app.engines.omni.codec_windows import CodecWindows
 from app.engines.omni.engine import DECODER_GRAPH_STATS_ENVIRONMENT, OmniEngine, profiler_overrides
 from app.engines.omni.requests import AudioOutputReader, additional_information, sampling_params_for
+from app.engines.omni.stage_plugins import model_registration
 from app.engines.qwen3_tts import Qwen3TTSModel, check_job, input_tokens, warmup_job
 from app.server import create_app
 from app.settings import Settings
@@ -252,6 +254,7 @@ async def test_engine_starts_warms_up_and_streams(custom_voice_dir: Path) -> Non
         "stage_init_timeout": 900,
         "init_timeout": 1200,
         "code2wav_scheduler": "app.engines.omni.stage_plugins.code2wav_scheduler.FirstAudioFirstScheduler",
+        "code2wav_architecture": "SpeechFoldedQwen3TTSCode2Wav",
     }
     assert len(omni.requests) == 1 + 4  # warm-up at batch sizes 1 and 4
     samples, tokens_in, tokens_out = await collect(engine, job(request_id="real", max_new_tokens=51, seed=3))
@@ -294,24 +297,80 @@ async def test_vllm_omnis_statistics_are_on_unless_the_setting_turns_them_off(cu
         await engine.close()
 
 
-async def test_code2wav_runs_as_the_services_model_only_where_the_setting_asks(custom_voice_dir: Path) -> None:
-    """SPEECH_OMNI__CODE2WAV_MODEL=service or service-folded hands the factory the architecture the service's vllm-omni
-    plugin registers for it (the pipeline then names it as stage 1's model, tests/unit/test_code2wav_scheduling.py);
-    by default vllm-omni's own code2wav runs and nothing is passed."""
+async def test_code2wav_is_the_services_folded_model_unless_the_setting_asks(custom_voice_dir: Path) -> None:
+    """By default the factory gets the architecture the service's vllm-omni plugin registers for `service-folded`
+    (the pipeline then names it as stage 1's model, tests/unit/test_code2wav_scheduling.py): it won on both tools in
+    benchmarks/gpu/2026-11-28-h200x4-quad. `service` passes its own; `vllm-omni` passes none, so vllm-omni's own
+    code2wav runs."""
     for setting, architecture in (
+        (None, "SpeechFoldedQwen3TTSCode2Wav"),
         ("service", "SpeechQwen3TTSCode2Wav"),
         ("service-folded", "SpeechFoldedQwen3TTSCode2Wav"),
     ):
         omni = FakeAsyncOmni()
-        engine = make_engine(custom_voice_dir, omni, omni={"code2wav_model": setting})
+        engine = make_engine(custom_voice_dir, omni, omni={} if setting is None else {"code2wav_model": setting})
         await engine.start()
         assert omni.kwargs["code2wav_architecture"] == architecture
         await engine.close()
     plain = FakeAsyncOmni()
-    engine = make_engine(custom_voice_dir, plain)
+    engine = make_engine(custom_voice_dir, plain, omni={"code2wav_model": "vllm-omni"})
     await engine.start()
     assert "code2wav_architecture" not in plain.kwargs and "code2wav_scheduler" in plain.kwargs
     await engine.close()
+
+
+@pytest.mark.parametrize(
+    ("plugins", "vllm_plugins", "says"),
+    [
+        ([], None, "plugin is not installed"),
+        ([("speech", "somewhere.else:register")], None, "plugin is not installed"),
+        (
+            [("speech", model_registration.PLUGIN_TARGET)],
+            "lora_filesystem_resolver",
+            "VLLM_PLUGINS='lora_filesystem_resolver'",
+        ),
+    ],
+)
+async def test_the_services_code2wav_without_its_plugin_fails_the_start_saying_why(
+    custom_voice_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    plugins: list[tuple[str, str]],
+    vllm_plugins: str | None,
+    says: str,
+) -> None:
+    """The default code2wav is the service's, which the stage processes find only through the package's
+    vllm_omni.general_plugins entry point: without it (a source tree the service was not installed from), or with
+    VLLM_PLUGINS leaving it out, the start fails at once, naming the setting, instead of minutes later deep in vLLM.
+    vllm-omni's own code2wav needs no plugin."""
+    monkeypatch.setattr(
+        model_registration,
+        "entry_points",
+        lambda group: [EntryPoint(name, value, group) for name, value in plugins],
+    )
+    if vllm_plugins is None:
+        monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_PLUGINS", vllm_plugins)
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni)
+    with pytest.raises(RuntimeError, match="SPEECH_OMNI__CODE2WAV_MODEL=service-folded") as raised:
+        await engine.start()
+    assert says in str(raised.value) and omni.kwargs == {}  # nothing was started
+    assert not engine.health().ready and says in engine.health().detail
+    plain = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, plain, omni={"code2wav_model": "vllm-omni"})
+    await engine.start()
+    assert engine.health().ready
+    await engine.close()
+
+
+def test_the_installed_service_reaches_its_code2wav_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment the suite runs in is the service installed as users install it: its entry point is there, and
+    a VLLM_PLUGINS that names it keeps it."""
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    assert model_registration.unreachable_reason() is None
+    monkeypatch.setenv("VLLM_PLUGINS", "other, speech")
+    assert model_registration.unreachable_reason() is None
 
 
 async def test_fixed_length_setting_passes_every_frame_once(custom_voice_dir: Path) -> None:

@@ -233,6 +233,7 @@ class OmniEngine:
         self._detail = "starting vllm-omni (a cold start compiles and captures CUDA graphs: minutes)"
         log.info("omni engine starting", extra={"model": self._model.path, "variant": self._model.variant})
         try:
+            self._check_code2wav_model()
             if self._mps is not None:
                 await asyncio.to_thread(self._mps.start)  # before the stage processes exist: they inherit it
             self._omni = await asyncio.to_thread(self._factory, **self._engine_kwargs())
@@ -283,6 +284,12 @@ class OmniEngine:
         if self._omni is None or not self._ready:
             raise EngineUnavailable(self._detail)
         return self._omni
+
+    def _check_code2wav_model(self) -> None:
+        model = self._settings.code2wav_model
+        unreachable = None if model == "vllm-omni" else model_registration.unreachable_reason()
+        if unreachable is not None:
+            raise RuntimeError(f"SPEECH_OMNI__CODE2WAV_MODEL={model}: {unreachable}")
 
     def _engine_kwargs(self) -> dict[str, Any]:
         settings = self._settings

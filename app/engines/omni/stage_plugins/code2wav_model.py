@@ -3,11 +3,13 @@
 `model_registration.register`, a `vllm_omni.general_plugins` entry point), with the decoder's dilated convolutions
 kept off the slow kernel cuDNN's heuristics pick for them, in one of two ways. The service selects one with
 `SPEECH_OMNI__CODE2WAV_MODEL`:
+- `service-folded` (`SpeechFoldedQwen3TTSCode2Wav`, the default): each dilated conv computed as an undilated one over
+  its input's phases (`dilated_convs.py`), whose kernel the heuristics pick: no timing, so no start cost. Measured on
+  the whole server beside vllm-omni's code2wav (benchmarks/gpu/2026-11-28-h200x4-quad): code2wav's GPU time a frame
+  0.69x at c=32, 1.03-1.09x the requests a second.
 - `service` (`SpeechQwen3TTSCode2Wav`): cuDNN chooses each convolution's algorithm by timing them
   (`torch.backends.cudnn.benchmark`) while the decoder's graphs are made. Measured on the whole server
   (benchmarks/gpu/2026-11-28-h200x2-code2wav-timed): code2wav's GPU time a frame 0.69x at c=32, and 92.6 s more start.
-- `service-folded` (`SpeechFoldedQwen3TTSCode2Wav`): each dilated conv computed as an undilated one over its input's
-  phases (`dilated_convs.py`), whose kernel the heuristics pick: no timing, so no start cost. Not measured yet.
 
 Profiled at c=32 on an H200 (benchmarks/gpu/2026-11-28-h200x2-profiles), a third of code2wav's GPU time went to one
 CUDA-core kernel, `implicit_convolve_sgemm`, about 1 ms a call. Alone on the GPU

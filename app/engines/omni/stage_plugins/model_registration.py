@@ -13,6 +13,12 @@ imported only where a stage builds it (it needs torch and vllm-omni)."""
 
 from __future__ import annotations
 
+import os
+from importlib.metadata import entry_points
+
+PLUGIN_GROUP = "vllm_omni.general_plugins"
+PLUGIN_NAME = "speech"  # pyproject.toml's entry point
+PLUGIN_TARGET = f"{__name__}:register"
 CODE2WAV_MODULE = "app.engines.omni.stage_plugins.code2wav_model"
 # SPEECH_OMNI__CODE2WAV_MODEL -> the architecture its model is registered as, which is also its class's name in
 # CODE2WAV_MODULE; vllm-omni's Qwen3-TTS config treats any architecture whose name contains "Code2Wav" as the codec
@@ -27,3 +33,22 @@ def register() -> None:
     for registry in (ModelRegistry, OmniModelRegistry):  # again in one process: the same entry
         for architecture in CODE2WAV_ARCHITECTURES.values():
             registry.register_model(architecture, f"{CODE2WAV_MODULE}:{architecture}")
+
+
+def unreachable_reason() -> str | None:
+    """Why the stage processes would not find the service's code2wav models, or None. Without its entry point (the
+    service run from a source tree it was not installed from) or with VLLM_PLUGINS naming other plugins only, vLLM
+    fails deep in the stage's start on an architecture it does not know; this says why before anything starts."""
+    ours = [e for e in entry_points(group=PLUGIN_GROUP) if e.name == PLUGIN_NAME and e.value == PLUGIN_TARGET]
+    if not ours:
+        return (
+            f"the service's vllm-omni plugin is not installed (no {PLUGIN_GROUP} entry point {PLUGIN_NAME!r}): "
+            "install the service (pip install '.[omni]'; the image does), or set SPEECH_OMNI__CODE2WAV_MODEL=vllm-omni"
+        )
+    allowed = os.environ.get("VLLM_PLUGINS")
+    if allowed is not None and PLUGIN_NAME not in [name.strip() for name in allowed.split(",")]:
+        return (
+            f"VLLM_PLUGINS={allowed!r} leaves out the service's plugin {PLUGIN_NAME!r}: add it, or set "
+            "SPEECH_OMNI__CODE2WAV_MODEL=vllm-omni"
+        )
+    return None
