@@ -366,11 +366,14 @@ async def test_the_services_code2wav_without_its_plugin_fails_the_start_saying_w
 
 def test_the_installed_service_reaches_its_code2wav_models(monkeypatch: pytest.MonkeyPatch) -> None:
     """The environment the suite runs in is the service installed as users install it: its entry point is there, and
-    a VLLM_PLUGINS that names it keeps it."""
+    a VLLM_PLUGINS that names it keeps it. vLLM 0.30 splits VLLM_PLUGINS on commas and compares the names as they are
+    (vllm/envs.py), so a name after a comma and a space is " speech", which loads nothing."""
     monkeypatch.delenv("VLLM_PLUGINS", raising=False)
     assert model_registration.unreachable_reason() is None
-    monkeypatch.setenv("VLLM_PLUGINS", "other, speech")
+    monkeypatch.setenv("VLLM_PLUGINS", "other,speech")
     assert model_registration.unreachable_reason() is None
+    monkeypatch.setenv("VLLM_PLUGINS", "other, speech")
+    assert "leaves out the service's plugin" in (model_registration.unreachable_reason() or "")
 
 
 async def test_fixed_length_setting_passes_every_frame_once(custom_voice_dir: Path) -> None:

@@ -84,8 +84,13 @@ def test_the_service_plugin_is_installed_in_the_group_vllm_omni_runs_in_every_pr
     # vllm-omni runs the group's functions in each process it loads its plugins in (the stage workers among them)
     loader = function_def(plugins, "load_omni_general_plugins")
     assert any(isinstance(n, ast.Name) and n.id == "OMNI_DEFAULT_PLUGINS_GROUP" for n in ast.walk(loader))
-    (ours,) = [entry for entry in entry_points(group=group) if entry.name == "speech"]
-    assert ours.load() is model_registration.register
+    assert group == model_registration.PLUGIN_GROUP  # the group the start's check looks in (unreachable_reason)
+    (ours,) = [entry for entry in entry_points(group=group) if entry.name == model_registration.PLUGIN_NAME]
+    assert ours.load() is model_registration.register and ours.value == model_registration.PLUGIN_TARGET
+    # ...and keeps a plugin only where VLLM_PLUGINS is unset or lists its name as it is, which the check mirrors
+    by_group = ast.unparse(function_def(plugins, "load_omni_plugins_by_group"))
+    assert "allowed_plugins = envs.VLLM_PLUGINS" in by_group
+    assert "if allowed_plugins is None or plugin.name in allowed_plugins:" in by_group
 
 
 def test_the_plugin_registers_the_model_where_vllm_checks_it_and_where_vllm_omni_builds_it(

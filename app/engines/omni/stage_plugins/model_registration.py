@@ -46,7 +46,9 @@ def unreachable_reason() -> str | None:
             "install the service (pip install '.[omni]'; the image does), or set SPEECH_OMNI__CODE2WAV_MODEL=vllm-omni"
         )
     allowed = os.environ.get("VLLM_PLUGINS")
-    if allowed is not None and PLUGIN_NAME not in [name.strip() for name in allowed.split(",")]:
+    # as vLLM reads it (vllm/envs.py) and vllm-omni compares it (load_omni_plugins_by_group): names split on commas,
+    # nothing stripped
+    if allowed is not None and PLUGIN_NAME not in allowed.split(","):
         return (
             f"VLLM_PLUGINS={allowed!r} leaves out the service's plugin {PLUGIN_NAME!r}: add it, or set "
             "SPEECH_OMNI__CODE2WAV_MODEL=vllm-omni"
