@@ -6,10 +6,13 @@ WebSocket, as tests/e2e/test_fleet.py runs them on a CPU fleet.
 SPEECH_GPU_FLEET_WORK: the fleet's WORK folder (its pid files and logs); the tests skip without it.
 SPEECH_GPU_FLEET_RESTARTS=0: the replicas restarted in turn under load (comma-separated; all of them is the rolling
 restart, each restart an omni replica's whole start); SPEECH_GPU_FLEET_RESTART_S=900: how long one restart may take.
+SPEECH_GPU_FLEET_BODY='{"max_new_tokens": 100}': fields every drill request carries (JSON). A fleet on random weights
+with SPEECH_OMNI__FIXED_LENGTH=true needs a length: without one each request runs to the talker's cap, minutes long.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -18,6 +21,7 @@ import pytest
 from tests.support.fleet import Fleet, kill_under_load, restarts_under_load, stage_killed
 
 RESTART_S = float(os.environ.get("SPEECH_GPU_FLEET_RESTART_S", "900"))
+EXTRA: dict[str, object] = json.loads(os.environ.get("SPEECH_GPU_FLEET_BODY", "{}"))
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +40,13 @@ def gpu_fleet() -> Fleet:
 
 def test_replicas_restarted_under_load_fail_and_truncate_nothing(gpu_fleet: Fleet) -> None:
     which = [int(index) for index in os.environ.get("SPEECH_GPU_FLEET_RESTARTS", "0").split(",")]
-    restarts_under_load(gpu_fleet, which, restart_timeout=RESTART_S)
+    restarts_under_load(gpu_fleet, which, restart_timeout=RESTART_S, extra=EXTRA)
 
 
 def test_a_replica_killed_fails_only_the_streams_it_held_each_visibly(gpu_fleet: Fleet) -> None:
-    kill_under_load(gpu_fleet, restart_timeout=RESTART_S)
+    kill_under_load(gpu_fleet, restart_timeout=RESTART_S, extra=EXTRA)
 
 
 def test_a_code2wav_process_killed_takes_its_replica_out_and_fails_its_liveness(gpu_fleet: Fleet) -> None:
-    body = {"input": "Spoken while a replica is out.", "response_format": "pcm"}
+    body = {"input": "Spoken while a replica is out.", "response_format": "pcm", **EXTRA}
     stage_killed(gpu_fleet, gpu_fleet.replicas - 1, body, restart_timeout=RESTART_S)

@@ -93,6 +93,8 @@ class Load:
     """Clients that keep asking the fleet for speech until told to stop, each outcome counted."""
 
     url: str
+    # fields every request carries besides its text and format (a GPU fleet on random weights: max_new_tokens)
+    extra: dict[str, object] = field(default_factory=dict)
     outcomes: Counter[str] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -108,7 +110,11 @@ class Load:
             n = 0
             while not self.stop.is_set():
                 n += 1
-                body = {"input": f"The fleet serves request {index} {n} without a gap.", "response_format": "pcm"}
+                body = {
+                    "input": f"The fleet serves request {index} {n} without a gap.",
+                    "response_format": "pcm",
+                    **self.extra,
+                }
                 try:
                     with client.stream("POST", f"{self.url}/v1/audio/speech", json=body) as response:
                         data = b"".join(response.iter_bytes())
@@ -125,7 +131,8 @@ class Load:
             n += 1
             try:
                 with connect(ws_url, open_timeout=10) as ws:
-                    ws.send(json.dumps({"type": "session.config", "voice": "alloy", "response_format": "pcm"}))
+                    config = {"type": "session.config", "voice": "alloy", "response_format": "pcm", **self.extra}
+                    ws.send(json.dumps(config))
                     ws.send(json.dumps({"type": "input.text", "text": f"Session {n} speaks one sentence."}))
                     ws.send(json.dumps({"type": "input.done"}))
                     ws.send(json.dumps({"type": "session.close"}))
@@ -186,13 +193,19 @@ def busiest(fleet: Fleet) -> int:
     return int(max(rows, key=lambda r: int(r["scur"] or 0))["svname"][1:])
 
 
-def restarts_under_load(fleet: Fleet, which: list[int], restart_timeout: float = 300, least_ok: int = 50) -> None:
+def restarts_under_load(
+    fleet: Fleet,
+    which: list[int],
+    restart_timeout: float = 300,
+    least_ok: int = 50,
+    extra: dict[str, object] | None = None,
+) -> None:
     """SIGTERM each replica of `which` in turn (it drains: HAProxy takes it out within a second, retries elsewhere what
     it refused before answering, and the streams it holds finish), start it again, next: every HTTP stream and every
     WebSocket session of the steady load completes whole, each restarted replica started once more, and the fleet
     served on."""
     starts = [fleet.replica_log(i).count("Application startup complete") for i in range(fleet.replicas)]
-    with Load(fleet.url) as load:
+    with Load(fleet.url, dict(extra or {})) as load:
         time.sleep(1.0)
         for index in which:
             fleet.run("restart", str(index), timeout=restart_timeout)
@@ -207,14 +220,14 @@ def restarts_under_load(fleet: Fleet, which: list[int], restart_timeout: float =
         assert again == (1 if index in which else 0), (index, again)
 
 
-def kill_under_load(fleet: Fleet, restart_timeout: float = 300) -> None:
+def kill_under_load(fleet: Fleet, restart_timeout: float = 300, extra: dict[str, object] | None = None) -> None:
     """`kill -9` of one replica while streams it serves are half read: each of them ends in an error its client sees
     (an incomplete chunked body), never as a short body that looks whole; every other request, before, during and
     after, is served whole (HAProxy retries a refused connection elsewhere), but for what the steady load had in
     flight on it, cut as visibly; and the replica comes back."""
     held: list[tuple[str, httpx.Response, Iterator[bytes]]] = []
     client = httpx.Client(timeout=60)
-    with Load(fleet.url) as load:
+    with Load(fleet.url, dict(extra or {})) as load:
         for n in range(6):  # long streams, read only in part: still being served when the replica dies
             request_id = f"held-{n}"
             response = client.send(
