@@ -8,10 +8,11 @@ written by `speech-make-model-dir`.
 `--frames 100 --step-delay-s 0.25` gives every request the shape of the GPU benchmarks: exactly 100 codec frames
 (8 s of audio), in code2wav's windows of 1, 25, 25, 25 and 24 frames, one every 250 ms. `--orchestrator-busy-ms 3`
 adds what AsyncOmni's orchestrator thread does to this process: 3 ms of GIL-holding Python work every 20 ms
-(`--orchestrator-period-ms`) while requests run. SIGUSR1 kills its engine, as a vllm-omni stage process killed would:
-the requests in flight fail and every later one too (`errored`). With `--stage-process` it also runs a stand-in of
-vllm-omni's code2wav stage process (a child whose command line carries the title vllm-omni 0.30 gives that process,
-`StageEngineCoreProc_stage1_replica0_DP0`): killing it kills the engine the same way, as `deploy/fleet/fleet.sh
+(`--orchestrator-period-ms`) while requests run. SIGUSR1 kills its engine's code2wav stage as vllm-omni 0.30 meets a
+stage process's death (`kill_stage`): the requests in flight fail and every later one too, and only the engine's
+health check says so. With `--stage-process` it also runs a stand-in of vllm-omni's code2wav stage process (a
+child whose command line carries the title vllm-omni 0.30 gives that process,
+`StageEngineCoreProc_stage1_replica0_DP0`): killing it kills the stage the same way, as `deploy/fleet/fleet.sh
 kill-stage` does on a GPU host.
 """
 
@@ -65,8 +66,8 @@ def main(argv: list[str] | None = None) -> None:
     defaults = coerce_param_message_types(omni.default_sampling_params_list, True)
     engine.use_helpers(defaults, estimate_prompt_len, WordTokenizer(), tokens_input)
     app = create_app(settings, engine=omni_as_served(engine, settings))
-    # SIGUSR1 stands for a vllm-omni stage process killed: the engine is dead from then on (`errored`)
-    signal.signal(signal.SIGUSR1, lambda *_: setattr(omni, "errored", True))
+    # SIGUSR1 stands for vllm-omni's code2wav stage process killed: evicted, as 0.30's orchestrator does (`kill_stage`)
+    signal.signal(signal.SIGUSR1, lambda *_: omni.kill_stage(1))
     if args.stage_process:
         title = "StageEngineCoreProc_stage1_replica0_DP0"  # in its command line, where vllm-omni's title shows
         # like vllm-omni's stage processes (set_death_signal), it ends with its parent, a SIGKILLed replica included
@@ -79,9 +80,9 @@ def main(argv: list[str] | None = None) -> None:
         stage = subprocess.Popen([sys.executable, "-c", lives, title, str(os.getpid())])
         atexit.register(stage.kill)
 
-        def watch() -> None:  # as AsyncOmni finds its stage gone: the engine is dead from then on
+        def watch() -> None:  # as AsyncOmni's orchestrator finds its stage's process gone
             stage.wait()
-            omni.errored = True
+            omni.kill_stage(1)
 
         threading.Thread(target=watch, daemon=True).start()
     SpeechServer(server_config(app, settings), app.state.lifecycle).run()

@@ -11,7 +11,11 @@ vllm-omni cannot run on the CPU machines where CI runs; these mirror, field for 
   engine builds them), `generate(prompt, sampling_params=None, request_id="", *, sampling_params_list,
   output_modalities, arrival_time, ...)` as an async generator whose early close aborts the request, `abort` (by the
   caller's request id: 0.30 adds a suffix of its own internally and maps it back), `start_profile(profile_prefix,
-  stages)` / `stop_profile(stages)` (recorded in `profiles`), `shutdown`, `errored`.
+  stages)` / `stop_profile(stages)` (recorded in `profiles`), `shutdown`, `errored`, `check_health`.
+  A stage's last process dying (`kill_stage`) is what 0.30's orchestrator makes of it (`engine/orchestrator.py`
+  `_handle_dead_replica`): the process is evicted, the requests in flight and every later one fail with
+  `OmniEngineDeadError("Stage-N has no live replica")`, `errored` stays false (it means the orchestrator thread died,
+  `entrypoints/omni_base.py`), and only `check_health` raises `EngineDeadError` for it.
   AsyncOmni's orchestrator is a Python thread of the caller's process, holding the GIL while it handles the stages'
   outputs; `orchestrator_busy_ms` every `orchestrator_period_ms` while requests run models that load. Audio follows
   code2wav's windows (`vllm_omni/model_executor/stage_input_processors/qwen3_tts.py`): 1 frame (or the request's
@@ -168,6 +172,10 @@ class EngineDeadError(RuntimeError):
     """Mirrors vllm.v1.engine.exceptions.EngineDeadError (the engine matches the class name)."""
 
 
+class OmniEngineDeadError(EngineDeadError):
+    """Mirrors vllm_omni.entrypoints.omni_base.OmniEngineDeadError: a request routed through a dead stage."""
+
+
 class FakeAsyncOmni:
     def __init__(self, *, mode: str = "delta", **kwargs: Any) -> None:
         self.kwargs = kwargs
@@ -189,6 +197,7 @@ class FakeAsyncOmni:
         self.profiles: list[tuple[str, str | None, list[int] | None]] = []  # start_profile / stop_profile calls
         self.finished: list[str] = []
         self.errored = False
+        self.dead_stage: int | None = None  # a stage whose last process died (kill_stage)
         self.die_on_request = False
         self.shut_down = False
         self.step_delay_s = 0.0
@@ -234,6 +243,7 @@ class FakeAsyncOmni:
         if self.die_on_request:
             self.errored = True
             raise EngineDeadError("EngineCore encountered an issue")
+        self._raise_if_a_stage_died()
         if self.orchestrator_busy_ms and self._orchestrator is None:
             self._orchestrator = threading.Thread(target=self._orchestrate, name="orchestrator", daemon=True)
             self._orchestrator.start()
@@ -259,8 +269,9 @@ class FakeAsyncOmni:
                 try:
                     if self.step_delay_s:
                         await asyncio.sleep(self.step_delay_s)
-                    if self.errored:  # a stage process died: every request in flight fails, as vLLM's do
+                    if self.errored:  # the orchestrator died: every request in flight fails, as vLLM's do
                         raise EngineDeadError("EngineCore encountered an issue")
+                    self._raise_if_a_stage_died()
                     yield self._output(request_id, emitted, last)
                 except GeneratorExit:
                     self.aborted.append(request_id)
@@ -287,6 +298,21 @@ class FakeAsyncOmni:
         payload = MultimodalPayload({"audio": audio, "sr": rates})
         completion = MultimodalCompletionOutput(multimodal_output=payload)
         return OmniRequestOutput(request_id, finished, request_output=RequestOutput(request_id, [completion], finished))
+
+    def kill_stage(self, stage_id: int = 1) -> None:
+        """A stage's only process died (code2wav's, by default): evicted, as 0.30's orchestrator does."""
+        self.dead_stage = stage_id
+
+    def _raise_if_a_stage_died(self) -> None:
+        if self.dead_stage is not None:
+            raise OmniEngineDeadError(f"Stage-{self.dead_stage} has no live replica")
+
+    async def check_health(self) -> None:
+        """AsyncOmni's: the orchestrator thread alive, and every stage with a live process."""
+        if self.errored:
+            raise EngineDeadError("Orchestrator process is not alive")
+        if self.dead_stage is not None:
+            raise EngineDeadError(f"Stage-{self.dead_stage} has no live replica")
 
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)

@@ -756,3 +756,25 @@ async def test_a_profiler_directory_gives_both_stages_a_profiler_and_profiles_th
     assert profiler_overrides(theirs, str(tmp_path))["0"]["profiler_config"]["torch_profiler_dir"] == "/elsewhere"
     assert profiler_overrides(own, None) == own and profiler_overrides(None, None) == {}
     await engine.close()
+
+
+async def test_a_stage_that_dies_while_nothing_runs_fails_readiness_without_a_request(custom_voice_dir: Path) -> None:
+    """vllm-omni 0.30 evicts a stage's dead process and keeps `errored` false; on four H200s a replica whose code2wav
+    process was killed stayed ready for as long as it was watched (45 s), its balancer sending it requests that it
+    could only refuse. Its health check is what says so, and the engine asks it."""
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni)
+    await engine.start()
+    assert engine.health().ready
+    sent = len(omni.requests)
+    omni.kill_stage(1)
+    assert not omni.errored  # as 0.30: the orchestrator lives on
+    waited = 0.0
+    while engine.health().ready and waited < 30:
+        await asyncio.sleep(0.05)
+        waited += 0.05
+    health = engine.health()
+    assert not health.ready and health.failed, health
+    assert "Stage-1 has no live replica" in health.detail
+    assert len(omni.requests) == sent  # seen without a request failing first
+    await engine.close()

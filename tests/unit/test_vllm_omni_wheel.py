@@ -68,6 +68,28 @@ def calls_to(scope: ast.AST, attribute: str) -> list[ast.Call]:
     ]
 
 
+def test_a_dead_stage_is_seen_only_by_the_health_check_the_engine_asks_as_the_stand_in_mirrors(wheel: Wheel) -> None:
+    """The omni engine watches AsyncOmni.check_health (tests/fakes/vllm_omni_0_30.py `kill_stage` mirrors this)."""
+    base = class_def(wheel.tree("entrypoints/omni_base.py"), "OmniBase")
+    # `errored` is the orchestrator thread's death alone: a stage that lost its last process leaves it false...
+    assert ast.unparse(function_def(base, "errored")).rstrip().endswith("return not self.engine.is_alive()")
+    # ...and check_health raises for it, naming the stage as the stand-in does
+    check = ast.unparse(function_def(base, "check_health"))
+    assert "raise EngineDeadError(f'Stage-{pool.stage_id} has no live replica')" in check
+    # AsyncOmni's is a coroutine without arguments over that one, as the engine awaits it
+    async_base = class_def(wheel.tree("entrypoints/async_omni_base.py"), "AsyncOmniBase")
+    asynchronous = function_def(async_base, "check_health")
+    assert isinstance(asynchronous, ast.AsyncFunctionDef) and [a.arg for a in asynchronous.args.args] == ["self"]
+    assert "OmniBase.check_health(self)" in ast.unparse(asynchronous)
+    # the orchestrator fails a request routed through the dead stage with a fatal error, which AsyncOmni raises as
+    # OmniEngineDeadError, an EngineDeadError (the class names the engine matches)
+    orchestrator = ast.unparse(wheel.tree("engine/orchestrator.py"))
+    assert "error=f'Stage-{stage_id} has no live replica'" in orchestrator and "fatal=True" in orchestrator
+    assert "raise OmniEngineDeadError(result.error" in ast.unparse(wheel.tree("entrypoints/async_omni_base.py"))
+    dead = class_def(wheel.tree("entrypoints/omni_base.py"), "OmniEngineDeadError")
+    assert [ast.unparse(b) for b in dead.bases] == ["EngineDeadError"]
+
+
 def test_the_service_plugin_is_installed_in_the_group_vllm_omni_runs_in_every_process(wheel: Wheel) -> None:
     from importlib.metadata import entry_points
 

@@ -80,6 +80,9 @@ DECODER_GRAPH_STATS_ENVIRONMENT = {
 
 
 PROFILED_STAGES = (0, 1)  # the talker (with its code predictor) and code2wav
+# How often a running engine's stages are asked whether each still has a live process (AsyncOmni.check_health, as
+# `vllm serve`'s /health asks it): readiness fails within this of a stage's death, inside the fleet's 5 s.
+STAGE_CHECK_INTERVAL_S = 0.5
 
 
 def profiler_overrides(overrides: dict[str, dict[str, object]] | None, profiler_dir: str | None) -> dict[str, Any]:
@@ -197,6 +200,7 @@ class OmniEngine:
         self._ready = False
         self._detail = "not started"
         self._failed = False  # died or never started: a restart is the only way back
+        self._watch: asyncio.Task[None] | None = None
         self._start_phases: dict[str, float] = {}  # seconds per phase, once started
         self._talker_batch, graph_cap = talker_limits(settings.deploy_config, settings.stage_overrides)
         if graph_cap is not None and graph_cap < self._talker_batch:
@@ -253,6 +257,7 @@ class OmniEngine:
         self._ready = True
         self._detail = "ready"
         self._start_phases = {"engine": engine_s, "warmup": warmup_s}
+        self._watch = asyncio.create_task(self._watch_stages(), name="omni-stage-watch")
         log.info("omni engine ready", extra={"total_s": round(time.perf_counter() - started, 1), "warmup_s": warmup_s})
 
     def start_phases(self) -> dict[str, float]:
@@ -330,9 +335,31 @@ class OmniEngine:
     async def _warm_up(self) -> None:
         await warm_up(self._model, self.warmup_batch_sizes(), lambda job: self.synthesize(job, warming=True), "omni")
 
+    async def _watch_stages(self) -> None:
+        """vllm-omni 0.30 keeps its engine up when a stage's last process dies: its orchestrator evicts the process,
+        fails the requests routed through that stage, and `errored` stays false (it means the orchestrator thread
+        died); only `check_health` says that a stage has no live process left. Asked twice a second, so that a
+        replica whose code2wav died leaves the pool at once instead of failing each request sent to it."""
+        while self._ready:
+            await asyncio.sleep(STAGE_CHECK_INTERVAL_S)
+            try:
+                await self._omni.check_health()
+            except Exception as exc:
+                if not _is_engine_dead(exc):
+                    log.warning("vllm-omni's health check failed", extra={"error": repr(exc)})
+                    continue
+                if self._ready:
+                    log.error("a vllm-omni stage died", extra={"error": str(exc)})
+                self._died(f"the vllm-omni engine died: {exc}")
+                return
+
     async def close(self) -> None:
         self._ready = False
         self._detail = "closed"
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(BaseException):
+                await self._watch
         try:
             if self._omni is not None:
                 await asyncio.to_thread(self._omni.shutdown)
