@@ -37,6 +37,9 @@ USAGE_HEADERS = (
 )
 # what a browser's script may read of a whole file's answer (CORS exposes them)
 WHOLE_FILE_HEADERS = ("X-Word-Timestamps", "X-Word-Timestamps-Omitted", *USAGE_HEADERS)
+# A stream's bytes are for a listener now: nothing between here and the client may hold them back to send more at once
+# (nginx buffers a proxied answer unless told otherwise; a fleet's HAProxy is told in its own configuration)
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 _AUDIO_RESPONSES = {
     200: {
@@ -138,6 +141,8 @@ async def speech_response(
             sse_events(audio, request_id),
             audio,
             media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            headers=STREAM_HEADERS,
         )
-    return SpeechResponse(audio_body(audio), audio, media_type=CONTENT_TYPES[output.response_format])
+    return SpeechResponse(
+        audio_body(audio), audio, media_type=CONTENT_TYPES[output.response_format], headers=STREAM_HEADERS
+    )

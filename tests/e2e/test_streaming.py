@@ -36,6 +36,7 @@ def test_openai_sdk_streams_intelligible_speech(server: RunningServer) -> None:
         model="tts-1", voice="alloy", input=text, response_format="wav"
     ) as response:
         assert response.headers["content-type"] == "audio/wav"
+        assert response.headers["x-accel-buffering"] == "no"  # a proxy in front (nginx) passes each chunk on at once
         chunks.extend(response.iter_bytes())
     assert len(chunks) >= 1
     audio = decode(b"".join(chunks), "wav")
@@ -117,6 +118,7 @@ def test_sse_event_sequence_and_usage(server: RunningServer, response_format: st
     )
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["x-accel-buffering"] == "no"
     events = parse_sse(response.content)
     types = [e["type"] for e in events]
     assert types[-1] == "speech.audio.done"
