@@ -211,6 +211,7 @@ def restarts_under_load(
             fleet.run("restart", str(index), timeout=restart_timeout)
         before = [served(fleet, i) for i in range(fleet.replicas)]
         time.sleep(2.0)
+    print(f"replicas {which} restarted under load: {dict(load.outcomes)}")  # every request counted (pytest -s)
     assert not load.failures, load.failures[:5]
     assert load.outcomes["ok"] > least_ok, load.outcomes
     after = [served(fleet, i) for i in range(fleet.replicas)]
@@ -255,6 +256,7 @@ def kill_under_load(fleet: Fleet, restart_timeout: float = 300, extra: dict[str,
             finally:
                 response.close()
     client.close()
+    print(f"replica {victim} killed: held {outcomes}; steady load {dict(load.outcomes)}, {load.failures}")
     to = routed(fleet)
     cut = {request_id for request_id, (how, _) in outcomes.items() if how == "cut"}
     assert cut and cut == {request_id for request_id in outcomes if to.get(request_id) == f"r{victim}"}, (outcomes, to)
