@@ -9,9 +9,9 @@ written by `speech-make-model-dir`.
 (8 s of audio), in code2wav's windows of 1, 25, 25, 25 and 24 frames, one every 250 ms. `--orchestrator-busy-ms 3`
 adds what AsyncOmni's orchestrator thread does to this process: 3 ms of GIL-holding Python work every 20 ms
 (`--orchestrator-period-ms`) while requests run. SIGUSR1 kills its engine's code2wav stage as vllm-omni 0.30 meets a
-stage process's death (`kill_stage`): the requests in flight fail and every later one too, and only the engine's
-health check says so. With `--stage-process` it also runs a stand-in of vllm-omni's code2wav stage process (a
-child whose command line carries the title vllm-omni 0.30 gives that process,
+stage process's death (`kill_stage`): the requests in flight fail and every later one too, and with none in flight
+only the engine's health check says so. With `--stage-process` it also runs a stand-in of vllm-omni's code2wav stage
+process (a child whose command line carries the title vllm-omni 0.30 gives that process,
 `StageEngineCoreProc_stage1_replica0_DP0`): killing it kills the stage the same way, as `deploy/fleet/fleet.sh
 kill-stage` does on a GPU host.
 """

@@ -12,10 +12,11 @@ vllm-omni cannot run on the CPU machines where CI runs; these mirror, field for 
   output_modalities, arrival_time, ...)` as an async generator whose early close aborts the request, `abort` (by the
   caller's request id: 0.30 adds a suffix of its own internally and maps it back), `start_profile(profile_prefix,
   stages)` / `stop_profile(stages)` (recorded in `profiles`), `shutdown`, `errored`, `check_health`.
-  A stage's last process dying (`kill_stage`) is what 0.30's orchestrator makes of it (`engine/orchestrator.py`
-  `_handle_dead_replica`): the process is evicted, the requests in flight and every later one fail with
-  `OmniEngineDeadError("Stage-N has no live replica")`, `errored` stays false (it means the orchestrator thread died,
-  `entrypoints/omni_base.py`), and only `check_health` raises `EngineDeadError` for it.
+  A stage's last process dying (`kill_stage`) is what 0.30's orchestrator makes of it (`engine/orchestrator.py`): the
+  process is evicted and the requests in flight fail with the process's own error (`_handle_dead_replica`), every
+  later one with "Stage-N has no live replica" (`_fail_request_dead_stage`), both raised by AsyncOmni as
+  `OmniEngineDeadError`; `errored` stays false (it means the orchestrator thread died, `entrypoints/omni_base.py`),
+  and `check_health` raises `EngineDeadError` for the dead stage.
   AsyncOmni's orchestrator is a Python thread of the caller's process, holding the GIL while it handles the stages'
   outputs; `orchestrator_busy_ms` every `orchestrator_period_ms` while requests run models that load. Audio follows
   code2wav's windows (`vllm_omni/model_executor/stage_input_processors/qwen3_tts.py`): 1 frame (or the request's
@@ -198,6 +199,8 @@ class FakeAsyncOmni:
         self.finished: list[str] = []
         self.errored = False
         self.dead_stage: int | None = None  # a stage whose last process died (kill_stage)
+        self.health_checks = 0
+        self.health_check_error: Exception | None = None  # a check that fails for another reason than a death
         self.die_on_request = False
         self.shut_down = False
         self.step_delay_s = 0.0
@@ -243,7 +246,8 @@ class FakeAsyncOmni:
         if self.die_on_request:
             self.errored = True
             raise EngineDeadError("EngineCore encountered an issue")
-        self._raise_if_a_stage_died()
+        if self.dead_stage is not None:  # dispatched to a stage with no live process
+            raise OmniEngineDeadError(f"Stage-{self.dead_stage} has no live replica")
         if self.orchestrator_busy_ms and self._orchestrator is None:
             self._orchestrator = threading.Thread(target=self._orchestrate, name="orchestrator", daemon=True)
             self._orchestrator.start()
@@ -271,7 +275,8 @@ class FakeAsyncOmni:
                         await asyncio.sleep(self.step_delay_s)
                     if self.errored:  # the orchestrator died: every request in flight fails, as vLLM's do
                         raise EngineDeadError("EngineCore encountered an issue")
-                    self._raise_if_a_stage_died()
+                    if self.dead_stage is not None:  # in flight on the process that died: its own error
+                        raise OmniEngineDeadError("EngineCore encountered an issue")
                     yield self._output(request_id, emitted, last)
                 except GeneratorExit:
                     self.aborted.append(request_id)
@@ -303,12 +308,11 @@ class FakeAsyncOmni:
         """A stage's only process died (code2wav's, by default): evicted, as 0.30's orchestrator does."""
         self.dead_stage = stage_id
 
-    def _raise_if_a_stage_died(self) -> None:
-        if self.dead_stage is not None:
-            raise OmniEngineDeadError(f"Stage-{self.dead_stage} has no live replica")
-
     async def check_health(self) -> None:
         """AsyncOmni's: the orchestrator thread alive, and every stage with a live process."""
+        self.health_checks += 1
+        if self.health_check_error is not None:
+            raise self.health_check_error
         if self.errored:
             raise EngineDeadError("Orchestrator process is not alive")
         if self.dead_stage is not None:

@@ -6,8 +6,9 @@ WebSocket, as tests/e2e/test_fleet.py runs them on a CPU fleet.
 SPEECH_GPU_FLEET_WORK: the fleet's WORK folder (its pid files and logs); the tests skip without it.
 SPEECH_GPU_FLEET_RESTARTS=0: the replicas restarted in turn under load (comma-separated; all of them is the rolling
 restart, each restart an omni replica's whole start); SPEECH_GPU_FLEET_RESTART_S=900: how long one restart may take.
-SPEECH_GPU_FLEET_BODY='{"max_new_tokens": 100}': fields every drill request carries (JSON). A fleet on random weights
-with SPEECH_OMNI__FIXED_LENGTH=true needs a length: without one each request runs to the talker's cap, minutes long.
+SPEECH_GPU_FLEET_BODY='{"max_new_tokens": 100}': fields (a JSON object) for the drills' steady load and the requests
+sent while a replica is out; the long streams the kill drill holds half read go without them. A fleet on random
+weights with SPEECH_OMNI__FIXED_LENGTH=true needs a length: without one each request runs to the talker's cap.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tests.support.fleet import Fleet, kill_under_load, restarts_under_load, sta
 
 RESTART_S = float(os.environ.get("SPEECH_GPU_FLEET_RESTART_S", "900"))
 EXTRA: dict[str, object] = json.loads(os.environ.get("SPEECH_GPU_FLEET_BODY", "{}"))
+assert isinstance(EXTRA, dict), f"SPEECH_GPU_FLEET_BODY is not a JSON object: {EXTRA!r}"
 
 
 @pytest.fixture(scope="module")

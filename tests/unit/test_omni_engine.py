@@ -19,7 +19,12 @@ import yaml
 from app.engine_protocol import EngineUnavailable, SynthesisJob, TaskType, UnsupportedParameter
 from app.engines import omni_engine
 from app.engines.omni.codec_windows import CodecWindows
-from app.engines.omni.engine import DECODER_GRAPH_STATS_ENVIRONMENT, OmniEngine, profiler_overrides
+from app.engines.omni.engine import (
+    DECODER_GRAPH_STATS_ENVIRONMENT,
+    STAGE_CHECK_INTERVAL_S,
+    OmniEngine,
+    profiler_overrides,
+)
 from app.engines.omni.requests import AudioOutputReader, additional_information, sampling_params_for
 from app.engines.omni.stage_plugins import model_registration
 from app.engines.qwen3_tts import Qwen3TTSModel, check_job, input_tokens, warmup_job
@@ -778,3 +783,23 @@ async def test_a_stage_that_dies_while_nothing_runs_fails_readiness_without_a_re
     assert "Stage-1 has no live replica" in health.detail
     assert len(omni.requests) == sent  # seen without a request failing first
     await engine.close()
+
+
+async def test_the_stage_watch_takes_no_other_failure_for_a_death_and_ends_with_the_engine(
+    custom_voice_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni)
+    await engine.start()
+    omni.health_check_error = RuntimeError("a check that could not run")
+    seen, waited = omni.health_checks, 0.0
+    while omni.health_checks < seen + 3 and waited < 30:  # three failed checks (a busy machine makes them later)
+        await asyncio.sleep(0.05)
+        waited += 0.05
+    assert omni.health_checks >= seen + 3
+    assert engine.health().ready  # not a death
+    assert sum("health check failed" in r.getMessage() for r in caplog.records) == 1  # logged once, not each time
+    await engine.close()
+    after = omni.health_checks
+    await asyncio.sleep(3 * STAGE_CHECK_INTERVAL_S)
+    assert omni.health_checks == after  # the watch ended with the engine

@@ -81,10 +81,18 @@ def test_a_dead_stage_is_seen_only_by_the_health_check_the_engine_asks_as_the_st
     asynchronous = function_def(async_base, "check_health")
     assert isinstance(asynchronous, ast.AsyncFunctionDef) and [a.arg for a in asynchronous.args.args] == ["self"]
     assert "OmniBase.check_health(self)" in ast.unparse(asynchronous)
-    # the orchestrator fails a request routed through the dead stage with a fatal error, which AsyncOmni raises as
-    # OmniEngineDeadError, an EngineDeadError (the class names the engine matches)
-    orchestrator = ast.unparse(wheel.tree("engine/orchestrator.py"))
-    assert "error=f'Stage-{stage_id} has no live replica'" in orchestrator and "fatal=True" in orchestrator
+    # AsyncOmni keeps both as its bases define them
+    async_omni = class_def(wheel.tree("entrypoints/async_omni.py"), "AsyncOmni")
+    assert not {"check_health", "errored"} & {n.name for n in async_omni.body if isinstance(n, FunctionNode)}
+    # the orchestrator fails the requests in flight on the dead process with its error, and those dispatched later
+    # with the stage's name, each as a fatal error message...
+    orchestrator = class_def(wheel.tree("engine/orchestrator.py"), "OrchestratorBase")
+    in_flight = ast.unparse(function_def(orchestrator, "_handle_dead_replica"))
+    assert "pool.evict_replica(replica_id)" in in_flight
+    assert "ErrorMessage(error=str(error), fatal=True" in in_flight
+    later = ast.unparse(function_def(orchestrator, "_fail_request_dead_stage"))
+    assert "ErrorMessage(error=f'Stage-{stage_id} has no live replica', fatal=True" in later
+    # ...which AsyncOmni raises as OmniEngineDeadError, an EngineDeadError (the class names the engine matches)
     assert "raise OmniEngineDeadError(result.error" in ast.unparse(wheel.tree("entrypoints/async_omni_base.py"))
     dead = class_def(wheel.tree("entrypoints/omni_base.py"), "OmniEngineDeadError")
     assert [ast.unparse(b) for b in dead.bases] == ["EngineDeadError"]

@@ -338,20 +338,27 @@ class OmniEngine:
     async def _watch_stages(self) -> None:
         """vllm-omni 0.30 keeps its engine up when a stage's last process dies: its orchestrator evicts the process,
         fails the requests routed through that stage, and `errored` stays false (it means the orchestrator thread
-        died); only `check_health` says that a stage has no live process left. Asked twice a second, so that a
-        replica whose code2wav died leaves the pool at once instead of failing each request sent to it."""
-        while self._ready:
+        died). With no request in flight to fail, only `check_health` says that a stage has no live process left.
+        Asked twice a second, so that a replica whose code2wav died leaves the pool at once instead of refusing each
+        request sent to it. Any other failure of the check is logged once (until it passes again) and not taken for
+        a death."""
+        failing = False
+        while True:
             await asyncio.sleep(STAGE_CHECK_INTERVAL_S)
+            if not self._ready:
+                return  # closed, or already dead by a request that failed
             try:
                 await self._omni.check_health()
             except Exception as exc:
-                if not _is_engine_dead(exc):
-                    log.warning("vllm-omni's health check failed", extra={"error": repr(exc)})
-                    continue
-                if self._ready:
+                if _is_engine_dead(exc):
                     log.error("a vllm-omni stage died", extra={"error": str(exc)})
-                self._died(f"the vllm-omni engine died: {exc}")
-                return
+                    self._died(f"the vllm-omni engine died: {exc}")
+                    return
+                if not failing:
+                    log.warning("vllm-omni's health check failed", extra={"error": repr(exc)})
+                failing = True
+            else:
+                failing = False
 
     async def close(self) -> None:
         self._ready = False
