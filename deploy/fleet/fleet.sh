@@ -9,7 +9,7 @@
 #   deploy/fleet/fleet.sh kill I             SIGKILL replica I (a crash: the streams it holds are cut)
 #   deploy/fleet/fleet.sh kill-stage I [P]   SIGKILL the processes under replica I whose command line holds P (default
 #                                            StageEngineCoreProc_stage1: vllm-omni 0.30's code2wav stage process, titled
-#                                            VLLM::StageEngineCoreProc_stage1_...): the engine dies inside a running replica
+#                                            VLLM::StageEngineCoreProc_stage1_...): its replica leaves the pool
 #   deploy/fleet/fleet.sh status             each replica's state, and HAProxy's
 #   deploy/fleet/fleet.sh stop               stop HAProxy and every replica (each drains first)
 #
