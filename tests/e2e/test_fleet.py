@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -19,15 +18,13 @@ import pytest
 
 from app.tools.qwen3_tts_model_dir import write_model_dir
 from tests.support.fleet import (
-    FLEET,
     ROOT,
     Fleet,
-    ensure_haproxy,
-    free_ports,
     kill_under_load,
     restarts_under_load,
     routed,
     stage_killed,
+    started_fleet,
 )
 from tests.support.server import free_port
 from tests.support.wav import pcm_wav
@@ -37,26 +34,13 @@ REPLICAS = 3
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    haproxy = ensure_haproxy()
     work = tmp_path_factory.mktemp("fleet")
-    front, stats = free_port(), free_port()
-    env = {
-        **os.environ,
-        "REPLICAS": str(REPLICAS),
-        "FRONT": f"127.0.0.1:{front}",
-        "STATS": f"127.0.0.1:{stats}",
-        "BASE_PORT": str(free_ports(REPLICAS)),
-        "WORK": str(work),
-        "SPEECH_SERVER": str(Path(sys.executable).parent / "speech-server"),
-        "HAPROXY": haproxy,
-        "PYTHON": sys.executable,
+    settings = {
         "SPEECH_VOICE_STORE": str(work / "voices"),  # one store for the fleet
         "SPEECH_MAX_CONCURRENCY": "8",  # room for the streams a test holds half read beside the steady load
     }
-    running = Fleet(f"http://127.0.0.1:{front}", env, work)
-    running.run("start")
-    yield running
-    subprocess.run([str(FLEET), "stop"], env=env, capture_output=True, timeout=120, cwd=ROOT)
+    with started_fleet(work, REPLICAS, Path(sys.executable).parent / "speech-server", settings) as running:
+        yield running
 
 
 def test_a_rolling_restart_under_load_fails_and_truncates_nothing(fleet: Fleet) -> None:
@@ -120,27 +104,15 @@ def cloning_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         f"cd {ROOT} && exec {sys.executable} -m tests.fakes.omni_server --stage-process\n"
     )
     server.chmod(0o755)
-    front, stats = free_port(), free_port()
-    env = {
-        **os.environ,
-        "REPLICAS": str(REPLICAS),
+    settings = {
         "ENGINE": "omni",
-        "FRONT": f"127.0.0.1:{front}",
-        "STATS": f"127.0.0.1:{stats}",
-        "BASE_PORT": str(free_ports(REPLICAS)),
-        "WORK": str(work),
-        "SPEECH_SERVER": str(server),
-        "HAPROXY": ensure_haproxy(),
-        "PYTHON": sys.executable,
         "SPEECH_VOICE_STORE": str(work / "voices"),
         "SPEECH_OMNI__MODEL": str(write_model_dir(work / "model", "base")),
         "SPEECH_OMNI__DEPLOY_CONFIG": "deploy/vllm-omni/voice-clone.yaml",
         "SPEECH_OMNI__WARMUP_BATCH_SIZES": "1",
     }
-    running = Fleet(f"http://127.0.0.1:{front}", env, work)
-    running.run("start")
-    yield running
-    subprocess.run([str(FLEET), "stop"], env=env, capture_output=True, timeout=120, cwd=ROOT)
+    with started_fleet(work, REPLICAS, server, settings) as running:
+        yield running
 
 
 def test_a_voice_registered_through_the_balancer_speaks_on_every_replica(cloning_fleet: Fleet) -> None:

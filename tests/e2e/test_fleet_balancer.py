@@ -4,18 +4,14 @@ once and the next a second later."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.fleet import FLEET, ROOT, Fleet, ensure_haproxy, free_ports
-from tests.support.server import free_port
+from tests.support.fleet import ROOT, Fleet, started_fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -26,22 +22,8 @@ def balancer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     replica = work / "paced-replica"
     replica.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{ROOT}/tests/support/paced_replica.py" "$@"\n')
     replica.chmod(0o755)
-    front = free_port()
-    env = {
-        **os.environ,
-        "REPLICAS": "1",
-        "FRONT": f"127.0.0.1:{front}",
-        "STATS": f"127.0.0.1:{free_port()}",
-        "BASE_PORT": str(free_ports(1)),
-        "WORK": str(work),
-        "SPEECH_SERVER": str(replica),
-        "HAPROXY": ensure_haproxy(),
-        "PYTHON": sys.executable,
-    }
-    running = Fleet(f"http://127.0.0.1:{front}", env, Path(work))
-    running.run("start")
-    yield running
-    subprocess.run([str(FLEET), "stop"], env=env, capture_output=True, timeout=60, cwd=ROOT)
+    with started_fleet(work, 1, replica, {}) as running:
+        yield running
 
 
 def first_window_ms(url: str) -> float:

@@ -12,10 +12,12 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,6 +88,31 @@ class Fleet:
 
     def replica_log(self, index: int) -> str:
         return (self.work / f"replica-{index}.log").read_text(errors="replace")
+
+
+@contextmanager
+def started_fleet(work: Path, replicas: int, server: str | Path, settings: dict[str, str]) -> Iterator[Fleet]:
+    """`fleet.sh start`: `replicas` of `server` (what fleet.sh runs as SPEECH_SERVER) behind Debian's HAProxy on free
+    loopback ports, with `settings` in every replica's environment; `fleet.sh stop` after."""
+    front = free_port()
+    env = {
+        **os.environ,
+        "REPLICAS": str(replicas),
+        "FRONT": f"127.0.0.1:{front}",
+        "STATS": f"127.0.0.1:{free_port()}",
+        "BASE_PORT": str(free_ports(replicas)),
+        "WORK": str(work),
+        "SPEECH_SERVER": str(server),
+        "HAPROXY": ensure_haproxy(),
+        "PYTHON": sys.executable,
+        **settings,
+    }
+    running = Fleet(f"http://127.0.0.1:{front}", env, work)
+    running.run("start")
+    try:
+        yield running
+    finally:
+        subprocess.run([str(FLEET), "stop"], env=env, capture_output=True, timeout=120, cwd=ROOT)
 
 
 @dataclass
