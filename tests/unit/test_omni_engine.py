@@ -41,6 +41,7 @@ from tests.fakes.vllm_omni_0_30 import (
     tokens_input,
 )
 from tests.support.jobs import job, reference
+from tests.support.waiting import until
 
 # -- the model's description -----------------------------------------------------------------------------------------
 
@@ -774,10 +775,7 @@ async def test_a_stage_that_dies_while_nothing_runs_fails_readiness_without_a_re
     sent = len(omni.requests)
     omni.kill_stage(1)
     assert not omni.errored  # as 0.30: the orchestrator lives on
-    waited = 0.0
-    while engine.health().ready and waited < 30:
-        await asyncio.sleep(0.05)
-        waited += 0.05
+    await until(lambda: not engine.health().ready, timeout_s=30)
     health = engine.health()
     assert not health.ready and health.failed, health
     assert "Stage-1 has no live replica" in health.detail
@@ -792,11 +790,8 @@ async def test_the_stage_watch_takes_no_other_failure_for_a_death_and_ends_with_
     engine = make_engine(custom_voice_dir, omni)
     await engine.start()
     omni.health_check_error = RuntimeError("a check that could not run")
-    seen, waited = omni.health_checks, 0.0
-    while omni.health_checks < seen + 3 and waited < 30:  # three failed checks (a busy machine makes them later)
-        await asyncio.sleep(0.05)
-        waited += 0.05
-    assert omni.health_checks >= seen + 3
+    seen = omni.health_checks
+    await until(lambda: omni.health_checks >= seen + 3, timeout_s=30)  # three failed checks, however late they come
     assert engine.health().ready  # not a death
     assert sum("health check failed" in r.getMessage() for r in caplog.records) == 1  # logged once, not each time
     await engine.close()

@@ -34,6 +34,7 @@ from app.speech.utterances import Sentence, StreamedSpeech, UtteranceEnd
 from app.text.words import WordTiming
 from app.voice_store import VoiceStore
 from app.voices import VoiceCatalog
+from tests.support.waiting import until
 
 RATE = 24_000
 SENTENCE_IDLE_S = 0.5
@@ -167,14 +168,6 @@ def queued(speech: StreamedSpeech) -> list[str | int]:
     while not speech.queue.empty():
         items.append(speech.queue.get_nowait())
     return [item.text if isinstance(item, Sentence) else item.sentences for item in items]
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    for _ in range(int(timeout_s / 0.005)):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise TimeoutError
 
 
 def sample(name: str, labels: dict[str, str]) -> float:
