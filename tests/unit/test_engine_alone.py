@@ -17,6 +17,7 @@ from loadtest.engine_alone import AloneEngine, default_texts
 from tests.fakes.vllm_omni_0_30 import SAMPLES_PER_FRAME, WordTokenizer, estimate_prompt_len
 from tests.support.engine_alone import FRAMES, PROFILE, alone, control, fake_helpers, fixed_length_omni, wait_ready
 from tests.support.server import free_port
+from tests.support.waiting import until
 
 
 @pytest.fixture(scope="module")
@@ -208,10 +209,7 @@ async def test_a_failed_start_is_reported(model_dir: Path) -> None:
     failures: list[bool] = []
     engine = AloneEngine(str(model_dir), PROFILE, omni_factory=broken, helpers=fake_helpers)
     async with control(engine, [], on_failure=lambda: failures.append(True)) as url, httpx.AsyncClient() as client:
-        for _ in range(200):
-            if failures:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: bool(failures), timeout_s=2)
         response = await client.get(f"{url}/ready")
     assert failures == [True]
     assert response.status_code == 503 and response.json() == {"status": "failed to start: no GPU"}

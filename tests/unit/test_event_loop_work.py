@@ -4,7 +4,6 @@ could be done once, and the garbage collector traversing the startup heap."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import concurrent.futures
 import functools
@@ -26,6 +25,7 @@ from tests.fakes.vllm_omni_0_30 import (
     estimate_prompt_len,
     tokens_input,
 )
+from tests.support.waiting import until
 from tests.support.wav import tone_wav
 from tests.unit.test_omni_engine import make_engine, service_settings
 
@@ -177,9 +177,6 @@ async def test_the_startup_heap_is_frozen_once_the_engine_is_ready(custom_voice_
     app = create_app(service_settings(engine), engine=engine)
     assert gc.get_freeze_count() == 0
     async with app.router.lifespan_context(app):
-        for _ in range(500):
-            if engine.health().ready:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: engine.health().ready, timeout_s=5)
         assert engine.health().ready  # seen by another task: the start task's step that made it ready has ended
         assert gc.get_freeze_count() > 10_000  # the libraries' objects, and the engine's
