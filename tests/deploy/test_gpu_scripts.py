@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 
@@ -1331,6 +1332,29 @@ def test_ttfa_phases_splits_each_bench_run_into_its_first_wave_and_the_rest() ->
     assert report[2].startswith("c=8 first wave (8): ttfa 202.0/202.0") and "engine 200.0/200.0" in report[2]
     assert report[3].startswith("c=8 later waves (16): ttfa 102.0/102.0")
     assert len(report) == 4
+
+
+def test_ttfa_phases_shows_when_each_burst_got_its_first_chunks_in_clusters() -> None:
+    """--waves: requests arriving within 50 ms of one another make a burst (any client's request ids); each request
+    arrived e2e_s before its log line's timestamp; first chunks less than 5 ms apart are one cluster, count@ms after
+    the burst's first arrival; a burst smaller than asked, a request without a first chunk and other lines are left
+    out."""
+    module = load_gpu_script("ttfa_phases")
+
+    def line(arrived_ms: float, first_chunk_ms: float, e2e_ms: float = 2000.0) -> str:
+        ended = datetime(2026, 11, 28, 12, 0, 0, tzinfo=UTC) + timedelta(milliseconds=arrived_ms + e2e_ms)
+        record = {"ts": ended.isoformat().replace("+00:00", "Z"), "message": "speech request", "e2e_s": e2e_ms / 1000}
+        return json.dumps({**record, "timeline_s": {"first_chunk": first_chunk_ms / 1000}})
+
+    burst = [line(0, 60)] + [line(2 + n, 240 - (2 + n) + (n % 2)) for n in range(8)]  # 1 alone, then 8 at 240-241
+    burst += [line(10 + n, 470 - (10 + n) + 12 * (n // 8)) for n in range(16)]  # 8 at 470, 8 at 482: two clusters
+    later = [line(5000 + 30 * n, 100) for n in range(3)]  # 3 requests 30 ms apart: a burst of 3
+    lonely = [line(9000, 50)]
+    noise = ["not json", json.dumps({"message": "speech request", "ts": "2026-11-28T12:00:00Z", "e2e_s": 1.0})]
+    report = module.waves(list(reversed(burst)) + later + noise + lonely, 3)  # the log's order is the order they ended
+    assert report[0] == "25 requests, arrived over 25 ms; first chunks (count@ms): 1@60 8@240-241 8@470 8@482"
+    assert report[1] == "3 requests, arrived over 60 ms; first chunks (count@ms): 1@100 1@130 1@160"
+    assert len(report) == 2
 
 
 def test_every_sweep_of_the_default_targets_is_one_the_load_tool_accepts(tmp_path: Path) -> None:
