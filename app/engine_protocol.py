@@ -178,6 +178,14 @@ class Profiles(Protocol):
 
 
 @runtime_checkable
+class RecordsTimelines(Protocol):
+    """A profiling engine whose processes can also record, without the PyTorch profiler, when each request passed each
+    of their steps (a request timeline): written under the run's folder, stopped by `stop_profile`."""
+
+    async def start_timeline(self, run_id: str) -> str: ...  # the folder this run's timeline goes to
+
+
+@runtime_checkable
 class SpeechEngine(Protocol):
     """A speech engine. `start` loads and warms it; `synthesize` streams audio for one job."""
 

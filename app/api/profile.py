@@ -1,5 +1,7 @@
 """The GPU engine's PyTorch profiler, on request: served only where `SPEECH_PROFILER_DIR` is set, behind the API
-keys. A run is started, some load is sent, the run is stopped; the engine's processes write the traces."""
+keys. A run is started, some load is sent, the run is stopped; the engine's processes write the traces. A run can
+instead record the request timeline (`timeline`: when each request passed each of the engine's steps, where the engine
+records one), which costs the requests far less than the profiler."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from app.api.dependencies import get_engine
 from app.api.errors import SERVER_ERROR, ApiError, error_responses, to_api_error
-from app.engine_protocol import EngineUnavailable, Profiles, SpeechEngine, profiled
+from app.engine_protocol import EngineUnavailable, Profiles, RecordsTimelines, SpeechEngine, profiled
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -29,6 +31,11 @@ class ProfileStart(BaseModel):
         description="Names the run's folder of traces (a letter or digit, then letters, digits, '.', '_', '-'); "
         "default: run_<date>_<time>.",
     )
+    timeline: bool = Field(
+        False,
+        description="Record the request timeline instead of the PyTorch profiler: when each request passed each of "
+        "the engine's steps (the sglang engine: sglang-omni's request events, one JSON line each).",
+    )
 
 
 class ProfileStop(BaseModel):
@@ -43,6 +50,8 @@ async def _on_profiler(engine: SpeechEngine, call: Callable[[Profiles], Awaitabl
         raise ApiError(400, f"The {engine.name} engine has no profiler.", code="unsupported_engine")
     try:
         return await call(profiler)
+    except ApiError:
+        raise
     except EngineUnavailable as exc:
         raise to_api_error(exc) from exc
     except Exception as exc:
@@ -50,13 +59,22 @@ async def _on_profiler(engine: SpeechEngine, call: Callable[[Profiles], Awaitabl
         raise ApiError(500, f"The engine's profiler failed: {exc}", type=SERVER_ERROR, code="profiler_failed") from exc
 
 
+def _timeline(engine: SpeechEngine, profiler: Profiles) -> RecordsTimelines:
+    if not isinstance(profiler, RecordsTimelines):
+        raise ApiError(400, f"The {engine.name} engine records no request timeline.", param="timeline")
+    return profiler
+
+
 @router.post("/start", responses=error_responses(400, 401, 503))
 async def start_profile(
     engine: Annotated[SpeechEngine, Depends(get_engine)], run: Annotated[ProfileStart | None, Body()] = None
 ) -> dict[str, Any]:
-    run_id = (run or ProfileStart()).run_id
-    traces = await _on_profiler(engine, lambda profiler: profiler.start_profile(run_id))
-    return {"run_id": run_id, "traces": traces}
+    run = run or ProfileStart()
+    if run.timeline:
+        traces = await _on_profiler(engine, lambda profiler: _timeline(engine, profiler).start_timeline(run.run_id))
+    else:
+        traces = await _on_profiler(engine, lambda profiler: profiler.start_profile(run.run_id))
+    return {"run_id": run.run_id, "traces": traces}
 
 
 @router.post("/stop", responses=error_responses(400, 401, 503))

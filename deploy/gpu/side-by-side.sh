@@ -117,6 +117,8 @@
 #                                   in $PROFILER_DIR/<target> (the service: SPEECH_PROFILER_DIR and its
 #                                   /admin/profile routes; vllm serve: both stages' profiler_config in its copy, its
 #                                   /start_profile; sgl-omni serve: SGLANG_TORCH_PROFILER_DIR, its /start_profile)
+#   TIMELINE=""                     profile: 1 records the request timeline instead, on the service's targets that
+#                                   keep one ({"timeline": true}; sgl-omni serve: its /start_request_profile), no trace
 #   UNIQUE_TEXTS=1                  speech-loadtest --unique-texts: no prompt twice on a server, so that a server
 #                                   caching prompt prefixes (sglang-omni) meets new text as the others do; 0: the
 #                                   shipped texts as they are (as every run up to 2026-11-27's three-way sent them)
@@ -188,6 +190,7 @@ PLAYBACK_BUFFER_MS=${PLAYBACK_BUFFER_MS:-0}
 UNIQUE_TEXTS=${UNIQUE_TEXTS:-1}
 PARALLEL=${PARALLEL:-0}
 PROFILER_DIR=${PROFILER_DIR:-}
+TIMELINE=${TIMELINE:-}
 LOADTEST_ARGS=${LOADTEST_ARGS:-}
 # vllm-omni's server streams raw pcm only when asked with the OpenAI field; this service accepts it too. With FRAMES
 # set to the longest utterance, '{"stream_format": "audio", "max_new_tokens": 101}' makes every server's requests
@@ -659,8 +662,11 @@ cmd_sweep_bench() {  # vllm-omni's own benchmark, each level against every targe
 profile_call() {  # $1 target, $2 start or stop, $3 the run's name: its profiler, through the server's own route
   local path body
   case $1 in
-    service*) path=/admin/profile/$2 body="{\"run_id\": \"$3\"}" ;;
-    sglang) path=/${2}_profile body="{\"run_id\": \"$3\"}" ;;  # its trace: $PROFILER_DIR/sglang/<run>/trace_pid*
+    service*) path=/admin/profile/$2 body="{\"run_id\": \"$3\"${TIMELINE:+, \"timeline\": true}}" ;;
+    sglang)  # its trace: $PROFILER_DIR/sglang/<run>/trace_pid*; its timeline: events_*.jsonl in that folder
+      if [ -n "$TIMELINE" ]; then
+        path=/${2}_request_profile body="{\"run_id\": \"$3\", \"event_dir\": \"$PROFILER_DIR/sglang/$3\"}"
+      else path=/${2}_profile body="{\"run_id\": \"$3\"}"; fi ;;
     vllm-omni | vllm-omni-b) path=/${2}_profile body='{"stages": [0, 1]}' ;;  # each stage's folder: <time>_stage<N>_*
     *) log "$1 has no profiler route"; return 1 ;;
   esac

@@ -524,6 +524,27 @@ def test_side_by_side_profiles_every_target_around_one_level_through_its_own_rou
         assert refused.returncode != 0, bad
 
 
+def test_side_by_side_records_request_timelines_instead_where_asked(tmp_path: Path) -> None:
+    """TIMELINE=1: the service's run asks for the request timeline and sgl-omni serve's goes to its request profile
+    (the events in the target's folder); a target that keeps no timeline (vllm serve) runs its profiler as before."""
+    env = profile_env(tmp_path, "service vllm-omni-b sglang", CONCURRENCY="32", REQUESTS="64", SWEEP_NAME="b")
+    done = subprocess.run(
+        [str(GPU / "side-by-side.sh"), "profile"], env={**env, "TIMELINE": "1"}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    events = tmp_path / "profiles" / "sglang" / "b"
+
+    def calls(action: str) -> list[str]:
+        return [
+            f'http://127.0.0.1:18000/admin/profile/{action} {{"run_id": "b", "timeline": true}}',
+            f'http://127.0.0.1:18005/{action}_profile {{"stages": [0, 1]}}',
+            f'http://127.0.0.1:18006/{action}_request_profile {{"run_id": "b", "event_dir": "{events}"}}',
+        ]
+
+    loaded = "loadtest c=32 warmup=--warmup 0"
+    assert (tmp_path / "calls").read_text().splitlines() == [*calls("start"), loaded, *calls("stop")]
+
+
 def test_side_by_side_stops_every_profiler_it_started_when_another_fails_to_start(tmp_path: Path) -> None:
     """A profiler that will not start ends the run before any load, and those already started are stopped: none is
     left recording. A target with no profiler route (`alone`) is left out, and said so."""

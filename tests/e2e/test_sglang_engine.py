@@ -403,3 +403,26 @@ def test_a_profile_run_through_the_admin_routes_leaves_the_pipelines_trace(custo
     assert sorted(path.name for path in profiles.iterdir()) == ["e2e-c1"]
     anyone = httpx.post(f"{custom.base_url}/admin/profile/stop", timeout=30)  # no body: whichever run is on
     assert anyone.status_code == 200 and anyone.json() == {"run_id": None, "stopped": True}
+
+
+def test_a_timeline_run_records_each_requests_events_without_the_profiler(custom: RunningServer) -> None:
+    """{"timeline": true}: sglang-omni's request events instead of the PyTorch profiler, from the pipeline's stages
+    and from the coordinator in the server's process, one JSON line each, in the run's folder; no trace."""
+    profiles = Path(custom.env["SPEECH_PROFILER_DIR"])
+    started = httpx.post(
+        f"{custom.base_url}/admin/profile/start", json={"run_id": "burst", "timeline": True}, timeout=30
+    )
+    assert started.status_code == 200 and started.json() == {"run_id": "burst", "traces": str(profiles / "burst")}
+    spoken = speech(custom, voice="vivian", response_format="pcm")
+    assert spoken.status_code == 200 and spoken.content
+    request_id = spoken.headers["x-request-id"]
+    stopped = httpx.post(f"{custom.base_url}/admin/profile/stop", json={"run_id": "burst"}, timeout=30)
+    assert stopped.status_code == 200
+    files = sorted((profiles / "burst").iterdir())
+    assert [path.name.split("_")[1] for path in files] == ["coordinator", "preprocessing"]  # no trace among them
+    events = [json.loads(line) for path in files for line in path.read_text().splitlines()]
+    mine = {(e["stage"], e["event_name"]) for e in events if e["request_id"].startswith(request_id)}
+    assert ("coordinator", "request_admission") in mine and ("vocoder", "stage_first_stream_chunk_sent") in mine
+    after = speech(custom, voice="vivian", response_format="pcm")  # the run stopped: nothing more recorded
+    assert after.status_code == 200
+    assert sum(len(path.read_text().splitlines()) for path in files) == len(events)

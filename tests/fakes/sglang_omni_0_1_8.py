@@ -13,7 +13,10 @@ against the pinned wheel's own source in tests/unit/test_sglang_omni_stand_in.py
 - `sglang_omni.utils.gpu_compat.apply_gpu_compat_env_defaults`;
 - `sglang_omni.profiler.profiler_control.ProfilerControlClient(stage_endpoints)`: `broadcast_start(run_id,
   trace_path_template, ...)`, `broadcast_stop(run_id)`, `close()`, on the runner's `stage_control_endpoints`; the
-  stand-in's pipeline writes `<template>_pid<PID>_rank0.trace.json` when a run stops, as the stage's profiler does.
+  stand-in's pipeline writes `<template>_pid<PID>_rank0.trace.json` when a run stops, as the stage's profiler does;
+  with an `event_dir` and `enable_torch=False`, the pipeline's request events instead (`events_<stage>_<pid>.jsonl`);
+- `sglang_omni.profiler.event_recorder.get_recorder()`: the process's `RequestEventRecorder` (`start(run_id,
+  event_dir, stage)`, `stop(run_id=)`, `is_active()`): a JSON line per request event while a run is on.
 
 What a Qwen3-TTS request yields is sglang-omni's (`models/qwen3_tts/streaming_vocoder.py`): float32 deltas at 24 kHz in
 windows of 1, 2, 4 frames then 8 each (or the `stream_chunk_ramp`, the steady `stream_followup_stride`, a request's
@@ -32,6 +35,7 @@ import contextlib
 import io
 import json
 import os
+import time
 import wave
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -188,6 +192,45 @@ def reference_seconds(reference: Mapping[str, Any]) -> float:
         return clip.getnframes() / clip.getframerate()
 
 
+class RequestEventRecorder:
+    """A process's request-event sink, as sglang-omni's: one JSON line per event in `events_<stage>_<pid>.jsonl` under
+    the run's directory while a run is on."""
+
+    def __init__(self) -> None:
+        self.run_id: str | None = None
+        self.fp: Any = None
+
+    def is_active(self) -> bool:
+        return self.fp is not None
+
+    def start(self, run_id: str, event_dir: str, stage: str) -> str:
+        self.stop()
+        directory = Path(event_dir).expanduser().resolve()
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"events_{stage}_{os.getpid()}.jsonl"
+        self.fp, self.run_id = path.open("a", buffering=1, encoding="utf-8"), run_id
+        return str(path)
+
+    def stop(self, *, run_id: str | None = None) -> str | None:
+        if self.fp is None or (run_id is not None and run_id != self.run_id):
+            return None
+        path, self.fp = self.fp.name, self.fp.close()
+        return str(path)
+
+    def emit(self, request_id: str, stage: str, event_name: str) -> None:
+        if self.fp is not None:
+            event = {"request_id": request_id, "stage": stage, "event_name": event_name, "run_id": self.run_id}
+            self.fp.write(json.dumps({**event, "timestamp_ns": time.time_ns(), "pid": os.getpid()}) + "\n")
+
+
+RECORDER = RequestEventRecorder()  # the service's process (the coordinator's)
+PIPELINE_RECORDER = RequestEventRecorder()  # the pipeline's process (its stages'), here in the same one
+
+
+def get_recorder() -> RequestEventRecorder:
+    return RECORDER
+
+
 class FakeCoordinator:
     def __init__(self, pipeline: FakePipeline) -> None:
         self.pipeline = pipeline
@@ -225,6 +268,7 @@ class FakeCoordinator:
         if len(self.requests) >= 128:
             raise QueueFullError(QueueFullError.MESSAGE)
         self.submitted.append((request_id, request))
+        RECORDER.emit(request_id, "coordinator", "request_admission")
         aborted = self.requests[request_id] = asyncio.Event()
         try:
             await asyncio.sleep(0)
@@ -238,7 +282,8 @@ class FakeCoordinator:
             ref_frames = int(np.ceil(reference_seconds(references[0]) * 12.5)) if in_context else 0
             first = request.extra_params.get("initial_codec_chunk_frames")
             rng = np.random.default_rng(len(self.submitted))
-            for size in windows(frames, self.pipeline.settings, first):
+            PIPELINE_RECORDER.emit(request_id, "tts_engine", "scheduler_queue_enter")
+            for index, size in enumerate(windows(frames, self.pipeline.settings, first)):
                 if self.step_delay_s:
                     await asyncio.sleep(self.step_delay_s)
                 else:
@@ -250,6 +295,8 @@ class FakeCoordinator:
                 audio = rng.uniform(-0.5, 0.5, size * SAMPLES_PER_FRAME).astype(np.float32)
                 chunk = GenerateChunk(request_id, stage_name="vocoder", modality="audio")
                 chunk.audio_data, chunk.sample_rate = audio, SAMPLE_RATE
+                if index == 0:
+                    PIPELINE_RECORDER.emit(request_id, "vocoder", "stage_first_stream_chunk_sent")
                 yield chunk
             usage = UsageInfo(ref_frames, frames, ref_frames + frames, 0.5)
             yield GenerateChunk(
@@ -432,11 +479,15 @@ class ProfilerControlClient:
     ) -> None:
         await self.start()
         self.sent.append(("start", run_id))
-        self._templates[run_id] = trace_path_template
+        if enable_torch:
+            self._templates[run_id] = trace_path_template
+        if event_dir:
+            PIPELINE_RECORDER.start(run_id, event_dir, "preprocessing")
 
     async def broadcast_stop(self, run_id: str | None = None, stages: list[str] | None = None) -> None:
         await self.start()
         self.sent.append(("stop", run_id))
+        PIPELINE_RECORDER.stop(run_id=run_id)
         for run in [run_id] if run_id is not None else list(self._templates):
             template = self._templates.pop(run, None)
             if template:
@@ -447,5 +498,5 @@ def runtime() -> SglangRuntime:
     """The stand-ins as the engine's runtime (the model's tokenizer: one token a word)."""
     return SglangRuntime(
         ConfigManager, MultiProcessPipelineRunner, Client, GenerateRequest, SamplingParams,
-        apply_gpu_compat_env_defaults, lambda model_dir: WordTokenizer(), ProfilerControlClient,
+        apply_gpu_compat_env_defaults, lambda model_dir: WordTokenizer(), ProfilerControlClient, get_recorder,
     )  # fmt: skip

@@ -764,6 +764,25 @@ async def test_a_profiler_directory_gives_both_stages_a_profiler_and_profiles_th
     await engine.close()
 
 
+async def test_a_timeline_run_is_refused_by_name_where_the_engine_records_none(
+    custom_voice_dir: Path, tmp_path: Path
+) -> None:
+    """vllm-omni 0.30 has no request-event timeline: {"timeline": true} is a 400 naming the field, and nothing starts
+    (a plain run still does)."""
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni, profiler_dir=str(tmp_path))
+    await engine.start()
+    app = create_app(service_settings(engine), engine=engine)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        refused = await client.post("/admin/profile/start", json={"run_id": "t", "timeline": True})
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["param"] == "timeline" and "omni engine" in refused.json()["error"]["message"]
+        assert omni.profiles == []
+        started = await client.post("/admin/profile/start", json={"run_id": "t"})
+        assert started.status_code == 200 and len(omni.profiles) == 2
+    await engine.close()
+
+
 async def test_a_stage_that_dies_while_nothing_runs_fails_readiness_without_a_request(custom_voice_dir: Path) -> None:
     """vllm-omni 0.30 evicts a stage's dead process and keeps `errored` false; on four H200s a replica whose code2wav
     process was killed stayed ready for as long as it was watched (45 s), its balancer sending it requests that it

@@ -343,6 +343,20 @@ def test_a_profile_run_is_controlled_as_the_wheels_profiler_control_does(wheel: 
     assert "ProfilerControlClient(mp_runner.stage_control_endpoints)" in ast.unparse(launcher)  # as serve does it
 
 
+def test_a_request_timeline_is_recorded_as_the_wheels_event_recorder_does(wheel: Wheel) -> None:
+    """A timeline run: the stages told with an event directory and no torch profiler, this process's recorder (the
+    coordinator's) started and stopped with the same calls `sgl-omni serve`'s /start_request_profile makes."""
+    tree = wheel.tree("profiler/event_recorder.py")
+    recorder = class_def(tree, "RequestEventRecorder")
+    for name in ("start", "stop", "is_active"):
+        assert_same_function(recorder, stand_in.RequestEventRecorder, name)
+    assert_same_function(tree, stand_in, "get_recorder")
+    launcher = ast.unparse(wheel.tree("serve/launcher.py"))
+    assert "from sglang_omni.profiler.event_recorder import get_recorder as _get_event_recorder" in launcher
+    assert "_get_event_recorder().start(run_id=run_id, event_dir=event_dir, stage='coordinator')" in launcher
+    assert "trace_path_template='', event_dir=event_dir, enable_torch=False" in launcher
+
+
 def test_gpu_compat_defaults_apply_with_no_argument_as_the_wheels_do(wheel: Wheel) -> None:
     tree = wheel.tree("utils/gpu_compat.py")
     assert_same_function(tree, stand_in, "apply_gpu_compat_env_defaults")

@@ -84,6 +84,7 @@ class SglangRuntime:
     apply_gpu_compat_env_defaults: Callable[[], Any]
     tokenizer: Callable[[str], Any]  # the model's text tokenizer, for usage: model dir -> tokenizer
     profiler_control: Any  # sglang_omni.profiler.profiler_control.ProfilerControlClient
+    event_recorder: Callable[[], Any]  # sglang_omni.profiler.event_recorder.get_recorder: this process's
 
 
 def compile_cache_environment(cache_dir: str) -> dict[str, str]:
@@ -107,6 +108,7 @@ def load_runtime() -> SglangRuntime:
     from sglang_omni.client import Client, GenerateRequest, SamplingParams
     from sglang_omni.config.manager import ConfigManager
     from sglang_omni.pipeline.mp_runner import MultiProcessPipelineRunner
+    from sglang_omni.profiler.event_recorder import get_recorder
     from sglang_omni.profiler.profiler_control import ProfilerControlClient
     from sglang_omni.utils.gpu_compat import apply_gpu_compat_env_defaults
     from transformers import AutoTokenizer
@@ -116,7 +118,7 @@ def load_runtime() -> SglangRuntime:
 
     return SglangRuntime(
         ConfigManager, MultiProcessPipelineRunner, Client, GenerateRequest, SamplingParams,
-        apply_gpu_compat_env_defaults, tokenizer, ProfilerControlClient,
+        apply_gpu_compat_env_defaults, tokenizer, ProfilerControlClient, get_recorder,
     )  # fmt: skip
 
 
@@ -230,10 +232,24 @@ class SglangEngine:
         await self._profiling().broadcast_start(run_id=run_id, trace_path_template=os.path.join(folder, "trace"))
         return folder
 
+    async def start_timeline(self, run_id: str) -> str:
+        """sglang-omni's request events instead of the PyTorch profiler, as `sgl-omni serve`'s /start_request_profile
+        records them: the pipeline's stages, and the coordinator in this process, each append
+        `events_<stage>_<pid>.jsonl` under `<profiler_dir>/<run_id>` until the run stops (`python -m
+        sglang_omni.profiler <folder> --format table` lays them out request by request)."""
+        folder = os.path.join(self._profiler_dir or "", run_id)
+        profiling = self._profiling()
+        assert self._runtime is not None  # a ready engine has its runtime
+        self._runtime.event_recorder().start(run_id=run_id, event_dir=folder, stage="coordinator")
+        await profiling.broadcast_start(run_id=run_id, trace_path_template="", event_dir=folder, enable_torch=False)
+        return folder
+
     async def stop_profile(self, run_id: str | None) -> None:
         """Stops the run (None: whichever runs); the stages write their traces after this returns (the message is not
         answered)."""
         await self._profiling().broadcast_stop(run_id=run_id)
+        if self._runtime is not None:  # the coordinator's events, where the run recorded a timeline
+            self._runtime.event_recorder().stop(run_id=run_id)
 
     def _profiling(self) -> Any:
         if not self._profiler_dir:
