@@ -16,25 +16,31 @@ import argparse
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 PHASES = ("validate", "queue", "prepare", "engine", "encode_write")
 BENCH_ID = re.compile(r"^bench-(?P<run>[0-9a-f]+)-(?P<n>\d+)$")
+
+
+def speech_records(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """The service's request log records (`"message": "speech request"`); other lines and broken ones are left out."""
+    for line in lines:
+        if '"speech request"' not in line:
+            continue
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue
 
 
 def bench_runs(lines: Iterable[str]) -> list[list[dict[str, object]]]:
     """Each benchmark run's request records that reached their first byte, in the order the benchmark numbered
     them."""
     runs: dict[str, list[tuple[int, dict[str, object]]]] = defaultdict(list)
-    for line in lines:
-        if '"speech request"' not in line:
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
+    for record in speech_records(lines):
         match = BENCH_ID.match(str(record.get("request_id", "")))
         if match and record.get("ttfa_phases_s"):
             runs[match["run"]].append((int(match["n"]), record))
@@ -52,8 +58,8 @@ def describe(records: list[dict[str, object]]) -> str:
     def ms(values: list[float]) -> str:
         return f"{percentile(values, 0.5) * 1000:.1f}/{percentile(values, 0.95) * 1000:.1f}"
 
-    ttfa = [float(r["ttfa_s"]) for r in records]  # type: ignore[arg-type]
-    phases = [f"{p} {ms([float(r['ttfa_phases_s'][p]) for r in records])}" for p in PHASES]  # type: ignore[index]
+    ttfa = [float(r["ttfa_s"]) for r in records]
+    phases = [f"{p} {ms([float(r['ttfa_phases_s'][p]) for r in records])}" for p in PHASES]
     return f"ttfa {ms(ttfa)} | " + " ".join(phases)
 
 
@@ -75,11 +81,8 @@ def arrivals(lines: Iterable[str]) -> list[tuple[float, float]]:
     """(arrival, first chunk) in epoch seconds of every request that got a first chunk, by arrival: the log line is
     written as the request ends, so it arrived `e2e_s` before its timestamp."""
     out = []
-    for line in lines:
-        if '"speech request"' not in line:
-            continue
+    for record in speech_records(lines):
         try:
-            record = json.loads(line)
             ended = datetime.fromisoformat(str(record["ts"]).replace("Z", "+00:00")).timestamp()
             arrived = ended - float(record["e2e_s"])
             out.append((arrived, arrived + float(record["timeline_s"]["first_chunk"])))

@@ -214,7 +214,9 @@ class RequestEventRecorder:
     def stop(self, *, run_id: str | None = None) -> str | None:
         if self.fp is None or (run_id is not None and run_id != self.run_id):
             return None
-        path, self.fp = self.fp.name, self.fp.close()
+        path = self.fp.name
+        self.fp.close()
+        self.fp = None
         return str(path)
 
     def emit(self, request_id: str, stage: str, event_name: str) -> None:
