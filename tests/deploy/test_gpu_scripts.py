@@ -832,6 +832,28 @@ def test_fixed_length_patch_masks_the_codec_end_token_in_sglang_omnis_talker_run
         assert ("codec EOS masked" in done.stderr) == (force == "1")
 
 
+def test_fixed_length_patch_still_runs_a_sitecustomize_later_on_the_path(tmp_path: Path) -> None:
+    """The patch's directory goes first on the pipeline's PYTHONPATH, and Python imports only the first
+    `sitecustomize` it finds: the patch then runs the next one on the path itself, so an operator's own (a GIL switch
+    interval, a tracer) still runs in the pipeline's process, with the setting on or off; and only once."""
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text(
+        "import os, sys\nsys.setswitchinterval(0.0005)\nprint('own sitecustomize ran', file=sys.stderr)\n"
+    )
+    pythonpath = f"{ROOT / 'app/engines/sglang/stage_plugins/fixed_length'}:{own}"
+    for force in ("1", "0"):
+        done = subprocess.run(
+            [sys.executable, "-c", "import sys; print(sys.getswitchinterval())"],
+            env={**os.environ, "PYTHONPATH": pythonpath, "QWEN3_TTS_FIXED_LENGTH": force},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert float(done.stdout) == 0.0005
+        assert done.stderr.count("own sitecustomize ran") == 1
+
+
 def sweep_python(tmp_path: Path) -> Path:
     """The GPU host's python for side-by-side.sh's sweeps: every readiness probe answers 200, and speech-loadtest
     records its arguments and writes a results.json into its --out folder."""
@@ -1376,6 +1398,53 @@ def test_ttfa_phases_shows_when_each_burst_got_its_first_chunks_in_clusters() ->
     assert report[0] == "25 requests, arrived over 25 ms; first chunks (count@ms): 1@60 8@240-241 8@470 8@482"
     assert report[1] == "3 requests, arrived over 60 ms; first chunks (count@ms): 1@100 1@130 1@160"
     assert len(report) == 2
+
+
+def test_sglang_timeline_splits_each_requests_first_audio_into_the_pipelines_phases(tmp_path: Path) -> None:
+    """sglang-omni's request events (one JSON object a line, in files per stage and process, plain or gzipped): each
+    phase is the span between two of a request's events, the first of each name; p50/p95 over the requests that
+    have both; a request missing an event is left out of that phase only; lines that are not events are skipped.
+    --requests: one row per request in arrival order, a new burst after a 300 ms gap in arrivals."""
+    module = load_gpu_script("sglang_timeline")
+    path = [
+        ("coordinator", "request_admission"),
+        ("preprocessing", "stage_complete"),
+        ("tts_engine", "scheduler_request_build_start"),
+        ("tts_engine", "model_path_start"),
+        ("tts_engine", "scheduler_prefill_end"),
+        ("vocoder", "qwen3_tts_vocoder_decode_enqueued"),
+        ("vocoder", "qwen3_tts_vocoder_decode_dispatched"),
+        ("vocoder", "qwen3_tts_vocoder_decode_resolved"),
+        ("coordinator", "coordinator_stream_received"),
+    ]
+
+    def events(request: str, arrived_ms: float, steps_ms: list[float]) -> list[dict[str, object]]:
+        at, out = arrived_ms, []
+        for (stage, name), step in zip(path, [0.0, *steps_ms], strict=False):
+            at += step
+            out.append({"request_id": request, "stage": stage, "event_name": name, "timestamp_ns": int(at * 1e6)})
+        return out
+
+    first = events("a", 0, [100, 70, 20, 60, 5, 8, 66, 4])
+    second = events("b", 2, [200, 10, 20, 40, 5, 8, 30, 4])
+    second.append({**second[-1], "timestamp_ns": second[-1]["timestamp_ns"] + 10**9})  # a later chunk: not the first
+    late = events("c", 1000, [50])  # a new burst; its request never got past preprocessing
+    coordinator = [e for e in first + second + late if e["stage"] == "coordinator"]
+    pipeline = [e for e in first + second + late if e["stage"] != "coordinator"]
+    (tmp_path / "events_coordinator_1.jsonl").write_text("\n".join(map(json.dumps, coordinator)) + "\nnot json\n")
+    with gzip.open(tmp_path / "events_preprocessing_2.jsonl.gz", "wt") as out:
+        out.write("\n".join(map(json.dumps, pipeline)) + '\n{"stage": "vocoder"}\n')
+    requests = module.request_events(module.event_files([tmp_path]))
+    table = {phase: (n, p50, p95) for phase, n, p50, p95 in module.phase_table(requests)}
+    assert table["preprocessing"] == (3, 100.0, 200.0)  # c counts here
+    assert table["talker inbox"] == (2, 10.0, 70.0)  # and not here
+    assert table["first decode"] == (2, 30.0, 66.0)
+    assert table["first audio"] == (2, 317.0, 333.0)  # b's later chunk is not its first audio
+    assert len(table) == len(module.PHASES)
+    rows = list(module.request_rows(requests))
+    assert rows[0].startswith("arrival") and rows[1] == "burst" and rows[4] == "burst" and len(rows) == 6
+    assert rows[2].split() == ["0.0", "100.0", "170.0", "190.0", "250.0", "255.0", "263.0", "329.0", "333.0"]
+    assert rows[3].split()[:3] == ["2.0", "200.0", "210.0"] and rows[5].split() == ["0.0", "50.0"] + ["-"] * 7
 
 
 def test_every_sweep_of_the_default_targets_is_one_the_load_tool_accepts(tmp_path: Path) -> None:

@@ -4,9 +4,11 @@ The sglang engine puts this directory on PYTHONPATH with SPEECH_SGLANG__FIXED_LE
 it in deploy/gpu/side-by-side.sh). The talker runs in a spawned child process ("pipeline"), which inherits PYTHONPATH,
 so this file runs there too. Off unless QWEN3_TTS_FIXED_LENGTH=1. Nothing is imported eagerly: the patch is applied
 right after sglang_omni.models.qwen3_tts.model_runner executes, masking the codec's end-of-speech logit.
+Python imports only the first `sitecustomize` on its path, so this one then runs the next one found after it.
 """
 
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -59,5 +61,18 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _run_the_next_sitecustomize() -> None:
+    """Python imports only the first `sitecustomize` on its path, and this directory goes first: run the next one,
+    so an operator's own still runs in the pipeline's process."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    later = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", later)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
 if os.environ.get("QWEN3_TTS_FIXED_LENGTH") == "1":
     sys.meta_path.insert(0, _Finder())
+_run_the_next_sitecustomize()

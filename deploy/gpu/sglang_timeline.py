@@ -1,0 +1,116 @@
+"""Where each request's first audio waited inside sglang-omni's pipeline, phase by phase, from the request events its
+recorder writes (`events_<stage>_<pid>.jsonl`, plain or gzipped; the service records them on
+`POST /admin/profile/start {"timeline": true}`, `sgl-omni serve` on `/start_request_profile`).
+
+A phase is the time between two of a request's events (the first of each name): the preprocessing stage's work, the
+wait in the talker's inbox until its scheduler thread takes it, the build and the wait in its queue, the prefill
+that makes the first frame, the hop to the vocoder, the vocoder's queue and its first window's decode, the hop back
+to the server's coordinator. Printed as p50/p95 ms over the requests that have both events; with --requests, one row
+per request (times after its admission), grouped into bursts (arrivals less than 300 ms apart).
+
+    python3 deploy/gpu/sglang_timeline.py DIR_OR_FILE... [--requests]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+ADMITTED = "coordinator:request_admission"
+FIRST_CHUNK = "coordinator:coordinator_stream_received"
+# (phase, from event, to event): the path of a request's first audio, in order
+PHASES: tuple[tuple[str, str, str], ...] = (
+    ("preprocessing", ADMITTED, "preprocessing:stage_complete"),
+    ("talker inbox", "preprocessing:stage_complete", "tts_engine:scheduler_request_build_start"),
+    ("build+queue", "tts_engine:scheduler_request_build_start", "tts_engine:model_path_start"),
+    ("prefill", "tts_engine:model_path_start", "tts_engine:scheduler_prefill_end"),
+    ("to vocoder", "tts_engine:scheduler_prefill_end", "vocoder:qwen3_tts_vocoder_decode_enqueued"),
+    ("vocoder queue", "vocoder:qwen3_tts_vocoder_decode_enqueued", "vocoder:qwen3_tts_vocoder_decode_dispatched"),
+    ("first decode", "vocoder:qwen3_tts_vocoder_decode_dispatched", "vocoder:qwen3_tts_vocoder_decode_resolved"),
+    ("to server", "vocoder:qwen3_tts_vocoder_decode_resolved", FIRST_CHUNK),
+    ("first audio", ADMITTED, FIRST_CHUNK),
+)
+BURST_GAP_NS = 300_000_000
+
+
+def event_files(paths: Iterable[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        files += sorted(path.glob("events*.jsonl*")) if path.is_dir() else [path]
+    return files
+
+
+def read_lines(path: Path) -> Iterator[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as lines:
+        yield from lines
+
+
+def request_events(files: Iterable[Path]) -> dict[str, dict[str, int]]:
+    """request id → {"<stage>:<event>": the first time it happened, ns}; lines that are not events are left out."""
+    requests: dict[str, dict[str, int]] = defaultdict(dict)
+    for path in files:
+        for line in read_lines(path):
+            try:
+                event = json.loads(line)
+                name = f"{event['stage']}:{event['event_name']}"
+                request, at = event["request_id"], int(event["timestamp_ns"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            requests[request].setdefault(name, at)
+    return dict(requests)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def phase_table(requests: dict[str, dict[str, int]]) -> list[tuple[str, int, float, float]]:
+    """(phase, requests measured, p50 ms, p95 ms) for each phase some request has both events of."""
+    table = []
+    for phase, start, end in PHASES:
+        both = [events for events in requests.values() if start in events and end in events]
+        spans = [(events[end] - events[start]) / 1e6 for events in both]
+        if spans:
+            table.append((phase, len(spans), percentile(spans, 0.5), percentile(spans, 0.95)))
+    return table
+
+
+def request_rows(requests: dict[str, dict[str, int]]) -> Iterator[str]:
+    """One line per admitted request in arrival order: its arrival after its burst's first, then when each phase
+    ended, in ms after its own admission; a line `burst` before each burst."""
+    admitted = sorted((events[ADMITTED], events) for events in requests.values() if ADMITTED in events)
+    yield "arrival " + " ".join(f"{phase:>13}" for phase, _, _ in PHASES[:-1])
+    burst_start = previous = None
+    for at, events in admitted:
+        if previous is None or at - previous > BURST_GAP_NS:
+            burst_start = at
+            yield "burst"
+        previous = at
+        ends = (f"{(events[end] - at) / 1e6:13.1f}" if end in events else f"{'-':>13}" for _, _, end in PHASES[:-1])
+        yield f"{(at - burst_start) / 1e6:7.1f} " + " ".join(ends)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", type=Path, help="event files, or folders holding events*.jsonl[.gz]")
+    parser.add_argument("--requests", action="store_true", help="also one row per request")
+    args = parser.parse_args(argv)
+    requests = request_events(event_files(args.paths))
+    print(f"{len(requests)} requests")
+    print(f"{'phase':<14} {'n':>4} {'p50 ms':>8} {'p95 ms':>8}")
+    for phase, count, p50, p95 in phase_table(requests):
+        print(f"{phase:<14} {count:>4} {p50:>8.1f} {p95:>8.1f}")
+    if args.requests:
+        print()
+        for row in request_rows(requests):
+            print(row)
+
+
+if __name__ == "__main__":
+    main()
