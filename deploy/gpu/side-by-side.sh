@@ -99,6 +99,9 @@
 #                                   the talker keeps dummy), so that it sets itself up as with a real checkpoint: the
 #                                   decoder's CUDA graphs and the profile's decode_* settings. With dummy, vLLM's
 #                                   loader skips load_weights, where code2wav sets all of that up
+#   FRONTEND_WEIGHTS=none           real: write random weights for sglang-omni's prompt frontend in the checkpoint's
+#                                   format (deploy/gpu/frontend_weights.py, with SGLANG_SITE), which its preprocessing
+#                                   stage loads when it runs in a process of its own (`preprocessing.process`)
 #   ALONE_STAGE_OVERRIDES=""        `alone`'s stage overrides (JSON). `alone` and `vllm serve` run vllm-omni's own
 #                                   code2wav scheduler (vllm-omni 0.30 refuses scheduler_cls as a stage override; the
 #                                   service registers its own in vllm-omni's pipeline registry)
@@ -176,6 +179,7 @@ OMNI_B_PORT=${OMNI_B_PORT:-8005}
 SWEEP_NAME=${SWEEP_NAME:-}
 ALONE_STAGE_OVERRIDES=${ALONE_STAGE_OVERRIDES:-}
 CODEC_WEIGHTS=${CODEC_WEIGHTS:-dummy}
+FRONTEND_WEIGHTS=${FRONTEND_WEIGHTS:-none}
 NAME=${NAME:-qwen3-tts}
 VOICE=${VOICE:-vivian}
 CONCURRENCY=${CONCURRENCY:-1,8,16,32,64}
@@ -365,6 +369,9 @@ prepare() {
     "$PYTHON" -m app.tools.qwen3_tts_model_dir "$MODEL" --variant custom_voice --size "$MODEL_SIZE" || return 1
   if [ "$CODEC_WEIGHTS" = real ] && [ ! -f "$MODEL/speech_tokenizer/model.safetensors" ]; then
     "$PYTHON" deploy/gpu/codec_weights.py "$MODEL" || return 1
+  fi
+  if [ "$FRONTEND_WEIGHTS" = real ] && [ ! -f "$MODEL/prompt-frontend.safetensors" ]; then
+    PYTHONPATH="$SGLANG_SITE:$PYTHONPATH" "$PYTHON" deploy/gpu/frontend_weights.py "$MODEL" || return 1
   fi
   local target keep=0
   for target in $(servers); do

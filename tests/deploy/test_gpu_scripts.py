@@ -161,6 +161,8 @@ def harness_python(tmp_path: Path) -> Path:
         f' "${{SGLANG_CACHE_DIR-}}" "${{SGLANG_JIT_CACHE_DIR-}}" > {tmp_path}/service_env\n'
         '    cores app.cli; record app.cli "$SPEECH_OMNI__DEPLOY_CONFIG" "$@"; exec sleep 60 ;;\n'
         f'  "deploy/gpu/codec_weights.py "*) printf "%s\\n" "$@" > {tmp_path}/codec_argv; exit 0 ;;\n'
+        f'  "deploy/gpu/frontend_weights.py "*) printf "%s\\n" "$PYTHONPATH" "$@" > {tmp_path}/frontend_argv\n'
+        "    exit 0 ;;\n"
         f'  "-m vllm_omni.entrypoints.cli.main") printf "%s" "${{CUDA_VISIBLE_DEVICES-unset}}" > {tmp_path}/gpus\n'
         '    cores vllm_omni; record vllm_omni "$@"; exec sleep 60 ;;\n'
         f'  "-m sglang_omni.cli") printf "%s\\n" "$PYTHONPATH" "$QWEN3_TTS_FIXED_LENGTH"'
@@ -583,7 +585,26 @@ def test_side_by_side_leaves_a_server_the_gpus_it_was_started_with(tmp_path: Pat
 def test_side_by_side_keeps_dummy_codec_weights_unless_asked(tmp_path: Path) -> None:
     with harness_started(tmp_path, {"TARGETS": "service", "SERVICE_PORT": str(free_port())}):
         assert not (tmp_path / "codec_argv").exists()
+        assert not (tmp_path / "frontend_argv").exists()
         assert (tmp_path / "stage_overrides").read_text() == ""
+
+
+def test_side_by_side_writes_the_prompt_frontends_weights_when_asked(tmp_path: Path) -> None:
+    """FRONTEND_WEIGHTS=real writes sglang-omni's prompt-frontend weights into the model directory before the first
+    start, with sglang-omni's site on the path (the script builds the frontend from its class); once written, a
+    later start leaves them."""
+    model = tmp_path / "work/model"
+    settings = {"TARGETS": "service-sglang", "SERVICE_SGLANG_PORT": str(free_port()), "FRONTEND_WEIGHTS": "real"}
+    settings["SGLANG_SITE"] = str(tmp_path / "site")
+    (tmp_path / "site/sglang_omni").mkdir(parents=True)
+    with harness_started(tmp_path, settings):
+        pythonpath, *argv = (tmp_path / "frontend_argv").read_text().split("\n")[:-1]
+        assert argv == ["deploy/gpu/frontend_weights.py", str(model)]
+        assert pythonpath.split(":")[0] == str(tmp_path / "site")
+    (tmp_path / "frontend_argv").unlink()
+    (model / "prompt-frontend.safetensors").write_bytes(b"")
+    with harness_started(tmp_path, settings):
+        assert not (tmp_path / "frontend_argv").exists()
 
 
 def test_side_by_side_writes_profile_c_with_the_others_and_keeps_it_only_where_used(tmp_path: Path) -> None:
@@ -1193,6 +1214,31 @@ def test_codec_weights_refuses_a_directory_without_a_speech_tokenizer(tmp_path: 
         [sys.executable, str(GPU / "codec_weights.py"), str(tmp_path)], capture_output=True, text=True, cwd=ROOT
     )
     assert run.returncode == 2 and "no speech_tokenizer/config.json" in run.stderr
+
+
+def test_frontend_weights_are_named_as_the_prompt_frontend_loads_them() -> None:
+    """sglang-omni's frontend loads `talker.<name>` into its own `<name>` and the speaker encoder's under its own
+    name (`Qwen3TTSPromptFrontend.load_weights`, 0.1.8); each tensor a copy of its own, as safetensors needs."""
+    frontend_weights = load_gpu_script("frontend_weights")
+    parameters = {
+        "text_projection.linear_fc1.weight": FakeTensor("a"),
+        "model.text_embedding.weight": FakeTensor("b"),
+        "speaker_encoder.fc.weight": FakeTensor("c"),
+    }
+    tensors = frontend_weights.checkpoint_tensors(parameters, "talker.", "speaker_encoder.")
+    assert list(tensors) == [
+        "talker.text_projection.linear_fc1.weight",
+        "talker.model.text_embedding.weight",
+        "speaker_encoder.fc.weight",
+    ]
+    assert all(t.calls == ["detach", "clone", "contiguous"] for t in tensors.values())
+
+
+def test_frontend_weights_refuses_a_directory_without_a_model_config(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, str(GPU / "frontend_weights.py"), str(tmp_path)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert run.returncode == 1 and "no config.json in" in run.stderr
 
 
 @contextlib.contextmanager
