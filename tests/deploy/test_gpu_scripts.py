@@ -862,7 +862,9 @@ def test_fixed_length_patch_still_runs_a_sitecustomize_later_on_the_path(tmp_pat
     (own / "sitecustomize.py").write_text(
         "import os, sys\nsys.setswitchinterval(0.0005)\nprint('own sitecustomize ran', file=sys.stderr)\n"
     )
-    pythonpath = f"{ROOT / 'app/engines/sglang/stage_plugins/fixed_length'}:{own}"
+    (tmp_path / "alias").symlink_to(ROOT / "app/engines/sglang/stage_plugins/fixed_length")
+    # the patch's directory twice, the second time through a link: still the operator's file next, once
+    pythonpath = f"{ROOT / 'app/engines/sglang/stage_plugins/fixed_length'}:{tmp_path / 'alias'}:{own}"
     for force in ("1", "0"):
         done = subprocess.run(
             [sys.executable, "-c", "import sys; print(sys.getswitchinterval())"],

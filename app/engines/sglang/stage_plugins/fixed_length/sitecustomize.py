@@ -64,8 +64,8 @@ class _Finder(importlib.abc.MetaPathFinder):
 def _run_the_next_sitecustomize() -> None:
     """Python imports only the first `sitecustomize` on its path, and this directory goes first: run the next one,
     so an operator's own still runs in the pipeline's process."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    later = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != here]
+    here = os.path.dirname(os.path.realpath(__file__))
+    later = [entry for entry in sys.path if os.path.realpath(entry or os.curdir) != here]  # this one by any spelling
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", later)
     if spec is None or spec.loader is None:
         return
