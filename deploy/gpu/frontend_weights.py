@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not (args.model_dir / "config.json").is_file():
         sys.exit(f"frontend_weights: no config.json in {args.model_dir}")
+    if (args.model_dir / "model.safetensors.index.json").exists():  # sglang-omni then reads only the shards it names
+        sys.exit(f"frontend_weights: {args.model_dir} has a safetensors index, which would leave this file unread")
     out = args.model_dir / FRONTEND_WEIGHTS
     if out.exists():
         print(f"frontend_weights: {out} is there already")

@@ -16,9 +16,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, whether run as a script or loaded by path
+from ttfa_phases import percentile
 
 ADMITTED = "coordinator:request_admission"
 FIRST_CHUNK = "coordinator:coordinator_stream_received"
@@ -30,7 +34,8 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("prefill", "tts_engine:model_path_start", "tts_engine:scheduler_prefill_end"),
     ("to vocoder", "tts_engine:scheduler_prefill_end", "vocoder:qwen3_tts_vocoder_decode_enqueued"),
     ("vocoder queue", "vocoder:qwen3_tts_vocoder_decode_enqueued", "vocoder:qwen3_tts_vocoder_decode_dispatched"),
-    ("first decode", "vocoder:qwen3_tts_vocoder_decode_dispatched", "vocoder:qwen3_tts_vocoder_decode_resolved"),
+    ("to launch", "vocoder:qwen3_tts_vocoder_decode_dispatched", "vocoder:qwen3_tts_vocoder_decode_launched"),
+    ("first decode", "vocoder:qwen3_tts_vocoder_decode_launched", "vocoder:qwen3_tts_vocoder_decode_resolved"),
     ("to server", "vocoder:qwen3_tts_vocoder_decode_resolved", FIRST_CHUNK),
     ("first audio", ADMITTED, FIRST_CHUNK),
 )
@@ -51,7 +56,7 @@ def read_lines(path: Path) -> Iterator[str]:
 
 
 def request_events(files: Iterable[Path]) -> dict[str, dict[str, int]]:
-    """request id → {"<stage>:<event>": the first time it happened, ns}; lines that are not events are left out."""
+    """request id → {"<stage>:<event>": the earliest time it happened, ns}; lines that are not events are left out."""
     requests: dict[str, dict[str, int]] = defaultdict(dict)
     for path in files:
         for line in read_lines(path):
@@ -61,13 +66,23 @@ def request_events(files: Iterable[Path]) -> dict[str, dict[str, int]]:
                 request, at = event["request_id"], int(event["timestamp_ns"])
             except (ValueError, KeyError, TypeError):
                 continue
-            requests[request].setdefault(name, at)
+            events = requests[request]
+            events[name] = min(at, events.get(name, at))
     return dict(requests)
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+def server_pids(files: Iterable[Path]) -> set[int]:
+    """The processes whose coordinator wrote these events: more than one means the files of several servers."""
+    pids: set[int] = set()
+    for path in files:
+        for line in read_lines(path):
+            try:
+                event = json.loads(line)
+                if event["stage"] == "coordinator":
+                    pids.add(int(event["pid"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return pids
 
 
 def phase_table(requests: dict[str, dict[str, int]]) -> list[tuple[str, int, float, float]]:
@@ -84,7 +99,9 @@ def phase_table(requests: dict[str, dict[str, int]]) -> list[tuple[str, int, flo
 def request_rows(requests: dict[str, dict[str, int]]) -> Iterator[str]:
     """One line per admitted request in arrival order: its arrival after its burst's first, then when each phase
     ended, in ms after its own admission; a line `burst` before each burst."""
-    admitted = sorted((events[ADMITTED], events) for events in requests.values() if ADMITTED in events)
+    admitted = sorted(
+        ((events[ADMITTED], events) for events in requests.values() if ADMITTED in events), key=lambda pair: pair[0]
+    )
     yield "arrival " + " ".join(f"{phase:>13}" for phase, _, _ in PHASES[:-1])
     burst_start = previous = None
     for at, events in admitted:
@@ -101,7 +118,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("paths", nargs="+", type=Path, help="event files, or folders holding events*.jsonl[.gz]")
     parser.add_argument("--requests", action="store_true", help="also one row per request")
     args = parser.parse_args(argv)
-    requests = request_events(event_files(args.paths))
+    files = event_files(args.paths)
+    servers = server_pids(files)
+    if len(servers) > 1:
+        print(f"warning: the events of {len(servers)} servers (coordinator pids {sorted(servers)}): name one's files")
+    requests = request_events(files)
     print(f"{len(requests)} requests")
     print(f"{'phase':<14} {'n':>4} {'p50 ms':>8} {'p95 ms':>8}")
     for phase, count, p50, p95 in phase_table(requests):

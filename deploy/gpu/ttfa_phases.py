@@ -48,8 +48,10 @@ def bench_runs(lines: Iterable[str]) -> list[list[dict[str, object]]]:
 
 
 def percentile(values: list[float], fraction: float) -> float:
+    """The value at `fraction` of the way through the sorted values, the nearer one, halves upward (not `round`'s
+    halves to even, which would take the lower middle of 2 values and the upper of 4)."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+    return ordered[min(len(ordered) - 1, int(fraction * (len(ordered) - 1) + 0.5))]
 
 
 def describe(records: list[dict[str, object]]) -> str:

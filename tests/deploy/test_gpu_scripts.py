@@ -8,6 +8,7 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -856,25 +857,43 @@ def test_fixed_length_patch_masks_the_codec_end_token_in_sglang_omnis_talker_run
 def test_fixed_length_patch_still_runs_a_sitecustomize_later_on_the_path(tmp_path: Path) -> None:
     """The patch's directory goes first on the pipeline's PYTHONPATH, and Python imports only the first
     `sitecustomize` it finds: the patch then runs the next one on the path itself, so an operator's own (a GIL switch
-    interval, a tracer) still runs in the pipeline's process, with the setting on or off; and only once."""
+    interval, a tracer) still runs in the pipeline's process, with the setting on or off; once, with the patch's
+    directory on the path again through a link, another copy of the patch (another checkout's) before the operator's,
+    and an empty entry (the current directory); an error in the operator's names its file and does not stop the
+    process nor the patch."""
+    patch = ROOT / "app/engines/sglang/stage_plugins/fixed_length"
     own = tmp_path / "own"
     own.mkdir()
     (own / "sitecustomize.py").write_text(
         "import os, sys\nsys.setswitchinterval(0.0005)\nprint('own sitecustomize ran', file=sys.stderr)\n"
     )
-    (tmp_path / "alias").symlink_to(ROOT / "app/engines/sglang/stage_plugins/fixed_length")
-    # the patch's directory twice, the second time through a link: still the operator's file next, once
-    pythonpath = f"{ROOT / 'app/engines/sglang/stage_plugins/fixed_length'}:{tmp_path / 'alias'}:{own}"
+    (tmp_path / "alias").symlink_to(patch)
+    shutil.copytree(patch, tmp_path / "copy")
+    probe = "import sys; print(sys.getswitchinterval(), sum(type(f).__name__ == '_Finder' for f in sys.meta_path))"
     for force in ("1", "0"):
-        done = subprocess.run(
-            [sys.executable, "-c", "import sys; print(sys.getswitchinterval())"],
-            env={**os.environ, "PYTHONPATH": pythonpath, "QWEN3_TTS_FIXED_LENGTH": force},
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        assert float(done.stdout) == 0.0005
-        assert done.stderr.count("own sitecustomize ran") == 1
+        for layout in ([patch, tmp_path / "alias", own], [patch, "", tmp_path / "copy", own]):
+            done = subprocess.run(
+                [sys.executable, "-c", probe],
+                env={**os.environ, "PYTHONPATH": ":".join(map(str, layout)), "QWEN3_TTS_FIXED_LENGTH": force},
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=60,
+            )
+            interval, finders = done.stdout.split()
+            assert float(interval) == 0.0005 and int(finders) == (force == "1")
+            assert done.stderr.count("own sitecustomize ran") == 1
+    (own / "sitecustomize.py").write_text("raise RuntimeError('broken on purpose')\n")
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "PYTHONPATH": f"{patch}:{own}", "QWEN3_TTS_FIXED_LENGTH": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert f"Error in sitecustomize {own / 'sitecustomize.py'}: RuntimeError('broken on purpose')" in done.stderr
+    assert done.stdout.split()[1] == "1"  # the patch is in place all the same
 
 
 def sweep_python(tmp_path: Path) -> Path:
@@ -1236,11 +1255,18 @@ def test_frontend_weights_are_named_as_the_prompt_frontend_loads_them() -> None:
     assert all(t.calls == ["detach", "clone", "contiguous"] for t in tensors.values())
 
 
-def test_frontend_weights_refuses_a_directory_without_a_model_config(tmp_path: Path) -> None:
+def test_frontend_weights_refuses_a_directory_without_a_model_config_or_with_a_shard_index(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, str(GPU / "frontend_weights.py"), str(tmp_path)], capture_output=True, text=True, cwd=ROOT
     )
     assert run.returncode == 1 and "no config.json in" in run.stderr
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    run = subprocess.run(
+        [sys.executable, str(GPU / "frontend_weights.py"), str(tmp_path)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert run.returncode == 1 and "has a safetensors index" in run.stderr
+    assert not (tmp_path / "prompt-frontend.safetensors").exists()
 
 
 @contextlib.contextmanager
@@ -1450,9 +1476,11 @@ def test_ttfa_phases_shows_when_each_burst_got_its_first_chunks_in_clusters() ->
 
 def test_sglang_timeline_splits_each_requests_first_audio_into_the_pipelines_phases(tmp_path: Path) -> None:
     """sglang-omni's request events (one JSON object a line, in files per stage and process, plain or gzipped): each
-    phase is the span between two of a request's events, the first of each name; p50/p95 over the requests that
-    have both; a request missing an event is left out of that phase only; lines that are not events are skipped.
-    --requests: one row per request in arrival order, a new burst after a 300 ms gap in arrivals."""
+    phase is the span between two of a request's events, the earliest of each name whatever the order of the lines;
+    p50/p95 (the nearer value, halves upward) over the requests that have both; a request missing an event is left
+    out of that phase only; lines that are not events are skipped. --requests: one row per request in arrival order,
+    a new burst where an arrival comes 300 ms or more after the one before (not after the burst's first), requests
+    arriving at the same instant both shown."""
     module = load_gpu_script("sglang_timeline")
     path = [
         ("coordinator", "request_admission"),
@@ -1462,6 +1490,7 @@ def test_sglang_timeline_splits_each_requests_first_audio_into_the_pipelines_pha
         ("tts_engine", "scheduler_prefill_end"),
         ("vocoder", "qwen3_tts_vocoder_decode_enqueued"),
         ("vocoder", "qwen3_tts_vocoder_decode_dispatched"),
+        ("vocoder", "qwen3_tts_vocoder_decode_launched"),
         ("vocoder", "qwen3_tts_vocoder_decode_resolved"),
         ("coordinator", "coordinator_stream_received"),
     ]
@@ -1473,26 +1502,53 @@ def test_sglang_timeline_splits_each_requests_first_audio_into_the_pipelines_pha
             out.append({"request_id": request, "stage": stage, "event_name": name, "timestamp_ns": int(at * 1e6)})
         return out
 
-    first = events("a", 0, [100, 70, 20, 60, 5, 8, 66, 4])
-    second = events("b", 2, [200, 10, 20, 40, 5, 8, 30, 4])
-    second.append({**second[-1], "timestamp_ns": second[-1]["timestamp_ns"] + 10**9})  # a later chunk: not the first
-    late = events("c", 1000, [50])  # a new burst; its request never got past preprocessing
-    coordinator = [e for e in first + second + late if e["stage"] == "coordinator"]
-    pipeline = [e for e in first + second + late if e["stage"] != "coordinator"]
+    first = events("a", 0, [100, 70, 20, 60, 5, 8, 60, 6, 4])
+    second = events("b", 2, [200, 10, 20, 40, 5, 8, 25, 5, 4])
+    later_chunk = {**second[-1], "timestamp_ns": second[-1]["timestamp_ns"] + 10**9}
+    second.insert(0, later_chunk)  # read first, happened last: not b's first audio
+    # a burst goes on while each arrival is less than 300 ms after the one before: d (299 ms after b) and e (299 ms
+    # after d, 600 ms after the burst's first); c comes 301 ms after e: a new burst, and f at the same instant as c
+    rest = events("d", 301, [50]) + events("e", 600, [50]) + events("c", 901, [50]) + events("f", 901, [60])
+    everything = first + second + rest
+    coordinator = [e for e in everything if e["stage"] == "coordinator"]
+    pipeline = [e for e in everything if e["stage"] != "coordinator"]
     (tmp_path / "events_coordinator_1.jsonl").write_text("\n".join(map(json.dumps, coordinator)) + "\nnot json\n")
     with gzip.open(tmp_path / "events_preprocessing_2.jsonl.gz", "wt") as out:
         out.write("\n".join(map(json.dumps, pipeline)) + '\n{"stage": "vocoder"}\n')
     requests = module.request_events(module.event_files([tmp_path]))
     table = {phase: (n, p50, p95) for phase, n, p50, p95 in module.phase_table(requests)}
-    assert table["preprocessing"] == (3, 100.0, 200.0)  # c counts here
-    assert table["talker inbox"] == (2, 10.0, 70.0)  # and not here
-    assert table["first decode"] == (2, 30.0, 66.0)
-    assert table["first audio"] == (2, 317.0, 333.0)  # b's later chunk is not its first audio
+    assert table["preprocessing"] == (6, 60.0, 200.0)  # 50 50 50 60 100 200; d, e, c, f count here
+    assert table["talker inbox"] == (2, 70.0, 70.0)  # and not here; of 10 and 70 the upper is the median
+    assert table["to launch"] == (2, 60.0, 60.0) and table["first decode"] == (2, 6.0, 6.0)
+    assert table["first audio"] == (2, 333.0, 333.0)  # b's: 317, its later chunk left out
     assert len(table) == len(module.PHASES)
     rows = list(module.request_rows(requests))
-    assert rows[0].startswith("arrival") and rows[1] == "burst" and rows[4] == "burst" and len(rows) == 6
-    assert rows[2].split() == ["0.0", "100.0", "170.0", "190.0", "250.0", "255.0", "263.0", "329.0", "333.0"]
-    assert rows[3].split()[:3] == ["2.0", "200.0", "210.0"] and rows[5].split() == ["0.0", "50.0"] + ["-"] * 7
+    assert [row for row in rows if not row.strip()[0].isdigit()] == [rows[0], "burst", "burst"] and len(rows) == 9
+    assert rows[0].startswith("arrival") and rows[1] == rows[6] == "burst"
+    assert rows[2].split() == ["0.0", "100.0", "170.0", "190.0", "250.0", "255.0", "263.0", "323.0", "329.0", "333.0"]
+    assert rows[3].split()[:3] == ["2.0", "200.0", "210.0"]
+    assert rows[4].split() == ["301.0", "50.0"] + ["-"] * 8 and rows[5].split()[:2] == ["600.0", "50.0"]
+    assert sorted(row.split()[1] for row in rows[7:]) == ["50.0", "60.0"]
+    assert all(row.split()[0] == "0.0" for row in rows[7:])
+
+
+def test_sglang_timeline_warns_of_the_events_of_more_than_one_server(tmp_path: Path) -> None:
+    module = load_gpu_script("sglang_timeline")
+    for pid in (11, 12):
+        event = {"request_id": f"r{pid}", "stage": "coordinator", "event_name": "request_admission", "pid": pid}
+        (tmp_path / f"events_coordinator_{pid}.jsonl").write_text(json.dumps({**event, "timestamp_ns": pid}) + "\n")
+    assert module.server_pids(module.event_files([tmp_path])) == {11, 12}
+    done = subprocess.run(
+        [sys.executable, str(GPU / "sglang_timeline.py"), str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    assert "warning: the events of 2 servers (coordinator pids [11, 12])" in done.stdout
+    one = subprocess.run(
+        [sys.executable, str(GPU / "sglang_timeline.py"), str(tmp_path / "events_coordinator_11.jsonl")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "warning" not in one.stdout and "1 requests" in one.stdout
 
 
 def test_every_sweep_of_the_default_targets_is_one_the_load_tool_accepts(tmp_path: Path) -> None:

@@ -63,16 +63,25 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 def _run_the_next_sitecustomize() -> None:
     """Python imports only the first `sitecustomize` on its path, and this directory goes first: run the next one,
-    so an operator's own still runs in the pipeline's process."""
-    here = os.path.dirname(os.path.realpath(__file__))
-    later = [entry for entry in sys.path if os.path.realpath(entry or os.curdir) != here]  # this one by any spelling
+    found after this directory's last place on the path (by any spelling: a link to it is the same place), so an
+    operator's own still runs in the pipeline's process. A copy of this patch found there (another checkout's) does
+    the same from its own place, so each file on the path runs once. An error in the next one names its file and is
+    reported, not raised, as Python reports its own sitecustomize's."""
+    ours = os.path.dirname(os.path.realpath(__file__))
+    places = [i for i, entry in enumerate(sys.path) if os.path.realpath(entry or os.curdir) == ours]
+    later = sys.path[places[-1] + 1 :] if places else list(sys.path)
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", later)
     if spec is None or spec.loader is None:
         return
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # reported as Python reports its own sitecustomize's, not raised
+        print(f"Error in sitecustomize {spec.origin}: {error!r}", file=sys.stderr, flush=True)
 
 
-if os.environ.get("QWEN3_TTS_FIXED_LENGTH") == "1":
+# once a process, however many copies of this patch the path holds
+if os.environ.get("QWEN3_TTS_FIXED_LENGTH") == "1" and not getattr(sys, "_qwen3_tts_fixed_length", False):
+    sys._qwen3_tts_fixed_length = True
     sys.meta_path.insert(0, _Finder())
 _run_the_next_sitecustomize()
