@@ -238,6 +238,13 @@ class SglangSettings(BaseModel):
     first_window_wait_ms: float = Field(
         2.0, ge=0, description="How long the decoder waits to fill a batch of first windows (initial_batch_wait_ms)."
     )
+    prefill_graph_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="The talker's prefills replay CUDA graphs up to this many tokens, above it they run eagerly "
+        "(tts_engine.engine.cuda_graph_max_bs_prefill; sglang-omni extends its own ladder to it). Default: "
+        "sglang-omni's 512, which a burst of 15 or more CustomVoice requests exceeds.",
+    )
     chunk_ramp: Annotated[list[int] | None, NoDecode] = Field(
         None,
         description="Codec frames in each window before the steady ones (vocoder.factory.stream_chunk_ramp; JSON or "

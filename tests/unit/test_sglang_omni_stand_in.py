@@ -381,7 +381,12 @@ def every_pipeline_setting() -> dict[str, object]:
     """The engine's pipeline settings with every optional one set."""
     return pipeline_settings(
         SglangSettings(
-            model="m", load_format="dummy", disable_radix_cache=True, chunk_ramp=[1, 2, 4], steady_chunk_frames=8
+            model="m",
+            load_format="dummy",
+            disable_radix_cache=True,
+            prefill_graph_tokens=2048,
+            chunk_ramp=[1, 2, 4],
+            steady_chunk_frames=8,
         )
     )
 
@@ -404,6 +409,22 @@ def test_the_vocoder_factorys_first_window_batch_defaults_are_the_engine_setting
     assert (settings.first_window_batch, settings.first_window_wait_ms) == (32, 2.0)
     assert defaults["initial_max_batch_size"] == settings.first_window_batch
     assert defaults["initial_batch_wait_ms"] == settings.first_window_wait_ms
+
+
+def test_the_talkers_prefill_graphs_stop_at_512_tokens_unless_the_engine_setting_raises_them(wheel: Wheel) -> None:
+    """sglang-omni's Qwen3-TTS talker captures prefill graphs for its own ladder up to 512 tokens (the docs' default),
+    and a declared `cuda_graph_max_bs_prefill` above that ladder's top extends it (`generation_batch_policy.py`)."""
+    builder = wheel.tree("models/qwen3_tts/engine_builder.py")
+    ladder = [
+        node
+        for node in ast.walk(builder)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "build_default_prefill_cuda_graph_bs"
+    ]
+    assert [ast.literal_eval(call.args[0]) for call in ladder] == [512]
+    assert 'overrides.get("cuda_graph_max_bs_prefill")' in wheel.source("scheduling/generation_batch_policy.py")
+    assert SglangSettings().prefill_graph_tokens is None
+    assert "tts_engine.engine.cuda_graph_max_bs_prefill" not in pipeline_settings(SglangSettings(model="m"))
+    assert every_pipeline_setting()["tts_engine.engine.cuda_graph_max_bs_prefill"] == 2048
 
 
 def test_the_talkers_engine_args_declare_the_engines_settings_and_pass_on_the_rest(wheel: Wheel) -> None:
