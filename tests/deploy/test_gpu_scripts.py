@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import gzip
 import importlib.util
@@ -16,7 +17,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import yaml
@@ -24,6 +25,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from app.engines.sglang.engine import ENGINE_ENVIRONMENT
 from app.metrics import LOOP_LAG_BUCKETS, TTFA_PHASE_BUCKETS
+from tests.support.locked_wheels import class_def, fetch_locked_wheel, function_def
 from tests.support.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -1253,6 +1255,34 @@ def test_frontend_weights_are_named_as_the_prompt_frontend_loads_them() -> None:
         "speaker_encoder.fc.weight",
     ]
     assert all(t.calls == ["detach", "clone", "contiguous"] for t in tensors.values())
+
+
+def test_frontend_weights_names_them_as_sglang_omnis_own_frontend_does() -> None:
+    """The pinned wheel's `Qwen3TTSPromptFrontend.checkpoint_weight_names` (run from its source with its module's
+    prefixes; the class itself needs torch) gives the names the script writes, for the same parameters."""
+    wheel = fetch_locked_wheel("sglang-omni", "0.1.8", "-py3-none-any.whl", "sglang_omni")
+    tree = wheel.tree("models/qwen3_tts/prompt_frontend.py")
+    prefixes = ("_TALKER_PREFIX", "_SPEAKER_ENCODER_PREFIX")
+    constants = {
+        ast.unparse(node.targets[0]): ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) in prefixes
+    }
+    assert set(constants) == set(prefixes)
+    method = function_def(class_def(tree, "Qwen3TTSPromptFrontend"), "checkpoint_weight_names")
+    namespace: dict[str, object] = dict(constants)
+    exec(compile(ast.Module(body=[method], type_ignores=[]), "prompt_frontend.py", "exec"), namespace)
+    names = ["text_projection.linear_fc1.weight", "model.text_embedding.weight", "speaker_encoder.fc.weight"]
+    frontend = SimpleNamespace(named_parameters=lambda: [(name, None) for name in names])
+    theirs = namespace["checkpoint_weight_names"](frontend)
+    frontend_weights = load_gpu_script("frontend_weights")
+    ours = frontend_weights.checkpoint_tensors(
+        {name: FakeTensor(name) for name in names}, constants["_TALKER_PREFIX"], constants["_SPEAKER_ENCODER_PREFIX"]
+    )
+    assert set(ours) == theirs
+    assert theirs == {"talker.text_projection.linear_fc1.weight", "talker.model.text_embedding.weight"} | {
+        "speaker_encoder.fc.weight"
+    }
 
 
 def test_frontend_weights_refuses_a_directory_without_a_model_config_or_with_a_shard_index(tmp_path: Path) -> None:
