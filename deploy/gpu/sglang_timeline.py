@@ -20,6 +20,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, whether run as a script or loaded by path
 from ttfa_phases import percentile
@@ -55,33 +56,42 @@ def read_lines(path: Path) -> Iterator[str]:
         yield from lines
 
 
-def request_events(files: Iterable[Path]) -> dict[str, dict[str, int]]:
-    """request id → {"<stage>:<event>": the earliest time it happened, ns}; lines that are not events are left out."""
-    requests: dict[str, dict[str, int]] = defaultdict(dict)
+def read_events(files: Iterable[Path]) -> Iterator[dict[str, Any]]:
+    """Every JSON object of the files, one a line; lines that are not one are left out."""
     for path in files:
         for line in read_lines(path):
             try:
                 event = json.loads(line)
-                name = f"{event['stage']}:{event['event_name']}"
-                request, at = event["request_id"], int(event["timestamp_ns"])
-            except (ValueError, KeyError, TypeError):
+            except ValueError:
                 continue
-            events = requests[request]
-            events[name] = min(at, events.get(name, at))
+            if isinstance(event, dict):
+                yield event
+
+
+def request_events(events: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """request id → {"<stage>:<event>": the earliest time it happened, ns}; objects that are not events are left
+    out."""
+    requests: dict[str, dict[str, int]] = defaultdict(dict)
+    for event in events:
+        try:
+            name = f"{event['stage']}:{event['event_name']}"
+            request, at = event["request_id"], int(event["timestamp_ns"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        seen = requests[request]
+        seen[name] = min(at, seen.get(name, at))
     return dict(requests)
 
 
-def server_pids(files: Iterable[Path]) -> set[int]:
+def server_pids(events: Iterable[dict[str, Any]]) -> set[int]:
     """The processes whose coordinator wrote these events: more than one means the files of several servers."""
     pids: set[int] = set()
-    for path in files:
-        for line in read_lines(path):
-            try:
-                event = json.loads(line)
-                if event["stage"] == "coordinator":
-                    pids.add(int(event["pid"]))
-            except (ValueError, KeyError, TypeError):
-                continue
+    for event in events:
+        try:
+            if event["stage"] == "coordinator":
+                pids.add(int(event["pid"]))
+        except (ValueError, KeyError, TypeError):
+            continue
     return pids
 
 
@@ -118,11 +128,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("paths", nargs="+", type=Path, help="event files, or folders holding events*.jsonl[.gz]")
     parser.add_argument("--requests", action="store_true", help="also one row per request")
     args = parser.parse_args(argv)
-    files = event_files(args.paths)
-    servers = server_pids(files)
+    events = list(read_events(event_files(args.paths)))  # read once, for both
+    servers = server_pids(events)
     if len(servers) > 1:
         print(f"warning: the events of {len(servers)} servers (coordinator pids {sorted(servers)}): name one's files")
-    requests = request_events(files)
+    requests = request_events(events)
     print(f"{len(requests)} requests")
     print(f"{'phase':<14} {'n':>4} {'p50 ms':>8} {'p95 ms':>8}")
     for phase, count, p50, p95 in phase_table(requests):

@@ -1545,7 +1545,7 @@ def test_sglang_timeline_splits_each_requests_first_audio_into_the_pipelines_pha
     (tmp_path / "events_coordinator_1.jsonl").write_text("\n".join(map(json.dumps, coordinator)) + "\nnot json\n")
     with gzip.open(tmp_path / "events_preprocessing_2.jsonl.gz", "wt") as out:
         out.write("\n".join(map(json.dumps, pipeline)) + '\n{"stage": "vocoder"}\n')
-    requests = module.request_events(module.event_files([tmp_path]))
+    requests = module.request_events(module.read_events(module.event_files([tmp_path])))
     table = {phase: (n, p50, p95) for phase, n, p50, p95 in module.phase_table(requests)}
     assert table["preprocessing"] == (6, 60.0, 200.0)  # 50 50 50 60 100 200; d, e, c, f count here
     assert table["talker inbox"] == (2, 70.0, 70.0)  # and not here; of 10 and 70 the upper is the median
@@ -1567,7 +1567,7 @@ def test_sglang_timeline_warns_of_the_events_of_more_than_one_server(tmp_path: P
     for pid in (11, 12):
         event = {"request_id": f"r{pid}", "stage": "coordinator", "event_name": "request_admission", "pid": pid}
         (tmp_path / f"events_coordinator_{pid}.jsonl").write_text(json.dumps({**event, "timestamp_ns": pid}) + "\n")
-    assert module.server_pids(module.event_files([tmp_path])) == {11, 12}
+    assert module.server_pids(module.read_events(module.event_files([tmp_path]))) == {11, 12}
     done = subprocess.run(
         [sys.executable, str(GPU / "sglang_timeline.py"), str(tmp_path)], capture_output=True, text=True, check=True
     )
