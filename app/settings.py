@@ -245,6 +245,13 @@ class SglangSettings(BaseModel):
         "(tts_engine.engine.cuda_graph_max_bs_prefill; sglang-omni extends its own ladder to it). Default: "
         "sglang-omni's 512, which a burst of 15 or more CustomVoice requests exceeds.",
     )
+    prefill_graph_requests: int | None = Field(
+        None,
+        ge=1,
+        description="The talker's prefill CUDA graphs hold this many requests, a prefill of more runs eagerly "
+        "(tts_engine.engine.cuda_graph_config, prefill.full_prefill_max_req). Default: SGLang's chunked prefill "
+        "size / 512, 16, which a burst's prefills of 17 or more requests exceed.",
+    )
     chunk_ramp: Annotated[list[int] | None, NoDecode] = Field(
         None,
         description="Codec frames in each window before the steady ones (vocoder.factory.stream_chunk_ramp; JSON or "

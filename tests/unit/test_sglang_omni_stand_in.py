@@ -385,6 +385,7 @@ def every_pipeline_setting() -> dict[str, object]:
             load_format="dummy",
             disable_radix_cache=True,
             prefill_graph_tokens=2048,
+            prefill_graph_requests=64,
             chunk_ramp=[1, 2, 4],
             steady_chunk_frames=8,
         )
@@ -425,6 +426,47 @@ def test_the_talkers_prefill_graphs_stop_at_512_tokens_unless_the_engine_setting
     assert SglangSettings().prefill_graph_tokens is None
     assert "tts_engine.engine.cuda_graph_max_bs_prefill" not in pipeline_settings(SglangSettings(model="m"))
     assert every_pipeline_setting()["tts_engine.engine.cuda_graph_max_bs_prefill"] == 2048
+
+
+def test_a_prefill_graph_holds_16_requests_unless_the_engine_setting_raises_them(wheel: Wheel) -> None:
+    """SGLang's prefill graphs hold `full_prefill_max_req` requests, by default its chunked prefill size / 512 (16 for
+    the talker's 8192); a prefill of more requests runs eagerly whatever its tokens: with graphs captured up to 2048
+    tokens, a burst's prefill of 17 requests and 894 tokens still ran eagerly. The engine's setting reaches it as the
+    nested `cuda_graph_config`, which sglang-omni passes on and SGLang applies over its every other source."""
+    sglang = fetch_locked_wheel("sglang", "0.5.21", "-cp311-cp311-manylinux_2_34_x86_64.whl", "sglang")
+    config = sglang.tree("srt/model_executor/cuda_graph_config.py")
+    phase = class_def(config, "PhaseConfig")
+    fields = {
+        s.target.id: s.value for s in phase.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+    }
+    assert ast.literal_eval(fields["full_prefill_max_req"]) is None
+    allowed = [
+        s.value
+        for s in config.body
+        if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "ALLOWED_KEYS_PER_PHASE"
+    ]
+    per_phase = allowed[0]
+    assert isinstance(per_phase, ast.Dict)
+    prefill_keys = {ast.unparse(k): ast.literal_eval(v) for k, v in zip(per_phase.keys, per_phase.values, strict=True)}
+    assert "full_prefill_max_req" in prefill_keys["Phase.PREFILL"]
+    capture = ast.unparse(
+        function_def(
+            sglang.tree("srt/model_executor/model_runner_components/cuda_graph_setup.py"), "capture_prefill_graph"
+        )
+    )
+    assert "max_capture_requests = prefill_config.full_prefill_max_req" in capture
+    assert "max(get_schedule().chunked_prefill_size // 512, 1)" in capture
+    parse = ast.unparse(function_def(sglang.tree("srt/arg_groups/cuda_graph_hook.py"), "parse_cuda_graph_config"))
+    assert "for key, value in phase_config.items():\n            _set(phase, key, value)" in parse
+    # sglang-omni's talker overrides keep the nested config (they mirror only its backend, bs and max_bs)
+    policy = ast.unparse(
+        function_def(wheel.tree("scheduling/generation_batch_policy.py"), "build_generation_batch_overrides")
+    )
+    assert "**incoming" in policy and "pop('cuda_graph_config'" not in policy
+    assert SglangSettings().prefill_graph_requests is None
+    assert "tts_engine.engine.cuda_graph_config" not in pipeline_settings(SglangSettings(model="m"))
+    nested = every_pipeline_setting()["tts_engine.engine.cuda_graph_config"]
+    assert nested == {"prefill": {"full_prefill_max_req": 64}}
 
 
 def test_the_talkers_engine_args_declare_the_engines_settings_and_pass_on_the_rest(wheel: Wheel) -> None:

@@ -142,6 +142,9 @@ def pipeline_settings(settings: Any) -> dict[str, object]:
         values["tts_engine.engine.disable_radix_cache"] = True
     if settings.prefill_graph_tokens:
         values["tts_engine.engine.cuda_graph_max_bs_prefill"] = settings.prefill_graph_tokens
+    if settings.prefill_graph_requests:
+        prefill_graph = {"full_prefill_max_req": settings.prefill_graph_requests}
+        values["tts_engine.engine.cuda_graph_config"] = {"prefill": prefill_graph}
     if settings.chunk_ramp:
         values["vocoder.factory.stream_chunk_ramp"] = list(settings.chunk_ramp)
     if settings.steady_chunk_frames:
