@@ -230,6 +230,14 @@ class SglangSettings(BaseModel):
         description="Turn off the talker's prefix cache (tts_engine.engine.disable_radix_cache): with it, a prompt "
         "seen before skips its prefill.",
     )
+    preprocessing: Literal["inline", "cpu", "gpu"] = Field(
+        "inline",
+        description="Where sglang-omni's preprocessing runs (tokenizing, the prompt's embeddings, a clone's reference "
+        "audio): inline, 8 threads in the talker's process (sglang-omni's default); cpu, a process of its own on the "
+        "CPU, off the talker's Python lock (a clone's reference audio is then encoded on the CPU); gpu, a process of "
+        "its own on the talker's GPU. A process of its own loads the prompt's weights from the model directory, "
+        "whatever LOAD_FORMAT says.",
+    )
     first_window_batch: int = Field(
         32,
         ge=1,

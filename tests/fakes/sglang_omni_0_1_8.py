@@ -57,6 +57,12 @@ STREAM_STRIDE = 16
 # The dotted settings this pipeline has (sglang-omni 0.1.8's EngineArgs is open: any other engine key goes to SGLang's
 # ServerArgs; a factory key must be an argument of the stage's factory)
 ENGINE_KEYS_FREE = "tts_engine.engine."
+PREPROCESSING_FACTORY_ARGS = frozenset(
+    {"max_concurrency", "stream_codec_output", "load_frontend", "device", "gpu_id", "dtype", "attn_implementation"}
+)
+STAGES = ("preprocessing", "tts_engine", "vocoder")
+STAGE_FIELDS = frozenset({"process", "gpu", "gpu_memory_fraction"})  # a stage's own place: its process, its GPU
+TOP_LEVEL_KEYS = frozenset({"placement.require_memory_fraction_for_colocation"})
 VOCODER_FACTORY_ARGS = frozenset(
     {
         "max_batch_size", "max_batch_wait_ms", "stream_stride", "stream_followup_stride",
@@ -361,9 +367,21 @@ class ConfigManager:
     def merge_config(self, extra_args: Mapping[str, object], *, extra_patches: Any = None) -> FakePipeline:
         assert self.config is not None
         for key in extra_args:
-            stage, group, name = key.split(".", 2)
-            factory_arg = (stage, group) == ("vocoder", "factory") and name in VOCODER_FACTORY_ARGS
-            known = key.startswith(ENGINE_KEYS_FREE) or factory_arg
+            if key in TOP_LEVEL_KEYS:
+                continue
+            stage, _, rest = key.partition(".")
+            if stage not in STAGES:
+                raise ValueError(f"unknown stage {stage!r} in {key!r}")
+            if rest in STAGE_FIELDS:
+                continue
+            group, _, name = rest.partition(".")
+            factory_args = {"vocoder": VOCODER_FACTORY_ARGS, "preprocessing": PREPROCESSING_FACTORY_ARGS}.get(stage, ())
+            known = (
+                key.startswith(ENGINE_KEYS_FREE)
+                or (group == "factory" and name in factory_args)
+                or (group == "env" and bool(name))
+                or (group, name) == ("comm", "credits")
+            )
             if not known:
                 raise ValueError(f"Stage {stage!r} sets {group}.{name} but its factory does not accept {name!r}")
         return FakePipeline(self.config.model_path, self.config.model_type, self.config.speakers, dict(extra_args))
@@ -428,7 +446,7 @@ class MultiProcessPipelineRunner:
     def stage_control_endpoints(self) -> dict[str, str]:
         if not self.started:
             raise RuntimeError("Runner not started")
-        return {stage: f"ipc:///tmp/stand-in-{stage}-control" for stage in ("preprocessing", "tts_engine", "vocoder")}
+        return {stage: f"ipc:///tmp/stand-in-{stage}-control" for stage in STAGES}
 
     async def stop(self) -> None:
         if not self.started:

@@ -480,7 +480,72 @@ def test_the_talkers_engine_args_declare_the_engines_settings_and_pass_on_the_re
     # any other `tts_engine.engine.*` key (load_format, disable_radix_cache) goes on to SGLang's ServerArgs, as the
     # stand-in lets every `tts_engine.engine.` key through
     assert {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords}.get("extra") == "allow"
-    assert all(key.startswith(stand_in.ENGINE_KEYS_FREE) for key in every_pipeline_setting() if key.startswith("tts_"))
+    engine_keys = [key for key in every_pipeline_setting() if key.startswith("tts_engine.engine")]
+    assert engine_keys and all(key.startswith(stand_in.ENGINE_KEYS_FREE) for key in engine_keys)
+
+
+# -- where preprocessing runs ---------------------------------------------------------------------------------------
+
+
+def annotated_fields(node: ast.ClassDef) -> dict[str, ast.expr | None]:
+    """A pydantic model's fields: name -> default (None where it has none)."""
+    return {s.target.id: s.value for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+
+
+def test_preprocessing_in_a_process_of_its_own_is_spelled_as_the_wheels_schema_spells_it(wheel: Wheel) -> None:
+    """Every key the `cpu` and `gpu` layouts set is a field of sglang-omni's schema: a stage's process, GPU, env and
+    channel credits (2 by default: two payloads in flight), the preprocessing factory's device, the placement rule that
+    asks every stage on a shared GPU for a memory share (on by default); and a preprocessing stage outside the talker's
+    process loads its own prompt frontend."""
+    schema = wheel.tree("config/schema.py")
+    stage = annotated_fields(class_def(schema, "StageConfig"))
+    assert {"process", "gpu", "gpu_memory_fraction", "env", "comm"} <= set(stage)
+    assert stand_in.STAGE_FIELDS <= set(stage)
+    credits = annotated_fields(class_def(schema, "CommConfig"))["credits"]
+    assert credits is not None and ast.literal_eval(credits) == 2
+    assert "device" in annotated_fields(class_def(schema, "FactoryArgs"))
+    rule = annotated_fields(class_def(schema, "PlacementConfig"))["require_memory_fraction_for_colocation"]
+    assert rule is not None and ast.literal_eval(rule) is True
+    assert {f"placement.{name}" for name in ["require_memory_fraction_for_colocation"]} == stand_in.TOP_LEVEL_KEYS
+    factory = function_def(wheel.tree("models/qwen3_tts/stages.py"), "create_preprocessing_executor")
+    assert {arg.arg for arg in factory.args.kwonlyargs} == stand_in.PREPROCESSING_FACTORY_ARGS
+    config = wheel.source("models/qwen3_tts/config.py")
+    assert 'kwargs["load_frontend"] = True' in config and "def preprocessing_in_own_process" in config
+    names = [
+        m for m in ast.walk(wheel.tree("models/qwen3_tts/config.py")) if isinstance(m, ast.keyword) and m.arg == "name"
+    ]
+    assert tuple(ast.literal_eval(keyword.value) for keyword in names) == ("preprocessing", "vocoder", "tts_engine")
+    assert set(stand_in.STAGES) == {"preprocessing", "vocoder", "tts_engine"}
+
+
+@pytest.mark.parametrize("where", ["inline", "cpu", "gpu"])
+def test_each_preprocessing_layout_keeps_the_talkers_threads_and_lets_a_burst_through(where: str) -> None:
+    settings = SglangSettings(model="m", preprocessing=where, max_running_requests=48)
+    values = pipeline_settings(settings, cpus=14)
+    own = {
+        key: value
+        for key, value in values.items()
+        if key.startswith(("preprocessing.", "placement.", "tts_engine.env"))
+    }
+    if where == "inline":
+        assert own == {}
+    else:
+        assert own["preprocessing.process"] == "frontend"
+        assert own["preprocessing.comm.credits"] == 48
+        assert own["tts_engine.env.OMP_NUM_THREADS"] == "14"
+        assert own["preprocessing.env.OMP_NUM_THREADS"] == "1"
+        device = (own.get("preprocessing.factory.device"), own.get("preprocessing.gpu"))
+        assert device == {"cpu": ("cpu", None), "gpu": (None, 0)}[where]
+        assert own.get("placement.require_memory_fraction_for_colocation", True) is (where == "cpu")
+    stand_in.ConfigManager(stand_in.FakePipeline("m", "custom_voice", ("vivian",))).merge_config(values)
+    assert SglangSettings().preprocessing == "inline"
+
+
+def test_the_stand_in_refuses_a_stage_setting_the_wheel_has_not() -> None:
+    manager = stand_in.ConfigManager(stand_in.FakePipeline("m", "custom_voice", ("vivian",)))
+    for key in ("preprocessing.factory.weights", "talker.process", "vocoder.comm.window", "placement.anything"):
+        with pytest.raises(ValueError):
+            manager.merge_config({key: 1})
 
 
 def test_the_stream_window_defaults_are_the_wheels(wheel: Wheel) -> None:
