@@ -101,7 +101,8 @@
 #                                   loader skips load_weights, where code2wav sets all of that up
 #   FRONTEND_WEIGHTS=none           real: write random weights for sglang-omni's prompt frontend in the checkpoint's
 #                                   format (deploy/gpu/frontend_weights.py, with SGLANG_SITE), which its preprocessing
-#                                   stage loads when it runs in a process of its own (`preprocessing.process`); with
+#                                   stage loads when it runs in a process of its own (the service's
+#                                   SPEECH_SGLANG__PREPROCESSING=cpu or gpu, sglang-omni's `preprocessing.process`); with
 #                                   CODEC_WEIGHTS=real, vllm-omni's code2wav reads (and drops) this file too: set it for
 #                                   runs of the sglang targets only
 #   ALONE_STAGE_OVERRIDES=""        `alone`'s stage overrides (JSON). `alone` and `vllm serve` run vllm-omni's own
