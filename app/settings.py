@@ -256,9 +256,10 @@ class SglangSettings(BaseModel):
     prefill_graph_requests: int | None = Field(
         None,
         ge=1,
-        description="The talker's prefill CUDA graphs hold this many requests, a prefill of more runs eagerly "
-        "(tts_engine.engine.cuda_graph_config, prefill.full_prefill_max_req). Default: SGLang's chunked prefill "
-        "size / 512, 16, which a burst's prefills of 17 or more requests exceed.",
+        description="CustomVoice models: the requests one of the talker's prefill CUDA graphs holds, a prefill of more "
+        "runs eagerly (tts_engine.engine.cuda_graph_config, prefill.full_prefill_max_req; Base and VoiceDesign "
+        "prefills replay SGLang's breakable graphs, which hold any number). Default: SGLang's chunked prefill size "
+        "/ 512, 16 on an H100 or H200.",
     )
     chunk_ramp: Annotated[list[int] | None, NoDecode] = Field(
         None,

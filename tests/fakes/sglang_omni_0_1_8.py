@@ -61,8 +61,19 @@ PREPROCESSING_FACTORY_ARGS = frozenset(
     {"max_concurrency", "stream_codec_output", "load_frontend", "device", "gpu_id", "dtype", "attn_implementation"}
 )
 STAGES = ("preprocessing", "tts_engine", "vocoder")
-STAGE_FIELDS = frozenset({"process", "gpu", "gpu_memory_fraction"})  # a stage's own place: its process, its GPU
-TOP_LEVEL_KEYS = frozenset({"placement.require_memory_fraction_for_colocation"})
+# where a stage runs and what it may take there (sglang-omni's StageConfig fields of that kind)
+STAGE_FIELDS = frozenset(
+    {"process", "gpu", "tp_size", "gpu_memory_fraction", "total_reserve_bytes", "enforce_total_reserve"}
+)
+COMM_FIELDS = frozenset(  # a stage's channel (CommConfig: every field)
+    {
+        "slot_size_mb", "credits", "cuda_ipc_slot_size_kb", "cuda_ipc_pool_size_mb", "mooncake_protocol",
+        "mooncake_hostname", "mooncake_device_name",
+    }
+)  # fmt: skip
+TOP_LEVEL_KEYS = frozenset(  # the pipeline's placement limits (PlacementConfig: every field)
+    {"placement.max_total_gpu_memory_fraction_per_gpu", "placement.require_memory_fraction_for_colocation"}
+)
 VOCODER_FACTORY_ARGS = frozenset(
     {
         "max_batch_size", "max_batch_wait_ms", "stream_stride", "stream_followup_stride",
@@ -380,7 +391,7 @@ class ConfigManager:
                 key.startswith(ENGINE_KEYS_FREE)
                 or (group == "factory" and name in factory_args)
                 or (group == "env" and bool(name))
-                or (group, name) == ("comm", "credits")
+                or (group == "comm" and name in COMM_FIELDS)
             )
             if not known:
                 raise ValueError(f"Stage {stage!r} sets {group}.{name} but its factory does not accept {name!r}")

@@ -386,6 +386,7 @@ def every_pipeline_setting() -> dict[str, object]:
             disable_radix_cache=True,
             prefill_graph_tokens=2048,
             prefill_graph_requests=64,
+            preprocessing="cpu",
             chunk_ramp=[1, 2, 4],
             steady_chunk_frames=8,
         )
@@ -429,10 +430,12 @@ def test_the_talkers_prefill_graphs_stop_at_512_tokens_unless_the_engine_setting
 
 
 def test_a_prefill_graph_holds_16_requests_unless_the_engine_setting_raises_them(wheel: Wheel) -> None:
-    """SGLang's prefill graphs hold `full_prefill_max_req` requests, by default its chunked prefill size / 512 (16 for
-    the talker's 8192); a prefill of more requests runs eagerly whatever its tokens: with graphs captured up to 2048
-    tokens, a burst's prefill of 17 requests and 894 tokens still ran eagerly. The engine's setting reaches it as the
-    nested `cuda_graph_config`, which sglang-omni passes on and SGLang applies over its every other source."""
+    """SGLang's full prefill graphs hold `full_prefill_max_req` requests, by default its chunked prefill size / 512
+    (16 for the 8192 it picks on an H100 or H200); a prefill of more requests runs eagerly whatever its tokens: with
+    graphs captured up to 2048 tokens, a burst's prefill of 17 requests and 894 tokens still ran eagerly. sglang-omni
+    gives CustomVoice talkers full graphs and Base and VoiceDesign breakable ones, which hold the whole request pool.
+    The engine's setting reaches it as the nested `cuda_graph_config`, which sglang-omni passes on and SGLang applies
+    over its every other source."""
     sglang = fetch_locked_wheel("sglang", "0.5.21", "-cp311-cp311-manylinux_2_34_x86_64.whl", "sglang")
     config = sglang.tree("srt/model_executor/cuda_graph_config.py")
     phase = class_def(config, "PhaseConfig")
@@ -456,6 +459,14 @@ def test_a_prefill_graph_holds_16_requests_unless_the_engine_setting_raises_them
     )
     assert "max_capture_requests = prefill_config.full_prefill_max_req" in capture
     assert "max(get_schedule().chunked_prefill_size // 512, 1)" in capture
+    assert "else:\n        max_capture_requests = model_runner.req_to_token_pool.size" in capture  # not full graphs
+    builder = ast.unparse(
+        function_def(
+            class_def(wheel.tree("models/qwen3_tts/engine_builder.py"), "Qwen3TtsEngineBuilder"), "generation_defaults"
+        )
+    )
+    assert "'cuda_graph_backend_prefill': CudaGraphBackend.BREAKABLE" in builder
+    assert "== 'custom_voice':\n        defaults['cuda_graph_backend_prefill'] = CudaGraphBackend.FULL" in builder
     parse = ast.unparse(function_def(sglang.tree("srt/arg_groups/cuda_graph_hook.py"), "parse_cuda_graph_config"))
     assert "for key, value in phase_config.items():\n            _set(phase, key, value)" in parse
     # sglang-omni's talker overrides keep the nested config (they mirror only its backend, bs and max_bs)
@@ -496,52 +507,83 @@ def test_preprocessing_in_a_process_of_its_own_is_spelled_as_the_wheels_schema_s
     """Every key the `cpu` and `gpu` layouts set is a field of sglang-omni's schema: a stage's process, GPU, env and
     channel credits (2 by default: two payloads in flight), the preprocessing factory's device, the placement rule that
     asks every stage on a shared GPU for a memory share (on by default); and a preprocessing stage outside the talker's
-    process loads its own prompt frontend."""
+    process loads its own prompt frontend. The stand-in takes the same fields."""
     schema = wheel.tree("config/schema.py")
     stage = annotated_fields(class_def(schema, "StageConfig"))
-    assert {"process", "gpu", "gpu_memory_fraction", "env", "comm"} <= set(stage)
+    assert {"process", "gpu", "env", "comm"} <= set(stage)
     assert stand_in.STAGE_FIELDS <= set(stage)
-    credits = annotated_fields(class_def(schema, "CommConfig"))["credits"]
-    assert credits is not None and ast.literal_eval(credits) == 2
+    comm = annotated_fields(class_def(schema, "CommConfig"))
+    assert set(comm) == stand_in.COMM_FIELDS
+    assert comm["credits"] is not None and ast.literal_eval(comm["credits"]) == 2
     assert "device" in annotated_fields(class_def(schema, "FactoryArgs"))
-    rule = annotated_fields(class_def(schema, "PlacementConfig"))["require_memory_fraction_for_colocation"]
+    placement = annotated_fields(class_def(schema, "PlacementConfig"))
+    assert {f"placement.{name}" for name in placement} == stand_in.TOP_LEVEL_KEYS
+    rule = placement["require_memory_fraction_for_colocation"]
     assert rule is not None and ast.literal_eval(rule) is True
-    assert {f"placement.{name}" for name in ["require_memory_fraction_for_colocation"]} == stand_in.TOP_LEVEL_KEYS
     factory = function_def(wheel.tree("models/qwen3_tts/stages.py"), "create_preprocessing_executor")
     assert {arg.arg for arg in factory.args.kwonlyargs} == stand_in.PREPROCESSING_FACTORY_ARGS
     config = wheel.source("models/qwen3_tts/config.py")
     assert 'kwargs["load_frontend"] = True' in config and "def preprocessing_in_own_process" in config
     names = [
-        m for m in ast.walk(wheel.tree("models/qwen3_tts/config.py")) if isinstance(m, ast.keyword) and m.arg == "name"
+        k for k in ast.walk(wheel.tree("models/qwen3_tts/config.py")) if isinstance(k, ast.keyword) and k.arg == "name"
     ]
     assert tuple(ast.literal_eval(keyword.value) for keyword in names) == ("preprocessing", "vocoder", "tts_engine")
     assert set(stand_in.STAGES) == {"preprocessing", "vocoder", "tts_engine"}
 
 
+def test_only_the_shared_memory_channel_takes_credits(wheel: Wheel) -> None:
+    """On the CPU, preprocessing's tensors cross by shared memory, whose credits are a semaphore over segments of each
+    tensor's own size; on the GPU by CUDA IPC, which the stage sends without taking one. A CUDA IPC relay would
+    instead reserve a pool of slot size x credits (512 MiB x 2 by default), so the `gpu` layout leaves credits be."""
+    shm = class_def(wheel.tree("relay/shm.py"), "ShmRelay")
+    init = ast.unparse(function_def(shm, "__init__"))
+    assert "self.sem = asyncio.Semaphore(credits)" in init
+    assert "shm_create_from_tensor(tensor)" in ast.unparse(function_def(shm, "put_async"))
+    runtime = wheel.source("pipeline/stage/runtime.py")
+    assert "can_use_direct_cuda_ipc" in runtime and "serialize_direct_cuda_ipc_payload" in runtime
+    relay = ast.unparse(wheel.tree("relay/cuda_ipc.py"))
+    assert "pool_size_mb = legacy_slot_size_mb * legacy_credits" in relay
+
+
 @pytest.mark.parametrize("where", ["inline", "cpu", "gpu"])
-def test_each_preprocessing_layout_keeps_the_talkers_threads_and_lets_a_burst_through(where: str) -> None:
+def test_each_preprocessing_layout_lets_a_burst_through_to_the_talker(where: str) -> None:
     settings = SglangSettings(model="m", preprocessing=where, max_running_requests=48)
-    values = pipeline_settings(settings, cpus=14)
+    values = pipeline_settings(settings)
     own = {
         key: value
         for key, value in values.items()
         if key.startswith(("preprocessing.", "placement.", "tts_engine.env"))
     }
-    if where == "inline":
-        assert own == {}
-    else:
-        assert own["preprocessing.process"] == "frontend"
-        assert own["preprocessing.comm.credits"] == 48
-        assert own["tts_engine.env.OMP_NUM_THREADS"] == "14"
-        assert own["preprocessing.env.OMP_NUM_THREADS"] == "1"
-        device = (own.get("preprocessing.factory.device"), own.get("preprocessing.gpu"))
-        assert device == {"cpu": ("cpu", None), "gpu": (None, 0)}[where]
-        assert own.get("placement.require_memory_fraction_for_colocation", True) is (where == "cpu")
+    expected = {
+        "inline": {},
+        "cpu": {"preprocessing.factory.device": "cpu", "preprocessing.comm.credits": 48},
+        "gpu": {"preprocessing.gpu": 0, "placement.require_memory_fraction_for_colocation": False},
+    }[where]
+    if where != "inline":
+        expected |= {"preprocessing.process": "frontend", "preprocessing.env.OMP_NUM_THREADS": "1"}
+    assert own == expected
     stand_in.ConfigManager(stand_in.FakePipeline("m", "custom_voice", ("vivian",))).merge_config(values)
     assert SglangSettings().preprocessing == "inline"
 
 
-def test_the_stand_in_refuses_a_stage_setting_the_wheel_has_not() -> None:
+def test_a_layout_follows_the_overrides_it_depends_on_and_they_win() -> None:
+    overrides = {"tts_engine.engine.max_running_requests": 96, "tts_engine.gpu": 1}
+    cpu = pipeline_settings(SglangSettings(model="m", preprocessing="cpu", pipeline_overrides=overrides))
+    assert cpu["preprocessing.comm.credits"] == 96
+    gpu = pipeline_settings(SglangSettings(model="m", preprocessing="gpu", pipeline_overrides=overrides))
+    assert gpu["preprocessing.gpu"] == 1
+    mine = {"preprocessing.comm.credits": 8}
+    assert (
+        pipeline_settings(SglangSettings(model="m", preprocessing="cpu", pipeline_overrides=mine))[
+            "preprocessing.comm.credits"
+        ]
+        == 8
+    )
+
+
+def test_the_stand_in_refuses_what_the_wheel_refuses_at_start() -> None:
+    """An unknown stage, a channel or placement field its schema forbids, a factory argument its preprocessing
+    factory has not (accepted by the merge, refused when the stage is built)."""
     manager = stand_in.ConfigManager(stand_in.FakePipeline("m", "custom_voice", ("vivian",)))
     for key in ("preprocessing.factory.weights", "talker.process", "vocoder.comm.window", "placement.anything"):
         with pytest.raises(ValueError):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import io
-import os
 import wave
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,32 +127,31 @@ def request_fields(job: SynthesisJob, model: Qwen3TTSModel) -> RequestFields:
     return RequestFields(prompt, sampling, {"task": "tts", "tts_params": tts}, extra)
 
 
-def preprocessing_layout(where: str, max_running_requests: int, cpus: int) -> dict[str, object]:
+def preprocessing_layout(where: str, pipeline: dict[str, object]) -> dict[str, object]:
     """sglang-omni's settings that put preprocessing `inline` (its default: threads in the talker's process), or in a
-    process of its own on the `cpu` or the `gpu`.
+    process of its own on the `cpu` or on the talker's GPU (`gpu`), for a pipeline of these other settings.
 
-    In a process of its own it loads its own prompt frontend and hands the talker prepared tensors. It may have as many
-    of them in flight as the talker runs requests (its channel's credits, 2 by default, would let a burst through two
-    at a time). sglang-omni splits the CPUs' thread budget between its processes, which would halve the talker
-    process's; it keeps all of them, and each of preprocessing's 8 threads runs its ops on one."""
+    In a process of its own it loads its own prompt frontend and hands the talker prepared tensors, and each of its 8
+    threads runs its ops on one CPU (sglang-omni's default: the server's OMP_NUM_THREADS where set, else a share of
+    the CPUs each). On the CPU those tensors cross by shared memory, a channel that lets through as many at once as
+    it has credits: 2 by default would let a burst reach the talker two requests at a time, so it gets one a request
+    the talker runs (a semaphore; each segment is the tensor's own size). On the GPU they cross by CUDA IPC, which
+    takes no credit."""
     if where == "inline":
         return {}
-    layout: dict[str, object] = {
-        "preprocessing.process": "frontend",
-        "preprocessing.comm.credits": max_running_requests,
-        "preprocessing.env.OMP_NUM_THREADS": "1",
-        "tts_engine.env.OMP_NUM_THREADS": str(cpus),
-    }
+    layout: dict[str, object] = {"preprocessing.process": "frontend", "preprocessing.env.OMP_NUM_THREADS": "1"}
     if where == "cpu":
-        return {**layout, "preprocessing.factory.device": "cpu"}
-    # the engine's GPU: sglang-omni then asks every stage on it for a memory share unless told not to (the shares are
-    # bookkeeping: the talker's KV cache is sized by mem_fraction_static of what is free when it starts)
-    return {**layout, "preprocessing.gpu": 0, "placement.require_memory_fraction_for_colocation": False}
+        credits = pipeline["tts_engine.engine.max_running_requests"]
+        return {**layout, "preprocessing.factory.device": "cpu", "preprocessing.comm.credits": credits}
+    # sglang-omni then asks every stage on the GPU for a memory share unless told not to: the shares are bookkeeping
+    # (the talker's KV cache is sized from the memory free when it starts, whatever share it declares)
+    gpu = pipeline.get("tts_engine.gpu", 0)
+    return {**layout, "preprocessing.gpu": gpu, "placement.require_memory_fraction_for_colocation": False}
 
 
-def pipeline_settings(settings: Any, cpus: int | None = None) -> dict[str, object]:
+def pipeline_settings(settings: Any) -> dict[str, object]:
     """sglang-omni's pipeline settings, by the dotted names of its `--<stage>.<group>.<field>` flags, from the engine's
-    own settings (`app.settings.SglangSettings`) and the CPUs the server may use; `pipeline_overrides` win."""
+    own settings (`app.settings.SglangSettings`); `pipeline_overrides` win, each key whole."""
     values: dict[str, object] = {
         "tts_engine.engine.mem_fraction_static": settings.mem_fraction_static,
         "tts_engine.engine.max_running_requests": settings.max_running_requests,
@@ -173,10 +171,9 @@ def pipeline_settings(settings: Any, cpus: int | None = None) -> dict[str, objec
         values["vocoder.factory.stream_chunk_ramp"] = list(settings.chunk_ramp)
     if settings.steady_chunk_frames:
         values["vocoder.factory.stream_followup_stride"] = settings.steady_chunk_frames
-    if cpus is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    values.update(preprocessing_layout(settings.preprocessing, settings.max_running_requests, cpus))
-    return {**values, **(settings.pipeline_overrides or {})}
+    overrides = settings.pipeline_overrides or {}
+    layout = preprocessing_layout(settings.preprocessing, {**values, **overrides})
+    return {**values, **layout, **overrides}
 
 
 def stream_stride(pipeline: dict[str, object]) -> int:
