@@ -238,6 +238,14 @@ class SglangSettings(BaseModel):
         "its own on the talker's GPU. A process of its own loads the prompt's weights from the model directory, "
         "whatever LOAD_FORMAT says.",
     )
+    switch_interval_ms: float | None = Field(
+        None,
+        gt=0,
+        description="Python's thread switch interval in sglang-omni's processes (sys.setswitchinterval): how long a "
+        "thread that wants the interpreter's lock waits before the one holding it must let go. The talker's "
+        "scheduler, preprocessing's and the decoder's threads share one lock in the talker's process. Default: "
+        "Python's 5 ms.",
+    )
     first_window_batch: int = Field(
         32,
         ge=1,

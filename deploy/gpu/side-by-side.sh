@@ -60,7 +60,7 @@
 #                                   `sglang` is sglang-omni's `sgl-omni serve` (SGLANG_PORT=8006) on the same model
 #                                   directory: talker on random weights (load_format dummy), code2wav on the codec
 #                                   weights there; installed into SGLANG_SITE (deploy/gpu/sglang-omni/carry.sh). Every
-#                                   request runs to its max_new_tokens (app/engines/sglang/stage_plugins/fixed_length/sitecustomize.py masks the codec's
+#                                   request runs to its max_new_tokens (app/engines/sglang/stage_plugins/process_start/sitecustomize.py masks the codec's
 #                                   end-of-speech token, which no request field of 0.1.8 can do), and SGLANG_BODY is its
 #                                   request body in place of EXTRA_BODY (it streams with "stream": true; max_new_tokens
 #                                   counts frames, no end token)
@@ -462,7 +462,7 @@ launch() {  # $1 target
       # folder given in the environment wins, as with the engine)
       # shellcheck disable=SC2086,SC2046  # the settings and the pinning are split into words on purpose
       $(pin_of sglang) env $settings \
-        PYTHONPATH="$REPO/app/engines/sglang/stage_plugins/fixed_length:$SGLANG_SITE:$PYTHONPATH" \
+        PYTHONPATH="$REPO/app/engines/sglang/stage_plugins/process_start:$SGLANG_SITE:$PYTHONPATH" \
         QWEN3_TTS_FIXED_LENGTH=1 SGLANG_OMNI_STRICT_PORT=1 SGLANG_OMNI_STARTUP_TIMEOUT=1800 HF_HUB_OFFLINE=1 \
         SGLANG_OMNI_PORT_CLAIM_DIR="${SGLANG_OMNI_PORT_CLAIM_DIR:-/tmp/sglang-omni-port-claims}" \
         setsid nohup "$PYTHON" "${args[@]}" >"$log" 2>&1 </dev/null &

@@ -770,7 +770,7 @@ def test_side_by_side_starts_sglang_omni_on_its_own_packages_and_runs_every_requ
         assert argv[argv.index("--mem-fraction-static") + 1] == "0.3"
         assert argv[-2:] == ["--vocoder.factory.incremental_codec_compile", "false"]
         pythonpath, force, strict, gpus = (tmp_path / "sglang_env").read_text().split("\n")[:4]
-        assert pythonpath.split(":")[:2] == [str(ROOT / "app/engines/sglang/stage_plugins/fixed_length"), str(site)]
+        assert pythonpath.split(":")[:2] == [str(ROOT / "app/engines/sglang/stage_plugins/process_start"), str(site)]
         assert (force, strict, gpus) == ("1", "1", "2")
         assert (tmp_path / "work/model/config.json").exists()
         # sglang's own caches in the run's compile cache, laid out as the service's engine lays them out
@@ -841,7 +841,7 @@ def test_fixed_length_patch_masks_the_codec_end_token_in_sglang_omnis_talker_run
         "runner.apply_codec_suppress_tokens(out, ['a', 'b'])\n"
         "print(out.next_token_logits.tolist())\n"
     )
-    pythonpath = f"{ROOT / 'app/engines/sglang/stage_plugins/fixed_length'}:{tmp_path / 'fake'}"
+    pythonpath = f"{ROOT / 'app/engines/sglang/stage_plugins/process_start'}:{tmp_path / 'fake'}"
     for force, eos in [("1", float("-inf")), ("0", 0.0)]:
         done = subprocess.run(
             [sys.executable, "-c", probe],
@@ -856,6 +856,42 @@ def test_fixed_length_patch_masks_the_codec_end_token_in_sglang_omnis_talker_run
         assert ("codec EOS masked" in done.stderr) == (force == "1")
 
 
+def test_the_process_start_sets_the_switch_interval_it_is_given_and_reports_one_it_cannot(tmp_path: Path) -> None:
+    """SPEECH_SGLANG_SWITCH_INTERVAL_S sets Python's switch interval in a process started with the directory on its
+    path, with or without the fixed-length patch; unset, Python's default stays; a value Python refuses is reported
+    and the process runs on (an operator's own sitecustomize after it still has the last word)."""
+    start = ROOT / "app/engines/sglang/stage_plugins/process_start"
+    own = tmp_path / "own"
+    own.mkdir()
+    probe = "import sys; print(sys.getswitchinterval())"
+    default = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    for interval, force, expected in [("0.0005", "0", 0.0005), ("0.002", "1", 0.002), ("", "0", float(default))]:
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            env={
+                **os.environ, "PYTHONPATH": str(start), "SPEECH_SGLANG_SWITCH_INTERVAL_S": interval,
+                "QWEN3_TTS_FIXED_LENGTH": force,
+            },
+            capture_output=True, text=True, check=True, timeout=60,
+        )  # fmt: skip
+        assert float(done.stdout) == expected
+    for bad in ("0", "-1", "soon"):
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**os.environ, "PYTHONPATH": str(start), "SPEECH_SGLANG_SWITCH_INTERVAL_S": bad},
+            capture_output=True, text=True, check=True, timeout=60,
+        )  # fmt: skip
+        assert float(done.stdout) == float(default)
+        assert f"SPEECH_SGLANG_SWITCH_INTERVAL_S={bad!r} left unset" in done.stderr
+    (own / "sitecustomize.py").write_text("import sys\nsys.setswitchinterval(0.004)\n")
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "PYTHONPATH": f"{start}:{own}", "SPEECH_SGLANG_SWITCH_INTERVAL_S": "0.0005"},
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert float(done.stdout) == 0.004
+
+
 def test_fixed_length_patch_still_runs_a_sitecustomize_later_on_the_path(tmp_path: Path) -> None:
     """The patch's directory goes first on the pipeline's PYTHONPATH, and Python imports only the first
     `sitecustomize` it finds: the patch then runs the next one on the path itself, so an operator's own (a GIL switch
@@ -863,7 +899,7 @@ def test_fixed_length_patch_still_runs_a_sitecustomize_later_on_the_path(tmp_pat
     directory on the path again through a link, another copy of the patch (another checkout's) before the operator's,
     and an empty entry (the current directory); an error in the operator's names its file and does not stop the
     process nor the patch."""
-    patch = ROOT / "app/engines/sglang/stage_plugins/fixed_length"
+    patch = ROOT / "app/engines/sglang/stage_plugins/process_start"
     own = tmp_path / "own"
     own.mkdir()
     (own / "sitecustomize.py").write_text(

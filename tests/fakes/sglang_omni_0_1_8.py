@@ -24,7 +24,7 @@ windows of 1, 2, 4 frames then 8 each (or the `stream_chunk_ramp`, the steady `s
 (prompt tokens: a clone's reference frames; completion tokens: frames). The request builder's checks are its
 messages, raised in the stream as `RuntimeError` (a stage's error reaches the client so). The talker stops at its end of
 speech (a length that grows with the text) unless the fixed-length switch is on in the environment
-(QWEN3_TTS_FIXED_LENGTH=1), as `app/engines/sglang/stage_plugins/fixed_length` makes it on the GPU.
+(QWEN3_TTS_FIXED_LENGTH=1), as `app/engines/sglang/stage_plugins/process_start` makes it on the GPU.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ from app.engines import sglang_engine
 from app.engines.qwen3_tts import Qwen3TTSModel
 from app.engines.sglang.engine import (
     ENGINE_ENVIRONMENT,
-    FIXED_LENGTH_PATH,
+    PROCESS_START_PATH,
+    SWITCH_INTERVAL_VARIABLE,
     SglangEngine,
     SglangRuntime,
     compile_cache_environment,
@@ -267,10 +268,35 @@ async def test_fixed_length_puts_the_end_of_speech_mask_on_the_pipelines_path(
     monkeypatch.setenv("QWEN3_TTS_FIXED_LENGTH", "0")  # both restored after the test, which the engine sets for good
     engine = engine_for(custom_voice_dir, fixed_length=True)
     await engine.start()
-    assert os.environ["PYTHONPATH"] == f"{FIXED_LENGTH_PATH}:/elsewhere"
-    assert (Path(FIXED_LENGTH_PATH) / "sitecustomize.py").is_file()
+    assert os.environ["PYTHONPATH"] == f"{PROCESS_START_PATH}:/elsewhere"
+    assert (Path(PROCESS_START_PATH) / "sitecustomize.py").is_file()
     chunks = await collect(engine, job(request_id="long", max_new_tokens=60, ignore_eos=True))
     assert sum(len(c.samples) for c in chunks) == 60 * SAMPLES_PER_FRAME  # past the talker's end of speech
+    await engine.close()
+
+
+async def test_a_switch_interval_goes_to_the_pipelines_processes_by_their_start_path(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.delenv(SWITCH_INTERVAL_VARIABLE, raising=False)  # all three restored after the test
+    monkeypatch.setenv("QWEN3_TTS_FIXED_LENGTH", "0")
+    engine = engine_for(custom_voice_dir, switch_interval_ms=0.5)
+    await engine.start()
+    assert os.environ["PYTHONPATH"] == f"{PROCESS_START_PATH}:/elsewhere"
+    assert float(os.environ[SWITCH_INTERVAL_VARIABLE]) == 0.0005
+    assert os.environ["QWEN3_TTS_FIXED_LENGTH"] == "0"  # the interval alone: every request still ends as it may
+    await engine.close()
+
+
+async def test_without_either_setting_the_pipelines_path_is_left_alone(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.delenv(SWITCH_INTERVAL_VARIABLE, raising=False)
+    engine = engine_for(custom_voice_dir)
+    await engine.start()
+    assert os.environ["PYTHONPATH"] == "/elsewhere" and SWITCH_INTERVAL_VARIABLE not in os.environ
     await engine.close()
 
 

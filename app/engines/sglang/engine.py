@@ -66,10 +66,12 @@ ENGINE_ENVIRONMENT = {
     # set: two servers on one host with their own TMPDIRs both claimed 29500 and the second died (EADDRINUSE)
     "SGLANG_OMNI_PORT_CLAIM_DIR": "/tmp/sglang-omni-port-claims",
 }
-# benchmarks on random weights (`fixed_length`): the talker's process starts with this directory on its path, whose
-# sitecustomize masks the codec's end-of-speech token, so every request runs to max_new_tokens
-FIXED_LENGTH_PATH = str(Path(__file__).parent / "stage_plugins" / "fixed_length")
+# sglang-omni's processes start with this directory on their path, whose sitecustomize sets what they cannot be told
+# otherwise: Python's switch interval, and for benchmarks on random weights (`fixed_length`) the codec's end-of-speech
+# token masked, so every request runs to max_new_tokens
+PROCESS_START_PATH = str(Path(__file__).parent / "stage_plugins" / "process_start")
 FIXED_LENGTH_ENVIRONMENT = {"QWEN3_TTS_FIXED_LENGTH": "1"}
+SWITCH_INTERVAL_VARIABLE = "SPEECH_SGLANG_SWITCH_INTERVAL_S"
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +185,11 @@ class SglangEngine:
             os.environ.setdefault("SGLANG_TORCH_PROFILER_DIR", self._profiler_dir)
         if self._settings.fixed_length:
             os.environ.update(FIXED_LENGTH_ENVIRONMENT)
+        if self._settings.switch_interval_ms:
+            os.environ[SWITCH_INTERVAL_VARIABLE] = str(self._settings.switch_interval_ms / 1000)
+        if self._settings.fixed_length or self._settings.switch_interval_ms:
             path = os.environ.get("PYTHONPATH", "")
-            os.environ["PYTHONPATH"] = FIXED_LENGTH_PATH + (os.pathsep + path if path else "")
+            os.environ["PYTHONPATH"] = PROCESS_START_PATH + (os.pathsep + path if path else "")
         started = time.perf_counter()
         self._detail = "starting sglang-omni (a cold start captures CUDA graphs and compiles the codec: minutes)"
         log.info("sglang engine starting", extra={"model": self._model.path, "pipeline": self._pipeline})

@@ -1,10 +1,19 @@
-"""Force every Qwen3-TTS request on sglang-omni 0.1.8 to run to max_new_tokens: benchmarks on random weights only.
+"""What the sglang engine sets in each of sglang-omni 0.1.8's processes as it starts: Python's thread switch interval,
+and the fixed-length patch of benchmarks on random weights.
 
-The sglang engine puts this directory on PYTHONPATH with SPEECH_SGLANG__FIXED_LENGTH (and `sgl-omni serve` runs with
-it in deploy/gpu/side-by-side.sh). The talker runs in a spawned child process ("pipeline"), which inherits PYTHONPATH,
-so this file runs there too. Off unless QWEN3_TTS_FIXED_LENGTH=1. Nothing is imported eagerly: the patch is applied
-right after sglang_omni.models.qwen3_tts.model_runner executes, masking the codec's end-of-speech logit.
-Python imports only the first `sitecustomize` on its path, so this one then runs the next one found after it.
+The sglang engine puts this directory first on PYTHONPATH (with SPEECH_SGLANG__SWITCH_INTERVAL_MS or
+SPEECH_SGLANG__FIXED_LENGTH; `sgl-omni serve` runs with it in deploy/gpu/side-by-side.sh). sglang-omni spawns its
+processes (the pipeline's: talker, vocoder, preprocessing unless it has a process of its own), which inherit
+PYTHONPATH, so this file runs in each as it starts.
+
+- SPEECH_SGLANG_SWITCH_INTERVAL_S: `sys.setswitchinterval`. The talker's scheduler, preprocessing's 8 threads, the
+  vocoder's threads and the stage's event loop share one interpreter lock; Python makes the thread holding it let go
+  once another has waited this long (5 ms by default).
+- QWEN3_TTS_FIXED_LENGTH=1: every Qwen3-TTS request runs to max_new_tokens. Nothing is imported eagerly: the patch is
+  applied right after sglang_omni.models.qwen3_tts.model_runner executes, masking the codec's end-of-speech logit.
+
+Python imports only the first `sitecustomize` on its path, so this one then runs the next one found after it (an
+operator's own, which runs after these settings and so has the last word).
 """
 
 import importlib.abc
@@ -80,6 +89,17 @@ def _run_the_next_sitecustomize() -> None:
         print(f"Error in sitecustomize {spec.origin}: {error!r}", file=sys.stderr, flush=True)
 
 
+def _set_the_switch_interval() -> None:
+    value = os.environ.get("SPEECH_SGLANG_SWITCH_INTERVAL_S")
+    if not value:
+        return
+    try:
+        sys.setswitchinterval(float(value))
+    except (ValueError, OverflowError) as error:  # reported, not raised: the process runs on Python's default
+        print(f"SPEECH_SGLANG_SWITCH_INTERVAL_S={value!r} left unset: {error}", file=sys.stderr, flush=True)
+
+
+_set_the_switch_interval()
 # once a process, however many copies of this patch the path holds
 if os.environ.get("QWEN3_TTS_FIXED_LENGTH") == "1" and not getattr(sys, "_qwen3_tts_fixed_length", False):
     sys._qwen3_tts_fixed_length = True
