@@ -99,7 +99,8 @@
 #                                   the talker keeps dummy), so that it sets itself up as with a real checkpoint: the
 #                                   decoder's CUDA graphs and the profile's decode_* settings. With dummy, vLLM's
 #                                   loader skips load_weights, where code2wav sets all of that up
-#   FRONTEND_WEIGHTS=none           real: write random weights for sglang-omni's prompt frontend in the checkpoint's
+#   FRONTEND_WEIGHTS=auto           real where service-sglang runs with SPEECH_SGLANG__PREPROCESSING=cpu or gpu in
+#                                   SERVICE_SGLANG_ENV, else none. real: write random weights for sglang-omni's prompt frontend in the checkpoint's
 #                                   format (deploy/gpu/frontend_weights.py, with SGLANG_SITE), which its preprocessing
 #                                   stage loads when it runs in a process of its own (the service's
 #                                   SPEECH_SGLANG__PREPROCESSING=cpu or gpu, sglang-omni's `preprocessing.process`); with
@@ -182,7 +183,7 @@ OMNI_B_PORT=${OMNI_B_PORT:-8005}
 SWEEP_NAME=${SWEEP_NAME:-}
 ALONE_STAGE_OVERRIDES=${ALONE_STAGE_OVERRIDES:-}
 CODEC_WEIGHTS=${CODEC_WEIGHTS:-dummy}
-FRONTEND_WEIGHTS=${FRONTEND_WEIGHTS:-none}
+FRONTEND_WEIGHTS=${FRONTEND_WEIGHTS:-auto}
 NAME=${NAME:-qwen3-tts}
 VOICE=${VOICE:-vivian}
 CONCURRENCY=${CONCURRENCY:-1,8,16,32,64}
@@ -372,6 +373,12 @@ prepare() {
     "$PYTHON" -m app.tools.qwen3_tts_model_dir "$MODEL" --variant custom_voice --size "$MODEL_SIZE" || return 1
   if [ "$CODEC_WEIGHTS" = real ] && [ ! -f "$MODEL/speech_tokenizer/model.safetensors" ]; then
     "$PYTHON" deploy/gpu/codec_weights.py "$MODEL" || return 1
+  fi
+  if [ "$FRONTEND_WEIGHTS" = auto ]; then  # a preprocessing process of its own loads the prompt's weights
+    FRONTEND_WEIGHTS=none
+    case " $TARGETS " in *" service-sglang "*)
+      [[ " $SERVICE_SGLANG_ENV " =~ \ SPEECH_SGLANG__PREPROCESSING=(cpu|gpu)\  ]] && FRONTEND_WEIGHTS=real ;;
+    esac
   fi
   if [ "$FRONTEND_WEIGHTS" = real ] && [ ! -f "$MODEL/prompt-frontend.safetensors" ]; then
     PYTHONPATH="$SGLANG_SITE:$PYTHONPATH" "$PYTHON" deploy/gpu/frontend_weights.py "$MODEL" || return 1

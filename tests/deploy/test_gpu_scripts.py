@@ -610,6 +610,29 @@ def test_side_by_side_writes_the_prompt_frontends_weights_when_asked(tmp_path: P
         assert not (tmp_path / "frontend_argv").exists()
 
 
+@pytest.mark.parametrize(
+    ("targets", "service_env", "written"),
+    [
+        ("service-sglang", "CPUS=0-3 SPEECH_SGLANG__PREPROCESSING=cpu", True),
+        ("service-sglang", "SPEECH_SGLANG__PREPROCESSING=gpu CPUS=0-3", True),
+        ("service-sglang", "SPEECH_SGLANG__PREPROCESSING=inline", False),
+        ("service-sglang", "SPEECH_SGLANG__PREPROCESSING=cpus", False),
+        ("service", "SPEECH_SGLANG__PREPROCESSING=cpu", False),  # the setting of a target not run
+    ],
+)
+def test_side_by_side_writes_the_prompt_frontends_weights_where_a_server_will_load_them(
+    tmp_path: Path, targets: str, service_env: str, written: bool
+) -> None:
+    """Unless told (FRONTEND_WEIGHTS), the weights are written where service-sglang runs preprocessing in a process of
+    its own, which loads them from the model directory, and nowhere else (vllm-omni's code2wav would read the file
+    too)."""
+    settings = {"TARGETS": targets, "SERVICE_SGLANG_ENV": service_env, "SGLANG_SITE": str(tmp_path / "site")}
+    settings |= {"SERVICE_PORT": str(free_port()), "SERVICE_SGLANG_PORT": str(free_port())}
+    (tmp_path / "site/sglang_omni").mkdir(parents=True)
+    with harness_started(tmp_path, settings):
+        assert (tmp_path / "frontend_argv").exists() == written
+
+
 def test_side_by_side_writes_profile_c_with_the_others_and_keeps_it_only_where_used(tmp_path: Path) -> None:
     """Profile C is written with A's and B's even when no target runs it yet, so that a target added later, while
     the others run (the copies are then kept as they are), finds it; the results hold a copy once a target runs it."""
