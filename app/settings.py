@@ -240,11 +240,13 @@ class SglangSettings(BaseModel):
     )
     switch_interval_ms: float | None = Field(
         None,
-        gt=0,
-        description="Python's thread switch interval in sglang-omni's processes (sys.setswitchinterval): how long a "
-        "thread that wants the interpreter's lock waits before the one holding it must let go. The talker's "
-        "scheduler, preprocessing's and the decoder's threads share one lock in the talker's process. Default: "
-        "Python's 5 ms.",
+        ge=0.01,
+        le=1000,
+        allow_inf_nan=False,
+        description="Python's thread switch interval in the processes sglang-omni spawns, the talker's and "
+        "preprocessing's own (sys.setswitchinterval; not the server's): how long a thread that wants the "
+        "interpreter's lock waits before the one holding it must let go. The talker's scheduler, preprocessing's and "
+        "the decoder's threads share one lock in the talker's process. Default: Python's 5 ms.",
     )
     first_window_batch: int = Field(
         32,

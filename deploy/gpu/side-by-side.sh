@@ -100,12 +100,11 @@
 #                                   decoder's CUDA graphs and the profile's decode_* settings. With dummy, vLLM's
 #                                   loader skips load_weights, where code2wav sets all of that up
 #   FRONTEND_WEIGHTS=auto           real where service-sglang runs with SPEECH_SGLANG__PREPROCESSING=cpu or gpu in
-#                                   SERVICE_SGLANG_ENV, else none. real: write random weights for sglang-omni's prompt frontend in the checkpoint's
-#                                   format (deploy/gpu/frontend_weights.py, with SGLANG_SITE), which its preprocessing
-#                                   stage loads when it runs in a process of its own (the service's
-#                                   SPEECH_SGLANG__PREPROCESSING=cpu or gpu, sglang-omni's `preprocessing.process`); with
-#                                   CODEC_WEIGHTS=real, vllm-omni's code2wav reads (and drops) this file too: set it for
-#                                   runs of the sglang targets only
+#                                   SERVICE_SGLANG_ENV, else none. real: write random weights for sglang-omni's
+#                                   prompt frontend in the checkpoint's format (deploy/gpu/frontend_weights.py, with
+#                                   SGLANG_SITE), which its preprocessing stage loads when it runs in a process of its
+#                                   own (sglang-omni's `preprocessing.process`); with CODEC_WEIGHTS=real, vllm-omni's
+#                                   code2wav reads (and drops) this file too: real only for runs of the sglang targets
 #   ALONE_STAGE_OVERRIDES=""        `alone`'s stage overrides (JSON). `alone` and `vllm serve` run vllm-omni's own
 #                                   code2wav scheduler (vllm-omni 0.30 refuses scheduler_cls as a stage override; the
 #                                   service registers its own in vllm-omni's pipeline registry)
@@ -376,9 +375,13 @@ prepare() {
   fi
   if [ "$FRONTEND_WEIGHTS" = auto ]; then  # a preprocessing process of its own loads the prompt's weights
     FRONTEND_WEIGHTS=none
+    local word where=inline
     case " $TARGETS " in *" service-sglang "*)
-      [[ " $SERVICE_SGLANG_ENV " =~ \ SPEECH_SGLANG__PREPROCESSING=(cpu|gpu)\  ]] && FRONTEND_WEIGHTS=real ;;
+      for word in $SERVICE_SGLANG_ENV; do  # as `env` reads them: the last one wins
+        case $word in SPEECH_SGLANG__PREPROCESSING=*) where=${word#*=} ;; esac
+      done ;;
     esac
+    case $where in cpu | gpu) FRONTEND_WEIGHTS=real ;; esac
   fi
   if [ "$FRONTEND_WEIGHTS" = real ] && [ ! -f "$MODEL/prompt-frontend.safetensors" ]; then
     PYTHONPATH="$SGLANG_SITE:$PYTHONPATH" "$PYTHON" deploy/gpu/frontend_weights.py "$MODEL" || return 1

@@ -617,6 +617,8 @@ def test_side_by_side_writes_the_prompt_frontends_weights_when_asked(tmp_path: P
         ("service-sglang", "SPEECH_SGLANG__PREPROCESSING=gpu CPUS=0-3", True),
         ("service-sglang", "SPEECH_SGLANG__PREPROCESSING=inline", False),
         ("service-sglang", "SPEECH_SGLANG__PREPROCESSING=cpus", False),
+        ("service-sglang", "SPEECH_SGLANG__PREPROCESSING=cpu SPEECH_SGLANG__PREPROCESSING=inline", False),
+        ("service-sglang", "CPUS=0-3\tSPEECH_SGLANG__PREPROCESSING=gpu", True),
         ("service", "SPEECH_SGLANG__PREPROCESSING=cpu", False),  # the setting of a target not run
     ],
 )
@@ -627,6 +629,7 @@ def test_side_by_side_writes_the_prompt_frontends_weights_where_a_server_will_lo
     its own, which loads them from the model directory, and nowhere else (vllm-omni's code2wav would read the file
     too)."""
     settings = {"TARGETS": targets, "SERVICE_SGLANG_ENV": service_env, "SGLANG_SITE": str(tmp_path / "site")}
+    settings["FRONTEND_WEIGHTS"] = "auto"  # the default, whatever this environment says
     settings |= {"SERVICE_PORT": str(free_port()), "SERVICE_SGLANG_PORT": str(free_port())}
     (tmp_path / "site/sglang_omni").mkdir(parents=True)
     with harness_started(tmp_path, settings):
@@ -887,7 +890,10 @@ def test_the_process_start_sets_the_switch_interval_it_is_given_and_reports_one_
     own = tmp_path / "own"
     own.mkdir()
     probe = "import sys; print(sys.getswitchinterval())"
-    default = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    clean = {key: value for key, value in os.environ.items() if key != "SPEECH_SGLANG_SWITCH_INTERVAL_S"}
+    default = subprocess.run(
+        [sys.executable, "-c", probe], env=clean, capture_output=True, text=True, check=True
+    ).stdout
     for interval, force, expected in [("0.0005", "0", 0.0005), ("0.002", "1", 0.002), ("", "0", float(default))]:
         done = subprocess.run(
             [sys.executable, "-c", probe],
@@ -898,7 +904,7 @@ def test_the_process_start_sets_the_switch_interval_it_is_given_and_reports_one_
             capture_output=True, text=True, check=True, timeout=60,
         )  # fmt: skip
         assert float(done.stdout) == expected
-    for bad in ("0", "-1", "soon"):
+    for bad in ("0", "-1", "soon", "inf", "1e308", "2"):
         done = subprocess.run(
             [sys.executable, "-c", probe],
             env={**os.environ, "PYTHONPATH": str(start), "SPEECH_SGLANG_SWITCH_INTERVAL_S": bad},

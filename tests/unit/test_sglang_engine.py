@@ -278,14 +278,21 @@ async def test_fixed_length_puts_the_end_of_speech_mask_on_the_pipelines_path(
 async def test_a_switch_interval_goes_to_the_pipelines_processes_by_their_start_path(
     custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The interval alone puts the start folder on the path with the end-of-speech mask off, whatever the
+    environment said; a later start without it in the same process takes it away and adds the folder once."""
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.setenv("QWEN3_TTS_FIXED_LENGTH", "1")  # a stray one
     monkeypatch.delenv(SWITCH_INTERVAL_VARIABLE, raising=False)  # all three restored after the test
-    monkeypatch.setenv("QWEN3_TTS_FIXED_LENGTH", "0")
     engine = engine_for(custom_voice_dir, switch_interval_ms=0.5)
     await engine.start()
     assert os.environ["PYTHONPATH"] == f"{PROCESS_START_PATH}:/elsewhere"
     assert float(os.environ[SWITCH_INTERVAL_VARIABLE]) == 0.0005
-    assert os.environ["QWEN3_TTS_FIXED_LENGTH"] == "0"  # the interval alone: every request still ends as it may
+    assert os.environ["QWEN3_TTS_FIXED_LENGTH"] == "0"  # every request still ends as it may
+    await engine.close()
+    engine = engine_for(custom_voice_dir, fixed_length=True)
+    await engine.start()
+    assert os.environ["PYTHONPATH"] == f"{PROCESS_START_PATH}:/elsewhere"
+    assert SWITCH_INTERVAL_VARIABLE not in os.environ and os.environ["QWEN3_TTS_FIXED_LENGTH"] == "1"
     await engine.close()
 
 
@@ -293,11 +300,19 @@ async def test_without_either_setting_the_pipelines_path_is_left_alone(
     custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
-    monkeypatch.delenv(SWITCH_INTERVAL_VARIABLE, raising=False)
+    monkeypatch.setenv(SWITCH_INTERVAL_VARIABLE, "0.0005")  # left by an earlier start
+    monkeypatch.setenv("QWEN3_TTS_FIXED_LENGTH", "1")
     engine = engine_for(custom_voice_dir)
     await engine.start()
     assert os.environ["PYTHONPATH"] == "/elsewhere" and SWITCH_INTERVAL_VARIABLE not in os.environ
+    assert os.environ["QWEN3_TTS_FIXED_LENGTH"] == "0"
     await engine.close()
+
+
+@pytest.mark.parametrize("interval", [0.0, 0.001, 1001.0, float("inf"), float("nan")])
+def test_a_switch_interval_python_would_not_keep_is_refused_naming_the_field(interval: float) -> None:
+    with pytest.raises(ValueError, match="switch_interval_ms"):
+        SglangSettings(switch_interval_ms=interval)
 
 
 async def test_a_stretched_stream_starts_with_audio_and_reports_every_frame(custom_voice_dir: Path) -> None:

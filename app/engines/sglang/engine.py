@@ -70,7 +70,7 @@ ENGINE_ENVIRONMENT = {
 # otherwise: Python's switch interval, and for benchmarks on random weights (`fixed_length`) the codec's end-of-speech
 # token masked, so every request runs to max_new_tokens
 PROCESS_START_PATH = str(Path(__file__).parent / "stage_plugins" / "process_start")
-FIXED_LENGTH_ENVIRONMENT = {"QWEN3_TTS_FIXED_LENGTH": "1"}
+FIXED_LENGTH_VARIABLE = "QWEN3_TTS_FIXED_LENGTH"
 SWITCH_INTERVAL_VARIABLE = "SPEECH_SGLANG_SWITCH_INTERVAL_S"
 
 
@@ -183,13 +183,7 @@ class SglangEngine:
             log.info("sglang compile caches", extra={key: os.environ[key] for key in caches})
         if self._profiler_dir:  # the stages' profiler reads its options (stacks, shapes) from SGLANG_TORCH_PROFILER_*
             os.environ.setdefault("SGLANG_TORCH_PROFILER_DIR", self._profiler_dir)
-        if self._settings.fixed_length:
-            os.environ.update(FIXED_LENGTH_ENVIRONMENT)
-        if self._settings.switch_interval_ms:
-            os.environ[SWITCH_INTERVAL_VARIABLE] = str(self._settings.switch_interval_ms / 1000)
-        if self._settings.fixed_length or self._settings.switch_interval_ms:
-            path = os.environ.get("PYTHONPATH", "")
-            os.environ["PYTHONPATH"] = PROCESS_START_PATH + (os.pathsep + path if path else "")
+        self._set_up_process_start()
         started = time.perf_counter()
         self._detail = "starting sglang-omni (a cold start captures CUDA graphs and compiles the codec: minutes)"
         log.info("sglang engine starting", extra={"model": self._model.path, "pipeline": self._pipeline})
@@ -262,6 +256,19 @@ class SglangEngine:
         if self._profiler is None or not self._ready:
             raise EngineUnavailable(f"the sglang engine is not ready ({self._detail})")
         return self._profiler
+
+    def _set_up_process_start(self) -> None:
+        """What the processes sglang-omni spawns set as they start (`PROCESS_START_PATH`): every variable its
+        sitecustomize reads is set to this engine's settings, whatever an earlier start in this process left."""
+        fixed_length, interval = self._settings.fixed_length, self._settings.switch_interval_ms
+        os.environ[FIXED_LENGTH_VARIABLE] = "1" if fixed_length else "0"
+        if interval:
+            os.environ[SWITCH_INTERVAL_VARIABLE] = str(interval / 1000)
+        else:
+            os.environ.pop(SWITCH_INTERVAL_VARIABLE, None)
+        path = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+        if (fixed_length or interval) and PROCESS_START_PATH not in path:
+            os.environ["PYTHONPATH"] = os.pathsep.join([PROCESS_START_PATH, *path])
 
     def _config(self, runtime: SglangRuntime) -> Any:
         manager = runtime.config_manager.from_model_path(self._model.path)

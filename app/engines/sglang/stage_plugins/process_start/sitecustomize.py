@@ -94,7 +94,10 @@ def _set_the_switch_interval() -> None:
     if not value:
         return
     try:
-        sys.setswitchinterval(float(value))
+        seconds = float(value)
+        if not 1e-6 <= seconds <= 1.0:  # Python counts microseconds, and takes inf (or 1e308) as 0
+            raise ValueError("not between 1 microsecond and 1 second")
+        sys.setswitchinterval(seconds)
     except (ValueError, OverflowError) as error:  # reported, not raised: the process runs on Python's default
         print(f"SPEECH_SGLANG_SWITCH_INTERVAL_S={value!r} left unset: {error}", file=sys.stderr, flush=True)
 
