@@ -264,7 +264,7 @@ class FakeCoordinator:
     def health(self) -> dict[str, Any]:
         return {
             "running": self.running,
-            "stages": ["preprocessing", "tts_engine", "vocoder"],
+            "stages": list(STAGES),
             "entry_stage": "preprocessing",
             "total_requests": len(self.requests),
             "pending_completions": len(self.requests),

@@ -67,6 +67,11 @@ class Spelled:
 NO_DEFAULT = NoDefault()
 
 
+def annotated_fields(node: ast.ClassDef) -> dict[str, ast.expr | None]:
+    """A class's annotated fields (a pydantic model's, a dataclass's): name -> default (None where it has none)."""
+    return {s.target.id: s.value for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+
+
 def module_value(tree: ast.Module, name: str) -> Any:
     """The literal value of a module-level constant."""
     for node in tree.body:
@@ -439,10 +444,8 @@ def test_a_prefill_graph_holds_16_requests_unless_the_engine_setting_raises_them
     sglang = fetch_locked_wheel("sglang", "0.5.21", "-cp311-cp311-manylinux_2_34_x86_64.whl", "sglang")
     config = sglang.tree("srt/model_executor/cuda_graph_config.py")
     phase = class_def(config, "PhaseConfig")
-    fields = {
-        s.target.id: s.value for s in phase.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
-    }
-    assert ast.literal_eval(fields["full_prefill_max_req"]) is None
+    default = annotated_fields(phase)["full_prefill_max_req"]
+    assert default is not None and ast.literal_eval(default) is None
     allowed = [
         s.value
         for s in config.body
@@ -482,10 +485,7 @@ def test_a_prefill_graph_holds_16_requests_unless_the_engine_setting_raises_them
 
 def test_the_talkers_engine_args_declare_the_engines_settings_and_pass_on_the_rest(wheel: Wheel) -> None:
     engine_args = class_def(wheel.tree("config/schema.py"), "EngineArgs")
-    declared = {
-        s.target.id for s in engine_args.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
-    }
-    assert {"mem_fraction_static", "max_running_requests"} <= declared
+    assert {"mem_fraction_static", "max_running_requests"} <= set(annotated_fields(engine_args))
     config = [s for s in engine_args.body if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "model_config"]
     assert isinstance(call := config[0].value, ast.Call)
     # any other `tts_engine.engine.*` key (load_format, disable_radix_cache) goes on to SGLang's ServerArgs, as the
@@ -496,11 +496,6 @@ def test_the_talkers_engine_args_declare_the_engines_settings_and_pass_on_the_re
 
 
 # -- where preprocessing runs ---------------------------------------------------------------------------------------
-
-
-def annotated_fields(node: ast.ClassDef) -> dict[str, ast.expr | None]:
-    """A pydantic model's fields: name -> default (None where it has none)."""
-    return {s.target.id: s.value for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
 
 
 def test_preprocessing_in_a_process_of_its_own_is_spelled_as_the_wheels_schema_spells_it(wheel: Wheel) -> None:
