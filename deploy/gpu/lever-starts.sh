@@ -10,7 +10,8 @@
 #   VARIANTS                 name:LEVER words, run in order; the variant's settings are LEVER_<LEVER> (NAME=value words,
 #                            empty for the baseline), added to BASE_ENV as the server's SERVICE_SGLANG_ENV
 #   BASE_ENV="CUDA_VISIBLE_DEVICES=0 CPUS=0-13 LOAD_CPUS=14-15"  every variant's settings (side-by-side.sh's words)
-#   OUT=/tmp/lever-starts    results: <variant>/ (side-by-side.sh's folders, its logs, cpu-*.txt, pyspy/, timeline/),
+#   OUT=/tmp/lever-starts    results: <variant>/ (side-by-side.sh's folders, its logs gzipped, start-phases.jsonl: the
+#                            engine's own start phases from its log, cpu-*.txt, pyspy/, timeline/),
 #                            progress.txt (one line per phase, with the time left)
 #   UNTIL=""                 a deadline (seconds since the epoch): a variant starts only if the longest variant so far
 #                            (or FIRST_S for the first) fits before it; the rest are skipped and say so
@@ -112,6 +113,9 @@ for variant in ${VARIANTS:?name:LEVER words}; do
   "$PYTHON" deploy/gpu/sglang_timeline.py "$OUT/timeline" --requests >"$OUT/timeline/phases.txt" 2>&1
   progress "$name timeline"
   $SBS stop >>"$OUT/sweeps.log" 2>&1
+  # the engine's own start phases, then the logs side-by-side.sh kept, gzipped (the talker's pace is in them)
+  cat "$OUT"/logs/*.log 2>/dev/null | grep -E '"(sglang engine (starting|ready)|started)"' >"$OUT/start-phases.jsonl"
+  for log in "$OUT"/logs/*.log; do [ -f "$log" ] && gzip -f "$log"; done
   spent=$(($(date +%s) - began))
   if [ "$first" = 1 ]; then  # later starts reuse its compile caches
     first=0 expected=$LATER_S

@@ -27,6 +27,9 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         '  profile) mkdir -p "$PROFILER_DIR/service-sglang/$SWEEP_NAME"\n'
         '    echo \'{"request_id": "r1", "event": "x", "ts": 1.0}\''
         ' > "$PROFILER_DIR/service-sglang/$SWEEP_NAME/events_tts_engine_7.jsonl" ;;\n'
+        '  stop) mkdir -p "$OUT/logs"\n'
+        '    printf \'%s\\n\' \'{"message": "sglang engine starting"}\' \'{"message": "Decode batch"}\''
+        ' \'{"message": "sglang engine ready", "total_s": 229.1}\' > "$OUT/logs/service-sglang.log" ;;\n'
         "esac\n"
     )
     script.chmod(0o755)
@@ -87,6 +90,13 @@ def test_each_variant_starts_with_its_levers_settings_and_is_swept_alike_then_st
         with gzip.open(out / "timeline/events_tts_engine_7.jsonl.gz", "rt") as events:
             assert '"request_id": "r1"' in events.read()
         assert (out / "timeline/phases.txt").exists()
+        # the engine's start phases read from its log, kept gzipped
+        assert (out / "start-phases.jsonl").read_text().splitlines() == [
+            '{"message": "sglang engine starting"}',
+            '{"message": "sglang engine ready", "total_s": 229.1}',
+        ]
+        with gzip.open(out / "logs/service-sglang.log.gz", "rt") as log:
+            assert "Decode batch" in log.read()
     progress = (tmp_path / "out/progress.txt").read_text()
     assert f"{a} stopped after" in progress and f"{b} stopped after" in progress and progress.endswith("done\n")
 
