@@ -1706,3 +1706,37 @@ def test_trace_summary_tells_gpu_busy_and_idle_time_kernels_launches_and_steps_p
     assert "| `vocoder.decode` | 1 | 0.22 | 220.0 | 0.110 |" in text
     assert "an instant" not in text
     assert summary.union_us([(0, 10), (5, 20), (30, 40), (32, 35)]) == 30
+
+
+def test_sglang_pace_averages_the_talkers_decode_lines_after_the_server_was_ready_by_running_requests(
+    tmp_path: Path,
+) -> None:
+    """Only the decode lines after the ready line count (the warm-up's are left out), each in the bucket its running
+    requests fall in (a count, or an inclusive range), as the mean, min and max of their tokens/s and the share that
+    replayed a CUDA graph; prefill lines and other lines are skipped; a gzipped log reads as a plain one."""
+    module = load_gpu_script("sglang_pace")
+
+    def decode(running: int, rate: float, graph: bool = True) -> str:
+        return (
+            "2026-11-29 05:48:40,448 [INFO] sglang.srt.managers.scheduler_components.metrics_reporter: Decode batch, "
+            f"#running-req: {running}, #token: 176, token usage: 0.00, cuda graph: {graph}, "
+            f"gen throughput (token/s): {rate}, #queue-req: 0"
+        )
+
+    lines = [
+        decode(32, 9999.0),  # warm-up: before the server was ready
+        '{"ts": "2026-11-29T05:48:42.302Z", "level": "info", "logger": "app.server", "message": "started"}',
+        decode(8, 1000.0),
+        decode(8, 1200.0, graph=False),
+        "2026-11-29 05:48:41 [INFO] sglang: Prefill batch, #new-seq: 17, #new-token: 894, cuda graph: False",
+        decode(31, 1800.0),
+        decode(32, 1600.0),
+        decode(12, 5.0),  # in no bucket asked for
+    ]
+    log = tmp_path / "service.log.gz"
+    with gzip.open(log, "wt") as out:
+        out.write("\n".join(lines) + "\n")
+    table = module.pace_table(module.decode_lines(module.log_lines(log), module.READY), module.buckets("8,30-32,64"))
+    assert table == [("8", 2, 1100.0, 1000.0, 1200.0, 0.5), ("30-32", 2, 1700.0, 1600.0, 1800.0, 1.0)]
+    # without the ready line nothing counts: a log cut before it has no pace
+    assert list(module.decode_lines(lines[:1] + lines[2:], module.READY)) == []
