@@ -8,22 +8,27 @@
 #
 # Settings (environment):
 #   VARIANTS                 name:LEVER words, run in order; the variant's settings are LEVER_<LEVER> (NAME=value words,
-#                            empty for the baseline), added to BASE_ENV as the server's SERVICE_SGLANG_ENV
-#   BASE_ENV="CUDA_VISIBLE_DEVICES=0 CPUS=0-13 LOAD_CPUS=14-15"  every variant's settings (side-by-side.sh's words)
+#                            empty for the baseline), added to BASE_ENV as the server's SERVICE_SGLANG_ENV. A variant
+#                            whose folder already holds results is refused (before anything starts)
+#   BASE_ENV="CUDA_VISIBLE_DEVICES=0 CPUS=0-13 LOAD_CPUS=14-15"  every variant's settings (side-by-side.sh's words);
+#                            CPUS pins the server, LOAD_CPUS the load tool, the benchmark and py-spy
 #   OUT=/tmp/lever-starts    results: <variant>/ (side-by-side.sh's folders, its logs gzipped, start-phases.jsonl: the
 #                            engine's own start phases from its log, cpu-*.txt, pyspy/, timeline/),
-#                            progress.txt (one line per phase, with the time left)
-#   UNTIL=""                 a deadline (seconds since the epoch): a variant starts only if the longest variant so far
-#                            (or FIRST_S for the first) fits before it; the rest are skipped and say so
-#   FIRST_S=600 LATER_S=420  the expected length of the first variant (a cold start compiles) and of a later one,
-#                            until one has run (then the longest later one so far)
-#   PYSPY=1                  sample every server process (py-spy, the threads holding the GIL) for 8 s of a c=32 burst
-#   PROFILES=/tmp/profiles   each variant's request timeline is recorded under PROFILES/<variant> (the service's
-#                            SPEECH_PROFILER_DIR), then kept gzipped in $OUT/<variant>/timeline/
+#                            progress.txt (one line per phase, with the time left; a failed step says its exit status)
+#   UNTIL=""                 a deadline (seconds since the epoch): a variant starts only if its expected length fits
+#                            before it, and its start waits no longer than the deadline allows; the rest are skipped
+#                            and say so
+#   FIRST_S=600 LATER_S=420  the expected length of the first variant (a cold start compiles) and of a later one until
+#                            one has run; then the longest later one so far (the first's cold start is not a guide)
+#   PYSPY=1                  sample the server's processes (py-spy: the thread holding the GIL) for 8 s of an extra
+#                            c=32 burst, after the reported ones, into pyspy/<pid>.txt.gz (py-spy's raw format)
+#   PROFILES=/tmp/profiles   each variant's request timeline is recorded under PROFILES/<variant> (emptied before its
+#                            start; the service's SPEECH_PROFILER_DIR), then kept gzipped in $OUT/<variant>/timeline/
+#   SERVER_PIDFILE=/tmp/speech-server-8007.pid   where side-by-side.sh records the server (its process group)
 #   SIDE_BY_SIDE=deploy/gpu/side-by-side.sh   what starts, sweeps and stops the server
 # What each variant runs, in order: vllm-omni's benchmark at c=32 (the first level after the start: a burst), bursts of
 # 8 and 32 at once (speech-loadtest --stagger 0), a steady c=32 (every thread's CPU ticks read before and after it), the
-# request timeline over two c=32 bursts (deploy/gpu/sglang_timeline.py), then stop.
+# request timeline over two c=32 bursts (deploy/gpu/sglang_timeline.py), py-spy's burst, then stop.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=${OUT:-/tmp/lever-starts}
@@ -35,8 +40,25 @@ PYSPY=${PYSPY:-1}
 PROFILES=${PROFILES:-/tmp/profiles}
 PYTHON=${PYTHON:-python3}
 SBS=${SIDE_BY_SIDE:-deploy/gpu/side-by-side.sh}
-export TARGETS=service-sglang KV_WAIT_S=${KV_WAIT_S:-0} START_WAIT_S=${START_WAIT_S:-1500}
+PIDFILE=${SERVER_PIDFILE:-/tmp/speech-server-${SERVICE_SGLANG_PORT:-8007}.pid}
+START_WAIT_S=${START_WAIT_S:-1500}
+SWEEP_ALLOWANCE_S=120  # what a variant's sweeps and stop take after its start (about 90 s on an H200)
+export TARGETS=service-sglang KV_WAIT_S=${KV_WAIT_S:-0}
+
+for variant in ${VARIANTS:?name:LEVER words}; do  # every word checked before anything starts
+  if ! [[ $variant =~ ^[A-Za-z0-9._-]+:[A-Za-z0-9_]+$ ]]; then
+    echo "lever-starts: '$variant' is not name:LEVER (LEVER a letter, digit or _ word: its settings are LEVER_<LEVER>)" >&2
+    exit 64
+  fi
+  if [ -n "$(ls -A "$ROOT/${variant%%:*}" 2>/dev/null)" ]; then
+    echo "lever-starts: $ROOT/${variant%%:*} already holds results: name the variant anew, or choose another OUT" >&2
+    exit 64
+  fi
+done
 mkdir -p "$ROOT"
+LOAD_CPUS=""
+for word in $BASE_ENV; do case $word in LOAD_CPUS=*) LOAD_CPUS=${word#*=} ;; esac; done
+on_load_cpus() { if [ -n "$LOAD_CPUS" ]; then taskset -c "$LOAD_CPUS" "$@"; else "$@"; fi; }
 
 progress() {
   local left=""
@@ -44,11 +66,31 @@ progress() {
   echo "$(date -u +%FT%TZ) $*$left" | tee -a "$ROOT/progress.txt"
 }
 
-# Every thread of every process in the server's process group: name, utime, stime (clock ticks), the last CPU it ran on.
-thread_ticks() {
-  local group pid task
-  group=$(cat "/tmp/speech-server-${SERVICE_SGLANG_PORT:-8007}.pid" 2>/dev/null) || return 0
+step() {  # a label, then a command: runs it, says how it ended in the progress
+  local label=$1 rc
+  shift
+  "$@"
+  rc=$?
+  if [ "$rc" = 0 ]; then progress "$name $label"; else progress "$name $label (failed, rc $rc)"; fi
+}
+
+# The processes of the server's process group (side-by-side.sh starts it in a session of its own), but the compile
+# workers and multiprocessing's resource tracker, which sit idle.
+server_pids() {
+  local group pid
+  group=$(cat "$PIDFILE" 2>/dev/null) || return 0
   for pid in $(pgrep -g "$group"); do
+    case $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) in
+      *compile_worker* | *resource_tracker*) ;;
+      *) echo "$pid" ;;
+    esac
+  done
+}
+
+# Every thread of the server's processes: tid, name, utime, stime (clock ticks), the last CPU it ran on.
+thread_ticks() {
+  local pid task
+  for pid in $(server_pids); do
     echo "# pid $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-160)"
     for task in /proc/"$pid"/task/*; do
       # /proc/PID/task/TID/stat: the name is field 2 (in parentheses, may hold spaces); utime 14, stime 15, CPU 39
@@ -58,64 +100,73 @@ thread_ticks() {
   done
 }
 
-pyspy_burst() {  # samples while the burst it runs beside is under way
-  local group pid
-  command -v py-spy >/dev/null || { progress "$1 py-spy: not installed"; return 0; }
-  group=$(cat "/tmp/speech-server-${SERVICE_SGLANG_PORT:-8007}.pid" 2>/dev/null) || return 0
-  mkdir -p "$2"
-  for pid in $(pgrep -g "$group"); do
-    timeout 20 py-spy record --gil --nonblocking -r 200 -d 8 -f raw -o "$2/$pid.txt" --pid "$pid" \
-      >"$2/$pid.log" 2>&1 &
+pyspy_burst() {  # an extra c=32 burst, not reported, with py-spy on every server process meanwhile
+  local pid
+  command -v py-spy >/dev/null || { progress "$name py-spy: not installed"; return 0; }
+  mkdir -p "$OUT/pyspy"
+  for pid in $(server_pids); do
+    on_load_cpus timeout 20 py-spy record --gil --nonblocking -r 200 -d 8 -f raw -o "$OUT/pyspy/$pid.txt" \
+      --pid "$pid" >"$OUT/pyspy/$pid.log" 2>&1 &
   done
+  ROUNDS=1 CONCURRENCY=32 REQUESTS=96 WARMUP=0 LOADTEST_ARGS="--stagger 0" SWEEP_NAME=pyspy-c32 \
+    on_load_cpus "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
+  wait
+  for raw in "$OUT"/pyspy/*.txt; do [ -f "$raw" ] && gzip -f "$raw"; done
+}
+
+finish() {  # after the stop, on every path: the engine's own start phases, then the logs side-by-side.sh kept, gzipped
+  cat "$OUT"/logs/*.log 2>/dev/null | grep -E '"(sglang engine (starting|ready)|started)"' >"$OUT/start-phases.jsonl"
+  for log in "$OUT"/logs/*.log; do [ -f "$log" ] && gzip -f "$log"; done
 }
 
 expected=$FIRST_S first=1 longest_later=0
-for variant in ${VARIANTS:?name:LEVER words}; do
+for variant in $VARIANTS; do
   name=${variant%%:*} lever=${variant#*:}
   lever_env_name="LEVER_$lever"
   lever_env=${!lever_env_name:-}
-  if [ -n "$UNTIL" ] && [ $(($(date +%s) + expected)) -gt "$UNTIL" ]; then
-    progress "$name skipped: $expected s would not fit"
-    continue
+  wait_s=$START_WAIT_S
+  if [ -n "$UNTIL" ]; then
+    if [ $(($(date +%s) + expected)) -gt "$UNTIL" ]; then
+      progress "$name skipped: $expected s would not fit"
+      continue
+    fi
+    left=$((UNTIL - $(date +%s) - SWEEP_ALLOWANCE_S))
+    [ "$left" -lt "$wait_s" ] && wait_s=$left
   fi
   began=$(date +%s)
-  export OUT=$ROOT/$name PROFILER_DIR=$PROFILES/$name SERVICE_SGLANG_ENV="$BASE_ENV $lever_env"
+  export OUT=$ROOT/$name PROFILER_DIR=$PROFILES/$name SERVICE_SGLANG_ENV="$BASE_ENV${lever_env:+ $lever_env}"
+  rm -rf "$PROFILER_DIR"  # the engine appends to its event files: an earlier run's must not join this one's
   mkdir -p "$OUT"
   echo "$name: lever $lever: ${lever_env:-(none)}" >"$OUT/lever.txt"
   progress "$name start ($lever: ${lever_env:-baseline})"
-  if ! $SBS start >"$OUT/start.log" 2>&1; then
-    progress "$name did not start (start.log)"
+  if ! START_WAIT_S=$wait_s $SBS start >"$OUT/start.log" 2>&1; then
+    progress "$name did not start within $wait_s s (start.log)"
     $SBS stop >>"$OUT/start.log" 2>&1
+    finish
     continue
   fi
   progress "$name ready"
-  CONCURRENCY=32 SWEEP_NAME=first-c32 $SBS sweep-bench >"$OUT/sweeps.log" 2>&1
-  progress "$name bench first-c32"
+  step "bench first-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=first-c32 "$SBS" sweep-bench >"$OUT/sweeps.log" 2>&1
   for level_requests in 8:32 32:96; do  # bursts: every worker sends at once
     level=${level_requests%:*}
-    [ "$PYSPY" = 1 ] && [ "$level" = 32 ] && pyspy_burst "$name" "$OUT/pyspy"
-    ROUNDS=1 CONCURRENCY=$level REQUESTS=${level_requests#*:} WARMUP=4 LOADTEST_ARGS="--stagger 0" \
-      SWEEP_NAME=burst-c$level $SBS sweep-closed >>"$OUT/sweeps.log" 2>&1
+    step "burst c$level" on_load_cpus env ROUNDS=1 CONCURRENCY="$level" REQUESTS="${level_requests#*:}" WARMUP=4 \
+      LOADTEST_ARGS="--stagger 0" SWEEP_NAME="burst-c$level" "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
   done
-  wait
-  progress "$name bursts c8 c32"
   thread_ticks >"$OUT/cpu-before-c32.txt"
-  ROUNDS=1 CONCURRENCY=32 REQUESTS=128 WARMUP=8 LOADTEST_ARGS="--stagger 2" SWEEP_NAME=c32 \
-    $SBS sweep-closed >>"$OUT/sweeps.log" 2>&1
+  step "steady c32" on_load_cpus env ROUNDS=1 CONCURRENCY=32 REQUESTS=128 WARMUP=8 LOADTEST_ARGS="--stagger 2" \
+    SWEEP_NAME=c32 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
   thread_ticks >"$OUT/cpu-after-c32.txt"
-  progress "$name steady c32"
-  TIMELINE=1 CONCURRENCY=32 REQUESTS=64 SWEEP_NAME=tl-c32 LOADTEST_ARGS="--stagger 0" $SBS profile >>"$OUT/sweeps.log" 2>&1
+  step "timeline" on_load_cpus env TIMELINE=1 CONCURRENCY=32 REQUESTS=64 SWEEP_NAME=tl-c32 LOADTEST_ARGS="--stagger 0" \
+    "$SBS" profile >>"$OUT/sweeps.log" 2>&1
   sleep "${EVENTS_WAIT_S:-3}"  # the pipeline's processes write their events a moment after the stop
   mkdir -p "$OUT/timeline"
   find "$PROFILER_DIR/service-sglang/tl-c32" -name 'events*.jsonl' 2>/dev/null | while read -r events; do
     gzip -c "$events" >"$OUT/timeline/$(basename "$events").gz"
   done
   "$PYTHON" deploy/gpu/sglang_timeline.py "$OUT/timeline" --requests >"$OUT/timeline/phases.txt" 2>&1
-  progress "$name timeline"
+  [ "$PYSPY" = 1 ] && step "py-spy burst" pyspy_burst
   $SBS stop >>"$OUT/sweeps.log" 2>&1
-  # the engine's own start phases, then the logs side-by-side.sh kept, gzipped (the talker's pace is in them)
-  cat "$OUT"/logs/*.log 2>/dev/null | grep -E '"(sglang engine (starting|ready)|started)"' >"$OUT/start-phases.jsonl"
-  for log in "$OUT"/logs/*.log; do [ -f "$log" ] && gzip -f "$log"; done
+  finish
   spent=$(($(date +%s) - began))
   if [ "$first" = 1 ]; then  # later starts reuse its compile caches
     first=0 expected=$LATER_S

@@ -1708,35 +1708,53 @@ def test_trace_summary_tells_gpu_busy_and_idle_time_kernels_launches_and_steps_p
     assert summary.union_us([(0, 10), (5, 20), (30, 40), (32, 35)]) == 30
 
 
-def test_sglang_pace_averages_the_talkers_decode_lines_after_the_server_was_ready_by_running_requests(
+def test_sglang_pace_averages_the_talkers_steady_decode_lines_after_the_server_was_ready_by_running_requests(
     tmp_path: Path,
 ) -> None:
-    """Only the decode lines after the ready line count (the warm-up's are left out), each in the bucket its running
-    requests fall in (a count, or an inclusive range), as the mean, min and max of their tokens/s and the share that
-    replayed a CUDA graph; prefill lines and other lines are skipped; a gzipped log reads as a plain one."""
+    """A decode line counts only after the ready line, and only where the one before it was a decode line of as many
+    running requests within --max-gap seconds (its throughput spans nothing but decoding): the first after a prefill,
+    after a change of load or after a pause is left out. Each counts in the bucket its running requests fall in (a
+    count or an inclusive range), as mean, median, min and max tokens/s and the share that replayed a CUDA graph; a
+    gzipped log reads as a plain one."""
     module = load_gpu_script("sglang_pace")
 
-    def decode(running: int, rate: float, graph: bool = True) -> str:
+    def decode(at: str, running: int, rate: float, graph: bool = True) -> str:
         return (
-            "2026-11-29 05:48:40,448 [INFO] sglang.srt.managers.scheduler_components.metrics_reporter: Decode batch, "
+            f"2026-11-29 05:49:{at} [INFO] sglang.srt.managers.scheduler_components.metrics_reporter: Decode batch, "
             f"#running-req: {running}, #token: 176, token usage: 0.00, cuda graph: {graph}, "
             f"gen throughput (token/s): {rate}, #queue-req: 0"
         )
 
+    prefill = "2026-11-29 05:49:{} [INFO] sglang: Prefill batch, #new-seq: 17, #new-token: 894, cuda graph: False"
     lines = [
-        decode(32, 9999.0),  # warm-up: before the server was ready
-        '{"ts": "2026-11-29T05:48:42.302Z", "level": "info", "logger": "app.server", "message": "started"}',
-        decode(8, 1000.0),
-        decode(8, 1200.0, graph=False),
-        "2026-11-29 05:48:41 [INFO] sglang: Prefill batch, #new-seq: 17, #new-token: 894, cuda graph: False",
-        decode(31, 1800.0),
-        decode(32, 1600.0),
-        decode(12, 5.0),  # in no bucket asked for
+        decode("20,000", 32, 9999.0),
+        decode("20,500", 32, 9999.0),  # warm-up: before the server was ready
+        '{"ts": "2026-11-29T05:49:21.302Z", "level": "info", "logger": "app.server", "message": "started"}',
+        decode("22,000", 8, 5.0),  # the first after the ready line: its interval reaches back into the warm-up
+        decode("22,500", 8, 1000.0),
+        decode("23,000", 8, 1200.0, graph=False),
+        prefill.format("23,100"),
+        decode("23,300", 32, 150.0),  # spans the prefill
+        decode("23,900", 32, 1800.0),
+        decode("24,500", 32, 1600.0),
+        prefill.format("24,600"),
+        decode("24,800", 32, 300.0),  # as many running as the decode line before, but a prefill between them
+        decode("30,800", 32, 60.0),  # 6 s after the one before: spans a pause
+        decode("31,000", 31, 3.0),  # a change of load
+        decode("31,500", 31, 2000.0),
+        decode("32,000", 12, 5.0),
+        decode("32,500", 12, 7.0),  # in no bucket asked for
     ]
     log = tmp_path / "service.log.gz"
     with gzip.open(log, "wt") as out:
         out.write("\n".join(lines) + "\n")
-    table = module.pace_table(module.decode_lines(module.log_lines(log), module.READY), module.buckets("8,30-32,64"))
-    assert table == [("8", 2, 1100.0, 1000.0, 1200.0, 0.5), ("30-32", 2, 1700.0, 1600.0, 1800.0, 1.0)]
+    decodes = module.decode_lines(module.read_lines(log), module.READY, 2.0)
+    assert module.pace_table(decodes, module.buckets("8,30-32,64")) == [
+        ("8", 2, 1100.0, 1100.0, 1000.0, 1200.0, 0.5),
+        ("30-32", 3, 1800.0, 1800.0, 1600.0, 2000.0, 1.0),
+    ]
+    # a wider gap lets the line after the pause count too
+    decodes = module.decode_lines(module.read_lines(log), module.READY, 10.0)
+    assert module.pace_table(decodes, module.buckets("30-32"))[0][:2] == ("30-32", 4)
     # without the ready line nothing counts: a log cut before it has no pace
-    assert list(module.decode_lines(lines[:1] + lines[2:], module.READY)) == []
+    assert list(module.decode_lines(lines[:2] + lines[3:], module.READY, 2.0)) == []

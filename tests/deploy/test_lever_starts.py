@@ -12,21 +12,37 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy/gpu/lever-starts.sh"
+# what the script reads from its environment: a caller's own must not leak into these runs
+SETTINGS = (
+    "VARIANTS",
+    "BASE_ENV",
+    "UNTIL",
+    "FIRST_S",
+    "LATER_S",
+    "PYSPY",
+    "PROFILES",
+    "START_WAIT_S",
+    "SERVER_PIDFILE",
+)
 
 
 def stand_in_side_by_side(tmp_path: Path) -> Path:
-    """One line per call: the phase and the settings side-by-side.sh reads for it. `start` fails for the variants named
-    in FAIL_START; `profile` leaves a timeline's events where the service would."""
+    """One line per call: the phase, the settings side-by-side.sh reads for it, and the cores it ran on. `start` fails
+    for the variants named in FAIL_START; `profile` leaves one request's timeline events where the service would;
+    `stop` keeps a server log, as side-by-side.sh does."""
     script = tmp_path / "side-by-side.sh"
+    event = '{"request_id": "r1", "stage": "coordinator", "event_name": "%s", "timestamp_ns": %d}'
     script.write_text(
         "#!/usr/bin/env bash\n"
-        'echo "$1|$(basename "$OUT")|${SWEEP_NAME-}|${CONCURRENCY-}|${REQUESTS-}|${TIMELINE-}|$SERVICE_SGLANG_ENV"'
+        'echo "$1|$(basename "$OUT")|${SWEEP_NAME-}|${CONCURRENCY-}|${REQUESTS-}|${TIMELINE-}|$SERVICE_SGLANG_ENV'
+        '|$(grep Cpus_allowed_list /proc/$$/status | cut -f2)|${START_WAIT_S-}"'
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
         '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit 3 ;; esac ;;\n'
         '  profile) mkdir -p "$PROFILER_DIR/service-sglang/$SWEEP_NAME"\n'
-        '    echo \'{"request_id": "r1", "event": "x", "ts": 1.0}\''
-        ' > "$PROFILER_DIR/service-sglang/$SWEEP_NAME/events_tts_engine_7.jsonl" ;;\n'
+        f"    printf '%s\\n' '{event % ('request_admission', 1_000_000)}'"
+        f" '{event % ('coordinator_stream_received', 138_000_000)}'"
+        ' > "$PROFILER_DIR/service-sglang/$SWEEP_NAME/events_coordinator_7.jsonl" ;;\n'
         '  stop) mkdir -p "$OUT/logs"\n'
         '    printf \'%s\\n\' \'{"message": "sglang engine starting"}\' \'{"message": "Decode batch"}\''
         ' \'{"message": "sglang engine ready", "total_s": 229.1}\' > "$OUT/logs/service-sglang.log" ;;\n'
@@ -36,16 +52,17 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
     return script
 
 
-def run(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess[str]:
+def run(tmp_path: Path, out: str = "out", **settings: str) -> subprocess.CompletedProcess[str]:
     env = {
-        **os.environ,
+        **{name: value for name, value in os.environ.items() if name not in SETTINGS and not name.startswith("LEVER_")},
         "SIDE_BY_SIDE": str(stand_in_side_by_side(tmp_path)),
-        "OUT": str(tmp_path / "out"),
+        "OUT": str(tmp_path / out),
         "PYTHON": sys.executable,
         "PYSPY": "0",
         "EVENTS_WAIT_S": "0",
-        "SERVICE_SGLANG_PORT": "1",  # no server recorded there: no threads to read
+        "SERVER_PIDFILE": str(tmp_path / "no-server.pid"),
         "PROFILES": str(tmp_path / "profiles"),
+        "BASE_ENV": "CUDA_VISIBLE_DEVICES=0",  # the default pins the load tool to cores 14-15, which a CI machine lacks
         **settings,
     }
     return subprocess.run([str(SCRIPT)], env=env, capture_output=True, text=True, cwd=ROOT, timeout=60)
@@ -56,10 +73,9 @@ def calls(tmp_path: Path) -> list[list[str]]:
 
 
 def test_each_variant_starts_with_its_levers_settings_and_is_swept_alike_then_stopped(tmp_path: Path) -> None:
-    a, b = "a1", "b1"
     done = run(
         tmp_path,
-        VARIANTS=f"{a}:A {b}:B",
+        VARIANTS="a1:A b1:B",
         BASE_ENV="CUDA_VISIBLE_DEVICES=0 CPUS=0-13",
         LEVER_A="",
         LEVER_B="SPEECH_SGLANG__PREPROCESSING=cpu",
@@ -75,22 +91,26 @@ def test_each_variant_starts_with_its_levers_settings_and_is_swept_alike_then_st
     ]
     recorded = calls(tmp_path)
     assert [call[:2] for call in recorded] == [
-        [phase, name] for name in (a, b) for phase in ["start", *(s[0] for s in sweeps)]
+        [phase, name] for name in ("a1", "b1") for phase in ["start", *(s[0] for s in sweeps)]
     ]
-    for name, settings in [
-        (a, "CUDA_VISIBLE_DEVICES=0 CPUS=0-13 "),
-        (b, "CUDA_VISIBLE_DEVICES=0 CPUS=0-13 SPEECH_SGLANG__PREPROCESSING=cpu"),
+    for name, settings, lever in [
+        ("a1", "CUDA_VISIBLE_DEVICES=0 CPUS=0-13", "A: (none)"),
+        (
+            "b1",
+            "CUDA_VISIBLE_DEVICES=0 CPUS=0-13 SPEECH_SGLANG__PREPROCESSING=cpu",
+            "B: SPEECH_SGLANG__PREPROCESSING=cpu",
+        ),
     ]:
         mine = [call for call in recorded if call[1] == name]
         assert {call[6] for call in mine} == {settings}
         assert [[call[0], *call[2:6]] for call in mine[1:]] == sweeps
         out = tmp_path / "out" / name
-        assert (out / "lever.txt").read_text().startswith(f"{name}: lever {name[0].upper()}")
-        # the timeline's events kept beside its phases
-        with gzip.open(out / "timeline/events_tts_engine_7.jsonl.gz", "rt") as events:
+        assert (out / "lever.txt").read_text() == f"{name}: lever {lever}\n"
+        # the timeline's events kept gzipped beside the phases read from them
+        with gzip.open(out / "timeline/events_coordinator_7.jsonl.gz", "rt") as events:
             assert '"request_id": "r1"' in events.read()
-        assert (out / "timeline/phases.txt").exists()
-        # the engine's start phases read from its log, kept gzipped
+        assert (out / "timeline/phases.txt").read_text().startswith("1 requests\n")
+        # the engine's start phases read from its log, the log kept gzipped
         assert (out / "start-phases.jsonl").read_text().splitlines() == [
             '{"message": "sglang engine starting"}',
             '{"message": "sglang engine ready", "total_s": 229.1}',
@@ -98,28 +118,86 @@ def test_each_variant_starts_with_its_levers_settings_and_is_swept_alike_then_st
         with gzip.open(out / "logs/service-sglang.log.gz", "rt") as log:
             assert "Decode batch" in log.read()
     progress = (tmp_path / "out/progress.txt").read_text()
-    assert f"{a} stopped after" in progress and f"{b} stopped after" in progress and progress.endswith("done\n")
+    assert "a1 stopped after" in progress and "b1 stopped after" in progress and progress.endswith("done\n")
+    assert "failed" not in progress
 
 
-def test_a_variant_that_does_not_start_is_stopped_and_the_next_one_runs(tmp_path: Path) -> None:
-    a, b = "a1", "b1"
-    done = run(tmp_path, VARIANTS=f"{a}:A {b}:A", LEVER_A="", FAIL_START=a)
+def test_the_sweeps_run_on_the_load_tools_cores_and_the_server_starts_on_its_own(tmp_path: Path) -> None:
+    cores = os.sched_getaffinity(0)
+    load = str(min(cores))
+    done = run(tmp_path, VARIANTS="a1:A", BASE_ENV=f"CPUS=0-13 LOAD_CPUS={load}", LEVER_A="")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert [call[:2] for call in calls(tmp_path)][:3] == [["start", a], ["stop", a], ["start", b]]
-    assert f"{a} did not start" in (tmp_path / "out/progress.txt").read_text()
+    pinned = {call[0]: call[7] for call in calls(tmp_path)}
+    assert pinned["sweep-bench"] == pinned["sweep-closed"] == pinned["profile"] == load
+    # side-by-side.sh pins the server itself (CPUS); the start and the stop run where the script does
+    assert pinned["start"] != load or len(cores) == 1
+    assert "failed" not in (tmp_path / "out/progress.txt").read_text()
 
 
-def test_a_variant_that_would_not_end_before_the_deadline_is_skipped(tmp_path: Path) -> None:
-    """The first variant is expected to take FIRST_S (a cold start), later ones LATER_S until one has run."""
-    a, b = "a1", "b1"
-    until = str(int(time.time()) + 100)
-    done = run(tmp_path, VARIANTS=f"{a}:A {b}:A", LEVER_A="", UNTIL=until, FIRST_S="200")
+def test_a_step_that_fails_says_so_and_the_variant_goes_on(tmp_path: Path) -> None:
+    """Cores the machine lacks make every pinned sweep fail: each says its exit status, and the variant still stops."""
+    done = run(tmp_path, VARIANTS="a1:A", BASE_ENV="LOAD_CPUS=4095", LEVER_A="")
+    assert done.returncode == 0, done.stdout + done.stderr
+    progress = (tmp_path / "out/progress.txt").read_text()
+    for step in ("bench first-c32", "burst c8", "burst c32", "steady c32", "timeline"):
+        assert f"a1 {step} (failed, rc " in progress
+    assert [call[0] for call in calls(tmp_path)] == ["start", "stop"]
+
+
+def test_each_thread_of_the_servers_processes_is_read_before_and_after_the_steady_level(tmp_path: Path) -> None:
+    server = subprocess.Popen(["sleep", "30"], start_new_session=True)  # a process group of its own, as a server's
+    try:
+        (tmp_path / "server.pid").write_text(f"{server.pid}\n")
+        done = run(tmp_path, VARIANTS="a1:A", LEVER_A="", SERVER_PIDFILE=str(tmp_path / "server.pid"))
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        server.kill()
+        server.wait()
+    for when in ("before", "after"):
+        lines = (tmp_path / f"out/a1/cpu-{when}-c32.txt").read_text().splitlines()
+        assert lines[0] == f"# pid {server.pid}: sleep 30 "
+        tid, name, utime, stime, cpu = lines[1].split("\t")
+        assert (tid, name) == (str(server.pid), "sleep")
+        assert utime.isdigit() and stime.isdigit() and cpu.isdigit()
+
+
+def test_a_variant_that_does_not_start_is_stopped_its_log_kept_and_the_next_one_runs(tmp_path: Path) -> None:
+    done = run(tmp_path, VARIANTS="a1:A b1:A", LEVER_A="", FAIL_START="a1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [call[:2] for call in calls(tmp_path)][:3] == [["start", "a1"], ["stop", "a1"], ["start", "b1"]]
+    assert "a1 did not start within 1500 s" in (tmp_path / "out/progress.txt").read_text()
+    assert (tmp_path / "out/a1/start-phases.jsonl").read_text().count("sglang engine") == 2
+    assert (tmp_path / "out/a1/logs/service-sglang.log.gz").exists()
+
+
+def test_a_variant_that_would_not_end_before_the_deadline_is_skipped_and_a_start_waits_only_what_is_left(
+    tmp_path: Path,
+) -> None:
+    """The first variant is expected to take FIRST_S (a cold start), later ones LATER_S until one has run; a start
+    waits at most until the deadline, less the sweeps' 120 s."""
+    until = int(time.time()) + 300
+    done = run(tmp_path, VARIANTS="a1:A b1:A", LEVER_A="", UNTIL=str(until), FIRST_S="400")
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (tmp_path / "calls").exists()
     progress = (tmp_path / "out/progress.txt").read_text()
-    assert f"{a} skipped: 200 s would not fit" in progress and f"{b} skipped: 200 s would not fit" in progress
+    assert "a1 skipped: 400 s would not fit" in progress and "b1 skipped: 400 s would not fit" in progress
 
-    done = run(tmp_path, VARIANTS=f"{a}:A {b}:A", LEVER_A="", UNTIL=until, FIRST_S="10", LATER_S="150")
+    done = run(tmp_path, "out2", VARIANTS="a1:A b1:A", LEVER_A="", UNTIL=str(until), FIRST_S="10", LATER_S="400")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert [call[1] for call in calls(tmp_path)] == [a] * 7
-    assert f"{b} skipped: 150 s would not fit" in (tmp_path / "out/progress.txt").read_text()
+    recorded = calls(tmp_path)
+    assert [call[1] for call in recorded] == ["a1"] * 7
+    assert 150 <= int(recorded[0][8]) <= 180  # the deadline less the sweeps' allowance, not START_WAIT_S's 1500
+    assert "b1 skipped: 400 s would not fit" in (tmp_path / "out2/progress.txt").read_text()
+
+
+def test_variants_it_cannot_run_are_refused_before_anything_starts(tmp_path: Path) -> None:
+    for variants in ("a1:A b1:pre-cpu", "a1:A c1", "a1:A b1:B/1"):
+        done = run(tmp_path, VARIANTS=variants, LEVER_A="")
+        assert done.returncode == 64, variants
+        assert "is not name:LEVER" in done.stderr
+    (tmp_path / "out/b1").mkdir(parents=True)
+    (tmp_path / "out/b1/lever.txt").write_text("an earlier run\n")
+    done = run(tmp_path, VARIANTS="a1:A b1:A", LEVER_A="")
+    assert done.returncode == 64
+    assert "already holds results" in done.stderr
+    assert not (tmp_path / "calls").exists()
