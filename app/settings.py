@@ -238,6 +238,14 @@ class SglangSettings(BaseModel):
         "its own on the talker's GPU. A process of its own loads the prompt's weights from the model directory, "
         "whatever LOAD_FORMAT says.",
     )
+    preprocessing_processes: int = Field(
+        1,
+        ge=1,
+        description="With PREPROCESSING=cpu: how many processes preprocessing runs in "
+        "(processes.frontend.num_replicas), each request sent to one of them in turn, so that a burst's requests reach "
+        "the talker sooner and it prefills them in fewer rounds. Each process loads its own prompt frontend. "
+        "sglang-omni replicates a process on one GPU only without a stage on the GPU: not with PREPROCESSING=gpu.",
+    )
     switch_interval_ms: float | None = Field(
         None,
         ge=0.01,
@@ -309,6 +317,15 @@ class SglangSettings(BaseModel):
     @classmethod
     def _list_from_env(cls, value: object) -> object:
         return _list_from_text(value)
+
+    @model_validator(mode="after")
+    def _processes_need_a_cpu_frontend(self) -> SglangSettings:
+        if self.preprocessing_processes > 1 and self.preprocessing != "cpu":
+            raise ValueError(
+                f"preprocessing_processes={self.preprocessing_processes} needs preprocessing=cpu (it is "
+                f"{self.preprocessing!r}): only a process of its own on the CPU runs as several"
+            )
+        return self
 
 
 def nest_flat_names(values: Mapping[str, Any]) -> dict[str, Any]:

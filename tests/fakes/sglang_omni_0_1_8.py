@@ -74,6 +74,8 @@ COMM_FIELDS = frozenset(  # a stage's channel (CommConfig: every field)
 TOP_LEVEL_KEYS = frozenset(  # the pipeline's placement limits (PlacementConfig: every field)
     {"placement.max_total_gpu_memory_fraction_per_gpu", "placement.require_memory_fraction_for_colocation"}
 )
+PROCESS_FIELDS = frozenset({"num_replicas", "replica_devices"})  # processes.<name>.<field> (ProcessConfig: every field)
+DEFAULT_PROCESS = "pipeline"  # where a stage runs unless its `process` says otherwise
 VOCODER_FACTORY_ARGS = frozenset(
     {
         "max_batch_size", "max_batch_wait_ms", "stream_stride", "stream_followup_stride",
@@ -377,8 +379,15 @@ class ConfigManager:
 
     def merge_config(self, extra_args: Mapping[str, object], *, extra_patches: Any = None) -> FakePipeline:
         assert self.config is not None
+        # the processes the stages run in: sglang-omni refuses a replica policy for any other, or a field it lacks
+        declared = {DEFAULT_PROCESS} | {str(v) for k, v in extra_args.items() if k.endswith(".process")}
         for key in extra_args:
             if key in TOP_LEVEL_KEYS:
+                continue
+            if key.startswith("processes."):
+                _, process, name = key.split(".", 2)
+                if process not in declared or name not in PROCESS_FIELDS:
+                    raise ValueError(f"processes references unknown process or field: {key!r}")
                 continue
             stage, _, rest = key.partition(".")
             if stage not in STAGES:

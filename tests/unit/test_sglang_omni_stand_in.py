@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from app.engine_protocol import ReferenceAudio, SynthesisJob, TaskType
 from app.engines.qwen3_tts import Qwen3TTSModel
@@ -578,11 +579,42 @@ def test_a_layout_follows_the_overrides_it_depends_on_and_they_win() -> None:
 
 def test_the_stand_in_refuses_what_the_wheel_refuses_at_start() -> None:
     """An unknown stage, a channel or placement field its schema forbids, a factory argument its preprocessing
-    factory has not (accepted by the merge, refused when the stage is built)."""
+    factory has not (accepted by the merge, refused when the stage is built), a replica policy for a process no stage
+    runs in or with a field the policy has not."""
     manager = stand_in.ConfigManager(stand_in.FakePipeline("m", "custom_voice", ("vivian",)))
-    for key in ("preprocessing.factory.weights", "talker.process", "vocoder.comm.window", "placement.anything"):
+    for key in (
+        "preprocessing.factory.weights",
+        "talker.process",
+        "vocoder.comm.window",
+        "placement.anything",
+        "processes.frontend.num_replicas",  # no stage runs in `frontend` here
+        "processes.pipeline.replicas",
+    ):
         with pytest.raises(ValueError):
             manager.merge_config({key: 1})
+    manager.merge_config({"preprocessing.process": "frontend", "processes.frontend.num_replicas": 2})
+
+
+def test_preprocessing_runs_in_several_processes_as_the_wheel_replicates_one(wheel: Wheel) -> None:
+    """PREPROCESSING_PROCESSES=N with PREPROCESSING=cpu: N replicas of preprocessing's process (sglang-omni's
+    `processes.<name>.num_replicas`, its ProcessConfig), each request bound to one of them in turn at admission. The
+    wheel refuses replicas of a process with a stage on the GPU unless each has a device of its own, and a stage's
+    own GPU beside such devices: so the `gpu` layout cannot run as several on one GPU, and the settings refuse it."""
+    schema = wheel.tree("config/schema.py")
+    process = annotated_fields(class_def(schema, "ProcessConfig"))
+    assert set(process) == stand_in.PROCESS_FIELDS
+    assert ast.literal_eval(process["num_replicas"]) == 1
+    assert "processes: dict[str, ProcessConfig]" in ast.unparse(class_def(schema, "PipelineConfig"))
+    topology = ast.unparse(function_def(wheel.tree("config/topology.py"), "resolve_replica_devices"))
+    assert "if policy.num_replicas > 1 and has_gpu_stage:" in topology  # ... needs replica_devices
+    assert "class RoundRobinBindingPolicy" in wheel.source("pipeline/replicas.py")
+    values = pipeline_settings(SglangSettings(model="m", preprocessing="cpu", preprocessing_processes=4))
+    assert values["processes.frontend.num_replicas"] == 4 and values["preprocessing.process"] == "frontend"
+    stand_in.ConfigManager(stand_in.FakePipeline("m", "custom_voice", ("vivian",))).merge_config(values)
+    assert not any(key.startswith("processes.") for key in pipeline_settings(SglangSettings(preprocessing="cpu")))
+    for where in ("inline", "gpu"):
+        with pytest.raises(ValidationError, match="preprocessing_processes=2 needs preprocessing=cpu"):
+            SglangSettings(model="m", preprocessing=where, preprocessing_processes=2)
 
 
 def test_the_stream_window_defaults_are_the_wheels(wheel: Wheel) -> None:

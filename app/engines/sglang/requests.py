@@ -127,9 +127,13 @@ def request_fields(job: SynthesisJob, model: Qwen3TTSModel) -> RequestFields:
     return RequestFields(prompt, sampling, {"task": "tts", "tts_params": tts}, extra)
 
 
-def preprocessing_layout(where: str, pipeline: dict[str, object]) -> dict[str, object]:
+FRONTEND_PROCESS = "frontend"  # the name of preprocessing's own process
+
+
+def preprocessing_layout(where: str, pipeline: dict[str, object], processes: int = 1) -> dict[str, object]:
     """sglang-omni's settings that put preprocessing `inline` (its default: threads in the talker's process), or in a
-    process of its own on the `cpu` or on the talker's GPU (`gpu`), for a pipeline of these other settings.
+    process of its own on the `cpu` or on the talker's GPU (`gpu`), for a pipeline of these other settings. On the
+    CPU, `processes` copies of that process (sglang-omni's process replicas: each request bound to one in turn).
 
     In a process of its own it loads its own prompt frontend and hands the talker prepared tensors, and each of its 8
     threads runs its ops on one CPU (sglang-omni's default: the server's OMP_NUM_THREADS where set, else a share of
@@ -139,10 +143,13 @@ def preprocessing_layout(where: str, pipeline: dict[str, object]) -> dict[str, o
     takes no credit."""
     if where == "inline":
         return {}
-    layout: dict[str, object] = {"preprocessing.process": "frontend", "preprocessing.env.OMP_NUM_THREADS": "1"}
+    layout: dict[str, object] = {"preprocessing.process": FRONTEND_PROCESS, "preprocessing.env.OMP_NUM_THREADS": "1"}
     if where == "cpu":
         credits = pipeline["tts_engine.engine.max_running_requests"]
-        return {**layout, "preprocessing.factory.device": "cpu", "preprocessing.comm.credits": credits}
+        layout |= {"preprocessing.factory.device": "cpu", "preprocessing.comm.credits": credits}
+        if processes > 1:
+            layout[f"processes.{FRONTEND_PROCESS}.num_replicas"] = processes
+        return layout
     # sglang-omni then asks every stage on the GPU for a memory share unless told not to: the shares are bookkeeping
     # (the talker's KV cache is sized from the memory free when it starts, whatever share it declares)
     gpu = pipeline.get("tts_engine.gpu", 0)
@@ -172,7 +179,7 @@ def pipeline_settings(settings: Any) -> dict[str, object]:
     if settings.steady_chunk_frames:
         values["vocoder.factory.stream_followup_stride"] = settings.steady_chunk_frames
     overrides = settings.pipeline_overrides or {}
-    layout = preprocessing_layout(settings.preprocessing, {**values, **overrides})
+    layout = preprocessing_layout(settings.preprocessing, {**values, **overrides}, settings.preprocessing_processes)
     return {**values, **layout, **overrides}
 
 
