@@ -612,6 +612,12 @@ def test_preprocessing_runs_in_several_processes_as_the_wheel_replicates_one(whe
     assert values["processes.frontend.num_replicas"] == 4 and values["preprocessing.process"] == "frontend"
     stand_in.ConfigManager(stand_in.FakePipeline("m", "custom_voice", ("vivian",))).merge_config(values)
     assert not any(key.startswith("processes.") for key in pipeline_settings(SglangSettings(preprocessing="cpu")))
+    named = {"preprocessing.process": "prompts"}  # an override naming the process: its copies under that name
+    values = pipeline_settings(
+        SglangSettings(model="m", preprocessing="cpu", preprocessing_processes=2, pipeline_overrides=named)
+    )
+    assert values["processes.prompts.num_replicas"] == 2 and "processes.frontend.num_replicas" not in values
+    stand_in.ConfigManager(stand_in.FakePipeline("m", "custom_voice", ("vivian",))).merge_config(values)
     for where in ("inline", "gpu"):
         with pytest.raises(ValidationError, match="preprocessing_processes=2 needs preprocessing=cpu"):
             SglangSettings(model="m", preprocessing=where, preprocessing_processes=2)

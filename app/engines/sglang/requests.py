@@ -147,8 +147,9 @@ def preprocessing_layout(where: str, pipeline: dict[str, object], processes: int
     if where == "cpu":
         credits = pipeline["tts_engine.engine.max_running_requests"]
         layout |= {"preprocessing.factory.device": "cpu", "preprocessing.comm.credits": credits}
-        if processes > 1:
-            layout[f"processes.{FRONTEND_PROCESS}.num_replicas"] = processes
+        if processes > 1:  # the process preprocessing runs in, under an override's name where one gives it
+            name = pipeline.get("preprocessing.process") or FRONTEND_PROCESS
+            layout[f"processes.{name}.num_replicas"] = processes
         return layout
     # sglang-omni then asks every stage on the GPU for a memory share unless told not to: the shares are bookkeeping
     # (the talker's KV cache is sized from the memory free when it starts, whatever share it declares)
