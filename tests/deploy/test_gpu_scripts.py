@@ -1758,3 +1758,33 @@ def test_sglang_pace_averages_the_talkers_steady_decode_lines_after_the_server_w
     assert module.pace_table(decodes, module.buckets("30-32"))[0][:2] == ("30-32", 4)
     # without the ready line nothing counts: a log cut before it has no pace
     assert list(module.decode_lines(lines[:2] + lines[3:], module.READY, 2.0)) == []
+
+
+def test_window_arrivals_gives_each_windows_arrival_and_gap_over_the_streams_that_had_it(tmp_path: Path) -> None:
+    """Per window, over the answered streams that got that far: when it arrived and how long after the one before
+    (for the first: after the request), at p10 / p50 / p90 with no interpolation; failed streams are left out; a
+    window no stream reached ends the table."""
+    module = load_gpu_script("window_arrivals")
+
+    def stream(*arrived_s: float, ok: bool = True) -> dict[str, object]:
+        return {"ok": ok, "audio_arrivals": [[at, 0.08 * (i + 1)] for i, at in enumerate(arrived_s)]}
+
+    per_request = [
+        stream(0.1, 0.3, 0.35),
+        stream(0.2, 0.3),
+        stream(0.15, 0.4, 0.45),
+        stream(0.05, ok=False),
+        {"ok": True, "audio_arrivals": []},
+    ]
+    table = module.window_table(per_request, 5)
+    assert [row[:2] for row in table] == [(1, 3), (2, 3), (3, 2)]
+    first, second, third = (row[2:] for row in table)
+    assert (
+        first[0] == pytest.approx([100.0, 150.0, 200.0]) and first[1] == first[0]
+    )  # of 3 sorted: p10 the 1st, p50 the 2nd, p90 the 3rd
+    assert second[0] == pytest.approx([300.0, 300.0, 400.0])
+    assert second[1] == pytest.approx([100.0, 200.0, 250.0])  # 0.2 -> 0.3, 0.1 -> 0.3, 0.15 -> 0.4
+    assert third[1] == pytest.approx([50.0, 50.0, 50.0])
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"runs": [{"url": "http://x", "concurrency": 32, "per_request": per_request}]}))
+    assert [(url, level, len(rows)) for url, level, rows in module.runs(results)] == [("http://x", 32, 5)]
