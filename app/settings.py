@@ -242,9 +242,10 @@ class SglangSettings(BaseModel):
         1,
         ge=1,
         description="With PREPROCESSING=cpu: how many processes preprocessing runs in "
-        "(processes.frontend.num_replicas), each request sent to one of them in turn, so that a burst's requests reach "
-        "the talker sooner and it prefills them in fewer rounds. Each process loads its own prompt frontend. "
-        "sglang-omni replicates a process on one GPU only without a stage on the GPU: not with PREPROCESSING=gpu.",
+        "(processes.frontend.num_replicas), each request bound to the next one in turn, meant to let a burst's "
+        "requests reach the talker sooner, in fewer prefills. Each process loads its own prompt frontend. Not with "
+        "PREPROCESSING=gpu: sglang-omni 0.1.8 cannot run copies of that process (it refuses a copied GPU process "
+        "without devices of its own, and preprocessing's own GPU beside them).",
     )
     switch_interval_ms: float | None = Field(
         None,

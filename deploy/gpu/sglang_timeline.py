@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import re
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -25,6 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, whether run as a script or loaded by path
 from ttfa_phases import percentile
 
+REPLICA = re.compile(r"@r\d+$")
 ADMITTED = "coordinator:request_admission"
 FIRST_CHUNK = "coordinator:coordinator_stream_received"
 # (phase, from event, to event): the path of a request's first audio, in order
@@ -74,7 +76,8 @@ def request_events(events: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]
     requests: dict[str, dict[str, int]] = defaultdict(dict)
     for event in events:
         try:
-            name = f"{event['stage']}:{event['event_name']}"
+            # a copy of a stage (sglang-omni's process replicas) writes its events as `<stage>@r<N>`
+            name = f"{REPLICA.sub('', event['stage'])}:{event['event_name']}"
             request, at = event["request_id"], int(event["timestamp_ns"])
         except (ValueError, KeyError, TypeError):
             continue

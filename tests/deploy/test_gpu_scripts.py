@@ -1788,3 +1788,24 @@ def test_window_arrivals_gives_each_windows_arrival_and_gap_over_the_streams_tha
     results = tmp_path / "results.json"
     results.write_text(json.dumps({"runs": [{"url": "http://x", "concurrency": 32, "per_request": per_request}]}))
     assert [(url, level, len(rows)) for url, level, rows in module.runs(results)] == [("http://x", 32, 5)]
+
+
+def test_sglang_timeline_reads_a_stage_copys_events_as_its_stages(tmp_path: Path) -> None:
+    """A stage run as several copies (sglang-omni's process replicas) writes its events as `<stage>@r<N>`: they count
+    as the stage's, so preprocessing's phases stay in the table."""
+    module = load_gpu_script("sglang_timeline")
+    events = [
+        {"request_id": "a", "stage": "coordinator", "event_name": "request_admission", "timestamp_ns": 0},
+        {"request_id": "a", "stage": "preprocessing@r1", "event_name": "stage_complete", "timestamp_ns": 40_000_000},
+        {"request_id": "b", "stage": "coordinator", "event_name": "request_admission", "timestamp_ns": 0},
+        {"request_id": "b", "stage": "preprocessing@r12", "event_name": "stage_complete", "timestamp_ns": 60_000_000},
+        {"request_id": "b", "stage": "preprocessing@rx", "event_name": "stage_complete", "timestamp_ns": 1},  # no copy
+    ]
+    requests = module.request_events(events)
+    assert requests["a"]["preprocessing:stage_complete"] == 40_000_000
+    assert requests["b"]["preprocessing:stage_complete"] == 60_000_000
+    assert requests["b"]["preprocessing@rx:stage_complete"] == 1
+    assert dict((phase, (n, p50)) for phase, n, p50, _ in module.phase_table(requests))["preprocessing"] == (
+        2,
+        60.0,
+    )  # p50: halves upward

@@ -364,6 +364,34 @@ class FakePipeline:
     settings: dict[str, object] = field(default_factory=dict)
 
 
+def check_processes(args: Mapping[str, object]) -> None:
+    """sglang-omni's rules for the `processes.<name>.<field>` replica policies: only for a process a stage runs in,
+    only its fields, at least one copy; copies of a process with a stage on the GPU need devices of their own, which a
+    process without one may not declare, and a stage's own GPU is refused beside them."""
+    where = {stage: str(args.get(f"{stage}.process") or DEFAULT_PROCESS) for stage in STAGES}
+    on_gpu = {"tts_engine", "vocoder"} | ({"preprocessing"} if "preprocessing.gpu" in args else set())
+    for key, value in args.items():
+        if not key.startswith("processes."):
+            continue
+        _, process, name = key.split(".", 2)
+        if process not in where.values() or name not in PROCESS_FIELDS:
+            raise ValueError(f"processes references unknown process or field: {key!r}")
+        gpu_stages = [stage for stage, home in where.items() if home == process and stage in on_gpu]
+        devices = f"processes.{process}.replica_devices" in args
+        if name == "num_replicas" and int(value) < 1:  # type: ignore[call-overload]
+            raise ValueError("processes.num_replicas must be >= 1")
+        if name == "num_replicas" and int(value) > 1 and gpu_stages and not devices:  # type: ignore[call-overload]
+            raise ValueError(
+                f"Process {process!r}: num_replicas on a process with GPU stage(s) requires replica_devices"
+            )
+        if name == "replica_devices" and not gpu_stages:
+            raise ValueError(f"Process {process!r} has no GPU stage and must not declare replica_devices")
+        if name == "replica_devices" and any(f"{stage}.gpu" in args for stage in gpu_stages):
+            raise ValueError(
+                f"a stage's gpu cannot override GPU placement: process {process!r} declares replica_devices"
+            )
+
+
 class ConfigManager:
     def __init__(self, config: FakePipeline | None = None) -> None:
         self.config = config
@@ -379,15 +407,9 @@ class ConfigManager:
 
     def merge_config(self, extra_args: Mapping[str, object], *, extra_patches: Any = None) -> FakePipeline:
         assert self.config is not None
-        # the processes the stages run in: sglang-omni refuses a replica policy for any other, or a field it lacks
-        declared = {DEFAULT_PROCESS} | {str(v) for k, v in extra_args.items() if k.endswith(".process")}
+        check_processes(extra_args)
         for key in extra_args:
-            if key in TOP_LEVEL_KEYS:
-                continue
-            if key.startswith("processes."):
-                _, process, name = key.split(".", 2)
-                if process not in declared or name not in PROCESS_FIELDS:
-                    raise ValueError(f"processes references unknown process or field: {key!r}")
+            if key in TOP_LEVEL_KEYS or key.startswith("processes."):
                 continue
             stage, _, rest = key.partition(".")
             if stage not in STAGES:

@@ -177,6 +177,27 @@ async def test_start_warms_every_batch_size_then_streams_sglang_omnis_windows(cu
     assert runner.stopped and not engine.health().ready
 
 
+async def test_preprocessing_in_several_processes_warms_each_with_both_kinds_of_clone(base_dir: Path) -> None:
+    """sglang-omni binds each request to the next preprocessing copy in turn as it admits it: after the batch sizes, 2N
+    more requests one after another, N in-context clones then N x-vector-only ones, reach every copy with both
+    whatever copy the turn stands at. Without copies there is no such round."""
+    engine = engine_for(base_dir, warmup_batch_sizes=[1, 2], preprocessing="cpu", preprocessing_processes=3)
+    await engine.start()
+    coordinator = MultiProcessPipelineRunner.built[-1].coordinator
+    ids = [request_id for request_id, _ in coordinator.submitted]
+    assert len(ids) == 1 + 2 + 6 and all("-copies-" in request_id for request_id in ids[3:])
+    assert [int(request_id.rsplit("-", 1)[1]) for request_id in ids[3:]] == list(range(6))  # admitted in turn
+    kinds = [request.metadata["tts_params"]["x_vector_only_mode"] for _, request in coordinator.submitted]
+    assert kinds[3:] == [False] * 3 + [True] * 3
+    # requests N apart go to one copy, whichever copy the turn starts at: each copy gets one of each kind
+    assert [{kinds[3 + position], kinds[3 + position + 3]} for position in range(3)] == [{False, True}] * 3
+    await engine.close()
+    single = engine_for(base_dir, warmup_batch_sizes=[1, 2], preprocessing="cpu")
+    await single.start()
+    assert len(MultiProcessPipelineRunner.built[-1].coordinator.submitted) == 3
+    await single.close()
+
+
 def _batches(coordinator: fake.FakeCoordinator) -> list[list[str]]:
     by_batch: dict[str, list[str]] = {}
     for request_id, _ in coordinator.submitted:

@@ -592,14 +592,32 @@ def test_the_stand_in_refuses_what_the_wheel_refuses_at_start() -> None:
     ):
         with pytest.raises(ValueError):
             manager.merge_config({key: 1})
-    manager.merge_config({"preprocessing.process": "frontend", "processes.frontend.num_replicas": 2})
+    front = {"preprocessing.process": "frontend"}
+    manager.merge_config({**front, "processes.frontend.num_replicas": 2})
+    for refused in (
+        {**front, "processes.frontend.num_replicas": 0},
+        {"processes.pipeline.num_replicas": 2},  # the talker's process: a GPU one, without devices of its own
+        {**front, "processes.frontend.replica_devices": [0, 0]},  # a CPU process declaring devices
+        {**front, "preprocessing.gpu": 0, "processes.frontend.num_replicas": 2},  # on the GPU now, no devices
+        {
+            **front,
+            "preprocessing.gpu": 0,
+            "processes.frontend.num_replicas": 2,
+            "processes.frontend.replica_devices": [0, 0],
+        },
+    ):
+        with pytest.raises(ValueError):
+            manager.merge_config(refused)
+    manager.merge_config({"processes.pipeline.num_replicas": 2, "processes.pipeline.replica_devices": [0, 1]})
 
 
 def test_preprocessing_runs_in_several_processes_as_the_wheel_replicates_one(wheel: Wheel) -> None:
     """PREPROCESSING_PROCESSES=N with PREPROCESSING=cpu: N replicas of preprocessing's process (sglang-omni's
     `processes.<name>.num_replicas`, its ProcessConfig), each request bound to one of them in turn at admission. The
-    wheel refuses replicas of a process with a stage on the GPU unless each has a device of its own, and a stage's
-    own GPU beside such devices: so the `gpu` layout cannot run as several on one GPU, and the settings refuse it."""
+    wheel refuses copies of a process with a stage on the GPU unless they have devices of their own, and then refuses
+    the stage's own GPU, which preprocessing needs to be on one: so the `gpu` layout cannot run as copies at all, and
+    the settings refuse it, as they refuse copies of the talker's process or of preprocessing an override put on a
+    GPU."""
     schema = wheel.tree("config/schema.py")
     process = annotated_fields(class_def(schema, "ProcessConfig"))
     assert set(process) == stand_in.PROCESS_FIELDS
@@ -607,7 +625,12 @@ def test_preprocessing_runs_in_several_processes_as_the_wheel_replicates_one(whe
     assert "processes: dict[str, ProcessConfig]" in ast.unparse(class_def(schema, "PipelineConfig"))
     topology = ast.unparse(function_def(wheel.tree("config/topology.py"), "resolve_replica_devices"))
     assert "if policy.num_replicas > 1 and has_gpu_stage:" in topology  # ... needs replica_devices
-    assert "class RoundRobinBindingPolicy" in wheel.source("pipeline/replicas.py")
+    assert "if not has_gpu_stage:" in topology  # ... must not declare replica_devices
+    # and with devices of its own, a stage's own GPU (preprocessing has none unless given one) is refused
+    assert "cannot override GPU placement" in wheel.source("config/manager.py")
+    coordinator = wheel.source("pipeline/coordinator.py")  # bound at admission, in turn unless told otherwise
+    assert "self.binding_policy = binding_policy or RoundRobinBindingPolicy()" in coordinator
+    assert "assign_replica_bindings(" in coordinator
     values = pipeline_settings(SglangSettings(model="m", preprocessing="cpu", preprocessing_processes=4))
     assert values["processes.frontend.num_replicas"] == 4 and values["preprocessing.process"] == "frontend"
     stand_in.ConfigManager(stand_in.FakePipeline("m", "custom_voice", ("vivian",))).merge_config(values)
@@ -621,6 +644,12 @@ def test_preprocessing_runs_in_several_processes_as_the_wheel_replicates_one(whe
     for where in ("inline", "gpu"):
         with pytest.raises(ValidationError, match="preprocessing_processes=2 needs preprocessing=cpu"):
             SglangSettings(model="m", preprocessing=where, preprocessing_processes=2)
+    for overrides in ({"preprocessing.process": "pipeline"}, {"preprocessing.gpu": 0}):
+        settings = SglangSettings(
+            model="m", preprocessing="cpu", preprocessing_processes=2, pipeline_overrides=overrides
+        )
+        with pytest.raises(ValueError, match="preprocessing_processes"):
+            pipeline_settings(settings)
 
 
 def test_the_stream_window_defaults_are_the_wheels(wheel: Wheel) -> None:

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ from app.engines.qwen3_tts import (
     voice_infos,
     warm_up,
     warmup_batch_sizes,
+    warmup_job,
 )
 from app.engines.sglang.requests import (
     MAX_NEW_TOKENS,
@@ -291,8 +293,23 @@ class SglangEngine:
         return warmup_batch_sizes(self._settings.warmup_batch_sizes, limit)
 
     async def _warm_up(self) -> None:
-        """sglang-omni's own server sends no warm-up for Qwen3-TTS: its first burst was served one request at a time."""
-        await warm_up(self._model, self.warmup_batch_sizes(), lambda job: self.synthesize(job, warming=True), "sglang")
+        """sglang-omni's own server sends no warm-up for Qwen3-TTS: its first burst was served one request at a time.
+        With preprocessing in several processes, sglang-omni binds each request to the next copy in turn as it admits
+        it: 2N more requests one after another, the first N of one kind and the next N of the other, give every copy
+        both (a Base model's in-context and x-vector-only cloning) wherever the turn stands."""
+
+        def synthesize(job: SynthesisJob) -> AsyncIterator[AudioChunk]:
+            return self.synthesize(job, warming=True)
+
+        await warm_up(self._model, self.warmup_batch_sizes(), synthesize, "sglang")
+        copies = self._settings.preprocessing_processes
+        if copies > 1:
+            started, run = time.perf_counter(), uuid.uuid4().hex[:8]
+            for position in range(2 * copies):  # in turn: a batch's requests would be admitted in any order
+                job = warmup_job(self._model, f"warmup-{run}-copies-{position}", position // copies)
+                async for _ in synthesize(job):
+                    pass
+            log.info("sglang warm-up", extra={"copies": copies, "seconds": round(time.perf_counter() - started, 2)})
 
     async def close(self) -> None:
         self._ready = False

@@ -128,6 +128,7 @@ def request_fields(job: SynthesisJob, model: Qwen3TTSModel) -> RequestFields:
 
 
 FRONTEND_PROCESS = "frontend"  # the name of preprocessing's own process
+TALKER_PROCESS = "pipeline"  # sglang-omni's process for a stage that names none: the talker's and the vocoder's
 
 
 def preprocessing_layout(where: str, pipeline: dict[str, object], processes: int = 1) -> dict[str, object]:
@@ -149,6 +150,10 @@ def preprocessing_layout(where: str, pipeline: dict[str, object], processes: int
         layout |= {"preprocessing.factory.device": "cpu", "preprocessing.comm.credits": credits}
         if processes > 1:  # the process preprocessing runs in, under an override's name where one gives it
             name = pipeline.get("preprocessing.process") or FRONTEND_PROCESS
+            if name in {pipeline.get(f"{stage}.process") or TALKER_PROCESS for stage in ("tts_engine", "vocoder")}:
+                raise ValueError(f"preprocessing_processes: preprocessing runs in {name!r} with the talker, not alone")
+            if "preprocessing.gpu" in pipeline:  # sglang-omni refuses a stage's GPU beside copies' devices
+                raise ValueError("preprocessing_processes: pipeline_overrides put preprocessing on a GPU")
             layout[f"processes.{name}.num_replicas"] = processes
         return layout
     # sglang-omni then asks every stage on the GPU for a memory share unless told not to: the shares are bookkeeping
