@@ -60,6 +60,12 @@ ENGINE_KEYS_FREE = "tts_engine.engine."
 PREPROCESSING_FACTORY_ARGS = frozenset(
     {"max_concurrency", "stream_codec_output", "load_frontend", "device", "gpu_id", "dtype", "attn_implementation"}
 )
+TTS_ENGINE_FACTORY_ARGS = frozenset(  # the talker's factory, e.g. its prefill coalescing (a burst's prefills merged)
+    {
+        "device", "gpu_id", "dtype", "attn_implementation", "prefill_coalesce_requests", "prefill_coalesce_wait_ms",
+        "server_args_overrides", "reference_encoder_cuda_graph_bucket_frames", "leading_silence_mask_frames",
+    }
+)  # fmt: skip
 STAGES = ("preprocessing", "tts_engine", "vocoder")
 # where a stage runs and what it may take there (sglang-omni's StageConfig fields of that kind)
 STAGE_FIELDS = frozenset(
@@ -417,7 +423,11 @@ class ConfigManager:
             if rest in STAGE_FIELDS:
                 continue
             group, _, name = rest.partition(".")
-            factory_args = {"vocoder": VOCODER_FACTORY_ARGS, "preprocessing": PREPROCESSING_FACTORY_ARGS}.get(stage, ())
+            factory_args = {
+                "vocoder": VOCODER_FACTORY_ARGS,
+                "preprocessing": PREPROCESSING_FACTORY_ARGS,
+                "tts_engine": TTS_ENGINE_FACTORY_ARGS,
+            }[stage]
             known = (
                 key.startswith(ENGINE_KEYS_FREE)
                 or (group == "factory" and name in factory_args)

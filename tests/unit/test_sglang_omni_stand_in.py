@@ -410,6 +410,23 @@ def test_the_vocoder_factory_takes_every_setting_the_stand_in_accepts_and_the_en
     assert given <= stand_in.VOCODER_FACTORY_ARGS
 
 
+def test_the_talkers_factory_takes_what_the_stand_in_accepts_its_prefill_coalescing_among_them(wheel: Wheel) -> None:
+    """`PIPELINE_OVERRIDES` reaches the talker's factory arguments, e.g. `tts_engine.factory.prefill_coalesce_requests`
+    and `_wait_ms` (while the talker decodes, hold a prefill until that many requests wait or the oldest waited that
+    long: a burst's prefills merged); the stand-in takes exactly the wheel's and refuses others."""
+    factory = function_def(wheel.tree("models/qwen3_tts/stages.py"), "create_sglang_tts_engine_executor")
+    assert factory.args.kwarg is None
+    assert {arg.arg for arg in factory.args.kwonlyargs} == stand_in.TTS_ENGINE_FACTORY_ARGS
+    defaults = keyword_defaults(factory)
+    assert defaults["prefill_coalesce_requests"] == 0 and defaults["prefill_coalesce_wait_ms"] == 60.0  # off
+    manager = stand_in.ConfigManager(stand_in.FakePipeline("m", "custom_voice", ("vivian",)))
+    manager.merge_config(
+        {"tts_engine.factory.prefill_coalesce_requests": 8, "tts_engine.factory.prefill_coalesce_wait_ms": 10}
+    )
+    with pytest.raises(ValueError):
+        manager.merge_config({"tts_engine.factory.coalesce": 8})
+
+
 def test_the_vocoder_factorys_first_window_batch_defaults_are_the_engine_settings_defaults(wheel: Wheel) -> None:
     factory = function_def(wheel.tree("models/qwen3_tts/stages.py"), "create_vocoder_executor")
     defaults = keyword_defaults(factory)

@@ -140,8 +140,8 @@ def preprocessing_layout(where: str, pipeline: dict[str, object], processes: int
     threads runs its ops on one CPU (sglang-omni's default: the server's OMP_NUM_THREADS where set, else a share of
     the CPUs each). On the CPU those tensors cross by shared memory, a channel that lets through as many at once as
     it has credits: 2 by default would let a burst reach the talker two requests at a time, so it gets one a request
-    the talker runs (a semaphore; each segment is the tensor's own size). On the GPU they cross by CUDA IPC, which
-    takes no credit."""
+    the talker runs (a semaphore; each segment is the tensor's own size; each copy of the process has its own). On
+    the GPU they cross by CUDA IPC, which takes no credit."""
     if where == "inline":
         return {}
     layout: dict[str, object] = {"preprocessing.process": FRONTEND_PROCESS, "preprocessing.env.OMP_NUM_THREADS": "1"}
