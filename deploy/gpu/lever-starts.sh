@@ -28,7 +28,8 @@
 #   SIDE_BY_SIDE=deploy/gpu/side-by-side.sh   what starts, sweeps and stops the server
 # What each variant runs, in order: vllm-omni's benchmark at c=32 (the first level after the start: a burst), bursts of
 # 8 and 32 at once (speech-loadtest --stagger 0), a steady c=32 (every thread's CPU ticks read before and after it), the
-# request timeline over two c=32 bursts (deploy/gpu/sglang_timeline.py), py-spy's burst, then stop.
+# request timeline over two c=32 bursts (deploy/gpu/sglang_timeline.py), the benchmark's c=32 again (warm), py-spy's
+# burst, then stop.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=${OUT:-/tmp/lever-starts}
@@ -164,6 +165,8 @@ for variant in $VARIANTS; do
     gzip -c "$events" >"$OUT/timeline/$(basename "$events").gz"
   done
   "$PYTHON" deploy/gpu/sglang_timeline.py "$OUT/timeline" --requests >"$OUT/timeline/phases.txt" 2>&1
+  # the first level again, warm: a cold start's first level is to be within 1.2x of it (p95 first audio)
+  step "bench again-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=again-c32 "$SBS" sweep-bench >>"$OUT/sweeps.log" 2>&1
   [ "$PYSPY" = 1 ] && step "py-spy burst" pyspy_burst
   $SBS stop >>"$OUT/sweeps.log" 2>&1
   finish

@@ -87,6 +87,7 @@ def test_each_variant_starts_with_its_levers_settings_and_is_swept_alike_then_st
         ["sweep-closed", "burst-c32", "32", "96", ""],
         ["sweep-closed", "c32", "32", "128", ""],
         ["profile", "tl-c32", "32", "64", "1"],
+        ["sweep-bench", "again-c32", "32", "", ""],
         ["stop", "", "", "", ""],
     ]
     recorded = calls(tmp_path)
@@ -139,7 +140,7 @@ def test_a_step_that_fails_says_so_and_the_variant_goes_on(tmp_path: Path) -> No
     done = run(tmp_path, VARIANTS="a1:A", BASE_ENV="LOAD_CPUS=4095", LEVER_A="")
     assert done.returncode == 0, done.stdout + done.stderr
     progress = (tmp_path / "out/progress.txt").read_text()
-    for step in ("bench first-c32", "burst c8", "burst c32", "steady c32", "timeline"):
+    for step in ("bench first-c32", "burst c8", "burst c32", "steady c32", "timeline", "bench again-c32"):
         assert f"a1 {step} (failed, rc " in progress
     assert [call[0] for call in calls(tmp_path)] == ["start", "stop"]
 
@@ -185,7 +186,7 @@ def test_a_variant_that_would_not_end_before_the_deadline_is_skipped_and_a_start
     done = run(tmp_path, "out2", VARIANTS="a1:A b1:A", LEVER_A="", UNTIL=str(until), FIRST_S="10", LATER_S="400")
     assert done.returncode == 0, done.stdout + done.stderr
     recorded = calls(tmp_path)
-    assert [call[1] for call in recorded] == ["a1"] * 7
+    assert [call[1] for call in recorded] == ["a1"] * 8
     assert 150 <= int(recorded[0][8]) <= 180  # the deadline less the sweeps' allowance, not START_WAIT_S's 1500
     assert "b1 skipped: 400 s would not fit" in (tmp_path / "out2/progress.txt").read_text()
 
