@@ -43,12 +43,14 @@ PYTHON=${PYTHON:-python3}
 SBS=${SIDE_BY_SIDE:-deploy/gpu/side-by-side.sh}
 PIDFILE=${SERVER_PIDFILE:-/tmp/speech-server-${SERVICE_SGLANG_PORT:-8007}.pid}
 START_WAIT_S=${START_WAIT_S:-1500}
-SWEEP_ALLOWANCE_S=120  # what a variant's sweeps and stop take after its start (about 90 s on an H200)
+# what a variant's sweeps and stop take after its start (about 90 s on an H200, before py-spy's burst and the second
+# benchmark joined them)
+SWEEP_ALLOWANCE_S=150
 export TARGETS=service-sglang KV_WAIT_S=${KV_WAIT_S:-0}
 
 for variant in ${VARIANTS:?name:LEVER words}; do  # every word checked before anything starts
   if ! [[ $variant =~ ^[A-Za-z0-9._-]+:[A-Za-z0-9_]+$ ]]; then
-    echo "lever-starts: '$variant' is not name:LEVER (LEVER a letter, digit or _ word: its settings are LEVER_<LEVER>)" >&2
+    echo "lever-starts: '$variant' is not name:LEVER (LEVER: letters, digits, _; its settings are LEVER_<LEVER>)" >&2
     exit 64
   fi
   if [ -n "$(ls -A "$ROOT/${variant%%:*}" 2>/dev/null)" ]; then
@@ -166,7 +168,8 @@ for variant in $VARIANTS; do
   done
   "$PYTHON" deploy/gpu/sglang_timeline.py "$OUT/timeline" --requests >"$OUT/timeline/phases.txt" 2>&1
   # the first level again, warm: a cold start's first level is to be within 1.2x of it (p95 first audio)
-  step "bench again-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=again-c32 "$SBS" sweep-bench >>"$OUT/sweeps.log" 2>&1
+  step "bench again-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=again-c32 "$SBS" sweep-bench \
+    >>"$OUT/sweeps.log" 2>&1
   [ "$PYSPY" = 1 ] && step "py-spy burst" pyspy_burst
   $SBS stop >>"$OUT/sweeps.log" 2>&1
   finish
