@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, whether run as a script or loaded by path
+from ttfa_phases import percentile
+
 QUANTILES = (0.1, 0.5, 0.9)
-
-
-def quantile(values: list[float], q: float) -> float:
-    """The value at rank floor(q * n) of the sorted values (no interpolation: a measured arrival)."""
-    ordered = sorted(values)
-    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
 
 
 def window_table(per_request: list[dict[str, Any]], windows: int) -> list[tuple[int, int, list[float], list[float]]]:
@@ -35,7 +33,7 @@ def window_table(per_request: list[dict[str, Any]], windows: int) -> list[tuple[
         at = [a[index][0] * 1000 for a in arrived]
         gaps = [(a[index][0] - a[index - 1][0]) * 1000 for a in arrived] if index else at
         table.append(
-            (index + 1, len(arrived), [quantile(at, q) for q in QUANTILES], [quantile(gaps, q) for q in QUANTILES])
+            (index + 1, len(arrived), [percentile(at, q) for q in QUANTILES], [percentile(gaps, q) for q in QUANTILES])
         )
     return table
 
