@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import logging
 import time
@@ -179,7 +180,18 @@ def check_job(job: SynthesisJob, model: Qwen3TTSModel, max_new_tokens: int = MAX
             )
 
 
-WARMUP_TEXT = "Warming up."
+# Warm-up texts of several lengths, each job's numbered ("Take 12: ..."): a talker with a prefix cache (sglang's radix
+# cache) would otherwise prefill one token for every warm-up job after the first, and the prefills a burst brings (many
+# requests, hundreds of tokens) would run for the first time on callers' requests.
+WARMUP_SENTENCES = (
+    "Warming up.",
+    "The speech engine is getting ready to talk.",
+    "A quick brown fox jumps over the lazy dog while the kettle starts to sing.",
+    "Please hold the line for a moment; the next available voice will be with you shortly, and thank you for waiting.",
+    "Seven silver spoons sat in a row on the old wooden table, shining in the light of the early morning sun as the "
+    "house slowly woke up around them.",
+)
+_warmup_takes = itertools.count(1)
 WARMUP_REF_TEXT = "This is a short reference recording."
 
 
@@ -192,16 +204,24 @@ def warmup_reference(seconds: float = 2.0) -> ReferenceAudio:
     return ReferenceAudio((buzz / np.abs(buzz).max() * 0.5).astype(np.float32), SAMPLE_RATE)
 
 
+def warmup_text() -> str:
+    """A warm-up text no earlier one in this process began with: the next take, one of the sentences in turn."""
+    take = next(_warmup_takes)
+    return f"Take {take}: {WARMUP_SENTENCES[take % len(WARMUP_SENTENCES)]}"
+
+
 def warmup_job(model: Qwen3TTSModel, request_id: str, index: int = 0) -> SynthesisJob:
-    """A short request of the kind this checkpoint serves. Base alternates in-context cloning (reference transcript)
-    and x-vector-only cloning, so both paths are warm; VoiceDesign follows an instruction."""
+    """A short request of the kind this checkpoint serves, on a text of its own (`warmup_text`). Base alternates
+    in-context cloning (reference transcript) and x-vector-only cloning, so both paths are warm; VoiceDesign follows an
+    instruction."""
+    text = warmup_text()
     if TaskType.CUSTOM_VOICE in model.task_types:
-        return SynthesisJob(request_id, WARMUP_TEXT, model.speakers[0] if model.speakers else "", max_new_tokens=16)
+        return SynthesisJob(request_id, text, model.speakers[0] if model.speakers else "", max_new_tokens=16)
     if TaskType.BASE in model.task_types:
         in_context = index % 2 == 0
         return SynthesisJob(
             request_id,
-            WARMUP_TEXT,
+            text,
             "",
             task_type=TaskType.BASE,
             ref_audio=warmup_reference(),
@@ -210,7 +230,7 @@ def warmup_job(model: Qwen3TTSModel, request_id: str, index: int = 0) -> Synthes
             max_new_tokens=16,
         )
     return SynthesisJob(
-        request_id, WARMUP_TEXT, "", task_type=TaskType.VOICE_DESIGN, instructions="A calm voice.", max_new_tokens=16
+        request_id, text, "", task_type=TaskType.VOICE_DESIGN, instructions="A calm voice.", max_new_tokens=16
     )
 
 

@@ -198,6 +198,22 @@ async def test_preprocessing_in_several_processes_warms_each_with_both_kinds_of_
     await single.close()
 
 
+async def test_warm_up_prefills_texts_the_prefix_cache_has_not_seen(custom_voice_dir: Path) -> None:
+    """With one warm-up text for every job, the talker's prefix cache (radix cache, on by default) left each warm-up
+    prefill after the first one token long: the prefills a burst brings (hundreds of tokens, more requests than the
+    prefill graphs hold) ran for the first time on callers' requests. Every warm-up job now speaks a text of its own,
+    of several lengths, sharing with any other no more than its opening word and the first digits of its number."""
+    engine = engine_for(custom_voice_dir, warmup_batch_sizes=None, max_running_requests=8)
+    await engine.start()
+    texts = [request.prompt for _, request in MultiProcessPipelineRunner.built[-1].coordinator.submitted]
+    assert len(texts) == 1 + 2 + 4 + 8 and all(isinstance(text, str) for text in texts)
+    assert len(set(texts)) == len(texts)
+    openings = [text.split(":")[0] for text in texts]  # each its own: any two part before the sentence
+    assert all(opening.startswith("Take ") for opening in openings) and len(set(openings)) == len(texts)
+    assert len({len(text.split()) for text in texts}) >= 4
+    await engine.close()
+
+
 def _batches(coordinator: fake.FakeCoordinator) -> list[list[str]]:
     by_batch: dict[str, list[str]] = {}
     for request_id, _ in coordinator.submitted:
