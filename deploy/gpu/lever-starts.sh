@@ -167,7 +167,8 @@ for variant in $VARIANTS; do
     gzip -c "$events" >"$OUT/timeline/$(basename "$events").gz"
   done
   "$PYTHON" deploy/gpu/sglang_timeline.py "$OUT/timeline" --requests >"$OUT/timeline/phases.txt" 2>&1
-  # the first level again, warm: a cold start's first level is to be within 1.2x of it (p95 first audio)
+  # the first level again, warm, on prompts of its own (sweep-bench moves its seed on): a cold start's first level
+  # is to be within 1.2x of it (p95 first audio)
   step "bench again-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=again-c32 "$SBS" sweep-bench \
     >>"$OUT/sweeps.log" 2>&1
   [ "$PYSPY" = 1 ] && step "py-spy burst" pyspy_burst

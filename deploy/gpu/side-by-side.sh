@@ -116,6 +116,11 @@
 #                                   its request body is the benchmark's own (pcm, `ignore_eos`) with VOICE and
 #                                   EXTRA_BODY's other fields as --extra-body; every target, level by level in turn
 #                                   (`alone` and `replicas` are not HTTP speech servers to it: skipped)
+#   BENCH_SEED=""                   sweep-bench: the seed its random dataset is drawn from (--seed), one per level
+#                                   (BENCH_SEED, BENCH_SEED+1, ...: the same for every target at a level). Empty: the
+#                                   next ones after the last this WORK used ($WORK/bench-seed), so that no prompt
+#                                   reaches a server twice (the benchmark's own default is seed 0 every call: a second
+#                                   call repeats the first's prompts, all of them cached prefixes to sglang-omni)
 #   BENCH_RATE=""                   sweep-bench: Poisson arrivals at this many requests a second (its
 #                                   --request-rate), each level's concurrency then a cap; empty: all at once (inf)
 #   PLAYBACK_BUFFER_MS=0            the modelled listener's jitter buffer (stalls); LOADTEST_ARGS: more options
@@ -193,6 +198,7 @@ DURATION=${DURATION:-30}
 ROUNDS=${ROUNDS:-2}
 BENCH_PROMPTS=${BENCH_PROMPTS:-3}
 BENCH_RATE=${BENCH_RATE:-}
+BENCH_SEED=${BENCH_SEED:-}
 PLAYBACK_BUFFER_MS=${PLAYBACK_BUFFER_MS:-0}
 UNIQUE_TEXTS=${UNIQUE_TEXTS:-1}
 PARALLEL=${PARALLEL:-0}
@@ -655,7 +661,9 @@ cmd_sweep_bench() {  # vllm-omni's own benchmark, each level against every targe
     case $target in alone | replicas) log "$target: not an HTTP speech server to vllm bench; skipped"; continue ;; esac
     echo "$target $(url_of "$target") $(source_of "$target")" >>"$OUT/$name/targets.txt"
   done
+  local seed=${BENCH_SEED:-$(($(cat "$WORK/bench-seed" 2>/dev/null || echo 0) + 1))}
   for level in ${CONCURRENCY//,/ }; do
+    [ -n "$BENCH_SEED" ] || { mkdir -p "$WORK" && echo "$seed" >"$WORK/bench-seed"; }  # taken before it is sent
     while read -r target url _; do
       is_ready "$target" || { log "$target is not ready: run '$0 start' first"; return 1; }
       log="$OUT/$name/c$level-$target.log"
@@ -664,7 +672,7 @@ cmd_sweep_bench() {  # vllm-omni's own benchmark, each level against every targe
       [ "$prompts" -ge 16 ] || prompts=16  # a low level still gets a sample to take a p95 of
       local args=(bench serve --omni --backend openai-audio-speech --base-url "$url" --endpoint /v1/audio/speech
         --model "$NAME" --tokenizer "$MODEL" --dataset-name random --random-input-len 24 --random-output-len 1
-        --num-prompts "$prompts" --max-concurrency "$level" --extra-body "$body"
+        --seed "$seed" --num-prompts "$prompts" --max-concurrency "$level" --extra-body "$body"
         --percentile-metrics audio_ttfp,audio_rtf,e2el --metric-percentiles 50,95
         --save-result --result-dir "$OUT/$name" --result-filename "c$level-$target.json")
       [ -n "$BENCH_RATE" ] && args+=(--request-rate "$BENCH_RATE")
@@ -674,6 +682,7 @@ cmd_sweep_bench() {  # vllm-omni's own benchmark, each level against every targe
       gpu_snapshot "before $name c=$level $target"
       "$PYTHON" "${bench[@]}" "${args[@]}" >"$log" 2>&1 || { rc=$?; log "vllm bench failed on $target (see $log)"; }
     done <"$OUT/$name/targets.txt"
+    seed=$((seed + 1))
   done
   "$PYTHON" deploy/gpu/bench_referee.py "$OUT/$name" >"$OUT/$name/README.md" && cat "$OUT/$name/README.md"
   return $rc

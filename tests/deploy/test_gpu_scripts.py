@@ -1182,6 +1182,22 @@ def test_side_by_side_runs_vllm_bench_against_every_target_and_tabulates_it(tmp_
         [str(GPU / "side-by-side.sh"), "sweep-bench"], env=env, capture_output=True, text=True, cwd=ROOT
     )
     assert again.returncode == 0 and (out / "bench-2/README.md").exists()  # never over an earlier sweep
+    # no prompt twice on a server: its random dataset is drawn from --seed, the same one (0) each call unless given,
+    # so every level of every call gets a seed of its own, the same for each target at that level
+    calls = [call.split("\n") for call in (tmp_path / "bench_argv").read_text().split("\n---\n") if call.strip()]
+    seeds = [c[c.index("--seed") + 1] for c in calls]
+    assert len(seeds) == 12 and seeds[::2] == seeds[1::2]
+    assert len(set(seeds[::2])) == 6 and "0" not in seeds
+    pinned = subprocess.run(
+        [str(GPU / "side-by-side.sh"), "sweep-bench"],
+        env={**env, "BENCH_SEED": "500", "CONCURRENCY": "8,16"},
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+    calls = [call.split("\n") for call in (tmp_path / "bench_argv").read_text().split("\n---\n") if call.strip()]
+    assert [c[c.index("--seed") + 1] for c in calls[12:]] == ["500", "500", "501", "501"]
 
 
 def test_side_by_side_runs_vllm_bench_at_a_poisson_rate_with_the_level_as_its_cap(tmp_path: Path) -> None:
