@@ -141,6 +141,20 @@ def test_code2wav_runs_as_the_services_model_only_where_named() -> None:
         pipeline_with_stage_plugins(Pipeline("other", (Stage(0, "x"),)), "", code2wav_architecture="X")
 
 
+def test_the_talker_runs_as_the_services_model_only_where_named() -> None:
+    """The service's talker replaces the pipeline's own in stage 0 only, beside the service's code2wav or alone."""
+    upstream = Pipeline("qwen3_tts", (Stage(0, "qwen3_tts", model_arch="Talker"), Stage(1, "code2wav", model_arch="C")))
+    both = pipeline_with_stage_plugins(
+        upstream, "", code2wav_architecture="SpeechQwen3TTSCode2Wav", talker_architecture="SpeechQwen3TTSTalker"
+    )
+    assert [s.model_arch for s in both.stages] == ["SpeechQwen3TTSTalker", "SpeechQwen3TTSCode2Wav"]
+    alone = pipeline_with_stage_plugins(upstream, "", talker_architecture="SpeechQwen3TTSTalker")
+    assert [s.model_arch for s in alone.stages] == ["SpeechQwen3TTSTalker", "C"]
+    assert upstream.stages[0].model_arch == "Talker"
+    with pytest.raises(ValueError, match="no stage 0"):
+        pipeline_with_stage_plugins(Pipeline("other", (Stage(1, "x"),)), "", talker_architecture="X")
+
+
 def test_the_stage_plugins_load_without_the_engine_and_the_engine_without_vllm() -> None:
     """vllm-omni's stage processes import the plugins through `app.engines` and `app.engines.omni`: those packages
     bring nothing else of the service along (not the engine, the settings, the engine protocol or numpy); and the

@@ -325,6 +325,33 @@ async def test_code2wav_is_the_services_folded_model_unless_the_setting_asks(cus
     await engine.close()
 
 
+async def test_the_talker_is_vllm_omnis_unless_the_setting_names_the_services(custom_voice_dir: Path) -> None:
+    """By default no talker architecture reaches the factory (vllm-omni's own talker runs; the service's is not
+    measured on a GPU yet); `service` passes the one the plugin registers, which the pipeline then names as stage 0's
+    model."""
+    plain = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, plain)
+    await engine.start()
+    assert "talker_architecture" not in plain.kwargs
+    await engine.close()
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni, omni={"talker_model": "service"})
+    await engine.start()
+    assert omni.kwargs["talker_architecture"] == "SpeechQwen3TTSTalker"
+    await engine.close()
+
+
+async def test_the_services_talker_without_its_plugin_fails_the_start_naming_the_setting(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(model_registration, "entry_points", lambda group: [])
+    engine = make_engine(
+        custom_voice_dir, FakeAsyncOmni(), omni={"talker_model": "service", "code2wav_model": "vllm-omni"}
+    )
+    with pytest.raises(RuntimeError, match="SPEECH_OMNI__TALKER_MODEL=service: the service's vllm-omni plugin"):
+        await engine.start()
+
+
 @pytest.mark.parametrize(
     ("plugins", "vllm_plugins", "says"),
     [

@@ -158,8 +158,11 @@ def test_the_plugin_registers_the_model_where_vllm_checks_it_and_where_vllm_omni
     named = [
         (architecture, f"{model_registration.CODE2WAV_MODULE}:{architecture}")
         for architecture in model_registration.CODE2WAV_ARCHITECTURES.values()
+    ] + [
+        (architecture, f"{model_registration.TALKER_MODULE}:{architecture}")
+        for architecture in model_registration.TALKER_ARCHITECTURES.values()
     ]
-    assert len(named) == 2
+    assert len(named) == 3
     assert calls == [("ModelRegistry", *each) for each in named] + [("OmniModelRegistry", *each) for each in named]
 
 
@@ -264,3 +267,95 @@ def test_every_decoder_graph_is_captured_after_an_eager_run_of_its_shape(wheel: 
             and ast.unparse(node.value.func).startswith(("self.decoder.", "self._run_combined_suffix"))
         ]
         assert eager and min(eager) < min(graph_captures(function)), function.name
+
+
+# The service's talker (app/engines/omni/stage_plugins/talker_model.py), checked against what it extends
+TALKER_MODULE = "model_executor/models/qwen3_tts/qwen3_tts_talker.py"
+PREDICTOR_MODULE = "model_executor/models/qwen3_tts/qwen3_tts_code_predictor_vllm.py"
+WRAPPER_MODULE = "model_executor/models/common/qwen3_code_predictor.py"
+
+
+def members(cls: ast.ClassDef) -> set[str]:
+    """A class's methods and the attributes its methods assign on `self`."""
+    names = {node.name for node in cls.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    for node in ast.walk(cls):
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        for target in targets:
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                names.add(target.attr)
+    return names
+
+
+def used_on(scope: ast.AST, name: str) -> set[str]:
+    """The attributes read or called on the variable `name` within `scope`."""
+    return {
+        node.attr
+        for node in ast.walk(scope)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == name
+    }
+
+
+def test_the_services_talker_extends_the_wheels_talker_and_predictor_with_what_they_define(wheel: Wheel) -> None:
+    from app.engines.omni.stage_plugins import model_registration
+
+    ours = ast.parse(ROOT.joinpath(*model_registration.TALKER_MODULE.split(".")).with_suffix(".py").read_text())
+    bases = {
+        node.name: [base.id for base in node.bases if isinstance(base, ast.Name)]
+        for node in ours.body
+        if isinstance(node, ast.ClassDef)
+    }
+    assert bases == {
+        "SpeechCodePredictor": ["Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM"],
+        "SpeechQwen3TTSTalker": ["Qwen3TTSTalkerForConditionalGeneration"],
+    }
+    assert set(model_registration.TALKER_ARCHITECTURES.values()) == {"SpeechQwen3TTSTalker"}
+    imported = {(n.module, a.name) for n in ours.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    for module, name in (
+        (TALKER_MODULE, "Qwen3TTSTalkerForConditionalGeneration"),
+        (PREDICTOR_MODULE, "Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM"),
+    ):
+        assert ("vllm_omni." + module.removesuffix(".py").replace("/", "."), name) in imported
+        class_def(wheel.tree(module), name)  # defined where it is imported from
+    # the pipeline's stage 0 names the talker in the field the service's copy replaces
+    assert 'model_arch="Qwen3TTSTalkerForConditionalGeneration"' in wheel.source(
+        "model_executor/models/qwen3_tts/pipeline.py"
+    )
+
+    # the wheel's talker builds its predictor in __init__, under the predictor's own vLLM config, with the keywords the
+    # service's passes, and sets its batch buckets after (which the service's copies onto its own)
+    init = ast.unparse(
+        function_def(class_def(wheel.tree(TALKER_MODULE), "Qwen3TTSTalkerForConditionalGeneration"), "__init__")
+    )
+    assert (
+        "self.code_predictor = Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM(vllm_config=self."
+        "_code_predictor_vllm_config, config=self.talker_config.code_predictor_config, "
+        "talker_config=self.talker_config, prefix='code_predictor')"
+    ) in init
+    assert init.index("self.code_predictor = ") < init.index("self.code_predictor.configure_mtp_execution_buckets(")
+
+    # the predictor's forward: the same parameters in the same order as the one it overrides
+    wrapper = class_def(wheel.tree(WRAPPER_MODULE), "CodePredictorWrapper")
+    predictor = class_def(wheel.tree(PREDICTOR_MODULE), "Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM")
+    assert [b.id for b in predictor.bases if isinstance(b, ast.Name)] == ["CodePredictorWrapper"]
+    service_predictor = class_def(ours, "SpeechCodePredictor")
+    assert [a.arg for a in function_def(service_predictor, "forward").args.args] == [
+        a.arg for a in function_def(wrapper, "forward").args.args
+    ]
+    # everything it uses on itself is its own or the wheel's predictor's
+    upstream = members(wrapper) | members(predictor) | {"config", "training"}  # set by nn.Module / the wrapper
+    assert used_on(service_predictor, "self") - members(service_predictor) <= upstream
+    # and what it uses of the layers is theirs (the attention module's, the decoder layer's, the inner model's)
+    attention = members(class_def(wheel.tree(WRAPPER_MODULE), "CodePredictorAttention"))
+    assert used_on(service_predictor, "attention") <= attention
+    assert used_on(service_predictor, "layer") <= members(
+        class_def(wheel.tree(WRAPPER_MODULE), "CodePredictorDecoderLayer")
+    )
+    assert used_on(service_predictor, "model") <= members(
+        class_def(wheel.tree(WRAPPER_MODULE), "CodePredictorBaseModel")
+    )
+    # the per-call sampling it keeps: temperature, then top-k, then the wrapper's Gumbel-max on the given uniforms
+    forward = ast.unparse(function_def(wrapper, "forward"))
+    assert "scaled = logits * inv_temperature" in forward and "scaled.topk(top_k, dim=-1)" in forward
+    assert "self._sample_codes_gumbel(scaled, generator=sample_generator, uniforms=step_uniforms)" in forward

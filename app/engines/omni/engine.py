@@ -99,12 +99,16 @@ def profiler_overrides(overrides: dict[str, dict[str, object]] | None, profiler_
 
 
 def _default_omni_factory(
-    code2wav_scheduler: str = "", talker_windows: bool = False, code2wav_architecture: str = "", **kwargs: Any
+    code2wav_scheduler: str = "",
+    talker_windows: bool = False,
+    code2wav_architecture: str = "",
+    talker_architecture: str = "",
+    **kwargs: Any,
 ) -> Any:
     from vllm_omni import AsyncOmni
 
-    if code2wav_scheduler or talker_windows or code2wav_architecture:
-        register_stage_plugins(code2wav_scheduler, talker_windows, code2wav_architecture)
+    if code2wav_scheduler or talker_windows or code2wav_architecture or talker_architecture:
+        register_stage_plugins(code2wav_scheduler, talker_windows, code2wav_architecture, talker_architecture)
     return AsyncOmni(**kwargs)
 
 
@@ -113,12 +117,15 @@ UPSTREAM_TALKER_WINDOWS = "vllm_omni.model_executor.stage_input_processors.qwen3
 TALKER_WINDOWS = f"{service_talker_windows.__name__}.{service_talker_windows.talker2code2wav_async_chunk.__name__}"
 
 
-def register_stage_plugins(scheduler_path: str, talker_windows: bool = False, code2wav_architecture: str = "") -> None:
+def register_stage_plugins(
+    scheduler_path: str, talker_windows: bool = False, code2wav_architecture: str = "", talker_architecture: str = ""
+) -> None:
     """Make vllm-omni's Qwen3-TTS pipeline run code2wav (stage 1) under the scheduler class at `scheduler_path` (if
     any), with `talker_windows` its talker (stage 0) hand windows on through the service's producer
     (`stage_plugins.talker_windows`: the profile fixes adaptive windows' first one), and with `code2wav_architecture`
-    code2wav as that registered model (`stage_plugins.model_registration`, which registers it here too, where
-    AsyncOmni checks the stages' architectures; the stage processes register it through the entry point).
+    and `talker_architecture` code2wav and the talker as those registered models (`stage_plugins.model_registration`,
+    which registers them here too, where AsyncOmni checks the stages' architectures; the stage processes register
+    them through the entry point).
 
     vllm-omni 0.30 takes a stage's scheduler class and producer only from the pipeline's topology: a stage override or
     a deploy profile naming `scheduler_cls` is refused at start ("no structured config owner",
@@ -128,23 +135,32 @@ def register_stage_plugins(scheduler_path: str, talker_windows: bool = False, co
     from vllm_omni.config.pipeline_registry import register_pipeline
     from vllm_omni.model_executor.models.qwen3_tts.pipeline import QWEN3_TTS_PIPELINE
 
-    if code2wav_architecture:
+    if code2wav_architecture or talker_architecture:
         model_registration.register()
     register_pipeline(
-        pipeline_with_stage_plugins(QWEN3_TTS_PIPELINE, scheduler_path, talker_windows, code2wav_architecture)
+        pipeline_with_stage_plugins(
+            QWEN3_TTS_PIPELINE, scheduler_path, talker_windows, code2wav_architecture, talker_architecture
+        )
     )
 
 
 def pipeline_with_stage_plugins(
-    pipeline: Any, scheduler_path: str, talker_windows: bool = False, code2wav_architecture: str = ""
+    pipeline: Any,
+    scheduler_path: str,
+    talker_windows: bool = False,
+    code2wav_architecture: str = "",
+    talker_architecture: str = "",
 ) -> Any:
     """A copy of a (frozen) vllm-omni `PipelineConfig` whose stage 1 runs under the scheduler class at
     `scheduler_path` (empty: vllm-omni's) and as the model registered as `code2wav_architecture` (empty: the
-    pipeline's own), and, with `talker_windows`, whose stage 0, where it hands windows on through vllm-omni's Qwen3-TTS
-    producer, does so through the service's (which calls vllm-omni's): a producer of another release or pipeline is
-    left alone, and `talker_windows` is refused where no stage has vllm-omni's."""
+    pipeline's own), whose stage 0 runs as the model registered as `talker_architecture` (empty: the pipeline's own),
+    and, with `talker_windows`, whose stage 0, where it hands windows on through vllm-omni's Qwen3-TTS producer, does
+    so through the service's (which calls vllm-omni's): a producer of another release or pipeline is left alone, and
+    `talker_windows` is refused where no stage has vllm-omni's."""
     if (scheduler_path or code2wav_architecture) and not any(stage.stage_id == 1 for stage in pipeline.stages):
         raise ValueError(f"pipeline {pipeline.model_type!r} has no stage 1 to give a scheduler or a model")
+    if talker_architecture and not any(stage.stage_id == 0 for stage in pipeline.stages):
+        raise ValueError(f"pipeline {pipeline.model_type!r} has no stage 0 to give a talker model")
     producers = [getattr(stage, "async_chunk_process_next_stage_input_func", None) for stage in pipeline.stages]
     if talker_windows and UPSTREAM_TALKER_WINDOWS not in producers:
         # the service would accept a request's first-window size that vllm-omni's adaptive windows then override
@@ -159,6 +175,8 @@ def pipeline_with_stage_plugins(
             changes["scheduler_cls"] = scheduler_path
         if stage.stage_id == 1 and code2wav_architecture:
             changes["model_arch"] = code2wav_architecture
+        if stage.stage_id == 0 and talker_architecture:
+            changes["model_arch"] = talker_architecture
         producer = getattr(stage, "async_chunk_process_next_stage_input_func", None)
         if talker_windows and producer == UPSTREAM_TALKER_WINDOWS:
             changes["async_chunk_process_next_stage_input_func"] = TALKER_WINDOWS
@@ -291,10 +309,14 @@ class OmniEngine:
         return self._omni
 
     def _check_code2wav_model(self) -> None:
-        model = self._settings.code2wav_model
-        unreachable = None if model == "vllm-omni" else model_registration.unreachable_reason()
-        if unreachable is not None:
-            raise RuntimeError(f"SPEECH_OMNI__CODE2WAV_MODEL={model}: {unreachable}")
+        """The service's stage models, where the settings name them, within the stage processes' reach."""
+        for setting, model in (
+            ("SPEECH_OMNI__CODE2WAV_MODEL", self._settings.code2wav_model),
+            ("SPEECH_OMNI__TALKER_MODEL", self._settings.talker_model),
+        ):
+            unreachable = None if model == "vllm-omni" else model_registration.unreachable_reason()
+            if unreachable is not None:
+                raise RuntimeError(f"{setting}={model}: {unreachable}")
 
     def _engine_kwargs(self) -> dict[str, Any]:
         settings = self._settings
@@ -308,6 +330,8 @@ class OmniEngine:
             kwargs["code2wav_scheduler"] = settings.code2wav_scheduler  # for the factory, not AsyncOmni
         if settings.code2wav_model != "vllm-omni":  # for the factory too
             kwargs["code2wav_architecture"] = model_registration.CODE2WAV_ARCHITECTURES[settings.code2wav_model]
+        if settings.talker_model != "vllm-omni":  # for the factory too
+            kwargs["talker_architecture"] = model_registration.TALKER_ARCHITECTURES[settings.talker_model]
         if self._windows.first_fixed:
             kwargs["talker_windows"] = True  # for the factory: the service's talker producer sets the first window
         if settings.load_format:

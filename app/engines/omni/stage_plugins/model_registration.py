@@ -1,15 +1,15 @@
 """The service's vllm-omni plugin: registers its code2wav models (`code2wav_model.py`), each under its name in
-`CODE2WAV_ARCHITECTURES`, in both registries vllm-omni 0.30 reads a stage's architecture from: vLLM's own, against
-which each stage's vLLM `ModelConfig` checks it (in the server's process, where AsyncOmni builds the stages' configs,
-and in the stage's), and vllm-omni's `OmniModelRegistry`, from which the stage's model loader builds the class
-(`OmniModelConfig.registry`). vllm-omni registers its own models in both the same way
-(`engine/arg_utils.py`, `register_omni_models_to_vllm`).
+`CODE2WAV_ARCHITECTURES`, and its talker (`talker_model.py`, `TALKER_ARCHITECTURES`) in both registries vllm-omni 0.30
+reads a stage's architecture from: vLLM's own, against which each stage's vLLM `ModelConfig` checks it (in the
+server's process, where AsyncOmni builds the stages' configs, and in the stage's), and vllm-omni's
+`OmniModelRegistry`, from which the stage's model loader builds the class (`OmniModelConfig.registry`). vllm-omni
+registers its own models in both the same way (`engine/arg_utils.py`, `register_omni_models_to_vllm`).
 
 vllm-omni runs the `vllm_omni.general_plugins` entry points (pyproject.toml declares this one as `speech`) in every
 process it starts, the stage processes among them, which are spawned and so see nothing the server's process
 registered. A registration alone changes nothing: a stage runs the model only where the pipeline names it as its
-`model_arch` (the service does with SPEECH_OMNI__CODE2WAV_MODEL). The class is registered by its dotted name,
-imported only where a stage builds it (it needs torch and vllm-omni)."""
+`model_arch` (the service does with SPEECH_OMNI__CODE2WAV_MODEL and SPEECH_OMNI__TALKER_MODEL). Each class is
+registered by its dotted name, imported only where a stage builds it (it needs torch and vllm-omni)."""
 
 from __future__ import annotations
 
@@ -24,33 +24,38 @@ CODE2WAV_MODULE = "app.engines.omni.stage_plugins.code2wav_model"
 # CODE2WAV_MODULE; vllm-omni's Qwen3-TTS config treats any architecture whose name contains "Code2Wav" as the codec
 # decoder's
 CODE2WAV_ARCHITECTURES = {"service": "SpeechQwen3TTSCode2Wav", "service-folded": "SpeechFoldedQwen3TTSCode2Wav"}
+TALKER_MODULE = "app.engines.omni.stage_plugins.talker_model"
+# SPEECH_OMNI__TALKER_MODEL -> the architecture its model is registered as, its class's name in TALKER_MODULE
+TALKER_ARCHITECTURES = {"service": "SpeechQwen3TTSTalker"}
 
 
 def register() -> None:
     from vllm.model_executor.models import ModelRegistry
     from vllm_omni.model_executor.models.registry import OmniModelRegistry
 
+    models = [(CODE2WAV_MODULE, name) for name in CODE2WAV_ARCHITECTURES.values()]
+    models += [(TALKER_MODULE, name) for name in TALKER_ARCHITECTURES.values()]
     for registry in (ModelRegistry, OmniModelRegistry):  # again in one process: the same entry
-        for architecture in CODE2WAV_ARCHITECTURES.values():
-            registry.register_model(architecture, f"{CODE2WAV_MODULE}:{architecture}")
+        for module, architecture in models:
+            registry.register_model(architecture, f"{module}:{architecture}")
 
 
 def unreachable_reason() -> str | None:
-    """Why the stage processes would not find the service's code2wav models, or None. Without its entry point (the
+    """Why the stage processes would not find the service's models, or None. Without its entry point (the
     service run from a source tree it was not installed from) or with VLLM_PLUGINS naming other plugins only, vLLM
     fails deep in the stage's start on an architecture it does not know; this says why before anything starts."""
     ours = [e for e in entry_points(group=PLUGIN_GROUP) if e.name == PLUGIN_NAME and e.value == PLUGIN_TARGET]
     if not ours:
         return (
             f"the service's vllm-omni plugin is not installed (no {PLUGIN_GROUP} entry point {PLUGIN_NAME!r}): "
-            "install the service (pip install '.[omni]'; the image does), or set SPEECH_OMNI__CODE2WAV_MODEL=vllm-omni"
+            "install the service (pip install '.[omni]'; the image does), or set the setting to vllm-omni"
         )
     allowed = os.environ.get("VLLM_PLUGINS")
     # as vLLM reads it (vllm/envs.py) and vllm-omni compares it (load_omni_plugins_by_group): names split on commas,
     # nothing stripped
     if allowed is not None and PLUGIN_NAME not in allowed.split(","):
         return (
-            f"VLLM_PLUGINS={allowed!r} leaves out the service's plugin {PLUGIN_NAME!r}: add it, or set "
-            "SPEECH_OMNI__CODE2WAV_MODEL=vllm-omni"
+            f"VLLM_PLUGINS={allowed!r} leaves out the service's plugin {PLUGIN_NAME!r}: add it, or set the setting "
+            "to vllm-omni"
         )
     return None

@@ -1,0 +1,224 @@
+"""The service's talker for vllm-omni 0.30.0 (stage 0 of its Qwen3-TTS pipeline): vllm-omni's own
+`Qwen3TTSTalkerForConditionalGeneration` with its code predictor run over a key/value cache, which the talker process
+builds under the name below (registered by `model_registration.register`, a `vllm_omni.general_plugins` entry
+point). The service selects it with `SPEECH_OMNI__TALKER_MODEL=service`.
+
+Each talker step, the code predictor (5 layers) predicts the frame's codebooks 1 to 15 one after another. vllm-omni's
+runs the whole growing sequence, padded to 16 positions, through all its layers at each of the 15 steps and reads one
+row (`CodePredictorWrapper.forward`, "re-prefill, no KV cache"): 15 x 16 rows a frame. This one runs each position
+through the layers once, keeping every layer's keys and values in a cache of 16 slots per stream: 16 rows a frame.
+At one stream both read the same weights per step, so what it saves is the recomputed attention, norms and
+projections of rows already seen; with many streams batched, vllm-omni's step multiplies 16 rows per stream through
+every projection (at 32 streams, 512 rows where the cache needs 32).
+
+Sampling is vllm-omni's own (temperature, top-k, then Gumbel-max on the same uniforms, so seeded requests draw what
+they would), but the top-k threshold is the (V - k + 1)-th smallest logit (`kthvalue`, a selection) rather than the
+last of `topk`'s sorted k largest, the same value without the sort (0.28 ms a frame at one stream, profiled).
+
+Numerics: the same modules do the same sums over fewer rows (the cache holds what the recomputation would produce for
+each earlier position), so codes agree exactly in float32; in bfloat16 a GEMM's rounding depends on its shape, as
+vllm-omni's own module notes, and a frame's codes can part after the first code that rounds differently (a draw from
+the same distribution, not another one).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from vllm.config.vllm import set_current_vllm_config
+from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm import (
+    Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM,
+)
+from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker import Qwen3TTSTalkerForConditionalGeneration
+from vllm_omni.platforms import current_omni_platform
+
+log = logging.getLogger("vllm.speech.talker")  # under vLLM's logger, whose handler the stage process has
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """RoPE's rotation of a head's two halves, (a, b) -> (-b, a), as the predictor's attention applies it."""
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def top_k_threshold(scores: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Each row's k-th largest score ([rows, 1]), found as its (V - k + 1)-th smallest: a selection, not a sort.
+    Every score at least this large survives top-k, ties included, as with `topk(k).values[:, -1:]`."""
+    return scores.kthvalue(scores.shape[-1] - top_k + 1, dim=-1, keepdim=True).values
+
+
+def inductor_available() -> bool:
+    """Whether this platform compiles with Inductor (vllm-omni's own test for its predictor); a platform that does
+    not say (vllm-omni's stand-in without a GPU) runs eagerly."""
+    try:
+        return bool(current_omni_platform.supports_torch_inductor()) and not current_omni_platform.is_xpu()
+    except NotImplementedError:
+        return False
+
+
+class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM):
+    """vllm-omni's Qwen3-TTS code predictor (its modules, weights and sampling) run one position at a time over a
+    key/value cache. What it does not cover (sampling modes other than the talker's per-call one, the projection
+    buffer some callers want back, float16 on a GPU, NPUs) is vllm-omni's own forward."""
+
+    def _setup_compile(self) -> None:
+        """What vllm-omni's sets up (the weights' dtype, the modules in lists, the batch buckets), with one compiled
+        function: a position through every layer, warmed up at each bucket so that serving never compiles."""
+        if self._compiled_model_fwd is not None:
+            return
+        self._model_dtype = next(self.model.parameters()).dtype
+        self._lm_heads_list = list(self.lm_head)
+        self._codec_embeds_list = list(self.model.codec_embedding)
+        self._compiled_model_fwd = self.model.forward  # vllm-omni's forward, where this one hands over: eager
+        self._bucket_sizes = self._batch_bucket_sizes()
+        self._compiled_position = self._position
+        if inductor_available():
+            # vllm-omni's options for the same layers: its RMSNorm and RoPE lose float32 precision in epilogue fusions
+            self._compiled_position = torch.compile(self._position, dynamic=False, options={"epilogue_fusion": False})
+        device = next(self.model.parameters()).device
+        limit = max(torch._dynamo.config.cache_size_limit, len(self._bucket_sizes))
+        # in the caller's grad mode (the first forward's, as vllm-omni's warm-up): compiled code guards on it
+        with torch._dynamo.config.patch(cache_size_limit=limit):
+            for bsz in self._bucket_sizes:
+                x = torch.zeros(bsz, 1, self._cp_hidden, dtype=self._model_dtype, device=device)
+                keys, values = self._cache(bsz, device)
+                for position in range(2):
+                    at = torch.full((bsz, 1), position, dtype=torch.long, device=device)
+                    self._compiled_position(x, at, keys, values)
+        self._synchronize_warmup(device)
+        log.info("code predictor over a key/value cache: warmed up for batches %s", self._bucket_sizes)
+
+    def _cache(self, bsz: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Zeroed keys and values [layers, batch, kv heads, 16 slots, head dim]: slots not yet written are masked
+        out, and zeros (not whatever the memory held) keep a masked slot from turning the softmax into NaN."""
+        attention = self.model.layers[0].self_attn
+        shape = (len(self.model.layers), bsz, attention.num_kv_heads, self._num_groups, attention.head_dim)
+        return (
+            torch.zeros(shape, dtype=self._model_dtype, device=device),
+            torch.zeros(shape, dtype=self._model_dtype, device=device),
+        )
+
+    def _position(self, x: torch.Tensor, at: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """One position per stream (`x` [batch, 1, hidden] at `at` [batch, 1]) through every layer and the final
+        norm, its keys and values written into the cache's slot `at`, attending to the slots up to it."""
+        model = self.model
+        bsz = x.shape[0]
+        cos, sin = model.rotary_emb(x, at)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        slots = torch.arange(keys.shape[3], device=x.device)
+        visible = (slots.view(1, 1, 1, -1) <= at.view(bsz, 1, 1, 1)).expand(bsz, 1, 1, -1)
+        hidden = x
+        for index, layer in enumerate(model.layers):
+            attention = layer.self_attn
+            heads, kv_heads, head_dim = attention.num_heads, attention.num_kv_heads, attention.head_dim
+            residual = hidden
+            q, k, v = attention._split_qkv(attention.qkv_proj(layer.input_layernorm(hidden)))
+            q = attention.q_norm(q.reshape(bsz, 1, heads, head_dim)).transpose(1, 2)
+            k = attention.k_norm(k.reshape(bsz, 1, kv_heads, head_dim)).transpose(1, 2)
+            v = v.reshape(bsz, 1, kv_heads, head_dim).transpose(1, 2)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            slot = at.view(bsz, 1, 1, 1).expand(bsz, kv_heads, 1, head_dim)
+            keys[index].scatter_(2, slot, k)
+            values[index].scatter_(2, slot, v)
+            out = F.scaled_dot_product_attention(
+                q, keys[index], values[index], attn_mask=visible, scale=attention.scaling, enable_gqa=attention.is_gqa
+            )
+            hidden = residual + attention.o_proj(out.transpose(1, 2).reshape(bsz, 1, heads * head_dim))
+            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        return model.norm(hidden)
+
+    def forward(
+        self,
+        layer0_code: torch.Tensor,
+        layer0_embed: torch.Tensor,
+        last_talker_hidden: torch.Tensor,
+        do_sample: bool = True,
+        temperature: float = 0.9,
+        top_k: int = 50,
+        top_p: float = 1.0,
+        generator: torch.Generator | None = None,
+        generators: Sequence[torch.Generator | None] | None = None,
+        sample_uniforms: torch.Tensor | None = None,
+    ) -> Any:
+        """Codebooks 0 (given) to 15 of each stream's frame ([batch, 16]), as vllm-omni's forward returns them."""
+        self._setup_compile()
+        dtype = self._model_dtype
+        use_sampling = do_sample and temperature > 0
+        wrapper = self._wrapper_config
+        if (
+            wrapper.sampling_mode != "per_call"
+            or wrapper.return_proj_buf
+            or (use_sampling and top_p != 1.0)  # vllm-omni's says it cannot, naming top_p
+            or current_omni_platform.is_npu()
+            or (dtype == torch.float16 and layer0_code.device.type != "cpu")  # vllm-omni's runs those in float32
+        ):
+            return super().forward(
+                layer0_code, layer0_embed, last_talker_hidden, do_sample, temperature, top_k, top_p, generator,
+                generators, sample_uniforms,
+            )  # fmt: skip
+        bsz = int(layer0_code.shape[0])
+        groups = self._num_groups
+        vocab = int(self.config.vocab_size)
+        if generators is not None and len(generators) != bsz:
+            raise ValueError(f"generators must have one entry per row: got {len(generators)} for batch {bsz}")
+        if sample_uniforms is not None and tuple(sample_uniforms.shape) != (bsz, groups - 1, vocab):
+            raise ValueError(
+                f"sample_uniforms must have shape {(bsz, groups - 1, vocab)}, got {tuple(sample_uniforms.shape)}"
+            )
+        device = layer0_code.device
+        padded = self._padded_bsz(bsz)  # the warmed-up batch this one is computed as, its extra rows zeros
+        projection = self.small_to_mtp_projection
+        inverse_temperature = 1.0 / max(temperature, 1e-6)
+        keys, values = self._cache(padded, device)
+        x = torch.zeros(padded, 1, self._cp_hidden, dtype=dtype, device=device)
+        codes = torch.empty(bsz, groups, dtype=torch.long, device=device)
+        codes[:, 0] = layer0_code.reshape(bsz)
+        at = torch.zeros(padded, 1, dtype=torch.long, device=device)
+        # position 0 holds the talker's hidden state, position 1 codebook 0's embedding; the hidden state at
+        # position p predicts codebook p, whose embedding goes in at position p + 1
+        x[:bsz] = projection(last_talker_hidden.reshape(bsz, 1, -1).to(dtype))
+        self._compiled_position(x, at, keys, values)
+        x[:bsz] = projection(layer0_embed.reshape(bsz, 1, -1).to(dtype))
+        for step in range(1, groups):
+            at.fill_(step)
+            hidden = self._compiled_position(x, at, keys, values)
+            logits = self._lm_heads_list[step - 1](hidden[:bsz, 0, :])
+            if use_sampling:
+                scores = logits * inverse_temperature
+                if 0 < top_k < vocab:
+                    scores = scores.masked_fill(scores < top_k_threshold(scores, top_k), float("-inf"))
+                uniforms = sample_uniforms[:, step - 1, :] if sample_uniforms is not None else None
+                code = self._sample_codes_gumbel(
+                    scores, generator=generators if generators is not None else generator, uniforms=uniforms
+                )
+            else:
+                code = logits.argmax(dim=-1, keepdim=True)
+            codes[:, step] = code.reshape(bsz)
+            if step < groups - 1:
+                x[:bsz] = projection(self._codec_embeds_list[step - 1](code).reshape(bsz, 1, -1))
+        return codes
+
+
+class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
+    """vllm-omni's Qwen3-TTS talker with `SpeechCodePredictor` as its code predictor: built as vllm-omni builds its
+    own (under the predictor's own vLLM config, with the talker's batch buckets), which it replaces before any weight
+    is loaded; its parameters keep their names, so the checkpoint's `talker.code_predictor.*` load into it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        upstream = self.code_predictor
+        with set_current_vllm_config(self._code_predictor_vllm_config):
+            predictor = SpeechCodePredictor(
+                vllm_config=self._code_predictor_vllm_config,
+                config=self.talker_config.code_predictor_config,
+                talker_config=self.talker_config,
+                prefix="code_predictor",
+            )
+        if upstream._execution_batch_buckets is not None:
+            predictor.configure_mtp_execution_buckets(upstream._execution_batch_buckets)
+        self.code_predictor = predictor

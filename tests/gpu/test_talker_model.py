@@ -1,0 +1,148 @@
+"""SPEECH_OMNI__TALKER_MODEL=service's code predictor (app/engines/omni/stage_plugins/talker_model.py) against vllm-omni
+0.30's own, on a GPU: both built with the 0.6B CustomVoice predictor's shape (5 layers, hidden 1024, 16 query and 8
+key/value heads of 128, 2048 codes, 16 codebooks) and the same random weights, each compiled and warmed up as it
+would be in the talker's process, then given the same frames and the same sampling uniforms.
+
+- float32 (TF32 off): the same codes, sampled and greedy, at every batch size up to the largest bucket: the cache
+  holds exactly what vllm-omni's recomputation produces for earlier positions, and the top-k threshold found by
+  selection is the one its sort finds.
+- bfloat16: a GEMM's rounding depends on its shape, so a frame's codes may part after the first one that rounds
+  differently; the first residual codebook, drawn before anything could part, agrees in nearly every row.
+- Inside a CUDA graph (vLLM's model runner captures the talker's whole `talker_mtp` step, the predictor in it): the
+  service's predictor captures, and a replay on new inputs gives what it gives eagerly.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import types
+from typing import Any
+
+import pytest
+
+GROUPS = 16
+VOCAB = 2048
+HIDDEN = 1024
+BUCKETS = 8  # the talker's max_num_seqs here: buckets 1, 2, 4, 8
+
+
+@pytest.fixture(scope="module")
+def torch() -> Any:
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    pytest.importorskip("vllm", reason="vllm is not installed")
+    pytest.importorskip("vllm_omni", reason="vllm-omni is not installed")
+    version = importlib.metadata.version("vllm-omni")
+    if not version.startswith("0.30."):
+        pytest.skip(f"written against vllm-omni 0.30's code predictor, found {version}")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    return torch
+
+
+def predictors(torch: Any, dtype: Any) -> tuple[Any, Any]:
+    """vllm-omni's predictor and the service's, on the GPU in `dtype`, with the same random weights (norms at one,
+    the heads scaled so that top-k cuts into real probability mass)."""
+    from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
+        Qwen3TTSTalkerCodePredictorConfig,
+        Qwen3TTSTalkerConfig,
+    )
+    from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm import (
+        Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM,
+    )
+
+    from app.engines.omni.stage_plugins.talker_model import SpeechCodePredictor
+
+    config = Qwen3TTSTalkerCodePredictorConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=3072, num_hidden_layers=5, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=128, num_code_groups=GROUPS, rope_theta=1_000_000, rms_norm_eps=1e-6,
+    )  # fmt: skip
+    talker = Qwen3TTSTalkerConfig(hidden_size=HIDDEN, num_code_groups=GROUPS, code_predictor_config=config.to_dict())
+    # what the wrapper reads of vLLM's config: the talker's batch limit, and no stage connector settings
+    vllm_config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=BUCKETS), model_config=None)
+    torch.manual_seed(0)
+    upstream = Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM(
+        vllm_config=vllm_config, config=config, talker_config=talker
+    )
+    ours = SpeechCodePredictor(vllm_config=vllm_config, config=config, talker_config=talker)
+    with torch.no_grad():
+        for parameter in upstream.parameters():
+            parameter.normal_(0, 0.05)
+        for layer in upstream.model.layers:
+            for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+                norm.weight.fill_(1.0)
+            layer.self_attn.q_norm.weight.fill_(1.0)
+            layer.self_attn.k_norm.weight.fill_(1.0)
+        upstream.model.norm.weight.fill_(1.0)
+        for head in upstream.lm_head:
+            head.weight.mul_(20)
+    ours.load_state_dict(upstream.state_dict())
+    return upstream.to("cuda", dtype).eval(), ours.to("cuda", dtype).eval()
+
+
+def frame(torch: Any, dtype: Any, batch: int, seed: int) -> dict[str, Any]:
+    """One talker step's inputs to the predictor, and the uniforms its sampling draws Gumbel noise from."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    return {
+        "layer0_code": torch.randint(0, VOCAB, (batch, 1), device="cuda", generator=generator),
+        "layer0_embed": torch.randn(batch, 1, HIDDEN, device="cuda", generator=generator).to(dtype),
+        "last_talker_hidden": torch.randn(batch, 1, HIDDEN, device="cuda", generator=generator).to(dtype),
+        "sample_uniforms": torch.empty(batch, GROUPS - 1, VOCAB, device="cuda").uniform_(
+            1e-20, 1 - 1e-20, generator=generator
+        ),
+    }
+
+
+def test_float32_codes_are_vllm_omnis(torch: Any) -> None:
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        upstream, ours = predictors(torch, torch.float32)
+        with torch.inference_mode():
+            for batch in (1, 2, 3, 5, 8):
+                inputs = frame(torch, torch.float32, batch, seed=batch)
+                sampled = upstream(**inputs, temperature=0.9, top_k=50), ours(**inputs, temperature=0.9, top_k=50)
+                inputs.pop("sample_uniforms")
+                greedy = upstream(**inputs, do_sample=False), ours(**inputs, do_sample=False)
+                for theirs, mine in (sampled, greedy):
+                    assert mine.shape == theirs.shape == (batch, GROUPS) and mine.dtype == theirs.dtype
+                    assert torch.equal(mine, theirs), f"batch {batch}: {(mine != theirs).sum().item()} codes differ"
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def test_bfloat16_codes_part_only_after_rounding_does(torch: Any) -> None:
+    upstream, ours = predictors(torch, torch.bfloat16)
+    first = rows = agree = total = 0
+    with torch.inference_mode():
+        for seed in range(8):
+            inputs = frame(torch, torch.bfloat16, 8, seed=100 + seed)
+            theirs, mine = upstream(**inputs, temperature=0.9, top_k=50), ours(**inputs, temperature=0.9, top_k=50)
+            assert bool(((mine >= 0) & (mine < VOCAB)).all())
+            first += int((mine[:, 1] == theirs[:, 1]).sum())
+            rows += mine.shape[0]
+            agree, total = agree + int((mine == theirs).sum()), total + mine.numel()
+    print(f"\nbfloat16: first residual codebook equal in {first}/{rows} rows, all codes {agree}/{total}")
+    assert first >= 0.9 * rows
+
+
+def test_it_captures_in_a_cuda_graph_and_replays_what_it_computes_eagerly(torch: Any) -> None:
+    _, ours = predictors(torch, torch.float32)
+    static = frame(torch, torch.float32, 4, seed=1)
+    with torch.inference_mode():
+        ours(**static, temperature=0.9, top_k=50)  # compiles and warms up outside the capture, as vLLM's warm-up does
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            ours(**static, temperature=0.9, top_k=50)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = ours(**static, temperature=0.9, top_k=50)
+        for seed in (2, 3):
+            fresh = frame(torch, torch.float32, 4, seed=seed)
+            for name, tensor in fresh.items():
+                static[name].copy_(tensor)
+            graph.replay()
+            torch.cuda.synchronize()
+            eager = ours(**fresh, temperature=0.9, top_k=50)
+            assert torch.equal(captured, eager), f"seed {seed}: {(captured != eager).sum().item()} codes differ"
