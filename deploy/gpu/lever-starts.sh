@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A lever measured across starts, on one GPU: the service on its sglang engine started once per variant, in the order
-# given (A B A B, so that a start's own luck is seen as the spread between the A starts), each alone on the GPU, swept
+# A lever measured across starts, on one GPU: the service (on its sglang engine, or on vllm-omni with TARGET=service)
+# started once per variant, in the order given (A B A B, so that a start's own luck is seen as the spread between the A starts), each alone on the GPU, swept
 # the same way, stopped, and its results kept under $OUT/<variant>/. Built on deploy/gpu/side-by-side.sh (its
 # settings apply: PYTHON, WORK, CODEC_WEIGHTS, FRAMES, ...), whose compile caches every start after the first reuses.
 #
@@ -8,8 +8,11 @@
 #
 # Settings (environment):
 #   VARIANTS                 name:LEVER words, run in order; the variant's settings are LEVER_<LEVER> (NAME=value words,
-#                            empty for the baseline), added to BASE_ENV as the server's SERVICE_SGLANG_ENV. A variant
-#                            whose folder already holds results is refused (before anything starts)
+#                            empty for the baseline), added to BASE_ENV as the server's SERVICE_SGLANG_ENV (TARGET=
+#                            service: SERVICE_ENV). A variant whose folder already holds results is refused (before
+#                            anything starts)
+#   TARGET=service-sglang    side-by-side.sh's target each variant starts: service-sglang (the service on sglang) or
+#                            service (the service on vllm-omni, which keeps no request timeline: that step is skipped)
 #   BASE_ENV="CUDA_VISIBLE_DEVICES=0 CPUS=0-13 LOAD_CPUS=14-15"  every variant's settings (side-by-side.sh's words);
 #                            CPUS pins the server, LOAD_CPUS the load tool, the benchmark and py-spy
 #   OUT=/tmp/lever-starts    results: <variant>/ (side-by-side.sh's folders, its logs gzipped, start-phases.jsonl: the
@@ -24,11 +27,12 @@
 #                            c=32 burst, after the reported ones, into pyspy/<pid>.txt.gz (py-spy's raw format)
 #   PROFILES=/tmp/profiles   each variant's request timeline is recorded under PROFILES/<variant> (emptied before its
 #                            start; the service's SPEECH_PROFILER_DIR), then kept gzipped in $OUT/<variant>/timeline/
-#   SERVER_PIDFILE=/tmp/speech-server-8007.pid   where side-by-side.sh records the server (its process group)
+#   SERVER_PIDFILE=/tmp/speech-server-<its port>.pid   where side-by-side.sh records the server (its process group;
+#                            the port: SERVICE_SGLANG_PORT=8007 or SERVICE_PORT=8000)
 #   SIDE_BY_SIDE=deploy/gpu/side-by-side.sh   what starts, sweeps and stops the server
 # What each variant runs, in order: vllm-omni's benchmark at c=32 (the first level after the start: a burst), bursts of
 # 8 and 32 at once (speech-loadtest --stagger 0), a steady c=32 (every thread's CPU ticks read before and after it), the
-# request timeline over two c=32 bursts (deploy/gpu/sglang_timeline.py), the benchmark's c=32 again (warm), py-spy's
+# request timeline over two c=32 bursts (deploy/gpu/sglang_timeline.py; sglang only), the benchmark's c=32 again (warm), py-spy's
 # burst, then stop.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,12 +45,18 @@ PYSPY=${PYSPY:-1}
 PROFILES=${PROFILES:-/tmp/profiles}
 PYTHON=${PYTHON:-python3}
 SBS=${SIDE_BY_SIDE:-deploy/gpu/side-by-side.sh}
-PIDFILE=${SERVER_PIDFILE:-/tmp/speech-server-${SERVICE_SGLANG_PORT:-8007}.pid}
+TARGET=${TARGET:-service-sglang}
+case $TARGET in
+  service-sglang) PORT=${SERVICE_SGLANG_PORT:-8007} ;;
+  service) PORT=${SERVICE_PORT:-8000} ;;
+  *) echo "lever-starts: TARGET=$TARGET is neither service-sglang nor service" >&2; exit 64 ;;
+esac
+PIDFILE=${SERVER_PIDFILE:-/tmp/speech-server-$PORT.pid}
 START_WAIT_S=${START_WAIT_S:-1500}
 # what a variant's sweeps and stop take after its start (about 90 s on an H200, before py-spy's burst and the second
 # benchmark joined them)
 SWEEP_ALLOWANCE_S=150
-export TARGETS=service-sglang KV_WAIT_S=${KV_WAIT_S:-0}
+export TARGETS=$TARGET KV_WAIT_S=${KV_WAIT_S:-0}
 
 for variant in ${VARIANTS:?name:LEVER words}; do  # every word checked before anything starts
   if ! [[ $variant =~ ^[A-Za-z0-9._-]+:[A-Za-z0-9_]+$ ]]; then
@@ -117,8 +127,20 @@ pyspy_burst() {  # an extra c=32 burst, not reported, with py-spy on every serve
   for raw in "$OUT"/pyspy/*.txt; do [ -f "$raw" ] && gzip -f "$raw"; done
 }
 
+request_timeline() {  # sglang-omni's per-request events over two c=32 bursts, and the phases read from them
+  step "timeline" on_load_cpus env TIMELINE=1 CONCURRENCY=32 REQUESTS=64 SWEEP_NAME=tl-c32 LOADTEST_ARGS="--stagger 0" \
+    "$SBS" profile >>"$OUT/sweeps.log" 2>&1
+  sleep "${EVENTS_WAIT_S:-3}"  # the pipeline's processes write their events a moment after the stop
+  mkdir -p "$OUT/timeline"
+  find "$PROFILER_DIR/service-sglang/tl-c32" -name 'events*.jsonl' 2>/dev/null | while read -r events; do
+    gzip -c "$events" >"$OUT/timeline/$(basename "$events").gz"
+  done
+  "$PYTHON" deploy/gpu/sglang_timeline.py "$OUT/timeline" --requests >"$OUT/timeline/phases.txt" 2>&1
+}
+
 finish() {  # after the stop, on every path: the engine's own start phases, then the logs side-by-side.sh kept, gzipped
-  cat "$OUT"/logs/*.log 2>/dev/null | grep -E '"(sglang engine (starting|ready)|started)"' >"$OUT/start-phases.jsonl"
+  cat "$OUT"/logs/*.log 2>/dev/null | grep -E '"((sglang|omni) engine (starting|started|ready)|started)"' \
+    >"$OUT/start-phases.jsonl"
   for log in "$OUT"/logs/*.log; do [ -f "$log" ] && gzip -f "$log"; done
 }
 
@@ -137,8 +159,11 @@ for variant in $VARIANTS; do
     [ "$left" -lt "$wait_s" ] && wait_s=$left
   fi
   began=$(date +%s)
-  export OUT=$ROOT/$name PROFILER_DIR=$PROFILES/$name SERVICE_SGLANG_ENV="$BASE_ENV${lever_env:+ $lever_env}"
-  rm -rf "$PROFILER_DIR"  # the engine appends to its event files: an earlier run's must not join this one's
+  export OUT=$ROOT/$name PROFILER_DIR=$PROFILES/$name
+  if [ "$TARGET" = service ]; then  # no timeline to record: no profiler set up in its stages either
+    export SERVICE_ENV="$BASE_ENV${lever_env:+ $lever_env}" PROFILER_DIR=""
+  else export SERVICE_SGLANG_ENV="$BASE_ENV${lever_env:+ $lever_env}"; fi
+  [ -n "$PROFILER_DIR" ] && rm -rf "$PROFILER_DIR"  # the engine appends to its event files: an earlier run's must not join this one's
   mkdir -p "$OUT"
   echo "$name: lever $lever: ${lever_env:-(none)}" >"$OUT/lever.txt"
   progress "$name start ($lever: ${lever_env:-baseline})"
@@ -159,14 +184,7 @@ for variant in $VARIANTS; do
   step "steady c32" on_load_cpus env ROUNDS=1 CONCURRENCY=32 REQUESTS=128 WARMUP=8 LOADTEST_ARGS="--stagger 2" \
     SWEEP_NAME=c32 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
   thread_ticks >"$OUT/cpu-after-c32.txt"
-  step "timeline" on_load_cpus env TIMELINE=1 CONCURRENCY=32 REQUESTS=64 SWEEP_NAME=tl-c32 LOADTEST_ARGS="--stagger 0" \
-    "$SBS" profile >>"$OUT/sweeps.log" 2>&1
-  sleep "${EVENTS_WAIT_S:-3}"  # the pipeline's processes write their events a moment after the stop
-  mkdir -p "$OUT/timeline"
-  find "$PROFILER_DIR/service-sglang/tl-c32" -name 'events*.jsonl' 2>/dev/null | while read -r events; do
-    gzip -c "$events" >"$OUT/timeline/$(basename "$events").gz"
-  done
-  "$PYTHON" deploy/gpu/sglang_timeline.py "$OUT/timeline" --requests >"$OUT/timeline/phases.txt" 2>&1
+  [ "$TARGET" = service-sglang ] && request_timeline
   # the first level again, warm, on prompts of its own (sweep-bench moves its seed on): a cold start's first level
   # is to be within 1.2x of it (p95 first audio)
   step "bench again-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=again-c32 "$SBS" sweep-bench \

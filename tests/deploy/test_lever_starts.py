@@ -23,6 +23,9 @@ SETTINGS = (
     "PROFILES",
     "START_WAIT_S",
     "SERVER_PIDFILE",
+    "TARGET",
+    "SERVICE_ENV",
+    "SERVICE_SGLANG_ENV",
 )
 
 
@@ -35,7 +38,8 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
     script.write_text(
         "#!/usr/bin/env bash\n"
         'echo "$1|$(basename "$OUT")|${SWEEP_NAME-}|${CONCURRENCY-}|${REQUESTS-}|${TIMELINE-}|$SERVICE_SGLANG_ENV'
-        '|$(grep Cpus_allowed_list /proc/$$/status | cut -f2)|${START_WAIT_S-}"'
+        "|$(grep Cpus_allowed_list /proc/$$/status | cut -f2)|${START_WAIT_S-}|${SERVICE_ENV-}|$TARGETS"
+        '|${PROFILER_DIR-}"'
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
         '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit 3 ;; esac ;;\n'
@@ -44,8 +48,11 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         f" '{event % ('coordinator_stream_received', 138_000_000)}'"
         ' > "$PROFILER_DIR/service-sglang/$SWEEP_NAME/events_coordinator_7.jsonl" ;;\n'
         '  stop) mkdir -p "$OUT/logs"\n'
-        '    printf \'%s\\n\' \'{"message": "sglang engine starting"}\' \'{"message": "Decode batch"}\''
-        ' \'{"message": "sglang engine ready", "total_s": 229.1}\' > "$OUT/logs/service-sglang.log" ;;\n'
+        '    if [ "$TARGETS" = service ]; then printf \'%s\\n\' \'{"message": "omni engine starting"}\''
+        ' \'{"message": "omni engine ready", "total_s": 88.0}\' \'{"message": "started", "total_s": 90.1}\''
+        ' > "$OUT/logs/service.log"\n'
+        '    else printf \'%s\\n\' \'{"message": "sglang engine starting"}\' \'{"message": "Decode batch"}\''
+        ' \'{"message": "sglang engine ready", "total_s": 229.1}\' > "$OUT/logs/service-sglang.log"; fi ;;\n'
         "esac\n"
     )
     script.chmod(0o755)
@@ -121,6 +128,35 @@ def test_each_variant_starts_with_its_levers_settings_and_is_swept_alike_then_st
     progress = (tmp_path / "out/progress.txt").read_text()
     assert "a1 stopped after" in progress and "b1 stopped after" in progress and progress.endswith("done\n")
     assert "failed" not in progress
+
+
+def test_the_service_on_vllm_omni_is_a_target_too_without_the_request_timeline(tmp_path: Path) -> None:
+    """TARGET=service: each variant's settings reach side-by-side.sh as the vllm-omni service's (SERVICE_ENV), the
+    same sweeps run but the request timeline (sglang-omni's events), no profiler is set up, and the start phases are
+    read from the omni engine's lines."""
+    done = run(
+        tmp_path, TARGET="service", VARIANTS="a1:A t1:T", LEVER_A="", LEVER_T="SPEECH_OMNI__TALKER_MODEL=service"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    recorded = calls(tmp_path)
+    phases = ["start", "sweep-bench", "sweep-closed", "sweep-closed", "sweep-closed", "sweep-bench", "stop"]
+    assert [call[:2] for call in recorded] == [[phase, name] for name in ("a1", "t1") for phase in phases]
+    for name, settings in (
+        ("a1", "CUDA_VISIBLE_DEVICES=0"),
+        ("t1", "CUDA_VISIBLE_DEVICES=0 SPEECH_OMNI__TALKER_MODEL=service"),
+    ):
+        mine = [call for call in recorded if call[1] == name]
+        assert {(call[9], call[10], call[11], call[6]) for call in mine} == {(settings, "service", "", "")}
+        start_phases = (tmp_path / "out" / name / "start-phases.jsonl").read_text().splitlines()
+        assert start_phases == [
+            '{"message": "omni engine starting"}',
+            '{"message": "omni engine ready", "total_s": 88.0}',
+            '{"message": "started", "total_s": 90.1}',
+        ]
+        assert not (tmp_path / "out" / name / "timeline").exists()
+    assert "failed" not in (tmp_path / "out/progress.txt").read_text()
+    refused = run(tmp_path, out="other", TARGET="sglang", VARIANTS="a1:A", LEVER_A="")
+    assert refused.returncode == 64 and "TARGET=sglang" in refused.stderr
 
 
 def test_the_sweeps_run_on_the_load_tools_cores_and_the_server_starts_on_its_own(tmp_path: Path) -> None:
