@@ -4,6 +4,7 @@ from its source (tests/support/locked_wheels.py): the wheel is never imported he
 from __future__ import annotations
 
 import ast
+import hashlib
 import sys
 import types
 
@@ -359,3 +360,35 @@ def test_the_services_talker_extends_the_wheels_talker_and_predictor_with_what_t
     forward = ast.unparse(function_def(wrapper, "forward"))
     assert "scaled = logits * inv_temperature" in forward and "scaled.topk(top_k, dim=-1)" in forward
     assert "self._sample_codes_gumbel(scaled, generator=sample_generator, uniforms=step_uniforms)" in forward
+
+
+# What the service's predictor computes the way vllm-omni's does, by calling these (or, for the wrapper's forward,
+# redoing it over a cache): their source as the pinned wheel has it, so that a new vllm-omni whose layers or sampling
+# changed fails here and the predictor is checked again (on the GPU: tests/gpu/test_talker_model.py) before it ships.
+PREDICTOR_MATHS = {
+    ("CodePredictorAttention", "forward"): "70922185b315e6c8",
+    ("CodePredictorAttention", "_split_qkv"): "3c1df4d83cdaabed",
+    ("CodePredictorDecoderLayer", "forward"): "7033c7d9ce0db437",
+    ("CodePredictorBaseModel", "forward"): "0707b90195942852",
+    ("CodePredictorMLP", "forward"): "5dfb0675047cc686",
+    ("_RotaryEmbedding", "_lookup"): "9c782e1af28c0759",
+    ("_RotaryEmbedding", "forward_native"): "e483a133c4c9d985",
+    ("_RMSNorm", "forward_native"): "370bd0bcab19a898",
+    ("_RMSNorm", "forward_cuda"): "ae2e462dc66d5247",
+    ("CodePredictorWrapper", "forward"): "5e60b5b63de5704a",
+    ("CodePredictorWrapper", "_sample_codes_gumbel"): "dae1a22b628313cf",
+}
+
+
+def test_the_predictor_maths_the_service_mirrors_is_the_wheels_it_was_checked_against(wheel: Wheel) -> None:
+    tree, source = wheel.tree(WRAPPER_MODULE), wheel.source(WRAPPER_MODULE)
+    found = {
+        (cls, name): hashlib.sha256(
+            (ast.get_source_segment(source, function_def(class_def(tree, cls), name)) or "").encode()
+        ).hexdigest()[:16]
+        for cls, name in PREDICTOR_MATHS
+    }
+    assert found == PREDICTOR_MATHS
+    # its forward runs in inference mode, as the service's does (compiled code guards on the mode it was warmed in)
+    forward = function_def(class_def(tree, "CodePredictorWrapper"), "forward")
+    assert [ast.unparse(d) for d in forward.decorator_list] == ["torch.inference_mode()"]

@@ -4,21 +4,25 @@ builds under the name below (registered by `model_registration.register`, a `vll
 point). The service selects it with `SPEECH_OMNI__TALKER_MODEL=service`.
 
 Each talker step, the code predictor (5 layers) predicts the frame's codebooks 1 to 15 one after another. vllm-omni's
-runs the whole growing sequence, padded to 16 positions, through all its layers at each of the 15 steps and reads one
-row (`CodePredictorWrapper.forward`, "re-prefill, no KV cache"): 15 x 16 rows a frame. This one runs each position
-through the layers once, keeping every layer's keys and values in a cache of 16 slots per stream: 16 rows a frame.
-At one stream both read the same weights per step, so what it saves is the recomputed attention, norms and
-projections of rows already seen; with many streams batched, vllm-omni's step multiplies 16 rows per stream through
-every projection (at 32 streams, 512 rows where the cache needs 32).
+runs the whole growing sequence, padded to 17 positions, through all its layers at each of the 15 steps and reads one
+row (`CodePredictorWrapper.forward`, "re-prefill, no KV cache"): 15 x 17 = 255 rows a frame. This one runs each
+position through the layers once, keeping every layer's keys and values in a cache of 16 slots per stream: 16 rows a
+frame. At one stream both read the same weights per step, so what it saves is the recomputed attention, norms and
+projections of rows already seen; with many streams batched, vllm-omni's step multiplies 17 rows per stream through
+every projection (at 32 streams, 544 rows where the cache needs 32).
 
 Sampling is vllm-omni's own (temperature, top-k, then Gumbel-max on the same uniforms, so seeded requests draw what
 they would), but the top-k threshold is the (V - k + 1)-th smallest logit (`kthvalue`, a selection) rather than the
 last of `topk`'s sorted k largest, the same value without the sort (0.28 ms a frame at one stream, profiled).
 
 Numerics: the same modules do the same sums over fewer rows (the cache holds what the recomputation would produce for
-each earlier position), so codes agree exactly in float32; in bfloat16 a GEMM's rounding depends on its shape, as
-vllm-omni's own module notes, and a frame's codes can part after the first code that rounds differently (a draw from
-the same distribution, not another one).
+each earlier position), so codes agree in float32 (exactly, on the CPU; on a GPU the GEMMs' and attention kernels'
+rounding depends on their shapes); in bfloat16, as vllm-omni's own module notes, a frame's codes can part after the
+first code that rounds differently (a draw from the same distribution, not another one).
+
+The talker builds vllm-omni's predictor as it always does, and the service's talker makes it this class in place
+(`__class__`): this class adds no state of its own at construction, so nothing is built twice and the talker's batch
+buckets, already set on it, stay.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from vllm.config.vllm import set_current_vllm_config
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm import (
     Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM,
 )
@@ -63,17 +66,31 @@ def inductor_available() -> bool:
 class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM):
     """vllm-omni's Qwen3-TTS code predictor (its modules, weights and sampling) run one position at a time over a
     key/value cache. What it does not cover (sampling modes other than the talker's per-call one, the projection
-    buffer some callers want back, float16 on a GPU, NPUs) is vllm-omni's own forward."""
+    buffer some callers want back, float16 on a GPU, NPUs, top-p) is vllm-omni's own, set up and run as vllm-omni's."""
+
+    def _covers(self) -> bool:
+        """Whether this model's set-up, not vllm-omni's, serves: what cannot change between calls."""
+        parameter = next(self.model.parameters())
+        return not (
+            self._wrapper_config.sampling_mode != "per_call"
+            or self._wrapper_config.return_proj_buf
+            or current_omni_platform.is_npu()
+            or (parameter.dtype == torch.float16 and parameter.device.type != "cpu")  # vllm-omni's: float32 inside
+        )
 
     def _setup_compile(self) -> None:
         """What vllm-omni's sets up (the weights' dtype, the modules in lists, the batch buckets), with one compiled
-        function: a position through every layer, warmed up at each bucket so that serving never compiles."""
+        function: a position through every layer, warmed up at each bucket so that serving never compiles. Where this
+        model does not serve, vllm-omni's own set-up."""
         if self._compiled_model_fwd is not None:
+            return
+        if not self._covers():
+            super()._setup_compile()
             return
         self._model_dtype = next(self.model.parameters()).dtype
         self._lm_heads_list = list(self.lm_head)
         self._codec_embeds_list = list(self.model.codec_embedding)
-        self._compiled_model_fwd = self.model.forward  # vllm-omni's forward, where this one hands over: eager
+        self._compiled_model_fwd = self.model.forward  # vllm-omni's forward for a call with top-p: eager
         self._bucket_sizes = self._batch_bucket_sizes()
         self._compiled_position = self._position
         if inductor_available():
@@ -81,7 +98,7 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
             self._compiled_position = torch.compile(self._position, dynamic=False, options={"epilogue_fusion": False})
         device = next(self.model.parameters()).device
         limit = max(torch._dynamo.config.cache_size_limit, len(self._bucket_sizes))
-        # in the caller's grad mode (the first forward's, as vllm-omni's warm-up): compiled code guards on it
+        # within forward's inference mode, as vllm-omni's warm-up: compiled code guards on it
         with torch._dynamo.config.patch(cache_size_limit=limit):
             for bsz in self._bucket_sizes:
                 x = torch.zeros(bsz, 1, self._cp_hidden, dtype=self._model_dtype, device=device)
@@ -132,6 +149,7 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         return model.norm(hidden)
 
+    @torch.inference_mode()
     def forward(
         self,
         layer0_code: torch.Tensor,
@@ -149,14 +167,7 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
         self._setup_compile()
         dtype = self._model_dtype
         use_sampling = do_sample and temperature > 0
-        wrapper = self._wrapper_config
-        if (
-            wrapper.sampling_mode != "per_call"
-            or wrapper.return_proj_buf
-            or (use_sampling and top_p != 1.0)  # vllm-omni's says it cannot, naming top_p
-            or current_omni_platform.is_npu()
-            or (dtype == torch.float16 and layer0_code.device.type != "cpu")  # vllm-omni's runs those in float32
-        ):
+        if not self._covers() or (use_sampling and top_p != 1.0):  # top-p: vllm-omni's says it cannot, naming it
             return super().forward(
                 layer0_code, layer0_embed, last_talker_hidden, do_sample, temperature, top_k, top_p, generator,
                 generators, sample_uniforms,
@@ -205,20 +216,12 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
 
 
 class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
-    """vllm-omni's Qwen3-TTS talker with `SpeechCodePredictor` as its code predictor: built as vllm-omni builds its
-    own (under the predictor's own vLLM config, with the talker's batch buckets), which it replaces before any weight
-    is loaded; its parameters keep their names, so the checkpoint's `talker.code_predictor.*` load into it."""
+    """vllm-omni's Qwen3-TTS talker with `SpeechCodePredictor` as its code predictor: the one vllm-omni builds (under
+    the predictor's own vLLM config, with the talker's batch buckets) made that class before any weight is loaded;
+    its parameters keep their names, so the checkpoint's `talker.code_predictor.*` load into it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        upstream = self.code_predictor
-        with set_current_vllm_config(self._code_predictor_vllm_config):
-            predictor = SpeechCodePredictor(
-                vllm_config=self._code_predictor_vllm_config,
-                config=self.talker_config.code_predictor_config,
-                talker_config=self.talker_config,
-                prefix="code_predictor",
-            )
-        if upstream._execution_batch_buckets is not None:
-            predictor.configure_mtp_execution_buckets(upstream._execution_batch_buckets)
-        self.code_predictor = predictor
+        if type(self.code_predictor) is not Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM:
+            raise TypeError(f"the talker built a {type(self.code_predictor).__name__}, not vllm-omni's code predictor")
+        self.code_predictor.__class__ = SpeechCodePredictor  # adds methods only: nothing built twice
