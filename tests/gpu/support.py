@@ -1,13 +1,29 @@
 from __future__ import annotations
 
+import importlib.metadata
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import numpy as np
+import pytest
 
 SAMPLES_PER_FRAME = 1920  # 24 kHz / 12.5 Hz codec frames
+
+
+def torch_with_vllm_omni_030(written_against: str) -> Any:
+    """torch, on a host with a CUDA device and vllm-omni 0.30, whose sources the calling test follows
+    (`written_against`: what of them); otherwise the test is skipped, saying what is missing."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    pytest.importorskip("vllm", reason="vllm is not installed")
+    pytest.importorskip("vllm_omni", reason="vllm-omni is not installed")
+    version = importlib.metadata.version("vllm-omni")
+    if not version.startswith("0.30."):
+        pytest.skip(f"written against vllm-omni 0.30's {written_against}, found {version}")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    return torch
 
 
 def speak(url: str, timeout: float = 300, **body: object) -> httpx.Response:

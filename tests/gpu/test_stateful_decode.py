@@ -71,6 +71,7 @@ from tests.gpu.support import (
     full_context_frames,
     rolled_windows,
     stream_windows,
+    torch_with_vllm_omni_030,
     wave_diff,
 )
 
@@ -99,15 +100,7 @@ def connector_extra(profile: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def engine() -> Any:
     """torch, on a host with a GPU and vllm-omni 0.30 (this test follows its sources)."""
-    torch = pytest.importorskip("torch", reason="torch is not installed")
-    pytest.importorskip("vllm", reason="vllm is not installed")
-    pytest.importorskip("vllm_omni", reason="vllm-omni is not installed")
-    version = importlib.metadata.version("vllm-omni")
-    if not version.startswith("0.30."):
-        pytest.skip(f"written against vllm-omni 0.30's code2wav, found {version}")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    return torch
+    return torch_with_vllm_omni_030("code2wav")
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,12 @@ would be in the talker's process, then given the same frames and the same sampli
 
 from __future__ import annotations
 
-import importlib.metadata
 import types
 from typing import Any
 
 import pytest
+
+from tests.gpu.support import torch_with_vllm_omni_030
 
 GROUPS = 16
 VOCAB = 2048
@@ -30,15 +31,7 @@ BUCKETS = 8  # the talker's max_num_seqs here: buckets 1, 2, 4, 8
 
 @pytest.fixture(scope="module")
 def torch() -> Any:
-    torch = pytest.importorskip("torch", reason="torch is not installed")
-    pytest.importorskip("vllm", reason="vllm is not installed")
-    pytest.importorskip("vllm_omni", reason="vllm-omni is not installed")
-    version = importlib.metadata.version("vllm-omni")
-    if not version.startswith("0.30."):
-        pytest.skip(f"written against vllm-omni 0.30's code predictor, found {version}")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    return torch
+    return torch_with_vllm_omni_030("code predictor")
 
 
 def predictors(torch: Any, dtype: Any) -> tuple[Any, Any]:
