@@ -49,9 +49,10 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def top_k_threshold(scores: torch.Tensor, top_k: int) -> torch.Tensor:
-    """Each row's k-th largest score ([rows, 1]), found as its (V - k + 1)-th smallest: a selection, not a sort.
-    Every score at least this large survives top-k, ties included, as with `topk(k).values[:, -1:]`."""
-    return scores.kthvalue(scores.shape[-1] - top_k + 1, dim=-1, keepdim=True).values
+    """Each row's k-th largest score ([rows, 1], float32), found as its (V - k + 1)-th smallest: a selection, not a
+    sort. Every score at least this large survives top-k, ties included, as with `topk(k).values[:, -1:]`. Selected
+    in float32, which holds every bfloat16 and float16 value exactly (CUDA's kthvalue has had no bfloat16 kernel)."""
+    return scores.float().kthvalue(scores.shape[-1] - top_k + 1, dim=-1, keepdim=True).values
 
 
 def inductor_available() -> bool:
