@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A lever measured across starts, on one GPU: the service (on its sglang engine, or on vllm-omni with TARGET=service)
-# started once per variant, in the order given (A B A B, so that a start's own luck is seen as the spread between the A starts), each alone on the GPU, swept
-# the same way, stopped, and its results kept under $OUT/<variant>/. Built on deploy/gpu/side-by-side.sh (its
-# settings apply: PYTHON, WORK, CODEC_WEIGHTS, FRAMES, ...), whose compile caches every start after the first reuses.
+# started once per variant, in the order given (A B A B, so that a start's own luck is seen as the spread between the
+# A starts), each alone on the GPU, swept the same way, stopped, and its results kept under $OUT/<variant>/. Built on
+# deploy/gpu/side-by-side.sh (its settings apply: PYTHON, WORK, CODEC_WEIGHTS, FRAMES, ...), whose compile caches every
+# start after the first reuses.
 #
 #   VARIANTS="a1:A b1:B a2:A b2:B" LEVER_B="SPEECH_SGLANG__PREPROCESSING=cpu" deploy/gpu/lever-starts.sh
 #
@@ -32,8 +33,8 @@
 #   SIDE_BY_SIDE=deploy/gpu/side-by-side.sh   what starts, sweeps and stops the server
 # What each variant runs, in order: vllm-omni's benchmark at c=32 (the first level after the start: a burst), bursts of
 # 8 and 32 at once (speech-loadtest --stagger 0), a steady c=32 (every thread's CPU ticks read before and after it), the
-# request timeline over two c=32 bursts (deploy/gpu/sglang_timeline.py; sglang only), the benchmark's c=32 again (warm), py-spy's
-# burst, then stop.
+# request timeline over two c=32 bursts (deploy/gpu/sglang_timeline.py; sglang only), the benchmark's c=32 again
+# (warm), py-spy's burst, then stop.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=${OUT:-/tmp/lever-starts}
@@ -163,7 +164,8 @@ for variant in $VARIANTS; do
   if [ "$TARGET" = service ]; then  # no timeline to record: no profiler set up in its stages either
     export SERVICE_ENV="$BASE_ENV${lever_env:+ $lever_env}" PROFILER_DIR=""
   else export SERVICE_SGLANG_ENV="$BASE_ENV${lever_env:+ $lever_env}"; fi
-  [ -n "$PROFILER_DIR" ] && rm -rf "$PROFILER_DIR"  # the engine appends to its event files: an earlier run's must not join this one's
+  # the engine appends to its event files: an earlier run's must not join this one's
+  [ -n "$PROFILER_DIR" ] && rm -rf "$PROFILER_DIR"
   mkdir -p "$OUT"
   echo "$name: lever $lever: ${lever_env:-(none)}" >"$OUT/lever.txt"
   progress "$name start ($lever: ${lever_env:-baseline})"

@@ -255,7 +255,7 @@ class OmniEngine:
         self._detail = "starting vllm-omni (a cold start compiles and captures CUDA graphs: minutes)"
         log.info("omni engine starting", extra={"model": self._model.path, "variant": self._model.variant})
         try:
-            self._check_code2wav_model()
+            self._check_stage_models()
             if self._mps is not None:
                 await asyncio.to_thread(self._mps.start)  # before the stage processes exist: they inherit it
             self._omni = await asyncio.to_thread(self._factory, **self._engine_kwargs())
@@ -308,15 +308,20 @@ class OmniEngine:
             raise EngineUnavailable(self._detail)
         return self._omni
 
-    def _check_code2wav_model(self) -> None:
+    def _check_stage_models(self) -> None:
         """The service's stage models, where the settings name them, within the stage processes' reach."""
-        for setting, model in (
-            ("SPEECH_OMNI__CODE2WAV_MODEL", self._settings.code2wav_model),
-            ("SPEECH_OMNI__TALKER_MODEL", self._settings.talker_model),
-        ):
-            unreachable = None if model == "vllm-omni" else model_registration.unreachable_reason()
-            if unreachable is not None:
-                raise RuntimeError(f"{setting}={model}: {unreachable}")
+        named = [
+            (setting, model)
+            for setting, model in (
+                ("SPEECH_OMNI__CODE2WAV_MODEL", self._settings.code2wav_model),
+                ("SPEECH_OMNI__TALKER_MODEL", self._settings.talker_model),
+            )
+            if model != "vllm-omni"
+        ]
+        unreachable = model_registration.unreachable_reason() if named else None
+        if unreachable is not None:
+            setting, model = named[0]
+            raise RuntimeError(f"{setting}={model}: {unreachable}")
 
     def _engine_kwargs(self) -> dict[str, Any]:
         settings = self._settings

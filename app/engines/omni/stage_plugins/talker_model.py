@@ -88,7 +88,8 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
         if not self._covers():
             super()._setup_compile()
             return
-        self._model_dtype = next(self.model.parameters()).dtype
+        parameter = next(self.model.parameters())
+        self._model_dtype = parameter.dtype
         self._lm_heads_list = list(self.lm_head)
         self._codec_embeds_list = list(self.model.codec_embedding)
         self._compiled_model_fwd = self.model.forward  # vllm-omni's forward for a call with top-p: eager
@@ -97,7 +98,7 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
         if inductor_available():
             # vllm-omni's options for the same layers: its RMSNorm and RoPE lose float32 precision in epilogue fusions
             self._compiled_position = torch.compile(self._position, dynamic=False, options={"epilogue_fusion": False})
-        device = next(self.model.parameters()).device
+        device = parameter.device
         limit = max(torch._dynamo.config.cache_size_limit, len(self._bucket_sizes))
         # within forward's inference mode, as vllm-omni's warm-up: compiled code guards on it
         with torch._dynamo.config.patch(cache_size_limit=limit):
