@@ -169,8 +169,12 @@ for variant in $VARIANTS; do
   mkdir -p "$OUT"
   echo "$name: lever $lever: ${lever_env:-(none)}" >"$OUT/lever.txt"
   progress "$name start ($lever: ${lever_env:-baseline})"
-  if ! START_WAIT_S=$wait_s $SBS start >"$OUT/start.log" 2>&1; then
-    progress "$name did not start within $wait_s s (start.log)"
+  START_WAIT_S=$wait_s $SBS start >"$OUT/start.log" 2>&1
+  rc=$?
+  if [ "$rc" != 0 ]; then
+    # side-by-side.sh: 2, the server died or its engine failed to start; 3, still starting at the deadline
+    if [ "$rc" = 2 ]; then progress "$name failed to start (start.log)"
+    else progress "$name did not start within $wait_s s (start.log)"; fi
     $SBS stop >>"$OUT/start.log" 2>&1
     finish
     continue

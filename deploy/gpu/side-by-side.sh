@@ -19,8 +19,10 @@
 #   deploy/gpu/side-by-side.sh status           what runs, what is ready
 #   deploy/gpu/side-by-side.sh stop             stop them all, keep their logs in $OUT/logs
 # Each phase can run on its own (e.g. one per command where a command's time is limited); `start` resumes where an
-# earlier `start` stopped waiting (START_WAIT_S), since the servers run detached. A sweep never overwrites an earlier
-# one: its folder ($OUT/closed or $OUT/open, with -$SWEEP_NAME) gets -2, -3, ... when it already holds results.
+# earlier `start` stopped waiting (START_WAIT_S), since the servers run detached. `start` ends with status 3 when a
+# server is still starting at its deadline, 2 at once when one died or (the service) says its engine failed. A sweep
+# never overwrites an earlier one: its folder ($OUT/closed or $OUT/open, with -$SWEEP_NAME) gets -2, -3, ... when it
+# already holds results.
 #
 # Settings (environment):
 #   OUT=/tmp/side-by-side/results   results: closed/ and open/ (speech-loadtest's JSON, Markdown, plots,
@@ -312,6 +314,19 @@ sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=3).status == 200 else 
 PY
 }
 
+engine_failed() {  # $1 target: the service, up, says its engine failed to start (/health: 503 engine_failed); it
+  # stays up for its health checks, but is never to be ready
+  case $1 in service | service-b | service-c | service-sglang) ;; *) return 1 ;; esac
+  "$PYTHON" - "http://127.0.0.1:$(port_of "$1")/health" <<'PY' >/dev/null 2>&1
+import json, sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=3)
+except urllib.error.HTTPError as error:
+    sys.exit(0 if error.code == 503 and json.load(error)["error"]["code"] == "engine_failed" else 1)
+sys.exit(1)
+PY
+}
+
 gpu_snapshot() {  # $1 what happened
   { echo "== $(date -u +%T) $1"; nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu --format=csv 2>&1; } \
     >>"$OUT/gpu.txt"
@@ -522,6 +537,9 @@ wait_for() {  # $1 target, $2 "kv" (its talker sized its KV cache) or "ready"; u
     if is_ready "$target"; then log "$target: ready"; return 0; fi
     if ! running "$target"; then
       log "$target died; the end of its log:"; tail -n 40 "$(log_of "$target")"; return 2
+    fi
+    if engine_failed "$target"; then
+      log "$target: its engine failed to start; the end of its log:"; tail -n 40 "$(log_of "$target")"; return 2
     fi
     if [ "$what" = kv ] && [ $(( $(date +%s) - since )) -ge "$KV_WAIT_S" ]; then
       log "$target: no '$KV_LINE' line after $KV_WAIT_S s; starting the next one anyway"; return 0

@@ -217,6 +217,46 @@ def harness_started(tmp_path: Path, settings: dict[str, str], record: str = "arg
         subprocess.run([str(GPU / "side-by-side.sh"), "stop"], env=env, capture_output=True, text=True)
 
 
+def test_side_by_side_ends_the_start_of_a_service_whose_engine_failed(tmp_path: Path) -> None:
+    """A service whose engine failed to start stays up and answers /health with 503 engine_failed: the start ends
+    there (status 2, the end of its log shown), not after START_WAIT_S of waiting for a readiness that cannot come.
+    The service here is the real one on its sglang engine, given an sglang-omni that is only a name and an
+    nvidia-smi that is only a name (the service looks for a GPU so): the process starts, and the engine fails in its
+    start."""
+    site, bin_dir = tmp_path / "sgl-site", tmp_path / "bin"
+    (site / "sglang_omni").mkdir(parents=True)
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    script = tmp_path / "python3"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        'case "$1 $2" in "deploy/gpu/codec_weights.py "*) exit 0 ;; esac\n'  # it needs torch: no weights wanted here
+        f'exec {sys.executable} "$@"\n'
+    )
+    script.chmod(0o755)
+    env = {
+        **{name: value for name, value in os.environ.items() if name not in CACHE_VARIABLES},
+        "PYTHON": str(script),
+        "WORK": str(tmp_path / "work"),
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "TARGETS": "service-sglang",
+        "SGLANG_SITE": str(site),
+        "SERVICE_SGLANG_PORT": str(free_port()),
+        "START_WAIT_S": "240",
+        "KV_WAIT_S": "0",
+    }
+    try:
+        started = subprocess.run(
+            [str(GPU / "side-by-side.sh"), "start"], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert started.returncode == 2, started.stdout + started.stderr
+        assert "service-sglang: its engine failed to start; the end of its log:" in started.stdout
+        assert '"engine failed to start"' in started.stdout
+    finally:
+        subprocess.run([str(GPU / "side-by-side.sh"), "stop"], env=env, capture_output=True, text=True)
+
+
 @pytest.mark.parametrize("overrides", ["", '{"1": {"scheduler_cls": "my.Scheduler"}}'])
 def test_side_by_side_hands_the_baseline_its_stage_overrides(tmp_path: Path, overrides: str) -> None:
     port = free_port()

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy/gpu/lever-starts.sh"
 # what the script reads from its environment: a caller's own must not leak into these runs
@@ -31,7 +33,8 @@ SETTINGS = (
 
 def stand_in_side_by_side(tmp_path: Path) -> Path:
     """One line per call: the phase, the settings side-by-side.sh reads for it, and the cores it ran on. `start` fails
-    for the variants named in FAIL_START; `profile` leaves one request's timeline events where the service would;
+    for the variants named in FAIL_START, with status FAIL_RC (3: still starting; 2: the server died or its engine
+    failed); `profile` leaves one request's timeline events where the service would;
     `stop` keeps a server log, as side-by-side.sh does."""
     script = tmp_path / "side-by-side.sh"
     event = '{"request_id": "r1", "stage": "coordinator", "event_name": "%s", "timestamp_ns": %d}'
@@ -42,7 +45,7 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         '|${PROFILER_DIR-}"'
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
-        '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit 3 ;; esac ;;\n'
+        '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac ;;\n'
         '  profile) mkdir -p "$PROFILER_DIR/service-sglang/$SWEEP_NAME"\n'
         f"    printf '%s\\n' '{event % ('request_admission', 1_000_000)}'"
         f" '{event % ('coordinator_stream_received', 138_000_000)}'"
@@ -198,11 +201,16 @@ def test_each_thread_of_the_servers_processes_is_read_before_and_after_the_stead
         assert utime.isdigit() and stime.isdigit() and cpu.isdigit()
 
 
-def test_a_variant_that_does_not_start_is_stopped_its_log_kept_and_the_next_one_runs(tmp_path: Path) -> None:
-    done = run(tmp_path, VARIANTS="a1:A b1:A", LEVER_A="", FAIL_START="a1")
+@pytest.mark.parametrize(
+    ("rc", "said"), [("3", "a1 did not start within 1500 s (start.log)"), ("2", "a1 failed to start (start.log)")]
+)
+def test_a_variant_that_does_not_start_is_stopped_its_log_kept_and_the_next_one_runs(
+    tmp_path: Path, rc: str, said: str
+) -> None:
+    done = run(tmp_path, VARIANTS="a1:A b1:A", LEVER_A="", FAIL_START="a1", FAIL_RC=rc)
     assert done.returncode == 0, done.stdout + done.stderr
     assert [call[:2] for call in calls(tmp_path)][:3] == [["start", "a1"], ["stop", "a1"], ["start", "b1"]]
-    assert "a1 did not start within 1500 s" in (tmp_path / "out/progress.txt").read_text()
+    assert said in (tmp_path / "out/progress.txt").read_text()
     assert (tmp_path / "out/a1/start-phases.jsonl").read_text().count("sglang engine") == 2
     assert (tmp_path / "out/a1/logs/service-sglang.log.gz").exists()
 

@@ -362,6 +362,45 @@ def test_the_services_talker_extends_the_wheels_talker_and_predictor_with_what_t
     assert "self._sample_codes_gumbel(scaled, generator=sample_generator, uniforms=step_uniforms)" in forward
 
 
+def init_parameters(cls: ast.ClassDef) -> list[str] | None:
+    """The parameters of a class's own __init__ (None where it defines none): positional, *args, keyword-only,
+    **kwargs, as `inspect.signature` names them."""
+    inits = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
+    if not inits:
+        return None
+    args = inits[0].args
+    return (
+        [a.arg for a in args.posonlyargs + args.args]
+        + ([args.vararg.arg] if args.vararg else [])
+        + [a.arg for a in args.kwonlyargs]
+        + ([args.kwarg.arg] if args.kwarg else [])
+    )
+
+
+def test_vllm_builds_each_registered_model_with_its_config_and_prefix(wheel: Wheel) -> None:
+    """vLLM 0.30 builds a stage's model with `model_class(vllm_config=..., prefix=...)` only where
+    `inspect.signature(model_class.__init__)` names both (vllm/model_executor/model_loader/utils.py,
+    initialize_model); otherwise it guesses an old-style class's arguments and the build fails (`__init__(*args,
+    **kwargs)` did: the talker was built with none). So a registered class's own __init__ takes them by name, as the
+    wheel class it extends does."""
+    from app.engines.omni.stage_plugins import model_registration
+
+    wheel_talker = class_def(wheel.tree(TALKER_MODULE), "Qwen3TTSTalkerForConditionalGeneration")
+    assert init_parameters(wheel_talker) == ["self", "vllm_config", "prefix"]
+    checked = 0
+    for module, names in (
+        (model_registration.TALKER_MODULE, model_registration.TALKER_ARCHITECTURES.values()),
+        (model_registration.CODE2WAV_MODULE, model_registration.CODE2WAV_ARCHITECTURES.values()),
+    ):
+        tree = ast.parse(ROOT.joinpath(*module.split(".")).with_suffix(".py").read_text())
+        for name in names:
+            parameters = init_parameters(class_def(tree, name))
+            if parameters is not None:  # one it inherits is the wheel class's, checked above for the talker
+                assert parameters == ["self", "vllm_config", "prefix"], f"{name}.__init__{tuple(parameters)}"
+                checked += 1
+    assert checked >= 1  # the talker defines its own
+
+
 # What the service's predictor computes the way vllm-omni's does, by calling these (or, for the wrapper's forward,
 # redoing it over a cache): their source as the pinned wheel has it, so that a new vllm-omni whose layers or sampling
 # changed fails here and the predictor is checked again (on the GPU: tests/gpu/test_talker_model.py) before it ships.

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from vllm.config import VllmConfig
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm import (
     Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM,
 )
@@ -222,8 +223,10 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
     the predictor's own vLLM config, with the talker's batch buckets) made that class before any weight is loaded;
     its parameters keep their names, so the checkpoint's `talker.code_predictor.*` load into it."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    # by name, as the class it extends takes them: vLLM builds a model with its config and prefix only where the
+    # signature of its __init__ names both (vllm/model_executor/model_loader/utils.py, initialize_model)
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
         if type(self.code_predictor) is not Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM:
             raise TypeError(f"the talker built a {type(self.code_predictor).__name__}, not vllm-omni's code predictor")
         self.code_predictor.__class__ = SpeechCodePredictor  # adds methods only: nothing built twice
