@@ -10,8 +10,9 @@ would be in the talker's process, then given the same frames and the same sampli
   CPU every code was equal).
 - bfloat16: a GEMM's rounding depends on its shape, so a frame's codes may part after the first one that rounds
   differently; the first residual codebook, drawn before anything could part, agrees in nearly every row.
-- Inside a CUDA graph (vLLM's model runner captures the talker's whole `talker_mtp` step, the predictor in it): the
-  service's predictor captures, and a replay on new inputs gives what it gives eagerly.
+- Inside CUDA graphs (vLLM's model runner captures the talker's whole `talker_mtp` step, the predictor in it, at each
+  batch size), in both dtypes: the service's predictor captures, and a replay on new inputs gives what it gives
+  eagerly.
 """
 
 from __future__ import annotations
@@ -123,24 +124,33 @@ def test_bfloat16_codes_part_only_after_rounding_does(torch: Any) -> None:
     assert first >= 0.9 * rows
 
 
-def test_it_captures_in_a_cuda_graph_and_replays_what_it_computes_eagerly(torch: Any) -> None:
-    _, ours = predictors(torch, torch.float32)
-    static = frame(torch, torch.float32, 4, seed=1)
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float32"])
+def test_it_captures_in_cuda_graphs_as_the_talkers_runner_does_and_replays_what_it_computes_eagerly(
+    torch: Any, dtype_name: str
+) -> None:
+    """As vllm-omni 0.30's model runner captures the talker's `talker_mtp` step (worker_v2/model_states/
+    omni_model_state.py, capture_mtp_graphs): every size from the largest down, each warmed up eagerly without
+    sampling uniforms, then captured with uniforms it owns; a replay on new inputs gives what an eager call does."""
+    dtype = getattr(torch, dtype_name)
+    _, ours = predictors(torch, dtype)
+    graphs: dict[int, tuple[Any, dict[str, Any], Any]] = {}
     with torch.inference_mode():
-        ours(**static, temperature=0.9, top_k=50)  # compiles and warms up outside the capture, as vLLM's warm-up does
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            ours(**static, temperature=0.9, top_k=50)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = ours(**static, temperature=0.9, top_k=50)
-        for seed in (2, 3):
-            fresh = frame(torch, torch.float32, 4, seed=seed)
-            for name, tensor in fresh.items():
-                static[name].copy_(tensor)
-            graph.replay()
-            torch.cuda.synchronize()
-            eager = ours(**fresh, temperature=0.9, top_k=50)
-            assert torch.equal(captured, eager), f"seed {seed}: {(captured != eager).sum().item()} codes differ"
+        for batch in (8, 4, 2, 1):
+            static = frame(torch, dtype, batch, seed=batch)
+            uniforms = static.pop("sample_uniforms")
+            ours(**static, temperature=0.9, top_k=50)  # the runner's warm-up: the default generator's draws
+            uniforms.fill_(0.5)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                captured = ours(**static, sample_uniforms=uniforms, temperature=0.9, top_k=50)
+            graphs[batch] = graph, {**static, "sample_uniforms": uniforms}, captured
+        for batch, (graph, static, captured) in graphs.items():
+            for seed in (2, 3):
+                fresh = frame(torch, dtype, batch, seed=100 * batch + seed)
+                for name, tensor in fresh.items():
+                    static[name].copy_(tensor)
+                graph.replay()
+                torch.cuda.synchronize()
+                eager = ours(**fresh, temperature=0.9, top_k=50)
+                differ = int((captured != eager).sum())
+                assert differ == 0, f"batch {batch}, seed {seed}: {differ} codes differ"

@@ -93,7 +93,6 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
         self._model_dtype = parameter.dtype
         self._lm_heads_list = list(self.lm_head)
         self._codec_embeds_list = list(self.model.codec_embedding)
-        self._compiled_model_fwd = self.model.forward  # vllm-omni's forward for a call with top-p: eager
         self._bucket_sizes = self._batch_bucket_sizes()
         self._compiled_position = self._position
         if inductor_available():
@@ -110,6 +109,8 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
                     at = torch.full((bsz, 1), position, dtype=torch.long, device=device)
                     self._compiled_position(x, at, keys, values)
         self._synchronize_warmup(device)
+        # last: it marks the set-up done, so a warm-up that failed is set up again at the next call
+        self._compiled_model_fwd = self.model.forward  # vllm-omni's forward for a call with top-p: eager
         log.info("code predictor over a key/value cache: warmed up for batches %s", self._bucket_sizes)
 
     def _cache(self, bsz: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
