@@ -17,7 +17,8 @@
 #   BASE_ENV="CUDA_VISIBLE_DEVICES=0 CPUS=0-13 LOAD_CPUS=14-15"  every variant's settings (side-by-side.sh's words);
 #                            CPUS pins the server, LOAD_CPUS the load tool, the benchmark and py-spy
 #   OUT=/tmp/lever-starts    results: <variant>/ (side-by-side.sh's folders, its logs gzipped, start-phases.jsonl: the
-#                            engine's own start phases from its log, cpu-*.txt, pyspy/, timeline/),
+#                            engine's own start phases from its log; TARGET=service: start-phases.md, every milestone
+#                            of the start, deploy/gpu/omni_start_phases.py; cpu-*.txt, pyspy/, timeline/),
 #                            progress.txt (one line per phase, with the time left; a failed step says its exit status)
 #   UNTIL=""                 a deadline (seconds since the epoch): a variant starts only if its expected length fits
 #                            before it, and its start waits no longer than the deadline allows; the rest are skipped
@@ -142,6 +143,8 @@ request_timeline() {  # sglang-omni's per-request events over two c=32 bursts, a
 finish() {  # after the stop, on every path: the engine's own start phases, then the logs side-by-side.sh kept, gzipped
   cat "$OUT"/logs/*.log 2>/dev/null | grep -E '"((sglang|omni) engine (starting|started|ready)|started)"' \
     >"$OUT/start-phases.jsonl"
+  # vllm-omni's: every milestone of the start that the server and its stage processes logged
+  [ "$TARGET" = service ] && "$PYTHON" deploy/gpu/omni_start_phases.py "$OUT/logs/service.log" >"$OUT/start-phases.md" 2>&1
   for log in "$OUT"/logs/*.log; do [ -f "$log" ] && gzip -f "$log"; done
 }
 

@@ -1764,6 +1764,67 @@ def test_trace_summary_tells_gpu_busy_and_idle_time_kernels_launches_and_steps_p
     assert summary.union_us([(0, 10), (5, 20), (30, 40), (32, 35)]) == 30
 
 
+def test_omni_start_phases_reads_each_tracks_milestones_in_order_from_the_services_log(tmp_path: Path) -> None:
+    """The server's JSON lines (milliseconds) and vLLM's (to the second, no year: the JSON lines' year), a stage
+    process's under its prefix; a stage's first line may be its next milestone too; a milestone's pattern is looked
+    for only after the one before it on its track (the code2wav stage's 'Model loading took' is not the talker's);
+    each row's gap is since the one before on its track, a stage's first since the one before on any track."""
+    module = load_gpu_script("omni_start_phases")
+
+    def server(at: str, message: str) -> str:
+        return f'{{"ts": "2026-11-29T10:{at}Z", "level": "info", "logger": "app", "message": "{message}"}}'
+
+    def stage(n: int, at: str, text: str) -> str:
+        return f"(StageEngineCoreProc_stage{n}_replica0 pid={5000 + n}) INFO 11-29 10:{at} [x.py:1] {text}"
+
+    lines = [
+        server("46:40.000", "Started server process [1]"),
+        server("46:40.500", "omni engine starting"),
+        "INFO 11-29 10:47:09 [omni_engine_base.py:312] [OmniEngine] Launching Orchestrator thread with 2 stages",
+        "a line without a time",
+        stage(0, "48:11", "Initializing a V1 LLM engine (v0.30.0) with config: ..."),
+        stage(1, "48:12", "Initializing a V1 LLM engine (v0.30.0) with config: ..."),  # parallel stage init
+        stage(1, "48:20", "Model loading took 1.16 GiB memory and 8.0 seconds"),
+        stage(0, "48:14", "Model loading took 1.84 GiB memory and 2.58 seconds"),
+        stage(0, "49:05", "torch.compile took 47.71 s in total"),
+        stage(0, "49:07", "Available KV cache memory: 17.42 GiB"),
+        stage(0, "49:33", "Graph capturing finished in 3 secs, took 0.11 GiB"),
+        stage(0, "51:43", "Captured MRv2 mtp graphs for 11 sizes"),
+        stage(0, "51:44", "init engine (profile, create kv cache, warmup model) took 209.43 s"),
+        stage(1, "51:50", "init engine (profile, create kv cache, warmup model) took 0.44 s"),
+        "INFO 11-29 10:52:36 [omni_base.py:227] [AsyncOmni] AsyncOmniEngine initialized in 329.35 seconds",
+        server("52:37.000", "omni engine started"),
+        server("52:45.000", "omni engine ready"),
+        server("52:45.600", "started"),
+    ]
+    log = tmp_path / "service.log.gz"
+    with gzip.open(log, "wt") as out:
+        out.write("\n".join(lines) + "\n")
+    found = module.milestones(module.read_lines(log))
+    order = [(track, name) for track, name, _ in module.MILESTONES]
+    assert sorted(((m.track, m.name) for m in found), key=order.index) == order  # each once
+    rows = module.table(found)
+    assert rows[2] == "| server | the server's process started | 0.0 | 0.0 |"
+    assert "| server | the omni engine starting | 0.5 | 0.5 |" in rows
+    assert "| talker | the talker's process logging (spawned, imported) | 91.0 | 62.0 |" in rows
+    assert "| talker | its engine configured | 91.0 | 0.0 |" in rows
+    assert "| code2wav | code2wav's process logging (spawned, imported) | 92.0 | 1.0 |" in rows
+    assert "| code2wav | its weights and decoder graphs loaded | 100.0 | 8.0 |" in rows
+    assert "| talker | its weights loaded | 94.0 | 3.0 |" in rows
+    assert "| talker | its code predictor warmed up and captured | 303.0 | 130.0 |" in rows
+    assert "| code2wav | code2wav ready | 310.0 | 210.0 |" in rows
+    assert rows[-1] == "| server | the server serving | 365.6 | 0.6 |"
+    # a milestone never logged is passed over: those after it on its track are still found
+    without = module.table(module.milestones(lines[1:]))
+    assert without[-1] == "not in the log: server: the server's process started"
+    assert "| server | the server serving | 365.1 | 0.6 |" in without
+    # a start that failed: what it reached, and what it did not
+    failed = module.table(module.milestones(lines[:6]))
+    assert failed[-1].startswith("not in the log: talker: its weights loaded; ")
+    assert failed[-1].endswith("server: the server serving")
+    assert module.table([]) == ["no milestone of the omni engine's start in this log"]
+
+
 def test_sglang_pace_averages_the_talkers_steady_decode_lines_after_the_server_was_ready_by_running_requests(
     tmp_path: Path,
 ) -> None:

@@ -51,8 +51,9 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         f" '{event % ('coordinator_stream_received', 138_000_000)}'"
         ' > "$PROFILER_DIR/service-sglang/$SWEEP_NAME/events_coordinator_7.jsonl" ;;\n'
         '  stop) mkdir -p "$OUT/logs"\n'
-        '    if [ "$TARGETS" = service ]; then printf \'%s\\n\' \'{"message": "omni engine starting"}\''
-        ' \'{"message": "omni engine ready", "total_s": 88.0}\' \'{"message": "started", "total_s": 90.1}\''
+        '    if [ "$TARGETS" = service ]; then printf \'%s\\n\' \'{"ts": "2026-11-29T10:00:00.000Z", "message":'
+        ' "omni engine starting"}\' \'{"ts": "2026-11-29T10:01:28.000Z", "message": "omni engine ready", "total_s":'
+        ' 88.0}\' \'{"ts": "2026-11-29T10:01:30.100Z", "message": "started", "total_s": 90.1}\''
         ' > "$OUT/logs/service.log"\n'
         '    else printf \'%s\\n\' \'{"message": "sglang engine starting"}\' \'{"message": "Decode batch"}\''
         ' \'{"message": "sglang engine ready", "total_s": 229.1}\' > "$OUT/logs/service-sglang.log"; fi ;;\n'
@@ -136,7 +137,7 @@ def test_each_variant_starts_with_its_levers_settings_and_is_swept_alike_then_st
 def test_the_service_on_vllm_omni_is_a_target_too_without_the_request_timeline(tmp_path: Path) -> None:
     """TARGET=service: each variant's settings reach side-by-side.sh as the vllm-omni service's (SERVICE_ENV), the
     same sweeps run but the request timeline (sglang-omni's events), no profiler is set up, and the start phases are
-    read from the omni engine's lines."""
+    read from the omni engine's lines, and its milestones from its whole log."""
     done = run(
         tmp_path, TARGET="service", VARIANTS="a1:A t1:T", LEVER_A="", LEVER_T="SPEECH_OMNI__TALKER_MODEL=service"
     )
@@ -152,10 +153,14 @@ def test_the_service_on_vllm_omni_is_a_target_too_without_the_request_timeline(t
         assert {(call[9], call[10], call[11], call[6]) for call in mine} == {(settings, "service", "", "")}
         start_phases = (tmp_path / "out" / name / "start-phases.jsonl").read_text().splitlines()
         assert start_phases == [
-            '{"message": "omni engine starting"}',
-            '{"message": "omni engine ready", "total_s": 88.0}',
-            '{"message": "started", "total_s": 90.1}',
+            '{"ts": "2026-11-29T10:00:00.000Z", "message": "omni engine starting"}',
+            '{"ts": "2026-11-29T10:01:28.000Z", "message": "omni engine ready", "total_s": 88.0}',
+            '{"ts": "2026-11-29T10:01:30.100Z", "message": "started", "total_s": 90.1}',
         ]
+        # and every milestone of the start that its log holds (deploy/gpu/omni_start_phases.py)
+        table = (tmp_path / "out" / name / "start-phases.md").read_text().splitlines()
+        assert "| server | the engine warmed up (ready) | 88.0 | 88.0 |" in table
+        assert "| server | the server serving | 90.1 | 2.1 |" in table
         assert not (tmp_path / "out" / name / "timeline").exists()
     assert "failed" not in (tmp_path / "out/progress.txt").read_text()
     refused = run(tmp_path, out="other", TARGET="sglang", VARIANTS="a1:A", LEVER_A="")
