@@ -1181,6 +1181,18 @@ def bench_python(tmp_path: Path) -> Path:
     return script
 
 
+def sweep_bench(env: dict[str, str], **more: str) -> subprocess.CompletedProcess[str]:
+    """`side-by-side.sh sweep-bench` with `env`, and `more` on top of it."""
+    return subprocess.run(
+        [str(GPU / "side-by-side.sh"), "sweep-bench"], env={**env, **more}, capture_output=True, text=True, cwd=ROOT
+    )
+
+
+def bench_calls(tmp_path: Path) -> list[list[str]]:
+    """The arguments of each `vllm bench serve` call that bench_python recorded, in order."""
+    return [call.split("\n") for call in (tmp_path / "bench_argv").read_text().split("\n---\n") if call.strip()]
+
+
 def test_side_by_side_runs_vllm_bench_against_every_target_and_tabulates_it(tmp_path: Path) -> None:
     """The referee: vllm-omni's benchmark at each level against each HTTP target (not `alone`), with the benchmark's
     own body plus the voice and EXTRA_BODY's length (its own stream_format left to it), 3 prompts per stream, and one
@@ -1193,11 +1205,9 @@ def test_side_by_side_runs_vllm_bench_against_every_target_and_tabulates_it(tmp_
         CONCURRENCY="1,32,64",
         EXTRA_BODY='{"stream_format": "audio", "max_new_tokens": 101}',
     )
-    done = subprocess.run(
-        [str(GPU / "side-by-side.sh"), "sweep-bench"], env=env, capture_output=True, text=True, cwd=ROOT
-    )
+    done = sweep_bench(env)
     assert done.returncode == 0, done.stdout + done.stderr
-    calls = [call.split("\n") for call in (tmp_path / "bench_argv").read_text().split("\n---\n") if call.strip()]
+    calls = bench_calls(tmp_path)
     assert [(c[c.index("--max-concurrency") + 1], c[c.index("--base-url") + 1]) for c in calls] == [
         ("1", "http://127.0.0.1:18000"),
         ("1", "http://127.0.0.1:18005"),
@@ -1218,25 +1228,17 @@ def test_side_by_side_runs_vllm_bench_against_every_target_and_tabulates_it(tmp_
     assert "| 64 | service | 192 / 0 |" in table and "alone" not in table
     assert "alone: not an HTTP speech server to vllm bench; skipped" in done.stdout
     assert (out / "commands.txt").read_text().count("bench serve --omni") == 6
-    again = subprocess.run(
-        [str(GPU / "side-by-side.sh"), "sweep-bench"], env=env, capture_output=True, text=True, cwd=ROOT
-    )
+    again = sweep_bench(env)
     assert again.returncode == 0 and (out / "bench-2/README.md").exists()  # never over an earlier sweep
     # no prompt twice on a server: its random dataset is drawn from --seed, the same one (0) each call unless given,
     # so every level of every call gets a seed of its own, the same for each target at that level
-    calls = [call.split("\n") for call in (tmp_path / "bench_argv").read_text().split("\n---\n") if call.strip()]
+    calls = bench_calls(tmp_path)
     seeds = [c[c.index("--seed") + 1] for c in calls]
     assert len(seeds) == 12 and seeds[::2] == seeds[1::2]
     assert len(set(seeds[::2])) == 6 and "0" not in seeds
-    pinned = subprocess.run(
-        [str(GPU / "side-by-side.sh"), "sweep-bench"],
-        env={**env, "BENCH_SEED": "500", "CONCURRENCY": "8,16"},
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    pinned = sweep_bench(env, BENCH_SEED="500", CONCURRENCY="8,16")
     assert pinned.returncode == 0, pinned.stdout + pinned.stderr
-    calls = [call.split("\n") for call in (tmp_path / "bench_argv").read_text().split("\n---\n") if call.strip()]
+    calls = bench_calls(tmp_path)
     assert [c[c.index("--seed") + 1] for c in calls[12:]] == ["500", "500", "501", "501"]
 
 
@@ -1244,23 +1246,15 @@ def test_side_by_side_runs_vllm_bench_at_a_poisson_rate_with_the_level_as_its_ca
     """BENCH_RATE: the benchmark's own Poisson arrivals (--request-rate), each level's concurrency then a cap and its
     prompt count as at any level; without it no rate is passed (vllm bench sends them all at once)."""
     env = sweep_env(tmp_path, bench_python(tmp_path), TARGETS="service", CONCURRENCY="56", BENCH_PROMPTS="2")
-    done = subprocess.run(
-        [str(GPU / "side-by-side.sh"), "sweep-bench"],
-        env={**env, "BENCH_RATE": "14", "SWEEP_NAME": "poisson14"},
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    done = sweep_bench(env, BENCH_RATE="14", SWEEP_NAME="poisson14")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "c=56 at 14 req/s against service" in done.stdout
-    (call,) = [c.split("\n") for c in (tmp_path / "bench_argv").read_text().split("\n---\n") if c.strip()]
+    (call,) = bench_calls(tmp_path)
     assert call[call.index("--request-rate") + 1] == "14"
     assert (call[call.index("--max-concurrency") + 1], call[call.index("--num-prompts") + 1]) == ("56", "112")
     assert "| 56 | service | 168 / 0 |" in (tmp_path / "results/bench-poisson14/README.md").read_text()
     (tmp_path / "bench_argv").unlink()
-    plain = subprocess.run(
-        [str(GPU / "side-by-side.sh"), "sweep-bench"], env=env, capture_output=True, text=True, cwd=ROOT
-    )
+    plain = sweep_bench(env)
     assert plain.returncode == 0 and "--request-rate" not in (tmp_path / "bench_argv").read_text().split("\n")
 
 
@@ -1294,15 +1288,9 @@ def test_side_by_side_sends_sglang_its_own_request_body_beside_the_others(tmp_pa
         text=True,
     )
     assert again.returncode == 0 and "--unique-texts" not in (tmp_path / "loadtest_argv").read_text().split("\n")
-    benched = subprocess.run(
-        [str(GPU / "side-by-side.sh"), "sweep-bench"],
-        env={**env, "PYTHON": str(bench_python(tmp_path))},
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    benched = sweep_bench(env, PYTHON=str(bench_python(tmp_path)))
     assert benched.returncode == 0, benched.stdout + benched.stderr
-    calls = [call.split("\n") for call in (tmp_path / "bench_argv").read_text().split("\n---\n") if call.strip()]
+    calls = bench_calls(tmp_path)
     assert [json.loads(c[c.index("--extra-body") + 1]) for c in calls] == [
         {"voice": "vivian", "max_new_tokens": 101},
         {"voice": "vivian", "max_new_tokens": 100},
