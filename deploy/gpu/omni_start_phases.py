@@ -87,8 +87,9 @@ def milestones(lines: Iterable[str]) -> list[Milestone]:
         track = STAGE_TRACKS.get(stage.group(1), "") if stage else "server"
         if stage:
             line = line[stage.end() :]
-        if year is None and line.startswith('{"ts": "'):
-            year = int(line[8:12])
+        if year is None and line.startswith("{"):  # vLLM's lines have none: the service's first JSON line's
+            first = stamp(line, None)
+            year = first.year if first else None
         wanted, start = by_track.get(track, []), next_of.get(track, 0)
         # the first milestone still to come that this line is (one never logged is passed over, and left out)...
         index = next((i for i in range(start, len(wanted)) if wanted[i][1] in line), None)
