@@ -188,7 +188,7 @@ class OmniSettings(BaseModel):
         "run one position at a time over a key/value cache instead of recomputing the frame's whole sequence at each "
         "of its 15 steps (16 rows a frame instead of 255), its top-k threshold found by selection instead of a sort; "
         "codes equal to vllm-omni's in float32 (on the CPU and on an H200), a draw from the same distribution in "
-        "bfloat16. Its speed not measured on a GPU yet. app/engines/omni/stage_plugins/talker_model.py; registered "
+        "bfloat16. Not yet a win on a GPU (docs/deploy.md). app/engines/omni/stage_plugins/talker_model.py; registered "
         "in the stage processes by the package's vllm_omni.general_plugins entry point, so the service must be "
         "installed, as its image is.",
     )

@@ -12,7 +12,7 @@ would be in the talker's process, then given the same frames and the same sampli
   differently; the first residual codebook, drawn before anything could part, agrees in nearly every row.
 - Inside CUDA graphs (vLLM's model runner captures the talker's whole `talker_mtp` step, the predictor in it, at each
   batch size), in both dtypes: the service's predictor captures, and a replay on new inputs gives what it gives
-  eagerly.
+  eagerly; it compiled two graphs for all its buckets and compiles nothing while it serves.
 """
 
 from __future__ import annotations
@@ -130,11 +130,19 @@ def test_it_captures_in_cuda_graphs_as_the_talkers_runner_does_and_replays_what_
 ) -> None:
     """As vllm-omni 0.30's model runner captures the talker's `talker_mtp` step (worker_v2/model_states/
     omni_model_state.py, capture_mtp_graphs): every size from the largest down, each warmed up eagerly without
-    sampling uniforms, then captured with uniforms it owns; a replay on new inputs gives what an eager call does."""
+    sampling uniforms, then captured with uniforms it owns; a replay on new inputs gives what an eager call does.
+    Its set-up compiles two graphs for the four buckets (a batch of 1, any larger batch), and nothing after it
+    compiles again."""
     dtype = getattr(torch, dtype_name)
     _, ours = predictors(torch, dtype)
-    graphs: dict[int, tuple[Any, dict[str, Any], Any]] = {}
+    torch._dynamo.reset()  # this predictor's graphs only: none an earlier test left for it to reuse
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]  # counted since the process started
     with torch.inference_mode():
+        ours._setup_compile()
+    compiled = torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+    assert compiled == 2, f"{compiled} graphs compiled for the buckets 1, 2, 4, 8: one per bucket is a minute a start"
+    graphs: dict[int, tuple[Any, dict[str, Any], Any]] = {}
+    with torch._dynamo.config.patch(error_on_recompile=True), torch.inference_mode():
         for batch in (8, 4, 2, 1):
             static = frame(torch, dtype, batch, seed=batch)
             uniforms = static.pop("sample_uniforms")
