@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import gzip
-import importlib.util
 import io
 import json
 import os
@@ -17,7 +16,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -26,6 +25,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from app.engines.sglang.engine import ENGINE_ENVIRONMENT
 from app.metrics import LOOP_LAG_BUCKETS, TTFA_PHASE_BUCKETS
 from tests.support.locked_wheels import class_def, fetch_locked_wheel, function_def
+from tests.support.scripts import gpu_script
 from tests.support.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -1297,16 +1297,6 @@ def test_side_by_side_sends_sglang_its_own_request_body_beside_the_others(tmp_pa
     ]
 
 
-def load_gpu_script(name: str) -> ModuleType:
-    """A deploy/gpu script as a module (they run as scripts, not as a package)."""
-    spec = importlib.util.spec_from_file_location(name, GPU / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # as an import would: dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 class FakeTensor:
     def __init__(self, name: str) -> None:
         self.name, self.calls = name, []
@@ -1326,7 +1316,7 @@ class FakeTensor:
 
 def test_codec_weights_are_named_as_a_checkpoints_speech_tokenizer_names_them() -> None:
     """Code2wav's load_weights loads `decoder.*` from speech_tokenizer/ into its decoder (and skips `encoder.*`)."""
-    codec_weights = load_gpu_script("codec_weights")
+    codec_weights = gpu_script("codec_weights")
     state = {
         "pre_conv.conv.weight": FakeTensor("a"),
         "quantizer.rvq_first.vq.layers.0._codebook.embed_sum": FakeTensor("b"),
@@ -1351,7 +1341,7 @@ def test_codec_weights_refuses_a_directory_without_a_speech_tokenizer(tmp_path: 
 def test_frontend_weights_are_named_as_the_prompt_frontend_loads_them() -> None:
     """sglang-omni's frontend loads `talker.<name>` into its own `<name>` and the speaker encoder's under its own
     name (`Qwen3TTSPromptFrontend.load_weights`, 0.1.8); each tensor a copy of its own, as safetensors needs."""
-    frontend_weights = load_gpu_script("frontend_weights")
+    frontend_weights = gpu_script("frontend_weights")
     parameters = {
         "text_projection.linear_fc1.weight": FakeTensor("a"),
         "model.text_embedding.weight": FakeTensor("b"),
@@ -1384,7 +1374,7 @@ def test_frontend_weights_names_them_as_sglang_omnis_own_frontend_does() -> None
     names = ["text_projection.linear_fc1.weight", "model.text_embedding.weight", "speaker_encoder.fc.weight"]
     frontend = SimpleNamespace(named_parameters=lambda: [(name, None) for name in names])
     theirs = namespace["checkpoint_weight_names"](frontend)
-    frontend_weights = load_gpu_script("frontend_weights")
+    frontend_weights = gpu_script("frontend_weights")
     ours = frontend_weights.checkpoint_tensors(
         {name: FakeTensor(name) for name in names}, constants["_TALKER_PREFIX"], constants["_SPEAKER_ENCODER_PREFIX"]
     )
@@ -1534,7 +1524,7 @@ def test_start_server_serves_what_the_old_flat_names_give(tmp_path: Path) -> Non
 def test_level_metrics_reads_what_a_level_added_to_each_servers_histograms(tmp_path: Path) -> None:
     """The loop lag and TTFA phases of one level: the observations between the two /metrics the sweep kept, as
     Prometheus' histogram_quantile reads buckets; what came before the level is left out."""
-    module = load_gpu_script("level_metrics")
+    module = gpu_script("level_metrics")
     registry = CollectorRegistry()
     lag = Histogram("speech_event_loop_lag_seconds", "", buckets=LOOP_LAG_BUCKETS, registry=registry)
     phase = Histogram("speech_ttfa_phase_seconds", "", ["phase"], buckets=TTFA_PHASE_BUCKETS, registry=registry)
@@ -1572,7 +1562,7 @@ def test_level_metrics_reads_what_a_level_added_to_each_servers_histograms(tmp_p
 def test_ttfa_phases_splits_each_bench_run_into_its_first_wave_and_the_rest() -> None:
     """vllm bench's requests (x-request-id bench-<run>-<n>) in a service's log: a run of 16 prompts at c=1 (16 is
     sweep-bench's least) and one of 24 at c=8, each wave's phases apart; other requests and lines are left out."""
-    module = load_gpu_script("ttfa_phases")
+    module = gpu_script("ttfa_phases")
 
     def line(request_id: str, engine_s: float) -> str:
         phases = {"validate": 0.001, "queue": 0.0, "prepare": 0.001, "engine": engine_s, "encode_write": 0.0}
@@ -1595,7 +1585,7 @@ def test_ttfa_phases_shows_when_each_burst_got_its_first_chunks_in_clusters() ->
     arrived e2e_s before its log line's timestamp; first chunks less than 5 ms apart are one cluster, count@ms after
     the burst's first arrival; a burst smaller than asked, a request without a first chunk and other lines are left
     out."""
-    module = load_gpu_script("ttfa_phases")
+    module = gpu_script("ttfa_phases")
 
     def line(arrived_ms: float, first_chunk_ms: float, e2e_ms: float = 2000.0) -> str:
         ended = datetime(2026, 11, 28, 12, 0, 0, tzinfo=UTC) + timedelta(milliseconds=arrived_ms + e2e_ms)
@@ -1620,7 +1610,7 @@ def test_sglang_timeline_splits_each_requests_first_audio_into_the_pipelines_pha
     out of that phase only; lines that are not events are skipped. --requests: one row per request in arrival order,
     a new burst where an arrival comes 300 ms or more after the one before (not after the burst's first), requests
     arriving at the same instant both shown."""
-    module = load_gpu_script("sglang_timeline")
+    module = gpu_script("sglang_timeline")
     path = [
         ("coordinator", "request_admission"),
         ("preprocessing", "stage_complete"),
@@ -1672,7 +1662,7 @@ def test_sglang_timeline_splits_each_requests_first_audio_into_the_pipelines_pha
 
 
 def test_sglang_timeline_warns_of_the_events_of_more_than_one_server(tmp_path: Path) -> None:
-    module = load_gpu_script("sglang_timeline")
+    module = gpu_script("sglang_timeline")
     for pid in (11, 12):
         event = {"request_id": f"r{pid}", "stage": "coordinator", "event_name": "request_admission", "pid": pid}
         (tmp_path / f"events_coordinator_{pid}.jsonl").write_text(json.dumps({**event, "timestamp_ns": pid}) + "\n")
@@ -1713,7 +1703,7 @@ def test_trace_summary_tells_gpu_busy_and_idle_time_kernels_launches_and_steps_p
     """The profiler's traces reduced to what they say (so that they need not leave the GPU host): the GPU's window,
     its busy time with overlapping streams counted once, kernels by total time and how many ran in graphs, the host's
     launch calls and vLLM's steps, per frame; a gzip cut short read from the .json beside it."""
-    summary = load_gpu_script("trace_summary")
+    summary = gpu_script("trace_summary")
     events = [
         {"ph": "X", "cat": "kernel", "name": "talker_gemm", "ts": 0, "dur": 300, "args": {"graph id": 7}},
         {"ph": "X", "cat": "kernel", "name": "talker_gemm", "ts": 400, "dur": 300, "args": {"graph id": 7}},
@@ -1757,7 +1747,7 @@ def test_omni_start_phases_reads_each_tracks_milestones_in_order_from_the_servic
     process's under its prefix; a stage's first line may be its next milestone too; a milestone's pattern is looked
     for only after the one before it on its track (the code2wav stage's 'Model loading took' is not the talker's);
     each row's gap is since the one before on its track, a stage's first since the one before on any track."""
-    module = load_gpu_script("omni_start_phases")
+    module = gpu_script("omni_start_phases")
 
     def server(at: str, message: str) -> str:
         return f'{{"ts": "2026-11-29T10:{at}Z", "level": "info", "logger": "app", "message": "{message}"}}'
@@ -1821,7 +1811,7 @@ def test_sglang_pace_averages_the_talkers_steady_decode_lines_after_the_server_w
     after a change of load or after a pause is left out. Each counts in the bucket its running requests fall in (a
     count or an inclusive range), as mean, median, min and max tokens/s and the share that replayed a CUDA graph; a
     gzipped log reads as a plain one."""
-    module = load_gpu_script("sglang_pace")
+    module = gpu_script("sglang_pace")
 
     def decode(at: str, running: int, rate: float, graph: bool = True) -> str:
         return (
@@ -1869,7 +1859,7 @@ def test_window_arrivals_gives_each_windows_arrival_and_gap_over_the_streams_tha
     """Per window, over the answered streams that got that far: when it arrived and how long after the one before
     (for the first: after the request), at p10 / p50 / p90 with no interpolation; failed streams are left out; a
     window no stream reached ends the table."""
-    module = load_gpu_script("window_arrivals")
+    module = gpu_script("window_arrivals")
 
     def stream(*arrived_s: float, ok: bool = True) -> dict[str, object]:
         return {"ok": ok, "audio_arrivals": [[at, 0.08 * (i + 1)] for i, at in enumerate(arrived_s)]}
@@ -1898,7 +1888,7 @@ def test_window_arrivals_gives_each_windows_arrival_and_gap_over_the_streams_tha
 def test_sglang_timeline_reads_a_stage_copys_events_as_its_stages(tmp_path: Path) -> None:
     """A stage run as several copies (sglang-omni's process replicas) writes its events as `<stage>@r<N>`: they count
     as the stage's, so preprocessing's phases stay in the table."""
-    module = load_gpu_script("sglang_timeline")
+    module = gpu_script("sglang_timeline")
     events = [
         {"request_id": "a", "stage": "coordinator", "event_name": "request_admission", "timestamp_ns": 0},
         {"request_id": "a", "stage": "preprocessing@r1", "event_name": "stage_complete", "timestamp_ns": 40_000_000},

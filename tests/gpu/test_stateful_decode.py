@@ -55,8 +55,6 @@ For scale, the test prints the one-call decode in the dtype against a float32 on
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -74,10 +72,10 @@ from tests.gpu.support import (
     torch_with_vllm_omni_030,
     wave_diff,
 )
+from tests.support.scripts import gpu_script
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "deploy/vllm-omni/customvoice.yaml"
-CODEC_WEIGHTS = ROOT / "deploy/gpu/codec_weights.py"
 DEVICE = "cuda"
 FRAMES = (100, 375)  # an 8-s utterance, a 30-s one
 NUM_QUANTIZERS = 16
@@ -116,11 +114,7 @@ def model_dir(engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from app.tools.qwen3_tts_model_dir import write_model_dir
 
     path = write_model_dir(tmp_path_factory.mktemp("qwen3-tts") / "model", "custom_voice")
-    spec = importlib.util.spec_from_file_location("codec_weights", CODEC_WEIGHTS)  # a script, not a package
-    assert spec is not None and spec.loader is not None
-    codec_weights = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(codec_weights)
-    codec_weights.write_codec_weights(path, fill="signal", seed=0)
+    gpu_script("codec_weights").write_codec_weights(path, fill="signal", seed=0)
     return path
 
 

@@ -17,16 +17,15 @@ would be in the talker's process, then given the same frames and the same sampli
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import pytest
 
 from tests.gpu.support import torch_with_vllm_omni_030
+from tests.support.scripts import gpu_script
 
-GROUPS = 16
-VOCAB = 2048
-HIDDEN = 1024
+PAIR = gpu_script("predictor_bench")  # both predictors built, and a frame's inputs, as the benchmark does
+GROUPS, VOCAB = PAIR.GROUPS, PAIR.VOCAB
 BUCKETS = 8  # the talker's max_num_seqs here: buckets 1, 2, 4, 8
 
 
@@ -36,56 +35,13 @@ def torch() -> Any:
 
 
 def predictors(torch: Any, dtype: Any) -> tuple[Any, Any]:
-    """vllm-omni's predictor and the service's, on the GPU in `dtype`, with the same random weights (norms at one,
-    the heads scaled so that top-k cuts into real probability mass)."""
-    from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
-        Qwen3TTSTalkerCodePredictorConfig,
-        Qwen3TTSTalkerConfig,
-    )
-    from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm import (
-        Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM,
-    )
-
-    from app.engines.omni.stage_plugins.talker_model import SpeechCodePredictor
-
-    config = Qwen3TTSTalkerCodePredictorConfig(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=3072, num_hidden_layers=5, num_attention_heads=16,
-        num_key_value_heads=8, head_dim=128, num_code_groups=GROUPS, rope_theta=1_000_000, rms_norm_eps=1e-6,
-    )  # fmt: skip
-    talker = Qwen3TTSTalkerConfig(hidden_size=HIDDEN, num_code_groups=GROUPS, code_predictor_config=config.to_dict())
-    # what the wrapper reads of vLLM's config: the talker's batch limit, and no stage connector settings
-    vllm_config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=BUCKETS), model_config=None)
-    torch.manual_seed(0)
-    upstream = Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM(
-        vllm_config=vllm_config, config=config, talker_config=talker
-    )
-    ours = SpeechCodePredictor(vllm_config=vllm_config, config=config, talker_config=talker)
-    with torch.no_grad():
-        for parameter in upstream.parameters():
-            parameter.normal_(0, 0.05)
-        for layer in upstream.model.layers:
-            for norm in (layer.input_layernorm, layer.post_attention_layernorm):
-                norm.weight.fill_(1.0)
-            layer.self_attn.q_norm.weight.fill_(1.0)
-            layer.self_attn.k_norm.weight.fill_(1.0)
-        upstream.model.norm.weight.fill_(1.0)
-        for head in upstream.lm_head:
-            head.weight.mul_(20)
-    ours.load_state_dict(upstream.state_dict())
-    return upstream.to("cuda", dtype).eval(), ours.to("cuda", dtype).eval()
+    """vllm-omni's predictor and the service's, built as deploy/gpu/predictor_bench.py builds them (the same random
+    weights), with buckets 1, 2, 4, 8."""
+    return PAIR.predictors(torch, dtype, max_num_seqs=BUCKETS)
 
 
 def frame(torch: Any, dtype: Any, batch: int, seed: int) -> dict[str, Any]:
-    """One talker step's inputs to the predictor, and the uniforms its sampling draws Gumbel noise from."""
-    generator = torch.Generator(device="cuda").manual_seed(seed)
-    return {
-        "layer0_code": torch.randint(0, VOCAB, (batch, 1), device="cuda", generator=generator),
-        "layer0_embed": torch.randn(batch, 1, HIDDEN, device="cuda", generator=generator).to(dtype),
-        "last_talker_hidden": torch.randn(batch, 1, HIDDEN, device="cuda", generator=generator).to(dtype),
-        "sample_uniforms": torch.empty(batch, GROUPS - 1, VOCAB, device="cuda").uniform_(
-            1e-20, 1 - 1e-20, generator=generator
-        ),
-    }
+    return PAIR.frame(torch, dtype, batch, seed)
 
 
 def test_float32_codes_are_vllm_omnis(torch: Any) -> None:

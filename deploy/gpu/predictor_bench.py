@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""vllm-omni 0.30's Qwen3-TTS code predictor against the service's (`SPEECH_OMNI__TALKER_MODEL=service`), alone on
+one GPU, as the talker's model runner runs them: each compiled and warmed up at its batch buckets, then captured in a
+CUDA graph per batch size with sampling uniforms it owns, and replayed. Per batch size and predictor: the GPU's time
+per frame (CUDA events around many replays), the host's time to launch one replay, the kernels one replay runs (from
+a PyTorch profiler trace) and the set-up's time (compile and warm-up at every bucket). A server's start and load add
+noise that a predictor's own difference can hide; this measures the predictor without them.
+
+    python3 deploy/gpu/predictor_bench.py [--batches 1,8,32] [--dtype bfloat16] [--replays 200] > predictor.md
+
+The 0.6B CustomVoice predictor's shape (5 layers, hidden 1024, 16 query and 8 key/value heads of 128, 2048 codes,
+16 codebooks) with random weights, the talker's batch limit the largest batch asked for. Needs a CUDA device and
+vllm-omni 0.30 importable, the service's source tree on the path (run from the repository root).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+GROUPS = 16
+VOCAB = 2048
+HIDDEN = 1024
+
+
+def predictors(torch: Any, dtype: Any, max_num_seqs: int) -> tuple[Any, Any]:
+    """vllm-omni's predictor and the service's, on the GPU in `dtype`, with the same random weights (norms at one,
+    the heads scaled so that top-k cuts into real probability mass); `max_num_seqs` sets their batch buckets."""
+    from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
+        Qwen3TTSTalkerCodePredictorConfig,
+        Qwen3TTSTalkerConfig,
+    )
+    from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm import (
+        Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM,
+    )
+
+    from app.engines.omni.stage_plugins.talker_model import SpeechCodePredictor
+
+    config = Qwen3TTSTalkerCodePredictorConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=3072, num_hidden_layers=5, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=128, num_code_groups=GROUPS, rope_theta=1_000_000, rms_norm_eps=1e-6,
+    )  # fmt: skip
+    talker = Qwen3TTSTalkerConfig(hidden_size=HIDDEN, num_code_groups=GROUPS, code_predictor_config=config.to_dict())
+    # what the wrapper reads of vLLM's config: the talker's batch limit, and no stage connector settings
+    scheduler = types.SimpleNamespace(max_num_seqs=max_num_seqs)
+    vllm_config = types.SimpleNamespace(scheduler_config=scheduler, model_config=None)
+    torch.manual_seed(0)
+    upstream = Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM(
+        vllm_config=vllm_config, config=config, talker_config=talker
+    )
+    ours = SpeechCodePredictor(vllm_config=vllm_config, config=config, talker_config=talker)
+    with torch.no_grad():
+        for parameter in upstream.parameters():
+            parameter.normal_(0, 0.05)
+        for layer in upstream.model.layers:
+            for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+                norm.weight.fill_(1.0)
+            layer.self_attn.q_norm.weight.fill_(1.0)
+            layer.self_attn.k_norm.weight.fill_(1.0)
+        upstream.model.norm.weight.fill_(1.0)
+        for head in upstream.lm_head:
+            head.weight.mul_(20)
+    ours.load_state_dict(upstream.state_dict())
+    return upstream.to("cuda", dtype).eval(), ours.to("cuda", dtype).eval()
+
+
+def frame(torch: Any, dtype: Any, batch: int, seed: int) -> dict[str, Any]:
+    """One talker step's inputs to the predictor, and the uniforms its sampling draws Gumbel noise from."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    return {
+        "layer0_code": torch.randint(0, VOCAB, (batch, 1), device="cuda", generator=generator),
+        "layer0_embed": torch.randn(batch, 1, HIDDEN, device="cuda", generator=generator).to(dtype),
+        "last_talker_hidden": torch.randn(batch, 1, HIDDEN, device="cuda", generator=generator).to(dtype),
+        "sample_uniforms": torch.empty(batch, GROUPS - 1, VOCAB, device="cuda").uniform_(
+            1e-20, 1 - 1e-20, generator=generator
+        ),
+    }
+
+
+def capture(torch: Any, predictor: Any, dtype: Any, batch: int) -> Any:
+    """`predictor` at `batch` in a CUDA graph, as vllm-omni's MRv2 runner captures the talker's step: warmed up
+    without uniforms, captured with uniforms it owns."""
+    static = frame(torch, dtype, batch, seed=batch)
+    uniforms = static.pop("sample_uniforms")
+    predictor(**static, temperature=0.9, top_k=50)
+    uniforms.fill_(0.5)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        predictor(**static, sample_uniforms=uniforms, temperature=0.9, top_k=50)
+    return graph
+
+
+def kernels_per_replay(torch: Any, graph: Any, replays: int) -> float:
+    """The kernels a replay runs, from a profiler trace of `replays` of them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trace.json"
+        trace.export_chrome_trace(str(path))
+        events = json.loads(path.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    return sum(1 for event in events if event.get("cat") == "kernel" and event.get("ph") == "X") / replays
+
+
+def measure(torch: Any, graph: Any, replays: int) -> tuple[float, float]:
+    """The GPU's milliseconds per replay (events around `replays` back to back) and the host's median
+    milliseconds to launch one (each launched after the one before finished)."""
+    for _ in range(10):
+        graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    launches = []
+    for _ in range(min(replays, 50)):
+        began = time.perf_counter()
+        graph.replay()
+        launches.append((time.perf_counter() - began) * 1e3)
+        torch.cuda.synchronize()
+    return start.elapsed_time(end) / replays, statistics.median(launches)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", default="1,8,32", help="batch sizes, comma-separated")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--replays", type=int, default=200)
+    args = parser.parse_args(argv)
+    batches = sorted({int(b) for b in args.batches.split(",")}, reverse=True)  # as the runner captures: largest first
+
+    import torch
+
+    dtype = getattr(torch, args.dtype)
+    upstream, ours = predictors(torch, dtype, max_num_seqs=max(batches))
+    rows = []
+    for name, predictor in (("vllm-omni's", upstream), ("the service's", ours)):
+        began = time.perf_counter()
+        with torch.inference_mode():
+            predictor._setup_compile()
+        torch.cuda.synchronize()
+        set_up = time.perf_counter() - began
+        with torch.inference_mode():
+            graphs = {batch: capture(torch, predictor, dtype, batch) for batch in batches}
+        for batch in sorted(graphs):
+            gpu_ms, launch_ms = measure(torch, graphs[batch], args.replays)
+            kernels = kernels_per_replay(torch, graphs[batch], min(args.replays, 20))
+            rows.append((batch, name, gpu_ms, launch_ms, kernels, set_up, len(predictor._bucket_sizes)))
+        print(f"{name} predictor: set up in {set_up:.1f} s", file=sys.stderr)
+    print(f"# The code predictor alone ({args.dtype}, {torch.cuda.get_device_name()}, {args.replays} replays)\n")
+    print("| batch | predictor | GPU ms a frame | host ms to launch | kernels a frame | set-up s | its buckets |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for batch, name, gpu_ms, launch_ms, kernels, set_up, buckets in sorted(rows):
+        print(f"| {batch} | {name} | {gpu_ms:.3f} | {launch_ms:.3f} | {kernels:.0f} | {set_up:.1f} | {buckets} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
