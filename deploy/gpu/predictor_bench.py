@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""vllm-omni 0.30's Qwen3-TTS code predictor against the service's (`SPEECH_OMNI__TALKER_MODEL=service`), alone on
-one GPU, as the talker's model runner runs them: each compiled and warmed up at its batch buckets, then captured in a
-CUDA graph per batch size with sampling uniforms it owns, and replayed. Per batch size and predictor: the GPU's time
-per frame (CUDA events around many replays), the host's time to launch one replay, the kernels one replay runs (from
-a PyTorch profiler trace) and the set-up's time (compile and warm-up at every bucket). A server's start and load add
-noise that a predictor's own difference can hide; this measures the predictor without them.
+"""vllm-omni 0.30's Qwen3-TTS code predictor, the same compiled once (`SPEECH_OMNI__TALKER_MODEL=compiled-once`)
+and the service's (`SPEECH_OMNI__TALKER_MODEL=service`), alone on one GPU, as the talker's model runner runs them:
+each compiled and warmed up at its batch buckets, then captured in a CUDA graph per batch size with sampling
+uniforms it owns, and replayed. Per batch size and predictor: the GPU's time per frame (CUDA events around many
+replays), the host's time to launch one replay, the kernels one replay runs (from a PyTorch profiler trace) and the
+set-up's time (compile and warm-up at every bucket). A server's start and load add noise that a predictor's own
+difference can hide; this measures the predictor without them.
 
     python3 deploy/gpu/predictor_bench.py [--batches 1,8,32] [--dtype bfloat16] [--replays 200] > predictor.md
 
@@ -30,9 +31,11 @@ VOCAB = 2048
 HIDDEN = 1024
 
 
-def predictors(torch: Any, dtype: Any, max_num_seqs: int) -> tuple[Any, Any]:
-    """vllm-omni's predictor and the service's, on the GPU in `dtype`, with the same random weights (norms at one,
-    the heads scaled so that top-k cuts into real probability mass); `max_num_seqs` sets their batch buckets."""
+def predictors(torch: Any, dtype: Any, max_num_seqs: int) -> dict[str, Any]:
+    """The code predictor of each SPEECH_OMNI__TALKER_MODEL setting, by the setting: vllm-omni's (`vllm-omni`), the
+    same compiled once (`compiled-once`) and the service's (`service`), on the GPU in `dtype`, with the same random
+    weights (norms at one, the heads scaled so that top-k cuts into real probability mass); `max_num_seqs` sets their
+    batch buckets."""
     from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
         Qwen3TTSTalkerCodePredictorConfig,
         Qwen3TTSTalkerConfig,
@@ -41,7 +44,7 @@ def predictors(torch: Any, dtype: Any, max_num_seqs: int) -> tuple[Any, Any]:
         Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM,
     )
 
-    from app.engines.omni.stage_plugins.talker_model import SpeechCodePredictor
+    from app.engines.omni.stage_plugins.talker_model import CompiledOnceCodePredictor, SpeechCodePredictor
 
     config = Qwen3TTSTalkerCodePredictorConfig(
         vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=3072, num_hidden_layers=5, num_attention_heads=16,
@@ -55,7 +58,6 @@ def predictors(torch: Any, dtype: Any, max_num_seqs: int) -> tuple[Any, Any]:
     upstream = Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM(
         vllm_config=vllm_config, config=config, talker_config=talker
     )
-    ours = SpeechCodePredictor(vllm_config=vllm_config, config=config, talker_config=talker)
     with torch.no_grad():
         for parameter in upstream.parameters():
             parameter.normal_(0, 0.05)
@@ -67,8 +69,11 @@ def predictors(torch: Any, dtype: Any, max_num_seqs: int) -> tuple[Any, Any]:
         upstream.model.norm.weight.fill_(1.0)
         for head in upstream.lm_head:
             head.weight.mul_(20)
-    ours.load_state_dict(upstream.state_dict())
-    return upstream.to("cuda", dtype).eval(), ours.to("cuda", dtype).eval()
+    built = {"vllm-omni": upstream}
+    for setting, cls in (("compiled-once", CompiledOnceCodePredictor), ("service", SpeechCodePredictor)):
+        built[setting] = cls(vllm_config=vllm_config, config=config, talker_config=talker)
+        built[setting].load_state_dict(upstream.state_dict())
+    return {setting: predictor.to("cuda", dtype).eval() for setting, predictor in built.items()}
 
 
 def frame(torch: Any, dtype: Any, batch: int, seed: int) -> dict[str, Any]:
@@ -145,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     dtype = getattr(torch, args.dtype)
-    upstream, ours = predictors(torch, dtype, max_num_seqs=max(batches))
     rows = []
-    for name, predictor in (("vllm-omni's", upstream), ("the service's", ours)):
+    for name, predictor in predictors(torch, dtype, max_num_seqs=max(batches)).items():
+        torch._dynamo.reset()  # its own compilation timed, none of another's graphs to reuse
         began = time.perf_counter()
         with torch.inference_mode():
             predictor._setup_compile()
@@ -159,9 +164,12 @@ def main(argv: list[str] | None = None) -> int:
             gpu_ms, launch_ms = measure(torch, graphs[batch], args.replays)
             kernels = kernels_per_replay(torch, graphs[batch], min(args.replays, 20))
             rows.append((batch, name, gpu_ms, launch_ms, kernels, set_up, len(predictor._bucket_sizes)))
-        print(f"{name} predictor: set up in {set_up:.1f} s", file=sys.stderr)
+        print(f"{name}: set up in {set_up:.1f} s", file=sys.stderr)
     print(f"# The code predictor alone ({args.dtype}, {torch.cuda.get_device_name()}, {args.replays} replays)\n")
-    print("| batch | predictor | GPU ms a frame | host ms to launch | kernels a frame | set-up s | its buckets |")
+    print(
+        "| batch | SPEECH_OMNI__TALKER_MODEL | GPU ms a frame | host ms to launch | kernels a frame | set-up s "
+        "| its buckets |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for batch, name, gpu_ms, launch_ms, kernels, set_up, buckets in sorted(rows):
         print(f"| {batch} | {name} | {gpu_ms:.3f} | {launch_ms:.3f} | {kernels:.0f} | {set_up:.1f} | {buckets} |")

@@ -10,6 +10,8 @@ would be in the talker's process, then given the same frames and the same sampli
   CPU every code was equal).
 - bfloat16: a GEMM's rounding depends on its shape, so a frame's codes may part after the first one that rounds
   differently; the first residual codebook, drawn before anything could part, agrees in nearly every row.
+- `compiled-once` (vllm-omni's predictor compiled for a batch of 1 and any larger batch): two graphs where vllm-omni's
+  compiles one per bucket, and vllm-omni's float32 codes.
 - Inside CUDA graphs (vLLM's model runner captures the talker's whole `talker_mtp` step, the predictor in it, at each
   batch size), in both dtypes: the service's predictor captures, and a replay on new inputs gives what it gives
   eagerly; it compiled two graphs for all its buckets and compiles nothing while it serves.
@@ -24,8 +26,8 @@ import pytest
 from tests.gpu.support import torch_with_vllm_omni_030
 from tests.support.scripts import gpu_script
 
-PAIR = gpu_script("predictor_bench")  # both predictors built, and a frame's inputs, as the benchmark does
-GROUPS, VOCAB = PAIR.GROUPS, PAIR.VOCAB
+BENCH = gpu_script("predictor_bench")  # the predictors built, and a frame's inputs, as the benchmark does
+GROUPS, VOCAB = BENCH.GROUPS, BENCH.VOCAB
 BUCKETS = 8  # the talker's max_num_seqs here: buckets 1, 2, 4, 8
 
 
@@ -37,11 +39,12 @@ def torch() -> Any:
 def predictors(torch: Any, dtype: Any) -> tuple[Any, Any]:
     """vllm-omni's predictor and the service's, built as deploy/gpu/predictor_bench.py builds them (the same random
     weights), with buckets 1, 2, 4, 8."""
-    return PAIR.predictors(torch, dtype, max_num_seqs=BUCKETS)
+    built = BENCH.predictors(torch, dtype, max_num_seqs=BUCKETS)
+    return built["vllm-omni"], built["service"]
 
 
 def frame(torch: Any, dtype: Any, batch: int, seed: int) -> dict[str, Any]:
-    return PAIR.frame(torch, dtype, batch, seed)
+    return BENCH.frame(torch, dtype, batch, seed)
 
 
 def test_float32_codes_are_vllm_omnis(torch: Any) -> None:
@@ -62,6 +65,39 @@ def test_float32_codes_are_vllm_omnis(torch: Any) -> None:
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     print(f"\nfloat32: {differ} of {total} codes differ")
+    assert differ <= total // 100, f"{differ} of {total} codes differ"
+
+
+def test_compiled_once_is_vllm_omnis_predictor_in_two_graphs(torch: Any) -> None:
+    """`compiled-once`: vllm-omni's predictor, compiled with automatic dynamic shapes instead of `dynamic=False`,
+    compiles two graphs for the buckets 1, 2, 4, 8 where vllm-omni's compiles four, nothing more while it serves, and
+    its float32 codes are vllm-omni's."""
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    differ = total = 0
+    try:
+        built = BENCH.predictors(torch, torch.float32, max_num_seqs=BUCKETS)
+        upstream, once = built["vllm-omni"], built["compiled-once"]
+        torch._dynamo.reset()  # these predictors' graphs only
+        compiled = []
+        for predictor in (once, upstream):
+            before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+            with torch.inference_mode():
+                predictor._setup_compile()
+            compiled.append(torch._dynamo.utils.counters["stats"]["unique_graphs"] - before)
+        assert compiled == [2, 4], f"graphs compiled (compiled once, vllm-omni's): {compiled}"
+        with torch._dynamo.config.patch(error_on_recompile=True), torch.inference_mode():
+            for batch in (1, 2, 3, 5, 8):
+                inputs = frame(torch, torch.float32, batch, seed=batch)
+                sampled = upstream(**inputs, temperature=0.9, top_k=50), once(**inputs, temperature=0.9, top_k=50)
+                inputs.pop("sample_uniforms")
+                greedy = upstream(**inputs, do_sample=False), once(**inputs, do_sample=False)
+                for theirs, mine in (sampled, greedy):
+                    assert mine.shape == theirs.shape == (batch, GROUPS)
+                    differ, total = differ + int((mine != theirs).sum()), total + mine.numel()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    print(f"\ncompiled once, float32: {differ} of {total} codes differ from vllm-omni's")
     assert differ <= total // 100, f"{differ} of {total} codes differ"
 
 

@@ -326,19 +326,23 @@ async def test_code2wav_is_the_services_folded_model_unless_the_setting_asks(cus
 
 
 async def test_the_talker_is_vllm_omnis_unless_the_setting_names_the_services(custom_voice_dir: Path) -> None:
-    """By default no talker architecture reaches the factory (vllm-omni's own talker runs; the service's is not
-    measured on a GPU yet); `service` passes the one the plugin registers, which the pipeline then names as stage 0's
-    model."""
+    """By default no talker architecture reaches the factory (vllm-omni's own talker runs; neither of the service's is
+    a win on a GPU yet); `service` and `compiled-once` pass the one the plugin registers, which the pipeline then
+    names as stage 0's model."""
     plain = FakeAsyncOmni()
     engine = make_engine(custom_voice_dir, plain)
     await engine.start()
     assert "talker_architecture" not in plain.kwargs
     await engine.close()
-    omni = FakeAsyncOmni()
-    engine = make_engine(custom_voice_dir, omni, omni={"talker_model": "service"})
-    await engine.start()
-    assert omni.kwargs["talker_architecture"] == "SpeechQwen3TTSTalker"
-    await engine.close()
+    for setting, architecture in (
+        ("service", "SpeechQwen3TTSTalker"),
+        ("compiled-once", "SpeechQwen3TTSTalkerCompiledOnce"),
+    ):
+        omni = FakeAsyncOmni()
+        engine = make_engine(custom_voice_dir, omni, omni={"talker_model": setting})
+        await engine.start()
+        assert omni.kwargs["talker_architecture"] == architecture
+        await engine.close()
 
 
 async def test_the_services_talker_without_its_plugin_fails_the_start_naming_the_setting(

@@ -163,7 +163,7 @@ def test_the_plugin_registers_the_model_where_vllm_checks_it_and_where_vllm_omni
         (architecture, f"{model_registration.TALKER_MODULE}:{architecture}")
         for architecture in model_registration.TALKER_ARCHITECTURES.values()
     ]
-    assert len(named) == 3
+    assert len(named) == 4
     assert calls == [("ModelRegistry", *each) for each in named] + [("OmniModelRegistry", *each) for each in named]
 
 
@@ -309,9 +309,14 @@ def test_the_services_talker_extends_the_wheels_talker_and_predictor_with_what_t
     }
     assert bases == {
         "SpeechCodePredictor": ["Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM"],
+        "CompiledOnceCodePredictor": ["Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM"],
         "SpeechQwen3TTSTalker": ["Qwen3TTSTalkerForConditionalGeneration"],
+        "SpeechQwen3TTSTalkerCompiledOnce": ["SpeechQwen3TTSTalker"],
     }
-    assert set(model_registration.TALKER_ARCHITECTURES.values()) == {"SpeechQwen3TTSTalker"}
+    assert set(model_registration.TALKER_ARCHITECTURES.values()) == {
+        "SpeechQwen3TTSTalker",
+        "SpeechQwen3TTSTalkerCompiledOnce",
+    }
     imported = {(n.module, a.name) for n in ours.body if isinstance(n, ast.ImportFrom) for a in n.names}
     for module, name in (
         (TALKER_MODULE, "Qwen3TTSTalkerForConditionalGeneration"),
@@ -344,9 +349,10 @@ def test_the_services_talker_extends_the_wheels_talker_and_predictor_with_what_t
     assert [a.arg for a in function_def(service_predictor, "forward").args.args] == [
         a.arg for a in function_def(wrapper, "forward").args.args
     ]
-    # everything it uses on itself is its own or the wheel's predictor's
+    # everything it uses on itself is its own or the wheel's predictor's, as is everything the compiled-once one uses
     upstream = members(wrapper) | members(predictor) | {"config", "training"}  # set by nn.Module / the wrapper
     assert used_on(service_predictor, "self") - members(service_predictor) <= upstream
+    assert used_on(class_def(ours, "CompiledOnceCodePredictor"), "self") - {"_setup_compile"} <= upstream
     # and what it uses of the layers is theirs (the attention module's, the decoder layer's, the inner model's)
     attention = members(class_def(wheel.tree(WRAPPER_MODULE), "CodePredictorAttention"))
     assert used_on(service_predictor, "attention") <= attention
@@ -395,7 +401,7 @@ def test_vllm_builds_each_registered_model_with_its_config_and_prefix(wheel: Whe
         tree = ast.parse(ROOT.joinpath(*module.split(".")).with_suffix(".py").read_text())
         for name in names:
             parameters = init_parameters(class_def(tree, name))
-            if parameters is not None:  # one it inherits is the wheel class's, checked above for the talker
+            if parameters is not None:  # one it inherits is checked where it is defined (the wheel's: above)
                 assert parameters == ["self", "vllm_config", "prefix"], f"{name}.__init__{tuple(parameters)}"
                 checked += 1
     assert checked >= 1  # the talker defines its own
@@ -416,6 +422,10 @@ PREDICTOR_MATHS = {
     ("_RMSNorm", "forward_cuda"): "ae2e462dc66d5247",
     ("CodePredictorWrapper", "forward"): "5e60b5b63de5704a",
     ("CodePredictorWrapper", "_sample_codes_gumbel"): "dae1a22b628313cf",
+    # the set-up CompiledOnceCodePredictor redoes with one change (automatic dynamic shapes for dynamic=False), and
+    # the warm-up it keeps, whose order (smallest bucket first) makes that two graphs
+    ("CodePredictorWrapper", "_setup_compile"): "39cab76f406f43f0",
+    ("CodePredictorWrapper", "_warmup_buckets"): "2c7b19913a9354a9",
 }
 
 
@@ -428,6 +438,12 @@ def test_the_predictor_maths_the_service_mirrors_is_the_wheels_it_was_checked_ag
         for cls, name in PREDICTOR_MATHS
     }
     assert found == PREDICTOR_MATHS
+    # the set-up compiles with dynamic=False, and the warm-up goes through the buckets in their (ascending) order
+    set_up = ast.unparse(function_def(class_def(tree, "CodePredictorWrapper"), "_setup_compile"))
+    assert "torch.compile(self.model.forward, dynamic=False, options={'epilogue_fusion': False})" in set_up
+    assert "return sorted(set(bucket_sizes))" in ast.unparse(
+        function_def(class_def(tree, "CodePredictorWrapper"), "_batch_bucket_sizes")
+    )
     # its forward runs in inference mode, as the service's does (compiled code guards on the mode it was warmed in)
     forward = function_def(class_def(tree, "CodePredictorWrapper"), "forward")
     assert [ast.unparse(d) for d in forward.decorator_list] == ["torch.inference_mode()"]

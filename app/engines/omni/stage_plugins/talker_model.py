@@ -1,7 +1,8 @@
 """The service's talker for vllm-omni 0.30.0 (stage 0 of its Qwen3-TTS pipeline): vllm-omni's own
 `Qwen3TTSTalkerForConditionalGeneration` with its code predictor run over a key/value cache, which the talker process
 builds under the name below (registered by `model_registration.register`, a `vllm_omni.general_plugins` entry
-point). The service selects it with `SPEECH_OMNI__TALKER_MODEL=service`.
+point). The service selects it with `SPEECH_OMNI__TALKER_MODEL=service`; `SPEECH_OMNI__TALKER_MODEL=compiled-once`
+runs vllm-omni's talker and predictor unchanged but for the predictor's compilation (`CompiledOnceCodePredictor`).
 
 Each talker step, the code predictor (5 layers) predicts the frame's codebooks 1 to 15 one after another. vllm-omni's
 runs the whole growing sequence, padded to 17 positions, through all its layers at each of the 15 steps and reads one
@@ -231,10 +232,37 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
         return codes
 
 
+class CompiledOnceCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM):
+    """vllm-omni's Qwen3-TTS code predictor unchanged (its maths, buffers, batch buckets and warm-up), compiled for a
+    batch of 1 and for any larger batch instead of once per bucket: its start's largest phase (97 of 288 s of a cold
+    start on an H200, 11 buckets; benchmarks/gpu/2026-11-29-h200-omni-talker-ab/)."""
+
+    def _setup_compile(self) -> None:
+        """vllm-omni's set-up (`CodePredictorWrapper._setup_compile`) where it compiles with Inductor and captures no
+        graphs of its own (CUDA; the runner captures the talker's whole step), with torch's automatic dynamic shapes
+        in place of `dynamic=False`: its warm-up goes through the buckets smallest first, so a batch of 1 compiles a
+        graph, a batch of 2 compiles one with the batch symbolic, and every larger bucket runs that one. Elsewhere
+        (prefix re-prefill, NPUs, no Inductor) vllm-omni's own."""
+        if self._compiled_model_fwd is not None:
+            return
+        if not inductor_available() or self._prefix_reprefill_enabled or self._wrapper_config.use_cuda_graphs:
+            super()._setup_compile()
+            return
+        self._model_dtype = next(self.model.parameters()).dtype
+        self._lm_heads_list = list(self.lm_head)
+        self._codec_embeds_list = list(self.model.codec_embedding)
+        self._compiled_model_fwd = torch.compile(self.model.forward, options={"epilogue_fusion": False})
+        with torch._dynamo.config.patch(cache_size_limit=self._compile_cache_size_limit()):
+            self._warmup_buckets()
+        log.info("vllm-omni's code predictor compiled once: warmed up for batches %s", self._bucket_sizes)
+
+
 class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
     """vllm-omni's Qwen3-TTS talker with `SpeechCodePredictor` as its code predictor: the one vllm-omni builds (under
     the predictor's own vLLM config, with the talker's batch buckets) made that class before any weight is loaded;
     its parameters keep their names, so the checkpoint's `talker.code_predictor.*` load into it."""
+
+    predictor_class: type[Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM] = SpeechCodePredictor
 
     # by name, as the class it extends takes them: vLLM builds a model with its config and prefix only where the
     # signature of its __init__ names both (vllm/model_executor/model_loader/utils.py, initialize_model)
@@ -242,4 +270,10 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         if type(self.code_predictor) is not Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM:
             raise TypeError(f"the talker built a {type(self.code_predictor).__name__}, not vllm-omni's code predictor")
-        self.code_predictor.__class__ = SpeechCodePredictor  # adds methods only: nothing built twice
+        self.code_predictor.__class__ = self.predictor_class  # adds methods only: nothing built twice
+
+
+class SpeechQwen3TTSTalkerCompiledOnce(SpeechQwen3TTSTalker):
+    """vllm-omni's Qwen3-TTS talker and code predictor, the predictor compiled once (`CompiledOnceCodePredictor`)."""
+
+    predictor_class = CompiledOnceCodePredictor
