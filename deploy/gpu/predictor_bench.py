@@ -10,8 +10,9 @@ difference can hide; this measures the predictor without them.
     python3 deploy/gpu/predictor_bench.py [--batches 1,8,32] [--dtype bfloat16] [--replays 200] > predictor.md
 
 The 0.6B CustomVoice predictor's shape (5 layers, hidden 1024, 16 query and 8 key/value heads of 128, 2048 codes,
-16 codebooks) with random weights, the talker's batch limit the largest batch asked for. Needs a CUDA device and
-vllm-omni 0.30 importable, the service's source tree on the path (run from the repository root).
+16 codebooks) with random weights, its batch buckets those the talker's runner captures up to `--max-num-seqs` (64,
+as shipped: 11 buckets); each set-up timed cold, as a host's first start (Inductor's caches off). Needs a CUDA
+device and vllm-omni 0.30 importable, the service's source tree on the path (run from the repository root).
 """
 
 from __future__ import annotations
@@ -73,7 +74,15 @@ def predictors(torch: Any, dtype: Any, max_num_seqs: int) -> dict[str, Any]:
     for setting, cls in (("compiled-once", CompiledOnceCodePredictor), ("service", SpeechCodePredictor)):
         built[setting] = cls(vllm_config=vllm_config, config=config, talker_config=talker)
         built[setting].load_state_dict(upstream.state_dict())
+    for predictor in built.values():  # as the talker declares them: the sizes its runner captures
+        predictor.configure_mtp_execution_buckets(capture_sizes(max_num_seqs))
     return {setting: predictor.to("cuda", dtype).eval() for setting, predictor in built.items()}
+
+
+def capture_sizes(max_num_seqs: int) -> list[int]:
+    """The batch sizes vLLM 0.30 captures by default up to the talker's batch limit (vllm/config/vllm.py: 1, 2, 4,
+    then steps of 8), and the limit: what the talker's runner captures, and the predictor's buckets."""
+    return sorted({size for size in (1, 2, 4, *range(8, max_num_seqs + 1, 8)) if size <= max_num_seqs} | {max_num_seqs})
 
 
 def frame(torch: Any, dtype: Any, batch: int, seed: int) -> dict[str, Any]:
@@ -89,17 +98,24 @@ def frame(torch: Any, dtype: Any, batch: int, seed: int) -> dict[str, Any]:
     }
 
 
-def capture(torch: Any, predictor: Any, dtype: Any, batch: int) -> Any:
-    """`predictor` at `batch` in a CUDA graph, as vllm-omni's MRv2 runner captures the talker's step: warmed up
-    without uniforms, captured with uniforms it owns."""
-    static = frame(torch, dtype, batch, seed=batch)
-    uniforms = static.pop("sample_uniforms")
-    predictor(**static, temperature=0.9, top_k=50)
-    uniforms.fill_(0.5)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        predictor(**static, sample_uniforms=uniforms, temperature=0.9, top_k=50)
-    return graph
+def capture(torch: Any, predictor: Any, dtype: Any, batches: list[int]) -> dict[int, Any]:
+    """`predictor` in a CUDA graph per batch size, as vllm-omni's MRv2 runner captures the talker's step
+    (`capture_mtp_graphs`, inside vLLM's `graph_capture`): largest first, on one side stream into one memory pool,
+    each warmed up there without uniforms, then captured with uniforms it owns."""
+    stream, pool, graphs = torch.cuda.Stream(), torch.cuda.graph_pool_handle(), {}
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for batch in sorted(batches, reverse=True):
+            static = frame(torch, dtype, batch, seed=batch)
+            uniforms = static.pop("sample_uniforms")
+            predictor(**static, temperature=0.9, top_k=50)
+            uniforms.fill_(0.5)
+            graphs[batch] = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graphs[batch], pool=pool, stream=stream):
+                predictor(**static, sample_uniforms=uniforms, temperature=0.9, top_k=50)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    return graphs
 
 
 def kernels_per_replay(torch: Any, graph: Any, replays: int) -> float:
@@ -144,23 +160,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", default="1,8,32", help="batch sizes, comma-separated")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--replays", type=int, default=200)
+    parser.add_argument("--max-num-seqs", type=int, default=64, help="the talker's batch limit (the shipped profile's)")
     args = parser.parse_args(argv)
-    batches = sorted({int(b) for b in args.batches.split(",")}, reverse=True)  # as the runner captures: largest first
+    batches = sorted({int(b) for b in args.batches.split(",")})
+    if batches[-1] > args.max_num_seqs:
+        parser.error(f"--batches go past --max-num-seqs {args.max_num_seqs}")
 
     import torch
 
+    # each set-up timed as a first start on a host: nothing from Inductor's caches (on disk too) or another's graphs
+    torch._inductor.config.force_disable_caches = True
     dtype = getattr(torch, args.dtype)
     rows = []
-    for name, predictor in predictors(torch, dtype, max_num_seqs=max(batches)).items():
-        torch._dynamo.reset()  # its own compilation timed, none of another's graphs to reuse
+    for name, predictor in predictors(torch, dtype, max_num_seqs=args.max_num_seqs).items():
+        torch._dynamo.reset()
         began = time.perf_counter()
         with torch.inference_mode():
             predictor._setup_compile()
         torch.cuda.synchronize()
         set_up = time.perf_counter() - began
         with torch.inference_mode():
-            graphs = {batch: capture(torch, predictor, dtype, batch) for batch in batches}
-        for batch in sorted(graphs):
+            graphs = capture(torch, predictor, dtype, batches)
+        for batch in batches:
             gpu_ms, launch_ms = measure(torch, graphs[batch], args.replays)
             kernels = kernels_per_replay(torch, graphs[batch], min(args.replays, 20))
             rows.append((batch, name, gpu_ms, launch_ms, kernels, set_up, len(predictor._bucket_sizes)))

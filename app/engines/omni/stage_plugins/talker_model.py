@@ -29,7 +29,7 @@ buckets, already set on it, stay.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -64,6 +64,20 @@ def mark_batch_dynamic(x: torch.Tensor, at: torch.Tensor, keys: torch.Tensor, va
     (benchmarks/gpu/2026-11-29-h200-omni-talker-ab/); each bucket still gets its own CUDA graph from the runner."""
     for tensor, dim in ((x, 0), (at, 0), (keys, 1), (values, 1)):
         torch._dynamo.mark_dynamic(tensor, dim)
+
+
+def eager_on_recompile(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """`compiled` as it serves once warmed up: a call its graphs' guards refuse runs eagerly instead of compiling
+    again. Compiled code guards on torch's thread count, which vLLM lowers once the talker has started
+    (vllm/v1/worker/gpu_worker.py, `set_torch_threads_for_runtime`): after that, a call that is not a CUDA graph's
+    replay (a batch above the captured sizes, graphs off) would compile both graphs again on the serving thread.
+    vllm-omni's predictor, a graph per bucket past dynamo's recompile limit, runs eagerly there too."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with torch.compiler.set_stance("eager_on_recompile"):
+            return compiled(*args, **kwargs)
+
+    return call
 
 
 def inductor_available() -> bool:
@@ -122,6 +136,8 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
                         mark_batch_dynamic(x, at, keys, values)
                     self._compiled_position(x, at, keys, values)
         self._synchronize_warmup(device)
+        if self._compiled_position is not self._position:
+            self._compiled_position = eager_on_recompile(self._compiled_position)
         # last: it marks the set-up done, so a warm-up that failed is set up again at the next call
         self._compiled_model_fwd = self.model.forward  # vllm-omni's forward for a call with top-p: eager
         log.info("code predictor over a key/value cache: warmed up for batches %s", self._bucket_sizes)
@@ -252,8 +268,13 @@ class CompiledOnceCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerat
         self._lm_heads_list = list(self.lm_head)
         self._codec_embeds_list = list(self.model.codec_embedding)
         self._compiled_model_fwd = torch.compile(self.model.forward, options={"epilogue_fusion": False})
-        with torch._dynamo.config.patch(cache_size_limit=self._compile_cache_size_limit()):
-            self._warmup_buckets()
+        try:  # the warm-up calls it by that name
+            with torch._dynamo.config.patch(cache_size_limit=self._compile_cache_size_limit()):
+                self._warmup_buckets()
+        except BaseException:
+            self._compiled_model_fwd = None  # not set up: again at the next call
+            raise
+        self._compiled_model_fwd = eager_on_recompile(self._compiled_model_fwd)
         log.info("vllm-omni's code predictor compiled once: warmed up for batches %s", self._bucket_sizes)
 
 
