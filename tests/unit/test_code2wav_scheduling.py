@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from app.engines.omni.engine import pipeline_with_stage_plugins
+from app.engines.omni.engine import pipeline_with_stage_plugins, stage_architectures
 from app.engines.omni.stage_plugins.code2wav_policy import FRAME_SECONDS, FirstAudioFirst, StepProbe, window_frames
 from tests.fakes.vllm_omni_0_30_scheduler import (
     FakeGenerationScheduler,
@@ -87,6 +87,7 @@ class Stage:  # the fields of vllm-omni 0.30's frozen StagePipelineConfig that t
 class Pipeline:  # likewise of its frozen PipelineConfig
     model_type: str
     stages: tuple[Stage, ...]
+    model_arch: str | None = None  # the model of a stage that names none
 
 
 def test_the_service_registers_its_stage_plugins_in_the_pipeline_topology() -> None:
@@ -153,6 +154,23 @@ def test_the_talker_runs_as_the_services_model_only_where_named() -> None:
     assert upstream.stages[0].model_arch == "Talker"
     with pytest.raises(ValueError, match="no stage 0"):
         pipeline_with_stage_plugins(Pipeline("other", (Stage(1, "x"),)), "", talker_architecture="X")
+
+
+def test_each_stage_runs_its_own_model_or_the_pipelines_with_the_services_in_place() -> None:
+    """What model_info.inspect_at_once is given: as vllm-omni 0.30's Qwen3-TTS pipeline names them, the talker on the
+    pipeline (stage 0 names none) and code2wav on its stage, each replaced by the service's where the settings say."""
+    upstream = Pipeline(
+        "qwen3_tts", (Stage(0, "qwen3_tts"), Stage(1, "code2wav", model_arch="Qwen3TTSCode2Wav")), "Qwen3TTSTalker"
+    )
+    assert stage_architectures(upstream) == ["Qwen3TTSTalker", "Qwen3TTSCode2Wav"]
+    assert stage_architectures(upstream, "SpeechFoldedQwen3TTSCode2Wav") == [
+        "Qwen3TTSTalker",
+        "SpeechFoldedQwen3TTSCode2Wav",
+    ]
+    assert stage_architectures(upstream, talker_architecture="SpeechQwen3TTSTalkerCompiledOnce") == [
+        "SpeechQwen3TTSTalkerCompiledOnce",
+        "Qwen3TTSCode2Wav",
+    ]
 
 
 def test_the_stage_plugins_load_without_the_engine_and_the_engine_without_vllm() -> None:

@@ -124,6 +124,21 @@ def test_the_service_plugin_is_installed_in_the_group_vllm_omni_runs_in_every_pr
     assert "if allowed_plugins is None or plugin.name in allowed_plugins:" in by_group
 
 
+def test_the_stages_models_are_the_ones_the_service_inspects_ahead_and_vllm_inspects_them_lazily(wheel: Wheel) -> None:
+    """What app/engines/omni/model_info.py relies on: vllm-omni's registry, from which a stage's config resolves its
+    model, holds every model as vLLM's lazily registered kind (inspected in a fresh process unless cached), and a
+    stage's model is its own or, where it names none (the talker), the pipeline's (engine.stage_architectures)."""
+    registry = ast.unparse(wheel.tree("model_executor/models/registry.py"))
+    assert "OmniModelRegistry = _ModelRegistry({**{model_arch: _LazyRegisteredModel(" in registry
+    assert "from vllm.model_executor.models.registry import" in registry
+    assembled = ast.unparse(wheel.tree("config/stage_config.py"))
+    assert "engine_args: dict[str, Any] = {'model_arch': ps.model_arch or pipeline.model_arch or None}" in assembled
+    pipeline = wheel.source("model_executor/models/qwen3_tts/pipeline.py")
+    assert pipeline.count("model_arch=") == 2  # the pipeline's (the talker) and code2wav's
+    assert 'model_arch="Qwen3TTSTalkerForConditionalGeneration"' in pipeline
+    assert 'model_arch="Qwen3TTSCode2Wav"' in pipeline
+
+
 def test_the_plugin_registers_the_model_where_vllm_checks_it_and_where_vllm_omni_builds_it(
     wheel: Wheel, monkeypatch: pytest.MonkeyPatch
 ) -> None:

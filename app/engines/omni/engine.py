@@ -29,6 +29,7 @@ from app.engine_protocol import (
     TaskType,
     VoiceInfo,
 )
+from app.engines.omni import model_info
 from app.engines.omni.cuda_mps import CudaMpsDaemon
 from app.engines.omni.requests import (
     AudioOutputReader,
@@ -106,9 +107,14 @@ def _default_omni_factory(
     **kwargs: Any,
 ) -> Any:
     from vllm_omni import AsyncOmni
+    from vllm_omni.model_executor.models.qwen3_tts.pipeline import QWEN3_TTS_PIPELINE
+    from vllm_omni.model_executor.models.registry import OmniModelRegistry
 
     if code2wav_scheduler or talker_windows or code2wav_architecture or talker_architecture:
         register_stage_plugins(code2wav_scheduler, talker_windows, code2wav_architecture, talker_architecture)
+    model_info.inspect_at_once(
+        OmniModelRegistry, stage_architectures(QWEN3_TTS_PIPELINE, code2wav_architecture, talker_architecture)
+    )
     return AsyncOmni(**kwargs)
 
 
@@ -183,6 +189,15 @@ def pipeline_with_stage_plugins(
         return dataclasses.replace(stage, **changes) if changes else stage
 
     return dataclasses.replace(pipeline, stages=tuple(plugged(stage) for stage in pipeline.stages))
+
+
+def stage_architectures(pipeline: Any, code2wav_architecture: str = "", talker_architecture: str = "") -> list[str]:
+    """The model each stage of `pipeline` runs with the service's models in place: a stage's own, or the pipeline's
+    where the stage names none (as vllm-omni assembles a stage's engine arguments, `config/stage_config.py`)."""
+    plugged = pipeline_with_stage_plugins(
+        pipeline, "", code2wav_architecture=code2wav_architecture, talker_architecture=talker_architecture
+    )
+    return [stage.model_arch or plugged.model_arch for stage in plugged.stages]
 
 
 class OmniEngine:
