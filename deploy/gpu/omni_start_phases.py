@@ -28,6 +28,7 @@ from sglang_timeline import read_lines
 MILESTONES: tuple[tuple[str, str, str], ...] = (
     ("server", "the server's process started", '"message": "Started server process'),
     ("server", "the omni engine starting", '"message": "omni engine starting"'),
+    ("server", "the stages' models inspected (vLLM's model info)", '"message": "stage models inspected"'),
     ("server", "vllm-omni's orchestrator launched", "Launching Orchestrator thread"),
     ("talker", "the talker's process logging (spawned, imported)", ""),
     ("talker", "its engine configured", "Initializing a V1 LLM engine"),

@@ -1758,6 +1758,7 @@ def test_omni_start_phases_reads_each_tracks_milestones_in_order_from_the_servic
     lines = [
         server("46:40.000", "Started server process [1]"),
         server("46:40.500", "omni engine starting"),
+        server("46:59.000", "stage models inspected"),
         "INFO 11-29 10:47:09 [omni_engine_base.py:312] [OmniEngine] Launching Orchestrator thread with 2 stages",
         "a line without a time",
         stage(0, "48:11", "Initializing a V1 LLM engine (v0.30.0) with config: ..."),
@@ -1784,6 +1785,7 @@ def test_omni_start_phases_reads_each_tracks_milestones_in_order_from_the_servic
     rows = module.table(found)
     assert rows[2] == "| server | the server's process started | 0.0 | 0.0 |"
     assert "| server | the omni engine starting | 0.5 | 0.5 |" in rows
+    assert "| server | the stages' models inspected (vLLM's model info) | 19.0 | 18.5 |" in rows
     assert "| talker | the talker's process logging (spawned, imported) | 91.0 | 62.0 |" in rows
     assert "| talker | its engine configured | 91.0 | 0.0 |" in rows
     assert "| code2wav | code2wav's process logging (spawned, imported) | 92.0 | 1.0 |" in rows
