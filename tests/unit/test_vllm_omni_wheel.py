@@ -125,12 +125,23 @@ def test_the_service_plugin_is_installed_in_the_group_vllm_omni_runs_in_every_pr
 
 
 def test_the_stages_models_are_the_ones_the_service_inspects_ahead_and_vllm_inspects_them_lazily(wheel: Wheel) -> None:
-    """What app/engines/omni/model_info.py relies on: vllm-omni's registry, from which a stage's config resolves its
-    model, holds every model as vLLM's lazily registered kind (inspected in a fresh process unless cached), and a
+    """What app/engines/omni/model_info.py relies on: vllm-omni's registry holds every model as vLLM's lazily
+    registered kind (inspected in a fresh process unless cached) under the names vLLM's registry gets them by, and a
     stage's model is its own or, where it names none (the talker), the pipeline's (engine.stage_architectures)."""
     registry = ast.unparse(wheel.tree("model_executor/models/registry.py"))
     assert "OmniModelRegistry = _ModelRegistry({**{model_arch: _LazyRegisteredModel(" in registry
-    assert "from vllm.model_executor.models.registry import" in registry
+    # vLLM's own registry, through which a stage's vLLM config inspects its model, gets vllm-omni's models under the
+    # same module and class names (vLLM keeps an inspection's answer by those, whichever registry asked)
+    assert (
+        "module_name=f'vllm_omni.model_executor.models.{mod_folder}.{mod_relname}', class_name=cls_name)"
+        " for model_arch, (mod_folder, mod_relname, cls_name) in _OMNI_MODELS.items()" in registry
+    )
+    to_vllm = ast.unparse(function_def(wheel.tree("engine/arg_utils.py"), "register_omni_models_to_vllm"))
+    assert (
+        "for arch, (mod_folder, mod_relname, cls_name) in _OMNI_MODELS.items():\n"
+        "        ModelRegistry.register_model(arch, f'vllm_omni.model_executor.models.{mod_folder}.{mod_relname}:"
+        "{cls_name}')" in to_vllm
+    )
     assembled = ast.unparse(wheel.tree("config/stage_config.py"))
     assert "engine_args: dict[str, Any] = {'model_arch': ps.model_arch or pipeline.model_arch or None}" in assembled
     pipeline = wheel.source("model_executor/models/qwen3_tts/pipeline.py")

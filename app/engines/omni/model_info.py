@@ -7,7 +7,7 @@ not initialised where the class is only described (`vllm/model_executor/models/r
 module's source) already holds it. AsyncOmni builds the stages' vLLM configs one after another, each inspecting its
 stage's model, so a host without that cache paid one such process per stage: 17 and 18 s of a 288-s cold start on an
 H200 (`benchmarks/gpu/2026-11-29-h200-omni-talker-ab/o1/logs/`, between the orchestrator's launch and each
-"Resolved architecture"). Inspected together, the stages take one process's time, and AsyncOmni finds them cached.
+"Resolved architecture"). Inspected together, the stages take one process's time, and AsyncOmni finds them known.
 """
 
 from __future__ import annotations
@@ -22,19 +22,21 @@ log = logging.getLogger(__name__)
 
 
 def inspect_at_once(registry: Any, architectures: Sequence[str]) -> None:
-    """Each of `architectures` that `registry` (a vLLM `_ModelRegistry`: vllm-omni's `OmniModelRegistry`, from which
-    a stage's config resolves its model) holds, inspected in a thread of its own, all at once. An inspection that
-    fails is logged and left to AsyncOmni, which inspects it again and fails the start as it would have."""
-    models = {arch: registry.models[arch] for arch in dict.fromkeys(architectures) if arch in registry.models}
-    if not models:
+    """Each of `architectures` that `registry` holds, inspected in a thread of its own, all at once, through vLLM's
+    `_ModelRegistry._try_inspect_model_cls`, whose answer vLLM keeps in memory by architecture and registered model
+    (a frozen dataclass of the module's and class's names, equal in every registry that holds them): a stage's config
+    later inspects the same model through vLLM's `ModelRegistry`, where vllm-omni and the service's plugin register
+    every stage model under the same names as in vllm-omni's `OmniModelRegistry`, and gets that answer, from memory
+    even where the model-info cache could not be written. An inspection that fails is logged (vLLM logs why) and
+    fails the start where AsyncOmni's own would have."""
+    held = [arch for arch in dict.fromkeys(architectures) if arch in registry.models]
+    if not held:
         return
     started = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=len(models), thread_name_prefix="model-info") as pool:
-        inspections = {arch: pool.submit(model.inspect_model_cls) for arch, model in models.items()}
-    failed = {arch: repr(future.exception()) for arch, future in inspections.items() if future.exception()}
+    with ThreadPoolExecutor(max_workers=len(held), thread_name_prefix="model-info") as pool:
+        inspections = {arch: pool.submit(registry._try_inspect_model_cls, arch) for arch in held}
+    failed = [arch for arch, future in inspections.items() if future.exception() or future.result() is None]
     if failed:
         log.warning("stage models not inspected ahead of the start", extra={"failed": failed})
-    log.info(
-        "stage models inspected",
-        extra={"architectures": list(models), "seconds": round(time.perf_counter() - started, 1)},
-    )
+    seconds = round(time.perf_counter() - started, 1)
+    log.info("stage models inspected", extra={"architectures": held, "seconds": seconds})
