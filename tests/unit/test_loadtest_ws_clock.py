@@ -204,7 +204,11 @@ async def test_a_refused_utterance_is_one_error_and_stops_its_text(
     if error is not None:
         assert result.error_message == error["message"]
     assert time.perf_counter() - started < 2.0  # not the 5 s the text would take
-    assert len(log.pieces) <= 2
+    # the text's schedule counts from the request, so the words already due when the client first sends (all the
+    # first 0.3 s of them where a busy machine was that slow to connect) go out at once, before its reader has had a
+    # turn to see the error; after that it sends at most one more
+    due_at_first_send = int((log.pieces[0][0] - started) * 20.0) + 1 if log.pieces else 0
+    assert len(log.pieces) <= due_at_first_send + 2, (due_at_first_send, log.pieces)
 
 
 async def test_a_silent_server_times_out() -> None:
