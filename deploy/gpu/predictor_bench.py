@@ -18,7 +18,6 @@ device and vllm-omni 0.30 importable, the service's source tree on the path (run
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -98,10 +97,11 @@ def frame(torch: Any, dtype: Any, batch: int, seed: int) -> dict[str, Any]:
     }
 
 
-def capture(torch: Any, predictor: Any, dtype: Any, batches: list[int]) -> dict[int, Any]:
+def capture(torch: Any, predictor: Any, dtype: Any, batches: list[int]) -> dict[int, tuple[Any, dict[str, Any], Any]]:
     """`predictor` in a CUDA graph per batch size, as vllm-omni's MRv2 runner captures the talker's step
     (`capture_mtp_graphs`, inside vLLM's `graph_capture`): largest first, on one side stream into one memory pool,
-    each warmed up there without uniforms, then captured with uniforms it owns."""
+    each warmed up there without uniforms, then captured with uniforms it owns. By batch: the graph, its static
+    inputs (uniforms included: copy new ones in before a replay) and its output."""
     stream, pool, graphs = torch.cuda.Stream(), torch.cuda.graph_pool_handle(), {}
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -110,17 +110,21 @@ def capture(torch: Any, predictor: Any, dtype: Any, batches: list[int]) -> dict[
             uniforms = static.pop("sample_uniforms")
             predictor(**static, temperature=0.9, top_k=50)
             uniforms.fill_(0.5)
-            graphs[batch] = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graphs[batch], pool=pool, stream=stream):
-                predictor(**static, sample_uniforms=uniforms, temperature=0.9, top_k=50)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool, stream=stream):
+                output = predictor(**static, sample_uniforms=uniforms, temperature=0.9, top_k=50)
+            graphs[batch] = graph, {**static, "sample_uniforms": uniforms}, output
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
     return graphs
 
 
 def kernels_per_replay(torch: Any, graph: Any, replays: int) -> float:
-    """The kernels a replay runs, from a profiler trace of `replays` of them."""
+    """The kernels a replay runs, from a profiler trace of `replays` of them, read as trace_summary.py reads one."""
     from torch.profiler import ProfilerActivity, profile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # trace_summary.py, beside this script
+    import trace_summary
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
         for _ in range(replays):
@@ -129,9 +133,8 @@ def kernels_per_replay(torch: Any, graph: Any, replays: int) -> float:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "trace.json"
         trace.export_chrome_trace(str(path))
-        events = json.loads(path.read_text())
-    events = events["traceEvents"] if isinstance(events, dict) else events
-    return sum(1 for event in events if event.get("cat") == "kernel" and event.get("ph") == "X") / replays
+        summary = trace_summary.summarize(path, trace_summary.read_trace(path))
+    return sum(totals.count for totals in summary.kernels.values()) / replays
 
 
 def measure(torch: Any, graph: Any, replays: int) -> tuple[float, float]:
@@ -182,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         with torch.inference_mode():
             graphs = capture(torch, predictor, dtype, batches)
         for batch in batches:
-            gpu_ms, launch_ms = measure(torch, graphs[batch], args.replays)
-            kernels = kernels_per_replay(torch, graphs[batch], min(args.replays, 20))
+            graph = graphs[batch][0]
+            gpu_ms, launch_ms = measure(torch, graph, args.replays)
+            kernels = kernels_per_replay(torch, graph, min(args.replays, 20))
             rows.append((batch, name, gpu_ms, launch_ms, kernels, set_up, len(predictor._bucket_sizes)))
         print(f"{name}: set up in {set_up:.1f} s", file=sys.stderr)
     print(f"# The code predictor alone ({args.dtype}, {torch.cuda.get_device_name()}, {args.replays} replays)\n")

@@ -49,11 +49,28 @@ def frame(torch: Any, dtype: Any, batch: int, seed: int) -> dict[str, Any]:
     return BENCH.frame(torch, dtype, batch, seed)
 
 
-def test_float32_codes_are_vllm_omnis(torch: Any) -> None:
+@contextlib.contextmanager
+def without_tf32(torch: Any) -> Iterator[None]:
+    """float32 matmuls and convolutions in float32, not TF32: codes compared with vllm-omni's exactly."""
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    differ = total = 0
     try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def graphs_compiled(torch: Any, predictor: Any) -> int:
+    """The graphs torch compiles while `predictor` sets itself up (dynamo's count goes on over the process)."""
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    with torch.inference_mode():
+        predictor._setup_compile()
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+
+
+def test_float32_codes_are_vllm_omnis(torch: Any) -> None:
+    differ = total = 0
+    with without_tf32(torch):
         upstream, ours = predictors(torch, torch.float32)
         with torch.inference_mode():
             for batch in (1, 2, 3, 5, 8):
@@ -64,8 +81,6 @@ def test_float32_codes_are_vllm_omnis(torch: Any) -> None:
                 for theirs, mine in (sampled, greedy):
                     assert mine.shape == theirs.shape == (batch, GROUPS) and mine.dtype == theirs.dtype
                     differ, total = differ + int((mine != theirs).sum()), total + mine.numel()
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     print(f"\nfloat32: {differ} of {total} codes differ")
     assert differ <= total // 100, f"{differ} of {total} codes differ"
 
@@ -74,19 +89,12 @@ def test_compiled_once_is_vllm_omnis_predictor_in_two_graphs(torch: Any) -> None
     """`compiled-once`: vllm-omni's predictor, compiled with automatic dynamic shapes instead of `dynamic=False`,
     compiles two graphs for the buckets 1, 2, 4, 8, 16, 24, 32 where vllm-omni's compiles seven, nothing more while it
     serves (torch's thread count changed, as vLLM changes it), and its float32 codes are vllm-omni's."""
-    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     differ = total = 0
-    try:
+    with without_tf32(torch):
         built = BENCH.predictors(torch, torch.float32, max_num_seqs=32)  # buckets 1, 2, 4, 8, 16, 24, 32
         upstream, once = built["vllm-omni"], built["compiled-once"]
         torch._dynamo.reset()  # these predictors' graphs only
-        compiled = []
-        for predictor in (once, upstream):
-            before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-            with torch.inference_mode():
-                predictor._setup_compile()
-            compiled.append(torch._dynamo.utils.counters["stats"]["unique_graphs"] - before)
+        compiled = [graphs_compiled(torch, predictor) for predictor in (once, upstream)]
         assert compiled == [2, 7], f"graphs compiled (compiled once, vllm-omni's): {compiled}"
         cases = []  # (inputs, sampling keywords, vllm-omni's codes), its threads as they were at its set-up
         with torch.inference_mode():
@@ -100,8 +108,6 @@ def test_compiled_once_is_vllm_omnis_predictor_in_two_graphs(torch: Any) -> None
                 mine = once(**given, **sampling)
                 assert mine.shape == theirs.shape
                 differ, total = differ + int((mine != theirs).sum()), total + mine.numel()
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     print(f"\ncompiled once, float32: {differ} of {total} codes differ from vllm-omni's")
     assert differ <= total // 100, f"{differ} of {total} codes differ"
 
@@ -126,29 +132,18 @@ def test_it_captures_in_cuda_graphs_as_the_talkers_runner_does_and_replays_what_
     torch: Any, dtype_name: str
 ) -> None:
     """As vllm-omni 0.30's model runner captures the talker's `talker_mtp` step (worker_v2/model_states/
-    omni_model_state.py, capture_mtp_graphs): every size from the largest down, each warmed up eagerly without
-    sampling uniforms, then captured with uniforms it owns; a replay on new inputs gives what an eager call does.
+    omni_model_state.py, capture_mtp_graphs; deploy/gpu/predictor_bench.py's `capture`): every size from the largest
+    down, each warmed up eagerly without sampling uniforms, then captured with uniforms it owns; a replay on new
+    inputs gives what an eager call does.
     Its set-up compiles two graphs for the four buckets (a batch of 1, any larger batch), and nothing after it
     compiles again."""
     dtype = getattr(torch, dtype_name)
     _, ours = predictors(torch, dtype)
     torch._dynamo.reset()  # this predictor's graphs only: none an earlier test left for it to reuse
-    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]  # counted since the process started
-    with torch.inference_mode():
-        ours._setup_compile()
-    compiled = torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+    compiled = graphs_compiled(torch, ours)
     assert compiled == 2, f"{compiled} graphs compiled for the buckets 1, 2, 4, 8: one per bucket is a minute a start"
-    graphs: dict[int, tuple[Any, dict[str, Any], Any]] = {}
     with torch._dynamo.config.patch(error_on_recompile=True), torch.inference_mode():
-        for batch in (8, 4, 2, 1):
-            static = frame(torch, dtype, batch, seed=batch)
-            uniforms = static.pop("sample_uniforms")
-            ours(**static, temperature=0.9, top_k=50)  # the runner's warm-up: the default generator's draws
-            uniforms.fill_(0.5)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                captured = ours(**static, sample_uniforms=uniforms, temperature=0.9, top_k=50)
-            graphs[batch] = graph, {**static, "sample_uniforms": uniforms}, captured
+        graphs = BENCH.capture(torch, ours, dtype, [1, 2, 4, 8])
         with other_thread_count(torch):  # as vLLM sets it once the talker has started
             replay_and_compare(torch, dtype, ours, graphs)
 

@@ -107,8 +107,7 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
     def _setup_compile(self) -> None:
         """What vllm-omni's sets up (the weights' dtype, the modules in lists, the batch buckets), with one compiled
         function: a position through every layer, compiled for a batch of 1 and for any larger batch, warmed up at
-        each bucket so that serving never compiles. Where this
-        model does not serve, vllm-omni's own set-up."""
+        each bucket so that serving never compiles. Where this model does not serve, vllm-omni's own set-up."""
         if self._compiled_model_fwd is not None:
             return
         if not self._covers():
