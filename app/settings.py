@@ -186,14 +186,13 @@ class OmniSettings(BaseModel):
         "vllm-omni",
         description="The talker's model (stage 0): vllm-omni's own; `compiled-once`, vllm-omni's with its code "
         "predictor compiled for a batch of 1 and for any larger batch instead of once per batch bucket (its warm-up "
-        "24 s against 111 on an H200, but slower under load), its maths unchanged; or `service`, vllm-omni's with its code "
-        "predictor run one position at a time over a key/value cache instead of recomputing the frame's whole "
+        "24 s against 111 on an H200, but slower under load), its maths unchanged; or `service`, vllm-omni's with its "
+        "code predictor run one position at a time over a key/value cache instead of recomputing the frame's whole "
         "sequence at each of its 15 steps (16 rows a frame instead of 255), its top-k threshold found by selection "
-        "instead of a sort; "
-        "codes equal to vllm-omni's in float32 (on the CPU and on an H200), a draw from the same distribution in "
-        "bfloat16. Neither is a win on a GPU yet (docs/deploy.md). app/engines/omni/stage_plugins/talker_model.py; registered "
-        "in the stage processes by the package's vllm_omni.general_plugins entry point, so the service must be "
-        "installed, as its image is.",
+        "instead of a sort; codes equal to vllm-omni's in float32 (on the CPU and on an H200), a draw from the same "
+        "distribution in bfloat16. Neither is a win on a GPU yet (docs/deploy.md). "
+        "app/engines/omni/stage_plugins/talker_model.py; registered in the stage processes by the package's "
+        "vllm_omni.general_plugins entry point, so the service must be installed, as its image is.",
     )
     cuda_mps: bool = Field(
         False,

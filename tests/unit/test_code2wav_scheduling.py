@@ -157,8 +157,9 @@ def test_the_talker_runs_as_the_services_model_only_where_named() -> None:
 
 
 def test_each_stage_runs_its_own_model_or_the_pipelines_with_the_services_in_place() -> None:
-    """What model_info.inspect_at_once is given: as vllm-omni 0.30's Qwen3-TTS pipeline names them, the talker on the
-    pipeline (stage 0 names none) and code2wav on its stage, each replaced by the service's where the settings say."""
+    """What model_info.register_in_process is given: as vllm-omni 0.30's Qwen3-TTS pipeline names them, the talker on
+    the pipeline (stage 0 names none) and code2wav on its stage, each replaced by the service's where the settings
+    say."""
     upstream = Pipeline(
         "qwen3_tts", (Stage(0, "qwen3_tts"), Stage(1, "code2wav", model_arch="Qwen3TTSCode2Wav")), "Qwen3TTSTalker"
     )

@@ -1,76 +1,117 @@
-"""app/engines/omni/model_info.py: every stage's model inspected at once, before AsyncOmni inspects them one by one."""
+"""app/engines/omni/model_info.py: every stage's model class imported in the server's process and registered there as
+its class, so that vLLM describes it from the class instead of from a fresh Python process."""
 
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass, field
 
 import pytest
 
-from app.engines.omni.model_info import inspect_at_once
+from app.engines.omni.model_info import register_in_process
 
 
-@dataclass
+class TalkerClass:
+    pass
+
+
+class Code2WavClass:
+    pass
+
+
+@dataclass(frozen=True)
 class LazyModel:
-    """vLLM 0.30's `_LazyRegisteredModel` as the service calls it: `inspect_model_cls()` (a fresh process, unless
-    its model-info cache holds the class)."""
+    """vLLM 0.30's `_LazyRegisteredModel`: a class by its module's and its own name, imported by `load_model_cls()`,
+    and inspected by `inspect_model_cls()` in a fresh Python process (which this stand-in refuses)."""
 
-    meet: threading.Barrier | None = None
-    error: Exception | None = None
-    calls: list[str] = field(default_factory=list)
+    module_name: str
+    class_name: str
+    loaded: type | None = None
 
-    def inspect_model_cls(self) -> object:
-        self.calls.append(threading.current_thread().name)
-        if self.meet is not None:
-            self.meet.wait()  # every inspection waits for the others: one after another, the first never returns
-        if self.error is not None:
-            raise self.error
-        return object()
+    def load_model_cls(self) -> type:
+        if self.loaded is None:
+            raise ModuleNotFoundError(f"No module named {self.module_name!r}")
+        return self.loaded
+
+    def inspect_model_cls(self) -> str:
+        raise AssertionError("a fresh process inspected the class")
+
+
+@dataclass(frozen=True)
+class ClassModel:
+    """vLLM 0.30's `_RegisteredModel`: the class itself, described from its attributes where it is registered."""
+
+    model_cls: type
+
+    def inspect_model_cls(self) -> str:
+        return self.model_cls.__name__
 
 
 @dataclass
 class Registry:
-    """vLLM 0.30's `_ModelRegistry`: its models by architecture (vllm-omni's `OmniModelRegistry` is one), each
-    inspected through `_try_inspect_model_cls`, which logs a failed inspection and answers None."""
+    """vLLM 0.30's `_ModelRegistry` (vllm-omni's `OmniModelRegistry` is one): its models by architecture, and
+    `register_model`, which keeps a `module:Class` name lazily and a class as the class."""
 
-    models: dict[str, LazyModel]
+    models: dict[str, LazyModel | ClassModel]
+    registered: list[str] = field(default_factory=list)
 
-    def _try_inspect_model_cls(self, model_arch: str) -> object | None:
-        try:
-            return self.models[model_arch].inspect_model_cls()
-        except Exception:
-            return None
-
-
-def test_the_stages_models_are_inspected_at_the_same_time() -> None:
-    meet = threading.Barrier(2, timeout=30)  # broken (and the test failed) only where they run one after another
-    registry = Registry({"Talker": LazyModel(meet), "Code2Wav": LazyModel(meet)})
-    inspect_at_once(registry, ["Talker", "Code2Wav"])
-    assert not meet.broken
-    assert all(len(model.calls) == 1 for model in registry.models.values())
-    assert len({name for model in registry.models.values() for name in model.calls}) == 2  # two threads
+    def register_model(self, model_arch: str, model_cls: type | str) -> None:
+        assert isinstance(model_cls, type), "registered by name again"
+        self.models[model_arch] = ClassModel(model_cls)
+        self.registered.append(model_arch)
 
 
-def test_an_architecture_named_twice_is_inspected_once_and_one_it_does_not_hold_is_left_to_vllm(
+def lazy(model_cls: type | None, name: str = "Missing") -> LazyModel:
+    return LazyModel("stage_models", model_cls.__name__ if model_cls else name, model_cls)
+
+
+def test_each_stage_model_is_registered_as_its_class_and_described_without_a_process() -> None:
+    registry = Registry({"Talker": lazy(TalkerClass), "Code2Wav": lazy(Code2WavClass), "Other": lazy(None)})
+    assert register_in_process(registry, ["Talker", "Code2Wav"]) == ["Talker", "Code2Wav"]
+    assert registry.models["Talker"] == ClassModel(TalkerClass)
+    assert [registry.models[arch].inspect_model_cls() for arch in ("Talker", "Code2Wav")] == [
+        "TalkerClass",
+        "Code2WavClass",
+    ]
+    assert isinstance(registry.models["Other"], LazyModel)  # a model no stage runs is not imported
+
+
+def test_a_model_named_twice_not_held_or_already_a_class_is_registered_once_or_left(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    registry = Registry({"Talker": LazyModel()})
+    registry = Registry({"Talker": lazy(TalkerClass), "Code2Wav": ClassModel(Code2WavClass)})
     with caplog.at_level(logging.INFO, logger="app.engines.omni.model_info"):
-        inspect_at_once(registry, ["Talker", "Talker", "Elsewhere"])
-        inspect_at_once(registry, ["Elsewhere"])  # nothing it holds: nothing inspected, nothing logged
-    assert len(registry.models["Talker"].calls) == 1
+        assert register_in_process(registry, ["Talker", "Talker", "Elsewhere", "Code2Wav"]) == ["Talker"]
+        assert register_in_process(registry, ["Elsewhere", "Talker"]) == []  # nothing left to do: nothing logged
+    assert registry.registered == ["Talker"]
     assert [(record.message, record.architectures) for record in caplog.records] == [
         ("stage models inspected", ["Talker"])
     ]
 
 
-def test_an_inspection_that_fails_is_logged_and_left_to_the_start_that_inspects_it_again(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    registry = Registry({"Talker": LazyModel(error=RuntimeError("no module named talker")), "Code2Wav": LazyModel()})
+def test_a_model_that_cannot_be_imported_here_is_left_to_vllm_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    registry = Registry({"Talker": lazy(None, "Talker"), "Code2Wav": lazy(Code2WavClass)})
     with caplog.at_level(logging.INFO, logger="app.engines.omni.model_info"):
-        inspect_at_once(registry, ["Talker", "Code2Wav"])
+        assert register_in_process(registry, ["Talker", "Code2Wav"]) == ["Code2Wav"]
+    assert registry.models["Talker"] == lazy(None, "Talker")  # as vLLM registered it: vLLM inspects it as before
     warning = next(record for record in caplog.records if record.levelno == logging.WARNING)
-    assert warning.failed == ["Talker"]
-    assert len(registry.models["Code2Wav"].calls) == 1
+    assert warning.architecture == "Talker" and "No module named" in caplog.text
+    assert caplog.records[-1].left == ["Talker"]
+
+
+def test_an_import_that_initialised_cuda_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    cuda = {"initialized": False}
+
+    @dataclass(frozen=True)
+    class CudaOnImport(LazyModel):
+        def load_model_cls(self) -> type:
+            cuda["initialized"] = True  # as a module that touches CUDA when it is imported
+            return super().load_model_cls()
+
+    registry = Registry({"Talker": lazy(TalkerClass), "Code2Wav": CudaOnImport("stage_models", "C", Code2WavClass)})
+    with caplog.at_level(logging.INFO, logger="app.engines.omni.model_info"):
+        register_in_process(registry, ["Talker"], lambda: cuda["initialized"])
+        assert not any(record.levelno == logging.WARNING for record in caplog.records)  # untouched: no warning
+        register_in_process(registry, ["Code2Wav"], lambda: cuda["initialized"])
+    warning = next(record for record in caplog.records if record.levelno == logging.WARNING)
+    assert "initialised CUDA" in warning.message and warning.architectures == ["Code2Wav"]

@@ -124,24 +124,27 @@ def test_the_service_plugin_is_installed_in_the_group_vllm_omni_runs_in_every_pr
     assert "if allowed_plugins is None or plugin.name in allowed_plugins:" in by_group
 
 
-def test_the_stages_models_are_the_ones_the_service_inspects_ahead_and_vllm_inspects_them_lazily(wheel: Wheel) -> None:
+def test_the_stages_models_are_the_ones_the_service_registers_as_classes_where_vllm_inspects_them_lazily(
+    wheel: Wheel,
+) -> None:
     """What app/engines/omni/model_info.py relies on: vllm-omni's registry holds every model as vLLM's lazily
-    registered kind (inspected in a fresh process unless cached) under the names vLLM's registry gets them by, and a
-    stage's model is its own or, where it names none (the talker), the pipeline's (engine.stage_architectures)."""
+    registered kind (inspected in a fresh process unless cached), a stage's config inspects its model through that
+    registry, vllm-omni's plugins (the service's registers its models by name) run once a process, and the stage
+    processes are spawned (a class imported in the server's process reaches none of them); a stage's model is its own
+    or, where it names none (the talker), the pipeline's (engine.stage_architectures)."""
     registry = ast.unparse(wheel.tree("model_executor/models/registry.py"))
     assert "OmniModelRegistry = _ModelRegistry({**{model_arch: _LazyRegisteredModel(" in registry
-    # vLLM's own registry, through which a stage's vLLM config inspects its model, gets vllm-omni's models under the
-    # same module and class names (vLLM keeps an inspection's answer by those, whichever registry asked)
-    assert (
-        "module_name=f'vllm_omni.model_executor.models.{mod_folder}.{mod_relname}', class_name=cls_name)"
-        " for model_arch, (mod_folder, mod_relname, cls_name) in _OMNI_MODELS.items()" in registry
-    )
-    to_vllm = ast.unparse(function_def(wheel.tree("engine/arg_utils.py"), "register_omni_models_to_vllm"))
-    assert (
-        "for arch, (mod_folder, mod_relname, cls_name) in _OMNI_MODELS.items():\n"
-        "        ModelRegistry.register_model(arch, f'vllm_omni.model_executor.models.{mod_folder}.{mod_relname}:"
-        "{cls_name}')" in to_vllm
-    )
+    registry_property = function_def(class_def(wheel.tree("config/model.py"), "OmniModelConfig"), "registry")
+    assert ast.unparse(registry_property.body[-1]) == "return me_models.OmniModelRegistry"
+    plugins = function_def(wheel.tree("plugins/__init__.py"), "load_omni_general_plugins")
+    assert [ast.unparse(statement) for statement in plugins.body[1:4]] == [  # after the docstring
+        "global omni_plugins_loaded",
+        "if omni_plugins_loaded:\n    return",
+        "omni_plugins_loaded = True",
+    ]
+    environment = ast.unparse(function_def(wheel.tree("engine/stage_init_utils.py"), "prepare_engine_environment"))
+    assert "load_omni_general_plugins()" in environment
+    assert "mp.set_start_method('spawn', force=True)" in environment
     assembled = ast.unparse(wheel.tree("config/stage_config.py"))
     assert "engine_args: dict[str, Any] = {'model_arch': ps.model_arch or pipeline.model_arch or None}" in assembled
     pipeline = wheel.source("model_executor/models/qwen3_tts/pipeline.py")

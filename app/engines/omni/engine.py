@@ -106,14 +106,21 @@ def _default_omni_factory(
     talker_architecture: str = "",
     **kwargs: Any,
 ) -> Any:
+    import torch
     from vllm_omni import AsyncOmni
     from vllm_omni.model_executor.models.qwen3_tts.pipeline import QWEN3_TTS_PIPELINE
     from vllm_omni.model_executor.models.registry import OmniModelRegistry
+    from vllm_omni.plugins import load_omni_general_plugins
 
     if code2wav_scheduler or talker_windows or code2wav_architecture or talker_architecture:
         register_stage_plugins(code2wav_scheduler, talker_windows, code2wav_architecture, talker_architecture)
-    model_info.inspect_at_once(
-        OmniModelRegistry, stage_architectures(QWEN3_TTS_PIPELINE, code2wav_architecture, talker_architecture)
+    # vllm-omni's plugins (the service's registers its models by name) run once a process, first thing in AsyncOmni:
+    # run here, they cannot register by name again what model_info registers as a class
+    load_omni_general_plugins()
+    model_info.register_in_process(
+        OmniModelRegistry,
+        stage_architectures(QWEN3_TTS_PIPELINE, code2wav_architecture, talker_architecture),
+        torch.cuda.is_initialized,
     )
     return AsyncOmni(**kwargs)
 

@@ -1,42 +1,59 @@
-"""vLLM's model info for every stage's model, inspected at once before AsyncOmni builds the stages' configs.
+"""Every stage's model class imported in the server's process and registered there as a class, before AsyncOmni
+builds the stages' configs, so that vLLM describes each from the class itself instead of from a fresh process.
 
 vLLM inspects a model class registered by name (`module:Class`, as vllm-omni registers its own and the service's
 plugin registers its) in a fresh Python process that imports vLLM, vllm-omni and the model's module, so that CUDA is
 not initialised where the class is only described (`vllm/model_executor/models/registry.py`,
 `_LazyRegisteredModel.inspect_model_cls`), unless its model-info cache (`$VLLM_CACHE_ROOT/modelinfos/`, keyed by the
-module's source) already holds it. AsyncOmni builds the stages' vLLM configs one after another, each inspecting its
-stage's model, so a host without that cache paid one such process per stage: 17 and 18 s of a 288-s cold start on an
-H200 (`benchmarks/gpu/2026-11-29-h200-omni-talker-ab/o1/logs/`, between the orchestrator's launch and each
-"Resolved architecture"). Inspected together, the stages take one process's time, and AsyncOmni finds them known.
+module's source) already holds that class. A host's first start paid one such process per stage: 17 and 18 s of a
+288-s cold start on an H200 one after the other, and 22 s with both at once
+(`benchmarks/gpu/2026-11-29-h200-omni-compiled-once/`). A class registered as a class (vLLM's public
+`register_model(architecture, cls)`) is described from its attributes where it is registered: 0.1–0.2 s for both
+stages on a CPU, where the server has already imported vLLM and vllm-omni. A stage's config inspects its model
+through vllm-omni's `OmniModelRegistry` (`OmniModelConfig.registry`), which is the registry this registers in.
+
+The subprocess guards against a model module that initialises CUDA on import; `tests/gpu/test_model_info.py` checks
+on a GPU that the stages' modules do not, the stage processes are spawned, not forked (vllm-omni sets the start
+method), and an import that did is logged. A class that cannot be imported here is left as vLLM registered it, for
+vLLM to inspect (and fail on) as before.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 
-def inspect_at_once(registry: Any, architectures: Sequence[str]) -> None:
-    """Each of `architectures` that `registry` holds, inspected in a thread of its own, all at once, through vLLM's
-    `_ModelRegistry._try_inspect_model_cls`, whose answer vLLM keeps in memory by architecture and registered model
-    (a frozen dataclass of the module's and class's names, equal in every registry that holds them): a stage's config
-    later inspects the same model through vLLM's `ModelRegistry`, where vllm-omni and the service's plugin register
-    every stage model under the same names as in vllm-omni's `OmniModelRegistry`, and gets that answer, from memory
-    even where the model-info cache could not be written. An inspection that fails is logged (vLLM logs why) and
-    fails the start where AsyncOmni's own would have."""
-    held = [arch for arch in dict.fromkeys(architectures) if arch in registry.models]
-    if not held:
-        return
-    started = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=len(held), thread_name_prefix="model-info") as pool:
-        inspections = {arch: pool.submit(registry._try_inspect_model_cls, arch) for arch in held}
-    failed = [arch for arch, future in inspections.items() if future.exception() or future.result() is None]
-    if failed:
-        log.warning("stage models not inspected ahead of the start", extra={"failed": failed})
+def register_in_process(
+    registry: Any, architectures: Sequence[str], cuda_initialized: Callable[[], bool] = lambda: False
+) -> list[str]:
+    """Each of `architectures` that `registry` (vLLM's `_ModelRegistry` kind) holds by name, its class loaded here and
+    registered again as that class; returns those registered. `cuda_initialized` says whether this process has
+    initialised CUDA (`torch.cuda.is_initialized`), which an import here must not have done."""
+    started, cuda_before = time.perf_counter(), cuda_initialized()
+    registered, failed = [], []
+    for arch in dict.fromkeys(architectures):
+        model = registry.models.get(arch)
+        if model is None or not hasattr(model, "module_name"):  # not held, or held as a class already
+            continue
+        try:
+            model_cls = model.load_model_cls()
+            registry.register_model(arch, model_cls)
+        except Exception:
+            log.warning("stage model left to vLLM's inspection", exc_info=True, extra={"architecture": arch})
+            failed.append(arch)
+            continue
+        registered.append(arch)
+    if not cuda_before and cuda_initialized():
+        log.warning(
+            "importing the stages' models initialised CUDA in the server's process",
+            extra={"architectures": registered},
+        )
     seconds = round(time.perf_counter() - started, 1)
-    log.info("stage models inspected", extra={"architectures": held, "seconds": seconds})
+    if registered or failed:
+        log.info("stage models inspected", extra={"architectures": registered, "left": failed, "seconds": seconds})
+    return registered

@@ -1,0 +1,69 @@
+"""app/engines/omni/model_info.py on a GPU host: every model a stage can run (vllm-omni's and the service's, each
+SPEECH_OMNI__TALKER_MODEL and SPEECH_OMNI__CODE2WAV_MODEL) imported in a fresh process as the server's process imports
+them, registered there as its class, leaves CUDA uninitialised (vLLM inspects in a fresh process to keep it so) and is
+described by vLLM from the class, as a stage's config will ask vllm-omni's registry; the shipped stages' descriptions
+are those vLLM's own inspection in a fresh process gives."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.gpu.support import torch_with_vllm_omni_030
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# a fresh process, as a server's: vllm-omni's plugins loaded, then what the engine's factory registers
+SCRIPT = textwrap.dedent(
+    """
+    import dataclasses, json, sys
+    from concurrent.futures import ThreadPoolExecutor
+    import torch
+    from vllm_omni.model_executor.models.registry import OmniModelRegistry
+    from vllm_omni.engine.arg_utils import register_omni_models_to_vllm
+    from vllm_omni.plugins import load_omni_general_plugins
+    from app.engines.omni import model_info
+    from app.engines.omni.stage_plugins import model_registration
+
+    model_registration.register()
+    load_omni_general_plugins()
+    SHIPPED = ["Qwen3TTSTalkerForConditionalGeneration", "SpeechFoldedQwen3TTSCode2Wav"]  # the defaults
+    architectures = [
+        "Qwen3TTSTalkerForConditionalGeneration", "Qwen3TTSCode2Wav",
+        *model_registration.TALKER_ARCHITECTURES.values(), *model_registration.CODE2WAV_ARCHITECTURES.values(),
+    ]
+    lazy = {arch: OmniModelRegistry.models[arch] for arch in architectures}
+    registered = model_info.register_in_process(OmniModelRegistry, architectures, torch.cuda.is_initialized)
+    load_omni_general_plugins()  # again, as AsyncOmni and each stage's engine arguments run them: nothing re-registered
+    register_omni_models_to_vllm()  # as each stage's engine arguments do, in vLLM's own registry
+    described = {arch: OmniModelRegistry._try_inspect_model_cls(arch) for arch in architectures}
+    with ThreadPoolExecutor(len(SHIPPED)) as pool:  # vLLM's own inspection, in fresh processes
+        theirs = dict(zip(SHIPPED, pool.map(lambda arch: lazy[arch].inspect_model_cls(), SHIPPED)))
+    print(json.dumps({
+        "registered": registered, "cuda": torch.cuda.is_initialized(),
+        "described": {arch: info.architecture for arch, info in described.items()},
+        "kinds": sorted({type(OmniModelRegistry.models[a]).__name__ for a in architectures}),
+        "as_vllm_inspects": [dataclasses.asdict(described[a]) == dataclasses.asdict(theirs[a]) for a in SHIPPED],
+    }))
+    """
+)
+
+
+def test_every_stage_model_is_described_in_this_process_without_cuda(tmp_path: Path) -> None:
+    torch_with_vllm_omni_030("model registry")
+    # an empty model-info cache: vLLM's inspection runs its fresh process (a cached answer has been through JSON)
+    env = {**os.environ, "VLLM_CACHE_ROOT": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["cuda"] is False
+    assert answer["kinds"] == ["_RegisteredModel"]
+    assert sorted(answer["registered"]) == sorted(answer["described"])
+    assert all(arch == described for arch, described in answer["described"].items())
+    assert answer["as_vllm_inspects"] == [True, True]  # the shipped stages' descriptions: what vLLM's process gives
