@@ -182,7 +182,7 @@ class OmniSettings(BaseModel):
         "processes by the package's vllm_omni.general_plugins entry point, so the service must be installed, as its "
         "image is.",
     )
-    talker_model: Literal["vllm-omni", "service", "compiled-once"] = Field(
+    talker_model: Literal["vllm-omni", "service", "fused", "compiled-once"] = Field(
         "vllm-omni",
         description="The talker's model (stage 0): vllm-omni's own; `compiled-once`, vllm-omni's with its code "
         "predictor compiled for a batch of 1 and for any larger batch instead of once per batch bucket (its warm-up "
@@ -190,7 +190,8 @@ class OmniSettings(BaseModel):
         "code predictor run one position at a time over a key/value cache instead of recomputing the frame's whole "
         "sequence at each of its 15 steps (16 rows a frame instead of 255), its top-k threshold found by selection "
         "instead of a sort; codes equal to vllm-omni's in float32 (on the CPU and on an H200), a draw from the same "
-        "distribution in bfloat16. Neither is a win on a GPU yet (docs/deploy.md). "
+        "distribution in bfloat16; `fused`, the service's with each layer in five Triton kernels of its own instead of "
+        "eleven, uncompiled. None is a win on a GPU yet (docs/deploy.md). "
         "app/engines/omni/stage_plugins/talker_model.py; registered in the stage processes by the package's "
         "vllm_omni.general_plugins entry point, so the service must be installed, as its image is.",
     )

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""vllm-omni 0.30's Qwen3-TTS code predictor, the same compiled once (`SPEECH_OMNI__TALKER_MODEL=compiled-once`)
-and the service's (`SPEECH_OMNI__TALKER_MODEL=service`), alone on one GPU, as the talker's model runner runs them:
+"""vllm-omni 0.30's Qwen3-TTS code predictor, the same compiled once (`SPEECH_OMNI__TALKER_MODEL=compiled-once`),
+the service's (`SPEECH_OMNI__TALKER_MODEL=service`) and the service's in its own Triton kernels (`fused`), alone on
+one GPU, as the talker's model runner runs them:
 each compiled and warmed up at its batch buckets, then captured in a CUDA graph per batch size with sampling
 uniforms it owns, and replayed. Per batch size and predictor: the GPU's time per frame (CUDA events around many
 replays), the host's time to launch one replay, the kernels one replay runs (from a PyTorch profiler trace) and the
@@ -11,13 +12,15 @@ difference can hide; this measures the predictor without them.
 
 The 0.6B CustomVoice predictor's shape (5 layers, hidden 1024, 16 query and 8 key/value heads of 128, 2048 codes,
 16 codebooks) with random weights, its batch buckets those the talker's runner captures up to `--max-num-seqs` (64,
-as shipped: 11 buckets); each set-up timed cold, as a host's first start (Inductor's caches off). Needs a CUDA
-device and vllm-omni 0.30 importable, the service's source tree on the path (run from the repository root).
+as shipped: 11 buckets); each set-up timed cold, as a host's first start (Inductor's caches off, Triton's empty).
+Needs a CUDA device and vllm-omni 0.30 importable, the service's source tree on the path (run from the repository
+root).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -33,9 +36,9 @@ HIDDEN = 1024
 
 def predictors(torch: Any, dtype: Any, max_num_seqs: int) -> dict[str, Any]:
     """The code predictor of each SPEECH_OMNI__TALKER_MODEL setting, by the setting: vllm-omni's (`vllm-omni`), the
-    same compiled once (`compiled-once`) and the service's (`service`), on the GPU in `dtype`, with the same random
-    weights (norms at one, the heads scaled so that top-k cuts into real probability mass); `max_num_seqs` sets their
-    batch buckets."""
+    same compiled once (`compiled-once`), the service's (`service`) and the service's in fused kernels (`fused`), on
+    the GPU in `dtype`, with the same random weights (norms at one, the heads scaled so that top-k cuts into real
+    probability mass); `max_num_seqs` sets their batch buckets."""
     from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
         Qwen3TTSTalkerCodePredictorConfig,
         Qwen3TTSTalkerConfig,
@@ -44,7 +47,11 @@ def predictors(torch: Any, dtype: Any, max_num_seqs: int) -> dict[str, Any]:
         Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM,
     )
 
-    from app.engines.omni.stage_plugins.talker_model import CompiledOnceCodePredictor, SpeechCodePredictor
+    from app.engines.omni.stage_plugins.talker_model import (
+        CompiledOnceCodePredictor,
+        FusedCodePredictor,
+        SpeechCodePredictor,
+    )
 
     config = Qwen3TTSTalkerCodePredictorConfig(
         vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=3072, num_hidden_layers=5, num_attention_heads=16,
@@ -70,7 +77,12 @@ def predictors(torch: Any, dtype: Any, max_num_seqs: int) -> dict[str, Any]:
         for head in upstream.lm_head:
             head.weight.mul_(20)
     built = {"vllm-omni": upstream}
-    for setting, cls in (("compiled-once", CompiledOnceCodePredictor), ("service", SpeechCodePredictor)):
+    ours = (
+        ("compiled-once", CompiledOnceCodePredictor),
+        ("service", SpeechCodePredictor),
+        ("fused", FusedCodePredictor),
+    )
+    for setting, cls in ours:
         built[setting] = cls(vllm_config=vllm_config, config=config, talker_config=talker)
         built[setting].load_state_dict(upstream.state_dict())
     for predictor in built.values():  # as the talker declares them: the sizes its runner captures
@@ -169,9 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     if batches[-1] > args.max_num_seqs:
         parser.error(f"--batches go past --max-num-seqs {args.max_num_seqs}")
 
+    # each set-up timed as a first start on a host: nothing from Inductor's caches (on disk too), Triton's (the
+    # fused kernels' builds) or another's graphs
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cold-")
     import torch
 
-    # each set-up timed as a first start on a host: nothing from Inductor's caches (on disk too) or another's graphs
     torch._inductor.config.force_disable_caches = True
     dtype = getattr(torch, args.dtype)
     rows = []

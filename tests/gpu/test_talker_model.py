@@ -15,6 +15,9 @@ would be in the talker's process, then given the same frames and the same sampli
 - Inside CUDA graphs (vLLM's model runner captures the talker's whole `talker_mtp` step, the predictor in it, at each
   batch size), in both dtypes: the service's predictor captures, and a replay on new inputs gives what it gives
   eagerly; it compiled two graphs for all its buckets and compiles nothing while it serves.
+- `fused` (the service's predictor with its layers in Triton kernels of its own, `predictor_kernels.py`): the same
+  float32 codes, the same bfloat16 first residual codebook, and the same CUDA-graph checks, with nothing compiled by
+  torch.
 """
 
 from __future__ import annotations
@@ -38,11 +41,14 @@ def torch() -> Any:
     return torch_with_vllm_omni_030("code predictor")
 
 
-def predictors(torch: Any, dtype: Any) -> tuple[Any, Any]:
-    """vllm-omni's predictor and the service's, built as deploy/gpu/predictor_bench.py builds them (the same random
-    weights), with buckets 1, 2, 4, 8."""
+def predictors(torch: Any, dtype: Any, setting: str = "service") -> tuple[Any, Any]:
+    """vllm-omni's predictor and the service's of `setting` (SPEECH_OMNI__TALKER_MODEL), built as
+    deploy/gpu/predictor_bench.py builds them (the same random weights), with buckets 1, 2, 4, 8."""
     built = BENCH.predictors(torch, dtype, max_num_seqs=BUCKETS)
-    return built["vllm-omni"], built["service"]
+    return built["vllm-omni"], built[setting]
+
+
+OURS = ["service", "fused"]  # the service's predictors: over a key/value cache, and the same in its Triton kernels
 
 
 def frame(torch: Any, dtype: Any, batch: int, seed: int) -> dict[str, Any]:
@@ -68,10 +74,11 @@ def graphs_compiled(torch: Any, predictor: Any) -> int:
     return torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
 
 
-def test_float32_codes_are_vllm_omnis(torch: Any) -> None:
+@pytest.mark.parametrize("setting", OURS)
+def test_float32_codes_are_vllm_omnis(torch: Any, setting: str) -> None:
     differ = total = 0
     with without_tf32(torch):
-        upstream, ours = predictors(torch, torch.float32)
+        upstream, ours = predictors(torch, torch.float32, setting)
         with torch.inference_mode():
             for batch in (1, 2, 3, 5, 8):
                 inputs = frame(torch, torch.float32, batch, seed=batch)
@@ -81,7 +88,7 @@ def test_float32_codes_are_vllm_omnis(torch: Any) -> None:
                 for theirs, mine in (sampled, greedy):
                     assert mine.shape == theirs.shape == (batch, GROUPS) and mine.dtype == theirs.dtype
                     differ, total = differ + int((mine != theirs).sum()), total + mine.numel()
-    print(f"\nfloat32: {differ} of {total} codes differ")
+    print(f"\n{setting}, float32: {differ} of {total} codes differ")
     assert differ <= total // 100, f"{differ} of {total} codes differ"
 
 
@@ -115,8 +122,9 @@ def test_compiled_once_is_vllm_omnis_predictor_in_two_graphs(torch: Any) -> None
     assert differ <= total // 100, f"{differ} of {total} codes differ"
 
 
-def test_bfloat16_codes_part_only_after_rounding_does(torch: Any) -> None:
-    upstream, ours = predictors(torch, torch.bfloat16)
+@pytest.mark.parametrize("setting", OURS)
+def test_bfloat16_codes_part_only_after_rounding_does(torch: Any, setting: str) -> None:
+    upstream, ours = predictors(torch, torch.bfloat16, setting)
     first = rows = agree = total = 0
     with torch.inference_mode():
         for seed in range(8):
@@ -126,25 +134,27 @@ def test_bfloat16_codes_part_only_after_rounding_does(torch: Any) -> None:
             first += int((mine[:, 1] == theirs[:, 1]).sum())
             rows += mine.shape[0]
             agree, total = agree + int((mine == theirs).sum()), total + mine.numel()
-    print(f"\nbfloat16: first residual codebook equal in {first}/{rows} rows, all codes {agree}/{total}")
+    print(f"\n{setting}, bfloat16: first residual codebook equal in {first}/{rows} rows, all codes {agree}/{total}")
     assert first >= 0.9 * rows
 
 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float32"])
+@pytest.mark.parametrize(("setting", "graphs_expected"), [("service", 2), ("fused", 0)])
 def test_it_captures_in_cuda_graphs_as_the_talkers_runner_does_and_replays_what_it_computes_eagerly(
-    torch: Any, dtype_name: str
+    torch: Any, dtype_name: str, setting: str, graphs_expected: int
 ) -> None:
     """As vllm-omni 0.30's model runner captures the talker's `talker_mtp` step (worker_v2/model_states/
     omni_model_state.py, capture_mtp_graphs; deploy/gpu/predictor_bench.py's `capture`): every size from the largest
     down, each warmed up eagerly without sampling uniforms, then captured with uniforms it owns; a replay on new
     inputs gives what an eager call does.
-    Its set-up compiles two graphs for the four buckets (a batch of 1, any larger batch), and nothing after it
-    compiles again."""
+    The service's set-up compiles two graphs for the four buckets (a batch of 1, any larger batch), the fused one's
+    none (its kernels are Triton's own), and nothing after it compiles again."""
     dtype = getattr(torch, dtype_name)
-    _, ours = predictors(torch, dtype)
+    _, ours = predictors(torch, dtype, setting)
     torch._dynamo.reset()  # this predictor's graphs only: none an earlier test left for it to reuse
     compiled = graphs_compiled(torch, ours)
-    assert compiled == 2, f"{compiled} graphs compiled for the buckets 1, 2, 4, 8: one per bucket is a minute a start"
+    assert compiled == graphs_expected, f"{compiled} graphs compiled for the buckets 1, 2, 4, 8"
+    assert setting != "fused" or "fused kernels" in ours.serving  # not the compiled position it falls back to
     with torch._dynamo.config.patch(error_on_recompile=True), torch.inference_mode():
         graphs = BENCH.capture(torch, ours, dtype, [1, 2, 4, 8])
         with other_thread_count(torch):  # as vLLM sets it once the talker has started

@@ -326,9 +326,9 @@ async def test_code2wav_is_the_services_folded_model_unless_the_setting_asks(cus
 
 
 async def test_the_talker_is_vllm_omnis_unless_the_setting_names_the_services(custom_voice_dir: Path) -> None:
-    """By default no talker architecture reaches the factory (vllm-omni's own talker runs; neither of the service's is
-    a win on a GPU yet); `service` and `compiled-once` pass the one the plugin registers, which the pipeline then
-    names as stage 0's model."""
+    """By default no talker architecture reaches the factory (vllm-omni's own talker runs; none of the service's is a
+    win on a GPU yet); `service`, `fused` and `compiled-once` pass the one the plugin registers, which the pipeline
+    then names as stage 0's model."""
     plain = FakeAsyncOmni()
     engine = make_engine(custom_voice_dir, plain)
     await engine.start()
@@ -336,6 +336,7 @@ async def test_the_talker_is_vllm_omnis_unless_the_setting_names_the_services(cu
     await engine.close()
     for setting, architecture in (
         ("service", "SpeechQwen3TTSTalker"),
+        ("fused", "SpeechQwen3TTSTalkerFused"),
         ("compiled-once", "SpeechQwen3TTSTalkerCompiledOnce"),
     ):
         omni = FakeAsyncOmni()

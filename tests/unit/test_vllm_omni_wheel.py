@@ -192,7 +192,7 @@ def test_the_plugin_registers_the_model_where_vllm_checks_it_and_where_vllm_omni
         (architecture, f"{model_registration.TALKER_MODULE}:{architecture}")
         for architecture in model_registration.TALKER_ARCHITECTURES.values()
     ]
-    assert len(named) == 4
+    assert len(named) == 5
     assert calls == [("ModelRegistry", *each) for each in named] + [("OmniModelRegistry", *each) for each in named]
 
 
@@ -306,8 +306,16 @@ WRAPPER_MODULE = "model_executor/models/common/qwen3_code_predictor.py"
 
 
 def members(cls: ast.ClassDef) -> set[str]:
-    """A class's methods and the attributes its methods assign on `self`."""
+    """A class's methods, the attributes its body assigns, and those its methods assign on `self`."""
     names = {node.name for node in cls.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    names |= {
+        target.id
+        for node in cls.body
+        for target in (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if isinstance(target, ast.Name)
+    }
     for node in ast.walk(cls):
         targets = (
             node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
@@ -338,12 +346,16 @@ def test_the_services_talker_extends_the_wheels_talker_and_predictor_with_what_t
     }
     assert bases == {
         "SpeechCodePredictor": ["Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM"],
+        "Sampling": [],
+        "FusedCodePredictor": ["SpeechCodePredictor"],
         "CompiledOnceCodePredictor": ["Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM"],
         "SpeechQwen3TTSTalker": ["Qwen3TTSTalkerForConditionalGeneration"],
+        "SpeechQwen3TTSTalkerFused": ["SpeechQwen3TTSTalker"],
         "SpeechQwen3TTSTalkerCompiledOnce": ["SpeechQwen3TTSTalker"],
     }
     assert set(model_registration.TALKER_ARCHITECTURES.values()) == {
         "SpeechQwen3TTSTalker",
+        "SpeechQwen3TTSTalkerFused",
         "SpeechQwen3TTSTalkerCompiledOnce",
     }
     imported = {(n.module, a.name) for n in ours.body if isinstance(n, ast.ImportFrom) for a in n.names}
@@ -391,6 +403,28 @@ def test_the_services_talker_extends_the_wheels_talker_and_predictor_with_what_t
     assert used_on(service_predictor, "model") <= members(
         class_def(wheel.tree(WRAPPER_MODULE), "CodePredictorBaseModel")
     )
+    # what the fused kernels read of the same modules (`predictor_kernels.Predictor.of`) is theirs too, the rotary
+    # embedding's tables among them (buffers it registers by name), and vllm-omni's RMSNorm scales in float32, rounds,
+    # then applies its weight, as the kernels do
+    kernels = ast.parse(ROOT.joinpath("app/engines/omni/stage_plugins/predictor_kernels.py").read_text())
+    read = function_def(class_def(kernels, "Predictor"), "of")
+    assert used_on(read, "attention") <= attention
+    assert used_on(read, "mlp") <= members(class_def(wheel.tree(WRAPPER_MODULE), "CodePredictorMLP"))
+    assert used_on(read, "model") - {"parameters"} <= members(  # nn.Module's
+        class_def(wheel.tree(WRAPPER_MODULE), "CodePredictorBaseModel")
+    )
+    assert used_on(read, "layer") - {"self_attn", "mlp"} <= members(
+        class_def(wheel.tree(WRAPPER_MODULE), "CodePredictorDecoderLayer")
+    )
+    rotary = ast.unparse(class_def(wheel.tree(WRAPPER_MODULE), "_RotaryEmbedding"))
+    assert (
+        {f"self.register_buffer('{name}'" for name in used_on(read, "rotary")}
+        <= {f"self.register_buffer('{name}'" for name in ("cos_cached", "sin_cached") if f"'{name}'" in rotary}
+        == {"self.register_buffer('cos_cached'", "self.register_buffer('sin_cached'"}
+    )
+    norm = ast.unparse(function_def(class_def(wheel.tree(WRAPPER_MODULE), "_RMSNorm"), "forward_native"))
+    assert "hidden_states * torch.rsqrt(variance + self.variance_epsilon)" in norm
+    assert "return self.weight * hidden_states.to(input_dtype)" in norm
     # the per-call sampling it keeps: temperature, then top-k, then the wrapper's Gumbel-max on the given uniforms
     forward = ast.unparse(function_def(wrapper, "forward"))
     assert "scaled = logits * inv_temperature" in forward and "scaled.topk(top_k, dim=-1)" in forward

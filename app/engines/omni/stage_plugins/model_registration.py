@@ -26,7 +26,11 @@ CODE2WAV_MODULE = "app.engines.omni.stage_plugins.code2wav_model"
 CODE2WAV_ARCHITECTURES = {"service": "SpeechQwen3TTSCode2Wav", "service-folded": "SpeechFoldedQwen3TTSCode2Wav"}
 TALKER_MODULE = "app.engines.omni.stage_plugins.talker_model"
 # SPEECH_OMNI__TALKER_MODEL -> the architecture its model is registered as, its class's name in TALKER_MODULE
-TALKER_ARCHITECTURES = {"service": "SpeechQwen3TTSTalker", "compiled-once": "SpeechQwen3TTSTalkerCompiledOnce"}
+TALKER_ARCHITECTURES = {
+    "service": "SpeechQwen3TTSTalker",
+    "fused": "SpeechQwen3TTSTalkerFused",
+    "compiled-once": "SpeechQwen3TTSTalkerCompiledOnce",
+}
 
 
 def register() -> None:

@@ -1,8 +1,10 @@
 """The service's talker for vllm-omni 0.30.0 (stage 0 of its Qwen3-TTS pipeline): vllm-omni's own
 `Qwen3TTSTalkerForConditionalGeneration` with its code predictor run over a key/value cache, which the talker process
 builds under the name below (registered by `model_registration.register`, a `vllm_omni.general_plugins` entry
-point). The service selects it with `SPEECH_OMNI__TALKER_MODEL=service`; `SPEECH_OMNI__TALKER_MODEL=compiled-once`
-runs vllm-omni's talker and predictor unchanged but for the predictor's compilation (`CompiledOnceCodePredictor`).
+point). The service selects it with `SPEECH_OMNI__TALKER_MODEL=service`, or with `fused` the same predictor whose
+layers run in Triton kernels of the service's (`FusedCodePredictor`, `predictor_kernels.py`);
+`SPEECH_OMNI__TALKER_MODEL=compiled-once` runs vllm-omni's talker and predictor unchanged but for the predictor's
+compilation (`CompiledOnceCodePredictor`).
 
 Each talker step, the code predictor (5 layers) predicts the frame's codebooks 1 to 15 one after another. vllm-omni's
 runs the whole growing sequence, padded to 17 positions, through all its layers at each of the 15 steps and reads one
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -40,6 +43,8 @@ from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm imp
 )
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker import Qwen3TTSTalkerForConditionalGeneration
 from vllm_omni.platforms import current_omni_platform
+
+from app.engines.omni.stage_plugins import predictor_kernels
 
 log = logging.getLogger("vllm.speech.talker")  # under vLLM's logger, whose handler the stage process has
 
@@ -118,10 +123,7 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
         self._lm_heads_list = list(self.lm_head)
         self._codec_embeds_list = list(self.model.codec_embedding)
         self._bucket_sizes = self._batch_bucket_sizes()
-        self._compiled_position = self._position
-        if inductor_available():
-            # vllm-omni's options for the same layers: its RMSNorm and RoPE lose float32 precision in epilogue fusions
-            self._compiled_position = torch.compile(self._position, options={"epilogue_fusion": False})
+        self._compiled_position, compiled = self._serving_position()
         device = parameter.device
         limit = max(torch._dynamo.config.cache_size_limit, len(self._bucket_sizes))
         # within forward's inference mode, as vllm-omni's warm-up: compiled code guards on it
@@ -131,15 +133,25 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
                 keys, values = self._cache(bsz, device)
                 for position in range(2):
                     at = torch.full((bsz, 1), position, dtype=torch.long, device=device)
-                    if bsz > 1:  # torch specializes a batch of 1: its own graph, the only other one
+                    if compiled and bsz > 1:  # torch specializes a batch of 1: its own graph, the only other one
                         mark_batch_dynamic(x, at, keys, values)
                     self._compiled_position(x, at, keys, values)
         self._synchronize_warmup(device)
-        if self._compiled_position is not self._position:
+        if compiled:
             self._compiled_position = eager_on_recompile(self._compiled_position)
         # last: it marks the set-up done, so a warm-up that failed is set up again at the next call
         self._compiled_model_fwd = self.model.forward  # vllm-omni's forward for a call with top-p: eager
-        log.info("code predictor over a key/value cache: warmed up for batches %s", self._bucket_sizes)
+        log.info("%s: warmed up for batches %s", self.serving, self._bucket_sizes)
+
+    serving = "code predictor over a key/value cache"
+
+    def _serving_position(self) -> tuple[Callable[..., torch.Tensor], bool]:
+        """What runs a position while it serves, and whether torch compiles it: `_position`, compiled with Inductor
+        where the platform compiles (as vllm-omni's predictor is)."""
+        if not inductor_available():
+            return self._position, False
+        # vllm-omni's options for the same layers: its RMSNorm and RoPE lose float32 precision in epilogue fusions
+        return torch.compile(self._position, options={"epilogue_fusion": False}), True
 
     def _cache(self, bsz: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Zeroed keys and values [layers, batch, kv heads, 16 slots, head dim]: slots not yet written are masked
@@ -227,24 +239,104 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
         x[:bsz] = projection(last_talker_hidden.reshape(bsz, 1, -1).to(dtype))
         self._compiled_position(x, at, keys, values)
         x[:bsz] = projection(layer0_embed.reshape(bsz, 1, -1).to(dtype))
+        drawn_by = generators if generators is not None else generator
+        sampling = Sampling(use_sampling, inverse_temperature, top_k, sample_uniforms, drawn_by)
         for step in range(1, groups):
             at.fill_(step)
-            hidden = self._compiled_position(x, at, keys, values)
-            logits = self._lm_heads_list[step - 1](hidden[:bsz, 0, :])
-            if use_sampling:
-                scores = logits * inverse_temperature
-                if 0 < top_k < vocab:
-                    scores = scores.masked_fill(scores < top_k_threshold(scores, top_k), float("-inf"))
-                uniforms = sample_uniforms[:, step - 1, :] if sample_uniforms is not None else None
-                code = self._sample_codes_gumbel(
-                    scores, generator=generators if generators is not None else generator, uniforms=uniforms
-                )
-            else:
-                code = logits.argmax(dim=-1, keepdim=True)
-            codes[:, step] = code.reshape(bsz)
-            if step < groups - 1:
-                x[:bsz] = projection(self._codec_embeds_list[step - 1](code).reshape(bsz, 1, -1))
+            self._next_code(step, self._compiled_position(x, at, keys, values), codes, x, sampling)
         return codes
+
+    def _next_code(
+        self, step: int, hidden: torch.Tensor, codes: torch.Tensor, x: torch.Tensor, sampling: Sampling
+    ) -> None:
+        """Codebook `step`'s code for each stream (`codes[:, step]`) from the position's `hidden` state, and, but for
+        the last codebook, its embedding into `x`, the next position's input."""
+        bsz = int(codes.shape[0])
+        logits = self._lm_heads_list[step - 1](hidden[:bsz, 0, :])
+        vocab = int(logits.shape[-1])
+        if sampling.draw:
+            scores = logits * sampling.inverse_temperature
+            if 0 < sampling.top_k < vocab:
+                scores = scores.masked_fill(scores < top_k_threshold(scores, sampling.top_k), float("-inf"))
+            uniforms = sampling.uniforms[:, step - 1, :] if sampling.uniforms is not None else None
+            code = self._sample_codes_gumbel(scores, generator=sampling.generator, uniforms=uniforms)
+        else:
+            code = logits.argmax(dim=-1, keepdim=True)
+        codes[:, step] = code.reshape(bsz)
+        if step < self._num_groups - 1:
+            embedded = self._codec_embeds_list[step - 1](code).reshape(bsz, 1, -1)
+            x[:bsz] = self.small_to_mtp_projection(embedded)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """One call's sampling, as `SpeechCodePredictor.forward` was given it."""
+
+    draw: bool  # sampled (temperature, top-k, Gumbel-max), else the largest logit
+    inverse_temperature: float
+    top_k: int
+    uniforms: torch.Tensor | None  # [batch, groups - 1, vocab]: each step's Gumbel noise, given
+    generator: Any  # where no uniforms are given: the generator(s) they are drawn from
+
+
+class FusedCodePredictor(SpeechCodePredictor):
+    """`SpeechCodePredictor` with each position through the layers in Triton launches of its own
+    (`predictor_kernels`: five a layer, where the compiled layer runs eleven) and each codebook's lm head, draw and
+    next embedding in two, nothing compiled by torch: its warm-up builds the kernels, which Triton keeps on disk.
+    Where the kernels do not cover the model (a bias, a width the blocks do not divide, another dtype, not CUDA),
+    `SpeechCodePredictor`'s compiled position; where a draw has no uniforms given (they come from generators) or
+    the embeddings need a projection, that step as `SpeechCodePredictor` takes it."""
+
+    serving = "code predictor over a key/value cache in fused kernels"
+    _fused: predictor_kernels.Predictor | None = None
+
+    def _serving_position(self) -> tuple[Callable[..., torch.Tensor], bool]:
+        self._fused = predictor_kernels.Predictor.of(self.model)
+        if self._fused is None:
+            self.serving = SpeechCodePredictor.serving
+            return super()._serving_position()
+        return self._fused.position, False
+
+    def _setup_compile(self) -> None:
+        """`SpeechCodePredictor`'s set-up, then a frame drawn and one taken greedily at every bucket, so that every
+        kernel a CUDA graph's capture launches is built before it (Triton builds one the first time it is launched
+        with a new specialization, and a build cannot happen inside a capture)."""
+        if self._compiled_model_fwd is not None:
+            return
+        super()._setup_compile()
+        if self._fused is None:
+            return
+        parameter = next(self.model.parameters())
+        device, groups, vocab = parameter.device, self._num_groups, int(self.config.vocab_size)
+        talker_hidden = int(self.model.codec_embedding[0].embedding_dim)
+        for bsz in self._bucket_sizes:
+            given = torch.zeros(bsz, 1, talker_hidden, dtype=self._model_dtype, device=device)
+            inputs = {
+                "layer0_code": torch.zeros(bsz, 1, dtype=torch.long, device=device),
+                "layer0_embed": given,
+                "last_talker_hidden": given,
+            }
+            uniforms = torch.full((bsz, groups - 1, vocab), 0.5, dtype=torch.float32, device=device)
+            self.forward(**inputs, sample_uniforms=uniforms)
+            self.forward(**inputs, do_sample=False)
+        self._synchronize_warmup(device)
+
+    def _next_code(
+        self, step: int, hidden: torch.Tensor, codes: torch.Tensor, x: torch.Tensor, sampling: Sampling
+    ) -> None:
+        if self._fused is None or (sampling.draw and sampling.uniforms is None):
+            return super()._next_code(step, hidden, codes, x, sampling)
+        last = step == self._num_groups - 1
+        embeds = not last and isinstance(self.small_to_mtp_projection, torch.nn.Identity)
+        predictor_kernels.next_code(
+            hidden, self._lm_heads_list[step - 1].weight, codes, step,
+            self._codec_embeds_list[step - 1].weight if embeds else None, x, sampling.inverse_temperature,
+            sampling.top_k, sampling.uniforms[:, step - 1, :] if sampling.draw else None,
+        )  # fmt: skip
+        if not last and not embeds:
+            code = codes[:, step : step + 1]
+            embedded = self._codec_embeds_list[step - 1](code).reshape(code.shape[0], 1, -1)
+            x[: code.shape[0]] = self.small_to_mtp_projection(embedded)
 
 
 class CompiledOnceCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM):
@@ -291,6 +383,12 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         if type(self.code_predictor) is not Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM:
             raise TypeError(f"the talker built a {type(self.code_predictor).__name__}, not vllm-omni's code predictor")
         self.code_predictor.__class__ = self.predictor_class  # adds methods only: nothing built twice
+
+
+class SpeechQwen3TTSTalkerFused(SpeechQwen3TTSTalker):
+    """vllm-omni's Qwen3-TTS talker with `FusedCodePredictor` as its code predictor."""
+
+    predictor_class = FusedCodePredictor
 
 
 class SpeechQwen3TTSTalkerCompiledOnce(SpeechQwen3TTSTalker):

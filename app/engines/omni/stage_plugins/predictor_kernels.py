@@ -1,0 +1,399 @@
+"""The code predictor's layer, one position per stream over a key/value cache, in five Triton launches, and its final
+norm in one: what `SPEECH_OMNI__TALKER_MODEL=fused` runs in the talker's process (`talker_model.FusedCodePredictor`).
+
+At one stream the talker's frame is launch-bound: a profile on an H200 counted 11 kernels per layer and position in
+vllm-omni's predictor (5 cuBLAS GEMMs, a split-K reduction, flash attention, 4 Triton kernels) and the GPU busy 44%
+of the frame (`benchmarks/gpu/2026-11-28-h200x2-profiles/`). Each launch here streams one projection's weight once and
+does the elementwise work around it where the data already is:
+- `norm_qkv_rope_store`: the input norm, the q/k/v projection, the q and k head norms, the rotary embedding, and the
+  key and value written into the cache's slot; a program per head.
+- `attend`: a stream's queries against its cache's slots up to its position; a program per stream and key/value head.
+- `linear_add` (twice): the output and down projections with the residual added; a program per block of outputs.
+- `norm_gate_up_silu`: the post-attention norm, the gate and up projections and silu(gate) * up.
+- `rms_norm`: the final norm, a program per stream.
+
+Numerics follow vllm-omni's modules (`common/qwen3_code_predictor.py`): every product is accumulated in float32 and
+rounded to the model's dtype where its module's output is, elementwise work in float32. Two roundings differ: a norm's
+row scale is applied to the accumulated product rather than to the input before the projection (the same product, one
+rounding), and the rotary embedding is one float32 expression rather than three rounded ops. In float32 (projections
+in IEEE precision) that is the same arithmetic within float32 rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_K = 64  # the reduction's step: divides the hidden size, the attention width and the MLP width
+BLOCK_N = 32  # outputs a projection program computes
+
+
+@triton.jit
+def product(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """acc + a b^T on the tensor cores; with UPCAST (Triton's interpreter, whose dot misreads bfloat16) in float32."""
+    if UPCAST:
+        out = tl.dot(a.to(tl.float32), tl.trans(b).to(tl.float32), acc, input_precision="ieee")
+    else:
+        out = tl.dot(a, tl.trans(b), acc, input_precision=PRECISION)
+    return out
+
+
+@triton.jit
+def normed_pair(
+    X, LN_W, W, first, second, rows, eps,
+    HIDDEN: tl.constexpr, N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+):  # fmt: skip
+    """The rows' input ([rows, HIDDEN]) RMS-normed with LN_W, against W's rows `first` and `second` (N each): both
+    products, the norm's row scale applied to them, rounded to W's dtype, in float32 ([BLOCK_M, N] each)."""
+    dtype = W.dtype.element_ty
+    rm = tl.arange(0, BLOCK_M)
+    live = rm < rows
+    rk = tl.arange(0, BLOCK_K)
+    squares = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc_first = tl.zeros([BLOCK_M, N], dtype=tl.float32)
+    acc_second = tl.zeros([BLOCK_M, N], dtype=tl.float32)
+    for k0 in range(0, HIDDEN, BLOCK_K):
+        x = tl.load(X + rm[:, None] * HIDDEN + k0 + rk[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+        squares += tl.sum(x * x, 1)
+        weighted = (x * tl.load(LN_W + k0 + rk).to(tl.float32)[None, :]).to(dtype)
+        w_first = tl.load(W + first[:, None] * HIDDEN + k0 + rk[None, :])
+        w_second = tl.load(W + second[:, None] * HIDDEN + k0 + rk[None, :])
+        acc_first = product(weighted, w_first, acc_first, PRECISION, UPCAST)
+        acc_second = product(weighted, w_second, acc_second, PRECISION, UPCAST)
+    scale = 1.0 / tl.sqrt(squares / HIDDEN + eps)
+    return (acc_first * scale[:, None]).to(dtype).to(tl.float32), (acc_second * scale[:, None]).to(dtype).to(tl.float32)
+
+
+@triton.jit
+def norm_qkv_rope_store(
+    X, LN_W, W, QN_W, KN_W, COS, SIN, AT, Q_OUT, K_CACHE, V_CACHE, rows, eps,
+    HIDDEN: tl.constexpr, HEAD_DIM: tl.constexpr, Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
+    SLOTS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """Program `head` (q heads, then k, then v): the rows' normed input against the head's weight rows, then q and
+    k normed per head and rotated at each row's position; q to Q_OUT, k and v to the row's cache slot."""
+    head = tl.program_id(0)
+    HALF: tl.constexpr = HEAD_DIM // 2
+    dtype = Q_OUT.dtype.element_ty
+    rm = tl.arange(0, BLOCK_M)
+    live = rm < rows
+    rh = tl.arange(0, HALF)
+    first = head * HEAD_DIM + rh  # the weight rows of the head's first half; its second half follows
+    lo, hi = normed_pair(
+        X, LN_W, W, first, first + HALF, rows, eps, HIDDEN, HALF, BLOCK_M, BLOCK_K, PRECISION, UPCAST
+    )  # fmt: skip
+    at = tl.load(AT + rm, mask=live, other=0)
+    slot = rm[:, None] * (KV_HEADS * SLOTS * HEAD_DIM) + at[:, None] * HEAD_DIM + rh[None, :]
+    if head < Q_HEADS + KV_HEADS:
+        is_q = head < Q_HEADS
+        norm_lo = tl.where(is_q, tl.load(QN_W + rh), tl.load(KN_W + rh)).to(tl.float32)
+        norm_hi = tl.where(is_q, tl.load(QN_W + HALF + rh), tl.load(KN_W + HALF + rh)).to(tl.float32)
+        head_scale = 1.0 / tl.sqrt((tl.sum(lo * lo, 1) + tl.sum(hi * hi, 1)) / HEAD_DIM + eps)
+        lo = ((lo * head_scale[:, None]).to(dtype).to(tl.float32) * norm_lo[None, :]).to(dtype).to(tl.float32)
+        hi = ((hi * head_scale[:, None]).to(dtype).to(tl.float32) * norm_hi[None, :]).to(dtype).to(tl.float32)
+        angle = at[:, None] * HEAD_DIM + rh[None, :]
+        cos_lo, cos_hi = tl.load(COS + angle).to(tl.float32), tl.load(COS + angle + HALF).to(tl.float32)
+        sin_lo, sin_hi = tl.load(SIN + angle).to(tl.float32), tl.load(SIN + angle + HALF).to(tl.float32)
+        out_lo = (lo * cos_lo - hi * sin_lo).to(dtype)
+        out_hi = (hi * cos_hi + lo * sin_hi).to(dtype)
+        if is_q:
+            q = Q_OUT + rm[:, None] * (Q_HEADS * HEAD_DIM) + head * HEAD_DIM + rh[None, :]
+            tl.store(q, out_lo, mask=live[:, None])
+            tl.store(q + HALF, out_hi, mask=live[:, None])
+        else:
+            k = K_CACHE + slot + (head - Q_HEADS) * (SLOTS * HEAD_DIM)
+            tl.store(k, out_lo, mask=live[:, None])
+            tl.store(k + HALF, out_hi, mask=live[:, None])
+    else:
+        v = V_CACHE + slot + (head - Q_HEADS - KV_HEADS) * (SLOTS * HEAD_DIM)
+        tl.store(v, lo.to(dtype), mask=live[:, None])
+        tl.store(v + HALF, hi.to(dtype), mask=live[:, None])
+
+
+@triton.jit
+def attend(
+    Q, K_CACHE, V_CACHE, AT, OUT, scale,
+    HEAD_DIM: tl.constexpr, Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, SLOTS: tl.constexpr,
+):  # fmt: skip
+    """Program (row, key/value head): the queries of the heads that share it against the row's slots 0 to its
+    position, softmax in float32, the values' weighted sum to OUT (heads side by side, as the output projection
+    reads them)."""
+    row = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    GROUP: tl.constexpr = Q_HEADS // KV_HEADS
+    rg = tl.arange(0, GROUP)
+    rs = tl.arange(0, SLOTS)
+    rd = tl.arange(0, HEAD_DIM)
+    heads = row * (Q_HEADS * HEAD_DIM) + (kv_head * GROUP + rg)[:, None] * HEAD_DIM + rd[None, :]
+    q = tl.load(Q + heads).to(tl.float32)
+    cache = row * (KV_HEADS * SLOTS * HEAD_DIM) + kv_head * (SLOTS * HEAD_DIM) + rs[:, None] * HEAD_DIM + rd[None, :]
+    k = tl.load(K_CACHE + cache).to(tl.float32)
+    v = tl.load(V_CACHE + cache).to(tl.float32)
+    scores = tl.sum(q[:, None, :] * k[None, :, :], 2) * scale
+    scores = tl.where(rs[None, :] <= tl.load(AT + row), scores, float("-inf"))
+    weights = tl.exp(scores - tl.max(scores, 1)[:, None])
+    weights = weights / tl.sum(weights, 1)[:, None]
+    out = tl.sum(weights[:, :, None] * v[None, :, :], 1)
+    tl.store(OUT + heads, out.to(OUT.dtype.element_ty))
+
+
+@triton.jit
+def linear_add(
+    X, W, RES, OUT, rows,
+    K: tl.constexpr, N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, ADD: tl.constexpr = True,
+):  # fmt: skip
+    """Program `block`: OUT = RES + X W^T for its BLOCK_N outputs, the product rounded first, as a projection's
+    output is before the residual adds it (without ADD, OUT = X W^T; RES unread). OUT may be RES: a program reads
+    only the outputs it writes."""
+    block = tl.program_id(0)
+    dtype = OUT.dtype.element_ty
+    rm = tl.arange(0, BLOCK_M)
+    live = rm < rows
+    rk = tl.arange(0, BLOCK_K)
+    rn = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        x = tl.load(X + rm[:, None] * K + k0 + rk[None, :], mask=live[:, None], other=0.0)
+        w = tl.load(W + rn[:, None] * K + k0 + rk[None, :])
+        acc = product(x, w, acc, PRECISION, UPCAST)
+    outputs = rm[:, None] * N + rn[None, :]
+    if ADD:
+        residual = tl.load(RES + outputs, mask=live[:, None], other=0.0).to(tl.float32)
+        tl.store(OUT + outputs, (acc.to(dtype).to(tl.float32) + residual).to(dtype), mask=live[:, None])
+    else:
+        tl.store(OUT + outputs, acc.to(dtype), mask=live[:, None])
+
+
+@triton.jit
+def norm_gate_up_silu(
+    X, LN_W, W, OUT, rows, eps,
+    HIDDEN: tl.constexpr, INTERMEDIATE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """Program `block`: the rows' normed input against its BLOCK_N gate rows and the matching up rows (gate_up's
+    weight holds the gate's rows, then the up's), then silu(gate) * up, each rounded where vllm-omni's MLP rounds."""
+    block = tl.program_id(0)
+    dtype = OUT.dtype.element_ty
+    rm = tl.arange(0, BLOCK_M)
+    live = rm < rows
+    rn = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    gate, up = normed_pair(
+        X, LN_W, W, rn, INTERMEDIATE + rn, rows, eps, HIDDEN, BLOCK_N, BLOCK_M, BLOCK_K, PRECISION, UPCAST
+    )  # fmt: skip
+    activated = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
+    tl.store(OUT + rm[:, None] * INTERMEDIATE + rn[None, :], (activated * up).to(dtype), mask=live[:, None])
+
+
+@triton.jit
+def rms_norm(X, W, OUT, eps, HIDDEN: tl.constexpr):
+    """Program `row`: vllm-omni's RMSNorm (float32 scale, rounded, then the weight)."""
+    row = tl.program_id(0)
+    dtype = OUT.dtype.element_ty
+    rk = tl.arange(0, HIDDEN)
+    x = tl.load(X + row * HIDDEN + rk).to(tl.float32)
+    normed = (x / tl.sqrt(tl.sum(x * x, 0) / HIDDEN + eps)).to(dtype).to(tl.float32)
+    tl.store(OUT + row * HIDDEN + rk, (normed * tl.load(W + rk).to(tl.float32)).to(dtype))
+
+
+@triton.jit
+def sample_embed(
+    LOGITS, U, u_stride, CODES, codes_stride, step, EMBED, X, inverse_temperature, top_k, greedy,
+    VOCAB: tl.constexpr, HIDDEN: tl.constexpr, EMBED_NEXT: tl.constexpr,
+):  # fmt: skip
+    """Program `row`: the row's code for codebook `step` from its logits, as vllm-omni's per-call sampling draws it
+    (scores = logits times the inverse temperature, rounded to the logits' dtype; those under the k-th largest
+    dropped; the largest score less log(-log(u)), the first of equals), or their first largest where `greedy`; the
+    code to CODES[row, step] and, with EMBED_NEXT, its embedding row to X[row], the next position's input.
+    The k-th largest score is found by bisecting the bits of an order-preserving integer key of each float32 score
+    (32 counts over the row), what `top_k_threshold` selects."""
+    row = tl.program_id(0)
+    rv = tl.arange(0, VOCAB)
+    logits = tl.load(LOGITS + row * VOCAB + rv)
+    if greedy:
+        code = tl.argmax(logits.to(tl.float32), 0)
+    else:
+        scores = (logits.to(tl.float32) * inverse_temperature).to(logits.dtype).to(tl.float32)
+        if (top_k > 0) & (top_k < VOCAB):
+            zeroed = tl.where(scores == 0.0, 0.0, scores)  # -0.0 keyed as 0.0: equal, as a comparison has them
+            bits = zeroed.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+            key = tl.where(bits >= 0x80000000, 0xFFFFFFFF - bits, bits + 0x80000000)
+            kth = tl.full([], 0, tl.int64)
+            for bit in tl.static_range(32):
+                candidate = kth | (1 << (31 - bit))
+                kth = tl.where(tl.sum((key >= candidate).to(tl.int32), 0) >= top_k, candidate, kth)
+            scores = tl.where(key >= kth, scores, float("-inf"))
+        u = tl.load(U + row * u_stride + rv)
+        code = tl.argmax(scores - tl.log(-tl.log(u)), 0)
+    tl.store(CODES + row * codes_stride + step, code.to(tl.int64))
+    if EMBED_NEXT:
+        rh = tl.arange(0, HIDDEN)
+        tl.store(X + row * HIDDEN + rh, tl.load(EMBED + code.to(tl.int64) * HIDDEN + rh))
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One decoder layer's weights as the kernels read them (each contiguous, rows = outputs)."""
+
+    input_norm: torch.Tensor
+    qkv: torch.Tensor
+    q_norm: torch.Tensor
+    k_norm: torch.Tensor
+    output: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """The code predictor's body (vllm-omni's `CodePredictorBaseModel`) as the kernels run it."""
+
+    layers: tuple[Layer, ...]
+    final_norm: torch.Tensor
+    cos: torch.Tensor  # [positions, head dim], in the model's dtype as vllm-omni's rotary embedding gives it
+    sin: torch.Tensor
+    eps: float
+    hidden: int
+    intermediate: int
+    head_dim: int
+    q_heads: int
+    kv_heads: int
+    scale: float
+
+    @staticmethod
+    def of(model: Any) -> Predictor | None:
+        """`model`'s weights and shapes, or None where the kernels do not cover it: projections with a bias, norms
+        with other epsilons, a width the blocks do not divide, a dtype other than bfloat16 or float32, not CUDA
+        (or Triton's interpreter)."""
+        attention, mlp = model.layers[0].self_attn, model.layers[0].mlp
+        parameter = next(model.parameters())
+        hidden, intermediate = int(attention.hidden_size), int(mlp._intermediate_size)
+        heads, kv_heads, head_dim = int(attention.num_heads), int(attention.num_kv_heads), int(attention.head_dim)
+        eps = float(model.norm.variance_epsilon)
+        norms = [n for layer in model.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
+        norms += [n for layer in model.layers for n in (layer.self_attn.q_norm, layer.self_attn.k_norm)]
+        linears = [m for layer in model.layers for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj)]
+        linears += [m for layer in model.layers for m in (layer.mlp.gate_up_proj, layer.mlp.down_proj)]
+        fits = (
+            parameter.dtype in (torch.bfloat16, torch.float32)
+            and (parameter.device.type == "cuda" or triton_interpreted())
+            and all(linear.bias is None for linear in linears)
+            and all(float(norm.variance_epsilon) == eps for norm in norms)
+            and hidden % BLOCK_K == 0 and hidden % BLOCK_N == 0 and intermediate % BLOCK_K == 0
+            and intermediate % BLOCK_N == 0 and (heads * head_dim) % BLOCK_K == 0
+            and pow2(head_dim) and pow2(heads // kv_heads) and heads % kv_heads == 0 and pow2(hidden)
+        )  # fmt: skip
+        if not fits:
+            return None
+        layers = tuple(
+            Layer(
+                input_norm=layer.input_layernorm.weight.detach(),
+                qkv=layer.self_attn.qkv_proj.weight.detach().contiguous(),
+                q_norm=layer.self_attn.q_norm.weight.detach(),
+                k_norm=layer.self_attn.k_norm.weight.detach(),
+                output=layer.self_attn.o_proj.weight.detach().contiguous(),
+                post_norm=layer.post_attention_layernorm.weight.detach(),
+                gate_up=layer.mlp.gate_up_proj.weight.detach().contiguous(),
+                down=layer.mlp.down_proj.weight.detach().contiguous(),
+            )
+            for layer in model.layers
+        )
+        rotary = model.rotary_emb
+        return Predictor(
+            layers=layers, final_norm=model.norm.weight.detach(), cos=rotary.cos_cached.to(parameter.dtype),
+            sin=rotary.sin_cached.to(parameter.dtype), eps=eps, hidden=hidden, intermediate=intermediate,
+            head_dim=head_dim, q_heads=heads, kv_heads=kv_heads, scale=float(attention.scaling),
+        )  # fmt: skip
+
+    def position(self, x: torch.Tensor, at: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """One position per stream (`x` [batch, 1, hidden] at `at` [batch, 1]) through every layer and the final
+        norm, each layer's key and value written into the cache ([layers, batch, kv heads, slots, head dim]) at the
+        row's slot, attending to the slots up to it: what `SpeechCodePredictor._position` computes."""
+        rows = int(x.shape[0])
+        slots = int(keys.shape[3])
+        block_m = max(16, triton.next_power_of_2(rows))
+        precision = "ieee" if x.dtype == torch.float32 else "tf32"
+        upcast = triton_interpreted()
+        x = x.reshape(rows, self.hidden)
+        at = at.reshape(rows)
+        hidden = torch.empty_like(x)
+        q = torch.empty(rows, self.q_heads * self.head_dim, dtype=x.dtype, device=x.device)
+        attended = torch.empty_like(q)
+        activated = torch.empty(rows, self.intermediate, dtype=x.dtype, device=x.device)
+        width = self.q_heads * self.head_dim
+        for index, layer in enumerate(self.layers):
+            source = x if index == 0 else hidden  # the input stays as given; every later sum is in place
+            norm_qkv_rope_store[(self.q_heads + 2 * self.kv_heads,)](
+                source, layer.input_norm, layer.qkv, layer.q_norm, layer.k_norm, self.cos, self.sin, at, q,
+                keys[index], values[index], rows, self.eps, HIDDEN=self.hidden, HEAD_DIM=self.head_dim,
+                Q_HEADS=self.q_heads, KV_HEADS=self.kv_heads, SLOTS=slots, BLOCK_M=block_m, BLOCK_K=BLOCK_K,
+                PRECISION=precision, UPCAST=upcast,
+            )  # fmt: skip
+            attend[(rows, self.kv_heads)](
+                q, keys[index], values[index], at, attended, self.scale, HEAD_DIM=self.head_dim,
+                Q_HEADS=self.q_heads, KV_HEADS=self.kv_heads, SLOTS=slots,
+            )  # fmt: skip
+            linear_add[(self.hidden // BLOCK_N,)](
+                attended, layer.output, source, hidden, rows, K=width, N=self.hidden, BLOCK_M=block_m,
+                BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PRECISION=precision, UPCAST=upcast,
+            )  # fmt: skip
+            norm_gate_up_silu[(self.intermediate // BLOCK_N,)](
+                hidden, layer.post_norm, layer.gate_up, activated, rows, self.eps, HIDDEN=self.hidden,
+                INTERMEDIATE=self.intermediate, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+                PRECISION=precision, UPCAST=upcast,
+            )  # fmt: skip
+            linear_add[(self.hidden // BLOCK_N,)](
+                activated, layer.down, hidden, hidden, rows, K=self.intermediate, N=self.hidden, BLOCK_M=block_m,
+                BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PRECISION=precision, UPCAST=upcast,
+            )  # fmt: skip
+        normed = torch.empty_like(hidden)
+        rms_norm[(rows,)](hidden, self.final_norm, normed, self.eps, HIDDEN=self.hidden)
+        return normed.reshape(rows, 1, self.hidden)
+
+
+def next_code(
+    hidden: torch.Tensor,
+    head: torch.Tensor,
+    codes: torch.Tensor,
+    step: int,
+    embedding: torch.Tensor | None,
+    x: torch.Tensor,
+    inverse_temperature: float,
+    top_k: int,
+    uniforms: torch.Tensor | None,
+) -> None:
+    """Codebook `step`'s code for each of `codes`' rows ([batch, groups]) from `hidden` ([rows >= batch, 1, hidden]):
+    the logits through `head` ([vocab, hidden], the step's lm head) in one launch, then the draw (`uniforms`
+    [batch, vocab], or the first largest logit without them) into `codes[:, step]`, and, given the `embedding`
+    table of that codebook, the code's embedding into `x[:batch]`, the next position's input, in another."""
+    rows, vocab = int(codes.shape[0]), int(head.shape[0])
+    width = int(head.shape[1])
+    logits = torch.empty(rows, vocab, dtype=hidden.dtype, device=hidden.device)
+    precision = "ieee" if hidden.dtype == torch.float32 else "tf32"
+    linear_add[(vocab // BLOCK_N,)](
+        hidden, head, logits, logits, rows, K=width, N=vocab, BLOCK_M=max(16, triton.next_power_of_2(rows)),
+        BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PRECISION=precision, UPCAST=triton_interpreted(), ADD=False,
+    )  # fmt: skip
+    greedy = uniforms is None
+    sample_embed[(rows,)](
+        logits, logits if greedy else uniforms, 0 if greedy else uniforms.stride(0), codes, codes.stride(0), step,
+        x if embedding is None else embedding, x, inverse_temperature, top_k, greedy, VOCAB=vocab, HIDDEN=width,
+        EMBED_NEXT=embedding is not None,
+    )  # fmt: skip
+
+
+def pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def triton_interpreted() -> bool:
+    """Whether Triton runs its kernels on the CPU (TRITON_INTERPRET=1): how the kernels are checked without a GPU."""
+    import os
+
+    return os.environ.get("TRITON_INTERPRET") == "1"
