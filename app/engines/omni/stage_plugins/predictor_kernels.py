@@ -69,7 +69,7 @@ def normed_pair(
     return (acc_first * scale[:, None]).to(dtype).to(tl.float32), (acc_second * scale[:, None]).to(dtype).to(tl.float32)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rows"])
 def norm_qkv_rope_store(
     X, LN_W, W, QN_W, KN_W, COS, SIN, AT, Q_OUT, K_CACHE, V_CACHE, rows, eps,
     HIDDEN: tl.constexpr, HEAD_DIM: tl.constexpr, Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
@@ -142,7 +142,7 @@ def attend(
     tl.store(OUT + heads, out.to(OUT.dtype.element_ty))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rows"])
 def linear_add(
     X, W, RES, OUT, rows,
     K: tl.constexpr, N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -170,7 +170,7 @@ def linear_add(
         tl.store(OUT + outputs, acc.to(dtype), mask=live[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rows"])
 def norm_gate_up_silu(
     X, LN_W, W, OUT, rows, eps,
     HIDDEN: tl.constexpr, INTERMEDIATE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -201,21 +201,22 @@ def rms_norm(X, W, OUT, eps, HIDDEN: tl.constexpr):
     tl.store(OUT + row * HIDDEN + rk, (normed * tl.load(W + rk).to(tl.float32)).to(dtype))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["u_stride", "codes_stride", "step", "top_k"])
 def sample_embed(
-    LOGITS, U, u_stride, CODES, codes_stride, step, EMBED, X, inverse_temperature, top_k, greedy,
-    VOCAB: tl.constexpr, HIDDEN: tl.constexpr, EMBED_NEXT: tl.constexpr,
+    LOGITS, U, u_stride, CODES, codes_stride, step, EMBED, X, inverse_temperature, top_k,
+    VOCAB: tl.constexpr, HIDDEN: tl.constexpr, EMBED_NEXT: tl.constexpr, GREEDY: tl.constexpr,
 ):  # fmt: skip
     """Program `row`: the row's code for codebook `step` from its logits, as vllm-omni's per-call sampling draws it
     (scores = logits times the inverse temperature, rounded to the logits' dtype; those under the k-th largest
-    dropped; the largest score less log(-log(u)), the first of equals), or their first largest where `greedy`; the
+    dropped; the largest score less log(-log(u)), the first of equals), or their first largest where GREEDY; the
     code to CODES[row, step] and, with EMBED_NEXT, its embedding row to X[row], the next position's input.
     The k-th largest score is found by bisecting the bits of an order-preserving integer key of each float32 score
-    (32 counts over the row), what `top_k_threshold` selects."""
+    (32 counts over the row), what `top_k_threshold` selects. Integers that change from call to call are not
+    specialized on their values, so the variants the warm-up builds are all a CUDA graph's capture launches."""
     row = tl.program_id(0)
     rv = tl.arange(0, VOCAB)
     logits = tl.load(LOGITS + row * VOCAB + rv)
-    if greedy:
+    if GREEDY:
         code = tl.argmax(logits.to(tl.float32), 0)
     else:
         scores = (logits.to(tl.float32) * inverse_temperature).to(logits.dtype).to(tl.float32)
@@ -228,7 +229,7 @@ def sample_embed(
                 candidate = kth | (1 << (31 - bit))
                 kth = tl.where(tl.sum((key >= candidate).to(tl.int32), 0) >= top_k, candidate, kth)
             scores = tl.where(key >= kth, scores, float("-inf"))
-        u = tl.load(U + row * u_stride + rv)
+        u = tl.load(U + row * u_stride + rv).to(tl.float32)
         code = tl.argmax(scores - tl.log(-tl.log(u)), 0)
     tl.store(CODES + row * codes_stride + step, code.to(tl.int64))
     if EMBED_NEXT:
@@ -318,6 +319,7 @@ class Predictor:
         rows = int(x.shape[0])
         slots = int(keys.shape[3])
         block_m = max(16, triton.next_power_of_2(rows))
+        warps = 4 if block_m <= 32 else 8  # 64 rows and more: 4 warps' registers spill (norm_qkv_rope_store, sm_90)
         precision = "ieee" if x.dtype == torch.float32 else "tf32"
         upcast = triton_interpreted()
         x = x.reshape(rows, self.hidden)
@@ -333,7 +335,7 @@ class Predictor:
                 source, layer.input_norm, layer.qkv, layer.q_norm, layer.k_norm, self.cos, self.sin, at, q,
                 keys[index], values[index], rows, self.eps, HIDDEN=self.hidden, HEAD_DIM=self.head_dim,
                 Q_HEADS=self.q_heads, KV_HEADS=self.kv_heads, SLOTS=slots, BLOCK_M=block_m, BLOCK_K=BLOCK_K,
-                PRECISION=precision, UPCAST=upcast,
+                PRECISION=precision, UPCAST=upcast, num_warps=warps,
             )  # fmt: skip
             attend[(rows, self.kv_heads)](
                 q, keys[index], values[index], at, attended, self.scale, HEAD_DIM=self.head_dim,
@@ -346,7 +348,7 @@ class Predictor:
             norm_gate_up_silu[(self.intermediate // BLOCK_N,)](
                 hidden, layer.post_norm, layer.gate_up, activated, rows, self.eps, HIDDEN=self.hidden,
                 INTERMEDIATE=self.intermediate, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                PRECISION=precision, UPCAST=upcast,
+                PRECISION=precision, UPCAST=upcast, num_warps=warps,
             )  # fmt: skip
             linear_add[(self.hidden // BLOCK_N,)](
                 activated, layer.down, hidden, hidden, rows, K=self.intermediate, N=self.hidden, BLOCK_M=block_m,
@@ -383,9 +385,16 @@ def next_code(
     greedy = uniforms is None
     sample_embed[(rows,)](
         logits, logits if greedy else uniforms, 0 if greedy else uniforms.stride(0), codes, codes.stride(0), step,
-        x if embedding is None else embedding, x, inverse_temperature, top_k, greedy, VOCAB=vocab, HIDDEN=width,
-        EMBED_NEXT=embedding is not None,
+        x if embedding is None else embedding, x, inverse_temperature, top_k, VOCAB=vocab, HIDDEN=width,
+        EMBED_NEXT=embedding is not None, GREEDY=greedy,
     )  # fmt: skip
+
+
+def head_fits(head: torch.Tensor) -> bool:
+    """Whether `next_code` covers an lm head ([vocab, hidden]): a vocabulary the draw holds in one block of a power of
+    two that the projection's blocks divide, contiguous rows."""
+    vocab, width = int(head.shape[0]), int(head.shape[1])
+    return pow2(vocab) and vocab % BLOCK_N == 0 and width % BLOCK_K == 0 and pow2(width) and head.is_contiguous()
 
 
 def pow2(n: int) -> bool:

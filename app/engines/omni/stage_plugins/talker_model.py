@@ -309,27 +309,37 @@ class FusedCodePredictor(SpeechCodePredictor):
         parameter = next(self.model.parameters())
         device, groups, vocab = parameter.device, self._num_groups, int(self.config.vocab_size)
         talker_hidden = int(self.model.codec_embedding[0].embedding_dim)
-        for bsz in self._bucket_sizes:
-            given = torch.zeros(bsz, 1, talker_hidden, dtype=self._model_dtype, device=device)
-            inputs = {
-                "layer0_code": torch.zeros(bsz, 1, dtype=torch.long, device=device),
-                "layer0_embed": given,
-                "last_talker_hidden": given,
-            }
-            uniforms = torch.full((bsz, groups - 1, vocab), 0.5, dtype=torch.float32, device=device)
-            self.forward(**inputs, sample_uniforms=uniforms)
-            self.forward(**inputs, do_sample=False)
-        self._synchronize_warmup(device)
+        try:
+            for bsz in self._bucket_sizes:
+                given = torch.zeros(bsz, 1, talker_hidden, dtype=self._model_dtype, device=device)
+                inputs = {
+                    "layer0_code": torch.zeros(bsz, 1, dtype=torch.long, device=device),
+                    "layer0_embed": given,
+                    "last_talker_hidden": given,
+                }
+                uniforms = torch.full((bsz, groups - 1, vocab), 0.5, dtype=torch.float32, device=device)
+                self.forward(**inputs, sample_uniforms=uniforms)
+                self.forward(**inputs, do_sample=False)
+            self._synchronize_warmup(device)
+        except BaseException:
+            self._compiled_model_fwd = None  # not set up: again at the next call
+            raise
 
     def _next_code(
         self, step: int, hidden: torch.Tensor, codes: torch.Tensor, x: torch.Tensor, sampling: Sampling
     ) -> None:
-        if self._fused is None or (sampling.draw and sampling.uniforms is None):
+        head = self._lm_heads_list[step - 1].weight
+        given = sampling.uniforms
+        if (
+            self._fused is None
+            or not predictor_kernels.head_fits(head)
+            or (sampling.draw and (given is None or given.dtype != torch.float32 or given.stride(-1) != 1))
+        ):
             return super()._next_code(step, hidden, codes, x, sampling)
         last = step == self._num_groups - 1
         embeds = not last and isinstance(self.small_to_mtp_projection, torch.nn.Identity)
         predictor_kernels.next_code(
-            hidden, self._lm_heads_list[step - 1].weight, codes, step,
+            hidden, head, codes, step,
             self._codec_embeds_list[step - 1].weight if embeds else None, x, sampling.inverse_temperature,
             sampling.top_k, sampling.uniforms[:, step - 1, :] if sampling.draw else None,
         )  # fmt: skip
