@@ -28,6 +28,7 @@ NEEDS_OMNI_EXTRA = {
     "app.engines.omni.stage_plugins.code2wav_scheduler",
     "app.engines.omni.stage_plugins.code2wav_model",
     "app.engines.omni.stage_plugins.dilated_convs",
+    "app.engines.omni.stage_plugins.predictor_kernels",
     "app.engines.omni.stage_plugins.talker_model",
 }
 
