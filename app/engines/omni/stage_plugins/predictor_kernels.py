@@ -21,6 +21,7 @@ in IEEE precision) that is the same arithmetic within float32 rounding.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -318,10 +319,8 @@ class Predictor:
         row's slot, attending to the slots up to it: what `SpeechCodePredictor._position` computes."""
         rows = int(x.shape[0])
         slots = int(keys.shape[3])
-        block_m = max(16, triton.next_power_of_2(rows))
+        block_m, precision, upcast = launch_options(rows, x.dtype)
         warps = 4 if block_m <= 32 else 8  # 64 rows and more: 4 warps' registers spill (norm_qkv_rope_store, sm_90)
-        precision = "ieee" if x.dtype == torch.float32 else "tf32"
-        upcast = triton_interpreted()
         x = x.reshape(rows, self.hidden)
         at = at.reshape(rows)
         hidden = torch.empty_like(x)
@@ -377,10 +376,10 @@ def next_code(
     rows, vocab = int(codes.shape[0]), int(head.shape[0])
     width = int(head.shape[1])
     logits = torch.empty(rows, vocab, dtype=hidden.dtype, device=hidden.device)
-    precision = "ieee" if hidden.dtype == torch.float32 else "tf32"
+    block_m, precision, upcast = launch_options(rows, hidden.dtype)
     linear_add[(vocab // BLOCK_N,)](
-        hidden, head, logits, logits, rows, K=width, N=vocab, BLOCK_M=max(16, triton.next_power_of_2(rows)),
-        BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PRECISION=precision, UPCAST=triton_interpreted(), ADD=False,
+        hidden, head, logits, logits, rows, K=width, N=vocab, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+        PRECISION=precision, UPCAST=upcast, ADD=False,
     )  # fmt: skip
     greedy = uniforms is None
     sample_embed[(rows,)](
@@ -388,6 +387,13 @@ def next_code(
         x if embedding is None else embedding, x, inverse_temperature, top_k, VOCAB=vocab, HIDDEN=width,
         EMBED_NEXT=embedding is not None, GREEDY=greedy,
     )  # fmt: skip
+
+
+def launch_options(rows: int, dtype: torch.dtype) -> tuple[int, str, bool]:
+    """A projection's row block for `rows` streams (a power of two, at least the 16 a tensor-core product takes), its
+    products' precision (IEEE in float32, as vllm-omni's float32 GEMMs without TF32; bfloat16's own otherwise) and
+    whether they run upcast (Triton's interpreter)."""
+    return max(16, triton.next_power_of_2(rows)), "ieee" if dtype == torch.float32 else "tf32", triton_interpreted()
 
 
 def head_fits(head: torch.Tensor) -> bool:
@@ -403,6 +409,4 @@ def pow2(n: int) -> bool:
 
 def triton_interpreted() -> bool:
     """Whether Triton runs its kernels on the CPU (TRITON_INTERPRET=1): how the kernels are checked without a GPU."""
-    import os
-
     return os.environ.get("TRITON_INTERPRET") == "1"

@@ -287,13 +287,16 @@ class FusedCodePredictor(SpeechCodePredictor):
     `SpeechCodePredictor`'s compiled position; where a draw has no uniforms given (they come from generators) or
     the embeddings need a projection, that step as `SpeechCodePredictor` takes it."""
 
-    serving = "code predictor over a key/value cache in fused kernels"
     _fused: predictor_kernels.Predictor | None = None
+
+    @property
+    def serving(self) -> str:  # type: ignore[override]
+        plain = SpeechCodePredictor.serving  # what it serves where the kernels do not cover the model
+        return plain if self._fused is None else f"{plain} in fused kernels"
 
     def _serving_position(self) -> tuple[Callable[..., torch.Tensor], bool]:
         self._fused = predictor_kernels.Predictor.of(self.model)
         if self._fused is None:
-            self.serving = SpeechCodePredictor.serving
             return super()._serving_position()
         return self._fused.position, False
 
@@ -341,7 +344,7 @@ class FusedCodePredictor(SpeechCodePredictor):
         predictor_kernels.next_code(
             hidden, head, codes, step,
             self._codec_embeds_list[step - 1].weight if embeds else None, x, sampling.inverse_temperature,
-            sampling.top_k, sampling.uniforms[:, step - 1, :] if sampling.draw else None,
+            sampling.top_k, given[:, step - 1, :] if sampling.draw else None,
         )  # fmt: skip
         if not last and not embeds:
             code = codes[:, step : step + 1]
