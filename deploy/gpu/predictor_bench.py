@@ -176,7 +176,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--replays", type=int, default=200)
     parser.add_argument("--max-num-seqs", type=int, default=64, help="the talker's batch limit (the shipped profile's)")
+    parser.add_argument(
+        "--predictors",
+        default="vllm-omni,compiled-once,service,fused",
+        help="which SPEECH_OMNI__TALKER_MODEL settings' predictors to time, comma-separated",
+    )
     args = parser.parse_args(argv)
+    wanted = [name.strip() for name in args.predictors.split(",") if name.strip()]
+    unknown = set(wanted) - {"vllm-omni", "compiled-once", "service", "fused"}
+    if unknown or not wanted:
+        parser.error(f"--predictors: {', '.join(sorted(unknown)) or 'none given'}: not a predictor this times")
     batches = sorted({int(b) for b in args.batches.split(",")})
     if batches[-1] > args.max_num_seqs:
         parser.error(f"--batches go past --max-num-seqs {args.max_num_seqs}")
@@ -190,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     dtype = getattr(torch, args.dtype)
     rows = []
     for name, predictor in predictors(torch, dtype, max_num_seqs=args.max_num_seqs).items():
+        if name not in wanted:
+            continue
         torch._dynamo.reset()
         began = time.perf_counter()
         with torch.inference_mode():

@@ -1,8 +1,13 @@
 """app/engines/omni/model_info.py on a GPU host: every model a stage can run (vllm-omni's and the service's, each
 SPEECH_OMNI__TALKER_MODEL and SPEECH_OMNI__CODE2WAV_MODEL) imported in a fresh process as the server's process imports
-them, registered there as its class, leaves CUDA uninitialised (vLLM inspects in a fresh process to keep it so) and is
-described by vLLM from the class, as a stage's config will ask vllm-omni's registry; the shipped stages' descriptions
-are those vLLM's own inspection in a fresh process gives."""
+them, registered there as its class, makes no call into CUDA's initialisation (vLLM inspects in a fresh process to keep
+a model's import from initialising CUDA) and is described by vLLM from the class, as a stage's config will ask
+vllm-omni's registry; the shipped stages' descriptions are those vLLM's own inspection in a fresh process gives.
+
+CUDA is initialised in that process before the registration all the same, by vllm-omni's own import (its fp8 patch asks
+the device's capability): whether it is says nothing about the registration, so the test counts the registration's
+calls into `torch.cuda._lazy_init` (every query of `torch.cuda` goes through it, initialised or not) and the GPU memory
+it allocated (a tensor put on the GPU after CUDA's initialisation no longer calls it)."""
 
 from __future__ import annotations
 
@@ -23,6 +28,11 @@ SCRIPT = textwrap.dedent(
     import dataclasses, json, sys
     from concurrent.futures import ThreadPoolExecutor
     import torch
+
+    lazy_init, calls = torch.cuda._lazy_init, []
+    def counted_lazy_init():  # what the registration asks of CUDA, whether or not it is initialised already
+        calls.append(1)
+        return lazy_init()
     from vllm_omni.model_executor.models.registry import OmniModelRegistry
     from vllm_omni.engine.arg_utils import register_omni_models_to_vllm
     from vllm_omni.plugins import load_omni_general_plugins
@@ -37,14 +47,19 @@ SCRIPT = textwrap.dedent(
         *model_registration.TALKER_ARCHITECTURES.values(), *model_registration.CODE2WAV_ARCHITECTURES.values(),
     ]
     lazy = {arch: OmniModelRegistry.models[arch] for arch in architectures}
+    cuda_at_import = torch.cuda.is_initialized()
+    allocated = torch.cuda.memory_allocated() if cuda_at_import else 0
+    torch.cuda._lazy_init = counted_lazy_init
     registered = model_info.register_in_process(OmniModelRegistry, architectures, torch.cuda.is_initialized)
+    torch.cuda._lazy_init = lazy_init
+    allocated = (torch.cuda.memory_allocated() if cuda_at_import else 0) - allocated
     load_omni_general_plugins()  # again, as AsyncOmni and each stage's engine arguments run them: nothing re-registered
     register_omni_models_to_vllm()  # as each stage's engine arguments do, in vLLM's own registry
     described = {arch: OmniModelRegistry._try_inspect_model_cls(arch) for arch in architectures}
     with ThreadPoolExecutor(len(SHIPPED)) as pool:  # vLLM's own inspection, in fresh processes
         theirs = dict(zip(SHIPPED, pool.map(lambda arch: lazy[arch].inspect_model_cls(), SHIPPED)))
     print(json.dumps({
-        "registered": registered, "cuda": torch.cuda.is_initialized(),
+        "registered": registered, "cuda_calls": len(calls), "cuda_bytes": allocated, "cuda_at_import": cuda_at_import,
         "described": {arch: info.architecture for arch, info in described.items()},
         "kinds": sorted({type(OmniModelRegistry.models[a]).__name__ for a in architectures}),
         "as_vllm_inspects": [dataclasses.asdict(described[a]) == dataclasses.asdict(theirs[a]) for a in SHIPPED],
@@ -53,7 +68,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_every_stage_model_is_described_in_this_process_without_cuda(tmp_path: Path) -> None:
+def test_every_stage_model_is_described_in_this_process_without_a_call_to_cuda(tmp_path: Path) -> None:
     torch_with_vllm_omni_030("model registry")
     # an empty model-info cache: vLLM's inspection runs its fresh process (a cached answer has been through JSON)
     env = {**os.environ, "VLLM_CACHE_ROOT": str(tmp_path)}
@@ -62,7 +77,8 @@ def test_every_stage_model_is_described_in_this_process_without_cuda(tmp_path: P
     )
     assert done.returncode == 0, done.stderr[-4000:]
     answer = json.loads(done.stdout.strip().splitlines()[-1])
-    assert answer["cuda"] is False
+    assert answer["cuda_calls"] == 0, f"the registration asked CUDA {answer['cuda_calls']} times"
+    assert answer["cuda_bytes"] == 0
     assert answer["kinds"] == ["_RegisteredModel"]
     assert sorted(answer["registered"]) == sorted(answer["described"])
     assert all(arch == described for arch, described in answer["described"].items())

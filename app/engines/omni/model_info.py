@@ -12,9 +12,12 @@ module's source) already holds that class. A host's first start paid one such pr
 stages on a CPU, where the server has already imported vLLM and vllm-omni. A stage's config inspects its model
 through vllm-omni's `OmniModelRegistry` (`OmniModelConfig.registry`), which is the registry this registers in.
 
-The subprocess guards against a model module that initialises CUDA on import; `tests/gpu/test_model_info.py` checks
-on a GPU that the stages' modules do not, the stage processes are spawned, not forked (vllm-omni sets the start
-method), and an import that did is logged. A class that cannot be imported here is left as vLLM registered it, for
+The subprocess guards against a model module that initialises CUDA on import. On a GPU host the server's process has
+CUDA initialised before this runs all the same: importing vllm-omni 0.30 asks the device's capability
+(`vllm_omni/patch.py` → `quantization/quack_fp8.py`, for its fp8 patch). `tests/gpu/test_model_info.py` checks on a GPU
+that the stages' imports here make no call into CUDA's initialisation (they add nothing to what vllm-omni's import
+did), the stage processes are spawned, not forked (vllm-omni sets the start method), and an import that initialised
+CUDA where it was not yet is logged. A class that cannot be imported here is left as vLLM registered it, for
 vLLM to inspect (and fail on) as before.
 """
 
