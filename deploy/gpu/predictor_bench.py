@@ -8,7 +8,8 @@ replays), the host's time to launch one replay, the kernels one replay runs (fro
 set-up's time (compile and warm-up at every bucket). A server's start and load add noise that a predictor's own
 difference can hide; this measures the predictor without them.
 
-    python3 deploy/gpu/predictor_bench.py [--batches 1,8,32] [--dtype bfloat16] [--replays 200] > predictor.md
+    python3 deploy/gpu/predictor_bench.py [--batches 1,8,32] [--dtype bfloat16] [--replays 200]
+        [--predictors vllm-omni,compiled-once,service,fused] > predictor.md
 
 The 0.6B CustomVoice predictor's shape (5 layers, hidden 1024, 16 query and 8 key/value heads of 128, 2048 codes,
 16 codebooks) with random weights, its batch buckets those the talker's runner captures up to `--max-num-seqs` (64,

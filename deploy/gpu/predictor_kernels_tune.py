@@ -6,8 +6,10 @@ launch on its own copy of the weights (as many as fill four L2s) so that they ar
 
     python3 deploy/gpu/predictor_kernels_tune.py [--rows 1,32] [--budget-s 300] > tune.md
 
-Prints one table per kernel and row count: each tile choice's microseconds and its ratio to the shipped choice,
-fastest first; stops trying new choices when the budget is spent (each is a Triton build) and says so.
+Prints one table per kernel and row count: the six fastest tile choices' microseconds and their ratio to the shipped
+choice's (`projection_tiles` for the projections), then the shipped one; stops trying new choices when the budget is
+spent (each is a Triton build) and says so. Then the kernels without tiles (attention, the final norm, the draw), as
+shipped.
 """
 
 from __future__ import annotations
@@ -84,7 +86,11 @@ def launchers(t: dict[str, Any], rows: int, block_m: int) -> dict[str, tuple[Cal
 
     tiles = [(n, k, w, s) for n, k, w, s in itertools.product((16, 32, 64), (64, 128, 256), (4, 8), (3, 4))]
     shipped = (pk.BLOCK_N, pk.BLOCK_K, shipped_warps, 3)
-    linear_shipped = (pk.BLOCK_N, pk.BLOCK_K, 4, 3)
+
+    def linear_shipped(k: int) -> tuple[int, int, int, int]:
+        tiles = pk.projection_tiles(block_m, k)
+        return (tiles.block_n, tiles.block_k, 4, tiles.stages)
+
     order = lambda first, choices: [first, *[c for c in choices if c != first]]  # noqa: E731
     qkv_tiles = [(pk.BLOCK_N, k, w, s) for k, w, s in itertools.product((64, 128, 256), (4, 8), (2, 3, 4))]
     o_proj = linear("q", "o", "out", HEADS * HEAD_DIM, HIDDEN, True)
@@ -92,10 +98,10 @@ def launchers(t: dict[str, Any], rows: int, block_m: int) -> dict[str, tuple[Cal
     head = linear("out", "head", "logits", HIDDEN, VOCAB, False)
     return {
         "norm_qkv_rope_store": (qkv, len(t["qkv"]), order(shipped, qkv_tiles)),
-        "o_proj (linear_add K 2048)": (o_proj, len(t["o"]), order(linear_shipped, tiles)),
+        "o_proj (linear_add K 2048)": (o_proj, len(t["o"]), order(linear_shipped(HEADS * HEAD_DIM), tiles)),
         "norm_gate_up_silu": (gate_up, len(t["gate_up"]), order(shipped, tiles)),
-        "down (linear_add K 3072)": (down, len(t["down"]), order(linear_shipped, tiles)),
-        "lm head (linear_add, no add)": (head, len(t["head"]), order(linear_shipped, tiles)),
+        "down (linear_add K 3072)": (down, len(t["down"]), order(linear_shipped(INTERMEDIATE), tiles)),
+        "lm head (linear_add, no add)": (head, len(t["head"]), order(linear_shipped(HIDDEN), tiles)),
     }
 
 
@@ -157,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                     timed.append((us, tile))
                 except Exception as error:  # a tile this kernel cannot take (registers, shared memory)
                     print(f"<!-- {name} {tile}: {type(error).__name__}: {str(error)[:120]} -->", file=sys.stderr)
-            if not timed:
+            if not timed or timed[0][1] != choices[0]:  # nothing timed, or not the shipped tile to compare with
+                print(f"\n## {name}, {rows} rows: the shipped tile {choices[0]} was not timed (stderr)")
                 continue
             base = timed[0][0]
             print(f"\n## {name}, {rows} rows (BLOCK_M {block_m}); {len(timed)} of {len(choices)} tiles tried\n")

@@ -5,9 +5,10 @@ a model's import from initialising CUDA) and is described by vLLM from the class
 vllm-omni's registry; the shipped stages' descriptions are those vLLM's own inspection in a fresh process gives.
 
 CUDA is initialised in that process before the registration all the same, by vllm-omni's own import (its fp8 patch asks
-the device's capability): whether it is says nothing about the registration, so the test counts the registration's
-calls into `torch.cuda._lazy_init` (every query of `torch.cuda` goes through it, initialised or not) and the GPU memory
-it allocated (a tensor put on the GPU after CUDA's initialisation no longer calls it)."""
+the device's capability): whether it is says little about the registration, so the test counts the registration's
+calls into `torch.cuda._lazy_init` (the device queries of `torch.cuda`, capability and current device among them, call
+it whether or not CUDA is initialised) and the most GPU memory it held at once (a tensor put on the GPU once CUDA is
+initialised no longer calls it), and checks that it did not initialise CUDA where vllm-omni's import had not."""
 
 from __future__ import annotations
 
@@ -48,18 +49,26 @@ SCRIPT = textwrap.dedent(
     ]
     lazy = {arch: OmniModelRegistry.models[arch] for arch in architectures}
     cuda_at_import = torch.cuda.is_initialized()
-    allocated = torch.cuda.memory_allocated() if cuda_at_import else 0
+    if cuda_at_import:
+        torch.cuda.reset_peak_memory_stats()
+        allocated = torch.cuda.memory_allocated()
     torch.cuda._lazy_init = counted_lazy_init
-    registered = model_info.register_in_process(OmniModelRegistry, architectures, torch.cuda.is_initialized)
-    torch.cuda._lazy_init = lazy_init
-    allocated = (torch.cuda.memory_allocated() if cuda_at_import else 0) - allocated
+    try:
+        registered = model_info.register_in_process(OmniModelRegistry, architectures, torch.cuda.is_initialized)
+    finally:
+        torch.cuda._lazy_init = lazy_init
+    cuda_calls = len(calls)
+    # the most the registration held on the GPU at once, a tensor it made and dropped included
+    peak = torch.cuda.max_memory_allocated() - allocated if cuda_at_import else 0
+    cuda_now = torch.cuda.is_initialized()
     load_omni_general_plugins()  # again, as AsyncOmni and each stage's engine arguments run them: nothing re-registered
     register_omni_models_to_vllm()  # as each stage's engine arguments do, in vLLM's own registry
     described = {arch: OmniModelRegistry._try_inspect_model_cls(arch) for arch in architectures}
     with ThreadPoolExecutor(len(SHIPPED)) as pool:  # vLLM's own inspection, in fresh processes
         theirs = dict(zip(SHIPPED, pool.map(lambda arch: lazy[arch].inspect_model_cls(), SHIPPED)))
     print(json.dumps({
-        "registered": registered, "cuda_calls": len(calls), "cuda_bytes": allocated, "cuda_at_import": cuda_at_import,
+        "registered": registered, "cuda_calls": cuda_calls, "cuda_bytes": peak, "cuda_at_import": cuda_at_import,
+        "cuda_initialised_here": cuda_now and not cuda_at_import,
         "described": {arch: info.architecture for arch, info in described.items()},
         "kinds": sorted({type(OmniModelRegistry.models[a]).__name__ for a in architectures}),
         "as_vllm_inspects": [dataclasses.asdict(described[a]) == dataclasses.asdict(theirs[a]) for a in SHIPPED],
@@ -79,6 +88,7 @@ def test_every_stage_model_is_described_in_this_process_without_a_call_to_cuda(t
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert answer["cuda_calls"] == 0, f"the registration asked CUDA {answer['cuda_calls']} times"
     assert answer["cuda_bytes"] == 0
+    assert answer["cuda_initialised_here"] is False
     assert answer["kinds"] == ["_RegisteredModel"]
     assert sorted(answer["registered"]) == sorted(answer["described"])
     assert all(arch == described for arch, described in answer["described"].items())

@@ -8,7 +8,8 @@ does the elementwise work around it where the data already is:
 - `norm_qkv_rope_store`: the input norm, the q/k/v projection, the q and k head norms, the rotary embedding, and the
   key and value written into the cache's slot; a program per head.
 - `attend`: a stream's queries against its cache's slots up to its position; a program per stream and key/value head.
-- `linear_add` (twice): the output and down projections with the residual added; a program per block of outputs.
+- `linear_add` (twice): the output and down projections with the residual added; a program per block of outputs
+  (`projection_tiles`: how many, measured per kernel on an H200; also the lm head's, without the residual).
 - `norm_gate_up_silu`: the post-attention norm, the gate and up projections and silu(gate) * up.
 - `rms_norm`: the final norm, a program per stream.
 
@@ -30,7 +31,31 @@ import triton
 import triton.language as tl
 
 BLOCK_K = 64  # the reduction's step: divides the hidden size, the attention width and the MLP width
-BLOCK_N = 32  # outputs a projection program computes
+BLOCK_N = 32  # outputs a program of the gate/up projection computes (and of the others at more than 32 rows)
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """How a projection (`linear_add`) is cut: outputs a program computes, the reduction's step, and how many steps
+    its loads run ahead (Triton's software pipeline)."""
+
+    block_n: int
+    block_k: int
+    stages: int
+
+
+def projection_tiles(block_m: int, k: int) -> Tiles:
+    """A projection's tiles for a row block of `block_m` over a reduction of `k`. Up to 32 rows, 16 outputs a program
+    and steps of 256, four ahead: twice the programs (32 outputs a program left 100 of an H200's 132 SMs idle for the
+    output and down projections, 4 and 6 MB of bfloat16 weights) each with more of its weights in flight. Alone on an
+    H200, with the weights read from memory as the predictor's are, the output projection took 5.2 µs against 12.4 at
+    one stream, the down projection 7.8 against 17.9, the lm head 4.1 against 6.9; at 32 rows these tiles were
+    faster too, measured with the weights in the L2 (deploy/gpu/predictor_kernels_tune.py;
+    benchmarks/gpu/2026-11-29-h200x2-omni-fused/). Larger row blocks keep the tiles they were checked with (steps of
+    256 four deep would pass the shared memory at 128 rows)."""
+    if block_m <= 32 and k % 256 == 0:
+        return Tiles(block_n=16, block_k=256, stages=4)
+    return Tiles(block_n=BLOCK_N, block_k=BLOCK_K, stages=3)
 
 
 @triton.jit
@@ -328,6 +353,7 @@ class Predictor:
         attended = torch.empty_like(q)
         activated = torch.empty(rows, self.intermediate, dtype=x.dtype, device=x.device)
         width = self.q_heads * self.head_dim
+        output_tiles, down_tiles = projection_tiles(block_m, width), projection_tiles(block_m, self.intermediate)
         for index, layer in enumerate(self.layers):
             source = x if index == 0 else hidden  # the input stays as given; every later sum is in place
             norm_qkv_rope_store[(self.q_heads + 2 * self.kv_heads,)](
@@ -340,18 +366,20 @@ class Predictor:
                 q, keys[index], values[index], at, attended, self.scale, HEAD_DIM=self.head_dim,
                 Q_HEADS=self.q_heads, KV_HEADS=self.kv_heads, SLOTS=slots,
             )  # fmt: skip
-            linear_add[(self.hidden // BLOCK_N,)](
+            linear_add[(self.hidden // output_tiles.block_n,)](
                 attended, layer.output, source, hidden, rows, K=width, N=self.hidden, BLOCK_M=block_m,
-                BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PRECISION=precision, UPCAST=upcast,
+                BLOCK_N=output_tiles.block_n, BLOCK_K=output_tiles.block_k, PRECISION=precision, UPCAST=upcast,
+                num_stages=output_tiles.stages,
             )  # fmt: skip
             norm_gate_up_silu[(self.intermediate // BLOCK_N,)](
                 hidden, layer.post_norm, layer.gate_up, activated, rows, self.eps, HIDDEN=self.hidden,
                 INTERMEDIATE=self.intermediate, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
                 PRECISION=precision, UPCAST=upcast, num_warps=warps,
             )  # fmt: skip
-            linear_add[(self.hidden // BLOCK_N,)](
+            linear_add[(self.hidden // down_tiles.block_n,)](
                 activated, layer.down, hidden, hidden, rows, K=self.intermediate, N=self.hidden, BLOCK_M=block_m,
-                BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PRECISION=precision, UPCAST=upcast,
+                BLOCK_N=down_tiles.block_n, BLOCK_K=down_tiles.block_k, PRECISION=precision, UPCAST=upcast,
+                num_stages=down_tiles.stages,
             )  # fmt: skip
         normed = torch.empty_like(hidden)
         rms_norm[(rows,)](hidden, self.final_norm, normed, self.eps, HIDDEN=self.hidden)
@@ -377,9 +405,10 @@ def next_code(
     width = int(head.shape[1])
     logits = torch.empty(rows, vocab, dtype=hidden.dtype, device=hidden.device)
     block_m, precision, upcast = launch_options(rows, hidden.dtype)
-    linear_add[(vocab // BLOCK_N,)](
-        hidden, head, logits, logits, rows, K=width, N=vocab, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-        PRECISION=precision, UPCAST=upcast, ADD=False,
+    tiles = projection_tiles(block_m, width)
+    linear_add[(vocab // tiles.block_n,)](
+        hidden, head, logits, logits, rows, K=width, N=vocab, BLOCK_M=block_m, BLOCK_N=tiles.block_n,
+        BLOCK_K=tiles.block_k, PRECISION=precision, UPCAST=upcast, ADD=False, num_stages=tiles.stages,
     )  # fmt: skip
     greedy = uniforms is None
     sample_embed[(rows,)](
