@@ -8,8 +8,8 @@ launch on its own copy of the weights (as many as fill four L2s) so that they ar
 
 Prints one table per kernel and row count: the six fastest tile choices' microseconds and their ratio to the shipped
 choice's (`projection_tiles` for the projections), then the shipped one; stops trying new choices when the budget is
-spent (each is a Triton build) and says so. Then the kernels without tiles (attention, the final norm, the draw), as
-shipped.
+spent (each is a Triton build) and says so. Then the kernels without tiles (the head norms, attention, the final
+norm, the draw), as shipped.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def tensors(rows: int) -> dict[str, Any]:
         "qkv": cold((HEADS + 2 * KV_HEADS) * HEAD_DIM, HIDDEN),
         "qn": torch.ones(HEAD_DIM, device=DEVICE, dtype=torch.bfloat16),
         "cos": r(64, HEAD_DIM), "sin": r(64, HEAD_DIM), "at": torch.full((rows,), 3, device=DEVICE, dtype=torch.int64),
-        "q": r(rows, HEADS * HEAD_DIM), "keys": r(rows, KV_HEADS, SLOTS, HEAD_DIM),
+        "projected": r(rows, (HEADS + 2 * KV_HEADS) * HEAD_DIM), "q": r(rows, HEADS * HEAD_DIM),
+        "keys": r(rows, KV_HEADS, SLOTS, HEAD_DIM),
         "values": r(rows, KV_HEADS, SLOTS, HEAD_DIM), "o": cold(HIDDEN, HEADS * HEAD_DIM), "out": r(rows, HIDDEN),
         "gate_up": cold(2 * INTERMEDIATE, HIDDEN), "act": r(rows, INTERMEDIATE), "down": cold(HIDDEN, INTERMEDIATE),
         "head": cold(VOCAB, HIDDEN), "logits": r(rows, VOCAB),
@@ -63,9 +64,9 @@ def launchers(t: dict[str, Any], rows: int, block_m: int) -> dict[str, tuple[Cal
     shipped_warps = 4 if block_m <= 32 else 8
 
     def qkv(block_n: int, block_k: int, warps: int, stages: int, copy: int) -> None:
-        pk.norm_qkv_rope_store[(HEADS + 2 * KV_HEADS,)](
-            t["x"], t["ln"], t["qkv"][copy], t["qn"], t["qn"], t["cos"], t["sin"], t["at"], t["q"], t["keys"],
-            t["values"], rows, 1e-6, HIDDEN=HIDDEN, HEAD_DIM=HEAD_DIM, Q_HEADS=HEADS, KV_HEADS=KV_HEADS, SLOTS=SLOTS,
+        width = (HEADS + 2 * KV_HEADS) * HEAD_DIM
+        pk.norm_project[(width // block_n,)](
+            t["x"], t["ln"], t["qkv"][copy], t["projected"], rows, 1e-6, HIDDEN=HIDDEN, N=width, BLOCK_N=block_n,
             BLOCK_K=block_k, num_warps=warps, num_stages=stages, **common,
         )  # fmt: skip
 
@@ -92,24 +93,33 @@ def launchers(t: dict[str, Any], rows: int, block_m: int) -> dict[str, tuple[Cal
         return (tiles.block_n, tiles.block_k, 4, tiles.stages)
 
     order = lambda first, choices: [first, *[c for c in choices if c != first]]  # noqa: E731
-    qkv_tiles = [(pk.BLOCK_N, k, w, s) for k, w, s in itertools.product((64, 128, 256), (4, 8), (2, 3, 4))]
+    # norm_project's and norm_gate_up_silu's programs take two products of half their outputs each: at least 32
+    normed_tiles = [tile for tile in tiles if tile[0] >= 32]
     o_proj = linear("q", "o", "out", HEADS * HEAD_DIM, HIDDEN, True)
     down = linear("act", "down", "out", INTERMEDIATE, HIDDEN, True)
     head = linear("out", "head", "logits", HIDDEN, VOCAB, False)
     return {
-        "norm_qkv_rope_store": (qkv, len(t["qkv"]), order(shipped, qkv_tiles)),
+        "norm_project (q/k/v)": (qkv, len(t["qkv"]), order(shipped, normed_tiles)),
         "o_proj (linear_add K 2048)": (o_proj, len(t["o"]), order(linear_shipped(HEADS * HEAD_DIM), tiles)),
-        "norm_gate_up_silu": (gate_up, len(t["gate_up"]), order(shipped, tiles)),
+        "norm_gate_up_silu": (gate_up, len(t["gate_up"]), order(shipped, tiles)),  # its products are BLOCK_N wide
         "down (linear_add K 3072)": (down, len(t["down"]), order(linear_shipped(INTERMEDIATE), tiles)),
         "lm head (linear_add, no add)": (head, len(t["head"]), order(linear_shipped(HIDDEN), tiles)),
     }
 
 
 def untiled(t: dict[str, Any], rows: int) -> dict[str, Callable[[], None]]:
-    """One layer's attention, the final norm and the draw (greedy; top-k 50 sampled), launched as the predictor does."""
+    """One layer's head norms with the rotary embedding and cache write, its attention, the final norm and the draw
+    (greedy; top-k 50 sampled), launched as the predictor does."""
     codes = torch.zeros(rows, 16, device=DEVICE, dtype=torch.int64)
     uniforms = torch.rand(rows, VOCAB, device=DEVICE, dtype=torch.float32).clamp_(1e-6, 1 - 1e-6)
     embedding = t["head"][0]  # [2048, 1024]: an embedding table's shape
+
+    def heads() -> None:
+        pk.head_norm_rope_store[(HEADS + 2 * KV_HEADS,)](
+            t["projected"], t["qn"], t["qn"], t["cos"], t["sin"], t["at"], t["q"], t["keys"], t["values"], rows, 1e-6,
+            HEAD_DIM=HEAD_DIM, Q_HEADS=HEADS, KV_HEADS=KV_HEADS, SLOTS=SLOTS,
+            BLOCK_M=pk.launch_options(rows, torch.bfloat16)[0],
+        )  # fmt: skip
 
     def attend() -> None:
         pk.attend[(rows, KV_HEADS)](
@@ -129,7 +139,13 @@ def untiled(t: dict[str, Any], rows: int) -> dict[str, Callable[[], None]]:
 
         return launch
 
-    return {"attend": attend, "rms_norm": norm, "sample_embed greedy": draw(True), "sample_embed top-k 50": draw(False)}
+    return {
+        "head_norm_rope_store": heads,
+        "attend": attend,
+        "rms_norm": norm,
+        "sample_embed greedy": draw(True),
+        "sample_embed top-k 50": draw(False),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,12 +1,14 @@
-"""The code predictor's layer, one position per stream over a key/value cache, in five Triton launches, and its final
+"""The code predictor's layer, one position per stream over a key/value cache, in six Triton launches, and its final
 norm in one: what `SPEECH_OMNI__TALKER_MODEL=fused` runs in the talker's process (`talker_model.FusedCodePredictor`).
 
 At one stream the talker's frame is launch-bound: a profile on an H200 counted 11 kernels per layer and position in
 vllm-omni's predictor (5 cuBLAS GEMMs, a split-K reduction, flash attention, 4 Triton kernels) and the GPU busy 44%
 of the frame (`benchmarks/gpu/2026-11-28-h200x2-profiles/`). Each launch here streams one projection's weight once and
 does the elementwise work around it where the data already is:
-- `norm_qkv_rope_store`: the input norm, the q/k/v projection, the q and k head norms, the rotary embedding, and the
-  key and value written into the cache's slot; a program per head.
+- `norm_project`: the input norm and the q/k/v projection; a program per 32 outputs. `head_norm_rope_store`: the q
+  and k head norms, the rotary embedding, and the key and value written into the cache's slot; a program per head.
+  One kernel doing both (a program per head, 32 for 132 SMs) took 12.3-13.0 µs at one stream on an H200 with its
+  weights read from memory, where the gate/up projection, half again as many weights in 96 programs, took 10.4.
 - `attend`: a stream's queries against its cache's slots up to its position; a program per stream and key/value head.
 - `linear_add` (twice): the output and down projections with the residual added; a program per block of outputs
   (`projection_tiles`: how many, measured per kernel on an H200; also the lm head's, without the residual).
@@ -96,23 +98,45 @@ def normed_pair(
 
 
 @triton.jit(do_not_specialize=["rows"])
-def norm_qkv_rope_store(
-    X, LN_W, W, QN_W, KN_W, COS, SIN, AT, Q_OUT, K_CACHE, V_CACHE, rows, eps,
-    HIDDEN: tl.constexpr, HEAD_DIM: tl.constexpr, Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
-    SLOTS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+def norm_project(
+    X, LN_W, W, OUT, rows, eps,
+    HIDDEN: tl.constexpr, N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
-    """Program `head` (q heads, then k, then v): the rows' normed input against the head's weight rows, then q and
-    k normed per head and rotated at each row's position; q to Q_OUT, k and v to the row's cache slot."""
+    """Program `block`: the rows' input RMS-normed with LN_W against W's BLOCK_N rows from block * BLOCK_N (two
+    halves, one product each), rounded to OUT's dtype ([rows, N]), as vllm-omni's q/k/v projection's output is."""
+    block = tl.program_id(0)
+    HALF: tl.constexpr = BLOCK_N // 2
+    dtype = OUT.dtype.element_ty
+    rm = tl.arange(0, BLOCK_M)
+    live = rm < rows
+    first = block * BLOCK_N + tl.arange(0, HALF)
+    lo, hi = normed_pair(
+        X, LN_W, W, first, first + HALF, rows, eps, HIDDEN, HALF, BLOCK_M, BLOCK_K, PRECISION, UPCAST
+    )  # fmt: skip
+    out = OUT + rm[:, None] * N + first[None, :]
+    tl.store(out, lo.to(dtype), mask=live[:, None])
+    tl.store(out + HALF, hi.to(dtype), mask=live[:, None])
+
+
+@triton.jit(do_not_specialize=["rows"])
+def head_norm_rope_store(
+    QKV, QN_W, KN_W, COS, SIN, AT, Q_OUT, K_CACHE, V_CACHE, rows, eps,
+    HEAD_DIM: tl.constexpr, Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, SLOTS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """Program `head` (q heads, then k, then v) of the rows' q/k/v projection ([rows, heads * HEAD_DIM]): q and k
+    normed per head and rotated at each row's position; q to Q_OUT, k and v to the row's cache slot."""
     head = tl.program_id(0)
     HALF: tl.constexpr = HEAD_DIM // 2
+    WIDTH: tl.constexpr = (Q_HEADS + 2 * KV_HEADS) * HEAD_DIM
     dtype = Q_OUT.dtype.element_ty
     rm = tl.arange(0, BLOCK_M)
     live = rm < rows
     rh = tl.arange(0, HALF)
-    first = head * HEAD_DIM + rh  # the weight rows of the head's first half; its second half follows
-    lo, hi = normed_pair(
-        X, LN_W, W, first, first + HALF, rows, eps, HIDDEN, HALF, BLOCK_M, BLOCK_K, PRECISION, UPCAST
-    )  # fmt: skip
+    projected = QKV + rm[:, None] * WIDTH + head * HEAD_DIM + rh[None, :]
+    lo = tl.load(projected, mask=live[:, None], other=0.0).to(tl.float32)
+    hi = tl.load(projected + HALF, mask=live[:, None], other=0.0).to(tl.float32)
     at = tl.load(AT + rm, mask=live, other=0)
     slot = rm[:, None] * (KV_HEADS * SLOTS * HEAD_DIM) + at[:, None] * HEAD_DIM + rh[None, :]
     if head < Q_HEADS + KV_HEADS:
@@ -345,10 +369,12 @@ class Predictor:
         rows = int(x.shape[0])
         slots = int(keys.shape[3])
         block_m, precision, upcast = launch_options(rows, x.dtype)
-        warps = 4 if block_m <= 32 else 8  # 64 rows and more: 4 warps' registers spill (norm_qkv_rope_store, sm_90)
+        warps = 4 if block_m <= 32 else 8  # 64 rows and more: 4 warps' registers spill (the normed products, sm_90)
         x = x.reshape(rows, self.hidden)
         at = at.reshape(rows)
         hidden = torch.empty_like(x)
+        heads = self.q_heads + 2 * self.kv_heads
+        projected = torch.empty(rows, heads * self.head_dim, dtype=x.dtype, device=x.device)
         q = torch.empty(rows, self.q_heads * self.head_dim, dtype=x.dtype, device=x.device)
         attended = torch.empty_like(q)
         activated = torch.empty(rows, self.intermediate, dtype=x.dtype, device=x.device)
@@ -356,11 +382,15 @@ class Predictor:
         output_tiles, down_tiles = projection_tiles(block_m, width), projection_tiles(block_m, self.intermediate)
         for index, layer in enumerate(self.layers):
             source = x if index == 0 else hidden  # the input stays as given; every later sum is in place
-            norm_qkv_rope_store[(self.q_heads + 2 * self.kv_heads,)](
-                source, layer.input_norm, layer.qkv, layer.q_norm, layer.k_norm, self.cos, self.sin, at, q,
-                keys[index], values[index], rows, self.eps, HIDDEN=self.hidden, HEAD_DIM=self.head_dim,
-                Q_HEADS=self.q_heads, KV_HEADS=self.kv_heads, SLOTS=slots, BLOCK_M=block_m, BLOCK_K=BLOCK_K,
-                PRECISION=precision, UPCAST=upcast, num_warps=warps,
+            norm_project[(heads * self.head_dim // BLOCK_N,)](
+                source, layer.input_norm, layer.qkv, projected, rows, self.eps, HIDDEN=self.hidden,
+                N=heads * self.head_dim, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PRECISION=precision,
+                UPCAST=upcast, num_warps=warps,
+            )  # fmt: skip
+            head_norm_rope_store[(heads,)](
+                projected, layer.q_norm, layer.k_norm, self.cos, self.sin, at, q, keys[index], values[index], rows,
+                self.eps, HEAD_DIM=self.head_dim, Q_HEADS=self.q_heads, KV_HEADS=self.kv_heads, SLOTS=slots,
+                BLOCK_M=block_m,
             )  # fmt: skip
             attend[(rows, self.kv_heads)](
                 q, keys[index], values[index], at, attended, self.scale, HEAD_DIM=self.head_dim,
