@@ -338,6 +338,7 @@ class Predictor:
             and all(float(norm.variance_epsilon) == eps for norm in norms)
             and hidden % BLOCK_K == 0 and hidden % BLOCK_N == 0 and intermediate % BLOCK_K == 0
             and intermediate % BLOCK_N == 0 and (heads * head_dim) % BLOCK_K == 0
+            and ((heads + 2 * kv_heads) * head_dim) % BLOCK_N == 0
             and pow2(head_dim) and pow2(heads // kv_heads) and heads % kv_heads == 0 and pow2(hidden)
         )  # fmt: skip
         if not fits:
