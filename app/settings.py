@@ -190,7 +190,7 @@ class OmniSettings(BaseModel):
         "code predictor run one position at a time over a key/value cache instead of recomputing the frame's whole "
         "sequence at each of its 15 steps (16 rows a frame instead of 255), its top-k threshold found by selection "
         "instead of a sort; codes equal to vllm-omni's in float32 (on the CPU and on an H200), a draw from the same "
-        "distribution in bfloat16; `fused`, the service's with each layer in six Triton kernels of its own instead of "
+        "distribution in bfloat16; `fused`, the service's with each layer in five Triton kernels of its own instead of "
         "eleven, uncompiled (its warm-up 10–11 s against 97–99 on an H200, but slower under load). None is a win on a "
         "GPU yet (docs/deploy.md). "
         "app/engines/omni/stage_plugins/talker_model.py; registered in the stage processes by the package's "

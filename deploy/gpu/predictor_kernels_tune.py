@@ -8,7 +8,7 @@ launch on its own copy of the weights (as many as fill four L2s) so that they ar
 
 Prints one table per kernel and row count: the six fastest tile choices' microseconds and their ratio to the shipped
 choice's (`projection_tiles` for the projections), then the shipped one; stops trying new choices when the budget is
-spent (each is a Triton build) and says so. Then the kernels without tiles (the head norms, attention, the final
+spent (each is a Triton build) and says so. Then the kernels without tiles (the head norms with attention, the final
 norm, the draw), as shipped.
 """
 
@@ -108,23 +108,16 @@ def launchers(t: dict[str, Any], rows: int, block_m: int) -> dict[str, tuple[Cal
 
 
 def untiled(t: dict[str, Any], rows: int) -> dict[str, Callable[[], None]]:
-    """One layer's head norms with the rotary embedding and cache write, its attention, the final norm and the draw
-    (greedy; top-k 50 sampled), launched as the predictor does."""
+    """One layer's head norms, rotary embedding, cache write and attention, the final norm and the draw (greedy;
+    top-k 50 sampled), launched as the predictor does."""
     codes = torch.zeros(rows, 16, device=DEVICE, dtype=torch.int64)
     uniforms = torch.rand(rows, VOCAB, device=DEVICE, dtype=torch.float32).clamp_(1e-6, 1 - 1e-6)
     embedding = t["head"][0]  # [2048, 1024]: an embedding table's shape
 
-    def heads() -> None:
-        pk.head_norm_rope_store[(HEADS + 2 * KV_HEADS,)](
-            t["projected"], t["qn"], t["qn"], t["cos"], t["sin"], t["at"], t["q"], t["keys"], t["values"], rows, 1e-6,
-            HEAD_DIM=HEAD_DIM, Q_HEADS=HEADS, KV_HEADS=KV_HEADS, SLOTS=SLOTS,
-            BLOCK_M=pk.launch_options(rows, torch.bfloat16)[0],
-        )  # fmt: skip
-
     def attend() -> None:
-        pk.attend[(rows, KV_HEADS)](
-            t["q"], t["keys"], t["values"], t["at"], t["q"], 0.088, HEAD_DIM=HEAD_DIM, Q_HEADS=HEADS,
-            KV_HEADS=KV_HEADS, SLOTS=SLOTS,
+        pk.norm_rope_attend[(rows, KV_HEADS)](
+            t["projected"], t["qn"], t["qn"], t["cos"], t["sin"], t["at"], t["keys"], t["values"], t["q"], 1e-6,
+            0.088, HEAD_DIM=HEAD_DIM, Q_HEADS=HEADS, KV_HEADS=KV_HEADS, SLOTS=SLOTS,
         )  # fmt: skip
 
     def norm() -> None:
@@ -140,8 +133,7 @@ def untiled(t: dict[str, Any], rows: int) -> dict[str, Callable[[], None]]:
         return launch
 
     return {
-        "head_norm_rope_store": heads,
-        "attend": attend,
+        "norm_rope_attend": attend,
         "rms_norm": norm,
         "sample_embed greedy": draw(True),
         "sample_embed top-k 50": draw(False),

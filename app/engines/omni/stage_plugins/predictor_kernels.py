@@ -1,15 +1,15 @@
-"""The code predictor's layer, one position per stream over a key/value cache, in six Triton launches, and its final
+"""The code predictor's layer, one position per stream over a key/value cache, in five Triton launches, and its final
 norm in one: what `SPEECH_OMNI__TALKER_MODEL=fused` runs in the talker's process (`talker_model.FusedCodePredictor`).
 
 At one stream the talker's frame is launch-bound: a profile on an H200 counted 11 kernels per layer and position in
 vllm-omni's predictor (5 cuBLAS GEMMs, a split-K reduction, flash attention, 4 Triton kernels) and the GPU busy 44%
 of the frame (`benchmarks/gpu/2026-11-28-h200x2-profiles/`). Each launch here streams one projection's weight once and
 does the elementwise work around it where the data already is:
-- `norm_project`: the input norm and the q/k/v projection; a program per 32 outputs. `head_norm_rope_store`: the q
-  and k head norms, the rotary embedding, and the key and value written into the cache's slot; a program per head.
-  One kernel doing both (a program per head, 32 for 132 SMs) took 12.3-13.0 µs at one stream on an H200 with its
-  weights read from memory, where the gate/up projection, half again as many weights in 96 programs, took 10.4.
-- `attend`: a stream's queries against its cache's slots up to its position; a program per stream and key/value head.
+- `norm_project`: the input norm and the q/k/v projection; a program per 32 outputs. (The head norms in the same
+  kernel, a program per head, 32 for 132 SMs, took 12.3-13.0 µs at one stream on an H200 with its weights read from
+  memory, where the gate/up projection, half again as many weights in 96 programs, took 10.4.)
+- `norm_rope_attend`: the q and k head norms, the rotary embedding, the key and value written into the cache's slot,
+  and a stream's queries against its slots up to its position; a program per stream and key/value head.
 - `linear_add` (twice): the output and down projections with the residual added; a program per block of outputs
   (`projection_tiles`: how many, measured per kernel on an H200; also the lm head's, without the residual).
 - `norm_gate_up_silu`: the post-attention norm, the gate and up projections and silu(gate) * up.
@@ -119,77 +119,79 @@ def norm_project(
     tl.store(out + HALF, hi.to(dtype), mask=live[:, None])
 
 
-@triton.jit(do_not_specialize=["rows"])
-def head_norm_rope_store(
-    QKV, QN_W, KN_W, COS, SIN, AT, Q_OUT, K_CACHE, V_CACHE, rows, eps,
-    HEAD_DIM: tl.constexpr, Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, SLOTS: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-):  # fmt: skip
-    """Program `head` (q heads, then k, then v) of the rows' q/k/v projection ([rows, heads * HEAD_DIM]): q and k
-    normed per head and rotated at each row's position; q to Q_OUT, k and v to the row's cache slot."""
-    head = tl.program_id(0)
+@triton.jit
+def normed_rotated(lo, hi, NORM_W, cos_lo, cos_hi, sin_lo, sin_hi, eps, HEAD_DIM: tl.constexpr, dtype: tl.constexpr):
+    """Heads' halves ([heads, HEAD_DIM // 2] each, float32 of the projection rounded to `dtype`) normed per head with
+    NORM_W, each step rounded as vllm-omni's RMSNorm rounds, then rotated by the position's cos and sin halves
+    ([1, HEAD_DIM // 2]): both halves in `dtype`."""
     HALF: tl.constexpr = HEAD_DIM // 2
-    WIDTH: tl.constexpr = (Q_HEADS + 2 * KV_HEADS) * HEAD_DIM
-    dtype = Q_OUT.dtype.element_ty
-    rm = tl.arange(0, BLOCK_M)
-    live = rm < rows
     rh = tl.arange(0, HALF)
-    projected = QKV + rm[:, None] * WIDTH + head * HEAD_DIM + rh[None, :]
-    lo = tl.load(projected, mask=live[:, None], other=0.0).to(tl.float32)
-    hi = tl.load(projected + HALF, mask=live[:, None], other=0.0).to(tl.float32)
-    at = tl.load(AT + rm, mask=live, other=0)
-    slot = rm[:, None] * (KV_HEADS * SLOTS * HEAD_DIM) + at[:, None] * HEAD_DIM + rh[None, :]
-    if head < Q_HEADS + KV_HEADS:
-        is_q = head < Q_HEADS
-        norm_lo = tl.where(is_q, tl.load(QN_W + rh), tl.load(KN_W + rh)).to(tl.float32)
-        norm_hi = tl.where(is_q, tl.load(QN_W + HALF + rh), tl.load(KN_W + HALF + rh)).to(tl.float32)
-        head_scale = 1.0 / tl.sqrt((tl.sum(lo * lo, 1) + tl.sum(hi * hi, 1)) / HEAD_DIM + eps)
-        lo = ((lo * head_scale[:, None]).to(dtype).to(tl.float32) * norm_lo[None, :]).to(dtype).to(tl.float32)
-        hi = ((hi * head_scale[:, None]).to(dtype).to(tl.float32) * norm_hi[None, :]).to(dtype).to(tl.float32)
-        angle = at[:, None] * HEAD_DIM + rh[None, :]
-        cos_lo, cos_hi = tl.load(COS + angle).to(tl.float32), tl.load(COS + angle + HALF).to(tl.float32)
-        sin_lo, sin_hi = tl.load(SIN + angle).to(tl.float32), tl.load(SIN + angle + HALF).to(tl.float32)
-        out_lo = (lo * cos_lo - hi * sin_lo).to(dtype)
-        out_hi = (hi * cos_hi + lo * sin_hi).to(dtype)
-        if is_q:
-            q = Q_OUT + rm[:, None] * (Q_HEADS * HEAD_DIM) + head * HEAD_DIM + rh[None, :]
-            tl.store(q, out_lo, mask=live[:, None])
-            tl.store(q + HALF, out_hi, mask=live[:, None])
-        else:
-            k = K_CACHE + slot + (head - Q_HEADS) * (SLOTS * HEAD_DIM)
-            tl.store(k, out_lo, mask=live[:, None])
-            tl.store(k + HALF, out_hi, mask=live[:, None])
-    else:
-        v = V_CACHE + slot + (head - Q_HEADS - KV_HEADS) * (SLOTS * HEAD_DIM)
-        tl.store(v, lo.to(dtype), mask=live[:, None])
-        tl.store(v + HALF, hi.to(dtype), mask=live[:, None])
+    scale = 1.0 / tl.sqrt((tl.sum(lo * lo, 1) + tl.sum(hi * hi, 1)) / HEAD_DIM + eps)
+    lo = ((lo * scale[:, None]).to(dtype).to(tl.float32) * tl.load(NORM_W + rh)[None, :].to(tl.float32)).to(dtype)
+    hi = ((hi * scale[:, None]).to(dtype).to(tl.float32) * tl.load(NORM_W + HALF + rh)[None, :].to(tl.float32)).to(
+        dtype
+    )
+    lo, hi = lo.to(tl.float32), hi.to(tl.float32)
+    return (lo * cos_lo - hi * sin_lo).to(dtype), (hi * cos_hi + lo * sin_hi).to(dtype)
 
 
 @triton.jit
-def attend(
-    Q, K_CACHE, V_CACHE, AT, OUT, scale,
+def norm_rope_attend(
+    QKV, QN_W, KN_W, COS, SIN, AT, K_CACHE, V_CACHE, OUT, eps, scale,
     HEAD_DIM: tl.constexpr, Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, SLOTS: tl.constexpr,
 ):  # fmt: skip
-    """Program (row, key/value head): the queries of the heads that share it against the row's slots 0 to its
-    position, softmax in float32, the values' weighted sum to OUT (heads side by side, as the output projection
-    reads them)."""
+    """Program (row, key/value head), from the row's q/k/v projection ([rows, heads * HEAD_DIM]): the query heads
+    that share the key/value head and its key normed per head and rotated at the row's position, the key and value
+    written into the row's cache slot, then the queries against slots 0 to the position (the new slot's key and
+    value as computed here, the earlier ones from the cache), softmax in float32, the values' weighted sum to OUT
+    (heads side by side, as the output projection reads them)."""
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
     GROUP: tl.constexpr = Q_HEADS // KV_HEADS
+    HALF: tl.constexpr = HEAD_DIM // 2
+    dtype = OUT.dtype.element_ty
     rg = tl.arange(0, GROUP)
+    rh = tl.arange(0, HALF)
     rs = tl.arange(0, SLOTS)
-    rd = tl.arange(0, HEAD_DIM)
-    heads = row * (Q_HEADS * HEAD_DIM) + (kv_head * GROUP + rg)[:, None] * HEAD_DIM + rd[None, :]
-    q = tl.load(Q + heads).to(tl.float32)
-    cache = row * (KV_HEADS * SLOTS * HEAD_DIM) + kv_head * (SLOTS * HEAD_DIM) + rs[:, None] * HEAD_DIM + rd[None, :]
-    k = tl.load(K_CACHE + cache).to(tl.float32)
-    v = tl.load(V_CACHE + cache).to(tl.float32)
-    scores = tl.sum(q[:, None, :] * k[None, :, :], 2) * scale
-    scores = tl.where(rs[None, :] <= tl.load(AT + row), scores, float("-inf"))
+    at = tl.load(AT + row)
+    projected = QKV + row * ((Q_HEADS + 2 * KV_HEADS) * HEAD_DIM)
+    angle = at * HEAD_DIM + rh
+    cos_lo, cos_hi = tl.load(COS + angle).to(tl.float32), tl.load(COS + angle + HALF).to(tl.float32)
+    sin_lo, sin_hi = tl.load(SIN + angle).to(tl.float32), tl.load(SIN + angle + HALF).to(tl.float32)
+    q = projected + (kv_head * GROUP + rg)[:, None] * HEAD_DIM + rh[None, :]
+    q_lo, q_hi = normed_rotated(
+        tl.load(q).to(tl.float32), tl.load(q + HALF).to(tl.float32), QN_W, cos_lo[None, :], cos_hi[None, :],
+        sin_lo[None, :], sin_hi[None, :], eps, HEAD_DIM, dtype,
+    )  # fmt: skip
+    one = rh[None, :]  # the key's and value's halves as one row ([1, HALF]), as the queries' are rows
+    k = projected + (Q_HEADS + kv_head) * HEAD_DIM + one
+    k_lo, k_hi = normed_rotated(
+        tl.load(k).to(tl.float32), tl.load(k + HALF).to(tl.float32), KN_W, cos_lo[None, :], cos_hi[None, :],
+        sin_lo[None, :], sin_hi[None, :], eps, HEAD_DIM, dtype,
+    )  # fmt: skip
+    v = projected + (Q_HEADS + KV_HEADS + kv_head) * HEAD_DIM + one
+    v_lo, v_hi = tl.load(v), tl.load(v + HALF)
+    cache = row * (KV_HEADS * SLOTS * HEAD_DIM) + kv_head * (SLOTS * HEAD_DIM)
+    tl.store(K_CACHE + cache + at * HEAD_DIM + one, k_lo)
+    tl.store(K_CACHE + cache + at * HEAD_DIM + HALF + one, k_hi)
+    tl.store(V_CACHE + cache + at * HEAD_DIM + one, v_lo)
+    tl.store(V_CACHE + cache + at * HEAD_DIM + HALF + one, v_hi)
+    # every slot before the position from the cache, the position's own from here (not read back: no barrier needed)
+    slots = cache + rs[:, None] * HEAD_DIM + one
+    earlier = (rs < at)[:, None]
+    here = (rs == at)[:, None]
+    keys_lo = tl.where(here, k_lo, tl.load(K_CACHE + slots, mask=earlier, other=0.0)).to(tl.float32)
+    keys_hi = tl.where(here, k_hi, tl.load(K_CACHE + slots + HALF, mask=earlier, other=0.0)).to(tl.float32)
+    values_lo = tl.where(here, v_lo, tl.load(V_CACHE + slots, mask=earlier, other=0.0)).to(tl.float32)
+    values_hi = tl.where(here, v_hi, tl.load(V_CACHE + slots + HALF, mask=earlier, other=0.0)).to(tl.float32)
+    q_lo, q_hi = q_lo.to(tl.float32), q_hi.to(tl.float32)
+    scores = tl.sum(q_lo[:, None, :] * keys_lo[None, :, :], 2) + tl.sum(q_hi[:, None, :] * keys_hi[None, :, :], 2)
+    scores = tl.where(rs[None, :] <= at, scores * scale, float("-inf"))
     weights = tl.exp(scores - tl.max(scores, 1)[:, None])
     weights = weights / tl.sum(weights, 1)[:, None]
-    out = tl.sum(weights[:, :, None] * v[None, :, :], 1)
-    tl.store(OUT + heads, out.to(OUT.dtype.element_ty))
+    out = OUT + row * (Q_HEADS * HEAD_DIM) + (kv_head * GROUP + rg)[:, None] * HEAD_DIM + rh[None, :]
+    tl.store(out, tl.sum(weights[:, :, None] * values_lo[None, :, :], 1).to(dtype))
+    tl.store(out + HALF, tl.sum(weights[:, :, None] * values_hi[None, :, :], 1).to(dtype))
 
 
 @triton.jit(do_not_specialize=["rows"])
@@ -376,8 +378,7 @@ class Predictor:
         hidden = torch.empty_like(x)
         heads = self.q_heads + 2 * self.kv_heads
         projected = torch.empty(rows, heads * self.head_dim, dtype=x.dtype, device=x.device)
-        q = torch.empty(rows, self.q_heads * self.head_dim, dtype=x.dtype, device=x.device)
-        attended = torch.empty_like(q)
+        attended = torch.empty(rows, self.q_heads * self.head_dim, dtype=x.dtype, device=x.device)
         activated = torch.empty(rows, self.intermediate, dtype=x.dtype, device=x.device)
         width = self.q_heads * self.head_dim
         output_tiles, down_tiles = projection_tiles(block_m, width), projection_tiles(block_m, self.intermediate)
@@ -388,14 +389,10 @@ class Predictor:
                 N=heads * self.head_dim, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PRECISION=precision,
                 UPCAST=upcast, num_warps=warps,
             )  # fmt: skip
-            head_norm_rope_store[(heads,)](
-                projected, layer.q_norm, layer.k_norm, self.cos, self.sin, at, q, keys[index], values[index], rows,
-                self.eps, HEAD_DIM=self.head_dim, Q_HEADS=self.q_heads, KV_HEADS=self.kv_heads, SLOTS=slots,
-                BLOCK_M=block_m,
-            )  # fmt: skip
-            attend[(rows, self.kv_heads)](
-                q, keys[index], values[index], at, attended, self.scale, HEAD_DIM=self.head_dim,
-                Q_HEADS=self.q_heads, KV_HEADS=self.kv_heads, SLOTS=slots,
+            norm_rope_attend[(rows, self.kv_heads)](
+                projected, layer.q_norm, layer.k_norm, self.cos, self.sin, at, keys[index], values[index], attended,
+                self.eps, self.scale, HEAD_DIM=self.head_dim, Q_HEADS=self.q_heads, KV_HEADS=self.kv_heads,
+                SLOTS=slots,
             )  # fmt: skip
             linear_add[(self.hidden // output_tiles.block_n,)](
                 attended, layer.output, source, hidden, rows, K=width, N=self.hidden, BLOCK_M=block_m,

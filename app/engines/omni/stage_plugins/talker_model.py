@@ -281,7 +281,7 @@ class Sampling:
 
 class FusedCodePredictor(SpeechCodePredictor):
     """`SpeechCodePredictor` with each position through the layers in Triton launches of its own
-    (`predictor_kernels`: six a layer, where the compiled layer runs eleven) and each codebook's lm head, draw and
+    (`predictor_kernels`: five a layer, where the compiled layer runs eleven) and each codebook's lm head, draw and
     next embedding in two, nothing compiled by torch: its warm-up builds the kernels, which Triton keeps on disk.
     Where the kernels do not cover the model (a bias, a width the blocks do not divide, another dtype, not CUDA),
     `SpeechCodePredictor`'s compiled position; where a draw has no uniforms given (they come from generators) or
