@@ -10,8 +10,9 @@ does the elementwise work around it where the data already is:
   memory, where the gate/up projection, half again as many weights in 96 programs, took 10.4.)
 - `norm_rope_attend`: the q and k head norms, the rotary embedding, the key and value written into the cache's slot,
   and a stream's queries against its slots up to its position; a program per stream and key/value head.
-- `linear_add` (twice): the output and down projections with the residual added; a program per block of outputs
-  (`projection_tiles`: how many, measured per kernel on an H200; also the lm head's, without the residual).
+- `linear_add` (twice, through `project`): the output and down projections with the residual added; a program per
+  block of outputs (`projection_tiles`: how many, measured per kernel on an H200; also the lm head's, without the
+  residual).
 - `norm_gate_up_silu`: the post-attention norm, the gate and up projections and silu(gate) * up.
 - `rms_norm`: the final norm, a program per stream.
 
@@ -126,12 +127,11 @@ def normed_rotated(lo, hi, NORM_W, cos_lo, cos_hi, sin_lo, sin_hi, eps, HEAD_DIM
     ([1, HEAD_DIM // 2]): both halves in `dtype`."""
     HALF: tl.constexpr = HEAD_DIM // 2
     rh = tl.arange(0, HALF)
+    weight_lo = tl.load(NORM_W + rh)[None, :].to(tl.float32)
+    weight_hi = tl.load(NORM_W + HALF + rh)[None, :].to(tl.float32)
     scale = 1.0 / tl.sqrt((tl.sum(lo * lo, 1) + tl.sum(hi * hi, 1)) / HEAD_DIM + eps)
-    lo = ((lo * scale[:, None]).to(dtype).to(tl.float32) * tl.load(NORM_W + rh)[None, :].to(tl.float32)).to(dtype)
-    hi = ((hi * scale[:, None]).to(dtype).to(tl.float32) * tl.load(NORM_W + HALF + rh)[None, :].to(tl.float32)).to(
-        dtype
-    )
-    lo, hi = lo.to(tl.float32), hi.to(tl.float32)
+    lo = ((lo * scale[:, None]).to(dtype).to(tl.float32) * weight_lo).to(dtype).to(tl.float32)
+    hi = ((hi * scale[:, None]).to(dtype).to(tl.float32) * weight_hi).to(dtype).to(tl.float32)
     return (lo * cos_lo - hi * sin_lo).to(dtype), (hi * cos_hi + lo * sin_hi).to(dtype)
 
 
@@ -376,17 +376,15 @@ class Predictor:
         x = x.reshape(rows, self.hidden)
         at = at.reshape(rows)
         hidden = torch.empty_like(x)
-        heads = self.q_heads + 2 * self.kv_heads
-        projected = torch.empty(rows, heads * self.head_dim, dtype=x.dtype, device=x.device)
+        projected_width = (self.q_heads + 2 * self.kv_heads) * self.head_dim
+        projected = torch.empty(rows, projected_width, dtype=x.dtype, device=x.device)
         attended = torch.empty(rows, self.q_heads * self.head_dim, dtype=x.dtype, device=x.device)
         activated = torch.empty(rows, self.intermediate, dtype=x.dtype, device=x.device)
-        width = self.q_heads * self.head_dim
-        output_tiles, down_tiles = projection_tiles(block_m, width), projection_tiles(block_m, self.intermediate)
         for index, layer in enumerate(self.layers):
             source = x if index == 0 else hidden  # the input stays as given; every later sum is in place
-            norm_project[(heads * self.head_dim // BLOCK_N,)](
+            norm_project[(projected_width // BLOCK_N,)](
                 source, layer.input_norm, layer.qkv, projected, rows, self.eps, HIDDEN=self.hidden,
-                N=heads * self.head_dim, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PRECISION=precision,
+                N=projected_width, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PRECISION=precision,
                 UPCAST=upcast, num_warps=warps,
             )  # fmt: skip
             norm_rope_attend[(rows, self.kv_heads)](
@@ -394,21 +392,13 @@ class Predictor:
                 self.eps, self.scale, HEAD_DIM=self.head_dim, Q_HEADS=self.q_heads, KV_HEADS=self.kv_heads,
                 SLOTS=slots,
             )  # fmt: skip
-            linear_add[(self.hidden // output_tiles.block_n,)](
-                attended, layer.output, source, hidden, rows, K=width, N=self.hidden, BLOCK_M=block_m,
-                BLOCK_N=output_tiles.block_n, BLOCK_K=output_tiles.block_k, PRECISION=precision, UPCAST=upcast,
-                num_stages=output_tiles.stages,
-            )  # fmt: skip
+            project(attended, layer.output, source, hidden, rows)
             norm_gate_up_silu[(self.intermediate // BLOCK_N,)](
                 hidden, layer.post_norm, layer.gate_up, activated, rows, self.eps, HIDDEN=self.hidden,
                 INTERMEDIATE=self.intermediate, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
                 PRECISION=precision, UPCAST=upcast, num_warps=warps,
             )  # fmt: skip
-            linear_add[(self.hidden // down_tiles.block_n,)](
-                activated, layer.down, hidden, hidden, rows, K=self.intermediate, N=self.hidden, BLOCK_M=block_m,
-                BLOCK_N=down_tiles.block_n, BLOCK_K=down_tiles.block_k, PRECISION=precision, UPCAST=upcast,
-                num_stages=down_tiles.stages,
-            )  # fmt: skip
+            project(activated, layer.down, hidden, hidden, rows)
         normed = torch.empty_like(hidden)
         rms_norm[(rows,)](hidden, self.final_norm, normed, self.eps, HIDDEN=self.hidden)
         return normed.reshape(rows, 1, self.hidden)
@@ -432,17 +422,25 @@ def next_code(
     rows, vocab = int(codes.shape[0]), int(head.shape[0])
     width = int(head.shape[1])
     logits = torch.empty(rows, vocab, dtype=hidden.dtype, device=hidden.device)
-    block_m, precision, upcast = launch_options(rows, hidden.dtype)
-    tiles = projection_tiles(block_m, width)
-    linear_add[(vocab // tiles.block_n,)](
-        hidden, head, logits, logits, rows, K=width, N=vocab, BLOCK_M=block_m, BLOCK_N=tiles.block_n,
-        BLOCK_K=tiles.block_k, PRECISION=precision, UPCAST=upcast, ADD=False, num_stages=tiles.stages,
-    )  # fmt: skip
+    project(hidden, head, None, logits, rows)
     greedy = uniforms is None
     sample_embed[(rows,)](
         logits, logits if greedy else uniforms, 0 if greedy else uniforms.stride(0), codes, codes.stride(0), step,
         x if embedding is None else embedding, x, inverse_temperature, top_k, VOCAB=vocab, HIDDEN=width,
         EMBED_NEXT=embedding is not None, GREEDY=greedy,
+    )  # fmt: skip
+
+
+def project(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None, out: torch.Tensor, rows: int) -> None:
+    """`out` = `residual` + `x` `weight`^T for `rows` streams (`weight` [outputs, inputs]; without a residual, the
+    product alone), in `linear_add` launches cut as `projection_tiles` says for the row block."""
+    outputs, inputs = int(weight.shape[0]), int(weight.shape[1])
+    block_m, precision, upcast = launch_options(rows, x.dtype)
+    tiles = projection_tiles(block_m, inputs)
+    linear_add[(outputs // tiles.block_n,)](
+        x, weight, out if residual is None else residual, out, rows, K=inputs, N=outputs, BLOCK_M=block_m,
+        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, PRECISION=precision, UPCAST=upcast, ADD=residual is not None,
+        num_stages=tiles.stages,
     )  # fmt: skip
 
 

@@ -264,8 +264,12 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
             code = logits.argmax(dim=-1, keepdim=True)
         codes[:, step] = code.reshape(bsz)
         if step < self._num_groups - 1:
-            embedded = self._codec_embeds_list[step - 1](code).reshape(bsz, 1, -1)
-            x[:bsz] = self.small_to_mtp_projection(embedded)
+            self._embed_next(step, code, x)
+
+    def _embed_next(self, step: int, code: torch.Tensor, x: torch.Tensor) -> None:
+        """Codebook `step`'s `code` ([batch, 1]) embedded and projected into `x`, the next position's input."""
+        bsz = int(code.shape[0])
+        x[:bsz] = self.small_to_mtp_projection(self._codec_embeds_list[step - 1](code).reshape(bsz, 1, -1))
 
 
 @dataclass(frozen=True)
@@ -347,9 +351,7 @@ class FusedCodePredictor(SpeechCodePredictor):
             sampling.top_k, given[:, step - 1, :] if sampling.draw else None,
         )  # fmt: skip
         if not last and not embeds:
-            code = codes[:, step : step + 1]
-            embedded = self._codec_embeds_list[step - 1](code).reshape(code.shape[0], 1, -1)
-            x[: code.shape[0]] = self.small_to_mtp_projection(embedded)
+            self._embed_next(step, codes[:, step : step + 1], x)
 
 
 class CompiledOnceCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM):
