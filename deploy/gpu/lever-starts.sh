@@ -29,13 +29,18 @@
 #                            c=32 burst, after the reported ones, into pyspy/<pid>.txt.gz (py-spy's raw format)
 #   PROFILES=/tmp/profiles   each variant's request timeline is recorded under PROFILES/<variant> (emptied before its
 #                            start; the service's SPEECH_PROFILER_DIR), then kept gzipped in $OUT/<variant>/timeline/
+#   TORCH_PROFILE=0          TARGET=service: 1 sets up both stages' PyTorch profiler at the start (idle until asked)
+#                            and, after the reported levels, profiles one c=1 request and one c=8 round; the traces,
+#                            under PROFILES/<variant>, are summarised (deploy/gpu/trace_summary.py) into
+#                            profile-c1.md and profile-c8.md and deleted
 #   SERVER_PIDFILE=/tmp/speech-server-<its port>.pid   where side-by-side.sh records the server (its process group;
 #                            the port: SERVICE_SGLANG_PORT=8007 or SERVICE_PORT=8000)
 #   SIDE_BY_SIDE=deploy/gpu/side-by-side.sh   what starts, sweeps and stops the server
-# What each variant runs, in order: vllm-omni's benchmark at c=32 (the first level after the start: a burst), bursts of
-# 8 and 32 at once (speech-loadtest --stagger 0), a steady c=32 (every thread's CPU ticks read before and after it), the
-# request timeline over two c=32 bursts (deploy/gpu/sglang_timeline.py; sglang only), the benchmark's c=32 again
-# (warm), py-spy's burst, then stop.
+# What each variant runs, in order: vllm-omni's benchmark at c=32 (the first level after the start: a burst), c=1 (16
+# requests one after another: the per-stream pace), bursts of 8 and 32 at once (speech-loadtest --stagger 0), steady
+# c=8 and c=32 (--stagger 2; every thread's CPU ticks read before and after c=32), the request timeline over two c=32
+# bursts (deploy/gpu/sglang_timeline.py; sglang only), the benchmark's c=32 again (warm), the PyTorch profiles
+# (TORCH_PROFILE=1), py-spy's burst, then stop.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=${OUT:-/tmp/lever-starts}
@@ -45,6 +50,7 @@ FIRST_S=${FIRST_S:-600}
 LATER_S=${LATER_S:-420}
 PYSPY=${PYSPY:-1}
 PROFILES=${PROFILES:-/tmp/profiles}
+TORCH_PROFILE=${TORCH_PROFILE:-0}
 PYTHON=${PYTHON:-python3}
 SBS=${SIDE_BY_SIDE:-deploy/gpu/side-by-side.sh}
 TARGET=${TARGET:-service-sglang}
@@ -57,7 +63,11 @@ PIDFILE=${SERVER_PIDFILE:-/tmp/speech-server-$PORT.pid}
 START_WAIT_S=${START_WAIT_S:-1500}
 # what a variant's sweeps and stop take after its start (about 90 s on an H200, before py-spy's burst and the second
 # benchmark joined them)
-SWEEP_ALLOWANCE_S=150
+SWEEP_ALLOWANCE_S=180
+if [ "$TORCH_PROFILE" = 1 ] && [ "$TARGET" != service ]; then
+  echo "lever-starts: TORCH_PROFILE=1 is for TARGET=service (sglang's variants record their request timeline)" >&2
+  exit 64
+fi
 export TARGETS=$TARGET KV_WAIT_S=${KV_WAIT_S:-0}
 
 for variant in ${VARIANTS:?name:LEVER words}; do  # every word checked before anything starts
@@ -129,6 +139,15 @@ pyspy_burst() {  # an extra c=32 burst, not reported, with py-spy on every serve
   for raw in "$OUT"/pyspy/*.txt; do [ -f "$raw" ] && gzip -f "$raw"; done
 }
 
+torch_profile() {  # $1 level, $2 requests, $3 the codec frames they make: one closed round under both stages'
+  # profiler, its traces summarised into profile-c<level>.md, then deleted (hundreds of MB; the summary is the result)
+  local level=$1 requests=$2 frames=$3
+  step "profile c$level" on_load_cpus env CONCURRENCY="$level" REQUESTS="$requests" SWEEP_NAME="c$level" \
+    LOADTEST_ARGS="--stagger 0" "$SBS" profile >>"$OUT/sweeps.log" 2>&1
+  "$PYTHON" deploy/gpu/trace_summary.py "$PROFILER_DIR/$TARGET" --frames "$frames" >"$OUT/profile-c$level.md" 2>&1
+  rm -rf "${PROFILER_DIR:?}/$TARGET"
+}
+
 request_timeline() {  # sglang-omni's per-request events over two c=32 bursts, and the phases read from them
   step "timeline" on_load_cpus env TIMELINE=1 CONCURRENCY=32 REQUESTS=64 SWEEP_NAME=tl-c32 LOADTEST_ARGS="--stagger 0" \
     "$SBS" profile >>"$OUT/sweeps.log" 2>&1
@@ -164,8 +183,9 @@ for variant in $VARIANTS; do
   fi
   began=$(date +%s)
   export OUT=$ROOT/$name PROFILER_DIR=$PROFILES/$name
-  if [ "$TARGET" = service ]; then  # no timeline to record: no profiler set up in its stages either
-    export SERVICE_ENV="$BASE_ENV${lever_env:+ $lever_env}" PROFILER_DIR=""
+  if [ "$TARGET" = service ]; then  # no timeline to record; its stages' profiler only where asked for
+    export SERVICE_ENV="$BASE_ENV${lever_env:+ $lever_env}"
+    [ "$TORCH_PROFILE" = 1 ] || export PROFILER_DIR=""
   else export SERVICE_SGLANG_ENV="$BASE_ENV${lever_env:+ $lever_env}"; fi
   # the engine appends to its event files: an earlier run's must not join this one's
   [ -n "$PROFILER_DIR" ] && rm -rf "$PROFILER_DIR"
@@ -184,11 +204,15 @@ for variant in $VARIANTS; do
   fi
   progress "$name ready"
   step "bench first-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=first-c32 "$SBS" sweep-bench >"$OUT/sweeps.log" 2>&1
+  step "c1" on_load_cpus env ROUNDS=1 CONCURRENCY=1 REQUESTS=16 WARMUP=1 SWEEP_NAME=c1 "$SBS" sweep-closed \
+    >>"$OUT/sweeps.log" 2>&1
   for level_requests in 8:32 32:96; do  # bursts: every worker sends at once
     level=${level_requests%:*}
     step "burst c$level" on_load_cpus env ROUNDS=1 CONCURRENCY="$level" REQUESTS="${level_requests#*:}" WARMUP=4 \
       LOADTEST_ARGS="--stagger 0" SWEEP_NAME="burst-c$level" "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
   done
+  step "steady c8" on_load_cpus env ROUNDS=1 CONCURRENCY=8 REQUESTS=64 WARMUP=4 LOADTEST_ARGS="--stagger 2" \
+    SWEEP_NAME=c8 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
   thread_ticks >"$OUT/cpu-before-c32.txt"
   step "steady c32" on_load_cpus env ROUNDS=1 CONCURRENCY=32 REQUESTS=128 WARMUP=8 LOADTEST_ARGS="--stagger 2" \
     SWEEP_NAME=c32 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
@@ -198,6 +222,7 @@ for variant in $VARIANTS; do
   # is to be within 1.2x of it (p95 first audio)
   step "bench again-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=again-c32 "$SBS" sweep-bench \
     >>"$OUT/sweeps.log" 2>&1
+  if [ "$TORCH_PROFILE" = 1 ]; then torch_profile 1 1 100 && torch_profile 8 8 800; fi
   [ "$PYSPY" = 1 ] && step "py-spy burst" pyspy_burst
   $SBS stop >>"$OUT/sweeps.log" 2>&1
   finish

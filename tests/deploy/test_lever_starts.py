@@ -23,6 +23,7 @@ SETTINGS = (
     "LATER_S",
     "PYSPY",
     "PROFILES",
+    "TORCH_PROFILE",
     "START_WAIT_S",
     "SERVER_PIDFILE",
     "TARGET",
@@ -34,10 +35,11 @@ SETTINGS = (
 def stand_in_side_by_side(tmp_path: Path) -> Path:
     """One line per call: the phase, the settings side-by-side.sh reads for it, and the cores it ran on. `start` fails
     for the variants named in FAIL_START, with status FAIL_RC (3: still starting; 2: the server died or its engine
-    failed); `profile` leaves one request's timeline events where the service would;
-    `stop` keeps a server log, as side-by-side.sh does."""
+    failed); `profile` leaves one request's timeline events where the service on sglang would, or a PyTorch trace
+    where the service on vllm-omni's stages write theirs; `stop` keeps a server log, as side-by-side.sh does."""
     script = tmp_path / "side-by-side.sh"
     event = '{"request_id": "r1", "stage": "coordinator", "event_name": "%s", "timestamp_ns": %d}'
+    trace = '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemv_add", "ts": 0, "dur": 40000, "args": {}}]}'
     script.write_text(
         "#!/usr/bin/env bash\n"
         'echo "$1|$(basename "$OUT")|${SWEEP_NAME-}|${CONCURRENCY-}|${REQUESTS-}|${TIMELINE-}|$SERVICE_SGLANG_ENV'
@@ -46,7 +48,9 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
         '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac ;;\n'
-        '  profile) mkdir -p "$PROFILER_DIR/service-sglang/$SWEEP_NAME"\n'
+        '  profile) if [ "$TARGETS" = service ]; then mkdir -p "$PROFILER_DIR/service/$SWEEP_NAME"\n'
+        f"    printf '%s' '{trace}' > \"$PROFILER_DIR/service/$SWEEP_NAME/stage0.json\"; exit 0; fi\n"
+        '    mkdir -p "$PROFILER_DIR/service-sglang/$SWEEP_NAME"\n'
         f"    printf '%s\\n' '{event % ('request_admission', 1_000_000)}'"
         f" '{event % ('coordinator_stream_received', 138_000_000)}'"
         ' > "$PROFILER_DIR/service-sglang/$SWEEP_NAME/events_coordinator_7.jsonl" ;;\n'
@@ -94,8 +98,10 @@ def test_each_variant_starts_with_its_levers_settings_and_is_swept_alike_then_st
     assert done.returncode == 0, done.stdout + done.stderr
     sweeps = [
         ["sweep-bench", "first-c32", "32", "", ""],
+        ["sweep-closed", "c1", "1", "16", ""],
         ["sweep-closed", "burst-c8", "8", "32", ""],
         ["sweep-closed", "burst-c32", "32", "96", ""],
+        ["sweep-closed", "c8", "8", "64", ""],
         ["sweep-closed", "c32", "32", "128", ""],
         ["profile", "tl-c32", "32", "64", "1"],
         ["sweep-bench", "again-c32", "32", "", ""],
@@ -143,7 +149,7 @@ def test_the_service_on_vllm_omni_is_a_target_too_without_the_request_timeline(t
     )
     assert done.returncode == 0, done.stdout + done.stderr
     recorded = calls(tmp_path)
-    phases = ["start", "sweep-bench", "sweep-closed", "sweep-closed", "sweep-closed", "sweep-bench", "stop"]
+    phases = ["start", "sweep-bench", *["sweep-closed"] * 5, "sweep-bench", "stop"]
     assert [call[:2] for call in recorded] == [[phase, name] for name in ("a1", "t1") for phase in phases]
     for name, settings in (
         ("a1", "CUDA_VISIBLE_DEVICES=0"),
@@ -167,6 +173,32 @@ def test_the_service_on_vllm_omni_is_a_target_too_without_the_request_timeline(t
     assert refused.returncode == 64 and "TARGET=sglang" in refused.stderr
 
 
+def test_the_service_on_vllm_omni_profiled_at_c1_and_c8_keeps_each_profiles_summary_not_its_traces(
+    tmp_path: Path,
+) -> None:
+    """TORCH_PROFILE=1: both stages' profiler set up at the start (PROFILER_DIR reaches side-by-side.sh), one request
+    and one round of eight profiled after the reported levels, each window's traces summarised per frame and
+    deleted; refused for the service on sglang, whose profiler records its request timeline."""
+    done = run(tmp_path, TARGET="service", TORCH_PROFILE="1", VARIANTS="f1:F", LEVER_F="SPEECH_OMNI__TALKER_MODEL=fused")
+    assert done.returncode == 0, done.stdout + done.stderr
+    recorded = calls(tmp_path)
+    assert {call[11] for call in recorded} == {str(tmp_path / "profiles/f1")}
+    profiles = [[call[0], *call[2:5]] for call in recorded if call[0] == "profile"]
+    assert profiles == [["profile", "c1", "1", "1"], ["profile", "c8", "8", "8"]]
+    assert [call[0] for call in recorded][-3:] == ["profile", "profile", "stop"]
+    out = tmp_path / "out/f1"
+    # one 40 ms kernel: 0.400 ms a frame over c=1's 100 frames, 0.050 over c=8's 800
+    for level, per_frame in (("1", "0.400"), ("8", "0.050")):
+        summary = (out / f"profile-c{level}.md").read_text()
+        assert f"| `gemv_add` | 1 | 40.00 | 40000.0 | {per_frame} |" in summary
+    assert "codec frames the window made" in (out / "profile-c1.md").read_text()
+    assert not (tmp_path / "profiles/f1/service").exists()
+    progress = (tmp_path / "out/progress.txt").read_text()
+    assert "f1 profile c1\n" in progress.replace(" (", "\n") and "failed" not in progress
+    refused = run(tmp_path, out="other", TORCH_PROFILE="1", VARIANTS="a1:A", LEVER_A="")
+    assert refused.returncode == 64 and "TORCH_PROFILE=1 is for TARGET=service" in refused.stderr
+
+
 def test_the_sweeps_run_on_the_load_tools_cores_and_the_server_starts_on_its_own(tmp_path: Path) -> None:
     cores = os.sched_getaffinity(0)
     load = str(min(cores))
@@ -184,7 +216,7 @@ def test_a_step_that_fails_says_so_and_the_variant_goes_on(tmp_path: Path) -> No
     done = run(tmp_path, VARIANTS="a1:A", BASE_ENV="LOAD_CPUS=4095", LEVER_A="")
     assert done.returncode == 0, done.stdout + done.stderr
     progress = (tmp_path / "out/progress.txt").read_text()
-    for step in ("bench first-c32", "burst c8", "burst c32", "steady c32", "timeline", "bench again-c32"):
+    for step in ("bench first-c32", "c1", "burst c8", "burst c32", "steady c8", "steady c32", "timeline"):
         assert f"a1 {step} (failed, rc " in progress
     assert [call[0] for call in calls(tmp_path)] == ["start", "stop"]
 
@@ -224,7 +256,7 @@ def test_a_variant_that_would_not_end_before_the_deadline_is_skipped_and_a_start
     tmp_path: Path,
 ) -> None:
     """The first variant is expected to take FIRST_S (a cold start), later ones LATER_S until one has run; a start
-    waits at most until the deadline, less the sweeps' 150 s."""
+    waits at most until the deadline, less the sweeps' 180 s."""
     until = int(time.time()) + 300
     done = run(tmp_path, VARIANTS="a1:A b1:A", LEVER_A="", UNTIL=str(until), FIRST_S="400")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -235,8 +267,8 @@ def test_a_variant_that_would_not_end_before_the_deadline_is_skipped_and_a_start
     done = run(tmp_path, "out2", VARIANTS="a1:A b1:A", LEVER_A="", UNTIL=str(until), FIRST_S="10", LATER_S="400")
     assert done.returncode == 0, done.stdout + done.stderr
     recorded = calls(tmp_path)
-    assert [call[1] for call in recorded] == ["a1"] * 8
-    assert 120 <= int(recorded[0][8]) <= 150  # the deadline less the sweeps' allowance, not START_WAIT_S's 1500
+    assert [call[1] for call in recorded] == ["a1"] * 10
+    assert 90 <= int(recorded[0][8]) <= 120  # the deadline less the sweeps' allowance, not START_WAIT_S's 1500
     assert "b1 skipped: 400 s would not fit" in (tmp_path / "out2/progress.txt").read_text()
 
 
