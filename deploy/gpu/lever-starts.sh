@@ -25,8 +25,9 @@
 #                            and say so
 #   FIRST_S=600 LATER_S=420  the expected length of the first variant (a cold start compiles) and of a later one until
 #                            one has run; then the longest later one so far (the first's cold start is not a guide)
-#   PYSPY=1                  sample the server's processes (py-spy: the thread holding the GIL) for 8 s of an extra
-#                            c=32 burst, after the reported ones, into pyspy/<pid>.txt.gz (py-spy's raw format)
+#   PYSPY=1                  sample the server's processes (py-spy: the thread holding the GIL) for 8 s in the middle
+#                            of an extra steady c=32, after the reported levels, into pyspy/<pid>.txt.gz (py-spy's raw
+#                            format), summarised in pyspy.md (deploy/gpu/pyspy_summary.py)
 #   PROFILES=/tmp/profiles   each variant's request timeline is recorded under PROFILES/<variant> (emptied before its
 #                            start; the service's SPEECH_PROFILER_DIR), then kept gzipped in $OUT/<variant>/timeline/
 #   TORCH_PROFILE=0          TARGET=service: 1 sets up both stages' PyTorch profiler at the start (idle until asked)
@@ -40,7 +41,7 @@
 # requests one after another: the per-stream pace), bursts of 8 and 32 at once (speech-loadtest --stagger 0), steady
 # c=8 and c=32 (--stagger 2; every thread's CPU ticks read before and after c=32), the request timeline over two c=32
 # bursts (deploy/gpu/sglang_timeline.py; sglang only), the benchmark's c=32 again (warm), the PyTorch profiles
-# (TORCH_PROFILE=1), py-spy's burst, then stop.
+# (TORCH_PROFILE=1), py-spy's level, then stop.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=${OUT:-/tmp/lever-starts}
@@ -61,7 +62,7 @@ case $TARGET in
 esac
 PIDFILE=${SERVER_PIDFILE:-/tmp/speech-server-$PORT.pid}
 START_WAIT_S=${START_WAIT_S:-1500}
-# what a variant's sweeps and stop take after its start (about 90 s on an H200, before py-spy's burst and the second
+# what a variant's sweeps and stop take after its start (about 90 s on an H200, before py-spy's level and the second
 # benchmark joined them)
 SWEEP_ALLOWANCE_S=180
 if [ "$TORCH_PROFILE" = 1 ] && [ "$TARGET" != service ]; then
@@ -125,18 +126,23 @@ thread_ticks() {
   done
 }
 
-pyspy_burst() {  # an extra c=32 burst, not reported, with py-spy on every server process meanwhile
-  local pid
+pyspy_level() {  # an extra steady c=32, not reported, with py-spy on every server process in its middle: which
+  # Python holds each process's GIL (deploy/gpu/pyspy_summary.py reads it into pyspy.md)
+  local pid load
   command -v py-spy >/dev/null || { progress "$name py-spy: not installed"; return 0; }
   mkdir -p "$OUT/pyspy"
+  ROUNDS=1 CONCURRENCY=32 REQUESTS=192 WARMUP=0 LOADTEST_ARGS="--stagger 2" SWEEP_NAME=pyspy-c32 \
+    on_load_cpus "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1 &
+  load=$!
+  sleep "${PYSPY_AFTER_S:-4}"  # past the stagger: every worker sending
   for pid in $(server_pids); do
-    on_load_cpus timeout 20 py-spy record --gil --nonblocking -r 200 -d 8 -f raw -o "$OUT/pyspy/$pid.txt" \
+    on_load_cpus timeout 20 py-spy record --gil --threads --nonblocking -r 200 -d 8 -f raw -o "$OUT/pyspy/$pid.txt" \
       --pid "$pid" >"$OUT/pyspy/$pid.log" 2>&1 &
   done
-  ROUNDS=1 CONCURRENCY=32 REQUESTS=96 WARMUP=0 LOADTEST_ARGS="--stagger 0" SWEEP_NAME=pyspy-c32 \
-    on_load_cpus "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
   wait
   for raw in "$OUT"/pyspy/*.txt; do [ -f "$raw" ] && gzip -f "$raw"; done
+  "$PYTHON" deploy/gpu/pyspy_summary.py "$OUT/pyspy" --rate 200 --seconds 8 --names "$OUT/cpu-after-c32.txt" \
+    >"$OUT/pyspy.md" 2>&1
 }
 
 torch_profile() {  # $1 level, $2 requests, $3 the codec frames they make: one closed round under both stages'
@@ -223,7 +229,7 @@ for variant in $VARIANTS; do
   step "bench again-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=again-c32 "$SBS" sweep-bench \
     >>"$OUT/sweeps.log" 2>&1
   if [ "$TORCH_PROFILE" = 1 ]; then torch_profile 1 1 100 && torch_profile 8 8 800; fi
-  [ "$PYSPY" = 1 ] && step "py-spy burst" pyspy_burst
+  [ "$PYSPY" = 1 ] && step "py-spy c32" pyspy_level
   $SBS stop >>"$OUT/sweeps.log" 2>&1
   finish
   spent=$(($(date +%s) - began))

@@ -1742,6 +1742,48 @@ def test_trace_summary_tells_gpu_busy_and_idle_time_kernels_launches_and_steps_p
     assert summary.union_us([(0, 10), (5, 20), (30, 40), (32, 35)]) == 30
 
 
+def test_pyspy_summary_says_how_much_of_the_window_each_process_held_its_gil_and_in_whose_code(tmp_path: Path) -> None:
+    """py-spy's raw stacks (outermost frame first, a count last) per process: its samples over rate x seconds, by
+    thread, by the library of the innermost frame, by function on its own and on the stack (a thread's start and what
+    is on nearly every stack left out); the largest process first, each named from the thread table; gzip read."""
+    summary = gpu_script("pyspy_summary")
+    boot = "Thread._bootstrap (threading.py:1030);Thread.run (threading.py:1010)"
+    talker = "vllm_omni/model_executor/models/qwen3_tts/qwen3_tts_talker.py"
+    stage0 = [
+        f"thread (7): MainThread;{boot};run_busy_loop (vllm/v1/engine/core.py:9);"
+        f"execute_model (vllm_omni/worker_v2/omni_model_runner.py:398);preprocess_decode_batch ({talker}:1101) 600",
+        f"thread (7): MainThread;{boot};run_busy_loop (vllm/v1/engine/core.py:9);"
+        f"execute_model (vllm_omni/worker_v2/omni_model_runner.py:398);preprocess_decode_batch ({talker}:1140) 200",
+        f"thread (7): MainThread;{boot};run_busy_loop (vllm/v1/engine/core.py:9);copy_ (torch/_tensor.py:5) 200",
+        f"thread (8): omni-native-materialize;{boot};build (vllm_omni/worker_v2/omni_ar_model_runner.py:761) 200",
+        "not a stack line",
+    ]
+    folder = tmp_path / "pyspy"
+    folder.mkdir()
+    (folder / "101.txt.gz").write_bytes(gzip.compress("\n".join(stage0).encode()))
+    (folder / "202.txt").write_text("main (app/cli.py:1);handle (app/api/speech.py:40) 40\n")
+    names = "# pid 101: VLLM::StageEngineCoreProc_stage0\n1\tx\t1\t1\t1\n# pid 202: python3 -m app.cli\n"
+    (tmp_path / "cpu.txt").write_text(names)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert summary.main([str(folder), "--rate", "200", "--seconds", "8", "--names", str(tmp_path / "cpu.txt")]) == 0
+    text = out.getvalue()
+    first, second = text.index("## pid 101: `VLLM::StageEngineCoreProc_stage0`"), text.index("## pid 202: `python3")
+    assert first < second  # the process with more samples first
+    stage0_text = text[first:second]
+    assert "1200 samples, 75% of the window's 1600." in stage0_text
+    assert "| thread (7): MainThread | 1000 | 83% |" in stage0_text
+    assert "| vllm-omni | 1000 | 83% |" in stage0_text and "| torch | 200 | 17% |" in stage0_text
+    # a function's lines add up; its path from the package on
+    assert f"| `preprocess_decode_batch` ({talker}) | 800 | 67% |" in stage0_text
+    assert "| `execute_model` (vllm_omni/worker_v2/omni_model_runner.py) | 800 | 67% |" in stage0_text
+    assert "run_busy_loop" in stage0_text.split("on the stack of")[1]  # 83%: under 95%, so shown
+    assert "Thread.run" not in stage0_text  # a thread's start, on every stack of its thread
+    assert "40 samples, 2% of the window's 1600." in text[second:]
+    assert "| the service | 40 | 100% |" in text[second:] and "| thread |" not in text[second:]
+    assert summary.main([str(tmp_path / "empty")]) == 1
+
+
 def test_omni_start_phases_reads_each_tracks_milestones_in_order_from_the_services_log(tmp_path: Path) -> None:
     """The server's JSON lines (milliseconds) and vLLM's (to the second, no year: the JSON lines' year), a stage
     process's under its prefix; a stage's first line may be its next milestone too; a milestone's pattern is looked

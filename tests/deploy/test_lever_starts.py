@@ -24,6 +24,7 @@ SETTINGS = (
     "PYSPY",
     "PROFILES",
     "TORCH_PROFILE",
+    "PYSPY_AFTER_S",
     "START_WAIT_S",
     "SERVER_PIDFILE",
     "TARGET",
@@ -179,7 +180,8 @@ def test_the_service_on_vllm_omni_profiled_at_c1_and_c8_keeps_each_profiles_summ
     """TORCH_PROFILE=1: both stages' profiler set up at the start (PROFILER_DIR reaches side-by-side.sh), one request
     and one round of eight profiled after the reported levels, each window's traces summarised per frame and
     deleted; refused for the service on sglang, whose profiler records its request timeline."""
-    done = run(tmp_path, TARGET="service", TORCH_PROFILE="1", VARIANTS="f1:F", LEVER_F="SPEECH_OMNI__TALKER_MODEL=fused")
+    fused = "SPEECH_OMNI__TALKER_MODEL=fused"
+    done = run(tmp_path, TARGET="service", TORCH_PROFILE="1", VARIANTS="f1:F", LEVER_F=fused)
     assert done.returncode == 0, done.stdout + done.stderr
     recorded = calls(tmp_path)
     assert {call[11] for call in recorded} == {str(tmp_path / "profiles/f1")}
@@ -236,6 +238,47 @@ def test_each_thread_of_the_servers_processes_is_read_before_and_after_the_stead
         tid, name, utime, stime, cpu = lines[1].split("\t")
         assert (tid, name) == (str(server.pid), "sleep")
         assert utime.isdigit() and stime.isdigit() and cpu.isdigit()
+
+
+def test_py_spy_records_every_server_process_in_the_middle_of_a_steady_level_and_says_where_its_gil_went(
+    tmp_path: Path,
+) -> None:
+    """PYSPY=1: an extra steady c=32 (not reported) with py-spy on each of the server's processes once the workers are
+    all sending, the recordings kept gzipped and summarised in pyspy.md, each process named from the thread table."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_in = bin_dir / "py-spy"  # writes what `py-spy record -f raw -o FILE` would: 1 200 samples on one stack
+    stand_in.write_text(
+        "#!/usr/bin/env bash\n"
+        'while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
+        "printf '%s\\n' 'thread (7): MainThread;run (vllm/v1/engine/core.py:9);"
+        "preprocess_decode_batch (vllm_omni/model_executor/models/qwen3_tts/qwen3_tts_talker.py:1101)"
+        ' 1200\' > "$out"\n'
+    )
+    stand_in.chmod(0o755)
+    server = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        (tmp_path / "server.pid").write_text(f"{server.pid}\n")
+        done = run(
+            tmp_path, VARIANTS="a1:A", LEVER_A="", PYSPY="1", PYSPY_AFTER_S="0",
+            SERVER_PIDFILE=str(tmp_path / "server.pid"), PATH=f"{bin_dir}:{os.environ['PATH']}",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        server.kill()
+        server.wait()
+    recorded = calls(tmp_path)
+    level = [call for call in recorded if call[2] == "pyspy-c32"]
+    assert [[call[0], *call[3:5]] for call in level] == [["sweep-closed", "32", "192"]]
+    assert [call[0] for call in recorded][-2:] == ["sweep-closed", "stop"]
+    out = tmp_path / "out/a1"
+    with gzip.open(out / f"pyspy/{server.pid}.txt.gz", "rt") as raw:
+        assert raw.read().endswith(" 1200\n")
+    summary = (out / "pyspy.md").read_text()
+    assert f"## pid {server.pid}: `sleep 30`" in summary
+    assert "1200 samples, 75% of the window's 1600." in summary
+    assert "| vllm-omni | 1200 | 100% |" in summary
+    assert "a1 py-spy c32" in (tmp_path / "out/progress.txt").read_text()
 
 
 @pytest.mark.parametrize(

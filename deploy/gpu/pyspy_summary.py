@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""One Markdown summary of py-spy's raw recordings (`py-spy record -f raw`, one file per process, gzipped or not):
+which Python held each server process's time, so that a step bound by the host, not the GPU, says where.
+
+    python3 deploy/gpu/pyspy_summary.py PYSPY_DIR [--rate 200] [--seconds 8] [--names cpu-after-c32.txt] > pyspy.md
+
+`deploy/gpu/lever-starts.sh` records each process of the server with `--gil` (a sample only where one of the
+process's threads holds the GIL) at `--rate` samples a second for `--seconds`: a process's samples over rate x
+seconds is then the share of the window its GIL was held, near 1 where its Python is the bottleneck. Per process:
+- the samples and that share; by thread where the recording names threads;
+- the samples by where their innermost frame is (vllm-omni, vLLM, torch, the service, asyncio...), which library's
+  code the time was spent in;
+- the functions by their own samples (the innermost frame), and by the samples they are on the stack of, leaving
+  out a thread's start (threading's, runpy's) and what is on nearly every stack, which say nothing of where the
+  time went.
+`--names` reads each pid's command line from lever-starts.sh's thread table (`# pid N: command`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# a frame py-spy writes: "function (path:line)"; a thread or process py-spy puts first: "thread (0x7f..)" or
+# "thread (1234): name", "process 1234:"python3 ...""
+FRAME = re.compile(r"^(?P<function>.*) \((?P<path>[^()]*?)(?::(?P<line>\d+))?\)$")
+META = re.compile(r"^(thread|process) ")
+# where a frame's file is, by the first of these its path holds (site-packages paths and a checkout's alike)
+AREAS = (
+    ("vllm_omni/", "vllm-omni"),
+    ("vllm/", "vLLM"),
+    ("torch/", "torch"),
+    ("triton/", "Triton"),
+    ("app/", "the service"),
+    ("asyncio/", "asyncio"),
+    ("threading.py", "threading"),
+    ("queue.py", "queue"),
+    ("multiprocessing/", "multiprocessing"),
+    ("zmq/", "pyzmq"),
+    ("msgspec/", "msgspec"),
+    ("uvicorn/", "uvicorn"),
+)
+EVERYWHERE = 0.95  # a function on at least this share of a process's stacks is left out of the inclusive table
+# frames under every thread's own code (its start, runpy's): on every stack of their thread, left out of that table
+SCAFFOLD = ("threading.py", "<frozen runpy>")
+
+
+@dataclass
+class Recording:
+    """One process's samples: each distinct stack (outermost first) with its count, and the thread it was on."""
+
+    stacks: Counter[tuple[str, tuple[str, ...]]] = field(default_factory=Counter)
+
+    @property
+    def samples(self) -> int:
+        return sum(self.stacks.values())
+
+
+def read_raw(lines: Iterable[str]) -> Recording:
+    """py-spy's raw format: `frame;frame;...;frame COUNT` a line, the outermost frame first."""
+    recording = Recording()
+    for line in lines:
+        line = line.rstrip("\n")
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        thread = ""
+        while frames and META.match(frames[0]):
+            if frames[0].startswith("thread "):
+                thread = frames[0]
+            frames = frames[1:]
+        recording.stacks[(thread, tuple(frames))] += int(count)
+    return recording
+
+
+def load(path: Path) -> Recording:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as lines:
+        return read_raw(lines)
+
+
+def function_of(frame: str) -> tuple[str, str]:
+    """(function, path) of a frame, the line left out: a function's samples add up over its lines."""
+    match = FRAME.match(frame)
+    return (match["function"], match["path"]) if match else (frame, "")
+
+
+def area_of(path: str) -> str:
+    for marker, area in AREAS:
+        if marker in path:
+            return area
+    return "other" if path else "native or unknown"
+
+
+def short(path: str) -> str:
+    """A path from its package on (site-packages and a checkout's root dropped)."""
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    return path
+
+
+def table(rows: list[tuple[str, int]], total: int, head: str, top: int) -> list[str]:
+    out = [f"| {head} | samples | share |", "| --- | --- | --- |"]
+    for name, count in rows[:top]:
+        cell = name.replace("|", "\\|")
+        out.append(f"| {cell} | {count} | {count / total:.0%} |")
+    return out
+
+
+def summary(name: str, recording: Recording, window_samples: float, top: int) -> list[str]:
+    total = recording.samples
+    lines = [f"## {name}", ""]
+    if not total:
+        return [*lines, "No samples.", ""]
+    share = f", {total / window_samples:.0%} of the window's {window_samples:.0f}" if window_samples else ""
+    lines += [f"{total} samples{share}.", ""]
+    threads: Counter[str] = Counter()
+    areas: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    on_stack: Counter[str] = Counter()
+    for (thread, frames), count in recording.stacks.items():
+        threads[thread or "(threads not named)"] += count
+        if not frames:
+            areas["native or unknown"] += count
+            continue
+        function, path = function_of(frames[-1])
+        areas[area_of(path)] += count
+        own[f"`{function}` ({short(path)})"] += count
+        for label in {f"`{f}` ({short(p)})" for f, p in map(function_of, frames) if not p.endswith(SCAFFOLD)}:
+            on_stack[label] += count
+    if len(threads) > 1 or "(threads not named)" not in threads:
+        lines += [*table(threads.most_common(), total, "thread", top), ""]
+    lines += [*table(areas.most_common(), total, "where the innermost frame is", top), ""]
+    lines += [*table(own.most_common(), total, "function, by its own samples", top), ""]
+    inclusive = [(label, count) for label, count in on_stack.most_common() if count < EVERYWHERE * total]
+    lines += [*table(inclusive, total, f"function, by the samples it is on the stack of (under {EVERYWHERE:.0%})", top)]
+    return [*lines, ""]
+
+
+def names_from(table_path: Path | None) -> dict[str, str]:
+    """pid -> command line, from lever-starts.sh's thread table (`# pid 123: python3 -m ...`)."""
+    if table_path is None or not table_path.is_file():
+        return {}
+    names = {}
+    for line in table_path.read_text(encoding="utf-8", errors="replace").splitlines():
+        match = re.match(r"^# pid (\d+): (.*)$", line)
+        if match:
+            names[match[1]] = match[2].strip()
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path, help="py-spy's raw recordings, <pid>.txt or <pid>.txt.gz")
+    parser.add_argument("--rate", type=float, default=200.0, help="samples a second it was recorded at")
+    parser.add_argument("--seconds", type=float, default=8.0, help="how long it recorded")
+    parser.add_argument("--names", type=Path, help="lever-starts.sh's thread table, for each pid's command line")
+    parser.add_argument("--top", type=int, default=15, help="rows a table")
+    args = parser.parse_args(argv)
+    paths = sorted(p for p in args.folder.glob("*.txt*") if p.suffix in (".txt", ".gz") and p.is_file())
+    if not paths:
+        print(f"no py-spy recordings under {args.folder}", file=sys.stderr)
+        return 1
+    names = names_from(args.names)
+    recordings = [(path, load(path)) for path in paths]
+    recordings.sort(key=lambda item: -item[1].samples)
+    window = args.rate * args.seconds
+    print(f"# Where each process's Python spent its time (py-spy, `{args.folder}`)\n")
+    print(f"{args.rate:g} samples a second for {args.seconds:g} s: {window:.0f} samples are a GIL held throughout.\n")
+    for path, recording in recordings:
+        pid = path.name.split(".", 1)[0]
+        command = names.get(pid, "")
+        title = f"pid {pid}" + (f": `{command[:100]}`" if command else "")
+        print("\n".join(summary(title, recording, window, args.top)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
