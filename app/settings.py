@@ -191,10 +191,21 @@ class OmniSettings(BaseModel):
         "sequence at each of its 15 steps (16 rows a frame instead of 255), its top-k threshold found by selection "
         "instead of a sort; codes equal to vllm-omni's in float32 (on the CPU and on an H200), a draw from the same "
         "distribution in bfloat16; `fused`, the service's with each layer in five Triton kernels of its own instead of "
-        "eleven, uncompiled (its warm-up 10–11 s against 97–99 on an H200, but slower under load). None is a win on a "
-        "GPU yet (docs/deploy.md). "
+        "eleven, uncompiled (alone 0.59–0.86× vllm-omni's predictor's GPU time a frame and its warm-up 9–10 s against "
+        "113–117 on an H200, but no faster under load in the whole server yet). None is a win on a GPU yet "
+        "(docs/deploy.md). "
         "app/engines/omni/stage_plugins/talker_model.py; registered in the stage processes by the package's "
         "vllm_omni.general_plugins entry point, so the service must be installed, as its image is.",
+    )
+    switch_interval_ms: float | None = Field(
+        None,
+        ge=0.01,
+        le=1000,
+        allow_inf_nan=False,
+        description="Python's thread switch interval in vllm-omni's stage processes, the talker's and code2wav's "
+        "(sys.setswitchinterval; not the server's): how long a thread that wants the interpreter's lock waits before "
+        "the one holding it must let go. In the talker's process the engine's step loop shares one lock with the "
+        "threads that copy each step's codes out and hand them to code2wav. Not measured yet. Default: Python's 5 ms.",
     )
     cuda_mps: bool = Field(
         False,

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import shutil
+import sys
 import tempfile
 import weakref
 from importlib.metadata import EntryPoint
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -290,6 +293,59 @@ async def test_the_stages_start_at_once_where_the_setting_asks(custom_voice_dir:
         and omni.kwargs["deploy_config"] == "deploy/vllm-omni/customvoice.yaml"
     )
     await engine.close()
+
+
+async def test_a_switch_interval_reaches_the_stage_processes_environment_before_they_start(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEECH_OMNI__SWITCH_INTERVAL_MS is in the environment, in seconds, when AsyncOmni spawns the stages (the fake's
+    factory reads it where vllm-omni would start them); a later start without it in the same process takes it away."""
+    monkeypatch.delenv(model_registration.SWITCH_INTERVAL_VARIABLE, raising=False)  # restored after the test
+    seen: list[str | None] = []
+
+    class Recording(FakeAsyncOmni):
+        def __init__(self) -> None:
+            super().__init__()
+            seen.append(os.environ.get(model_registration.SWITCH_INTERVAL_VARIABLE))
+
+    for settings in ({"switch_interval_ms": 0.5}, {}):
+        engine = make_engine(custom_voice_dir, FakeAsyncOmni(), omni=settings)
+        engine._factory = lambda **kwargs: Recording()
+        await engine.start()
+        await engine.close()
+    assert seen == ["0.0005", None]
+
+
+@pytest.mark.parametrize("interval", [0.0, 0.001, 1001.0, float("inf"), float("nan")])
+def test_a_switch_interval_python_would_not_keep_is_refused_naming_the_field(interval: float) -> None:
+    with pytest.raises(ValueError, match="switch_interval_ms"):
+        Settings(engine="omni", omni={"switch_interval_ms": interval})
+
+
+def report_switch_interval(answers: Any) -> None:  # a stage process's start, as vllm-omni spawns one
+    model_registration.set_stage_switch_interval()
+    answers.put(sys.getswitchinterval())
+
+
+@pytest.mark.parametrize(("value", "expected"), [("0.0005", 0.0005), ("half a millisecond", 0.005)])
+def test_a_stage_process_sets_the_interval_at_its_plugins_registration_and_the_server_does_not(
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: float
+) -> None:
+    """In a process multiprocessing spawned (vllm-omni's stages) the interval is set; in the server's own process,
+    where the plugin is loaded too, it is not; a value Python cannot take is left at Python's 5 ms, not a failure."""
+    monkeypatch.setenv(model_registration.SWITCH_INTERVAL_VARIABLE, value)
+    before = sys.getswitchinterval()
+    model_registration.set_stage_switch_interval()
+    assert sys.getswitchinterval() == before  # the server's process: not started by multiprocessing
+    context = multiprocessing.get_context("spawn")
+    answers = context.Queue()
+    stage = context.Process(target=report_switch_interval, args=(answers,))
+    stage.start()
+    try:
+        assert answers.get(timeout=60) == pytest.approx(expected)
+    finally:
+        stage.join(timeout=60)
+    assert stage.exitcode == 0
 
 
 async def test_vllm_omnis_statistics_are_on_unless_the_setting_turns_them_off(custom_voice_dir: Path) -> None:

@@ -273,6 +273,13 @@ class OmniEngine:
         if self._probes_on:
             for key, value in DECODER_GRAPH_STATS_ENVIRONMENT.items():
                 os.environ.setdefault(key, value)
+        # the stage processes, spawned below, read it at their plugin's registration; this start's setting, whatever
+        # an earlier start in this process left
+        interval_ms = self._settings.switch_interval_ms
+        if interval_ms is not None:
+            os.environ[model_registration.SWITCH_INTERVAL_VARIABLE] = repr(interval_ms / 1000)
+        else:
+            os.environ.pop(model_registration.SWITCH_INTERVAL_VARIABLE, None)
         started = time.perf_counter()
         self._detail = "starting vllm-omni (a cold start compiles and captures CUDA graphs: minutes)"
         log.info("omni engine starting", extra={"model": self._model.path, "variant": self._model.variant})

@@ -9,16 +9,24 @@ vllm-omni runs the `vllm_omni.general_plugins` entry points (pyproject.toml decl
 process it starts, the stage processes among them, which are spawned and so see nothing the server's process
 registered. A registration alone changes nothing: a stage runs the model only where the pipeline names it as its
 `model_arch` (the service does with SPEECH_OMNI__CODE2WAV_MODEL and SPEECH_OMNI__TALKER_MODEL). Each class is
-registered by its dotted name, imported only where a stage builds it (it needs torch and vllm-omni)."""
+registered by its dotted name, imported only where a stage builds it (it needs torch and vllm-omni).
+
+Being the one hook of the service's that runs first in every stage process, it also sets those processes' thread
+switch interval where the service asks (SPEECH_OMNI__SWITCH_INTERVAL_MS)."""
 
 from __future__ import annotations
 
+import logging
+import multiprocessing
 import os
+import sys
 from importlib.metadata import entry_points
 
 PLUGIN_GROUP = "vllm_omni.general_plugins"
 PLUGIN_NAME = "speech"  # pyproject.toml's entry point
 PLUGIN_TARGET = f"{__name__}:register"
+# seconds, set by the engine from SPEECH_OMNI__SWITCH_INTERVAL_MS before the stage processes start, which inherit it
+SWITCH_INTERVAL_VARIABLE = "SPEECH_OMNI_SWITCH_INTERVAL_S"
 CODE2WAV_MODULE = "app.engines.omni.stage_plugins.code2wav_model"
 # SPEECH_OMNI__CODE2WAV_MODEL -> the architecture its model is registered as, which is also its class's name in
 # CODE2WAV_MODULE; vllm-omni's Qwen3-TTS config treats any architecture whose name contains "Code2Wav" as the codec
@@ -33,7 +41,26 @@ TALKER_ARCHITECTURES = {
 }
 
 
+log = logging.getLogger("vllm.speech.plugin")  # under vLLM's logger, whose handler the stage process has
+
+
+def set_stage_switch_interval() -> None:
+    """Python's thread switch interval from SWITCH_INTERVAL_VARIABLE, in a stage process only: one that
+    multiprocessing started (vllm-omni spawns its stages; the server's process, where this plugin runs too, was
+    not). A value that is not a number of seconds Python takes is said and left unset, not a failed stage."""
+    value = os.environ.get(SWITCH_INTERVAL_VARIABLE)
+    if not value or multiprocessing.parent_process() is None:
+        return
+    try:
+        sys.setswitchinterval(float(value))
+    except ValueError as error:
+        log.warning("%s=%r left unset: %s", SWITCH_INTERVAL_VARIABLE, value, error)
+        return
+    log.info("thread switch interval %.6g s in this stage process", sys.getswitchinterval())
+
+
 def register() -> None:
+    set_stage_switch_interval()
     from vllm.model_executor.models import ModelRegistry
     from vllm_omni.model_executor.models.registry import OmniModelRegistry
 
