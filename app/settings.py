@@ -87,6 +87,19 @@ def _list_from_text(value: object) -> object:
     return value
 
 
+def _switch_interval_field(where: str, why: str) -> Any:
+    """Python's thread switch interval in an engine's own processes (`where`), the same bounds for every engine."""
+    return Field(
+        None,
+        ge=0.01,
+        le=1000,
+        allow_inf_nan=False,
+        description=f"Python's thread switch interval in {where} (sys.setswitchinterval; not the server's): how long "
+        f"a thread that wants the interpreter's lock waits before the one holding it must let go. {why} "
+        "Default: Python's 5 ms.",
+    )
+
+
 def user_voice_store(env: Mapping[str, str] = os.environ) -> str:
     """Where a user's data belongs (the XDG base directories): $XDG_DATA_HOME/speech-service/voices, else
     ~/.local/share/speech-service/voices. Never the working directory, which a service may not be able to write."""
@@ -197,15 +210,10 @@ class OmniSettings(BaseModel):
         "app/engines/omni/stage_plugins/talker_model.py; registered in the stage processes by the package's "
         "vllm_omni.general_plugins entry point, so the service must be installed, as its image is.",
     )
-    switch_interval_ms: float | None = Field(
-        None,
-        ge=0.01,
-        le=1000,
-        allow_inf_nan=False,
-        description="Python's thread switch interval in vllm-omni's stage processes, the talker's and code2wav's "
-        "(sys.setswitchinterval; not the server's): how long a thread that wants the interpreter's lock waits before "
-        "the one holding it must let go. In the talker's process the engine's step loop shares one lock with the "
-        "threads that copy each step's codes out and hand them to code2wav. Not measured yet. Default: Python's 5 ms.",
+    switch_interval_ms: float | None = _switch_interval_field(
+        "vllm-omni's stage processes, the talker's and code2wav's",
+        "In the talker's process the engine's step loop shares one lock with the threads that copy each step's codes "
+        "out and hand them to code2wav. Not measured yet.",
     )
     cuda_mps: bool = Field(
         False,
@@ -272,15 +280,9 @@ class SglangSettings(BaseModel):
         "PREPROCESSING=gpu: sglang-omni 0.1.8 cannot run copies of that process (it refuses a copied GPU process "
         "without devices of its own, and preprocessing's own GPU beside them).",
     )
-    switch_interval_ms: float | None = Field(
-        None,
-        ge=0.01,
-        le=1000,
-        allow_inf_nan=False,
-        description="Python's thread switch interval in the processes sglang-omni spawns, the talker's and "
-        "preprocessing's own (sys.setswitchinterval; not the server's): how long a thread that wants the "
-        "interpreter's lock waits before the one holding it must let go. The talker's scheduler, preprocessing's and "
-        "the decoder's threads share one lock in the talker's process. Default: Python's 5 ms.",
+    switch_interval_ms: float | None = _switch_interval_field(
+        "the processes sglang-omni spawns, the talker's and preprocessing's own",
+        "The talker's scheduler, preprocessing's and the decoder's threads share one lock in the talker's process.",
     )
     first_window_batch: int = Field(
         32,

@@ -57,6 +57,7 @@ BORN_GROUPED = {
     ("omni", "code2wav_model"),
     ("omni", "talker_model"),
     ("omni", "engine_stats"),
+    ("omni", "switch_interval_ms"),
 }
 
 
