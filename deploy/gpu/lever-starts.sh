@@ -34,6 +34,8 @@
 #                            and, after the reported levels, profiles one c=1 request and one c=8 round; the traces,
 #                            under PROFILES/<variant>, are summarised (deploy/gpu/trace_summary.py) into
 #                            profile-c1.md and profile-c8.md and deleted
+#   PROFILE_FRAMES=100       the codec frames each request makes (EXTRA_BODY's max_new_tokens less the end token):
+#                            the profiles' per-frame figures divide by it
 #   SERVER_PIDFILE=/tmp/speech-server-<its port>.pid   where side-by-side.sh records the server (its process group;
 #                            the port: SERVICE_SGLANG_PORT=8007 or SERVICE_PORT=8000)
 #   SIDE_BY_SIDE=deploy/gpu/side-by-side.sh   what starts, sweeps and stops the server
@@ -52,6 +54,7 @@ LATER_S=${LATER_S:-420}
 PYSPY=${PYSPY:-1}
 PROFILES=${PROFILES:-/tmp/profiles}
 TORCH_PROFILE=${TORCH_PROFILE:-0}
+PROFILE_FRAMES=${PROFILE_FRAMES:-100}
 PYTHON=${PYTHON:-python3}
 SBS=${SIDE_BY_SIDE:-deploy/gpu/side-by-side.sh}
 TARGET=${TARGET:-service-sglang}
@@ -65,6 +68,7 @@ START_WAIT_S=${START_WAIT_S:-1500}
 # what a variant's sweeps and stop take after its start (about 90 s on an H200, before py-spy's level and the second
 # benchmark joined them)
 SWEEP_ALLOWANCE_S=180
+[ "$TORCH_PROFILE" = 1 ] && SWEEP_ALLOWANCE_S=300  # two profiled windows, their traces written and summarised
 if [ "$TORCH_PROFILE" = 1 ] && [ "$TARGET" != service ]; then
   echo "lever-starts: TORCH_PROFILE=1 is for TARGET=service (sglang's variants record their request timeline)" >&2
   exit 64
@@ -128,16 +132,16 @@ thread_ticks() {
 
 pyspy_level() {  # an extra steady c=32, not reported, with py-spy on every server process in its middle: which
   # Python holds each process's GIL (deploy/gpu/pyspy_summary.py reads it into pyspy.md)
-  local pid load
+  local pid
   command -v py-spy >/dev/null || { progress "$name py-spy: not installed"; return 0; }
   mkdir -p "$OUT/pyspy"
   ROUNDS=1 CONCURRENCY=32 REQUESTS=192 WARMUP=0 LOADTEST_ARGS="--stagger 2" SWEEP_NAME=pyspy-c32 \
     on_load_cpus "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1 &
-  load=$!
   sleep "${PYSPY_AFTER_S:-4}"  # past the stagger: every worker sending
   for pid in $(server_pids); do
-    on_load_cpus timeout 20 py-spy record --gil --threads --nonblocking -r 200 -d 8 -f raw -o "$OUT/pyspy/$pid.txt" \
-      --pid "$pid" >"$OUT/pyspy/$pid.log" 2>&1 &
+    # --idle: a GIL holder whose innermost frame looks idle (a wait, a select) is still a sample of the GIL held
+    on_load_cpus timeout 20 py-spy record --gil --idle --threads --nonblocking -r 200 -d 8 -f raw \
+      -o "$OUT/pyspy/$pid.txt" --pid "$pid" >"$OUT/pyspy/$pid.log" 2>&1 &
   done
   wait
   for raw in "$OUT"/pyspy/*.txt; do [ -f "$raw" ] && gzip -f "$raw"; done
@@ -145,9 +149,10 @@ pyspy_level() {  # an extra steady c=32, not reported, with py-spy on every serv
     >"$OUT/pyspy.md" 2>&1
 }
 
-torch_profile() {  # $1 level, $2 requests, $3 the codec frames they make: one closed round under both stages'
-  # profiler, its traces summarised into profile-c<level>.md, then deleted (hundreds of MB; the summary is the result)
-  local level=$1 requests=$2 frames=$3
+torch_profile() {  # $1 level, $2 requests: one closed round under both stages' profiler, its traces summarised per
+  # codec frame (PROFILE_FRAMES a request) into profile-c<level>.md, then deleted (hundreds of MB; the summary is the
+  # result)
+  local level=$1 requests=$2 frames=$(($2 * PROFILE_FRAMES))
   step "profile c$level" on_load_cpus env CONCURRENCY="$level" REQUESTS="$requests" SWEEP_NAME="c$level" \
     LOADTEST_ARGS="--stagger 0" "$SBS" profile >>"$OUT/sweeps.log" 2>&1
   "$PYTHON" deploy/gpu/trace_summary.py "$PROFILER_DIR/$TARGET" --frames "$frames" >"$OUT/profile-c$level.md" 2>&1
@@ -228,7 +233,7 @@ for variant in $VARIANTS; do
   # is to be within 1.2x of it (p95 first audio)
   step "bench again-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=again-c32 "$SBS" sweep-bench \
     >>"$OUT/sweeps.log" 2>&1
-  if [ "$TORCH_PROFILE" = 1 ]; then torch_profile 1 1 100 && torch_profile 8 8 800; fi
+  if [ "$TORCH_PROFILE" = 1 ]; then torch_profile 1 1 && torch_profile 8 8; fi
   [ "$PYSPY" = 1 ] && step "py-spy c32" pyspy_level
   $SBS stop >>"$OUT/sweeps.log" 2>&1
   finish

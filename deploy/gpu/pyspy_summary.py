@@ -4,9 +4,11 @@ which Python held each server process's time, so that a step bound by the host, 
 
     python3 deploy/gpu/pyspy_summary.py PYSPY_DIR [--rate 200] [--seconds 8] [--names cpu-after-c32.txt] > pyspy.md
 
-`deploy/gpu/lever-starts.sh` records each process of the server with `--gil` (a sample only where one of the
-process's threads holds the GIL) at `--rate` samples a second for `--seconds`: a process's samples over rate x
-seconds is then the share of the window its GIL was held, near 1 where its Python is the bottleneck. Per process:
+`deploy/gpu/lever-starts.sh` records each process of the server with `--gil --idle` (a sample only where one of the
+process's threads holds the GIL, idle-looking frames included) at `--rate` samples a second for `--seconds`: a
+process's samples over rate x seconds is then the share of the window its GIL was held, near 1 where its Python is
+the bottleneck. Samples py-spy failed to read (`--nonblocking`; its log beside the recording, `<pid>.log`, says
+`Errors: N`) are left out of that window. Per process:
 - the samples and that share; by thread where the recording names threads;
 - the samples by where their innermost frame is (vllm-omni, vLLM, torch, the service, asyncio...), which library's
   code the time was spent in;
@@ -47,8 +49,9 @@ AREAS = (
     ("uvicorn/", "uvicorn"),
 )
 EVERYWHERE = 0.95  # a function on at least this share of a process's stacks is left out of the inclusive table
-# frames under every thread's own code (its start, runpy's): on every stack of their thread, left out of that table
-SCAFFOLD = ("threading.py", "<frozen runpy>")
+# frames under every thread's own code (a thread's start, runpy's, a spawned process's start): on every stack of
+# their thread, left out of that table
+SCAFFOLD = ("threading.py", "<frozen runpy>", "multiprocessing/spawn.py", "multiprocessing/process.py", "<string>")
 
 
 @dataclass
@@ -115,13 +118,15 @@ def table(rows: list[tuple[str, int]], total: int, head: str, top: int) -> list[
     return out
 
 
-def summary(name: str, recording: Recording, window_samples: float, top: int) -> list[str]:
+def summary(name: str, recording: Recording, window_samples: float, top: int, failed: int = 0) -> list[str]:
     total = recording.samples
     lines = [f"## {name}", ""]
     if not total:
         return [*lines, "No samples.", ""]
-    share = f", {total / window_samples:.0%} of the window's {window_samples:.0f}" if window_samples else ""
-    lines += [f"{total} samples{share}.", ""]
+    window = window_samples - failed
+    share = f", {total / window:.0%} of the window's {window:.0f}" if window > 0 else ""
+    missed = f" ({failed} py-spy failed to read, left out of the window)" if failed else ""
+    lines += [f"{total} samples{share}{missed}.", ""]
     threads: Counter[str] = Counter()
     areas: Counter[str] = Counter()
     own: Counter[str] = Counter()
@@ -143,6 +148,14 @@ def summary(name: str, recording: Recording, window_samples: float, top: int) ->
     inclusive = [(label, count) for label, count in on_stack.most_common() if count < EVERYWHERE * total]
     lines += [*table(inclusive, total, f"function, by the samples it is on the stack of (under {EVERYWHERE:.0%})", top)]
     return [*lines, ""]
+
+
+def failed_samples(log: Path) -> int:
+    """The samples py-spy could not read, from its log (`Errors: N`); 0 where it says none or there is no log."""
+    if not log.is_file():
+        return 0
+    counts = re.findall(r"Errors: (\d+)", log.read_text(encoding="utf-8", errors="replace"))
+    return int(counts[-1]) if counts else 0
 
 
 def names_from(table_path: Path | None) -> dict[str, str]:
@@ -179,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         pid = path.name.split(".", 1)[0]
         command = names.get(pid, "")
         title = f"pid {pid}" + (f": `{command[:100]}`" if command else "")
-        print("\n".join(summary(title, recording, window, args.top)))
+        failed = failed_samples(path.parent / f"{pid}.log")
+        print("\n".join(summary(title, recording, window, args.top, failed)))
     return 0
 
 

@@ -1761,7 +1761,12 @@ def test_pyspy_summary_says_how_much_of_the_window_each_process_held_its_gil_and
     folder = tmp_path / "pyspy"
     folder.mkdir()
     (folder / "101.txt.gz").write_bytes(gzip.compress("\n".join(stage0).encode()))
-    (folder / "202.txt").write_text("main (app/cli.py:1);handle (app/api/speech.py:40) 40\n")
+    (folder / "101.log").write_text("py-spy> Wrote raw flamegraph data to '101.txt'. Samples: 1200 Errors: 100\n")
+    spawned = "<module> (<string>:1);spawn_main (multiprocessing/spawn.py:122);_main (multiprocessing/spawn.py:135)"
+    (folder / "202.txt").write_text(  # no threads named; a spawned process's start on half its stacks
+        f"{spawned};main (app/cli.py:1);handle (app/api/speech.py:40) 20\n"
+        f"{boot};work (app/engines/omni/engine.py:9) 20\n"
+    )
     names = "# pid 101: VLLM::StageEngineCoreProc_stage0\n1\tx\t1\t1\t1\n# pid 202: python3 -m app.cli\n"
     (tmp_path / "cpu.txt").write_text(names)
     out = io.StringIO()
@@ -1771,7 +1776,8 @@ def test_pyspy_summary_says_how_much_of_the_window_each_process_held_its_gil_and
     first, second = text.index("## pid 101: `VLLM::StageEngineCoreProc_stage0`"), text.index("## pid 202: `python3")
     assert first < second  # the process with more samples first
     stage0_text = text[first:second]
-    assert "1200 samples, 75% of the window's 1600." in stage0_text
+    # 100 samples py-spy failed to read (its log) are left out of the window
+    assert "1200 samples, 80% of the window's 1500 (100 py-spy failed to read, left out of the window)." in stage0_text
     assert "| thread (7): MainThread | 1000 | 83% |" in stage0_text
     assert "| vllm-omni | 1000 | 83% |" in stage0_text and "| torch | 200 | 17% |" in stage0_text
     # a function's lines add up; its path from the package on
@@ -1781,6 +1787,9 @@ def test_pyspy_summary_says_how_much_of_the_window_each_process_held_its_gil_and
     assert "Thread.run" not in stage0_text  # a thread's start, on every stack of its thread
     assert "40 samples, 2% of the window's 1600." in text[second:]
     assert "| the service | 40 | 100% |" in text[second:] and "| thread |" not in text[second:]
+    on_stack = text[second:].split("on the stack of")[1]
+    assert "| `main` (app/cli.py) | 20 | 50% |" in on_stack
+    assert "spawn_main" not in on_stack and "<module>" not in on_stack  # a spawned process's start
     assert summary.main([str(tmp_path / "empty")]) == 1
 
 

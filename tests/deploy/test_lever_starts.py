@@ -25,6 +25,7 @@ SETTINGS = (
     "PROFILES",
     "TORCH_PROFILE",
     "PYSPY_AFTER_S",
+    "PROFILE_FRAMES",
     "START_WAIT_S",
     "SERVER_PIDFILE",
     "TARGET",
@@ -178,10 +179,11 @@ def test_the_service_on_vllm_omni_profiled_at_c1_and_c8_keeps_each_profiles_summ
     tmp_path: Path,
 ) -> None:
     """TORCH_PROFILE=1: both stages' profiler set up at the start (PROFILER_DIR reaches side-by-side.sh), one request
-    and one round of eight profiled after the reported levels, each window's traces summarised per frame and
-    deleted; refused for the service on sglang, whose profiler records its request timeline."""
+    and one round of eight profiled after the reported levels, each window's traces summarised per frame (the
+    frames a request makes: PROFILE_FRAMES) and deleted; refused for the service on sglang, whose profiler records
+    its request timeline."""
     fused = "SPEECH_OMNI__TALKER_MODEL=fused"
-    done = run(tmp_path, TARGET="service", TORCH_PROFILE="1", VARIANTS="f1:F", LEVER_F=fused)
+    done = run(tmp_path, TARGET="service", TORCH_PROFILE="1", VARIANTS="f1:F", LEVER_F=fused, PROFILE_FRAMES="200")
     assert done.returncode == 0, done.stdout + done.stderr
     recorded = calls(tmp_path)
     assert {call[11] for call in recorded} == {str(tmp_path / "profiles/f1")}
@@ -189,8 +191,8 @@ def test_the_service_on_vllm_omni_profiled_at_c1_and_c8_keeps_each_profiles_summ
     assert profiles == [["profile", "c1", "1", "1"], ["profile", "c8", "8", "8"]]
     assert [call[0] for call in recorded][-3:] == ["profile", "profile", "stop"]
     out = tmp_path / "out/f1"
-    # one 40 ms kernel: 0.400 ms a frame over c=1's 100 frames, 0.050 over c=8's 800
-    for level, per_frame in (("1", "0.400"), ("8", "0.050")):
+    # one 40 ms kernel: 0.200 ms a frame over c=1's 200 frames, 0.025 over c=8's 1 600
+    for level, per_frame in (("1", "0.200"), ("8", "0.025")):
         summary = (out / f"profile-c{level}.md").read_text()
         assert f"| `gemv_add` | 1 | 40.00 | 40000.0 | {per_frame} |" in summary
     assert "codec frames the window made" in (out / "profile-c1.md").read_text()
@@ -250,6 +252,7 @@ def test_py_spy_records_every_server_process_in_the_middle_of_a_steady_level_and
     stand_in = bin_dir / "py-spy"  # writes what `py-spy record -f raw -o FILE` would: 1 200 samples on one stack
     stand_in.write_text(
         "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {tmp_path}/py-spy-args\n'
         'while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
         "printf '%s\\n' 'thread (7): MainThread;run (vllm/v1/engine/core.py:9);"
         "preprocess_decode_batch (vllm_omni/model_executor/models/qwen3_tts/qwen3_tts_talker.py:1101)"
@@ -279,6 +282,10 @@ def test_py_spy_records_every_server_process_in_the_middle_of_a_steady_level_and
     assert "1200 samples, 75% of the window's 1600." in summary
     assert "| vllm-omni | 1200 | 100% |" in summary
     assert "a1 py-spy c32" in (tmp_path / "out/progress.txt").read_text()
+    # the GIL's holder only, idle-looking frames included, each thread named, in the raw format the summary reads
+    words = (tmp_path / "py-spy-args").read_text().split()
+    assert {"record", "--gil", "--idle", "--threads", "--nonblocking"} <= set(words)
+    assert words[words.index("-f") + 1] == "raw" and words[words.index("--pid") + 1] == str(server.pid)
 
 
 @pytest.mark.parametrize(
