@@ -27,19 +27,22 @@ import sys
 import tempfile
 import time
 import types
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 GROUPS = 16
 VOCAB = 2048
 HIDDEN = 1024
+SETTINGS = ("vllm-omni", "compiled-once", "service", "fused")  # the SPEECH_OMNI__TALKER_MODEL values it times
 
 
-def predictors(torch: Any, dtype: Any, max_num_seqs: int) -> dict[str, Any]:
-    """The code predictor of each SPEECH_OMNI__TALKER_MODEL setting, by the setting: vllm-omni's (`vllm-omni`), the
-    same compiled once (`compiled-once`), the service's (`service`) and the service's in fused kernels (`fused`), on
-    the GPU in `dtype`, with the same random weights (norms at one, the heads scaled so that top-k cuts into real
-    probability mass); `max_num_seqs` sets their batch buckets."""
+def predictors(torch: Any, dtype: Any, max_num_seqs: int, settings: Collection[str] = SETTINGS) -> dict[str, Any]:
+    """The code predictor of each SPEECH_OMNI__TALKER_MODEL setting in `settings`, by the setting: vllm-omni's
+    (`vllm-omni`), the same compiled once (`compiled-once`), the service's (`service`) and the service's in fused
+    kernels (`fused`), on the GPU in `dtype`, with the same random weights (norms at one, the heads scaled so that
+    top-k cuts into real probability mass; vllm-omni's is built in any case, the others take its weights);
+    `max_num_seqs` sets their batch buckets."""
     from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
         Qwen3TTSTalkerCodePredictorConfig,
         Qwen3TTSTalkerConfig,
@@ -84,11 +87,13 @@ def predictors(torch: Any, dtype: Any, max_num_seqs: int) -> dict[str, Any]:
         ("fused", FusedCodePredictor),
     )
     for setting, cls in ours:
-        built[setting] = cls(vllm_config=vllm_config, config=config, talker_config=talker)
-        built[setting].load_state_dict(upstream.state_dict())
-    for predictor in built.values():  # as the talker declares them: the sizes its runner captures
+        if setting in settings:
+            built[setting] = cls(vllm_config=vllm_config, config=config, talker_config=talker)
+            built[setting].load_state_dict(upstream.state_dict())
+    wanted = {setting: predictor for setting, predictor in built.items() if setting in settings}
+    for predictor in wanted.values():  # as the talker declares them: the sizes its runner captures
         predictor.configure_mtp_execution_buckets(capture_sizes(max_num_seqs))
-    return {setting: predictor.to("cuda", dtype).eval() for setting, predictor in built.items()}
+    return {setting: predictor.to("cuda", dtype).eval() for setting, predictor in wanted.items()}
 
 
 def capture_sizes(max_num_seqs: int) -> list[int]:
@@ -179,12 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-num-seqs", type=int, default=64, help="the talker's batch limit (the shipped profile's)")
     parser.add_argument(
         "--predictors",
-        default="vllm-omni,compiled-once,service,fused",
+        default=",".join(SETTINGS),
         help="which SPEECH_OMNI__TALKER_MODEL settings' predictors to time, comma-separated",
     )
     args = parser.parse_args(argv)
     wanted = [name.strip() for name in args.predictors.split(",") if name.strip()]
-    unknown = set(wanted) - {"vllm-omni", "compiled-once", "service", "fused"}
+    unknown = set(wanted) - set(SETTINGS)
     if unknown or not wanted:
         parser.error(f"--predictors: {', '.join(sorted(unknown)) or 'none given'}: not a predictor this times")
     batches = sorted({int(b) for b in args.batches.split(",")})
@@ -199,9 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     torch._inductor.config.force_disable_caches = True
     dtype = getattr(torch, args.dtype)
     rows = []
-    for name, predictor in predictors(torch, dtype, max_num_seqs=args.max_num_seqs).items():
-        if name not in wanted:
-            continue
+    for name, predictor in predictors(torch, dtype, max_num_seqs=args.max_num_seqs, settings=wanted).items():
         torch._dynamo.reset()
         began = time.perf_counter()
         with torch.inference_mode():
