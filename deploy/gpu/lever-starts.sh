@@ -30,12 +30,13 @@
 #                            format), summarised in pyspy.md (deploy/gpu/pyspy_summary.py)
 #   PROFILES=/tmp/profiles   each variant's request timeline is recorded under PROFILES/<variant> (emptied before its
 #                            start; the service's SPEECH_PROFILER_DIR), then kept gzipped in $OUT/<variant>/timeline/
-#   TORCH_PROFILE=0          TARGET=service: 1 sets up both stages' PyTorch profiler at the start (idle until asked)
-#                            and, after the reported levels, profiles one c=1 request and one c=8 round; the traces,
-#                            under PROFILES/<variant>, are summarised (deploy/gpu/trace_summary.py) into
-#                            profile-c1.md and profile-c8.md and deleted
+#   TORCH_PROFILE=0          1: after the reported levels, profiles one c=1 request and one c=8 round with the
+#                            engine's PyTorch profiler (vllm-omni's stages, set up at the start and idle until asked;
+#                            sglang-omni's pipeline processes); the traces, under PROFILES/<variant>, are summarised
+#                            (deploy/gpu/trace_summary.py) into profile-c1.md and profile-c8.md and deleted
 #   PROFILE_FRAMES=100       the codec frames each request makes (EXTRA_BODY's max_new_tokens less the end token):
 #                            the profiles' per-frame figures divide by it
+#   TRACE_WAIT_S=60          the longest wait, after a profiled window, for its traces to stop growing
 #   SERVER_PIDFILE=/tmp/speech-server-<its port>.pid   where side-by-side.sh records the server (its process group;
 #                            the port: SERVICE_SGLANG_PORT=8007 or SERVICE_PORT=8000)
 #   SIDE_BY_SIDE=deploy/gpu/side-by-side.sh   what starts, sweeps and stops the server
@@ -55,6 +56,7 @@ PYSPY=${PYSPY:-1}
 PROFILES=${PROFILES:-/tmp/profiles}
 TORCH_PROFILE=${TORCH_PROFILE:-0}
 PROFILE_FRAMES=${PROFILE_FRAMES:-100}
+TRACE_WAIT_S=${TRACE_WAIT_S:-60}
 PYTHON=${PYTHON:-python3}
 SBS=${SIDE_BY_SIDE:-deploy/gpu/side-by-side.sh}
 TARGET=${TARGET:-service-sglang}
@@ -69,10 +71,6 @@ START_WAIT_S=${START_WAIT_S:-1500}
 # benchmark joined them)
 SWEEP_ALLOWANCE_S=180
 [ "$TORCH_PROFILE" = 1 ] && SWEEP_ALLOWANCE_S=300  # two profiled windows, their traces written and summarised
-if [ "$TORCH_PROFILE" = 1 ] && [ "$TARGET" != service ]; then
-  echo "lever-starts: TORCH_PROFILE=1 is for TARGET=service (sglang's variants record their request timeline)" >&2
-  exit 64
-fi
 export TARGETS=$TARGET KV_WAIT_S=${KV_WAIT_S:-0}
 
 for variant in ${VARIANTS:?name:LEVER words}; do  # every word checked before anything starts
@@ -152,11 +150,23 @@ pyspy_level() {  # an extra steady c=32, not reported, with py-spy on every serv
 torch_profile() {  # $1 level, $2 requests: one closed round under both stages' profiler, its traces summarised per
   # codec frame (PROFILE_FRAMES a request) into profile-c<level>.md, then deleted (hundreds of MB; the summary is the
   # result)
-  local level=$1 requests=$2 frames=$(($2 * PROFILE_FRAMES))
+  local level=$1 requests=$2 frames=$(($2 * PROFILE_FRAMES)) traces=$PROFILER_DIR/$TARGET/c$1
   step "profile c$level" on_load_cpus env CONCURRENCY="$level" REQUESTS="$requests" SWEEP_NAME="c$level" \
     LOADTEST_ARGS="--stagger 0" "$SBS" profile >>"$OUT/sweeps.log" 2>&1
-  "$PYTHON" deploy/gpu/trace_summary.py "$PROFILER_DIR/$TARGET" --frames "$frames" >"$OUT/profile-c$level.md" 2>&1
-  rm -rf "${PROFILER_DIR:?}/$TARGET"
+  settled "$traces" "$TRACE_WAIT_S"
+  "$PYTHON" deploy/gpu/trace_summary.py "$traces" --frames "$frames" >"$OUT/profile-c$level.md" 2>&1
+  rm -rf "${traces:?}"
+}
+
+settled() {  # $1 a folder, $2 seconds at most: until its files stop growing (sglang-omni's pipeline processes write
+  # their traces after the stop has returned; vllm-omni's stages before), two looks 2 s apart alike and not empty
+  local folder=$1 until=$(($(date +%s) + $2)) before="" now
+  while [ "$(date +%s)" -lt "$until" ]; do
+    now=$(du -sb "$folder" 2>/dev/null | cut -f1)
+    [ -n "$now" ] && [ "$now" != 0 ] && [ "$now" = "$before" ] && [ -n "$(find "$folder" -type f -print -quit)" ] && return 0
+    before=$now
+    sleep 2
+  done
 }
 
 request_timeline() {  # sglang-omni's per-request events over two c=32 bursts, and the phases read from them

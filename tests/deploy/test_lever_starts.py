@@ -37,8 +37,8 @@ SETTINGS = (
 def stand_in_side_by_side(tmp_path: Path) -> Path:
     """One line per call: the phase, the settings side-by-side.sh reads for it, and the cores it ran on. `start` fails
     for the variants named in FAIL_START, with status FAIL_RC (3: still starting; 2: the server died or its engine
-    failed); `profile` leaves one request's timeline events where the service on sglang would, or a PyTorch trace
-    where the service on vllm-omni's stages write theirs; `stop` keeps a server log, as side-by-side.sh does."""
+    failed); `profile` leaves one request's timeline events where the service on sglang would (TIMELINE=1), or else
+    a PyTorch trace where the engine's processes write theirs; `stop` keeps a server log, as side-by-side.sh does."""
     script = tmp_path / "side-by-side.sh"
     event = '{"request_id": "r1", "stage": "coordinator", "event_name": "%s", "timestamp_ns": %d}'
     trace = '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemv_add", "ts": 0, "dur": 40000, "args": {}}]}'
@@ -50,8 +50,8 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
         '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac ;;\n'
-        '  profile) if [ "$TARGETS" = service ]; then mkdir -p "$PROFILER_DIR/service/$SWEEP_NAME"\n'
-        f"    printf '%s' '{trace}' > \"$PROFILER_DIR/service/$SWEEP_NAME/stage0.json\"; exit 0; fi\n"
+        '  profile) if [ -z "${TIMELINE-}" ]; then mkdir -p "$PROFILER_DIR/$TARGETS/$SWEEP_NAME"\n'
+        f"    printf '%s' '{trace}' > \"$PROFILER_DIR/$TARGETS/$SWEEP_NAME/stage0.json\"; exit 0; fi\n"
         '    mkdir -p "$PROFILER_DIR/service-sglang/$SWEEP_NAME"\n'
         f"    printf '%s\\n' '{event % ('request_admission', 1_000_000)}'"
         f" '{event % ('coordinator_stream_received', 138_000_000)}'"
@@ -180,8 +180,7 @@ def test_the_service_on_vllm_omni_profiled_at_c1_and_c8_keeps_each_profiles_summ
 ) -> None:
     """TORCH_PROFILE=1: both stages' profiler set up at the start (PROFILER_DIR reaches side-by-side.sh), one request
     and one round of eight profiled after the reported levels, each window's traces summarised per frame (the
-    frames a request makes: PROFILE_FRAMES) and deleted; refused for the service on sglang, whose profiler records
-    its request timeline."""
+    frames a request makes: PROFILE_FRAMES) and deleted."""
     fused = "SPEECH_OMNI__TALKER_MODEL=fused"
     done = run(tmp_path, TARGET="service", TORCH_PROFILE="1", VARIANTS="f1:F", LEVER_F=fused, PROFILE_FRAMES="200")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -196,11 +195,29 @@ def test_the_service_on_vllm_omni_profiled_at_c1_and_c8_keeps_each_profiles_summ
         summary = (out / f"profile-c{level}.md").read_text()
         assert f"| `gemv_add` | 1 | 40.00 | 40000.0 | {per_frame} |" in summary
     assert "codec frames the window made" in (out / "profile-c1.md").read_text()
-    assert not (tmp_path / "profiles/f1/service").exists()
+    assert not [path for path in (tmp_path / "profiles/f1/service").rglob("*") if path.is_file()]
     progress = (tmp_path / "out/progress.txt").read_text()
     assert "f1 profile c1\n" in progress.replace(" (", "\n") and "failed" not in progress
-    refused = run(tmp_path, out="other", TORCH_PROFILE="1", VARIANTS="a1:A", LEVER_A="")
-    assert refused.returncode == 64 and "TORCH_PROFILE=1 is for TARGET=service" in refused.stderr
+
+
+def test_the_service_on_sglang_profiled_keeps_its_request_timeline_and_each_profiles_summary(tmp_path: Path) -> None:
+    """TORCH_PROFILE=1 on the sglang engine: its request timeline as before, then the PyTorch profiler's c=1 and c=8
+    windows, each summarised per frame and deleted, the timeline's events kept."""
+    done = run(tmp_path, TORCH_PROFILE="1", VARIANTS="a1:A", LEVER_A="")
+    assert done.returncode == 0, done.stdout + done.stderr
+    profiles = [[call[0], *call[2:6]] for call in calls(tmp_path) if call[0] == "profile"]
+    assert profiles == [
+        ["profile", "tl-c32", "32", "64", "1"],
+        ["profile", "c1", "1", "1", ""],
+        ["profile", "c8", "8", "8", ""],
+    ]
+    out = tmp_path / "out/a1"
+    # one 40 ms kernel: 0.400 ms a frame over c=1's 100 frames, 0.050 over c=8's 800
+    for level, per_frame in (("1", "0.400"), ("8", "0.050")):
+        assert f"| `gemv_add` | 1 | 40.00 | 40000.0 | {per_frame} |" in (out / f"profile-c{level}.md").read_text()
+    assert list((out / "timeline").glob("events_coordinator_*.jsonl.gz"))
+    assert not list((tmp_path / "profiles/a1/service-sglang").rglob("*.json"))
+    assert "failed" not in (tmp_path / "out/progress.txt").read_text()
 
 
 def test_the_sweeps_run_on_the_load_tools_cores_and_the_server_starts_on_its_own(tmp_path: Path) -> None:
