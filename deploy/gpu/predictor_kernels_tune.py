@@ -7,9 +7,9 @@ launch on its own copy of the weights (as many as fill four L2s) so that they ar
     python3 deploy/gpu/predictor_kernels_tune.py [--rows 1,32] [--budget-s 300] > tune.md
 
 Prints one table per kernel and row count: the six fastest tile choices' microseconds and their ratio to the shipped
-choice's (`projection_tiles` for the projections), then the shipped one; stops trying new choices when the budget is
-spent (each is a Triton build) and says so. Then the kernels without tiles (the head norms with attention, the final
-norm, the draw), as shipped.
+choice's (`projection_tiles` for the projections, `normed_tiles` for the normed ones), then the shipped one; stops
+trying new choices when the budget is spent (each is a Triton build) and says so. Then the kernels without tiles (the
+head norms with attention, the final norm, the draw), as shipped.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from app.engines.omni.stage_plugins import predictor_kernels as pk
 
 DEVICE = "cuda"
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, VOCAB, SLOTS = 1024, 16, 8, 128, 3072, 2048, 16
+QKV_WIDTH = (HEADS + 2 * KV_HEADS) * HEAD_DIM
 
 
 COLD_BYTES = 256 << 20  # each kernel's weights copied until the copies pass this, four times an H200's L2
@@ -46,10 +47,10 @@ def tensors(rows: int) -> dict[str, Any]:
 
     return {
         "x": r(rows, HIDDEN), "ln": torch.ones(HIDDEN, device=DEVICE, dtype=torch.bfloat16),
-        "qkv": cold((HEADS + 2 * KV_HEADS) * HEAD_DIM, HIDDEN),
+        "qkv": cold(QKV_WIDTH, HIDDEN),
         "qn": torch.ones(HEAD_DIM, device=DEVICE, dtype=torch.bfloat16),
         "cos": r(64, HEAD_DIM), "sin": r(64, HEAD_DIM), "at": torch.full((rows,), 3, device=DEVICE, dtype=torch.int64),
-        "projected": r(rows, (HEADS + 2 * KV_HEADS) * HEAD_DIM), "q": r(rows, HEADS * HEAD_DIM),
+        "projected": r(rows, QKV_WIDTH), "q": r(rows, HEADS * HEAD_DIM),
         "keys": r(rows, KV_HEADS, SLOTS, HEAD_DIM),
         "values": r(rows, KV_HEADS, SLOTS, HEAD_DIM), "o": cold(HIDDEN, HEADS * HEAD_DIM), "out": r(rows, HIDDEN),
         "gate_up": cold(2 * INTERMEDIATE, HIDDEN), "act": r(rows, INTERMEDIATE), "down": cold(HIDDEN, INTERMEDIATE),
@@ -64,9 +65,8 @@ def launchers(t: dict[str, Any], rows: int, block_m: int) -> dict[str, tuple[Cal
     shipped_warps = 4 if block_m <= 32 else 8
 
     def qkv(block_n: int, block_k: int, warps: int, stages: int, copy: int) -> None:
-        width = (HEADS + 2 * KV_HEADS) * HEAD_DIM
-        pk.norm_project[(width // block_n,)](
-            t["x"], t["ln"], t["qkv"][copy], t["projected"], rows, 1e-6, HIDDEN=HIDDEN, N=width, BLOCK_N=block_n,
+        pk.norm_project[(QKV_WIDTH // block_n,)](
+            t["x"], t["ln"], t["qkv"][copy], t["projected"], rows, 1e-6, HIDDEN=HIDDEN, N=QKV_WIDTH, BLOCK_N=block_n,
             BLOCK_K=block_k, num_warps=warps, num_stages=stages, **common,
         )  # fmt: skip
 
@@ -85,25 +85,44 @@ def launchers(t: dict[str, Any], rows: int, block_m: int) -> dict[str, tuple[Cal
             BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, num_stages=stages, **common,
         )  # fmt: skip
 
-    tiles = [(n, k, w, s) for n, k, w, s in itertools.product((16, 32, 64), (64, 128, 256), (4, 8), (3, 4))]
-    shipped = (pk.BLOCK_N, pk.BLOCK_K, shipped_warps, 3)
+    def tiles(k: int) -> list[tuple[int, int, int, int]]:
+        """The choices for a reduction of `k`: steps of 512 and 1 024 first (a reduction in one to six steps, so fewer
+        loads wait on the one before: the last run's fastest tiles read their weights at a quarter of the memory's
+        rate, each kernel's time set by its chain of loads, not its bytes), one or two ahead; then the steps of 64
+        to 256 three or four ahead that it tried."""
+        long = itertools.product((16, 32, 64), (1024, 512), (4, 8), (1, 2))
+        short = itertools.product((16, 32, 64), (64, 128, 256), (4, 8), (3, 4))
+        return [(n, b, w, s) for n, b, w, s in (*long, *short) if k % b == 0]
+
+    def normed_shipped(fastest: pk.Tiles, n: int) -> tuple[int, int, int, int]:
+        chosen = pk.normed_tiles(fastest, block_m, HIDDEN, n, torch.bfloat16)
+        return (chosen.block_n, chosen.block_k, shipped_warps, chosen.stages)
 
     def linear_shipped(k: int) -> tuple[int, int, int, int]:
-        tiles = pk.projection_tiles(block_m, k)
-        return (tiles.block_n, tiles.block_k, 4, tiles.stages)
+        chosen = pk.projection_tiles(block_m, k)
+        return (chosen.block_n, chosen.block_k, 4, chosen.stages)
 
     order = lambda first, choices: [first, *[c for c in choices if c != first]]  # noqa: E731
     # norm_project's and norm_gate_up_silu's programs take two products of half their outputs each: at least 32
-    normed_tiles = [tile for tile in tiles if tile[0] >= 32]
+    normed_tiles = [tile for tile in tiles(HIDDEN) if tile[0] >= 32]
     o_proj = linear("q", "o", "out", HEADS * HEAD_DIM, HIDDEN, True)
     down = linear("act", "down", "out", INTERMEDIATE, HIDDEN, True)
     head = linear("out", "head", "logits", HIDDEN, VOCAB, False)
     return {
-        "norm_project (q/k/v)": (qkv, len(t["qkv"]), order(shipped, normed_tiles)),
-        "o_proj (linear_add K 2048)": (o_proj, len(t["o"]), order(linear_shipped(HEADS * HEAD_DIM), tiles)),
-        "norm_gate_up_silu": (gate_up, len(t["gate_up"]), order(shipped, tiles)),  # its products are BLOCK_N wide
-        "down (linear_add K 3072)": (down, len(t["down"]), order(linear_shipped(INTERMEDIATE), tiles)),
-        "lm head (linear_add, no add)": (head, len(t["head"]), order(linear_shipped(HIDDEN), tiles)),
+        "norm_project (q/k/v)": (qkv, len(t["qkv"]), order(normed_shipped(pk.QKV_TILES, QKV_WIDTH), normed_tiles)),
+        "o_proj (linear_add K 2048)": (
+            o_proj,
+            len(t["o"]),
+            order(linear_shipped(HEADS * HEAD_DIM), tiles(HEADS * HEAD_DIM)),
+        ),
+        # its products are BLOCK_N wide
+        "norm_gate_up_silu": (
+            gate_up,
+            len(t["gate_up"]),
+            order(normed_shipped(pk.GATE_UP_TILES, INTERMEDIATE), tiles(HIDDEN)),
+        ),
+        "down (linear_add K 3072)": (down, len(t["down"]), order(linear_shipped(INTERMEDIATE), tiles(INTERMEDIATE))),
+        "lm head (linear_add, no add)": (head, len(t["head"]), order(linear_shipped(HIDDEN), tiles(HIDDEN))),
     }
 
 

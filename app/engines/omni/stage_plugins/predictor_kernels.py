@@ -61,6 +61,25 @@ def projection_tiles(block_m: int, k: int) -> Tiles:
     return Tiles(block_n=BLOCK_N, block_k=BLOCK_K, stages=3)
 
 
+# The normed kernels' tiles (`norm_project`, `norm_gate_up_silu`: the input's RMS norm folded into a projection) up to
+# 16 rows in a two-byte dtype: the fastest of the 24 and 36 tried alone on an H200 at one and at eight rows, 10.0 µs
+# against 11.2 for the q/k/v projection (64 programs of two 32-wide products, steps of 256) and 10.5 against 11.2 for
+# gate/up (four loads ahead instead of three), 0.15 ms of a one-stream frame (deploy/gpu/predictor_kernels_tune.py,
+# benchmarks/gpu/2026-11-29-h200x2-omni-fused-tiles/kernels-cold.md). Elsewhere (more rows; float32, whose 256-wide
+# steps would pass the shared memory) the tiles the kernels were first checked with.
+QKV_TILES = Tiles(block_n=64, block_k=256, stages=3)
+GATE_UP_TILES = Tiles(block_n=32, block_k=64, stages=4)
+NORMED_TILES = Tiles(block_n=BLOCK_N, block_k=BLOCK_K, stages=3)
+
+
+def normed_tiles(fastest: Tiles, block_m: int, k: int, n: int, dtype: torch.dtype) -> Tiles:
+    """A normed kernel's tiles for a row block of `block_m` over a reduction of `k` into `n` outputs: `fastest` (its
+    measured tiles) where they were measured and divide the shapes, `NORMED_TILES` otherwise."""
+    if block_m <= 16 and dtype.itemsize == 2 and k % fastest.block_k == 0 and n % fastest.block_n == 0:
+        return fastest
+    return NORMED_TILES
+
+
 @triton.jit
 def product(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     """acc + a b^T on the tensor cores; with UPCAST (Triton's interpreter, whose dot misreads bfloat16) in float32."""
@@ -380,12 +399,14 @@ class Predictor:
         projected = torch.empty(rows, projected_width, dtype=x.dtype, device=x.device)
         attended = torch.empty(rows, self.q_heads * self.head_dim, dtype=x.dtype, device=x.device)
         activated = torch.empty(rows, self.intermediate, dtype=x.dtype, device=x.device)
+        qkv_tiles = normed_tiles(QKV_TILES, block_m, self.hidden, projected_width, x.dtype)
+        gate_up_tiles = normed_tiles(GATE_UP_TILES, block_m, self.hidden, self.intermediate, x.dtype)
         for index, layer in enumerate(self.layers):
             source = x if index == 0 else hidden  # the input stays as given; every later sum is in place
-            norm_project[(projected_width // BLOCK_N,)](
+            norm_project[(projected_width // qkv_tiles.block_n,)](
                 source, layer.input_norm, layer.qkv, projected, rows, self.eps, HIDDEN=self.hidden,
-                N=projected_width, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PRECISION=precision,
-                UPCAST=upcast, num_warps=warps,
+                N=projected_width, BLOCK_M=block_m, BLOCK_N=qkv_tiles.block_n, BLOCK_K=qkv_tiles.block_k,
+                PRECISION=precision, UPCAST=upcast, num_warps=warps, num_stages=qkv_tiles.stages,
             )  # fmt: skip
             norm_rope_attend[(rows, self.kv_heads)](
                 projected, layer.q_norm, layer.k_norm, self.cos, self.sin, at, keys[index], values[index], attended,
@@ -393,10 +414,11 @@ class Predictor:
                 SLOTS=slots,
             )  # fmt: skip
             project(attended, layer.output, source, hidden, rows)
-            norm_gate_up_silu[(self.intermediate // BLOCK_N,)](
+            norm_gate_up_silu[(self.intermediate // gate_up_tiles.block_n,)](
                 hidden, layer.post_norm, layer.gate_up, activated, rows, self.eps, HIDDEN=self.hidden,
-                INTERMEDIATE=self.intermediate, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                PRECISION=precision, UPCAST=upcast, num_warps=warps,
+                INTERMEDIATE=self.intermediate, BLOCK_M=block_m, BLOCK_N=gate_up_tiles.block_n,
+                BLOCK_K=gate_up_tiles.block_k, PRECISION=precision, UPCAST=upcast, num_warps=warps,
+                num_stages=gate_up_tiles.stages,
             )  # fmt: skip
             project(activated, layer.down, hidden, hidden, rows)
         normed = torch.empty_like(hidden)
