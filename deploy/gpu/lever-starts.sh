@@ -28,6 +28,10 @@
 #   PYSPY=1                  sample the server's processes (py-spy: the thread holding the GIL) for 8 s in the middle
 #                            of an extra steady c=32, after the reported levels, into pyspy/<pid>.txt.gz (py-spy's raw
 #                            format), summarised in pyspy.md (deploy/gpu/pyspy_summary.py)
+#   START_PYSPY=0            1: py-spy records the server and every process it starts (--subprocesses --idle
+#                            --threads, START_PYSPY_RATE=20 samples a second, every thread whatever it is doing) from
+#                            the start until it is ready, into start-pyspy/, summarised in start-pyspy.md: where each
+#                            process's threads spent the start (deploy/gpu/pyspy_summary.py --wall)
 #   PROFILES=/tmp/profiles   each variant's request timeline is recorded under PROFILES/<variant> (emptied before its
 #                            start; the service's SPEECH_PROFILER_DIR), then kept gzipped in $OUT/<variant>/timeline/
 #   TORCH_PROFILE=0          1: after the reported levels, profiles one c=1 request and one c=8 round with the
@@ -57,6 +61,8 @@ PROFILES=${PROFILES:-/tmp/profiles}
 TORCH_PROFILE=${TORCH_PROFILE:-0}
 PROFILE_FRAMES=${PROFILE_FRAMES:-100}
 TRACE_WAIT_S=${TRACE_WAIT_S:-60}
+START_PYSPY=${START_PYSPY:-0}
+START_PYSPY_RATE=${START_PYSPY_RATE:-20}
 PYTHON=${PYTHON:-python3}
 SBS=${SIDE_BY_SIDE:-deploy/gpu/side-by-side.sh}
 TARGET=${TARGET:-service-sglang}
@@ -147,6 +153,34 @@ pyspy_level() {  # an extra steady c=32, not reported, with py-spy on every serv
     >"$OUT/pyspy.md" 2>&1
 }
 
+start_pyspy() {  # $1 the pid the pid file held before the start: once it holds the new server's, py-spy on it and
+  # its processes until stopped (SIGINT: py-spy writes what it has)
+  local before=$1 until=$(($(date +%s) + 60)) pid=""
+  while [ "$(date +%s)" -lt "$until" ]; do
+    pid=$(cat "$PIDFILE" 2>/dev/null)
+    [ -n "$pid" ] && [ "$pid" != "$before" ] && [ -d "/proc/$pid" ] && break
+    pid=""
+    sleep 0.2
+  done
+  [ -n "$pid" ] || return 0
+  mkdir -p "$OUT/start-pyspy"
+  local spy=(py-spy record --subprocesses --idle --threads --nonblocking -r "$START_PYSPY_RATE" -f raw
+    -o "$OUT/start-pyspy/$pid.txt" --pid "$pid")
+  if [ -n "$LOAD_CPUS" ]; then exec taskset -c "$LOAD_CPUS" "${spy[@]}" >"$OUT/start-pyspy/$pid.log" 2>&1
+  else exec "${spy[@]}" >"$OUT/start-pyspy/$pid.log" 2>&1; fi
+}
+
+start_pyspy_stop() {  # $1 start_pyspy's job: stopped, its recording gzipped and summarised
+  kill -INT "$1" 2>/dev/null
+  # a job still waiting for the pid file ignores SIGINT (a background job's): ended after py-spy's time to write
+  for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$1" 2>/dev/null || break; sleep 0.5; done
+  kill -TERM "$1" 2>/dev/null
+  wait "$1" 2>/dev/null
+  for raw in "$OUT"/start-pyspy/*.txt; do [ -f "$raw" ] && gzip -f "$raw"; done
+  [ -d "$OUT/start-pyspy" ] && "$PYTHON" deploy/gpu/pyspy_summary.py "$OUT/start-pyspy" --rate "$START_PYSPY_RATE" \
+    --wall >"$OUT/start-pyspy.md" 2>&1
+}
+
 torch_profile() {  # $1 level, $2 requests: one closed round under both stages' profiler, its traces summarised per
   # codec frame (PROFILE_FRAMES a request) into profile-c<level>.md, then deleted (hundreds of MB; the summary is the
   # result)
@@ -213,8 +247,11 @@ for variant in $VARIANTS; do
   mkdir -p "$OUT"
   echo "$name: lever $lever: ${lever_env:-(none)}" >"$OUT/lever.txt"
   progress "$name start ($lever: ${lever_env:-baseline})"
+  spy=""
+  if [ "$START_PYSPY" = 1 ]; then start_pyspy "$(cat "$PIDFILE" 2>/dev/null)" & spy=$!; fi
   START_WAIT_S=$wait_s $SBS start >"$OUT/start.log" 2>&1
   rc=$?
+  [ -n "$spy" ] && start_pyspy_stop "$spy"
   if [ "$rc" != 0 ]; then
     # side-by-side.sh: 2, the server died or its engine failed to start; 3, still starting at the deadline
     if [ "$rc" = 2 ]; then progress "$name failed to start (start.log)"

@@ -16,6 +16,11 @@ the bottleneck. Samples py-spy failed to read (`--nonblocking`; its log beside t
   out a thread's start (threading's, runpy's) and what is on nearly every stack, which say nothing of where the
   time went.
 `--names` reads each pid's command line from lever-starts.sh's thread table (`# pid N: command`).
+
+With `--wall`, a recording of every thread (`--idle` without `--gil`) of a process and the processes it started
+(`--subprocesses`, one file): each stack goes to the innermost process py-spy names on it, and a sample is 1/rate s of
+one thread's time, so a function's samples over the rate are the seconds threads spent in it, as lever-starts.sh's
+START_PYSPY records a start.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import argparse
 import gzip
 import re
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +37,7 @@ from pathlib import Path
 # a frame py-spy writes: "function (path:line)"; a thread or process py-spy puts first: "thread (0x7f..)" or
 # "thread (1234): name", "process 1234:"python3 ...""
 FRAME = re.compile(r"^(?P<function>.*) \((?P<path>[^()]*?)(?::(?P<line>\d+))?\)$")
+PROCESS = re.compile(r'^process (?P<pid>\d+):"(?P<command>.*)"$')
 META = re.compile(r"^(thread|process) ")
 # where a frame's file is, by the first of these its path holds (site-packages paths and a checkout's alike)
 AREAS = (
@@ -65,28 +71,44 @@ class Recording:
         return sum(self.stacks.values())
 
 
-def read_raw(lines: Iterable[str]) -> Recording:
-    """py-spy's raw format: `frame;frame;...;frame COUNT` a line, the outermost frame first."""
-    recording = Recording()
+def read_by_process(lines: Iterable[str]) -> dict[str, Recording]:
+    """py-spy's raw format (`frame;frame;...;frame COUNT` a line, the outermost frame first) by process: with
+    `--subprocesses` each stack begins with its processes, the recorded one first, so a stack is the last one's
+    (`process 123:"command"`); without, every stack is the recorded process's (key "")."""
+    recordings: dict[str, Recording] = defaultdict(Recording)
     for line in lines:
         line = line.rstrip("\n")
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
         frames = stack.split(";")
-        thread = ""
+        process = thread = ""
         while frames and META.match(frames[0]):
             if frames[0].startswith("thread "):
                 thread = frames[0]
+            else:
+                process = frames[0]
             frames = frames[1:]
-        recording.stacks[(thread, tuple(frames))] += int(count)
-    return recording
+        recordings[process].stacks[(thread, tuple(frames))] += int(count)
+    return dict(recordings)
+
+
+def merged(recordings: dict[str, Recording]) -> Recording:
+    """Every stack of a recording, whichever process it was in."""
+    every = Recording()
+    for recording in recordings.values():
+        every.stacks.update(recording.stacks)
+    return every
+
+
+def load_by_process(path: Path) -> dict[str, Recording]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as lines:
+        return read_by_process(lines)
 
 
 def load(path: Path) -> Recording:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as lines:
-        return read_raw(lines)
+    return merged(load_by_process(path))
 
 
 def function_of(frame: str) -> tuple[str, str]:
@@ -177,11 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="how long it recorded")
     parser.add_argument("--names", type=Path, help="lever-starts.sh's thread table, for each pid's command line")
     parser.add_argument("--top", type=int, default=15, help="rows a table")
+    parser.add_argument("--wall", action="store_true", help="every thread recorded, by process (--subprocesses)")
     args = parser.parse_args(argv)
     paths = sorted(p for p in args.folder.glob("*.txt*") if p.suffix in (".txt", ".gz") and p.is_file())
     if not paths:
         print(f"no py-spy recordings under {args.folder}", file=sys.stderr)
         return 1
+    if args.wall:
+        return wall(paths, args.folder, args.rate, args.top)
     names = names_from(args.names)
     recordings = [(path, load(path)) for path in paths]
     recordings.sort(key=lambda item: -item[1].samples)
@@ -194,6 +219,24 @@ def main(argv: list[str] | None = None) -> int:
         title = f"pid {pid}" + (f": `{command[:100]}`" if command else "")
         failed = failed_samples(path.parent / f"{pid}.log")
         print("\n".join(summary(title, recording, window, args.top, failed)))
+    return 0
+
+
+def wall(paths: list[Path], folder: Path, rate: float, top: int) -> int:
+    """Each process of every recording (`--wall`), the one with the most thread time first."""
+    processes: list[tuple[str, Recording]] = []
+    for path in paths:
+        for label, recording in load_by_process(path).items():
+            match = PROCESS.match(label)
+            pid = match["pid"] if match else path.name.split(".", 1)[0]
+            command = match["command"] if match else ""
+            processes.append((f"pid {pid}" + (f": `{command[:100]}`" if command else ""), recording))
+    processes.sort(key=lambda item: -item[1].samples)
+    print(f"# Where each process's threads spent their time (py-spy, `{folder}`)\n")
+    print(f"{rate:g} samples a second of every thread, idle or not: a sample is {1000 / rate:g} ms of one thread.\n")
+    for title, recording in processes:
+        seconds = f"{recording.samples / rate:.1f} s of its threads' time"
+        print("\n".join(summary(f"{title} ({seconds})", recording, 0, top)))
     return 0
 
 

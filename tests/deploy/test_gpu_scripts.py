@@ -1793,6 +1793,38 @@ def test_pyspy_summary_says_how_much_of_the_window_each_process_held_its_gil_and
     assert summary.main([str(tmp_path / "empty")]) == 1
 
 
+def test_pyspy_summary_wall_splits_a_recording_of_subprocesses_by_process_and_counts_thread_seconds(
+    tmp_path: Path,
+) -> None:
+    """--wall: one recording of a server and the processes it started (each stack begins with its processes, the
+    recorded one first): every stack is its innermost process's, each process titled with its pid and command and
+    its threads' seconds (samples over the rate), the one with the most time first; no GIL window."""
+    summary = gpu_script("pyspy_summary")
+    server = 'process 10:"python3 -m app.cli --engine omni"'
+    talker = 'process 11:"VLLM::StageEngineCoreProc_stage0"'
+    inspect = "inspect_model_cls (vllm/model_executor/models/registry.py:1073)"
+    build = "build_vllm_config (vllm_omni/engine/stage_init_utils.py:1539)"
+    lines = [
+        f"{server};thread (1): MainThread;<module> (app/cli.py:1);_find_and_load (<frozen importlib._bootstrap>:1) 300",
+        f"{server};thread (2): orchestrator;{build};{inspect} 380",
+        f"{server};{talker};thread (3): MainThread;load_model (vllm/v1/worker/gpu_model_runner.py:9) 60",
+    ]
+    folder = tmp_path / "start-pyspy"
+    folder.mkdir()
+    (folder / "10.txt.gz").write_bytes(gzip.compress("\n".join(lines).encode()))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert summary.main([str(folder), "--rate", "20", "--wall"]) == 0
+    text = out.getvalue()
+    assert "a sample is 50 ms of one thread" in text and "GIL" not in text
+    first = text.index("## pid 10: `python3 -m app.cli --engine omni` (34.0 s of its threads' time)")
+    second = text.index("## pid 11: `VLLM::StageEngineCoreProc_stage0` (3.0 s of its threads' time)")
+    assert first < second
+    assert "| thread (2): orchestrator | 380 | 56% |" in text[first:second]
+    assert "| `inspect_model_cls` (vllm/model_executor/models/registry.py) | 380 | 56% |" in text[first:second]
+    assert "load_model" in text[second:] and "load_model" not in text[first:second]
+
+
 def test_omni_start_phases_reads_each_tracks_milestones_in_order_from_the_services_log(tmp_path: Path) -> None:
     """The server's JSON lines (milliseconds) and vLLM's (to the second, no year: the JSON lines' year), a stage
     process's under its prefix; a stage's first line may be its next milestone too; a milestone's pattern is looked

@@ -26,6 +26,8 @@ SETTINGS = (
     "TORCH_PROFILE",
     "PYSPY_AFTER_S",
     "PROFILE_FRAMES",
+    "START_PYSPY",
+    "START_PYSPY_RATE",
     "START_WAIT_S",
     "SERVER_PIDFILE",
     "TARGET",
@@ -35,10 +37,11 @@ SETTINGS = (
 
 
 def stand_in_side_by_side(tmp_path: Path) -> Path:
-    """One line per call: the phase, the settings side-by-side.sh reads for it, and the cores it ran on. `start` fails
-    for the variants named in FAIL_START, with status FAIL_RC (3: still starting; 2: the server died or its engine
-    failed); `profile` leaves one request's timeline events where the service on sglang would (TIMELINE=1), or else
-    a PyTorch trace where the engine's processes write theirs; `stop` keeps a server log, as side-by-side.sh does."""
+    """One line per call: the phase, the settings side-by-side.sh reads for it, and the cores it ran on. `start`
+    fails for the variants named in FAIL_START, with status FAIL_RC (3: still starting; 2: the server died or its
+    engine failed), and with STANDIN_PIDFILE writes its own pid there and takes 1.5 s, as a server starting;
+    `profile` leaves one request's timeline events where the service on sglang would (TIMELINE=1), or else a
+    PyTorch trace where the engine's processes write theirs; `stop` keeps a server log, as side-by-side.sh does."""
     script = tmp_path / "side-by-side.sh"
     event = '{"request_id": "r1", "stage": "coordinator", "event_name": "%s", "timestamp_ns": %d}'
     trace = '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemv_add", "ts": 0, "dur": 40000, "args": {}}]}'
@@ -49,7 +52,8 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         '|${PROFILER_DIR-}"'
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
-        '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac ;;\n'
+        '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac\n'
+        '    if [ -n "${STANDIN_PIDFILE-}" ]; then echo $$ > "$STANDIN_PIDFILE"; sleep 1.5; fi ;;\n'
         '  profile) if [ -z "${TIMELINE-}" ]; then mkdir -p "$PROFILER_DIR/$TARGETS/$SWEEP_NAME"\n'
         f"    printf '%s' '{trace}' > \"$PROFILER_DIR/$TARGETS/$SWEEP_NAME/stage0.json\"; exit 0; fi\n"
         '    mkdir -p "$PROFILER_DIR/service-sglang/$SWEEP_NAME"\n'
@@ -303,6 +307,47 @@ def test_py_spy_records_every_server_process_in_the_middle_of_a_steady_level_and
     words = (tmp_path / "py-spy-args").read_text().split()
     assert {"record", "--gil", "--idle", "--threads", "--nonblocking"} <= set(words)
     assert words[words.index("-f") + 1] == "raw" and words[words.index("--pid") + 1] == str(server.pid)
+
+
+def test_py_spy_records_the_start_of_the_server_and_its_processes_until_it_is_ready(tmp_path: Path) -> None:
+    """START_PYSPY=1: once the start has written the new server's pid, py-spy records it and every process it starts,
+    every thread, until the start returns (SIGINT, on which py-spy writes what it has); kept gzipped, summarised by
+    process in start-pyspy.md (thread seconds at START_PYSPY_RATE samples a second)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_in = bin_dir / "py-spy"  # on SIGINT writes what `py-spy record -f raw -o FILE --subprocesses` would
+    stand_in.write_text(
+        "#!/usr/bin/env python3\n"
+        "import signal, sys, time\n"
+        f"open({str(tmp_path / 'py-spy-args')!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        "out = sys.argv[sys.argv.index('-o') + 1]\n"
+        "def stop(*_):\n"
+        "    with open(out, 'w') as raw:\n"
+        "        raw.write('process 5:\"python3 -m app.cli\";thread (1): MainThread;<module> (app/cli.py:1);'\n"
+        "                  'import_module (importlib/__init__.py:88) 40\\n')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGINT, stop)\n"
+        "while True:\n"
+        "    time.sleep(0.05)\n"
+    )
+    stand_in.chmod(0o755)
+    pidfile = tmp_path / "server.pid"
+    done = run(
+        tmp_path, VARIANTS="a1:A", LEVER_A="", START_PYSPY="1", SERVER_PIDFILE=str(pidfile),
+        STANDIN_PIDFILE=str(pidfile), PATH=f"{bin_dir}:{os.environ['PATH']}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    pid = pidfile.read_text().strip()
+    words = (tmp_path / "py-spy-args").read_text().split()
+    assert {"record", "--subprocesses", "--idle", "--threads", "--nonblocking"} <= set(words) and "--gil" not in words
+    assert words[words.index("-r") + 1] == "20" and words[words.index("--pid") + 1] == pid
+    out = tmp_path / "out/a1"
+    with gzip.open(out / f"start-pyspy/{pid}.txt.gz", "rt") as raw:
+        assert raw.read().endswith(" 40\n")
+    summary = (out / "start-pyspy.md").read_text()
+    assert "## pid 5: `python3 -m app.cli` (2.0 s of its threads' time)" in summary
+    assert "| `import_module` (importlib/__init__.py) | 40 | 100% |" in summary
+    assert "failed" not in (tmp_path / "out/progress.txt").read_text()
 
 
 @pytest.mark.parametrize(
