@@ -40,7 +40,8 @@
 #                            (deploy/gpu/trace_summary.py) into profile-c1.md and profile-c8.md and deleted
 #   PROFILE_FRAMES=100       the codec frames each request makes (EXTRA_BODY's max_new_tokens less the end token):
 #                            the profiles' per-frame figures divide by it
-#   TRACE_WAIT_S=60          the longest wait, after a profiled window, for its traces to stop growing
+#   TRACE_WAIT_S=60          the longest wait, after a profiled window, for its traces to stop growing (the same
+#                            size over three looks SETTLE_S=3 apart)
 #   SERVER_PIDFILE=/tmp/speech-server-<its port>.pid   where side-by-side.sh records the server (its process group;
 #                            the port: SERVICE_SGLANG_PORT=8007 or SERVICE_PORT=8000)
 #   SIDE_BY_SIDE=deploy/gpu/side-by-side.sh   what starts, sweeps and stops the server
@@ -61,6 +62,7 @@ PROFILES=${PROFILES:-/tmp/profiles}
 TORCH_PROFILE=${TORCH_PROFILE:-0}
 PROFILE_FRAMES=${PROFILE_FRAMES:-100}
 TRACE_WAIT_S=${TRACE_WAIT_S:-60}
+SETTLE_S=${SETTLE_S:-3}
 START_PYSPY=${START_PYSPY:-0}
 START_PYSPY_RATE=${START_PYSPY_RATE:-20}
 PYTHON=${PYTHON:-python3}
@@ -153,16 +155,15 @@ pyspy_level() {  # an extra steady c=32, not reported, with py-spy on every serv
     >"$OUT/pyspy.md" 2>&1
 }
 
-start_pyspy() {  # $1 the pid the pid file held before the start: once it holds the new server's, py-spy on it and
-  # its processes until stopped (SIGINT: py-spy writes what it has)
-  local before=$1 until=$(($(date +%s) + 60)) pid=""
-  while [ "$(date +%s)" -lt "$until" ]; do
+start_pyspy() {  # $1 the pid the pid file held before the start: once it holds the new server's (however long the
+  # start prepares first), py-spy on it and its processes until stopped (SIGINT: py-spy writes what it has; `exec`
+  # gives it SIGINT's default back, which a background job's shell ignores, so that py-spy can take it)
+  local before=$1 pid=""
+  while :; do
     pid=$(cat "$PIDFILE" 2>/dev/null)
     [ -n "$pid" ] && [ "$pid" != "$before" ] && [ -d "/proc/$pid" ] && break
-    pid=""
     sleep 0.2
   done
-  [ -n "$pid" ] || return 0
   mkdir -p "$OUT/start-pyspy"
   local spy=(py-spy record --subprocesses --idle --threads --nonblocking -r "$START_PYSPY_RATE" -f raw
     -o "$OUT/start-pyspy/$pid.txt" --pid "$pid")
@@ -177,11 +178,14 @@ start_pyspy_stop() {  # $1 start_pyspy's job: stopped, its recording gzipped and
   kill -TERM "$1" 2>/dev/null
   wait "$1" 2>/dev/null
   for raw in "$OUT"/start-pyspy/*.txt; do [ -f "$raw" ] && gzip -f "$raw"; done
-  [ -d "$OUT/start-pyspy" ] && "$PYTHON" deploy/gpu/pyspy_summary.py "$OUT/start-pyspy" --rate "$START_PYSPY_RATE" \
-    --wall >"$OUT/start-pyspy.md" 2>&1
+  if compgen -G "$OUT/start-pyspy/*.txt.gz" >/dev/null; then
+    "$PYTHON" deploy/gpu/pyspy_summary.py "$OUT/start-pyspy" --rate "$START_PYSPY_RATE" --wall >"$OUT/start-pyspy.md" 2>&1
+  else
+    progress "$name start py-spy: no recording (the pid file never named a new server, or py-spy wrote nothing)"
+  fi
 }
 
-torch_profile() {  # $1 level, $2 requests: one closed round under both stages' profiler, its traces summarised per
+torch_profile() {  # $1 level, $2 requests: one closed round under the engine's profiler, its traces summarised per
   # codec frame (PROFILE_FRAMES a request) into profile-c<level>.md, then deleted (hundreds of MB; the summary is the
   # result)
   local level=$1 requests=$2 frames=$(($2 * PROFILE_FRAMES)) traces=$PROFILER_DIR/$TARGET/c$1
@@ -192,14 +196,18 @@ torch_profile() {  # $1 level, $2 requests: one closed round under both stages' 
   rm -rf "${traces:?}"
 }
 
-settled() {  # $1 a folder, $2 seconds at most: until its files stop growing (sglang-omni's pipeline processes write
-  # their traces after the stop has returned; vllm-omni's stages before), two looks 2 s apart alike and not empty
-  local folder=$1 until=$(($(date +%s) + $2)) before="" now
+settled() {  # $1 a folder, $2 seconds at most: until its files stop growing (sglang-omni's pipeline processes each
+  # write their traces after the stop has returned, a JSON file and then its gzip; vllm-omni's stages before it
+  # returns): files there, and its size the same over three looks SETTLE_S apart
+  local folder=$1 until=$(($(date +%s) + $2)) before="" now same=0
   while [ "$(date +%s)" -lt "$until" ]; do
     now=$(du -sb "$folder" 2>/dev/null | cut -f1)
-    [ -n "$now" ] && [ "$now" != 0 ] && [ "$now" = "$before" ] && [ -n "$(find "$folder" -type f -print -quit)" ] && return 0
+    if [ -n "$now" ] && [ "$now" = "$before" ] && [ -n "$(find "$folder" -type f -print -quit)" ]; then
+      same=$((same + 1))
+      [ "$same" -ge 2 ] && return 0
+    else same=0; fi
     before=$now
-    sleep 2
+    sleep "$SETTLE_S"
   done
 }
 
@@ -248,7 +256,13 @@ for variant in $VARIANTS; do
   echo "$name: lever $lever: ${lever_env:-(none)}" >"$OUT/lever.txt"
   progress "$name start ($lever: ${lever_env:-baseline})"
   spy=""
-  if [ "$START_PYSPY" = 1 ]; then start_pyspy "$(cat "$PIDFILE" 2>/dev/null)" & spy=$!; fi
+  if [ "$START_PYSPY" = 1 ]; then
+    if command -v py-spy >/dev/null; then
+      before=$(cat "$PIDFILE" 2>/dev/null)  # read here: the job's own read could race the start writing it
+      start_pyspy "$before" &
+      spy=$!
+    else progress "$name start py-spy: not installed"; fi
+  fi
   START_WAIT_S=$wait_s $SBS start >"$OUT/start.log" 2>&1
   rc=$?
   [ -n "$spy" ] && start_pyspy_stop "$spy"

@@ -95,7 +95,7 @@ def launchers(t: dict[str, Any], rows: int, block_m: int) -> dict[str, tuple[Cal
         return [(n, b, w, s) for n, b, w, s in (*long, *short) if k % b == 0]
 
     def normed_shipped(fastest: pk.Tiles, n: int) -> tuple[int, int, int, int]:
-        chosen = pk.normed_tiles(fastest, block_m, HIDDEN, n, torch.bfloat16)
+        chosen = pk.normed_tiles(fastest, block_m, HIDDEN, n, torch.bfloat16, pk.shared_memory_of(torch.device(DEVICE)))
         return (chosen.block_n, chosen.block_k, shipped_warps, chosen.stages)
 
     def linear_shipped(k: int) -> tuple[int, int, int, int]:

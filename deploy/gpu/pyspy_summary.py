@@ -37,7 +37,11 @@ from pathlib import Path
 # a frame py-spy writes: "function (path:line)"; a thread or process py-spy puts first: "thread (0x7f..)" or
 # "thread (1234): name", "process 1234:"python3 ...""
 FRAME = re.compile(r"^(?P<function>.*) \((?P<path>[^()]*?)(?::(?P<line>\d+))?\)$")
-PROCESS = re.compile(r'^process (?P<pid>\d+):"(?P<command>.*)"$')
+PROCESS = re.compile(r'^process (?P<pid>\d+):"(?P<command>.*)"$', re.DOTALL)
+# a process py-spy puts first (`--subprocesses`): its command line unescaped, `;` and all (a spawned child's is
+# `python3 -c from multiprocessing.spawn import spawn_main; spawn_main(...)`), so it ends where the next process or
+# thread begins, or else at the first `";`
+PROCESS_FIRST = re.compile(r'process \d+:".*?";(?=process \d+:"|thread \()|process \d+:"[^"]*";')
 META = re.compile(r"^(thread|process) ")
 # where a frame's file is, by the first of these its path holds (site-packages paths and a checkout's alike)
 AREAS = (
@@ -81,13 +85,13 @@ def read_by_process(lines: Iterable[str]) -> dict[str, Recording]:
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
+        process = ""
+        while match := PROCESS_FIRST.match(stack):
+            process, stack = match[0][:-1], stack[match.end() :]
         frames = stack.split(";")
-        process = thread = ""
+        thread = ""
         while frames and META.match(frames[0]):
-            if frames[0].startswith("thread "):
-                thread = frames[0]
-            else:
-                process = frames[0]
+            thread = frames[0] if frames[0].startswith("thread ") else thread
             frames = frames[1:]
         recordings[process].stacks[(thread, tuple(frames))] += int(count)
     return dict(recordings)

@@ -1797,11 +1797,14 @@ def test_pyspy_summary_wall_splits_a_recording_of_subprocesses_by_process_and_co
     tmp_path: Path,
 ) -> None:
     """--wall: one recording of a server and the processes it started (each stack begins with its processes, the
-    recorded one first): every stack is its innermost process's, each process titled with its pid and command and
-    its threads' seconds (samples over the rate), the one with the most time first; no GIL window."""
+    recorded one first, a command line unescaped): every stack is its innermost process's, each process titled with
+    its pid and command and its threads' seconds (samples over the rate), the one with the most time first; no GIL
+    window."""
     summary = gpu_script("pyspy_summary")
     server = 'process 10:"python3 -m app.cli --engine omni"'
-    talker = 'process 11:"VLLM::StageEngineCoreProc_stage0"'
+    # a spawned child as py-spy first reads it: the command line before the child renames itself, `;` and all
+    spawned = "python3 -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5) --multiprocessing-fork"
+    talker = f'process 11:"{spawned}"'
     inspect = "inspect_model_cls (vllm/model_executor/models/registry.py:1073)"
     build = "build_vllm_config (vllm_omni/engine/stage_init_utils.py:1539)"
     lines = [
@@ -1818,7 +1821,7 @@ def test_pyspy_summary_wall_splits_a_recording_of_subprocesses_by_process_and_co
     text = out.getvalue()
     assert "a sample is 50 ms of one thread" in text and "GIL" not in text
     first = text.index("## pid 10: `python3 -m app.cli --engine omni` (34.0 s of its threads' time)")
-    second = text.index("## pid 11: `VLLM::StageEngineCoreProc_stage0` (3.0 s of its threads' time)")
+    second = text.index(f"## pid 11: `{spawned[:100]}` (3.0 s of its threads' time)")  # commands cut at 100
     assert first < second
     assert "| thread (2): orchestrator | 380 | 56% |" in text[first:second]
     assert "| `inspect_model_cls` (vllm/model_executor/models/registry.py) | 380 | 56% |" in text[first:second]

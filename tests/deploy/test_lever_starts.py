@@ -28,6 +28,8 @@ SETTINGS = (
     "PROFILE_FRAMES",
     "START_PYSPY",
     "START_PYSPY_RATE",
+    "TRACE_WAIT_S",
+    "SETTLE_S",
     "START_WAIT_S",
     "SERVER_PIDFILE",
     "TARGET",
@@ -39,9 +41,10 @@ SETTINGS = (
 def stand_in_side_by_side(tmp_path: Path) -> Path:
     """One line per call: the phase, the settings side-by-side.sh reads for it, and the cores it ran on. `start`
     fails for the variants named in FAIL_START, with status FAIL_RC (3: still starting; 2: the server died or its
-    engine failed), and with STANDIN_PIDFILE writes its own pid there and takes 1.5 s, as a server starting;
-    `profile` leaves one request's timeline events where the service on sglang would (TIMELINE=1), or else a
-    PyTorch trace where the engine's processes write theirs; `stop` keeps a server log, as side-by-side.sh does."""
+    engine failed), and with STANDIN_PIDFILE writes its own pid there and waits (30 s at most) for the file
+    beside it that says py-spy is recording, as a server starting; `profile` leaves one request's timeline events
+    where the service on sglang would (TIMELINE=1), or else a PyTorch trace where the engine's processes write
+    theirs; `stop` keeps a server log, as side-by-side.sh does."""
     script = tmp_path / "side-by-side.sh"
     event = '{"request_id": "r1", "stage": "coordinator", "event_name": "%s", "timestamp_ns": %d}'
     trace = '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemv_add", "ts": 0, "dur": 40000, "args": {}}]}'
@@ -53,7 +56,8 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
         '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac\n'
-        '    if [ -n "${STANDIN_PIDFILE-}" ]; then echo $$ > "$STANDIN_PIDFILE"; sleep 1.5; fi ;;\n'
+        '    if [ -n "${STANDIN_PIDFILE-}" ]; then echo $$ > "$STANDIN_PIDFILE"\n'
+        '      for _ in $(seq 300); do [ -f "$STANDIN_PIDFILE.ready" ] && break; sleep 0.1; done; fi ;;\n'
         '  profile) if [ -z "${TIMELINE-}" ]; then mkdir -p "$PROFILER_DIR/$TARGETS/$SWEEP_NAME"\n'
         f"    printf '%s' '{trace}' > \"$PROFILER_DIR/$TARGETS/$SWEEP_NAME/stage0.json\"; exit 0; fi\n"
         '    mkdir -p "$PROFILER_DIR/service-sglang/$SWEEP_NAME"\n'
@@ -81,6 +85,7 @@ def run(tmp_path: Path, out: str = "out", **settings: str) -> subprocess.Complet
         "PYTHON": sys.executable,
         "PYSPY": "0",
         "EVENTS_WAIT_S": "0",
+        "SETTLE_S": "0.2",
         "SERVER_PIDFILE": str(tmp_path / "no-server.pid"),
         "PROFILES": str(tmp_path / "profiles"),
         "BASE_ENV": "CUDA_VISIBLE_DEVICES=0",  # the default pins the load tool to cores 14-15, which a CI machine lacks
@@ -318,8 +323,11 @@ def test_py_spy_records_the_start_of_the_server_and_its_processes_until_it_is_re
     stand_in = bin_dir / "py-spy"  # on SIGINT writes what `py-spy record -f raw -o FILE --subprocesses` would
     stand_in.write_text(
         "#!/usr/bin/env python3\n"
-        "import signal, sys, time\n"
+        "import os, signal, sys, time\n"
         f"open({str(tmp_path / 'py-spy-args')!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        # py-spy's Control-C handler (the ctrlc crate) refuses to replace an ignored SIGINT: it would never write
+        "if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:\n"
+        "    sys.exit(1)\n"
         "out = sys.argv[sys.argv.index('-o') + 1]\n"
         "def stop(*_):\n"
         "    with open(out, 'w') as raw:\n"
@@ -327,6 +335,7 @@ def test_py_spy_records_the_start_of_the_server_and_its_processes_until_it_is_re
         "                  'import_module (importlib/__init__.py:88) 40\\n')\n"
         "    sys.exit(0)\n"
         "signal.signal(signal.SIGINT, stop)\n"
+        "open(os.environ['STANDIN_PIDFILE'] + '.ready', 'w').close()\n"
         "while True:\n"
         "    time.sleep(0.05)\n"
     )

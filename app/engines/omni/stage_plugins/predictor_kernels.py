@@ -5,7 +5,8 @@ At one stream the talker's frame is launch-bound: a profile on an H200 counted 1
 vllm-omni's predictor (5 cuBLAS GEMMs, a split-K reduction, flash attention, 4 Triton kernels) and the GPU busy 44%
 of the frame (`benchmarks/gpu/2026-11-28-h200x2-profiles/`). Each launch here streams one projection's weight once and
 does the elementwise work around it where the data already is:
-- `norm_project`: the input norm and the q/k/v projection; a program per 32 outputs. (The head norms in the same
+- `norm_project`: the input norm and the q/k/v projection; a program per 32 outputs, or 64 where `normed_tiles`
+  says (up to 16 streams in bfloat16 on a GPU with room for its loads). (The head norms in the same
   kernel, a program per head, 32 for 132 SMs, took 12.3-13.0 µs at one stream on an H200 with its weights read from
   memory, where the gate/up projection, half again as many weights in 96 programs, took 10.4.)
 - `norm_rope_attend`: the q and k head norms, the rotary embedding, the key and value written into the cache's slot,
@@ -25,6 +26,7 @@ in IEEE precision) that is the same arithmetic within float32 rounding.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -39,8 +41,8 @@ BLOCK_N = 32  # outputs a program of the gate/up projection computes (and of the
 
 @dataclass(frozen=True)
 class Tiles:
-    """How a projection (`linear_add`) is cut: outputs a program computes, the reduction's step, and how many steps
-    its loads run ahead (Triton's software pipeline)."""
+    """How a projection (`linear_add`, or a normed one: `norm_project`, `norm_gate_up_silu`) is cut: outputs a
+    program computes, the reduction's step, and how many steps its loads run ahead (Triton's software pipeline)."""
 
     block_n: int
     block_k: int
@@ -66,18 +68,32 @@ def projection_tiles(block_m: int, k: int) -> Tiles:
 # against 11.2 for the q/k/v projection (64 programs of two 32-wide products, steps of 256) and 10.5 against 11.2 for
 # gate/up (four loads ahead instead of three), 0.15 ms of a one-stream frame (deploy/gpu/predictor_kernels_tune.py,
 # benchmarks/gpu/2026-11-29-h200x2-omni-fused-tiles/kernels-cold.md). Elsewhere (more rows; float32, whose 256-wide
-# steps would pass the shared memory) the tiles the kernels were first checked with.
+# steps would pass the shared memory; a GPU with less shared memory a block than the H200's 227 KiB: the q/k/v tiles'
+# three steps of loads take about 120 KiB) the tiles the kernels were first checked with.
 QKV_TILES = Tiles(block_n=64, block_k=256, stages=3)
 GATE_UP_TILES = Tiles(block_n=32, block_k=64, stages=4)
 NORMED_TILES = Tiles(block_n=BLOCK_N, block_k=BLOCK_K, stages=3)
+MEASURED_SHARED_MEMORY = (
+    200 * 1024
+)  # bytes a block can have: the GPUs of the H100 and H200's kind, not an A100's 163 KiB
 
 
-def normed_tiles(fastest: Tiles, block_m: int, k: int, n: int, dtype: torch.dtype) -> Tiles:
-    """A normed kernel's tiles for a row block of `block_m` over a reduction of `k` into `n` outputs: `fastest` (its
-    measured tiles) where they were measured and divide the shapes, `NORMED_TILES` otherwise."""
-    if block_m <= 16 and dtype.itemsize == 2 and k % fastest.block_k == 0 and n % fastest.block_n == 0:
+def normed_tiles(fastest: Tiles, block_m: int, k: int, n: int, dtype: torch.dtype, shared_memory: int) -> Tiles:
+    """A normed kernel's tiles for a row block of `block_m` over a reduction of `k` into `n` outputs on a GPU whose
+    blocks can have `shared_memory` bytes: `fastest` (its measured tiles) where they were measured and divide the
+    shapes, `NORMED_TILES` otherwise."""
+    measured = block_m <= 16 and dtype.itemsize == 2 and shared_memory >= MEASURED_SHARED_MEMORY
+    if measured and k % fastest.block_k == 0 and n % fastest.block_n == 0:
         return fastest
     return NORMED_TILES
+
+
+@functools.cache
+def shared_memory_of(device: torch.device) -> int:
+    """The shared memory a block can opt in to on `device` (bytes); 0 for anything but a CUDA device."""
+    if device.type != "cuda":
+        return 0
+    return int(getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", 0))
 
 
 @triton.jit
@@ -399,8 +415,9 @@ class Predictor:
         projected = torch.empty(rows, projected_width, dtype=x.dtype, device=x.device)
         attended = torch.empty(rows, self.q_heads * self.head_dim, dtype=x.dtype, device=x.device)
         activated = torch.empty(rows, self.intermediate, dtype=x.dtype, device=x.device)
-        qkv_tiles = normed_tiles(QKV_TILES, block_m, self.hidden, projected_width, x.dtype)
-        gate_up_tiles = normed_tiles(GATE_UP_TILES, block_m, self.hidden, self.intermediate, x.dtype)
+        shared_memory = shared_memory_of(x.device)
+        qkv_tiles = normed_tiles(QKV_TILES, block_m, self.hidden, projected_width, x.dtype, shared_memory)
+        gate_up_tiles = normed_tiles(GATE_UP_TILES, block_m, self.hidden, self.intermediate, x.dtype, shared_memory)
         for index, layer in enumerate(self.layers):
             source = x if index == 0 else hidden  # the input stays as given; every later sum is in place
             norm_project[(projected_width // qkv_tiles.block_n,)](
