@@ -13,6 +13,10 @@ beside it). Per trace:
 - the host's launch calls (cudaLaunchKernel, cudaGraphLaunch, ...: count and time) and its annotated spans (vLLM's
   `execute_context_*` steps, `record_function` ranges), by total time.
 With `--frames N` (the codec frames the profiled window made) each total is also given per frame.
+Then the traces of one window on one clock (each trace's `baseTimeNanoseconds` plus its events' `ts`, both stages'
+alike): each trace's first bursts of GPU activity (kernels less than BURST_GAP_US apart), in ms after the window's
+first kernel: at one stream, the talker's prefill and first frames against code2wav's first window, which is where a
+request's first audio is made.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ LAUNCH = re.compile(
 SPAN_CATEGORIES = {"user_annotation"}
 # vLLM names each engine step by its batch: execute_context_<n>(<tokens>)_generation_<m>(<tokens>)
 STEP = re.compile(r"^execute_context_\d+\(\d+\)_generation_\d+\(\d+\)$")
+BURST_GAP_US = 300.0  # idle longer than this ends a burst of GPU activity
+BURSTS_SHOWN = 8
 
 
 @dataclass
@@ -59,6 +65,8 @@ class TraceSummary:
     in_graphs: int = 0
     launches: dict[str, Totals] = field(default_factory=lambda: defaultdict(Totals))
     spans: dict[str, Totals] = field(default_factory=lambda: defaultdict(Totals))
+    # the first bursts of GPU activity, (start, end) in µs on the host's clock (the trace's base time plus its ts)
+    bursts: list[tuple[float, float]] = field(default_factory=list)
 
 
 def read_trace(path: Path) -> dict[str, Any] | list[Any]:
@@ -115,7 +123,22 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
     if gpu:
         summary.window_us = max(end for _, end in gpu) - min(start for start, _ in gpu)
         summary.busy_us = union_us(gpu)
+        origin_us = float(trace.get("baseTimeNanoseconds", 0)) / 1000 if isinstance(trace, dict) else 0.0
+        summary.bursts = [(origin_us + start, origin_us + end) for start, end in bursts_of(gpu, BURSTS_SHOWN)]
     return summary
+
+
+def bursts_of(intervals: Iterable[tuple[float, float]], count: int) -> list[tuple[float, float]]:
+    """The first `count` stretches of activity: intervals merged where less than BURST_GAP_US lies between them."""
+    bursts: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if bursts and start - bursts[-1][1] < BURST_GAP_US:
+            bursts[-1] = (bursts[-1][0], max(bursts[-1][1], end))
+        elif len(bursts) == count:
+            break
+        else:
+            bursts.append((start, end))
+    return bursts
 
 
 def _ms(us: float) -> str:
@@ -161,9 +184,31 @@ def report(summaries: list[TraceSummary], root: Path, top: int, frames: int | No
         lines += table("kernel", summary.kernels, top, frames)
         lines += table("host launch call", summary.launches, top, frames)
         lines += table("host span", summary.spans, top, frames)
+    lines += first_bursts(summaries, root)
     if not summaries:
         lines.append("No traces found.")
     return "\n".join(lines) + "\n"
+
+
+def first_bursts(summaries: list[TraceSummary], root: Path) -> list[str]:
+    """Each trace's first bursts of GPU activity on one clock, in ms after the earliest kernel of them all."""
+    timed = [summary for summary in summaries if summary.bursts]
+    if not timed:
+        return []
+    first = min(summary.bursts[0][0] for summary in timed)
+    lines = [
+        "## The first GPU activity of each trace, on one clock",
+        "",
+        f"Bursts of kernels less than {BURST_GAP_US / 1000:g} ms apart, start–end in ms after the first kernel of the "
+        f"traces above (the first {BURSTS_SHOWN}).",
+        "",
+        "| trace | bursts |",
+        "| --- | --- |",
+    ]
+    for summary in timed:
+        shown = ", ".join(f"{(start - first) / 1000:.1f}–{(end - first) / 1000:.1f}" for start, end in summary.bursts)
+        lines.append(f"| `{summary.path.relative_to(root)}` | {shown} |")
+    return [*lines, ""]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1742,6 +1742,30 @@ def test_trace_summary_tells_gpu_busy_and_idle_time_kernels_launches_and_steps_p
     assert summary.union_us([(0, 10), (5, 20), (30, 40), (32, 35)]) == 30
 
 
+def test_trace_summary_lays_the_first_gpu_bursts_of_each_trace_on_one_clock(tmp_path: Path) -> None:
+    """Each trace's events are µs after its own base time: the stages' first bursts (kernels less than 0.3 ms apart
+    merged) on the host's clock, in ms after the earliest kernel of all: the talker's prefill and first frame against
+    code2wav's first window."""
+    summary = gpu_script("trace_summary")
+
+    def kernels(*spans: tuple[int, int]) -> list[dict[str, object]]:
+        return [{"ph": "X", "cat": "kernel", "name": "k", "ts": start, "dur": end - start} for start, end in spans]
+
+    base = 1_764_400_000_000_000_000
+    talker = {"baseTimeNanoseconds": base, "traceEvents": kernels((0, 10_000), (10_500, 15_000), (15_100, 20_000))}
+    code2wav = {"baseTimeNanoseconds": base + 12_000_000, "traceEvents": kernels((3_000, 5_000))}  # 12 ms later
+    for name, trace in (("c1/stage0", talker), ("c1/stage1", code2wav)):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "trace_rank0.json").write_text(json.dumps(trace))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert summary.main([str(tmp_path)]) == 0
+    text = out.getvalue().split("## The first GPU activity of each trace, on one clock")[1]
+    assert "| `c1/stage0/trace_rank0.json` | 0.0–10.0, 10.5–20.0 |" in text
+    assert "| `c1/stage1/trace_rank0.json` | 15.0–17.0 |" in text
+    assert summary.bursts_of([(0, 1), (2, 3), (1000, 1001), (5000, 5001)], 2) == [(0, 3), (1000, 1001)]
+
+
 def test_pyspy_summary_says_how_much_of_the_window_each_process_held_its_gil_and_in_whose_code(tmp_path: Path) -> None:
     """py-spy's raw stacks (outermost frame first, a count last) per process: its samples over rate x seconds, by
     thread, by the library of the innermost frame, by function on its own and on the stack (a thread's start and what
