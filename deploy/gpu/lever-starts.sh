@@ -156,8 +156,7 @@ pyspy_level() {  # an extra steady c=32, not reported, with py-spy on every serv
 }
 
 start_pyspy() {  # $1 the pid the pid file held before the start: once it holds the new server's (however long the
-  # start prepares first), py-spy on it and its processes until stopped (SIGINT: py-spy writes what it has; `exec`
-  # gives it SIGINT's default back, which a background job's shell ignores, so that py-spy can take it)
+  # start prepares first), py-spy on it and its processes until stopped (SIGINT: py-spy writes what it has)
   local before=$1 pid=""
   while :; do
     pid=$(cat "$PIDFILE" 2>/dev/null)
@@ -167,8 +166,11 @@ start_pyspy() {  # $1 the pid the pid file held before the start: once it holds 
   mkdir -p "$OUT/start-pyspy"
   local spy=(py-spy record --subprocesses --idle --threads --nonblocking -r "$START_PYSPY_RATE" -f raw
     -o "$OUT/start-pyspy/$pid.txt" --pid "$pid")
-  if [ -n "$LOAD_CPUS" ]; then exec taskset -c "$LOAD_CPUS" "${spy[@]}" >"$OUT/start-pyspy/$pid.log" 2>&1
-  else exec "${spy[@]}" >"$OUT/start-pyspy/$pid.log" 2>&1; fi
+  [ -n "$LOAD_CPUS" ] && spy=(taskset -c "$LOAD_CPUS" "${spy[@]}")
+  # py-spy's Control-C handler refuses a SIGINT that is ignored, as it is in a background job and in whatever a
+  # `nohup ... &` started: py-spy (the same pid, exec'd) is given SIGINT's default first
+  exec "$PYTHON" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
+    "${spy[@]}" >"$OUT/start-pyspy/$pid.log" 2>&1
 }
 
 start_pyspy_stop() {  # $1 start_pyspy's job: stopped, its recording gzipped and summarised
