@@ -104,12 +104,12 @@ def launchers(t: dict[str, Any], rows: int, block_m: int) -> dict[str, tuple[Cal
 
     order = lambda first, choices: [first, *[c for c in choices if c != first]]  # noqa: E731
     # norm_project's and norm_gate_up_silu's programs take two products of half their outputs each: at least 32
-    normed_tiles = [tile for tile in tiles(HIDDEN) if tile[0] >= 32]
+    normed_choices = [tile for tile in tiles(HIDDEN) if tile[0] >= 32]
     o_proj = linear("q", "o", "out", HEADS * HEAD_DIM, HIDDEN, True)
     down = linear("act", "down", "out", INTERMEDIATE, HIDDEN, True)
     head = linear("out", "head", "logits", HIDDEN, VOCAB, False)
     return {
-        "norm_project (q/k/v)": (qkv, len(t["qkv"]), order(normed_shipped(pk.QKV_TILES, QKV_WIDTH), normed_tiles)),
+        "norm_project (q/k/v)": (qkv, len(t["qkv"]), order(normed_shipped(pk.QKV_TILES, QKV_WIDTH), normed_choices)),
         "o_proj (linear_add K 2048)": (
             o_proj,
             len(t["o"]),

@@ -196,6 +196,11 @@ def names_from(table_path: Path | None) -> dict[str, str]:
     return names
 
 
+def titled(pid: str, command: str) -> str:
+    """A process's heading: its pid, and its command line (the first 100 characters) where known."""
+    return f"pid {pid}" + (f": `{command[:100]}`" if command else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, help="py-spy's raw recordings, <pid>.txt or <pid>.txt.gz")
@@ -219,10 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.rate:g} samples a second for {args.seconds:g} s: {window:.0f} samples are a GIL held throughout.\n")
     for path, recording in recordings:
         pid = path.name.split(".", 1)[0]
-        command = names.get(pid, "")
-        title = f"pid {pid}" + (f": `{command[:100]}`" if command else "")
         failed = failed_samples(path.parent / f"{pid}.log")
-        print("\n".join(summary(title, recording, window, args.top, failed)))
+        print("\n".join(summary(titled(pid, names.get(pid, "")), recording, window, args.top, failed)))
     return 0
 
 
@@ -232,9 +235,8 @@ def wall(paths: list[Path], folder: Path, rate: float, top: int) -> int:
     for path in paths:
         for label, recording in load_by_process(path).items():
             match = PROCESS.match(label)
-            pid = match["pid"] if match else path.name.split(".", 1)[0]
-            command = match["command"] if match else ""
-            processes.append((f"pid {pid}" + (f": `{command[:100]}`" if command else ""), recording))
+            title = titled(match["pid"], match["command"]) if match else titled(path.name.split(".", 1)[0], "")
+            processes.append((title, recording))
     processes.sort(key=lambda item: -item[1].samples)
     print(f"# Where each process's threads spent their time (py-spy, `{folder}`)\n")
     print(f"{rate:g} samples a second of every thread, idle or not: a sample is {1000 / rate:g} ms of one thread.\n")

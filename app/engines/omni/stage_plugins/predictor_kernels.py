@@ -73,9 +73,9 @@ def projection_tiles(block_m: int, k: int) -> Tiles:
 QKV_TILES = Tiles(block_n=64, block_k=256, stages=3)
 GATE_UP_TILES = Tiles(block_n=32, block_k=64, stages=4)
 NORMED_TILES = Tiles(block_n=BLOCK_N, block_k=BLOCK_K, stages=3)
-MEASURED_SHARED_MEMORY = (
-    200 * 1024
-)  # bytes a block can have: the GPUs of the H100 and H200's kind, not an A100's 163 KiB
+# bytes a block can have where the normed tiles were measured: the GPUs of the H100's and H200's kind (227 KiB), not
+# an A100 (163 KiB)
+MEASURED_SHARED_MEMORY = 200 * 1024
 
 
 def normed_tiles(fastest: Tiles, block_m: int, k: int, n: int, dtype: torch.dtype, shared_memory: int) -> Tiles:
