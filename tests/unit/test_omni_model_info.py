@@ -67,7 +67,7 @@ def lazy(model_cls: type | None, name: str = "Missing") -> LazyModel:
 
 def test_each_stage_model_is_registered_as_its_class_and_described_without_a_process() -> None:
     registry = Registry({"Talker": lazy(TalkerClass), "Code2Wav": lazy(Code2WavClass), "Other": lazy(None)})
-    assert register_in_process(registry, ["Talker", "Code2Wav"]) == ["Talker", "Code2Wav"]
+    assert register_in_process([registry], ["Talker", "Code2Wav"]) == ["Talker", "Code2Wav"]
     assert registry.models["Talker"] == ClassModel(TalkerClass)
     assert [registry.models[arch].inspect_model_cls() for arch in ("Talker", "Code2Wav")] == [
         "TalkerClass",
@@ -81,8 +81,8 @@ def test_a_model_named_twice_not_held_or_already_a_class_is_registered_once_or_l
 ) -> None:
     registry = Registry({"Talker": lazy(TalkerClass), "Code2Wav": ClassModel(Code2WavClass)})
     with caplog.at_level(logging.INFO, logger="app.engines.omni.model_info"):
-        assert register_in_process(registry, ["Talker", "Talker", "Elsewhere", "Code2Wav"]) == ["Talker"]
-        assert register_in_process(registry, ["Elsewhere", "Talker"]) == []  # nothing left to do: nothing logged
+        assert register_in_process([registry], ["Talker", "Talker", "Elsewhere", "Code2Wav"]) == ["Talker"]
+        assert register_in_process([registry], ["Elsewhere", "Talker"]) == []  # nothing left to do: nothing logged
     assert registry.registered == ["Talker"]
     assert [(record.message, record.architectures) for record in caplog.records] == [
         ("stage models inspected", ["Talker"])
@@ -92,7 +92,7 @@ def test_a_model_named_twice_not_held_or_already_a_class_is_registered_once_or_l
 def test_a_model_that_cannot_be_imported_here_is_left_to_vllm_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     registry = Registry({"Talker": lazy(None, "Talker"), "Code2Wav": lazy(Code2WavClass)})
     with caplog.at_level(logging.INFO, logger="app.engines.omni.model_info"):
-        assert register_in_process(registry, ["Talker", "Code2Wav"]) == ["Code2Wav"]
+        assert register_in_process([registry], ["Talker", "Code2Wav"]) == ["Code2Wav"]
     assert registry.models["Talker"] == lazy(None, "Talker")  # as vLLM registered it: vLLM inspects it as before
     warning = next(record for record in caplog.records if record.levelno == logging.WARNING)
     assert warning.architecture == "Talker" and "No module named" in caplog.text
@@ -110,8 +110,31 @@ def test_an_import_that_initialised_cuda_is_logged(caplog: pytest.LogCaptureFixt
 
     registry = Registry({"Talker": lazy(TalkerClass), "Code2Wav": CudaOnImport("stage_models", "C", Code2WavClass)})
     with caplog.at_level(logging.INFO, logger="app.engines.omni.model_info"):
-        register_in_process(registry, ["Talker"], lambda: cuda["initialized"])
+        register_in_process([registry], ["Talker"], lambda: cuda["initialized"])
         assert not any(record.levelno == logging.WARNING for record in caplog.records)  # untouched: no warning
-        register_in_process(registry, ["Code2Wav"], lambda: cuda["initialized"])
+        register_in_process([registry], ["Code2Wav"], lambda: cuda["initialized"])
     warning = next(record for record in caplog.records if record.levelno == logging.WARNING)
     assert "initialised CUDA" in warning.message and warning.architectures == ["Code2Wav"]
+
+
+def test_a_model_held_by_name_in_both_registries_is_imported_once_and_registered_as_its_class_in_each() -> None:
+    """vllm-omni builds each stage's config twice: vLLM's ModelConfig first, inspecting through vLLM's ModelRegistry,
+    then its OmniModelConfig, through OmniModelRegistry (tests/unit/test_vllm_omni_wheel.py). Registered in one, the
+    other still inspected the class in a fresh process: 13 and 16 s of a start on an H200."""
+    loads: list[str] = []
+
+    @dataclass(frozen=True)
+    class Counted(LazyModel):
+        def load_model_cls(self) -> type:
+            loads.append(self.class_name)
+            return super().load_model_cls()
+
+    vllms = Registry({"Talker": Counted("stage_models", "TalkerClass", TalkerClass), "Code2Wav": lazy(Code2WavClass)})
+    omnis = Registry(
+        {"Talker": Counted("stage_models", "TalkerClass", TalkerClass), "Code2Wav": ClassModel(Code2WavClass)}
+    )
+    assert register_in_process([vllms, omnis], ["Talker", "Code2Wav"]) == ["Talker", "Code2Wav"]
+    assert loads == ["TalkerClass"]
+    assert vllms.models == omnis.models == {"Talker": ClassModel(TalkerClass), "Code2Wav": ClassModel(Code2WavClass)}
+    assert (vllms.registered, omnis.registered) == (["Talker", "Code2Wav"], ["Talker"])
+    assert all(model.inspect_model_cls() for registry in (vllms, omnis) for model in registry.models.values())

@@ -136,6 +136,13 @@ def test_the_stages_models_are_the_ones_the_service_registers_as_classes_where_v
     assert "OmniModelRegistry = _ModelRegistry({**{model_arch: _LazyRegisteredModel(" in registry
     registry_property = function_def(class_def(wheel.tree("config/model.py"), "OmniModelConfig"), "registry")
     assert ast.unparse(registry_property.body[-1]) == "return me_models.OmniModelRegistry"
+    # ...and, before that, vLLM's own ModelConfig, whose registry is vLLM's ModelRegistry: registered in both
+    create = ast.unparse(
+        function_def(class_def(wheel.tree("engine/arg_utils.py"), "OmniEngineArgs"), "create_model_config")
+    )
+    assert create.index("model_config = super().create_model_config()") < create.index(
+        "OmniModelConfig.from_vllm_model_config(model_config=model_config"
+    )
     plugins = function_def(wheel.tree("plugins/__init__.py"), "load_omni_general_plugins")
     assert [ast.unparse(statement) for statement in plugins.body[1:4]] == [  # after the docstring
         "global omni_plugins_loaded",

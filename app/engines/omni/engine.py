@@ -107,6 +107,7 @@ def _default_omni_factory(
     **kwargs: Any,
 ) -> Any:
     import torch
+    from vllm.model_executor.models import ModelRegistry
     from vllm_omni import AsyncOmni
     from vllm_omni.model_executor.models.qwen3_tts.pipeline import QWEN3_TTS_PIPELINE
     from vllm_omni.model_executor.models.registry import OmniModelRegistry
@@ -118,7 +119,7 @@ def _default_omni_factory(
     # run here, they cannot register by name again what model_info registers as a class
     load_omni_general_plugins()
     model_info.register_in_process(
-        OmniModelRegistry,
+        (ModelRegistry, OmniModelRegistry),
         stage_architectures(QWEN3_TTS_PIPELINE, code2wav_architecture, talker_architecture),
         torch.cuda.is_initialized,
     )

@@ -9,8 +9,13 @@ module's source) already holds that class. A host's first start paid one such pr
 288-s cold start on an H200 one after the other, and 22 s with both at once
 (`benchmarks/gpu/2026-11-29-h200-omni-compiled-once/`). A class registered as a class (vLLM's public
 `register_model(architecture, cls)`) is described from its attributes where it is registered: 0.1–0.2 s for both
-stages on a CPU, where the server has already imported vLLM and vllm-omni. A stage's config inspects its model
-through vllm-omni's `OmniModelRegistry` (`OmniModelConfig.registry`), which is the registry this registers in.
+stages on a CPU, where the server has already imported vLLM and vllm-omni. A stage's config inspects its model twice,
+through both registries, so the class is registered in both: vllm-omni's `OmniEngineArgs.create_model_config` first
+builds vLLM's own `ModelConfig`, which inspects through vLLM's `ModelRegistry` (where vllm-omni and the service's
+plugin register the stage models by name too), then vllm-omni's `OmniModelConfig`, which inspects through
+`OmniModelRegistry`. Registered in vllm-omni's alone, the start still paid one such process per stage, 13 and 16 s
+one after the other (py-spy over a start on an H200: `vllm.model_executor.models.registry` processes under
+`ModelConfig.__post_init__`, benchmarks/gpu/2026-11-29-h200x2-sglang-profile-omni-c1/).
 
 The subprocess guards against a model module that initialises CUDA on import. On a GPU host the server's process has
 CUDA initialised before this runs all the same: importing vllm-omni 0.30 asks the device's capability
@@ -32,20 +37,23 @@ log = logging.getLogger(__name__)
 
 
 def register_in_process(
-    registry: Any, architectures: Sequence[str], cuda_initialized: Callable[[], bool] = lambda: False
+    registries: Sequence[Any], architectures: Sequence[str], cuda_initialized: Callable[[], bool] = lambda: False
 ) -> list[str]:
-    """Each of `architectures` that `registry` (vLLM's `_ModelRegistry` kind) holds by name, its class loaded here and
-    registered again as that class; returns those registered. `cuda_initialized` says whether this process has
-    initialised CUDA (`torch.cuda.is_initialized`), which an import here must not have done."""
+    """Each of `architectures` that one of `registries` (vLLM's `_ModelRegistry` kind) holds by name, its class
+    loaded here and registered again as that class in each registry that holds it by name; returns those registered.
+    `cuda_initialized` says whether this process has initialised CUDA (`torch.cuda.is_initialized`), which an import
+    here must not have done."""
     started, cuda_before = time.perf_counter(), cuda_initialized()
     registered, failed = [], []
     for arch in dict.fromkeys(architectures):
-        model = registry.models.get(arch)
-        if model is None or not hasattr(model, "module_name"):  # not held, or held as a class already
+        # not held, or held as a class already: nothing to do there
+        lazily = [registry for registry in registries if hasattr(registry.models.get(arch), "module_name")]
+        if not lazily:
             continue
         try:
-            model_cls = model.load_model_cls()
-            registry.register_model(arch, model_cls)
+            model_cls = lazily[0].models[arch].load_model_cls()
+            for registry in lazily:
+                registry.register_model(arch, model_cls)
         except Exception:
             log.warning("stage model left to vLLM's inspection", exc_info=True, extra={"architecture": arch})
             failed.append(arch)
