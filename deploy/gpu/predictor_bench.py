@@ -21,13 +21,15 @@ root).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import os
 import statistics
 import sys
 import tempfile
 import time
 import types
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,11 @@ GROUPS = 16
 VOCAB = 2048
 HIDDEN = 1024
 SETTINGS = ("vllm-omni", "compiled-once", "service", "fused")  # the SPEECH_OMNI__TALKER_MODEL values it times
+# `fused` with its kernels launched otherwise (predictor_kernels.py's switches, not settings yet): `+pdl` as dependent
+# launches; `+split` each projection's reduction split across more programs (q/k/v in 2, gate/up in 4, the output
+# and down projections in 2 and 3); `+prefetch` split so each program's share of the weights fits 32 KiB, loaded whole
+# before its input
+FUSED_VARIANTS = ("fused+pdl", "fused+split", "fused+split+pdl", "fused+prefetch", "fused+prefetch+pdl")
 
 
 def predictors(torch: Any, dtype: Any, max_num_seqs: int, settings: Collection[str] = SETTINGS) -> dict[str, Any]:
@@ -86,6 +93,7 @@ def predictors(torch: Any, dtype: Any, max_num_seqs: int, settings: Collection[s
         ("service", SpeechCodePredictor),
         ("fused", FusedCodePredictor),
     )
+    ours += tuple((variant, FusedCodePredictor) for variant in FUSED_VARIANTS)
     for setting, cls in ours:
         if setting in settings:
             built[setting] = cls(vllm_config=vllm_config, config=config, talker_config=talker)
@@ -176,6 +184,33 @@ def measure(torch: Any, graph: Any, replays: int) -> tuple[float, float]:
     return start.elapsed_time(end) / replays, statistics.median(launches)
 
 
+@contextlib.contextmanager
+def launched_as(name: str) -> Iterator[None]:
+    """The fused kernels launched as the variant `name` says while its predictor is set up and captured."""
+    from app.engines.omni.stage_plugins import predictor_kernels as pk
+
+    saved = (pk.DEPENDENT_LAUNCH, pk.QKV_TILES, pk.GATE_UP_TILES, pk.projection_tiles)
+    shipped_projection = pk.projection_tiles
+    if "+pdl" in name:
+        pk.DEPENDENT_LAUNCH = True
+    if "+split" in name:
+        pk.QKV_TILES = pk.Tiles(block_n=64, block_k=256, stages=3, split=2)
+        pk.GATE_UP_TILES = pk.Tiles(block_n=32, block_k=128, stages=3, split=4)
+        pk.projection_tiles = lambda block_m, k: dataclasses.replace(
+            shipped_projection(block_m, k), split={2048: 2, 3072: 3}.get(k, 1)
+        )
+    if "+prefetch" in name:  # 16 KiB, 32 KiB, 32 KiB a program
+        pk.QKV_TILES = pk.Tiles(block_n=32, block_k=256, stages=1, split=4, prefetch=True)
+        pk.GATE_UP_TILES = pk.Tiles(block_n=32, block_k=256, stages=1, split=4, prefetch=True)
+        pk.projection_tiles = lambda block_m, k: pk.Tiles(
+            block_n=16, block_k=1024, stages=1, split=k // 1024, prefetch=True
+        )
+    try:
+        yield
+    finally:
+        pk.DEPENDENT_LAUNCH, pk.QKV_TILES, pk.GATE_UP_TILES, pk.projection_tiles = saved
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", default="1,8,32", help="batch sizes, comma-separated")
@@ -185,11 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--predictors",
         default=",".join(SETTINGS),
-        help="which SPEECH_OMNI__TALKER_MODEL settings' predictors to time, comma-separated",
+        help="which SPEECH_OMNI__TALKER_MODEL settings' predictors to time, comma-separated; also "
+        + ", ".join(FUSED_VARIANTS),
     )
     args = parser.parse_args(argv)
     wanted = [name.strip() for name in args.predictors.split(",") if name.strip()]
-    unknown = set(wanted) - set(SETTINGS)
+    unknown = set(wanted) - set(SETTINGS) - set(FUSED_VARIANTS)
     if unknown or not wanted:
         parser.error(f"--predictors: {', '.join(sorted(unknown)) or 'none given'}: not a predictor this times")
     batches = sorted({int(b) for b in args.batches.split(",")})
@@ -206,13 +242,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, predictor in predictors(torch, dtype, max_num_seqs=args.max_num_seqs, settings=wanted).items():
         torch._dynamo.reset()
-        began = time.perf_counter()
-        with torch.inference_mode():
-            predictor._setup_compile()
-        torch.cuda.synchronize()
-        set_up = time.perf_counter() - began
-        with torch.inference_mode():
-            graphs = capture(torch, predictor, dtype, batches)
+        with launched_as(name):  # what a capture records: a replay launches it as recorded
+            began = time.perf_counter()
+            with torch.inference_mode():
+                predictor._setup_compile()
+            torch.cuda.synchronize()
+            set_up = time.perf_counter() - began
+            with torch.inference_mode():
+                graphs = capture(torch, predictor, dtype, batches)
         for batch in batches:
             graph = graphs[batch][0]
             gpu_ms, launch_ms = measure(torch, graph, args.replays)

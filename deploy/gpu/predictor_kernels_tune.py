@@ -32,6 +32,8 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, VOCAB, SLOTS = 1024, 16, 8, 128
 QKV_WIDTH = (HEADS + 2 * KV_HEADS) * HEAD_DIM
 
 
+Tile = tuple[int, int, int, int, int, bool]  # block_n, block_k, warps, stages, split, prefetch
+
 COLD_BYTES = 256 << 20  # each kernel's weights copied until the copies pass this, four times an H200's L2
 
 
@@ -55,56 +57,70 @@ def tensors(rows: int) -> dict[str, Any]:
         "values": r(rows, KV_HEADS, SLOTS, HEAD_DIM), "o": cold(HIDDEN, HEADS * HEAD_DIM), "out": r(rows, HIDDEN),
         "gate_up": cold(2 * INTERMEDIATE, HIDDEN), "act": r(rows, INTERMEDIATE), "down": cold(HIDDEN, INTERMEDIATE),
         "head": cold(VOCAB, HIDDEN), "logits": r(rows, VOCAB),
+        # the split launches' scratch (the largest: gate/up's four splits) and counters, which they leave at zero
+        "partials": torch.empty(4 * 64, 2 * INTERMEDIATE + INTERMEDIATE // 16, device=DEVICE, dtype=torch.float32),
+        "counters": torch.zeros(QKV_WIDTH // 16, device=DEVICE, dtype=torch.int32),
     }  # fmt: skip
 
 
 def launchers(t: dict[str, Any], rows: int, block_m: int) -> dict[str, tuple[Callable[..., Any], int, list]]:
-    """Each kernel: a launch taking (block_n, block_k, warps, stages, weight copy), its weight copies, and the choices
-    to try (shipped first)."""
+    """Each kernel: a launch taking (block_n, block_k, warps, stages, split, prefetch, weight copy), its weight copies,
+    and the choices to try (shipped first)."""
     common = {"BLOCK_M": block_m, "PRECISION": "tf32", "UPCAST": False}
     shipped_warps = 4 if block_m <= 32 else 8
 
-    def qkv(block_n: int, block_k: int, warps: int, stages: int, copy: int) -> None:
-        pk.norm_project[(QKV_WIDTH // block_n,)](
-            t["x"], t["ln"], t["qkv"][copy], t["projected"], rows, 1e-6, HIDDEN=HIDDEN, N=QKV_WIDTH, BLOCK_N=block_n,
-            BLOCK_K=block_k, num_warps=warps, num_stages=stages, **common,
+    def qkv(block_n: int, block_k: int, warps: int, stages: int, split: int, prefetch: bool, copy: int) -> None:
+        pk.norm_project[(QKV_WIDTH // block_n, split)](
+            t["x"], t["ln"], t["qkv"][copy], t["projected"], t["partials"], t["counters"], rows, 1e-6, HIDDEN=HIDDEN,
+            N=QKV_WIDTH, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split, PREFETCH=prefetch, num_warps=warps,
+            num_stages=stages, **common,
         )  # fmt: skip
 
     def linear(x: str, w: str, out: str, k: int, n: int, add: bool) -> Callable[..., None]:
-        def launch(block_n: int, block_k: int, warps: int, stages: int, copy: int) -> None:
-            pk.linear_add[(n // block_n,)](
-                t[x], t[w][copy], t[out], t[out], rows, K=k, N=n, BLOCK_N=block_n, BLOCK_K=block_k, ADD=add,
-                num_warps=warps, num_stages=stages, **common,
+        def launch(block_n: int, block_k: int, warps: int, stages: int, split: int, prefetch: bool, copy: int) -> None:
+            pk.linear_add[(n // block_n, split)](
+                t[x], t[w][copy], t[out], t[out], t["partials"], t["counters"], rows, K=k, N=n, BLOCK_N=block_n,
+                BLOCK_K=block_k, ADD=add, SPLIT=split, PREFETCH=prefetch, num_warps=warps, num_stages=stages, **common,
             )  # fmt: skip
 
         return launch
 
-    def gate_up(block_n: int, block_k: int, warps: int, stages: int, copy: int) -> None:
-        pk.norm_gate_up_silu[(INTERMEDIATE // block_n,)](
-            t["out"], t["ln"], t["gate_up"][copy], t["act"], rows, 1e-6, HIDDEN=HIDDEN, INTERMEDIATE=INTERMEDIATE,
-            BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, num_stages=stages, **common,
+    def gate_up(block_n: int, block_k: int, warps: int, stages: int, split: int, prefetch: bool, copy: int) -> None:
+        pk.norm_gate_up_silu[(INTERMEDIATE // block_n, split)](
+            t["out"], t["ln"], t["gate_up"][copy], t["act"], t["partials"], t["counters"], rows, 1e-6, HIDDEN=HIDDEN,
+            INTERMEDIATE=INTERMEDIATE, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split, PREFETCH=prefetch,
+            num_warps=warps, num_stages=stages, **common,
         )  # fmt: skip
 
-    def tiles(k: int) -> list[tuple[int, int, int, int]]:
-        """The choices for a reduction of `k`: steps of 512 and 1 024 first (a reduction in one to six steps, so fewer
-        loads wait on the one before: the last run's fastest tiles read their weights at a quarter of the memory's
-        rate, each kernel's time set by its chain of loads, not its bytes), one or two ahead; then the steps of 64
-        to 256 three or four ahead that it tried."""
-        long = itertools.product((16, 32, 64), (1024, 512), (4, 8), (1, 2))
-        short = itertools.product((16, 32, 64), (64, 128, 256), (4, 8), (3, 4))
-        return [(n, b, w, s) for n, b, w, s in (*long, *short) if k % b == 0]
+    def tiles(k: int, rows_of_weights: int = 1) -> list[Tile]:
+        """The choices for a reduction of `k`, with programs that read `rows_of_weights` weight rows an output (two
+        for the normed kernels' pairs): the reduction split in 2 and 4 (more programs reading at once: a one-stream
+        projection is bound by the loads in flight), each program's whole share loaded first where it fits 32 KiB
+        (prefetch, one stage), or in steps of 128 and 256 three ahead; then the unsplit steps of 64 to 256 three or
+        four ahead that the last runs tried (the steps of 512 and 1 024 gained nothing)."""
+        split = []
+        for n, parts in itertools.product((16, 32, 64), (2, 4)):
+            share = k // parts
+            if n * share * 2 * rows_of_weights <= 32 * 1024:
+                split += [(n, share, w, 1, parts, True) for w in (4, 8)]
+            split += [(n, b, 4, 3, parts, False) for b in (128, 256) if share % b == 0]
+        whole = [(n, k, w, 1, 1, True) for n in (16, 32) for w in (4, 8) if n * k * 2 * rows_of_weights <= 32 * 1024]
+        short = [
+            (n, b, w, s, 1, False) for n, b, w, s in itertools.product((16, 32, 64), (64, 128, 256), (4, 8), (3, 4))
+        ]
+        return [tile for tile in (*split, *whole, *short) if k % tile[1] == 0]
 
-    def normed_shipped(fastest: pk.Tiles, n: int) -> tuple[int, int, int, int]:
+    def normed_shipped(fastest: pk.Tiles, n: int) -> Tile:
         chosen = pk.normed_tiles(fastest, block_m, HIDDEN, n, torch.bfloat16, pk.shared_memory_of(torch.device(DEVICE)))
-        return (chosen.block_n, chosen.block_k, shipped_warps, chosen.stages)
+        return (chosen.block_n, chosen.block_k, shipped_warps, chosen.stages, chosen.split, chosen.prefetch)
 
-    def linear_shipped(k: int) -> tuple[int, int, int, int]:
+    def linear_shipped(k: int) -> Tile:
         chosen = pk.projection_tiles(block_m, k)
-        return (chosen.block_n, chosen.block_k, 4, chosen.stages)
+        return (chosen.block_n, chosen.block_k, 4, chosen.stages, chosen.split, chosen.prefetch)
 
     order = lambda first, choices: [first, *[c for c in choices if c != first]]  # noqa: E731
     # norm_project's and norm_gate_up_silu's programs take two products of half their outputs each: at least 32
-    normed_choices = [tile for tile in tiles(HIDDEN) if tile[0] >= 32]
+    normed_choices = [tile for tile in tiles(HIDDEN, 2) if tile[0] >= 32]
     o_proj = linear("q", "o", "out", HEADS * HEAD_DIM, HIDDEN, True)
     down = linear("act", "down", "out", INTERMEDIATE, HIDDEN, True)
     head = linear("out", "head", "logits", HIDDEN, VOCAB, False)
@@ -119,7 +135,7 @@ def launchers(t: dict[str, Any], rows: int, block_m: int) -> dict[str, tuple[Cal
         "norm_gate_up_silu": (
             gate_up,
             len(t["gate_up"]),
-            order(normed_shipped(pk.GATE_UP_TILES, INTERMEDIATE), tiles(HIDDEN)),
+            order(normed_shipped(pk.GATE_UP_TILES, INTERMEDIATE), tiles(HIDDEN, 2)),
         ),
         "down (linear_add K 3072)": (down, len(t["down"]), order(linear_shipped(INTERMEDIATE), tiles(INTERMEDIATE))),
         "lm head (linear_add, no add)": (head, len(t["head"]), order(linear_shipped(HIDDEN), tiles(HIDDEN))),
@@ -173,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     for rows, t in made.items():
         block_m = pk.launch_options(rows, torch.bfloat16)[0]
         for name, (launch, copies, choices) in launchers(t, rows, block_m).items():
-            timed: list[tuple[float, tuple[int, int, int, int]]] = []
+            timed: list[tuple[float, Tile]] = []
             for tile in choices:
                 if time.monotonic() > deadline:
                     break
@@ -196,10 +212,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             base = timed[0][0]
             print(f"\n## {name}, {rows} rows (BLOCK_M {block_m}); {len(timed)} of {len(choices)} tiles tried\n")
-            print("| BLOCK_N | BLOCK_K | warps | stages | µs | × shipped |\n| --- | --- | --- | --- | --- | --- |")
-            for us, (n, k, w, s) in sorted(timed)[:6]:
-                print(f"| {n} | {k} | {w} | {s} | {us:.2f} | {us / base:.2f} |")
-            print(f"| shipped {timed[0][1]} | | | | {base:.2f} | 1.00 |", flush=True)
+            print("| BLOCK_N | BLOCK_K | warps | stages | split | prefetch | µs | × shipped |")
+            print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+            for us, (n, k, w, s, parts, prefetch) in sorted(timed)[:8]:
+                print(f"| {n} | {k} | {w} | {s} | {parts} | {'yes' if prefetch else ''} | {us:.2f} | {us / base:.2f} |")
+            print(f"| shipped {timed[0][1]} | | | | | | {base:.2f} | 1.00 |", flush=True)
     if time.monotonic() > deadline:
         print("\n(budget spent: later kernels or tiles not tried)")
     print("\n## The kernels without tiles, as shipped\n\n| kernel | rows | µs |\n| --- | --- | --- |")

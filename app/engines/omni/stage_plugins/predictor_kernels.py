@@ -28,15 +28,37 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
+try:  # programmatic dependent launch (Hopper and later): a kernel starts while the one before it finishes
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    HAS_DEPENDENT_LAUNCH = True
+except ImportError:  # a Triton without it: never launched with it (`dependent_launch`), so these are never called
+    HAS_DEPENDENT_LAUNCH = False
+
+    @triton.jit
+    def gdc_wait():  # type: ignore[no-redef]
+        pass
+
+    @triton.jit
+    def gdc_launch_dependents():  # type: ignore[no-redef]
+        pass
+
+
+# Whether the kernels are launched as dependent launches where the GPU can (`dependent_launch`): each waits for the
+# launch before it only where it first reads what that one wrote, and lets the launch after it start once its own
+# loads are issued. Off until measured in the server (deploy/gpu/predictor_bench.py times the predictor both ways).
+DEPENDENT_LAUNCH = False
+
 BLOCK_K = 64  # the reduction's step: divides the hidden size, the attention width and the MLP width
 BLOCK_N = 32  # outputs a program of the gate/up projection computes (and of the others at more than 32 rows)
+MIN_BLOCK_N = 16  # the fewest outputs a program computes (a tensor-core product's least width)
 
 
 @dataclass(frozen=True)
@@ -47,6 +69,13 @@ class Tiles:
     block_n: int
     block_k: int
     stages: int
+    # programs a block of outputs is cut into along the reduction, each over its own 1/split of it, the last to finish
+    # summing their float32 partials in order: more programs reading the weights at once (a one-stream projection
+    # is bound by how many loads are in flight, not by the memory's rate)
+    split: int = 1
+    # each program's whole share of the weights loaded before anything the launch before wrote is read, so that
+    # with a dependent launch the loads run while that launch finishes (its share must fit in registers)
+    prefetch: bool = False
 
 
 def projection_tiles(block_m: int, k: int) -> Tiles:
@@ -108,51 +137,108 @@ def product(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
 
 @triton.jit
 def normed_pair(
-    X, LN_W, W, first, second, rows, eps,
-    HIDDEN: tl.constexpr, N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr,
+    X, LN_W, W, first, second, rows, k_lo,
+    HIDDEN: tl.constexpr, N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, SHARE: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    """The rows' input ([rows, HIDDEN]) RMS-normed with LN_W, against W's rows `first` and `second` (N each): both
-    products, the norm's row scale applied to them, rounded to W's dtype, in float32 ([BLOCK_M, N] each)."""
+    """The rows' input ([rows, HIDDEN]) times LN_W against W's rows `first` and `second` (N each) over the reduction's
+    SHARE columns from `k_lo`: both products and the rows' sums of squares over those columns, in float32 ([BLOCK_M,
+    N] twice, [BLOCK_M]), the norm's row scale not yet applied (it needs every column's squares). With PREFETCH, W's
+    rows are loaded first, whole, then (with PDL) the launch before is waited for; otherwise it is waited for first."""
     dtype = W.dtype.element_ty
     rm = tl.arange(0, BLOCK_M)
     live = rm < rows
-    rk = tl.arange(0, BLOCK_K)
-    squares = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc_first = tl.zeros([BLOCK_M, N], dtype=tl.float32)
-    acc_second = tl.zeros([BLOCK_M, N], dtype=tl.float32)
-    for k0 in range(0, HIDDEN, BLOCK_K):
-        x = tl.load(X + rm[:, None] * HIDDEN + k0 + rk[None, :], mask=live[:, None], other=0.0).to(tl.float32)
-        squares += tl.sum(x * x, 1)
-        weighted = (x * tl.load(LN_W + k0 + rk).to(tl.float32)[None, :]).to(dtype)
-        w_first = tl.load(W + first[:, None] * HIDDEN + k0 + rk[None, :])
-        w_second = tl.load(W + second[:, None] * HIDDEN + k0 + rk[None, :])
-        acc_first = product(weighted, w_first, acc_first, PRECISION, UPCAST)
-        acc_second = product(weighted, w_second, acc_second, PRECISION, UPCAST)
-    scale = 1.0 / tl.sqrt(squares / HIDDEN + eps)
-    return (acc_first * scale[:, None]).to(dtype).to(tl.float32), (acc_second * scale[:, None]).to(dtype).to(tl.float32)
+    if PREFETCH:
+        rk = tl.arange(0, SHARE)
+        w_first = tl.load(W + first[:, None] * HIDDEN + k_lo + rk[None, :])
+        w_second = tl.load(W + second[:, None] * HIDDEN + k_lo + rk[None, :])
+        if PDL:
+            gdc_wait()
+        x = tl.load(X + rm[:, None] * HIDDEN + k_lo + rk[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+        squares = tl.sum(x * x, 1)
+        weighted = (x * tl.load(LN_W + k_lo + rk).to(tl.float32)[None, :]).to(dtype)
+        acc_first = product(weighted, w_first, tl.zeros([BLOCK_M, N], dtype=tl.float32), PRECISION, UPCAST)
+        acc_second = product(weighted, w_second, tl.zeros([BLOCK_M, N], dtype=tl.float32), PRECISION, UPCAST)
+    else:
+        if PDL:
+            gdc_wait()
+        rk = tl.arange(0, BLOCK_K)
+        squares = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc_first = tl.zeros([BLOCK_M, N], dtype=tl.float32)
+        acc_second = tl.zeros([BLOCK_M, N], dtype=tl.float32)
+        for k0 in range(k_lo, k_lo + SHARE, BLOCK_K):
+            x = tl.load(X + rm[:, None] * HIDDEN + k0 + rk[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+            squares += tl.sum(x * x, 1)
+            weighted = (x * tl.load(LN_W + k0 + rk).to(tl.float32)[None, :]).to(dtype)
+            w_first = tl.load(W + first[:, None] * HIDDEN + k0 + rk[None, :])
+            w_second = tl.load(W + second[:, None] * HIDDEN + k0 + rk[None, :])
+            acc_first = product(weighted, w_first, acc_first, PRECISION, UPCAST)
+            acc_second = product(weighted, w_second, acc_second, PRECISION, UPCAST)
+    if PDL:
+        gdc_launch_dependents()
+    return acc_first, acc_second, squares
+
+
+@triton.jit
+def arrived_last(PARTIALS, COUNTERS, tile, split, acc, rm, cols, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr):
+    """A split program's float32 partial `acc` ([BLOCK_M, len(cols)]) stored at its split's rows of PARTIALS
+    ([splits * BLOCK_M, WIDTH]), then its arrival counted on the tile's counter: whether it came last (every other
+    split's partial stored and visible to it)."""
+    tl.store(PARTIALS + (split * BLOCK_M + rm)[:, None] * WIDTH + cols[None, :], acc)
+    tl.debug_barrier()  # every thread's partial stored before the program says it has arrived
+    return tl.atomic_add(COUNTERS + tile, 1, sem="acq_rel", scope="gpu") == tl.num_programs(1) - 1
+
+
+@triton.jit
+def summed(PARTIALS, rm, cols, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, SPLIT: tl.constexpr):
+    """The splits' partials of `cols` summed in split order (the same sum whichever program comes last)."""
+    total = tl.load(PARTIALS + rm[:, None] * WIDTH + cols[None, :], cache_modifier=".cg")
+    for split in tl.static_range(1, SPLIT):
+        total += tl.load(PARTIALS + (split * BLOCK_M + rm)[:, None] * WIDTH + cols[None, :], cache_modifier=".cg")
+    return total
 
 
 @triton.jit(do_not_specialize=["rows"])
 def norm_project(
-    X, LN_W, W, OUT, rows, eps,
+    X, LN_W, W, OUT, PARTIALS, COUNTERS, rows, eps,
     HIDDEN: tl.constexpr, N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, SPLIT: tl.constexpr = 1, PREFETCH: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """Program `block`: the rows' input RMS-normed with LN_W against W's BLOCK_N rows from block * BLOCK_N (two
-    halves, one product each), rounded to OUT's dtype ([rows, N]), as vllm-omni's q/k/v projection's output is."""
+    """Program (block, split): the rows' input RMS-normed with LN_W against W's BLOCK_N rows from block * BLOCK_N (two
+    halves, one product each), rounded to OUT's dtype ([rows, N]), as vllm-omni's q/k/v projection's output is. With
+    SPLIT > 1 each of a block's programs reduces 1/SPLIT of the input's columns into PARTIALS (float32 [SPLIT *
+    BLOCK_M, N + N // BLOCK_N]: the products at columns [0, N), each block's sums of squares at column N + block),
+    and the last to arrive on COUNTERS[block] finishes the block and sets the counter back to 0."""
     block = tl.program_id(0)
+    split = tl.program_id(1)
     HALF: tl.constexpr = BLOCK_N // 2
+    SHARE: tl.constexpr = HIDDEN // SPLIT
     dtype = OUT.dtype.element_ty
     rm = tl.arange(0, BLOCK_M)
     live = rm < rows
     first = block * BLOCK_N + tl.arange(0, HALF)
-    lo, hi = normed_pair(
-        X, LN_W, W, first, first + HALF, rows, eps, HIDDEN, HALF, BLOCK_M, BLOCK_K, PRECISION, UPCAST
+    lo, hi, squares = normed_pair(
+        X, LN_W, W, first, first + HALF, rows, split * SHARE, HIDDEN, HALF, BLOCK_M, BLOCK_K, SHARE, PRECISION,
+        UPCAST, PREFETCH, PDL,
     )  # fmt: skip
-    out = OUT + rm[:, None] * N + first[None, :]
-    tl.store(out, lo.to(dtype), mask=live[:, None])
-    tl.store(out + HALF, hi.to(dtype), mask=live[:, None])
+    last = True
+    if SPLIT > 1:
+        # the products at columns [0, N), each block's squares at column N + block
+        WIDTH: tl.constexpr = N + N // BLOCK_N
+        tl.store(PARTIALS + (split * BLOCK_M + rm) * WIDTH + N + block, squares)
+        tl.store(PARTIALS + (split * BLOCK_M + rm)[:, None] * WIDTH + (first + HALF)[None, :], hi)
+        last = arrived_last(PARTIALS, COUNTERS, block, split, lo, rm, first, BLOCK_M, WIDTH)
+        if last:
+            lo = summed(PARTIALS, rm, first, BLOCK_M, WIDTH, SPLIT)
+            hi = summed(PARTIALS, rm, first + HALF, BLOCK_M, WIDTH, SPLIT)
+            squares = tl.sum(summed(PARTIALS, rm, N + block + tl.arange(0, 1), BLOCK_M, WIDTH, SPLIT), 1)
+            tl.atomic_xchg(COUNTERS + block, 0)
+    if last:
+        scale = 1.0 / tl.sqrt(squares / HIDDEN + eps)
+        out = OUT + rm[:, None] * N + first[None, :]
+        tl.store(out, (lo * scale[:, None]).to(dtype), mask=live[:, None])
+        tl.store(out + HALF, (hi * scale[:, None]).to(dtype), mask=live[:, None])
 
 
 @triton.jit
@@ -174,6 +260,7 @@ def normed_rotated(lo, hi, NORM_W, cos_lo, cos_hi, sin_lo, sin_hi, eps, HEAD_DIM
 def norm_rope_attend(
     QKV, QN_W, KN_W, COS, SIN, AT, K_CACHE, V_CACHE, OUT, eps, scale,
     HEAD_DIM: tl.constexpr, Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, SLOTS: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Program (row, key/value head), from the row's q/k/v projection ([rows, heads * HEAD_DIM]): the query heads
     that share the key/value head and its key normed per head and rotated at the row's position, the key and value
@@ -188,6 +275,9 @@ def norm_rope_attend(
     rg = tl.arange(0, GROUP)
     rh = tl.arange(0, HALF)
     rs = tl.arange(0, SLOTS)
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     at = tl.load(AT + row)
     projected = QKV + row * ((Q_HEADS + 2 * KV_HEADS) * HEAD_DIM)
     angle = at * HEAD_DIM + rh
@@ -231,56 +321,105 @@ def norm_rope_attend(
 
 @triton.jit(do_not_specialize=["rows"])
 def linear_add(
-    X, W, RES, OUT, rows,
+    X, W, RES, OUT, PARTIALS, COUNTERS, rows,
     K: tl.constexpr, N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr, ADD: tl.constexpr = True,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, ADD: tl.constexpr = True, SPLIT: tl.constexpr = 1,
+    PREFETCH: tl.constexpr = False, PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """Program `block`: OUT = RES + X W^T for its BLOCK_N outputs, the product rounded first, as a projection's
-    output is before the residual adds it (without ADD, OUT = X W^T; RES unread). OUT may be RES: a program reads
-    only the outputs it writes."""
+    """Program (block, split): OUT = RES + X W^T for its BLOCK_N outputs, the product rounded first, as a projection's
+    output is before the residual adds it (without ADD, OUT = X W^T; RES unread). OUT may be RES: a block's outputs
+    are read and written by one program. With SPLIT > 1 each of a block's programs reduces 1/SPLIT of K into PARTIALS
+    (float32 [SPLIT * BLOCK_M, N]) and the last to arrive on COUNTERS[block] finishes the block (and sets it back to
+    0); with PREFETCH its share of W is loaded before X (after the launch before, with PDL, is waited for)."""
     block = tl.program_id(0)
+    split = tl.program_id(1)
+    SHARE: tl.constexpr = K // SPLIT
+    k_lo = split * SHARE
     dtype = OUT.dtype.element_ty
     rm = tl.arange(0, BLOCK_M)
     live = rm < rows
-    rk = tl.arange(0, BLOCK_K)
     rn = block * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        x = tl.load(X + rm[:, None] * K + k0 + rk[None, :], mask=live[:, None], other=0.0)
-        w = tl.load(W + rn[:, None] * K + k0 + rk[None, :])
-        acc = product(x, w, acc, PRECISION, UPCAST)
-    outputs = rm[:, None] * N + rn[None, :]
-    if ADD:
-        residual = tl.load(RES + outputs, mask=live[:, None], other=0.0).to(tl.float32)
-        tl.store(OUT + outputs, (acc.to(dtype).to(tl.float32) + residual).to(dtype), mask=live[:, None])
+    if PREFETCH:
+        rk = tl.arange(0, SHARE)
+        w = tl.load(W + rn[:, None] * K + k_lo + rk[None, :])
+        if PDL:
+            gdc_wait()
+        x = tl.load(X + rm[:, None] * K + k_lo + rk[None, :], mask=live[:, None], other=0.0)
+        acc = product(x, w, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), PRECISION, UPCAST)
     else:
-        tl.store(OUT + outputs, acc.to(dtype), mask=live[:, None])
+        if PDL:
+            gdc_wait()
+        rk = tl.arange(0, BLOCK_K)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k0 in range(k_lo, k_lo + SHARE, BLOCK_K):
+            x = tl.load(X + rm[:, None] * K + k0 + rk[None, :], mask=live[:, None], other=0.0)
+            w = tl.load(W + rn[:, None] * K + k0 + rk[None, :])
+            acc = product(x, w, acc, PRECISION, UPCAST)
+    if PDL:
+        gdc_launch_dependents()
+    last = True
+    if SPLIT > 1:
+        last = arrived_last(PARTIALS, COUNTERS, block, split, acc, rm, rn, BLOCK_M, N)
+        if last:
+            acc = summed(PARTIALS, rm, rn, BLOCK_M, N, SPLIT)
+            tl.atomic_xchg(COUNTERS + block, 0)
+    if last:
+        outputs = rm[:, None] * N + rn[None, :]
+        if ADD:
+            residual = tl.load(RES + outputs, mask=live[:, None], other=0.0).to(tl.float32)
+            tl.store(OUT + outputs, (acc.to(dtype).to(tl.float32) + residual).to(dtype), mask=live[:, None])
+        else:
+            tl.store(OUT + outputs, acc.to(dtype), mask=live[:, None])
 
 
 @triton.jit(do_not_specialize=["rows"])
 def norm_gate_up_silu(
-    X, LN_W, W, OUT, rows, eps,
+    X, LN_W, W, OUT, PARTIALS, COUNTERS, rows, eps,
     HIDDEN: tl.constexpr, INTERMEDIATE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, SPLIT: tl.constexpr = 1,
+    PREFETCH: tl.constexpr = False, PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """Program `block`: the rows' normed input against its BLOCK_N gate rows and the matching up rows (gate_up's
-    weight holds the gate's rows, then the up's), then silu(gate) * up, each rounded where vllm-omni's MLP rounds."""
+    """Program (block, split): the rows' normed input against its BLOCK_N gate rows and the matching up rows (gate_up's
+    weight holds the gate's rows, then the up's), then silu(gate) * up, each rounded where vllm-omni's MLP rounds.
+    SPLIT, PARTIALS (float32 [SPLIT * BLOCK_M, 2 * INTERMEDIATE + INTERMEDIATE // BLOCK_N]: the gate's and up's
+    products, then each block's sums of squares), COUNTERS and PREFETCH as `norm_project` takes them."""
     block = tl.program_id(0)
+    split = tl.program_id(1)
+    SHARE: tl.constexpr = HIDDEN // SPLIT
     dtype = OUT.dtype.element_ty
     rm = tl.arange(0, BLOCK_M)
     live = rm < rows
     rn = block * BLOCK_N + tl.arange(0, BLOCK_N)
-    gate, up = normed_pair(
-        X, LN_W, W, rn, INTERMEDIATE + rn, rows, eps, HIDDEN, BLOCK_N, BLOCK_M, BLOCK_K, PRECISION, UPCAST
+    gate, up, squares = normed_pair(
+        X, LN_W, W, rn, INTERMEDIATE + rn, rows, split * SHARE, HIDDEN, BLOCK_N, BLOCK_M, BLOCK_K, SHARE, PRECISION,
+        UPCAST, PREFETCH, PDL,
     )  # fmt: skip
-    activated = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
-    tl.store(OUT + rm[:, None] * INTERMEDIATE + rn[None, :], (activated * up).to(dtype), mask=live[:, None])
+    last = True
+    if SPLIT > 1:
+        WIDTH: tl.constexpr = 2 * INTERMEDIATE + INTERMEDIATE // BLOCK_N
+        tl.store(PARTIALS + (split * BLOCK_M + rm) * WIDTH + 2 * INTERMEDIATE + block, squares)
+        tl.store(PARTIALS + (split * BLOCK_M + rm)[:, None] * WIDTH + (INTERMEDIATE + rn)[None, :], up)
+        last = arrived_last(PARTIALS, COUNTERS, block, split, gate, rm, rn, BLOCK_M, WIDTH)
+        if last:
+            gate = summed(PARTIALS, rm, rn, BLOCK_M, WIDTH, SPLIT)
+            up = summed(PARTIALS, rm, INTERMEDIATE + rn, BLOCK_M, WIDTH, SPLIT)
+            squares = tl.sum(summed(PARTIALS, rm, 2 * INTERMEDIATE + block + tl.arange(0, 1), BLOCK_M, WIDTH, SPLIT), 1)
+            tl.atomic_xchg(COUNTERS + block, 0)
+    if last:
+        scale = 1.0 / tl.sqrt(squares / HIDDEN + eps)
+        gate = (gate * scale[:, None]).to(dtype).to(tl.float32)
+        up = (up * scale[:, None]).to(dtype).to(tl.float32)
+        activated = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
+        tl.store(OUT + rm[:, None] * INTERMEDIATE + rn[None, :], (activated * up).to(dtype), mask=live[:, None])
 
 
 @triton.jit
-def rms_norm(X, W, OUT, eps, HIDDEN: tl.constexpr):
+def rms_norm(X, W, OUT, eps, HIDDEN: tl.constexpr, PDL: tl.constexpr = False):
     """Program `row`: vllm-omni's RMSNorm (float32 scale, rounded, then the weight)."""
     row = tl.program_id(0)
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     dtype = OUT.dtype.element_ty
     rk = tl.arange(0, HIDDEN)
     x = tl.load(X + row * HIDDEN + rk).to(tl.float32)
@@ -292,6 +431,7 @@ def rms_norm(X, W, OUT, eps, HIDDEN: tl.constexpr):
 def sample_embed(
     LOGITS, U, u_stride, CODES, codes_stride, step, EMBED, X, inverse_temperature, top_k,
     VOCAB: tl.constexpr, HIDDEN: tl.constexpr, EMBED_NEXT: tl.constexpr, GREEDY: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Program `row`: the row's code for codebook `step` from its logits, as vllm-omni's per-call sampling draws it
     (scores = logits times the inverse temperature, rounded to the logits' dtype; those under the k-th largest
@@ -302,6 +442,9 @@ def sample_embed(
     specialized on their values, so the variants the warm-up builds are all a CUDA graph's capture launches."""
     row = tl.program_id(0)
     rv = tl.arange(0, VOCAB)
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     logits = tl.load(LOGITS + row * VOCAB + rv)
     if GREEDY:
         code = tl.argmax(logits.to(tl.float32), 0)
@@ -353,6 +496,9 @@ class Predictor:
     q_heads: int
     kv_heads: int
     scale: float
+    # each split launch's counters ([layers, 3 launches, blocks]: q/k/v, output + down, gate/up), zero between
+    # launches: a block's last program sets its own back
+    counters: torch.Tensor
 
     @staticmethod
     def of(model: Any) -> Predictor | None:
@@ -394,10 +540,12 @@ class Predictor:
             for layer in model.layers
         )
         rotary = model.rotary_emb
+        blocks = max((heads + 2 * kv_heads) * head_dim, intermediate, hidden) // MIN_BLOCK_N
         return Predictor(
             layers=layers, final_norm=model.norm.weight.detach(), cos=rotary.cos_cached.to(parameter.dtype),
             sin=rotary.sin_cached.to(parameter.dtype), eps=eps, hidden=hidden, intermediate=intermediate,
             head_dim=head_dim, q_heads=heads, kv_heads=kv_heads, scale=float(attention.scaling),
+            counters=torch.zeros(len(layers), 3, blocks, dtype=torch.int32, device=parameter.device),
         )  # fmt: skip
 
     def position(self, x: torch.Tensor, at: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -418,28 +566,38 @@ class Predictor:
         shared_memory = shared_memory_of(x.device)
         qkv_tiles = normed_tiles(QKV_TILES, block_m, self.hidden, projected_width, x.dtype, shared_memory)
         gate_up_tiles = normed_tiles(GATE_UP_TILES, block_m, self.hidden, self.intermediate, x.dtype, shared_memory)
+        pdl = dependent_launch(x.device)
+        launch: dict[str, Any] = {"launch_pdl": True} if pdl else {}
+        # the split launches' float32 partials (a row block's products, then each block's sums of squares)
+        qkv_partials = partials(qkv_tiles, block_m, projected_width + projected_width // qkv_tiles.block_n, x)
+        gate_up_width = 2 * self.intermediate + self.intermediate // gate_up_tiles.block_n
+        gate_up_partials = partials(gate_up_tiles, block_m, gate_up_width, x)
         for index, layer in enumerate(self.layers):
             source = x if index == 0 else hidden  # the input stays as given; every later sum is in place
-            norm_project[(projected_width // qkv_tiles.block_n,)](
-                source, layer.input_norm, layer.qkv, projected, rows, self.eps, HIDDEN=self.hidden,
-                N=projected_width, BLOCK_M=block_m, BLOCK_N=qkv_tiles.block_n, BLOCK_K=qkv_tiles.block_k,
-                PRECISION=precision, UPCAST=upcast, num_warps=warps, num_stages=qkv_tiles.stages,
+            counters = self.counters[index]
+            norm_project[(projected_width // qkv_tiles.block_n, qkv_tiles.split)](
+                source, layer.input_norm, layer.qkv, projected, qkv_partials, counters[0], rows, self.eps,
+                HIDDEN=self.hidden, N=projected_width, BLOCK_M=block_m, BLOCK_N=qkv_tiles.block_n,
+                BLOCK_K=qkv_tiles.block_k, PRECISION=precision, UPCAST=upcast, SPLIT=qkv_tiles.split,
+                PREFETCH=qkv_tiles.prefetch, PDL=pdl, num_warps=warps, num_stages=qkv_tiles.stages, **launch,
             )  # fmt: skip
             norm_rope_attend[(rows, self.kv_heads)](
                 projected, layer.q_norm, layer.k_norm, self.cos, self.sin, at, keys[index], values[index], attended,
                 self.eps, self.scale, HEAD_DIM=self.head_dim, Q_HEADS=self.q_heads, KV_HEADS=self.kv_heads,
-                SLOTS=slots,
+                SLOTS=slots, PDL=pdl, **launch,
             )  # fmt: skip
-            project(attended, layer.output, source, hidden, rows)
-            norm_gate_up_silu[(self.intermediate // gate_up_tiles.block_n,)](
-                hidden, layer.post_norm, layer.gate_up, activated, rows, self.eps, HIDDEN=self.hidden,
-                INTERMEDIATE=self.intermediate, BLOCK_M=block_m, BLOCK_N=gate_up_tiles.block_n,
-                BLOCK_K=gate_up_tiles.block_k, PRECISION=precision, UPCAST=upcast, num_warps=warps,
-                num_stages=gate_up_tiles.stages,
+            project(attended, layer.output, source, hidden, rows, counters[1], pdl)
+            norm_gate_up_silu[(self.intermediate // gate_up_tiles.block_n, gate_up_tiles.split)](
+                hidden, layer.post_norm, layer.gate_up, activated, gate_up_partials, counters[2], rows, self.eps,
+                HIDDEN=self.hidden, INTERMEDIATE=self.intermediate, BLOCK_M=block_m, BLOCK_N=gate_up_tiles.block_n,
+                BLOCK_K=gate_up_tiles.block_k, PRECISION=precision, UPCAST=upcast, SPLIT=gate_up_tiles.split,
+                PREFETCH=gate_up_tiles.prefetch, PDL=pdl, num_warps=warps, num_stages=gate_up_tiles.stages,
+                **launch,
             )  # fmt: skip
-            project(activated, layer.down, hidden, hidden, rows)
+            # the output projection's last programs have set its counters back before the down projection's start
+            project(activated, layer.down, hidden, hidden, rows, counters[1], pdl)
         normed = torch.empty_like(hidden)
-        rms_norm[(rows,)](hidden, self.final_norm, normed, self.eps, HIDDEN=self.hidden)
+        rms_norm[(rows,)](hidden, self.final_norm, normed, self.eps, HIDDEN=self.hidden, PDL=pdl, **launch)
         return normed.reshape(rows, 1, self.hidden)
 
 
@@ -461,25 +619,54 @@ def next_code(
     rows, vocab = int(codes.shape[0]), int(head.shape[0])
     width = int(head.shape[1])
     logits = torch.empty(rows, vocab, dtype=hidden.dtype, device=hidden.device)
-    project(hidden, head, None, logits, rows)
+    pdl = dependent_launch(hidden.device)
+    project(hidden, head, None, logits, rows, None, pdl)
     greedy = uniforms is None
     sample_embed[(rows,)](
         logits, logits if greedy else uniforms, 0 if greedy else uniforms.stride(0), codes, codes.stride(0), step,
         x if embedding is None else embedding, x, inverse_temperature, top_k, VOCAB=vocab, HIDDEN=width,
-        EMBED_NEXT=embedding is not None, GREEDY=greedy,
+        EMBED_NEXT=embedding is not None, GREEDY=greedy, PDL=pdl, **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
 
 
-def project(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None, out: torch.Tensor, rows: int) -> None:
+def project(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    residual: torch.Tensor | None,
+    out: torch.Tensor,
+    rows: int,
+    counters: torch.Tensor | None = None,
+    pdl: bool = False,
+) -> None:
     """`out` = `residual` + `x` `weight`^T for `rows` streams (`weight` [outputs, inputs]; without a residual, the
-    product alone), in `linear_add` launches cut as `projection_tiles` says for the row block."""
+    product alone), in `linear_add` launches cut as `projection_tiles` says for the row block (not split without
+    `counters`, zeros, one a block), dependent launches with `pdl`."""
     outputs, inputs = int(weight.shape[0]), int(weight.shape[1])
     block_m, precision, upcast = launch_options(rows, x.dtype)
     tiles = projection_tiles(block_m, inputs)
-    linear_add[(outputs // tiles.block_n,)](
-        x, weight, out if residual is None else residual, out, rows, K=inputs, N=outputs, BLOCK_M=block_m,
-        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, PRECISION=precision, UPCAST=upcast, ADD=residual is not None,
-        num_stages=tiles.stages,
+    if counters is None:
+        tiles = replace(tiles, split=1)
+    linear_add[(outputs // tiles.block_n, tiles.split)](
+        x, weight, out if residual is None else residual, out, partials(tiles, block_m, outputs, x),
+        out if counters is None else counters, rows, K=inputs, N=outputs, BLOCK_M=block_m, BLOCK_N=tiles.block_n,
+        BLOCK_K=tiles.block_k, PRECISION=precision, UPCAST=upcast, ADD=residual is not None, SPLIT=tiles.split,
+        PREFETCH=tiles.prefetch, PDL=pdl, num_stages=tiles.stages, **({"launch_pdl": True} if pdl else {}),
+    )  # fmt: skip
+
+
+def partials(tiles: Tiles, block_m: int, width: int, like: torch.Tensor) -> torch.Tensor:
+    """A split launch's float32 scratch ([split * block_m, width]); unsplit, a stand-in that is never read."""
+    if tiles.split == 1:
+        return like
+    return torch.empty(tiles.split * block_m, width, dtype=torch.float32, device=like.device)
+
+
+def dependent_launch(device: torch.device) -> bool:
+    """Whether the kernels are launched as programmatic dependent launches on `device`: `DEPENDENT_LAUNCH`, a
+    Triton that has them, a CUDA GPU from the Hopper generation on, not Triton's interpreter."""
+    return (
+        DEPENDENT_LAUNCH and HAS_DEPENDENT_LAUNCH and device.type == "cuda" and not triton_interpreted()
+        and torch.cuda.get_device_capability(device)[0] >= 9
     )  # fmt: skip
 
 

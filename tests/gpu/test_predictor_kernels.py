@@ -1,0 +1,124 @@
+"""The fused code predictor's projection kernels (app/engines/omni/stage_plugins/predictor_kernels.py) cut along the
+reduction (split), with each program's weights loaded before its input (prefetch) and as programmatic dependent
+launches, on a GPU: each variant gives what the unsplit kernel gives (the splits' float32 partials summed in order, so
+within float32 rounding of one sum), leaves its counters at zero for the next launch, and does so inside a CUDA graph
+replayed again and again, as the talker's runner replays the predictor. The 0.6B predictor's shapes, one stream and
+eight."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from tests.gpu.support import torch_with_vllm_omni_030
+
+HIDDEN, QKV, INTERMEDIATE = 1024, 4096, 3072
+SPLITS = (1, 2, 4)
+
+
+@pytest.fixture(scope="module")
+def kernels() -> Any:
+    torch_with_vllm_omni_030("the fused predictor's kernels")
+    from app.engines.omni.stage_plugins import predictor_kernels
+
+    return predictor_kernels
+
+
+def launch(pk: Any, name: str, rows: int, dtype: Any, split: int, prefetch: bool, pdl: bool, t: dict) -> Any:
+    """One launch of kernel `name` on the tensors `t`, returning its output."""
+    import torch
+
+    block_m, precision, upcast = pk.launch_options(rows, dtype)
+    extra = {"launch_pdl": True} if pdl else {}
+    common = dict(BLOCK_M=block_m, PRECISION=precision, UPCAST=upcast, SPLIT=split, PREFETCH=prefetch, PDL=pdl)
+    if name == "linear_add":
+        bn = 16
+        partials = torch.empty(split * block_m, HIDDEN, dtype=torch.float32, device="cuda")
+        pk.linear_add[(HIDDEN // bn, split)](
+            t["attended"], t["o"], t["res"], t["out"], partials, t["counters"], rows, K=2048, N=HIDDEN, BLOCK_N=bn,
+            BLOCK_K=256, num_stages=3, **common, **extra,
+        )  # fmt: skip
+        return t["out"]
+    if name == "norm_project":
+        bn = 32
+        partials = torch.empty(split * block_m, QKV + QKV // bn, dtype=torch.float32, device="cuda")
+        pk.norm_project[(QKV // bn, split)](
+            t["x"], t["ln"], t["qkv"], t["projected"], partials, t["counters"], rows, 1e-6, HIDDEN=HIDDEN, N=QKV,
+            BLOCK_N=bn, BLOCK_K=128, num_stages=3, **common, **extra,
+        )  # fmt: skip
+        return t["projected"]
+    bn = 32
+    partials = torch.empty(split * block_m, 2 * INTERMEDIATE + INTERMEDIATE // bn, dtype=torch.float32, device="cuda")
+    pk.norm_gate_up_silu[(INTERMEDIATE // bn, split)](
+        t["x"], t["ln"], t["gate_up"], t["activated"], partials, t["counters"], rows, 1e-6, HIDDEN=HIDDEN,
+        INTERMEDIATE=INTERMEDIATE, BLOCK_N=bn, BLOCK_K=128, num_stages=3, **common, **extra,
+    )  # fmt: skip
+    return t["activated"]
+
+
+def tensors(rows: int, dtype: Any) -> dict:
+    import torch
+
+    def r(*shape: int, scale: float = 0.05) -> Any:
+        return (torch.randn(*shape, device="cuda") * scale).to(dtype)
+
+    return {
+        "x": r(rows, HIDDEN, scale=1.0), "ln": (torch.rand(HIDDEN, device="cuda") + 0.5).to(dtype),
+        "qkv": r(QKV, HIDDEN), "o": r(HIDDEN, 2048), "gate_up": r(2 * INTERMEDIATE, HIDDEN),
+        "attended": r(rows, 2048, scale=1.0), "res": r(rows, HIDDEN, scale=1.0),
+        "out": torch.empty(rows, HIDDEN, dtype=dtype, device="cuda"),
+        "projected": torch.empty(rows, QKV, dtype=dtype, device="cuda"),
+        "activated": torch.empty(rows, INTERMEDIATE, dtype=dtype, device="cuda"),
+        "counters": torch.zeros(QKV // 16, dtype=torch.int32, device="cuda"),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("rows", [1, 8])
+@pytest.mark.parametrize("name", ["linear_add", "norm_project", "norm_gate_up_silu"])
+def test_every_split_prefetch_and_dependent_launch_gives_the_unsplit_kernels_output(
+    kernels: Any, name: str, rows: int
+) -> None:
+    import torch
+
+    torch.manual_seed(0)
+    pdl_here = kernels.HAS_DEPENDENT_LAUNCH and torch.cuda.get_device_capability()[0] >= 9
+    for dtype in (torch.float32, torch.bfloat16):
+        t = tensors(rows, dtype)
+        expected = launch(kernels, name, rows, dtype, 1, False, False, t).clone()
+        for split, prefetch, pdl in itertools.product(SPLITS, (False, True), (False, True)):
+            if (pdl and not pdl_here) or (prefetch and split == 1 and dtype == torch.float32):
+                continue  # no dependent launch here; a float32 program's whole share would not fit its registers
+            got = launch(kernels, name, rows, dtype, split, prefetch, pdl, t).clone()
+            torch.cuda.synchronize()
+            # float32: one float32 sum against split sums; bfloat16: those rounded, a unit or two apart
+            tolerance = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=2e-3, rtol=2**-6)
+            torch.testing.assert_close(got, expected, **tolerance, msg=f"{name} {dtype} {split=} {prefetch=} {pdl=}")
+            assert int(t["counters"].count_nonzero()) == 0, "a block's counter was left set"
+
+
+def test_split_dependent_launches_replay_in_a_cuda_graph(kernels: Any) -> None:
+    import torch
+
+    torch.manual_seed(1)
+    rows, dtype = 4, torch.bfloat16
+    pdl = kernels.HAS_DEPENDENT_LAUNCH and torch.cuda.get_device_capability()[0] >= 9
+    t = tensors(rows, dtype)
+    names = ("norm_project", "norm_gate_up_silu", "linear_add")
+    expected = {n: launch(kernels, n, rows, dtype, 1, False, False, t).clone() for n in names}
+    for n in names:  # built before the capture
+        launch(kernels, n, rows, dtype, 4, True, pdl, t)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for n in names:
+            launch(kernels, n, rows, dtype, 4, True, pdl, t)
+    for _ in range(20):
+        for key in ("projected", "activated", "out"):
+            t[key].zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert int(t["counters"].count_nonzero()) == 0
+        for n, key in zip(names, ("projected", "activated", "out"), strict=True):
+            torch.testing.assert_close(t[key], expected[n], atol=2e-3, rtol=2**-6)
