@@ -152,7 +152,7 @@ def untiled(t: dict[str, Any], rows: int) -> dict[str, Callable[[], None]]:
     def attend() -> None:
         pk.norm_rope_attend[(rows, KV_HEADS)](
             t["projected"], t["qn"], t["qn"], t["cos"], t["sin"], t["at"], t["keys"], t["values"], t["q"], 1e-6,
-            0.088, HEAD_DIM=HEAD_DIM, Q_HEADS=HEADS, KV_HEADS=KV_HEADS, SLOTS=SLOTS,
+            0.088, rows, HEAD_DIM=HEAD_DIM, Q_HEADS=HEADS, KV_HEADS=KV_HEADS, SLOTS=SLOTS,
         )  # fmt: skip
 
     def norm() -> None:

@@ -67,8 +67,19 @@ SCRIPT = textwrap.dedent(
     load_omni_general_plugins()  # again, as AsyncOmni and each stage's engine arguments run them: nothing re-registered
     register_omni_models_to_vllm()  # as each stage's engine arguments do, in vLLM's own registry
     described = {arch: OmniModelRegistry._try_inspect_model_cls(arch) for arch in architectures}
-    with ThreadPoolExecutor(len(SHIPPED)) as pool:  # vLLM's own inspection, in fresh processes
-        theirs = dict(zip(SHIPPED, pool.map(lambda arch: lazy[arch].inspect_model_cls(), SHIPPED)))
+    # vLLM's own inspection of each, in fresh processes (not from the cache the registration wrote)
+    from vllm.model_executor.models import registry as vllm_registry
+    fresh = vllm_registry._run_in_subprocess
+    def described_in_a_fresh_process(arch):
+        return fresh(lambda: vllm_registry._ModelInfo.from_model_cls(lazy[arch].load_model_cls()))
+    with ThreadPoolExecutor(len(SHIPPED)) as pool:
+        theirs = dict(zip(SHIPPED, pool.map(described_in_a_fresh_process, SHIPPED)))
+    # vLLM's registry after vllm-omni registered its own models there again by name (the shipped talker is one):
+    # described from the cache the registration wrote, no fresh process
+    started = []
+    vllm_registry._run_in_subprocess = lambda fn: started.append(1) or fn()
+    from_vllm = {arch: vllm_registry._try_inspect_model_cls(arch, ModelRegistry.models[arch]) for arch in SHIPPED}
+    vllm_registry._run_in_subprocess = fresh
     print(json.dumps({
         "registered": registered, "cuda_calls": cuda_calls, "cuda_bytes": peak, "cuda_at_import": cuda_at_import,
         "cuda_initialised_here": cuda_now and not cuda_at_import,
@@ -77,6 +88,8 @@ SCRIPT = textwrap.dedent(
         # the service's own, in vLLM's registry after vllm-omni registered its own there again by name
         "ours_in_vllm": sorted({type(ModelRegistry.models[a]).__name__ for a in architectures if "Speech" in a}),
         "as_vllm_inspects": [dataclasses.asdict(described[a]) == dataclasses.asdict(theirs[a]) for a in SHIPPED],
+        "vllm_fresh_processes": len(started),
+        "vllm_as_inspected": [dataclasses.asdict(from_vllm[a]) == dataclasses.asdict(theirs[a]) for a in SHIPPED],
     }))
     """
 )
@@ -96,6 +109,8 @@ def test_every_stage_model_is_described_in_this_process_without_a_call_to_cuda(t
     assert answer["cuda_initialised_here"] is False
     assert answer["kinds"] == ["_RegisteredModel"]
     assert answer["ours_in_vllm"] == ["_RegisteredModel"]
+    assert answer["vllm_fresh_processes"] == 0  # vllm-omni's talker, held by name again: from the cache written
+    assert answer["vllm_as_inspected"] == [True, True]
     assert sorted(answer["registered"]) == sorted(answer["described"])
     assert all(arch == described for arch, described in answer["described"].items())
     assert answer["as_vllm_inspects"] == [True, True]  # the shipped stages' descriptions: what vLLM's process gives

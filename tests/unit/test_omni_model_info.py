@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +139,42 @@ def test_a_model_held_by_name_in_both_registries_is_imported_once_and_registered
     assert vllms.models == omnis.models == {"Talker": ClassModel(TalkerClass), "Code2Wav": ClassModel(Code2WavClass)}
     assert (vllms.registered, omnis.registered) == (["Talker", "Code2Wav"], ["Talker"])
     assert all(model.inspect_model_cls() for registry in (vllms, omnis) for model in registry.models.values())
+
+
+def test_the_description_is_written_to_vllms_cache_for_each_name_it_was_held_by_once() -> None:
+    """vllm-omni registers its own models by name again in vLLM's registry as it builds each stage's config: vLLM then
+    reads the description from its model-info cache (as it writes it after a fresh process) instead of starting one."""
+    cache: dict[tuple[str, str], str] = {}
+
+    @dataclass(frozen=True)
+    class Cached(LazyModel):  # vLLM 0.30's cache methods, keyed by the module's file
+        def _get_modelinfo_module_hash(self, path: Path) -> str:
+            return path.name
+
+        def _load_modelinfo_from_cache(self, module_hash: str) -> str | None:
+            return cache.get((self.class_name, module_hash))
+
+        def _save_modelinfo_to_cache(self, info: str, module_hash: str) -> None:
+            assert (self.class_name, module_hash) not in cache, "written again"
+            cache[(self.class_name, module_hash)] = info
+
+    here = __name__  # an importable module, as a model's is
+    vllms = Registry({"Talker": Cached(here, "TalkerClass", TalkerClass)})
+    omnis = Registry({"Talker": Cached(here, "TalkerClass", TalkerClass)})
+    assert register_in_process([vllms, omnis], ["Talker"]) == ["Talker"]
+    assert cache == {("TalkerClass", Path(__file__).name): "TalkerClass"}  # what the class describes itself as
+    again = Registry({"Talker": Cached(here, "TalkerClass", TalkerClass)})
+    assert register_in_process([again], ["Talker"]) == ["Talker"]  # cached already: not written twice
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_class_registered(caplog: pytest.LogCaptureFixture) -> None:
+    @dataclass(frozen=True)
+    class Unwritable(LazyModel):
+        def _get_modelinfo_module_hash(self, path: Path) -> str:
+            raise PermissionError(f"{path}: read-only")
+
+    registry = Registry({"Talker": Unwritable(__name__, "TalkerClass", TalkerClass)})
+    with caplog.at_level(logging.INFO, logger="app.engines.omni.model_info"):
+        assert register_in_process([registry], ["Talker"]) == ["Talker"]
+    assert registry.models["Talker"] == ClassModel(TalkerClass)
+    assert "not cached" in caplog.text and "read-only" in caplog.text

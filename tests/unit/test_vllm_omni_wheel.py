@@ -134,6 +134,10 @@ def test_the_stages_models_are_the_ones_the_service_registers_as_classes_where_v
     or, where it names none (the talker), the pipeline's (engine.stage_architectures)."""
     registry = ast.unparse(wheel.tree("model_executor/models/registry.py"))
     assert "OmniModelRegistry = _ModelRegistry({**{model_arch: _LazyRegisteredModel(" in registry
+    # vllm-omni's own models by the same module and class name in both registries: one model-info cache entry each
+    assert "_LazyRegisteredModel(module_name=f'vllm_omni.model_executor.models.{mod_folder}.{mod_relname}'" in registry
+    to_vllm = ast.unparse(function_def(wheel.tree("engine/arg_utils.py"), "register_omni_models_to_vllm"))
+    assert "f'vllm_omni.model_executor.models.{mod_folder}.{mod_relname}:{cls_name}'" in to_vllm
     registry_property = function_def(class_def(wheel.tree("config/model.py"), "OmniModelConfig"), "registry")
     assert ast.unparse(registry_property.body[-1]) == "return me_models.OmniModelRegistry"
     # ...and, before that, vLLM's own ModelConfig, whose registry is vLLM's ModelRegistry: registered in both

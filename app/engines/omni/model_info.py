@@ -15,7 +15,9 @@ builds vLLM's own `ModelConfig`, which inspects through vLLM's `ModelRegistry` (
 plugin register the stage models by name too), then vllm-omni's `OmniModelConfig`, which inspects through
 `OmniModelRegistry`. Registered in vllm-omni's alone, the start still paid one such process per stage, 13 and 16 s
 one after the other (py-spy over a start on an H200: `vllm.model_executor.models.registry` processes under
-`ModelConfig.__post_init__`, benchmarks/gpu/2026-11-29-h200x2-sglang-profile-omni-c1/).
+`ModelConfig.__post_init__`, benchmarks/gpu/2026-11-29-h200x2-sglang-profile-omni-c1/). vllm-omni registers its own
+models by name again in vLLM's registry for each stage's config, so for each class the description is also written
+to vLLM's model-info cache, where vLLM then finds it (`remember`).
 
 The subprocess guards against a model module that initialises CUDA on import. On a GPU host the server's process has
 CUDA initialised before this runs all the same: importing vllm-omni 0.30 asks the device's capability
@@ -28,9 +30,11 @@ vLLM to inspect (and fail on) as before.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -51,6 +55,7 @@ def register_in_process(
         if not lazily:
             continue
         try:
+            by_name = {(model.module_name, model.class_name): model for model in (r.models[arch] for r in lazily)}
             model_cls = lazily[0].models[arch].load_model_cls()
             for registry in lazily:
                 registry.register_model(arch, model_cls)
@@ -59,6 +64,11 @@ def register_in_process(
             failed.append(arch)
             continue
         registered.append(arch)
+        try:
+            for model in by_name.values():
+                remember(model, lazily[0].models[arch].inspect_model_cls())
+        except Exception:  # the cache is vLLM's to fill, as before: a start only takes longer
+            log.warning("stage model's description not cached", exc_info=True, extra={"architecture": arch})
     if not cuda_before and cuda_initialized():
         log.warning(
             "importing the stages' models initialised CUDA in the server's process",
@@ -68,3 +78,18 @@ def register_in_process(
     if registered or failed:
         log.info("stage models inspected", extra={"architectures": registered, "left": failed, "seconds": seconds})
     return registered
+
+
+def remember(model: Any, info: Any) -> None:
+    """vLLM's model-info cache entry for `model` (a class registered by name: `_LazyRegisteredModel`) written from
+    `info` (its `_ModelInfo`, described here), where the cache lacks it: as vLLM writes it after describing the class in
+    a fresh process, in vLLM's own file (`$VLLM_CACHE_ROOT/modelinfos/`, keyed by the module's source). vllm-omni
+    registers its own models by name again in vLLM's registry as it builds each stage's config, after they were
+    registered here as classes: with the entry written, vLLM reads it instead of starting that process (about 15 s
+    for the talker as shipped on a host's first start)."""
+    spec = importlib.util.find_spec(model.module_name)
+    if spec is None or not spec.origin:
+        return
+    module_hash = model._get_modelinfo_module_hash(Path(spec.origin))
+    if model._load_modelinfo_from_cache(module_hash) is None:
+        model._save_modelinfo_to_cache(info, module_hash)

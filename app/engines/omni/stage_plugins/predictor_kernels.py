@@ -257,28 +257,17 @@ def normed_rotated(lo, hi, NORM_W, cos_lo, cos_hi, sin_lo, sin_hi, eps, HEAD_DIM
 
 
 @triton.jit
-def norm_rope_attend(
-    QKV, QN_W, KN_W, COS, SIN, AT, K_CACHE, V_CACHE, OUT, eps, scale,
+def attend_position(
+    QKV, QN_W, KN_W, COS, SIN, K_CACHE, V_CACHE, OUT, eps, scale, row, stream, kv_head, at,
     HEAD_DIM: tl.constexpr, Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, SLOTS: tl.constexpr,
-    PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """Program (row, key/value head), from the row's q/k/v projection ([rows, heads * HEAD_DIM]): the query heads
-    that share the key/value head and its key normed per head and rotated at the row's position, the key and value
-    written into the row's cache slot, then the queries against slots 0 to the position (the new slot's key and
-    value as computed here, the earlier ones from the cache), softmax in float32, the values' weighted sum to OUT
-    (heads side by side, as the output projection reads them)."""
-    row = tl.program_id(0)
-    kv_head = tl.program_id(1)
+    """`norm_rope_attend` for projected row `row`, stream `stream`'s position `at`, key/value head `kv_head`."""
     GROUP: tl.constexpr = Q_HEADS // KV_HEADS
     HALF: tl.constexpr = HEAD_DIM // 2
     dtype = OUT.dtype.element_ty
     rg = tl.arange(0, GROUP)
     rh = tl.arange(0, HALF)
     rs = tl.arange(0, SLOTS)
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
-    at = tl.load(AT + row)
     projected = QKV + row * ((Q_HEADS + 2 * KV_HEADS) * HEAD_DIM)
     angle = at * HEAD_DIM + rh
     cos_lo, cos_hi = tl.load(COS + angle).to(tl.float32), tl.load(COS + angle + HALF).to(tl.float32)
@@ -296,12 +285,12 @@ def norm_rope_attend(
     )  # fmt: skip
     v = projected + (Q_HEADS + KV_HEADS + kv_head) * HEAD_DIM + one
     v_lo, v_hi = tl.load(v), tl.load(v + HALF)
-    cache = row * (KV_HEADS * SLOTS * HEAD_DIM) + kv_head * (SLOTS * HEAD_DIM)
+    cache = stream * (KV_HEADS * SLOTS * HEAD_DIM) + kv_head * (SLOTS * HEAD_DIM)
     tl.store(K_CACHE + cache + at * HEAD_DIM + one, k_lo)
     tl.store(K_CACHE + cache + at * HEAD_DIM + HALF + one, k_hi)
     tl.store(V_CACHE + cache + at * HEAD_DIM + one, v_lo)
     tl.store(V_CACHE + cache + at * HEAD_DIM + HALF + one, v_hi)
-    # every slot before the position from the cache, the position's own from here (not read back: no barrier needed)
+    # every slot before the position from the cache, the position's own from here (not read back)
     slots = cache + rs[:, None] * HEAD_DIM + one
     earlier = (rs < at)[:, None]
     here = (rs == at)[:, None]
@@ -317,6 +306,34 @@ def norm_rope_attend(
     out = OUT + row * (Q_HEADS * HEAD_DIM) + (kv_head * GROUP + rg)[:, None] * HEAD_DIM + rh[None, :]
     tl.store(out, tl.sum(weights[:, :, None] * values_lo[None, :, :], 1).to(dtype))
     tl.store(out + HALF, tl.sum(weights[:, :, None] * values_hi[None, :, :], 1).to(dtype))
+
+
+@triton.jit(do_not_specialize=["stream_rows"])
+def norm_rope_attend(
+    QKV, QN_W, KN_W, COS, SIN, AT, K_CACHE, V_CACHE, OUT, eps, scale, stream_rows,
+    HEAD_DIM: tl.constexpr, Q_HEADS: tl.constexpr, KV_HEADS: tl.constexpr, SLOTS: tl.constexpr,
+    POSITIONS: tl.constexpr = 1, PDL: tl.constexpr = False,
+):  # fmt: skip
+    """Program (stream, key/value head), for each of the stream's POSITIONS positions from AT[stream] on (its rows
+    `stream`, `stream + stream_rows`, ... of the q/k/v projection ([rows, heads * HEAD_DIM])): the query heads that
+    share the key/value head and its key normed per head and rotated at the position, the key and value written
+    into the stream's cache slot, then the queries against slots 0 to the position (the new slot's key and value
+    as computed here, the earlier ones from the cache), softmax in float32, the values' weighted sum to OUT (heads
+    side by side, as the output projection reads them). A later position reads the earlier one's slot, which this
+    program wrote: its threads meet at a barrier first."""
+    stream = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    first = tl.load(AT + stream)
+    for position in tl.static_range(POSITIONS):
+        if position > 0:
+            tl.debug_barrier()  # the slot the position before wrote, visible to every thread of the program
+        attend_position(
+            QKV, QN_W, KN_W, COS, SIN, K_CACHE, V_CACHE, OUT, eps, scale, position * stream_rows + stream, stream,
+            kv_head, first + position, HEAD_DIM, Q_HEADS, KV_HEADS, SLOTS,
+        )  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["rows"])
@@ -548,16 +565,21 @@ class Predictor:
             counters=torch.zeros(len(layers), 3, blocks, dtype=torch.int32, device=parameter.device),
         )  # fmt: skip
 
-    def position(self, x: torch.Tensor, at: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    def position(
+        self, x: torch.Tensor, at: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: int = 1
+    ) -> torch.Tensor:
         """One position per stream (`x` [batch, 1, hidden] at `at` [batch, 1]) through every layer and the final
         norm, each layer's key and value written into the cache ([layers, batch, kv heads, slots, head dim]) at the
-        row's slot, attending to the slots up to it: what `SpeechCodePredictor._position` computes."""
+        row's slot, attending to the slots up to it: what `SpeechCodePredictor._position` computes. With `positions`
+        > 1, that many positions of each stream in one pass, `at` the first: `x` [positions * batch, 1, hidden] holds
+        each position's rows after the one before's, and so does what it returns."""
         rows = int(x.shape[0])
+        streams = rows // positions
         slots = int(keys.shape[3])
         block_m, precision, upcast = launch_options(rows, x.dtype)
         warps = 4 if block_m <= 32 else 8  # 64 rows and more: 4 warps' registers spill (the normed products, sm_90)
         x = x.reshape(rows, self.hidden)
-        at = at.reshape(rows)
+        at = at.reshape(streams)
         hidden = torch.empty_like(x)
         projected_width = (self.q_heads + 2 * self.kv_heads) * self.head_dim
         projected = torch.empty(rows, projected_width, dtype=x.dtype, device=x.device)
@@ -581,10 +603,10 @@ class Predictor:
                 BLOCK_K=qkv_tiles.block_k, PRECISION=precision, UPCAST=upcast, SPLIT=qkv_tiles.split,
                 PREFETCH=qkv_tiles.prefetch, PDL=pdl, num_warps=warps, num_stages=qkv_tiles.stages, **launch,
             )  # fmt: skip
-            norm_rope_attend[(rows, self.kv_heads)](
+            norm_rope_attend[(streams, self.kv_heads)](
                 projected, layer.q_norm, layer.k_norm, self.cos, self.sin, at, keys[index], values[index], attended,
-                self.eps, self.scale, HEAD_DIM=self.head_dim, Q_HEADS=self.q_heads, KV_HEADS=self.kv_heads,
-                SLOTS=slots, PDL=pdl, **launch,
+                self.eps, self.scale, streams, HEAD_DIM=self.head_dim, Q_HEADS=self.q_heads, KV_HEADS=self.kv_heads,
+                SLOTS=slots, POSITIONS=positions, PDL=pdl, **launch,
             )  # fmt: skip
             project(attended, layer.output, source, hidden, rows, counters[1], pdl)
             norm_gate_up_silu[(self.intermediate // gate_up_tiles.block_n, gate_up_tiles.split)](

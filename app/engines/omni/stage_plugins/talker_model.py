@@ -236,15 +236,36 @@ class SpeechCodePredictor(Qwen3TTSTalkerCodePredictorForConditionalGenerationVLL
         at = torch.zeros(padded, 1, dtype=torch.long, device=device)
         # position 0 holds the talker's hidden state, position 1 codebook 0's embedding; the hidden state at
         # position p predicts codebook p, whose embedding goes in at position p + 1
-        x[:bsz] = projection(last_talker_hidden.reshape(bsz, 1, -1).to(dtype))
-        self._compiled_position(x, at, keys, values)
-        x[:bsz] = projection(layer0_embed.reshape(bsz, 1, -1).to(dtype))
+        talker_input = projection(last_talker_hidden.reshape(bsz, 1, -1).to(dtype))
+        layer0_input = projection(layer0_embed.reshape(bsz, 1, -1).to(dtype))
+        hidden = self._first_positions(x, at, keys, values, talker_input, layer0_input)
         drawn_by = generators if generators is not None else generator
         sampling = Sampling(use_sampling, inverse_temperature, top_k, sample_uniforms, drawn_by)
-        for step in range(1, groups):
+        self._next_code(1, hidden, codes, x, sampling)
+        for step in range(2, groups):
             at.fill_(step)
             self._next_code(step, self._compiled_position(x, at, keys, values), codes, x, sampling)
         return codes
+
+    def _first_positions(
+        self,
+        x: torch.Tensor,
+        at: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        talker_input: torch.Tensor,
+        layer0_input: torch.Tensor,
+    ) -> torch.Tensor:
+        """Positions 0 (`talker_input`, [batch, 1, hidden]) and 1 (`layer0_input`) through the layers, one after the
+        other in `x` ([padded batch, 1, hidden], zeros past the batch), `at` ([padded batch, 1], zeros) as each
+        position's: the hidden state at position 1 ([padded batch, 1, hidden]), which predicts codebook 1. `x` and
+        `at` are left to the next position to fill."""
+        bsz = int(talker_input.shape[0])
+        x[:bsz] = talker_input
+        self._compiled_position(x, at, keys, values)
+        x[:bsz] = layer0_input
+        at.fill_(1)
+        return self._compiled_position(x, at, keys, values)
 
     def _next_code(
         self, step: int, hidden: torch.Tensor, codes: torch.Tensor, x: torch.Tensor, sampling: Sampling
@@ -281,6 +302,11 @@ class Sampling:
     top_k: int
     uniforms: torch.Tensor | None  # [batch, groups - 1, vocab]: each step's Gumbel noise, given
     generator: Any  # where no uniforms are given: the generator(s) they are drawn from
+
+
+# the most rows (both positions' of every stream) the fused predictor takes positions 0 and 1 in one pass with: the
+# row blocks its kernels' tiles were measured at (more: two passes, as the service's predictor takes them)
+TWO_POSITIONS_ROWS = 32
 
 
 class FusedCodePredictor(SpeechCodePredictor):
@@ -331,6 +357,27 @@ class FusedCodePredictor(SpeechCodePredictor):
         except BaseException:
             self._compiled_model_fwd = None  # not set up: again at the next call
             raise
+
+    def _first_positions(
+        self,
+        x: torch.Tensor,
+        at: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        talker_input: torch.Tensor,
+        layer0_input: torch.Tensor,
+    ) -> torch.Tensor:
+        """Positions 0 and 1 in one pass of the kernels (each launch over both positions' rows: a frame's 16 passes
+        become 15, as sglang-omni's predictor runs them), where both positions' rows fit `TWO_POSITIONS_ROWS`;
+        otherwise one after the other. `x` is left as it was given (the next position's input is written there)."""
+        padded = int(x.shape[0])
+        if self._fused is None or 2 * padded > TWO_POSITIONS_ROWS:
+            return super()._first_positions(x, at, keys, values, talker_input, layer0_input)
+        bsz = int(talker_input.shape[0])
+        both = torch.zeros(2 * padded, 1, x.shape[-1], dtype=x.dtype, device=x.device)
+        both[:bsz] = talker_input
+        both[padded : padded + bsz] = layer0_input
+        return self._fused.position(both, at, keys, values, positions=2)[padded:]
 
     def _next_code(
         self, step: int, hidden: torch.Tensor, codes: torch.Tensor, x: torch.Tensor, sampling: Sampling
