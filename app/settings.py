@@ -210,6 +210,21 @@ class OmniSettings(BaseModel):
         "app/engines/omni/stage_plugins/talker_model.py; registered in the stage processes by the package's "
         "vllm_omni.general_plugins entry point, so the service must be installed, as its image is.",
     )
+    fused_kernels: Literal["as-tuned", "split", "prefetch"] = Field(
+        "as-tuned",
+        description="With `talker_model` `fused`, how its projection kernels are cut, up to 16 streams in bfloat16: "
+        "their tiles as each kernel's own timing chose (`as-tuned`); each reduction split across about as many "
+        "programs as an H200 has SMs, the last of a block's programs summing their float32 partials in order "
+        "(`split`, as sglang-omni's predictor cuts its own); or split so that each program loads its whole share "
+        "of the weights before its input (`prefetch`). Not measured in the server yet. "
+        "app/engines/omni/stage_plugins/predictor_kernels.py.",
+    )
+    fused_dependent_launch: bool = Field(
+        False,
+        description="With `talker_model` `fused`, launch its kernels as programmatic dependent launches (Hopper "
+        "GPUs and later): each starts while the one before it finishes and waits only where it first reads what "
+        "that one wrote. Not measured in the server yet.",
+    )
     switch_interval_ms: float | None = _switch_interval_field(
         "vllm-omni's stage processes, the talker's and code2wav's",
         "In the talker's process the engine's step loop shares one lock with the threads that copy each step's codes "

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import statistics
 import sys
@@ -37,11 +36,11 @@ GROUPS = 16
 VOCAB = 2048
 HIDDEN = 1024
 SETTINGS = ("vllm-omni", "compiled-once", "service", "fused")  # the SPEECH_OMNI__TALKER_MODEL values it times
-# `fused` with its kernels launched otherwise (predictor_kernels.py's switches, not settings yet): `+pdl` as dependent
-# launches; `+split` each projection's reduction split across more programs (q/k/v in 2, gate/up in 4, the output
-# and down projections in 2 and 3); `+prefetch` split so each program's share of the weights fits 32 KiB, loaded whole
-# before its input
-FUSED_VARIANTS = ("fused+pdl", "fused+split", "fused+split+pdl", "fused+prefetch", "fused+prefetch+pdl")
+# `fused` with its kernels launched as SPEECH_OMNI__FUSED_KERNELS and SPEECH_OMNI__FUSED_DEPENDENT_LAUNCH say: the
+# setting's value after the plus (fused_launch.py)
+FUSED_VARIANTS = (
+    "fused+as-tuned+dependent", "fused+split", "fused+split+dependent", "fused+prefetch", "fused+prefetch+dependent",
+)  # fmt: skip
 
 
 def predictors(torch: Any, dtype: Any, max_num_seqs: int, settings: Collection[str] = SETTINGS) -> dict[str, Any]:
@@ -186,29 +185,18 @@ def measure(torch: Any, graph: Any, replays: int) -> tuple[float, float]:
 
 @contextlib.contextmanager
 def launched_as(name: str) -> Iterator[None]:
-    """The fused kernels launched as the variant `name` says while its predictor is set up and captured."""
-    from app.engines.omni.stage_plugins import predictor_kernels as pk
+    """The fused kernels launched as the variant `name` says (its SPEECH_OMNI__FUSED_KERNELS value, as the server
+    hands it to the talker's process) while its predictor is set up and captured: a replay launches what was
+    captured."""
+    from app.engines.omni.stage_plugins import fused_launch
 
-    saved = (pk.DEPENDENT_LAUNCH, pk.QKV_TILES, pk.GATE_UP_TILES, pk.projection_tiles)
-    shipped_projection = pk.projection_tiles
-    if "+pdl" in name:
-        pk.DEPENDENT_LAUNCH = True
-    if "+split" in name:
-        pk.QKV_TILES = pk.Tiles(block_n=64, block_k=256, stages=3, split=2)
-        pk.GATE_UP_TILES = pk.Tiles(block_n=32, block_k=128, stages=3, split=4)
-        pk.projection_tiles = lambda block_m, k: dataclasses.replace(
-            shipped_projection(block_m, k), split={2048: 2, 3072: 3}.get(k, 1)
-        )
-    if "+prefetch" in name:  # 16 KiB, 32 KiB, 32 KiB a program
-        pk.QKV_TILES = pk.Tiles(block_n=32, block_k=256, stages=1, split=4, prefetch=True)
-        pk.GATE_UP_TILES = pk.Tiles(block_n=32, block_k=256, stages=1, split=4, prefetch=True)
-        pk.projection_tiles = lambda block_m, k: pk.Tiles(
-            block_n=16, block_k=1024, stages=1, split=k // 1024, prefetch=True
-        )
+    value = name.partition("+")[2]
+    if value:
+        os.environ[fused_launch.VARIABLE] = value
     try:
         yield
     finally:
-        pk.DEPENDENT_LAUNCH, pk.QKV_TILES, pk.GATE_UP_TILES, pk.projection_tiles = saved
+        os.environ.pop(fused_launch.VARIABLE, None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ from app.engines.omni.engine import (
     profiler_overrides,
 )
 from app.engines.omni.requests import AudioOutputReader, additional_information, sampling_params_for
-from app.engines.omni.stage_plugins import model_registration
+from app.engines.omni.stage_plugins import fused_launch, model_registration
 from app.engines.qwen3_tts import Qwen3TTSModel, check_job, input_tokens, warmup_job
 from app.server import create_app
 from app.settings import Settings
@@ -314,6 +314,39 @@ async def test_a_switch_interval_reaches_the_stage_processes_environment_before_
         await engine.start()
         await engine.close()
     assert seen == ["0.0005", None]
+
+
+async def test_the_fused_kernels_launch_reaches_the_stage_processes_environment_before_they_start(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEECH_OMNI__FUSED_KERNELS and SPEECH_OMNI__FUSED_DEPENDENT_LAUNCH are in the environment when AsyncOmni spawns
+    the stages, read back there as they were set; a later start with the defaults takes the variable away."""
+    monkeypatch.delenv(fused_launch.VARIABLE, raising=False)  # restored after the test
+    seen: list[fused_launch.FusedLaunch] = []
+    raw: list[str | None] = []
+
+    class Recording(FakeAsyncOmni):
+        def __init__(self) -> None:
+            super().__init__()
+            raw.append(os.environ.get(fused_launch.VARIABLE))
+            seen.append(fused_launch.from_environment(os.environ))
+
+    for settings in ({"fused_kernels": "prefetch", "fused_dependent_launch": True}, {"fused_kernels": "split"}, {}):
+        engine = make_engine(custom_voice_dir, FakeAsyncOmni(), omni=settings)
+        engine._factory = lambda **kwargs: Recording()
+        await engine.start()
+        await engine.close()
+    assert raw == ["prefetch+dependent", "split", None]
+    assert seen == [
+        fused_launch.FusedLaunch("prefetch", True),
+        fused_launch.FusedLaunch("split"),
+        fused_launch.FusedLaunch(),
+    ]
+
+
+def test_a_fused_kernels_setting_it_does_not_know_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="fused_kernels"):
+        Settings(engine="omni", omni={"fused_kernels": "fastest"})
 
 
 @pytest.mark.parametrize("interval", [0.0, 0.001, 1001.0, float("inf"), float("nan")])

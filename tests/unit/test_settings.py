@@ -58,6 +58,8 @@ BORN_GROUPED = {
     ("omni", "talker_model"),
     ("omni", "engine_stats"),
     ("omni", "switch_interval_ms"),
+    ("omni", "fused_kernels"),
+    ("omni", "fused_dependent_launch"),
 }
 
 

@@ -39,8 +39,9 @@ from app.engines.omni.requests import (
     engine_probe_interval_s,
     sampling_params_for,
 )
-from app.engines.omni.stage_plugins import model_registration
+from app.engines.omni.stage_plugins import fused_launch, model_registration
 from app.engines.omni.stage_plugins import talker_windows as service_talker_windows
+from app.engines.omni.stage_plugins.fused_launch import FusedLaunch
 from app.engines.qwen3_tts import (
     SAMPLES_PER_FRAME,
     Qwen3TTSModel,
@@ -281,6 +282,11 @@ class OmniEngine:
             os.environ[model_registration.SWITCH_INTERVAL_VARIABLE] = repr(interval_ms / 1000)
         else:
             os.environ.pop(model_registration.SWITCH_INTERVAL_VARIABLE, None)
+        launch = FusedLaunch(self._settings.fused_kernels, self._settings.fused_dependent_launch).environment_value()
+        if launch is not None:
+            os.environ[fused_launch.VARIABLE] = launch
+        else:
+            os.environ.pop(fused_launch.VARIABLE, None)
         started = time.perf_counter()
         self._detail = "starting vllm-omni (a cold start compiles and captures CUDA graphs: minutes)"
         log.info("omni engine starting", extra={"model": self._model.path, "variant": self._model.variant})

@@ -35,6 +35,11 @@ import torch
 import triton
 import triton.language as tl
 
+from app.engines.omni.stage_plugins import fused_launch
+from app.engines.omni.stage_plugins.fused_launch import FusedLaunch
+
+AS_TUNED = FusedLaunch()  # the kernels as tuned one at a time, not dependent launches
+
 try:  # programmatic dependent launch (Hopper and later): a kernel starts while the one before it finishes
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
@@ -50,11 +55,6 @@ except ImportError:  # a Triton without it: never launched with it (`dependent_l
     def gdc_launch_dependents():  # type: ignore[no-redef]
         pass
 
-
-# Whether the kernels are launched as dependent launches where the GPU can (`dependent_launch`): each waits for the
-# launch before it only where it first reads what that one wrote, and lets the launch after it start once its own
-# loads are issued. Off until measured in the server (deploy/gpu/predictor_bench.py times the predictor both ways).
-DEPENDENT_LAUNCH = False
 
 BLOCK_K = 64  # the reduction's step: divides the hidden size, the attention width and the MLP width
 BLOCK_N = 32  # outputs a program of the gate/up projection computes (and of the others at more than 32 rows)
@@ -115,6 +115,40 @@ def normed_tiles(fastest: Tiles, block_m: int, k: int, n: int, dtype: torch.dtyp
     if measured and k % fastest.block_k == 0 and n % fastest.block_n == 0:
         return fastest
     return NORMED_TILES
+
+
+# `SPEECH_OMNI__FUSED_KERNELS=split`: each reduction split so that a projection's programs about fill an H200's 132
+# SMs (q/k/v 64 blocks in 2, gate/up 96 in 4, the output and down projections 64 in 2 and 3), as sglang-omni's
+# predictor cuts its own; `prefetch`: split so that each program's share of the weights (16-32 KiB) is loaded whole
+# before its input. Up to 16 streams in a two-byte dtype (their registers), the tuned tiles elsewhere.
+SPLIT_TILES = {"q/k/v": Tiles(64, 256, 3, split=2), "gate/up": Tiles(32, 128, 3, split=4)}
+PREFETCH_TILES = {
+    "q/k/v": Tiles(32, 256, 1, split=4, prefetch=True),
+    "gate/up": Tiles(32, 256, 1, split=4, prefetch=True),
+}
+SPLIT_PROJECTIONS = {2048: 2, 3072: 3}  # reduction width: splits (the output and down projections)
+PREFETCH_WIDTH = 1024  # each program's share of a projection's reduction, with prefetch
+
+
+def launched_tiles(launch: FusedLaunch, block_m: int, dtype: torch.dtype) -> tuple[Tiles | None, Tiles | None]:
+    """The q/k/v and gate/up kernels' tiles that `launch` asks for at this row block and dtype; None for the tuned
+    ones."""
+    if launch.kernels == "as-tuned" or block_m > 16 or dtype.itemsize != 2:
+        return None, None
+    chosen = SPLIT_TILES if launch.kernels == "split" else PREFETCH_TILES
+    return chosen["q/k/v"], chosen["gate/up"]
+
+
+def launched_projection(launch: FusedLaunch, block_m: int, k: int, dtype: torch.dtype, split: bool) -> Tiles:
+    """A projection's (`linear_add`'s) tiles for a reduction of `k` as `launch` asks, where it may be `split`."""
+    tuned = projection_tiles(block_m, k)
+    if launch.kernels == "as-tuned" or block_m > 16 or dtype.itemsize != 2:
+        return replace(tuned, split=1) if not split else tuned
+    if launch.kernels == "split":
+        return replace(tuned, split=SPLIT_PROJECTIONS.get(k, 1) if split else 1)
+    if k % PREFETCH_WIDTH or (not split and k != PREFETCH_WIDTH):
+        return replace(tuned, split=1)
+    return Tiles(block_n=16, block_k=PREFETCH_WIDTH, stages=1, split=k // PREFETCH_WIDTH, prefetch=True)
 
 
 @functools.cache
@@ -516,6 +550,7 @@ class Predictor:
     # each split launch's counters ([layers, 3 launches, blocks]: q/k/v, output + down, gate/up), zero between
     # launches: a block's last program sets its own back
     counters: torch.Tensor
+    launch: FusedLaunch  # how its kernels are launched (SPEECH_OMNI__FUSED_KERNELS, read in the talker's process)
 
     @staticmethod
     def of(model: Any) -> Predictor | None:
@@ -563,6 +598,7 @@ class Predictor:
             sin=rotary.sin_cached.to(parameter.dtype), eps=eps, hidden=hidden, intermediate=intermediate,
             head_dim=head_dim, q_heads=heads, kv_heads=kv_heads, scale=float(attention.scaling),
             counters=torch.zeros(len(layers), 3, blocks, dtype=torch.int32, device=parameter.device),
+            launch=fused_launch.from_environment(os.environ),
         )  # fmt: skip
 
     def position(
@@ -588,7 +624,9 @@ class Predictor:
         shared_memory = shared_memory_of(x.device)
         qkv_tiles = normed_tiles(QKV_TILES, block_m, self.hidden, projected_width, x.dtype, shared_memory)
         gate_up_tiles = normed_tiles(GATE_UP_TILES, block_m, self.hidden, self.intermediate, x.dtype, shared_memory)
-        pdl = dependent_launch(x.device)
+        launched_qkv, launched_gate_up = launched_tiles(self.launch, block_m, x.dtype)
+        qkv_tiles, gate_up_tiles = launched_qkv or qkv_tiles, launched_gate_up or gate_up_tiles
+        pdl = self.launch.dependent and dependent_launch(x.device)
         launch: dict[str, Any] = {"launch_pdl": True} if pdl else {}
         # the split launches' float32 partials (a row block's products, then each block's sums of squares)
         qkv_partials = partials(qkv_tiles, block_m, projected_width + projected_width // qkv_tiles.block_n, x)
@@ -608,7 +646,7 @@ class Predictor:
                 self.eps, self.scale, streams, HEAD_DIM=self.head_dim, Q_HEADS=self.q_heads, KV_HEADS=self.kv_heads,
                 SLOTS=slots, POSITIONS=positions, PDL=pdl, **launch,
             )  # fmt: skip
-            project(attended, layer.output, source, hidden, rows, counters[1], pdl)
+            project(attended, layer.output, source, hidden, rows, counters[1], pdl, self.launch)
             norm_gate_up_silu[(self.intermediate // gate_up_tiles.block_n, gate_up_tiles.split)](
                 hidden, layer.post_norm, layer.gate_up, activated, gate_up_partials, counters[2], rows, self.eps,
                 HIDDEN=self.hidden, INTERMEDIATE=self.intermediate, BLOCK_M=block_m, BLOCK_N=gate_up_tiles.block_n,
@@ -617,7 +655,7 @@ class Predictor:
                 **launch,
             )  # fmt: skip
             # the output projection's last programs have set its counters back before the down projection's start
-            project(activated, layer.down, hidden, hidden, rows, counters[1], pdl)
+            project(activated, layer.down, hidden, hidden, rows, counters[1], pdl, self.launch)
         normed = torch.empty_like(hidden)
         rms_norm[(rows,)](hidden, self.final_norm, normed, self.eps, HIDDEN=self.hidden, PDL=pdl, **launch)
         return normed.reshape(rows, 1, self.hidden)
@@ -633,6 +671,7 @@ def next_code(
     inverse_temperature: float,
     top_k: int,
     uniforms: torch.Tensor | None,
+    launch: FusedLaunch = AS_TUNED,
 ) -> None:
     """Codebook `step`'s code for each of `codes`' rows ([batch, groups]) from `hidden` ([rows >= batch, 1, hidden]):
     the logits through `head` ([vocab, hidden], the step's lm head) in one launch, then the draw (`uniforms`
@@ -641,8 +680,8 @@ def next_code(
     rows, vocab = int(codes.shape[0]), int(head.shape[0])
     width = int(head.shape[1])
     logits = torch.empty(rows, vocab, dtype=hidden.dtype, device=hidden.device)
-    pdl = dependent_launch(hidden.device)
-    project(hidden, head, None, logits, rows, None, pdl)
+    pdl = launch.dependent and dependent_launch(hidden.device)
+    project(hidden, head, None, logits, rows, None, pdl, launch)
     greedy = uniforms is None
     sample_embed[(rows,)](
         logits, logits if greedy else uniforms, 0 if greedy else uniforms.stride(0), codes, codes.stride(0), step,
@@ -659,15 +698,14 @@ def project(
     rows: int,
     counters: torch.Tensor | None = None,
     pdl: bool = False,
+    launch: FusedLaunch = AS_TUNED,
 ) -> None:
     """`out` = `residual` + `x` `weight`^T for `rows` streams (`weight` [outputs, inputs]; without a residual, the
-    product alone), in `linear_add` launches cut as `projection_tiles` says for the row block (not split without
-    `counters`, zeros, one a block), dependent launches with `pdl`."""
+    product alone), in `linear_add` launches cut as `launch` asks for the row block (`launched_projection`; not split
+    without `counters`, zeros, one a block), dependent launches with `pdl`."""
     outputs, inputs = int(weight.shape[0]), int(weight.shape[1])
     block_m, precision, upcast = launch_options(rows, x.dtype)
-    tiles = projection_tiles(block_m, inputs)
-    if counters is None:
-        tiles = replace(tiles, split=1)
+    tiles = launched_projection(launch, block_m, inputs, x.dtype, split=counters is not None)
     linear_add[(outputs // tiles.block_n, tiles.split)](
         x, weight, out if residual is None else residual, out, partials(tiles, block_m, outputs, x),
         out if counters is None else counters, rows, K=inputs, N=outputs, BLOCK_M=block_m, BLOCK_N=tiles.block_n,
@@ -684,10 +722,11 @@ def partials(tiles: Tiles, block_m: int, width: int, like: torch.Tensor) -> torc
 
 
 def dependent_launch(device: torch.device) -> bool:
-    """Whether the kernels are launched as programmatic dependent launches on `device`: `DEPENDENT_LAUNCH`, a
-    Triton that has them, a CUDA GPU from the Hopper generation on, not Triton's interpreter."""
+    """Whether the kernels can be launched as programmatic dependent launches on `device`: a Triton that has them, a
+    CUDA GPU from the Hopper generation on, not Triton's interpreter. Each then waits for the launch before it only
+    where it first reads what that one wrote, and lets the launch after it start once its own loads are issued."""
     return (
-        DEPENDENT_LAUNCH and HAS_DEPENDENT_LAUNCH and device.type == "cuda" and not triton_interpreted()
+        HAS_DEPENDENT_LAUNCH and device.type == "cuda" and not triton_interpreted()
         and torch.cuda.get_device_capability(device)[0] >= 9
     )  # fmt: skip
 

@@ -322,7 +322,10 @@ class FusedCodePredictor(SpeechCodePredictor):
     @property
     def serving(self) -> str:  # type: ignore[override]
         plain = SpeechCodePredictor.serving  # what it serves where the kernels do not cover the model
-        return plain if self._fused is None else f"{plain} in fused kernels"
+        if self._fused is None:
+            return plain
+        launch = self._fused.launch
+        return f"{plain} in fused kernels ({launch.kernels}{', dependent launches' if launch.dependent else ''})"
 
     def _serving_position(self) -> tuple[Callable[..., torch.Tensor], bool]:
         self._fused = predictor_kernels.Predictor.of(self.model)
@@ -395,7 +398,7 @@ class FusedCodePredictor(SpeechCodePredictor):
         predictor_kernels.next_code(
             hidden, head, codes, step,
             self._codec_embeds_list[step - 1].weight if embeds else None, x, sampling.inverse_temperature,
-            sampling.top_k, given[:, step - 1, :] if sampling.draw else None,
+            sampling.top_k, given[:, step - 1, :] if sampling.draw else None, self._fused.launch,
         )  # fmt: skip
         if not last and not embeds:
             self._embed_next(step, codes[:, step : step + 1], x)

@@ -1,0 +1,45 @@
+"""How the fused code predictor's kernels are launched (`SPEECH_OMNI__FUSED_KERNELS`,
+`SPEECH_OMNI__FUSED_DEPENDENT_LAUNCH`): set in the server, read in the talker's process, which vllm-omni spawns with
+the server's environment. Plain Python, so that the server (and a machine without Triton) can import it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+VARIABLE = "SPEECH_OMNI_FUSED_KERNELS"
+Kernels = Literal["as-tuned", "split", "prefetch"]
+KERNELS: tuple[Kernels, ...] = ("as-tuned", "split", "prefetch")
+DEPENDENT = "dependent"
+
+log = logging.getLogger("vllm.speech.plugin")  # under vLLM's logger, whose handler the stage process has
+
+
+@dataclass(frozen=True)
+class FusedLaunch:
+    """`kernels`: the projections' tiles as tuned one kernel at a time (`as-tuned`), each reduction split across
+    more programs (`split`), or split so that each program's share of the weights is loaded whole before its input
+    (`prefetch`); `dependent`: launched as programmatic dependent launches where the GPU has them."""
+
+    kernels: Kernels = "as-tuned"
+    dependent: bool = False
+
+    def environment_value(self) -> str | None:
+        """The variable's value for this launch; None for the default (the variable unset)."""
+        if self == FusedLaunch():
+            return None
+        return "+".join([self.kernels, *([DEPENDENT] if self.dependent else [])])
+
+
+def from_environment(environ: Mapping[str, str]) -> FusedLaunch:
+    """The launch `environ` names; a value it does not know is said and the default kept, not a failed stage."""
+    value = environ.get(VARIABLE, "")
+    if not value:
+        return FusedLaunch()
+    kernels, *rest = value.split("+")
+    if kernels not in KERNELS or rest not in ([], [DEPENDENT]):
+        log.warning("%s=%r is not a launch of the fused kernels: as tuned, not dependent", VARIABLE, value)
+        return FusedLaunch()
+    return FusedLaunch(kernels=kernels, dependent=bool(rest))  # type: ignore[arg-type]

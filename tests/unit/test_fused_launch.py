@@ -1,0 +1,31 @@
+"""app/engines/omni/stage_plugins/fused_launch.py: how the fused code predictor's kernels are launched, set in the
+server and read back in the talker's process from one environment variable."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import pytest
+
+from app.engines.omni.stage_plugins.fused_launch import KERNELS, VARIABLE, FusedLaunch, from_environment
+
+
+@pytest.mark.parametrize(("kernels", "dependent"), list(itertools.product(KERNELS, (False, True))))
+def test_every_launch_reads_back_as_it_was_set(kernels: str, dependent: bool) -> None:
+    launch = FusedLaunch(kernels, dependent)  # type: ignore[arg-type]
+    value = launch.environment_value()
+    assert from_environment({} if value is None else {VARIABLE: value}) == launch
+
+
+def test_the_default_leaves_the_variable_unset() -> None:
+    assert FusedLaunch().environment_value() is None
+    assert FusedLaunch("split", True).environment_value() == "split+dependent"
+    assert from_environment({}) == from_environment({VARIABLE: ""}) == FusedLaunch()
+
+
+@pytest.mark.parametrize("value", ["fastest", "split+pdl", "split+dependent+dependent", "+dependent", "Split"])
+def test_a_value_it_does_not_know_is_said_and_the_default_kept(value: str, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="vllm.speech.plugin"):
+        assert from_environment({VARIABLE: value}) == FusedLaunch()
+    assert VARIABLE in caplog.text and repr(value) in caplog.text
