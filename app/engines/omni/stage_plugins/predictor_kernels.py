@@ -489,8 +489,9 @@ def sample_embed(
     dropped; the largest score less log(-log(u)), the first of equals), or their first largest where GREEDY; the
     code to CODES[row, step] and, with EMBED_NEXT, its embedding row to X[row], the next position's input.
     The k-th largest score is found by bisecting the bits of an order-preserving integer key of each float32 score
-    (32 counts over the row), what `top_k_threshold` selects. Integers that change from call to call are not
-    specialized on their values, so the variants the warm-up builds are all a CUDA graph's capture launches."""
+    two at a time (16 sums over the row, each counting three candidates), what `top_k_threshold` selects. Integers
+    that change from call to call are not specialized on their values, so the variants the warm-up builds are all a
+    CUDA graph's capture launches."""
     row = tl.program_id(0)
     rv = tl.arange(0, VOCAB)
     if PDL:
@@ -505,10 +506,19 @@ def sample_embed(
             zeroed = tl.where(scores == 0.0, 0.0, scores)  # -0.0 keyed as 0.0: equal, as a comparison has them
             bits = zeroed.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
             key = tl.where(bits >= 0x80000000, 0xFFFFFFFF - bits, bits + 0x80000000)
+            # two bits a round: the three candidates' counts in one sum, 16 bits apart (a count is at most VOCAB),
+            # and the largest candidate that keeps top_k: what two rounds of one bit each would choose
+            tl.static_assert(VOCAB < 1 << 16)
             kth = tl.full([], 0, tl.int64)
-            for bit in tl.static_range(32):
-                candidate = kth | (1 << (31 - bit))
-                kth = tl.where(tl.sum((key >= candidate).to(tl.int32), 0) >= top_k, candidate, kth)
+            for pair in tl.static_range(16):
+                # in int64 (a constant past int32's range would be taken as a negative int32 and widened so)
+                unit = tl.full([], 1, tl.int64) << (30 - 2 * pair)
+                one, two, three = kth | unit, kth | (unit * 2), kth | (unit * 3)
+                packed = (key >= one).to(tl.int64) + ((key >= two).to(tl.int64) << 16)
+                counts = tl.sum(packed + ((key >= three).to(tl.int64) << 32), 0)
+                kth = tl.where((counts & 0xFFFF) >= top_k, one, kth)
+                kth = tl.where(((counts >> 16) & 0xFFFF) >= top_k, two, kth)
+                kth = tl.where(((counts >> 32) & 0xFFFF) >= top_k, three, kth)
             scores = tl.where(key >= kth, scores, float("-inf"))
         u = tl.load(U + row * u_stride + rv).to(tl.float32)
         code = tl.argmax(scores - tl.log(-tl.log(u)), 0)
