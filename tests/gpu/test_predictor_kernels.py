@@ -122,3 +122,85 @@ def test_split_dependent_launches_replay_in_a_cuda_graph(kernels: Any) -> None:
         assert int(t["counters"].count_nonzero()) == 0
         for n, key in zip(names, ("projected", "activated", "out"), strict=True):
             torch.testing.assert_close(t[key], expected[n], atol=2e-3, rtol=2**-6)
+
+
+def predictor(pk: Any, launch: Any) -> Any:
+    """A `Predictor` at the 0.6B predictor's shape (5 layers, 16 query and 8 key/value heads of 128) with random
+    bfloat16 weights (the same for every launch), its kernels launched as `launch` says."""
+    import torch
+
+    generator = torch.Generator(device="cuda").manual_seed(7)
+
+    def r(*shape: int, scale: float = 0.05) -> Any:
+        return (torch.randn(*shape, device="cuda", generator=generator) * scale).to(torch.bfloat16)
+
+    def ones(n: int) -> Any:
+        return (torch.rand(n, device="cuda", generator=generator) + 0.5).to(torch.bfloat16)
+
+    heads, kv_heads, head_dim, layers = 16, 8, 128, 5
+    return pk.Predictor(
+        layers=tuple(
+            pk.Layer(
+                input_norm=ones(HIDDEN), qkv=r(QKV, HIDDEN), q_norm=ones(head_dim), k_norm=ones(head_dim),
+                output=r(HIDDEN, heads * head_dim), post_norm=ones(HIDDEN), gate_up=r(2 * INTERMEDIATE, HIDDEN),
+                down=r(HIDDEN, INTERMEDIATE),
+            )
+            for _ in range(layers)
+        ),
+        final_norm=ones(HIDDEN), cos=r(64, head_dim, scale=1.0), sin=r(64, head_dim, scale=1.0), eps=1e-6,
+        hidden=HIDDEN, intermediate=INTERMEDIATE, head_dim=head_dim, q_heads=heads, kv_heads=kv_heads,
+        scale=head_dim**-0.5, counters=torch.zeros(layers, 3, QKV // 16, dtype=torch.int32, device="cuda"),
+        launch=launch,
+    )  # fmt: skip
+
+
+def frame_start(pk: Any, launch: Any, streams: int, graphed: bool) -> tuple[Any, Any, Any]:
+    """Positions 0 and 1 of `streams` streams in one pass, then position 2 alone (eagerly, or captured in a CUDA graph
+    and replayed): the hidden state at position 2 and the keys and values."""
+    import torch
+
+    model = predictor(pk, launch)
+    generator = torch.Generator(device="cuda").manual_seed(11)
+    first = torch.randn(2 * streams, 1, HIDDEN, device="cuda", generator=generator).to(torch.bfloat16)
+    then = torch.randn(streams, 1, HIDDEN, device="cuda", generator=generator).to(torch.bfloat16)
+    keys = torch.zeros(5, streams, 8, 16, 128, dtype=torch.bfloat16, device="cuda")
+    values = torch.zeros_like(keys)
+    at = torch.zeros(streams, 1, dtype=torch.long, device="cuda")
+
+    def run() -> Any:
+        at.zero_()
+        model.position(first, at, keys, values, positions=2)
+        at.fill_(2)
+        return model.position(then, at, keys, values)
+
+    if not graphed:
+        return run(), keys, values
+    run()  # builds every kernel before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run()
+    for _ in range(5):
+        keys.zero_()
+        values.zero_()
+        graph.replay()
+    torch.cuda.synchronize()
+    assert int(model.counters.count_nonzero()) == 0
+    return out, keys, values
+
+
+@pytest.mark.parametrize("streams", [1, 8])
+def test_the_predictor_gives_what_it_gives_as_tuned_launched_every_other_way(kernels: Any, streams: int) -> None:
+    """Every SPEECH_OMNI__FUSED_KERNELS and dependent-launch setting, through the five layers, positions 0 and 1 in one
+    pass and 2 after them, eagerly and replayed from a CUDA graph: the as-tuned launch's hidden state, keys and
+    values, but for the splits' float32 sums' rounding."""
+    import torch
+
+    from app.engines.omni.stage_plugins.fused_launch import KERNELS, FusedLaunch
+
+    expected = frame_start(kernels, FusedLaunch(), streams, graphed=False)
+    for kinds, dependent, graphed in itertools.product(KERNELS, (False, True), (False, True)):
+        got = frame_start(kernels, FusedLaunch(kinds, dependent), streams, graphed)
+        for name, a, b in zip(("hidden", "keys", "values"), got, expected, strict=True):
+            torch.testing.assert_close(
+                a.float(), b.float(), atol=3e-2, rtol=3e-2, msg=f"{name}: {kinds} {dependent=} {graphed=}"
+            )

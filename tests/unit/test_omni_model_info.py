@@ -178,3 +178,26 @@ def test_a_cache_that_cannot_be_written_leaves_the_class_registered(caplog: pyte
         assert register_in_process([registry], ["Talker"]) == ["Talker"]
     assert registry.models["Talker"] == ClassModel(TalkerClass)
     assert "not cached" in caplog.text and "read-only" in caplog.text
+
+
+def test_registries_that_name_different_classes_for_one_architecture_each_get_their_own() -> None:
+    """vLLM maps some architectures to its own module and vllm-omni to another (Qwen3-Omni): each registry keeps the
+    class it named, and each name's description is cached under that name, never the other's class."""
+    cache: dict[str, str] = {}
+
+    @dataclass(frozen=True)
+    class Cached(LazyModel):
+        def _get_modelinfo_module_hash(self, path: Path) -> str:
+            return path.name
+
+        def _load_modelinfo_from_cache(self, module_hash: str) -> str | None:
+            return None
+
+        def _save_modelinfo_to_cache(self, info: str, module_hash: str) -> None:
+            cache[self.class_name] = info
+
+    vllms = Registry({"Talker": Cached(__name__, "TalkerClass", TalkerClass)})
+    omnis = Registry({"Talker": Cached(__name__, "Code2WavClass", Code2WavClass)})
+    assert register_in_process([vllms, omnis], ["Talker"]) == ["Talker"]
+    assert (vllms.models["Talker"], omnis.models["Talker"]) == (ClassModel(TalkerClass), ClassModel(Code2WavClass))
+    assert cache == {"TalkerClass": "TalkerClass", "Code2WavClass": "Code2WavClass"}

@@ -44,29 +44,37 @@ def register_in_process(
     registries: Sequence[Any], architectures: Sequence[str], cuda_initialized: Callable[[], bool] = lambda: False
 ) -> list[str]:
     """Each of `architectures` that one of `registries` (vLLM's `_ModelRegistry` kind) holds by name, its class
-    loaded here and registered again as that class in each registry that holds it by name; returns those registered.
-    `cuda_initialized` says whether this process has initialised CUDA (`torch.cuda.is_initialized`), which an import
-    here must not have done."""
+    loaded here and registered again as that class in each registry that holds it by that name (registries that name
+    another module or class for it each get theirs), and its description written to vLLM's model-info cache; returns
+    those registered. `cuda_initialized` says whether this process has initialised CUDA (`torch.cuda.is_initialized`),
+    which an import here must not have done."""
     started, cuda_before = time.perf_counter(), cuda_initialized()
     registered, failed = [], []
     for arch in dict.fromkeys(architectures):
-        # not held, or held as a class already: nothing to do there
-        lazily = [registry for registry in registries if hasattr(registry.models.get(arch), "module_name")]
-        if not lazily:
+        # by the module and class each registry names for it; not held, or held as a class already: nothing to do
+        by_name: dict[tuple[str, str], list[Any]] = {}
+        for registry in registries:
+            model = registry.models.get(arch)
+            if hasattr(model, "module_name"):
+                by_name.setdefault((model.module_name, model.class_name), []).append(registry)
+        if not by_name:
             continue
+        named: list[tuple[Any, Any]] = []  # each name's model as registered by name, and its registries' class entry
         try:
-            by_name = {(model.module_name, model.class_name): model for model in (r.models[arch] for r in lazily)}
-            model_cls = lazily[0].models[arch].load_model_cls()
-            for registry in lazily:
-                registry.register_model(arch, model_cls)
+            for holders in by_name.values():
+                model = holders[0].models[arch]
+                model_cls = model.load_model_cls()
+                for registry in holders:
+                    registry.register_model(arch, model_cls)
+                named.append((model, holders[0].models[arch]))
         except Exception:
             log.warning("stage model left to vLLM's inspection", exc_info=True, extra={"architecture": arch})
             failed.append(arch)
             continue
         registered.append(arch)
         try:
-            for model in by_name.values():
-                remember(model, lazily[0].models[arch].inspect_model_cls())
+            for model, as_class in named:
+                remember(model, as_class.inspect_model_cls())
         except Exception:  # the cache is vLLM's to fill, as before: a start only takes longer
             log.warning("stage model's description not cached", exc_info=True, extra={"architecture": arch})
     if not cuda_before and cuda_initialized():

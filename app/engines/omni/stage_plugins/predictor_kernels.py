@@ -130,25 +130,43 @@ SPLIT_PROJECTIONS = {2048: 2, 3072: 3}  # reduction width: splits (the output an
 PREFETCH_WIDTH = 1024  # each program's share of a projection's reduction, with prefetch
 
 
-def launched_tiles(launch: FusedLaunch, block_m: int, dtype: torch.dtype) -> tuple[Tiles | None, Tiles | None]:
-    """The q/k/v and gate/up kernels' tiles that `launch` asks for at this row block and dtype; None for the tuned
-    ones."""
+def divides(tiles: Tiles, k: int, n: int) -> bool:
+    """Whether `tiles` cut a reduction of `k` into `n` outputs whole: each split's share a whole number of steps (with
+    prefetch, one step: a power of two), the outputs a whole number of blocks."""
+    share, rest = divmod(k, tiles.split)
+    steps_whole = share == tiles.block_k and pow2(share) if tiles.prefetch else share % tiles.block_k == 0
+    return rest == 0 and share > 0 and steps_whole and n % tiles.block_n == 0
+
+
+def launched_tiles(
+    launch: FusedLaunch, block_m: int, dtype: torch.dtype, hidden: int, qkv_width: int, intermediate: int
+) -> tuple[Tiles | None, Tiles | None]:
+    """The q/k/v and gate/up kernels' tiles that `launch` asks for at this row block and dtype, for a model of these
+    widths; None for the tuned ones (asked for, or where the asked-for ones do not divide the widths)."""
     if launch.kernels == "as-tuned" or block_m > 16 or dtype.itemsize != 2:
         return None, None
     chosen = SPLIT_TILES if launch.kernels == "split" else PREFETCH_TILES
-    return chosen["q/k/v"], chosen["gate/up"]
+    qkv, gate_up = chosen["q/k/v"], chosen["gate/up"]
+    return (
+        qkv if divides(qkv, hidden, qkv_width) else None,
+        gate_up if divides(gate_up, hidden, intermediate) else None,
+    )
 
 
-def launched_projection(launch: FusedLaunch, block_m: int, k: int, dtype: torch.dtype, split: bool) -> Tiles:
-    """A projection's (`linear_add`'s) tiles for a reduction of `k` as `launch` asks, where it may be `split`."""
+def launched_projection(launch: FusedLaunch, block_m: int, k: int, n: int, dtype: torch.dtype, split: bool) -> Tiles:
+    """A projection's (`linear_add`'s) tiles for a reduction of `k` into `n` outputs as `launch` asks, where it may be
+    `split`; the tuned ones where those do not divide the shape."""
     tuned = projection_tiles(block_m, k)
+    if split is False:
+        tuned = replace(tuned, split=1)
     if launch.kernels == "as-tuned" or block_m > 16 or dtype.itemsize != 2:
-        return replace(tuned, split=1) if not split else tuned
+        return tuned
     if launch.kernels == "split":
-        return replace(tuned, split=SPLIT_PROJECTIONS.get(k, 1) if split else 1)
-    if k % PREFETCH_WIDTH or (not split and k != PREFETCH_WIDTH):
-        return replace(tuned, split=1)
-    return Tiles(block_n=16, block_k=PREFETCH_WIDTH, stages=1, split=k // PREFETCH_WIDTH, prefetch=True)
+        asked = replace(tuned, split=SPLIT_PROJECTIONS.get(k, 1) if split else 1)
+    else:
+        parts = k // PREFETCH_WIDTH if split else 1
+        asked = Tiles(block_n=16, block_k=PREFETCH_WIDTH, stages=1, split=max(parts, 1), prefetch=True)
+    return asked if divides(asked, k, n) else tuned
 
 
 @functools.cache
@@ -634,7 +652,9 @@ class Predictor:
         shared_memory = shared_memory_of(x.device)
         qkv_tiles = normed_tiles(QKV_TILES, block_m, self.hidden, projected_width, x.dtype, shared_memory)
         gate_up_tiles = normed_tiles(GATE_UP_TILES, block_m, self.hidden, self.intermediate, x.dtype, shared_memory)
-        launched_qkv, launched_gate_up = launched_tiles(self.launch, block_m, x.dtype)
+        launched_qkv, launched_gate_up = launched_tiles(
+            self.launch, block_m, x.dtype, self.hidden, projected_width, self.intermediate
+        )
         qkv_tiles, gate_up_tiles = launched_qkv or qkv_tiles, launched_gate_up or gate_up_tiles
         pdl = self.launch.dependent and dependent_launch(x.device)
         launch: dict[str, Any] = {"launch_pdl": True} if pdl else {}
@@ -715,7 +735,7 @@ def project(
     without `counters`, zeros, one a block), dependent launches with `pdl`."""
     outputs, inputs = int(weight.shape[0]), int(weight.shape[1])
     block_m, precision, upcast = launch_options(rows, x.dtype)
-    tiles = launched_projection(launch, block_m, inputs, x.dtype, split=counters is not None)
+    tiles = launched_projection(launch, block_m, inputs, outputs, x.dtype, split=counters is not None)
     linear_add[(outputs // tiles.block_n, tiles.split)](
         x, weight, out if residual is None else residual, out, partials(tiles, block_m, outputs, x),
         out if counters is None else counters, rows, K=inputs, N=outputs, BLOCK_M=block_m, BLOCK_N=tiles.block_n,
@@ -750,9 +770,16 @@ def launch_options(rows: int, dtype: torch.dtype) -> tuple[int, str, bool]:
 
 def head_fits(head: torch.Tensor) -> bool:
     """Whether `next_code` covers an lm head ([vocab, hidden]): a vocabulary the draw holds in one block of a power of
-    two that the projection's blocks divide, contiguous rows."""
+    two under 2^16 (its counts are packed 16 bits apart) that the projection's blocks divide, contiguous rows."""
     vocab, width = int(head.shape[0]), int(head.shape[1])
-    return pow2(vocab) and vocab % BLOCK_N == 0 and width % BLOCK_K == 0 and pow2(width) and head.is_contiguous()
+    return (
+        pow2(vocab)
+        and vocab < 1 << 16
+        and vocab % BLOCK_N == 0
+        and width % BLOCK_K == 0
+        and pow2(width)
+        and head.is_contiguous()
+    )
 
 
 def pow2(n: int) -> bool:
