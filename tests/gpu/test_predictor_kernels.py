@@ -124,18 +124,18 @@ def test_split_dependent_launches_replay_in_a_cuda_graph(kernels: Any) -> None:
             torch.testing.assert_close(t[key], expected[n], atol=2e-3, rtol=2**-6)
 
 
-def predictor(pk: Any, launch: Any) -> Any:
+def predictor(pk: Any, launch: Any, dtype: Any) -> Any:
     """A `Predictor` at the 0.6B predictor's shape (5 layers, 16 query and 8 key/value heads of 128) with random
-    bfloat16 weights (the same for every launch), its kernels launched as `launch` says."""
+    weights (the same for every launch and dtype, drawn in float32), its kernels launched as `launch` says."""
     import torch
 
     generator = torch.Generator(device="cuda").manual_seed(7)
 
     def r(*shape: int, scale: float = 0.05) -> Any:
-        return (torch.randn(*shape, device="cuda", generator=generator) * scale).to(torch.bfloat16)
+        return (torch.randn(*shape, device="cuda", generator=generator) * scale).to(dtype)
 
     def ones(n: int) -> Any:
-        return (torch.rand(n, device="cuda", generator=generator) + 0.5).to(torch.bfloat16)
+        return (torch.rand(n, device="cuda", generator=generator) + 0.5).to(dtype)
 
     heads, kv_heads, head_dim, layers = 16, 8, 128, 5
     return pk.Predictor(
@@ -154,16 +154,16 @@ def predictor(pk: Any, launch: Any) -> Any:
     )  # fmt: skip
 
 
-def frame_start(pk: Any, launch: Any, streams: int, graphed: bool) -> tuple[Any, Any, Any]:
+def frame_start(pk: Any, launch: Any, streams: int, graphed: bool, dtype: Any) -> tuple[Any, Any, Any]:
     """Positions 0 and 1 of `streams` streams in one pass, then position 2 alone (eagerly, or captured in a CUDA graph
-    and replayed): the hidden state at position 2 and the keys and values."""
+    and replayed): the hidden state at position 2 and the keys and values, in float32."""
     import torch
 
-    model = predictor(pk, launch)
+    model = predictor(pk, launch, dtype)
     generator = torch.Generator(device="cuda").manual_seed(11)
-    first = torch.randn(2 * streams, 1, HIDDEN, device="cuda", generator=generator).to(torch.bfloat16)
-    then = torch.randn(streams, 1, HIDDEN, device="cuda", generator=generator).to(torch.bfloat16)
-    keys = torch.zeros(5, streams, 8, 16, 128, dtype=torch.bfloat16, device="cuda")
+    first = torch.randn(2 * streams, 1, HIDDEN, device="cuda", generator=generator).to(dtype)
+    then = torch.randn(streams, 1, HIDDEN, device="cuda", generator=generator).to(dtype)
+    keys = torch.zeros(5, streams, 8, 16, 128, dtype=dtype, device="cuda")
     values = torch.zeros_like(keys)
     at = torch.zeros(streams, 1, dtype=torch.long, device="cuda")
 
@@ -174,33 +174,42 @@ def frame_start(pk: Any, launch: Any, streams: int, graphed: bool) -> tuple[Any,
         return model.position(then, at, keys, values)
 
     if not graphed:
-        return run(), keys, values
-    run()  # builds every kernel before the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
         out = run()
-    for _ in range(5):
-        keys.zero_()
-        values.zero_()
-        graph.replay()
-    torch.cuda.synchronize()
-    assert int(model.counters.count_nonzero()) == 0
-    return out, keys, values
+    else:
+        run()  # builds every kernel before the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = run()
+        for _ in range(5):
+            keys.zero_()
+            values.zero_()
+            graph.replay()
+        torch.cuda.synchronize()
+        assert int(model.counters.count_nonzero()) == 0
+    return out.float(), keys.float(), values.float()
 
 
 @pytest.mark.parametrize("streams", [1, 8])
-def test_the_predictor_gives_what_it_gives_as_tuned_launched_every_other_way(kernels: Any, streams: int) -> None:
-    """Every SPEECH_OMNI__FUSED_KERNELS and dependent-launch setting, through the five layers, positions 0 and 1 in one
-    pass and 2 after them, eagerly and replayed from a CUDA graph: the as-tuned launch's hidden state, keys and
-    values, but for the splits' float32 sums' rounding."""
+def test_the_predictor_is_as_accurate_launched_every_way(kernels: Any, streams: int) -> None:
+    """Every SPEECH_OMNI__FUSED_KERNELS and dependent-launch setting, in bfloat16 through the five layers, positions 0
+    and 1 in one pass and 2 after them, eagerly and replayed from a CUDA graph: as close to the same predictor in
+    float32 as the as-tuned launch is (bfloat16's roundings, which the splits' sums move, grow through the layers, so
+    the launches are not compared with each other element by element)."""
     import torch
 
     from app.engines.omni.stage_plugins.fused_launch import KERNELS, FusedLaunch
 
-    expected = frame_start(kernels, FusedLaunch(), streams, graphed=False)
+    truth = frame_start(kernels, FusedLaunch(), streams, False, torch.float32)
+    tuned = frame_start(kernels, FusedLaunch(), streams, False, torch.bfloat16)
+    bound = [float((a - b).abs().max()) for a, b in zip(tuned, truth, strict=True)]
+    assert all(0 < error < 0.5 for error in bound), bound  # bfloat16 computed, not float32, and not far off it
     for kinds, dependent, graphed in itertools.product(KERNELS, (False, True), (False, True)):
-        got = frame_start(kernels, FusedLaunch(kinds, dependent), streams, graphed)
-        for name, a, b in zip(("hidden", "keys", "values"), got, expected, strict=True):
-            torch.testing.assert_close(
-                a.float(), b.float(), atol=3e-2, rtol=3e-2, msg=f"{name}: {kinds} {dependent=} {graphed=}"
-            )
+        got = frame_start(kernels, FusedLaunch(kinds, dependent), streams, graphed, torch.bfloat16)
+        errors = [float((a - b).abs().max()) for a, b in zip(got, truth, strict=True)]
+        assert all(e <= 1.5 * b + 1e-3 for e, b in zip(errors, bound, strict=True)), (
+            kinds,
+            dependent,
+            graphed,
+            errors,
+            bound,
+        )
