@@ -205,8 +205,9 @@ class OmniSettings(BaseModel):
         "instead of a sort; codes equal to vllm-omni's in float32 (on the CPU and on an H200), a draw from the same "
         "distribution in bfloat16; `fused`, the service's with each layer in five Triton kernels of its own instead of "
         "eleven, uncompiled (alone 0.59–0.86× vllm-omni's predictor's GPU time a frame and its warm-up 9–10 s against "
-        "113–117 on an H200, but no faster under load in the whole server yet). None is a win on a GPU yet "
-        "(docs/deploy.md). "
+        "113–117 on an H200; in the whole server 0.86–0.90× the time end to end at one stream in two pairs, within "
+        "the spread above one stream; positions 0 and 1 in one pass; `fused_kernels` and `fused_dependent_launch` "
+        "say how its kernels launch). None is adopted yet (docs/deploy.md). "
         "app/engines/omni/stage_plugins/talker_model.py; registered in the stage processes by the package's "
         "vllm_omni.general_plugins entry point, so the service must be installed, as its image is.",
     )
