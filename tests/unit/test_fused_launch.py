@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import itertools
 import logging
+from typing import get_args
 
 import pytest
 
 from app.engines.omni.stage_plugins.fused_launch import KERNELS, VARIABLE, FusedLaunch, from_environment
+from app.settings import OmniSettings
 
 
 @pytest.mark.parametrize(("kernels", "dependent"), list(itertools.product(KERNELS, (False, True))))
@@ -16,6 +18,13 @@ def test_every_launch_reads_back_as_it_was_set(kernels: str, dependent: bool) ->
     launch = FusedLaunch(kernels, dependent)  # type: ignore[arg-type]
     value = launch.environment_value()
     assert from_environment({} if value is None else {VARIABLE: value}) == launch
+
+
+def test_the_settings_offer_the_kernels_the_talkers_process_reads() -> None:
+    """The setting (app.settings, which the stage plugins may not import) and the variable name the same launches."""
+    field = OmniSettings.model_fields["fused_kernels"]
+    assert get_args(field.annotation) == KERNELS and field.default == FusedLaunch().kernels
+    assert OmniSettings.model_fields["fused_dependent_launch"].default is FusedLaunch().dependent
 
 
 def test_the_default_leaves_the_variable_unset() -> None:

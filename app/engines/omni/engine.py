@@ -209,6 +209,14 @@ def stage_architectures(pipeline: Any, code2wav_architecture: str = "", talker_a
     return [stage.model_arch or plugged.model_arch for stage in plugged.stages]
 
 
+def set_or_unset(variable: str, value: str | None) -> None:
+    """`variable` in this process's environment as `value`, or taken away where it is None."""
+    if value is None:
+        os.environ.pop(variable, None)
+    else:
+        os.environ[variable] = value
+
+
 class OmniEngine:
     name = "omni"
 
@@ -275,18 +283,14 @@ class OmniEngine:
         if self._probes_on:
             for key, value in DECODER_GRAPH_STATS_ENVIRONMENT.items():
                 os.environ.setdefault(key, value)
-        # the stage processes, spawned below, read it at their plugin's registration; this start's setting, whatever
-        # an earlier start in this process left
+        # the stage processes, spawned below, read these (the switch interval at their plugin's registration, the fused
+        # kernels' launch as the talker's model is built); this start's settings, whatever an earlier start left
         interval_ms = self._settings.switch_interval_ms
-        if interval_ms is not None:
-            os.environ[model_registration.SWITCH_INTERVAL_VARIABLE] = repr(interval_ms / 1000)
-        else:
-            os.environ.pop(model_registration.SWITCH_INTERVAL_VARIABLE, None)
-        launch = FusedLaunch(self._settings.fused_kernels, self._settings.fused_dependent_launch).environment_value()
-        if launch is not None:
-            os.environ[fused_launch.VARIABLE] = launch
-        else:
-            os.environ.pop(fused_launch.VARIABLE, None)
+        set_or_unset(
+            model_registration.SWITCH_INTERVAL_VARIABLE, None if interval_ms is None else repr(interval_ms / 1000)
+        )
+        launch = FusedLaunch(self._settings.fused_kernels, self._settings.fused_dependent_launch)
+        set_or_unset(fused_launch.VARIABLE, launch.environment_value())
         started = time.perf_counter()
         self._detail = "starting vllm-omni (a cold start compiles and captures CUDA graphs: minutes)"
         log.info("omni engine starting", extra={"model": self._model.path, "variant": self._model.variant})

@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 VARIABLE = "SPEECH_OMNI_FUSED_KERNELS"
 Kernels = Literal["as-tuned", "split", "prefetch"]
-KERNELS: tuple[Kernels, ...] = ("as-tuned", "split", "prefetch")
+KERNELS: tuple[Kernels, ...] = get_args(Kernels)
 DEPENDENT = "dependent"
 
 log = logging.getLogger("vllm.speech.plugin")  # under vLLM's logger, whose handler the stage process has

@@ -157,7 +157,7 @@ def launched_projection(launch: FusedLaunch, block_m: int, k: int, n: int, dtype
     """A projection's (`linear_add`'s) tiles for a reduction of `k` into `n` outputs as `launch` asks, where it may be
     `split`; the tuned ones where those do not divide the shape."""
     tuned = projection_tiles(block_m, k)
-    if split is False:
+    if not split:
         tuned = replace(tuned, split=1)
     if launch.kernels == "as-tuned" or block_m > 16 or dtype.itemsize != 2:
         return tuned
@@ -250,6 +250,25 @@ def summed(PARTIALS, rm, cols, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, SPLIT
     return total
 
 
+@triton.jit
+def normed_arrived_last(
+    PARTIALS, COUNTERS, block, split, first, second, squares, rm, first_cols, second_cols, squares_col,
+    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, SPLIT: tl.constexpr,
+):  # fmt: skip
+    """`arrived_last` for a normed kernel's split program (its two products at `first_cols` and `second_cols` of
+    PARTIALS, its rows' sums of squares at column `squares_col`): whether it came last and, if so, the splits' sums of
+    the two products and of the squares (else its own, unread); the last sets the block's counter back to 0."""
+    tl.store(PARTIALS + (split * BLOCK_M + rm) * WIDTH + squares_col, squares)
+    tl.store(PARTIALS + (split * BLOCK_M + rm)[:, None] * WIDTH + second_cols[None, :], second)
+    last = arrived_last(PARTIALS, COUNTERS, block, split, first, rm, first_cols, BLOCK_M, WIDTH)
+    if last:
+        first = summed(PARTIALS, rm, first_cols, BLOCK_M, WIDTH, SPLIT)
+        second = summed(PARTIALS, rm, second_cols, BLOCK_M, WIDTH, SPLIT)
+        squares = tl.sum(summed(PARTIALS, rm, squares_col + tl.arange(0, 1), BLOCK_M, WIDTH, SPLIT), 1)
+        tl.atomic_xchg(COUNTERS + block, 0)
+    return last, first, second, squares
+
+
 @triton.jit(do_not_specialize=["rows"])
 def norm_project(
     X, LN_W, W, OUT, PARTIALS, COUNTERS, rows, eps,
@@ -275,17 +294,11 @@ def norm_project(
         UPCAST, PREFETCH, PDL,
     )  # fmt: skip
     last = True
-    if SPLIT > 1:
-        # the products at columns [0, N), each block's squares at column N + block
-        WIDTH: tl.constexpr = N + N // BLOCK_N
-        tl.store(PARTIALS + (split * BLOCK_M + rm) * WIDTH + N + block, squares)
-        tl.store(PARTIALS + (split * BLOCK_M + rm)[:, None] * WIDTH + (first + HALF)[None, :], hi)
-        last = arrived_last(PARTIALS, COUNTERS, block, split, lo, rm, first, BLOCK_M, WIDTH)
-        if last:
-            lo = summed(PARTIALS, rm, first, BLOCK_M, WIDTH, SPLIT)
-            hi = summed(PARTIALS, rm, first + HALF, BLOCK_M, WIDTH, SPLIT)
-            squares = tl.sum(summed(PARTIALS, rm, N + block + tl.arange(0, 1), BLOCK_M, WIDTH, SPLIT), 1)
-            tl.atomic_xchg(COUNTERS + block, 0)
+    if SPLIT > 1:  # the products at columns [0, N), each block's squares at column N + block
+        last, lo, hi, squares = normed_arrived_last(
+            PARTIALS, COUNTERS, block, split, lo, hi, squares, rm, first, first + HALF, N + block, BLOCK_M,
+            N + N // BLOCK_N, SPLIT,
+        )  # fmt: skip
     if last:
         scale = 1.0 / tl.sqrt(squares / HIDDEN + eps)
         out = OUT + rm[:, None] * N + first[None, :]
@@ -464,16 +477,11 @@ def norm_gate_up_silu(
         UPCAST, PREFETCH, PDL,
     )  # fmt: skip
     last = True
-    if SPLIT > 1:
-        WIDTH: tl.constexpr = 2 * INTERMEDIATE + INTERMEDIATE // BLOCK_N
-        tl.store(PARTIALS + (split * BLOCK_M + rm) * WIDTH + 2 * INTERMEDIATE + block, squares)
-        tl.store(PARTIALS + (split * BLOCK_M + rm)[:, None] * WIDTH + (INTERMEDIATE + rn)[None, :], up)
-        last = arrived_last(PARTIALS, COUNTERS, block, split, gate, rm, rn, BLOCK_M, WIDTH)
-        if last:
-            gate = summed(PARTIALS, rm, rn, BLOCK_M, WIDTH, SPLIT)
-            up = summed(PARTIALS, rm, INTERMEDIATE + rn, BLOCK_M, WIDTH, SPLIT)
-            squares = tl.sum(summed(PARTIALS, rm, 2 * INTERMEDIATE + block + tl.arange(0, 1), BLOCK_M, WIDTH, SPLIT), 1)
-            tl.atomic_xchg(COUNTERS + block, 0)
+    if SPLIT > 1:  # the gate's products, the up's, then each block's squares
+        last, gate, up, squares = normed_arrived_last(
+            PARTIALS, COUNTERS, block, split, gate, up, squares, rm, rn, INTERMEDIATE + rn, 2 * INTERMEDIATE + block,
+            BLOCK_M, 2 * INTERMEDIATE + INTERMEDIATE // BLOCK_N, SPLIT,
+        )  # fmt: skip
     if last:
         scale = 1.0 / tl.sqrt(squares / HIDDEN + eps)
         gate = (gate * scale[:, None]).to(dtype).to(tl.float32)
@@ -657,7 +665,7 @@ class Predictor:
         )
         qkv_tiles, gate_up_tiles = launched_qkv or qkv_tiles, launched_gate_up or gate_up_tiles
         pdl = self.launch.dependent and dependent_launch(x.device)
-        launch: dict[str, Any] = {"launch_pdl": True} if pdl else {}
+        launch = dependent_kwargs(pdl)
         # the split launches' float32 partials (a row block's products, then each block's sums of squares)
         qkv_partials = partials(qkv_tiles, block_m, projected_width + projected_width // qkv_tiles.block_n, x)
         gate_up_width = 2 * self.intermediate + self.intermediate // gate_up_tiles.block_n
@@ -716,7 +724,7 @@ def next_code(
     sample_embed[(rows,)](
         logits, logits if greedy else uniforms, 0 if greedy else uniforms.stride(0), codes, codes.stride(0), step,
         x if embedding is None else embedding, x, inverse_temperature, top_k, VOCAB=vocab, HIDDEN=width,
-        EMBED_NEXT=embedding is not None, GREEDY=greedy, PDL=pdl, **({"launch_pdl": True} if pdl else {}),
+        EMBED_NEXT=embedding is not None, GREEDY=greedy, PDL=pdl, **dependent_kwargs(pdl),
     )  # fmt: skip
 
 
@@ -740,7 +748,7 @@ def project(
         x, weight, out if residual is None else residual, out, partials(tiles, block_m, outputs, x),
         out if counters is None else counters, rows, K=inputs, N=outputs, BLOCK_M=block_m, BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k, PRECISION=precision, UPCAST=upcast, ADD=residual is not None, SPLIT=tiles.split,
-        PREFETCH=tiles.prefetch, PDL=pdl, num_stages=tiles.stages, **({"launch_pdl": True} if pdl else {}),
+        PREFETCH=tiles.prefetch, PDL=pdl, num_stages=tiles.stages, **dependent_kwargs(pdl),
     )  # fmt: skip
 
 
@@ -749,6 +757,11 @@ def partials(tiles: Tiles, block_m: int, width: int, like: torch.Tensor) -> torc
     if tiles.split == 1:
         return like
     return torch.empty(tiles.split * block_m, width, dtype=torch.float32, device=like.device)
+
+
+def dependent_kwargs(pdl: bool) -> dict[str, bool]:
+    """A launch's keyword for Triton to launch it as a programmatic dependent launch, where `pdl`; none otherwise."""
+    return {"launch_pdl": True} if pdl else {}
 
 
 def dependent_launch(device: torch.device) -> bool:
