@@ -38,6 +38,7 @@
 #                            engine's PyTorch profiler (vllm-omni's stages, set up at the start and idle until asked;
 #                            sglang-omni's pipeline processes); the traces, under PROFILES/<variant>, are summarised
 #                            (deploy/gpu/trace_summary.py) into profile-c1.md and profile-c8.md and deleted
+#   PROFILE_LEVELS="1 8"     the levels TORCH_PROFILE=1 profiles, one round of each (c requests at once)
 #   PROFILE_FRAMES=100       the codec frames each request makes (EXTRA_BODY's max_new_tokens less the end token):
 #                            the profiles' per-frame figures divide by it
 #   TRACE_WAIT_S=60          the longest wait, after a profiled window, for its traces to stop growing (the same
@@ -78,7 +79,9 @@ START_WAIT_S=${START_WAIT_S:-1500}
 # what a variant's sweeps and stop take after its start (about 90 s on an H200, before py-spy's level and the second
 # benchmark joined them)
 SWEEP_ALLOWANCE_S=180
-[ "$TORCH_PROFILE" = 1 ] && SWEEP_ALLOWANCE_S=300  # two profiled windows, their traces written and summarised
+PROFILE_LEVELS=${PROFILE_LEVELS:-1 8}
+# each profiled window, its traces written and summarised: about a minute
+[ "$TORCH_PROFILE" = 1 ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 60 * $(wc -w <<<"$PROFILE_LEVELS")))
 export TARGETS=$TARGET KV_WAIT_S=${KV_WAIT_S:-0}
 
 for variant in ${VARIANTS:?name:LEVER words}; do  # every word checked before anything starts
@@ -296,7 +299,9 @@ for variant in $VARIANTS; do
   # is to be within 1.2x of it (p95 first audio)
   step "bench again-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=again-c32 "$SBS" sweep-bench \
     >>"$OUT/sweeps.log" 2>&1
-  if [ "$TORCH_PROFILE" = 1 ]; then torch_profile 1 1 && torch_profile 8 8; fi
+  if [ "$TORCH_PROFILE" = 1 ]; then
+    for level in $PROFILE_LEVELS; do torch_profile "$level" "$level" || break; done
+  fi
   [ "$PYSPY" = 1 ] && step "py-spy c32" pyspy_level
   $SBS stop >>"$OUT/sweeps.log" 2>&1
   finish

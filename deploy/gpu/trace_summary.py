@@ -16,7 +16,9 @@ With `--frames N` (the codec frames the profiled window made) each total is also
 Then the traces of one window on one clock (each trace's `baseTimeNanoseconds` plus its events' `ts`, both stages'
 alike): each trace's first bursts of GPU activity (kernels less than BURST_GAP_US apart), in ms after the window's
 first kernel: at one stream, the talker's prefill and first frames against code2wav's first window, which is where a
-request's first audio is made.
+request's first audio is made. And on that clock each trace's first engine steps that scheduled tokens (vLLM's
+`execute_context_*` spans on the host, named by their requests and tokens): the talker's step that made the first
+frame against code2wav's first step with a window, and the steps with nothing scheduled counted between.
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ LAUNCH = re.compile(
 # the host's ranges (gpu_user_annotation is each one's copy on the GPU's timeline: counted once, on the host)
 SPAN_CATEGORIES = {"user_annotation"}
 # vLLM names each engine step by its batch: execute_context_<n>(<tokens>)_generation_<m>(<tokens>)
-STEP = re.compile(r"^execute_context_\d+\(\d+\)_generation_\d+\(\d+\)$")
+STEP = re.compile(r"^execute_context_\d+\((\d+)\)_generation_\d+\((\d+)\)$")
 BURST_GAP_US = 300.0  # idle longer than this ends a burst of GPU activity
 BURSTS_SHOWN = 8
+STEPS_SHOWN = 10
 
 
 @dataclass
@@ -67,6 +70,8 @@ class TraceSummary:
     spans: dict[str, Totals] = field(default_factory=lambda: defaultdict(Totals))
     # the first bursts of GPU activity, (start, end) in µs on the host's clock (the trace's base time plus its ts)
     bursts: list[tuple[float, float]] = field(default_factory=list)
+    # every engine step (start, end, name) on the host's clock, and whether it scheduled any tokens
+    steps: list[tuple[float, float, str, bool]] = field(default_factory=list)
 
 
 def read_trace(path: Path) -> dict[str, Any] | list[Any]:
@@ -104,6 +109,7 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
     events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
     summary = TraceSummary(path)
     gpu: list[tuple[float, float]] = []
+    origin_us = float(trace.get("baseTimeNanoseconds", 0)) / 1000 if isinstance(trace, dict) else 0.0
     for event in events:
         if not isinstance(event, dict) or event.get("ph") != "X":
             continue
@@ -118,12 +124,16 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
                     summary.in_graphs += 1
         elif launch := LAUNCH.match(name):
             summary.launches[launch.group(0)].add(duration)
-        elif category in SPAN_CATEGORIES or STEP.match(name):
-            summary.spans["execute_context_* (one engine step)" if STEP.match(name) else name].add(duration)
+        elif category != "gpu_user_annotation" and (step := STEP.match(name)):  # the host's span, not its GPU copy
+            summary.spans["execute_context_* (one engine step)"].add(duration)
+            tokens = int(step.group(1)) + int(step.group(2))
+            summary.steps.append((origin_us + start, origin_us + start + duration, name, tokens > 0))
+        elif category in SPAN_CATEGORIES:
+            summary.spans[name].add(duration)
+    summary.steps.sort()
     if gpu:
         summary.window_us = max(end for _, end in gpu) - min(start for start, _ in gpu)
         summary.busy_us = union_us(gpu)
-        origin_us = float(trace.get("baseTimeNanoseconds", 0)) / 1000 if isinstance(trace, dict) else 0.0
         summary.bursts = [(origin_us + start, origin_us + end) for start, end in bursts_of(gpu, BURSTS_SHOWN)]
     return summary
 
@@ -185,6 +195,7 @@ def report(summaries: list[TraceSummary], root: Path, top: int, frames: int | No
         lines += table("host launch call", summary.launches, top, frames)
         lines += table("host span", summary.spans, top, frames)
     lines += first_bursts(summaries, root)
+    lines += first_steps(summaries, root)
     if not summaries:
         lines.append("No traces found.")
     return "\n".join(lines) + "\n"
@@ -208,6 +219,38 @@ def first_bursts(summaries: list[TraceSummary], root: Path) -> list[str]:
     for summary in timed:
         shown = ", ".join(f"{(start - first) / 1000:.1f}–{(end - first) / 1000:.1f}" for start, end in summary.bursts)
         lines.append(f"| `{summary.path.relative_to(root)}` | {shown} |")
+    return [*lines, ""]
+
+
+def first_steps(summaries: list[TraceSummary], root: Path) -> list[str]:
+    """Each trace's first engine steps that scheduled tokens, on the clock of `first_bursts` (ms after the earliest
+    kernel of all traces), with the steps that scheduled nothing between them counted: where a stage waited."""
+    timed = [summary for summary in summaries if summary.bursts]
+    if not any(summary.steps for summary in timed):
+        return []
+    first = min(summary.bursts[0][0] for summary in timed)
+    lines = [
+        "## The first engine steps of each trace, on one clock",
+        "",
+        f"vLLM's steps that scheduled tokens (the first {STEPS_SHOWN}), start–end in ms on the clock above; "
+        "`+n idle` counts the steps with nothing scheduled before each.",
+        "",
+        "| trace | steps |",
+        "| --- | --- |",
+    ]
+    for summary in timed:
+        shown, idle = [], 0
+        for start, end, name, busy in summary.steps:
+            if not busy:
+                idle += 1
+                continue
+            prefix = f"+{idle} idle, " if idle else ""
+            shown.append(f"{prefix}`{name}` {(start - first) / 1000:.1f}–{(end - first) / 1000:.1f}")
+            idle = 0
+            if len(shown) == STEPS_SHOWN:
+                break
+        if shown:
+            lines.append(f"| `{summary.path.relative_to(root)}` | {'; '.join(shown)} |")
     return [*lines, ""]
 
 

@@ -1713,6 +1713,7 @@ def test_trace_summary_tells_gpu_busy_and_idle_time_kernels_launches_and_steps_p
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 190, "dur": 5},
         {"ph": "X", "cat": "cpu_op", "name": "execute_context_2(2)_generation_0(0)", "ts": 0, "dur": 450},
         {"ph": "X", "cat": "cpu_op", "name": "execute_context_2(2)_generation_0(0)", "ts": 450, "dur": 450},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "execute_context_2(2)_generation_0(0)", "ts": 460, "dur": 9},
         {"ph": "X", "cat": "user_annotation", "name": "vocoder.decode", "ts": 200, "dur": 220},
         {"ph": "X", "cat": "gpu_user_annotation", "name": "vocoder.decode", "ts": 210, "dur": 190},  # its GPU copy
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernelExC", "ts": 600, "dur": 4},
@@ -1764,6 +1765,57 @@ def test_trace_summary_lays_the_first_gpu_bursts_of_each_trace_on_one_clock(tmp_
     assert "| `c1/stage0/trace_rank0.json` | 0.0–10.0, 10.5–20.0 |" in text
     assert "| `c1/stage1/trace_rank0.json` | 15.0–17.0 |" in text
     assert summary.bursts_of([(0, 1), (2, 3), (1000, 1001), (5000, 5001)], 2) == [(0, 3), (1000, 1001)]
+
+
+def test_trace_summary_lays_each_stages_first_steps_with_tokens_on_the_same_clock(tmp_path: Path) -> None:
+    """vLLM's steps (host spans named by their requests and tokens) on the bursts' clock: the talker's prefill and
+    frames against code2wav's first step with a window, its steps with nothing scheduled counted before it (where it
+    waited), a step's copy on the GPU's timeline not a step, at most STEPS_SHOWN a trace."""
+    summary = gpu_script("trace_summary")
+
+    def step(name: str, start: int, end: int, category: str = "cpu_op") -> dict[str, object]:
+        return {"ph": "X", "cat": category, "name": name, "ts": start, "dur": end - start}
+
+    base = 1_764_400_000_000_000_000
+    talker = {
+        "baseTimeNanoseconds": base,
+        "traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": "k", "ts": 1_000, "dur": 2_000},
+            step("execute_context_1(65)_generation_0(0)", 500, 3_500),
+            step("execute_context_1(65)_generation_0(0)", 600, 3_400, "gpu_user_annotation"),
+            *(step("execute_context_0(0)_generation_1(1)", 4_000 + 5_000 * i, 8_000 + 5_000 * i) for i in range(12)),
+        ],
+    }
+    code2wav = {
+        "baseTimeNanoseconds": base + 20_000_000,  # 20 ms later
+        "traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": "k", "ts": 30_000, "dur": 1_000},
+            step("execute_context_0(0)_generation_0(0)", 1_000, 1_100),
+            step("execute_context_0(0)_generation_0(0)", 2_000, 2_100),
+            step("execute_context_1(1)_generation_0(0)", 29_000, 31_500),
+            step("execute_context_0(0)_generation_0(0)", 32_000, 32_100),
+            step("execute_context_0(0)_generation_1(2)", 40_000, 41_000),
+        ],
+    }
+    for name, trace in (("c1/stage0", talker), ("c1/stage1", code2wav)):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "trace_rank0.json").write_text(json.dumps(trace))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert summary.main([str(tmp_path)]) == 0
+    text = out.getvalue().split("## The first engine steps of each trace, on one clock")[1]
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| `c1/")}
+    talker_row, code2wav_row = rows["| `c1/stage0/trace_rank0.json`"], rows["| `c1/stage1/trace_rank0.json`"]
+    # the earliest kernel (the talker's, 1 ms after its base) is 0: the prefill step began half a millisecond before
+    assert talker_row.startswith("| `c1/stage0/trace_rank0.json` | `execute_context_1(65)_generation_0(0)` -0.5–2.5; ")
+    assert "`execute_context_0(0)_generation_1(1)` 3.0–7.0" in talker_row
+    assert talker_row.count("`execute_context_") == summary.STEPS_SHOWN  # the 10 first of 13
+    assert code2wav_row == (
+        "| `c1/stage1/trace_rank0.json` | +2 idle, `execute_context_1(1)_generation_0(0)` 48.0–50.5; "
+        "+1 idle, `execute_context_0(0)_generation_1(2)` 59.0–60.0 |"
+    )
+    # a step's GPU copy is not a step of its own
+    assert out.getvalue().count("| `execute_context_* (one engine step)` | 13 |") == 1
 
 
 def test_pyspy_summary_says_how_much_of_the_window_each_process_held_its_gil_and_in_whose_code(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ SETTINGS = (
     "PYSPY",
     "PROFILES",
     "TORCH_PROFILE",
+    "PROFILE_LEVELS",
     "PYSPY_AFTER_S",
     "PROFILE_FRAMES",
     "START_PYSPY",
@@ -207,6 +208,16 @@ def test_the_service_on_vllm_omni_profiled_at_c1_and_c8_keeps_each_profiles_summ
     assert not [path for path in (tmp_path / "profiles/f1/service").rglob("*") if path.is_file()]
     progress = (tmp_path / "out/progress.txt").read_text()
     assert "f1 profile c1\n" in progress.replace(" (", "\n") and "failed" not in progress
+
+
+def test_profile_levels_choose_which_rounds_are_profiled(tmp_path: Path) -> None:
+    """PROFILE_LEVELS="1": only the one-request window is profiled (a run short of time keeps the c=1 profile, where a
+    request's first audio is made, and skips the c=8 one)."""
+    done = run(tmp_path, TARGET="service", TORCH_PROFILE="1", PROFILE_LEVELS="1", VARIANTS="f1:F", LEVER_F="")
+    assert done.returncode == 0, done.stdout + done.stderr
+    profiles = [[call[0], *call[2:5]] for call in calls(tmp_path) if call[0] == "profile"]
+    assert profiles == [["profile", "c1", "1", "1"]]
+    assert (tmp_path / "out/f1/profile-c1.md").exists() and not (tmp_path / "out/f1/profile-c8.md").exists()
 
 
 def test_the_service_on_sglang_profiled_keeps_its_request_timeline_and_each_profiles_summary(tmp_path: Path) -> None:
