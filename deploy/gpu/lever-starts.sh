@@ -7,13 +7,25 @@
 #
 #   VARIANTS="a1:A b1:B a2:A b2:B" LEVER_B="SPEECH_SGLANG__PREPROCESSING=cpu" deploy/gpu/lever-starts.sh
 #
+# On a host of two GPUs, TARGET=service-pair runs two variants at once, one a GPU, started together and swept
+# interleaved level by level (one loaded at a time, the other idle: no neighbour's load inside a level), so a pair is
+# measured in the same minutes; a second round with the GPUs swapped shows what the GPUs themselves differ by:
+#
+#   TARGET=service-pair VARIANTS="r1:A/B r2:B/A" BASE_ENV="CUDA_VISIBLE_DEVICES=0 CPUS=0-13 LOAD_CPUS=30-31" \
+#     BASE_ENV_B="CUDA_VISIBLE_DEVICES=1 CPUS=14-27" LEVER_A="" LEVER_B="SPEECH_OMNI__FUSED_DEPENDENT_LAUNCH=true" ...
+#
 # Settings (environment):
 #   VARIANTS                 name:LEVER words, run in order; the variant's settings are LEVER_<LEVER> (NAME=value words,
 #                            empty for the baseline), added to BASE_ENV as the server's SERVICE_SGLANG_ENV (TARGET=
 #                            service: SERVICE_ENV). A variant whose folder already holds results is refused (before
 #                            anything starts)
 #   TARGET=service-sglang    side-by-side.sh's target each variant starts: service-sglang (the service on sglang) or
-#                            service (the service on vllm-omni, which keeps no request timeline: that step is skipped)
+#                            service (the service on vllm-omni, which keeps no request timeline: that step is skipped),
+#                            or service-pair: the service on vllm-omni twice, `service` and `service-b`, each variant
+#                            name:LEVER/LEVER_OF_B, the first lever's settings on BASE_ENV (SERVICE_ENV), the second's
+#                            on BASE_ENV_B (SERVICE_B_ENV); results as for service, service-b's beside them with -b
+#                            (start-phases-b.md, profile-c1-b.md); START_PYSPY follows `service` only
+#   BASE_ENV_B=""            service-b's settings (TARGET=service-pair): its own GPU and cores
 #   BASE_ENV="CUDA_VISIBLE_DEVICES=0 CPUS=0-13 LOAD_CPUS=14-15"  every variant's settings (side-by-side.sh's words);
 #                            CPUS pins the server, LOAD_CPUS the load tool, the benchmark and py-spy
 #   OUT=/tmp/lever-starts    results: <variant>/ (side-by-side.sh's folders, its logs gzipped, start-phases.jsonl: the
@@ -69,12 +81,16 @@ START_PYSPY_RATE=${START_PYSPY_RATE:-20}
 PYTHON=${PYTHON:-python3}
 SBS=${SIDE_BY_SIDE:-deploy/gpu/side-by-side.sh}
 TARGET=${TARGET:-service-sglang}
+BASE_ENV_B=${BASE_ENV_B:-}
+SERVERS=$TARGET  # side-by-side.sh's targets for each variant
 case $TARGET in
   service-sglang) PORT=${SERVICE_SGLANG_PORT:-8007} ;;
   service) PORT=${SERVICE_PORT:-8000} ;;
-  *) echo "lever-starts: TARGET=$TARGET is neither service-sglang nor service" >&2; exit 64 ;;
+  service-pair) PORT=${SERVICE_PORT:-8000} SERVERS="service service-b" ;;
+  *) echo "lever-starts: TARGET=$TARGET is not service-sglang, service or service-pair" >&2; exit 64 ;;
 esac
 PIDFILE=${SERVER_PIDFILE:-/tmp/speech-server-$PORT.pid}
+PIDFILE_B=${SERVER_B_PIDFILE:-/tmp/speech-server-${SERVICE_B_PORT:-8003}.pid}
 START_WAIT_S=${START_WAIT_S:-1500}
 # what a variant's sweeps and stop take after its start (about 90 s on an H200, before py-spy's level and the second
 # benchmark joined them)
@@ -82,11 +98,14 @@ SWEEP_ALLOWANCE_S=180
 PROFILE_LEVELS=${PROFILE_LEVELS:-1 8}
 # each profiled window, its traces written and summarised: about a minute
 [ "$TORCH_PROFILE" = 1 ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 60 * $(wc -w <<<"$PROFILE_LEVELS")))
-export TARGETS=$TARGET KV_WAIT_S=${KV_WAIT_S:-0}
+export TARGETS=$SERVERS KV_WAIT_S=${KV_WAIT_S:-0}
 
+levers='[A-Za-z0-9_]+'
+[ "$TARGET" = service-pair ] && levers='[A-Za-z0-9_]+/[A-Za-z0-9_]+'
 for variant in ${VARIANTS:?name:LEVER words}; do  # every word checked before anything starts
-  if ! [[ $variant =~ ^[A-Za-z0-9._-]+:[A-Za-z0-9_]+$ ]]; then
-    echo "lever-starts: '$variant' is not name:LEVER (LEVER: letters, digits, _; its settings are LEVER_<LEVER>)" >&2
+  if ! [[ $variant =~ ^[A-Za-z0-9._-]+:$levers$ ]]; then
+    echo "lever-starts: '$variant' is not name:LEVER$([ "$TARGET" = service-pair ] && echo /LEVER) (LEVER:" \
+      "letters, digits, _; its settings are LEVER_<LEVER>)" >&2
     exit 64
   fi
   if [ -n "$(ls -A "$ROOT/${variant%%:*}" 2>/dev/null)" ]; then
@@ -116,13 +135,15 @@ step() {  # a label, then a command: runs it, says how it ended in the progress
 # The processes of the server's process group (side-by-side.sh starts it in a session of its own), but the compile
 # workers and multiprocessing's resource tracker, which sit idle.
 server_pids() {
-  local group pid
-  group=$(cat "$PIDFILE" 2>/dev/null) || return 0
-  for pid in $(pgrep -g "$group"); do
-    case $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) in
-      *compile_worker* | *resource_tracker*) ;;
-      *) echo "$pid" ;;
-    esac
+  local group pid pidfile
+  for pidfile in "$PIDFILE" $([ "$TARGET" = service-pair ] && echo "$PIDFILE_B"); do
+    group=$(cat "$pidfile" 2>/dev/null) || continue
+    for pid in $(pgrep -g "$group"); do
+      case $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) in
+        *compile_worker* | *resource_tracker*) ;;
+        *) echo "$pid" ;;
+      esac
+    done
   done
 }
 
@@ -193,12 +214,19 @@ start_pyspy_stop() {  # $1 start_pyspy's job: stopped, its recording gzipped and
 torch_profile() {  # $1 level, $2 requests: one closed round under the engine's profiler, its traces summarised per
   # codec frame (PROFILE_FRAMES a request) into profile-c<level>.md, then deleted (hundreds of MB; the summary is the
   # result)
-  local level=$1 requests=$2 frames=$(($2 * PROFILE_FRAMES)) traces=$PROFILER_DIR/$TARGET/c$1
+  local level=$1 requests=$2 frames=$(($2 * PROFILE_FRAMES)) server traces
   step "profile c$level" on_load_cpus env CONCURRENCY="$level" REQUESTS="$requests" SWEEP_NAME="c$level" \
     LOADTEST_ARGS="--stagger 0" "$SBS" profile >>"$OUT/sweeps.log" 2>&1
-  settled "$traces" "$TRACE_WAIT_S"
-  "$PYTHON" deploy/gpu/trace_summary.py "$traces" --frames "$frames" >"$OUT/profile-c$level.md" 2>&1
-  rm -rf "${traces:?}"
+  for server in $SERVERS; do
+    traces=$PROFILER_DIR/$server/c$level
+    settled "$traces" "$TRACE_WAIT_S"
+    "$PYTHON" deploy/gpu/trace_summary.py "$traces" --frames "$frames" >"$OUT/profile-c$level$(suffix "$server").md" 2>&1
+    rm -rf "${traces:?}"
+  done
+}
+
+suffix() {  # $1 a server: what its files' names carry (service-b's: -b)
+  [ "$1" = service-b ] && echo -b
 }
 
 settled() {  # $1 a folder, $2 seconds at most: until its files stop growing (sglang-omni's pipeline processes each
@@ -228,18 +256,23 @@ request_timeline() {  # sglang-omni's per-request events over two c=32 bursts, a
 }
 
 finish() {  # after the stop, on every path: the engine's own start phases, then the logs side-by-side.sh kept, gzipped
-  cat "$OUT"/logs/*.log 2>/dev/null | grep -E '"((sglang|omni) engine (starting|started|ready)|started)"' \
-    >"$OUT/start-phases.jsonl"
-  # vllm-omni's: every milestone of the start that the server and its stage processes logged
-  [ "$TARGET" = service ] && "$PYTHON" deploy/gpu/omni_start_phases.py "$OUT/logs/service.log" >"$OUT/start-phases.md" 2>&1
+  local server
+  for server in $SERVERS; do
+    grep -sE '"((sglang|omni) engine (starting|started|ready)|started)"' "$OUT/logs/$server.log" \
+      >"$OUT/start-phases$(suffix "$server").jsonl"
+    # vllm-omni's: every milestone of the start that the server and its stage processes logged
+    [ "$server" = service-sglang ] ||
+      "$PYTHON" deploy/gpu/omni_start_phases.py "$OUT/logs/$server.log" >"$OUT/start-phases$(suffix "$server").md" 2>&1
+  done
   for log in "$OUT"/logs/*.log; do [ -f "$log" ] && gzip -f "$log"; done
 }
 
 expected=$FIRST_S first=1 longest_later=0
 for variant in $VARIANTS; do
   name=${variant%%:*} lever=${variant#*:}
-  lever_env_name="LEVER_$lever"
-  lever_env=${!lever_env_name:-}
+  lever_b=${lever#*/} lever=${lever%%/*}  # service-pair: service-b's lever after the slash
+  lever_env_name="LEVER_$lever" lever_b_env_name="LEVER_$lever_b"
+  lever_env=${!lever_env_name:-} lever_b_env=${!lever_b_env_name:-}
   wait_s=$START_WAIT_S
   if [ -n "$UNTIL" ]; then
     if [ $(($(date +%s) + expected)) -gt "$UNTIL" ]; then
@@ -251,15 +284,21 @@ for variant in $VARIANTS; do
   fi
   began=$(date +%s)
   export OUT=$ROOT/$name PROFILER_DIR=$PROFILES/$name
-  if [ "$TARGET" = service ]; then  # no timeline to record; its stages' profiler only where asked for
-    export SERVICE_ENV="$BASE_ENV${lever_env:+ $lever_env}"
+  if [ "$TARGET" = service-sglang ]; then export SERVICE_SGLANG_ENV="$BASE_ENV${lever_env:+ $lever_env}"
+  else  # vllm-omni: no timeline to record; its stages' profiler only where asked for
+    export SERVICE_ENV="$BASE_ENV${lever_env:+ $lever_env}" SERVICE_B_ENV="$BASE_ENV_B${lever_b_env:+ $lever_b_env}"
     [ "$TORCH_PROFILE" = 1 ] || export PROFILER_DIR=""
-  else export SERVICE_SGLANG_ENV="$BASE_ENV${lever_env:+ $lever_env}"; fi
+  fi
   # the engine appends to its event files: an earlier run's must not join this one's
   [ -n "$PROFILER_DIR" ] && rm -rf "$PROFILER_DIR"
   mkdir -p "$OUT"
   echo "$name: lever $lever: ${lever_env:-(none)}" >"$OUT/lever.txt"
-  progress "$name start ($lever: ${lever_env:-baseline})"
+  described="$lever: ${lever_env:-baseline}"
+  if [ "$TARGET" = service-pair ]; then
+    echo "$name: service-b's lever $lever_b: ${lever_b_env:-(none)}" >>"$OUT/lever.txt"
+    described="$described; service-b $lever_b: ${lever_b_env:-baseline}"
+  fi
+  progress "$name start ($described)"
   spy=""
   if [ "$START_PYSPY" = 1 ]; then
     if command -v py-spy >/dev/null; then

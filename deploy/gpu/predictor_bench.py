@@ -4,7 +4,8 @@ the service's (`SPEECH_OMNI__TALKER_MODEL=service`) and the service's in its own
 one GPU, as the talker's model runner runs them:
 each compiled and warmed up at its batch buckets, then captured in a CUDA graph per batch size with sampling
 uniforms it owns, and replayed. Per batch size and predictor: the GPU's time per frame (CUDA events around many
-replays), the host's time to launch one replay, the kernels one replay runs (from a PyTorch profiler trace) and the
+replays back to back, and one replay alone: launched with the GPU idle, as a server at one stream launches a frame's
+predictor), the host's time to launch one replay, the kernels one replay runs (from a PyTorch profiler trace) and the
 set-up's time (compile and warm-up at every bucket). A server's start and load add noise that a predictor's own
 difference can hide; this measures the predictor without them.
 
@@ -162,9 +163,10 @@ def kernels_per_replay(torch: Any, graph: Any, replays: int) -> float:
     return sum(totals.count for totals in summary.kernels.values()) / replays
 
 
-def measure(torch: Any, graph: Any, replays: int) -> tuple[float, float]:
-    """The GPU's milliseconds per replay (events around `replays` back to back) and the host's median
-    milliseconds to launch one (each launched after the one before finished)."""
+def measure(torch: Any, graph: Any, replays: int) -> tuple[float, float, float]:
+    """The GPU's milliseconds per replay (events around `replays` back to back), the host's median milliseconds to
+    launch one and the GPU's median milliseconds for one replay alone (each launched after the one before finished,
+    as a server at one stream launches a frame's predictor after the talker's step, not after another predictor)."""
     for _ in range(10):
         graph.replay()
     torch.cuda.synchronize()
@@ -174,13 +176,17 @@ def measure(torch: Any, graph: Any, replays: int) -> tuple[float, float]:
         graph.replay()
     end.record()
     torch.cuda.synchronize()
-    launches = []
+    back_to_back = start.elapsed_time(end) / replays
+    launches, alone = [], []
     for _ in range(min(replays, 50)):
+        start.record()
         began = time.perf_counter()
         graph.replay()
         launches.append((time.perf_counter() - began) * 1e3)
+        end.record()
         torch.cuda.synchronize()
-    return start.elapsed_time(end) / replays, statistics.median(launches)
+        alone.append(start.elapsed_time(end))
+    return back_to_back, statistics.median(launches), statistics.median(alone)
 
 
 @contextlib.contextmanager
@@ -240,18 +246,22 @@ def main(argv: list[str] | None = None) -> int:
                 graphs = capture(torch, predictor, dtype, batches)
         for batch in batches:
             graph = graphs[batch][0]
-            gpu_ms, launch_ms = measure(torch, graph, args.replays)
+            gpu_ms, launch_ms, alone_ms = measure(torch, graph, args.replays)
             kernels = kernels_per_replay(torch, graph, min(args.replays, 20))
-            rows.append((batch, name, gpu_ms, launch_ms, kernels, set_up, len(predictor._bucket_sizes)))
+            rows.append((batch, name, gpu_ms, alone_ms, launch_ms, kernels, set_up, len(predictor._bucket_sizes)))
         print(f"{name}: set up in {set_up:.1f} s", file=sys.stderr)
     print(f"# The code predictor alone ({args.dtype}, {torch.cuda.get_device_name()}, {args.replays} replays)\n")
     print(
-        "| batch | SPEECH_OMNI__TALKER_MODEL | GPU ms a frame | host ms to launch | kernels a frame | set-up s "
+        "| batch | SPEECH_OMNI__TALKER_MODEL | GPU ms a frame | one replay alone, GPU ms | host ms to launch "
+        "| kernels a frame | set-up s "
         "| its buckets |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for batch, name, gpu_ms, launch_ms, kernels, set_up, buckets in sorted(rows):
-        print(f"| {batch} | {name} | {gpu_ms:.3f} | {launch_ms:.3f} | {kernels:.0f} | {set_up:.1f} | {buckets} |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for batch, name, gpu_ms, alone_ms, launch_ms, kernels, set_up, buckets in sorted(rows):
+        print(
+            f"| {batch} | {name} | {gpu_ms:.3f} | {alone_ms:.3f} | {launch_ms:.3f} | {kernels:.0f} | {set_up:.1f} "
+            f"| {buckets} |"
+        )
     return 0
 
 

@@ -194,64 +194,63 @@ def report(summaries: list[TraceSummary], root: Path, top: int, frames: int | No
         lines += table("kernel", summary.kernels, top, frames)
         lines += table("host launch call", summary.launches, top, frames)
         lines += table("host span", summary.spans, top, frames)
-    lines += first_bursts(summaries, root)
-    lines += first_steps(summaries, root)
+    lines += on_one_clock(summaries, root)
     if not summaries:
         lines.append("No traces found.")
     return "\n".join(lines) + "\n"
 
 
-def first_bursts(summaries: list[TraceSummary], root: Path) -> list[str]:
-    """Each trace's first bursts of GPU activity on one clock, in ms after the earliest kernel of them all."""
+def on_one_clock(summaries: list[TraceSummary], root: Path) -> list[str]:
+    """The traces on one clock, in ms after the earliest kernel of them all: each trace's first bursts of GPU activity,
+    then its first engine steps that scheduled tokens, with the steps that scheduled nothing between them counted
+    (where a stage waited)."""
     timed = [summary for summary in summaries if summary.bursts]
     if not timed:
         return []
     first = min(summary.bursts[0][0] for summary in timed)
-    lines = [
-        "## The first GPU activity of each trace, on one clock",
-        "",
+
+    def ms(start: float, end: float) -> str:
+        return f"{(start - first) / 1000:.1f}–{(end - first) / 1000:.1f}"
+
+    lines = section(
+        "The first GPU activity of each trace, on one clock",
         f"Bursts of kernels less than {BURST_GAP_US / 1000:g} ms apart, start–end in ms after the first kernel of the "
         f"traces above (the first {BURSTS_SHOWN}).",
-        "",
-        "| trace | bursts |",
-        "| --- | --- |",
-    ]
+        "bursts",
+        {f"`{summary.path.relative_to(root)}`": ", ".join(ms(*burst) for burst in summary.bursts) for summary in timed},
+    )
+    steps: dict[str, str] = {}
     for summary in timed:
-        shown = ", ".join(f"{(start - first) / 1000:.1f}–{(end - first) / 1000:.1f}" for start, end in summary.bursts)
-        lines.append(f"| `{summary.path.relative_to(root)}` | {shown} |")
-    return [*lines, ""]
-
-
-def first_steps(summaries: list[TraceSummary], root: Path) -> list[str]:
-    """Each trace's first engine steps that scheduled tokens, on the clock of `first_bursts` (ms after the earliest
-    kernel of all traces), with the steps that scheduled nothing between them counted: where a stage waited."""
-    timed = [summary for summary in summaries if summary.bursts]
-    if not any(summary.steps for summary in timed):
-        return []
-    first = min(summary.bursts[0][0] for summary in timed)
-    lines = [
-        "## The first engine steps of each trace, on one clock",
-        "",
-        f"vLLM's steps that scheduled tokens (the first {STEPS_SHOWN}), start–end in ms on the clock above; "
-        "`+n idle` counts the steps with nothing scheduled before each.",
-        "",
-        "| trace | steps |",
-        "| --- | --- |",
-    ]
-    for summary in timed:
-        shown, idle = [], 0
+        shown: list[str] = []
+        idle = 0
         for start, end, name, busy in summary.steps:
             if not busy:
                 idle += 1
                 continue
-            prefix = f"+{idle} idle, " if idle else ""
-            shown.append(f"{prefix}`{name}` {(start - first) / 1000:.1f}–{(end - first) / 1000:.1f}")
+            shown.append(f"{f'+{idle} idle, ' if idle else ''}`{name}` {ms(start, end)}")
             idle = 0
             if len(shown) == STEPS_SHOWN:
                 break
         if shown:
-            lines.append(f"| `{summary.path.relative_to(root)}` | {'; '.join(shown)} |")
-    return [*lines, ""]
+            steps[f"`{summary.path.relative_to(root)}`"] = "; ".join(shown)
+    if steps:
+        lines += section(
+            "The first engine steps of each trace, on one clock",
+            f"vLLM's steps that scheduled tokens (the first {STEPS_SHOWN}), start–end in ms on the clock above; "
+            "`+n idle` counts the steps with nothing scheduled before each.",
+            "steps",
+            steps,
+        )
+    return lines
+
+
+def section(title: str, note: str, column: str, rows: dict[str, str]) -> list[str]:
+    """A titled Markdown table of one row a trace."""
+    return (
+        [f"## {title}", "", note, "", f"| trace | {column} |", "| --- | --- |"]
+        + [f"| {trace} | {shown} |" for trace, shown in rows.items()]
+        + [""]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import yaml
@@ -1743,6 +1743,17 @@ def test_trace_summary_tells_gpu_busy_and_idle_time_kernels_launches_and_steps_p
     assert summary.union_us([(0, 10), (5, 20), (30, 40), (32, 35)]) == 30
 
 
+def summarized(summary: ModuleType, folder: Path, traces: dict[str, dict[str, object]]) -> str:
+    """trace_summary's report of `traces` (a folder name each, under `folder`)."""
+    for name, trace in traces.items():
+        (folder / name).mkdir(parents=True)
+        (folder / name / "trace_rank0.json").write_text(json.dumps(trace))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert summary.main([str(folder)]) == 0
+    return out.getvalue()
+
+
 def test_trace_summary_lays_the_first_gpu_bursts_of_each_trace_on_one_clock(tmp_path: Path) -> None:
     """Each trace's events are µs after its own base time: the stages' first bursts (kernels less than 0.3 ms apart
     merged) on the host's clock, in ms after the earliest kernel of all: the talker's prefill and first frame against
@@ -1755,13 +1766,8 @@ def test_trace_summary_lays_the_first_gpu_bursts_of_each_trace_on_one_clock(tmp_
     base = 1_764_400_000_000_000_000
     talker = {"baseTimeNanoseconds": base, "traceEvents": kernels((0, 10_000), (10_500, 15_000), (15_100, 20_000))}
     code2wav = {"baseTimeNanoseconds": base + 12_000_000, "traceEvents": kernels((3_000, 5_000))}  # 12 ms later
-    for name, trace in (("c1/stage0", talker), ("c1/stage1", code2wav)):
-        (tmp_path / name).mkdir(parents=True)
-        (tmp_path / name / "trace_rank0.json").write_text(json.dumps(trace))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert summary.main([str(tmp_path)]) == 0
-    text = out.getvalue().split("## The first GPU activity of each trace, on one clock")[1]
+    text = summarized(summary, tmp_path, {"c1/stage0": talker, "c1/stage1": code2wav})
+    text = text.split("## The first GPU activity of each trace, on one clock")[1]
     assert "| `c1/stage0/trace_rank0.json` | 0.0–10.0, 10.5–20.0 |" in text
     assert "| `c1/stage1/trace_rank0.json` | 15.0–17.0 |" in text
     assert summary.bursts_of([(0, 1), (2, 3), (1000, 1001), (5000, 5001)], 2) == [(0, 3), (1000, 1001)]
@@ -1797,13 +1803,8 @@ def test_trace_summary_lays_each_stages_first_steps_with_tokens_on_the_same_cloc
             step("execute_context_0(0)_generation_1(2)", 40_000, 41_000),
         ],
     }
-    for name, trace in (("c1/stage0", talker), ("c1/stage1", code2wav)):
-        (tmp_path / name).mkdir(parents=True)
-        (tmp_path / name / "trace_rank0.json").write_text(json.dumps(trace))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert summary.main([str(tmp_path)]) == 0
-    text = out.getvalue().split("## The first engine steps of each trace, on one clock")[1]
+    whole = summarized(summary, tmp_path, {"c1/stage0": talker, "c1/stage1": code2wav})
+    text = whole.split("## The first engine steps of each trace, on one clock")[1]
     rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| `c1/")}
     talker_row, code2wav_row = rows["| `c1/stage0/trace_rank0.json`"], rows["| `c1/stage1/trace_rank0.json`"]
     # the earliest kernel (the talker's, 1 ms after its base) is 0: the prefill step began half a millisecond before
@@ -1815,7 +1816,7 @@ def test_trace_summary_lays_each_stages_first_steps_with_tokens_on_the_same_cloc
         "+1 idle, `execute_context_0(0)_generation_1(2)` 59.0–60.0 |"
     )
     # a step's GPU copy is not a step of its own
-    assert out.getvalue().count("| `execute_context_* (one engine step)` | 13 |") == 1
+    assert whole.count("| `execute_context_* (one engine step)` | 13 |") == 1
 
 
 def test_pyspy_summary_says_how_much_of_the_window_each_process_held_its_gil_and_in_whose_code(tmp_path: Path) -> None:

@@ -53,23 +53,24 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         "#!/usr/bin/env bash\n"
         'echo "$1|$(basename "$OUT")|${SWEEP_NAME-}|${CONCURRENCY-}|${REQUESTS-}|${TIMELINE-}|$SERVICE_SGLANG_ENV'
         "|$(grep Cpus_allowed_list /proc/$$/status | cut -f2)|${START_WAIT_S-}|${SERVICE_ENV-}|$TARGETS"
-        '|${PROFILER_DIR-}"'
+        '|${PROFILER_DIR-}|${SERVICE_B_ENV-}"'
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
         '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac\n'
         '    if [ -n "${STANDIN_PIDFILE-}" ]; then echo $$ > "$STANDIN_PIDFILE"\n'
         '      for _ in $(seq 300); do [ -f "$STANDIN_PIDFILE.ready" ] && break; sleep 0.1; done; fi ;;\n'
-        '  profile) if [ -z "${TIMELINE-}" ]; then mkdir -p "$PROFILER_DIR/$TARGETS/$SWEEP_NAME"\n'
-        f"    printf '%s' '{trace}' > \"$PROFILER_DIR/$TARGETS/$SWEEP_NAME/stage0.json\"; exit 0; fi\n"
+        '  profile) if [ -z "${TIMELINE-}" ]; then for t in $TARGETS; do mkdir -p "$PROFILER_DIR/$t/$SWEEP_NAME"\n'
+        f"    printf '%s' '{trace}' > \"$PROFILER_DIR/$t/$SWEEP_NAME/stage0.json\"; done; exit 0; fi\n"
         '    mkdir -p "$PROFILER_DIR/service-sglang/$SWEEP_NAME"\n'
         f"    printf '%s\\n' '{event % ('request_admission', 1_000_000)}'"
         f" '{event % ('coordinator_stream_received', 138_000_000)}'"
         ' > "$PROFILER_DIR/service-sglang/$SWEEP_NAME/events_coordinator_7.jsonl" ;;\n'
         '  stop) mkdir -p "$OUT/logs"\n'
-        '    if [ "$TARGETS" = service ]; then printf \'%s\\n\' \'{"ts": "2026-11-29T10:00:00.000Z", "message":'
-        ' "omni engine starting"}\' \'{"ts": "2026-11-29T10:01:28.000Z", "message": "omni engine ready", "total_s":'
-        ' 88.0}\' \'{"ts": "2026-11-29T10:01:30.100Z", "message": "started", "total_s": 90.1}\''
-        ' > "$OUT/logs/service.log"\n'
+        '    if [ "${TARGETS%% *}" = service ]; then for t in $TARGETS; do printf \'%s\\n\' \'{"ts":'
+        ' "2026-11-29T10:00:00.000Z", "message": "omni engine starting"}\' \'{"ts": "2026-11-29T10:01:28.000Z",'
+        ' "message": "omni engine ready", "total_s": 88.0}\' "{\\"ts\\": \\"2026-11-29T10:01:30.100Z\\",'
+        ' \\"message\\": \\"started\\", \\"total_s\\": 90.1, \\"target\\": \\"$t\\"}"'
+        ' > "$OUT/logs/$t.log"; done\n'
         '    else printf \'%s\\n\' \'{"message": "sglang engine starting"}\' \'{"message": "Decode batch"}\''
         ' \'{"message": "sglang engine ready", "total_s": 229.1}\' > "$OUT/logs/service-sglang.log"; fi ;;\n'
         "esac\n"
@@ -173,7 +174,7 @@ def test_the_service_on_vllm_omni_is_a_target_too_without_the_request_timeline(t
         assert start_phases == [
             '{"ts": "2026-11-29T10:00:00.000Z", "message": "omni engine starting"}',
             '{"ts": "2026-11-29T10:01:28.000Z", "message": "omni engine ready", "total_s": 88.0}',
-            '{"ts": "2026-11-29T10:01:30.100Z", "message": "started", "total_s": 90.1}',
+            '{"ts": "2026-11-29T10:01:30.100Z", "message": "started", "total_s": 90.1, "target": "service"}',
         ]
         # and every milestone of the start that its log holds (deploy/gpu/omni_start_phases.py)
         table = (tmp_path / "out" / name / "start-phases.md").read_text().splitlines()
@@ -208,6 +209,45 @@ def test_the_service_on_vllm_omni_profiled_at_c1_and_c8_keeps_each_profiles_summ
     assert not [path for path in (tmp_path / "profiles/f1/service").rglob("*") if path.is_file()]
     progress = (tmp_path / "out/progress.txt").read_text()
     assert "f1 profile c1\n" in progress.replace(" (", "\n") and "failed" not in progress
+
+
+def test_a_pair_of_variants_runs_on_two_gpus_at_once_swept_interleaved_with_each_ones_start_and_profile(
+    tmp_path: Path,
+) -> None:
+    """TARGET=service-pair: each round starts the service twice at once (side-by-side.sh's `service` and `service-b`),
+    the first lever on BASE_ENV, the second on BASE_ENV_B, sweeps both as one (interleaved by side-by-side.sh), and
+    keeps each one's start phases and profile apart; a word without a second lever is refused before anything
+    starts."""
+    fused, dependent = "SPEECH_OMNI__TALKER_MODEL=fused", "SPEECH_OMNI__FUSED_DEPENDENT_LAUNCH=true"
+    done = run(
+        tmp_path,
+        TARGET="service-pair",
+        VARIANTS="r1:F/X r2:X/F",
+        BASE_ENV="CUDA_VISIBLE_DEVICES=0",
+        BASE_ENV_B="CUDA_VISIBLE_DEVICES=1",
+        LEVER_F=fused,
+        LEVER_X=f"{fused} {dependent}",
+        TORCH_PROFILE="1",
+        PROFILE_LEVELS="1",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    recorded = calls(tmp_path)
+    phases = ["start", "sweep-bench", *["sweep-closed"] * 5, "sweep-bench", "profile", "stop"]
+    assert [call[:2] for call in recorded] == [[phase, name] for name in ("r1", "r2") for phase in phases]
+    gpu0, gpu1 = "CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"
+    for name, (a, b) in (("r1", (fused, f"{fused} {dependent}")), ("r2", (f"{fused} {dependent}", fused))):
+        mine = [call for call in recorded if call[1] == name]
+        assert {(call[9], call[12], call[10]) for call in mine} == {(f"{gpu0} {a}", f"{gpu1} {b}", "service service-b")}
+        out = tmp_path / "out" / name
+        assert (out / "lever.txt").read_text().splitlines()[1].startswith(f"{name}: service-b's lever ")
+        for suffix, target in (("", "service"), ("-b", "service-b")):
+            assert f'"target": "{target}"' in (out / f"start-phases{suffix}.jsonl").read_text()
+            assert "| server | the server serving | 90.1 | 2.1 |" in (out / f"start-phases{suffix}.md").read_text()
+            assert "| `gemv_add` | 1 | 40.00 |" in (out / f"profile-c1{suffix}.md").read_text()
+    progress = (tmp_path / "out/progress.txt").read_text()
+    assert "r1 start (F: " in progress and "; service-b X: " in progress and "failed" not in progress
+    refused = run(tmp_path, out="other", TARGET="service-pair", VARIANTS="r1:F", LEVER_F="")
+    assert refused.returncode == 64 and "name:LEVER/LEVER" in refused.stderr
 
 
 def test_profile_levels_choose_which_rounds_are_profiled(tmp_path: Path) -> None:
