@@ -98,7 +98,9 @@ SWEEP_ALLOWANCE_S=180
 PROFILE_LEVELS=${PROFILE_LEVELS:-1 8}
 # each profiled window, its traces written and summarised: about a minute
 [ "$TORCH_PROFILE" = 1 ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 60 * $(wc -w <<<"$PROFILE_LEVELS")))
-export TARGETS=$SERVERS KV_WAIT_S=${KV_WAIT_S:-0}
+# a pair's every level runs twice, one server after the other
+[ "$TARGET" = service-pair ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S * 2))
+export TARGETS=$SERVERS SWEEP_TARGETS=$SERVERS KV_WAIT_S=${KV_WAIT_S:-0}
 
 levers='[A-Za-z0-9_]+'
 [ "$TARGET" = service-pair ] && levers='[A-Za-z0-9_]+/[A-Za-z0-9_]+'
@@ -134,9 +136,9 @@ step() {  # a label, then a command: runs it, says how it ended in the progress
 
 # The processes of the server's process group (side-by-side.sh starts it in a session of its own), but the compile
 # workers and multiprocessing's resource tracker, which sit idle.
-server_pids() {
+server_pids() {  # $1 a pid file (default: the one of each server a variant runs)
   local group pid pidfile
-  for pidfile in "$PIDFILE" $([ "$TARGET" = service-pair ] && echo "$PIDFILE_B"); do
+  for pidfile in "${1:-$PIDFILE}" $([ -z "${1:-}" ] && [ "$TARGET" = service-pair ] && echo "$PIDFILE_B"); do
     group=$(cat "$pidfile" 2>/dev/null) || continue
     for pid in $(pgrep -g "$group"); do
       case $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) in
@@ -147,16 +149,27 @@ server_pids() {
   done
 }
 
-# Every thread of the server's processes: tid, name, utime, stime (clock ticks), the last CPU it ran on.
+# Every thread of the server's processes: tid, name, utime, stime (clock ticks), the last CPU it ran on; a pair's
+# two servers each under a line that names it.
 thread_ticks() {
-  local pid task
-  for pid in $(server_pids); do
-    echo "# pid $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-160)"
-    for task in /proc/"$pid"/task/*; do
-      # /proc/PID/task/TID/stat: the name is field 2 (in parentheses, may hold spaces); utime 14, stime 15, CPU 39
-      sed -E 's/^([0-9]+) \((.*)\) (.*)$/\1|\2|\3/' "$task/stat" 2>/dev/null |
-        awk -F'|' '{split($3, f, " "); printf "%s\t%s\t%s\t%s\t%s\n", $1, $2, f[12], f[13], f[37]}'
+  local pid server pidfile
+  for server in $SERVERS; do
+    pidfile=$PIDFILE
+    [ "$server" = service-b ] && pidfile=$PIDFILE_B
+    [ "$TARGET" = service-pair ] && echo "# server $server"
+    for pid in $(server_pids "$pidfile"); do
+      thread_table "$pid"
     done
+  done
+}
+
+thread_table() {  # $1 a pid
+  local pid=$1 task
+  echo "# pid $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-160)"
+  for task in /proc/"$pid"/task/*; do
+    # /proc/PID/task/TID/stat: the name is field 2 (in parentheses, may hold spaces); utime 14, stime 15, CPU 39
+    sed -E 's/^([0-9]+) \((.*)\) (.*)$/\1|\2|\3/' "$task/stat" 2>/dev/null |
+      awk -F'|' '{split($3, f, " "); printf "%s\t%s\t%s\t%s\t%s\n", $1, $2, f[12], f[13], f[37]}'
   done
 }
 
@@ -312,8 +325,8 @@ for variant in $VARIANTS; do
   [ -n "$spy" ] && start_pyspy_stop "$spy"
   if [ "$rc" != 0 ]; then
     # side-by-side.sh: 2, the server died or its engine failed to start; 3, still starting at the deadline
-    if [ "$rc" = 2 ]; then progress "$name failed to start (start.log)"
-    else progress "$name did not start within $wait_s s (start.log)"; fi
+    if [ "$rc" = 3 ]; then progress "$name did not start within $wait_s s (start.log)"
+    else progress "$name failed to start (rc $rc, start.log)"; fi
     $SBS stop >>"$OUT/start.log" 2>&1
     finish
     continue
@@ -341,7 +354,10 @@ for variant in $VARIANTS; do
   if [ "$TORCH_PROFILE" = 1 ]; then
     for level in $PROFILE_LEVELS; do torch_profile "$level" "$level" || break; done
   fi
-  [ "$PYSPY" = 1 ] && step "py-spy c32" pyspy_level
+  if [ "$PYSPY" = 1 ]; then  # its level loads one server: a pair's other would be sampled idle
+    if [ "$TARGET" = service-pair ]; then progress "$name py-spy c32 skipped (one server a level; not a pair)"
+    else step "py-spy c32" pyspy_level; fi
+  fi
   $SBS stop >>"$OUT/sweeps.log" 2>&1
   finish
   spent=$(($(date +%s) - began))

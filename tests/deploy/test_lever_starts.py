@@ -25,6 +25,14 @@ SETTINGS = (
     "PROFILES",
     "TORCH_PROFILE",
     "PROFILE_LEVELS",
+    "BASE_ENV_B",
+    "SERVICE_B_ENV",
+    "SERVER_B_PIDFILE",
+    "SERVICE_PORT",
+    "SERVICE_B_PORT",
+    "SERVICE_SGLANG_PORT",
+    "KV_WAIT_S",
+    "SWEEP_TARGETS",
     "PYSPY_AFTER_S",
     "PROFILE_FRAMES",
     "START_PYSPY",
@@ -89,6 +97,7 @@ def run(tmp_path: Path, out: str = "out", **settings: str) -> subprocess.Complet
         "EVENTS_WAIT_S": "0",
         "SETTLE_S": "0.2",
         "SERVER_PIDFILE": str(tmp_path / "no-server.pid"),
+        "SERVER_B_PIDFILE": str(tmp_path / "no-server-b.pid"),
         "PROFILES": str(tmp_path / "profiles"),
         "BASE_ENV": "CUDA_VISIBLE_DEVICES=0",  # the default pins the load tool to cores 14-15, which a CI machine lacks
         **settings,
@@ -229,9 +238,11 @@ def test_a_pair_of_variants_runs_on_two_gpus_at_once_swept_interleaved_with_each
         LEVER_X=f"{fused} {dependent}",
         TORCH_PROFILE="1",
         PROFILE_LEVELS="1",
+        PYSPY="1",
     )
     assert done.returncode == 0, done.stdout + done.stderr
     recorded = calls(tmp_path)
+    # py-spy's level loads one server at a time: in a pair the other would be sampled idle, so it is not run
     phases = ["start", "sweep-bench", *["sweep-closed"] * 5, "sweep-bench", "profile", "stop"]
     assert [call[:2] for call in recorded] == [[phase, name] for name in ("r1", "r2") for phase in phases]
     gpu0, gpu1 = "CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"
@@ -244,8 +255,11 @@ def test_a_pair_of_variants_runs_on_two_gpus_at_once_swept_interleaved_with_each
             assert f'"target": "{target}"' in (out / f"start-phases{suffix}.jsonl").read_text()
             assert "| server | the server serving | 90.1 | 2.1 |" in (out / f"start-phases{suffix}.md").read_text()
             assert "| `gemv_add` | 1 | 40.00 |" in (out / f"profile-c1{suffix}.md").read_text()
+        # each server's threads under a line that names it (no server runs here: the lines alone)
+        assert (out / "cpu-after-c32.txt").read_text() == "# server service\n# server service-b\n"
     progress = (tmp_path / "out/progress.txt").read_text()
     assert "r1 start (F: " in progress and "; service-b X: " in progress and "failed" not in progress
+    assert "r1 py-spy c32 skipped" in progress
     refused = run(tmp_path, out="other", TARGET="service-pair", VARIANTS="r1:F", LEVER_F="")
     assert refused.returncode == 64 and "name:LEVER/LEVER" in refused.stderr
 
@@ -411,7 +425,7 @@ def test_py_spy_records_the_start_of_the_server_and_its_processes_until_it_is_re
 
 
 @pytest.mark.parametrize(
-    ("rc", "said"), [("3", "a1 did not start within 1500 s (start.log)"), ("2", "a1 failed to start (start.log)")]
+    ("rc", "said"), [("3", "a1 did not start within 1500 s (start.log)"), ("2", "a1 failed to start (rc 2, start.log)")]
 )
 def test_a_variant_that_does_not_start_is_stopped_its_log_kept_and_the_next_one_runs(
     tmp_path: Path, rc: str, said: str
