@@ -213,3 +213,36 @@ def test_the_predictor_is_as_accurate_launched_every_way(kernels: Any, streams: 
             errors,
             bound,
         )
+
+
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float32"])
+def test_the_draw_keeps_the_top_k_scores_and_picks_what_the_reference_picks(kernels: Any, dtype_name: str) -> None:
+    """`draw` (`sample_embed`; bfloat16 logits get 8 rounds of its threshold's bisection, their keys differing in the
+    upper 16 bits only) against the draw it mirrors, written out in torch: scores rounded to the logits' dtype, those
+    under the k-th largest dropped (ties kept), the Gumbel-max of what is left, the first of equals, and the code's
+    embedding written; rows of spread, clustered, tied and signed logits, top-k from 1 to nearly the vocabulary."""
+    import torch
+
+    from app.engines.omni.stage_plugins.talker_model import top_k_threshold
+
+    dtype = getattr(torch, dtype_name)
+    generator = torch.Generator(device="cuda").manual_seed(7)
+    rows, vocab, width = 8, 2048, 1024
+    logits = torch.randn(rows, vocab, device="cuda", generator=generator) * 3
+    logits[1] *= 1e-3  # close together, both signs
+    logits[2] = torch.randint(-4, 4, (vocab,), device="cuda", generator=generator).float()  # many ties
+    logits[3, :1500] = 0.0  # ties at zero, one of them negative
+    logits[3, 5] = -0.0
+    logits[4] = -logits[4].abs() - 1  # every score negative
+    logits = logits.to(dtype)
+    embedding = torch.randn(vocab, width, device="cuda", generator=generator).to(dtype)
+    scores = (logits.float() * (1 / 0.9)).to(dtype).float()
+    for top_k in (1, 2, 3, 50, 1000, 2047):
+        uniforms = torch.rand(rows, vocab, device="cuda", generator=generator).clamp(1e-6, 1 - 1e-6)
+        codes = torch.zeros(rows, 16, dtype=torch.long, device="cuda")
+        x = torch.zeros(rows, 1, width, device="cuda", dtype=dtype)
+        kernels.draw(logits, codes, 3, embedding, x, 1 / 0.9, top_k, uniforms)
+        kept = scores.masked_fill(scores < top_k_threshold(scores, top_k), float("-inf"))
+        expected = torch.argmax(kept - torch.log(-torch.log(uniforms)), dim=-1)
+        assert torch.equal(codes[:, 3], expected), (top_k, codes[:, 3].tolist(), expected.tolist())
+        assert torch.equal(x[:, 0], embedding[expected])

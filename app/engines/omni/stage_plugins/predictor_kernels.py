@@ -508,14 +508,16 @@ def rms_norm(X, W, OUT, eps, HIDDEN: tl.constexpr, PDL: tl.constexpr = False):
 def sample_embed(
     LOGITS, U, u_stride, CODES, codes_stride, step, EMBED, X, inverse_temperature, top_k,
     VOCAB: tl.constexpr, HIDDEN: tl.constexpr, EMBED_NEXT: tl.constexpr, GREEDY: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, KEY_ROUNDS: tl.constexpr = 16,
 ):  # fmt: skip
     """Program `row`: the row's code for codebook `step` from its logits, as vllm-omni's per-call sampling draws it
     (scores = logits times the inverse temperature, rounded to the logits' dtype; those under the k-th largest
     dropped; the largest score less log(-log(u)), the first of equals), or their first largest where GREEDY; the
     code to CODES[row, step] and, with EMBED_NEXT, its embedding row to X[row], the next position's input.
     The k-th largest score is found by bisecting the bits of an order-preserving integer key of each float32 score
-    two at a time (16 sums over the row, each counting three candidates), what `top_k_threshold` selects. Integers
+    two at a time (a sum over the row a round, each counting three candidates), what `top_k_threshold` selects:
+    KEY_ROUNDS rounds: 16 for the whole key, 8 where the scores are bfloat16's, whose float32 bits end in 16 zeros, so
+    that their keys differ in the upper half only (the lower half is the same for every score of one sign). Integers
     that change from call to call are not specialized on their values, so the variants the warm-up builds are all a
     CUDA graph's capture launches."""
     row = tl.program_id(0)
@@ -536,7 +538,7 @@ def sample_embed(
             # and the largest candidate that keeps top_k: what two rounds of one bit each would choose
             tl.static_assert(VOCAB < 1 << 16)
             kth = tl.full([], 0, tl.int64)
-            for pair in tl.static_range(16):
+            for pair in tl.static_range(KEY_ROUNDS):
                 # in int64 (a constant past int32's range would be taken as a negative int32 and widened so)
                 unit = tl.full([], 1, tl.int64) << (30 - 2 * pair)
                 one, two, three = kth | unit, kth | (unit * 2), kth | (unit * 3)
@@ -716,15 +718,32 @@ def next_code(
     [batch, vocab], or the first largest logit without them) into `codes[:, step]`, and, given the `embedding`
     table of that codebook, the code's embedding into `x[:batch]`, the next position's input, in another."""
     rows, vocab = int(codes.shape[0]), int(head.shape[0])
-    width = int(head.shape[1])
     logits = torch.empty(rows, vocab, dtype=hidden.dtype, device=hidden.device)
     pdl = launch.dependent and dependent_launch(hidden.device)
     project(hidden, head, None, logits, rows, None, pdl, launch)
+    draw(logits, codes, step, embedding, x, inverse_temperature, top_k, uniforms, pdl)
+
+
+def draw(
+    logits: torch.Tensor,
+    codes: torch.Tensor,
+    step: int,
+    embedding: torch.Tensor | None,
+    x: torch.Tensor,
+    inverse_temperature: float,
+    top_k: int,
+    uniforms: torch.Tensor | None,
+    pdl: bool = False,
+) -> None:
+    """`sample_embed` over `logits` ([rows, vocab]): each row's code into `codes[:, step]` and, given `embedding`,
+    its embedding into `x` ([rows, width])."""
+    rows, vocab = int(logits.shape[0]), int(logits.shape[1])
     greedy = uniforms is None
+    key_rounds = 8 if logits.dtype == torch.bfloat16 else 16  # bfloat16's keys differ in their upper 16 bits only
     sample_embed[(rows,)](
         logits, logits if greedy else uniforms, 0 if greedy else uniforms.stride(0), codes, codes.stride(0), step,
-        x if embedding is None else embedding, x, inverse_temperature, top_k, VOCAB=vocab, HIDDEN=width,
-        EMBED_NEXT=embedding is not None, GREEDY=greedy, PDL=pdl, **dependent_kwargs(pdl),
+        x if embedding is None else embedding, x, inverse_temperature, top_k, VOCAB=vocab, HIDDEN=int(x.shape[-1]),
+        EMBED_NEXT=embedding is not None, GREEDY=greedy, PDL=pdl, KEY_ROUNDS=key_rounds, **dependent_kwargs(pdl),
     )  # fmt: skip
 
 
