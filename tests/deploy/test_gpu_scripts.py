@@ -454,7 +454,7 @@ def test_side_by_side_starts_each_server_on_the_cores_its_settings_name(
         assert allowed == Path("/proc/self/status").read_text().split("Cpus_allowed_list:")[1].split()[0]
 
 
-@pytest.mark.parametrize("target", ["service", "service-sglang", "sglang", "vllm-omni-b"])
+@pytest.mark.parametrize("target", ["service", "service-b", "service-sglang", "sglang", "vllm-omni-b"])
 def test_side_by_side_starts_each_server_ready_to_profile_into_a_folder_of_its_own(tmp_path: Path, target: str) -> None:
     """PROFILER_DIR: the service gets SPEECH_PROFILER_DIR, sgl-omni serve SGLANG_TORCH_PROFILER_DIR, and `vllm serve`'s
     copy a torch profiler_config in both stages (without it vllm-omni 0.30 has no profile routes), each under
@@ -468,7 +468,10 @@ def test_side_by_side_starts_each_server_ready_to_profile_into_a_folder_of_its_o
         "PROFILER_DIR": str(profiles),
         "SGLANG_SITE": str(site),
         "OMNI_B_PROFILE": "deploy/vllm-omni/throughput.yaml",
-        **{name: port for name in ("SERVICE_PORT", "SERVICE_SGLANG_PORT", "SGLANG_PORT", "OMNI_B_PORT")},
+        **{
+            name: port
+            for name in ("SERVICE_PORT", "SERVICE_B_PORT", "SERVICE_SGLANG_PORT", "SGLANG_PORT", "OMNI_B_PORT")
+        },
     }
     program = {"sglang": "argv-sglang", "vllm-omni-b": "argv-vllm_omni"}.get(target, "argv-app.cli")
     with harness_started(tmp_path, settings, record=program):
