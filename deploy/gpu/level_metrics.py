@@ -9,6 +9,14 @@ samples) and the service's TTFA phases (p95 of each), in ms. The snapshots wrap 
 included: a sweep of one target at one level per call (SWEEP_TARGETS=T, one CONCURRENCY) is one level of one server;
 where the call drove several, each server's figures also hold the time it sat idle while the others were driven, and
 the table says so.
+
+Where a server exports vLLM's per-stage request histograms (the omni engine with vllm-omni's statistics on), a second
+table gives each stage's mean per request over the level, from their sums and counts (their buckets start at 0.3 s,
+too coarse for a stream's first milliseconds): queued → scheduled, scheduled → first output, and the two together. In
+vllm-omni's Qwen3-TTS pipeline code2wav's stage is handed each request as it starts, so its queued → scheduled is the
+wait for its first window (the talker's prefill and first frames, and the window's way across), and scheduled →
+first output its first decode; the talker's stage streams its codes to code2wav, not to the server, so its first
+output is at the stream's end.
 """
 
 from __future__ import annotations
@@ -23,6 +31,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 LOOP_LAG = "speech_event_loop_lag_seconds"
 TTFA_PHASE = "speech_ttfa_phase_seconds"
+# vLLM's per-request histograms, one series per stage (label `stage`) in vllm-omni's statistics
+STAGE_TIMES = (
+    ("queued → scheduled", "vllm:request_queue_time_seconds"),
+    ("scheduled → first output", "vllm:request_prefill_time_seconds"),
+    ("queued → first output", "vllm:time_to_first_token_seconds"),
+)
 PHASES = ("validate", "queue", "prepare", "engine", "encode_write")
 
 Buckets = dict[float, float]  # upper bound -> cumulative count
@@ -36,6 +50,16 @@ def buckets(text: str, family: str, **match: str) -> Buckets:
             if sample.name == f"{family}_bucket" and all(sample.labels.get(k) == v for k, v in match.items()):
                 found[float(sample.labels["le"])] += sample.value
     return dict(found)
+
+
+def totals(text: str, family: str) -> dict[str, tuple[float, float]]:
+    """A histogram's (sum, count) in a /metrics text per stage (its `stage` label), summed over the other labels."""
+    found: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for metric in text_string_to_metric_families(text):
+        for sample in metric.samples:
+            if sample.name in (f"{family}_sum", f"{family}_count") and "stage" in sample.labels:
+                found[sample.labels["stage"]][sample.name.endswith("_count")] += sample.value
+    return {stage: (total, count) for stage, (total, count) in found.items()}
 
 
 def difference(after: Buckets, before: Buckets) -> Buckets:
@@ -104,6 +128,7 @@ def report(folder: Path) -> list[str]:
         + " |",
         "| --- | --- | --- | --- | --- |",
     ]
+    stages: list[str] = []
     for before_path in sorted(folder.glob("metrics-*-before.txt")):
         target = before_path.name[len("metrics-") : -len("-before.txt")]
         after_path = folder / f"metrics-{target}-after.txt"
@@ -120,7 +145,32 @@ def report(folder: Path) -> list[str]:
             f"| {target} | {' / '.join(ms(quantile(lag, q)) for q in (0.5, 0.95, 0.99))} | {ms(largest(lag))} "
             f"| {samples:.0f} | {', '.join(phases)} |"
         )
+        stages += stage_rows(target, before, after)
+    if stages:
+        rows += [
+            "",
+            "| target | stage | requests | mean ms a request: " + ", ".join(name for name, _ in STAGE_TIMES) + " |",
+            "| --- | --- | --- | --- |",
+            *stages,
+        ]
     return rows
+
+
+def stage_rows(target: str, before: str, after: str) -> list[str]:
+    """One row a stage: the requests it finished over the level and each of STAGE_TIMES' mean per request."""
+    means: dict[str, list[str]] = defaultdict(list)
+    counts: dict[str, float] = {}
+    for _, family in STAGE_TIMES:
+        earlier = totals(before, family)
+        for stage, (total, count) in sorted(totals(after, family).items()):
+            added_total, added = total - earlier.get(stage, (0.0, 0.0))[0], count - earlier.get(stage, (0.0, 0.0))[1]
+            counts.setdefault(stage, added)
+            means[stage].append(ms(added_total / added) if added > 0 else "–")
+    return [
+        f"| {target} | {stage} | {counts[stage]:.0f} | {', '.join(values)} |"
+        for stage, values in means.items()
+        if len(values) == len(STAGE_TIMES)
+    ]
 
 
 def main() -> None:

@@ -1562,6 +1562,47 @@ def test_level_metrics_reads_what_a_level_added_to_each_servers_histograms(tmp_p
     assert "(one load-tool call drove 2 targets at 1 levels" in "\n".join(module.report(tmp_path))
 
 
+def test_level_metrics_gives_each_vllm_stages_mean_wait_and_first_output_over_the_level(tmp_path: Path) -> None:
+    """vLLM's per-stage request histograms (vllm-omni's statistics, labelled by stage, buckets from 0.3 s): each stage's
+    mean per request over the level from the sums and counts the level added, so that code2wav's wait for its first
+    window (queued -> scheduled) and its first decode (scheduled -> first output) read in milliseconds; a server
+    without them has no such table."""
+    module = gpu_script("level_metrics")
+    registry = CollectorRegistry()
+    labels = ["model_name", "replica", "stage"]
+    families = {
+        name: Histogram(name, "", labels, buckets=(0.3, 0.5, 1.0), registry=registry)
+        for name in (
+            "vllm:request_queue_time_seconds",
+            "vllm:request_prefill_time_seconds",
+            "vllm:time_to_first_token_seconds",
+        )
+    }
+    lag = Histogram("speech_event_loop_lag_seconds", "", buckets=LOOP_LAG_BUCKETS, registry=registry)
+    lag.observe(0.001)
+
+    def requests(stage: str, n: int, queued: float, first: float) -> None:
+        for _ in range(n):
+            families["vllm:request_queue_time_seconds"].labels("m", "0", stage).observe(queued)
+            families["vllm:request_prefill_time_seconds"].labels("m", "0", stage).observe(first)
+            families["vllm:time_to_first_token_seconds"].labels("m", "0", stage).observe(queued + first)
+
+    requests("1", 10, 0.5, 0.5)  # before the level: slow
+    (tmp_path / "metrics-service-before.txt").write_bytes(generate_latest(registry))
+    requests("0", 4, 0.0001, 0.536)
+    requests("1", 4, 0.039, 0.0065)
+    (tmp_path / "metrics-service-after.txt").write_bytes(generate_latest(registry))
+    rows = module.report(tmp_path)
+    assert "| service | 0 | 4 | 0.1, 536.0, 536.1 |" in rows
+    assert "| service | 1 | 4 | 39.0, 6.5, 45.5 |" in rows  # the 10 slow requests before the level left out
+    alone = CollectorRegistry()  # the embedded engine's: no stages
+    Histogram("speech_event_loop_lag_seconds", "", buckets=LOOP_LAG_BUCKETS, registry=alone).observe(0.001)
+    for moment in ("before", "after"):
+        (tmp_path / f"metrics-service-{moment}.txt").write_bytes(generate_latest(alone))
+    rows = module.report(tmp_path)
+    assert [row for row in rows if row.startswith("| service |")] and not [row for row in rows if "| stage |" in row]
+
+
 def test_ttfa_phases_splits_each_bench_run_into_its_first_wave_and_the_rest() -> None:
     """vllm bench's requests (x-request-id bench-<run>-<n>) in a service's log: a run of 16 prompts at c=1 (16 is
     sweep-bench's least) and one of 24 at c=8, each wave's phases apart; other requests and lines are left out."""
