@@ -134,12 +134,16 @@ step() {  # a label, then a command: runs it, says how it ended in the progress
   if [ "$rc" = 0 ]; then progress "$name $label"; else progress "$name $label (failed, rc $rc)"; fi
 }
 
-# The processes of the server's process group (side-by-side.sh starts it in a session of its own), but the compile
+pidfile_of() {  # $1 a server of the variant: where side-by-side.sh records it
+  if [ "$1" = service-b ]; then echo "$PIDFILE_B"; else echo "$PIDFILE"; fi
+}
+
+# The processes of a server's process group (side-by-side.sh starts it in a session of its own), but the compile
 # workers and multiprocessing's resource tracker, which sit idle.
-server_pids() {  # $1 a pid file (default: the one of each server a variant runs)
-  local group pid pidfile
-  for pidfile in "${1:-$PIDFILE}" $([ -z "${1:-}" ] && [ "$TARGET" = service-pair ] && echo "$PIDFILE_B"); do
-    group=$(cat "$pidfile" 2>/dev/null) || continue
+server_pids() {  # $1 a server (default: each server a variant runs)
+  local group pid server
+  for server in ${1:-$SERVERS}; do
+    group=$(cat "$(pidfile_of "$server")" 2>/dev/null) || continue
     for pid in $(pgrep -g "$group"); do
       case $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) in
         *compile_worker* | *resource_tracker*) ;;
@@ -152,12 +156,10 @@ server_pids() {  # $1 a pid file (default: the one of each server a variant runs
 # Every thread of the server's processes: tid, name, utime, stime (clock ticks), the last CPU it ran on; a pair's
 # two servers each under a line that names it.
 thread_ticks() {
-  local pid server pidfile
+  local pid server
   for server in $SERVERS; do
-    pidfile=$PIDFILE
-    [ "$server" = service-b ] && pidfile=$PIDFILE_B
     [ "$TARGET" = service-pair ] && echo "# server $server"
-    for pid in $(server_pids "$pidfile"); do
+    for pid in $(server_pids "$server"); do
       thread_table "$pid"
     done
   done

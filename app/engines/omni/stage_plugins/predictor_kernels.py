@@ -138,12 +138,18 @@ def divides(tiles: Tiles, k: int, n: int) -> bool:
     return rest == 0 and share > 0 and steps_whole and n % tiles.block_n == 0
 
 
+def tuned_only(launch: FusedLaunch, block_m: int, dtype: torch.dtype) -> bool:
+    """Whether the tuned tiles serve whatever `launch` asks: asked for, or past the split and prefetch tiles' reach
+    (more than 16 rows, or a dtype of other than two bytes: their registers)."""
+    return launch.kernels == "as-tuned" or block_m > 16 or dtype.itemsize != 2
+
+
 def launched_tiles(
     launch: FusedLaunch, block_m: int, dtype: torch.dtype, hidden: int, qkv_width: int, intermediate: int
 ) -> tuple[Tiles | None, Tiles | None]:
     """The q/k/v and gate/up kernels' tiles that `launch` asks for at this row block and dtype, for a model of these
     widths; None for the tuned ones (asked for, or where the asked-for ones do not divide the widths)."""
-    if launch.kernels == "as-tuned" or block_m > 16 or dtype.itemsize != 2:
+    if tuned_only(launch, block_m, dtype):
         return None, None
     chosen = SPLIT_TILES if launch.kernels == "split" else PREFETCH_TILES
     qkv, gate_up = chosen["q/k/v"], chosen["gate/up"]
@@ -156,10 +162,8 @@ def launched_tiles(
 def launched_projection(launch: FusedLaunch, block_m: int, k: int, n: int, dtype: torch.dtype, split: bool) -> Tiles:
     """A projection's (`linear_add`'s) tiles for a reduction of `k` into `n` outputs as `launch` asks, where it may be
     `split`; the tuned ones where those do not divide the shape."""
-    tuned = projection_tiles(block_m, k)
-    if not split:
-        tuned = replace(tuned, split=1)
-    if launch.kernels == "as-tuned" or block_m > 16 or dtype.itemsize != 2:
+    tuned = projection_tiles(block_m, k)  # never split
+    if tuned_only(launch, block_m, dtype):
         return tuned
     if launch.kernels == "split":
         asked = replace(tuned, split=SPLIT_PROJECTIONS.get(k, 1) if split else 1)
