@@ -217,14 +217,18 @@ class OmniSettings(BaseModel):
         "their tiles as each kernel's own timing chose (`as-tuned`); each reduction split across about as many "
         "programs as an H200 has SMs, the last of a block's programs summing their float32 partials in order "
         "(`split`, as sglang-omni's predictor cuts its own); or split so that each program loads its whole share "
-        "of the weights before its input (`prefetch`). Not measured in the server yet. "
+        "of the weights before its input (`prefetch`). Alone on an H200 at one stream, with dependent launches, split "
+        "took 1.03× and prefetch 0.79× the as-tuned predictor's GPU time a frame; in the server, split with them "
+        "took 1.14× as long end to end, and prefetch is not yet measured clean "
+        "(benchmarks/gpu/2026-11-30-h200x2-fused-launch/). "
         "app/engines/omni/stage_plugins/predictor_kernels.py.",
     )
     fused_dependent_launch: bool = Field(
         False,
         description="With `talker_model` `fused`, launch its kernels as programmatic dependent launches (Hopper "
         "GPUs and later): each starts while the one before it finishes and waits only where it first reads what "
-        "that one wrote. Not measured in the server yet.",
+        "that one wrote. Alone on an H200 at one stream 0.95× the predictor's GPU time a frame with the as-tuned "
+        "kernels; see `fused_kernels` for it beside split and prefetch.",
     )
     switch_interval_ms: float | None = _switch_interval_field(
         "vllm-omni's stage processes, the talker's and code2wav's",
