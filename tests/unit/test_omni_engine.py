@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import multiprocessing
 import os
 import shutil
@@ -21,6 +22,7 @@ import yaml
 
 from app.engine_protocol import EngineUnavailable, SynthesisJob, TaskType, UnsupportedParameter
 from app.engines import omni_engine
+from app.engines.omni import stage_memory
 from app.engines.omni.codec_windows import CodecWindows
 from app.engines.omni.engine import (
     DECODER_GRAPH_STATS_ENVIRONMENT,
@@ -282,9 +284,15 @@ async def test_engine_starts_warms_up_and_streams(custom_voice_dir: Path) -> Non
     assert omni.shut_down
 
 
-async def test_the_stages_start_at_once_where_the_setting_asks(custom_voice_dir: Path) -> None:
+async def test_the_stages_start_at_once_where_the_setting_asks(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """SPEECH_OMNI__PARALLEL_STAGE_INIT reaches AsyncOmni as vllm-omni's own keyword (read from the pinned wheel in
-    tests/unit/test_vllm_omni_wheel.py); without it the keyword is not passed and the stages start one by one."""
+    tests/unit/test_vllm_omni_wheel.py), with the talker's KV cache sized by the service: measured by vllm-omni while
+    code2wav loads beside it, it came out at 0 GiB on the GPU. Without the setting neither is passed."""
+    devices: list[int] = []
+    gpu_gib = 80
+    monkeypatch.setattr(stage_memory, "gpu_total_memory", lambda device: devices.append(device) or gpu_gib << 30)
     omni = FakeAsyncOmni()
     engine = make_engine(custom_voice_dir, omni, omni={"parallel_stage_init": True})
     await engine.start()
@@ -292,7 +300,39 @@ async def test_the_stages_start_at_once_where_the_setting_asks(custom_voice_dir:
         omni.kwargs["parallel_stage_init"] is True
         and omni.kwargs["deploy_config"] == "deploy/vllm-omni/customvoice.yaml"
     )
+    # customvoice.yaml's talker: gpu_memory_utilization 0.3 of GPU "0"; the test's model directory holds no weights
+    assert devices == [0]
+    budget = math.ceil((gpu_gib << 30) * 0.3) - stage_memory.ACTIVATION_ALLOWANCE_BYTES
+    assert omni.kwargs["stage_overrides"]["0"] == {"kv_cache_memory_bytes": budget}
     await engine.close()
+
+    serial = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, serial)
+    await engine.start()
+    assert "parallel_stage_init" not in serial.kwargs and "stage_overrides" not in serial.kwargs
+    await engine.close()
+
+
+async def test_a_kv_cache_budget_set_for_the_talker_wins_over_the_parallel_starts(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stage_memory, "gpu_total_memory", lambda device: pytest.fail("no need to ask the GPU"))
+    omni = FakeAsyncOmni()
+    overrides = {"0": {"kv_cache_memory_bytes": 5 * stage_memory.GIB, "max_num_seqs": 32}}
+    engine = make_engine(custom_voice_dir, omni, omni={"parallel_stage_init": True, "stage_overrides": overrides})
+    await engine.start()
+    assert omni.kwargs["stage_overrides"] == overrides
+    await engine.close()
+
+
+async def test_a_talker_share_too_small_for_its_kv_cache_fails_the_start_saying_so(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stage_memory, "gpu_total_memory", lambda device: 2 * stage_memory.GIB)
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"parallel_stage_init": True})
+    with pytest.raises(ValueError, match=r"gpu_memory_utilization 0\.3 .* raise it in the deploy profile"):
+        await engine.start()
+    assert not engine.health().ready
 
 
 async def test_a_switch_interval_reaches_the_stage_processes_environment_before_they_start(

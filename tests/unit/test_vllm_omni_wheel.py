@@ -521,3 +521,20 @@ def test_the_predictor_maths_the_service_mirrors_is_the_wheels_it_was_checked_ag
     # its forward runs in inference mode, as the service's does (compiled code guards on the mode it was warmed in)
     forward = function_def(class_def(tree, "CodePredictorWrapper"), "forward")
     assert [ast.unparse(d) for d in forward.decorator_list] == ["torch.inference_mode()"]
+
+
+def test_a_stages_kv_cache_budget_is_an_override_its_worker_takes_without_measuring(wheel: Wheel) -> None:
+    """The talker's budget for a parallel start (app/engines/omni/stage_memory.py) is a stage override vllm-omni
+    accepts, and its GPU worker returns it from determine_available_memory before any measurement."""
+    overrides = class_def(wheel.tree("config/omni_config.py"), "_CacheEngineOverrides")
+    assert "kv_cache_memory_bytes" in {
+        node.target.id
+        for node in overrides.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    }
+    measure = function_def(class_def(wheel.tree("worker/base.py"), "OmniGPUWorkerBase"), "determine_available_memory")
+    statements = [node for node in measure.body if not isinstance(node, ast.Expr)]  # after the docstring
+    first = statements[0]
+    assert isinstance(first, ast.If) and "kv_cache_memory_bytes" in ast.unparse(first.test)
+    assert any(isinstance(node, ast.Return) for node in first.body)
+    assert "memory_profiling" not in ast.unparse(first)  # the measurement comes after it

@@ -29,7 +29,7 @@ from app.engine_protocol import (
     TaskType,
     VoiceInfo,
 )
-from app.engines.omni import model_info
+from app.engines.omni import model_info, stage_memory
 from app.engines.omni.cuda_mps import CudaMpsDaemon
 from app.engines.omni.requests import (
     AudioOutputReader,
@@ -369,6 +369,13 @@ class OmniEngine:
         if settings.deploy_config:
             kwargs["deploy_config"] = settings.deploy_config
         overrides = profiler_overrides(settings.stage_overrides, self._profiler_dir)
+        if settings.parallel_stage_init:
+            kwargs["parallel_stage_init"] = True
+            # vllm-omni would count code2wav's concurrent load as the talker's memory (stage_memory.py)
+            talker_stage = _talker_stage(settings.deploy_config, settings.stage_overrides)
+            budget = stage_memory.parallel_start_budget(talker_stage, self._model.path)
+            if budget is not None:
+                overrides.setdefault("0", {})["kv_cache_memory_bytes"] = budget
         if overrides:
             kwargs["stage_overrides"] = overrides
         if settings.code2wav_scheduler:
@@ -383,8 +390,6 @@ class OmniEngine:
             kwargs["load_format"] = settings.load_format
         kwargs["stage_init_timeout"] = settings.stage_init_timeout_s
         kwargs["init_timeout"] = settings.init_timeout_s
-        if settings.parallel_stage_init:
-            kwargs["parallel_stage_init"] = True
         return kwargs
 
     def use_helpers(

@@ -1,0 +1,75 @@
+"""The talker's KV cache budget when both stages start at once.
+
+vllm-omni 0.30 sizes a stage's KV cache from the GPU's memory as its process sees it: the memory in use when its
+worker started is the baseline, and whatever grew on the device by its measurement counts as its own. With
+`parallel_stage_init` its locks keep other stages from allocating *during* the measurement, but not between the
+baseline and it — and code2wav loads its weights and captures its decoder graphs in exactly that time (about 14 s
+on an H200), so the talker measured 0 GiB for its cache and refused to start, where the serial start measured
+17.4 GiB (benchmarks/gpu/2026-11-30-h200x2-pair-fused-prefetch/). Given `kv_cache_memory_bytes`, vllm-omni's worker
+takes that budget and measures nothing; for a parallel start the service gives the talker its share of the GPU less
+its weights and an allowance for its activations — the serial measurement's terms, with what code2wav holds left out.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+GIB = 1 << 30
+# The talker's peak activations while vLLM profiles it, with what its process holds outside PyTorch: 0.31 GiB
+# measured on the 0.6B (requested 19.57 GiB - weights 1.84 - KV 17.42); a margin above that for larger models.
+ACTIVATION_ALLOWANCE_BYTES = GIB
+VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's CacheConfig default, for a stage whose profile sets none
+
+
+def checkpoint_bytes(model_dir: str | Path) -> int:
+    """The talker's weights as stored: the safetensors files at the top of the model directory (code2wav's live in
+    `speech_tokenizer/`). A directory without them (random weights, load_format dummy) counts 0."""
+    return sum(path.stat().st_size for path in Path(model_dir).glob("*.safetensors"))
+
+
+def talker_kv_cache_bytes(total_bytes: int, utilization: float, weights_bytes: int) -> int:
+    """The talker's share of the GPU (`gpu_memory_utilization` of its total, as vLLM reckons it) less its weights
+    and the activation allowance."""
+    budget = math.ceil(total_bytes * utilization) - weights_bytes - ACTIVATION_ALLOWANCE_BYTES
+    if budget <= 0:
+        raise ValueError(
+            f"the talker's gpu_memory_utilization {utilization} of {total_bytes / GIB:.1f} GiB leaves no room for its "
+            f"KV cache beside its weights ({weights_bytes / GIB:.2f} GiB) and activations "
+            f"({ACTIVATION_ALLOWANCE_BYTES / GIB:.0f} GiB): raise it in the deploy profile"
+        )
+    return budget
+
+
+def gpu_total_memory(device: int) -> int:
+    """The total memory of the stage's GPU (`device` as the stage names it, within CUDA_VISIBLE_DEVICES), read
+    through vLLM's platform: NVML, without creating a CUDA context in the server's process."""
+    from vllm.platforms import current_platform
+
+    return int(current_platform.get_device_total_memory(device))
+
+
+def parallel_start_budget(stage: dict[str, Any], model_dir: str | Path) -> int | None:
+    """The `kv_cache_memory_bytes` to give the talker (its stage's settings: the deploy profile's with the overrides
+    on top) for a parallel start; None where they set one themselves."""
+    if stage.get("kv_cache_memory_bytes") is not None:
+        return None
+    utilization = float(stage.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION))
+    device = int(str(stage.get("devices", "0")).split(",")[0])
+    total = gpu_total_memory(device)
+    weights = checkpoint_bytes(model_dir)
+    budget = talker_kv_cache_bytes(total, utilization, weights)
+    log.info(
+        "the talker's KV cache sized by the service for a parallel start",
+        extra={
+            "kv_cache_gib": round(budget / GIB, 2),
+            "gpu_gib": round(total / GIB, 1),
+            "gpu_memory_utilization": utilization,
+            "weights_gib": round(weights / GIB, 2),
+        },
+    )
+    return budget
