@@ -18,7 +18,9 @@ alike): each trace's first bursts of GPU activity (kernels less than BURST_GAP_U
 first kernel: at one stream, the talker's prefill and first frames against code2wav's first window, which is where a
 request's first audio is made. And on that clock each trace's first engine steps that scheduled tokens (vLLM's
 `execute_context_*` spans on the host, named by their requests and tokens): the talker's step that made the first
-frame against code2wav's first step with a window, and the steps with nothing scheduled counted between.
+frame against code2wav's first step with a window, and the steps with nothing scheduled counted between. Last, the
+longest host operations inside each trace's first step with tokens (PyTorch's ops, the CUDA runtime's calls, named
+ranges; nested ones each listed): where a prefill step spends the time after its kernels.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import re
 import sys
 import zlib
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,10 @@ STEP = re.compile(r"^execute_context_\d+\((\d+)\)_generation_\d+\((\d+)\)$")
 BURST_GAP_US = 300.0  # idle longer than this ends a burst of GPU activity
 BURSTS_SHOWN = 8
 STEPS_SHOWN = 10
+# host operations kept for the first step's table: shorter ones would be most of a trace's events and none of its time
+HOST_CATEGORIES = {"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function"}
+HOST_OP_MIN_US = 100.0
+HOST_OPS_SHOWN = 15
 
 
 @dataclass
@@ -72,6 +78,8 @@ class TraceSummary:
     bursts: list[tuple[float, float]] = field(default_factory=list)
     # every engine step (start, end, name) on the host's clock, and whether it scheduled any tokens
     steps: list[tuple[float, float, str, bool]] = field(default_factory=list)
+    # the host's operations of at least HOST_OP_MIN_US, (start, end, name, category) on the host's clock
+    host_ops: list[tuple[float, float, str, str]] = field(default_factory=list)
 
 
 def read_trace(path: Path) -> dict[str, Any] | list[Any]:
@@ -130,6 +138,8 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
             summary.steps.append((origin_us + start, origin_us + start + duration, name, tokens > 0))
         elif category in SPAN_CATEGORIES:
             summary.spans[name].add(duration)
+        if category in HOST_CATEGORIES and duration >= HOST_OP_MIN_US and not STEP.match(name):
+            summary.host_ops.append((origin_us + start, origin_us + start + duration, name, category))
     summary.steps.sort()
     if gpu:
         summary.window_us = max(end for _, end in gpu) - min(start for start, _ in gpu)
@@ -241,7 +251,35 @@ def on_one_clock(summaries: list[TraceSummary], root: Path) -> list[str]:
             "steps",
             steps,
         )
+    lines += first_step_host(timed, root, ms)
     return lines
+
+
+def first_step_host(summaries: list[TraceSummary], root: Path, ms: Callable[[float, float], str]) -> list[str]:
+    """Each trace's longest host operations inside its first engine step that scheduled tokens, on the clock above."""
+    rows: list[str] = []
+    for summary in summaries:
+        step = next(((start, end) for start, end, _, busy in summary.steps if busy), None)
+        if step is None:
+            continue
+        inside = [op for op in summary.host_ops if op[0] >= step[0] and op[1] <= step[1]]
+        for start, end, name, category in sorted(inside, key=lambda op: op[0] - op[1])[:HOST_OPS_SHOWN]:
+            shown = (name if len(name) <= 90 else name[:87] + "...").replace("|", "\\|")
+            trace = summary.path.relative_to(root)
+            rows.append(f"| `{trace}` | `{shown}` | {category} | {ms(start, end)} | {(end - start) / 1000:.2f} |")
+    if not rows:
+        return []
+    return [
+        "## The longest host operations inside each trace's first step with tokens",
+        "",
+        f"Host operations of at least {HOST_OP_MIN_US / 1000:g} ms within the step (the first {HOST_OPS_SHOWN}, "
+        "longest first; an operation and those inside it each listed), start–end in ms on the clock above.",
+        "",
+        "| trace | operation | kind | start–end ms | ms |",
+        "| --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+    ]
 
 
 def section(title: str, note: str, column: str, rows: dict[str, str]) -> list[str]:

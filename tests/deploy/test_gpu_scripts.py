@@ -1817,6 +1817,42 @@ def test_trace_summary_lays_the_first_gpu_bursts_of_each_trace_on_one_clock(tmp_
     assert summary.bursts_of([(0, 1), (2, 3), (1000, 1001), (5000, 5001)], 2) == [(0, 3), (1000, 1001)]
 
 
+def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_with_tokens(tmp_path: Path) -> None:
+    """Where a prefill step's time goes after its kernels: the host operations inside the trace's first step that
+    scheduled tokens, longest first on the steps' clock, nested ones each listed; the idle step before it, the next
+    step, the step itself and operations shorter than HOST_OP_MIN_US left out."""
+    summary = gpu_script("trace_summary")
+
+    def op(name: str, start: int, end: int, category: str = "cpu_op") -> dict[str, object]:
+        return {"ph": "X", "cat": category, "name": name, "ts": start, "dur": end - start}
+
+    talker = {
+        "baseTimeNanoseconds": 1_764_400_000_000_000_000,
+        "traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": "k", "ts": 1_000, "dur": 2_000},
+            op("execute_context_0(0)_generation_0(0)", 0, 400),
+            op("aten::copy_", 100, 300),  # in the idle step
+            op("execute_context_1(65)_generation_0(0)", 500, 30_500),
+            op("execute_model", 600, 30_000, "user_annotation"),
+            op("aten::to", 5_000, 25_000),
+            op("cudaStreamSynchronize", 5_100, 24_900, "cuda_runtime"),
+            op("aten::add|sub", 1_000, 1_300),
+            op("aten::tiny", 2_000, 2_050),  # shorter than HOST_OP_MIN_US
+            op("execute_context_0(0)_generation_1(1)", 31_000, 36_000),
+            op("aten::mm", 32_000, 35_000),  # in the next step
+        ],
+    }
+    text = summarized(summary, tmp_path, {"c1/stage0": talker})
+    text = text.split("## The longest host operations inside each trace's first step with tokens")[1]
+    rows = [line for line in text.splitlines() if line.startswith("| `c1/")]
+    assert rows == [
+        "| `c1/stage0/trace_rank0.json` | `execute_model` | user_annotation | -0.4–29.0 | 29.40 |",
+        "| `c1/stage0/trace_rank0.json` | `aten::to` | cpu_op | 4.0–24.0 | 20.00 |",
+        "| `c1/stage0/trace_rank0.json` | `cudaStreamSynchronize` | cuda_runtime | 4.1–23.9 | 19.80 |",
+        "| `c1/stage0/trace_rank0.json` | `aten::add\\|sub` | cpu_op | 0.0–0.3 | 0.30 |",
+    ]
+
+
 def test_trace_summary_lays_each_stages_first_steps_with_tokens_on_the_same_clock(tmp_path: Path) -> None:
     """vLLM's steps (host spans named by their requests and tokens) on the bursts' clock: the talker's prefill and
     frames against code2wav's first step with a window, its steps with nothing scheduled counted before it (where it
