@@ -18,9 +18,10 @@ alike): each trace's first bursts of GPU activity (kernels less than BURST_GAP_U
 first kernel: at one stream, the talker's prefill and first frames against code2wav's first window, which is where a
 request's first audio is made. And on that clock each trace's first engine steps that scheduled tokens (vLLM's
 `execute_context_*` spans on the host, named by their requests and tokens): the talker's step that made the first
-frame against code2wav's first step with a window, and the steps with nothing scheduled counted between. Last, the
-longest host operations inside each trace's first step with tokens (PyTorch's ops, the CUDA runtime's calls, named
-ranges; nested ones each listed): where a prefill step spends the time after its kernels.
+frame against code2wav's first step with a window, and the steps with nothing scheduled counted between. Last, each
+trace's first step with tokens: the GPU's busy time inside it and where its last kernel there ended, and its longest
+host operations (PyTorch's ops, the CUDA runtime's calls, named ranges; nested ones each listed): where a prefill
+step spends its time beside its kernels.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import re
 import sys
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,8 @@ class TraceSummary:
     steps: list[tuple[float, float, str, bool]] = field(default_factory=list)
     # the host's operations of at least HOST_OP_MIN_US, (start, end, name, category) on the host's clock
     host_ops: list[tuple[float, float, str, str]] = field(default_factory=list)
+    # every kernel, copy and memset (start, end) on the host's clock
+    gpu: list[tuple[float, float]] = field(default_factory=list)
 
 
 def read_trace(path: Path) -> dict[str, Any] | list[Any]:
@@ -145,6 +148,7 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
         summary.window_us = max(end for _, end in gpu) - min(start for start, _ in gpu)
         summary.busy_us = union_us(gpu)
         summary.bursts = [(origin_us + start, origin_us + end) for start, end in bursts_of(gpu, BURSTS_SHOWN)]
+        summary.gpu = sorted((origin_us + start, origin_us + end) for start, end in gpu)
     return summary
 
 
@@ -251,35 +255,58 @@ def on_one_clock(summaries: list[TraceSummary], root: Path) -> list[str]:
             "steps",
             steps,
         )
-    lines += first_step_host(timed, root, ms)
+    lines += first_step_host(timed, root, first)
     return lines
 
 
-def first_step_host(summaries: list[TraceSummary], root: Path, ms: Callable[[float, float], str]) -> list[str]:
-    """Each trace's longest host operations inside its first engine step that scheduled tokens, on the clock above."""
-    rows: list[str] = []
+def first_step_host(summaries: list[TraceSummary], root: Path, first: float) -> list[str]:
+    """Each trace's first engine step that scheduled tokens, on the clock above (ms after `first`): the GPU's busy
+    time inside it and where its last kernel inside it ended, then its longest host operations."""
+
+    def at(time_us: float) -> str:
+        return f"{(time_us - first) / 1000:.1f}"
+
+    gpu_rows: dict[str, str] = {}
+    host_rows: list[str] = []
     for summary in summaries:
         step = next(((start, end) for start, end, _, busy in summary.steps if busy), None)
         if step is None:
             continue
+        trace = f"`{summary.path.relative_to(root)}`"
+        clipped = [(max(a, step[0]), min(b, step[1])) for a, b in summary.gpu if a < step[1] and b > step[0]]
+        if clipped:
+            gpu_rows[trace] = (
+                f"{at(step[0])}–{at(step[1])}: GPU busy {union_us(clipped) / 1000:.1f} ms of its "
+                f"{(step[1] - step[0]) / 1000:.1f}, its last kernel ending at {at(max(b for _, b in clipped))}"
+            )
         inside = [op for op in summary.host_ops if op[0] >= step[0] and op[1] <= step[1]]
         for start, end, name, category in sorted(inside, key=lambda op: op[0] - op[1])[:HOST_OPS_SHOWN]:
             shown = (name if len(name) <= 90 else name[:87] + "...").replace("|", "\\|")
-            trace = summary.path.relative_to(root)
-            rows.append(f"| `{trace}` | `{shown}` | {category} | {ms(start, end)} | {(end - start) / 1000:.2f} |")
-    if not rows:
-        return []
-    return [
-        "## The longest host operations inside each trace's first step with tokens",
-        "",
-        f"Host operations of at least {HOST_OP_MIN_US / 1000:g} ms within the step (the first {HOST_OPS_SHOWN}, "
-        "longest first; an operation and those inside it each listed), start–end in ms on the clock above.",
-        "",
-        "| trace | operation | kind | start–end ms | ms |",
-        "| --- | --- | --- | --- | --- |",
-        *rows,
-        "",
-    ]
+            host_rows.append(
+                f"| {trace} | `{shown}` | {category} | {at(start)}–{at(end)} | {(end - start) / 1000:.2f} |"
+            )
+    lines: list[str] = []
+    if gpu_rows:
+        lines += section(
+            "The GPU inside each trace's first step with tokens",
+            "The step's start–end in ms on the clock above, the GPU's busy time inside it (kernels and copies, "
+            "overlaps counted once) and where the last of them inside it ended: the rest of the step is the host's.",
+            "first step",
+            gpu_rows,
+        )
+    if host_rows:
+        lines += [
+            "## The longest host operations inside each trace's first step with tokens",
+            "",
+            f"Host operations of at least {HOST_OP_MIN_US / 1000:g} ms within the step (the first {HOST_OPS_SHOWN}, "
+            "longest first; an operation and those inside it each listed), start–end in ms on the clock above.",
+            "",
+            "| trace | operation | kind | start–end ms | ms |",
+            "| --- | --- | --- | --- | --- |",
+            *host_rows,
+            "",
+        ]
+    return lines
 
 
 def section(title: str, note: str, column: str, rows: dict[str, str]) -> list[str]:

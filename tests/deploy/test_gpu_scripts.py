@@ -1818,9 +1818,10 @@ def test_trace_summary_lays_the_first_gpu_bursts_of_each_trace_on_one_clock(tmp_
 
 
 def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_with_tokens(tmp_path: Path) -> None:
-    """Where a prefill step's time goes after its kernels: the host operations inside the trace's first step that
-    scheduled tokens, longest first on the steps' clock, nested ones each listed; the idle step before it, the next
-    step, the step itself and operations shorter than HOST_OP_MIN_US left out."""
+    """Where a prefill step's time goes after its kernels: the GPU's busy time inside the trace's first step that
+    scheduled tokens and its last kernel's end there; then the host operations inside that step, longest first on the
+    steps' clock, nested ones each listed; the idle step before it, the next step, the step itself and operations
+    shorter than HOST_OP_MIN_US left out."""
     summary = gpu_script("trace_summary")
 
     def op(name: str, start: int, end: int, category: str = "cpu_op") -> dict[str, object]:
@@ -1842,8 +1843,20 @@ def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_w
             op("aten::mm", 32_000, 35_000),  # in the next step
         ],
     }
-    text = summarized(summary, tmp_path, {"c1/stage0": talker})
-    text = text.split("## The longest host operations inside each trace's first step with tokens")[1]
+    talker["traceEvents"] += [  # type: ignore[operator]
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 3_000, "dur": 1_000},  # overlaps the first kernel: once
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "ts": 20_000, "dur": 500},
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 30_000, "dur": 1_000},  # half of it after the step
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 33_000, "dur": 1_000},  # in the next step
+    ]
+    whole = summarized(summary, tmp_path, {"c1/stage0": talker})
+    gpu = whole.split("## The GPU inside each trace's first step with tokens")[1]
+    # the clock's 0 is the first kernel (1 ms after the base); busy 1-4 ms, 20-20.5, 30-30.5: 4.0 ms of 30
+    assert (
+        "| `c1/stage0/trace_rank0.json` | -0.5–29.5: GPU busy 4.0 ms of its 30.0, its last kernel ending at 29.5 |"
+        in gpu
+    )
+    text = whole.split("## The longest host operations inside each trace's first step with tokens")[1]
     rows = [line for line in text.splitlines() if line.startswith("| `c1/")]
     assert rows == [
         "| `c1/stage0/trace_rank0.json` | `execute_model` | user_annotation | -0.4–29.0 | 29.40 |",
@@ -1884,7 +1897,7 @@ def test_trace_summary_lays_each_stages_first_steps_with_tokens_on_the_same_cloc
         ],
     }
     whole = summarized(summary, tmp_path, {"c1/stage0": talker, "c1/stage1": code2wav})
-    text = whole.split("## The first engine steps of each trace, on one clock")[1]
+    text = whole.split("## The first engine steps of each trace, on one clock")[1].split("\n## ")[0]
     rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| `c1/")}
     talker_row, code2wav_row = rows["| `c1/stage0/trace_rank0.json`"], rows["| `c1/stage1/trace_rank0.json`"]
     # the earliest kernel (the talker's, 1 ms after its base) is 0: the prefill step began half a millisecond before
