@@ -167,9 +167,10 @@ class OmniSettings(BaseModel):
         False,
         description="Start the stages (talker, codec decoder) at once instead of one after the other: vllm-omni's "
         "parallel_stage_init, which admits the stages' memory budgets on their GPU before either starts and locks "
-        "each stage's memory measurement. Only for a GPU this server has to itself. The talker's KV cache is then "
-        "sized by the service (its gpu_memory_utilization share less its weights and 1 GiB), not measured: vllm-omni "
-        "would count code2wav's concurrent load as the talker's memory. A kv_cache_memory_bytes of its own wins.",
+        "each stage's memory measurement. Only for a GPU this server has to itself. With both stages on one GPU the "
+        "talker's KV cache is then sized by the service (its gpu_memory_utilization share less its weights and 1 GiB), "
+        "not measured: vllm-omni would count code2wav's concurrent load as the talker's memory. A "
+        "kv_cache_memory_bytes of its own wins.",
     )
     warmup_batch_sizes: Annotated[list[int] | None, NoDecode] = Field(
         None,

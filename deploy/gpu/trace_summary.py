@@ -79,10 +79,20 @@ class TraceSummary:
     bursts: list[tuple[float, float]] = field(default_factory=list)
     # every engine step (start, end, name) on the host's clock, and whether it scheduled any tokens
     steps: list[tuple[float, float, str, bool]] = field(default_factory=list)
-    # the host's operations of at least HOST_OP_MIN_US, (start, end, name, category) on the host's clock
-    host_ops: list[tuple[float, float, str, str]] = field(default_factory=list)
-    # every kernel, copy and memset (start, end) on the host's clock
-    gpu: list[tuple[float, float]] = field(default_factory=list)
+    # the first step with tokens: its span on the host's clock and, inside it, the GPU and the host (FirstStep)
+    first_step: FirstStep | None = None
+
+
+@dataclass
+class FirstStep:
+    """A trace's first engine step that scheduled tokens, on the host's clock (µs)."""
+
+    start: float
+    end: float
+    gpu_busy_us: float  # kernels and copies clipped to the step, overlaps counted once
+    last_gpu_end: float | None  # the end of the last kernel or copy that started inside it (may lie past its end)
+    # the step thread's host operations of at least HOST_OP_MIN_US inside it: (start, end, name, category)
+    host_ops: list[tuple[float, float, str, str]]
 
 
 def read_trace(path: Path) -> dict[str, Any] | list[Any]:
@@ -120,6 +130,8 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
     events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
     summary = TraceSummary(path)
     gpu: list[tuple[float, float]] = []
+    steps_on: dict[tuple[float, float], object] = {}  # a step's (start, end), local clock: its thread
+    host_ops: list[tuple[float, float, str, str, object]] = []  # local clock, with the thread
     origin_us = float(trace.get("baseTimeNanoseconds", 0)) / 1000 if isinstance(trace, dict) else 0.0
     for event in events:
         if not isinstance(event, dict) or event.get("ph") != "X":
@@ -139,17 +151,47 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
             summary.spans["execute_context_* (one engine step)"].add(duration)
             tokens = int(step.group(1)) + int(step.group(2))
             summary.steps.append((origin_us + start, origin_us + start + duration, name, tokens > 0))
+            if tokens > 0:
+                steps_on[(start, start + duration)] = event.get("tid")
         elif category in SPAN_CATEGORIES:
             summary.spans[name].add(duration)
         if category in HOST_CATEGORIES and duration >= HOST_OP_MIN_US and not STEP.match(name):
-            summary.host_ops.append((origin_us + start, origin_us + start + duration, name, category))
+            host_ops.append((start, start + duration, name, category, event.get("tid")))
     summary.steps.sort()
     if gpu:
         summary.window_us = max(end for _, end in gpu) - min(start for start, _ in gpu)
         summary.busy_us = union_us(gpu)
         summary.bursts = [(origin_us + start, origin_us + end) for start, end in bursts_of(gpu, BURSTS_SHOWN)]
-        summary.gpu = sorted((origin_us + start, origin_us + end) for start, end in gpu)
+    if steps_on:
+        span = min(steps_on)  # the earliest step with tokens
+        summary.first_step = shifted(first_step(span, steps_on[span], gpu, host_ops), origin_us)
     return summary
+
+
+def first_step(
+    span: tuple[float, float],
+    thread: object,
+    gpu: list[tuple[float, float]],
+    host_ops: list[tuple[float, float, str, str, object]],
+) -> FirstStep:
+    """The GPU and the step's own thread inside the step `span` (one clock for all)."""
+    start, end = span
+    clipped = [(max(a, start), min(b, end)) for a, b in gpu if a < end and b > start]
+    started_inside = [b for a, b in gpu if start <= a < end]
+    ops = [(a, b, name, kind) for a, b, name, kind, tid in host_ops if tid == thread and a >= start and b <= end]
+    ops.sort(key=lambda op: op[0] - op[1])  # longest first
+    return FirstStep(start, end, union_us(clipped), max(started_inside, default=None), ops[:HOST_OPS_SHOWN])
+
+
+def shifted(step: FirstStep, origin_us: float) -> FirstStep:
+    """`step` from its trace's clock to the host's (the trace's base time added)."""
+    return FirstStep(
+        step.start + origin_us,
+        step.end + origin_us,
+        step.gpu_busy_us,
+        None if step.last_gpu_end is None else step.last_gpu_end + origin_us,
+        [(a + origin_us, b + origin_us, name, kind) for a, b, name, kind in step.host_ops],
+    )
 
 
 def bursts_of(intervals: Iterable[tuple[float, float]], count: int) -> list[tuple[float, float]]:
@@ -261,7 +303,7 @@ def on_one_clock(summaries: list[TraceSummary], root: Path) -> list[str]:
 
 def first_step_host(summaries: list[TraceSummary], root: Path, first: float) -> list[str]:
     """Each trace's first engine step that scheduled tokens, on the clock above (ms after `first`): the GPU's busy
-    time inside it and where its last kernel inside it ended, then its longest host operations."""
+    time inside it and where the last GPU work it started ended, then the step thread's longest host operations."""
 
     def at(time_us: float) -> str:
         return f"{(time_us - first) / 1000:.1f}"
@@ -269,44 +311,42 @@ def first_step_host(summaries: list[TraceSummary], root: Path, first: float) -> 
     gpu_rows: dict[str, str] = {}
     host_rows: list[str] = []
     for summary in summaries:
-        step = next(((start, end) for start, end, _, busy in summary.steps if busy), None)
+        step = summary.first_step
         if step is None:
             continue
         trace = f"`{summary.path.relative_to(root)}`"
-        clipped = [(max(a, step[0]), min(b, step[1])) for a, b in summary.gpu if a < step[1] and b > step[0]]
-        if clipped:
-            gpu_rows[trace] = (
-                f"{at(step[0])}–{at(step[1])}: GPU busy {union_us(clipped) / 1000:.1f} ms of its "
-                f"{(step[1] - step[0]) / 1000:.1f}, its last kernel ending at {at(max(b for _, b in clipped))}"
-            )
-        inside = [op for op in summary.host_ops if op[0] >= step[0] and op[1] <= step[1]]
-        for start, end, name, category in sorted(inside, key=lambda op: op[0] - op[1])[:HOST_OPS_SHOWN]:
+        last = "none" if step.last_gpu_end is None else at(step.last_gpu_end)
+        gpu_rows[trace] = (
+            f"{at(step.start)}–{at(step.end)}: GPU busy {step.gpu_busy_us / 1000:.1f} ms of its "
+            f"{(step.end - step.start) / 1000:.1f}; the last GPU work started inside it ended at {last}"
+        )
+        for start, end, name, category in step.host_ops:
             shown = (name if len(name) <= 90 else name[:87] + "...").replace("|", "\\|")
             host_rows.append(
                 f"| {trace} | `{shown}` | {category} | {at(start)}–{at(end)} | {(end - start) / 1000:.2f} |"
             )
-    lines: list[str] = []
-    if gpu_rows:
-        lines += section(
-            "The GPU inside each trace's first step with tokens",
-            "The step's start–end in ms on the clock above, the GPU's busy time inside it (kernels and copies, "
-            "overlaps counted once) and where the last of them inside it ended: the rest of the step is the host's.",
-            "first step",
-            gpu_rows,
-        )
+    lines = section(
+        "The GPU inside each trace's first step with tokens",
+        "The step's start–end in ms on the clock above; the GPU's busy time inside it (kernels and copies clipped to "
+        "the step, overlaps counted once, whoever launched them); where the last kernel or copy that started inside "
+        "it ended, after the step's end where the GPU ran on past the host.",
+        "first step",
+        gpu_rows,
+    )
     if host_rows:
         lines += [
             "## The longest host operations inside each trace's first step with tokens",
             "",
-            f"Host operations of at least {HOST_OP_MIN_US / 1000:g} ms within the step (the first {HOST_OPS_SHOWN}, "
-            "longest first; an operation and those inside it each listed), start–end in ms on the clock above.",
+            f"The step's own thread, operations of at least {HOST_OP_MIN_US / 1000:g} ms that lie within the step (the "
+            f"first {HOST_OPS_SHOWN}, longest first; an operation and those inside it each listed), start–end in ms "
+            "on the clock above.",
             "",
             "| trace | operation | kind | start–end ms | ms |",
             "| --- | --- | --- | --- | --- |",
             *host_rows,
             "",
         ]
-    return lines
+    return lines if gpu_rows or host_rows else []
 
 
 def section(title: str, note: str, column: str, rows: dict[str, str]) -> list[str]:

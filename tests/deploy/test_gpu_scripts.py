@@ -1818,14 +1818,14 @@ def test_trace_summary_lays_the_first_gpu_bursts_of_each_trace_on_one_clock(tmp_
 
 
 def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_with_tokens(tmp_path: Path) -> None:
-    """Where a prefill step's time goes after its kernels: the GPU's busy time inside the trace's first step that
-    scheduled tokens and its last kernel's end there; then the host operations inside that step, longest first on the
-    steps' clock, nested ones each listed; the idle step before it, the next step, the step itself and operations
-    shorter than HOST_OP_MIN_US left out."""
+    """Where a prefill step's time goes beside its kernels: the GPU's busy time inside the trace's first step that
+    scheduled tokens and where the last GPU work started inside it ended; then the step thread's host operations
+    inside that step, longest first on the steps' clock, nested ones each listed; the idle step before it, the next
+    step, another thread's operations, the step itself and operations shorter than HOST_OP_MIN_US left out."""
     summary = gpu_script("trace_summary")
 
-    def op(name: str, start: int, end: int, category: str = "cpu_op") -> dict[str, object]:
-        return {"ph": "X", "cat": category, "name": name, "ts": start, "dur": end - start}
+    def op(name: str, start: int, end: int, category: str = "cpu_op", thread: int = 1) -> dict[str, object]:
+        return {"ph": "X", "cat": category, "name": name, "ts": start, "dur": end - start, "tid": thread}
 
     talker = {
         "baseTimeNanoseconds": 1_764_400_000_000_000_000,
@@ -1839,6 +1839,7 @@ def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_w
             op("cudaStreamSynchronize", 5_100, 24_900, "cuda_runtime"),
             op("aten::add|sub", 1_000, 1_300),
             op("aten::tiny", 2_000, 2_050),  # shorter than HOST_OP_MIN_US
+            op("omni_output_worker", 6_000, 12_000, "user_annotation", thread=2),  # another thread's
             op("execute_context_0(0)_generation_1(1)", 31_000, 36_000),
             op("aten::mm", 32_000, 35_000),  # in the next step
         ],
@@ -1851,11 +1852,12 @@ def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_w
     ]
     whole = summarized(summary, tmp_path, {"c1/stage0": talker})
     gpu = whole.split("## The GPU inside each trace's first step with tokens")[1]
-    # the clock's 0 is the first kernel (1 ms after the base); busy 1-4 ms, 20-20.5, 30-30.5: 4.0 ms of 30
+    # the clock's 0 is the first kernel (1 ms after the base); busy 1-4 ms, 20-20.5, 30-30.5: 4.0 ms of 30; the last
+    # GPU work started inside the step ran on past its end (the host had gone on to the next step)
     assert (
-        "| `c1/stage0/trace_rank0.json` | -0.5–29.5: GPU busy 4.0 ms of its 30.0, its last kernel ending at 29.5 |"
-        in gpu
-    )
+        "| `c1/stage0/trace_rank0.json` | -0.5–29.5: GPU busy 4.0 ms of its 30.0; the last GPU work started inside "
+        "it ended at 30.0 |"
+    ) in gpu
     text = whole.split("## The longest host operations inside each trace's first step with tokens")[1]
     rows = [line for line in text.splitlines() if line.startswith("| `c1/")]
     assert rows == [

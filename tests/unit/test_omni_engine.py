@@ -325,6 +325,18 @@ async def test_a_kv_cache_budget_set_for_the_talker_wins_over_the_parallel_start
     await engine.close()
 
 
+async def test_without_the_talkers_share_in_a_profile_vllm_omni_measures_and_the_log_says_why(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(stage_memory, "gpu_total_memory", lambda device: pytest.fail("no need to ask the GPU"))
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni, deploy_config=None, omni={"parallel_stage_init": True})
+    await engine.start()
+    assert omni.kwargs["parallel_stage_init"] is True and "stage_overrides" not in omni.kwargs
+    assert "without the talker's gpu_memory_utilization" in caplog.text
+    await engine.close()
+
+
 async def test_a_talker_share_too_small_for_its_kv_cache_fails_the_start_saying_so(
     custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

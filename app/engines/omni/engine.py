@@ -298,7 +298,9 @@ class OmniEngine:
             self._check_stage_models()
             if self._mps is not None:
                 await asyncio.to_thread(self._mps.start)  # before the stage processes exist: they inherit it
-            self._omni = await asyncio.to_thread(self._factory, **self._engine_kwargs())
+            # off the event loop: the kwargs read the deploy profile and may ask the GPU's driver (stage_memory)
+            kwargs = await asyncio.to_thread(self._engine_kwargs)
+            self._omni = await asyncio.to_thread(self._factory, **kwargs)
             if self._helpers is None:
                 self._helpers = await asyncio.to_thread(load_prompt_helpers, self._omni, self._model.path)
             self._detail = "warming up"
@@ -372,8 +374,11 @@ class OmniEngine:
         if settings.parallel_stage_init:
             kwargs["parallel_stage_init"] = True
             # vllm-omni would count code2wav's concurrent load as the talker's memory (stage_memory.py)
-            talker_stage = _talker_stage(settings.deploy_config, settings.stage_overrides)
-            budget = stage_memory.parallel_start_budget(talker_stage, self._model.path)
+            budget = stage_memory.parallel_start_budget(
+                stage_settings(settings.deploy_config, settings.stage_overrides, 0),
+                stage_settings(settings.deploy_config, settings.stage_overrides, 1),
+                self._model.path,
+            )
             if budget is not None:
                 overrides.setdefault("0", {})["kv_cache_memory_bytes"] = budget
         if overrides:
@@ -560,16 +565,18 @@ def load_prompt_helpers(omni: Any, model_dir: str) -> PromptHelpers:
 VLLM_OMNI_DEFAULT_MAX_NUM_SEQS = 64  # stage 0 of vllm-omni 0.30.0's own qwen3_tts.yaml
 
 
-def _talker_stage(deploy_config: str | None, stage_overrides: dict[str, dict[str, object]] | None) -> dict:
-    """Stage 0's settings: the deploy profile's, with the stage overrides on top."""
+def stage_settings(
+    deploy_config: str | None, stage_overrides: dict[str, dict[str, object]] | None, stage_id: int = 0
+) -> dict:
+    """A stage's settings (0: the talker, 1: code2wav): the deploy profile's, with the stage overrides on top."""
     stage: dict = {}
     if deploy_config and os.path.exists(deploy_config):
         import yaml
 
         with open(deploy_config, encoding="utf-8") as f:
             stages = (yaml.safe_load(f) or {}).get("stages") or []
-        stage = dict(next((s for s in stages if s.get("stage_id") == 0), {}))
-    return {**stage, **((stage_overrides or {}).get("0") or {})}
+        stage = dict(next((s for s in stages if s.get("stage_id") == stage_id), {}))
+    return {**stage, **((stage_overrides or {}).get(str(stage_id)) or {})}
 
 
 def talker_limits(
@@ -577,7 +584,7 @@ def talker_limits(
 ) -> tuple[int, int | None]:
     """Stage 0's max_num_seqs (the talker's batch, which bounds how many syntheses run at once) and its largest
     CUDA-graph batch, where the profile sets one."""
-    stage = _talker_stage(deploy_config, stage_overrides)
+    stage = stage_settings(deploy_config, stage_overrides)
     compilation = stage.get("compilation_config") or {}
     cap = compilation.get("max_cudagraph_capture_size") if isinstance(compilation, dict) else None
     return int(stage.get("max_num_seqs", VLLM_OMNI_DEFAULT_MAX_NUM_SEQS)), None if cap is None else int(cap)
