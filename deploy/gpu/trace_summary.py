@@ -21,12 +21,14 @@ request's first audio is made. And on that clock each trace's first engine steps
 frame against code2wav's first step with a window, and the steps with nothing scheduled counted between. Last, each
 trace's first step with tokens: the GPU's busy time inside it and where its last kernel there ended, and its longest
 host operations (PyTorch's ops, the CUDA runtime's calls, named ranges; nested ones each listed): where a prefill
-step spends its time beside its kernels.
+step spends its time beside its kernels. And where the later steps with tokens spend their host time, a step on
+average: the CUDA runtime's calls, PyTorch's outermost operations, and neither (Python, the engine's own code).
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import gzip
 import json
 import re
@@ -54,6 +56,7 @@ STEPS_SHOWN = 10
 HOST_CATEGORIES = {"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function"}
 HOST_OP_MIN_US = 100.0
 HOST_OPS_SHOWN = 15
+LATER_STEPS_NAMES = 4  # names shown per column of the later steps' table
 
 
 @dataclass
@@ -81,6 +84,24 @@ class TraceSummary:
     steps: list[tuple[float, float, str, bool]] = field(default_factory=list)
     # the first step with tokens: its span on the host's clock and, inside it, the GPU and the host (FirstStep)
     first_step: FirstStep | None = None
+    # the later steps with tokens on the same thread: where their host time goes, a step on average (StepsHost)
+    later_steps: StepsHost | None = None
+
+
+@dataclass
+class StepsHost:
+    """Where a trace's steps with tokens after its first spend their host time, on the steps' own thread: means a
+    step, µs."""
+
+    steps: int
+    span_us: float
+    runtime_us: dict[str, float]  # the CUDA runtime's and driver's calls, by name
+    ops_us: dict[str, float]  # PyTorch's outermost operations, by name (the runtime calls they make included)
+    neither_us: float  # in no operation and no runtime call: Python (the engine's own code), the GIL, the OS
+
+    @property
+    def in_runtime_us(self) -> float:
+        return sum(self.runtime_us.values())
 
 
 @dataclass
@@ -164,8 +185,56 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
         summary.bursts = [(origin_us + start, origin_us + end) for start, end in bursts_of(gpu, BURSTS_SHOWN)]
     if steps_on:
         span = min(steps_on)  # the earliest step with tokens
-        summary.first_step = shifted(first_step(span, steps_on[span], gpu, host_ops), origin_us)
+        thread = steps_on[span]
+        summary.first_step = shifted(first_step(span, thread, gpu, host_ops), origin_us)
+        later = sorted(other for other, tid in steps_on.items() if tid == thread and other != span)
+        if later:
+            summary.later_steps = steps_host(events, later, thread)
     return summary
+
+
+HOST_TIME_CATEGORIES = {"cpu_op", "cuda_runtime", "cuda_driver"}
+
+
+def steps_host(events: list[Any], spans: list[tuple[float, float]], thread: object) -> StepsHost:
+    """Where the steps `spans` (sorted, one thread's, the trace's clock) spend their host time on `thread`."""
+    starts = [start for start, _ in spans]
+    inside: list[list[tuple[float, float, str, str]]] = [[] for _ in spans]
+    for event in events:
+        if not isinstance(event, dict) or event.get("ph") != "X" or event.get("tid") != thread:
+            continue
+        category, name = str(event.get("cat", "")), str(event.get("name", ""))
+        if category not in HOST_TIME_CATEGORIES or STEP.match(name):  # a step's own span is not inside it
+            continue
+        start = float(event.get("ts", 0.0))
+        end = start + float(event.get("dur", 0.0))
+        at = bisect.bisect_right(starts, start) - 1
+        if at >= 0 and end <= spans[at][1]:
+            inside[at].append((start, end, name, category))
+    runtime: dict[str, float] = defaultdict(float)
+    ops: dict[str, float] = defaultdict(float)
+    neither = 0.0
+    for (start, end), events_in in zip(spans, inside, strict=True):
+        covered: list[tuple[float, float]] = []
+        outer_end = float("-inf")
+        for op_start, op_end, name, category in sorted(events_in, key=lambda op: (op[0], -op[1])):
+            if category == "cpu_op":
+                if op_start >= outer_end:  # not inside the operation before it: an outermost one
+                    ops[name] += op_end - op_start
+                    covered.append((op_start, op_end))
+                    outer_end = op_end
+            else:
+                runtime[name] += op_end - op_start
+                covered.append((op_start, op_end))
+        neither += (end - start) - union_us(covered)
+    count = len(spans)
+    return StepsHost(
+        steps=count,
+        span_us=sum(end - start for start, end in spans) / count,
+        runtime_us={name: total / count for name, total in runtime.items()},
+        ops_us={name: total / count for name, total in ops.items()},
+        neither_us=neither / count,
+    )
 
 
 def first_step(
@@ -251,6 +320,7 @@ def report(summaries: list[TraceSummary], root: Path, top: int, frames: int | No
         lines += table("host launch call", summary.launches, top, frames)
         lines += table("host span", summary.spans, top, frames)
     lines += on_one_clock(summaries, root)
+    lines += later_steps_table(summaries, root)
     if not summaries:
         lines.append("No traces found.")
     return "\n".join(lines) + "\n"
@@ -347,6 +417,37 @@ def first_step_host(summaries: list[TraceSummary], root: Path, first: float) -> 
             "",
         ]
     return lines if gpu_rows or host_rows else []
+
+
+def later_steps_table(summaries: list[TraceSummary], root: Path) -> list[str]:
+    """Where each trace's steps with tokens after its first spend their host time, a step on average."""
+
+    def top(totals: dict[str, float]) -> str:
+        ranked = sorted(totals.items(), key=lambda item: -item[1])[:LATER_STEPS_NAMES]
+        named = ", ".join(f"`{name.replace('|', chr(92) + '|')}` {us / 1000:.2f}" for name, us in ranked)
+        return f"{sum(totals.values()) / 1000:.2f}" + (f": {named}" if named else "")
+
+    rows = [
+        f"| `{summary.path.relative_to(root)}` | {steps.steps} | {steps.span_us / 1000:.2f} | {top(steps.runtime_us)} "
+        f"| {top(steps.ops_us)} | {steps.neither_us / 1000:.2f} |"
+        for summary in summaries
+        if (steps := summary.later_steps) is not None
+    ]
+    if not rows:
+        return []
+    return [
+        "## Where the later steps' host time goes",
+        "",
+        "Each trace's steps with tokens after its first (at one stream, the talker's frames), on their own thread, "
+        "ms a step on average: in the CUDA runtime's and driver's calls (launches, copies, waits for the GPU); in "
+        "PyTorch's outermost operations (the runtime calls they make included); and in neither — Python between "
+        f"them, the engine's own code, waiting for the GIL. The {LATER_STEPS_NAMES} largest of each by name.",
+        "",
+        "| trace | steps | ms a step | CUDA runtime calls, ms | PyTorch operations, ms | neither, ms |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+    ]
 
 
 def section(title: str, note: str, column: str, rows: dict[str, str]) -> list[str]:

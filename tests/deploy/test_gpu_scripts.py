@@ -1858,13 +1858,50 @@ def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_w
         "| `c1/stage0/trace_rank0.json` | -0.5–29.5: GPU busy 4.0 ms of its 30.0; the last GPU work started inside "
         "it ended at 30.0 |"
     ) in gpu
-    text = whole.split("## The longest host operations inside each trace's first step with tokens")[1]
+    text = whole.split("## The longest host operations inside each trace's first step with tokens")[1].split("\n## ")[0]
     rows = [line for line in text.splitlines() if line.startswith("| `c1/")]
     assert rows == [
         "| `c1/stage0/trace_rank0.json` | `execute_model` | user_annotation | -0.4–29.0 | 29.40 |",
         "| `c1/stage0/trace_rank0.json` | `aten::to` | cpu_op | 4.0–24.0 | 20.00 |",
         "| `c1/stage0/trace_rank0.json` | `cudaStreamSynchronize` | cuda_runtime | 4.1–23.9 | 19.80 |",
         "| `c1/stage0/trace_rank0.json` | `aten::add\\|sub` | cpu_op | 0.0–0.3 | 0.30 |",
+    ]
+
+
+def test_trace_summary_says_where_the_later_steps_host_time_goes(tmp_path: Path) -> None:
+    """The steps with tokens after the first, on their own thread, a step on average: the CUDA runtime's calls by
+    name, PyTorch's outermost operations by name (one inside another not counted again), and the rest of the step
+    (Python between them); the first step, idle steps, other threads and what lies outside a step left out."""
+    summary = gpu_script("trace_summary")
+
+    def op(name: str, start: int, end: int, category: str = "cpu_op", thread: int = 1) -> dict[str, object]:
+        return {"ph": "X", "cat": category, "name": name, "ts": start, "dur": end - start, "tid": thread}
+
+    events: list[dict[str, object]] = [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 100},
+        op("execute_context_1(65)_generation_0(0)", 0, 10_000),  # the first step: not a later one
+        op("aten::big_prefill_op", 1_000, 9_000),
+        op("execute_context_0(0)_generation_0(0)", 10_000, 10_500),  # idle
+        op("aten::in_an_idle_step", 10_100, 10_400),
+    ]
+    for i, start in enumerate((20_000, 30_000)):  # two later steps of 4 ms each
+        events += [
+            op("execute_context_0(0)_generation_1(1)", start, start + 4_000),
+            op("aten::copy_", start + 100, start + 600),  # 0.5 ms, with a runtime call inside
+            op("cudaMemcpyAsync", start + 200, start + 500, "cuda_runtime"),
+            op("aten::_to_copy", start + 150, start + 550),  # inside aten::copy_: not counted again
+            op("cudaGraphLaunch", start + 1_000, start + 2_000, "cuda_runtime"),  # 1 ms, outside any operation
+            op("aten::index", start + 2_500, start + 2_500 + 200 * (i + 1)),  # 0.2 and 0.4 ms: 0.3 on average
+            op("omni_output_worker", start, start + 4_000, "cpu_op", thread=2),  # another thread
+        ]
+    events.append(op("aten::between_steps", 25_000, 26_000))
+    text = summarized(summary, tmp_path, {"c1/stage0": {"traceEvents": events}})
+    text = text.split("## Where the later steps' host time goes")[1]
+    rows = [line for line in text.splitlines() if line.startswith("| `c1/")]
+    # covered: copy_ 0.5 + graph launch 1.0 + index 0.3 = 1.8 of 4.0 ms; runtime 0.3 + 1.0; operations 0.5 + 0.3
+    assert rows == [
+        "| `c1/stage0/trace_rank0.json` | 2 | 4.00 | 1.30: `cudaGraphLaunch` 1.00, `cudaMemcpyAsync` 0.30 "
+        "| 0.80: `aten::copy_` 0.50, `aten::index` 0.30 | 2.20 |"
     ]
 
 
