@@ -221,9 +221,10 @@ class OmniSettings(BaseModel):
         "programs as an H200 has SMs, the last of a block's programs summing their float32 partials in order "
         "(`split`, as sglang-omni's predictor cuts its own); or split so that each program loads its whole share "
         "of the weights before its input (`prefetch`). Alone on an H200 at one stream, with dependent launches, split "
-        "took 1.03× and prefetch 0.79× the as-tuned predictor's GPU time a frame; in the server, split with them "
-        "took 1.14× as long end to end, and prefetch is not yet measured clean "
-        "(benchmarks/gpu/2026-11-30-h200x2-fused-launch/). "
+        "took 1.03× and prefetch 0.78–0.79× the as-tuned predictor's GPU time a frame; in the server, split with them "
+        "took 1.14× as long end to end at one stream, and prefetch with them the same time as tuned (553 against 548 "
+        "ms on one GPU: the talker's step is bound by its host side there), 0.93–1.11× above "
+        "(benchmarks/gpu/2026-11-30-h200x2-fused-launch/, 2026-11-30-h200x2-pair-fused-prefetch/). "
         "app/engines/omni/stage_plugins/predictor_kernels.py.",
     )
     fused_dependent_launch: bool = Field(
@@ -233,10 +234,20 @@ class OmniSettings(BaseModel):
         "that one wrote. Alone on an H200 at one stream 0.95× the predictor's GPU time a frame with the as-tuned "
         "kernels; see `fused_kernels` for it beside split and prefetch.",
     )
+    prompt_stream: bool = Field(
+        False,
+        description="With the service's talker (`talker_model` service, fused or compiled-once), build each "
+        "CustomVoice or VoiceDesign request's prompt embeddings on a CUDA stream of their own: vllm-omni copies the "
+        "text's ids and the speaker's id to the GPU inside the talker's prefill step, and on the talker's stream each "
+        "copy waits for the step still running there, so a burst's prefill steps lose their overlap with the GPU. The "
+        "same embeddings (the same kernels on the same inputs). Not measured yet. "
+        "app/engines/omni/stage_plugins/prompt_stream.py.",
+    )
     switch_interval_ms: float | None = _switch_interval_field(
         "vllm-omni's stage processes, the talker's and code2wav's",
         "In the talker's process the engine's step loop shares one lock with the threads that copy each step's codes "
-        "out and hand them to code2wav. Not measured yet.",
+        "out and hand them to code2wav. At 1 ms against the 5-ms default, code2wav's wait for its first window at one "
+        "stream was unchanged (41.7 against 41.5 ms; benchmarks/gpu/2026-11-30-h200x2-pair-fused-prefetch/).",
     )
     cuda_mps: bool = Field(
         False,
@@ -260,6 +271,14 @@ class OmniSettings(BaseModel):
     @classmethod
     def _moved_scheduler(cls, path: str) -> str:
         return MOVED_PATHS.get(path, path)
+
+    @model_validator(mode="after")
+    def _prompt_stream_needs_the_services_talker(self) -> OmniSettings:
+        if self.prompt_stream and self.talker_model == "vllm-omni":
+            raise ValueError(
+                "prompt_stream needs the service's talker: set talker_model to service, fused or compiled-once"
+            )
+        return self
 
 
 class SglangSettings(BaseModel):

@@ -60,6 +60,7 @@ BORN_GROUPED = {
     ("omni", "switch_interval_ms"),
     ("omni", "fused_kernels"),
     ("omni", "fused_dependent_launch"),
+    ("omni", "prompt_stream"),
 }
 
 

@@ -538,3 +538,31 @@ def test_a_stages_kv_cache_budget_is_an_override_its_worker_takes_without_measur
     assert isinstance(first, ast.If) and "kv_cache_memory_bytes" in ast.unparse(first.test)
     assert any(isinstance(node, ast.Return) for node in first.body)
     assert "memory_profiling" not in ast.unparse(first)  # the measurement comes after it
+
+
+PROMPT_BUILDER_MODULE = "model_executor/models/qwen3_tts/prompt_embeds_builder.py"
+
+
+def test_the_talker_builds_each_prompt_through_the_builder_attribute_the_prompt_stream_wraps(wheel: Wheel) -> None:
+    """SPEECH_OMNI__PROMPT_STREAM (app/engines/omni/stage_plugins/prompt_stream.py) replaces the talker's
+    `_prompt_builder.build_prompt_embeds` on the instance, taking keywords only: vllm-omni's talker makes the builder
+    in its __init__ and calls that method through the attribute, by keyword, with `task_type` and `info_dict`; the
+    builder's method takes exactly those."""
+    talker = class_def(wheel.tree(TALKER_MODULE), "Qwen3TTSTalkerForConditionalGeneration")
+    init = ast.unparse(function_def(talker, "__init__"))
+    assert "self._prompt_builder = Qwen3TTSPromptEmbedsBuilder(" in init
+    calls = [
+        node
+        for node in ast.walk(talker)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "build_prompt_embeds"
+    ]
+    assert calls, "the talker no longer builds its prompts through the builder"
+    for call in calls:
+        assert ast.unparse(call.func) == "self._prompt_builder.build_prompt_embeds"
+        assert not call.args and {keyword.arg for keyword in call.keywords} == {"task_type", "info_dict"}
+    builder = class_def(wheel.tree(PROMPT_BUILDER_MODULE), "Qwen3TTSPromptEmbedsBuilder")
+    build = function_def(builder, "build_prompt_embeds")
+    assert [arg.arg for arg in build.args.args] == ["self"] and not build.args.vararg
+    assert [arg.arg for arg in build.args.kwonlyargs] == ["task_type", "info_dict"]

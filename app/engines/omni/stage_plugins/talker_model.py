@@ -31,6 +31,7 @@ buckets, already set on it, stay.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +45,7 @@ from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm imp
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker import Qwen3TTSTalkerForConditionalGeneration
 from vllm_omni.platforms import current_omni_platform
 
-from app.engines.omni.stage_plugins import predictor_kernels
+from app.engines.omni.stage_plugins import predictor_kernels, prompt_stream
 
 log = logging.getLogger("vllm.speech.talker")  # under vLLM's logger, whose handler the stage process has
 
@@ -448,6 +449,9 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         if type(self.code_predictor) is not Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM:
             raise TypeError(f"the talker built a {type(self.code_predictor).__name__}, not vllm-omni's code predictor")
         self.code_predictor.__class__ = self.predictor_class  # adds methods only: nothing built twice
+        if prompt_stream.enabled(os.environ):  # the prompts' copies wait for nothing but themselves
+            builder = self._prompt_builder
+            builder.build_prompt_embeds = prompt_stream.PromptsAside(builder.build_prompt_embeds)
 
 
 class SpeechQwen3TTSTalkerFused(SpeechQwen3TTSTalker):
