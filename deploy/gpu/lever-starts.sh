@@ -40,6 +40,8 @@
 #   PYSPY=1                  sample the server's processes (py-spy: the thread holding the GIL) for 8 s in the middle
 #                            of an extra steady c=32, after the reported levels, into pyspy/<pid>.txt.gz (py-spy's raw
 #                            format), summarised in pyspy.md (deploy/gpu/pyspy_summary.py)
+#   PYSPY_LEVEL=steady-c32   burst-c32: that level is instead a burst of 32 at once (96 requests), recorded for 4 s
+#                            from just before the load tool starts: who holds the server's GIL while a burst arrives
 #   START_PYSPY=0            1: py-spy records the server and every process it starts (--subprocesses --idle
 #                            --threads, START_PYSPY_RATE=20 samples a second, every thread whatever it is doing) from
 #                            the start until it is ready, into start-pyspy/, summarised in start-pyspy.md: where each
@@ -71,6 +73,7 @@ UNTIL=${UNTIL:-}
 FIRST_S=${FIRST_S:-600}
 LATER_S=${LATER_S:-420}
 PYSPY=${PYSPY:-1}
+PYSPY_LEVEL=${PYSPY_LEVEL:-steady-c32}
 PROFILES=${PROFILES:-/tmp/profiles}
 TORCH_PROFILE=${TORCH_PROFILE:-0}
 PROFILE_FRAMES=${PROFILE_FRAMES:-100}
@@ -175,23 +178,30 @@ thread_table() {  # $1 a pid
   done
 }
 
-pyspy_level() {  # an extra steady c=32, not reported, with py-spy on every server process in its middle: which
-  # Python holds each process's GIL (deploy/gpu/pyspy_summary.py reads it into pyspy.md)
-  local pid
+pyspy_level() {  # an extra steady c=32 (or a burst of 32: PYSPY_LEVEL), not reported, with py-spy on every server
+  # process in its middle: which Python holds each process's GIL (deploy/gpu/pyspy_summary.py reads it into pyspy.md)
+  local pid seconds=8 after=${PYSPY_AFTER_S:-4} load=(ROUNDS=1 CONCURRENCY=32 WARMUP=0)
+  load_level() { (export "${load[@]}" && on_load_cpus "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1) & }
   command -v py-spy >/dev/null || { progress "$name py-spy: not installed"; return 0; }
   mkdir -p "$OUT/pyspy"
-  ROUNDS=1 CONCURRENCY=32 REQUESTS=192 WARMUP=0 LOADTEST_ARGS="--stagger 2" SWEEP_NAME=pyspy-c32 \
-    on_load_cpus "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1 &
-  sleep "${PYSPY_AFTER_S:-4}"  # past the stagger: every worker sending
+  if [ "$PYSPY_LEVEL" = burst-c32 ]; then  # py-spy first: a burst is over in a second or two
+    seconds=4 after=0
+    load+=(REQUESTS=96 "LOADTEST_ARGS=--stagger 0" SWEEP_NAME=pyspy-burst-c32)
+  else
+    load+=(REQUESTS=192 "LOADTEST_ARGS=--stagger 2" SWEEP_NAME=pyspy-c32)
+  fi
+  [ "$PYSPY_LEVEL" = burst-c32 ] || load_level
+  sleep "$after"  # steady: past the stagger, every worker sending
   for pid in $(server_pids); do
     # --idle: a GIL holder whose innermost frame looks idle (a wait, a select) is still a sample of the GIL held
-    on_load_cpus timeout 20 py-spy record --gil --idle --threads --nonblocking -r 200 -d 8 -f raw \
-      -o "$OUT/pyspy/$pid.txt" --pid "$pid" >"$OUT/pyspy/$pid.log" 2>&1 &
+    on_load_cpus timeout $((seconds + 12)) py-spy record --gil --idle --threads --nonblocking -r 200 -d "$seconds" \
+      -f raw -o "$OUT/pyspy/$pid.txt" --pid "$pid" >"$OUT/pyspy/$pid.log" 2>&1 &
   done
+  [ "$PYSPY_LEVEL" = burst-c32 ] && load_level
   wait
   for raw in "$OUT"/pyspy/*.txt; do [ -f "$raw" ] && gzip -f "$raw"; done
-  "$PYTHON" deploy/gpu/pyspy_summary.py "$OUT/pyspy" --rate 200 --seconds 8 --names "$OUT/cpu-after-c32.txt" \
-    >"$OUT/pyspy.md" 2>&1
+  "$PYTHON" deploy/gpu/pyspy_summary.py "$OUT/pyspy" --rate 200 --seconds "$seconds" \
+    --names "$OUT/cpu-after-c32.txt" >"$OUT/pyspy.md" 2>&1
 }
 
 start_pyspy() {  # $1 the pid the pid file held before the start: once it holds the new server's (however long the
@@ -357,8 +367,8 @@ for variant in $VARIANTS; do
     for level in $PROFILE_LEVELS; do torch_profile "$level" "$level" || break; done
   fi
   if [ "$PYSPY" = 1 ]; then  # its level loads one server: a pair's other would be sampled idle
-    if [ "$TARGET" = service-pair ]; then progress "$name py-spy c32 skipped (one server a level; not a pair)"
-    else step "py-spy c32" pyspy_level; fi
+    if [ "$TARGET" = service-pair ]; then progress "$name py-spy $PYSPY_LEVEL skipped (one server a level; not a pair)"
+    else step "py-spy $PYSPY_LEVEL" pyspy_level; fi
   fi
   $SBS stop >>"$OUT/sweeps.log" 2>&1
   finish

@@ -22,6 +22,7 @@ SETTINGS = (
     "FIRST_S",
     "LATER_S",
     "PYSPY",
+    "PYSPY_LEVEL",
     "PROFILES",
     "TORCH_PROFILE",
     "PROFILE_LEVELS",
@@ -259,7 +260,7 @@ def test_a_pair_of_variants_runs_on_two_gpus_at_once_swept_interleaved_with_each
         assert (out / "cpu-after-c32.txt").read_text() == "# server service\n# server service-b\n"
     progress = (tmp_path / "out/progress.txt").read_text()
     assert "r1 start (F: " in progress and "; service-b X: " in progress and "failed" not in progress
-    assert "r1 py-spy c32 skipped" in progress
+    assert "r1 py-spy steady-c32 skipped" in progress
     refused = run(tmp_path, out="other", TARGET="service-pair", VARIANTS="r1:F", LEVER_F="")
     assert refused.returncode == 64 and "name:LEVER/LEVER" in refused.stderr
 
@@ -333,11 +334,16 @@ def test_each_thread_of_the_servers_processes_is_read_before_and_after_the_stead
         assert utime.isdigit() and stime.isdigit() and cpu.isdigit()
 
 
+@pytest.mark.parametrize(
+    ("level", "sweep", "requests", "seconds"),
+    [("steady-c32", "pyspy-c32", "192", "8"), ("burst-c32", "pyspy-burst-c32", "96", "4")],
+)
 def test_py_spy_records_every_server_process_in_the_middle_of_a_steady_level_and_says_where_its_gil_went(
-    tmp_path: Path,
+    tmp_path: Path, level: str, sweep: str, requests: str, seconds: str
 ) -> None:
     """PYSPY=1: an extra steady c=32 (not reported) with py-spy on each of the server's processes once the workers are
-    all sending, the recordings kept gzipped and summarised in pyspy.md, each process named from the thread table."""
+    all sending, the recordings kept gzipped and summarised in pyspy.md, each process named from the thread table.
+    PYSPY_LEVEL=burst-c32: a burst of 32 instead, recorded for 4 s from before the load tool starts."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     stand_in = bin_dir / "py-spy"  # writes what `py-spy record -f raw -o FILE` would: 1 200 samples on one stack
@@ -354,7 +360,7 @@ def test_py_spy_records_every_server_process_in_the_middle_of_a_steady_level_and
     try:
         (tmp_path / "server.pid").write_text(f"{server.pid}\n")
         done = run(
-            tmp_path, VARIANTS="a1:A", LEVER_A="", PYSPY="1", PYSPY_AFTER_S="0",
+            tmp_path, VARIANTS="a1:A", LEVER_A="", PYSPY="1", PYSPY_AFTER_S="0", PYSPY_LEVEL=level,
             SERVER_PIDFILE=str(tmp_path / "server.pid"), PATH=f"{bin_dir}:{os.environ['PATH']}",
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
@@ -362,21 +368,23 @@ def test_py_spy_records_every_server_process_in_the_middle_of_a_steady_level_and
         server.kill()
         server.wait()
     recorded = calls(tmp_path)
-    level = [call for call in recorded if call[2] == "pyspy-c32"]
-    assert [[call[0], *call[3:5]] for call in level] == [["sweep-closed", "32", "192"]]
+    extra = [call for call in recorded if call[2] == sweep]
+    assert [[call[0], *call[3:5]] for call in extra] == [["sweep-closed", "32", requests]]
     assert [call[0] for call in recorded][-2:] == ["sweep-closed", "stop"]
     out = tmp_path / "out/a1"
     with gzip.open(out / f"pyspy/{server.pid}.txt.gz", "rt") as raw:
         assert raw.read().endswith(" 1200\n")
     summary = (out / "pyspy.md").read_text()
     assert f"## pid {server.pid}: `sleep 30`" in summary
-    assert "1200 samples, 75% of the window's 1600." in summary
+    window = 200 * int(seconds)
+    assert f"1200 samples, {100 * 1200 // window}% of the window's {window}." in summary
     assert "| vllm-omni | 1200 | 100% |" in summary
-    assert "a1 py-spy c32" in (tmp_path / "out/progress.txt").read_text()
+    assert f"a1 py-spy {level}" in (tmp_path / "out/progress.txt").read_text()
     # the GIL's holder only, idle-looking frames included, each thread named, in the raw format the summary reads
     words = (tmp_path / "py-spy-args").read_text().split()
     assert {"record", "--gil", "--idle", "--threads", "--nonblocking"} <= set(words)
     assert words[words.index("-f") + 1] == "raw" and words[words.index("--pid") + 1] == str(server.pid)
+    assert words[words.index("-d") + 1] == seconds
 
 
 def test_py_spy_records_the_start_of_the_server_and_its_processes_until_it_is_ready(tmp_path: Path) -> None:
