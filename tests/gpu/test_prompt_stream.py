@@ -2,10 +2,11 @@
 prompt builder (`Qwen3TTSPromptEmbedsBuilder`) over random embedding tables of the 0.6B CustomVoice shape and the
 service's CustomVoice conditioning (`additional_information`):
 
-- the embeddings built aside are those built on the talker's stream, tensor for tensor, for every speaker, language
-  and instruction tried;
+- the embeddings built aside are those built on the talker's stream, tensor for tensor, for every speaker (a
+  dialect's too), language and instruction tried, and for a VoiceDesign prompt;
 - on the talker's stream, the build waits for the work queued there before it (its copies from pageable memory);
-  aside, it returns while that work still runs, and the talker's stream then orders its next work after the build's.
+  aside, it returns while that work still runs;
+- the talker's stream then orders its next work after the build's, on the GPU.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from tests.support.jobs import job
 
 JOBS = [
     job(),
-    job(voice="eric", language="chinese", text="你好，世界。"),  # a dialect speaker
+    job(voice="eric", text="你好，世界。"),  # a dialect speaker, language Auto: his dialect's id
     job(voice="ryan", language="english", text="A longer sentence, with a comma, to speak."),
-    job(voice="serena", instructions="Speak slowly and warmly.", text="Hello there."),
+    job(voice="serena", language="chinese", instructions="Speak slowly and warmly.", text="你好。"),
 ]
 
 
@@ -96,10 +97,12 @@ def test_the_embeddings_built_aside_are_those_built_on_the_talkers_stream(torch:
     model = Qwen3TTSModel.from_dir(model_dir)
     builder = builder_of(torch, model_dir)
     aside = PromptsAside(builder.build_prompt_embeds)
-    for synthesis in JOBS:
-        info = additional_information(synthesis, model)
-        expected = builder.build_prompt_embeds(task_type="CustomVoice", info_dict=copy.deepcopy(info))
-        got = aside(task_type="CustomVoice", info_dict=copy.deepcopy(info))
+    design = {**additional_information(JOBS[3], model), "task_type": ["VoiceDesign"], "non_streaming_mode": [True]}
+    design.pop("speaker")
+    cases = [("CustomVoice", additional_information(synthesis, model)) for synthesis in JOBS]
+    for task, info in [*cases, ("VoiceDesign", design)]:
+        expected = builder.build_prompt_embeds(task_type=task, info_dict=copy.deepcopy(info))
+        got = aside(task_type=task, info_dict=copy.deepcopy(info))
         torch.cuda.synchronize()
         assert_same(torch, expected, got)
         assert expected[0].shape[0] > 8  # a whole prompt, not an empty one
@@ -132,3 +135,25 @@ def test_aside_the_build_does_not_wait_for_the_talkers_stream(torch: Any, tmp_pa
     assert waited_on_the_talkers_stream  # its copies waited for the step
     assert not waited_aside  # aside they did not
     assert_same(torch, expected, got)
+
+
+def test_the_talkers_stream_runs_its_next_work_only_after_the_build_aside(torch: Any, tmp_path: Path) -> None:
+    """The build's last work on its own stream still running (a sleep queued after it), the talker's next work waits
+    for it on the GPU: what reads the embeddings never reads them half made."""
+    model_dir = write_model_dir(tmp_path / "model")
+    info = additional_information(JOBS[0], Qwen3TTSModel.from_dir(model_dir))
+    builder = builder_of(torch, model_dir)
+    cycles = sleep_cycles(torch, 3.0)
+
+    def build_then_linger(**kwargs: Any) -> Any:
+        built = builder.build_prompt_embeds(**kwargs)
+        torch.cuda._sleep(cycles)  # on the prompts' stream, after the build's kernels
+        return built
+
+    aside = PromptsAside(build_then_linger)
+    torch.cuda.synchronize()
+    aside(task_type="CustomVoice", info_dict=copy.deepcopy(info))
+    next_work = torch.cuda.Event()
+    next_work.record(torch.cuda.current_stream())  # nothing else queued on the talker's stream
+    assert not next_work.query()  # it waits for the prompts' stream
+    next_work.synchronize()

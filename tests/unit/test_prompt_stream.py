@@ -50,8 +50,8 @@ class Cuda:
     def current_stream(self) -> Stream:
         return self.current
 
-    def Stream(self, device: str) -> Stream:  # torch.cuda's name
-        self.events.append(f"new stream on {device}")
+    def Stream(self, device: str, priority: int = 0) -> Stream:  # torch.cuda's name
+        self.events.append(f"new stream on {device}, priority {priority}")
         return Stream("prompts", self.events, device)
 
     @contextlib.contextmanager
@@ -80,8 +80,8 @@ def test_a_customvoice_prompt_is_built_aside_and_the_talkers_stream_waits_for_it
     aside = PromptsAside(builder(cuda, built), cuda)
     assert aside(task_type="CustomVoice", info_dict={"text": ["Hi."], "speaker": ["vivian"]}) is built
     assert cuda.events == [
-        "new stream on cuda:0",
-        "prompts waits for talker",  # once: the caches the builder keeps were made before
+        "new stream on cuda:0, priority -1",  # high: its few small kernels go first
+        "prompts waits for talker",  # the caches the builder keeps were made before, on the talker's stream
         "on prompts",
         "built CustomVoice on prompts",
         "back on talker",
@@ -91,6 +91,22 @@ def test_a_customvoice_prompt_is_built_aside_and_the_talkers_stream_waits_for_it
     cuda.events.clear()
     aside(task_type="VoiceDesign", info_dict={"text": ["Hi."], "instruct": ["warm"]})
     assert cuda.events == ["on prompts", "built VoiceDesign on prompts", "back on talker", "talker waits for prompts"]
+
+
+def test_after_a_build_on_the_talkers_stream_the_next_one_aside_waits_for_it_on_the_gpu() -> None:
+    """A build that stays on the talker's stream may add to the builder's caches there, asynchronously: the next build
+    aside waits for the talker's stream first (on the GPU), once."""
+    cuda = Cuda()
+    aside = PromptsAside(builder(cuda, "built"), cuda)
+    aside(task_type="CustomVoice", info_dict={"text": ["Hi."]})
+    aside(task_type="Base", info_dict={"text": ["Hi."]})
+    cuda.events.clear()
+    aside(task_type="CustomVoice", info_dict={"text": ["Hi."]})
+    aside(task_type="CustomVoice", info_dict={"text": ["Hi."]})
+    assert cuda.events == [
+        "prompts waits for talker",
+        *["on prompts", "built CustomVoice on prompts", "back on talker", "talker waits for prompts"] * 2,
+    ]
 
 
 def test_what_may_not_go_aside_is_built_on_the_talkers_stream() -> None:

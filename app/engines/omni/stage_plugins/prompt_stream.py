@@ -14,8 +14,10 @@ embeddings.
 Only requests whose inputs hold no tensor on the GPU go aside (a CustomVoice or VoiceDesign request: text, speaker,
 language and instructions, from the request): a Base request's reference-audio features are made on the talker's
 stream by the batched pass before, which this stream would not wait for. Nothing goes aside while a CUDA graph is
-being captured. The builder's caches (token ids and projections it keeps between requests) are made on this stream
-after the first use, whose stream waits once for the talker's (on the GPU) before it.
+being captured. The builder's caches (token ids and projections it keeps between requests) are made on this stream:
+it waits for the talker's (on the GPU) before its first build, and again after any build made on the talker's stream,
+whose new cache entries it may read. What it reads besides (the weights, the talker's pad embedding) is written at
+load only. The stream is one of high priority, a pool of its own: its few small kernels go first.
 
 Plain Python at import (the server reads VARIABLE); torch is imported where a build is made aside.
 """
@@ -62,6 +64,7 @@ class PromptsAside:
         self._build = build
         self._cuda = cuda
         self._stream: Any = None
+        self._behind = True  # the talker's stream may hold work the builder's next build reads
 
     def __call__(self, *, task_type: str, info_dict: dict[str, Any]) -> Any:
         cuda = self._cuda if self._cuda is not None else _torch_cuda()
@@ -71,12 +74,15 @@ class PromptsAside:
             or not cuda.is_available()
             or cuda.is_current_stream_capturing()
         ):
+            self._behind = True  # a cache entry made here, on the talker's stream, is read aside later
             return self._build(task_type=task_type, info_dict=info_dict)
         main = cuda.current_stream()
         if self._stream is None:
-            self._stream = cuda.Stream(device=main.device)
-            self._stream.wait_stream(main)  # once, on the GPU: what the builder kept from before is done
+            self._stream = cuda.Stream(device=main.device, priority=-1)
             log.info("prompt embeddings built on a CUDA stream of their own (%s)", VARIABLE)
+        if self._behind:  # on the GPU, not the host: what the builder kept from the talker's stream is done
+            self._stream.wait_stream(main)
+            self._behind = False
         with cuda.stream(self._stream):
             built = self._build(task_type=task_type, info_dict=info_dict)
         main.wait_stream(self._stream)

@@ -450,8 +450,14 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
             raise TypeError(f"the talker built a {type(self.code_predictor).__name__}, not vllm-omni's code predictor")
         self.code_predictor.__class__ = self.predictor_class  # adds methods only: nothing built twice
         if prompt_stream.enabled(os.environ):  # the prompts' copies wait for nothing but themselves
-            builder = self._prompt_builder
-            builder.build_prompt_embeds = prompt_stream.PromptsAside(builder.build_prompt_embeds)
+            if vllm_config.parallel_config.tensor_parallel_size > 1:
+                # the codec embedding would all-reduce on the prompts' stream beside the talker's own collectives
+                log.warning(
+                    "%s: not with tensor parallelism; the prompts stay on the talker's stream", prompt_stream.VARIABLE
+                )
+            else:
+                builder = self._prompt_builder
+                builder.build_prompt_embeds = prompt_stream.PromptsAside(builder.build_prompt_embeds)
 
 
 class SpeechQwen3TTSTalkerFused(SpeechQwen3TTSTalker):
