@@ -163,7 +163,8 @@ def stage_rows(target: str, before: str, after: str) -> list[str]:
     for _, family in STAGE_TIMES:
         earlier = totals(before, family)
         for stage, (total, count) in sorted(totals(after, family).items()):
-            added_total, added = total - earlier.get(stage, (0.0, 0.0))[0], count - earlier.get(stage, (0.0, 0.0))[1]
+            total_before, count_before = earlier.get(stage, (0.0, 0.0))
+            added_total, added = total - total_before, count - count_before
             counts.setdefault(stage, added)
             means[stage].append(ms(added_total / added) if added > 0 else "–")
     return [

@@ -99,10 +99,6 @@ class StepsHost:
     ops_us: dict[str, float]  # PyTorch's outermost operations, by name (the runtime calls they make included)
     neither_us: float  # in no operation and no runtime call: Python (the engine's own code), the GIL, the OS
 
-    @property
-    def in_runtime_us(self) -> float:
-        return sum(self.runtime_us.values())
-
 
 @dataclass
 class FirstStep:
@@ -186,7 +182,7 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
     if steps_on:
         span = min(steps_on)  # the earliest step with tokens
         thread = steps_on[span]
-        summary.first_step = shifted(first_step(span, thread, gpu, host_ops), origin_us)
+        summary.first_step = first_step(span, thread, gpu, host_ops, origin_us)
         later = sorted(other for other, tid in steps_on.items() if tid == thread and other != span)
         if later:
             summary.later_steps = steps_host(events, later, thread)
@@ -242,24 +238,21 @@ def first_step(
     thread: object,
     gpu: list[tuple[float, float]],
     host_ops: list[tuple[float, float, str, str, object]],
+    origin_us: float,
 ) -> FirstStep:
-    """The GPU and the step's own thread inside the step `span` (one clock for all)."""
+    """The GPU and the step's own thread inside the step `span` (all on the trace's clock), given on the host's
+    (`origin_us`, the trace's base time, added)."""
     start, end = span
     clipped = [(max(a, start), min(b, end)) for a, b in gpu if a < end and b > start]
-    started_inside = [b for a, b in gpu if start <= a < end]
+    last = max((b for a, b in gpu if start <= a < end), default=None)
     ops = [(a, b, name, kind) for a, b, name, kind, tid in host_ops if tid == thread and a >= start and b <= end]
     ops.sort(key=lambda op: op[0] - op[1])  # longest first
-    return FirstStep(start, end, union_us(clipped), max(started_inside, default=None), ops[:HOST_OPS_SHOWN])
-
-
-def shifted(step: FirstStep, origin_us: float) -> FirstStep:
-    """`step` from its trace's clock to the host's (the trace's base time added)."""
     return FirstStep(
-        step.start + origin_us,
-        step.end + origin_us,
-        step.gpu_busy_us,
-        None if step.last_gpu_end is None else step.last_gpu_end + origin_us,
-        [(a + origin_us, b + origin_us, name, kind) for a, b, name, kind in step.host_ops],
+        start + origin_us,
+        end + origin_us,
+        union_us(clipped),
+        None if last is None else last + origin_us,
+        [(a + origin_us, b + origin_us, name, kind) for a, b, name, kind in ops[:HOST_OPS_SHOWN]],
     )
 
 
@@ -284,14 +277,23 @@ def _per_frame(us: float, frames: int | None) -> str:
     return f" | {us / frames / 1000:.3f}" if frames else ""
 
 
+def escaped(name: str) -> str:
+    """`name` for a Markdown table's cell: its pipes escaped."""
+    return name.replace("|", "\\|")
+
+
+def cell(name: str) -> str:
+    """`name` for a Markdown table's cell, cut to 90 characters."""
+    return escaped(name if len(name) <= 90 else name[:87] + "...")
+
+
 def table(title: str, rows: dict[str, Totals], top: int, frames: int | None) -> list[str]:
     if not rows:
         return []
     head = f"| {title} | count | total ms | mean µs" + (" | ms a frame" if frames else "") + " |"
     lines = [head, "| --- | --- | --- | ---" + (" | ---" if frames else "") + " |"]
     for name, totals in sorted(rows.items(), key=lambda item: -item[1].total_us)[:top]:
-        shown = name if len(name) <= 90 else name[:87] + "..."
-        shown = shown.replace("|", "\\|")
+        shown = cell(name)
         mean = totals.total_us / totals.count
         lines.append(
             f"| `{shown}` | {totals.count} | {_ms(totals.total_us)} | {mean:.1f}{_per_frame(totals.total_us, frames)} |"
@@ -391,9 +393,8 @@ def first_step_host(summaries: list[TraceSummary], root: Path, first: float) -> 
             f"{(step.end - step.start) / 1000:.1f}; the last GPU work started inside it ended at {last}"
         )
         for start, end, name, category in step.host_ops:
-            shown = (name if len(name) <= 90 else name[:87] + "...").replace("|", "\\|")
             host_rows.append(
-                f"| {trace} | `{shown}` | {category} | {at(start)}–{at(end)} | {(end - start) / 1000:.2f} |"
+                f"| {trace} | `{cell(name)}` | {category} | {at(start)}–{at(end)} | {(end - start) / 1000:.2f} |"
             )
     lines = section(
         "The GPU inside each trace's first step with tokens",
@@ -424,7 +425,7 @@ def later_steps_table(summaries: list[TraceSummary], root: Path) -> list[str]:
 
     def top(totals: dict[str, float]) -> str:
         ranked = sorted(totals.items(), key=lambda item: -item[1])[:LATER_STEPS_NAMES]
-        named = ", ".join(f"`{name.replace('|', chr(92) + '|')}` {us / 1000:.2f}" for name, us in ranked)
+        named = ", ".join(f"`{escaped(name)}` {us / 1000:.2f}" for name, us in ranked)
         return f"{sum(totals.values()) / 1000:.2f}" + (f": {named}" if named else "")
 
     rows = [
