@@ -156,6 +156,17 @@ def _replay(first: Message, receive: Receive) -> Receive:
     return replay_receive
 
 
+def refused_for(body: bytes) -> dict[str, Any]:
+    """An OpenAI-shaped error body's type, code and param (those that are set); {} for any other body."""
+    try:
+        error = json.loads(body).get("error") if len(body) < 8192 else None
+    except (ValueError, AttributeError):
+        return {}
+    if not isinstance(error, dict):
+        return {}
+    return {key: error[key] for key in ("type", "code", "param") if isinstance(error.get(key), str)}
+
+
 class SpeechAccountingMiddleware:
     """One count and one JSON log line per speech request, whatever its outcome (a 400 from the schema, a 429, a
     stream cut by a drain...). The route leaves what it learned in `scope["state"]["speech"]`. A batch's items are
@@ -173,11 +184,14 @@ class SpeechAccountingMiddleware:
             await self.app(scope, receive, send)
             return
         status = 500
+        refusal: dict[str, Any] = {}
 
         async def send_with_status(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+            elif status >= 400 and not refusal and message["type"] == "http.response.body":
+                refusal.update(refused_for(message.get("body", b"")))
             await send(message)
 
         try:
@@ -185,10 +199,12 @@ class SpeechAccountingMiddleware:
         finally:
             state = scope.get("state", {})
             if not state.get("batch_items_counted"):  # a batch's items were, one by one: nothing to add
-                self._account(scope, state, status)
+                self._account(scope, state, status, refusal)
 
-    def _account(self, scope: Scope, state: dict[str, Any], status: int) -> None:
+    def _account(self, scope: Scope, state: dict[str, Any], status: int, refusal: dict[str, Any]) -> None:
         summary = dict(state.get("speech") or {})
+        if refusal:  # which field and why, so that a refusal can be told from the log (never its message: it may quote)
+            summary["error"] = refusal
         if scope["path"] == self.BATCH_PATH:
             summary.setdefault("stream_format", "batch")
         response_format = str(summary.get("response_format", "unknown"))

@@ -34,7 +34,9 @@ MILESTONES: tuple[tuple[str, str, str], ...] = (
     ("talker", "its engine configured", "Initializing a V1 LLM engine"),
     ("talker", "its weights loaded", "Model loading took"),
     ("talker", "its model compiled (torch.compile)", "torch.compile took"),
-    ("talker", "its KV cache sized", "Available KV cache memory"),
+    # vLLM logs the size in tokens whether it measured the memory or was given it (the service sizes it to start
+    # both stages at once)
+    ("talker", "its KV cache sized", "GPU KV cache size:"),
     ("talker", "its CUDA graphs captured", "Graph capturing finished"),
     ("talker", "its code predictor warmed up and captured", "Captured MRv2 mtp graphs"),
     ("talker", "the talker ready", "init engine (profile, create kv cache, warmup model) took"),

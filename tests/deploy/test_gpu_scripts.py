@@ -2061,7 +2061,8 @@ def test_omni_start_phases_reads_each_tracks_milestones_in_order_from_the_servic
         stage(1, "48:20", "Model loading took 1.16 GiB memory and 8.0 seconds"),
         stage(0, "48:14", "Model loading took 1.84 GiB memory and 2.58 seconds"),
         stage(0, "49:05", "torch.compile took 47.71 s in total"),
-        stage(0, "49:07", "Available KV cache memory: 17.42 GiB"),
+        stage(0, "49:07", "Available KV cache memory: 17.42 GiB"),  # measured: not there when the service sizes it
+        stage(0, "49:08", "GPU KV cache size: 163,056 tokens, Maximum concurrency for 4,096 tokens per request: 39x"),
         stage(0, "49:33", "Graph capturing finished in 3 secs, took 0.11 GiB"),
         stage(0, "51:43", "Captured MRv2 mtp graphs for 11 sizes"),
         stage(0, "51:44", "init engine (profile, create kv cache, warmup model) took 209.43 s"),
@@ -2086,6 +2087,7 @@ def test_omni_start_phases_reads_each_tracks_milestones_in_order_from_the_servic
     assert "| code2wav | code2wav's process logging (spawned, imported) | 92.0 | 1.0 |" in rows
     assert "| code2wav | its weights and decoder graphs loaded | 100.0 | 8.0 |" in rows
     assert "| talker | its weights loaded | 94.0 | 3.0 |" in rows
+    assert "| talker | its KV cache sized | 148.0 | 3.0 |" in rows
     assert "| talker | its code predictor warmed up and captured | 303.0 | 130.0 |" in rows
     assert "| code2wav | code2wav ready | 310.0 | 210.0 |" in rows
     assert rows[-1] == "| server | the server serving | 365.6 | 0.6 |"

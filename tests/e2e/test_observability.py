@@ -227,6 +227,8 @@ def test_one_json_log_line_per_request(server: RunningServer, prometheus) -> Non
         assert key in ok[0], key
     assert ok[0]["status"] == 200 and ok[0]["ttfa_s"] <= ok[0]["e2e_s"]
     assert bad[0]["status"] == 400
+    assert bad[0]["error"] == {"type": "invalid_request_error", "code": "voice_not_found", "param": "voice"}
+    assert "error" not in ok[0]
     phases = ok[0]["ttfa_phases_s"]
     assert list(phases) == ["validate", "queue", "prepare", "engine", "encode_write"]
     assert all(value >= 0 for value in phases.values()) and phases["engine"] > 0

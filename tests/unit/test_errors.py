@@ -20,7 +20,13 @@ from app.api.errors import (
     to_api_error,
     validation_error,
 )
-from app.api.middleware import REQUEST_ID_HEADER, BodySizeLimitMiddleware, RequestIdMiddleware, request_id_of
+from app.api.middleware import (
+    REQUEST_ID_HEADER,
+    BodySizeLimitMiddleware,
+    RequestIdMiddleware,
+    refused_for,
+    request_id_of,
+)
 from app.engine_protocol import EngineUnavailable
 from app.speech.errors import Failed, Full, Refused, ShuttingDown, Stopped, Unavailable, UnknownModel
 
@@ -470,3 +476,11 @@ def test_to_api_error_keeps_the_message_the_client_reads() -> None:
     assert "gone" in to_api_error(EngineUnavailable("gone")).message
     same = ApiError(418, "teapot", code="teapot")
     assert to_api_error(same) is same
+
+
+def test_the_access_log_names_a_refusals_field_and_code_never_its_message() -> None:
+    body = json.dumps(invalid_param("input", "Invalid value for 'input': nothing to read in 'x'.").body()).encode()
+    assert refused_for(body) == {"type": "invalid_request_error", "code": "invalid_value", "param": "input"}
+    assert refused_for(json.dumps(error_body("Too many requests.", type="requests")).encode()) == {"type": "requests"}
+    assert refused_for(b"not json") == refused_for(b'{"error": "text"}') == refused_for(b"[1]") == {}
+    assert refused_for(b" " * 8192 + body) == {}  # not an error body the service writes

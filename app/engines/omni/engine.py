@@ -585,10 +585,11 @@ def talker_limits(
     deploy_config: str | None, stage_overrides: dict[str, dict[str, object]] | None
 ) -> tuple[int, int | None]:
     """Stage 0's max_num_seqs (the talker's batch, which bounds how many syntheses run at once) and its largest
-    CUDA-graph batch, where the profile sets one."""
+    CUDA graph in tokens (a decode batch's size), where the profile sets one: its list of sizes, else their cap."""
     stage = stage_settings(deploy_config, stage_overrides)
     compilation = stage.get("compilation_config") or {}
-    cap = compilation.get("max_cudagraph_capture_size") if isinstance(compilation, dict) else None
+    sizes = compilation.get("cudagraph_capture_sizes") if isinstance(compilation, dict) else None
+    cap = max(sizes) if sizes else compilation.get("max_cudagraph_capture_size") if compilation else None
     return int(stage.get("max_num_seqs", VLLM_OMNI_DEFAULT_MAX_NUM_SEQS)), None if cap is None else int(cap)
 
 
