@@ -52,7 +52,7 @@ def test_overrides_address_stages_by_id_and_parse_yaml_values() -> None:
             "stages.1.async_scheduling=false",
             "connectors.connector_of_shared_memory.extra.decode_batch_max_size=16",
             "connectors.connector_of_shared_memory.extra.decode_cudagraph_capture_sizes=[1, 26, 51, 76, 97]",
-            "stages.0.compilation_config.max_cudagraph_capture_size=32",
+            "stages.0.compilation_config.cudagraph_capture_sizes=[1, 2, 4, 8, 16, 32]",
             "stages.0.new_section.key=text",
         ],
     )
@@ -63,7 +63,7 @@ def test_overrides_address_stages_by_id_and_parse_yaml_values() -> None:
     assert extra["decode_cudagraph_capture_sizes"] == [1, 26, 51, 76, 97]
     untouched = config["connectors"]["connector_of_shared_memory"]["extra"]
     assert extra["codec_chunk_frames"] == untouched["codec_chunk_frames"]
-    assert by_id[0]["compilation_config"] == {"max_cudagraph_capture_size": 32}
+    assert by_id[0]["compilation_config"] == {"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32]}
     assert by_id[0]["new_section"] == {"key": "text"}
 
 
