@@ -23,6 +23,10 @@ trace's first step with tokens: the GPU's busy time inside it and where its last
 host operations (PyTorch's ops, the CUDA runtime's calls, named ranges; nested ones each listed): where a prefill
 step spends its time beside its kernels. And where the later steps with tokens spend their host time, a step on
 average: the CUDA runtime's calls, PyTorch's outermost operations, and neither (Python, the engine's own code).
+And what the trace's other threads did from its first step with tokens on (the first OTHER_WINDOW_US): their outermost
+host operations and the GPU's copies, in time order, each thread by its name where the trace gives one: at one stream,
+how the first frame leaves the talker (its output worker's copy to the host and wait for the GPU, the sender's write)
+and how code2wav's receiver takes it in.
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ STEPS_SHOWN = 10
 HOST_CATEGORIES = {"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function"}
 HOST_OP_MIN_US = 100.0
 HOST_OPS_SHOWN = 15
+# the other threads' table: operations from this long, within this long of the first step's start, at most so many
+OTHER_OP_MIN_US = 20.0
+OTHER_WINDOW_US = 60_000.0
+OTHER_OPS_SHOWN = 30
 LATER_STEPS_NAMES = 4  # names shown per column of the later steps' table
 
 
@@ -86,6 +94,9 @@ class TraceSummary:
     first_step: FirstStep | None = None
     # the later steps with tokens on the same thread: where their host time goes, a step on average (StepsHost)
     later_steps: StepsHost | None = None
+    # the other threads' outermost host operations and the GPU's copies from the first step with tokens on, on the
+    # host's clock: (start, end, name, category, thread)
+    other_threads: list[tuple[float, float, str, str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -149,14 +160,20 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
     gpu: list[tuple[float, float]] = []
     steps_on: dict[tuple[float, float], object] = {}  # a step's (start, end), local clock: its thread
     host_ops: list[tuple[float, float, str, str, object]] = []  # local clock, with the thread
+    copies: list[tuple[float, float, str]] = []  # the GPU's copies, local clock
+    thread_names: dict[object, str] = {}
     origin_us = float(trace.get("baseTimeNanoseconds", 0)) / 1000 if isinstance(trace, dict) else 0.0
     for event in events:
+        if isinstance(event, dict) and event.get("ph") == "M" and event.get("name") == "thread_name":
+            thread_names[event.get("tid")] = str((event.get("args") or {}).get("name", ""))
         if not isinstance(event, dict) or event.get("ph") != "X":
             continue
         name, category = str(event.get("name", "")), str(event.get("cat", ""))
         start, duration = float(event.get("ts", 0.0)), float(event.get("dur", 0.0))
         if category in GPU_CATEGORIES:
             gpu.append((start, start + duration))
+            if category == "gpu_memcpy":
+                copies.append((start, start + duration, name))
             if category == "kernel":
                 summary.kernels[name].add(duration)
                 # kineto tags every kernel with its CUDA graph's id: 0 for one launched on its own
@@ -172,7 +189,7 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
                 steps_on[(start, start + duration)] = event.get("tid")
         elif category in SPAN_CATEGORIES:
             summary.spans[name].add(duration)
-        if category in HOST_CATEGORIES and duration >= HOST_OP_MIN_US and not STEP.match(name):
+        if category in HOST_CATEGORIES and duration >= OTHER_OP_MIN_US and not STEP.match(name):
             host_ops.append((start, start + duration, name, category, event.get("tid")))
     summary.steps.sort()
     if gpu:
@@ -183,6 +200,7 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
         span = min(steps_on)  # the earliest step with tokens
         thread = steps_on[span]
         summary.first_step = first_step(span, thread, gpu, host_ops, origin_us)
+        summary.other_threads = other_threads(span[0], thread, host_ops, copies, thread_names, origin_us)
         later = sorted(other for other, tid in steps_on.items() if tid == thread and other != span)
         if later:
             summary.later_steps = steps_host(events, later, thread)
@@ -245,7 +263,11 @@ def first_step(
     start, end = span
     clipped = [(max(a, start), min(b, end)) for a, b in gpu if a < end and b > start]
     last = max((b for a, b in gpu if start <= a < end), default=None)
-    ops = [(a, b, name, kind) for a, b, name, kind, tid in host_ops if tid == thread and a >= start and b <= end]
+    ops = [
+        (a, b, name, kind)
+        for a, b, name, kind, tid in host_ops
+        if tid == thread and a >= start and b <= end and b - a >= HOST_OP_MIN_US
+    ]
     ops.sort(key=lambda op: op[0] - op[1])  # longest first
     return FirstStep(
         start + origin_us,
@@ -254,6 +276,30 @@ def first_step(
         None if last is None else last + origin_us,
         [(a + origin_us, b + origin_us, name, kind) for a, b, name, kind in ops[:HOST_OPS_SHOWN]],
     )
+
+
+def other_threads(
+    start: float,
+    thread: object,
+    host_ops: list[tuple[float, float, str, str, object]],
+    copies: list[tuple[float, float, str]],
+    thread_names: dict[object, str],
+    origin_us: float,
+) -> list[tuple[float, float, str, str, str]]:
+    """From `start` (the first step with tokens, the trace's clock) for OTHER_WINDOW_US: every thread's but `thread`'s
+    outermost host operations (one inside another on its thread left out) and the GPU's copies, in time order, on the
+    host's clock, each with its thread's name (its id where the trace names none)."""
+    end = start + OTHER_WINDOW_US
+    rows: list[tuple[float, float, str, str, str]] = []
+    outer_end: dict[object, float] = {}
+    for a, b, name, kind, tid in sorted(host_ops, key=lambda op: (op[0], -op[1])):
+        if tid == thread or not start <= a < end or a < outer_end.get(tid, float("-inf")):
+            continue
+        outer_end[tid] = b
+        rows.append((a + origin_us, b + origin_us, name, kind, thread_names.get(tid) or f"thread {tid}"))
+    rows += [(a + origin_us, b + origin_us, name, "gpu_memcpy", "GPU") for a, b, name in copies if start <= a < end]
+    rows.sort(key=lambda row: row[0])
+    return rows[:OTHER_OPS_SHOWN]
 
 
 def bursts_of(intervals: Iterable[tuple[float, float]], count: int) -> list[tuple[float, float]]:
@@ -417,7 +463,26 @@ def first_step_host(summaries: list[TraceSummary], root: Path, first: float) -> 
             *host_rows,
             "",
         ]
-    return lines if gpu_rows or host_rows else []
+    other_rows = [
+        f"| `{summary.path.relative_to(root)}` | {escaped(label)} | `{cell(name)}` | {category} | {at(a)}–{at(b)} "
+        f"| {(b - a) / 1000:.2f} |"
+        for summary in summaries
+        for a, b, name, category, label in summary.other_threads
+    ]
+    if other_rows:
+        lines += [
+            "## The other threads from each trace's first step with tokens on",
+            "",
+            f"Every thread's but the steps' own: its outermost operations of at least {OTHER_OP_MIN_US / 1000:g} ms, "
+            f"and the GPU's copies, that started in the {OTHER_WINDOW_US / 1000:g} ms from the first step's start "
+            f"(the first {OTHER_OPS_SHOWN} in time order), start–end in ms on the clock above.",
+            "",
+            "| trace | thread | operation | kind | start–end ms | ms |",
+            "| --- | --- | --- | --- | --- | --- |",
+            *other_rows,
+            "",
+        ]
+    return lines if gpu_rows or host_rows or other_rows else []
 
 
 def later_steps_table(summaries: list[TraceSummary], root: Path) -> list[str]:

@@ -1868,6 +1868,39 @@ def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_w
     ]
 
 
+def test_trace_summary_lists_what_the_other_threads_did_from_the_first_step_with_tokens_on(tmp_path: Path) -> None:
+    """How the first frame leaves the talker: every thread's but the steps' own outermost operations from the first
+    step with tokens for OTHER_WINDOW_US, and the GPU's copies, in time order on the bursts' clock, each thread by its
+    name where the trace gives one; nested operations, short ones, those before the step or past the window, and the
+    steps' own thread left out."""
+    summary = gpu_script("trace_summary")
+
+    def op(name: str, start: int, end: int, thread: int, category: str = "cpu_op") -> dict[str, object]:
+        return {"ph": "X", "cat": category, "name": name, "ts": start, "dur": end - start, "tid": thread}
+
+    events: list[dict[str, object]] = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "omni-native-output-0"}},
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 1_000, "dur": 2_000},
+        op("aten::before_the_step", 100, 400, 2),
+        op("execute_context_1(65)_generation_0(0)", 500, 30_500, 1),
+        op("aten::on_the_steps_thread", 6_000, 7_000, 1),
+        op("aten::to", 31_000, 39_000, 2),
+        op("cudaStreamSynchronize", 31_100, 38_900, 2, "cuda_runtime"),  # inside aten::to: not listed again
+        op("aten::copy_", 40_000, 40_500, 3),
+        op("aten::short", 41_000, 41_010, 3),  # shorter than OTHER_OP_MIN_US
+        op("aten::past_the_window", 61_000, 62_000, 2),  # 60.5 ms after the step's start
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "ts": 38_000, "dur": 50},
+    ]
+    text = summarized(summary, tmp_path, {"c1/stage0": {"traceEvents": events}})
+    text = text.split("## The other threads from each trace's first step with tokens on")[1].split("\n## ")[0]
+    rows = [line for line in text.splitlines() if line.startswith("| `c1/")]
+    assert rows == [
+        "| `c1/stage0/trace_rank0.json` | omni-native-output-0 | `aten::to` | cpu_op | 30.0–38.0 | 8.00 |",
+        "| `c1/stage0/trace_rank0.json` | GPU | `Memcpy DtoH (Device -> Pinned)` | gpu_memcpy | 37.0–37.0 | 0.05 |",
+        "| `c1/stage0/trace_rank0.json` | thread 3 | `aten::copy_` | cpu_op | 39.0–39.5 | 0.50 |",
+    ]
+
+
 def test_trace_summary_says_where_the_later_steps_host_time_goes(tmp_path: Path) -> None:
     """The steps with tokens after the first, on their own thread, a step on average: the CUDA runtime's calls by
     name, PyTorch's outermost operations by name (one inside another not counted again), and the rest of the step
