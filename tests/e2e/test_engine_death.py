@@ -15,6 +15,8 @@ import pytest
 
 from tests.support.server import start_fake_omni
 
+pytestmark = pytest.mark.timing  # asserts on wall-clock time: tests/support/timing_stress.py
+
 # long enough to be still streaming when the engine dies, however late a busy machine starts the other client
 LONG = {"input": "A long stream cut short.", "voice": "vivian", "max_new_tokens": 1000, "ignore_eos": True}
 

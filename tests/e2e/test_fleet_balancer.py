@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.fleet import ROOT, Fleet, started_fleet
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timing]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from loadtest.audio import decode, transcribe, word_error_rate
 from tests.support.browser import PageWatch, open_playground
 from tests.support.server import RunningServer, start_server
 
-pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [pytest.mark.e2e, pytest.mark.timing, pytest.mark.asyncio(loop_scope="session")]
 
 SENTENCES = (
     "Here is the first sentence.",

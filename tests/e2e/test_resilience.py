@@ -19,6 +19,8 @@ import pytest
 from loadtest.audio import decode
 from tests.support.server import RunningServer, start_server
 
+pytestmark = pytest.mark.timing  # asserts on wall-clock time: tests/support/timing_stress.py
+
 LONG_TEXT = " ".join(f"Sentence number {n} is here to keep the engine busy for a while." for n in range(30))
 LONGEST_TEXT = " ".join(f"Sentence number {n} is here to keep the engine busy for a while." for n in range(62))
 assert len(LONGEST_TEXT) <= 4096

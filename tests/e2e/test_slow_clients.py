@@ -16,6 +16,8 @@ import pytest
 
 from tests.support.server import RunningServer, start_server
 
+pytestmark = pytest.mark.timing  # asserts on wall-clock time: tests/support/timing_stress.py
+
 READ_TIMEOUT_S = 1.0
 KEEP_ALIVE_S = 1.0
 STALL_S = 2.0

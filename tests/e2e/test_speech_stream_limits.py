@@ -17,6 +17,8 @@ from websockets.sync.client import ClientConnection, connect
 from tests.e2e.test_speech_stream import long_text, receive_utterance, send, ws_url
 from tests.support.server import RunningServer, start_server
 
+pytestmark = pytest.mark.timing  # asserts on wall-clock time: tests/support/timing_stress.py
+
 KEY = "sk-stream-limits-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 IDLE_S = 1.5

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pytest
 import websockets.asyncio.client
 from websockets.sync.client import ClientConnection, connect
 
@@ -21,6 +22,8 @@ from tests.e2e.test_word_timestamps import TEXT as WORD_TEXT
 from tests.e2e.test_word_timestamps import WRITTEN
 from tests.support.server import RunningServer
 from tests.support.word_timing import assert_words_cover, start_errors_ms
+
+pytestmark = pytest.mark.timing  # asserts on wall-clock time: tests/support/timing_stress.py
 
 TWO_SENTENCES = "The first sentence ends here. A second one follows it."
 

@@ -53,6 +53,7 @@ def test_openai_sdk_non_streaming_create(server: RunningServer, response_format:
     assert word_error_rate(text, transcribe(audio)) <= 0.2
 
 
+@pytest.mark.timing  # the first byte against the last sentence's synthesis, on one clock
 @pytest.mark.parametrize("response_format", ["pcm", "mp3", "opus"])
 def test_first_audio_reaches_client_before_last_sentence_is_synthesized(
     server: RunningServer, response_format: str

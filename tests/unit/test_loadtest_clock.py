@@ -20,6 +20,8 @@ from loadtest.runner import RunPlan, run_concurrency_sweep
 from loadtest.stats import ratio, summarize
 from loadtest.targets import Target, normalise_url, parse_header
 
+pytestmark = pytest.mark.timing  # asserts on wall-clock time: tests/support/timing_stress.py
+
 RATE = 24_000
 FIRST_AUDIO_DELAY_S = 0.3
 

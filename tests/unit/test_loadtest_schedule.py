@@ -19,6 +19,8 @@ from loadtest.runner import LevelRun, RunPlan, run_concurrency_sweep
 from loadtest.schedule import LoopRun, arrivals_window, closed_loop, open_loop
 from loadtest.targets import Target
 
+pytestmark = pytest.mark.timing  # asserts on wall-clock time: tests/support/timing_stress.py
+
 
 class FakeRequests:
     """`send` for a loop: each request takes `latency_s`; those whose text is in `failing` fail. Keeps each request's

@@ -21,6 +21,8 @@ from websockets.asyncio.server import ServerConnection, serve
 from loadtest.targets import Target
 from loadtest.ws import measure_utterance
 
+pytestmark = pytest.mark.timing  # asserts on wall-clock time: tests/support/timing_stress.py
+
 RATE = 24_000
 TEXT = "One two three. Four five six."
 TOKENS_PER_S = 5.0
