@@ -1798,6 +1798,17 @@ def summarized(summary: ModuleType, folder: Path, traces: dict[str, dict[str, ob
     return out.getvalue()
 
 
+def trace_op(name: str, start: int, end: int, category: str = "cpu_op", thread: int = 1) -> dict[str, object]:
+    """A host operation of a profiler trace, µs on its own clock."""
+    return {"ph": "X", "cat": category, "name": name, "ts": start, "dur": end - start, "tid": thread}
+
+
+def section_rows(report: str, title: str) -> list[str]:
+    """The table rows of the `c1/` traces under the report's section `title`."""
+    text = report.split(f"## {title}")[1].split("\n## ")[0]
+    return [line for line in text.splitlines() if line.startswith("| `c1/")]
+
+
 def test_trace_summary_lays_the_first_gpu_bursts_of_each_trace_on_one_clock(tmp_path: Path) -> None:
     """Each trace's events are µs after its own base time: the stages' first bursts (kernels less than 0.3 ms apart
     merged) on the host's clock, in ms after the earliest kernel of all: the talker's prefill and first frame against
@@ -1824,24 +1835,21 @@ def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_w
     step, another thread's operations, the step itself and operations shorter than HOST_OP_MIN_US left out."""
     summary = gpu_script("trace_summary")
 
-    def op(name: str, start: int, end: int, category: str = "cpu_op", thread: int = 1) -> dict[str, object]:
-        return {"ph": "X", "cat": category, "name": name, "ts": start, "dur": end - start, "tid": thread}
-
     talker = {
         "baseTimeNanoseconds": 1_764_400_000_000_000_000,
         "traceEvents": [
             {"ph": "X", "cat": "kernel", "name": "k", "ts": 1_000, "dur": 2_000},
-            op("execute_context_0(0)_generation_0(0)", 0, 400),
-            op("aten::copy_", 100, 300),  # in the idle step
-            op("execute_context_1(65)_generation_0(0)", 500, 30_500),
-            op("execute_model", 600, 30_000, "user_annotation"),
-            op("aten::to", 5_000, 25_000),
-            op("cudaStreamSynchronize", 5_100, 24_900, "cuda_runtime"),
-            op("aten::add|sub", 1_000, 1_300),
-            op("aten::tiny", 2_000, 2_050),  # shorter than HOST_OP_MIN_US
-            op("omni_output_worker", 6_000, 12_000, "user_annotation", thread=2),  # another thread's
-            op("execute_context_0(0)_generation_1(1)", 31_000, 36_000),
-            op("aten::mm", 32_000, 35_000),  # in the next step
+            trace_op("execute_context_0(0)_generation_0(0)", 0, 400),
+            trace_op("aten::copy_", 100, 300),  # in the idle step
+            trace_op("execute_context_1(65)_generation_0(0)", 500, 30_500),
+            trace_op("execute_model", 600, 30_000, "user_annotation"),
+            trace_op("aten::to", 5_000, 25_000),
+            trace_op("cudaStreamSynchronize", 5_100, 24_900, "cuda_runtime"),
+            trace_op("aten::add|sub", 1_000, 1_300),
+            trace_op("aten::tiny", 2_000, 2_050),  # shorter than HOST_OP_MIN_US
+            trace_op("omni_output_worker", 6_000, 12_000, "user_annotation", thread=2),  # another thread's
+            trace_op("execute_context_0(0)_generation_1(1)", 31_000, 36_000),
+            trace_op("aten::mm", 32_000, 35_000),  # in the next step
         ],
     }
     talker["traceEvents"] += [  # type: ignore[operator]
@@ -1858,8 +1866,7 @@ def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_w
         "| `c1/stage0/trace_rank0.json` | -0.5–29.5: GPU busy 4.0 ms of its 30.0; the last GPU work started inside "
         "it ended at 30.0 |"
     ) in gpu
-    text = whole.split("## The longest host operations inside each trace's first step with tokens")[1].split("\n## ")[0]
-    rows = [line for line in text.splitlines() if line.startswith("| `c1/")]
+    rows = section_rows(whole, "The longest host operations inside each trace's first step with tokens")
     assert rows == [
         "| `c1/stage0/trace_rank0.json` | `execute_model` | user_annotation | -0.4–29.0 | 29.40 |",
         "| `c1/stage0/trace_rank0.json` | `aten::to` | cpu_op | 4.0–24.0 | 20.00 |",
@@ -1875,25 +1882,21 @@ def test_trace_summary_lists_what_the_other_threads_did_from_the_first_step_with
     steps' own thread left out."""
     summary = gpu_script("trace_summary")
 
-    def op(name: str, start: int, end: int, thread: int, category: str = "cpu_op") -> dict[str, object]:
-        return {"ph": "X", "cat": category, "name": name, "ts": start, "dur": end - start, "tid": thread}
-
     events: list[dict[str, object]] = [
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "omni-native-output-0"}},
         {"ph": "X", "cat": "kernel", "name": "k", "ts": 1_000, "dur": 2_000},
-        op("aten::before_the_step", 100, 400, 2),
-        op("execute_context_1(65)_generation_0(0)", 500, 30_500, 1),
-        op("aten::on_the_steps_thread", 6_000, 7_000, 1),
-        op("aten::to", 31_000, 39_000, 2),
-        op("cudaStreamSynchronize", 31_100, 38_900, 2, "cuda_runtime"),  # inside aten::to: not listed again
-        op("aten::copy_", 40_000, 40_500, 3),
-        op("aten::short", 41_000, 41_010, 3),  # shorter than OTHER_OP_MIN_US
-        op("aten::past_the_window", 61_000, 62_000, 2),  # 60.5 ms after the step's start
+        trace_op("aten::before_the_step", 100, 400, thread=2),
+        trace_op("execute_context_1(65)_generation_0(0)", 500, 30_500, thread=1),
+        trace_op("aten::on_the_steps_thread", 6_000, 7_000, thread=1),
+        trace_op("aten::to", 31_000, 39_000, thread=2),
+        trace_op("cudaStreamSynchronize", 31_100, 38_900, "cuda_runtime", thread=2),  # inside aten::to: not again
+        trace_op("aten::copy_", 40_000, 40_500, thread=3),
+        trace_op("aten::short", 41_000, 41_010, thread=3),  # shorter than OTHER_OP_MIN_US
+        trace_op("aten::past_the_window", 61_000, 62_000, thread=2),  # 60.5 ms after the step's start
         {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "ts": 38_000, "dur": 50},
     ]
     text = summarized(summary, tmp_path, {"c1/stage0": {"traceEvents": events}})
-    text = text.split("## The other threads from each trace's first step with tokens on")[1].split("\n## ")[0]
-    rows = [line for line in text.splitlines() if line.startswith("| `c1/")]
+    rows = section_rows(text, "The other threads from each trace's first step with tokens on")
     assert rows == [
         "| `c1/stage0/trace_rank0.json` | omni-native-output-0 | `aten::to` | cpu_op | 30.0–38.0 | 8.00 |",
         "| `c1/stage0/trace_rank0.json` | GPU | `Memcpy DtoH (Device -> Pinned)` | gpu_memcpy | 37.0–37.0 | 0.05 |",
@@ -1907,30 +1910,26 @@ def test_trace_summary_says_where_the_later_steps_host_time_goes(tmp_path: Path)
     (Python between them); the first step, idle steps, other threads and what lies outside a step left out."""
     summary = gpu_script("trace_summary")
 
-    def op(name: str, start: int, end: int, category: str = "cpu_op", thread: int = 1) -> dict[str, object]:
-        return {"ph": "X", "cat": category, "name": name, "ts": start, "dur": end - start, "tid": thread}
-
     events: list[dict[str, object]] = [
         {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 100},
-        op("execute_context_1(65)_generation_0(0)", 0, 10_000),  # the first step: not a later one
-        op("aten::big_prefill_op", 1_000, 9_000),
-        op("execute_context_0(0)_generation_0(0)", 10_000, 10_500),  # idle
-        op("aten::in_an_idle_step", 10_100, 10_400),
+        trace_op("execute_context_1(65)_generation_0(0)", 0, 10_000),  # the first step: not a later one
+        trace_op("aten::big_prefill_op", 1_000, 9_000),
+        trace_op("execute_context_0(0)_generation_0(0)", 10_000, 10_500),  # idle
+        trace_op("aten::in_an_idle_step", 10_100, 10_400),
     ]
     for i, start in enumerate((20_000, 30_000)):  # two later steps of 4 ms each
         events += [
-            op("execute_context_0(0)_generation_1(1)", start, start + 4_000),
-            op("aten::copy_", start + 100, start + 600),  # 0.5 ms, with a runtime call inside
-            op("cudaMemcpyAsync", start + 200, start + 500, "cuda_runtime"),
-            op("aten::_to_copy", start + 150, start + 550),  # inside aten::copy_: not counted again
-            op("cudaGraphLaunch", start + 1_000, start + 2_000, "cuda_runtime"),  # 1 ms, outside any operation
-            op("aten::index", start + 2_500, start + 2_500 + 200 * (i + 1)),  # 0.2 and 0.4 ms: 0.3 on average
-            op("omni_output_worker", start, start + 4_000, "cpu_op", thread=2),  # another thread
+            trace_op("execute_context_0(0)_generation_1(1)", start, start + 4_000),
+            trace_op("aten::copy_", start + 100, start + 600),  # 0.5 ms, with a runtime call inside
+            trace_op("cudaMemcpyAsync", start + 200, start + 500, "cuda_runtime"),
+            trace_op("aten::_to_copy", start + 150, start + 550),  # inside aten::copy_: not counted again
+            trace_op("cudaGraphLaunch", start + 1_000, start + 2_000, "cuda_runtime"),  # 1 ms, outside any operation
+            trace_op("aten::index", start + 2_500, start + 2_500 + 200 * (i + 1)),  # 0.2 and 0.4 ms: 0.3 on average
+            trace_op("omni_output_worker", start, start + 4_000, "cpu_op", thread=2),  # another thread
         ]
-    events.append(op("aten::between_steps", 25_000, 26_000))
+    events.append(trace_op("aten::between_steps", 25_000, 26_000))
     text = summarized(summary, tmp_path, {"c1/stage0": {"traceEvents": events}})
-    text = text.split("## Where the later steps' host time goes")[1]
-    rows = [line for line in text.splitlines() if line.startswith("| `c1/")]
+    rows = section_rows(text, "Where the later steps' host time goes")
     # covered: copy_ 0.5 + graph launch 1.0 + index 0.3 = 1.8 of 4.0 ms; runtime 0.3 + 1.0; operations 0.5 + 0.3
     assert rows == [
         "| `c1/stage0/trace_rank0.json` | 2 | 4.00 | 1.30: `cudaGraphLaunch` 1.00, `cudaMemcpyAsync` 0.30 "
@@ -1969,8 +1968,8 @@ def test_trace_summary_lays_each_stages_first_steps_with_tokens_on_the_same_cloc
         ],
     }
     whole = summarized(summary, tmp_path, {"c1/stage0": talker, "c1/stage1": code2wav})
-    text = whole.split("## The first engine steps of each trace, on one clock")[1].split("\n## ")[0]
-    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| `c1/")}
+    steps = section_rows(whole, "The first engine steps of each trace, on one clock")
+    rows = {line.split(" | ")[0]: line for line in steps}
     talker_row, code2wav_row = rows["| `c1/stage0/trace_rank0.json`"], rows["| `c1/stage1/trace_rank0.json`"]
     # the earliest kernel (the talker's, 1 ms after its base) is 0: the prefill step began half a millisecond before
     assert talker_row.startswith("| `c1/stage0/trace_rank0.json` | `execute_context_1(65)_generation_0(0)` -0.5–2.5; ")

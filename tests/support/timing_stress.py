@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SUMMARY = re.compile(r"^=+ (.*) in [0-9.]+s", re.MULTILINE)
+# pytest's last line, with or without -q's rules around it: "82 passed, 1780 deselected in 220.13s (0:03:40)"
+SUMMARY = re.compile(r"^=*\s*(\d+ (?:passed|failed|error).*?) in [0-9.]+s", re.MULTILINE)
 
 
 def burn() -> None:
