@@ -587,9 +587,11 @@ def talker_limits(
     """Stage 0's max_num_seqs (the talker's batch, which bounds how many syntheses run at once) and its largest
     CUDA graph in tokens (a decode batch's size), where the profile sets one: its list of sizes, else their cap."""
     stage = stage_settings(deploy_config, stage_overrides)
-    compilation = stage.get("compilation_config") or {}
-    sizes = compilation.get("cudagraph_capture_sizes") if isinstance(compilation, dict) else None
-    cap = max(sizes) if sizes else compilation.get("max_cudagraph_capture_size") if compilation else None
+    compilation = stage.get("compilation_config")
+    if not isinstance(compilation, dict):
+        compilation = {}
+    sizes = compilation.get("cudagraph_capture_sizes")
+    cap = max(sizes) if sizes else compilation.get("max_cudagraph_capture_size")
     return int(stage.get("max_num_seqs", VLLM_OMNI_DEFAULT_MAX_NUM_SEQS)), None if cap is None else int(cap)
 
 
