@@ -240,7 +240,9 @@ class OmniSettings(BaseModel):
         "CustomVoice or VoiceDesign request's prompt embeddings on a CUDA stream of their own: vllm-omni copies the "
         "text's ids and the speaker's id to the GPU inside the talker's prefill step, and on the talker's stream each "
         "copy waits for the step still running there, so a burst's prefill steps lose their overlap with the GPU. The "
-        "same embeddings (the same kernels on the same inputs). Not measured yet. "
+        "same embeddings (the same kernels on the same inputs). Measured once, on one of two H200s: within what the "
+        "two differ by (a burst of 32's first audio p50 0.91×, one stream's 1.10×; "
+        "benchmarks/gpu/2026-11-30-h200x2-pair-prefill-graphs/). "
         "app/engines/omni/stage_plugins/prompt_stream.py.",
     )
     switch_interval_ms: float | None = _switch_interval_field(
