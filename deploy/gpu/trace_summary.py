@@ -451,18 +451,14 @@ def first_step_host(summaries: list[TraceSummary], root: Path, first: float) -> 
         gpu_rows,
     )
     if host_rows:
-        lines += [
-            "## The longest host operations inside each trace's first step with tokens",
-            "",
+        lines += titled_table(
+            "The longest host operations inside each trace's first step with tokens",
             f"The step's own thread, operations of at least {HOST_OP_MIN_US / 1000:g} ms that lie within the step (the "
             f"first {HOST_OPS_SHOWN}, longest first; an operation and those inside it each listed), start–end in ms "
             "on the clock above.",
-            "",
-            "| trace | operation | kind | start–end ms | ms |",
-            "| --- | --- | --- | --- | --- |",
-            *host_rows,
-            "",
-        ]
+            ("trace", "operation", "kind", "start–end ms", "ms"),
+            host_rows,
+        )
     other_rows = [
         f"| `{summary.path.relative_to(root)}` | {escaped(label)} | `{cell(name)}` | {category} | {at(a)}–{at(b)} "
         f"| {(b - a) / 1000:.2f} |"
@@ -470,18 +466,14 @@ def first_step_host(summaries: list[TraceSummary], root: Path, first: float) -> 
         for a, b, name, category, label in summary.other_threads
     ]
     if other_rows:
-        lines += [
-            "## The other threads from each trace's first step with tokens on",
-            "",
+        lines += titled_table(
+            "The other threads from each trace's first step with tokens on",
             f"Every thread's but the steps' own: its outermost operations of at least {OTHER_OP_MIN_US / 1000:g} ms, "
             f"and the GPU's copies, that started in the {OTHER_WINDOW_US / 1000:g} ms from the first step's start "
             f"(the first {OTHER_OPS_SHOWN} in time order), start–end in ms on the clock above.",
-            "",
-            "| trace | thread | operation | kind | start–end ms | ms |",
-            "| --- | --- | --- | --- | --- | --- |",
-            *other_rows,
-            "",
-        ]
+            ("trace", "thread", "operation", "kind", "start–end ms", "ms"),
+            other_rows,
+        )
     return lines if gpu_rows or host_rows or other_rows else []
 
 
@@ -501,16 +493,26 @@ def later_steps_table(summaries: list[TraceSummary], root: Path) -> list[str]:
     ]
     if not rows:
         return []
-    return [
-        "## Where the later steps' host time goes",
-        "",
+    return titled_table(
+        "Where the later steps' host time goes",
         "Each trace's steps with tokens after its first (at one stream, the talker's frames), on their own thread, "
         "ms a step on average: in the CUDA runtime's and driver's calls (launches, copies, waits for the GPU); in "
         "PyTorch's outermost operations (the runtime calls they make included); and in neither — Python between "
         f"them, the engine's own code, waiting for the GIL. The {LATER_STEPS_NAMES} largest of each by name.",
+        ("trace", "steps", "ms a step", "CUDA runtime calls, ms", "PyTorch operations, ms", "neither, ms"),
+        rows,
+    )
+
+
+def titled_table(title: str, note: str, columns: tuple[str, ...], rows: list[str]) -> list[str]:
+    """A titled Markdown table: its heading, the note under it, the header and the rows (already formatted)."""
+    return [
+        f"## {title}",
         "",
-        "| trace | steps | ms a step | CUDA runtime calls, ms | PyTorch operations, ms | neither, ms |",
-        "| --- | --- | --- | --- | --- | --- |",
+        note,
+        "",
+        "| " + " | ".join(columns) + " |",
+        "| " + " | ".join("---" for _ in columns) + " |",
         *rows,
         "",
     ]
@@ -518,11 +520,7 @@ def later_steps_table(summaries: list[TraceSummary], root: Path) -> list[str]:
 
 def section(title: str, note: str, column: str, rows: dict[str, str]) -> list[str]:
     """A titled Markdown table of one row a trace."""
-    return (
-        [f"## {title}", "", note, "", f"| trace | {column} |", "| --- | --- |"]
-        + [f"| {trace} | {shown} |" for trace, shown in rows.items()]
-        + [""]
-    )
+    return titled_table(title, note, ("trace", column), [f"| {trace} | {shown} |" for trace, shown in rows.items()])
 
 
 def main(argv: list[str] | None = None) -> int:
