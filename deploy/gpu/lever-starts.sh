@@ -35,6 +35,9 @@
 #   UNTIL=""                 a deadline (seconds since the epoch): a variant starts only if its expected length fits
 #                            before it, and its start waits no longer than the deadline allows; the rest are skipped
 #                            and say so
+#   MIN_START_S=90           with UNTIL: a variant whose start would be left less than this (the deadline less its
+#                            sweeps) is skipped rather than started and stopped at once (a warm start of the omni
+#                            engine takes 60-70 s)
 #   FIRST_S=600 LATER_S=420  the expected length of the first variant (a cold start compiles) and of a later one until
 #                            one has run; then the longest later one so far (the first's cold start is not a guide)
 #   PYSPY=1                  sample the server's processes (py-spy: the thread holding the GIL) for 8 s in the middle
@@ -95,6 +98,7 @@ esac
 PIDFILE=${SERVER_PIDFILE:-/tmp/speech-server-$PORT.pid}
 PIDFILE_B=${SERVER_B_PIDFILE:-/tmp/speech-server-${SERVICE_B_PORT:-8003}.pid}
 START_WAIT_S=${START_WAIT_S:-1500}
+MIN_START_S=${MIN_START_S:-90}
 # what a variant's sweeps and stop take after its start (about 90 s on an H200, before py-spy's level and the second
 # benchmark joined them)
 SWEEP_ALLOWANCE_S=180
@@ -306,6 +310,10 @@ for variant in $VARIANTS; do
     fi
     left=$((UNTIL - $(date +%s) - SWEEP_ALLOWANCE_S))
     [ "$left" -lt "$wait_s" ] && wait_s=$left
+    if [ "$wait_s" -lt "$MIN_START_S" ]; then  # it would be stopped before it could be ready
+      progress "$name skipped: $wait_s s left for its start, under MIN_START_S=$MIN_START_S"
+      continue
+    fi
   fi
   began=$(date +%s)
   export OUT=$ROOT/$name PROFILER_DIR=$PROFILES/$name

@@ -45,6 +45,7 @@ SETTINGS = (
     "TARGET",
     "SERVICE_ENV",
     "SERVICE_SGLANG_ENV",
+    "MIN_START_S",
 )
 
 
@@ -464,6 +465,20 @@ def test_a_variant_that_would_not_end_before_the_deadline_is_skipped_and_a_start
     assert [call[1] for call in recorded] == ["a1"] * 10
     assert 90 <= int(recorded[0][8]) <= 120  # the deadline less the sweeps' allowance, not START_WAIT_S's 1500
     assert "b1 skipped: 400 s would not fit" in (tmp_path / "out2/progress.txt").read_text()
+
+
+def test_a_variant_left_too_little_time_to_start_is_skipped_not_started_and_stopped(tmp_path: Path) -> None:
+    """The deadline less the sweeps' allowance (180 s) leaves about 50 s: under MIN_START_S (90 by default) nothing
+    starts, where a start given that little would be given up and stopped while its server still loads."""
+    until = int(time.time()) + 230
+    done = run(tmp_path, VARIANTS="a1:A", LEVER_A="", UNTIL=str(until), FIRST_S="10")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (tmp_path / "calls").exists()
+    assert "under MIN_START_S=90" in (tmp_path / "out/progress.txt").read_text()
+
+    done = run(tmp_path, "out2", VARIANTS="a1:A", LEVER_A="", UNTIL=str(until), FIRST_S="10", MIN_START_S="0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert calls(tmp_path)[0][:2] == ["start", "a1"]
 
 
 def test_variants_it_cannot_run_are_refused_before_anything_starts(tmp_path: Path) -> None:

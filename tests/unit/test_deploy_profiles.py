@@ -48,6 +48,9 @@ def test_profile_is_consistent(profile: Path) -> None:
     sizes, seqs = graphs["cudagraph_capture_sizes"], talker["max_num_seqs"]
     assert sizes == sorted(set(sizes)) and {1, 2, 4, *range(8, seqs + 1, 8)} <= set(sizes)
     assert max(sizes) == talker["max_num_batched_tokens"] and "max_cudagraph_capture_size" not in graphs
+    # whole steps in graphs, prefills and mixed batches too, so that no step with a prompt in it runs its attention
+    # eagerly between pieces (with every step's size graphed, FULL leaves no step to piecewise graphs)
+    assert graphs["cudagraph_mode"] == "FULL"
     batches = extra.get("decode_cudagraph_batch_sizes", [1])
     assert max(batches) <= extra["decode_batch_max_size"]  # a graph for a batch the decoder never forms is waste
 
