@@ -64,6 +64,7 @@ HOST_OPS_SHOWN = 15
 OTHER_OP_MIN_US = 20.0
 OTHER_WINDOW_US = 60_000.0
 OTHER_OPS_SHOWN = 30
+OTHER_COPIES_SHOWN = 10  # bursts of copies to the host: about one a step, so that they leave the operations their rows
 LATER_STEPS_NAMES = 4  # names shown per column of the later steps' table
 
 
@@ -96,7 +97,8 @@ class TraceSummary:
     later_steps: StepsHost | None = None
     # the other threads' outermost host operations and the GPU's copies from the first step with tokens on, on the
     # host's clock: (start, end, name, category, thread)
-    other_threads: list[tuple[float, float, str, str, str]] = field(default_factory=list)
+    # start, end, name, kind, thread, how many (copies to the host less than BURST_GAP_US apart are one row)
+    other_threads: list[tuple[float, float, str, str, str, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -285,21 +287,32 @@ def other_threads(
     copies: list[tuple[float, float, str]],
     thread_names: dict[object, str],
     origin_us: float,
-) -> list[tuple[float, float, str, str, str]]:
+) -> list[tuple[float, float, str, str, str, int]]:
     """From `start` (the first step with tokens, the trace's clock) for OTHER_WINDOW_US: every thread's but `thread`'s
-    outermost host operations (one inside another on its thread left out) and the GPU's copies, in time order, on the
+    outermost host operations (one inside another on its thread left out), the first OTHER_OPS_SHOWN, and the GPU's
+    copies to the host (a frame's codes leaving; the copies to the GPU and within it are the steps' own inputs), those
+    less than BURST_GAP_US apart as one row with their count, the first OTHER_COPIES_SHOWN; in time order, on the
     host's clock, each with its thread's name (its id where the trace names none)."""
     end = start + OTHER_WINDOW_US
-    rows: list[tuple[float, float, str, str, str]] = []
+    rows: list[tuple[float, float, str, str, str, int]] = []
     outer_end: dict[object, float] = {}
     for a, b, name, kind, tid in sorted(host_ops, key=lambda op: (op[0], -op[1])):
         if tid == thread or not start <= a < end or a < outer_end.get(tid, float("-inf")):
             continue
         outer_end[tid] = b
-        rows.append((a + origin_us, b + origin_us, name, kind, thread_names.get(tid) or f"thread {tid}"))
-    rows += [(a + origin_us, b + origin_us, name, "gpu_memcpy", "GPU") for a, b, name in copies if start <= a < end]
+        rows.append((a + origin_us, b + origin_us, name, kind, thread_names.get(tid) or f"thread {tid}", 1))
+    rows = rows[:OTHER_OPS_SHOWN]
+    bursts: list[list] = []  # start, end, name, count
+    for a, b, name in sorted(copy for copy in copies if start <= copy[0] < end and "DtoH" in copy[2]):
+        if bursts and a - bursts[-1][1] < BURST_GAP_US:
+            bursts[-1][1], bursts[-1][3] = max(bursts[-1][1], b), bursts[-1][3] + 1
+        else:
+            bursts.append([a, b, name, 1])
+    rows += [
+        (a + origin_us, b + origin_us, name, "gpu_memcpy", "GPU", n) for a, b, name, n in bursts[:OTHER_COPIES_SHOWN]
+    ]
     rows.sort(key=lambda row: row[0])
-    return rows[:OTHER_OPS_SHOWN]
+    return rows
 
 
 def bursts_of(intervals: Iterable[tuple[float, float]], count: int) -> list[tuple[float, float]]:
@@ -460,17 +473,19 @@ def first_step_host(summaries: list[TraceSummary], root: Path, first: float) -> 
             host_rows,
         )
     other_rows = [
-        f"| `{summary.path.relative_to(root)}` | {escaped(label)} | `{cell(name)}` | {category} | {at(a)}–{at(b)} "
-        f"| {(b - a) / 1000:.2f} |"
+        f"| `{summary.path.relative_to(root)}` | {escaped(label)} | `{cell(name)}`{f' ×{count}' if count > 1 else ''} "
+        f"| {category} | {at(a)}–{at(b)} | {(b - a) / 1000:.2f} |"
         for summary in summaries
-        for a, b, name, category, label in summary.other_threads
+        for a, b, name, category, label, count in summary.other_threads
     ]
     if other_rows:
         lines += titled_table(
             "The other threads from each trace's first step with tokens on",
-            f"Every thread's but the steps' own: its outermost operations of at least {OTHER_OP_MIN_US / 1000:g} ms, "
-            f"and the GPU's copies, that started in the {OTHER_WINDOW_US / 1000:g} ms from the first step's start "
-            f"(the first {OTHER_OPS_SHOWN} in time order), start–end in ms on the clock above.",
+            f"Every thread's but the steps' own: its outermost operations of at least {OTHER_OP_MIN_US / 1000:g} ms "
+            f"(the first {OTHER_OPS_SHOWN}), and the GPU's copies to the host, those less than "
+            f"{BURST_GAP_US / 1000:g} ms apart as one row with their count (the first {OTHER_COPIES_SHOWN}), that "
+            f"started in the {OTHER_WINDOW_US / 1000:g} ms from the first step's start, in time order, start–end in ms "
+            "on the clock above.",
             ("trace", "thread", "operation", "kind", "start–end ms", "ms"),
             other_rows,
         )

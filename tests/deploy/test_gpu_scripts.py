@@ -1904,6 +1904,39 @@ def test_trace_summary_lists_what_the_other_threads_did_from_the_first_step_with
     ]
 
 
+def test_trace_summary_shows_the_gpus_copies_to_the_host_as_bursts_and_leaves_the_host_operations_their_rows(
+    tmp_path: Path,
+) -> None:
+    """The steps' own copies to the GPU and within it are the steps' inputs, not a frame leaving: only copies to the
+    host are listed, those less than BURST_GAP_US apart as one row with their count; and a step's many copies take
+    none of the host operations' rows (each kind its own first rows, in time order together)."""
+    summary = gpu_script("trace_summary")
+    events: list[dict[str, object]] = [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 1_000, "dur": 2_000},
+        trace_op("execute_context_1(65)_generation_0(0)", 500, 30_500, thread=1),
+    ]
+    for step in range(40):  # a step every ms, each with four copies to the host and two to the GPU
+        at = 1_000 + 1_000 * step
+        events += [
+            {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "ts": at + i * 50, "dur": 10}
+            for i in range(4)
+        ]
+        events += [
+            {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": at + 400 + i, "dur": 5}
+            for i in range(2)
+        ]
+    events.append(trace_op("aten::copy_", 45_000, 45_500, thread=3))
+    text = summarized(summary, tmp_path, {"c1/stage0": {"traceEvents": events}})
+    rows = section_rows(text, "The other threads from each trace's first step with tokens on")
+    copies = [row for row in rows if "| GPU |" in row]
+    assert (
+        copies[0]
+        == "| `c1/stage0/trace_rank0.json` | GPU | `Memcpy DtoH (Device -> Pinned)` ×4 | gpu_memcpy | 0.0–0.2 | 0.16 |"
+    )
+    assert len(copies) == 10 and not any("HtoD" in row for row in rows)
+    assert rows[-1] == "| `c1/stage0/trace_rank0.json` | thread 3 | `aten::copy_` | cpu_op | 44.0–44.5 | 0.50 |"
+
+
 def test_trace_summary_says_where_the_later_steps_host_time_goes(tmp_path: Path) -> None:
     """The steps with tokens after the first, on their own thread, a step on average: the CUDA runtime's calls by
     name, PyTorch's outermost operations by name (one inside another not counted again), and the rest of the step
