@@ -58,6 +58,8 @@
 #   PROFILE_LEVELS="1 8"     the levels TORCH_PROFILE=1 profiles, one round of each (c requests at once)
 #   PROFILE_FRAMES=100       the codec frames each request makes (EXTRA_BODY's max_new_tokens less the end token):
 #                            the profiles' per-frame figures divide by it
+#   KEEP_TRACES=0            1: the profiles' traces are kept (gzipped) in traces/<server>-c<level>/ as well as
+#                            summarised
 #   TRACE_WAIT_S=60          the longest wait, after a profiled window, for its traces to stop growing (the same
 #                            size over three looks SETTLE_S=3 apart)
 #   SERVER_PIDFILE=/tmp/speech-server-<its port>.pid   where side-by-side.sh records the server (its process group;
@@ -81,6 +83,7 @@ PROFILES=${PROFILES:-/tmp/profiles}
 TORCH_PROFILE=${TORCH_PROFILE:-0}
 PROFILE_FRAMES=${PROFILE_FRAMES:-100}
 TRACE_WAIT_S=${TRACE_WAIT_S:-60}
+KEEP_TRACES=${KEEP_TRACES:-0}
 SETTLE_S=${SETTLE_S:-3}
 START_PYSPY=${START_PYSPY:-0}
 START_PYSPY_RATE=${START_PYSPY_RATE:-20}
@@ -250,6 +253,14 @@ torch_profile() {  # $1 level, $2 requests: one closed round under the engine's 
     traces=$PROFILER_DIR/$server/c$level
     settled "$traces" "$TRACE_WAIT_S"
     "$PYTHON" deploy/gpu/trace_summary.py "$traces" --frames "$frames" >"$OUT/profile-c$level$(suffix "$server").md" 2>&1
+    if [ "$KEEP_TRACES" = 1 ]; then  # kept for a later look (tens of MB a trace, gzipped)
+      mkdir -p "$OUT/traces/$server-c$level"
+      (cd "$traces" && find . -type f -name '*.json*' | while read -r trace; do
+        mkdir -p "$OUT/traces/$server-c$level/$(dirname "$trace")"
+        case $trace in *.gz) cp "$trace" "$OUT/traces/$server-c$level/$trace" ;;
+          *) gzip -c "$trace" >"$OUT/traces/$server-c$level/$trace.gz" ;; esac
+      done)
+    fi
     rm -rf "${traces:?}"
   done
 }

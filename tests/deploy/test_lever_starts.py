@@ -46,6 +46,7 @@ SETTINGS = (
     "SERVICE_ENV",
     "SERVICE_SGLANG_ENV",
     "MIN_START_S",
+    "KEEP_TRACES",
 )
 
 
@@ -274,6 +275,19 @@ def test_profile_levels_choose_which_rounds_are_profiled(tmp_path: Path) -> None
     profiles = [[call[0], *call[2:5]] for call in calls(tmp_path) if call[0] == "profile"]
     assert profiles == [["profile", "c1", "1", "1"]]
     assert (tmp_path / "out/f1/profile-c1.md").exists() and not (tmp_path / "out/f1/profile-c8.md").exists()
+
+
+def test_keep_traces_keeps_each_profiled_windows_traces_gzipped_beside_its_summary(tmp_path: Path) -> None:
+    """KEEP_TRACES=1: the traces a window wrote, gzipped under traces/<server>-c<level>/ in their own folders, for a
+    later look (the summary alone cannot be asked a new question); the profiler's folder emptied all the same."""
+    done = run(
+        tmp_path, TARGET="service", TORCH_PROFILE="1", PROFILE_LEVELS="1", KEEP_TRACES="1", VARIANTS="f1:F", LEVER_F=""
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    kept = tmp_path / "out/f1/traces/service-c1/stage0.json.gz"
+    assert '"gemv_add"' in gzip.decompress(kept.read_bytes()).decode()
+    assert (tmp_path / "out/f1/profile-c1.md").exists()
+    assert not [path for path in (tmp_path / "profiles/f1/service").rglob("*") if path.is_file()]
 
 
 def test_the_service_on_sglang_profiled_keeps_its_request_timeline_and_each_profiles_summary(tmp_path: Path) -> None:
