@@ -180,7 +180,14 @@ class FakeGenerationScheduler:
         }
         if last:
             metadata["input_terminal"] = True
-        self._inbox.append(FakeConnectorOutput({request_id}, {request_id} if last else set(), {request_id: metadata}))
+        self.enqueue_omni_connector_output(
+            FakeConnectorOutput({request_id}, {request_id} if last else set(), {request_id: metadata})
+        )
+
+    def enqueue_omni_connector_output(self, output: FakeConnectorOutput) -> None:
+        """The receiving thread's hand-off (core/sched/omni_scheduler_mixin.py lines 120-122: onto the inbox that
+        `_process_pending_omni_inputs` drains)."""
+        self._inbox.append(output)
 
     # -- OmniGenerationScheduler ------------------------------------------------------------------------------------
     def _is_done_receiving_chunks(self, request_id: str) -> bool:

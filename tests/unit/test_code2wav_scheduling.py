@@ -309,21 +309,62 @@ def test_with_no_margin_it_only_observes(scheduler_module, monkeypatch: pytest.M
     assert len(scheduler._probe.first_results_s) == firsts + 1
 
 
-def test_an_empty_schedule_gives_way_to_the_receiving_thread(scheduler_module, monkeypatch: pytest.MonkeyPatch) -> None:
+class RecordedWaits:
+    """Stands in for the scheduler's threading.Event: records each wait's timeout and how it ended (True: a window
+    arrived), where the real one would block."""
+
+    def __init__(self, arrives_while_waiting: bool = False) -> None:
+        self.waits: list[float] = []
+        self.flag = False
+        self.arrives_while_waiting = arrives_while_waiting
+
+    def set(self) -> None:
+        self.flag = True
+
+    def clear(self) -> None:
+        self.flag = False
+
+    def is_set(self) -> bool:
+        return self.flag
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        return self.flag or self.arrives_while_waiting
+
+
+def test_an_empty_schedule_waits_for_the_next_window_instead_of_spinning(
+    scheduler_module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `code2wav_idle_wait_ms`, a schedule with nothing to run and no step in flight waits for a window, up to
+    that long, without the GIL (vLLM's engine loop would otherwise call schedule() and an empty model step again and
+    again, holding the GIL the receiving thread needs to load the window): the window's arrival ends the wait."""
     slept: list[float] = []
     monkeypatch.setattr(scheduler_module.time, "sleep", slept.append)
-    scheduler = scheduler_module.FirstAudioFirstScheduler({"code2wav_idle_wait_ms": 0.5})
+    scheduler = scheduler_module.FirstAudioFirstScheduler({"code2wav_idle_wait_ms": 2})
+    arrivals = scheduler._window_arrived = RecordedWaits()
     scheduler.add("a")
     scheduler.schedule()  # its first window has not arrived: nothing to run
-    assert slept == [0.0005]
+    assert arrivals.waits == [0.002] and slept == []
     assert scheduler.requests["a"].status == "WAITING_FOR_CHUNK" and _everyone(scheduler) == {"a"}
-    scheduler.window_arrives("a")
-    assert _step(scheduler) == ["a"]
-    assert slept == [0.0005]  # a step with work never waits
-    no_wait = scheduler_module.FirstAudioFirstScheduler({})
-    no_wait.add("b")
-    no_wait.schedule()
-    assert slept == [0.0005]
+    scheduler.window_arrives("a")  # the receiving thread's hand-off ends a wait at once
+    assert arrivals.is_set()
+    output = scheduler.schedule()
+    assert sorted(output.num_scheduled_tokens) == ["a"] and not arrivals.is_set()
+    assert arrivals.waits == [0.002]  # a step with work never waits
+    scheduler.schedule()  # nothing more ready, but a's window is still decoding: its result must not wait
+    assert arrivals.waits == [0.002]
+    scheduler.update_from_output(output, None)
+    scheduler.schedule()
+    assert arrivals.waits == [0.002, 0.002]
+    assert slept == []
+
+
+def test_without_an_idle_wait_an_empty_schedule_returns_at_once(scheduler_module) -> None:
+    scheduler = scheduler_module.FirstAudioFirstScheduler({})
+    arrivals = scheduler._window_arrived = RecordedWaits()
+    scheduler.add("b")
+    scheduler.schedule()
+    assert arrivals.waits == []
 
 
 def _staggered(scheduler_module, monkeypatch: pytest.MonkeyPatch, extra: dict):

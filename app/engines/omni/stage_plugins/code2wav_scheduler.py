@@ -30,12 +30,16 @@ window schedule to read.
 
 It also gives way when it has nothing to schedule: vLLM's engine loop keeps calling `schedule()` (and an empty model
 step) while any stream waits for its next window, and it holds the GIL that the model runner's receiving thread (the
-same process at one GPU per stage) needs to load each window. `code2wav_idle_wait_ms` sleeps after an empty schedule.
+same process at one GPU per stage) needs to load each window. With `code2wav_idle_wait_ms`, a schedule with nothing
+to run and no step of its own in flight waits up to that long for the receiving thread to hand a window over
+(`enqueue_omni_connector_output`), without the GIL: a window that arrives ends the wait at once, so the wait adds
+nothing to its latency, where the spinning loop made the receiving thread queue for the GIL. A request that reaches
+the stage meanwhile, or a cancellation, waits at most that long.
 
 Settings come from the deploy profile's connector `extra` (which vllm-omni hands to every stage unchanged):
 `first_audio_first_margin_s` (default 1.0; 0 turns the policy off, leaving a logging-only scheduler),
 `short_streams_first` (default false), `code2wav_max_windows_per_step` (default 0 = no cap),
-`code2wav_max_steps_held` (default 0 = no bound), `code2wav_idle_wait_ms` (default 0 = never sleep) and
+`code2wav_max_steps_held` (default 0 = no bound), `code2wav_idle_wait_ms` (default 0 = never wait) and
 `engine_probe_interval_s` (default 0 = off: every so many seconds, one log line of steps, windows per step,
 first-window waits, step times, the times of steps that carried a first window, and the streams the stage held).
 `code2wav_fill_windows` (default 0 = off) and `code2wav_fill_wait_ms` (default 50): a step that would carry fewer
@@ -51,6 +55,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 import time
 from typing import Any
 
@@ -73,7 +78,12 @@ KNOBS = (
 FILL_HOLD_SLEEP_S = 0.001  # a step held to fill gives the receiving thread this long before the next schedule()
 # what of vllm-omni 0.30.0 this class relies on (core/sched/omni_generation_scheduler.py, omni_scheduler_mixin.py,
 # omni_scheduling_coordinator.py)
-_SCHEDULER_METHODS = ("_process_pending_omni_inputs", "_restore_omni_wait_queues", "_is_done_receiving_chunks")
+_SCHEDULER_METHODS = (
+    "_process_pending_omni_inputs",
+    "_restore_omni_wait_queues",
+    "_is_done_receiving_chunks",
+    "enqueue_omni_connector_output",
+)
 _QUEUE_METHODS = ("remove_requests", "prepend_request")
 _LEFT_CONTEXT = "_omni_initial_model_buffer"  # where the coordinator keeps a window's left_context_size
 
@@ -138,6 +148,8 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         self._steps_held: dict[str, int] = {}  # streams sitting out -> steps in a row so far
         self._first_ready_at: dict[str, float] = {}  # first windows seen ready, not yet scheduled
         self._scheduled_at: dict[int, tuple[float, bool]] = {}  # id(output) -> when scheduled, carries a first window
+        # set by the receiving thread's hand-off of a window, cleared by the schedule that takes it in
+        self._window_arrived = threading.Event()
         log.info(
             "code2wav scheduler: first audio first on vllm-omni's native data plane (margin %.2f s, short streams "
             "too: %s, at most %s windows a step, steps a stream may sit out in a row: %s, steps of streams ahead "
@@ -266,8 +278,14 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         first_part = request is not None and request.num_computed_tokens <= tokens
         return window_frames(tokens, left_context_frames(request) if first_part else 0)
 
+    def enqueue_omni_connector_output(self, output: Any) -> None:
+        """The receiving thread hands windows over (vllm-omni binds this as its runner's sink): an idle wait ends."""
+        super().enqueue_omni_connector_output(output)
+        self._window_arrived.set()
+
     def schedule(self, throttle_prefills: bool = False) -> Any:
         self._deferred = 0
+        self._window_arrived.clear()  # what arrived so far, this schedule takes in
         output = super().schedule(throttle_prefills)
         now = time.monotonic()
         windows = {r: self._new_frames(r, tokens) for r, tokens in output.num_scheduled_tokens.items()}
@@ -289,9 +307,11 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
             self._scheduled_at.clear()
         if self._probe.due(now):
             log.info("code2wav probe %s", self._probe.report(now))
-        if not windows and (self._idle_wait_s > 0 or self._filling):
-            # releases the GIL to the thread that receives the windows (the ones a held step waits for among them)
-            time.sleep(max(self._idle_wait_s, FILL_HOLD_SLEEP_S if self._filling else 0.0))
+        if self._filling:  # releases the GIL to the thread that receives the windows the held step waits for
+            time.sleep(FILL_HOLD_SLEEP_S)
+        elif not windows and self._idle_wait_s > 0 and not self._scheduled_at:
+            # nothing to run and no result of ours to process: wait for a window, the GIL released
+            self._window_arrived.wait(self._idle_wait_s)
         self._filling = False
         return output
 
