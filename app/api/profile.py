@@ -34,7 +34,8 @@ class ProfileStart(BaseModel):
     timeline: bool = Field(
         False,
         description="Record the request timeline instead of the PyTorch profiler: when each request passed each of "
-        "the engine's steps (the sglang engine: sglang-omni's request events, one JSON line each).",
+        "the engine's steps, one JSON line each (omni: the server, the talker's producer and code2wav's scheduler; "
+        "sglang: sglang-omni's request events).",
     )
 
 

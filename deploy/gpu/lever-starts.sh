@@ -56,6 +56,12 @@
 #                            sglang-omni's pipeline processes); the traces, under PROFILES/<variant>, are summarised
 #                            (deploy/gpu/trace_summary.py) into profile-c1.md and profile-c8.md and deleted
 #   PROFILE_LEVELS="1 8"     the levels TORCH_PROFILE=1 profiles, one round of each (c requests at once)
+#   TIMELINE_LEVELS="1:16 32:64"  with TORCH_PROFILE=1 on the omni engine (TARGET=service, service-pair): before the
+#                            profiles, the request timeline (app/engines/omni/stage_plugins/timeline.py) over each
+#                            level:requests (all sent at once, c=1 one after another), its events kept gzipped in
+#                            timeline/, read by deploy/gpu/omni_timeline.py into timeline-c<level>.md (-b: service-b):
+#                            where first audio and every window went between the server, the talker and code2wav;
+#                            empty: none
 #   PROFILE_FRAMES=100       the codec frames each request makes (EXTRA_BODY's max_new_tokens less the end token):
 #                            the profiles' per-frame figures divide by it
 #   KEEP_TRACES=0            1: the profiles' traces are kept (gzipped) in traces/<server>-c<level>/ as well as
@@ -106,8 +112,12 @@ MIN_START_S=${MIN_START_S:-90}
 # benchmark joined them)
 SWEEP_ALLOWANCE_S=180
 PROFILE_LEVELS=${PROFILE_LEVELS:-1 8}
+TIMELINE_LEVELS=${TIMELINE_LEVELS-1:16 32:64}
 # each profiled window, its traces written and summarised: about a minute
 [ "$TORCH_PROFILE" = 1 ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 60 * $(wc -w <<<"$PROFILE_LEVELS")))
+# the omni engine's timeline levels (TORCH_PROFILE=1): about 20 s each
+[ "$TORCH_PROFILE" = 1 ] && [ "$TARGET" != service-sglang ] &&
+  SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 20 * $(wc -w <<<"$TIMELINE_LEVELS")))
 # a pair's every level runs twice, one server after the other
 [ "$TARGET" = service-pair ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S * 2))
 export TARGETS=$SERVERS SWEEP_TARGETS=$SERVERS KV_WAIT_S=${KV_WAIT_S:-0}
@@ -284,6 +294,26 @@ settled() {  # $1 a folder, $2 seconds at most: until its files stop growing (sg
   done
 }
 
+omni_timeline() {  # the omni engine's request timeline over each of TIMELINE_LEVELS (level:requests, all at once), the
+  # phases of first audio and of every window read from it (deploy/gpu/omni_timeline.py) into timeline-c<level>.md
+  local level_requests level server folder events
+  for level_requests in $TIMELINE_LEVELS; do
+    level=${level_requests%:*}
+    step "timeline c$level" on_load_cpus env TIMELINE=1 CONCURRENCY="$level" REQUESTS="${level_requests#*:}" \
+      SWEEP_NAME="tl-c$level" LOADTEST_ARGS="--stagger 0" "$SBS" profile >>"$OUT/sweeps.log" 2>&1
+    sleep "${EVENTS_WAIT_S:-1}"  # the stages record until their next look at the run's flag (a quarter second)
+    mkdir -p "$OUT/timeline"
+    for server in $SERVERS; do
+      folder=$PROFILER_DIR/$server/tl-c$level
+      for events in "$folder"/events_*.jsonl; do
+        [ -f "$events" ] && gzip -c "$events" >"$OUT/timeline/$server-c$level-$(basename "$events").gz"
+      done
+      "$PYTHON" deploy/gpu/omni_timeline.py "$folder" --requests >"$OUT/timeline-c$level$(suffix "$server").md" 2>&1
+      rm -rf "${folder:?}"  # kept in timeline/
+    done
+  done
+}
+
 request_timeline() {  # sglang-omni's per-request events over two c=32 bursts, and the phases read from them
   step "timeline" on_load_cpus env TIMELINE=1 CONCURRENCY=32 REQUESTS=64 SWEEP_NAME=tl-c32 LOADTEST_ARGS="--stagger 0" \
     "$SBS" profile >>"$OUT/sweeps.log" 2>&1
@@ -378,6 +408,8 @@ for variant in $VARIANTS; do
     SWEEP_NAME=c32 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
   thread_ticks >"$OUT/cpu-after-c32.txt"
   [ "$TARGET" = service-sglang ] && request_timeline
+  # the omni engine's, where its profiler directory is set (TORCH_PROFILE=1)
+  [ "$TARGET" != service-sglang ] && [ -n "$PROFILER_DIR" ] && [ -n "$TIMELINE_LEVELS" ] && omni_timeline
   # the first level again, warm, on prompts of its own (sweep-bench moves its seed on): a cold start's first level
   # is to be within 1.2x of it (p95 first audio)
   step "bench again-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=again-c32 "$SBS" sweep-bench \

@@ -2268,3 +2268,53 @@ def test_sglang_timeline_reads_a_stage_copys_events_as_its_stages(tmp_path: Path
         2,
         60.0,
     )  # p50: halves upward
+
+
+def test_omni_timeline_splits_each_requests_first_audio_and_every_window_into_phases(tmp_path: Path) -> None:
+    """The omni engine's request timeline: the server's, the talker's and code2wav's event files (plain or gzipped,
+    lines that are not events skipped); a stage's request id is put with the longest server id it starts with (r1's
+    stage ids are not r10's); first audio's phases from each request's first event of each name, p50 / p95 / max over
+    the requests that have both; every window's hand-off, code2wav queue and step from the n-th events paired."""
+    module = gpu_script("omni_timeline")
+
+    def at(ms: float) -> int:
+        return int(ms * 1e6)
+
+    server, talker, code2wav = [], [], []
+    for request, start, hand_off in (("r1", 0.0, 3.0), ("r10", 5.0, 9.0)):
+        stage_id = f"{request}-a1b2c3"
+        server += [{"ts_ns": at(start), "event": "submitted", "request_id": request}]
+        for window, sent in enumerate((start + 20, start + 60)):
+            talker.append({"ts_ns": at(sent), "event": "window_sent", "request_id": stage_id})
+            ready = sent + hand_off + window  # the second window's hand-off 1 ms longer
+            code2wav += [
+                {"ts_ns": at(ready), "event": "window_ready", "request_id": stage_id},
+                {"ts_ns": at(ready + 0.5), "event": "window_scheduled", "request_id": stage_id, "frames": 1},
+                {"ts_ns": at(ready + 8.5), "event": "window_decoded", "request_id": stage_id},
+            ]
+        server += [{"ts_ns": at(start + 20 + hand_off + 8.5 + 2), "event": "first_audio", "request_id": request}]
+    (tmp_path / "events_server_1.jsonl").write_text("\n".join(map(json.dumps, server)) + "\n{cut sho")
+    (tmp_path / "events_talker_2.jsonl").write_text("\n".join(map(json.dumps, talker)) + "\n")
+    with gzip.open(tmp_path / "events_code2wav_3.jsonl.gz", "wt") as out:
+        out.write("\n".join(map(json.dumps, reversed(code2wav))) + "\n")  # order of the lines does not matter
+    requests = module.load([tmp_path])
+    assert sorted(requests) == ["r1", "r10"]
+    assert module.first_audio_phases(requests["r10"]) == pytest.approx(
+        {
+            "talker": 20.0,
+            "hand-off": 9.0,
+            "code2wav queue": 0.5,
+            "code2wav step": 8.0,
+            "to server": 2.0,
+            "first audio": 39.5,
+        }
+    )
+    assert module.window_phases(requests["r1"])["hand-off"] == pytest.approx([3.0, 4.0])
+    text = module.report(requests, per_request=True)
+    assert "| hand-off | 2 | 9.0 | 9.0 | 9.0 |" in text  # r1 3, r10 9: the nearer value, halves upward
+    assert "| hand-off | 4 | 9.0 | 10.0 | 10.0 |" in text  # every window: 3 4 9 10
+    assert "| `r10` | 5.0 | 20.0 | 9.0 | 0.5 | 8.0 | 2.0 | 39.5 |" in text
+    done = subprocess.run(
+        [sys.executable, str(GPU / "omni_timeline.py"), str(tmp_path / "none")], capture_output=True, text=True
+    )
+    assert done.returncode == 1 and "no events" in done.stderr

@@ -47,6 +47,7 @@ SETTINGS = (
     "SERVICE_SGLANG_ENV",
     "MIN_START_S",
     "KEEP_TRACES",
+    "TIMELINE_LEVELS",
 )
 
 
@@ -59,6 +60,7 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
     theirs; `stop` keeps a server log, as side-by-side.sh does."""
     script = tmp_path / "side-by-side.sh"
     event = '{"request_id": "r1", "stage": "coordinator", "event_name": "%s", "timestamp_ns": %d}'
+    omni_event = '{"request_id": "r1", "event": "%s", "ts_ns": %d}'
     trace = '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemv_add", "ts": 0, "dur": 40000, "args": {}}]}'
     script.write_text(
         "#!/usr/bin/env bash\n"
@@ -70,7 +72,13 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac\n'
         '    if [ -n "${STANDIN_PIDFILE-}" ]; then echo $$ > "$STANDIN_PIDFILE"\n'
         '      for _ in $(seq 300); do [ -f "$STANDIN_PIDFILE.ready" ] && break; sleep 0.1; done; fi ;;\n'
-        '  profile) if [ -z "${TIMELINE-}" ]; then for t in $TARGETS; do mkdir -p "$PROFILER_DIR/$t/$SWEEP_NAME"\n'
+        '  profile) if [ -n "${TIMELINE-}" ] && [ "${TARGETS%% *}" = service ]; then for t in $TARGETS; do\n'
+        '    mkdir -p "$PROFILER_DIR/$t/$SWEEP_NAME"\n'
+        f"    printf '%s\\n' '{omni_event % ('submitted', 0)}' '{omni_event % ('first_audio', 41_000_000)}'"
+        ' > "$PROFILER_DIR/$t/$SWEEP_NAME/events_server_5.jsonl"\n'
+        f"    printf '%s\\n' '{omni_event % ('window_sent', 20_000_000)}'"
+        ' > "$PROFILER_DIR/$t/$SWEEP_NAME/events_talker_6.jsonl"; done; exit 0; fi\n'
+        '    if [ -z "${TIMELINE-}" ]; then for t in $TARGETS; do mkdir -p "$PROFILER_DIR/$t/$SWEEP_NAME"\n'
         f"    printf '%s' '{trace}' > \"$PROFILER_DIR/$t/$SWEEP_NAME/stage0.json\"; done; exit 0; fi\n"
         '    mkdir -p "$PROFILER_DIR/service-sglang/$SWEEP_NAME"\n'
         f"    printf '%s\\n' '{event % ('request_admission', 1_000_000)}'"
@@ -205,7 +213,15 @@ def test_the_service_on_vllm_omni_profiled_at_c1_and_c8_keeps_each_profiles_summ
     and one round of eight profiled after the reported levels, each window's traces summarised per frame (the
     frames a request makes: PROFILE_FRAMES) and deleted."""
     fused = "SPEECH_OMNI__TALKER_MODEL=fused"
-    done = run(tmp_path, TARGET="service", TORCH_PROFILE="1", VARIANTS="f1:F", LEVER_F=fused, PROFILE_FRAMES="200")
+    done = run(
+        tmp_path,
+        TARGET="service",
+        TORCH_PROFILE="1",
+        VARIANTS="f1:F",
+        LEVER_F=fused,
+        PROFILE_FRAMES="200",
+        TIMELINE_LEVELS="",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     recorded = calls(tmp_path)
     assert {call[11] for call in recorded} == {str(tmp_path / "profiles/f1")}
@@ -242,6 +258,7 @@ def test_a_pair_of_variants_runs_on_two_gpus_at_once_swept_interleaved_with_each
         TORCH_PROFILE="1",
         PROFILE_LEVELS="1",
         PYSPY="1",
+        TIMELINE_LEVELS="",
     )
     assert done.returncode == 0, done.stdout + done.stderr
     recorded = calls(tmp_path)
@@ -267,10 +284,50 @@ def test_a_pair_of_variants_runs_on_two_gpus_at_once_swept_interleaved_with_each
     assert refused.returncode == 64 and "name:LEVER/LEVER" in refused.stderr
 
 
+def test_the_omni_engines_request_timeline_is_recorded_at_each_timeline_level_and_read_into_its_phases(
+    tmp_path: Path,
+) -> None:
+    """TORCH_PROFILE=1 on the omni engine: before the profiles, the request timeline over each of TIMELINE_LEVELS
+    (all at once), each server's events kept gzipped and read by deploy/gpu/omni_timeline.py into
+    timeline-c<level>.md (service-b's with -b)."""
+    done = run(
+        tmp_path,
+        TARGET="service-pair",
+        VARIANTS="r1:F/F",
+        LEVER_F="",
+        BASE_ENV="CUDA_VISIBLE_DEVICES=0",
+        BASE_ENV_B="CUDA_VISIBLE_DEVICES=1",
+        TORCH_PROFILE="1",
+        PROFILE_LEVELS="1",
+        TIMELINE_LEVELS="1:16 32:64",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    recorded = calls(tmp_path)
+    timelines = [[*call[2:6]] for call in recorded if call[0] == "profile" and call[5] == "1"]
+    assert timelines == [["tl-c1", "1", "16", "1"], ["tl-c32", "32", "64", "1"]]
+    profiles = [call[2] for call in recorded if call[0] == "profile"]
+    assert profiles == ["tl-c1", "tl-c32", "c1"]  # the timelines before the profiler
+    out = tmp_path / "out/r1"
+    for suffix in ("", "-b"):
+        table = (out / f"timeline-c32{suffix}.md").read_text()
+        assert "| first audio | 1 | 41.0 | 41.0 | 41.0 |" in table and "| talker | 1 | 20.0 |" in table
+    kept = sorted(path.name for path in (out / "timeline").iterdir())
+    assert "service-b-c1-events_talker_6.jsonl.gz" in kept and len(kept) == 8
+    assert "r1 timeline c32" in (tmp_path / "out/progress.txt").read_text()
+
+
 def test_profile_levels_choose_which_rounds_are_profiled(tmp_path: Path) -> None:
     """PROFILE_LEVELS="1": only the one-request window is profiled (a run short of time keeps the c=1 profile, where a
     request's first audio is made, and skips the c=8 one)."""
-    done = run(tmp_path, TARGET="service", TORCH_PROFILE="1", PROFILE_LEVELS="1", VARIANTS="f1:F", LEVER_F="")
+    done = run(
+        tmp_path,
+        TARGET="service",
+        TORCH_PROFILE="1",
+        PROFILE_LEVELS="1",
+        VARIANTS="f1:F",
+        LEVER_F="",
+        TIMELINE_LEVELS="",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     profiles = [[call[0], *call[2:5]] for call in calls(tmp_path) if call[0] == "profile"]
     assert profiles == [["profile", "c1", "1", "1"]]

@@ -5,7 +5,9 @@ in tests/gpu)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -357,6 +359,33 @@ def test_an_empty_schedule_waits_for_the_next_window_instead_of_spinning(
     scheduler.schedule()
     assert arrivals.waits == [0.002, 0.002]
     assert slept == []
+
+
+def test_while_a_timeline_records_each_window_is_recorded_ready_scheduled_and_decoded(
+    scheduler_module, tmp_path: Path
+) -> None:
+    from app.engines.omni.stage_plugins import timeline
+
+    scheduler = scheduler_module.FirstAudioFirstScheduler({})
+    scheduler.add("a")
+    scheduler.window_arrives("a", 1)
+    assert _step(scheduler) == ["a"]  # no run on: nothing recorded
+    scheduler._timeline = timeline.Recorder("code2wav", None)
+    scheduler._timeline.pin(str(tmp_path))
+    scheduler.add("b")
+    scheduler.window_arrives("b", 2)
+    scheduler.window_arrives("a", 2)
+    assert _step(scheduler) == ["a", "b"]
+    recorded = [json.loads(line) for line in next(tmp_path.glob("events_code2wav_*.jsonl")).read_text().splitlines()]
+    assert [(e["event"], e["request_id"]) for e in recorded] == [
+        ("window_ready", "b"),
+        ("window_ready", "a"),
+        ("window_scheduled", "b"),  # a joined the queue behind b when its first window was decoded
+        ("window_scheduled", "a"),
+        ("window_decoded", "b"),
+        ("window_decoded", "a"),
+    ]
+    assert [e.get("frames") for e in recorded if e["event"] == "window_scheduled"] == [2, 2]
 
 
 def test_without_an_idle_wait_an_empty_schedule_returns_at_once(scheduler_module) -> None:

@@ -31,7 +31,7 @@ from app.engines.omni.engine import (
     profiler_overrides,
 )
 from app.engines.omni.requests import AudioOutputReader, additional_information, sampling_params_for
-from app.engines.omni.stage_plugins import fused_launch, model_registration, prompt_stream
+from app.engines.omni.stage_plugins import fused_launch, model_registration, prompt_stream, timeline
 from app.engines.qwen3_tts import Qwen3TTSModel, check_job, input_tokens, warmup_job
 from app.server import create_app
 from app.settings import Settings
@@ -966,22 +966,45 @@ async def test_a_profiler_directory_gives_both_stages_a_profiler_and_profiles_th
     await engine.close()
 
 
-async def test_a_timeline_run_is_refused_by_name_where_the_engine_records_none(
-    custom_voice_dir: Path, tmp_path: Path
+async def test_a_timeline_run_records_the_servers_events_and_flags_the_stages_without_their_profiler(
+    custom_voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """vllm-omni 0.30 has no request-event timeline: {"timeline": true} is a 400 naming the field, and nothing starts
-    (a plain run still does)."""
+    """{"timeline": true}: the flag whose path the stage processes were given (they inherit the environment) names
+    the run's folder until the run stops, this process records when each request was handed to vllm-omni and when its
+    first audio came back, the talker's producer is the service's (it records the windows it hands on), and vllm-omni's
+    profiler is left alone."""
+    monkeypatch.delenv(timeline.FLAG_VARIABLE, raising=False)
+    flag = tmp_path / "timeline-active"
+    flag.write_text('{"folder": "an earlier server\'s run"}')
     omni = FakeAsyncOmni()
     engine = make_engine(custom_voice_dir, omni, profiler_dir=str(tmp_path))
     await engine.start()
+    assert os.environ[timeline.FLAG_VARIABLE] == str(flag) and not flag.exists()
+    assert omni.kwargs["talker_windows"] is True
     app = create_app(service_settings(engine), engine=engine)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
-        refused = await client.post("/admin/profile/start", json={"run_id": "t", "timeline": True})
-        assert refused.status_code == 400, refused.text
-        assert refused.json()["error"]["param"] == "timeline" and "omni engine" in refused.json()["error"]["message"]
-        assert omni.profiles == []
-        started = await client.post("/admin/profile/start", json={"run_id": "t"})
-        assert started.status_code == 200 and len(omni.profiles) == 2
+        started = await client.post("/admin/profile/start", json={"run_id": "tl-c1", "timeline": True})
+        assert started.status_code == 200, started.text
+        assert started.json()["traces"] == str(tmp_path / "tl-c1")
+        assert json.loads(flag.read_text()) == {"folder": str(tmp_path / "tl-c1")}
+        await collect(engine, job(request_id="r1", max_new_tokens=11))
+        stopped = await client.post("/admin/profile/stop", json={"run_id": "tl-c1"})
+        assert stopped.status_code == 200 and not flag.exists()
+        await collect(engine, job(request_id="r2", max_new_tokens=11))  # after the run: not recorded
+    recorded = [json.loads(line) for line in (tmp_path / f"tl-c1/events_server_{os.getpid()}.jsonl").open()]
+    assert [(e["event"], e["request_id"]) for e in recorded] == [("submitted", "r1"), ("first_audio", "r1")]
+    assert omni.profiles == []
+    await engine.close()
+
+
+async def test_without_a_profiler_directory_the_stages_get_no_timeline_flag(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(timeline.FLAG_VARIABLE, "/left/by/an/earlier/start")
+    omni = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, omni)
+    await engine.start()
+    assert timeline.FLAG_VARIABLE not in os.environ and "talker_windows" not in omni.kwargs
     await engine.close()
 
 

@@ -137,3 +137,30 @@ def test_a_call_that_vllm_omni_would_drop_leaves_no_cache_entry(upstream: list[A
     assert manager._cached_ic == {} and upstream == [("g", None, False)]
     talker_windows.talker2code2wav_async_chunk(manager, None, Request("g", finished=True))
     assert manager._cached_ic == {"g": 1}
+
+
+def test_while_a_timeline_records_each_window_handed_on_is_recorded(
+    upstream: list[Any], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step's payloads, one a stream (None where the step made no window for it): each window handed on is one
+    `window_sent` of its stream; nothing while no run records."""
+    import json
+
+    from app.engines.omni.stage_plugins import timeline
+
+    recorder = timeline.Recorder("talker", None)
+    monkeypatch.setitem(timeline._recorders, "talker", recorder)
+    manager, requests = TransferManager({}), [Request("r1"), Request("r2")]
+    talker_windows.talker2code2wav_async_chunk_batch(manager, [{}, {}], requests, [False, False])
+    assert not list(tmp_path.iterdir())
+    recorder.pin(str(tmp_path))
+    talker_windows.talker2code2wav_async_chunk_batch(manager, [{}, {}], requests, [False, False])
+    talker_windows.talker2code2wav_async_chunk(manager, {}, Request("r3"))
+    talker_windows.record_sent(requests, [None, "payload"])
+    recorded = [json.loads(line) for line in next(tmp_path.glob("events_talker_*.jsonl")).read_text().splitlines()]
+    assert [(e["event"], e["request_id"]) for e in recorded] == [
+        ("window_sent", "r1"),
+        ("window_sent", "r2"),
+        ("window_sent", "r3"),
+        ("window_sent", "r2"),
+    ]

@@ -39,7 +39,7 @@ from app.engines.omni.requests import (
     engine_probe_interval_s,
     sampling_params_for,
 )
-from app.engines.omni.stage_plugins import fused_launch, model_registration, prompt_stream
+from app.engines.omni.stage_plugins import fused_launch, model_registration, prompt_stream, timeline
 from app.engines.omni.stage_plugins import talker_windows as service_talker_windows
 from app.engines.omni.stage_plugins.fused_launch import FusedLaunch
 from app.engines.qwen3_tts import (
@@ -241,6 +241,11 @@ class OmniEngine:
         self.model_id = settings.served_model_name or os.path.basename(os.path.normpath(settings.model))
         self._factory = omni_factory or _default_omni_factory
         self._profiler_dir = os.path.abspath(profiler_dir) if profiler_dir else None
+        # the request timeline's flag, which the stage processes look for (stage_plugins/timeline.py), and this
+        # process's own recorder, which follows the engine's runs at once
+        self._timeline_flag = os.path.join(self._profiler_dir, "timeline-active") if self._profiler_dir else None
+        self._timeline = timeline.Recorder("server", None)
+        self._timeline_run: str | None = None
         self._omni: Any = None
         self._cumulative = False
         self._helpers: PromptHelpers | None = None
@@ -293,6 +298,9 @@ class OmniEngine:
         launch = FusedLaunch(self._settings.fused_kernels, self._settings.fused_dependent_launch)
         set_or_unset(fused_launch.VARIABLE, launch.environment_value())
         set_or_unset(prompt_stream.VARIABLE, "1" if self._settings.prompt_stream else None)
+        set_or_unset(timeline.FLAG_VARIABLE, self._timeline_flag)
+        if self._timeline_flag is not None:
+            timeline.stop(self._timeline_flag)  # an earlier server's run, never stopped, is not this one's
         started = time.perf_counter()
         self._detail = "starting vllm-omni (a cold start compiles and captures CUDA graphs: minutes)"
         log.info("omni engine starting", extra={"model": self._model.path, "variant": self._model.variant})
@@ -342,7 +350,26 @@ class OmniEngine:
         )
         return folder
 
+    async def start_timeline(self, run_id: str) -> str:
+        """The request timeline instead of the profiler: this process, the talker's and code2wav's record when each
+        request's windows passed them (stage_plugins/timeline.py), as `events_<role>_<pid>.jsonl` under
+        `<profiler_dir>/<run_id>`, the stages from their next look at the flag on (within a quarter of a second);
+        deploy/gpu/omni_timeline.py lays them out."""
+        self._profiling()
+        assert self._timeline_flag is not None  # a profiler directory, or _profiling() refused
+        folder = os.path.join(self._profiler_dir or "", run_id)
+        timeline.start(self._timeline_flag, folder)
+        self._timeline.pin(folder)
+        self._timeline_run = run_id
+        return folder
+
     async def stop_profile(self, run_id: str | None) -> None:
+        if self._timeline_run is not None:  # a timeline run: the stages record until their next look at the flag
+            assert self._timeline_flag is not None
+            timeline.stop(self._timeline_flag)
+            self._timeline.pin(None)
+            self._timeline_run = None
+            return
         await self._profiling().stop_profile(stages=list(PROFILED_STAGES))  # returns once the traces are written
 
     def _profiling(self) -> Any:
@@ -391,8 +418,10 @@ class OmniEngine:
             kwargs["code2wav_architecture"] = model_registration.CODE2WAV_ARCHITECTURES[settings.code2wav_model]
         if settings.talker_model != "vllm-omni":  # for the factory too
             kwargs["talker_architecture"] = model_registration.TALKER_ARCHITECTURES[settings.talker_model]
-        if self._windows.first_fixed:
-            kwargs["talker_windows"] = True  # for the factory: the service's talker producer sets the first window
+        if self._windows.first_fixed or self._profiler_dir:
+            # for the factory: the service's talker producer sets the first window, and records each window it hands
+            # on while a request timeline runs
+            kwargs["talker_windows"] = True
         if settings.load_format:
             kwargs["load_format"] = settings.load_format
         kwargs["stage_init_timeout"] = settings.stage_init_timeout_s
@@ -507,6 +536,7 @@ class OmniEngine:
         self._active.add(job.request_id)
         if job.timing is not None:
             job.timing.mark("submitted")
+        self._timeline.record("submitted", job.request_id)
         outputs = self._omni.generate(
             prompt=prompt, request_id=job.request_id, sampling_params_list=params, output_modalities=["audio"]
         )
@@ -525,6 +555,7 @@ class OmniEngine:
                     yield AudioChunk(samples, rate, output_tokens=frames)
                 else:  # the request's input, with its first audio
                     input_tokens_reported = True
+                    self._timeline.record("first_audio", job.request_id)
                     yield AudioChunk(samples, rate, tokens_in, frames, input_audio_tokens=audio_tokens_in)
         except Exception as exc:
             if _is_engine_dead(exc):

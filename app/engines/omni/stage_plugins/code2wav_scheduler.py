@@ -61,6 +61,7 @@ from typing import Any
 
 from vllm_omni.core.sched.omni_generation_scheduler import OmniGenerationScheduler
 
+from app.engines.omni.stage_plugins import timeline
 from app.engines.omni.stage_plugins.code2wav_policy import FirstAudioFirst, StepProbe, window_frames
 
 log = logging.getLogger("vllm.speech.code2wav")
@@ -150,6 +151,7 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         self._scheduled_at: dict[int, tuple[float, bool]] = {}  # id(output) -> when scheduled, carries a first window
         # set by the receiving thread's hand-off of a window, cleared by the schedule that takes it in
         self._window_arrived = threading.Event()
+        self._timeline = timeline.recorder("code2wav")  # records only while a timeline run is on
         log.info(
             "code2wav scheduler: first audio first on vllm-omni's native data plane (margin %.2f s, short streams "
             "too: %s, at most %s windows a step, steps a stream may sit out in a row: %s, steps of streams ahead "
@@ -282,6 +284,9 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         """The receiving thread hands windows over (vllm-omni binds this as its runner's sink): an idle wait ends."""
         super().enqueue_omni_connector_output(output)
         self._window_arrived.set()
+        if self._timeline.on():
+            for request_id in getattr(output, "chunk_ready_req_ids", ()) or ():
+                self._timeline.record("window_ready", request_id)
 
     def schedule(self, throttle_prefills: bool = False) -> Any:
         self._deferred = 0
@@ -289,6 +294,9 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         output = super().schedule(throttle_prefills)
         now = time.monotonic()
         windows = {r: self._new_frames(r, tokens) for r, tokens in output.num_scheduled_tokens.items()}
+        if windows and self._timeline.on():
+            for request_id, frames in windows.items():
+                self._timeline.record("window_scheduled", request_id, frames=frames)
         firsts = self._policy.scheduled(windows, now)
         for request_id in windows:
             self._ready_since.pop(request_id, None)
@@ -320,4 +328,7 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         if scheduled is not None:
             scheduled_at, had_first = scheduled
             self._probe.result(time.monotonic() - scheduled_at, first=had_first)
+            if self._timeline.on():
+                for request_id in scheduler_output.num_scheduled_tokens:
+                    self._timeline.record("window_decoded", request_id)
         return super().update_from_output(scheduler_output, model_runner_output)

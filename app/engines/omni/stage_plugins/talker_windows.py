@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from app.engines.omni.stage_plugins import timeline
+
 FIRST_FRAMES = "codec_adaptive_first_frames"
 
 
@@ -72,7 +74,9 @@ def talker2code2wav_async_chunk(
     # call can then never leave an entry behind after vllm-omni's clean-up
     if isinstance(multimodal_output, Mapping) or is_finished or request.is_finished():
         set_first_window(transfer_manager, request)
-    return qwen3_tts.talker2code2wav_async_chunk(transfer_manager, multimodal_output, request, is_finished)
+    payload = qwen3_tts.talker2code2wav_async_chunk(transfer_manager, multimodal_output, request, is_finished)
+    record_sent([request], [payload])
+    return payload
 
 
 def talker2code2wav_async_chunk_batch(
@@ -84,4 +88,17 @@ def talker2code2wav_async_chunk_batch(
 
     for request in requests:
         set_first_window(transfer_manager, request)
-    return qwen3_tts.talker2code2wav_async_chunk_batch(transfer_manager, pooling_outputs, requests, is_finished)
+    payloads = qwen3_tts.talker2code2wav_async_chunk_batch(transfer_manager, pooling_outputs, requests, is_finished)
+    record_sent(requests, payloads)
+    return payloads
+
+
+def record_sent(requests: list[Any], payloads: Any) -> None:
+    """While a timeline records: each window the talker hands on (a payload; None where the step made no window)."""
+    recorder = timeline.recorder("talker")
+    if not recorder.on() or not isinstance(payloads, list):
+        return
+    for request, payload in zip(requests, payloads, strict=False):
+        if payload is not None:
+            request_id = getattr(request, "external_req_id", None) or getattr(request, "request_id", "")
+            recorder.record("window_sent", str(request_id))

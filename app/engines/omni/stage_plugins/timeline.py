@@ -1,0 +1,108 @@
+"""The omni engine's request timeline: when each request's windows passed each of vllm-omni's processes, on one clock
+(the host's wall clock, in nanoseconds), so that a first audio's time splits into the talker (its queue, prefill and
+first frame, up to the producer handing its first window on), the hand-off between the stages' processes (the shared
+memory and code2wav's receiving thread), code2wav's scheduling and step, and the way back to the server. vLLM's
+profiler cannot say this: the hand-off is Python in threads that launch nothing.
+
+The engine turns it on for a run (`POST /admin/profile/start` with `"timeline": true`) by writing a flag file, whose
+path it gave the stage processes (FLAG_VARIABLE) before they started; every process then appends one JSON line an event
+to `events_<role>_<pid>.jsonl` in the folder the flag names, until the run stops and the flag goes. A recorder reads the
+flag at most every CHECK_EVERY_S, so that an event costs a clock read while no run records. deploy/gpu/omni_timeline.py
+lays the events out request by request.
+
+Events: the server's `submitted` (the request handed to vllm-omni) and `first_audio` (its first audio back); the
+talker's `window_sent` (its producer handed a window on, `window` counting from 0); code2wav's `window_ready` (its
+receiving thread handed a window to the scheduler), `window_scheduled` and `window_decoded` (the step that carried it
+returned). Imports nothing of the service, so that the stage processes can load it."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any, TextIO
+
+FLAG_VARIABLE = "SPEECH_OMNI_TIMELINE_FLAG"  # the flag file's path, set by the engine for the stage processes
+CHECK_EVERY_S = 0.25
+
+
+class Recorder:
+    """One process's recorder for one role (server, talker, code2wav): `record` is a no-op but for a clock read while
+    no run records."""
+
+    def __init__(self, role: str, flag: str | None) -> None:
+        self.role, self.flag = role, flag
+        self._lock = threading.Lock()
+        self._checked_at = float("-inf")
+        self._folder: str | None = None
+        self._file: TextIO | None = None
+        self._file_folder: str | None = None
+
+    def pin(self, folder: str | None) -> None:
+        """Record to `folder` (None: not at all) whatever the flag says: the engine's own recorder, in the process
+        that writes the flag, follows its runs at once."""
+        self.flag, self._folder = None, folder
+
+    def folder(self) -> str | None:
+        """The folder the current run records to, or None (read from the flag at most every CHECK_EVERY_S)."""
+        if self.flag is None:
+            return self._folder
+        now = time.monotonic()
+        if now - self._checked_at >= CHECK_EVERY_S:
+            self._checked_at = now
+            try:
+                with open(self.flag, encoding="utf-8") as flag:
+                    self._folder = str(json.load(flag)["folder"]) or None
+            except (OSError, ValueError, KeyError, TypeError):
+                self._folder = None
+        return self._folder
+
+    def on(self) -> bool:
+        return self.folder() is not None
+
+    def record(self, event: str, request_id: str, **fields: Any) -> None:
+        folder = self.folder()
+        if folder is None:
+            return
+        line = json.dumps({"ts_ns": time.time_ns(), "event": event, "request_id": request_id, **fields})
+        with self._lock:
+            try:
+                if self._file is None or self._file_folder != folder:
+                    if self._file is not None:
+                        self._file.close()
+                    os.makedirs(folder, exist_ok=True)
+                    path = os.path.join(folder, f"events_{self.role}_{os.getpid()}.jsonl")
+                    self._file, self._file_folder = open(path, "a", encoding="utf-8", buffering=1), folder
+                self._file.write(line + "\n")
+            except OSError:  # a timeline is a diagnosis: a full disk must not fail the request
+                self._file = None
+
+
+_recorders: dict[str, Recorder] = {}
+_recorders_lock = threading.Lock()
+
+
+def recorder(role: str) -> Recorder:
+    """This process's recorder for `role`, its flag read from FLAG_VARIABLE when first asked for."""
+    with _recorders_lock:
+        if role not in _recorders:
+            _recorders[role] = Recorder(role, os.environ.get(FLAG_VARIABLE) or None)
+        return _recorders[role]
+
+
+def start(flag: str, folder: str) -> None:
+    """Every process's recorders record to `folder` from their next look at the flag on (within CHECK_EVERY_S)."""
+    os.makedirs(folder, exist_ok=True)
+    partial = f"{flag}.{os.getpid()}.tmp"
+    with open(partial, "w", encoding="utf-8") as out:
+        json.dump({"folder": folder}, out)
+    os.replace(partial, flag)  # a reader sees the old flag or the new, never half of one
+
+
+def stop(flag: str) -> None:
+    """No recorder records past its next look at the flag."""
+    try:
+        os.remove(flag)
+    except FileNotFoundError:
+        pass

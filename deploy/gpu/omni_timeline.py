@@ -1,0 +1,169 @@
+"""Where each request's first audio went on the omni engine, from the request timeline its processes record
+(`events_<role>_<pid>.jsonl`, plain or gzipped, under `<profiler_dir>/<run_id>`; the service records them on
+`POST /admin/profile/start {"timeline": true}`, app/engines/omni/stage_plugins/timeline.py).
+
+First audio, phase by phase (the first event of each name a request has):
+- talker: handed to vllm-omni (`server:submitted`) → the talker's producer hands its first window on
+  (`talker:window_sent`): the orchestrator, the talker's queue, its prefill and first frame, the step's output;
+- hand-off: → code2wav's receiving thread hands that window to its scheduler (`code2wav:window_ready`): the shared
+  memory and the receiving thread's poll;
+- code2wav queue: → the step that carries it is scheduled (`code2wav:window_scheduled`);
+- code2wav step: → that step returned (`code2wav:window_decoded`);
+- to server: → the first audio is back in the server (`server:first_audio`);
+- first audio: submitted → first audio.
+Then every window, not only the first (a stream's n-th window sent paired with its n-th window ready, and so on): the
+hand-off, code2wav's queue and its step. p50 / p95 / max ms; with --requests, one row a request.
+
+A stage names a request by vllm-omni's id for it, which starts with the server's: each is put with the longest
+server id it starts with.
+
+    python3 deploy/gpu/omni_timeline.py DIR_OR_FILE... [--requests]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, whether run as a script or loaded by path
+from ttfa_phases import percentile
+
+SUBMITTED, FIRST_AUDIO = "server:submitted", "server:first_audio"
+SENT, READY = "talker:window_sent", "code2wav:window_ready"
+SCHEDULED, DECODED = "code2wav:window_scheduled", "code2wav:window_decoded"
+# (phase, from event, to event): the path of a request's first audio, in order
+PHASES: tuple[tuple[str, str, str], ...] = (
+    ("talker", SUBMITTED, SENT),
+    ("hand-off", SENT, READY),
+    ("code2wav queue", READY, SCHEDULED),
+    ("code2wav step", SCHEDULED, DECODED),
+    ("to server", DECODED, FIRST_AUDIO),
+    ("first audio", SUBMITTED, FIRST_AUDIO),
+)
+WINDOW_PHASES = PHASES[1:4]  # every window's own, its n-th event of each name paired
+
+
+def event_files(paths: Iterable[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        files += sorted(path.glob("events_*.jsonl*")) if path.is_dir() else [path]
+    # events_<role>_<pid>.jsonl[.gz]: the role names the process
+    return [file for file in files if file.is_file() and file.name.startswith("events_") and file.name.count("_") >= 2]
+
+
+def read_lines(path: Path) -> Iterator[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as lines:
+        yield from lines
+
+
+def role_of(path: Path) -> str:
+    """`events_<role>_<pid>.jsonl[.gz]` -> role."""
+    return path.name.split(".")[0].split("_")[1]
+
+
+def load(paths: Iterable[Path]) -> dict[str, dict[str, list[int]]]:
+    """request (the server's id) -> "role:event" -> its times in ns, in order."""
+    raw: list[tuple[str, str, int]] = []
+    for path in event_files(paths):
+        role = role_of(path)
+        for line in read_lines(path):
+            try:
+                event = json.loads(line)
+                raw.append((str(event["request_id"]), f"{role}:{event['event']}", int(event["ts_ns"])))
+            except (ValueError, KeyError, TypeError):  # a line cut short by a stopped process, or not an event
+                continue
+    servers = sorted({request for request, name, _ in raw if name.startswith("server:")}, key=len, reverse=True)
+    requests: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for request, name, ts in sorted(raw, key=lambda event: event[2]):
+        owner = next((server for server in servers if request.startswith(server)), request)
+        requests[owner][name].append(ts)
+    return requests
+
+
+def ms(start: int, end: int) -> float:
+    return (end - start) / 1e6
+
+
+def first_audio_phases(events: dict[str, list[int]]) -> dict[str, float]:
+    return {
+        phase: ms(events[start][0], events[end][0])
+        for phase, start, end in PHASES
+        if events.get(start) and events.get(end)
+    }
+
+
+def window_phases(events: dict[str, list[int]]) -> dict[str, list[float]]:
+    return {
+        phase: [ms(a, b) for a, b in zip(events.get(start, []), events.get(end, []), strict=False)]
+        for phase, start, end in WINDOW_PHASES
+    }
+
+
+def stats_row(name: str, values: list[float]) -> str:
+    if not values:
+        return f"| {name} | 0 | – | – | – |"
+    ordered = sorted(values)
+    return (
+        f"| {name} | {len(values)} | {percentile(ordered, 0.5):.1f} | {percentile(ordered, 0.95):.1f} | "
+        f"{ordered[-1]:.1f} |"
+    )
+
+
+def report(requests: dict[str, dict[str, list[int]]], per_request: bool = False) -> str:
+    firsts = {request: first_audio_phases(events) for request, events in requests.items()}
+    lines = [
+        f"# Where first audio went on the omni engine ({len(requests)} requests)",
+        "",
+        "First audio, phase by phase (ms; each over the requests that have both its events):",
+        "",
+        "| phase | requests | p50 | p95 | max |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    lines += [stats_row(phase, [p[phase] for p in firsts.values() if phase in p]) for phase, _, _ in PHASES]
+    windows: dict[str, list[float]] = defaultdict(list)
+    for events in requests.values():
+        for phase, values in window_phases(events).items():
+            windows[phase] += values
+    lines += [
+        "",
+        "Every window (a stream's n-th of each event paired), ms:",
+        "",
+        "| phase | windows | p50 | p95 | max |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    lines += [stats_row(phase, windows[phase]) for phase, _, _ in WINDOW_PHASES]
+    if per_request:
+        names = [phase for phase, _, _ in PHASES]
+        lines += ["", "| request | submitted, ms after the first | " + " | ".join(names) + " |"]
+        lines += ["| --- | --- |" + " --- |" * len(names)]
+        origin = min((events[SUBMITTED][0] for events in requests.values() if events.get(SUBMITTED)), default=0)
+        order = sorted(requests, key=lambda r: requests[r].get(SUBMITTED, [0])[0])
+        for request in order:
+            submitted = requests[request].get(SUBMITTED)
+            at = f"{ms(origin, submitted[0]):.1f}" if submitted else "–"
+            cells = [f"{firsts[request][name]:.1f}" if name in firsts[request] else "–" for name in names]
+            lines.append(f"| `{request}` | {at} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", type=Path, help="a run's folder, or event files")
+    parser.add_argument("--requests", action="store_true", help="one row a request")
+    args = parser.parse_args(argv)
+    requests = load(args.paths)
+    if not requests:
+        print(f"no events under {', '.join(map(str, args.paths))}", file=sys.stderr)
+        return 1
+    print(report(requests, args.requests), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
