@@ -63,7 +63,8 @@ def test_overrides_address_stages_by_id_and_parse_yaml_values() -> None:
     assert extra["decode_cudagraph_capture_sizes"] == [1, 26, 51, 76, 97]
     untouched = config["connectors"]["connector_of_shared_memory"]["extra"]
     assert extra["codec_chunk_frames"] == untouched["codec_chunk_frames"]
-    assert by_id[0]["compilation_config"] == {"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32]}
+    # one key of a section set, the section's others kept
+    assert by_id[0]["compilation_config"] == {"cudagraph_mode": "FULL", "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32]}
     assert by_id[0]["new_section"] == {"key": "text"}
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -566,3 +568,34 @@ def test_the_talker_builds_each_prompt_through_the_builder_attribute_the_prompt_
     build = function_def(builder, "build_prompt_embeds")
     assert [arg.arg for arg in build.args.args] == ["self"] and not build.args.vararg
     assert [arg.arg for arg in build.args.kwonlyargs] == ["task_type", "info_dict"]
+
+
+def test_the_decoder_graphs_a_checkpoint_cannot_replay_are_the_icl_ones_as_the_service_skips_them(
+    wheel: Wheel, tmp_path: Path
+) -> None:
+    """vllm-omni 0.30's code2wav captures the decoder's graphs for the modes its class names (both by default, read
+    from the model when it enables them), and its decoder decodes a stream with no prefix frames (no reference codes:
+    CustomVoice, VoiceDesign) as `xvec`: the service's code2wav asks for `xvec` graphs only on such a checkpoint."""
+    from app.engines.omni.stage_plugins.decoder_graphs import EVERY_MODE, decoder_graph_modes
+
+    code2wav = class_def(wheel.tree(CODE2WAV_MODULE), "Qwen3TTSCode2Wav")
+    (default,) = [
+        node.value
+        for node in code2wav.body
+        if isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == "decoder_cudagraph_modes"
+    ]
+    assert ast.literal_eval(default) == EVERY_MODE
+    enable = ast.unparse(function_def(code2wav, "_maybe_enable_decoder_cudagraph"))
+    assert "capture_modes=self.decoder_cudagraph_modes" in enable
+    decode = ast.unparse(
+        function_def(class_def(wheel.tree(TOKENIZER_MODULE), "Qwen3TTSTokenizerV2Decoder"), "batched_request_decode")
+    )
+    assert "mode = 'xvec' if decoder_prefix == 0 else 'icl'" in decode
+    for kind, modes in (("custom_voice", ("xvec",)), ("voice_design", ("xvec",)), ("base", EVERY_MODE)):
+        (tmp_path / kind).mkdir()
+        (tmp_path / kind / "config.json").write_text(json.dumps({"tts_model_type": kind}))
+        assert decoder_graph_modes(str(tmp_path / kind)) == modes
+    (tmp_path / "unreadable").mkdir()
+    (tmp_path / "unreadable" / "config.json").write_text("{")
+    assert decoder_graph_modes(str(tmp_path / "unreadable")) == EVERY_MODE
+    assert decoder_graph_modes(str(tmp_path / "missing")) == EVERY_MODE

@@ -18,6 +18,10 @@ convs at some batch sizes: `Conv1d(384, 384, 7, dilation=9)` over 8 windows 3 41
 its undilated and dilation-3 neighbours, and at one window the dilated convs of two blocks 594-605 µs. Timed by
 cuDNN, the same convs take 394 and 85-94 µs, the same sums in another kernel (equal up to rounding).
 
+Both capture the decoder's graphs only for the kinds of stream the checkpoint can have (`decoder_graphs.py`: a
+CustomVoice or VoiceDesign checkpoint never decodes after reference codes, so half of vllm-omni's graphs would never
+be replayed).
+
 cuDNN times a shape's algorithms the first time it meets that shape, which takes milliseconds a convolution. So the
 timing is on only while vllm-omni warms up and captures the decoder's CUDA graphs at start: it runs every shape it
 captures once before capturing it, so each graph holds the algorithms timed for its shape. Afterwards the switch is
@@ -35,9 +39,21 @@ from typing import Any
 import torch
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code2wav import Qwen3TTSCode2Wav
 
+from app.engines.omni.stage_plugins.decoder_graphs import decoder_graph_modes
 from app.engines.omni.stage_plugins.dilated_convs import fold_dilated_convs
 
 log = logging.getLogger("vllm.speech.code2wav")  # under vLLM's logger, whose handler the stage process has
+
+
+def capture_only_usable_graphs(model: Qwen3TTSCode2Wav) -> None:
+    """The decoder graphs of the kinds of stream the checkpoint can have (decoder_graphs.py): vllm-omni reads the
+    modes from the model when it enables the decoder's graphs."""
+    modes = decoder_graph_modes(model.model_path)
+    if modes != tuple(model.decoder_cudagraph_modes):
+        log.info(
+            "code2wav: decoder graphs for %s streams only (the checkpoint gets no reference codes)", "/".join(modes)
+        )
+    model.decoder_cudagraph_modes = modes
 
 
 class SpeechQwen3TTSCode2Wav(Qwen3TTSCode2Wav):
@@ -46,6 +62,7 @@ class SpeechQwen3TTSCode2Wav(Qwen3TTSCode2Wav):
     warms up and captures the decoder's graphs."""
 
     def _maybe_enable_decoder_cudagraph(self, **kwargs: Any) -> None:
+        capture_only_usable_graphs(self)
         timed = torch.backends.cudnn.benchmark
         torch.backends.cudnn.benchmark = True
         started = time.perf_counter()
@@ -64,4 +81,5 @@ class SpeechFoldedQwen3TTSCode2Wav(Qwen3TTSCode2Wav):
     def _maybe_enable_decoder_cudagraph(self, **kwargs: Any) -> None:
         folded = fold_dilated_convs(self.decoder)
         log.info("code2wav: %d dilated convs of the decoder folded into undilated ones over their phases", folded)
+        capture_only_usable_graphs(self)
         super()._maybe_enable_decoder_cudagraph(**kwargs)
