@@ -20,7 +20,7 @@
 #                            service: SERVICE_ENV). A variant whose folder already holds results is refused (before
 #                            anything starts)
 #   TARGET=service-sglang    side-by-side.sh's target each variant starts: service-sglang (the service on sglang) or
-#                            service (the service on vllm-omni, which keeps no request timeline: that step is skipped),
+#                            service (the service on vllm-omni: its request timeline at TIMELINE_LEVELS instead),
 #                            or service-pair: the service on vllm-omni twice, `service` and `service-b`, each variant
 #                            name:LEVER/LEVER_OF_B, the first lever's settings on BASE_ENV (SERVICE_ENV), the second's
 #                            on BASE_ENV_B (SERVICE_B_ENV); results as for service, service-b's beside them with -b
@@ -59,7 +59,7 @@
 #   TIMELINE_LEVELS="1:16 32:64"  with TORCH_PROFILE=1 on the omni engine (TARGET=service, service-pair): before the
 #                            profiles, the request timeline (app/engines/omni/stage_plugins/timeline.py) over each
 #                            level:requests (all sent at once, c=1 one after another), its events kept gzipped in
-#                            timeline/, read by deploy/gpu/omni_timeline.py into timeline-c<level>.md (-b: service-b):
+#                            timeline/<server>-c<level>/, read by deploy/gpu/omni_timeline.py into timeline-c<level>.md (-b: service-b):
 #                            where first audio and every window went between the server, the talker and code2wav;
 #                            empty: none
 #   PROFILE_FRAMES=100       the codec frames each request makes (EXTRA_BODY's max_new_tokens less the end token):
@@ -73,9 +73,10 @@
 #   SIDE_BY_SIDE=deploy/gpu/side-by-side.sh   what starts, sweeps and stops the server
 # What each variant runs, in order: vllm-omni's benchmark at c=32 (the first level after the start: a burst), c=1 (16
 # requests one after another: the per-stream pace), bursts of 8 and 32 at once (speech-loadtest --stagger 0), steady
-# c=8 and c=32 (--stagger 2; every thread's CPU ticks read before and after c=32), the request timeline over two c=32
-# bursts (deploy/gpu/sglang_timeline.py; sglang only), the benchmark's c=32 again (warm), the PyTorch profiles
-# (TORCH_PROFILE=1), py-spy's level, then stop.
+# c=8 and c=32 (--stagger 2; every thread's CPU ticks read before and after c=32), the request timeline (sglang: over
+# two c=32 bursts, deploy/gpu/sglang_timeline.py; omni with TORCH_PROFILE=1: at TIMELINE_LEVELS,
+# deploy/gpu/omni_timeline.py), the benchmark's c=32 again (warm), the PyTorch profiles (TORCH_PROFILE=1), py-spy's
+# level, then stop.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=${OUT:-/tmp/lever-starts}
@@ -302,11 +303,11 @@ omni_timeline() {  # the omni engine's request timeline over each of TIMELINE_LE
     step "timeline c$level" on_load_cpus env TIMELINE=1 CONCURRENCY="$level" REQUESTS="${level_requests#*:}" \
       SWEEP_NAME="tl-c$level" LOADTEST_ARGS="--stagger 0" "$SBS" profile >>"$OUT/sweeps.log" 2>&1
     sleep "${EVENTS_WAIT_S:-1}"  # the stages record until their next look at the run's flag (a quarter second)
-    mkdir -p "$OUT/timeline"
     for server in $SERVERS; do
       folder=$PROFILER_DIR/$server/tl-c$level
+      mkdir -p "$OUT/timeline/$server-c$level"  # as the run left them: deploy/gpu/omni_timeline.py reads the folder
       for events in "$folder"/events_*.jsonl; do
-        [ -f "$events" ] && gzip -c "$events" >"$OUT/timeline/$server-c$level-$(basename "$events").gz"
+        [ -f "$events" ] && gzip -c "$events" >"$OUT/timeline/$server-c$level/$(basename "$events").gz"
       done
       "$PYTHON" deploy/gpu/omni_timeline.py "$folder" --requests >"$OUT/timeline-c$level$(suffix "$server").md" 2>&1
       rm -rf "${folder:?}"  # kept in timeline/
@@ -359,7 +360,7 @@ for variant in $VARIANTS; do
   began=$(date +%s)
   export OUT=$ROOT/$name PROFILER_DIR=$PROFILES/$name
   if [ "$TARGET" = service-sglang ]; then export SERVICE_SGLANG_ENV="$BASE_ENV${lever_env:+ $lever_env}"
-  else  # vllm-omni: no timeline to record; its stages' profiler only where asked for
+  else  # vllm-omni: its stages' profiler, and its request timeline, only where asked for
     export SERVICE_ENV="$BASE_ENV${lever_env:+ $lever_env}" SERVICE_B_ENV="$BASE_ENV_B${lever_b_env:+ $lever_b_env}"
     [ "$TORCH_PROFILE" = 1 ] || export PROFILER_DIR=""
   fi

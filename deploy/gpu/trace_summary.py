@@ -24,7 +24,8 @@ host operations (PyTorch's ops, the CUDA runtime's calls, named ranges; nested o
 step spends its time beside its kernels. And where the later steps with tokens spend their host time, a step on
 average: the CUDA runtime's calls, PyTorch's outermost operations, and neither (Python, the engine's own code).
 And what the trace's other threads did from its first step with tokens on (the first OTHER_WINDOW_US): their outermost
-host operations and the GPU's copies, in time order, each thread by its name where the trace gives one: at one stream,
+host operations and the GPU's copies to the host (a burst of them one row), in time order, each thread by its name
+where the trace gives one: at one stream,
 how the first frame leaves the talker (its output worker's copy to the host and wait for the GPU, the sender's write)
 and how code2wav's receiver takes it in.
 """

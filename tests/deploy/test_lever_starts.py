@@ -311,8 +311,16 @@ def test_the_omni_engines_request_timeline_is_recorded_at_each_timeline_level_an
     for suffix in ("", "-b"):
         table = (out / f"timeline-c32{suffix}.md").read_text()
         assert "| first audio | 1 | 41.0 | 41.0 | 41.0 |" in table and "| talker | 1 | 20.0 |" in table
-    kept = sorted(path.name for path in (out / "timeline").iterdir())
-    assert "service-b-c1-events_talker_6.jsonl.gz" in kept and len(kept) == 8
+    kept = sorted(str(path.relative_to(out / "timeline")) for path in (out / "timeline").rglob("*.gz"))
+    assert "service-b-c1/events_talker_6.jsonl.gz" in kept and len(kept) == 8
+    again = subprocess.run(
+        [sys.executable, "deploy/gpu/omni_timeline.py", str(out / "timeline/service-c32")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    assert "| first audio | 1 | 41.0 |" in again.stdout  # what was kept reads as the run left it
     assert "r1 timeline c32" in (tmp_path / "out/progress.txt").read_text()
 
 

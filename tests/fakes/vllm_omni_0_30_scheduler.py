@@ -134,7 +134,13 @@ class FakeSchedulingCoordinator:
 
 @dataclass
 class FakeSchedulerOutput:
+    """vLLM's `SchedulerOutput` as far as the subclass reads it: the windows scheduled, and what the model runner acts
+    on besides: `pending_input_registrations` (vllm-omni's requests whose inputs the runner's receiving thread is to
+    look for, worker_v2/omni_model_runner.py line 210) and `finished_req_ids` (vLLM's requests to release)."""
+
     num_scheduled_tokens: dict[str, int]
+    pending_input_registrations: list[FakeRequest] = field(default_factory=list)
+    finished_req_ids: set[str] = field(default_factory=set)
 
 
 class FakeGenerationScheduler:
@@ -165,12 +171,15 @@ class FakeGenerationScheduler:
         self.finished: list[str] = []
         self.seen_waiting: list[list[str]] = []
         self._inbox: list[FakeConnectorOutput] = []
+        self._to_register: list[FakeRequest] = []  # added since the last schedule
+        self._finished_since: set[str] = set()  # finished since the last schedule
 
     # -- what the stage's clients and the receiving thread do ------------------------------------------------------
     def add(self, request_id: str) -> None:
         request = FakeRequest(request_id)
         self.requests[request_id] = request
         self.waiting.add_request(request)
+        self._to_register.append(request)
 
     def window_arrives(self, request_id: str, frames: int = 25, left_context: int = 0, last: bool = False) -> None:
         """A window of `frames` new frames (after `left_context` frames of reference codes) reaches code2wav."""
@@ -237,7 +246,8 @@ class FakeGenerationScheduler:
         for request_id, tokens in scheduled.items():  # _update_after_schedule
             self.requests[request_id].num_computed_tokens += tokens
             self.requests[request_id].num_in_flight_tokens += tokens
-        output = FakeSchedulerOutput(scheduled)
+        output = FakeSchedulerOutput(scheduled, self._to_register, self._finished_since)
+        self._to_register, self._finished_since = [], set()
         self.input_coordinator.postprocess_scheduler_output(output)
         self._restore_omni_wait_queues()
         return output
@@ -256,6 +266,7 @@ class FakeGenerationScheduler:
                 del self.requests[request_id]
                 self.input_coordinator.finished_requests.discard(request_id)
                 self.finished.append(request_id)
+                self._finished_since.add(request_id)
         return {}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import types
 from pathlib import Path
 
 import pytest
@@ -345,6 +346,8 @@ def test_an_empty_schedule_waits_for_the_next_window_instead_of_spinning(
     scheduler = scheduler_module.FirstAudioFirstScheduler({"code2wav_idle_wait_ms": 2})
     arrivals = scheduler._window_arrived = RecordedWaits()
     scheduler.add("a")
+    scheduler.schedule()  # nothing to run, but the runner registers the new stream with the receiving thread
+    assert arrivals.waits == []
     scheduler.schedule()  # its first window has not arrived: nothing to run
     assert arrivals.waits == [0.002] and slept == []
     assert scheduler.requests["a"].status == "WAITING_FOR_CHUNK" and _everyone(scheduler) == {"a"}
@@ -356,6 +359,12 @@ def test_an_empty_schedule_waits_for_the_next_window_instead_of_spinning(
     scheduler.schedule()  # nothing more ready, but a's window is still decoding: its result must not wait
     assert arrivals.waits == [0.002]
     scheduler.update_from_output(output, None)
+    scheduler.window_arrives("a", 1, last=True)
+    assert _step(scheduler) == ["a"] and scheduler.finished == ["a"]
+    scheduler.schedule()  # nothing to run, but a finished stream for the runner to release
+    assert arrivals.waits == [0.002]
+    scheduler.add("b")
+    scheduler.schedule()
     scheduler.schedule()
     assert arrivals.waits == [0.002, 0.002]
     assert slept == []
@@ -386,6 +395,11 @@ def test_while_a_timeline_records_each_window_is_recorded_ready_scheduled_and_de
         ("window_decoded", "a"),
     ]
     assert [e.get("frames") for e in recorded if e["event"] == "window_scheduled"] == [2, 2]
+    # readiness the runner collected with a step (not handed over by the receiving thread) is recorded too
+    collected = types.SimpleNamespace(omni_connector_output=types.SimpleNamespace(chunk_ready_req_ids={"b"}))
+    scheduler.update_from_output(scheduler.schedule(), collected)
+    last = json.loads(next(tmp_path.glob("events_code2wav_*.jsonl")).read_text().splitlines()[-1])
+    assert (last["event"], last["request_id"]) == ("window_ready", "b")
 
 
 def test_without_an_idle_wait_an_empty_schedule_returns_at_once(scheduler_module) -> None:

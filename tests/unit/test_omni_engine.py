@@ -352,7 +352,7 @@ async def test_a_switch_interval_reaches_the_stage_processes_environment_before_
 ) -> None:
     """SPEECH_OMNI__SWITCH_INTERVAL_MS is in the environment, in seconds, when AsyncOmni spawns the stages (the fake's
     factory reads it where vllm-omni would start them); a later start without it in the same process takes it away."""
-    monkeypatch.delenv(model_registration.SWITCH_INTERVAL_VARIABLE, raising=False)  # restored after the test
+    monkeypatch.setenv(model_registration.SWITCH_INTERVAL_VARIABLE, "")  # restored after the test, as it was
     seen: list[str | None] = []
 
     class Recording(FakeAsyncOmni):
@@ -373,7 +373,7 @@ async def test_the_prompt_stream_reaches_the_stage_processes_environment_before_
 ) -> None:
     """SPEECH_OMNI__PROMPT_STREAM is in the environment when AsyncOmni spawns the stages, read there as set; a later
     start without it in the same process takes it away. Without the service's talker it is refused, naming both."""
-    monkeypatch.delenv(prompt_stream.VARIABLE, raising=False)  # restored after the test
+    monkeypatch.setenv(prompt_stream.VARIABLE, "")  # restored after the test, as it was
     seen: list[bool] = []
 
     class Recording(FakeAsyncOmni):
@@ -973,8 +973,8 @@ async def test_a_timeline_run_records_the_servers_events_and_flags_the_stages_wi
     the run's folder until the run stops, this process records when each request was handed to vllm-omni and when its
     first audio came back, the talker's producer is the service's (it records the windows it hands on), and vllm-omni's
     profiler is left alone."""
-    monkeypatch.delenv(timeline.FLAG_VARIABLE, raising=False)
-    flag = tmp_path / "timeline-active"
+    monkeypatch.setenv(timeline.FLAG_VARIABLE, "")  # restored after the test, whatever the engine sets
+    flag = tmp_path / ".timeline-active"
     flag.write_text('{"folder": "an earlier server\'s run"}')
     omni = FakeAsyncOmni()
     engine = make_engine(custom_voice_dir, omni, profiler_dir=str(tmp_path))

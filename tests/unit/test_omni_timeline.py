@@ -107,3 +107,23 @@ def test_a_flag_that_cannot_be_read_records_nothing(tmp_path: Path, clock: list[
     recorder = timeline.Recorder("talker", str(flag))
     recorder.record("window_sent", "r1")
     assert not recorder.on() and [p.name for p in tmp_path.iterdir()] == ["flag"]
+
+
+def test_a_run_that_stops_closes_its_file_and_a_run_of_the_same_name_later_records_anew(
+    tmp_path: Path, clock: list[float]
+) -> None:
+    """A folder deleted after its run (a summary kept, the events gone) and a run of the same name again: the events
+    reach the new folder's file, not the deleted one's."""
+    import shutil
+
+    flag, run = tmp_path / ".flag", tmp_path / "tl-c1"
+    recorder = timeline.Recorder("talker", str(flag))
+    for attempt in ("first", "second"):
+        timeline.start(str(flag), str(run))
+        clock[0] += timeline.CHECK_EVERY_S
+        recorder.record("window_sent", attempt)
+        assert [e["request_id"] for e in events(run)] == [attempt]
+        timeline.stop(str(flag))
+        clock[0] += timeline.CHECK_EVERY_S
+        assert not recorder.on()
+        shutil.rmtree(run)

@@ -180,8 +180,9 @@ def pipeline_with_stage_plugins(
     if talker_windows and UPSTREAM_TALKER_WINDOWS not in producers:
         # the service would accept a request's first-window size that vllm-omni's adaptive windows then override
         raise ValueError(
-            f"the deploy profile sets codec_adaptive_first_frames, but no stage of pipeline {pipeline.model_type!r} "
-            f"hands its windows on through {UPSTREAM_TALKER_WINDOWS}, around which the service fixes the first window"
+            "the service's talker producer (for the deploy profile's codec_adaptive_first_frames, or the request "
+            f"timeline of a server with a profiler directory) wraps {UPSTREAM_TALKER_WINDOWS}, but no stage of "
+            f"pipeline {pipeline.model_type!r} hands its windows on through it"
         )
 
     def plugged(stage: Any) -> Any:
@@ -243,7 +244,8 @@ class OmniEngine:
         self._profiler_dir = os.path.abspath(profiler_dir) if profiler_dir else None
         # the request timeline's flag, which the stage processes look for (stage_plugins/timeline.py), and this
         # process's own recorder, which follows the engine's runs at once
-        self._timeline_flag = os.path.join(self._profiler_dir, "timeline-active") if self._profiler_dir else None
+        # (a dot first: no run's folder can be named so)
+        self._timeline_flag = os.path.join(self._profiler_dir, ".timeline-active") if self._profiler_dir else None
         self._timeline = timeline.Recorder("server", None)
         self._timeline_run: str | None = None
         self._omni: Any = None
@@ -341,6 +343,7 @@ class OmniEngine:
         are rank 0, so one prefix for both would put their traces in one file. Each stage writes
         `<profiler_dir>/<run_id>/<time>_stage<N>/` once stopped."""
         omni = self._profiling()
+        self._stop_timeline()  # one run at a time: a stop would end the timeline and leave the profiler on
         folder = os.path.join(self._profiler_dir or "", run_id)
         await asyncio.gather(
             *(
@@ -364,13 +367,18 @@ class OmniEngine:
         return folder
 
     async def stop_profile(self, run_id: str | None) -> None:
-        if self._timeline_run is not None:  # a timeline run: the stages record until their next look at the flag
-            assert self._timeline_flag is not None
-            timeline.stop(self._timeline_flag)
-            self._timeline.pin(None)
-            self._timeline_run = None
+        if self._stop_timeline():  # a timeline run: the stages record until their next look at the flag
             return
         await self._profiling().stop_profile(stages=list(PROFILED_STAGES))  # returns once the traces are written
+
+    def _stop_timeline(self) -> bool:
+        """Ends the timeline run, if one is on (True)."""
+        if self._timeline_run is None or self._timeline_flag is None:
+            return False
+        timeline.stop(self._timeline_flag)
+        self._timeline.pin(None)
+        self._timeline_run = None
+        return True
 
     def _profiling(self) -> Any:
         if not self._profiler_dir:

@@ -31,10 +31,14 @@ window schedule to read.
 It also gives way when it has nothing to schedule: vLLM's engine loop keeps calling `schedule()` (and an empty model
 step) while any stream waits for its next window, and it holds the GIL that the model runner's receiving thread (the
 same process at one GPU per stage) needs to load each window. With `code2wav_idle_wait_ms`, a schedule with nothing
-to run and no step of its own in flight waits up to that long for the receiving thread to hand a window over
-(`enqueue_omni_connector_output`), without the GIL: a window that arrives ends the wait at once, so the wait adds
-nothing to its latency, where the spinning loop made the receiving thread queue for the GIL. A request that reaches
-the stage meanwhile, or a cancellation, waits at most that long.
+to run, no window of its own in flight and nothing for the model runner to register or release (a new stream, whose
+windows the receiving thread cannot look for until the runner registers it; a finished one) waits up to that long for
+the receiving thread to hand a window over (`enqueue_omni_connector_output`, which vllm-omni binds as that thread's
+sink where the stage runs in one process, one GPU), without the GIL: a window handed over ends the wait at once,
+where the spinning loop made the receiving thread queue for the GIL. A window's readiness can also reach the
+scheduler another way, with a model step's output (the runner collects what the thread has not handed over yet when
+it runs a step, empty ones too): one collected by the empty step in flight is taken in a wait later, so it can be
+that much late. A request that reaches the stage meanwhile, or a cancellation, waits at most that long.
 
 Settings come from the deploy profile's connector `extra` (which vllm-omni hands to every stage unchanged):
 `first_audio_first_margin_s` (default 1.0; 0 turns the policy off, leaving a logging-only scheduler),
@@ -120,6 +124,15 @@ def _flag(value: object, name: str) -> bool:
     raise ValueError(f"{name} must be true or false, not {value!r}")
 
 
+def _runner_work(output: Any) -> bool:
+    """A schedule's output that the model runner must act on although it runs no window: streams to register with
+    the receiving thread (vLLM's new requests, vllm-omni's input registrations) or to release."""
+    return any(
+        getattr(output, name, None)
+        for name in ("scheduled_new_reqs", "pending_input_registrations", "finished_req_ids")
+    )
+
+
 def left_context_frames(request: Any) -> int:
     """The context frames at the head of the request's current window (0.30's coordinator stores the window's
     `left_context_size` as `{"meta": {"left_context_size": n}}`, or None when the window's meta had none)."""
@@ -180,7 +193,7 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
                 f"{type(getattr(self, 'chunk_transfer_adapter', None)).__name__}. Set SPEECH_OMNI__CODE2WAV_SCHEDULER "
                 "empty to use vllm-omni's own scheduler."
             )
-        # on vllm-omni's class: this one overrides two of them
+        # on vllm-omni's class: this one overrides three of them
         missing = [
             f"scheduler.{name}()"
             for name in _SCHEDULER_METHODS
@@ -284,8 +297,12 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         """The receiving thread hands windows over (vllm-omni binds this as its runner's sink): an idle wait ends."""
         super().enqueue_omni_connector_output(output)
         self._window_arrived.set()
-        if self._timeline.on():
-            for request_id in getattr(output, "chunk_ready_req_ids", ()) or ():
+        self._record_ready(output)
+
+    def _record_ready(self, connector_output: Any) -> None:
+        """While a timeline records: each window whose readiness reached the scheduler, by either way."""
+        if connector_output is not None and self._timeline.on():
+            for request_id in getattr(connector_output, "chunk_ready_req_ids", ()) or ():
                 self._timeline.record("window_ready", request_id)
 
     def schedule(self, throttle_prefills: bool = False) -> Any:
@@ -317,8 +334,8 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
             log.info("code2wav probe %s", self._probe.report(now))
         if self._filling:  # releases the GIL to the thread that receives the windows the held step waits for
             time.sleep(FILL_HOLD_SLEEP_S)
-        elif not windows and self._idle_wait_s > 0 and not self._scheduled_at:
-            # nothing to run and no result of ours to process: wait for a window, the GIL released
+        elif not windows and self._idle_wait_s > 0 and not self._scheduled_at and not _runner_work(output):
+            # nothing to run, no result of ours to process, nothing to register: wait for a window, the GIL released
             self._window_arrived.wait(self._idle_wait_s)
         self._filling = False
         return output
@@ -331,4 +348,6 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
             if self._timeline.on():
                 for request_id in scheduler_output.num_scheduled_tokens:
                     self._timeline.record("window_decoded", request_id)
+        # readiness the runner collected with this step, where the receiving thread had not handed it over
+        self._record_ready(getattr(model_runner_output, "omni_connector_output", None))
         return super().update_from_output(scheduler_output, model_runner_output)

@@ -13,10 +13,11 @@ With `codec_adaptive_first_frames: N` beside `codec_chunk_adaptive: true`, every
 request's own `initial_codec_chunk_frames` wins), and vllm-omni sizes the rest. It only fills vllm-omni's per-stream
 cache of first-window sizes (`_cached_ic`, which vllm-omni fills itself for a stream without an entry and empties
 when the stream ends) before vllm-omni reads it; the windows themselves, their emission and their payloads are
-vllm-omni's. The service registers it as stage 0's producer only where the profile sets both (`engine.py`,
-`pipeline_with_stage_plugins`); elsewhere vllm-omni's own runs. vllm-omni's native data plane builds a talker step's
-payloads with the producer module's `<name>_batch` peer (one copy of the step's frames for all streams): this module
-has one too, which hands the step to vllm-omni's.
+vllm-omni's. While a request timeline records (`timeline.py`), it also records each window it hands on. The service
+registers it as stage 0's producer only where the profile sets both, or where the server has a profiler directory
+(`engine.py`, `pipeline_with_stage_plugins`); elsewhere vllm-omni's own runs. vllm-omni's native data plane builds a
+talker step's payloads with the producer module's `<name>_batch` peer (one copy of the step's frames for all
+streams): this module has one too, which hands the step to vllm-omni's.
 """
 
 from __future__ import annotations

@@ -11,9 +11,10 @@ flag at most every CHECK_EVERY_S, so that an event costs a clock read while no r
 lays the events out request by request.
 
 Events: the server's `submitted` (the request handed to vllm-omni) and `first_audio` (its first audio back); the
-talker's `window_sent` (its producer handed a window on, `window` counting from 0); code2wav's `window_ready` (its
-receiving thread handed a window to the scheduler), `window_scheduled` and `window_decoded` (the step that carried it
-returned). Imports nothing of the service, so that the stage processes can load it."""
+talker's `window_sent` (its producer handed a window on); code2wav's `window_ready` (the window's readiness reached
+the scheduler: from the receiving thread, or with a model step's output), `window_scheduled` (with its `frames`) and
+`window_decoded` (the step that carried it returned). A stream's n-th event of each name is its n-th window's.
+Imports nothing of the service, so that the stage processes can load it."""
 
 from __future__ import annotations
 
@@ -43,6 +44,15 @@ class Recorder:
         """Record to `folder` (None: not at all) whatever the flag says: the engine's own recorder, in the process
         that writes the flag, follows its runs at once."""
         self.flag, self._folder = None, folder
+        if folder is None:
+            self._close()
+
+    def _close(self) -> None:
+        """The run's file closed once it records no more (a later run of the same name opens it anew)."""
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+            self._file = self._file_folder = None
 
     def folder(self) -> str | None:
         """The folder the current run records to, or None (read from the flag at most every CHECK_EVERY_S)."""
@@ -56,6 +66,8 @@ class Recorder:
                     self._folder = str(json.load(flag)["folder"]) or None
             except (OSError, ValueError, KeyError, TypeError):
                 self._folder = None
+            if self._folder is None and self._file is not None:
+                self._close()
         return self._folder
 
     def on(self) -> bool:
