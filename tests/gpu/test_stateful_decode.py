@@ -393,6 +393,10 @@ def test_the_services_code2wav_streams_what_vllm_omnis_does(
                 folded = [m for m in model.decoder.modules() if isinstance(m, FoldedConv1d)]
                 assert len(folded) == 8  # blocks 0-3, dilations 3 and 9
                 assert not [m for m in model.decoder.modules() if can_fold(m)]  # none left unfolded
+            # a CustomVoice checkpoint: the service's captures no graph for streams after reference codes (icl),
+            # which it never has; vllm-omni's captures both kinds
+            kinds = {key[0] for key in model.decoder._cudagraph_wrapper.combined_states}
+            assert kinds == ({"xvec"} if name == "service" else {"icl", "xvec"}), (name, kinds)
             if codes is None:
                 codes = random_codes(torch, frames, 3, int(model.decoder.config.codebook_size))
             pieces, offset = [], 0
