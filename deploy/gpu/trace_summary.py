@@ -122,8 +122,9 @@ class FirstStep:
     end: float
     gpu_busy_us: float  # kernels and copies clipped to the step, overlaps counted once
     last_gpu_end: float | None  # the end of the last kernel or copy that started inside it (may lie past its end)
-    # the step thread's host operations of at least HOST_OP_MIN_US inside it: (start, end, name, category)
-    host_ops: list[tuple[float, float, str, str]]
+    # the step thread's host operations of at least HOST_OP_MIN_US inside it: (start, end, name, category, the
+    # innermost Python function around it where the trace has Python stacks, else "")
+    host_ops: list[tuple[float, float, str, str, str]]
 
 
 def read_trace(path: Path) -> dict[str, Any] | list[Any]:
@@ -266,10 +267,12 @@ def first_step(
     start, end = span
     clipped = [(max(a, start), min(b, end)) for a, b in gpu if a < end and b > start]
     last = max((b for a, b in gpu if start <= a < end), default=None)
+    mine = [(a, b, name, kind) for a, b, name, kind, tid in host_ops if tid == thread and a < end and b > start]
+    python = [(a, b, name) for a, b, name, kind in mine if kind == "python_function"]  # a trace with stacks
     ops = [
         (a, b, name, kind)
-        for a, b, name, kind, tid in host_ops
-        if tid == thread and a >= start and b <= end and b - a >= HOST_OP_MIN_US
+        for a, b, name, kind in mine
+        if kind != "python_function" and a >= start and b <= end and b - a >= HOST_OP_MIN_US
     ]
     ops.sort(key=lambda op: op[0] - op[1])  # longest first
     return FirstStep(
@@ -277,8 +280,14 @@ def first_step(
         end + origin_us,
         union_us(clipped),
         None if last is None else last + origin_us,
-        [(a + origin_us, b + origin_us, name, kind) for a, b, name, kind in ops[:HOST_OPS_SHOWN]],
+        [(a + origin_us, b + origin_us, name, kind, caller(a, b, python)) for a, b, name, kind in ops[:HOST_OPS_SHOWN]],
     )
+
+
+def caller(start: float, end: float, python: list[tuple[float, float, str]]) -> str:
+    """The innermost Python function (of a trace recorded with stacks) around [start, end], or ""."""
+    around = [(b - a, name) for a, b, name in python if a <= start and b >= end]
+    return min(around)[1] if around else ""
 
 
 def other_threads(
@@ -452,9 +461,10 @@ def first_step_host(summaries: list[TraceSummary], root: Path, first: float) -> 
             f"{at(step.start)}–{at(step.end)}: GPU busy {step.gpu_busy_us / 1000:.1f} ms of its "
             f"{(step.end - step.start) / 1000:.1f}; the last GPU work started inside it ended at {last}"
         )
-        for start, end, name, category in step.host_ops:
+        for start, end, name, category, where in step.host_ops:
             host_rows.append(
-                f"| {trace} | `{cell(name)}` | {category} | {at(start)}–{at(end)} | {(end - start) / 1000:.2f} |"
+                f"| {trace} | `{cell(name)}` | {category} | {at(start)}–{at(end)} | {(end - start) / 1000:.2f} | "
+                f"{f'`{cell(where)}`' if where else '–'} |"
             )
     lines = section(
         "The GPU inside each trace's first step with tokens",
@@ -469,8 +479,9 @@ def first_step_host(summaries: list[TraceSummary], root: Path, first: float) -> 
             "The longest host operations inside each trace's first step with tokens",
             f"The step's own thread, operations of at least {HOST_OP_MIN_US / 1000:g} ms that lie within the step (the "
             f"first {HOST_OPS_SHOWN}, longest first; an operation and those inside it each listed), start–end in ms "
-            "on the clock above.",
-            ("trace", "operation", "kind", "start–end ms", "ms"),
+            "on the clock above; in a trace recorded with Python stacks (vLLM's `torch_profiler_with_stack`), the "
+            "innermost Python function around each.",
+            ("trace", "operation", "kind", "start–end ms", "ms", "in (Python)"),
             host_rows,
         )
     other_rows = [

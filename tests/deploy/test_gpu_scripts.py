@@ -1868,10 +1868,27 @@ def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_w
     ) in gpu
     rows = section_rows(whole, "The longest host operations inside each trace's first step with tokens")
     assert rows == [
-        "| `c1/stage0/trace_rank0.json` | `execute_model` | user_annotation | -0.4–29.0 | 29.40 |",
-        "| `c1/stage0/trace_rank0.json` | `aten::to` | cpu_op | 4.0–24.0 | 20.00 |",
-        "| `c1/stage0/trace_rank0.json` | `cudaStreamSynchronize` | cuda_runtime | 4.1–23.9 | 19.80 |",
-        "| `c1/stage0/trace_rank0.json` | `aten::add\\|sub` | cpu_op | 0.0–0.3 | 0.30 |",
+        "| `c1/stage0/trace_rank0.json` | `execute_model` | user_annotation | -0.4–29.0 | 29.40 | – |",
+        "| `c1/stage0/trace_rank0.json` | `aten::to` | cpu_op | 4.0–24.0 | 20.00 | – |",
+        "| `c1/stage0/trace_rank0.json` | `cudaStreamSynchronize` | cuda_runtime | 4.1–23.9 | 19.80 | – |",
+        "| `c1/stage0/trace_rank0.json` | `aten::add\\|sub` | cpu_op | 0.0–0.3 | 0.30 | – |",
+    ]
+    # recorded with Python stacks: each operation says the innermost Python function around it, and the functions
+    # themselves (which would fill the list with the wrappers around everything) are not listed
+    talker["traceEvents"] += [  # type: ignore[operator]
+        trace_op("gpu_model_runner.py(100): execute_model", 550, 30_100, "python_function"),
+        trace_op("input_batch.py(50): make_prompt_embeds", 4_900, 25_100, "python_function"),
+        trace_op("gpu_model_runner.py(900): sample", 34_000, 35_500, "python_function"),  # the next step's
+    ]
+    rows = section_rows(
+        summarized(summary, tmp_path / "stacks", {"c1/stage0": talker}),
+        "The longest host operations inside each trace's first step with tokens",
+    )
+    assert [row.rsplit(" | ", 2)[-2:] for row in rows] == [
+        ["29.40", "`gpu_model_runner.py(100): execute_model` |"],
+        ["20.00", "`input_batch.py(50): make_prompt_embeds` |"],
+        ["19.80", "`input_batch.py(50): make_prompt_embeds` |"],
+        ["0.30", "`gpu_model_runner.py(100): execute_model` |"],
     ]
 
 
