@@ -163,6 +163,14 @@ class OmniSettings(BaseModel):
         "server's event loop (3-5% of that loop's time at c=16 on an H200: 3-4 ms per request that every stream "
         "waits behind). false: neither.",
     )
+    profiler_stacks: bool = Field(
+        False,
+        description="With the server's profiler directory (SPEECH_PROFILER_DIR): both stages' PyTorch profiler "
+        "records Python stacks and operator shapes too (vLLM's torch_profiler_with_stack and _record_shapes), so "
+        "that a trace says which code ran each operation (deploy/gpu/trace_summary.py names the innermost Python "
+        "function around each of the first step's longest ones). Traces grow several times over and each profiled "
+        "step costs more: for a window of one or a few requests.",
+    )
     parallel_stage_init: bool = Field(
         False,
         description="Start the stages (talker, codec decoder) at once instead of one after the other: vllm-omni's "

@@ -947,7 +947,12 @@ async def test_a_profiler_directory_gives_both_stages_a_profiler_and_profiles_th
     with pytest.raises(EngineUnavailable):
         await engine.start_profile("early")  # nothing to profile before the start
     await engine.start()
-    config = {"profiler": "torch", "torch_profiler_dir": str(tmp_path), "torch_profiler_with_stack": False}
+    config = {
+        "profiler": "torch",
+        "torch_profiler_dir": str(tmp_path),
+        "torch_profiler_with_stack": False,
+        "torch_profiler_record_shapes": False,
+    }
     assert omni.kwargs["stage_overrides"] == {
         "0": {"profiler_config": config},
         "1": {"load_format": "auto", "profiler_config": config},
@@ -963,6 +968,13 @@ async def test_a_profiler_directory_gives_both_stages_a_profiler_and_profiles_th
     theirs = {"0": {"profiler_config": {"profiler": "torch", "torch_profiler_dir": "/elsewhere"}}}
     assert profiler_overrides(theirs, str(tmp_path))["0"]["profiler_config"]["torch_profiler_dir"] == "/elsewhere"
     assert profiler_overrides(own, None) == own and profiler_overrides(None, None) == {}
+    # SPEECH_OMNI__PROFILER_STACKS: both stages record Python stacks and shapes
+    stacked = profiler_overrides(None, str(tmp_path), stacks=True)
+    assert {stage: c["profiler_config"]["torch_profiler_with_stack"] for stage, c in stacked.items()} == {
+        "0": True,
+        "1": True,
+    }
+    assert all(c["profiler_config"]["torch_profiler_record_shapes"] for c in stacked.values())
     await engine.close()
 
 

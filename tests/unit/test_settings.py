@@ -54,6 +54,7 @@ EXAMPLES: dict[str, tuple[str, object]] = {
 # engine settings added after the groups: SPEECH_<GROUP>__<FIELD> only
 BORN_GROUPED = {
     ("omni", "parallel_stage_init"),
+    ("omni", "profiler_stacks"),
     ("omni", "code2wav_model"),
     ("omni", "talker_model"),
     ("omni", "engine_stats"),

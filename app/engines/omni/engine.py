@@ -87,14 +87,21 @@ PROFILED_STAGES = (0, 1)  # the talker (with its code predictor) and code2wav
 STAGE_CHECK_INTERVAL_S = 0.5
 
 
-def profiler_overrides(overrides: dict[str, dict[str, object]] | None, profiler_dir: str | None) -> dict[str, Any]:
+def profiler_overrides(
+    overrides: dict[str, dict[str, object]] | None, profiler_dir: str | None, stacks: bool = False
+) -> dict[str, Any]:
     """The stage overrides, with vLLM's torch profiler configured in every stage where a profiler directory is given
     (vllm-omni 0.30 builds a stage's profiler from its `profiler_config`; a stage without one refuses to profile).
-    Python stacks stay off: they multiply a trace's size and the profiler's own cost per step. A stage's own
-    `profiler_config` among the overrides wins."""
+    Python stacks and operator shapes only with `stacks`: they multiply a trace's size and the profiler's own cost
+    per step. A stage's own `profiler_config` among the overrides wins."""
     merged: dict[str, Any] = {stage: dict(values) for stage, values in (overrides or {}).items()}
     if profiler_dir:
-        config = {"profiler": "torch", "torch_profiler_dir": profiler_dir, "torch_profiler_with_stack": False}
+        config = {
+            "profiler": "torch",
+            "torch_profiler_dir": profiler_dir,
+            "torch_profiler_with_stack": stacks,
+            "torch_profiler_record_shapes": stacks,
+        }
         for stage in PROFILED_STAGES:
             merged.setdefault(str(stage), {}).setdefault("profiler_config", config)
     return merged
@@ -407,7 +414,7 @@ class OmniEngine:
         kwargs: dict[str, Any] = {"model": self._model.path, "log_stats": settings.engine_stats}
         if settings.deploy_config:
             kwargs["deploy_config"] = settings.deploy_config
-        overrides = profiler_overrides(settings.stage_overrides, self._profiler_dir)
+        overrides = profiler_overrides(settings.stage_overrides, self._profiler_dir, settings.profiler_stacks)
         if settings.parallel_stage_init:
             kwargs["parallel_stage_init"] = True
             # vllm-omni would count code2wav's concurrent load as the talker's memory (stage_memory.py)
