@@ -285,9 +285,16 @@ def first_step(
 
 
 def caller(start: float, end: float, python: list[tuple[float, float, str]]) -> str:
-    """The innermost Python function (of a trace recorded with stacks) around [start, end], or ""."""
-    around = [(b - a, name) for a, b, name in python if a <= start and b >= end]
+    """The innermost Python function of the code's own (a trace recorded with stacks) around [start, end], or "".
+    PyTorch's Python tracer also records each call into C (`<built-in method empty of type object at 0x...>`), the
+    innermost frame around nearly every operation, which names the operation again: those are passed over."""
+    around = [(b - a, name) for a, b, name in python if a <= start and b >= end and is_code(name)]
     return min(around)[1] if around else ""
+
+
+def is_code(frame: str) -> bool:
+    """A Python tracer's frame of a function in a source file (`path.py(line): name`) or a module (`nn.Module: X`)."""
+    return ".py(" in frame or frame.startswith("nn.Module:")
 
 
 def other_threads(
@@ -307,7 +314,8 @@ def other_threads(
     rows: list[tuple[float, float, str, str, str, int]] = []
     outer_end: dict[object, float] = {}
     for a, b, name, kind, tid in sorted(host_ops, key=lambda op: (op[0], -op[1])):
-        if tid == thread or not start <= a < end or a < outer_end.get(tid, float("-inf")):
+        # a trace with Python stacks: its frames would stand as the outermost of every operation below them
+        if kind == "python_function" or tid == thread or not start <= a < end or a < outer_end.get(tid, float("-inf")):
             continue
         outer_end[tid] = b
         rows.append((a + origin_us, b + origin_us, name, kind, thread_names.get(tid) or f"thread {tid}", 1))

@@ -1879,6 +1879,8 @@ def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_w
         trace_op("gpu_model_runner.py(100): execute_model", 550, 30_100, "python_function"),
         trace_op("input_batch.py(50): make_prompt_embeds", 4_900, 25_100, "python_function"),
         trace_op("gpu_model_runner.py(900): sample", 34_000, 35_500, "python_function"),  # the next step's
+        # PyTorch's frame for the call into C: innermost, but it names the operation again
+        trace_op("<built-in method to of Tensor object at 0x7f>", 4_990, 25_010, "python_function"),
     ]
     rows = section_rows(
         summarized(summary, tmp_path / "stacks", {"c1/stage0": talker}),
@@ -1910,6 +1912,8 @@ def test_trace_summary_lists_what_the_other_threads_did_from_the_first_step_with
         trace_op("aten::copy_", 40_000, 40_500, thread=3),
         trace_op("aten::short", 41_000, 41_010, thread=3),  # shorter than OTHER_OP_MIN_US
         trace_op("aten::past_the_window", 61_000, 62_000, thread=2),  # 60.5 ms after the step's start
+        # a trace with Python stacks: the frames around thread 2's work are not its outermost operations
+        trace_op("omni_connector_payload_transport.py(959): _save_loop", 20_000, 45_000, "python_function", thread=2),
         {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "ts": 38_000, "dur": 50},
     ]
     text = summarized(summary, tmp_path, {"c1/stage0": {"traceEvents": events}})

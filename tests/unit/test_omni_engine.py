@@ -998,7 +998,7 @@ async def test_a_timeline_run_records_the_servers_events_and_flags_the_stages_wi
         started = await client.post("/admin/profile/start", json={"run_id": "tl-c1", "timeline": True})
         assert started.status_code == 200, started.text
         assert started.json()["traces"] == str(tmp_path / "tl-c1")
-        assert json.loads(flag.read_text()) == {"folder": str(tmp_path / "tl-c1")}
+        assert json.loads(flag.read_text())["folder"] == str(tmp_path / "tl-c1")
         await collect(engine, job(request_id="r1", max_new_tokens=11))
         stopped = await client.post("/admin/profile/stop", json={"run_id": "tl-c1"})
         assert stopped.status_code == 200 and not flag.exists()
@@ -1006,6 +1006,15 @@ async def test_a_timeline_run_records_the_servers_events_and_flags_the_stages_wi
     recorded = [json.loads(line) for line in (tmp_path / f"tl-c1/events_server_{os.getpid()}.jsonl").open()]
     assert [(e["event"], e["request_id"]) for e in recorded] == [("submitted", "r1"), ("first_audio", "r1")]
     assert omni.profiles == []
+    # one run at a time: a profiler run ends a timeline's, and a timeline run the profiler's, so that a stop
+    # never leaves either on
+    await engine.start_timeline("tl-a")
+    await engine.start_profile("p-b")
+    assert not flag.exists() and [call[0] for call in omni.profiles] == ["start", "start"]
+    await engine.start_timeline("tl-c")
+    assert flag.exists() and [call[0] for call in omni.profiles] == ["start", "start", "stop"]
+    await engine.stop_profile(None)
+    assert not flag.exists() and len(omni.profiles) == 3  # the timeline's stop alone
     await engine.close()
 
 

@@ -112,8 +112,8 @@ def test_a_flag_that_cannot_be_read_records_nothing(tmp_path: Path, clock: list[
 def test_a_run_that_stops_closes_its_file_and_a_run_of_the_same_name_later_records_anew(
     tmp_path: Path, clock: list[float]
 ) -> None:
-    """A folder deleted after its run (a summary kept, the events gone) and a run of the same name again: the events
-    reach the new folder's file, not the deleted one's."""
+    """A folder deleted after its run (a summary kept, the events gone) and a run of the same name again, the recorder
+    not called in between: the events reach the new folder's file, not the deleted one's (each start marks its run)."""
     import shutil
 
     flag, run = tmp_path / ".flag", tmp_path / "tl-c1"
@@ -124,6 +124,4 @@ def test_a_run_that_stops_closes_its_file_and_a_run_of_the_same_name_later_recor
         recorder.record("window_sent", attempt)
         assert [e["request_id"] for e in events(run)] == [attempt]
         timeline.stop(str(flag))
-        clock[0] += timeline.CHECK_EVERY_S
-        assert not recorder.on()
-        shutil.rmtree(run)
+        shutil.rmtree(run)  # no look at the flag in between: the recorder is called only while requests run

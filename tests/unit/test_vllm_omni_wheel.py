@@ -595,6 +595,9 @@ def test_the_decoder_graphs_a_checkpoint_cannot_replay_are_the_icl_ones_as_the_s
         (tmp_path / kind).mkdir()
         (tmp_path / kind / "config.json").write_text(json.dumps({"tts_model_type": kind}))
         assert decoder_graph_modes(str(tmp_path / kind)) == modes
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "config.json").write_text(json.dumps({"tts_model_type": ["custom_voice"]}))
+    assert decoder_graph_modes(str(tmp_path / "odd")) == EVERY_MODE
     (tmp_path / "unreadable").mkdir()
     (tmp_path / "unreadable" / "config.json").write_text("{")
     assert decoder_graph_modes(str(tmp_path / "unreadable")) == EVERY_MODE

@@ -255,6 +255,7 @@ class OmniEngine:
         self._timeline_flag = os.path.join(self._profiler_dir, ".timeline-active") if self._profiler_dir else None
         self._timeline = timeline.Recorder("server", None)
         self._timeline_run: str | None = None
+        self._profiler_on = False  # a run of vllm-omni's torch profiler, started and not yet stopped
         self._omni: Any = None
         self._cumulative = False
         self._helpers: PromptHelpers | None = None
@@ -350,7 +351,7 @@ class OmniEngine:
         are rank 0, so one prefix for both would put their traces in one file. Each stage writes
         `<profiler_dir>/<run_id>/<time>_stage<N>/` once stopped."""
         omni = self._profiling()
-        self._stop_timeline()  # one run at a time: a stop would end the timeline and leave the profiler on
+        self._stop_timeline()  # one run at a time
         folder = os.path.join(self._profiler_dir or "", run_id)
         await asyncio.gather(
             *(
@@ -358,6 +359,7 @@ class OmniEngine:
                 for stage in PROFILED_STAGES
             )
         )
+        self._profiler_on = True
         return folder
 
     async def start_timeline(self, run_id: str) -> str:
@@ -365,8 +367,11 @@ class OmniEngine:
         request's windows passed them (stage_plugins/timeline.py), as `events_<role>_<pid>.jsonl` under
         `<profiler_dir>/<run_id>`, the stages from their next look at the flag on (within a quarter of a second);
         deploy/gpu/omni_timeline.py lays them out."""
-        self._profiling()
+        omni = self._profiling()
         assert self._timeline_flag is not None  # a profiler directory, or _profiling() refused
+        if self._profiler_on:  # one run at a time: the profiler's run ends first
+            await omni.stop_profile(stages=list(PROFILED_STAGES))
+            self._profiler_on = False
         folder = os.path.join(self._profiler_dir or "", run_id)
         timeline.start(self._timeline_flag, folder)
         self._timeline.pin(folder)
@@ -374,9 +379,12 @@ class OmniEngine:
         return folder
 
     async def stop_profile(self, run_id: str | None) -> None:
-        if self._stop_timeline():  # a timeline run: the stages record until their next look at the flag
+        """Whichever run is on: a timeline's (the stages record until their next look at the flag), or the profiler's
+        (vllm-omni's call returns once the traces are written; called too where this process knows of no run)."""
+        if self._stop_timeline() and not self._profiler_on:
             return
-        await self._profiling().stop_profile(stages=list(PROFILED_STAGES))  # returns once the traces are written
+        self._profiler_on = False
+        await self._profiling().stop_profile(stages=list(PROFILED_STAGES))
 
     def _stop_timeline(self) -> bool:
         """Ends the timeline run, if one is on (True)."""

@@ -27,4 +27,4 @@ def decoder_graph_modes(model_path: str) -> tuple[str, ...]:
     except (OSError, ValueError):
         return EVERY_MODE
     kind = config.get("tts_model_type") if isinstance(config, dict) else None
-    return ("xvec",) if kind in WITHOUT_REFERENCE_CODES else EVERY_MODE
+    return ("xvec",) if isinstance(kind, str) and kind in WITHOUT_REFERENCE_CODES else EVERY_MODE

@@ -37,22 +37,22 @@ class Recorder:
         self._lock = threading.Lock()
         self._checked_at = float("-inf")
         self._folder: str | None = None
+        self._run: str | None = None  # the run's own mark (a new start of the same folder is a new run)
         self._file: TextIO | None = None
-        self._file_folder: str | None = None
+        self._file_run: tuple[str, str | None] | None = None  # the folder and run the open file belongs to
 
     def pin(self, folder: str | None) -> None:
         """Record to `folder` (None: not at all) whatever the flag says: the engine's own recorder, in the process
         that writes the flag, follows its runs at once."""
-        self.flag, self._folder = None, folder
-        if folder is None:
-            self._close()
+        self.flag, self._folder, self._run = None, folder, None
+        self._close()  # a pinned folder is a new run
 
     def _close(self) -> None:
         """The run's file closed once it records no more (a later run of the same name opens it anew)."""
         with self._lock:
             if self._file is not None:
                 self._file.close()
-            self._file = self._file_folder = None
+            self._file = self._file_run = None
 
     def folder(self) -> str | None:
         """The folder the current run records to, or None (read from the flag at most every CHECK_EVERY_S)."""
@@ -63,9 +63,10 @@ class Recorder:
             self._checked_at = now
             try:
                 with open(self.flag, encoding="utf-8") as flag:
-                    self._folder = str(json.load(flag)["folder"]) or None
-            except (OSError, ValueError, KeyError, TypeError):
-                self._folder = None
+                    marks = json.load(flag)
+                self._folder, self._run = str(marks["folder"]) or None, str(marks.get("run", ""))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                self._folder, self._run = None, None
             if self._folder is None and self._file is not None:
                 self._close()
         return self._folder
@@ -80,12 +81,12 @@ class Recorder:
         line = json.dumps({"ts_ns": time.time_ns(), "event": event, "request_id": request_id, **fields})
         with self._lock:
             try:
-                if self._file is None or self._file_folder != folder:
+                if self._file is None or self._file_run != (folder, self._run):
                     if self._file is not None:
                         self._file.close()
                     os.makedirs(folder, exist_ok=True)
                     path = os.path.join(folder, f"events_{self.role}_{os.getpid()}.jsonl")
-                    self._file, self._file_folder = open(path, "a", encoding="utf-8", buffering=1), folder
+                    self._file, self._file_run = open(path, "a", encoding="utf-8", buffering=1), (folder, self._run)
                 self._file.write(line + "\n")
             except OSError:  # a timeline is a diagnosis: a full disk must not fail the request
                 self._file = None
@@ -108,7 +109,8 @@ def start(flag: str, folder: str) -> None:
     os.makedirs(folder, exist_ok=True)
     partial = f"{flag}.{os.getpid()}.tmp"
     with open(partial, "w", encoding="utf-8") as out:
-        json.dump({"folder": folder}, out)
+        # the run's mark: a recorder that missed the stop (it looks only when called) opens the folder's file anew
+        json.dump({"folder": folder, "run": f"{os.getpid()}-{time.time_ns()}"}, out)
     os.replace(partial, flag)  # a reader sees the old flag or the new, never half of one
 
 
