@@ -3,6 +3,7 @@
 SPEECH_GPU_URL: a server of a CustomVoice checkpoint; SPEECH_GPU_CLONE_URL: a server of a Base checkpoint;
 SPEECH_GPU_SERVER_LOG: the CustomVoice server's log file, when the tests run on its host. Both servers run
 with SPEECH_OMNI__FIXED_LENGTH=true on random weights, so a request for N tokens returns exactly N - 1 codec frames.
+SPEECH_GPU_PROFILER_DIR: the CustomVoice server's SPEECH_PROFILER_DIR, readable here (its request timeline's test).
 SPEECH_GPU_SENTENCE_TOKENS=N: the CustomVoice server runs the sentence pipeline (SPEECH_OMNI__SENTENCE_PIPELINE=true)
 with a copy of its deploy profile whose stage-0 default_sampling_params.max_tokens is N, so that each sentence of a
 request without max_new_tokens is N - 1 frames.
