@@ -23,14 +23,14 @@ server id it starts with.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, whether run as a script or loaded by path
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, whether run as a script or loaded by path
+from sglang_timeline import event_files, read_lines
 from ttfa_phases import percentile
 
 SUBMITTED, FIRST_AUDIO = "server:submitted", "server:first_audio"
@@ -48,18 +48,14 @@ PHASES: tuple[tuple[str, str, str], ...] = (
 WINDOW_PHASES = PHASES[1:4]  # every window's own, its n-th event of each name paired
 
 
-def event_files(paths: Iterable[Path]) -> list[Path]:
-    files: list[Path] = []
-    for path in paths:
-        files += sorted(path.glob("events_*.jsonl*")) if path.is_dir() else [path]
-    # events_<role>_<pid>.jsonl[.gz]: the role names the process
-    return [file for file in files if file.is_file() and file.name.startswith("events_") and file.name.count("_") >= 2]
-
-
-def read_lines(path: Path) -> Iterator[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as lines:
-        yield from lines
+def role_files(paths: Iterable[Path]) -> list[Path]:
+    """The event files (sglang_timeline's, laid out alike) named `events_<role>_<pid>.jsonl[.gz]`: the role names
+    the process."""
+    return [
+        file
+        for file in event_files(paths)
+        if file.is_file() and file.name.startswith("events_") and file.name.count("_") >= 2
+    ]
 
 
 def role_of(path: Path) -> str:
@@ -70,7 +66,7 @@ def role_of(path: Path) -> str:
 def load(paths: Iterable[Path]) -> dict[str, dict[str, list[int]]]:
     """request (the server's id) -> "role:event" -> its times in ns, in order."""
     raw: list[tuple[str, str, int]] = []
-    for path in event_files(paths):
+    for path in role_files(paths):
         role = role_of(path)
         for line in read_lines(path):
             try:
