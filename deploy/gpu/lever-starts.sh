@@ -59,9 +59,9 @@
 #   TIMELINE_LEVELS="1:16 32:64"  with TORCH_PROFILE=1 on the omni engine (TARGET=service, service-pair): before the
 #                            profiles, the request timeline (app/engines/omni/stage_plugins/timeline.py) over each
 #                            level:requests (all sent at once, c=1 one after another), its events kept gzipped in
-#                            timeline/<server>-c<level>/, read by deploy/gpu/omni_timeline.py into timeline-c<level>.md (-b: service-b):
-#                            where first audio and every window went between the server, the talker and code2wav;
-#                            empty: none
+#                            timeline/<server>-c<level>/, read by deploy/gpu/omni_timeline.py into
+#                            timeline-c<level>.md (-b: service-b): where first audio and every window went between
+#                            the server, the talker and code2wav; empty: none
 #   PROFILE_FRAMES=100       the codec frames each request makes (EXTRA_BODY's max_new_tokens less the end token):
 #                            the profiles' per-frame figures divide by it
 #   KEEP_TRACES=0            1: the profiles' traces are kept (gzipped) in traces/<server>-c<level>/ as well as
@@ -265,11 +265,8 @@ torch_profile() {  # $1 level, $2 requests: one closed round under the engine's 
     settled "$traces" "$TRACE_WAIT_S"
     "$PYTHON" deploy/gpu/trace_summary.py "$traces" --frames "$frames" >"$OUT/profile-c$level$(suffix "$server").md" 2>&1
     if [ "$KEEP_TRACES" = 1 ]; then  # kept for a later look (tens of MB a trace, gzipped)
-      mkdir -p "$OUT/traces/$server-c$level"
       (cd "$traces" && find . -type f -name '*.json*' | while read -r trace; do
-        mkdir -p "$OUT/traces/$server-c$level/$(dirname "$trace")"
-        case $trace in *.gz) cp "$trace" "$OUT/traces/$server-c$level/$trace" ;;
-          *) gzip -c "$trace" >"$OUT/traces/$server-c$level/$trace.gz" ;; esac
+        keep_gzipped "$trace" "$OUT/traces/$server-c$level/$trace"
       done)
     fi
     rm -rf "${traces:?}"
@@ -295,6 +292,11 @@ settled() {  # $1 a folder, $2 seconds at most: until its files stop growing (sg
   done
 }
 
+keep_gzipped() {  # $1 a file, $2 where its copy goes: gzipped there (with .gz added), a gzipped one as it is
+  mkdir -p "$(dirname "$2")"
+  case $1 in *.gz) cp "$1" "$2" ;; *) gzip -c "$1" >"$2.gz" ;; esac
+}
+
 omni_timeline() {  # the omni engine's request timeline over each of TIMELINE_LEVELS (level:requests, all at once), the
   # phases of first audio and of every window read from it (deploy/gpu/omni_timeline.py) into timeline-c<level>.md
   local level_requests level server folder events
@@ -305,9 +307,8 @@ omni_timeline() {  # the omni engine's request timeline over each of TIMELINE_LE
     sleep "${EVENTS_WAIT_S:-1}"  # the stages record until their next look at the run's flag (a quarter second)
     for server in $SERVERS; do
       folder=$PROFILER_DIR/$server/tl-c$level
-      mkdir -p "$OUT/timeline/$server-c$level"  # as the run left them: deploy/gpu/omni_timeline.py reads the folder
-      for events in "$folder"/events_*.jsonl; do
-        [ -f "$events" ] && gzip -c "$events" >"$OUT/timeline/$server-c$level/$(basename "$events").gz"
+      for events in "$folder"/events_*.jsonl; do  # as the run left them: deploy/gpu/omni_timeline.py reads the folder
+        [ -f "$events" ] && keep_gzipped "$events" "$OUT/timeline/$server-c$level/$(basename "$events")"
       done
       "$PYTHON" deploy/gpu/omni_timeline.py "$folder" --requests >"$OUT/timeline-c$level$(suffix "$server").md" 2>&1
       rm -rf "${folder:?}"  # kept in timeline/
@@ -321,7 +322,7 @@ request_timeline() {  # sglang-omni's per-request events over two c=32 bursts, a
   sleep "${EVENTS_WAIT_S:-3}"  # the pipeline's processes write their events a moment after the stop
   mkdir -p "$OUT/timeline"
   find "$PROFILER_DIR/service-sglang/tl-c32" -name 'events*.jsonl' 2>/dev/null | while read -r events; do
-    gzip -c "$events" >"$OUT/timeline/$(basename "$events").gz"
+    keep_gzipped "$events" "$OUT/timeline/$(basename "$events")"
   done
   "$PYTHON" deploy/gpu/sglang_timeline.py "$OUT/timeline" --requests >"$OUT/timeline/phases.txt" 2>&1
 }
