@@ -28,22 +28,10 @@ groups, less its `left_context_size` (only the first window of a request with re
 is stateful and keeps its own context). So it follows `codec_chunk_ramp` and `codec_chunk_adaptive` alike, with no
 window schedule to read.
 
-It also gives way when it has nothing to schedule: vLLM's engine loop keeps calling `schedule()` (and an empty model
-step) while any stream waits for its next window, and it holds the GIL that the model runner's receiving thread (the
-same process at one GPU per stage) needs to load each window. With `code2wav_idle_wait_ms`, a schedule with nothing
-to run, no window of its own in flight and nothing for the model runner to register or release (a new stream, whose
-windows the receiving thread cannot look for until the runner registers it; a finished one) waits up to that long for
-the receiving thread to hand a window over (`enqueue_omni_connector_output`, which vllm-omni binds as that thread's
-sink where the stage runs in one process, one GPU), without the GIL: a window handed over ends the wait at once,
-where the spinning loop made the receiving thread queue for the GIL. A window's readiness can also reach the
-scheduler another way, with a model step's output (the runner collects what the thread has not handed over yet when
-it runs a step, empty ones too): one collected by the empty step in flight is taken in a wait later, so it can be
-that much late. A request that reaches the stage meanwhile, or a cancellation, waits at most that long.
-
 Settings come from the deploy profile's connector `extra` (which vllm-omni hands to every stage unchanged):
 `first_audio_first_margin_s` (default 1.0; 0 turns the policy off, leaving a logging-only scheduler),
 `short_streams_first` (default false), `code2wav_max_windows_per_step` (default 0 = no cap),
-`code2wav_max_steps_held` (default 0 = no bound), `code2wav_idle_wait_ms` (default 0 = never wait) and
+`code2wav_max_steps_held` (default 0 = no bound) and
 `engine_probe_interval_s` (default 0 = off: every so many seconds, one log line of steps, windows per step,
 first-window waits, step times, the times of steps that carried a first window, and the streams the stage held).
 `code2wav_fill_windows` (default 0 = off) and `code2wav_fill_wait_ms` (default 50): a step that would carry fewer
@@ -59,7 +47,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import threading
 import time
 from typing import Any
 
@@ -77,7 +64,6 @@ KNOBS = (
     "code2wav_max_steps_held",
     "code2wav_fill_windows",
     "code2wav_fill_wait_ms",
-    "code2wav_idle_wait_ms",
     "engine_probe_interval_s",
 )
 FILL_HOLD_SLEEP_S = 0.001  # a step held to fill gives the receiving thread this long before the next schedule()
@@ -124,15 +110,6 @@ def _flag(value: object, name: str) -> bool:
     raise ValueError(f"{name} must be true or false, not {value!r}")
 
 
-def _runner_work(output: Any) -> bool:
-    """A schedule's output that the model runner must act on although it runs no window: streams to register with
-    the receiving thread (vLLM's new requests, vllm-omni's input registrations) or to release."""
-    return any(
-        getattr(output, name, None)
-        for name in ("scheduled_new_reqs", "pending_input_registrations", "finished_req_ids")
-    )
-
-
 def left_context_frames(request: Any) -> int:
     """The context frames at the head of the request's current window (0.30's coordinator stores the window's
     `left_context_size` as `{"meta": {"left_context_size": n}}`, or None when the window's meta had none)."""
@@ -149,7 +126,6 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         extra = connector_extra(self.vllm_config)
         self._policy = FirstAudioFirst(margin_s=float(extra.get("first_audio_first_margin_s", 1.0)))
         self._probe = StepProbe(interval_s=float(extra.get("engine_probe_interval_s", 0) or 0))
-        self._idle_wait_s = float(extra.get("code2wav_idle_wait_ms", 0) or 0) / 1000
         self._max_windows = int(extra.get("code2wav_max_windows_per_step", 0) or 0)
         self._short_streams_first = _flag(extra.get("short_streams_first", False), "short_streams_first")
         self._max_steps_held = _steps(extra.get("code2wav_max_steps_held"), "code2wav_max_steps_held")
@@ -162,13 +138,11 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         self._steps_held: dict[str, int] = {}  # streams sitting out -> steps in a row so far
         self._first_ready_at: dict[str, float] = {}  # first windows seen ready, not yet scheduled
         self._scheduled_at: dict[int, tuple[float, bool]] = {}  # id(output) -> when scheduled, carries a first window
-        # set by the receiving thread's hand-off of a window, cleared by the schedule that takes it in
-        self._window_arrived = threading.Event()
         self._timeline = timeline.recorder("code2wav")  # records only while a timeline run is on
         log.info(
             "code2wav scheduler: first audio first on vllm-omni's native data plane (margin %.2f s, short streams "
             "too: %s, at most %s windows a step, steps a stream may sit out in a row: %s, steps of streams ahead "
-            "filled to %s windows for up to %.0f ms, idle wait %.1f ms, probe every %.0f s; max_num_seqs %s); read "
+            "filled to %s windows for up to %.0f ms, probe every %.0f s; max_num_seqs %s); read "
             "from the connector extra: %s",
             self._policy.margin_s,
             self._short_streams_first,
@@ -176,7 +150,6 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
             self._max_steps_held or "no bound",
             self._fill_windows or "no fewer than come",
             self._fill_wait_s * 1000,
-            self._idle_wait_s * 1000,
             self._probe.interval_s,
             getattr(self, "max_num_running_reqs", "?"),
             {name: extra[name] for name in KNOBS if name in extra} or "nothing (defaults)",
@@ -294,20 +267,21 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         return window_frames(tokens, left_context_frames(request) if first_part else 0)
 
     def enqueue_omni_connector_output(self, output: Any) -> None:
-        """The receiving thread hands windows over (vllm-omni binds this as its runner's sink): an idle wait ends."""
+        """The receiving thread hands windows over (vllm-omni binds this as its runner's sink). Their readiness is
+        recorded at the hand-over's time: once handed over, the engine's thread may schedule them before this thread
+        goes on."""
+        handed_over_ns = time.time_ns()
         super().enqueue_omni_connector_output(output)
-        self._window_arrived.set()
-        self._record_ready(output)
+        self._record_ready(output, handed_over_ns)
 
-    def _record_ready(self, connector_output: Any) -> None:
+    def _record_ready(self, connector_output: Any, at_ns: int | None = None) -> None:
         """While a timeline records: each window whose readiness reached the scheduler, by either way."""
         if connector_output is not None and self._timeline.on():
             for request_id in getattr(connector_output, "chunk_ready_req_ids", ()) or ():
-                self._timeline.record("window_ready", request_id)
+                self._timeline.record("window_ready", request_id, at_ns)
 
     def schedule(self, throttle_prefills: bool = False) -> Any:
         self._deferred = 0
-        self._window_arrived.clear()  # what arrived so far, this schedule takes in
         output = super().schedule(throttle_prefills)
         now = time.monotonic()
         windows = {r: self._new_frames(r, tokens) for r, tokens in output.num_scheduled_tokens.items()}
@@ -334,9 +308,6 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
             log.info("code2wav probe %s", self._probe.report(now))
         if self._filling:  # releases the GIL to the thread that receives the windows the held step waits for
             time.sleep(FILL_HOLD_SLEEP_S)
-        elif not windows and self._idle_wait_s > 0 and not self._scheduled_at and not _runner_work(output):
-            # nothing to run, no result of ours to process, nothing to register: wait for a window, the GIL released
-            self._window_arrived.wait(self._idle_wait_s)
         self._filling = False
         return output
 

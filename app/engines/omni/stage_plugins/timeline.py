@@ -74,11 +74,13 @@ class Recorder:
     def on(self) -> bool:
         return self.folder() is not None
 
-    def record(self, event: str, request_id: str, **fields: Any) -> None:
+    def record(self, event: str, request_id: str, at_ns: int | None = None, **fields: Any) -> None:
+        """`at_ns`: when it happened (time.time_ns()), where that was before this call; now otherwise."""
         folder = self.folder()
         if folder is None:
             return
-        line = json.dumps({"ts_ns": time.time_ns(), "event": event, "request_id": request_id, **fields})
+        at_ns = time.time_ns() if at_ns is None else at_ns
+        line = json.dumps({"ts_ns": at_ns, "event": event, "request_id": request_id, **fields})
         with self._lock:
             try:
                 if self._file is None or self._file_run != (folder, self._run):
