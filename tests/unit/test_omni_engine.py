@@ -31,7 +31,7 @@ from app.engines.omni.engine import (
     profiler_overrides,
 )
 from app.engines.omni.requests import AudioOutputReader, additional_information, sampling_params_for
-from app.engines.omni.stage_plugins import fused_launch, model_registration, prompt_stream, timeline
+from app.engines.omni.stage_plugins import fused_launch, model_registration, prompt_stream, timeline, window_doorbell
 from app.engines.qwen3_tts import Qwen3TTSModel, check_job, input_tokens, warmup_job
 from app.server import create_app
 from app.settings import Settings
@@ -366,6 +366,51 @@ async def test_a_switch_interval_reaches_the_stage_processes_environment_before_
         await engine.start()
         await engine.close()
     assert seen == ["0.0005", None]
+
+
+def ringing_profile(tmp_path: Path) -> Path:
+    """The shipped profile with its connector the service's, which rings code2wav's window doorbell."""
+    import yaml
+
+    profile = yaml.safe_load(Path("deploy/vllm-omni/customvoice.yaml").read_text())
+    (connector,) = profile["connectors"].values()
+    connector["name"] = window_doorbell.CONNECTOR_NAME
+    ringing = tmp_path / "ringing.yaml"
+    ringing.write_text(yaml.safe_dump(profile))
+    return ringing
+
+
+async def test_a_profile_whose_connector_rings_gives_the_stages_an_address_and_code2wav_the_worker_that_listens(
+    custom_voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deploy profile naming the service's ringing connector: the stages find one address in the environment when
+    AsyncOmni spawns them (a new one each start: two servers on a host never share it), and code2wav runs under the
+    worker that binds it, unless the operator named another. vllm-omni's own connector: neither."""
+    monkeypatch.setenv(window_doorbell.ADDRESS_VARIABLE, "")  # restored after the test, as it was
+    ringing = str(ringing_profile(tmp_path))
+    seen: list[str | None] = []
+    built: list[FakeAsyncOmni] = []
+
+    class Recording(FakeAsyncOmni):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            seen.append(os.environ.get(window_doorbell.ADDRESS_VARIABLE))
+            built.append(self)
+
+    theirs = {"stage_overrides": {"1": {"worker_cls": "mine.Worker"}}}
+    starts = [
+        ({"deploy_config": ringing}, window_doorbell.WORKER_CLASS),
+        ({"deploy_config": ringing}, window_doorbell.WORKER_CLASS),
+        ({"deploy_config": ringing, "omni": theirs}, "mine.Worker"),
+        ({}, None),
+    ]
+    for settings, worker in starts:
+        engine = make_engine(custom_voice_dir, FakeAsyncOmni(), **settings)
+        engine._factory = Recording
+        await engine.start()
+        await engine.close()
+        assert (built[-1].kwargs.get("stage_overrides") or {}).get("1", {}).get("worker_cls") == worker
+    assert all(seen[:3]) and len(set(seen[:3])) == 3 and seen[3] is None
 
 
 async def test_the_prompt_stream_reaches_the_stage_processes_environment_before_they_start(

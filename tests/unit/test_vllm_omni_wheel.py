@@ -169,7 +169,7 @@ def test_the_stages_models_are_the_ones_the_service_registers_as_classes_where_v
 def test_the_plugin_registers_the_model_where_vllm_checks_it_and_where_vllm_omni_builds_it(
     wheel: Wheel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.engines.omni.stage_plugins import model_registration
+    from app.engines.omni.stage_plugins import model_registration, window_doorbell
 
     # vllm-omni puts its own models in vLLM's registry too, against which vLLM's ModelConfig checks each stage's
     # architecture...
@@ -197,7 +197,15 @@ def test_the_plugin_registers_the_model_where_vllm_checks_it_and_where_vllm_omni
         stand_in = types.ModuleType(module)
         setattr(stand_in, name, Registry(name))
         monkeypatch.setitem(sys.modules, module, stand_in)
+    connectors: list[str] = []  # and, in vllm-omni's connector factory, the connector that rings the window doorbell
+    factory = types.ModuleType("vllm_omni.distributed.omni_connectors.factory")
+    factory.OmniConnectorFactory = types.SimpleNamespace(  # type: ignore[attr-defined]
+        list_registered_connectors=lambda: list(connectors),
+        register_connector=lambda name, constructor: connectors.append(name),
+    )
+    monkeypatch.setitem(sys.modules, factory.__name__, factory)
     model_registration.register()
+    assert connectors == [window_doorbell.CONNECTOR_NAME]
     named = [
         (architecture, f"{model_registration.CODE2WAV_MODULE}:{architecture}")
         for architecture in model_registration.CODE2WAV_ARCHITECTURES.values()
@@ -602,3 +610,66 @@ def test_the_decoder_graphs_a_checkpoint_cannot_replay_are_the_icl_ones_as_the_s
     (tmp_path / "unreadable" / "config.json").write_text("{")
     assert decoder_graph_modes(str(tmp_path / "unreadable")) == EVERY_MODE
     assert decoder_graph_modes(str(tmp_path / "missing")) == EVERY_MODE
+
+
+def test_the_window_doorbell_extends_what_the_wheel_has_where_it_has_it(wheel: Wheel) -> None:
+    """window_doorbell_stage.py and its stand-ins (tests/fakes/vllm_omni_0_30_data_plane.py) against the wheel."""
+    from app.engines.omni.stage_plugins import window_doorbell
+
+    # the connector it extends, and how a profile's connector name reaches a constructor of one `extra` dict
+    shm = class_def(wheel.tree("distributed/omni_connectors/connectors/shm_connector.py"), "SharedMemoryConnector")
+    put = function_def(shm, "put")
+    assert [a.arg for a in put.args.args] == ["self", "from_stage", "to_stage", "put_key", "data"]
+    assert "return (True, size, metadata)" in ast.unparse(put)
+    assert {node.name for node in shm.body if isinstance(node, ast.FunctionDef)} >= {"get", "close"}
+    factory = class_def(wheel.tree("distributed/omni_connectors/factory.py"), "OmniConnectorFactory")
+    assert {node.name for node in factory.body if isinstance(node, ast.FunctionDef)} >= {
+        "register_connector",
+        "list_registered_connectors",
+    }
+    assert "connector = constructor(spec.extra)" in ast.unparse(function_def(factory, "create_connector"))
+    # the worker it extends is the one code2wav's stage (a generation stage) gets on CUDA, and a stage override can
+    # name another
+    platform = function_def(
+        class_def(wheel.tree("platforms/cuda/platform.py"), "CudaOmniPlatform"), "get_omni_generation_worker_cls"
+    )
+    assert ast.unparse(platform.body[-1]) == "return 'vllm_omni.worker.gpu_generation_worker.GPUGenerationWorker'"
+    runtime_fields = {
+        node.target.id
+        for node in class_def(wheel.tree("config/omni_config.py"), "_RuntimeEngineOverrides").body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    }
+    assert "worker_cls" in runtime_fields
+    resolve = ast.unparse(function_def(wheel.tree("engine/stage_init_utils.py"), "resolve_worker_cls"))
+    assert "if worker_cls is not None and worker_cls != 'auto':\n        return" in resolve
+    # the worker's runner (v2, where the stage runs it) holds the data plane; the data plane, its one Event
+    worker = class_def(wheel.tree("worker/gpu_generation_worker.py"), "GPUGenerationWorker")
+    assert "self.model_runner = OmniGenerationModelRunner(self.vllm_config, self.device)" in ast.unparse(
+        function_def(worker, "init_device")
+    )
+    runner = ast.unparse(
+        function_def(class_def(wheel.tree("worker_v2/omni_model_runner.py"), "OmniGPUModelRunner"), "__init__")
+    )
+    assert f"self.{window_doorbell.DATA_PLANE} = OmniRunnerDataPlane(" in runner
+    runtime = wheel.source("distributed/omni_connectors/model_runner/omni_connector_runtime.py")
+    assert f"self.{window_doorbell.WAKEUP} = threading.Event()" in runtime
+    # every use of that Event in the wheel is one ThreadWakeups has: wait, clear, set (is_set too)
+    uses = set()
+    for _module, source in wheel.sources():
+        if window_doorbell.WAKEUP not in source:
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
+                if node.value.attr == window_doorbell.WAKEUP:
+                    uses.add(node.attr)
+    assert uses and uses <= {"wait", "clear", "set", "is_set"}, uses
+    assert all(hasattr(window_doorbell.ThreadWakeups, use) for use in uses)
+    # the receiving thread's look, found nothing: waits on that Event up to 5 ms (what a ring ends)
+    transport = function_def(
+        class_def(
+            wheel.tree("distributed/omni_connectors/model_runner/omni_connector_payload_transport.py"),
+            "_OmniConnectorPayloadTransportMixin",
+        ),
+        "_recv_loop",
+    )
+    assert f"self.{window_doorbell.WAKEUP}.wait(timeout=0.005)" in ast.unparse(transport)

@@ -36,10 +36,11 @@ from app.engines.omni.requests import (
     PromptHelpers,
     build_prompt,
     codec_windows,
+    connector_names,
     engine_probe_interval_s,
     sampling_params_for,
 )
-from app.engines.omni.stage_plugins import fused_launch, model_registration, prompt_stream, timeline
+from app.engines.omni.stage_plugins import fused_launch, model_registration, prompt_stream, timeline, window_doorbell
 from app.engines.omni.stage_plugins import talker_windows as service_talker_windows
 from app.engines.omni.stage_plugins.fused_launch import FusedLaunch
 from app.engines.qwen3_tts import (
@@ -276,6 +277,9 @@ class OmniEngine:
             )
         self._windows = codec_windows(settings.deploy_config)
         self._probes_on = engine_probe_interval_s(settings.deploy_config) > 0
+        # a profile whose connector rings code2wav's window doorbell: the stages get an address, code2wav a worker
+        # that listens (stage_plugins/window_doorbell.py)
+        self._doorbell = window_doorbell.CONNECTOR_NAME in connector_names(settings.deploy_config)
         codec_load_format = ((settings.stage_overrides or {}).get("1") or {}).get("load_format", settings.load_format)
         if codec_load_format == "dummy":
             # vLLM's dummy loader never calls a model's load_weights, and vllm-omni 0.30.0's code2wav does its set-up
@@ -309,6 +313,9 @@ class OmniEngine:
         set_or_unset(fused_launch.VARIABLE, launch.environment_value())
         set_or_unset(prompt_stream.VARIABLE, "1" if self._settings.prompt_stream else None)
         set_or_unset(timeline.FLAG_VARIABLE, self._timeline_flag)
+        # one address a server: two servers on a host each ring their own code2wav
+        doorbell = f"speech-windows-{os.getpid()}-{os.urandom(4).hex()}" if self._doorbell else None
+        set_or_unset(window_doorbell.ADDRESS_VARIABLE, doorbell)
         if self._timeline_flag is not None:
             timeline.stop(self._timeline_flag)  # an earlier server's run, never stopped, is not this one's
         started = time.perf_counter()
@@ -433,6 +440,8 @@ class OmniEngine:
             )
             if budget is not None:
                 overrides.setdefault("0", {})["kv_cache_memory_bytes"] = budget
+        if self._doorbell:  # a worker the operator named for code2wav is left as it is (and its doorbell unheard)
+            overrides.setdefault("1", {}).setdefault("worker_cls", window_doorbell.WORKER_CLASS)
         if overrides:
             kwargs["stage_overrides"] = overrides
         if settings.code2wav_scheduler:

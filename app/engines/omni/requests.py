@@ -174,15 +174,23 @@ class AudioOutputReader:
         return samples.astype(np.float32, copy=False)
 
 
-def _connector_extras(deploy_config: str | None) -> list[dict[str, Any]]:
-    """The `extra` of every connector a deploy profile file declares (none for one of vllm-omni's own, named bare)."""
+def _connectors(deploy_config: str | None) -> list[dict[str, Any]]:
+    """Every connector a deploy profile file declares (none for one of vllm-omni's own, named bare)."""
     if not deploy_config or not os.path.exists(deploy_config):
         return []
     import yaml
 
     with open(deploy_config, encoding="utf-8") as f:
         connectors = (yaml.safe_load(f) or {}).get("connectors") or {}
-    return [(connector or {}).get("extra") or {} for connector in connectors.values()]
+    return [connector or {} for connector in connectors.values()]
+
+
+def _connector_extras(deploy_config: str | None) -> list[dict[str, Any]]:
+    return [connector.get("extra") or {} for connector in _connectors(deploy_config)]
+
+
+def connector_names(deploy_config: str | None) -> set[str]:
+    return {str(connector.get("name")) for connector in _connectors(deploy_config) if connector.get("name")}
 
 
 WINDOW_SETTINGS = frozenset(

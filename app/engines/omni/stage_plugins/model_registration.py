@@ -69,6 +69,24 @@ def register() -> None:
     for registry in (ModelRegistry, OmniModelRegistry):  # again in one process: the same entry
         for module, architecture in models:
             registry.register_model(architecture, f"{module}:{architecture}")
+    register_connectors()
+
+
+def register_connectors() -> None:
+    """The service's shared-memory connector that rings code2wav's window doorbell (`window_doorbell.py`), by the name
+    a deploy profile gives it; built only where a profile names it. vllm-omni's factory refuses a name twice."""
+    from vllm_omni.distributed.omni_connectors.factory import OmniConnectorFactory
+
+    from app.engines.omni.stage_plugins import window_doorbell
+
+    if window_doorbell.CONNECTOR_NAME not in OmniConnectorFactory.list_registered_connectors():
+        OmniConnectorFactory.register_connector(window_doorbell.CONNECTOR_NAME, _doorbell_connector)
+
+
+def _doorbell_connector(config: dict) -> object:
+    from app.engines.omni.stage_plugins.window_doorbell_stage import create_connector
+
+    return create_connector(config)
 
 
 def unreachable_reason() -> str | None:

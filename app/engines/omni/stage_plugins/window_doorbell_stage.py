@@ -1,0 +1,85 @@
+"""The window doorbell's parts that extend vllm-omni 0.30 (`window_doorbell.py` says what it does and why): the
+talker's shared-memory connector that rings, and code2wav's worker that listens. Imported only in a stage's process
+(and by the connector's registration), where vllm-omni is."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from vllm_omni.distributed.omni_connectors.connectors.shm_connector import SharedMemoryConnector
+from vllm_omni.worker.gpu_generation_worker import GPUGenerationWorker
+
+from app.engines.omni.stage_plugins.window_doorbell import (
+    ADDRESS_VARIABLE,
+    DATA_PLANE,
+    WAKEUP,
+    Bell,
+    Listener,
+    ThreadWakeups,
+    address_from_environment,
+)
+
+log = logging.getLogger("vllm.speech.doorbell")
+
+
+class DoorbellSharedMemoryConnector(SharedMemoryConnector):
+    """vllm-omni's shared-memory connector, which rings code2wav's doorbell after each window it wrote."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        to = address_from_environment()
+        self._bell = Bell(to) if to else None
+
+    def put(self, from_stage: str, to_stage: str, put_key: str, data: Any) -> tuple[bool, int, dict[str, Any] | None]:
+        result = super().put(from_stage, to_stage, put_key, data)
+        if result[0] and self._bell is not None:
+            self._bell.ring()
+        return result
+
+    def close(self) -> None:
+        if self._bell is not None:
+            self._bell.close()
+        super().close()
+
+
+def create_connector(config: dict[str, Any]) -> DoorbellSharedMemoryConnector:
+    return DoorbellSharedMemoryConnector(config)
+
+
+class DoorbellGenerationWorker(GPUGenerationWorker):
+    """vllm-omni's generation worker (code2wav's, `get_omni_generation_worker_cls` on CUDA) that, once its model
+    runner exists, gives the runner's data plane per-thread wake-ups and wakes its receiving thread on each ring of
+    the doorbell and after each model step."""
+
+    _doorbell: Listener | None = None
+    _wakeups: ThreadWakeups | None = None
+
+    def init_device(self) -> None:
+        super().init_device()
+        at = address_from_environment()
+        plane = getattr(getattr(self, "model_runner", None), DATA_PLANE, None)
+        if at is None or plane is None or not hasattr(plane, WAKEUP):
+            log.warning(
+                "window doorbell off: %s",
+                f"{ADDRESS_VARIABLE} is not set" if at is None else "the model runner has no data plane to wake",
+            )
+            return
+        self._wakeups = ThreadWakeups()
+        setattr(plane, WAKEUP, self._wakeups)
+        self._doorbell = Listener(at, self._wakeups.set)
+        log.info("window doorbell: code2wav's receiving thread wakes on each window the talker writes")
+
+    def execute_model(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().execute_model(*args, **kwargs)
+        finally:
+            if self._wakeups is not None:
+                # the step took its streams' staged windows: their next ones may be read now
+                self._wakeups.set()
+
+    def shutdown(self) -> None:
+        if self._doorbell is not None:
+            self._doorbell.close()
+            self._doorbell = None
+        super().shutdown()

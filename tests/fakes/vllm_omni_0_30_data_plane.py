@@ -1,0 +1,93 @@
+"""Stand-ins for the parts of vllm-omni 0.30.0 that the window doorbell extends (checked against the wheel in
+tests/unit/test_vllm_omni_wheel.py): the shared-memory connector and the generation worker whose v2 model runner
+holds the data plane and its one Event."""
+
+from __future__ import annotations
+
+import threading
+import types
+from typing import Any
+
+SHM_MODULE = "vllm_omni.distributed.omni_connectors.connectors.shm_connector"
+WORKER_MODULE = "vllm_omni.worker.gpu_generation_worker"
+
+
+class FakeSharedMemoryConnector:
+    """`SharedMemoryConnector` (connectors/shm_connector.py): `put(from_stage, to_stage, put_key, data)` answers
+    `(success, size, metadata)`, `get` the stored object and its size or None, `close()`."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.store: dict[str, Any] = {}
+        self.fail_puts = False
+        self.closed = False
+
+    def put(self, from_stage: str, to_stage: str, put_key: str, data: Any) -> tuple[bool, int, dict[str, Any] | None]:
+        if self.fail_puts:
+            return False, 0, None
+        self.store[put_key] = data
+        return True, 1, {"shm": {"name": put_key, "size": 1}, "size": 1}
+
+    def get(self, from_stage: str, to_stage: str, get_key: str, metadata: Any = None) -> tuple[Any, int] | None:
+        return (self.store.pop(get_key), 1) if get_key in self.store else None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeDataPlane:
+    """`OmniRunnerDataPlane` as far as its Event goes (model_runner/omni_connector_runtime.py: `_work_available =
+    threading.Event()`, which `_recv_loop` and `_save_loop` wait on with a timeout, then clear)."""
+
+    def __init__(self) -> None:
+        self._work_available: Any = threading.Event()
+
+
+class FakeModelRunner:
+    """worker_v2/omni_model_runner.py: the data plane on `_omni_data_plane`, built with the runner."""
+
+    def __init__(self) -> None:
+        self._omni_data_plane = FakeDataPlane()
+        self.steps = 0
+
+
+class FakeGenerationWorker:
+    """`GPUGenerationWorker` (worker/gpu_generation_worker.py): `init_device` builds `model_runner`; vLLM's worker
+    base gives `execute_model` and `shutdown`."""
+
+    def __init__(self) -> None:
+        self.model_runner: FakeModelRunner | None = None
+        self.shut_down = False
+
+    def init_device(self) -> None:
+        self.model_runner = FakeModelRunner()
+
+    def execute_model(self, scheduler_output: Any) -> Any:
+        assert self.model_runner is not None
+        self.model_runner.steps += 1
+        if scheduler_output == "fails":
+            raise RuntimeError("the step failed")
+        return f"output of {scheduler_output}"
+
+    def shutdown(self) -> None:
+        self.shut_down = True
+
+
+def install_data_plane(modules: dict[str, Any]) -> None:
+    """Put the stand-ins where the doorbell's stage module imports them from (into `modules`, a copy of
+    sys.modules that the test's monkeypatch restores)."""
+    for name, attribute, value in (
+        (SHM_MODULE, "SharedMemoryConnector", FakeSharedMemoryConnector),
+        (WORKER_MODULE, "GPUGenerationWorker", FakeGenerationWorker),
+    ):
+        module = types.ModuleType(name)
+        setattr(module, attribute, value)
+        modules[name] = module
+    for parent in (
+        "vllm_omni",
+        "vllm_omni.distributed",
+        "vllm_omni.distributed.omni_connectors",
+        "vllm_omni.distributed.omni_connectors.connectors",
+        "vllm_omni.worker",
+    ):
+        modules.setdefault(parent, types.ModuleType(parent))
