@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -35,6 +36,9 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if settings.switch_interval_ms is not None:  # before the engine starts its threads in this process
+            sys.setswitchinterval(settings.switch_interval_ms / 1000)
+            log.info("thread switch interval", extra={"seconds": sys.getswitchinterval()})
         # Load in the background: /health answers at once, /ready turns 200 when the engine is warm.
         loading = asyncio.create_task(start_engine(engine), name="engine-start")
         loading.add_done_callback(_log_start_failure)

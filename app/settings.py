@@ -534,6 +534,17 @@ class Settings(BaseSettings):
         description="POST /v1/audio/speech/batch: items of all batches synthesized at once, each admitted like a "
         "request (default: a quarter of the concurrency, at least 1; at most the concurrency).",
     )
+    switch_interval_ms: float | None = Field(
+        None,
+        ge=0.01,
+        le=1000,
+        allow_inf_nan=False,
+        description="Python's thread switch interval in the server's own process (sys.setswitchinterval): how long a "
+        "thread that wants the interpreter's lock waits before the one holding it must let go. The event loop shares "
+        "that process with the threads an engine runs there (vllm-omni's orchestrator, and the thread that hands its "
+        "outputs to the loop one at a time), so a stream's audio can wait for that lock at every hand-over. Default: "
+        "Python's 5 ms.",
+    )
     queue_timeout_s: float = Field(10.0, ge=0, description="Longest wait for a slot before a 429.")
     request_timeout_s: float = Field(300.0, gt=0, description="Longest synthesis; then it is aborted.")
     drain_timeout_s: float = Field(

@@ -8,6 +8,7 @@ import base64
 import concurrent.futures
 import functools
 import gc
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -180,3 +181,32 @@ async def test_the_startup_heap_is_frozen_once_the_engine_is_ready(custom_voice_
         await until(lambda: engine.health().ready, timeout_s=5)
         assert engine.health().ready  # seen by another task: the start task's step that made it ready has ended
         assert gc.get_freeze_count() > 10_000  # the libraries' objects, and the engine's
+
+
+@pytest.fixture
+def switch_interval() -> Iterator[float]:
+    before = sys.getswitchinterval()
+    yield before
+    sys.setswitchinterval(before)
+
+
+async def test_the_servers_thread_switch_interval_is_set_before_the_engine_starts_its_threads(
+    custom_voice_dir: Path, switch_interval: float
+) -> None:
+    """SPEECH_SWITCH_INTERVAL_MS: the server's own process (its event loop, vllm-omni's orchestrator and output drain
+    threads), set as the engine starts; unset, left as it is (Python's 5 ms in a fresh process)."""
+    seen: list[float] = []
+
+    class Recording(FakeAsyncOmni):
+        def __init__(self, **kwargs: object) -> None:
+            super().__init__(**kwargs)
+            seen.append(sys.getswitchinterval())
+
+    for given in (0.5, None):
+        engine = make_engine(custom_voice_dir, FakeAsyncOmni())
+        engine._factory = Recording
+        settings = service_settings(engine).model_copy(update={"switch_interval_ms": given})
+        app = create_app(settings, engine=engine)
+        async with app.router.lifespan_context(app):
+            await until(lambda engine=engine: engine.health().ready, timeout_s=5)
+    assert seen == [0.0005, 0.0005]  # unset: left as it was
