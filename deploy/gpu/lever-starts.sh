@@ -55,7 +55,8 @@
 #                            engine's PyTorch profiler (vllm-omni's stages, set up at the start and idle until asked;
 #                            sglang-omni's pipeline processes); the traces, under PROFILES/<variant>, are summarised
 #                            (deploy/gpu/trace_summary.py) into profile-c1.md and profile-c8.md and deleted
-#   PROFILE_LEVELS="1 8"     the levels TORCH_PROFILE=1 profiles, one round of each (c requests at once)
+#   PROFILE_LEVELS="1 8"     the levels TORCH_PROFILE=1 profiles, one round of each (c requests at once); empty: none
+#                            (the omni engine's request timeline only)
 #   TIMELINE_LEVELS="1:16 32:64"  with TORCH_PROFILE=1 on the omni engine (TARGET=service, service-pair): before the
 #                            profiles, the request timeline (app/engines/omni/stage_plugins/timeline.py) over each
 #                            level:requests (all sent at once, c=1 one after another), its events kept gzipped in
@@ -112,7 +113,7 @@ MIN_START_S=${MIN_START_S:-90}
 # what a variant's sweeps and stop take after its start (about 90 s on an H200, before py-spy's level and the second
 # benchmark joined them)
 SWEEP_ALLOWANCE_S=180
-PROFILE_LEVELS=${PROFILE_LEVELS:-1 8}
+PROFILE_LEVELS=${PROFILE_LEVELS-1 8}
 TIMELINE_LEVELS=${TIMELINE_LEVELS-1:16 32:64}
 # each profiled window, its traces written and summarised: about a minute
 [ "$TORCH_PROFILE" = 1 ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 60 * $(wc -w <<<"$PROFILE_LEVELS")))

@@ -342,6 +342,16 @@ def test_profile_levels_choose_which_rounds_are_profiled(tmp_path: Path) -> None
     assert (tmp_path / "out/f1/profile-c1.md").exists() and not (tmp_path / "out/f1/profile-c8.md").exists()
 
 
+def test_empty_profile_levels_keep_the_timeline_and_profile_nothing(tmp_path: Path) -> None:
+    """PROFILE_LEVELS="": the omni engine's request timeline only (the profiler's directory set, no PyTorch profile:
+    a profiled window with Python stacks took minutes to write on a GPU)."""
+    done = run(tmp_path, TARGET="service", TORCH_PROFILE="1", PROFILE_LEVELS="", VARIANTS="f1:F", LEVER_F="")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [call for call in calls(tmp_path) if call[0] == "profile" and not call[2].startswith("tl-")] == []
+    assert "f1 timeline c1" in (tmp_path / "out/progress.txt").read_text()
+    assert not list((tmp_path / "out/f1").glob("profile-c*.md"))
+
+
 def test_keep_traces_keeps_each_profiled_windows_traces_gzipped_beside_its_summary(tmp_path: Path) -> None:
     """KEEP_TRACES=1: the traces a window wrote, gzipped under traces/<server>-c<level>/ in their own folders, for a
     later look (the summary alone cannot be asked a new question); the profiler's folder emptied all the same."""
