@@ -11,6 +11,10 @@ First audio, phase by phase (the first event of each name a request has):
 - code2wav step: → that step returned (`code2wav:window_decoded`);
 - to server: → the first audio is back in the server (`server:first_audio`);
 - first audio: submitted → first audio.
+Where the talker's worker recorded its first step (the service's, on a server with a profiler directory), the
+talker's part splits: to the talker's first step (`talker:first_step_launched`: the orchestrator, its sockets, the
+talker's queue), its launch (→ `talker:first_step_returned`: the host's part of the prefill step) and then to the
+first window (→ `talker:window_sent`: the GPU's prefill and first frame, the step's output, the producer).
 Then every window, not only the first (a stream's n-th window sent paired with its n-th window ready, and so on): the
 hand-off, code2wav's queue and its step. p50 / p95 / max ms; with --requests, one row a request.
 
@@ -36,6 +40,7 @@ from ttfa_phases import percentile
 SUBMITTED, FIRST_AUDIO = "server:submitted", "server:first_audio"
 SENT, READY = "talker:window_sent", "code2wav:window_ready"
 SCHEDULED, DECODED = "code2wav:window_scheduled", "code2wav:window_decoded"
+LAUNCHED, RETURNED = "talker:first_step_launched", "talker:first_step_returned"
 # (phase, from event, to event): the path of a request's first audio, in order
 PHASES: tuple[tuple[str, str, str], ...] = (
     ("talker", SUBMITTED, SENT),
@@ -46,6 +51,12 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("first audio", SUBMITTED, FIRST_AUDIO),
 )
 WINDOW_PHASES = PHASES[1:4]  # every window's own, its n-th event of each name paired
+# the talker's part (submitted -> window sent), split at its first step where the talker's worker recorded it
+TALKER_PHASES: tuple[tuple[str, str, str], ...] = (
+    ("to the talker's first step", SUBMITTED, LAUNCHED),
+    ("its launch", LAUNCHED, RETURNED),
+    ("then to the first window", RETURNED, SENT),
+)
 
 
 def role_files(paths: Iterable[Path]) -> list[Path]:
@@ -86,12 +97,20 @@ def ms(start: int, end: int) -> float:
     return (end - start) / 1e6
 
 
-def first_audio_phases(events: dict[str, list[int]]) -> dict[str, float]:
+def _phases(events: dict[str, list[int]], phases: tuple[tuple[str, str, str], ...]) -> dict[str, float]:
     return {
         phase: ms(events[start][0], events[end][0])
-        for phase, start, end in PHASES
+        for phase, start, end in phases
         if events.get(start) and events.get(end)
     }
+
+
+def first_audio_phases(events: dict[str, list[int]]) -> dict[str, float]:
+    return _phases(events, PHASES)
+
+
+def talker_phases(events: dict[str, list[int]]) -> dict[str, float]:
+    return _phases(events, TALKER_PHASES)
 
 
 def window_phases(events: dict[str, list[int]]) -> dict[str, list[float]]:
@@ -122,6 +141,11 @@ def report(requests: dict[str, dict[str, list[int]]], per_request: bool = False)
         "| --- | --- | --- | --- | --- |",
     ]
     lines += [stats_row(phase, [p[phase] for p in firsts.values() if phase in p]) for phase, _, _ in PHASES]
+    talkers = [talker_phases(events) for events in requests.values()]
+    if any(talkers):
+        lines += ["", "The talker's part, split at its first step (ms):", "", "| phase | requests | p50 | p95 | max |"]
+        lines += ["| --- | --- | --- | --- | --- |"]
+        lines += [stats_row(phase, [p[phase] for p in talkers if phase in p]) for phase, _, _ in TALKER_PHASES]
     windows: dict[str, list[float]] = defaultdict(list)
     for events in requests.values():
         for phase, values in window_phases(events).items():

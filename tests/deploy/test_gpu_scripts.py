@@ -2335,7 +2335,30 @@ def test_omni_timeline_splits_each_requests_first_audio_and_every_window_into_ph
     assert "| hand-off | 2 | 9.0 | 9.0 | 9.0 |" in text  # r1 3, r10 9: the nearer value, halves upward
     assert "| hand-off | 4 | 9.0 | 10.0 | 10.0 |" in text  # every window: 3 4 9 10
     assert "| `r10` | 5.0 | 20.0 | 9.0 | 0.5 | 8.0 | 2.0 | 39.5 |" in text
+    assert "The talker's part" not in text  # no worker of the service's recorded its steps
     done = subprocess.run(
         [sys.executable, str(GPU / "omni_timeline.py"), str(tmp_path / "none")], capture_output=True, text=True
     )
     assert done.returncode == 1 and "no events" in done.stderr
+
+
+def test_omni_timeline_splits_the_talkers_part_at_its_first_step_where_the_worker_recorded_it(tmp_path: Path) -> None:
+    """The talker's worker records each request's first step (launched, returned): the talker's part of first audio
+    splits into the way to the talker, the first step's launch and the rest up to the first window."""
+    module = gpu_script("omni_timeline")
+    lines = {
+        "server": [(0.0, "submitted"), (40.0, "first_audio")],
+        "talker": [(3.0, "first_step_launched"), (4.5, "first_step_returned"), (20.0, "window_sent")],
+        "code2wav": [(24.0, "window_ready"), (25.0, "window_scheduled"), (31.0, "window_decoded")],
+    }
+    for role, events in lines.items():
+        request = "r1" if role == "server" else "r1-a1b2"
+        rows = [{"ts_ns": int(ms * 1e6), "event": event, "request_id": request} for ms, event in events]
+        (tmp_path / f"events_{role}_1.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    requests = module.load([tmp_path])
+    assert module.talker_phases(requests["r1"]) == pytest.approx(
+        {"to the talker's first step": 3.0, "its launch": 1.5, "then to the first window": 15.5}
+    )
+    text = module.report(requests)
+    assert "| to the talker's first step | 1 | 3.0 | 3.0 | 3.0 |" in text
+    assert "| then to the first window | 1 | 15.5 | 15.5 | 15.5 |" in text

@@ -1,6 +1,6 @@
-"""Stand-ins for the parts of vllm-omni 0.30.0 that the window doorbell extends (checked against the wheel in
-tests/unit/test_vllm_omni_wheel.py): the shared-memory connector and the generation worker whose v2 model runner
-holds the data plane and its one Event."""
+"""Stand-ins for the parts of vllm-omni 0.30.0 that the service's stage workers and connector extend (checked against
+the wheel in tests/unit/test_vllm_omni_wheel.py): the shared-memory connector, the generation worker whose v2 model
+runner holds the data plane and its one Event, and the AR worker (the talker's)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 SHM_MODULE = "vllm_omni.distributed.omni_connectors.connectors.shm_connector"
 WORKER_MODULE = "vllm_omni.worker.gpu_generation_worker"
+AR_WORKER_MODULE = "vllm_omni.worker.gpu_ar_worker"
 
 
 class FakeSharedMemoryConnector:
@@ -73,12 +74,28 @@ class FakeGenerationWorker:
         self.shut_down = True
 
 
+class FakeARWorker:
+    """`GPUARWorker` (worker/gpu_ar_worker.py): vLLM's worker's `execute_model(scheduler_output)`, whose
+    `scheduled_new_reqs` (vllm/v1/core/sched/output.py `NewRequestData`, each a `req_id`) are the requests whose first
+    step it is."""
+
+    def __init__(self) -> None:
+        self.steps: list[Any] = []
+
+    def execute_model(self, scheduler_output: Any) -> Any:
+        self.steps.append(scheduler_output)
+        if getattr(scheduler_output, "fails", False):
+            raise RuntimeError("the step failed")
+        return "launched"
+
+
 def install_data_plane(modules: dict[str, Any]) -> None:
     """Put the stand-ins where the doorbell's stage module imports them from (into `modules`, a copy of
     sys.modules that the test's monkeypatch restores)."""
     for name, attribute, value in (
         (SHM_MODULE, "SharedMemoryConnector", FakeSharedMemoryConnector),
         (WORKER_MODULE, "GPUGenerationWorker", FakeGenerationWorker),
+        (AR_WORKER_MODULE, "GPUARWorker", FakeARWorker),
     ):
         module = types.ModuleType(name)
         setattr(module, attribute, value)

@@ -69,6 +69,11 @@ def test_a_timeline_run_records_every_processs_events_for_each_request(omni_url:
         # each window decoded once; an end marker may travel as a window of no codes, sent and received, never run
         assert len(events[omni_timeline.SCHEDULED]) == len(events[omni_timeline.DECODED]) == WINDOWS, events
         assert len(events[omni_timeline.SENT]) == len(events[omni_timeline.READY]) >= WINDOWS, events
+        # the talker's worker recorded the request's first step, launched then returned, before its first window
+        assert len(events[omni_timeline.LAUNCHED]) == len(events[omni_timeline.RETURNED]) == 1, events
+        talker = omni_timeline.talker_phases(events)
+        assert set(talker) == {phase for phase, _, _ in omni_timeline.TALKER_PHASES}, talker
+        assert all(value >= 0 for value in talker.values()), talker
         phases = omni_timeline.first_audio_phases(events)
         assert set(phases) == {phase for phase, _, _ in omni_timeline.PHASES}, phases
         # in order: sent before ready before scheduled before decoded before the server had it; and within what the

@@ -985,7 +985,8 @@ async def test_a_profiler_directory_gives_both_stages_a_profiler_and_profiles_th
 ) -> None:
     """vllm-omni 0.30 builds a stage's profiler from its `profiler_config` (a stage without one refuses to profile):
     with a profiler directory both stages get one, beside the operator's own overrides (a stage's own profiler
-    config wins), and a run starts and stops on both through AsyncOmni's own calls."""
+    config wins), and a run starts and stops on both through AsyncOmni's own calls. The talker runs under the worker
+    that records its first steps on a request timeline; without a profiler directory, under vllm-omni's."""
     omni = FakeAsyncOmni()
     own = {"1": {"load_format": "auto"}}
     engine = make_engine(custom_voice_dir, omni, profiler_dir=str(tmp_path), stage_overrides=own)
@@ -998,8 +999,8 @@ async def test_a_profiler_directory_gives_both_stages_a_profiler_and_profiles_th
         "torch_profiler_with_stack": False,
         "torch_profiler_record_shapes": False,
     }
-    assert omni.kwargs["stage_overrides"] == {
-        "0": {"profiler_config": config},
+    assert omni.kwargs["stage_overrides"] == {  # and the talker's worker that records its first steps on a timeline
+        "0": {"profiler_config": config, "worker_cls": timeline.TALKER_WORKER},
         "1": {"load_format": "auto", "profiler_config": config},
     }
     assert await engine.start_profile("c32") == str(tmp_path / "c32")

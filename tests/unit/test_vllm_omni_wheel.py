@@ -673,3 +673,15 @@ def test_the_window_doorbell_extends_what_the_wheel_has_where_it_has_it(wheel: W
         "_recv_loop",
     )
     assert f"self.{window_doorbell.WAKEUP}.wait(timeout=0.005)" in ast.unparse(transport)
+
+
+def test_the_talkers_timeline_worker_extends_the_worker_a_talker_stage_gets(wheel: Wheel) -> None:
+    """talker_worker.py's TimelineARWorker and its stand-in (tests/fakes/vllm_omni_0_30_data_plane.py) against the
+    wheel: the AR worker the CUDA platform gives an `ar` stage (the talker), which a stage override can replace."""
+    platform = function_def(
+        class_def(wheel.tree("platforms/cuda/platform.py"), "CudaOmniPlatform"), "get_omni_ar_worker_cls"
+    )
+    assert ast.unparse(platform.body[-1]) == "return 'vllm_omni.worker.gpu_ar_worker.GPUARWorker'"
+    worker = class_def(wheel.tree("worker/gpu_ar_worker.py"), "GPUARWorker")
+    # it leaves execute_model to vLLM's worker, whose scheduler output names the requests new to this step
+    assert "execute_model" not in {node.name for node in worker.body if isinstance(node, ast.FunctionDef)}

@@ -11,9 +11,11 @@ flag at most every CHECK_EVERY_S, so that an event costs a clock read while no r
 lays the events out request by request.
 
 Events: the server's `submitted` (the request handed to vllm-omni) and `first_audio` (its first audio back); the
-talker's `window_sent` (its producer handed a window on); code2wav's `window_ready` (the window's readiness reached
-the scheduler: from the receiving thread, or with a model step's output), `window_scheduled` (with its `frames`) and
-`window_decoded` (the step that carried it returned). A stream's n-th event of each name is its n-th window's.
+talker's `first_step_launched` and `first_step_returned` (the step that takes in the request's prompt handed to the
+model runner, and that call's return: `talker_worker.py`) and `window_sent` (its producer handed a window on);
+code2wav's `window_ready` (the window's readiness reached the scheduler: from the receiving thread, or with a model
+step's output), `window_scheduled` (with its `frames`) and `window_decoded` (the step that carried it returned). A
+stream's n-th event of each name is its n-th window's.
 Imports nothing of the service, so that the stage processes can load it."""
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 from typing import Any, TextIO
 
 FLAG_VARIABLE = "SPEECH_OMNI_TIMELINE_FLAG"  # the flag file's path, set by the engine for the stage processes
+TALKER_WORKER = "app.engines.omni.stage_plugins.talker_worker.TimelineARWorker"  # stage 0's, where a run can record
 CHECK_EVERY_S = 0.25
 
 

@@ -1,0 +1,33 @@
+"""The talker's worker where the service's request timeline can record (a server with a profiler directory):
+vllm-omni's AR worker (the one a talker stage gets on CUDA) that records, for each request, when the step that takes
+in its prompt was handed to the model runner (`first_step_launched`) and when that call returned
+(`first_step_returned`). With async scheduling the call returns once the step is launched, before the GPU is done.
+
+So the talker's part of a first audio splits: the request's way from the server into the talker's engine (the
+orchestrator, its sockets, the scheduler's queue), the host's launch of the prefill step, and the rest up to the
+window producer handing the first window on (the GPU's prefill, the step's output, the producer). Only a request's
+first step is recorded: a line a request, not one a stream a step. Set as stage 0's `worker_cls` by the engine."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from vllm_omni.worker.gpu_ar_worker import GPUARWorker
+
+from app.engines.omni.stage_plugins import timeline
+
+
+class TimelineARWorker(GPUARWorker):
+    def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        recorder = timeline.recorder("talker")
+        new = [request.req_id for request in scheduler_output.scheduled_new_reqs] if recorder.on() else []
+        for request_id in new:
+            recorder.record("first_step_launched", request_id)
+        try:
+            return super().execute_model(scheduler_output, *args, **kwargs)
+        finally:
+            if new:
+                returned_ns = time.time_ns()
+                for request_id in new:
+                    recorder.record("first_step_returned", request_id, returned_ns)

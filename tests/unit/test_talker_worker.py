@@ -1,0 +1,47 @@
+"""The talker's worker on the request timeline (app/engines/omni/stage_plugins/talker_worker.py), vllm-omni's AR worker
+as a stand-in (tests/fakes/vllm_omni_0_30_data_plane.py)."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import pytest
+
+from app.engines.omni.stage_plugins import timeline
+from tests.fakes.vllm_omni_0_30_data_plane import install_data_plane
+from tests.fakes.vllm_omni_0_30_scheduler import import_against_stand_ins
+
+
+@pytest.fixture
+def worker_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    return import_against_stand_ins(monkeypatch, "app.engines.omni.stage_plugins.talker_worker", install_data_plane)
+
+
+def step(*new: str, fails: bool = False) -> types.SimpleNamespace:
+    return types.SimpleNamespace(scheduled_new_reqs=[types.SimpleNamespace(req_id=r) for r in new], fails=fails)
+
+
+def test_each_requests_first_step_is_recorded_launched_and_returned_while_a_run_records(
+    worker_module: types.ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = timeline.Recorder("talker", None)
+    monkeypatch.setattr(timeline, "recorder", lambda role: recorder)
+    worker = worker_module.TimelineARWorker()
+    assert worker.execute_model(step("a")) == "launched"  # no run: nothing recorded
+    recorder.pin(str(tmp_path))
+    assert worker.execute_model(step("b", "c")) == "launched"
+    assert worker.execute_model(step()) == "launched"  # decode steps only: nothing
+    with pytest.raises(RuntimeError):
+        worker.execute_model(step("d", fails=True))
+    recorded = [json.loads(line) for line in next(tmp_path.glob("events_talker_*.jsonl")).read_text().splitlines()]
+    assert [(e["event"], e["request_id"]) for e in recorded] == [
+        ("first_step_launched", "b"),
+        ("first_step_launched", "c"),
+        ("first_step_returned", "b"),
+        ("first_step_returned", "c"),
+        ("first_step_launched", "d"),
+        ("first_step_returned", "d"),  # a failed launch still returned
+    ]
+    assert len(worker.steps) == 4
