@@ -64,11 +64,13 @@ class FakeGenerationWorker:
         self.model_runner = FakeModelRunner()
 
     def execute_model(self, scheduler_output: Any) -> Any:
+        """vLLM's `SchedulerOutput`: `num_scheduled_tokens` (request -> tokens; empty on the steps vLLM's loop runs
+        with nothing scheduled)."""
         assert self.model_runner is not None
         self.model_runner.steps += 1
-        if scheduler_output == "fails":
+        if getattr(scheduler_output, "fails", False):
             raise RuntimeError("the step failed")
-        return f"output of {scheduler_output}"
+        return f"output of {sorted(scheduler_output.num_scheduled_tokens)}"
 
     def shutdown(self) -> None:
         self.shut_down = True

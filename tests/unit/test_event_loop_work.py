@@ -202,11 +202,12 @@ async def test_the_servers_thread_switch_interval_is_set_before_the_engine_start
             super().__init__(**kwargs)
             seen.append(sys.getswitchinterval())
 
-    for given in (0.5, None):
+    for given, before in ((0.5, 0.004), (None, 0.003)):
+        sys.setswitchinterval(before)
         engine = make_engine(custom_voice_dir, FakeAsyncOmni())
         engine._factory = Recording
         settings = service_settings(engine).model_copy(update={"switch_interval_ms": given})
         app = create_app(settings, engine=engine)
         async with app.router.lifespan_context(app):
             await until(lambda engine=engine: engine.health().ready, timeout_s=5)
-    assert seen == [0.0005, 0.0005]  # unset: left as it was
+    assert seen == [0.0005, 0.003]  # unset: left as it was

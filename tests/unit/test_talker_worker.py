@@ -19,8 +19,12 @@ def worker_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     return import_against_stand_ins(monkeypatch, "app.engines.omni.stage_plugins.talker_worker", install_data_plane)
 
 
-def step(*new: str, fails: bool = False) -> types.SimpleNamespace:
-    return types.SimpleNamespace(scheduled_new_reqs=[types.SimpleNamespace(req_id=r) for r in new], fails=fails)
+def step(*new: str, fails: bool = False, finished: tuple[str, ...] = ()) -> types.SimpleNamespace:
+    """vLLM's SchedulerOutput as the worker reads it: the requests new to this step (a preempted one that resumes is
+    new again), those finished since the last."""
+    return types.SimpleNamespace(
+        scheduled_new_reqs=[types.SimpleNamespace(req_id=r) for r in new], finished_req_ids=set(finished), fails=fails
+    )
 
 
 def test_each_requests_first_step_is_recorded_launched_and_returned_while_a_run_records(
@@ -35,6 +39,8 @@ def test_each_requests_first_step_is_recorded_launched_and_returned_while_a_run_
     assert worker.execute_model(step()) == "launched"  # decode steps only: nothing
     with pytest.raises(RuntimeError):
         worker.execute_model(step("d", fails=True))
+    assert worker.execute_model(step("b")) == "launched"  # b preempted, back: its first step was recorded
+    assert worker.execute_model(step("b", finished=("b",))) == "launched"  # a new request of a finished one's id
     recorded = [json.loads(line) for line in next(tmp_path.glob("events_talker_*.jsonl")).read_text().splitlines()]
     assert [(e["event"], e["request_id"]) for e in recorded] == [
         ("first_step_launched", "b"),
@@ -43,5 +49,8 @@ def test_each_requests_first_step_is_recorded_launched_and_returned_while_a_run_
         ("first_step_returned", "c"),
         ("first_step_launched", "d"),
         ("first_step_returned", "d"),  # a failed launch still returned
+        ("first_step_launched", "b"),
+        ("first_step_returned", "b"),
     ]
-    assert len(worker.steps) == 4
+    assert recorded[0]["ts_ns"] == recorded[1]["ts_ns"]  # one launch, one time: not the lines' writing
+    assert len(worker.steps) == 6

@@ -91,6 +91,34 @@ def test_a_ring_reaches_the_listener_and_a_ring_nobody_hears_is_dropped() -> Non
     bell.close()
 
 
+def test_rings_queued_while_the_listener_was_busy_wake_once() -> None:
+    """Each wake-up sets the receiving and saving threads' Events and takes the GIL: rings that queued while the
+    listener was handing on the last one make one more wake-up, not one each."""
+    at = window_doorbell.address(_name())
+    entered, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def on_ring() -> None:
+        calls.append(1)
+        entered.set()
+        release.wait(LONG_S)
+
+    listener = Listener(at, on_ring)
+    bell = Bell(at)
+    try:
+        bell.ring()
+        assert entered.wait(LONG_S)  # the first ring is being handed on
+        entered.clear()
+        bell.ring()
+        bell.ring()  # both queue meanwhile
+        release.set()
+        assert entered.wait(LONG_S)  # one more wake-up for the two
+    finally:
+        listener.close()
+        bell.close()
+    assert len(calls) == 2
+
+
 def test_an_address_is_taken_by_one_listener_only() -> None:
     at = window_doorbell.address(_name())
     listener = Listener(at, lambda: None)
@@ -99,6 +127,11 @@ def test_an_address_is_taken_by_one_listener_only() -> None:
             Listener(at, lambda: None)
     finally:
         listener.close()
+
+
+def scheduled(*requests: str, fails: bool = False) -> types.SimpleNamespace:
+    """vLLM's SchedulerOutput as the worker reads it: the requests a step runs, and their tokens."""
+    return types.SimpleNamespace(num_scheduled_tokens=dict.fromkeys(requests, 16), fails=fails)
 
 
 @pytest.fixture
@@ -167,17 +200,18 @@ def test_code2wavs_worker_wakes_the_receiving_thread_on_each_ring_and_after_each
         Bell(window_doorbell.address(name)).ring()  # the talker wrote a window
         thread.join(LONG_S)
         assert woken == [True]
-        # a step frees the streams whose staged windows it took: the receiving thread looks again
+        # a step that ran windows frees the streams whose staged windows it took: the receiving thread looks again;
+        # vLLM's loop calling it with nothing scheduled (every millisecond while streams wait) frees nothing
         with ThreadPoolExecutor(max_workers=1) as receiving_thread:  # one thread throughout
-            assert (
-                receiving_thread.submit(lambda: (wakeups.wait(0), wakeups.clear(), wakeups.is_set())).result()[2]
-                is False
-            )
-            assert worker.execute_model("step") == "output of step"
+            looked = receiving_thread.submit(lambda: (wakeups.wait(0), wakeups.clear(), wakeups.is_set())).result()
+            assert looked[2] is False
+            assert worker.execute_model(scheduled()) == "output of []"
+            assert receiving_thread.submit(wakeups.is_set).result() is False
+            assert worker.execute_model(scheduled("a", "b")) == "output of ['a', 'b']"
             assert receiving_thread.submit(wakeups.is_set).result() is True
             receiving_thread.submit(wakeups.clear).result()
             with pytest.raises(RuntimeError):
-                worker.execute_model("fails")  # a failed step wakes it too
+                worker.execute_model(scheduled("a", fails=True))  # a failed step wakes it too
             assert receiving_thread.submit(wakeups.is_set).result() is True
     finally:
         worker.shutdown()
@@ -192,8 +226,25 @@ def test_without_an_address_code2wavs_worker_is_vllm_omnis_and_says_so(
     worker.init_device()
     assert isinstance(worker.model_runner._omni_data_plane._work_available, threading.Event)
     assert "window doorbell off" in caplog.text
-    assert worker.execute_model("step") == "output of step"
+    assert worker.execute_model(scheduled("a")) == "output of ['a']"
     worker.shutdown()
+
+
+def test_where_another_worker_holds_the_address_code2wav_keeps_vllm_omnis_look_and_says_so(
+    stage_module: types.ModuleType, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = _name()
+    monkeypatch.setenv(window_doorbell.ADDRESS_VARIABLE, name)
+    first = Listener(window_doorbell.address(name), lambda: None)  # a first code2wav worker of the same server
+    try:
+        worker = stage_module.DoorbellGenerationWorker()
+        worker.init_device()  # starts all the same
+        assert isinstance(worker.model_runner._omni_data_plane._work_available, threading.Event)
+        assert "window doorbell off: cannot bind" in caplog.text
+        assert worker.execute_model(scheduled("a")) == "output of ['a']"
+        worker.shutdown()
+    finally:
+        first.close()
 
 
 def test_the_plugin_registers_the_connector_by_its_name_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,8 +14,9 @@ the spawned stage processes) and runs code2wav under the service's worker (`WORK
 - the talker's connector rings the address, a UNIX datagram that never blocks, after each window it wrote
   (`DoorbellSharedMemoryConnector.put`);
 - code2wav's worker binds the address and, on each ring, wakes the receiving thread, which looks again at once; it
-  also wakes it after each model step, which frees the streams whose staged window that step took (the thread does
-  not read a stream's next window while its last is still staged);
+  also wakes it after each model step that ran windows, which frees the streams whose staged window that step took
+  (the thread does not read a stream's next window while its last is still staged); where the address is taken
+  (a second code2wav worker of the same server), the worker says so and leaves vllm-omni's 5-ms look as it is;
 - the data plane's shared Event becomes `ThreadWakeups`: each of its two threads (receiving, saving) waits on and
   clears an Event of its own, so that one thread's `clear()` no longer swallows a wake-up meant for the other.
 The 5-ms look stays as it was, for a ring that is lost. The address is in Linux's abstract socket namespace: no
@@ -94,6 +95,10 @@ class Listener:
         while not self._closed.is_set():
             try:
                 self._socket.recv(RECEIVE_BYTES)
+                while True:  # the rings queued meanwhile: one wake-up for them all
+                    self._socket.recv(RECEIVE_BYTES, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                pass
             except OSError:
                 if self._closed.is_set():
                     return

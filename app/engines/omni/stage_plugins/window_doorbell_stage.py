@@ -65,17 +65,23 @@ class DoorbellGenerationWorker(GPUGenerationWorker):
                 f"{ADDRESS_VARIABLE} is not set" if at is None else "the model runner has no data plane to wake",
             )
             return
-        self._wakeups = ThreadWakeups()
-        setattr(plane, WAKEUP, self._wakeups)
-        self._doorbell = Listener(at, self._wakeups.set)
+        wakeups = ThreadWakeups()
+        try:
+            self._doorbell = Listener(at, wakeups.set)
+        except OSError as error:  # another worker of this server holds the address (more than one code2wav worker)
+            log.warning("window doorbell off: cannot bind its address (%s); code2wav looks every 5 ms", error)
+            return
+        self._wakeups = wakeups
+        setattr(plane, WAKEUP, wakeups)
         log.info("window doorbell: code2wav's receiving thread wakes on each window the talker writes")
 
-    def execute_model(self, *args: Any, **kwargs: Any) -> Any:
+    def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().execute_model(*args, **kwargs)
+            return super().execute_model(scheduler_output, *args, **kwargs)
         finally:
-            if self._wakeups is not None:
-                # the step took its streams' staged windows: their next ones may be read now
+            # a step that ran windows took its streams' staged ones: their next ones may be read now (vLLM's loop
+            # also calls this with nothing scheduled, every millisecond while streams wait: those free nothing)
+            if self._wakeups is not None and getattr(scheduler_output, "num_scheduled_tokens", None):
                 self._wakeups.set()
 
     def shutdown(self) -> None:
