@@ -11,6 +11,7 @@ import shutil
 import sys
 import tempfile
 import weakref
+from collections.abc import Callable
 from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,17 @@ async def test_audio_reader_handles_delta_and_cumulative_outputs(mode: str) -> N
 # -- the engine on the fake AsyncOmni ----------------------------------------------------------------------------------
 
 
+def edited_profile(directory: Path, name: str, edit: Callable[[dict[str, Any]], None]) -> Path:
+    """A copy of the shipped profile at `directory/name`, its one connector's settings edited by `edit`."""
+    profile = yaml.safe_load(Path("deploy/vllm-omni/customvoice.yaml").read_text())
+    (connector,) = profile["connectors"].values()
+    edit(connector)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(yaml.safe_dump(profile))
+    return path
+
+
 def profile_without_ramp(directory: Path, **more: object) -> str:
     """A copy of the shipped profile with one first window then steady ones of 25 frames, as vllm-omni's own
     qwen3_tts.yaml (a request may size its first window), with `more` connector settings on top."""
@@ -370,14 +382,9 @@ async def test_a_switch_interval_reaches_the_stage_processes_environment_before_
 
 def ringing_profile(tmp_path: Path) -> Path:
     """The shipped profile with its connector the service's, which rings code2wav's window doorbell."""
-    import yaml
-
-    profile = yaml.safe_load(Path("deploy/vllm-omni/customvoice.yaml").read_text())
-    (connector,) = profile["connectors"].values()
-    connector["name"] = window_doorbell.CONNECTOR_NAME
-    ringing = tmp_path / "ringing.yaml"
-    ringing.write_text(yaml.safe_dump(profile))
-    return ringing
+    return edited_profile(
+        tmp_path, "ringing.yaml", lambda connector: connector.update(name=window_doorbell.CONNECTOR_NAME)
+    )
 
 
 async def test_a_profile_whose_connector_rings_gives_the_stages_an_address_and_code2wav_the_worker_that_listens(
@@ -792,13 +799,11 @@ async def test_a_persistent_cache_directory_holds_every_compile_cache(
 
 
 def profile_without_probes(directory: Path) -> Path:
-    profile = yaml.safe_load(Path("deploy/vllm-omni/customvoice.yaml").read_text())
-    (extra,) = [connector["extra"] for connector in profile["connectors"].values()]
-    assert extra["engine_probe_interval_s"] > 0  # the shipped profile logs its probes
-    extra["engine_probe_interval_s"] = 0
-    quiet = directory / "quiet.yaml"
-    quiet.write_text(yaml.safe_dump(profile))
-    return quiet
+    def quiet(connector: dict[str, Any]) -> None:
+        assert connector["extra"]["engine_probe_interval_s"] > 0  # the shipped profile logs its probes
+        connector["extra"]["engine_probe_interval_s"] = 0
+
+    return edited_profile(directory, "quiet.yaml", quiet)
 
 
 async def test_engine_probes_turn_on_the_decoders_graph_stats(
