@@ -30,6 +30,8 @@ NEEDS_OMNI_EXTRA = {
     "app.engines.omni.stage_plugins.dilated_convs",
     "app.engines.omni.stage_plugins.predictor_kernels",
     "app.engines.omni.stage_plugins.talker_model",
+    "app.engines.omni.stage_plugins.talker_worker",
+    "app.engines.omni.stage_plugins.window_doorbell_stage",
 }
 
 
