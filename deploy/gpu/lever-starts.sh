@@ -65,6 +65,9 @@
 #                            the server, the talker and code2wav; empty: none
 #   PROFILE_FRAMES=100       the codec frames each request makes (EXTRA_BODY's max_new_tokens less the end token):
 #                            the profiles' per-frame figures divide by it
+#   PROFILE_EXTRA_BODY=""    the profiled rounds' request body in place of EXTRA_BODY, the sweeps keeping theirs: e.g.
+#                            '{"stream_format": "audio", "max_new_tokens": 4}' with PROFILE_FRAMES=3, a window of a
+#                            few steps, which a trace with Python stacks (SPEECH_OMNI__PROFILER_STACKS) can take
 #   KEEP_TRACES=0            1: the profiles' traces are kept (gzipped) in traces/<server>-c<level>/ as well as
 #                            summarised
 #   TRACE_WAIT_S=60          the longest wait, after a profiled window, for its traces to stop growing (the same
@@ -258,9 +261,10 @@ start_pyspy_stop() {  # $1 start_pyspy's job: stopped, its recording gzipped and
 torch_profile() {  # $1 level, $2 requests: one closed round under the engine's profiler, its traces summarised per
   # codec frame (PROFILE_FRAMES a request) into profile-c<level>.md, then deleted (hundreds of MB; the summary is the
   # result)
-  local level=$1 requests=$2 frames=$(($2 * PROFILE_FRAMES)) server traces
+  local level=$1 requests=$2 frames=$(($2 * PROFILE_FRAMES)) server traces body=()
+  [ -n "${PROFILE_EXTRA_BODY:-}" ] && body=(EXTRA_BODY="$PROFILE_EXTRA_BODY")
   step "profile c$level" on_load_cpus env CONCURRENCY="$level" REQUESTS="$requests" SWEEP_NAME="c$level" \
-    LOADTEST_ARGS="--stagger 0" "$SBS" profile >>"$OUT/sweeps.log" 2>&1
+    LOADTEST_ARGS="--stagger 0" "${body[@]}" "$SBS" profile >>"$OUT/sweeps.log" 2>&1
   for server in $SERVERS; do
     traces=$PROFILER_DIR/$server/c$level
     settled "$traces" "$TRACE_WAIT_S"

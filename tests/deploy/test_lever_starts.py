@@ -36,6 +36,7 @@ SETTINGS = (
     "SWEEP_TARGETS",
     "PYSPY_AFTER_S",
     "PROFILE_FRAMES",
+    "PROFILE_EXTRA_BODY",
     "START_PYSPY",
     "START_PYSPY_RATE",
     "TRACE_WAIT_S",
@@ -66,7 +67,7 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         "#!/usr/bin/env bash\n"
         'echo "$1|$(basename "$OUT")|${SWEEP_NAME-}|${CONCURRENCY-}|${REQUESTS-}|${TIMELINE-}|$SERVICE_SGLANG_ENV'
         "|$(grep Cpus_allowed_list /proc/$$/status | cut -f2)|${START_WAIT_S-}|${SERVICE_ENV-}|$TARGETS"
-        '|${PROFILER_DIR-}|${SERVICE_B_ENV-}"'
+        '|${PROFILER_DIR-}|${SERVICE_B_ENV-}|${EXTRA_BODY-}"'
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
         '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac\n'
@@ -350,6 +351,29 @@ def test_empty_profile_levels_keep_the_timeline_and_profile_nothing(tmp_path: Pa
     assert [call for call in calls(tmp_path) if call[0] == "profile" and not call[2].startswith("tl-")] == []
     assert "f1 timeline c1" in (tmp_path / "out/progress.txt").read_text()
     assert not list((tmp_path / "out/f1").glob("profile-c*.md"))
+
+
+def test_a_profile_body_makes_the_profiled_requests_short_and_nothing_else(tmp_path: Path) -> None:
+    """PROFILE_EXTRA_BODY: the profiled rounds' requests only (a window of a few steps, short enough for a trace with
+    Python stacks), every sweep keeping EXTRA_BODY's."""
+    short = '{"stream_format": "audio", "max_new_tokens": 4}'
+    done = run(
+        tmp_path,
+        TARGET="service",
+        TORCH_PROFILE="1",
+        PROFILE_LEVELS="1",
+        VARIANTS="f1:F",
+        LEVER_F="",
+        PROFILE_EXTRA_BODY=short,
+        PROFILE_FRAMES="3",
+        EXTRA_BODY='{"max_new_tokens": 101}',
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    bodies = {(call[0], call[2]): call[-1] for call in calls(tmp_path) if call[0] in ("profile", "sweep-closed")}
+    assert bodies[("profile", "c1")] == short
+    assert {body for (phase, name), body in bodies.items() if not (phase, name) == ("profile", "c1")} == {
+        '{"max_new_tokens": 101}'
+    }
 
 
 def test_keep_traces_keeps_each_profiled_windows_traces_gzipped_beside_its_summary(tmp_path: Path) -> None:
