@@ -16,7 +16,8 @@ talker's part splits: to the talker's first step (`talker:first_step_launched`: 
 talker's queue), its launch (→ `talker:first_step_returned`: the host's part of the prefill step) and then to the
 first window (→ `talker:window_sent`: the GPU's prefill and first frame, the step's output, the producer).
 Then every window, not only the first (a stream's n-th window sent paired with its n-th window ready, and so on): the
-hand-off, code2wav's queue and its step. p50 / p95 / max ms; with --requests, one row a request.
+hand-off, code2wav's queue, its step and the way back to the server (→ `server:audio`, each window's audio back).
+p50 / p95 / max ms; with --requests, one row a request.
 
 A stage names a request by vllm-omni's id for it, which starts with the server's: each is put with the longest
 server id it starts with.
@@ -37,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, whethe
 from sglang_timeline import event_files, read_lines
 from ttfa_phases import percentile
 
-SUBMITTED, FIRST_AUDIO = "server:submitted", "server:first_audio"
+SUBMITTED, FIRST_AUDIO, AUDIO = "server:submitted", "server:first_audio", "server:audio"
 SENT, READY = "talker:window_sent", "code2wav:window_ready"
 SCHEDULED, DECODED = "code2wav:window_scheduled", "code2wav:window_decoded"
 LAUNCHED, RETURNED = "talker:first_step_launched", "talker:first_step_returned"
@@ -50,7 +51,8 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("to server", DECODED, FIRST_AUDIO),
     ("first audio", SUBMITTED, FIRST_AUDIO),
 )
-WINDOW_PHASES = PHASES[1:4]  # every window's own, its n-th event of each name paired
+# every window's own, its n-th event of each name paired
+WINDOW_PHASES: tuple[tuple[str, str, str], ...] = (*PHASES[1:4], ("to server", DECODED, AUDIO))
 # the talker's part (submitted -> window sent), split at its first step where the talker's worker recorded it
 TALKER_PHASES: tuple[tuple[str, str, str], ...] = (
     ("to the talker's first step", SUBMITTED, LAUNCHED),

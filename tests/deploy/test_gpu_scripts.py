@@ -2314,6 +2314,11 @@ def test_omni_timeline_splits_each_requests_first_audio_and_every_window_into_ph
                 {"ts_ns": at(ready + 8.5), "event": "window_decoded", "request_id": stage_id},
             ]
         server += [{"ts_ns": at(start + 20 + hand_off + 8.5 + 2), "event": "first_audio", "request_id": request}]
+        # each window's audio back in the server: 2 ms after its step, then 3 (the second window's hand-off is 1 ms
+        # longer too)
+        for window, sent in enumerate((start + 20, start + 60)):
+            back = sent + hand_off + window + 8.5 + 2 + window
+            server.append({"ts_ns": at(back), "event": "audio", "request_id": request})
     (tmp_path / "events_server_1.jsonl").write_text("\n".join(map(json.dumps, server)) + "\n{cut sho")
     (tmp_path / "events_talker_2.jsonl").write_text("\n".join(map(json.dumps, talker)) + "\n")
     with gzip.open(tmp_path / "events_code2wav_3.jsonl.gz", "wt") as out:
@@ -2331,9 +2336,11 @@ def test_omni_timeline_splits_each_requests_first_audio_and_every_window_into_ph
         }
     )
     assert module.window_phases(requests["r1"])["hand-off"] == pytest.approx([3.0, 4.0])
+    assert module.window_phases(requests["r1"])["to server"] == pytest.approx([2.0, 3.0])
     text = module.report(requests, per_request=True)
     assert "| hand-off | 2 | 9.0 | 9.0 | 9.0 |" in text  # r1 3, r10 9: the nearer value, halves upward
     assert "| hand-off | 4 | 9.0 | 10.0 | 10.0 |" in text  # every window: 3 4 9 10
+    assert "| to server | 4 | 3.0 | 3.0 | 3.0 |" in text  # every window: 2 3 2 3
     assert "| `r10` | 5.0 | 20.0 | 9.0 | 0.5 | 8.0 | 2.0 | 39.5 |" in text
     assert "The talker's part" not in text  # no worker of the service's recorded its steps
     done = subprocess.run(

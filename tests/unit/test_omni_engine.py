@@ -1050,12 +1050,18 @@ async def test_a_timeline_run_records_the_servers_events_and_flags_the_stages_wi
         assert started.status_code == 200, started.text
         assert started.json()["traces"] == str(tmp_path / "tl-c1")
         assert json.loads(flag.read_text())["folder"] == str(tmp_path / "tl-c1")
-        await collect(engine, job(request_id="r1", max_new_tokens=11))
+        chunks = [chunk async for chunk in engine.synthesize(job(request_id="r1", max_new_tokens=11))]
         stopped = await client.post("/admin/profile/stop", json={"run_id": "tl-c1"})
         assert stopped.status_code == 200 and not flag.exists()
         await collect(engine, job(request_id="r2", max_new_tokens=11))  # after the run: not recorded
     recorded = [json.loads(line) for line in (tmp_path / f"tl-c1/events_server_{os.getpid()}.jsonl").open()]
-    assert [(e["event"], e["request_id"]) for e in recorded] == [("submitted", "r1"), ("first_audio", "r1")]
+    # and each window's audio as it came back, the first of them its first audio
+    assert len(chunks) > 1 and [(e["event"], e["request_id"]) for e in recorded] == [
+        ("submitted", "r1"),
+        ("audio", "r1"),
+        ("first_audio", "r1"),
+        *[("audio", "r1")] * (len(chunks) - 1),
+    ]
     assert omni.profiles == []
     # one run at a time: a profiler run ends a timeline's, and a timeline run the profiler's, so that a stop
     # never leaves either on

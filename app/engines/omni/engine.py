@@ -583,6 +583,7 @@ class OmniEngine:
                 samples = reader.read(output)
                 if samples is None or len(samples) == 0:
                     continue
+                self._timeline.record("audio", job.request_id)  # each window's audio back: the n-th, the n-th decoded
                 frames = len(samples) // SAMPLES_PER_FRAME
                 rate = reader.sample_rate or self._model.sample_rate
                 if input_tokens_reported:

@@ -10,12 +10,12 @@ to `events_<role>_<pid>.jsonl` in the folder the flag names, until the run stops
 flag at most every CHECK_EVERY_S, so that an event costs a clock read while no run records. deploy/gpu/omni_timeline.py
 lays the events out request by request.
 
-Events: the server's `submitted` (the request handed to vllm-omni) and `first_audio` (its first audio back); the
-talker's `first_step_launched` and `first_step_returned` (the step that takes in the request's prompt handed to the
-model runner, and that call's return: `talker_worker.py`) and `window_sent` (its producer handed a window on);
-code2wav's `window_ready` (the window's readiness reached the scheduler: from the receiving thread, or with a model
-step's output), `window_scheduled` (with its `frames`) and `window_decoded` (the step that carried it returned). A
-stream's n-th event of each name is its n-th window's.
+Events: the server's `submitted` (the request handed to vllm-omni), `audio` (each window's audio back) and `first_audio`
+(its first audio back); the talker's `first_step_launched` and `first_step_returned` (the step that takes in the
+request's prompt handed to the model runner, and that call's return: `talker_worker.py`) and `window_sent` (its producer
+handed a window on); code2wav's `window_ready` (the window's readiness reached the scheduler: from the receiving thread,
+or with a model step's output), `window_scheduled` (with its `frames`) and `window_decoded` (the step that carried it
+returned). A stream's n-th event of each name is its n-th window's.
 Imports nothing of the service, so that the stage processes can load it."""
 
 from __future__ import annotations
