@@ -169,7 +169,9 @@ class OmniSettings(BaseModel):
         "records Python stacks and operator shapes too (vLLM's torch_profiler_with_stack and _record_shapes), so "
         "that a trace says which code ran each operation (deploy/gpu/trace_summary.py names the innermost Python "
         "function around each of the first step's longest ones). Traces grow several times over and each profiled "
-        "step costs more: for a window of one or a few requests.",
+        "step costs more: for a window of a few steps (a request of a few frames; deploy/gpu/lever-starts.sh "
+        "PROFILE_EXTRA_BODY). A whole 8-s request's, written and summarised, took more than six minutes after the "
+        "stop on an H200.",
     )
     parallel_stage_init: bool = Field(
         False,
