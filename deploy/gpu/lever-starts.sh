@@ -72,6 +72,9 @@
 #                            summarised
 #   TRACE_WAIT_S=60          the longest wait, after a profiled window, for its traces to stop growing (the same
 #                            size over three looks SETTLE_S=3 apart)
+#   SUMMARY_TIMEOUT_S=180    the longest a window's traces may take to summarise (TRACE_SUMMARY=
+#                            deploy/gpu/trace_summary.py), and then to gzip where kept: beyond, given up and said in
+#                            profile-c<level>.md, so that the round still stops and keeps its start phases
 #   SERVER_PIDFILE=/tmp/speech-server-<its port>.pid   where side-by-side.sh records the server (its process group;
 #                            the port: SERVICE_SGLANG_PORT=8007 or SERVICE_PORT=8000)
 #   SIDE_BY_SIDE=deploy/gpu/side-by-side.sh   what starts, sweeps and stops the server
@@ -94,6 +97,8 @@ PROFILES=${PROFILES:-/tmp/profiles}
 TORCH_PROFILE=${TORCH_PROFILE:-0}
 PROFILE_FRAMES=${PROFILE_FRAMES:-100}
 TRACE_WAIT_S=${TRACE_WAIT_S:-60}
+TRACE_SUMMARY=${TRACE_SUMMARY:-deploy/gpu/trace_summary.py}
+SUMMARY_TIMEOUT_S=${SUMMARY_TIMEOUT_S:-180}
 KEEP_TRACES=${KEEP_TRACES:-0}
 SETTLE_S=${SETTLE_S:-3}
 START_PYSPY=${START_PYSPY:-0}
@@ -268,7 +273,9 @@ torch_profile() {  # $1 level, $2 requests: one closed round under the engine's 
   for server in $SERVERS; do
     traces=$PROFILER_DIR/$server/c$level
     settled "$traces" "$TRACE_WAIT_S"
-    "$PYTHON" deploy/gpu/trace_summary.py "$traces" --frames "$frames" >"$OUT/profile-c$level$(suffix "$server").md" 2>&1
+    local summary=$OUT/profile-c$level$(suffix "$server").md
+    timeout "$SUMMARY_TIMEOUT_S" "$PYTHON" "$TRACE_SUMMARY" "$traces" --frames "$frames" >"$summary" 2>&1
+    [ $? = 124 ] && echo "trace_summary.py stopped after $SUMMARY_TIMEOUT_S s (SUMMARY_TIMEOUT_S)" >>"$summary"
     if [ "$KEEP_TRACES" = 1 ]; then  # kept for a later look (tens of MB a trace, gzipped)
       (cd "$traces" && find . -type f -name '*.json*' | while read -r trace; do
         keep_gzipped "$trace" "$OUT/traces/$server-c$level/$trace"
@@ -299,7 +306,7 @@ settled() {  # $1 a folder, $2 seconds at most: until its files stop growing (sg
 
 keep_gzipped() {  # $1 a file, $2 where its copy goes: gzipped there (with .gz added), a gzipped one as it is
   mkdir -p "$(dirname "$2")"
-  case $1 in *.gz) cp "$1" "$2" ;; *) gzip -c "$1" >"$2.gz" ;; esac
+  case $1 in *.gz) cp "$1" "$2" ;; *) timeout "$SUMMARY_TIMEOUT_S" gzip -c "$1" >"$2.gz" ;; esac
 }
 
 omni_timeline() {  # the omni engine's request timeline over each of TIMELINE_LEVELS (level:requests, all at once), the

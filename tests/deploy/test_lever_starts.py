@@ -37,6 +37,8 @@ SETTINGS = (
     "PYSPY_AFTER_S",
     "PROFILE_FRAMES",
     "PROFILE_EXTRA_BODY",
+    "TRACE_SUMMARY",
+    "SUMMARY_TIMEOUT_S",
     "START_PYSPY",
     "START_PYSPY_RATE",
     "TRACE_WAIT_S",
@@ -374,6 +376,31 @@ def test_a_profile_body_makes_the_profiled_requests_short_and_nothing_else(tmp_p
     assert {body for (phase, name), body in bodies.items() if not (phase, name) == ("profile", "c1")} == {
         '{"max_new_tokens": 101}'
     }
+
+
+def test_a_summary_that_takes_too_long_is_stopped_and_the_round_finishes(tmp_path: Path) -> None:
+    """SUMMARY_TIMEOUT_S: a trace too large to summarise in time (one whole request with Python stacks kept a GPU
+    round in that step for more than six minutes) is given up, saying so, and the round still stops its servers and
+    keeps its start phases."""
+    slow = tmp_path / "slow_summary.py"
+    slow.write_text("import time\ntime.sleep(60)\n")
+    began = time.monotonic()
+    done = run(
+        tmp_path,
+        TARGET="service",
+        TORCH_PROFILE="1",
+        PROFILE_LEVELS="1",
+        VARIANTS="f1:F",
+        LEVER_F="",
+        TIMELINE_LEVELS="",
+        TRACE_SUMMARY=str(slow),
+        SUMMARY_TIMEOUT_S="1",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert time.monotonic() - began < 50  # not the summary's 60 s
+    assert "stopped after 1 s" in (tmp_path / "out/f1/profile-c1.md").read_text()
+    assert "f1 stopped after" in (tmp_path / "out/progress.txt").read_text()
+    assert (tmp_path / "out/f1/start-phases.md").exists()
 
 
 def test_keep_traces_keeps_each_profiled_windows_traces_gzipped_beside_its_summary(tmp_path: Path) -> None:
