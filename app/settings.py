@@ -88,15 +88,15 @@ def _list_from_text(value: object) -> object:
 
 
 def _switch_interval_field(where: str, why: str) -> Any:
-    """Python's thread switch interval in an engine's own processes (`where`), the same bounds for every engine."""
+    """Python's thread switch interval in `where` (the server's process, or an engine's own processes), the same
+    bounds everywhere."""
     return Field(
         None,
         ge=0.01,
         le=1000,
         allow_inf_nan=False,
-        description=f"Python's thread switch interval in {where} (sys.setswitchinterval; not the server's): how long "
-        f"a thread that wants the interpreter's lock waits before the one holding it must let go. {why} "
-        "Default: Python's 5 ms.",
+        description=f"Python's thread switch interval in {where} (sys.setswitchinterval): how long a thread that "
+        f"wants the interpreter's lock waits before the one holding it must let go. {why} Default: Python's 5 ms.",
     )
 
 
@@ -256,7 +256,7 @@ class OmniSettings(BaseModel):
         "app/engines/omni/stage_plugins/prompt_stream.py.",
     )
     switch_interval_ms: float | None = _switch_interval_field(
-        "vllm-omni's stage processes, the talker's and code2wav's",
+        "vllm-omni's stage processes, the talker's and code2wav's, not the server's",
         "In the talker's process the engine's step loop shares one lock with the threads that copy each step's codes "
         "out and hand them to code2wav. At 1 ms against the 5-ms default, code2wav's wait for its first window at one "
         "stream was unchanged (41.7 against 41.5 ms; benchmarks/gpu/2026-11-30-h200x2-pair-fused-prefetch/).",
@@ -335,7 +335,7 @@ class SglangSettings(BaseModel):
         "without devices of its own, and preprocessing's own GPU beside them).",
     )
     switch_interval_ms: float | None = _switch_interval_field(
-        "the processes sglang-omni spawns, the talker's and preprocessing's own",
+        "the processes sglang-omni spawns, the talker's and preprocessing's own, not the server's",
         "The talker's scheduler, preprocessing's and the decoder's threads share one lock in the talker's process.",
     )
     first_window_batch: int = Field(
@@ -536,16 +536,11 @@ class Settings(BaseSettings):
         description="POST /v1/audio/speech/batch: items of all batches synthesized at once, each admitted like a "
         "request (default: a quarter of the concurrency, at least 1; at most the concurrency).",
     )
-    switch_interval_ms: float | None = Field(
-        None,
-        ge=0.01,
-        le=1000,
-        allow_inf_nan=False,
-        description="Python's thread switch interval in the server's own process (sys.setswitchinterval): how long a "
-        "thread that wants the interpreter's lock waits before the one holding it must let go. The event loop shares "
-        "that process with the threads an engine runs there (vllm-omni's orchestrator, and the thread that hands its "
-        "outputs to the loop one at a time), so a stream's audio can wait for that lock at every hand-over. Default: "
-        "Python's 5 ms.",
+    switch_interval_ms: float | None = _switch_interval_field(
+        "the server's own process",
+        "The event loop shares that process with the threads an engine runs there (vllm-omni's orchestrator, and the "
+        "thread that hands its outputs to the loop one at a time), so a stream's audio can wait for that lock at "
+        "every hand-over.",
     )
     queue_timeout_s: float = Field(10.0, ge=0, description="Longest wait for a slot before a 429.")
     request_timeout_s: float = Field(300.0, gt=0, description="Longest synthesis; then it is aborted.")

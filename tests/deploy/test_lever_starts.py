@@ -327,18 +327,16 @@ def test_the_omni_engines_request_timeline_is_recorded_at_each_timeline_level_an
     assert "r1 timeline c32" in (tmp_path / "out/progress.txt").read_text()
 
 
+def profiled_run(tmp_path: Path, **more: str) -> subprocess.CompletedProcess[str]:
+    """One variant of the service, its c=1 round profiled (`more` on top)."""
+    settings = {"TARGET": "service", "TORCH_PROFILE": "1", "PROFILE_LEVELS": "1", "VARIANTS": "f1:F", "LEVER_F": ""}
+    return run(tmp_path, **(settings | more))
+
+
 def test_profile_levels_choose_which_rounds_are_profiled(tmp_path: Path) -> None:
     """PROFILE_LEVELS="1": only the one-request window is profiled (a run short of time keeps the c=1 profile, where a
     request's first audio is made, and skips the c=8 one)."""
-    done = run(
-        tmp_path,
-        TARGET="service",
-        TORCH_PROFILE="1",
-        PROFILE_LEVELS="1",
-        VARIANTS="f1:F",
-        LEVER_F="",
-        TIMELINE_LEVELS="",
-    )
+    done = profiled_run(tmp_path, TIMELINE_LEVELS="")
     assert done.returncode == 0, done.stdout + done.stderr
     profiles = [[call[0], *call[2:5]] for call in calls(tmp_path) if call[0] == "profile"]
     assert profiles == [["profile", "c1", "1", "1"]]
@@ -348,7 +346,7 @@ def test_profile_levels_choose_which_rounds_are_profiled(tmp_path: Path) -> None
 def test_empty_profile_levels_keep_the_timeline_and_profile_nothing(tmp_path: Path) -> None:
     """PROFILE_LEVELS="": the omni engine's request timeline only (the profiler's directory set, no PyTorch profile:
     a profiled window with Python stacks took minutes to write on a GPU)."""
-    done = run(tmp_path, TARGET="service", TORCH_PROFILE="1", PROFILE_LEVELS="", VARIANTS="f1:F", LEVER_F="")
+    done = profiled_run(tmp_path, PROFILE_LEVELS="")
     assert done.returncode == 0, done.stdout + done.stderr
     assert [call for call in calls(tmp_path) if call[0] == "profile" and not call[2].startswith("tl-")] == []
     assert "f1 timeline c1" in (tmp_path / "out/progress.txt").read_text()
@@ -359,17 +357,7 @@ def test_a_profile_body_makes_the_profiled_requests_short_and_nothing_else(tmp_p
     """PROFILE_EXTRA_BODY: the profiled rounds' requests only (a window of a few steps, short enough for a trace with
     Python stacks), every sweep keeping EXTRA_BODY's."""
     short = '{"stream_format": "audio", "max_new_tokens": 4}'
-    done = run(
-        tmp_path,
-        TARGET="service",
-        TORCH_PROFILE="1",
-        PROFILE_LEVELS="1",
-        VARIANTS="f1:F",
-        LEVER_F="",
-        PROFILE_EXTRA_BODY=short,
-        PROFILE_FRAMES="3",
-        EXTRA_BODY='{"max_new_tokens": 101}',
-    )
+    done = profiled_run(tmp_path, PROFILE_EXTRA_BODY=short, PROFILE_FRAMES="3", EXTRA_BODY='{"max_new_tokens": 101}')
     assert done.returncode == 0, done.stdout + done.stderr
     bodies = {(call[0], call[2]): call[-1] for call in calls(tmp_path) if call[0] in ("profile", "sweep-closed")}
     assert bodies[("profile", "c1")] == short
@@ -384,17 +372,7 @@ def test_a_summary_that_takes_too_long_is_stopped_and_the_round_finishes(tmp_pat
     keeps its start phases."""
     slow = tmp_path / "slow_summary.py"
     slow.write_text("import time\ntime.sleep(60)\n")
-    done = run(
-        tmp_path,
-        TARGET="service",
-        TORCH_PROFILE="1",
-        PROFILE_LEVELS="1",
-        VARIANTS="f1:F",
-        LEVER_F="",
-        TIMELINE_LEVELS="",
-        TRACE_SUMMARY=str(slow),
-        SUMMARY_TIMEOUT_S="1",
-    )
+    done = profiled_run(tmp_path, TIMELINE_LEVELS="", TRACE_SUMMARY=str(slow), SUMMARY_TIMEOUT_S="1")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "stopped after 1 s" in (tmp_path / "out/f1/profile-c1.md").read_text()  # timeout's own status, 124
     assert "f1 stopped after" in (tmp_path / "out/progress.txt").read_text()
@@ -404,9 +382,7 @@ def test_a_summary_that_takes_too_long_is_stopped_and_the_round_finishes(tmp_pat
 def test_keep_traces_keeps_each_profiled_windows_traces_gzipped_beside_its_summary(tmp_path: Path) -> None:
     """KEEP_TRACES=1: the traces a window wrote, gzipped under traces/<server>-c<level>/ in their own folders, for a
     later look (the summary alone cannot be asked a new question); the profiler's folder emptied all the same."""
-    done = run(
-        tmp_path, TARGET="service", TORCH_PROFILE="1", PROFILE_LEVELS="1", KEEP_TRACES="1", VARIANTS="f1:F", LEVER_F=""
-    )
+    done = profiled_run(tmp_path, KEEP_TRACES="1")
     assert done.returncode == 0, done.stdout + done.stderr
     kept = tmp_path / "out/f1/traces/service-c1/stage0.json.gz"
     assert '"gemv_add"' in gzip.decompress(kept.read_bytes()).decode()

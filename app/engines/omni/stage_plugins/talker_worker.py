@@ -19,17 +19,18 @@ from app.engines.omni.stage_plugins import timeline
 
 
 class TimelineARWorker(GPUARWorker):
-    _recorded: set[str] | None = None  # requests whose first step is recorded (a preempted one comes back as new)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._recorded: set[str] = set()  # requests whose first step is recorded (a preempted one comes back as new)
 
     def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         recorder = timeline.recorder("talker")
         new: list[str] = []
         if recorder.on():
             launched_ns = time.time_ns()  # one time for them all: the lines written below are not the step's
-            recorded = self._recorded = self._recorded if self._recorded is not None else set()
-            recorded.difference_update(getattr(scheduler_output, "finished_req_ids", ()) or ())
-            new = [r.req_id for r in scheduler_output.scheduled_new_reqs if r.req_id not in recorded]
-            recorded.update(new)
+            self._recorded.difference_update(getattr(scheduler_output, "finished_req_ids", ()) or ())
+            new = [r.req_id for r in scheduler_output.scheduled_new_reqs if r.req_id not in self._recorded]
+            self._recorded.update(new)
             for request_id in new:
                 recorder.record("first_step_launched", request_id, launched_ns)
         try:
