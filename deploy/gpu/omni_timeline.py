@@ -17,6 +17,9 @@ talker's queue), its launch (→ `talker:first_step_returned`: the host's part o
 first window (→ `talker:window_sent`: the GPU's prefill and first frame, the step's output, the producer).
 Then every window, not only the first (a stream's n-th window sent paired with its n-th window ready, and so on): the
 hand-off, code2wav's queue, its step and the way back to the server (→ `server:audio`, each window's audio back).
+Where the talker's connector recorded its writes (the window doorbell's, `talker:window_written`), every window's
+hand-off splits: the talker's part (its saving thread's queue and the write to shared memory) and code2wav's (the
+ring, its receiving thread's wake and read).
 p50 / p95 / max ms; with --requests, one row a request.
 
 A stage names a request by vllm-omni's id for it, which starts with the server's: each is put with the longest
@@ -42,6 +45,7 @@ SUBMITTED, FIRST_AUDIO, AUDIO = "server:submitted", "server:first_audio", "serve
 SENT, READY = "talker:window_sent", "code2wav:window_ready"
 SCHEDULED, DECODED = "code2wav:window_scheduled", "code2wav:window_decoded"
 LAUNCHED, RETURNED = "talker:first_step_launched", "talker:first_step_returned"
+WRITTEN = "talker:window_written"
 # (phase, from event, to event): the path of a request's first audio, in order
 PHASES: tuple[tuple[str, str, str], ...] = (
     ("talker", SUBMITTED, SENT),
@@ -58,6 +62,12 @@ TALKER_PHASES: tuple[tuple[str, str, str], ...] = (
     ("to the talker's first step", SUBMITTED, LAUNCHED),
     ("its launch", LAUNCHED, RETURNED),
     ("then to the first window", RETURNED, SENT),
+)
+
+# every window's hand-off (sent -> ready), split at its write where the talker's connector recorded it
+HAND_OFF_PHASES: tuple[tuple[str, str, str], ...] = (
+    ("the talker's write", SENT, WRITTEN),
+    ("code2wav's read", WRITTEN, READY),
 )
 
 
@@ -115,11 +125,19 @@ def talker_phases(events: dict[str, list[int]]) -> dict[str, float]:
     return _phases(events, TALKER_PHASES)
 
 
-def window_phases(events: dict[str, list[int]]) -> dict[str, list[float]]:
+def _paired(events: dict[str, list[int]], phases: tuple[tuple[str, str, str], ...]) -> dict[str, list[float]]:
     return {
         phase: [ms(a, b) for a, b in zip(events.get(start, []), events.get(end, []), strict=False)]
-        for phase, start, end in WINDOW_PHASES
+        for phase, start, end in phases
     }
+
+
+def window_phases(events: dict[str, list[int]]) -> dict[str, list[float]]:
+    return _paired(events, WINDOW_PHASES)
+
+
+def hand_off_phases(events: dict[str, list[int]]) -> dict[str, list[float]]:
+    return _paired(events, HAND_OFF_PHASES)
 
 
 def stats_row(name: str, values: list[float]) -> str:
@@ -160,6 +178,14 @@ def report(requests: dict[str, dict[str, list[int]]], per_request: bool = False)
         "| --- | --- | --- | --- | --- |",
     ]
     lines += [stats_row(phase, windows[phase]) for phase, _, _ in WINDOW_PHASES]
+    hand_offs: dict[str, list[float]] = defaultdict(list)
+    for events in requests.values():
+        for phase, values in hand_off_phases(events).items():
+            hand_offs[phase] += values
+    if any(hand_offs.values()):
+        lines += ["", "Every window's hand-off, split at its write to shared memory, ms:", ""]
+        lines += ["| phase | windows | p50 | p95 | max |", "| --- | --- | --- | --- | --- |"]
+        lines += [stats_row(phase, hand_offs[phase]) for phase, _, _ in HAND_OFF_PHASES]
     if per_request:
         names = [phase for phase, _, _ in PHASES]
         lines += ["", "| request | submitted, ms after the first | " + " | ".join(names) + " |"]

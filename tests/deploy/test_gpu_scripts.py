@@ -2343,6 +2343,7 @@ def test_omni_timeline_splits_each_requests_first_audio_and_every_window_into_ph
     assert "| to server | 4 | 3.0 | 3.0 | 3.0 |" in text  # every window: 2 3 2 3
     assert "| `r10` | 5.0 | 20.0 | 9.0 | 0.5 | 8.0 | 2.0 | 39.5 |" in text
     assert "The talker's part" not in text  # no worker of the service's recorded its steps
+    assert "split at its write" not in text  # no connector of the service's recorded its writes
     done = subprocess.run(
         [sys.executable, str(GPU / "omni_timeline.py"), str(tmp_path / "none")], capture_output=True, text=True
     )
@@ -2369,3 +2370,29 @@ def test_omni_timeline_splits_the_talkers_part_at_its_first_step_where_the_worke
     text = module.report(requests)
     assert "| to the talker's first step | 1 | 3.0 | 3.0 | 3.0 |" in text
     assert "| then to the first window | 1 | 15.5 | 15.5 | 15.5 |" in text
+
+
+def test_omni_timeline_splits_every_windows_hand_off_at_its_write_where_the_connector_recorded_it(
+    tmp_path: Path,
+) -> None:
+    """The window doorbell's connector records each window's write to shared memory: every window's hand-off splits
+    into the talker's part (sent -> written) and code2wav's (written -> ready), a stream's n-th of each paired."""
+    module = gpu_script("omni_timeline")
+    lines = {
+        "server": [(0.0, "submitted"), (40.0, "first_audio")],
+        "talker": [(20.0, "window_sent"), (20.5, "window_written"), (60.0, "window_sent"), (61.5, "window_written")],
+        "code2wav": [(22.0, "window_ready"), (64.0, "window_ready")],
+    }
+    for role, events in lines.items():
+        request = "r1" if role == "server" else "r1-a1b2"
+        rows = [{"ts_ns": int(ms * 1e6), "event": event, "request_id": request} for ms, event in events]
+        (tmp_path / f"events_{role}_1.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    requests = module.load([tmp_path])
+    assert module.hand_off_phases(requests["r1"]) == {
+        "the talker's write": pytest.approx([0.5, 1.5]),
+        "code2wav's read": pytest.approx([1.5, 2.5]),
+    }
+    assert module.window_phases(requests["r1"])["hand-off"] == pytest.approx([2.0, 4.0])
+    text = module.report(requests)
+    assert "| the talker's write | 2 | 1.5 | 1.5 | 1.5 |" in text  # 0.5 and 1.5: the nearer value, halves upward
+    assert "| code2wav's read | 2 | 2.5 | 2.5 | 2.5 |" in text

@@ -673,6 +673,16 @@ def test_the_window_doorbell_extends_what_the_wheel_has_where_it_has_it(wheel: W
         "_recv_loop",
     )
     assert f"self.{window_doorbell.WAKEUP}.wait(timeout=0.005)" in ast.unparse(transport)
+    # the key a stream's n-th window is written under, whose request the connector records (`request_of`)
+    enqueue = function_def(
+        class_def(
+            wheel.tree("distributed/omni_connectors/model_runner/omni_connector_payload_transport.py"),
+            "_OmniConnectorPayloadTransportMixin",
+        ),
+        "_enqueue_chunk_payload",
+    )
+    assert "connector_put_key = f'{request_id}_{self._stage_id}_{chunk_id}'" in ast.unparse(enqueue)
+    assert window_doorbell.request_of("speech-ab12_0_7") == "speech-ab12"
 
 
 def test_the_talkers_timeline_worker_extends_the_worker_a_talker_stage_gets(wheel: Wheel) -> None:

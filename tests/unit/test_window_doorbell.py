@@ -3,17 +3,19 @@ namespace, real threads; vllm-omni's connector and worker as stand-ins (tests/fa
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
 import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
-from app.engines.omni.stage_plugins import model_registration, window_doorbell
+from app.engines.omni.stage_plugins import model_registration, timeline, window_doorbell
 from app.engines.omni.stage_plugins.window_doorbell import Bell, Listener, ThreadWakeups
 from tests.fakes.vllm_omni_0_30_data_plane import install_data_plane
 from tests.fakes.vllm_omni_0_30_scheduler import import_against_stand_ins
@@ -164,6 +166,38 @@ def test_the_talkers_connector_rings_after_each_window_it_wrote(
         listener.close()
         connector.close()
     assert len(rings) == 2 and connector.closed
+
+
+def test_a_window_key_names_its_request_as_vllm_omni_writes_it() -> None:
+    assert window_doorbell.request_of("speech-1f2e-a1b2_0_3") == "speech-1f2e-a1b2"
+    assert window_doorbell.request_of("a_b_0_12") == "a_b"  # a request id may hold the separator itself
+    for other in ("req-0_0", "a_x_1", "_0_1", "k", ""):
+        assert window_doorbell.request_of(other) is None
+
+
+def test_while_a_timeline_records_the_connector_records_each_window_it_wrote(
+    stage_module: types.ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The talker's part of a hand-off ends at the write: `window_written` for the key's request, after vllm-omni's
+    put succeeded, none for a put that failed or a key that names no window."""
+    monkeypatch.delenv(window_doorbell.ADDRESS_VARIABLE, raising=False)
+    recorder = timeline.Recorder("talker", None)
+    recorder.pin(str(tmp_path))  # this process's talker recorder, recording as a run would
+    monkeypatch.setattr(timeline, "_recorders", {"talker": recorder})
+    connector = stage_module.create_connector({})
+    try:
+        assert connector.put("0", "1", "r1-ab_0_0", {"codes": [1]})[0] is True
+        connector.fail_puts = True
+        assert connector.put("0", "1", "r1-ab_0_1", {"codes": [2]})[0] is False
+        connector.fail_puts = False
+        assert connector.put("0", "1", "not-a-window", {"codes": [3]})[0] is True
+        assert connector.put("0", "1", "r2-cd_0_0", {"codes": [4]})[0] is True
+    finally:
+        recorder.pin(None)
+        connector.close()
+    (events_file,) = tmp_path.glob("events_talker_*.jsonl")
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    assert [(e["event"], e["request_id"]) for e in events] == [("window_written", "r1-ab"), ("window_written", "r2-cd")]
 
 
 def test_without_an_address_the_connector_is_vllm_omnis(

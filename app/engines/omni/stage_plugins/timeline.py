@@ -12,10 +12,11 @@ lays the events out request by request.
 
 Events: the server's `submitted` (the request handed to vllm-omni), `audio` (each window's audio back) and `first_audio`
 (its first audio back); the talker's `first_step_launched` and `first_step_returned` (the step that takes in the
-request's prompt handed to the model runner, and that call's return: `talker_worker.py`) and `window_sent` (its producer
-handed a window on); code2wav's `window_ready` (the window's readiness reached the scheduler: from the receiving thread,
-or with a model step's output), `window_scheduled` (with its `frames`) and `window_decoded` (the step that carried it
-returned). A stream's n-th event of each name is its n-th window's.
+request's prompt handed to the model runner, and that call's return: `talker_worker.py`), `window_sent` (its producer
+handed a window on) and, with the window doorbell's connector, `window_written` (that window is in shared memory:
+`window_doorbell_stage.py`); code2wav's `window_ready` (the window's readiness reached the scheduler: from the receiving
+thread, or with a model step's output), `window_scheduled` (with its `frames`) and `window_decoded` (the step that
+carried it returned). A stream's n-th event of each name is its n-th window's.
 Imports nothing of the service, so that the stage processes can load it."""
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ With the profile's shared-memory connector named `CONNECTOR_NAME` (the service's
 process, `model_registration.register`), the engine gives both stages an address (`ADDRESS_VARIABLE`, inherited by
 the spawned stage processes) and runs code2wav under the service's worker (`WORKER_CLASS`, a stage override):
 - the talker's connector rings the address, a UNIX datagram that never blocks, after each window it wrote
-  (`DoorbellSharedMemoryConnector.put`);
+  (`DoorbellSharedMemoryConnector.put`), and, while a request timeline records, records the write
+  (`window_written`), which splits the hand-off into the talker's part and code2wav's;
 - code2wav's worker binds the address and, on each ring, wakes the receiving thread, which looks again at once; it
   also wakes it after each model step that ran windows, which frees the streams whose staged window that step took
   (the thread does not read a stream's next window while its last is still staged); where the address is taken
@@ -41,6 +42,13 @@ DATA_PLANE = "_omni_data_plane"
 WAKEUP = "_work_available"
 
 log = logging.getLogger("vllm.speech.doorbell")
+
+
+def request_of(put_key: str) -> str | None:
+    """The request whose window a connector key names: vllm-omni 0.30 writes a stream's n-th window under
+    `<request>_<stage>_<n>` (omni_connector_payload_transport.py `_enqueue_chunk_payload`); None for another key."""
+    request, stage, window = ["", "", "", *put_key.rsplit("_", 2)][-3:]
+    return request if request and stage.isdigit() and window.isdigit() else None
 
 
 def address(name: str) -> str:

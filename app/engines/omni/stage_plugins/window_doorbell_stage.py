@@ -10,6 +10,7 @@ from typing import Any
 from vllm_omni.distributed.omni_connectors.connectors.shm_connector import SharedMemoryConnector
 from vllm_omni.worker.gpu_generation_worker import GPUGenerationWorker
 
+from app.engines.omni.stage_plugins import timeline
 from app.engines.omni.stage_plugins.window_doorbell import (
     ADDRESS_VARIABLE,
     DATA_PLANE,
@@ -18,6 +19,7 @@ from app.engines.omni.stage_plugins.window_doorbell import (
     Listener,
     ThreadWakeups,
     address_from_environment,
+    request_of,
 )
 
 log = logging.getLogger("vllm.speech.doorbell")
@@ -33,8 +35,13 @@ class DoorbellSharedMemoryConnector(SharedMemoryConnector):
 
     def put(self, from_stage: str, to_stage: str, put_key: str, data: Any) -> tuple[bool, int, dict[str, Any] | None]:
         result = super().put(from_stage, to_stage, put_key, data)
-        if result[0] and self._bell is not None:
-            self._bell.ring()
+        if result[0]:
+            recorder = timeline.recorder("talker")  # only the talker's process writes windows
+            request = request_of(put_key) if recorder.on() else None
+            if request is not None:
+                recorder.record("window_written", request)
+            if self._bell is not None:
+                self._bell.ring()
         return result
 
     def close(self) -> None:
