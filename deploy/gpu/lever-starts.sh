@@ -24,7 +24,9 @@
 #                            or service-pair: the service on vllm-omni twice, `service` and `service-b`, each variant
 #                            name:LEVER/LEVER_OF_B, the first lever's settings on BASE_ENV (SERVICE_ENV), the second's
 #                            on BASE_ENV_B (SERVICE_B_ENV); results as for service, service-b's beside them with -b
-#                            (start-phases-b.md, profile-c1-b.md); START_PYSPY follows `service` only
+#                            (start-phases-b.md, profile-c1-b.md); START_PYSPY follows `service` only. B's profile
+#                            is A's with B_PROFILE_SET on top (side-by-side.sh): a round whose two sides run one
+#                            profile and one lever says so (an A/A round) once ready
 #   BASE_ENV_B=""            service-b's settings (TARGET=service-pair): its own GPU and cores
 #   BASE_ENV="CUDA_VISIBLE_DEVICES=0 CPUS=0-13 LOAD_CPUS=14-15"  every variant's settings (side-by-side.sh's words);
 #                            CPUS pins the server, LOAD_CPUS the load tool, the benchmark and py-spy
@@ -407,6 +409,11 @@ for variant in $VARIANTS; do
     continue
   fi
   progress "$name ready"
+  # side-by-side.sh's B profile is A's with B_PROFILE_SET on top: PROFILE_SET alone changes both sides
+  if [ "$TARGET" = service-pair ] && [ "$lever_env" = "$lever_b_env" ] &&
+    cmp -s "$OUT/profile.yaml" "$OUT/profile-b.yaml"; then
+    progress "$name: A and B run one profile and one lever: an A/A round (B_PROFILE_SET adds to PROFILE_SET)"
+  fi
   step "bench first-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=first-c32 "$SBS" sweep-bench >"$OUT/sweeps.log" 2>&1
   step "c1" on_load_cpus env ROUNDS=1 CONCURRENCY=1 REQUESTS=16 WARMUP=1 SWEEP_NAME=c1 "$SBS" sweep-closed \
     >>"$OUT/sweeps.log" 2>&1

@@ -51,6 +51,7 @@ SETTINGS = (
     "MIN_START_S",
     "KEEP_TRACES",
     "TIMELINE_LEVELS",
+    "STANDIN_PROFILE_B",
 )
 
 
@@ -73,6 +74,8 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
         '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac\n'
+        '    if [ -n "${STANDIN_PROFILE_B-}" ]; then mkdir -p "$OUT"; echo a > "$OUT/profile.yaml"\n'
+        '      echo "$STANDIN_PROFILE_B" > "$OUT/profile-b.yaml"; fi\n'
         '    if [ -n "${STANDIN_PIDFILE-}" ]; then echo $$ > "$STANDIN_PIDFILE"\n'
         '      for _ in $(seq 300); do [ -f "$STANDIN_PIDFILE.ready" ] && break; sleep 0.1; done; fi ;;\n'
         '  profile) if [ -n "${TIMELINE-}" ] && [ "${TARGETS%% *}" = service ]; then for t in $TARGETS; do\n'
@@ -285,6 +288,29 @@ def test_a_pair_of_variants_runs_on_two_gpus_at_once_swept_interleaved_with_each
     assert "r1 py-spy steady-c32 skipped" in progress
     refused = run(tmp_path, out="other", TARGET="service-pair", VARIANTS="r1:F", LEVER_F="")
     assert refused.returncode == 64 and "name:LEVER/LEVER" in refused.stderr
+
+
+def test_a_pair_that_runs_one_profile_and_one_lever_on_both_sides_says_it_is_an_a_a_round(tmp_path: Path) -> None:
+    """B's profile is A's with B_PROFILE_SET on top, so PROFILE_SET alone changes both: a round meant as a swap that
+    runs the same on both sides says so as it starts sweeping."""
+    for profile_b, variant, same in (("a", "r1:F/F", True), ("b", "r1:F/F", False), ("a", "r1:F/X", False)):
+        out = f"out-{profile_b}-{variant[3:].replace('/', '')}"
+        done = run(
+            tmp_path,
+            out=out,
+            TARGET="service-pair",
+            VARIANTS=variant,
+            BASE_ENV="CUDA_VISIBLE_DEVICES=0",
+            BASE_ENV_B="CUDA_VISIBLE_DEVICES=1",
+            LEVER_F="SPEECH_OMNI__TALKER_MODEL=fused",
+            LEVER_X="SPEECH_OMNI__TALKER_MODEL=service",
+            TIMELINE_LEVELS="",
+            STANDIN_PROFILE_B=profile_b,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        progress = (tmp_path / out / "progress.txt").read_text()
+        assert "r1 ready" in progress
+        assert ("r1: A and B run one profile and one lever: an A/A round" in progress) is same, progress
 
 
 def test_the_omni_engines_request_timeline_is_recorded_at_each_timeline_level_and_read_into_its_phases(
