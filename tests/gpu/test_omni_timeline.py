@@ -84,13 +84,14 @@ def test_a_timeline_run_records_every_processs_events_for_each_request(omni_url:
         # every window in order too, each stream's n-th of each event paired
         for phase, values in omni_timeline.window_phases(events).items():
             assert values and min(values) >= 0, (phase, values)
-        # with the window doorbell's connector, every window sent was written, between its sending and code2wav's
-        # having it; with vllm-omni's, no write is recorded
+        # with the window doorbell's connector, the windows were written between their sending and code2wav's having
+        # them; with vllm-omni's, no write is recorded
         doorbell = doorbell_on()
         if doorbell is None:  # the server's log is not readable here: its recorded writes say it
             doorbell = bool(events.get(omni_timeline.WRITTEN))
         if doorbell:
-            assert len(events[omni_timeline.WRITTEN]) == len(events[omni_timeline.SENT]), events
+            # every window decoded was written (an end marker vllm-omni delivers without a write may be sent only)
+            assert WINDOWS <= len(events[omni_timeline.WRITTEN]) <= len(events[omni_timeline.SENT]), events
             for phase, values in omni_timeline.hand_off_phases(events).items():
                 assert values and min(values) >= 0, (phase, values)
         else:
