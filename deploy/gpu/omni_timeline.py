@@ -19,7 +19,9 @@ Then every window, not only the first (a stream's n-th window sent paired with i
 hand-off, code2wav's queue, its step and the way back to the server (→ `server:audio`, each window's audio back).
 Where the talker's connector recorded its writes (the window doorbell's, `talker:window_written`), every window's
 hand-off splits: the talker's part (its saving thread's queue and the write to shared memory) and code2wav's (the
-ring, its receiving thread's wake and read).
+ring, its receiving thread's wake and read). Where code2wav's worker recorded its calls (`code2wav:window_launched`,
+`code2wav:window_returned`), every window's code2wav step splits: to the worker (vLLM's engine loop), the worker's
+call, and back to code2wav's scheduler.
 p50 / p95 / max ms; with --requests, one row a request.
 
 A stage names a request by vllm-omni's id for it, which starts with the server's: each is put with the longest
@@ -46,6 +48,7 @@ SENT, READY = "talker:window_sent", "code2wav:window_ready"
 SCHEDULED, DECODED = "code2wav:window_scheduled", "code2wav:window_decoded"
 LAUNCHED, RETURNED = "talker:first_step_launched", "talker:first_step_returned"
 WRITTEN = "talker:window_written"
+WORKER_LAUNCHED, WORKER_RETURNED = "code2wav:window_launched", "code2wav:window_returned"
 # (phase, from event, to event): the path of a request's first audio, in order
 PHASES: tuple[tuple[str, str, str], ...] = (
     ("talker", SUBMITTED, SENT),
@@ -68,6 +71,17 @@ TALKER_PHASES: tuple[tuple[str, str, str], ...] = (
 HAND_OFF_PHASES: tuple[tuple[str, str, str], ...] = (
     ("the talker's write", SENT, WRITTEN),
     ("code2wav's read", WRITTEN, READY),
+)
+# every window's code2wav step (scheduled -> decoded), split at its worker's call where code2wav's worker recorded it
+STEP_PHASES: tuple[tuple[str, str, str], ...] = (
+    ("to code2wav's worker", SCHEDULED, WORKER_LAUNCHED),
+    ("its worker's call", WORKER_LAUNCHED, WORKER_RETURNED),
+    ("back to its scheduler", WORKER_RETURNED, DECODED),
+)
+# the splits of every window's phases, each reported where its events were recorded
+WINDOW_SPLITS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
+    ("Every window's hand-off, split at its write to shared memory, ms:", HAND_OFF_PHASES),
+    ("Every window's code2wav step, split at its worker's call, ms:", STEP_PHASES),
 )
 
 
@@ -140,6 +154,10 @@ def hand_off_phases(events: dict[str, list[int]]) -> dict[str, list[float]]:
     return _paired(events, HAND_OFF_PHASES)
 
 
+def step_phases(events: dict[str, list[int]]) -> dict[str, list[float]]:
+    return _paired(events, STEP_PHASES)
+
+
 def stats_row(name: str, values: list[float]) -> str:
     if not values:
         return f"| {name} | 0 | – | – | – |"
@@ -178,14 +196,14 @@ def report(requests: dict[str, dict[str, list[int]]], per_request: bool = False)
         "| --- | --- | --- | --- | --- |",
     ]
     lines += [stats_row(phase, windows[phase]) for phase, _, _ in WINDOW_PHASES]
-    hand_offs: dict[str, list[float]] = defaultdict(list)
-    for events in requests.values():
-        for phase, values in hand_off_phases(events).items():
-            hand_offs[phase] += values
-    if any(hand_offs.values()):
-        lines += ["", "Every window's hand-off, split at its write to shared memory, ms:", ""]
-        lines += ["| phase | windows | p50 | p95 | max |", "| --- | --- | --- | --- | --- |"]
-        lines += [stats_row(phase, hand_offs[phase]) for phase, _, _ in HAND_OFF_PHASES]
+    for title, phases in WINDOW_SPLITS:
+        split: dict[str, list[float]] = defaultdict(list)
+        for events in requests.values():
+            for phase, values in _paired(events, phases).items():
+                split[phase] += values
+        if any(split.values()):
+            lines += ["", title, "", "| phase | windows | p50 | p95 | max |", "| --- | --- | --- | --- | --- |"]
+            lines += [stats_row(phase, split[phase]) for phase, _, _ in phases]
     if per_request:
         names = [phase for phase, _, _ in PHASES]
         lines += ["", "| request | submitted, ms after the first | " + " | ".join(names) + " |"]

@@ -2396,3 +2396,35 @@ def test_omni_timeline_splits_every_windows_hand_off_at_its_write_where_the_conn
     text = module.report(requests)
     assert "| the talker's write | 2 | 1.5 | 1.5 | 1.5 |" in text  # 0.5 and 1.5: the nearer value, halves upward
     assert "| code2wav's read | 2 | 2.5 | 2.5 | 2.5 |" in text
+
+
+def test_omni_timeline_splits_every_windows_code2wav_step_at_its_workers_call_where_the_worker_recorded_it(
+    tmp_path: Path,
+) -> None:
+    """code2wav's worker records each step's call (launched, returned) for every window it runs: every window's code2wav
+    step splits into the way to the worker, the worker's call and the way back to code2wav's scheduler."""
+    module = gpu_script("omni_timeline")
+    lines = {
+        "server": [(0.0, "submitted"), (40.0, "first_audio")],
+        "talker": [(20.0, "window_sent")],
+        "code2wav": [
+            (22.0, "window_ready"),
+            (23.0, "window_scheduled"),
+            (24.5, "window_launched"),
+            (29.0, "window_returned"),
+            (31.0, "window_decoded"),
+        ],
+    }
+    for role, events in lines.items():
+        request = "r1" if role == "server" else "r1-a1b2"
+        rows = [{"ts_ns": int(ms * 1e6), "event": event, "request_id": request} for ms, event in events]
+        (tmp_path / f"events_{role}_1.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    requests = module.load([tmp_path])
+    assert module.step_phases(requests["r1"]) == {
+        "to code2wav's worker": pytest.approx([1.5]),
+        "its worker's call": pytest.approx([4.5]),
+        "back to its scheduler": pytest.approx([2.0]),
+    }
+    text = module.report(requests)
+    assert "split at its worker's call" in text and "| its worker's call | 1 | 4.5 | 4.5 | 4.5 |" in text
+    assert "split at its write" not in text  # no connector of the service's recorded its writes

@@ -26,6 +26,7 @@ from tests.support.speech import FORMATS, assert_speaks
 # path or through its model registry, in the GPU image only.
 NEEDS_OMNI_EXTRA = {
     "app.engines.omni.stage_plugins.code2wav_scheduler",
+    "app.engines.omni.stage_plugins.code2wav_worker",
     "app.engines.omni.stage_plugins.code2wav_model",
     "app.engines.omni.stage_plugins.dilated_convs",
     "app.engines.omni.stage_plugins.predictor_kernels",

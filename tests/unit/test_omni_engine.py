@@ -410,6 +410,9 @@ async def test_a_profile_whose_connector_rings_gives_the_stages_an_address_and_c
         ({"deploy_config": ringing}, window_doorbell.WORKER_CLASS),
         ({"deploy_config": ringing, "omni": theirs}, "mine.Worker"),
         ({}, None),
+        # with a profiler directory, the doorbell's worker, which records on the timeline as the timeline's own does
+        ({"deploy_config": ringing, "profiler_dir": str(tmp_path)}, window_doorbell.WORKER_CLASS),
+        ({"profiler_dir": str(tmp_path)}, timeline.CODE2WAV_WORKER),
     ]
     for settings, worker in starts:
         engine = make_engine(custom_voice_dir, FakeAsyncOmni(), **settings)
@@ -417,7 +420,7 @@ async def test_a_profile_whose_connector_rings_gives_the_stages_an_address_and_c
         await engine.start()
         await engine.close()
         assert (built[-1].kwargs.get("stage_overrides") or {}).get("1", {}).get("worker_cls") == worker
-    assert all(seen[:3]) and len(set(seen[:3])) == 3 and seen[3] is None
+    assert all(seen[:3]) and len(set(seen[:3])) == 3 and seen[3] is None and seen[4] and seen[5] is None
 
 
 async def test_the_prompt_stream_reaches_the_stage_processes_environment_before_they_start(
@@ -1006,7 +1009,7 @@ async def test_a_profiler_directory_gives_both_stages_a_profiler_and_profiles_th
     }
     assert omni.kwargs["stage_overrides"] == {  # and the talker's worker that records its first steps on a timeline
         "0": {"profiler_config": config, "worker_cls": timeline.TALKER_WORKER},
-        "1": {"load_format": "auto", "profiler_config": config},
+        "1": {"load_format": "auto", "profiler_config": config, "worker_cls": timeline.CODE2WAV_WORKER},
     }
     assert await engine.start_profile("c32") == str(tmp_path / "c32")
     await engine.stop_profile("c32")

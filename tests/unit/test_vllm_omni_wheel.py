@@ -685,6 +685,18 @@ def test_the_window_doorbell_extends_what_the_wheel_has_where_it_has_it(wheel: W
     assert window_doorbell.request_of("speech-ab12_0_7") == "speech-ab12"
 
 
+def test_code2wavs_timeline_worker_extends_the_worker_a_generation_stage_gets(wheel: Wheel) -> None:
+    """code2wav_worker.py's TimelineGenerationWorker and its stand-in against the wheel: the generation worker the CUDA
+    platform gives code2wav's stage, which a stage override can replace, and which leaves execute_model to vLLM's
+    worker (whose scheduler output's `num_scheduled_tokens` names the streams a step runs)."""
+    platform = function_def(
+        class_def(wheel.tree("platforms/cuda/platform.py"), "CudaOmniPlatform"), "get_omni_generation_worker_cls"
+    )
+    assert ast.unparse(platform.body[-1]) == "return 'vllm_omni.worker.gpu_generation_worker.GPUGenerationWorker'"
+    worker = class_def(wheel.tree("worker/gpu_generation_worker.py"), "GPUGenerationWorker")
+    assert "execute_model" not in {node.name for node in worker.body if isinstance(node, ast.FunctionDef)}
+
+
 def test_the_talkers_timeline_worker_extends_the_worker_a_talker_stage_gets(wheel: Wheel) -> None:
     """talker_worker.py's TimelineARWorker and its stand-in (tests/fakes/vllm_omni_0_30_data_plane.py) against the
     wheel: the AR worker the CUDA platform gives an `ar` stage (the talker), which a stage override can replace."""

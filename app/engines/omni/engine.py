@@ -442,8 +442,9 @@ class OmniEngine:
                 overrides.setdefault("0", {})["kv_cache_memory_bytes"] = budget
         if self._doorbell:  # a worker the operator named for code2wav is left as it is (and its doorbell unheard)
             overrides.setdefault("1", {}).setdefault("worker_cls", window_doorbell.WORKER_CLASS)
-        if self._profiler_dir:  # the talker's first steps on the request timeline (one the operator named: not)
+        if self._profiler_dir:  # the stages' steps on the request timeline (a worker the operator named: not)
             overrides.setdefault("0", {}).setdefault("worker_cls", timeline.TALKER_WORKER)
+            overrides.setdefault("1", {}).setdefault("worker_cls", timeline.CODE2WAV_WORKER)  # the doorbell's records
         if overrides:
             kwargs["stage_overrides"] = overrides
         if settings.code2wav_scheduler:

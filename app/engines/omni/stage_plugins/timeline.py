@@ -15,8 +15,9 @@ Events: the server's `submitted` (the request handed to vllm-omni), `audio` (eac
 request's prompt handed to the model runner, and that call's return: `talker_worker.py`), `window_sent` (its producer
 handed a window on) and, with the window doorbell's connector, `window_written` (that window is in shared memory:
 `window_doorbell_stage.py`); code2wav's `window_ready` (the window's readiness reached the scheduler: from the receiving
-thread, or with a model step's output), `window_scheduled` (with its `frames`) and `window_decoded` (the step that
-carried it returned). A stream's n-th event of each name is its n-th window's.
+thread, or with a model step's output), `window_scheduled` (with its `frames`), `window_launched` and `window_returned`
+(the step handed to the model runner, and that call's return: `code2wav_worker.py`) and `window_decoded` (the step
+that carried it returned to the scheduler). A stream's n-th event of each name is its n-th window's.
 Imports nothing of the service, so that the stage processes can load it."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any, TextIO
 
 FLAG_VARIABLE = "SPEECH_OMNI_TIMELINE_FLAG"  # the flag file's path, set by the engine for the stage processes
 TALKER_WORKER = "app.engines.omni.stage_plugins.talker_worker.TimelineARWorker"  # stage 0's, where a run can record
+CODE2WAV_WORKER = "app.engines.omni.stage_plugins.code2wav_worker.TimelineGenerationWorker"  # stage 1's, alike
 CHECK_EVERY_S = 0.25
 
 

@@ -8,9 +8,9 @@ import logging
 from typing import Any
 
 from vllm_omni.distributed.omni_connectors.connectors.shm_connector import SharedMemoryConnector
-from vllm_omni.worker.gpu_generation_worker import GPUGenerationWorker
 
 from app.engines.omni.stage_plugins import timeline
+from app.engines.omni.stage_plugins.code2wav_worker import TimelineGenerationWorker
 from app.engines.omni.stage_plugins.window_doorbell import (
     ADDRESS_VARIABLE,
     DATA_PLANE,
@@ -54,10 +54,10 @@ def create_connector(config: dict[str, Any]) -> DoorbellSharedMemoryConnector:
     return DoorbellSharedMemoryConnector(config)
 
 
-class DoorbellGenerationWorker(GPUGenerationWorker):
-    """vllm-omni's generation worker (code2wav's, `get_omni_generation_worker_cls` on CUDA) that, once its model
-    runner exists, gives the runner's data plane per-thread wake-ups and wakes its receiving thread on each ring of
-    the doorbell and after each model step."""
+class DoorbellGenerationWorker(TimelineGenerationWorker):
+    """vllm-omni's generation worker (code2wav's, `get_omni_generation_worker_cls` on CUDA; the service's that records
+    its steps on a request timeline) that, once its model runner exists, gives the runner's data plane per-thread
+    wake-ups and wakes its receiving thread on each ring of the doorbell and after each model step."""
 
     _doorbell: Listener | None = None
     _wakeups: ThreadWakeups | None = None

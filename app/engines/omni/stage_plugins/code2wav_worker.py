@@ -1,0 +1,35 @@
+"""code2wav's worker where the service's request timeline can record (a server with a profiler directory): vllm-omni's
+generation worker (the one a code2wav stage gets on CUDA) that records, for each stream whose window a step runs, when
+that step was handed to the model runner (`window_launched`) and when that call returned (`window_returned`).
+
+So code2wav's step on the timeline (its scheduler's `window_scheduled` -> `window_decoded`) splits: the way from the
+scheduler to the worker (vLLM's engine loop), the worker's call (vllm-omni 0.30's generation runner: the step's inputs
+and the decoder's forward, launched) and the way back to the scheduler (the step's output made in vLLM's
+`sample_tokens`, the audio's copy to the host, vLLM's loop). Set as stage 1's `worker_cls` by the engine; the window
+doorbell's worker extends it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from vllm_omni.worker.gpu_generation_worker import GPUGenerationWorker
+
+from app.engines.omni.stage_plugins import timeline
+
+
+class TimelineGenerationWorker(GPUGenerationWorker):
+    def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        recorder = timeline.recorder("code2wav")
+        # vLLM's loop also steps with nothing scheduled, every millisecond while streams wait: those run no window
+        streams = list(getattr(scheduler_output, "num_scheduled_tokens", None) or ()) if recorder.on() else []
+        launched_ns = time.time_ns()  # one time for them all: the lines written below are not the step's
+        for request_id in streams:
+            recorder.record("window_launched", request_id, launched_ns)
+        try:
+            return super().execute_model(scheduler_output, *args, **kwargs)
+        finally:
+            if streams:
+                returned_ns = time.time_ns()
+                for request_id in streams:
+                    recorder.record("window_returned", request_id, returned_ns)
