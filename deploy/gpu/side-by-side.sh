@@ -742,6 +742,9 @@ cmd_profile() {  # every sweep target's profiler on around one closed-loop level
     else log "profile: $target's profiler did not start"; rc=1; break; fi
   done
   if [ $rc = 0 ]; then
+    # a timeline: the service's stage processes start recording at their next look at its flag (every quarter of a
+    # second), so that a request sent sooner could miss a stage's first events
+    [ -n "${TIMELINE-}" ] && sleep 0.5
     WARMUP=0 ROUNDS=1 SWEEP_TARGETS="${targets[*]}" SWEEP_NAME=profile-$run cmd_sweep_closed || rc=1
   fi
   for target in "${started[@]}"; do profile_call "$target" stop "$run" || rc=1; done  # never left running

@@ -84,12 +84,12 @@ def test_a_timeline_run_records_every_processs_events_for_each_request(omni_url:
         # every window in order too, each stream's n-th of each event paired
         for phase, values in omni_timeline.window_phases(events).items():
             assert values and min(values) >= 0, (phase, values)
-        # with the window doorbell's connector, the windows were written between their sending and code2wav's having
-        # them; with vllm-omni's, no write is recorded
         # code2wav's worker recorded each step's call for every window it ran, between its scheduling and its return
         assert len(events[omni_timeline.WORKER_LAUNCHED]) == len(events[omni_timeline.WORKER_RETURNED]) == WINDOWS
         for phase, values in omni_timeline.step_phases(events).items():
             assert values and min(values) >= 0, (phase, values)
+        # with the window doorbell's connector, the windows were written between their sending and code2wav's having
+        # them; with vllm-omni's, no write is recorded
         doorbell = doorbell_on()
         if doorbell is None:  # the server's log is not readable here: its recorded writes say it
             doorbell = bool(events.get(omni_timeline.WRITTEN))

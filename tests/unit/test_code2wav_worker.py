@@ -49,6 +49,10 @@ def test_each_window_a_step_runs_is_recorded_launched_and_returned_while_a_run_r
     ]
     assert recorded[0]["ts_ns"] == recorded[1]["ts_ns"] <= recorded[2]["ts_ns"] == recorded[3]["ts_ns"]
     assert worker.model_runner.steps == 4
+    worker.rank = 1  # with tensor parallelism, only the first rank records
+    worker.execute_model(step("e"))
+    recorder.pin(None)
+    assert len(next(tmp_path.glob("events_code2wav_*.jsonl")).read_text().splitlines()) == len(recorded)
 
 
 def test_the_doorbells_worker_records_its_steps_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -61,5 +65,6 @@ def test_the_doorbells_worker_records_its_steps_too(monkeypatch: pytest.MonkeyPa
     worker = stage.DoorbellGenerationWorker()
     worker.init_device()  # no address: vllm-omni's look, and still the timeline's worker
     assert worker.execute_model(step("a")) == "output of ['a']"
+    recorder.pin(None)
     recorded = [json.loads(line) for line in next(tmp_path.glob("events_code2wav_*.jsonl")).read_text().splitlines()]
     assert [e["event"] for e in recorded] == ["window_launched", "window_returned"]

@@ -387,6 +387,15 @@ def ringing_profile(tmp_path: Path) -> Path:
     )
 
 
+def profile_naming_a_worker(profile: Path, worker: str) -> Path:
+    """A copy of `profile` beside it whose code2wav stage names its own `worker_cls`."""
+    settings = yaml.safe_load(profile.read_text())
+    next(stage for stage in settings["stages"] if stage["stage_id"] == 1)["worker_cls"] = worker
+    path = profile.with_name(f"named-{profile.name}")
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
 async def test_a_profile_whose_connector_rings_gives_the_stages_an_address_and_code2wav_the_worker_that_listens(
     custom_voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -405,6 +414,7 @@ async def test_a_profile_whose_connector_rings_gives_the_stages_an_address_and_c
             built.append(self)
 
     theirs = {"stage_overrides": {"1": {"worker_cls": "mine.Worker"}}}
+    named_worker = profile_naming_a_worker(Path(ringing), "mine.Worker")
     starts = [
         ({"deploy_config": ringing}, window_doorbell.WORKER_CLASS),
         ({"deploy_config": ringing}, window_doorbell.WORKER_CLASS),
@@ -413,6 +423,9 @@ async def test_a_profile_whose_connector_rings_gives_the_stages_an_address_and_c
         # with a profiler directory, the doorbell's worker, which records on the timeline as the timeline's own does
         ({"deploy_config": ringing, "profiler_dir": str(tmp_path)}, window_doorbell.WORKER_CLASS),
         ({"profiler_dir": str(tmp_path)}, timeline.CODE2WAV_WORKER),
+        ({"deploy_config": ringing, "profiler_dir": str(tmp_path), "omni": theirs}, "mine.Worker"),
+        # a worker the profile itself names for code2wav: left to the profile, whatever else asks for one
+        ({"deploy_config": str(named_worker), "profiler_dir": str(tmp_path)}, None),
     ]
     for settings, worker in starts:
         engine = make_engine(custom_voice_dir, FakeAsyncOmni(), **settings)
@@ -421,6 +434,7 @@ async def test_a_profile_whose_connector_rings_gives_the_stages_an_address_and_c
         await engine.close()
         assert (built[-1].kwargs.get("stage_overrides") or {}).get("1", {}).get("worker_cls") == worker
     assert all(seen[:3]) and len(set(seen[:3])) == 3 and seen[3] is None and seen[4] and seen[5] is None
+    assert built[-1].kwargs["stage_overrides"]["0"]["worker_cls"] == timeline.TALKER_WORKER  # the talker's: still
 
 
 async def test_the_prompt_stream_reaches_the_stage_processes_environment_before_they_start(

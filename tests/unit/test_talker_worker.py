@@ -54,3 +54,7 @@ def test_each_requests_first_step_is_recorded_launched_and_returned_while_a_run_
     ]
     assert recorded[0]["ts_ns"] == recorded[1]["ts_ns"]  # one launch, one time: not the lines' writing
     assert len(worker.steps) == 6
+    worker.rank = 1  # with tensor parallelism, only the first rank records
+    worker.execute_model(step("e"))
+    recorder.pin(None)
+    assert len(next(tmp_path.glob("events_talker_*.jsonl")).read_text().splitlines()) == len(recorded)

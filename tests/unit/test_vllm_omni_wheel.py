@@ -694,7 +694,14 @@ def test_code2wavs_timeline_worker_extends_the_worker_a_generation_stage_gets(wh
     )
     assert ast.unparse(platform.body[-1]) == "return 'vllm_omni.worker.gpu_generation_worker.GPUGenerationWorker'"
     worker = class_def(wheel.tree("worker/gpu_generation_worker.py"), "GPUGenerationWorker")
-    assert "execute_model" not in {node.name for node in worker.body if isinstance(node, ast.FunctionDef)}
+    assert [ast.unparse(base) for base in worker.bases] == ["OmniWorkerMixin", "OmniGPUWorkerBase"]
+    for where, name in (
+        ("worker/gpu_generation_worker.py", "GPUGenerationWorker"),
+        ("worker/mixins.py", "OmniWorkerMixin"),
+        ("worker/base.py", "OmniGPUWorkerBase"),  # vLLM's GPUWorker's, below it
+    ):
+        cls = class_def(wheel.tree(where), name)
+        assert "execute_model" not in {node.name for node in cls.body if isinstance(node, ast.FunctionDef)}, name
 
 
 def test_the_talkers_timeline_worker_extends_the_worker_a_talker_stage_gets(wheel: Wheel) -> None:

@@ -440,11 +440,19 @@ class OmniEngine:
             )
             if budget is not None:
                 overrides.setdefault("0", {})["kv_cache_memory_bytes"] = budget
-        if self._doorbell:  # a worker the operator named for code2wav is left as it is (and its doorbell unheard)
-            overrides.setdefault("1", {}).setdefault("worker_cls", window_doorbell.WORKER_CLASS)
-        if self._profiler_dir:  # the stages' steps on the request timeline (a worker the operator named: not)
-            overrides.setdefault("0", {}).setdefault("worker_cls", timeline.TALKER_WORKER)
-            overrides.setdefault("1", {}).setdefault("worker_cls", timeline.CODE2WAV_WORKER)  # the doorbell's records
+        # a worker the operator named for a stage, in the profile or the overrides, is left as it is (code2wav's: its
+        # doorbell unheard; either: its steps off the request timeline)
+        named = {
+            stage
+            for stage in (0, 1)
+            if stage_settings(settings.deploy_config, settings.stage_overrides, stage).get("worker_cls")
+        }
+        if self._doorbell and 1 not in named:
+            overrides.setdefault("1", {})["worker_cls"] = window_doorbell.WORKER_CLASS
+        if self._profiler_dir:  # the stages' steps on the request timeline (the doorbell's worker records them too)
+            for stage, worker in ((0, timeline.TALKER_WORKER), (1, timeline.CODE2WAV_WORKER)):
+                if stage not in named:
+                    overrides.setdefault(str(stage), {}).setdefault("worker_cls", worker)
         if overrides:
             kwargs["stage_overrides"] = overrides
         if settings.code2wav_scheduler:

@@ -26,7 +26,7 @@ class TimelineARWorker(GPUARWorker):
     def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         recorder = timeline.recorder("talker")
         new: list[str] = []
-        if recorder.on():
+        if getattr(self, "rank", 0) == 0 and recorder.on():  # with tensor parallelism, the first rank's steps
             launched_ns = time.time_ns()  # one time for them all: the lines written below are not the step's
             self._recorded.difference_update(getattr(scheduler_output, "finished_req_ids", ()) or ())
             new = [r.req_id for r in scheduler_output.scheduled_new_reqs if r.req_id not in self._recorded]

@@ -40,7 +40,9 @@ class Recorder:
 
     def __init__(self, role: str, flag: str | None) -> None:
         self.role, self.flag = role, flag
-        self._lock = threading.Lock()
+        # the look at the flag and the line under one lock: threads of a process share the recorder (the talker's step
+        # loop and its saving thread), and one's look must not close the file the other is writing to
+        self._lock = threading.RLock()
         self._checked_at = float("-inf")
         self._folder: str | None = None
         self._run: str | None = None  # the run's own mark (a new start of the same folder is a new run)
@@ -64,30 +66,31 @@ class Recorder:
         """The folder the current run records to, or None (read from the flag at most every CHECK_EVERY_S)."""
         if self.flag is None:
             return self._folder
-        now = time.monotonic()
-        if now - self._checked_at >= CHECK_EVERY_S:
-            self._checked_at = now
-            try:
-                with open(self.flag, encoding="utf-8") as flag:
-                    marks = json.load(flag)
-                self._folder, self._run = str(marks["folder"]) or None, str(marks.get("run", ""))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                self._folder, self._run = None, None
-            if self._folder is None and self._file is not None:
-                self._close()
-        return self._folder
+        with self._lock:
+            now = time.monotonic()
+            if now - self._checked_at >= CHECK_EVERY_S:
+                self._checked_at = now
+                try:
+                    with open(self.flag, encoding="utf-8") as flag:
+                        marks = json.load(flag)
+                    self._folder, self._run = str(marks["folder"]) or None, str(marks.get("run", ""))
+                except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                    self._folder, self._run = None, None
+                if self._folder is None and self._file is not None:
+                    self._close()
+            return self._folder
 
     def on(self) -> bool:
         return self.folder() is not None
 
     def record(self, event: str, request_id: str, at_ns: int | None = None, **fields: Any) -> None:
         """`at_ns`: when it happened (time.time_ns()), where that was before this call; now otherwise."""
-        folder = self.folder()
-        if folder is None:
-            return
         at_ns = time.time_ns() if at_ns is None else at_ns
-        line = json.dumps({"ts_ns": at_ns, "event": event, "request_id": request_id, **fields})
         with self._lock:
+            folder = self.folder()
+            if folder is None:
+                return
+            line = json.dumps({"ts_ns": at_ns, "event": event, "request_id": request_id, **fields})
             try:
                 if self._file is None or self._file_run != (folder, self._run):
                     if self._file is not None:

@@ -5,6 +5,7 @@ talker's shared-memory connector that rings, and code2wav's worker that listens.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from vllm_omni.distributed.omni_connectors.connectors.shm_connector import SharedMemoryConnector
@@ -36,12 +37,14 @@ class DoorbellSharedMemoryConnector(SharedMemoryConnector):
     def put(self, from_stage: str, to_stage: str, put_key: str, data: Any) -> tuple[bool, int, dict[str, Any] | None]:
         result = super().put(from_stage, to_stage, put_key, data)
         if result[0]:
+            written_ns = time.time_ns()
+            if self._bell is not None:
+                self._bell.ring()
+            # after the ring, so that neither the flag's look nor the line delays it
             recorder = timeline.recorder("talker")  # only the talker's process writes windows
             request = request_of(put_key) if recorder.on() else None
             if request is not None:
-                recorder.record("window_written", request)
-            if self._bell is not None:
-                self._bell.ring()
+                recorder.record("window_written", request, written_ns)
         return result
 
     def close(self) -> None:
