@@ -59,6 +59,9 @@
 #                            (deploy/gpu/trace_summary.py) into profile-c1.md and profile-c8.md and deleted
 #   PROFILE_LEVELS="1 8"     the levels TORCH_PROFILE=1 profiles, one round of each (c requests at once); empty: none
 #                            (the omni engine's request timeline only)
+#   SWEEPS="bench-first c1 burst-c8 burst-c32 steady-c8 steady-c32 bench-again"  the sweeps each variant runs once
+#                            ready, in this order whatever the order given (a shorter round fits one more in a
+#                            deadline); the request timeline, the profiles and py-spy have settings of their own
 #   TIMELINE_LEVELS="1:16 32:64"  with TORCH_PROFILE=1 on the omni engine (TARGET=service, service-pair): before the
 #                            profiles, the request timeline (app/engines/omni/stage_plugins/timeline.py) over each
 #                            level:requests (all sent at once, c=1 one after another), its events kept gzipped in
@@ -125,6 +128,15 @@ MIN_START_S=${MIN_START_S:-90}
 SWEEP_ALLOWANCE_S=180
 PROFILE_LEVELS=${PROFILE_LEVELS-1 8}
 TIMELINE_LEVELS=${TIMELINE_LEVELS-1:16 32:64}
+ALL_SWEEPS="bench-first c1 burst-c8 burst-c32 steady-c8 steady-c32 bench-again"
+SWEEPS=${SWEEPS-$ALL_SWEEPS}
+for sweep in $SWEEPS; do  # checked before anything starts
+  case " $ALL_SWEEPS " in
+    *" $sweep "*) ;;
+    *) echo "lever-starts: SWEEPS: '$sweep' is not one of: $ALL_SWEEPS" >&2; exit 64 ;;
+  esac
+done
+sweeps() { case " $SWEEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }  # $1 a sweep: whether to run it
 # each profiled window, its traces written and summarised: about a minute
 [ "$TORCH_PROFILE" = 1 ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 60 * $(wc -w <<<"$PROFILE_LEVELS")))
 # the omni engine's timeline levels (TORCH_PROFILE=1): about 20 s each
@@ -414,26 +426,32 @@ for variant in $VARIANTS; do
     cmp -s "$OUT/profile.yaml" "$OUT/profile-b.yaml"; then
     progress "$name: A and B run one profile and one lever: an A/A round (B_PROFILE_SET adds to PROFILE_SET)"
   fi
-  step "bench first-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=first-c32 "$SBS" sweep-bench >"$OUT/sweeps.log" 2>&1
-  step "c1" on_load_cpus env ROUNDS=1 CONCURRENCY=1 REQUESTS=16 WARMUP=1 SWEEP_NAME=c1 "$SBS" sweep-closed \
-    >>"$OUT/sweeps.log" 2>&1
+  : >"$OUT/sweeps.log"
+  sweeps bench-first &&
+    step "bench first-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=first-c32 "$SBS" sweep-bench \
+      >>"$OUT/sweeps.log" 2>&1
+  sweeps c1 && step "c1" on_load_cpus env ROUNDS=1 CONCURRENCY=1 REQUESTS=16 WARMUP=1 SWEEP_NAME=c1 "$SBS" \
+    sweep-closed >>"$OUT/sweeps.log" 2>&1
   for level_requests in 8:32 32:96; do  # bursts: every worker sends at once
     level=${level_requests%:*}
+    sweeps "burst-c$level" || continue
     step "burst c$level" on_load_cpus env ROUNDS=1 CONCURRENCY="$level" REQUESTS="${level_requests#*:}" WARMUP=4 \
       LOADTEST_ARGS="--stagger 0" SWEEP_NAME="burst-c$level" "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
   done
-  step "steady c8" on_load_cpus env ROUNDS=1 CONCURRENCY=8 REQUESTS=64 WARMUP=4 LOADTEST_ARGS="--stagger 2" \
-    SWEEP_NAME=c8 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
-  thread_ticks >"$OUT/cpu-before-c32.txt"
-  step "steady c32" on_load_cpus env ROUNDS=1 CONCURRENCY=32 REQUESTS=128 WARMUP=8 LOADTEST_ARGS="--stagger 2" \
-    SWEEP_NAME=c32 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
-  thread_ticks >"$OUT/cpu-after-c32.txt"
+  sweeps steady-c8 && step "steady c8" on_load_cpus env ROUNDS=1 CONCURRENCY=8 REQUESTS=64 WARMUP=4 \
+    LOADTEST_ARGS="--stagger 2" SWEEP_NAME=c8 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
+  if sweeps steady-c32; then
+    thread_ticks >"$OUT/cpu-before-c32.txt"
+    step "steady c32" on_load_cpus env ROUNDS=1 CONCURRENCY=32 REQUESTS=128 WARMUP=8 LOADTEST_ARGS="--stagger 2" \
+      SWEEP_NAME=c32 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
+    thread_ticks >"$OUT/cpu-after-c32.txt"
+  fi
   [ "$TARGET" = service-sglang ] && request_timeline
   # the omni engine's, where its profiler directory is set (TORCH_PROFILE=1)
   [ "$TARGET" != service-sglang ] && [ -n "$PROFILER_DIR" ] && [ -n "$TIMELINE_LEVELS" ] && omni_timeline
   # the first level again, warm, on prompts of its own (sweep-bench moves its seed on): a cold start's first level
   # is to be within 1.2x of it (p95 first audio)
-  step "bench again-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=again-c32 "$SBS" sweep-bench \
+  sweeps bench-again && step "bench again-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=again-c32 "$SBS" sweep-bench \
     >>"$OUT/sweeps.log" 2>&1
   if [ "$TORCH_PROFILE" = 1 ]; then
     for level in $PROFILE_LEVELS; do torch_profile "$level" "$level" || break; done

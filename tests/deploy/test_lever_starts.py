@@ -52,6 +52,7 @@ SETTINGS = (
     "KEEP_TRACES",
     "TIMELINE_LEVELS",
     "STANDIN_PROFILE_B",
+    "SWEEPS",
 )
 
 
@@ -311,6 +312,24 @@ def test_a_pair_that_runs_one_profile_and_one_lever_on_both_sides_says_it_is_an_
         progress = (tmp_path / out / "progress.txt").read_text()
         assert "r1 ready" in progress
         assert ("r1: A and B run one profile and one lever: an A/A round" in progress) is same, progress
+
+
+def test_sweeps_choose_which_sweeps_a_round_runs_in_their_own_order_and_an_unknown_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    done = run(tmp_path, VARIANTS="a1:A", LEVER_A="", SWEEPS="steady-c32 c1 bench-first")
+    assert done.returncode == 0, done.stdout + done.stderr
+    recorded = calls(tmp_path)
+    assert [(call[0], call[2]) for call in recorded if call[0].startswith("sweep-")] == [
+        ("sweep-bench", "first-c32"),
+        ("sweep-closed", "c1"),
+        ("sweep-closed", "c32"),
+    ]
+    progress = (tmp_path / "out/progress.txt").read_text()
+    assert "a1 burst c8" not in progress and "a1 bench again-c32" not in progress and "a1 steady c32" in progress
+    refused = run(tmp_path, out="other", VARIANTS="a1:A", LEVER_A="", SWEEPS="c1 c2")
+    assert refused.returncode == 64 and "SWEEPS: 'c2'" in refused.stderr
+    assert not (tmp_path / "other").exists() or not any((tmp_path / "other").iterdir())
 
 
 def test_the_omni_engines_request_timeline_is_recorded_at_each_timeline_level_and_read_into_its_phases(
