@@ -2350,6 +2350,14 @@ def test_omni_timeline_splits_each_requests_first_audio_and_every_window_into_ph
     assert done.returncode == 1 and "no events" in done.stderr
 
 
+def write_one_requests_events(folder: Path, lines: dict[str, list[tuple[float, str]]]) -> None:
+    """One request's omni timeline, role by role ((ms, event) each): the server's id `r1`, the stages' `r1-a1b2`."""
+    for role, events in lines.items():
+        request = "r1" if role == "server" else "r1-a1b2"
+        rows = [{"ts_ns": int(ms * 1e6), "event": event, "request_id": request} for ms, event in events]
+        (folder / f"events_{role}_1.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+
+
 def test_omni_timeline_splits_the_talkers_part_at_its_first_step_where_the_worker_recorded_it(tmp_path: Path) -> None:
     """The talker's worker records each request's first step (launched, returned): the talker's part of first audio
     splits into the way to the talker, the first step's launch and the rest up to the first window."""
@@ -2359,10 +2367,7 @@ def test_omni_timeline_splits_the_talkers_part_at_its_first_step_where_the_worke
         "talker": [(3.0, "first_step_launched"), (4.5, "first_step_returned"), (20.0, "window_sent")],
         "code2wav": [(24.0, "window_ready"), (25.0, "window_scheduled"), (31.0, "window_decoded")],
     }
-    for role, events in lines.items():
-        request = "r1" if role == "server" else "r1-a1b2"
-        rows = [{"ts_ns": int(ms * 1e6), "event": event, "request_id": request} for ms, event in events]
-        (tmp_path / f"events_{role}_1.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    write_one_requests_events(tmp_path, lines)
     requests = module.load([tmp_path])
     assert module.talker_phases(requests["r1"]) == pytest.approx(
         {"to the talker's first step": 3.0, "its launch": 1.5, "then to the first window": 15.5}
@@ -2383,10 +2388,7 @@ def test_omni_timeline_splits_every_windows_hand_off_at_its_write_where_the_conn
         "talker": [(20.0, "window_sent"), (20.5, "window_written"), (60.0, "window_sent"), (61.5, "window_written")],
         "code2wav": [(22.0, "window_ready"), (64.0, "window_ready")],
     }
-    for role, events in lines.items():
-        request = "r1" if role == "server" else "r1-a1b2"
-        rows = [{"ts_ns": int(ms * 1e6), "event": event, "request_id": request} for ms, event in events]
-        (tmp_path / f"events_{role}_1.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    write_one_requests_events(tmp_path, lines)
     requests = module.load([tmp_path])
     assert module.hand_off_phases(requests["r1"]) == {
         "the talker's write": pytest.approx([0.5, 1.5]),
@@ -2415,10 +2417,7 @@ def test_omni_timeline_splits_every_windows_code2wav_step_at_its_workers_call_wh
             (31.0, "window_decoded"),
         ],
     }
-    for role, events in lines.items():
-        request = "r1" if role == "server" else "r1-a1b2"
-        rows = [{"ts_ns": int(ms * 1e6), "event": event, "request_id": request} for ms, event in events]
-        (tmp_path / f"events_{role}_1.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    write_one_requests_events(tmp_path, lines)
     requests = module.load([tmp_path])
     assert module.step_phases(requests["r1"]) == {
         "to code2wav's worker": pytest.approx([1.5]),
