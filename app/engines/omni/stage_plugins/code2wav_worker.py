@@ -10,7 +10,6 @@ by the engine; the window doorbell's worker extends it."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from vllm_omni.worker.gpu_generation_worker import GPUGenerationWorker
@@ -25,13 +24,5 @@ class TimelineGenerationWorker(GPUGenerationWorker):
         # with tensor parallelism every rank runs the step, the first records it
         recording = getattr(self, "rank", 0) == 0 and recorder.on()
         streams = list(getattr(scheduler_output, "num_scheduled_tokens", None) or ()) if recording else []
-        launched_ns = time.time_ns()
-        try:
+        with recorder.call(streams, "window_launched", "window_returned"):
             return super().execute_model(scheduler_output, *args, **kwargs)
-        finally:
-            returned_ns = time.time_ns()
-            # written after the call, so that the call's time is its own, not the lines'
-            for request_id in streams:
-                recorder.record("window_launched", request_id, launched_ns)
-            for request_id in streams:
-                recorder.record("window_returned", request_id, returned_ns)

@@ -10,7 +10,6 @@ first step is recorded: a line a request, not one a stream a step. Set as stage 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from vllm_omni.worker.gpu_ar_worker import GPUARWorker
@@ -27,16 +26,8 @@ class TimelineARWorker(GPUARWorker):
         recorder = timeline.recorder("talker")
         new: list[str] = []
         if getattr(self, "rank", 0) == 0 and recorder.on():  # with tensor parallelism, the first rank's steps
-            launched_ns = time.time_ns()  # one time for them all: the lines written below are not the step's
             self._recorded.difference_update(getattr(scheduler_output, "finished_req_ids", ()) or ())
             new = [r.req_id for r in scheduler_output.scheduled_new_reqs if r.req_id not in self._recorded]
             self._recorded.update(new)
-            for request_id in new:
-                recorder.record("first_step_launched", request_id, launched_ns)
-        try:
+        with recorder.call(new, "first_step_launched", "first_step_returned"):
             return super().execute_model(scheduler_output, *args, **kwargs)
-        finally:
-            if new:
-                returned_ns = time.time_ns()
-                for request_id in new:
-                    recorder.record("first_step_returned", request_id, returned_ns)

@@ -26,6 +26,8 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 FLAG_VARIABLE = "SPEECH_OMNI_TIMELINE_FLAG"  # the flag file's path, set by the engine for the stage processes
@@ -101,6 +103,20 @@ class Recorder:
                 self._file.write(line + "\n")
             except OSError:  # a timeline is a diagnosis: a full disk must not fail the request
                 self._file = None
+
+    @contextmanager
+    def call(self, request_ids: list[str], launched: str, returned: str) -> Iterator[None]:
+        """Around a stage worker's call for `request_ids` (none: nothing recorded): when it was made (`launched`) and
+        when it returned (`returned`, a failed call too), one time each for them all; the lines are written after
+        the call, so that its time is its own."""
+        launched_ns = time.time_ns()
+        try:
+            yield
+        finally:
+            returned_ns = time.time_ns()
+            for event, at_ns in ((launched, launched_ns), (returned, returned_ns)):
+                for request_id in request_ids:
+                    self.record(event, request_id, at_ns)
 
 
 _recorders: dict[str, Recorder] = {}
