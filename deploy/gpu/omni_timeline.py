@@ -168,42 +168,50 @@ def stats_row(name: str, values: list[float]) -> str:
     )
 
 
+def table(title: str, unit: str, phases: tuple[tuple[str, str, str], ...], values: dict[str, list[float]]) -> list[str]:
+    """A titled table of `phases`, one row a phase: how many `unit` it has values for, p50 / p95 / max."""
+    header = [f"| phase | {unit} | p50 | p95 | max |", "| --- | --- | --- | --- | --- |"]
+    return ["", title, "", *header, *(stats_row(phase, values.get(phase, [])) for phase, _, _ in phases)]
+
+
+def every_window(
+    requests: dict[str, dict[str, list[int]]], phases: tuple[tuple[str, str, str], ...]
+) -> dict[str, list[float]]:
+    """Each of `phases` over every window of every request (a stream's n-th of each event paired)."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for events in requests.values():
+        for phase, paired in _paired(events, phases).items():
+            values[phase] += paired
+    return values
+
+
 def report(requests: dict[str, dict[str, list[int]]], per_request: bool = False) -> str:
     firsts = {request: first_audio_phases(events) for request, events in requests.items()}
-    lines = [
-        f"# Where first audio went on the omni engine ({len(requests)} requests)",
-        "",
+    lines = [f"# Where first audio went on the omni engine ({len(requests)} requests)"]
+    lines += table(
         "First audio, phase by phase (ms; each over the requests that have both its events):",
-        "",
-        "| phase | requests | p50 | p95 | max |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    lines += [stats_row(phase, [p[phase] for p in firsts.values() if phase in p]) for phase, _, _ in PHASES]
+        "requests",
+        PHASES,
+        {phase: [p[phase] for p in firsts.values() if phase in p] for phase, _, _ in PHASES},
+    )
     talkers = [talker_phases(events) for events in requests.values()]
     if any(talkers):
-        lines += ["", "The talker's part, split at its first step (ms):", "", "| phase | requests | p50 | p95 | max |"]
-        lines += ["| --- | --- | --- | --- | --- |"]
-        lines += [stats_row(phase, [p[phase] for p in talkers if phase in p]) for phase, _, _ in TALKER_PHASES]
-    windows: dict[str, list[float]] = defaultdict(list)
-    for events in requests.values():
-        for phase, values in window_phases(events).items():
-            windows[phase] += values
-    lines += [
-        "",
+        lines += table(
+            "The talker's part, split at its first step (ms):",
+            "requests",
+            TALKER_PHASES,
+            {phase: [p[phase] for p in talkers if phase in p] for phase, _, _ in TALKER_PHASES},
+        )
+    lines += table(
         "Every window (a stream's n-th of each event paired), ms:",
-        "",
-        "| phase | windows | p50 | p95 | max |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    lines += [stats_row(phase, windows[phase]) for phase, _, _ in WINDOW_PHASES]
+        "windows",
+        WINDOW_PHASES,
+        every_window(requests, WINDOW_PHASES),
+    )
     for title, phases in WINDOW_SPLITS:
-        split: dict[str, list[float]] = defaultdict(list)
-        for events in requests.values():
-            for phase, values in _paired(events, phases).items():
-                split[phase] += values
+        split = every_window(requests, phases)
         if any(split.values()):
-            lines += ["", title, "", "| phase | windows | p50 | p95 | max |", "| --- | --- | --- | --- | --- |"]
-            lines += [stats_row(phase, split[phase]) for phase, _, _ in phases]
+            lines += table(title, "windows", phases, split)
     if per_request:
         names = [phase for phase, _, _ in PHASES]
         lines += ["", "| request | submitted, ms after the first | " + " | ".join(names) + " |"]
