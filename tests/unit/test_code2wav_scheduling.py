@@ -20,6 +20,7 @@ from tests.fakes.vllm_omni_0_30_scheduler import (
     import_against_stand_ins,
     install_generation_scheduler,
 )
+from tests.support.timeline import recorded_events
 
 
 def test_a_stream_may_wait_only_while_its_listener_holds_more_than_the_margin() -> None:
@@ -331,7 +332,7 @@ def test_while_a_timeline_records_each_window_is_recorded_ready_scheduled_and_de
     scheduler.window_arrives("b", 2)
     scheduler.window_arrives("a", 2)
     assert _step(scheduler) == ["a", "b"]
-    recorded = [json.loads(line) for line in next(tmp_path.glob("events_code2wav_*.jsonl")).read_text().splitlines()]
+    recorded = recorded_events(tmp_path, "code2wav")
     assert [(e["event"], e["request_id"]) for e in recorded] == [
         ("window_ready", "b"),
         ("window_ready", "a"),
@@ -374,7 +375,7 @@ def test_a_window_is_recorded_ready_at_its_hand_over_even_when_the_engine_schedu
     scheduler.add("a")
     scheduler.schedule()
     scheduler.window_arrives("a", 2)
-    recorded = [json.loads(line) for line in next(tmp_path.glob("events_code2wav_*.jsonl")).read_text().splitlines()]
+    recorded = recorded_events(tmp_path, "code2wav")
     at = {e["event"]: e["ts_ns"] for e in recorded}
     assert set(at) == {"window_ready", "window_scheduled"}, recorded
     assert at["window_ready"] <= at["window_scheduled"], recorded

@@ -3,7 +3,6 @@ generation worker as a stand-in (tests/fakes/vllm_omni_0_30_data_plane.py)."""
 
 from __future__ import annotations
 
-import json
 import types
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from app.engines.omni.stage_plugins import timeline
 from tests.fakes.vllm_omni_0_30_data_plane import install_data_plane
 from tests.fakes.vllm_omni_0_30_scheduler import import_against_stand_ins
+from tests.support.timeline import recorded_events
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def test_each_window_a_step_runs_is_recorded_launched_and_returned_while_a_run_r
     assert worker.execute_model(step()) == "output of []"  # nothing scheduled: nothing
     with pytest.raises(RuntimeError):
         worker.execute_model(step("d", fails=True))
-    recorded = [json.loads(line) for line in next(tmp_path.glob("events_code2wav_*.jsonl")).read_text().splitlines()]
+    recorded = recorded_events(tmp_path, "code2wav")
     assert [(e["event"], e["request_id"]) for e in recorded] == [
         ("window_launched", "b"),
         ("window_launched", "c"),
@@ -52,7 +52,7 @@ def test_each_window_a_step_runs_is_recorded_launched_and_returned_while_a_run_r
     worker.rank = 1  # with tensor parallelism, only the first rank records
     worker.execute_model(step("e"))
     recorder.pin(None)
-    assert len(next(tmp_path.glob("events_code2wav_*.jsonl")).read_text().splitlines()) == len(recorded)
+    assert len(recorded_events(tmp_path, "code2wav")) == len(recorded)
 
 
 def test_the_doorbells_worker_records_its_steps_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -66,5 +66,5 @@ def test_the_doorbells_worker_records_its_steps_too(monkeypatch: pytest.MonkeyPa
     worker.init_device()  # no address: vllm-omni's look, and still the timeline's worker
     assert worker.execute_model(step("a")) == "output of ['a']"
     recorder.pin(None)
-    recorded = [json.loads(line) for line in next(tmp_path.glob("events_code2wav_*.jsonl")).read_text().splitlines()]
+    recorded = recorded_events(tmp_path, "code2wav")
     assert [e["event"] for e in recorded] == ["window_launched", "window_returned"]

@@ -3,7 +3,6 @@ run's flag names a folder, one JSON line an event, and nothing otherwise."""
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from pathlib import Path
@@ -11,12 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.engines.omni.stage_plugins import timeline
-
-
-def events(folder: Path) -> list[dict]:
-    return [
-        json.loads(line) for path in sorted(folder.glob("events_*.jsonl")) for line in path.read_text().splitlines()
-    ]
+from tests.support.timeline import recorded_events
 
 
 @pytest.fixture
@@ -42,7 +36,7 @@ def test_a_recorder_records_while_the_flag_names_a_folder_and_reads_the_flag_at_
     recorder.record("window_decoded", "r2", window=0)  # until its next look
     clock[0] += timeline.CHECK_EVERY_S
     recorder.record("window_ready", "r3")
-    recorded = events(run)
+    recorded = recorded_events(run)
     assert [(e["event"], e["request_id"]) for e in recorded] == [
         ("window_ready", "r2"),
         ("window_scheduled", "r2"),
@@ -60,8 +54,8 @@ def test_a_new_run_records_to_its_own_folder(tmp_path: Path, clock: list[float])
         timeline.start(str(flag), str(tmp_path / run))
         clock[0] += timeline.CHECK_EVERY_S
         recorder.record("window_sent", f"r-{run}", window=0)
-    assert [e["request_id"] for e in events(tmp_path / "a")] == ["r-a"]
-    assert [e["request_id"] for e in events(tmp_path / "b")] == ["r-b"]
+    assert [e["request_id"] for e in recorded_events(tmp_path / "a")] == ["r-a"]
+    assert [e["request_id"] for e in recorded_events(tmp_path / "b")] == ["r-b"]
 
 
 def test_without_a_flag_path_nothing_is_ever_recorded_but_a_pinned_folder_records_at_once(tmp_path: Path) -> None:
@@ -72,7 +66,7 @@ def test_without_a_flag_path_nothing_is_ever_recorded_but_a_pinned_folder_record
     recorder.record("submitted", "r1")
     recorder.pin(None)
     recorder.record("first_audio", "r1")
-    assert [e["event"] for e in events(tmp_path / "run")] == ["submitted"]
+    assert [e["event"] for e in recorded_events(tmp_path / "run")] == ["submitted"]
 
 
 def test_the_processes_recorder_takes_its_flag_from_the_environment(
@@ -98,7 +92,7 @@ def test_threads_recording_at_once_write_whole_lines(tmp_path: Path) -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len(events(tmp_path)) == 800
+    assert len(recorded_events(tmp_path)) == 800
 
 
 def test_a_flag_that_cannot_be_read_records_nothing(tmp_path: Path, clock: list[float]) -> None:
@@ -122,6 +116,6 @@ def test_a_run_that_stops_closes_its_file_and_a_run_of_the_same_name_later_recor
         timeline.start(str(flag), str(run))
         clock[0] += timeline.CHECK_EVERY_S
         recorder.record("window_sent", attempt)
-        assert [e["request_id"] for e in events(run)] == [attempt]
+        assert [e["request_id"] for e in recorded_events(run)] == [attempt]
         timeline.stop(str(flag))
         shutil.rmtree(run)  # no look at the flag in between: the recorder is called only while requests run

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from app.engines.omni.stage_plugins import talker_windows
+from tests.support.timeline import recorded_events
 
 UPSTREAM = "vllm_omni.model_executor.stage_input_processors.qwen3_tts"
 
@@ -144,7 +145,6 @@ def test_while_a_timeline_records_each_window_handed_on_is_recorded(
 ) -> None:
     """A step's payloads, one a stream (None where the step made no window for it): each window handed on is one
     `window_sent` of its stream; nothing while no run records."""
-    import json
 
     from app.engines.omni.stage_plugins import timeline
 
@@ -157,7 +157,7 @@ def test_while_a_timeline_records_each_window_handed_on_is_recorded(
     talker_windows.talker2code2wav_async_chunk_batch(manager, [{}, {}], requests, [False, False])
     talker_windows.talker2code2wav_async_chunk(manager, {}, Request("r3"))
     talker_windows.record_sent(requests, [None, "payload"])
-    recorded = [json.loads(line) for line in next(tmp_path.glob("events_talker_*.jsonl")).read_text().splitlines()]
+    recorded = recorded_events(tmp_path, "talker")
     assert [(e["event"], e["request_id"]) for e in recorded] == [
         ("window_sent", "r1"),
         ("window_sent", "r2"),

@@ -3,7 +3,6 @@ as a stand-in (tests/fakes/vllm_omni_0_30_data_plane.py)."""
 
 from __future__ import annotations
 
-import json
 import types
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from app.engines.omni.stage_plugins import timeline
 from tests.fakes.vllm_omni_0_30_data_plane import install_data_plane
 from tests.fakes.vllm_omni_0_30_scheduler import import_against_stand_ins
+from tests.support.timeline import recorded_events
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_each_requests_first_step_is_recorded_launched_and_returned_while_a_run_
         worker.execute_model(step("d", fails=True))
     assert worker.execute_model(step("b")) == "launched"  # b preempted, back: its first step was recorded
     assert worker.execute_model(step("b", finished=("b",))) == "launched"  # a new request of a finished one's id
-    recorded = [json.loads(line) for line in next(tmp_path.glob("events_talker_*.jsonl")).read_text().splitlines()]
+    recorded = recorded_events(tmp_path, "talker")
     assert [(e["event"], e["request_id"]) for e in recorded] == [
         ("first_step_launched", "b"),
         ("first_step_launched", "c"),
@@ -57,4 +57,4 @@ def test_each_requests_first_step_is_recorded_launched_and_returned_while_a_run_
     worker.rank = 1  # with tensor parallelism, only the first rank records
     worker.execute_model(step("e"))
     recorder.pin(None)
-    assert len(next(tmp_path.glob("events_talker_*.jsonl")).read_text().splitlines()) == len(recorded)
+    assert len(recorded_events(tmp_path, "talker")) == len(recorded)
