@@ -46,7 +46,8 @@
 #                            of an extra steady c=32, after the reported levels, into pyspy/<pid>.txt.gz (py-spy's raw
 #                            format), summarised in pyspy.md (deploy/gpu/pyspy_summary.py)
 #   PYSPY_LEVEL=steady-c32   burst-c32: that level is instead a burst of 32 at once (96 requests), recorded for 4 s
-#                            from just before the load tool starts: who holds the server's GIL while a burst arrives
+#                            from just before the load tool starts: who holds the server's GIL while a burst arrives.
+#                            In a pair only a burst runs, recorded on A (the load tool runs A's requests first)
 #   START_PYSPY=0            1: py-spy records the server and every process it starts (--subprocesses --idle
 #                            --threads, START_PYSPY_RATE=20 samples a second, every thread whatever it is doing) from
 #                            the start until it is ready, into start-pyspy/, summarised in start-pyspy.md: where each
@@ -233,7 +234,8 @@ pyspy_level() {  # an extra steady c=32 (or a burst of 32: PYSPY_LEVEL), not rep
   fi
   [ "$PYSPY_LEVEL" = burst-c32 ] || load_level
   sleep "$after"  # steady: past the stagger, every worker sending
-  for pid in $(server_pids); do
+  # a pair's burst: A's 96 requests go first (the load tool runs its targets in turn), so only A's are recorded
+  for pid in $(server_pids "${SERVERS%% *}"); do
     # --idle: a GIL holder whose innermost frame looks idle (a wait, a select) is still a sample of the GIL held
     on_load_cpus timeout $((seconds + 12)) py-spy record --gil --idle --threads --nonblocking -r 200 -d "$seconds" \
       -f raw -o "$OUT/pyspy/$pid.txt" --pid "$pid" >"$OUT/pyspy/$pid.log" 2>&1 &
@@ -456,8 +458,9 @@ for variant in $VARIANTS; do
   if [ "$TORCH_PROFILE" = 1 ]; then
     for level in $PROFILE_LEVELS; do torch_profile "$level" "$level" || break; done
   fi
-  if [ "$PYSPY" = 1 ]; then  # its level loads one server: a pair's other would be sampled idle
-    if [ "$TARGET" = service-pair ]; then progress "$name py-spy $PYSPY_LEVEL skipped (one server a level; not a pair)"
+  if [ "$PYSPY" = 1 ]; then  # a steady level loads one server at a time: a pair's other would be sampled idle
+    if [ "$TARGET" = service-pair ] && [ "$PYSPY_LEVEL" != burst-c32 ]; then
+      progress "$name py-spy $PYSPY_LEVEL skipped (one server a level; not a pair)"
     else step "py-spy $PYSPY_LEVEL" pyspy_level; fi
   fi
   $SBS stop >>"$OUT/sweeps.log" 2>&1

@@ -547,6 +547,44 @@ def test_py_spy_records_every_server_process_in_the_middle_of_a_steady_level_and
     assert words[words.index("-d") + 1] == seconds
 
 
+def test_a_pairs_burst_is_recorded_by_py_spy_on_the_first_servers_processes_alone(tmp_path: Path) -> None:
+    """A pair with PYSPY_LEVEL=burst-c32: the load tool runs the burst's 96 requests on A first, so py-spy records A's
+    processes through it (B waits its turn, idle: not recorded); a steady level stays skipped in a pair (above)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_in = bin_dir / "py-spy"
+    stand_in.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {tmp_path}/py-spy-args\n'
+        'while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
+        "printf '%s\\n' 'thread (7): MainThread;run (vllm/v1/engine/core.py:9) 800' > \"$out\"\n"
+    )
+    stand_in.chmod(0o755)
+    servers = [subprocess.Popen(["sleep", "30"], start_new_session=True) for _ in range(2)]
+    try:
+        for server, pidfile in zip(servers, ("server.pid", "server-b.pid"), strict=True):
+            (tmp_path / pidfile).write_text(f"{server.pid}\n")
+        done = run(
+            tmp_path, TARGET="service-pair", VARIANTS="r1:F/F", LEVER_F="", BASE_ENV_B="CUDA_VISIBLE_DEVICES=1",
+            TIMELINE_LEVELS="", PYSPY="1", PYSPY_LEVEL="burst-c32", SERVER_PIDFILE=str(tmp_path / "server.pid"),
+            SERVER_B_PIDFILE=str(tmp_path / "server-b.pid"), PATH=f"{bin_dir}:{os.environ['PATH']}",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
+    extra = [call for call in calls(tmp_path) if call[2] == "pyspy-burst-c32"]
+    assert [[call[0], *call[3:5]] for call in extra] == [["sweep-closed", "32", "96"]]
+    pids = [
+        line.split()[line.split().index("--pid") + 1] for line in (tmp_path / "py-spy-args").read_text().splitlines()
+    ]
+    assert pids == [str(servers[0].pid)]
+    assert f"## pid {servers[0].pid}: `sleep 30`" in (tmp_path / "out/r1/pyspy.md").read_text()
+    progress = (tmp_path / "out/progress.txt").read_text()
+    assert "r1 py-spy burst-c32" in progress and "skipped" not in progress
+
+
 def test_py_spy_records_the_start_of_the_server_and_its_processes_until_it_is_ready(tmp_path: Path) -> None:
     """START_PYSPY=1: once the start has written the new server's pid, py-spy records it and every process it starts,
     every thread, until the start returns (SIGINT, on which py-spy writes what it has); kept gzipped, summarised by
