@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app.engines.omni.stage_plugins import timeline
 from tests.fakes.vllm_omni_0_30_data_plane import install_data_plane
 from tests.fakes.vllm_omni_0_30_scheduler import import_against_stand_ins
-from tests.support.timeline import recorded_events
+from tests.support.timeline import installed_recorder, recorded_events
 
 
 @pytest.fixture
@@ -28,8 +27,7 @@ def step(*streams: str, fails: bool = False) -> types.SimpleNamespace:
 def test_each_window_a_step_runs_is_recorded_launched_and_returned_while_a_run_records(
     worker_module: types.ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    recorder = timeline.Recorder("code2wav", None)
-    monkeypatch.setattr(timeline, "recorder", lambda role: recorder)
+    recorder = installed_recorder(monkeypatch, "code2wav")
     worker = worker_module.TimelineGenerationWorker()
     worker.init_device()
     assert worker.execute_model(step("a")) == "output of ['a']"  # no run: nothing recorded
@@ -59,9 +57,8 @@ def test_the_doorbells_worker_records_its_steps_too(monkeypatch: pytest.MonkeyPa
     stage = import_against_stand_ins(
         monkeypatch, "app.engines.omni.stage_plugins.window_doorbell_stage", install_data_plane
     )
-    recorder = timeline.Recorder("code2wav", None)
+    recorder = installed_recorder(monkeypatch, "code2wav")
     recorder.pin(str(tmp_path))
-    monkeypatch.setattr(timeline, "recorder", lambda role: recorder)
     worker = stage.DoorbellGenerationWorker()
     worker.init_device()  # no address: vllm-omni's look, and still the timeline's worker
     assert worker.execute_model(step("a")) == "output of ['a']"

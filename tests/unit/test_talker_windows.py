@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from app.engines.omni.stage_plugins import talker_windows
-from tests.support.timeline import recorded_events
+from tests.support.timeline import installed_recorder, recorded_events
 
 UPSTREAM = "vllm_omni.model_executor.stage_input_processors.qwen3_tts"
 
@@ -146,10 +146,7 @@ def test_while_a_timeline_records_each_window_handed_on_is_recorded(
     """A step's payloads, one a stream (None where the step made no window for it): each window handed on is one
     `window_sent` of its stream; nothing while no run records."""
 
-    from app.engines.omni.stage_plugins import timeline
-
-    recorder = timeline.Recorder("talker", None)
-    monkeypatch.setitem(timeline._recorders, "talker", recorder)
+    recorder = installed_recorder(monkeypatch, "talker")
     manager, requests = TransferManager({}), [Request("r1"), Request("r2")]
     talker_windows.talker2code2wav_async_chunk_batch(manager, [{}, {}], requests, [False, False])
     assert not list(tmp_path.iterdir())

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app.engines.omni.stage_plugins import timeline
 from tests.fakes.vllm_omni_0_30_data_plane import install_data_plane
 from tests.fakes.vllm_omni_0_30_scheduler import import_against_stand_ins
-from tests.support.timeline import recorded_events
+from tests.support.timeline import installed_recorder, recorded_events
 
 
 @pytest.fixture
@@ -30,8 +29,7 @@ def step(*new: str, fails: bool = False, finished: tuple[str, ...] = ()) -> type
 def test_each_requests_first_step_is_recorded_launched_and_returned_while_a_run_records(
     worker_module: types.ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    recorder = timeline.Recorder("talker", None)
-    monkeypatch.setattr(timeline, "recorder", lambda role: recorder)
+    recorder = installed_recorder(monkeypatch, "talker")
     worker = worker_module.TimelineARWorker()
     assert worker.execute_model(step("a")) == "launched"  # no run: nothing recorded
     recorder.pin(str(tmp_path))

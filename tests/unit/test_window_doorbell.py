@@ -15,10 +15,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from app.engines.omni.stage_plugins import model_registration, timeline, window_doorbell
+from app.engines.omni.stage_plugins import model_registration, window_doorbell
 from app.engines.omni.stage_plugins.window_doorbell import Bell, Listener, ThreadWakeups
 from tests.fakes.vllm_omni_0_30_data_plane import install_data_plane
 from tests.fakes.vllm_omni_0_30_scheduler import import_against_stand_ins
+from tests.support.timeline import installed_recorder
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the abstract socket namespace is Linux's")
 
@@ -181,9 +182,8 @@ def test_while_a_timeline_records_the_connector_records_each_window_it_wrote(
     """The talker's part of a hand-off ends at the write: `window_written` for the key's request, after vllm-omni's
     put succeeded, none for a put that failed or a key that names no window."""
     monkeypatch.delenv(window_doorbell.ADDRESS_VARIABLE, raising=False)
-    recorder = timeline.Recorder("talker", None)
+    recorder = installed_recorder(monkeypatch, "talker")
     recorder.pin(str(tmp_path))  # this process's talker recorder, recording as a run would
-    monkeypatch.setattr(timeline, "_recorders", {"talker": recorder})
     connector = stage_module.create_connector({})
     try:
         assert connector.put("0", "1", "r1-ab_0_0", {"codes": [1]})[0] is True
