@@ -7,6 +7,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -278,6 +279,7 @@ async def test_engine_starts_warms_up_and_streams(custom_voice_dir: Path) -> Non
         "init_timeout": 1200,
         "code2wav_scheduler": "app.engines.omni.stage_plugins.code2wav_scheduler.FirstAudioFirstScheduler",
         "code2wav_architecture": "SpeechFoldedQwen3TTSCode2Wav",
+        "talker_architecture": "SpeechQwen3TTSTalkerFused",
     }
     assert len(omni.requests) == 1 + 4  # warm-up at batch sizes 1 and 4
     samples, tokens_in, tokens_out = await collect(engine, job(request_id="real", max_new_tokens=51, seed=3))
@@ -457,7 +459,7 @@ async def test_the_prompt_stream_reaches_the_stage_processes_environment_before_
         await engine.close()
     assert seen == [True, False]
     with pytest.raises(ValueError, match="prompt_stream needs the service's talker: set talker_model to service"):
-        make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"prompt_stream": True})
+        make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"prompt_stream": True, "talker_model": "vllm-omni"})
 
 
 async def test_the_fused_kernels_launch_reaches_the_stage_processes_environment_before_they_start(
@@ -558,14 +560,19 @@ async def test_code2wav_is_the_services_folded_model_unless_the_setting_asks(cus
     await engine.close()
 
 
-async def test_the_talker_is_vllm_omnis_unless_the_setting_names_the_services(custom_voice_dir: Path) -> None:
-    """By default no talker architecture reaches the factory (vllm-omni's own talker runs; none of the service's is a
-    win on a GPU yet); `service`, `fused` and `compiled-once` pass the one the plugin registers, which the pipeline
-    then names as stage 0's model."""
+async def test_the_talker_is_the_fused_one_unless_the_setting_names_another(custom_voice_dir: Path) -> None:
+    """By default the fused talker's architecture reaches the factory, which the pipeline then names as stage 0's
+    model; `service` and `compiled-once` pass the ones the plugin registers for them; `vllm-omni` passes none, so
+    vllm-omni's own talker runs."""
     plain = FakeAsyncOmni()
-    engine = make_engine(custom_voice_dir, plain)
+    engine = make_engine(custom_voice_dir, plain, omni={"talker_model": "vllm-omni"})
     await engine.start()
     assert "talker_architecture" not in plain.kwargs
+    await engine.close()
+    default = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, default)
+    await engine.start()
+    assert default.kwargs["talker_architecture"] == "SpeechQwen3TTSTalkerFused"
     await engine.close()
     for setting, architecture in (
         ("service", "SpeechQwen3TTSTalker"),
@@ -602,17 +609,17 @@ async def test_the_services_talker_without_its_plugin_fails_the_start_naming_the
         ),
     ],
 )
-async def test_the_services_code2wav_without_its_plugin_fails_the_start_saying_why(
+async def test_the_services_stage_models_without_their_plugin_fail_the_start_saying_why(
     custom_voice_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
     plugins: list[tuple[str, str]],
     vllm_plugins: str | None,
     says: str,
 ) -> None:
-    """The default code2wav is the service's, which the stage processes find only through the package's
+    """The default code2wav and talker are the service's, which the stage processes find only through the package's
     vllm_omni.general_plugins entry point: without it (a source tree the service was not installed from), or with
-    VLLM_PLUGINS leaving it out, the start fails at once, naming the setting, instead of minutes later deep in vLLM.
-    vllm-omni's own code2wav needs no plugin."""
+    VLLM_PLUGINS leaving it out, the start fails at once, naming every setting that needs it, instead of minutes later
+    deep in vLLM. vllm-omni's own code2wav and talker need no plugin."""
     monkeypatch.setattr(
         model_registration,
         "entry_points",
@@ -624,12 +631,19 @@ async def test_the_services_code2wav_without_its_plugin_fails_the_start_saying_w
         monkeypatch.setenv("VLLM_PLUGINS", vllm_plugins)
     omni = FakeAsyncOmni()
     engine = make_engine(custom_voice_dir, omni)
-    with pytest.raises(RuntimeError, match="SPEECH_OMNI__CODE2WAV_MODEL=service-folded") as raised:
+    both = "SPEECH_OMNI__CODE2WAV_MODEL=service-folded, SPEECH_OMNI__TALKER_MODEL=fused: "
+    with pytest.raises(RuntimeError, match=re.escape(both)) as raised:
         await engine.start()
-    assert says in str(raised.value) and omni.kwargs == {}  # nothing was started
+    assert says in str(raised.value) and str(raised.value).endswith("; or set each to vllm-omni")
+    assert omni.kwargs == {}  # nothing was started
     assert not engine.health().ready and says in engine.health().detail
+    one = make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"talker_model": "vllm-omni"})
+    with pytest.raises(RuntimeError) as alone:
+        await one.start()
+    assert str(alone.value).startswith("SPEECH_OMNI__CODE2WAV_MODEL=service-folded: ")
+    assert str(alone.value).endswith("; or set it to vllm-omni")
     plain = FakeAsyncOmni()
-    engine = make_engine(custom_voice_dir, plain, omni={"code2wav_model": "vllm-omni"})
+    engine = make_engine(custom_voice_dir, plain, omni={"code2wav_model": "vllm-omni", "talker_model": "vllm-omni"})
     await engine.start()
     assert engine.health().ready
     await engine.close()

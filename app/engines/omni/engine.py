@@ -421,8 +421,9 @@ class OmniEngine:
         ]
         unreachable = model_registration.unreachable_reason() if named else None
         if unreachable is not None:
-            setting, model = named[0]
-            raise RuntimeError(f"{setting}={model}: {unreachable}")
+            which = ", ".join(f"{setting}={model}" for setting, model in named)
+            instead = "set it to vllm-omni" if len(named) == 1 else "set each to vllm-omni"
+            raise RuntimeError(f"{which}: {unreachable}; or {instead}")
 
     def _engine_kwargs(self) -> dict[str, Any]:
         settings = self._settings

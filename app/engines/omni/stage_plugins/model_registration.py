@@ -90,21 +90,19 @@ def _doorbell_connector(config: dict) -> object:
 
 
 def unreachable_reason() -> str | None:
-    """Why the stage processes would not find the service's models, or None. Without its entry point (the
-    service run from a source tree it was not installed from) or with VLLM_PLUGINS naming other plugins only, vLLM
-    fails deep in the stage's start on an architecture it does not know; this says why before anything starts."""
+    """Why the stage processes would not find the service's models, with its remedy, or None. Without its entry
+    point (the service run from a source tree it was not installed from) or with VLLM_PLUGINS naming other plugins
+    only, vLLM fails deep in the stage's start on an architecture it does not know; this says why before anything
+    starts. The caller names the settings that need it (each could be set to vllm-omni instead)."""
     ours = [e for e in entry_points(group=PLUGIN_GROUP) if e.name == PLUGIN_NAME and e.value == PLUGIN_TARGET]
     if not ours:
         return (
             f"the service's vllm-omni plugin is not installed (no {PLUGIN_GROUP} entry point {PLUGIN_NAME!r}): "
-            "install the service (pip install '.[omni]'; the image does), or set the setting to vllm-omni"
+            "install the service (pip install '.[omni]'; the image does)"
         )
     allowed = os.environ.get("VLLM_PLUGINS")
     # as vLLM reads it (vllm/envs.py) and vllm-omni compares it (load_omni_plugins_by_group): names split on commas,
     # nothing stripped
     if allowed is not None and PLUGIN_NAME not in allowed.split(","):
-        return (
-            f"VLLM_PLUGINS={allowed!r} leaves out the service's plugin {PLUGIN_NAME!r}: add it, or set the setting "
-            "to vllm-omni"
-        )
+        return f"VLLM_PLUGINS={allowed!r} leaves out the service's plugin {PLUGIN_NAME!r}: add it"
     return None

@@ -1,8 +1,8 @@
 """The service's talker for vllm-omni 0.30.0 (stage 0 of its Qwen3-TTS pipeline): vllm-omni's own
 `Qwen3TTSTalkerForConditionalGeneration` with its code predictor run over a key/value cache, which the talker process
 builds under the name below (registered by `model_registration.register`, a `vllm_omni.general_plugins` entry
-point). The service selects it with `SPEECH_OMNI__TALKER_MODEL=service`, or with `fused` the same predictor whose
-layers run in Triton kernels of the service's (`FusedCodePredictor`, `predictor_kernels.py`);
+point). The service selects it with `SPEECH_OMNI__TALKER_MODEL=service`, or with `fused` (the default) the same
+predictor whose layers run in Triton kernels of the service's (`FusedCodePredictor`, `predictor_kernels.py`);
 `SPEECH_OMNI__TALKER_MODEL=compiled-once` runs vllm-omni's talker and predictor unchanged but for the predictor's
 compilation (`CompiledOnceCodePredictor`).
 
