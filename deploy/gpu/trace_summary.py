@@ -67,6 +67,9 @@ OTHER_WINDOW_US = 60_000.0
 OTHER_OPS_SHOWN = 30
 OTHER_COPIES_SHOWN = 10  # bursts of copies to the host: about one a step, so that they leave the operations their rows
 LATER_STEPS_NAMES = 4  # names shown per column of the later steps' table
+# the profiler's own work on the host (Kineto's "overhead" events, such as CUPTI's "Activity Buffer Request"): recorded
+# on a thread of its own, but it stalls whatever host operation it lands in, which then looks that much longer
+PROFILER_CATEGORIES = {"overhead"}
 
 
 @dataclass
@@ -112,6 +115,7 @@ class StepsHost:
     runtime_us: dict[str, float]  # the CUDA runtime's and driver's calls, by name
     ops_us: dict[str, float]  # PyTorch's outermost operations, by name (the runtime calls they make included)
     neither_us: float  # in no operation and no runtime call: Python (the engine's own code), the GIL, the OS
+    profiler_us: float = 0.0  # the profiler's own work inside the steps (PROFILER_CATEGORIES), in any column above
 
 
 @dataclass
@@ -123,8 +127,10 @@ class FirstStep:
     gpu_busy_us: float  # kernels and copies clipped to the step, overlaps counted once
     last_gpu_end: float | None  # the end of the last kernel or copy that started inside it (may lie past its end)
     # the step thread's host operations of at least HOST_OP_MIN_US inside it: (start, end, name, category, the
-    # innermost Python function around it where the trace has Python stacks, else "")
-    host_ops: list[tuple[float, float, str, str, str]]
+    # innermost Python function around it where the trace has Python stacks, else "", the profiler's own work inside
+    # it in µs)
+    host_ops: list[tuple[float, float, str, str, str, float]]
+    profiler_us: float = 0.0  # the profiler's own work inside the step
 
 
 def read_trace(path: Path) -> dict[str, Any] | list[Any]:
@@ -165,6 +171,7 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
     steps_on: dict[tuple[float, float], object] = {}  # a step's (start, end), local clock: its thread
     host_ops: list[tuple[float, float, str, str, object]] = []  # local clock, with the thread
     copies: list[tuple[float, float, str]] = []  # the GPU's copies, local clock
+    profiler: list[tuple[float, float]] = []  # the profiler's own work on the host, local clock
     thread_names: dict[object, str] = {}
     origin_us = float(trace.get("baseTimeNanoseconds", 0)) / 1000 if isinstance(trace, dict) else 0.0
     for event in events:
@@ -193,6 +200,8 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
                 steps_on[(start, start + duration)] = event.get("tid")
         elif category in SPAN_CATEGORIES:
             summary.spans[name].add(duration)
+        elif category in PROFILER_CATEGORIES:
+            profiler.append((start, start + duration))
         if category in HOST_CATEGORIES and duration >= OTHER_OP_MIN_US and not STEP.match(name):
             host_ops.append((start, start + duration, name, category, event.get("tid")))
     summary.steps.sort()
@@ -203,19 +212,27 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
     if steps_on:
         span = min(steps_on)  # the earliest step with tokens
         thread = steps_on[span]
-        summary.first_step = first_step(span, thread, gpu, host_ops, origin_us)
+        summary.first_step = first_step(span, thread, gpu, host_ops, origin_us, profiler)
         summary.other_threads = other_threads(span[0], thread, host_ops, copies, thread_names, origin_us)
         later = sorted(other for other, tid in steps_on.items() if tid == thread and other != span)
         if later:
-            summary.later_steps = steps_host(events, later, thread)
+            summary.later_steps = steps_host(events, later, thread, profiler)
     return summary
 
 
 HOST_TIME_CATEGORIES = {"cpu_op", "cuda_runtime", "cuda_driver"}
 
 
-def steps_host(events: list[Any], spans: list[tuple[float, float]], thread: object) -> StepsHost:
-    """Where the steps `spans` (sorted, one thread's, the trace's clock) spend their host time on `thread`."""
+def within(start: float, end: float, intervals: list[tuple[float, float]]) -> float:
+    """How much of [start, end] the intervals cover, overlaps counted once."""
+    return union_us((max(a, start), min(b, end)) for a, b in intervals if a < end and b > start)
+
+
+def steps_host(
+    events: list[Any], spans: list[tuple[float, float]], thread: object, profiler: list[tuple[float, float]]
+) -> StepsHost:
+    """Where the steps `spans` (sorted, one thread's, the trace's clock) spend their host time on `thread`, and how
+    much of it was the profiler's own work (`profiler`)."""
     starts = [start for start, _ in spans]
     inside: list[list[tuple[float, float, str, str]]] = [[] for _ in spans]
     for event in events:
@@ -252,6 +269,7 @@ def steps_host(events: list[Any], spans: list[tuple[float, float]], thread: obje
         runtime_us={name: total / count for name, total in runtime.items()},
         ops_us={name: total / count for name, total in ops.items()},
         neither_us=neither / count,
+        profiler_us=sum(within(start, end, profiler) for start, end in spans) / count,
     )
 
 
@@ -261,9 +279,10 @@ def first_step(
     gpu: list[tuple[float, float]],
     host_ops: list[tuple[float, float, str, str, object]],
     origin_us: float,
+    profiler: list[tuple[float, float]],
 ) -> FirstStep:
     """The GPU and the step's own thread inside the step `span` (all on the trace's clock), given on the host's
-    (`origin_us`, the trace's base time, added)."""
+    (`origin_us`, the trace's base time, added), with the profiler's own work (`profiler`) inside each operation."""
     start, end = span
     clipped = [(max(a, start), min(b, end)) for a, b in gpu if a < end and b > start]
     last = max((b for a, b in gpu if start <= a < end), default=None)
@@ -280,7 +299,11 @@ def first_step(
         end + origin_us,
         union_us(clipped),
         None if last is None else last + origin_us,
-        [(a + origin_us, b + origin_us, name, kind, caller(a, b, python)) for a, b, name, kind in ops[:HOST_OPS_SHOWN]],
+        [
+            (a + origin_us, b + origin_us, name, kind, caller(a, b, python), within(a, b, profiler))
+            for a, b, name, kind in ops[:HOST_OPS_SHOWN]
+        ],
+        within(start, end, profiler),
     )
 
 
@@ -465,14 +488,15 @@ def first_step_host(summaries: list[TraceSummary], root: Path, first: float) -> 
             continue
         trace = f"`{summary.path.relative_to(root)}`"
         last = "none" if step.last_gpu_end is None else at(step.last_gpu_end)
+        profiled = f"; the profiler's own work {step.profiler_us / 1000:.1f} ms of it" if step.profiler_us else ""
         gpu_rows[trace] = (
             f"{at(step.start)}–{at(step.end)}: GPU busy {step.gpu_busy_us / 1000:.1f} ms of its "
-            f"{(step.end - step.start) / 1000:.1f}; the last GPU work started inside it ended at {last}"
+            f"{(step.end - step.start) / 1000:.1f}; the last GPU work started inside it ended at {last}{profiled}"
         )
-        for start, end, name, category, where in step.host_ops:
+        for start, end, name, category, where, profiler_us in step.host_ops:
             host_rows.append(
                 f"| {trace} | `{cell(name)}` | {category} | {at(start)}–{at(end)} | {(end - start) / 1000:.2f} | "
-                f"{f'`{cell(where)}`' if where else '–'} |"
+                f"{f'{profiler_us / 1000:.2f}' if profiler_us else '–'} | {f'`{cell(where)}`' if where else '–'} |"
             )
     lines = section(
         "The GPU inside each trace's first step with tokens",
@@ -487,9 +511,10 @@ def first_step_host(summaries: list[TraceSummary], root: Path, first: float) -> 
             "The longest host operations inside each trace's first step with tokens",
             f"The step's own thread, operations of at least {HOST_OP_MIN_US / 1000:g} ms that lie within the step (the "
             f"first {HOST_OPS_SHOWN}, longest first; an operation and those inside it each listed), start–end in ms "
-            "on the clock above; in a trace recorded with Python stacks (vLLM's `torch_profiler_with_stack`), the "
-            "innermost Python function around each.",
-            ("trace", "operation", "kind", "start–end ms", "ms", "in (Python)"),
+            "on the clock above; of that, the profiler's own work (CUPTI's buffer requests and the like, on a thread "
+            "of its own, stalling the operation), not the operation's; in a trace recorded with Python stacks "
+            "(vLLM's `torch_profiler_with_stack`), the innermost Python function around each.",
+            ("trace", "operation", "kind", "start–end ms", "ms", "the profiler's own, ms", "in (Python)"),
             host_rows,
         )
     other_rows = [
@@ -522,7 +547,7 @@ def later_steps_table(summaries: list[TraceSummary], root: Path) -> list[str]:
 
     rows = [
         f"| `{summary.path.relative_to(root)}` | {steps.steps} | {steps.span_us / 1000:.2f} | {top(steps.runtime_us)} "
-        f"| {top(steps.ops_us)} | {steps.neither_us / 1000:.2f} |"
+        f"| {top(steps.ops_us)} | {steps.neither_us / 1000:.2f} | {steps.profiler_us / 1000:.2f} |"
         for summary in summaries
         if (steps := summary.later_steps) is not None
     ]
@@ -533,8 +558,17 @@ def later_steps_table(summaries: list[TraceSummary], root: Path) -> list[str]:
         "Each trace's steps with tokens after its first (at one stream, the talker's frames), on their own thread, "
         "ms a step on average: in the CUDA runtime's and driver's calls (launches, copies, waits for the GPU); in "
         "PyTorch's outermost operations (the runtime calls they make included); and in neither — Python between "
-        f"them, the engine's own code, waiting for the GIL. The {LATER_STEPS_NAMES} largest of each by name.",
-        ("trace", "steps", "ms a step", "CUDA runtime calls, ms", "PyTorch operations, ms", "neither, ms"),
+        f"them, the engine's own code, waiting for the GIL. The {LATER_STEPS_NAMES} largest of each by name. Last, "
+        "how much of the step was the profiler's own work (in any of the three).",
+        (
+            "trace",
+            "steps",
+            "ms a step",
+            "CUDA runtime calls, ms",
+            "PyTorch operations, ms",
+            "neither, ms",
+            "the profiler's own, ms",
+        ),
         rows,
     )
 

@@ -1832,7 +1832,9 @@ def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_w
     """Where a prefill step's time goes beside its kernels: the GPU's busy time inside the trace's first step that
     scheduled tokens and where the last GPU work started inside it ended; then the step thread's host operations
     inside that step, longest first on the steps' clock, nested ones each listed; the idle step before it, the next
-    step, another thread's operations, the step itself and operations shorter than HOST_OP_MIN_US left out."""
+    step, another thread's operations, the step itself and operations shorter than HOST_OP_MIN_US left out. The
+    profiler's own work (Kineto's "overhead" events, on a thread of their own) is said where it lies inside an
+    operation: an allocation of 2.8 ms in an H200's prefill step was 2.4 ms of CUPTI's buffer request."""
     summary = gpu_script("trace_summary")
 
     talker = {
@@ -1850,6 +1852,11 @@ def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_w
             trace_op("omni_output_worker", 6_000, 12_000, "user_annotation", thread=2),  # another thread's
             trace_op("execute_context_0(0)_generation_1(1)", 31_000, 36_000),
             trace_op("aten::mm", 32_000, 35_000),  # in the next step
+            trace_op("aten::empty", 26_000, 28_800),
+            # the profiler's own, on its own thread: 2.4 ms inside aten::empty, 0.5 more elsewhere in the step
+            trace_op("Activity Buffer Request", 26_100, 28_500, "overhead", thread=0),
+            trace_op("Activity Buffer Request", 29_000, 29_500, "overhead", thread=0),
+            trace_op("Activity Buffer Request", 33_000, 33_400, "overhead", thread=0),  # in the next step
         ],
     }
     talker["traceEvents"] += [  # type: ignore[operator]
@@ -1864,14 +1871,15 @@ def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_w
     # GPU work started inside the step ran on past its end (the host had gone on to the next step)
     assert (
         "| `c1/stage0/trace_rank0.json` | -0.5–29.5: GPU busy 4.0 ms of its 30.0; the last GPU work started inside "
-        "it ended at 30.0 |"
+        "it ended at 30.0; the profiler's own work 2.9 ms of it |"
     ) in gpu
     rows = section_rows(whole, "The longest host operations inside each trace's first step with tokens")
     assert rows == [
-        "| `c1/stage0/trace_rank0.json` | `execute_model` | user_annotation | -0.4–29.0 | 29.40 | – |",
-        "| `c1/stage0/trace_rank0.json` | `aten::to` | cpu_op | 4.0–24.0 | 20.00 | – |",
-        "| `c1/stage0/trace_rank0.json` | `cudaStreamSynchronize` | cuda_runtime | 4.1–23.9 | 19.80 | – |",
-        "| `c1/stage0/trace_rank0.json` | `aten::add\\|sub` | cpu_op | 0.0–0.3 | 0.30 | – |",
+        "| `c1/stage0/trace_rank0.json` | `execute_model` | user_annotation | -0.4–29.0 | 29.40 | 2.90 | – |",
+        "| `c1/stage0/trace_rank0.json` | `aten::to` | cpu_op | 4.0–24.0 | 20.00 | – | – |",
+        "| `c1/stage0/trace_rank0.json` | `cudaStreamSynchronize` | cuda_runtime | 4.1–23.9 | 19.80 | – | – |",
+        "| `c1/stage0/trace_rank0.json` | `aten::empty` | cpu_op | 25.0–27.8 | 2.80 | 2.40 | – |",
+        "| `c1/stage0/trace_rank0.json` | `aten::add\\|sub` | cpu_op | 0.0–0.3 | 0.30 | – | – |",
     ]
     # recorded with Python stacks: each operation says the innermost Python function around it, and the functions
     # themselves (which would fill the list with the wrappers around everything) are not listed
@@ -1886,11 +1894,12 @@ def test_trace_summary_lists_the_longest_host_operations_inside_the_first_step_w
         summarized(summary, tmp_path / "stacks", {"c1/stage0": talker}),
         "The longest host operations inside each trace's first step with tokens",
     )
-    assert [row.rsplit(" | ", 2)[-2:] for row in rows] == [
-        ["29.40", "`gpu_model_runner.py(100): execute_model` |"],
-        ["20.00", "`input_batch.py(50): make_prompt_embeds` |"],
-        ["19.80", "`input_batch.py(50): make_prompt_embeds` |"],
-        ["0.30", "`gpu_model_runner.py(100): execute_model` |"],
+    assert [row.rsplit(" | ", 3)[-3:] for row in rows] == [
+        ["29.40", "2.90", "`gpu_model_runner.py(100): execute_model` |"],
+        ["20.00", "–", "`input_batch.py(50): make_prompt_embeds` |"],
+        ["19.80", "–", "`input_batch.py(50): make_prompt_embeds` |"],
+        ["2.80", "2.40", "`gpu_model_runner.py(100): execute_model` |"],
+        ["0.30", "–", "`gpu_model_runner.py(100): execute_model` |"],
     ]
 
 
@@ -1961,7 +1970,8 @@ def test_trace_summary_shows_the_gpus_copies_to_the_host_as_bursts_and_leaves_th
 def test_trace_summary_says_where_the_later_steps_host_time_goes(tmp_path: Path) -> None:
     """The steps with tokens after the first, on their own thread, a step on average: the CUDA runtime's calls by
     name, PyTorch's outermost operations by name (one inside another not counted again), and the rest of the step
-    (Python between them); the first step, idle steps, other threads and what lies outside a step left out."""
+    (Python between them); the first step, idle steps, other threads and what lies outside a step left out. Last,
+    the profiler's own work inside the steps (on a thread of its own), a step on average."""
     summary = gpu_script("trace_summary")
 
     events: list[dict[str, object]] = [
@@ -1980,6 +1990,7 @@ def test_trace_summary_says_where_the_later_steps_host_time_goes(tmp_path: Path)
             trace_op("cudaGraphLaunch", start + 1_000, start + 2_000, "cuda_runtime"),  # 1 ms, outside any operation
             trace_op("aten::index", start + 2_500, start + 2_500 + 200 * (i + 1)),  # 0.2 and 0.4 ms: 0.3 on average
             trace_op("omni_output_worker", start, start + 4_000, "cpu_op", thread=2),  # another thread
+            trace_op("Activity Buffer Request", start + 3_000, start + 3_000 + 600 * i, "overhead", thread=0),
         ]
     events.append(trace_op("aten::between_steps", 25_000, 26_000))
     text = summarized(summary, tmp_path, {"c1/stage0": {"traceEvents": events}})
@@ -1987,7 +1998,7 @@ def test_trace_summary_says_where_the_later_steps_host_time_goes(tmp_path: Path)
     # covered: copy_ 0.5 + graph launch 1.0 + index 0.3 = 1.8 of 4.0 ms; runtime 0.3 + 1.0; operations 0.5 + 0.3
     assert rows == [
         "| `c1/stage0/trace_rank0.json` | 2 | 4.00 | 1.30: `cudaGraphLaunch` 1.00, `cudaMemcpyAsync` 0.30 "
-        "| 0.80: `aten::copy_` 0.50, `aten::index` 0.30 | 2.20 |"
+        "| 0.80: `aten::copy_` 0.50, `aten::index` 0.30 | 2.20 | 0.30 |"
     ]
 
 
