@@ -47,7 +47,9 @@
 #                            format), summarised in pyspy.md (deploy/gpu/pyspy_summary.py)
 #   PYSPY_LEVEL=steady-c32   burst-c32: that level is instead a burst of 32 at once (96 requests), recorded for 4 s
 #                            from just before the load tool starts: who holds the server's GIL while a burst arrives.
-#                            In a pair only a burst runs, recorded on A (the load tool runs A's requests first)
+#                            c1: 16 requests one after another, recorded for 6 s from PYSPY_AFTER_S (default 1) after
+#                            the first is sent: the Python of one stream's steps, no profiler in them. In a pair only
+#                            these two run, recorded on A (the load tool runs A's requests first)
 #   START_PYSPY=0            1: py-spy records the server and every process it starts (--subprocesses --idle
 #                            --threads, START_PYSPY_RATE=20 samples a second, every thread whatever it is doing) from
 #                            the start until it is ready, into start-pyspy/, summarised in start-pyspy.md: where each
@@ -226,15 +228,18 @@ pyspy_level() {  # an extra steady c=32 (or a burst of 32: PYSPY_LEVEL), not rep
   load_level() { (export "${load[@]}" && on_load_cpus "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1) & }
   command -v py-spy >/dev/null || { progress "$name py-spy: not installed"; return 0; }
   mkdir -p "$OUT/pyspy"
-  if [ "$PYSPY_LEVEL" = burst-c32 ]; then  # py-spy first: a burst is over in a second or two
-    seconds=4 after=0
-    load+=(REQUESTS=96 "LOADTEST_ARGS=--stagger 0" SWEEP_NAME=pyspy-burst-c32)
-  else
-    load+=(REQUESTS=192 "LOADTEST_ARGS=--stagger 2" SWEEP_NAME=pyspy-c32)
-  fi
+  case $PYSPY_LEVEL in
+    burst-c32)  # py-spy first: a burst is over in a second or two
+      seconds=4 after=0
+      load+=(REQUESTS=96 "LOADTEST_ARGS=--stagger 0" SWEEP_NAME=pyspy-burst-c32) ;;
+    c1)  # 16 requests of about 0.5 s each: the recording ends before A's last (in a pair, before B's first)
+      seconds=6 after=${PYSPY_AFTER_S:-1}
+      load+=(CONCURRENCY=1 REQUESTS=16 "LOADTEST_ARGS=--stagger 0" SWEEP_NAME=pyspy-c1) ;;
+    *) load+=(REQUESTS=192 "LOADTEST_ARGS=--stagger 2" SWEEP_NAME=pyspy-c32) ;;
+  esac
   [ "$PYSPY_LEVEL" = burst-c32 ] || load_level
   sleep "$after"  # steady: past the stagger, every worker sending
-  # a pair's burst: A's 96 requests go first (the load tool runs its targets in turn), so only A's are recorded
+  # a pair's burst or c=1: A's requests go first (the load tool runs its targets in turn), so only A's are recorded
   for pid in $(server_pids "${SERVERS%% *}"); do
     # --idle: a GIL holder whose innermost frame looks idle (a wait, a select) is still a sample of the GIL held
     on_load_cpus timeout $((seconds + 12)) py-spy record --gil --idle --threads --nonblocking -r 200 -d "$seconds" \
@@ -459,7 +464,7 @@ for variant in $VARIANTS; do
     for level in $PROFILE_LEVELS; do torch_profile "$level" "$level" || break; done
   fi
   if [ "$PYSPY" = 1 ]; then  # a steady level loads one server at a time: a pair's other would be sampled idle
-    if [ "$TARGET" = service-pair ] && [ "$PYSPY_LEVEL" != burst-c32 ]; then
+    if [ "$TARGET" = service-pair ] && [ "$PYSPY_LEVEL" != burst-c32 ] && [ "$PYSPY_LEVEL" != c1 ]; then
       progress "$name py-spy $PYSPY_LEVEL skipped (one server a level; not a pair)"
     else step "py-spy $PYSPY_LEVEL" pyspy_level; fi
   fi

@@ -495,15 +495,20 @@ def test_each_thread_of_the_servers_processes_is_read_before_and_after_the_stead
 
 
 @pytest.mark.parametrize(
-    ("level", "sweep", "requests", "seconds"),
-    [("steady-c32", "pyspy-c32", "192", "8"), ("burst-c32", "pyspy-burst-c32", "96", "4")],
+    ("level", "sweep", "concurrency", "requests", "seconds"),
+    [
+        ("steady-c32", "pyspy-c32", "32", "192", "8"),
+        ("burst-c32", "pyspy-burst-c32", "32", "96", "4"),
+        ("c1", "pyspy-c1", "1", "16", "6"),
+    ],
 )
 def test_py_spy_records_every_server_process_in_the_middle_of_a_steady_level_and_says_where_its_gil_went(
-    tmp_path: Path, level: str, sweep: str, requests: str, seconds: str
+    tmp_path: Path, level: str, sweep: str, concurrency: str, requests: str, seconds: str
 ) -> None:
     """PYSPY=1: an extra steady c=32 (not reported) with py-spy on each of the server's processes once the workers are
     all sending, the recordings kept gzipped and summarised in pyspy.md, each process named from the thread table.
-    PYSPY_LEVEL=burst-c32: a burst of 32 instead, recorded for 4 s from before the load tool starts."""
+    PYSPY_LEVEL=burst-c32: a burst of 32 instead, recorded for 4 s from before the load tool starts; c1: 16 requests
+    one after another, recorded for 6 s."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     stand_in = bin_dir / "py-spy"  # writes what `py-spy record -f raw -o FILE` would: 1 200 samples on one stack
@@ -529,7 +534,7 @@ def test_py_spy_records_every_server_process_in_the_middle_of_a_steady_level_and
         server.wait()
     recorded = calls(tmp_path)
     extra = [call for call in recorded if call[2] == sweep]
-    assert [[call[0], *call[3:5]] for call in extra] == [["sweep-closed", "32", requests]]
+    assert [[call[0], *call[3:5]] for call in extra] == [["sweep-closed", concurrency, requests]]
     assert [call[0] for call in recorded][-2:] == ["sweep-closed", "stop"]
     out = tmp_path / "out/a1"
     with gzip.open(out / f"pyspy/{server.pid}.txt.gz", "rt") as raw:
@@ -547,9 +552,15 @@ def test_py_spy_records_every_server_process_in_the_middle_of_a_steady_level_and
     assert words[words.index("-d") + 1] == seconds
 
 
-def test_a_pairs_burst_is_recorded_by_py_spy_on_the_first_servers_processes_alone(tmp_path: Path) -> None:
-    """A pair with PYSPY_LEVEL=burst-c32: the load tool runs the burst's 96 requests on A first, so py-spy records A's
-    processes through it (B waits its turn, idle: not recorded); a steady level stays skipped in a pair (above)."""
+@pytest.mark.parametrize(
+    ("level", "sweep", "concurrency", "requests"),
+    [("burst-c32", "pyspy-burst-c32", "32", "96"), ("c1", "pyspy-c1", "1", "16")],
+)
+def test_a_pairs_burst_or_single_stream_is_recorded_by_py_spy_on_the_first_servers_processes_alone(
+    tmp_path: Path, level: str, sweep: str, concurrency: str, requests: str
+) -> None:
+    """A pair with PYSPY_LEVEL=burst-c32 or c1: the load tool runs the level's requests on A first, so py-spy records
+    A's processes through it (B waits its turn, idle: not recorded); a steady level stays skipped in a pair (above)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     stand_in = bin_dir / "py-spy"
@@ -566,7 +577,7 @@ def test_a_pairs_burst_is_recorded_by_py_spy_on_the_first_servers_processes_alon
             (tmp_path / pidfile).write_text(f"{server.pid}\n")
         done = run(
             tmp_path, TARGET="service-pair", VARIANTS="r1:F/F", LEVER_F="", BASE_ENV_B="CUDA_VISIBLE_DEVICES=1",
-            TIMELINE_LEVELS="", PYSPY="1", PYSPY_LEVEL="burst-c32", SERVER_PIDFILE=str(tmp_path / "server.pid"),
+            TIMELINE_LEVELS="", PYSPY="1", PYSPY_LEVEL=level, SERVER_PIDFILE=str(tmp_path / "server.pid"),
             SERVER_B_PIDFILE=str(tmp_path / "server-b.pid"), PATH=f"{bin_dir}:{os.environ['PATH']}",
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
@@ -574,15 +585,15 @@ def test_a_pairs_burst_is_recorded_by_py_spy_on_the_first_servers_processes_alon
         for server in servers:
             server.kill()
             server.wait()
-    extra = [call for call in calls(tmp_path) if call[2] == "pyspy-burst-c32"]
-    assert [[call[0], *call[3:5]] for call in extra] == [["sweep-closed", "32", "96"]]
+    extra = [call for call in calls(tmp_path) if call[2] == sweep]
+    assert [[call[0], *call[3:5]] for call in extra] == [["sweep-closed", concurrency, requests]]
     pids = [
         line.split()[line.split().index("--pid") + 1] for line in (tmp_path / "py-spy-args").read_text().splitlines()
     ]
     assert pids == [str(servers[0].pid)]
     assert f"## pid {servers[0].pid}: `sleep 30`" in (tmp_path / "out/r1/pyspy.md").read_text()
     progress = (tmp_path / "out/progress.txt").read_text()
-    assert "r1 py-spy burst-c32" in progress and "skipped" not in progress
+    assert f"r1 py-spy {level}" in progress and "skipped" not in progress
 
 
 def test_py_spy_records_the_start_of_the_server_and_its_processes_until_it_is_ready(tmp_path: Path) -> None:
