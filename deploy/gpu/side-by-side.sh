@@ -29,7 +29,8 @@
 #                                   targets.txt: which target is which URL, on which profile, and each server's
 #                                   /metrics before and after: metrics-<target>-before.txt, read by
 #                                   deploy/gpu/level_metrics.py into server-metrics.md), logs/, the profile
-#                                   copies used (profile.yaml, profile-vllm-omni.yaml, ...), commands.txt, gpu.txt
+#                                   copies used (profile.yaml, profile-vllm-omni.yaml, ...), commands.txt, gpu.txt,
+#                                   host.txt (each GPU's nearest cores and NUMA node, the host's NUMA nodes)
 #   WORK=/tmp/side-by-side          model directory, profile copies, logs, compile cache (CACHE=$WORK/compile-cache)
 #   MODEL_SIZE=0.6B                 the weight-less CustomVoice checkpoint's shape every target serves: 0.6B or 1.7B
 #                                   ($WORK/model, or $WORK/model-1.7B, so that one size's directory is never reused)
@@ -328,8 +329,19 @@ PY
 }
 
 gpu_snapshot() {  # $1 what happened
+  [ -f "$OUT/host.txt" ] || host_topology
   { echo "== $(date -u +%T) $1"; nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu --format=csv 2>&1; } \
     >>"$OUT/gpu.txt"
+}
+
+host_topology() {  # once a run, into host.txt: which cores and NUMA node each GPU is near (nvidia-smi's matrix) and
+  # the host's NUMA nodes, so that targets pinned to cores (CPUS) can be read against their GPU's side of the host
+  {
+    echo "== $(date -u +%T) nvidia-smi topo -m"
+    nvidia-smi topo -m 2>&1
+    echo "== lscpu"
+    lscpu 2>&1 | grep -Ei '^(model name|socket|core|thread|cpu\(s\)|numa)'
+  } >"$OUT/host.txt"
 }
 
 metrics_snapshot() {  # $1 a sweep's folder, $2 before|after: each target's /metrics there, where it has one (not

@@ -257,6 +257,26 @@ def test_side_by_side_ends_the_start_of_a_service_whose_engine_failed(tmp_path: 
         subprocess.run([str(GPU / "side-by-side.sh"), "stop"], env=env, capture_output=True, text=True)
 
 
+def test_side_by_side_notes_which_cores_each_gpu_is_near_once_a_run(tmp_path: Path) -> None:
+    """A pair's sides are compared across GPUs, each side pinned to its own cores: host.txt says which cores and NUMA
+    node each GPU is near (nvidia-smi's topology matrix) and the host's NUMA nodes, written once at the start beside
+    gpu.txt's snapshots."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(
+        '#!/bin/sh\n[ "$1 $2" = "topo -m" ] && printf "\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-15\t0\n"\n'
+        f'echo "$*" >> {tmp_path}/nvidia-smi-calls\n'
+    )
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    port = free_port()
+    settings = {"TARGETS": "alone", "ALONE_PORT": str(port), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    with harness_started(tmp_path, settings):
+        host = (tmp_path / "work/results/host.txt").read_text()
+    assert "GPU0\t X \t0-15\t0" in host and "== lscpu" in host
+    calls = (tmp_path / "nvidia-smi-calls").read_text().splitlines()
+    assert calls.count("topo -m") == 1 and len(calls) > 1  # once, then the memory snapshots
+
+
 @pytest.mark.parametrize("overrides", ["", '{"1": {"scheduler_cls": "my.Scheduler"}}'])
 def test_side_by_side_hands_the_baseline_its_stage_overrides(tmp_path: Path, overrides: str) -> None:
     port = free_port()
