@@ -215,15 +215,15 @@ class OmniSettings(BaseModel):
         "whole sequence at each of its 15 steps (16 rows a frame instead of 255), each layer in five Triton kernels "
         "of the service's instead of eleven, uncompiled, its top-k threshold found by selection instead of a sort "
         "(`fused_kernels` and `fused_dependent_launch` say how its kernels launch). Against vllm-omni's, each on both "
-        "of two H200s: 1.07–1.23× the requests a second at every load level, the time to uninterrupted audio the "
+        "of two H200s: 1.06–1.28× the requests a second at every load level, the time to uninterrupted audio the "
         "same or lower but in bursts of 32 (which went with the GPU), a warm start of 49.6–53.1 s against 67.3, its "
         "warm-up 9 s against 86 cold (benchmarks/gpu/2026-11-30-h200x2-fused-default/). `service`: the same "
         "predictor in PyTorch, compiled. Both: codes equal to vllm-omni's in float32 (on the CPU and on an H200), a "
         "draw from the same distribution in bfloat16. `vllm-omni`: vllm-omni's own. `compiled-once`: vllm-omni's "
         "with its code predictor compiled for a batch of 1 and for any larger batch instead of once per batch bucket "
-        "(its warm-up 24 s against 111 on an H200, but slower under load), its maths unchanged. docs/deploy.md; "
-        "app/engines/omni/stage_plugins/talker_model.py; registered in the stage processes by the package's "
-        "vllm_omni.general_plugins entry point, so the service must be installed, as its image is.",
+        "(its warm-up 24 s against vllm-omni's 111 on an H200, but slower under load), its maths unchanged. "
+        "docs/deploy.md; app/engines/omni/stage_plugins/talker_model.py; registered in the stage processes by the "
+        "package's vllm_omni.general_plugins entry point, so the service must be installed, as its image is.",
     )
     fused_kernels: Literal["as-tuned", "split", "prefetch"] = Field(
         "as-tuned",

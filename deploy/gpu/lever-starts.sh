@@ -48,8 +48,8 @@
 #   PYSPY_LEVEL=steady-c32   burst-c32: that level is instead a burst of 32 at once (96 requests), recorded for 4 s
 #                            from just before the load tool starts: who holds the server's GIL while a burst arrives.
 #                            c1: 16 requests one after another, recorded for 6 s from PYSPY_AFTER_S (default 1) after
-#                            the first is sent: the Python of one stream's steps, no profiler in them. In a pair only
-#                            these two run, recorded on A (the load tool runs A's requests first)
+#                            the load tool is launched: the Python of one stream's steps, no profiler in them. In a
+#                            pair only these two run, recorded on A (the load tool runs A's requests first)
 #   START_PYSPY=0            1: py-spy records the server and every process it starts (--subprocesses --idle
 #                            --threads, START_PYSPY_RATE=20 samples a second, every thread whatever it is doing) from
 #                            the start until it is ready, into start-pyspy/, summarised in start-pyspy.md: where each
