@@ -10,11 +10,13 @@ set-up's time (compile and warm-up at every bucket). A server's start and load a
 difference can hide; this measures the predictor without them.
 
     python3 deploy/gpu/predictor_bench.py [--batches 1,8,32] [--dtype bfloat16] [--replays 200]
-        [--predictors vllm-omni,compiled-once,service,fused] > predictor.md
+        [--predictors vllm-omni,compiled-once,service,fused] [--talker-hidden 1024] > predictor.md
 
 The 0.6B CustomVoice predictor's shape (5 layers, hidden 1024, 16 query and 8 key/value heads of 128, 2048 codes,
-16 codebooks) with random weights, its batch buckets those the talker's runner captures up to `--max-num-seqs` (64,
-as shipped: 11 buckets); each set-up timed cold, as a host's first start (Inductor's caches off, Triton's empty).
+16 codebooks; with `--talker-hidden 2048` the 1.7B checkpoints', whose talker is 2048 wide: the same layers, its
+codebook embeddings 2048 wide and every input projected to the predictor's 1024 first) with random weights, its
+batch buckets those the talker's runner captures up to `--max-num-seqs` (64, as shipped: 11 buckets); each set-up
+timed cold, as a host's first start (Inductor's caches off, Triton's empty).
 Needs a CUDA device and vllm-omni 0.30 importable, the service's source tree on the path (run from the repository
 root).
 """
@@ -35,7 +37,7 @@ from typing import Any
 
 GROUPS = 16
 VOCAB = 2048
-HIDDEN = 1024
+HIDDEN = 1024  # the predictor's width, and the 0.6B talker's
 SETTINGS = ("vllm-omni", "compiled-once", "service", "fused")  # the SPEECH_OMNI__TALKER_MODEL values it times
 # `fused` with its kernels launched as SPEECH_OMNI__FUSED_KERNELS and SPEECH_OMNI__FUSED_DEPENDENT_LAUNCH say: the
 # setting's value after the plus (fused_launch.py)
@@ -44,12 +46,16 @@ FUSED_VARIANTS = (
 )  # fmt: skip
 
 
-def predictors(torch: Any, dtype: Any, max_num_seqs: int, settings: Collection[str] = SETTINGS) -> dict[str, Any]:
+def predictors(
+    torch: Any, dtype: Any, max_num_seqs: int, settings: Collection[str] = SETTINGS, talker_hidden: int = HIDDEN
+) -> dict[str, Any]:
     """The code predictor of each SPEECH_OMNI__TALKER_MODEL setting in `settings`, by the setting: vllm-omni's
     (`vllm-omni`), the same compiled once (`compiled-once`), the service's (`service`) and the service's in fused
     kernels (`fused`), on the GPU in `dtype`, with the same random weights (norms at one, the heads scaled so that
     top-k cuts into real probability mass; vllm-omni's is built in any case, the others take its weights);
-    `max_num_seqs` sets their batch buckets."""
+    `max_num_seqs` sets their batch buckets. A `talker_hidden` other than the predictor's width (2048: the 1.7B
+    checkpoints') gives them codebook embeddings that wide and the projection of their inputs that vllm-omni builds
+    for it (`small_to_mtp_projection`)."""
     from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
         Qwen3TTSTalkerCodePredictorConfig,
         Qwen3TTSTalkerConfig,
@@ -68,7 +74,9 @@ def predictors(torch: Any, dtype: Any, max_num_seqs: int, settings: Collection[s
         vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=3072, num_hidden_layers=5, num_attention_heads=16,
         num_key_value_heads=8, head_dim=128, num_code_groups=GROUPS, rope_theta=1_000_000, rms_norm_eps=1e-6,
     )  # fmt: skip
-    talker = Qwen3TTSTalkerConfig(hidden_size=HIDDEN, num_code_groups=GROUPS, code_predictor_config=config.to_dict())
+    talker = Qwen3TTSTalkerConfig(
+        hidden_size=talker_hidden, num_code_groups=GROUPS, code_predictor_config=config.to_dict()
+    )
     # what the wrapper reads of vLLM's config: the talker's batch limit, and no stage connector settings
     scheduler = types.SimpleNamespace(max_num_seqs=max_num_seqs)
     vllm_config = types.SimpleNamespace(scheduler_config=scheduler, model_config=None)
@@ -110,17 +118,23 @@ def capture_sizes(max_num_seqs: int) -> list[int]:
     return sorted({size for size in (1, 2, 4, *range(8, max_num_seqs + 1, 8)) if size <= max_num_seqs} | {max_num_seqs})
 
 
-def frame(torch: Any, dtype: Any, batch: int, seed: int) -> dict[str, Any]:
-    """One talker step's inputs to the predictor, and the uniforms its sampling draws Gumbel noise from."""
+def frame(torch: Any, dtype: Any, batch: int, seed: int, width: int = HIDDEN) -> dict[str, Any]:
+    """One talker step's inputs to the predictor (the talker's, `width` wide), and the uniforms its sampling draws
+    Gumbel noise from."""
     generator = torch.Generator(device="cuda").manual_seed(seed)
     return {
         "layer0_code": torch.randint(0, VOCAB, (batch, 1), device="cuda", generator=generator),
-        "layer0_embed": torch.randn(batch, 1, HIDDEN, device="cuda", generator=generator).to(dtype),
-        "last_talker_hidden": torch.randn(batch, 1, HIDDEN, device="cuda", generator=generator).to(dtype),
+        "layer0_embed": torch.randn(batch, 1, width, device="cuda", generator=generator).to(dtype),
+        "last_talker_hidden": torch.randn(batch, 1, width, device="cuda", generator=generator).to(dtype),
         "sample_uniforms": torch.empty(batch, GROUPS - 1, VOCAB, device="cuda").uniform_(
             1e-20, 1 - 1e-20, generator=generator
         ),
     }
+
+
+def talker_width(predictor: Any) -> int:
+    """How wide the talker's inputs to `predictor` are (vllm-omni's predictor keeps the talker's config)."""
+    return int(predictor.talker_config.hidden_size)
 
 
 def capture(torch: Any, predictor: Any, dtype: Any, batches: list[int]) -> dict[int, tuple[Any, dict[str, Any], Any]]:
@@ -132,7 +146,7 @@ def capture(torch: Any, predictor: Any, dtype: Any, batches: list[int]) -> dict[
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for batch in sorted(batches, reverse=True):
-            static = frame(torch, dtype, batch, seed=batch)
+            static = frame(torch, dtype, batch, seed=batch, width=talker_width(predictor))
             uniforms = static.pop("sample_uniforms")
             predictor(**static, temperature=0.9, top_k=50)
             uniforms.fill_(0.5)
@@ -212,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replays", type=int, default=200)
     parser.add_argument("--max-num-seqs", type=int, default=64, help="the talker's batch limit (the shipped profile's)")
     parser.add_argument(
+        "--talker-hidden",
+        type=int,
+        default=HIDDEN,
+        help="the talker's width: 1024 (0.6B) or 2048 (1.7B: the predictor's inputs projected to its 1024)",
+    )
+    parser.add_argument(
         "--predictors",
         default=",".join(SETTINGS),
         help="which SPEECH_OMNI__TALKER_MODEL settings' predictors to time, comma-separated; also "
@@ -234,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     torch._inductor.config.force_disable_caches = True
     dtype = getattr(torch, args.dtype)
     rows = []
-    for name, predictor in predictors(torch, dtype, max_num_seqs=args.max_num_seqs, settings=wanted).items():
+    built = predictors(torch, dtype, args.max_num_seqs, settings=wanted, talker_hidden=args.talker_hidden)
+    for name, predictor in built.items():
         torch._dynamo.reset()
         with launched_as(name):  # what a capture records: a replay launches it as recorded
             began = time.perf_counter()
@@ -250,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
             kernels = kernels_per_replay(torch, graph, min(args.replays, 20))
             rows.append((batch, name, gpu_ms, alone_ms, launch_ms, kernels, set_up, len(predictor._bucket_sizes)))
         print(f"{name}: set up in {set_up:.1f} s", file=sys.stderr)
-    print(f"# The code predictor alone ({args.dtype}, {torch.cuda.get_device_name()}, {args.replays} replays)\n")
+    shape = f"the talker {args.talker_hidden} wide, " if args.talker_hidden != HIDDEN else ""
+    print(f"# The code predictor alone ({shape}{args.dtype}, {torch.cuda.get_device_name()}, {args.replays} replays)\n")
     print(
         "| batch | SPEECH_OMNI__TALKER_MODEL | GPU ms a frame | one replay alone, GPU ms | host ms to launch "
         "| kernels a frame | set-up s "

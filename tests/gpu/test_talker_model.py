@@ -18,6 +18,9 @@ would be in the talker's process, then given the same frames and the same sampli
 - `fused` (the service's predictor with its layers in Triton kernels of its own, `predictor_kernels.py`): the same
   float32 codes, the same bfloat16 first residual codebook, and the same CUDA-graph checks, with nothing compiled by
   torch.
+- The 1.7B checkpoints' shape too (the talker 2048 wide: the same predictor layers, its codebook embeddings 2048 wide
+  and its inputs projected to 1024 by vllm-omni's `small_to_mtp_projection`), for the service's predictors (the fused
+  one is the default talker's): the same codes, and the fused one's CUDA graphs.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from tests.support.scripts import gpu_script
 BENCH = gpu_script("predictor_bench")  # the predictors built, and a frame's inputs, as the benchmark does
 GROUPS, VOCAB = BENCH.GROUPS, BENCH.VOCAB
 BUCKETS = 8  # the talker's max_num_seqs here: buckets 1, 2, 4, 8 (those its runner captures)
+TALKER_WIDTHS = {"0.6B": BENCH.HIDDEN, "1.7B": 2048}  # the talker's width by checkpoint size
 
 
 @pytest.fixture(scope="module")
@@ -41,18 +45,21 @@ def torch() -> Any:
     return torch_with_vllm_omni_030("code predictor")
 
 
-def predictors(torch: Any, dtype: Any, setting: str = "service") -> tuple[Any, Any]:
+def predictors(torch: Any, dtype: Any, setting: str = "service", size: str = "0.6B") -> tuple[Any, Any]:
     """vllm-omni's predictor and the service's of `setting` (SPEECH_OMNI__TALKER_MODEL), built as
-    deploy/gpu/predictor_bench.py builds them (the same random weights), with buckets 1, 2, 4, 8."""
-    built = BENCH.predictors(torch, dtype, max_num_seqs=BUCKETS)
+    deploy/gpu/predictor_bench.py builds them (the same random weights), with buckets 1, 2, 4, 8, for the talker of
+    the checkpoint `size`."""
+    built = BENCH.predictors(
+        torch, dtype, max_num_seqs=BUCKETS, settings=("vllm-omni", setting), talker_hidden=TALKER_WIDTHS[size]
+    )
     return built["vllm-omni"], built[setting]
 
 
 OURS = ["service", "fused"]  # the service's predictors: over a key/value cache, and the same in its Triton kernels
 
 
-def frame(torch: Any, dtype: Any, batch: int, seed: int) -> dict[str, Any]:
-    return BENCH.frame(torch, dtype, batch, seed)
+def frame(torch: Any, dtype: Any, batch: int, seed: int, size: str = "0.6B") -> dict[str, Any]:
+    return BENCH.frame(torch, dtype, batch, seed, width=TALKER_WIDTHS[size])
 
 
 @contextlib.contextmanager
@@ -74,21 +81,22 @@ def graphs_compiled(torch: Any, predictor: Any) -> int:
     return torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
 
 
+@pytest.mark.parametrize("size", list(TALKER_WIDTHS))
 @pytest.mark.parametrize("setting", OURS)
-def test_float32_codes_are_vllm_omnis(torch: Any, setting: str) -> None:
+def test_float32_codes_are_vllm_omnis(torch: Any, setting: str, size: str) -> None:
     differ = total = 0
     with without_tf32(torch):
-        upstream, ours = predictors(torch, torch.float32, setting)
+        upstream, ours = predictors(torch, torch.float32, setting, size)
         with torch.inference_mode():
             for batch in (1, 2, 3, 5, 8):
-                inputs = frame(torch, torch.float32, batch, seed=batch)
+                inputs = frame(torch, torch.float32, batch, seed=batch, size=size)
                 sampled = upstream(**inputs, temperature=0.9, top_k=50), ours(**inputs, temperature=0.9, top_k=50)
                 inputs.pop("sample_uniforms")
                 greedy = upstream(**inputs, do_sample=False), ours(**inputs, do_sample=False)
                 for theirs, mine in (sampled, greedy):
                     assert mine.shape == theirs.shape == (batch, GROUPS) and mine.dtype == theirs.dtype
                     differ, total = differ + int((mine != theirs).sum()), total + mine.numel()
-    print(f"\n{setting}, float32: {differ} of {total} codes differ")
+    print(f"\n{setting}, {size}, float32: {differ} of {total} codes differ")
     assert differ <= total // 100, f"{differ} of {total} codes differ"
 
 
@@ -122,26 +130,29 @@ def test_compiled_once_is_vllm_omnis_predictor_in_two_graphs(torch: Any) -> None
     assert differ <= total // 100, f"{differ} of {total} codes differ"
 
 
+@pytest.mark.parametrize("size", list(TALKER_WIDTHS))
 @pytest.mark.parametrize("setting", OURS)
-def test_bfloat16_codes_part_only_after_rounding_does(torch: Any, setting: str) -> None:
-    upstream, ours = predictors(torch, torch.bfloat16, setting)
+def test_bfloat16_codes_part_only_after_rounding_does(torch: Any, setting: str, size: str) -> None:
+    upstream, ours = predictors(torch, torch.bfloat16, setting, size)
     first = rows = agree = total = 0
     with torch.inference_mode():
         for seed in range(8):
-            inputs = frame(torch, torch.bfloat16, 8, seed=100 + seed)
+            inputs = frame(torch, torch.bfloat16, 8, seed=100 + seed, size=size)
             theirs, mine = upstream(**inputs, temperature=0.9, top_k=50), ours(**inputs, temperature=0.9, top_k=50)
             assert bool(((mine >= 0) & (mine < VOCAB)).all())
             first += int((mine[:, 1] == theirs[:, 1]).sum())
             rows += mine.shape[0]
             agree, total = agree + int((mine == theirs).sum()), total + mine.numel()
-    print(f"\n{setting}, bfloat16: first residual codebook equal in {first}/{rows} rows, all codes {agree}/{total}")
+    print(f"\n{setting}, {size}, bfloat16: first residual codebook equal in {first}/{rows} rows, all {agree}/{total}")
     assert first >= 0.9 * rows
 
 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float32"])
-@pytest.mark.parametrize(("setting", "graphs_expected"), [("service", 2), ("fused", 0)])
+@pytest.mark.parametrize(
+    ("setting", "graphs_expected", "size"), [("service", 2, "0.6B"), ("fused", 0, "0.6B"), ("fused", 0, "1.7B")]
+)
 def test_it_captures_in_cuda_graphs_as_the_talkers_runner_does_and_replays_what_it_computes_eagerly(
-    torch: Any, dtype_name: str, setting: str, graphs_expected: int
+    torch: Any, dtype_name: str, setting: str, graphs_expected: int, size: str
 ) -> None:
     """As vllm-omni 0.30's model runner captures the talker's `talker_mtp` step (worker_v2/model_states/
     omni_model_state.py, capture_mtp_graphs; deploy/gpu/predictor_bench.py's `capture`): every size from the largest
@@ -150,7 +161,7 @@ def test_it_captures_in_cuda_graphs_as_the_talkers_runner_does_and_replays_what_
     The service's set-up compiles two graphs for the four buckets (a batch of 1, any larger batch), the fused one's
     none (its kernels are Triton's own), and nothing after it compiles again."""
     dtype = getattr(torch, dtype_name)
-    _, ours = predictors(torch, dtype, setting)
+    _, ours = predictors(torch, dtype, setting, size)
     torch._dynamo.reset()  # this predictor's graphs only: none an earlier test left for it to reuse
     compiled = graphs_compiled(torch, ours)
     assert compiled == graphs_expected, f"{compiled} graphs compiled for the buckets 1, 2, 4, 8"
@@ -166,7 +177,7 @@ def replay_and_compare(torch: Any, dtype: Any, ours: Any, graphs: dict[int, tupl
     with torch.inference_mode():
         for batch, (graph, static, captured) in graphs.items():
             for seed in (2, 3):
-                fresh = frame(torch, dtype, batch, seed=100 * batch + seed)
+                fresh = BENCH.frame(torch, dtype, batch, seed=100 * batch + seed, width=BENCH.talker_width(ours))
                 for name, tensor in fresh.items():
                     static[name].copy_(tensor)
                 graph.replay()
