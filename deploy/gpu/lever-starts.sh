@@ -332,11 +332,15 @@ keep_gzipped() {  # $1 a file, $2 where its copy goes: gzipped there (with .gz a
 
 omni_timeline() {  # the omni engine's request timeline over each of TIMELINE_LEVELS (level:requests, all at once), the
   # phases of first audio and of every window read from it (deploy/gpu/omni_timeline.py) into timeline-c<level>.md
-  local level_requests level server folder events
+  local level_requests level server folder events warmup
   for level_requests in $TIMELINE_LEVELS; do
     level=${level_requests%:*}
+    # at one stream, a warm-up request first (recorded too): the load tool's own first request, the first target's,
+    # took 78-95 ms against 32-39 without one (benchmarks/gpu/2026-11-30-h200x2-fused-default/); a burst stays whole
+    warmup=0 && [ "$level" = 1 ] && warmup=1
     step "timeline c$level" on_load_cpus env TIMELINE=1 CONCURRENCY="$level" REQUESTS="${level_requests#*:}" \
-      SWEEP_NAME="tl-c$level" LOADTEST_ARGS="--stagger 0" "$SBS" profile >>"$OUT/sweeps.log" 2>&1
+      PROFILE_WARMUP="$warmup" SWEEP_NAME="tl-c$level" LOADTEST_ARGS="--stagger 0" "$SBS" profile \
+      >>"$OUT/sweeps.log" 2>&1
     sleep "${EVENTS_WAIT_S:-1}"  # the stages record until their next look at the run's flag (a quarter second)
     for server in $SERVERS; do
       folder=$PROFILER_DIR/$server/tl-c$level

@@ -14,8 +14,9 @@
 #                                               --backend openai-audio-speech`) against each target at $CONCURRENCY
 #   CONCURRENCY=8 SWEEP_NAME=c8 deploy/gpu/side-by-side.sh sweep-closed    one level per call, in $OUT/closed-c8
 #   deploy/gpu/side-by-side.sh profile          with PROFILER_DIR: every target's PyTorch profiler on around one
-#                                               closed-loop level ($CONCURRENCY, $REQUESTS, no warm-up), through
-#                                               its own routes; traces in $PROFILER_DIR/<target>
+#                                               closed-loop level ($CONCURRENCY, $REQUESTS, PROFILE_WARMUP=0
+#                                               warm-up requests, recorded too), through its own routes; traces in
+#                                               $PROFILER_DIR/<target>
 #   deploy/gpu/side-by-side.sh status           what runs, what is ready
 #   deploy/gpu/side-by-side.sh stop             stop them all, keep their logs in $OUT/logs
 # Each phase can run on its own (e.g. one per command where a command's time is limited); `start` resumes where an
@@ -757,7 +758,7 @@ cmd_profile() {  # every sweep target's profiler on around one closed-loop level
     # a timeline: the service's stage processes start recording at their next look at its flag (every quarter of a
     # second), so that a request sent sooner could miss a stage's first events
     [ -n "${TIMELINE-}" ] && sleep 0.5
-    WARMUP=0 ROUNDS=1 SWEEP_TARGETS="${targets[*]}" SWEEP_NAME=profile-$run cmd_sweep_closed || rc=1
+    WARMUP=${PROFILE_WARMUP:-0} ROUNDS=1 SWEEP_TARGETS="${targets[*]}" SWEEP_NAME=profile-$run cmd_sweep_closed || rc=1
   fi
   for target in "${started[@]}"; do profile_call "$target" stop "$run" || rc=1; done  # never left running
   log "profile $run: traces in $PROFILER_DIR/<target>"

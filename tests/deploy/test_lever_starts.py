@@ -71,7 +71,7 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         "#!/usr/bin/env bash\n"
         'echo "$1|$(basename "$OUT")|${SWEEP_NAME-}|${CONCURRENCY-}|${REQUESTS-}|${TIMELINE-}|$SERVICE_SGLANG_ENV'
         "|$(grep Cpus_allowed_list /proc/$$/status | cut -f2)|${START_WAIT_S-}|${SERVICE_ENV-}|$TARGETS"
-        '|${PROFILER_DIR-}|${SERVICE_B_ENV-}|${EXTRA_BODY-}"'
+        '|${PROFILER_DIR-}|${SERVICE_B_ENV-}|${EXTRA_BODY-}|${PROFILE_WARMUP-}"'
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
         '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac\n'
@@ -337,7 +337,8 @@ def test_the_omni_engines_request_timeline_is_recorded_at_each_timeline_level_an
 ) -> None:
     """TORCH_PROFILE=1 on the omni engine: before the profiles, the request timeline over each of TIMELINE_LEVELS
     (all at once), each server's events kept gzipped and read by deploy/gpu/omni_timeline.py into
-    timeline-c<level>.md (service-b's with -b)."""
+    timeline-c<level>.md (service-b's with -b). At one stream, a warm-up request first: without one, the first
+    target's first request took 78-95 ms against 32-39 on an H200 pair (the load tool's own first request)."""
     done = run(
         tmp_path,
         TARGET="service-pair",
@@ -351,8 +352,8 @@ def test_the_omni_engines_request_timeline_is_recorded_at_each_timeline_level_an
     )
     assert done.returncode == 0, done.stdout + done.stderr
     recorded = calls(tmp_path)
-    timelines = [[*call[2:6]] for call in recorded if call[0] == "profile" and call[5] == "1"]
-    assert timelines == [["tl-c1", "1", "16", "1"], ["tl-c32", "32", "64", "1"]]
+    timelines = [[*call[2:6], call[14]] for call in recorded if call[0] == "profile" and call[5] == "1"]
+    assert timelines == [["tl-c1", "1", "16", "1", "1"], ["tl-c32", "32", "64", "1", "0"]]
     profiles = [call[2] for call in recorded if call[0] == "profile"]
     assert profiles == ["tl-c1", "tl-c32", "c1"]  # the timelines before the profiler
     out = tmp_path / "out/r1"
@@ -404,7 +405,7 @@ def test_a_profile_body_makes_the_profiled_requests_short_and_nothing_else(tmp_p
     short = '{"stream_format": "audio", "max_new_tokens": 4}'
     done = profiled_run(tmp_path, PROFILE_EXTRA_BODY=short, PROFILE_FRAMES="3", EXTRA_BODY='{"max_new_tokens": 101}')
     assert done.returncode == 0, done.stdout + done.stderr
-    bodies = {(call[0], call[2]): call[-1] for call in calls(tmp_path) if call[0] in ("profile", "sweep-closed")}
+    bodies = {(call[0], call[2]): call[13] for call in calls(tmp_path) if call[0] in ("profile", "sweep-closed")}
     assert bodies[("profile", "c1")] == short
     assert {body for (phase, name), body in bodies.items() if not (phase, name) == ("profile", "c1")} == {
         '{"max_new_tokens": 101}'
