@@ -62,9 +62,12 @@
 #                            (deploy/gpu/trace_summary.py) into profile-c1.md and profile-c8.md and deleted
 #   PROFILE_LEVELS="1 8"     the levels TORCH_PROFILE=1 profiles, one round of each (c requests at once); empty: none
 #                            (the omni engine's request timeline only)
-#   SWEEPS="bench-first c1 burst-c8 burst-c32 steady-c8 steady-c32 bench-again"  the sweeps each variant runs once
-#                            ready, in this order whatever the order given (a shorter round fits one more in a
-#                            deadline); the request timeline, the profiles and py-spy have settings of their own
+#   SWEEPS="bench-first c1 burst-c8 burst-c32 burst-c32-ba steady-c8 steady-c32 bench-again"  the sweeps each
+#                            variant runs once ready, in this order whatever the order given (a shorter round fits one
+#                            more in a deadline); the request timeline, the profiles and py-spy have settings of their
+#                            own. burst-c32-ba, in a pair only: the burst of 32 again with B's requests first (the
+#                            load tool runs its targets in turn), so that a side worse in bursts is told apart from
+#                            the one that goes second
 #   TIMELINE_LEVELS="1:16 32:64"  with TORCH_PROFILE=1 on the omni engine (TARGET=service, service-pair): before the
 #                            profiles, the request timeline (app/engines/omni/stage_plugins/timeline.py) over each
 #                            level:requests (all sent at once, c=1 one after another), its events kept gzipped in
@@ -131,7 +134,7 @@ MIN_START_S=${MIN_START_S:-90}
 SWEEP_ALLOWANCE_S=180
 PROFILE_LEVELS=${PROFILE_LEVELS-1 8}
 TIMELINE_LEVELS=${TIMELINE_LEVELS-1:16 32:64}
-ALL_SWEEPS="bench-first c1 burst-c8 burst-c32 steady-c8 steady-c32 bench-again"
+ALL_SWEEPS="bench-first c1 burst-c8 burst-c32 burst-c32-ba steady-c8 steady-c32 bench-again"
 SWEEPS=${SWEEPS-$ALL_SWEEPS}
 for sweep in $SWEEPS; do  # checked before anything starts
   case " $ALL_SWEEPS " in
@@ -145,8 +148,8 @@ sweeps() { case " $SWEEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }  # $
 # the omni engine's timeline levels (TORCH_PROFILE=1): about 20 s each
 [ "$TORCH_PROFILE" = 1 ] && [ "$TARGET" != service-sglang ] &&
   SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 20 * $(wc -w <<<"$TIMELINE_LEVELS")))
-# a pair's every level runs twice, one server after the other
-[ "$TARGET" = service-pair ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S * 2))
+# a pair's every level runs twice, one server after the other; its burst again, B first: about 10 s more a server
+[ "$TARGET" = service-pair ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S * 2 + 20))
 export TARGETS=$SERVERS SWEEP_TARGETS=$SERVERS KV_WAIT_S=${KV_WAIT_S:-0}
 
 levers='[A-Za-z0-9_]+'
@@ -449,6 +452,12 @@ for variant in $VARIANTS; do
     step "burst c$level" on_load_cpus env ROUNDS=1 CONCURRENCY="$level" REQUESTS="${level_requests#*:}" WARMUP=4 \
       LOADTEST_ARGS="--stagger 0" SWEEP_NAME="burst-c$level" "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
   done
+  # the same burst with B's requests first: in every pair so far B's side was the worse one in bursts, and B is also
+  # the target the load tool runs second (a lone server has no order to tell apart)
+  [ "$TARGET" = service-pair ] && sweeps burst-c32-ba &&
+    step "burst c32, B first" on_load_cpus env ROUNDS=1 CONCURRENCY=32 REQUESTS=96 WARMUP=4 \
+      LOADTEST_ARGS="--stagger 0" SWEEP_TARGETS="${SERVERS#* } ${SERVERS%% *}" SWEEP_NAME=burst-c32-ba "$SBS" \
+      sweep-closed >>"$OUT/sweeps.log" 2>&1
   sweeps steady-c8 && step "steady c8" on_load_cpus env ROUNDS=1 CONCURRENCY=8 REQUESTS=64 WARMUP=4 \
     LOADTEST_ARGS="--stagger 2" SWEEP_NAME=c8 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
   if sweeps steady-c32; then

@@ -71,7 +71,7 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         "#!/usr/bin/env bash\n"
         'echo "$1|$(basename "$OUT")|${SWEEP_NAME-}|${CONCURRENCY-}|${REQUESTS-}|${TIMELINE-}|$SERVICE_SGLANG_ENV'
         "|$(grep Cpus_allowed_list /proc/$$/status | cut -f2)|${START_WAIT_S-}|${SERVICE_ENV-}|$TARGETS"
-        '|${PROFILER_DIR-}|${SERVICE_B_ENV-}|${EXTRA_BODY-}|${PROFILE_WARMUP-}"'
+        '|${PROFILER_DIR-}|${SERVICE_B_ENV-}|${EXTRA_BODY-}|${PROFILE_WARMUP-}|${SWEEP_TARGETS-}"'
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
         '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac\n'
@@ -252,7 +252,8 @@ def test_a_pair_of_variants_runs_on_two_gpus_at_once_swept_interleaved_with_each
     """TARGET=service-pair: each round starts the service twice at once (side-by-side.sh's `service` and `service-b`),
     the first lever on BASE_ENV, the second on BASE_ENV_B, sweeps both as one (interleaved by side-by-side.sh), and
     keeps each one's start phases and profile apart; a word without a second lever is refused before anything
-    starts."""
+    starts. The burst of 32 runs twice, the second time with B's requests first (burst-c32-ba): a side worse in
+    bursts told apart from the one the load tool runs second."""
     fused, dependent = "SPEECH_OMNI__TALKER_MODEL=fused", "SPEECH_OMNI__FUSED_DEPENDENT_LAUNCH=true"
     done = run(
         tmp_path,
@@ -270,8 +271,17 @@ def test_a_pair_of_variants_runs_on_two_gpus_at_once_swept_interleaved_with_each
     assert done.returncode == 0, done.stdout + done.stderr
     recorded = calls(tmp_path)
     # py-spy's level loads one server at a time: in a pair the other would be sampled idle, so it is not run
-    phases = ["start", "sweep-bench", *["sweep-closed"] * 5, "sweep-bench", "profile", "stop"]
+    phases = ["start", "sweep-bench", *["sweep-closed"] * 6, "sweep-bench", "profile", "stop"]
     assert [call[:2] for call in recorded] == [[phase, name] for name in ("r1", "r2") for phase in phases]
+    closed = [(call[2], call[15]) for call in recorded if call[0] == "sweep-closed" and call[1] == "r1"]
+    assert closed == [
+        ("c1", "service service-b"),
+        ("burst-c8", "service service-b"),
+        ("burst-c32", "service service-b"),
+        ("burst-c32-ba", "service-b service"),
+        ("c8", "service service-b"),
+        ("c32", "service service-b"),
+    ]
     gpu0, gpu1 = "CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"
     for name, (a, b) in (("r1", (fused, f"{fused} {dependent}")), ("r2", (f"{fused} {dependent}", fused))):
         mine = [call for call in recorded if call[1] == name]
