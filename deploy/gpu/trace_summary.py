@@ -164,6 +164,11 @@ def union_us(intervals: Iterable[tuple[float, float]]) -> float:
     return covered
 
 
+def within(start: float, end: float, intervals: list[tuple[float, float]]) -> float:
+    """How much of [start, end] the intervals cover, overlaps counted once."""
+    return union_us((max(a, start), min(b, end)) for a, b in intervals if a < end and b > start)
+
+
 def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
     events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
     summary = TraceSummary(path)
@@ -223,11 +228,6 @@ def summarize(path: Path, trace: dict[str, Any] | list[Any]) -> TraceSummary:
 HOST_TIME_CATEGORIES = {"cpu_op", "cuda_runtime", "cuda_driver"}
 
 
-def within(start: float, end: float, intervals: list[tuple[float, float]]) -> float:
-    """How much of [start, end] the intervals cover, overlaps counted once."""
-    return union_us((max(a, start), min(b, end)) for a, b in intervals if a < end and b > start)
-
-
 def steps_host(
     events: list[Any], spans: list[tuple[float, float]], thread: object, profiler: list[tuple[float, float]]
 ) -> StepsHost:
@@ -284,7 +284,6 @@ def first_step(
     """The GPU and the step's own thread inside the step `span` (all on the trace's clock), given on the host's
     (`origin_us`, the trace's base time, added), with the profiler's own work (`profiler`) inside each operation."""
     start, end = span
-    clipped = [(max(a, start), min(b, end)) for a, b in gpu if a < end and b > start]
     last = max((b for a, b in gpu if start <= a < end), default=None)
     mine = [(a, b, name, kind) for a, b, name, kind, tid in host_ops if tid == thread and a < end and b > start]
     python = [(a, b, name) for a, b, name, kind in mine if kind == "python_function"]  # a trace with stacks
@@ -297,7 +296,7 @@ def first_step(
     return FirstStep(
         start + origin_us,
         end + origin_us,
-        union_us(clipped),
+        within(start, end, gpu),
         None if last is None else last + origin_us,
         [
             (a + origin_us, b + origin_us, name, kind, caller(a, b, python), within(a, b, profiler))
