@@ -13,8 +13,9 @@ would be in the talker's process, then given the same frames and the same sampli
 - `compiled-once` (vllm-omni's predictor compiled for a batch of 1 and any larger batch): two graphs where vllm-omni's
   compiles one per bucket, and vllm-omni's float32 codes.
 - Inside CUDA graphs (vLLM's model runner captures the talker's whole `talker_mtp` step, the predictor in it, at each
-  batch size), in both dtypes: the service's predictor captures, and a replay on new inputs gives what it gives
-  eagerly; it compiled two graphs for all its buckets and compiles nothing while it serves.
+  batch size), in both dtypes: the service's predictor captures, and a replay on new inputs gives what the same
+  compiled code gives outside a graph; it compiled two graphs for all its buckets and compiles nothing while it
+  serves.
 - `fused` (the service's predictor with its layers in Triton kernels of its own, `predictor_kernels.py`): the same
   float32 codes, the same bfloat16 first residual codebook, and the same CUDA-graph checks, with nothing compiled by
   torch.
@@ -75,10 +76,10 @@ def without_tf32(torch: Any) -> Iterator[None]:
 
 def graphs_compiled(torch: Any, predictor: Any) -> int:
     """The graphs torch compiles while `predictor` sets itself up (dynamo's count goes on over the process)."""
-    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    before = unique_graphs(torch)
     with torch.inference_mode():
         predictor._setup_compile()
-    return torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+    return unique_graphs(torch) - before
 
 
 @pytest.mark.parametrize("size", list(TALKER_WIDTHS))
@@ -157,9 +158,11 @@ def test_it_captures_in_cuda_graphs_as_the_talkers_runner_does_and_replays_what_
     """As vllm-omni 0.30's model runner captures the talker's `talker_mtp` step (worker_v2/model_states/
     omni_model_state.py, capture_mtp_graphs; deploy/gpu/predictor_bench.py's `capture`): every size from the largest
     down, each warmed up eagerly without sampling uniforms, then captured with uniforms it owns; a replay on new
-    inputs gives what an eager call does.
+    inputs, after torch's thread count changed as vLLM changes it once the talker has started, gives what the same
+    code computes from them outside a graph.
     The service's set-up compiles two graphs for the four buckets (a batch of 1, any larger batch), the fused one's
-    none (its kernels are Triton's own), and nothing after it compiles again."""
+    none (its kernels are Triton's own), and nothing after it compiles again: not a call outside a graph once the
+    thread count changed (a batch above the captured sizes), which the compiled code's guards refuse."""
     dtype = getattr(torch, dtype_name)
     _, ours = predictors(torch, dtype, setting, size)
     torch._dynamo.reset()  # this predictor's graphs only: none an earlier test left for it to reuse
@@ -168,23 +171,37 @@ def test_it_captures_in_cuda_graphs_as_the_talkers_runner_does_and_replays_what_
     assert setting != "fused" or "fused kernels" in ours.serving  # not the compiled position it falls back to
     with torch._dynamo.config.patch(error_on_recompile=True), torch.inference_mode():
         graphs = BENCH.capture(torch, ours, dtype, [1, 2, 4, 8])
-        with other_thread_count(torch):  # as vLLM sets it once the talker has started
-            replay_and_compare(torch, dtype, ours, graphs)
+        replay_and_compare(torch, dtype, ours, graphs)
+        with other_thread_count(torch):
+            before = unique_graphs(torch)
+            late = ours(**frame(torch, dtype, 8, seed=7, size=size), temperature=0.9, top_k=50)
+            assert unique_graphs(torch) == before, "a call outside a graph compiled again once the threads changed"
+        assert bool(((late >= 0) & (late < VOCAB)).all())
 
 
 def replay_and_compare(torch: Any, dtype: Any, ours: Any, graphs: dict[int, tuple[Any, dict[str, Any], Any]]) -> None:
-    """Each graph replayed on new inputs gives the codes `ours` computes from them eagerly."""
+    """Each graph replayed on new inputs gives the codes `ours` computes from them outside it. The call outside runs
+    at the thread count the graphs were captured at: compiled code guards on it, so after it changed the compiled
+    predictor's call would run eagerly (`eager_on_recompile`), and eager PyTorch rounds bfloat16 differently from
+    Inductor's kernels (the fused predictor's Triton kernels are the same either way). The replays run after the
+    change, as the talker's do: a replay passes no guard."""
     with torch.inference_mode():
         for batch, (graph, static, captured) in graphs.items():
             for seed in (2, 3):
                 fresh = BENCH.frame(torch, dtype, batch, seed=100 * batch + seed, width=BENCH.talker_width(ours))
+                eager = ours(**fresh, temperature=0.9, top_k=50)
                 for name, tensor in fresh.items():
                     static[name].copy_(tensor)
-                graph.replay()
-                torch.cuda.synchronize()
-                eager = ours(**fresh, temperature=0.9, top_k=50)
+                with other_thread_count(torch):
+                    graph.replay()
+                    torch.cuda.synchronize()
                 differ = int((captured != eager).sum())
                 assert differ == 0, f"batch {batch}, seed {seed}: {differ} codes differ"
+
+
+def unique_graphs(torch: Any) -> int:
+    """The graphs dynamo has compiled in this process so far."""
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
 
 @contextlib.contextmanager
