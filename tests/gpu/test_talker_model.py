@@ -14,8 +14,7 @@ would be in the talker's process, then given the same frames and the same sampli
   compiles one per bucket, and vllm-omni's float32 codes.
 - Inside CUDA graphs (vLLM's model runner captures the talker's whole `talker_mtp` step, the predictor in it, at each
   batch size), in both dtypes: the service's predictor captures, and a replay on new inputs gives what the same
-  compiled code gives outside a graph; it compiled two graphs for all its buckets and compiles nothing while it
-  serves.
+  kernels give outside a graph; it compiled two graphs for all its buckets and compiles nothing while it serves.
 - `fused` (the service's predictor with its layers in Triton kernels of its own, `predictor_kernels.py`): the same
   float32 codes, the same bfloat16 first residual codebook, and the same CUDA-graph checks, with nothing compiled by
   torch.
@@ -152,51 +151,73 @@ def test_bfloat16_codes_part_only_after_rounding_does(torch: Any, setting: str, 
 @pytest.mark.parametrize(
     ("setting", "graphs_expected", "size"), [("service", 2, "0.6B"), ("fused", 0, "0.6B"), ("fused", 0, "1.7B")]
 )
-def test_it_captures_in_cuda_graphs_as_the_talkers_runner_does_and_replays_what_it_computes_eagerly(
+def test_it_captures_in_cuda_graphs_as_the_talkers_runner_does_and_replays_what_it_computes_outside_a_graph(
     torch: Any, dtype_name: str, setting: str, graphs_expected: int, size: str
 ) -> None:
     """As vllm-omni 0.30's model runner captures the talker's `talker_mtp` step (worker_v2/model_states/
     omni_model_state.py, capture_mtp_graphs; deploy/gpu/predictor_bench.py's `capture`): every size from the largest
     down, each warmed up eagerly without sampling uniforms, then captured with uniforms it owns; a replay on new
     inputs, after torch's thread count changed as vLLM changes it once the talker has started, gives what the same
-    code computes from them outside a graph.
+    kernels compute from them outside a graph (Inductor's for the service's predictor, the fused one's Triton ones).
     The service's set-up compiles two graphs for the four buckets (a batch of 1, any larger batch), the fused one's
-    none (its kernels are Triton's own), and nothing after it compiles again: not a call outside a graph once the
-    thread count changed (a batch above the captured sizes), which the compiled code's guards refuse."""
+    none (its kernels are Triton's own), and nothing compiles after the thread count changed: a call outside a graph
+    then (as a batch above the captured sizes would be in serving), which the compiled code's guards refuse, runs
+    eagerly through the predictor's `eager_on_recompile` wrapper instead."""
     dtype = getattr(torch, dtype_name)
     _, ours = predictors(torch, dtype, setting, size)
     torch._dynamo.reset()  # this predictor's graphs only: none an earlier test left for it to reuse
     compiled = graphs_compiled(torch, ours)
     assert compiled == graphs_expected, f"{compiled} graphs compiled for the buckets 1, 2, 4, 8"
     assert setting != "fused" or "fused kernels" in ours.serving  # not the compiled position it falls back to
+    assert setting == "fused" or hasattr(ours._compiled_position, "__wrapped__")  # compiled_only has work to do
     with torch._dynamo.config.patch(error_on_recompile=True), torch.inference_mode():
         graphs = BENCH.capture(torch, ours, dtype, [1, 2, 4, 8])
         replay_and_compare(torch, dtype, ours, graphs)
         with other_thread_count(torch):
             before = unique_graphs(torch)
-            late = ours(**frame(torch, dtype, 8, seed=7, size=size), temperature=0.9, top_k=50)
+            late = [
+                ours(**frame(torch, dtype, batch, seed=7, size=size), temperature=0.9, top_k=50) for batch in (1, 8)
+            ]
             assert unique_graphs(torch) == before, "a call outside a graph compiled again once the threads changed"
-        assert bool(((late >= 0) & (late < VOCAB)).all())
+        assert all(bool(((codes >= 0) & (codes < VOCAB)).all()) for codes in late)
 
 
 def replay_and_compare(torch: Any, dtype: Any, ours: Any, graphs: dict[int, tuple[Any, dict[str, Any], Any]]) -> None:
-    """Each graph replayed on new inputs gives the codes `ours` computes from them outside it. The call outside runs
-    at the thread count the graphs were captured at: compiled code guards on it, so after it changed the compiled
-    predictor's call would run eagerly (`eager_on_recompile`), and eager PyTorch rounds bfloat16 differently from
-    Inductor's kernels (the fused predictor's Triton kernels are the same either way). The replays run after the
-    change, as the talker's do: a replay passes no guard."""
+    """Each graph replayed on new inputs gives the codes `ours` computes from them outside it, in the kernels the
+    graph captured (`compiled_only`): at the thread count the graphs were captured at, since compiled code guards on
+    it, and with a guard that fails raising rather than running eager PyTorch, which rounds bfloat16 differently from
+    Inductor's kernels. The replays run after the change, as the talker's do: a replay passes no guard."""
     with torch.inference_mode():
         for batch, (graph, static, captured) in graphs.items():
             for seed in (2, 3):
                 fresh = BENCH.frame(torch, dtype, batch, seed=100 * batch + seed, width=BENCH.talker_width(ours))
-                eager = ours(**fresh, temperature=0.9, top_k=50)
+                with compiled_only(torch, ours):
+                    outside = ours(**fresh, temperature=0.9, top_k=50)
                 for name, tensor in fresh.items():
                     static[name].copy_(tensor)
                 with other_thread_count(torch):
                     graph.replay()
                     torch.cuda.synchronize()
-                differ = int((captured != eager).sum())
+                differ = int((captured != outside).sum())
                 assert differ == 0, f"batch {batch}, seed {seed}: {differ} codes differ"
+
+
+@contextlib.contextmanager
+def compiled_only(torch: Any, predictor: Any) -> Iterator[None]:
+    """The service's compiled predictor without its `eager_on_recompile` wrapper, dynamo failing on a guard it
+    misses: a call runs the compiled code or raises, never falls back to eager PyTorch unseen. The fused predictor,
+    which torch does not compile, as it is."""
+    wrapper = predictor._compiled_position
+    compiled = getattr(wrapper, "__wrapped__", None)
+    if compiled is None:
+        yield
+        return
+    predictor._compiled_position = compiled
+    try:
+        with torch.compiler.set_stance("fail_on_recompile"):
+            yield
+    finally:
+        predictor._compiled_position = wrapper
 
 
 def unique_graphs(torch: Any) -> int:

@@ -83,6 +83,7 @@ def eager_on_recompile(compiled: Callable[..., Any]) -> Callable[..., Any]:
         with torch.compiler.set_stance("eager_on_recompile"):
             return compiled(*args, **kwargs)
 
+    call.__wrapped__ = compiled  # type: ignore[attr-defined]  # the compiled code alone, for a check that must run it
     return call
 
 
