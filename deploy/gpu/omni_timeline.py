@@ -22,6 +22,10 @@ hand-off splits: the talker's part (its saving thread's queue and the write to s
 ring, its receiving thread's wake and read). Where code2wav's worker recorded its calls (`code2wav:window_launched`,
 `code2wav:window_returned`), every window's code2wav step splits: to the worker (vLLM's engine loop), the worker's
 call, and back to code2wav's scheduler.
+Then a stream's second window, where a burst's streams run dry (a listener who starts at the first audio has only the
+first window's audio, 80 ms a frame, until the second's comes): the second audio's time after the first, the
+talker's time from its first window to its second, code2wav's from the second window's hand-off to its audio, and the
+way back to the server; --requests lists it per request too.
 p50 / p95 / max ms; with --requests, one row a request.
 
 A stage names a request by vllm-omni's id for it, which starts with the server's: each is put with the longest
@@ -77,6 +81,13 @@ STEP_PHASES: tuple[tuple[str, str, str], ...] = (
     ("to code2wav's worker", SCHEDULED, WORKER_LAUNCHED),
     ("its worker's call", WORKER_LAUNCHED, WORKER_RETURNED),
     ("back to its scheduler", WORKER_RETURNED, DECODED),
+)
+# a stream's second window: (phase, from event and its index, to event and its index), the index the n-th of its name
+SECOND_WINDOW_PHASES: tuple[tuple[str, tuple[str, int], tuple[str, int]], ...] = (
+    ("second audio after the first", (AUDIO, 0), (AUDIO, 1)),
+    ("the talker: first window sent -> second", (SENT, 0), (SENT, 1)),
+    ("code2wav: second window sent -> decoded", (SENT, 1), (DECODED, 1)),
+    ("to server: second window decoded -> audio", (DECODED, 1), (AUDIO, 1)),
 )
 # the splits of every window's phases, each reported where its events were recorded
 WINDOW_SPLITS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
@@ -158,6 +169,15 @@ def step_phases(events: dict[str, list[int]]) -> dict[str, list[float]]:
     return _paired(events, STEP_PHASES)
 
 
+def second_window_phases(events: dict[str, list[int]]) -> dict[str, float]:
+    """A stream's second window: each of SECOND_WINDOW_PHASES whose two events it has."""
+    return {
+        phase: ms(events[start][i], events[end][j])
+        for phase, (start, i), (end, j) in SECOND_WINDOW_PHASES
+        if len(events.get(start, [])) > i and len(events.get(end, [])) > j
+    }
+
+
 def stats_row(name: str, values: list[float]) -> str:
     if not values:
         return f"| {name} | 0 | – | – | – |"
@@ -212,6 +232,14 @@ def report(requests: dict[str, dict[str, list[int]]], per_request: bool = False)
         split = every_window(requests, phases)
         if any(split.values()):
             lines += table(title, "windows", phases, split)
+    seconds = {request: second_window_phases(events) for request, events in requests.items()}
+    if any(seconds.values()):
+        lines += table(
+            "A stream's second window (ms; each over the requests that have both its events):",
+            "requests",
+            tuple((phase, "", "") for phase, _, _ in SECOND_WINDOW_PHASES),
+            {phase: [p[phase] for p in seconds.values() if phase in p] for phase, _, _ in SECOND_WINDOW_PHASES},
+        )
     if per_request:
         names = [phase for phase, _, _ in PHASES]
         lines += ["", "| request | submitted, ms after the first | " + " | ".join(names) + " |"]
@@ -223,6 +251,15 @@ def report(requests: dict[str, dict[str, list[int]]], per_request: bool = False)
             at = f"{ms(origin, submitted[0]):.1f}" if submitted else "–"
             cells = [f"{firsts[request][name]:.1f}" if name in firsts[request] else "–" for name in names]
             lines.append(f"| `{request}` | {at} | " + " | ".join(cells) + " |")
+        if any(seconds.values()):
+            second_names = [phase for phase, _, _ in SECOND_WINDOW_PHASES]
+            lines += ["", "| request | submitted, ms after the first | " + " | ".join(second_names) + " |"]
+            lines += ["| --- | --- |" + " --- |" * len(second_names)]
+            for request in order:
+                submitted = requests[request].get(SUBMITTED)
+                at = f"{ms(origin, submitted[0]):.1f}" if submitted else "–"
+                cells = [f"{seconds[request][name]:.1f}" if name in seconds[request] else "–" for name in second_names]
+                lines.append(f"| `{request}` | {at} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -2389,6 +2389,37 @@ def write_one_requests_events(folder: Path, lines: dict[str, list[tuple[float, s
         (folder / f"events_{role}_1.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
 
 
+def test_omni_timeline_splits_a_streams_second_window_where_a_burst_runs_dry(tmp_path: Path) -> None:
+    """A stream's second window, from its n-th events: its audio's time after the first audio, the talker's time from
+    its first window to its second, code2wav's from that window's hand-off to its audio, the way back; a stream of one
+    window has none, and the report leaves the table out."""
+    module = gpu_script("omni_timeline")
+    lines = {
+        "server": [(0.0, "submitted"), (30.0, "first_audio"), (30.0, "audio"), (140.0, "audio")],
+        "talker": [(20.0, "window_sent"), (75.0, "window_sent")],
+        "code2wav": [(28.0, "window_decoded"), (120.0, "window_decoded")],
+    }
+    write_one_requests_events(tmp_path, lines)
+    requests = module.load([tmp_path])
+    assert module.second_window_phases(requests["r1"]) == pytest.approx(
+        {
+            "second audio after the first": 110.0,
+            "the talker: first window sent -> second": 55.0,
+            "code2wav: second window sent -> decoded": 45.0,
+            "to server: second window decoded -> audio": 20.0,
+        }
+    )
+    text = module.report(requests, per_request=True)
+    assert "| second audio after the first | 1 | 110.0 | 110.0 | 110.0 |" in text
+    assert "| `r1` | 0.0 | 110.0 | 55.0 | 45.0 | 20.0 |" in text
+    one = tmp_path / "one"
+    one.mkdir()
+    write_one_requests_events(one, {role: events[: 3 if role == "server" else 1] for role, events in lines.items()})
+    single = module.load([one])
+    assert module.second_window_phases(single["r1"]) == {}
+    assert "second window" not in module.report(single, per_request=True)
+
+
 def test_omni_timeline_splits_the_talkers_part_at_its_first_step_where_the_worker_recorded_it(tmp_path: Path) -> None:
     """The talker's worker records each request's first step (launched, returned): the talker's part of first audio
     splits into the way to the talker, the first step's launch and the rest up to the first window."""
