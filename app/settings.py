@@ -267,7 +267,9 @@ class OmniSettings(BaseModel):
         description="Run its stage processes (talker, codec decoder) as clients of a CUDA MPS daemon this server "
         "starts, so that their kernels share the GPU side by side instead of time-sliced; needs "
         "nvidia-cuda-mps-control (the NVIDIA driver's utilities). Under an MPS daemon set by CUDA_MPS_PIPE_DIRECTORY "
-        "(a GPU shared through the device plugin's MPS), that one serves." + _deprecated("omni_cuda_mps"),
+        "(a GPU shared through the device plugin's MPS), that one serves. Off by default: on two H200s it did "
+        "1.09-1.10x the work at a sustained 32 streams but made each stream 5-8% slower at one "
+        "(benchmarks/gpu/2026-11-30-h200x2-mps-fill-swapped/)." + _deprecated("omni_cuda_mps"),
     )
     fixed_length: bool = Field(
         False,
