@@ -42,6 +42,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, whether run as a script or loaded by path
 from sglang_timeline import event_files, read_lines
@@ -188,10 +189,34 @@ def stats_row(name: str, values: list[float]) -> str:
     )
 
 
-def table(title: str, unit: str, phases: tuple[tuple[str, str, str], ...], values: dict[str, list[float]]) -> list[str]:
-    """A titled table of `phases`, one row a phase: how many `unit` it has values for, p50 / p95 / max."""
+def table(title: str, unit: str, phases: tuple[tuple[Any, ...], ...], values: dict[str, list[float]]) -> list[str]:
+    """A titled table of `phases` (each named first), one row a phase: how many `unit` it has values for, p50 / p95 /
+    max."""
     header = [f"| phase | {unit} | p50 | p95 | max |", "| --- | --- | --- | --- | --- |"]
-    return ["", title, "", *header, *(stats_row(phase, values.get(phase, [])) for phase, _, _ in phases)]
+    return ["", title, "", *header, *(stats_row(phase, values.get(phase, [])) for phase, *_ in phases)]
+
+
+def over_requests(phases: tuple[tuple[Any, ...], ...], each: Iterable[dict[str, float]]) -> dict[str, list[float]]:
+    """Each of `phases` (named first) over the requests whose own phases (`each`) have it."""
+    each = list(each)
+    return {phase: [own[phase] for own in each if phase in own] for phase, *_ in phases}
+
+
+def per_request_table(
+    requests: dict[str, dict[str, list[int]]], phases: tuple[tuple[Any, ...], ...], each: dict[str, dict[str, float]]
+) -> list[str]:
+    """One row a request, in the order submitted: when, after the first, and each of `phases` (named first) from its
+    own phases (`each`)."""
+    names = [phase for phase, *_ in phases]
+    lines = ["", "| request | submitted, ms after the first | " + " | ".join(names) + " |"]
+    lines += ["| --- | --- |" + " --- |" * len(names)]
+    origin = min((events[SUBMITTED][0] for events in requests.values() if events.get(SUBMITTED)), default=0)
+    for request in sorted(requests, key=lambda r: requests[r].get(SUBMITTED, [0])[0]):
+        submitted = requests[request].get(SUBMITTED)
+        at = f"{ms(origin, submitted[0]):.1f}" if submitted else "–"
+        cells = [f"{each[request][name]:.1f}" if name in each[request] else "–" for name in names]
+        lines.append(f"| `{request}` | {at} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def every_window(
@@ -212,7 +237,7 @@ def report(requests: dict[str, dict[str, list[int]]], per_request: bool = False)
         "First audio, phase by phase (ms; each over the requests that have both its events):",
         "requests",
         PHASES,
-        {phase: [p[phase] for p in firsts.values() if phase in p] for phase, _, _ in PHASES},
+        over_requests(PHASES, firsts.values()),
     )
     talkers = [talker_phases(events) for events in requests.values()]
     if any(talkers):
@@ -220,7 +245,7 @@ def report(requests: dict[str, dict[str, list[int]]], per_request: bool = False)
             "The talker's part, split at its first step (ms):",
             "requests",
             TALKER_PHASES,
-            {phase: [p[phase] for p in talkers if phase in p] for phase, _, _ in TALKER_PHASES},
+            over_requests(TALKER_PHASES, talkers),
         )
     lines += table(
         "Every window (a stream's n-th of each event paired), ms:",
@@ -237,29 +262,13 @@ def report(requests: dict[str, dict[str, list[int]]], per_request: bool = False)
         lines += table(
             "A stream's second window (ms; each over the requests that have both its events):",
             "requests",
-            tuple((phase, "", "") for phase, _, _ in SECOND_WINDOW_PHASES),
-            {phase: [p[phase] for p in seconds.values() if phase in p] for phase, _, _ in SECOND_WINDOW_PHASES},
+            SECOND_WINDOW_PHASES,
+            over_requests(SECOND_WINDOW_PHASES, seconds.values()),
         )
     if per_request:
-        names = [phase for phase, _, _ in PHASES]
-        lines += ["", "| request | submitted, ms after the first | " + " | ".join(names) + " |"]
-        lines += ["| --- | --- |" + " --- |" * len(names)]
-        origin = min((events[SUBMITTED][0] for events in requests.values() if events.get(SUBMITTED)), default=0)
-        order = sorted(requests, key=lambda r: requests[r].get(SUBMITTED, [0])[0])
-        for request in order:
-            submitted = requests[request].get(SUBMITTED)
-            at = f"{ms(origin, submitted[0]):.1f}" if submitted else "–"
-            cells = [f"{firsts[request][name]:.1f}" if name in firsts[request] else "–" for name in names]
-            lines.append(f"| `{request}` | {at} | " + " | ".join(cells) + " |")
+        lines += per_request_table(requests, PHASES, firsts)
         if any(seconds.values()):
-            second_names = [phase for phase, _, _ in SECOND_WINDOW_PHASES]
-            lines += ["", "| request | submitted, ms after the first | " + " | ".join(second_names) + " |"]
-            lines += ["| --- | --- |" + " --- |" * len(second_names)]
-            for request in order:
-                submitted = requests[request].get(SUBMITTED)
-                at = f"{ms(origin, submitted[0]):.1f}" if submitted else "–"
-                cells = [f"{seconds[request][name]:.1f}" if name in seconds[request] else "–" for name in second_names]
-                lines.append(f"| `{request}` | {at} | " + " | ".join(cells) + " |")
+            lines += per_request_table(requests, SECOND_WINDOW_PHASES, seconds)
     return "\n".join(lines) + "\n"
 
 
