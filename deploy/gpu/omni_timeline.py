@@ -26,6 +26,14 @@ Then a stream's second window, where a burst's streams run dry (a listener who s
 first window's audio, 80 ms a frame, until the second's comes): the second audio's time after the first, the
 talker's time from its first window to its second, code2wav's from the second window's hand-off to its audio, and the
 way back to the server; --requests lists it per request too.
+Then code2wav's steps, rebuilt from its scheduler's records (`code2wav:window_scheduled`: the windows of one step
+share its `step` number where the scheduler wrote one, else they are the records less than 0.5 ms apart, all written
+in one pass after the step is built): by how many of a stream's window indices a step mixed (index 0 a stream's first
+window, 1 its second, ...: under the ramp the windows of one index are one of the decoder's phases, and vllm-omni
+0.30's decoder runs a step's phases one after another, returning every window at the end), how many windows it
+carried, its time from scheduled to its last window decoded, and its own time (from the later of its scheduling and
+the previous step's last decode: with asynchronous scheduling a step is built while the one before still runs);
+--requests lists every step too.
 p50 / p95 / max ms; with --requests, one row a request.
 
 A stage names a request by vllm-omni's id for it, which starts with the server's: each is put with the longest
@@ -41,6 +49,7 @@ import json
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +63,8 @@ SCHEDULED, DECODED = "code2wav:window_scheduled", "code2wav:window_decoded"
 LAUNCHED, RETURNED = "talker:first_step_launched", "talker:first_step_returned"
 WRITTEN = "talker:window_written"
 WORKER_LAUNCHED, WORKER_RETURNED = "code2wav:window_launched", "code2wav:window_returned"
+STEP_OF = "code2wav:window_scheduled:step"  # not an event: each scheduled window's step number, where recorded
+STEP_GAP_NS = 500_000  # without step numbers: records this close together are one step's
 # (phase, from event, to event): the path of a request's first audio, in order
 PHASES: tuple[tuple[str, str, str], ...] = (
     ("talker", SUBMITTED, SENT),
@@ -114,20 +125,23 @@ def role_of(path: Path) -> str:
 
 def load(paths: Iterable[Path]) -> dict[str, dict[str, list[int]]]:
     """request (the server's id) -> "role:event" -> its times in ns, in order."""
-    raw: list[tuple[str, str, int]] = []
+    raw: list[tuple[str, str, int, int]] = []  # (request, name, time, value: the time, or a step number)
     for path in role_files(paths):
         role = role_of(path)
         for line in read_lines(path):
             try:
                 event = json.loads(line)
-                raw.append((str(event["request_id"]), f"{role}:{event['event']}", int(event["ts_ns"])))
+                request, name, ts = str(event["request_id"]), f"{role}:{event['event']}", int(event["ts_ns"])
+                raw.append((request, name, ts, ts))
+                if name == SCHEDULED and event.get("step") is not None:
+                    raw.append((request, STEP_OF, ts, int(event["step"])))
             except (ValueError, KeyError, TypeError):  # a line cut short by a stopped process, or not an event
                 continue
-    servers = sorted({request for request, name, _ in raw if name.startswith("server:")}, key=len, reverse=True)
+    servers = sorted({request for request, name, *_ in raw if name.startswith("server:")}, key=len, reverse=True)
     requests: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for request, name, ts in sorted(raw, key=lambda event: event[2]):
+    for request, name, _, value in sorted(raw, key=lambda event: event[2]):
         owner = next((server for server in servers if request.startswith(server)), request)
-        requests[owner][name].append(ts)
+        requests[owner][name].append(value)
     return requests
 
 
@@ -177,6 +191,84 @@ def second_window_phases(events: dict[str, list[int]]) -> dict[str, float]:
         for phase, (start, i), (end, j) in SECOND_WINDOW_PHASES
         if len(events.get(start, [])) > i and len(events.get(end, [])) > j
     }
+
+
+@dataclass
+class Step:
+    """One code2wav step: when it was scheduled, its windows' indices in their streams, when its last one decoded."""
+
+    scheduled: int
+    indices: list[int] = field(default_factory=list)
+    decoded: int | None = None
+    own_ms: float | None = None  # from the later of its scheduling and the previous step's last decode
+
+    @property
+    def mixed(self) -> int:
+        """How many of a stream's window indices it carried."""
+        return len(set(self.indices))
+
+
+def code2wav_steps(requests: dict[str, dict[str, list[int]]]) -> list[Step]:
+    """code2wav's steps in order, from every stream's n-th `window_scheduled` (its n-th window, index n) and its n-th
+    `window_decoded`: grouped by the step number recorded with them, or, where none was, by time (STEP_GAP_NS)."""
+    windows: list[tuple[int, int | None, int, int | None]] = []  # (scheduled, step number, index, decoded)
+    for events in requests.values():
+        scheduled, decoded, numbers = events.get(SCHEDULED, []), events.get(DECODED, []), events.get(STEP_OF, [])
+        numbered = len(numbers) == len(scheduled)
+        for index, at in enumerate(scheduled):
+            windows.append(
+                (at, numbers[index] if numbered else None, index, decoded[index] if index < len(decoded) else None)
+            )
+    windows.sort(key=lambda window: window[0])
+    steps: list[Step] = []
+    key: object = None
+    for at, number, index, decoded in windows:
+        same = number == key if number is not None else bool(steps) and at - steps[-1].scheduled <= STEP_GAP_NS
+        if not steps or not same or (number is None) != (key is None):
+            steps.append(Step(scheduled=at))
+        key = number
+        step = steps[-1]
+        step.indices.append(index)
+        if decoded is not None:
+            step.decoded = max(decoded, step.decoded or decoded)
+    previous: int | None = None
+    for step in steps:
+        if step.decoded is not None:
+            step.own_ms = ms(max(step.scheduled, previous or step.scheduled), step.decoded)
+            previous = max(step.decoded, previous or step.decoded)
+    return steps
+
+
+def steps_table(steps: list[Step]) -> list[str]:
+    """code2wav's steps by how many window indices each mixed: how many, their windows, scheduled -> decoded and
+    their own time, p50 / p95."""
+    header = "| window indices | steps | windows p50 | max | scheduled -> decoded p50 | p95 | own p50 | p95 |"
+    lines = ["", "code2wav's steps, by how many of a stream's window indices each carried (ms):", "", header]
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    kinds = (("one", [s for s in steps if s.mixed == 1]), ("two or more", [s for s in steps if s.mixed > 1]))
+    for label, chosen in kinds:
+        if not chosen:
+            continue
+        sizes = sorted(len(s.indices) for s in chosen)
+        spans = sorted(ms(s.scheduled, s.decoded) for s in chosen if s.decoded is not None)
+        own = sorted(s.own_ms for s in chosen if s.own_ms is not None)
+        cells = [f"{percentile(sizes, 0.5):g}", f"{sizes[-1]}"]
+        for values in (spans, own):
+            cells += [f"{percentile(values, q):.1f}" if values else "–" for q in (0.5, 0.95)]
+        lines.append(f"| {label} | {len(chosen)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def steps_list(steps: list[Step], origin: int) -> list[str]:
+    """Every code2wav step: when (ms after the first request was submitted), its windows by index, its times."""
+    lines = ["", "| step | scheduled, ms | windows by index (index: windows) | scheduled -> decoded | own |"]
+    lines.append("| --- | --- | --- | --- | --- |")
+    for number, step in enumerate(steps):
+        counts = ", ".join(f"{index}: {step.indices.count(index)}" for index in sorted(set(step.indices)))
+        span = f"{ms(step.scheduled, step.decoded):.1f}" if step.decoded is not None else "–"
+        own = f"{step.own_ms:.1f}" if step.own_ms is not None else "–"
+        lines.append(f"| {number} | {ms(origin, step.scheduled):.1f} | {counts} | {span} | {own} |")
+    return lines
 
 
 def stats_row(name: str, values: list[float]) -> str:
@@ -265,10 +357,16 @@ def report(requests: dict[str, dict[str, list[int]]], per_request: bool = False)
             SECOND_WINDOW_PHASES,
             over_requests(SECOND_WINDOW_PHASES, seconds.values()),
         )
+    steps = code2wav_steps(requests)
+    if steps:
+        lines += steps_table(steps)
     if per_request:
         lines += per_request_table(requests, PHASES, firsts)
         if any(seconds.values()):
             lines += per_request_table(requests, SECOND_WINDOW_PHASES, seconds)
+        if steps:
+            origin = min((events[SUBMITTED][0] for events in requests.values() if events.get(SUBMITTED)), default=0)
+            lines += steps_list(steps, origin)
     return "\n".join(lines) + "\n"
 
 

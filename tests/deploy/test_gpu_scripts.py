@@ -2420,6 +2420,52 @@ def test_omni_timeline_splits_a_streams_second_window_where_a_burst_runs_dry(tmp
     assert "second window" not in module.report(single, per_request=True)
 
 
+@pytest.mark.parametrize("numbered", [True, False], ids=["step numbers", "times only"])
+def test_omni_timeline_rebuilds_code2wav_steps_and_splits_them_by_the_window_indices_they_mix(
+    tmp_path: Path, numbered: bool
+) -> None:
+    """code2wav's steps from its scheduler's records: one step's windows share its step number (or, in a timeline
+    recorded without them, lie within 0.5 ms); each window's index is its place in its stream; a step's own time runs
+    from the later of its scheduling and the previous step's last decode."""
+    module = gpu_script("omni_timeline")
+
+    def scheduled(ms: float, request: str, step: int) -> dict[str, object]:
+        row: dict[str, object] = {"ts_ns": int(ms * 1e6), "event": "window_scheduled", "request_id": request}
+        return {**row, "step": step} if numbered else row
+
+    def decoded(ms: float, request: str) -> dict[str, object]:
+        return {"ts_ns": int(ms * 1e6), "event": "window_decoded", "request_id": request}
+
+    server = [{"ts_ns": int(at * 1e6), "event": "submitted", "request_id": r} for at, r in ((0.0, "r1"), (4.0, "r2"))]
+    code2wav = [
+        # step 1: both streams' first windows, 12 ms
+        scheduled(10.0, "r1-a", 1),
+        scheduled(10.1, "r2-b", 1),
+        decoded(20.0, "r1-a"),
+        decoded(22.0, "r2-b"),
+        # step 2, built while step 1 ran: r1's second window beside r3's first; its own time from step 1's end
+        scheduled(15.0, "r1-a", 2),
+        scheduled(15.2, "r3", 2),
+        decoded(40.0, "r1-a"),
+        decoded(40.0, "r3"),
+        # step 3: r2's second window alone, after step 2
+        scheduled(45.0, "r2-b", 3),
+        decoded(51.0, "r2-b"),
+    ]
+    (tmp_path / "events_server_1.jsonl").write_text("\n".join(map(json.dumps, server)) + "\n")
+    (tmp_path / "events_code2wav_2.jsonl").write_text("\n".join(map(json.dumps, code2wav)) + "\n")
+    requests = module.load([tmp_path])
+    steps = module.code2wav_steps(requests)
+    assert [sorted(step.indices) for step in steps] == [[0, 0], [0, 1], [1]]
+    assert [step.mixed for step in steps] == [1, 2, 1]
+    assert [step.own_ms for step in steps] == pytest.approx([12.0, 18.0, 6.0])
+    text = module.report(requests, per_request=True)
+    assert "| one | 2 | 2 | 2 | 12.0 | 12.0 | 12.0 | 12.0 |" in text  # steps 1 and 3: spans 12 and 6, own 12 and 6
+    assert "| two or more | 1 | 2 | 2 | 25.0 | 25.0 | 18.0 | 18.0 |" in text
+    assert "| 1 | 15.0 | 0: 1, 1: 1 | 25.0 | 18.0 |" in text  # every step, ms after the first submission
+    assert "code2wav's steps" not in module.report(module.load([tmp_path / "events_server_1.jsonl"]))
+
+
 def test_omni_timeline_splits_the_talkers_part_at_its_first_step_where_the_worker_recorded_it(tmp_path: Path) -> None:
     """The talker's worker records each request's first step (launched, returned): the talker's part of first audio
     splits into the way to the talker, the first step's launch and the rest up to the first window."""

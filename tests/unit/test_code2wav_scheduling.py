@@ -342,6 +342,12 @@ def test_while_a_timeline_records_each_window_is_recorded_ready_scheduled_and_de
         ("window_decoded", "a"),
     ]
     assert [e.get("frames") for e in recorded if e["event"] == "window_scheduled"] == [2, 2]
+    # the step's windows share its number: the step table rebuilds steps from it, not from the records' times
+    assert [e.get("step") for e in recorded if e["event"] == "window_scheduled"] == [1, 1]
+    scheduler.window_arrives("a", 2)
+    assert _step(scheduler) == ["a"]
+    steps = [e.get("step") for e in recorded_events(tmp_path, "code2wav") if e["event"] == "window_scheduled"]
+    assert steps == [1, 1, 2]
     # readiness the runner collected with a step (not handed over by the receiving thread) is recorded too
     collected = types.SimpleNamespace(omni_connector_output=types.SimpleNamespace(chunk_ready_req_ids={"b"}))
     scheduler.update_from_output(scheduler.schedule(), collected)

@@ -139,6 +139,7 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         self._first_ready_at: dict[str, float] = {}  # first windows seen ready, not yet scheduled
         self._scheduled_at: dict[int, tuple[float, bool]] = {}  # id(output) -> when scheduled, carries a first window
         self._timeline = timeline.recorder("code2wav")  # records only while a timeline run is on
+        self._steps_recorded = 0  # the number a recorded step's windows share (deploy/gpu/omni_timeline.py's steps)
         log.info(
             "code2wav scheduler: first audio first on vllm-omni's native data plane (margin %.2f s, short streams "
             "too: %s, at most %s windows a step, steps a stream may sit out in a row: %s, steps of streams ahead "
@@ -286,8 +287,9 @@ class FirstAudioFirstScheduler(OmniGenerationScheduler):
         now = time.monotonic()
         windows = {r: self._new_frames(r, tokens) for r, tokens in output.num_scheduled_tokens.items()}
         if windows and self._timeline.on():
+            self._steps_recorded += 1
             for request_id, frames in windows.items():
-                self._timeline.record("window_scheduled", request_id, frames=frames)
+                self._timeline.record("window_scheduled", request_id, frames=frames, step=self._steps_recorded)
         firsts = self._policy.scheduled(windows, now)
         for request_id in windows:
             self._ready_since.pop(request_id, None)
