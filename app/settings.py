@@ -158,13 +158,15 @@ class OmniSettings(BaseModel):
     engine_stats: bool = Field(
         True,
         description="vllm-omni's statistics (its log_stats): its own Prometheus families on /metrics (`vllm_omni:*`, "
-        "`vllm:*`: audio TTFP, requests running and waiting per stage, KV cache use; the dashboard's engine panels) "
+        "`vllm:*`: requests running and waiting per stage, KV cache use; the dashboard's engine panels) "
         "and, with them, a summary of every finished request that vllm-omni 0.30 formats as log tables on the "
         "server's event loop (3-5% of that loop's time at c=16 on an H200: 3-4 ms per request that every stream "
-        "waits behind). false: neither. Measured with the GPUs swapped on two H200s "
+        "waits behind). false: neither summary nor the `vllm:*` families, nor vllm-omni's audio, stage and transfer "
+        "figures (its running, waiting and latency families stay). Measured with the GPUs swapped on two H200s "
         "(benchmarks/gpu/2026-11-30-h200x2-engine-stats-swapped/): off took the wait out of a second wave's first "
         "audio (up to 37-42 ms in the server against 118-163) and did 1.01-1.04x the work at a sustained c=32, but "
-        "more streams ran dry in every burst of 32 (27-47% against 11-23%); on by default.",
+        "more streams ran dry in every burst of 32 (27-47% against 11-23%): the wait had held each second-wave "
+        "stream's first audio back while its next window came. On by default.",
     )
     profiler_stacks: bool = Field(
         False,
