@@ -221,10 +221,10 @@ def code2wav_steps(requests: dict[str, dict[str, list[int]]]) -> list[Step]:
             )
     windows.sort(key=lambda window: window[0])
     steps: list[Step] = []
-    key: object = None
+    key: int | None = None  # the step number of the window before
     for at, number, index, decoded in windows:
-        same = number == key if number is not None else bool(steps) and at - steps[-1].scheduled <= STEP_GAP_NS
-        if not steps or not same or (number is None) != (key is None):
+        numbered = number is not None or key is not None
+        if not steps or (number != key if numbered else at - steps[-1].scheduled > STEP_GAP_NS):
             steps.append(Step(scheduled=at))
         key = number
         step = steps[-1]
@@ -294,6 +294,11 @@ def over_requests(phases: tuple[tuple[Any, ...], ...], each: Iterable[dict[str, 
     return {phase: [own[phase] for own in each if phase in own] for phase, *_ in phases}
 
 
+def first_submitted(requests: dict[str, dict[str, list[int]]]) -> int:
+    """When the first request was handed to vllm-omni (0 where none was): the origin of the per-request lists."""
+    return min((events[SUBMITTED][0] for events in requests.values() if events.get(SUBMITTED)), default=0)
+
+
 def per_request_table(
     requests: dict[str, dict[str, list[int]]], phases: tuple[tuple[Any, ...], ...], each: dict[str, dict[str, float]]
 ) -> list[str]:
@@ -302,7 +307,7 @@ def per_request_table(
     names = [phase for phase, *_ in phases]
     lines = ["", "| request | submitted, ms after the first | " + " | ".join(names) + " |"]
     lines += ["| --- | --- |" + " --- |" * len(names)]
-    origin = min((events[SUBMITTED][0] for events in requests.values() if events.get(SUBMITTED)), default=0)
+    origin = first_submitted(requests)
     for request in sorted(requests, key=lambda r: requests[r].get(SUBMITTED, [0])[0]):
         submitted = requests[request].get(SUBMITTED)
         at = f"{ms(origin, submitted[0]):.1f}" if submitted else "–"
@@ -365,8 +370,7 @@ def report(requests: dict[str, dict[str, list[int]]], per_request: bool = False)
         if any(seconds.values()):
             lines += per_request_table(requests, SECOND_WINDOW_PHASES, seconds)
         if steps:
-            origin = min((events[SUBMITTED][0] for events in requests.values() if events.get(SUBMITTED)), default=0)
-            lines += steps_list(steps, origin)
+            lines += steps_list(steps, first_submitted(requests))
     return "\n".join(lines) + "\n"
 
 
