@@ -139,6 +139,9 @@
 #                                   shipped texts as they are (as every run up to 2026-11-27's three-way sent them)
 #   EXTRA_BODY='{"stream_format": "audio"}'  the JSON merged into every request (e.g. with "max_new_tokens": 101 for 100-frame
 #                                   requests from servers started at a larger FRAMES)
+#   LOG_KEEP_BYTES=20000000         `stop` keeps each server's log whole up to this size, else its first fifth (the
+#                                   start's phases) and the rest from its end (vllm-omni's per-request summary tables
+#                                   fill a log with about 5 kB a request)
 #   START_WAIT_S=540                how long one `start` waits in all before it gives up (run it again to resume)
 #   KV_WAIT_S=420                   the longest wait for a talker's KV cache line before starting the next anyway
 #   PYTHON=python3
@@ -215,6 +218,7 @@ LOADTEST_ARGS=${LOADTEST_ARGS:-}
 # follows it), so one start serves several lengths
 EXTRA_BODY=${EXTRA_BODY:-'{"stream_format": "audio"}'}
 START_WAIT_S=${START_WAIT_S:-540}
+LOG_KEEP_BYTES=${LOG_KEEP_BYTES:-20000000}
 KV_WAIT_S=${KV_WAIT_S:-420}
 MODEL_SIZE=${MODEL_SIZE:-0.6B}
 MODEL=$WORK/model
@@ -801,12 +805,22 @@ cmd_status() {
   done
 }
 
+keep_log() {  # $1 a server's log, $2 its copy: whole up to LOG_KEEP_BYTES, else its start and its end, marked
+  local size head
+  size=$(stat -c %s "$1")
+  if [ "$size" -le "$LOG_KEEP_BYTES" ]; then cp "$1" "$2"; return; fi
+  head=$((LOG_KEEP_BYTES / 5))
+  { head -c "$head" "$1"
+    printf '\n[side-by-side: %s bytes of this log left out here]\n' $((size - LOG_KEEP_BYTES))
+    tail -c $((LOG_KEEP_BYTES - head)) "$1"; } >"$2"
+}
+
 cmd_stop() {
   local target
   mkdir -p "$OUT/logs"
   for target in $(servers); do
     PIDFILE=$(pidfile_of "$target") deploy/gpu/stop-server.sh "$(port_of "$target")"
-    [ -f "$(log_of "$target")" ] && tail -c 20000000 "$(log_of "$target")" >"$OUT/logs/$target.log"
+    [ -f "$(log_of "$target")" ] && keep_log "$(log_of "$target")" "$OUT/logs/$target.log"
   done
   if [ "$MPS" = 1 ] && mps_running; then  # MPS=1 here too: a daemon this script did not start is not its to quit
     mps_quit && log "MPS daemon quit"

@@ -277,6 +277,29 @@ def test_side_by_side_notes_which_cores_each_gpu_is_near_once_a_run(tmp_path: Pa
     assert calls.count("topo -m") == 1 and len(calls) > 1  # once, then the memory snapshots
 
 
+@pytest.mark.parametrize("size", [900, 5000])
+def test_side_by_side_keeps_a_long_logs_start_and_its_end(tmp_path: Path, size: int) -> None:
+    """`stop` keeps each server's log in the results: whole up to LOG_KEEP_BYTES; past it the first fifth (where a
+    start logs its phases) and the rest from the end, with a line saying how much was left out between them (only
+    the end had been kept: a long run's start was lost)."""
+    logs = tmp_path / "work/logs"
+    logs.mkdir(parents=True)
+    lines = [f"line {i:04d} of the server's log" for i in range(size // 30)]
+    (logs / "alone.log").write_text("\n".join(lines) + "\n")
+    whole = (logs / "alone.log").read_bytes()
+    env = {**os.environ, "WORK": str(tmp_path / "work"), "TARGETS": "alone", "LOG_KEEP_BYTES": "1000"}
+    stopped = subprocess.run([str(GPU / "side-by-side.sh"), "stop"], env=env, capture_output=True, text=True)
+    copy = tmp_path / "work/results/logs/alone.log"
+    assert copy.exists(), stopped.stdout + stopped.stderr  # (no GPU here: its closing snapshot's nvidia-smi is absent)
+    kept = copy.read_bytes()
+    if len(whole) <= 1000:
+        assert kept == whole
+    else:
+        left_out = len(whole) - 1000
+        marker = f"\n[side-by-side: {left_out} bytes of this log left out here]\n".encode()
+        assert kept == whole[:200] + marker + whole[-800:]
+
+
 @pytest.mark.parametrize("overrides", ["", '{"1": {"scheduler_cls": "my.Scheduler"}}'])
 def test_side_by_side_hands_the_baseline_its_stage_overrides(tmp_path: Path, overrides: str) -> None:
     port = free_port()
