@@ -168,6 +168,14 @@ class OmniSettings(BaseModel):
         "more streams ran dry in every burst of 32 (27-47% against 11-23%): the wait had held each second-wave "
         "stream's first audio back while its next window came. On by default.",
     )
+    request_summary_log: bool = Field(
+        False,
+        description="With ENGINE_STATS on, write vllm-omni's summary tables of every finished request to the log "
+        "(vllm-omni 0.30 logs them at INFO: about 4 kB of plain-text tables a request, most of a busy server's "
+        "log). Off: its statistics logger (`vllm_omni.metrics.stats`) logs warnings only; the tables are still "
+        "formatted (vllm-omni formats them before it logs) and the statistics and their families stay as "
+        "ENGINE_STATS says.",
+    )
     profiler_stacks: bool = Field(
         False,
         description="With the server's profiler directory (SPEECH_PROFILER_DIR): both stages' PyTorch profiler "

@@ -141,7 +141,7 @@
 #                                   requests from servers started at a larger FRAMES)
 #   LOG_KEEP_BYTES=20000000         `stop` keeps each server's log whole up to this size, else its first fifth (the
 #                                   start's phases) and the rest from its end (vllm-omni's per-request summary tables
-#                                   fill a log with about 5 kB a request)
+#                                   fill a log with about 4 kB a request)
 #   START_WAIT_S=540                how long one `start` waits in all before it gives up (run it again to resume)
 #   KV_WAIT_S=420                   the longest wait for a talker's KV cache line before starting the next anyway
 #   PYTHON=python3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import multiprocessing
 import os
@@ -535,6 +536,22 @@ async def test_vllm_omnis_statistics_are_on_unless_the_setting_turns_them_off(cu
         engine = make_engine(custom_voice_dir, omni, omni={} if setting is None else {"engine_stats": setting})
         await engine.start()
         assert omni.kwargs["log_stats"] is expected
+        await engine.close()
+
+
+async def test_vllm_omnis_request_summary_tables_stay_out_of_the_log_unless_asked(custom_voice_dir: Path) -> None:
+    """vllm-omni 0.30 logs three tables for every finished request at INFO (about 4 kB: a busy server's log was
+    mostly them, benchmarks/gpu/2026-11-30-h200x4-four-way). By default its statistics logger writes warnings only;
+    SPEECH_OMNI__REQUEST_SUMMARY_LOG=true writes the tables again; the statistics themselves stay on either way."""
+    summaries = logging.getLogger("vllm_omni.metrics.stats")
+    for setting, info_written in ((None, False), (True, True), (False, False)):
+        omni = FakeAsyncOmni()
+        settings = {} if setting is None else {"request_summary_log": setting}
+        engine = make_engine(custom_voice_dir, omni, omni=settings)
+        await engine.start()
+        assert summaries.isEnabledFor(logging.INFO) is info_written
+        assert summaries.isEnabledFor(logging.WARNING)
+        assert omni.kwargs["log_stats"] is True
         await engine.close()
 
 

@@ -58,6 +58,7 @@ BORN_GROUPED = {
     ("omni", "code2wav_model"),
     ("omni", "talker_model"),
     ("omni", "engine_stats"),
+    ("omni", "request_summary_log"),
     ("omni", "switch_interval_ms"),
     ("omni", "fused_kernels"),
     ("omni", "fused_dependent_launch"),

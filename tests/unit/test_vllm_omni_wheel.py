@@ -714,3 +714,31 @@ def test_the_talkers_timeline_worker_extends_the_worker_a_talker_stage_gets(whee
     worker = class_def(wheel.tree("worker/gpu_ar_worker.py"), "GPUARWorker")
     # it leaves execute_model to vLLM's worker, whose scheduler output names the requests new to this step
     assert "execute_model" not in {node.name for node in worker.body if isinstance(node, ast.FunctionDef)}
+
+
+def test_the_request_summary_tables_are_info_records_of_the_logger_the_engine_quiets(wheel: Wheel) -> None:
+    """The omni engine holds `REQUEST_SUMMARY_LOGGER` at WARNING unless SPEECH_OMNI__REQUEST_SUMMARY_LOG asks for the
+    tables: in the wheel, the module that builds them logs through `init_logger(__name__)` (that logger's name), and
+    every table goes out with `logger.info`."""
+    from app.engines.omni.engine import REQUEST_SUMMARY_LOGGER
+
+    module = "metrics/stats.py"
+    assert REQUEST_SUMMARY_LOGGER == "vllm_omni." + module.removesuffix(".py").replace("/", ".")
+    tree = wheel.tree(module)
+    assigned = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["logger"]
+    ]
+    assert len(assigned) == 1 and ast.unparse(assigned[0]) == "init_logger(__name__)"
+    summary = function_def(class_def(tree, "OrchestratorAggregator"), "build_and_log_summary")
+    tables = [
+        node.func.attr
+        for node in ast.walk(summary)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "logger"
+        and any("_format_table" in ast.unparse(arg) for arg in node.args)
+    ]
+    assert tables and set(tables) == {"info"}, tables

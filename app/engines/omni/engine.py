@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     from app.settings import OmniSettings
 
 log = logging.getLogger(__name__)
+# vllm-omni 0.30's per-request summary tables (metrics/stats.py, in the server's process): its `init_logger(__name__)`
+REQUEST_SUMMARY_LOGGER = "vllm_omni.metrics.stats"
 
 # vllm-omni's stage processes are spawned and must find everything locally.
 ENGINE_ENVIRONMENT = {
@@ -313,6 +315,9 @@ class OmniEngine:
         set_or_unset(fused_launch.VARIABLE, launch.environment_value())
         set_or_unset(prompt_stream.VARIABLE, "1" if self._settings.prompt_stream else None)
         set_or_unset(timeline.FLAG_VARIABLE, self._timeline_flag)
+        # this start's choice, whatever an earlier start in this process set
+        summaries = logging.INFO if self._settings.request_summary_log else logging.WARNING
+        logging.getLogger(REQUEST_SUMMARY_LOGGER).setLevel(summaries)
         # one address a server: two servers on a host each ring their own code2wav
         doorbell = f"speech-windows-{os.getpid()}-{os.urandom(4).hex()}" if self._doorbell else None
         set_or_unset(window_doorbell.ADDRESS_VARIABLE, doorbell)
