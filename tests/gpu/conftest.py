@@ -6,7 +6,8 @@ with SPEECH_OMNI__FIXED_LENGTH=true on random weights, so a request for N tokens
 SPEECH_GPU_PROFILER_DIR: the CustomVoice server's SPEECH_PROFILER_DIR, readable here (its request timeline's test).
 SPEECH_GPU_SENTENCE_TOKENS=N: the CustomVoice server runs the sentence pipeline (SPEECH_OMNI__SENTENCE_PIPELINE=true)
 with a copy of its deploy profile whose stage-0 default_sampling_params.max_tokens is N, so that each sentence of a
-request without max_new_tokens is N - 1 frames.
+request without max_new_tokens is N - 1 frames, and logs vllm-omni's request summaries
+(SPEECH_OMNI__REQUEST_SUMMARY_LOG=true: its test counts the engine's requests by them).
 """
 
 from __future__ import annotations

@@ -170,6 +170,7 @@ def test_sentence_pipeline_speaks_every_sentence(omni_url: str, server_log: Path
         assert time.monotonic() < deadline, "the request was not logged"
         time.sleep(0.05)
     job_id = jobs[0]
+    assert "[OmniTiming]" in log, "no vllm-omni request summary in the log: start the server with the summaries on"
     engine_requests = set(re.findall(r"\[OmniTiming\] req=(" + re.escape(job_id) + r"-\w+)", log))
     assert len(engine_requests) == 3, engine_requests
 
