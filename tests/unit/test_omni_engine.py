@@ -29,6 +29,7 @@ from app.engines.omni import stage_memory
 from app.engines.omni.codec_windows import CodecWindows
 from app.engines.omni.engine import (
     DECODER_GRAPH_STATS_ENVIRONMENT,
+    REQUEST_SUMMARY_LOGGER,
     STAGE_CHECK_INTERVAL_S,
     OmniEngine,
     profiler_overrides,
@@ -543,7 +544,7 @@ async def test_vllm_omnis_request_summary_tables_stay_out_of_the_log_unless_aske
     """vllm-omni 0.30 logs three tables for every finished request at INFO (about 4 kB: a busy server's log was
     mostly them, benchmarks/gpu/2026-11-30-h200x4-four-way). By default its statistics logger writes warnings only;
     SPEECH_OMNI__REQUEST_SUMMARY_LOG=true writes the tables again; the statistics themselves stay on either way."""
-    summaries = logging.getLogger("vllm_omni.metrics.stats")
+    summaries = logging.getLogger(REQUEST_SUMMARY_LOGGER)  # its name checked against the wheel
     for setting, info_written in ((None, False), (True, True), (False, False)):
         omni = FakeAsyncOmni()
         settings = {} if setting is None else {"request_summary_log": setting}
