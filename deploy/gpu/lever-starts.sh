@@ -14,6 +14,11 @@
 #   TARGET=service-pair VARIANTS="r1:A/B r2:B/A" BASE_ENV="CUDA_VISIBLE_DEVICES=0 CPUS=0-13 LOAD_CPUS=30-31" \
 #     BASE_ENV_B="CUDA_VISIBLE_DEVICES=1 CPUS=14-27" LEVER_A="" LEVER_B="SPEECH_OMNI__FUSED_DEPENDENT_LAUNCH=true" ...
 #
+# TARGET=service-sglang-pair does the same on the sglang engine (`service-sglang` and `service-sglang-b`). A lever read
+# against another server in the round after a cold start is not read at all: the first minutes after a cold start
+# held both servers of a pair back by up to a quarter (benchmarks/gpu/2026-12-01-h200x2-sglang-prefill-graphs/), so
+# a lever and its baseline share every round.
+#
 # Settings (environment):
 #   VARIANTS                 name:LEVER words, run in order; the variant's settings are LEVER_<LEVER> (NAME=value words,
 #                            empty for the baseline), added to BASE_ENV as the server's SERVICE_SGLANG_ENV (TARGET=
@@ -26,8 +31,11 @@
 #                            on BASE_ENV_B (SERVICE_B_ENV); results as for service, service-b's beside them with -b
 #                            (start-phases-b.md, profile-c1-b.md); START_PYSPY follows `service` only. B's profile
 #                            is A's with B_PROFILE_SET on top (side-by-side.sh): a round whose two sides run one
-#                            profile and one lever says so (an A/A round) once ready
-#   BASE_ENV_B=""            service-b's settings (TARGET=service-pair): its own GPU and cores
+#                            profile and one lever says so (an A/A round) once ready. service-sglang-pair: the
+#                            service on sglang twice, `service-sglang` and `service-sglang-b` (SERVICE_SGLANG_ENV,
+#                            SERVICE_SGLANG_B_ENV), results as for service-sglang, service-sglang-b's with -b
+#   BASE_ENV_B=""            the second server's settings (TARGET=service-pair, service-sglang-pair): its own GPU
+#                            and cores
 #   BASE_ENV="CUDA_VISIBLE_DEVICES=0 CPUS=0-13 LOAD_CPUS=14-15"  every variant's settings (side-by-side.sh's words);
 #                            CPUS pins the server, LOAD_CPUS the load tool, the benchmark and py-spy
 #   OUT=/tmp/lever-starts    results: <variant>/ (side-by-side.sh's folders, its logs gzipped, start-phases.jsonl: the
@@ -123,10 +131,16 @@ case $TARGET in
   service-sglang) PORT=${SERVICE_SGLANG_PORT:-8007} ;;
   service) PORT=${SERVICE_PORT:-8000} ;;
   service-pair) PORT=${SERVICE_PORT:-8000} SERVERS="service service-b" ;;
-  *) echo "lever-starts: TARGET=$TARGET is not service-sglang, service or service-pair" >&2; exit 64 ;;
+  service-sglang-pair) PORT=${SERVICE_SGLANG_PORT:-8007} SERVERS="service-sglang service-sglang-b" ;;
+  *) echo "lever-starts: TARGET=$TARGET is not service-sglang, service, service-pair or service-sglang-pair" >&2
+    exit 64 ;;
 esac
+a_pair() { case $TARGET in *-pair) return 0 ;; *) return 1 ;; esac; }
+on_sglang() { case $TARGET in service-sglang*) return 0 ;; *) return 1 ;; esac; }
 PIDFILE=${SERVER_PIDFILE:-/tmp/speech-server-$PORT.pid}
-PIDFILE_B=${SERVER_B_PIDFILE:-/tmp/speech-server-${SERVICE_B_PORT:-8003}.pid}
+B_PORT=${SERVICE_B_PORT:-8003}
+on_sglang && B_PORT=${SERVICE_SGLANG_B_PORT:-8008}
+PIDFILE_B=${SERVER_B_PIDFILE:-/tmp/speech-server-$B_PORT.pid}
 START_WAIT_S=${START_WAIT_S:-1500}
 MIN_START_S=${MIN_START_S:-90}
 # what a variant's sweeps and stop take after its start (about 90 s on an H200, before py-spy's level and the second
@@ -146,17 +160,17 @@ sweeps() { case " $SWEEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }  # $
 # each profiled window, its traces written and summarised: about a minute
 [ "$TORCH_PROFILE" = 1 ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 60 * $(wc -w <<<"$PROFILE_LEVELS")))
 # the omni engine's timeline levels (TORCH_PROFILE=1): about 20 s each
-[ "$TORCH_PROFILE" = 1 ] && [ "$TARGET" != service-sglang ] &&
+[ "$TORCH_PROFILE" = 1 ] && ! on_sglang &&
   SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 20 * $(wc -w <<<"$TIMELINE_LEVELS")))
 # a pair's every level runs twice, one server after the other; its burst again, B first: about 10 s more a server
-[ "$TARGET" = service-pair ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S * 2 + 20))
+a_pair && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S * 2 + 20))
 export TARGETS=$SERVERS SWEEP_TARGETS=$SERVERS KV_WAIT_S=${KV_WAIT_S:-0}
 
 levers='[A-Za-z0-9_]+'
-[ "$TARGET" = service-pair ] && levers='[A-Za-z0-9_]+/[A-Za-z0-9_]+'
+a_pair && levers='[A-Za-z0-9_]+/[A-Za-z0-9_]+'
 for variant in ${VARIANTS:?name:LEVER words}; do  # every word checked before anything starts
   if ! [[ $variant =~ ^[A-Za-z0-9._-]+:$levers$ ]]; then
-    echo "lever-starts: '$variant' is not name:LEVER$([ "$TARGET" = service-pair ] && echo /LEVER) (LEVER:" \
+    echo "lever-starts: '$variant' is not name:LEVER$(a_pair && echo /LEVER) (LEVER:" \
       "letters, digits, _; its settings are LEVER_<LEVER>)" >&2
     exit 64
   fi
@@ -185,7 +199,7 @@ step() {  # a label, then a command: runs it, says how it ended in the progress
 }
 
 pidfile_of() {  # $1 a server of the variant: where side-by-side.sh records it
-  if [ "$1" = service-b ]; then echo "$PIDFILE_B"; else echo "$PIDFILE"; fi
+  case $1 in service-b | service-sglang-b) echo "$PIDFILE_B" ;; *) echo "$PIDFILE" ;; esac
 }
 
 # The processes of a server's process group (side-by-side.sh starts it in a session of its own), but the compile
@@ -208,7 +222,7 @@ server_pids() {  # $1 a server (default: each server a variant runs)
 thread_ticks() {
   local pid server
   for server in $SERVERS; do
-    [ "$TARGET" = service-pair ] && echo "# server $server"
+    a_pair && echo "# server $server"
     for pid in $(server_pids "$server"); do
       thread_table "$pid"
     done
@@ -309,8 +323,8 @@ torch_profile() {  # $1 level, $2 requests: one closed round under the engine's 
   done
 }
 
-suffix() {  # $1 a server: what its files' names carry (service-b's: -b)
-  [ "$1" = service-b ] && echo -b
+suffix() {  # $1 a server: what its files' names carry (service-b's and service-sglang-b's: -b)
+  case $1 in service-b | service-sglang-b) echo -b ;; esac
 }
 
 settled() {  # $1 a folder, $2 seconds at most: until its files stop growing (sglang-omni's pipeline processes each
@@ -356,15 +370,20 @@ omni_timeline() {  # the omni engine's request timeline over each of TIMELINE_LE
   done
 }
 
-request_timeline() {  # sglang-omni's per-request events over two c=32 bursts, and the phases read from them
+request_timeline() {  # sglang-omni's per-request events over two c=32 bursts, and the phases read from them (a
+  # pair's second server's in timeline-b/)
+  local server folder
   step "timeline" on_load_cpus env TIMELINE=1 CONCURRENCY=32 REQUESTS=64 SWEEP_NAME=tl-c32 LOADTEST_ARGS="--stagger 0" \
     "$SBS" profile >>"$OUT/sweeps.log" 2>&1
   sleep "${EVENTS_WAIT_S:-3}"  # the pipeline's processes write their events a moment after the stop
-  mkdir -p "$OUT/timeline"
-  find "$PROFILER_DIR/service-sglang/tl-c32" -name 'events*.jsonl' 2>/dev/null | while read -r events; do
-    keep_gzipped "$events" "$OUT/timeline/$(basename "$events")"
+  for server in $SERVERS; do
+    folder=$OUT/timeline$(suffix "$server")
+    mkdir -p "$folder"
+    find "$PROFILER_DIR/$server/tl-c32" -name 'events*.jsonl' 2>/dev/null | while read -r events; do
+      keep_gzipped "$events" "$folder/$(basename "$events")"
+    done
+    "$PYTHON" deploy/gpu/sglang_timeline.py "$folder" --requests >"$folder/phases.txt" 2>&1
   done
-  "$PYTHON" deploy/gpu/sglang_timeline.py "$OUT/timeline" --requests >"$OUT/timeline/phases.txt" 2>&1
 }
 
 finish() {  # after the stop, on every path: the engine's own start phases, then the logs side-by-side.sh kept, gzipped
@@ -373,7 +392,7 @@ finish() {  # after the stop, on every path: the engine's own start phases, then
     grep -sE '"((sglang|omni) engine (starting|started|ready)|started)"' "$OUT/logs/$server.log" \
       >"$OUT/start-phases$(suffix "$server").jsonl"
     # vllm-omni's: every milestone of the start that the server and its stage processes logged
-    [ "$server" = service-sglang ] ||
+    on_sglang ||
       "$PYTHON" deploy/gpu/omni_start_phases.py "$OUT/logs/$server.log" >"$OUT/start-phases$(suffix "$server").md" 2>&1
   done
   for log in "$OUT"/logs/*.log; do [ -f "$log" ] && gzip -f "$log"; done
@@ -400,7 +419,9 @@ for variant in $VARIANTS; do
   fi
   began=$(date +%s)
   export OUT=$ROOT/$name PROFILER_DIR=$PROFILES/$name
-  if [ "$TARGET" = service-sglang ]; then export SERVICE_SGLANG_ENV="$BASE_ENV${lever_env:+ $lever_env}"
+  if on_sglang; then
+    export SERVICE_SGLANG_ENV="$BASE_ENV${lever_env:+ $lever_env}"
+    export SERVICE_SGLANG_B_ENV="$BASE_ENV_B${lever_b_env:+ $lever_b_env}"
   else  # vllm-omni: its stages' profiler, and its request timeline, only where asked for
     export SERVICE_ENV="$BASE_ENV${lever_env:+ $lever_env}" SERVICE_B_ENV="$BASE_ENV_B${lever_b_env:+ $lever_b_env}"
     [ "$TORCH_PROFILE" = 1 ] || export PROFILER_DIR=""
@@ -410,9 +431,9 @@ for variant in $VARIANTS; do
   mkdir -p "$OUT"
   echo "$name: lever $lever: ${lever_env:-(none)}" >"$OUT/lever.txt"
   described="$lever: ${lever_env:-baseline}"
-  if [ "$TARGET" = service-pair ]; then
-    echo "$name: service-b's lever $lever_b: ${lever_b_env:-(none)}" >>"$OUT/lever.txt"
-    described="$described; service-b $lever_b: ${lever_b_env:-baseline}"
+  if a_pair; then
+    echo "$name: ${SERVERS#* }'s lever $lever_b: ${lever_b_env:-(none)}" >>"$OUT/lever.txt"
+    described="$described; ${SERVERS#* } $lever_b: ${lever_b_env:-baseline}"
   fi
   progress "$name start ($described)"
   spy=""
@@ -436,8 +457,9 @@ for variant in $VARIANTS; do
   fi
   progress "$name ready"
   # side-by-side.sh's B profile is A's with B_PROFILE_SET on top: PROFILE_SET alone changes both sides
-  if [ "$TARGET" = service-pair ] && [ "$lever_env" = "$lever_b_env" ] &&
-    cmp -s "$OUT/profile.yaml" "$OUT/profile-b.yaml"; then
+  # (the sglang engine runs no profile: its levers are its settings)
+  if a_pair && [ "$lever_env" = "$lever_b_env" ] &&
+    { on_sglang || cmp -s "$OUT/profile.yaml" "$OUT/profile-b.yaml"; }; then
     progress "$name: A and B run one profile and one lever: an A/A round (B_PROFILE_SET adds to PROFILE_SET)"
   fi
   : >"$OUT/sweeps.log"
@@ -454,7 +476,7 @@ for variant in $VARIANTS; do
   done
   # the same burst with B's requests first: in every pair so far B's side was the worse one in bursts, and B is also
   # the target the load tool runs second (a lone server has no order to tell apart)
-  [ "$TARGET" = service-pair ] && sweeps burst-c32-ba &&
+  a_pair && sweeps burst-c32-ba &&
     step "burst c32, B first" on_load_cpus env ROUNDS=1 CONCURRENCY=32 REQUESTS=96 WARMUP=4 \
       LOADTEST_ARGS="--stagger 0" SWEEP_TARGETS="${SERVERS#* } ${SERVERS%% *}" SWEEP_NAME=burst-c32-ba "$SBS" \
       sweep-closed >>"$OUT/sweeps.log" 2>&1
@@ -466,9 +488,9 @@ for variant in $VARIANTS; do
       SWEEP_NAME=c32 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
     thread_ticks >"$OUT/cpu-after-c32.txt"
   fi
-  [ "$TARGET" = service-sglang ] && request_timeline
+  on_sglang && request_timeline
   # the omni engine's, where its profiler directory is set (TORCH_PROFILE=1)
-  [ "$TARGET" != service-sglang ] && [ -n "$PROFILER_DIR" ] && [ -n "$TIMELINE_LEVELS" ] && omni_timeline
+  ! on_sglang && [ -n "$PROFILER_DIR" ] && [ -n "$TIMELINE_LEVELS" ] && omni_timeline
   # the first level again, warm, on prompts of its own (sweep-bench moves its seed on): a cold start's first level
   # is to be within 1.2x of it (p95 first audio)
   sweeps bench-again && step "bench again-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=again-c32 "$SBS" sweep-bench \
@@ -477,7 +499,7 @@ for variant in $VARIANTS; do
     for level in $PROFILE_LEVELS; do torch_profile "$level" "$level" || break; done
   fi
   if [ "$PYSPY" = 1 ]; then  # a steady level loads one server at a time: a pair's other would be sampled idle
-    if [ "$TARGET" = service-pair ] && [ "$PYSPY_LEVEL" != burst-c32 ] && [ "$PYSPY_LEVEL" != c1 ]; then
+    if a_pair && [ "$PYSPY_LEVEL" != burst-c32 ] && [ "$PYSPY_LEVEL" != c1 ]; then
       progress "$name py-spy $PYSPY_LEVEL skipped (one server a level; not a pair)"
     else step "py-spy $PYSPY_LEVEL" pyspy_level; fi
   fi

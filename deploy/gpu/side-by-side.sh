@@ -72,7 +72,10 @@
 #                                   `service-sglang` is this service on its sglang engine (SERVICE_SGLANG_PORT=8007):
 #                                   sglang-omni in the server's process, the same model, weights and memory share as
 #                                   `sglang`, fixed length (SPEECH_SGLANG__FIXED_LENGTH); SERVICE_SGLANG_ENV its more
-#                                   settings, SERVICE_SGLANG_BODY its request body (max_new_tokens counts frames there)
+#                                   settings, SERVICE_SGLANG_BODY its request body (max_new_tokens counts frames there).
+#                                   `service-sglang-b` is a second one (SERVICE_SGLANG_B_PORT=8008, its settings
+#                                   SERVICE_SGLANG_B_ENV, the same body): a lever of the sglang engine against the
+#                                   engine as shipped, in the same minutes, each on a GPU of its own
 #   SERVICE_SGLANG_BODY='{"stream_format": "audio", "max_new_tokens": 100}'
 #   SGLANG_BODY='{"stream": true, "max_new_tokens": 100}'  SGLANG_BENCH_BODY: its --extra-body for vllm bench
 #                                   (default: SGLANG_BODY's max_new_tokens)
@@ -172,6 +175,8 @@ SGLANG_BODY=${SGLANG_BODY:-'{"stream": true, "max_new_tokens": 100}'}
 SGLANG_BENCH_BODY=${SGLANG_BENCH_BODY:-}
 SERVICE_SGLANG_PORT=${SERVICE_SGLANG_PORT:-8007}
 SERVICE_SGLANG_ENV=${SERVICE_SGLANG_ENV:-}
+SERVICE_SGLANG_B_PORT=${SERVICE_SGLANG_B_PORT:-8008}
+SERVICE_SGLANG_B_ENV=${SERVICE_SGLANG_B_ENV:-}
 SERVICE_SGLANG_BODY=${SERVICE_SGLANG_BODY:-'{"stream_format": "audio", "max_new_tokens": 100}'}
 MPS=${MPS:-0}
 SERVICE_PORT=${SERVICE_PORT:-8000}
@@ -248,6 +253,7 @@ port_of() {
     service) echo "$SERVICE_PORT" ;; service-b) echo "$SERVICE_B_PORT" ;; service-c) echo "$SERVICE_C_PORT" ;;
     vllm-omni) echo "$OMNI_PORT" ;; vllm-omni-b) echo "$OMNI_B_PORT" ;;
     alone) echo "$ALONE_PORT" ;; sglang) echo "$SGLANG_PORT" ;; service-sglang) echo "$SERVICE_SGLANG_PORT" ;;
+    service-sglang-b) echo "$SERVICE_SGLANG_B_PORT" ;;
   esac
 }
 pidfile_of() {
@@ -260,6 +266,7 @@ pidfile_of() {
     alone) echo "/tmp/engine-alone-$ALONE_PORT.pid" ;;
     sglang) echo "/tmp/sglang-omni-$SGLANG_PORT.pid" ;;
     service-sglang) echo "/tmp/speech-server-$SERVICE_SGLANG_PORT.pid" ;;
+    service-sglang-b) echo "/tmp/speech-server-$SERVICE_SGLANG_B_PORT.pid" ;;
   esac
 }
 settings_of() {  # $1 target: its own settings (NAME=value words), with PROFILER_DIR its profiler's directory
@@ -267,7 +274,7 @@ settings_of() {  # $1 target: its own settings (NAME=value words), with PROFILER
   case $1 in
     service) own=$SERVICE_ENV ;; service-b) own=$SERVICE_B_ENV ;; service-c) own=$SERVICE_C_ENV ;;
     vllm-omni) own=$OMNI_ENV ;; vllm-omni-b) own=$OMNI_B_ENV ;; sglang) own=$SGLANG_ENV ;;
-    service-sglang) own=$SERVICE_SGLANG_ENV ;;
+    service-sglang) own=$SERVICE_SGLANG_ENV ;; service-sglang-b) own=$SERVICE_SGLANG_B_ENV ;;
   esac
   if [ -n "$PROFILER_DIR" ]; then
     case $1 in
@@ -294,7 +301,7 @@ pin_of() {  # $1 target: the words that start a command on its CPUS, its childre
 }
 ready_path_of() { case $1 in vllm-omni | vllm-omni-b | sglang) echo /health ;; *) echo /ready ;; esac; }
 body_of() {  # $1 target: its request body
-  case $1 in sglang) echo "$SGLANG_BODY" ;; service-sglang) echo "$SERVICE_SGLANG_BODY" ;; *) echo "$EXTRA_BODY" ;; esac
+  case $1 in sglang) echo "$SGLANG_BODY" ;; service-sglang*) echo "$SERVICE_SGLANG_BODY" ;; *) echo "$EXTRA_BODY" ;; esac
 }  # $1 target: its request body
 url_of() {
   case $1 in
@@ -322,7 +329,7 @@ PY
 
 engine_failed() {  # $1 target: the service, up, says its engine failed to start (/health: 503 engine_failed); it
   # stays up for its health checks, but is never to be ready
-  case $1 in service | service-b | service-c | service-sglang) ;; *) return 1 ;; esac
+  case $1 in service | service-b | service-c | service-sglang*) ;; *) return 1 ;; esac
   "$PYTHON" - "http://127.0.0.1:$(port_of "$1")/health" <<'PY' >/dev/null 2>&1
 import json, sys, urllib.error, urllib.request
 try:
@@ -414,12 +421,15 @@ prepare() {
   if [ "$FRONTEND_WEIGHTS" = auto ]; then  # a preprocessing process of its own loads the prompt's weights
     FRONTEND_WEIGHTS=none
     local word where=inline
-    case " $TARGETS " in *" service-sglang "*)
-      for word in $SERVICE_SGLANG_ENV; do  # as `env` reads them: the last one wins
+    local target
+    for target in service-sglang service-sglang-b; do
+      case " $TARGETS " in *" $target "*) ;; *) continue ;; esac
+      where=inline
+      for word in $(settings_of "$target"); do  # as `env` reads them: the last one wins
         case $word in SPEECH_SGLANG__PREPROCESSING=*) where=${word#*=} ;; esac
-      done ;;
-    esac
-    case $where in cpu | gpu) FRONTEND_WEIGHTS=real ;; esac
+      done
+      case $where in cpu | gpu) FRONTEND_WEIGHTS=real ;; esac
+    done
   fi
   if [ "$FRONTEND_WEIGHTS" = real ] && [ ! -f "$MODEL/prompt-frontend.safetensors" ]; then
     PYTHONPATH="$SGLANG_SITE:$PYTHONPATH" "$PYTHON" deploy/gpu/frontend_weights.py "$MODEL" || return 1
@@ -517,13 +527,13 @@ launch() {  # $1 target
       echo $! >"$(pidfile_of sglang)"
       echo "sgl-omni serve starting on port $SGLANG_PORT, pid $!, log $log"
       ;;
-    service-sglang)
+    service-sglang | service-sglang-b)
       local settings
-      settings=$(env_of service-sglang)
-      [ -d "$SGLANG_SITE/sglang_omni" ] || { log "service-sglang: no sglang-omni in $SGLANG_SITE"; return 1; }
-      echo "$(date -u +%FT%TZ) service-sglang: memory $SGLANG_MEMORY, settings: ${settings:-none}" >>"$OUT/commands.txt"
+      settings=$(env_of "$1")
+      [ -d "$SGLANG_SITE/sglang_omni" ] || { log "$1: no sglang-omni in $SGLANG_SITE"; return 1; }
+      echo "$(date -u +%FT%TZ) $1: memory $SGLANG_MEMORY, settings: ${settings:-none}" >>"$OUT/commands.txt"
       # shellcheck disable=SC2086,SC2046  # the settings and the pinning are split into words on purpose
-      $(pin_of service-sglang) env $settings ENGINE=sglang PORT=$SERVICE_SGLANG_PORT LOG=$log \
+      $(pin_of "$1") env $settings ENGINE=sglang PORT="$(port_of "$1")" LOG=$log \
         PYTHON=$PYTHON PYTHONPATH="$SGLANG_SITE:$PYTHONPATH" \
         SPEECH_SGLANG__MODEL=$MODEL SPEECH_SGLANG__LOAD_FORMAT=dummy SPEECH_SGLANG__FIXED_LENGTH=true \
         SPEECH_SGLANG__SERVED_MODEL_NAME=$NAME SPEECH_SGLANG__MEM_FRACTION_STATIC=$SGLANG_MEMORY HF_HUB_OFFLINE=1 \
@@ -625,7 +635,7 @@ source_of() {  # $1 a sweep target: the profile it runs, as given
     vllm-omni | vllm-omni-b) omni_source "$1" ;;
     service-b) echo "$B_PROFILE" ;;
     sglang) echo "sglang-omni $(sglang_version)" ;;
-    service-sglang) echo "the service's sglang engine on sglang-omni $(sglang_version)" ;;
+    service-sglang*) echo "the service's sglang engine on sglang-omni $(sglang_version)" ;;
     *) echo "$PROFILE" ;;
   esac
 }

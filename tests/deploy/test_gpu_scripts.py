@@ -473,6 +473,7 @@ def test_side_by_side_gives_each_server_the_gpus_its_settings_name(tmp_path: Pat
     [
         ("service", "SERVICE_ENV", "app.cli"),
         ("service-sglang", "SERVICE_SGLANG_ENV", "app.cli"),
+        ("service-sglang-b", "SERVICE_SGLANG_B_ENV", "app.cli"),
         ("sglang", "SGLANG_ENV", "sglang"),
         ("vllm-omni-b", "OMNI_B_ENV", "vllm_omni"),
     ],
@@ -486,7 +487,10 @@ def test_side_by_side_starts_each_server_on_the_cores_its_settings_name(
     (site / "sglang_omni").mkdir(parents=True)
     core = sorted(os.sched_getaffinity(0))[-1]
     port = str(free_port())
-    ports = {"SERVICE_PORT": port, "SERVICE_SGLANG_PORT": port, "SGLANG_PORT": port, "OMNI_B_PORT": port}
+    ports = {
+        name: port
+        for name in ("SERVICE_PORT", "SERVICE_SGLANG_PORT", "SERVICE_SGLANG_B_PORT", "SGLANG_PORT", "OMNI_B_PORT")
+    }
     settings = {"TARGETS": target, "SGLANG_SITE": str(site), "OMNI_B_PROFILE": "deploy/vllm-omni/throughput.yaml"}
     with harness_started(tmp_path, {**settings, **ports, setting: f"CUDA_VISIBLE_DEVICES=1 CPUS={core}"}):
         assert (tmp_path / f"cpus-{program}").read_text().strip() == str(core)
@@ -497,7 +501,9 @@ def test_side_by_side_starts_each_server_on_the_cores_its_settings_name(
         assert allowed == Path("/proc/self/status").read_text().split("Cpus_allowed_list:")[1].split()[0]
 
 
-@pytest.mark.parametrize("target", ["service", "service-b", "service-sglang", "sglang", "vllm-omni-b"])
+@pytest.mark.parametrize(
+    "target", ["service", "service-b", "service-sglang", "service-sglang-b", "sglang", "vllm-omni-b"]
+)
 def test_side_by_side_starts_each_server_ready_to_profile_into_a_folder_of_its_own(tmp_path: Path, target: str) -> None:
     """PROFILER_DIR: the service gets SPEECH_PROFILER_DIR, sgl-omni serve SGLANG_TORCH_PROFILER_DIR, and `vllm serve`'s
     copy a torch profiler_config in both stages (without it vllm-omni 0.30 has no profile routes), each under
@@ -513,7 +519,14 @@ def test_side_by_side_starts_each_server_ready_to_profile_into_a_folder_of_its_o
         "OMNI_B_PROFILE": "deploy/vllm-omni/throughput.yaml",
         **{
             name: port
-            for name in ("SERVICE_PORT", "SERVICE_B_PORT", "SERVICE_SGLANG_PORT", "SGLANG_PORT", "OMNI_B_PORT")
+            for name in (
+                "SERVICE_PORT",
+                "SERVICE_B_PORT",
+                "SERVICE_SGLANG_PORT",
+                "SERVICE_SGLANG_B_PORT",
+                "SGLANG_PORT",
+                "OMNI_B_PORT",
+            )
         },
     }
     program = {"sglang": "argv-sglang", "vllm-omni-b": "argv-vllm_omni"}.get(target, "argv-app.cli")
@@ -706,6 +719,8 @@ def test_side_by_side_writes_the_prompt_frontends_weights_when_asked(tmp_path: P
         ("service-sglang", "SPEECH_SGLANG__PREPROCESSING=cpu SPEECH_SGLANG__PREPROCESSING=inline", False),
         ("service-sglang", "CPUS=0-3\tSPEECH_SGLANG__PREPROCESSING=gpu", True),
         ("service", "SPEECH_SGLANG__PREPROCESSING=cpu", False),  # the setting of a target not run
+        ("service-sglang-b", "SPEECH_SGLANG__PREPROCESSING=cpu", True),  # the second one's own settings
+        ("service-sglang-b", "SPEECH_SGLANG__PREPROCESSING=inline", False),
     ],
 )
 def test_side_by_side_writes_the_prompt_frontends_weights_where_a_server_will_load_them(
@@ -714,9 +729,11 @@ def test_side_by_side_writes_the_prompt_frontends_weights_where_a_server_will_lo
     """Unless told (FRONTEND_WEIGHTS), the weights are written where service-sglang runs preprocessing in a process of
     its own, which loads them from the model directory, and nowhere else (vllm-omni's code2wav would read the file
     too)."""
-    settings = {"TARGETS": targets, "SERVICE_SGLANG_ENV": service_env, "SGLANG_SITE": str(tmp_path / "site")}
+    setting = "SERVICE_SGLANG_B_ENV" if targets == "service-sglang-b" else "SERVICE_SGLANG_ENV"
+    settings = {"TARGETS": targets, setting: service_env, "SGLANG_SITE": str(tmp_path / "site")}
     settings["FRONTEND_WEIGHTS"] = "auto"  # the default, whatever this environment says
-    settings |= {"SERVICE_PORT": str(free_port()), "SERVICE_SGLANG_PORT": str(free_port())}
+    ports = ("SERVICE_PORT", "SERVICE_SGLANG_PORT", "SERVICE_SGLANG_B_PORT")
+    settings |= {name: str(free_port()) for name in ports}
     (tmp_path / "site/sglang_omni").mkdir(parents=True)
     with harness_started(tmp_path, settings):
         assert (tmp_path / "frontend_argv").exists() == written
@@ -893,18 +910,30 @@ def test_side_by_side_starts_sglang_omni_on_its_own_packages_and_runs_every_requ
         assert claims == ENGINE_ENVIRONMENT["SGLANG_OMNI_PORT_CLAIM_DIR"]
 
 
-def test_side_by_side_starts_the_service_on_its_sglang_engine_beside_sglang_omnis_own_server(tmp_path: Path) -> None:
-    """`service-sglang`: the service's sglang engine on the same model directory, random talker weights, fixed length
-    and memory share as `sglang`, sglang-omni's packages first, on its port and its GPUs."""
+@pytest.mark.parametrize(
+    ("target", "port_setting", "setting"),
+    [
+        ("service-sglang", "SERVICE_SGLANG_PORT", "SERVICE_SGLANG_ENV"),
+        ("service-sglang-b", "SERVICE_SGLANG_B_PORT", "SERVICE_SGLANG_B_ENV"),
+    ],
+)
+def test_side_by_side_starts_the_service_on_its_sglang_engine_beside_sglang_omnis_own_server(
+    tmp_path: Path, target: str, port_setting: str, setting: str
+) -> None:
+    """`service-sglang` (and a second one, `service-sglang-b`, for a lever against the engine as shipped): the
+    service's sglang engine on the same model directory, random talker weights, fixed length and memory share as
+    `sglang`, sglang-omni's packages first, on its port and its GPUs."""
     site = tmp_path / "sgl-site"
     (site / "sglang_omni").mkdir(parents=True)
     port = free_port()
+    other = "SERVICE_SGLANG_ENV" if setting == "SERVICE_SGLANG_B_ENV" else "SERVICE_SGLANG_B_ENV"
     settings = {
-        "TARGETS": "service-sglang",
-        "SERVICE_SGLANG_PORT": str(port),
+        "TARGETS": target,
+        port_setting: str(port),
         "SGLANG_SITE": str(site),
         "SGLANG_MEMORY": "0.3",
-        "SERVICE_SGLANG_ENV": "CUDA_VISIBLE_DEVICES=3",
+        setting: "CUDA_VISIBLE_DEVICES=3",
+        other: "CUDA_VISIBLE_DEVICES=7",
     }
     with harness_started(tmp_path, settings, record="argv-app.cli") as argv:
         assert argv[1:3] == ["-m", "app.cli"] and argv[argv.index("--engine") + 1] == "sglang"

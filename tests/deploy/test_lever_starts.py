@@ -48,6 +48,8 @@ SETTINGS = (
     "TARGET",
     "SERVICE_ENV",
     "SERVICE_SGLANG_ENV",
+    "SERVICE_SGLANG_B_ENV",
+    "SERVICE_SGLANG_B_PORT",
     "MIN_START_S",
     "KEEP_TRACES",
     "TIMELINE_LEVELS",
@@ -71,7 +73,8 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         "#!/usr/bin/env bash\n"
         'echo "$1|$(basename "$OUT")|${SWEEP_NAME-}|${CONCURRENCY-}|${REQUESTS-}|${TIMELINE-}|$SERVICE_SGLANG_ENV'
         "|$(grep Cpus_allowed_list /proc/$$/status | cut -f2)|${START_WAIT_S-}|${SERVICE_ENV-}|$TARGETS"
-        '|${PROFILER_DIR-}|${SERVICE_B_ENV-}|${EXTRA_BODY-}|${PROFILE_WARMUP-}|${SWEEP_TARGETS-}"'
+        "|${PROFILER_DIR-}|${SERVICE_B_ENV-}|${EXTRA_BODY-}|${PROFILE_WARMUP-}|${SWEEP_TARGETS-}"
+        '|${SERVICE_SGLANG_B_ENV-}"'
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
         '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac\n'
@@ -87,18 +90,19 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         ' > "$PROFILER_DIR/$t/$SWEEP_NAME/events_talker_6.jsonl"; done; exit 0; fi\n'
         '    if [ -z "${TIMELINE-}" ]; then for t in $TARGETS; do mkdir -p "$PROFILER_DIR/$t/$SWEEP_NAME"\n'
         f"    printf '%s' '{trace}' > \"$PROFILER_DIR/$t/$SWEEP_NAME/stage0.json\"; done; exit 0; fi\n"
-        '    mkdir -p "$PROFILER_DIR/service-sglang/$SWEEP_NAME"\n'
+        '    for t in $TARGETS; do mkdir -p "$PROFILER_DIR/$t/$SWEEP_NAME"\n'
         f"    printf '%s\\n' '{event % ('request_admission', 1_000_000)}'"
         f" '{event % ('coordinator_stream_received', 138_000_000)}'"
-        ' > "$PROFILER_DIR/service-sglang/$SWEEP_NAME/events_coordinator_7.jsonl" ;;\n'
+        ' > "$PROFILER_DIR/$t/$SWEEP_NAME/events_coordinator_7.jsonl"; done ;;\n'
         '  stop) mkdir -p "$OUT/logs"\n'
         '    if [ "${TARGETS%% *}" = service ]; then for t in $TARGETS; do printf \'%s\\n\' \'{"ts":'
         ' "2026-11-29T10:00:00.000Z", "message": "omni engine starting"}\' \'{"ts": "2026-11-29T10:01:28.000Z",'
         ' "message": "omni engine ready", "total_s": 88.0}\' "{\\"ts\\": \\"2026-11-29T10:01:30.100Z\\",'
         ' \\"message\\": \\"started\\", \\"total_s\\": 90.1, \\"target\\": \\"$t\\"}"'
         ' > "$OUT/logs/$t.log"; done\n'
-        '    else printf \'%s\\n\' \'{"message": "sglang engine starting"}\' \'{"message": "Decode batch"}\''
-        ' \'{"message": "sglang engine ready", "total_s": 229.1}\' > "$OUT/logs/service-sglang.log"; fi ;;\n'
+        "    else for t in $TARGETS; do printf '%s\\n' '{\"message\": \"sglang engine starting\"}'"
+        ' \'{"message": "Decode batch"}\' "{\\"message\\": \\"sglang engine ready\\", \\"total_s\\": 229.1,'
+        ' \\"target\\": \\"$t\\"}" > "$OUT/logs/$t.log"; done; fi ;;\n'
         "esac\n"
     )
     script.chmod(0o755)
@@ -171,7 +175,7 @@ def test_each_variant_starts_with_its_levers_settings_and_is_swept_alike_then_st
         # the engine's start phases read from its log, the log kept gzipped
         assert (out / "start-phases.jsonl").read_text().splitlines() == [
             '{"message": "sglang engine starting"}',
-            '{"message": "sglang engine ready", "total_s": 229.1}',
+            '{"message": "sglang engine ready", "total_s": 229.1, "target": "service-sglang"}',
         ]
         with gzip.open(out / "logs/service-sglang.log.gz", "rt") as log:
             assert "Decode batch" in log.read()
@@ -299,6 +303,44 @@ def test_a_pair_of_variants_runs_on_two_gpus_at_once_swept_interleaved_with_each
     assert "r1 py-spy steady-c32 skipped" in progress
     refused = run(tmp_path, out="other", TARGET="service-pair", VARIANTS="r1:F", LEVER_F="")
     assert refused.returncode == 64 and "name:LEVER/LEVER" in refused.stderr
+
+
+def test_a_pair_on_the_sglang_engine_starts_both_with_their_levers_and_keeps_each_ones_timeline_and_start(
+    tmp_path: Path,
+) -> None:
+    """TARGET=service-sglang-pair: `service-sglang` and `service-sglang-b` started at once, the first lever on
+    BASE_ENV, the second on BASE_ENV_B, swept as one with B's burst again first, each one's request timeline and
+    start phases kept apart (-b), no vllm-omni start milestones; the same lever on both sides says it is an A/A
+    round (the sglang engine runs no profile to compare)."""
+    graphs = "SPEECH_SGLANG__PREFILL_GRAPH_TOKENS=2048"
+    done = run(
+        tmp_path,
+        TARGET="service-sglang-pair",
+        VARIANTS="r1:G/S r2:S/G r3:S/S",
+        BASE_ENV="CUDA_VISIBLE_DEVICES=0",
+        BASE_ENV_B="CUDA_VISIBLE_DEVICES=1",
+        LEVER_G=graphs,
+        LEVER_S="",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    recorded = calls(tmp_path)
+    gpu0, gpu1 = "CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"
+    for name, (a, b) in (("r1", (f"{gpu0} {graphs}", gpu1)), ("r2", (gpu0, f"{gpu1} {graphs}")), ("r3", (gpu0, gpu1))):
+        mine = [call for call in recorded if call[1] == name]
+        assert {(call[6], call[16], call[10]) for call in mine} == {(a, b, "service-sglang service-sglang-b")}
+        closed = [(call[2], call[15]) for call in mine if call[0] == "sweep-closed"]
+        assert ("burst-c32-ba", "service-sglang-b service-sglang") in closed
+        out = tmp_path / "out" / name
+        assert (out / "lever.txt").read_text().splitlines()[1].startswith(f"{name}: service-sglang-b's lever ")
+        for suffix, target in (("", "service-sglang"), ("-b", "service-sglang-b")):
+            assert f'"target": "{target}"' in (out / f"start-phases{suffix}.jsonl").read_text()
+            assert not (out / f"start-phases{suffix}.md").exists()
+            assert list((out / f"timeline{suffix}").glob("events_coordinator_*.jsonl.gz"))
+            assert "first audio       1    137.0" in (out / f"timeline{suffix}/phases.txt").read_text()
+    progress = (tmp_path / "out/progress.txt").read_text()
+    assert "r1 start (G: " in progress and "; service-sglang-b S: baseline" in progress and "failed" not in progress
+    assert "r3: A and B run one profile and one lever: an A/A round" in progress
+    assert "r1: A and B" not in progress and "r2: A and B" not in progress
 
 
 def test_a_pair_that_runs_one_profile_and_one_lever_on_both_sides_says_it_is_an_a_a_round(tmp_path: Path) -> None:
