@@ -30,8 +30,9 @@ class StreamSwitches(BaseModel):
     )
     stream: bool = Field(
         False,
-        description="vllm-omni's switch: true without `stream_format` streams SSE events; false, sent explicitly, "
-        "answers one whole file with its Content-Length (omitted: the audio streams).",
+        description="vllm-omni's switch: true without `stream_format` streams SSE events; false, sent explicitly "
+        "without `stream_format`, answers one whole file with its Content-Length (omitted: the audio streams). "
+        "`stream_format`, when sent, decides, as on vllm-omni.",
     )
 
 

@@ -196,15 +196,18 @@ class SpeechStreamSession:
                 await self.speech.configure(config, config.split_granularity or "sentence")
             elif kind == "input.text":
                 self.require_config()
+                refuse_unknown_fields(data, "text")
                 text = data.get("text", "")
                 if not isinstance(text, str):
                     raise ApiError(400, "'text' must be a string.", param="text", code="invalid_type")
                 self.speech.text(text)
             elif kind == "input.done":
                 self.require_config()
+                refuse_unknown_fields(data)
                 await self.tell_if_nothing_to_speak()
                 self.speech.done()
             elif kind == "session.close":  # what was sent is spoken first
+                refuse_unknown_fields(data)
                 await self.tell_if_nothing_to_speak()
                 self.speech.done(close=True)
                 await self.speech.finish()
@@ -246,6 +249,14 @@ class SpeechStreamSession:
     def require_config(self) -> None:
         if self.speech.voice is None:
             raise invalid_param("type", "Send session.config first.", "session_config_required")
+
+
+def refuse_unknown_fields(data: dict[str, Any], *fields: str) -> None:
+    """A message's fields beyond `type` and its own are refused as POST /v1/audio/speech refuses them (vllm-omni reads
+    past them): a field the client meant to matter is never dropped unnoticed."""
+    for name in data:
+        if name != "type" and name not in fields:
+            raise ApiError(400, f"Unrecognized request argument supplied: {name}", param=name, code="unknown_parameter")
 
 
 def too_large(limit: int) -> ApiError:

@@ -207,6 +207,15 @@ def test_malformed_messages_are_answered_and_the_connection_kept(server: Running
         assert json.loads(ws.recv(timeout=10))["code"] == "message_too_large"
         send(ws, {"type": "what"})
         assert json.loads(ws.recv(timeout=10))["code"] == "unknown_message_type"
+        # a field no message of its type has is named, as an unknown field of session.config is (and as POST refuses)
+        for message in (
+            {"type": "input.text", "text": "Never spoken.", "bogus": 1},
+            {"type": "input.done", "bogus": 1},
+            {"type": "session.close", "bogus": 1},
+        ):
+            send(ws, message)
+            error = json.loads(ws.recv(timeout=10))
+            assert (error["type"], error["code"], error["param"]) == ("error", "unknown_parameter", "bogus"), error
         # still serving
         send(ws, {"type": "input.text", "text": "Still here."})
         send(ws, {"type": "input.done"})

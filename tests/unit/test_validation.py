@@ -642,3 +642,23 @@ def test_session_config_takes_the_bodys_limits_and_null_as_omitted() -> None:
     with pytest.raises(ValidationError) as info:
         SessionConfig.model_validate({"type": "session.config", "word_timestamps": None})
     assert validation_error(info.value.errors()).param == "word_timestamps"
+
+
+def test_session_config_reads_numbers_sent_as_text_as_vllm_omni_does_where_the_body_refuses_them() -> None:
+    """docs/websocket.md: `"speed": "1.5"` is a speed in a session.config (vllm-omni's config is read that way), a
+    400 naming `speed` in a POST body; text that is not a number is refused in both."""
+    config = SessionConfig.model_validate(
+        {"type": "session.config", "speed": "1.5", "seed": "7", "word_timestamps": "true"}
+    )
+    assert (config.speed, config.seed, config.word_timestamps) == (1.5, 7, True)
+    with pytest.raises(ValidationError) as info:
+        SpeechRequest.model_validate(body(speed="1.5"))
+    assert (validation_error(info.value.errors()).param, validation_error(info.value.errors()).code) == (
+        "speed",
+        "invalid_type",
+    )
+    for payload in ({"type": "session.config", "speed": "fast"}, body(speed="fast")):
+        model = SessionConfig if "type" in payload else SpeechRequest
+        with pytest.raises(ValidationError) as info:
+            model.model_validate(payload)
+        assert validation_error(info.value.errors()).param == "speed"
