@@ -35,7 +35,8 @@
 #                            service on sglang twice, `service-sglang` and `service-sglang-b` (SERVICE_SGLANG_ENV,
 #                            SERVICE_SGLANG_B_ENV), results as for service-sglang, service-sglang-b's with -b
 #   BASE_ENV_B=""            the second server's settings (TARGET=service-pair, service-sglang-pair): its own GPU
-#                            and cores
+#                            and cores. A pair whose BASE_ENV and BASE_ENV_B do not each name CUDA_VISIBLE_DEVICES,
+#                            different ones, is refused before anything starts
 #   BASE_ENV="CUDA_VISIBLE_DEVICES=0 CPUS=0-13 LOAD_CPUS=14-15"  every variant's settings (side-by-side.sh's words);
 #                            CPUS pins the server, LOAD_CPUS the load tool, the benchmark and py-spy
 #   OUT=/tmp/lever-starts    results: <variant>/ (side-by-side.sh's folders, its logs gzipped, start-phases.jsonl: the
@@ -64,6 +65,7 @@
 #                            process's threads spent the start (deploy/gpu/pyspy_summary.py --wall)
 #   PROFILES=/tmp/profiles   each variant's request timeline is recorded under PROFILES/<variant> (emptied before its
 #                            start; the service's SPEECH_PROFILER_DIR), then kept gzipped in $OUT/<variant>/timeline/
+#                            (a sglang pair's second server's in timeline-b/)
 #   TORCH_PROFILE=0          1: after the reported levels, profiles one c=1 request and one c=8 round with the
 #                            engine's PyTorch profiler (vllm-omni's stages, set up at the start and idle until asked;
 #                            sglang-omni's pipeline processes); the traces, under PROFILES/<variant>, are summarised
@@ -96,6 +98,8 @@
 #                            profile-c<level>.md, so that the round still stops and keeps its start phases
 #   SERVER_PIDFILE=/tmp/speech-server-<its port>.pid   where side-by-side.sh records the server (its process group;
 #                            the port: SERVICE_SGLANG_PORT=8007 or SERVICE_PORT=8000)
+#   SERVER_B_PIDFILE=/tmp/speech-server-<its port>.pid   the same for a pair's second server (SERVICE_B_PORT=8003,
+#                            or SERVICE_SGLANG_B_PORT=8008 in a sglang pair)
 #   SIDE_BY_SIDE=deploy/gpu/side-by-side.sh   what starts, sweeps and stops the server
 # What each variant runs, in order: vllm-omni's benchmark at c=32 (the first level after the start: a burst), c=1 (16
 # requests one after another: the per-stream pace), bursts of 8 and 32 at once (speech-loadtest --stagger 0), steady
@@ -179,6 +183,19 @@ for variant in ${VARIANTS:?name:LEVER words}; do  # every word checked before an
     exit 64
   fi
 done
+gpus_of() {  # $1 NAME=value words: the GPUs CUDA_VISIBLE_DEVICES gives (the last one, as `env` reads them)
+  local word gpus=""
+  for word in $1; do case $word in CUDA_VISIBLE_DEVICES=*) gpus=${word#*=} ;; esac; done
+  echo "$gpus"
+}
+# a pair's two servers each on a GPU of its own: on one, two sglang engines at their memory share cannot both start,
+# and two omni services would measure each other
+if a_pair && { [ -z "$(gpus_of "$BASE_ENV")" ] || [ -z "$(gpus_of "$BASE_ENV_B")" ] ||
+  [ "$(gpus_of "$BASE_ENV")" = "$(gpus_of "$BASE_ENV_B")" ]; }; then
+  echo "lever-starts: TARGET=$TARGET runs its servers on GPUs of their own: BASE_ENV and BASE_ENV_B each name" \
+    "CUDA_VISIBLE_DEVICES, not the same (BASE_ENV: '$BASE_ENV', BASE_ENV_B: '$BASE_ENV_B')" >&2
+  exit 64
+fi
 mkdir -p "$ROOT"
 LOAD_CPUS=""
 for word in $BASE_ENV; do case $word in LOAD_CPUS=*) LOAD_CPUS=${word#*=} ;; esac; done
@@ -460,7 +477,8 @@ for variant in $VARIANTS; do
   # (the sglang engine runs no profile: its levers are its settings)
   if a_pair && [ "$lever_env" = "$lever_b_env" ] &&
     { on_sglang || cmp -s "$OUT/profile.yaml" "$OUT/profile-b.yaml"; }; then
-    progress "$name: A and B run one profile and one lever: an A/A round (B_PROFILE_SET adds to PROFILE_SET)"
+    if on_sglang; then progress "$name: A and B run one lever: an A/A round"
+    else progress "$name: A and B run one profile and one lever: an A/A round (B_PROFILE_SET adds to PROFILE_SET)"; fi
   fi
   : >"$OUT/sweeps.log"
   sweeps bench-first &&

@@ -106,8 +106,8 @@
 #                                   the talker keeps dummy), so that it sets itself up as with a real checkpoint: the
 #                                   decoder's CUDA graphs and the profile's decode_* settings. With dummy, vLLM's
 #                                   loader skips load_weights, where code2wav sets all of that up
-#   FRONTEND_WEIGHTS=auto           real where service-sglang runs with SPEECH_SGLANG__PREPROCESSING=cpu or gpu in
-#                                   SERVICE_SGLANG_ENV, else none. real: write random weights for sglang-omni's
+#   FRONTEND_WEIGHTS=auto           real where service-sglang (or service-sglang-b) runs with
+#                                   SPEECH_SGLANG__PREPROCESSING=cpu or gpu in its settings, else none. real: write random weights for sglang-omni's
 #                                   prompt frontend in the checkpoint's format (deploy/gpu/frontend_weights.py, with
 #                                   SGLANG_SITE), which its preprocessing stage loads when it runs in a process of its
 #                                   own (sglang-omni's `preprocessing.process`); with CODEC_WEIGHTS=real, vllm-omni's

@@ -91,8 +91,10 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         '    if [ -z "${TIMELINE-}" ]; then for t in $TARGETS; do mkdir -p "$PROFILER_DIR/$t/$SWEEP_NAME"\n'
         f"    printf '%s' '{trace}' > \"$PROFILER_DIR/$t/$SWEEP_NAME/stage0.json\"; done; exit 0; fi\n"
         '    for t in $TARGETS; do mkdir -p "$PROFILER_DIR/$t/$SWEEP_NAME"\n'
+        # a pair's second server's first audio 63 ms later: each server's timeline told apart
+        "    case $t in *-b) ns=201000000 ;; *) ns=138000000 ;; esac\n"
         f"    printf '%s\\n' '{event % ('request_admission', 1_000_000)}'"
-        f" '{event % ('coordinator_stream_received', 138_000_000)}'"
+        f" \"$(printf '{event.replace('%d', '%s') % ('coordinator_stream_received', '%d')}' $ns)\""
         ' > "$PROFILER_DIR/$t/$SWEEP_NAME/events_coordinator_7.jsonl"; done ;;\n'
         '  stop) mkdir -p "$OUT/logs"\n'
         '    if [ "${TARGETS%% *}" = service ]; then for t in $TARGETS; do printf \'%s\\n\' \'{"ts":'
@@ -336,11 +338,60 @@ def test_a_pair_on_the_sglang_engine_starts_both_with_their_levers_and_keeps_eac
             assert f'"target": "{target}"' in (out / f"start-phases{suffix}.jsonl").read_text()
             assert not (out / f"start-phases{suffix}.md").exists()
             assert list((out / f"timeline{suffix}").glob("events_coordinator_*.jsonl.gz"))
-            assert "first audio       1    137.0" in (out / f"timeline{suffix}/phases.txt").read_text()
+            first_audio = "137.0" if target == "service-sglang" else "200.0"
+            assert f"first audio       1    {first_audio}" in (out / f"timeline{suffix}/phases.txt").read_text()
     progress = (tmp_path / "out/progress.txt").read_text()
     assert "r1 start (G: " in progress and "; service-sglang-b S: baseline" in progress and "failed" not in progress
-    assert "r3: A and B run one profile and one lever: an A/A round" in progress
+    assert "r3: A and B run one lever: an A/A round\n" in progress
     assert "r1: A and B" not in progress and "r2: A and B" not in progress
+
+
+def test_a_sglang_pairs_second_server_is_read_from_its_own_pid_file(tmp_path: Path) -> None:
+    """The second server's threads are read from side-by-side.sh's pid file of `service-sglang-b` (its port's), not
+    the first server's: each under a line that names it."""
+    port = 20000 + os.getpid() % 30000  # a pid file no other run here writes
+    pid_file = Path(f"/tmp/speech-server-{port}.pid")
+    server = subprocess.Popen(["sleep", "30"], start_new_session=True)  # a process group of its own, as a server's
+    try:
+        pid_file.write_text(f"{server.pid}\n")
+        done = run(
+            tmp_path,
+            TARGET="service-sglang-pair",
+            VARIANTS="r1:S/S",
+            LEVER_S="",
+            BASE_ENV="CUDA_VISIBLE_DEVICES=0",
+            BASE_ENV_B="CUDA_VISIBLE_DEVICES=1",
+            SERVICE_SGLANG_B_PORT=str(port),
+            SERVER_B_PIDFILE="",  # side-by-side.sh's own name for it
+            SWEEPS="steady-c32",
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        server.kill()
+        server.wait()
+        pid_file.unlink(missing_ok=True)
+    lines = (tmp_path / "out/r1/cpu-after-c32.txt").read_text().splitlines()
+    assert lines[:3] == ["# server service-sglang", "# server service-sglang-b", f"# pid {server.pid}: sleep 30 "]
+
+
+@pytest.mark.parametrize("target", ["service-pair", "service-sglang-pair"])
+@pytest.mark.parametrize(
+    ("base_env", "base_env_b"),
+    [
+        ("CUDA_VISIBLE_DEVICES=0", ""),
+        ("CUDA_VISIBLE_DEVICES=0", "CPUS=16-29"),
+        ("CUDA_VISIBLE_DEVICES=1", "CUDA_VISIBLE_DEVICES=1 CPUS=16-29"),
+        ("CPUS=0-13", "CUDA_VISIBLE_DEVICES=1"),
+    ],
+)
+def test_a_pair_without_a_gpu_of_its_own_for_each_server_is_refused_before_anything_starts(
+    tmp_path: Path, target: str, base_env: str, base_env_b: str
+) -> None:
+    """Two sglang engines at their memory share cannot both start on one GPU, and two omni services on one would
+    measure each other: a pair names a GPU for each server, different ones."""
+    done = run(tmp_path, TARGET=target, VARIANTS="r1:S/S", LEVER_S="", BASE_ENV=base_env, BASE_ENV_B=base_env_b)
+    assert done.returncode == 64 and "GPUs of their own" in done.stderr, done.stdout + done.stderr
+    assert not (tmp_path / "calls").exists()
 
 
 def test_a_pair_that_runs_one_profile_and_one_lever_on_both_sides_says_it_is_an_a_a_round(tmp_path: Path) -> None:
