@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -21,6 +22,7 @@ from pydantic_settings import (
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
 )
 
 from app.audio.fetch import FetchPolicy
@@ -639,10 +641,19 @@ class Settings(BaseSettings):
         """Settings.model_validate({...}) with the old flat names, as `__init__` takes them."""
         return nest_flat_names(values) if isinstance(values, Mapping) else values
 
-    @field_validator("model_aliases", "api_keys", "ref_audio_allowed_hosts", "cors_origins", mode="before")
+    @field_validator("model_aliases", "ref_audio_allowed_hosts", "cors_origins", mode="before")
     @classmethod
     def _list_from_env(cls, value: object) -> object:
         return _list_from_text(value)
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _keys_from_env(cls, value: object) -> object:
+        keys = _list_from_text(value)
+        # set to something that names no key (",", blanks): the operator meant the API closed, not open
+        if isinstance(value, str) and value.strip() and not keys:
+            raise ValueError("names no key (only commas and blanks); the API would be open. Unset it for that")
+        return keys
 
     @field_validator("cors_origins")
     @classmethod
@@ -681,3 +692,35 @@ def settings_help() -> str:
 def _help_line(env: str, info: FieldInfo) -> str:
     default = info.default_factory() if info.default_factory else info.default  # type: ignore[call-arg]
     return f"  {env:<39} {info.description} [default: {default}]"
+
+
+class InvalidSettings(ValueError):
+    """Settings the server cannot start with, in the operator's words: the SPEECH_* variable (or flag) at fault."""
+
+
+def env_name(location: Sequence[object]) -> str:
+    """The variable that sets a field: ("embedded", "workers") -> SPEECH_EMBEDDED__WORKERS."""
+    return ENV_PREFIX + NESTED_DELIMITER.join(str(part) for part in location if isinstance(part, str)).upper()
+
+
+def load_settings(flags: Mapping[str, Any] | None = None) -> Settings:
+    """`Settings` from the environment with the command line's `flags` on top, or `InvalidSettings` naming what is
+    wrong; a secret's value (a field not shown in its repr, such as API keys) is never repeated."""
+    flags = dict(flags or {})
+    try:
+        return Settings(**flags)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            location = error.get("loc", ())
+            field = Settings.model_fields.get(str(location[0])) if location else None
+            name = env_name(location)
+            if location and location[0] in flags:
+                name = f"--{str(location[0]).replace('_', '-')} ({name})"
+            shown = "" if field is not None and not field.repr else f" (got {error.get('input')!r})"
+            problems.append(f"{name}: {str(error.get('msg', 'invalid value')).removeprefix('Value error, ')}{shown}")
+        raise InvalidSettings("; ".join(problems)) from None
+    except SettingsError as exc:  # a value the environment could not parse (a JSON setting that is not JSON)
+        found = re.search(r'field "([^"]+)"', str(exc))
+        name = env_name(found.group(1).split(".")) if found else "a SPEECH_* variable"
+        raise InvalidSettings(f"{name}: not valid JSON ({exc.__cause__ or exc})") from None

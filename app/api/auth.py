@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app import metrics
 from app.api.errors import ApiError, websocket_error_message
 from app.api.middleware import request_id_of, send_error
+from app.settings import InvalidSettings
 
 OPEN_PATHS = frozenset(
     {"/", "/health", "/ready", "/metrics", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc"}
@@ -33,12 +34,24 @@ OPEN_PREFIXES = ("/static/", "/docs-assets/")
 
 
 def load_api_keys(keys: list[str], keys_file: str | None) -> list[str]:
+    """The keys of SPEECH_API_KEYS and SPEECH_API_KEYS_FILE; none set: an open API. Set but naming no key (blanks, a
+    file of comments) or a file that cannot be read is `InvalidSettings`: the operator meant the API closed, and a
+    server that opened it instead would say nothing."""
     loaded = [key.strip() for key in keys if key.strip()]
+    if keys and not loaded:
+        raise InvalidSettings("SPEECH_API_KEYS: names no key (only blanks); the API would be open. Unset it for that.")
     if keys_file:
-        for line in Path(keys_file).read_text(encoding="utf-8").splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line:
-                loaded.append(line)
+        try:
+            text = Path(keys_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidSettings(f"SPEECH_API_KEYS_FILE: cannot read {keys_file}: {exc}") from None
+        from_file = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+        if not any(from_file):
+            raise InvalidSettings(
+                f"SPEECH_API_KEYS_FILE: {keys_file} holds no key (only comments or blank lines); the API would be "
+                "open. Unset it for that."
+            )
+        loaded += [key for key in from_file if key]
     return loaded
 
 

@@ -1,0 +1,65 @@
+"""A server asked to start with settings it cannot use stops at once and says which SPEECH_* variable (or flag) is
+wrong, in one line an operator reads, never a traceback; API keys that were set but name no key stop it rather than
+leave the API open."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.server import free_port, server_command
+
+
+def start(env: dict[str, str], *flags: str) -> subprocess.CompletedProcess[str]:
+    full_env = {
+        **{name: value for name, value in os.environ.items() if not name.startswith("SPEECH_")},
+        "SPEECH_HOST": "127.0.0.1",
+        "SPEECH_PORT": str(free_port()),
+        **env,
+    }
+    command = [*server_command(), "--engine", "embedded", *flags]
+    return subprocess.run(command, env=full_env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "named"),
+    [
+        ({"SPEECH_MAX_CONCURRENCY": "-1"}, (), "SPEECH_MAX_CONCURRENCY"),
+        ({"SPEECH_MAX_QUEUE": "abc"}, (), "SPEECH_MAX_QUEUE"),
+        ({"SPEECH_EMBEDDED__WORKERS": "0"}, (), "SPEECH_EMBEDDED__WORKERS"),
+        ({"SPEECH_VOICE_ALIASES": "notjson"}, (), "SPEECH_VOICE_ALIASES"),
+        ({}, ("--port", "99999"), "--port"),
+        ({"SPEECH_API_KEYS_FILE": "/nonexistent/keys"}, (), "SPEECH_API_KEYS_FILE"),
+    ],
+)
+def test_a_setting_the_server_cannot_use_is_named_in_one_line(
+    env: dict[str, str], flags: tuple[str, ...], named: str
+) -> None:
+    done = start(env, *flags)
+    assert done.returncode != 0
+    assert named in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 3, done.stderr
+
+
+@pytest.mark.parametrize("keys", [",", " , "])
+def test_api_keys_that_name_no_key_stop_the_start_instead_of_opening_the_api(tmp_path: Path, keys: str) -> None:
+    """Set but empty (a list of blanks, a file of comments only): the operator meant the API to be closed."""
+    done = start({"SPEECH_API_KEYS": keys})
+    assert done.returncode != 0 and "SPEECH_API_KEYS" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    comments = tmp_path / "keys"
+    comments.write_text("# only comments\n\n")
+    done = start({"SPEECH_API_KEYS_FILE": str(comments)})
+    assert done.returncode != 0 and "SPEECH_API_KEYS_FILE" in done.stderr, done.stderr
+    assert "open" in done.stderr, done.stderr
+
+
+def test_a_secret_setting_is_named_but_never_echoed() -> None:
+    """A key that fails a check is named by its variable; its value stays out of the message."""
+    done = start({"SPEECH_API_KEYS": "sk-secret-123", "SPEECH_API_KEY_MAX_CONCURRENCY": "0"})
+    assert done.returncode != 0 and "SPEECH_API_KEY_MAX_CONCURRENCY" in done.stderr, done.stderr
+    assert "sk-secret-123" not in done.stderr + done.stdout
