@@ -100,7 +100,7 @@ def count(outcome: ItemOutcome | ApiError, status: int, request_id: str, respons
 @router.post(
     "/v1/audio/speech/batch",
     response_model=SpeechBatchResponse,
-    responses=error_responses(400, 401, 404, 413, 503),
+    responses=error_responses(400, 401, 404, 413, 429, 503),
 )
 async def create_speech_batch(
     body: SpeechBatchRequest,
@@ -135,6 +135,9 @@ async def create_speech_batch(
         return Response(status_code=499)
     if not finished:  # a drain ran out of time before the batch ended
         raise stopped
+    full = [error for error in errors if error is not None and error.status == 429]
+    if full and len(full) == len(errors):  # nothing admitted, no work done: refused whole, as a request would be
+        raise max(full, key=retry_after_s)
     audio_bytes = sum(len(o.data) for o in outcomes if isinstance(o, ItemOutcome) and o.data is not None)
     # every item's audio in base64 in one JSON: at the caps about 100 MB, half a second of the loop all streams share;
     # a small answer stays on the loop, where a thread hop would cost more than the encoding
@@ -142,7 +145,14 @@ async def create_speech_batch(
         answer = await asyncio.to_thread(batch_answer, f"speech-batch-{request_id}", outcomes, errors)
     else:
         answer = batch_answer(f"speech-batch-{request_id}", outcomes, errors)
-    return Response(answer, media_type="application/json")
+    # items the full server refused: when to send them again, as their own requests would have been told
+    later = {"Retry-After": str(max(retry_after_s(error) for error in full))} if full else None
+    return Response(answer, media_type="application/json", headers=later)
+
+
+def retry_after_s(error: ApiError) -> int:
+    """The seconds a refusal's Retry-After asks for (0: none)."""
+    return int((error.headers or {}).get("Retry-After", 0))
 
 
 def batch_answer(batch_id: str, outcomes: list[ItemOutcome | ApiError], errors: list[ApiError | None]) -> bytes:

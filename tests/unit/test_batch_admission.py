@@ -1,0 +1,70 @@
+"""POST /v1/audio/speech/batch when the server is full (the route on a fake vllm-omni engine, admission refused as
+the gate refuses it): a batch that did no work is refused whole as a request would be (429 with Retry-After), and a
+batch some of whose items were refused tells the client when to send them again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.server import create_app
+from app.speech.errors import Full
+from app.speech.run import SpeechService
+from tests.fakes.vllm_omni_0_30 import FakeAsyncOmni
+from tests.unit.test_omni_engine import make_engine, service_settings
+
+ITEM = {"input": "Hello there.", "max_new_tokens": 11}
+
+
+async def answer(custom_voice_dir: Path, items: int) -> httpx.Response:
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni())
+    await engine.start()
+    app = create_app(service_settings(engine), engine=engine)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        body = {"voice": "vivian", "response_format": "pcm", "items": [ITEM] * items}
+        return await client.post("/v1/audio/speech/batch", json=body, timeout=60)
+
+
+async def test_a_batch_none_of_whose_items_was_admitted_is_a_429_with_the_longest_retry_after(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waits = iter([3, 7, 2])
+
+    async def full(self: SpeechService, *args: object) -> object:
+        raise Full("queue_full", next(waits))
+
+    monkeypatch.setattr(SpeechService, "admitted", full)
+    response = await answer(custom_voice_dir, 3)
+    assert response.status_code == 429, response.text
+    assert response.headers["Retry-After"] == "7"
+    assert response.json()["error"]["code"] == "rate_limit_exceeded"
+
+
+async def test_a_batch_with_items_refused_beside_items_served_says_when_to_send_them_again(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admitted = SpeechService.admitted
+    calls = 0
+
+    async def second_refused(self: SpeechService, *args: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise Full("queue_full", 4)
+        return await admitted(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SpeechService, "admitted", second_refused)
+    response = await answer(custom_voice_dir, 3)
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [result["status"] for result in results] == ["success", "error", "success"]
+    assert results[1]["error"]["code"] == "rate_limit_exceeded"
+    assert response.headers["Retry-After"] == "4"
+
+
+async def test_a_batch_served_whole_carries_no_retry_after(custom_voice_dir: Path) -> None:
+    response = await answer(custom_voice_dir, 2)
+    assert response.status_code == 200 and response.json()["succeeded"] == 2, response.text
+    assert "Retry-After" not in response.headers
