@@ -79,14 +79,15 @@ async def health(engine: Annotated[SpeechEngine, Depends(get_engine)]) -> JSONRe
 async def ready(
     engine: Annotated[SpeechEngine, Depends(get_engine)], lifecycle: Annotated[Lifecycle, Depends(get_lifecycle)]
 ) -> JSONResponse:
+    # Retry-After as a request refused for the same reason is told it
     if lifecycle.draining:
-        return ApiError(
-            503, "The server is shutting down.", type="server_error", code="server_shutting_down"
-        ).response()
+        message, code, retry_after = "The server is shutting down.", "server_shutting_down", "1"
+        return ApiError(503, message, type="server_error", code=code, headers={"Retry-After": retry_after}).response()
     state = engine.health()
     if not state.ready:
         message = f"The {engine.name} engine is not ready: {state.detail}."
-        return ApiError(503, message, type="server_error", code="engine_unavailable").response()
+        headers = {"Retry-After": "5"}
+        return ApiError(503, message, type="server_error", code="engine_unavailable", headers=headers).response()
     return JSONResponse({"status": "ready", "engine": engine.name, "detail": state.detail})
 
 

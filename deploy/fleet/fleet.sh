@@ -202,5 +202,5 @@ case ${1:-} in
   kill-stage) cmd_kill_stage "${2:?which replica}" "${3:-StageEngineCoreProc_stage1}" ;;
   status) cmd_status ;;
   stop) cmd_stop ;;
-  *) sed -n '2,16p' "$0"; exit 64 ;;
+  *) sed -n '2,28p' "$0"; exit 64 ;;
 esac

@@ -259,6 +259,10 @@ def test_autoscaling_on_queue_and_in_flight() -> None:
         scaled = one(render(overlay), "ScaledObject")
         queries = [t["metadata"]["query"] for t in scaled["spec"]["triggers"]]
         assert any("speech_queue_depth" in q for q in queries) and any("speech_in_flight" in q for q in queries)
+        # KEDA asks for query / threshold replicas in all: the queue trigger counts the ready replicas too, so that
+        # anything queued asks for more replicas than run (the queue alone asks for fewer while it is short)
+        [queue] = [t["metadata"] for t in scaled["spec"]["triggers"] if "speech_queue_depth" in t["metadata"]["query"]]
+        assert "count(speech_ready" in queue["query"] and float(queue["threshold"]) == 1
         assert scaled["spec"]["scaleTargetRef"]["name"] == one(render(overlay), "Deployment")["metadata"]["name"]
     alternative = [d for d in yaml.safe_load_all((K8S / "alternatives/hpa-prometheus-adapter.yaml").read_text()) if d]
     for obj in alternative:
@@ -266,6 +270,10 @@ def test_autoscaling_on_queue_and_in_flight() -> None:
     metrics = {m["type"]: m for m in one(alternative, "HorizontalPodAutoscaler")["spec"]["metrics"]}
     assert metrics["Pods"]["pods"]["metric"]["name"] == "speech_in_flight"
     assert metrics["Object"]["object"]["metric"]["name"] == "speech_queue_depth"
+    assert metrics["Object"]["object"]["target"] == {"type": "AverageValue", "averageValue": "1"}
+    adapter = yaml.safe_load(one(alternative, "ConfigMap")["data"]["config.yaml"])
+    [queue_rule] = [rule for rule in adapter["rules"] if rule["name"]["as"] == "speech_queue_depth"]
+    assert "count(speech_ready" in queue_rule["metricsQuery"]
 
 
 def test_monitoring_objects_come_from_deploy() -> None:

@@ -69,6 +69,7 @@ def test_not_ready_until_the_engine_is_warm(tmp_path: Path) -> None:
         )
         assert early_ready.status_code == 503
         assert early_ready.json()["error"]["code"] == "engine_unavailable"
+        assert early_ready.headers["Retry-After"] == "5"  # as a request refused before the engine is ready is told
         assert early_speech.status_code == 503
         assert early_speech.json()["error"]["code"] == "engine_unavailable"
         assert early_speech.headers["retry-after"]

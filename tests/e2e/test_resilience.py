@@ -317,6 +317,7 @@ def test_sigterm_drains_streams_then_exits_zero(tmp_path: Path) -> None:
     time.sleep(0.3)
     ready = httpx.get(f"{server.base_url}/ready")
     assert ready.status_code == 503 and ready.json()["error"]["code"] == "server_shutting_down"
+    assert ready.headers["Retry-After"] == "1"  # as a request refused by the drain is told
     refused = httpx.post(f"{server.base_url}/v1/audio/speech", json=speech())
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_shutting_down"
     for thread in threads:
