@@ -650,10 +650,13 @@ class Settings(BaseSettings):
     @classmethod
     def _keys_from_env(cls, value: object) -> object:
         keys = _list_from_text(value)
+        if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
+            return keys  # the field's own check refuses it
+        named = [key.strip() for key in keys if key.strip()]
         # set to something that names no key (",", blanks): the operator meant the API closed, not open
-        if isinstance(value, str) and value.strip() and not keys:
+        if (value.strip() if isinstance(value, str) else keys) and not named:
             raise ValueError("names no key (only commas and blanks); the API would be open. Unset it for that")
-        return keys
+        return named
 
     @field_validator("cors_origins")
     @classmethod

@@ -34,12 +34,10 @@ OPEN_PREFIXES = ("/static/", "/docs-assets/")
 
 
 def load_api_keys(keys: list[str], keys_file: str | None) -> list[str]:
-    """The keys of SPEECH_API_KEYS and SPEECH_API_KEYS_FILE; none set: an open API. Set but naming no key (blanks, a
-    file of comments) or a file that cannot be read is `InvalidSettings`: the operator meant the API closed, and a
-    server that opened it instead would say nothing."""
-    loaded = [key.strip() for key in keys if key.strip()]
-    if keys and not loaded:
-        raise InvalidSettings("SPEECH_API_KEYS: names no key (only blanks); the API would be open. Unset it for that.")
+    """The keys of SPEECH_API_KEYS (stripped, blanks refused, by `Settings`) and SPEECH_API_KEYS_FILE; none set: an
+    open API. A file that names no key (comments, blank lines) or cannot be read is `InvalidSettings`: the operator
+    meant the API closed, and a server that opened it instead would say nothing."""
+    loaded = list(keys)
     if keys_file:
         try:
             text = Path(keys_file).read_text(encoding="utf-8")

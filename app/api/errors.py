@@ -88,8 +88,19 @@ def invalid_param(param: str, message: str, code: str = "invalid_value") -> ApiE
     return ApiError(400, message, param=param, code=code)
 
 
+def unknown_parameter(param: str, path: str | None = None) -> ApiError:
+    """A field the request (or message) does not have, as OpenAI words it; `path` the key within `param`."""
+    message = f"Unrecognized request argument supplied: {path or param}"
+    return ApiError(400, message, param=param, code="unknown_parameter")
+
+
 def internal_error(request_id: str) -> ApiError:
     return to_api_error(Failed(request_id))
+
+
+# seconds before a retry is worth it: the engine still starting (or gone), and the server draining (another replica)
+RETRY_AFTER_NOT_READY = "5"
+RETRY_AFTER_DRAINING = "1"
 
 
 def to_api_error(exc: BaseException, request_id: str = "") -> ApiError:
@@ -105,13 +116,12 @@ def to_api_error(exc: BaseException, request_id: str = "") -> ApiError:
         case Refused():
             return invalid_param(exc.param, exc.message, exc.code)
         case Unavailable():
-            return ApiError(
-                503, exc.message, type=SERVER_ERROR, code="engine_unavailable", headers={"Retry-After": "5"}
-            )
+            headers = {"Retry-After": RETRY_AFTER_NOT_READY}
+            return ApiError(503, exc.message, type=SERVER_ERROR, code="engine_unavailable", headers=headers)
         case EngineUnavailable():  # went away mid-stream: as the 503 a request gets before its first audio
             return to_api_error(Unavailable(str(exc)))
         case ShuttingDown():  # refused before it started: the client retries elsewhere, on a new connection
-            headers = {"Retry-After": "1", "Connection": "close"}
+            headers = {"Retry-After": RETRY_AFTER_DRAINING, "Connection": "close"}
             return ApiError(503, exc.message, type=SERVER_ERROR, code="server_shutting_down", headers=headers)
         case Stopped(reason="timeout"):
             return ApiError(504, exc.message, type=SERVER_ERROR, code="timeout")
@@ -152,7 +162,7 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
     # within the field, the key at fault (the last of the location; those between may name a union's branch)
     path = f"{param}.{loc[-1]}" if len(loc) > 1 and isinstance(loc[-1], str) else param
     if kind == "extra_forbidden":
-        return ApiError(400, f"Unrecognized request argument supplied: {path}", param=param, code="unknown_parameter")
+        return unknown_parameter(param, path)
     if kind == "missing":
         return ApiError(400, f"Missing required parameter: '{path}'.", param=param, code="missing_required_parameter")
     detail = str(error.get("msg", "invalid value")).removeprefix("Value error, ")

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from app.api.dependencies import get_engine, get_lifecycle, get_settings
-from app.api.errors import ApiError, error_responses
+from app.api.errors import RETRY_AFTER_DRAINING, RETRY_AFTER_NOT_READY, ApiError, error_responses
 from app.audio.formats import DEFAULT_SAMPLE_RATE, RESPONSE_FORMATS
 from app.engine_protocol import SpeechEngine
 from app.lifecycle import Lifecycle
@@ -81,12 +81,13 @@ async def ready(
 ) -> JSONResponse:
     # Retry-After as a request refused for the same reason is told it
     if lifecycle.draining:
-        message, code, retry_after = "The server is shutting down.", "server_shutting_down", "1"
-        return ApiError(503, message, type="server_error", code=code, headers={"Retry-After": retry_after}).response()
+        headers = {"Retry-After": RETRY_AFTER_DRAINING}
+        message, code = "The server is shutting down.", "server_shutting_down"
+        return ApiError(503, message, type="server_error", code=code, headers=headers).response()
     state = engine.health()
     if not state.ready:
+        headers = {"Retry-After": RETRY_AFTER_NOT_READY}
         message = f"The {engine.name} engine is not ready: {state.detail}."
-        headers = {"Retry-After": "5"}
         return ApiError(503, message, type="server_error", code="engine_unavailable", headers=headers).response()
     return JSONResponse({"status": "ready", "engine": engine.name, "detail": state.detail})
 

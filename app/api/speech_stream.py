@@ -36,7 +36,7 @@ from starlette.websockets import WebSocketState
 from app import metrics
 from app.api.audio_stream import STALLED_STATE_KEY
 from app.api.dependencies import service_of
-from app.api.errors import ApiError, invalid_param, to_api_error, validation_error
+from app.api.errors import ApiError, invalid_param, to_api_error, unknown_parameter, validation_error
 from app.api.middleware import valid_request_id
 from app.api.speech_frames import CLOSE_GOING_AWAY, CLOSE_NORMAL, CLOSE_POLICY, Frames, SessionClosed
 from app.audio.formats import ResponseFormat
@@ -256,7 +256,7 @@ def refuse_unknown_fields(data: dict[str, Any], *fields: str) -> None:
     past them): a field the client meant to matter is never dropped unnoticed."""
     for name in data:
         if name != "type" and name not in fields:
-            raise ApiError(400, f"Unrecognized request argument supplied: {name}", param=name, code="unknown_parameter")
+            raise unknown_parameter(name)
 
 
 def too_large(limit: int) -> ApiError:

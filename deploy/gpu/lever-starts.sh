@@ -183,22 +183,21 @@ for variant in ${VARIANTS:?name:LEVER words}; do  # every word checked before an
     exit 64
   fi
 done
-gpus_of() {  # $1 NAME=value words: the GPUs CUDA_VISIBLE_DEVICES gives (the last one, as `env` reads them)
-  local word gpus=""
-  for word in $1; do case $word in CUDA_VISIBLE_DEVICES=*) gpus=${word#*=} ;; esac; done
-  echo "$gpus"
+value_of() {  # $1 NAME=value words, $2 a NAME: its value (the last one, as `env` reads them), empty if none
+  local word value=""
+  for word in $1; do case $word in "$2="*) value=${word#*=} ;; esac; done
+  echo "$value"
 }
 # a pair's two servers each on a GPU of its own: on one, two sglang engines at their memory share cannot both start,
 # and two omni services would measure each other
-if a_pair && { [ -z "$(gpus_of "$BASE_ENV")" ] || [ -z "$(gpus_of "$BASE_ENV_B")" ] ||
-  [ "$(gpus_of "$BASE_ENV")" = "$(gpus_of "$BASE_ENV_B")" ]; }; then
+GPUS=$(value_of "$BASE_ENV" CUDA_VISIBLE_DEVICES) GPUS_B=$(value_of "$BASE_ENV_B" CUDA_VISIBLE_DEVICES)
+if a_pair && { [ -z "$GPUS" ] || [ -z "$GPUS_B" ] || [ "$GPUS" = "$GPUS_B" ]; }; then
   echo "lever-starts: TARGET=$TARGET runs its servers on GPUs of their own: BASE_ENV and BASE_ENV_B each name" \
     "CUDA_VISIBLE_DEVICES, not the same (BASE_ENV: '$BASE_ENV', BASE_ENV_B: '$BASE_ENV_B')" >&2
   exit 64
 fi
 mkdir -p "$ROOT"
-LOAD_CPUS=""
-for word in $BASE_ENV; do case $word in LOAD_CPUS=*) LOAD_CPUS=${word#*=} ;; esac; done
+LOAD_CPUS=$(value_of "$BASE_ENV" LOAD_CPUS)
 on_load_cpus() { if [ -n "$LOAD_CPUS" ]; then taskset -c "$LOAD_CPUS" "$@"; else "$@"; fi; }
 
 progress() {
@@ -475,10 +474,11 @@ for variant in $VARIANTS; do
   progress "$name ready"
   # side-by-side.sh's B profile is A's with B_PROFILE_SET on top: PROFILE_SET alone changes both sides
   # (the sglang engine runs no profile: its levers are its settings)
-  if a_pair && [ "$lever_env" = "$lever_b_env" ] &&
-    { on_sglang || cmp -s "$OUT/profile.yaml" "$OUT/profile-b.yaml"; }; then
+  if a_pair && [ "$lever_env" = "$lever_b_env" ]; then
     if on_sglang; then progress "$name: A and B run one lever: an A/A round"
-    else progress "$name: A and B run one profile and one lever: an A/A round (B_PROFILE_SET adds to PROFILE_SET)"; fi
+    elif cmp -s "$OUT/profile.yaml" "$OUT/profile-b.yaml"; then
+      progress "$name: A and B run one profile and one lever: an A/A round (B_PROFILE_SET adds to PROFILE_SET)"
+    fi
   fi
   : >"$OUT/sweeps.log"
   sweeps bench-first &&

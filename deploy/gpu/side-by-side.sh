@@ -107,10 +107,10 @@
 #                                   decoder's CUDA graphs and the profile's decode_* settings. With dummy, vLLM's
 #                                   loader skips load_weights, where code2wav sets all of that up
 #   FRONTEND_WEIGHTS=auto           real where service-sglang (or service-sglang-b) runs with
-#                                   SPEECH_SGLANG__PREPROCESSING=cpu or gpu in its settings, else none. real: write random weights for sglang-omni's
-#                                   prompt frontend in the checkpoint's format (deploy/gpu/frontend_weights.py, with
-#                                   SGLANG_SITE), which its preprocessing stage loads when it runs in a process of its
-#                                   own (sglang-omni's `preprocessing.process`); with CODEC_WEIGHTS=real, vllm-omni's
+#                                   SPEECH_SGLANG__PREPROCESSING=cpu or gpu in its settings, else none. real: write
+#                                   random weights for sglang-omni's prompt frontend in the checkpoint's format
+#                                   (deploy/gpu/frontend_weights.py, with SGLANG_SITE), which its preprocessing stage
+#                                   loads when it runs in a process of its own (sglang-omni's `preprocessing.process`); with CODEC_WEIGHTS=real, vllm-omni's
 #                                   code2wav reads (and drops) this file too: real only for runs of the sglang targets
 #   ALONE_STAGE_OVERRIDES=""        `alone`'s stage overrides (JSON). `alone` and `vllm serve` run vllm-omni's own
 #                                   code2wav scheduler (vllm-omni 0.30 refuses scheduler_cls as a stage override; the
@@ -420,8 +420,7 @@ prepare() {
   fi
   if [ "$FRONTEND_WEIGHTS" = auto ]; then  # a preprocessing process of its own loads the prompt's weights
     FRONTEND_WEIGHTS=none
-    local word where=inline
-    local target
+    local word where target
     for target in service-sglang service-sglang-b; do
       case " $TARGETS " in *" $target "*) ;; *) continue ;; esac
       where=inline
