@@ -10,7 +10,8 @@ weights come from the subfolder only). Code2wav can then load with `load_format:
 `dummy`.
 
 Two fills:
-- `dummy` (the default, for load tests): as vLLM's dummy loader fills weights, uniform in ±1e-3. Cost and memory are
+- `dummy` (the default, for load tests): as vLLM's dummy loader fills weights, uniform in ±1e-3 (each floating tensor
+  drawn from seed 1234, as it draws them; the others left as built). Cost and memory are
   those of real weights, but the audio is not: every layer scales its input by about 0.02 and adds a bias of about
   1e-3, so past the first few layers the waveform no longer depends on the codes at all.
 - `signal` (for tests that compare waveforms, tests/gpu/test_stateful_decode.py): seeded random weights scaled so
@@ -21,7 +22,9 @@ Two fills:
 
     python3 deploy/gpu/codec_weights.py MODEL_DIR [--fill dummy|signal] [--seed N]
 
-Needs a host where vllm and vllm-omni 0.30.0 import (it builds the decoder from vllm-omni's own class).
+Needs torch and one of the two engines' decoder classes: vllm-omni 0.30.0's where it imports (the class code2wav
+builds), otherwise qwen-tts's (the one sglang-omni's codec builds; installed with the `sglang` extra). Both name the
+checkpoint's tensors alike, so either engine loads what the other host wrote.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ PLACEHOLDER = "model.safetensors"  # code2wav's loader drains the top-level weig
 FILLS = ("dummy", "signal")
 RESIDUAL_SCALE = 0.1  # the transformer's LayerScale and the ConvNeXt blocks' gamma under the `signal` fill
 WAVE_RMS = 0.1  # the `signal` fill's waveform level (10 dB below a full-scale sine's), far from the ±1 clamp
+DUMMY_RANGE = 1e-3  # vLLM's dummy loader: uniform in ±this
+DUMMY_SEED = 1234  # and each tensor drawn from a generator seeded so
 
 
 def checkpoint_tensors(decoder_state: dict[str, Any]) -> dict[str, Any]:
@@ -111,25 +116,39 @@ def random_decoder(model_dir: Path, fill: str = "dummy", seed: int = 0) -> Any:
     """The codec decoder of the model directory's speech tokenizer, built by vllm-omni's own class (the one
     `Qwen3TTSCode2Wav.__init__` builds, from the same config), filled as `fill` says (see the module's docstring)."""
     import torch
-    from vllm.model_executor.model_loader.weight_utils import initialize_single_dummy_weight
-    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
-        Qwen3TTSTokenizerV2Config,
-    )
-    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
-        Qwen3TTSTokenizerV2Decoder,
-    )
 
     if fill not in FILLS:
         raise ValueError(f"fill must be one of {FILLS}, got {fill!r}")
-    config = Qwen3TTSTokenizerV2Config.from_pretrained(str(model_dir), subfolder="speech_tokenizer")
-    decoder = Qwen3TTSTokenizerV2Decoder._from_config(config.decoder_config)
+    config_class, decoder_class = decoder_classes()
+    config = config_class.from_pretrained(str(model_dir), subfolder="speech_tokenizer")
+    decoder = decoder_class._from_config(config.decoder_config)
     with torch.no_grad():
         if fill == "signal":
             _signal_fill(decoder, seed)
         else:
             for tensor in decoder.state_dict().values():
-                initialize_single_dummy_weight(tensor)  # the values the dummy loader would give
+                if torch.is_floating_point(tensor):  # the values the dummy loader would give
+                    generator = torch.Generator(device=tensor.device).manual_seed(DUMMY_SEED)
+                    tensor.uniform_(-DUMMY_RANGE, DUMMY_RANGE, generator=generator)
     return decoder
+
+
+def decoder_classes() -> tuple[Any, Any]:
+    """The speech tokenizer's config class and its decoder's: vllm-omni's where it imports (the ones code2wav
+    builds), otherwise qwen-tts's (sglang-omni's codec builds those; a host with the `sglang` extra has no vllm)."""
+    try:
+        from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
+            Qwen3TTSTokenizerV2Config,
+        )
+        from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
+            Qwen3TTSTokenizerV2Decoder,
+        )
+    except ImportError:  # no vllm-omni, or one that does not import beside sglang-omni's pins
+        from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
+            Qwen3TTSTokenizerV2Config,
+        )
+        from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Decoder
+    return Qwen3TTSTokenizerV2Config, Qwen3TTSTokenizerV2Decoder
 
 
 def write_codec_weights(model_dir: Path, fill: str = "dummy", seed: int = 0) -> list[Path]:

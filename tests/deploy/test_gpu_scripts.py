@@ -1413,6 +1413,37 @@ def test_codec_weights_refuses_a_directory_without_a_speech_tokenizer(tmp_path: 
     assert run.returncode == 2 and "no speech_tokenizer/config.json" in run.stderr
 
 
+def test_codec_weights_builds_the_decoder_from_either_engines_pinned_class() -> None:
+    """vllm-omni 0.30.0's decoder class where it imports, else qwen-tts 0.1.1's (a host with the `sglang` extra has
+    no vllm): each import names a class its pinned wheel defines, and the two decoders build the same submodules the
+    same way (vllm-omni's adds plain attributes of its own), so the tensors written are named alike."""
+    function = function_def(ast.parse((GPU / "codec_weights.py").read_text()), "decoder_classes")
+    imports = [node for node in ast.walk(function) if isinstance(node, ast.ImportFrom)]
+    wheels = {
+        "vllm_omni": fetch_locked_wheel("vllm-omni", "0.30.0", "-py3-none-any.whl", "vllm_omni"),
+        "qwen_tts": fetch_locked_wheel("qwen-tts", "0.1.1", "-py3-none-any.whl", "qwen_tts"),
+    }
+    submodules: dict[str, dict[str, str]] = {}
+    for node in imports:
+        package, _, module = (node.module or "").partition(".")
+        tree = wheels[package].tree(module.replace(".", "/") + ".py")
+        for alias in node.names:
+            found = class_def(tree, alias.name)
+            if alias.name == "Qwen3TTSTokenizerV2Decoder":
+                submodules[package] = {  # self.<name> = <a module built>: what the state dict's names come from
+                    ast.unparse(target): ast.unparse(statement.value)
+                    for statement in ast.walk(function_def(found, "__init__"))
+                    if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call)
+                    and not ast.unparse(statement.value.func).startswith("np.")
+                    for target in statement.targets
+                }  # fmt: skip
+    assert sorted((node.module or "").split(".")[0] for node in imports) == ["qwen_tts"] * 2 + ["vllm_omni"] * 2
+    assert {"self.pre_transformer", "self.quantizer", "self.pre_conv", "self.upsample", "self.decoder"} == set(
+        submodules["vllm_omni"]
+    )
+    assert submodules["vllm_omni"] == submodules["qwen_tts"]
+
+
 def test_frontend_weights_are_named_as_the_prompt_frontend_loads_them() -> None:
     """sglang-omni's frontend loads `talker.<name>` into its own `<name>` and the speaker encoder's under its own
     name (`Qwen3TTSPromptFrontend.load_weights`, 0.1.8); each tensor a copy of its own, as safetensors needs."""
