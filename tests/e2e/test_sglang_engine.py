@@ -116,6 +116,47 @@ def test_every_format_decodes_to_the_talkers_length(custom: RunningServer, respo
         assert abs(audio.duration_s - seconds(expected)) <= 0.1, audio.duration_s
 
 
+def test_a_stream_is_measured_by_every_speech_metric(custom: RunningServer) -> None:
+    """One streamed request on this engine: each TTFA phase, the time to uninterrupted audio, the ran-dry series, the
+    RTF, E2E and the seconds of audio, each observed once for it; the start's phases as the engine reported them."""
+
+    def now() -> dict[str, float]:
+        values = {
+            "ttfa": custom.metric("speech_ttfa_seconds_count", response_format="pcm", stream="audio"),
+            "uninterrupted": custom.metric("speech_uninterrupted_seconds_count", response_format="pcm", stream="audio"),
+            "rtf": custom.metric("speech_rtf_count"),
+            "rtf_sum": custom.metric("speech_rtf_sum"),
+            "e2e": custom.metric("speech_e2e_seconds_count", stream="audio"),
+            "audio_s": custom.metric("speech_audio_seconds_total"),
+            "dry": custom.metric("speech_streams_ran_dry_total", response_format="pcm", stream="audio"),
+            "engine_s": custom.metric("speech_ttfa_phase_seconds_sum", phase="engine"),
+        }
+        for phase in ("validate", "queue", "prepare", "engine", "encode_write"):
+            values[phase] = custom.metric("speech_ttfa_phase_seconds_count", phase=phase)
+        return values
+
+    wait_idle(custom)
+    before = now()
+    with httpx.stream(
+        "POST", f"{custom.base_url}/v1/audio/speech", json={"input": TEXT, "voice": "vivian", "response_format": "pcm"}
+    ) as response:
+        assert response.status_code == 200
+        assert len(response.read()) == frames(TEXT) * FRAME * 2
+    wait_idle(custom)
+    after = now()
+    for key in ("ttfa", "uninterrupted", "rtf", "e2e", "validate", "queue", "prepare", "engine", "encode_write"):
+        assert after[key] - before[key] == 1, key
+    assert after["engine_s"] > before["engine_s"] and after["rtf_sum"] > before["rtf_sum"]
+    assert after["audio_s"] - before["audio_s"] == pytest.approx(seconds(frames(TEXT)))
+    assert after["dry"] - before["dry"] in (0, 1)  # the series is this stream's, whether or not it ran dry
+    text = httpx.get(f"{custom.base_url}/metrics", timeout=30).text
+    assert 'speech_streams_ran_dry_total{response_format="pcm",stream="audio"}' in text
+    assert 'engine="sglang"' in next(line for line in text.splitlines() if line.startswith("speech_build_info"))
+    assert custom.metric("speech_start_seconds", phase="total") > 0
+    for phase in ("imports", "pipeline", "warmup"):  # the stand-in's take well under the 0.1 s they are rounded to
+        assert f'speech_start_seconds{{phase="{phase}"}}' in text, phase
+
+
 def test_max_new_tokens_cuts_the_talker_short(custom: RunningServer) -> None:
     response = speech(custom, voice="vivian", response_format="pcm", max_new_tokens=10)
     assert response.status_code == 200, response.text
