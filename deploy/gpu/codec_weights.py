@@ -113,8 +113,9 @@ def _scale_output(decoder: Any, generator: Any) -> None:
 
 
 def random_decoder(model_dir: Path, fill: str = "dummy", seed: int = 0) -> Any:
-    """The codec decoder of the model directory's speech tokenizer, built by vllm-omni's own class (the one
-    `Qwen3TTSCode2Wav.__init__` builds, from the same config), filled as `fill` says (see the module's docstring)."""
+    """The codec decoder of the model directory's speech tokenizer, built by the class `decoder_classes` names
+    (vllm-omni's, the one `Qwen3TTSCode2Wav.__init__` builds, where it imports) from the same config, filled as `fill`
+    says (see the module's docstring)."""
     import torch
 
     if fill not in FILLS:
