@@ -1,0 +1,79 @@
+"""The alert rules evaluated by Prometheus's own rule engine (`promtool test rules`) over series written here: what
+must page does, what must not does not."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from tests.support.prometheus import ensure_installed
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "deploy/prometheus/speech-rules.yaml"
+
+# 20 requests a minute, all answered 200 (a stream cut after its audio began keeps the status it started with)
+ANSWERED = {"series": 'speech_requests_total{status="200"}', "values": "0+20x30"}
+
+
+def promtool_test(tmp_path: Path, series: list[dict[str, str]], expected_ratio: float, fires: bool) -> None:
+    alerts = [{"exp_labels": {"severity": "page"}}] if fires else []
+    for alert in alerts:
+        alert["exp_annotations"] = {}  # filled below from the rule itself, so that only the firing is compared
+    rule = next(
+        r for group in yaml.safe_load(RULES.read_text())["groups"] for r in group["rules"]
+        if r.get("alert") == "SpeechHighErrorRatio"
+    )  # fmt: skip
+    test = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "30s",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": "round(speech:error_ratio:rate5m, 0.001)",  # rates are floats: 0.0999… is 10%
+                        "eval_time": "20m",
+                        "exp_samples": [{"labels": "{}", "value": expected_ratio}],
+                    }
+                ],
+                "alert_rule_test": [{"eval_time": "20m", "alertname": "SpeechHighErrorRatio", "exp_alerts": alerts}],
+            }
+        ],
+    }
+    if fires:
+        annotations = rule["annotations"]
+        alerts[0]["exp_annotations"] = {
+            "summary": annotations["summary"],
+            "description": annotations["description"].replace("{{ $value | humanizePercentage }}", "10%"),
+            "runbook_url": annotations["runbook_url"],
+        }
+    path = tmp_path / "test.yaml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    ensure_installed()
+    run = subprocess.run([shutil.which("promtool") or "promtool", "test", "rules", str(path)], capture_output=True,
+                         text=True)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_streams_cut_by_an_error_after_their_audio_began_count_as_errors(tmp_path: Path) -> None:
+    """Two of every 20 requests a minute end with `speech_aborted_total{reason="error"}` after a 200: 10% fail, and
+    the error alert pages as it would for 10% answered 5xx."""
+    cut = {"series": 'speech_aborted_total{reason="error"}', "values": "0+2x30"}
+    promtool_test(tmp_path, [ANSWERED, cut], 0.1, fires=True)
+
+
+def test_a_server_error_before_audio_counts_once(tmp_path: Path) -> None:
+    """A 5xx (the synthesis failed before any audio) is not also an aborted stream: 2 of 20 is 10%, not 20%."""
+    failed = {"series": 'speech_requests_total{status="503"}', "values": "0+2x30"}
+    answered = {"series": 'speech_requests_total{status="200"}', "values": "0+18x30"}
+    promtool_test(tmp_path, [answered, failed], 0.1, fires=True)
+
+
+def test_clients_that_leave_are_not_errors(tmp_path: Path) -> None:
+    gone = {"series": 'speech_aborted_total{reason="client_gone"}', "values": "0+5x30"}
+    drained = {"series": 'speech_aborted_total{reason="drain"}', "values": "0+1x30"}
+    promtool_test(tmp_path, [ANSWERED, gone, drained], 0.0, fires=False)
