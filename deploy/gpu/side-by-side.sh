@@ -289,9 +289,11 @@ env_of() {  # $1 target: its settings that are environment (CPUS and LOAD_CPUS a
   for word in $(settings_of "$1"); do case $word in CPUS=* | LOAD_CPUS=*) ;; *) words+=("$word") ;; esac; done
   echo "${words[*]}"
 }
-word_of() {  # $1 target, $2 NAME: the value of NAME=value among its settings (CPUS, LOAD_CPUS), empty if none
-  local word
-  for word in $(settings_of "$1"); do case $word in "$2="*) echo "${word#*=}"; return ;; esac; done
+word_of() {  # $1 target, $2 NAME: the value of NAME=value among its settings, empty if none; given twice, the last
+  # one, as `env` reads them
+  local word value=""
+  for word in $(settings_of "$1"); do case $word in "$2="*) value=${word#*=} ;; esac; done
+  echo "$value"
 }
 pin_of() {  # $1 target: the words that start a command on its CPUS, its children with it (none: anywhere). Words put
   # before a plain command, not a function around it: in the background $! is then the command's own pid
@@ -420,13 +422,10 @@ prepare() {
   fi
   if [ "$FRONTEND_WEIGHTS" = auto ]; then  # a preprocessing process of its own loads the prompt's weights
     FRONTEND_WEIGHTS=none
-    local word where target
+    local where target
     for target in service-sglang service-sglang-b; do
       case " $TARGETS " in *" $target "*) ;; *) continue ;; esac
-      where=inline
-      for word in $(settings_of "$target"); do  # as `env` reads them: the last one wins
-        case $word in SPEECH_SGLANG__PREPROCESSING=*) where=${word#*=} ;; esac
-      done
+      where=$(word_of "$target" SPEECH_SGLANG__PREPROCESSING)
       case $where in cpu | gpu) FRONTEND_WEIGHTS=real ;; esac
     done
   fi

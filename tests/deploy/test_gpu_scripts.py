@@ -482,17 +482,18 @@ def test_side_by_side_starts_each_server_on_the_cores_its_settings_name(
     tmp_path: Path, target: str, setting: str, program: str
 ) -> None:
     """CPUS among a server's settings starts it on those cores alone (its processes inherit them), so that servers of
-    one host share no core; without it a server runs where the script does."""
+    one host share no core; without it a server runs where the script does. Given twice, the last one counts, as
+    `env` reads settings."""
     site = tmp_path / "sgl-site"
     (site / "sglang_omni").mkdir(parents=True)
-    core = sorted(os.sched_getaffinity(0))[-1]
+    first, core = sorted(os.sched_getaffinity(0))[0], sorted(os.sched_getaffinity(0))[-1]
     port = str(free_port())
     ports = {
         name: port
         for name in ("SERVICE_PORT", "SERVICE_SGLANG_PORT", "SERVICE_SGLANG_B_PORT", "SGLANG_PORT", "OMNI_B_PORT")
     }
     settings = {"TARGETS": target, "SGLANG_SITE": str(site), "OMNI_B_PROFILE": "deploy/vllm-omni/throughput.yaml"}
-    with harness_started(tmp_path, {**settings, **ports, setting: f"CUDA_VISIBLE_DEVICES=1 CPUS={core}"}):
+    with harness_started(tmp_path, {**settings, **ports, setting: f"CPUS={first} CUDA_VISIBLE_DEVICES=1 CPUS={core}"}):
         assert (tmp_path / f"cpus-{program}").read_text().strip() == str(core)
         assert f" {target}: on cores {core} (taskset -c {core})" in (tmp_path / "work/results/commands.txt").read_text()
     (tmp_path / f"cpus-{program}").unlink()
