@@ -14,23 +14,33 @@ from app.audio.formats import DEFAULT_SAMPLE_RATE, RESPONSE_FORMATS
 from app.engine_protocol import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
+from app.speech.jobs import check_model
 from app.speech.models import served_models
 
 router = APIRouter()
 _CREATED = 1_767_225_600  # 2026-01-01: models are served, not trained here; a fixed timestamp keeps listings stable
 
 
+def model_object(model: str, engine: SpeechEngine) -> dict[str, Any]:
+    return {"id": model, "object": "model", "created": _CREATED, "owned_by": f"speech-service/{engine.name}"}
+
+
 @router.get("/v1/models", responses=error_responses(401, 429))
 async def list_models(
     engine: Annotated[SpeechEngine, Depends(get_engine)], settings: Annotated[Settings, Depends(get_settings)]
 ) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": [
-            {"id": model, "object": "model", "created": _CREATED, "owned_by": f"speech-service/{engine.name}"}
-            for model in served_models(engine, settings)
-        ],
-    }
+    return {"object": "list", "data": [model_object(model, engine) for model in served_models(engine, settings)]}
+
+
+@router.get("/v1/models/{model}", responses=error_responses(401, 404, 429))
+async def retrieve_model(
+    model: str,
+    engine: Annotated[SpeechEngine, Depends(get_engine)],
+    settings: Annotated[Settings, Depends(get_settings)],
+) -> dict[str, Any]:
+    """One model of the list (the OpenAI SDKs' `models.retrieve`); a model not served is a 404 `model_not_found`."""
+    check_model(model, served_models(engine, settings))
+    return model_object(model, engine)
 
 
 @router.get("/v1/audio/capabilities", responses=error_responses(401, 429))

@@ -24,6 +24,17 @@ def test_models_list_in_openai_shape(server: RunningServer) -> None:
     assert sdk_ids == ids
 
 
+def test_a_model_is_retrieved_as_listed_and_an_unknown_one_is_an_openai_404(server: RunningServer) -> None:
+    client = OpenAI(base_url=f"{server.base_url}/v1", api_key="x", max_retries=0)
+    listed = {m.id: m for m in client.models.list()}
+    for model in ("hibari", "tts-1"):
+        assert client.models.retrieve(model) == listed[model]
+    response = httpx.get(f"{server.base_url}/v1/models/nope")
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert (error["code"], error["param"]) == ("model_not_found", "model") and "hibari" in error["message"]
+
+
 def test_capabilities_list_the_formats_table(server: RunningServer) -> None:
     caps = httpx.get(f"{server.base_url}/v1/audio/capabilities").json()
     assert caps["response_formats"] == list(FORMATS) == ["mp3", "opus", "aac", "flac", "wav", "pcm"]
