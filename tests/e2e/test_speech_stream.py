@@ -165,6 +165,16 @@ def test_a_bad_first_message_gets_one_error_and_a_close(server: RunningServer, f
         assert ws.close_code == 1008
 
 
+def test_a_session_closed_before_its_config_closes_normally(server: RunningServer) -> None:
+    """session.close speaks what was sent, then closes: sent first, nothing was, so it closes 1000 with no error (a
+    client that gives up before configuring is not told it did wrong)."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.close"})
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+        assert ws.close_code == 1000
+
+
 def test_an_utterance_with_nothing_to_speak_is_told_so(server: RunningServer) -> None:
     """Text that holds nothing speakable (emoji only) is refused as over HTTP, naming `text`, before the utterance's
     end (no sentences): never an utterance that ends as if spoken. The session goes on."""
