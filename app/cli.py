@@ -19,6 +19,8 @@ from app.logs import configure_logging
 from app.server import create_app
 from app.settings import EngineName, InvalidSettings, Settings, load_settings, log_deprecated_env, settings_help
 
+HURRIED_SHUTDOWN_S = 2  # after a second SIGTERM: the connections of stopped streams get this long to close
+
 
 class SpeechServer(uvicorn.Server):
     """uvicorn with a graceful drain on SIGTERM, and exit status 0 after it.
@@ -26,7 +28,9 @@ class SpeechServer(uvicorn.Server):
     On SIGTERM uvicorn would close its listener and re-raise the signal after shutting down (status -15, read by a
     supervisor as a crash). Instead the first SIGTERM starts a drain: /ready and new requests answer 503 at once,
     every request already accepted, streaming or queued for a slot, is served (up to SPEECH_DRAIN_TIMEOUT_S), and then
-    the server shuts down and exits 0. A second SIGTERM, or SIGINT, shuts down without waiting."""
+    the server shuts down and exits 0. A second SIGTERM ends the drain at once, as its timeout would (what still
+    streams is stopped and told why), and gives connections `HURRIED_SHUTDOWN_S` to close, not the drain's time; the
+    engine is still stopped. A third, or SIGINT once shutting down, stops waiting for anything."""
 
     def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle) -> None:
         super().__init__(config)
@@ -38,8 +42,14 @@ class SpeechServer(uvicorn.Server):
         await super().serve(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if sig == signal.SIGTERM and not self.lifecycle.draining and self._loop is not None and self.started:
-            self._loop.call_soon_threadsafe(self.lifecycle.begin_drain, self._drained)
+        if sig == signal.SIGTERM and self._loop is not None and self.started:
+            if not self.lifecycle.draining:
+                self._loop.call_soon_threadsafe(self.lifecycle.begin_drain, self._drained)
+            elif not self.should_exit:  # a second one while the drain waits
+                self.config.timeout_graceful_shutdown = HURRIED_SHUTDOWN_S
+                self._loop.call_soon_threadsafe(self.lifecycle.hurry)
+            else:  # already shutting down: stop waiting for connections (uvicorn's own second SIGINT)
+                self.force_exit = True
             return
         super().handle_exit(sig, frame)
         if sig == signal.SIGTERM and sig in self._captured_signals:

@@ -34,6 +34,7 @@ class Lifecycle:
         self._gate = gate
         self._streams: dict[str, Stoppable] = {}
         self._stopping = False  # the drain ran out of time: whatever starts streaming now is stopped at once
+        self._hurry = asyncio.Event()  # told to stop waiting (a second SIGTERM): the drain's time is up now
         self._task: asyncio.Task[None] | None = None
         self.drain_started = asyncio.Event()  # long-lived connections (WebSocket sessions) wait on it
         self._drain_began: float | None = None
@@ -73,10 +74,15 @@ class Lifecycle:
         )
         self._task = asyncio.get_running_loop().create_task(self._drain(on_drained))
 
+    def hurry(self) -> None:
+        """End the drain's wait now, as if its timeout had passed: what still waits is refused and what still streams is
+        stopped (each told why), then `on_drained` runs. Before a drain began, nothing happens."""
+        self._hurry.set()
+
     async def _wait_idle(self, timeout_s: float) -> bool:
         deadline = time.perf_counter() + timeout_s
         while not self.idle:
-            if time.perf_counter() >= deadline:
+            if time.perf_counter() >= deadline or self._hurry.is_set():
                 return False
             await asyncio.sleep(_POLL_S)
         return True
@@ -93,6 +99,7 @@ class Lifecycle:
             for request_id, stream in list(self._streams.items()):
                 log.warning("drain timeout: stopping a stream", extra={"request_id": request_id})
                 stream.stop("drain")
+            self._hurry.clear()  # the stopped streams get their grace to end, told or not
             if not await self._wait_idle(_STOPPED_GRACE_S):
                 log.error("streams still open after the drain", extra={"streams": list(self._streams)})
         self.drained = True

@@ -349,6 +349,27 @@ def test_drain_timeout_stops_the_rest(tmp_path: Path) -> None:
     assert deltas and all(base64.b64decode(e["audio"]) for e in deltas)
 
 
+def test_a_second_sigterm_ends_the_drain_at_once_and_exits_zero(tmp_path: Path) -> None:
+    """The drain would wait a minute for a slow listener; a second SIGTERM stops that stream (told why, as at the
+    drain's timeout) and the server exits 0 within seconds, not after the drain's time."""
+    server = start_server(tmp_path / "server.log", env={"SPEECH_DRAIN_TIMEOUT_S": "60"})
+    body = speech(LONGEST_TEXT, stream_format="sse")
+    with httpx.stream("POST", f"{server.base_url}/v1/audio/speech", json=body, timeout=120) as response:
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")
+        server.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{server.base_url}/ready").status_code != 503:  # draining, the stream still in flight
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        server.process.send_signal(signal.SIGTERM)
+        second = time.monotonic()
+        events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+    assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "server_shutting_down"
+    assert server.process.wait(30) == 0
+    assert time.monotonic() - second < 30  # the drain's 60 s were not waited out
+
+
 @pytest.mark.parametrize("response_format", ["mp3", "aac", "opus", "flac"])
 def test_disconnects_while_encoding_never_crash_the_server(small_server: RunningServer, response_format: str) -> None:
     """Clients that leave while a compressed stream is being encoded (regression: closing the encoder while a
