@@ -32,6 +32,7 @@ from app.engine_protocol import (
     VoiceInfo,
 )
 from app.engines.embedded import alignment
+from app.engines.embedded.reader import text_reader
 from app.settings import MAX_INPUT_CHARS
 from app.text.normalize import ReadingRules
 from app.text.words import WordTiming, align_words, written_words
@@ -146,7 +147,7 @@ class EmbeddedEngine:
     def _load_model(self) -> Voice:
         from hibari import Hibari
 
-        model = Hibari(voice=VOICE_ID, threads=self._threads_per_worker)
+        model = Hibari(voice=VOICE_ID, threads=self._threads_per_worker, g2p=text_reader(VOICE_ID))
         voice = Voice(model, alignment.load_session(model, self._threads_per_worker))
         model.sess = None  # the session above replaces it: one copy of the network per worker
         # loads the G2P and runs the graph once so the first request is not slow
