@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from app.text.sentences import is_speakable
 
 _KEPT_CONTROLS = frozenset("\t\n\r")
-_DIGIT_RUN = re.compile(r"[0-9][0-9,]*")
 _NAMED_LATIN = ("LATIN ", "MODIFIER LETTER ")
 
 
@@ -24,12 +23,10 @@ _NAMED_LATIN = ("LATIN ", "MODIFIER LETTER ")
 class ReadingRules:
     """What an engine's voice can read.
 
-    `latin_only`: letters of any other script (Chinese, Cyrillic, Arabic...) are refused, never skipped in silence;
-    digits of every script are read as digits. `max_number_digits`: longer runs of digits (codes, card and account
-    numbers, or numbers beyond the voice's number words) are read digit by digit."""
+    `latin_only`: letters of any other script (Chinese, Cyrillic, Arabic...) are refused, never skipped in silence
+    (digits of any script are no letters: the engine reads them)."""
 
     latin_only: bool = False
-    max_number_digits: int | None = None
 
 
 class UnreadableText(ValueError):
@@ -56,8 +53,6 @@ def normalize_text(text: str, rules: ReadingRules | None = None) -> str:
     normalized = "".join(out)
     if rules.latin_only:
         _refuse_other_scripts(normalized)
-    if rules.max_number_digits is not None:
-        normalized = _DIGIT_RUN.sub(lambda m: _read_number(m.group(0), rules.max_number_digits or 0), normalized)
     if not is_speakable(normalized):
         raise UnreadableText("'input' contains nothing that can be spoken.")
     return normalized
@@ -71,8 +66,6 @@ def _valid_unicode(text: str) -> str:
 
 
 def _latin_reading(ch: str, category: str, text: str, index: int) -> str:
-    if category == "Nd":
-        return str(unicodedata.digit(ch))  # "١٢" and "１２" read as 12
     if category[0] == "M":
         return ""  # a combining mark left over after composition (stacked diacritics): not pronounceable in English
     return ch
@@ -113,11 +106,3 @@ def script_hint(ch: str) -> str:
     name = unicodedata.name(ch, "")
     script = name.split(" ")[0] if name else "unknown"
     return script if len(script) <= 3 else script.capitalize()
-
-
-def _read_number(run: str, max_digits: int) -> str:
-    digits = run.replace(",", "")
-    if len(digits) <= max_digits:
-        return run
-    trailing = "," if run.endswith(",") else ""
-    return " ".join(digits) + trailing

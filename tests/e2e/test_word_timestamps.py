@@ -53,6 +53,21 @@ def test_word_timestamps_follow_the_input_and_agree_with_whisper(server: Running
     assert statistics.median(diffs) < 100, diffs  # the issue's bar; measured: about 25 ms
 
 
+def test_long_numbers_and_other_scripts_digits_are_timed_as_written(server: RunningServer) -> None:
+    """A card number read digit by digit is still one word, and digits of another script keep their script: the
+    words come back as the caller wrote them, each timed within the audio, in order."""
+    text = "Order ١٢٣ and card 4111111111111111 ready. Call 1234567890123456789 now."
+    events = sse_events(server, input=text, word_timestamps=True, seed=2)
+    words = [w for e in events if e["type"] == "speech.audio.timestamps" for w in e["words"]]  # type: ignore[attr-defined]
+    written = ["Order", "١٢٣", "and", "card", "4111111111111111", "ready", "Call", "1234567890123456789", "now"]
+    assert [w["word"] for w in words] == written
+    card = words[4]
+    assert card["end_ms"] - card["start_ms"] > 16 * 150  # sixteen digits spoken, not one  # type: ignore[operator]
+    pcm = b"".join(base64.b64decode(str(e["audio"])) for e in events if e["type"] == "speech.audio.delta")
+    audio = DecodedAudio(np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0, 24_000, 1, "pcm_s16le")
+    assert_words_cover(words, audio)
+
+
 def test_word_timestamps_follow_speed(server: RunningServer) -> None:
     """At speed 2 the audio is time-stretched: the word times shrink with it and stay within the audio."""
     normal = sse_events(server, input="The quick brown fox jumps over the lazy dog.", word_timestamps=True, seed=1)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from app.engines.embedded.reader import read_tokens
 from app.text.words import SpokenWord
 
 if TYPE_CHECKING:
@@ -86,13 +87,12 @@ class PhonemeWord:
 
 
 def phonemize(g2p: Any, text: str) -> tuple[str, list[PhonemeWord]]:
-    """What `g2p(text)` returns (the same string, character for character), and the words inside it.
+    """What `g2p(text)` returns (the same string, character for character, but for what `read_tokens` reads that it
+    would not), and the words inside it.
 
     Tokens written together ("Hello," or "$9.99") form one word; punctuation is left out of the word's span, so a
     word ends where its sound does, not after the pause that follows it."""
-    from hibari.g2p.normalize import normalize
-
-    tokens = g2p.phonemize_tokens(g2p.tokenize(normalize(text)))
+    tokens = read_tokens(g2p, text)
     parts: list[str] = []
     words: list[PhonemeWord] = []
     length = 0

@@ -60,7 +60,7 @@ _PHONEME_CLAUSE = re.compile(r"(?<=[,;:—])\s+")
 _WARMUP_TEXT = "Warming up the speech engine."
 # The voice is English: other scripts are refused up front (hibari would skip them in silence). Its number words stop
 # at decillions (36 digits); beyond a quadrillion a number is a code or an account number, and read digit by digit.
-READING = ReadingRules(latin_only=True, max_number_digits=15)
+READING = ReadingRules(latin_only=True)  # long numbers and other scripts' digits: its reader
 
 
 def split_speed(speed: float) -> tuple[float, float]:
@@ -230,7 +230,8 @@ class EmbeddedEngine:
         try:
             for piece in pieces:
                 try:
-                    readable = any(len(model.ids(part)) > 2 for part in chunk_phonemes(model.g2p(piece)))
+                    phonemes, _ = alignment.phonemize(model.g2p, piece)  # as the sentence will be read
+                    readable = any(len(model.ids(part)) > 2 for part in chunk_phonemes(phonemes))
                 except Exception:
                     log.warning("the text reader failed on a sentence", exc_info=True)
                     readable = False

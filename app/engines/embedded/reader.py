@@ -1,16 +1,26 @@
-"""hibari's text reader, with every letter of a long unknown word read.
+"""hibari's text reader, reading all of what it is given, each word as the one the caller wrote.
 
-Words its lexicon lacks go to a small network that reads at most its first `maxlen` (24) letters and drops the rest
-without a word: "supercalifragilisticexpialidocious" lost its ending, a long hashtag or German compound its last
-syllables. `WholeWordReader` reads such a word in pieces of at most that many letters, each piece's phonemes after
-the other's, so that nothing accepted goes unspoken."""
+- Words its lexicon lacks go to a small network that reads at most its first `maxlen` (24) letters and drops the rest
+  without a word: "supercalifragilisticexpialidocious" lost its ending, a long hashtag or German compound its last
+  syllables. `WholeWordReader` reads such a word in pieces of at most that many letters, each piece's phonemes after
+  the other's, so that nothing accepted goes unspoken.
+- Its number words stop at 15 digits: a longer run (a code, a card or account number) is read digit by digit, as one
+  word still, so that a word's timestamp names the number as written, not each digit.
+- It reads ASCII digits only: digits of other scripts ("١٢٣", "１２３") are read as theirs, one for one, the text
+  as written kept for the timestamps.
+"""
 
 from __future__ import annotations
 
 import math
 import os
+import re
+import unicodedata
 from collections.abc import Callable
 from typing import Any
+
+MAX_NUMBER_DIGITS = 15
+_DIGIT_RUN = re.compile(r"[0-9][0-9,]*")
 
 
 class WholeWordReader:
@@ -38,3 +48,25 @@ def text_reader(voice: str) -> Any:
     british = bool(VOICES[voice]["british"])
     oov = OOV(os.path.join(ASSETS, "oov_gb.onnx" if british else "oov.onnx"))
     return G2P(oov=WholeWordReader(oov, oov.maxlen), british=british)
+
+
+def ascii_digits(text: str) -> str:
+    """`text` with the decimal digits of every script as ASCII ones, character for character."""
+    return "".join(str(unicodedata.digit(ch)) if not ch.isascii() and ch.isdecimal() else ch for ch in text)
+
+
+def read_tokens(g2p: Any, text: str) -> list[Any]:
+    """hibari's tokens of `text`, each with its phonemes (as its G2P reads them, joined they are what it returns),
+    digits of any script read, and a run of more than `MAX_NUMBER_DIGITS` digits read digit by digit as one token."""
+    from hibari.g2p.normalize import normalize
+
+    tokens = g2p.tokenize(normalize(ascii_digits(text)))
+    for token in tokens:
+        if _DIGIT_RUN.fullmatch(token.text) and sum(ch.isdigit() for ch in token.text) > MAX_NUMBER_DIGITS:
+            token.phonemes = " ".join(_digit(g2p, ch) for ch in token.text if ch.isdigit())
+            token.rating = 4  # as the lexicon rates a word it knows
+    return g2p.phonemize_tokens(tokens)
+
+
+def _digit(g2p: Any, digit: str) -> str:
+    return "".join(token.phonemes or "" for token in g2p.phonemize_tokens(g2p.tokenize(digit)))
