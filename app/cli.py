@@ -30,12 +30,13 @@ class SpeechServer(uvicorn.Server):
     every request already accepted, streaming or queued for a slot, is served (up to SPEECH_DRAIN_TIMEOUT_S), and then
     the server shuts down and exits 0. A second SIGTERM ends the drain at once, as its timeout would (what still
     streams is stopped and told why), and gives connections `HURRIED_SHUTDOWN_S` to close, not the drain's time; the
-    engine is still stopped. A third, or SIGINT once shutting down, stops waiting for anything."""
+    engine is still stopped. A third, or SIGINT once shutting down, stops waiting for anything (the engine included)."""
 
     def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle) -> None:
         super().__init__(config)
         self.lifecycle = lifecycle
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._sigterms = 0
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -43,12 +44,14 @@ class SpeechServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGTERM and self._loop is not None and self.started:
-            if not self.lifecycle.draining:
+            self._sigterms += 1  # counted here: a second one may come before the loop has begun the drain
+            if self._sigterms == 1:
                 self._loop.call_soon_threadsafe(self.lifecycle.begin_drain, self._drained)
-            elif not self.should_exit:  # a second one while the drain waits
-                self.config.timeout_graceful_shutdown = HURRIED_SHUTDOWN_S
+            elif self._sigterms == 2:
+                if not self.should_exit:  # the drain still waits: not for its whole time now
+                    self.config.timeout_graceful_shutdown = HURRIED_SHUTDOWN_S
                 self._loop.call_soon_threadsafe(self.lifecycle.hurry)
-            else:  # already shutting down: stop waiting for connections (uvicorn's own second SIGINT)
+            else:  # a third: stop waiting for connections (uvicorn's own second SIGINT; the engine is not stopped)
                 self.force_exit = True
             return
         super().handle_exit(sig, frame)

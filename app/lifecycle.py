@@ -76,7 +76,7 @@ class Lifecycle:
 
     def hurry(self) -> None:
         """End the drain's wait now, as if its timeout had passed: what still waits is refused and what still streams is
-        stopped (each told why), then `on_drained` runs. Before a drain began, nothing happens."""
+        stopped (each told why), then `on_drained` runs. A drain that has not begun starts hurried."""
         self._hurry.set()
 
     async def _wait_idle(self, timeout_s: float) -> bool:

@@ -98,6 +98,13 @@ QUEUE_DEPTH = Gauge("speech_queue_depth", "Requests waiting for a slot.")
 QUEUE_WAIT = Histogram("speech_queue_wait_seconds", "Time admitted requests waited for a slot.", buckets=QUEUE_BUCKETS)
 REJECTED = Counter("speech_rejected_total", "Requests refused without synthesis, by reason.", ["reason"])
 ABORTED = Counter("speech_aborted_total", "Syntheses stopped before they finished, by reason.", ["reason"])
+STREAM_ERRORS = Counter(
+    "speech_stream_errors_total",
+    "HTTP streams (audio, sse) cut by an error after their 200 was sent: failures that speech_requests_total counts "
+    "under 200 (a whole file or a batch item that fails is a 5xx there, a WebSocket utterance an `error` message).",
+    ["stream"],
+)
+HTTP_STREAMS = ("audio", "sse")
 # Every reason a request can be refused or a synthesis stopped. Each series exists from the start at 0, so `rate()`
 # and the alerts see the first event (a series born at 1 has no increase to show).
 REJECT_REASONS = ("queue_full", "queue_timeout", "draining", "unauthorized", "per_key_limit")
@@ -129,3 +136,5 @@ for _reason in REJECT_REASONS:
     REJECTED.labels(_reason)
 for _reason in ABORT_REASONS:
     ABORTED.labels(_reason)
+for _stream in HTTP_STREAMS:
+    STREAM_ERRORS.labels(_stream)

@@ -32,7 +32,7 @@ async def list_models(
     return {"object": "list", "data": [model_object(model, engine) for model in served_models(engine, settings)]}
 
 
-@router.get("/v1/models/{model}", responses=error_responses(401, 404, 429))
+@router.get("/v1/models/{model:path}", responses=error_responses(401, 404, 429))  # ids hold "/"
 async def retrieve_model(
     model: str,
     engine: Annotated[SpeechEngine, Depends(get_engine)],

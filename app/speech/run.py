@@ -206,6 +206,8 @@ class SpeechRun:
                     observe_uninterrupted(output.response_format, self.stream_label, timing.ttfa_s, audio.listener)
             else:
                 metrics.ABORTED.labels(outcome).inc()
+                if outcome == "error" and self.stream_label in metrics.HTTP_STREAMS:
+                    metrics.STREAM_ERRORS.labels(self.stream_label).inc()
                 await engine.abort(job.request_id)
             summary.update(
                 engine_first_audio_s=round((timing.first_chunk or now) - started, 4),

@@ -54,17 +54,21 @@ def promtool_test(tmp_path: Path, series: list[dict[str, str]], expected_ratio: 
 
 
 def test_streams_cut_by_an_error_after_their_audio_began_count_as_errors(tmp_path: Path) -> None:
-    """Two of every 20 requests a minute end with `speech_aborted_total{reason="error"}` after a 200: 10% fail, and
-    the error alert pages as it would for 10% answered 5xx."""
-    cut = {"series": 'speech_aborted_total{reason="error"}', "values": "0+2x30"}
-    promtool_test(tmp_path, [ANSWERED, cut], 0.1, fires=True)
+    """Two of every 20 requests a minute are streams cut by an error after their 200 (`speech_stream_errors_total`;
+    `speech_aborted_total{reason="error"}` counts them too, and also whole files that then answered 5xx): 10% fail,
+    and the error alert pages as it would for 10% answered 5xx."""
+    cut = {"series": 'speech_stream_errors_total{stream="audio"}', "values": "0+2x30"}
+    aborted = {"series": 'speech_aborted_total{reason="error"}', "values": "0+2x30"}
+    promtool_test(tmp_path, [ANSWERED, cut, aborted], 0.1, fires=True)
 
 
 def test_a_server_error_before_audio_counts_once(tmp_path: Path) -> None:
-    """A 5xx (the synthesis failed before any audio) is not also an aborted stream: 2 of 20 is 10%, not 20%."""
-    failed = {"series": 'speech_requests_total{status="503"}', "values": "0+2x30"}
+    """A 5xx is counted once, also where its synthesis was aborted with an error (a whole file that failed after its
+    first audio): 2 of 20 is 10%, not 20%."""
+    failed = {"series": 'speech_requests_total{status="500"}', "values": "0+2x30"}
     answered = {"series": 'speech_requests_total{status="200"}', "values": "0+18x30"}
-    promtool_test(tmp_path, [answered, failed], 0.1, fires=True)
+    aborted = {"series": 'speech_aborted_total{reason="error"}', "values": "0+2x30"}
+    promtool_test(tmp_path, [answered, failed, aborted], 0.1, fires=True)
 
 
 def test_clients_that_leave_are_not_errors(tmp_path: Path) -> None:

@@ -35,6 +35,19 @@ def test_a_model_is_retrieved_as_listed_and_an_unknown_one_is_an_openai_404(serv
     assert (error["code"], error["param"]) == ("model_not_found", "model") and "hibari" in error["message"]
 
 
+def test_a_model_named_with_a_slash_is_retrieved(tmp_path: Path) -> None:
+    """Ids such as "openai/tts-1" or a checkpoint's "Qwen/..." name: the SDK puts them in the path as they are."""
+    server = start_server(tmp_path / "server.log", env={"SPEECH_MODEL_ALIASES": "openai/tts-1"})
+    try:
+        client = OpenAI(base_url=f"{server.base_url}/v1", api_key="x", max_retries=0)
+        assert "openai/tts-1" in [m.id for m in client.models.list()]
+        assert client.models.retrieve("openai/tts-1").id == "openai/tts-1"
+        missing = httpx.get(f"{server.base_url}/v1/models/openai/tts-2").json()["error"]
+        assert missing["code"] == "model_not_found"
+    finally:
+        server.stop()
+
+
 def test_capabilities_list_the_formats_table(server: RunningServer) -> None:
     caps = httpx.get(f"{server.base_url}/v1/audio/capabilities").json()
     assert caps["response_formats"] == list(FORMATS) == ["mp3", "opus", "aac", "flac", "wav", "pcm"]

@@ -37,6 +37,7 @@ FAMILIES = {
     "speech_queue_wait_seconds": "histogram",
     "speech_rejected": "counter",
     "speech_aborted": "counter",
+    "speech_stream_errors": "counter",
     "speech_build_info": "gauge",  # an info metric: exposed as a gauge of 1 carrying its labels
     "speech_start_seconds": "gauge",
     "speech_event_loop_lag_seconds": "histogram",

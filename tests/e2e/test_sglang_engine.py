@@ -396,6 +396,10 @@ def test_a_dead_pipeline_fails_its_streams_then_readiness_and_liveness(
             client.join(timeout=30)
         assert outcomes["pcm"].startswith("cut"), outcomes  # an incomplete chunked body, never a short file
         assert outcomes["sse"] == "error engine_unavailable", outcomes
+        # both began as 200s: the error alert counts them from here
+        assert server.metric("speech_requests_total", status="200") == 2
+        assert server.metric("speech_stream_errors_total", stream="audio") == 1
+        assert server.metric("speech_stream_errors_total", stream="sse") == 1
         health = httpx.get(f"{server.base_url}/health", timeout=5)
         assert health.status_code == 503 and health.json()["error"]["code"] == "engine_failed"
         refused = speech(server, voice="vivian", response_format="pcm")

@@ -4,8 +4,8 @@
   without a word: "supercalifragilisticexpialidocious" lost its ending, a long hashtag or German compound its last
   syllables. `WholeWordReader` reads such a word in pieces of at most that many letters, each piece's phonemes after
   the other's, so that nothing accepted goes unspoken.
-- Its number words stop at 15 digits: a longer run (a code, a card or account number) is read digit by digit, as one
-  word still, so that a word's timestamp names the number as written, not each digit.
+- Its number words stop at 15 digits: a longer run (a code, a card or account number) is read digit by digit, the
+  text timed against left as written, so that a word's timestamp names the number as written, not each digit.
 - It reads ASCII digits only: digits of other scripts ("١٢٣", "１２３") are read as theirs, one for one, the text
   as written kept for the timestamps.
 """
@@ -57,16 +57,16 @@ def ascii_digits(text: str) -> str:
 
 def read_tokens(g2p: Any, text: str) -> list[Any]:
     """hibari's tokens of `text`, each with its phonemes (as its G2P reads them, joined they are what it returns),
-    digits of any script read, and a run of more than `MAX_NUMBER_DIGITS` digits read digit by digit as one token."""
+    with digits of any script read and a run of more than `MAX_NUMBER_DIGITS` digits read digit by digit (what it
+    reads is rewritten here, never the text the caller's words are timed against: a word read as several is timed
+    as the one written)."""
     from hibari.g2p.normalize import normalize
 
-    tokens = g2p.tokenize(normalize(ascii_digits(text)))
-    for token in tokens:
-        if _DIGIT_RUN.fullmatch(token.text) and sum(ch.isdigit() for ch in token.text) > MAX_NUMBER_DIGITS:
-            token.phonemes = " ".join(_digit(g2p, ch) for ch in token.text if ch.isdigit())
-            token.rating = 4  # as the lexicon rates a word it knows
-    return g2p.phonemize_tokens(tokens)
+    return g2p.phonemize_tokens(g2p.tokenize(normalize(_DIGIT_RUN.sub(_digit_by_digit, ascii_digits(text)))))
 
 
-def _digit(g2p: Any, digit: str) -> str:
-    return "".join(token.phonemes or "" for token in g2p.phonemize_tokens(g2p.tokenize(digit)))
+def _digit_by_digit(run: re.Match[str]) -> str:
+    digits = run.group(0).replace(",", "")
+    if len(digits) <= MAX_NUMBER_DIGITS:
+        return run.group(0)
+    return " ".join(digits) + ("," if run.group(0).endswith(",") else "")
