@@ -34,7 +34,7 @@ class Lifecycle:
         self._gate = gate
         self._streams: dict[str, Stoppable] = {}
         self._stopping = False  # the drain ran out of time: whatever starts streaming now is stopped at once
-        self._hurry = asyncio.Event()  # told to stop waiting (a second SIGTERM): the drain's time is up now
+        self._hurried = False  # told to stop waiting (a second SIGTERM): the drain's time is up now
         self._task: asyncio.Task[None] | None = None
         self.drain_started = asyncio.Event()  # long-lived connections (WebSocket sessions) wait on it
         self._drain_began: float | None = None
@@ -77,12 +77,12 @@ class Lifecycle:
     def hurry(self) -> None:
         """End the drain's wait now, as if its timeout had passed: what still waits is refused and what still streams is
         stopped (each told why), then `on_drained` runs. A drain that has not begun starts hurried."""
-        self._hurry.set()
+        self._hurried = True
 
     async def _wait_idle(self, timeout_s: float) -> bool:
         deadline = time.perf_counter() + timeout_s
         while not self.idle:
-            if time.perf_counter() >= deadline or self._hurry.is_set():
+            if time.perf_counter() >= deadline or self._hurried:
                 return False
             await asyncio.sleep(_POLL_S)
         return True
@@ -99,7 +99,7 @@ class Lifecycle:
             for request_id, stream in list(self._streams.items()):
                 log.warning("drain timeout: stopping a stream", extra={"request_id": request_id})
                 stream.stop("drain")
-            self._hurry.clear()  # the stopped streams get their grace to end, told or not
+            self._hurried = False  # the stopped streams get their grace to end, told or not
             if not await self._wait_idle(_STOPPED_GRACE_S):
                 log.error("streams still open after the drain", extra={"streams": list(self._streams)})
         self.drained = True

@@ -58,9 +58,9 @@ VOICE_ID = "heart"
 LANGUAGES = ("English",)
 _PHONEME_CLAUSE = re.compile(r"(?<=[,;:—])\s+")
 _WARMUP_TEXT = "Warming up the speech engine."
-# The voice is English: other scripts are refused up front (hibari would skip them in silence). Its number words stop
-# at decillions (36 digits); beyond a quadrillion a number is a code or an account number, and read digit by digit.
-READING = ReadingRules(latin_only=True)  # long numbers and other scripts' digits: its reader
+# The voice is English: other scripts are refused up front (hibari would skip them in silence). Digits of any script
+# and numbers past a quadrillion are its reader's to read (`reader.py`), the text left as written.
+READING = ReadingRules(latin_only=True)
 
 
 def split_speed(speed: float) -> tuple[float, float]:

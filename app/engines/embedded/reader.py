@@ -4,8 +4,9 @@
   without a word: "supercalifragilisticexpialidocious" lost its ending, a long hashtag or German compound its last
   syllables. `WholeWordReader` reads such a word in pieces of at most that many letters, each piece's phonemes after
   the other's, so that nothing accepted goes unspoken.
-- Its number words stop at 15 digits: a longer run (a code, a card or account number) is read digit by digit, the
-  text timed against left as written, so that a word's timestamp names the number as written, not each digit.
+- Its number words stop at decillions (36 digits), but past a quadrillion (15 digits) a run is a code, a card or an
+  account number: it is read digit by digit, the text timed against left as written, so that a word's timestamp
+  names the number as written, not each digit.
 - It reads ASCII digits only: digits of other scripts ("١٢٣", "１２３") are read as theirs, one for one, the text
   as written kept for the timestamps.
 """
