@@ -34,6 +34,10 @@
 #                            profile and one lever says so (an A/A round) once ready. service-sglang-pair: the
 #                            service on sglang twice, `service-sglang` and `service-sglang-b` (SERVICE_SGLANG_ENV,
 #                            SERVICE_SGLANG_B_ENV), results as for service-sglang, service-sglang-b's with -b
+#   PROFILE_SET_<LEVER>=""   TARGET=service: that lever's overrides of the profile (side-by-side.sh's PROFILE_SET,
+#                            ';'-separated), added to PROFILE_SET's for each of its variants: a lever of the profile
+#                            on one GPU, started in turn with its baseline. Refused before anything starts in a pair
+#                            (its B profile is B_PROFILE_SET's) and on sglang (no profile)
 #   BASE_ENV_B=""            the second server's settings (TARGET=service-pair, service-sglang-pair): its own GPU
 #                            and cores. A pair whose BASE_ENV and BASE_ENV_B do not each name CUDA_VISIBLE_DEVICES,
 #                            different ones, is refused before anything starts
@@ -169,6 +173,7 @@ sweeps() { case " $SWEEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }  # $
 # a pair's every level runs twice, one server after the other; its burst again, B first: about 10 s more a server
 a_pair && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S * 2 + 20))
 export TARGETS=$SERVERS SWEEP_TARGETS=$SERVERS KV_WAIT_S=${KV_WAIT_S:-0}
+RUN_PROFILE_SET=${PROFILE_SET:-}  # every variant's; a lever's PROFILE_SET_<LEVER> is added for its own
 
 levers='[A-Za-z0-9_]+'
 a_pair && levers='[A-Za-z0-9_]+/[A-Za-z0-9_]+'
@@ -178,6 +183,15 @@ for variant in ${VARIANTS:?name:LEVER words}; do  # every word checked before an
       "letters, digits, _; its settings are LEVER_<LEVER>)" >&2
     exit 64
   fi
+  levers_of=${variant#*:}
+  for lever in ${levers_of/\// }; do  # a pair's two, split at the slash
+    profile_set_name="PROFILE_SET_$lever"
+    if [ "$TARGET" != service ] && [ -n "${!profile_set_name:-}" ]; then
+      echo "lever-starts: $profile_set_name is for TARGET=service (a pair's B profile is B_PROFILE_SET's; the" \
+        "sglang engine runs no profile)" >&2
+      exit 64
+    fi
+  done
   if [ -n "$(ls -A "$ROOT/${variant%%:*}" 2>/dev/null)" ]; then
     echo "lever-starts: $ROOT/${variant%%:*} already holds results: name the variant anew, or choose another OUT" >&2
     exit 64
@@ -420,6 +434,8 @@ for variant in $VARIANTS; do
   lever_b=${lever#*/} lever=${lever%%/*}  # service-pair: service-b's lever after the slash
   lever_env_name="LEVER_$lever" lever_b_env_name="LEVER_$lever_b"
   lever_env=${!lever_env_name:-} lever_b_env=${!lever_b_env_name:-}
+  profile_set_name="PROFILE_SET_$lever"
+  lever_profile_set=${!profile_set_name:-}
   wait_s=$START_WAIT_S
   if [ -n "$UNTIL" ]; then
     if [ $(($(date +%s) + expected)) -gt "$UNTIL" ]; then
@@ -440,13 +456,15 @@ for variant in $VARIANTS; do
     export SERVICE_SGLANG_B_ENV="$BASE_ENV_B${lever_b_env:+ $lever_b_env}"
   else  # vllm-omni: its stages' profiler, and its request timeline, only where asked for
     export SERVICE_ENV="$BASE_ENV${lever_env:+ $lever_env}" SERVICE_B_ENV="$BASE_ENV_B${lever_b_env:+ $lever_b_env}"
+    export PROFILE_SET="$RUN_PROFILE_SET${RUN_PROFILE_SET:+${lever_profile_set:+;}}$lever_profile_set"
     [ "$TORCH_PROFILE" = 1 ] || export PROFILER_DIR=""
   fi
   # the engine appends to its event files: an earlier run's must not join this one's
   [ -n "$PROFILER_DIR" ] && rm -rf "$PROFILER_DIR"
   mkdir -p "$OUT"
   echo "$name: lever $lever: ${lever_env:-(none)}" >"$OUT/lever.txt"
-  described="$lever: ${lever_env:-baseline}"
+  [ -n "$lever_profile_set" ] && echo "$name: lever $lever's profile: $lever_profile_set" >>"$OUT/lever.txt"
+  described="$lever: ${lever_env:-baseline}${lever_profile_set:+; profile $lever_profile_set}"
   if a_pair; then
     echo "$name: ${SERVERS#* }'s lever $lever_b: ${lever_b_env:-(none)}" >>"$OUT/lever.txt"
     described="$described; ${SERVERS#* } $lever_b: ${lever_b_env:-baseline}"

@@ -55,6 +55,7 @@ SETTINGS = (
     "TIMELINE_LEVELS",
     "STANDIN_PROFILE_B",
     "SWEEPS",
+    "PROFILE_SET",
 )
 
 
@@ -74,7 +75,7 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         'echo "$1|$(basename "$OUT")|${SWEEP_NAME-}|${CONCURRENCY-}|${REQUESTS-}|${TIMELINE-}|$SERVICE_SGLANG_ENV'
         "|$(grep Cpus_allowed_list /proc/$$/status | cut -f2)|${START_WAIT_S-}|${SERVICE_ENV-}|$TARGETS"
         "|${PROFILER_DIR-}|${SERVICE_B_ENV-}|${EXTRA_BODY-}|${PROFILE_WARMUP-}|${SWEEP_TARGETS-}"
-        '|${SERVICE_SGLANG_B_ENV-}"'
+        '|${SERVICE_SGLANG_B_ENV-}|${PROFILE_SET-}"'
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
         '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac\n'
@@ -113,7 +114,11 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
 
 def run(tmp_path: Path, out: str = "out", **settings: str) -> subprocess.CompletedProcess[str]:
     env = {
-        **{name: value for name, value in os.environ.items() if name not in SETTINGS and not name.startswith("LEVER_")},
+        **{
+            name: value
+            for name, value in os.environ.items()
+            if name not in SETTINGS and not name.startswith(("LEVER_", "PROFILE_SET_"))
+        },
         "SIDE_BY_SIDE": str(stand_in_side_by_side(tmp_path)),
         "OUT": str(tmp_path / out),
         "PYTHON": sys.executable,
@@ -217,6 +222,44 @@ def test_the_service_on_vllm_omni_is_a_target_too_without_the_request_timeline(t
     assert "failed" not in (tmp_path / "out/progress.txt").read_text()
     refused = run(tmp_path, out="other", TARGET="sglang", VARIANTS="a1:A", LEVER_A="")
     assert refused.returncode == 64 and "TARGET=sglang" in refused.stderr
+
+
+def test_a_lever_of_the_profile_reaches_its_own_variants_on_top_of_every_variants_overrides(tmp_path: Path) -> None:
+    """PROFILE_SET_<LEVER>: on one GPU a lever of the profile is started in turn with its baseline, its overrides
+    added to the run's PROFILE_SET for its own variants only, and said in their lever.txt."""
+    done = run(
+        tmp_path,
+        TARGET="service",
+        VARIANTS="a1:A u1:U a2:A",
+        LEVER_A="SPEECH_OMNI__CUDA_MPS=true",
+        LEVER_U="SPEECH_OMNI__CUDA_MPS=true",
+        PROFILE_SET="stages.1.max_num_seqs=32",
+        PROFILE_SET_U="stages.0.env.CUDA_MPS_CLIENT_PRIORITY=1;stages.1.async_scheduling=false",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    starts = {call[1]: call[17] for call in calls(tmp_path) if call[0] == "start"}
+    assert starts == {
+        "a1": "stages.1.max_num_seqs=32",
+        "u1": "stages.1.max_num_seqs=32;stages.0.env.CUDA_MPS_CLIENT_PRIORITY=1;stages.1.async_scheduling=false",
+        "a2": "stages.1.max_num_seqs=32",
+    }
+    said = (tmp_path / "out/u1/lever.txt").read_text()
+    assert "profile: stages.0.env.CUDA_MPS_CLIENT_PRIORITY=1;stages.1.async_scheduling=false" in said
+    assert "profile" not in (tmp_path / "out/a1/lever.txt").read_text()
+    alone = run(tmp_path, out="alone", TARGET="service", VARIANTS="u1:U", PROFILE_SET_U="stages.1.max_num_seqs=8")
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert [call[17] for call in calls(tmp_path) if call[0] == "start"][-1] == "stages.1.max_num_seqs=8"
+    for target, variants in (("service-pair", "r1:A/U"), ("service-sglang", "u1:U")):
+        refused = run(
+            tmp_path,
+            out=f"refused-{target}",
+            TARGET=target,
+            VARIANTS=variants,
+            BASE_ENV_B="CUDA_VISIBLE_DEVICES=1",
+            PROFILE_SET_U="stages.1.max_num_seqs=8",
+        )
+        assert refused.returncode == 64 and "PROFILE_SET_U is for TARGET=service" in refused.stderr
+        assert not (tmp_path / f"refused-{target}").exists()
 
 
 def test_the_service_on_vllm_omni_profiled_at_c1_and_c8_keeps_each_profiles_summary_not_its_traces(
