@@ -105,6 +105,15 @@ STREAM_ERRORS = Counter(
     ["stream"],
 )
 HTTP_STREAMS = ("audio", "sse")
+WS_UTTERANCES = Counter(
+    "speech_ws_utterances_total",
+    "WebSocket utterances (/v1/audio/speech/stream), each counted once when it ends, by outcome: completed; error, an "
+    "error of the server's own told as an `error` message (what the error alert counts beside the HTTP requests' 5xx); "
+    "refused, errors of the request's only (a field, a full server); client_gone, client_stalled and stopped, cut "
+    "short by the session's end.",
+    ["outcome"],
+)
+UTTERANCE_OUTCOMES = ("completed", "error", "refused", "client_gone", "client_stalled", "stopped")
 # Every reason a request can be refused or a synthesis stopped. Each series exists from the start at 0, so `rate()`
 # and the alerts see the first event (a series born at 1 has no increase to show).
 REJECT_REASONS = ("queue_full", "queue_timeout", "draining", "unauthorized", "per_key_limit")
@@ -138,3 +147,5 @@ for _reason in ABORT_REASONS:
     ABORTED.labels(_reason)
 for _stream in HTTP_STREAMS:
     STREAM_ERRORS.labels(_stream)
+for _outcome in UTTERANCE_OUTCOMES:
+    WS_UTTERANCES.labels(_outcome)

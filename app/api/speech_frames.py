@@ -21,6 +21,7 @@ CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001  # the server drains
 CLOSE_POLICY = 1008  # no valid key, or no session.config in time
 CLOSE_TRY_AGAIN = 1013  # the server is full
+CLOSE_INTERNAL_ERROR = 1011  # the session failed for a reason of the server's own
 
 
 class SessionClosed(Exception):

@@ -38,9 +38,16 @@ from app.api.audio_stream import STALLED_STATE_KEY
 from app.api.dependencies import service_of
 from app.api.errors import ApiError, invalid_param, to_api_error, unknown_parameter, validation_error
 from app.api.middleware import valid_request_id
-from app.api.speech_frames import CLOSE_GOING_AWAY, CLOSE_NORMAL, CLOSE_POLICY, Frames, SessionClosed
+from app.api.speech_frames import (
+    CLOSE_GOING_AWAY,
+    CLOSE_INTERNAL_ERROR,
+    CLOSE_NORMAL,
+    CLOSE_POLICY,
+    Frames,
+    SessionClosed,
+)
 from app.audio.formats import ResponseFormat
-from app.speech.errors import Failed, Refused, ShuttingDown, SpeechError
+from app.speech.errors import Failed, ShuttingDown, SpeechError
 from app.speech.options import DEFAULT_VOICE, Name, SpeechOptions
 from app.speech.run import SpeechService
 from app.speech.sentences import Granularity
@@ -144,7 +151,7 @@ class SpeechStreamSession:
             code = closed.code
         except Exception:
             log.exception("websocket session failed", extra={"request_id": self.session_id})
-            code = 1011
+            code = CLOSE_INTERNAL_ERROR
             with contextlib.suppress(Exception):
                 await self.frames.send_error(Failed(self.session_id))
         finally:
@@ -163,8 +170,10 @@ class SpeechStreamSession:
 
     def outcome(self, code: int) -> str:
         """How the session's open utterances ended: the client left, stopped reading (the connection was aborted),
-        or the session was closed."""
-        return self.cut_off() or ("client_gone" if code == -1 else "stopped")
+        the session failed (an error of the server's own), or the session was closed."""
+        if cut := self.cut_off():
+            return cut
+        return "client_gone" if code == -1 else "error" if code == CLOSE_INTERNAL_ERROR else "stopped"
 
     async def stopped_by_drain(self) -> NoReturn:
         await self.frames.send_error(ShuttingDown())
@@ -225,8 +234,8 @@ class SpeechStreamSession:
 
     async def tell_if_nothing_to_speak(self) -> None:
         """As a request of the same text is refused: told before the utterance's end (which has no sentence)."""
-        if self.speech.nothing_to_speak():
-            await self.frames.send_error(Refused("text", "The utterance's text contains nothing that can be spoken."))
+        if (refusal := self.speech.nothing_to_speak()) is not None:
+            await self.frames.send_error(refusal)
 
     def read(self, message: dict[str, Any]) -> dict[str, Any]:
         """A client's message as a JSON object, within the size limits (a session.config may carry a reference

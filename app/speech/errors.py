@@ -6,7 +6,10 @@ from __future__ import annotations
 
 
 class SpeechError(Exception):
-    """A request that cannot be served, said in the words its client reads (`message`)."""
+    """A request that cannot be served, said in the words its client reads (`message`). `server_fault`: the server
+    could not serve it (over HTTP a 5xx), rather than the request or the load being refused."""
+
+    server_fault = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -32,6 +35,8 @@ class UnknownModel(Refused):
 class Unavailable(SpeechError):
     """The engine is loading, warming up or gone (`detail` says which): worth a retry, here or on another replica."""
 
+    server_fault = True
+
     def __init__(self, detail: str) -> None:
         super().__init__(f"The speech engine is not ready ({detail}). Retry shortly.")
         self.detail = detail
@@ -40,6 +45,8 @@ class Unavailable(SpeechError):
 class Stopped(SpeechError):
     """The server ended the work: its deadline passed (`timeout`), or a drain stopped it (`drain`, or the reason the
     lifecycle gave)."""
+
+    server_fault = True
 
     def __init__(self, reason: str) -> None:
         message = (
@@ -75,6 +82,8 @@ class Full(SpeechError):
 
 class Failed(SpeechError):
     """The synthesis failed for a reason of the server's own (logged where it happened, under `request_id`)."""
+
+    server_fault = True
 
     def __init__(self, request_id: str) -> None:
         super().__init__(f"The server had an error while processing your request. Request id: {request_id}.")

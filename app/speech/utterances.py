@@ -34,6 +34,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
+from app import metrics
 from app.speech.errors import Failed, Refused, ShuttingDown, SpeechError
 from app.speech.options import SpeechOptions
 from app.speech.run import SpeechRun, SpeechService, observe_ttfa, observe_uninterrupted
@@ -116,6 +117,7 @@ class Utterance:
     ttfa_s: float | None = None
     text_seen: bool = False  # text other than whitespace arrived
     errors: list[str] = dataclasses.field(default_factory=list)
+    failed: bool = False  # one of its errors was the server's own (`SpeechError.server_fault`)
     # when each piece of its audio reached the client, from the same origin as its TTFA (across its sentences: a
     # listener hears them back to back); and in which format
     listener: ListenerClock | None = None
@@ -136,8 +138,14 @@ class Utterance:
         if not self.errors and self.ttfa_s is not None and self.listener is not None:
             observe_uninterrupted(self.response_format, "websocket", self.ttfa_s, self.listener)
 
-    def log(self, request_id: str, outcome: str) -> None:
-        """One log line per utterance, however it ends."""
+    def outcome(self) -> str:
+        """How an utterance that came to its end ended: completed, error (one of its errors was the server's own), or
+        refused (only the request's were)."""
+        return "completed" if not self.errors else "error" if self.failed else "refused"
+
+    def ended(self, request_id: str, outcome: str) -> None:
+        """One log line and one count per utterance, however it ends."""
+        metrics.WS_UTTERANCES.labels(outcome).inc()
         log.info(
             "speech utterance",
             extra={
@@ -273,13 +281,18 @@ class StreamedSpeech:
         self.gap_checked = False
         self.enqueue(units, rest)
 
-    def nothing_to_speak(self) -> bool:
-        """Text arrived in the open utterance and none of it can be spoken (emoji, symbols alone): what `done` would
-        end without a sentence, where a request of the same text is refused."""
+    def nothing_to_speak(self) -> Refused | None:
+        """Text arrived in the open utterance and none of it can be spoken (emoji, symbols alone), which `done` would
+        end without a sentence: the refusal a request of the same text gets, recorded as the utterance's error (it
+        ends refused, not completed); None where there is something to speak."""
         utterance = self.open_utterances.get(self.utterance)
         if utterance is None or not utterance.text_seen or self.sentence_index:
-            return False
-        return not final_units(self.buffer, self.settings.sentence_max_chars, self.granularity)
+            return None
+        if final_units(self.buffer, self.settings.sentence_max_chars, self.granularity):
+            return None
+        refusal = Refused("text", "The utterance's text contains nothing that can be spoken.")
+        utterance.errors.append(refusal.code)
+        return refusal
 
     def done(self, close: bool = False) -> None:
         """The current utterance ends: the rest of its text is spoken, then its end is told. With `close` (the stream
@@ -370,7 +383,7 @@ class StreamedSpeech:
         for key, utterance in list(self.open_utterances.items()):
             self.lifecycle.untrack(self.utterance_key(key))
             if utterance.sentences or utterance.chars:  # cut short: by the client leaving, or the stream ending
-                utterance.log(self.request_id, outcome)
+                utterance.ended(self.request_id, outcome)
 
 
 class Speaker:
@@ -462,6 +475,7 @@ class Speaker:
                 async for item in items:
                     if isinstance(item, SpeechError):
                         utterance.errors.append(self.sink.error_code(item))
+                        utterance.failed |= item.server_fault
                         await self.sink.error(item)
                         break
                     if isinstance(item, SentenceEnd):
@@ -497,7 +511,7 @@ class Speaker:
         await self.sink.utterance_done(end.utterance, end.sentences)
         utterance = speech.open_utterances.pop(end.utterance)
         speech.lifecycle.untrack(speech.utterance_key(end.utterance))
-        utterance.log(speech.request_id, "completed" if not utterance.errors else "error")
+        utterance.ended(speech.request_id, utterance.outcome())
         utterance.observe_uninterrupted()
         if not speech.open_utterances:
             speech.quiet_since = time.perf_counter()

@@ -75,3 +75,29 @@ def test_clients_that_leave_are_not_errors(tmp_path: Path) -> None:
     gone = {"series": 'speech_aborted_total{reason="client_gone"}', "values": "0+5x30"}
     drained = {"series": 'speech_aborted_total{reason="drain"}', "values": "0+1x30"}
     promtool_test(tmp_path, [ANSWERED, gone, drained], 0.0, fires=False)
+
+
+def test_websocket_utterances_that_fail_with_a_server_error_count_beside_the_requests(tmp_path: Path) -> None:
+    """A WebSocket utterance is served like a request, so one that fails with an error of the server's own
+    (`speech_ws_utterances_total{outcome="error"}`) counts as a 5xx would, and every utterance counts among what was
+    served: 20 requests and 20 utterances a minute, 4 utterances failed, is 10%, and pages; a WebSocket-only replica
+    whose utterances fail pages too."""
+    utterances = [
+        {"series": 'speech_ws_utterances_total{outcome="completed"}', "values": "0+16x30"},
+        {"series": 'speech_ws_utterances_total{outcome="error"}', "values": "0+4x30"},
+    ]
+    promtool_test(tmp_path, [ANSWERED, *utterances], 0.1, fires=True)
+    alone = [
+        {"series": 'speech_ws_utterances_total{outcome="completed"}', "values": "0+9x30"},
+        {"series": 'speech_ws_utterances_total{outcome="error"}', "values": "0+1x30"},
+    ]
+    promtool_test(tmp_path, alone, 0.1, fires=True)
+
+
+def test_utterances_refused_for_their_request_or_cut_by_their_client_are_not_errors(tmp_path: Path) -> None:
+    """Refused (a field, a full server) and cut short by the session's end are not the server failing: 0%, no page."""
+    utterances = [
+        {"series": f'speech_ws_utterances_total{{outcome="{outcome}"}}', "values": "0+3x30"}
+        for outcome in ("completed", "refused", "client_gone", "client_stalled", "stopped")
+    ]
+    promtool_test(tmp_path, [ANSWERED, *utterances], 0.0, fires=False)

@@ -28,6 +28,10 @@ def send(ws: ClientConnection, message: dict[str, object]) -> None:
     ws.send(json.dumps(message))
 
 
+# how a WebSocket utterance can end, as speech_ws_utterances_total counts them (those a session's end cuts short aside)
+OUTCOMES = ("completed", "refused", "error")
+
+
 def receive_utterance(ws: ClientConnection) -> tuple[list[dict[str, object]], dict[int, bytes]]:
     """Every message up to session.done; the audio of each sentence, by sentence index."""
     events: list[dict[str, object]] = []
@@ -177,7 +181,9 @@ def test_a_session_closed_before_its_config_closes_normally(server: RunningServe
 
 def test_an_utterance_with_nothing_to_speak_is_told_so(server: RunningServer) -> None:
     """Text that holds nothing speakable (emoji only) is refused as over HTTP, naming `text`, before the utterance's
-    end (no sentences): never an utterance that ends as if spoken. The session goes on."""
+    end (no sentences): never an utterance that ends as if spoken, nor one counted as completed. The session goes
+    on."""
+    counted = {outcome: server.metric("speech_ws_utterances_total", outcome=outcome) for outcome in OUTCOMES}
     with connect(ws_url(server)) as ws:
         send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
         send(ws, {"type": "input.text", "text": "\U0001f600 \U0001f389 "})
@@ -191,6 +197,13 @@ def test_an_utterance_with_nothing_to_speak_is_told_so(server: RunningServer) ->
         send(ws, {"type": "input.done"})
         events, audio = receive_utterance(ws)
         assert events[-1]["type"] == "session.done" and len(audio[0]) > 1000, events
+    # each utterance counted once as it ended: the refused one is the request's error, never the server's
+    after = {outcome: server.metric("speech_ws_utterances_total", outcome=outcome) for outcome in OUTCOMES}
+    assert {outcome: after[outcome] - counted[outcome] for outcome in OUTCOMES} == {
+        "completed": 1,
+        "refused": 1,
+        "error": 0,
+    }
 
 
 def test_malformed_messages_are_answered_and_the_connection_kept(server: RunningServer) -> None:

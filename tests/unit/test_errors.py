@@ -28,7 +28,7 @@ from app.api.middleware import (
     request_id_of,
 )
 from app.engine_protocol import EngineUnavailable
-from app.speech.errors import Failed, Full, Refused, ShuttingDown, Stopped, Unavailable, UnknownModel
+from app.speech.errors import Failed, Full, Refused, ShuttingDown, SpeechError, Stopped, Unavailable, UnknownModel
 
 Message = dict[str, Any]
 ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Any]
@@ -466,6 +466,8 @@ def test_to_api_error_words_each_failure_once(
     error = to_api_error(failure, "req-1")
     assert (error.status, error.type, error.param, error.code, error.headers) == (status, type_, param, code, headers)
     assert error.message  # the client always reads why
+    if isinstance(failure, SpeechError):  # where HTTP answers 5xx, a WebSocket utterance counts as the server's error
+        assert failure.server_fault == (status >= 500)
 
 
 def test_to_api_error_keeps_the_message_the_client_reads() -> None:

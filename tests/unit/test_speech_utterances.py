@@ -23,6 +23,7 @@ from app.engine_protocol import (
     EngineHealth,
     SynthesisJob,
     TaskType,
+    UnsupportedParameter,
     VoiceInfo,
 )
 from app.lifecycle import SESSION_GRACE_S, Lifecycle
@@ -42,9 +43,10 @@ IDLE_TIMEOUT_S = 30.0
 
 
 class ToneEngine:
-    """Every job is 0.1 s of tone in two chunks; a text with FAIL in it fails before its first audio, one with BREAK
-    after it, one with LATE takes a minute over its first chunk and one with SLOW over its second. `steps` lists the
-    jobs' texts as their synthesis began (+) and ended (-)."""
+    """Every job is 0.1 s of tone in two chunks; a text with FAIL in it fails before its first audio, one with
+    REFUSED is refused then (as a field the engine cannot honour), one with BREAK fails after it, one with LATE takes
+    a minute over its first chunk and one with SLOW over its second. `steps` lists the jobs' texts as their synthesis
+    began (+) and ended (-)."""
 
     name = "tone"
     model_id = "tone-1"
@@ -62,6 +64,8 @@ class ToneEngine:
             await asyncio.sleep(60)
         if "FAIL" in job.text:
             raise EngineError("the tone generator broke")
+        if "REFUSED" in job.text:
+            raise UnsupportedParameter("input", "The tone generator cannot read that.")
         for _ in range(2):
             yield AudioChunk(np.full(RATE // 20, 0.3, np.float32), RATE)
             await asyncio.sleep(0.005)
@@ -174,6 +178,11 @@ def sample(name: str, labels: dict[str, str]) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
+def utterances(outcome: str) -> float:
+    """How many WebSocket utterances ended so, as `speech_ws_utterances_total` counts them."""
+    return sample("speech_ws_utterances_total", {"outcome": outcome})
+
+
 async def test_sentences_are_queued_as_their_end_becomes_certain(service: SpeechService) -> None:
     speech = await configured(service)
     speech.text("Hello there. How are")
@@ -274,6 +283,7 @@ async def test_an_utterance_is_told_in_order_and_accounted_once(
     ttfa = {"response_format": "pcm", "stream": "websocket"}
     ttfa_before = sample("speech_ttfa_seconds_count", ttfa)
     uninterrupted_before = sample("speech_uninterrupted_seconds_count", ttfa)
+    completed_before = sample("speech_ws_utterances_total", {"outcome": "completed"})
     speaker = speech.start(sink)
     with caplog.at_level(logging.INFO, logger="app.speech.utterances"):
         speech.text("One sentence here. Another")
@@ -294,6 +304,7 @@ async def test_an_utterance_is_told_in_order_and_accounted_once(
     # one TTFA and one time to uninterrupted audio per utterance, not per sentence
     assert sample("speech_ttfa_seconds_count", ttfa) == ttfa_before + 1
     assert sample("speech_uninterrupted_seconds_count", ttfa) == uninterrupted_before + 1
+    assert sample("speech_ws_utterances_total", {"outcome": "completed"}) == completed_before + 1
     assert speech.idle and not speaker.done()
     await speech.close("stopped")
 
@@ -305,6 +316,7 @@ async def test_a_failed_sentence_is_told_and_the_utterance_goes_on(
     sink = RecordingSink()
     labels = {"response_format": "pcm", "stream": "websocket"}
     uninterrupted_before = sample("speech_uninterrupted_seconds_count", labels)
+    counted_before = {outcome: utterances(outcome) for outcome in ("error", "refused", "completed")}
     speech.start(sink)
     with caplog.at_level(logging.INFO, logger="app.speech.utterances"):
         speech.text("This will FAIL now. This one works.")
@@ -316,6 +328,37 @@ async def test_a_failed_sentence_is_told_and_the_utterance_goes_on(
     assert line.errors == ["Failed"] and line.outcome == "error"  # type: ignore[attr-defined]
     # an utterance with an error is never observed as uninterrupted
     assert sample("speech_uninterrupted_seconds_count", labels) == uninterrupted_before
+    # counted once, as the server's error: what the error alert counts beside the HTTP requests' 5xx
+    assert {outcome: utterances(outcome) - before for outcome, before in counted_before.items()} == {
+        "error": 1,
+        "refused": 0,
+        "completed": 0,
+    }
+    await speech.close("stopped")
+
+
+async def test_an_utterance_whose_only_errors_are_the_requests_is_refused_not_the_servers_error(
+    service: SpeechService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sentence refused for what the request asks (over HTTP a 4xx) is told, and the utterance goes on; it ends
+    `refused`, which the error alert leaves out, as it leaves out 4xx answers."""
+    speech = await configured(service)
+    sink = RecordingSink()
+    counted_before = {outcome: utterances(outcome) for outcome in ("error", "refused", "completed")}
+    speech.start(sink)
+    with caplog.at_level(logging.INFO, logger="app.speech.utterances"):
+        speech.text("This is REFUSED here. This one works.")
+        speech.done()
+        await asyncio.wait_for(sink.done.wait(), 5)
+    assert sink.events[:2] == [("started", 0, 0, "This is REFUSED here."), ("error", "Refused")]
+    assert sink.kinds()[-1] == "utterance_done" and "spoken" in sink.kinds()
+    (line,) = [record for record in caplog.records if record.getMessage() == "speech utterance"]
+    assert line.errors == ["Refused"] and line.outcome == "refused"  # type: ignore[attr-defined]
+    assert {outcome: utterances(outcome) - before for outcome, before in counted_before.items()} == {
+        "error": 0,
+        "refused": 1,
+        "completed": 0,
+    }
     await speech.close("stopped")
 
 
