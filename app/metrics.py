@@ -107,10 +107,11 @@ STREAM_ERRORS = Counter(
 HTTP_STREAMS = ("audio", "sse")
 WS_UTTERANCES = Counter(
     "speech_ws_utterances_total",
-    "WebSocket utterances (/v1/audio/speech/stream), each counted once when it ends, by outcome: completed; error, an "
-    "error of the server's own told as an `error` message (what the error alert counts beside the HTTP requests' 5xx); "
-    "refused, errors of the request's only (a field, a full server); client_gone, client_stalled and stopped, cut "
-    "short by the session's end.",
+    "WebSocket utterances (/v1/audio/speech/stream) that had text, each counted once when it ends, by outcome: "
+    "completed; error, an error of the server's own (an `error` message, or the session failing), however the "
+    "utterance then ended: what the error alert counts beside the HTTP requests' 5xx; refused, errors of the "
+    "request's only (a field, nothing to speak, a full server); client_gone, client_stalled and stopped (a drain "
+    "among them), cut short by the session's end.",
     ["outcome"],
 )
 UTTERANCE_OUTCOMES = ("completed", "error", "refused", "client_gone", "client_stalled", "stopped")

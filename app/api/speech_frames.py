@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import WebSocket
+from fastapi import WebSocket, WebSocketDisconnect
 
 from app.api.errors import ApiError, to_api_error, websocket_error_message
 from app.audio.formats import DEFAULT_SAMPLE_RATE
@@ -32,6 +34,16 @@ class SessionClosed(Exception):
         self.code = code
 
 
+@contextlib.asynccontextmanager
+async def gone_is_closed() -> AsyncIterator[None]:
+    """A send to a client that has gone ends the session as its leaving does (`SessionClosed(-1)`), not as a failure
+    of the server's: Starlette raises WebSocketDisconnect from a send whose connection is lost."""
+    try:
+        yield
+    except WebSocketDisconnect:
+        raise SessionClosed(-1) from None
+
+
 class Frames:
     """The speech as vllm-omni 0.30's frames (a `SpeechSink`), and every other message to the client: one writer at
     a time. With word_timestamps a sentence's audio travels as numbered `audio.chunk` frames, base64 in JSON."""
@@ -42,7 +54,7 @@ class Frames:
         self.chunks: int | None = None  # the audio.chunk frames of the sentence being delivered; None: binary frames
 
     async def send(self, message: dict[str, Any]) -> None:
-        async with self.lock:
+        async with self.lock, gone_is_closed():
             await self.ws.send_text(json.dumps(message))
 
     async def send_error(self, exc: Exception) -> None:
@@ -68,7 +80,7 @@ class Frames:
         if self.chunks is not None:
             await self.send(self.chunk(sentence, data, start_s, end_s, None))
         else:
-            async with self.lock:
+            async with self.lock, gone_is_closed():
                 await self.ws.send_bytes(data)
 
     async def sentence_spoken(

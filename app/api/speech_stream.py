@@ -18,7 +18,8 @@ so that `utterance_offset_ms + start_ms` times a word in the whole utterance.
 Close codes: 1000 `session.close` or the idle timeout; 1001 the server drains (after the current utterance); 1008 a
 missing or wrong API key, no valid `session.config` in time, or a first message that is not a valid one (one `error`,
 then the close, as from vllm-omni); 1013 the server is full (the `error` before it carries `retry_after`); 1009 a
-message over uvicorn's size cap (SPEECH_MAX_BODY_BYTES).
+message over uvicorn's size cap (SPEECH_MAX_BODY_BYTES); 1011 the session failed for a reason of the server's own
+(`error` `internal_error` first).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from app.api.speech_frames import (
     CLOSE_INTERNAL_ERROR,
     CLOSE_NORMAL,
     CLOSE_POLICY,
+    CLOSE_TRY_AGAIN,
     Frames,
     SessionClosed,
 )
@@ -170,10 +172,11 @@ class SpeechStreamSession:
 
     def outcome(self, code: int) -> str:
         """How the session's open utterances ended: the client left, stopped reading (the connection was aborted),
-        the session failed (an error of the server's own), or the session was closed."""
+        the session failed (an error of the server's own), the server was full (refused, as a 429 is), or the
+        session was closed."""
         if cut := self.cut_off():
             return cut
-        return "client_gone" if code == -1 else "error" if code == CLOSE_INTERNAL_ERROR else "stopped"
+        return {-1: "client_gone", CLOSE_INTERNAL_ERROR: "error", CLOSE_TRY_AGAIN: "refused"}.get(code, "stopped")
 
     async def stopped_by_drain(self) -> NoReturn:
         await self.frames.send_error(ShuttingDown())
@@ -213,11 +216,9 @@ class SpeechStreamSession:
             elif kind == "input.done":
                 self.require_config()
                 refuse_unknown_fields(data)
-                await self.tell_if_nothing_to_speak()
                 self.speech.done()
             elif kind == "session.close":  # what was sent is spoken first
                 refuse_unknown_fields(data)
-                await self.tell_if_nothing_to_speak()
                 self.speech.done(close=True)
                 await self.speech.finish()
                 await self.closed_while_finishing()
@@ -231,11 +232,6 @@ class SpeechStreamSession:
             if self.speech.voice is None:
                 await self.frames.close_with(to_api_error(exc), CLOSE_POLICY)
             await self.frames.send_error(exc)
-
-    async def tell_if_nothing_to_speak(self) -> None:
-        """As a request of the same text is refused: told before the utterance's end (which has no sentence)."""
-        if (refusal := self.speech.nothing_to_speak()) is not None:
-            await self.frames.send_error(refusal)
 
     def read(self, message: dict[str, Any]) -> dict[str, Any]:
         """A client's message as a JSON object, within the size limits (a session.config may carry a reference

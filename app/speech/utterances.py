@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from app import metrics
-from app.speech.errors import Failed, Refused, ShuttingDown, SpeechError
+from app.speech.errors import Failed, Refused, ShuttingDown, SpeechError, Stopped
 from app.speech.options import SpeechOptions
 from app.speech.run import SpeechRun, SpeechService, observe_ttfa, observe_uninterrupted
 from app.speech.sentences import Ahead, Granularity, complete_units, final_units
@@ -102,6 +102,7 @@ class UtteranceEnd:
     utterance: int
     sentences: int
     arrived: float
+    refusal: Refused | None = None  # its text held nothing that can be spoken: told before its end
 
 
 @dataclasses.dataclass
@@ -117,7 +118,7 @@ class Utterance:
     ttfa_s: float | None = None
     text_seen: bool = False  # text other than whitespace arrived
     errors: list[str] = dataclasses.field(default_factory=list)
-    failed: bool = False  # one of its errors was the server's own (`SpeechError.server_fault`)
+    failed: bool = False  # one of its errors was the server's own (`SpeechError.server_fault`), a drain's aside
     # when each piece of its audio reached the client, from the same origin as its TTFA (across its sentences: a
     # listener hears them back to back); and in which format
     listener: ListenerClock | None = None
@@ -138,14 +139,26 @@ class Utterance:
         if not self.errors and self.ttfa_s is not None and self.listener is not None:
             observe_uninterrupted(self.response_format, "websocket", self.ttfa_s, self.listener)
 
-    def outcome(self) -> str:
-        """How an utterance that came to its end ended: completed, error (one of its errors was the server's own), or
-        refused (only the request's were)."""
-        return "completed" if not self.errors else "error" if self.failed else "refused"
+    def failed_with(self, error: SpeechError, code: str) -> None:
+        """One of its sentences ended with `error`, told to the client as `code`. A drain that stops it is the
+        server's, but no failure (as an HTTP stream a drain stops is none): the stream's end says what it was."""
+        self.errors.append(code)
+        self.failed |= error.server_fault and not (isinstance(error, Stopped) and error.reason != "timeout")
+
+    def outcome(self, cut_short_as: str | None = None) -> str:
+        """How it ended: error where one of its errors was the server's own, whatever ended it; else, cut short by
+        the stream's end, as that end is told (`cut_short_as`); else completed, or refused where the request's
+        errors were all it had."""
+        if self.failed:
+            return "error"
+        if cut_short_as is not None:
+            return cut_short_as
+        return "refused" if self.errors else "completed"
 
     def ended(self, request_id: str, outcome: str) -> None:
-        """One log line and one count per utterance, however it ends."""
-        metrics.WS_UTTERANCES.labels(outcome).inc()
+        """One log line per utterance, however it ends, and one count for each that had text."""
+        if self.chars:  # an input.done with no text before it speaks nothing and is not served
+            metrics.WS_UTTERANCES.labels(outcome).inc()
         log.info(
             "speech utterance",
             extra={
@@ -281,27 +294,19 @@ class StreamedSpeech:
         self.gap_checked = False
         self.enqueue(units, rest)
 
-    def nothing_to_speak(self) -> Refused | None:
-        """Text arrived in the open utterance and none of it can be spoken (emoji, symbols alone), which `done` would
-        end without a sentence: the refusal a request of the same text gets, recorded as the utterance's error (it
-        ends refused, not completed); None where there is something to speak."""
-        utterance = self.open_utterances.get(self.utterance)
-        if utterance is None or not utterance.text_seen or self.sentence_index:
-            return None
-        if final_units(self.buffer, self.settings.sentence_max_chars, self.granularity):
-            return None
-        refusal = Refused("text", "The utterance's text contains nothing that can be spoken.")
-        utterance.errors.append(refusal.code)
-        return refusal
-
     def done(self, close: bool = False) -> None:
         """The current utterance ends: the rest of its text is spoken, then its end is told. With `close` (the stream
-        ends) only an utterance already open is ended."""
+        ends) only an utterance already open is ended. Text arrived and none of it can be spoken (emoji, symbols
+        alone): it ends without a sentence, refused as a request of the same text is (told before its end)."""
         if close and self.utterance not in self.open_utterances:
             return
         self.begin_utterance()
-        self.enqueue(final_units(self.buffer, self.settings.sentence_max_chars, self.granularity), "")
-        self.queue.put_nowait(UtteranceEnd(self.utterance, self.sentence_index, time.perf_counter()))
+        sentences = final_units(self.buffer, self.settings.sentence_max_chars, self.granularity)
+        refusal = None
+        if not sentences and not self.sentence_index and self.open_utterances[self.utterance].text_seen:
+            refusal = Refused("text", "The utterance's text contains nothing that can be spoken.")
+        self.enqueue(sentences, "")
+        self.queue.put_nowait(UtteranceEnd(self.utterance, self.sentence_index, time.perf_counter(), refusal))
         self.utterance += 1
         self.sentence_index = 0
 
@@ -383,7 +388,8 @@ class StreamedSpeech:
         for key, utterance in list(self.open_utterances.items()):
             self.lifecycle.untrack(self.utterance_key(key))
             if utterance.sentences or utterance.chars:  # cut short: by the client leaving, or the stream ending
-                utterance.ended(self.request_id, outcome)
+                utterance.ended(self.request_id, utterance.outcome(cut_short_as=outcome))
+        self.open_utterances.clear()  # each counted once, should the stream be closed again
 
 
 class Speaker:
@@ -474,8 +480,7 @@ class Speaker:
             async with contextlib.aclosing(self.outcomes(produced)) as items:
                 async for item in items:
                     if isinstance(item, SpeechError):
-                        utterance.errors.append(self.sink.error_code(item))
-                        utterance.failed |= item.server_fault
+                        utterance.failed_with(item, self.sink.error_code(item))
                         await self.sink.error(item)
                         break
                     if isinstance(item, SentenceEnd):
@@ -506,6 +511,9 @@ class Speaker:
     async def end_utterance(self, end: UtteranceEnd) -> bool:
         """The utterance's end told, logged and observed; True when a drain may now end the stream."""
         speech = self.speech
+        if end.refusal is not None:
+            speech.open_utterances[end.utterance].failed_with(end.refusal, self.sink.error_code(end.refusal))
+            await self.sink.error(end.refusal)
         # told before it stops being open: a stream that closes once nothing is open (session.close) must not close
         # while the end is still on its way to the client
         await self.sink.utterance_done(end.utterance, end.sentences)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -204,6 +205,33 @@ def test_an_utterance_with_nothing_to_speak_is_told_so(server: RunningServer) ->
         "refused": 1,
         "error": 0,
     }
+
+
+def test_a_client_that_drops_its_connection_has_left_and_nothing_failed(server: RunningServer) -> None:
+    """A client that sends a message to be answered and drops the connection at once: the answer finds it gone,
+    which is the client leaving (its open utterance counted client_gone), not a session that failed (never an
+    error to the alert, nor a "websocket session failed" line)."""
+    before = {
+        outcome: server.metric("speech_ws_utterances_total", outcome=outcome) for outcome in ("client_gone", "error")
+    }
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": "Hello there and"})
+        send(ws, {"type": "bogus"})  # answered with an error, to a client already gone
+        ws.socket.shutdown(socket.SHUT_RDWR)  # no close handshake: the connection is simply lost
+        ws.socket.close()
+
+    def moved() -> dict[str, float]:
+        return {
+            outcome: server.metric("speech_ws_utterances_total", outcome=outcome) - before[outcome]
+            for outcome in before
+        }
+
+    deadline = time.monotonic() + 30
+    while not any(moved().values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert moved() == {"client_gone": 1, "error": 0}
+    assert not [event for event in server.log_events() if event.get("message") == "websocket session failed"]
 
 
 def test_malformed_messages_are_answered_and_the_connection_kept(server: RunningServer) -> None:

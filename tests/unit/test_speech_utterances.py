@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 
+from app import metrics
 from app.admission import AdmissionGate
 from app.engine_protocol import (
     AudioChunk,
@@ -359,6 +360,67 @@ async def test_an_utterance_whose_only_errors_are_the_requests_is_refused_not_th
         "refused": 1,
         "completed": 0,
     }
+    await speech.close("stopped")
+
+
+def counted() -> dict[str, float]:
+    return {outcome: utterances(outcome) for outcome in metrics.UTTERANCE_OUTCOMES}
+
+
+def counted_since(before: dict[str, float]) -> dict[str, float]:
+    """The utterances counted since `before`, by outcome (only those that moved)."""
+    return {outcome: n - before[outcome] for outcome, n in counted().items() if n != before[outcome]}
+
+
+async def test_a_server_error_counts_as_one_also_where_the_client_then_leaves(service: SpeechService) -> None:
+    """Leaving after an `error` is what a client does: the failure is the server's all the same, counted once."""
+    speech = await configured(service)
+    sink = RecordingSink()
+    before = counted()
+    speech.start(sink)
+    speech.text("This will FAIL now. And then")
+    await until(lambda: ("error", "Failed") in sink.events)
+    await speech.close("client_gone")
+    await speech.close("client_gone")  # a second close counts nothing more
+    assert counted_since(before) == {"error": 1}
+
+
+async def test_an_utterance_that_nothing_failed_is_counted_as_its_stream_ended(service: SpeechService) -> None:
+    speech = await configured(service)
+    sink = RecordingSink()
+    before = counted()
+    speech.start(sink)
+    speech.text("This is REFUSED here. And then")
+    await until(lambda: ("error", "Refused") in sink.events)
+    await speech.close("client_stalled")
+    assert counted_since(before) == {"client_stalled": 1}
+
+
+async def test_text_with_nothing_to_speak_is_refused_however_its_utterance_ends(service: SpeechService) -> None:
+    """Emoji alone, ended by input.done or by a whole idle period: refused as a request of the same text is, told
+    before the utterance's end (which has no sentence), and counted refused, never completed. An input.done with no
+    text at all is not an utterance served: not counted."""
+    speech = await configured(service)
+    sink = RecordingSink()
+    before = counted()
+    speech.start(sink)
+    speech.text("\U0001f600 \U0001f389 ")
+    speech.done()
+    await asyncio.wait_for(sink.done.wait(), 5)
+    assert sink.events == [("error", "Refused"), ("utterance_done", 0, 0)]
+    sink.done.clear()
+    speech.text("\U0001f600 ")  # then the writer goes quiet
+    speech.buffered_at -= SENTENCE_IDLE_S
+    assert speech.look() is False
+    speech.quiet_since -= IDLE_TIMEOUT_S
+    assert speech.look() is False  # ended as input.done would have
+    await asyncio.wait_for(sink.done.wait(), 5)
+    assert sink.events[2:] == [("error", "Refused"), ("utterance_done", 1, 0)]
+    sink.done.clear()
+    speech.done()
+    await asyncio.wait_for(sink.done.wait(), 5)
+    assert sink.events[4:] == [("utterance_done", 2, 0)]
+    assert counted_since(before) == {"refused": 2}
     await speech.close("stopped")
 
 
