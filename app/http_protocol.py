@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
+import struct
 from typing import Any
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
@@ -39,13 +41,40 @@ def request_timeout_response() -> bytes:
     return head + body
 
 
+def kernel_unsent_bytes(sock: socket.socket) -> int:
+    """What a TCP socket holds that its peer has not acknowledged (Linux's SIOCOUTQ); 0 where it cannot be read."""
+    try:
+        import fcntl
+        from termios import TIOCOUTQ
+    except ImportError:  # not Linux: the transport's buffer alone tells
+        return 0
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), TIOCOUTQ, b"\0\0\0\0"))[0])
+    except OSError:
+        return 0
+
+
+def unsent_bytes(transport: asyncio.Transport) -> int:
+    """What waits to reach the client: the transport's buffer and what the kernel holds that the client has not
+    acknowledged. A client that reads makes it shrink at once; the transport's buffer alone can stand still for tens
+    of seconds under a steady reader, until the kernel's send buffer (megabytes) is half empty."""
+    unsent = transport.get_write_buffer_size()
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        unsent += kernel_unsent_bytes(sock)
+    return unsent
+
+
 class WriteStallGuard:
     """For a uvicorn protocol (listed before it): a connection whose client reads nothing for
     `write_stall_timeout_s` while data waits to be sent is aborted, and the scope of what it carried is marked
-    stalled. Abort, not close: a close waits for the client to read what is buffered, which it never does."""
+    stalled. Abort, not close: a close waits for the client to read what is buffered, which it never does. Reading
+    is told by what waits to be sent shrinking (`unsent_bytes`), not by the transport resuming: a client that reads
+    at real time resumes it only once megabytes have drained, which takes longer than the timeout."""
 
     write_stall_timeout_s: float = 30.0
     _stall_deadline: asyncio.TimerHandle | None = None
+    _unsent_at_deadline_armed: int = 0
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     client: tuple[str, int] | None
@@ -53,7 +82,11 @@ class WriteStallGuard:
     def pause_writing(self) -> None:
         super().pause_writing()  # type: ignore[misc]
         if self._stall_deadline is None:
-            self._stall_deadline = self.loop.call_later(self.write_stall_timeout_s, self._on_write_stall)
+            self._arm_stall_deadline()
+
+    def _arm_stall_deadline(self) -> None:
+        self._unsent_at_deadline_armed = unsent_bytes(self.transport)
+        self._stall_deadline = self.loop.call_later(self.write_stall_timeout_s, self._on_write_stall)
 
     def resume_writing(self) -> None:
         super().resume_writing()  # type: ignore[misc]
@@ -74,6 +107,9 @@ class WriteStallGuard:
 
     def _on_write_stall(self) -> None:
         self._stall_deadline = None
+        if unsent_bytes(self.transport) < self._unsent_at_deadline_armed:  # it read: a new period to read in
+            self._arm_stall_deadline()
+            return
         scope = self._stalled_scope()
         if scope is None:
             return

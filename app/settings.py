@@ -575,8 +575,8 @@ class Settings(BaseSettings):
         30.0,
         gt=0,
         description="A client that reads none of what it is sent (a response, a WebSocket's frames) for this long is "
-        "cut off (its stream stopped, its slot "
-        "freed); above the time a real-time player takes to read ~64 KiB of audio.",
+        "cut off (its stream stopped, its slot freed); one that reads anything meanwhile, however slowly, is reading. "
+        "Above the time a real-time player takes to read ~64 KiB of audio.",
     )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, repr=False, description="API keys (comma list); none = open API."

@@ -138,6 +138,28 @@ def rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+def test_a_client_that_reads_steadily_is_never_cut_off(guarded: RunningServer) -> None:
+    """A client that reads its audio steadily, if slower than the server makes it, is reading: it is never taken for
+    one that stopped. Before, it was cut off once the stall timeout passed without the kernel's send buffer (megabytes)
+    draining to half: this reader within 5 s, a real-time player in about 40."""
+    before = guarded.metric("speech_aborted_total", reason="client_stalled")
+    body = json.dumps({"model": "tts-1", "voice": "alloy", "input": LONGEST_TEXT, "response_format": "pcm"}).encode()
+    with connect(guarded, recv_buffer=4096) as sock:
+        sock.sendall(request_head(len(body)) + body)
+        received = 0
+        reading_until = time.monotonic() + 5 * STALL_S
+        while time.monotonic() < reading_until:  # 4 KiB every 40 ms: about twice real time, less than the engine makes
+            chunk = sock.recv(4096)
+            assert chunk, f"the server closed the stream after {received} bytes"
+            received += len(chunk)
+            time.sleep(0.04)
+    assert guarded.metric("speech_aborted_total", reason="client_stalled") == before
+    deadline = time.monotonic() + 30
+    while guarded.metric("speech_in_flight") > 0:  # the slot comes back once the server sees the client gone
+        assert time.monotonic() < deadline, "the stream's slot was never freed"
+        time.sleep(0.1)
+
+
 def test_a_client_that_never_reads_is_cut_off_and_counted(guarded: RunningServer) -> None:
     """Three clients ask for the longest text (minutes of audio) and never read a byte. Each stream is stopped
     within the stall timeout of the write buffer filling, counted as client_stalled, its slot freed; the server's
