@@ -100,8 +100,9 @@ REJECTED = Counter("speech_rejected_total", "Requests refused without synthesis,
 ABORTED = Counter("speech_aborted_total", "Syntheses stopped before they finished, by reason.", ["reason"])
 STREAM_ERRORS = Counter(
     "speech_stream_errors_total",
-    "HTTP streams (audio, sse) cut by an error after their 200 was sent: failures that speech_requests_total counts "
-    "under 200 (a whole file or a batch item that fails is a 5xx there, a WebSocket utterance an `error` message).",
+    "HTTP streams (audio, sse) cut by an error or the request timeout after their 200 was sent: failures that "
+    "speech_requests_total counts under 200 (a whole file or a batch item that fails is a 5xx there, a WebSocket "
+    "utterance an `error` message).",
     ["stream"],
 )
 HTTP_STREAMS = ("audio", "sse")

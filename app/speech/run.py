@@ -206,7 +206,9 @@ class SpeechRun:
                     observe_uninterrupted(output.response_format, self.stream_label, timing.ttfa_s, audio.listener)
             else:
                 metrics.ABORTED.labels(outcome).inc()
-                if outcome == "error" and self.stream_label in metrics.HTTP_STREAMS:
+                # an error or the deadline after the 200 (before it, the 5xx or 504 is counted): a drain's stop is
+                # no failure, nor a client that left
+                if outcome in ("error", "timeout") and self.stream_label in metrics.HTTP_STREAMS:
                     metrics.STREAM_ERRORS.labels(self.stream_label).inc()
                 await engine.abort(job.request_id)
             summary.update(

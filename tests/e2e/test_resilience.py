@@ -272,6 +272,11 @@ def test_request_timeout_ends_sse_with_an_error_event(tmp_path: Path) -> None:
         time.sleep(0.2)
         log = server.log_path.read_text()
         assert "stream ended early" in log and "Traceback" not in log  # an intended end, logged as such
+        # both kept the 200 they began with: the error alert counts them as streams cut by an error (a timeout is
+        # the 504 they would have had before their first audio)
+        assert server.metric("speech_requests_total", status="200") == 2
+        assert server.metric("speech_stream_errors_total", stream="sse") == 1
+        assert server.metric("speech_stream_errors_total", stream="audio") == 1
     finally:
         server.stop()
 
