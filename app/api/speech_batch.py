@@ -123,11 +123,15 @@ async def create_speech_batch(
     finished = present and not batch.cancelled()
     done: dict[int, ItemOutcome] = {outcome.index: outcome for outcome in batch.result()} if finished else {}
     stopped = ApiError(499, "The client left.") if not present else to_api_error(Stopped("drain"))
-    request.state.batch_items_counted = True  # each item below, as a request of its own
     outcomes: list[ItemOutcome | ApiError] = [
         done.get(index, entry) if finished else stopped for index, entry in enumerate(checked)
     ]
     errors = [item_error(outcome) for outcome in outcomes]  # each failure worded once, for the count and the answer
+    full = [error for error in errors if error is not None and error.status == 429]
+    if finished and full and len(full) == len(errors):  # nothing admitted, no work done: refused whole, as a request
+        request.state.speech = {"response_format": body.response_format, "stream_format": "batch"}
+        raise max(full, key=retry_after_s)  # and counted once, as one (the accounting middleware)
+    request.state.batch_items_counted = True  # each item below, as a request of its own
     for index, (entry, outcome, error) in enumerate(zip(checked, outcomes, errors, strict=True)):
         count(outcome, 200 if error is None else error.status, f"{request_id}-{index}", _format_of(entry, body))
     if not present:  # nobody is left to answer
@@ -135,9 +139,6 @@ async def create_speech_batch(
         return Response(status_code=499)
     if not finished:  # a drain ran out of time before the batch ended
         raise stopped
-    full = [error for error in errors if error is not None and error.status == 429]
-    if full and len(full) == len(errors):  # nothing admitted, no work done: refused whole, as a request would be
-        raise max(full, key=retry_after_s)
     audio_bytes = sum(len(o.data) for o in outcomes if isinstance(o, ItemOutcome) and o.data is not None)
     # every item's audio in base64 in one JSON: at the caps about 100 MB, half a second of the loop all streams share;
     # a small answer stays on the loop, where a thread hop would cost more than the encoding

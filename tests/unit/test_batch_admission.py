@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from app.server import create_app
 from app.speech.errors import Full
@@ -36,10 +37,14 @@ async def test_a_batch_none_of_whose_items_was_admitted_is_a_429_with_the_longes
         raise Full("queue_full", next(waits))
 
     monkeypatch.setattr(SpeechService, "admitted", full)
+    labels = {"status": "429", "response_format": "pcm", "stream": "batch"}
+    before = REGISTRY.get_sample_value("speech_requests_total", labels) or 0.0
     response = await answer(custom_voice_dir, 3)
     assert response.status_code == 429, response.text
     assert response.headers["Retry-After"] == "7"
     assert response.json()["error"]["code"] == "rate_limit_exceeded"
+    # counted as the one request it was answered as, not once per item
+    assert (REGISTRY.get_sample_value("speech_requests_total", labels) or 0.0) - before == 1
 
 
 async def test_a_batch_with_items_refused_beside_items_served_says_when_to_send_them_again(
