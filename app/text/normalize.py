@@ -82,11 +82,18 @@ class ForeignWord:
         return f"{self.fragment!r} (U+{ord(self.letter):04X}, {script_hint(self.letter)})"
 
 
+def is_latin_letter(ch: str) -> bool:
+    """A letter of the Latin script, in any of its compatibility forms (full-width `Ｆ`, mathematical `𝐀`) that
+    Unicode's compatibility decomposition makes a Latin letter."""
+    return all(unicodedata.name(c, "").startswith(_NAMED_LATIN) for c in unicodedata.normalize("NFKC", ch))
+
+
 def first_non_latin(text: str) -> ForeignWord | None:
-    """The first word of `text` with a letter outside the Latin script, if any (digits and symbols do not count)."""
+    """The first word of `text` with a letter outside the Latin script, if any. Only letters count: digits and
+    numbers of any form (`²`, `½`, `①`, `Ⅻ`) and symbols do not."""
     for match in re.finditer(r"[^\W\d_]+", text):
         word = match.group(0)
-        foreign = [ch for ch in word if not unicodedata.name(ch, "").startswith(_NAMED_LATIN)]
+        foreign = [ch for ch in word if unicodedata.category(ch)[0] == "L" and not is_latin_letter(ch)]
         if foreign:
             start = text.rfind(" ", 0, match.start()) + 1
             end = text.find(" ", match.end())

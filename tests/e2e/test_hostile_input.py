@@ -237,3 +237,32 @@ def test_a_later_sentence_in_another_script_is_refused_before_any_audio(server: 
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["param"] == "input" and "你好世界" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("text", "heard"),
+    [
+        ("Add \u00bd cup of water.", "half"),  # a vulgar fraction: read as 1/2
+        ("The room is 20 m\u00b2 in all.", "m2"),  # a superscript two (the ASR writes what it heard as m2)
+        ("Step \u2460 comes first.", "step 1"),  # a circled digit
+        ("King Henry \u216b was here.", "henry xii"),  # a roman numeral
+        ("\uff26\uff35\uff2c\uff2c speed ahead.", "full"),  # full-width letters
+    ],
+)
+def test_english_in_compatibility_characters_is_read_not_refused(server: RunningServer, text: str, heard: str) -> None:
+    """Characters an LLM writes in English text (`½`, `m²`, `①`, `Ⅻ`, `ＦＵＬＬ`) are numbers or Latin letters in
+    another form, not another script: read as Unicode's compatibility decomposition makes them (heard by the ASR),
+    never refused as a "foreign script"; word timestamps name them as written."""
+    body = {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "wav"}
+    response = httpx.post(f"{server.base_url}/v1/audio/speech", timeout=60, json=body)
+    assert response.status_code == 200, response.text
+    assert heard in normalise(transcribe(decode(response.content, "wav"))), text
+    timed = httpx.post(
+        f"{server.base_url}/v1/audio/speech",
+        timeout=60,
+        json={**body, "response_format": "pcm", "stream_format": "sse", "word_timestamps": True},
+    )
+    assert timed.status_code == 200, timed.text
+    events = [json.loads(line[6:]) for line in timed.text.splitlines() if line.startswith("data: ")]
+    words = [w["word"] for e in events if e["type"] == "speech.audio.timestamps" for w in e["words"]]
+    assert words == text.rstrip(".").split(), words

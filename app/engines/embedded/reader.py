@@ -9,6 +9,9 @@
   names the number as written, not each digit.
 - It reads ASCII digits only: digits of other scripts ("١٢٣", "１２３") are read as theirs, one for one, the text
   as written kept for the timestamps.
+- It reads what it knows of Latin letters, digits and punctuation: their compatibility forms (full-width `ＦＵＬＬ`,
+  `²`, `½`, `①`, `Ⅻ`) are read as what Unicode's compatibility decomposition makes them (`FULL`, `2`, `1/2`, `1`,
+  `XII`), the text as written kept for the timestamps.
 """
 
 from __future__ import annotations
@@ -56,14 +59,31 @@ def ascii_digits(text: str) -> str:
     return "".join(str(unicodedata.digit(ch)) if not ch.isascii() and ch.isdecimal() else ch for ch in text)
 
 
+def ascii_forms(text: str) -> str:
+    """`text` with each letter or number whose compatibility form is ASCII (full-width letters, superscript and circled
+    digits, roman numerals, vulgar fractions, whose fraction slash is read as `/`) as that form."""
+    return "".join(_ascii_form(ch) for ch in text)
+
+
+def _ascii_form(ch: str) -> str:
+    if ch.isascii() or unicodedata.category(ch)[0] not in "LN":  # letters and numbers: symbols and marks as they are
+        return ch
+    form = unicodedata.normalize("NFKC", ch).replace("\u2044", "/")
+    if not (form.isascii() and form.replace("/", "").isalnum()):
+        return ch
+    # a number of its own (`m²` is m 2, `①②` one two, not twelve); a letter's form joins its word (`ＦＵＬＬ`)
+    return f" {form} " if unicodedata.category(ch)[0] == "N" else form
+
+
 def read_tokens(g2p: Any, text: str) -> list[Any]:
     """hibari's tokens of `text`, each with its phonemes (as its G2P reads them, joined they are what it returns),
-    with digits of any script read and a run of more than `MAX_NUMBER_DIGITS` digits read digit by digit (what it
-    reads is rewritten here, never the text the caller's words are timed against: a word read as several is timed
-    as the one written)."""
+    with digits of any script and compatibility forms read, and a run of more than `MAX_NUMBER_DIGITS` digits read
+    digit by digit (what it reads is rewritten here, never the text the caller's words are timed against: a word read
+    as several is timed as the one written)."""
     from hibari.g2p.normalize import normalize
 
-    return g2p.phonemize_tokens(g2p.tokenize(normalize(_DIGIT_RUN.sub(_digit_by_digit, ascii_digits(text)))))
+    readable = ascii_forms(ascii_digits(text))
+    return g2p.phonemize_tokens(g2p.tokenize(normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))))
 
 
 def _digit_by_digit(run: re.Match[str]) -> str:
