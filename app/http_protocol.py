@@ -24,18 +24,27 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 
 from app.api.audio_stream import STALLED_STATE_KEY
 from app.api.errors import error_body
+from app.api.middleware import REQUEST_ID_HEADER, valid_request_id
 
 log = logging.getLogger(__name__)
 
 
-def request_timeout_response() -> bytes:
+def request_timeout_response(request_id: str) -> bytes:
+    """The 408 for a request whose headers never arrived whole: written here, below the application, with a request
+    id of its own (every response carries one)."""
     body = json.dumps(
         error_body("The request was not received in time; the connection is closed.", code="request_timeout")
     ).encode()
     head = (
         b"HTTP/1.1 408 Request Timeout\r\n"
         b"content-type: application/json\r\n"
-        b"content-length: " + str(len(body)).encode() + b"\r\n"
+        b"content-length: "
+        + str(len(body)).encode()
+        + b"\r\n"
+        + REQUEST_ID_HEADER.encode()
+        + b": "
+        + request_id.encode()
+        + b"\r\n"
         b"connection: close\r\n\r\n"
     )
     return head + body
@@ -172,8 +181,9 @@ class GuardedHTTPProtocol(WriteStallGuard, AutoHTTPProtocol):  # type: ignore[mi
         self._header_deadline = None
         if self.transport.is_closing():
             return
-        log.info("request headers not received in time", extra={"client": _peer(self.client)})
-        self.transport.write(request_timeout_response())
+        request_id = valid_request_id(None)
+        log.info("request headers not received in time", extra={"client": _peer(self.client), "request_id": request_id})
+        self.transport.write(request_timeout_response(request_id))
         self.transport.close()
 
     def _stalled_scope(self) -> dict[str, Any] | None:

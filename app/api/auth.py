@@ -102,7 +102,8 @@ class ApiKeyMiddleware:
             metrics.REJECTED.labels("per_key_limit").inc()
             return ApiError(
                 429,
-                f"This API key already has {self._max_per_key} requests in progress.",
+                f"This API key already has {self._max_per_key} "
+                f"request{'' if self._max_per_key == 1 else 's'} in progress.",
                 type="requests",
                 code="rate_limit_exceeded",
                 headers={"Retry-After": "1"},

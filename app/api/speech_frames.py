@@ -114,7 +114,10 @@ class Frames:
         return {"type": kind, "utterance_index": sentence.utterance, "sentence_index": sentence.index}
 
     async def error(self, error: SpeechError) -> None:
-        await self.send_error(error)
+        told = to_api_error(error)
+        if told.param == "input":  # a sentence's text: what this transport calls `text`
+            told.param = "text"
+        await self.send(websocket_error_message(told))
         if isinstance(error, Full):
             raise SessionClosed(CLOSE_TRY_AGAIN)
         if isinstance(error, Stopped) and error.reason != "timeout":

@@ -70,7 +70,7 @@ class OpenAIVoiceOptions(BaseModel):
         description="Style instructions. Engines that cannot follow them ignore them, as OpenAI's tts-1 does.",
     )
     response_format: ResponseFormat = "mp3"
-    speed: float = Field(1.0, ge=0.25, le=4.0)
+    speed: float = Field(1.0, ge=0.25, le=4.0, allow_inf_nan=False)  # NaN: "a finite number", not "at most 4"
 
 
 class Qwen3Extensions(BaseModel):

@@ -80,14 +80,20 @@ def test_openai_sdk_with_and_without_key(secured: RunningServer) -> None:
 def test_per_key_concurrency_limit(secured: RunningServer) -> None:
     long = {**BODY, "input": " ".join(["This keeps the key busy for a moment."] * 60)}
 
+    refusals: list[str] = []
+
     def call(key: str) -> int:
-        return httpx.post(
+        response = httpx.post(
             f"{secured.base_url}/v1/audio/speech", json=long, timeout=60, headers={"Authorization": f"Bearer {key}"}
-        ).status_code
+        )
+        if response.status_code == 429:
+            refusals.append(response.json()["error"]["message"])
+        return response.status_code
 
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
         statuses = list(pool.map(call, [KEY_A] * 6))
     assert 200 in statuses and 429 in statuses  # one at a time for this key
+    assert refusals[0] == "This API key already has 1 request in progress."
     assert call(KEY_B) == 200  # other keys are not affected
 
 

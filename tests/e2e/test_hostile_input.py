@@ -266,3 +266,18 @@ def test_english_in_compatibility_characters_is_read_not_refused(server: Running
     events = [json.loads(line[6:]) for line in timed.text.splitlines() if line.startswith("data: ")]
     words = [w["word"] for e in events if e["type"] == "speech.audio.timestamps" for w in e["words"]]
     assert words == text.rstrip(".").split(), words
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_speed_that_is_no_number_is_refused_as_such(server: RunningServer, value: str) -> None:
+    """JSON as Python reads it takes NaN and Infinity: refused naming `speed` for what they are (before, NaN was
+    told it should be at most 4)."""
+    response = httpx.post(
+        f"{server.base_url}/v1/audio/speech",
+        timeout=60,
+        content='{"input": "Hello.", "speed": ' + value + "}",
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "speed" and "finite" in error["message"], error

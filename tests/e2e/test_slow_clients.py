@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -80,6 +81,7 @@ def assert_408_and_closed(sock: socket.socket, started: float) -> None:
     elapsed = time.monotonic() - started
     head, _, body = response.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408"), response[:200]
+    assert re.search(rb"\r\nx-request-id: [0-9a-f]{32}\r\n", head + b"\r\n"), head  # as every response carries one
     assert json.loads(body)["error"]["code"] == "request_timeout"
     assert READ_TIMEOUT_S * 0.9 <= elapsed < READ_TIMEOUT_S + 3
 

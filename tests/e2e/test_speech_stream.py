@@ -207,6 +207,22 @@ def test_an_utterance_with_nothing_to_speak_is_told_so(server: RunningServer) ->
     }
 
 
+def test_a_sentence_the_voice_cannot_read_is_refused_naming_text(server: RunningServer) -> None:
+    """A sentence in a script the voice cannot read is refused as a request of it would be, naming the field this
+    transport carries text in (`text`, not POST's `input`); the utterance goes on."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(
+            ws, {"type": "input.text", "text": "\u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440. Hello there."}
+        )
+        send(ws, {"type": "input.done"})
+        errors, _ = receive_utterance(ws)  # up to the refusal
+        events, audio = receive_utterance(ws)  # then the rest of the utterance
+    assert errors[-1]["type"] == "error" and errors[-1]["param"] == "text", errors
+    assert errors[-1]["error"]["param"] == "text"  # type: ignore[index]
+    assert events[-1]["type"] == "session.done" and len(audio[1]) > 1000, events
+
+
 def test_a_client_that_drops_its_connection_has_left_and_nothing_failed(server: RunningServer) -> None:
     """A client that sends a message to be answered and drops the connection at once: the answer finds it gone,
     which is the client leaving (its open utterance counted client_gone), not a session that failed (never an
