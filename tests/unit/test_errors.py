@@ -436,30 +436,41 @@ async def test_413_carries_the_request_id_once_when_both_middlewares_are_stacked
 # -- one wording of every failure (HTTP and WebSocket alike) -----------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("failure", "status", "type_", "param", "code", "headers"),
-    [
-        (Refused("speed", "too fast"), 400, INVALID_REQUEST, "speed", "invalid_value", None),
-        (Refused("voice", "no such voice", "voice_not_found"), 400, INVALID_REQUEST, "voice", "voice_not_found", None),
-        (UnknownModel("no such model"), 404, INVALID_REQUEST, "model", "model_not_found", None),
-        (Unavailable("loading"), 503, SERVER_ERROR, None, "engine_unavailable", {"Retry-After": "5"}),
-        (EngineUnavailable("gone"), 503, SERVER_ERROR, None, "engine_unavailable", {"Retry-After": "5"}),
-        (
-            ShuttingDown(),
-            503,
-            SERVER_ERROR,
-            None,
-            "server_shutting_down",
-            {"Retry-After": "1", "Connection": "close"},
-        ),
-        (Stopped("drain"), 503, SERVER_ERROR, None, "server_shutting_down", None),
-        (Stopped("timeout"), 504, SERVER_ERROR, None, "timeout", None),
-        (Full("queue_full", 3), 429, "requests", None, "rate_limit_exceeded", {"Retry-After": "3"}),
-        (Full("queue_timeout", 7), 429, "requests", None, "rate_limit_exceeded", {"Retry-After": "7"}),
-        (Failed("req-1"), 500, SERVER_ERROR, None, "internal_error", None),
-        (RuntimeError("boom"), 500, SERVER_ERROR, None, "internal_error", None),
-    ],
-)
+WORDED: list[tuple[BaseException, int, str, str | None, str, dict[str, str] | None]] = [
+    (Refused("speed", "too fast"), 400, INVALID_REQUEST, "speed", "invalid_value", None),
+    (Refused("voice", "no such voice", "voice_not_found"), 400, INVALID_REQUEST, "voice", "voice_not_found", None),
+    (UnknownModel("no such model"), 404, INVALID_REQUEST, "model", "model_not_found", None),
+    (Unavailable("loading"), 503, SERVER_ERROR, None, "engine_unavailable", {"Retry-After": "5"}),
+    (EngineUnavailable("gone"), 503, SERVER_ERROR, None, "engine_unavailable", {"Retry-After": "5"}),
+    (
+        ShuttingDown(),
+        503,
+        SERVER_ERROR,
+        None,
+        "server_shutting_down",
+        {"Retry-After": "1", "Connection": "close"},
+    ),
+    (Stopped("drain"), 503, SERVER_ERROR, None, "server_shutting_down", None),
+    (Stopped("timeout"), 504, SERVER_ERROR, None, "timeout", None),
+    (Full("queue_full", 3), 429, "requests", None, "rate_limit_exceeded", {"Retry-After": "3"}),
+    (Full("queue_timeout", 7), 429, "requests", None, "rate_limit_exceeded", {"Retry-After": "7"}),
+    (Failed("req-1"), 500, SERVER_ERROR, None, "internal_error", None),
+    (RuntimeError("boom"), 500, SERVER_ERROR, None, "internal_error", None),
+]
+
+
+def test_every_kind_of_speech_error_is_worded_here() -> None:
+    """So that each one's `server_fault` is checked against its status below, a new kind among them."""
+    kinds: set[type] = set()
+    pending: list[type] = [SpeechError]
+    while pending:
+        kind = pending.pop()
+        kinds.add(kind)
+        pending.extend(kind.__subclasses__())
+    assert kinds - {SpeechError} <= {type(failure) for failure, *_ in WORDED}
+
+
+@pytest.mark.parametrize(("failure", "status", "type_", "param", "code", "headers"), WORDED)
 def test_to_api_error_words_each_failure_once(
     failure: BaseException, status: int, type_: str, param: str | None, code: str, headers: dict[str, str] | None
 ) -> None:
