@@ -655,8 +655,9 @@ class Settings(BaseSettings):
         if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
             return keys  # the field's own check refuses it
         named = [key.strip() for key in keys if key.strip()]
-        # set to something that names no key (",", blanks): the operator meant the API closed, not open
-        if (value.strip() if isinstance(value, str) else keys) and not named:
+        # set to something that names no key (",", blanks): the operator meant the API closed, not open; set to
+        # nothing at all ("", as an empty value in a manifest) is unset
+        if (value != "" if isinstance(value, str) else keys) and not named:
             raise ValueError("names no key (only commas and blanks); the API would be open. Unset it for that")
         return named
 

@@ -45,7 +45,7 @@ def test_a_setting_the_server_cannot_use_is_named_in_one_line(
     assert len(done.stderr.strip().splitlines()) <= 3, done.stderr
 
 
-@pytest.mark.parametrize("keys", [",", " , ", '[" "]'])
+@pytest.mark.parametrize("keys", [",", " , ", '[" "]', " "])  # blanks alone too: set, naming no key
 def test_api_keys_that_name_no_key_stop_the_start_instead_of_opening_the_api(tmp_path: Path, keys: str) -> None:
     """Set but empty (a list of blanks, a file of comments only): the operator meant the API to be closed."""
     done = start({"SPEECH_API_KEYS": keys})
