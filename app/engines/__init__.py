@@ -47,13 +47,21 @@ def resolve_engine_name(requested: str, settings: Settings) -> str:
     for name in _AUTO_ORDER:
         if engine_available(name) and (name not in _GPU_ENGINES or getattr(settings, name).model):
             return name
-    raise RuntimeError("no speech engine is installed: install the `embedded`, `omni` or `sglang` extra")
+    from app.settings import InvalidSettings  # here: stage processes import this package, and not the settings
+
+    raise InvalidSettings(
+        "SPEECH_ENGINE: no speech engine is installed: install the `embedded`, `omni` or `sglang` extra"
+    )
 
 
 def create_engine(settings: Settings) -> SpeechEngine:
     name = resolve_engine_name(settings.engine, settings)
     if not engine_available(name):
-        raise RuntimeError(f"the {name!r} engine is not available here (missing package or GPU)")
+        from app.settings import InvalidSettings
+
+        raise InvalidSettings(
+            f"SPEECH_ENGINE (--engine): the {name!r} engine is not available here (missing package or GPU)"
+        )
     if name == "embedded":
         from app.engines.embedded import EmbeddedEngine
         from app.speech.sentences import SentencePipeline

@@ -33,6 +33,7 @@ def start(env: dict[str, str], *flags: str) -> subprocess.CompletedProcess[str]:
         ({"SPEECH_VOICE_ALIASES": "notjson"}, (), "SPEECH_VOICE_ALIASES"),
         ({}, ("--port", "99999"), "--port"),
         ({"SPEECH_API_KEYS_FILE": "/nonexistent/keys"}, (), "SPEECH_API_KEYS_FILE"),
+        ({}, ("--engine", "omni"), "--engine"),  # not installed here: neither vllm-omni nor a GPU
     ],
 )
 def test_a_setting_the_server_cannot_use_is_named_in_one_line(
