@@ -38,7 +38,11 @@ KEEPALIVE_EXPIRY_S = 1.0
 
 def load_texts(language: str, text_set: str, text_file: str | None) -> list[str]:
     if text_file:
-        texts = [line.strip() for line in Path(text_file).read_text(encoding="utf-8").splitlines() if line.strip()]
+        try:
+            lines = Path(text_file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SystemExit(f"--text-file: cannot read {text_file}: {exc}") from None
+        texts = [line.strip() for line in lines if line.strip()]
         if not texts:
             raise SystemExit(f"{text_file} holds no text")
         return texts
@@ -115,7 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--concurrency", default="1,4,8,16,32", help="closed-loop levels, comma-separated")
     p.add_argument("--requests", type=int, default=32, help="measured requests per target and level")
-    p.add_argument("--warmup", type=int, default=2, help="unmeasured requests per target before each level")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="closed loop: unmeasured requests per target before each level, at least a full batch of the level's "
+        "concurrency (0: none); the open loop has none",
+    )
     p.add_argument("--rate", help="open loop instead: Poisson arrival rates per second, comma-separated")
     p.add_argument("--duration", type=float, default=30.0, help="open loop: seconds per target and rate")
     p.add_argument(
@@ -148,9 +158,40 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _numbers(p: argparse.ArgumentParser, kind: type, value: str, name: str) -> list[Any]:
+    """A comma-separated list of positive numbers, or the usage error that names its option."""
+    try:
+        numbers = _csv(kind, value)
+    except ValueError:
+        p.error(f"{name} takes {kind.__name__}s separated by commas, not {value!r}")
+    if not numbers or any(number <= 0 for number in numbers):
+        p.error(f"{name} takes numbers above 0, not {value!r}")
+    return numbers
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = build_parser()
     args = p.parse_args(argv)
+    if args.rate is not None:
+        _numbers(p, float, args.rate, "--rate")
+    else:
+        _numbers(p, int, args.concurrency, "--concurrency")
+    for name, value, least in (
+        ("--requests", args.requests, 1),
+        ("--warmup", args.warmup, 0),
+        ("--rounds", args.rounds, 1),
+        ("--asr-sample", args.asr_sample, 0),
+    ):
+        if value is not None and value < least:
+            p.error(f"{name} must be {least} or more")
+    for name, seconds in (("--duration", args.duration), ("--timeout", args.timeout)):
+        if not seconds > 0:
+            p.error(f"{name} must be more than 0 seconds")
+    for header in args.header:
+        try:
+            parse_header(header)
+        except ValueError as exc:
+            p.error(str(exc))
     if args.playback_buffer_ms < 0:
         p.error("--playback-buffer-ms must be 0 or more")
     if args.keepalive_expiry < 0:
@@ -264,7 +305,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     async with client:
         for target in targets:
-            await discover(client, target)
+            try:
+                await discover(client, target)
+            except httpx.HTTPStatusError as exc:
+                status = exc.response.status_code
+                hint = " (pass its key: --header 'Authorization: Bearer KEY')" if status == 401 else ""
+                raise SystemExit(f"{target.url}: its /v1/models answered {status}{hint}") from None
+            except httpx.HTTPError as exc:
+                raise SystemExit(f"{target.url}: cannot be reached ({type(exc).__name__}: {exc})") from None
         if levels:
             warmups = sum(max(args.warmup, level) if args.warmup else 0 for level in levels)
             total = len(targets) * (len(levels) * args.requests + warmups)
@@ -331,8 +379,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    result = asyncio.run(run(args))
     out = Path(args.out or f"loadtest-results/{time.strftime('%Y%m%d-%H%M%S')}")
+    try:  # before the run: a folder that cannot be written must not cost a sweep's results
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SystemExit(f"--out: cannot write {out}: {exc}") from None
+    result = asyncio.run(run(args))
     paths = write_outputs(result["meta"], result["runs"], out)
     print(summary_markdown(result["meta"], result["runs"]))
     print("\n".join(f"{name}: {path}" for name, path in paths.items()))

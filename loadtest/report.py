@@ -276,6 +276,11 @@ def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             f"- format: `{meta['response_format']}`, texts: {meta['texts']}, utterances per level: "
             f"{meta['requests']}, warm-up: {meta['warmup']}",
         ]
+    elif meta.get("mode") == "rate":  # the open loop sends what its arrivals bring, with no warm-up
+        lines += [
+            f"- format: `{meta['response_format']}`, stream format: `{meta['stream_format']}`, "
+            f"texts: {meta['texts']}, Poisson arrivals for {meta['duration_s']:g} s per target and rate, no warm-up"
+        ]
     else:
         lines += [
             f"- format: `{meta['response_format']}`, stream format: `{meta['stream_format']}`, "

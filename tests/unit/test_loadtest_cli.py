@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from loadtest.cli import build_parser
+from loadtest.cli import build_parser, parse_args
 
 
 def test_help_shows_every_default() -> None:
@@ -60,3 +62,50 @@ def test_unique_texts_reach_an_engine_target_in_an_open_loop() -> None:
 
     args = parse_args(["--target", "engine+http://a:1", "--unique-texts", "--rate", "4"])
     assert args.unique_texts and args.rate == "4"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--rate", "-1"], "--rate takes numbers above 0"),  # it had spun forever, memory growing
+        (["--rate", "0"], "--rate takes numbers above 0"),
+        (["--rate", "fast"], "--rate takes floats separated by commas"),
+        (["--concurrency", "0"], "--concurrency takes numbers above 0"),
+        (["--concurrency", "abc"], "--concurrency takes ints separated by commas"),
+        (["--concurrency", "-1"], "--concurrency takes numbers above 0"),
+        (["--requests", "0"], "--requests must be 1 or more"),
+        (["--warmup", "-1"], "--warmup must be 0 or more"),
+        (["--rounds", "0"], "--rounds must be 1 or more"),
+        (["--duration", "0"], "--duration must be more than 0 seconds"),
+        (["--timeout", "0"], "--timeout must be more than 0 seconds"),
+        (["--header", "NoColon"], "--header must look like 'Name: value'"),
+    ],
+)
+def test_options_it_cannot_run_with_are_usage_errors_not_tracebacks_or_empty_reports(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--target", "http://127.0.0.1:9", *argv])
+    assert exited.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_a_target_it_cannot_reach_or_that_refuses_it_is_said_in_one_line(tmp_path: Path) -> None:
+    """Before any request: a closed port, a URL without a scheme, and an output folder that cannot be written (which
+    had cost the whole run's results, written only at its end), each a message naming what is wrong, no traceback."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    for target, said in ((f"http://127.0.0.1:{closed}", "cannot be reached"), (f"127.0.0.1:{closed}", "cannot be")):
+        done = subprocess.run(
+            [sys.executable, "-m", "loadtest.cli", "--target", target, "--requests", "1", "--concurrency", "1",
+             "--no-progress", "--out", str(tmp_path / "out")],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode != 0 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    done = subprocess.run(
+        [sys.executable, "-m", "loadtest.cli", "--target", f"http://127.0.0.1:{closed}", "--out", str(blocked / "x")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0 and "--out: cannot write" in done.stderr and "Traceback" not in done.stderr

@@ -306,3 +306,10 @@ def test_results_written_before_the_steady_window_read_as_wall_clock() -> None:
         del run[name]
     text = summary_markdown(meta(), [run])
     assert f"| {run['throughput_rps']:.2f}* |" in text
+
+
+def test_an_open_loop_is_described_by_its_arrivals_not_a_warm_up_it_never_sends() -> None:
+    run = aggregate(LevelRun(Target(0, "http://a", "m", "v"), "rate", 4.0, [ok(0, 0.0)], wall_s=5.0), None)
+    text = summary_markdown({**meta(), "mode": "rate", "duration_s": 5.0, "warmup": 2, "requests": 32}, [run])
+    assert "Poisson arrivals for 5 s per target and rate, no warm-up" in text
+    assert "warm-up: 2" not in text and "requests per level" not in text
