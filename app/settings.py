@@ -7,6 +7,7 @@ names are set, the grouped one wins."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
@@ -466,9 +467,62 @@ def moved_path_env(env: Mapping[str, str] = os.environ) -> list[tuple[str, str, 
     ]
 
 
-def log_deprecated_env(env: Mapping[str, str] = os.environ) -> None:
-    """Once at start: each old flat engine variable still set, with the name that replaces it; and each variable set
-    to a class's old dotted path, with the path that replaces it."""
+# Variables of this prefix that are no settings: the engines set them for their own processes (a value given for the
+# server passes on to them). tests/unit/test_settings.py checks that every SPEECH_ name the code reads is a setting or
+# one of these.
+PROCESS_ENV = frozenset(
+    {
+        "SPEECH_OMNI_FUSED_KERNELS",
+        "SPEECH_OMNI_PROMPT_STREAM",
+        "SPEECH_OMNI_SWITCH_INTERVAL_S",
+        "SPEECH_OMNI_TIMELINE_FLAG",
+        "SPEECH_OMNI_WINDOW_DOORBELL",
+        "SPEECH_SGLANG_SWITCH_INTERVAL_S",
+    }
+)
+
+
+def setting_env_names() -> frozenset[str]:
+    """Every variable a setting is read from: the service's, each engine group whole (JSON) and field by field, and
+    the old flat names."""
+    names = {f"{ENV_PREFIX}{name}".upper() for name in Settings.model_fields}
+    for group, info in Settings.model_fields.items():
+        if _is_group(info):
+            names |= {nested_env_name(group, field) for field in info.annotation.model_fields}  # type: ignore[union-attr]
+    return frozenset(names | {flat_env_name(flat) for flat in FLAT_NAMES})
+
+
+def _is_group(info: FieldInfo) -> bool:
+    """A setting that is an engine's group of settings (SPEECH_<GROUP>__<FIELD>)."""
+    return isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+
+
+def unknown_env_names(env: Mapping[str, str] = os.environ) -> list[tuple[str, str | None]]:
+    """(variable, the setting it may have meant) for every SPEECH_ variable in `env` that no setting reads, in `env`
+    order: a misspelt name is otherwise ignored without a word. A nested field's own keys (`<setting>__<key>`)
+    count as the field's."""
+    known = setting_env_names()
+    groups = {f"{ENV_PREFIX}{name}".upper() for name, info in Settings.model_fields.items() if _is_group(info)}
+    unknown = []
+    for key in env:
+        name = key.upper()
+        if not name.startswith(ENV_PREFIX) or name in known | PROCESS_ENV:
+            continue
+        if any(name.startswith(setting + NESTED_DELIMITER) for setting in known - groups):
+            continue
+        meant = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        unknown.append((key, meant[0] if meant else None))
+    return unknown
+
+
+def log_env_warnings(env: Mapping[str, str] = os.environ) -> None:
+    """Once at start: each old flat engine variable still set, with the name that replaces it; each variable set to a
+    class's old dotted path, with the path that replaces it; and each SPEECH_ variable no setting reads."""
+    for variable, meant in unknown_env_names(env):
+        log.warning(
+            f"{variable} is no setting and is ignored" + (f": did you mean {meant}?" if meant else ""),
+            extra={"ignored": variable, "meant": meant},
+        )
     present = {key.upper() for key in env}
     for old, new in deprecated_env_names(env):
         ignored = new in present
@@ -685,8 +739,8 @@ def settings_help() -> str:
     lines = ["settings (environment variables):"]
     groups: list[tuple[str, type[BaseModel]]] = []
     for name, info in Settings.model_fields.items():
-        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
-            groups.append((name, info.annotation))
+        if _is_group(info):
+            groups.append((name, info.annotation))  # type: ignore[arg-type]
             continue
         lines.append(_help_line(f"{ENV_PREFIX}{name}".upper(), info))
     for group, model in groups:

@@ -24,9 +24,10 @@ from app.settings import (
     OmniSettings,
     Settings,
     deprecated_env_names,
-    log_deprecated_env,
+    log_env_warnings,
     moved_path_env,
     settings_help,
+    unknown_env_names,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,7 +176,7 @@ def test_deprecated_variables_are_logged_with_their_new_names(caplog: pytest.Log
         ("SPEECH_DEPLOY_CONFIG", "SPEECH_OMNI__DEPLOY_CONFIG"),
     ]
     with caplog.at_level(logging.WARNING, logger="app.settings"):
-        log_deprecated_env(env)
+        log_env_warnings(env)
     messages = [record.getMessage() for record in caplog.records]
     assert messages == [
         "SPEECH_EMBEDDED_WORKERS is deprecated: set SPEECH_EMBEDDED__WORKERS instead",
@@ -183,8 +184,51 @@ def test_deprecated_variables_are_logged_with_their_new_names(caplog: pytest.Log
         "(SPEECH_OMNI__DEPLOY_CONFIG is set too and wins)",
     ]
     caplog.clear()
-    log_deprecated_env({"SPEECH_OMNI__MODEL": "/m", "SPEECH_MODEL_ALIASES": "x", "SPEECH_PORT": "1"})
+    log_env_warnings({"SPEECH_OMNI__MODEL": "/m", "SPEECH_MODEL_ALIASES": "x", "SPEECH_PORT": "1"})
     assert caplog.records == []  # grouped names and the service's own settings are not deprecated
+
+
+def test_a_speech_variable_no_setting_reads_is_logged_with_the_setting_it_may_have_meant(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A misspelt name had been ignored without a word (the server started on the default it meant to change)."""
+    env = {
+        "SPEECH_MAX_CONCURENCY": "4",  # misspelt
+        "SPEECH_EMBEDDED__WORKERZ": "3",  # a group's field misspelt
+        "SPEECH_OMNI_MODEL": "/m",  # one underscore where the group takes two
+        "SPEECH_NOTHING_LIKE_IT": "1",
+        "SPEECH_MAX_CONCURRENCY": "4",  # a setting
+        "SPEECH_OMNI__MODEL": "/m",  # a group's field
+        "SPEECH_OMNI": "{}",  # a group whole, as JSON
+        "SPEECH_OMNI__STAGE_OVERRIDES__1": "{}",  # a nested field's key
+        "SPEECH_EMBEDDED_WORKERS": "2",  # an old flat name (logged as deprecated instead)
+        "SPEECH_OMNI_FUSED_KERNELS": "0",  # set by the engine for its processes
+        "PATH": "/bin",
+    }
+    assert unknown_env_names(env) == [
+        ("SPEECH_MAX_CONCURENCY", "SPEECH_MAX_CONCURRENCY"),
+        ("SPEECH_EMBEDDED__WORKERZ", "SPEECH_EMBEDDED__WORKERS"),
+        ("SPEECH_OMNI_MODEL", "SPEECH_OMNI__MODEL"),
+        ("SPEECH_NOTHING_LIKE_IT", None),
+    ]
+    with caplog.at_level(logging.WARNING, logger="app.settings"):
+        log_env_warnings({"SPEECH_MAX_CONCURENCY": "4"})
+    assert [record.getMessage() for record in caplog.records] == [
+        "SPEECH_MAX_CONCURENCY is no setting and is ignored: did you mean SPEECH_MAX_CONCURRENCY?"
+    ]
+
+
+def test_every_speech_variable_the_code_names_is_a_setting_or_one_an_engine_sets_for_its_processes() -> None:
+    """So that a variable the code reads is never reported as ignored, and the docstrings name real settings."""
+    root = Path(__file__).resolve().parents[2] / "app"
+    named = {
+        match.group(0)
+        for path in root.rglob("*.py")
+        for match in re.finditer(r"\bSPEECH_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(encoding="utf-8"))
+    }
+    named.discard("SPEECH_TOKENIZER_CONFIG")  # a constant's name (app/tools/qwen3_tts_model_dir.py), no variable
+    assert len(named) > 30  # the scan reads the code's names
+    assert {name for name in named if unknown_env_names({name: ""})} == set()
 
 
 def test_the_server_logs_each_deprecated_variable_once_at_start(
@@ -236,13 +280,13 @@ def test_a_variable_set_to_an_old_path_is_logged_with_the_new_one(caplog: pytest
     env = {"speech_omni__code2wav_scheduler": OLD_SCHEDULER, "SPEECH_OMNI__MODEL": "/m", "OTHER_TOOL": OLD_SCHEDULER}
     assert moved_path_env(env) == [("SPEECH_OMNI__CODE2WAV_SCHEDULER", OLD_SCHEDULER, new)]
     with caplog.at_level(logging.WARNING, logger="app.settings"):
-        log_deprecated_env(env)
+        log_env_warnings(env)
     assert [record.getMessage() for record in caplog.records] == [
         f"SPEECH_OMNI__CODE2WAV_SCHEDULER={OLD_SCHEDULER} is a deprecated path, read as {new}: set that instead"
     ]
     assert caplog.records[0].deprecated == OLD_SCHEDULER  # type: ignore[attr-defined]
     caplog.clear()
-    log_deprecated_env({"SPEECH_OMNI__CODE2WAV_SCHEDULER": new})
+    log_env_warnings({"SPEECH_OMNI__CODE2WAV_SCHEDULER": new})
     assert caplog.records == []
 
 
