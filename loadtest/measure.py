@@ -162,7 +162,9 @@ def describe_exception(exc: BaseException) -> str:
     seen: BaseException | None = exc
     while seen is not None and len(parts) < 4:
         text = str(seen).strip()
-        parts.append(f"{type(seen).__name__}: {text}" if text else type(seen).__name__)
+        part = f"{type(seen).__name__}: {text}" if text else type(seen).__name__
+        if not parts or parts[-1] != part:  # httpx, httpcore and h11 each raise the same error again: said once
+            parts.append(part)
         seen = seen.__cause__ or seen.__context__
     return " <- ".join(parts)
 

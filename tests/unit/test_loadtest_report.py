@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from loadtest.cli import build_targets, parse_args
-from loadtest.measure import RequestResult
+from loadtest.measure import RequestResult, describe_exception
 from loadtest.report import aggregate, summary_markdown
 from loadtest.runner import LevelRun
 from loadtest.targets import Target
@@ -313,3 +313,19 @@ def test_an_open_loop_is_described_by_its_arrivals_not_a_warm_up_it_never_sends(
     text = summary_markdown({**meta(), "mode": "rate", "duration_s": 5.0, "warmup": 2, "requests": 32}, [run])
     assert "Poisson arrivals for 5 s per target and rate, no warm-up" in text
     assert "warm-up: 2" not in text and "requests per level" not in text
+
+
+def test_an_error_raised_again_by_each_layer_is_described_once() -> None:
+    """httpx re-raises httpcore's error, which re-raises h11's, each with the same name and words."""
+    try:
+        try:
+            try:
+                raise ConnectionResetError("peer closed connection")
+            except ConnectionResetError as exc:
+                raise OSError("peer closed connection") from exc
+        except OSError as exc:
+            raise OSError("peer closed connection") from exc
+    except OSError as exc:
+        assert (
+            describe_exception(exc) == "OSError: peer closed connection <- ConnectionResetError: peer closed connection"
+        )
