@@ -482,6 +482,12 @@ PROCESS_ENV = frozenset(
 )
 
 
+# ...and variables of this prefix that the project's own scripts and GPU tests read, never the server: exported in a
+# shell that also starts servers (deploy/fleet/fleet.sh, the GPU recipe), they reach a server without meaning anything
+TOOL_ENV = frozenset({"SPEECH_SERVER"})
+TOOL_ENV_PREFIX = "SPEECH_GPU_"
+
+
 def setting_env_names() -> frozenset[str]:
     """Every variable a setting is read from: the service's, each engine group whole (JSON) and field by field, and
     the old flat names."""
@@ -506,7 +512,9 @@ def unknown_env_names(env: Mapping[str, str] = os.environ) -> list[tuple[str, st
     unknown = []
     for key in env:
         name = key.upper()
-        if not name.startswith(ENV_PREFIX) or name in known | PROCESS_ENV:
+        if not name.startswith(ENV_PREFIX) or name in known | PROCESS_ENV | TOOL_ENV:
+            continue
+        if name.startswith(TOOL_ENV_PREFIX):
             continue
         if any(name.startswith(setting + NESTED_DELIMITER) for setting in known - groups):
             continue

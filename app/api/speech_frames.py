@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocketDisconnected
 
 from app.api.errors import ApiError, to_api_error, websocket_error_message
 from app.audio.formats import DEFAULT_SAMPLE_RATE
@@ -37,10 +38,11 @@ class SessionClosed(Exception):
 @contextlib.asynccontextmanager
 async def gone_is_closed() -> AsyncIterator[None]:
     """A send to a client that has gone ends the session as its leaving does (`SessionClosed(-1)`), not as a failure
-    of the server's: Starlette raises WebSocketDisconnect from a send whose connection is lost."""
+    of the server's: Starlette raises WebSocketDisconnect from the first send whose connection is lost, and
+    WebSocketDisconnected (a RuntimeError) from every send after it (one waiting on the lock meanwhile)."""
     try:
         yield
-    except WebSocketDisconnect:
+    except (WebSocketDisconnect, WebSocketDisconnected):
         raise SessionClosed(-1) from None
 
 

@@ -157,7 +157,7 @@ class Utterance:
 
     def ended(self, request_id: str, outcome: str) -> None:
         """One log line per utterance, however it ends, and one count for each that had text."""
-        if self.chars:  # an input.done with no text before it speaks nothing and is not served
+        if self.text_seen:  # an input.done with no text (or blanks alone) before it speaks nothing: not served
             metrics.WS_UTTERANCES.labels(outcome).inc()
         log.info(
             "speech utterance",

@@ -203,6 +203,8 @@ def test_a_speech_variable_no_setting_reads_is_logged_with_the_setting_it_may_ha
         "SPEECH_OMNI__STAGE_OVERRIDES__1": "{}",  # a nested field's key
         "SPEECH_EMBEDDED_WORKERS": "2",  # an old flat name (logged as deprecated instead)
         "SPEECH_OMNI_FUSED_KERNELS": "0",  # set by the engine for its processes
+        "SPEECH_SERVER": "speech-server",  # read by the fleet's script, which starts servers in the same shell
+        "SPEECH_GPU_URL": "http://127.0.0.1:8000",  # read by the GPU tests
         "PATH": "/bin",
     }
     assert unknown_env_names(env) == [

@@ -420,6 +420,11 @@ async def test_text_with_nothing_to_speak_is_refused_however_its_utterance_ends(
     speech.done()
     await asyncio.wait_for(sink.done.wait(), 5)
     assert sink.events[4:] == [("utterance_done", 2, 0)]
+    sink.done.clear()
+    speech.text("   ")  # blanks alone are no text either
+    speech.done()
+    await asyncio.wait_for(sink.done.wait(), 5)
+    assert sink.events[5:] == [("utterance_done", 3, 0)]
     assert counted_since(before) == {"refused": 2}
     await speech.close("stopped")
 
