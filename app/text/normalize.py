@@ -82,18 +82,39 @@ class ForeignWord:
         return f"{self.fragment!r} (U+{ord(self.letter):04X}, {script_hint(self.letter)})"
 
 
+def ascii_form(ch: str) -> str | None:
+    """A letter's or number's compatibility form where it is ASCII letters and digits (full-width `Ｆ` F, `²` 2, `①`
+    1, `Ⅻ` XII, `½` 1/2: the fraction slash as `/`); None for anything else."""
+    if unicodedata.category(ch)[0] not in "LN":
+        return None
+    form = unicodedata.normalize("NFKC", ch).replace("\u2044", "/")
+    return form if form.isascii() and form.replace("/", "").isalnum() else None
+
+
 def is_latin_letter(ch: str) -> bool:
-    """A letter of the Latin script, in any of its compatibility forms (full-width `Ｆ`, mathematical `𝐀`) that
-    Unicode's compatibility decomposition makes a Latin letter."""
+    """A letter of the Latin script (`ŀ` too, whose compatibility form adds a middle dot), or one of its
+    compatibility forms (full-width `Ｆ`, mathematical `𝐀`) that Unicode's decomposition makes Latin letters."""
+    if unicodedata.name(ch, "").startswith(_NAMED_LATIN):
+        return True
     return all(unicodedata.name(c, "").startswith(_NAMED_LATIN) for c in unicodedata.normalize("NFKC", ch))
 
 
+def _foreign(ch: str) -> bool:
+    """A letter of another script, or a number the voice cannot read: of another script (`௰`, `〇`), with no ASCII
+    form. Decimal digits of every script are read (the engine's reader makes them ASCII), and so are numbers whose
+    compatibility form is ASCII (`²`, `½`, `①`, `Ⅻ`)."""
+    category = unicodedata.category(ch)
+    if category[0] == "L":
+        return not is_latin_letter(ch)
+    return category in ("Nl", "No") and ascii_form(ch) is None
+
+
 def first_non_latin(text: str) -> ForeignWord | None:
-    """The first word of `text` with a letter outside the Latin script, if any. Only letters count: digits and
-    numbers of any form (`²`, `½`, `①`, `Ⅻ`) and symbols do not."""
+    """The first word of `text` with a letter outside the Latin script, or a number of another script, if any;
+    symbols do not count."""
     for match in re.finditer(r"[^\W\d_]+", text):
         word = match.group(0)
-        foreign = [ch for ch in word if unicodedata.category(ch)[0] == "L" and not is_latin_letter(ch)]
+        foreign = [ch for ch in word if _foreign(ch)]
         if foreign:
             start = text.rfind(" ", 0, match.start()) + 1
             end = text.find(" ", match.end())

@@ -23,6 +23,8 @@ import unicodedata
 from collections.abc import Callable
 from typing import Any
 
+from app.text.normalize import ascii_form
+
 MAX_NUMBER_DIGITS = 15
 _DIGIT_RUN = re.compile(r"[0-9][0-9,]*")
 
@@ -60,18 +62,15 @@ def ascii_digits(text: str) -> str:
 
 
 def ascii_forms(text: str) -> str:
-    """`text` with each letter or number whose compatibility form is ASCII (full-width letters, superscript and circled
-    digits, roman numerals, vulgar fractions, whose fraction slash is read as `/`) as that form."""
-    return "".join(_ascii_form(ch) for ch in text)
+    """`text` with each letter or number whose compatibility form is ASCII (`app.text.normalize.ascii_form`) as that
+    form: a number as a word of its own (`m²` is m 2, `①②` one two, not twelve), a letter's form in its word."""
+    return "".join(_read_as(ch) for ch in text)
 
 
-def _ascii_form(ch: str) -> str:
-    if ch.isascii() or unicodedata.category(ch)[0] not in "LN":  # letters and numbers: symbols and marks as they are
+def _read_as(ch: str) -> str:
+    form = None if ch.isascii() else ascii_form(ch)
+    if form is None:
         return ch
-    form = unicodedata.normalize("NFKC", ch).replace("\u2044", "/")
-    if not (form.isascii() and form.replace("/", "").isalnum()):
-        return ch
-    # a number of its own (`m²` is m 2, `①②` one two, not twelve); a letter's form joins its word (`ＦＵＬＬ`)
     return f" {form} " if unicodedata.category(ch)[0] == "N" else form
 
 

@@ -1,0 +1,38 @@
+"""app.text.normalize: what counts as another script for a voice that reads English, and the ASCII forms read."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.text.normalize import ReadingRules, UnreadableText, ascii_form, first_non_latin, normalize_text
+
+ENGLISH = ReadingRules(latin_only=True)
+
+
+@pytest.mark.parametrize(
+    ("ch", "form"),
+    [("½", "1/2"), ("²", "2"), ("①", "1"), ("Ⅻ", "XII"), ("Ｆ", "F"), ("𝐀", "A"), ("™", None), ("௰", None), ("a", "a")],
+)
+def test_the_ascii_form_of_a_letter_or_number(ch: str, form: str | None) -> None:
+    assert ascii_form(ch) == form
+
+
+@pytest.mark.parametrize(
+    "text", ["Add ½ cup", "20 m²", "Step ①", "Henry Ⅻ", "ＦＵＬＬ", "𝐀pple", "coŀlegi", "Order ١٢٣"]
+)
+def test_english_in_any_form_of_its_letters_and_numbers_is_read(text: str) -> None:
+    """Compatibility forms (and `ŀ`, a Latin letter whose decomposition adds a middle dot) are no other script."""
+    assert first_non_latin(text) is None
+    assert normalize_text(text, ENGLISH) == text
+
+
+@pytest.mark.parametrize(("text", "named"), [("Chapter ௰ begins", "Tamil"), ("Year 〇 now", "Ideographic")])
+def test_a_number_of_another_script_with_no_ascii_form_is_refused_not_skipped(text: str, named: str) -> None:
+    """Read as nothing by the engine, it would have been skipped in silence."""
+    with pytest.raises(UnreadableText, match=named):
+        normalize_text(text, ENGLISH)
+
+
+def test_letters_of_another_script_are_refused() -> None:
+    foreign = first_non_latin("Hello Привет")
+    assert foreign is not None and foreign.fragment == "Привет" and "Cyrillic" in foreign.describe()
