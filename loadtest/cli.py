@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import platform
 import secrets
@@ -164,7 +165,7 @@ def _numbers(p: argparse.ArgumentParser, kind: type, value: str, name: str) -> l
         numbers = _csv(kind, value)
     except ValueError:
         p.error(f"{name} takes {kind.__name__}s separated by commas, not {value!r}")
-    if not numbers or any(number <= 0 for number in numbers):
+    if not numbers or any(not 0 < number < math.inf for number in numbers):  # nan and inf too
         p.error(f"{name} takes numbers above 0, not {value!r}")
     return numbers
 
@@ -185,13 +186,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if value is not None and value < least:
             p.error(f"{name} must be {least} or more")
     for name, seconds in (("--duration", args.duration), ("--timeout", args.timeout)):
-        if not seconds > 0:
+        if not 0 < seconds < math.inf:
             p.error(f"{name} must be more than 0 seconds")
+    for name, number in (
+        ("--text-rate", args.text_rate),
+        ("--playback-buffer-ms", args.playback_buffer_ms),
+        ("--keepalive-expiry", args.keepalive_expiry),
+        ("--stagger", args.stagger),
+    ):
+        if not math.isfinite(number):
+            p.error(f"{name} must be a finite number")
     for header in args.header:
         try:
             parse_header(header)
         except ValueError as exc:
             p.error(str(exc))
+        try:
+            header.encode("latin-1")
+        except UnicodeEncodeError:
+            p.error(f"--header {header!r}: HTTP carries a header as Latin-1 text")
     if args.playback_buffer_ms < 0:
         p.error("--playback-buffer-ms must be 0 or more")
     if args.keepalive_expiry < 0:
@@ -310,9 +323,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             except httpx.HTTPStatusError as exc:
                 status = exc.response.status_code
                 hint = " (pass its key: --header 'Authorization: Bearer KEY')" if status == 401 else ""
-                raise SystemExit(f"{target.url}: its /v1/models answered {status}{hint}") from None
+                raise SystemExit(f"{target.url}: {exc.request.url.path} answered {status}{hint}") from None
             except httpx.HTTPError as exc:
                 raise SystemExit(f"{target.url}: cannot be reached ({type(exc).__name__}: {exc})") from None
+            except (RuntimeError, ValueError) as exc:  # it answered, but not as a speech server does
+                raise SystemExit(f"{target.url}: {exc}") from None
         if levels:
             warmups = sum(max(args.warmup, level) if args.warmup else 0 for level in levels)
             total = len(targets) * (len(levels) * args.requests + warmups)
@@ -382,6 +397,9 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out or f"loadtest-results/{time.strftime('%Y%m%d-%H%M%S')}")
     try:  # before the run: a folder that cannot be written must not cost a sweep's results
         out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".writable-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
     except OSError as exc:
         raise SystemExit(f"--out: cannot write {out}: {exc}") from None
     result = asyncio.run(run(args))

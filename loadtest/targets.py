@@ -72,18 +72,27 @@ def _first_voice(body: Any) -> str | None:
     return None
 
 
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise RuntimeError(f"{response.request.url} did not answer JSON: is it a speech server?") from None
+
+
 async def discover(client: httpx.AsyncClient, target: Target) -> None:
     """Fill in model and voice from /v1/models and /v1/audio/voices where they were not given."""
     if target.model is None:
         response = await client.get(f"{target.url}/v1/models", headers=target.headers)
         response.raise_for_status()
-        models = response.json().get("data", [])
+        models = _json(response).get("data", [])
         if not models:
             raise RuntimeError(f"{target.url} lists no models; pass --model")
         target.model = models[0]["id"]
     if target.voice is None:
         response = await client.get(f"{target.url}/v1/audio/voices", headers=target.headers)
-        voice = _first_voice(response.json()) if response.status_code == 200 else None
+        if response.status_code in (401, 403):  # a key it lacks, not a server without voices
+            response.raise_for_status()
+        voice = _first_voice(_json(response)) if response.status_code == 200 else None
         if voice is None:
             raise RuntimeError(f"{target.url} lists no voices at /v1/audio/voices; pass --voice")
         target.voice = voice

@@ -9,9 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from loadtest.cli import build_parser, parse_args
+from loadtest.targets import Target, discover
 
 
 def test_help_shows_every_default() -> None:
@@ -79,6 +81,11 @@ def test_unique_texts_reach_an_engine_target_in_an_open_loop() -> None:
         (["--duration", "0"], "--duration must be more than 0 seconds"),
         (["--timeout", "0"], "--timeout must be more than 0 seconds"),
         (["--header", "NoColon"], "--header must look like 'Name: value'"),
+        (["--header", "Authorization: Bearer k\u00e9y\u2019"], "HTTP carries a header as Latin-1 text"),
+        (["--rate", "inf"], "--rate takes numbers above 0"),  # as endless a loop as a negative rate
+        (["--rate", "nan"], "--rate takes numbers above 0"),
+        (["--text-rate", "nan"], "--text-rate must be a finite number"),
+        (["--keepalive-expiry", "inf"], "--keepalive-expiry must be a finite number"),
     ],
 )
 def test_options_it_cannot_run_with_are_usage_errors_not_tracebacks_or_empty_reports(
@@ -109,3 +116,16 @@ def test_a_target_it_cannot_reach_or_that_refuses_it_is_said_in_one_line(tmp_pat
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode != 0 and "--out: cannot write" in done.stderr and "Traceback" not in done.stderr
+
+
+async def test_a_target_that_wants_a_key_or_answers_no_json_is_told_apart_from_one_without_voices() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/audio/voices":
+            return httpx.Response(401, json={"error": {"code": "invalid_api_key"}})
+        return httpx.Response(200, text="<html>not a speech server</html>")
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        with pytest.raises(httpx.HTTPStatusError):  # said as the 401 it is (cli: "pass its key")
+            await discover(client, Target(0, "http://a", "m", None))
+        with pytest.raises(RuntimeError, match="did not answer JSON"):
+            await discover(client, Target(0, "http://a", None, "v"))
