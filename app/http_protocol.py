@@ -74,6 +74,9 @@ def unsent_bytes(transport: asyncio.Transport) -> int:
     return unsent
 
 
+READ_AT_LEAST_BYTES = 4096  # what a client must have read in a stall period to be reading: 85 ms of 24 kHz pcm
+
+
 class WriteStallGuard:
     """For a uvicorn protocol (listed before it): a connection whose client reads nothing for
     `write_stall_timeout_s` while data waits to be sent is aborted, and the scope of what it carried is marked
@@ -116,7 +119,9 @@ class WriteStallGuard:
 
     def _on_write_stall(self) -> None:
         self._stall_deadline = None
-        if unsent_bytes(self.transport) < self._unsent_at_deadline_armed:  # it read: a new period to read in
+        # it read: a new period to read in (a few bytes the kernel moved are no reading: a real-time player reads
+        # hundreds of kilobytes in a period)
+        if unsent_bytes(self.transport) <= self._unsent_at_deadline_armed - READ_AT_LEAST_BYTES:
             self._arm_stall_deadline()
             return
         scope = self._stalled_scope()
