@@ -122,7 +122,7 @@ class Frames:
         await self.send(websocket_error_message(told))
         if isinstance(error, Full):
             raise SessionClosed(CLOSE_TRY_AGAIN)
-        if isinstance(error, Stopped) and error.reason != "timeout":
+        if isinstance(error, Stopped) and error.by_drain:
             raise SessionClosed(CLOSE_GOING_AWAY)
 
     async def utterance_done(self, utterance: int, sentences: int) -> None:

@@ -57,6 +57,11 @@ class Stopped(SpeechError):
         super().__init__(message)
         self.reason = reason
 
+    @property
+    def by_drain(self) -> bool:
+        """A drain stopped it (any reason but the deadline): the server's doing, but no failure of its own."""
+        return self.reason != "timeout"
+
 
 class ShuttingDown(Stopped):
     """New work refused before it started: the server drains (the client should retry on another replica)."""

@@ -143,7 +143,7 @@ class Utterance:
         """One of its sentences ended with `error`, told to the client as `code`. A drain that stops it is the
         server's, but no failure (as an HTTP stream a drain stops is none): the stream's end says what it was."""
         self.errors.append(code)
-        self.failed |= error.server_fault and not (isinstance(error, Stopped) and error.reason != "timeout")
+        self.failed |= error.server_fault and not (isinstance(error, Stopped) and error.by_drain)
 
     def outcome(self, cut_short_as: str | None = None) -> str:
         """How it ended: error where one of its errors was the server's own, whatever ended it; else, cut short by
