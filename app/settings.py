@@ -509,14 +509,12 @@ def unknown_env_names(env: Mapping[str, str] = os.environ) -> list[tuple[str, st
     count as the field's."""
     known = setting_env_names()
     groups = {f"{ENV_PREFIX}{name}".upper() for name, info in Settings.model_fields.items() if _is_group(info)}
+    read = known | PROCESS_ENV | TOOL_ENV
+    nested = tuple(setting + NESTED_DELIMITER for setting in known - groups)  # a field's own keys below it
     unknown = []
     for key in env:
         name = key.upper()
-        if not name.startswith(ENV_PREFIX) or name in known | PROCESS_ENV | TOOL_ENV:
-            continue
-        if name.startswith(TOOL_ENV_PREFIX):
-            continue
-        if any(name.startswith(setting + NESTED_DELIMITER) for setting in known - groups):
+        if not name.startswith(ENV_PREFIX) or name in read or name.startswith((TOOL_ENV_PREFIX, *nested)):
             continue
         meant = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
         unknown.append((key, meant[0] if meant else None))
