@@ -173,10 +173,9 @@ def _numbers(p: argparse.ArgumentParser, kind: type, value: str, name: str) -> l
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = build_parser()
     args = p.parse_args(argv)
-    if args.rate is not None:
-        _numbers(p, float, args.rate, "--rate")
-    else:
-        _numbers(p, int, args.concurrency, "--concurrency")
+    # the loop's levels, parsed once: closed-loop concurrencies, or open-loop rates
+    args.levels = _numbers(p, int, args.concurrency, "--concurrency") if args.rate is None else []
+    args.rates = _numbers(p, float, args.rate, "--rate") if args.rate is not None else []
     for name, value, least in (
         ("--requests", args.requests, 1),
         ("--warmup", args.warmup, 0),
@@ -188,14 +187,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name, seconds in (("--duration", args.duration), ("--timeout", args.timeout)):
         if not 0 < seconds < math.inf:
             p.error(f"{name} must be more than 0 seconds")
-    for name, number in (
-        ("--text-rate", args.text_rate),
-        ("--playback-buffer-ms", args.playback_buffer_ms),
-        ("--keepalive-expiry", args.keepalive_expiry),
-        ("--stagger", args.stagger),
+    for name, number, above_zero in (
+        ("--text-rate", args.text_rate, True),
+        ("--playback-buffer-ms", args.playback_buffer_ms, False),
+        ("--keepalive-expiry", args.keepalive_expiry, False),
+        ("--stagger", args.stagger, False),
     ):
         if not math.isfinite(number):
             p.error(f"{name} must be a finite number")
+        if number < 0 or (above_zero and number == 0):
+            p.error(f"{name} must be {'more than 0' if above_zero else '0 or more'}")
     for header in args.header:
         try:
             parse_header(header)
@@ -205,14 +206,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             header.encode("latin-1")
         except UnicodeEncodeError:
             p.error(f"--header {header!r}: HTTP carries a header as Latin-1 text")
-    if args.playback_buffer_ms < 0:
-        p.error("--playback-buffer-ms must be 0 or more")
-    if args.keepalive_expiry < 0:
-        p.error("--keepalive-expiry must be 0 or more")
-    if args.stagger < 0:
-        p.error("--stagger must be 0 or more")
-    if args.text_rate <= 0:
-        p.error("--text-rate must be more than 0")
     if args.ws and args.stream_format != "audio":
         p.error("--ws streams audio frames over the WebSocket: --stream-format does not apply")
     if args.ws and any(target.startswith("engine+") for target in args.target):
@@ -294,8 +287,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     targets = build_targets(args)
     texts = load_texts(args.language, args.texts, args.text_file)
     rounds = args.rounds or (2 if len(targets) > 1 else 1)
-    levels = _csv(int, args.concurrency) if not args.rate else []
-    rates = _csv(float, args.rate) if args.rate else []
+    levels, rates = args.levels, args.rates
     keep = None if args.asr and args.asr_sample is None else (args.asr_sample if args.asr else 0)
     plan = RunPlan(
         targets,
