@@ -23,7 +23,7 @@ from app.audio.formats import CONTENT_TYPES
 from app.speech.batch import BatchItem, BatchSlots, ItemOutcome, synthesize_batch
 from app.speech.errors import Stopped
 from app.speech.options import voice_from_speaker
-from app.speech.run import SpeechService
+from app.speech.run import SpeechService, gate_refusal
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -91,8 +91,11 @@ def item_result(outcome: ItemOutcome | ApiError, error: ApiError | None, index: 
 
 
 def count(outcome: ItemOutcome | ApiError, status: int, request_id: str, response_format: str) -> None:
-    """Each item is counted and logged as one speech request, `stream` label `batch`."""
+    """Each item is counted and logged as one speech request, `stream` label `batch`; one the admission gate refused
+    as one refusal, as its own request would have been."""
     metrics.REQUESTS.labels(str(status), response_format, "batch").inc()
+    if (reason := refusal(outcome)) is not None:
+        metrics.REJECTED.labels(reason).inc()
     summary = dict(outcome.summary) if isinstance(outcome, ItemOutcome) else {"stream_format": "batch"}
     log.info("speech request", extra={**summary, "request_id": request_id, "status": status})
 
@@ -130,7 +133,9 @@ async def create_speech_batch(
     full = [error for error in errors if error is not None and error.status == 429]
     if finished and full and len(full) == len(errors):  # nothing admitted, no work done: refused whole, as a request
         request.state.speech = {"response_format": body.response_format, "stream_format": "batch"}
-        raise max(full, key=retry_after_s)  # and counted once, as one (the accounting middleware)
+        answer = max(full, key=retry_after_s)  # and counted once, as one (the accounting middleware; its refusal here)
+        metrics.REJECTED.labels(refusal(outcomes[errors.index(answer)]) or "queue_full").inc()
+        raise answer
     request.state.batch_items_counted = True  # each item below, as a request of its own
     for index, (entry, outcome, error) in enumerate(zip(checked, outcomes, errors, strict=True)):
         count(outcome, 200 if error is None else error.status, f"{request_id}-{index}", _format_of(entry, body))
@@ -149,6 +154,11 @@ async def create_speech_batch(
     # items the full server refused: when to send them again, as their own requests would have been told
     later = {"Retry-After": str(max(retry_after_s(error) for error in full))} if full else None
     return Response(answer, media_type="application/json", headers=later)
+
+
+def refusal(outcome: ItemOutcome | ApiError) -> str | None:
+    """Why the admission gate refused an item (`speech_rejected_total`'s reason); None where it did not."""
+    return gate_refusal(outcome.error) if isinstance(outcome, ItemOutcome) else None
 
 
 def retry_after_s(error: ApiError) -> int:

@@ -112,7 +112,7 @@ async def speak_whole(
         voice = await service.resolve_voice(item.options, references.decode if references else None)
         job, output = service.build_job(voice, item.text, f"{request_id}-{item.index}", whole_file=True)
         outcome.response_format = output.response_format
-        ticket = await service.admitted(timing, len(item.text))
+        ticket = await service.admitted(timing, len(item.text), count_refusal=False)  # the route counts it
         run = SpeechRun(service, started, timing, summary, STREAM_LABEL)
         audio = await run.open(job, output, ticket)
         file = await complete_file(audio, False, f"{request_id}-{item.index}")

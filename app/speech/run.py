@@ -78,10 +78,13 @@ class SpeechService:
             whole_file=whole_file,
         )
 
-    async def admitted(self, timing: TtfaTimeline, chars: int) -> Ticket:
-        """A slot for a job of `chars` characters: `Full` when none comes, `ShuttingDown` when the drain ends first."""
+    async def admitted(self, timing: TtfaTimeline, chars: int, count_refusal: bool = True) -> Ticket:
+        """A slot for a job of `chars` characters: `Full` when none comes, `ShuttingDown` when the drain ends first.
+        `count_refusal=False` leaves a refusal to whoever counts the request it belongs to (a batch's items: one
+        request or several, known only when every item has ended; `gate_refusal` reads the reason)."""
         timing.mark("queued")
-        ticket = await admit(self.gate)  # accepted before a drain began: served, queued or not, while the drain lasts
+        # accepted before a drain began: served, queued or not, while the drain lasts
+        ticket = await admit(self.gate, count_refusal)
         timing.mark("admitted", ticket.granted_at)
         if self.lifecycle.drained:  # validated before the drain began, but reached the gate only after it ended
             self.gate.release(ticket)
@@ -91,14 +94,24 @@ class SpeechService:
         return ticket
 
 
-async def admit(gate: AdmissionGate) -> Ticket:
+async def admit(gate: AdmissionGate, count_refusal: bool = True) -> Ticket:
     try:
         return await gate.acquire()
     except Rejected as exc:
-        metrics.REJECTED.labels(exc.reason).inc()
+        if count_refusal:
+            metrics.REJECTED.labels(exc.reason).inc()
         if exc.reason == "draining":  # queued when the drain ran out of time
             raise ShuttingDown() from exc
         raise Full(exc.reason, exc.retry_after_s) from exc
+
+
+def gate_refusal(error: BaseException | None) -> str | None:
+    """The reason the admission gate gave where `error` is its refusal (`Full`, or `ShuttingDown` for a drain that
+    ran out while it queued); None for any other error."""
+    if isinstance(error, Full):
+        return error.reason
+    cause = error.__cause__ if error is not None else None
+    return cause.reason if isinstance(cause, Rejected) else None
 
 
 async def first_chunk(chunks: AsyncGenerator[AudioChunk], engine: SpeechEngine, request_id: str) -> AudioChunk | None:

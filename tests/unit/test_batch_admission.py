@@ -10,6 +10,7 @@ import httpx
 import pytest
 from prometheus_client import REGISTRY
 
+from app.admission import AdmissionGate, Rejected
 from app.server import create_app
 from app.speech.errors import Full
 from app.speech.run import SpeechService
@@ -33,7 +34,7 @@ async def test_a_batch_none_of_whose_items_was_admitted_is_a_429_with_the_longes
 ) -> None:
     waits = iter([3, 7, 2])
 
-    async def full(self: SpeechService, *args: object) -> object:
+    async def full(self: SpeechService, *args: object, **kwargs: object) -> object:
         raise Full("queue_full", next(waits))
 
     monkeypatch.setattr(SpeechService, "admitted", full)
@@ -53,12 +54,12 @@ async def test_a_batch_with_items_refused_beside_items_served_says_when_to_send_
     admitted = SpeechService.admitted
     calls = 0
 
-    async def second_refused(self: SpeechService, *args: object) -> object:
+    async def second_refused(self: SpeechService, *args: object, **kwargs: object) -> object:
         nonlocal calls
         calls += 1
         if calls == 2:
             raise Full("queue_full", 4)
-        return await admitted(self, *args)  # type: ignore[arg-type]
+        return await admitted(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(SpeechService, "admitted", second_refused)
     response = await answer(custom_voice_dir, 3)
@@ -73,3 +74,44 @@ async def test_a_batch_served_whole_carries_no_retry_after(custom_voice_dir: Pat
     response = await answer(custom_voice_dir, 2)
     assert response.status_code == 200 and response.json()["succeeded"] == 2, response.text
     assert "Retry-After" not in response.headers
+
+
+def rejected(reason: str) -> float:
+    return REGISTRY.get_sample_value("speech_rejected_total", {"reason": reason}) or 0.0
+
+
+async def test_a_batch_refused_whole_is_one_rejection_as_it_is_one_request(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sustained-rejections alert reads `speech_rejected_total`: a batch of 3 refused as one 429 weighs as one
+    refused request there, as it does in `speech_requests_total`, not as three."""
+
+    async def full(self: AdmissionGate) -> object:
+        raise Rejected("queue_full", 5)
+
+    monkeypatch.setattr(AdmissionGate, "acquire", full)
+    before = rejected("queue_full")
+    response = await answer(custom_voice_dir, 3)
+    assert response.status_code == 429, response.text
+    assert rejected("queue_full") - before == 1
+
+
+async def test_items_refused_beside_items_served_are_each_a_rejection_as_each_is_a_request(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    acquire = AdmissionGate.acquire
+    calls = 0
+
+    async def second_and_third_refused(self: AdmissionGate) -> object:
+        nonlocal calls
+        calls += 1
+        if calls in (2, 3):
+            raise Rejected("queue_timeout", 2)
+        return await acquire(self)
+
+    monkeypatch.setattr(AdmissionGate, "acquire", second_and_third_refused)
+    before = rejected("queue_timeout")
+    response = await answer(custom_voice_dir, 3)
+    assert response.status_code == 200, response.text
+    assert [result["status"] for result in response.json()["results"]] == ["success", "error", "error"]
+    assert rejected("queue_timeout") - before == 2
