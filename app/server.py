@@ -63,6 +63,14 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     app.state.settings = settings
     app.state.engine = engine
     app.state.catalog = VoiceCatalog(tuple(engine.voices()), settings.voice_aliases)  # an engine's voices are fixed
+    for alias, target in app.state.catalog.unknown_targets().items():
+        known = ", ".join(voice.id for voice in engine.voices())
+        log.warning(
+            "SPEECH_VOICE_ALIASES: %r names %r, which is no voice of this engine (%s); it speaks in the default voice",
+            alias,
+            target,
+            known,
+        )
     metrics.BUILD.info({"version": __version__, "engine": engine.name, "model": engine.model_id})
     app.state.gate = admission_gate(settings, engine)
     app.state.voice_store = VoiceStore(settings.voice_store)

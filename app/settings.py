@@ -592,7 +592,8 @@ class Settings(BaseSettings):
     )
     voice_aliases: dict[str, str] = Field(
         default_factory=lambda: dict.fromkeys(OPENAI_VOICES, ""),
-        description="Voice name -> engine voice id (JSON object); an empty id means the engine's default voice.",
+        description="Voice name -> engine voice id (JSON object); an empty id means the engine's default voice, and so "
+        "does an id that is no voice of the engine, with a warning at start.",
     )
     max_input_chars: int = Field(
         MAX_INPUT_CHARS, ge=1, le=MAX_INPUT_CHARS, description="Longest accepted `input`, in characters."

@@ -38,5 +38,11 @@ class VoiceCatalog:
                 return voice.id
         return self.voices[0].id if self.voices else None
 
+    def unknown_targets(self) -> dict[str, str]:
+        """Aliases whose target names no engine voice (a non-empty one: empty means the default on purpose), which
+        speak in the default voice all the same: worth a word to the operator, who may have misspelt the voice."""
+        known = {voice.id.casefold() for voice in self.voices}
+        return {alias: target for alias, target in self.aliases.items() if target and target.casefold() not in known}
+
     def aliases_of(self, voice_id: str) -> list[str]:
         return sorted(alias for alias, target in self.aliases.items() if self._voice_id(target) == voice_id)

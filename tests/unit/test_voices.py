@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from app.engine_protocol import VoiceInfo
+from app.server import create_app
 from app.settings import OPENAI_VOICES, Settings
 from app.voices import VoiceCatalog
 
@@ -89,3 +92,19 @@ def test_default_settings_alias_every_openai_voice_to_the_default() -> None:
     catalog = VoiceCatalog(voices=(VoiceInfo("heart", "Heart", ("English",)),), aliases=aliases)
     assert all(catalog.resolve(name) == "heart" for name in OPENAI_VOICES)
     assert catalog.aliases_of("heart") == sorted(OPENAI_VOICES)
+
+
+def test_unknown_targets_are_the_aliases_naming_a_voice_the_engine_lacks(catalog: VoiceCatalog) -> None:
+    assert catalog.unknown_targets() == {"nova": "nobody"}  # empty targets mean the default on purpose
+
+
+def test_an_alias_to_a_voice_the_engine_lacks_is_logged_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    """A misspelt target would otherwise speak in the default voice without a word to the operator."""
+    settings = Settings(voice_aliases={"narrator": "ryann", "alloy": ""})
+    with caplog.at_level(logging.WARNING, logger="app.server"):
+        app = create_app(settings)
+    warned = [record.getMessage() for record in caplog.records if "narrator" in record.getMessage()]
+    assert len(warned) == 1, caplog.text
+    assert "'ryann'" in warned[0] and "default voice" in warned[0]
+    assert app.state.catalog.resolve("narrator") == app.state.catalog.resolve("alloy")  # as before: the default
+    assert not [record for record in caplog.records if "alloy" in record.getMessage()]
