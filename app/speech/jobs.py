@@ -172,6 +172,14 @@ def _output_spec(request: SpeechOptions, whole_file: bool) -> OutputSpec:
     return OutputSpec(request.response_format, sample_rate, whole_file)
 
 
+def same_voice(a: str, b: str, catalog: VoiceCatalog) -> bool:
+    """Two names of one voice: the same name in any case, or names (an alias, a voice id) of the same engine voice."""
+    if a.strip().casefold() == b.strip().casefold():
+        return True
+    voice = catalog.resolve(a)
+    return voice is not None and voice == catalog.resolve(b)
+
+
 def build_job(
     request: SpeechOptions,
     text: str,
@@ -189,8 +197,8 @@ def build_job(
     is CPU work that belongs off the event loop). `served_models` starts with the engine's own model, which an omitted
     `model` means; `also_accepted`: other ids `model` may name (a checkpoint's), not listed in errors."""
     check_model(request.model or served_models[0], served_models, also_accepted)
-    if request.speaker is not None and request.speaker != request.voice_name:
-        raise Refused("speaker", "'speaker' is another name for 'voice': send one of them, or the same name.")
+    if request.speaker is not None and not same_voice(request.speaker, request.voice_name, catalog):
+        raise Refused("speaker", "'speaker' is another name for 'voice': send one of them, or the same voice.")
     if len(text) > caps.max_input_chars:
         raise Refused("input", f"'input' is longer than {caps.max_input_chars} characters.", "string_too_long")
     try:
