@@ -179,7 +179,18 @@ def aggregate(run: LevelRun, wer: float | None, playback_buffer_s: float = 0.0) 
         "wer": wer,
         "playback": playback_summary(ok, playback_buffer_s),
         **({"text_stream": text_stream_summary(utterances)} if streamed else {}),
+        **({"warmup": warmup_summary(run)} if run.warmup_sent else {}),
         "per_request": [_request_record(r) for r in run.results],
+    }
+
+
+def warmup_summary(run: LevelRun) -> dict[str, Any]:
+    """The level's warm-up: its requests, and those that failed (then the level was measured before every batch
+    size had paid its first-time costs)."""
+    return {
+        "requests": run.warmup_sent,
+        "failed": len(run.warmup_failures),
+        "error_groups": error_groups(run.warmup_failures),
     }
 
 
@@ -348,11 +359,28 @@ def summary_markdown(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         lines += ["", "## Errors", ""]
         for run in errors:
             lines.append(f"- {meta['targets'][run['target']]['label']} at {mode} {level_of(run):g}:")
-            for group in run["error_groups"]:
-                status = "client" if group["status"] == 0 else group["status"]
-                message = (group["message"] or "no message").replace("\n", " ")
-                lines.append(f"  - {status} {group['code']} ×{group['count']}: {message}")
+            lines += _error_lines(run["error_groups"])
+    cold = [r for r in runs if (r.get("warmup") or {}).get("failed")]
+    if cold:
+        lines += ["", "## Warm-up errors", ""]
+        for run in cold:
+            warmup = run["warmup"]
+            lines.append(
+                f"- {meta['targets'][run['target']]['label']} at {mode} {level_of(run):g}: {warmup['failed']} of its "
+                f"{warmup['requests']} warm-up requests failed, so it may have been measured before every batch size "
+                "had paid its first-time costs:"
+            )
+            lines += _error_lines(warmup["error_groups"])
     return "\n".join(lines) + "\n"
+
+
+def _error_lines(groups: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for group in groups:
+        status = "client" if group["status"] == 0 else group["status"]
+        message = (group["message"] or "no message").replace("\n", " ")
+        lines.append(f"  - {status} {group['code']} ×{group['count']}: {message}")
+    return lines
 
 
 def playback_markdown(meta: dict[str, Any], runs: list[dict[str, Any]], mode: str) -> list[str]:

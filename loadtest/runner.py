@@ -15,13 +15,15 @@ from loadtest.schedule import LoopRun, TextCycle, closed_loop, open_loop
 from loadtest.targets import Target
 from loadtest.ws import UtteranceResult, measure_utterance
 
+WARM_UP = "warm-up"  # the mode of a level's warm-up, recorded apart from it
+
 
 @dataclass
 class LevelRun:
     """All requests of one target at one level (a concurrency or an arrival rate), over all its rounds."""
 
     target: Target
-    mode: str  # "concurrency" or "rate"
+    mode: str  # "concurrency" or "rate" (WARM_UP: a level's warm-up)
     level: float
     results: list[RequestResult] = field(default_factory=list)
     wall_s: float = 0.0
@@ -30,6 +32,9 @@ class LevelRun:
     held_s: float = 0.0
     finished_while_held: int = 0
     audio_s_while_held: float = 0.0
+    # the warm-up sent before the level: how many, and those that failed (the level was then measured cold)
+    warmup_sent: int = 0
+    warmup_failures: list[RequestResult] = field(default_factory=list)
 
     def add(self, loop: LoopRun) -> None:
         """One round's times. Its steady window counts only if it is long enough: a sum of windows too short to
@@ -76,6 +81,8 @@ def _split(total: int, parts: int) -> list[int]:
 
 
 def _keep(plan: RunPlan, run: LevelRun) -> bool:
+    if run.mode == WARM_UP:  # nothing of a warm-up is judged
+        return False
     if plan.asr_sample is None:
         return True
     return sum(r.kept_audio for r in run.results) < plan.asr_sample
@@ -216,10 +223,13 @@ async def run_concurrency_sweep(
     runs: list[LevelRun] = []
     for position, level in enumerate(levels):  # a level may come twice: its parts are named by place too
         level_runs = [LevelRun(target, "concurrency", level) for target in plan.targets]
-        for target in plan.targets:
+        for target, run in zip(plan.targets, level_runs, strict=True):
             if plan.warmup:  # every batch size pays its first-time costs here: at least one full batch of it
-                warmup = max(plan.warmup, level)
-                await _closed_loop(client, plan, target, level, warmup, plan.cycle(f"w{level}-{position}"), None, tick)
+                warmup = LevelRun(target, WARM_UP, level)  # kept apart from the level's figures
+                count = max(plan.warmup, level)
+                await _closed_loop(client, plan, target, level, count, plan.cycle(f"w{level}-{position}"), warmup, tick)
+                run.warmup_sent = len(warmup.results)
+                run.warmup_failures = [result for result in warmup.results if not result.ok]
         # the same texts for every target: one cycle per target, all starting at the same place
         cycles = [plan.cycle(f"c{level}-{position}") for _ in plan.targets]
         rounds = closed_loop_rounds(level, plan.requests, plan.rounds)

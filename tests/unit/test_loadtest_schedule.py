@@ -234,3 +234,41 @@ async def test_unique_texts_reach_an_engine_target_drawing_its_own_open_loop(mon
     async with httpx.AsyncClient() as client:
         await runner.run_rate_sweep(client, plain, [4.0], lambda: None)
     assert "label" not in workloads[0]
+
+
+async def test_a_warm_up_the_server_refused_is_reported_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm-up is there so that every batch size pays its first-time costs before it is measured: a level whose
+    warm-up the full server refused in part was measured cold, and the report says so (its results stay out of the
+    level's figures, as a warm-up's always do)."""
+
+    async def measure(self: runner._Sender, text: str, keep: bool, scheduled_at: float | None) -> RequestResult:
+        await asyncio.sleep(0.001)
+        if "-w" in text.split(",")[0] and text.startswith("Take x2-w4") and self.in_flight > 2:
+            return RequestResult(self.target.index, text, 429, False, "rate_limit_exceeded", error_message="full")
+        return RequestResult(self.target.index, text, 200, True, ttfa_s=0.001, e2e_s=0.001, audio_s=1.0)
+
+    monkeypatch.setattr(runner._Sender, "measure", measure)
+    target = Target(0, "http://a", "m", "v")
+    plan = RunPlan([target], ["Hello there."], "pcm", "audio", requests=8, warmup=1, rounds=1, asr_sample=0,
+                   unique_label="x2")  # fmt: skip
+    async with httpx.AsyncClient() as client:
+        runs = await run_concurrency_sweep(client, plan, [1, 4], lambda: None)
+    one, four = (aggregate(run, None) for run in runs)
+    assert (one["requests"], one["errors"], four["requests"], four["errors"]) == (8, 0, 8, 0)
+    assert one["warmup"] == {"requests": 1, "failed": 0, "error_groups": []}
+    assert four["warmup"]["requests"] == 4 and four["warmup"]["failed"] == 2
+    assert four["warmup"]["error_groups"][0]["code"] == "rate_limit_exceeded"
+    meta = {
+        "started_at": "now",
+        "response_format": "pcm",
+        "stream_format": "audio",
+        "texts": "t",
+        "requests": 8,
+        "warmup": 1,
+        "targets": [{"index": 0, "label": "A: http://a", "model": "m", "voice": "v"}],
+    }
+    text = summary_markdown(meta, [one, four])
+    assert "## Warm-up errors" in text
+    assert "- A: http://a at concurrency 4: 2 of its 4 warm-up requests failed" in text
+    assert "429 rate_limit_exceeded ×2: full" in text
+    assert "at concurrency 1:" not in text.split("## Warm-up errors")[1]
