@@ -37,6 +37,7 @@ _ERRORS = {
     408: "The request body did not arrive within SPEECH_REQUEST_READ_TIMEOUT_S; the connection is closed.",
     409: "A voice of that name already exists.",
     413: "Request body or upload too large.",
+    415: "A request body sent with a Content-Encoding (gzip, ...): send it uncompressed.",
     429: "At capacity (queue full or wait too long) or the API key's concurrency limit; see `Retry-After`.",
     503: "The engine is not ready yet, or the server is draining; see `Retry-After`.",
     504: "The synthesis took longer than the server allows (SPEECH_REQUEST_TIMEOUT_S).",

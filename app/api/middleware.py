@@ -94,8 +94,9 @@ class RequestIdMiddleware:
 class BodySizeLimitMiddleware:
     """413 for bodies over `max_bytes`, whether announced by Content-Length or found while reading; 408 (and the
     connection closed) for a body that has not fully arrived `read_timeout_s` after its headers, a trickle or a
-    Content-Length that promises more than comes. The body is read here, before the app runs (the app would buffer
-    it whole anyway), so these answers come before any other."""
+    Content-Length that promises more than comes; 415 for a body in a Content-Encoding (gzip...), which nothing here
+    decodes. The body is read here, before the app runs (the app would buffer it whole anyway), so these answers come
+    before any other."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, read_timeout_s: float | None = None) -> None:
         self.app = app
@@ -117,7 +118,12 @@ class BodySizeLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length")
+        headers = dict(scope["headers"])
+        encoding = headers.get(b"content-encoding", b"").decode("latin-1").strip()
+        if encoding and encoding.lower() != "identity":
+            await send_error(send, _encoded(encoding), request_id_of(scope))
+            return
+        declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await send_error(send, self._too_large(), request_id_of(scope))
             return
@@ -142,6 +148,14 @@ class BodySizeLimitMiddleware:
             await self.app(scope, _replay(message, receive), send)  # the client left before sending it all
             return
         await self.app(scope, _replay({"type": "http.request", "body": bytes(body), "more_body": False}, receive), send)
+
+
+def _encoded(encoding: str) -> ApiError:
+    return ApiError(
+        415,
+        f"The request body is sent with Content-Encoding {encoding!r}; this server reads bodies uncompressed only.",
+        code="unsupported_content_encoding",
+    )
 
 
 def _replay(first: Message, receive: Receive) -> Receive:

@@ -47,7 +47,7 @@ _AUDIO_RESPONSES = {
         "with its Content-Length for `stream: false`).",
         "content": {**{ct: {} for ct in CONTENT_TYPES.values()}, "text/event-stream": {}},
     },
-    **error_responses(400, 401, 404, 408, 413, 429, 503, 504),
+    **error_responses(400, 401, 404, 408, 413, 415, 429, 503, 504),
 }
 
 

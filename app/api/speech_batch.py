@@ -103,7 +103,7 @@ def count(outcome: ItemOutcome | ApiError, status: int, request_id: str, respons
 @router.post(
     "/v1/audio/speech/batch",
     response_model=SpeechBatchResponse,
-    responses=error_responses(400, 401, 404, 413, 429, 503),
+    responses=error_responses(400, 401, 404, 408, 413, 415, 429, 503),
 )
 async def create_speech_batch(
     body: SpeechBatchRequest,

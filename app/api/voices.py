@@ -104,7 +104,7 @@ async def get_voice(
         raise _not_found(name) from None
 
 
-@router.post("/v1/audio/voices", status_code=201, responses=error_responses(400, 401, 408, 409, 413, 429))
+@router.post("/v1/audio/voices", status_code=201, responses=error_responses(400, 401, 408, 409, 413, 415, 429))
 async def create_voice(
     name: Annotated[str, Form(description="[a-z0-9_-]{1,64}")],
     audio_sample: Annotated[UploadFile, File(description="1–30 s of the voice, ≤ 10 MB: wav, mp3, flac, ogg, m4a...")],

@@ -372,6 +372,34 @@ async def test_understated_content_length_is_caught_while_reading() -> None:
     assert inner.scope is None
 
 
+@pytest.mark.parametrize("encoding", [b"gzip", b"br", b"deflate, gzip"])
+async def test_a_compressed_body_is_a_415_naming_its_encoding_not_a_json_error(encoding: bytes) -> None:
+    """The server reads no Content-Encoding: a gzip body would otherwise reach the JSON parser and be called
+    invalid JSON, which sends its author looking in the wrong place."""
+    inner = EchoApp()
+    exchange = await call(
+        BodySizeLimitMiddleware(inner, max_bytes=CAP),
+        headers=[(b"content-encoding", encoding), (b"content-length", b"3")],
+        messages=[{"type": "http.request", "body": b"\x1f\x8b\x08", "more_body": False}],
+    )
+    assert exchange.status == 415
+    error = exchange.json()["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "unsupported_content_encoding")
+    assert encoding.decode() in error["message"] and "Content-Encoding" in error["message"]
+    assert inner.scope is None
+
+
+@pytest.mark.parametrize("encoding", [b"identity", b"IDENTITY", b""])
+async def test_an_identity_content_encoding_passes(encoding: bytes) -> None:
+    inner = EchoApp()
+    exchange = await call(
+        BodySizeLimitMiddleware(inner, max_bytes=CAP),
+        headers=[(b"content-encoding", encoding)],
+        messages=[{"type": "http.request", "body": b"{}", "more_body": False}],
+    )
+    assert exchange.status == 200 and exchange.body == b"{}"
+
+
 @pytest.mark.parametrize("total", [0, 1, CAP - 1, CAP])
 async def test_body_under_the_cap_passes_through_reassembled(total: int) -> None:
     inner = EchoApp()
