@@ -28,10 +28,10 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, get_args
 
 from fastapi import APIRouter, WebSocket
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 from starlette.websockets import WebSocketState
 
 from app import metrics
@@ -65,6 +65,16 @@ CONFIG_TIMEOUT = "session_config_timeout"
 _NULLABLE = frozenset(SpeechOptions.model_fields) - {"response_format", "word_timestamps"}
 
 
+def _takes_numbers(annotation: Any) -> bool:
+    """A field of numbers (int, float, a list of floats), optional or not."""
+    kinds = set(get_args(annotation)) - {type(None)} or {annotation}
+    return bool(kinds & {int, float, list[float]})
+
+
+# the fields read leniently (numbers may come as text), but not from a switch nor from digits with underscores
+_NUMBERS = tuple(name for name, field in SpeechOptions.model_fields.items() if _takes_numbers(field.annotation))
+
+
 class SessionConfig(SpeechOptions):
     """`session.config`: the fields of POST /v1/audio/speech but `input`, plus vllm-omni 0.30's session switches. An
     omitted voice is the model's default voice, `speaker` names it as `voice` does."""
@@ -86,6 +96,16 @@ class SessionConfig(SpeechOptions):
         description="Audio as JSON `audio.chunk` frames, and after each sentence's audio a frame with its words' "
         "timings (engines that cannot time words refuse it).",
     )
+
+    @field_validator(*_NUMBERS, mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, value: Any) -> Any:
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, bool):  # lenient reading would take true for 1
+                raise ValueError("must be a number, not true or false")
+            if isinstance(item, str) and "_" in item:  # Python reads "1_0" as 10: not what a client meant
+                raise ValueError("must be a number, without '_'")
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -655,6 +655,26 @@ def test_session_config_takes_the_bodys_limits_and_null_as_omitted() -> None:
     assert validation_error(info.value.errors()).param == "word_timestamps"
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("speed", True),
+        ("seed", True),
+        ("max_new_tokens", False),
+        ("seed", "1_000"),
+        ("sample_rate", "24_000"),
+        ("speed", "1_0"),
+        ("speaker_embedding", [True, 0.1]),
+    ],
+)
+def test_a_session_config_number_is_a_number_not_a_switch_or_digits_with_underscores(field: str, value: object) -> None:
+    """Numbers may come as text (as vllm-omni reads them), but `true` is no speed (it had read as 1.0) and "1_0" no
+    number a client meant (Python's float() reads it as 10)."""
+    with pytest.raises(ValidationError) as info:
+        SessionConfig.model_validate({"type": "session.config", field: value})
+    assert validation_error(info.value.errors()).param == field
+
+
 def test_session_config_reads_numbers_sent_as_text_as_vllm_omni_does_where_the_body_refuses_them() -> None:
     """docs/websocket.md: `"speed": "1.5"` is a speed in a session.config (vllm-omni's config is read that way), a
     400 naming `speed` in a POST body; text that is not a number is refused in both."""
