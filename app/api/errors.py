@@ -14,7 +14,17 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.engine_protocol import EngineUnavailable
-from app.speech.errors import Failed, Full, Refused, ShuttingDown, SpeechError, Stopped, Unavailable, UnknownModel
+from app.speech.errors import (
+    Failed,
+    Full,
+    Refused,
+    ShuttingDown,
+    SpeechError,
+    Stopped,
+    Unavailable,
+    UnknownModel,
+    too_many_characters,
+)
 
 
 class ErrorDetail(BaseModel):
@@ -168,11 +178,14 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
         return ApiError(400, f"Missing required parameter: '{path}'.", param=param, code="missing_required_parameter")
     detail = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
     bounds = error.get("ctx") or {}
-    if kind in ("too_long", "too_short") and isinstance(error.get("input"), str):  # a string: its characters
-        limit = bounds.get("max_length" if kind == "too_long" else "min_length")
-        unit = "character" if limit == 1 else "characters"
-        detail = f"{'at most' if kind == 'too_long' else 'at least'} {limit} {unit}, not {len(error['input'])}"
     code = "invalid_type" if kind.endswith("_type") or kind.endswith("_parsing") else "invalid_value"
+    if kind.endswith(("too_long", "too_short")) and isinstance(error.get("input"), str):  # a string: its characters
+        too_long = kind.endswith("too_long")
+        limit = bounds.get("max_length" if too_long else "min_length")
+        if too_long:  # worded and coded as the engine's own limit on `input` is refused
+            return invalid_param(param, too_many_characters(param, int(limit), len(error["input"])), "string_too_long")
+        unit = "character" if limit == 1 else "characters"
+        detail = f"at least {limit} {unit}, not {len(error['input'])}"
     return ApiError(400, f"Invalid value for '{param}': {detail}.", param=param, code=code)
 
 

@@ -93,3 +93,9 @@ class Failed(SpeechError):
     def __init__(self, request_id: str) -> None:
         super().__init__(f"The server had an error while processing your request. Request id: {request_id}.")
         self.request_id = request_id
+
+
+def too_many_characters(param: str, limit: int, length: int) -> str:
+    """The words for a string over its limit of characters, wherever the limit is checked (the schema's, an
+    engine's), refused with the code `string_too_long`."""
+    return f"Invalid value for '{param}': at most {limit} {'character' if limit == 1 else 'characters'}, not {length}."

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from app.audio.formats import DEFAULT_SAMPLE_RATE, FORMATS
 from app.engine_protocol import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType
-from app.speech.errors import Refused, UnknownModel
+from app.speech.errors import Refused, UnknownModel, too_many_characters
 from app.speech.options import SpeechOptions
 from app.text.normalize import UnreadableText, first_non_latin, normalize_text
 from app.voices import VoiceCatalog
@@ -200,7 +200,7 @@ def build_job(
     if request.speaker is not None and not same_voice(request.speaker, request.voice_name, catalog):
         raise Refused("speaker", "'speaker' is another name for 'voice': send one of them, or the same voice.")
     if len(text) > caps.max_input_chars:
-        raise Refused("input", f"'input' is longer than {caps.max_input_chars} characters.", "string_too_long")
+        raise Refused("input", too_many_characters("input", caps.max_input_chars, len(text)), "string_too_long")
     try:
         normalized = normalize_text(text, caps.reading)
     except UnreadableText as exc:

@@ -11,12 +11,12 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.audio.formats import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, ResponseFormat
+from app.settings import MAX_INPUT_CHARS
 from app.text.hygiene import check_multiline, check_single_line
 from app.voices import GENERIC_VOICE
 
 TaskTypeName = Literal["CustomVoice", "VoiceDesign", "Base"]
 
-MAX_INPUT_CHARS = 4096
 MAX_EMBEDDING_DIM = 8192  # vllm-omni 0.30's bound on `speaker_embedding`
 # vllm-omni 0.30's generic voice: the model's default speaker, unless a voice of that name exists
 DEFAULT_VOICE = GENERIC_VOICE

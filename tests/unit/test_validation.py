@@ -14,6 +14,7 @@ from app.api.schemas import SpeechRequest
 from app.api.speech_stream import SessionConfig
 from app.audio.formats import DEFAULT_SAMPLE_RATE, RESPONSE_FORMATS
 from app.engine_protocol import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType, VoiceInfo
+from app.settings import MAX_INPUT_CHARS
 from app.speech.errors import Refused, SpeechError
 from app.speech.jobs import OutputSpec, build_job
 from app.speech.options import VoiceRef
@@ -48,7 +49,7 @@ _INVALID = [
     pytest.param(body(foo=1), "foo", "unknown_parameter", id="unknown-field"),
     pytest.param(body(model=""), "model", "invalid_value", id="model-empty"),
     pytest.param(body(input=""), "input", "invalid_value", id="input-empty"),
-    pytest.param(body(input="a" * 4097), "input", "invalid_value", id="input-4097"),
+    pytest.param(body(input="a" * 4097), "input", "string_too_long", id="input-4097"),
     pytest.param(body(input=None), "input", "invalid_type", id="input-null"),
     pytest.param(body(speed=0.2), "speed", "invalid_value", id="speed-0.2"),
     pytest.param(body(speed=4.5), "speed", "invalid_value", id="speed-4.5"),
@@ -61,7 +62,7 @@ _INVALID = [
     pytest.param(body(voice={"id": ""}), "voice", None, id="voice-empty-id"),
     pytest.param(body(voice={"name": "x"}), "voice", None, id="voice-name-object"),
     pytest.param(body(voice={"id": "alloy", "x": 1}), "voice", None, id="voice-extra-key"),
-    pytest.param(body(instructions="a" * 4097), "instructions", "invalid_value", id="instructions-4097"),
+    pytest.param(body(instructions="a" * 4097), "instructions", "string_too_long", id="instructions-4097"),
     pytest.param(body(sample_rate=7999), "sample_rate", "invalid_value", id="rate-7999"),
     pytest.param(body(sample_rate=48001), "sample_rate", "invalid_value", id="rate-48001"),
     pytest.param(body(sample_rate="24000"), "sample_rate", "invalid_type", id="rate-string"),
@@ -286,8 +287,18 @@ def test_input_longer_than_the_engine_allows() -> None:
     caps = EngineCapabilities(**{**_caps_fields(), "max_input_chars": 100})
     error = build_error(body(input="a" * 101), caps)
     assert (error.status, error.param, error.code) == (400, "input", "string_too_long")
+    assert error.message == "Invalid value for 'input': at most 100 characters, not 101."
     job, _ = build(body(input="a" * 100), caps)
     assert len(job.text) == 100
+
+
+def test_input_over_the_bodys_own_limit_is_refused_as_over_the_engines() -> None:
+    """One condition, one answer: over the schema's 4096 or over a lower SPEECH_MAX_INPUT_CHARS, the same code and
+    wording (the schema's had said `invalid_value` in pydantic's words)."""
+    error = schema_error(body(input="a" * (MAX_INPUT_CHARS + 1)), fastapi_loc=True)
+    assert (error.status, error.param, error.code) == (400, "input", "string_too_long")
+    limit = MAX_INPUT_CHARS
+    assert error.message == f"Invalid value for 'input': at most {limit} characters, not {limit + 1}."
 
 
 @pytest.mark.parametrize(("language", "expected"), [("english", "English"), ("ENGLISH", "English"), (" auto ", "Auto")])
