@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from app.text.words import written_words
+
 # A period after these never ends a sentence ("Dr. Smith", "approx. 5", "Fig. 3").
 _NEVER_FINAL = frozenset(
     """mr mrs ms mx dr prof sr jr st mt rev fr gen col capt cpt lt sgt maj gov sen rep hon pres supt insp
@@ -71,7 +73,28 @@ def split_sentences(text: str, max_chars: int = 250) -> list[str]:
                 pieces.extend(_split_long(paragraph[cut : match.end()].strip(), max_chars))
                 cut = match.end()
         pieces.extend(_split_long(paragraph[cut:].strip(), max_chars))
-    return [p for p in pieces if is_speakable(p)]
+    return _with_silent_words_attached(pieces, max_chars)
+
+
+def _with_silent_words_attached(pieces: list[str], max_chars: int) -> list[str]:
+    """The speakable pieces. One with nothing to speak but a word as written ("😀.") joins the next speakable piece
+    (the last: the one before it) where the two fit in `max_chars`, so that its word is still timed; punctuation
+    alone ("...", "***") is dropped."""
+    kept: list[str] = []
+    waiting = ""  # silent words for the next speakable piece
+    for piece in pieces:
+        if is_speakable(piece):
+            joined = f"{waiting} {piece}" if waiting else piece
+            kept.append(joined if len(joined) <= max_chars else piece)
+            if waiting and len(joined) > max_chars and kept[-2:-1]:  # does not fit before it: after the one before
+                before = f"{kept[-2]} {waiting}"
+                kept[-2] = before if len(before) <= max_chars else kept[-2]
+            waiting = ""
+        elif any(not unicodedata.category(ch).startswith("P") for word in written_words(piece) for ch in word):
+            waiting = f"{waiting} {piece}" if waiting else piece
+    if waiting and kept and len(f"{kept[-1]} {waiting}") <= max_chars:
+        kept[-1] = f"{kept[-1]} {waiting}"
+    return kept
 
 
 def _split_long(sentence: str, max_chars: int) -> list[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 
 from loadtest.audio import DecodedAudio
 from tests.support.docs import fenced_blocks
@@ -66,6 +67,23 @@ def test_long_numbers_and_other_scripts_digits_are_timed_as_written(server: Runn
     pcm = b"".join(base64.b64decode(str(e["audio"])) for e in events if e["type"] == "speech.audio.delta")
     audio = DecodedAudio(np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0, 24_000, 1, "pcm_s16le")
     assert_words_cover(words, audio)
+
+
+@pytest.mark.parametrize("text", ["I love 😀 pizza. Fine.", "I love pizza. 😀. Fine."])
+def test_a_word_with_nothing_to_say_is_timed_where_it_stands_even_as_a_sentence_of_its_own(
+    server: RunningServer, text: str
+) -> None:
+    """Every word of the input appears once (docs/websocket.md): an emoji the voice says nothing for too, with no
+    length, whether inside a sentence or as a sentence of its own (which had dropped it)."""
+    events = sse_events(server, input=text, word_timestamps=True, seed=4)
+    words = [w for e in events if e["type"] == "speech.audio.timestamps" for w in e["words"]]  # type: ignore[attr-defined]
+    assert [w["word"] for w in words] == ["I", "love", "😀", "pizza", "Fine"] if "😀 pizza" in text else [
+        "I", "love", "pizza", "😀", "Fine"
+    ]  # fmt: skip
+    emoji = next(w for w in words if w["word"] == "😀")
+    assert emoji["start_ms"] == emoji["end_ms"]
+    starts = [w["start_ms"] for w in words]
+    assert starts == sorted(starts)
 
 
 def test_word_timestamps_follow_speed(server: RunningServer) -> None:

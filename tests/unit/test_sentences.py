@@ -141,6 +141,15 @@ def test_unspeakable_fragments_are_dropped_but_words_are_kept() -> None:
     assert split_sentences("Hello.\n\n***\n\nWorld.") == ["Hello.", "World."]
 
 
+def test_a_sentence_of_words_with_nothing_to_say_goes_with_a_neighbour_so_its_words_are_still_timed() -> None:
+    """ "😀." is a word of the input that the voice says nothing for: on its own it would be no sentence and its word
+    would vanish from the word timestamps, which list every word of the input (as "I love 😀 pizza." lists it)."""
+    assert split_sentences("Hello. 😀. World.") == ["Hello.", "😀. World."]
+    assert split_sentences("Hello. 😀.") == ["Hello. 😀."]  # the last: with the one before it
+    assert split_sentences("😀! 🙂? Fine.") == ["😀! 🙂? Fine."]
+    assert split_sentences("Hi. 😀. Wonderful.", max_chars=10) == ["Hi. 😀.", "Wonderful."]  # where it fits
+
+
 # -- long sentences: cut at clause punctuation, then at spaces --------------------------------------------------
 
 
