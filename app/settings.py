@@ -766,8 +766,28 @@ class InvalidSettings(ValueError):
 
 
 def env_name(location: Sequence[object]) -> str:
-    """The variable that sets a field: ("embedded", "workers") -> SPEECH_EMBEDDED__WORKERS."""
-    return ENV_PREFIX + NESTED_DELIMITER.join(str(part) for part in location if isinstance(part, str)).upper()
+    """The variable that sets a field: ("embedded", "workers") -> SPEECH_EMBEDDED__WORKERS; what follows the field
+    in `location` (a key of a JSON mapping, an index) is no part of the name: see `within_value`."""
+    return ENV_PREFIX + NESTED_DELIMITER.join(str(part) for part in _field_path(location)).upper()
+
+
+def within_value(location: Sequence[object]) -> str:
+    """Where in a variable's JSON value the fault lies ("'alloy': "), or "" where the value is the field's whole."""
+    inside = list(location)[len(_field_path(location)) :]
+    return "".join(f"{part!r}: " for part in inside)
+
+
+def _field_path(location: Sequence[object]) -> list[str]:
+    """The leading parts of `location` that name fields: a settings group's, then one of its fields."""
+    path: list[str] = []
+    model: type[BaseModel] | None = Settings
+    for part in location:
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            break
+        path.append(part)
+        annotation = model.model_fields[part].annotation
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    return path or [str(part) for part in location if isinstance(part, str)][:1]
 
 
 def load_settings(flags: Mapping[str, Any] | None = None) -> Settings:
@@ -785,7 +805,8 @@ def load_settings(flags: Mapping[str, Any] | None = None) -> Settings:
             if location and location[0] in flags:
                 name = f"--{str(location[0]).replace('_', '-')} ({name})"
             shown = "" if field is not None and not field.repr else f" (got {error.get('input')!r})"
-            problems.append(f"{name}: {str(error.get('msg', 'invalid value')).removeprefix('Value error, ')}{shown}")
+            message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+            problems.append(f"{name}: {within_value(location)}{message}{shown}")
         raise InvalidSettings("; ".join(problems)) from None
     except SettingsError as exc:  # a value the environment could not parse (a JSON setting that is not JSON)
         found = re.search(r'field "([^"]+)"', str(exc))

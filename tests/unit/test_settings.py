@@ -21,9 +21,11 @@ from app.settings import (
     FLAT_NAMES,
     MOVED_PATHS,
     EmbeddedSettings,
+    InvalidSettings,
     OmniSettings,
     Settings,
     deprecated_env_names,
+    load_settings,
     log_env_warnings,
     moved_path_env,
     settings_help,
@@ -330,3 +332,21 @@ def test_the_embedded_engine_gets_its_group_and_the_longest_input() -> None:
     engine = served.inner  # type: ignore[attr-defined]
     assert isinstance(engine, EmbeddedEngine)
     assert (engine._workers, engine._max_input_chars) == (2, 50)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("SPEECH_VOICE_ALIASES", '{"alloy": 5}', "SPEECH_VOICE_ALIASES: 'alloy': "),
+        ("SPEECH_OMNI__STAGE_OVERRIDES", '{"1": 5}', "SPEECH_OMNI__STAGE_OVERRIDES: '1': "),
+        ("SPEECH_EMBEDDED__WORKERS", "0", "SPEECH_EMBEDDED__WORKERS: "),
+    ],
+)
+def test_a_bad_value_inside_a_mapping_setting_names_the_variable_and_then_its_key(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, says: str
+) -> None:
+    """A key of a JSON mapping is no part of any variable's name (there is no SPEECH_VOICE_ALIASES__ALLOY)."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(InvalidSettings) as refused:
+        load_settings()
+    assert str(refused.value).startswith(says), refused.value
