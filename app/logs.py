@@ -6,6 +6,7 @@ import json
 import logging
 import re
 import time
+from contextvars import ContextVar
 
 # Secrets a library may log at debug level: the WebSocket handshake's request line (the api_key query parameter) and
 # its headers (Authorization). Never written out.
@@ -33,6 +34,20 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+# Set in a request's task where the app ends its response mid-body on purpose (a stream cut by a timeout or a drain,
+# so that the client sees it incomplete): uvicorn then reports, at error level, the response left incomplete that
+# was meant, beside the service's own line saying why.
+CUT_ON_PURPOSE: ContextVar[bool] = ContextVar("cut_on_purpose", default=False)
+_LEFT_INCOMPLETE = "ASGI callable returned without completing response."
+
+
+class IntendedCuts(logging.Filter):
+    """Drops uvicorn's report of an incomplete response where the app cut it on purpose; keeps every other."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (CUT_ON_PURPOSE.get() and record.getMessage() == _LEFT_INCOMPLETE)
+
+
 def configure_logging(level: str) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
@@ -43,3 +58,6 @@ def configure_logging(level: str) -> None:
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)  # our own per-request line replaces it
+    errors = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, IntendedCuts) for f in errors.filters):
+        errors.addFilter(IntendedCuts())
