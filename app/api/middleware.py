@@ -114,7 +114,12 @@ class BodySizeLimitMiddleware:
         )
 
     def _too_large(self) -> ApiError:
-        return ApiError(413, f"The request body exceeds the limit of {self.max_bytes} bytes.", code="request_too_large")
+        return ApiError(
+            413,
+            f"The request body exceeds the limit of {self.max_bytes} bytes.",
+            code="request_too_large",
+            headers={"Connection": "close"},  # the rest of the body is never read
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

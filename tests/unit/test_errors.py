@@ -339,6 +339,8 @@ def assert_413(exchange: Exchange) -> None:
     assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", "request_too_large", None)
     assert str(CAP) in error["message"]
     assert exchange.header("content-length") == [str(len(exchange.body))]
+    # the rest of the body is not read: the connection closes rather than wait on (or misread) what follows
+    assert exchange.header("connection") == ["close"]
 
 
 async def test_declared_content_length_over_the_cap() -> None:
