@@ -12,6 +12,9 @@
 - It reads what it knows of Latin letters, digits and punctuation: their compatibility forms (full-width `ＦＵＬＬ`,
   `²`, `½`, `①`, `Ⅻ`) are read as what Unicode's compatibility decomposition makes them (`FULL`, `2`, `1/2`, `1`,
   `XII`), the text as written kept for the timestamps.
+- It passes over signs it has no rule for: the minus sign (U+2212: "−5" was "five") is read as the hyphen-minus it
+  reads as "minus"; `$`, `£` and `€` after their amount ("5$", "5 €": "five") as before it ("five dollars"); a
+  currency sign it has no word for (`₿`, `₽`) by its Unicode name, after its amount ("five bitcoin").
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ from app.text.normalize import ascii_form
 
 MAX_NUMBER_DIGITS = 15
 _DIGIT_RUN = re.compile(r"[0-9][0-9,]*")
+_MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2796": "-"})  # MINUS SIGN, HEAVY MINUS SIGN
+_AMOUNT = r"\d(?:[\d,]*\d)?(?:\.\d+)?"
+_AMOUNT_THEN_MARK = re.compile(rf"(?<![\w.])({_AMOUNT}) ?([^\w\s])")
+_MARK_THEN_AMOUNT = re.compile(rf"([^\w\s]) ?({_AMOUNT})")
 
 
 class WholeWordReader:
@@ -79,10 +86,36 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     with digits of any script and compatibility forms read, and a run of more than `MAX_NUMBER_DIGITS` digits read
     digit by digit (what it reads is rewritten here, never the text the caller's words are timed against: a word read
     as several is timed as the one written)."""
+    from hibari.g2p.lexicon import CURRENCIES
     from hibari.g2p.normalize import normalize
 
-    readable = ascii_forms(ascii_digits(text))
-    return g2p.phonemize_tokens(g2p.tokenize(normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))))
+    readable = ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS)
+    normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
+    return g2p.phonemize_tokens(g2p.tokenize(currencies_read(normalized, frozenset(CURRENCIES))))
+
+
+def currencies_read(text: str, spoken_before: frozenset[str]) -> str:
+    """`text` with each currency sign where its reader reads it: one of `spoken_before` (hibari's `$`, `£`, `€`,
+    which it reads only before an amount) moved before its amount; any other by its Unicode name after the amount
+    ("₿5", "5₿": "5 bitcoin")."""
+
+    def sign_after(match: re.Match[str]) -> str:
+        amount, sign = match.group(1), match.group(2)
+        if unicodedata.category(sign) != "Sc":
+            return match.group(0)
+        return f"{sign}{amount}" if sign in spoken_before else f"{amount} {_sign_name(sign)}"
+
+    def sign_before(match: re.Match[str]) -> str:
+        sign, amount = match.group(1), match.group(2)
+        if unicodedata.category(sign) != "Sc" or sign in spoken_before:
+            return match.group(0)
+        return f"{amount} {_sign_name(sign)}"
+
+    return _MARK_THEN_AMOUNT.sub(sign_before, _AMOUNT_THEN_MARK.sub(sign_after, text))
+
+
+def _sign_name(sign: str) -> str:
+    return unicodedata.name(sign, "currency").lower().removesuffix(" sign")
 
 
 def _digit_by_digit(run: re.Match[str]) -> str:

@@ -1,0 +1,47 @@
+"""What the embedded engine's reader says for signs hibari's own reader passes over: a minus sign (U+2212, as word
+processors and LLMs write it) and currency signs after their amount or unknown to it. Read through hibari's real
+G2P; what is rewritten is what it reads, never the text the words are timed against."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+
+from app.engines.embedded.reader import read_tokens, text_reader
+
+
+@cache
+def reader() -> object:
+    return text_reader("heart")
+
+
+def said(text: str) -> str:
+    return " ".join(token.phonemes for token in read_tokens(reader(), text) if token.phonemes)
+
+
+@pytest.mark.parametrize(
+    ("written", "as_if"),
+    [
+        ("It was \u22125 degrees.", "It was -5 degrees."),
+        ("It was \u22123.5 degrees.", "It was -3.5 degrees."),
+        ("The fee is 5$ now.", "The fee is $5 now."),
+        ("The fee is 5.50$ now.", "The fee is $5.50 now."),
+        ("The fee is 5 € now.", "The fee is €5 now."),
+        ("The fee is 1,000£ now.", "The fee is £1,000 now."),
+    ],
+)
+def test_a_sign_hibari_passes_over_is_read_as_it_reads_its_usual_spelling(written: str, as_if: str) -> None:
+    assert said(written) == said(as_if)
+
+
+@pytest.mark.parametrize(
+    ("written", "name"), [("It costs \u20bf5 now.", "bitcoin"), ("It costs 5\u20bd now.", "ruble")]
+)
+def test_a_currency_sign_it_has_no_word_for_is_read_by_its_name_after_the_amount(written: str, name: str) -> None:
+    assert said(written) == said(f"It costs 5 {name} now.")
+
+
+def test_signs_it_reads_already_are_left_as_they_are() -> None:
+    assert said("It costs $5 now.") != said("It costs 5 now.")  # "five dollars"
+    assert said("It costs \u20b95 now.") == said("It costs 5 rupees now.")  # hibari's own word for it
