@@ -36,7 +36,8 @@ def test_a_sign_hibari_passes_over_is_read_as_it_reads_its_usual_spelling(writte
 
 
 @pytest.mark.parametrize(
-    ("written", "name"), [("It costs \u20bf5 now.", "bitcoin"), ("It costs 5\u20bd now.", "ruble")]
+    ("written", "name"),
+    [("It costs \u20bf5 now.", "bitcoin"), ("It costs 5\u20bd now.", "ruble"), ("It costs 5 \u0e3f now.", "baht")],
 )
 def test_a_currency_sign_it_has_no_word_for_is_read_by_its_name_after_the_amount(written: str, name: str) -> None:
     assert said(written) == said(f"It costs 5 {name} now.")
@@ -45,3 +46,18 @@ def test_a_currency_sign_it_has_no_word_for_is_read_by_its_name_after_the_amount
 def test_signs_it_reads_already_are_left_as_they_are() -> None:
     assert said("It costs $5 now.") != said("It costs 5 now.")  # "five dollars"
     assert said("It costs \u20b95 now.") == said("It costs 5 rupees now.")  # hibari's own word for it
+
+
+def test_a_sign_after_an_amount_as_before_it_whatever_the_sign() -> None:
+    assert said("It costs 5\u20b9 now.") == said("It costs \u20b95 now.")  # hibari's word for it, both ways
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["I have 2 $20 bills.", "Buy 3 \u00a35 tickets.", "Prices: 5 $6 $7 now.", "It is 1 000 \u20ac now."],
+)
+def test_a_sign_that_begins_the_next_amount_stays_with_it(text: str) -> None:
+    """The sign of "2 $20" is the twenty's: "two twenty dollars", never "$220"."""
+    from app.engines.embedded.reader import signs_before_amounts
+
+    assert signs_before_amounts(text) == text

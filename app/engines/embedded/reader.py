@@ -32,7 +32,9 @@ MAX_NUMBER_DIGITS = 15
 _DIGIT_RUN = re.compile(r"[0-9][0-9,]*")
 _MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2796": "-"})  # MINUS SIGN, HEAVY MINUS SIGN
 _AMOUNT = r"\d(?:[\d,]*\d)?(?:\.\d+)?"
-_AMOUNT_THEN_MARK = re.compile(rf"(?<![\w.])({_AMOUNT}) ?([^\w\s])")
+# a mark right after an amount, unless it begins the next one ("2 $20 bills": the $ is the twenty's) or the amount
+# may be the end of a longer one ("1 000 €")
+_AMOUNT_THEN_MARK = re.compile(rf"(?<![\w.])(?<!\d )({_AMOUNT}) ?([^\w\s])(?! ?\d)")
 _MARK_THEN_AMOUNT = re.compile(rf"([^\w\s]) ?({_AMOUNT})")
 
 
@@ -89,33 +91,39 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     from hibari.g2p.lexicon import CURRENCIES
     from hibari.g2p.normalize import normalize
 
-    readable = ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS)
+    readable = signs_before_amounts(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS))
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
-    return g2p.phonemize_tokens(g2p.tokenize(currencies_read(normalized, frozenset(CURRENCIES))))
+    return g2p.phonemize_tokens(g2p.tokenize(signs_named(normalized, frozenset(CURRENCIES))))
 
 
-def currencies_read(text: str, spoken_before: frozenset[str]) -> str:
-    """`text` with each currency sign where its reader reads it: one of `spoken_before` (hibari's `$`, `£`, `€`,
-    which it reads only before an amount) moved before its amount; any other by its Unicode name after the amount
-    ("₿5", "5₿": "5 bitcoin")."""
+def signs_before_amounts(text: str) -> str:
+    """Each currency sign written after its amount ("5$", "5 €", "5₹") moved before it, where hibari reads the signs
+    it knows: as words ("₹5": "5 rupees") or as the amount's unit ("$5": "five dollars")."""
 
-    def sign_after(match: re.Match[str]) -> str:
+    def moved(match: re.Match[str]) -> str:
         amount, sign = match.group(1), match.group(2)
-        if unicodedata.category(sign) != "Sc":
-            return match.group(0)
-        return f"{sign}{amount}" if sign in spoken_before else f"{amount} {_sign_name(sign)}"
+        return f"{sign}{amount}" if unicodedata.category(sign) == "Sc" else match.group(0)
 
-    def sign_before(match: re.Match[str]) -> str:
+    return _AMOUNT_THEN_MARK.sub(moved, text)
+
+
+def signs_named(text: str, spoken_before: frozenset[str]) -> str:
+    """Each currency sign still before an amount once hibari has worded those it knows, but those it reads there
+    itself (`spoken_before`: its `$`, `£`, `€`), as its Unicode name after the amount ("₿5": "5 bitcoin")."""
+
+    def named(match: re.Match[str]) -> str:
         sign, amount = match.group(1), match.group(2)
         if unicodedata.category(sign) != "Sc" or sign in spoken_before:
             return match.group(0)
         return f"{amount} {_sign_name(sign)}"
 
-    return _MARK_THEN_AMOUNT.sub(sign_before, _AMOUNT_THEN_MARK.sub(sign_after, text))
+    return _MARK_THEN_AMOUNT.sub(named, text)
 
 
 def _sign_name(sign: str) -> str:
-    return unicodedata.name(sign, "currency").lower().removesuffix(" sign")
+    """ "BITCOIN SIGN" -> bitcoin, "THAI CURRENCY SYMBOL BAHT" -> baht."""
+    name = unicodedata.name(sign, "currency").lower().removesuffix(" sign")
+    return name.rpartition("currency symbol ")[2]
 
 
 def _digit_by_digit(run: re.Match[str]) -> str:
