@@ -77,24 +77,31 @@ def split_sentences(text: str, max_chars: int = 250) -> list[str]:
 
 
 def _with_silent_words_attached(pieces: list[str], max_chars: int) -> list[str]:
-    """The speakable pieces. One with nothing to speak but a word as written ("😀.") joins the next speakable piece
-    (the last: the one before it) where the two fit in `max_chars`, so that its word is still timed; punctuation
-    alone ("...", "***") is dropped."""
+    """The speakable pieces. One with nothing to speak but a word as written ("😀.") joins the next speakable piece,
+    or the one before it where only that fits in `max_chars` (the last: the one before it), over the limit rather
+    than dropped, so that its word is still timed; punctuation alone ("...", "***") is dropped."""
     kept: list[str] = []
     waiting = ""  # silent words for the next speakable piece
     for piece in pieces:
         if is_speakable(piece):
             joined = f"{waiting} {piece}" if waiting else piece
-            kept.append(joined if len(joined) <= max_chars else piece)
-            if waiting and len(joined) > max_chars and kept[-2:-1]:  # does not fit before it: after the one before
-                before = f"{kept[-2]} {waiting}"
-                kept[-2] = before if len(before) <= max_chars else kept[-2]
+            after_before = f"{kept[-1]} {waiting}" if waiting and kept else ""
+            if len(joined) > max_chars and after_before and len(after_before) <= max_chars:
+                kept[-1], joined = after_before, piece
+            kept.append(joined)
             waiting = ""
-        elif any(not unicodedata.category(ch).startswith("P") for word in written_words(piece) for ch in word):
+        elif has_silent_words(piece):
             waiting = f"{waiting} {piece}" if waiting else piece
-    if waiting and kept and len(f"{kept[-1]} {waiting}") <= max_chars:
+    if waiting and kept:
         kept[-1] = f"{kept[-1]} {waiting}"
     return kept
+
+
+def has_silent_words(piece: str) -> bool:
+    """Words as written with nothing to speak ("😀."): a word of the input all the same, unlike punctuation."""
+    if is_speakable(piece):
+        return False
+    return any(not unicodedata.category(ch).startswith("P") for word in written_words(piece) for ch in word)
 
 
 def _split_long(sentence: str, max_chars: int) -> list[str]:
@@ -128,6 +135,16 @@ def _pack(parts: list[str], max_chars: int) -> list[str]:
     return packed
 
 
+def _before_silent_sentences(text: str, cut: int) -> int:
+    """`cut` moved back over the sentences before it that have words but nothing to say."""
+    starts = {0} | {i + 1 for i, ch in enumerate(text[:cut]) if ch == "\n"}
+    starts |= {m.end() for m in _TERMINATOR.finditer(text, 0, cut) if _ends_sentence(text, m)}
+    bounds = sorted(b for b in starts if b < cut)
+    while bounds and has_silent_words(text[bounds[-1] : cut]):
+        cut = bounds.pop()
+    return cut
+
+
 def complete_sentences(text: str, max_chars: int = 250, final: bool = False) -> tuple[list[str], str]:
     """For text that is still arriving: the pieces whose end is already certain, and the rest to keep waiting on.
 
@@ -144,6 +161,8 @@ def complete_sentences(text: str, max_chars: int = 250, final: bool = False) -> 
         ending = next((m for m in _TERMINATOR.finditer(tail) if m.end() == len(tail)), None)
         if ending is not None and _word_before(tail, ending.start()) not in _NEVER_FINAL:
             cut = len(text)
+    if not final:  # a last sentence with words but nothing to say waits to go with the next (split_sentences)
+        cut = _before_silent_sentences(text, cut)
     done, rest = split_sentences(text[:cut], max_chars), text[cut:]
     if len(rest.strip()) > max_chars:
         pieces = split_sentences(rest, max_chars)

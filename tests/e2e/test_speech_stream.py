@@ -530,3 +530,20 @@ def test_every_websocket_ttfa_has_its_phase_breakdown(server: RunningServer) -> 
     assert server.metric("speech_ttfa_phase_seconds_count", phase="engine") - phases_before == 2
     ttfa_s = server.metric("speech_ttfa_seconds_sum") - ttfa_sum_before
     assert server.metric("speech_ttfa_phase_seconds_sum") - phases_sum_before == pytest.approx(ttfa_s, rel=1e-6)
+
+
+def test_a_streamed_sentence_with_nothing_to_say_keeps_its_word_in_the_timestamps(server: RunningServer) -> None:
+    """Text streamed in pieces: "😀." is a sentence complete as soon as the next word begins, with nothing to say.
+    It waits to go with the next sentence, so its word is timed (with no length) as every word of the input is."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm", "word_timestamps": True})
+        for piece in ["Hello there.", " 😀.", " World is fine."]:
+            send(ws, {"type": "input.text", "text": piece})
+            time.sleep(0.3)  # each piece on its own, as an LLM's tokens come
+        send(ws, {"type": "input.done"})
+        events, _ = receive_utterance(ws)
+    assert events[-1]["type"] == "session.done", events
+    words = [w for e in events if e["type"] == "audio.chunk" and e["timestamps"] for w in e["timestamps"]]  # type: ignore[union-attr]
+    assert [w["word"] for w in words] == ["Hello", "there", "😀", "World", "is", "fine"], events
+    emoji = words[2]
+    assert emoji["start_ms"] == emoji["end_ms"]

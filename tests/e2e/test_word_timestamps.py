@@ -77,9 +77,8 @@ def test_a_word_with_nothing_to_say_is_timed_where_it_stands_even_as_a_sentence_
     length, whether inside a sentence or as a sentence of its own (which had dropped it)."""
     events = sse_events(server, input=text, word_timestamps=True, seed=4)
     words = [w for e in events if e["type"] == "speech.audio.timestamps" for w in e["words"]]  # type: ignore[attr-defined]
-    assert [w["word"] for w in words] == ["I", "love", "😀", "pizza", "Fine"] if "😀 pizza" in text else [
-        "I", "love", "pizza", "😀", "Fine"
-    ]  # fmt: skip
+    expected = ["I", "love", "😀", "pizza", "Fine"] if "😀 pizza" in text else ["I", "love", "pizza", "😀", "Fine"]
+    assert [w["word"] for w in words] == expected
     emoji = next(w for w in words if w["word"] == "😀")
     assert emoji["start_ms"] == emoji["end_ms"]
     starts = [w["start_ms"] for w in words]

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from app.speech.sentences import complete_units, final_units
 from app.text.sentences import is_speakable, split_sentences
 
 
@@ -148,6 +149,21 @@ def test_a_sentence_of_words_with_nothing_to_say_goes_with_a_neighbour_so_its_wo
     assert split_sentences("Hello. 😀.") == ["Hello. 😀."]  # the last: with the one before it
     assert split_sentences("😀! 🙂? Fine.") == ["😀! 🙂? Fine."]
     assert split_sentences("Hi. 😀. Wonderful.", max_chars=10) == ["Hi. 😀.", "Wonderful."]  # where it fits
+    assert split_sentences("Wonderful. 😀. Marvellous.", max_chars=10) == ["Wonderful.", "😀. Marvellous."]  # else over
+
+
+@pytest.mark.parametrize("chunks", [["Hello.", " 😀.", " World."], list("Hello. 😀. World. 🙂! Fine.")])
+def test_streamed_text_keeps_a_sentence_with_nothing_to_say_for_the_next(chunks: list[str]) -> None:
+    """As the WebSocket cuts text that arrives (`complete_units`, then `final_units` at input.done): "😀." is
+    complete as soon as the next word begins, and would go alone, as nothing, where it did not wait."""
+    spoken: list[str] = []
+    buffer = ""
+    for chunk in chunks:
+        units, buffer = complete_units(buffer + chunk, 250, "sentence")
+        spoken += units
+    spoken += final_units(buffer, 250, "sentence")
+    words = [word for unit in spoken for word in unit.split()]
+    assert words == "".join(chunks).split()
 
 
 # -- long sentences: cut at clause punctuation, then at spaces --------------------------------------------------
