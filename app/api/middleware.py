@@ -126,8 +126,9 @@ class BodySizeLimitMiddleware:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        encoding = headers.get(b"content-encoding", b"").decode("latin-1").strip()
-        if encoding and encoding.lower() != "identity":
+        encodings = [v.decode("latin-1").strip() for k, v in scope["headers"] if k.lower() == b"content-encoding"]
+        encoding = next((e for e in encodings if e and e.lower() != "identity"), None)
+        if encoding is not None:
             await send_error(send, _encoded(encoding), request_id_of(scope))
             return
         declared = headers.get(b"content-length")
@@ -158,10 +159,12 @@ class BodySizeLimitMiddleware:
 
 
 def _encoded(encoding: str) -> ApiError:
+    shown = encoding if len(encoding) <= 40 else f"{encoding[:40]}..."
     return ApiError(
         415,
-        f"The request body is sent with Content-Encoding {encoding!r}; this server reads bodies uncompressed only.",
+        f"The request body is sent with Content-Encoding {shown!r}; this server reads bodies uncompressed only.",
         code="unsupported_content_encoding",
+        headers={"Connection": "close"},  # the body is never read
     )
 
 

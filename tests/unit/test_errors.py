@@ -388,7 +388,18 @@ async def test_a_compressed_body_is_a_415_naming_its_encoding_not_a_json_error(e
     error = exchange.json()["error"]
     assert (error["type"], error["code"]) == ("invalid_request_error", "unsupported_content_encoding")
     assert encoding.decode() in error["message"] and "Content-Encoding" in error["message"]
+    assert exchange.header("connection") == ["close"]  # the body is never read: nothing more on this connection
     assert inner.scope is None
+
+
+async def test_any_content_encoding_header_of_several_is_refused_and_not_echoed_at_length() -> None:
+    exchange = await call(
+        BodySizeLimitMiddleware(EchoApp(), max_bytes=CAP),
+        headers=[(b"content-encoding", b"x" * 5000), (b"content-encoding", b"identity")],
+        messages=[{"type": "http.request", "body": b"{}", "more_body": False}],
+    )
+    assert exchange.status == 415
+    assert len(exchange.json()["error"]["message"]) < 200
 
 
 @pytest.mark.parametrize("encoding", [b"identity", b"IDENTITY", b""])
