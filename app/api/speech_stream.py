@@ -28,10 +28,12 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import Any, Literal, NoReturn, get_args
+from types import UnionType
+from typing import Annotated, Any, Literal, NoReturn, Union, get_args, get_origin
 
 from fastapi import APIRouter, WebSocket
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 from starlette.websockets import WebSocketState
 
 from app import metrics
@@ -66,9 +68,12 @@ _NULLABLE = frozenset(SpeechOptions.model_fields) - {"response_format", "word_ti
 
 
 def _takes_numbers(annotation: Any) -> bool:
-    """A field of numbers (int, float, a list of floats), optional or not."""
-    kinds = set(get_args(annotation)) - {type(None)} or {annotation}
-    return bool(kinds & {int, float, list[float]})
+    """A field of numbers (int, float, a list of floats), optional or annotated or not."""
+    if get_origin(annotation) is Annotated:
+        return _takes_numbers(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        return any(_takes_numbers(arg) for arg in get_args(annotation) if arg is not type(None))
+    return annotation in (int, float, list[float])
 
 
 # the fields read leniently (numbers may come as text), but not from a switch nor from digits with underscores
@@ -102,9 +107,9 @@ class SessionConfig(SpeechOptions):
     def _numbers_are_numbers(cls, value: Any) -> Any:
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, bool):  # lenient reading would take true for 1
-                raise ValueError("must be a number, not true or false")
+                raise PydanticCustomError("number_type", "must be a number, not true or false")
             if isinstance(item, str) and "_" in item:  # Python reads "1_0" as 10: not what a client meant
-                raise ValueError("must be a number, without '_'")
+                raise PydanticCustomError("number_parsing", "must be a number, without '_'")
         return value
 
     @model_validator(mode="before")
