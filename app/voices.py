@@ -41,7 +41,7 @@ class VoiceCatalog:
     def unknown_targets(self) -> dict[str, str]:
         """Aliases whose target names no engine voice (a non-empty one: empty means the default on purpose), which
         speak in the default voice all the same: worth a word to the operator, who may have misspelt the voice."""
-        known = {voice.id.casefold() for voice in self.voices}
+        known = {voice.id.casefold() for voice in self.voices} | {GENERIC_VOICE}
         return {alias: target for alias, target in self.aliases.items() if target and target.casefold() not in known}
 
     def aliases_of(self, voice_id: str) -> list[str]:

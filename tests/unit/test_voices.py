@@ -98,6 +98,12 @@ def test_unknown_targets_are_the_aliases_naming_a_voice_the_engine_lacks(catalog
     assert catalog.unknown_targets() == {"nova": "nobody"}  # empty targets mean the default on purpose
 
 
+def test_an_alias_to_the_generic_default_voice_is_no_unknown_target() -> None:
+    """"default" names the default voice (vllm-omni's generic voice): an alias to it means what it says."""
+    catalog = VoiceCatalog(voices=VOICES, aliases={"alloy": "default", "echo": "DEFAULT"})
+    assert catalog.unknown_targets() == {}
+
+
 def test_an_alias_to_a_voice_the_engine_lacks_is_logged_at_start(caplog: pytest.LogCaptureFixture) -> None:
     """A misspelt target would otherwise speak in the default voice without a word to the operator."""
     settings = Settings(voice_aliases={"narrator": "ryann", "alloy": ""})
