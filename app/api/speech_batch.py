@@ -91,11 +91,8 @@ def item_result(outcome: ItemOutcome | ApiError, error: ApiError | None, index: 
 
 
 def count(outcome: ItemOutcome | ApiError, status: int, request_id: str, response_format: str) -> None:
-    """Each item is counted and logged as one speech request, `stream` label `batch`; one the admission gate refused
-    as one refusal, as its own request would have been."""
+    """Each item is counted and logged as one speech request, `stream` label `batch`."""
     metrics.REQUESTS.labels(str(status), response_format, "batch").inc()
-    if (reason := refusal(outcome)) is not None:
-        metrics.REJECTED.labels(reason).inc()
     summary = dict(outcome.summary) if isinstance(outcome, ItemOutcome) else {"stream_format": "batch"}
     log.info("speech request", extra={**summary, "request_id": request_id, "status": status})
 
@@ -121,7 +118,8 @@ async def create_speech_batch(
     shared = shared_fields(body)
     checked = [checked_item(shared, raw) for raw in body.items]
     items = [BatchItem(i, entry, entry.input) for i, entry in enumerate(checked) if isinstance(entry, SpeechBatchItem)]
-    batch = asyncio.ensure_future(synthesize_batch(service, items, request_id, slots))
+    refused: list[str] = []  # the admission gate's refusals, as they happen
+    batch = asyncio.ensure_future(synthesize_batch(service, items, request_id, slots, refused))
     present = await unless_disconnected(request, batch)
     finished = present and not batch.cancelled()
     done: dict[int, ItemOutcome] = {outcome.index: outcome for outcome in batch.result()} if finished else {}
@@ -136,6 +134,8 @@ async def create_speech_batch(
         answer = max(full, key=retry_after_s)  # and counted once, as one (the accounting middleware; its refusal here)
         metrics.REJECTED.labels(refusal(outcomes[errors.index(answer)]) or "queue_full").inc()
         raise answer
+    for reason in refused:  # each a refusal, as its own request's would be (whether or not the batch then ended)
+        metrics.REJECTED.labels(reason).inc()
     request.state.batch_items_counted = True  # each item below, as a request of its own
     for index, (entry, outcome, error) in enumerate(zip(checked, outcomes, errors, strict=True)):
         count(outcome, 200 if error is None else error.status, f"{request_id}-{index}", _format_of(entry, body))

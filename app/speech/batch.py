@@ -16,7 +16,7 @@ from app.settings import Settings
 from app.speech.encoding import Usage, complete_file
 from app.speech.errors import Failed, SpeechError
 from app.speech.options import SpeechOptions
-from app.speech.run import SpeechRun, SpeechService
+from app.speech.run import SpeechRun, SpeechService, gate_refusal
 from app.speech.voice import decode_reference
 from app.timing import TtfaTimeline
 
@@ -95,9 +95,14 @@ class BatchStop:
 
 
 async def speak_whole(
-    service: SpeechService, item: BatchItem, request_id: str, references: SharedReferences | None = None
+    service: SpeechService,
+    item: BatchItem,
+    request_id: str,
+    references: SharedReferences | None = None,
+    refused: list[str] | None = None,
 ) -> ItemOutcome:
-    """One item, whole: its job, a slot, the engine's audio encoded into one file."""
+    """One item, whole: its job, a slot, the engine's audio encoded into one file. A refusal of the admission gate
+    adds its reason to `refused`, for the route to count once it knows whether the batch was refused whole."""
     started = time.perf_counter()
     timing = TtfaTimeline(started)
     summary: dict[str, object] = {
@@ -119,6 +124,8 @@ async def speak_whole(
         outcome.data, outcome.usage = file.data, audio.usage
     except SpeechError as exc:
         outcome.error = exc
+        if refused is not None and (reason := gate_refusal(exc)) is not None:
+            refused.append(reason)
     except Exception as exc:  # an item's own failure, the others go on
         log.exception("synthesis failed", extra={"request_id": request_id, "batch_item": item.index})
         outcome.error = Failed(request_id)
@@ -128,16 +135,17 @@ async def speak_whole(
 
 
 async def synthesize_batch(
-    service: SpeechService, items: list[BatchItem], request_id: str, slots: BatchSlots
+    service: SpeechService, items: list[BatchItem], request_id: str, slots: BatchSlots, refused: list[str]
 ) -> list[ItemOutcome]:
     """Every item, as batch slots come free, in the order given; the outcomes in the same order. The lifecycle counts
-    the batch as work in progress until it ends."""
+    the batch as work in progress until it ends. The admission gate's refusals go to `refused` as they happen, kept
+    when the batch is stopped before its outcomes exist."""
 
     references = SharedReferences(service.settings)
 
     async def one(item: BatchItem) -> ItemOutcome:
         async with slots:
-            return await speak_whole(service, item, request_id, references)
+            return await speak_whole(service, item, request_id, references, refused)
 
     task = asyncio.current_task()
     assert task is not None

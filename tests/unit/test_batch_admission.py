@@ -4,6 +4,8 @@ batch some of whose items were refused tells the client when to send them again.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
 import httpx
@@ -115,3 +117,61 @@ async def test_items_refused_beside_items_served_are_each_a_rejection_as_each_is
     assert response.status_code == 200, response.text
     assert [result["status"] for result in response.json()["results"]] == ["success", "error", "error"]
     assert rejected("queue_timeout") - before == 2
+
+
+async def test_items_the_gate_refused_are_counted_even_when_the_client_leaves_before_the_batch_ends(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first item is refused at once, the others wait for a slot until the client leaves: the answer is a 499,
+    and the refusal it had met still counts (the sustained-rejections alert reads it)."""
+    calls = 0
+    waiting = asyncio.Event()  # the refusal has happened and another item waits for a slot
+
+    async def first_refused_then_waits(self: AdmissionGate) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise Rejected("queue_full", 3)
+        waiting.set()
+        await asyncio.sleep(60)  # no slot comes before the client leaves
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr(AdmissionGate, "acquire", first_refused_then_waits)
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni())
+    await engine.start()
+    app = create_app(service_settings(engine), engine=engine)
+    body = json.dumps({"voice": "vivian", "response_format": "pcm", "items": [ITEM] * 3}).encode()
+    sent: list[dict[str, object]] = []
+    delivered = False
+
+    async def receive() -> dict[str, object]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await waiting.wait()  # then the client leaves
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/audio/speech/batch",
+        "raw_path": b"/v1/audio/speech/batch",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    before = rejected("queue_full")
+    async with asyncio.timeout(30):
+        async with app.router.lifespan_context(app):
+            await app(scope, receive, send)
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [499]
+    assert rejected("queue_full") - before == 1
