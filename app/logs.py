@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 import time
-from contextvars import ContextVar
+import weakref
+from typing import Any
 
 # Secrets a library may log at debug level: the WebSocket handshake's request line (the api_key query parameter) and
 # its headers (Authorization). Never written out.
@@ -34,18 +36,32 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-# Set in a request's task where the app ends its response mid-body on purpose (a stream cut by a timeout or a drain,
-# so that the client sees it incomplete): uvicorn then reports, at error level, the response left incomplete that
-# was meant, beside the service's own line saying why.
-CUT_ON_PURPOSE: ContextVar[bool] = ContextVar("cut_on_purpose", default=False)
+# The tasks (one per request, in uvicorn) whose response the app ended mid-body on purpose (a stream cut by a timeout
+# or a drain, so that the client sees it incomplete): uvicorn then reports, at error level, the response left
+# incomplete that was meant, beside the service's own line saying why. Keyed on the task, not a context variable: a
+# task's context may be copied into the next request's on a kept-alive connection.
+_CUT_ON_PURPOSE: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 _LEFT_INCOMPLETE = "ASGI callable returned without completing response."
+
+
+def cut_on_purpose() -> None:
+    """The current request's response is being left incomplete on purpose (said by its own log line)."""
+    task = asyncio.current_task()
+    if task is not None:
+        _CUT_ON_PURPOSE.add(task)
 
 
 class IntendedCuts(logging.Filter):
     """Drops uvicorn's report of an incomplete response where the app cut it on purpose; keeps every other."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (CUT_ON_PURPOSE.get() and record.getMessage() == _LEFT_INCOMPLETE)
+        if record.getMessage() != _LEFT_INCOMPLETE:
+            return True
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no event loop: not a request's
+            return True
+        return task is None or task not in _CUT_ON_PURPOSE
 
 
 def configure_logging(level: str) -> None:

@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import metrics
 from app.api.audio_stream import StreamCut
 from app.api.errors import ApiError, internal_error, invalid_param
-from app.logs import CUT_ON_PURPOSE
+from app.logs import cut_on_purpose
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class RequestIdMiddleware:
             # a stream the server ended on purpose (timeout, drain): returning without finishing the body makes the
             # server close the connection, which the client reads as an incomplete response
             log.warning("stream ended early", extra={"request_id": request_id, "reason": exc.reason})
-            CUT_ON_PURPOSE.set(True)  # said here: the ASGI server's own error line for it would be a false alarm
+            cut_on_purpose()  # said here: the ASGI server's own error line for it would be a false alarm
         except Exception:
             log.exception("unhandled error", extra={"request_id": request_id})
             if not started:

@@ -1,12 +1,12 @@
 """uvicorn's error line for a response left incomplete: dropped where the service cut the stream on purpose (it logs
-why itself), kept everywhere else (an app that really failed to finish a response)."""
+why itself), kept everywhere else (an app that really failed to finish a response, another request's task)."""
 
 from __future__ import annotations
 
-import contextvars
+import asyncio
 import logging
 
-from app.logs import CUT_ON_PURPOSE, IntendedCuts
+from app.logs import IntendedCuts, cut_on_purpose
 
 LEFT_INCOMPLETE = "ASGI callable returned without completing response."
 
@@ -15,20 +15,30 @@ def record(message: str) -> logging.LogRecord:
     return logging.LogRecord("uvicorn.error", logging.ERROR, __file__, 1, message, (), None)
 
 
-def in_a_request(cut: bool, message: str) -> bool:
-    def run() -> bool:
-        if cut:
-            CUT_ON_PURPOSE.set(True)
-        return IntendedCuts().filter(record(message))
+async def test_an_incomplete_response_cut_on_purpose_is_not_reported_as_an_error() -> None:
+    async def request() -> bool:
+        cut_on_purpose()
+        return IntendedCuts().filter(record(LEFT_INCOMPLETE))
 
-    return contextvars.copy_context().run(run)  # a request's own context, as each connection task has
-
-
-def test_an_incomplete_response_cut_on_purpose_is_not_reported_as_an_error() -> None:
-    assert not in_a_request(cut=True, message=LEFT_INCOMPLETE)
+    assert not await asyncio.create_task(request())
 
 
-def test_any_other_incomplete_response_and_any_other_line_are_kept() -> None:
-    assert in_a_request(cut=False, message=LEFT_INCOMPLETE)
-    assert in_a_request(cut=True, message="Exception in ASGI application")
-    assert not CUT_ON_PURPOSE.get()  # one request's cut is its own: another's context never sees it
+async def test_another_requests_incomplete_response_and_any_other_line_are_kept() -> None:
+    cut = asyncio.Event()
+
+    async def cut_request() -> bool:
+        cut_on_purpose()
+        cut.set()
+        return IntendedCuts().filter(record("Exception in ASGI application"))
+
+    async def next_request() -> bool:  # the next on the connection: a task of its own, begun after the cut
+        await cut.wait()
+        return IntendedCuts().filter(record(LEFT_INCOMPLETE))
+
+    kept_other_line, kept_next = await asyncio.gather(asyncio.create_task(cut_request()), next_request())
+    assert kept_other_line and kept_next
+    assert IntendedCuts().filter(record(LEFT_INCOMPLETE))  # outside any request's task
+
+
+def test_outside_an_event_loop_every_line_is_kept() -> None:
+    assert IntendedCuts().filter(record(LEFT_INCOMPLETE))
