@@ -64,7 +64,7 @@ async def run_on_engine(
     expected: int | None = None,
     playback_buffer_s: float = 0.0,
 ) -> LoopRun:
-    """POST the workload to the engine's /run; its records join `record` (a LevelRun; None while warming up).
+    """POST the workload to the engine's /run; its records join `record` (a LevelRun: the level's, or its warm-up's).
     Returns the engine's own wall time and steady window. A failed call counts as `expected` failed requests (one if
     unknown), like a client-side failure against a server: the sweep goes on."""
     body = {**workload, "voice": target.voice}

@@ -89,8 +89,9 @@ def _keep(plan: RunPlan, run: LevelRun) -> bool:
 
 
 class _Sender:
-    """Sends one request at a time on behalf of a loop: counts what is in flight, records the result (unless warming
-    up), and turns a client-side failure into one failed request rather than the end of the sweep."""
+    """Sends one request at a time on behalf of a loop: counts what is in flight, records the result (a warm-up's in
+    a record of its own, kept out of the level's figures), and turns a client-side failure into one failed request
+    rather than the end of the sweep."""
 
     def __init__(
         self,

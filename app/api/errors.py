@@ -23,6 +23,8 @@ from app.speech.errors import (
     Stopped,
     Unavailable,
     UnknownModel,
+    characters,
+    invalid_value,
     too_many_characters,
 )
 
@@ -184,9 +186,8 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
         limit = bounds.get("max_length" if too_long else "min_length")
         if too_long:  # worded and coded as the engine's own limit on `input` is refused
             return invalid_param(param, too_many_characters(param, int(limit), len(error["input"])), "string_too_long")
-        unit = "character" if limit == 1 else "characters"
-        detail = f"at least {limit} {unit}, not {len(error['input'])}"
-    return ApiError(400, f"Invalid value for '{param}': {detail}.", param=param, code=code)
+        detail = f"at least {characters(int(limit))}, not {len(error['input'])}"
+    return ApiError(400, invalid_value(param, detail), param=param, code=code)
 
 
 _STATUS_MESSAGES = {404: ("Not found.", "not_found"), 405: ("Method not allowed.", "method_not_allowed")}

@@ -21,7 +21,9 @@ StreamFormat = Literal["audio", "sse"]
 
 
 class TextInput(BaseModel):
-    input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS, description="Text to speak, 1–4096 characters.")
+    input: str = Field(
+        min_length=1, max_length=MAX_INPUT_CHARS, description=f"Text to speak, 1–{MAX_INPUT_CHARS} characters."
+    )
 
 
 class StreamSwitches(BaseModel):

@@ -12,6 +12,7 @@ from app.api.dependencies import get_catalog, get_engine, get_voice_store
 from app.api.errors import ApiError, error_responses, invalid_param
 from app.audio.reference import MAX_REFERENCE_BYTES, prepare_reference_audio
 from app.engine_protocol import SpeechEngine, UnsupportedParameter
+from app.speech.errors import invalid_value
 from app.text.hygiene import text_problem
 from app.voice_store import NAME_PATTERN, StoredVoice, VoiceExists, VoiceNotFound, VoiceStore
 from app.voices import GENERIC_VOICE, VoiceCatalog
@@ -125,7 +126,7 @@ async def create_voice(
     if not NAME_PATTERN.fullmatch(name):
         raise invalid_param("name", "'name' must be 1–64 characters of a-z, 0-9, '_' and '-'.")
     if ref_text is not None and (problem := text_problem(ref_text, multiline=True)) is not None:
-        raise invalid_param("ref_text", f"Invalid value for 'ref_text': {problem}.")
+        raise invalid_param("ref_text", invalid_value("ref_text", problem))
     if not consent:
         raise invalid_param("consent", "Registering a voice needs 'consent' = true: the speaker's agreement.")
     if catalog.resolve(name) is not None:

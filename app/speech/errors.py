@@ -95,7 +95,16 @@ class Failed(SpeechError):
         self.request_id = request_id
 
 
+def invalid_value(param: str, detail: str) -> str:
+    """How a value a field cannot take is worded, wherever it is found: "Invalid value for 'speed': <detail>."."""
+    return f"Invalid value for '{param}': {detail}."
+
+
+def characters(count: int) -> str:
+    return f"{count} {'character' if count == 1 else 'characters'}"
+
+
 def too_many_characters(param: str, limit: int, length: int) -> str:
     """The words for a string over its limit of characters, wherever the limit is checked (the schema's, an
     engine's), refused with the code `string_too_long`."""
-    return f"Invalid value for '{param}': at most {limit} {'character' if limit == 1 else 'characters'}, not {length}."
+    return invalid_value(param, f"at most {characters(limit)}, not {length}")
