@@ -127,6 +127,19 @@ def test_a_round_without_a_full_turnover_adds_only_its_wall_time() -> None:
     assert (rate.held_s, rate.finished_while_held) == (1.5, 2)
 
 
+def report_meta(requests: int, warmup: int) -> dict[str, Any]:
+    """A closed-loop run's meta, as the report reads it, for one target A."""
+    return {
+        "started_at": "now",
+        "response_format": "pcm",
+        "stream_format": "audio",
+        "texts": "t",
+        "requests": requests,
+        "warmup": warmup,
+        "targets": [{"index": 0, "label": "A: http://a", "model": "m", "voice": "v"}],
+    }
+
+
 @pytest.fixture
 def fake_measure(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every request of a sweep takes 40 ms and answers 2 s of audio."""
@@ -157,15 +170,7 @@ async def test_a_sweep_reports_steady_throughput_and_falls_back_to_the_wall_cloc
     assert wave["throughput_basis"] == "wall"
     assert wave["throughput_rps"] == wave["throughput_wall_rps"] == pytest.approx(24 / wave["wall_s"])
     assert wave["audio_throughput"] == wave["audio_throughput_wall"]
-    meta = {
-        "started_at": "now",
-        "response_format": "pcm",
-        "stream_format": "audio",
-        "texts": "t",
-        "requests": 24,
-        "warmup": 0,
-        "targets": [{"index": 0, "label": "A: http://a", "model": "m", "voice": "v"}],
-    }
+    meta = report_meta(requests=24, warmup=0)
     text = summary_markdown(meta, [steady, wave])
     assert f"| {steady['throughput_rps']:.2f} | {steady['audio_throughput']:.1f} |" in text
     assert f"| {wave['throughput_rps']:.2f}* | {wave['audio_throughput']:.1f}* |" in text
@@ -258,15 +263,7 @@ async def test_a_warm_up_the_server_refused_is_reported_not_dropped(monkeypatch:
     assert one["warmup"] == {"requests": 1, "failed": 0, "error_groups": []}
     assert four["warmup"]["requests"] == 4 and four["warmup"]["failed"] == 2
     assert four["warmup"]["error_groups"][0]["code"] == "rate_limit_exceeded"
-    meta = {
-        "started_at": "now",
-        "response_format": "pcm",
-        "stream_format": "audio",
-        "texts": "t",
-        "requests": 8,
-        "warmup": 1,
-        "targets": [{"index": 0, "label": "A: http://a", "model": "m", "voice": "v"}],
-    }
+    meta = report_meta(requests=8, warmup=1)
     text = summary_markdown(meta, [one, four])
     assert "## Warm-up errors" in text
     assert "- A: http://a at concurrency 4: 2 of its 4 warm-up requests failed" in text
