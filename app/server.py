@@ -20,7 +20,7 @@ from app.api import docs, meta, playground, profile, speech, speech_batch, speec
 from app.api.auth import ApiKeyMiddleware, load_api_keys
 from app.api.errors import install_error_handlers
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, SpeechAccountingMiddleware
-from app.engine_protocol import SpeechEngine, TimesItsStart
+from app.engine_protocol import SpeechEngine, TimesItsStart, profiled
 from app.engines import create_engine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
@@ -86,6 +86,11 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     app.include_router(voices.router)
     if settings.profiler_dir:
         app.include_router(profile.router)
+        if profiled(engine) is None:
+            log.warning(
+                "SPEECH_PROFILER_DIR is set, but the %s engine has no profiler: /admin/profile/* answer 400",
+                engine.name,
+            )
     app.include_router(docs.router)
     app.mount(docs.ASSETS_PATH, StaticFiles(directory=docs.ASSETS_DIR), name="docs-assets")
     app.include_router(playground.router)

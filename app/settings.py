@@ -667,7 +667,7 @@ class Settings(BaseSettings):
         None,
         description="Where a GPU engine's PyTorch profiler writes traces. Set, the server serves POST "
         "/admin/profile/start and /admin/profile/stop (behind the API keys), to find where a frame's time goes; "
-        "leave it unset in production.",
+        "leave it unset in production. On an engine without a profiler (embedded) the start warns of it.",
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
