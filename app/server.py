@@ -63,8 +63,8 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     app.state.settings = settings
     app.state.engine = engine
     app.state.catalog = VoiceCatalog(tuple(engine.voices()), settings.voice_aliases)  # an engine's voices are fixed
+    known = ", ".join(voice.id for voice in app.state.catalog.voices)
     for alias, target in app.state.catalog.unknown_targets().items():
-        known = ", ".join(voice.id for voice in engine.voices())
         log.warning(
             "SPEECH_VOICE_ALIASES: %r names %r, which is no voice of this engine (%s); it speaks in the default voice",
             alias,

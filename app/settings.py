@@ -785,8 +785,8 @@ def _field_path(location: Sequence[object]) -> list[str]:
         if model is None or not isinstance(part, str) or part not in model.model_fields:
             break
         path.append(part)
-        annotation = model.model_fields[part].annotation
-        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+        info = model.model_fields[part]
+        model = info.annotation if _is_group(info) else None  # type: ignore[assignment]
     return path or [str(part) for part in location if isinstance(part, str)][:1]
 
 

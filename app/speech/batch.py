@@ -98,8 +98,8 @@ async def speak_whole(
     service: SpeechService,
     item: BatchItem,
     request_id: str,
-    references: SharedReferences | None = None,
-    refused: list[str] | None = None,
+    references: SharedReferences | None,
+    refused: list[str],
 ) -> ItemOutcome:
     """One item, whole: its job, a slot, the engine's audio encoded into one file. A refusal of the admission gate
     adds its reason to `refused`, for the route to count once it knows whether the batch was refused whole."""
@@ -124,7 +124,7 @@ async def speak_whole(
         outcome.data, outcome.usage = file.data, audio.usage
     except SpeechError as exc:
         outcome.error = exc
-        if refused is not None and (reason := gate_refusal(exc)) is not None:
+        if (reason := gate_refusal(exc)) is not None:
             refused.append(reason)
     except Exception as exc:  # an item's own failure, the others go on
         log.exception("synthesis failed", extra={"request_id": request_id, "batch_item": item.index})

@@ -23,7 +23,7 @@ import math
 import os
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 from app.text.normalize import ascii_form
@@ -93,7 +93,7 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
 
     readable = signs_before_amounts(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS))
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
-    return g2p.phonemize_tokens(g2p.tokenize(signs_named(normalized, frozenset(CURRENCIES))))
+    return g2p.phonemize_tokens(g2p.tokenize(signs_named(normalized, CURRENCIES)))
 
 
 def signs_before_amounts(text: str) -> str:
@@ -107,7 +107,7 @@ def signs_before_amounts(text: str) -> str:
     return _AMOUNT_THEN_MARK.sub(moved, text)
 
 
-def signs_named(text: str, spoken_before: frozenset[str]) -> str:
+def signs_named(text: str, spoken_before: Container[str]) -> str:
     """Each currency sign still before an amount once hibari has worded those it knows, but those it reads there
     itself (`spoken_before`: its `$`, `£`, `€`), as its Unicode name after the amount ("₿5": "5 bitcoin")."""
 
