@@ -1,9 +1,10 @@
 """A stand-in for `nvidia-cuda-mps-control` (NVIDIA driver 580) where no GPU driver exists, with the real one's
 command line: `-f` runs the control daemon in the foreground and `-d` in the background, found through
 CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps); either exits 1 with the real message when a daemon already runs
-there. Without arguments it reads commands from stdin (`get_server_list`, `quit`) and answers them, or exits 1 with
-"Cannot find MPS control daemon process" when no daemon runs; `quit` returns once the daemon has gone. A daemon's pid
-stands for the control pipe. The real program is exercised on a GPU host (tests/gpu).
+there. Without arguments it reads commands from stdin (`get_server_list`, `get_client_list PID`, `quit`) and answers
+them, or exits 1 with "Cannot find MPS control daemon process" when no daemon runs; `quit` returns once the daemon has
+gone. A daemon's pid stands for the control pipe, and for its one MPS server where clients are given. The real
+program is exercised on a GPU host (tests/gpu).
 
 Install it on PATH as `nvidia-cuda-mps-control` with `install(directory)`."""
 
@@ -20,6 +21,7 @@ FAIL_VARIABLE = "FAKE_MPS_CONTROL_FAIL"  # set: a daemon fails to start, as when
 QUIT_DELAY_VARIABLE = "FAKE_MPS_QUIT_DELAY_S"  # a daemon takes so long to quit (the MPS server winding down)
 ANSWER_DELAY_VARIABLE = "FAKE_MPS_ANSWER_DELAY_S"  # a daemon answers only so long after it started
 PIDS_VARIABLE = "FAKE_MPS_PIDS"  # a file every daemon started appends its pid to (for the tests' cleanup)
+CLIENTS_VARIABLE = "FAKE_MPS_CLIENTS"  # comma-separated pids: the clients connected to the daemon's one MPS server
 
 
 def install(directory: Path) -> Path:
@@ -103,7 +105,16 @@ def main(argv: list[str]) -> int:
     if pid is None:
         print("Cannot find MPS control daemon process", file=sys.stderr)
         return 1
+    clients = [pid for pid in (os.environ.get(CLIENTS_VARIABLE) or "").split(",") if pid]
     for command in sys.stdin.read().split("\n"):
+        words = command.split()
+        if words == ["get_server_list"] and clients:  # the real daemon lists one pid a line; no server, no line
+            print(pid)
+        elif words[:1] == ["get_client_list"]:
+            if words[1:] != [str(pid)]:
+                print(f"Cannot find MPS server {' '.join(words[1:])}", file=sys.stderr)
+                return 1
+            print("\n".join(clients))
         if command.strip() == "quit":
             time.sleep(float(os.environ.get(QUIT_DELAY_VARIABLE) or 0))
             os.kill(pid, signal.SIGTERM)

@@ -19,6 +19,7 @@ from app.engines.omni.cuda_mps import LOG_VARIABLE, PIPE_VARIABLE, CudaMpsDaemon
 from app.settings import Settings
 from tests.fakes.nvidia_cuda_mps_control import (
     ANSWER_DELAY_VARIABLE,
+    CLIENTS_VARIABLE,
     FAIL_VARIABLE,
     PIDS_VARIABLE,
     QUIT_DELAY_VARIABLE,
@@ -187,6 +188,36 @@ def test_stop_waits_for_a_quit_that_takes_its_time_and_kills_one_that_takes_too_
     hasty.stop()
     assert not alive(second)
     assert "the MPS control daemon did not finish quitting: killed" in caplog.text
+
+
+def test_a_quit_cut_short_names_the_clients_that_were_still_connected(
+    daemons: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`quit` waits for the MPS server's clients to go: where it does not finish, the warning says which processes
+    were still its clients when the stop began, so that an operator (or the next GPU run) can tell who held it."""
+    client = subprocess.Popen(["sleep", "30"])
+    try:
+        monkeypatch.setenv(CLIENTS_VARIABLE, str(client.pid))
+        monkeypatch.setenv(QUIT_DELAY_VARIABLE, "30")
+        daemon = CudaMpsDaemon(quit_timeout_s=0.5)
+        daemon.start()
+        daemon.stop()
+    finally:
+        client.kill()
+        client.wait()
+    [warning] = [record for record in caplog.records if "did not finish quitting" in record.getMessage()]
+    assert getattr(warning, "clients_at_stop", None) == {str(client.pid): "sleep 30"}
+    assert live_daemons() == []
+
+
+def test_a_daemon_without_clients_quits_in_time_without_a_warning(
+    daemons: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(CLIENTS_VARIABLE, "")
+    daemon = CudaMpsDaemon(quit_timeout_s=5)
+    daemon.start()
+    daemon.stop()
+    assert "did not finish quitting" not in caplog.text and live_daemons() == []
 
 
 def test_a_stop_during_a_start_leaves_no_daemon(daemons: None, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,6 +28,18 @@ CONTROL = "nvidia-cuda-mps-control"
 PIPE_VARIABLE = "CUDA_MPS_PIPE_DIRECTORY"
 LOG_VARIABLE = "CUDA_MPS_LOG_DIRECTORY"
 DEVICES_VARIABLE = "CUDA_VISIBLE_DEVICES"
+CLIENT_LIST_TIMEOUT_S = 2.0  # each of the questions asked at a stop about the clients still connected
+COMMAND_LINE_CHARS = 200
+
+
+def command_line(pid: str) -> str:
+    """A process's command line as `ps` shows it, cut short; empty where it is gone or not readable here."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as source:
+            words = source.read().split(b"\0")
+    except OSError:
+        return ""
+    return " ".join(word.decode(errors="replace") for word in words if word)[:COMMAND_LINE_CHARS]
 
 
 def client_devices(daemon_devices: str | None) -> str | None:
@@ -151,14 +163,20 @@ class CudaMpsDaemon:
             if process is None:
                 return
             started = time.monotonic()
-            answer = self._send("quit", os.environ | self._environment, self._quit_timeout_s)
+            env = os.environ | self._environment
+            clients = self._clients(env)  # read before `quit`, after which the daemon may answer nothing
+            answer = self._send("quit", env, max(0.1, self._quit_timeout_s - (time.monotonic() - started)))
             try:
                 process.wait(timeout=max(1.0, self._quit_timeout_s - (time.monotonic() - started)))
             except subprocess.TimeoutExpired:
+                # `quit` waits for the MPS server's clients to go: those still connected are why it did not finish
                 log.warning(
                     "the MPS control daemon did not finish quitting: killed",
-                    extra={"timeout_s": self._quit_timeout_s, "answer": answer and answer.returncode},
-                )
+                    extra={
+                        "timeout_s": self._quit_timeout_s, "answer": answer and answer.returncode,
+                        "clients_at_stop": clients,
+                    },
+                )  # fmt: skip
                 self._kill()
             self._process = None
             for key, value in self._environment.items():
@@ -181,6 +199,19 @@ class CudaMpsDaemon:
         except ProcessLookupError:
             pass
         process.wait()
+
+    def _clients(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The clients still connected to the daemon's MPS servers, each process id with its command line (empty
+        where it is gone or unreadable), as `get_server_list` and `get_client_list` answer within a short wait."""
+        servers = self._send("get_server_list", env, CLIENT_LIST_TIMEOUT_S)
+        if servers is None or servers.returncode != 0:
+            return {}
+        clients: dict[str, str] = {}
+        for server in servers.stdout.split():
+            answer = self._send(f"get_client_list {server}", env, CLIENT_LIST_TIMEOUT_S) if server.isdigit() else None
+            if answer is not None and answer.returncode == 0:
+                clients |= {pid: command_line(pid) for pid in answer.stdout.split() if pid.isdigit()}
+        return clients
 
     def _answers(self, env: Mapping[str, str], timeout_s: float = 10.0) -> bool:
         answer = self._send("get_server_list", env, timeout_s)
