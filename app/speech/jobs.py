@@ -212,6 +212,8 @@ def build_job(
         if task_type in (TaskType.BASE, TaskType.VOICE_DESIGN)  # the voice comes from reference audio or a description
         else catalog.resolve(request.voice_name)
     )
+    # where `speaker` alone named the voice, the refusal names the field the client sent
+    voice_field = "speaker" if request.speaker is not None and request.speaker == request.voice_name else "voice"
     if (
         task_type == TaskType.BASE
         and ref_audio is None
@@ -224,13 +226,13 @@ def build_job(
             f"Unknown voice '{request.voice_name}'. This model speaks in cloned voices: name a voice registered with "
             "POST /v1/audio/voices, or send 'ref_audio' (with its 'ref_text')."
         )
-        raise Refused("voice", message, "voice_not_found")
+        raise Refused(voice_field, message, "voice_not_found")
     if voice is None:
         known = ", ".join(v.id for v in catalog.voices)
         aliases = sorted(catalog.aliases)
         also = f"; or their aliases: {', '.join(aliases)}" if aliases else ""
         message = f"Unknown voice '{request.voice_name}'. Available voices: {known}{also} (GET /v1/audio/voices)."
-        raise Refused("voice", message, "voice_not_found")
+        raise Refused(voice_field, message, "voice_not_found")
     language = _check_language(request.language, caps)
     if request.word_timestamps:
         check_word_timestamps(language, normalized, caps)

@@ -549,6 +549,16 @@ def test_speaker_names_the_voice_and_may_not_contradict_it() -> None:
     assert refused.value.param == "speaker"
 
 
+def test_an_unknown_speaker_sent_alone_is_named_as_speaker() -> None:
+    """The field the client sent, not the one `speaker` fills in for it."""
+    with pytest.raises(Refused) as refused:
+        build(without("voice") | {"speaker": "nope"})
+    assert (refused.value.param, refused.value.code) == ("speaker", "voice_not_found")
+    with pytest.raises(Refused) as refused:
+        build(body(voice="nope"))
+    assert refused.value.param == "voice"
+
+
 @pytest.mark.parametrize(("voice", "speaker"), [("alloy", "heart"), ("heart", "Heart"), ("ALLOY", " alloy ")])
 def test_speaker_naming_the_same_voice_as_voice_otherwise_is_accepted(voice: str, speaker: str) -> None:
     """An alias, another spelling: the same voice either way, so nothing to choose between (docs/api.md: only both
