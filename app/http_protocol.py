@@ -206,6 +206,14 @@ class GuardedWebSocketProtocol(WriteStallGuard, WebSocketsSansIOProtocol):  # ty
         # aborted even where uvicorn already closes (a pong that never came): that close waits for the unread frames
         return getattr(self, "scope", {})  # the session's, once its upgrade request was read
 
+    async def send(self, message: Any) -> None:
+        await super().send(message)
+        if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
+            # an upgrade refused with an HTTP response (the drain's 503) is answered in full; uvicorn 0.54 does not
+            # count it as the handshake's end and logs "ASGI callable returned without completing handshake" at
+            # error level for every such refusal
+            self.handshake_complete = True
+
 
 def _peer(client: tuple[str, int] | None) -> str:
     return f"{client[0]}:{client[1]}" if client else ""

@@ -419,6 +419,8 @@ def test_drain_finishes_the_utterance_then_closes_1001(guarded_server: RunningSe
             ws.recv(timeout=10)
         assert ws.close_code == 1001
     assert guarded_server.process.wait(timeout=30) == 0
+    # the refusal is a complete answer to the upgrade: no error for it in the server's log
+    assert not [e for e in guarded_server.log_events() if e.get("level") == "error"]
 
 
 def run_docs_example(heading: str, server: RunningServer, folder: Path) -> str:
