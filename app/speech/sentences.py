@@ -37,7 +37,7 @@ from app.engine_protocol import (
     SynthesisJob,
     UnsupportedParameter,
 )
-from app.text.sentences import complete_sentences, split_sentences
+from app.text.sentences import complete_sentences, is_speakable, split_sentences, with_silent_words_attached
 from app.text.words import WordTiming
 
 log = logging.getLogger(__name__)
@@ -64,15 +64,22 @@ def complete_units(text: str, max_chars: int, granularity: Granularity, final: b
     sentences, rest = complete_sentences(text, max_chars, final=final)
     if granularity == "sentence":
         return sentences, rest
-    clauses = [clause for sentence in sentences for clause in _CLAUSE_END.split(sentence) if clause.strip()]
-    *done, last = _CLAUSE_END.split(rest)
-    return clauses + [clause for clause in done if clause.strip()], last
+    clauses = [clause for sentence in sentences for clause in _CLAUSE_END.split(sentence)]
+    ends = [match.end() for match in _CLAUSE_END.finditer(rest)]
+    # a last clause with nothing to say ("—", "😀,") waits for the next, as such a last sentence does
+    while ends and not is_speakable(rest[ends[-2] if len(ends) > 1 else 0 : ends[-1]]):
+        ends.pop()
+    cut = ends[-1] if ends else 0
+    done = _CLAUSE_END.split(rest[:cut]) if cut else []
+    # one with nothing to say inside goes with a neighbour, as a sentence's does: no request of its own to be refused
+    return with_silent_words_attached([clause for clause in clauses + done if clause.strip()], max_chars), rest[cut:]
 
 
 def final_units(text: str, max_chars: int, granularity: Granularity) -> list[str]:
-    """Every piece of the text at input.done: `none` speaks it as one request, as vllm-omni does."""
+    """Every piece of the text at input.done: `none` speaks it as one request, as vllm-omni does, where it holds
+    anything to speak (else none: the utterance is refused as having nothing to speak)."""
     if granularity == "none":
-        return [text.strip()] if text.strip() else []
+        return [text.strip()] if is_speakable(text) else []
     units, rest = complete_units(text, max_chars, granularity, final=True)
     return [*units, *split_sentences(rest, max_chars)]
 

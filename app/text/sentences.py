@@ -73,10 +73,10 @@ def split_sentences(text: str, max_chars: int = 250) -> list[str]:
                 pieces.extend(_split_long(paragraph[cut : match.end()].strip(), max_chars))
                 cut = match.end()
         pieces.extend(_split_long(paragraph[cut:].strip(), max_chars))
-    return _with_silent_words_attached(pieces, max_chars)
+    return with_silent_words_attached(pieces, max_chars)
 
 
-def _with_silent_words_attached(pieces: list[str], max_chars: int) -> list[str]:
+def with_silent_words_attached(pieces: list[str], max_chars: int) -> list[str]:
     """The speakable pieces. One with nothing to speak but a word as written ("😀.") joins the next speakable piece,
     or the one before it where only that fits in `max_chars` (the last: the one before it), over the limit rather
     than dropped, so that its word is still timed; punctuation alone ("...", "***") is dropped."""

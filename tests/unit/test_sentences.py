@@ -166,6 +166,32 @@ def test_streamed_text_keeps_a_sentence_with_nothing_to_say_for_the_next(chunks:
     assert words == "".join(chunks).split()
 
 
+@pytest.mark.parametrize(
+    "text", ["Well, — I think so.", "Nice, 😀, right.", "One, two; —, 😀, three.", "😀, 🙂, fine."]
+)
+@pytest.mark.parametrize("whole", [True, False])
+def test_clauses_with_nothing_to_say_go_with_a_neighbour(text: str, whole: bool) -> None:
+    """`split_granularity: clause`: a clause of punctuation ("—") or of silent words ("😀,") is no request of its
+    own, which its engine would refuse mid-utterance; its words go with the next clause, as a sentence's do."""
+    spoken: list[str] = []
+    buffer = ""
+    for chunk in [text] if whole else list(text):
+        units, buffer = complete_units(buffer + chunk, 250, "clause")
+        spoken += units
+    spoken += final_units(buffer, 250, "clause")
+    assert spoken and all(is_speakable(unit) for unit in spoken)
+    kept = [word for word in text.split() if any(ch.isalnum() or ord(ch) > 0x2FFF for ch in word)]
+    assert [word for unit in spoken for word in unit.split() if word in kept] == kept
+
+
+@pytest.mark.parametrize("text", ["😀", "...", " — "])
+def test_an_utterance_with_nothing_to_say_is_no_unit_when_spoken_whole(text: str) -> None:
+    """`split_granularity: none`: the whole text is one request only where it can be spoken; otherwise none, and
+    the utterance is refused as one with nothing to speak (docs/websocket.md), not spoken into an engine's error."""
+    assert final_units(text, 250, "none") == []
+    assert final_units("Fine 😀", 250, "none") == ["Fine 😀"]
+
+
 # -- long sentences: cut at clause punctuation, then at spaces --------------------------------------------------
 
 
