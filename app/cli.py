@@ -103,6 +103,10 @@ def server_config(app: FastAPI, settings: Settings) -> uvicorn.Config:
         timeout_graceful_shutdown=int(settings.drain_timeout_s) + 5,  # connections left after the drain
         timeout_keep_alive=settings.keep_alive_timeout_s,  # type: ignore[arg-type]
         ws_max_size=settings.max_body_bytes,  # the largest session.config (reference audio); beyond: close 1009
+        # pings keep a proxy's idle timer fed, but a missing pong never ends a session: a client that plays its audio
+        # as it reads answers one only after the audio sent before it, minutes later in a long reply. A client gone
+        # is told by the write-stall bound (reading nothing) or the session's idle timeout
+        ws_ping_timeout=None,
         http=guarded_protocol(settings.request_read_timeout_s, settings.client_stall_timeout_s),
         ws=guarded_websocket_protocol(settings.client_stall_timeout_s),
     )

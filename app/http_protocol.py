@@ -22,7 +22,7 @@ from typing import Any
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-from app.api.audio_stream import STALLED_STATE_KEY
+from app.api.audio_stream import STALLED_STATE_KEY, UNSENT_STATE_KEY
 from app.api.errors import error_body
 from app.api.middleware import REQUEST_ID_HEADER, valid_request_id
 
@@ -205,6 +205,11 @@ class GuardedWebSocketProtocol(WriteStallGuard, WebSocketsSansIOProtocol):  # ty
     def _stalled_scope(self) -> dict[str, Any] | None:
         # aborted even where uvicorn already closes (a pong that never came): that close waits for the unread frames
         return getattr(self, "scope", {})  # the session's, once its upgrade request was read
+
+    def handle_connect(self, event: Any) -> None:
+        super().handle_connect(event)
+        # the session asks it before calling itself idle: a client still reading its audio is listening
+        self.scope.setdefault("state", {})[UNSENT_STATE_KEY] = lambda: unsent_bytes(self.transport)
 
     async def send(self, message: Any) -> None:
         await super().send(message)

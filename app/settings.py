@@ -682,7 +682,10 @@ class Settings(BaseSettings):
         10.0, gt=0, description="WebSocket speech: how long a new connection may take to send a valid session.config."
     )
     ws_idle_timeout_s: float = Field(
-        30.0, gt=0, description="WebSocket speech: a session that sends nothing and has nothing to speak is closed."
+        30.0,
+        gt=0,
+        description="WebSocket speech: a session that sends nothing and has nothing to speak is closed (counted "
+        "from its last message, or from when its client had read the last audio).",
     )
     ws_sentence_idle_s: float = Field(
         1.0,

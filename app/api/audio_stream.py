@@ -22,6 +22,8 @@ from app.speech.errors import Failed, Stopped
 
 # Set in the request's state by app.http_protocol when it aborts the connection of a client that stopped reading.
 STALLED_STATE_KEY = "client_stalled"
+# a WebSocket scope's state: what its connection holds that the client has not yet read (bytes), as a callable
+UNSENT_STATE_KEY = "unsent_bytes"
 
 log = logging.getLogger(__name__)
 

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from types import UnionType
 from typing import Annotated, Any, Literal, NoReturn, Union, get_args, get_origin
 
@@ -37,7 +38,7 @@ from pydantic_core import PydanticCustomError
 from starlette.websockets import WebSocketState
 
 from app import metrics
-from app.api.audio_stream import STALLED_STATE_KEY
+from app.api.audio_stream import STALLED_STATE_KEY, UNSENT_STATE_KEY
 from app.api.dependencies import service_of
 from app.api.errors import ApiError, invalid_param, to_api_error, unknown_parameter, validation_error
 from app.api.middleware import valid_request_id
@@ -127,6 +128,7 @@ class SpeechStreamSession:
         self.ws = websocket
         self.service = service
         self.settings = service.settings
+        self.unread: tuple[int, float] | None = None  # what its client had not read when last looked at, and since when
         self.lifecycle = service.lifecycle
         self.session_id = valid_request_id(websocket.headers.get("x-request-id"))
         self.speech = StreamedSpeech(service, self.session_id, self.cut_off)
@@ -172,8 +174,11 @@ class SpeechStreamSession:
                         ApiError(408, message, code=CONFIG_TIMEOUT, param="type"), CLOSE_POLICY
                     )
                 elif self.speech.look():
-                    message = "The session was idle for too long."
-                    await self.frames.close_with(ApiError(408, message, code="idle_timeout"), CLOSE_NORMAL)
+                    if self.listening():
+                        self.speech.heard()  # idle from when it has read its audio, not from when it was sent
+                    else:
+                        message = "The session was idle for too long."
+                        await self.frames.close_with(ApiError(408, message, code="idle_timeout"), CLOSE_NORMAL)
         except SessionClosed as closed:
             code = closed.code
         except Exception:
@@ -190,6 +195,20 @@ class SpeechStreamSession:
             if code != -1 and self.ws.application_state == WebSocketState.CONNECTED:
                 with contextlib.suppress(Exception):
                     await self.ws.close(code)
+
+    def listening(self) -> bool:
+        """Its client is still reading audio sent to it (a player reading a long reply in real time holds minutes of
+        it unread in the connection): listening, not idle, while it has read some within
+        SPEECH_CLIENT_STALL_TIMEOUT_S."""
+        probe = self.ws.scope.get("state", {}).get(UNSENT_STATE_KEY)
+        unsent = probe() if callable(probe) else 0
+        now = time.monotonic()
+        if unsent <= 0:
+            self.unread = None
+            return False
+        if self.unread is None or unsent < self.unread[0]:  # first seen, or it read since
+            self.unread = (unsent, now)
+        return now - self.unread[1] < self.settings.client_stall_timeout_s
 
     def cut_off(self) -> str | None:
         """client_stalled once the connection has been aborted because its client stopped reading."""

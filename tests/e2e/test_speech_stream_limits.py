@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +77,32 @@ def test_an_idle_session_is_closed_but_not_while_it_speaks(limited_server: Runni
         assert IDLE_S - 0.1 <= quiet_s <= IDLE_S + 1.0, quiet_s
         assert closed_with(ws) == 1000
     print(f"spoken for {done - sent:.2f} s, then closed after {quiet_s:.2f} s of silence (idle timeout {IDLE_S} s)")
+
+
+def test_a_client_still_playing_its_audio_is_listening_not_idle(limited_server: RunningServer) -> None:
+    """A client that plays a reply as it reads holds much of it unread long after the server has sent it all (its
+    socket's buffers: minutes of audio in a long reply). It is listening, not idle: the idle time counts from when it
+    has read it all, so that the next utterance it sends after playing the reply (a voice agent's next turn) is
+    spoken, not answered by a session closed while it listened."""
+    no_sessions(limited_server)
+    host, port = limited_server.base_url.removeprefix("http://").split(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16_384)  # the reply waits on the server's side, as a long one
+    sock.connect((host, int(port)))
+    with connect(ws_url(limited_server), sock=sock, additional_headers=AUTH) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": long_text(3)})
+        send(ws, {"type": "input.done"})
+        time.sleep(4 * IDLE_S)  # the reply is spoken and sent meanwhile; the client is still on its first words
+        events, audio = receive_utterance(ws)
+        assert events[-1]["type"] == "session.done" and sum(map(len, audio.values())) > 300_000
+        send(ws, {"type": "input.text", "text": "And the next turn."})
+        send(ws, {"type": "input.done"})
+        events, _ = receive_utterance(ws)
+        assert [e["type"] for e in events] == ["audio.start", "audio.done", "session.done"], events
+        error = json.loads(ws.recv(timeout=10))  # idle at last, once everything has been read
+        assert (error["type"], error["code"]) == ("error", "idle_timeout")
+        assert closed_with(ws) == 1000
 
 
 def test_a_fragment_left_unfinished_is_spoken_then_the_idle_session_closes(limited_server: RunningServer) -> None:
