@@ -624,7 +624,12 @@ class Settings(BaseSettings):
         "every hand-over.",
     )
     queue_timeout_s: float = Field(10.0, ge=0, description="Longest wait for a slot before a 429.")
-    request_timeout_s: float = Field(300.0, gt=0, description="Longest synthesis; then it is aborted.")
+    request_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="Longest synthesis; then it is aborted. The time its client takes to read the audio sent to it "
+        "is not counted, up to that audio's length (a player reading in real time is never cut).",
+    )
     drain_timeout_s: float = Field(
         30.0, ge=0, description="On SIGTERM: how long accepted requests (streaming or queued) may take to finish."
     )

@@ -78,6 +78,7 @@ class EncodedAudio:
         self._on_close = on_close
         self._on_first_audio = on_first_audio
         self._deadline = deadline  # loop time
+        self._delivering_s = 0.0  # time spent encoding and writing the audio handed out, not waiting for the engine
         self._resampler: StreamResampler | None = None
         self._encoder: StreamEncoder = create_encoder(response_format, sample_rate, whole_file)
         self._inline_format = not FORMATS[response_format].ffmpeg
@@ -137,7 +138,10 @@ class EncodedAudio:
     async def _next_chunk(self) -> AudioChunk | None:
         """The engine's next chunk, unless the deadline passes or the stream is stopped first."""
         loop = asyncio.get_running_loop()
-        remaining = None if self._deadline is None else self._deadline - loop.time()
+        # the time its client took to read the audio handed out is not the engine's (a player reads as it plays):
+        # credited, up to that audio's length, so that a client reading slower than real time still meets it
+        credit = min(self._delivering_s, self.encoded_s)
+        remaining = None if self._deadline is None else self._deadline + credit - loop.time()
         if remaining is not None and remaining <= 0:
             raise Stopped("timeout")
         pending = asyncio.ensure_future(anext(self._rest))
@@ -163,10 +167,13 @@ class EncodedAudio:
         raise Stopped(self._stop_reason or "timeout")
 
     async def _chunks(self) -> AsyncIterator[AudioChunk]:
-        if self._first is not None:
-            yield self._first
-        while (chunk := await self._next_chunk()) is not None:
+        loop = asyncio.get_running_loop()
+        chunk = self._first if self._first is not None else await self._next_chunk()
+        while chunk is not None:
+            handed = loop.time()
             yield chunk
+            self._delivering_s += loop.time() - handed  # encoded and written: what the client took to read it
+            chunk = await self._next_chunk()
         if self._stop_reason:  # the engine ended early because it was told to stop: not a completed stream
             raise Stopped(self._stop_reason)
 

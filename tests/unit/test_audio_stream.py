@@ -185,6 +185,21 @@ async def test_deadline_ends_the_stream_as_timeout() -> None:
     assert closed.calls == ["timeout"]
 
 
+async def test_the_deadline_does_not_count_the_time_a_listener_takes_to_read_its_audio() -> None:
+    """A client that reads as it plays holds the stream for as long as the audio lasts: that time is not the
+    engine's, so it does not count against the deadline (up to the audio handed out: a client reading slower than
+    real time still meets it). Here the engine needs 0.2 s in all, the reader 4 s: its 4 s of audio in real time."""
+    rest = slow_chunks(20, 0.01)
+    closed = CloseRecorder()
+    deadline = asyncio.get_running_loop().time() + 1.0
+    audio = EncodedAudio(await anext(rest), rest, "pcm", 24_000, closed, deadline)
+    pieces = 0
+    async for _ in audio.bytes():
+        pieces += 1
+        await asyncio.sleep(0.2)
+    assert pieces == 20 and closed.calls == ["completed"]
+
+
 async def test_stop_ends_a_waiting_stream_at_once() -> None:
     rest = slow_chunks(3, 30.0)  # an engine that would keep the stream waiting for half a minute
     closed = CloseRecorder()
