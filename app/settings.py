@@ -690,7 +690,7 @@ class Settings(BaseSettings):
         30.0,
         gt=0,
         description="WebSocket speech: a session that sends nothing and has nothing to speak is closed (counted "
-        "from its last message, or from when its client had read the last audio).",
+        "from its last message, or from when a listener playing the last audio in real time has heard it all).",
     )
     ws_sentence_idle_s: float = Field(
         1.0,

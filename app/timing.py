@@ -110,6 +110,12 @@ class ListenerClock:
         return deficit if deficit > RAN_DRY_EPSILON_S else 0.0
 
     @property
+    def heard_by(self) -> float | None:
+        """When (perf_counter) a listener who started as soon as it could never run dry has heard all the audio
+        written so far; None before the first write."""
+        return None if self.ready_s is None else self.origin + self.ready_s + self.audio_s
+
+    @property
     def uninterrupted_s(self) -> float | None:
         """Time to uninterrupted audio: the first write plus the largest deficit; None before the first write."""
         deficit = self.deficit_s

@@ -159,6 +159,9 @@ class SpeechRun:
     observe_ttfa: bool = True  # a WebSocket utterance observes its TTFA once, not per sentence
     # why the stream a WebSocket sentence belongs to ended, once it has (None: still open, or not a stream's)
     stream_ended_as: Callable[[], str | None] | None = None
+    # perf_counter the deadline counts from, where not from arrival: a WebSocket sentence's turn (its session speaks
+    # its sentences one after another; waiting for the ones before it is not its synthesis)
+    deadline_from: float | None = None
 
     def cancelled_as(self) -> str:
         """The outcome of a cancellation from outside: the stream's reason where it has one, else a client that left
@@ -170,13 +173,14 @@ class SpeechRun:
     ) -> EncodedAudio:
         """Start the engine and wait for its first audio (a failure before any audio is a SpeechError)."""
         started, timing, summary = self.started, self.timing, self.summary
+        counted_from = started if self.deadline_from is None else self.deadline_from
         engine, gate, lifecycle = self.service.engine, self.service.gate, self.service.lifecycle
         request_timeout_s = self.service.settings.request_timeout_s
         job = dataclasses.replace(job, timing=timing)
         summary.update(voice=job.voice, job_id=job.request_id, queued_s=round(ticket.queued_s, 4))
         chunks = engine.synthesize(job)
         try:
-            remaining = request_timeout_s - (time.perf_counter() - started)
+            remaining = request_timeout_s - (time.perf_counter() - counted_from)
             first = await asyncio.wait_for(
                 first_chunk(chunks, engine, job.trace_id or job.request_id), max(remaining, 0.001)
             )
@@ -233,7 +237,7 @@ class SpeechRun:
                 completed=outcome == "completed",
             )
 
-        deadline = asyncio.get_running_loop().time() + request_timeout_s - (time.perf_counter() - started)
+        deadline = asyncio.get_running_loop().time() + request_timeout_s - (time.perf_counter() - counted_from)
         audio = EncodedAudio(
             first,
             chunks,

@@ -73,12 +73,14 @@ async def speak_sentence(
     the sentence), then its end. `continues`: a later sentence of the utterance, joined without the engine's
     leading silence. The utterance's TTFA is observed by the caller, at its first bytes on the wire. A sentence cut
     off by the stream's end is counted under `stream_ended_as`'s reason."""
+    turn = time.perf_counter()  # its deadline counts from here; its TTFA from its text's arrival
     service.check_ready()
     job, output = service.build_job(voice, text, request_id)
     ticket = await service.admitted(timing, len(text))
     run = SpeechRun(
-        service, timing.received, timing, {}, "websocket", observe_ttfa=False, stream_ended_as=stream_ended_as
-    )
+        service, timing.received, timing, {}, "websocket", observe_ttfa=False, stream_ended_as=stream_ended_as,
+        deadline_from=turn,
+    )  # fmt: skip
     audio = await run.open(dataclasses.replace(job, continues=continues), output, ticket)
     async for item in audio.events():
         yield EncodedPiece(item, audio.encoded_s) if isinstance(item, bytes) else item
@@ -232,7 +234,8 @@ class StreamedSpeech:
         self.granularity: Granularity = "sentence"
         self.buffer = ""
         self.buffered_at = 0.0
-        self.quiet_since = time.perf_counter()  # the last message, or the end of the last speech
+        # the last message, or the end of the last speech (when its listener has heard it), whichever is later
+        self.quiet_since = time.perf_counter()
         self.unspoken = 0  # sentences queued, being synthesized or being delivered
         self.gap_checked = False  # the buffered text has had its SPEECH_WS_SENTENCE_IDLE_S look
         self.utterance = 0
@@ -263,8 +266,8 @@ class StreamedSpeech:
         self.voice, self.granularity = voice, granularity
 
     def heard(self) -> None:
-        """The client sent something: the idle time counts from now."""
-        self.quiet_since = time.perf_counter()
+        """The client sent something: the idle time counts from now, or from the end of what it still hears."""
+        self.quiet_since = max(self.quiet_since, time.perf_counter())
 
     def text(self, text: str) -> None:
         """More text of the current utterance (its first opens it). `ShuttingDown` when the server drains, no utterance
@@ -435,7 +438,7 @@ class Speaker:
                     lookahead.release()
                     speech.unspoken -= 1
                     if not speech.unspoken:
-                        speech.quiet_since = time.perf_counter()
+                        speech.quiet_since = max(speech.quiet_since, time.perf_counter())
         finally:
             starter.cancel()
             for ahead in running:
@@ -521,7 +524,10 @@ class Speaker:
         speech.lifecycle.untrack(speech.utterance_key(end.utterance))
         utterance.ended(speech.request_id, utterance.outcome())
         utterance.observe_uninterrupted()
+        # its speech ends when a listener playing it from its first audio has heard it all: a client playing the
+        # reply is listening, not idle, until then (its next turn comes after it)
+        heard_by = utterance.listener.heard_by if utterance.listener is not None else None
+        speech.quiet_since = max(speech.quiet_since, time.perf_counter(), heard_by or 0.0)
         if not speech.open_utterances:
-            speech.quiet_since = time.perf_counter()
             speech.all_spoken.set()
         return speech.lifecycle.draining and speech.idle

@@ -24,6 +24,7 @@ KEY = "sk-stream-limits-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 IDLE_S = 1.5
 DRAIN_S = 1.0
+REQUEST_TIMEOUT_S = 2.0  # a sentence's synthesis takes a fraction of it; a long utterance's, many times it
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +38,7 @@ def limited_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running
             "SPEECH_WS_IDLE_TIMEOUT_S": str(IDLE_S),
             "SPEECH_DRAIN_TIMEOUT_S": str(DRAIN_S),
             "SPEECH_EMBEDDED__WORKERS": "1",
+            "SPEECH_REQUEST_TIMEOUT_S": str(REQUEST_TIMEOUT_S),
         },
     )
     yield running
@@ -59,24 +61,44 @@ def closed_with(ws: ClientConnection) -> int | None:
 
 
 def test_an_idle_session_is_closed_but_not_while_it_speaks(limited_server: RunningServer) -> None:
-    """Silence from the client while its utterance is spoken is expected; once everything is spoken, the session is
-    closed after SPEECH_WS_IDLE_TIMEOUT_S of silence, counted from then."""
+    """Silence from the client while its utterance is spoken, and while a listener plays it, is expected; once a
+    listener playing it from its first audio has heard it all, the session is closed after SPEECH_WS_IDLE_TIMEOUT_S
+    of silence, counted from then (a voice agent's next turn comes after its reply has played)."""
     no_sessions(limited_server)
     with connect(ws_url(limited_server), additional_headers=AUTH) as ws:
         send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
-        send(ws, {"type": "input.text", "text": long_text(100)})
+        send(ws, {"type": "input.text", "text": long_text(3)})
+        send(ws, {"type": "input.done"})
+        first = ws.recv(timeout=30)
+        first_audio = time.monotonic()
+        events, audio = receive_utterance(ws)  # the client says nothing while the utterance is spoken
+        assert json.loads(first)["type"] == "audio.start"
+        assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 3}, events[-1]
+        heard_s = sum(map(len, audio.values())) / 48_000  # 24 kHz 16-bit pcm
+        assert heard_s > 4 * IDLE_S, heard_s  # it plays for longer than the idle timeout (else this proves nothing)
+        error = json.loads(ws.recv(timeout=heard_s + 10))
+        quiet_s = time.monotonic() - first_audio - heard_s
+        assert (error["type"], error["code"]) == ("error", "idle_timeout")
+        assert IDLE_S - 0.3 <= quiet_s <= IDLE_S + 1.5, quiet_s
+        assert closed_with(ws) == 1000
+    print(f"played for {heard_s:.2f} s, then closed after {quiet_s:.2f} s of silence (idle timeout {IDLE_S} s)")
+
+
+def test_an_utterance_longer_than_the_request_timeout_is_spoken_whole(limited_server: RunningServer) -> None:
+    """Each sentence is a request of its own, and its deadline counts from its turn (the session speaks its
+    sentences one after another), not from when its text arrived: a long text sent at once is spoken in full, however
+    long all of it takes, as a request of the same text is."""
+    no_sessions(limited_server)
+    with connect(ws_url(limited_server), additional_headers=AUTH) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": long_text(80)})
         sent = time.monotonic()
         send(ws, {"type": "input.done"})
-        events, _ = receive_utterance(ws)  # the client says nothing while the utterance is spoken
-        done = time.monotonic()
-        assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 100}, events[-1]
-        assert done - sent > IDLE_S, done - sent  # longer than the idle timeout (else this proves nothing), not cut
-        error = json.loads(ws.recv(timeout=10))
-        quiet_s = time.monotonic() - done
-        assert (error["type"], error["code"]) == ("error", "idle_timeout")
-        assert IDLE_S - 0.1 <= quiet_s <= IDLE_S + 1.0, quiet_s
-        assert closed_with(ws) == 1000
-    print(f"spoken for {done - sent:.2f} s, then closed after {quiet_s:.2f} s of silence (idle timeout {IDLE_S} s)")
+        events, _ = receive_utterance(ws)
+        took = time.monotonic() - sent
+        assert [e for e in events if e["type"] == "error"] == []
+        assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 80}, events[-1]
+        assert took > REQUEST_TIMEOUT_S, took  # longer than one request may take (else this proves nothing)
 
 
 def test_a_client_still_playing_its_audio_is_listening_not_idle(limited_server: RunningServer) -> None:
