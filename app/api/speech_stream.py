@@ -316,6 +316,15 @@ async def never() -> None:
     await asyncio.Event().wait()
 
 
+@router.get("/v1/audio/speech/stream", include_in_schema=False)
+async def speech_stream_over_http() -> None:
+    """The WebSocket's address asked without an upgrade: 426, naming what it needs, not a 404."""
+    raise ApiError(
+        426, "This endpoint is a WebSocket: connect to it with a WebSocket client (an Upgrade: websocket request).",
+        code="upgrade_required", headers={"Upgrade": "websocket", "Connection": "Upgrade"},
+    )  # fmt: skip
+
+
 @router.websocket("/v1/audio/speech/stream")
 async def speech_stream(websocket: WebSocket) -> None:
     service = service_of(websocket.app.state)

@@ -76,6 +76,13 @@ def test_speech_validation(server: RunningServer, body: dict, status: int, param
     assert_openai_error(response, status, param, code)
 
 
+def test_the_websocket_address_over_plain_http_says_it_needs_an_upgrade(server: RunningServer) -> None:
+    """A 426 naming the upgrade, not a 404 as if the endpoint did not exist."""
+    response = httpx.get(f"{server.base_url}/v1/audio/speech/stream", timeout=30)
+    assert_openai_error(response, 426, None, "upgrade_required")
+    assert response.headers["upgrade"] == "websocket"
+
+
 @pytest.mark.parametrize(
     "raw", [b"{not json", b"", b"[1, 2]", b'"just a string"', b"null", b'{"model": "tts-1", "input": "a",']
 )
