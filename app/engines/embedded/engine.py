@@ -231,11 +231,7 @@ class EmbeddedEngine:
             for piece in pieces:
                 try:
                     phonemes, _ = alignment.phonemize(model.g2p, piece)  # as the sentence will be read
-                    # a sound to say, not only the pads and punctuation ("$." read as "." alone: a 200 of silence)
-                    readable = any(
-                        len(model.ids(part)) > 2 and any(ch.isalpha() for ch in part)
-                        for part in chunk_phonemes(phonemes)
-                    )
+                    readable = any(len(model.ids(part)) > 2 for part in chunk_phonemes(phonemes))
                 except Exception:
                     log.warning("the text reader failed on a sentence", exc_info=True)
                     readable = False
