@@ -208,8 +208,10 @@ class GuardedWebSocketProtocol(WriteStallGuard, WebSocketsSansIOProtocol):  # ty
 
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)
-        # the session asks it before calling itself idle: a client still reading its audio is listening
-        self.scope.setdefault("state", {})[UNSENT_STATE_KEY] = lambda: unsent_bytes(self.transport)
+        scope = getattr(self, "scope", None)  # none where uvicorn refused the upgrade itself (a 400, no session)
+        if scope is not None:
+            # the session asks it before calling itself idle: a client still reading its audio is listening
+            scope.setdefault("state", {})[UNSENT_STATE_KEY] = lambda: unsent_bytes(self.transport)
 
     async def send(self, message: Any) -> None:
         await super().send(message)

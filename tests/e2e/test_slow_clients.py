@@ -275,3 +275,22 @@ def test_a_websocket_client_that_never_reads_is_cut_off(guarded: RunningServer) 
         f"{guarded.base_url}/v1/audio/speech", content=BODY, headers={"content-type": "application/json"}, timeout=30
     )
     assert response.status_code == 200  # the slot came back
+
+
+def test_an_upgrade_refused_by_the_websocket_layer_is_answered_cleanly(guarded: RunningServer) -> None:
+    """An upgrade the WebSocket layer refuses before the application sees it (no Sec-WebSocket-Key: scanners and some
+    health checks send such): a 400, the connection closed, and nothing at error level in the log."""
+    sock = connect(guarded)
+    try:
+        sock.sendall(
+            b"GET /v1/audio/speech/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        sock.settimeout(5)
+        answer = read_until_closed(sock)
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:80]
+    time.sleep(0.2)  # the log line, where there would be one, is written as the connection is handled
+    text = guarded.log_path.read_text(encoding="utf-8", errors="replace")
+    assert "Fatal error on transport" not in text and "data_received() call failed" not in text
