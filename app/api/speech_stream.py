@@ -199,15 +199,18 @@ class SpeechStreamSession:
     def listening(self) -> bool:
         """Its client is still reading audio sent to it (a player reading a long reply in real time holds minutes of
         it unread in the connection): listening, not idle, while it has read some within
-        SPEECH_CLIENT_STALL_TIMEOUT_S."""
+        SPEECH_CLIENT_STALL_TIMEOUT_S. The look that finds it has read it all also counts as listening: the idle
+        time starts again from there."""
         probe = self.ws.scope.get("state", {}).get(UNSENT_STATE_KEY)
         unsent = probe() if callable(probe) else 0
         now = time.monotonic()
         if unsent <= 0:
-            self.unread = None
-            return False
-        if self.unread is None or unsent < self.unread[0]:  # first seen, or it read since
+            was_reading, self.unread = self.unread is not None, None
+            return was_reading
+        if self.unread is None or unsent < self.unread[0]:  # first seen, or it read since the last look
             self.unread = (unsent, now)
+            return True
+        self.unread = (unsent, self.unread[1])
         return now - self.unread[1] < self.settings.client_stall_timeout_s
 
     def cut_off(self) -> str | None:

@@ -236,6 +236,7 @@ class StreamedSpeech:
         self.buffered_at = 0.0
         # the last message, or the end of the last speech (when its listener has heard it), whichever is later
         self.quiet_since = time.perf_counter()
+        self.heard_until = 0.0  # when a listener playing every utterance so far, one after another, has heard them
         self.unspoken = 0  # sentences queued, being synthesized or being delivered
         self.gap_checked = False  # the buffered text has had its SPEECH_WS_SENTENCE_IDLE_S look
         self.utterance = 0
@@ -526,8 +527,10 @@ class Speaker:
         utterance.observe_uninterrupted()
         # its speech ends when a listener playing it from its first audio has heard it all: a client playing the
         # reply is listening, not idle, until then (its next turn comes after it)
-        heard_by = utterance.listener.heard_by if utterance.listener is not None else None
-        speech.quiet_since = max(speech.quiet_since, time.perf_counter(), heard_by or 0.0)
+        listener = utterance.listener
+        if listener is not None and listener.heard_by is not None:  # played after the ones before it, if they last
+            speech.heard_until = max(listener.heard_by, speech.heard_until + listener.audio_s)
+        speech.quiet_since = max(speech.quiet_since, time.perf_counter(), speech.heard_until)
         if not speech.open_utterances:
             speech.all_spoken.set()
         return speech.lifecycle.draining and speech.idle
