@@ -268,7 +268,11 @@ class StreamedSpeech:
 
     def heard(self) -> None:
         """The client sent something: the idle time counts from now, or from the end of what it still hears."""
-        self.quiet_since = max(self.quiet_since, time.perf_counter())
+        self.quiet_from(time.perf_counter())
+
+    def quiet_from(self, at: float) -> None:
+        """The idle time counts from `at` (perf_counter), unless already from later."""
+        self.quiet_since = max(self.quiet_since, at)
 
     def text(self, text: str) -> None:
         """More text of the current utterance (its first opens it). `ShuttingDown` when the server drains, no utterance
@@ -439,7 +443,7 @@ class Speaker:
                     lookahead.release()
                     speech.unspoken -= 1
                     if not speech.unspoken:
-                        speech.quiet_since = max(speech.quiet_since, time.perf_counter())
+                        speech.quiet_from(time.perf_counter())
         finally:
             starter.cancel()
             for ahead in running:
@@ -530,7 +534,7 @@ class Speaker:
         listener = utterance.listener
         if listener is not None and listener.heard_by is not None:  # played after the ones before it, if they last
             speech.heard_until = max(listener.heard_by, speech.heard_until + listener.audio_s)
-        speech.quiet_since = max(speech.quiet_since, time.perf_counter(), speech.heard_until)
+        speech.quiet_from(max(time.perf_counter(), speech.heard_until))
         if not speech.open_utterances:
             speech.all_spoken.set()
         return speech.lifecycle.draining and speech.idle
