@@ -5,13 +5,12 @@ fresh profile serves the whole session."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from tests.support.debian import ensure_package
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -28,15 +27,7 @@ CHROMIUM_ARGS = [
 
 def ensure_chromium() -> str:
     """The path of Debian's chromium, installing it with apt-get when it is not there."""
-    if not Path(CHROMIUM).exists():
-        if shutil.which("apt-get") is None:
-            raise RuntimeError("chromium is missing and apt-get is not available to install it")
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}  # CI has no terminal to answer a prompt
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "chromium"], check=True, env=env, capture_output=True, timeout=900
-        )
-    return CHROMIUM
+    return ensure_package("chromium", lambda: CHROMIUM if Path(CHROMIUM).exists() else None)
 
 
 @dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -12,18 +11,13 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.debian import ensure_package
 from tests.support.server import free_port
 
 
 def ensure_installed() -> str:
     """Debian's prometheus (with promtool), installed if missing: the test set-up runs as root on CI."""
-    if shutil.which("prometheus") is None or shutil.which("promtool") is None:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "prometheus"], check=True, env=env, capture_output=True, timeout=900
-        )
-    return shutil.which("prometheus") or "/usr/bin/prometheus"
+    return ensure_package("prometheus", lambda: shutil.which("prometheus") if shutil.which("promtool") else None)
 
 
 @dataclass
