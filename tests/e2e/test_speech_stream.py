@@ -83,6 +83,28 @@ def test_vllm_omni_client_sequence_works_unchanged(server: RunningServer) -> Non
         assert ws.close_code == 1000
 
 
+def test_session_config_takes_the_voice_as_the_body_does_by_name_or_as_an_object(server: RunningServer) -> None:
+    """docs/websocket.md: session.config takes the fields of POST /v1/audio/speech, so OpenAI's object form of `voice`
+    too; the same voice by name and as {"id": ...} speaks the same audio, and an unknown one is refused naming
+    `voice`, as the body's is."""
+    text = "The same voice either way."
+    lengths = []
+    for voice in ("alloy", {"id": "alloy"}):
+        with connect(ws_url(server)) as ws:
+            send(ws, {"type": "session.config", "voice": voice, "response_format": "pcm"})
+            send(ws, {"type": "input.text", "text": text})
+            send(ws, {"type": "input.done"})
+            events, audio = receive_utterance(ws)
+            assert events[-1]["type"] == "session.done", events
+            assert word_error_rate(text, transcribe(decode(audio[0], "pcm"))) <= 0.2
+            lengths.append(len(audio[0]))
+    assert abs(lengths[0] - lengths[1]) <= 0.05 * lengths[0]  # the same voice's pace
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": {"id": "no-such-voice"}, "response_format": "pcm"})
+        error = json.loads(ws.recv(timeout=30))
+        assert error["type"] == "error" and error["param"] == "voice", error
+
+
 def test_a_close_sent_with_the_end_of_the_text_still_hears_the_end(server: RunningServer) -> None:
     """input.done and session.close sent at once, as a client that has nothing more to say does: everything is
     spoken, session.done is the last message, then the session closes normally."""
