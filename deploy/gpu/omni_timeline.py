@@ -34,6 +34,9 @@ window, 1 its second, ...: under the ramp the windows of one index are one of th
 carried, its time from scheduled to its last window decoded, and its own time (from the later of its scheduling and
 the previous step's last decode: with asynchronous scheduling a step is built while the one before still runs);
 --requests lists every step too.
+Then the talker's steps on the host, where its worker recorded them (`step_host`, talker_worker.py): the steps that
+took in a prompt apart from the decode-only ones, each step's time to the next one's start (at one stream, a frame),
+its `execute_model` and `sample_tokens` calls, and the model runner's sections inside them, by the host's clock.
 p50 / p95 / max ms; with --requests, one row a request.
 
 A stage names a request by vllm-omni's id for it, which starts with the server's: each is put with the longest
@@ -63,6 +66,7 @@ SCHEDULED, DECODED = "code2wav:window_scheduled", "code2wav:window_decoded"
 LAUNCHED, RETURNED = "talker:first_step_launched", "talker:first_step_returned"
 WRITTEN = "talker:window_written"
 WORKER_LAUNCHED, WORKER_RETURNED = "code2wav:window_launched", "code2wav:window_returned"
+STEP_HOST = "step_host"  # the talker's worker's line a step: its host time, by section (talker_worker.py)
 STEP_OF = "code2wav:window_scheduled:step"  # not an event: each scheduled window's step number, where recorded
 STEP_GAP_NS = 500_000  # without step numbers: records this close together are one step's
 # (phase, from event, to event): the path of a request's first audio, in order
@@ -131,6 +135,8 @@ def load(paths: Iterable[Path]) -> dict[str, dict[str, list[int]]]:
         for line in read_lines(path):
             try:
                 event = json.loads(line)
+                if event["event"] == STEP_HOST:  # a talker step's, no request's: talker_steps reads them
+                    continue
                 request, name, ts = str(event["request_id"]), f"{role}:{event['event']}", int(event["ts_ns"])
                 raw.append((request, name, ts, ts))
                 if name == SCHEDULED and event.get("step") is not None:
@@ -143,6 +149,57 @@ def load(paths: Iterable[Path]) -> dict[str, dict[str, list[int]]]:
         owner = next((server for server in servers if request.startswith(server)), request)
         requests[owner][name].append(value)
     return requests
+
+
+def talker_steps(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """The talker's `step_host` lines (one a step, while a run recorded), in the order the steps began."""
+    steps = []
+    for path in role_files(paths):
+        if role_of(path) != "talker":
+            continue
+        for line in read_lines(path):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("event") == STEP_HOST and isinstance(event.get("ts_ns"), int):
+                steps.append(event)
+    return sorted(steps, key=lambda step: step["ts_ns"])
+
+
+def host_steps_tables(steps: list[dict[str, Any]]) -> list[str]:
+    """The talker's host time a step (ms), steps that took in a prompt apart from decode-only ones: the time to the
+    next step's start (at one stream, a frame), its `execute_model` call (the host's launch of the step), its
+    `sample_tokens` call, and each section timed within them (`preprocess` holds `prompt` and `predictor_graph`)."""
+    lines: list[str] = []
+    sections = list(dict.fromkeys(name for step in steps for name in step.get("sections", {})))
+    for kind, chosen in (("took in a prompt", lambda step: step.get("new", 0) > 0), ("decode only", None)):
+        picked = [
+            (index, step)
+            for index, step in enumerate(steps)
+            if (chosen(step) if chosen else step.get("new", 0) == 0 and step.get("requests", 0) > 0)
+        ]
+        if not picked:
+            continue
+        values: dict[str, list[float]] = defaultdict(list)
+        for index, step in picked:
+            if index + 1 < len(steps):
+                values["to the next step"].append(ms(step["ts_ns"], steps[index + 1]["ts_ns"]))
+            for name, key in (("execute_model", "execute_us"), ("sample_tokens", "sample_us")):
+                if key in step:
+                    values[name].append(step[key] / 1000)
+            for name, us in step.get("sections", {}).items():
+                values[name].append(us / 1000)
+        requests = sorted(step.get("requests", 0) for _, step in picked)
+        names = ("to the next step", "execute_model", "sample_tokens", *sections)
+        lines += table(
+            f"The talker's steps on the host that {kind} ({len(picked)} steps, {percentile(requests, 0.5):.0f} "
+            "requests a step at p50), ms by the host's clock:",
+            "steps",
+            tuple((name,) for name in names),
+            values,
+        )
+    return lines
 
 
 def ms(start: int, end: int) -> float:
@@ -327,7 +384,9 @@ def every_window(
     return values
 
 
-def report(requests: dict[str, dict[str, list[int]]], per_request: bool = False) -> str:
+def report(
+    requests: dict[str, dict[str, list[int]]], per_request: bool = False, steps: list[dict[str, Any]] | None = None
+) -> str:
     firsts = {request: first_audio_phases(events) for request, events in requests.items()}
     lines = [f"# Where first audio went on the omni engine ({len(requests)} requests)"]
     lines += table(
@@ -362,15 +421,16 @@ def report(requests: dict[str, dict[str, list[int]]], per_request: bool = False)
             SECOND_WINDOW_PHASES,
             over_requests(SECOND_WINDOW_PHASES, seconds.values()),
         )
-    steps = code2wav_steps(requests)
-    if steps:
-        lines += steps_table(steps)
+    code2wav = code2wav_steps(requests)
+    if code2wav:
+        lines += steps_table(code2wav)
+    lines += host_steps_tables(steps or [])
     if per_request:
         lines += per_request_table(requests, PHASES, firsts)
         if any(seconds.values()):
             lines += per_request_table(requests, SECOND_WINDOW_PHASES, seconds)
-        if steps:
-            lines += steps_list(steps, first_submitted(requests))
+        if code2wav:
+            lines += steps_list(code2wav, first_submitted(requests))
     return "\n".join(lines) + "\n"
 
 
@@ -383,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     if not requests:
         print(f"no events under {', '.join(map(str, args.paths))}", file=sys.stderr)
         return 1
-    print(report(requests, args.requests), end="")
+    print(report(requests, args.requests, talker_steps(args.paths)), end="")
     return 0
 
 

@@ -2465,6 +2465,43 @@ def test_omni_timeline_splits_each_requests_first_audio_and_every_window_into_ph
     assert done.returncode == 1 and "no events" in done.stderr
 
 
+def test_omni_timeline_reads_the_talkers_steps_on_the_host_apart_from_the_requests(tmp_path: Path) -> None:
+    """The talker worker's `step_host` lines (one a step, no request's): not a request of the layout, but a table of
+    their host time, the steps that took in a prompt apart from the decode-only ones, each step's time to the next."""
+    module = gpu_script("omni_timeline")
+    steps = [
+        {"ts_ns": 0, "new": 1, "requests": 1, "execute_us": 6600, "sample_us": 900, "sections": {"prompt": 800}},
+        *(
+            {"ts_ns": int((10 + 5 * n) * 1e6), "new": 0, "requests": 1, "execute_us": 3000 + n, "sample_us": 500,
+             "sections": {"prompt": 0, "talker_graph": 400}}
+            for n in range(3)
+        ),
+    ]  # fmt: skip
+    lines = [
+        {"ts_ns": 5, "event": "submitted", "request_id": "r1"},
+        *({"event": "step_host", "request_id": "", **step} for step in steps),
+    ]
+    (tmp_path / "events_server_1.jsonl").write_text(json.dumps(lines[0]) + "\n")
+    (tmp_path / "events_talker_2.jsonl").write_text("\n".join(map(json.dumps, lines[1:])) + "\n{cut")
+    assert sorted(module.load([tmp_path])) == ["r1"]
+    read = module.talker_steps([tmp_path])
+    assert [step["ts_ns"] for step in read] == [0, 10_000_000, 15_000_000, 20_000_000]
+    done = subprocess.run(
+        [sys.executable, str(GPU / "omni_timeline.py"), str(tmp_path)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    prompt, decode = done.stdout.split("The talker's steps on the host that ")[1:]
+    assert prompt.startswith("took in a prompt (1 steps, 1 requests a step at p50)")
+    assert (
+        "| to the next step | 1 | 10.0 | 10.0 | 10.0 |" in prompt
+        and "| execute_model | 1 | 6.6 | 6.6 | 6.6 |" in prompt
+    )
+    assert "| talker_graph | 0 | – | – | – |" in prompt and "| prompt | 1 | 0.8 | 0.8 | 0.8 |" in prompt
+    assert decode.startswith("decode only (3 steps")
+    assert "| to the next step | 2 | 5.0 | 5.0 | 5.0 |" in decode  # the last step has no next
+    assert "| sample_tokens | 3 | 0.5 | 0.5 | 0.5 |" in decode and "| talker_graph | 3 | 0.4 | 0.4 | 0.4 |" in decode
+
+
 def write_one_requests_events(folder: Path, lines: dict[str, list[tuple[float, str]]]) -> None:
     """One request's omni timeline, role by role ((ms, event) each): the server's id `r1`, the stages' `r1-a1b2`."""
     for role, events in lines.items():

@@ -79,16 +79,23 @@ class FakeGenerationWorker:
 class FakeARWorker:
     """`GPUARWorker` (worker/gpu_ar_worker.py): vLLM's worker's `execute_model(scheduler_output)`, whose
     `scheduled_new_reqs` (vllm/v1/core/sched/output.py `NewRequestData`, each a `req_id`) are the requests whose first
-    step it is."""
+    step it is, and `sample_tokens(grammar_output)`; each hands the step to its `model_runner`'s method of that name
+    (vllm/v1/worker/gpu_worker.py), where a test gives it one."""
 
     def __init__(self) -> None:
         self.steps: list[Any] = []
+        self.model_runner: Any = None
 
     def execute_model(self, scheduler_output: Any) -> Any:
         self.steps.append(scheduler_output)
         if getattr(scheduler_output, "fails", False):
             raise RuntimeError("the step failed")
+        if self.model_runner is not None:
+            self.model_runner.execute_model(scheduler_output)
         return "launched"
+
+    def sample_tokens(self, grammar_output: Any) -> Any:
+        return self.model_runner.sample_tokens(grammar_output) if self.model_runner is not None else "sampled"
 
 
 def install_data_plane(modules: dict[str, Any]) -> None:

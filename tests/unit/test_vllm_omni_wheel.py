@@ -716,6 +716,31 @@ def test_the_talkers_timeline_worker_extends_the_worker_a_talker_stage_gets(whee
     assert "execute_model" not in {node.name for node in worker.body if isinstance(node, ast.FunctionDef)}
 
 
+def test_the_talker_step_sections_vllm_omni_owns_are_its_methods(wheel: Wheel) -> None:
+    """step_clock.py times a talker step's sections by wrapping methods on the objects that own them; those of vllm-omni
+    (not vLLM's, whose wheel is not fetched here) against the wheel: its model state's, and the prompt builder the
+    talker keeps as `_prompt_builder`. GPUARWorker leaves `sample_tokens` to vLLM's worker, as `execute_model`."""
+    from app.engines.omni.stage_plugins.step_clock import SECTIONS
+
+    methods = {path + "." + method for _, path, method in SECTIONS}
+    state = class_def(wheel.tree("worker_v2/model_states/omni_model_state.py"), "OmniModelState")
+    for method in ("run_preprocess", "_call_mtp_runner", "run_postprocess"):
+        assert "model_state." + method in methods
+        function_def(state, method)
+    assert "model._prompt_builder.build_prompt_embeds" in methods
+    talker = wheel.tree("model_executor/models/qwen3_tts/qwen3_tts_talker.py")
+    init = function_def(class_def(talker, "Qwen3TTSTalkerForConditionalGeneration"), "__init__")
+    assert any(
+        isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "self._prompt_builder"
+        and ast.unparse(node.value).startswith("Qwen3TTSPromptEmbedsBuilder(")
+        for node in ast.walk(init)
+    )  # fmt: skip
+    builder = wheel.tree("model_executor/models/qwen3_tts/prompt_embeds_builder.py")
+    function_def(class_def(builder, "Qwen3TTSPromptEmbedsBuilder"), "build_prompt_embeds")
+    worker = class_def(wheel.tree("worker/gpu_ar_worker.py"), "GPUARWorker")
+    assert "sample_tokens" not in {node.name for node in worker.body if isinstance(node, ast.FunctionDef)}
+
+
 def test_the_request_summary_tables_are_info_records_of_the_logger_the_engine_quiets(wheel: Wheel) -> None:
     """The omni engine holds `REQUEST_SUMMARY_LOGGER` at WARNING unless SPEECH_OMNI__REQUEST_SUMMARY_LOG asks for the
     tables: in the wheel, the module that builds them logs through `init_logger(__name__)` (that logger's name), and
