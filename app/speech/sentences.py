@@ -146,10 +146,11 @@ class SentenceJoiner:
     `pause_s`. Sound passes through at once; only a trailing run of silence is held until more sound (or the end)
     shows whether it is a pause inside the sentence or the tail."""
 
-    def __init__(self, sample_rate: int, pause_s: float, first: bool) -> None:
+    def __init__(self, sample_rate: int, pause_s: float, first: bool, speed: float = 1.0) -> None:
         self.sample_rate = sample_rate
-        self._lead = int(LEAD_S * sample_rate)
-        self._pause = int(pause_s * sample_rate)
+        # the lead and the pause at the request's speed, as everything else it says: at 2.0 half as long
+        self._lead = int(LEAD_S / speed * sample_rate)
+        self._pause = int(pause_s / speed * sample_rate)
         self._fade = max(1, int(FADE_S * sample_rate))
         self._first = first
         self._started = False  # a sound has been seen
@@ -245,7 +246,9 @@ class SentencePipeline(EngineFront):
                     async for chunk in source:
                         if joiner is None:
                             first = index == 0 and not job.continues
-                            joiner = SentenceJoiner(chunk.sample_rate, pause_after(pieces[index]), first=first)
+                            joiner = SentenceJoiner(
+                                chunk.sample_rate, pause_after(pieces[index]), first=first, speed=job.speed
+                            )
                             if index + 1 < len(jobs):  # the next sentence starts as soon as this one sounds
                                 ahead = (index + 1, Ahead(functools.partial(self.inner.synthesize, jobs[index + 1])))
                                 started.append(ahead[1])

@@ -1,4 +1,4 @@
-"""StreamResampler, time_stretch, and the embedded engine's pure helpers split_speed and chunk_phonemes."""
+"""StreamResampler, time_stretch, and the embedded engine's pure helpers model_speed_for and chunk_phonemes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app.audio.transforms import StreamResampler, StreamTimeStretch, time_stretch
-from app.engines.embedded.engine import MAX_PHONEMES, MODEL_SPEED_RANGE, chunk_phonemes, split_speed
+from app.engines.embedded.engine import FAST_MODEL_SPEED, FAST_SPEED, MAX_PHONEMES, chunk_phonemes, model_speed_for
 
 
 def sine(n: int, rate: int, freq: float, amp: float = 0.5) -> np.ndarray:
@@ -110,42 +110,26 @@ def test_time_stretch_identity_and_empty() -> None:
     assert len(time_stretch(np.zeros(0, dtype=np.float32), 24_000, 2.0)) == 0
 
 
-# -- split_speed ---------------------------------------------------------------------------------------------------
-# The brief's examples assumed MODEL_SPEED_RANGE == (0.5, 2.0); it is being tuned (now (0.5, 1.25)), so the
-# expectations are derived from the constant and the rule: clamp to the range, time-stretch the rest.
+# -- model_speed_for ----------------------------------------------------------------------------------------------
 
 
-def test_model_speed_range_is_sane() -> None:
-    low, high = MODEL_SPEED_RANGE
-    assert 0 < low <= 1.0 <= high
+@pytest.mark.parametrize(
+    ("speed", "model_speed"), [(0.25, 1.0), (0.75, 1.0), (1.0, 1.0), (2.0, 1.0), (2.01, 1.25), (4.0, 1.25)]
+)
+def test_hibari_is_asked_for_its_own_speed_only_above_twice(speed: float, model_speed: float) -> None:
+    """Up to FAST_SPEED atempo sets the whole speed (exact: hibari rounds its sounds to whole frames); above it hibari
+    speaks at FAST_MODEL_SPEED first, for intelligibility, and atempo makes up the rest from what it made."""
+    assert (FAST_SPEED, FAST_MODEL_SPEED) == (2.0, 1.25)
+    assert model_speed_for(speed) == model_speed
 
 
-@pytest.mark.parametrize("speed", [0.25, 4.0, 1.3, 1.0, 0.5, 0.7, 1.25, 2.0, 3.0])
-def test_split_speed(speed: float) -> None:
-    low, high = MODEL_SPEED_RANGE
-    model_speed, tempo = split_speed(speed)
-    assert model_speed == min(max(speed, low), high)
-    assert model_speed * tempo == pytest.approx(speed)
-    if low <= speed <= high:
-        assert (model_speed, tempo) == (speed, 1.0)  # no time-stretch inside the model's range
-
-
-def test_split_speed_at_the_api_limits() -> None:
-    low, high = MODEL_SPEED_RANGE
-    assert split_speed(0.25) == pytest.approx((low, 0.25 / low))
-    assert split_speed(4.0) == pytest.approx((high, 4.0 / high))
-    if MODEL_SPEED_RANGE == (0.5, 2.0):  # the brief's table, for the range it was written for
-        assert split_speed(0.25) == (0.5, 0.5)
-        assert split_speed(4.0) == (2.0, 2.0)
-        assert split_speed(1.3) == (1.3, 1.0)
-
-
-def test_split_speed_tempo_stays_within_atempo_range() -> None:
+def test_the_tempo_left_to_atempo_stays_within_what_time_stretch_takes() -> None:
+    """atempo's share is the speed over what hibari made of its own: at most the speed over 1.0 (hibari made nothing
+    faster), at least the speed over FAST_MODEL_SPEED (it made all of it)."""
     for i in range(0, 376):
         speed = 0.25 + i / 100  # every API speed from 0.25 to 4.0
-        model_speed, tempo = split_speed(speed)
-        assert MODEL_SPEED_RANGE[0] <= model_speed <= MODEL_SPEED_RANGE[1]
-        assert 0.5 <= tempo <= 100  # FFmpeg's atempo range, which time_stretch relies on
+        model_speed = model_speed_for(speed)
+        assert 0.25 <= speed / model_speed and speed <= 100  # time_stretch's range (FFmpeg's atempo, chained)
 
 
 # -- chunk_phonemes ------------------------------------------------------------------------------------------------

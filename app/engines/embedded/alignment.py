@@ -77,6 +77,14 @@ def synthesize_ids(
     return dsp.synth(*(o[0] for o in spectra), rng), np.asarray(durations).reshape(-1)
 
 
+def frames_at(session: Any, ids: list[int], speed: float) -> int:
+    """How many model frames hibari gives `ids` at `speed` (its whole-frame durations summed), asking the network for
+    its durations alone: the layers after the duration predictor are not run."""
+    durations = session.get_outputs()[6].name
+    (frames,) = session.run([durations], {"ids": np.asarray([ids], np.int64), "speed": np.asarray([speed], np.float32)})
+    return int(np.asarray(frames).sum())
+
+
 @dataclass(frozen=True, slots=True)
 class PhonemeWord:
     """A word as hibari's reader spelled it, and where its phonemes lie in the sentence's phoneme string."""
