@@ -81,10 +81,11 @@ class SpeechBatchRequest(SpeechOptions):
     """POST /v1/audio/speech/batch: `items`, each with its `input` and any option of its own; every option given
     here is the default of every item that does not set it. Unknown fields are refused."""
 
-    items: list[dict[str, Any]] = Field(
+    items: list[Any] = Field(  # each checked as its own request: an item that is no object fails alone
         min_length=1,
         description="The utterances: objects with `input` and, where an item differs from the batch, its own "
         "`voice`, `response_format`, `language` ... (any field of POST /v1/audio/speech but the stream switches).",
+        json_schema_extra={"items": {"type": "object"}},
     )
     response_format: ResponseFormat = Field("wav", description="The items' format unless one sets its own.")
 

@@ -37,7 +37,9 @@ def check_size(body: SpeechBatchRequest, max_items: int, max_chars: int) -> None
     """Too many items: 400; too much text in all (`input` of each item, as sent): 413. Both name `items`."""
     if len(body.items) > max_items:
         raise invalid_param("items", f"A batch holds at most {max_items} items; this one has {len(body.items)}.")
-    chars = sum(len(item["input"]) for item in body.items if isinstance(item.get("input"), str))
+    chars = sum(
+        len(item["input"]) for item in body.items if isinstance(item, dict) and isinstance(item.get("input"), str)
+    )
     if chars > max_chars:
         message = f"A batch's items hold at most {max_chars} characters of input in all; these hold {chars}."
         raise ApiError(413, message, param="items", code="batch_too_large")
@@ -50,11 +52,14 @@ def shared_fields(body: SpeechBatchRequest) -> dict[str, Any]:
     return shared
 
 
-def checked_item(shared: dict[str, Any], item: dict[str, Any]) -> SpeechBatchItem | ApiError:
+def checked_item(shared: dict[str, Any], item: Any, index: int) -> SpeechBatchItem | ApiError:
     """The item's own fields, validated as a request's are (each value once: the batch's were validated with the
-    batch), over the batch's; or the 400 that names what is wrong with it. An item naming its voice (`voice` or
-    `speaker`) replaces the batch's, named either way; then the voice follows from the merged fields as a request's
-    does from its own."""
+    batch), over the batch's; or the 400 that names what is wrong with it (an item that is no object: the item, as
+    `items[index]`). An item naming its voice (`voice` or `speaker`) replaces the batch's, named either way; then the
+    voice follows from the merged fields as a request's does from its own."""
+    if not isinstance(item, dict):
+        kind = "null" if item is None else type(item).__name__.replace("str", "a string").replace("list", "an array")
+        return invalid_param(f"items[{index}]", f"An item is a JSON object with its `input`, not {kind}.")
     try:
         own = SpeechBatchItem.model_validate(item)
     except ValidationError as exc:
@@ -116,7 +121,7 @@ async def create_speech_batch(
         service.check_model(body.model)
     service.check_open()
     shared = shared_fields(body)
-    checked = [checked_item(shared, raw) for raw in body.items]
+    checked = [checked_item(shared, raw, index) for index, raw in enumerate(body.items)]
     items = [BatchItem(i, entry, entry.input) for i, entry in enumerate(checked) if isinstance(entry, SpeechBatchItem)]
     refused: list[str] = []  # the admission gate's refusals, as they happen
     batch = asyncio.ensure_future(synthesize_batch(service, items, request_id, slots, refused))
