@@ -35,8 +35,11 @@ ENV_PREFIX = "SPEECH_"
 NESTED_DELIMITER = "__"
 MAX_INPUT_CHARS = 4096  # the longest `input` OpenAI accepts, and this service's default and upper bound
 
-# OpenAI's voice names, so OpenAI client code runs unchanged. The empty target means "the engine's default voice".
-OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse")
+# OpenAI's voice names (every one its Python SDK offers), so OpenAI client code runs unchanged. The empty target means
+# "the engine's default voice".
+OPENAI_VOICES = (
+    "alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "onyx", "nova", "sage", "shimmer", "verse"
+)  # fmt: skip
 
 # The engine settings' old flat names (a field of `Settings` once, `SPEECH_<NAME>` in the environment) -> the engine
 # group and field that took them over.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import typing
+
 import pytest
 
 from app.engine_protocol import VoiceInfo
@@ -99,3 +101,12 @@ def test_an_alias_to_the_generic_default_voice_is_no_unknown_target() -> None:
     """ "default" names the default voice (vllm-omni's generic voice): an alias to it means what it says."""
     catalog = VoiceCatalog(voices=VOICES, aliases={"alloy": "default", "echo": "DEFAULT"})
     assert catalog.unknown_targets() == {}
+
+
+def test_every_voice_the_openai_sdk_offers_is_an_alias() -> None:
+    """Client code written against the OpenAI SDK runs unchanged: every voice name its `speech.create` offers (the
+    pinned SDK's `Voice` literal; `marin` and `cedar` were once refused as unknown voices) names a voice here."""
+    from openai.types.audio.speech_create_params import Voice
+
+    offered = {name for arg in typing.get_args(Voice) for name in typing.get_args(arg) if isinstance(name, str)}
+    assert len(offered) >= 13 and offered <= set(OPENAI_VOICES), offered - set(OPENAI_VOICES)
