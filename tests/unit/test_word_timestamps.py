@@ -28,6 +28,15 @@ def test_written_words_keep_numbers_and_abbreviations_as_written() -> None:
     ]  # fmt: skip
 
 
+def test_a_negative_number_keeps_its_sign_and_spanish_marks_are_punctuation() -> None:
+    """"-5°C" is minus five (its sign once dropped as a dash, so the label said the opposite); "¿Qué" and "¡Sí" lose
+    their opening marks as "Qué?" and "Sí!" lose their closing ones; a dash between words is still no word."""
+    assert written_words("It was -5°C, then −3.5 and -- nothing - at all.") == [
+        "It", "was", "-5°C", "then", "−3.5", "and", "nothing", "at", "all"
+    ]  # fmt: skip
+    assert written_words("¿Qué pasa? ¡Sí! «Bien»") == ["Qué", "pasa", "Sí", "Bien"]
+
+
 def test_same_words_pair_up_and_punctuation_does_not_matter() -> None:
     timings = align_words(["Hello", "there"], spoken("hello,", "There!"))
     assert timings == [WordTiming("Hello", 0.0, 0.5), WordTiming("there", 1.0, 1.5)]
