@@ -124,13 +124,15 @@ async def create_speech_batch(
     checked = [checked_item(shared, raw, index) for index, raw in enumerate(body.items)]
     items = [BatchItem(i, entry, entry.input) for i, entry in enumerate(checked) if isinstance(entry, SpeechBatchItem)]
     refused: list[str] = []  # the admission gate's refusals, as they happen
-    batch = asyncio.ensure_future(synthesize_batch(service, items, request_id, slots, refused))
+    done: dict[int, ItemOutcome] = {}  # each item's outcome as it ends: kept where a drain stops the rest
+    batch = asyncio.ensure_future(synthesize_batch(service, items, request_id, slots, refused, done))
     present = await unless_disconnected(request, batch)
     finished = present and not batch.cancelled()
-    done: dict[int, ItemOutcome] = {outcome.index: outcome for outcome in batch.result()} if finished else {}
     stopped = ApiError(499, "The client left.") if not present else to_api_error(Stopped("drain"))
+    # a drain that ran out of time stopped the items still running or waiting: those fail, the ended ones stand
     outcomes: list[ItemOutcome | ApiError] = [
-        done.get(index, entry) if finished else stopped for index, entry in enumerate(checked)
+        done.get(index, entry if finished or isinstance(entry, ApiError) else stopped) if present else stopped
+        for index, entry in enumerate(checked)
     ]
     errors = [item_error(outcome) for outcome in outcomes]  # each failure worded once, for the count and the answer
     full = [error for error in errors if error is not None and error.status == 429]
@@ -147,7 +149,7 @@ async def create_speech_batch(
     if not present:  # nobody is left to answer
         log.info("batch abandoned by its client", extra={"request_id": request_id, "items": len(checked)})
         return Response(status_code=499)
-    if not finished:  # a drain ran out of time before the batch ended
+    if not finished and not done:  # a drain ran out of time before any item ended: nothing to answer with
         raise stopped
     audio_bytes = sum(len(o.data) for o in outcomes if isinstance(o, ItemOutcome) and o.data is not None)
     # every item's audio in base64 in one JSON: at the caps about 100 MB, half a second of the loop all streams share;

@@ -135,17 +135,26 @@ async def speak_whole(
 
 
 async def synthesize_batch(
-    service: SpeechService, items: list[BatchItem], request_id: str, slots: BatchSlots, refused: list[str]
+    service: SpeechService,
+    items: list[BatchItem],
+    request_id: str,
+    slots: BatchSlots,
+    refused: list[str],
+    finished: dict[int, ItemOutcome] | None = None,
 ) -> list[ItemOutcome]:
     """Every item, as batch slots come free, in the order given; the outcomes in the same order. The lifecycle counts
-    the batch as work in progress until it ends. The admission gate's refusals go to `refused` as they happen, kept
-    when the batch is stopped before its outcomes exist."""
+    the batch as work in progress until it ends. The admission gate's refusals go to `refused`, and each item's
+    outcome to `finished` (by its index), as they happen: kept when the batch is stopped before all its outcomes
+    exist."""
 
     references = SharedReferences(service.settings)
 
     async def one(item: BatchItem) -> ItemOutcome:
         async with slots:
-            return await speak_whole(service, item, request_id, references, refused)
+            outcome = await speak_whole(service, item, request_id, references, refused)
+        if finished is not None:
+            finished[item.index] = outcome
+        return outcome
 
     task = asyncio.current_task()
     assert task is not None

@@ -12,6 +12,7 @@ import signal
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx
@@ -252,6 +253,33 @@ def test_a_caller_that_leaves_mid_batch_stops_the_rest(batch_server: RunningServ
     while metric(batch_server, "speech_in_flight") > 0:  # the running item stopped, no other started
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def test_a_batch_the_drain_outlasts_keeps_the_items_it_finished(tmp_path: Path) -> None:
+    """SIGTERM, and a drain of 3 s, while a batch of two short items and four of a minute and a half each runs one
+    item at a time: the answer is the short items' audio, and the items the drain stopped each fail with 503 (the
+    whole batch once failed with 503, its finished items thrown away)."""
+    env = {"SPEECH_BATCH_CONCURRENCY": "1", "SPEECH_BATCH_MAX_CHARS": "20000", "SPEECH_DRAIN_TIMEOUT_S": "3"}
+    server = start_server(tmp_path / "server.log", env=env)
+    longer = " ".join([LONG] * 3)
+    items = [{"input": "Hello there."}, {"input": "Short too."}, *({"input": longer} for _ in range(4))]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(batch, server, {"items": items, "response_format": "pcm"})
+            time.sleep(0.3)
+            server.process.send_signal(signal.SIGTERM)
+            response = pending.result()
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        by_index = {r["index"]: r for r in answer["results"]}
+        assert by_index[0]["status"] == by_index[1]["status"] == "success"
+        assert len(base64.b64decode(by_index[0]["audio_data"])) > 10_000
+        stopped = [r for r in answer["results"] if r["status"] != "success"]
+        assert stopped and all(r["error"]["code"] == "server_shutting_down" for r in stopped), answer["results"]
+        assert (answer["succeeded"], answer["failed"]) == (6 - len(stopped), len(stopped))
+        assert server.process.wait(timeout=60) == 0
+    finally:
+        server.stop()
 
 
 def test_a_batch_accepted_before_a_drain_is_served_whole(batch_server: RunningServer) -> None:
