@@ -23,7 +23,7 @@ EXTRAS ?= --extra embedded --extra loadtest
 SYNC_FLAGS ?=
 # The suite in this many pytest processes, each taking whole files (their servers are module fixtures): most of an
 # e2e test's time is spent waiting on a server, so two processes finish it in about two thirds of the time on two
-# cores (933 s to 590 s on a two-core machine). 1: in one process.
+# cores (933 s to 590 s on a two-core machine). 0: all in this one process.
 TEST_WORKERS ?= 2
 
 # .venv exactly as uv.lock pins it.

@@ -15,6 +15,7 @@ from tests.support import debian
 
 APT_GET = """#!/bin/sh
 # a stand-in: logs each call; `install` takes a while, fails if another install is running, then leaves the program
+shift 2  # -o DPkg::Lock::Timeout=...
 echo "$*" >> "{log}"
 if [ "$1" = install ]; then
   mkdir "{busy}" 2>/dev/null || {{ echo "dpkg lock held" >&2; exit 100; }}

@@ -29,10 +29,10 @@ def test_written_words_keep_numbers_and_abbreviations_as_written() -> None:
 
 
 def test_a_negative_number_keeps_its_sign_and_spanish_marks_are_punctuation() -> None:
-    """"-5°C" is minus five (its sign once dropped as a dash, so the label said the opposite); "¿Qué" and "¡Sí" lose
+    """ "-5°C" is minus five (its sign once dropped as a dash, so the label said the opposite); "¿Qué" and "¡Sí" lose
     their opening marks as "Qué?" and "Sí!" lose their closing ones; a dash between words is still no word."""
-    assert written_words("It was -5°C, then −3.5 and -- nothing - at all.") == [
-        "It", "was", "-5°C", "then", "−3.5", "and", "nothing", "at", "all"
+    assert written_words("It was -5°C, then −3.5 and -- nothing - at all, -$5 or -.5 and -x.") == [
+        "It", "was", "-5°C", "then", "−3.5", "and", "nothing", "at", "all", "-$5", "or", "-.5", "and", "x"
     ]  # fmt: skip
     assert written_words("¿Qué pasa? ¡Sí! «Bien»") == ["Qué", "pasa", "Sí", "Bien"]
 

@@ -45,10 +45,12 @@ class StepClock:
         for name, path, method in sections:
             owner = resolve(runner, path)
             call = getattr(owner, method, None) if owner is not None else None
-            if call is None:
+            try:
+                if call is None:
+                    raise AttributeError(method)
+                setattr(owner, method, self._timed(name, call))
+            except (AttributeError, TypeError):  # absent, or an object that takes no attribute: a diagnosis only
                 missing.append(name)
-                continue
-            setattr(owner, method, self._timed(name, call))
         return missing
 
     def _timed(self, name: str, call: Callable[..., Any]) -> Callable[..., Any]:

@@ -44,6 +44,8 @@ class TimelineARWorker(GPUARWorker):
             new = [r.req_id for r in scheduler_output.scheduled_new_reqs if r.req_id not in self._recorded]
             self._recorded.update(new)
             self._begin_step(recorder, scheduler_output, len(new))
+        else:
+            self._step = None  # a step of a run that has stopped is no later run's
         started = time.perf_counter_ns()
         with recorder.call(new, "first_step_launched", "first_step_returned"):
             output = super().execute_model(scheduler_output, *args, **kwargs)
