@@ -114,6 +114,8 @@ async def create_speech_batch(
     slots: Annotated[BatchSlots, Depends(get_batch_slots)],
 ) -> Response:
     request_id: str = request.state.request_id
+    # counted and logged by its format if refused whole (its items, once they run, are counted one by one instead)
+    request.state.speech = {"response_format": body.response_format, "stream_format": "batch"}
     check_size(body, service.settings.batch_max_items, service.settings.batch_max_chars)
     if body.word_timestamps:  # a batch-wide field at fault fails the batch, as a bad default does
         raise invalid_param("word_timestamps", NO_WORD_TIMESTAMPS)
@@ -137,7 +139,6 @@ async def create_speech_batch(
     errors = [item_error(outcome) for outcome in outcomes]  # each failure worded once, for the count and the answer
     full = [error for error in errors if error is not None and error.status == 429]
     if finished and full and len(full) == len(errors):  # nothing admitted, no work done: refused whole, as a request
-        request.state.speech = {"response_format": body.response_format, "stream_format": "batch"}
         answer = max(full, key=retry_after_s)  # and counted once, as one (the accounting middleware; its refusal here)
         metrics.REJECTED.labels(refusal(outcomes[errors.index(answer)]) or "queue_full").inc()
         raise answer

@@ -150,12 +150,15 @@ def test_an_item_that_is_no_object_fails_alone_named_as_the_item_it_is(batch_ser
 def test_a_batch_over_its_caps_or_with_a_bad_default_is_refused_whole(
     batch_server: RunningServer, body: dict[str, object], status: int, param: str
 ) -> None:
-    """Refused whole, and counted once as a speech request (stream label `batch`), its items never having run."""
-    before = metric(batch_server, "speech_requests_total", status=str(status), stream="batch")
+    """Refused whole, and counted once as a speech request (stream label `batch`), its items never having run; by
+    the batch's format (wav, the batch default) where the body could be read, `unknown` where it could not."""
+    fmt = "unknown" if param in ("voice",) or body["items"] == [] else "wav"
+    labels = {"status": str(status), "stream": "batch", "response_format": fmt}
+    before = metric(batch_server, "speech_requests_total", **labels)
     response = batch(batch_server, body)
     assert response.status_code == status, response.text
     assert response.json()["error"]["param"] == param
-    assert metric(batch_server, "speech_requests_total", status=str(status), stream="batch") == before + 1
+    assert metric(batch_server, "speech_requests_total", **labels) == before + 1
 
 
 def test_an_item_takes_the_batch_default_as_a_request_would_take_its_own(batch_server: RunningServer) -> None:
