@@ -10,6 +10,7 @@ import time
 import uuid
 from typing import Any
 
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
@@ -33,7 +34,7 @@ def request_id_of(scope: Scope) -> str:
 
 
 async def send_error(send: Send, error: ApiError, request_id: str) -> None:
-    body = json.dumps(error.body()).encode()
+    body = JSONResponse(error.body()).body  # as every route's error is written
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,6 +58,8 @@ def test_auth_table(secured: RunningServer, headers: dict[str, str], status: int
         error = response.json()["error"]
         assert error["code"] == "invalid_api_key" and set(error) == {"message", "type", "param", "code"}
         assert response.headers["www-authenticate"] == "Bearer"
+        # written as every other error is (the middleware's once had spaces after its separators)
+        assert response.content == json.dumps(response.json(), separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def test_every_api_route_is_protected(secured: RunningServer) -> None:
