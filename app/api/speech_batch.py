@@ -52,14 +52,22 @@ def shared_fields(body: SpeechBatchRequest) -> dict[str, Any]:
     return shared
 
 
+def json_kind(value: Any) -> str:
+    """What a JSON value that is not an object is, in words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    return {str: "a string", list: "an array"}.get(type(value), "a number")
+
+
 def checked_item(shared: dict[str, Any], item: Any, index: int) -> SpeechBatchItem | ApiError:
     """The item's own fields, validated as a request's are (each value once: the batch's were validated with the
     batch), over the batch's; or the 400 that names what is wrong with it (an item that is no object: the item, as
     `items[index]`). An item naming its voice (`voice` or `speaker`) replaces the batch's, named either way; then the
     voice follows from the merged fields as a request's does from its own."""
     if not isinstance(item, dict):
-        kind = "null" if item is None else type(item).__name__.replace("str", "a string").replace("list", "an array")
-        return invalid_param(f"items[{index}]", f"An item is a JSON object with its `input`, not {kind}.")
+        return invalid_param(f"items[{index}]", f"An item is a JSON object with its `input`, not {json_kind(item)}.")
     try:
         own = SpeechBatchItem.model_validate(item)
     except ValidationError as exc:

@@ -121,16 +121,18 @@ def test_a_bad_item_fails_alone_with_an_openai_error_naming_its_field(batch_serv
 def test_an_item_that_is_no_object_fails_alone_named_as_the_item_it_is(batch_server: RunningServer) -> None:
     """docs/api.md: a bad item fails alone, and so does one that is not an object at all (it once failed the whole
     batch with a 400 naming `items`, not saying which)."""
-    body = {"response_format": "pcm", "items": ["Not an object.", {"input": "Hello there."}, None, [1]]}
+    body = {"response_format": "pcm", "items": ["Not an object.", {"input": "Hello there."}, None, [1], 7, True]}
     response = batch(batch_server, body)
     assert response.status_code == 200, response.text
     answer = response.json()
-    assert (answer["succeeded"], answer["failed"]) == (1, 3)
+    assert (answer["succeeded"], answer["failed"]) == (1, 5)
     by_index = {r["index"]: r for r in answer["results"]}
     assert by_index[1]["status"] == "success"
-    errors = [by_index[i]["error"] for i in (0, 2, 3)]
-    assert [e["param"] for e in errors] == ["items[0]", "items[2]", "items[3]"]
-    assert [e["message"].rsplit(" ", 2)[-2:] for e in errors] == [["a", "string."], ["not", "null."], ["an", "array."]]
+    errors = [by_index[i]["error"] for i in (0, 2, 3, 4, 5)]
+    assert [e["param"] for e in errors] == ["items[0]", "items[2]", "items[3]", "items[4]", "items[5]"]
+    assert [e["message"].split(", not ")[1] for e in errors] == [
+        "a string.", "null.", "an array.", "a number.", "true or false."
+    ]  # fmt: skip
     assert all(e["type"] == "invalid_request_error" and e["code"] == "invalid_value" for e in errors), errors
 
 
