@@ -48,13 +48,13 @@ log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24_000
 FRAME_SAMPLES = 300  # the model's acoustic frame: 12.5 ms at 24 kHz; counted as output tokens
-# hibari's own speed control rounds each sound to whole 12.5-ms frames, and most sounds last 1 to 3 frames: asked for
-# 1.25 it made speech 1.09-1.17x as fast, for 0.75 0.72x. So FFmpeg's atempo alone sets the speed up to FAST_SPEED,
-# exactly and as intelligibly (Whisper tiny.en over five sentences, mean WER, atempo alone against hibari's speed
-# within its range and atempo for the rest: 0.25x 0.073 / 0.073, 0.75x 0.073 / 0.109, 1.25x 0.073 / 0.073, 1.5x
-# 0.088 / 0.073, 2x 0.067 / 0.073). Above it hibari speaks at FAST_MODEL_SPEED first (3x: 0.32 against 0.78 with
-# atempo alone; 4x: 0.89 against 0.95), and atempo makes up what its frames fell short by, counted from hibari's
-# durations at 1.0.
+# hibari's own speed control rounds each sound to a whole number of its 25-ms steps, and most sounds last 1 to 3:
+# asked for 1.25 it made speech 1.09-1.17x as fast, for 0.75 0.72x. So FFmpeg's atempo alone sets the speed up to
+# FAST_SPEED, exactly and as intelligibly (Whisper tiny.en over five sentences, mean WER, atempo alone against
+# hibari's speed within its range and atempo for the rest: 0.25x 0.073 / 0.073, 0.75x 0.073 / 0.109, 1.25x 0.073 /
+# 0.073, 1.5x 0.088 / 0.073, 2x 0.067 / 0.073). Above it hibari speaks at FAST_MODEL_SPEED first (3x: 0.32 against
+# 0.78 with atempo alone; 4x: 0.89 against 0.95), and atempo makes up what its steps fell short by, counted from
+# hibari's durations at 1.0.
 FAST_SPEED = 2.0
 FAST_MODEL_SPEED = 1.25
 MAX_PHONEMES = 400  # hibari's own limit per synthesis call
