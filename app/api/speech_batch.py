@@ -138,10 +138,12 @@ async def create_speech_batch(
     batch = asyncio.ensure_future(synthesize_batch(service, items, request_id, slots, refused, done))
     present = await unless_disconnected(request, batch)
     finished = present and not batch.cancelled()
+    if finished:
+        batch.result()  # a failure of the batch's own (an item's is its outcome) is a 500, as a request's would be
     stopped = ApiError(499, "The client left.") if not present else to_api_error(Stopped("drain"))
-    # a drain that ran out of time stopped the items still running or waiting: those fail, the ended ones stand
+    # every item that ran has its outcome in `done`; those a drain stopped before they ended fail with it
     outcomes: list[ItemOutcome | ApiError] = [
-        done.get(index, entry if finished or isinstance(entry, ApiError) else stopped) if present else stopped
+        done.get(index, entry if isinstance(entry, ApiError) else stopped) if present else stopped
         for index, entry in enumerate(checked)
     ]
     errors = [item_error(outcome) for outcome in outcomes]  # each failure worded once, for the count and the answer

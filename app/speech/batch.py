@@ -140,21 +140,17 @@ async def synthesize_batch(
     request_id: str,
     slots: BatchSlots,
     refused: list[str],
-    finished: dict[int, ItemOutcome] | None = None,
-) -> list[ItemOutcome]:
-    """Every item, as batch slots come free, in the order given; the outcomes in the same order. The lifecycle counts
-    the batch as work in progress until it ends. The admission gate's refusals go to `refused`, and each item's
-    outcome to `finished` (by its index), as they happen: kept when the batch is stopped before all its outcomes
-    exist."""
+    finished: dict[int, ItemOutcome],
+) -> None:
+    """Every item, as batch slots come free, in the order given. The lifecycle counts the batch as work in progress
+    until it ends. The admission gate's refusals go to `refused`, and each item's outcome to `finished` (by its
+    index), as they happen: what ended is kept when the batch is stopped before the rest."""
 
     references = SharedReferences(service.settings)
 
-    async def one(item: BatchItem) -> ItemOutcome:
+    async def one(item: BatchItem) -> None:
         async with slots:
-            outcome = await speak_whole(service, item, request_id, references, refused)
-        if finished is not None:
-            finished[item.index] = outcome
-        return outcome
+            finished[item.index] = await speak_whole(service, item, request_id, references, refused)
 
     task = asyncio.current_task()
     assert task is not None
@@ -162,8 +158,8 @@ async def synthesize_batch(
     service.lifecycle.track(tracking_id, BatchStop(task))
     try:
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(one(item)) for item in items]
+            for item in items:
+                group.create_task(one(item))
     finally:
         service.lifecycle.untrack(tracking_id)
         await references.close()
-    return [task.result() for task in tasks]

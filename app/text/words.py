@@ -16,7 +16,7 @@ from dataclasses import dataclass
 # Stripped from both ends of a written word: quotes, brackets, dashes and sentence punctuation. A trailing full stop
 # stays on words with a full stop inside ("e.g.", "U.S."): there it is part of the word as written.
 _EDGE_PUNCTUATION = "\"'“”‘’«»()[]{}<>,;:!?¿¡…—–-−"
-_SIGNS = "-−"  # a hyphen-minus or minus sign right before a number is its sign ("-5°C", "-$5", "-.5"), not a dash
+_SIGNS = ("-", "−")  # a hyphen-minus or minus sign right before a number is its sign ("-5°C", "-$5", "-.5"), not a dash
 _SIGNED = re.compile(r"[^\w\s]?\d")  # a number: a digit first, or after one sign of its own ("$5", ".5")
 _KEY_DROP = re.compile(r"[\W_]+")
 _ABBREVIATION = re.compile(r"[^\W\d_]\.[^\W\d_]")  # a full stop between letters
@@ -53,12 +53,12 @@ def written_words(text: str) -> list[str]:
     for token in text.split():
         word = token.strip(_EDGE_PUNCTUATION)
         lead = token[: len(token) - len(token.lstrip(_EDGE_PUNCTUATION))]
-        if lead[-1:] in tuple(_SIGNS) and _SIGNED.match(word):
+        if lead.endswith(_SIGNS) and _SIGNED.match(word):
             word = lead[-1] + word
         if word.endswith("."):
             bare = word.rstrip(".")
             word = f"{bare}." if _ABBREVIATION.search(bare) else bare
-        word = word.rstrip(_EDGE_PUNCTUATION) if word[:1] in tuple(_SIGNS) else word.strip(_EDGE_PUNCTUATION)
+        word = word.rstrip(_EDGE_PUNCTUATION) if word.startswith(_SIGNS) else word.strip(_EDGE_PUNCTUATION)
         if word:
             words.append(word)
     return words

@@ -51,7 +51,7 @@ import argparse
 import json
 import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,12 +173,12 @@ def host_steps_tables(steps: list[dict[str, Any]]) -> list[str]:
     `sample_tokens` call, and each section timed within them (`preprocess` holds `prompt` and `predictor_graph`)."""
     lines: list[str] = []
     sections = list(dict.fromkeys(name for step in steps for name in step.get("sections", {})))
-    for kind, chosen in (("took in a prompt", lambda step: step.get("new", 0) > 0), ("decode only", None)):
-        picked = [
-            (index, step)
-            for index, step in enumerate(steps)
-            if (chosen(step) if chosen else step.get("new", 0) == 0 and step.get("requests", 0) > 0)
-        ]
+    kinds: tuple[tuple[str, Callable[[dict[str, Any]], bool]], ...] = (
+        ("took in a prompt", lambda step: step.get("new", 0) > 0),
+        ("decode only", lambda step: step.get("new", 0) == 0 and step.get("requests", 0) > 0),
+    )
+    for kind, chosen in kinds:
+        picked = [(index, step) for index, step in enumerate(steps) if chosen(step)]
         if not picked:
             continue
         values: dict[str, list[float]] = defaultdict(list)

@@ -254,22 +254,23 @@ class EmbeddedEngine:
             clock = alignment.PhonemeClock(phonemes, voice.model.vocab)
             parts: list[np.ndarray] = []
             phoneme_ids = 0
-            made = at_one = 0  # hibari's durations summed (its frames): as made, and as they would be at 1.0
+            made = at_one = 0  # above FAST_SPEED, hibari's steps summed: as made at its speed, and as at 1.0
             for piece in chunk_phonemes(phonemes):
                 ids = voice.model.ids(piece)
                 if len(ids) <= 2:  # only the padding: nothing in this piece the model can say
                     continue
                 phoneme_ids += len(ids)
                 audio, durations = alignment.synthesize_ids(voice.session, ids, model_speed, rng)
-                made += int(durations.sum())
-                at_one += int(durations.sum()) if model_speed == 1.0 else alignment.frames_at(voice.session, ids, 1.0)
+                if model_speed != 1.0:
+                    made += int(durations.sum())
+                    at_one += alignment.frames_at(voice.session, ids, 1.0)
                 clock.add(piece, durations, len(audio))
                 parts.append(audio)
         finally:
             self._models.put(voice)
         samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
         frames = len(samples) // FRAME_SAMPLES
-        # what hibari's whole frames fell short of the speed asked of it (at 1.0: nothing) is atempo's to make up
+        # what hibari's whole steps fell short of the speed asked of it is atempo's to make up
         tempo = speed * made / at_one if made and at_one else speed
         stretched = time_stretch(samples, SAMPLE_RATE, tempo)
         words: tuple[WordTiming, ...] = ()

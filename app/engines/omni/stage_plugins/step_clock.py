@@ -45,11 +45,12 @@ class StepClock:
         for name, path, method in sections:
             owner = resolve(runner, path)
             call = getattr(owner, method, None) if owner is not None else None
+            if call is None:
+                missing.append(name)
+                continue
             try:
-                if call is None:
-                    raise AttributeError(method)
                 setattr(owner, method, self._timed(name, call))
-            except (AttributeError, TypeError):  # absent, or an object that takes no attribute: a diagnosis only
+            except (AttributeError, TypeError):  # an object that takes no attribute: timing is a diagnosis only
                 missing.append(name)
         return missing
 
