@@ -254,7 +254,11 @@ class OmniSettings(BaseModel):
         "took 1.03× and prefetch 0.78–0.79× the as-tuned predictor's GPU time a frame; in the server, split with them "
         "took 1.14× as long end to end at one stream, and prefetch with them the same time as tuned (553 against 548 "
         "ms on one GPU: the talker's step is bound by its host side there), 0.93–1.11× above "
-        "(benchmarks/gpu/2026-11-30-h200x2-fused-launch/, 2026-11-30-h200x2-pair-fused-prefetch/). "
+        "(benchmarks/gpu/2026-11-30-h200x2-fused-launch/, 2026-11-30-h200x2-pair-fused-prefetch/). Started in turn "
+        "with the profile as shipped on one H200, prefetch with dependent launches did 1.06–1.10× the work at a "
+        "steady 8 streams with no longer gap, but lost bursts of 32 (time to uninterrupted audio p95 278 and 285 "
+        "against 204–269 ms in the request timeline's): a setting for a GPU that serves at most 8 streams, measured "
+        "in one run (benchmarks/gpu/2026-12-01-h200-omni-fused-prefetch-in-turn/). "
         "app/engines/omni/stage_plugins/predictor_kernels.py.",
     )
     fused_dependent_launch: bool = Field(
