@@ -99,6 +99,8 @@ async def get_voice(
     for voice in _builtin(catalog, engine):
         if voice["id"] == speaks_with:
             return voice
+    if not engine.capabilities().voice_cloning:  # a registered voice this engine cannot speak, as the list hides it
+        raise _not_found(name)
     try:
         return _uploaded(await asyncio.to_thread(store.get, name), engine)
     except VoiceNotFound:
