@@ -36,7 +36,8 @@ the previous step's last decode: with asynchronous scheduling a step is built wh
 --requests lists every step too.
 Then the talker's steps on the host, where its worker recorded them (`step_host`, talker_worker.py): the steps that
 took in a prompt apart from the decode-only ones, each step's time to the next one's start (at one stream, a frame),
-its `execute_model` and `sample_tokens` calls, and the model runner's sections inside them, by the host's clock.
+its `execute_model` and `sample_tokens` calls, and the model runner's sections inside them, by the host's clock; a
+step's prompts counted, and the prompt builder's time over them (under load it grows with what the GPU has in flight).
 p50 / p95 / max ms; with --requests, one row a request.
 
 A stage names a request by vllm-omni's id for it, which starts with the server's: each is put with the longest
@@ -66,6 +67,8 @@ SCHEDULED, DECODED = "code2wav:window_scheduled", "code2wav:window_decoded"
 LAUNCHED, RETURNED = "talker:first_step_launched", "talker:first_step_returned"
 WRITTEN = "talker:window_written"
 WORKER_LAUNCHED, WORKER_RETURNED = "code2wav:window_launched", "code2wav:window_returned"
+PROMPT_SECTION = "prompt"  # step_clock's name for vllm-omni's prompt builder (`build_prompt_embeds`)
+PER_PROMPT = "prompt, a prompt taken in"  # its time over the prompts its step took in
 STEP_HOST = "step_host"  # the talker's worker's line a step: its host time, by section (talker_worker.py)
 STEP_OF = "code2wav:window_scheduled:step"  # not an event: each scheduled window's step number, where recorded
 STEP_GAP_NS = 500_000  # without step numbers: records this close together are one step's
@@ -190,11 +193,19 @@ def host_steps_tables(steps: list[dict[str, Any]]) -> list[str]:
                     values[name].append(step[key] / 1000)
             for name, us in step.get("sections", {}).items():
                 values[name].append(us / 1000)
-        requests = sorted(step.get("requests", 0) for _, step in picked)
+            if step.get("new", 0) > 0 and PROMPT_SECTION in step.get("sections", {}):
+                values[PER_PROMPT].append(step["sections"][PROMPT_SECTION] / 1000 / step["new"])
+        requests = [step.get("requests", 0) for _, step in picked]
         names = ("to the next step", "execute_model", "sample_tokens", *sections)
+        if kind == "took in a prompt":  # how many a step took in: the prompt builder's time is per prompt
+            prompts = [step["new"] for _, step in picked]
+            counts = f"prompts a step p50 {percentile(prompts, 0.5):.0f}, max {max(prompts)}; "
+            names += (PER_PROMPT,) if PROMPT_SECTION in sections else ()
+        else:
+            counts = ""
         lines += table(
-            f"The talker's steps on the host that {kind} ({len(picked)} steps, {percentile(requests, 0.5):.0f} "
-            "requests a step at p50), ms by the host's clock:",
+            f"The talker's steps on the host that {kind} ({len(picked)} steps; {counts}requests a step p50 "
+            f"{percentile(requests, 0.5):.0f}), ms by the host's clock:",
             "steps",
             tuple((name,) for name in names),
             values,

@@ -2471,6 +2471,8 @@ def test_omni_timeline_reads_the_talkers_steps_on_the_host_apart_from_the_reques
     module = gpu_script("omni_timeline")
     steps = [
         {"ts_ns": 0, "new": 1, "requests": 1, "execute_us": 6600, "sample_us": 900, "sections": {"prompt": 800}},
+        {"ts_ns": 4_000_000, "new": 3, "requests": 4, "execute_us": 9000, "sample_us": 900,
+         "sections": {"prompt": 2700}},
         *(
             {"ts_ns": int((10 + 5 * n) * 1e6), "new": 0, "requests": 1, "execute_us": 3000 + n, "sample_us": 500,
              "sections": {"prompt": 0, "talker_graph": 400}}
@@ -2485,18 +2487,19 @@ def test_omni_timeline_reads_the_talkers_steps_on_the_host_apart_from_the_reques
     (tmp_path / "events_talker_2.jsonl").write_text("\n".join(map(json.dumps, lines[1:])) + "\n{cut")
     assert sorted(module.load([tmp_path])) == ["r1"]
     read = module.talker_steps([tmp_path])
-    assert [step["ts_ns"] for step in read] == [0, 10_000_000, 15_000_000, 20_000_000]
+    assert [step["ts_ns"] for step in read] == [0, 4_000_000, 10_000_000, 15_000_000, 20_000_000]
     done = subprocess.run(
         [sys.executable, str(GPU / "omni_timeline.py"), str(tmp_path)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
     prompt, decode = done.stdout.split("The talker's steps on the host that ")[1:]
-    assert prompt.startswith("took in a prompt (1 steps, 1 requests a step at p50)")
+    assert prompt.startswith("took in a prompt (2 steps; prompts a step p50 3, max 3; requests a step p50 4), ms by")
     assert (
-        "| to the next step | 1 | 10.0 | 10.0 | 10.0 |" in prompt
-        and "| execute_model | 1 | 6.6 | 6.6 | 6.6 |" in prompt
+        "| to the next step | 2 | 6.0 | 6.0 | 6.0 |" in prompt and "| execute_model | 2 | 9.0 | 9.0 | 9.0 |" in prompt
     )
-    assert "| talker_graph | 0 | – | – | – |" in prompt and "| prompt | 1 | 0.8 | 0.8 | 0.8 |" in prompt
+    assert "| talker_graph | 0 | – | – | – |" in prompt and "| prompt | 2 | 2.7 | 2.7 | 2.7 |" in prompt
+    # the builder's time over the step's prompts: 0.8 for one, 0.9 each of three
+    assert "| prompt, a prompt taken in | 2 | 0.9 | 0.9 | 0.9 |" in prompt
     assert decode.startswith("decode only (3 steps")
     assert "| to the next step | 2 | 5.0 | 5.0 | 5.0 |" in decode  # the last step has no next
     assert "| sample_tokens | 3 | 0.5 | 0.5 | 0.5 |" in decode and "| talker_graph | 3 | 0.4 | 0.4 | 0.4 |" in decode
