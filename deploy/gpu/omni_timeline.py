@@ -37,7 +37,7 @@ the previous step's last decode: with asynchronous scheduling a step is built wh
 Then the talker's steps on the host, where its worker recorded them (`step_host`, talker_worker.py): the steps that
 took in a prompt apart from the decode-only ones, each step's time to the next one's start (at one stream, a frame),
 its `execute_model` and `sample_tokens` calls, and the model runner's sections inside them, by the host's clock; a
-step's prompts counted, and the prompt builder's time over them (under load it grows with what the GPU has in flight).
+step's prompts counted, and the prompt builder's time over them.
 p50 / p95 / max ms; with --requests, one row a request.
 
 A stage names a request by vllm-omni's id for it, which starts with the server's: each is put with the longest
