@@ -29,7 +29,9 @@
 #   OUT=/tmp/side-by-side/results   results: closed/ and open/ (speech-loadtest's JSON, Markdown, plots,
 #                                   targets.txt: which target is which URL, on which profile, and each server's
 #                                   /metrics before and after: metrics-<target>-before.txt, read by
-#                                   deploy/gpu/level_metrics.py into server-metrics.md), logs/, the profile
+#                                   deploy/gpu/level_metrics.py into server-metrics.md; gpu-util.csv: every
+#                                   GPU's utilization sampled every 250 ms while the level ran, gpu-util.md its
+#                                   mean and share of samples at 90% or more a GPU), logs/, the profile
 #                                   copies used (profile.yaml, profile-vllm-omni.yaml, ...), commands.txt, gpu.txt,
 #                                   host.txt (each GPU's nearest cores and NUMA node, the host's NUMA nodes)
 #   WORK=/tmp/side-by-side          model directory, profile copies, logs, compile cache (CACHE=$WORK/compile-cache)
@@ -346,6 +348,29 @@ gpu_snapshot() {  # $1 what happened
   [ -f "$OUT/host.txt" ] || host_topology
   { echo "== $(date -u +%T) $1"; nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu --format=csv 2>&1; } \
     >>"$OUT/gpu.txt"
+}
+
+gpu_util_start() {  # $1 a level's folder: every GPU's utilization (the share of each sample's period a kernel ran)
+  # sampled every 250 ms while the level runs, into gpu-util.csv (index, %)
+  GPU_UTIL_PID=
+  command -v nvidia-smi >/dev/null 2>&1 || return 0
+  nvidia-smi --query-gpu=index,utilization.gpu --format=csv,noheader,nounits -lms 250 >"$1/gpu-util.csv" 2>/dev/null &
+  GPU_UTIL_PID=$!
+}
+
+gpu_util_stop() {  # $1 a level's folder: the sampler stopped; each GPU's samples, mean and share at 90% or more in
+  # gpu-util.md (the level's whole span, the load tool's warm-up with it)
+  [ -n "${GPU_UTIL_PID:-}" ] || return 0
+  kill "$GPU_UTIL_PID" 2>/dev/null
+  wait "$GPU_UTIL_PID" 2>/dev/null
+  GPU_UTIL_PID=
+  awk -F', *' '$2 ~ /^[0-9]+$/ { n[$1]++; sum[$1] += $2; if ($2 >= 90) busy[$1]++ }
+    END {
+      print "| GPU | samples | mean utilization % | samples at 90% or more |"
+      print "| --- | --- | --- | --- |"
+      for (g in n) printf "| %s | %d | %.0f | %.0f%% |\n", g, n[g], sum[g] / n[g], 100 * busy[g] / n[g]
+    }' "$1/gpu-util.csv" | { read -r head; read -r rule; printf '%s\n%s\n' "$head" "$rule"; sort -n -t'|' -k2; } \
+    >"$1/gpu-util.md"
 }
 
 host_topology() {  # once a run, into host.txt: which cores and NUMA node each GPU is near (nvidia-smi's matrix) and
@@ -669,8 +694,10 @@ loadtest() {  # $1 closed or open, then speech-loadtest's level arguments
   log "$line"
   gpu_snapshot "before $name"
   metrics_snapshot "$OUT/$name" before
+  gpu_util_start "$OUT/$name"
   "$PYTHON" -m loadtest.cli "${args[@]}"
   local rc=$?
+  gpu_util_stop "$OUT/$name"
   gpu_snapshot "after $name"
   metrics_snapshot "$OUT/$name" after
   if compgen -G "$OUT/$name/metrics-*-after.txt" >/dev/null; then  # the servers' side of the level, in one table

@@ -1174,6 +1174,30 @@ def test_side_by_side_keeps_each_servers_metrics_from_just_before_and_just_after
     assert "| service | – / – / – |" in table and "| vllm-omni-b | – / – / – |" in table
 
 
+def test_side_by_side_samples_each_gpus_utilization_while_a_level_runs(tmp_path: Path) -> None:
+    """While the load tool runs a level, nvidia-smi samples every GPU's utilization (the share of each sample's period
+    a kernel ran) into the level's gpu-util.csv, stopped when the level ends, and gpu-util.md tables each GPU's mean
+    and its share of samples at 90% or more: a level bound by the GPU reads near 100%, one bound by a host below it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(  # the sampler prints its samples, then samples on until it is stopped
+        '#!/bin/sh\ncase "$*" in *-lms*) printf "0, 100\\n1, 10\\n0, 80\\n1, 30\\n0, 96\\n1, 20\\n"; exec sleep 60 ;; esac\n'
+    )
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    python = load_tool_python(tmp_path, "    sleep 1")
+    env = sweep_env(
+        tmp_path, python, TARGETS="service", CONCURRENCY="8", SWEEP_NAME="c8", PATH=f"{bin_dir}:{os.environ['PATH']}"
+    )
+    started = time.monotonic()
+    done = subprocess.run([str(GPU / "side-by-side.sh"), "sweep-closed"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert time.monotonic() - started < 30  # the sampler was stopped with the level, not waited for
+    level = tmp_path / "results/closed-c8"
+    assert (level / "gpu-util.csv").read_text().splitlines()[:2] == ["0, 100", "1, 10"]
+    table = (level / "gpu-util.md").read_text()
+    assert "| 0 | 3 | 92 | 67% |" in table and "| 1 | 3 | 20 | 0% |" in table, table
+
+
 def test_side_by_side_sweeps_one_level_a_call_and_keeps_every_level(tmp_path: Path) -> None:
     """Closed-loop levels run one per call land in folders of their own (SWEEP_NAME), a sweep run again beside its
     results in a new one, and each folder's targets.txt says which server and profile each URL is."""
