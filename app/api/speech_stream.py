@@ -290,7 +290,7 @@ class SpeechStreamSession:
             raise too_large(self.settings.max_body_bytes)
         try:
             data = json.loads(raw)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON; an integer past Python's digits; arrays nested too deep
             raise ApiError(400, "The message is not valid JSON.", code="invalid_json") from None
         if not isinstance(data, dict):
             raise ApiError(400, "A message is a JSON object.", code="invalid_request")

@@ -180,6 +180,8 @@ def test_every_format_decodes(server: RunningServer, response_format: str, sampl
         ({"type": "session.config", "voice": "nobody-by-this-name"}, "voice_not_found"),
         ({"type": "session.config", "split_granularity": "word"}, "invalid_value"),
         ("{not json", "invalid_json"),
+        ('{"type": "session.config", "voice": ' + "[" * 1000 + "]" * 1000 + "}", "invalid_json"),  # too deep
+        ('{"type": "session.config", "speed": ' + "1" * 5000 + "}", "invalid_json"),  # past Python's int digits
     ],
 )
 def test_a_bad_first_message_gets_one_error_and_a_close(server: RunningServer, first: object, code: str) -> None:
@@ -288,6 +290,9 @@ def test_malformed_messages_are_answered_and_the_connection_kept(server: Running
         send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
         ws.send("{not json")
         assert json.loads(ws.recv(timeout=10))["code"] == "invalid_json"
+        for unreadable in ("[" * 1000 + "]" * 1000, "1" * 5000):  # JSON Python's parser gives up on, not a 1011
+            ws.send('{"type": "input.text", "text": "hi", "n": ' + unreadable + "}")
+            assert json.loads(ws.recv(timeout=10))["code"] == "invalid_json"
         ws.send(b"\x00\x01")
         assert json.loads(ws.recv(timeout=10))["code"] == "invalid_message"
         send(ws, {"type": "input.text", "text": 42})
