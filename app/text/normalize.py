@@ -17,6 +17,7 @@ from app.text.sentences import is_speakable
 
 _KEPT_CONTROLS = frozenset("\t\n\r")
 _NAMED_LATIN = ("LATIN ", "MODIFIER LETTER ")
+_MICRO_SIGN = "\u00b5"  # `µg`, `µm`: read as "micro"; its compatibility form is Greek `μ`, which is spelled out
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +93,9 @@ def ascii_form(ch: str) -> str | None:
 
 
 def is_latin_letter(ch: str) -> bool:
-    """A letter of the Latin script (`ŀ` too, whose compatibility form adds a middle dot), or one of its
-    compatibility forms (full-width `Ｆ`, mathematical `𝐀`) that Unicode's decomposition makes Latin letters."""
-    if unicodedata.name(ch, "").startswith(_NAMED_LATIN):
+    """A letter of the Latin script (`ŀ` too, whose compatibility form adds a middle dot; the micro sign), or one of
+    its compatibility forms (full-width `Ｆ`, mathematical `𝐀`) that Unicode's decomposition makes Latin letters."""
+    if ch == _MICRO_SIGN or unicodedata.name(ch, "").startswith(_NAMED_LATIN):
         return True
     return all(unicodedata.name(c, "").startswith(_NAMED_LATIN) for c in unicodedata.normalize("NFKC", ch))
 

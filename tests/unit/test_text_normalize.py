@@ -18,10 +18,12 @@ def test_the_ascii_form_of_a_letter_or_number(ch: str, form: str | None) -> None
 
 
 @pytest.mark.parametrize(
-    "text", ["Add ½ cup", "20 m²", "Step ①", "Henry Ⅻ", "ＦＵＬＬ", "𝐀pple", "coŀlegi", "Order ١٢٣"]
+    "text",
+    ["Add ½ cup", "20 m²", "Step ①", "Henry Ⅻ", "ＦＵＬＬ", "𝐀pple", "coŀlegi", "Order ١٢٣", "Take 5 µg; 10 µm wide"],
 )
 def test_english_in_any_form_of_its_letters_and_numbers_is_read(text: str) -> None:
-    """Compatibility forms (and `ŀ`, a Latin letter whose decomposition adds a middle dot) are no other script."""
+    """Compatibility forms (and `ŀ`, a Latin letter whose decomposition adds a middle dot) are no other script; nor is
+    the micro sign `µ` (its compatibility form is Greek `μ`), which the engine reads as "micro"."""
     assert first_non_latin(text) is None
     assert normalize_text(text, ENGLISH) == text
 
@@ -36,3 +38,5 @@ def test_a_number_of_another_script_with_no_ascii_form_is_refused_not_skipped(te
 def test_letters_of_another_script_are_refused() -> None:
     foreign = first_non_latin("Hello Привет")
     assert foreign is not None and foreign.fragment == "Привет" and "Cyrillic" in foreign.describe()
+    greek = first_non_latin("Take 5 μg")  # Greek mu, which the engine spells out, is not the micro sign
+    assert greek is not None and greek.fragment == "μg" and "Greek" in greek.describe()
