@@ -121,6 +121,47 @@ class SessionConfig(SpeechOptions):
         return {key: value for key, value in data.items() if value is not None or key not in _NULLABLE}
 
 
+class Utf16Halves:
+    """The text of a session's input.text messages with each character whole. JSON writes a character beyond the
+    BMP (an emoji) as two UTF-16 escapes, and Python reads them as two code points; a client that cuts its text by
+    UTF-16 length (JavaScript's) can send the halves in two messages. A first half that ends a message is held for
+    the next; a half with no other is no character, refused as a request holding it is."""
+
+    def __init__(self) -> None:
+        self.held = ""  # a first half that ended the last message
+
+    def join(self, text: str) -> str:
+        """`text`, after the half held, with every pair made one character, the first half it ends with held."""
+        text, self.held = self.held + text, ""
+        if text and "\ud800" <= text[-1] <= "\udbff":
+            text, self.held = text[:-1], text[-1]
+        try:
+            return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+        except UnicodeDecodeError:
+            self.held = ""  # the message is refused whole: nothing of it is held
+            raise lone_half(text) from None
+
+    def end(self) -> None:
+        """The text ends (input.done, session.close): a half still held has no other."""
+        held, self.held = self.held, ""
+        if held:
+            raise lone_half(held)
+
+
+def lone_half(text: str) -> ApiError:
+    """The refusal of `text` for its first UTF-16 half that is not one of a pair, where it is."""
+    index = 0
+    while index < len(text):
+        if "\ud800" <= text[index] <= "\udbff" and "\udc00" <= text[index + 1 : index + 2] <= "\udfff":
+            index += 2
+        elif "\ud800" <= text[index] <= "\udfff":
+            break
+        else:
+            index += 1
+    half = ord(text[index]) if index < len(text) else 0
+    return invalid_param("text", f"'text' is not valid Unicode: a lone surrogate (U+{half:04X}) at {index}.")
+
+
 class SpeechStreamSession:
     """One connection: reads the client's messages into its `StreamedSpeech`, whose speech goes out as `Frames`."""
 
@@ -133,6 +174,7 @@ class SpeechStreamSession:
         self.session_id = valid_request_id(websocket.headers.get("x-request-id"))
         self.speech = StreamedSpeech(service, self.session_id, self.cut_off)
         self.frames = Frames(websocket)
+        self.halves = Utf16Halves()
 
     async def run(self) -> None:
         speaker = self.speech.start(self.frames)
@@ -259,14 +301,17 @@ class SpeechStreamSession:
                 text = data.get("text", "")
                 if not isinstance(text, str):
                     raise ApiError(400, "'text' must be a string.", param="text", code="invalid_type")
-                self.speech.text(text)
+                self.speech.text(self.halves.join(text))
             elif kind == "input.done":
                 self.require_config()
                 refuse_unknown_fields(data)
                 self.speech.done()
+                self.halves.end()  # the utterance ends with what came before a half left over, which is refused
             elif kind == "session.close":  # what was sent is spoken first
                 refuse_unknown_fields(data)
                 self.speech.done(close=True)
+                with contextlib.suppress(ApiError):  # the session ends: no message would be answered
+                    self.halves.end()
                 await self.speech.finish()
                 await self.closed_while_finishing()
                 raise SessionClosed(CLOSE_NORMAL)

@@ -247,6 +247,40 @@ def test_a_sentence_the_voice_cannot_read_is_refused_naming_text(server: Running
     assert events[-1]["type"] == "session.done" and len(audio[1]) > 1000, events
 
 
+def test_a_character_cut_in_two_utf16_halves_across_messages_is_spoken_whole(server: RunningServer) -> None:
+    """JSON writes a character beyond the BMP as two UTF-16 escapes; a client that cuts its text by UTF-16 length
+    (JavaScript's) sends the halves in two messages: they are one character, as in one message."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        ws.send('{"type": "input.text", "text": "I love it \\ud83d"}')
+        ws.send('{"type": "input.text", "text": "\\ude00 so much."}')
+        send(ws, {"type": "input.done"})
+        events, audio = receive_utterance(ws)
+    assert [e["type"] for e in events if e["type"] == "error"] == [], events
+    assert events[0]["type"] == "audio.start" and events[0]["sentence_text"] == "I love it \U0001f600 so much.", events
+    assert events[-1]["type"] == "session.done" and len(audio[0]) > 1000, events
+
+
+def test_a_lone_utf16_half_is_refused_when_its_message_comes_naming_text(server: RunningServer) -> None:
+    """A half with no other (not the end of one message and the start of the next) is no character: the message that
+    holds it is refused, as a request holding it is, naming `text`, the session's text kept; a half left at input.done
+    is refused then, and the utterance still ends with what came before it."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        ws.send('{"type": "input.text", "text": "Stray \\ude00 half."}')
+        error = json.loads(ws.recv(timeout=10))
+        assert (error["type"], error["param"], error["code"]) == ("error", "text", "invalid_value"), error
+        assert "'text' is not valid Unicode" in error["message"] and "U+DE00" in error["message"], error
+        ws.send('{"type": "input.text", "text": "Hello there. Left \\ud83d"}')
+        send(ws, {"type": "input.done"})
+        events: list[dict[str, object]] = []
+        while not events or events[-1]["type"] != "session.done":  # the refusal of the half, the utterance's end
+            events += receive_utterance(ws)[0]
+    errors = [e for e in events if e["type"] == "error"]
+    assert len(errors) == 1 and errors[0]["param"] == "text" and "U+D83D" in str(errors[0]["message"]), events
+    assert [e["sentence_text"] for e in events if e["type"] == "audio.start"] == ["Hello there.", "Left"], events
+
+
 def test_a_client_that_drops_its_connection_has_left_and_nothing_failed(server: RunningServer) -> None:
     """A client that sends a message to be answered and drops the connection at once: the answer finds it gone,
     which is the client leaving (its open utterance counted client_gone), not a session that failed (never an
