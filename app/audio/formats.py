@@ -58,7 +58,7 @@ FORMATS: Final[dict[str, Format]] = {
             # The Ogg muxer holds pages back for up to a second by default; 20 ms pages let each chunk out at once.
             (("page_duration", "20000"),),
         ),
-        Format("aac", "audio/aac", "adts", "aac", True, _MP3_RATES | {7350}, 64_000),
+        Format("aac", "audio/aac", "adts", "aac", True, _MP3_RATES, 64_000),  # (AAC's 7350 is below the API's range)
         Format("flac", "audio/flac", "flac", "flac", True),
         Format("wav", "audio/wav", "wav", "pcm_s16le", False),
         Format("pcm", "audio/pcm", None, "pcm_s16le", False),

@@ -62,6 +62,13 @@ def test_the_load_tool_offers_exactly_the_table() -> None:
     assert action.default in FORMATS
 
 
+def test_every_rate_a_format_names_is_one_a_request_may_ask_for() -> None:
+    """A refused `sample_rate` is answered with the format's rates: each of them must then be accepted."""
+    for name, form in FORMATS.items():
+        for rate in form.sample_rates or ():
+            assert MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE, (name, rate)
+
+
 def test_an_unknown_format_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="'ogg'"):
         get_format("ogg")
