@@ -121,6 +121,14 @@ class SessionConfig(SpeechOptions):
         return {key: value for key, value in data.items() if value is not None or key not in _NULLABLE}
 
 
+def is_first_half(ch: str) -> bool:
+    return "\ud800" <= ch <= "\udbff"
+
+
+def is_second_half(ch: str) -> bool:
+    return "\udc00" <= ch <= "\udfff"
+
+
 class Utf16Halves:
     """The text of a session's input.text messages with each character whole. JSON writes a character beyond the
     BMP (an emoji) as two UTF-16 escapes, and Python reads them as two code points; a client that cuts its text by
@@ -128,38 +136,52 @@ class Utf16Halves:
     the next; a half with no other is no character, refused as a request holding it is."""
 
     def __init__(self) -> None:
-        self.held = ""  # a first half that ended the last message
+        self.held = ""  # a first half that ended the last message taken
 
-    def join(self, text: str) -> str:
-        """`text`, after the half held, with every pair made one character, the first half it ends with held."""
-        text, self.held = self.held + text, ""
-        if text and "\ud800" <= text[-1] <= "\udbff":
-            text, self.held = text[:-1], text[-1]
-        try:
-            return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
-        except UnicodeDecodeError:
-            self.held = ""  # the message is refused whole: nothing of it is held
-            raise lone_half(text) from None
+    def split(self, text: str) -> tuple[str, str, ApiError | None]:
+        """What of `text` is taken now (the half held before it where `text` begins with its other, each pair one
+        character), the first half it ends with (to hold once the text is taken), and the refusal of a half held
+        that `text` does not complete (dropped). Raises the refusal of `text` for a half in it with no other.
+        Changes nothing: a message refused after this (too long, a drain) leaves the half held as it was."""
+        if not text:
+            return "", self.held, None
+        own, last = (text[:-1], text[-1]) if is_first_half(text[-1]) else (text, "")
+        completes = bool(self.held) and is_second_half(own[:1])
+        if (lone := first_lone_half(own[1:] if completes else own)) is not None:
+            index, half = lone
+            raise not_unicode(f"a lone surrogate (U+{half:04X}) at {index + int(completes)}")
+        stray = None
+        if self.held and not completes:
+            stray = not_unicode(
+                f"the message before this one ended with half a character (U+{ord(self.held):04X}) that this one "
+                "does not begin with the other half of; the half was dropped"
+            )
+        whole = (self.held if completes else "") + own
+        return whole.encode("utf-16-le", "surrogatepass").decode("utf-16-le"), last, stray
 
-    def end(self) -> None:
-        """The text ends (input.done, session.close): a half still held has no other."""
+    def end(self) -> ApiError | None:
+        """The text ends (input.done, session.close): the refusal of a half still held, which has no other."""
         held, self.held = self.held, ""
-        if held:
-            raise lone_half(held)
+        if not held:
+            return None
+        return not_unicode(f"the text ended with half a character (U+{ord(held):04X}); the half was dropped")
 
 
-def lone_half(text: str) -> ApiError:
-    """The refusal of `text` for its first UTF-16 half that is not one of a pair, where it is."""
+def first_lone_half(text: str) -> tuple[int, int] | None:
+    """Where `text`'s first UTF-16 half that is not one of a pair is, and which it is."""
     index = 0
     while index < len(text):
-        if "\ud800" <= text[index] <= "\udbff" and "\udc00" <= text[index + 1 : index + 2] <= "\udfff":
+        if is_first_half(text[index]) and is_second_half(text[index + 1 : index + 2]):
             index += 2
-        elif "\ud800" <= text[index] <= "\udfff":
-            break
+        elif is_first_half(text[index]) or is_second_half(text[index]):
+            return index, ord(text[index])
         else:
             index += 1
-    half = ord(text[index]) if index < len(text) else 0
-    return invalid_param("text", f"'text' is not valid Unicode: a lone surrogate (U+{half:04X}) at {index}.")
+    return None
+
+
+def not_unicode(why: str) -> ApiError:
+    return invalid_param("text", f"'text' is not valid Unicode: {why}.")
 
 
 class SpeechStreamSession:
@@ -288,7 +310,7 @@ class SpeechStreamSession:
             data = self.read(message)
             kind = data.get("type")
             if kind == "session.config":
-                if self.speech.pending_text:
+                if self.speech.pending_text or self.halves.held:
                     raise invalid_param("type", "Send input.done before a new session.config.", "input_pending")
                 try:
                     config = SessionConfig.model_validate(data)
@@ -301,17 +323,21 @@ class SpeechStreamSession:
                 text = data.get("text", "")
                 if not isinstance(text, str):
                     raise ApiError(400, "'text' must be a string.", param="text", code="invalid_type")
-                self.speech.text(self.halves.join(text))
+                taken, held, stray = self.halves.split(text)
+                self.speech.text(taken)
+                self.halves.held = held  # once the text is taken: a message refused holds nothing
+                if stray is not None:
+                    raise stray
             elif kind == "input.done":
                 self.require_config()
                 refuse_unknown_fields(data)
                 self.speech.done()
-                self.halves.end()  # the utterance ends with what came before a half left over, which is refused
+                if (stray := self.halves.end()) is not None:  # the utterance goes on to its end without it
+                    raise stray
             elif kind == "session.close":  # what was sent is spoken first
                 refuse_unknown_fields(data)
                 self.speech.done(close=True)
-                with contextlib.suppress(ApiError):  # the session ends: no message would be answered
-                    self.halves.end()
+                self.halves.end()  # the session ends: a half left over is not answered
                 await self.speech.finish()
                 await self.closed_while_finishing()
                 raise SessionClosed(CLOSE_NORMAL)

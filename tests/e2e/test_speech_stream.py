@@ -262,23 +262,48 @@ def test_a_character_cut_in_two_utf16_halves_across_messages_is_spoken_whole(ser
 
 
 def test_a_lone_utf16_half_is_refused_when_its_message_comes_naming_text(server: RunningServer) -> None:
-    """A half with no other (not the end of one message and the start of the next) is no character: the message that
-    holds it is refused, as a request holding it is, naming `text`, the session's text kept; a half left at input.done
-    is refused then, and the utterance still ends with what came before it."""
+    """A half with no other is no character. Inside a message, the message is refused, as a request holding it is,
+    naming `text` and where in that message; a half that ends a message and that the next one does not complete is
+    dropped, said with the next message, which is taken; one left at input.done is refused then, and the utterance
+    goes on to its end."""
     with connect(ws_url(server)) as ws:
         send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
         ws.send('{"type": "input.text", "text": "Stray \\ude00 half."}')
         error = json.loads(ws.recv(timeout=10))
         assert (error["type"], error["param"], error["code"]) == ("error", "text", "invalid_value"), error
-        assert "'text' is not valid Unicode" in error["message"] and "U+DE00" in error["message"], error
+        assert error["message"] == "'text' is not valid Unicode: a lone surrogate (U+DE00) at 6.", error
         ws.send('{"type": "input.text", "text": "Hello there. Left \\ud83d"}')
+        send(ws, {"type": "input.text", "text": "Right."})  # taken; the half before it is dropped
+        ws.send('{"type": "input.text", "text": " End \\ud83d"}')
         send(ws, {"type": "input.done"})
         events: list[dict[str, object]] = []
-        while not events or events[-1]["type"] != "session.done":  # the refusal of the half, the utterance's end
+        while not events or events[-1]["type"] != "session.done":  # the two refusals, the utterance's end
             events += receive_utterance(ws)[0]
-    errors = [e for e in events if e["type"] == "error"]
-    assert len(errors) == 1 and errors[0]["param"] == "text" and "U+D83D" in str(errors[0]["message"]), events
-    assert [e["sentence_text"] for e in events if e["type"] == "audio.start"] == ["Hello there.", "Left"], events
+    errors = [str(e["message"]) for e in events if e["type"] == "error"]
+    assert len(errors) == 2 and all("(U+D83D)" in e and "half was dropped" in e for e in errors), events
+    assert "before this one" in errors[0] and "the text ended" in errors[1], errors
+    spoken = [e["sentence_text"] for e in events if e["type"] == "audio.start"]
+    assert spoken == ["Hello there.", "Left Right.", "End"], events
+
+
+def test_a_message_refused_leaves_the_half_held_before_it(server: RunningServer) -> None:
+    """A message refused for another reason (past the utterance's 4096 characters with split_granularity none)
+    neither takes the half held before it nor holds its own: the client sends the rest again and the pair is whole."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm", "split_granularity": "none"})
+        ws.send('{"type": "input.text", "text": "I love it \\ud83d"}')
+        for refused in ('"\\ude00' + " word" * 1000 + '"', '" more' + " word" * 1000 + ' \\ud83d"'):
+            ws.send('{"type": "input.text", "text": ' + refused + "}")
+            error = json.loads(ws.recv(timeout=10))
+            assert error["type"] == "error" and error["param"] == "text" and "Unicode" not in error["message"], error
+            ws.send('{"type": "input.text", "text": "\\ude00 so much."}')  # completes the first message's half
+            if refused.endswith('\\ud83d"'):  # the second time there is none: this is a lone half
+                error = json.loads(ws.recv(timeout=10))
+                assert "a lone surrogate (U+DE00) at 0" in error["message"], error
+        send(ws, {"type": "input.done"})
+        events, audio = receive_utterance(ws)
+    assert [e["sentence_text"] for e in events if e["type"] == "audio.start"] == ["I love it \U0001f600 so much."]
+    assert events[-1]["type"] == "session.done" and len(audio[0]) > 1000, events
 
 
 def test_a_client_that_drops_its_connection_has_left_and_nothing_failed(server: RunningServer) -> None:
