@@ -286,6 +286,21 @@ def test_a_lone_utf16_half_is_refused_when_its_message_comes_naming_text(server:
     assert spoken == ["Hello there.", "Left Right.", "End"], events
 
 
+def test_a_half_held_is_text_pending_for_session_config(server: RunningServer) -> None:
+    """A message of only a first half holds text of the utterance: a session.config then is refused, as with any text
+    not yet spoken, and the pair is whole when the other half comes."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        ws.send('{"type": "input.text", "text": "\\ud83d"}')
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "wav"})
+        assert json.loads(ws.recv(timeout=10))["code"] == "input_pending"
+        ws.send('{"type": "input.text", "text": "\\ude00 is a smile."}')
+        send(ws, {"type": "input.done"})
+        events, audio = receive_utterance(ws)
+    assert [e["sentence_text"] for e in events if e["type"] == "audio.start"] == ["\U0001f600 is a smile."], events
+    assert len(audio[0]) > 1000
+
+
 def test_a_message_refused_leaves_the_half_held_before_it(server: RunningServer) -> None:
     """A message refused for another reason (past the utterance's 4096 characters with split_granularity none)
     neither takes the half held before it nor holds its own: the client sends the rest again and the pair is whole."""
