@@ -356,11 +356,14 @@ gpu_util_start() {  # $1 a level's folder: every GPU's utilization (the share of
   command -v nvidia-smi >/dev/null 2>&1 || return 0
   nvidia-smi --query-gpu=index,utilization.gpu --format=csv,noheader,nounits -lms 250 >"$1/gpu-util.csv" 2>/dev/null &
   GPU_UTIL_PID=$!
+  # started with SIGINT ignored (no job control here): an interrupted level stops it, then the run
+  trap 'kill "$GPU_UTIL_PID" 2>/dev/null; exit 130' INT TERM
 }
 
 gpu_util_stop() {  # $1 a level's folder: the sampler stopped; each GPU's samples, mean and share at 90% or more in
   # gpu-util.md (the level's whole span, the load tool's warm-up with it)
   [ -n "${GPU_UTIL_PID:-}" ] || return 0
+  trap - INT TERM
   kill "$GPU_UTIL_PID" 2>/dev/null
   wait "$GPU_UTIL_PID" 2>/dev/null
   GPU_UTIL_PID=

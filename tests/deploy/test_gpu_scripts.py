@@ -1181,21 +1181,62 @@ def test_side_by_side_samples_each_gpus_utilization_while_a_level_runs(tmp_path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(  # the sampler prints its samples, then samples on until it is stopped
-        '#!/bin/sh\ncase "$*" in *-lms*) printf "0, 100\\n1, 10\\n0, 80\\n1, 30\\n0, 96\\n1, 20\\n"; exec sleep 60 ;; esac\n'
+        '#!/bin/sh\ncase "$*" in *-lms*)\n'
+        '  printf "0, 100\\n1, 10\\n0, 80\\n1, 30\\n0, 96\\n1, 20\\n"; exec sleep 60 ;;\nesac\n'
     )
     (bin_dir / "nvidia-smi").chmod(0o755)
-    python = load_tool_python(tmp_path, "    sleep 1")
+    # the level lasts until the sampler has written (one printf: all six samples at once), 30 s at most
+    wait_for_samples = '    for _ in $(seq 300); do [ -s "$out/gpu-util.csv" ] && break; sleep 0.1; done'
+    python = load_tool_python(tmp_path, wait_for_samples)
     env = sweep_env(
         tmp_path, python, TARGETS="service", CONCURRENCY="8", SWEEP_NAME="c8", PATH=f"{bin_dir}:{os.environ['PATH']}"
     )
     started = time.monotonic()
     done = subprocess.run([str(GPU / "side-by-side.sh"), "sweep-closed"], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert time.monotonic() - started < 30  # the sampler was stopped with the level, not waited for
+    assert time.monotonic() - started < 50  # the sampler was stopped with the level, not waited for (it sleeps 60 s)
     level = tmp_path / "results/closed-c8"
     assert (level / "gpu-util.csv").read_text().splitlines()[:2] == ["0, 100", "1, 10"]
     table = (level / "gpu-util.md").read_text()
     assert "| 0 | 3 | 92 | 67% |" in table and "| 1 | 3 | 20 | 0% |" in table, table
+
+
+def test_side_by_side_stops_the_gpu_sampler_when_a_level_is_interrupted(tmp_path: Path) -> None:
+    """Ctrl-C during a level (SIGINT to the run's process group): the sampler, which a script without job control
+    starts with SIGINT ignored, is stopped with the run, not left sampling."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(
+        f'#!/bin/sh\ncase "$*" in *-lms*) echo $$ > {tmp_path}/sampler.pid; echo "0, 50"; exec sleep 60 ;; esac\n'
+    )
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    python = load_tool_python(tmp_path, f"    touch {tmp_path}/level-began; sleep 60")
+    env = sweep_env(
+        tmp_path, python, TARGETS="service", CONCURRENCY="8", SWEEP_NAME="c8", PATH=f"{bin_dir}:{os.environ['PATH']}"
+    )
+    run = subprocess.Popen(
+        [str(GPU / "side-by-side.sh"), "sweep-closed"], env=env, start_new_session=True, stdout=subprocess.DEVNULL
+    )
+    try:
+        for _ in range(300):  # the level and its sampler under way (at most 30 s)
+            if (tmp_path / "level-began").exists() and (tmp_path / "sampler.pid").exists():
+                break
+            time.sleep(0.1)
+        sampler = int((tmp_path / "sampler.pid").read_text())
+        os.killpg(run.pid, signal.SIGINT)
+        run.wait(timeout=30)
+        for _ in range(100):  # gone within 10 s of the run's end
+            try:
+                os.kill(sampler, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(sampler, signal.SIGKILL)
+            pytest.fail("the sampler outlived the interrupted run")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
 
 
 def test_side_by_side_sweeps_one_level_a_call_and_keeps_every_level(tmp_path: Path) -> None:
