@@ -354,7 +354,10 @@ gpu_util_start() {  # $1 a level's folder: every GPU's utilization (the share of
   # sampled every 250 ms while the level runs, into gpu-util.csv (index, %)
   GPU_UTIL_PID=
   command -v nvidia-smi >/dev/null 2>&1 || return 0
-  nvidia-smi --query-gpu=index,utilization.gpu --format=csv,noheader,nounits -lms 250 >"$1/gpu-util.csv" 2>/dev/null &
+  local lines=()  # each sample written as it is taken: a block buffer's samples die with the sampler
+  command -v stdbuf >/dev/null 2>&1 && lines=(stdbuf -oL)
+  "${lines[@]}" nvidia-smi --query-gpu=index,utilization.gpu --format=csv,noheader,nounits -lms 250 \
+    >"$1/gpu-util.csv" 2>/dev/null &
   GPU_UTIL_PID=$!
   # started with SIGINT ignored (no job control here): an interrupted level stops it, then the run
   trap 'kill "$GPU_UTIL_PID" 2>/dev/null; exit 130' INT TERM
