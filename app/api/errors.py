@@ -18,7 +18,6 @@ from app.speech.errors import (
     Failed,
     Full,
     Refused,
-    ShuttingDown,
     SpeechError,
     Stopped,
     Unavailable,
@@ -133,13 +132,11 @@ def to_api_error(exc: BaseException, request_id: str = "") -> ApiError:
             return ApiError(503, exc.message, type=SERVER_ERROR, code="engine_unavailable", headers=headers)
         case EngineUnavailable():  # went away mid-stream: as the 503 a request gets before its first audio
             return to_api_error(Unavailable(str(exc)))
-        case ShuttingDown():  # refused before it started: the client retries elsewhere, on a new connection
-            headers = {"Retry-After": RETRY_AFTER_DRAINING, "Connection": "close"}
-            return ApiError(503, exc.message, type=SERVER_ERROR, code="server_shutting_down", headers=headers)
         case Stopped(reason="timeout"):
             return ApiError(504, exc.message, type=SERVER_ERROR, code="timeout")
-        case Stopped():
-            return ApiError(503, exc.message, type=SERVER_ERROR, code="server_shutting_down")
+        case Stopped():  # refused by a drain (ShuttingDown) or stopped by one: retried elsewhere, on a new connection
+            headers = {"Retry-After": RETRY_AFTER_DRAINING, "Connection": "close"}
+            return ApiError(503, exc.message, type=SERVER_ERROR, code="server_shutting_down", headers=headers)
         case Full():
             headers = {"Retry-After": str(exc.retry_after_s)}
             return ApiError(429, exc.message, type="requests", code="rate_limit_exceeded", headers=headers)
