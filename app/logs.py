@@ -7,16 +7,22 @@ import json
 import logging
 import re
 import time
+import urllib.parse
 import weakref
 from typing import Any
 
-# Secrets a library may log at debug level: the WebSocket handshake's request line (the api_key query parameter) and
-# its headers (Authorization). Never written out.
-_SECRETS = re.compile(r"(?i)(api_key=)[^&\s\"']+|(authorization:\s*)[^\"\n]+")
+# Secrets a library may log at debug level: the WebSocket handshake's request line (the api_key query parameter,
+# whatever of its name is percent-encoded, as the server decodes it) and its headers (Authorization). Never written out.
+_QUERY_VALUE = re.compile(r"(?P<name>(?:^|(?<=[?&\s]))[^=&\s\"'?]+)=[^&\s\"']+")
+_AUTHORIZATION = re.compile(r"(?i)(authorization:\s*)[^\"\n]+")
 
 
 def redact(message: str) -> str:
-    return _SECRETS.sub(lambda m: (m.group(1) or m.group(2)) + "[redacted]", message)
+    def value(match: re.Match[str]) -> str:
+        name = match.group("name")
+        return f"{name}=[redacted]" if urllib.parse.unquote(name).lower() == "api_key" else match.group(0)
+
+    return _AUTHORIZATION.sub(r"\1[redacted]", _QUERY_VALUE.sub(value, message))
 
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime", "taskName"}

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from app.logs import IntendedCuts, cut_on_purpose
+import pytest
+
+from app.logs import IntendedCuts, cut_on_purpose, redact
 
 LEFT_INCOMPLETE = "ASGI callable returned without completing response."
 
@@ -42,3 +44,21 @@ async def test_another_requests_incomplete_response_and_any_other_line_are_kept(
 
 def test_outside_an_event_loop_every_line_is_kept() -> None:
     assert IntendedCuts().filter(record(LEFT_INCOMPLETE))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "< GET /v1/audio/speech/stream?api_key=k1 HTTP/1.1",
+        "< GET /v1/audio/speech/stream?voice=a&API_KEY=k1 HTTP/1.1",
+        "< GET /v1/audio/speech/stream?api%5Fkey=k1 HTTP/1.1",  # the name percent-encoded, as the server decodes it
+        "< GET /v1/audio/speech/stream?%61pi%5fkey=k1&voice=a HTTP/1.1",
+        "api_key=k1&voice=a",  # a query string logged alone
+        "< authorization: Bearer k1",
+    ],
+)
+def test_a_key_in_a_logged_request_line_or_header_is_redacted(line: str) -> None:
+    redacted = redact(line)
+    assert "k1" not in redacted and "[redacted]" in redacted, redacted
+    if "=" in line:
+        assert redacted.replace("[redacted]", "k1") == line  # nothing else of the request line touched
