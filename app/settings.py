@@ -638,7 +638,10 @@ class Settings(BaseSettings):
         "is not counted, up to that audio's length (a player reading in real time is never cut).",
     )
     drain_timeout_s: float = Field(
-        30.0, ge=0, description="On SIGTERM: how long accepted requests (streaming or queued) may take to finish."
+        30.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="On SIGTERM: how long accepted requests (streaming or queued) may take to finish.",
     )
     request_read_timeout_s: float = Field(
         10.0, gt=0, description="Longest time a request's headers, and then its body, may take to arrive (408 beyond)."

@@ -350,3 +350,12 @@ def test_a_bad_value_inside_a_mapping_setting_names_the_variable_and_then_its_ke
     with pytest.raises(InvalidSettings) as refused:
         load_settings()
     assert str(refused.value).startswith(says), refused.value
+
+
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_a_drain_without_end_is_refused_naming_the_variable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """The server's graceful shutdown is counted in whole seconds from the drain's: an endless one cannot be."""
+    monkeypatch.setenv("SPEECH_DRAIN_TIMEOUT_S", value)
+    with pytest.raises(InvalidSettings) as refused:
+        load_settings()
+    assert str(refused.value).startswith("SPEECH_DRAIN_TIMEOUT_S: "), refused.value
