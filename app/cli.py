@@ -17,7 +17,15 @@ from app.http_protocol import guarded_protocol, guarded_websocket_protocol
 from app.lifecycle import Lifecycle
 from app.logs import configure_logging
 from app.server import create_app
-from app.settings import EngineName, InvalidSettings, Settings, load_settings, log_env_warnings, settings_help
+from app.settings import (
+    EngineName,
+    InvalidSettings,
+    Settings,
+    load_settings,
+    log_env_warnings,
+    log_settings_warnings,
+    settings_help,
+)
 
 HURRIED_SHUTDOWN_S = 2  # after a second SIGTERM: the connections of stopped streams get this long to close
 
@@ -86,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         settings = load_settings({k: v for k, v in vars(args).items() if v is not None})
         configure_logging(settings.log_level)
         log_env_warnings()  # once, now that logs go where the operator reads them
+        log_settings_warnings(settings)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # engines load from local files only, never from a hub
         app = create_app(settings)
     except InvalidSettings as exc:  # one line naming the variable, not a traceback through the settings' parsing

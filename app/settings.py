@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -550,6 +550,16 @@ def log_env_warnings(env: Mapping[str, str] = os.environ) -> None:
         )
 
 
+def log_settings_warnings(settings: Settings) -> None:
+    """Once at start: a setting that, with the others as they are, does nothing."""
+    if settings.api_key_max_concurrency is not None and not (settings.api_keys or settings.api_keys_file):
+        log.warning(
+            "SPEECH_API_KEY_MAX_CONCURRENCY is set but the API has no keys (SPEECH_API_KEYS, SPEECH_API_KEYS_FILE): "
+            "it limits nothing",
+            extra={"ignored": "SPEECH_API_KEY_MAX_CONCURRENCY"},
+        )
+
+
 class _FlatEnvSource(EnvSettingsSource):
     """The old flat engine variables, read as if they had been given under their grouped names (so parsed exactly as
     those are). A grouped name that is set wins: the old one is then not read at all."""
@@ -739,6 +749,17 @@ class Settings(BaseSettings):
         if (value != "" if isinstance(value, str) else keys) and not named:
             raise ValueError("names no key (only commas and blanks); the API would be open. Unset it for that")
         return named
+
+    @field_validator("ws_max_message_bytes")
+    @classmethod
+    def _within_the_body_limit(cls, limit: int, info: ValidationInfo) -> int:
+        body = info.data.get("max_body_bytes")
+        if isinstance(body, int) and limit > body:
+            raise ValueError(
+                f"{limit} is above SPEECH_MAX_BODY_BYTES ({body}), which holds every WebSocket message first: it "
+                "could never take effect. Raise that, or lower this"
+            )
+        return limit
 
     @field_validator("cors_origins")
     @classmethod

@@ -27,6 +27,7 @@ from app.settings import (
     deprecated_env_names,
     load_settings,
     log_env_warnings,
+    log_settings_warnings,
     moved_path_env,
     settings_help,
     unknown_env_names,
@@ -359,3 +360,29 @@ def test_a_drain_without_end_is_refused_naming_the_variable(monkeypatch: pytest.
     with pytest.raises(InvalidSettings) as refused:
         load_settings()
     assert str(refused.value).startswith("SPEECH_DRAIN_TIMEOUT_S: "), refused.value
+
+
+def test_a_websocket_message_limit_past_the_body_limit_is_refused_naming_both(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every WebSocket message is held to the body limit first (the server's largest frame): a larger message limit
+    could never take effect."""
+    monkeypatch.setenv("SPEECH_WS_MAX_MESSAGE_BYTES", "200000")
+    monkeypatch.setenv("SPEECH_MAX_BODY_BYTES", "100000")
+    with pytest.raises(InvalidSettings) as refused:
+        load_settings()
+    assert str(refused.value).startswith("SPEECH_WS_MAX_MESSAGE_BYTES: ") and "SPEECH_MAX_BODY_BYTES" in str(
+        refused.value
+    ), refused.value
+    monkeypatch.setenv("SPEECH_WS_MAX_MESSAGE_BYTES", "100000")  # equal: every message up to the body's size
+    assert load_settings().ws_max_message_bytes == 100_000
+
+
+def test_a_per_key_limit_without_keys_is_logged_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    """An open API has no keys to count requests by: the limit does nothing, and the operator is told so."""
+    with caplog.at_level(logging.WARNING, logger="app.settings"):
+        log_settings_warnings(Settings(api_key_max_concurrency=2))
+        log_settings_warnings(Settings(api_key_max_concurrency=2, api_keys=["k1"]))
+        log_settings_warnings(Settings())
+    assert [record.getMessage() for record in caplog.records] == [
+        "SPEECH_API_KEY_MAX_CONCURRENCY is set but the API has no keys (SPEECH_API_KEYS, SPEECH_API_KEYS_FILE): "
+        "it limits nothing"
+    ]
