@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.engine_protocol import EngineUnavailable
 from app.speech.errors import (
+    EngineFailed,
     Failed,
     Full,
     Refused,
@@ -127,6 +128,8 @@ def to_api_error(exc: BaseException, request_id: str = "") -> ApiError:
             return ApiError(404, exc.message, param=exc.param, code=exc.code)
         case Refused():
             return invalid_param(exc.param, exc.message, exc.code)
+        case EngineFailed():
+            return ApiError(503, exc.message, type=SERVER_ERROR, code="engine_failed")
         case Unavailable():
             headers = {"Retry-After": RETRY_AFTER_NOT_READY}
             return ApiError(503, exc.message, type=SERVER_ERROR, code="engine_unavailable", headers=headers)

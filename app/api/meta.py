@@ -95,6 +95,9 @@ async def ready(
         message, code = "The server is shutting down.", "server_shutting_down"
         return ApiError(503, message, type="server_error", code=code, headers=headers).response()
     state = engine.health()
+    if state.failed:  # as /health says it, and with no Retry-After: no wait here mends it
+        message = f"The {engine.name} engine has failed: {state.detail}. Restart the server."
+        return ApiError(503, message, type="server_error", code="engine_failed").response()
     if not state.ready:
         headers = {"Retry-After": RETRY_AFTER_NOT_READY}
         message = f"The {engine.name} engine is not ready: {state.detail}."

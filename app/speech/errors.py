@@ -32,6 +32,17 @@ class UnknownModel(Refused):
         super().__init__("model", message, "model_not_found")
 
 
+class EngineFailed(SpeechError):
+    """The engine failed for good (it never started, or it died): only a restart of the server mends it, so no retry
+    here; another replica may serve."""
+
+    server_fault = True
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"The speech engine has failed ({detail}); this server needs a restart. Retry on another one.")
+        self.detail = detail
+
+
 class Unavailable(SpeechError):
     """The engine is loading, warming up or gone (`detail` says which): worth a retry, here or on another replica."""
 

@@ -19,7 +19,7 @@ from app.engine_protocol import AudioChunk, EngineUnavailable, SpeechEngine, Syn
 from app.lifecycle import Lifecycle
 from app.settings import Settings
 from app.speech.encoding import EncodedAudio
-from app.speech.errors import Failed, Full, Refused, ShuttingDown, Stopped, Unavailable
+from app.speech.errors import EngineFailed, Failed, Full, Refused, ShuttingDown, Stopped, Unavailable
 from app.speech.jobs import OutputSpec, build_job, check_model
 from app.speech.models import accepted_models, served_models
 from app.speech.options import SpeechOptions
@@ -51,8 +51,11 @@ class SpeechService:
         self.check_ready()
 
     def check_ready(self) -> None:
-        if not self.engine.health().ready:
-            raise Unavailable(self.engine.health().detail)
+        state = self.engine.health()
+        if state.failed:
+            raise EngineFailed(state.detail)
+        if not state.ready:
+            raise Unavailable(state.detail)
 
     async def resolve_voice(self, options: Options, decode: Decoder | None = None) -> Voice[Options]:
         return await resolve_voice(options, self.engine, self.settings, self.catalog, self.store, decode)

@@ -69,7 +69,8 @@ def test_an_engine_that_dies_fails_its_streams_visibly_then_readiness_and_livene
         health = httpx.get(f"{server.base_url}/health", timeout=5)
         assert health.status_code == 503 and health.json()["error"]["code"] == "engine_failed"
         refused = httpx.post(f"{server.base_url}/v1/audio/speech", json={**LONG, "response_format": "pcm"}, timeout=10)
-        assert refused.status_code == 503 and refused.json()["error"]["code"] == "engine_unavailable"
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "engine_failed"
+        assert "Retry-After" not in refused.headers and "Retry-After" not in ready.headers  # no retry here mends it
         assert server.process.poll() is None  # alive, for its orchestrator to restart
     finally:
         server.stop()

@@ -403,7 +403,7 @@ def test_a_dead_pipeline_fails_its_streams_then_readiness_and_liveness(
         health = httpx.get(f"{server.base_url}/health", timeout=5)
         assert health.status_code == 503 and health.json()["error"]["code"] == "engine_failed"
         refused = speech(server, voice="vivian", response_format="pcm")
-        assert refused.status_code == 503 and refused.json()["error"]["code"] == "engine_unavailable"
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "engine_failed"
         assert server.process.poll() is None  # alive, for its orchestrator to restart
     finally:
         server.stop()

@@ -28,7 +28,17 @@ from app.api.middleware import (
     request_id_of,
 )
 from app.engine_protocol import EngineUnavailable
-from app.speech.errors import Failed, Full, Refused, ShuttingDown, SpeechError, Stopped, Unavailable, UnknownModel
+from app.speech.errors import (
+    EngineFailed,
+    Failed,
+    Full,
+    Refused,
+    ShuttingDown,
+    SpeechError,
+    Stopped,
+    Unavailable,
+    UnknownModel,
+)
 
 Message = dict[str, Any]
 ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Any]
@@ -483,6 +493,7 @@ WORDED: list[tuple[BaseException, int, str, str | None, str, dict[str, str] | No
     (UnknownModel("no such model"), 404, INVALID_REQUEST, "model", "model_not_found", None),
     (Unavailable("loading"), 503, SERVER_ERROR, None, "engine_unavailable", {"Retry-After": "5"}),
     (EngineUnavailable("gone"), 503, SERVER_ERROR, None, "engine_unavailable", {"Retry-After": "5"}),
+    (EngineFailed("it died"), 503, SERVER_ERROR, None, "engine_failed", None),  # only a restart mends it
     (
         ShuttingDown(),
         503,

@@ -758,8 +758,14 @@ async def test_http_errors_from_the_omni_engine_are_openai_shaped(custom_voice_d
         assert ok.status_code == 200 and len(ok.content) == 2 * 25 * SAMPLES_PER_FRAME
         omni.die_on_request = True
         dead = await client.post("/v1/audio/speech", json={**base, "response_format": "pcm"})
-        assert dead.status_code == 503 and dead.json()["error"]["code"] == "engine_unavailable"
-        assert (await client.get("/ready")).status_code == 503
+        assert dead.status_code == 503 and dead.json()["error"]["code"] == "engine_unavailable"  # found dead by it
+        # then every request is told the engine failed, as /health and /ready say: no retry here mends it
+        after = await client.post("/v1/audio/speech", json={**base, "response_format": "pcm"})
+        assert after.status_code == 503 and after.json()["error"]["code"] == "engine_failed", after.text
+        assert "Retry-After" not in after.headers and "restart" in after.json()["error"]["message"]
+        ready = await client.get("/ready")
+        assert ready.status_code == 503 and ready.json()["error"]["code"] == "engine_failed"
+        assert "Retry-After" not in ready.headers
 
 
 async def test_a_client_gone_before_the_body_starts_still_frees_its_slot(custom_voice_dir: Path) -> None:
