@@ -19,7 +19,12 @@ from app.admission import AdmissionGate
 from app.api import docs, meta, playground, profile, speech, speech_batch, speech_stream, voices
 from app.api.auth import ApiKeyMiddleware, load_api_keys
 from app.api.errors import install_error_handlers
-from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, SpeechAccountingMiddleware
+from app.api.middleware import (
+    ApiRequestLogMiddleware,
+    BodySizeLimitMiddleware,
+    RequestIdMiddleware,
+    SpeechAccountingMiddleware,
+)
 from app.engine_protocol import SpeechEngine, TimesItsStart, profiled
 from app.engines import create_engine
 from app.lifecycle import Lifecycle
@@ -101,6 +106,7 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     keys = load_api_keys(settings.api_keys, settings.api_keys_file)
     app.add_middleware(ApiKeyMiddleware, keys=keys, max_concurrency_per_key=settings.api_key_max_concurrency)
     app.add_middleware(SpeechAccountingMiddleware)
+    app.add_middleware(ApiRequestLogMiddleware)  # outside the key check: a refused key is logged too
     app.add_middleware(RequestIdMiddleware)  # every response, 413 and 500 included, carries the id
     if settings.cors_origins:
         # outermost: a preflight is answered before the key check, and a browser can read every error, 401 included

@@ -192,6 +192,57 @@ def refused_for(body: bytes) -> dict[str, Any]:
     return {key: error[key] for key in ("type", "code", "param") if isinstance(error.get(key), str)}
 
 
+class Outcome:
+    """A response's status and, where it is an error, why (`refused_for`), as it is sent through `send`."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.status = 500  # until a response starts: what the server's own error answers
+        self.refusal: dict[str, Any] = {}
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        elif self.status >= 400 and not self.refusal and message["type"] == "http.response.body":
+            self.refusal.update(refused_for(message.get("body", b"")))
+        await self._send(message)
+
+
+class ApiRequestLogMiddleware:
+    """One JSON log line per API request that is not speech (whose own line `SpeechAccountingMiddleware` writes): a
+    key refused on any route, the voices a store shared by replicas holds, the models. The probes and the scrape are
+    not logged: an orchestrator calls them every few seconds."""
+
+    PREFIXES = ("/v1/", "/admin/")
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"] if scope["type"] == "http" else ""
+        if not path.startswith(self.PREFIXES) or path in (
+            SpeechAccountingMiddleware.PATH,
+            SpeechAccountingMiddleware.BATCH_PATH,
+        ):
+            await self.app(scope, receive, send)
+            return
+        outcome = Outcome(send)
+        started = time.perf_counter()
+        try:
+            await self.app(scope, receive, outcome.send)
+        finally:
+            line: dict[str, Any] = {
+                "request_id": scope.get("state", {}).get("request_id", ""),
+                "method": scope["method"],
+                "path": path,
+                "status": outcome.status,
+                "e2e_s": round(time.perf_counter() - started, 4),
+            }
+            if outcome.refusal:
+                line["error"] = outcome.refusal
+            log.info("api request", extra=line)
+
+
 class SpeechAccountingMiddleware:
     """One count and one JSON log line per speech request, whatever its outcome (a 400 from the schema, a 429, a
     stream cut by a drain...). The route leaves what it learned in `scope["state"]["speech"]`. A batch's items are
@@ -208,23 +259,13 @@ class SpeechAccountingMiddleware:
         if scope["type"] != "http" or scope["path"] not in (self.PATH, self.BATCH_PATH):
             await self.app(scope, receive, send)
             return
-        status = 500
-        refusal: dict[str, Any] = {}
-
-        async def send_with_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif status >= 400 and not refusal and message["type"] == "http.response.body":
-                refusal.update(refused_for(message.get("body", b"")))
-            await send(message)
-
+        outcome = Outcome(send)
         try:
-            await self.app(scope, receive, send_with_status)
+            await self.app(scope, receive, outcome.send)
         finally:
             state = scope.get("state", {})
             if not state.get("batch_items_counted"):  # a batch's items were, one by one: nothing to add
-                self._account(scope, state, status, refusal)
+                self._account(scope, state, outcome.status, outcome.refusal)
 
     def _account(self, scope: Scope, state: dict[str, Any], status: int, refusal: dict[str, Any]) -> None:
         summary = dict(state.get("speech") or {})

@@ -106,3 +106,29 @@ def test_keys_never_reach_the_log(secured: RunningServer) -> None:
     log = Path(secured.log_path).read_text()
     for secret in (KEY_A, KEY_B, KEY_FROM_FILE, "sk-wrong-key"):
         assert secret not in log
+
+
+def test_every_api_request_beside_speech_is_logged_once_with_its_outcome(secured: RunningServer) -> None:
+    """A refused key on any route, and every other API call (the voices, which a store shared by replicas holds), is
+    one log line as a speech request is: method, path, status, request id, and why it was refused; never the key.
+    The probes and the scrape are not (an orchestrator calls them every few seconds)."""
+    key = {"Authorization": f"Bearer {KEY_A}"}
+    answers = [
+        httpx.get(f"{secured.base_url}/v1/models", headers={"Authorization": "Bearer sk-guess"}),
+        httpx.get(f"{secured.base_url}/v1/audio/voices", headers=key),
+        httpx.delete(f"{secured.base_url}/v1/audio/voices/nobody", headers=key),
+    ]
+    for probe in ("/health", "/ready", "/metrics"):
+        httpx.get(f"{secured.base_url}{probe}")
+    ids = [answer.headers["x-request-id"] for answer in answers]
+    lines = [e for e in secured.log_events() if e.get("message") == "api request"]
+    mine = {line["request_id"]: line for line in lines if line.get("request_id") in ids}
+    assert [(mine[i]["method"], mine[i]["path"], mine[i]["status"]) for i in ids] == [
+        ("GET", "/v1/models", 401),
+        ("GET", "/v1/audio/voices", 200),
+        ("DELETE", "/v1/audio/voices/nobody", 404),
+    ], lines
+    assert mine[ids[0]]["error"] == {"type": "invalid_request_error", "code": "invalid_api_key"}, mine[ids[0]]
+    assert mine[ids[2]]["error"]["code"] == "voice_not_found"
+    assert not [line for line in lines if line["path"] in ("/health", "/ready", "/metrics")]
+    assert "sk-guess" not in secured.log_path.read_text()
