@@ -837,10 +837,14 @@ def load_settings(flags: Mapping[str, Any] | None = None) -> Settings:
         return Settings(**flags)
     except ValidationError as exc:
         problems = []
+        present = {key.upper() for key in os.environ}
+        set_as = {new: old for old, new in deprecated_env_names() if new not in present}  # read from the old name
         for error in exc.errors():
             location = error.get("loc", ())
             field = Settings.model_fields.get(str(location[0])) if location else None
             name = env_name(location)
+            if name in set_as:
+                name = f"{set_as[name]} (deprecated: {name})"
             if location and location[0] in flags:
                 name = f"--{str(location[0]).replace('_', '-')} ({name})"
             shown = "" if field is not None and not field.repr else f" (got {error.get('input')!r})"

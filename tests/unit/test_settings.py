@@ -386,3 +386,11 @@ def test_a_per_key_limit_without_keys_is_logged_at_start(caplog: pytest.LogCaptu
         "SPEECH_API_KEY_MAX_CONCURRENCY is set but the API has no keys (SPEECH_API_KEYS, SPEECH_API_KEYS_FILE): "
         "it limits nothing"
     ]
+
+
+def test_a_bad_value_of_a_deprecated_variable_is_named_as_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator set the old name; the refusal names it first, then the name it is read as."""
+    monkeypatch.setenv("SPEECH_EMBEDDED_WORKERS", "0")
+    with pytest.raises(InvalidSettings) as refused:
+        load_settings()
+    assert str(refused.value).startswith("SPEECH_EMBEDDED_WORKERS (deprecated: SPEECH_EMBEDDED__WORKERS): "), refused
