@@ -12,6 +12,8 @@ import json
 import logging
 import os
 import re
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -505,6 +507,21 @@ def setting_env_names() -> frozenset[str]:
     return frozenset(names | {flat_env_name(flat) for flat in FLAT_NAMES})
 
 
+def _mapping_env_names() -> frozenset[str]:
+    """The variables of settings that are mappings, whose keys may be set one by one (`<setting>__<key>`)."""
+
+    def mapping(info: FieldInfo) -> bool:
+        kinds = typing.get_args(info.annotation) if isinstance(info.annotation, types.UnionType) else (info.annotation,)
+        return any(typing.get_origin(kind) is dict for kind in kinds)
+
+    names = {f"{ENV_PREFIX}{name}".upper() for name, info in Settings.model_fields.items() if mapping(info)}
+    for group, info in Settings.model_fields.items():
+        if _is_group(info):
+            fields = info.annotation.model_fields.items()  # type: ignore[union-attr]
+            names |= {nested_env_name(group, field) for field, inner in fields if mapping(inner)}
+    return frozenset(names)
+
+
 def _is_group(info: FieldInfo) -> bool:
     """A setting that is an engine's group of settings (SPEECH_<GROUP>__<FIELD>)."""
     return isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
@@ -515,9 +532,8 @@ def unknown_env_names(env: Mapping[str, str] = os.environ) -> list[tuple[str, st
     order: a misspelt name is otherwise ignored without a word. A nested field's own keys (`<setting>__<key>`)
     count as the field's."""
     known = setting_env_names()
-    groups = {f"{ENV_PREFIX}{name}".upper() for name, info in Settings.model_fields.items() if _is_group(info)}
     read = known | PROCESS_ENV | TOOL_ENV
-    nested = tuple(setting + NESTED_DELIMITER for setting in known - groups)  # a field's own keys below it
+    nested = tuple(setting + NESTED_DELIMITER for setting in _mapping_env_names())  # a mapping's keys below it
     unknown = []
     for key in env:
         name = key.upper()

@@ -204,6 +204,9 @@ def test_a_speech_variable_no_setting_reads_is_logged_with_the_setting_it_may_ha
         "SPEECH_OMNI__MODEL": "/m",  # a group's field
         "SPEECH_OMNI": "{}",  # a group whole, as JSON
         "SPEECH_OMNI__STAGE_OVERRIDES__1": "{}",  # a nested field's key
+        "SPEECH_VOICE_ALIASES__ALLOY": "vivian",  # a mapping's key
+        "SPEECH_MAX_CONCURRENCY__FOO": "3",  # a plain setting has no keys: ignored by the settings
+        "SPEECH_OMNI__MODEL__X": "/m",
         "SPEECH_EMBEDDED_WORKERS": "2",  # an old flat name (logged as deprecated instead)
         "SPEECH_OMNI_FUSED_KERNELS": "0",  # set by the engine for its processes
         "SPEECH_SERVER": "speech-server",  # read by the fleet's script, which starts servers in the same shell
@@ -215,6 +218,8 @@ def test_a_speech_variable_no_setting_reads_is_logged_with_the_setting_it_may_ha
         ("SPEECH_EMBEDDED__WORKERZ", "SPEECH_EMBEDDED__WORKERS"),
         ("SPEECH_OMNI_MODEL", "SPEECH_OMNI__MODEL"),
         ("SPEECH_NOTHING_LIKE_IT", None),
+        ("SPEECH_MAX_CONCURRENCY__FOO", "SPEECH_MAX_CONCURRENCY"),
+        ("SPEECH_OMNI__MODEL__X", "SPEECH_OMNI__MODEL"),
     ]
     with caplog.at_level(logging.WARNING, logger="app.settings"):
         log_env_warnings({"SPEECH_MAX_CONCURENCY": "4"})
