@@ -1214,8 +1214,12 @@ def test_side_by_side_stops_the_gpu_sampler_when_a_level_is_interrupted(tmp_path
     env = sweep_env(
         tmp_path, python, TARGETS="service", CONCURRENCY="8", SWEEP_NAME="c8", PATH=f"{bin_dir}:{os.environ['PATH']}"
     )
-    run = subprocess.Popen(
-        [str(GPU / "side-by-side.sh"), "sweep-closed"], env=env, start_new_session=True, stdout=subprocess.DEVNULL
+    run = subprocess.Popen(  # SIGINT as a terminal gives it: not ignored (a test runner's worker may ignore it)
+        [str(GPU / "side-by-side.sh"), "sweep-closed"],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         for _ in range(300):  # the level and its sampler under way (at most 30 s)
