@@ -74,14 +74,19 @@ async def speech_capabilities(
     }
 
 
+def engine_failed(name: str, detail: str) -> JSONResponse:
+    """Both probes' answer for an engine gone for good: no Retry-After, as no wait here mends it."""
+    message = f"The {name} engine has failed: {detail}. Restart the server."
+    return ApiError(503, message, type="server_error", code="engine_failed").response()
+
+
 @router.get("/health", responses=error_responses(503))
 async def health(engine: Annotated[SpeechEngine, Depends(get_engine)]) -> JSONResponse:
     """Liveness: the process serves, or will once its engine is warm. 503 only where the engine is gone for good (it
     died, or never started), which only a restart mends; a slow start or a drain answers 200 here."""
     state = engine.health()
     if state.failed:
-        message = f"The {engine.name} engine has failed: {state.detail}. Restart the server."
-        return ApiError(503, message, type="server_error", code="engine_failed").response()
+        return engine_failed(engine.name, state.detail)
     return JSONResponse({"status": "ok"})
 
 
@@ -95,9 +100,8 @@ async def ready(
         message, code = "The server is shutting down.", "server_shutting_down"
         return ApiError(503, message, type="server_error", code=code, headers=headers).response()
     state = engine.health()
-    if state.failed:  # as /health says it, and with no Retry-After: no wait here mends it
-        message = f"The {engine.name} engine has failed: {state.detail}. Restart the server."
-        return ApiError(503, message, type="server_error", code="engine_failed").response()
+    if state.failed:  # as /health says it
+        return engine_failed(engine.name, state.detail)
     if not state.ready:
         headers = {"Retry-After": RETRY_AFTER_NOT_READY}
         message = f"The {engine.name} engine is not ready: {state.detail}."

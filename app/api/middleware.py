@@ -220,10 +220,7 @@ class ApiRequestLogMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"] if scope["type"] == "http" else ""
-        if not path.startswith(self.PREFIXES) or path in (
-            SpeechAccountingMiddleware.PATH,
-            SpeechAccountingMiddleware.BATCH_PATH,
-        ):
+        if not path.startswith(self.PREFIXES) or path in SpeechAccountingMiddleware.PATHS:
             await self.app(scope, receive, send)
             return
         outcome = Outcome(send)
@@ -251,12 +248,13 @@ class SpeechAccountingMiddleware:
 
     PATH = "/v1/audio/speech"
     BATCH_PATH = "/v1/audio/speech/batch"
+    PATHS = (PATH, BATCH_PATH)  # its requests: `ApiRequestLogMiddleware` logs the others
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] not in (self.PATH, self.BATCH_PATH):
+        if scope["type"] != "http" or scope["path"] not in self.PATHS:
             await self.app(scope, receive, send)
             return
         outcome = Outcome(send)
