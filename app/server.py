@@ -105,9 +105,11 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     )
     keys = load_api_keys(settings.api_keys, settings.api_keys_file)
     app.add_middleware(ApiKeyMiddleware, keys=keys, max_concurrency_per_key=settings.api_key_max_concurrency)
+    # every response, 413 and 500 included, carries the id; inside the accounting and the request log, so that its
+    # own refusal (an X-Request-Id that is no text) is counted and logged as every other refusal is
+    app.add_middleware(RequestIdMiddleware)
     app.add_middleware(SpeechAccountingMiddleware)
     app.add_middleware(ApiRequestLogMiddleware)  # outside the key check: a refused key is logged too
-    app.add_middleware(RequestIdMiddleware)  # every response, 413 and 500 included, carries the id
     if settings.cors_origins:
         # outermost: a preflight is answered before the key check, and a browser can read every error, 401 included
         app.add_middleware(

@@ -8,7 +8,9 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from app.api.errors import (
     INVALID_REQUEST,
@@ -28,6 +30,8 @@ from app.api.middleware import (
     request_id_of,
 )
 from app.engine_protocol import EngineUnavailable
+from app.server import create_app
+from app.settings import Settings
 from app.speech.errors import (
     EngineFailed,
     Failed,
@@ -276,6 +280,31 @@ async def test_request_id_with_control_characters_or_non_text_is_a_400(given: by
     [echoed] = exchange.header(REQUEST_ID_HEADER)
     assert HEX32.fullmatch(echoed)
     assert inner.scope is None  # refused before the application saw it
+
+
+async def test_a_request_refused_for_its_request_id_is_counted_and_logged_as_every_refusal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The server's own stack (app/server.py): the 400 for an X-Request-Id that is no text passes through the speech
+    accounting and the API request log as a 400 from the schema or a refused key does, under the id it answered
+    with; it had been answered before either saw it, neither counted nor logged."""
+    app = create_app(Settings(engine="embedded"))
+    labels = {"status": "400", "response_format": "unknown", "stream": "unknown"}
+    before = REGISTRY.get_sample_value("speech_requests_total", labels) or 0.0
+    bad = {"X-Request-Id": b"esc\x1b[31m"}
+    with caplog.at_level(logging.INFO, logger="app.api.middleware"):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            speech = await client.post("/v1/audio/speech", json={"input": "Hi."}, headers=bad)
+            models = await client.get("/v1/models", headers=bad)
+    assert speech.status_code == models.status_code == 400
+    assert (REGISTRY.get_sample_value("speech_requests_total", labels) or 0.0) - before == 1
+    logged = ("speech request", "api request")
+    lines = {getattr(r, "request_id", ""): r for r in caplog.records if r.getMessage() in logged}
+    refused = {"type": "invalid_request_error", "code": "invalid_value", "param": "X-Request-Id"}
+    for answer, message in ((speech, "speech request"), (models, "api request")):
+        line = lines.get(answer.headers[REQUEST_ID_HEADER])
+        assert line is not None and line.getMessage() == message, caplog.text
+        assert (getattr(line, "status", None), getattr(line, "error", None)) == (400, refused)
 
 
 async def test_missing_request_id_is_generated_and_unique() -> None:
