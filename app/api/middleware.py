@@ -45,14 +45,24 @@ async def send_error(send: Send, error: ApiError, request_id: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def with_request_id(headers: list[tuple[bytes, bytes]], request_id: str) -> list[tuple[bytes, bytes]]:
+    """A response's headers with the request's id as its one X-Request-Id (one the app set is replaced)."""
+    own = [(k, v) for k, v in headers if k.lower() != REQUEST_ID_HEADER.encode()]
+    return [*own, (REQUEST_ID_HEADER.encode(), request_id.encode())]
+
+
 class RequestIdMiddleware:
-    """Gives every request an id (the caller's X-Request-Id when it is sane), echoes it on every response, and turns
-    an unhandled exception into a 500 that carries the id and no stack trace."""
+    """Gives every request and WebSocket session an id (the caller's X-Request-Id when it is sane), echoes it on every
+    response (a WebSocket's handshake answer too), and turns an unhandled exception into a 500 that carries the id
+    and no stack trace."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -76,8 +86,7 @@ class RequestIdMiddleware:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != REQUEST_ID_HEADER.encode()]
-                message["headers"] = [*headers, (REQUEST_ID_HEADER.encode(), request_id.encode())]
+                message["headers"] = with_request_id(message.get("headers", []), request_id)
             await send(message)
 
         try:
@@ -92,6 +101,21 @@ class RequestIdMiddleware:
             if not started:
                 await send_error(send, internal_error(request_id), request_id)
             # else: the body was already streaming; the connection is cut, so the client sees an incomplete response
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A session's id, which its log lines carry, on the answer to its upgrade: the 101 that accepts it, or the
+        HTTP answer that refuses it (the drain's 503). An id in an unusual shape is replaced by a fresh one, as a
+        request's is."""
+        given = dict(scope["headers"]).get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1")
+        request_id = valid_request_id(given)
+        scope.setdefault("state", {})["request_id"] = request_id
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] in ("websocket.accept", "websocket.http.response.start"):
+                message["headers"] = with_request_id(message.get("headers", []), request_id)
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
 
 
 class BodySizeLimitMiddleware:

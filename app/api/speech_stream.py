@@ -41,7 +41,7 @@ from app import metrics
 from app.api.audio_stream import STALLED_STATE_KEY, UNSENT_STATE_KEY
 from app.api.dependencies import service_of
 from app.api.errors import ApiError, invalid_param, to_api_error, unknown_parameter, validation_error
-from app.api.middleware import valid_request_id
+from app.api.middleware import request_id_of
 from app.api.speech_frames import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
@@ -193,7 +193,7 @@ class SpeechStreamSession:
         self.settings = service.settings
         self.unread: tuple[int, float] | None = None  # what its client had not read when last looked at, and since when
         self.lifecycle = service.lifecycle
-        self.session_id = valid_request_id(websocket.headers.get("x-request-id"))
+        self.session_id = request_id_of(websocket.scope)  # the id its upgrade was answered with
         self.speech = StreamedSpeech(service, self.session_id, self.cut_off)
         self.frames = Frames(websocket)
         self.halves = Utf16Halves()

@@ -506,8 +506,9 @@ def test_drain_finishes_the_utterance_then_closes_1001(guarded_server: RunningSe
             idle.recv(timeout=10)
         assert idle.close_code == 1001  # nothing open: closed at once
         with pytest.raises(InvalidStatus) as refused:  # a new session: refused before the upgrade, as a request is
-            connect(ws_url(guarded_server), additional_headers=auth)
+            connect(ws_url(guarded_server), additional_headers={**auth, "X-Request-Id": "ws-in-drain"})
         assert refused.value.response.status_code == 503 and refused.value.response.headers["Retry-After"] == "1"
+        assert refused.value.response.headers["X-Request-Id"] == "ws-in-drain"
         assert json.loads(refused.value.response.body)["error"]["code"] == "server_shutting_down"
         send(ws, {"type": "input.text", "text": " after it."})
         send(ws, {"type": "input.done"})

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client import REGISTRY
+from starlette.testclient import TestClient, WebSocketDenialResponse
 
 from app.api.errors import (
     INVALID_REQUEST,
@@ -305,6 +306,26 @@ async def test_a_request_refused_for_its_request_id_is_counted_and_logged_as_eve
         line = lines.get(answer.headers[REQUEST_ID_HEADER])
         assert line is not None and line.getMessage() == message, caplog.text
         assert (getattr(line, "status", None), getattr(line, "error", None)) == (400, refused)
+
+
+def test_a_websocket_upgrade_refused_or_accepted_carries_its_request_id() -> None:
+    """A session's handshake is answered with its id as every response is: the drain's 503 before the upgrade (a
+    balancer retries it elsewhere, and the id is what ties its log lines together), and an accepted upgrade's 101."""
+    app = create_app(Settings(engine="embedded"))
+    client = TestClient(app)
+    with client.websocket_connect("/v1/audio/speech/stream", headers={"X-Request-Id": "ws-open"}) as accepted:
+        assert (REQUEST_ID_HEADER.encode(), b"ws-open") in accepted.extra_headers
+    app.state.lifecycle.draining = True
+    with (
+        pytest.raises(WebSocketDenialResponse) as refused,
+        client.websocket_connect("/v1/audio/speech/stream", headers={"X-Request-Id": "ws-in-drain"}),
+    ):
+        pass
+    assert refused.value.status_code == 503 and refused.value.json()["error"]["code"] == "server_shutting_down"
+    assert refused.value.headers.get_list(REQUEST_ID_HEADER) == ["ws-in-drain"]
+    with pytest.raises(WebSocketDenialResponse) as generated, client.websocket_connect("/v1/audio/speech/stream"):
+        pass
+    assert HEX32.fullmatch(generated.value.headers[REQUEST_ID_HEADER])
 
 
 async def test_missing_request_id_is_generated_and_unique() -> None:
