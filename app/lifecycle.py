@@ -32,20 +32,23 @@ class Lifecycle:
         self.draining = False
         self.drained = False
         self._gate = gate
-        self._streams: dict[str, Stoppable] = {}
+        # by a key unique to each (callers may reuse a request id): the id its request is logged under, and the stream
+        self._streams: dict[str, tuple[str, Stoppable]] = {}
         self._stopping = False  # the drain ran out of time: whatever starts streaming now is stopped at once
         self._hurried = False  # told to stop waiting (a second SIGTERM): the drain's time is up now
         self._task: asyncio.Task[None] | None = None
         self.drain_started = asyncio.Event()  # long-lived connections (WebSocket sessions) wait on it
         self._drain_began: float | None = None
 
-    def track(self, request_id: str, stream: Stoppable) -> None:
-        self._streams[request_id] = stream
+    def track(self, key: str, stream: Stoppable, request_id: str) -> None:
+        """`stream` is work in progress until `untrack(key)`: `key` is unique to it; `request_id` is the id its request
+        is logged under, which the drain's own lines name."""
+        self._streams[key] = (request_id, stream)
         if self._stopping:
             stream.stop("drain")
 
-    def untrack(self, request_id: str) -> None:
-        self._streams.pop(request_id, None)
+    def untrack(self, key: str) -> None:
+        self._streams.pop(key, None)
 
     @property
     def idle(self) -> bool:
@@ -96,12 +99,13 @@ class Lifecycle:
             refused = self._gate.refuse_waiting("draining") if self._gate is not None else 0
             if refused:
                 log.warning("drain timeout: refused queued requests", extra={"refused": refused})
-            for request_id, stream in list(self._streams.items()):
+            for request_id, stream in list(self._streams.values()):
                 log.warning("drain timeout: stopping a stream", extra={"request_id": request_id})
                 stream.stop("drain")
             self._hurried = False  # the stopped streams get their grace to end, told or not
             if not await self._wait_idle(_STOPPED_GRACE_S):
-                log.error("streams still open after the drain", extra={"streams": list(self._streams)})
+                still = [request_id for request_id, _ in self._streams.values()]
+                log.error("streams still open after the drain", extra={"request_ids": still})
         self.drained = True
         log.info("drained", extra={"seconds": round(time.perf_counter() - started, 3)})
         if on_drained is not None:

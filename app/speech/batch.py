@@ -155,7 +155,7 @@ async def synthesize_batch(
     task = asyncio.current_task()
     assert task is not None
     tracking_id = f"{request_id}-batch"
-    service.lifecycle.track(tracking_id, BatchStop(task))
+    service.lifecycle.track(tracking_id, BatchStop(task), request_id)
     try:
         async with asyncio.TaskGroup() as group:
             for item in items:

@@ -254,5 +254,5 @@ class SpeechRun:
         )
         # a WebSocket utterance times its listener itself, across its sentences, as they reach the socket
         audio.listener = ListenerClock(started) if self.observe_ttfa else None
-        lifecycle.track(job.request_id, audio)
+        lifecycle.track(job.request_id, audio, job.trace_id or job.request_id)  # logged as the job's lines are
         return audio

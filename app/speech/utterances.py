@@ -353,7 +353,7 @@ class StreamedSpeech:
     def begin_utterance(self) -> None:
         if self.utterance not in self.open_utterances:
             self.open_utterances[self.utterance] = Utterance(self.utterance, time.perf_counter())
-            self.lifecycle.track(self.utterance_key(self.utterance), self)
+            self.lifecycle.track(self.utterance_key(self.utterance), self, self.request_id)
 
     def utterance_key(self, utterance: int) -> str:
         return f"{self.tracked_as}-u{utterance}"

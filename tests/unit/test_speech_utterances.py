@@ -504,6 +504,27 @@ async def test_an_utterance_cut_short_is_logged_and_no_longer_tracked(
     assert service.lifecycle.idle
 
 
+async def test_a_drain_out_of_time_logs_the_streams_it_stops_by_their_requests_ids(
+    service: SpeechService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The drain's lines name the id the session's own lines carry (its X-Request-Id), and its sentence's the id its
+    job is logged under; never the lifecycle's key (made unique with a suffix of its own), which nothing else logs."""
+    speech = await configured(service)
+    sink = RecordingSink()
+    speech.start(sink)
+    speech.text("SLOW to finish. And then")
+    await until(lambda: "audio" in sink.kinds())  # the utterance and its sentence, a minute from its end, are tracked
+    service.lifecycle.drain_timeout_s = 0
+    with caplog.at_level(logging.INFO, logger="app.lifecycle"):
+        service.lifecycle.begin_drain()
+        await asyncio.wait_for(speech.stopped.wait(), 5)
+    stopped = [
+        getattr(r, "request_id", None) for r in caplog.records if r.getMessage() == "drain timeout: stopping a stream"
+    ]
+    assert sorted(stopped) == ["req-1", "req-1-u0s0"], caplog.text
+    await speech.close("stopped")
+
+
 @pytest.mark.parametrize("text", ["SLOW to finish. And then", "LATE to start. And then"])
 @pytest.mark.parametrize("outcome", ["client_stalled", "client_gone"])
 async def test_a_sentence_cut_mid_synthesis_is_counted_for_why_the_stream_ended(
