@@ -642,7 +642,10 @@ class Settings(BaseSettings):
         32, ge=1, description="POST /v1/audio/speech/batch: most items in one batch (400 beyond)."
     )
     batch_max_chars: int = Field(
-        32768, ge=1, description="POST /v1/audio/speech/batch: most `input` characters of all its items (413 beyond)."
+        32768,
+        ge=1,
+        description="POST /v1/audio/speech/batch: most `input` characters of all its items (413 beyond); at least "
+        "max_input_chars.",
     )
     batch_concurrency: int | None = Field(
         None,
@@ -774,6 +777,17 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"{limit} is above SPEECH_MAX_BODY_BYTES ({body}), which holds every WebSocket message first: it "
                 "could never take effect. Raise that, or lower this"
+            )
+        return limit
+
+    @field_validator("batch_max_chars")
+    @classmethod
+    def _holds_the_longest_input(cls, limit: int, info: ValidationInfo) -> int:
+        longest = info.data.get("max_input_chars")
+        if isinstance(longest, int) and limit < longest:
+            raise ValueError(
+                f"{limit} is below SPEECH_MAX_INPUT_CHARS ({longest}): an input a request may send could never be "
+                "sent in a batch, not even alone. Raise this, or lower that"
             )
         return limit
 

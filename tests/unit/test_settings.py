@@ -399,3 +399,17 @@ def test_a_bad_value_of_a_deprecated_variable_is_named_as_set(monkeypatch: pytes
     with pytest.raises(InvalidSettings) as refused:
         load_settings()
     assert str(refused.value).startswith("SPEECH_EMBEDDED_WORKERS (deprecated: SPEECH_EMBEDDED__WORKERS): "), refused
+
+
+def test_a_batch_limit_below_the_input_limit_is_refused_naming_both(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch holds at most SPEECH_BATCH_MAX_CHARS characters of input in all: below SPEECH_MAX_INPUT_CHARS, a single
+    input a request may send could never be sent in a batch."""
+    monkeypatch.setenv("SPEECH_BATCH_MAX_CHARS", "1000")
+    monkeypatch.setenv("SPEECH_MAX_INPUT_CHARS", "2000")
+    with pytest.raises(InvalidSettings) as refused:
+        load_settings()
+    assert str(refused.value).startswith("SPEECH_BATCH_MAX_CHARS: ") and "SPEECH_MAX_INPUT_CHARS" in str(
+        refused.value
+    ), refused.value
+    monkeypatch.setenv("SPEECH_BATCH_MAX_CHARS", "2000")  # equal: the longest input fits, alone
+    assert load_settings().batch_max_chars == 2000
