@@ -63,6 +63,9 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
         lifespan=lifespan,
         docs_url=None,  # served by app.api.docs, from local assets
         redoc_url=None,
+        # a path with a trailing slash is a 404, as any unknown route is (its message names the route without the
+        # slash), not a 307 to that route: a POST client (the OpenAI SDKs) follows such a redirect poorly
+        redirect_slashes=False,
     )
     app.openapi = lambda: docs.openapi_without_422(app)  # type: ignore[method-assign]
     app.state.settings = settings

@@ -196,6 +196,14 @@ _STATUS_MESSAGES = {404: ("Not found.", "not_found"), 405: ("Method not allowed.
 FASTAPI_BODY_PARSE_ERROR = "There was an error parsing the body"
 
 
+def not_found(method: str, path: str) -> str:
+    """A route this server does not have, named as it was asked for. A path with a trailing slash is told where its
+    route is: it is answered so, not redirected (a POST client follows a redirect poorly, without its body)."""
+    shown = path if len(path) <= 200 else f"{path[:200]}..."
+    hint = f" Routes have no trailing slash: {shown.rstrip('/')}." if len(path) > 1 and path.endswith("/") else ""
+    return f"Not found: {method} {shown}.{hint}"
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def on_api_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
@@ -205,9 +213,11 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         return validation_error(exc.errors()).response()
 
-    async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         message, code = _STATUS_MESSAGES.get(exc.status_code, (str(exc.detail), None))
+        if exc.status_code == 404:
+            message = not_found(request.method, request.url.path)
         if exc.status_code == 400 and exc.detail == FASTAPI_BODY_PARSE_ERROR:
             message, code = INVALID_JSON, "invalid_json"
         error_type = INVALID_REQUEST if exc.status_code < 500 else SERVER_ERROR
