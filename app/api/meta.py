@@ -109,12 +109,6 @@ async def ready(
     return JSONResponse({"status": "ready", "engine": engine.name, "detail": state.detail})
 
 
-# HEAD too, as some load balancers and uptime checkers probe (the same answer, without its body; one operation in
-# the OpenAPI document, where a second would repeat its id)
-for probe in (health, ready):
-    router.add_api_route(f"/{probe.__name__}", probe, methods=["HEAD"], include_in_schema=False)
-
-
 @router.get("/metrics")
 async def metrics() -> Response:
     """Prometheus exposition of the process registry, where vllm-omni records its own families (`vllm_omni:*`,

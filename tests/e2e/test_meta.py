@@ -77,8 +77,9 @@ def test_health_ready_and_docs(server: RunningServer) -> None:
     assert httpx.get(f"{server.base_url}/docs").status_code == 200
     schema = httpx.get(f"{server.base_url}/openapi.json").json()
     assert "/v1/audio/speech" in schema["paths"]
-    for path in ("/health", "/ready"):  # as some balancers and uptime checkers probe
-        assert httpx.head(f"{server.base_url}{path}").status_code == 200, path
+    for path in ("/health", "/ready", "/v1/models"):  # as some balancers and uptime checkers probe: GET, no body
+        head = httpx.head(f"{server.base_url}{path}")
+        assert head.status_code == 200 and head.content == b"" and head.headers["x-request-id"], path
 
 
 def test_not_ready_until_the_engine_is_warm(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ never started: what a path with a trailing slash answers, and HEAD beside every 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,8 +15,8 @@ from app.settings import Settings
 
 
 @pytest_asyncio.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(Settings(engine="embedded"))
+async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(Settings(engine="embedded", voice_store=str(tmp_path / "voices")))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
         yield client
 
@@ -43,3 +44,33 @@ async def test_a_path_with_a_trailing_slash_is_an_openai_404_naming_the_route_wi
     assert error["message"] == f"Not found: {method} {path}. Routes have no trailing slash: {path.rstrip('/')}."
     unknown = (await client.get("/v1/nothing-here")).json()["error"]
     assert (unknown["code"], unknown["message"]) == ("not_found", "Not found: GET /v1/nothing-here.")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/models",
+        "/v1/models/tts-1",
+        "/v1/models/nope",
+        "/v1/audio/capabilities",
+        "/v1/audio/voices",
+        "/v1/audio/voices/nobody",
+        "/health",
+        "/ready",
+        "/metrics",
+        "/",
+        "/docs",
+    ],
+)
+async def test_every_get_route_answers_head_as_it_answers_get(client: httpx.AsyncClient, path: str) -> None:
+    """HEAD is GET without its body (RFC 9110): uptime checkers and balancers probe with it, and a client may ask
+    for a listing's headers alone. Not a 405, wherever a GET answers; the same status and content type."""
+    get, head = await client.get(path), await client.head(path)
+    assert head.status_code == get.status_code, (path, head.status_code, get.status_code)
+    assert head.headers["content-type"] == get.headers["content-type"]
+
+
+async def test_head_adds_no_operation_to_the_openapi_document(client: httpx.AsyncClient) -> None:
+    """One operation per route and method a client calls: a HEAD beside each GET would repeat its operation id."""
+    paths = (await client.get("/openapi.json")).json()["paths"]
+    assert "/v1/models" in paths and not [path for path, operations in paths.items() if "head" in operations]
