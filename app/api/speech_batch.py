@@ -8,6 +8,7 @@ import asyncio
 import base64
 import json
 import logging
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -88,6 +89,19 @@ def item_error(outcome: ItemOutcome | ApiError) -> ApiError | None:
     return outcome if isinstance(outcome, ApiError) else to_api_error(outcome.error or RuntimeError())
 
 
+def located(error: ApiError | None, item: Any, shared: dict[str, Any], index: int) -> ApiError | None:
+    """An item's error with `param` naming where the value at fault is, as OpenAI names a field within a list: the
+    item's own (`items[3].speed`), or the batch's field where the item took the value from the batch. None, an error
+    naming no field, and one naming the item already (`items[3]`) are as they are."""
+    if error is None or error.param is None or error.param.startswith("items["):
+        return error
+    field = re.split(r"[.\[]", error.param, maxsplit=1)[0]
+    if field in shared and not (isinstance(item, dict) and field in item):  # the batch's value
+        return error
+    param = f"items[{index}].{error.param}"
+    return ApiError(error.status, error.message, type=error.type, param=param, code=error.code, headers=error.headers)
+
+
 def item_result(outcome: ItemOutcome | ApiError, error: ApiError | None, index: int) -> dict[str, Any]:
     """An item's entry in the answer (vllm-omni 0.30's fields, absent ones left out); `error`: its `item_error`."""
     if error is not None:
@@ -146,7 +160,11 @@ async def create_speech_batch(
         done.get(index, entry if isinstance(entry, ApiError) else stopped) if present else stopped
         for index, entry in enumerate(checked)
     ]
-    errors = [item_error(outcome) for outcome in outcomes]  # each failure worded once, for the count and the answer
+    # each failure worded once, for the count and the answer, naming the item's field or the batch's at fault
+    errors = [
+        located(item_error(outcome), raw, shared, index)
+        for index, (outcome, raw) in enumerate(zip(outcomes, body.items, strict=True))
+    ]
     full = [error for error in errors if error is not None and error.status == 429]
     if finished and full and len(full) == len(errors):  # nothing admitted, no work done: refused whole, as a request
         answer = max(full, key=retry_after_s)  # and counted once, as one (the accounting middleware; its refusal here)

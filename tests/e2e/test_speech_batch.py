@@ -113,7 +113,8 @@ def test_a_bad_item_fails_alone_with_an_openai_error_naming_its_field(batch_serv
     assert (answer["succeeded"], answer["failed"]) == (2, 4)
     by_index = {r["index"]: r for r in answer["results"]}
     assert by_index[0]["status"] == by_index[5]["status"] == "success"
-    assert [by_index[i]["error"]["param"] for i in (1, 2, 3, 4)] == ["voice", "speed", "stream", "input"]
+    params = [by_index[i]["error"]["param"] for i in (1, 2, 3, 4)]
+    assert params == ["items[1].voice", "items[2].speed", "items[3].stream", "items[4].input"]  # where each is
     assert by_index[1]["error"]["code"] == "voice_not_found" and by_index[1]["error"]["type"] == "invalid_request_error"
     assert all("audio_data" not in by_index[i] and "usage" not in by_index[i] for i in (1, 2, 3, 4))
 
@@ -186,7 +187,7 @@ def test_an_item_nested_past_any_parsers_depth_is_an_item_error_not_a_server_err
     response = batch(batch_server, body)
     assert response.status_code == 200, response.text
     results = response.json()["results"]
-    assert results[0]["error"]["param"] == "extra_params" and results[1]["status"] == "success"
+    assert results[0]["error"]["param"] == "items[0].extra_params" and results[1]["status"] == "success"
 
 
 def metric(server: RunningServer, name: str, **labels: str) -> float:
