@@ -281,6 +281,16 @@ class OmniSettings(BaseModel):
         "benchmarks/gpu/2026-11-30-h200x2-pair-prefill-graphs/). "
         "app/engines/omni/stage_plugins/prompt_stream.py.",
     )
+    steady_decode: bool = Field(
+        False,
+        description="With the service's talker (`talker_model` service, fused or compiled-once), make the per-request "
+        "Python of each steady talker decode step over the whole batch: vllm-omni's talker prepares each request's "
+        "decode inputs and gathers each request's frame one request at a time, tens of Python and torch calls each "
+        "(a kernel each for the frame flags on a GPU), which at 32 streams is part of the host's share of the step. "
+        "The same tensors and the same per-request state; a step with any request not in steady decode (its prompt, "
+        "reference codes still to send) runs vllm-omni's own. Off until measured on a GPU. "
+        "app/engines/omni/stage_plugins/steady_decode.py.",
+    )
     switch_interval_ms: float | None = _switch_interval_field(
         "vllm-omni's stage processes, the talker's and code2wav's, not the server's",
         "In the talker's process the engine's step loop shares one lock with the threads that copy each step's codes "
@@ -314,10 +324,11 @@ class OmniSettings(BaseModel):
 
     @model_validator(mode="after")
     def _prompt_stream_needs_the_services_talker(self) -> OmniSettings:
-        if self.prompt_stream and self.talker_model == "vllm-omni":
-            raise ValueError(
-                "prompt_stream needs the service's talker: set talker_model to service, fused or compiled-once"
-            )
+        for name in ("prompt_stream", "steady_decode"):
+            if getattr(self, name) and self.talker_model == "vllm-omni":
+                raise ValueError(
+                    f"{name} needs the service's talker: set talker_model to service, fused or compiled-once"
+                )
         return self
 
 
@@ -483,6 +494,7 @@ PROCESS_ENV = frozenset(
     {
         "SPEECH_OMNI_FUSED_KERNELS",
         "SPEECH_OMNI_PROMPT_STREAM",
+        "SPEECH_OMNI_STEADY_DECODE",
         "SPEECH_OMNI_SWITCH_INTERVAL_S",
         "SPEECH_OMNI_TIMELINE_FLAG",
         "SPEECH_OMNI_WINDOW_DOORBELL",

@@ -35,7 +35,14 @@ from app.engines.omni.engine import (
     profiler_overrides,
 )
 from app.engines.omni.requests import AudioOutputReader, additional_information, sampling_params_for
-from app.engines.omni.stage_plugins import fused_launch, model_registration, prompt_stream, timeline, window_doorbell
+from app.engines.omni.stage_plugins import (
+    fused_launch,
+    model_registration,
+    prompt_stream,
+    steady_decode,
+    timeline,
+    window_doorbell,
+)
 from app.engines.qwen3_tts import Qwen3TTSModel, check_job, input_tokens, warmup_job
 from app.server import create_app
 from app.settings import Settings
@@ -462,6 +469,29 @@ async def test_the_prompt_stream_reaches_the_stage_processes_environment_before_
     assert seen == [True, False]
     with pytest.raises(ValueError, match="prompt_stream needs the service's talker: set talker_model to service"):
         make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"prompt_stream": True, "talker_model": "vllm-omni"})
+
+
+async def test_steady_decode_reaches_the_stage_processes_environment_before_they_start(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEECH_OMNI__STEADY_DECODE is in the environment when AsyncOmni spawns the stages, read there as set; a later
+    start without it in the same process takes it away. Without the service's talker it is refused, naming both."""
+    monkeypatch.setenv(steady_decode.VARIABLE, "")  # restored after the test, as it was
+    seen: list[bool] = []
+
+    class Recording(FakeAsyncOmni):
+        def __init__(self) -> None:
+            super().__init__()
+            seen.append(steady_decode.enabled(os.environ))
+
+    for settings in ({"steady_decode": True, "talker_model": "fused"}, {"talker_model": "fused"}):
+        engine = make_engine(custom_voice_dir, FakeAsyncOmni(), omni=settings)
+        engine._factory = lambda **kwargs: Recording()
+        await engine.start()
+        await engine.close()
+    assert seen == [True, False]
+    with pytest.raises(ValueError, match="steady_decode needs the service's talker: set talker_model to service"):
+        make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"steady_decode": True, "talker_model": "vllm-omni"})
 
 
 async def test_the_fused_kernels_launch_reaches_the_stage_processes_environment_before_they_start(

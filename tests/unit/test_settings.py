@@ -67,6 +67,7 @@ BORN_GROUPED = {
     ("omni", "fused_kernels"),
     ("omni", "fused_dependent_launch"),
     ("omni", "prompt_stream"),
+    ("omni", "steady_decode"),
 }
 
 

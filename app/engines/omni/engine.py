@@ -40,7 +40,14 @@ from app.engines.omni.requests import (
     engine_probe_interval_s,
     sampling_params_for,
 )
-from app.engines.omni.stage_plugins import fused_launch, model_registration, prompt_stream, timeline, window_doorbell
+from app.engines.omni.stage_plugins import (
+    fused_launch,
+    model_registration,
+    prompt_stream,
+    steady_decode,
+    timeline,
+    window_doorbell,
+)
 from app.engines.omni.stage_plugins import talker_windows as service_talker_windows
 from app.engines.omni.stage_plugins.fused_launch import FusedLaunch
 from app.engines.qwen3_tts import (
@@ -305,8 +312,8 @@ class OmniEngine:
             for key, value in DECODER_GRAPH_STATS_ENVIRONMENT.items():
                 os.environ.setdefault(key, value)
         # the stage processes, spawned below, read these (the switch interval at their plugin's registration, the fused
-        # kernels' launch and the prompts' stream as the talker's model is built); this start's settings, whatever an
-        # earlier start left
+        # kernels' launch, the prompts' stream and the steady decode steps as the talker's model is built); this
+        # start's settings, whatever an earlier start left
         interval_ms = self._settings.switch_interval_ms
         set_or_unset(
             model_registration.SWITCH_INTERVAL_VARIABLE, None if interval_ms is None else repr(interval_ms / 1000)
@@ -314,6 +321,7 @@ class OmniEngine:
         launch = FusedLaunch(self._settings.fused_kernels, self._settings.fused_dependent_launch)
         set_or_unset(fused_launch.VARIABLE, launch.environment_value())
         set_or_unset(prompt_stream.VARIABLE, "1" if self._settings.prompt_stream else None)
+        set_or_unset(steady_decode.VARIABLE, "1" if self._settings.steady_decode else None)
         set_or_unset(timeline.FLAG_VARIABLE, self._timeline_flag)
         # this start's choice, whatever an earlier start in this process set
         summaries = logging.INFO if self._settings.request_summary_log else logging.WARNING

@@ -23,6 +23,10 @@ each earlier position), so codes agree in float32 (exactly, on the CPU; on a GPU
 rounding depends on their shapes); in bfloat16, as vllm-omni's own module notes, a frame's codes can part after the
 first code that rounds differently (a draw from the same distribution, not another one).
 
+With SPEECH_OMNI__STEADY_DECODE the talker also answers its two per-row decode hooks
+(`preprocess_decode_batch_mrv2`, `make_omni_output`) over the whole batch where every row is in steady decode, with
+the same tensors and updates (`steady_decode.py`); any other step is vllm-omni's own.
+
 The talker builds vllm-omni's predictor as it always does, and the service's talker makes it this class in place
 (`__class__`): this class adds no state of its own at construction, so nothing is built twice and the talker's batch
 buckets, already set on it, stay.
@@ -39,13 +43,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from vllm.config import VllmConfig
+from vllm_omni.model_executor.models.output_templates import OmniOutput
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm import (
     Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM,
 )
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker import Qwen3TTSTalkerForConditionalGeneration
 from vllm_omni.platforms import current_omni_platform
 
-from app.engines.omni.stage_plugins import predictor_kernels, prompt_stream
+from app.engines.omni.stage_plugins import predictor_kernels, prompt_stream, steady_decode
 
 log = logging.getLogger("vllm.speech.talker")  # under vLLM's logger, whose handler the stage process has
 
@@ -459,6 +464,38 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
             else:
                 builder = self._prompt_builder
                 builder.build_prompt_embeds = prompt_stream.PromptsAside(builder.build_prompt_embeds)
+        # a steady decode step's per-row Python batched, where the runner calls the two hooks below
+        self._steady_decode = steady_decode.Tally(log) if steady_decode.enabled(os.environ) else None
+        # vllm-omni's make_omni_output reads the same flag at each call; without it, it makes what the batch does not
+        self._steady_outputs = self._steady_decode is not None and bool(
+            getattr(vllm_config.model_config, "async_chunk", False)
+        )
+
+    def preprocess_decode_batch_mrv2(
+        self, *, input_ids: torch.Tensor, input_embeds: torch.Tensor, req_infos: list[dict[str, Any]]
+    ) -> steady_decode.DecodeBatch:
+        """vllm-omni's, for the decode rows of a step (its runner calls it by keyword, `input_embeds` named); with
+        SPEECH_OMNI__STEADY_DECODE, the same results made over the batch where every row is steady."""
+        tally = self._steady_decode
+        if tally is not None:
+            batch = steady_decode.decode_batch(
+                torch, input_ids=input_ids, input_embeds=input_embeds, req_infos=req_infos,
+                vocab_size=self._codebook_vocab_size, dtype=self._embedding_dtype, pad_embed=self._tts_pad_embed,
+            )  # fmt: skip
+            if tally.took("decode preprocessing", batch, len(req_infos)):
+                return batch  # type: ignore[return-value]
+        return super().preprocess_decode_batch_mrv2(input_ids=input_ids, input_embeds=input_embeds, req_infos=req_infos)
+
+    def make_omni_output(self, model_outputs: torch.Tensor | OmniOutput, **kwargs: Any) -> OmniOutput:
+        """vllm-omni's; with SPEECH_OMNI__STEADY_DECODE and `async_chunk`, the same outputs gathered over the batch
+        where every row holds one steady frame."""
+        tally = self._steady_decode if self._steady_outputs else None
+        rows = kwargs.get("model_intermediate_buffer")
+        if tally is not None and rows is not None and not isinstance(model_outputs, OmniOutput):
+            outputs = steady_decode.async_chunk_outputs(torch, rows)
+            if tally.took("output gathering", outputs, len(rows)):
+                return OmniOutput(text_hidden_states=model_outputs, multimodal_outputs=outputs)  # type: ignore[arg-type]
+        return super().make_omni_output(model_outputs, **kwargs)
 
 
 class SpeechQwen3TTSTalkerFused(SpeechQwen3TTSTalker):
