@@ -291,6 +291,14 @@ class OmniSettings(BaseModel):
         "reference codes still to send) runs vllm-omni's own. Off until measured on a GPU. "
         "app/engines/omni/stage_plugins/steady_decode.py.",
     )
+    lever_switch_file: str | None = Field(
+        None,
+        description="For benchmarks: a file whose words (`steady_decode`, `prompt_stream`) name which of those "
+        "levers, each turned on by its own setting, is in force at a time; the talker reads it at most every quarter "
+        "second and logs each change, a missing file naming none. A lever and its baseline are then measured in "
+        "alternating load levels of one start rather than across starts, whose own spread was as wide as the levers "
+        "measured (deploy/gpu/lever-starts.sh, SWITCH_ROUNDS). app/engines/omni/stage_plugins/lever_switch.py.",
+    )
     switch_interval_ms: float | None = _switch_interval_field(
         "vllm-omni's stage processes, the talker's and code2wav's, not the server's",
         "In the talker's process the engine's step loop shares one lock with the threads that copy each step's codes "
@@ -329,6 +337,8 @@ class OmniSettings(BaseModel):
                 raise ValueError(
                     f"{name} needs the service's talker: set talker_model to service, fused or compiled-once"
                 )
+        if self.lever_switch_file and not (self.prompt_stream or self.steady_decode):
+            raise ValueError("lever_switch_file switches prompt_stream and steady_decode: turn on one of them")
         return self
 
 
@@ -493,6 +503,7 @@ def moved_path_env(env: Mapping[str, str] = os.environ) -> list[tuple[str, str, 
 PROCESS_ENV = frozenset(
     {
         "SPEECH_OMNI_FUSED_KERNELS",
+        "SPEECH_OMNI_LEVER_SWITCH",
         "SPEECH_OMNI_PROMPT_STREAM",
         "SPEECH_OMNI_STEADY_DECODE",
         "SPEECH_OMNI_SWITCH_INTERVAL_S",

@@ -82,6 +82,16 @@
 #                            own. burst-c32-ba, in a pair only: the burst of 32 again with B's requests first (the
 #                            load tool runs its targets in turn), so that a side worse in bursts is told apart from
 #                            the one that goes second
+#   SWITCH_ROUNDS=""         TARGET=service: round:LEVERS words (LEVERS comma-separated among steady_decode and
+#                            prompt_stream, or empty), e.g. "a1: s1:steady_decode s2:steady_decode a2:": each variant's
+#                            server started with SPEECH_OMNI__LEVER_SWITCH_FILE (app/engines/omni/stage_plugins/
+#                            lever_switch.py; the variant's own settings must turn those levers on), then its levels
+#                            (bench-first to steady-c32, and the request timeline) swept once a round into
+#                            $OUT/<variant>/<round>/, the round's levers written to the file first: a lever and its
+#                            baseline in one start, level by level. The second benchmark, the profiles and py-spy run
+#                            once, after the last round, in its state
+#   SWITCH_SETTLE_S=1        after the file is written, before the round's first level (the talker reads it every
+#                            quarter second)
 #   TIMELINE_LEVELS="1:16 32:64"  with TORCH_PROFILE=1 on the omni engine (TARGET=service, service-pair): before the
 #                            profiles, the request timeline (app/engines/omni/stage_plugins/timeline.py) over each
 #                            level:requests (all sent at once, c=1 one after another), its events kept gzipped in
@@ -165,11 +175,33 @@ for sweep in $SWEEPS; do  # checked before anything starts
   esac
 done
 sweeps() { case " $SWEEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }  # $1 a sweep: whether to run it
+SWITCH_ROUNDS=${SWITCH_ROUNDS:-}
+SWITCH_SETTLE_S=${SWITCH_SETTLE_S:-1}
+if [ -n "$SWITCH_ROUNDS" ]; then  # checked before anything starts
+  if [ "$TARGET" != service ]; then
+    echo "lever-starts: SWITCH_ROUNDS switches the omni engine's levers in one server: TARGET=service only" >&2
+    exit 64
+  fi
+  rounds_seen=" "
+  for round in $SWITCH_ROUNDS; do
+    if ! [[ $round =~ ^[A-Za-z0-9._-]+:((steady_decode|prompt_stream)(,(steady_decode|prompt_stream))*)?$ ]]; then
+      echo "lever-starts: SWITCH_ROUNDS: '$round' is not round:LEVERS (LEVERS comma-separated among" \
+        "steady_decode and prompt_stream, or none)" >&2
+      exit 64
+    fi
+    case $rounds_seen in *" ${round%%:*} "*)
+      echo "lever-starts: SWITCH_ROUNDS: the round '${round%%:*}' is named twice" >&2; exit 64 ;;
+    esac
+    rounds_seen="$rounds_seen${round%%:*} "
+  done
+fi
 # each profiled window, its traces written and summarised: about a minute
 [ "$TORCH_PROFILE" = 1 ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 60 * $(wc -w <<<"$PROFILE_LEVELS")))
 # the omni engine's timeline levels (TORCH_PROFILE=1): about 20 s each
 [ "$TORCH_PROFILE" = 1 ] && ! on_sglang &&
   SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 20 * $(wc -w <<<"$TIMELINE_LEVELS")))
+# every round its levels and timeline again: about 120 s each beyond the first
+[ -n "$SWITCH_ROUNDS" ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 120 * ($(wc -w <<<"$SWITCH_ROUNDS") - 1)))
 # a pair's every level runs twice, one server after the other; its burst again, B first: about 10 s more a server
 a_pair && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S * 2 + 20))
 export TARGETS=$SERVERS SWEEP_TARGETS=$SERVERS KV_WAIT_S=${KV_WAIT_S:-0}
@@ -428,6 +460,37 @@ finish() {  # after the stop, on every path: the engine's own start phases, then
   for log in "$OUT"/logs/*.log; do [ -f "$log" ] && gzip -f "$log"; done
 }
 
+level_sweeps() {  # a variant's levels, from the first benchmark to the request timeline, into $OUT
+  sweeps bench-first &&
+    step "bench first-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=first-c32 "$SBS" sweep-bench \
+      >>"$OUT/sweeps.log" 2>&1
+  sweeps c1 && step "c1" on_load_cpus env ROUNDS=1 CONCURRENCY=1 REQUESTS=16 WARMUP=1 SWEEP_NAME=c1 "$SBS" \
+    sweep-closed >>"$OUT/sweeps.log" 2>&1
+  for level_requests in 8:32 32:96; do  # bursts: every worker sends at once
+    level=${level_requests%:*}
+    sweeps "burst-c$level" || continue
+    step "burst c$level" on_load_cpus env ROUNDS=1 CONCURRENCY="$level" REQUESTS="${level_requests#*:}" WARMUP=4 \
+      LOADTEST_ARGS="--stagger 0" SWEEP_NAME="burst-c$level" "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
+  done
+  # the same burst with B's requests first: in every pair so far B's side was the worse one in bursts, and B is also
+  # the target the load tool runs second (a lone server has no order to tell apart)
+  a_pair && sweeps burst-c32-ba &&
+    step "burst c32, B first" on_load_cpus env ROUNDS=1 CONCURRENCY=32 REQUESTS=96 WARMUP=4 \
+      LOADTEST_ARGS="--stagger 0" SWEEP_TARGETS="${SERVERS#* } ${SERVERS%% *}" SWEEP_NAME=burst-c32-ba "$SBS" \
+      sweep-closed >>"$OUT/sweeps.log" 2>&1
+  sweeps steady-c8 && step "steady c8" on_load_cpus env ROUNDS=1 CONCURRENCY=8 REQUESTS=64 WARMUP=4 \
+    LOADTEST_ARGS="--stagger 2" SWEEP_NAME=c8 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
+  if sweeps steady-c32; then
+    thread_ticks >"$OUT/cpu-before-c32.txt"
+    step "steady c32" on_load_cpus env ROUNDS=1 CONCURRENCY=32 REQUESTS=128 WARMUP=8 LOADTEST_ARGS="--stagger 2" \
+      SWEEP_NAME=c32 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
+    thread_ticks >"$OUT/cpu-after-c32.txt"
+  fi
+  on_sglang && request_timeline
+  # the omni engine's, where its profiler directory is set (TORCH_PROFILE=1)
+  ! on_sglang && [ -n "$PROFILER_DIR" ] && [ -n "$TIMELINE_LEVELS" ] && omni_timeline
+}
+
 expected=$FIRST_S first=1 longest_later=0
 for variant in $VARIANTS; do
   name=${variant%%:*} lever=${variant#*:}
@@ -456,6 +519,11 @@ for variant in $VARIANTS; do
     export SERVICE_SGLANG_B_ENV="$BASE_ENV_B${lever_b_env:+ $lever_b_env}"
   else  # vllm-omni: its stages' profiler, and its request timeline, only where asked for
     export SERVICE_ENV="$BASE_ENV${lever_env:+ $lever_env}" SERVICE_B_ENV="$BASE_ENV_B${lever_b_env:+ $lever_b_env}"
+    if [ -n "$SWITCH_ROUNDS" ]; then  # the first round's levers in force from the start
+      SERVICE_ENV="$SERVICE_ENV SPEECH_OMNI__LEVER_SWITCH_FILE=$ROOT/$name/lever-switch"
+      first_round=${SWITCH_ROUNDS%% *}
+      mkdir -p "$ROOT/$name" && echo "${first_round#*:}" | tr ',' ' ' >"$ROOT/$name/lever-switch"
+    fi
     export PROFILE_SET="$RUN_PROFILE_SET${RUN_PROFILE_SET:+${lever_profile_set:+;}}$lever_profile_set"
     [ "$TORCH_PROFILE" = 1 ] || export PROFILER_DIR=""
   fi
@@ -499,34 +567,22 @@ for variant in $VARIANTS; do
     fi
   fi
   : >"$OUT/sweeps.log"
-  sweeps bench-first &&
-    step "bench first-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=first-c32 "$SBS" sweep-bench \
-      >>"$OUT/sweeps.log" 2>&1
-  sweeps c1 && step "c1" on_load_cpus env ROUNDS=1 CONCURRENCY=1 REQUESTS=16 WARMUP=1 SWEEP_NAME=c1 "$SBS" \
-    sweep-closed >>"$OUT/sweeps.log" 2>&1
-  for level_requests in 8:32 32:96; do  # bursts: every worker sends at once
-    level=${level_requests%:*}
-    sweeps "burst-c$level" || continue
-    step "burst c$level" on_load_cpus env ROUNDS=1 CONCURRENCY="$level" REQUESTS="${level_requests#*:}" WARMUP=4 \
-      LOADTEST_ARGS="--stagger 0" SWEEP_NAME="burst-c$level" "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
-  done
-  # the same burst with B's requests first: in every pair so far B's side was the worse one in bursts, and B is also
-  # the target the load tool runs second (a lone server has no order to tell apart)
-  a_pair && sweeps burst-c32-ba &&
-    step "burst c32, B first" on_load_cpus env ROUNDS=1 CONCURRENCY=32 REQUESTS=96 WARMUP=4 \
-      LOADTEST_ARGS="--stagger 0" SWEEP_TARGETS="${SERVERS#* } ${SERVERS%% *}" SWEEP_NAME=burst-c32-ba "$SBS" \
-      sweep-closed >>"$OUT/sweeps.log" 2>&1
-  sweeps steady-c8 && step "steady c8" on_load_cpus env ROUNDS=1 CONCURRENCY=8 REQUESTS=64 WARMUP=4 \
-    LOADTEST_ARGS="--stagger 2" SWEEP_NAME=c8 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
-  if sweeps steady-c32; then
-    thread_ticks >"$OUT/cpu-before-c32.txt"
-    step "steady c32" on_load_cpus env ROUNDS=1 CONCURRENCY=32 REQUESTS=128 WARMUP=8 LOADTEST_ARGS="--stagger 2" \
-      SWEEP_NAME=c32 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
-    thread_ticks >"$OUT/cpu-after-c32.txt"
+  if [ -n "$SWITCH_ROUNDS" ]; then  # each round's levers written, then its levels into a folder of its own
+    variant_name=$name variant_out=$OUT
+    for round in $SWITCH_ROUNDS; do
+      echo "${round#*:}" | tr ',' ' ' >"$variant_out/lever-switch"
+      sleep "$SWITCH_SETTLE_S"
+      name="$variant_name/${round%%:*}"
+      progress "$name round: levers ${round#*:}"
+      export OUT=$variant_out/${round%%:*}
+      mkdir -p "$OUT" && : >"$OUT/sweeps.log"
+      level_sweeps
+    done
+    name=$variant_name
+    export OUT=$variant_out
+  else
+    level_sweeps
   fi
-  on_sglang && request_timeline
-  # the omni engine's, where its profiler directory is set (TORCH_PROFILE=1)
-  ! on_sglang && [ -n "$PROFILER_DIR" ] && [ -n "$TIMELINE_LEVELS" ] && omni_timeline
   # the first level again, warm, on prompts of its own (sweep-bench moves its seed on): a cold start's first level
   # is to be within 1.2x of it (p95 first audio)
   sweeps bench-again && step "bench again-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=again-c32 "$SBS" sweep-bench \

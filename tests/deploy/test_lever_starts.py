@@ -56,6 +56,8 @@ SETTINGS = (
     "STANDIN_PROFILE_B",
     "SWEEPS",
     "PROFILE_SET",
+    "SWITCH_ROUNDS",
+    "SWITCH_SETTLE_S",
 )
 
 
@@ -75,7 +77,7 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         'echo "$1|$(basename "$OUT")|${SWEEP_NAME-}|${CONCURRENCY-}|${REQUESTS-}|${TIMELINE-}|$SERVICE_SGLANG_ENV'
         "|$(grep Cpus_allowed_list /proc/$$/status | cut -f2)|${START_WAIT_S-}|${SERVICE_ENV-}|$TARGETS"
         "|${PROFILER_DIR-}|${SERVICE_B_ENV-}|${EXTRA_BODY-}|${PROFILE_WARMUP-}|${SWEEP_TARGETS-}"
-        '|${SERVICE_SGLANG_B_ENV-}|${PROFILE_SET-}"'
+        '|${SERVICE_SGLANG_B_ENV-}|${PROFILE_SET-}|$(cat "$OUT/../lever-switch" "$OUT/lever-switch" 2>/dev/null)"'
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
         '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac\n'
@@ -517,6 +519,55 @@ def test_the_omni_engines_request_timeline_is_recorded_at_each_timeline_level_an
     )
     assert "| first audio | 1 | 41.0 |" in again.stdout  # what was kept reads as the run left it
     assert "r1 timeline c32" in (tmp_path / "out/progress.txt").read_text()
+
+
+def test_switch_rounds_sweep_each_rounds_levels_in_one_start_with_its_levers_written_first(tmp_path: Path) -> None:
+    """SWITCH_ROUNDS: one start a variant, with the lever switch file among its settings and the first round's levers
+    in it; then each round's levels and timeline into a folder of its own, the round's levers written before them;
+    the second benchmark once, after the last round, and the stop."""
+    done = run(
+        tmp_path,
+        TARGET="service",
+        VARIANTS="v1:S",
+        LEVER_S="SPEECH_OMNI__STEADY_DECODE=true SPEECH_OMNI__PROMPT_STREAM=true",
+        SWITCH_ROUNDS="a1: s1:steady_decode b1:steady_decode,prompt_stream a2:",
+        SWITCH_SETTLE_S="0",
+        TORCH_PROFILE="1",
+        PROFILE_LEVELS="",
+        TIMELINE_LEVELS="32:64",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    recorded = calls(tmp_path)
+    switch = tmp_path / "out/v1/lever-switch"
+    assert recorded[0][0] == "start" and recorded[0][1] == "v1" and recorded[0][18] == ""
+    assert recorded[0][9] == (
+        "CUDA_VISIBLE_DEVICES=0 SPEECH_OMNI__STEADY_DECODE=true SPEECH_OMNI__PROMPT_STREAM=true"
+        f" SPEECH_OMNI__LEVER_SWITCH_FILE={switch}"
+    )
+    levels = ["first-c32", "c1", "burst-c8", "burst-c32", "c8", "c32", "tl-c32"]
+    rounds = [("a1", ""), ("s1", "steady_decode"), ("b1", "steady_decode prompt_stream"), ("a2", "")]
+    assert [(call[1], call[2], call[18]) for call in recorded[1:-2]] == [
+        (round_, level, levers) for round_, levers in rounds for level in levels
+    ]
+    assert [call[:3] for call in recorded[-2:]] == [["sweep-bench", "v1", "again-c32"], ["stop", "v1", ""]]
+    out = tmp_path / "out/v1"
+    assert (out / "s1/timeline-c32.md").read_text().count("| first audio | 1 | 41.0 |") == 1
+    assert (out / "a2/timeline/service-c32/events_talker_6.jsonl.gz").exists()
+    progress = (tmp_path / "out/progress.txt").read_text()
+    assert "v1/s1 round: levers steady_decode" in progress and "v1/b1 steady c32" in progress
+    assert "v1 bench again-c32" in progress and "failed" not in progress
+
+
+def test_switch_rounds_it_cannot_run_are_refused_before_anything_starts(tmp_path: Path) -> None:
+    for target, rounds, said in [
+        ("service", "a1: s1:fused_kernels", "is not round:LEVERS"),
+        ("service", "a1: a1:steady_decode", "the round 'a1' is named twice"),
+        ("service-sglang", "a1: s1:steady_decode", "TARGET=service only"),
+    ]:
+        done = run(tmp_path, TARGET=target, VARIANTS="v1:S", LEVER_S="", SWITCH_ROUNDS=rounds)
+        assert done.returncode == 64, rounds
+        assert said in done.stderr
+    assert not (tmp_path / "calls").exists()
 
 
 def profiled_run(tmp_path: Path, **more: str) -> subprocess.CompletedProcess[str]:

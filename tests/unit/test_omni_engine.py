@@ -37,6 +37,7 @@ from app.engines.omni.engine import (
 from app.engines.omni.requests import AudioOutputReader, additional_information, sampling_params_for
 from app.engines.omni.stage_plugins import (
     fused_launch,
+    lever_switch,
     model_registration,
     prompt_stream,
     steady_decode,
@@ -492,6 +493,33 @@ async def test_steady_decode_reaches_the_stage_processes_environment_before_they
     assert seen == [True, False]
     with pytest.raises(ValueError, match="steady_decode needs the service's talker: set talker_model to service"):
         make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"steady_decode": True, "talker_model": "vllm-omni"})
+
+
+async def test_the_lever_switch_file_reaches_the_stage_processes_environment_before_they_start(
+    custom_voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEECH_OMNI__LEVER_SWITCH_FILE is in the environment when AsyncOmni spawns the stages, as the file's path; a
+    later start without it takes it away. Set with no switchable lever on, it is refused, naming them."""
+    monkeypatch.setenv(lever_switch.VARIABLE, "")  # restored after the test, as it was
+    seen: list[str | None] = []
+
+    class Recording(FakeAsyncOmni):
+        def __init__(self) -> None:
+            super().__init__()
+            seen.append(lever_switch.from_environ(os.environ).path)
+
+    path = str(tmp_path / "levers")
+    for settings in (
+        {"steady_decode": True, "talker_model": "fused", "lever_switch_file": path},
+        {"steady_decode": True, "talker_model": "fused"},
+    ):
+        engine = make_engine(custom_voice_dir, FakeAsyncOmni(), omni=settings)
+        engine._factory = lambda **kwargs: Recording()
+        await engine.start()
+        await engine.close()
+    assert seen == [path, None]
+    with pytest.raises(ValueError, match="lever_switch_file switches prompt_stream and steady_decode: turn on one"):
+        make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"talker_model": "fused", "lever_switch_file": path})
 
 
 async def test_the_fused_kernels_launch_reaches_the_stage_processes_environment_before_they_start(

@@ -133,3 +133,26 @@ def test_the_tensors_on_a_gpu_are_found_wherever_they_sit() -> None:
 def test_the_stage_reads_the_servers_setting_from_the_environment() -> None:
     assert prompt_stream.enabled({prompt_stream.VARIABLE: "1"})
     assert not prompt_stream.enabled({}) and not prompt_stream.enabled({prompt_stream.VARIABLE: "0"})
+
+
+def test_switched_off_the_prompts_are_built_on_the_talkers_stream_and_the_next_build_aside_waits_for_it() -> None:
+    """With a lever switch (lever_switch.py) the stream is in force only while switched on; a build made on the
+    talker's stream meanwhile may add to the builder's caches there, so the first build aside after it waits first."""
+    cuda = Cuda()
+    switched = [True]
+    aside = PromptsAside(builder(cuda, "built"), cuda, switched_on=lambda: switched[0])
+    aside(task_type="CustomVoice", info_dict={"text": ["Hi."]})
+    switched[0] = False
+    cuda.events.clear()
+    aside(task_type="CustomVoice", info_dict={"text": ["Hi."]})
+    assert cuda.events == ["built CustomVoice on talker"]
+    switched[0] = True
+    cuda.events.clear()
+    aside(task_type="CustomVoice", info_dict={"text": ["Hi."]})
+    assert cuda.events == [
+        "prompts waits for talker",
+        "on prompts",
+        "built CustomVoice on prompts",
+        "back on talker",
+        "talker waits for prompts",
+    ]

@@ -68,6 +68,7 @@ BORN_GROUPED = {
     ("omni", "fused_dependent_launch"),
     ("omni", "prompt_stream"),
     ("omni", "steady_decode"),
+    ("omni", "lever_switch_file"),
 }
 
 

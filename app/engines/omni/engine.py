@@ -42,6 +42,7 @@ from app.engines.omni.requests import (
 )
 from app.engines.omni.stage_plugins import (
     fused_launch,
+    lever_switch,
     model_registration,
     prompt_stream,
     steady_decode,
@@ -322,6 +323,7 @@ class OmniEngine:
         set_or_unset(fused_launch.VARIABLE, launch.environment_value())
         set_or_unset(prompt_stream.VARIABLE, "1" if self._settings.prompt_stream else None)
         set_or_unset(steady_decode.VARIABLE, "1" if self._settings.steady_decode else None)
+        set_or_unset(lever_switch.VARIABLE, self._settings.lever_switch_file or None)
         set_or_unset(timeline.FLAG_VARIABLE, self._timeline_flag)
         # this start's choice, whatever an earlier start in this process set
         summaries = logging.INFO if self._settings.request_summary_log else logging.WARNING

@@ -60,9 +60,12 @@ class PromptsAside:
     """`build` (a prompt builder's `build_prompt_embeds`) on a CUDA stream of its own wherever it may go there.
     `cuda` is `torch.cuda` unless given (the tests give a stand-in)."""
 
-    def __init__(self, build: Callable[..., Any], cuda: Any = None) -> None:
+    def __init__(
+        self, build: Callable[..., Any], cuda: Any = None, switched_on: Callable[[], bool] | None = None
+    ) -> None:
         self._build = build
         self._cuda = cuda
+        self._switched_on = switched_on  # lever_switch.py: whether the stream is in force now (None: always)
         self._stream: Any = None
         self._behind = True  # the talker's stream may hold work the builder's next build reads
 
@@ -70,6 +73,7 @@ class PromptsAside:
         cuda = self._cuda if self._cuda is not None else _torch_cuda()
         if (
             task_type not in ASIDE_TASKS
+            or (self._switched_on is not None and not self._switched_on())
             or any(True for _ in gpu_tensors(info_dict))
             or not cuda.is_available()
             or cuda.is_current_stream_capturing()

@@ -50,7 +50,7 @@ from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm imp
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker import Qwen3TTSTalkerForConditionalGeneration
 from vllm_omni.platforms import current_omni_platform
 
-from app.engines.omni.stage_plugins import predictor_kernels, prompt_stream, steady_decode
+from app.engines.omni.stage_plugins import lever_switch, predictor_kernels, prompt_stream, steady_decode
 
 log = logging.getLogger("vllm.speech.talker")  # under vLLM's logger, whose handler the stage process has
 
@@ -455,6 +455,8 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         if type(self.code_predictor) is not Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM:
             raise TypeError(f"the talker built a {type(self.code_predictor).__name__}, not vllm-omni's code predictor")
         self.code_predictor.__class__ = self.predictor_class  # adds methods only: nothing built twice
+        switch = lever_switch.from_environ(os.environ)  # where a benchmark switches the two levers below in one start
+        self._lever_switch = switch
         if prompt_stream.enabled(os.environ):  # the prompts' copies wait for nothing but themselves
             if vllm_config.parallel_config.tensor_parallel_size > 1:
                 # the codec embedding would all-reduce on the prompts' stream beside the talker's own collectives
@@ -463,7 +465,9 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
                 )
             else:
                 builder = self._prompt_builder
-                builder.build_prompt_embeds = prompt_stream.PromptsAside(builder.build_prompt_embeds)
+                builder.build_prompt_embeds = prompt_stream.PromptsAside(
+                    builder.build_prompt_embeds, switched_on=None if switch.path is None else self._prompt_stream_on
+                )
         # a steady decode step's per-row Python batched, where the runner calls the two hooks below
         self._steady_decode = steady_decode.Tally(log) if steady_decode.enabled(os.environ) else None
         # vllm-omni's make_omni_output reads the same flag at each call; without it, it makes what the batch does not
@@ -471,13 +475,16 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
             getattr(vllm_config.model_config, "async_chunk", False)
         )
 
+    def _prompt_stream_on(self) -> bool:
+        return self._lever_switch.on("prompt_stream")
+
     def preprocess_decode_batch_mrv2(
         self, *, input_ids: torch.Tensor, input_embeds: torch.Tensor, req_infos: list[dict[str, Any]]
     ) -> steady_decode.DecodeBatch:
         """vllm-omni's, for the decode rows of a step (its runner calls it by keyword, `input_embeds` named); with
         SPEECH_OMNI__STEADY_DECODE, the same results made over the batch where every row is steady."""
         tally = self._steady_decode
-        if tally is not None:
+        if tally is not None and self._lever_switch.on("steady_decode"):
             batch = steady_decode.decode_batch(
                 torch, input_ids=input_ids, input_embeds=input_embeds, req_infos=req_infos,
                 vocab_size=self._codebook_vocab_size, dtype=self._embedding_dtype, pad_embed=self._tts_pad_embed,
@@ -489,7 +496,7 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
     def make_omni_output(self, model_outputs: torch.Tensor | OmniOutput, **kwargs: Any) -> OmniOutput:
         """vllm-omni's; with SPEECH_OMNI__STEADY_DECODE and `async_chunk`, the same outputs gathered over the batch
         where every row holds one steady frame."""
-        tally = self._steady_decode if self._steady_outputs else None
+        tally = self._steady_decode if self._steady_outputs and self._lever_switch.on("steady_decode") else None
         rows = kwargs.get("model_intermediate_buffer")
         if tally is not None and rows is not None and not isinstance(model_outputs, OmniOutput):
             outputs = steady_decode.async_chunk_outputs(torch, rows)

@@ -1,0 +1,65 @@
+"""Levers switched in a running server (app/engines/omni/stage_plugins/lever_switch.py): which the file names, read at
+most every quarter second on the clock given, each change logged."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from app.engines.omni.stage_plugins import lever_switch
+from app.engines.omni.stage_plugins.lever_switch import Switch
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_without_a_file_every_lever_its_setting_turned_on_is_on() -> None:
+    switch = lever_switch.from_environ({})
+    assert switch.path is None
+    assert switch.on("steady_decode") and switch.on("prompt_stream")
+
+
+def test_a_lever_is_on_while_the_file_names_it_read_at_most_every_quarter_second(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, clock = tmp_path / "levers", Clock()
+    switch = lever_switch.from_environ({lever_switch.VARIABLE: str(path)})
+    switch._clock = clock  # the variable's switch, on a clock the test moves
+    caplog.set_level(logging.INFO, logger="vllm.speech.plugin")
+    assert not switch.on("steady_decode")  # no file yet: none on
+    path.write_text("steady_decode\n")
+    clock.now += lever_switch.CHECK_EVERY_S / 2
+    assert not switch.on("steady_decode")  # not read again yet
+    clock.now += lever_switch.CHECK_EVERY_S / 2
+    assert switch.on("steady_decode") and not switch.on("prompt_stream")
+    path.write_text("prompt_stream  steady_decode typo_lever")
+    clock.now += lever_switch.CHECK_EVERY_S
+    assert switch.on("steady_decode") and switch.on("prompt_stream")
+    path.unlink()
+    clock.now += lever_switch.CHECK_EVERY_S
+    assert not switch.on("steady_decode") and not switch.on("prompt_stream")
+    said = [record.getMessage() for record in caplog.records]
+    assert said == [
+        f"{lever_switch.VARIABLE}: levers on: none",
+        f"{lever_switch.VARIABLE}: levers on: steady_decode",
+        f"{lever_switch.VARIABLE}: levers on: prompt_stream steady_decode (not switchable, ignored: typo_lever)",
+        f"{lever_switch.VARIABLE}: levers on: none",
+    ]
+
+
+def test_an_unchanged_file_is_not_logged_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path, clock = tmp_path / "levers", Clock()
+    path.write_text("steady_decode")
+    switch = Switch(str(path), clock)
+    caplog.set_level(logging.INFO, logger="vllm.speech.plugin")
+    for _ in range(5):
+        assert switch.on("steady_decode")
+        clock.now += 1
+    assert len(caplog.records) == 1
