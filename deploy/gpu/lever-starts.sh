@@ -90,6 +90,8 @@
 #                            $OUT/<variant>/<round>/, the round's levers written to the file first: a lever and its
 #                            baseline in one start, level by level. The second benchmark, the profiles and py-spy run
 #                            once, after the last round, in its state
+#   ROUND_S=120              with UNTIL and SWITCH_ROUNDS: a round that would not end ROUND_S before the deadline
+#                            is skipped (the second benchmark and the stop still run)
 #   SWITCH_SETTLE_S=1        after the file is written, before the round's first level (the talker reads it every
 #                            quarter second)
 #   TIMELINE_LEVELS="1:16 32:64"  with TORCH_PROFILE=1 on the omni engine (TARGET=service, service-pair): before the
@@ -201,7 +203,7 @@ fi
 [ "$TORCH_PROFILE" = 1 ] && ! on_sglang &&
   SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 20 * $(wc -w <<<"$TIMELINE_LEVELS")))
 # every round its levels and timeline again: about 120 s each beyond the first
-[ -n "$SWITCH_ROUNDS" ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 120 * ($(wc -w <<<"$SWITCH_ROUNDS") - 1)))
+[ -n "$SWITCH_ROUNDS" ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + ${ROUND_S:-120} * ($(wc -w <<<"$SWITCH_ROUNDS") - 1)))
 # a pair's every level runs twice, one server after the other; its burst again, B first: about 10 s more a server
 a_pair && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S * 2 + 20))
 export TARGETS=$SERVERS SWEEP_TARGETS=$SERVERS KV_WAIT_S=${KV_WAIT_S:-0}
@@ -570,6 +572,11 @@ for variant in $VARIANTS; do
   if [ -n "$SWITCH_ROUNDS" ]; then  # each round's levers written, then its levels into a folder of its own
     variant_name=$name variant_out=$OUT
     for round in $SWITCH_ROUNDS; do
+      # a round's levels take about ROUND_S (120 s on an H200): one that would end past the deadline is not begun
+      if [ -n "$UNTIL" ] && [ $(($(date +%s) + ${ROUND_S:-120})) -gt "$UNTIL" ]; then
+        progress "$variant_name/${round%%:*} round skipped: ${ROUND_S:-120} s would not fit"
+        continue
+      fi
       echo "${round#*:}" | tr ',' ' ' >"$variant_out/lever-switch"
       sleep "$SWITCH_SETTLE_S"
       name="$variant_name/${round%%:*}"

@@ -58,6 +58,7 @@ SETTINGS = (
     "PROFILE_SET",
     "SWITCH_ROUNDS",
     "SWITCH_SETTLE_S",
+    "ROUND_S",
 )
 
 
@@ -556,6 +557,25 @@ def test_switch_rounds_sweep_each_rounds_levels_in_one_start_with_its_levers_wri
     progress = (tmp_path / "out/progress.txt").read_text()
     assert "v1/s1 round: levers steady_decode" in progress and "v1/b1 steady c32" in progress
     assert "v1 bench again-c32" in progress and "failed" not in progress
+
+
+def test_a_switch_round_that_would_end_past_the_deadline_is_skipped_and_the_variant_still_stops(tmp_path: Path) -> None:
+    done = run(
+        tmp_path,
+        TARGET="service",
+        VARIANTS="v1:S",
+        LEVER_S="SPEECH_OMNI__STEADY_DECODE=true",
+        SWITCH_ROUNDS="s1:steady_decode",  # one round: the start's allowance counts the rounds after the first
+        SWITCH_SETTLE_S="0",
+        UNTIL=str(int(time.time()) + 700),
+        FIRST_S="10",
+        MIN_START_S="1",
+        ROUND_S="800",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    progress = (tmp_path / "out/progress.txt").read_text()
+    assert "v1/s1 round skipped: 800 s would not fit" in progress
+    assert [call[0] for call in calls(tmp_path)] == ["start", "sweep-bench", "stop"]
 
 
 def test_switch_rounds_it_cannot_run_are_refused_before_anything_starts(tmp_path: Path) -> None:
