@@ -68,23 +68,17 @@ CONFIG_TIMEOUT = "session_config_timeout"
 _NULLABLE = frozenset(SpeechOptions.model_fields) - {"response_format", "word_timestamps"}
 
 
-def _takes(annotation: Any, kinds: tuple[Any, ...]) -> bool:
-    """A field of one of `kinds` (int, float, list[float], bool...), optional or annotated or not."""
+def _takes_numbers(annotation: Any) -> bool:
+    """A field of numbers (int, float, a list of floats), optional or annotated or not."""
     if get_origin(annotation) is Annotated:
-        return _takes(get_args(annotation)[0], kinds)
+        return _takes_numbers(get_args(annotation)[0])
     if get_origin(annotation) in (Union, UnionType):
-        return any(_takes(arg, kinds) for arg in get_args(annotation) if arg is not type(None))
-    return annotation in kinds
-
-
-def _fields_of(*kinds: Any) -> tuple[str, ...]:
-    return tuple(name for name, field in SpeechOptions.model_fields.items() if _takes(field.annotation, kinds))
+        return any(_takes_numbers(arg) for arg in get_args(annotation) if arg is not type(None))
+    return annotation in (int, float, list[float])
 
 
 # the fields read leniently (numbers may come as text), but not from a switch nor from digits with underscores
-_NUMBERS = _fields_of(int, float, list[float])
-# the switches (the session's own too): true or false, or that as text, never another word or number for one
-_SWITCHES = (*_fields_of(bool), "stream_audio")
+_NUMBERS = tuple(name for name, field in SpeechOptions.model_fields.items() if _takes_numbers(field.annotation))
 
 
 class SessionConfig(SpeechOptions):
@@ -118,17 +112,6 @@ class SessionConfig(SpeechOptions):
             if isinstance(item, str) and "_" in item:  # Python reads "1_0" as 10: not what a client meant
                 raise PydanticCustomError("number_parsing", "must be a number, without '_'")
         return value
-
-    @field_validator(*_SWITCHES, mode="before")
-    @classmethod
-    def _switches_are_true_or_false(cls, value: Any) -> Any:
-        # "true" is read as vllm-omni reads it (docs/websocket.md); 1, "yes" or "on" is no boolean a client meant, and
-        # the body refuses them all. None is left to the field (null is omitted where a switch may be).
-        if value is None or isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-        raise PydanticCustomError("bool_type", "must be true or false")
 
     @model_validator(mode="before")
     @classmethod
