@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from app.engine_protocol import EngineUnavailable
 from app.speech.errors import (
@@ -196,12 +197,18 @@ _STATUS_MESSAGES = {404: ("Not found.", "not_found"), 405: ("Method not allowed.
 FASTAPI_BODY_PARSE_ERROR = "There was an error parsing the body"
 
 
-def not_found(method: str, path: str) -> str:
-    """A route this server does not have, named as it was asked for. A path with a trailing slash is told where its
-    route is: it is answered so, not redirected (a POST client follows a redirect poorly, without its body)."""
+def not_found(request: Request) -> str:
+    """A route this server does not have, named as it was asked for. A path with a trailing slash whose route exists
+    without it is told so: it is answered so, not redirected (a POST client follows a redirect poorly, without its
+    body)."""
+    path = request.url.path
     shown = path if len(path) <= 200 else f"{path[:200]}..."
-    hint = f" Routes have no trailing slash: {shown.rstrip('/')}." if len(path) > 1 and path.endswith("/") else ""
-    return f"Not found: {method} {shown}.{hint}"
+    hint = ""
+    if len(path) > 1 and path.endswith("/"):
+        bare = {**request.scope, "path": path.rstrip("/")}
+        if any(route.matches(bare)[0] is not Match.NONE for route in request.app.router.routes):
+            hint = f" Routes have no trailing slash: {shown.rstrip('/')}."
+    return f"Not found: {request.method} {shown}.{hint}"
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -217,7 +224,7 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, StarletteHTTPException)
         message, code = _STATUS_MESSAGES.get(exc.status_code, (str(exc.detail), None))
         if exc.status_code == 404:
-            message = not_found(request.method, request.url.path)
+            message = not_found(request)
         if exc.status_code == 400 and exc.detail == FASTAPI_BODY_PARSE_ERROR:
             message, code = INVALID_JSON, "invalid_json"
         error_type = INVALID_REQUEST if exc.status_code < 500 else SERVER_ERROR

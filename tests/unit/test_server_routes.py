@@ -44,6 +44,9 @@ async def test_a_path_with_a_trailing_slash_is_an_openai_404_naming_the_route_wi
     assert error["message"] == f"Not found: {method} {path}. Routes have no trailing slash: {path.rstrip('/')}."
     unknown = (await client.get("/v1/nothing-here")).json()["error"]
     assert (unknown["code"], unknown["message"]) == ("not_found", "Not found: GET /v1/nothing-here.")
+    # no route without the slash either: nothing suggested
+    unknown = (await client.get("/v1/nothing-here/")).json()["error"]
+    assert (unknown["code"], unknown["message"]) == ("not_found", "Not found: GET /v1/nothing-here/.")
 
 
 @pytest.mark.parametrize(
