@@ -470,6 +470,11 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
                 )
         # a steady decode step's per-row Python batched, where the runner calls the two hooks below
         self._steady_decode = steady_decode.Tally(log) if steady_decode.enabled(os.environ) else None
+        if self._steady_decode is not None and not getattr(self, "_use_v2_model_runner", False):
+            # vllm-omni's first model runner calls preprocess_decode_batch, not the _mrv2 hook below, and keeps the
+            # frame flags on the host: the output half would only gather a batch to give it up every step
+            log.warning("%s: only with vllm-omni's second model runner; off", steady_decode.VARIABLE)
+            self._steady_decode = None
         # vllm-omni's make_omni_output reads the same flag at each call; without it, it makes what the batch does not
         self._steady_outputs = self._steady_decode is not None and bool(
             getattr(vllm_config.model_config, "async_chunk", False)
