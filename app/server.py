@@ -131,9 +131,12 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
 def answer_head(app: FastAPI) -> None:
     """Every GET route answers HEAD too, as HTTP asks (load balancers and uptime checkers probe with it): the GET's
     answer, whose body the server leaves unsent. FastAPI routes only the methods they name: each GET gets a HEAD route
-    of its own, left out of the OpenAPI document, where a second operation would repeat the GET's id."""
-    for route in list(app.router.routes):
+    of its own, left out of the OpenAPI document, where a second operation would repeat the GET's id. Each goes right
+    after its GET, ahead of a mount that would take any method on a path under it (the docs' assets)."""
+    routes = app.router.routes
+    for route in list(routes):
         if isinstance(route, APIRoute) and "GET" in route.methods and "HEAD" not in route.methods:
+            at = len(routes)
             app.router.add_api_route(
                 route.path,
                 route.endpoint,
@@ -145,6 +148,7 @@ def answer_head(app: FastAPI) -> None:
                 dependencies=route.dependencies,
                 name=route.name,
             )
+            routes.insert(routes.index(route) + 1, routes.pop(at))
 
 
 async def start_engine(engine: SpeechEngine) -> None:
