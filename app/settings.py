@@ -291,13 +291,24 @@ class OmniSettings(BaseModel):
         "reference codes still to send) runs vllm-omni's own. Off until measured on a GPU. "
         "app/engines/omni/stage_plugins/steady_decode.py.",
     )
+    prompt_batch: bool = Field(
+        False,
+        description="With the service's talker (`talker_model` service, fused or compiled-once), build the "
+        "CustomVoice and VoiceDesign prompts a talker step takes in together, before that step's per-request "
+        "preprocessing: one tokenizer call and one copy of their ids to the GPU (from pinned memory, waiting for "
+        "nothing) for all of them, and the part of each prompt that depends only on the speaker and the language "
+        "(role header, codec tags, speaker embedding) made once and kept, where vllm-omni makes each prompt alone, two "
+        "waiting copies and some twenty kernels each. The same tensors, bit for bit. Off until measured on a GPU. "
+        "app/engines/omni/stage_plugins/prompt_batch.py.",
+    )
     lever_switch_file: str | None = Field(
         None,
-        description="For benchmarks: a file whose words (`steady_decode`, `prompt_stream`) name which of those "
-        "levers, each turned on by its own setting, is in force at a time; the talker reads it at most every quarter "
-        "second and logs each change, a missing file naming none. A lever and its baseline are then measured in "
-        "alternating load levels of one start rather than across starts, whose own spread was as wide as the levers "
-        "measured (deploy/gpu/lever-starts.sh, SWITCH_ROUNDS). app/engines/omni/stage_plugins/lever_switch.py.",
+        description="For benchmarks: a file whose words (`steady_decode`, `prompt_stream`, `prompt_batch`) name "
+        "which of those levers, each turned on by its own setting, is in force at a time; the talker reads it at most "
+        "every quarter second and logs each change, a missing file naming none. A lever and its baseline are then "
+        "measured in alternating load levels of one start rather than across starts, whose own spread was as wide as "
+        "the levers measured (deploy/gpu/lever-starts.sh, SWITCH_ROUNDS). "
+        "app/engines/omni/stage_plugins/lever_switch.py.",
     )
     switch_interval_ms: float | None = _switch_interval_field(
         "vllm-omni's stage processes, the talker's and code2wav's, not the server's",
@@ -331,14 +342,16 @@ class OmniSettings(BaseModel):
         return MOVED_PATHS.get(path, path)
 
     @model_validator(mode="after")
-    def _prompt_stream_needs_the_services_talker(self) -> OmniSettings:
-        for name in ("prompt_stream", "steady_decode"):
+    def _talker_levers_need_the_services_talker(self) -> OmniSettings:
+        for name in ("prompt_stream", "steady_decode", "prompt_batch"):
             if getattr(self, name) and self.talker_model == "vllm-omni":
                 raise ValueError(
                     f"{name} needs the service's talker: set talker_model to service, fused or compiled-once"
                 )
-        if self.lever_switch_file and not (self.prompt_stream or self.steady_decode):
-            raise ValueError("lever_switch_file switches prompt_stream and steady_decode: turn on one of them")
+        if self.lever_switch_file and not (self.prompt_stream or self.steady_decode or self.prompt_batch):
+            raise ValueError(
+                "lever_switch_file switches prompt_stream, steady_decode and prompt_batch: turn on one of them"
+            )
         return self
 
 
@@ -504,6 +517,7 @@ PROCESS_ENV = frozenset(
     {
         "SPEECH_OMNI_FUSED_KERNELS",
         "SPEECH_OMNI_LEVER_SWITCH",
+        "SPEECH_OMNI_PROMPT_BATCH",
         "SPEECH_OMNI_PROMPT_STREAM",
         "SPEECH_OMNI_STEADY_DECODE",
         "SPEECH_OMNI_SWITCH_INTERVAL_S",

@@ -82,8 +82,8 @@
 #                            own. burst-c32-ba, in a pair only: the burst of 32 again with B's requests first (the
 #                            load tool runs its targets in turn), so that a side worse in bursts is told apart from
 #                            the one that goes second
-#   SWITCH_ROUNDS=""         TARGET=service: round:LEVERS words (LEVERS comma-separated among steady_decode and
-#                            prompt_stream, or empty), e.g. "a1: s1:steady_decode s2:steady_decode a2:": each variant's
+#   SWITCH_ROUNDS=""         TARGET=service: round:LEVERS words (LEVERS comma-separated among steady_decode,
+#                            prompt_stream and prompt_batch, or empty), e.g. "a1: s1:steady_decode s2:steady_decode a2:": each variant's
 #                            server started with SPEECH_OMNI__LEVER_SWITCH_FILE (app/engines/omni/stage_plugins/
 #                            lever_switch.py; the variant's own settings must turn those levers on), then its levels
 #                            (bench-first to steady-c32, and the request timeline) swept once a round into
@@ -186,9 +186,9 @@ if [ -n "$SWITCH_ROUNDS" ]; then  # checked before anything starts
   fi
   rounds_seen=" "
   for round in $SWITCH_ROUNDS; do
-    if ! [[ $round =~ ^[A-Za-z0-9._-]+:((steady_decode|prompt_stream)(,(steady_decode|prompt_stream))*)?$ ]]; then
+    if ! [[ $round =~ ^[A-Za-z0-9._-]+:((steady_decode|prompt_stream|prompt_batch)(,(steady_decode|prompt_stream|prompt_batch))*)?$ ]]; then
       echo "lever-starts: SWITCH_ROUNDS: '$round' is not round:LEVERS (LEVERS comma-separated among" \
-        "steady_decode and prompt_stream, or none)" >&2
+        "steady_decode, prompt_stream and prompt_batch, or none)" >&2
       exit 64
     fi
     case $rounds_seen in *" ${round%%:*} "*)

@@ -518,7 +518,9 @@ async def test_the_lever_switch_file_reaches_the_stage_processes_environment_bef
         await engine.start()
         await engine.close()
     assert seen == [path, None]
-    with pytest.raises(ValueError, match="lever_switch_file switches prompt_stream and steady_decode: turn on one"):
+    with pytest.raises(
+        ValueError, match="lever_switch_file switches prompt_stream, steady_decode and prompt_batch: turn on one"
+    ):
         make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"talker_model": "fused", "lever_switch_file": path})
 
 

@@ -69,6 +69,7 @@ BORN_GROUPED = {
     ("omni", "prompt_stream"),
     ("omni", "steady_decode"),
     ("omni", "lever_switch_file"),
+    ("omni", "prompt_batch"),
 }
 
 

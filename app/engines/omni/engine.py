@@ -44,6 +44,7 @@ from app.engines.omni.stage_plugins import (
     fused_launch,
     lever_switch,
     model_registration,
+    prompt_batch,
     prompt_stream,
     steady_decode,
     timeline,
@@ -322,6 +323,7 @@ class OmniEngine:
         launch = FusedLaunch(self._settings.fused_kernels, self._settings.fused_dependent_launch)
         set_or_unset(fused_launch.VARIABLE, launch.environment_value())
         set_or_unset(prompt_stream.VARIABLE, "1" if self._settings.prompt_stream else None)
+        set_or_unset(prompt_batch.VARIABLE, "1" if self._settings.prompt_batch else None)
         set_or_unset(steady_decode.VARIABLE, "1" if self._settings.steady_decode else None)
         set_or_unset(lever_switch.VARIABLE, self._settings.lever_switch_file or None)
         set_or_unset(timeline.FLAG_VARIABLE, self._timeline_flag)

@@ -44,13 +44,14 @@ import torch
 import torch.nn.functional as F
 from vllm.config import VllmConfig
 from vllm_omni.model_executor.models.output_templates import OmniOutput
+from vllm_omni.model_executor.models.qwen3_tts.prompt_embeds_builder import build_assistant_text
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm import (
     Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM,
 )
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker import Qwen3TTSTalkerForConditionalGeneration
 from vllm_omni.platforms import current_omni_platform
 
-from app.engines.omni.stage_plugins import lever_switch, predictor_kernels, prompt_stream, steady_decode
+from app.engines.omni.stage_plugins import lever_switch, predictor_kernels, prompt_batch, prompt_stream, steady_decode
 
 log = logging.getLogger("vllm.speech.talker")  # under vLLM's logger, whose handler the stage process has
 
@@ -468,6 +469,13 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
                 builder.build_prompt_embeds = prompt_stream.PromptsAside(
                     builder.build_prompt_embeds, switched_on=None if switch.path is None else self._prompt_stream_on
                 )
+        # a step's CustomVoice and VoiceDesign prompts built together before its rows' preprocessing (outermost: a
+        # prompt built beforehand goes to no stream of its own)
+        self._prompt_batch: prompt_batch.PromptBatch | None = None
+        if prompt_batch.enabled(os.environ):
+            builder = self._prompt_builder
+            self._prompt_batch = prompt_batch.PromptBatch(builder, build_assistant_text, torch)
+            builder.build_prompt_embeds = self._prompt_batch.wrap(builder.build_prompt_embeds)
         # a steady decode step's per-row Python batched, where the runner calls the two hooks below
         self._steady_decode = steady_decode.Tally(log) if steady_decode.enabled(os.environ) else None
         if self._steady_decode is not None and not getattr(self, "_use_v2_model_runner", False):
@@ -482,6 +490,21 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
 
     def _prompt_stream_on(self) -> bool:
         return self._lever_switch.on("prompt_stream")
+
+    @torch.inference_mode()
+    def preprocess_batch_mrv2(self, *, req_infos: list[dict[str, Any]], device: torch.device) -> None:
+        """vllm-omni's, for the prefill rows of a step (its runner calls it once with all of them, before any row's
+        `preprocess`); with SPEECH_OMNI__PROMPT_BATCH, then the CustomVoice and VoiceDesign prompts among them built
+        together (`prompt_batch.py`). Should that fail, each row is left to vllm-omni's own build."""
+        super().preprocess_batch_mrv2(req_infos=req_infos, device=device)
+        if self._prompt_batch is not None and self._lever_switch.on("prompt_batch"):
+            try:
+                self._prompt_batch.build(req_infos)
+            except Exception:
+                log.exception("%s: prompts not built together; each built alone", prompt_batch.VARIABLE)
+                for info in req_infos:
+                    if isinstance(info, dict):
+                        info.pop(prompt_batch.BUILT, None)
 
     def preprocess_decode_batch_mrv2(
         self, *, input_ids: torch.Tensor, input_embeds: torch.Tensor, req_infos: list[dict[str, Any]]
