@@ -3,12 +3,12 @@
 vllm-omni 0.30 builds each CustomVoice or VoiceDesign request's prompt embeddings inside the talker's prefill step,
 one request after another (`Qwen3TTSPromptEmbedsBuilder.build_prompt_embeds`, model_executor/models/qwen3_tts/
 prompt_embeds_builder.py:972-1504, called from the talker's `preprocess`, qwen3_tts_talker.py:927). For each request,
-on the host: a call of the text tokenizer (:1026); its ids copied to the GPU from pageable memory (:1027), a copy that
+on the host: a call of the text tokenizer and its ids copied to the GPU from pageable memory (:1027), a copy that
 returns once the talker's stream has run everything queued before it; the speaker's id made a GPU tensor the same way
 (:1414); and some twenty kernels, most of which depend only on the speaker and the language: the codec tags' and the
 speaker's embeddings, the role header's ("<|im_start|>assistant\\n") embedding and text projection, their sums and
-concatenations (:1394-1422), the codec pad's and bos's embeddings (:1425-1436). Only the text's own rows differ from
-one request to the next.
+concatenations (:1079-1082, :1409-1424), the codec pad's and bos's embeddings (:1429-1439).
+Only the text's own rows differ from one request to the next.
 
 Before any row's `preprocess`, the runner calls the talker's `preprocess_batch_mrv2` once with every prefill row of
 the step (worker_v2/model_states/omni_model_state.py:593-606) and merges what it writes into each row's state before
@@ -168,8 +168,8 @@ class PromptBatch:
         return len(rows)
 
     def _prompt(self, ids: Any, role: tuple[int, ...], row: Row, device: Any) -> tuple[Any, Any, None, None]:
-        """`build_prompt_embeds`'s result for this row (prompt_embeds_builder.py:1403-1445 for CustomVoice,
-        :1447-1485 for VoiceDesign, the same but for the speaker)."""
+        """`build_prompt_embeds`'s result for this row (prompt_embeds_builder.py:1402-1453 for CustomVoice,
+        :1455-1491 for VoiceDesign, the same but for the speaker)."""
         torch = self._torch
         builder = self._builder
         projection, embedding = builder._text_projection, builder._text_embedding
@@ -186,7 +186,7 @@ class PromptBatch:
         return prompt.squeeze(0), trailing.squeeze(0), None, None
 
     def _prefix(self, ids: Any, role: tuple[int, ...], tags: tuple[int, ...], speaker: int | None, device: Any) -> Any:
-        """`torch.cat((role_embed, codec_prefix), dim=1)` (:1418-1421), made once for these role ids, codec tags
+        """`torch.cat((role_embed, codec_prefix), dim=1)` (:1421-1424), made once for these role ids, codec tags
         (language) and speaker id (CustomVoice; None for VoiceDesign) with vllm-omni's own kernels on the same
         inputs."""
         key = (str(device), role, tags, speaker)
@@ -211,7 +211,7 @@ class PromptBatch:
         return prefix
 
     def _tts(self, device: Any) -> tuple[Any, Any]:
-        """The projected tts bos and eos embeddings, vllm-omni's own cache of them (:1030-1032)."""
+        """The projected tts bos and eos embeddings, vllm-omni's own cache of them (:1041-1042)."""
         config = self._builder._config
         projected = self._builder._projected_tokens([config.tts_bos_token_id, config.tts_eos_token_id], device)
         bos, eos = projected.chunk(2, dim=1)
@@ -220,7 +220,7 @@ class PromptBatch:
     def _constant(self, name: str, device: Any) -> Any:
         """A row vllm-omni makes at every request from constants alone: the tts eos projection (`eos`), the codec
         pad's embedding (`pad_codec`, its `codec_embed(pad_ids)` is that row repeated), the tts pad plus the codec
-        bos's embedding (`pad_bos`, :1434) and the codec bos's embedding (`bos_codec`, `codec_input[:, -1:]`)."""
+        bos's embedding (`pad_bos`, :1439) and the codec bos's embedding (`bos_codec`, `codec_input[:, -1:]`)."""
         key = (str(device), name)
         row = self._rows.get(key)
         if row is None:
