@@ -101,3 +101,65 @@ def test_utterances_refused_for_their_request_or_cut_by_their_client_are_not_err
         for outcome in ("completed", "refused", "client_gone", "client_stalled", "stopped")
     ]
     promtool_test(tmp_path, [ANSWERED, *utterances], 0.0, fires=False)
+
+
+def run_promtool(tmp_path: Path, series: list[dict[str, str]], alerts: dict[str, list[dict[str, object]]]) -> None:
+    """`promtool test rules` over `series` (one value a minute), expecting `alerts` at 7 hours: alert -> alerts."""
+    test = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "30s",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "7h", "alertname": name, "exp_alerts": expected} for name, expected in alerts.items()
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "test.yaml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    ensure_installed()
+    run = subprocess.run([shutil.which("promtool") or "promtool", "test", "rules", str(path)], capture_output=True,
+                         text=True)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def latency_series(values: str, fast: str) -> list[dict[str, str]]:
+    """A replica's TTFA and uninterrupted histograms: `values` requests in all (promtool's notation), `fast` of them
+    within each objective (500 ms, 1 s)."""
+    labels = 'response_format="mp3",stream="audio"'
+    return [
+        {"series": f'speech_ttfa_seconds_bucket{{{labels},le="0.5"}}', "values": fast},
+        {"series": f'speech_ttfa_seconds_bucket{{{labels},le="+Inf"}}', "values": values},
+        {"series": f"speech_ttfa_seconds_count{{{labels}}}", "values": values},
+        {"series": f'speech_uninterrupted_seconds_bucket{{{labels},le="1.0"}}', "values": fast},
+        {"series": f'speech_uninterrupted_seconds_bucket{{{labels},le="+Inf"}}', "values": values},
+        {"series": f"speech_uninterrupted_seconds_count{{{labels}}}", "values": values},
+        {"series": "speech_ready", "values": "1x430"},
+    ]
+
+
+LATENCY_ALERTS = ("SpeechTTFABudgetBurnFast", "SpeechTTFABudgetBurnSlow", "SpeechUninterruptedAudioSlow")
+
+
+def test_a_replica_with_no_requests_is_not_slow(tmp_path: Path) -> None:
+    """Ten busy minutes, all fast, then seven quiet hours (a night; the histograms' series stay, unchanged): with no
+    request in any window nothing was slow. Counted as 1 less the fast share, the quiet read as 100% slow, and both
+    TTFA burn alerts and the uninterrupted one fired ("100% of requests waited over 500 ms") on a replica nobody
+    called."""
+    quiet = "0+20x10 200x420"
+    run_promtool(tmp_path, latency_series(quiet, quiet), {name: [] for name in LATENCY_ALERTS})
+
+
+def test_slow_requests_still_page(tmp_path: Path) -> None:
+    """Seven hours with every request over both objectives: each latency alert fires, saying 100%."""
+    rules = {r.get("alert"): r for group in yaml.safe_load(RULES.read_text())["groups"] for r in group["rules"]}
+
+    def fired(name: str) -> list[dict[str, object]]:
+        annotations = {**rules[name]["annotations"]}
+        annotations["description"] = annotations["description"].replace("{{ $value | humanizePercentage }}", "100%")
+        return [{"exp_labels": rules[name]["labels"], "exp_annotations": annotations}]
+
+    run_promtool(tmp_path, latency_series("0+20x430", "0x430"), {name: fired(name) for name in LATENCY_ALERTS})
