@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.support.fleet import ROOT, Fleet, started_fleet
+from tests.support.fleet import ROOT, Fleet, routed, started_fleet
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timing]
 
@@ -46,3 +46,27 @@ def test_the_first_audio_passes_the_balancer_as_soon_as_the_replica_sends_it(bal
     through = [first_window_ms(balancer.url) for _ in range(10)]
     assert min(direct) < 100, direct  # the stand-in sends its first window at once
     assert min(through) < 100, through
+
+
+def test_the_balancers_log_never_holds_an_api_key(balancer: Fleet) -> None:
+    """A browser's WebSocket carries its API key in the query (`?api_key=`: it cannot set headers), which the service
+    never logs (docs/websocket.md). HAProxy's HTTP log wrote each request's whole target, the key in it, into the
+    fleet's haproxy.log; it now writes the key blanked, and the rest of the line as before: the path, the other
+    parameters, the replica and the caller's X-Request-Id."""
+    secret = "sk-fleet-log-secret"
+    targets = {
+        "ws": f"/v1/audio/speech/stream?api_key={secret}",
+        "ws-second": f"/v1/audio/speech/stream?voice=alloy&api_key={secret}&x=1",
+        "ws-encoded": f"/v1/audio/speech/stream?api%5Fkey={secret}",
+    }
+    for request_id, target in targets.items():
+        httpx.get(f"{balancer.url}{target}", headers={"x-request-id": request_id}, timeout=10)
+    log = balancer.work / "haproxy.log"
+    deadline = time.monotonic() + 10  # HAProxy logs a request once it ends
+    while not set(targets) <= routed(balancer).keys() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    text = log.read_text(errors="replace")
+    assert set(targets) <= routed(balancer).keys(), text[-2000:]
+    assert secret not in text
+    assert '"GET /v1/audio/speech/stream?api_key=<redacted> HTTP/1.1"' in text
+    assert '"GET /v1/audio/speech/stream?voice=alloy&api_key=<redacted>&x=1 HTTP/1.1"' in text
