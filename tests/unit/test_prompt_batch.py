@@ -116,6 +116,8 @@ def rows(count: int) -> list[dict[str, Any]]:
         }
         if task == "CustomVoice":
             info["speaker"] = [speakers[index % len(speakers)]]
+            if index % 7 == 3:  # a dialect speaker as vllm-omni spells it for its dialect: not stripped, nor listed
+                info["speaker"] = " eric " if index % 2 else [" Eric "]
         if index % 3:
             info["non_streaming_mode"] = [index % 3 == 1]
         made.append(info)
@@ -139,7 +141,8 @@ def test_every_row_gets_the_tensors_vllm_omnis_builder_makes_bit_for_bit(wheel: 
     build = batch.wrap(ours.build_prompt_embeds)
     for _step in range(3):  # the later steps read what the first kept
         want_rows, got_rows = rows(20), rows(20)
-        assert batch.build(got_rows) == 20
+        # an empty text is left to vllm-omni: the talker refuses it before asking for a prompt
+        assert batch.build(got_rows) == sum(1 for row in got_rows if row["text"][0])
         for want, got in zip(want_rows, got_rows, strict=True):
             task = want["task_type"][0]
             same(theirs.build_prompt_embeds(task_type=task, info_dict=want), build(task_type=task, info_dict=got))

@@ -17,7 +17,7 @@ the CustomVoice and VoiceDesign prompts of the step together, and the talker's b
 made for it:
 
 - one tokenizer call for all their texts (the fast tokenizer's ids for a batch without padding are each text's ids,
-  as vllm-omni's batched pass for Base takes them, prompt_embeds_builder.py:878-906);
+  as vllm-omni's batched pass for Base takes them, prompt_embeds_builder.py:863-897);
 - one copy of all the ids to the GPU, from pinned memory, queued without waiting for the talker's stream;
 - the constant prefix, the role header's projection and the codec tags' and speaker's embeddings with their sums
   (what `build_prompt_embeds` makes before the text), made once per (role ids, codec tags) with vllm-omni's own
@@ -108,7 +108,13 @@ class PromptBatch:
         task = _first(info.get("task_type"), "CustomVoice")
         text = _first(info.get("text"), "")
         instruct = _first(info.get("instruct"), "")
-        if task not in TASKS or not isinstance(text, str) or (isinstance(instruct, str) and instruct.strip()):
+        # an empty text: the talker's preprocess refuses the row before it asks for a prompt (qwen3_tts_talker.py:123)
+        if (
+            task not in TASKS
+            or not isinstance(text, str)
+            or not text
+            or (isinstance(instruct, str) and instruct.strip())
+        ):
             return None
         talker = self._builder._talker_config
         speaker_id: int | None = None
@@ -125,9 +131,13 @@ class PromptBatch:
         if isinstance(language, str) and language.lower() != "auto":
             language_id = talker.codec_language_id.get(language.lower())
         if language_id is None and isinstance(language, str) and language.lower() in ("chinese", "auto"):
-            dialect = (getattr(talker, "spk_is_dialect", None) or {}).get(speaker) if speaker else None
-            if isinstance(dialect, str) and dialect:
-                language_id = talker.codec_language_id.get(dialect)
+            # the dialect's speaker read as vllm-omni reads it (:1052-1058): the first of a list, not stripped; a bare
+            # string's first letter. Not the speaker's id's spelling above: " eric " is eric there, not here
+            dialect_speaker = _first(info.get("speaker"), "") if task == "CustomVoice" else None
+            if isinstance(dialect_speaker, str) and dialect_speaker.strip():
+                dialect = (getattr(talker, "spk_is_dialect", None) or {}).get(dialect_speaker.lower())
+                if isinstance(dialect, str) and dialect:
+                    language_id = talker.codec_language_id.get(dialect)
         if language_id is None:
             tags = [talker.codec_nothink_id, talker.codec_think_bos_id, talker.codec_think_eos_id]
         else:
