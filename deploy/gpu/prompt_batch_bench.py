@@ -163,6 +163,7 @@ def main() -> None:
         for streaming in (None, True):  # CustomVoice's default (the whole text in the prompt), then streaming text
             rows_a, rows_b = requests(8, 0, streaming), requests(8, 0, streaming)
             batch.build(rows_b)
+            different = 0
             for a, b in zip(rows_a, rows_b, strict=True):
                 want = theirs.build_prompt_embeds(task_type="CustomVoice", info_dict=a)
                 got = build(task_type="CustomVoice", info_dict=b)
@@ -171,7 +172,10 @@ def main() -> None:
                     for x, y in zip(want, got, strict=True)
                 )
                 if not same:
+                    different += 1
                     print(f"DIFFERENT: streaming={streaming} {a['text'][0][:30]!r}", flush=True)
+            if different:
+                sys.exit(f"{different} prompts not the same as vllm-omni's, streaming={streaming}: not timed")
             print(f"same tensors, streaming={streaming}: checked 8 prompts", flush=True)
 
         text = TEXTS[1]

@@ -7,6 +7,7 @@ for every row, and what each asks of a GPU. On a GPU, with vllm-omni's own build
 from __future__ import annotations
 
 import ast
+import logging
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -205,3 +206,22 @@ def test_a_prompt_is_handed_over_once_and_then_let_go() -> None:
 def test_the_switch() -> None:
     assert prompt_batch.enabled({prompt_batch.VARIABLE: "1"})
     assert not prompt_batch.enabled({prompt_batch.VARIABLE: ""}) and not prompt_batch.enabled({})
+
+
+def test_a_step_whose_batch_fails_leaves_every_row_to_vllm_omni_with_no_prompt_half_made(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The talker's preprocess_batch_mrv2 calls build_or_leave: a failure part-way (a row built, the next one failing)
+    is logged and every row goes back to vllm-omni's own build, none keeping a prompt."""
+    batch = prompt_batch.PromptBatch(None, str, torch)
+    infos: list[dict[str, Any]] = [{"task_type": ["CustomVoice"]}, {"task_type": ["CustomVoice"]}]
+
+    def part_way(rows: Any) -> int:
+        rows[0][prompt_batch.BUILT] = prompt_batch.Built(("prompt", "trailing", None, None))  # type: ignore[arg-type]
+        raise RuntimeError("out of memory")
+
+    batch.build = part_way  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="vllm.speech.plugin"):
+        assert batch.build_or_leave(infos) == 0
+    assert all(prompt_batch.BUILT not in info for info in infos)
+    assert "prompts not built together; each built alone" in caplog.text

@@ -177,6 +177,18 @@ class PromptBatch:
             log.info("prompt embeddings built together for a step's prompts (%s)", VARIABLE)
         return len(rows)
 
+    def build_or_leave(self, infos: Sequence[Any]) -> int:
+        """`build`, or, should it fail, every row left to vllm-omni's own build (none keeps a prompt half made), the
+        failure logged: a step is never lost to this."""
+        try:
+            return self.build(infos)
+        except Exception:
+            log.exception("%s: prompts not built together; each built alone", VARIABLE)
+            for info in infos:
+                if isinstance(info, dict):
+                    info.pop(BUILT, None)
+            return 0
+
     def _prompt(self, ids: Any, role: tuple[int, ...], row: Row, device: Any) -> tuple[Any, Any, None, None]:
         """`build_prompt_embeds`'s result for this row (prompt_embeds_builder.py:1402-1453 for CustomVoice,
         :1455-1491 for VoiceDesign, the same but for the speaker)."""

@@ -472,7 +472,10 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         # a step's CustomVoice and VoiceDesign prompts built together before its rows' preprocessing (outermost: a
         # prompt built beforehand goes to no stream of its own)
         self._prompt_batch: prompt_batch.PromptBatch | None = None
-        if prompt_batch.enabled(os.environ):
+        if prompt_batch.enabled(os.environ) and not getattr(self, "_use_v2_model_runner", False):
+            # vllm-omni's first model runner never calls preprocess_batch_mrv2, where the prompts are built together
+            log.warning("%s: only with vllm-omni's second model runner; off", prompt_batch.VARIABLE)
+        elif prompt_batch.enabled(os.environ):
             builder = self._prompt_builder
             self._prompt_batch = prompt_batch.PromptBatch(builder, build_assistant_text, torch)
             builder.build_prompt_embeds = self._prompt_batch.wrap(builder.build_prompt_embeds)
@@ -498,13 +501,7 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         together (`prompt_batch.py`). Should that fail, each row is left to vllm-omni's own build."""
         super().preprocess_batch_mrv2(req_infos=req_infos, device=device)
         if self._prompt_batch is not None and self._lever_switch.on("prompt_batch"):
-            try:
-                self._prompt_batch.build(req_infos)
-            except Exception:
-                log.exception("%s: prompts not built together; each built alone", prompt_batch.VARIABLE)
-                for info in req_infos:
-                    if isinstance(info, dict):
-                        info.pop(prompt_batch.BUILT, None)
+            self._prompt_batch.build_or_leave(req_infos)
 
     def preprocess_decode_batch_mrv2(
         self, *, input_ids: torch.Tensor, input_embeds: torch.Tensor, req_infos: list[dict[str, Any]]
