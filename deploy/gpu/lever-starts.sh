@@ -83,15 +83,16 @@
 #                            load tool runs its targets in turn), so that a side worse in bursts is told apart from
 #                            the one that goes second
 #   SWITCH_ROUNDS=""         TARGET=service: round:LEVERS words (LEVERS comma-separated among steady_decode,
-#                            prompt_stream and prompt_batch, or empty), e.g. "a1: s1:steady_decode s2:steady_decode a2:": each variant's
+#                            prompt_stream and prompt_batch, or empty; each on by its setting in every variant), e.g.
+#                            "a1: s1:steady_decode s2:steady_decode a2:": each variant's
 #                            server started with SPEECH_OMNI__LEVER_SWITCH_FILE (app/engines/omni/stage_plugins/
 #                            lever_switch.py; the variant's own settings must turn those levers on), then its levels
 #                            (bench-first to steady-c32, and the request timeline) swept once a round into
 #                            $OUT/<variant>/<round>/, the round's levers written to the file first: a lever and its
 #                            baseline in one start, level by level. The second benchmark, the profiles and py-spy run
 #                            once, after the last round, in its state
-#   ROUND_S=120              with UNTIL and SWITCH_ROUNDS: a round that would not end ROUND_S before the deadline
-#                            is skipped (the second benchmark and the stop still run)
+#   ROUND_S=120              with UNTIL and SWITCH_ROUNDS: a round is begun only if ROUND_S and what follows the
+#                            rounds (the second benchmark, profiles, py-spy, the stop) fit before the deadline
 #   SWITCH_SETTLE_S=1        after the file is written, before the round's first level (the talker reads it every
 #                            quarter second)
 #   TIMELINE_LEVELS="1:16 32:64"  with TORCH_PROFILE=1 on the omni engine (TARGET=service, service-pair): before the
@@ -179,20 +180,26 @@ done
 sweeps() { case " $SWEEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }  # $1 a sweep: whether to run it
 SWITCH_ROUNDS=${SWITCH_ROUNDS:-}
 SWITCH_SETTLE_S=${SWITCH_SETTLE_S:-1}
+# the levers a lever switch file may name (app/engines/omni/stage_plugins/lever_switch.py's LEVERS), and the folders of
+# a variant that a round may not be named as
+SWITCHABLE="steady_decode prompt_stream prompt_batch"
+VARIANT_FOLDERS=" logs timeline pyspy traces start-pyspy "
 if [ -n "$SWITCH_ROUNDS" ]; then  # checked before anything starts
   if [ "$TARGET" != service ]; then
     echo "lever-starts: SWITCH_ROUNDS switches the omni engine's levers in one server: TARGET=service only" >&2
     exit 64
   fi
+  alternatives=${SWITCHABLE// /|}
   rounds_seen=" "
   for round in $SWITCH_ROUNDS; do
-    if ! [[ $round =~ ^[A-Za-z0-9._-]+:((steady_decode|prompt_stream|prompt_batch)(,(steady_decode|prompt_stream|prompt_batch))*)?$ ]]; then
+    if ! [[ $round =~ ^[A-Za-z0-9][A-Za-z0-9._-]*:(($alternatives)(,($alternatives))*)?$ ]]; then
       echo "lever-starts: SWITCH_ROUNDS: '$round' is not round:LEVERS (LEVERS comma-separated among" \
-        "steady_decode, prompt_stream and prompt_batch, or none)" >&2
+        "${SWITCHABLE// /, }, or none)" >&2
       exit 64
     fi
-    case $rounds_seen in *" ${round%%:*} "*)
-      echo "lever-starts: SWITCH_ROUNDS: the round '${round%%:*}' is named twice" >&2; exit 64 ;;
+    case $rounds_seen$VARIANT_FOLDERS in *" ${round%%:*} "*)
+      echo "lever-starts: SWITCH_ROUNDS: the round '${round%%:*}' is named twice, or as a variant's folder" >&2
+      exit 64 ;;
     esac
     rounds_seen="$rounds_seen${round%%:*} "
   done
@@ -202,8 +209,11 @@ fi
 # the omni engine's timeline levels (TORCH_PROFILE=1): about 20 s each
 [ "$TORCH_PROFILE" = 1 ] && ! on_sglang &&
   SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 20 * $(wc -w <<<"$TIMELINE_LEVELS")))
+# what follows the rounds: the second benchmark and the stop (about 30 s), each profiled window, py-spy's level
+TAIL_S=$((30 + (TORCH_PROFILE == 1 ? 60 * $(wc -w <<<"$PROFILE_LEVELS") : 0) + (PYSPY == 1 ? 30 : 0)))
 # every round its levels and timeline again: about 120 s each beyond the first
-[ -n "$SWITCH_ROUNDS" ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + ${ROUND_S:-120} * ($(wc -w <<<"$SWITCH_ROUNDS") - 1)))
+[ -n "$SWITCH_ROUNDS" ] &&
+  SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + ${ROUND_S:-120} * ($(wc -w <<<"$SWITCH_ROUNDS") - 1)))
 # a pair's every level runs twice, one server after the other; its burst again, B first: about 10 s more a server
 a_pair && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S * 2 + 20))
 export TARGETS=$SERVERS SWEEP_TARGETS=$SERVERS KV_WAIT_S=${KV_WAIT_S:-0}
@@ -236,6 +246,19 @@ value_of() {  # $1 NAME=value words, $2 a NAME: its value (the last one, as `env
   for word in $1; do case $word in "$2="*) value=${word#*=} ;; esac; done
   echo "$value"
 }
+if [ -n "$SWITCH_ROUNDS" ]; then  # a lever switched in rounds must be on by its setting, or each round measures none
+  for switched in $(for round in $SWITCH_ROUNDS; do tr ',' ' ' <<<"${round#*:}"; done | tr ' ' '\n' | sort -u); do
+    for variant in $VARIANTS; do
+      lever_env_name="LEVER_${variant#*:}"
+      case $(value_of "$BASE_ENV ${!lever_env_name:-}" "SPEECH_OMNI__${switched^^}") in
+        true | True | TRUE | 1) ;;
+        *) echo "lever-starts: SWITCH_ROUNDS switches $switched, which the variant ${variant%%:*} does not turn on" \
+          "(SPEECH_OMNI__${switched^^}=true in its LEVER_${variant#*:} or BASE_ENV)" >&2
+          exit 64 ;;
+      esac
+    done
+  done
+fi
 # a pair's two servers each on a GPU of its own: on one, two sglang engines at their memory share cannot both start,
 # and two omni services would measure each other
 GPUS=$(value_of "$BASE_ENV" CUDA_VISIBLE_DEVICES) GPUS_B=$(value_of "$BASE_ENV_B" CUDA_VISIBLE_DEVICES)
@@ -462,6 +485,10 @@ finish() {  # after the stop, on every path: the engine's own start phases, then
   for log in "$OUT"/logs/*.log; do [ -f "$log" ] && gzip -f "$log"; done
 }
 
+write_switch() {  # $1 a round's LEVERS (comma-separated), $2 the lever switch file: replaced whole, never read half
+  tr ',' ' ' <<<"$1" >"$2.tmp" && mv "$2.tmp" "$2"
+}
+
 level_sweeps() {  # a variant's levels, from the first benchmark to the request timeline, into $OUT
   sweeps bench-first &&
     step "bench first-c32" on_load_cpus env CONCURRENCY=32 SWEEP_NAME=first-c32 "$SBS" sweep-bench \
@@ -523,8 +550,8 @@ for variant in $VARIANTS; do
     export SERVICE_ENV="$BASE_ENV${lever_env:+ $lever_env}" SERVICE_B_ENV="$BASE_ENV_B${lever_b_env:+ $lever_b_env}"
     if [ -n "$SWITCH_ROUNDS" ]; then  # the first round's levers in force from the start
       SERVICE_ENV="$SERVICE_ENV SPEECH_OMNI__LEVER_SWITCH_FILE=$ROOT/$name/lever-switch"
-      first_round=${SWITCH_ROUNDS%% *}
-      mkdir -p "$ROOT/$name" && echo "${first_round#*:}" | tr ',' ' ' >"$ROOT/$name/lever-switch"
+      read -r first_round _ <<<"$SWITCH_ROUNDS"
+      mkdir -p "$ROOT/$name" && write_switch "${first_round#*:}" "$ROOT/$name/lever-switch"
     fi
     export PROFILE_SET="$RUN_PROFILE_SET${RUN_PROFILE_SET:+${lever_profile_set:+;}}$lever_profile_set"
     [ "$TORCH_PROFILE" = 1 ] || export PROFILER_DIR=""
@@ -572,18 +599,21 @@ for variant in $VARIANTS; do
   if [ -n "$SWITCH_ROUNDS" ]; then  # each round's levers written, then its levels into a folder of its own
     variant_name=$name variant_out=$OUT
     for round in $SWITCH_ROUNDS; do
-      # a round's levels take about ROUND_S (120 s on an H200): one that would end past the deadline is not begun
-      if [ -n "$UNTIL" ] && [ $(($(date +%s) + ${ROUND_S:-120})) -gt "$UNTIL" ]; then
+      # a round's levels take about ROUND_S (120 s on an H200): one that would leave too little before the deadline
+      # for what follows the rounds (the second benchmark, the profiles, py-spy, the stop) is not begun
+      if [ -n "$UNTIL" ] && [ $(($(date +%s) + ${ROUND_S:-120} + TAIL_S)) -gt "$UNTIL" ]; then
         progress "$variant_name/${round%%:*} round skipped: ${ROUND_S:-120} s would not fit"
         continue
       fi
-      echo "${round#*:}" | tr ',' ' ' >"$variant_out/lever-switch"
+      write_switch "${round#*:}" "$variant_out/lever-switch"
       sleep "$SWITCH_SETTLE_S"
       name="$variant_name/${round%%:*}"
       progress "$name round: levers ${round#*:}"
       export OUT=$variant_out/${round%%:*}
       mkdir -p "$OUT" && : >"$OUT/sweeps.log"
       level_sweeps
+      # py-spy's level, after the rounds, names the threads from the last steady level's reading
+      for ticks in "$OUT"/cpu-*-c32.txt; do [ -f "$ticks" ] && cp "$ticks" "$variant_out/"; done
     done
     name=$variant_name
     export OUT=$variant_out

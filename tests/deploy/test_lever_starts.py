@@ -531,7 +531,7 @@ def test_switch_rounds_sweep_each_rounds_levels_in_one_start_with_its_levers_wri
         TARGET="service",
         VARIANTS="v1:S",
         LEVER_S="SPEECH_OMNI__STEADY_DECODE=true SPEECH_OMNI__PROMPT_STREAM=true",
-        SWITCH_ROUNDS="a1: s1:steady_decode b1:steady_decode,prompt_stream a2:",
+        SWITCH_ROUNDS=" s0:steady_decode a1: s1:steady_decode b1:steady_decode,prompt_stream a2:",  # as a list wraps
         SWITCH_SETTLE_S="0",
         TORCH_PROFILE="1",
         PROFILE_LEVELS="",
@@ -540,13 +540,19 @@ def test_switch_rounds_sweep_each_rounds_levels_in_one_start_with_its_levers_wri
     assert done.returncode == 0, done.stdout + done.stderr
     recorded = calls(tmp_path)
     switch = tmp_path / "out/v1/lever-switch"
-    assert recorded[0][0] == "start" and recorded[0][1] == "v1" and recorded[0][18] == ""
+    assert recorded[0][0] == "start" and recorded[0][1] == "v1" and recorded[0][18] == "steady_decode"  # s0's
     assert recorded[0][9] == (
         "CUDA_VISIBLE_DEVICES=0 SPEECH_OMNI__STEADY_DECODE=true SPEECH_OMNI__PROMPT_STREAM=true"
         f" SPEECH_OMNI__LEVER_SWITCH_FILE={switch}"
     )
     levels = ["first-c32", "c1", "burst-c8", "burst-c32", "c8", "c32", "tl-c32"]
-    rounds = [("a1", ""), ("s1", "steady_decode"), ("b1", "steady_decode prompt_stream"), ("a2", "")]
+    rounds = [
+        ("s0", "steady_decode"),
+        ("a1", ""),
+        ("s1", "steady_decode"),
+        ("b1", "steady_decode prompt_stream"),
+        ("a2", ""),
+    ]
     assert [(call[1], call[2], call[18]) for call in recorded[1:-2]] == [
         (round_, level, levers) for round_, levers in rounds for level in levels
     ]
@@ -579,14 +585,19 @@ def test_a_switch_round_that_would_end_past_the_deadline_is_skipped_and_the_vari
 
 
 def test_switch_rounds_it_cannot_run_are_refused_before_anything_starts(tmp_path: Path) -> None:
-    for target, rounds, said in [
-        ("service", "a1: s1:fused_kernels", "is not round:LEVERS"),
-        ("service", "a1: a1:steady_decode", "the round 'a1' is named twice"),
-        ("service-sglang", "a1: s1:steady_decode", "TARGET=service only"),
+    on = "SPEECH_OMNI__STEADY_DECODE=true"
+    for target, rounds, lever, said in [
+        ("service", "a1: s1:fused_kernels", on, "is not round:LEVERS"),
+        ("service", "a1: ..:steady_decode", on, "is not round:LEVERS"),  # its results would land outside the variant
+        ("service", "a1: a1:steady_decode", on, "the round 'a1' is named twice, or as a variant's folder"),
+        ("service", "a1: logs:steady_decode", on, "the round 'logs' is named twice, or as a variant's folder"),
+        ("service-sglang", "a1: s1:steady_decode", on, "TARGET=service only"),
+        # switched but never on: every round would measure the baseline
+        ("service", "a1: b1:prompt_batch", on, "switches prompt_batch, which the variant v1 does not turn on"),
     ]:
-        done = run(tmp_path, TARGET=target, VARIANTS="v1:S", LEVER_S="", SWITCH_ROUNDS=rounds)
+        done = run(tmp_path, TARGET=target, VARIANTS="v1:S", LEVER_S=lever, SWITCH_ROUNDS=rounds)
         assert done.returncode == 64, rounds
-        assert said in done.stderr
+        assert said in done.stderr, done.stderr
     assert not (tmp_path / "calls").exists()
 
 

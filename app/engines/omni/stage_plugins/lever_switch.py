@@ -41,6 +41,7 @@ class Switch:
         self._named: frozenset[str] | None = None  # None: not read yet
 
     def on(self, lever: str) -> bool:
+        assert lever in LEVERS, lever  # a misspelt name would be off whatever the file says
         if self.path is None:
             return True
         with self._lock:
