@@ -89,8 +89,8 @@
 #                            lever_switch.py; the variant's own settings must turn those levers on), then its levels
 #                            (bench-first to steady-c32, and the request timeline) swept once a round into
 #                            $OUT/<variant>/<round>/, the round's levers written to the file first: a lever and its
-#                            baseline in one start, level by level. The second benchmark, the profiles and py-spy run
-#                            once, after the last round, in its state
+#                            baseline in one start, level by level (deploy/gpu/rounds_table.py tables the rounds). The
+#                            second benchmark, the profiles and py-spy run once, after the last round, in its state
 #   ROUND_S=120              with UNTIL and SWITCH_ROUNDS: a round is begun only if ROUND_S and what follows the
 #                            rounds (the second benchmark, profiles, py-spy, the stop) fit before the deadline
 #   SWITCH_SETTLE_S=1        after the file is written, before the round's first level (the talker reads it every

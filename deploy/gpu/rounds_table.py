@@ -1,0 +1,210 @@
+"""The rounds of one start side by side: what each round of lever-starts.sh's SWITCH_ROUNDS measured (or any folders
+of its results: each variant's of a run started in turn), one column a round, and each lever round's ratio to its
+baseline rounds.
+
+    python3 deploy/gpu/rounds_table.py OUT/v1 --rounds a1 s1 b1 a2 s2 b2 a3 --baseline a1 a2 a3
+
+For each round (a folder of side-by-side.sh's results): the load tool's levels (time to uninterrupted audio p50 / p95
+ms, the share of streams that ran dry, TTFA p95 ms, req/s; c=1: TTFA p50 / p95 and E2E p50), vllm-omni's benchmark
+(req/s, TTFP p50 / p95 ms), the GPU's mean utilization over each level (`gpu-util.md`), and from the request timeline
+at c=32 (`timeline-c32.md`) the talker's steps on the host: a decode-only step's time to the next and its
+preprocessing, a step that took in prompts and its prompt builder (p50 ms). A measure a round lacks is shown as –.
+
+Then, for each round not among the baseline's, the ratio of its value to the median of the baseline rounds' for the
+figures a lever is judged by (uninterrupted p95, req/s, the benchmark's req/s and TTFP p95, the steps), with `*` where
+its value lies outside the baseline rounds' range: within it, the ratio is within what the baseline differs by
+from itself in the same start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# (label, the sweep's folder): the levels lever-starts.sh runs, in its order
+LEVELS = (
+    ("c=1", "closed-c1"),
+    ("burst of 8", "closed-burst-c8"),
+    ("burst of 32", "closed-burst-c32"),
+    ("steady c=8", "closed-c8"),
+    ("steady c=32", "closed-c32"),
+)
+BENCHES = (("benchmark c=32, first", "bench-first-c32"), ("benchmark c=32, again", "bench-again-c32"))
+# the talker's step tables in timeline-c32.md (deploy/gpu/omni_timeline.py): (label, the table's heading, its row)
+STEPS = (
+    ("decode step, to the next p50 ms", "decode only", "to the next step"),
+    ("decode step, preprocess p50 ms", "decode only", "preprocess"),
+    ("prompt step, to the next p50 ms", "took in a prompt", "to the next step"),
+    ("prompt step, prompt builder p50 ms", "took in a prompt", "prompt"),
+)
+Reading = dict[str, float | None]
+
+
+def level_results(folder: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((folder / "results.json").read_text())["runs"][0]
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+
+
+def bench_results(folder: Path) -> dict[str, Any] | None:
+    for path in sorted(folder.glob("c*-service.json")):
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def gpu_mean(folder: Path) -> float | None:
+    """The first GPU's mean utilization % in the level's gpu-util.md."""
+    try:
+        text = (folder / "gpu-util.md").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].isdigit():
+            try:
+                return float(cells[2])
+            except ValueError:
+                return None
+    return None
+
+
+def step_p50(timeline: str, heading: str, row: str) -> float | None:
+    """The p50 of `row` in the step table whose heading holds `heading` (omni_timeline.py's tables: phase, steps,
+    p50, p95, max)."""
+    at = timeline.find(heading)
+    if at < 0:
+        return None
+    for line in timeline[at:].splitlines()[1:]:
+        if line.startswith("The ") or line.startswith("#"):
+            break  # the next table
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0] == row:
+            try:
+                return float(cells[2])
+            except ValueError:
+                return None
+    return None
+
+
+def read_round(folder: Path) -> Reading:
+    """Every figure of one round, by name (None where it lacks one)."""
+    reading: Reading = {}
+    ms = 1000.0
+    for label, sweep in LEVELS:
+        run = level_results(folder / sweep)
+        values: dict[str, Callable[[dict[str, Any]], float]] = {
+            "uninterrupted p50": lambda r: r["uninterrupted_s"]["p50"] * ms,
+            "uninterrupted p95": lambda r: r["uninterrupted_s"]["p95"] * ms,
+            "ran dry %": lambda r: r["ran_dry_share"] * 100,
+            "TTFA p50": lambda r: r["ttfa_s"]["p50"] * ms,
+            "TTFA p95": lambda r: r["ttfa_s"]["p95"] * ms,
+            "E2E p50": lambda r: r["e2e_s"]["p50"] * ms,
+            "req/s": lambda r: r["throughput_rps"],
+        }
+        for name, value in values.items():
+            try:
+                reading[f"{label} {name}"] = value(run) if run is not None else None
+            except (KeyError, TypeError):
+                reading[f"{label} {name}"] = None
+        reading[f"{label} GPU %"] = gpu_mean(folder / sweep)
+    for label, sweep in BENCHES:
+        bench = bench_results(folder / sweep)
+        for name, key in (
+            ("req/s", "request_throughput"),
+            ("TTFP p50", "p50_audio_ttfp_ms"),
+            ("TTFP p95", "p95_audio_ttfp_ms"),
+        ):
+            value = bench.get(key) if bench else None
+            reading[f"{label} {name}"] = float(value) if isinstance(value, (int, float)) else None
+    try:
+        timeline = (folder / "timeline-c32.md").read_text()
+    except OSError:
+        timeline = ""
+    for label, heading, row in STEPS:
+        reading[label] = step_p50(timeline, heading, row)
+    return reading
+
+
+def shown(value: float | None, name: str) -> str:
+    if value is None:
+        return "–"
+    if name.endswith("req/s"):
+        return f"{value:.2f}"
+    if "step" in name:
+        return f"{value:.1f}"
+    return f"{value:.0f}"
+
+
+# the figures a lever is judged by, with which way is better (1: higher, -1: lower)
+JUDGED = (
+    *((f"{label} uninterrupted p95", -1) for label, _ in LEVELS),
+    *((f"{label} req/s", 1) for label, _ in LEVELS[1:]),
+    *((f"{label} {name}", sign) for label, _ in BENCHES for name, sign in (("req/s", 1), ("TTFP p95", -1))),
+    *((label, -1) for label, _, _ in STEPS),
+)
+
+
+def table(readings: dict[str, Reading], baseline: list[str]) -> str:
+    rounds = list(readings)
+    names = list(next(iter(readings.values())))
+    lines = ["| figure | " + " | ".join(rounds) + " |", "| --- |" + " --- |" * len(rounds)]
+    for name in names:
+        if all(readings[r][name] is None for r in rounds):
+            continue
+        lines.append(f"| {name} | " + " | ".join(shown(readings[r][name], name) for r in rounds) + " |")
+    levers = [r for r in rounds if r not in baseline]
+    if baseline and levers:
+        lines += [
+            "",
+            f"Each round against the median of {', '.join(baseline)} (`*`: outside their range; lower is better but "
+            "for req/s):",
+            "",
+            "| figure | " + " | ".join(levers) + " |",
+            "| --- |" + " --- |" * len(levers),
+        ]
+        for name, _better in JUDGED:
+            base = [readings[r][name] for r in baseline if readings[r][name] is not None]
+            if not base:
+                continue
+            middle, low, high = statistics.median(base), min(base), max(base)
+            cells = []
+            for r in levers:
+                value = readings[r][name]
+                if value is None or not middle:
+                    cells.append("–")
+                    continue
+                outside = "*" if value < low or value > high else ""
+                cells.append(f"{value / middle:.2f}×{outside}")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("root", type=Path, help="the folder that holds the rounds' folders")
+    parser.add_argument("--rounds", nargs="+", required=True, help="the rounds' folders under ROOT, in order")
+    parser.add_argument("--baseline", nargs="*", default=[], help="the rounds without the lever")
+    args = parser.parse_args(argv)
+    missing = [r for r in args.rounds if not (args.root / r).is_dir()]
+    unknown = [r for r in args.baseline if r not in args.rounds]
+    if missing or unknown:
+        print(
+            f"rounds_table: no folder for {missing}; baseline rounds not among the rounds: {unknown}", file=sys.stderr
+        )
+        return 2
+    readings = {r: read_round(args.root / r) for r in args.rounds}
+    sys.stdout.write(table(readings, args.baseline))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
