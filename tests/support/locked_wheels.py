@@ -122,3 +122,15 @@ def function_def(scope: ast.Module | ast.ClassDef, name: str) -> FunctionNode:
     found = [node for node in scope.body if isinstance(node, FunctionNode) and node.name == name]
     assert found, f"the wheel defines no function {name} in {getattr(scope, 'name', 'the module')}"
     return found[-1]
+
+
+def literal_constants(tree: ast.Module) -> dict[str, object]:
+    """A module's top-level `NAME = literal` assignments."""
+    found: dict[str, object] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+    return found

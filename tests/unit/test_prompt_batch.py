@@ -19,7 +19,7 @@ import pytest
 
 from app.engines.omni.stage_plugins import prompt_batch
 from tests.fakes import torch_prompts as torch
-from tests.support.locked_wheels import Wheel, class_def, fetch_locked_wheel, function_def
+from tests.support.locked_wheels import Wheel, class_def, fetch_locked_wheel, function_def, literal_constants
 
 BUILDER_MODULE = "model_executor/models/qwen3_tts/prompt_embeds_builder.py"
 HELPERS = ("build_assistant_text", "build_instruct_text", "first_value", "coerce_token_ids")
@@ -68,12 +68,7 @@ def wheel_builder_class(wheel: Wheel) -> type:
         "torch": torch, "np": np, "nn": SimpleNamespace(Module=object), "Any": Any, "OrderedDict": OrderedDict,
         "Mapping": Mapping, "Sequence": Sequence, "Callable": Callable, "logger": SimpleNamespace(),
     }  # fmt: skip
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                namespace[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                continue
+    namespace.update(literal_constants(tree))
     for name in HELPERS:
         node = function_def(tree, name)
         exec(compile("from __future__ import annotations\n" + ast.unparse(node), BUILDER_MODULE, "exec"), namespace)

@@ -25,7 +25,7 @@ import pytest
 from app.engines.omni.stage_plugins import steady_decode
 from tests.fakes import torch_rows as torch
 from tests.fakes.torch_rows import Tensor, same
-from tests.support.locked_wheels import Wheel, class_def, fetch_locked_wheel, function_def
+from tests.support.locked_wheels import Wheel, class_def, fetch_locked_wheel, function_def, literal_constants
 
 ROOT = Path(__file__).resolve().parents[2]
 TALKER_MODULE = "model_executor/models/qwen3_tts/qwen3_tts_talker.py"
@@ -58,18 +58,6 @@ class Logger:
     warning = info = debug = warning_once
 
 
-def constants(tree: ast.Module) -> dict[str, Any]:
-    """A module's top-level `NAME = literal` assignments."""
-    found = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                found[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                continue
-    return found
-
-
 def compiled(node: ast.FunctionDef, namespace: dict[str, Any], where: str) -> Callable[..., Any]:
     module = ast.Module(body=[node], type_ignores=[])
     exec(compile("from __future__ import annotations\n" + ast.unparse(module), where, "exec"), namespace)
@@ -86,8 +74,8 @@ def talker_class(wheel: Wheel) -> type:
         "logger": Logger(),
         "OmniOutput": OmniOutput,
         "Any": Any,
-        **constants(tree),
-        "PRECOMPUTED_TEXT_IDS_KEY": constants(wheel.tree(BUILDER_MODULE))["PRECOMPUTED_TEXT_IDS_KEY"],
+        **literal_constants(tree),
+        "PRECOMPUTED_TEXT_IDS_KEY": literal_constants(wheel.tree(BUILDER_MODULE))["PRECOMPUTED_TEXT_IDS_KEY"],
     }
     for name in HELPERS:
         compiled(function_def(tree, name), namespace, f"{TALKER_MODULE}:{name}")
@@ -373,7 +361,7 @@ def test_the_runner_calls_the_hooks_the_talker_overrides_as_the_override_takes_t
     assert "'model_intermediate_buffer': buffer_list" in outputs
     assert "self.model.make_omni_output(model_output, **make_output_kwargs)" in outputs
 
-    wheel_constants = constants(wheel.tree(TALKER_MODULE))
+    wheel_constants = literal_constants(wheel.tree(TALKER_MODULE))
     assert wheel_constants["_TRAILING_TEXT_COMPACT_MIN_FRAMES"] == steady_decode.TRAILING_TEXT_COMPACT_MIN_FRAMES
     assert wheel_constants["_ASYNC_REF_CODES_PUBLISHED_KEY"] == steady_decode.REF_CODES_PUBLISHED
 
