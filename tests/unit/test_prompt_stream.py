@@ -156,3 +156,15 @@ def test_switched_off_the_prompts_are_built_on_the_talkers_stream_and_the_next_b
         "back on talker",
         "talker waits for prompts",
     ]
+
+
+def test_work_on_the_talkers_stream_said_to_be_behind_makes_the_next_build_aside_wait_for_it() -> None:
+    """The prompts built together (prompt_batch.py) run on the talker's stream before the step's rows: the talker
+    says so, and the next build aside waits for the talker's stream first, on the GPU."""
+    cuda = Cuda()
+    aside = PromptsAside(builder(cuda, "built"), cuda)
+    aside(task_type="CustomVoice", info_dict={"text": ["Hi."]})
+    aside.behind()
+    cuda.events.clear()
+    aside(task_type="CustomVoice", info_dict={"text": ["Hi."]})
+    assert cuda.events[0] == "prompts waits for talker"

@@ -69,6 +69,11 @@ class PromptsAside:
         self._stream: Any = None
         self._behind = True  # the talker's stream may hold work the builder's next build reads
 
+    def behind(self) -> None:
+        """Work on the talker's stream may have made what the builder's next build reads (the prompts built together
+        before the step's rows, prompt_batch.py): that build waits for it first, on the GPU."""
+        self._behind = True
+
     def __call__(self, *, task_type: str, info_dict: dict[str, Any]) -> Any:
         cuda = self._cuda if self._cuda is not None else _torch_cuda()
         if (

@@ -456,6 +456,7 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         if type(self.code_predictor) is not Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM:
             raise TypeError(f"the talker built a {type(self.code_predictor).__name__}, not vllm-omni's code predictor")
         self.code_predictor.__class__ = self.predictor_class  # adds methods only: nothing built twice
+        self._prompts_aside: prompt_stream.PromptsAside | None = None
         switch = lever_switch.from_environ(os.environ)  # where a benchmark switches the two levers below in one start
         self._lever_switch = switch
         if prompt_stream.enabled(os.environ):  # the prompts' copies wait for nothing but themselves
@@ -466,9 +467,10 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
                 )
             else:
                 builder = self._prompt_builder
-                builder.build_prompt_embeds = prompt_stream.PromptsAside(
+                self._prompts_aside = prompt_stream.PromptsAside(
                     builder.build_prompt_embeds, switched_on=None if switch.path is None else self._prompt_stream_on
                 )
+                builder.build_prompt_embeds = self._prompts_aside
         # a step's CustomVoice and VoiceDesign prompts built together before its rows' preprocessing (outermost: a
         # prompt built beforehand goes to no stream of its own)
         self._prompt_batch: prompt_batch.PromptBatch | None = None
@@ -501,7 +503,8 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         together (`prompt_batch.py`). Should that fail, each row is left to vllm-omni's own build."""
         super().preprocess_batch_mrv2(req_infos=req_infos, device=device)
         if self._prompt_batch is not None and self._lever_switch.on("prompt_batch"):
-            self._prompt_batch.build_or_leave(req_infos)
+            if self._prompt_batch.build_or_leave(req_infos) and self._prompts_aside is not None:
+                self._prompts_aside.behind()  # built on the talker's stream: a build aside waits for it on the GPU
 
     def preprocess_decode_batch_mrv2(
         self, *, input_ids: torch.Tensor, input_embeds: torch.Tensor, req_infos: list[dict[str, Any]]
