@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
 from app.api.errors import ApiError, websocket_error_message
@@ -111,11 +111,35 @@ class ApiKeyMiddleware:
         return key
 
     async def _run_holding(self, key: int, scope: Scope, receive: Receive, send: Send) -> None:
+        """Runs the request holding one of its key's places, given back once it has ended for its client: before the
+        response's last byte or the WebSocket's close is sent (or once the client has left the WebSocket), not when
+        the app returns after it. A client that sends its next request as soon as it has read the last one is then
+        never refused for a request that it has already seen end."""
         self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self._in_flight[key] -= 1
+
+        async def sending(message: Message) -> None:
+            kind = message["type"]
+            if (kind == "http.response.body" and not message.get("more_body", False)) or kind == "websocket.close":
+                release()
+            await send(message)
+
+        async def receiving() -> Message:
+            message = await receive()
+            if message["type"] == "websocket.disconnect":
+                release()
+            return message
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receiving, sending)
         finally:
-            self._in_flight[key] -= 1
+            release()
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)

@@ -1,0 +1,113 @@
+"""SPEECH_API_KEY_MAX_CONCURRENCY as a client that never runs two requests at once meets it: the key's place is free
+again by the time the client has seen its request end (the response's last byte, the WebSocket's close), so that its
+next request, sent at once, is never refused for the one before."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.types import Message, Receive, Scope, Send
+
+from app.api.auth import ApiKeyMiddleware
+
+KEY = "sk-unit-0123456789"
+AUTH = [(b"authorization", f"Bearer {KEY}".encode())]
+
+
+def http_scope() -> Scope:
+    return {"type": "http", "method": "POST", "path": "/v1/audio/speech", "headers": AUTH, "query_string": b""}
+
+
+def ws_scope() -> Scope:
+    return {"type": "websocket", "path": "/v1/audio/speech/stream", "headers": AUTH, "query_string": b""}
+
+
+async def http_receive() -> Message:
+    return {"type": "http.request", "body": b"{}", "more_body": False}
+
+
+class NextRequestOnEnd:
+    """The client: the moment its request ends for it (what `ends` names is sent), it sends its next request through
+    the same middleware, and keeps the status that request was answered with."""
+
+    def __init__(self, middleware: ApiKeyMiddleware, ends: Any) -> None:
+        self.middleware = middleware
+        self.ends = ends
+        self.next_status: int | None = None
+
+    async def __call__(self, message: Message) -> None:
+        if self.ends(message) and self.next_status is None:
+            self.next_status = 0
+            statuses: list[int] = []
+
+            async def record(sent: Message) -> None:
+                if sent["type"] == "http.response.start":
+                    statuses.append(sent["status"])
+
+            await self.middleware(http_scope(), http_receive, record)
+            self.next_status = statuses[0]
+
+
+def answering_app(after_close: Any = None) -> Any:
+    """A streamed response in two chunks; a WebSocket that runs until its client leaves, then still has work of its
+    own (its speech stopped, its accounting), during which `after_close` runs: the client's next request."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            assert (await receive())["type"] == "websocket.connect"
+            await send({"type": "websocket.accept"})
+            while (await receive())["type"] != "websocket.disconnect":
+                pass
+            await after_close()
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"audio", "more_body": True})
+        await send({"type": "http.response.body", "body": b"more", "more_body": False})
+
+    return app
+
+
+def last_byte(message: Message) -> bool:
+    return message["type"] == "http.response.body" and not message.get("more_body", False)
+
+
+async def test_a_request_sent_as_the_last_one_ends_is_not_refused() -> None:
+    """Before, the place was given back only once the app had returned, after the last byte had left: a client
+    that read it and sent its next request at once was refused 429 now and then (4 in 60 in a row, one at a time)."""
+    middleware = ApiKeyMiddleware(answering_app(), [KEY], max_concurrency_per_key=1)
+    client = NextRequestOnEnd(middleware, last_byte)
+    await middleware(http_scope(), http_receive, client)
+    assert client.next_status == 200
+    assert middleware._in_flight == {0: 0}
+
+
+async def test_a_request_sent_once_the_client_left_its_websocket_is_not_refused() -> None:
+    statuses: list[int] = []
+
+    async def next_request() -> None:
+        async def record(sent: Message) -> None:
+            if sent["type"] == "http.response.start":
+                statuses.append(sent["status"])
+
+        await middleware(http_scope(), http_receive, record)
+
+    middleware = ApiKeyMiddleware(answering_app(next_request), [KEY], max_concurrency_per_key=1)
+    messages = iter([{"type": "websocket.connect"}, {"type": "websocket.receive", "text": "{}"}])
+
+    async def receive() -> Message:
+        return next(messages, {"type": "websocket.disconnect", "code": 1000})
+
+    async def send(message: Message) -> None:
+        pass
+
+    await middleware(ws_scope(), receive, send)
+    assert statuses == [200]
+    assert middleware._in_flight == {0: 0}
+
+
+async def test_the_limit_still_holds_while_a_request_runs() -> None:
+    middleware = ApiKeyMiddleware(answering_app(), [KEY], max_concurrency_per_key=1)
+    client = NextRequestOnEnd(middleware, lambda message: message.get("more_body") is True)
+    await middleware(http_scope(), http_receive, client)
+    assert client.next_status == 429
+    assert middleware._in_flight == {0: 0}
