@@ -53,6 +53,21 @@ def test_a_sign_after_an_amount_as_before_it_whatever_the_sign() -> None:
 
 
 @pytest.mark.parametrize(
+    ("written", "as_if"),
+    [
+        ("Only 99\u00a2 today.", "Only 99 cents today."),
+        ("It costs 1\u00a2.", "It costs 1 cent."),
+        ("It costs 50 \u00a2 each.", "It costs 50 cents each."),
+        ("It costs 0.5\u00a2.", "It costs 0.5 cents."),
+    ],
+)
+def test_a_cent_sign_after_its_amount_is_read_after_it(written: str, as_if: str) -> None:
+    """hibari reads "99¢" as "ninety-nine cents"; moved before its amount as the other signs are, it was read
+    "cents ninety-nine"."""
+    assert said(written) == said(as_if)
+
+
+@pytest.mark.parametrize(
     "text",
     ["I have 2 $20 bills.", "Buy 3 \u00a35 tickets.", "Prices: 5 $6 $7 now.", "It is 1 000 \u20ac now."],
 )

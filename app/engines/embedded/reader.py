@@ -13,8 +13,9 @@
   `²`, `½`, `①`, `Ⅻ`) are read as what Unicode's compatibility decomposition makes them (`FULL`, `2`, `1/2`, `1`,
   `XII`), the text as written kept for the timestamps.
 - It passes over signs it has no rule for: the minus sign (U+2212: "−5" was "five") is read as the hyphen-minus it
-  reads as "minus"; `$`, `£` and `€` after their amount ("5$", "5 €": "five") as before it ("five dollars"); a
-  currency sign it has no word for (`₿`, `₽`) by its Unicode name, after its amount ("five bitcoin").
+  reads as "minus"; `$`, `£` and `€` after their amount ("5$", "5 €": "five") as before it ("five dollars"), while
+  `¢`, which it reads after its amount ("50¢": "fifty cents"), stays there; a currency sign it has no word for
+  (`₿`, `₽`) by its Unicode name, after its amount ("five bitcoin").
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ _AMOUNT = r"\d(?:[\d,]*\d)?(?:\.\d+)?"
 # may be the end of a longer one ("1 000 €")
 _AMOUNT_THEN_MARK = re.compile(rf"(?<![\w.])(?<!\d )({_AMOUNT}) ?([^\w\s])(?! ?\d)")
 _MARK_THEN_AMOUNT = re.compile(rf"([^\w\s]) ?({_AMOUNT})")
+# the signs hibari reads where they are written, after their amount ("50¢": "fifty cents"); moved before it, "¢50"
+# was read "cents fifty"
+_READ_AFTER_AMOUNT = frozenset("\u00a2")  # CENT SIGN
 
 
 class WholeWordReader:
@@ -102,7 +106,9 @@ def signs_before_amounts(text: str) -> str:
 
     def moved(match: re.Match[str]) -> str:
         amount, sign = match.group(1), match.group(2)
-        return f"{sign}{amount}" if unicodedata.category(sign) == "Sc" else match.group(0)
+        if unicodedata.category(sign) != "Sc" or sign in _READ_AFTER_AMOUNT:
+            return match.group(0)
+        return f"{sign}{amount}"
 
     return _AMOUNT_THEN_MARK.sub(moved, text)
 
