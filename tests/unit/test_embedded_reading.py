@@ -68,6 +68,28 @@ def test_a_cent_sign_after_its_amount_is_read_after_it(written: str, as_if: str)
 
 
 @pytest.mark.parametrize(
+    ("written", "as_if"),
+    [
+        ("It costs \u20ac2.5bn now.", "It costs \u20ac2.5 billion now."),
+        ("Revenue hit $12.5bn.", "Revenue hit $12.5 billion."),
+        ("A \u00a33 bn loss.", "A \u00a33 billion loss."),
+        ("It raised $5mn and then $1tn.", "It raised $5 million and then $1 trillion."),
+        ("About 2.5bn people.", "About 2.5 billion people."),
+    ],
+)
+def test_a_scale_written_short_is_read_as_its_word(written: str, as_if: str) -> None:
+    """ "$2.5bn" was read "two five B N": the decimal point and the currency lost."""
+    assert said(written) == said(as_if)
+
+
+@pytest.mark.parametrize("text", ["Press the bn key.", "Model 5bnx is out.", "See section 2.bn now."])
+def test_letters_that_are_no_scale_of_an_amount_are_read_as_before(text: str) -> None:
+    from app.engines.embedded.reader import scales_in_words
+
+    assert scales_in_words(text) == text
+
+
+@pytest.mark.parametrize(
     "text",
     ["I have 2 $20 bills.", "Buy 3 \u00a35 tickets.", "Prices: 5 $6 $7 now.", "It is 1 000 \u20ac now."],
 )

@@ -16,6 +16,8 @@
   reads as "minus"; `$`, `£` and `€` after their amount ("5$", "5 €": "five") as before it ("five dollars"), while
   `¢`, which it reads after its amount ("50¢": "fifty cents"), stays there; a currency sign it has no word for
   (`₿`, `₽`) by its Unicode name, after its amount ("five bitcoin").
+- It spells a scale written short after an amount ("$2.5bn": "two five B N", its point and its sign lost): `mn`,
+  `bn` and `tn` are read as the words it reads with an amount ("two point five billion dollars").
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ _AMOUNT = r"\d(?:[\d,]*\d)?(?:\.\d+)?"
 # may be the end of a longer one ("1 000 €")
 _AMOUNT_THEN_MARK = re.compile(rf"(?<![\w.])(?<!\d )({_AMOUNT}) ?([^\w\s])(?! ?\d)")
 _MARK_THEN_AMOUNT = re.compile(rf"([^\w\s]) ?({_AMOUNT})")
+_SCALES = {"mn": "million", "bn": "billion", "tn": "trillion"}
+_AMOUNT_THEN_SCALE = re.compile(rf"(?<![\w.])({_AMOUNT}) ?(mn|bn|tn)\b")
 # the signs hibari reads where they are written, after their amount ("50¢": "fifty cents"); moved before it, "¢50"
 # was read "cents fifty"
 _READ_AFTER_AMOUNT = frozenset("\u00a2")  # CENT SIGN
@@ -95,7 +99,7 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     from hibari.g2p.lexicon import CURRENCIES
     from hibari.g2p.normalize import normalize
 
-    readable = signs_before_amounts(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS))
+    readable = scales_in_words(signs_before_amounts(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS)))
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
     return g2p.phonemize_tokens(g2p.tokenize(signs_named(normalized, CURRENCIES)))
 
@@ -111,6 +115,13 @@ def signs_before_amounts(text: str) -> str:
         return f"{sign}{amount}"
 
     return _AMOUNT_THEN_MARK.sub(moved, text)
+
+
+def scales_in_words(text: str) -> str:
+    """Each amount followed by `bn`, `mn` or `tn` (as the press writes "$2.5bn") with that scale as a word ("$2.5
+    billion"), which hibari reads with its amount and currency ("two point five billion dollars"); as written it read
+    "two five B N", the decimal point and the currency sign lost."""
+    return _AMOUNT_THEN_SCALE.sub(lambda match: f"{match.group(1)} {_SCALES[match.group(2)]}", text)
 
 
 def signs_named(text: str, spoken_before: Container[str]) -> str:
