@@ -90,6 +90,25 @@ def test_letters_that_are_no_scale_of_an_amount_are_read_as_before(text: str) ->
 
 
 @pytest.mark.parametrize(
+    ("written", "number"),
+    [
+        ("Value -50 now.", "-50"),
+        ("Balance -5 now.", "-5"),
+        ("Value -3.5 then", "-3.5"),
+        ("Value -1,000 then.", "-1,000"),
+    ],
+)
+def test_a_number_the_tagger_takes_for_punctuation_is_read(written: str, number: str) -> None:
+    """hibari's tagger tags these negative numbers as punctuation (NFP, -RRB-) and its reader then read "-50" as
+    nothing and "-5" as a pause: the number was lost from the speech. Read as the same number elsewhere is."""
+    tokens = read_tokens(reader(), written)
+    read = next(token.phonemes for token in tokens if token.text == number)
+    elsewhere = next(token.phonemes for token in read_tokens(reader(), f"It is {number}.") if token.text == number)
+    assert read == elsewhere
+    assert said(written) == said(written.replace(number, "minus " + number[1:]))
+
+
+@pytest.mark.parametrize(
     "text",
     ["I have 2 $20 bills.", "Buy 3 \u00a35 tickets.", "Prices: 5 $6 $7 now.", "It is 1 000 \u20ac now."],
 )

@@ -16,6 +16,8 @@
   reads as "minus"; `$`, `£` and `€` after their amount ("5$", "5 €": "five") as before it ("five dollars"), while
   `¢`, which it reads after its amount ("50¢": "fifty cents"), stays there; a currency sign it has no word for
   (`₿`, `₽`) by its Unicode name, after its amount ("five bitcoin").
+- Its part-of-speech tagger takes a negative number for punctuation now and then ("Value -50 now"), which it then
+  reads as punctuation (silent): a number is always read as one.
 - It spells a scale written short after an amount ("$2.5bn": "two five B N", its point and its sign lost): `mn`,
   `bn` and `tn` are read as the words it reads with an amount ("two point five billion dollars").
 """
@@ -101,7 +103,19 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
 
     readable = scales_in_words(signs_before_amounts(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS)))
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
-    return g2p.phonemize_tokens(g2p.tokenize(signs_named(normalized, CURRENCIES)))
+    return g2p.phonemize_tokens(numbers_as_numbers(g2p.tokenize(signs_named(normalized, CURRENCIES))))
+
+
+def numbers_as_numbers(tokens: list[Any]) -> list[Any]:
+    """`tokens` with each number that hibari's part-of-speech tagger took for punctuation tagged as a number (`CD`).
+    It tags a negative number after a noun so now and then ("Value -50 now": `NFP`, "Balance -5 now": `-RRB-`), and
+    hibari reads a token tagged so as the punctuation in it: "-50" was silent, "-5" a pause."""
+    from hibari.g2p import PUNCT_TAGS
+
+    for token in tokens:
+        if token.tag in PUNCT_TAGS and token.tag != "$" and any(ch.isdigit() for ch in token.text):
+            token.tag = "CD"
+    return tokens
 
 
 def signs_before_amounts(text: str) -> str:
