@@ -91,4 +91,4 @@ def test_each_batch_item_carries_its_usage_and_the_batch_runs_on_both_engines(
         "total_tokens": alone["TOTAL-TOKENS"],
         "input_token_details": {"text_tokens": alone["INPUT-TEXT-TOKENS"], "audio_tokens": alone["INPUT-AUDIO-TOKENS"]},
     }
-    assert results[2]["error"]["param"] == "voice" and "usage" not in results[2]
+    assert results[2]["error"]["param"] == "items[2].voice" and "usage" not in results[2]
