@@ -268,6 +268,24 @@ def test_english_in_compatibility_characters_is_read_not_refused(server: Running
     assert words == text.rstrip(".").split(), words
 
 
+@pytest.mark.parametrize(
+    ("text", "heard", "unheard"),
+    [
+        ("# Getting started", "getting started", "hashtag"),  # a Markdown heading's mark
+    ],
+)
+def test_what_an_llm_writes_is_read_as_a_listener_expects(
+    server: RunningServer, text: str, heard: str, unheard: str
+) -> None:
+    """Markdown marks and numbers written as LLMs write them: read as a person would read them aloud (heard by the
+    ASR), not as their symbols or as amounts."""
+    body = {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "wav"}
+    response = httpx.post(f"{server.base_url}/v1/audio/speech", timeout=60, json=body)
+    assert response.status_code == 200, response.text
+    transcript = normalise(transcribe(decode(response.content, "wav")))
+    assert heard in transcript and unheard not in transcript, (text, transcript)
+
+
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
 def test_a_speed_that_is_no_number_is_refused_as_such(server: RunningServer, value: str) -> None:
     """JSON as Python reads it takes NaN and Infinity: refused naming `speed` for what they are (before, NaN was

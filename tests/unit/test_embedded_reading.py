@@ -117,3 +117,35 @@ def test_a_sign_that_begins_the_next_amount_stays_with_it(text: str) -> None:
     from app.engines.embedded.reader import signs_before_amounts
 
     assert signs_before_amounts(text) == text
+
+
+def timed_words(text: str) -> list[tuple[str, float, float]]:
+    """The caller's words of `text` as the engine times them, each spoken word given one second in turn."""
+    from app.engines.embedded.alignment import phonemize
+    from app.text.words import SpokenWord, align_words, written_words
+
+    _, spoken = phonemize(reader(), text)
+    timed = align_words(written_words(text), [SpokenWord(w.text, i, i + 1.0) for i, w in enumerate(spoken)])
+    return [(t.word, t.start_s, t.end_s) for t in timed]
+
+
+@pytest.mark.parametrize(
+    ("written", "as_if"),
+    [
+        ("# Getting started", "Getting started"),
+        ("## Step two", "Step two"),
+        ("###   Notes", "Notes"),
+        ("Intro\n## Next steps", "Intro\nNext steps"),
+    ],
+)
+def test_a_markdown_heading_mark_is_not_read(written: str, as_if: str) -> None:
+    """ "# Heading" was read "hashtag heading": the `#` of a heading an LLM writes at a line's start is markup."""
+    assert said(written) == said(as_if)
+    assert timed_words(written)[0][0] == written.split()[0]  # the mark keeps its place in the words, spoken or not
+
+
+@pytest.mark.parametrize("text", ["Use #hashtags here.", "Press # to continue.", "Item #5 is here.", "C# rocks."])
+def test_a_hash_that_heads_no_line_is_read_as_before(text: str) -> None:
+    from app.engines.embedded.reader import headings_unmarked
+
+    assert headings_unmarked(text) == text

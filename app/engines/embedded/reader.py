@@ -20,6 +20,8 @@
   reads as punctuation (silent): a number is always read as one.
 - It spells a scale written short after an amount ("$2.5bn": "two five B N", its point and its sign lost): `mn`,
   `bn` and `tn` are read as the words it reads with an amount ("two point five billion dollars").
+- It reads every `#` as "hashtag", the marks of a Markdown heading an LLM writes too ("# Heading": "hashtag
+  heading"): the `#`s that head a line before a space are markup, not read.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ _AMOUNT = r"\d(?:[\d,]*\d)?(?:\.\d+)?"
 # may be the end of a longer one ("1 000 €")
 _AMOUNT_THEN_MARK = re.compile(rf"(?<![\w.])(?<!\d )({_AMOUNT}) ?([^\w\s])(?! ?\d)")
 _MARK_THEN_AMOUNT = re.compile(rf"([^\w\s]) ?({_AMOUNT})")
+# a Markdown heading's marks: one to six `#`s at a line's start, then a space ("## Next steps")
+_HEADING_MARKS = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(?=\S)", re.MULTILINE)
 _SCALES = {"mn": "million", "bn": "billion", "tn": "trillion"}
 _AMOUNT_THEN_SCALE = re.compile(rf"(?<![\w.])({_AMOUNT}) ?(mn|bn|tn)\b")
 # the signs hibari reads where they are written, after their amount ("50¢": "fifty cents"); moved before it, "¢50"
@@ -102,6 +106,7 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     from hibari.g2p.normalize import normalize
 
     readable = scales_in_words(signs_before_amounts(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS)))
+    readable = headings_unmarked(readable)
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
     return g2p.phonemize_tokens(numbers_as_numbers(g2p.tokenize(signs_named(normalized, CURRENCIES))))
 
@@ -129,6 +134,12 @@ def signs_before_amounts(text: str) -> str:
         return f"{sign}{amount}"
 
     return _AMOUNT_THEN_MARK.sub(moved, text)
+
+
+def headings_unmarked(text: str) -> str:
+    """`text` without the `#`s of a Markdown heading (one to six at a line's start, then a space): "# Heading" was
+    read "hashtag heading". A `#` anywhere else ("#hashtags", "Press # now", "#5") is read as before."""
+    return _HEADING_MARKS.sub("", text)
 
 
 def scales_in_words(text: str) -> str:
