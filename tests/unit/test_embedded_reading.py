@@ -149,3 +149,25 @@ def test_a_hash_that_heads_no_line_is_read_as_before(text: str) -> None:
     from app.engines.embedded.reader import headings_unmarked
 
     assert headings_unmarked(text) == text
+
+
+@pytest.mark.parametrize(
+    ("written", "as_if"),
+    [
+        ("We are open 24/7 for you.", "We are open 24 7 for you."),
+        ("Support is 24/7.", "Support is 24 7."),
+        ("A 24/7 line (24/7) now.", "A 24 7 line (24 7) now."),
+    ],
+)
+def test_round_the_clock_is_read_as_said(written: str, as_if: str) -> None:
+    """ "24/7" was read "twenty-four slash seven": it is "twenty-four seven", its timestamp still naming "24/7"."""
+    assert said(written) == said(as_if)
+    _, start, end = next(timed for timed in timed_words(written) if timed[0] == "24/7")
+    assert end > start
+
+
+@pytest.mark.parametrize("text", ["Add 1/2 cup now.", "On 12/25 we rest.", "It is 24/70 now.", "Page 124/7 here."])
+def test_other_numbers_with_a_slash_are_read_as_before(text: str) -> None:
+    from app.engines.embedded.reader import round_the_clock
+
+    assert round_the_clock(text) == text

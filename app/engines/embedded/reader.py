@@ -22,6 +22,7 @@
   `bn` and `tn` are read as the words it reads with an amount ("two point five billion dollars").
 - It reads every `#` as "hashtag", the marks of a Markdown heading an LLM writes too ("# Heading": "hashtag
   heading"): the `#`s that head a line before a space are markup, not read.
+- It reads "24/7" as a number over another ("twenty-four slash seven"): it is read as said, "twenty-four seven".
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ _AMOUNT_THEN_MARK = re.compile(rf"(?<![\w.])(?<!\d )({_AMOUNT}) ?([^\w\s])(?! ?\
 _MARK_THEN_AMOUNT = re.compile(rf"([^\w\s]) ?({_AMOUNT})")
 # a Markdown heading's marks: one to six `#`s at a line's start, then a space ("## Next steps")
 _HEADING_MARKS = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(?=\S)", re.MULTILINE)
+_ROUND_THE_CLOCK = re.compile(r"(?<![\w./])24/7(?![\w/]|\.\d)")
 _SCALES = {"mn": "million", "bn": "billion", "tn": "trillion"}
 _AMOUNT_THEN_SCALE = re.compile(rf"(?<![\w.])({_AMOUNT}) ?(mn|bn|tn)\b")
 # the signs hibari reads where they are written, after their amount ("50¢": "fifty cents"); moved before it, "¢50"
@@ -106,7 +108,7 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     from hibari.g2p.normalize import normalize
 
     readable = scales_in_words(signs_before_amounts(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS)))
-    readable = headings_unmarked(readable)
+    readable = round_the_clock(headings_unmarked(readable))
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
     return g2p.phonemize_tokens(numbers_as_numbers(g2p.tokenize(signs_named(normalized, CURRENCIES))))
 
@@ -140,6 +142,12 @@ def headings_unmarked(text: str) -> str:
     """`text` without the `#`s of a Markdown heading (one to six at a line's start, then a space): "# Heading" was
     read "hashtag heading". A `#` anywhere else ("#hashtags", "Press # now", "#5") is read as before."""
     return _HEADING_MARKS.sub("", text)
+
+
+def round_the_clock(text: str) -> str:
+    """`text` with "24/7" as it is said, "24 7" ("twenty-four seven"); hibari read it "twenty-four slash seven". Other
+    numbers over numbers ("1/2", "12/25", "24/70") are read as before: a fraction or a date."""
+    return _ROUND_THE_CLOCK.sub("24 7", text)
 
 
 def scales_in_words(text: str) -> str:
