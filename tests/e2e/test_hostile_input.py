@@ -272,6 +272,7 @@ def test_english_in_compatibility_characters_is_read_not_refused(server: Running
     ("text", "heard", "unheard"),
     [
         ("# Getting started", "getting started", "hashtag"),  # a Markdown heading's mark
+        ("Please install version 3.11.2 today.", "version 3 11 2 today", "3112"),  # heard "3.11.2", not "3112"
     ],
 )
 def test_what_an_llm_writes_is_read_as_a_listener_expects(

@@ -171,3 +171,29 @@ def test_other_numbers_with_a_slash_are_read_as_before(text: str) -> None:
     from app.engines.embedded.reader import round_the_clock
 
     assert round_the_clock(text) == text
+
+
+@pytest.mark.parametrize(
+    ("written", "as_if"),
+    [
+        ("Install version 3.11.2 today.", "Install version 3 point 11 point 2 today."),
+        ("Upgrade to 1.0.0.", "Upgrade to 1 point 0 point 0."),
+        ("It runs on Ubuntu 22.04.3 now.", "It runs on Ubuntu 22 point 04 point 3 now."),
+        ("Use v3.11.2 now.", "Use v 3 point 11 point 2 now."),
+    ],
+)
+def test_a_dotted_version_is_read_with_its_points(written: str, as_if: str) -> None:
+    """ "3.11.2" was read "three eleven two", its points lost: "three point eleven point two"."""
+    assert said(written) == said(as_if)
+    _, start, end = next(timed for timed in timed_words(written) if "." in timed[0])  # named as written
+    assert end > start
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["It is 3.5 now.", "Host 192.168.1.1 is up.", "On 12.05.2024 we met.", "On 12.05.24 we met.", "Call 555.123.4567."],
+)
+def test_numbers_with_points_that_are_no_version_are_read_as_before(text: str) -> None:
+    from app.engines.embedded.reader import versions_with_points
+
+    assert versions_with_points(text) == text

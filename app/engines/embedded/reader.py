@@ -23,6 +23,8 @@
 - It reads every `#` as "hashtag", the marks of a Markdown heading an LLM writes too ("# Heading": "hashtag
   heading"): the `#`s that head a line before a space are markup, not read.
 - It reads "24/7" as a number over another ("twenty-four slash seven"): it is read as said, "twenty-four seven".
+- It reads a version of three dotted numbers as three numbers, its points lost ("3.11.2": "three eleven two"): it
+  is read with them, "three point eleven point two".
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ _MARK_THEN_AMOUNT = re.compile(rf"([^\w\s]) ?({_AMOUNT})")
 # a Markdown heading's marks: one to six `#`s at a line's start, then a space ("## Next steps")
 _HEADING_MARKS = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(?=\S)", re.MULTILINE)
 _ROUND_THE_CLOCK = re.compile(r"(?<![\w./])24/7(?![\w/]|\.\d)")
+# three dotted numbers, the last of at most three digits ("3.11.2", "v1.0.0"): not a date ("12.05.2024", "12.05.24"),
+# a phone number ("555.123.4567") or an IP address ("192.168.1.1", four numbers)
+_VERSION = re.compile(r"(?<![\w.])([vV]?)(\d{1,4})\.(\d{1,3})\.(\d{1,3})(?!\w|\.\d)")
+_DAY_MONTH_YEAR = re.compile(r"\d\d\.\d\d\.\d\d")
 _SCALES = {"mn": "million", "bn": "billion", "tn": "trillion"}
 _AMOUNT_THEN_SCALE = re.compile(rf"(?<![\w.])({_AMOUNT}) ?(mn|bn|tn)\b")
 # the signs hibari reads where they are written, after their amount ("50¢": "fifty cents"); moved before it, "¢50"
@@ -108,7 +114,7 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     from hibari.g2p.normalize import normalize
 
     readable = scales_in_words(signs_before_amounts(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS)))
-    readable = round_the_clock(headings_unmarked(readable))
+    readable = versions_with_points(round_the_clock(headings_unmarked(readable)))
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
     return g2p.phonemize_tokens(numbers_as_numbers(g2p.tokenize(signs_named(normalized, CURRENCIES))))
 
@@ -148,6 +154,19 @@ def round_the_clock(text: str) -> str:
     """`text` with "24/7" as it is said, "24 7" ("twenty-four seven"); hibari read it "twenty-four slash seven". Other
     numbers over numbers ("1/2", "12/25", "24/70") are read as before: a fraction or a date."""
     return _ROUND_THE_CLOCK.sub("24 7", text)
+
+
+def versions_with_points(text: str) -> str:
+    """`text` with each version of three dotted numbers read with its points ("3.11.2": "3 point 11 point 2", said
+    "three point eleven point two"); hibari read it "three eleven two". Not one like a date ("12.05.24")."""
+
+    def with_points(match: re.Match[str]) -> str:
+        if _DAY_MONTH_YEAR.fullmatch(match.group(0)):
+            return match.group(0)
+        prefix = f"{match.group(1)} " if match.group(1) else ""
+        return prefix + " point ".join(match.group(2, 3, 4))
+
+    return _VERSION.sub(with_points, text)
 
 
 def scales_in_words(text: str) -> str:
