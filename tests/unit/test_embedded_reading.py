@@ -197,3 +197,26 @@ def test_numbers_with_points_that_are_no_version_are_read_as_before(text: str) -
     from app.engines.embedded.reader import versions_with_points
 
     assert versions_with_points(text) == text
+
+
+@pytest.mark.parametrize(
+    ("written", "as_if"),
+    [
+        ("Call us at (555) 123-4567 today.", "Call us at 5 5 5, 1 2 3, 4 5 6 7 today."),
+        ("Call (555)123-4567.", "Call 5 5 5, 1 2 3, 4 5 6 7."),
+        ("Call (212) 555 0199 now.", "Call 2 1 2, 5 5 5, 0 1 9 9 now."),
+    ],
+)
+def test_a_phone_number_with_its_area_code_in_brackets_is_read_digit_by_digit(written: str, as_if: str) -> None:
+    """ "(555) 123-4567" was read "five hundred fifty-five, one two three, four five six seven": its area code an
+    amount. It is read digit by digit in its groups, as hibari reads "555-123-4567"."""
+    assert said(written) == said(as_if)
+    words = [word for word, start, end in timed_words(written) if word[0].isdigit() and end > start]
+    assert words == [word.strip("().") for word in written.split() if word.strip("(")[0].isdigit()]
+
+
+@pytest.mark.parametrize("text", ["It was (555) then.", "See (1) 123-4567.", "Pay (555) 1234 now."])
+def test_numbers_in_brackets_that_are_no_phone_number_are_read_as_before(text: str) -> None:
+    from app.engines.embedded.reader import phone_numbers_in_digits
+
+    assert phone_numbers_in_digits(text) == text

@@ -25,6 +25,8 @@
 - It reads "24/7" as a number over another ("twenty-four slash seven"): it is read as said, "twenty-four seven".
 - It reads a version of three dotted numbers as three numbers, its points lost ("3.11.2": "three eleven two"): it
   is read with them, "three point eleven point two".
+- It reads the area code of a phone number written "(555) 123-4567" as an amount ("five hundred fifty-five"): the
+  number is read digit by digit in its groups, as hibari reads "555-123-4567".
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ _ROUND_THE_CLOCK = re.compile(r"(?<![\w./])24/7(?![\w/]|\.\d)")
 # a phone number ("555.123.4567") or an IP address ("192.168.1.1", four numbers)
 _VERSION = re.compile(r"(?<![\w.])([vV]?)(\d{1,4})\.(\d{1,3})\.(\d{1,3})(?!\w|\.\d)")
 _DAY_MONTH_YEAR = re.compile(r"\d\d\.\d\d\.\d\d")
+# a phone number with its area code in brackets: "(555) 123-4567", "(555)123-4567", "(212) 555 0199"
+_PHONE = re.compile(r"(?<![\w)])\((\d{3})\) ?(\d{3})[-. ](\d{4})(?!\w|[-.]\d)")
 _SCALES = {"mn": "million", "bn": "billion", "tn": "trillion"}
 _AMOUNT_THEN_SCALE = re.compile(rf"(?<![\w.])({_AMOUNT}) ?(mn|bn|tn)\b")
 # the signs hibari reads where they are written, after their amount ("50¢": "fifty cents"); moved before it, "¢50"
@@ -114,7 +118,7 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     from hibari.g2p.normalize import normalize
 
     readable = scales_in_words(signs_before_amounts(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS)))
-    readable = versions_with_points(round_the_clock(headings_unmarked(readable)))
+    readable = versions_with_points(phone_numbers_in_digits(round_the_clock(headings_unmarked(readable))))
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
     return g2p.phonemize_tokens(numbers_as_numbers(g2p.tokenize(signs_named(normalized, CURRENCIES))))
 
@@ -167,6 +171,12 @@ def versions_with_points(text: str) -> str:
         return prefix + " point ".join(match.group(2, 3, 4))
 
     return _VERSION.sub(with_points, text)
+
+
+def phone_numbers_in_digits(text: str) -> str:
+    """`text` with each phone number written with its area code in brackets ("(555) 123-4567") as its digits in their
+    groups ("5 5 5, 1 2 3, 4 5 6 7"), as hibari reads "555-123-4567"; it read the area code as an amount."""
+    return _PHONE.sub(lambda match: ", ".join(" ".join(group) for group in match.groups()), text)
 
 
 def scales_in_words(text: str) -> str:
