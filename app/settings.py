@@ -131,6 +131,11 @@ class EmbeddedSettings(BaseModel):
     )
 
 
+# the service talker's levers, each a switch of OmniSettings, that a lever switch file may turn on and off in a running
+# server (app/engines/omni/stage_plugins/lever_switch.py's LEVERS, tests/unit/test_lever_switch.py)
+TALKER_LEVERS = ("prompt_stream", "steady_decode", "prompt_batch")
+
+
 class OmniSettings(BaseModel):
     """The omni engine (Qwen3-TTS on vllm-omni, on a GPU): `SPEECH_OMNI__<FIELD>`."""
 
@@ -343,15 +348,15 @@ class OmniSettings(BaseModel):
 
     @model_validator(mode="after")
     def _talker_levers_need_the_services_talker(self) -> OmniSettings:
-        for name in ("prompt_stream", "steady_decode", "prompt_batch"):
-            if getattr(self, name) and self.talker_model == "vllm-omni":
+        on = [name for name in TALKER_LEVERS if getattr(self, name)]
+        for name in on:
+            if self.talker_model == "vllm-omni":
                 raise ValueError(
                     f"{name} needs the service's talker: set talker_model to service, fused or compiled-once"
                 )
-        if self.lever_switch_file and not (self.prompt_stream or self.steady_decode or self.prompt_batch):
-            raise ValueError(
-                "lever_switch_file switches prompt_stream, steady_decode and prompt_batch: turn on one of them"
-            )
+        if self.lever_switch_file and not on:
+            levers = f"{', '.join(TALKER_LEVERS[:-1])} and {TALKER_LEVERS[-1]}"
+            raise ValueError(f"lever_switch_file switches {levers}: turn on one of them")
         return self
 
 

@@ -66,17 +66,17 @@ def test_an_unchanged_file_is_not_logged_again(tmp_path: Path, caplog: pytest.Lo
 
 
 def test_the_switchable_levers_are_settings_and_the_ones_lever_starts_may_switch() -> None:
-    """One list in three places: the talker's, the settings that turn each lever on, and what lever-starts.sh's
-    SWITCH_ROUNDS accepts."""
+    """One list in three places: the talker's, the settings' (each lever a switch of its own), and what
+    lever-starts.sh's SWITCH_ROUNDS accepts."""
     import re
 
-    from app.settings import OmniSettings
+    from app.settings import TALKER_LEVERS, OmniSettings
 
     root = Path(__file__).resolve().parents[2]
     script = (root / "deploy/gpu/lever-starts.sh").read_text()
     switchable = re.search(r'^SWITCHABLE="([^"]*)"$', script, re.MULTILINE)
     assert switchable is not None
-    assert set(switchable.group(1).split()) == lever_switch.LEVERS
+    assert set(switchable.group(1).split()) == lever_switch.LEVERS == set(TALKER_LEVERS)
     for lever in lever_switch.LEVERS:
         assert OmniSettings.model_fields[lever].annotation is bool, lever
     with pytest.raises(AssertionError):
