@@ -473,21 +473,20 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
                 builder.build_prompt_embeds = self._prompts_aside
         # a step's CustomVoice and VoiceDesign prompts built together before its rows' preprocessing (outermost: a
         # prompt built beforehand goes to no stream of its own)
+        # the two levers below answer hooks only vllm-omni's second model runner calls: its first calls neither
+        # preprocess_batch_mrv2 nor the _mrv2 decode hook, and keeps the frame flags on the host (the output half
+        # would only gather a batch to give it up every step)
+        second_runner = bool(getattr(self, "_use_v2_model_runner", False))
+        for lever in (prompt_batch, steady_decode):
+            if lever.enabled(os.environ) and not second_runner:
+                log.warning("%s: only with vllm-omni's second model runner; off", lever.VARIABLE)
         self._prompt_batch: prompt_batch.PromptBatch | None = None
-        if prompt_batch.enabled(os.environ) and not getattr(self, "_use_v2_model_runner", False):
-            # vllm-omni's first model runner never calls preprocess_batch_mrv2, where the prompts are built together
-            log.warning("%s: only with vllm-omni's second model runner; off", prompt_batch.VARIABLE)
-        elif prompt_batch.enabled(os.environ):
+        if second_runner and prompt_batch.enabled(os.environ):
             builder = self._prompt_builder
             self._prompt_batch = prompt_batch.PromptBatch(builder, build_assistant_text, torch)
             builder.build_prompt_embeds = self._prompt_batch.wrap(builder.build_prompt_embeds)
         # a steady decode step's per-row Python batched, where the runner calls the two hooks below
-        self._steady_decode = steady_decode.Tally(log) if steady_decode.enabled(os.environ) else None
-        if self._steady_decode is not None and not getattr(self, "_use_v2_model_runner", False):
-            # vllm-omni's first model runner calls preprocess_decode_batch, not the _mrv2 hook below, and keeps the
-            # frame flags on the host: the output half would only gather a batch to give it up every step
-            log.warning("%s: only with vllm-omni's second model runner; off", steady_decode.VARIABLE)
-            self._steady_decode = None
+        self._steady_decode = steady_decode.Tally(log) if second_runner and steady_decode.enabled(os.environ) else None
         # vllm-omni's make_omni_output reads the same flag at each call; without it, it makes what the batch does not
         self._steady_outputs = self._steady_decode is not None and bool(
             getattr(vllm_config.model_config, "async_chunk", False)
