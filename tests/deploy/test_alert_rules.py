@@ -18,6 +18,16 @@ RULES = ROOT / "deploy/prometheus/speech-rules.yaml"
 ANSWERED = {"series": 'speech_requests_total{status="200"}', "values": "0+20x30"}
 
 
+def promtool_passes(tmp_path: Path, test: dict[str, object]) -> None:
+    """`promtool test rules` over one test file holding `test`, passing."""
+    path = tmp_path / "test.yaml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    ensure_installed()
+    run = subprocess.run([shutil.which("promtool") or "promtool", "test", "rules", str(path)], capture_output=True,
+                         text=True)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 def promtool_test(tmp_path: Path, series: list[dict[str, str]], expected_ratio: float, fires: bool) -> None:
     """`speech:error_ratio:rate5m` at 20 minutes is `expected_ratio`, and SpeechHighErrorRatio fires then, or not."""
     rule = next(
@@ -45,12 +55,7 @@ def promtool_test(tmp_path: Path, series: list[dict[str, str]], expected_ratio: 
             }
         ],
     }
-    path = tmp_path / "test.yaml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    ensure_installed()
-    run = subprocess.run([shutil.which("promtool") or "promtool", "test", "rules", str(path)], capture_output=True,
-                         text=True)  # fmt: skip
-    assert run.returncode == 0, run.stdout + run.stderr
+    promtool_passes(tmp_path, test)
 
 
 def test_streams_cut_by_an_error_after_their_audio_began_count_as_errors(tmp_path: Path) -> None:
@@ -118,12 +123,7 @@ def run_promtool(tmp_path: Path, series: list[dict[str, str]], alerts: dict[str,
             }
         ],
     }
-    path = tmp_path / "test.yaml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    ensure_installed()
-    run = subprocess.run([shutil.which("promtool") or "promtool", "test", "rules", str(path)], capture_output=True,
-                         text=True)  # fmt: skip
-    assert run.returncode == 0, run.stdout + run.stderr
+    promtool_passes(tmp_path, test)
 
 
 def latency_series(values: str, fast: str) -> list[dict[str, str]]:
