@@ -34,6 +34,18 @@ LEVELS = (
     ("steady c=8", "closed-c8"),
     ("steady c=32", "closed-c32"),
 )
+# what each level's results.json (the load tool's first run) gives, by name
+LEVEL_FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {
+    "uninterrupted p50": lambda r: r["uninterrupted_s"]["p50"] * 1000,
+    "uninterrupted p95": lambda r: r["uninterrupted_s"]["p95"] * 1000,
+    "ran dry %": lambda r: r["ran_dry_share"] * 100,
+    "TTFA p50": lambda r: r["ttfa_s"]["p50"] * 1000,
+    "TTFA p95": lambda r: r["ttfa_s"]["p95"] * 1000,
+    "E2E p50": lambda r: r["e2e_s"]["p50"] * 1000,
+    "req/s": lambda r: r["throughput_rps"],
+}
+# what vllm-omni's benchmark result gives: (name, its key)
+BENCH_FIGURES = (("req/s", "request_throughput"), ("TTFP p50", "p50_audio_ttfp_ms"), ("TTFP p95", "p95_audio_ttfp_ms"))
 BENCHES = (("benchmark c=32, first", "bench-first-c32"), ("benchmark c=32, again", "bench-again-c32"))
 # the talker's step tables in timeline-c32.md (deploy/gpu/omni_timeline.py): (label, the table's heading, its row)
 STEPS = (
@@ -98,19 +110,9 @@ def step_p50(timeline: str, heading: str, row: str) -> float | None:
 def read_round(folder: Path) -> Reading:
     """Every figure of one round, by name (None where it lacks one)."""
     reading: Reading = {}
-    ms = 1000.0
     for label, sweep in LEVELS:
         run = level_results(folder / sweep)
-        values: dict[str, Callable[[dict[str, Any]], float]] = {
-            "uninterrupted p50": lambda r: r["uninterrupted_s"]["p50"] * ms,
-            "uninterrupted p95": lambda r: r["uninterrupted_s"]["p95"] * ms,
-            "ran dry %": lambda r: r["ran_dry_share"] * 100,
-            "TTFA p50": lambda r: r["ttfa_s"]["p50"] * ms,
-            "TTFA p95": lambda r: r["ttfa_s"]["p95"] * ms,
-            "E2E p50": lambda r: r["e2e_s"]["p50"] * ms,
-            "req/s": lambda r: r["throughput_rps"],
-        }
-        for name, value in values.items():
+        for name, value in LEVEL_FIGURES.items():
             try:
                 reading[f"{label} {name}"] = value(run) if run is not None else None
             except (KeyError, TypeError):
@@ -118,11 +120,7 @@ def read_round(folder: Path) -> Reading:
         reading[f"{label} GPU %"] = gpu_mean(folder / sweep)
     for label, sweep in BENCHES:
         bench = bench_results(folder / sweep)
-        for name, key in (
-            ("req/s", "request_throughput"),
-            ("TTFP p50", "p50_audio_ttfp_ms"),
-            ("TTFP p95", "p95_audio_ttfp_ms"),
-        ):
+        for name, key in BENCH_FIGURES:
             value = bench.get(key) if bench else None
             reading[f"{label} {name}"] = float(value) if isinstance(value, (int, float)) else None
     try:
