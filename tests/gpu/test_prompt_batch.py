@@ -42,7 +42,8 @@ def test_the_batched_prompts_are_vllm_omnis_bit_for_bit(torch: Any, tmp_path: Pa
     with torch.inference_mode():
         for _step in range(2):
             want_rows, got_rows = rows(20), rows(20)
-            assert batch.build(got_rows) == 20
+            # a row with no text is left to vllm-omni's own build, which refuses it (as the unit test's rows have)
+            assert batch.build(got_rows) == sum(1 for row in got_rows if row["text"][0]) == 16
             for want, got in zip(want_rows, got_rows, strict=True):
                 task = want["task_type"][0]
                 a = theirs.build_prompt_embeds(task_type=task, info_dict=want)
