@@ -92,7 +92,8 @@
 #                            baseline in one start, level by level (deploy/gpu/rounds_table.py tables the rounds). The
 #                            second benchmark, the profiles and py-spy run once, after the last round, in its state
 #   ROUND_S=120              with UNTIL and SWITCH_ROUNDS: a round is begun only if ROUND_S and what follows the
-#                            rounds (the second benchmark, profiles, py-spy, the stop) fit before the deadline
+#                            rounds (the second benchmark, profiles, py-spy, the stop) fit before the deadline; the
+#                            start is kept time for two rounds, and how many fit is said before the first
 #   SWITCH_SETTLE_S=1        after the file is written, before the round's first level (the talker reads it every
 #                            quarter second)
 #   TIMELINE_LEVELS="1:16 32:64"  with TORCH_PROFILE=1 on the omni engine (TARGET=service, service-pair): before the
@@ -211,9 +212,11 @@ fi
   SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 20 * $(wc -w <<<"$TIMELINE_LEVELS")))
 # what follows the rounds: the second benchmark and the stop (about 30 s), each profiled window, py-spy's level
 TAIL_S=$((30 + (TORCH_PROFILE == 1 ? 60 * $(wc -w <<<"$PROFILE_LEVELS") : 0) + (PYSPY == 1 ? 30 : 0)))
-# every round its levels and timeline again: about 120 s each beyond the first
-[ -n "$SWITCH_ROUNDS" ] &&
-  SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + ${ROUND_S:-120} * ($(wc -w <<<"$SWITCH_ROUNDS") - 1)))
+# every round its levels and timeline again, about ROUND_S each beyond the first; a start is kept time for its second
+# round only (a lever beside its baseline): each later round is begun only if it fits, and a start cut short for
+# rounds that the deadline would skip anyway is given up while its server still loads
+ROUNDS_KEPT=$(($(wc -w <<<"$SWITCH_ROUNDS") < 2 ? $(wc -w <<<"$SWITCH_ROUNDS") : 2))
+[ -n "$SWITCH_ROUNDS" ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + ${ROUND_S:-120} * (ROUNDS_KEPT - 1)))
 # a pair's every level runs twice, one server after the other; its burst again, B first: about 10 s more a server
 a_pair && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S * 2 + 20))
 export TARGETS=$SERVERS SWEEP_TARGETS=$SERVERS KV_WAIT_S=${KV_WAIT_S:-0}
@@ -598,6 +601,12 @@ for variant in $VARIANTS; do
   : >"$OUT/sweeps.log"
   if [ -n "$SWITCH_ROUNDS" ]; then  # each round's levers written, then its levels into a folder of its own
     variant_name=$name variant_out=$OUT
+    if [ -n "$UNTIL" ]; then  # said once, before the rounds: what the deadline will leave out
+      fit=$(((UNTIL - $(date +%s) - TAIL_S) / ${ROUND_S:-120}))
+      rounds=$(wc -w <<<"$SWITCH_ROUNDS")
+      [ "$fit" -lt "$rounds" ] &&
+        progress "$name: about $((fit < 0 ? 0 : fit)) of $rounds rounds of ${ROUND_S:-120} s fit before the deadline"
+    fi
     for round in $SWITCH_ROUNDS; do
       # a round's levels take about ROUND_S (120 s on an H200): one that would leave too little before the deadline
       # for what follows the rounds (the second benchmark, the profiles, py-spy, the stop) is not begun

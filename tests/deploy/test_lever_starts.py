@@ -584,6 +584,30 @@ def test_a_switch_round_that_would_end_past_the_deadline_is_skipped_and_the_vari
     assert [call[0] for call in calls(tmp_path)] == ["start", "sweep-bench", "stop"]
 
 
+def test_many_switch_rounds_leave_the_start_its_time_and_the_deadline_drops_the_last_rounds(tmp_path: Path) -> None:
+    """Nine rounds of 120 s before a deadline 700 s away: the start is kept time for two rounds only (a lever beside
+    its baseline), not starved by rounds the deadline would skip anyway (it was given 700 - 180 - 8 x 120 < 0 s and
+    skipped), and how many rounds fit is said before the first."""
+    rounds = "a1: s1:steady_decode a2: s2:steady_decode a3: s3:steady_decode a4: s4:steady_decode a5:"
+    done = run(
+        tmp_path,
+        TARGET="service",
+        VARIANTS="v1:S",
+        LEVER_S="SPEECH_OMNI__STEADY_DECODE=true",
+        SWITCH_ROUNDS=rounds,
+        SWITCH_SETTLE_S="0",
+        UNTIL=str(int(time.time()) + 700),
+        FIRST_S="10",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    recorded = calls(tmp_path)
+    assert recorded[0][0] == "start"
+    assert 370 <= int(recorded[0][8]) <= 400  # the deadline less the sweeps' allowance and one round more
+    progress = (tmp_path / "out/progress.txt").read_text()
+    assert "v1: about 5 of 9 rounds of 120 s fit before the deadline" in progress
+    assert "v1/a1 round: levers" in progress and "failed" not in progress
+
+
 def test_switch_rounds_it_cannot_run_are_refused_before_anything_starts(tmp_path: Path) -> None:
     on = "SPEECH_OMNI__STEADY_DECODE=true"
     for target, rounds, lever, said in [
