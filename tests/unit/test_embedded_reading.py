@@ -220,3 +220,54 @@ def test_numbers_in_brackets_that_are_no_phone_number_are_read_as_before(text: s
     from app.engines.embedded.reader import phone_numbers_in_digits
 
     assert phone_numbers_in_digits(text) == text
+
+
+@pytest.mark.parametrize(
+    ("written", "as_if", "address"),
+    [
+        ("Visit example.com/docs now.", "Visit example dot com slash docs now.", "example.com/docs"),
+        ("Go to www.example.co.uk today.", "Go to W W W dot example dot co dot UK today.", "www.example.co.uk"),
+        ("Mail jane.doe@example.com now.", "Mail jane dot doe at example dot com now.", "jane.doe@example.com"),
+        ("See https://example.com/docs/api for more.", "See example dot com slash docs slash api for more.", None),
+        ("Visit example.com.", "Visit example dot com.", None),
+        ("Mail me at jane@example.co.uk.", "Mail me at jane at example dot co dot UK.", None),
+        ("Is it on example.org/faq/?", "Is it on example dot org slash faq?", None),
+        (
+            "Write to jane_doe@my-site.io, please.",
+            "Write to jane underscore doe at my dash site dot IO, please.",
+            None,
+        ),
+        ("Open docs.python.org/3/library now.", "Open docs dot python dot org slash 3 slash library now.", None),
+    ],
+)
+def test_a_web_or_email_address_is_read_with_its_dots_and_slashes(
+    written: str, as_if: str, address: str | None
+) -> None:
+    """ "example.com/docs" was read "example com docs" and "jane.doe@example.com" "jane doe at example com": the
+    dots lost, so a listener could not type the address back. Its dots, slashes and @ are read as said ("http(s)://"
+    is not: a listener types the address without it), the address still timed as one word, as written."""
+    assert said(written) == said(as_if)
+    if address is not None:
+        _, start, end = next(timed for timed in timed_words(written) if timed[0] == address)
+        assert end > start
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I went home. Then I slept.",
+        "I went home.Then I slept.",
+        "It is 3.5 now, e.g. today.",
+        "The U.S. team won.",
+        "See Node.js and main.py now.",
+        "Ask @jane at 5.",
+        "Host 192.168.1.1 is up.",
+        "Install version 3.11.2 today.",
+    ],
+)
+def test_dots_of_no_address_are_read_as_before(text: str) -> None:
+    """A full stop ends its sentence, and a dot between numbers, in an abbreviation or in a file name is left to the
+    reader's own rules: only an address with a known top-level domain (or "www.", "http(s)://", an @) says "dot"."""
+    from app.engines.embedded.reader import addresses_read_out
+
+    assert addresses_read_out(text) == text

@@ -27,6 +27,10 @@
   is read with them, "three point eleven point two".
 - It reads the area code of a phone number written "(555) 123-4567" as an amount ("five hundred fifty-five"): the
   number is read digit by digit in its groups, as hibari reads "555-123-4567".
+- It reads a web or e-mail address without its dots ("example.com/docs": "example com docs", "jane.doe@example.com":
+  "jane doe at example com"), so that a listener cannot type it back: its dots, slashes, hyphens and underscores are
+  read as said ("example dot com slash docs"), "http(s)://" left unsaid as people leave it, "www" and a two-letter
+  country domain spelled ("W W W", "UK").
 """
 
 from __future__ import annotations
@@ -57,6 +61,25 @@ _VERSION = re.compile(r"(?<![\w.])([vV]?)(\d{1,4})\.(\d{1,3})\.(\d{1,3})(?!\w|\.
 _DAY_MONTH_YEAR = re.compile(r"\d\d\.\d\d\.\d\d")
 # a phone number with its area code in brackets: "(555) 123-4567", "(555)123-4567", "(212) 555 0199"
 _PHONE = re.compile(r"(?<![\w)])\((\d{3})\) ?(\d{3})[-. ](\d{4})(?!\w|[-.]\d)")
+# a web or e-mail address: one after "http(s)://" or "www.", one with an @ before a dotted domain, or a dotted name
+# ending in a top-level domain of this list, its path after it. The list holds no English word and is matched in lower
+# case only, as addresses are written, so that a sentence run on after its full stop ("home.Then", "it.is") or a file
+# name ("main.py", "Node.js") is no address.
+_TOP_LEVEL_DOMAINS = (
+    "com|org|net|edu|gov|mil|int|info|biz|xyz|app|dev|tech|online|site|cloud"
+    "|io|ai|co|uk|de|fr|ca|au|nz|ie|eu|nl|es|ch|se|jp|cn|tv|fm|gg|ly"
+)
+_ADDRESS = re.compile(
+    r"(?<![\w.@/:+-])"
+    r"(?:(?i:https?://|www\.)\S+"
+    r"|(?P<mail>[\w.+-]+@[\w-]+(?:\.[\w-]+)+)"
+    rf"|(?:[\w-]+\.)+(?:{_TOP_LEVEL_DOMAINS})(?![\w-]|\.\w)(?::\d+)?(?:/\S*)?)"
+)
+# what ends a sentence or a clause after an address ("Visit example.com.", "(see example.com/faq/)"): not its own, and
+# neither is a last slash, which nobody says
+_AFTER_ADDRESS = ".,;:!?'\"”’)]}>*/"
+_ADDRESS_MARKS = {".": "dot", "/": "slash", "@": "at", ":": "colon", "-": "dash", "_": "underscore"}
+_ADDRESS_MARK = re.compile("[" + re.escape("".join(_ADDRESS_MARKS)) + "]")
 _SCALES = {"mn": "million", "bn": "billion", "tn": "trillion"}
 _AMOUNT_THEN_SCALE = re.compile(rf"(?<![\w.])({_AMOUNT}) ?(mn|bn|tn)\b")
 # the signs hibari reads where they are written, after their amount ("50¢": "fifty cents"); moved before it, "¢50"
@@ -117,7 +140,8 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     from hibari.g2p.lexicon import CURRENCIES
     from hibari.g2p.normalize import normalize
 
-    readable = scales_in_words(signs_before_amounts(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS)))
+    readable = addresses_read_out(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS))
+    readable = scales_in_words(signs_before_amounts(readable))
     readable = versions_with_points(phone_numbers_in_digits(round_the_clock(headings_unmarked(readable))))
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
     return g2p.phonemize_tokens(numbers_as_numbers(g2p.tokenize(signs_named(normalized, CURRENCIES))))
@@ -177,6 +201,32 @@ def phone_numbers_in_digits(text: str) -> str:
     """`text` with each phone number written with its area code in brackets ("(555) 123-4567") as its digits in their
     groups ("5 5 5, 1 2 3, 4 5 6 7"), as hibari reads "555-123-4567"; it read the area code as an amount."""
     return _PHONE.sub(lambda match: ", ".join(" ".join(group) for group in match.groups()), text)
+
+
+def addresses_read_out(text: str) -> str:
+    """`text` with each web or e-mail address as it is said, its marks as words ("example.com/docs": "example dot com
+    slash docs", "jane.doe@example.com": "jane dot doe at example dot com"); hibari read its dots as nothing. A full
+    stop or other punctuation after it stays there, a sentence's, as does every dot of text that is no address."""
+    return _ADDRESS.sub(_address_said, text)
+
+
+def _address_said(match: re.Match[str]) -> str:
+    address = match.group(0).rstrip(_AFTER_ADDRESS)
+    after = match.group(0)[len(address) :].replace("/", "")
+    address = re.sub(r"^https?://", "", address, flags=re.IGNORECASE)  # unsaid: typed or not, the address is the same
+    if match.group("mail"):
+        user, at, host = address.rpartition("@")
+        head, tail = user + at, ""
+    else:
+        cut = next((i for i, ch in enumerate(address) if ch in "/:"), len(address))  # the host ends at a path or port
+        head, host, tail = "", address[:cut], address[cut:]
+    labels = ["W W W" if label.lower() == "www" else label for label in host.split(".")]
+    # a two-letter country domain is said letter by letter, as hibari reads it in capitals ("UK": "U K"; "de" was
+    # "duh"); "co" ("example.co") is said as a word. Not "U K", whose "K." would take a sentence's full stop as its own
+    if len(labels[-1]) == 2 and labels[-1].isalpha() and labels[-1].lower() != "co":
+        labels[-1] = labels[-1].upper()
+    said = _ADDRESS_MARK.sub(lambda mark: f" {_ADDRESS_MARKS[mark.group(0)]} ", head + ".".join(labels) + tail)
+    return " ".join(said.split()) + after
 
 
 def scales_in_words(text: str) -> str:
