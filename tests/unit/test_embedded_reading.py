@@ -271,3 +271,37 @@ def test_dots_of_no_address_are_read_as_before(text: str) -> None:
     from app.engines.embedded.reader import addresses_read_out
 
     assert addresses_read_out(text) == text
+
+
+@pytest.mark.parametrize(
+    ("written", "as_if"),
+    [
+        ("Call 555.123.4567 now.", "Call 5 5 5, 1 2 3, 4 5 6 7 now."),
+        ("Call 555.123.4567.", "Call 5 5 5, 1 2 3, 4 5 6 7."),
+        ("Call 555-123-4567.", "Call 5 5 5, 1 2 3, 4 5 6 7."),
+    ],
+)
+def test_a_phone_number_in_dotted_or_dashed_groups_is_read_digit_by_digit(written: str, as_if: str) -> None:
+    """ "555.123.4567" was read digit by digit without a pause between its groups, and "555-123-4567" right before a
+    full stop as amounts ("five hundred fifty-five, one twenty-three, forty-five sixty-seven"): both are read in their
+    groups, digit by digit, as "(555) 123-4567" is."""
+    assert said(written) == said(as_if)
+    number = next(word for word in written.split() if word.strip("(")[0].isdigit()).strip("().")
+    _, start, end = next(timed for timed in timed_words(written) if timed[0] == number)
+    assert end > start
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Call 555.123.45678 now.",
+        "It is 1.555.123.4567 now.",
+        "Call 555-123.4567 now.",
+        "Pay 555.12 now.",
+        "See 123-4567.",
+    ],
+)
+def test_numbers_in_groups_that_are_no_phone_number_are_left_as_they_are(text: str) -> None:
+    from app.engines.embedded.reader import phone_numbers_in_digits
+
+    assert phone_numbers_in_digits(text) == text

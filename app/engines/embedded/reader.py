@@ -25,8 +25,9 @@
 - It reads "24/7" as a number over another ("twenty-four slash seven"): it is read as said, "twenty-four seven".
 - It reads a version of three dotted numbers as three numbers, its points lost ("3.11.2": "three eleven two"): it
   is read with them, "three point eleven point two".
-- It reads the area code of a phone number written "(555) 123-4567" as an amount ("five hundred fifty-five"): the
-  number is read digit by digit in its groups, as hibari reads "555-123-4567".
+- It reads the area code of a phone number written "(555) 123-4567" as an amount ("five hundred fifty-five"), one
+  written "555-123-4567" right before a full stop as amounts, and "555.123.4567" without its groups' pauses: each is
+  read digit by digit in its groups, as hibari reads "555-123-4567" inside a sentence.
 - It reads a web or e-mail address without its dots ("example.com/docs": "example com docs", "jane.doe@example.com":
   "jane doe at example com"), so that a listener cannot type it back: its dots, slashes, hyphens and underscores are
   read as said ("example dot com slash docs"), "http(s)://" left unsaid as people leave it, "www" and a two-letter
@@ -80,6 +81,10 @@ _ADDRESS = re.compile(
 _AFTER_ADDRESS = ".,;:!?'\"”’)]}>*/"
 _ADDRESS_MARKS = {".": "dot", "/": "slash", "@": "at", ":": "colon", "-": "dash", "_": "underscore"}
 _ADDRESS_MARK = re.compile("[" + re.escape("".join(_ADDRESS_MARKS)) + "]")
+# a phone number in groups of three, three and four digits, dashed ("555-123-4567") or dotted ("555.123.4567"): hibari
+# reads a dashed one in its groups but right before a full stop ("Call 555-123-4567.": "five hundred fifty-five, one
+# twenty-three..."), a dotted one digit by digit without its groups' pauses. Seven digits ("123-4567") may be a range.
+_GROUPED_PHONE = re.compile(r"(?<![\w.-])(\d{3})([-.])(\d{3})\2(\d{4})(?!\w|[-.]\d)")
 _SCALES = {"mn": "million", "bn": "billion", "tn": "trillion"}
 _AMOUNT_THEN_SCALE = re.compile(rf"(?<![\w.])({_AMOUNT}) ?(mn|bn|tn)\b")
 # the signs hibari reads where they are written, after their amount ("50¢": "fifty cents"); moved before it, "¢50"
@@ -198,9 +203,15 @@ def versions_with_points(text: str) -> str:
 
 
 def phone_numbers_in_digits(text: str) -> str:
-    """`text` with each phone number written with its area code in brackets ("(555) 123-4567") as its digits in their
-    groups ("5 5 5, 1 2 3, 4 5 6 7"), as hibari reads "555-123-4567"; it read the area code as an amount."""
-    return _PHONE.sub(lambda match: ", ".join(" ".join(group) for group in match.groups()), text)
+    """`text` with each phone number written with its area code in brackets ("(555) 123-4567"), in dotted groups
+    ("555.123.4567") or in dashed ones ("555-123-4567") as its digits in their groups ("5 5 5, 1 2 3, 4 5 6 7"), as
+    hibari reads "555-123-4567" inside a sentence; it read the area code in brackets as an amount, the dotted groups
+    without their pauses and the dashed ones before a full stop as amounts."""
+    return _GROUPED_PHONE.sub(_in_digits, _PHONE.sub(_in_digits, text))
+
+
+def _in_digits(match: re.Match[str]) -> str:
+    return ", ".join(" ".join(group) for group in match.groups() if group.isdigit())  # not a group's separator
 
 
 def addresses_read_out(text: str) -> str:
