@@ -305,3 +305,40 @@ def test_numbers_in_groups_that_are_no_phone_number_are_left_as_they_are(text: s
     from app.engines.embedded.reader import phone_numbers_in_digits
 
     assert phone_numbers_in_digits(text) == text
+
+
+@cache
+def british_reader() -> object:
+    return text_reader("emma")
+
+
+@pytest.mark.parametrize(
+    ("written", "as_if"),
+    [
+        ("Press # to continue.", "Press {} to continue."),
+        ("Then press #.", "Then press {}."),
+        ("Press the # key now.", "Press the {} key now."),
+        ('Enter your PIN, then "#".', 'Enter your PIN, then "{}".'),
+    ],
+)
+def test_a_hash_on_its_own_is_the_key_said_pound_or_hash(written: str, as_if: str) -> None:
+    """A `#` on its own is a phone's key, not a hashtag: hibari read "Press # to continue" as "press hashtag to
+    continue". It is "pound" in American English and "hash" in British."""
+    assert said(written) == said(as_if.format("pound"))
+    british = " ".join(t.phonemes for t in read_tokens(british_reader(), written) if t.phonemes)
+    assert british == " ".join(t.phonemes for t in read_tokens(british_reader(), as_if.format("hash")) if t.phonemes)
+    _, start, end = next(timed for timed in timed_words(written) if timed[0].strip('"') == "#")
+    assert end > start
+
+
+@pytest.mark.parametrize(
+    ("text", "as_if"),
+    [
+        ("Use #hashtags here.", "Use hashtag hashtags here."),
+        ("Item #1 is here.", "Item number 1 is here."),
+        ("# Getting started", "Getting started"),
+        ("Wow ## now.", "Wow hashtag hashtag now."),
+    ],
+)
+def test_a_hash_that_is_no_key_is_read_as_before(text: str, as_if: str) -> None:
+    assert said(text) == said(as_if)

@@ -22,6 +22,8 @@
   `bn` and `tn` are read as the words it reads with an amount ("two point five billion dollars").
 - It reads every `#` as "hashtag", the marks of a Markdown heading an LLM writes too ("# Heading": "hashtag
   heading"): the `#`s that head a line before a space are markup, not read.
+- It reads a `#` on its own, a phone's key ("Press # to continue"), as "hashtag": it is read "pound", or "hash"
+  where the voice is British.
 - It reads "24/7" as a number over another ("twenty-four slash seven"): it is read as said, "twenty-four seven".
 - It reads a version of three dotted numbers as three numbers, its points lost ("3.11.2": "three eleven two"): it
   is read with them, "three point eleven point two".
@@ -55,6 +57,9 @@ _AMOUNT_THEN_MARK = re.compile(rf"(?<![\w.])(?<!\d )({_AMOUNT}) ?([^\w\s])(?! ?\
 _MARK_THEN_AMOUNT = re.compile(rf"([^\w\s]) ?({_AMOUNT})")
 # a Markdown heading's marks: one to six `#`s at a line's start, then a space ("## Next steps")
 _HEADING_MARKS = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(?=\S)", re.MULTILINE)
+# a `#` on its own ("Press # to continue", "then #."): a phone's key. Not a hashtag's ("#news"), a number's ("#1",
+# which hibari reads "number 1"), "C#"'s, or one before a number after a space ("# 1"), which is no key either
+_KEY_HASH = re.compile(r"(?<![^\s(\[\"'“‘])#(?![^\s.,;:!?)\]\"'”’]| \d)")
 _ROUND_THE_CLOCK = re.compile(r"(?<![\w./])24/7(?![\w/]|\.\d)")
 # three dotted numbers, the last of at most three digits ("3.11.2", "v1.0.0"): not a date ("12.05.2024", "12.05.24"),
 # a phone number ("555.123.4567") or an IP address ("192.168.1.1", four numbers)
@@ -147,7 +152,8 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
 
     readable = addresses_read_out(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS))
     readable = scales_in_words(signs_before_amounts(readable))
-    readable = versions_with_points(phone_numbers_in_digits(round_the_clock(headings_unmarked(readable))))
+    readable = hash_keys_named(headings_unmarked(readable), "hash" if getattr(g2p, "british", False) else "pound")
+    readable = versions_with_points(phone_numbers_in_digits(round_the_clock(readable)))
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
     return g2p.phonemize_tokens(numbers_as_numbers(g2p.tokenize(signs_named(normalized, CURRENCIES))))
 
@@ -179,8 +185,15 @@ def signs_before_amounts(text: str) -> str:
 
 def headings_unmarked(text: str) -> str:
     """`text` without the `#`s of a Markdown heading (one to six at a line's start, then a space): "# Heading" was
-    read "hashtag heading". A `#` anywhere else ("#hashtags", "Press # now", "#5") is read as before."""
+    read "hashtag heading". A `#` anywhere else ("#hashtags", "Press # now", "#5") is left as it is."""
     return _HEADING_MARKS.sub("", text)
+
+
+def hash_keys_named(text: str, key: str) -> str:
+    """`text` with each `#` that stands on its own, a phone's key ("Press # to continue"), as `key`: what it is called
+    ("pound" in American English, "hash" in British). hibari read it "hashtag". Run after `headings_unmarked`, whose
+    `#`s are markup; a `#` in a word ("#hashtags", "#5", "C#") is read as before."""
+    return _KEY_HASH.sub(key, text)
 
 
 def round_the_clock(text: str) -> str:
