@@ -68,9 +68,9 @@ _DAY_MONTH_YEAR = re.compile(r"\d\d\.\d\d\.\d\d")
 # a phone number with its area code in brackets: "(555) 123-4567", "(555)123-4567", "(212) 555 0199"
 _PHONE = re.compile(r"(?<![\w)])\((\d{3})\) ?(\d{3})[-. ](\d{4})(?!\w|[-.]\d)")
 # a web or e-mail address: one after "http(s)://" or "www.", one with an @ before a dotted domain, or a dotted name
-# ending in a top-level domain of this list, its path after it. The list holds no English word and is matched in lower
-# case only, as addresses are written, so that a sentence run on after its full stop ("home.Then", "it.is") or a file
-# name ("main.py", "Node.js") is no address.
+# ending in a top-level domain of this list, its path after it. The list is matched in lower case only, as addresses
+# are written, so that a sentence run on after its full stop ("home.Then", "it.is") or a file name ("main.py",
+# "Node.js") is no address; a few endings are words too ("logger.info", "Safari.app" are read with their "dot").
 _TOP_LEVEL_DOMAINS = (
     "com|org|net|edu|gov|mil|int|info|biz|xyz|app|dev|tech|online|site|cloud"
     "|io|ai|co|uk|de|fr|ca|au|nz|ie|eu|nl|es|ch|se|jp|cn|tv|fm|gg|ly"
