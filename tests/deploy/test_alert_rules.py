@@ -18,8 +18,14 @@ RULES = ROOT / "deploy/prometheus/speech-rules.yaml"
 ANSWERED = {"series": 'speech_requests_total{status="200"}', "values": "0+20x30"}
 
 
-def promtool_passes(tmp_path: Path, test: dict[str, object]) -> None:
-    """`promtool test rules` over one test file holding `test`, passing."""
+def promtool_passes(tmp_path: Path, series: list[dict[str, str]], **checks: list[dict[str, object]]) -> None:
+    """`promtool test rules` over the rules and `series` (one value a minute, rules evaluated every 30 s), passing
+    `checks` (promtool's `promql_expr_test`, `alert_rule_test`)."""
+    test = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "30s",
+        "tests": [{"interval": "1m", "input_series": series, **checks}],
+    }
     path = tmp_path / "test.yaml"
     path.write_text(yaml.safe_dump(test, sort_keys=False))
     ensure_installed()
@@ -37,25 +43,18 @@ def promtool_test(tmp_path: Path, series: list[dict[str, str]], expected_ratio: 
     annotations = {**rule["annotations"]}
     annotations["description"] = annotations["description"].replace("{{ $value | humanizePercentage }}", "10%")
     alerts = [{"exp_labels": {"severity": "page"}, "exp_annotations": annotations}] if fires else []
-    test = {
-        "rule_files": [str(RULES)],
-        "evaluation_interval": "30s",
-        "tests": [
+    promtool_passes(
+        tmp_path,
+        series,
+        promql_expr_test=[
             {
-                "interval": "1m",
-                "input_series": series,
-                "promql_expr_test": [
-                    {
-                        "expr": "round(speech:error_ratio:rate5m, 0.001)",  # rates are floats: 0.0999… is 10%
-                        "eval_time": "20m",
-                        "exp_samples": [{"labels": "{}", "value": expected_ratio}],
-                    }
-                ],
-                "alert_rule_test": [{"eval_time": "20m", "alertname": "SpeechHighErrorRatio", "exp_alerts": alerts}],
+                "expr": "round(speech:error_ratio:rate5m, 0.001)",  # rates are floats: 0.0999… is 10%
+                "eval_time": "20m",
+                "exp_samples": [{"labels": "{}", "value": expected_ratio}],
             }
         ],
-    }
-    promtool_passes(tmp_path, test)
+        alert_rule_test=[{"eval_time": "20m", "alertname": "SpeechHighErrorRatio", "exp_alerts": alerts}],
+    )
 
 
 def test_streams_cut_by_an_error_after_their_audio_began_count_as_errors(tmp_path: Path) -> None:
@@ -110,20 +109,8 @@ def test_utterances_refused_for_their_request_or_cut_by_their_client_are_not_err
 
 def run_promtool(tmp_path: Path, series: list[dict[str, str]], alerts: dict[str, list[dict[str, object]]]) -> None:
     """`promtool test rules` over `series` (one value a minute), expecting `alerts` at 7 hours: alert -> alerts."""
-    test = {
-        "rule_files": [str(RULES)],
-        "evaluation_interval": "30s",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "alert_rule_test": [
-                    {"eval_time": "7h", "alertname": name, "exp_alerts": expected} for name, expected in alerts.items()
-                ],
-            }
-        ],
-    }
-    promtool_passes(tmp_path, test)
+    checks = [{"eval_time": "7h", "alertname": name, "exp_alerts": expected} for name, expected in alerts.items()]
+    promtool_passes(tmp_path, series, alert_rule_test=checks)
 
 
 def latency_series(values: str, fast: str) -> list[dict[str, str]]:
