@@ -215,8 +215,9 @@ TAIL_S=$((30 + (TORCH_PROFILE == 1 ? 60 * $(wc -w <<<"$PROFILE_LEVELS") : 0) + (
 # every round its levels and timeline again, about ROUND_S each beyond the first; a start is kept time for its second
 # round only (a lever beside its baseline): each later round is begun only if it fits, and a start cut short for
 # rounds that the deadline would skip anyway is given up while its server still loads
-ROUNDS_KEPT=$(($(wc -w <<<"$SWITCH_ROUNDS") < 2 ? $(wc -w <<<"$SWITCH_ROUNDS") : 2))
-[ -n "$SWITCH_ROUNDS" ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + ${ROUND_S:-120} * (ROUNDS_KEPT - 1)))
+ROUND_COUNT=$(wc -w <<<"$SWITCH_ROUNDS")
+[ -n "$SWITCH_ROUNDS" ] &&
+  SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + ${ROUND_S:-120} * ((ROUND_COUNT < 2 ? ROUND_COUNT : 2) - 1)))
 # a pair's every level runs twice, one server after the other; its burst again, B first: about 10 s more a server
 a_pair && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S * 2 + 20))
 export TARGETS=$SERVERS SWEEP_TARGETS=$SERVERS KV_WAIT_S=${KV_WAIT_S:-0}
@@ -603,9 +604,8 @@ for variant in $VARIANTS; do
     variant_name=$name variant_out=$OUT
     if [ -n "$UNTIL" ]; then  # said once, before the rounds: what the deadline will leave out
       fit=$(((UNTIL - $(date +%s) - TAIL_S) / ${ROUND_S:-120}))
-      rounds=$(wc -w <<<"$SWITCH_ROUNDS")
-      [ "$fit" -lt "$rounds" ] &&
-        progress "$name: about $((fit < 0 ? 0 : fit)) of $rounds rounds of ${ROUND_S:-120} s fit before the deadline"
+      [ "$fit" -lt "$ROUND_COUNT" ] &&
+        progress "$name: about $((fit < 0 ? 0 : fit)) of $ROUND_COUNT rounds of ${ROUND_S:-120} s fit before the deadline"
     fi
     for round in $SWITCH_ROUNDS; do
       # a round's levels take about ROUND_S (120 s on an H200): one that would leave too little before the deadline
