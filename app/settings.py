@@ -133,7 +133,7 @@ class EmbeddedSettings(BaseModel):
 
 # the service talker's levers, each a switch of OmniSettings, that a lever switch file may turn on and off in a running
 # server (app/engines/omni/stage_plugins/lever_switch.py's LEVERS, tests/unit/test_lever_switch.py)
-TALKER_LEVERS = ("prompt_stream", "steady_decode", "prompt_batch")
+TALKER_LEVERS = ("steady_decode", "prompt_batch")
 
 
 class OmniSettings(BaseModel):
@@ -275,17 +275,6 @@ class OmniSettings(BaseModel):
         "that one wrote. Alone on an H200 at one stream 0.95× the predictor's GPU time a frame with the as-tuned "
         "kernels; see `fused_kernels` for it beside split and prefetch.",
     )
-    prompt_stream: bool = Field(
-        False,
-        description="With the service's talker (`talker_model` service, fused or compiled-once), build each "
-        "CustomVoice or VoiceDesign request's prompt embeddings on a CUDA stream of their own: vllm-omni copies the "
-        "text's ids and the speaker's id to the GPU inside the talker's prefill step, and on the talker's stream each "
-        "copy waits for the step still running there, so a burst's prefill steps lose their overlap with the GPU. The "
-        "same embeddings (the same kernels on the same inputs). Measured once, on one of two H200s: within what the "
-        "two differ by (a burst of 32's first audio p50 0.91×, one stream's 1.10×; "
-        "benchmarks/gpu/2026-11-30-h200x2-pair-prefill-graphs/). "
-        "app/engines/omni/stage_plugins/prompt_stream.py.",
-    )
     steady_decode: bool = Field(
         False,
         description="With the service's talker (`talker_model` service, fused or compiled-once), make the per-request "
@@ -293,22 +282,29 @@ class OmniSettings(BaseModel):
         "decode inputs and gathers each request's frame one request at a time, tens of Python and torch calls each "
         "(a kernel each for the frame flags on a GPU), which at 32 streams is part of the host's share of the step. "
         "The same tensors and the same per-request state; a step with any request not in steady decode (its prompt, "
-        "reference codes still to send) runs vllm-omni's own. Off until measured on a GPU. "
+        "reference codes still to send) runs vllm-omni's own. Switched in rounds on one H200, it shortened a 32-stream "
+        "decode step from 12.0–12.7 to 9.6–10.8 ms p50, but the listener's gaps split between its two rounds: off "
+        "until measured on top of the prompts built together "
+        "(benchmarks/gpu/2026-12-01-h200-omni-levers-switched/). "
         "app/engines/omni/stage_plugins/steady_decode.py.",
     )
     prompt_batch: bool = Field(
-        False,
-        description="With the service's talker (`talker_model` service, fused or compiled-once), build the "
+        True,
+        description="With the service's talker (`talker_model` service, fused or compiled-once; with vllm-omni's "
+        "talker it does not apply, and setting it true there is an error), build the "
         "CustomVoice and VoiceDesign prompts a talker step takes in together, before that step's per-request "
         "preprocessing: one tokenizer call and one copy of their ids to the GPU (from pinned memory, waiting for "
         "nothing) for all of them, and the part of each prompt that depends only on the speaker and the language "
         "(role header, codec tags, speaker embedding) made once and kept, where vllm-omni makes each prompt alone, two "
-        "waiting copies and some twenty kernels each. The same tensors, bit for bit. Off until measured on a GPU. "
+        "waiting copies and some twenty kernels each. The same tensors, bit for bit. Switched in rounds on one H200 "
+        "against the profile without it, a burst of 32 streams' steps that took in prompts lasted 13–16 ms p50 "
+        "against 20–32, its time to uninterrupted audio p95 174 and 209 ms against 245–282, with 1–2% of streams "
+        "run dry against 12–18% (benchmarks/gpu/2026-12-01-h200-omni-levers-switched/). "
         "app/engines/omni/stage_plugins/prompt_batch.py.",
     )
     lever_switch_file: str | None = Field(
         None,
-        description="For benchmarks: a file whose words (`steady_decode`, `prompt_stream`, `prompt_batch`) name "
+        description="For benchmarks: a file whose words (`steady_decode`, `prompt_batch`) name "
         "which of those levers, each turned on by its own setting, is in force at a time; the talker reads it at most "
         "every quarter second and logs each change, a missing file naming none. A lever and its baseline are then "
         "measured in alternating load levels of one start rather than across starts, whose own spread was as wide as "
@@ -346,15 +342,22 @@ class OmniSettings(BaseModel):
     def _moved_scheduler(cls, path: str) -> str:
         return MOVED_PATHS.get(path, path)
 
+    def talker_levers_on(self) -> list[str]:
+        """The service talker's levers in force: each as its setting says, none with vllm-omni's talker (where a
+        lever on by default does not apply)."""
+        if self.talker_model == "vllm-omni":
+            return []
+        return [name for name in TALKER_LEVERS if getattr(self, name)]
+
     @model_validator(mode="after")
     def _talker_levers_need_the_services_talker(self) -> OmniSettings:
-        on = [name for name in TALKER_LEVERS if getattr(self, name)]
-        for name in on:
-            if self.talker_model == "vllm-omni":
+        for name in TALKER_LEVERS:
+            # a default that does not apply is no error; a lever asked for by name that cannot apply is
+            if self.talker_model == "vllm-omni" and getattr(self, name) and name in self.model_fields_set:
                 raise ValueError(
                     f"{name} needs the service's talker: set talker_model to service, fused or compiled-once"
                 )
-        if self.lever_switch_file and not on:
+        if self.lever_switch_file and not self.talker_levers_on():
             levers = f"{', '.join(TALKER_LEVERS[:-1])} and {TALKER_LEVERS[-1]}"
             raise ValueError(f"lever_switch_file switches {levers}: turn on one of them")
         return self
@@ -523,7 +526,6 @@ PROCESS_ENV = frozenset(
         "SPEECH_OMNI_FUSED_KERNELS",
         "SPEECH_OMNI_LEVER_SWITCH",
         "SPEECH_OMNI_PROMPT_BATCH",
-        "SPEECH_OMNI_PROMPT_STREAM",
         "SPEECH_OMNI_STEADY_DECODE",
         "SPEECH_OMNI_SWITCH_INTERVAL_S",
         "SPEECH_OMNI_TIMELINE_FLAG",

@@ -530,8 +530,8 @@ def test_switch_rounds_sweep_each_rounds_levels_in_one_start_with_its_levers_wri
         tmp_path,
         TARGET="service",
         VARIANTS="v1:S",
-        LEVER_S="SPEECH_OMNI__STEADY_DECODE=true SPEECH_OMNI__PROMPT_STREAM=true",
-        SWITCH_ROUNDS=" s0:steady_decode a1: s1:steady_decode b1:steady_decode,prompt_stream a2:",  # as a list wraps
+        LEVER_S="SPEECH_OMNI__STEADY_DECODE=true SPEECH_OMNI__PROMPT_BATCH=true",
+        SWITCH_ROUNDS=" s0:steady_decode a1: s1:steady_decode b1:steady_decode,prompt_batch a2:",  # as a list wraps
         SWITCH_SETTLE_S="0",
         TORCH_PROFILE="1",
         PROFILE_LEVELS="",
@@ -542,7 +542,7 @@ def test_switch_rounds_sweep_each_rounds_levels_in_one_start_with_its_levers_wri
     switch = tmp_path / "out/v1/lever-switch"
     assert recorded[0][0] == "start" and recorded[0][1] == "v1" and recorded[0][18] == "steady_decode"  # s0's
     assert recorded[0][9] == (
-        "CUDA_VISIBLE_DEVICES=0 SPEECH_OMNI__STEADY_DECODE=true SPEECH_OMNI__PROMPT_STREAM=true"
+        "CUDA_VISIBLE_DEVICES=0 SPEECH_OMNI__STEADY_DECODE=true SPEECH_OMNI__PROMPT_BATCH=true"
         f" SPEECH_OMNI__LEVER_SWITCH_FILE={switch}"
     )
     levels = ["first-c32", "c1", "burst-c8", "burst-c32", "c8", "c32", "tl-c32"]
@@ -550,7 +550,7 @@ def test_switch_rounds_sweep_each_rounds_levels_in_one_start_with_its_levers_wri
         ("s0", "steady_decode"),
         ("a1", ""),
         ("s1", "steady_decode"),
-        ("b1", "steady_decode prompt_stream"),
+        ("b1", "steady_decode prompt_batch"),
         ("a2", ""),
     ]
     assert [(call[1], call[2], call[18]) for call in recorded[1:-2]] == [

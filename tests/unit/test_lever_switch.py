@@ -23,7 +23,7 @@ class Clock:
 def test_without_a_file_every_lever_its_setting_turned_on_is_on() -> None:
     switch = lever_switch.from_environ({})
     assert switch.path is None
-    assert switch.on("steady_decode") and switch.on("prompt_stream")
+    assert switch.on("steady_decode") and switch.on("prompt_batch")
 
 
 def test_a_lever_is_on_while_the_file_names_it_read_at_most_every_quarter_second(
@@ -38,18 +38,18 @@ def test_a_lever_is_on_while_the_file_names_it_read_at_most_every_quarter_second
     clock.now += lever_switch.CHECK_EVERY_S / 2
     assert not switch.on("steady_decode")  # not read again yet
     clock.now += lever_switch.CHECK_EVERY_S / 2
-    assert switch.on("steady_decode") and not switch.on("prompt_stream")
-    path.write_text("prompt_stream  steady_decode typo_lever")
+    assert switch.on("steady_decode") and not switch.on("prompt_batch")
+    path.write_text("prompt_batch  steady_decode typo_lever")
     clock.now += lever_switch.CHECK_EVERY_S
-    assert switch.on("steady_decode") and switch.on("prompt_stream")
+    assert switch.on("steady_decode") and switch.on("prompt_batch")
     path.unlink()
     clock.now += lever_switch.CHECK_EVERY_S
-    assert not switch.on("steady_decode") and not switch.on("prompt_stream")
+    assert not switch.on("steady_decode") and not switch.on("prompt_batch")
     said = [record.getMessage() for record in caplog.records]
     assert said == [
         f"{lever_switch.VARIABLE}: levers on: none",
         f"{lever_switch.VARIABLE}: levers on: steady_decode",
-        f"{lever_switch.VARIABLE}: levers on: prompt_stream steady_decode (not switchable, ignored: typo_lever)",
+        f"{lever_switch.VARIABLE}: levers on: prompt_batch steady_decode (not switchable, ignored: typo_lever)",
         f"{lever_switch.VARIABLE}: levers on: none",
     ]
 

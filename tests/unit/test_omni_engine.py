@@ -39,7 +39,7 @@ from app.engines.omni.stage_plugins import (
     fused_launch,
     lever_switch,
     model_registration,
-    prompt_stream,
+    prompt_batch,
     steady_decode,
     timeline,
     window_doorbell,
@@ -449,27 +449,33 @@ async def test_a_profile_whose_connector_rings_gives_the_stages_an_address_and_c
     assert built[-1].kwargs["stage_overrides"]["0"]["worker_cls"] == timeline.TALKER_WORKER  # the talker's: still
 
 
-async def test_the_prompt_stream_reaches_the_stage_processes_environment_before_they_start(
+async def test_the_prompt_batch_is_on_by_default_with_the_services_talker_and_reaches_the_stage_processes(
     custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SPEECH_OMNI__PROMPT_STREAM is in the environment when AsyncOmni spawns the stages, read there as set; a later
-    start without it in the same process takes it away. Without the service's talker it is refused, naming both."""
-    monkeypatch.setenv(prompt_stream.VARIABLE, "")  # restored after the test, as it was
+    """SPEECH_OMNI__PROMPT_BATCH is in the environment when AsyncOmni spawns the stages: on by default with the
+    service's talker, off when set false; with vllm-omni's talker the default does not apply (no error, not on), and
+    asking for it by name there is refused, naming both."""
+    monkeypatch.setenv(prompt_batch.VARIABLE, "")  # restored after the test, as it was
     seen: list[bool] = []
 
     class Recording(FakeAsyncOmni):
         def __init__(self) -> None:
             super().__init__()
-            seen.append(prompt_stream.enabled(os.environ))
+            seen.append(prompt_batch.enabled(os.environ))
 
-    for settings in ({"prompt_stream": True, "talker_model": "fused"}, {"talker_model": "fused"}):
+    for settings in (
+        {"talker_model": "fused"},
+        {"prompt_batch": False, "talker_model": "fused"},
+        {"talker_model": "vllm-omni"},
+        {"prompt_batch": True, "talker_model": "service"},
+    ):
         engine = make_engine(custom_voice_dir, FakeAsyncOmni(), omni=settings)
         engine._factory = lambda **kwargs: Recording()
         await engine.start()
         await engine.close()
-    assert seen == [True, False]
-    with pytest.raises(ValueError, match="prompt_stream needs the service's talker: set talker_model to service"):
-        make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"prompt_stream": True, "talker_model": "vllm-omni"})
+    assert seen == [True, False, False, True]
+    with pytest.raises(ValueError, match="prompt_batch needs the service's talker: set talker_model to service"):
+        make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"prompt_batch": True, "talker_model": "vllm-omni"})
 
 
 async def test_steady_decode_reaches_the_stage_processes_environment_before_they_start(
@@ -518,10 +524,14 @@ async def test_the_lever_switch_file_reaches_the_stage_processes_environment_bef
         await engine.start()
         await engine.close()
     assert seen == [path, None]
-    with pytest.raises(
-        ValueError, match="lever_switch_file switches prompt_stream, steady_decode and prompt_batch: turn on one"
-    ):
-        make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"talker_model": "fused", "lever_switch_file": path})
+    with pytest.raises(ValueError, match="lever_switch_file switches steady_decode and prompt_batch: turn on one"):
+        make_engine(
+            custom_voice_dir,
+            FakeAsyncOmni(),
+            omni={"talker_model": "fused", "prompt_batch": False, "lever_switch_file": path},
+        )
+    with pytest.raises(ValueError, match="lever_switch_file switches"):  # the default's lever does not apply there
+        make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"talker_model": "vllm-omni", "lever_switch_file": path})
 
 
 async def test_the_fused_kernels_launch_reaches_the_stage_processes_environment_before_they_start(

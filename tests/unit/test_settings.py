@@ -66,7 +66,6 @@ BORN_GROUPED = {
     ("omni", "switch_interval_ms"),
     ("omni", "fused_kernels"),
     ("omni", "fused_dependent_launch"),
-    ("omni", "prompt_stream"),
     ("omni", "steady_decode"),
     ("omni", "lever_switch_file"),
     ("omni", "prompt_batch"),

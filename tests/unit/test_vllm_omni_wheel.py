@@ -553,8 +553,8 @@ def test_a_stages_kv_cache_budget_is_an_override_its_worker_takes_without_measur
 PROMPT_BUILDER_MODULE = "model_executor/models/qwen3_tts/prompt_embeds_builder.py"
 
 
-def test_the_talker_builds_each_prompt_through_the_builder_attribute_the_prompt_stream_wraps(wheel: Wheel) -> None:
-    """SPEECH_OMNI__PROMPT_STREAM (app/engines/omni/stage_plugins/prompt_stream.py) replaces the talker's
+def test_the_talker_builds_each_prompt_through_the_builder_attribute_the_prompt_batch_wraps(wheel: Wheel) -> None:
+    """SPEECH_OMNI__PROMPT_BATCH (app/engines/omni/stage_plugins/prompt_batch.py) replaces the talker's
     `_prompt_builder.build_prompt_embeds` on the instance, taking keywords only: vllm-omni's talker makes the builder
     in its __init__ and calls that method through the attribute, by keyword, with `task_type` and `info_dict`; the
     builder's method takes exactly those."""

@@ -45,7 +45,6 @@ from app.engines.omni.stage_plugins import (
     lever_switch,
     model_registration,
     prompt_batch,
-    prompt_stream,
     steady_decode,
     timeline,
     window_doorbell,
@@ -314,7 +313,7 @@ class OmniEngine:
             for key, value in DECODER_GRAPH_STATS_ENVIRONMENT.items():
                 os.environ.setdefault(key, value)
         # the stage processes, spawned below, read these (the switch interval at their plugin's registration, the fused
-        # kernels' launch, the prompts' stream and the steady decode steps as the talker's model is built); this
+        # kernels' launch, the prompts built together and the steady decode steps as the talker's model is built); this
         # start's settings, whatever an earlier start left
         interval_ms = self._settings.switch_interval_ms
         set_or_unset(
@@ -322,9 +321,9 @@ class OmniEngine:
         )
         launch = FusedLaunch(self._settings.fused_kernels, self._settings.fused_dependent_launch)
         set_or_unset(fused_launch.VARIABLE, launch.environment_value())
-        set_or_unset(prompt_stream.VARIABLE, "1" if self._settings.prompt_stream else None)
-        set_or_unset(prompt_batch.VARIABLE, "1" if self._settings.prompt_batch else None)
-        set_or_unset(steady_decode.VARIABLE, "1" if self._settings.steady_decode else None)
+        levers = self._settings.talker_levers_on()
+        set_or_unset(prompt_batch.VARIABLE, "1" if "prompt_batch" in levers else None)
+        set_or_unset(steady_decode.VARIABLE, "1" if "steady_decode" in levers else None)
         set_or_unset(lever_switch.VARIABLE, self._settings.lever_switch_file or None)
         set_or_unset(timeline.FLAG_VARIABLE, self._timeline_flag)
         # this start's choice, whatever an earlier start in this process set

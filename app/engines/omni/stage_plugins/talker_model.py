@@ -51,7 +51,7 @@ from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm imp
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker import Qwen3TTSTalkerForConditionalGeneration
 from vllm_omni.platforms import current_omni_platform
 
-from app.engines.omni.stage_plugins import lever_switch, predictor_kernels, prompt_batch, prompt_stream, steady_decode
+from app.engines.omni.stage_plugins import lever_switch, predictor_kernels, prompt_batch, steady_decode
 
 log = logging.getLogger("vllm.speech.talker")  # under vLLM's logger, whose handler the stage process has
 
@@ -456,23 +456,9 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         if type(self.code_predictor) is not Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM:
             raise TypeError(f"the talker built a {type(self.code_predictor).__name__}, not vllm-omni's code predictor")
         self.code_predictor.__class__ = self.predictor_class  # adds methods only: nothing built twice
-        self._prompts_aside: prompt_stream.PromptsAside | None = None
-        switch = lever_switch.from_environ(os.environ)  # where a benchmark switches the two levers below in one start
-        self._lever_switch = switch
-        if prompt_stream.enabled(os.environ):  # the prompts' copies wait for nothing but themselves
-            if vllm_config.parallel_config.tensor_parallel_size > 1:
-                # the codec embedding would all-reduce on the prompts' stream beside the talker's own collectives
-                log.warning(
-                    "%s: not with tensor parallelism; the prompts stay on the talker's stream", prompt_stream.VARIABLE
-                )
-            else:
-                builder = self._prompt_builder
-                self._prompts_aside = prompt_stream.PromptsAside(
-                    builder.build_prompt_embeds, switched_on=None if switch.path is None else self._prompt_stream_on
-                )
-                builder.build_prompt_embeds = self._prompts_aside
-        # a step's CustomVoice and VoiceDesign prompts built together before its rows' preprocessing (outermost: a
-        # prompt built beforehand goes to no stream of its own)
+        # where a benchmark switches the two levers below in one start
+        self._lever_switch = lever_switch.from_environ(os.environ)
+        # a step's CustomVoice and VoiceDesign prompts built together before its rows' preprocessing
         # the two levers below answer hooks only vllm-omni's second model runner calls: its first calls neither
         # preprocess_batch_mrv2 nor the _mrv2 decode hook, and keeps the frame flags on the host (the output half
         # would only gather a batch to give it up every step)
@@ -492,9 +478,6 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
             getattr(vllm_config.model_config, "async_chunk", False)
         )
 
-    def _prompt_stream_on(self) -> bool:
-        return self._lever_switch.on("prompt_stream")
-
     @torch.inference_mode()
     def preprocess_batch_mrv2(self, *, req_infos: list[dict[str, Any]], device: torch.device) -> None:
         """vllm-omni's, for the prefill rows of a step (its runner calls it once with all of them, before any row's
@@ -502,8 +485,7 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         together (`prompt_batch.py`). Should that fail, each row is left to vllm-omni's own build."""
         super().preprocess_batch_mrv2(req_infos=req_infos, device=device)
         if self._prompt_batch is not None and self._lever_switch.on("prompt_batch"):
-            if self._prompt_batch.build_or_leave(req_infos) and self._prompts_aside is not None:
-                self._prompts_aside.behind()  # built on the talker's stream: a build aside waits for it on the GPU
+            self._prompt_batch.build_or_leave(req_infos)
 
     def preprocess_decode_batch_mrv2(
         self, *, input_ids: torch.Tensor, input_embeds: torch.Tensor, req_infos: list[dict[str, Any]]
