@@ -14,6 +14,10 @@ Then, for each round not among the baseline's, the ratio of its value to the med
 figures a lever is judged by (uninterrupted p95, req/s, the benchmark's req/s and TTFP p95, the steps), with `*` where
 its value lies outside the baseline rounds' range: within it, the ratio is within what the baseline differs by
 from itself in the same start.
+
+With --steps, then the talker's steps on the host in full, at one stream and at 32 (`timeline-c1.md`,
+`timeline-c32.md`): each phase of a decode-only step and of a step that took in prompts, p50 / p95 ms, one column a
+round.
 """
 
 from __future__ import annotations
@@ -89,22 +93,66 @@ def gpu_mean(folder: Path) -> float | None:
     return None
 
 
-def step_p50(timeline: str, heading: str, row: str) -> float | None:
-    """The p50 of `row` in the step table whose heading holds `heading` (omni_timeline.py's tables: phase, steps,
-    p50, p95, max)."""
+def step_table(timeline: str, heading: str) -> dict[str, tuple[float | None, float | None]]:
+    """The step table whose heading holds `heading` (omni_timeline.py's tables: phase, steps, p50, p95, max), as each
+    phase's (p50, p95); a figure shown as – is None."""
+
+    def number(cell: str) -> float | None:
+        try:
+            return float(cell)
+        except ValueError:
+            return None
+
     at = timeline.find(heading)
     if at < 0:
-        return None
+        return {}
+    rows: dict[str, tuple[float | None, float | None]] = {}
     for line in timeline[at:].splitlines()[1:]:
         if line.startswith("The ") or line.startswith("#"):
             break  # the next table
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) >= 3 and cells[0] == row:
+        if len(cells) >= 4 and cells[0] not in ("phase", "---"):
+            rows[cells[0]] = (number(cells[2]), number(cells[3]))
+    return rows
+
+
+def step_p50(timeline: str, heading: str, row: str) -> float | None:
+    """The p50 of `row` in the step table whose heading holds `heading`."""
+    return step_table(timeline, heading).get(row, (None, None))[0]
+
+
+# the step tables --steps shows: (what the steps are, the heading, the phases in the order shown)
+STEP_PHASES = ("to the next step", "execute_model", "sample_tokens", "add_requests", "prepare_inputs", "preprocess")
+STEP_TABLES = (
+    ("decode", "decode only", tuple(phase for phase in STEP_PHASES if phase != "add_requests")),
+    ("prompt", "took in a prompt", (*STEP_PHASES, "prompt")),
+)
+
+
+def steps_tables(root: Path, rounds: list[str]) -> str:
+    """The talker's steps on the host, each phase's p50 / p95 ms one column a round, at one stream and at 32."""
+    out: list[str] = []
+    for level, title in (("c1", "At one stream"), ("c32", "In a burst of 32")):
+        timelines = {}
+        for r in rounds:
             try:
-                return float(cells[2])
-            except ValueError:
-                return None
-    return None
+                timelines[r] = (root / r / f"timeline-{level}.md").read_text()
+            except OSError:
+                timelines[r] = ""
+        tables = {(kind, r): step_table(timelines[r], heading) for kind, heading, _ in STEP_TABLES for r in rounds}
+        out += [f"{title} (`timeline-{level}.md`), ms p50 / p95:", ""]
+        out += ["| step: phase | " + " | ".join(rounds) + " |", "| --- |" + " --- |" * len(rounds)]
+        for kind, _heading, phases in STEP_TABLES:
+            for phase in phases:
+                cells = []
+                for r in rounds:
+                    p50, p95 = tables[(kind, r)].get(phase, (None, None))
+                    cells.append("–" if p50 is None else f"{p50:.1f} / {'–' if p95 is None else f'{p95:.1f}'}")
+                if all(cell == "–" for cell in cells):
+                    continue
+                out.append(f"| {kind}: {phase} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
 
 
 def read_round(folder: Path) -> Reading:
@@ -191,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("root", type=Path, help="the folder that holds the rounds' folders")
     parser.add_argument("--rounds", nargs="+", required=True, help="the rounds' folders under ROOT, in order")
     parser.add_argument("--baseline", nargs="*", default=[], help="the rounds without the lever")
+    parser.add_argument("--steps", action="store_true", help="then the talker's steps on the host in full")
     args = parser.parse_args(argv)
     missing = [r for r in args.rounds if not (args.root / r).is_dir()]
     unknown = [r for r in args.baseline if r not in args.rounds]
@@ -201,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     readings = {r: read_round(args.root / r) for r in args.rounds}
     sys.stdout.write(table(readings, args.baseline))
+    if args.steps:
+        sys.stdout.write("\n" + steps_tables(args.root, args.rounds))
     return 0
 
 

@@ -86,3 +86,29 @@ def test_a_round_without_its_folder_or_a_baseline_not_among_the_rounds_is_refuse
     assert table(tmp_path, "--rounds", "a1", "s1").returncode == 2
     refused = table(tmp_path, "--rounds", "a1", "--baseline", "a2")
     assert refused.returncode == 2 and "a2" in refused.stderr
+
+
+def test_steps_shows_each_phase_of_the_talkers_steps_at_one_stream_and_at_32_one_column_a_round(
+    tmp_path: Path,
+) -> None:
+    """--steps: every phase of both step tables, p50 / p95 a round; a phase no round has is left out, a round without
+    the table shows –."""
+    write_round(tmp_path / "a1", 110, 20.0, 11.0)
+    write_round(tmp_path / "s1", 100, 22.0, 10.0)
+    (tmp_path / "a1" / "timeline-c1.md").write_text(TIMELINE.format(prompt_step=7.6, decode_step=4.7))
+    done = table(tmp_path, "--rounds", "a1", "s1", "--steps")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    one = lines.index("At one stream (`timeline-c1.md`), ms p50 / p95:")
+    burst = lines.index("In a burst of 32 (`timeline-c32.md`), ms p50 / p95:")
+    assert one < burst
+    assert lines[one + 2] == "| step: phase | a1 | s1 |"
+    at_one = lines[one:burst]
+    assert "| decode: to the next step | 4.7 / 13.5 | – |" in at_one  # s1 has no timeline at one stream
+    assert "| prompt: to the next step | 7.6 / 29.8 | – |" in at_one
+    at_32 = lines[burst:]
+    assert "| decode: to the next step | 11.0 / 13.5 | 10.0 / 13.5 |" in at_32
+    assert "| decode: preprocess | 2.7 / 4.5 | 2.7 / 4.5 |" in at_32
+    assert "| prompt: prompt | 5.4 / 14.9 | 5.4 / 14.9 |" in at_32
+    assert not [line for line in lines if "execute_model" in line]  # in no round's tables: no row
+    assert "| decode: to the next step |" not in table(tmp_path, "--rounds", "a1", "s1").stdout  # only with --steps
