@@ -353,11 +353,17 @@ class OmniSettings(BaseModel):
     @model_validator(mode="after")
     def _talker_levers_need_the_services_talker(self) -> OmniSettings:
         for name in TALKER_LEVERS:
-            # a default that does not apply is no error; a lever asked for by name that cannot apply is
+            # a default that does not apply is no error; a lever asked for by name that cannot apply is (so a dump
+            # of these settings is validated again with exclude_unset, or it asks for every default by name)
             if self.talker_model == "vllm-omni" and getattr(self, name) and name in self.model_fields_set:
                 raise ValueError(
                     f"{name} needs the service's talker: set talker_model to service, fused or compiled-once"
                 )
+        if self.lever_switch_file and self.talker_model == "vllm-omni":
+            raise ValueError(
+                "lever_switch_file switches the service talker's levers: set talker_model to service, fused or "
+                "compiled-once"
+            )
         if self.lever_switch_file and not self.talker_levers_on():
             levers = f"{', '.join(TALKER_LEVERS[:-1])} and {TALKER_LEVERS[-1]}"
             raise ValueError(f"lever_switch_file switches {levers}: turn on one of them")

@@ -185,6 +185,7 @@ SWITCH_SETTLE_S=${SWITCH_SETTLE_S:-1}
 # the levers a lever switch file may name (app/engines/omni/stage_plugins/lever_switch.py's LEVERS), and the folders of
 # a variant that a round may not be named as
 SWITCHABLE="steady_decode prompt_batch"
+SWITCH_DEFAULT_ON="prompt_batch"  # of those, the ones on by default (OmniSettings')
 VARIANT_FOLDERS=" logs timeline pyspy traces start-pyspy "
 if [ -n "$SWITCH_ROUNDS" ]; then  # checked before anything starts
   if [ "$TARGET" != service ]; then
@@ -251,16 +252,35 @@ value_of() {  # $1 NAME=value words, $2 a NAME: its value (the last one, as `env
   for word in $1; do case $word in "$2="*) value=${word#*=} ;; esac; done
   echo "$value"
 }
+lever_on_in() {  # $1 a variant (name:LEVER), $2 a switchable lever: the variant's settings turn it on (set true, or
+  # on by default and not set false)
+  local lever_env_name="LEVER_${1#*:}"
+  case $(value_of "$BASE_ENV ${!lever_env_name:-}" "SPEECH_OMNI__${2^^}") in
+    true | True | TRUE | 1) return 0 ;;
+    "") [[ " $SWITCH_DEFAULT_ON " == *" $2 "* ]] ;;
+    *) return 1 ;;
+  esac
+}
 if [ -n "$SWITCH_ROUNDS" ]; then  # a lever switched in rounds must be on by its setting, or each round measures none
   for switched in $(for round in $SWITCH_ROUNDS; do tr ',' ' ' <<<"${round#*:}"; done | tr ' ' '\n' | sort -u); do
     for variant in $VARIANTS; do
-      lever_env_name="LEVER_${variant#*:}"
-      case $(value_of "$BASE_ENV ${!lever_env_name:-}" "SPEECH_OMNI__${switched^^}") in
-        true | True | TRUE | 1) ;;
-        *) echo "lever-starts: SWITCH_ROUNDS switches $switched, which the variant ${variant%%:*} does not turn on" \
+      if ! lever_on_in "$variant" "$switched"; then
+        echo "lever-starts: SWITCH_ROUNDS switches $switched, which the variant ${variant%%:*} does not turn on" \
           "(SPEECH_OMNI__${switched^^}=true in its LEVER_${variant#*:} or BASE_ENV)" >&2
-          exit 64 ;;
-      esac
+        exit 64
+      fi
+    done
+  done
+  # a lever on by a variant's settings is off in every round that does not name it: said, since a baseline round meant
+  # as the profile shipped is then without a lever on by default
+  for variant in $VARIANTS; do
+    for lever in $SWITCHABLE; do
+      lever_on_in "$variant" "$lever" || continue
+      without=""
+      for round in $SWITCH_ROUNDS; do [[ ",${round#*:}," == *",$lever,"* ]] || without="$without ${round%%:*}"; done
+      [ -z "$without" ] || echo "lever-starts: ${variant%%:*}: $lever is on by its settings$(
+        [[ " $SWITCH_DEFAULT_ON " == *" $lever "* ]] && echo " (by default)"), but off in the rounds that do not" \
+        "name it:$without"
     done
   done
 fi

@@ -608,6 +608,31 @@ def test_many_switch_rounds_leave_the_start_its_time_and_the_deadline_drops_the_
     assert "v1/a1 round: levers" in progress and "failed" not in progress
 
 
+def test_a_lever_on_by_default_may_be_switched_and_each_round_without_a_lever_its_variant_turns_on_is_said(
+    tmp_path: Path,
+) -> None:
+    """The prompts built together are on by default: switched without being set, they are accepted; and since a round
+    runs without every lever it does not name, the rounds without each lever a variant turns on are said up front (a
+    baseline round then lacks the shipped default)."""
+    done = run(
+        tmp_path,
+        TARGET="service",
+        VARIANTS="v1:S",
+        LEVER_S="SPEECH_OMNI__STEADY_DECODE=true",
+        SWITCH_ROUNDS="a1: b1:prompt_batch t1:prompt_batch,steady_decode",
+        SWITCH_SETTLE_S="0",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = done.stdout + done.stderr
+    assert "v1: steady_decode is on by its settings, but off in the rounds that do not name it: a1 b1" in said
+    assert "v1: prompt_batch is on by its settings (by default), but off in the rounds that do not name it: a1" in said
+    assert [(call[1], call[18]) for call in calls(tmp_path) if call[2] == "c1"] == [
+        ("a1", ""),
+        ("b1", "prompt_batch"),
+        ("t1", "prompt_batch steady_decode"),
+    ]
+
+
 def test_switch_rounds_it_cannot_run_are_refused_before_anything_starts(tmp_path: Path) -> None:
     on = "SPEECH_OMNI__STEADY_DECODE=true"
     for target, rounds, lever, said in [
@@ -617,7 +642,12 @@ def test_switch_rounds_it_cannot_run_are_refused_before_anything_starts(tmp_path
         ("service", "a1: logs:steady_decode", on, "the round 'logs' is named twice, or as a variant's folder"),
         ("service-sglang", "a1: s1:steady_decode", on, "TARGET=service only"),
         # switched but never on: every round would measure the baseline
-        ("service", "a1: b1:prompt_batch", on, "switches prompt_batch, which the variant v1 does not turn on"),
+        (
+            "service",
+            "a1: b1:prompt_batch",
+            f"{on} SPEECH_OMNI__PROMPT_BATCH=false",  # on by default: off only when set so
+            "switches prompt_batch, which the variant v1 does not turn on",
+        ),
     ]:
         done = run(tmp_path, TARGET=target, VARIANTS="v1:S", LEVER_S=lever, SWITCH_ROUNDS=rounds)
         assert done.returncode == 64, rounds

@@ -67,7 +67,7 @@ def test_an_unchanged_file_is_not_logged_again(tmp_path: Path, caplog: pytest.Lo
 
 def test_the_switchable_levers_are_settings_and_the_ones_lever_starts_may_switch() -> None:
     """One list in three places: the talker's, the settings' (each lever a switch of its own), and what
-    lever-starts.sh's SWITCH_ROUNDS accepts."""
+    lever-starts.sh's SWITCH_ROUNDS accepts; and which of them are on by default, the settings' and the script's."""
     import re
 
     from app.settings import TALKER_LEVERS, OmniSettings
@@ -77,6 +77,9 @@ def test_the_switchable_levers_are_settings_and_the_ones_lever_starts_may_switch
     switchable = re.search(r'^SWITCHABLE="([^"]*)"$', script, re.MULTILINE)
     assert switchable is not None
     assert set(switchable.group(1).split()) == lever_switch.LEVERS == set(TALKER_LEVERS)
+    default_on = re.search(r'^SWITCH_DEFAULT_ON="([^"]*)"', script, re.MULTILINE)
+    assert default_on is not None
+    assert set(default_on.group(1).split()) == {lever for lever in TALKER_LEVERS if getattr(OmniSettings(), lever)}
     for lever in lever_switch.LEVERS:
         assert OmniSettings.model_fields[lever].annotation is bool, lever
     with pytest.raises(AssertionError):

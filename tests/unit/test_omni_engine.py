@@ -530,7 +530,7 @@ async def test_the_lever_switch_file_reaches_the_stage_processes_environment_bef
             FakeAsyncOmni(),
             omni={"talker_model": "fused", "prompt_batch": False, "lever_switch_file": path},
         )
-    with pytest.raises(ValueError, match="lever_switch_file switches"):  # the default's lever does not apply there
+    with pytest.raises(ValueError, match="lever_switch_file switches the service talker's levers: set talker_model"):
         make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"talker_model": "vllm-omni", "lever_switch_file": path})
 
 

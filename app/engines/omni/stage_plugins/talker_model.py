@@ -458,7 +458,6 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         self.code_predictor.__class__ = self.predictor_class  # adds methods only: nothing built twice
         # where a benchmark switches the two levers below in one start
         self._lever_switch = lever_switch.from_environ(os.environ)
-        # a step's CustomVoice and VoiceDesign prompts built together before its rows' preprocessing
         # the two levers below answer hooks only vllm-omni's second model runner calls: its first calls neither
         # preprocess_batch_mrv2 nor the _mrv2 decode hook, and keeps the frame flags on the host (the output half
         # would only gather a batch to give it up every step)
@@ -466,6 +465,7 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         for lever in (prompt_batch, steady_decode):
             if lever.enabled(os.environ) and not second_runner:
                 log.warning("%s: only with vllm-omni's second model runner; off", lever.VARIABLE)
+        # a step's CustomVoice and VoiceDesign prompts built together before its rows' preprocessing
         self._prompt_batch: prompt_batch.PromptBatch | None = None
         if second_runner and prompt_batch.enabled(os.environ):
             builder = self._prompt_builder
