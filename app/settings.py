@@ -325,7 +325,9 @@ class OmniSettings(BaseModel):
         "nvidia-cuda-mps-control (the NVIDIA driver's utilities). Under an MPS daemon set by CUDA_MPS_PIPE_DIRECTORY "
         "(a GPU shared through the device plugin's MPS), that one serves. Off by default: on two H200s it did "
         "1.09-1.10x the work at a sustained 32 streams but made each stream 5-8% slower at one "
-        "(benchmarks/gpu/2026-11-30-h200x2-mps-fill-swapped/)." + _deprecated("omni_cuda_mps"),
+        "(benchmarks/gpu/2026-11-30-h200x2-mps-fill-swapped/). Turn it on for a GPU this server has to itself that "
+        "is kept at 32 streams or more, where the work done counts for more than one stream's pace; leave it off "
+        "where a GPU serves a few streams at a time, or other processes share it." + _deprecated("omni_cuda_mps"),
     )
     fixed_length: bool = Field(
         False,
