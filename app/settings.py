@@ -134,6 +134,8 @@ class EmbeddedSettings(BaseModel):
 # the service talker's levers, each a switch of OmniSettings, that a lever switch file may turn on and off in a running
 # server (app/engines/omni/stage_plugins/lever_switch.py's LEVERS, tests/unit/test_lever_switch.py)
 TALKER_LEVERS = ("steady_decode", "prompt_batch")
+# ...and every lever a lever switch file may switch: those, and the talker's window producer's
+SWITCHABLE_LEVERS = (*TALKER_LEVERS, "frames_as_lists")
 
 
 class OmniSettings(BaseModel):
@@ -302,9 +304,19 @@ class OmniSettings(BaseModel):
         "run dry against 12–18% (benchmarks/gpu/2026-12-01-h200-omni-levers-switched/). "
         "app/engines/omni/stage_plugins/prompt_batch.py.",
     )
+    frames_as_lists: bool = Field(
+        False,
+        description="Keep each stream's codec frames in the talker's process as lists of their codes, as vllm-omni's "
+        "connector runtime declares them, where vllm-omni 0.30's Qwen3-TTS producer keeps each frame as a tensor and "
+        "then builds every window's codes element by element: a steady window's 400 codes each read as a tensor of its "
+        "own, on the data plane's thread, holding the GIL the talker's step loop waits for. The same windows, the same "
+        "code tensors; the service's window producer runs in place of vllm-omni's (it calls vllm-omni's). Off until "
+        "measured on a GPU host (deploy/gpu/window_producer_bench.py, then in a server). "
+        "app/engines/omni/stage_plugins/talker_windows.py.",
+    )
     lever_switch_file: str | None = Field(
         None,
-        description="For benchmarks: a file whose words (`steady_decode`, `prompt_batch`) name "
+        description="For benchmarks: a file whose words (`steady_decode`, `prompt_batch`, `frames_as_lists`) name "
         "which of those levers, each turned on by its own setting, is in force at a time (a lever on by default too: "
         "a round without `prompt_batch` in the file runs without it); the talker reads it at most every quarter "
         "second and logs each change, a missing file naming none. A lever and its baseline are then "
@@ -352,6 +364,10 @@ class OmniSettings(BaseModel):
             return []
         return [name for name in TALKER_LEVERS if getattr(self, name)]
 
+    def switchable_levers_on(self) -> list[str]:
+        """The levers in force that a lever switch file may switch."""
+        return self.talker_levers_on() + (["frames_as_lists"] if self.frames_as_lists else [])
+
     @model_validator(mode="after")
     def _talker_levers_need_the_services_talker(self) -> OmniSettings:
         for name in TALKER_LEVERS:
@@ -361,13 +377,10 @@ class OmniSettings(BaseModel):
                 raise ValueError(
                     f"{name} needs the service's talker: set talker_model to service, fused or compiled-once"
                 )
-        if self.lever_switch_file and self.talker_model == "vllm-omni":
-            raise ValueError(
-                "lever_switch_file switches the service talker's levers: set talker_model to service, fused or "
-                "compiled-once"
-            )
-        if self.lever_switch_file and not self.talker_levers_on():
-            levers = f"{', '.join(TALKER_LEVERS[:-1])} and {TALKER_LEVERS[-1]}"
+        if self.lever_switch_file and not self.switchable_levers_on():
+            if self.talker_model == "vllm-omni":
+                raise ValueError("lever_switch_file with vllm-omni's talker switches frames_as_lists only: turn it on")
+            levers = f"{', '.join(SWITCHABLE_LEVERS[:-1])} and {SWITCHABLE_LEVERS[-1]}"
             raise ValueError(f"lever_switch_file switches {levers}: turn on one of them")
         return self
 
@@ -532,6 +545,7 @@ def moved_path_env(env: Mapping[str, str] = os.environ) -> list[tuple[str, str, 
 # one of these.
 PROCESS_ENV = frozenset(
     {
+        "SPEECH_OMNI_FRAMES_AS_LISTS",
         "SPEECH_OMNI_FUSED_KERNELS",
         "SPEECH_OMNI_LEVER_SWITCH",
         "SPEECH_OMNI_PROMPT_BATCH",

@@ -7,8 +7,9 @@ them; --device cuda for frames left on the GPU), the windows as `customvoice.yam
 start staggered and restart when done (FRAMES frames each), so that steps mix first windows and steady ones.
 
 It runs in the talker's process on a thread of its own, holding the GIL against the step loop: its time a step is
-host time the talker's main thread may wait for. Printed: the producer's host ms a step (median, p95), and of it the
-windows' code tensors, built as vllm-omni builds them (`torch.tensor` over a list of per-code elements of per-frame
+host time the talker's main thread may wait for. Printed: the producer's host ms a step (median, p95), vllm-omni's
+and the service's with the frames kept as lists (app/engines/omni/stage_plugins/talker_windows.py), and the windows'
+code tensors, built as vllm-omni builds them (`torch.tensor` over a list of per-code elements of per-frame
 tensors) against one stack of the frames (`torch.stack(frames).t().reshape(-1)`), each window checked equal.
 
     python deploy/gpu/window_producer_bench.py [--streams 32] [--steps 400] [--frames 100] [--device cpu|cuda]
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 import types
 from collections import defaultdict
@@ -75,12 +77,22 @@ def window_codes_stacked(torch: Any, frames: list[Any]) -> Any:
 
 
 def run(
-    torch: Any, producer: Any, extra: dict[str, Any], streams: int, steps: int, frames: int, device: str
+    torch: Any,
+    producer: Any,
+    extra: dict[str, Any],
+    streams: int,
+    steps: int,
+    frames: int,
+    device: str,
+    keep_payloads: bool = False,
 ) -> dict[str, Any]:
+    """`steps` steps of `producer` (vllm-omni's batch builder, or one called as it is); with `keep_payloads`, every
+    step's payloads too."""
     manager = transfer_manager(extra)
     group = [Stream(index, start=index * frames // streams) for index in range(streams)]
     step_ms: list[float] = []
     windows: list[list[Any]] = []
+    kept: list[list[Any]] = []
     for step in range(steps):
         live = [stream for stream in group if step >= stream.start]
         if not live:
@@ -98,6 +110,8 @@ def run(
         started = time.perf_counter()
         payloads = producer(manager, outputs, requests, finished)
         step_ms.append((time.perf_counter() - started) * 1e3)
+        if keep_payloads:
+            kept.append(payloads)
         for stream, payload, done in zip(live, payloads, finished, strict=True):
             stream.made += 1
             if payload is not None:
@@ -110,7 +124,7 @@ def run(
                 for state in (manager.put_req_chunk, manager.ramp_chunk_count, manager.request_payload):
                     state.pop(stream.request_id, None)
                 stream.generation, stream.made = stream.generation + 1, 0
-    return {"step_ms": step_ms, "windows": windows}
+    return {"step_ms": step_ms, "windows": windows, "payloads": kept}
 
 
 def window_build_ms(torch: Any, windows: list[list[Any]]) -> tuple[float, float]:
@@ -146,9 +160,18 @@ def main(argv: list[str] | None = None) -> int:
     from vllm_omni.model_executor.stage_input_processors.qwen3_tts import talker2code2wav_async_chunk_batch
 
     extra = connector_extra(args.profile)
+    from app.engines.omni.stage_plugins import talker_windows
+
     producer = talker2code2wav_async_chunk_batch
     run(torch, producer, extra, args.streams, 50, args.frames, args.device)  # warm-up
     measured = run(torch, producer, extra, args.streams, args.steps, args.frames, args.device)
+    upstream = sys.modules[producer.__module__]
+
+    def as_lists(*arguments: Any) -> Any:
+        return talker_windows.batch_with_frames_as_lists(upstream, *arguments)
+
+    run(torch, as_lists, extra, args.streams, 50, args.frames, args.device)
+    lists_ms = run(torch, as_lists, extra, args.streams, args.steps, args.frames, args.device)["step_ms"][args.frames :]
     step_ms = measured["step_ms"][args.frames :]  # once every stream runs
     frames = [[frame.cpu() for frame in window] for window in measured["windows"]]
     theirs, ours = window_build_ms(torch, frames)
@@ -156,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"streams {args.streams}, frames a stream {args.frames}: producer host ms a step p50 "
         f"{statistics.median(step_ms):.3f}, p95 {percentile(step_ms, 0.95):.3f} ({len(step_ms)} steps)"
+    )
+    print(
+        f"the same, frames kept as lists (SPEECH_OMNI__FRAMES_AS_LISTS): p50 {statistics.median(lists_ms):.3f}, "
+        f"p95 {percentile(lists_ms, 0.95):.3f}"
     )
     print(
         f"a {len(frames[0]) if frames else 0}-frame window's codes, median of {len(frames)}: vllm-omni's build "

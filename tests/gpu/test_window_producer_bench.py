@@ -34,3 +34,75 @@ def test_the_producer_makes_the_ramps_windows_and_the_stacked_codes_are_vllm_omn
     stacked = BENCH.window_codes_stacked(torch, frames)
     assert torch.equal(stacked, BENCH.window_codes_as_vllm_omni(torch, frames))
     assert stacked.tolist()[:7] == [frame[0].item() for frame in frames]  # code by code, each code's frames in order
+
+
+def same(torch: Any, a: Any, b: Any) -> bool:
+    """Equal payloads: tensors of the same dtype, shape and values, the rest field by field."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(torch, a[k], b[k]) for k in a)
+    fields = getattr(type(a), "__struct_fields__", None)
+    if fields is not None:
+        return type(a) is type(b) and all(same(torch, getattr(a, f), getattr(b, f)) for f in fields)
+    if hasattr(a, "__dict__"):
+        return type(a) is type(b) and same(torch, vars(a), vars(b))
+    return bool(a == b)
+
+
+def steps_same(torch: Any, theirs: list[list[Any]], ours: list[list[Any]]) -> bool:
+    return len(theirs) == len(ours) and all(
+        len(a) == len(b) and all(same(torch, x, y) for x, y in zip(a, b, strict=True))
+        for a, b in zip(theirs, ours, strict=True)
+    )
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_frames_kept_as_lists_give_vllm_omnis_payloads_window_for_window(torch: Any, device: str) -> None:
+    """SPEECH_OMNI__FRAMES_AS_LISTS (app/engines/omni/stage_plugins/talker_windows.py): every step's payloads those
+    of vllm-omni's batch builder, on the same frames through the shipped ramp, streams starting, in steady windows
+    and ending; and with reference codes joining a stream's first window."""
+    from vllm_omni.model_executor.stage_input_processors import qwen3_tts
+
+    from app.engines.omni.stage_plugins import talker_windows
+
+    def as_lists(*arguments: Any) -> Any:
+        return talker_windows.batch_with_frames_as_lists(qwen3_tts, *arguments)
+
+    extra = BENCH.connector_extra(BENCH.PROFILE)
+    steps = []
+    for producer in (qwen3_tts.talker2code2wav_async_chunk_batch, as_lists):
+        torch.manual_seed(0)
+        steps.append(BENCH.run(torch, producer, extra, 8, 300, 60, device, keep_payloads=True)["payloads"])
+    windows = [payload for step in steps[0] for payload in step if payload is not None]
+    assert len(windows) > 150
+    assert steps_same(torch, *steps)
+
+    made = []
+    for producer in (qwen3_tts.talker2code2wav_async_chunk_batch, as_lists):
+        torch.manual_seed(1)
+        manager = BENCH.transfer_manager(extra)
+        streams = [BENCH.Stream(index, 0) for index in range(3)]
+        payloads = []
+        for step in range(40):
+            outputs = [
+                {
+                    "codes": {
+                        "audio": torch.randint(0, 2048, (1, 16), device=device),
+                        **({"ref": torch.randint(0, 2048, (30, 16), device=device)} if step == 0 else {}),
+                    },
+                    "meta": {"codec_frame_valid": torch.ones(1, dtype=torch.bool, device=device)},
+                }
+                for _ in streams
+            ]
+            requests = [stream.request(step == 39) for stream in streams]
+            made_now = producer(manager, outputs, requests, [step == 39] * len(streams))
+            for stream, payload in zip(streams, made_now, strict=True):
+                if payload is not None:
+                    manager.put_req_chunk[stream.request_id] += 1
+                    manager.ramp_chunk_count[stream.request_id] += 1
+            payloads.append(made_now)
+        made.append(payloads)
+    first = [payload for payload in made[0][0] if payload is not None]
+    assert first and all(int(payload.meta.ref_context_size) == 30 for payload in first)
+    assert steps_same(torch, *made)

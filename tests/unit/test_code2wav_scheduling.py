@@ -192,10 +192,11 @@ def test_the_stage_plugins_load_without_the_engine_and_the_engine_without_vllm()
         "loaded = {m for m in sys.modules if m == 'app' or m.startswith('app.')}\n"
         "packages = {'app', 'app.engines', 'app.engines.omni', 'app.engines.omni.stage_plugins'}\n"
         "assert loaded == packages | {'app.engines.omni.stage_plugins.code2wav_policy'}, sorted(loaded)\n"
-        "import app.engines.omni.stage_plugins.talker_windows\n"  # the talker's producer: its timeline recorder only
+        # the talker's producer: its timeline recorder and the lever switch only
+        "import app.engines.omni.stage_plugins.talker_windows\n"
         "plugins = {m for m in sys.modules if m.startswith('app.')} - packages\n"
-        "assert plugins == {f'app.engines.omni.stage_plugins.{n}' for n in ('code2wav_policy', 'talker_windows', "
-        "'timeline')}, sorted(plugins)\n"
+        "assert plugins == {f'app.engines.omni.stage_plugins.{n}' for n in ('code2wav_policy', 'lever_switch', "
+        "'talker_windows', 'timeline')}, sorted(plugins)\n"
         "from app.engines.omni import OmniEngine\n"
         "assert OmniEngine.__module__ == 'app.engines.omni.engine'\n"
     )

@@ -70,16 +70,16 @@ def test_the_switchable_levers_are_settings_and_the_ones_lever_starts_may_switch
     lever-starts.sh's SWITCH_ROUNDS accepts; and which of them are on by default, the settings' and the script's."""
     import re
 
-    from app.settings import TALKER_LEVERS, OmniSettings
+    from app.settings import SWITCHABLE_LEVERS, OmniSettings
 
     root = Path(__file__).resolve().parents[2]
     script = (root / "deploy/gpu/lever-starts.sh").read_text()
     switchable = re.search(r'^SWITCHABLE="([^"]*)"$', script, re.MULTILINE)
     assert switchable is not None
-    assert set(switchable.group(1).split()) == lever_switch.LEVERS == set(TALKER_LEVERS)
+    assert set(switchable.group(1).split()) == lever_switch.LEVERS == set(SWITCHABLE_LEVERS)
     default_on = re.search(r'^SWITCH_DEFAULT_ON="([^"]*)"', script, re.MULTILINE)
     assert default_on is not None
-    assert set(default_on.group(1).split()) == {lever for lever in TALKER_LEVERS if getattr(OmniSettings(), lever)}
+    assert set(default_on.group(1).split()) == {lever for lever in SWITCHABLE_LEVERS if getattr(OmniSettings(), lever)}
     for lever in lever_switch.LEVERS:
         assert OmniSettings.model_fields[lever].annotation is bool, lever
     with pytest.raises(AssertionError):

@@ -41,6 +41,7 @@ from app.engines.omni.stage_plugins import (
     model_registration,
     prompt_batch,
     steady_decode,
+    talker_windows,
     timeline,
     window_doorbell,
 )
@@ -524,14 +525,16 @@ async def test_the_lever_switch_file_reaches_the_stage_processes_environment_bef
         await engine.start()
         await engine.close()
     assert seen == [path, None]
-    with pytest.raises(ValueError, match="lever_switch_file switches steady_decode and prompt_batch: turn on one"):
+    with pytest.raises(ValueError, match="switches steady_decode, prompt_batch and frames_as_lists: turn on one"):
         make_engine(
             custom_voice_dir,
             FakeAsyncOmni(),
             omni={"talker_model": "fused", "prompt_batch": False, "lever_switch_file": path},
         )
-    with pytest.raises(ValueError, match="lever_switch_file switches the service talker's levers: set talker_model"):
+    with pytest.raises(ValueError, match="with vllm-omni's talker switches frames_as_lists only: turn it on"):
         make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"talker_model": "vllm-omni", "lever_switch_file": path})
+    vllm_omnis = {"talker_model": "vllm-omni", "frames_as_lists": True, "lever_switch_file": path}
+    assert make_engine(custom_voice_dir, FakeAsyncOmni(), omni=vllm_omnis) is not None
 
 
 async def test_the_fused_kernels_launch_reaches_the_stage_processes_environment_before_they_start(
@@ -1096,6 +1099,31 @@ async def test_the_talkers_producer_is_the_services_only_where_the_profile_fixes
     await engine.start()
     assert fixed.kwargs["talker_windows"] is True  # for the factory, not AsyncOmni
     await engine.close()
+
+
+async def test_frames_as_lists_run_the_services_producer_and_reach_the_stage_processes_whatever_the_talker(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEECH_OMNI__FRAMES_AS_LISTS: the factory registers the service's talker producer (which keeps the frames as
+    lists), and the variable is in the environment when AsyncOmni spawns the stages, with vllm-omni's talker too; a
+    later start without it takes it away."""
+    monkeypatch.setenv(talker_windows.VARIABLE, "")  # restored after the test, as it was
+    seen: list[bool] = []
+
+    class Recording(FakeAsyncOmni):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__()
+            seen.append(talker_windows.enabled(os.environ))
+            self.kwargs = kwargs
+
+    made: list[Recording] = []
+    for settings in ({"frames_as_lists": True, "talker_model": "vllm-omni"}, {}):
+        engine = make_engine(custom_voice_dir, FakeAsyncOmni(), omni=settings)
+        engine._factory = lambda **kwargs: made.append(Recording(**kwargs)) or made[-1]
+        await engine.start()
+        await engine.close()
+    assert seen == [True, False]
+    assert made[0].kwargs.get("talker_windows") is True and "talker_windows" not in made[1].kwargs
 
 
 async def test_two_servers_on_one_host_warm_up_with_different_request_ids(custom_voice_dir: Path) -> None:

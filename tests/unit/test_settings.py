@@ -69,6 +69,7 @@ BORN_GROUPED = {
     ("omni", "steady_decode"),
     ("omni", "lever_switch_file"),
     ("omni", "prompt_batch"),
+    ("omni", "frames_as_lists"),
 }
 
 

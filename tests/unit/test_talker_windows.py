@@ -5,6 +5,7 @@ first-window sizes (`_cached_ic`, which it fills itself only for requests it has
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import sys
 import types
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from app.engines.omni.stage_plugins import talker_windows
+from app.engines.omni.stage_plugins import lever_switch, talker_windows
 from tests.support.timeline import installed_recorder, recorded_events
 
 UPSTREAM = "vllm_omni.model_executor.stage_input_processors.qwen3_tts"
@@ -161,3 +162,106 @@ def test_while_a_timeline_records_each_window_handed_on_is_recorded(
         ("window_sent", "r3"),
         ("window_sent", "r2"),
     ]
+
+
+class Codes:  # a tensor of codes, as far as the batch builder handles one
+    def __init__(self, values: list[int], rows: int = 1) -> None:
+        self.values, self.shape = values, (rows, len(values) // rows)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Codes) and (other.values, other.shape) == (self.values, self.shape)
+
+    def numel(self) -> int:
+        return len(self.values)
+
+    def reshape(self, *shape: Any) -> Codes:
+        rows = shape[0][0] if isinstance(shape[0], tuple) else shape[0]
+        return Codes(self.values, 1 if rows == -1 else rows)
+
+    def contiguous(self) -> Codes:
+        return self
+
+    def tolist(self) -> list[int]:
+        return list(self.values)
+
+
+@pytest.fixture
+def batch_parts(upstream: list[Any], monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
+    """vllm-omni's batch builder's helpers in its stand-in module: the last frame of an output (its codes), whether
+    to keep it (its `valid`), and the step's copy to the host (recorded; the same objects back); its batch builder
+    recorded too."""
+    module = sys.modules[UPSTREAM]
+    seen: dict[str, list[Any]] = {"copied": [], "batches": []}
+    upstream_batch = module.talker2code2wav_async_chunk_batch  # type: ignore[attr-defined]
+
+    def batch(*arguments: Any) -> Any:
+        seen["batches"].append(arguments[2])
+        return upstream_batch(*arguments)
+
+    def copy(tensors: list[Any]) -> list[Any]:
+        seen["copied"].append(list(tensors))
+        return list(tensors)
+
+    monkeypatch.setattr(module, "torch", types.SimpleNamespace(Tensor=Codes), raising=False)
+    monkeypatch.setattr(module, "_extract_last_frame", lambda output: output["codes"].get("audio"), raising=False)
+    monkeypatch.setattr(
+        module, "_should_append_async_frame", lambda output, frame: output["meta"]["valid"], raising=False
+    )
+    monkeypatch.setattr(module, "_copy_async_chunk_tensors_to_cpu", copy, raising=False)
+    monkeypatch.setattr(module, "talker2code2wav_async_chunk_batch", batch)
+    monkeypatch.setattr(talker_windows, "_switch", None)  # the process's switch, made again from this environment
+    monkeypatch.delenv(lever_switch.VARIABLE, raising=False)
+    return seen
+
+
+def frames_manager() -> TransferManager:
+    manager = TransferManager({"codec_chunk_ramp": [1, 2, 4, 8, 16, 25], "codec_chunk_frames": 25})
+    manager.code_prompt_token_ids = collections.defaultdict(list)  # type: ignore[attr-defined]
+    return manager
+
+
+def test_frames_as_lists_keep_each_new_frame_as_its_codes_and_leave_every_window_to_vllm_omnis_producer(
+    upstream: list[Any], batch_parts: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEECH_OMNI__FRAMES_AS_LISTS: vllm-omni's batch builder step for step (the step's kept frames and new reference
+    codes copied to the host together, a stream's reference codes once, then vllm-omni's producer for every stream,
+    an output or not), but each kept frame appended as the list of its codes, as vllm-omni's runtime declares them."""
+    monkeypatch.setenv(talker_windows.VARIABLE, "1")
+    manager = frames_manager()
+    kept, dropped, reference = Codes([5, 6, 7]), Codes([0, 0, 0]), Codes([1, 2, 3, 4, 5, 6], rows=2)
+    outputs = [
+        {"codes": {"audio": kept, "ref": reference}, "meta": {"valid": True}},
+        {"codes": {"audio": dropped}, "meta": {"valid": False}},
+        None,  # a stream without an output this step
+    ]
+    requests = [Request("s1"), Request("s2"), Request("s3", finished=True)]
+    payloads = talker_windows.talker2code2wav_async_chunk_batch(manager, outputs, requests, [False, False, True])
+    assert payloads == ["payload of s1", "payload of s2", "payload of s3"]
+    assert upstream == [("s1", None, False), ("s2", None, False), ("s3", None, True)]
+    assert batch_parts["batches"] == [] and batch_parts["copied"] == [[kept, reference]]
+    assert dict(manager.code_prompt_token_ids) == {"s1": [[5, 6, 7]]}  # type: ignore[attr-defined]
+    assert type(manager.code_prompt_token_ids["s1"][0]) is list  # type: ignore[attr-defined]
+    assert manager.request_payload == {"s1": reference}  # type: ignore[attr-defined]
+    again = [{"codes": {"audio": Codes([8, 9, 10]), "ref": reference}, "meta": {"valid": True}}]
+    talker_windows.talker2code2wav_async_chunk_batch(manager, again, [Request("s1")], [False])
+    assert batch_parts["copied"][-1] == [again[0]["codes"]["audio"]]  # the reference codes are the stream's already
+    assert manager.code_prompt_token_ids["s1"] == [[5, 6, 7], [8, 9, 10]]  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="identical lengths"):
+        talker_windows.talker2code2wav_async_chunk_batch(manager, [None], [], [])
+
+
+def test_without_the_setting_or_while_a_switch_file_leaves_it_out_the_step_is_vllm_omnis(
+    upstream: list[Any], batch_parts: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    outputs = [{"codes": {"audio": Codes([5, 6, 7])}, "meta": {"valid": True}}]
+    talker_windows.talker2code2wav_async_chunk_batch(frames_manager(), outputs, [Request("u1")], [False])
+    monkeypatch.setenv(talker_windows.VARIABLE, "1")
+    switch = tmp_path / "levers"
+    switch.write_text("steady_decode")
+    monkeypatch.setenv(lever_switch.VARIABLE, str(switch))
+    talker_windows.talker2code2wav_async_chunk_batch(frames_manager(), outputs, [Request("u2")], [False])
+    assert [[request.external_req_id for request in step] for step in batch_parts["batches"]] == [["u1"], ["u2"]]
+    switch.write_text("frames_as_lists")
+    monkeypatch.setattr(talker_windows, "_switch", None)  # read afresh rather than after a quarter second
+    talker_windows.talker2code2wav_async_chunk_batch(frames_manager(), outputs, [Request("u3")], [False])
+    assert len(batch_parts["batches"]) == 2 and batch_parts["copied"] == [[outputs[0]["codes"]["audio"]]]

@@ -767,3 +767,39 @@ def test_the_request_summary_tables_are_info_records_of_the_logger_the_engine_qu
         and any("_format_table" in ast.unparse(arg) for arg in node.args)
     ]
     assert tables and set(tables) == {"info"}, tables
+
+
+QWEN3_TTS_PRODUCER = "model_executor/stage_input_processors/qwen3_tts.py"
+
+
+def test_the_batch_builder_that_frames_as_lists_follows_is_vllm_omnis_and_its_producer_reads_frames_as_lists(
+    wheel: Wheel,
+) -> None:
+    """SPEECH_OMNI__FRAMES_AS_LISTS (app/engines/omni/stage_plugins/talker_windows.py, `batch_with_frames_as_lists`)
+    is vllm-omni's `talker2code2wav_async_chunk_batch` step for step but for how a kept frame is appended: its helpers
+    and its per-stream producer, called as the service calls them. That producer indexes a window's frames code by
+    code and joins reference codes to them as lists, and the connector runtime declares the frames lists of ints: a
+    frame kept as a list gives the same window codes."""
+    tree = wheel.tree(QWEN3_TTS_PRODUCER)
+    batch = ast.unparse(function_def(tree, "talker2code2wav_async_chunk_batch"))
+    for step in (
+        "frame = _extract_last_frame(pooling_output)",
+        "_should_append_async_frame(pooling_output, frame)",
+        "ref_code = pooling_output.get('codes', {}).get('ref')",
+        "request_payload.get(request_id) is None",
+        "copied = _copy_async_chunk_tensors_to_cpu(selected)",
+        "value = value.reshape(shape)",
+        "_append_tensor_frame(transfer_manager, request_id, value)",
+        "request_payload[request_id] = value.contiguous()",
+        "talker2code2wav_async_chunk(transfer_manager=transfer_manager, multimodal_output={}, request=request, "
+        "is_finished=finished)",
+    ):
+        assert step in batch, step
+    append = ast.unparse(function_def(tree, "_append_tensor_frame"))
+    assert "code_prompt_token_ids[request_id].append(frame.detach().to(torch.long).reshape(-1).contiguous())" in append
+    producer = ast.unparse(function_def(tree, "talker2code2wav_async_chunk"))
+    assert "[window_frames[f][q] for q in range(num_quantizers) for f in range(num_frames)]" in producer
+    assert "ref_frames = ref_context.tolist()" in producer and "window_frames = ref_frames + window_frames" in producer
+    assert "num_quantizers = len(window_frames[0])" in producer
+    runtime = wheel.source("distributed/omni_connectors/model_runner/omni_connector_runtime.py")
+    assert "_code_prompt_token_ids: dict[str, list[list[int]]]" in runtime

@@ -324,6 +324,7 @@ class OmniEngine:
         levers = self._settings.talker_levers_on()
         set_or_unset(prompt_batch.VARIABLE, "1" if "prompt_batch" in levers else None)
         set_or_unset(steady_decode.VARIABLE, "1" if "steady_decode" in levers else None)
+        set_or_unset(service_talker_windows.VARIABLE, "1" if self._settings.frames_as_lists else None)
         set_or_unset(lever_switch.VARIABLE, self._settings.lever_switch_file or None)
         set_or_unset(timeline.FLAG_VARIABLE, self._timeline_flag)
         # this start's choice, whatever an earlier start in this process set
@@ -478,9 +479,9 @@ class OmniEngine:
             kwargs["code2wav_architecture"] = model_registration.CODE2WAV_ARCHITECTURES[settings.code2wav_model]
         if settings.talker_model != "vllm-omni":  # for the factory too
             kwargs["talker_architecture"] = model_registration.TALKER_ARCHITECTURES[settings.talker_model]
-        if self._windows.first_fixed or self._profiler_dir:
-            # for the factory: the service's talker producer sets the first window, and records each window it hands
-            # on while a request timeline runs
+        if self._windows.first_fixed or self._profiler_dir or settings.frames_as_lists:
+            # for the factory: the service's talker producer sets the first window, records each window it hands on
+            # while a request timeline runs, and keeps the frames as lists
             kwargs["talker_windows"] = True
         if settings.load_format:
             kwargs["load_format"] = settings.load_format

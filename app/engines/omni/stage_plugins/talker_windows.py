@@ -18,14 +18,25 @@ registers it as stage 0's producer only where the profile sets both, or where th
 (`engine.py`, `pipeline_with_stage_plugins`); elsewhere vllm-omni's own runs. vllm-omni's native data plane builds a
 talker step's payloads with the producer module's `<name>_batch` peer (one copy of the step's frames for all
 streams): this module has one too, which hands the step to vllm-omni's.
+
+With SPEECH_OMNI__FRAMES_AS_LISTS (VARIABLE in the stage processes), the batch peer keeps each stream's frames as
+lists of their codes, as vllm-omni's connector runtime declares them (`code_prompt_token_ids: dict[str,
+list[list[int]]]`), where vllm-omni's batch builder keeps each frame as a tensor: its per-stream producer builds a
+window's codes element by element (`torch.tensor([frames[f][q] for q ... for f ...])`, written for lists: its reference
+codes join a window as lists), which over tensors reads each of a steady window's 400 codes as a tensor of its own, on
+the data plane's thread, holding the GIL the talker's step loop waits for. The windows' codes are the same tensors.
+Otherwise the step is vllm-omni's, line for line (`batch_with_frames_as_lists`).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
-from app.engines.omni.stage_plugins import timeline
+from app.engines.omni.stage_plugins import lever_switch, timeline
+
+VARIABLE = "SPEECH_OMNI_FRAMES_AS_LISTS"  # set by the engine for the stage processes
 
 FIRST_FRAMES = "codec_adaptive_first_frames"
 
@@ -89,9 +100,69 @@ def talker2code2wav_async_chunk_batch(
 
     for request in requests:
         set_first_window(transfer_manager, request)
-    payloads = qwen3_tts.talker2code2wav_async_chunk_batch(transfer_manager, pooling_outputs, requests, is_finished)
+    if frames_as_lists():
+        payloads = batch_with_frames_as_lists(qwen3_tts, transfer_manager, pooling_outputs, requests, is_finished)
+    else:
+        payloads = qwen3_tts.talker2code2wav_async_chunk_batch(transfer_manager, pooling_outputs, requests, is_finished)
     record_sent(requests, payloads)
     return payloads
+
+
+def enabled(environ: Mapping[str, str]) -> bool:
+    return environ.get(VARIABLE) == "1"
+
+
+_switch: lever_switch.Switch | None = None  # the process's, made at its first step (the engine set the variables)
+
+
+def frames_as_lists() -> bool:
+    """On by its setting, and, where a benchmark switches levers in one start, while its file names it."""
+    global _switch
+    if not enabled(os.environ):
+        return False
+    if _switch is None:
+        _switch = lever_switch.from_environ(os.environ)
+    return _switch.on("frames_as_lists")
+
+
+def batch_with_frames_as_lists(
+    upstream: Any, transfer_manager: Any, pooling_outputs: list[Any], requests: list[Any], is_finished: list[bool]
+) -> list[Any]:
+    """vllm-omni 0.30's `talker2code2wav_async_chunk_batch` (`upstream`: its module), step for step, but each stream's
+    new frame appended as a list of its codes, not a tensor: the step's frames and new reference codes copied to the
+    host together, then vllm-omni's per-stream producer for every stream (it builds and sizes the windows)."""
+    if not (len(pooling_outputs) == len(requests) == len(is_finished)):
+        raise ValueError("batch codec inputs must have identical lengths")
+    request_payload = getattr(transfer_manager, "request_payload", None)
+    if request_payload is None:
+        request_payload = transfer_manager.request_payload = {}
+    tensor = upstream.torch.Tensor
+    selected: list[Any] = []
+    destinations: list[tuple[str, str, tuple[int, ...]]] = []
+    for pooling_output, request in zip(pooling_outputs, requests, strict=True):
+        if not isinstance(pooling_output, Mapping):
+            continue
+        request_id = request.external_req_id
+        frame = upstream._extract_last_frame(pooling_output)
+        if frame is not None and upstream._should_append_async_frame(pooling_output, frame):
+            selected.append(frame)
+            destinations.append(("frame", request_id, tuple(frame.shape)))
+        ref_code = pooling_output.get("codes", {}).get("ref")
+        if isinstance(ref_code, tensor) and ref_code.numel() > 0 and request_payload.get(request_id) is None:
+            selected.append(ref_code)
+            destinations.append(("ref", request_id, tuple(ref_code.shape)))
+    copied = upstream._copy_async_chunk_tensors_to_cpu(selected)
+    for value, (kind, request_id, shape) in zip(copied, destinations, strict=True):
+        if kind == "frame":
+            transfer_manager.code_prompt_token_ids[request_id].append(value.reshape(-1).tolist())
+        else:
+            request_payload[request_id] = value.reshape(shape).contiguous()
+    return [
+        upstream.talker2code2wav_async_chunk(
+            transfer_manager=transfer_manager, multimodal_output={}, request=request, is_finished=finished
+        )
+        for request, finished in zip(requests, is_finished, strict=True)
+    ]
 
 
 def record_sent(requests: list[Any], payloads: Any) -> None:
