@@ -309,8 +309,10 @@ class OmniSettings(BaseModel):
         description="Keep each stream's codec frames in the talker's process as lists of their codes, as vllm-omni's "
         "connector runtime declares them, where vllm-omni 0.30's Qwen3-TTS producer keeps each frame as a tensor and "
         "then builds every window's codes element by element: a steady window's 400 codes each read as a tensor of its "
-        "own, on the data plane's thread, holding the GIL the talker's step loop waits for. The same windows, the same "
-        "code tensors; the service's window producer runs in place of vllm-omni's (it calls vllm-omni's). Off until "
+        "own, on the data plane's thread, holding the GIL the talker's step loop waits for. The same code tensors for "
+        "the same windows; the service's window producer runs in place of vllm-omni's (it calls vllm-omni's). It acts "
+        "where vllm-omni builds a step's windows together: vLLM's second model runner with `async_chunk`, as in the "
+        "shipped profiles. Off until "
         "measured on a GPU host (deploy/gpu/window_producer_bench.py, then in a server). "
         "app/engines/omni/stage_plugins/talker_windows.py.",
     )

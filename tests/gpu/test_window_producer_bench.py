@@ -61,7 +61,8 @@ def steps_same(torch: Any, theirs: list[list[Any]], ours: list[list[Any]]) -> bo
 def test_frames_kept_as_lists_give_vllm_omnis_payloads_window_for_window(torch: Any, device: str) -> None:
     """SPEECH_OMNI__FRAMES_AS_LISTS (app/engines/omni/stage_plugins/talker_windows.py): every step's payloads those
     of vllm-omni's batch builder, on the same frames through the shipped ramp, streams starting, in steady windows
-    and ending; and with reference codes joining a stream's first window."""
+    and ending; and with reference codes joining a stream's first window (2-D and flat), a frame flagged invalid left
+    out; the frames kept as lists indeed (as tensors by vllm-omni's)."""
     from vllm_omni.model_executor.stage_input_processors import qwen3_tts
 
     from app.engines.omni.stage_plugins import talker_windows
@@ -78,7 +79,11 @@ def test_frames_kept_as_lists_give_vllm_omnis_payloads_window_for_window(torch: 
     assert len(windows) > 150
     assert steps_same(torch, *steps)
 
-    made = []
+    def reference(index: int) -> Any:
+        codes = torch.randint(0, 2048, (30, 16), device=device)
+        return codes.reshape(-1) if index == 2 else codes  # vllm-omni takes flat reference codes too
+
+    made, kept = [], []
     for producer in (qwen3_tts.talker2code2wav_async_chunk_batch, as_lists):
         torch.manual_seed(1)
         manager = BENCH.transfer_manager(extra)
@@ -89,11 +94,13 @@ def test_frames_kept_as_lists_give_vllm_omnis_payloads_window_for_window(torch: 
                 {
                     "codes": {
                         "audio": torch.randint(0, 2048, (1, 16), device=device),
-                        **({"ref": torch.randint(0, 2048, (30, 16), device=device)} if step == 0 else {}),
+                        **({"ref": reference(index)} if step == 0 else {}),
                     },
-                    "meta": {"codec_frame_valid": torch.ones(1, dtype=torch.bool, device=device)},
+                    "meta": {
+                        "codec_frame_valid": torch.tensor([not (index == 1 and step == 5)], device=device),
+                    },
                 }
-                for _ in streams
+                for index in range(len(streams))
             ]
             requests = [stream.request(step == 39) for stream in streams]
             made_now = producer(manager, outputs, requests, [step == 39] * len(streams))
@@ -103,6 +110,8 @@ def test_frames_kept_as_lists_give_vllm_omnis_payloads_window_for_window(torch: 
                     manager.ramp_chunk_count[stream.request_id] += 1
             payloads.append(made_now)
         made.append(payloads)
+        kept.append(manager.code_prompt_token_ids[streams[0].request_id])
     first = [payload for payload in made[0][0] if payload is not None]
-    assert first and all(int(payload.meta.ref_context_size) == 30 for payload in first)
+    assert len(first) == 3 and all(int(payload.meta.ref_context_size) == 30 for payload in first)
+    assert isinstance(kept[0][0], torch.Tensor) and type(kept[1][0]) is list and kept[1][0] == kept[0][0].tolist()
     assert steps_same(torch, *made)

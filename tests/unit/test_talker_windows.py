@@ -75,6 +75,7 @@ def upstream(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int | 
     module.talker2code2wav_async_chunk_batch = talker2code2wav_async_chunk_batch  # type: ignore[attr-defined]
     for name in ("vllm_omni", "vllm_omni.model_executor", "vllm_omni.model_executor.stage_input_processors"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.delenv(talker_windows.VARIABLE, raising=False)  # vllm-omni's batch builder unless a test sets it
     monkeypatch.setitem(sys.modules, UPSTREAM, module)
     yield calls
 

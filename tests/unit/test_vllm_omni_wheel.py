@@ -803,3 +803,14 @@ def test_the_batch_builder_that_frames_as_lists_follows_is_vllm_omnis_and_its_pr
     assert "num_quantizers = len(window_frames[0])" in producer
     runtime = wheel.source("distributed/omni_connectors/model_runner/omni_connector_runtime.py")
     assert "_code_prompt_token_ids: dict[str, list[list[int]]]" in runtime
+    # the batch builder as read when batch_with_frames_as_lists was written: a step added to it in another release
+    # must be added there too (then this digest follows)
+    source = wheel.source(QWEN3_TTS_PRODUCER)
+    digests = {
+        name: hashlib.sha256(str(ast.get_source_segment(source, function_def(tree, name))).encode()).hexdigest()[:16]
+        for name in ("talker2code2wav_async_chunk_batch", "_append_tensor_frame")
+    }
+    assert digests == {
+        "talker2code2wav_async_chunk_batch": "0eed3e042e65b4ae",
+        "_append_tensor_frame": "771650bd7ed0ea11",
+    }
