@@ -131,10 +131,10 @@ class EmbeddedSettings(BaseModel):
     )
 
 
-# the service talker's levers, each a switch of OmniSettings, that a lever switch file may turn on and off in a running
-# server (app/engines/omni/stage_plugins/lever_switch.py's LEVERS, tests/unit/test_lever_switch.py)
+# the levers of the service's talker (each a switch of OmniSettings, none in force with vllm-omni's talker)...
 TALKER_LEVERS = ("steady_decode", "prompt_batch")
-# ...and every lever a lever switch file may switch: those, and the talker's window producer's
+# ...and every lever a lever switch file may turn on and off in a running server: those, and the talker's window
+# producer's (app/engines/omni/stage_plugins/lever_switch.py's LEVERS, tests/unit/test_lever_switch.py)
 SWITCHABLE_LEVERS = (*TALKER_LEVERS, "frames_as_lists")
 
 

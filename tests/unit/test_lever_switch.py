@@ -77,6 +77,9 @@ def test_the_switchable_levers_are_settings_and_the_ones_lever_starts_may_switch
     switchable = re.search(r'^SWITCHABLE="([^"]*)"$', script, re.MULTILINE)
     assert switchable is not None
     assert set(switchable.group(1).split()) == lever_switch.LEVERS == set(SWITCHABLE_LEVERS)
+    from app.engines.omni.engine import SWITCHABLE_PLUGINS  # each one's variable, set by the engine
+
+    assert list(SWITCHABLE_PLUGINS) == list(SWITCHABLE_LEVERS)
     default_on = re.search(r'^SWITCH_DEFAULT_ON="([^"]*)"', script, re.MULTILINE)
     assert default_on is not None
     assert set(default_on.group(1).split()) == {lever for lever in SWITCHABLE_LEVERS if getattr(OmniSettings(), lever)}
@@ -84,3 +87,17 @@ def test_the_switchable_levers_are_settings_and_the_ones_lever_starts_may_switch
         assert OmniSettings.model_fields[lever].annotation is bool, lever
     with pytest.raises(AssertionError):
         Switch(None).on("steady_decoding")
+
+
+def test_a_stage_process_has_one_switch_for_every_lever_made_again_for_another_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The talker's model and its window producer ask the same switch (each change read and logged once); a later
+    start in the same process that names another file, or none, gets a switch of its own."""
+    monkeypatch.setattr(lever_switch, "_process_switch", None)
+    first = {lever_switch.VARIABLE: str(tmp_path / "a")}
+    switch = lever_switch.for_process(first)
+    assert lever_switch.for_process(first) is switch and switch.path == str(tmp_path / "a")
+    other = lever_switch.for_process({lever_switch.VARIABLE: str(tmp_path / "b")})
+    assert other is not switch and other.path == str(tmp_path / "b")
+    assert lever_switch.for_process({}).path is None

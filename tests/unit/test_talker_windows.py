@@ -210,7 +210,7 @@ def batch_parts(upstream: list[Any], monkeypatch: pytest.MonkeyPatch) -> dict[st
     )
     monkeypatch.setattr(module, "_copy_async_chunk_tensors_to_cpu", copy, raising=False)
     monkeypatch.setattr(module, "talker2code2wav_async_chunk_batch", batch)
-    monkeypatch.setattr(talker_windows, "_switch", None)  # the process's switch, made again from this environment
+    monkeypatch.setattr(lever_switch, "_process_switch", None)  # the process's switch, made again from this environment
     monkeypatch.delenv(lever_switch.VARIABLE, raising=False)
     return seen
 
@@ -263,6 +263,6 @@ def test_without_the_setting_or_while_a_switch_file_leaves_it_out_the_step_is_vl
     talker_windows.talker2code2wav_async_chunk_batch(frames_manager(), outputs, [Request("u2")], [False])
     assert [[request.external_req_id for request in step] for step in batch_parts["batches"]] == [["u1"], ["u2"]]
     switch.write_text("frames_as_lists")
-    monkeypatch.setattr(talker_windows, "_switch", None)  # read afresh rather than after a quarter second
+    monkeypatch.setattr(lever_switch, "_process_switch", None)  # read afresh rather than after a quarter second
     talker_windows.talker2code2wav_async_chunk_batch(frames_manager(), outputs, [Request("u3")], [False])
     assert len(batch_parts["batches"]) == 2 and batch_parts["copied"] == [[outputs[0]["codes"]["audio"]]]

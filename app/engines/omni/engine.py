@@ -145,6 +145,12 @@ def _default_omni_factory(
     return AsyncOmni(**kwargs)
 
 
+# each lever a switch file may switch (settings.SWITCHABLE_LEVERS): the stage plugin whose variable turns it on
+SWITCHABLE_PLUGINS = {
+    "steady_decode": steady_decode,
+    "prompt_batch": prompt_batch,
+    "frames_as_lists": service_talker_windows,
+}
 # the talker's window producer: vllm-omni's, and the service's around it (adaptive windows' first window)
 UPSTREAM_TALKER_WINDOWS = "vllm_omni.model_executor.stage_input_processors.qwen3_tts.talker2code2wav_async_chunk"
 TALKER_WINDOWS = f"{service_talker_windows.__name__}.{service_talker_windows.talker2code2wav_async_chunk.__name__}"
@@ -314,18 +320,17 @@ class OmniEngine:
             for key, value in DECODER_GRAPH_STATS_ENVIRONMENT.items():
                 os.environ.setdefault(key, value)
         # the stage processes, spawned below, read these (the switch interval at their plugin's registration, the fused
-        # kernels' launch, the prompts built together and the steady decode steps as the talker's model is built); this
-        # start's settings, whatever an earlier start left
+        # kernels' launch and the talker's levers as its model and window producer are made); this start's settings,
+        # whatever an earlier start left
         interval_ms = self._settings.switch_interval_ms
         set_or_unset(
             model_registration.SWITCH_INTERVAL_VARIABLE, None if interval_ms is None else repr(interval_ms / 1000)
         )
         launch = FusedLaunch(self._settings.fused_kernels, self._settings.fused_dependent_launch)
         set_or_unset(fused_launch.VARIABLE, launch.environment_value())
-        levers = self._settings.talker_levers_on()
-        set_or_unset(prompt_batch.VARIABLE, "1" if "prompt_batch" in levers else None)
-        set_or_unset(steady_decode.VARIABLE, "1" if "steady_decode" in levers else None)
-        set_or_unset(service_talker_windows.VARIABLE, "1" if self._settings.frames_as_lists else None)
+        levers = self._settings.switchable_levers_on()
+        for name, plugin in SWITCHABLE_PLUGINS.items():
+            set_or_unset(plugin.VARIABLE, "1" if name in levers else None)
         set_or_unset(lever_switch.VARIABLE, self._settings.lever_switch_file or None)
         set_or_unset(timeline.FLAG_VARIABLE, self._timeline_flag)
         # this start's choice, whatever an earlier start in this process set

@@ -72,3 +72,15 @@ class Switch:
 
 def from_environ(environ: Mapping[str, str] = os.environ) -> Switch:
     return Switch(environ.get(VARIABLE) or None)
+
+
+_process_switch: Switch | None = None
+
+
+def for_process(environ: Mapping[str, str] = os.environ) -> Switch:
+    """The stage process's one switch, for every lever in it (the talker's model and its window producer), so that
+    each change of the file is read and logged once; made again where a later start names another file."""
+    global _process_switch
+    if _process_switch is None or _process_switch.path != (environ.get(VARIABLE) or None):
+        _process_switch = from_environ(environ)
+    return _process_switch

@@ -457,7 +457,7 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
             raise TypeError(f"the talker built a {type(self.code_predictor).__name__}, not vllm-omni's code predictor")
         self.code_predictor.__class__ = self.predictor_class  # adds methods only: nothing built twice
         # where a benchmark switches the two levers below in one start
-        self._lever_switch = lever_switch.from_environ(os.environ)
+        self._lever_switch = lever_switch.for_process(os.environ)
         # the two levers below answer hooks only vllm-omni's second model runner calls: its first calls neither
         # preprocess_batch_mrv2 nor the _mrv2 decode hook, and keeps the frame flags on the host (the output half
         # would only gather a batch to give it up every step)

@@ -112,17 +112,9 @@ def enabled(environ: Mapping[str, str]) -> bool:
     return environ.get(VARIABLE) == "1"
 
 
-_switch: lever_switch.Switch | None = None  # the process's, made at its first step (the engine set the variables)
-
-
 def frames_as_lists() -> bool:
     """On by its setting, and, where a benchmark switches levers in one start, while its file names it."""
-    global _switch
-    if not enabled(os.environ):
-        return False
-    if _switch is None or _switch.path != (os.environ.get(lever_switch.VARIABLE) or None):  # a later start's file
-        _switch = lever_switch.from_environ(os.environ)
-    return _switch.on("frames_as_lists")
+    return enabled(os.environ) and lever_switch.for_process(os.environ).on("frames_as_lists")
 
 
 def batch_with_frames_as_lists(
