@@ -129,16 +129,19 @@ STEP_TABLES = (
 )
 
 
+def timeline_text(folder: Path, level: str) -> str:
+    """A round's request timeline at `level` (c1, c32), empty where it has none."""
+    try:
+        return (folder / f"timeline-{level}.md").read_text()
+    except OSError:
+        return ""
+
+
 def steps_tables(root: Path, rounds: list[str]) -> str:
     """The talker's steps on the host, each phase's p50 / p95 ms one column a round, at one stream and at 32."""
     out: list[str] = []
     for level, title in (("c1", "At one stream"), ("c32", "In a burst of 32")):
-        timelines = {}
-        for r in rounds:
-            try:
-                timelines[r] = (root / r / f"timeline-{level}.md").read_text()
-            except OSError:
-                timelines[r] = ""
+        timelines = {r: timeline_text(root / r, level) for r in rounds}
         tables = {(kind, r): step_table(timelines[r], heading) for kind, heading, _ in STEP_TABLES for r in rounds}
         out += [f"{title} (`timeline-{level}.md`), ms p50 / p95:", ""]
         out += ["| step: phase | " + " | ".join(rounds) + " |", "| --- |" + " --- |" * len(rounds)]
@@ -171,10 +174,7 @@ def read_round(folder: Path) -> Reading:
         for name, key in BENCH_FIGURES:
             value = bench.get(key) if bench else None
             reading[f"{label} {name}"] = float(value) if isinstance(value, (int, float)) else None
-    try:
-        timeline = (folder / "timeline-c32.md").read_text()
-    except OSError:
-        timeline = ""
+    timeline = timeline_text(folder, "c32")
     for label, heading, row in STEPS:
         reading[label] = step_p50(timeline, heading, row)
     return reading

@@ -20,8 +20,8 @@ Needs torch and vllm-omni 0.30 (the GPU recipe's environment).
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
-import sys
 import time
 import types
 from collections import defaultdict
@@ -148,6 +148,17 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
+def producers(upstream: Any) -> dict[str, Any]:
+    """The two batch builders compared, by name: vllm-omni's (`upstream`: its `qwen3_tts` module) and the service's
+    with the frames kept as lists (app/engines/omni/stage_plugins/talker_windows.py)."""
+    from app.engines.omni.stage_plugins import talker_windows
+
+    return {
+        "vllm-omni": upstream.talker2code2wav_async_chunk_batch,
+        "frames as lists": functools.partial(talker_windows.batch_with_frames_as_lists, upstream),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, default=32)
@@ -157,33 +168,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where a step's frames are")
     args = parser.parse_args(argv)
     import torch
-    from vllm_omni.model_executor.stage_input_processors.qwen3_tts import talker2code2wav_async_chunk_batch
+    from vllm_omni.model_executor.stage_input_processors import qwen3_tts
 
     extra = connector_extra(args.profile)
-    from app.engines.omni.stage_plugins import talker_windows
-
-    producer = talker2code2wav_async_chunk_batch
-    run(torch, producer, extra, args.streams, 50, args.frames, args.device)  # warm-up
-    measured = run(torch, producer, extra, args.streams, args.steps, args.frames, args.device)
-    upstream = sys.modules[producer.__module__]
-
-    def as_lists(*arguments: Any) -> Any:
-        return talker_windows.batch_with_frames_as_lists(upstream, *arguments)
-
-    run(torch, as_lists, extra, args.streams, 50, args.frames, args.device)
-    lists_ms = run(torch, as_lists, extra, args.streams, args.steps, args.frames, args.device)["step_ms"][args.frames :]
-    step_ms = measured["step_ms"][args.frames :]  # once every stream runs
-    frames = [[frame.cpu() for frame in window] for window in measured["windows"]]
-    theirs, ours = window_build_ms(torch, frames)
     print(f"connector: {extra}; frames on the {args.device}")
-    print(
-        f"streams {args.streams}, frames a stream {args.frames}: producer host ms a step p50 "
-        f"{statistics.median(step_ms):.3f}, p95 {percentile(step_ms, 0.95):.3f} ({len(step_ms)} steps)"
-    )
-    print(
-        f"the same, frames kept as lists (SPEECH_OMNI__FRAMES_AS_LISTS): p50 {statistics.median(lists_ms):.3f}, "
-        f"p95 {percentile(lists_ms, 0.95):.3f}"
-    )
+    measured: dict[str, Any] = {}
+    for name, producer in producers(qwen3_tts).items():
+        run(torch, producer, extra, args.streams, 50, args.frames, args.device)  # warm-up
+        measured[name] = run(torch, producer, extra, args.streams, args.steps, args.frames, args.device)
+        step_ms = measured[name]["step_ms"][args.frames :]  # once every stream runs
+        print(
+            f"{name}, streams {args.streams}, frames a stream {args.frames}: producer host ms a step p50 "
+            f"{statistics.median(step_ms):.3f}, p95 {percentile(step_ms, 0.95):.3f} ({len(step_ms)} steps)"
+        )
+    frames = [[frame.cpu() for frame in window] for window in measured["vllm-omni"]["windows"]]
+    theirs, ours = window_build_ms(torch, frames)
     print(
         f"a {len(frames[0]) if frames else 0}-frame window's codes, median of {len(frames)}: vllm-omni's build "
         f"{theirs:.3f} ms, stacked {ours:.3f} ms (equal)"

@@ -65,14 +65,9 @@ def test_frames_kept_as_lists_give_vllm_omnis_payloads_window_for_window(torch: 
     out; the frames kept as lists indeed (as tensors by vllm-omni's)."""
     from vllm_omni.model_executor.stage_input_processors import qwen3_tts
 
-    from app.engines.omni.stage_plugins import talker_windows
-
-    def as_lists(*arguments: Any) -> Any:
-        return talker_windows.batch_with_frames_as_lists(qwen3_tts, *arguments)
-
     extra = BENCH.connector_extra(BENCH.PROFILE)
     steps = []
-    for producer in (qwen3_tts.talker2code2wav_async_chunk_batch, as_lists):
+    for producer in BENCH.producers(qwen3_tts).values():
         torch.manual_seed(0)
         steps.append(BENCH.run(torch, producer, extra, 8, 300, 60, device, keep_payloads=True)["payloads"])
     windows = [payload for step in steps[0] for payload in step if payload is not None]
@@ -84,7 +79,7 @@ def test_frames_kept_as_lists_give_vllm_omnis_payloads_window_for_window(torch: 
         return codes.reshape(-1) if index == 2 else codes  # vllm-omni takes flat reference codes too
 
     made, kept = [], []
-    for producer in (qwen3_tts.talker2code2wav_async_chunk_batch, as_lists):
+    for producer in BENCH.producers(qwen3_tts).values():
         torch.manual_seed(1)
         manager = BENCH.transfer_manager(extra)
         streams = [BENCH.Stream(index, 0) for index in range(3)]
