@@ -285,9 +285,10 @@ class OmniSettings(BaseModel):
         "(a kernel each for the frame flags on a GPU), which at 32 streams is part of the host's share of the step. "
         "The same tensors and the same per-request state; a step with any request not in steady decode (its prompt, "
         "reference codes still to send) runs vllm-omni's own. Switched in rounds on one H200, it shortened a 32-stream "
-        "decode step from 12.0–12.7 to 9.6–10.8 ms p50, but the listener's gaps split between its two rounds: off "
-        "until measured on top of the prompts built together "
-        "(benchmarks/gpu/2026-12-01-h200-omni-levers-switched/). "
+        "decode step from 12.0–12.7 to 9.6–10.8 ms p50, but the listener's gaps split between its two rounds "
+        "(benchmarks/gpu/2026-12-01-h200-omni-levers-switched/); on top of the prompts built together, one round's "
+        "steps were shorter again and its burst of 32 the run's worst (282 ms p95 against 239-264; "
+        "benchmarks/gpu/2026-12-01-h200-omni-frames-as-lists/): off until measured over both kept levers. "
         "app/engines/omni/stage_plugins/steady_decode.py.",
     )
     prompt_batch: bool = Field(
@@ -305,15 +306,18 @@ class OmniSettings(BaseModel):
         "app/engines/omni/stage_plugins/prompt_batch.py.",
     )
     frames_as_lists: bool = Field(
-        False,
+        True,
         description="Keep each stream's codec frames in the talker's process as lists of their codes, as vllm-omni's "
         "connector runtime declares them, where vllm-omni 0.30's Qwen3-TTS producer keeps each frame as a tensor and "
         "then builds every window's codes element by element: a steady window's 400 codes each read as a tensor of its "
         "own, on the data plane's thread, holding the GIL the talker's step loop waits for. The same code tensors for "
-        "the same windows; the service's window producer runs in place of vllm-omni's (it calls vllm-omni's). It acts "
-        "where vllm-omni builds a step's windows together: vLLM's second model runner with `async_chunk`, as in the "
-        "shipped profiles. Off until "
-        "measured on a GPU host (deploy/gpu/window_producer_bench.py, then in a server). "
+        "the same windows; the service's window producer runs in place of vllm-omni's (it calls vllm-omni's), with "
+        "either talker. It acts where vllm-omni builds a step's windows together: vLLM's second model runner with "
+        "`async_chunk`, as in the shipped profiles. On one H200 its producer took 2.6 ms a step at p95 against "
+        "vllm-omni's 7.3 at 32 streams (frames on the GPU), and switched in rounds against the profile without it, "
+        "one stream's time to uninterrupted audio p95 was 40 and 41 ms against 45-53, bursts of 8 87 and 88 against "
+        "99-135, vllm-omni's benchmark at 32 streams 20.94 and 20.56 req/s against 15.82-20.36, with 32 streams' "
+        "figures split (benchmarks/gpu/2026-12-01-h200-omni-frames-as-lists/). "
         "app/engines/omni/stage_plugins/talker_windows.py.",
     )
     lever_switch_file: str | None = Field(

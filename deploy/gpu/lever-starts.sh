@@ -185,7 +185,7 @@ SWITCH_SETTLE_S=${SWITCH_SETTLE_S:-1}
 # the levers a lever switch file may name (app/engines/omni/stage_plugins/lever_switch.py's LEVERS), and the folders of
 # a variant that a round may not be named as
 SWITCHABLE="steady_decode prompt_batch frames_as_lists"
-SWITCH_DEFAULT_ON="prompt_batch"  # of those, the ones on by default (OmniSettings')
+SWITCH_DEFAULT_ON="prompt_batch frames_as_lists"  # of those, the ones on by default (OmniSettings')
 VARIANT_FOLDERS=" logs timeline pyspy traces start-pyspy "
 if [ -n "$SWITCH_ROUNDS" ]; then  # checked before anything starts
   if [ "$TARGET" != service ]; then

@@ -291,6 +291,7 @@ async def test_engine_starts_warms_up_and_streams(custom_voice_dir: Path) -> Non
         "code2wav_scheduler": "app.engines.omni.stage_plugins.code2wav_scheduler.FirstAudioFirstScheduler",
         "code2wav_architecture": "SpeechFoldedQwen3TTSCode2Wav",
         "talker_architecture": "SpeechQwen3TTSTalkerFused",
+        "talker_windows": True,  # the frames kept as lists
     }
     assert len(omni.requests) == 1 + 4  # warm-up at batch sizes 1 and 4
     samples, tokens_in, tokens_out = await collect(engine, job(request_id="real", max_new_tokens=51, seed=3))
@@ -529,11 +530,12 @@ async def test_the_lever_switch_file_reaches_the_stage_processes_environment_bef
         make_engine(
             custom_voice_dir,
             FakeAsyncOmni(),
-            omni={"talker_model": "fused", "prompt_batch": False, "lever_switch_file": path},
+            omni={"talker_model": "fused", "prompt_batch": False, "frames_as_lists": False, "lever_switch_file": path},
         )
+    vllm_omnis = {"talker_model": "vllm-omni", "frames_as_lists": False, "lever_switch_file": path}
     with pytest.raises(ValueError, match="with vllm-omni's talker switches frames_as_lists only: turn it on"):
-        make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"talker_model": "vllm-omni", "lever_switch_file": path})
-    vllm_omnis = {"talker_model": "vllm-omni", "frames_as_lists": True, "lever_switch_file": path}
+        make_engine(custom_voice_dir, FakeAsyncOmni(), omni=vllm_omnis)
+    vllm_omnis.pop("frames_as_lists")  # on by default
     assert make_engine(custom_voice_dir, FakeAsyncOmni(), omni=vllm_omnis) is not None
 
 
@@ -1086,16 +1088,17 @@ def test_a_ramp_profile_refuses_a_request_first_window_size(custom_voice_dir: Pa
 async def test_the_talkers_producer_is_the_services_only_where_the_profile_fixes_adaptive_first_windows(
     custom_voice_dir: Path, tmp_path: Path
 ) -> None:
-    """The factory is told to register the service's talker producer (stage_plugins/talker_windows.py) exactly when
-    the profile asks for it; otherwise vllm-omni's own producer runs, untouched."""
+    """Without the frames kept as lists (on by default, the next test), the factory is told to register the service's
+    talker producer (stage_plugins/talker_windows.py) exactly when the profile asks for it; otherwise vllm-omni's own
+    producer runs, untouched."""
     shipped = FakeAsyncOmni()
-    engine = make_engine(custom_voice_dir, shipped)
+    engine = make_engine(custom_voice_dir, shipped, omni={"frames_as_lists": False})
     await engine.start()
     assert "talker_windows" not in shipped.kwargs
     await engine.close()
     first = profile_without_ramp(tmp_path, codec_chunk_adaptive=True, codec_adaptive_first_frames=1)
     fixed = FakeAsyncOmni()
-    engine = make_engine(custom_voice_dir, fixed, deploy_config=first)
+    engine = make_engine(custom_voice_dir, fixed, deploy_config=first, omni={"frames_as_lists": False})
     await engine.start()
     assert fixed.kwargs["talker_windows"] is True  # for the factory, not AsyncOmni
     await engine.close()
@@ -1104,9 +1107,9 @@ async def test_the_talkers_producer_is_the_services_only_where_the_profile_fixes
 async def test_frames_as_lists_run_the_services_producer_and_reach_the_stage_processes_whatever_the_talker(
     custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SPEECH_OMNI__FRAMES_AS_LISTS: the factory registers the service's talker producer (which keeps the frames as
-    lists), and the variable is in the environment when AsyncOmni spawns the stages, with vllm-omni's talker too; a
-    later start without it takes it away."""
+    """SPEECH_OMNI__FRAMES_AS_LISTS, on by default: the factory registers the service's talker producer (which keeps
+    the frames as lists), and the variable is in the environment when AsyncOmni spawns the stages, with vllm-omni's
+    talker too; a later start with it off takes it away."""
     monkeypatch.setenv(talker_windows.VARIABLE, "")  # restored after the test, as it was
     seen: list[bool] = []
 
@@ -1117,7 +1120,7 @@ async def test_frames_as_lists_run_the_services_producer_and_reach_the_stage_pro
             self.kwargs = kwargs
 
     made: list[Recording] = []
-    for settings in ({"frames_as_lists": True, "talker_model": "vllm-omni"}, {}):
+    for settings in ({"talker_model": "vllm-omni"}, {"frames_as_lists": False}):
         engine = make_engine(custom_voice_dir, FakeAsyncOmni(), omni=settings)
         engine._factory = lambda **kwargs: made.append(Recording(**kwargs)) or made[-1]
         await engine.start()
@@ -1233,7 +1236,7 @@ async def test_without_a_profiler_directory_the_stages_get_no_timeline_flag(
 ) -> None:
     monkeypatch.setenv(timeline.FLAG_VARIABLE, "/left/by/an/earlier/start")
     omni = FakeAsyncOmni()
-    engine = make_engine(custom_voice_dir, omni)
+    engine = make_engine(custom_voice_dir, omni, omni={"frames_as_lists": False})  # nor the service's producer
     await engine.start()
     assert timeline.FLAG_VARIABLE not in os.environ and "talker_windows" not in omni.kwargs
     await engine.close()

@@ -15,7 +15,8 @@ cache of first-window sizes (`_cached_ic`, which vllm-omni fills itself for a st
 the stream ends) before vllm-omni reads it; the windows themselves, their emission and their payloads are vllm-omni's.
 While a request timeline records (`timeline.py`), it also records each window it hands on. The service registers it as
 stage 0's producer only where the profile sets both, where the server has a profiler directory, or with
-SPEECH_OMNI__FRAMES_AS_LISTS (`engine.py`, `pipeline_with_stage_plugins`); elsewhere vllm-omni's own runs. vllm-omni's
+SPEECH_OMNI__FRAMES_AS_LISTS (on by default; `engine.py`, `pipeline_with_stage_plugins`); elsewhere vllm-omni's own
+runs. vllm-omni's
 native data plane builds a talker step's payloads with the producer module's `<name>_batch` peer (one copy of the step's
 frames for all streams): this module has one too, which hands the step to vllm-omni's.
 
