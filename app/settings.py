@@ -381,13 +381,20 @@ class OmniSettings(BaseModel):
             # of these settings is validated again with exclude_unset, or it asks for every default by name)
             if self.talker_model == "vllm-omni" and getattr(self, name) and name in self.model_fields_set:
                 raise ValueError(
-                    f"{name} needs the service's talker: set talker_model to service, fused or compiled-once"
+                    f"{variable('omni', name)} needs the service's talker: set {variable('omni', 'talker_model')} "
+                    "to service, fused or compiled-once"
                 )
         if self.lever_switch_file and not self.switchable_levers_on():
             if self.talker_model == "vllm-omni":
-                raise ValueError("lever_switch_file with vllm-omni's talker switches frames_as_lists only: turn it on")
+                raise ValueError(
+                    f"{variable('omni', 'lever_switch_file')} with vllm-omni's talker switches frames_as_lists only: "
+                    f"set {variable('omni', 'frames_as_lists')}=true"
+                )
             levers = f"{', '.join(SWITCHABLE_LEVERS[:-1])} and {SWITCHABLE_LEVERS[-1]}"
-            raise ValueError(f"lever_switch_file switches {levers}: turn on one of them")
+            raise ValueError(
+                f"{variable('omni', 'lever_switch_file')} switches {levers}: turn on one of them "
+                f"({', '.join(variable('omni', lever) for lever in SWITCHABLE_LEVERS)})"
+            )
         return self
 
 
@@ -504,8 +511,9 @@ class SglangSettings(BaseModel):
     def _processes_need_a_cpu_frontend(self) -> SglangSettings:
         if self.preprocessing_processes > 1 and self.preprocessing != "cpu":
             raise ValueError(
-                f"preprocessing_processes={self.preprocessing_processes} needs preprocessing=cpu (it is "
-                f"{self.preprocessing!r}): only a process of its own on the CPU runs as several"
+                f"{variable('sglang', 'preprocessing_processes')}={self.preprocessing_processes} needs "
+                f"{variable('sglang', 'preprocessing')}=cpu (it is {self.preprocessing!r}): only a process of its own "
+                "on the CPU runs as several"
             )
         return self
 
@@ -907,6 +915,12 @@ class InvalidSettings(ValueError):
     """Settings the server cannot start with, in the operator's words: the SPEECH_* variable (or flag) at fault."""
 
 
+def variable(group: str, field: str) -> str:
+    """The variable that sets `field` of the settings group `group`: ("omni", "talker_model") ->
+    SPEECH_OMNI__TALKER_MODEL, for a group's own refusals, which pydantic places at the group."""
+    return ENV_PREFIX + NESTED_DELIMITER.join((group, field)).upper()
+
+
 def env_name(location: Sequence[object]) -> str:
     """The variable that sets a field: ("embedded", "workers") -> SPEECH_EMBEDDED__WORKERS; what follows the field
     in `location` (a key of a JSON mapping, an index) is no part of the name: see `within_value`."""
@@ -952,6 +966,9 @@ def load_settings(flags: Mapping[str, Any] | None = None) -> Settings:
                 name = f"--{str(location[0]).replace('_', '-')} ({name})"
             shown = "" if field is not None and not field.repr else f" (got {error.get('input')!r})"
             message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+            if message.startswith(env_name(location) + NESTED_DELIMITER):  # a group's refusal naming its variables
+                problems.append(f"{message}{shown}")
+                continue
             problems.append(f"{name}: {within_value(location)}{message}{shown}")
         raise InvalidSettings("; ".join(problems)) from None
     except SettingsError as exc:  # a value the environment could not parse (a JSON setting that is not JSON)

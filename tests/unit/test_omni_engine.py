@@ -476,7 +476,10 @@ async def test_the_prompt_batch_is_on_by_default_with_the_services_talker_and_re
         await engine.start()
         await engine.close()
     assert seen == [True, False, False, True]
-    with pytest.raises(ValueError, match="prompt_batch needs the service's talker: set talker_model to service"):
+    with pytest.raises(
+        ValueError,
+        match="SPEECH_OMNI__PROMPT_BATCH needs the service's talker: set SPEECH_OMNI__TALKER_MODEL to service",
+    ):
         make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"prompt_batch": True, "talker_model": "vllm-omni"})
 
 
@@ -499,7 +502,10 @@ async def test_steady_decode_reaches_the_stage_processes_environment_before_they
         await engine.start()
         await engine.close()
     assert seen == [True, False]
-    with pytest.raises(ValueError, match="steady_decode needs the service's talker: set talker_model to service"):
+    with pytest.raises(
+        ValueError,
+        match="SPEECH_OMNI__STEADY_DECODE needs the service's talker: set SPEECH_OMNI__TALKER_MODEL to service",
+    ):
         make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"steady_decode": True, "talker_model": "vllm-omni"})
 
 
@@ -533,7 +539,9 @@ async def test_the_lever_switch_file_reaches_the_stage_processes_environment_bef
             omni={"talker_model": "fused", "prompt_batch": False, "frames_as_lists": False, "lever_switch_file": path},
         )
     vllm_omnis = {"talker_model": "vllm-omni", "frames_as_lists": False, "lever_switch_file": path}
-    with pytest.raises(ValueError, match="with vllm-omni's talker switches frames_as_lists only: turn it on"):
+    with pytest.raises(
+        ValueError, match="with vllm-omni's talker switches frames_as_lists only: set SPEECH_OMNI__FRAMES_AS_LISTS=true"
+    ):
         make_engine(custom_voice_dir, FakeAsyncOmni(), omni=vllm_omnis)
     vllm_omnis.pop("frames_as_lists")  # on by default
     assert make_engine(custom_voice_dir, FakeAsyncOmni(), omni=vllm_omnis) is not None

@@ -416,3 +416,37 @@ def test_a_batch_limit_below_the_input_limit_is_refused_naming_both(monkeypatch:
     ), refused.value
     monkeypatch.setenv("SPEECH_BATCH_MAX_CHARS", "2000")  # equal: the longest input fits, alone
     assert load_settings().batch_max_chars == 2000
+
+
+@pytest.mark.parametrize(
+    ("variables", "says"),
+    [
+        (
+            {"SPEECH_OMNI__STEADY_DECODE": "true", "SPEECH_OMNI__TALKER_MODEL": "vllm-omni"},
+            "SPEECH_OMNI__STEADY_DECODE needs the service's talker: set SPEECH_OMNI__TALKER_MODEL to service, fused "
+            "or compiled-once",
+        ),
+        (
+            {
+                "SPEECH_OMNI__LEVER_SWITCH_FILE": "/levers",
+                "SPEECH_OMNI__TALKER_MODEL": "vllm-omni",
+                "SPEECH_OMNI__FRAMES_AS_LISTS": "false",
+            },
+            "SPEECH_OMNI__LEVER_SWITCH_FILE with vllm-omni's talker switches frames_as_lists only: set "
+            "SPEECH_OMNI__FRAMES_AS_LISTS=true",
+        ),
+        (
+            {"SPEECH_SGLANG__PREPROCESSING_PROCESSES": "2", "SPEECH_SGLANG__PREPROCESSING": "gpu"},
+            "SPEECH_SGLANG__PREPROCESSING_PROCESSES=2 needs SPEECH_SGLANG__PREPROCESSING=cpu",
+        ),
+    ],
+)
+def test_settings_that_cannot_go_together_are_refused_naming_the_variables(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], says: str
+) -> None:
+    """A group's settings refused together name the operator's variables, the one at fault first, not the group."""
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(InvalidSettings) as refused:
+        load_settings()
+    assert str(refused.value).startswith(says), refused.value

@@ -659,7 +659,7 @@ def test_preprocessing_runs_in_several_processes_as_the_wheel_replicates_one(whe
     assert values["processes.prompts.num_replicas"] == 2 and "processes.frontend.num_replicas" not in values
     stand_in.ConfigManager(stand_in.FakePipeline("m", "custom_voice", ("vivian",))).merge_config(values)
     for where in ("inline", "gpu"):
-        with pytest.raises(ValidationError, match="preprocessing_processes=2 needs preprocessing=cpu"):
+        with pytest.raises(ValidationError, match="PREPROCESSING_PROCESSES=2 needs SPEECH_SGLANG__PREPROCESSING=cpu"):
             SglangSettings(model="m", preprocessing=where, preprocessing_processes=2)
     for overrides in ({"preprocessing.process": "pipeline"}, {"preprocessing.gpu": 0}):
         settings = SglangSettings(
