@@ -287,7 +287,7 @@ class OmniSettings(BaseModel):
         "reference codes still to send) runs vllm-omni's own. Switched in rounds on one H200, it shortened a 32-stream "
         "decode step from 12.0–12.7 to 9.6–10.8 ms p50, but the listener's gaps split between its two rounds "
         "(benchmarks/gpu/2026-12-01-h200-omni-levers-switched/); on top of the prompts built together, one round's "
-        "steps were shorter again and its burst of 32 the run's worst (282 ms p95 against 239-264; "
+        "steps were shorter again and its burst of 32 the run's worst (282 ms p95 against 239–264; "
         "benchmarks/gpu/2026-12-01-h200-omni-frames-as-lists/): off until measured over both kept levers. "
         "app/engines/omni/stage_plugins/steady_decode.py.",
     )
@@ -315,8 +315,8 @@ class OmniSettings(BaseModel):
         "either talker. It acts where vllm-omni builds a step's windows together: vLLM's second model runner with "
         "`async_chunk`, as in the shipped profiles. On one H200 its producer took 2.6 ms a step at p95 against "
         "vllm-omni's 7.3 at 32 streams (frames on the GPU), and switched in rounds against the profile without it, "
-        "one stream's time to uninterrupted audio p95 was 40 and 41 ms against 45-53, bursts of 8 87 and 88 against "
-        "99-135, vllm-omni's benchmark at 32 streams 20.94 and 20.56 req/s against 15.82-20.36, with 32 streams' "
+        "one stream's time to uninterrupted audio p95 was 40 and 41 ms against 45–53, bursts of 8 87 and 88 against "
+        "99–135, vllm-omni's benchmark at 32 streams 20.94 and 20.56 req/s against 15.82–20.36, with 32 streams' "
         "figures split (benchmarks/gpu/2026-12-01-h200-omni-frames-as-lists/). "
         "app/engines/omni/stage_plugins/talker_windows.py.",
     )
@@ -380,20 +380,21 @@ class OmniSettings(BaseModel):
             # a default that does not apply is no error; a lever asked for by name that cannot apply is (so a dump
             # of these settings is validated again with exclude_unset, or it asks for every default by name)
             if self.talker_model == "vllm-omni" and getattr(self, name) and name in self.model_fields_set:
+                talker = nested_env_name("omni", "talker_model")
                 raise ValueError(
-                    f"{variable('omni', name)} needs the service's talker: set {variable('omni', 'talker_model')} "
-                    "to service, fused or compiled-once"
+                    f"{nested_env_name('omni', name)} needs the service's talker: set {talker} to service, fused or "
+                    "compiled-once"
                 )
         if self.lever_switch_file and not self.switchable_levers_on():
             if self.talker_model == "vllm-omni":
                 raise ValueError(
-                    f"{variable('omni', 'lever_switch_file')} with vllm-omni's talker switches frames_as_lists only: "
-                    f"set {variable('omni', 'frames_as_lists')}=true"
+                    f"{nested_env_name('omni', 'lever_switch_file')} with vllm-omni's talker switches frames_as_lists "
+                    f"only: set {nested_env_name('omni', 'frames_as_lists')}=true"
                 )
             levers = f"{', '.join(SWITCHABLE_LEVERS[:-1])} and {SWITCHABLE_LEVERS[-1]}"
             raise ValueError(
-                f"{variable('omni', 'lever_switch_file')} switches {levers}: turn on one of them "
-                f"({', '.join(variable('omni', lever) for lever in SWITCHABLE_LEVERS)})"
+                f"{nested_env_name('omni', 'lever_switch_file')} switches {levers}: turn on one of them "
+                f"({', '.join(nested_env_name('omni', lever) for lever in SWITCHABLE_LEVERS)})"
             )
         return self
 
@@ -511,9 +512,9 @@ class SglangSettings(BaseModel):
     def _processes_need_a_cpu_frontend(self) -> SglangSettings:
         if self.preprocessing_processes > 1 and self.preprocessing != "cpu":
             raise ValueError(
-                f"{variable('sglang', 'preprocessing_processes')}={self.preprocessing_processes} needs "
-                f"{variable('sglang', 'preprocessing')}=cpu (it is {self.preprocessing!r}): only a process of its own "
-                "on the CPU runs as several"
+                f"{nested_env_name('sglang', 'preprocessing_processes')}={self.preprocessing_processes} needs "
+                f"{nested_env_name('sglang', 'preprocessing')}=cpu (it is {self.preprocessing!r}): only a process of "
+                "its own on the CPU runs as several"
             )
         return self
 
@@ -913,12 +914,6 @@ def _help_line(env: str, info: FieldInfo) -> str:
 
 class InvalidSettings(ValueError):
     """Settings the server cannot start with, in the operator's words: the SPEECH_* variable (or flag) at fault."""
-
-
-def variable(group: str, field: str) -> str:
-    """The variable that sets `field` of the settings group `group`: ("omni", "talker_model") ->
-    SPEECH_OMNI__TALKER_MODEL, for a group's own refusals, which pydantic places at the group."""
-    return ENV_PREFIX + NESTED_DELIMITER.join((group, field)).upper()
 
 
 def env_name(location: Sequence[object]) -> str:

@@ -84,7 +84,7 @@
 #                            the one that goes second
 #   SWITCH_ROUNDS=""         TARGET=service: round:LEVERS words (LEVERS comma-separated among steady_decode,
 #                            prompt_batch and frames_as_lists, or empty; each set true in every variant's settings;
-#                            a round runs without any lever it does not name, prompt_batch's default on too), e.g.
+#                            a round runs without any lever it does not name, those on by default too), e.g.
 #                            "a1: s1:steady_decode s2:steady_decode a2:": each variant's
 #                            server started with SPEECH_OMNI__LEVER_SWITCH_FILE (app/engines/omni/stage_plugins/
 #                            lever_switch.py; the variant's own settings must turn those levers on), then its levels

@@ -204,10 +204,10 @@ def pipeline_with_stage_plugins(
     if talker_windows and UPSTREAM_TALKER_WINDOWS not in producers:
         # the service would accept a request's first-window size that vllm-omni's adaptive windows then override
         raise ValueError(
-            "the service's talker producer (for the deploy profile's codec_adaptive_first_frames, the request "
-            "timeline of a server with a profiler directory, or frames_as_lists) wraps "
-            f"{UPSTREAM_TALKER_WINDOWS}, but no stage of pipeline {pipeline.model_type!r} hands its windows on "
-            "through it"
+            "the service's talker producer (for SPEECH_OMNI__FRAMES_AS_LISTS, on by default: set it false; the "
+            "deploy profile's codec_adaptive_first_frames; or the request timeline of a server with a profiler "
+            f"directory) wraps {UPSTREAM_TALKER_WINDOWS}, but no stage of pipeline {pipeline.model_type!r} hands "
+            "its windows on through it"
         )
 
     def plugged(stage: Any) -> Any:

@@ -14,11 +14,10 @@ request's own `initial_codec_chunk_frames` wins), and vllm-omni sizes the rest. 
 cache of first-window sizes (`_cached_ic`, which vllm-omni fills itself for a stream without an entry and empties when
 the stream ends) before vllm-omni reads it; the windows themselves, their emission and their payloads are vllm-omni's.
 While a request timeline records (`timeline.py`), it also records each window it hands on. The service registers it as
-stage 0's producer only where the profile sets both, where the server has a profiler directory, or with
-SPEECH_OMNI__FRAMES_AS_LISTS (on by default; `engine.py`, `pipeline_with_stage_plugins`); elsewhere vllm-omni's own
-runs. vllm-omni's
-native data plane builds a talker step's payloads with the producer module's `<name>_batch` peer (one copy of the step's
-frames for all streams): this module has one too, which hands the step to vllm-omni's.
+stage 0's producer by default, for SPEECH_OMNI__FRAMES_AS_LISTS; with that off, only where the profile sets both,
+or where the server has a profiler directory (`engine.py`, `pipeline_with_stage_plugins`), and elsewhere vllm-omni's
+own runs. vllm-omni's native data plane builds a talker step's payloads with the producer module's `<name>_batch`
+peer (one copy of the step's frames for all streams): this module has one too, which hands the step to vllm-omni's.
 
 With SPEECH_OMNI__FRAMES_AS_LISTS (VARIABLE in the stage processes), the batch peer keeps each stream's frames as
 lists of their codes, as vllm-omni's connector runtime declares them (`code_prompt_token_ids: dict[str,
