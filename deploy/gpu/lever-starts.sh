@@ -62,7 +62,9 @@
 #                            from just before the load tool starts: who holds the server's GIL while a burst arrives.
 #                            c1: 16 requests one after another, recorded for 6 s from PYSPY_AFTER_S (default 1) after
 #                            the load tool is launched: the Python of one stream's steps, no profiler in them. In a
-#                            pair only these two run, recorded on A (the load tool runs A's requests first)
+#                            pair only these two run, recorded on A (the load tool runs A's requests first). Several
+#                            levels, space-separated ("c1 burst-c32"), run one after another, each into
+#                            pyspy-<level>/ and pyspy-<level>.md
 #   START_PYSPY=0            1: py-spy records the server and every process it starts (--subprocesses --idle
 #                            --threads, START_PYSPY_RATE=20 samples a second, every thread whatever it is doing) from
 #                            the start until it is ready, into start-pyspy/, summarised in start-pyspy.md: where each
@@ -135,6 +137,12 @@ FIRST_S=${FIRST_S:-600}
 LATER_S=${LATER_S:-420}
 PYSPY=${PYSPY:-1}
 PYSPY_LEVEL=${PYSPY_LEVEL:-steady-c32}
+for level in $PYSPY_LEVEL; do  # checked before anything starts
+  case $level in
+    steady-c32 | burst-c32 | c1) ;;
+    *) echo "lever-starts: PYSPY_LEVEL: '$level' is not one of: steady-c32 burst-c32 c1" >&2; exit 64 ;;
+  esac
+done
 PROFILES=${PROFILES:-/tmp/profiles}
 TORCH_PROFILE=${TORCH_PROFILE:-0}
 PROFILE_FRAMES=${PROFILE_FRAMES:-100}
@@ -213,7 +221,7 @@ fi
 [ "$TORCH_PROFILE" = 1 ] && ! on_sglang &&
   SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 20 * $(wc -w <<<"$TIMELINE_LEVELS")))
 # what follows the rounds: the second benchmark and the stop (about 30 s), each profiled window, py-spy's level
-TAIL_S=$((30 + (TORCH_PROFILE == 1 ? 60 * $(wc -w <<<"$PROFILE_LEVELS") : 0) + (PYSPY == 1 ? 30 : 0)))
+TAIL_S=$((30 + (TORCH_PROFILE == 1 ? 60 * $(wc -w <<<"$PROFILE_LEVELS") : 0) + (PYSPY == 1 ? 30 * $(wc -w <<<"$PYSPY_LEVEL") : 0)))
 # every round its levels and timeline again, about ROUND_S each beyond the first; a start is kept time for its second
 # round only (a lever beside its baseline): each later round is begun only if it fits, and a start cut short for
 # rounds that the deadline would skip anyway is given up while its server still loads
@@ -351,13 +359,14 @@ thread_table() {  # $1 a pid
   done
 }
 
-pyspy_level() {  # an extra steady c=32 (or a burst of 32: PYSPY_LEVEL), not reported, with py-spy on every server
-  # process in its middle: which Python holds each process's GIL (deploy/gpu/pyspy_summary.py reads it into pyspy.md)
-  local pid seconds=8 after=${PYSPY_AFTER_S:-4} load=(ROUNDS=1 CONCURRENCY=32 WARMUP=0)
+pyspy_level() {  # $1 a level of PYSPY_LEVEL: an extra steady c=32 (or a burst of 32, or one stream), not reported,
+  # with py-spy on every server process in its middle: which Python holds each process's GIL
+  # (deploy/gpu/pyspy_summary.py reads it into pyspy$2.md); $2 the folder's and summary's suffix
+  local level=$1 into="$OUT/pyspy$2" pid seconds=8 after=${PYSPY_AFTER_S:-4} load=(ROUNDS=1 CONCURRENCY=32 WARMUP=0)
   load_level() { (export "${load[@]}" && on_load_cpus "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1) & }
   command -v py-spy >/dev/null || { progress "$name py-spy: not installed"; return 0; }
-  mkdir -p "$OUT/pyspy"
-  case $PYSPY_LEVEL in
+  mkdir -p "$into"
+  case $level in
     burst-c32)  # py-spy first: a burst is over in a second or two
       seconds=4 after=0
       load+=(REQUESTS=96 "LOADTEST_ARGS=--stagger 0" SWEEP_NAME=pyspy-burst-c32) ;;
@@ -366,19 +375,19 @@ pyspy_level() {  # an extra steady c=32 (or a burst of 32: PYSPY_LEVEL), not rep
       load+=(CONCURRENCY=1 REQUESTS=16 "LOADTEST_ARGS=--stagger 0" SWEEP_NAME=pyspy-c1) ;;
     *) load+=(REQUESTS=192 "LOADTEST_ARGS=--stagger 2" SWEEP_NAME=pyspy-c32) ;;
   esac
-  [ "$PYSPY_LEVEL" = burst-c32 ] || load_level
+  [ "$level" = burst-c32 ] || load_level
   sleep "$after"  # steady: past the stagger, every worker sending
   # a pair's burst or c=1: A's requests go first (the load tool runs its targets in turn), so only A's are recorded
   for pid in $(server_pids "${SERVERS%% *}"); do
     # --idle: a GIL holder whose innermost frame looks idle (a wait, a select) is still a sample of the GIL held
     on_load_cpus timeout $((seconds + 12)) py-spy record --gil --idle --threads --nonblocking -r 200 -d "$seconds" \
-      -f raw -o "$OUT/pyspy/$pid.txt" --pid "$pid" >"$OUT/pyspy/$pid.log" 2>&1 &
+      -f raw -o "$into/$pid.txt" --pid "$pid" >"$into/$pid.log" 2>&1 &
   done
-  [ "$PYSPY_LEVEL" = burst-c32 ] && load_level
+  [ "$level" = burst-c32 ] && load_level
   wait
-  for raw in "$OUT"/pyspy/*.txt; do [ -f "$raw" ] && gzip -f "$raw"; done
-  "$PYTHON" deploy/gpu/pyspy_summary.py "$OUT/pyspy" --rate 200 --seconds "$seconds" \
-    --names "$OUT/cpu-after-c32.txt" >"$OUT/pyspy.md" 2>&1
+  for raw in "$into"/*.txt; do [ -f "$raw" ] && gzip -f "$raw"; done
+  "$PYTHON" deploy/gpu/pyspy_summary.py "$into" --rate 200 --seconds "$seconds" \
+    --names "$OUT/cpu-after-c32.txt" >"$into.md" 2>&1
 }
 
 start_pyspy() {  # $1 the pid the pid file held before the start: once it holds the new server's (however long the
@@ -658,9 +667,13 @@ for variant in $VARIANTS; do
     for level in $PROFILE_LEVELS; do torch_profile "$level" "$level" || break; done
   fi
   if [ "$PYSPY" = 1 ]; then  # a steady level loads one server at a time: a pair's other would be sampled idle
-    if a_pair && [ "$PYSPY_LEVEL" != burst-c32 ] && [ "$PYSPY_LEVEL" != c1 ]; then
-      progress "$name py-spy $PYSPY_LEVEL skipped (one server a level; not a pair)"
-    else step "py-spy $PYSPY_LEVEL" pyspy_level; fi
+    for level in $PYSPY_LEVEL; do
+      suffix=""  # one level: pyspy/ and pyspy.md, as ever; several: each its own
+      [ "$(wc -w <<<"$PYSPY_LEVEL")" -gt 1 ] && suffix="-$level"
+      if a_pair && [ "$level" != burst-c32 ] && [ "$level" != c1 ]; then
+        progress "$name py-spy $level skipped (one server a level; not a pair)"
+      else step "py-spy $level" pyspy_level "$level" "$suffix"; fi
+    done
   fi
   $SBS stop >>"$OUT/sweeps.log" 2>&1
   finish

@@ -835,6 +835,44 @@ def test_py_spy_records_every_server_process_in_the_middle_of_a_steady_level_and
     assert words[words.index("-d") + 1] == seconds
 
 
+def test_several_py_spy_levels_run_one_after_another_each_into_its_own_folder_and_summary(tmp_path: Path) -> None:
+    """PYSPY_LEVEL="c1 burst-c32": one stream, then a burst, each recorded into pyspy-<level>/ and summarised in
+    pyspy-<level>.md (one level keeps pyspy/ and pyspy.md); a level not known is refused before anything starts."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_in = bin_dir / "py-spy"
+    stand_in.write_text(
+        "#!/usr/bin/env bash\n"
+        'while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
+        "printf '%s\\n' 'thread (7): MainThread;run (vllm/v1/engine/core.py:9) 600' > \"$out\"\n"
+    )
+    stand_in.chmod(0o755)
+    server = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        (tmp_path / "server.pid").write_text(f"{server.pid}\n")
+        done = run(
+            tmp_path, VARIANTS="a1:A", LEVER_A="", PYSPY="1", PYSPY_AFTER_S="0", PYSPY_LEVEL="c1 burst-c32",
+            SERVER_PIDFILE=str(tmp_path / "server.pid"), PATH=f"{bin_dir}:{os.environ['PATH']}",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        server.kill()
+        server.wait()
+    sweeps = [call[2] for call in calls(tmp_path) if call[2].startswith("pyspy")]
+    assert sweeps == ["pyspy-c1", "pyspy-burst-c32"]
+    out = tmp_path / "out/a1"
+    for level in ("c1", "burst-c32"):
+        assert (out / f"pyspy-{level}/{server.pid}.txt.gz").exists()
+        assert f"## pid {server.pid}: `sleep 30`" in (out / f"pyspy-{level}.md").read_text()
+    assert not (out / "pyspy").exists() and not (out / "pyspy.md").exists()
+    progress = (tmp_path / "out/progress.txt").read_text()
+    assert progress.index("a1 py-spy c1") < progress.index("a1 py-spy burst-c32")
+    before = len(calls(tmp_path))
+    refused = run(tmp_path, out="refused", VARIANTS="a1:A", LEVER_A="", PYSPY="1", PYSPY_LEVEL="c1 c32")
+    assert refused.returncode == 64 and "PYSPY_LEVEL: 'c32' is not one of" in refused.stderr
+    assert len(calls(tmp_path)) == before  # the refused run started nothing
+
+
 @pytest.mark.parametrize(
     ("level", "sweep", "concurrency", "requests"),
     [("burst-c32", "pyspy-burst-c32", "32", "96"), ("c1", "pyspy-c1", "1", "16")],
