@@ -777,6 +777,39 @@ def test_each_thread_of_the_servers_processes_is_read_before_and_after_the_stead
         assert utime.isdigit() and stime.isdigit() and cpu.isdigit()
 
 
+def py_spy_stand_in(tmp_path: Path, stack: str) -> Path:
+    """A `py-spy` on a PATH folder of its own (returned) that writes what `py-spy record -f raw -o FILE` would, `stack`
+    (one raw line: the thread, its frames and a sample count), and logs its arguments to py-spy-args."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_in = bin_dir / "py-spy"
+    stand_in.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {tmp_path}/py-spy-args\n'
+        'while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
+        f"printf '%s\\n' '{stack}' > \"$out\"\n"
+    )
+    stand_in.chmod(0o755)
+    return bin_dir
+
+
+def py_spy_run(tmp_path: Path, bin_dir: Path, levels: str) -> subprocess.Popen[bytes]:
+    """One variant run with PYSPY_LEVEL=`levels` and the py-spy of `bin_dir`, beside a stand-in server (`sleep 30`,
+    stopped once the run is done): that server's process, for its pid."""
+    server = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        (tmp_path / "server.pid").write_text(f"{server.pid}\n")
+        done = run(
+            tmp_path, VARIANTS="a1:A", LEVER_A="", PYSPY="1", PYSPY_AFTER_S="0", PYSPY_LEVEL=levels,
+            SERVER_PIDFILE=str(tmp_path / "server.pid"), PATH=f"{bin_dir}:{os.environ['PATH']}",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        server.kill()
+        server.wait()
+    return server
+
+
 @pytest.mark.parametrize(
     ("level", "sweep", "concurrency", "requests", "seconds"),
     [
@@ -792,29 +825,12 @@ def test_py_spy_records_every_server_process_in_the_middle_of_a_steady_level_and
     all sending, the recordings kept gzipped and summarised in pyspy.md, each process named from the thread table.
     PYSPY_LEVEL=burst-c32: a burst of 32 instead, recorded for 4 s from before the load tool starts; c1: 16 requests
     one after another, recorded for 6 s."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    stand_in = bin_dir / "py-spy"  # writes what `py-spy record -f raw -o FILE` would: 1 200 samples on one stack
-    stand_in.write_text(
-        "#!/usr/bin/env bash\n"
-        f'echo "$*" >> {tmp_path}/py-spy-args\n'
-        'while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
-        "printf '%s\\n' 'thread (7): MainThread;run (vllm/v1/engine/core.py:9);"
-        "preprocess_decode_batch (vllm_omni/model_executor/models/qwen3_tts/qwen3_tts_talker.py:1101)"
-        ' 1200\' > "$out"\n'
+    bin_dir = py_spy_stand_in(  # 1 200 samples on one stack
+        tmp_path,
+        "thread (7): MainThread;run (vllm/v1/engine/core.py:9);"
+        "preprocess_decode_batch (vllm_omni/model_executor/models/qwen3_tts/qwen3_tts_talker.py:1101) 1200",
     )
-    stand_in.chmod(0o755)
-    server = subprocess.Popen(["sleep", "30"], start_new_session=True)
-    try:
-        (tmp_path / "server.pid").write_text(f"{server.pid}\n")
-        done = run(
-            tmp_path, VARIANTS="a1:A", LEVER_A="", PYSPY="1", PYSPY_AFTER_S="0", PYSPY_LEVEL=level,
-            SERVER_PIDFILE=str(tmp_path / "server.pid"), PATH=f"{bin_dir}:{os.environ['PATH']}",
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
-    finally:
-        server.kill()
-        server.wait()
+    server = py_spy_run(tmp_path, bin_dir, level)
     recorded = calls(tmp_path)
     extra = [call for call in recorded if call[2] == sweep]
     assert [[call[0], *call[3:5]] for call in extra] == [["sweep-closed", concurrency, requests]]
@@ -838,26 +854,8 @@ def test_py_spy_records_every_server_process_in_the_middle_of_a_steady_level_and
 def test_several_py_spy_levels_run_one_after_another_each_into_its_own_folder_and_summary(tmp_path: Path) -> None:
     """PYSPY_LEVEL="c1 burst-c32": one stream, then a burst, each recorded into pyspy-<level>/ and summarised in
     pyspy-<level>.md (one level keeps pyspy/ and pyspy.md); a level not known is refused before anything starts."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    stand_in = bin_dir / "py-spy"
-    stand_in.write_text(
-        "#!/usr/bin/env bash\n"
-        'while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
-        "printf '%s\\n' 'thread (7): MainThread;run (vllm/v1/engine/core.py:9) 600' > \"$out\"\n"
-    )
-    stand_in.chmod(0o755)
-    server = subprocess.Popen(["sleep", "30"], start_new_session=True)
-    try:
-        (tmp_path / "server.pid").write_text(f"{server.pid}\n")
-        done = run(
-            tmp_path, VARIANTS="a1:A", LEVER_A="", PYSPY="1", PYSPY_AFTER_S="0", PYSPY_LEVEL="c1 burst-c32",
-            SERVER_PIDFILE=str(tmp_path / "server.pid"), PATH=f"{bin_dir}:{os.environ['PATH']}",
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
-    finally:
-        server.kill()
-        server.wait()
+    bin_dir = py_spy_stand_in(tmp_path, "thread (7): MainThread;run (vllm/v1/engine/core.py:9) 600")
+    server = py_spy_run(tmp_path, bin_dir, "c1 burst-c32")
     sweeps = [call[2] for call in calls(tmp_path) if call[2].startswith("pyspy")]
     assert sweeps == ["pyspy-c1", "pyspy-burst-c32"]
     out = tmp_path / "out/a1"
@@ -882,16 +880,7 @@ def test_a_pairs_burst_or_single_stream_is_recorded_by_py_spy_on_the_first_serve
 ) -> None:
     """A pair with PYSPY_LEVEL=burst-c32 or c1: the load tool runs the level's requests on A first, so py-spy records
     A's processes through it (B waits its turn, idle: not recorded); a steady level stays skipped in a pair (above)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    stand_in = bin_dir / "py-spy"
-    stand_in.write_text(
-        "#!/usr/bin/env bash\n"
-        f'echo "$*" >> {tmp_path}/py-spy-args\n'
-        'while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
-        "printf '%s\\n' 'thread (7): MainThread;run (vllm/v1/engine/core.py:9) 800' > \"$out\"\n"
-    )
-    stand_in.chmod(0o755)
+    bin_dir = py_spy_stand_in(tmp_path, "thread (7): MainThread;run (vllm/v1/engine/core.py:9) 800")
     servers = [subprocess.Popen(["sleep", "30"], start_new_session=True) for _ in range(2)]
     try:
         for server, pidfile in zip(servers, ("server.pid", "server-b.pid"), strict=True):
