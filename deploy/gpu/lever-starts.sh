@@ -137,6 +137,7 @@ FIRST_S=${FIRST_S:-600}
 LATER_S=${LATER_S:-420}
 PYSPY=${PYSPY:-1}
 PYSPY_LEVEL=${PYSPY_LEVEL:-steady-c32}
+PYSPY_LEVEL_COUNT=$(wc -w <<<"$PYSPY_LEVEL")
 for level in $PYSPY_LEVEL; do  # checked before anything starts
   case $level in
     steady-c32 | burst-c32 | c1) ;;
@@ -221,7 +222,8 @@ fi
 [ "$TORCH_PROFILE" = 1 ] && ! on_sglang &&
   SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 20 * $(wc -w <<<"$TIMELINE_LEVELS")))
 # what follows the rounds: the second benchmark and the stop (about 30 s), each profiled window, py-spy's level
-TAIL_S=$((30 + (TORCH_PROFILE == 1 ? 60 * $(wc -w <<<"$PROFILE_LEVELS") : 0) + (PYSPY == 1 ? 30 * $(wc -w <<<"$PYSPY_LEVEL") : 0)))
+TAIL_S=$((30 + (TORCH_PROFILE == 1 ? 60 * $(wc -w <<<"$PROFILE_LEVELS") : 0)
+  + (PYSPY == 1 ? 30 * PYSPY_LEVEL_COUNT : 0)))
 # every round its levels and timeline again, about ROUND_S each beyond the first; a start is kept time for its second
 # round only (a lever beside its baseline): each later round is begun only if it fits, and a start cut short for
 # rounds that the deadline would skip anyway is given up while its server still loads
@@ -635,7 +637,8 @@ for variant in $VARIANTS; do
     if [ -n "$UNTIL" ]; then  # said once, before the rounds: what the deadline will leave out
       fit=$(((UNTIL - $(date +%s) - TAIL_S) / ${ROUND_S:-120}))
       [ "$fit" -lt "$ROUND_COUNT" ] &&
-        progress "$name: about $((fit < 0 ? 0 : fit)) of $ROUND_COUNT rounds of ${ROUND_S:-120} s fit before the deadline"
+        progress "$name: about $((fit < 0 ? 0 : fit)) of $ROUND_COUNT rounds of ${ROUND_S:-120} s fit before the" \
+          "deadline"
     fi
     for round in $SWITCH_ROUNDS; do
       # a round's levels take about ROUND_S (120 s on an H200): one that would leave too little before the deadline
@@ -669,7 +672,7 @@ for variant in $VARIANTS; do
   if [ "$PYSPY" = 1 ]; then  # a steady level loads one server at a time: a pair's other would be sampled idle
     for level in $PYSPY_LEVEL; do
       suffix=""  # one level: pyspy/ and pyspy.md, as ever; several: each its own
-      [ "$(wc -w <<<"$PYSPY_LEVEL")" -gt 1 ] && suffix="-$level"
+      [ "$PYSPY_LEVEL_COUNT" -gt 1 ] && suffix="-$level"
       if a_pair && [ "$level" != burst-c32 ] && [ "$level" != c1 ]; then
         progress "$name py-spy $level skipped (one server a level; not a pair)"
       else step "py-spy $level" pyspy_level "$level" "$suffix"; fi
