@@ -195,7 +195,7 @@ SWITCH_SETTLE_S=${SWITCH_SETTLE_S:-1}
 # a variant that a round may not be named as
 SWITCHABLE="steady_decode prompt_batch frames_as_lists"
 SWITCH_DEFAULT_ON="prompt_batch frames_as_lists"  # of those, the ones on by default (OmniSettings')
-VARIANT_FOLDERS=" logs timeline pyspy traces start-pyspy "
+VARIANT_FOLDERS=" logs timeline pyspy pyspy-steady-c32 pyspy-burst-c32 pyspy-c1 traces start-pyspy "
 if [ -n "$SWITCH_ROUNDS" ]; then  # checked before anything starts
   if [ "$TARGET" != service ]; then
     echo "lever-starts: SWITCH_ROUNDS switches the omni engine's levers in one server: TARGET=service only" >&2

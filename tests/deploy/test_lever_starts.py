@@ -640,6 +640,8 @@ def test_switch_rounds_it_cannot_run_are_refused_before_anything_starts(tmp_path
         ("service", "a1: ..:steady_decode", on, "is not round:LEVERS"),  # its results would land outside the variant
         ("service", "a1: a1:steady_decode", on, "the round 'a1' is named twice, or as a variant's folder"),
         ("service", "a1: logs:steady_decode", on, "the round 'logs' is named twice, or as a variant's folder"),
+        # py-spy's folder where PYSPY_LEVEL names several levels
+        ("service", "a1: pyspy-c1:steady_decode", on, "the round 'pyspy-c1' is named twice, or as a variant's folder"),
         ("service-sglang", "a1: s1:steady_decode", on, "TARGET=service only"),
         # switched but never on: every round would measure the baseline
         (
