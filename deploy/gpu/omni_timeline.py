@@ -26,6 +26,9 @@ Then a stream's second window, where a burst's streams run dry (a listener who s
 first window's audio, 80 ms a frame, until the second's comes): the second audio's time after the first, the
 talker's time from its first window to its second, code2wav's from the second window's hand-off to its audio, and the
 way back to the server; --requests lists it per request too.
+Then the way back to the server of a stream's last window apart from its other windows (a stream's end: in the
+server, vllm-omni's end of request and the response's close run on its event loop, one stream after another), and
+how far apart the streams' ends reached the server, of those less than ENDS_APART_MS apart (streams ending together).
 Then code2wav's steps, rebuilt from its scheduler's records (`code2wav:window_scheduled`: the windows of one step
 share its `step` number where the scheduler wrote one, else they are the records less than 0.5 ms apart, all written
 in one pass after the step is built): by how many of a stream's window indices a step mixed (index 0 a stream's first
@@ -108,6 +111,11 @@ SECOND_WINDOW_PHASES: tuple[tuple[str, tuple[str, int], tuple[str, int]], ...] =
     ("code2wav: second window sent -> decoded", (SENT, 1), (DECODED, 1)),
     ("to server: second window decoded -> audio", (DECODED, 1), (AUDIO, 1)),
 )
+# the way back to the server (decoded -> audio) of a stream's last window apart from its others, and its ends apart
+LAST_WINDOW, OTHER_WINDOWS = "a stream's last window", "its other windows"
+ENDS_APART = "streams' ends in the server, one after the next"
+ENDS_APART_MS = 20.0  # ends further apart than this did not end together: not counted
+END_PHASES: tuple[tuple[str], ...] = ((LAST_WINDOW,), (OTHER_WINDOWS,), (ENDS_APART,))
 # the splits of every window's phases, each reported where its events were recorded
 WINDOW_SPLITS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
     ("Every window's hand-off, split at its write to shared memory, ms:", HAND_OFF_PHASES),
@@ -250,6 +258,20 @@ def hand_off_phases(events: dict[str, list[int]]) -> dict[str, list[float]]:
 
 def step_phases(events: dict[str, list[int]]) -> dict[str, list[float]]:
     return _paired(events, STEP_PHASES)
+
+
+def stream_ends(requests: dict[str, dict[str, list[int]]]) -> dict[str, list[float]]:
+    """The way back to the server (a window decoded -> its audio, a stream's n-th of each paired) of each stream's last
+    window apart from its others, and the time between one stream's last audio in the server and the next stream's,
+    where less than ENDS_APART_MS."""
+    values: dict[str, list[float]] = {LAST_WINDOW: [], OTHER_WINDOWS: [], ENDS_APART: []}
+    for events in requests.values():
+        decoded, audio = events.get(DECODED, []), events.get(AUDIO, [])
+        for n, (start, end) in enumerate(zip(decoded, audio, strict=False)):
+            values[LAST_WINDOW if n == len(decoded) - 1 else OTHER_WINDOWS].append(ms(start, end))
+    ends = sorted(events[AUDIO][-1] for events in requests.values() if events.get(AUDIO))
+    values[ENDS_APART] = [gap for gap in map(ms, ends, ends[1:]) if gap < ENDS_APART_MS]
+    return values
 
 
 def second_window_phases(events: dict[str, list[int]]) -> dict[str, float]:
@@ -420,6 +442,15 @@ def report(
         WINDOW_PHASES,
         every_window(requests, WINDOW_PHASES),
     )
+    ends = stream_ends(requests)
+    if ends[LAST_WINDOW]:
+        lines += table(
+            f"The way back to the server, a stream's last window (its end) apart from its others, and the streams' "
+            f"ends one after the next (of those under {ENDS_APART_MS:.0f} ms apart), ms:",
+            "values",
+            END_PHASES,
+            ends,
+        )
     for title, phases in WINDOW_SPLITS:
         split = every_window(requests, phases)
         if any(split.values()):

@@ -2534,6 +2534,36 @@ def test_omni_timeline_splits_each_requests_first_audio_and_every_window_into_ph
     assert done.returncode == 1 and "no events" in done.stderr
 
 
+def test_omni_timeline_tells_a_streams_last_window_on_its_way_to_the_server_from_its_others(tmp_path: Path) -> None:
+    """A burst's streams that end together reach the server one after another: the way back to the server (decoded ->
+    audio) of each stream's last window apart from its others, and how far apart the streams' ends reached the server,
+    those that ended together only (under 20 ms apart)."""
+    module = gpu_script("omni_timeline")
+
+    def at(ms: float) -> int:
+        return int(ms * 1e6)
+
+    server, code2wav = [], []
+    # three streams of two windows, their last windows decoded together at 100 ms and back 5, 11 and 17 ms later; a
+    # fourth ends long after, alone
+    for n, (request, back) in enumerate((("r1", 5.0), ("r2", 11.0), ("r3", 17.0), ("r4", 2.0))):
+        stage_id = f"{request}-x"
+        end = 100.0 if n < 3 else 400.0
+        server.append({"ts_ns": at(n), "event": "submitted", "request_id": request})
+        for decoded, audio in ((50.0, 51.0), (end, end + back)):
+            code2wav.append({"ts_ns": at(decoded), "event": "window_decoded", "request_id": stage_id})
+            server.append({"ts_ns": at(audio), "event": "audio", "request_id": request})
+    (tmp_path / "events_server_1.jsonl").write_text("\n".join(map(json.dumps, server)) + "\n")
+    (tmp_path / "events_code2wav_3.jsonl").write_text("\n".join(map(json.dumps, code2wav)) + "\n")
+    ends = module.stream_ends(module.load([tmp_path]))
+    assert sorted(ends[module.LAST_WINDOW]) == pytest.approx([2.0, 5.0, 11.0, 17.0])
+    assert ends[module.OTHER_WINDOWS] == pytest.approx([1.0] * 4)
+    assert sorted(ends[module.ENDS_APART]) == pytest.approx([6.0, 6.0])  # 105 -> 111 -> 117; 402 ended alone
+    text = module.report(module.load([tmp_path]))
+    assert "| a stream's last window | 4 | 11.0 | 17.0 | 17.0 |" in text
+    assert "| streams' ends in the server, one after the next | 2 | 6.0 | 6.0 | 6.0 |" in text
+
+
 def test_omni_timeline_reads_the_talkers_steps_on_the_host_apart_from_the_requests(tmp_path: Path) -> None:
     """The talker worker's `step_host` lines (one a step, no request's): not a request of the layout, but a table of
     their host time, the steps that took in a prompt apart from the decode-only ones, each step's time to the next."""
