@@ -150,3 +150,28 @@ def test_slow_requests_still_page(tmp_path: Path) -> None:
         return [{"exp_labels": rules[name]["labels"], "exp_annotations": annotations}]
 
     run_promtool(tmp_path, latency_series("0+20x430", "0x430"), {name: fired(name) for name in LATENCY_ALERTS})
+
+
+def test_whole_files_are_not_held_to_the_first_audio_objective(tmp_path: Path) -> None:
+    """A whole file (`stream: false`, the `file` label) is sent once all of it exists, so its first byte comes with its
+    last: its TTFA is its synthesis time, seconds for a long text, and never the 500 ms a listener of a stream is
+    promised. Seven hours of whole files all over 500 ms beside streams all within it page nothing; the same streams
+    all over it still page."""
+    files = [
+        {"series": 'speech_ttfa_seconds_bucket{response_format="mp3",stream="file",le="0.5"}', "values": "0x430"},
+        {"series": 'speech_ttfa_seconds_bucket{response_format="mp3",stream="file",le="+Inf"}', "values": "0+20x430"},
+        {"series": 'speech_ttfa_seconds_count{response_format="mp3",stream="file"}', "values": "0+20x430"},
+    ]
+    run_promtool(tmp_path, latency_series("0+20x430", "0+20x430") + files, {name: [] for name in LATENCY_ALERTS})
+    slow_streams = latency_series("0+20x430", "0x430") + files
+    promtool_passes(
+        tmp_path,
+        slow_streams,
+        promql_expr_test=[  # the streams' share alone: all slow, not diluted by the files
+            {
+                "expr": "speech:ttfa_slow_ratio:rate1h",
+                "eval_time": "7h",
+                "exp_samples": [{"labels": "speech:ttfa_slow_ratio:rate1h", "value": 1}],
+            }
+        ],
+    )
