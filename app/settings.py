@@ -132,7 +132,7 @@ class EmbeddedSettings(BaseModel):
 
 
 # the levers of the service's talker (each a switch of OmniSettings, none in force with vllm-omni's talker)...
-TALKER_LEVERS = ("steady_decode", "prompt_batch")
+TALKER_LEVERS = ("prompt_batch",)
 # ...and every lever a lever switch file may turn on and off in a running server: those, and the talker's window
 # producer's (app/engines/omni/stage_plugins/lever_switch.py's LEVERS, tests/unit/test_lever_switch.py)
 SWITCHABLE_LEVERS = (*TALKER_LEVERS, "frames_as_lists")
@@ -277,20 +277,6 @@ class OmniSettings(BaseModel):
         "that one wrote. Alone on an H200 at one stream 0.95× the predictor's GPU time a frame with the as-tuned "
         "kernels; see `fused_kernels` for it beside split and prefetch.",
     )
-    steady_decode: bool = Field(
-        False,
-        description="With the service's talker (`talker_model` service, fused or compiled-once), make the per-request "
-        "Python of each steady talker decode step over the whole batch: vllm-omni's talker prepares each request's "
-        "decode inputs and gathers each request's frame one request at a time, tens of Python and torch calls each "
-        "(a kernel each for the frame flags on a GPU), which at 32 streams is part of the host's share of the step. "
-        "The same tensors and the same per-request state; a step with any request not in steady decode (its prompt, "
-        "reference codes still to send) runs vllm-omni's own. Switched in rounds on one H200, it shortened a 32-stream "
-        "decode step from 12.0–12.7 to 9.6–10.8 ms p50, but the listener's gaps split between its two rounds "
-        "(benchmarks/gpu/2026-12-01-h200-omni-levers-switched/); on top of the prompts built together, one round's "
-        "steps were shorter again and its burst of 32 the run's worst (282 ms p95 against 239–264; "
-        "benchmarks/gpu/2026-12-01-h200-omni-frames-as-lists/): off until measured over both kept levers. "
-        "app/engines/omni/stage_plugins/steady_decode.py.",
-    )
     prompt_batch: bool = Field(
         True,
         description="With the service's talker (`talker_model` service, fused or compiled-once; with vllm-omni's "
@@ -322,7 +308,7 @@ class OmniSettings(BaseModel):
     )
     lever_switch_file: str | None = Field(
         None,
-        description="For benchmarks: a file whose words (`steady_decode`, `prompt_batch`, `frames_as_lists`) name "
+        description="For benchmarks: a file whose words (`prompt_batch`, `frames_as_lists`) name "
         "which of those levers, each turned on by its own setting, is in force at a time (a lever on by default too: "
         "a round without `prompt_batch` in the file runs without it); the talker reads it at most every quarter "
         "second and logs each change, a missing file naming none. A lever and its baseline are then "
@@ -564,7 +550,6 @@ PROCESS_ENV = frozenset(
         "SPEECH_OMNI_FUSED_KERNELS",
         "SPEECH_OMNI_LEVER_SWITCH",
         "SPEECH_OMNI_PROMPT_BATCH",
-        "SPEECH_OMNI_STEADY_DECODE",
         "SPEECH_OMNI_SWITCH_INTERVAL_S",
         "SPEECH_OMNI_TIMELINE_FLAG",
         "SPEECH_OMNI_WINDOW_DOORBELL",

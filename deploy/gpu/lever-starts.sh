@@ -84,10 +84,11 @@
 #                            own. burst-c32-ba, in a pair only: the burst of 32 again with B's requests first (the
 #                            load tool runs its targets in turn), so that a side worse in bursts is told apart from
 #                            the one that goes second
-#   SWITCH_ROUNDS=""         TARGET=service: round:LEVERS words (LEVERS comma-separated among steady_decode,
-#                            prompt_batch and frames_as_lists, or empty; each set true in every variant's settings;
-#                            a round runs without any lever it does not name, those on by default too), e.g.
-#                            "a1: s1:steady_decode s2:steady_decode a2:": each variant's
+#   SWITCH_ROUNDS=""         TARGET=service: round:LEVERS words (LEVERS comma-separated among prompt_batch and
+#                            frames_as_lists, or empty; each on in every variant's settings, as by default; a round
+#                            runs without any lever it does not name), e.g. "a1:frames_as_lists
+#                            s1:prompt_batch,frames_as_lists s2:prompt_batch,frames_as_lists a2:frames_as_lists" (the
+#                            prompts built together against the profile shipped without them): each variant's
 #                            server started with SPEECH_OMNI__LEVER_SWITCH_FILE (app/engines/omni/stage_plugins/
 #                            lever_switch.py; the variant's own settings must turn those levers on), then its levels
 #                            (bench-first to steady-c32, and the request timeline) swept once a round into
@@ -193,7 +194,7 @@ SWITCH_ROUNDS=${SWITCH_ROUNDS:-}
 SWITCH_SETTLE_S=${SWITCH_SETTLE_S:-1}
 # the levers a lever switch file may name (app/engines/omni/stage_plugins/lever_switch.py's LEVERS), and the folders of
 # a variant that a round may not be named as
-SWITCHABLE="steady_decode prompt_batch frames_as_lists"
+SWITCHABLE="prompt_batch frames_as_lists"
 SWITCH_DEFAULT_ON="prompt_batch frames_as_lists"  # of those, the ones on by default (OmniSettings')
 VARIANT_FOLDERS=" logs timeline pyspy pyspy-steady-c32 pyspy-burst-c32 pyspy-c1 traces start-pyspy "
 if [ -n "$SWITCH_ROUNDS" ]; then  # checked before anything starts

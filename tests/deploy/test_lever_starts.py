@@ -530,8 +530,8 @@ def test_switch_rounds_sweep_each_rounds_levels_in_one_start_with_its_levers_wri
         tmp_path,
         TARGET="service",
         VARIANTS="v1:S",
-        LEVER_S="SPEECH_OMNI__STEADY_DECODE=true SPEECH_OMNI__PROMPT_BATCH=true",
-        SWITCH_ROUNDS=" s0:steady_decode a1: s1:steady_decode b1:steady_decode,prompt_batch a2:",  # as a list wraps
+        LEVER_S="SPEECH_OMNI__PROMPT_BATCH=true SPEECH_OMNI__FRAMES_AS_LISTS=true",
+        SWITCH_ROUNDS=" s0:prompt_batch a1: s1:prompt_batch b1:prompt_batch,frames_as_lists a2:",  # as a list wraps
         SWITCH_SETTLE_S="0",
         TORCH_PROFILE="1",
         PROFILE_LEVELS="",
@@ -540,17 +540,17 @@ def test_switch_rounds_sweep_each_rounds_levels_in_one_start_with_its_levers_wri
     assert done.returncode == 0, done.stdout + done.stderr
     recorded = calls(tmp_path)
     switch = tmp_path / "out/v1/lever-switch"
-    assert recorded[0][0] == "start" and recorded[0][1] == "v1" and recorded[0][18] == "steady_decode"  # s0's
+    assert recorded[0][0] == "start" and recorded[0][1] == "v1" and recorded[0][18] == "prompt_batch"  # s0's
     assert recorded[0][9] == (
-        "CUDA_VISIBLE_DEVICES=0 SPEECH_OMNI__STEADY_DECODE=true SPEECH_OMNI__PROMPT_BATCH=true"
+        "CUDA_VISIBLE_DEVICES=0 SPEECH_OMNI__PROMPT_BATCH=true SPEECH_OMNI__FRAMES_AS_LISTS=true"
         f" SPEECH_OMNI__LEVER_SWITCH_FILE={switch}"
     )
     levels = ["first-c32", "c1", "burst-c8", "burst-c32", "c8", "c32", "tl-c32"]
     rounds = [
-        ("s0", "steady_decode"),
+        ("s0", "prompt_batch"),
         ("a1", ""),
-        ("s1", "steady_decode"),
-        ("b1", "steady_decode prompt_batch"),
+        ("s1", "prompt_batch"),
+        ("b1", "prompt_batch frames_as_lists"),
         ("a2", ""),
     ]
     assert [(call[1], call[2], call[18]) for call in recorded[1:-2]] == [
@@ -561,7 +561,7 @@ def test_switch_rounds_sweep_each_rounds_levels_in_one_start_with_its_levers_wri
     assert (out / "s1/timeline-c32.md").read_text().count("| first audio | 1 | 41.0 |") == 1
     assert (out / "a2/timeline/service-c32/events_talker_6.jsonl.gz").exists()
     progress = (tmp_path / "out/progress.txt").read_text()
-    assert "v1/s1 round: levers steady_decode" in progress and "v1/b1 steady c32" in progress
+    assert "v1/s1 round: levers prompt_batch" in progress and "v1/b1 steady c32" in progress
     assert "v1 bench again-c32" in progress and "failed" not in progress
 
 
@@ -570,8 +570,8 @@ def test_a_switch_round_that_would_end_past_the_deadline_is_skipped_and_the_vari
         tmp_path,
         TARGET="service",
         VARIANTS="v1:S",
-        LEVER_S="SPEECH_OMNI__STEADY_DECODE=true",
-        SWITCH_ROUNDS="s1:steady_decode",  # one round: the start's allowance counts the rounds after the first
+        LEVER_S="SPEECH_OMNI__PROMPT_BATCH=true",
+        SWITCH_ROUNDS="s1:prompt_batch",  # one round: the start's allowance counts the rounds after the first
         SWITCH_SETTLE_S="0",
         UNTIL=str(int(time.time()) + 700),
         FIRST_S="10",
@@ -588,12 +588,12 @@ def test_many_switch_rounds_leave_the_start_its_time_and_the_deadline_drops_the_
     """Nine rounds of 120 s before a deadline 700 s away: the start is kept time for two rounds only (a lever beside
     its baseline), not starved by rounds the deadline would skip anyway (it was given 700 - 180 - 8 x 120 < 0 s and
     skipped), and how many rounds fit is said before the first."""
-    rounds = "a1: s1:steady_decode a2: s2:steady_decode a3: s3:steady_decode a4: s4:steady_decode a5:"
+    rounds = "a1: s1:prompt_batch a2: s2:prompt_batch a3: s3:prompt_batch a4: s4:prompt_batch a5:"
     done = run(
         tmp_path,
         TARGET="service",
         VARIANTS="v1:S",
-        LEVER_S="SPEECH_OMNI__STEADY_DECODE=true",
+        LEVER_S="SPEECH_OMNI__PROMPT_BATCH=true",
         SWITCH_ROUNDS=rounds,
         SWITCH_SETTLE_S="0",
         UNTIL=str(int(time.time()) + 700),
@@ -611,38 +611,41 @@ def test_many_switch_rounds_leave_the_start_its_time_and_the_deadline_drops_the_
 def test_a_lever_on_by_default_may_be_switched_and_each_round_without_a_lever_its_variant_turns_on_is_said(
     tmp_path: Path,
 ) -> None:
-    """The prompts built together are on by default: switched without being set, they are accepted; and since a round
-    runs without every lever it does not name, the rounds without each lever a variant turns on are said up front (a
-    baseline round then lacks the shipped default)."""
+    """The prompts built together and the frames kept as lists are on by default: switched without being set, they
+    are accepted; and since a round runs without every lever it does not name, the rounds without each lever a variant
+    turns on are said up front (a baseline round then lacks the shipped defaults)."""
     done = run(
         tmp_path,
         TARGET="service",
         VARIANTS="v1:S",
-        LEVER_S="SPEECH_OMNI__STEADY_DECODE=true",
-        SWITCH_ROUNDS="a1: b1:prompt_batch t1:prompt_batch,steady_decode",
+        LEVER_S="",
+        SWITCH_ROUNDS="a1: b1:prompt_batch t1:prompt_batch,frames_as_lists",
         SWITCH_SETTLE_S="0",
     )
     assert done.returncode == 0, done.stdout + done.stderr
     said = done.stdout + done.stderr
-    assert "v1: steady_decode is on by its settings, but off in the rounds that do not name it: a1 b1" in said
     assert "v1: prompt_batch is on by its settings (by default), but off in the rounds that do not name it: a1" in said
+    assert (
+        "v1: frames_as_lists is on by its settings (by default), but off in the rounds that do not name it: a1 b1"
+        in said
+    )
     assert [(call[1], call[18]) for call in calls(tmp_path) if call[2] == "c1"] == [
         ("a1", ""),
         ("b1", "prompt_batch"),
-        ("t1", "prompt_batch steady_decode"),
+        ("t1", "prompt_batch frames_as_lists"),
     ]
 
 
 def test_switch_rounds_it_cannot_run_are_refused_before_anything_starts(tmp_path: Path) -> None:
-    on = "SPEECH_OMNI__STEADY_DECODE=true"
+    on = "SPEECH_OMNI__FRAMES_AS_LISTS=true"
     for target, rounds, lever, said in [
         ("service", "a1: s1:fused_kernels", on, "is not round:LEVERS"),
-        ("service", "a1: ..:steady_decode", on, "is not round:LEVERS"),  # its results would land outside the variant
-        ("service", "a1: a1:steady_decode", on, "the round 'a1' is named twice, or as a variant's folder"),
-        ("service", "a1: logs:steady_decode", on, "the round 'logs' is named twice, or as a variant's folder"),
+        ("service", "a1: ..:prompt_batch", on, "is not round:LEVERS"),  # its results would land outside the variant
+        ("service", "a1: a1:prompt_batch", on, "the round 'a1' is named twice, or as a variant's folder"),
+        ("service", "a1: logs:prompt_batch", on, "the round 'logs' is named twice, or as a variant's folder"),
         # py-spy's folder where PYSPY_LEVEL names several levels
-        ("service", "a1: pyspy-c1:steady_decode", on, "the round 'pyspy-c1' is named twice, or as a variant's folder"),
-        ("service-sglang", "a1: s1:steady_decode", on, "TARGET=service only"),
+        ("service", "a1: pyspy-c1:prompt_batch", on, "the round 'pyspy-c1' is named twice, or as a variant's folder"),
+        ("service-sglang", "a1: s1:prompt_batch", on, "TARGET=service only"),
         # switched but never on: every round would measure the baseline
         (
             "service",

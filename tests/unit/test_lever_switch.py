@@ -23,7 +23,7 @@ class Clock:
 def test_without_a_file_every_lever_its_setting_turned_on_is_on() -> None:
     switch = lever_switch.from_environ({})
     assert switch.path is None
-    assert switch.on("steady_decode") and switch.on("prompt_batch")
+    assert switch.on("frames_as_lists") and switch.on("prompt_batch")
 
 
 def test_a_lever_is_on_while_the_file_names_it_read_at_most_every_quarter_second(
@@ -33,34 +33,34 @@ def test_a_lever_is_on_while_the_file_names_it_read_at_most_every_quarter_second
     switch = lever_switch.from_environ({lever_switch.VARIABLE: str(path)})
     switch._clock = clock  # the variable's switch, on a clock the test moves
     caplog.set_level(logging.INFO, logger="vllm.speech.plugin")
-    assert not switch.on("steady_decode")  # no file yet: none on
-    path.write_text("steady_decode\n")
+    assert not switch.on("frames_as_lists")  # no file yet: none on
+    path.write_text("frames_as_lists\n")
     clock.now += lever_switch.CHECK_EVERY_S / 2
-    assert not switch.on("steady_decode")  # not read again yet
+    assert not switch.on("frames_as_lists")  # not read again yet
     clock.now += lever_switch.CHECK_EVERY_S / 2
-    assert switch.on("steady_decode") and not switch.on("prompt_batch")
-    path.write_text("prompt_batch  steady_decode typo_lever")
+    assert switch.on("frames_as_lists") and not switch.on("prompt_batch")
+    path.write_text("prompt_batch  frames_as_lists typo_lever")
     clock.now += lever_switch.CHECK_EVERY_S
-    assert switch.on("steady_decode") and switch.on("prompt_batch")
+    assert switch.on("frames_as_lists") and switch.on("prompt_batch")
     path.unlink()
     clock.now += lever_switch.CHECK_EVERY_S
-    assert not switch.on("steady_decode") and not switch.on("prompt_batch")
+    assert not switch.on("frames_as_lists") and not switch.on("prompt_batch")
     said = [record.getMessage() for record in caplog.records]
     assert said == [
         f"{lever_switch.VARIABLE}: levers on: none",
-        f"{lever_switch.VARIABLE}: levers on: steady_decode",
-        f"{lever_switch.VARIABLE}: levers on: prompt_batch steady_decode (not switchable, ignored: typo_lever)",
+        f"{lever_switch.VARIABLE}: levers on: frames_as_lists",
+        f"{lever_switch.VARIABLE}: levers on: frames_as_lists prompt_batch (not switchable, ignored: typo_lever)",
         f"{lever_switch.VARIABLE}: levers on: none",
     ]
 
 
 def test_an_unchanged_file_is_not_logged_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path, clock = tmp_path / "levers", Clock()
-    path.write_text("steady_decode")
+    path.write_text("frames_as_lists")
     switch = Switch(str(path), clock)
     caplog.set_level(logging.INFO, logger="vllm.speech.plugin")
     for _ in range(5):
-        assert switch.on("steady_decode")
+        assert switch.on("frames_as_lists")
         clock.now += 1
     assert len(caplog.records) == 1
 
@@ -86,7 +86,7 @@ def test_the_switchable_levers_are_settings_and_the_ones_lever_starts_may_switch
     for lever in lever_switch.LEVERS:
         assert OmniSettings.model_fields[lever].annotation is bool, lever
     with pytest.raises(AssertionError):
-        Switch(None).on("steady_decoding")
+        Switch(None).on("frames_as_list")
 
 
 def test_a_stage_process_has_one_switch_for_every_lever_made_again_for_another_file(

@@ -40,7 +40,6 @@ from app.engines.omni.stage_plugins import (
     lever_switch,
     model_registration,
     prompt_batch,
-    steady_decode,
     talker_windows,
     timeline,
     window_doorbell,
@@ -483,32 +482,6 @@ async def test_the_prompt_batch_is_on_by_default_with_the_services_talker_and_re
         make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"prompt_batch": True, "talker_model": "vllm-omni"})
 
 
-async def test_steady_decode_reaches_the_stage_processes_environment_before_they_start(
-    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """SPEECH_OMNI__STEADY_DECODE is in the environment when AsyncOmni spawns the stages, read there as set; a later
-    start without it in the same process takes it away. Without the service's talker it is refused, naming both."""
-    monkeypatch.setenv(steady_decode.VARIABLE, "")  # restored after the test, as it was
-    seen: list[bool] = []
-
-    class Recording(FakeAsyncOmni):
-        def __init__(self) -> None:
-            super().__init__()
-            seen.append(steady_decode.enabled(os.environ))
-
-    for settings in ({"steady_decode": True, "talker_model": "fused"}, {"talker_model": "fused"}):
-        engine = make_engine(custom_voice_dir, FakeAsyncOmni(), omni=settings)
-        engine._factory = lambda **kwargs: Recording()
-        await engine.start()
-        await engine.close()
-    assert seen == [True, False]
-    with pytest.raises(
-        ValueError,
-        match="SPEECH_OMNI__STEADY_DECODE needs the service's talker: set SPEECH_OMNI__TALKER_MODEL to service",
-    ):
-        make_engine(custom_voice_dir, FakeAsyncOmni(), omni={"steady_decode": True, "talker_model": "vllm-omni"})
-
-
 async def test_the_lever_switch_file_reaches_the_stage_processes_environment_before_they_start(
     custom_voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -524,15 +497,15 @@ async def test_the_lever_switch_file_reaches_the_stage_processes_environment_bef
 
     path = str(tmp_path / "levers")
     for settings in (
-        {"steady_decode": True, "talker_model": "fused", "lever_switch_file": path},
-        {"steady_decode": True, "talker_model": "fused"},
+        {"talker_model": "fused", "lever_switch_file": path},
+        {"talker_model": "fused"},
     ):
         engine = make_engine(custom_voice_dir, FakeAsyncOmni(), omni=settings)
         engine._factory = lambda **kwargs: Recording()
         await engine.start()
         await engine.close()
     assert seen == [path, None]
-    with pytest.raises(ValueError, match="switches steady_decode, prompt_batch and frames_as_lists: turn on one"):
+    with pytest.raises(ValueError, match="switches prompt_batch and frames_as_lists: turn on one"):
         make_engine(
             custom_voice_dir,
             FakeAsyncOmni(),

@@ -66,7 +66,6 @@ BORN_GROUPED = {
     ("omni", "switch_interval_ms"),
     ("omni", "fused_kernels"),
     ("omni", "fused_dependent_launch"),
-    ("omni", "steady_decode"),
     ("omni", "lever_switch_file"),
     ("omni", "prompt_batch"),
     ("omni", "frames_as_lists"),
@@ -422,8 +421,8 @@ def test_a_batch_limit_below_the_input_limit_is_refused_naming_both(monkeypatch:
     ("variables", "says"),
     [
         (
-            {"SPEECH_OMNI__STEADY_DECODE": "true", "SPEECH_OMNI__TALKER_MODEL": "vllm-omni"},
-            "SPEECH_OMNI__STEADY_DECODE needs the service's talker: set SPEECH_OMNI__TALKER_MODEL to service, fused "
+            {"SPEECH_OMNI__PROMPT_BATCH": "true", "SPEECH_OMNI__TALKER_MODEL": "vllm-omni"},
+            "SPEECH_OMNI__PROMPT_BATCH needs the service's talker: set SPEECH_OMNI__TALKER_MODEL to service, fused "
             "or compiled-once",
         ),
         (

@@ -258,7 +258,7 @@ def test_without_the_setting_or_while_a_switch_file_leaves_it_out_the_step_is_vl
     talker_windows.talker2code2wav_async_chunk_batch(frames_manager(), outputs, [Request("u1")], [False])
     monkeypatch.setenv(talker_windows.VARIABLE, "1")
     switch = tmp_path / "levers"
-    switch.write_text("steady_decode")
+    switch.write_text("prompt_batch")
     monkeypatch.setenv(lever_switch.VARIABLE, str(switch))
     talker_windows.talker2code2wav_async_chunk_batch(frames_manager(), outputs, [Request("u2")], [False])
     assert [[request.external_req_id for request in step] for step in batch_parts["batches"]] == [["u1"], ["u2"]]

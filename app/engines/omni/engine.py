@@ -45,7 +45,6 @@ from app.engines.omni.stage_plugins import (
     lever_switch,
     model_registration,
     prompt_batch,
-    steady_decode,
     timeline,
     window_doorbell,
 )
@@ -147,7 +146,6 @@ def _default_omni_factory(
 
 # each lever a switch file may switch (settings.SWITCHABLE_LEVERS): the stage plugin whose variable turns it on
 SWITCHABLE_PLUGINS = {
-    "steady_decode": steady_decode,
     "prompt_batch": prompt_batch,
     "frames_as_lists": service_talker_windows,
 }

@@ -4,8 +4,8 @@ baseline in the same start.
 A lever measured across starts shares its comparison with each start's own luck: on one H200 three starts of the same
 profile spread over 204–269 ms of a burst of 32's uninterrupted p95, as wide as the levers measured against them
 (benchmarks/gpu/2026-12-01-h200-omni-fused-prefetch-in-turn/). A lever that makes the same results either way (the
-steady decode hooks, the prompts built together, the frames kept as lists) can instead be switched between load levels
-of one start, the levels alternating A and B on the same process, weights, caches and memory.
+prompts built together, the frames kept as lists) can instead be switched between load levels of one start, the levels
+alternating A and B on the same process, weights, caches and memory.
 
 The engine gives the stage processes the file's path (VARIABLE). A switchable lever that its own setting turned on is
 in force only while the file names it (whitespace-separated words; a missing file names none); the file is read at
@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 VARIABLE = "SPEECH_OMNI_LEVER_SWITCH"  # the file's path, set by the engine for the stage processes
 CHECK_EVERY_S = 0.25
 # what the file may name (their settings' names)
-LEVERS = frozenset({"steady_decode", "prompt_batch", "frames_as_lists"})
+LEVERS = frozenset({"prompt_batch", "frames_as_lists"})
 
 log = logging.getLogger("vllm.speech.plugin")  # under vLLM's logger, whose handler the stage process has
 

@@ -23,10 +23,6 @@ each earlier position), so codes agree in float32 (exactly, on the CPU; on a GPU
 rounding depends on their shapes); in bfloat16, as vllm-omni's own module notes, a frame's codes can part after the
 first code that rounds differently (a draw from the same distribution, not another one).
 
-With SPEECH_OMNI__STEADY_DECODE the talker also answers its two per-row decode hooks
-(`preprocess_decode_batch_mrv2`, `make_omni_output`) over the whole batch where every row is in steady decode, with
-the same tensors and updates (`steady_decode.py`); any other step is vllm-omni's own.
-
 The talker builds vllm-omni's predictor as it always does, and the service's talker makes it this class in place
 (`__class__`): this class adds no state of its own at construction, so nothing is built twice and the talker's batch
 buckets, already set on it, stay.
@@ -43,7 +39,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from vllm.config import VllmConfig
-from vllm_omni.model_executor.models.output_templates import OmniOutput
 from vllm_omni.model_executor.models.qwen3_tts.prompt_embeds_builder import build_assistant_text
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm import (
     Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM,
@@ -51,7 +46,7 @@ from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm imp
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker import Qwen3TTSTalkerForConditionalGeneration
 from vllm_omni.platforms import current_omni_platform
 
-from app.engines.omni.stage_plugins import lever_switch, predictor_kernels, prompt_batch, steady_decode
+from app.engines.omni.stage_plugins import lever_switch, predictor_kernels, prompt_batch
 
 log = logging.getLogger("vllm.speech.talker")  # under vLLM's logger, whose handler the stage process has
 
@@ -456,27 +451,19 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         if type(self.code_predictor) is not Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM:
             raise TypeError(f"the talker built a {type(self.code_predictor).__name__}, not vllm-omni's code predictor")
         self.code_predictor.__class__ = self.predictor_class  # adds methods only: nothing built twice
-        # where a benchmark switches the two levers below in one start
+        # where a benchmark switches the lever below in one start
         self._lever_switch = lever_switch.for_process(os.environ)
-        # the two levers below answer hooks only vllm-omni's second model runner calls: its first calls neither
-        # preprocess_batch_mrv2 nor the _mrv2 decode hook, and keeps the frame flags on the host (the output half
-        # would only gather a batch to give it up every step)
+        # the lever below answers a hook only vllm-omni's second model runner calls: its first does not call
+        # preprocess_batch_mrv2
         second_runner = bool(getattr(self, "_use_v2_model_runner", False))
-        for lever in (prompt_batch, steady_decode):
-            if lever.enabled(os.environ) and not second_runner:
-                log.warning("%s: only with vllm-omni's second model runner; off", lever.VARIABLE)
+        if prompt_batch.enabled(os.environ) and not second_runner:
+            log.warning("%s: only with vllm-omni's second model runner; off", prompt_batch.VARIABLE)
         # a step's CustomVoice and VoiceDesign prompts built together before its rows' preprocessing
         self._prompt_batch: prompt_batch.PromptBatch | None = None
         if second_runner and prompt_batch.enabled(os.environ):
             builder = self._prompt_builder
             self._prompt_batch = prompt_batch.PromptBatch(builder, build_assistant_text, torch)
             builder.build_prompt_embeds = self._prompt_batch.wrap(builder.build_prompt_embeds)
-        # a steady decode step's per-row Python batched, where the runner calls the two hooks below
-        self._steady_decode = steady_decode.Tally(log) if second_runner and steady_decode.enabled(os.environ) else None
-        # vllm-omni's make_omni_output reads the same flag at each call; without it, it makes what the batch does not
-        self._steady_outputs = self._steady_decode is not None and bool(
-            getattr(vllm_config.model_config, "async_chunk", False)
-        )
 
     @torch.inference_mode()
     def preprocess_batch_mrv2(self, *, req_infos: list[dict[str, Any]], device: torch.device) -> None:
@@ -486,32 +473,6 @@ class SpeechQwen3TTSTalker(Qwen3TTSTalkerForConditionalGeneration):
         super().preprocess_batch_mrv2(req_infos=req_infos, device=device)
         if self._prompt_batch is not None and self._lever_switch.on("prompt_batch"):
             self._prompt_batch.build_or_leave(req_infos)
-
-    def preprocess_decode_batch_mrv2(
-        self, *, input_ids: torch.Tensor, input_embeds: torch.Tensor, req_infos: list[dict[str, Any]]
-    ) -> steady_decode.DecodeBatch:
-        """vllm-omni's, for the decode rows of a step (its runner calls it by keyword, `input_embeds` named); with
-        SPEECH_OMNI__STEADY_DECODE, the same results made over the batch where every row is steady."""
-        tally = self._steady_decode
-        if tally is not None and self._lever_switch.on("steady_decode"):
-            batch = steady_decode.decode_batch(
-                torch, input_ids=input_ids, input_embeds=input_embeds, req_infos=req_infos,
-                vocab_size=self._codebook_vocab_size, dtype=self._embedding_dtype, pad_embed=self._tts_pad_embed,
-            )  # fmt: skip
-            if tally.took("decode preprocessing", batch, len(req_infos)):
-                return batch  # type: ignore[return-value]
-        return super().preprocess_decode_batch_mrv2(input_ids=input_ids, input_embeds=input_embeds, req_infos=req_infos)
-
-    def make_omni_output(self, model_outputs: torch.Tensor | OmniOutput, **kwargs: Any) -> OmniOutput:
-        """vllm-omni's; with SPEECH_OMNI__STEADY_DECODE and `async_chunk`, the same outputs gathered over the batch
-        where every row holds one steady frame."""
-        tally = self._steady_decode if self._steady_outputs and self._lever_switch.on("steady_decode") else None
-        rows = kwargs.get("model_intermediate_buffer")
-        if tally is not None and rows is not None and not isinstance(model_outputs, OmniOutput):
-            outputs = steady_decode.async_chunk_outputs(torch, rows)
-            if tally.took("output gathering", outputs, len(rows)):
-                return OmniOutput(text_hidden_states=model_outputs, multimodal_outputs=outputs)  # type: ignore[arg-type]
-        return super().make_omni_output(model_outputs, **kwargs)
 
 
 class SpeechQwen3TTSTalkerFused(SpeechQwen3TTSTalker):
