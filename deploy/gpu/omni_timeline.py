@@ -28,7 +28,8 @@ talker's time from its first window to its second, code2wav's from the second wi
 way back to the server; --requests lists it per request too.
 Then the way back to the server of a stream's last window apart from its other windows (a stream's end: in the
 server, vllm-omni's end of request and the response's close run on its event loop, one stream after another), and
-how far apart the streams' ends reached the server, of those less than ENDS_APART_MS apart (streams ending together).
+how far apart the streams' ends reached the server, of those less than ENDS_APART_MS apart (streams ending together;
+streams with as many audios in the server as windows decoded only).
 Then code2wav's steps, rebuilt from its scheduler's records (`code2wav:window_scheduled`: the windows of one step
 share its `step` number where the scheduler wrote one, else they are the records less than 0.5 ms apart, all written
 in one pass after the step is built): by how many of a stream's window indices a step mixed (index 0 a stream's first
@@ -263,13 +264,20 @@ def step_phases(events: dict[str, list[int]]) -> dict[str, list[float]]:
 def stream_ends(requests: dict[str, dict[str, list[int]]]) -> dict[str, list[float]]:
     """The way back to the server (a window decoded -> its audio, a stream's n-th of each paired) of each stream's last
     window apart from its others, and the time between one stream's last audio in the server and the next stream's,
-    where less than ENDS_APART_MS."""
+    where less than ENDS_APART_MS. Only streams with as many audios as decoded windows: where the counts differ
+    (code2wav's recording began after a window was decoded, a stream cut after an audio) which audio is which
+    window's, and which is the end, cannot be told."""
     values: dict[str, list[float]] = {LAST_WINDOW: [], OTHER_WINDOWS: [], ENDS_APART: []}
+    ends: list[int] = []
     for events in requests.values():
         decoded, audio = events.get(DECODED, []), events.get(AUDIO, [])
-        for n, (start, end) in enumerate(zip(decoded, audio, strict=False)):
-            values[LAST_WINDOW if n == len(decoded) - 1 else OTHER_WINDOWS].append(ms(start, end))
-    ends = sorted(events[AUDIO][-1] for events in requests.values() if events.get(AUDIO))
+        if not audio or len(decoded) != len(audio):
+            continue
+        for start, end in zip(decoded[:-1], audio[:-1], strict=True):
+            values[OTHER_WINDOWS].append(ms(start, end))
+        values[LAST_WINDOW].append(ms(decoded[-1], audio[-1]))
+        ends.append(audio[-1])
+    ends.sort()
     values[ENDS_APART] = [gap for gap in map(ms, ends, ends[1:]) if gap < ENDS_APART_MS]
     return values
 

@@ -2553,14 +2553,27 @@ def test_omni_timeline_tells_a_streams_last_window_on_its_way_to_the_server_from
         for decoded, audio in ((50.0, 51.0), (end, end + back)):
             code2wav.append({"ts_ns": at(decoded), "event": "window_decoded", "request_id": stage_id})
             server.append({"ts_ns": at(audio), "event": "audio", "request_id": request})
+    # a stream of one window, its only window its last; and two whose windows do not pair one to one (code2wav's
+    # recording began after the first was decoded; a stream cut after an audio the timeline saw no decode of): which
+    # audio is which window's cannot be told, so neither counts, nor does its end
+    single, unpaired = ("r5", [(200.0, 203.0)]), [("r6", [100.0], [51.0, 101.0]), ("r7", [50.0, 100.0], [51, 101, 104])]
+    for n, (request, windows) in enumerate([single], start=4):
+        server.append({"ts_ns": at(n), "event": "submitted", "request_id": request})
+        for decoded, audio in windows:
+            code2wav.append({"ts_ns": at(decoded), "event": "window_decoded", "request_id": f"{request}-x"})
+            server.append({"ts_ns": at(audio), "event": "audio", "request_id": request})
+    for n, (request, decoded_at, audio_at) in enumerate(unpaired, start=5):
+        server.append({"ts_ns": at(n), "event": "submitted", "request_id": request})
+        code2wav += [{"ts_ns": at(t), "event": "window_decoded", "request_id": f"{request}-x"} for t in decoded_at]
+        server += [{"ts_ns": at(t), "event": "audio", "request_id": request} for t in audio_at]
     (tmp_path / "events_server_1.jsonl").write_text("\n".join(map(json.dumps, server)) + "\n")
     (tmp_path / "events_code2wav_3.jsonl").write_text("\n".join(map(json.dumps, code2wav)) + "\n")
     ends = module.stream_ends(module.load([tmp_path]))
-    assert sorted(ends[module.LAST_WINDOW]) == pytest.approx([2.0, 5.0, 11.0, 17.0])
+    assert sorted(ends[module.LAST_WINDOW]) == pytest.approx([2.0, 3.0, 5.0, 11.0, 17.0])
     assert ends[module.OTHER_WINDOWS] == pytest.approx([1.0] * 4)
-    assert sorted(ends[module.ENDS_APART]) == pytest.approx([6.0, 6.0])  # 105 -> 111 -> 117; 402 ended alone
+    assert sorted(ends[module.ENDS_APART]) == pytest.approx([6.0, 6.0])  # 105 -> 111 -> 117; 203 and 402 alone
     text = module.report(module.load([tmp_path]))
-    assert "| a stream's last window | 4 | 11.0 | 17.0 | 17.0 |" in text
+    assert "| a stream's last window | 5 | 5.0 | 17.0 | 17.0 |" in text
     assert "| streams' ends in the server, one after the next | 2 | 6.0 | 6.0 | 6.0 |" in text
 
 
