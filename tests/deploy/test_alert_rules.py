@@ -3,6 +3,7 @@ must page does, what must not does not."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -152,22 +153,41 @@ def test_slow_requests_still_page(tmp_path: Path) -> None:
     run_promtool(tmp_path, latency_series("0+20x430", "0x430"), {name: fired(name) for name in LATENCY_ALERTS})
 
 
-def test_whole_files_are_not_held_to_the_first_audio_objective(tmp_path: Path) -> None:
-    """A whole file (`stream: false`, the `file` label) is sent once all of it exists, so its first byte comes with its
-    last: its TTFA is its synthesis time, seconds for a long text, and never the 500 ms a listener of a stream is
-    promised. Seven hours of whole files all over 500 ms beside streams all within it page nothing; the same streams
-    all over it still page."""
-    files = [
-        {"series": 'speech_ttfa_seconds_bucket{response_format="mp3",stream="file",le="0.5"}', "values": "0x430"},
-        {"series": 'speech_ttfa_seconds_bucket{response_format="mp3",stream="file",le="+Inf"}', "values": "0+20x430"},
-        {"series": 'speech_ttfa_seconds_count{response_format="mp3",stream="file"}', "values": "0+20x430"},
+def whole_series(kind: str, values: str, fast: str) -> list[dict[str, str]]:
+    """TTFA series of requests sent whole (`kind`: file, batch): `values` of them in all, `fast` within 500 ms."""
+    labels = f'response_format="mp3",stream="{kind}"'
+    return [
+        {"series": f'speech_ttfa_seconds_bucket{{{labels},le="0.5"}}', "values": fast},
+        {"series": f'speech_ttfa_seconds_bucket{{{labels},le="+Inf"}}', "values": values},
+        {"series": f"speech_ttfa_seconds_count{{{labels}}}", "values": values},
     ]
-    run_promtool(tmp_path, latency_series("0+20x430", "0+20x430") + files, {name: [] for name in LATENCY_ALERTS})
-    slow_streams = latency_series("0+20x430", "0x430") + files
+
+
+def test_whole_files_and_batch_items_are_not_held_to_the_first_audio_objective(tmp_path: Path) -> None:
+    """A whole file (`stream: false`, the `file` label) or a batch item (`batch`) is sent once all of it exists, so its
+    first byte comes with its last: its TTFA is its synthesis time, seconds for a long text, never the 500 ms a
+    listener of a stream is promised. Seven hours of them, twice as many as the streams and all over 500 ms, beside
+    streams all within it: nothing pages and the TTFA median is the streams'. Slow streams beside fast whole files:
+    their share is all of them, not diluted."""
+    slow_whole = whole_series("file", "0+20x430", "0x430") + whole_series("batch", "0+20x430", "0x430")
+    streams_fast = latency_series("0+20x430", "0+20x430")
+    run_promtool(tmp_path, streams_fast + slow_whole, {name: [] for name in LATENCY_ALERTS})
+    fast_whole = whole_series("file", "0+20x430", "0+20x430") + whole_series("batch", "0+20x430", "0+20x430")
     promtool_passes(
         tmp_path,
-        slow_streams,
-        promql_expr_test=[  # the streams' share alone: all slow, not diluted by the files
+        streams_fast + slow_whole,
+        promql_expr_test=[  # every stream within 500 ms: the median halfway into the first bucket, not in the files'
+            {
+                "expr": "speech:ttfa_seconds:p50_5m",
+                "eval_time": "7h",
+                "exp_samples": [{"labels": "speech:ttfa_seconds:p50_5m", "value": 0.25}],
+            }
+        ],
+    )
+    promtool_passes(
+        tmp_path,
+        latency_series("0+20x430", "0x430") + fast_whole,
+        promql_expr_test=[  # the streams' share alone: all slow, not a third
             {
                 "expr": "speech:ttfa_slow_ratio:rate1h",
                 "eval_time": "7h",
@@ -175,3 +195,17 @@ def test_whole_files_are_not_held_to_the_first_audio_objective(tmp_path: Path) -
             }
         ],
     )
+
+
+def test_the_first_audio_objective_counts_the_metrics_stream_kinds() -> None:
+    """The objective's streams are the metrics' (app/metrics.py STREAM_KINDS, the kinds a ran-dry share is counted
+    for): every TTFA selector of the rules and of the dashboard names exactly those."""
+    from app.metrics import STREAM_KINDS
+
+    matcher = f'stream=~"{"|".join(STREAM_KINDS)}"'
+    rules = RULES.read_text()
+    selectors = re.findall(r"speech_ttfa_seconds_(?:bucket|count)\{([^}]*)\}", rules)
+    assert selectors and all(matcher in selector for selector in selectors)
+    dashboard = (ROOT / "deploy/grafana/speech.json").read_text().replace('\\"', '"')
+    panels = re.findall(r"speech_ttfa_seconds_bucket\{([^}]*)\}", dashboard)
+    assert panels and all(matcher in selector for selector in panels)
