@@ -2,6 +2,9 @@
 (a 400 on `input` naming what cannot be read), before any audio is produced. A request never fails half-way through
 its audio because of a later sentence.
 
+SSML is refused: a document whose first tag is `<speak>` would otherwise be read out tag by tag (or, with its tags
+stripped, lose its breaks and prosody without a word); the API speaks plain text.
+
 What every engine gets: valid Unicode only; control characters become spaces; invisible format characters
 (zero-width joiners, direction marks, byte-order marks) and private-use or unassigned code points are dropped, as
 emoji and other pictographs are left for the engine to skip. What depends on the voice is in `ReadingRules`.
@@ -17,6 +20,7 @@ from app.text.sentences import is_speakable
 
 _KEPT_CONTROLS = frozenset("\t\n\r")
 _NAMED_LATIN = ("LATIN ", "MODIFIER LETTER ")
+_SSML_ROOT = re.compile(r"\s*<speak[\s/>]", re.IGNORECASE)  # an SSML document: its root element first
 _MICRO_SIGN = "\u00b5"  # `µg`, `µm`: read as "micro"; its compatibility form is Greek `μ`, which is spelled out
 
 
@@ -36,6 +40,11 @@ class UnreadableText(ValueError):
 
 def normalize_text(text: str, rules: ReadingRules | None = None) -> str:
     rules = rules or ReadingRules()
+    if _SSML_ROOT.match(text):
+        raise UnreadableText(
+            "'input' is SSML markup (it begins with <speak>); this API speaks plain text: send the words without "
+            "the markup."
+        )
     out: list[str] = []
     for index, ch in enumerate(unicodedata.normalize("NFC", _valid_unicode(text))):
         category = unicodedata.category(ch)

@@ -50,6 +50,8 @@ def test_schemathesis_finds_no_server_error(server: RunningServer) -> None:
         ("Zero\u200bwidth\ufeff joiners and 🎉 emoji.", 200),
         ("\u0000\u0001\u0002", 400),
         ("🎉🎉🎉", 400),
+        ('<speak>Hello <break time="500ms"/> world.</speak>', 400),  # SSML: refused, not read out tag by tag
+        ("A <speak> tag opens SSML.", 200),
     ],
 )
 def test_odd_text_never_fails_the_server(server: RunningServer, text: str, status: int) -> None:
@@ -61,6 +63,8 @@ def test_odd_text_never_fails_the_server(server: RunningServer, text: str, statu
     assert response.status_code == status, response.text
     if status == 400:
         assert response.json()["error"]["param"] == "input"
+        if "<speak>" in text:
+            assert "SSML" in response.json()["error"]["message"]
 
 
 def test_lone_surrogates_are_a_400_naming_input(server: RunningServer) -> None:

@@ -40,3 +40,23 @@ def test_letters_of_another_script_are_refused() -> None:
     assert foreign is not None and foreign.fragment == "Привет" and "Cyrillic" in foreign.describe()
     greek = first_non_latin("Take 5 μg")  # Greek mu, which the engine spells out, is not the micro sign
     assert greek is not None and greek.fragment == "μg" and "Greek" in greek.describe()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<speak>Hello there.</speak>",
+        '  \n<SPEAK version="1.1" xml:lang="en-US">Hello <break time="500ms"/> world.</SPEAK>',
+        "<speak/>",
+    ],
+)
+def test_ssml_is_refused_not_read_out(text: str) -> None:
+    """A document of SSML markup (its root, `<speak>`, first) would be read out tag by tag, or its breaks and
+    prosody dropped in silence: this API speaks plain text, and says so."""
+    with pytest.raises(UnreadableText, match=r"'input' is SSML markup .*plain text"):
+        normalize_text(text)
+
+
+@pytest.mark.parametrize("text", ["<speaker> notes follow.", "The <speak> tag is SSML's root.", "a < b, speak up."])
+def test_text_that_only_mentions_markup_is_read(text: str) -> None:
+    assert normalize_text(text) == text
