@@ -114,14 +114,23 @@ def run_promtool(tmp_path: Path, series: list[dict[str, str]], alerts: dict[str,
     promtool_passes(tmp_path, series, alert_rule_test=checks)
 
 
-def latency_series(values: str, fast: str) -> list[dict[str, str]]:
-    """A replica's TTFA and uninterrupted histograms: `values` requests in all (promtool's notation), `fast` of them
-    within each objective (500 ms, 1 s)."""
-    labels = 'response_format="mp3",stream="audio"'
+def ttfa_series(stream: str, values: str, fast: str) -> list[dict[str, str]]:
+    """A replica's TTFA histogram for one `stream` kind: `values` requests in all (promtool's notation), `fast` of
+    them within 500 ms."""
+    labels = f'response_format="mp3",stream="{stream}"'
     return [
         {"series": f'speech_ttfa_seconds_bucket{{{labels},le="0.5"}}', "values": fast},
         {"series": f'speech_ttfa_seconds_bucket{{{labels},le="+Inf"}}', "values": values},
         {"series": f"speech_ttfa_seconds_count{{{labels}}}", "values": values},
+    ]
+
+
+def latency_series(values: str, fast: str) -> list[dict[str, str]]:
+    """A replica's TTFA and uninterrupted histograms of audio streams: `values` requests in all (promtool's
+    notation), `fast` of them within each objective (500 ms, 1 s)."""
+    labels = 'response_format="mp3",stream="audio"'
+    return [
+        *ttfa_series("audio", values, fast),
         {"series": f'speech_uninterrupted_seconds_bucket{{{labels},le="1.0"}}', "values": fast},
         {"series": f'speech_uninterrupted_seconds_bucket{{{labels},le="+Inf"}}', "values": values},
         {"series": f"speech_uninterrupted_seconds_count{{{labels}}}", "values": values},
@@ -153,26 +162,16 @@ def test_slow_requests_still_page(tmp_path: Path) -> None:
     run_promtool(tmp_path, latency_series("0+20x430", "0x430"), {name: fired(name) for name in LATENCY_ALERTS})
 
 
-def whole_series(kind: str, values: str, fast: str) -> list[dict[str, str]]:
-    """TTFA series of requests sent whole (`kind`: file, batch): `values` of them in all, `fast` within 500 ms."""
-    labels = f'response_format="mp3",stream="{kind}"'
-    return [
-        {"series": f'speech_ttfa_seconds_bucket{{{labels},le="0.5"}}', "values": fast},
-        {"series": f'speech_ttfa_seconds_bucket{{{labels},le="+Inf"}}', "values": values},
-        {"series": f"speech_ttfa_seconds_count{{{labels}}}", "values": values},
-    ]
-
-
 def test_whole_files_and_batch_items_are_not_held_to_the_first_audio_objective(tmp_path: Path) -> None:
     """A whole file (`stream: false`, the `file` label) or a batch item (`batch`) is sent once all of it exists, so its
     first byte comes with its last: its TTFA is its synthesis time, seconds for a long text, never the 500 ms a
     listener of a stream is promised. Seven hours of them, twice as many as the streams and all over 500 ms, beside
     streams all within it: nothing pages and the TTFA median is the streams'. Slow streams beside fast whole files:
     their share is all of them, not diluted."""
-    slow_whole = whole_series("file", "0+20x430", "0x430") + whole_series("batch", "0+20x430", "0x430")
+    slow_whole = ttfa_series("file", "0+20x430", "0x430") + ttfa_series("batch", "0+20x430", "0x430")
     streams_fast = latency_series("0+20x430", "0+20x430")
     run_promtool(tmp_path, streams_fast + slow_whole, {name: [] for name in LATENCY_ALERTS})
-    fast_whole = whole_series("file", "0+20x430", "0+20x430") + whole_series("batch", "0+20x430", "0+20x430")
+    fast_whole = ttfa_series("file", "0+20x430", "0+20x430") + ttfa_series("batch", "0+20x430", "0+20x430")
     promtool_passes(
         tmp_path,
         streams_fast + slow_whole,
