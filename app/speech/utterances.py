@@ -40,6 +40,7 @@ from app.speech.options import SpeechOptions
 from app.speech.run import SpeechRun, SpeechService, observe_ttfa, observe_uninterrupted
 from app.speech.sentences import Ahead, Granularity, complete_units, final_units
 from app.speech.voice import Voice
+from app.text.normalize import is_ssml
 from app.text.words import WordTiming
 from app.timing import ListenerClock, TtfaTimeline
 
@@ -119,6 +120,7 @@ class Utterance:
     audio_s: float = 0.0  # the sentences delivered so far: where the next one starts in the utterance's audio
     ttfa_s: float | None = None
     text_seen: bool = False  # text other than whitespace arrived
+    ssml: bool = False  # its text began with SSML's root: refused as it came, none of it spoken
     errors: list[str] = dataclasses.field(default_factory=list)
     failed: bool = False  # one of its errors was the server's own (`SpeechError.server_fault`), a drain's aside
     # when each piece of its audio reached the client, from the same origin as its TTFA (across its sentences: a
@@ -280,6 +282,7 @@ class StreamedSpeech:
         if self.lifecycle.draining and self.utterance not in self.open_utterances:
             if self.lifecycle.session_grace_left_s() <= 0:
                 raise ShuttingDown()
+        self.refuse_ssml(text)
         units, rest = complete_units(self.buffer + text, self.settings.sentence_max_chars, self.granularity)
         # the text left waiting for its end holds at most what one request may: unbounded, each message would scan more
         limit = self.service.engine.capabilities().max_input_chars
@@ -302,6 +305,27 @@ class StreamedSpeech:
         self.gap_checked = False
         self.enqueue(units, rest)
 
+    def refuse_ssml(self, text: str) -> None:
+        """An utterance whose text begins with SSML's root (perhaps across messages: nothing of it is queued before
+        its first sentence ends) is refused as a request of it is, from the message that shows it to its end: read
+        sentence by sentence, its first would be refused and the rest read out, closing tag and all."""
+        utterance = self.open_utterances.get(self.utterance)
+        if utterance is None or not utterance.ssml:
+            if self.sentence_index or not is_ssml(self.buffer + text):
+                return
+            self.begin_utterance()
+            utterance = self.open_utterances[self.utterance]
+            utterance.ssml = utterance.text_seen = True
+            self.buffer = ""  # the root's start, held while it could still have been text
+        refusal = Refused(
+            "text",
+            "This utterance's text is SSML markup (it begins with <speak>); this API speaks plain text, so none of "
+            "it is spoken. Send input.done, then the words without the markup.",
+        )
+        utterance.chars += len(text)
+        utterance.errors.append(refusal.code)
+        raise refusal
+
     def done(self, close: bool = False) -> None:
         """The current utterance ends: the rest of its text is spoken, then its end is told. With `close` (the stream
         ends) only an utterance already open is ended. Text arrived and none of it can be spoken (emoji, symbols
@@ -311,7 +335,8 @@ class StreamedSpeech:
         self.begin_utterance()
         sentences = final_units(self.buffer, self.settings.sentence_max_chars, self.granularity)
         refusal = None
-        if not sentences and not self.sentence_index and self.open_utterances[self.utterance].text_seen:
+        utterance = self.open_utterances[self.utterance]
+        if not sentences and not self.sentence_index and utterance.text_seen and not utterance.ssml:
             refusal = Refused("text", "The utterance's text contains nothing that can be spoken.")
         self.enqueue(sentences, "")
         self.queue.put_nowait(UtteranceEnd(self.utterance, self.sentence_index, time.perf_counter(), refusal))

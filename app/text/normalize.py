@@ -38,9 +38,14 @@ class UnreadableText(ValueError):
     """The text cannot be read; the message says what and where, safely quoted."""
 
 
+def is_ssml(text: str) -> bool:
+    """The text is an SSML document: its root element, `<speak>`, first (a tag inside the text is text)."""
+    return _SSML_ROOT.match(text) is not None
+
+
 def normalize_text(text: str, rules: ReadingRules | None = None) -> str:
     rules = rules or ReadingRules()
-    if _SSML_ROOT.match(text):
+    if is_ssml(text):
         raise UnreadableText(
             "'input' is SSML markup (it begins with <speak>); this API speaks plain text: send the words without "
             "the markup."

@@ -231,6 +231,36 @@ def test_an_utterance_with_nothing_to_speak_is_told_so(server: RunningServer) ->
     }
 
 
+def test_an_utterance_of_ssml_is_refused_whole_not_read_out_after_its_first_sentence(server: RunningServer) -> None:
+    """SSML (its root first) streamed in is refused as a request of it is, naming `text`, at each message of that
+    utterance: its first sentence is not refused alone with the rest read out, closing tag and all. Nothing of it
+    is spoken, it counts as refused, and the session goes on."""
+    counted = {outcome: server.metric("speech_ws_utterances_total", outcome=outcome) for outcome in OUTCOMES}
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": '<speak version="1.1">Hello there.'})
+        send(ws, {"type": "input.text", "text": ' <break time="300ms"/> How are you?</speak>'})
+        send(ws, {"type": "input.done"})
+        events: list[dict[str, object]] = []
+        audio: dict[int, bytes] = {}
+        while not events or events[-1]["type"] != "session.done":  # each error, then the utterance's end
+            more, heard = receive_utterance(ws)
+            events, audio = events + more, audio | heard
+        errors = [event for event in events if event["type"] == "error"]
+        assert [(event["param"], "SSML" in str(event["message"])) for event in errors] == [("text", True)] * 2, events
+        assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 0} and not audio
+        send(ws, {"type": "input.text", "text": "Spoken after all."})
+        send(ws, {"type": "input.done"})
+        events, audio = receive_utterance(ws)
+        assert events[-1]["type"] == "session.done" and len(audio[0]) > 1000, events
+    after = {outcome: server.metric("speech_ws_utterances_total", outcome=outcome) for outcome in OUTCOMES}
+    assert {outcome: after[outcome] - counted[outcome] for outcome in OUTCOMES} == {
+        "completed": 1,
+        "refused": 1,
+        "error": 0,
+    }
+
+
 def test_a_sentence_the_voice_cannot_read_is_refused_naming_text(server: RunningServer) -> None:
     """A sentence in a script the voice cannot read is refused as a request of it would be, naming the field this
     transport carries text in (`text`, not POST's `input`); the utterance goes on."""

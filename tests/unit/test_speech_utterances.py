@@ -429,6 +429,39 @@ async def test_text_with_nothing_to_speak_is_refused_however_its_utterance_ends(
     await speech.close("stopped")
 
 
+async def test_an_utterance_that_begins_as_ssml_is_refused_as_it_comes_and_none_of_it_is_spoken(
+    service: SpeechService,
+) -> None:
+    """SSML's root first, even cut across two messages, is refused at the message that shows it, naming `text`, as a
+    request of it is over HTTP: not a first sentence refused and the rest read out with its closing tag. The rest of
+    that utterance is refused as it comes; nothing of it is spoken and it is counted refused. The next utterance is
+    spoken, a tag inside it read as the text it is."""
+    speech = await configured(service)
+    sink = RecordingSink()
+    before = counted()
+    speech.start(sink)
+    speech.text("  <spe")  # not SSML yet: a tag's start and nothing more
+    with pytest.raises(Refused) as first:
+        speech.text("ak>Hello there. How")
+    assert first.value.param == "text" and "SSML" in str(first.value) and "plain text" in str(first.value)
+    with pytest.raises(Refused) as later:
+        speech.text(" are you?</speak>")
+    assert later.value.param == "text" and "SSML" in str(later.value)
+    speech.done()
+    await asyncio.wait_for(sink.done.wait(), 5)
+    assert sink.events == [("utterance_done", 0, 0)]
+    sink.done.clear()
+    speech.text("Hello. The <speak> tag opens SSML.")
+    speech.done()
+    await asyncio.wait_for(sink.done.wait(), 5)
+    assert [event for event in sink.events if event[0] == "started"] == [
+        ("started", 1, 0, "Hello."),
+        ("started", 1, 1, "The <speak> tag opens SSML."),
+    ]
+    assert counted_since(before) == {"refused": 1, "completed": 1}
+    await speech.close("stopped")
+
+
 async def test_one_sentence_at_most_is_synthesized_ahead_of_the_one_delivered(
     service: SpeechService, engine: ToneEngine
 ) -> None:
