@@ -191,18 +191,20 @@ def build_job(
     ref_audio: ReferenceAudio | None = None,
     also_accepted: Sequence[str] = (),
     whole_file: bool = False,
+    continues: bool = False,
 ) -> tuple[SynthesisJob, OutputSpec]:
     """`text` is spoken as `request` asks; `whole_file`: the audio is one complete file, not a stream (the encoder
     then writes exact headers). `ref_audio` is the request's reference audio, already decoded by the caller (decoding
     is CPU work that belongs off the event loop). `served_models` starts with the engine's own model, which an omitted
-    `model` means; `also_accepted`: other ids `model` may name (a checkpoint's), not listed in errors."""
+    `model` means; `also_accepted`: other ids `model` may name (a checkpoint's), not listed in errors. `continues`:
+    `text` is a WebSocket utterance's next sentence (joined to the audio before it; SSML is told by its first)."""
     check_model(request.model or served_models[0], served_models, also_accepted)
     if request.speaker is not None and not same_voice(request.speaker, request.voice_name, catalog):
         raise Refused("speaker", "'speaker' is another name for 'voice': send one of them, or the same voice.")
     if len(text) > caps.max_input_chars:
         raise Refused("input", too_many_characters("input", caps.max_input_chars, len(text)), "string_too_long")
     try:
-        normalized = normalize_text(text, caps.reading)
+        normalized = normalize_text(text, caps.reading, continues)
     except UnreadableText as exc:
         raise Refused("input", str(exc)) from None
     task_type = _check_extensions(request, caps)
@@ -257,5 +259,6 @@ def build_job(
         speaker_embedding=None if request.speaker_embedding is None else tuple(request.speaker_embedding),
         x_vector_only_mode=bool(request.x_vector_only_mode) or request.speaker_embedding is not None,
         extra_params=request.extra_params,
+        continues=continues,
     )
     return job, _output_spec(request, whole_file)

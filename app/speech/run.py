@@ -66,9 +66,15 @@ class SpeechService:
         check_model(model or served[0], served, accepted_models(self.engine, self.settings))
 
     def build_job(
-        self, voice: Voice[SpeechOptions], text: str, request_id: str, whole_file: bool = False
+        self,
+        voice: Voice[SpeechOptions],
+        text: str,
+        request_id: str,
+        whole_file: bool = False,
+        continues: bool = False,
     ) -> tuple[SynthesisJob, OutputSpec]:
-        """`text`, in `voice`, as a job this engine can honour (or `Refused`, naming the field that it cannot)."""
+        """`text`, in `voice`, as a job this engine can honour (or `Refused`, naming the field that it cannot);
+        `continues`: the text is an utterance's next sentence (`SynthesisJob.continues`)."""
         return build_job(
             voice.options,
             text,
@@ -79,6 +85,7 @@ class SpeechService:
             ref_audio=voice.reference,
             also_accepted=accepted_models(self.engine, self.settings),
             whole_file=whole_file,
+            continues=continues,
         )
 
     async def admitted(self, timing: TtfaTimeline, chars: int, count_refusal: bool = True) -> Ticket:

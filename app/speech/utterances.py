@@ -76,13 +76,13 @@ async def speak_sentence(
     off by the stream's end is counted under `stream_ended_as`'s reason."""
     turn = time.perf_counter()  # its deadline counts from here; its TTFA from its text's arrival
     service.check_ready()
-    job, output = service.build_job(voice, text, request_id)
+    job, output = service.build_job(voice, text, request_id, continues=continues)
     ticket = await service.admitted(timing, len(text))
     run = SpeechRun(
         service, timing.received, timing, {}, "websocket", observe_ttfa=False, stream_ended_as=stream_ended_as,
         deadline_from=turn,
     )  # fmt: skip
-    audio = await run.open(dataclasses.replace(job, continues=continues), output, ticket)
+    audio = await run.open(job, output, ticket)
     async for item in audio.events():
         yield EncodedPiece(item, audio.encoded_s) if isinstance(item, bytes) else item
     yield SentenceEnd(audio.encoded_s)

@@ -43,9 +43,11 @@ def is_ssml(text: str) -> bool:
     return _SSML_ROOT.match(text) is not None
 
 
-def normalize_text(text: str, rules: ReadingRules | None = None) -> str:
+def normalize_text(text: str, rules: ReadingRules | None = None, continues: bool = False) -> str:
+    """`continues`: the text is a later piece of a longer one (a WebSocket utterance's next sentence), whose start
+    alone says whether it is SSML."""
     rules = rules or ReadingRules()
-    if is_ssml(text):
+    if not continues and is_ssml(text):
         raise UnreadableText(
             "'input' is SSML markup (it begins with <speak>); this API speaks plain text: send the words without "
             "the markup."

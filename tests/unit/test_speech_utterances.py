@@ -435,7 +435,7 @@ async def test_an_utterance_that_begins_as_ssml_is_refused_as_it_comes_and_none_
     """SSML's root first, even cut across two messages, is refused at the message that shows it, naming `text`, as a
     request of it is over HTTP: not a first sentence refused and the rest read out with its closing tag. The rest of
     that utterance is refused as it comes; nothing of it is spoken and it is counted refused. The next utterance is
-    spoken, a tag inside it read as the text it is."""
+    spoken, a tag inside it read as the text it is, also where a later sentence begins with it."""
     speech = await configured(service)
     sink = RecordingSink()
     before = counted()
@@ -451,12 +451,12 @@ async def test_an_utterance_that_begins_as_ssml_is_refused_as_it_comes_and_none_
     await asyncio.wait_for(sink.done.wait(), 5)
     assert sink.events == [("utterance_done", 0, 0)]
     sink.done.clear()
-    speech.text("Hello. The <speak> tag opens SSML.")
+    speech.text("Hello. <speak> opens SSML, as a request of this text says too.")  # its second sentence is no SSML
     speech.done()
     await asyncio.wait_for(sink.done.wait(), 5)
-    assert [event for event in sink.events if event[0] == "started"] == [
+    assert [event for event in sink.events if event[0] in ("started", "error")] == [
         ("started", 1, 0, "Hello."),
-        ("started", 1, 1, "The <speak> tag opens SSML."),
+        ("started", 1, 1, "<speak> opens SSML, as a request of this text says too."),
     ]
     assert counted_since(before) == {"refused": 1, "completed": 1}
     await speech.close("stopped")
