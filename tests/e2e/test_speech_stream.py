@@ -51,6 +51,25 @@ def receive_utterance(ws: ClientConnection) -> tuple[list[dict[str, object]], di
             return events, audio
 
 
+def utterances_counted(server: RunningServer) -> dict[str, float]:
+    """How many WebSocket utterances ended so far, by outcome."""
+    return {outcome: server.metric("speech_ws_utterances_total", outcome=outcome) for outcome in OUTCOMES}
+
+
+def utterances_counted_since(server: RunningServer, before: dict[str, float]) -> dict[str, float]:
+    """How many WebSocket utterances ended since `before` (`utterances_counted`), by outcome."""
+    after = utterances_counted(server)
+    return {outcome: after[outcome] - before[outcome] for outcome in OUTCOMES}
+
+
+def speaks_on(ws: ClientConnection) -> None:
+    """The session goes on: a next utterance is spoken."""
+    send(ws, {"type": "input.text", "text": "Spoken after all."})
+    send(ws, {"type": "input.done"})
+    events, audio = receive_utterance(ws)
+    assert events[-1]["type"] == "session.done" and len(audio[0]) > 1000, events
+
+
 def test_vllm_omni_client_sequence_works_unchanged(server: RunningServer) -> None:
     """The messages of vllm-omni's own example client: config, text chunks, input.done, a second utterance on the
     same connection, session.close."""
@@ -208,7 +227,7 @@ def test_an_utterance_with_nothing_to_speak_is_told_so(server: RunningServer) ->
     """Text that holds nothing speakable (emoji only) is refused as over HTTP, naming `text`, before the utterance's
     end (no sentences): never an utterance that ends as if spoken, nor one counted as completed. The session goes
     on."""
-    counted = {outcome: server.metric("speech_ws_utterances_total", outcome=outcome) for outcome in OUTCOMES}
+    counted = utterances_counted(server)
     with connect(ws_url(server)) as ws:
         send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
         send(ws, {"type": "input.text", "text": "\U0001f600 \U0001f389 "})
@@ -218,24 +237,16 @@ def test_an_utterance_with_nothing_to_speak_is_told_so(server: RunningServer) ->
         assert "nothing that can be spoken" in str(events[0]["message"])
         done = json.loads(ws.recv(timeout=10))  # then the utterance's end, with nothing in it
         assert (done["type"], done["total_sentences"]) == ("session.done", 0), done
-        send(ws, {"type": "input.text", "text": "Spoken after all."})
-        send(ws, {"type": "input.done"})
-        events, audio = receive_utterance(ws)
-        assert events[-1]["type"] == "session.done" and len(audio[0]) > 1000, events
+        speaks_on(ws)
     # each utterance counted once as it ended: the refused one is the request's error, never the server's
-    after = {outcome: server.metric("speech_ws_utterances_total", outcome=outcome) for outcome in OUTCOMES}
-    assert {outcome: after[outcome] - counted[outcome] for outcome in OUTCOMES} == {
-        "completed": 1,
-        "refused": 1,
-        "error": 0,
-    }
+    assert utterances_counted_since(server, counted) == {"completed": 1, "refused": 1, "error": 0}
 
 
 def test_an_utterance_of_ssml_is_refused_whole_not_read_out_after_its_first_sentence(server: RunningServer) -> None:
     """SSML (its root first) streamed in is refused as a request of it is, naming `text`, at each message of that
     utterance: its first sentence is not refused alone with the rest read out, closing tag and all. Nothing of it
     is spoken, it counts as refused, and the session goes on."""
-    counted = {outcome: server.metric("speech_ws_utterances_total", outcome=outcome) for outcome in OUTCOMES}
+    counted = utterances_counted(server)
     with connect(ws_url(server)) as ws:
         send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
         send(ws, {"type": "input.text", "text": '<speak version="1.1">Hello there.'})
@@ -249,16 +260,9 @@ def test_an_utterance_of_ssml_is_refused_whole_not_read_out_after_its_first_sent
         errors = [event for event in events if event["type"] == "error"]
         assert [(event["param"], "SSML" in str(event["message"])) for event in errors] == [("text", True)] * 2, events
         assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 0} and not audio
-        send(ws, {"type": "input.text", "text": "Spoken after all."})
-        send(ws, {"type": "input.done"})
-        events, audio = receive_utterance(ws)
-        assert events[-1]["type"] == "session.done" and len(audio[0]) > 1000, events
-    after = {outcome: server.metric("speech_ws_utterances_total", outcome=outcome) for outcome in OUTCOMES}
-    assert {outcome: after[outcome] - counted[outcome] for outcome in OUTCOMES} == {
-        "completed": 1,
-        "refused": 1,
-        "error": 0,
-    }
+        speaks_on(ws)
+    # each utterance counted once as it ended: the refused one is the request's error, never the server's
+    assert utterances_counted_since(server, counted) == {"completed": 1, "refused": 1, "error": 0}
 
 
 def test_a_sentence_the_voice_cannot_read_is_refused_naming_text(server: RunningServer) -> None:
