@@ -5,10 +5,11 @@ G2P; what is rewritten is what it reads, never the text the words are timed agai
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 import pytest
 
-from app.engines.embedded.reader import read_tokens, text_reader
+from app.engines.embedded.reader import MAX_JOINED_PIECES, read_tokens, text_reader
 
 
 @cache
@@ -342,3 +343,35 @@ def test_a_hash_on_its_own_is_the_key_said_pound_or_hash(written: str, as_if: st
 )
 def test_a_hash_that_is_no_key_is_read_as_before(text: str, as_if: str) -> None:
     assert said(text) == said(as_if)
+
+
+def longest_joined_run(text: str) -> int:
+    """The most of hibari's pieces its reader is given written together (no space between them) for `text`."""
+    from hibari.g2p import SUBTOKEN_RE
+
+    g2p: Any = reader()
+    given: list[str] = []
+    tokenize = g2p.tokenize
+    g2p.tokenize = lambda readable: tokenize(given.append(readable) or readable)  # the text it reads
+    try:
+        read_tokens(g2p, text)
+    finally:
+        del g2p.tokenize
+    return max(len(SUBTOKEN_RE.findall(run)) for readable in given for run in readable.split())
+
+
+@pytest.mark.parametrize(
+    "text", ["a-" * 100, "ab/" * 100, "a+" * 100, "x-" * 30 + "y" * 40 + "-z" * 30, "aB" * 100, ".-" * 100]
+)
+def test_a_long_run_of_joined_pieces_is_read_in_runs_of_bounded_length(text: str) -> None:
+    """hibari looks up every stretch of a run of pieces written together (joined by hyphens, slashes, pluses) as a
+    compound it may know, its time growing with the cube of the run's length ("a-a-a-...": 2 000 characters took
+    hours, holding a worker and then the others): a long run is read as runs of a bounded number of pieces, cut after
+    a joiner."""
+    assert longest_joined_run(text) <= 2 * MAX_JOINED_PIECES
+
+
+@pytest.mark.parametrize("text", ["state-of-the-art", "mother-in-law", "2024-05-01", "a/b/c", "twenty-first-century"])
+def test_compounds_of_usual_length_are_not_cut(text: str) -> None:
+    """Well within the bound: hibari still looks each up whole (its lexicon knows "mother-in-law")."""
+    assert longest_joined_run(f"It is {text} today.") * 2 < MAX_JOINED_PIECES

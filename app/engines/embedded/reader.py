@@ -34,6 +34,9 @@
   "jane doe at example com"), so that a listener cannot type it back: its dots, slashes, hyphens and underscores are
   read as said ("example dot com slash docs"), "http(s)://" left unsaid as people leave it, "www" and a two-letter
   country domain spelled ("W W W", "UK").
+- It looks up every stretch of a run of pieces written together ("a-b-c", "a/b", "camelCase") as a compound it may
+  know, in time that grows with the cube of the run's length: 2 000 characters of "a-a-a-..." took hours. A run is
+  read in stretches of at most `MAX_JOINED_PIECES` pieces, cut after a joiner (`joined_runs_cut`).
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ from typing import Any
 from app.text.normalize import ascii_form
 
 MAX_NUMBER_DIGITS = 15
+# hibari looks up every stretch of pieces written together ("well-known", "a/b", "a+b") as a compound it may know: its
+# time grows with the cube of the run's length. Its lexicon's compounds are a few pieces long ("state-of-the-art": 7).
+MAX_JOINED_PIECES = 24
+_WRITTEN_TOGETHER = re.compile(rf"\S{{{MAX_JOINED_PIECES},}}")  # no fewer characters than pieces
 _DIGIT_RUN = re.compile(r"[0-9][0-9,]*")
 _MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2796": "-"})  # MINUS SIGN, HEAVY MINUS SIGN
 _AMOUNT = r"\d(?:[\d,]*\d)?(?:\.\d+)?"
@@ -155,7 +162,28 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     readable = hash_keys_named(headings_unmarked(readable), "hash" if getattr(g2p, "british", False) else "pound")
     readable = versions_with_points(phone_numbers_in_digits(round_the_clock(readable)))
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
-    return g2p.phonemize_tokens(numbers_as_numbers(g2p.tokenize(signs_named(normalized, CURRENCIES))))
+    return g2p.phonemize_tokens(numbers_as_numbers(g2p.tokenize(joined_runs_cut(signs_named(normalized, CURRENCIES)))))
+
+
+def joined_runs_cut(text: str) -> str:
+    """`text` with each run written together cut, as if by a space, after a joiner (a piece with no letter or digit:
+    a hyphen, a slash, a plus) once it holds `MAX_JOINED_PIECES` of hibari's pieces, or after any piece at twice that
+    (camelCase's words are pieces too): hibari's search of the run for a compound it knows took hours over 2 000
+    characters of "a-a-a-..." otherwise (and the work of a request cannot be stopped once begun). A joiner is read as
+    it was."""
+    from hibari.g2p import SUBTOKEN_RE
+
+    def cut(run: re.Match[str]) -> str:
+        written, out, start, count = run.group(), [], 0, 0
+        for piece in SUBTOKEN_RE.finditer(written):
+            count += 1
+            joiner = not any(ch.isalnum() for ch in piece.group())
+            if (count >= MAX_JOINED_PIECES and joiner) or count >= 2 * MAX_JOINED_PIECES:
+                out.append(written[start : piece.end()])
+                start, count = piece.end(), 0
+        return " ".join([*out, written[start:]]) if out else written
+
+    return _WRITTEN_TOGETHER.sub(cut, text)
 
 
 def numbers_as_numbers(tokens: list[Any]) -> list[Any]:
