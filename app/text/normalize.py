@@ -19,8 +19,14 @@ from dataclasses import dataclass
 from app.text.sentences import is_speakable
 
 _KEPT_CONTROLS = frozenset("\t\n\r")
+_UNREAD_LEADING = frozenset(("Cf", "Cc", "Zs", "Zl", "Zp"))  # what may come before a text's first word, unread
 _NAMED_LATIN = ("LATIN ", "MODIFIER LETTER ")
-_SSML_ROOT = re.compile(r"\s*<speak[\s/>]", re.IGNORECASE)  # an SSML document: its root element first
+# an SSML document: its root element first, after its prolog where it has one (an XML declaration, a document type,
+# comments) and after what is not read (spaces, invisible format characters); each part ends at its first close, so
+# that no text makes the match backtrack
+_SSML_ROOT = re.compile(
+    r"(?:\s|<\?xml\b(?:[^?]|\?(?!>))*\?>|<!DOCTYPE\b[^>]*>|<!--(?:[^-]|-(?!->))*-->)*<speak[\s/>]", re.IGNORECASE
+)
 _MICRO_SIGN = "\u00b5"  # `µg`, `µm`: read as "micro"; its compatibility form is Greek `μ`, which is spelled out
 
 
@@ -40,7 +46,8 @@ class UnreadableText(ValueError):
 
 def is_ssml(text: str) -> bool:
     """The text is an SSML document: its root element, `<speak>`, first (a tag inside the text is text)."""
-    return _SSML_ROOT.match(text) is not None
+    start = next((i for i, ch in enumerate(text) if unicodedata.category(ch) not in _UNREAD_LEADING), len(text))
+    return _SSML_ROOT.match(text, start) is not None
 
 
 def normalize_text(text: str, rules: ReadingRules | None = None, continues: bool = False) -> str:

@@ -51,6 +51,7 @@ def test_schemathesis_finds_no_server_error(server: RunningServer) -> None:
         ("\u0000\u0001\u0002", 400),
         ("🎉🎉🎉", 400),
         ('<speak>Hello <break time="500ms"/> world.</speak>', 400),  # SSML: refused, not read out tag by tag
+        ('\ufeff<?xml version="1.0"?><speak>Hello.</speak>', 400),  # after a byte-order mark and its prolog too
         ("A <speak> tag opens SSML.", 200),
     ],
 )

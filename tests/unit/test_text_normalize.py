@@ -48,6 +48,11 @@ def test_letters_of_another_script_are_refused() -> None:
         "<speak>Hello there.</speak>",
         '  \n<SPEAK version="1.1" xml:lang="en-US">Hello <break time="500ms"/> world.</SPEAK>',
         "<speak/>",
+        "\ufeff<speak>Hello.</speak>",  # invisible characters first, which the reader drops
+        "\u200b\u2060\u00ad <speak>Hello.</speak>",
+        '<?xml version="1.0"?><speak>Hello.</speak>',  # its prolog first
+        '<?xml version="1.0"?>\n<!DOCTYPE speak SYSTEM "synthesis.dtd">\n<speak>Hi.</speak>',
+        "<!-- a greeting --> <speak>Hi.</speak>",
     ],
 )
 def test_ssml_is_refused_not_read_out(text: str) -> None:
