@@ -161,6 +161,8 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
         loc = list(error.get("loc", ()))
         return loc[1:] if loc[:1] == ["body"] else loc
 
+    if field_loc(errors[0])[:1] == ["voice"]:  # `speaker` stands for an omitted `voice`: its fault is its own
+        errors = sorted(errors, key=lambda e: field_loc(e)[:1] != ["speaker"])
     # A union field (`voice`: a name or {"id": ...}) reports one error per branch: the deepest names the real fault.
     same_field = [e for e in errors if field_loc(e)[:1] == field_loc(errors[0])[:1]]
     error = max(same_field, key=lambda e: len(field_loc(e)))

@@ -80,6 +80,9 @@ _INVALID = [
     pytest.param(body(non_streaming_mode="yes"), "non_streaming_mode", "invalid_type", id="nsm-yes"),
     pytest.param(body(speaker=""), "speaker", "invalid_value", id="speaker-empty"),
     pytest.param(body(speaker=1), "speaker", "invalid_type", id="speaker-int"),
+    # `speaker` stands for an omitted `voice`: its fault is its own, never `voice`'s, which the request did not send
+    pytest.param(without("voice") | {"speaker": "x\u0007"}, "speaker", "invalid_value", id="speaker-control"),
+    pytest.param(without("voice") | {"speaker": "x\u202ey"}, "speaker", "invalid_value", id="speaker-bidi"),
     pytest.param(body(speaker_embedding=[]), "speaker_embedding", "invalid_value", id="embedding-empty"),
     pytest.param(body(speaker_embedding=[0.1, "x"]), "speaker_embedding", "invalid_type", id="embedding-string"),
     pytest.param(body(speaker_embedding=[[0.1]]), "speaker_embedding", "invalid_type", id="embedding-nested"),
