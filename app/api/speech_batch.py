@@ -180,7 +180,9 @@ async def create_speech_batch(
         return Response(status_code=499)
     if not finished and not done:  # a drain ran out of time before any item ended: nothing to answer with
         raise stopped
-    audio_bytes = sum(len(o.data) for o in outcomes if isinstance(o, ItemOutcome) and o.data is not None)
+    answered = [o for o in outcomes if isinstance(o, ItemOutcome) and o.data is not None]
+    audio_bytes = sum(len(o.data) for o in answered if o.data is not None)
+    metrics.AUDIO_SECONDS.inc(sum(float(o.summary.get("audio_s") or 0.0) for o in answered))  # delivered with it
     # every item's audio in base64 in one JSON: at the caps about 100 MB, half a second of the loop all streams share;
     # a small answer stays on the loop, where a thread hop would cost more than the encoding
     if audio_bytes > ANSWER_ON_THE_LOOP_BYTES:

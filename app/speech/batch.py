@@ -118,7 +118,7 @@ async def speak_whole(
         job, output = service.build_job(voice, item.text, f"{request_id}-{item.index}", whole_file=True)
         outcome.response_format = output.response_format
         ticket = await service.admitted(timing, len(item.text), count_refusal=False)  # the route counts it
-        run = SpeechRun(service, started, timing, summary, STREAM_LABEL)
+        run = SpeechRun(service, started, timing, summary, STREAM_LABEL, counts_audio=False)  # the batch's answer does
         audio = await run.open(job, output, ticket)
         file = await complete_file(audio, False, f"{request_id}-{item.index}")
         outcome.data, outcome.usage = file.data, audio.usage

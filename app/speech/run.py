@@ -172,6 +172,9 @@ class SpeechRun:
     # perf_counter the deadline counts from, where not from arrival: a WebSocket sentence's turn (its session speaks
     # its sentences one after another; waiting for the ones before it is not its synthesis)
     deadline_from: float | None = None
+    # its audio counted as delivered when it ends (`speech_audio_seconds_total`): a batch's items are counted by the
+    # batch once it answers with them
+    counts_audio: bool = True
 
     def cancelled_as(self) -> str:
         """The outcome of a cancellation from outside: the stream's reason where it has one, else a client that left
@@ -225,7 +228,8 @@ class SpeechRun:
             now = time.perf_counter()
             audio_s = audio.usage.audio_samples / first.sample_rate if first else 0.0
             metrics.E2E.labels(self.stream_label).observe(now - started)
-            metrics.AUDIO_SECONDS.inc(audio_s)
+            if self.counts_audio and (outcome == "completed" or not output.whole_file):  # a whole file cut short
+                metrics.AUDIO_SECONDS.inc(audio_s)  # was never sent
             if outcome == "completed":
                 if audio_s > 0:
                     metrics.RTF.observe((now - ticket.granted_at) / audio_s)

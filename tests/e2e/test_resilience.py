@@ -244,6 +244,9 @@ def test_request_timeout_ends_sse_with_an_error_event(tmp_path: Path) -> None:
         env={"SPEECH_REQUEST_TIMEOUT_S": str(TIMEOUT_S), "SPEECH_CLIENT_STALL_TIMEOUT_S": "60"},
     )
     try:
+        # a whole file the deadline cut short is a 504: none of its audio was delivered, nor counted so
+        whole = httpx.post(f"{server.base_url}/v1/audio/speech", json=speech(LONGEST_TEXT, stream=False), timeout=60)
+        assert whole.status_code == 504 and server.metric("speech_audio_seconds_total") == 0, whole.text
         body = speech(LONGEST_TEXT, stream_format="sse")
         with httpx.stream("POST", f"{server.base_url}/v1/audio/speech", json=body, timeout=60) as response:
             assert response.status_code == 200
@@ -251,7 +254,7 @@ def test_request_timeout_ends_sse_with_an_error_event(tmp_path: Path) -> None:
         events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
         assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "timeout"
         assert events[:-1] and all(e["type"] == "speech.audio.delta" for e in events[:-1])
-        assert server.metric("speech_aborted_total", reason="timeout") == 1
+        assert server.metric("speech_aborted_total", reason="timeout") == 2
         with pytest.raises(httpx.RemoteProtocolError):  # plain audio: the body is cut, never silently complete
             with httpx.stream(
                 "POST", f"{server.base_url}/v1/audio/speech", json=speech(LONGEST_TEXT), timeout=60

@@ -238,7 +238,8 @@ def test_a_batch_takes_its_share_of_the_slots_and_a_stream_beside_it_is_admitted
 
 def test_a_caller_that_leaves_mid_batch_stops_the_rest(batch_server: RunningServer) -> None:
     """The connection closes while the first of six items runs: the batch stops, the items left never start, and
-    every item is counted with 499."""
+    every item is counted with 499, and none of their audio as delivered."""
+    delivered = metric(batch_server, "speech_audio_seconds_total")
     items = [{"input": LONG} for _ in range(MAX_ITEMS)]
     payload = json.dumps({"items": items}).encode()
     address = urlparse(batch_server.base_url)
@@ -259,6 +260,7 @@ def test_a_caller_that_leaves_mid_batch_stops_the_rest(batch_server: RunningServ
     while metric(batch_server, "speech_in_flight") > 0:  # the running item stopped, no other started
         assert time.monotonic() < deadline
         time.sleep(0.1)
+    assert metric(batch_server, "speech_audio_seconds_total") == delivered
 
 
 def test_a_batch_the_drain_outlasts_keeps_the_items_it_finished(tmp_path: Path) -> None:
