@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, File, Form, Response, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
 from fastapi.responses import JSONResponse
 
 from app.api.dependencies import get_catalog, get_engine, get_voice_store
@@ -107,7 +107,25 @@ async def get_voice(
         raise _not_found(name) from None
 
 
-@router.post("/v1/audio/voices", status_code=201, responses=error_responses(400, 401, 408, 409, 413, 415, 429))
+def multipart_form(request: Request) -> None:
+    """The upload is a multipart form (it carries a file): any other body is told so, before its fields are read
+    (which would name a field missing that a JSON body did send)."""
+    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if kind != "multipart/form-data":
+        raise ApiError(
+            400,
+            "POST /v1/audio/voices takes a multipart/form-data body (fields name, audio_sample: the file, consent, "
+            f"and ref_text if you have it), not {kind or 'a body without a Content-Type'}.",
+            code="invalid_request",
+        )
+
+
+@router.post(
+    "/v1/audio/voices",
+    status_code=201,
+    responses=error_responses(400, 401, 408, 409, 413, 415, 429),
+    dependencies=[Depends(multipart_form)],
+)
 async def create_voice(
     name: Annotated[str, Form(description="[a-z0-9_-]{1,64}")],
     audio_sample: Annotated[UploadFile, File(description="1–30 s of the voice, ≤ 10 MB: wav, mp3, flac, ogg, m4a...")],

@@ -147,6 +147,16 @@ def test_a_broken_upload_is_told_what_is_wrong_with_its_form(cloning: RunningSer
     assert "boundary" in error["message"].lower() and "JSON" not in error["message"], error
 
 
+@pytest.mark.parametrize("body", [{"json": {"name": "x", "consent": True}}, {"data": {"name": "x", "consent": "true"}}])
+def test_a_body_that_is_no_multipart_form_is_told_the_form_it_needs(cloning: RunningServer, body: dict) -> None:
+    """JSON, or a form with no file in it, is told that the upload is a multipart form and what it holds, not that
+    the `name` it sent is missing."""
+    response = httpx.post(f"{cloning.base_url}/v1/audio/voices", timeout=30, **body)
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "multipart/form-data" in message and "audio_sample" in message and "Missing" not in message, message
+
+
 def test_registry_fields_refuse_control_characters(cloning: RunningServer, sample: bytes) -> None:
     """On a server that clones (elsewhere every upload is refused before its fields are read)."""
     url = f"{cloning.base_url}/v1/audio/voices"
