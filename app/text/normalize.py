@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from app.text.sentences import is_speakable
 
 _KEPT_CONTROLS = frozenset("\t\n\r")
-_UNREAD_LEADING = frozenset(("Cf", "Cc", "Zs", "Zl", "Zp"))  # what may come before a text's first word, unread
+# what may come before a text's first word and is not read: spaces, controls, invisible format characters, private-use
+# and unassigned code points, and marks with no letter to sit on
+_UNREAD_LEADING = frozenset(("Cf", "Cc", "Co", "Cn", "Zs", "Zl", "Zp", "Mn", "Mc", "Me"))
 _NAMED_LATIN = ("LATIN ", "MODIFIER LETTER ")
 # an SSML document: its root element first, after its prolog where it has one (an XML declaration, a document type,
 # comments) and after what is not read (spaces, invisible format characters); each part ends at its first close, so

@@ -50,6 +50,7 @@ def test_letters_of_another_script_are_refused() -> None:
         "<speak/>",
         "\ufeff<speak>Hello.</speak>",  # invisible characters first, which the reader drops
         "\u200b\u2060\u00ad <speak>Hello.</speak>",
+        "\ue000\u0301\ufe0f<speak>Hello.</speak>",  # a private-use character, a stray mark, a variation selector
         '<?xml version="1.0"?><speak>Hello.</speak>',  # its prolog first
         '<?xml version="1.0"?>\n<!DOCTYPE speak SYSTEM "synthesis.dtd">\n<speak>Hi.</speak>',
         "<!-- a greeting --> <speak>Hi.</speak>",
