@@ -40,7 +40,7 @@ from app.speech.options import SpeechOptions
 from app.speech.run import SpeechRun, SpeechService, observe_ttfa, observe_uninterrupted
 from app.speech.sentences import Ahead, Granularity, complete_units, final_units
 from app.speech.voice import Voice
-from app.text.normalize import is_ssml
+from app.text.normalize import IS_SSML, is_ssml
 from app.text.words import WordTiming
 from app.timing import ListenerClock, TtfaTimeline
 
@@ -319,8 +319,8 @@ class StreamedSpeech:
             self.buffer = ""  # the root's start, held while it could still have been text
         refusal = Refused(
             "text",
-            "This utterance's text is SSML markup (it begins with <speak>); this API speaks plain text, so none of "
-            "it is spoken. Send input.done, then the words without the markup.",
+            f"This utterance's text {IS_SSML}, so none of it is spoken. Send input.done, then the words without the "
+            "markup.",
         )
         utterance.chars += len(text)
         utterance.errors.append(refusal.code)

@@ -29,6 +29,8 @@ _NAMED_LATIN = ("LATIN ", "MODIFIER LETTER ")
 _SSML_ROOT = re.compile(
     r"(?:\s|<\?xml\b(?:[^?]|\?(?!>))*\?>|<!DOCTYPE\b[^>]*>|<!--(?:[^-]|-(?!->))*-->)*<speak[\s/>]", re.IGNORECASE
 )
+# what a text refused as SSML is told, after what it names ("'input'", "This utterance's text")
+IS_SSML = "is SSML markup (it begins with <speak>); this API speaks plain text"
 _MICRO_SIGN = "\u00b5"  # `µg`, `µm`: read as "micro"; its compatibility form is Greek `μ`, which is spelled out
 
 
@@ -57,10 +59,7 @@ def normalize_text(text: str, rules: ReadingRules | None = None, continues: bool
     alone says whether it is SSML."""
     rules = rules or ReadingRules()
     if not continues and is_ssml(text):
-        raise UnreadableText(
-            "'input' is SSML markup (it begins with <speak>); this API speaks plain text: send the words without "
-            "the markup."
-        )
+        raise UnreadableText(f"'input' {IS_SSML}: send the words without the markup.")
     out: list[str] = []
     for index, ch in enumerate(unicodedata.normalize("NFC", _valid_unicode(text))):
         category = unicodedata.category(ch)
