@@ -19,15 +19,19 @@ from dataclasses import dataclass
 from app.text.sentences import is_speakable
 
 _KEPT_CONTROLS = frozenset("\t\n\r")
-# what may come before a text's first word and is not read: spaces, controls, invisible format characters, private-use
-# and unassigned code points, and marks with no letter to sit on
+# what the reader drops before a text's first word: spaces, controls, invisible format characters, private-use and
+# unassigned code points, and marks with no letter to sit on
 _UNREAD_LEADING = frozenset(("Cf", "Cc", "Co", "Cn", "Zs", "Zl", "Zp", "Mn", "Mc", "Me"))
+# how far into a text a prolog with invisible characters in it is looked through: a bound on the work, since a
+# WebSocket utterance is looked at again as each message adds to it (a real prolog is a line or two)
+_SSML_HEAD_CHARS = 1024
 _NAMED_LATIN = ("LATIN ", "MODIFIER LETTER ")
-# an SSML document: its root element first, after its prolog where it has one (an XML declaration, a document type,
-# comments) and after what is not read (spaces, invisible format characters); each part ends at its first close, so
-# that no text makes the match backtrack
+# an SSML document: its root element first, after its prolog where it has one (an XML declaration, a document type
+# with or without its internal subset, comments) and spaces; each part ends at its first close, so that no text makes
+# the match backtrack
 _SSML_ROOT = re.compile(
-    r"(?:\s|<\?xml\b(?:[^?]|\?(?!>))*\?>|<!DOCTYPE\b[^>]*>|<!--(?:[^-]|-(?!->))*-->)*<speak[\s/>]", re.IGNORECASE
+    r"(?:\s|<\?xml\b(?:[^?]|\?(?!>))*\?>|<!DOCTYPE\b(?:[^>\[]|\[[^\]]*\])*>|<!--(?:[^-]|-(?!->))*-->)*<speak[\s/>]",
+    re.IGNORECASE,
 )
 # what a text refused as SSML is told, after what it names ("'input'", "This utterance's text")
 IS_SSML = "is SSML markup (it begins with <speak>); this API speaks plain text"
@@ -51,7 +55,14 @@ class UnreadableText(ValueError):
 def is_ssml(text: str) -> bool:
     """The text is an SSML document: its root element, `<speak>`, first (a tag inside the text is text)."""
     start = next((i for i, ch in enumerate(text) if unicodedata.category(ch) not in _UNREAD_LEADING), len(text))
-    return _SSML_ROOT.match(text, start) is not None
+    if not text.startswith("<", start):  # text, as almost every one is
+        return False
+    if _SSML_ROOT.match(text, start) is not None:
+        return True
+    # once more without what the reader drops (invisible format characters and the like) between the prolog's parts
+    head = text[start:_SSML_HEAD_CHARS]
+    read = "".join(ch for ch in head if ch.isspace() or unicodedata.category(ch) not in _UNREAD_LEADING)
+    return _SSML_ROOT.match(read) is not None
 
 
 def normalize_text(text: str, rules: ReadingRules | None = None, continues: bool = False) -> str:

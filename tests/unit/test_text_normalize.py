@@ -54,6 +54,9 @@ def test_letters_of_another_script_are_refused() -> None:
         '<?xml version="1.0"?><speak>Hello.</speak>',  # its prolog first
         '<?xml version="1.0"?>\n<!DOCTYPE speak SYSTEM "synthesis.dtd">\n<speak>Hi.</speak>',
         "<!-- a greeting --> <speak>Hi.</speak>",
+        '<?xml version="1.0"?>\u200b<speak>Hi.</speak>',  # what the reader drops, between the prolog and the root
+        "<!-- a -->\ufeff\u2060<!-- b -->\u00ad<speak>Hi.</speak>",
+        '<!DOCTYPE speak [ <!ENTITY who "world"> ]>\n<speak>Hello &who;.</speak>',  # an internal subset, its own >s
     ],
 )
 def test_ssml_is_refused_not_read_out(text: str) -> None:
@@ -63,6 +66,14 @@ def test_ssml_is_refused_not_read_out(text: str) -> None:
         normalize_text(text)
 
 
-@pytest.mark.parametrize("text", ["<speaker> notes follow.", "The <speak> tag is SSML's root.", "a < b, speak up."])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<speaker> notes follow.",
+        "The <speak> tag is SSML's root.",
+        "a < b, speak up.",
+        "<!DOCTYPE speak [ an unclosed subset <speak>Hi.</speak>",  # a document type that never ends is no prolog
+    ],
+)
 def test_text_that_only_mentions_markup_is_read(text: str) -> None:
     assert normalize_text(text) == text
