@@ -173,12 +173,15 @@ async def create_voice(
 @router.delete("/v1/audio/voices/{name}", status_code=204, responses=error_responses(400, 401, 404, 429))
 async def delete_voice(
     name: str,
+    engine: Annotated[SpeechEngine, Depends(get_engine)],
     catalog: Annotated[VoiceCatalog, Depends(get_catalog)],
     store: Annotated[VoiceStore, Depends(get_voice_store)],
 ) -> Response:
     _check_name(name)
     if catalog.resolve(name) is not None:
         raise invalid_param("name", f"'{name}' is a built-in voice; only uploaded voices can be deleted.")
+    if not engine.capabilities().voice_cloning:  # not found here, as by name: replicas that clone share the store
+        raise _not_found(name)
     try:
         await asyncio.to_thread(store.delete, name)
     except VoiceNotFound:

@@ -200,6 +200,9 @@ def test_a_voice_registered_by_a_cloning_replica_on_one_that_cannot_clone(
         assert "cloned" not in httpx.get(f"{embedded.base_url}/v1/audio/voices").json()["voices"]
         response = httpx.get(f"{embedded.base_url}/v1/audio/voices/cloned")
         assert response.status_code == 404 and response.json()["error"]["code"] == "voice_not_found", response.text
+        # nor deleted there: the replicas that clone still speak it
+        response = httpx.delete(f"{embedded.base_url}/v1/audio/voices/cloned")
+        assert response.status_code == 404 and response.json()["error"]["code"] == "voice_not_found", response.text
         assert httpx.get(f"{cloning.base_url}/v1/audio/voices/cloned").status_code == 200
     finally:
         embedded.stop()
