@@ -22,7 +22,7 @@ from app.api.errors import ApiError, error_responses, invalid_param, to_api_erro
 from app.api.schemas import SpeechBatchItem, SpeechBatchRequest, SpeechBatchResponse, SpeechUsage
 from app.audio.formats import CONTENT_TYPES
 from app.speech.batch import BatchItem, BatchSlots, ItemOutcome, synthesize_batch
-from app.speech.errors import Stopped
+from app.speech.errors import Full, ShuttingDown, Stopped
 from app.speech.options import voice_from_speaker
 from app.speech.run import SpeechService, gate_refusal
 
@@ -166,9 +166,11 @@ async def create_speech_batch(
         for index, (outcome, raw) in enumerate(zip(outcomes, body.items, strict=True))
     ]
     full = [error for error in errors if error is not None and error.status == 429]
-    if finished and full and len(full) == len(errors):  # nothing admitted, no work done: refused whole, as a request
-        answer = max(full, key=retry_after_s)  # and counted once, as one (the accounting middleware; its refusal here)
-        metrics.REJECTED.labels(refusal(outcomes[errors.index(answer)]) or "queue_full").inc()
+    if finished and all(map(turned_away, outcomes)):  # nothing admitted, no work done: refused whole, as a request,
+        # with a drain's 503 before the full server's longest 429; counted once, as one (the accounting middleware;
+        # its refusal here)
+        answer = max((e for e in errors if e is not None), key=lambda error: (error.status, retry_after_s(error)))
+        metrics.REJECTED.labels(refusal(outcomes[errors.index(answer)]) or "draining").inc()
         raise answer
     for reason in refused:  # each a refusal, as its own request's would be (whether or not the batch then ended)
         metrics.REJECTED.labels(reason).inc()
@@ -192,6 +194,11 @@ async def create_speech_batch(
     # items the full server refused: when to send them again, as their own requests would have been told
     later = {"Retry-After": str(max(retry_after_s(error) for error in full))} if full else None
     return Response(answer, media_type="application/json", headers=later)
+
+
+def turned_away(outcome: ItemOutcome | ApiError) -> bool:
+    """The item was refused before any work: by the full server, or by a drain while it waited for a slot."""
+    return isinstance(outcome, ItemOutcome) and isinstance(outcome.error, Full | ShuttingDown)
 
 
 def refusal(outcome: ItemOutcome | ApiError) -> str | None:

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 
 from app.admission import AdmissionGate, Rejected
 from app.server import create_app
-from app.speech.errors import Full
+from app.speech.errors import Full, ShuttingDown
 from app.speech.run import SpeechService
 from tests.fakes.vllm_omni_0_30 import FakeAsyncOmni
 from tests.unit.test_omni_engine import make_engine, service_settings
@@ -48,6 +48,25 @@ async def test_a_batch_none_of_whose_items_was_admitted_is_a_429_with_the_longes
     assert response.json()["error"]["code"] == "rate_limit_exceeded"
     # counted as the one request it was answered as, not once per item
     assert (REGISTRY.get_sample_value("speech_requests_total", labels) or 0.0) - before == 1
+
+
+async def test_a_batch_a_drain_turned_away_whole_is_a_503_as_a_request_would_be(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Accepted before the drain, its items queued until the drain ran out of time (one met a full queue first):
+    nothing was admitted, so the answer is the drain's retryable 503, not a 200 that only lists failures."""
+    refusals = iter([Full("queue_full", 6), ShuttingDown(), ShuttingDown()])
+
+    async def turned_away(self: SpeechService, *args: object, **kwargs: object) -> object:
+        raise next(refusals)
+
+    monkeypatch.setattr(SpeechService, "admitted", turned_away)
+    before = rejected("draining")
+    response = await answer(custom_voice_dir, 3)
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["code"] == "server_shutting_down"
+    assert response.headers["Retry-After"] == "1" and response.headers["Connection"] == "close"
+    assert rejected("draining") - before == 1  # one request, refused once
 
 
 async def test_a_batch_with_items_refused_beside_items_served_says_when_to_send_them_again(
