@@ -9,6 +9,7 @@ import os
 import re
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,10 +60,11 @@ def read_until_closed(sock: socket.socket) -> bytes:
     return data
 
 
-def request_head(length: int) -> bytes:
+def request_head(length: int, request_id: str | None = None) -> bytes:
+    named = f"X-Request-Id: {request_id}\r\n" if request_id else ""
     return (
         "POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {length}\r\n\r\n"
+        f"{named}Content-Length: {length}\r\n\r\n"
     ).encode()
 
 
@@ -112,6 +114,18 @@ def test_a_content_length_that_lies_gets_a_408_and_is_closed(guarded: RunningSer
     with connect(guarded) as sock:
         sock.sendall(request_head(len(BODY) + 100) + BODY)  # a hundred bytes promised that never come
         assert_408_and_closed(sock, started)
+
+
+def test_a_client_that_hangs_up_mid_body_is_counted_as_one_that_left(guarded: RunningServer) -> None:
+    """Not as a 400 for the JSON it never finished sending: a 499, as any client that left before its answer."""
+    request_id = uuid.uuid4().hex
+    with connect(guarded) as sock:
+        sock.sendall(request_head(len(BODY), request_id) + BODY[:15])
+    deadline = time.monotonic() + 10
+    while not (lines := [e for e in guarded.log_events() if e.get("request_id") == request_id and "status" in e]):
+        assert time.monotonic() < deadline, "the request was never logged"
+        time.sleep(0.05)
+    assert [(line["message"], line["status"], line.get("error")) for line in lines] == [("speech request", 499, None)]
 
 
 def test_idle_keep_alive_connections_are_closed(guarded: RunningServer) -> None:
