@@ -310,7 +310,7 @@ class SpeechStreamSession:
             data = self.read(message)
             kind = data.get("type")
             if kind == "session.config":
-                if self.speech.pending_text or self.halves.held:
+                if self.speech.mid_utterance or self.halves.held:  # a config changes whole utterances only
                     raise invalid_param("type", "Send input.done before a new session.config.", "input_pending")
                 try:
                     config = SessionConfig.model_validate(data)

@@ -253,9 +253,9 @@ class StreamedSpeech:
         self.stopped.set()
 
     @property
-    def pending_text(self) -> bool:
-        """Text of the current utterance not yet queued as a sentence."""
-        return bool(self.buffer.strip())
+    def mid_utterance(self) -> bool:
+        """Text of the current utterance has come, its input.done not yet (some of it may be queued or spoken)."""
+        return self.utterance in self.open_utterances
 
     @property
     def idle(self) -> bool:

@@ -335,6 +335,23 @@ def test_a_half_held_is_text_pending_for_session_config(server: RunningServer) -
     assert len(audio[0]) > 1000
 
 
+def test_a_session_config_mid_utterance_is_refused_once_its_text_is_all_queued_too(server: RunningServer) -> None:
+    """Its first sentence cut off at a line break, nothing of the utterance waits to be cut: a session.config before
+    its input.done would still change its later sentences half-way (an mp3 sentence in a pcm utterance)."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": "Hello there.\n"})
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "mp3", "speed": 2})
+        send(ws, {"type": "input.text", "text": "More text here."})
+        send(ws, {"type": "input.done"})
+        events: list[dict[str, object]] = []
+        while not events or events[-1]["type"] != "session.done":
+            events += receive_utterance(ws)[0]
+    assert [e["code"] for e in events if e["type"] == "error"] == ["input_pending"], events
+    started = [(e["sentence_text"], e["format"]) for e in events if e["type"] == "audio.start"]
+    assert started == [("Hello there.", "pcm"), ("More text here.", "pcm")], events
+
+
 def test_a_message_refused_leaves_the_half_held_before_it(server: RunningServer) -> None:
     """A message refused for another reason (past the utterance's 4096 characters with split_granularity none)
     neither takes the half held before it nor holds its own: the client sends the rest again and the pair is whole."""

@@ -188,12 +188,12 @@ async def test_sentences_are_queued_as_their_end_becomes_certain(service: Speech
     speech = await configured(service)
     speech.text("Hello there. How are")
     assert queued(speech) == ["Hello there."]
-    assert speech.pending_text and not speech.idle
+    assert speech.mid_utterance and not speech.idle
     speech.text(" you? Fine")
     assert queued(speech) == ["How are you?"]
     speech.done()  # the rest is spoken, then the utterance ends with its sentence count
     assert queued(speech) == ["Fine", 3]
-    assert not speech.pending_text and speech.open_utterances  # open until its end has been spoken
+    assert not speech.mid_utterance and speech.open_utterances  # open until its end has been spoken
     speech.text("Next one.")
     speech.done()
     assert [s for s in queued(speech) if isinstance(s, str)] == ["Next one."]
