@@ -41,7 +41,7 @@ from app.speech.run import SpeechRun, SpeechService, observe_ttfa, observe_unint
 from app.speech.sentences import Ahead, Granularity, complete_units, final_units
 from app.speech.voice import Voice
 from app.text.normalize import IS_SSML, is_ssml
-from app.text.words import WordTiming
+from app.text.words import WordTiming, written_words
 from app.timing import ListenerClock, TtfaTimeline
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,8 @@ class Sentence:
     voice: Voice[SpeechOptions]
     arrived: float  # perf_counter when the text that completed it arrived
     timing: TtfaTimeline | None = None  # its milestones, once its synthesis has begun
+    # words written after it with nothing to say ("😊") that ended its utterance, timed (with no length) at its end
+    trailing: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -243,6 +245,7 @@ class StreamedSpeech:
         self.gap_checked = False  # the buffered text has had its SPEECH_WS_SENTENCE_IDLE_S look
         self.utterance = 0
         self.sentence_index = 0  # within the utterance being received
+        self.last_sentence: Sentence | None = None  # the last one queued
         self.open_utterances: dict[int, Utterance] = {}
         self.queue: asyncio.Queue[Sentence | UtteranceEnd] = asyncio.Queue()
         self.stopped = asyncio.Event()  # a drain out of time stops the stream
@@ -338,6 +341,8 @@ class StreamedSpeech:
         utterance = self.open_utterances[self.utterance]
         if not sentences and not self.sentence_index and utterance.text_seen and not utterance.ssml:
             refusal = Refused("text", "The utterance's text contains nothing that can be spoken.")
+        elif not sentences and self.sentence_index and self.last_sentence is not None:  # its words go with the last
+            self.last_sentence.trailing += written_words(self.buffer)  # (none but punctuation: nothing)
         self.enqueue(sentences, "")
         self.queue.put_nowait(UtteranceEnd(self.utterance, self.sentence_index, time.perf_counter(), refusal))
         self.utterance += 1
@@ -389,7 +394,8 @@ class StreamedSpeech:
         self.buffer = rest
         at = time.perf_counter() if arrived is None else arrived
         for text in sentences:
-            self.queue.put_nowait(Sentence(self.utterance, self.sentence_index, text, self.voice, at))
+            self.last_sentence = Sentence(self.utterance, self.sentence_index, text, self.voice, at)
+            self.queue.put_nowait(self.last_sentence)
             self.sentence_index += 1
             self.unspoken += 1
 
@@ -519,6 +525,7 @@ class Speaker:
                     if isinstance(item, SentenceEnd):
                         ended = True
                         spoken_s = item.duration_s
+                        words += [WordTiming(word, spoken_s, spoken_s) for word in sentence.trailing]
                         await self.sink.sentence_spoken(sentence, words, spoken_s, utterance.audio_s)
                         break
                     if isinstance(item, list):

@@ -163,9 +163,10 @@ def complete_sentences(text: str, max_chars: int = 250, final: bool = False) -> 
             cut = len(text)
     if not final:  # a last sentence with words but nothing to say waits to go with the next (split_sentences)
         cut = _before_silent_sentences(text, cut)
+    elif not is_speakable(text[:cut]):  # given up alone, such words would go as nothing: they wait for the next
+        cut = 0
     done, rest = split_sentences(text[:cut], max_chars), text[cut:]
-    if len(rest.strip()) > max_chars:
-        pieces = split_sentences(rest, max_chars)
+    if len(rest.strip()) > max_chars and (pieces := split_sentences(rest, max_chars)):  # none: nothing to say yet
         # the last piece may still grow with the next words: it waits, as normalised text
-        return done + pieces[:-1], pieces[-1] + (" " if rest[-1:].isspace() else "") if pieces else ""
+        return done + pieces[:-1], pieces[-1] + (" " if rest[-1:].isspace() else "")
     return done, rest

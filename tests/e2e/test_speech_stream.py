@@ -702,3 +702,32 @@ def test_a_streamed_sentence_with_nothing_to_say_keeps_its_word_in_the_timestamp
     assert [w["word"] for w in words] == ["Hello", "there", "😀", "World", "is", "fine"], events
     emoji = words[2]
     assert emoji["start_ms"] == emoji["end_ms"]
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        ["Have a great day! ", "😊"],  # an LLM's reply that ends in an emoji: nothing of the utterance left to go with
+        ["Hello there. 😀.", 1.5, " Bye now."],  # the writer paused (the idle cut) after a sentence with nothing to say
+    ],
+)
+def test_silent_words_are_timed_at_the_end_of_an_utterance_and_through_a_pause(
+    server: RunningServer, pieces: list[str | float]
+) -> None:
+    """Every word of the input is timed, as a request's is, also where the words with nothing to say come last (the
+    sentence before them already cut, at input.done) or before a pause of the writer."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm", "word_timestamps": True})
+        for piece in pieces:
+            if isinstance(piece, float):
+                time.sleep(piece)
+            else:
+                send(ws, {"type": "input.text", "text": piece})
+        send(ws, {"type": "input.done"})
+        events, _ = receive_utterance(ws)
+    assert events[-1]["type"] == "session.done", events
+    trailers = [e for e in events if e["type"] == "audio.chunk" and e["timestamps"]]
+    words = [w["word"] for e in trailers for w in e["timestamps"]]  # type: ignore[union-attr]
+    assert words == [word.strip(".!") for piece in pieces if isinstance(piece, str) for word in piece.split()], events
+    last = trailers[-1]
+    assert all(0 <= w["start_ms"] <= w["end_ms"] <= last["chunk_end_ms"] for w in last["timestamps"]), last

@@ -167,6 +167,33 @@ def test_streamed_text_keeps_a_sentence_with_nothing_to_say_for_the_next(chunks:
 
 
 @pytest.mark.parametrize(
+    "steps",
+    [
+        [("Hello there. 😀.", True), (" Bye now.", False)],  # the writer paused after the silent sentence
+        [("Hello. ", False), ("😀 ", True), ("🙂", True), (" Fine.", False)],
+        [("😀 " * 130, False), ("Hello there.", False)],  # silent words past the longest sentence, then words
+        [("😀 " * 130, True), ("Hello there.", True)],
+    ],
+)
+def test_silent_words_wait_for_the_next_words_through_a_pause_and_past_the_longest_sentence(
+    steps: list[tuple[str, bool]],
+) -> None:
+    """A pause of the writer (`final`: the WebSocket's idle cut) or a tail longer than a sentence gives up what has
+    nothing to say only with words to say: alone it would go as nothing, and its words vanish from the timestamps."""
+    spoken: list[str] = []
+    buffer = ""
+    for chunk, paused in steps:
+        units, buffer = complete_units(buffer + chunk, 250, "sentence")
+        spoken += units
+        if paused:
+            units, buffer = complete_units(buffer, 250, "sentence", final=True)
+            spoken += units
+    spoken += final_units(buffer, 250, "sentence")
+    assert all(is_speakable(unit) for unit in spoken), spoken
+    assert [word for unit in spoken for word in unit.split()] == "".join(chunk for chunk, _ in steps).split()
+
+
+@pytest.mark.parametrize(
     "text", ["Well, — I think so.", "Nice, 😀, right.", "One, two; —, 😀, three.", "😀, 🙂, fine."]
 )
 @pytest.mark.parametrize("whole", [True, False])

@@ -184,6 +184,20 @@ def utterances(outcome: str) -> float:
     return sample("speech_ws_utterances_total", {"outcome": outcome})
 
 
+async def test_words_with_nothing_to_say_that_end_an_utterance_go_with_its_last_sentence(
+    service: SpeechService,
+) -> None:
+    """ "😊" after the last sentence was cut (its next word began) has no sentence of its own to go with: it is timed
+    at the end of the last one (`Sentence.trailing`); punctuation alone is no word."""
+    speech = await configured(service)
+    speech.text("Have a great day! ")
+    speech.text("😊 ...")
+    last = speech.last_sentence
+    assert last is not None and last.text == "Have a great day!"
+    speech.done()
+    assert queued(speech) == ["Have a great day!", 1] and last.trailing == ["😊"]
+
+
 async def test_sentences_are_queued_as_their_end_becomes_certain(service: SpeechService) -> None:
     speech = await configured(service)
     speech.text("Hello there. How are")
