@@ -148,9 +148,9 @@ def test_a_markdown_heading_mark_is_not_read(written: str, as_if: str) -> None:
 
 @pytest.mark.parametrize("text", ["Use #hashtags here.", "Press # to continue.", "Item #5 is here.", "C# rocks."])
 def test_a_hash_that_heads_no_line_is_read_as_before(text: str) -> None:
-    from app.engines.embedded.reader import headings_unmarked
+    from app.engines.embedded.reader import markup_unsaid
 
-    assert headings_unmarked(text) == text
+    assert markup_unsaid(text) == text
 
 
 @pytest.mark.parametrize(
@@ -382,3 +382,56 @@ def test_runs_within_the_bound_are_read_as_hibari_reads_them(text: str, monkeypa
     cut = said(f"It is {text} today.")
     monkeypatch.setattr(reading, "joined_runs_cut", lambda written: written)
     assert cut == said(f"It is {text} today.")
+
+
+@pytest.mark.parametrize(
+    ("written", "as_if"),
+    [
+        ("> Note that this is quoted.", "Note that this is quoted."),  # a quote's mark, not "greater than"
+        ("> > Nested, too.", "Nested, too."),
+        ("As shown in prior work[^1] here.", "As shown in prior work here."),  # a footnote's mark: not "to the power"
+        ("Now ~~$50~~ $40 only.", "Now $50 $40 only."),  # struck through: not "about about"
+        ("See <https://example.com/guide> now.", "See https://example.com/guide now."),  # not "less than"
+        ("If x != y then stop.", "If x not equal to y then stop."),  # was "x equals y"
+        ("If x ≠ y then stop.", "If x not equal to y then stop."),
+        ("Keep x >= 0 here.", "Keep x greater than or equal to 0 here."),
+        ("Keep x ≥ 0 here.", "Keep x greater than or equal to 0 here."),
+        ("Keep x <= 9 here.", "Keep x less than or equal to 9 here."),
+        ("Keep x ≤ 9 here.", "Keep x less than or equal to 9 here."),
+        ("Check x == y here.", "Check x equals y here."),  # not "equals equals"
+        ("So a ≈ b here.", "So a approximately b here."),  # was silent
+        ("Use Python 3.10 or later.", "Use Python 3 point 1 0 or later."),  # its zero was dropped: "3.1"
+        ("Use OAuth 2.0 here.", "Use OAuth 2 point 0 here."),  # was "two"
+        ("Call 1-800-555-0199 now.", "Call 1, 8 0 0, 5 5 5, 0 1 9 9 now."),  # its first digits an amount, a 0 lost
+        ("Learning C# and F# today.", "Learning C sharp and F sharp today."),  # not "C hashtag"
+        ("Parse the JSON file.", "Parse the Jason file."),  # not spelled "J S O N"
+        ("Set MAX_RETRIES to 3.", "Set max retries to 3."),  # not "max R E T R I E S"
+        ("Open 9:00–17:00 daily.", "Open 9:00 to 17:00 daily."),  # the range's "to" was lost
+        ("Open 9am-5pm daily.", "Open 9am to 5pm daily."),
+        ("Ping 127.0.0.1 now.", "Ping 127 dot 0 dot 0 dot 1 now."),  # was "one two seven zero zero one"
+    ],
+)
+def test_what_an_llm_writes_is_read_as_a_listener_expects(written: str, as_if: str) -> None:
+    assert said(written) == said(as_if)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "It costs $5.50 now.",
+        "It costs 5.50$ now.",
+        "It costs USD 5.00 now.",
+        "It costs 5.00 EUR now.",
+        "It costs 5.50 dollars now.",
+        "It rose 2.5% today.",
+        "Version 3.11.2 is out.",
+        "5 > 3 here.",
+    ],
+)
+def test_what_reads_well_already_is_read_as_before(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Amounts keep their cents, a version of three numbers its points, a "greater than" inside a line its words."""
+    before = said(text)
+    rewrites = ("markup_unsaid", "terms_said", "signs_as_words", "decimals_with_their_zeros", "time_ranges_with_to")
+    for rewrite in (*rewrites, "ip_addresses_with_dots"):
+        monkeypatch.setattr(reading, rewrite, lambda written: written)
+    assert said(text) == before

@@ -21,15 +21,22 @@
 - It spells a scale written short after an amount ("$2.5bn": "two five B N", its point and its sign lost): `mn`,
   `bn` and `tn` are read as the words it reads with an amount ("two point five billion dollars").
 - It reads every `#` as "hashtag", the marks of a Markdown heading an LLM writes too ("# Heading": "hashtag
-  heading"): the `#`s that head a line before a space are markup, not read.
+  heading"): the `#`s that head a line before a space are markup, not read; so are a quote's `>`s ("greater than"),
+  a footnote's "[^1]" ("to the power of one"), a strike's `~~` ("about about") and an address's angle brackets.
+- It reads "!=" as "equals" (the opposite), ">=" as "greater than equals", and "≠", "≥", "≤", "≈" as nothing: each
+  is read as its words ("not equal to", "greater than or equal to"...).
+- It drops a decimal's last zeros ("Python 3.10": "three point one", "OAuth 2.0": "two"): they are read.
+- It spells "JSON", "YAML" and a constant's name ("MAX_RETRIES": "max R E T R I E S"), reads "C#" "C hashtag", a
+  range of times without its "to" ("9am-5pm") and an IP address without its dots: each is read as people say it.
 - It reads a `#` on its own, a phone's key ("Press # to continue"), as "hashtag": it is read "pound", or "hash"
   where the voice is British.
 - It reads "24/7" as a number over another ("twenty-four slash seven"): it is read as said, "twenty-four seven".
 - It reads a version of three dotted numbers as three numbers, its points lost ("3.11.2": "three eleven two"): it
   is read with them, "three point eleven point two".
 - It reads the area code of a phone number written "(555) 123-4567" as an amount ("five hundred fifty-five"), one
-  written "555-123-4567" right before a full stop as amounts, and "555.123.4567" without its groups' pauses: each is
-  read digit by digit in its groups, as hibari reads "555-123-4567" inside a sentence.
+  written "555-123-4567" right before a full stop as amounts, "555.123.4567" without its groups' pauses, and
+  "1-800-555-0199" as amounts that lose a zero: each is read digit by digit in its groups, as hibari reads
+  "555-123-4567" inside a sentence.
 - It reads a web or e-mail address without its dots ("example.com/docs": "example com docs", "jane.doe@example.com":
   "jane doe at example com"), so that a listener cannot type it back: its dots, slashes, hyphens and underscores are
   read as said ("example dot com slash docs"), "http(s)://" left unsaid as people leave it, "www" and a two-letter
@@ -62,8 +69,45 @@ _AMOUNT = r"\d(?:[\d,]*\d)?(?:\.\d+)?"
 # may be the end of a longer one ("1 000 €")
 _AMOUNT_THEN_MARK = re.compile(rf"(?<![\w.])(?<!\d )({_AMOUNT}) ?([^\w\s])(?! ?\d)")
 _MARK_THEN_AMOUNT = re.compile(rf"([^\w\s]) ?({_AMOUNT})")
-# a Markdown heading's marks: one to six `#`s at a line's start, then a space ("## Next steps")
+# Markdown's marks that are no words: a heading's (one to six `#`s at a line's start, then a space: "## Next steps"), a
+# quote's (`>`s at a line's start before a word: "> Note", not "> 5 items"), a footnote's ("work[^1]"), a strike's
+# ("~~$50~~") and an address's brackets ("<https://example.com>")
 _HEADING_MARKS = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(?=\S)", re.MULTILINE)
+_QUOTE_MARKS = re.compile(r"^[ \t]{0,3}(?:>[ \t]?)+(?=[^\d\s>])", re.MULTILINE)
+_FOOTNOTE_MARK = re.compile(r"\[\^[^\]\s]{1,20}\]")
+_STRUCK = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
+_AUTOLINK = re.compile(r"<((?i:https?://|mailto:)[^\s<>]+)>")
+# comparison signs: hibari read "!=" as "! equals" (heard "x equals y"), ">=" as "greater than equals", "==" as "equals
+# equals", and "≠", "≥", "≤", "≈" not at all
+_SIGN_WORDS = {
+    "!=": "not equal to",
+    "≠": "not equal to",
+    ">=": "greater than or equal to",
+    "≥": "greater than or equal to",
+    "<=": "less than or equal to",
+    "≤": "less than or equal to",
+    "==": "equals",
+    "≈": "approximately",
+}
+_SIGN = re.compile(r"(?<![=!<>])(?:!==?|===?|>=|<=)(?![=>])|[≠≥≤≈]")
+# a decimal ending in a zero ("3.10", "2.0"): hibari dropped its last zeros ("Python 3.10": "three point one"); not an
+# amount of money, whose zeros are no digits to say ("$5.50", "USD 5.00", "5.00 EUR", "5.50 dollars")
+_DECIMAL_WITH_ZEROS = re.compile(r"(?<![\w.,])(\d+)\.(\d*0)(?!\w|[.,]\d)")
+_CODE_BEFORE = re.compile(r"\b[A-Z]{3} ?$")
+_MONEY_AFTER = re.compile(r" ?(?:[A-Z]{3}\b|(?i:dollars?|euros?|pounds?|cents?|yen|bucks)\b)")
+# terms hibari spells or names wrong: "JSON" ("J S O N"), "C#" ("C hashtag"), ".NET" ("net"), a constant's name
+# ("MAX_RETRIES": "max R E T R I E S")
+_TERM_WORDS = {"JSON": "Jason", "YAML": "yamel"}
+_TERM = re.compile(r"\b(?:JSON|YAML)\b")
+_SHARP = re.compile(r"(?<![\w#])([A-G])#(?![\w#])")
+_DOT_NET = re.compile(r"(?<![\w.])\.NET\b")
+_CONSTANT = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
+_WORD_IN_CAPS = re.compile(r"[A-Z]*[AEIOUY][A-Z]*")
+# a range of times ("9:00–17:00", "9am-5pm"): hibari read it without its "to", as it reads one of plain numbers
+_CLOCK = r"\d{1,2}(?::\d\d)?\s?[aApP]\.?[mM]\.?|\d{1,2}:\d\d"
+_TIME_RANGE = re.compile(rf"(?<![\w:])({_CLOCK})\s?[-–—]\s?({_CLOCK})(?![\w:])")
+# an IP address ("127.0.0.1"): hibari read it as digits without its dots
+_IP_ADDRESS = re.compile(r"(?<![\w.])(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?!\w|\.\d)")
 # a `#` on its own ("Press # to continue", "then #."): a phone's key. Not a hashtag's ("#news"), a number's ("#1",
 # which hibari reads "number 1"), "C#"'s, or one before a number after a space ("# 1"), which is no key either
 _KEY_HASH = re.compile(r"(?<![^\s(\[\"'“‘])#(?![^\s.,;:!?)\]\"'”’]| \d)")
@@ -96,7 +140,8 @@ _ADDRESS_MARK = re.compile("[" + re.escape("".join(_ADDRESS_MARKS)) + "]")
 # a phone number in groups of three, three and four digits, dashed ("555-123-4567") or dotted ("555.123.4567"): hibari
 # reads a dashed one in its groups but right before a full stop ("Call 555-123-4567.": "five hundred fifty-five, one
 # twenty-three..."), a dotted one digit by digit without its groups' pauses. Seven digits ("123-4567") may be a range.
-_GROUPED_PHONE = re.compile(r"(?<![\w.-])(\d{3})([-.])(\d{3})\2(\d{4})(?!\w|[-.]\d)")
+# A country code of 1 may come first ("1-800-555-0199": its 1-800 was read as an amount, a zero of the rest lost).
+_GROUPED_PHONE = re.compile(r"(?<![\w.-])(?:(1)[- ])?(\d{3})([-.])(\d{3})\3(\d{4})(?!\w|[-.]\d)")
 _SCALES = {"mn": "million", "bn": "billion", "tn": "trillion"}
 _AMOUNT_THEN_SCALE = re.compile(rf"(?<![\w.])({_AMOUNT}) ?(mn|bn|tn)\b")
 # the signs hibari reads where they are written, after their amount ("50¢": "fifty cents"); moved before it, "¢50"
@@ -157,10 +202,11 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     from hibari.g2p.lexicon import CURRENCIES
     from hibari.g2p.normalize import normalize
 
-    readable = addresses_read_out(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS))
-    readable = scales_in_words(signs_before_amounts(readable))
-    readable = hash_keys_named(headings_unmarked(readable), "hash" if getattr(g2p, "british", False) else "pound")
-    readable = versions_with_points(phone_numbers_in_digits(round_the_clock(readable)))
+    readable = markup_unsaid(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS))
+    readable = scales_in_words(signs_before_amounts(addresses_read_out(terms_said(readable))))
+    readable = hash_keys_named(signs_as_words(readable), "hash" if getattr(g2p, "british", False) else "pound")
+    readable = phone_numbers_in_digits(time_ranges_with_to(ip_addresses_with_dots(round_the_clock(readable))))
+    readable = decimals_with_their_zeros(versions_with_points(readable))
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
     return g2p.phonemize_tokens(numbers_as_numbers(g2p.tokenize(joined_runs_cut(signs_named(normalized, CURRENCIES)))))
 
@@ -211,15 +257,71 @@ def signs_before_amounts(text: str) -> str:
     return _AMOUNT_THEN_MARK.sub(moved, text)
 
 
-def headings_unmarked(text: str) -> str:
-    """`text` without the `#`s of a Markdown heading (one to six at a line's start, then a space): "# Heading" was
-    read "hashtag heading". A `#` anywhere else ("#hashtags", "Press # now", "#5") is left as it is."""
-    return _HEADING_MARKS.sub("", text)
+def markup_unsaid(text: str) -> str:
+    """`text` without the Markdown marks an LLM writes that are no words: a heading's `#`s ("# Heading" was read
+    "hashtag heading"; a `#` anywhere else, "#hashtags", "Press # now", "#5", is left as it is), a quote's `>`s
+    ("greater than"), a footnote's mark ("work[^1]": "work to the power of one"), a strike's `~~` ("about about") and
+    the brackets of an address ("<https://...>": "less than ... greater than")."""
+    text = _QUOTE_MARKS.sub("", _HEADING_MARKS.sub("", text))
+    return _AUTOLINK.sub(r"\1", _STRUCK.sub(r"\1", _FOOTNOTE_MARK.sub("", text)))
+
+
+def terms_said(text: str) -> str:
+    """`text` with terms hibari spells or names wrong said as people say them: "JSON" as "Jason" (not "J S O N"),
+    "YAML" as "yamel", "C#" as "C sharp" (not "C hashtag"), ".NET" as "dot net", and a constant's name in capitals
+    ("MAX_RETRIES") as its words ("max retries"; its short parts, "API_KEY"'s "API", left in capitals: acronyms)."""
+    text = _TERM.sub(lambda match: _TERM_WORDS[match.group(0)], text)
+    text = _DOT_NET.sub("dot net", _SHARP.sub(r"\1 sharp", text))
+
+    def words(match: re.Match[str]) -> str:
+        parts = match.group(0).split("_")
+        return " ".join(p.lower() if len(p) > 3 and _WORD_IN_CAPS.fullmatch(p) else p for p in parts)
+
+    return _CONSTANT.sub(words, text)
+
+
+def signs_as_words(text: str) -> str:
+    """`text` with each comparison sign as its words ("x != y": "x not equal to y", "x ≥ 0": "x greater than or
+    equal to 0"); hibari read "!=" as "equals", which says the opposite, and "≠", "≥", "≤", "≈" as nothing. A sign
+    on its own ("5 > 3") is read as before."""
+    return _SIGN.sub(lambda match: f" {_SIGN_WORDS[match.group(0)[:2]]} ", text)
+
+
+def decimals_with_their_zeros(text: str) -> str:
+    """`text` with each decimal that ends in a zero read to its last digit ("3.10": "3 point 1 0", "2.0": "2 point
+    0"); hibari dropped the zeros ("Python 3.10" was "Python three point one", "OAuth 2.0" "OAuth two"). Not an amount
+    of money ("$5.50" is five dollars fifty) nor a number with a third part ("3.10.1")."""
+
+    def read(match: re.Match[str]) -> str:
+        before, after = match.string[max(0, match.start() - 4) : match.start()], match.string[match.end() :]
+        sign_before = bool(before) and unicodedata.category(before[-1]) == "Sc"
+        if sign_before or _CODE_BEFORE.search(before) or _MONEY_AFTER.match(after):
+            return match.group(0)
+        return f"{match.group(1)} point {' '.join(match.group(2))}"
+
+    return _DECIMAL_WITH_ZEROS.sub(read, text)
+
+
+def time_ranges_with_to(text: str) -> str:
+    """`text` with each range of times said with its "to" ("9:00–17:00": "9:00 to 17:00", "9am-5pm": "9am to 5pm"),
+    as hibari says a range of plain numbers ("5–10": "five to ten"); it read the times one after the other."""
+    return _TIME_RANGE.sub(r"\1 to \2", text)
+
+
+def ip_addresses_with_dots(text: str) -> str:
+    """`text` with each IP address read as numbers between dots ("127.0.0.1": "127 dot 0 dot 0 dot 1"); hibari read
+    "one two seven zero zero one". Four numbers of which one is over 255 are no address and are left as they are."""
+
+    def said(match: re.Match[str]) -> str:
+        numbers = match.groups()
+        return " dot ".join(numbers) if all(int(n) <= 255 for n in numbers) else match.group(0)
+
+    return _IP_ADDRESS.sub(said, text)
 
 
 def hash_keys_named(text: str, key: str) -> str:
     """`text` with each `#` that stands on its own, a phone's key ("Press # to continue"), as `key`: what it is called
-    ("pound" in American English, "hash" in British). hibari read it "hashtag". Run after `headings_unmarked`, whose
+    ("pound" in American English, "hash" in British). hibari read it "hashtag". Run after `markup_unsaid`, whose
     `#`s are markup; a `#` in a word ("#hashtags", "#5", "C#") is read as before."""
     return _KEY_HASH.sub(key, text)
 
@@ -252,7 +354,7 @@ def phone_numbers_in_digits(text: str) -> str:
 
 
 def _in_digits(match: re.Match[str]) -> str:
-    return ", ".join(" ".join(group) for group in match.groups() if group.isdigit())  # not a group's separator
+    return ", ".join(" ".join(group) for group in match.groups() if group and group.isdigit())  # no separator
 
 
 def addresses_read_out(text: str) -> str:
