@@ -178,8 +178,7 @@ class BodySizeLimitMiddleware:
             await send_error(send, self._timed_out(), request_id_of(scope))
             return
         if message["type"] != "http.request":  # the client left before sending it all: nobody to answer, nothing
-            # to parse (a body cut short would read as invalid JSON); counted as any client that left, with 499
-            log.info("client left before sending its body", extra={"request_id": request_id_of(scope)})
+            # to parse (a body cut short would read as invalid JSON); counted and logged as any client that left, 499
             headers = [(b"content-length", b"0"), (REQUEST_ID_HEADER.encode(), request_id_of(scope).encode())]
             await send({"type": "http.response.start", "status": 499, "headers": headers})
             await send({"type": "http.response.body", "body": b""})

@@ -257,8 +257,10 @@ class StreamedSpeech:
 
     @property
     def mid_utterance(self) -> bool:
-        """Text of the current utterance has come, its input.done not yet (some of it may be queued or spoken)."""
-        return self.utterance in self.open_utterances
+        """Text of the current utterance has come, its input.done not yet (some of it may be queued or spoken);
+        empty or blank messages are no text of it."""
+        utterance = self.open_utterances.get(self.utterance)
+        return utterance is not None and (utterance.text_seen or utterance.ssml)
 
     @property
     def idle(self) -> bool:

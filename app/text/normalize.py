@@ -60,7 +60,7 @@ def is_ssml(text: str) -> bool:
     if _SSML_ROOT.match(text, start) is not None:
         return True
     # once more without what the reader drops (invisible format characters and the like) between the prolog's parts
-    head = text[start:_SSML_HEAD_CHARS]
+    head = text[start : start + _SSML_HEAD_CHARS]
     read = "".join(ch for ch in head if ch.isspace() or unicodedata.category(ch) not in _UNREAD_LEADING)
     return _SSML_ROOT.match(read) is not None
 

@@ -136,11 +136,11 @@ def _pack(parts: list[str], max_chars: int) -> list[str]:
 
 
 def _before_silent_sentences(text: str, cut: int) -> int:
-    """`cut` moved back over the sentences before it that have words but nothing to say."""
+    """`cut` moved back over the sentences before it that have nothing to say."""
     starts = {0} | {i + 1 for i, ch in enumerate(text[:cut]) if ch == "\n"}
     starts |= {m.end() for m in _TERMINATOR.finditer(text, 0, cut) if _ends_sentence(text, m)}
     bounds = sorted(b for b in starts if b < cut)
-    while bounds and has_silent_words(text[bounds[-1] : cut]):
+    while bounds and not is_speakable(text[bounds[-1] : cut]):  # a line break or "..." between is no word either
         cut = bounds.pop()
     return cut
 
@@ -163,8 +163,8 @@ def complete_sentences(text: str, max_chars: int = 250, final: bool = False) -> 
             cut = len(text)
     if not final:  # a last sentence with words but nothing to say waits to go with the next (split_sentences)
         cut = _before_silent_sentences(text, cut)
-    elif not is_speakable(text[:cut]):  # given up alone, such words would go as nothing: they wait for the next
-        cut = 0
+    elif not is_speakable(text[:cut]) and has_silent_words(text[:cut]):  # given up alone, such words would go as
+        cut = 0  # nothing: they wait for the next (punctuation alone is given up, as no word)
     done, rest = split_sentences(text[:cut], max_chars), text[cut:]
     if len(rest.strip()) > max_chars and (pieces := split_sentences(rest, max_chars)):  # none: nothing to say yet
         # the last piece may still grow with the next words: it waits, as normalised text

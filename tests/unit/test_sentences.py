@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import unicodedata
 
 import pytest
 
@@ -173,6 +174,8 @@ def test_streamed_text_keeps_a_sentence_with_nothing_to_say_for_the_next(chunks:
         [("Hello. ", False), ("😀 ", True), ("🙂", True), (" Fine.", False)],
         [("😀 " * 130, False), ("Hello there.", False)],  # silent words past the longest sentence, then words
         [("😀 " * 130, True), ("Hello there.", True)],
+        [("Hello. ", False), ("😀!", False), ("\nBye now.", False)],  # a line break between: no word to go with
+        [("Hello. ", False), ("😀! ... ", False), ("Bye now.", False)],
     ],
 )
 def test_silent_words_wait_for_the_next_words_through_a_pause_and_past_the_longest_sentence(
@@ -190,7 +193,17 @@ def test_silent_words_wait_for_the_next_words_through_a_pause_and_past_the_longe
             spoken += units
     spoken += final_units(buffer, 250, "sentence")
     assert all(is_speakable(unit) for unit in spoken), spoken
-    assert [word for unit in spoken for word in unit.split()] == "".join(chunk for chunk, _ in steps).split()
+
+    def words(text: str) -> list[str]:  # punctuation alone ("...") is no word
+        return [word for word in text.split() if not all(unicodedata.category(ch)[0] == "P" for ch in word)]
+
+    assert [word for unit in spoken for word in words(unit)] == words("".join(chunk for chunk, _ in steps))
+
+
+def test_punctuation_alone_is_given_up_when_the_writer_pauses() -> None:
+    """It is no word to keep for the next ones: left waiting, it would be text to speak at the idle timeout."""
+    assert complete_units("... ", 250, "sentence", final=True) == ([], "")
+    assert complete_units("😀 ", 250, "sentence", final=True) == ([], "😀 ")  # a word: it waits
 
 
 @pytest.mark.parametrize(

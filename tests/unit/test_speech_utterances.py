@@ -290,6 +290,28 @@ async def test_the_stream_is_idle_only_with_nothing_to_speak(service: SpeechServ
     assert speech.look() is True  # nothing left: idle for too long
 
 
+async def test_punctuation_left_after_a_whole_idle_period_is_idle(service: SpeechService) -> None:
+    """Punctuation alone left waiting is no text to speak: the stream is idle (and closed), not given an utterance's
+    end the client never asked for, then another whole idle period."""
+    speech = await configured(service)
+    speech.text("Hello there. ...")
+    speech.buffered_at -= SENTENCE_IDLE_S
+    assert speech.look() is False and queued(speech) == ["Hello there."]
+    speech.unspoken = 0  # (spoken: no speaker runs here)
+    speech.quiet_since -= IDLE_TIMEOUT_S
+    assert speech.look() is True and queued(speech) == []
+
+
+async def test_an_empty_text_message_opens_no_utterance_a_config_would_change(service: SpeechService) -> None:
+    """LLM streams send empty deltas: a session.config after them is between utterances still."""
+    speech = await configured(service)
+    speech.text("")
+    speech.text("   ")
+    assert not speech.mid_utterance
+    speech.text("Hello")
+    assert speech.mid_utterance
+
+
 async def test_an_utterance_is_told_in_order_and_accounted_once(
     service: SpeechService, caplog: pytest.LogCaptureFixture
 ) -> None:

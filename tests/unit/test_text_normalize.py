@@ -57,6 +57,7 @@ def test_letters_of_another_script_are_refused() -> None:
         '<?xml version="1.0"?>\u200b<speak>Hi.</speak>',  # what the reader drops, between the prolog and the root
         "<!-- a -->\ufeff\u2060<!-- b -->\u00ad<speak>Hi.</speak>",
         '<!DOCTYPE speak [ <!ENTITY who "world"> ]>\n<speak>Hello &who;.</speak>',  # an internal subset, its own >s
+        "\u200b" * 1100 + "<!-- a -->\u200b<speak>Hi.</speak>",  # the bound counts from the text's first mark
     ],
 )
 def test_ssml_is_refused_not_read_out(text: str) -> None:
