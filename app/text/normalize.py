@@ -145,12 +145,23 @@ def _foreign(ch: str) -> bool:
     return category in ("Nl", "No") and ascii_form(ch) is None
 
 
+def is_greek_letter(ch: str) -> bool:
+    return unicodedata.name(ch, "").startswith("GREEK ") and unicodedata.category(ch)[0] == "L"
+
+
+def greek_symbol(word: str, index: int) -> bool:
+    """`word[index]` is a Greek letter standing as a symbol (π, Δt, μg, β in "β-blockers"): none beside it, as a
+    Greek word would have."""
+    beside = word[max(0, index - 1) : index] + word[index + 1 : index + 2]
+    return is_greek_letter(word[index]) and not any(is_greek_letter(ch) for ch in beside)
+
+
 def first_non_latin(text: str) -> ForeignWord | None:
     """The first word of `text` with a letter outside the Latin script, or a number of another script, if any;
-    symbols do not count."""
+    symbols do not count, nor does a Greek letter standing as one (`greek_symbol`: read by its name)."""
     for match in re.finditer(r"[^\W\d_]+", text):
         word = match.group(0)
-        foreign = [ch for ch in word if _foreign(ch)]
+        foreign = [ch for i, ch in enumerate(word) if _foreign(ch) and not greek_symbol(word, i)]
         if foreign:
             start = text.rfind(" ", 0, match.start()) + 1
             end = text.find(" ", match.end())

@@ -409,6 +409,10 @@ def test_runs_within_the_bound_are_read_as_hibari_reads_them(text: str, monkeypa
         ("Open 9:00–17:00 daily.", "Open 9:00 to 17:00 daily."),  # the range's "to" was lost
         ("Open 9am-5pm daily.", "Open 9am to 5pm daily."),
         ("Ping 127.0.0.1 now.", "Ping 127 dot 0 dot 0 dot 1 now."),  # was "one two seven zero zero one"
+        ("The value of π is 3.14.", "The value of pi is 3.14."),  # Greek letters as symbols, by their names
+        ("Take β-blockers and Σ now.", "Take beta-blockers and sigma now."),
+        ("If Δt is small, 2πr grows.", "If delta t is small, 2 pi r grows."),
+        ("Take 5 μg and 3 μm.", "Take 5 µg and 3 µm."),  # Greek mu before a unit: the micro sign, "micro"
     ],
 )
 def test_what_an_llm_writes_is_read_as_a_listener_expects(written: str, as_if: str) -> None:

@@ -38,8 +38,18 @@ def test_a_number_of_another_script_with_no_ascii_form_is_refused_not_skipped(te
 def test_letters_of_another_script_are_refused() -> None:
     foreign = first_non_latin("Hello Привет")
     assert foreign is not None and foreign.fragment == "Привет" and "Cyrillic" in foreign.describe()
-    greek = first_non_latin("Take 5 μg")  # Greek mu, which the engine spells out, is not the micro sign
-    assert greek is not None and greek.fragment == "μg" and "Greek" in greek.describe()
+    greek = first_non_latin("Say καλημέρα now")  # a Greek word: Greek letters side by side
+    assert greek is not None and greek.fragment == "καλημέρα" and "Greek" in greek.describe()
+
+
+@pytest.mark.parametrize(
+    "text", ["The value of π is 3.14.", "Take β-blockers.", "Set α = 0.05.", "If Δt is small.", "Take 5 μg.", "2πr"]
+)
+def test_a_greek_letter_standing_as_a_symbol_is_read(text: str) -> None:
+    """π, α, Δ in English text are symbols, which the engine reads by name ("pi", "alpha", "delta"; Greek mu before
+    a unit as "micro"): no other language to refuse. Refused, the whole request failed."""
+    assert first_non_latin(text) is None
+    assert normalize_text(text, ENGLISH) == text
 
 
 @pytest.mark.parametrize(

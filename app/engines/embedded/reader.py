@@ -23,6 +23,8 @@
 - It reads every `#` as "hashtag", the marks of a Markdown heading an LLM writes too ("# Heading": "hashtag
   heading"): the `#`s that head a line before a space are markup, not read; so are a quote's `>`s ("greater than"),
   a footnote's "[^1]" ("to the power of one"), a strike's `~~` ("about about") and an address's angle brackets.
+- It reads Greek letters as nothing or stray letters: one standing as a symbol ("π", "Δt", "β-blockers") is read by
+  its name, Greek mu before a unit ("5 μg") as "micro".
 - It reads "!=" as "equals" (the opposite), ">=" as "greater than equals", and "≠", "≥", "≤", "≈" as nothing: each
   is read as its words ("not equal to", "greater than or equal to"...).
 - It drops a decimal's last zeros ("Python 3.10": "three point one", "OAuth 2.0": "two"): they are read.
@@ -55,7 +57,7 @@ import unicodedata
 from collections.abc import Callable, Container
 from typing import Any
 
-from app.text.normalize import ascii_form
+from app.text.normalize import ascii_form, greek_symbol
 
 MAX_NUMBER_DIGITS = 15
 # hibari looks up every stretch of pieces written together ("well-known", "a/b", "a+b") as a compound it may know: its
@@ -106,6 +108,9 @@ _WORD_IN_CAPS = re.compile(r"[A-Z]*[AEIOUY][A-Z]*")
 # a range of times ("9:00–17:00", "9am-5pm"): hibari read it without its "to", as it reads one of plain numbers
 _CLOCK = r"\d{1,2}(?::\d\d)?\s?[aApP]\.?[mM]\.?|\d{1,2}:\d\d"
 _TIME_RANGE = re.compile(rf"(?<![\w:])({_CLOCK})\s?[-–—]\s?({_CLOCK})(?![\w:])")
+# Greek mu before a unit ("5 μg"): the micro sign, which hibari reads "micro" ("micrograms")
+_MU_BEFORE_UNIT = re.compile(r"\u03bc(?=(?:g|m|s|l|L|A|V|F|W|J|N|M|mol|Hz|Pa)\b)")
+_GREEK = re.compile(r"[\u0370-\u03ff\u1f00-\u1fff]")
 # an IP address ("127.0.0.1"): hibari read it as digits without its dots
 _IP_ADDRESS = re.compile(r"(?<![\w.])(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?!\w|\.\d)")
 # a `#` on its own ("Press # to continue", "then #."): a phone's key. Not a hashtag's ("#news"), a number's ("#1",
@@ -202,7 +207,7 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     from hibari.g2p.lexicon import CURRENCIES
     from hibari.g2p.normalize import normalize
 
-    readable = markup_unsaid(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS))
+    readable = greek_letters_named(markup_unsaid(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS)))
     readable = scales_in_words(signs_before_amounts(addresses_read_out(terms_said(readable))))
     readable = hash_keys_named(signs_as_words(readable), "hash" if getattr(g2p, "british", False) else "pound")
     readable = phone_numbers_in_digits(time_ranges_with_to(ip_addresses_with_dots(round_the_clock(readable))))
@@ -264,6 +269,24 @@ def markup_unsaid(text: str) -> str:
     the brackets of an address ("<https://...>": "less than ... greater than")."""
     text = _QUOTE_MARKS.sub("", _HEADING_MARKS.sub("", text))
     return _AUTOLINK.sub(r"\1", _STRUCK.sub(r"\1", _FOOTNOTE_MARK.sub("", text)))
+
+
+def greek_letters_named(text: str) -> str:
+    """`text` with each Greek letter standing as a symbol (`app.text.normalize.greek_symbol`: the voice's text check
+    lets only those through) as its name ("π": "pi", "Δt": "delta t", "2πr": "2 pi r"), and Greek mu before a unit
+    as the micro sign ("5 μg": "micrograms"); hibari read them as nothing or as stray letters."""
+    text = _MU_BEFORE_UNIT.sub("\u00b5", text)
+
+    def named(match: re.Match[str]) -> str:
+        at, written = match.start(), match.string
+        if not greek_symbol(written, at):
+            return match.group(0)
+        name = unicodedata.name(match.group(0)).split("LETTER ", 1)[-1].split(" WITH ")[0].lower()
+        before = " " if at and written[at - 1].isalnum() else ""
+        after = " " if written[at + 1 : at + 2].isalnum() else ""
+        return f"{before}{name.removeprefix('final ')}{after}"
+
+    return _GREEK.sub(named, text)
 
 
 def terms_said(text: str) -> str:
