@@ -19,6 +19,9 @@ _EDGE_PUNCTUATION = "\"'“”‘’«»()[]{}<>,;:!?¿¡…—–-−"
 _SIGNS = ("-", "−")  # a hyphen-minus or minus sign right before a number is its sign ("-5°C", "-$5", "-.5"), not a dash
 _SIGNED = re.compile(r"[^\w\s]?\d")  # a number: a digit first, or after one sign of its own ("$5", ".5")
 _KEY_DROP = re.compile(r"[\W_]+")
+# Markdown's marks around a word ("**Install**", "`pip`", "*this*,"), the last with the sentence's punctuation after it
+_MARKS_BEFORE = re.compile(r"^[*`]+(?=[\w\"'“‘(\[$])")
+_MARKS_AFTER = re.compile(r"(?<=[\w.!?:;,)\]\"'”’%])[*`]+[^\w*`]*$")
 _ABBREVIATION = re.compile(r"[^\W\d_]\.[^\W\d_]")  # a full stop between letters
 
 
@@ -48,9 +51,12 @@ class SpokenWord:
 
 
 def written_words(text: str) -> list[str]:
-    """The words of `text` as written: whitespace-separated, without the punctuation around them."""
+    """The words of `text` as written: whitespace-separated, without the punctuation and Markdown marks around
+    them."""
     words: list[str] = []
-    for token in text.split():
+    for written in text.split():
+        # outside the marks, punctuation is the sentence's ("`main.py`." is "main.py"); a mark alone ("2 * 3") stays
+        token = _MARKS_BEFORE.sub("", _MARKS_AFTER.sub("", written))
         word = token.strip(_EDGE_PUNCTUATION)
         lead = token[: len(token) - len(token.lstrip(_EDGE_PUNCTUATION))]
         if lead.endswith(_SIGNS) and _SIGNED.match(word):

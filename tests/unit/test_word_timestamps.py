@@ -28,6 +28,15 @@ def test_written_words_keep_numbers_and_abbreviations_as_written() -> None:
     ]  # fmt: skip
 
 
+def test_markdowns_marks_are_no_part_of_a_word() -> None:
+    """What an LLM writes: captions show "Install", not "**Install"; "pip", not "`pip"."""
+    text = "**Note:** **Install** the `pip` package from `requirements.txt`. See *this*, 2 * 3 and x_1."
+    assert written_words(text) == [
+        "Note", "Install", "the", "pip", "package", "from", "requirements.txt", "See", "this", "2", "*", "3", "and",
+        "x_1",
+    ]  # fmt: skip
+
+
 def test_a_negative_number_keeps_its_sign_and_spanish_marks_are_punctuation() -> None:
     """ "-5°C" is minus five (its sign once dropped as a dash, so the label said the opposite); "¿Qué" and "¡Sí" lose
     their opening marks as "Qué?" and "Sí!" lose their closing ones; a dash between words is still no word."""
