@@ -413,6 +413,12 @@ def test_runs_within_the_bound_are_read_as_hibari_reads_them(text: str, monkeypa
         ("Take β-blockers and Σ now.", "Take beta-blockers and sigma now."),
         ("If Δt is small, 2πr grows.", "If delta t is small, 2 pi r grows."),
         ("Take 5 μg and 3 μm.", "Take 5 µg and 3 µm."),  # Greek mu before a unit: the micro sign, "micro"
+        ("So x → ∞ and A ⇒ B here.", "So x to infinity and A implies B here."),  # ∞ and ⇒ were silent
+        ("Then √2 and a ∈ S, b ∉ S here.", "Then square root of 2 and a in S, b not in S here."),
+        ("So f -> g here.", "So f to g here."),  # not "greater than"
+        ("It is $9.99/month or $99/yr now.", "It is $9.99 per month or $99 per year now."),  # the "per" was lost
+        ("Meet Tue, Dec 2 at noon.", "Meet Tuesday, Dec 2 at noon."),  # "Tue" was "two"
+        ("It ends Fri 5 Jan.", "It ends Friday 5 Jan."),
     ],
 )
 def test_what_an_llm_writes_is_read_as_a_listener_expects(written: str, as_if: str) -> None:
@@ -430,12 +436,14 @@ def test_what_an_llm_writes_is_read_as_a_listener_expects(written: str, as_if: s
         "It rose 2.5% today.",
         "Version 3.11.2 is out.",
         "5 > 3 here.",
+        "He sat down, Sun 5 times.",
+        "It is 5/10 now.",
     ],
 )
 def test_what_reads_well_already_is_read_as_before(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Amounts keep their cents, a version of three numbers its points, a "greater than" inside a line its words."""
     before = said(text)
     rewrites = ("markup_unsaid", "terms_said", "signs_as_words", "decimals_with_their_zeros", "time_ranges_with_to")
-    for rewrite in (*rewrites, "ip_addresses_with_dots"):
+    for rewrite in (*rewrites, "ip_addresses_with_dots", "rates_with_per", "weekdays_in_full"):
         monkeypatch.setattr(reading, rewrite, lambda written: written)
     assert said(text) == before

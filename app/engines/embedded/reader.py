@@ -25,8 +25,9 @@
   a footnote's "[^1]" ("to the power of one"), a strike's `~~` ("about about") and an address's angle brackets.
 - It reads Greek letters as nothing or stray letters: one standing as a symbol ("π", "Δt", "β-blockers") is read by
   its name, Greek mu before a unit ("5 μg") as "micro".
-- It reads "!=" as "equals" (the opposite), ">=" as "greater than equals", and "≠", "≥", "≤", "≈" as nothing: each
-  is read as its words ("not equal to", "greater than or equal to"...).
+- It reads "!=" as "equals" (the opposite), ">=" as "greater than equals", "->" as "greater than", and "≠", "≥",
+  "≤", "≈", "∞", "⇒", "√", "∈", "∉" as nothing: each is read as its words ("not equal to", "infinity"...).
+- It reads "$9.99/month" without its "per", and "Tue, Dec 2" as "two, December 2nd": both are read as said.
 - It drops a decimal's last zeros ("Python 3.10": "three point one", "OAuth 2.0": "two"): they are read.
 - It spells "JSON", "YAML" and a constant's name ("MAX_RETRIES": "max R E T R I E S"), reads "C#" "C hashtag", a
   range of times without its "to" ("9am-5pm") and an IP address without its dots: each is read as people say it.
@@ -82,6 +83,12 @@ _AUTOLINK = re.compile(r"<((?i:https?://|mailto:)[^\s<>]+)>")
 # comparison signs: hibari read "!=" as "! equals" (heard "x equals y"), ">=" as "greater than equals", "==" as "equals
 # equals", and "≠", "≥", "≤", "≈" not at all
 _SIGN_WORDS = {
+    "->": "to",
+    "∞": "infinity",
+    "⇒": "implies",
+    "√": "square root of",
+    "∈": "in",
+    "∉": "not in",
     "!=": "not equal to",
     "≠": "not equal to",
     ">=": "greater than or equal to",
@@ -91,7 +98,18 @@ _SIGN_WORDS = {
     "==": "equals",
     "≈": "approximately",
 }
-_SIGN = re.compile(r"(?<![=!<>])(?:!==?|===?|>=|<=)(?![=>])|[≠≥≤≈]")
+_SIGN = re.compile(r"(?<![=!<>-])(?:!==?|===?|>=|<=|->)(?![=>])|[≠≥≤≈∞⇒√∈∉]")
+# a rate after an amount ("$9.99/month", "$99/yr"): hibari read it without its "per" ("nine ninety-nine month")
+_PERIODS = {"month": "month", "mo": "month", "year": "year", "yr": "year", "week": "week", "wk": "week",
+            "day": "day", "hour": "hour", "hr": "hour", "user": "user", "seat": "seat", "person": "person"}  # fmt: skip
+_RATE = re.compile(rf"(?<=\d)/({'|'.join(_PERIODS)})\b")
+# a day's name cut short before a date ("Tue, Dec 2", "Fri 5 Jan"): hibari read "Tue" as "two", "Fri" as "fry"
+_DAYS = {"Mon": "Monday", "Tue": "Tuesday", "Tues": "Tuesday", "Wed": "Wednesday", "Thu": "Thursday",
+         "Thur": "Thursday", "Thurs": "Thursday", "Fri": "Friday", "Sat": "Saturday", "Sun": "Sunday"}  # fmt: skip
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
+_DAY_BEFORE_DATE = re.compile(
+    rf"\b({'|'.join(_DAYS)})\.?(?=,? (?:{_MONTH} \d|\d{{1,2}}(?:st|nd|rd|th)? {_MONTH}(?!\w)))"
+)
 # a decimal ending in a zero ("3.10", "2.0"): hibari dropped its last zeros ("Python 3.10": "three point one"); not an
 # amount of money, whose zeros are no digits to say ("$5.50", "USD 5.00", "5.00 EUR", "5.50 dollars")
 _DECIMAL_WITH_ZEROS = re.compile(r"(?<![\w.,])(\d+)\.(\d*0)(?!\w|[.,]\d)")
@@ -211,7 +229,7 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     readable = scales_in_words(signs_before_amounts(addresses_read_out(terms_said(readable))))
     readable = hash_keys_named(signs_as_words(readable), "hash" if getattr(g2p, "british", False) else "pound")
     readable = phone_numbers_in_digits(time_ranges_with_to(ip_addresses_with_dots(round_the_clock(readable))))
-    readable = decimals_with_their_zeros(versions_with_points(readable))
+    readable = decimals_with_their_zeros(versions_with_points(weekdays_in_full(rates_with_per(readable))))
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
     return g2p.phonemize_tokens(numbers_as_numbers(g2p.tokenize(joined_runs_cut(signs_named(normalized, CURRENCIES)))))
 
@@ -308,6 +326,18 @@ def signs_as_words(text: str) -> str:
     equal to 0"); hibari read "!=" as "equals", which says the opposite, and "≠", "≥", "≤", "≈" as nothing. A sign
     on its own ("5 > 3") is read as before."""
     return _SIGN.sub(lambda match: f" {_SIGN_WORDS[match.group(0)[:2]]} ", text)
+
+
+def rates_with_per(text: str) -> str:
+    """`text` with each rate after an amount said with its "per" ("$9.99/month": "$9.99 per month", "$99/yr":
+    "$99 per year"); hibari read "nine dollars and ninety-nine cents month"."""
+    return _RATE.sub(lambda match: f" per {_PERIODS[match.group(1)]}", text)
+
+
+def weekdays_in_full(text: str) -> str:
+    """`text` with a day's name cut short before a date in full ("Tue, Dec 2": "Tuesday, Dec 2", "Fri 5 Jan":
+    "Friday 5 Jan"); hibari read "Tue" as "two", "Fri" as "fry". Not where no date follows ("Sun 5 times")."""
+    return _DAY_BEFORE_DATE.sub(lambda match: _DAYS[match.group(1)], text)
 
 
 def decimals_with_their_zeros(text: str) -> str:
