@@ -20,8 +20,8 @@ _SIGNS = ("-", "−")  # a hyphen-minus or minus sign right before a number is i
 _SIGNED = re.compile(r"[^\w\s]?\d")  # a number: a digit first, or after one sign of its own ("$5", ".5")
 _KEY_DROP = re.compile(r"[\W_]+")
 # Markdown's marks around a word ("**Install**", "`pip`", "*this*,"), the last with the sentence's punctuation after it
-_MARKS_BEFORE = re.compile(r"^[*`]+(?=[\w\"'“‘(\[$])")
-_MARKS_AFTER = re.compile(r"(?<=[\w.!?:;,)\]\"'”’%])[*`]+[^\w*`]*$")
+_MARKS_BEFORE = re.compile(r"^([^\w\s*`]*)[*`]+(?=[^\s*`])")
+_MARKS_AFTER = re.compile(r"(?<=[^\s*`])[*`]+[^\w*`]*$")
 _ABBREVIATION = re.compile(r"[^\W\d_]\.[^\W\d_]")  # a full stop between letters
 
 
@@ -56,7 +56,7 @@ def written_words(text: str) -> list[str]:
     words: list[str] = []
     for written in text.split():
         # outside the marks, punctuation is the sentence's ("`main.py`." is "main.py"); a mark alone ("2 * 3") stays
-        token = _MARKS_BEFORE.sub("", _MARKS_AFTER.sub("", written))
+        token = _MARKS_BEFORE.sub(r"\1", _MARKS_AFTER.sub("", written))
         word = token.strip(_EDGE_PUNCTUATION)
         lead = token[: len(token) - len(token.lstrip(_EDGE_PUNCTUATION))]
         if lead.endswith(_SIGNS) and _SIGNED.match(word):

@@ -35,6 +35,9 @@ def test_markdowns_marks_are_no_part_of_a_word() -> None:
         "Note", "Install", "the", "pip", "package", "from", "requirements.txt", "See", "this", "2", "*", "3", "and",
         "x_1",
     ]  # fmt: skip
+    assert written_words("Run (`pip`) with `-v`, `./run.sh` and **+5%** or a**2.") == [
+        "Run", "pip", "with", "v", "./run.sh", "and", "+5%", "or", "a**2",
+    ]  # fmt: skip
 
 
 def test_a_negative_number_keeps_its_sign_and_spanish_marks_are_punctuation() -> None:

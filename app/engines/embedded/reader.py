@@ -76,9 +76,9 @@ _MARK_THEN_AMOUNT = re.compile(rf"([^\w\s]) ?({_AMOUNT})")
 # quote's (`>`s at a line's start before a word: "> Note", not "> 5 items"), a footnote's ("work[^1]"), a strike's
 # ("~~$50~~") and an address's brackets ("<https://example.com>")
 _HEADING_MARKS = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(?=\S)", re.MULTILINE)
-_QUOTE_MARKS = re.compile(r"^[ \t]{0,3}(?:>[ \t]?)+(?=[^\d\s>])", re.MULTILINE)
-_FOOTNOTE_MARK = re.compile(r"\[\^[^\]\s]{1,20}\]")
-_STRUCK = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
+_QUOTE_MARKS = re.compile(r"^[ \t]{0,3}(?:>[ \t]+)+(?=[^\d\s>=<$€£+-])", re.MULTILINE)  # not ">= 18", ">$100"
+_FOOTNOTE_MARK = re.compile(r"(?<=\S)\[\^\w{1,20}\]")  # after its word: not a character class ("[^0-9]")
+_STRUCK = re.compile(r"~~(?=\S)([^\n]{1,200}?)(?<=\S)~~")
 _AUTOLINK = re.compile(r"<((?i:https?://|mailto:)[^\s<>]+)>")
 # comparison signs: hibari read "!=" as "! equals" (heard "x equals y"), ">=" as "greater than equals", "==" as "equals
 # equals", and "≠", "≥", "≤", "≈" not at all
@@ -98,7 +98,7 @@ _SIGN_WORDS = {
     "==": "equals",
     "≈": "approximately",
 }
-_SIGN = re.compile(r"(?<![=!<>-])(?:!==?|===?|>=|<=|->)(?![=>])|[≠≥≤≈∞⇒√∈∉]")
+_SIGN = re.compile(r"(?<![=!<>-])(?:!==?|===?|>=|<=)(?![=>])|(?<=\s)->(?=\s)|[≠≥≤≈∞⇒√∈∉]")  # not "ptr->next"
 # a rate after an amount ("$9.99/month", "$99/yr"): hibari read it without its "per" ("nine ninety-nine month")
 _PERIODS = {"month": "month", "mo": "month", "year": "year", "yr": "year", "week": "week", "wk": "week",
             "day": "day", "hour": "hour", "hr": "hour", "user": "user", "seat": "seat", "person": "person"}  # fmt: skip
@@ -106,14 +106,19 @@ _RATE = re.compile(rf"(?<=\d)/({'|'.join(_PERIODS)})\b")
 # a day's name cut short before a date ("Tue, Dec 2", "Fri 5 Jan"): hibari read "Tue" as "two", "Fri" as "fry"
 _DAYS = {"Mon": "Monday", "Tue": "Tuesday", "Tues": "Tuesday", "Wed": "Wednesday", "Thu": "Thursday",
          "Thur": "Thursday", "Thurs": "Thursday", "Fri": "Friday", "Sat": "Saturday", "Sun": "Sunday"}  # fmt: skip
-_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
+_MONTH = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sept?(?:ember)?|Oct(?:ober)?"
+    r"|Nov(?:ember)?|Dec(?:ember)?)\.?"
+)
 _DAY_BEFORE_DATE = re.compile(
     rf"\b({'|'.join(_DAYS)})\.?(?=,? (?:{_MONTH} \d|\d{{1,2}}(?:st|nd|rd|th)? {_MONTH}(?!\w)))"
 )
 # a decimal ending in a zero ("3.10", "2.0"): hibari dropped its last zeros ("Python 3.10": "three point one"); not an
 # amount of money, whose zeros are no digits to say ("$5.50", "USD 5.00", "5.00 EUR", "5.50 dollars")
-_DECIMAL_WITH_ZEROS = re.compile(r"(?<![\w.,])(\d+)\.(\d*0)(?!\w|[.,]\d)")
-_CODE_BEFORE = re.compile(r"\b[A-Z]{3} ?$")
+# Read so only after a name ("Python 3.10", "OAuth 2.0", "Version 2.0"): a price, a time or a score ("19.90", "at
+# 10.30", "5.00 pm", "USD 5.00", "5.00 dollars") is left as hibari reads it
+_DECIMAL_WITH_ZEROS = re.compile(r"(?<![\w.,])([A-Z][\w+#-]{0,30}) (\d+)\.(\d*0)(?!\w|[.,]\d|%| ?[ap]\.?m\b)")
+_NO_NAME = re.compile(r"[A-Z]{3}|At|By|From|Until|Till|Before|After|Around|About|Only|Just")  # a currency, a time's
 _MONEY_AFTER = re.compile(r" ?(?:[A-Z]{3}\b|(?i:dollars?|euros?|pounds?|cents?|yen|bucks)\b)")
 # terms hibari spells or names wrong: "JSON" ("J S O N"), "C#" ("C hashtag"), ".NET" ("net"), a constant's name
 # ("MAX_RETRIES": "max R E T R I E S")
@@ -122,12 +127,11 @@ _TERM = re.compile(r"\b(?:JSON|YAML)\b")
 _SHARP = re.compile(r"(?<![\w#])([A-G])#(?![\w#])")
 _DOT_NET = re.compile(r"(?<![\w.])\.NET\b")
 _CONSTANT = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
-_WORD_IN_CAPS = re.compile(r"[A-Z]*[AEIOUY][A-Z]*")
 # a range of times ("9:00–17:00", "9am-5pm"): hibari read it without its "to", as it reads one of plain numbers
 _CLOCK = r"\d{1,2}(?::\d\d)?\s?[aApP]\.?[mM]\.?|\d{1,2}:\d\d"
 _TIME_RANGE = re.compile(rf"(?<![\w:])({_CLOCK})\s?[-–—]\s?({_CLOCK})(?![\w:])")
 # Greek mu before a unit ("5 μg"): the micro sign, which hibari reads "micro" ("micrograms")
-_MU_BEFORE_UNIT = re.compile(r"\u03bc(?=(?:g|m|s|l|L|A|V|F|W|J|N|M|mol|Hz|Pa)\b)")
+_MU_BEFORE_UNIT = re.compile(r"(?<=\d)( ?)\u03bc(?=[gm]\b)")  # after an amount: hibari says "micrograms", "micrometres"
 _GREEK = re.compile(r"[\u0370-\u03ff\u1f00-\u1fff]")
 # an IP address ("127.0.0.1"): hibari read it as digits without its dots
 _IP_ADDRESS = re.compile(r"(?<![\w.])(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?!\w|\.\d)")
@@ -226,7 +230,7 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     from hibari.g2p.normalize import normalize
 
     readable = greek_letters_named(markup_unsaid(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS)))
-    readable = scales_in_words(signs_before_amounts(addresses_read_out(terms_said(readable))))
+    readable = scales_in_words(signs_before_amounts(terms_said(addresses_read_out(readable), known_word(g2p))))
     readable = hash_keys_named(signs_as_words(readable), "hash" if getattr(g2p, "british", False) else "pound")
     readable = phone_numbers_in_digits(time_ranges_with_to(ip_addresses_with_dots(round_the_clock(readable))))
     readable = decimals_with_their_zeros(versions_with_points(weekdays_in_full(rates_with_per(readable))))
@@ -293,13 +297,14 @@ def greek_letters_named(text: str) -> str:
     """`text` with each Greek letter standing as a symbol (`app.text.normalize.greek_symbol`: the voice's text check
     lets only those through) as its name ("π": "pi", "Δt": "delta t", "2πr": "2 pi r"), and Greek mu before a unit
     as the micro sign ("5 μg": "micrograms"); hibari read them as nothing or as stray letters."""
-    text = _MU_BEFORE_UNIT.sub("\u00b5", text)
+    text = _MU_BEFORE_UNIT.sub("\\1\u00b5", text)
 
     def named(match: re.Match[str]) -> str:
         at, written = match.start(), match.string
         if not greek_symbol(written, at):
             return match.group(0)
-        name = unicodedata.name(match.group(0)).split("LETTER ", 1)[-1].split(" WITH ")[0].lower()
+        letter = unicodedata.normalize("NFKC", match.group(0))  # a symbol form ("ϕ", "ϵ") as its letter
+        name = unicodedata.name(letter).split("LETTER ", 1)[-1].split(" WITH ")[0].lower()
         before = " " if at and written[at - 1].isalnum() else ""
         after = " " if written[at + 1 : at + 2].isalnum() else ""
         return f"{before}{name.removeprefix('final ')}{after}"
@@ -307,18 +312,27 @@ def greek_letters_named(text: str) -> str:
     return _GREEK.sub(named, text)
 
 
-def terms_said(text: str) -> str:
-    """`text` with terms hibari spells or names wrong said as people say them: "JSON" as "Jason" (not "J S O N"),
-    "YAML" as "yamel", "C#" as "C sharp" (not "C hashtag"), ".NET" as "dot net", and a constant's name in capitals
-    ("MAX_RETRIES") as its words ("max retries"; its short parts, "API_KEY"'s "API", left in capitals: acronyms)."""
-    text = _TERM.sub(lambda match: _TERM_WORDS[match.group(0)], text)
-    text = _DOT_NET.sub("dot net", _SHARP.sub(r"\1 sharp", text))
+def terms_said(text: str, known: Callable[[str], bool]) -> str:
+    """`text` with terms hibari spells or names wrong said as people say them: a constant's name in capitals
+    ("MAX_RETRIES") as its words where they are words (`known`: "max retries"; "UUID_V4"'s acronym left to be
+    spelled), "JSON" as "Jason" (not "J S O N"), "YAML" as "yamel", "C#" as "C sharp" (not "C hashtag") and ".NET"
+    as "dot net"."""
 
     def words(match: re.Match[str]) -> str:
-        parts = match.group(0).split("_")
-        return " ".join(p.lower() if len(p) > 3 and _WORD_IN_CAPS.fullmatch(p) else p for p in parts)
+        return " ".join(part.lower() if known(part.lower()) else part for part in match.group(0).split("_"))
 
-    return _CONSTANT.sub(words, text)
+    text = _TERM.sub(lambda match: _TERM_WORDS[match.group(0)], _CONSTANT.sub(words, text))
+    return _DOT_NET.sub("dot net", _SHARP.sub(r"\1 sharp", text))
+
+
+def known_word(g2p: Any) -> Callable[[str], bool]:
+    """Whether hibari's lexicon knows `word` (lower case), or the word it is a plural of ("retries": "retry")."""
+
+    def known(word: str) -> bool:
+        stems = (word, word[:-3] + "y" if word.endswith("ies") else word[:-1] if word.endswith("s") else word)
+        return any(g2p.lexicon.is_known(stem, "NN") for stem in stems if len(stem) > 2)
+
+    return known
 
 
 def signs_as_words(text: str) -> str:
@@ -341,16 +355,15 @@ def weekdays_in_full(text: str) -> str:
 
 
 def decimals_with_their_zeros(text: str) -> str:
-    """`text` with each decimal that ends in a zero read to its last digit ("3.10": "3 point 1 0", "2.0": "2 point
-    0"); hibari dropped the zeros ("Python 3.10" was "Python three point one", "OAuth 2.0" "OAuth two"). Not an amount
-    of money ("$5.50" is five dollars fifty) nor a number with a third part ("3.10.1")."""
+    """`text` with each decimal that ends in a zero after a name read to its last digit ("Python 3.10": "Python 3
+    point 1 0", "OAuth 2.0": "OAuth 2 point 0"); hibari dropped the zeros ("Python three point one", "OAuth two").
+    Not an amount of money, a time, a percentage, nor a number with a third part ("3.10.1")."""
 
     def read(match: re.Match[str]) -> str:
-        before, after = match.string[max(0, match.start() - 4) : match.start()], match.string[match.end() :]
-        sign_before = bool(before) and unicodedata.category(before[-1]) == "Sc"
-        if sign_before or _CODE_BEFORE.search(before) or _MONEY_AFTER.match(after):
+        name, whole, fraction = match.groups()
+        if _NO_NAME.fullmatch(name) or _MONEY_AFTER.match(match.string, match.end()):
             return match.group(0)
-        return f"{match.group(1)} point {' '.join(match.group(2))}"
+        return f"{name} {whole} point {' '.join(fraction)}"
 
     return _DECIMAL_WITH_ZEROS.sub(read, text)
 
