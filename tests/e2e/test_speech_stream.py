@@ -51,6 +51,16 @@ def receive_utterance(ws: ClientConnection) -> tuple[list[dict[str, object]], di
             return events, audio
 
 
+def receive_through_errors(ws: ClientConnection) -> tuple[list[dict[str, object]], dict[int, bytes]]:
+    """Every message up to session.done, past the errors told on the way; the audio of each sentence."""
+    events: list[dict[str, object]] = []
+    audio: dict[int, bytes] = {}
+    while not events or events[-1]["type"] != "session.done":
+        more, heard = receive_utterance(ws)
+        events, audio = events + more, audio | heard
+    return events, audio
+
+
 def utterances_counted(server: RunningServer) -> dict[str, float]:
     """How many WebSocket utterances ended so far, by outcome."""
     return {outcome: server.metric("speech_ws_utterances_total", outcome=outcome) for outcome in OUTCOMES}
@@ -252,11 +262,7 @@ def test_an_utterance_of_ssml_is_refused_whole_not_read_out_after_its_first_sent
         send(ws, {"type": "input.text", "text": '<speak version="1.1">Hello there.'})
         send(ws, {"type": "input.text", "text": ' <break time="300ms"/> How are you?</speak>'})
         send(ws, {"type": "input.done"})
-        events: list[dict[str, object]] = []
-        audio: dict[int, bytes] = {}
-        while not events or events[-1]["type"] != "session.done":  # each error, then the utterance's end
-            more, heard = receive_utterance(ws)
-            events, audio = events + more, audio | heard
+        events, audio = receive_through_errors(ws)  # each error, then the utterance's end
         errors = [event for event in events if event["type"] == "error"]
         assert [(event["param"], "SSML" in str(event["message"])) for event in errors] == [("text", True)] * 2, events
         assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 0} and not audio
@@ -310,9 +316,7 @@ def test_a_lone_utf16_half_is_refused_when_its_message_comes_naming_text(server:
         send(ws, {"type": "input.text", "text": "Right."})  # taken; the half before it is dropped
         ws.send('{"type": "input.text", "text": " End \\ud83d"}')
         send(ws, {"type": "input.done"})
-        events: list[dict[str, object]] = []
-        while not events or events[-1]["type"] != "session.done":  # the two refusals, the utterance's end
-            events += receive_utterance(ws)[0]
+        events, _ = receive_through_errors(ws)  # the two refusals, the utterance's end
     errors = [str(e["message"]) for e in events if e["type"] == "error"]
     assert len(errors) == 2 and all("(U+D83D)" in e and "half was dropped" in e for e in errors), events
     assert "before this one" in errors[0] and "the text ended" in errors[1], errors
@@ -344,9 +348,7 @@ def test_a_session_config_mid_utterance_is_refused_once_its_text_is_all_queued_t
         send(ws, {"type": "session.config", "voice": "alloy", "response_format": "mp3", "speed": 2})
         send(ws, {"type": "input.text", "text": "More text here."})
         send(ws, {"type": "input.done"})
-        events: list[dict[str, object]] = []
-        while not events or events[-1]["type"] != "session.done":
-            events += receive_utterance(ws)[0]
+        events, _ = receive_through_errors(ws)
     assert [e["code"] for e in events if e["type"] == "error"] == ["input_pending"], events
     started = [(e["sentence_text"], e["format"]) for e in events if e["type"] == "audio.start"]
     assert started == [("Hello there.", "pcm"), ("More text here.", "pcm")], events
@@ -563,10 +565,7 @@ def test_drain_finishes_the_utterance_then_closes_1001(guarded_server: RunningSe
         assert json.loads(refused.value.response.body)["error"]["code"] == "server_shutting_down"
         send(ws, {"type": "input.text", "text": " after it."})
         send(ws, {"type": "input.done"})
-        events, _ = receive_utterance(ws)
-        while events[-1]["type"] != "session.done":
-            more, _ = receive_utterance(ws)
-            events += more
+        events, _ = receive_through_errors(ws)
         assert [e["sentence_text"] for e in events if e["type"] == "audio.start"] == ["And after it."]
         with pytest.raises(ConnectionClosed):
             ws.recv(timeout=10)
