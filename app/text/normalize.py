@@ -35,7 +35,7 @@ _SSML_ROOT = re.compile(
 )
 # what a text refused as SSML is told, after what it names ("'input'", "This utterance's text")
 IS_SSML = "is SSML markup (it begins with <speak>); this API speaks plain text"
-_MICRO_SIGN = "\u00b5"  # `µg`, `µm`: read as "micro"; its compatibility form is Greek `μ`, which is spelled out
+_MICRO_SIGN = "\u00b5"  # `µg`, `µm`: read as "micro"; its compatibility form is Greek `μ`, a letter (`greek_symbol`)
 
 
 @dataclass(frozen=True, slots=True)

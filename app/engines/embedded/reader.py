@@ -80,8 +80,8 @@ _QUOTE_MARKS = re.compile(r"^[ \t]{0,3}(?:>[ \t]+)+(?=[^\d\s>=<$€£+-])", re.M
 _FOOTNOTE_MARK = re.compile(r"(?<=\S)\[\^\w{1,20}\]")  # after its word: not a character class ("[^0-9]")
 _STRUCK = re.compile(r"~~(?=\S)([^\n]{1,200}?)(?<=\S)~~")
 _AUTOLINK = re.compile(r"<((?i:https?://|mailto:)[^\s<>]+)>")
-# comparison signs: hibari read "!=" as "! equals" (heard "x equals y"), ">=" as "greater than equals", "==" as "equals
-# equals", and "≠", "≥", "≤", "≈" not at all
+# signs of comparison and mathematics: hibari read "!=" as "! equals" (heard "x equals y"), ">=" as "greater than
+# equals", "==" as "equals equals", " -> " as "greater than", and "≠", "≥", "≤", "≈", "∞", "⇒", "√", "∈", "∉" not at all
 _SIGN_WORDS = {
     "->": "to",
     "∞": "infinity",
@@ -113,12 +113,11 @@ _MONTH = (
 _DAY_BEFORE_DATE = re.compile(
     rf"\b({'|'.join(_DAYS)})\.?(?=,? (?:{_MONTH} \d|\d{{1,2}}(?:st|nd|rd|th)? {_MONTH}(?!\w)))"
 )
-# a decimal ending in a zero ("3.10", "2.0"): hibari dropped its last zeros ("Python 3.10": "three point one"); not an
-# amount of money, whose zeros are no digits to say ("$5.50", "USD 5.00", "5.00 EUR", "5.50 dollars")
-# Read so only after a name ("Python 3.10", "OAuth 2.0", "Version 2.0"): a price, a time or a score ("19.90", "at
-# 10.30", "5.00 pm", "USD 5.00", "5.00 dollars") is left as hibari reads it
+# a decimal ending in a zero after a name ("Python 3.10", "OAuth 2.0", "Version 2.0"): hibari dropped its last zeros
+# ("three point one"). A price, a time or a score ("19.90", "at 10.30", "5.00 pm", "USD 5.00", "5.00 dollars") is
+# left as hibari reads it: its zeros are no digits to say
 _DECIMAL_WITH_ZEROS = re.compile(r"(?<![\w.,])([A-Z][\w+#-]{0,30}) (\d+)\.(\d*0)(?!\w|[.,]\d|%| ?[ap]\.?m\b)")
-_NO_NAME = re.compile(r"[A-Z]{3}|At|By|From|Until|Till|Before|After|Around|About|Only|Just")  # a currency, a time's
+_NO_NAME = re.compile(r"[A-Z]{3}|At|By|From|Until|Till|Before|After|Around|About|Only|Just")  # a currency, or a time
 _MONEY_AFTER = re.compile(r" ?(?:[A-Z]{3}\b|(?i:dollars?|euros?|pounds?|cents?|yen|bucks)\b)")
 # terms hibari spells or names wrong: "JSON" ("J S O N"), "C#" ("C hashtag"), ".NET" ("net"), a constant's name
 # ("MAX_RETRIES": "max R E T R I E S")
@@ -336,9 +335,9 @@ def known_word(g2p: Any) -> Callable[[str], bool]:
 
 
 def signs_as_words(text: str) -> str:
-    """`text` with each comparison sign as its words ("x != y": "x not equal to y", "x ≥ 0": "x greater than or
-    equal to 0"); hibari read "!=" as "equals", which says the opposite, and "≠", "≥", "≤", "≈" as nothing. A sign
-    on its own ("5 > 3") is read as before."""
+    """`text` with each sign of `_SIGN_WORDS` as its words ("x != y": "x not equal to y", "x ≥ 0": "x greater than
+    or equal to 0", "∞": "infinity"); hibari read "!=" as "equals", which says the opposite, and most of the
+    others as nothing. A sign it reads well ("5 > 3") is read as before."""
     return _SIGN.sub(lambda match: f" {_SIGN_WORDS[match.group(0)[:2]]} ", text)
 
 
