@@ -125,8 +125,9 @@ class Frames:
         if isinstance(error, Stopped) and error.by_drain:
             raise SessionClosed(CLOSE_GOING_AWAY)
 
-    async def utterance_done(self, utterance: int, sentences: int) -> None:
-        await self.send({"type": "session.done", "utterance_index": utterance, "total_sentences": sentences})
+    async def utterance_done(self, utterance: int, sentences: int, words: list[WordTiming]) -> None:
+        timed = {"timestamps": [word.as_dict() for word in words]} if words else {}
+        await self.send({"type": "session.done", "utterance_index": utterance, "total_sentences": sentences, **timed})
 
     async def close_with(self, error: ApiError, code: int) -> None:
         """One `error`, then the close."""

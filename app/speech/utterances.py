@@ -100,6 +100,7 @@ class Sentence:
     timing: TtfaTimeline | None = None  # its milestones, once its synthesis has begun
     # words written after it with nothing to say ("😊") that ended its utterance, timed (with no length) at its end
     trailing: list[str] = dataclasses.field(default_factory=list)
+    words_told: bool = False  # its audio came to its end and its words went with it: `trailing` is read no more
 
 
 @dataclasses.dataclass
@@ -108,6 +109,8 @@ class UtteranceEnd:
     sentences: int
     arrived: float
     refusal: Refused | None = None  # its text held nothing that can be spoken: told before its end
+    # words with nothing to say that ended it after its last sentence's words were told: timed at its end, with it
+    trailing: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -213,7 +216,10 @@ class SpeechSink(Protocol):
 
     async def error(self, error: SpeechError) -> None: ...
 
-    async def utterance_done(self, utterance: int, sentences: int) -> None: ...
+    async def utterance_done(self, utterance: int, sentences: int, words: list[WordTiming]) -> None:
+        """The utterance's end; `words`: those with nothing to say that ended it after its last sentence's words were
+        told, timed from its start (at its end)."""
+        ...
 
 
 class StreamedSpeech:
@@ -340,13 +346,18 @@ class StreamedSpeech:
         self.begin_utterance()
         sentences = final_units(self.buffer, self.settings.sentence_max_chars, self.granularity)
         refusal = None
+        trailing: list[str] = []
         utterance = self.open_utterances[self.utterance]
+        last = self.last_sentence
         if not sentences and not self.sentence_index and utterance.text_seen and not utterance.ssml:
             refusal = Refused("text", "The utterance's text contains nothing that can be spoken.")
-        elif not sentences and self.sentence_index and self.last_sentence is not None:  # its words go with the last
-            self.last_sentence.trailing += written_words(self.buffer)  # (none but punctuation: nothing)
+        elif not sentences and self.sentence_index and last is not None:  # its words go with the last sentence's
+            if not last.words_told:
+                last.trailing += written_words(self.buffer)  # (none but punctuation: nothing)
+            elif self.voice is not None and self.voice.options.word_timestamps:  # already told: with the end
+                trailing = written_words(self.buffer)
         self.enqueue(sentences, "")
-        self.queue.put_nowait(UtteranceEnd(self.utterance, self.sentence_index, time.perf_counter(), refusal))
+        self.queue.put_nowait(UtteranceEnd(self.utterance, self.sentence_index, time.perf_counter(), refusal, trailing))
         self.utterance += 1
         self.sentence_index = 0
 
@@ -528,6 +539,7 @@ class Speaker:
                         ended = True
                         spoken_s = item.duration_s
                         words += [WordTiming(word, spoken_s, spoken_s) for word in sentence.trailing]
+                        sentence.words_told = True
                         await self.sink.sentence_spoken(sentence, words, spoken_s, utterance.audio_s)
                         break
                     if isinstance(item, list):
@@ -558,7 +570,9 @@ class Speaker:
             await self.sink.error(end.refusal)
         # told before it stops being open: a stream that closes once nothing is open (session.close) must not close
         # while the end is still on its way to the client
-        await self.sink.utterance_done(end.utterance, end.sentences)
+        at = speech.open_utterances[end.utterance].audio_s  # the utterance's end
+        trailing = [WordTiming(word, at, at) for word in end.trailing]
+        await self.sink.utterance_done(end.utterance, end.sentences, trailing)
         utterance = speech.open_utterances.pop(end.utterance)
         speech.lifecycle.untrack(speech.utterance_key(end.utterance))
         utterance.ended(speech.request_id, utterance.outcome())

@@ -703,6 +703,29 @@ def test_a_streamed_sentence_with_nothing_to_say_keeps_its_word_in_the_timestamp
     assert emoji["start_ms"] == emoji["end_ms"]
 
 
+def test_silent_words_after_the_last_sentence_was_spoken_come_with_the_utterances_end(server: RunningServer) -> None:
+    """A writer that pauses after its last sentence, until that sentence has been spoken, then ends with "😊": the
+    sentence's words went out with its audio, so the word is timed at the end of the utterance in `session.done`,
+    not lost."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm", "word_timestamps": True})
+        send(ws, {"type": "input.text", "text": "Have a great day! "})
+        send(ws, {"type": "input.text", "text": "😊"})  # the next word began: the sentence is cut and spoken now
+        spoken: list[dict[str, object]] = []
+        while not spoken or spoken[-1]["type"] != "audio.done":  # its audio, then its words, then its end
+            message = ws.recv(timeout=60)
+            if isinstance(message, str):
+                spoken.append(json.loads(message))
+        send(ws, {"type": "input.done"})
+        events, _ = receive_utterance(ws)
+    (trailer,) = [e for e in spoken if e["type"] == "audio.chunk" and e["timestamps"]]
+    assert [w["word"] for w in trailer["timestamps"]] == ["Have", "a", "great", "day"], spoken  # type: ignore[union-attr]
+    done = events[-1]
+    assert done["type"] == "session.done" and done["total_sentences"] == 1, events
+    end_ms = trailer["utterance_offset_ms"] + trailer["chunk_end_ms"]  # type: ignore[operator]
+    assert done["timestamps"] == [{"word": "😊", "start_ms": end_ms, "end_ms": end_ms}], done
+
+
 @pytest.mark.parametrize(
     "pieces",
     [

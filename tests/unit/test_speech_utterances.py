@@ -135,8 +135,8 @@ class RecordingSink:
     async def error(self, error: SpeechError) -> None:
         self.events.append(("error", type(error).__name__))
 
-    async def utterance_done(self, utterance: int, sentences: int) -> None:
-        self.events.append(("utterance_done", utterance, sentences))
+    async def utterance_done(self, utterance: int, sentences: int, words: list[WordTiming]) -> None:
+        self.events.append(("utterance_done", utterance, sentences, *([[w.as_dict() for w in words]] if words else [])))
         self.done.set()
 
     def kinds(self) -> list[str]:
@@ -686,11 +686,11 @@ async def test_a_close_right_after_the_end_of_an_utterance_waits_for_its_end_to_
     told: list[str] = []
 
     class SlowToTellSink(RecordingSink):
-        async def utterance_done(self, utterance: int, sentences: int) -> None:
+        async def utterance_done(self, utterance: int, sentences: int, words: list[WordTiming]) -> None:
             telling.set()
             await asyncio.sleep(0.1)  # a client that reads slowly: the end is still on its way
             told.append("session.done")
-            await super().utterance_done(utterance, sentences)
+            await super().utterance_done(utterance, sentences, words)
 
     speaker = speech.start(SlowToTellSink())
     speech.text("Only one sentence.")
