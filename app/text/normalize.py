@@ -151,9 +151,22 @@ def is_greek_letter(ch: str) -> bool:
 
 def greek_symbol(word: str, index: int) -> bool:
     """`word[index]` is a Greek letter standing as a symbol (π, Δt, μg, β in "β-blockers"): none beside it, as a
-    Greek word would have."""
-    beside = word[max(0, index - 1) : index] + word[index + 1 : index + 2]
-    return is_greek_letter(word[index]) and not any(is_greek_letter(ch) for ch in beside)
+    Greek word would have; or one of two or three written into a Latin term ("ΔΔCt"), a Latin letter right beside
+    them and no more Greek letters."""
+    if not is_greek_letter(word[index]):
+        return False
+    start = index
+    while start > max(0, index - 3) and is_greek_letter(word[start - 1]):
+        start -= 1
+    end = index + 1
+    while end < min(len(word), index + 4) and is_greek_letter(word[end]):
+        end += 1
+    run, before, after = word[start:end], word[start - 1 : start], word[end : end + 1]
+    if len(run) == 1:
+        return True
+    if len(run) > 3 or any(is_greek_letter(ch) for ch in before + after):  # a run past the look: a word
+        return False
+    return any(ch.isalpha() and is_latin_letter(ch) for ch in before + after)
 
 
 def first_non_latin(text: str) -> ForeignWord | None:

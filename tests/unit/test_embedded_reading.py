@@ -418,6 +418,9 @@ def test_runs_within_the_bound_are_read_as_hibari_reads_them(text: str, monkeypa
         ("Take β-blockers and Σ now.", "Take beta-blockers and sigma now."),
         ("If Δt is small, 2πr grows.", "If delta t is small, 2 pi r grows."),
         ("Take 5 μg and 3 μm.", "Take 5 µg and 3 µm."),  # Greek mu before a unit: the micro sign, "micro"
+        ("The ΔΔCt method.", "The delta delta Ct method."),  # a term's symbols, no Greek word: was refused
+        ("It took 5 μs and 1 µs.", "It took 5 microseconds and 1 microsecond."),  # "5 mu s", "1 micro s"
+        ("Add 10 µL, then 2.5 μM.", "Add 10 microliters, then 2.5 micromolar."),
         ("So x → ∞ and A ⇒ B here.", "So x to infinity and A implies B here."),  # ∞ and ⇒ were silent
         ("Then √2 and a ∈ S, b ∉ S here.", "Then square root of 2 and a in S, b not in S here."),
         ("So f -> g here.", "So f to g here."),  # not "greater than"

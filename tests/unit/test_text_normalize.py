@@ -40,10 +40,13 @@ def test_letters_of_another_script_are_refused() -> None:
     assert foreign is not None and foreign.fragment == "Привет" and "Cyrillic" in foreign.describe()
     greek = first_non_latin("Say καλημέρα now")  # a Greek word: Greek letters side by side
     assert greek is not None and greek.fragment == "καλημέρα" and "Greek" in greek.describe()
+    for word in ("Xκαλημέρα", "καλημέραX", "αβγδT"):  # a Latin letter beside a Greek word makes no symbols of it
+        assert first_non_latin(f"Say {word} now") is not None, word
 
 
 @pytest.mark.parametrize(
-    "text", ["The value of π is 3.14.", "Take β-blockers.", "Set α = 0.05.", "If Δt is small.", "Take 5 μg.", "2πr"]
+    "text",
+    ["The value of π is 3.14.", "Take β-blockers.", "Set α = 0.05.", "If Δt is small.", "Take 5 μg.", "2πr", "ΔΔCt"],
 )
 def test_a_greek_letter_standing_as_a_symbol_is_read(text: str) -> None:
     """π, α, Δ in English text are symbols, which the engine reads by name ("pi", "alpha", "delta"; Greek mu before

@@ -23,8 +23,9 @@
 - It reads every `#` as "hashtag", the marks of a Markdown heading an LLM writes too ("# Heading": "hashtag
   heading"): the `#`s that head a line before a space are markup, not read; so are a quote's `>`s ("greater than"),
   a footnote's "[^1]" ("to the power of one"), a strike's `~~` ("about about") and an address's angle brackets.
-- It reads Greek letters as nothing or stray letters: one standing as a symbol ("π", "Δt", "β-blockers") is read by
-  its name, Greek mu before a unit ("5 μg") as "micro".
+- It reads Greek letters as nothing or stray letters: one standing as a symbol ("π", "Δt", "β-blockers", the two of
+  "ΔΔCt") is read by its name, Greek mu before a unit ("5 μg") as "micro". Micro before a unit it has no micro for
+  ("5 µs": "five micro s", "10 μL") is read in words ("five microseconds").
 - It reads "!=" as "equals" (the opposite), ">=" as "greater than equals", "->" as "greater than", and "≠", "≥",
   "≤", "≈", "∞", "⇒", "√", "∈", "∉" as nothing: each is read as its words ("not equal to", "infinity"...).
 - It reads "$9.99/month" without its "per", and "Tue, Dec 2" as "two, December 2nd": both are read as said.
@@ -131,6 +132,12 @@ _CLOCK = r"\d{1,2}(?::\d\d)?\s?[aApP]\.?[mM]\.?|\d{1,2}:\d\d"
 _TIME_RANGE = re.compile(rf"(?<![\w:])({_CLOCK})\s?[-–—]\s?({_CLOCK})(?![\w:])")
 # Greek mu before a unit ("5 μg"): the micro sign, which hibari reads "micro" ("micrograms")
 _MU_BEFORE_UNIT = re.compile(r"(?<=\d)( ?)\u03bc(?=[gm]\b)")  # after an amount: hibari says "micrograms", "micrometres"
+# micro (the sign or Greek mu) before a unit hibari has no micro for, after an amount: it read "5 µs" as "five micro
+# s", "5 μL" as "five mu L"
+_MICRO_UNITS = {"s": ("second", "seconds"), "L": ("liter", "liters"), "l": ("liter", "liters"), "A": ("amp", "amps"),
+                "V": ("volt", "volts"), "W": ("watt", "watts"), "mol": ("mole", "moles"), "M": ("molar", "molar"),
+                "F": ("farad", "farads"), "Hz": ("hertz", "hertz"), "J": ("joule", "joules")}  # fmt: skip
+_MICRO_UNIT = re.compile(rf"(?<![\w.])({_AMOUNT})( ?)[\u00b5\u03bc]({'|'.join(_MICRO_UNITS)})\b")
 _GREEK = re.compile(r"[\u0370-\u03ff\u1f00-\u1fff]")
 # an IP address ("127.0.0.1"): hibari read it as digits without its dots
 _IP_ADDRESS = re.compile(r"(?<![\w.])(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?!\w|\.\d)")
@@ -295,8 +302,9 @@ def markup_unsaid(text: str) -> str:
 def greek_letters_named(text: str) -> str:
     """`text` with each Greek letter standing as a symbol (`app.text.normalize.greek_symbol`: the voice's text check
     lets only those through) as its name ("π": "pi", "Δt": "delta t", "2πr": "2 pi r"), and Greek mu before a unit
-    as the micro sign ("5 μg": "micrograms"); hibari read them as nothing or as stray letters."""
-    text = _MU_BEFORE_UNIT.sub("\\1\u00b5", text)
+    as the micro sign ("5 μg": "micrograms"), micro before a unit hibari has no micro for in words ("5 µs":
+    "5 microseconds"); hibari read them as nothing or as stray letters."""
+    text = _MU_BEFORE_UNIT.sub("\\1\u00b5", _MICRO_UNIT.sub(_micro_unit_said, text))
 
     def named(match: re.Match[str]) -> str:
         at, written = match.start(), match.string
@@ -309,6 +317,12 @@ def greek_letters_named(text: str) -> str:
         return f"{before}{name.removeprefix('final ')}{after}"
 
     return _GREEK.sub(named, text)
+
+
+def _micro_unit_said(match: re.Match[str]) -> str:
+    amount, space, unit = match.groups()
+    one, many = _MICRO_UNITS[unit]
+    return f"{amount}{space}micro{one if amount == '1' else many}"
 
 
 def terms_said(text: str, known: Callable[[str], bool]) -> str:
