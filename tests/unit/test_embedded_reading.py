@@ -168,11 +168,15 @@ def test_round_the_clock_is_read_as_said(written: str, as_if: str) -> None:
     assert end > start
 
 
-@pytest.mark.parametrize("text", ["Add 1/2 cup now.", "On 12/25 we rest.", "It is 24/70 now.", "Page 124/7 here."])
+@pytest.mark.parametrize(
+    "text",
+    ["Add 1/2 cup now.", "On 12/25 we rest.", "It is 24/70 now.", "Page 124/7 here.", "On 5/10 we met.",
+     "Rated on 3/5 by them.", "Score 7/5 here.", "It has 4/5 parts.", "Due 2.5/5 days."],
+)  # fmt: skip
 def test_other_numbers_with_a_slash_are_read_as_before(text: str) -> None:
-    from app.engines.embedded.reader import round_the_clock
+    from app.engines.embedded.reader import ratings_out_of, round_the_clock
 
-    assert round_the_clock(text) == text
+    assert round_the_clock(text) == text and ratings_out_of(text) == text
 
 
 @pytest.mark.parametrize(
@@ -418,6 +422,11 @@ def test_runs_within_the_bound_are_read_as_hibari_reads_them(text: str, monkeypa
         ("Take β-blockers and Σ now.", "Take beta-blockers and sigma now."),
         ("If Δt is small, 2πr grows.", "If delta t is small, 2 pi r grows."),
         ("Take 5 μg and 3 μm.", "Take 5 µg and 3 µm."),  # Greek mu before a unit: the micro sign, "micro"
+        ("Rated 5/5 by users.", "Rated 5 out of 5 by users."),  # a rating: was "May fifth"
+        ("I give it 8/10.", "I give it 8 out of 10."),  # was "eight ten"
+        ("Score: 9/10 overall.", "Score: 9 out of 10 overall."),
+        ("It has 4.5/5 stars.", "It has 4.5 out of 5 stars."),  # was "four point five five"
+        ("It got 3/5 stars.", "It got 3 out of 5 stars."),
         ("The ΔΔCt method.", "The delta delta Ct method."),  # a term's symbols, no Greek word: was refused
         ("It took 5 μs and 1 µs.", "It took 5 microseconds and 1 microsecond."),  # "5 mu s", "1 micro s"
         ("Add 10 µL, then 2.5 μM.", "Add 10 microliters, then 2.5 micromolar."),

@@ -35,6 +35,8 @@
 - It reads a `#` on its own, a phone's key ("Press # to continue"), as "hashtag": it is read "pound", or "hash"
   where the voice is British.
 - It reads "24/7" as a number over another ("twenty-four slash seven"): it is read as said, "twenty-four seven".
+  A rating ("Rated 5/5", "4.5/5 stars") it read as a date ("May fifth") or as numbers run together: it is read "out
+  of" its scale.
 - It reads a version of three dotted numbers as three numbers, its points lost ("3.11.2": "three eleven two"): it
   is read with them, "three point eleven point two".
 - It reads the area code of a phone number written "(555) 123-4567" as an amount ("five hundred fifty-five"), one
@@ -145,6 +147,14 @@ _IP_ADDRESS = re.compile(r"(?<![\w.])(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(
 # which hibari reads "number 1"), "C#"'s, or one before a number after a space ("# 1"), which is no key either
 _KEY_HASH = re.compile(r"(?<![^\s(\[\"'“‘])#(?![^\s.,;:!?)\]\"'”’]| \d)")
 _ROUND_THE_CLOCK = re.compile(r"(?<![\w./])24/7(?![\w/]|\.\d)")
+# a rating or a score ("Rated 5/5", "I give it 8/10", "4.5/5 stars"): hibari read it as a date ("May fifth"), numbers
+# ("eight ten") or a decimal run into the next ("four point five five"). Only right after a word that rates, or
+# right before stars or points: "On 5/10" stays a date, "1/2 cup" a fraction
+_SCORE = r"(\d{1,3}(?:\.\d)?)/(5|10|100)(?![\w/]|\.\d)"
+_RATING = re.compile(
+    rf"(?i:\b(?:rated|rating|rate|score[ds]?|scored|grade[ds]?|(?:give|gave|gives|giving) it)\b:?) {_SCORE}"
+    rf"|(?<![\w./]){_SCORE}(?= (?i:stars?|points?)\b)"
+)
 # three dotted numbers, the last of at most three digits ("3.11.2", "v1.0.0"): not a date ("12.05.2024", "12.05.24"),
 # a phone number ("555.123.4567") or an IP address ("192.168.1.1", four numbers)
 _VERSION = re.compile(r"(?<![\w.])([vV]?)(\d{1,4})\.(\d{1,3})\.(\d{1,3})(?!\w|\.\d)")
@@ -239,6 +249,7 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     readable = scales_in_words(signs_before_amounts(terms_said(addresses_read_out(readable), known_word(g2p))))
     readable = hash_keys_named(signs_as_words(readable), "hash" if getattr(g2p, "british", False) else "pound")
     readable = phone_numbers_in_digits(time_ranges_with_to(ip_addresses_with_dots(round_the_clock(readable))))
+    readable = ratings_out_of(readable)
     readable = decimals_with_their_zeros(versions_with_points(weekdays_in_full(rates_with_per(readable))))
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
     return g2p.phonemize_tokens(numbers_as_numbers(g2p.tokenize(joined_runs_cut(signs_named(normalized, CURRENCIES)))))
@@ -409,6 +420,20 @@ def round_the_clock(text: str) -> str:
     """`text` with "24/7" as it is said, "24 7" ("twenty-four seven"); hibari read it "twenty-four slash seven". Other
     numbers over numbers ("1/2", "12/25", "24/70") are read as before: a fraction or a date."""
     return _ROUND_THE_CLOCK.sub("24 7", text)
+
+
+def ratings_out_of(text: str) -> str:
+    """`text` with a rating or a score "out of" its scale ("Rated 5/5": "Rated 5 out of 5", "4.5/5 stars") where a
+    word that rates comes right before it or stars or points right after it, and it is no more than its scale."""
+
+    def said(match: re.Match[str]) -> str:
+        score, scale = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+        if float(score) > int(scale):
+            return match.group(0)
+        rated = match.group(0)[: match.start(1) - match.start()] if match.group(1) else ""
+        return f"{rated}{score} out of {scale}"
+
+    return _RATING.sub(said, text)
 
 
 def versions_with_points(text: str) -> str:
