@@ -180,6 +180,17 @@ def test_other_numbers_with_a_slash_are_read_as_before(text: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "text",
+    ["It rose by 1.05% now.", "It grew by 1.25 times.", "Sold at 12.99 USD.", "At 24.30 it is no time.",
+     "Pi is about 3.14159 here.", "It is 10.30 metres.", "Then 2024-12-02T10:30Z9 here.", "Press Ctrl now+C."],
+)  # fmt: skip
+def test_numbers_with_a_point_that_are_no_times_and_no_keys_are_read_as_before(text: str) -> None:
+    from app.engines.embedded.reader import keys_said, times_said
+
+    assert times_said(text) == text and keys_said(text) == text.replace("Ctrl", "control")
+
+
+@pytest.mark.parametrize(
     ("written", "as_if"),
     [
         ("Install version 3.11.2 today.", "Install version 3 point 11 point 2 today."),
@@ -427,6 +438,14 @@ def test_runs_within_the_bound_are_read_as_hibari_reads_them(text: str, monkeypa
         ("Score: 9/10 overall.", "Score: 9 out of 10 overall."),
         ("It has 4.5/5 stars.", "It has 4.5 out of 5 stars."),  # was "four point five five"
         ("It got 3/5 stars.", "It got 3 out of 5 stars."),
+        ("Press Ctrl+C to stop.", "Press control C to stop."),  # was "sintrrol plus C"
+        ("Press Cmd+Shift+P now.", "Press command shift P now."),  # was "C M D plus shift plus P"
+        ("Hold the Ctrl key.", "Hold the control key."),
+        ("Meet at 10.30 today.", "Meet at 10:30 today."),  # a time: was "ten point three"
+        ("Open from 9.15pm on.", "Open from 9:15pm on."),
+        ("It failed at 2024-12-02T10:30:00Z here.", "It failed at 2024-12-02 at 10:30 UTC here."),  # ISO 8601
+        ("Since 2024-12-02 14:05:09+01:00 now.", "Since 2024-12-02 at 14:05:09 UTC plus 1 now."),
+        ("Until 2024-12-02T08:00-05:30 then.", "Until 2024-12-02 at 08:00 UTC minus 5:30 then."),
         ("The ΔΔCt method.", "The delta delta Ct method."),  # a term's symbols, no Greek word: was refused
         ("It took 5 μs and 1 µs.", "It took 5 microseconds and 1 microsecond."),  # "5 mu s", "1 micro s"
         ("Add 10 µL, then 2.5 μM.", "Add 10 microliters, then 2.5 micromolar."),

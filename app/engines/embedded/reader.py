@@ -37,6 +37,10 @@
 - It reads "24/7" as a number over another ("twenty-four slash seven"): it is read as said, "twenty-four seven".
   A rating ("Rated 5/5", "4.5/5 stars") it read as a date ("May fifth") or as numbers run together: it is read "out
   of" its scale.
+- It reads a time written with a point ("at 10.30", "10.30pm") as a decimal ("ten point three"), an ISO 8601 time
+  ("2024-12-02T10:30:00Z") with its T, its zero seconds and its Z, and keys pressed together ("Ctrl+C") with their
+  plus signs, "Ctrl" and "Cmd" spelled or misread: each is read as said ("ten thirty", "December 2nd, 2024 at ten
+  thirty UTC", "control C").
 - It reads a version of three dotted numbers as three numbers, its points lost ("3.11.2": "three eleven two"): it
   is read with them, "three point eleven point two".
 - It reads the area code of a phone number written "(555) 123-4567" as an amount ("five hundred fifty-five"), one
@@ -147,6 +151,23 @@ _IP_ADDRESS = re.compile(r"(?<![\w.])(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(
 # which hibari reads "number 1"), "C#"'s, or one before a number after a space ("# 1"), which is no key either
 _KEY_HASH = re.compile(r"(?<![^\s(\[\"'“‘])#(?![^\s.,;:!?)\]\"'”’]| \d)")
 _ROUND_THE_CLOCK = re.compile(r"(?<![\w./])24/7(?![\w/]|\.\d)")
+# a time written with a point after a word that says when ("at 10.30", "from 9.15pm"), or with am/pm ("10.30pm"):
+# hibari read it as a decimal ("ten point three")
+_DOTTED_TIME = re.compile(
+    r"(?:(?<=\b[Aa]t )|(?<=\b[Ff]rom )|(?<=\b[Uu]ntil )|(?<=\b[Tt]ill )|(?<=\b[Bb]y )|(?<=\b[Bb]efore )"
+    r"|(?<=\b[Aa]fter )|(?<=\b[Aa]round )|(?<=\b[Aa]bout ))([01]?\d|2[0-3])\.([0-5]\d)"
+    r"(?!\w|\.\d| ?%| (?:percent|times|x|points?|per|degrees?|[A-Z]{3})\b)"  # "by 1.05%", "at 1.25 times": no time
+    r"|(?<![\w.])([01]?\d|2[0-3])\.([0-5]\d)(?= ?[ap]\.?m\b)"
+)
+# an ISO 8601 date and time ("2024-12-02T10:30:00Z"): hibari read its T, its zero seconds and its Z as written
+_ISO_DATETIME = re.compile(
+    r"(?<![\w-])(\d{4}-[01]\d-[0-3]\d)[T ]([0-2]\d:[0-5]\d)(:[0-5]\d(?:\.\d+)?)?(Z|[+-][0-2]\d:?[0-5]\d)?(?![\w:])"
+)
+# keys pressed together ("Ctrl+C", "Cmd+Shift+P") and the keys hibari spells ("Ctrl": "sintrrol", "Cmd": "C M D")
+_KEY_NAMES = {"Ctrl": "control", "Cmd": "command", "Opt": "option", "Esc": "escape", "Del": "delete"}
+_KEYS = r"Ctrl|Cmd|Alt|Shift|Option|Opt|Win|Fn|Super|Meta|Esc|Tab|Enter|Del"
+_KEY_COMBO = re.compile(rf"\b(?:(?:{_KEYS})\+)+\w+\b")
+_KEY_NAME = re.compile(rf"\b(?:{'|'.join(_KEY_NAMES)})\b")
 # a rating or a score ("Rated 5/5", "I give it 8/10", "4.5/5 stars"): hibari read it as a date ("May fifth"), numbers
 # ("eight ten") or a decimal run into the next ("four point five five"). Only right after a word that rates, or
 # right before stars or points: "On 5/10" stays a date, "1/2 cup" a fraction
@@ -249,7 +270,7 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     readable = scales_in_words(signs_before_amounts(terms_said(addresses_read_out(readable), known_word(g2p))))
     readable = hash_keys_named(signs_as_words(readable), "hash" if getattr(g2p, "british", False) else "pound")
     readable = phone_numbers_in_digits(time_ranges_with_to(ip_addresses_with_dots(round_the_clock(readable))))
-    readable = ratings_out_of(readable)
+    readable = keys_said(ratings_out_of(times_said(readable)))
     readable = decimals_with_their_zeros(versions_with_points(weekdays_in_full(rates_with_per(readable))))
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
     return g2p.phonemize_tokens(numbers_as_numbers(g2p.tokenize(joined_runs_cut(signs_named(normalized, CURRENCIES)))))
@@ -420,6 +441,32 @@ def round_the_clock(text: str) -> str:
     """`text` with "24/7" as it is said, "24 7" ("twenty-four seven"); hibari read it "twenty-four slash seven". Other
     numbers over numbers ("1/2", "12/25", "24/70") are read as before: a fraction or a date."""
     return _ROUND_THE_CLOCK.sub("24 7", text)
+
+
+def times_said(text: str) -> str:
+    """`text` with a time written with a point ("at 10.30", "10.30pm") as one with a colon, and an ISO 8601 date and
+    time as said: the date, "at" its time (its seconds where they are not zero), "UTC" and its offset ("plus 1")."""
+    return _ISO_DATETIME.sub(_iso_said, _DOTTED_TIME.sub(lambda m: ":".join(g for g in m.groups() if g), text))
+
+
+def _iso_said(match: re.Match[str]) -> str:
+    date, clock, seconds, zone = match.groups()
+    if seconds and float(seconds[1:]) > 0:
+        clock += seconds
+    if not zone:
+        return f"{date} at {clock}"
+    if zone == "Z":
+        return f"{date} at {clock} UTC"
+    hours, minutes = int(zone[1:3]), zone[-2:]
+    offset = f"{hours}:{minutes}" if minutes != "00" else str(hours)
+    return f"{date} at {clock} UTC {'plus' if zone[0] == '+' else 'minus'} {offset}"
+
+
+def keys_said(text: str) -> str:
+    """`text` with keys pressed together said without their plus signs ("Ctrl+C": "control C"), and the keys hibari
+    spells by their names."""
+    text = _KEY_COMBO.sub(lambda m: m.group(0).replace("+", " "), text)
+    return _KEY_NAME.sub(lambda m: _KEY_NAMES[m.group(0)], text)
 
 
 def ratings_out_of(text: str) -> str:
