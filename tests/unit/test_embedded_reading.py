@@ -179,6 +179,13 @@ def test_other_numbers_with_a_slash_are_read_as_before(text: str) -> None:
     assert round_the_clock(text) == text and ratings_out_of(text) == text
 
 
+def test_slashes_of_no_path_are_read_as_before() -> None:
+    from app.engines.embedded.reader import paths_read_out
+
+    for text in ("Use and/or km/h w/o 1/2 24/7 here.", "See https://example.com/docs/a now.", "Then </div> /s ok."):
+        assert paths_read_out(text) == text
+
+
 @pytest.mark.parametrize(
     "text",
     ["It rose by 1.05% now.", "It grew by 1.25 times.", "Sold at 12.99 USD.", "At 24.30 it is no time.",
@@ -446,6 +453,10 @@ def test_runs_within_the_bound_are_read_as_hibari_reads_them(text: str, monkeypa
         ("It failed at 2024-12-02T10:30:00Z here.", "It failed at 2024-12-02 at 10:30 UTC here."),  # ISO 8601
         ("Since 2024-12-02 14:05:09+01:00 now.", "Since 2024-12-02 at 14:05:09 UTC plus 1 now."),
         ("Until 2024-12-02T08:00-05:30 then.", "Until 2024-12-02 at 08:00 UTC minus 5:30 then."),
+        ("Edit /etc/hosts now.", "Edit slash E T C slash hosts now."),  # was "etcetera hosts"
+        ("See /etc/nginx/nginx.conf.", "See slash E T C slash nginx slash nginx dot conf."),  # its dot was lost
+        ("Open ~/.bashrc now.", "Open tilde slash dot bashrc now."),  # was "about slash bashrc"
+        ("Run ./run_all.sh now.", "Run dot slash run underscore all dot sh now."),
         ("The ΔΔCt method.", "The delta delta Ct method."),  # a term's symbols, no Greek word: was refused
         ("It took 5 μs and 1 µs.", "It took 5 microseconds and 1 microsecond."),  # "5 mu s", "1 micro s"
         ("Add 10 µL, then 2.5 μM.", "Add 10 microliters, then 2.5 micromolar."),

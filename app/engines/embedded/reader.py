@@ -51,6 +51,8 @@
   "jane doe at example com"), so that a listener cannot type it back: its dots, slashes, hyphens and underscores are
   read as said ("example dot com slash docs"), "http(s)://" left unsaid as people leave it, "www" and a two-letter
   country domain spelled ("W W W", "UK").
+- It reads a file's path with some of its marks lost and "/etc" as "etcetera" ("/etc/hosts": "etcetera hosts",
+  "~/.bashrc": "about slash bashrc"): its marks are read as words, as an address's are, and "etc" spelled.
 - It looks up every stretch of a run of pieces written together ("a-b-c", "a/b", "camelCase") as a compound it may
   know, in time that grows with the cube of the run's length: 2 000 characters of "a-a-a-..." took hours. A run is
   read in stretches of at most `MAX_JOINED_PIECES` pieces, cut after a joiner (`joined_runs_cut`).
@@ -201,6 +203,11 @@ _ADDRESS = re.compile(
 _AFTER_ADDRESS = ".,;:!?'\"”’)]}>*/"
 _ADDRESS_MARKS = {".": "dot", "/": "slash", "@": "at", ":": "colon", "-": "dash", "_": "underscore"}
 _ADDRESS_MARK = re.compile("[" + re.escape("".join(_ADDRESS_MARKS)) + "]")
+# a file's path ("/etc/hosts", "~/.bashrc", "./run.sh"): hibari read the first as "etcetera hosts", "~" as "about",
+# and lost slashes and dots. One from the root has two parts or more ("/s" or "/r" alone may be no path)
+_PATH = re.compile(r"(?<![\w.:/~\\-])(?:(?:~|\.{1,2})/[\w.-]*\w(?:/[\w.-]*\w)*|/[\w.-]*\w(?:/[\w.-]*\w)+)/?")
+_PATH_MARKS = {**_ADDRESS_MARKS, "~": "tilde"}
+_PATH_MARK = re.compile(r"[./~_-]")
 # a phone number in groups of three, three and four digits, dashed ("555-123-4567") or dotted ("555.123.4567"): hibari
 # reads a dashed one in its groups but right before a full stop ("Call 555-123-4567.": "five hundred fifty-five, one
 # twenty-three..."), a dotted one digit by digit without its groups' pauses. Seven digits ("123-4567") may be a range.
@@ -267,7 +274,9 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     from hibari.g2p.normalize import normalize
 
     readable = greek_letters_named(markup_unsaid(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS)))
-    readable = scales_in_words(signs_before_amounts(terms_said(addresses_read_out(readable), known_word(g2p))))
+    readable = scales_in_words(
+        signs_before_amounts(terms_said(addresses_read_out(paths_read_out(readable)), known_word(g2p)))
+    )
     readable = hash_keys_named(signs_as_words(readable), "hash" if getattr(g2p, "british", False) else "pound")
     readable = phone_numbers_in_digits(time_ranges_with_to(ip_addresses_with_dots(round_the_clock(readable))))
     readable = keys_said(ratings_out_of(times_said(readable)))
@@ -532,6 +541,20 @@ def _address_said(match: re.Match[str]) -> str:
         labels[-1] = labels[-1].upper()
     said = _ADDRESS_MARK.sub(lambda mark: f" {_ADDRESS_MARKS[mark.group(0)]} ", head + ".".join(labels) + tail)
     return " ".join(said.split()) + after
+
+
+def paths_read_out(text: str) -> str:
+    """`text` with each file path as it is said, its marks as words ("~/.bashrc": "tilde slash dot bashrc"), and
+    "etc" spelled ("/etc/hosts": "slash E T C slash hosts"), as `addresses_read_out` says an address."""
+
+    def said(match: re.Match[str]) -> str:
+        parts = re.split(r"([./~_-])", match.group(0).rstrip("/"))
+        words = [
+            _PATH_MARKS[part] if _PATH_MARK.fullmatch(part) else "E T C" if part == "etc" else part for part in parts
+        ]
+        return " ".join(word for word in words if word)
+
+    return _PATH.sub(said, text)
 
 
 def scales_in_words(text: str) -> str:
