@@ -78,7 +78,8 @@ class EncodedAudio:
         self._on_close = on_close
         self._on_first_audio = on_first_audio
         self._deadline = deadline  # loop time
-        self._delivering_s = 0.0  # time spent encoding and writing the audio handed out, not waiting for the engine
+        self._delivering_s = 0.0  # time its client took to take the audio handed out: not the engine's
+        self._encoding_s = 0.0  # time spent encoding: the server's own, counted against the deadline
         self._resampler: StreamResampler | None = None
         self._encoder: StreamEncoder = create_encoder(response_format, sample_rate, whole_file)
         self._inline_format = not FORMATS[response_format].ffmpeg
@@ -170,9 +171,11 @@ class EncodedAudio:
         loop = asyncio.get_running_loop()
         chunk = self._first if self._first is not None else await self._next_chunk()
         while chunk is not None:
-            handed = loop.time()
+            handed, encoding = loop.time(), self._encoding_s
             yield chunk
-            self._delivering_s += loop.time() - handed  # encoded and written: what the client took to read it
+            # encoded and written: what the client took to read it is the time but the encoder's (a whole file's
+            # bytes go to no client until its end: none of it)
+            self._delivering_s += max(0.0, loop.time() - handed - (self._encoding_s - encoding))
             chunk = await self._next_chunk()
         if self._stop_reason:  # the engine ended early because it was told to stop: not a completed stream
             raise Stopped(self._stop_reason)
@@ -205,10 +208,12 @@ class EncodedAudio:
                 step = max(1, len(chunk.samples) if whole else int(chunk.sample_rate * ENCODE_SLICE_S))
                 for start in range(0, len(chunk.samples), step):
                     piece = chunk.samples[start : start + step]
+                    began = time.perf_counter()
                     if inline:
                         data = self._convert(piece, chunk.sample_rate)
                     else:
                         data = await asyncio.to_thread(self._convert, piece, chunk.sample_rate)
+                    self._encoding_s += time.perf_counter() - began
                     self.encoded_s += len(piece) / chunk.sample_rate
                     if data:
                         yield data

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -198,6 +199,27 @@ async def test_the_deadline_does_not_count_the_time_a_listener_takes_to_read_its
         pieces += 1
         await asyncio.sleep(0.2)
     assert pieces == 20 and closed.calls == ["completed"]
+
+
+async def test_the_deadline_counts_the_time_spent_encoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's own encoding is no client reading: a whole mp3 file whose engine is fast but whose encoder
+    takes longer than the deadline ends as a timeout, as a pcm file past it does (the encoder's time was credited as
+    a listener's, up to the audio's length: a long whole file ran to three times the timeout)."""
+    convert = EncodedAudio._convert
+
+    def slow_convert(self: EncodedAudio, samples: np.ndarray, sample_rate: int) -> bytes:
+        time.sleep(0.1)  # a busy encoder: FFmpeg beside the engine's threads
+        return convert(self, samples, sample_rate)
+
+    monkeypatch.setattr(EncodedAudio, "_convert", slow_convert)
+    rest = chunks(8)  # 8 x 0.6 s of audio at once: 24 slices to encode, 2.4 s of encoding
+    closed = CloseRecorder()
+    deadline = asyncio.get_running_loop().time() + 0.5
+    audio = EncodedAudio(await anext(rest), rest, "mp3", 24_000, closed, deadline, whole_file=True)
+    with pytest.raises(Stopped):
+        async for _ in audio.bytes():
+            pass
+    assert closed.calls == ["timeout"]
 
 
 async def test_stop_ends_a_waiting_stream_at_once() -> None:
