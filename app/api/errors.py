@@ -172,8 +172,13 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
     if kind == "json_invalid":
         return ApiError(400, INVALID_JSON, code="invalid_json")
     if param is None:
-        sent_as_text = isinstance(error.get("input"), bytes | str)  # not read as JSON: its Content-Type said otherwise
-        need = ", sent with Content-Type: application/json" if sent_as_text else ""
+        body = error.get("input")
+        if isinstance(body, bytes):  # not read as JSON: its Content-Type said otherwise
+            need = ", sent with Content-Type: application/json"
+        elif isinstance(body, str):  # read as JSON, a string: a body encoded twice (`json=json.dumps(...)`)
+            need = ", not a JSON string (a body encoded as JSON twice?)"
+        else:
+            need = ""
         return ApiError(400, f"The request body must be a JSON object{need}.", code="invalid_request")
     # within the field, the key at fault (the last of the location; those between may name a union's branch)
     path = f"{param}.{loc[-1]}" if len(loc) > 1 and isinstance(loc[-1], str) else param

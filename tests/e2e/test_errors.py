@@ -112,8 +112,9 @@ def test_validation_messages_say_what_is_wrong_with_the_field(server: RunningSer
         (b'{"input": "\xff"}', "application/json", "JSON"),  # not UTF-8
         (b"[" * 100_000 + b"]" * 100_000, "application/json", "JSON"),  # nested past any parser's depth
         (b'{"model": "tts-1", "voice": "alloy", "input": "Hi."}', "text/plain", "Content-Type: application/json"),
+        (b'"{\\"input\\": \\"Hi.\\"}"', "application/json", "not a JSON string"),  # json=json.dumps(body)
     ],
-    ids=["invalid-utf8", "nested-too-deep", "json-sent-as-text"],
+    ids=["invalid-utf8", "nested-too-deep", "json-sent-as-text", "json-encoded-twice"],
 )
 def test_a_body_that_is_not_json_says_so(server: RunningServer, raw: bytes, content_type: str, says: str) -> None:
     response = httpx.post(

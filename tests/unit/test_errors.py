@@ -118,6 +118,15 @@ def test_a_body_not_read_as_json_names_the_content_type_it_needs() -> None:
     )
 
 
+def test_a_body_that_is_a_json_string_says_so() -> None:
+    """A JSON string (a body encoded twice: `json=json.dumps(...)`) came as JSON: naming the Content-Type, which the
+    client did send, pointed at the wrong fault."""
+    encoded_twice = [{"type": "model_attributes_type", "loc": ("body",), "msg": "m", "input": '{"input": "Hi."}'}]
+    assert validation_error(encoded_twice).message == (
+        "The request body must be a JSON object, not a JSON string (a body encoded as JSON twice?)."
+    )
+
+
 @pytest.mark.parametrize(
     ("loc", "kind", "says"),
     [
