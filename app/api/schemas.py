@@ -21,8 +21,13 @@ StreamFormat = Literal["audio", "sse"]
 
 
 class TextInput(BaseModel):
+    # its longest is checked with the engine's request (`app.speech.jobs`), against this server's limit
+    # (SPEECH_MAX_INPUT_CHARS, at most OpenAI's 4096): checked here too, a lower limit was told as 4096 past 4096
     input: str = Field(
-        min_length=1, max_length=MAX_INPUT_CHARS, description=f"Text to speak, 1–{MAX_INPUT_CHARS} characters."
+        min_length=1,
+        json_schema_extra={"maxLength": MAX_INPUT_CHARS},
+        description=f"Text to speak, 1–{MAX_INPUT_CHARS} characters (or fewer where the server's limit is lower: "
+        "`max_input_chars` in GET /v1/audio/capabilities).",
     )
 
 
