@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.dependencies import get_engine, get_lifecycle, get_settings
 from app.api.errors import RETRY_AFTER_DRAINING, RETRY_AFTER_NOT_READY, ApiError, error_responses
@@ -39,6 +40,8 @@ async def retrieve_model(
     settings: Annotated[Settings, Depends(get_settings)],
 ) -> dict[str, Any]:
     """One model of the list (the OpenAI SDKs' `models.retrieve`); a model not served is a 404 `model_not_found`."""
+    if not model or model.endswith("/"):  # "/v1/models/", "/v1/models/tts-1/": a path of this router's, no model id
+        raise StarletteHTTPException(404)
     check_model(model, served_models(engine, settings))
     return model_object(model, engine)
 
