@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 EngineName = Literal["auto", "embedded", "omni", "sglang"]
 ENV_PREFIX = "SPEECH_"
 NESTED_DELIMITER = "__"
+WS_MAX_MESSAGE_BYTES = 128 * 1024  # a WebSocket message's default limit
 MAX_INPUT_CHARS = 4096  # the longest `input` OpenAI accepts, and this service's default and upper bound
 
 # OpenAI's voice names (every one its Python SDK offers), so OpenAI client code runs unchanged. The empty target means
@@ -805,7 +806,10 @@ class Settings(BaseSettings):
         "even before the next word shows that the sentence is over.",
     )
     ws_max_message_bytes: int = Field(
-        128 * 1024, ge=1024, description="WebSocket speech: largest message but session.config (max_body_bytes)."
+        WS_MAX_MESSAGE_BYTES,
+        ge=1024,
+        description="WebSocket speech: largest message but session.config (max_body_bytes). Left unset, "
+        "max_body_bytes where that is lower.",
     )
     # -- each engine's own settings: the engine is given these and nothing else of this object ---------------------
     embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
@@ -817,6 +821,19 @@ class Settings(BaseSettings):
     def _flat_names(cls, values: object) -> object:
         """Settings.model_validate({...}) with the old flat names, as `__init__` takes them."""
         return nest_flat_names(values) if isinstance(values, Mapping) else values
+
+    @model_validator(mode="before")
+    @classmethod
+    def _message_limit_under_the_body_limit(cls, values: object) -> object:
+        """The WebSocket message limit left unset follows a body limit set below its default: else a lower body
+        limit alone would be refused, over a variable the operator never set."""
+        if not isinstance(values, Mapping) or "ws_max_message_bytes" in values or "max_body_bytes" not in values:
+            return values
+        try:
+            body = int(values["max_body_bytes"])
+        except (TypeError, ValueError):
+            return values  # the field's own check refuses it
+        return {**values, "ws_max_message_bytes": body} if body < WS_MAX_MESSAGE_BYTES else values
 
     @field_validator("model_aliases", "ref_audio_allowed_hosts", "cors_origins", mode="before")
     @classmethod

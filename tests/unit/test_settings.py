@@ -383,6 +383,16 @@ def test_a_websocket_message_limit_past_the_body_limit_is_refused_naming_both(mo
     assert load_settings().ws_max_message_bytes == 100_000
 
 
+def test_a_lower_body_limit_alone_lowers_the_websocket_message_limit_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The message limit left at its default (128 KiB) follows a body limit set below it: set alone, a 64 KiB body
+    limit stopped the server from starting, over a variable the operator never set."""
+    monkeypatch.setenv("SPEECH_MAX_BODY_BYTES", "65536")
+    assert load_settings().ws_max_message_bytes == 65_536
+    assert Settings(max_body_bytes=4096).ws_max_message_bytes == 4096
+    monkeypatch.delenv("SPEECH_MAX_BODY_BYTES")
+    assert Settings().ws_max_message_bytes == 128 * 1024  # the default under the default body limit
+
+
 def test_a_per_key_limit_without_keys_is_logged_at_start(caplog: pytest.LogCaptureFixture) -> None:
     """An open API has no keys to count requests by: the limit does nothing, and the operator is told so."""
     with caplog.at_level(logging.WARNING, logger="app.settings"):
