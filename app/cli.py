@@ -67,6 +67,12 @@ class SpeechServer(uvicorn.Server):
             self._captured_signals.remove(sig)
 
     def _drained(self) -> None:
+        if not self.lifecycle.idle:
+            # streams the drain stopped that could not end: each waits on a write to a client that reads as it plays,
+            # behind megabytes of audio its socket holds (a stop is seen only between writes). Cut off, each ends as
+            # stopped by the drain; left open, uvicorn would wait for them, then cancel them as errors
+            for connection in list(self.server_state.connections):
+                connection.transport.abort()
         self.should_exit = True
 
 

@@ -103,9 +103,9 @@ class Lifecycle:
                 log.warning("drain timeout: stopping a stream", extra={"request_id": request_id})
                 stream.stop("drain")
             self._hurried = False  # the stopped streams get their grace to end, told or not
-            if not await self._wait_idle(_STOPPED_GRACE_S):
+            if not await self._wait_idle(_STOPPED_GRACE_S):  # their connections are cut (`on_drained`)
                 still = [request_id for request_id, _ in self._streams.values()]
-                log.error("streams still open after the drain", extra={"request_ids": still})
+                log.warning("streams still open after the drain: cut off", extra={"request_ids": still})
         self.drained = True
         log.info("drained", extra={"seconds": round(time.perf_counter() - started, 3)})
         if on_drained is not None:

@@ -160,7 +160,7 @@ class EncodedAudio:
                 # answered in the very turn this wait was cancelled (the client left as the engine ended): read its
                 # outcome, or the loop reports a StopAsyncIteration "never retrieved" when the task is collected
                 pending.exception()
-        if pending in done:
+        if pending in done and not self._stopped.is_set():  # a stop wins over a chunk ready with it
             try:
                 return pending.result()
             except StopAsyncIteration:
@@ -218,6 +218,8 @@ class EncodedAudio:
                     if data:
                         yield data
                         self.first_audio_sent()  # resumed: the server has written those bytes
+                    if self._stopped.is_set():  # stopped while its client read: not the chunk's other slices
+                        raise Stopped(self._stop_reason or "drain")
                 if chunk.words:
                     yield [word.shifted(offset_s) for word in chunk.words]
             rate = self._sample_rate if self._resampler is None else self._resampler.source_rate

@@ -350,6 +350,39 @@ def test_drain_timeout_stops_the_rest(tmp_path: Path) -> None:
     assert deltas and all(base64.b64decode(e["audio"]) for e in deltas)
 
 
+def test_a_drain_out_of_time_stops_a_stream_its_client_plays_in_real_time(tmp_path: Path) -> None:
+    """The engine runs ahead of a client that reads a pcm body as it plays (a small socket buffer, 48 kB/s): at the
+    drain's timeout its stream is stopped after the slice being read, counted as the drain's. It played on instead
+    for as long as the engine had run ahead, past the drain's grace, until uvicorn cancelled it (an ERROR traceback,
+    counted as the client's leaving)."""
+    server = start_server(tmp_path / "server.log", env={"SPEECH_DRAIN_TIMEOUT_S": "2"})
+    body = json.dumps(speech(LONGEST_TEXT)).encode()
+    request = (
+        f"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        client.connect(("127.0.0.1", int(server.base_url.rsplit(":", 1)[1])))
+        client.sendall(request)
+        client.settimeout(120)
+        received = client.recv(4096)
+        signalled = False
+        began = time.monotonic()
+        # read as a player does until the server has exited (what its socket still held then plays on: not waited for)
+        while server.process.poll() is None and (chunk := client.recv(4096)):
+            received += chunk
+            time.sleep(max(0.0, began + len(received) / 48_000 - time.monotonic()))  # real time: 24 kHz, 16 bits
+            if not signalled and time.monotonic() - began > 1.0:
+                server.process.send_signal(signal.SIGTERM)
+                signalled = True
+    assert server.process.wait(60) == 0 and received.startswith(b"HTTP/1.1 200")
+    events = server.log_events()
+    outcomes = [e.get("outcome") for e in events if e.get("message") == "speech request"]
+    assert outcomes == ["drain"], outcomes
+    assert not [e for e in events if e.get("level") == "error"], [e for e in events if e.get("level") == "error"]
+
+
 def test_a_second_sigterm_ends_the_drain_at_once_and_exits_zero(tmp_path: Path) -> None:
     """The drain would wait a minute for a slow listener; a second SIGTERM stops that stream (told why, as at the
     drain's timeout) and the server exits 0 within seconds, not after the drain's time."""

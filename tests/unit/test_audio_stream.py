@@ -237,6 +237,22 @@ async def test_stop_ends_a_waiting_stream_at_once() -> None:
     assert closed.calls == ["drain"]
 
 
+async def test_a_stop_ends_a_stream_whose_engine_is_ahead_after_the_slice_being_read() -> None:
+    """A drain's stop ends the stream after the slice its client is reading, also where the engine's chunks are
+    already waiting (it is ahead of a client that reads in real time): a waiting chunk was taken before the stop, and
+    a chunk's slices were all sent, so a stopped stream played on for as long as the engine had run ahead."""
+    rest = chunks(10)  # 10 x 0.6 s of audio, all ready: each chunk is three slices of mp3
+    closed = CloseRecorder()
+    audio = EncodedAudio(await anext(rest), rest, "mp3", 24_000, closed)
+    sent = 0
+    with pytest.raises(Stopped) as info:
+        async for _ in audio.bytes():
+            sent += 1
+            if sent == 1:
+                audio.stop("drain")
+    assert info.value.reason == "drain" and sent == 1 and closed.calls == ["drain"]
+
+
 async def test_an_engine_that_returns_early_after_a_stop_is_not_completed() -> None:
     async def obedient() -> AsyncIterator[AudioChunk]:
         yield AudioChunk(tone(0.2), 24_000)
