@@ -129,6 +129,7 @@ async def speech_response(
     body: SpeechRequest, service: SpeechService, request_id: str, timing: TtfaTimeline, summary: dict[str, object]
 ) -> Response:
     """The answer, from the voice to the first audio (a stream) or to the last (a whole file)."""
+    service.check_input(body.input)
     voice = await service.resolve_voice(body)
     job, output = service.build_job(voice, body.input, request_id, whole_file=body.whole_file)
     ticket = await service.admitted(timing, len(body.input))

@@ -114,6 +114,7 @@ async def speak_whole(
     }
     outcome = ItemOutcome(item.index, item.options.response_format, summary)
     try:  # the batch was checked open when it was accepted: a drain lets it finish, as it lets a queued request
+        service.check_input(item.text)
         voice = await service.resolve_voice(item.options, references.decode if references else None)
         job, output = service.build_job(voice, item.text, f"{request_id}-{item.index}", whole_file=True)
         outcome.response_format = output.response_format

@@ -180,6 +180,13 @@ def same_voice(a: str, b: str, catalog: VoiceCatalog) -> bool:
     return voice is not None and voice == catalog.resolve(b)
 
 
+def check_input_length(text: str, caps: EngineCapabilities) -> None:
+    """`Refused` naming `input` where `text` is longer than this server takes (SPEECH_MAX_INPUT_CHARS, within the
+    engine's own): checked before any other work on the request (a reference audio to fetch)."""
+    if len(text) > caps.max_input_chars:
+        raise Refused("input", too_many_characters("input", caps.max_input_chars, len(text)), "string_too_long")
+
+
 def build_job(
     request: SpeechOptions,
     text: str,
@@ -201,8 +208,7 @@ def build_job(
     check_model(request.model or served_models[0], served_models, also_accepted)
     if request.speaker is not None and not same_voice(request.speaker, request.voice_name, catalog):
         raise Refused("speaker", "'speaker' is another name for 'voice': send one of them, or the same voice.")
-    if len(text) > caps.max_input_chars:
-        raise Refused("input", too_many_characters("input", caps.max_input_chars, len(text)), "string_too_long")
+    check_input_length(text, caps)
     try:
         normalized = normalize_text(text, caps.reading, continues)
     except UnreadableText as exc:

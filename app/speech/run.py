@@ -20,7 +20,7 @@ from app.lifecycle import Lifecycle
 from app.settings import Settings
 from app.speech.encoding import EncodedAudio
 from app.speech.errors import EngineFailed, Failed, Full, Refused, ShuttingDown, Stopped, Unavailable
-from app.speech.jobs import OutputSpec, build_job, check_model
+from app.speech.jobs import OutputSpec, build_job, check_input_length, check_model
 from app.speech.models import accepted_models, served_models
 from app.speech.options import SpeechOptions
 from app.speech.voice import Decoder, Options, Voice, resolve_voice
@@ -59,6 +59,11 @@ class SpeechService:
 
     async def resolve_voice(self, options: Options, decode: Decoder | None = None) -> Voice[Options]:
         return await resolve_voice(options, self.engine, self.settings, self.catalog, self.store, decode)
+
+    def check_input(self, text: str) -> None:
+        """`Refused` where `text` is longer than this server takes: before its voice is resolved (a reference audio
+        fetched and decoded), as `build_job` checks it again for the texts that come without a request."""
+        check_input_length(text, self.engine.capabilities())
 
     def check_model(self, model: str | None) -> None:
         """`UnknownModel` where `model` names none this server serves (None: the engine's own)."""

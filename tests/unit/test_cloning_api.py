@@ -14,6 +14,7 @@ import pytest
 import trustme
 
 from app.server import create_app
+from app.speech import batch, voice
 from tests.fakes.vllm_omni_0_30 import FakeAsyncOmni
 from tests.support.wav import tone_wav
 from tests.unit.test_omni_engine import make_engine, service_settings
@@ -155,3 +156,30 @@ async def test_a_name_alone_must_be_a_registered_voice(api) -> None:
     explicit = await speak(client, voice="nobody", task_type="Base", ref_text="Text.")
     assert explicit.status_code == 400 and explicit.json()["error"]["param"] == "ref_audio"
     assert len(omni.requests) == sent + 1
+
+
+@pytest.mark.parametrize("path", ["/v1/audio/speech", "/v1/audio/speech/batch"])
+async def test_an_input_over_the_limit_is_refused_before_its_reference_audio_is_fetched(
+    api, https_clip, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """The length is checked first: an over-long `input` (up to the body's 25 MB) made the server fetch and decode the
+    reference audio it named before refusing it, in a batch once for every such item."""
+    client, _, _ = api
+    fetched: list[str] = []
+    real = voice.decode_reference
+
+    async def counted(value: str, settings: object) -> object:
+        fetched.append(value)
+        return await real(value, settings)
+
+    monkeypatch.setattr(voice, "decode_reference", counted)
+    monkeypatch.setattr(batch, "decode_reference", counted)  # a batch's references, shared by its items
+    reference = {"ref_audio": https_clip[0], "ref_text": "Hello."}
+    if path.endswith("batch"):
+        response = await client.post(path, json={"items": [{"input": "x" * 5000, **reference}]})
+        error, param = response.json()["results"][0]["error"], "items[0].input"
+    else:
+        response = await speak(client, input="x" * 100_000, **reference)
+        assert response.status_code == 400
+        error, param = response.json()["error"], "input"
+    assert (error["param"], error["code"]) == (param, "string_too_long") and fetched == [], (error, fetched)
