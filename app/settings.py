@@ -36,6 +36,7 @@ EngineName = Literal["auto", "embedded", "omni", "sglang"]
 ENV_PREFIX = "SPEECH_"
 NESTED_DELIMITER = "__"
 WS_MAX_MESSAGE_BYTES = 128 * 1024  # a WebSocket message's default limit
+MIN_MESSAGE_BYTES = 1024  # the lowest limit of a request's body or a WebSocket message
 MAX_INPUT_CHARS = 4096  # the longest `input` OpenAI accepts, and this service's default and upper bound
 
 # OpenAI's voice names (every one its Python SDK offers), so OpenAI client code runs unchanged. The empty target means
@@ -786,7 +787,9 @@ class Settings(BaseSettings):
         description="Web origins allowed to call the API from a browser (comma list, e.g. https://app.example.com, "
         "or *); none = no CORS.",
     )
-    max_body_bytes: int = Field(25 * 1024 * 1024, ge=1024, description="Largest accepted request body (413 beyond).")
+    max_body_bytes: int = Field(
+        25 * 1024 * 1024, ge=MIN_MESSAGE_BYTES, description="Largest accepted request body (413 beyond)."
+    )
     sentence_max_chars: int = Field(
         250, ge=40, description="Sentences longer than this are cut at commas (then spaces) before synthesis."
     )
@@ -807,7 +810,7 @@ class Settings(BaseSettings):
     )
     ws_max_message_bytes: int = Field(
         WS_MAX_MESSAGE_BYTES,
-        ge=1024,
+        ge=MIN_MESSAGE_BYTES,
         description="WebSocket speech: largest message but session.config (max_body_bytes). Left unset, "
         "max_body_bytes where that is lower.",
     )
@@ -833,7 +836,8 @@ class Settings(BaseSettings):
             body = int(values["max_body_bytes"])
         except (TypeError, ValueError):
             return values  # the field's own check refuses it
-        return {**values, "ws_max_message_bytes": body} if body < WS_MAX_MESSAGE_BYTES else values
+        # not below the message limit's own floor: a body limit that low is refused for itself, and told once
+        return {**values, "ws_max_message_bytes": body} if MIN_MESSAGE_BYTES <= body < WS_MAX_MESSAGE_BYTES else values
 
     @field_validator("model_aliases", "ref_audio_allowed_hosts", "cors_origins", mode="before")
     @classmethod

@@ -189,7 +189,11 @@ def test_slashes_of_no_path_are_read_as_before() -> None:
 @pytest.mark.parametrize(
     "text",
     ["It rose by 1.05% now.", "It grew by 1.25 times.", "Sold at 12.99 USD.", "At 24.30 it is no time.",
-     "Pi is about 3.14159 here.", "It is 10.30 metres.", "Then 2024-12-02T10:30Z9 here.", "Press Ctrl now+C."],
+     "Pi is about 3.14159 here.", "It is 10.30 metres.", "Then 2024-12-02T10:30Z9 here.", "Press Ctrl now+C.",
+     "Pi is about 3.14.", "The correlation was around 0.45 overall.", "The p-value was about 0.05",
+     "Multiply the price by 1.15 to add tax.", "Python versions before 3.10 lack it.", "The euro traded at 1.08.",
+     "It weighs about 2.45 kg.", "It ran about 10.15 km.", "It was at 21.30°C here.", "It is about 12.50 dollars.",
+     "Opt out of tracking.", "Opt in now.", "Lana Del Rey sang.", "Benicio Del Toro acted.", "Press Tab to go."],
 )  # fmt: skip
 def test_numbers_with_a_point_that_are_no_times_and_no_keys_are_read_as_before(text: str) -> None:
     from app.engines.embedded.reader import keys_said, times_said
@@ -450,6 +454,8 @@ def test_runs_within_the_bound_are_read_as_hibari_reads_them(text: str, monkeypa
         ("Hold the Ctrl key.", "Hold the control key."),
         ("Meet at 10.30 today.", "Meet at 10:30 today."),  # a time: was "ten point three"
         ("Open from 9.15pm on.", "Open from 9:15pm on."),
+        ("The call is at 14.30 tomorrow.", "The call is at 14:30 tomorrow."),
+        ("Press Ctrl+Del then Opt+Esc.", "Press control delete then option escape."),
         ("It failed at 2024-12-02T10:30:00Z here.", "It failed at 2024-12-02 at 10:30 UTC here."),  # ISO 8601
         ("Since 2024-12-02 14:05:09+01:00 now.", "Since 2024-12-02 at 14:05:09 UTC plus 1 now."),
         ("Until 2024-12-02T08:00-05:30 then.", "Until 2024-12-02 at 08:00 UTC minus 5:30 then."),

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from pydantic import ValidationError
 
 import app.cli
 from app.engines import create_engine, engine_available, omni_engine
@@ -391,6 +392,9 @@ def test_a_lower_body_limit_alone_lowers_the_websocket_message_limit_with_it(mon
     assert Settings(max_body_bytes=4096).ws_max_message_bytes == 4096
     monkeypatch.delenv("SPEECH_MAX_BODY_BYTES")
     assert Settings().ws_max_message_bytes == 128 * 1024  # the default under the default body limit
+    with pytest.raises(ValidationError) as refused:  # a body limit of its own fault: told once, for itself
+        Settings(max_body_bytes=512)
+    assert [error["loc"] for error in refused.value.errors()] == [("max_body_bytes",)]
 
 
 def test_a_per_key_limit_without_keys_is_logged_at_start(caplog: pytest.LogCaptureFixture) -> None:

@@ -37,10 +37,10 @@
 - It reads "24/7" as a number over another ("twenty-four slash seven"): it is read as said, "twenty-four seven".
   A rating ("Rated 5/5", "4.5/5 stars") it read as a date ("May fifth") or as numbers run together: it is read "out
   of" its scale.
-- It reads a time written with a point ("at 10.30", "10.30pm") as a decimal ("ten point three"), an ISO 8601 time
-  ("2024-12-02T10:30:00Z") with its T, its zero seconds and its Z, and keys pressed together ("Ctrl+C") with their
-  plus signs, "Ctrl" and "Cmd" spelled or misread: each is read as said ("ten thirty", "December 2nd, 2024 at ten
-  thirty UTC", "control C").
+- It reads a time written with a point ("10.30pm", "at 10.30 tomorrow") as a decimal ("ten point three"), an ISO
+  8601 time ("2024-12-02T10:30:00Z") with its T, its zero seconds and its Z, and keys pressed together ("Ctrl+C")
+  with their plus signs, "Ctrl" and "Cmd" spelled or misread: each is read as said ("ten thirty", "December 2nd,
+  2024 at ten thirty UTC", "control C").
 - It reads a version of three dotted numbers as three numbers, its points lost ("3.11.2": "three eleven two"): it
   is read with them, "three point eleven point two".
 - It reads the area code of a phone number written "(555) 123-4567" as an amount ("five hundred fifty-five"), one
@@ -153,23 +153,25 @@ _IP_ADDRESS = re.compile(r"(?<![\w.])(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(
 # which hibari reads "number 1"), "C#"'s, or one before a number after a space ("# 1"), which is no key either
 _KEY_HASH = re.compile(r"(?<![^\s(\[\"'“‘])#(?![^\s.,;:!?)\]\"'”’]| \d)")
 _ROUND_THE_CLOCK = re.compile(r"(?<![\w./])24/7(?![\w/]|\.\d)")
-# a time written with a point after a word that says when ("at 10.30", "from 9.15pm"), or with am/pm ("10.30pm"):
-# hibari read it as a decimal ("ten point three")
+# a time written with a point ("10.30pm", "at 10.30 tomorrow"): hibari read it as a decimal ("ten point three"). Only
+# before am/pm, or after "at" and before a word that tells a time of day: "about 3.14", "by 1.15", "traded at 1.08"
+# and "at 21.30°C" are numbers
+_TIME_OF_DAY_AFTER = r"(?:today|tomorrow|tonight|sharp|on|in the (?:morning|afternoon|evening)|(?:GMT|BST|UTC|CET)\b)"
 _DOTTED_TIME = re.compile(
-    r"(?:(?<=\b[Aa]t )|(?<=\b[Ff]rom )|(?<=\b[Uu]ntil )|(?<=\b[Tt]ill )|(?<=\b[Bb]y )|(?<=\b[Bb]efore )"
-    r"|(?<=\b[Aa]fter )|(?<=\b[Aa]round )|(?<=\b[Aa]bout ))([01]?\d|2[0-3])\.([0-5]\d)"
-    r"(?!\w|\.\d| ?%| (?:percent|times|x|points?|per|degrees?|[A-Z]{3})\b)"  # "by 1.05%", "at 1.25 times": no time
-    r"|(?<![\w.])([01]?\d|2[0-3])\.([0-5]\d)(?= ?[ap]\.?m\b)"
+    r"(?<![\w.])([1-9]|1\d|2[0-3])\.([0-5]\d)(?= ?[ap]\.?m\b)"
+    rf"|(?<=\b[Aa]t )(0?[1-9]|1\d|2[0-3])\.([0-5]\d)(?= {_TIME_OF_DAY_AFTER})"
 )
 # an ISO 8601 date and time ("2024-12-02T10:30:00Z"): hibari read its T, its zero seconds and its Z as written
 _ISO_DATETIME = re.compile(
     r"(?<![\w-])(\d{4}-[01]\d-[0-3]\d)[T ]([0-2]\d:[0-5]\d)(:[0-5]\d(?:\.\d+)?)?(Z|[+-][0-2]\d:?[0-5]\d)?(?![\w:])"
 )
-# keys pressed together ("Ctrl+C", "Cmd+Shift+P") and the keys hibari spells ("Ctrl": "sintrrol", "Cmd": "C M D")
+# keys pressed together ("Ctrl+C", "Cmd+Shift+P") and the keys hibari spells ("Ctrl": "sintrrol", "Cmd": "C M D"):
+# "Opt", "Esc" and "Del" are named only in a combination ("Opt out", "Lana Del Rey" are words)
 _KEY_NAMES = {"Ctrl": "control", "Cmd": "command", "Opt": "option", "Esc": "escape", "Del": "delete"}
 _KEYS = r"Ctrl|Cmd|Alt|Shift|Option|Opt|Win|Fn|Super|Meta|Esc|Tab|Enter|Del"
 _KEY_COMBO = re.compile(rf"\b(?:(?:{_KEYS})\+)+\w+\b")
 _KEY_NAME = re.compile(rf"\b(?:{'|'.join(_KEY_NAMES)})\b")
+_KEY_WORD = re.compile(r"\b(?:Ctrl|Cmd)\b")  # no other reading: named anywhere
 # a rating or a score ("Rated 5/5", "I give it 8/10", "4.5/5 stars"): hibari read it as a date ("May fifth"), numbers
 # ("eight ten") or a decimal run into the next ("four point five five"). Only right after a word that rates, or
 # right before stars or points: "On 5/10" stays a date, "1/2 cup" a fraction
@@ -453,8 +455,9 @@ def round_the_clock(text: str) -> str:
 
 
 def times_said(text: str) -> str:
-    """`text` with a time written with a point ("at 10.30", "10.30pm") as one with a colon, and an ISO 8601 date and
-    time as said: the date, "at" its time (its seconds where they are not zero), "UTC" and its offset ("plus 1")."""
+    """`text` with a time written with a point ("10.30pm", "at 10.30 tomorrow") as one with a colon, and an ISO 8601
+    date and time as said: the date, "at" its time (its seconds where they are not zero), "UTC" and its offset ("plus
+    1")."""
     return _ISO_DATETIME.sub(_iso_said, _DOTTED_TIME.sub(lambda m: ":".join(g for g in m.groups() if g), text))
 
 
@@ -474,8 +477,10 @@ def _iso_said(match: re.Match[str]) -> str:
 def keys_said(text: str) -> str:
     """`text` with keys pressed together said without their plus signs ("Ctrl+C": "control C"), and the keys hibari
     spells by their names."""
-    text = _KEY_COMBO.sub(lambda m: m.group(0).replace("+", " "), text)
-    return _KEY_NAME.sub(lambda m: _KEY_NAMES[m.group(0)], text)
+    named = _KEY_COMBO.sub(
+        lambda m: _KEY_NAME.sub(lambda k: _KEY_NAMES[k.group(0)], m.group(0).replace("+", " ")), text
+    )
+    return _KEY_WORD.sub(lambda m: _KEY_NAMES[m.group(0)], named)
 
 
 def ratings_out_of(text: str) -> str:
