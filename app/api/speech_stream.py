@@ -402,10 +402,12 @@ async def speech_stream_over_http() -> None:
 @router.websocket("/v1/audio/speech/stream")
 async def speech_stream(websocket: WebSocket) -> None:
     service = service_of(websocket.app.state)
-    if service.lifecycle.draining:
+    try:
+        service.check_not_draining()
+    except ShuttingDown as exc:
         # refused before the upgrade, as the HTTP 503 a request gets: a balancer retries it on another replica, which
         # it could not do with a session closed after the upgrade
-        await websocket.send_denial_response(to_api_error(ShuttingDown()).response())
+        await websocket.send_denial_response(to_api_error(exc).response())
         return
     await websocket.accept()
     metrics.WS_SESSIONS.inc()

@@ -45,10 +45,14 @@ class SpeechService:
 
     def check_open(self) -> None:
         """New work is refused while the server drains or before the engine is warm."""
+        self.check_not_draining()
+        self.check_ready()
+
+    def check_not_draining(self) -> None:
+        """`ShuttingDown`, counted as a refusal, while the server drains."""
         if self.lifecycle.draining:
             metrics.REJECTED.labels("draining").inc()
             raise ShuttingDown()
-        self.check_ready()
 
     def check_ready(self) -> None:
         state = self.engine.health()

@@ -563,6 +563,7 @@ def test_drain_finishes_the_utterance_then_closes_1001(guarded_server: RunningSe
         assert refused.value.response.status_code == 503 and refused.value.response.headers["Retry-After"] == "1"
         assert refused.value.response.headers["X-Request-Id"] == "ws-in-drain"
         assert json.loads(refused.value.response.body)["error"]["code"] == "server_shutting_down"
+        assert guarded_server.metric("speech_rejected_total", reason="draining") == 1  # counted as a request's is
         send(ws, {"type": "input.text", "text": " after it."})
         send(ws, {"type": "input.done"})
         events, _ = receive_through_errors(ws)
