@@ -66,6 +66,9 @@ INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"
 
 
+REFUSAL_KEYS = ("type", "code", "param")  # what a log line tells of an error: never its message
+
+
 class ApiError(Exception):
     def __init__(
         self,
@@ -87,6 +90,11 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, type=self.type, param=self.param, code=self.code)
+
+    def refusal(self) -> dict[str, str]:
+        """Why, as a request's log line tells it: its type, code and param (those set), never its message (it may
+        quote the input)."""
+        return {key: value for key in REFUSAL_KEYS if isinstance(value := getattr(self, key), str) and value}
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)

@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
 from app.api.audio_stream import StreamCut
-from app.api.errors import ApiError, internal_error, invalid_param
+from app.api.errors import REFUSAL_KEYS, ApiError, internal_error, invalid_param
 from app.logs import cut_on_purpose
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ def refused_for(body: bytes) -> dict[str, Any]:
         return {}
     if not isinstance(error, dict):
         return {}
-    return {key: error[key] for key in ("type", "code", "param") if isinstance(error.get(key), str)}
+    return {key: error[key] for key in REFUSAL_KEYS if isinstance(error.get(key), str)}
 
 
 class Outcome:

@@ -117,10 +117,15 @@ def item_result(outcome: ItemOutcome | ApiError, error: ApiError | None, index: 
     }
 
 
-def count(outcome: ItemOutcome | ApiError, status: int, request_id: str, response_format: str) -> None:
-    """Each item is counted and logged as one speech request, `stream` label `batch`."""
+def count(outcome: ItemOutcome | ApiError, error: ApiError | None, request_id: str, response_format: str) -> None:
+    """Each item is counted and logged as one speech request, `stream` label `batch`; one that failed with why, as a
+    request refused is (`error`: its `item_error`)."""
+    status = 200 if error is None else error.status
     metrics.REQUESTS.labels(str(status), response_format, "batch").inc()
     summary = dict(outcome.summary) if isinstance(outcome, ItemOutcome) else {"stream_format": "batch"}
+    summary.setdefault("response_format", response_format)
+    if error is not None:
+        summary["error"] = error.refusal()
     log.info("speech request", extra={**summary, "request_id": request_id, "status": status})
 
 
@@ -176,7 +181,7 @@ async def create_speech_batch(
         metrics.REJECTED.labels(reason).inc()
     request.state.batch_items_counted = True  # each item below, as a request of its own
     for index, (entry, outcome, error) in enumerate(zip(checked, outcomes, errors, strict=True)):
-        count(outcome, 200 if error is None else error.status, f"{request_id}-{index}", _format_of(entry, body))
+        count(outcome, error, f"{request_id}-{index}", _format_of(entry, body))
     if not present:  # nobody is left to answer
         log.info("batch abandoned by its client", extra={"request_id": request_id, "items": len(checked)})
         return Response(status_code=499)

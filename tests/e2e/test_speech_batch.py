@@ -295,6 +295,17 @@ def test_a_batch_the_drain_outlasts_keeps_the_items_it_finished(tmp_path: Path) 
         server.stop()
 
 
+def test_an_item_refused_for_its_own_field_is_logged_with_its_refusal(batch_server: RunningServer) -> None:
+    """As a request refused for a field is: the log line of an item refused for its own `speed` names the refusal
+    (type, code, field) and its format; it had neither."""
+    answer = batch(batch_server, {"items": [{"input": "One."}, {"input": "Two.", "speed": 99}]}).json()
+    assert [result["status"] for result in answer["results"]] == ["success", "error"]
+    batch_id = answer["id"].removeprefix("speech-batch-")
+    [line] = [line for line in speech_lines(batch_server) if line["request_id"] == f"{batch_id}-1"]
+    assert line["status"] == 400 and line["response_format"] == "wav", line
+    assert line["error"] == {"type": "invalid_request_error", "code": "invalid_value", "param": "items[1].speed"}, line
+
+
 def test_a_batch_accepted_before_a_drain_is_served_whole(batch_server: RunningServer) -> None:
     """SIGTERM while a batch's first item runs: the drain waits for every item, as it waits for accepted requests,
     then the server exits cleanly. (Last in this module: it stops the module's server.)"""
