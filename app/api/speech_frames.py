@@ -9,14 +9,14 @@ import base64
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NoReturn
 
 from fastapi import WebSocket, WebSocketDisconnect
 from starlette.websockets import WebSocketDisconnected
 
 from app.api.errors import ApiError, to_api_error, websocket_error_message
 from app.audio.formats import DEFAULT_SAMPLE_RATE
-from app.speech.errors import Full, SpeechError, Stopped
+from app.speech.errors import Full, ShuttingDown, SpeechError, Stopped
 from app.speech.utterances import Sentence
 from app.text.words import WordTiming
 
@@ -54,6 +54,7 @@ class Frames:
         self.ws = websocket
         self.lock = asyncio.Lock()
         self.chunks: int | None = None  # the audio.chunk frames of the sentence being delivered; None: binary frames
+        self.drain_told = False  # the drain's end of the session was told (`drain_ended`)
 
     async def send(self, message: dict[str, Any]) -> None:
         async with self.lock, gone_is_closed():
@@ -116,14 +117,22 @@ class Frames:
         return {"type": kind, "utterance_index": sentence.utterance, "sentence_index": sentence.index}
 
     async def error(self, error: SpeechError) -> None:
+        if isinstance(error, ShuttingDown) or (isinstance(error, Stopped) and error.by_drain):
+            await self.drain_ended(error)  # a sentence refused its slot, or stopped, by a drain out of time
         told = to_api_error(error)
         if told.param == "input":  # a sentence's text: what this transport calls `text`
             told.param = "text"
         await self.send(websocket_error_message(told))
         if isinstance(error, Full):
             raise SessionClosed(CLOSE_TRY_AGAIN)
-        if isinstance(error, Stopped) and error.by_drain:
-            raise SessionClosed(CLOSE_GOING_AWAY)
+
+    async def drain_ended(self, error: SpeechError) -> NoReturn:
+        """A drain out of time ends the session: told once, by whichever comes first, a sentence's refusal or stop
+        or the session's own stop, then 1001."""
+        if not self.drain_told:
+            self.drain_told = True
+            await self.send(websocket_error_message(to_api_error(error)))
+        raise SessionClosed(CLOSE_GOING_AWAY)
 
     async def utterance_done(self, utterance: int, sentences: int, words: list[WordTiming]) -> None:
         timed = {"timestamps": [word.as_dict() for word in words]} if words else {}

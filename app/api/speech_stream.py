@@ -290,8 +290,7 @@ class SpeechStreamSession:
         return {-1: "client_gone", CLOSE_INTERNAL_ERROR: "error", CLOSE_TRY_AGAIN: "refused"}.get(code, "stopped")
 
     async def stopped_by_drain(self) -> NoReturn:
-        await self.frames.send_error(ShuttingDown())
-        raise SessionClosed(CLOSE_GOING_AWAY)
+        await self.frames.drain_ended(ShuttingDown())
 
     async def closed_while_finishing(self) -> None:
         """What ended speaking before all of it was spoken ends the session as it would have without the client's

@@ -198,6 +198,37 @@ def test_a_key_at_its_limit_is_refused_with_1013(limited_server: RunningServer) 
         assert receive_utterance(again)[0][-1]["type"] == "session.done"
 
 
+def test_an_utterance_waiting_for_a_slot_when_the_drain_runs_out_is_told_once(tmp_path: Path) -> None:
+    """Its sentence waits for the one slot, held by a stream read slowly, when the drain runs out of time: the
+    sentence is refused its slot and the session stopped, and the client is told once (`server_shutting_down`), then
+    1001. It was told twice: the sentence's refusal, then the session's stop."""
+    env = {"SPEECH_MAX_CONCURRENCY": "1", "SPEECH_DRAIN_TIMEOUT_S": "0.5", "SPEECH_QUEUE_TIMEOUT_S": "60"}
+    server = start_server(tmp_path / "server.log", env=env)
+    body = {"input": long_text(60), "response_format": "pcm"}  # about 4 000 characters: seconds of synthesis
+    with httpx.stream("POST", f"{server.base_url}/v1/audio/speech", json=body, timeout=60) as holder:
+        chunks = holder.iter_raw(4096)
+        next(chunks)  # the slot is the holder's while it reads nothing more
+        with connect(ws_url(server)) as ws:
+            send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+            send(ws, {"type": "input.text", "text": "Waiting for the slot."})
+            send(ws, {"type": "input.done"})
+            deadline = time.monotonic() + 10
+            while server.metric("speech_queue_depth") < 1:  # the sentence waits for the slot
+                assert time.monotonic() < deadline, "the sentence never queued"
+                time.sleep(0.05)
+            server.process.send_signal(signal.SIGTERM)
+            events: list[dict[str, object]] = []
+            with pytest.raises(ConnectionClosed):
+                while True:
+                    message = ws.recv(timeout=30)
+                    if isinstance(message, str):
+                        events.append(json.loads(message))
+            assert ws.close_code == 1001
+    errors = [e for e in events if e["type"] == "error"]
+    assert [e["code"] for e in errors] == ["server_shutting_down"], events
+    assert server.process.wait(timeout=30) == 0
+
+
 def test_a_drain_out_of_time_stops_the_utterance_with_an_error_and_1001(limited_server: RunningServer) -> None:
     """Last in this module: it stops the server. SIGTERM while a long utterance is spoken, with a drain timeout far
     shorter than the utterance: what the drain allows is delivered, then `server_shutting_down` and close 1001, and
@@ -221,7 +252,8 @@ def test_a_drain_out_of_time_stops_the_utterance_with_an_error_and_1001(limited_
     kinds = [e["type"] for e in events]
     assert "session.done" not in kinds  # 100 sentences do not fit in the drain: the utterance was stopped
     errors = [e for e in events if e["type"] == "error"]
-    assert errors and all(e["code"] == "server_shutting_down" for e in errors), errors
+    # one: a sentence refused its slot by the drain and the drain's stop of the session were told twice
+    assert len(errors) == 1 and errors[0]["code"] == "server_shutting_down", errors
     assert errors[0]["error"]["type"] == "server_error"  # type: ignore[index]
     # every audio.start has its audio.done, as from vllm-omni: the sentence the drain cut short gets one with `error`
     # set, after the error and before the close (nothing else follows the error)
