@@ -21,8 +21,9 @@ StreamFormat = Literal["audio", "sse"]
 
 
 class TextInput(BaseModel):
-    # its longest is checked with the engine's request (`app.speech.jobs`), against this server's limit
-    # (SPEECH_MAX_INPUT_CHARS, at most OpenAI's 4096): checked here too, a lower limit was told as 4096 past 4096
+    # its longest is this server's (SPEECH_MAX_INPUT_CHARS, at most OpenAI's 4096), checked before any other work on
+    # the request (`app.speech.jobs.check_input_length`); the schema only documents OpenAI's (checked here as well, a
+    # lower limit was told as 4096 past 4096)
     input: str = Field(
         min_length=1,
         json_schema_extra={"maxLength": MAX_INPUT_CHARS},

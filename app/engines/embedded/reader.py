@@ -145,7 +145,8 @@ _MU_BEFORE_UNIT = re.compile(r"(?<=\d)( ?)\u03bc(?=[gm]\b)")  # after an amount:
 _MICRO_UNITS = {"s": ("second", "seconds"), "L": ("liter", "liters"), "l": ("liter", "liters"), "A": ("amp", "amps"),
                 "V": ("volt", "volts"), "W": ("watt", "watts"), "mol": ("mole", "moles"), "M": ("molar", "molar"),
                 "F": ("farad", "farads"), "Hz": ("hertz", "hertz"), "J": ("joule", "joules")}  # fmt: skip
-_MICRO_UNIT = re.compile(rf"(?<![\w.])({_AMOUNT})( ?)[\u00b5\u03bc]({'|'.join(_MICRO_UNITS)})\b")
+# (an amount starts after no comma either: "1,1,1,..." is tried once, not from each of its digits)
+_MICRO_UNIT = re.compile(rf"(?<![\w.,])({_AMOUNT})( ?)[\u00b5\u03bc]({'|'.join(_MICRO_UNITS)})\b")
 _GREEK = re.compile(r"[\u0370-\u03ff\u1f00-\u1fff]")
 # an IP address ("127.0.0.1"): hibari read it as digits without its dots
 _IP_ADDRESS = re.compile(r"(?<![\w.])(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?!\w|\.\d)")
@@ -209,7 +210,7 @@ _ADDRESS_MARK = re.compile("[" + re.escape("".join(_ADDRESS_MARKS)) + "]")
 # and lost slashes and dots. One from the root has two parts or more ("/s" or "/r" alone may be no path)
 _PATH = re.compile(r"(?<![\w.:/~\\-])(?:(?:~|\.{1,2})/[\w.-]*\w(?:/[\w.-]*\w)*|/[\w.-]*\w(?:/[\w.-]*\w)+)/?")
 _PATH_MARKS = {**_ADDRESS_MARKS, "~": "tilde"}
-_PATH_MARK = re.compile(r"[./~_-]")
+_PATH_MARK = re.compile(r"([./~_-])")  # kept by a split
 # a phone number in groups of three, three and four digits, dashed ("555-123-4567") or dotted ("555.123.4567"): hibari
 # reads a dashed one in its groups but right before a full stop ("Call 555-123-4567.": "five hundred fifty-five, one
 # twenty-three..."), a dotted one digit by digit without its groups' pauses. Seven digits ("123-4567") may be a range.
@@ -553,10 +554,8 @@ def paths_read_out(text: str) -> str:
     "etc" spelled ("/etc/hosts": "slash E T C slash hosts"), as `addresses_read_out` says an address."""
 
     def said(match: re.Match[str]) -> str:
-        parts = re.split(r"([./~_-])", match.group(0).rstrip("/"))
-        words = [
-            _PATH_MARKS[part] if _PATH_MARK.fullmatch(part) else "E T C" if part == "etc" else part for part in parts
-        ]
+        parts = _PATH_MARK.split(match.group(0).rstrip("/"))
+        words = [_PATH_MARKS.get(part, "E T C" if part == "etc" else part) for part in parts]
         return " ".join(word for word in words if word)
 
     return _PATH.sub(said, text)
