@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import time
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
@@ -23,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
 from app.api.errors import ApiError, websocket_error_message
-from app.api.middleware import request_id_of, send_error
+from app.api.middleware import log_api_request, request_id_of, send_error
 from app.settings import InvalidSettings
 
 OPEN_PATHS = frozenset(
@@ -156,7 +157,9 @@ class ApiKeyMiddleware:
             how="Send 'Authorization: Bearer <key>' or the query parameter api_key.",
         )
         if isinstance(admitted, ApiError):
+            started = time.perf_counter()
             await _refuse_websocket(receive, send, admitted, 1008 if admitted.status == 401 else 1013)
+            log_api_request(scope, "WEBSOCKET", admitted.status, started, admitted.refusal())
             return
         await self._run_holding(admitted, scope, receive, send)
 

@@ -255,16 +255,22 @@ class ApiRequestLogMiddleware:
         try:
             await self.app(scope, receive, outcome.send)
         finally:
-            line: dict[str, Any] = {
-                "request_id": scope.get("state", {}).get("request_id", ""),
-                "method": scope["method"],
-                "path": path,
-                "status": outcome.status,
-                "e2e_s": round(time.perf_counter() - started, 4),
-            }
-            if outcome.refusal:
-                line["error"] = outcome.refusal
-            log.info("api request", extra=line)
+            log_api_request(scope, scope["method"], outcome.status, started, outcome.refusal)
+
+
+def log_api_request(scope: Scope, method: str, status: int, started: float, refusal: dict[str, Any]) -> None:
+    """The "api request" line (`ApiRequestLogMiddleware`); also a WebSocket's whose key was refused (method
+    WEBSOCKET), which is no HTTP request."""
+    line: dict[str, Any] = {
+        "request_id": request_id_of(scope),
+        "method": method,
+        "path": scope["path"],
+        "status": status,
+        "e2e_s": round(time.perf_counter() - started, 4),
+    }
+    if refusal:
+        line["error"] = refusal
+    log.info("api request", extra=line)
 
 
 class SpeechAccountingMiddleware:

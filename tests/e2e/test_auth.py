@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
+from websockets.sync.client import connect as ws_connect
 
 from tests.support.server import RunningServer, start_server
 
@@ -132,3 +134,19 @@ def test_every_api_request_beside_speech_is_logged_once_with_its_outcome(secured
     assert mine[ids[2]]["error"]["code"] == "voice_not_found"
     assert not [line for line in lines if line["path"] in ("/health", "/ready", "/metrics")]
     assert "sk-guess" not in secured.log_path.read_text()
+    # a WebSocket refused its key: logged too (it went unlogged, uvicorn's own line saying "accepted")
+    url = secured.base_url.replace("http", "ws", 1) + "/v1/audio/speech/stream?api_key=sk-ws-guess"
+    with ws_connect(url, additional_headers={"X-Request-Id": "ws-bad-key"}) as ws:
+        assert json.loads(ws.recv(timeout=10))["code"] == "invalid_api_key"
+    deadline = time.monotonic() + 10
+    while not (refused := [e for e in secured.log_events() if e.get("request_id") == "ws-bad-key"]):
+        assert time.monotonic() < deadline, "the refused WebSocket was not logged"
+        time.sleep(0.05)
+    [line] = refused
+    assert (line["message"], line["method"], line["path"], line["status"]) == (
+        "api request",
+        "WEBSOCKET",
+        "/v1/audio/speech/stream",
+        401,
+    ), line
+    assert line["error"]["code"] == "invalid_api_key" and "sk-ws-guess" not in secured.log_path.read_text()
