@@ -93,8 +93,8 @@ class SessionConfig(SpeechOptions):
     split_granularity: Granularity | None = Field(
         None,
         description="How the text is cut into requests: `sentence` (omitted: the default here), `clause` (also at "
-        "commas and semicolons, sooner), or `none` (the whole utterance as one request at input.done, vllm-omni's "
-        "default).",
+        "commas, semicolons, colons and dashes, sooner), or `none` (the whole utterance as one request at input.done, "
+        "vllm-omni's default).",
     )
     stream_audio: bool = Field(False, description="vllm-omni's switch; audio always streams here, in every format.")
     word_timestamps: bool = Field(

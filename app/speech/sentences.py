@@ -72,7 +72,9 @@ def complete_units(text: str, max_chars: int, granularity: Granularity, final: b
     cut = ends[-1] if ends else 0
     done = _CLAUSE_END.split(rest[:cut]) if cut else []
     # one with nothing to say inside goes with a neighbour, as a sentence's does: no request of its own to be refused
-    return with_silent_words_attached([clause for clause in clauses + done if clause.strip()], max_chars), rest[cut:]
+    # (the text after a sentence's end begins with the space after it: not the clause's)
+    pieces = [clause.strip() for clause in clauses + done if clause.strip()]
+    return with_silent_words_attached(pieces, max_chars), rest[cut:]
 
 
 def final_units(text: str, max_chars: int, granularity: Granularity) -> list[str]:

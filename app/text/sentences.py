@@ -38,7 +38,8 @@ def is_speakable(text: str) -> bool:
 
 
 def _word_before(text: str, end: int) -> str:
-    start = text.rfind(" ", 0, end) + 1
+    # after whitespace of any kind: a word at a line's start ("\nDr.") is read as "dr", not "\ndr"
+    start = next((i + 1 for i in range(end - 1, -1, -1) if text[i].isspace()), 0)
     return text[start:end].lstrip("\"'“‘([«").lower()
 
 
