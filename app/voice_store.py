@@ -111,10 +111,13 @@ class VoiceStore:
         return voice
 
     def get(self, name: str) -> StoredVoice:
-        if not NAME_PATTERN.fullmatch(name):
+        """The voice stored as `name`, written in any case and with spaces around it, as a built-in voice's name may
+        be (stored names are lower case)."""
+        stored = name.strip().lower()
+        if not NAME_PATTERN.fullmatch(stored):
             raise VoiceNotFound(name)
         try:
-            return StoredVoice(**json.loads((self.root / name / _META).read_text()))
+            return StoredVoice(**json.loads((self.root / stored / _META).read_text()))
         except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, TypeError):
             raise VoiceNotFound(name) from None
 
@@ -123,7 +126,7 @@ class VoiceStore:
         if not self.root.is_dir():  # nothing stored yet
             return voices
         for folder in sorted(self.root.iterdir()):
-            if folder.name.startswith(".") or not folder.is_dir():
+            if not NAME_PATTERN.fullmatch(folder.name) or not folder.is_dir():  # a tombstone, or no voice's name
                 continue
             try:
                 voices.append(self.get(folder.name))
@@ -132,7 +135,7 @@ class VoiceStore:
         return voices
 
     def delete(self, name: str) -> None:
-        self.get(name)
+        name = self.get(name).name
         tombstone = self.root / f".deleted-{name}-{uuid.uuid4().hex}"
         try:
             (self.root / name).rename(tombstone)  # gone for every reader at once

@@ -158,6 +158,20 @@ async def test_a_name_alone_must_be_a_registered_voice(api) -> None:
     assert len(omni.requests) == sent + 1
 
 
+async def test_a_registered_voice_is_named_in_any_case_as_a_built_in_one_is(api) -> None:
+    """Registered names are lower case; a request, a GET or a DELETE may write one as a built-in voice's may be
+    written ("Alloy", " alloy "): "Narrator" was an unknown voice."""
+    client, _, _ = api
+    files = {"audio_sample": ("me.wav", CLIP, "audio/wav")}
+    created = await client.post("/v1/audio/voices", data={"name": "narrator", "consent": "true"}, files=files)
+    assert created.status_code == 201
+    assert (await speak(client, voice="Narrator")).status_code == 200
+    assert (await speak(client, voice={"id": " NARRATOR "})).status_code == 200
+    assert (await client.get("/v1/audio/voices/Narrator")).json()["name"] == "narrator"
+    assert (await client.delete("/v1/audio/voices/NARRATOR")).status_code == 204
+    assert (await client.get("/v1/audio/voices/narrator")).status_code == 404
+
+
 @pytest.mark.parametrize("path", ["/v1/audio/speech", "/v1/audio/speech/batch"])
 async def test_an_input_over_the_limit_is_refused_before_its_reference_audio_is_fetched(
     api, https_clip, monkeypatch: pytest.MonkeyPatch, path: str
