@@ -53,6 +53,17 @@ def no_sessions(server: RunningServer) -> None:
         time.sleep(0.05)
 
 
+def events_until_closed(ws: ClientConnection) -> list[dict[str, object]]:
+    """Every JSON message until the server closes the session (its audio skipped)."""
+    events: list[dict[str, object]] = []
+    with pytest.raises(ConnectionClosed):
+        while True:
+            message = ws.recv(timeout=30)
+            if isinstance(message, str):
+                events.append(json.loads(message))
+    return events
+
+
 def closed_with(ws: ClientConnection) -> int | None:
     with pytest.raises(ConnectionClosed):
         while True:
@@ -217,12 +228,7 @@ def test_an_utterance_waiting_for_a_slot_when_the_drain_runs_out_is_told_once(tm
                 assert time.monotonic() < deadline, "the sentence never queued"
                 time.sleep(0.05)
             server.process.send_signal(signal.SIGTERM)
-            events: list[dict[str, object]] = []
-            with pytest.raises(ConnectionClosed):
-                while True:
-                    message = ws.recv(timeout=30)
-                    if isinstance(message, str):
-                        events.append(json.loads(message))
+            events = events_until_closed(ws)
             assert ws.close_code == 1001
     errors = [e for e in events if e["type"] == "error"]
     assert [e["code"] for e in errors] == ["server_shutting_down"], events
@@ -241,12 +247,7 @@ def test_a_drain_out_of_time_stops_the_utterance_with_an_error_and_1001(limited_
         assert json.loads(ws.recv(timeout=30))["type"] == "audio.start"
         limited_server.process.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
-        events: list[dict[str, object]] = []
-        with pytest.raises(ConnectionClosed):
-            while True:
-                message = ws.recv(timeout=30)
-                if isinstance(message, str):
-                    events.append(json.loads(message))
+        events = events_until_closed(ws)
         stopped_s = time.monotonic() - signalled
         assert ws.close_code == 1001
     kinds = [e["type"] for e in events]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import unicodedata
+from typing import Any
 
 import pytest
 
@@ -153,17 +154,22 @@ def test_a_sentence_of_words_with_nothing_to_say_goes_with_a_neighbour_so_its_wo
     assert split_sentences("Wonderful. 😀. Marvellous.", max_chars=10) == ["Wonderful.", "😀. Marvellous."]  # else over
 
 
+def streamed(pieces: list[str], granularity: Any = "sentence") -> list[str]:
+    """What the WebSocket speaks of text that arrives in these pieces: `complete_units` as each comes, then
+    `final_units` at input.done."""
+    spoken: list[str] = []
+    buffer = ""
+    for piece in pieces:
+        units, buffer = complete_units(buffer + piece, 250, granularity)
+        spoken += units
+    return spoken + final_units(buffer, 250, granularity)
+
+
 @pytest.mark.parametrize("chunks", [["Hello.", " 😀.", " World."], list("Hello. 😀. World. 🙂! Fine.")])
 def test_streamed_text_keeps_a_sentence_with_nothing_to_say_for_the_next(chunks: list[str]) -> None:
     """As the WebSocket cuts text that arrives (`complete_units`, then `final_units` at input.done): "😀." is
     complete as soon as the next word begins, and would go alone, as nothing, where it did not wait."""
-    spoken: list[str] = []
-    buffer = ""
-    for chunk in chunks:
-        units, buffer = complete_units(buffer + chunk, 250, "sentence")
-        spoken += units
-    spoken += final_units(buffer, 250, "sentence")
-    words = [word for unit in spoken for word in unit.split()]
+    words = [word for unit in streamed(chunks) for word in unit.split()]
     assert words == "".join(chunks).split()
 
 
@@ -171,13 +177,14 @@ def test_streamed_clauses_begin_with_their_words() -> None:
     """A clause cut from text after a sentence's end began with the space after it (" Here's the plan:"), told so in
     `sentence_text`; sentences never did."""
     tokens = ["Sure", "!", " Here", "'s", " the", " plan", ":", " first", ",", " we", " go", ".", " Then", ",", " we"]
-    spoken: list[str] = []
-    buffer = ""
-    for token in [*tokens, " rest", "."]:
-        units, buffer = complete_units(buffer + token, 250, "clause")
-        spoken += units
-    spoken += final_units(buffer, 250, "clause")
-    assert spoken == ["Sure!", "Here's the plan:", "first,", "we go.", "Then,", "we rest."]
+    assert streamed([*tokens, " rest", "."], "clause") == [
+        "Sure!",
+        "Here's the plan:",
+        "first,",
+        "we go.",
+        "Then,",
+        "we rest.",
+    ]
 
 
 @pytest.mark.parametrize("whole", [True, False])
@@ -186,14 +193,8 @@ def test_an_abbreviation_after_a_line_break_does_not_end_a_streamed_sentence(who
     before the full stop was looked for after a space only), "Dr." and "Smith..." spoken apart; "\tMr." alike."""
     text = "Your appointment is confirmed.\n\nDr. Smith will see you at 3 pm.\n\tMr. Jones also joins."
     tokens = [text] if whole else [piece for piece in text.replace(" ", " \0").replace(".", "\0.").split("\0")]
-    spoken: list[str] = []
-    buffer = ""
-    for token in tokens:
-        units, buffer = complete_units(buffer + token, 250, "sentence")
-        spoken += units
-    spoken += final_units(buffer, 250, "sentence")
     expected = ["Your appointment is confirmed.", "Dr. Smith will see you at 3 pm.", "Mr. Jones also joins."]
-    assert [unit.strip() for unit in spoken] == expected == split_sentences(text)
+    assert [unit.strip() for unit in streamed(tokens)] == expected == split_sentences(text)
 
 
 @pytest.mark.parametrize(
