@@ -7,8 +7,9 @@ import asyncio
 import os
 import signal
 import socket
+from collections.abc import Iterable
 from types import FrameType
-from typing import get_args
+from typing import Any, get_args
 
 import uvicorn
 from fastapi import FastAPI
@@ -68,12 +69,18 @@ class SpeechServer(uvicorn.Server):
 
     def _drained(self) -> None:
         if not self.lifecycle.idle:
-            # streams the drain stopped that could not end: each waits on a write to a client that reads as it plays,
-            # behind megabytes of audio its socket holds (a stop is seen only between writes). Cut off, each ends as
-            # stopped by the drain; left open, uvicorn would wait for them, then cancel them as errors
-            for connection in list(self.server_state.connections):
-                connection.transport.abort()
+            cut_off_stuck_writers(self.server_state.connections)
         self.should_exit = True
+
+
+def cut_off_stuck_writers(connections: Iterable[Any]) -> None:
+    """The connections whose writes wait on their clients, aborted: streams the drain stopped that could not end, each
+    waiting on a client that reads as it plays behind the megabytes its socket holds (a stop is seen only between
+    writes). Cut off, each ends as stopped by the drain; left open, uvicorn would wait for them, then cancel them as
+    errors. The others are left to uvicorn's shutdown, which writes what they hold (a whole file, a voice's 201)."""
+    for connection in list(connections):
+        if getattr(connection, "writing_paused", False):
+            connection.transport.abort()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -87,12 +87,14 @@ class WriteStallGuard:
     write_stall_timeout_s: float = 30.0
     _stall_deadline: asyncio.TimerHandle | None = None
     _unsent_at_deadline_armed: int = 0
+    writing_paused = False  # what it sends waits on its client: a write of the response in progress cannot go on
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     client: tuple[str, int] | None
 
     def pause_writing(self) -> None:
         super().pause_writing()  # type: ignore[misc]
+        self.writing_paused = True
         if self._stall_deadline is None:
             self._arm_stall_deadline()
 
@@ -102,6 +104,7 @@ class WriteStallGuard:
 
     def resume_writing(self) -> None:
         super().resume_writing()  # type: ignore[misc]
+        self.writing_paused = False
         self._disarm_stall_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:

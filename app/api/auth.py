@@ -150,6 +150,7 @@ class ApiKeyMiddleware:
         if not self._digests:
             await self.app(scope, receive, send)
             return
+        started = time.perf_counter()
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
         admitted = self._admit(
             _bearer(header) or from_query,
@@ -157,9 +158,10 @@ class ApiKeyMiddleware:
             how="Send 'Authorization: Bearer <key>' or the query parameter api_key.",
         )
         if isinstance(admitted, ApiError):
-            started = time.perf_counter()
-            await _refuse_websocket(receive, send, admitted, 1008 if admitted.status == 401 else 1013)
-            log_api_request(scope, "WEBSOCKET", admitted.status, started, admitted.refusal())
+            try:
+                await _refuse_websocket(receive, send, admitted, 1008 if admitted.status == 401 else 1013)
+            finally:  # also where its client left meanwhile (the send raised): it was refused all the same
+                log_api_request(scope, "WEBSOCKET", admitted.status, started, admitted.refusal())
             return
         await self._run_holding(admitted, scope, receive, send)
 

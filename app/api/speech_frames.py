@@ -16,7 +16,7 @@ from starlette.websockets import WebSocketDisconnected
 
 from app.api.errors import ApiError, to_api_error, websocket_error_message
 from app.audio.formats import DEFAULT_SAMPLE_RATE
-from app.speech.errors import Full, ShuttingDown, SpeechError, Stopped
+from app.speech.errors import Full, SpeechError, Stopped
 from app.speech.utterances import Sentence
 from app.text.words import WordTiming
 
@@ -117,8 +117,8 @@ class Frames:
         return {"type": kind, "utterance_index": sentence.utterance, "sentence_index": sentence.index}
 
     async def error(self, error: SpeechError) -> None:
-        if isinstance(error, ShuttingDown) or (isinstance(error, Stopped) and error.by_drain):
-            await self.drain_ended(error)  # a sentence refused its slot, or stopped, by a drain out of time
+        if isinstance(error, Stopped) and error.by_drain:  # a sentence refused its slot, or stopped, by a drain
+            await self.drain_ended(error)
         told = to_api_error(error)
         if told.param == "input":  # a sentence's text: what this transport calls `text`
             told.param = "text"
@@ -128,10 +128,12 @@ class Frames:
 
     async def drain_ended(self, error: SpeechError) -> NoReturn:
         """A drain out of time ends the session: told once, by whichever comes first, a sentence's refusal or stop
-        or the session's own stop, then 1001."""
-        if not self.drain_told:
-            self.drain_told = True
-            await self.send(websocket_error_message(to_api_error(error)))
+        or the session's own stop, then 1001. Told under the lock: the other waits until it has been written (else
+        it could close the session while the first waited on a client reading slowly, and nothing was told)."""
+        async with self.lock, gone_is_closed():
+            if not self.drain_told:
+                self.drain_told = True
+                await self.ws.send_text(json.dumps(websocket_error_message(to_api_error(error))))
         raise SessionClosed(CLOSE_GOING_AWAY)
 
     async def utterance_done(self, utterance: int, sentences: int, words: list[WordTiming]) -> None:
