@@ -276,14 +276,36 @@ def read_tokens(g2p: Any, text: str) -> list[Any]:
     from hibari.g2p.lexicon import CURRENCIES
     from hibari.g2p.normalize import normalize
 
-    readable = greek_letters_named(markup_unsaid(ascii_forms(ascii_digits(text)).translate(_MINUS_SIGNS)))
-    readable = scales_in_words(
-        signs_before_amounts(terms_said(addresses_read_out(paths_read_out(readable)), known_word(g2p)))
+    known = known_word(g2p)
+    key = "hash" if getattr(g2p, "british", False) else "pound"
+    rewrites: tuple[Callable[[str], str], ...] = (  # in this order: each reads what the ones before it wrote
+        ascii_digits,
+        ascii_forms,
+        lambda readable: readable.translate(_MINUS_SIGNS),
+        markup_unsaid,
+        greek_letters_named,
+        paths_read_out,
+        addresses_read_out,
+        lambda readable: terms_said(readable, known),
+        signs_before_amounts,
+        scales_in_words,
+        signs_as_words,
+        lambda readable: hash_keys_named(readable, key),
+        round_the_clock,
+        ip_addresses_with_dots,
+        time_ranges_with_to,
+        phone_numbers_in_digits,
+        times_said,
+        ratings_out_of,
+        keys_said,
+        rates_with_per,
+        weekdays_in_full,
+        versions_with_points,
+        decimals_with_their_zeros,
     )
-    readable = hash_keys_named(signs_as_words(readable), "hash" if getattr(g2p, "british", False) else "pound")
-    readable = phone_numbers_in_digits(time_ranges_with_to(ip_addresses_with_dots(round_the_clock(readable))))
-    readable = keys_said(ratings_out_of(times_said(readable)))
-    readable = decimals_with_their_zeros(versions_with_points(weekdays_in_full(rates_with_per(readable))))
+    readable = text
+    for rewrite in rewrites:
+        readable = rewrite(readable)
     normalized = normalize(_DIGIT_RUN.sub(_digit_by_digit, readable))  # words some currency signs itself ("rupees")
     return g2p.phonemize_tokens(numbers_as_numbers(g2p.tokenize(joined_runs_cut(signs_named(normalized, CURRENCIES)))))
 
