@@ -83,7 +83,8 @@
 #                            more in a deadline); the request timeline, the profiles and py-spy have settings of their
 #                            own. burst-c32-ba, in a pair only: the burst of 32 again with B's requests first (the
 #                            load tool runs its targets in turn), so that a side worse in bursts is told apart from
-#                            the one that goes second
+#                            the one that goes second. steady-c64, only where named: 384 requests at 64 streams,
+#                            spread as the steady levels' are, after steady c32
 #   SWITCH_ROUNDS=""         TARGET=service: round:LEVERS words (LEVERS comma-separated among prompt_batch and
 #                            frames_as_lists, or empty; each on in every variant's settings, as by default; a round
 #                            runs without any lever it does not name), e.g. "a1:frames_as_lists
@@ -125,10 +126,10 @@
 #   SIDE_BY_SIDE=deploy/gpu/side-by-side.sh   what starts, sweeps and stops the server
 # What each variant runs, in order: vllm-omni's benchmark at c=32 (the first level after the start: a burst), c=1 (16
 # requests one after another: the per-stream pace), bursts of 8 and 32 at once (speech-loadtest --stagger 0), steady
-# c=8 and c=32 (--stagger 2; every thread's CPU ticks read before and after c=32), the request timeline (sglang: over
-# two c=32 bursts, deploy/gpu/sglang_timeline.py; omni with TORCH_PROFILE=1: at TIMELINE_LEVELS,
-# deploy/gpu/omni_timeline.py), the benchmark's c=32 again (warm), the PyTorch profiles (TORCH_PROFILE=1), py-spy's
-# level, then stop.
+# c=8 and c=32 (--stagger 2; every thread's CPU ticks read before and after c=32), steady c=64 where named, the
+# request timeline (sglang: over two c=32 bursts, deploy/gpu/sglang_timeline.py; omni with TORCH_PROFILE=1: at
+# TIMELINE_LEVELS, deploy/gpu/omni_timeline.py), the benchmark's c=32 again (warm), the PyTorch profiles
+# (TORCH_PROFILE=1), py-spy's level, then stop.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=${OUT:-/tmp/lever-starts}
@@ -181,8 +182,8 @@ MIN_START_S=${MIN_START_S:-90}
 SWEEP_ALLOWANCE_S=180
 PROFILE_LEVELS=${PROFILE_LEVELS-1 8}
 TIMELINE_LEVELS=${TIMELINE_LEVELS-1:16 32:64}
-ALL_SWEEPS="bench-first c1 burst-c8 burst-c32 burst-c32-ba steady-c8 steady-c32 bench-again"
-SWEEPS=${SWEEPS-$ALL_SWEEPS}
+ALL_SWEEPS="bench-first c1 burst-c8 burst-c32 burst-c32-ba steady-c8 steady-c32 steady-c64 bench-again"
+SWEEPS=${SWEEPS-${ALL_SWEEPS/ steady-c64/}}  # 64 streams only where named: a round's time
 for sweep in $SWEEPS; do  # checked before anything starts
   case " $ALL_SWEEPS " in
     *" $sweep "*) ;;
@@ -217,6 +218,7 @@ if [ -n "$SWITCH_ROUNDS" ]; then  # checked before anything starts
     rounds_seen="$rounds_seen${round%%:*} "
   done
 fi
+sweeps steady-c64 && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 30))  # 384 requests at about 25 a second
 # each profiled window, its traces written and summarised: about a minute
 [ "$TORCH_PROFILE" = 1 ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 60 * $(wc -w <<<"$PROFILE_LEVELS")))
 # the omni engine's timeline levels (TORCH_PROFILE=1): about 20 s each
@@ -552,6 +554,8 @@ level_sweeps() {  # a variant's levels, from the first benchmark to the request 
       SWEEP_NAME=c32 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
     thread_ticks >"$OUT/cpu-after-c32.txt"
   fi
+  sweeps steady-c64 && step "steady c64" on_load_cpus env ROUNDS=1 CONCURRENCY=64 REQUESTS=384 WARMUP=16 \
+    LOADTEST_ARGS="--stagger 2" SWEEP_NAME=c64 "$SBS" sweep-closed >>"$OUT/sweeps.log" 2>&1
   on_sglang && request_timeline
   # the omni engine's, where its profiler directory is set (TORCH_PROFILE=1)
   ! on_sglang && [ -n "$PROFILER_DIR" ] && [ -n "$TIMELINE_LEVELS" ] && omni_timeline

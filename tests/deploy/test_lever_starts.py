@@ -481,6 +481,23 @@ def test_sweeps_choose_which_sweeps_a_round_runs_in_their_own_order_and_an_unkno
     assert not (tmp_path / "other").exists() or not any((tmp_path / "other").iterdir())
 
 
+def test_a_steady_64_streams_is_a_sweep_of_its_own_after_steady_c32_and_not_run_unless_named(tmp_path: Path) -> None:
+    """A lever against streams running dry at 64 at once needs that level, which the default sweeps leave out (a
+    round's time): named, it runs after steady c=32, 384 requests spread as the steady levels' are."""
+    done = run(tmp_path, VARIANTS="a1:A", LEVER_A="", SWEEPS="steady-c64 c1 steady-c32")
+    assert done.returncode == 0, done.stdout + done.stderr
+    closed = [call for call in calls(tmp_path) if call[0] == "sweep-closed"]
+    assert [(call[2], call[3], call[4]) for call in closed] == [
+        ("c1", "1", "16"),
+        ("c32", "32", "128"),
+        ("c64", "64", "384"),
+    ]
+    assert "a1 steady c64" in (tmp_path / "out/progress.txt").read_text()
+    default = run(tmp_path, out="default", VARIANTS="a1:A", LEVER_A="")
+    assert default.returncode == 0, default.stdout + default.stderr
+    assert "steady c64" not in (tmp_path / "default/progress.txt").read_text()
+
+
 def test_the_omni_engines_request_timeline_is_recorded_at_each_timeline_level_and_read_into_its_phases(
     tmp_path: Path,
 ) -> None:
