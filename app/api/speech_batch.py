@@ -32,6 +32,7 @@ router = APIRouter()
 VOICE_FIELDS = {"voice", "speaker"}  # an item naming its voice either way replaces the batch's, named either way
 NO_WORD_TIMESTAMPS = "'word_timestamps' is not available in a batch (no headers per item)."
 ANSWER_ON_THE_LOOP_BYTES = 1 << 20  # of audio: a larger answer is encoded in a worker thread
+CLIENT_LEFT = 499  # the status logged and counted for a batch whose client left before its answer (nginx's)
 
 
 def check_size(body: SpeechBatchRequest, max_items: int, max_chars: int) -> None:
@@ -124,7 +125,9 @@ def count(outcome: ItemOutcome | ApiError, error: ApiError | None, request_id: s
     metrics.REQUESTS.labels(str(status), response_format, "batch").inc()
     summary = dict(outcome.summary) if isinstance(outcome, ItemOutcome) else {"stream_format": "batch"}
     summary.setdefault("response_format", response_format)
-    if error is not None:
+    if status == CLIENT_LEFT:
+        summary["outcome"] = "client_gone"  # as a streamed request's: no fault of the request's
+    elif error is not None:
         summary["error"] = error.refusal()
     log.info("speech request", extra={**summary, "request_id": request_id, "status": status})
 
@@ -159,7 +162,7 @@ async def create_speech_batch(
     finished = present and not batch.cancelled()
     if finished:
         batch.result()  # a failure of the batch's own (an item's is its outcome) is a 500, as a request's would be
-    stopped = ApiError(499, "The client left.") if not present else to_api_error(Stopped("drain"))
+    stopped = ApiError(CLIENT_LEFT, "The client left.") if not present else to_api_error(Stopped("drain"))
     # every item that ran has its outcome in `done`; those a drain stopped before they ended fail with it
     outcomes: list[ItemOutcome | ApiError] = [
         done.get(index, entry if isinstance(entry, ApiError) else stopped) if present else stopped
@@ -184,7 +187,7 @@ async def create_speech_batch(
         count(outcome, error, f"{request_id}-{index}", _format_of(entry, body))
     if not present:  # nobody is left to answer
         log.info("batch abandoned by its client", extra={"request_id": request_id, "items": len(checked)})
-        return Response(status_code=499)
+        return Response(status_code=CLIENT_LEFT)
     if not finished and not done:  # a drain ran out of time before any item ended: nothing to answer with
         raise stopped
     answered = [o for o in outcomes if isinstance(o, ItemOutcome) and o.data is not None]

@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+import uuid
 
 from app.engine_protocol import ReferenceAudio
 from app.settings import Settings
@@ -155,7 +156,7 @@ async def synthesize_batch(
 
     task = asyncio.current_task()
     assert task is not None
-    tracking_id = f"{request_id}-batch"
+    tracking_id = f"{request_id}-batch-{uuid.uuid4().hex[:8]}"  # the caller's id may repeat: each batch its own key
     service.lifecycle.track(tracking_id, BatchStop(task), request_id)
     try:
         async with asyncio.TaskGroup() as group:

@@ -82,6 +82,9 @@ class EncodedAudio:
         self._encoding_s = 0.0  # time spent encoding: the server's own, counted against the deadline
         self._resampler: StreamResampler | None = None
         self._encoder: StreamEncoder = create_encoder(response_format, sample_rate, whole_file)
+        # one file, answered once complete (`complete_file` marks its first audio then), whatever an encoder hands
+        # out before its end (raw pcm's bytes are the file's bytes either way)
+        self._whole_file = whole_file
         self._inline_format = not FORMATS[response_format].ffmpeg
         self._stop_reason: str | None = None
         # the outcome when a cancellation from outside ends it, where its caller knows better than "client_gone" (a
@@ -217,7 +220,8 @@ class EncodedAudio:
                     self.encoded_s += len(piece) / chunk.sample_rate
                     if data:
                         yield data
-                        self.first_audio_sent()  # resumed: the server has written those bytes
+                        if not self._whole_file:
+                            self.first_audio_sent()  # resumed: the server has written those bytes
                     if self._stopped.is_set():  # stopped while its client read: not the chunk's other slices
                         raise Stopped(self._stop_reason or "drain")
                 if chunk.words:

@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 from prometheus_client import REGISTRY
 
 from app.admission import AdmissionGate, Rejected
+from app.lifecycle import Lifecycle
 from app.server import create_app
+from app.speech import batch
 from app.speech.errors import Full, ShuttingDown
+from app.speech.options import SpeechOptions
 from app.speech.run import SpeechService
 from tests.fakes.vllm_omni_0_30 import FakeAsyncOmni
 from tests.unit.test_omni_engine import make_engine, service_settings
@@ -139,10 +144,12 @@ async def test_items_refused_beside_items_served_are_each_a_rejection_as_each_is
 
 
 async def test_items_the_gate_refused_are_counted_even_when_the_client_leaves_before_the_batch_ends(
-    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The first item is refused at once, the others wait for a slot until the client leaves: the answer is a 499,
-    and the refusal it had met still counts (the sustained-rejections alert reads it)."""
+    and the refusal it had met still counts (the sustained-rejections alert reads it). Each item is logged as a
+    request whose client left (`outcome: client_gone`, as a streamed one is), not as an invalid request."""
+    caplog.set_level(logging.INFO)
     calls = 0
     waiting = asyncio.Event()  # the refusal has happened and another item waits for a slot
 
@@ -194,3 +201,43 @@ async def test_items_the_gate_refused_are_counted_even_when_the_client_leaves_be
             await app(scope, receive, send)
     assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [499]
     assert rejected("queue_full") - before == 1
+    logged = {r.request_id: r for r in caplog.records if r.getMessage() == "speech request" and r.status == 499}
+    assert len(logged) == 3, logged
+    for record in logged.values():
+        assert getattr(record, "outcome", None) == "client_gone"
+        assert not hasattr(record, "error")
+
+
+async def test_two_batches_sent_with_one_request_id_are_each_work_the_drain_waits_for_and_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A caller may send one X-Request-Id twice (a retry while the first still runs). The drain must know both
+    batches: the first to end had untracked the other's entry too, so a drain that ran out of time stopped only one
+    of them, and the other began new items after it."""
+    release: dict[int, asyncio.Event] = {0: asyncio.Event(), 1: asyncio.Event()}
+    started = asyncio.Event()
+
+    async def waits(service: object, item: batch.BatchItem, *args: object) -> batch.ItemOutcome:
+        started.set()
+        await release[item.index].wait()
+        return batch.ItemOutcome(item.index, "pcm", {})
+
+    monkeypatch.setattr(batch, "speak_whole", waits)
+    lifecycle = Lifecycle(drain_timeout_s=1.0)
+    service = SimpleNamespace(lifecycle=lifecycle, settings=None)
+    options = SpeechOptions(voice="vivian")
+
+    async def one_batch(index: int) -> None:
+        items = [batch.BatchItem(index, options, "Hi.")]
+        await batch.synthesize_batch(service, items, "same-id", batch.BatchSlots(4), [], {})  # type: ignore[arg-type]
+
+    first = asyncio.create_task(one_batch(0))
+    second = asyncio.create_task(one_batch(1))
+    await started.wait()
+    await asyncio.sleep(0)
+    release[0].set()
+    await first
+    assert not lifecycle.idle  # the second batch is still work in progress
+    release[1].set()
+    await second
+    assert lifecycle.idle

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from collections.abc import AsyncGenerator
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from app.api.audio_stream import audio_body, sse_events
 from app.engine_protocol import AudioChunk
-from app.speech.encoding import EncodedAudio
+from app.speech.encoding import EncodedAudio, complete_file
 from app.timing import PHASES, RAN_DRY_EPSILON_S, ListenerClock, TtfaTimeline
 
 
@@ -100,6 +101,32 @@ async def test_the_first_byte_counts_once_the_server_has_taken_it(sse: bool) -> 
     rest = [piece async for piece in body]  # a plain pcm body took the one chunk whole: nothing more comes
     assert calls == ["sent", "hook"]  # once
     assert rest if sse else not rest
+
+
+@pytest.mark.parametrize("response_format", ["pcm", "wav"])
+async def test_a_whole_files_first_audio_is_its_answer_not_its_first_chunk(response_format: str) -> None:
+    """A whole file (`stream: false`, a batch item) sends nothing until all of it is encoded: its TTFA is taken when
+    it is complete, in every format. Raw pcm's whole-file encoder hands out each chunk's bytes at once (they are the
+    file's bytes either way), which had marked a pcm file's first audio at its first chunk, and a file whose client
+    left before it was answered had a TTFA."""
+
+    async def later() -> AsyncGenerator[AudioChunk]:
+        calls.append("second chunk")
+        yield AudioChunk(tone(0.3), 24_000)
+
+    calls: list[str] = []
+    audio = EncodedAudio(
+        AudioChunk(tone(0.3), 24_000),
+        later(),
+        response_format,
+        24_000,
+        noop_close,
+        on_first_audio=lambda: calls.append("first audio"),
+        whole_file=True,
+    )
+    file = await complete_file(audio, False, "r")
+    assert calls == ["second chunk", "first audio"]
+    assert len(file.data) >= 0.6 * 24_000 * 2
 
 
 def clock_of(writes: list[tuple[float, float]], origin: float = 100.0) -> ListenerClock:
