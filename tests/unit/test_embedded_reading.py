@@ -440,6 +440,9 @@ def test_runs_within_the_bound_are_read_as_hibari_reads_them(text: str, monkeypa
         ("Open 9:00–17:00 daily.", "Open 9:00 to 17:00 daily."),  # the range's "to" was lost
         ("Open 9am-5pm daily.", "Open 9am to 5pm daily."),
         ("Ping 127.0.0.1 now.", "Ping 127 dot 0 dot 0 dot 1 now."),  # was "one two seven zero zero one"
+        ("See section 1.2.3.4 now.", "See section 1 point 2 point 3 point 4 now."),  # numbered: no address
+        ("Under § 4.1.2.3 it holds.", "Under § 4 point 1 point 2 point 3 it holds."),
+        ("Install version 10.0.0.1 today.", "Install version 10 point 0 point 0 point 1 today."),
         ("The value of π is 3.14.", "The value of pi is 3.14."),  # Greek letters as symbols, by their names
         ("Take β-blockers and Σ now.", "Take beta-blockers and sigma now."),
         ("If Δt is small, 2πr grows.", "If delta t is small, 2 pi r grows."),

@@ -150,6 +150,11 @@ _MICRO_UNIT = re.compile(rf"(?<![\w.,])({_AMOUNT})( ?)[\u00b5\u03bc]({'|'.join(_
 _GREEK = re.compile(r"[\u0370-\u03ff\u1f00-\u1fff]")
 # an IP address ("127.0.0.1"): hibari read it as digits without its dots
 _IP_ADDRESS = re.compile(r"(?<![\w.])(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?!\w|\.\d)")
+# what numbers a section, a rule or a release by dotted parts: "section 1.2.3.4" is no address
+_NUMBERED_BY = re.compile(
+    r"(?:\b(?i:sections?|clauses?|chapters?|parts?|articles?|paragraphs?|rules?|steps?|figures?|tables?|items?|"
+    r"appendix|versions?|releases?)|§)\s*$"
+)
 # a `#` on its own ("Press # to continue", "then #."): a phone's key. Not a hashtag's ("#news"), a number's ("#1",
 # which hibari reads "number 1"), "C#"'s, or one before a number after a space ("# 1"), which is no key either
 _KEY_HASH = re.compile(r"(?<![^\s(\[\"'“‘])#(?![^\s.,;:!?)\]\"'”’]| \d)")
@@ -455,10 +460,14 @@ def time_ranges_with_to(text: str) -> str:
 
 def ip_addresses_with_dots(text: str) -> str:
     """`text` with each IP address read as numbers between dots ("127.0.0.1": "127 dot 0 dot 0 dot 1"); hibari read
-    "one two seven zero zero one". Four numbers of which one is over 255 are no address and are left as they are."""
+    "one two seven zero zero one". Four numbers of which one is over 255 are no address and are left as they are;
+    after a word that numbers by parts ("section 1.2.3.4", "version 10.0.0.1") they are read with points, as a
+    version of three is."""
 
     def said(match: re.Match[str]) -> str:
         numbers = match.groups()
+        if _NUMBERED_BY.search(text, max(0, match.start() - 20), match.start()):
+            return " point ".join(numbers)
         return " dot ".join(numbers) if all(int(n) <= 255 for n in numbers) else match.group(0)
 
     return _IP_ADDRESS.sub(said, text)
