@@ -106,7 +106,8 @@
 #                            level:requests (all sent at once, c=1 one after another), its events kept gzipped in
 #                            timeline/<server>-c<level>/, read by deploy/gpu/omni_timeline.py into
 #                            timeline-c<level>.md (-b: service-b): where first audio and every window went between
-#                            the server, the talker and code2wav; empty: none
+#                            the server, the talker and code2wav; empty: none. level:requests:stagger spreads them
+#                            over that many seconds a round, as a steady level (64:192:2), into c<level>-steady
 #   PROFILE_FRAMES=100       the codec frames each request makes (EXTRA_BODY's max_new_tokens less the end token):
 #                            the profiles' per-frame figures divide by it
 #   PROFILE_EXTRA_BODY=""    the profiled rounds' request body in place of EXTRA_BODY, the sweeps keeping theirs: e.g.
@@ -191,6 +192,10 @@ for sweep in $SWEEPS; do  # checked before anything starts
   esac
 done
 sweeps() { case " $SWEEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }  # $1 a sweep: whether to run it
+for entry in $TIMELINE_LEVELS; do  # checked before anything starts
+  [[ $entry =~ ^[0-9]+:[0-9]+(:[0-9]+)?$ ]] ||
+    { echo "lever-starts: TIMELINE_LEVELS: '$entry' is not level:requests or level:requests:stagger" >&2; exit 64; }
+done
 SWITCH_ROUNDS=${SWITCH_ROUNDS:-}
 SWITCH_SETTLE_S=${SWITCH_SETTLE_S:-1}
 # the levers a lever switch file may name (app/engines/omni/stage_plugins/lever_switch.py's LEVERS), and the folders of
@@ -473,24 +478,27 @@ keep_gzipped() {  # $1 a file, $2 where its copy goes: gzipped there (with .gz a
   case $1 in *.gz) cp "$1" "$2" ;; *) timeout "$SUMMARY_TIMEOUT_S" gzip -c "$1" >"$2.gz" ;; esac
 }
 
-omni_timeline() {  # the omni engine's request timeline over each of TIMELINE_LEVELS (level:requests, all at once), the
-  # phases of first audio and of every window read from it (deploy/gpu/omni_timeline.py) into timeline-c<level>.md
-  local level_requests level server folder events warmup
-  for level_requests in $TIMELINE_LEVELS; do
-    level=${level_requests%:*}
+omni_timeline() {  # the omni engine's request timeline over each of TIMELINE_LEVELS (level:requests, all at once, or
+  # level:requests:stagger, spread as a steady level's), the phases of first audio and of every window read from it
+  # (deploy/gpu/omni_timeline.py) into timeline-c<level>.md (a steady one's: timeline-c<level>-steady.md)
+  local entry level requests stagger tag server folder events warmup
+  for entry in $TIMELINE_LEVELS; do
+    IFS=: read -r level requests stagger <<<"$entry"
+    stagger=${stagger:-0} tag=c$level
+    [ "$stagger" = 0 ] || tag=c$level-steady
     # at one stream, a warm-up request first (recorded too): the load tool's own first request, the first target's,
     # took 78-95 ms against 32-39 without one (benchmarks/gpu/2026-11-30-h200x2-fused-default/); a burst stays whole
     warmup=0 && [ "$level" = 1 ] && warmup=1
-    step "timeline c$level" on_load_cpus env TIMELINE=1 CONCURRENCY="$level" REQUESTS="${level_requests#*:}" \
-      PROFILE_WARMUP="$warmup" SWEEP_NAME="tl-c$level" LOADTEST_ARGS="--stagger 0" "$SBS" profile \
+    step "timeline ${tag/-/ }" on_load_cpus env TIMELINE=1 CONCURRENCY="$level" REQUESTS="$requests" \
+      PROFILE_WARMUP="$warmup" SWEEP_NAME="tl-$tag" LOADTEST_ARGS="--stagger $stagger" "$SBS" profile \
       >>"$OUT/sweeps.log" 2>&1
     sleep "${EVENTS_WAIT_S:-1}"  # the stages record until their next look at the run's flag (a quarter second)
     for server in $SERVERS; do
-      folder=$PROFILER_DIR/$server/tl-c$level
+      folder=$PROFILER_DIR/$server/tl-$tag
       for events in "$folder"/events_*.jsonl; do  # as the run left them: deploy/gpu/omni_timeline.py reads the folder
-        [ -f "$events" ] && keep_gzipped "$events" "$OUT/timeline/$server-c$level/$(basename "$events")"
+        [ -f "$events" ] && keep_gzipped "$events" "$OUT/timeline/$server-$tag/$(basename "$events")"
       done
-      "$PYTHON" deploy/gpu/omni_timeline.py "$folder" --requests >"$OUT/timeline-c$level$(suffix "$server").md" 2>&1
+      "$PYTHON" deploy/gpu/omni_timeline.py "$folder" --requests >"$OUT/timeline-$tag$(suffix "$server").md" 2>&1
       rm -rf "${folder:?}"  # kept in timeline/
     done
   done

@@ -78,7 +78,8 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         'echo "$1|$(basename "$OUT")|${SWEEP_NAME-}|${CONCURRENCY-}|${REQUESTS-}|${TIMELINE-}|$SERVICE_SGLANG_ENV'
         "|$(grep Cpus_allowed_list /proc/$$/status | cut -f2)|${START_WAIT_S-}|${SERVICE_ENV-}|$TARGETS"
         "|${PROFILER_DIR-}|${SERVICE_B_ENV-}|${EXTRA_BODY-}|${PROFILE_WARMUP-}|${SWEEP_TARGETS-}"
-        '|${SERVICE_SGLANG_B_ENV-}|${PROFILE_SET-}|$(cat "$OUT/../lever-switch" "$OUT/lever-switch" 2>/dev/null)"'
+        '|${SERVICE_SGLANG_B_ENV-}|${PROFILE_SET-}|$(cat "$OUT/../lever-switch" "$OUT/lever-switch" 2>/dev/null)'
+        '|${LOADTEST_ARGS-}"'
         f" >> {tmp_path}/calls\n"
         "case $1 in\n"
         '  start) case " ${FAIL_START:-} " in *" $(basename "$OUT") "*) exit "${FAIL_RC:-3}" ;; esac\n'
@@ -537,6 +538,30 @@ def test_the_omni_engines_request_timeline_is_recorded_at_each_timeline_level_an
     )
     assert "| first audio | 1 | 41.0 |" in again.stdout  # what was kept reads as the run left it
     assert "r1 timeline c32" in (tmp_path / "out/progress.txt").read_text()
+
+
+def test_a_timeline_level_with_a_stagger_records_a_steady_load_under_a_name_of_its_own(tmp_path: Path) -> None:
+    """TIMELINE_LEVELS' level:requests:stagger: the requests spread over that many seconds a round, as the steady
+    levels' are, not all at once (a stream's second window at a steady 64 waits where a burst's does not), into
+    timeline-c<level>-steady.md beside a burst's of the same level."""
+    done = run(
+        tmp_path,
+        TARGET="service",
+        VARIANTS="a1:A",
+        LEVER_A="",
+        TORCH_PROFILE="1",
+        PROFILE_LEVELS="",
+        TIMELINE_LEVELS="64:64 64:192:2",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    timelines = [[*call[2:5], call[19]] for call in calls(tmp_path) if call[0] == "profile"]
+    assert timelines == [["tl-c64", "64", "64", "--stagger 0"], ["tl-c64-steady", "64", "192", "--stagger 2"]]
+    out = tmp_path / "out/a1"
+    assert "| first audio | 1 | 41.0 |" in (out / "timeline-c64-steady.md").read_text()
+    assert (out / "timeline-c64.md").exists() and (out / "timeline/service-c64-steady").is_dir()
+    assert "a1 timeline c64 steady" in (tmp_path / "out/progress.txt").read_text()
+    refused = run(tmp_path, out="other", VARIANTS="a1:A", LEVER_A="", TORCH_PROFILE="1", TIMELINE_LEVELS="64:x:2")
+    assert refused.returncode == 64 and "TIMELINE_LEVELS: '64:x:2'" in refused.stderr
 
 
 def test_switch_rounds_sweep_each_rounds_levels_in_one_start_with_its_levers_written_first(tmp_path: Path) -> None:
