@@ -110,6 +110,13 @@ def invalid_param(param: str, message: str, code: str = "invalid_value") -> ApiE
     return ApiError(400, message, param=param, code=code)
 
 
+def missing_parameter(param: str, path: str | None = None) -> ApiError:
+    """A required field the request (or message) left out; `path` the key within `param`."""
+    return ApiError(
+        400, f"Missing required parameter: '{path or param}'.", param=param, code="missing_required_parameter"
+    )
+
+
 def unknown_parameter(param: str, path: str | None = None) -> ApiError:
     """A field the request (or message) does not have, as OpenAI words it; `path` the key within `param`."""
     message = f"Unrecognized request argument supplied: {path or param}"
@@ -193,7 +200,7 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
     if kind == "extra_forbidden":
         return unknown_parameter(param, path)
     if kind == "missing":
-        return ApiError(400, f"Missing required parameter: '{path}'.", param=param, code="missing_required_parameter")
+        return missing_parameter(param, path)
     detail = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
     bounds = error.get("ctx") or {}
     code = "invalid_type" if kind.endswith("_type") or kind.endswith("_parsing") else "invalid_value"

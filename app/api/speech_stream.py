@@ -40,13 +40,21 @@ from starlette.websockets import WebSocketState
 from app import metrics
 from app.api.audio_stream import STALLED_STATE_KEY, UNSENT_STATE_KEY
 from app.api.dependencies import service_of
-from app.api.errors import ApiError, invalid_param, to_api_error, unknown_parameter, validation_error
+from app.api.errors import (
+    ApiError,
+    invalid_param,
+    missing_parameter,
+    to_api_error,
+    unknown_parameter,
+    validation_error,
+)
 from app.api.middleware import request_id_of
 from app.api.speech_frames import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
     CLOSE_NORMAL,
     CLOSE_POLICY,
+    CLOSE_TOO_BIG,
     CLOSE_TRY_AGAIN,
     Frames,
     SessionClosed,
@@ -221,8 +229,8 @@ class SpeechStreamSession:
                 if receiving in done:
                     message, receiving = receiving.result(), None
                     self.speech.heard()
-                    if message["type"] == "websocket.disconnect":
-                        code = -1
+                    if message["type"] == "websocket.disconnect":  # the client left, or uvicorn closed on it
+                        code = CLOSE_TOO_BIG if message.get("code") == CLOSE_TOO_BIG else -1
                         return
                     await self.on_message(message)
                 elif drain in done:
@@ -283,11 +291,17 @@ class SpeechStreamSession:
 
     def outcome(self, code: int) -> str:
         """How the session's open utterances ended: the client left, stopped reading (the connection was aborted),
-        the session failed (an error of the server's own), the server was full (refused, as a 429 is), or the
-        session was closed."""
+        the session failed (an error of the server's own), the server was full or a message over the body limit
+        (refused, as a 429 or a 413 is), or the session was closed."""
         if cut := self.cut_off():
             return cut
-        return {-1: "client_gone", CLOSE_INTERNAL_ERROR: "error", CLOSE_TRY_AGAIN: "refused"}.get(code, "stopped")
+        outcomes = {
+            -1: "client_gone",
+            CLOSE_INTERNAL_ERROR: "error",
+            CLOSE_TRY_AGAIN: "refused",
+            CLOSE_TOO_BIG: "refused",
+        }
+        return outcomes.get(code, "stopped")
 
     async def stopped_by_drain(self) -> NoReturn:
         await self.frames.drain_ended(ShuttingDown())
@@ -319,7 +333,9 @@ class SpeechStreamSession:
             elif kind == "input.text":
                 self.require_config()
                 refuse_unknown_fields(data, "text")
-                text = data.get("text", "")
+                if "text" not in data:  # not an empty text: a client's mistake, named as POST names `input` missing
+                    raise missing_parameter("text")
+                text = data["text"]
                 if not isinstance(text, str):
                     raise ApiError(400, "'text' must be a string.", param="text", code="invalid_type")
                 taken, held, stray = self.halves.split(text)

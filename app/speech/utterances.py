@@ -289,7 +289,10 @@ class StreamedSpeech:
 
     def text(self, text: str) -> None:
         """More text of the current utterance (its first opens it). `ShuttingDown` when the server drains, no utterance
-        is open and the session's grace (text already on its way when the drain began) is over."""
+        is open and the session's grace (text already on its way when the drain began) is over. Blank text before an
+        utterance's first words opens none (an LLM's empty deltas): nothing a drain or a new config waits for."""
+        if not text.strip() and self.utterance not in self.open_utterances:
+            return
         if self.lifecycle.draining and self.utterance not in self.open_utterances:
             if self.lifecycle.session_grace_left_s() <= 0:
                 raise ShuttingDown()

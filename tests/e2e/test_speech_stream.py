@@ -424,6 +424,9 @@ def test_malformed_messages_are_answered_and_the_connection_kept(server: Running
         assert json.loads(ws.recv(timeout=10))["code"] == "invalid_message"
         send(ws, {"type": "input.text", "text": 42})
         assert json.loads(ws.recv(timeout=10))["param"] == "text"
+        send(ws, {"type": "input.text"})  # no text at all: named, not taken for an empty one
+        error = json.loads(ws.recv(timeout=10))
+        assert (error["code"], error["param"]) == ("missing_required_parameter", "text"), error
         send(ws, {"type": "input.text", "text": "x" * (200 * 1024)})
         assert json.loads(ws.recv(timeout=10))["code"] == "message_too_large"
         send(ws, {"type": "what"})
@@ -444,6 +447,9 @@ def test_malformed_messages_are_answered_and_the_connection_kept(server: Running
         assert events[-1]["type"] == "session.done" and len(audio[0]) > 1000
 
 
+GUARDED_BODY_BYTES = 128 * 1024  # the least SPEECH_MAX_BODY_BYTES may be
+
+
 @pytest.fixture(scope="module")
 def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """Keys required, one slot and no queue, short timeouts: for auth, admission, timeouts, disconnects, the drain."""
@@ -456,6 +462,7 @@ def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running
             "SPEECH_MAX_QUEUE": "0",
             "SPEECH_WS_CONFIG_TIMEOUT_S": "1",
             "SPEECH_EMBEDDED__WORKERS": "1",
+            "SPEECH_MAX_BODY_BYTES": str(GUARDED_BODY_BYTES),
         },
     )
     yield running
@@ -539,6 +546,29 @@ def test_disconnect_aborts_the_engine_and_frees_the_slot(guarded_server: Running
         send(ws, {"type": "input.text", "text": "Next."})
         send(ws, {"type": "input.done"})
         assert receive_utterance(ws)[0][-1]["type"] == "session.done"
+
+
+def test_a_message_over_the_body_limit_closes_1009_and_its_utterance_counts_as_refused(
+    guarded_server: RunningServer,
+) -> None:
+    """The server closes the session (1009) for a message over SPEECH_MAX_BODY_BYTES: the open utterance was refused,
+    not its client gone (the client is still there; client_gone feeds the disconnect panels)."""
+    auth = {"Authorization": f"Bearer {KEY}"}
+    before = {outcome: guarded_server.metric("speech_ws_utterances_total", outcome=outcome) for outcome in OUTCOMES}
+    gone = guarded_server.metric("speech_ws_utterances_total", outcome="client_gone")
+    with connect(ws_url(guarded_server), additional_headers=auth, max_size=None) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": "Hello there and"})
+        send(ws, {"type": "input.text", "text": "a " * GUARDED_BODY_BYTES})
+        with pytest.raises(ConnectionClosed):
+            while True:
+                ws.recv(timeout=30)
+        assert ws.close_code == 1009
+    deadline = time.monotonic() + 10
+    while utterances_counted_since(guarded_server, before)["refused"] < 1:
+        assert time.monotonic() < deadline, utterances_counted_since(guarded_server, before)
+        time.sleep(0.05)
+    assert guarded_server.metric("speech_ws_utterances_total", outcome="client_gone") == gone
 
 
 def test_drain_finishes_the_utterance_then_closes_1001(guarded_server: RunningServer) -> None:

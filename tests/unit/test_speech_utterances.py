@@ -303,11 +303,13 @@ async def test_punctuation_left_after_a_whole_idle_period_is_idle(service: Speec
 
 
 async def test_an_empty_text_message_opens_no_utterance_a_config_would_change(service: SpeechService) -> None:
-    """LLM streams send empty deltas: a session.config after them is between utterances still."""
+    """LLM streams send empty deltas: a session.config after them is between utterances still, and a drain has
+    nothing of the session's to wait for (it had waited its whole timeout, then told the client it was cut off)."""
     speech = await configured(service)
     speech.text("")
     speech.text("   ")
     assert not speech.mid_utterance
+    assert speech.idle and service.lifecycle.idle
     speech.text("Hello")
     assert speech.mid_utterance
 
