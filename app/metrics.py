@@ -119,7 +119,7 @@ UTTERANCE_OUTCOMES = ("completed", "error", "refused", "client_gone", "client_st
 # Every reason a request can be refused or a synthesis stopped. Each series exists from the start at 0, so `rate()`
 # and the alerts see the first event (a series born at 1 has no increase to show).
 REJECT_REASONS = ("queue_full", "queue_timeout", "draining", "unauthorized", "per_key_limit")
-ABORT_REASONS = ("client_gone", "client_stalled", "timeout", "drain", "error")
+ABORT_REASONS = ("client_gone", "client_stalled", "timeout", "drain", "error", "refused")
 BUILD = Info("speech_build", "The service's version and engine.")
 READY = Gauge("speech_ready", "1 while this replica answers /ready with 200 (engine warm, not draining).")
 LOOP_LAG = Histogram(

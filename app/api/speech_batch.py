@@ -21,10 +21,10 @@ from app.api.disconnect import unless_disconnected
 from app.api.errors import ApiError, error_responses, invalid_param, to_api_error, validation_error
 from app.api.schemas import SpeechBatchItem, SpeechBatchRequest, SpeechBatchResponse, SpeechUsage
 from app.audio.formats import CONTENT_TYPES
-from app.speech.batch import BatchItem, BatchSlots, ItemOutcome, synthesize_batch
+from app.speech.batch import STREAM_LABEL, BatchItem, BatchSlots, ItemOutcome, synthesize_batch
 from app.speech.errors import Full, ShuttingDown, Stopped
 from app.speech.options import voice_from_speaker
-from app.speech.run import SpeechService, gate_refusal
+from app.speech.run import SpeechService, gate_refusal, observe_ttfa
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -193,6 +193,9 @@ async def create_speech_batch(
     answered = [o for o in outcomes if isinstance(o, ItemOutcome) and o.data is not None]
     audio_bytes = sum(len(o.data) for o in answered if o.data is not None)
     metrics.AUDIO_SECONDS.inc(sum(float(o.summary.get("audio_s") or 0.0) for o in answered))  # delivered with it
+    for item in answered:  # each item's first audio, taken when its file was complete, is sent with the answer
+        if item.timing is not None and item.timing.ttfa_s is not None:
+            observe_ttfa(item.response_format, STREAM_LABEL, item.timing.ttfa_s, item.timing.phases())
     # every item's audio in base64 in one JSON: at the caps about 100 MB, half a second of the loop all streams share;
     # a small answer stays on the loop, where a thread hop would cost more than the encoding
     if audio_bytes > ANSWER_ON_THE_LOOP_BYTES:

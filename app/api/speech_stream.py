@@ -200,6 +200,8 @@ class SpeechStreamSession:
         self.service = service
         self.settings = service.settings
         self.unread: tuple[int, float] | None = None  # what its client had not read when last looked at, and since when
+        # why the server cut the connection, where its work ends under that reason and not as its client's leaving
+        self.closed_as: str | None = None
         self.lifecycle = service.lifecycle
         self.session_id = request_id_of(websocket.scope)  # the id its upgrade was answered with
         self.speech = StreamedSpeech(service, self.session_id, self.cut_off)
@@ -230,7 +232,9 @@ class SpeechStreamSession:
                     message, receiving = receiving.result(), None
                     self.speech.heard()
                     if message["type"] == "websocket.disconnect":  # the client left, or uvicorn closed on it
-                        code = CLOSE_TOO_BIG if message.get("code") == CLOSE_TOO_BIG else -1
+                        if message.get("code") == CLOSE_TOO_BIG:  # a message over the body limit: refused
+                            self.closed_as = "refused"
+                        code = -1
                         return
                     await self.on_message(message)
                 elif drain in done:
@@ -286,22 +290,19 @@ class SpeechStreamSession:
         return now - self.unread[1] < self.settings.client_stall_timeout_s
 
     def cut_off(self) -> str | None:
-        """client_stalled once the connection has been aborted because its client stopped reading."""
+        """Why the server cut the connection, where it did: refused (a message over the body limit, 1009), or
+        client_stalled (aborted because its client stopped reading)."""
+        if self.closed_as is not None:
+            return self.closed_as
         return "client_stalled" if self.ws.scope.get("state", {}).get(STALLED_STATE_KEY) else None
 
     def outcome(self, code: int) -> str:
         """How the session's open utterances ended: the client left, stopped reading (the connection was aborted),
-        the session failed (an error of the server's own), the server was full or a message over the body limit
-        (refused, as a 429 or a 413 is), or the session was closed."""
+        the session failed (an error of the server's own), the server was full (refused, as a 429 is), the server
+        cut it (`cut_off`), or the session was closed."""
         if cut := self.cut_off():
             return cut
-        outcomes = {
-            -1: "client_gone",
-            CLOSE_INTERNAL_ERROR: "error",
-            CLOSE_TRY_AGAIN: "refused",
-            CLOSE_TOO_BIG: "refused",
-        }
-        return outcomes.get(code, "stopped")
+        return {-1: "client_gone", CLOSE_INTERNAL_ERROR: "error", CLOSE_TRY_AGAIN: "refused"}.get(code, "stopped")
 
     async def stopped_by_drain(self) -> NoReturn:
         await self.frames.drain_ended(ShuttingDown())

@@ -46,6 +46,7 @@ class ItemOutcome:
     data: bytes | None = None
     usage: Usage | None = None
     error: BaseException | None = None
+    timing: TtfaTimeline | None = None  # its TTFA once its file was complete (observed when the batch is answered)
 
 
 class BatchSlots:
@@ -120,10 +121,11 @@ async def speak_whole(
         job, output = service.build_job(voice, item.text, f"{request_id}-{item.index}", whole_file=True)
         outcome.response_format = output.response_format
         ticket = await service.admitted(timing, len(item.text), count_refusal=False)  # the route counts it
-        run = SpeechRun(service, started, timing, summary, STREAM_LABEL, counts_audio=False)  # the batch's answer does
+        # the batch's answer counts its audio and TTFA: nothing of an item reaches its client before it
+        run = SpeechRun(service, started, timing, summary, STREAM_LABEL, counts_audio=False, observe_ttfa=False)
         audio = await run.open(job, output, ticket)
         file = await complete_file(audio, False, f"{request_id}-{item.index}")
-        outcome.data, outcome.usage = file.data, audio.usage
+        outcome.data, outcome.usage, outcome.timing = file.data, audio.usage, timing
     except SpeechError as exc:
         outcome.error = exc
         if (reason := gate_refusal(exc)) is not None:

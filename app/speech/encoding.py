@@ -230,6 +230,8 @@ class EncodedAudio:
             tail = self._finish() if self._inline(rate) else await asyncio.to_thread(self._finish)
             if tail:
                 yield tail
+                if not self._whole_file:  # a stream too short for its encoder's first frame: its first audio is here
+                    self.first_audio_sent()
             outcome = "completed"
         except Stopped as exc:
             outcome = exc.reason

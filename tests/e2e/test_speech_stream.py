@@ -552,13 +552,18 @@ def test_a_message_over_the_body_limit_closes_1009_and_its_utterance_counts_as_r
     guarded_server: RunningServer,
 ) -> None:
     """The server closes the session (1009) for a message over SPEECH_MAX_BODY_BYTES: the open utterance was refused,
-    not its client gone (the client is still there; client_gone feeds the disconnect panels)."""
+    and the sentence it was speaking stopped as refused, not as its client gone (the client is still there;
+    client_gone feeds the disconnect panels)."""
     auth = {"Authorization": f"Bearer {KEY}"}
     before = {outcome: guarded_server.metric("speech_ws_utterances_total", outcome=outcome) for outcome in OUTCOMES}
     gone = guarded_server.metric("speech_ws_utterances_total", outcome="client_gone")
+    aborted = {
+        reason: guarded_server.metric("speech_aborted_total", reason=reason) for reason in ("refused", "client_gone")
+    }
     with connect(ws_url(guarded_server), additional_headers=auth, max_size=None) as ws:
         send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
-        send(ws, {"type": "input.text", "text": "Hello there and"})
+        send(ws, {"type": "input.text", "text": long_text(50) + " And then"})
+        assert json.loads(ws.recv(timeout=30))["type"] == "audio.start"  # its first sentence is being spoken
         send(ws, {"type": "input.text", "text": "a " * GUARDED_BODY_BYTES})
         with pytest.raises(ConnectionClosed):
             while True:
@@ -569,6 +574,10 @@ def test_a_message_over_the_body_limit_closes_1009_and_its_utterance_counts_as_r
         assert time.monotonic() < deadline, utterances_counted_since(guarded_server, before)
         time.sleep(0.05)
     assert guarded_server.metric("speech_ws_utterances_total", outcome="client_gone") == gone
+    while guarded_server.metric("speech_aborted_total", reason="refused") < aborted["refused"] + 1:
+        assert time.monotonic() < deadline, "the sentence being spoken was not stopped as refused"
+        time.sleep(0.05)
+    assert guarded_server.metric("speech_aborted_total", reason="client_gone") == aborted["client_gone"]
 
 
 def test_drain_finishes_the_utterance_then_closes_1001(guarded_server: RunningServer) -> None:

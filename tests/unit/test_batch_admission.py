@@ -163,42 +163,8 @@ async def test_items_the_gate_refused_are_counted_even_when_the_client_leaves_be
         raise AssertionError("not reached")
 
     monkeypatch.setattr(AdmissionGate, "acquire", first_refused_then_waits)
-    engine = make_engine(custom_voice_dir, FakeAsyncOmni())
-    await engine.start()
-    app = create_app(service_settings(engine), engine=engine)
-    body = json.dumps({"voice": "vivian", "response_format": "pcm", "items": [ITEM] * 3}).encode()
-    sent: list[dict[str, object]] = []
-    delivered = False
-
-    async def receive() -> dict[str, object]:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await waiting.wait()  # then the client leaves
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, object]) -> None:
-        sent.append(message)
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/audio/speech/batch",
-        "raw_path": b"/v1/audio/speech/batch",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
     before = rejected("queue_full")
-    async with asyncio.timeout(30):
-        async with app.router.lifespan_context(app):
-            await app(scope, receive, send)
+    sent = await batch_left_by_its_client(custom_voice_dir, 3, waiting)
     assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [499]
     assert rejected("queue_full") - before == 1
     logged = {r.request_id: r for r in caplog.records if r.getMessage() == "speech request" and r.status == 499}
@@ -241,3 +207,87 @@ async def test_two_batches_sent_with_one_request_id_are_each_work_the_drain_wait
     release[1].set()
     await second
     assert lifecycle.idle
+
+
+async def batch_left_by_its_client(custom_voice_dir: Path, items: int, leave: asyncio.Event) -> list[dict[str, object]]:
+    """A batch of `items` sent through the app's ASGI interface by a client that leaves once `leave` is set: what the
+    app sent it."""
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni())
+    await engine.start()
+    app = create_app(service_settings(engine), engine=engine)
+    body = json.dumps({"voice": "vivian", "response_format": "pcm", "items": [ITEM] * items}).encode()
+    sent: list[dict[str, object]] = []
+    delivered = False
+
+    async def receive() -> dict[str, object]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/audio/speech/batch",
+        "raw_path": b"/v1/audio/speech/batch",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    async with asyncio.timeout(30):
+        async with app.router.lifespan_context(app):
+            await app(scope, receive, send)
+    return sent
+
+
+async def test_a_batch_whose_client_left_observes_no_ttfa_for_the_items_that_ended(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An item's audio reaches its client only in the batch's answer: a batch nobody was left to answer sent no audio,
+    so its items that had ended are no TTFA (`speech_ttfa_seconds` counts every request that sent audio). An answered
+    batch observes one a item."""
+    acquire, complete = AdmissionGate.acquire, batch.complete_file
+    calls = 0
+    first_ended, second_waits, leave = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def first_served_then_waits(self: AdmissionGate) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return await acquire(self)
+        second_waits.set()
+        await asyncio.sleep(60)
+        raise AssertionError("not reached")
+
+    async def completed(*args: object, **kwargs: object) -> object:
+        file = await complete(*args, **kwargs)  # type: ignore[arg-type]
+        first_ended.set()
+        return file
+
+    async def leaves_once_the_first_ended() -> None:
+        await first_ended.wait()
+        await second_waits.wait()
+        leave.set()
+
+    labels = {"response_format": "pcm", "stream": "batch"}
+    before = REGISTRY.get_sample_value("speech_ttfa_seconds_count", labels) or 0.0
+    monkeypatch.setattr(AdmissionGate, "acquire", first_served_then_waits)
+    monkeypatch.setattr(batch, "complete_file", completed)
+    leaving = asyncio.create_task(leaves_once_the_first_ended())
+    sent = await batch_left_by_its_client(custom_voice_dir, 2, leave)
+    await leaving
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [499]
+    assert (REGISTRY.get_sample_value("speech_ttfa_seconds_count", labels) or 0.0) == before
+    monkeypatch.setattr(AdmissionGate, "acquire", acquire)
+    assert (await answer(custom_voice_dir, 2)).status_code == 200
+    assert (REGISTRY.get_sample_value("speech_ttfa_seconds_count", labels) or 0.0) == before + 2

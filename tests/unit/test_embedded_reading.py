@@ -443,6 +443,13 @@ def test_runs_within_the_bound_are_read_as_hibari_reads_them(text: str, monkeypa
         ("See section 1.2.3.4 now.", "See section 1 point 2 point 3 point 4 now."),  # numbered: no address
         ("Under § 4.1.2.3 it holds.", "Under § 4 point 1 point 2 point 3 it holds."),
         ("Install version 10.0.0.1 today.", "Install version 10 point 0 point 0 point 1 today."),
+        ("See subsection 2.1.3.4 now.", "See subsection 2 point 1 point 3 point 4 now."),
+        ("Version: 10.0.0.1 is out.", "Version: 10 point 0 point 0 point 1 is out."),
+        (
+            "Firewall rules 10.0.0.1 and 10.0.0.2 hold.",
+            "Firewall rules 10 dot 0 dot 0 dot 1 and 10 dot 0 dot 0 dot 2 hold.",
+        ),
+        ("Table 10.0.0.1 is full.", "Table 10 dot 0 dot 0 dot 1 is full."),  # a routing table's address
         ("The value of π is 3.14.", "The value of pi is 3.14."),  # Greek letters as symbols, by their names
         ("Take β-blockers and Σ now.", "Take beta-blockers and sigma now."),
         ("If Δt is small, 2πr grows.", "If delta t is small, 2 pi r grows."),

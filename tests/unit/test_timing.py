@@ -103,12 +103,29 @@ async def test_the_first_byte_counts_once_the_server_has_taken_it(sse: bool) -> 
     assert rest if sse else not rest
 
 
-@pytest.mark.parametrize("response_format", ["pcm", "wav"])
+@pytest.mark.parametrize("response_format", ["mp3", "opus", "aac", "flac"])
+async def test_a_stream_whose_only_bytes_are_its_encoders_last_has_its_first_audio_marked(response_format: str) -> None:
+    """A compressed stream too short for its encoder's first frame sends all its bytes at the encoder's end: its
+    first audio is then, and it was never marked (no TTFA, no first byte)."""
+    calls: list[str] = []
+    audio = EncodedAudio(
+        AudioChunk(tone(0.01), 24_000),
+        no_more(),
+        response_format,
+        24_000,
+        noop_close,
+        on_first_audio=lambda: calls.append("hook"),
+    )
+    pieces = [piece async for piece in audio.bytes()]
+    assert pieces and calls == ["hook"]
+
+
+@pytest.mark.parametrize("response_format", ["pcm"])
 async def test_a_whole_files_first_audio_is_its_answer_not_its_first_chunk(response_format: str) -> None:
     """A whole file (`stream: false`, a batch item) sends nothing until all of it is encoded: its TTFA is taken when
     it is complete, in every format. Raw pcm's whole-file encoder hands out each chunk's bytes at once (they are the
-    file's bytes either way), which had marked a pcm file's first audio at its first chunk, and a file whose client
-    left before it was answered had a TTFA."""
+    file's bytes either way), which had marked a pcm file's first audio at its first chunk (the other formats' hand
+    out nothing before their end)."""
 
     async def later() -> AsyncGenerator[AudioChunk]:
         calls.append("second chunk")

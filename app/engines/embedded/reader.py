@@ -150,10 +150,10 @@ _MICRO_UNIT = re.compile(rf"(?<![\w.,])({_AMOUNT})( ?)[\u00b5\u03bc]({'|'.join(_
 _GREEK = re.compile(r"[\u0370-\u03ff\u1f00-\u1fff]")
 # an IP address ("127.0.0.1"): hibari read it as digits without its dots
 _IP_ADDRESS = re.compile(r"(?<![\w.])(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?!\w|\.\d)")
-# what numbers a section, a rule or a release by dotted parts: "section 1.2.3.4" is no address
+# what numbers a section or a release by dotted parts: "section 1.2.3.4" is no address. Not words that also come
+# before addresses ("firewall rules 10.0.0.1", "table 10.0.0.1": a routing table's)
 _NUMBERED_BY = re.compile(
-    r"(?:\b(?i:sections?|clauses?|chapters?|parts?|articles?|paragraphs?|rules?|steps?|figures?|tables?|items?|"
-    r"appendix|versions?|releases?)|§)\s*$"
+    r"(?:\b(?i:(?:sub)?sections?|clauses?|chapters?|articles?|paragraphs?|appendix|versions?|releases?)|§):?\s*$"
 )
 # a `#` on its own ("Press # to continue", "then #."): a phone's key. Not a hashtag's ("#news"), a number's ("#1",
 # which hibari reads "number 1"), "C#"'s, or one before a number after a space ("# 1"), which is no key either
