@@ -67,6 +67,7 @@ SERVER_ERROR = "server_error"
 
 
 REFUSAL_KEYS = ("type", "code", "param")  # what a log line tells of an error: never its message
+CLIENT_LEFT = 499  # the status logged and counted for a request whose client left before its answer (nginx's)
 
 
 class ApiError(Exception):

@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
 from app.api.audio_stream import StreamCut
-from app.api.errors import REFUSAL_KEYS, ApiError, internal_error, invalid_param
+from app.api.errors import CLIENT_LEFT, REFUSAL_KEYS, ApiError, internal_error, invalid_param
 from app.logs import cut_on_purpose
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ class BodySizeLimitMiddleware:
         if message["type"] != "http.request":  # the client left before sending it all: nobody to answer, nothing
             # to parse (a body cut short would read as invalid JSON); counted and logged as any client that left, 499
             headers = [(b"content-length", b"0"), (REQUEST_ID_HEADER.encode(), request_id_of(scope).encode())]
-            await send({"type": "http.response.start", "status": 499, "headers": headers})
+            await send({"type": "http.response.start", "status": CLIENT_LEFT, "headers": headers})
             await send({"type": "http.response.body", "body": b""})
             return
         await self.app(scope, _replay({"type": "http.request", "body": bytes(body), "more_body": False}, receive), send)

@@ -14,7 +14,7 @@ from fastapi.responses import Response, StreamingResponse
 from app.api.audio_stream import SpeechResponse, audio_body, sse_events
 from app.api.dependencies import get_service
 from app.api.disconnect import unless_disconnected
-from app.api.errors import error_responses
+from app.api.errors import CLIENT_LEFT, error_responses
 from app.api.schemas import SpeechRequest
 from app.audio.formats import CONTENT_TYPES
 from app.speech.encoding import EncodedAudio, Usage, WholeFile, complete_file
@@ -122,7 +122,7 @@ async def create_speech(
         if isinstance(response, SpeechResponse):
             await response.audio.close_if_never_streamed()
     summary["outcome"] = "client_gone"  # also where the answer was ready as the client left: nobody got it
-    return Response(status_code=499)
+    return Response(status_code=CLIENT_LEFT)
 
 
 async def speech_response(

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from app import metrics
 from app.api.dependencies import get_batch_slots, get_service
 from app.api.disconnect import unless_disconnected
-from app.api.errors import ApiError, error_responses, invalid_param, to_api_error, validation_error
+from app.api.errors import CLIENT_LEFT, ApiError, error_responses, invalid_param, to_api_error, validation_error
 from app.api.schemas import SpeechBatchItem, SpeechBatchRequest, SpeechBatchResponse, SpeechUsage
 from app.audio.formats import CONTENT_TYPES
 from app.speech.batch import STREAM_LABEL, BatchItem, BatchSlots, ItemOutcome, synthesize_batch
@@ -32,7 +32,6 @@ router = APIRouter()
 VOICE_FIELDS = {"voice", "speaker"}  # an item naming its voice either way replaces the batch's, named either way
 NO_WORD_TIMESTAMPS = "'word_timestamps' is not available in a batch (no headers per item)."
 ANSWER_ON_THE_LOOP_BYTES = 1 << 20  # of audio: a larger answer is encoded in a worker thread
-CLIENT_LEFT = 499  # the status logged and counted for a batch whose client left before its answer (nginx's)
 
 
 def check_size(body: SpeechBatchRequest, max_items: int, max_chars: int) -> None:

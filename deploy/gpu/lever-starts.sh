@@ -96,9 +96,10 @@
 #                            $OUT/<variant>/<round>/, the round's levers written to the file first: a lever and its
 #                            baseline in one start, level by level (deploy/gpu/rounds_table.py tables the rounds). The
 #                            second benchmark, the profiles and py-spy run once, after the last round, in its state
-#   ROUND_S=120              with UNTIL and SWITCH_ROUNDS: a round is begun only if ROUND_S and what follows the
-#                            rounds (the second benchmark, profiles, py-spy, the stop) fit before the deadline; the
-#                            start is kept time for two rounds, and how many fit is said before the first
+#   ROUND_S=120              (150 with steady-c64) with UNTIL and SWITCH_ROUNDS: a round is begun only if ROUND_S
+#                            and what follows the rounds (the second benchmark, profiles, py-spy, the stop) fit
+#                            before the deadline; the start is kept time for two rounds, and how many fit is said
+#                            before the first
 #   SWITCH_SETTLE_S=1        after the file is written, before the round's first level (the talker reads it every
 #                            quarter second)
 #   TIMELINE_LEVELS="1:16 32:64"  with TORCH_PROFILE=1 on the omni engine (TARGET=service, service-pair): before the
@@ -192,9 +193,20 @@ for sweep in $SWEEPS; do  # checked before anything starts
   esac
 done
 sweeps() { case " $SWEEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }  # $1 a sweep: whether to run it
+timeline_tag() {  # $1 a TIMELINE_LEVELS entry: its folders' and page's name, c<level> or c<level>-steady
+  local level requests stagger
+  IFS=: read -r level requests stagger <<<"$1"
+  if [ "${stagger:-0}" = 0 ]; then echo "c$level"; else echo "c$level-steady"; fi
+}
+tags_seen=" "
 for entry in $TIMELINE_LEVELS; do  # checked before anything starts
   [[ $entry =~ ^[0-9]+:[0-9]+(:[0-9]+)?$ ]] ||
     { echo "lever-starts: TIMELINE_LEVELS: '$entry' is not level:requests or level:requests:stagger" >&2; exit 64; }
+  tag=$(timeline_tag "$entry")
+  case $tags_seen in *" $tag "*)
+    echo "lever-starts: TIMELINE_LEVELS: two levels of $tag (one would overwrite the other's timeline)" >&2; exit 64 ;;
+  esac
+  tags_seen="$tags_seen$tag "
 done
 SWITCH_ROUNDS=${SWITCH_ROUNDS:-}
 SWITCH_SETTLE_S=${SWITCH_SETTLE_S:-1}
@@ -223,7 +235,9 @@ if [ -n "$SWITCH_ROUNDS" ]; then  # checked before anything starts
     rounds_seen="$rounds_seen${round%%:*} "
   done
 fi
-sweeps steady-c64 && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 30))  # 384 requests at about 25 a second
+# steady-c64 (384 requests at about 25 a second): a start's levels, and each round's, take about 30 s more
+sweeps steady-c64 && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 30))
+if [ -z "${ROUND_S:-}" ]; then ROUND_S=120 && sweeps steady-c64 && ROUND_S=150; fi  # a round's levels, unless set
 # each profiled window, its traces written and summarised: about a minute
 [ "$TORCH_PROFILE" = 1 ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 60 * $(wc -w <<<"$PROFILE_LEVELS")))
 # the omni engine's timeline levels (TORCH_PROFILE=1): about 20 s each
@@ -237,7 +251,7 @@ TAIL_S=$((30 + (TORCH_PROFILE == 1 ? 60 * $(wc -w <<<"$PROFILE_LEVELS") : 0)
 # rounds that the deadline would skip anyway is given up while its server still loads
 ROUND_COUNT=$(wc -w <<<"$SWITCH_ROUNDS")
 [ -n "$SWITCH_ROUNDS" ] &&
-  SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + ${ROUND_S:-120} * ((ROUND_COUNT < 2 ? ROUND_COUNT : 2) - 1)))
+  SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + ROUND_S * ((ROUND_COUNT < 2 ? ROUND_COUNT : 2) - 1)))
 # a pair's every level runs twice, one server after the other; its burst again, B first: about 10 s more a server
 a_pair && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S * 2 + 20))
 export TARGETS=$SERVERS SWEEP_TARGETS=$SERVERS KV_WAIT_S=${KV_WAIT_S:-0}
@@ -484,8 +498,7 @@ omni_timeline() {  # the omni engine's request timeline over each of TIMELINE_LE
   local entry level requests stagger tag server folder events warmup
   for entry in $TIMELINE_LEVELS; do
     IFS=: read -r level requests stagger <<<"$entry"
-    stagger=${stagger:-0} tag=c$level
-    [ "$stagger" = 0 ] || tag=c$level-steady
+    stagger=${stagger:-0} tag=$(timeline_tag "$entry")
     # at one stream, a warm-up request first (recorded too): the load tool's own first request, the first target's,
     # took 78-95 ms against 32-39 without one (benchmarks/gpu/2026-11-30-h200x2-fused-default/); a burst stays whole
     warmup=0 && [ "$level" = 1 ] && warmup=1
@@ -648,16 +661,16 @@ for variant in $VARIANTS; do
   if [ -n "$SWITCH_ROUNDS" ]; then  # each round's levers written, then its levels into a folder of its own
     variant_name=$name variant_out=$OUT
     if [ -n "$UNTIL" ]; then  # said once, before the rounds: what the deadline will leave out
-      fit=$(((UNTIL - $(date +%s) - TAIL_S) / ${ROUND_S:-120}))
+      fit=$(((UNTIL - $(date +%s) - TAIL_S) / ROUND_S))
       [ "$fit" -lt "$ROUND_COUNT" ] &&
-        progress "$name: about $((fit < 0 ? 0 : fit)) of $ROUND_COUNT rounds of ${ROUND_S:-120} s fit before the" \
+        progress "$name: about $((fit < 0 ? 0 : fit)) of $ROUND_COUNT rounds of $ROUND_S s fit before the" \
           "deadline"
     fi
     for round in $SWITCH_ROUNDS; do
       # a round's levels take about ROUND_S (120 s on an H200): one that would leave too little before the deadline
       # for what follows the rounds (the second benchmark, the profiles, py-spy, the stop) is not begun
-      if [ -n "$UNTIL" ] && [ $(($(date +%s) + ${ROUND_S:-120} + TAIL_S)) -gt "$UNTIL" ]; then
-        progress "$variant_name/${round%%:*} round skipped: ${ROUND_S:-120} s would not fit"
+      if [ -n "$UNTIL" ] && [ $(($(date +%s) + ROUND_S + TAIL_S)) -gt "$UNTIL" ]; then
+        progress "$variant_name/${round%%:*} round skipped: $ROUND_S s would not fit"
         continue
       fi
       write_switch "${round#*:}" "$variant_out/lever-switch"

@@ -626,6 +626,28 @@ def test_a_switch_round_that_would_end_past_the_deadline_is_skipped_and_the_vari
     assert [call[0] for call in calls(tmp_path)] == ["start", "sweep-bench", "stop"]
 
 
+def test_a_round_with_steady_c64_is_expected_to_take_its_level_longer(tmp_path: Path) -> None:
+    """steady-c64 adds about 30 s to each round's levels: the rounds' estimate (ROUND_S unless set) grows with it."""
+    done = run(
+        tmp_path,
+        TARGET="service",
+        VARIANTS="v1:S",
+        LEVER_S="SPEECH_OMNI__PROMPT_BATCH=true",
+        SWITCH_ROUNDS="a1: s1:prompt_batch a2: s2:prompt_batch a3: s3:prompt_batch",
+        SWITCH_SETTLE_S="0",
+        SWEEPS="c1 steady-c64",
+        UNTIL=str(int(time.time()) + 700),
+        FIRST_S="10",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "v1: about 4 of 6 rounds of 150 s fit before the deadline" in (tmp_path / "out/progress.txt").read_text()
+
+
+def test_two_timeline_levels_of_one_name_are_refused_before_anything_starts(tmp_path: Path) -> None:
+    done = run(tmp_path, VARIANTS="a1:A", LEVER_A="", TORCH_PROFILE="1", TIMELINE_LEVELS="64:192:2 64:128:3")
+    assert done.returncode == 64 and "TIMELINE_LEVELS: two levels of c64-steady" in done.stderr
+
+
 def test_many_switch_rounds_leave_the_start_its_time_and_the_deadline_drops_the_last_rounds(tmp_path: Path) -> None:
     """Nine rounds of 120 s before a deadline 700 s away: the start is kept time for two rounds only (a lever beside
     its baseline), not starved by rounds the deadline would skip anyway (it was given 700 - 180 - 8 x 120 < 0 s and
