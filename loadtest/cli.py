@@ -258,13 +258,20 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
     return targets
 
 
+def pool_concurrency(args: argparse.Namespace) -> int | None:
+    """The concurrency the run's connection pool is sized for: its highest level; None for an open loop, whose
+    arrivals are as many as the server lets pile up (one waiting for a pooled connection would count the tool's wait
+    as the server's latency)."""
+    return max(args.levels) if args.levels else None
+
+
 def http_client(
-    concurrency: int, timeout_s: float, keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S
+    concurrency: int | None, timeout_s: float, keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S
 ) -> httpx.AsyncClient:
     """One pool for every target: room for a level's connections to two targets (those of the target that just ran
-    stay pooled while the next one runs), and no reuse of a connection the server may be closing
-    (`keepalive_expiry_s`, see KEEPALIVE_EXPIRY_S)."""
-    size = concurrency * 2 + 8
+    stay pooled while the next one runs; `concurrency` None: no bound), and no reuse of a connection the server may
+    be closing (`keepalive_expiry_s`, see KEEPALIVE_EXPIRY_S)."""
+    size = None if concurrency is None else concurrency * 2 + 8
     limits = httpx.Limits(max_connections=size, max_keepalive_connections=size, keepalive_expiry=keepalive_expiry_s)
     return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s, connect=10.0))
 
@@ -306,7 +313,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         args.stagger,
         secrets.token_hex(2) if args.unique_texts else None,
     )
-    client = http_client(max(levels or [64]), args.timeout, args.keepalive_expiry)
+    client = http_client(pool_concurrency(args), args.timeout, args.keepalive_expiry)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     async with client:
         for target in targets:

@@ -178,9 +178,12 @@ async def measure(
     keep_audio: bool,
     scheduled_at: float | None = None,
     playback_buffer_s: float = 0.0,
+    timeout_s: float | None = None,
 ) -> RequestResult:
     """`scheduled_at` (open loop): the planned send time, so that a late send counts against the server's latency
-    instead of vanishing from it (coordinated omission). `playback_buffer_s`: the listener's jitter buffer."""
+    instead of vanishing from it (coordinated omission). `playback_buffer_s`: the listener's jitter buffer.
+    `timeout_s`: the most the whole request may take, its answer read to the end (the client's own timeouts bound
+    each read)."""
     body: dict[str, Any] = {
         "model": target.model,
         "voice": target.voice,
@@ -198,7 +201,10 @@ async def measure(
         return RequestResult(target.index, text, status, False, code, error_message=message, **fields)
 
     try:
-        async with client.stream("POST", target.next_speech_url(), json=body, headers=target.headers) as response:
+        async with (
+            asyncio.timeout(timeout_s),
+            client.stream("POST", target.next_speech_url(), json=body, headers=target.headers) as response,
+        ):
             if response.status_code != 200:
                 payload = await response.aread()
                 code, message = _error(payload)
@@ -216,6 +222,8 @@ async def measure(
         e2e = time.perf_counter() - started
     except httpx.HTTPError as exc:
         return failed(0, type(exc).__name__, describe_exception(exc), e2e_s=time.perf_counter() - started)
+    except TimeoutError:
+        return failed(0, "timeout", f"no complete answer within {timeout_s:g} s", e2e_s=time.perf_counter() - started)
     rate = int(target.extra_body.get("sample_rate", 24_000))
     payload = bytes(audio)
     try:  # decoding is CPU work: off the event loop, so it does not delay other requests' clocks

@@ -66,7 +66,7 @@ class RunPlan:
     duration_s: float = 0.0
     playback_buffer_s: float = 0.0  # the listener's jitter buffer before playback starts
     text_rate: float | None = None  # WebSocket: each text an utterance sent at this many tokens/s; None: HTTP
-    timeout_s: float = 300.0  # WebSocket: per utterance (HTTP: the client's own timeouts)
+    timeout_s: float = 300.0  # per request (WebSocket: per utterance)
     stagger_s: float = 0.0  # closed loop: the workers start evenly over this many seconds
     unique_label: str | None = None  # every text made unique ("Take LABEL-PART-N, "): no prompt twice on a server
 
@@ -152,6 +152,7 @@ class _Sender:
             keep,
             scheduled_at,
             plan.playback_buffer_s,
+            plan.timeout_s,
         )
 
 

@@ -217,11 +217,13 @@ async def _converse(
 ) -> tuple[Received, list[float] | None, float]:
     """One utterance on an open connection: what came back, each token's send time and when input.done went."""
     received = Received()
-    await ws.send(json.dumps(config))
+    # listening before the config goes: a server that refuses the session at once (a wrong key) says why, then
+    # closes, maybe before the client has sent anything
     receiving = asyncio.create_task(_receive(ws, started, wav, received))
     sent_at, text_done = None, time.perf_counter()
     try:
         with contextlib.suppress(ConnectionClosed):  # the server closed first: what it said is in `receiving`
+            await ws.send(json.dumps(config))
             sent_at = await _send_text(ws, text_tokens, started, rate, receiving)
             if sent_at is not None:
                 await ws.send(json.dumps({"type": "input.done"}))

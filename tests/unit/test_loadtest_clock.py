@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from loadtest import runner
-from loadtest.cli import KEEPALIVE_EXPIRY_S, build_targets, http_client, parse_args
+from loadtest.cli import KEEPALIVE_EXPIRY_S, build_targets, http_client, parse_args, pool_concurrency
 from loadtest.measure import measure, wav_payload_offset
 from loadtest.runner import RunPlan, run_concurrency_sweep
 from loadtest.stats import ratio, summarize
@@ -433,3 +433,31 @@ async def test_a_staggered_closed_loop_starts_its_workers_one_after_another(
         assert all(offset >= i * 0.2 - 0.001 for i, offset in enumerate(after_first)), after_first
     else:
         assert max(after_first) < 0.15, after_first  # the cohort this option exists to break up: sent together
+
+
+async def test_a_request_longer_than_its_timeout_fails_as_a_timeout_though_each_read_came_in_time() -> None:
+    """--timeout is seconds per request (the help says so), not per read: an answer whose pieces each come in time
+    but whose whole takes longer fails as `timeout`, as a WebSocket utterance over it does."""
+
+    async def slow_body() -> AsyncIterator[bytes]:
+        for _ in range(5):
+            await asyncio.sleep(0.2)
+            yield b"\x00\x00" * 2400
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=slow_body()))
+    async with httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(5.0)) as client:
+        late = await measure(client, target("http://a"), "text", "pcm", "audio", keep_audio=False, timeout_s=0.5)
+        assert (late.ok, late.error_code) == (False, "timeout")
+        in_time = await measure(client, target("http://a"), "text", "pcm", "audio", keep_audio=False, timeout_s=5.0)
+        assert in_time.ok
+
+
+def test_an_open_loops_pool_never_makes_an_arrival_wait_for_a_connection() -> None:
+    """An open loop has no level to size its pool by: its arrivals are as many as the server lets pile up, and one
+    waiting in the tool's pool would count the tool's wait as the server's latency (a pool of 136 did, at 100 a
+    second against a server that took every request at once)."""
+    assert pool_concurrency(parse_args(["--target", "http://a", "--rate", "100"])) is None
+    assert pool_concurrency(parse_args(["--target", "http://a", "--concurrency", "1,32"])) == 32
+    unbounded, bounded = http_client(None, 1.0), http_client(32, 1.0)
+    assert unbounded._transport._pool._max_connections > 10**6  # type: ignore[attr-defined]
+    assert bounded._transport._pool._max_connections == 32 * 2 + 8  # type: ignore[attr-defined]

@@ -87,6 +87,23 @@ async def test_failed_requests_are_not_counted_and_a_silent_send_counts_as_a_suc
     assert silent.finished_while_held >= 2 and silent.held_s > 0
 
 
+async def test_an_open_loops_wall_clock_runs_from_its_first_send_not_from_the_wait_before_it() -> None:
+    """The wall-clock fallback is every answer over the time from the first send to the last answer: a seed whose
+    first arrival comes late had counted the idle wait before it (one arrival 0.4 s in, answered 0.1 s later: 0.5 s
+    of wall clock, not 0.1)."""
+    seed = next(s for s in range(1000) if 0.4 <= random.Random(s).expovariate(2.0) < 0.6)
+    first = random.Random(seed).expovariate(2.0)
+    fake = FakeRequests(0.1)
+
+    async def send(planned: float) -> bool | None:
+        return await fake.send("text")
+
+    loop = await open_loop(random.Random(seed), 2.0, first + 0.001, send)  # that one arrival alone
+    assert len(fake.latencies) == 1
+    assert loop.wall_s < first  # about 0.1 s: the answer's time, not the wait before the send
+    assert loop.wall_s >= 0.1
+
+
 async def test_an_open_loop_counts_from_its_first_answer_to_the_end_of_arrivals() -> None:
     rate, duration, latency = 80.0, 0.6, 0.05
     rng, arrivals, at = random.Random(7), [], 0.0

@@ -4,12 +4,19 @@ command line."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.server import ServerConnection, serve
 
+import loadtest.ws
 from app.audio.encoders import create_encoder, wav_stream_header
 from loadtest.cli import parse_args
 from loadtest.measure import RequestResult
@@ -17,7 +24,15 @@ from loadtest.playback import listen_sentences, simulate_playback
 from loadtest.report import aggregate, summary_markdown, write_outputs
 from loadtest.runner import LevelRun
 from loadtest.targets import Target
-from loadtest.ws import ProtocolError, UtteranceResult, check_sentences, completing_token, decode_sentences, tokens
+from loadtest.ws import (
+    ProtocolError,
+    UtteranceResult,
+    check_sentences,
+    completing_token,
+    decode_sentences,
+    measure_utterance,
+    tokens,
+)
 
 RATE = 24_000
 SECOND = 2 * RATE  # bytes of one second of 16-bit mono pcm
@@ -218,3 +233,31 @@ def test_ws_refuses_what_it_cannot_do(argv: list[str], capsys: pytest.CaptureFix
 def test_the_stream_url_follows_the_scheme() -> None:
     assert Target(0, "http://a:8000").next_stream_url() == "ws://a:8000/v1/audio/speech/stream"
     assert Target(0, "https://a").next_stream_url() == "wss://a/v1/audio/speech/stream"
+
+
+@pytest.mark.parametrize("close_first", [True, False])
+async def test_a_refusal_told_as_the_session_opens_counts_under_its_code(
+    close_first: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that refuses a session at once (a wrong key: `error` `invalid_api_key`, then 1008) says why before it
+    closes: the refusal counts under its code, whether its close reached the client before its session.config went
+    or after (it was counted `connection_closed_1008`, its message lost, when the close came first)."""
+
+    async def refuse(ws: ServerConnection) -> None:
+        await ws.send(json.dumps({"type": "error", "code": "invalid_api_key", "message": "Invalid API key."}))
+        await ws.close(1008)
+
+    @contextlib.asynccontextmanager
+    async def connected_after_the_refusal(*args: Any, **kwargs: Any) -> AsyncIterator[ClientConnection]:
+        async with connect(*args, **kwargs) as ws:
+            await asyncio.sleep(0.2)  # the refusal and its close arrive before the client sends anything
+            yield ws
+
+    if close_first:
+        monkeypatch.setattr(loadtest.ws, "connect", connected_after_the_refusal)
+    async with serve(refuse, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        result = await measure_utterance(
+            Target(0, f"http://127.0.0.1:{port}", "m", "v"), "Hello there.", "pcm", 20.0, False, timeout_s=10
+        )
+    assert (result.ok, result.error_code, result.error_message) == (False, "invalid_api_key", "Invalid API key.")
