@@ -103,25 +103,36 @@ async def test_the_first_byte_counts_once_the_server_has_taken_it(sse: bool) -> 
     assert rest if sse else not rest
 
 
+def marked_audio(
+    first: AudioChunk,
+    rest: AsyncGenerator[AudioChunk],
+    response_format: str,
+    calls: list[str],
+    whole_file: bool = False,
+) -> EncodedAudio:
+    """The audio of `first` then `rest`, whose first audio, once marked, is told to `calls` ("first audio")."""
+    return EncodedAudio(
+        first,
+        rest,
+        response_format,
+        24_000,
+        noop_close,
+        on_first_audio=lambda: calls.append("first audio"),
+        whole_file=whole_file,
+    )
+
+
 @pytest.mark.parametrize("response_format", ["mp3", "opus", "aac", "flac"])
 async def test_a_stream_whose_only_bytes_are_its_encoders_last_has_its_first_audio_marked(response_format: str) -> None:
     """A compressed stream too short for its encoder's first frame sends all its bytes at the encoder's end: its
     first audio is then, and it was never marked (no TTFA, no first byte)."""
     calls: list[str] = []
-    audio = EncodedAudio(
-        AudioChunk(tone(0.01), 24_000),
-        no_more(),
-        response_format,
-        24_000,
-        noop_close,
-        on_first_audio=lambda: calls.append("hook"),
-    )
+    audio = marked_audio(AudioChunk(tone(0.01), 24_000), no_more(), response_format, calls)
     pieces = [piece async for piece in audio.bytes()]
-    assert pieces and calls == ["hook"]
+    assert pieces and calls == ["first audio"]
 
 
-@pytest.mark.parametrize("response_format", ["pcm"])
-async def test_a_whole_files_first_audio_is_its_answer_not_its_first_chunk(response_format: str) -> None:
+async def test_a_whole_files_first_audio_is_its_answer_not_its_first_chunk() -> None:
     """A whole file (`stream: false`, a batch item) sends nothing until all of it is encoded: its TTFA is taken when
     it is complete, in every format. Raw pcm's whole-file encoder hands out each chunk's bytes at once (they are the
     file's bytes either way), which had marked a pcm file's first audio at its first chunk (the other formats' hand
@@ -132,15 +143,7 @@ async def test_a_whole_files_first_audio_is_its_answer_not_its_first_chunk(respo
         yield AudioChunk(tone(0.3), 24_000)
 
     calls: list[str] = []
-    audio = EncodedAudio(
-        AudioChunk(tone(0.3), 24_000),
-        later(),
-        response_format,
-        24_000,
-        noop_close,
-        on_first_audio=lambda: calls.append("first audio"),
-        whole_file=True,
-    )
+    audio = marked_audio(AudioChunk(tone(0.3), 24_000), later(), "pcm", calls, whole_file=True)
     file = await complete_file(audio, False, "r")
     assert calls == ["second chunk", "first audio"]
     assert len(file.data) >= 0.6 * 24_000 * 2
