@@ -311,9 +311,9 @@ class OmniSettings(BaseModel):
     lever_switch_file: str | None = Field(
         None,
         description="For benchmarks: a file whose words (`prompt_batch`, `frames_as_lists`) name "
-        "which of those levers, each turned on by its own setting, is in force at a time (a lever on by default too: "
-        "a round without `prompt_batch` in the file runs without it); the talker reads it at most every quarter "
-        "second and logs each change, a missing file naming none. A lever and its baseline are then "
+        "which of those levers, each turned on by its own setting, is in force at a time (also a lever that is on "
+        "unless told otherwise: a round without `prompt_batch` in the file runs without it); the talker reads it at "
+        "most every quarter second and logs each change, a missing file naming none. A lever and its baseline are then "
         "measured in alternating load levels of one start rather than across starts, whose own spread was as wide as "
         "the levers measured (deploy/gpu/lever-starts.sh, SWITCH_ROUNDS). "
         "app/engines/omni/stage_plugins/lever_switch.py.",

@@ -167,7 +167,9 @@ def test_gpu_overlay_essentials(overlay: str, gpus: int, profile: str) -> None:
     mounts = {m["name"]: m for m in main["volumeMounts"]}
     assert mounts["dshm"]["mountPath"] == "/dev/shm" and mounts["models"]["readOnly"] is True
     cache_claim = one(objects, "PersistentVolumeClaim", volumes["vllm-cache"]["persistentVolumeClaim"]["claimName"])
-    assert cache_claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    # every replica mounts it, on whichever node: a ReadWriteOnce volume attaches to one, and a replica (or a rollout's
+    # surge pod) scheduled on another would never start
+    assert cache_claim["spec"]["accessModes"] == ["ReadWriteMany"]
     startup = main["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 600  # a cold start measured 4-6 minutes
     # a rollout waits for a cold start as long as the engine itself does before it gives up (then liveness restarts it)
