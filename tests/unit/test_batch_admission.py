@@ -255,7 +255,7 @@ async def test_a_batch_whose_client_left_observes_no_ttfa_for_the_items_that_end
 ) -> None:
     """An item's audio reaches its client only in the batch's answer: a batch nobody was left to answer sent no audio,
     so its items that had ended are no TTFA (`speech_ttfa_seconds` counts every request that sent audio). An answered
-    batch observes one a item."""
+    batch observes one for each item."""
     acquire, complete = AdmissionGate.acquire, batch.complete_file
     calls = 0
     first_ended, second_waits, leave = asyncio.Event(), asyncio.Event(), asyncio.Event()
