@@ -82,9 +82,7 @@ class EncodedAudio:
         self._encoding_s = 0.0  # time spent encoding: the server's own, counted against the deadline
         self._resampler: StreamResampler | None = None
         self._encoder: StreamEncoder = create_encoder(response_format, sample_rate, whole_file)
-        # one file, answered once complete (`complete_file` marks its first audio then), whatever an encoder hands
-        # out before its end (raw pcm's bytes are the file's bytes either way)
-        self._whole_file = whole_file
+        self._whole_file = whole_file  # answered once complete: its first audio is not its first bytes (`_streamed`)
         self._inline_format = not FORMATS[response_format].ffmpeg
         self._stop_reason: str | None = None
         # the outcome when a cancellation from outside ends it, where its caller knows better than "client_gone" (a
@@ -108,6 +106,12 @@ class EncodedAudio:
         if self._on_first_audio is not None:
             self._on_first_audio()
             self._on_first_audio = None
+
+    def _streamed(self) -> None:
+        """Bytes handed out were written: a stream's first audio, once (a whole file's is marked by `complete_file`
+        when the file is complete, whatever its encoder handed out before)."""
+        if not self._whole_file:
+            self.first_audio_sent()
 
     def written(self) -> None:
         """The bytes last handed out have been written to the client: they carry the audio up to `encoded_s`."""
@@ -220,8 +224,7 @@ class EncodedAudio:
                     self.encoded_s += len(piece) / chunk.sample_rate
                     if data:
                         yield data
-                        if not self._whole_file:
-                            self.first_audio_sent()  # resumed: the server has written those bytes
+                        self._streamed()  # resumed: the server has written those bytes
                     if self._stopped.is_set():  # stopped while its client read: not the chunk's other slices
                         raise Stopped(self._stop_reason or "drain")
                 if chunk.words:
@@ -230,8 +233,7 @@ class EncodedAudio:
             tail = self._finish() if self._inline(rate) else await asyncio.to_thread(self._finish)
             if tail:
                 yield tail
-                if not self._whole_file:  # a stream too short for its encoder's first frame: its first audio is here
-                    self.first_audio_sent()
+                self._streamed()  # a stream too short for its encoder's first frame: its first audio is here
             outcome = "completed"
         except Stopped as exc:
             outcome = exc.reason
