@@ -101,7 +101,7 @@ async def test_an_open_loops_wall_clock_runs_from_its_first_send_not_from_the_wa
     loop = await open_loop(random.Random(seed), 2.0, first + 0.001, send)  # that one arrival alone
     assert len(fake.latencies) == 1
     assert loop.wall_s < first  # about 0.1 s: the answer's time, not the wait before the send
-    assert loop.wall_s >= 0.1
+    assert loop.wall_s >= 0.1 - 0.001  # the answer's 0.1 s, a millisecond for the loop's clock (a wait may end early)
 
 
 async def test_an_open_loop_counts_from_its_first_answer_to_the_end_of_arrivals() -> None:
