@@ -48,8 +48,9 @@
 #                            of the start, deploy/gpu/omni_start_phases.py; cpu-*.txt, pyspy/, timeline/),
 #                            progress.txt (one line per phase, with the time left; a failed step says its exit status)
 #   UNTIL=""                 a deadline (seconds since the epoch): a variant starts only if its expected length fits
-#                            before it, and its start waits no longer than the deadline allows; the rest are skipped
-#                            and say so
+#                            before it, and its start waits no longer than the deadline allows, less its sweeps
+#                            (reckoned until a variant has swept, then the longest sweeps so far and SWEEP_MARGIN_S=30);
+#                            the rest are skipped and say so
 #   MIN_START_S=90           with UNTIL: a variant whose start would be left less than this (the deadline less its
 #                            sweeps) is skipped rather than started and stopped at once (a warm start of the omni
 #                            engine takes 60-70 s)
@@ -180,8 +181,9 @@ PIDFILE_B=${SERVER_B_PIDFILE:-/tmp/speech-server-$B_PORT.pid}
 START_WAIT_S=${START_WAIT_S:-1500}
 MIN_START_S=${MIN_START_S:-90}
 # what a variant's sweeps and stop take after its start (about 90 s on an H200, before py-spy's level and the second
-# benchmark joined them)
+# benchmark joined them), reckoned until a variant has swept; then what the longest sweeps took and SWEEP_MARGIN_S
 SWEEP_ALLOWANCE_S=180
+SWEEP_MARGIN_S=${SWEEP_MARGIN_S:-30}
 PROFILE_LEVELS=${PROFILE_LEVELS-1 8}
 TIMELINE_LEVELS=${TIMELINE_LEVELS-1:16 32:64}
 ALL_SWEEPS="bench-first c1 burst-c8 burst-c32 burst-c32-ba steady-c8 steady-c32 steady-c64 bench-again"
@@ -582,7 +584,7 @@ level_sweeps() {  # a variant's levels, from the first benchmark to the request 
   ! on_sglang && [ -n "$PROFILER_DIR" ] && [ -n "$TIMELINE_LEVELS" ] && omni_timeline
 }
 
-expected=$FIRST_S first=1 longest_later=0
+expected=$FIRST_S first=1 longest_later=0 longest_swept=""
 for variant in $VARIANTS; do
   name=${variant%%:*} lever=${variant#*:}
   lever_b=${lever#*/} lever=${lever%%/*}  # service-pair: service-b's lever after the slash
@@ -596,7 +598,11 @@ for variant in $VARIANTS; do
       progress "$name skipped: $expected s would not fit"
       continue
     fi
-    left=$((UNTIL - $(date +%s) - SWEEP_ALLOWANCE_S))
+    # the reckoning (180 s and more) was twice what a warm start's sweeps took on an H200 (230 against 115 s,
+    # benchmarks/gpu/2026-12-02-h200-omni-code2wav-cap-8), skipping a start that would have fit
+    allowance=$SWEEP_ALLOWANCE_S
+    [ -n "$longest_swept" ] && allowance=$((longest_swept + SWEEP_MARGIN_S))
+    left=$((UNTIL - $(date +%s) - allowance))
     [ "$left" -lt "$wait_s" ] && wait_s=$left
     if [ "$wait_s" -lt "$MIN_START_S" ]; then  # it would be stopped before it could be ready
       progress "$name skipped: $wait_s s left for its start, under MIN_START_S=$MIN_START_S"
@@ -649,6 +655,7 @@ for variant in $VARIANTS; do
     continue
   fi
   progress "$name ready"
+  ready_at=$(date +%s)
   # side-by-side.sh's B profile is A's with B_PROFILE_SET on top: PROFILE_SET alone changes both sides
   # (the sglang engine runs no profile: its levers are its settings)
   if a_pair && [ "$lever_env" = "$lever_b_env" ]; then
@@ -706,7 +713,8 @@ for variant in $VARIANTS; do
   fi
   $SBS stop >>"$OUT/sweeps.log" 2>&1
   finish
-  spent=$(($(date +%s) - began))
+  spent=$(($(date +%s) - began)) swept=$(($(date +%s) - ready_at))
+  if [ -z "$longest_swept" ] || [ "$swept" -gt "$longest_swept" ]; then longest_swept=$swept; fi
   if [ "$first" = 1 ]; then  # later starts reuse its compile caches
     first=0 expected=$LATER_S
   elif [ "$spent" -gt "$longest_later" ]; then
