@@ -21,7 +21,8 @@ Where the talker's connector recorded its writes (the window doorbell's, `talker
 hand-off splits: the talker's part (its saving thread's queue and the write to shared memory) and code2wav's (the
 ring, its receiving thread's wake and read). Where code2wav's worker recorded its calls (`code2wav:window_launched`,
 `code2wav:window_returned`), every window's code2wav step splits: to the worker (vLLM's engine loop), the worker's
-call, and back to code2wav's scheduler.
+call, and back to code2wav's scheduler; where it recorded when each step's output was on the host
+(`code2wav:window_copied`), the way back splits again: the step's GPU work and copy, then the wait for the scheduler.
 Then a stream's second window, where a burst's streams run dry (a listener who starts at the first audio has only the
 first window's audio, 80 ms a frame, until the second's comes): the second audio's time after the first, the
 talker's time from its first window to its second, code2wav's from the second window's hand-off to its audio, and the
@@ -71,6 +72,7 @@ SCHEDULED, DECODED = "code2wav:window_scheduled", "code2wav:window_decoded"
 LAUNCHED, RETURNED = "talker:first_step_launched", "talker:first_step_returned"
 WRITTEN = "talker:window_written"
 WORKER_LAUNCHED, WORKER_RETURNED = "code2wav:window_launched", "code2wav:window_returned"
+COPIED = "code2wav:window_copied"  # the step's output on the host: its GPU work and copy done (code2wav_worker.py)
 PROMPT_SECTION = "prompt"  # step_clock's name for vllm-omni's prompt builder (`build_prompt_embeds`)
 PER_PROMPT = "prompt, a prompt taken in"  # its time over the prompts its step took in
 STEP_HOST = "step_host"  # the talker's worker's line a step: its host time, by section (talker_worker.py)
@@ -104,6 +106,9 @@ STEP_PHASES: tuple[tuple[str, str, str], ...] = (
     ("to code2wav's worker", SCHEDULED, WORKER_LAUNCHED),
     ("its worker's call", WORKER_LAUNCHED, WORKER_RETURNED),
     ("back to its scheduler", WORKER_RETURNED, DECODED),
+    # where the worker recorded the step's copy: the way back split at it
+    ("of it, the step's GPU work and copy to the host", WORKER_RETURNED, COPIED),
+    ("of it, then to its scheduler", COPIED, DECODED),
 )
 # a stream's second window: (phase, from event and its index, to event and its index), the index the n-th of its name
 SECOND_WINDOW_PHASES: tuple[tuple[str, tuple[str, int], tuple[str, int]], ...] = (
@@ -462,7 +467,8 @@ def report(
     for title, phases in WINDOW_SPLITS:
         split = every_window(requests, phases)
         if any(split.values()):
-            lines += table(title, "windows", phases, split)
+            # a phase no window has (an event of a later version, a timeline recorded before it) has no row
+            lines += table(title, "windows", tuple(p for p in phases if split.get(p[0])), split)
     seconds = {request: second_window_phases(events) for request, events in requests.items()}
     if any(seconds.values()):
         lines += table(

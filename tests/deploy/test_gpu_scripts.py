@@ -2767,7 +2767,41 @@ def test_omni_timeline_splits_every_windows_code2wav_step_at_its_workers_call_wh
         "to code2wav's worker": pytest.approx([1.5]),
         "its worker's call": pytest.approx([4.5]),
         "back to its scheduler": pytest.approx([2.0]),
+        "of it, the step's GPU work and copy to the host": [],  # the worker recorded no copies
+        "of it, then to its scheduler": [],
     }
     text = module.report(requests)
     assert "split at its worker's call" in text and "| its worker's call | 1 | 4.5 | 4.5 | 4.5 |" in text
     assert "split at its write" not in text  # no connector of the service's recorded its writes
+    assert "of it," not in text  # a split of the way back that no event recorded has no rows
+
+
+def test_omni_timeline_splits_the_way_back_to_code2wavs_scheduler_at_the_steps_copy_where_the_worker_recorded_it(
+    tmp_path: Path,
+) -> None:
+    """Where code2wav's worker recorded when each step's output was on the host (`window_copied`), the way back to
+    its scheduler splits into the step's GPU work and copy, and the wait after it; the way back whole stays."""
+    module = gpu_script("omni_timeline")
+    lines = {
+        "server": [(0.0, "submitted"), (40.0, "first_audio")],
+        "talker": [(20.0, "window_sent")],
+        "code2wav": [
+            (22.0, "window_ready"),
+            (23.0, "window_scheduled"),
+            (24.5, "window_launched"),
+            (29.0, "window_returned"),
+            (36.0, "window_copied"),
+            (38.5, "window_decoded"),
+        ],
+    }
+    write_one_requests_events(tmp_path, lines)
+    requests = module.load([tmp_path])
+    assert module.step_phases(requests["r1"]) == {
+        "to code2wav's worker": pytest.approx([1.5]),
+        "its worker's call": pytest.approx([4.5]),
+        "back to its scheduler": pytest.approx([9.5]),
+        "of it, the step's GPU work and copy to the host": pytest.approx([7.0]),
+        "of it, then to its scheduler": pytest.approx([2.5]),
+    }
+    text = module.report(requests)
+    assert "| of it, the step's GPU work and copy to the host | 1 | 7.0 | 7.0 | 7.0 |" in text

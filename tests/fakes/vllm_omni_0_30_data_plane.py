@@ -52,13 +52,44 @@ class FakeModelRunner:
         self.steps = 0
 
 
+class FakeCopyEvent:
+    """The blocking `torch.cuda.Event` an `OmniGenerationAsyncOutput` records after its copy to the host:
+    `synchronize()` waits until the test calls `done()` (or raises what `fail` holds)."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self.fail: BaseException | None = None
+
+    def done(self) -> None:
+        self._done.set()
+
+    def synchronize(self) -> None:
+        assert self._done.wait(10), "the test never finished the copy"
+        if self.fail is not None:
+            raise self.fail
+
+
+class FakeAsyncOutput:
+    """`OmniGenerationAsyncOutput` (worker_v2/omni_generation_model_runner.py): the step's output with its copy to the
+    host under way, done when `copy_event` is."""
+
+    def __init__(self, streams: list[str]) -> None:
+        self.streams = streams
+        self.copy_event = FakeCopyEvent()
+
+
 class FakeGenerationWorker:
     """`GPUGenerationWorker` (worker/gpu_generation_worker.py): `init_device` builds `model_runner`; vLLM's worker
-    base gives `execute_model` and `shutdown`."""
+    base gives `execute_model`, `sample_tokens` and `shutdown`. With `deferred` (the model runner v2's way, vllm-omni's
+    default on CUDA), a step's `execute_model` returns None and `sample_tokens` its output, a `FakeAsyncOutput`;
+    otherwise `execute_model` returns the output itself, made on the host."""
 
     def __init__(self) -> None:
         self.model_runner: FakeModelRunner | None = None
         self.shut_down = False
+        self.deferred = False
+        self.outputs: list[FakeAsyncOutput] = []
+        self._launched: list[str] | None = None
 
     def init_device(self) -> None:
         self.model_runner = FakeModelRunner()
@@ -70,7 +101,18 @@ class FakeGenerationWorker:
         self.model_runner.steps += 1
         if getattr(scheduler_output, "fails", False):
             raise RuntimeError("the step failed")
+        if self.deferred:
+            self._launched = sorted(scheduler_output.num_scheduled_tokens)
+            return None
         return f"output of {sorted(scheduler_output.num_scheduled_tokens)}"
+
+    def sample_tokens(self, grammar_output: Any) -> Any:
+        """The output of the step launched last (None where there is none, as vllm-omni's runner answers)."""
+        launched, self._launched = self._launched, None
+        if launched is None:
+            return None
+        self.outputs.append(FakeAsyncOutput(launched))
+        return self.outputs[-1]
 
     def shutdown(self) -> None:
         self.shut_down = True

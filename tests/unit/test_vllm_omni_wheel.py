@@ -687,8 +687,8 @@ def test_the_window_doorbell_extends_what_the_wheel_has_where_it_has_it(wheel: W
 
 def test_code2wavs_timeline_worker_extends_the_worker_a_generation_stage_gets(wheel: Wheel) -> None:
     """code2wav_worker.py's TimelineGenerationWorker and its stand-in against the wheel: the generation worker the CUDA
-    platform gives code2wav's stage, which a stage override can replace, and which leaves execute_model to vLLM's
-    worker (whose scheduler output's `num_scheduled_tokens` names the streams a step runs)."""
+    platform gives code2wav's stage, which a stage override can replace, and which leaves execute_model and
+    sample_tokens to vLLM's worker (whose scheduler output's `num_scheduled_tokens` names the streams a step runs)."""
     platform = function_def(
         class_def(wheel.tree("platforms/cuda/platform.py"), "CudaOmniPlatform"), "get_omni_generation_worker_cls"
     )
@@ -701,7 +701,20 @@ def test_code2wavs_timeline_worker_extends_the_worker_a_generation_stage_gets(wh
         ("worker/base.py", "OmniGPUWorkerBase"),  # vLLM's GPUWorker's, below it
     ):
         cls = class_def(wheel.tree(where), name)
-        assert "execute_model" not in {node.name for node in cls.body if isinstance(node, ast.FunctionDef)}, name
+        defined = {node.name for node in cls.body if isinstance(node, ast.FunctionDef)}
+        assert not {"execute_model", "sample_tokens"} & defined, name
+    # the model runner v2 (vllm-omni's default on CUDA): a step's execute_model returns None, its sample_tokens the
+    # output with its copy to the host under way, done when its blocking copy_event is (the worker's window_copied)
+    runner = wheel.tree("worker_v2/omni_generation_model_runner.py")
+    execute = function_def(class_def(runner, "OmniGenerationModelRunner"), "execute_model")
+    assert ast.unparse(execute.body[-1]) == "return None"
+    sample = function_def(class_def(runner, "OmniGenerationModelRunner"), "sample_tokens")
+    assert "async_output = OmniGenerationAsyncOutput(" in ast.unparse(sample)
+    assert "return async_output" in ast.unparse(sample)
+    output = class_def(runner, "OmniGenerationAsyncOutput")
+    init = ast.unparse(function_def(output, "__init__"))
+    assert "self.copy_event = torch.cuda.Event(blocking=True)" in init and "self.copy_event.record(copy_stream)" in init
+    assert ast.unparse(function_def(output, "get_output").body[0]) == "self.copy_event.synchronize()"
 
 
 def test_the_talkers_timeline_worker_extends_the_worker_a_talker_stage_gets(wheel: Wheel) -> None:

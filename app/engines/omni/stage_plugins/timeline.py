@@ -15,9 +15,10 @@ Events: the server's `submitted` (the request handed to vllm-omni), `audio` (eac
 request's prompt handed to the model runner, and that call's return: `talker_worker.py`), `window_sent` (its producer
 handed a window on) and, with the window doorbell's connector, `window_written` (that window is in shared memory:
 `window_doorbell_stage.py`); code2wav's `window_ready` (the window's readiness reached the scheduler: from the receiving
-thread, or with a model step's output), `window_scheduled` (with its `frames`), `window_launched` and `window_returned`
-(the step handed to the model runner, and that call's return: `code2wav_worker.py`) and `window_decoded` (the step
-that carried it returned to the scheduler). A stream's n-th event of each name is its n-th window's.
+thread, or with a model step's output), `window_scheduled` (with its `frames`), `window_launched`, `window_returned`
+and `window_copied` (the step handed to the model runner, that call's return, and its output on the host:
+`code2wav_worker.py`) and `window_decoded` (the step that carried it returned to the scheduler). A stream's n-th event
+of each name is its n-th window's.
 Imports nothing of the service, so that the stage processes can load it."""
 
 from __future__ import annotations
