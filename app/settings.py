@@ -733,7 +733,8 @@ class Settings(BaseSettings):
         300.0,
         gt=0,
         description="Longest synthesis; then it is aborted. The time its client takes to read the audio sent to it "
-        "is not counted, up to that audio's length (a player reading in real time is never cut).",
+        "is not counted, up to that audio's length (a player reading in real time is never cut). A batch's longest "
+        "too, whole: its items not ended by then fail with the timeout, those that ended are answered.",
     )
     drain_timeout_s: float = Field(
         30.0,

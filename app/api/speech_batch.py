@@ -157,11 +157,22 @@ async def create_speech_batch(
     refused: list[str] = []  # the admission gate's refusals, as they happen
     done: dict[int, ItemOutcome] = {}  # each item's outcome as it ends: kept where a drain stops the rest
     batch = asyncio.ensure_future(synthesize_batch(service, items, request_id, slots, refused, done))
-    present = await unless_disconnected(request, batch)
+    # one request: the request timeout bounds the batch whole (each item's synthesis is bounded, not its wait for a
+    # slot nor the items after it), under the fleet's proxy timeouts; the items that ended are answered
+    ended_by_timeout: list[bool] = []  # the deadline's cancel, where it came before the batch ended
+    deadline = asyncio.get_running_loop().call_later(
+        service.settings.request_timeout_s, lambda: ended_by_timeout.append(batch.cancel())
+    )
+    try:
+        present = await unless_disconnected(request, batch)
+    finally:
+        deadline.cancel()
+    timed_out = any(ended_by_timeout)
     finished = present and not batch.cancelled()
     if finished:
         batch.result()  # a failure of the batch's own (an item's is its outcome) is a 500, as a request's would be
-    stopped = ApiError(CLIENT_LEFT, "The client left.") if not present else to_api_error(Stopped("drain"))
+    reason = "timeout" if timed_out else "drain"
+    stopped = ApiError(CLIENT_LEFT, "The client left.") if not present else to_api_error(Stopped(reason))
     # every item that ran has its outcome in `done`; those a drain stopped before they ended fail with it
     outcomes: list[ItemOutcome | ApiError] = [
         done.get(index, entry if isinstance(entry, ApiError) else stopped) if present else stopped

@@ -27,8 +27,8 @@ from tests.unit.test_omni_engine import make_engine, service_settings
 ITEM = {"input": "Hello there.", "max_new_tokens": 11}
 
 
-async def answer(custom_voice_dir: Path, items: int) -> httpx.Response:
-    engine = make_engine(custom_voice_dir, FakeAsyncOmni())
+async def answer(custom_voice_dir: Path, items: int, **settings: object) -> httpx.Response:
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni(), **settings)
     await engine.start()
     app = create_app(service_settings(engine), engine=engine)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
@@ -291,3 +291,44 @@ async def test_a_batch_whose_client_left_observes_no_ttfa_for_the_items_that_end
     monkeypatch.setattr(AdmissionGate, "acquire", acquire)
     assert (await answer(custom_voice_dir, 2)).status_code == 200
     assert (REGISTRY.get_sample_value("speech_ttfa_seconds_count", labels) or 0.0) == before + 2
+
+
+async def test_a_batch_that_outlasts_the_request_timeout_ends_its_items_with_the_timeout_as_a_request_would(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch is one request: `request_timeout_s` bounds it whole (each item's own synthesis was bounded, but not
+    the batch's waits for slots, nor its items one after another). Here no item is ever admitted: at the timeout the
+    batch ends, and with nothing to answer with, it is the 504 a request that took too long gets."""
+
+    async def never(self: SpeechService, *args: object, **kwargs: object) -> object:
+        await asyncio.sleep(3600)
+        raise AssertionError("admitted")
+
+    monkeypatch.setattr(SpeechService, "admitted", never)
+    response = await answer(custom_voice_dir, 3, request_timeout_s=0.2)
+    assert response.status_code == 504, response.text
+    assert response.json()["error"]["code"] == "timeout"
+
+
+async def test_a_batch_that_outlasts_the_request_timeout_answers_the_items_it_finished(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The items that ended are answered; those still waiting or running fail with the timeout, each in its place."""
+    admitted = SpeechService.admitted
+    calls = 0
+
+    async def first_only(self: SpeechService, *args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return await admitted(self, *args, **kwargs)  # type: ignore[arg-type]
+        await asyncio.sleep(3600)
+        raise AssertionError("admitted")
+
+    monkeypatch.setattr(SpeechService, "admitted", first_only)
+    # the first item, on the fake engine, ends within milliseconds of the batch's start: seconds to spare
+    response = await answer(custom_voice_dir, 3, request_timeout_s=5.0)
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [result["status"] for result in results] == ["success", "error", "error"]
+    assert {result["error"]["code"] for result in results[1:]} == {"timeout"}
