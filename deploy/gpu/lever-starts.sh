@@ -48,9 +48,10 @@
 #                            of the start, deploy/gpu/omni_start_phases.py; cpu-*.txt, pyspy/, timeline/),
 #                            progress.txt (one line per phase, with the time left; a failed step says its exit status)
 #   UNTIL=""                 a deadline (seconds since the epoch): a variant starts only if its expected length fits
-#                            before it, and its start waits no longer than the deadline allows, less its sweeps
-#                            (reckoned until a variant has swept, then the longest sweeps so far and SWEEP_MARGIN_S=30);
-#                            the rest are skipped and say so
+#                            before it, and its start waits no longer than the deadline allows, less its sweeps and
+#                            stop (reckoned until a variant has swept every step, then the longest such so far and
+#                            SWEEP_MARGIN_S; with SWITCH_ROUNDS always reckoned); the rest are skipped and say so
+#   SWEEP_MARGIN_S=30        with UNTIL: what a start keeps back beyond the longest sweeps measured
 #   MIN_START_S=90           with UNTIL: a variant whose start would be left less than this (the deadline less its
 #                            sweeps) is skipped rather than started and stopped at once (a warm start of the omni
 #                            engine takes 60-70 s)
@@ -341,7 +342,7 @@ step() {  # a label, then a command: runs it, says how it ended in the progress
   shift
   "$@"
   rc=$?
-  if [ "$rc" = 0 ]; then progress "$name $label"; else progress "$name $label (failed, rc $rc)"; fi
+  if [ "$rc" = 0 ]; then progress "$name $label"; else progress "$name $label (failed, rc $rc)" && steps_failed=1; fi
 }
 
 pidfile_of() {  # $1 a server of the variant: where side-by-side.sh records it
@@ -655,7 +656,7 @@ for variant in $VARIANTS; do
     continue
   fi
   progress "$name ready"
-  ready_at=$(date +%s)
+  ready_at=$(date +%s) steps_failed=0
   # side-by-side.sh's B profile is A's with B_PROFILE_SET on top: PROFILE_SET alone changes both sides
   # (the sglang engine runs no profile: its levers are its settings)
   if a_pair && [ "$lever_env" = "$lever_b_env" ]; then
@@ -714,7 +715,10 @@ for variant in $VARIANTS; do
   $SBS stop >>"$OUT/sweeps.log" 2>&1
   finish
   spent=$(($(date +%s) - began)) swept=$(($(date +%s) - ready_at))
-  if [ -z "$longest_swept" ] || [ "$swept" -gt "$longest_swept" ]; then longest_swept=$swept; fi
+  # a guide to a later start's sweeps only where every step ran (a failed one can end at once) and without rounds
+  # (a start is kept time for two, whatever number ran)
+  if [ "$steps_failed" = 0 ] && [ -z "$SWITCH_ROUNDS" ] &&
+    { [ -z "$longest_swept" ] || [ "$swept" -gt "$longest_swept" ]; }; then longest_swept=$swept; fi
   if [ "$first" = 1 ]; then  # later starts reuse its compile caches
     first=0 expected=$LATER_S
   elif [ "$spent" -gt "$longest_later" ]; then

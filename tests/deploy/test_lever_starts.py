@@ -60,6 +60,7 @@ SETTINGS = (
     "SWITCH_SETTLE_S",
     "ROUND_S",
     "SWEEP_MARGIN_S",
+    "FAIL_PHASE",
 )
 
 
@@ -111,6 +112,7 @@ def stand_in_side_by_side(tmp_path: Path) -> Path:
         "    else for t in $TARGETS; do printf '%s\\n' '{\"message\": \"sglang engine starting\"}'"
         ' \'{"message": "Decode batch"}\' "{\\"message\\": \\"sglang engine ready\\", \\"total_s\\": 229.1,'
         ' \\"target\\": \\"$t\\"}" > "$OUT/logs/$t.log"; done; fi ;;\n'
+        '  "${FAIL_PHASE-}") exit 1 ;;\n'  # a sweep that fails (FAIL_PHASE=sweep-closed, say)
         "esac\n"
     )
     script.chmod(0o755)
@@ -1086,6 +1088,18 @@ def test_once_a_variant_has_swept_a_later_start_keeps_back_what_the_sweeps_took_
     assert [call[1] for call in starts] == ["a1", "b1"]
     assert int(starts[0][8]) <= 70  # the deadline less the reckoned allowance: nothing has swept yet
     assert int(starts[1][8]) >= 150  # the deadline less a's sweeps (here a moment) and the margin
+
+    # a variant one of whose steps failed is no guide (a failed step can end at once): the next start is reckoned
+    until = int(time.time()) + 250
+    done = run(
+        tmp_path, "out2", VARIANTS="a1:A b1:A", LEVER_A="", UNTIL=str(until), FIRST_S="10", LATER_S="10",
+        MIN_START_S="60", FAIL_PHASE="sweep-closed",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "(failed, rc 1)" in (tmp_path / "out2/progress.txt").read_text()
+    starts = [call for call in calls(tmp_path) if call[0] == "start"][2:]
+    assert [call[1] for call in starts] == ["a1", "b1"]
+    assert int(starts[1][8]) <= 70
 
 
 def test_variants_it_cannot_run_are_refused_before_anything_starts(tmp_path: Path) -> None:
