@@ -22,7 +22,8 @@ hand-off splits: the talker's part (its saving thread's queue and the write to s
 ring, its receiving thread's wake and read). Where code2wav's worker recorded its calls (`code2wav:window_launched`,
 `code2wav:window_returned`), every window's code2wav step splits: to the worker (vLLM's engine loop), the worker's
 call, and back to code2wav's scheduler; where it recorded when each step's output was on the host
-(`code2wav:window_copied`), the way back splits again: the step's GPU work and copy, then the wait for the scheduler.
+(`code2wav:window_copied`), the way back splits again: until its output was on the host (the GPU's work queued before
+the step's copy, the copy, and the recording thread's wake), then the wait for the scheduler.
 Then a stream's second window, where a burst's streams run dry (a listener who starts at the first audio has only the
 first window's audio, 80 ms a frame, until the second's comes): the second audio's time after the first, the
 talker's time from its first window to its second, code2wav's from the second window's hand-off to its audio, and the
@@ -107,7 +108,7 @@ STEP_PHASES: tuple[tuple[str, str, str], ...] = (
     ("its worker's call", WORKER_LAUNCHED, WORKER_RETURNED),
     ("back to its scheduler", WORKER_RETURNED, DECODED),
     # where the worker recorded the step's copy: the way back split at it
-    ("of it, the step's GPU work and copy to the host", WORKER_RETURNED, COPIED),
+    ("of it, until its output was on the host", WORKER_RETURNED, COPIED),
     ("of it, then to its scheduler", COPIED, DECODED),
 )
 # a stream's second window: (phase, from event and its index, to event and its index), the index the n-th of its name

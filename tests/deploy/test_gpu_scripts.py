@@ -2767,7 +2767,7 @@ def test_omni_timeline_splits_every_windows_code2wav_step_at_its_workers_call_wh
         "to code2wav's worker": pytest.approx([1.5]),
         "its worker's call": pytest.approx([4.5]),
         "back to its scheduler": pytest.approx([2.0]),
-        "of it, the step's GPU work and copy to the host": [],  # the worker recorded no copies
+        "of it, until its output was on the host": [],  # the worker recorded no copies
         "of it, then to its scheduler": [],
     }
     text = module.report(requests)
@@ -2800,8 +2800,8 @@ def test_omni_timeline_splits_the_way_back_to_code2wavs_scheduler_at_the_steps_c
         "to code2wav's worker": pytest.approx([1.5]),
         "its worker's call": pytest.approx([4.5]),
         "back to its scheduler": pytest.approx([9.5]),
-        "of it, the step's GPU work and copy to the host": pytest.approx([7.0]),
+        "of it, until its output was on the host": pytest.approx([7.0]),
         "of it, then to its scheduler": pytest.approx([2.5]),
     }
     text = module.report(requests)
-    assert "| of it, the step's GPU work and copy to the host | 1 | 7.0 | 7.0 | 7.0 |" in text
+    assert "| of it, until its output was on the host | 1 | 7.0 | 7.0 | 7.0 |" in text

@@ -80,9 +80,9 @@ class FakeAsyncOutput:
 
 class FakeGenerationWorker:
     """`GPUGenerationWorker` (worker/gpu_generation_worker.py): `init_device` builds `model_runner`; vLLM's worker
-    base gives `execute_model`, `sample_tokens` and `shutdown`. With `deferred` (the model runner v2's way, vllm-omni's
-    default on CUDA), a step's `execute_model` returns None and `sample_tokens` its output, a `FakeAsyncOutput`;
-    otherwise `execute_model` returns the output itself, made on the host."""
+    base gives `execute_model`, `sample_tokens` and `shutdown`. With `deferred` (the model runner v2's way:
+    `model_runner: v2`, as the service's profiles set it), a step's `execute_model` returns None and `sample_tokens`
+    its output, a `FakeAsyncOutput`; otherwise `execute_model` returns the output itself, made on the host."""
 
     def __init__(self) -> None:
         self.model_runner: FakeModelRunner | None = None

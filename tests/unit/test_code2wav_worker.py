@@ -46,8 +46,10 @@ def test_each_window_a_step_runs_is_recorded_launched_and_returned_while_a_run_r
         ("window_copied", "b"),  # its output made on the host: there as the call returned
         ("window_copied", "c"),
         ("window_launched", "d"),
-        ("window_returned", "d"),  # a failed step still returned, and has no output
+        ("window_returned", "d"),  # a failed step still returned
+        ("window_copied", "d"),  # and its windows are marked, failed: a stream's n-th of each is its n-th window's
     ]
+    assert recorded[-1]["failed"] is True and "failed" not in recorded[4]
     assert recorded[0]["ts_ns"] == recorded[1]["ts_ns"] <= recorded[2]["ts_ns"] == recorded[3]["ts_ns"]
     assert worker.model_runner.steps == 4
     worker.rank = 1  # with tensor parallelism, only the first rank records
@@ -100,7 +102,7 @@ def test_a_steps_windows_are_recorded_copied_once_its_outputs_copy_event_is_done
     assert worker.sample_tokens(None) is None  # no step launched: nothing to watch
 
 
-def test_an_output_made_on_the_host_is_recorded_copied_at_once_and_a_failed_copy_is_left_unmarked(
+def test_an_output_made_on_the_host_is_recorded_copied_at_once_and_a_failed_copy_is_marked_failed(
     worker_module: types.ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     recorder = installed_recorder(monkeypatch, "code2wav")
@@ -120,14 +122,18 @@ def test_an_output_made_on_the_host_is_recorded_copied_at_once_and_a_failed_copy
     failed.copy_event.done()
     worker.execute_model(step("c"))
     worker.sample_tokens(None).copy_event.done()  # the thread goes on after a failed copy
-    recorded = wait_for(tmp_path, 8)
+    recorded = wait_for(tmp_path, 9)
     assert [(e["event"], e["request_id"]) for e in recorded if e["event"] == "window_copied"] == [
         ("window_copied", "a"),
+        ("window_copied", "b"),  # its copy failed: marked so
         ("window_copied", "c"),
     ]
-    recorder.pin(None)  # no run: nothing watched
+    assert [e.get("failed") for e in recorded if e["event"] == "window_copied"] == [None, True, None]
+    recorder.pin(None)  # no run: nothing watched, even where the run is back by the time the copy is done
     worker.execute_model(step("e"))
-    worker.sample_tokens(None).copy_event.done()
+    unwatched = worker.sample_tokens(None)
+    recorder.pin(str(tmp_path))
+    unwatched.copy_event.done()
     time.sleep(0.05)
     assert len(recorded_events(tmp_path, "code2wav")) == len(recorded)
 

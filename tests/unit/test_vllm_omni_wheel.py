@@ -703,8 +703,9 @@ def test_code2wavs_timeline_worker_extends_the_worker_a_generation_stage_gets(wh
         cls = class_def(wheel.tree(where), name)
         defined = {node.name for node in cls.body if isinstance(node, ast.FunctionDef)}
         assert not {"execute_model", "sample_tokens"} & defined, name
-    # the model runner v2 (vllm-omni's default on CUDA): a step's execute_model returns None, its sample_tokens the
-    # output with its copy to the host under way, done when its blocking copy_event is (the worker's window_copied)
+    # the model runner v2 (`model_runner: v2`, as the service's profiles set it): a step's execute_model returns None,
+    # its sample_tokens the output with its copy to the host under way, done when its blocking copy_event is (the
+    # worker's window_copied)
     runner = wheel.tree("worker_v2/omni_generation_model_runner.py")
     execute = function_def(class_def(runner, "OmniGenerationModelRunner"), "execute_model")
     assert ast.unparse(execute.body[-1]) == "return None"

@@ -1,7 +1,9 @@
 """code2wav's worker where the service's request timeline can record (a server with a profiler directory): vllm-omni's
 generation worker (the one a code2wav stage gets on CUDA) that records, for each stream whose window a step runs, when
 that step was handed to the model runner (`window_launched`), when that call returned (`window_returned`) and when the
-step's output was on the host (`window_copied`: its copy event done, so the step's GPU work and the audio's copy).
+step's output was on the host (`window_copied`: its copy event done, so the GPU's work queued before it and the audio's
+copy, as seen by a thread that then waits for the interpreter; `failed: true` where the copy or the output failed, so
+that a stream's n-th event of each name is still its n-th window's).
 
 So code2wav's step on the timeline (its scheduler's `window_scheduled` -> `window_decoded`) splits: the way from the
 scheduler to the worker (the rest of the service's scheduler's step, vLLM's engine loop), the worker's call (vllm-omni
@@ -31,16 +33,18 @@ class CopyWatch:
     for it here. An output without one was made on the host: its streams are recorded at once. Steps finish in the
     order they were launched, so one thread waits on each in turn."""
 
-    def __init__(self, recorder: timeline.Recorder) -> None:
+    def __init__(self, recorder: timeline.Recorder, device: Any = None) -> None:
         self._recorder = recorder
+        self._device = device  # the worker's GPU: the thread's, as vllm-omni sets its own output thread's
         self._steps: queue.SimpleQueue[tuple[Any, list[str]]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def watch(self, output: Any, streams: list[str]) -> None:
+        """`output` None: the step gave none (its streams are marked failed)."""
         event = getattr(output, "copy_event", None)
         if event is None:
-            self._record(streams)
+            self._record(streams, failed=output is None)
             return
         with self._lock:
             if self._thread is None:
@@ -49,19 +53,27 @@ class CopyWatch:
         self._steps.put((event, streams))
 
     def _wait_each(self) -> None:
+        if self._device is not None:
+            import torch  # only in the stage's process, on the GPU
+
+            torch.cuda.set_device(self._device)
         while True:
             event, streams = self._steps.get()
             try:
-                event.synchronize()
-            except Exception:  # a timeline is a diagnosis: the step's own error is the engine's to raise
-                log.warning("timeline: a code2wav step's copy event failed; its windows are not marked copied")
-                continue
-            self._record(streams)
+                try:
+                    event.synchronize()
+                except Exception:  # a timeline is a diagnosis: the step's own error is the engine's to raise
+                    log.warning("timeline: a code2wav step's copy event failed; its windows are marked failed")
+                    self._record(streams, failed=True)
+                    continue
+                self._record(streams)
+            except Exception:  # the thread goes on for the steps after
+                log.exception("timeline: a code2wav step's copy could not be recorded")
 
-    def _record(self, streams: list[str]) -> None:
+    def _record(self, streams: list[str], failed: bool = False) -> None:
         at_ns = time.time_ns()
         for stream in streams:
-            self._recorder.record("window_copied", stream, at_ns)
+            self._recorder.record("window_copied", stream, at_ns, **({"failed": True} if failed else {}))
 
 
 class TimelineGenerationWorker(GPUGenerationWorker):
@@ -75,8 +87,13 @@ class TimelineGenerationWorker(GPUGenerationWorker):
         recording = getattr(self, "rank", 0) == 0 and recorder.on()
         streams = list(getattr(scheduler_output, "num_scheduled_tokens", None) or ()) if recording else []
         self._unsampled = ()
-        with recorder.call(streams, "window_launched", "window_returned"):
-            output = super().execute_model(scheduler_output, *args, **kwargs)
+        try:
+            with recorder.call(streams, "window_launched", "window_returned"):
+                output = super().execute_model(scheduler_output, *args, **kwargs)
+        except BaseException:
+            if streams:  # marked failed: each stream's later windows still pair with their own events
+                self._watch_copy(recorder, None, streams)
+            raise
         if output is None:  # the model runner v2's way: the output comes from sample_tokens
             self._unsampled = tuple(streams)
         elif streams:
@@ -86,11 +103,11 @@ class TimelineGenerationWorker(GPUGenerationWorker):
     def sample_tokens(self, *args: Any, **kwargs: Any) -> Any:
         output = super().sample_tokens(*args, **kwargs)
         streams, self._unsampled = self._unsampled, ()
-        if streams and output is not None:
+        if streams:
             self._watch_copy(timeline.recorder("code2wav"), output, list(streams))
         return output
 
     def _watch_copy(self, recorder: timeline.Recorder, output: Any, streams: list[str]) -> None:
         if self._copies is None:
-            self._copies = CopyWatch(recorder)
+            self._copies = CopyWatch(recorder, getattr(self, "device", None))
         self._copies.watch(output, streams)
