@@ -14,6 +14,7 @@ token sits at its real id; English gets about one token per word, as with Qwen's
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 from pathlib import Path
@@ -267,6 +268,16 @@ def _training_text(count: int, seed: int = 0) -> list[str]:
 
 
 def write_tokenizer(out: Path) -> None:
+    for name, text in _tokenizer_files().items():
+        (out / name).write_text(text, encoding="utf-8")
+
+
+# Training the BPE takes about a second (two on a busy machine) and gives the same files every time (a fixed seed, a
+# fixed corpus): one process writing several directories (the test suite's fixtures) trains it once.
+@functools.cache
+def _tokenizer_files() -> dict[str, str]:
+    """File name -> text of the text tokenizer's files (tokenizer.json, vocab.json, merges.txt,
+    tokenizer_config.json)."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
@@ -299,10 +310,7 @@ def write_tokenizer(out: Path) -> None:
     ]
     spec["added_tokens"] = special
     spec["post_processor"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
-    (out / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
-    (out / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
     config = {
         "tokenizer_class": "Qwen2Tokenizer",
         "model_max_length": 131072,
@@ -321,7 +329,12 @@ def write_tokenizer(out: Path) -> None:
             for entry in special
         },
     }
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+    return {
+        "tokenizer.json": json.dumps(spec, ensure_ascii=False),
+        "vocab.json": json.dumps(vocab, ensure_ascii=False),
+        "merges.txt": "#version: 0.2\n" + "\n".join(merges) + "\n",
+        "tokenizer_config.json": json.dumps(config, indent=1),
+    }
 
 
 def write_model_dir(out: str | Path, variant: str = "custom_voice", size: str = "0.6B") -> Path:
