@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from app.engines.sglang.engine import ENGINE_ENVIRONMENT
 from app.metrics import LOOP_LAG_BUCKETS, TTFA_PHASE_BUCKETS
+from app.tools.qwen3_tts_model_dir import write_model_dir
 from tests.support.locked_wheels import class_def, fetch_locked_wheel, function_def
 from tests.support.scripts import gpu_script
 from tests.support.server import free_port
@@ -191,11 +192,18 @@ CACHE_VARIABLES = (
 
 
 @contextlib.contextmanager
-def harness_started(tmp_path: Path, settings: dict[str, str], record: str = "argv") -> Iterator[list[str]]:
+def harness_started(
+    tmp_path: Path, settings: dict[str, str], record: str = "argv", model_written: bool = True
+) -> Iterator[list[str]]:
     """`side-by-side.sh start` with the stand-in python and `settings`: yields the started process's recorded
     arguments (`record`: argv, the last one started, or argv-PROGRAM) once it has launched (it never becomes ready,
     so the script gives up waiting); stops it after. The stand-ins never log a KV cache line nor answer: waiting
-    for either (KV_WAIT_S, START_WAIT_S) would only pass time, so the script waits 0 s for each."""
+    for either (KV_WAIT_S, START_WAIT_S) would only pass time, so the script waits 0 s for each.
+    `model_written`: the weight-less 0.6B model directory the script's set-up writes where it is missing is there
+    already, written in this process, whose tokenizer is trained once (a python of the script's own trains it
+    again, a second or two of every start); the tests of that writing pass False, and the script writes it."""
+    if model_written and "MODEL_SIZE" not in settings:
+        write_model_dir(tmp_path / "work/model", "custom_voice", "0.6B")  # what the script's `prepare` writes
     env = {
         # the compile caches the script points every target at, unless the caller's environment already does
         **{name: value for name, value in os.environ.items() if name not in CACHE_VARIABLES},
@@ -892,7 +900,7 @@ def test_side_by_side_starts_sglang_omni_on_its_own_packages_and_runs_every_requ
         "SGLANG_ARGS": "--vocoder.factory.incremental_codec_compile false",
     }
     monkeypatch.delenv("SGLANG_OMNI_PORT_CLAIM_DIR", raising=False)  # the folder is the script's to name here
-    with harness_started(tmp_path, settings, record="argv-sglang") as argv:
+    with harness_started(tmp_path, settings, record="argv-sglang", model_written=False) as argv:
         assert argv[:4] == ["-m", "sglang_omni.cli", "serve", "--model-path"]
         assert argv[argv.index("--model-path") + 1] == str(tmp_path / "work/model")
         assert argv[argv.index("--port") + 1] == str(port)
@@ -1622,7 +1630,9 @@ def test_side_by_side_serves_the_model_size_asked_for(
     """MODEL_SIZE picks the weight-less checkpoint's shape, in a directory of its own so that an earlier run's other
     size is never reused; without it, the 0.6B directory as before."""
     port = free_port()
-    with harness_started(tmp_path, {"TARGETS": "alone", "ALONE_PORT": str(port), **settings}) as argv:
+    with harness_started(
+        tmp_path, {"TARGETS": "alone", "ALONE_PORT": str(port), **settings}, model_written=False
+    ) as argv:
         model = tmp_path / "work" / directory
         assert argv[argv.index("--model") + 1] == str(model)
         config = json.loads((model / "config.json").read_text())
