@@ -21,7 +21,7 @@ from app.api.disconnect import unless_disconnected
 from app.api.errors import CLIENT_LEFT, ApiError, error_responses, invalid_param, to_api_error, validation_error
 from app.api.schemas import SpeechBatchItem, SpeechBatchRequest, SpeechBatchResponse, SpeechUsage
 from app.audio.formats import CONTENT_TYPES
-from app.speech.batch import STREAM_LABEL, BatchItem, BatchSlots, ItemOutcome, synthesize_batch
+from app.speech.batch import STREAM_LABEL, BatchEnd, BatchItem, BatchSlots, ItemOutcome, synthesize_batch
 from app.speech.errors import Full, ShuttingDown, Stopped
 from app.speech.options import voice_from_speaker
 from app.speech.run import SpeechService, gate_refusal, observe_ttfa
@@ -156,23 +156,19 @@ async def create_speech_batch(
     items = [BatchItem(i, entry, entry.input) for i, entry in enumerate(checked) if isinstance(entry, SpeechBatchItem)]
     refused: list[str] = []  # the admission gate's refusals, as they happen
     done: dict[int, ItemOutcome] = {}  # each item's outcome as it ends: kept where a drain stops the rest
-    batch = asyncio.ensure_future(synthesize_batch(service, items, request_id, slots, refused, done))
+    ended = BatchEnd()  # why it was stopped, where it was: a drain, or its deadline
+    batch = asyncio.ensure_future(synthesize_batch(service, items, request_id, slots, refused, done, ended))
     # one request: the request timeout bounds the batch whole (each item's synthesis is bounded, not its wait for a
     # slot nor the items after it), under the fleet's proxy timeouts; the items that ended are answered
-    ended_by_timeout: list[bool] = []  # the deadline's cancel, where it came before the batch ended
-    deadline = asyncio.get_running_loop().call_later(
-        service.settings.request_timeout_s, lambda: ended_by_timeout.append(batch.cancel())
-    )
+    deadline = asyncio.get_running_loop().call_later(service.settings.request_timeout_s, ended.stop, batch, "timeout")
     try:
         present = await unless_disconnected(request, batch)
     finally:
         deadline.cancel()
-    timed_out = any(ended_by_timeout)
     finished = present and not batch.cancelled()
     if finished:
         batch.result()  # a failure of the batch's own (an item's is its outcome) is a 500, as a request's would be
-    reason = "timeout" if timed_out else "drain"
-    stopped = ApiError(CLIENT_LEFT, "The client left.") if not present else to_api_error(Stopped(reason))
+    stopped = to_api_error(Stopped(ended.reason or "drain")) if present else ApiError(CLIENT_LEFT, "The client left.")
     # every item that ran has its outcome in `done`; those a drain stopped before they ended fail with it
     outcomes: list[ItemOutcome | ApiError] = [
         done.get(index, entry if isinstance(entry, ApiError) else stopped) if present else stopped

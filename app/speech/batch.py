@@ -85,15 +85,29 @@ class SharedReferences:
         await asyncio.gather(*self._decoded.values(), return_exceptions=True)
 
 
+class BatchEnd:
+    """Why a batch was stopped before its items ended (None: its caller left, or it was not stopped): the reason its
+    items running then are aborted under, as a request stopped for it would be."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+    def stop(self, task: asyncio.Future[object], reason: str) -> None:
+        """Stop the batch's `task` for `reason` (the first reason given stands)."""
+        if not task.done():
+            self.reason = self.reason or reason
+            task.cancel()
+
+
 class BatchStop:
     """What a drain that ran out of time stops of a batch (the lifecycle tracks it until the batch ends, so that a
     drain waits for its items not yet started too)."""
 
-    def __init__(self, task: asyncio.Task[list[ItemOutcome]]) -> None:
-        self.task = task
+    def __init__(self, task: asyncio.Task[None], ended: BatchEnd) -> None:
+        self.task, self.ended = task, ended
 
     def stop(self, reason: str) -> None:
-        self.task.cancel()
+        self.ended.stop(self.task, reason)
 
 
 async def speak_whole(
@@ -102,9 +116,11 @@ async def speak_whole(
     request_id: str,
     references: SharedReferences | None,
     refused: list[str],
+    ended: BatchEnd | None = None,
 ) -> ItemOutcome:
     """One item, whole: its job, a slot, the engine's audio encoded into one file. A refusal of the admission gate
-    adds its reason to `refused`, for the route to count once it knows whether the batch was refused whole."""
+    adds its reason to `refused`, for the route to count once it knows whether the batch was refused whole; a batch
+    stopped while the item runs (`ended`) aborts it for the batch's reason."""
     started = time.perf_counter()
     timing = TtfaTimeline(started)
     summary: dict[str, object] = {
@@ -122,7 +138,10 @@ async def speak_whole(
         outcome.response_format = output.response_format
         ticket = await service.admitted(timing, len(item.text), count_refusal=False)  # the route counts it
         # the batch's answer counts its audio and TTFA: nothing of an item reaches its client before it
-        run = SpeechRun(service, started, timing, summary, STREAM_LABEL, counts_audio=False, observe_ttfa=False)
+        run = SpeechRun(
+            service, started, timing, summary, STREAM_LABEL, counts_audio=False, observe_ttfa=False,
+            stream_ended_as=(lambda: ended.reason) if ended is not None else None,
+        )  # fmt: skip
         audio = await run.open(job, output, ticket)
         file = await complete_file(audio, False, f"{request_id}-{item.index}")
         outcome.data, outcome.usage, outcome.timing = file.data, audio.usage, timing
@@ -145,21 +164,24 @@ async def synthesize_batch(
     slots: BatchSlots,
     refused: list[str],
     finished: dict[int, ItemOutcome],
+    ended: BatchEnd | None = None,
 ) -> None:
     """Every item, as batch slots come free, in the order given. The lifecycle counts the batch as work in progress
     until it ends. The admission gate's refusals go to `refused`, and each item's outcome to `finished` (by its
-    index), as they happen: what ended is kept when the batch is stopped before the rest."""
+    index), as they happen: what ended is kept when the batch is stopped before the rest (`ended` says why: a drain, or
+    its deadline)."""
 
     references = SharedReferences(service.settings)
+    ended = ended or BatchEnd()
 
     async def one(item: BatchItem) -> None:
         async with slots:
-            finished[item.index] = await speak_whole(service, item, request_id, references, refused)
+            finished[item.index] = await speak_whole(service, item, request_id, references, refused, ended)
 
     task = asyncio.current_task()
     assert task is not None
     tracking_id = f"{request_id}-batch-{uuid.uuid4().hex[:8]}"  # the caller's id may repeat: each batch its own key
-    service.lifecycle.track(tracking_id, BatchStop(task), request_id)
+    service.lifecycle.track(tracking_id, BatchStop(task, ended), request_id)
     try:
         async with asyncio.TaskGroup() as group:
             for item in items:

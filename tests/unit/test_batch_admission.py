@@ -332,3 +332,34 @@ async def test_a_batch_that_outlasts_the_request_timeout_answers_the_items_it_fi
     results = response.json()["results"]
     assert [result["status"] for result in results] == ["success", "error", "error"]
     assert {result["error"]["code"] for result in results[1:]} == {"timeout"}
+
+
+async def test_an_item_running_when_the_batch_times_out_is_aborted_as_a_timeout_not_as_a_client_gone(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch's deadline stops the item it is running as the request timeout stops a request: counted under
+    `speech_aborted_total{reason="timeout"}`, not as a client that left. The item is admitted 0.3 s after the batch
+    began (its own deadline 0.3 s after the batch's), and the engine never answers it."""
+    admitted = SpeechService.admitted
+
+    async def late(self: SpeechService, *args: object, **kwargs: object) -> object:
+        await asyncio.sleep(0.3)
+        return await admitted(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SpeechService, "admitted", late)
+    fake = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, fake, request_timeout_s=1.0)
+    await engine.start()
+    fake.step_delay_s = 3600.0  # after its warm-up
+    app = create_app(service_settings(engine), engine=engine)
+    before = {reason: aborted(reason) for reason in ("timeout", "client_gone")}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        body = {"voice": "vivian", "response_format": "pcm", "items": [ITEM]}
+        response = await client.post("/v1/audio/speech/batch", json=body, timeout=60)
+    assert response.status_code == 504, response.text
+    assert aborted("timeout") - before["timeout"] == 1
+    assert aborted("client_gone") == before["client_gone"]
+
+
+def aborted(reason: str) -> float:
+    return REGISTRY.get_sample_value("speech_aborted_total", {"reason": reason}) or 0.0
