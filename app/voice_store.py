@@ -1,15 +1,19 @@
 """Registered voices (for cloning), kept on a filesystem that several replicas may share (a ReadWriteMany volume).
 
 One directory per voice under the store: `audio.wav` (the normalised reference clip: mono, 24 kHz, 16-bit) and
-`voice.json` (metadata), each written to a temporary file and renamed into place. Creating the directory is the
-atomic claim on a name, so two replicas uploading the same name at once get one 201 and one 409; a voice is visible
-only once its metadata exists; deleting renames the directory away first. Nothing is cached across processes: every
-replica reads the store, so an upload or a delete through one is seen by all at once.
+`voice.json` (metadata), both written into a hidden directory of its own first, which is then renamed to the voice's
+name: that rename is the atomic claim on a name (it fails onto a voice's directory), so two replicas uploading the
+same name at once get one 201 and one 409, and a voice is visible whole or not at all. A directory a replica left
+half-made or damaged (it died, the volume was touched by hand) is no voice: not found, not listed, and a delete clears
+it. Deleting renames the directory away first. Nothing is cached across processes: every replica reads the store, so
+an upload or a delete through one is seen by all at once. A voice is named by its name or by its id.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import re
 import shutil
@@ -25,7 +29,10 @@ import numpy as np
 
 from app.engine_protocol import ReferenceAudio
 
+log = logging.getLogger(__name__)
+
 NAME_PATTERN = re.compile(r"[a-z0-9_-]{1,64}")
+ID_PATTERN = re.compile(r"voice_[0-9a-f]{32}")
 CACHE_VOICES = 64
 _META = "voice.json"
 _AUDIO = "audio.wav"
@@ -87,12 +94,10 @@ class VoiceStore:
         self._audio_cache: OrderedDict[tuple[str, str], ReferenceAudio] = OrderedDict()
 
     def create(self, name: str, reference: ReferenceAudio, ref_text: str | None) -> StoredVoice:
-        folder = self.root / name
         self.root.mkdir(parents=True, exist_ok=True)
-        try:
-            folder.mkdir()  # the atomic claim on the name, across processes sharing the store
-        except FileExistsError:
-            raise VoiceExists(name) from None
+        if self._readable(name) is not None:
+            raise VoiceExists(name)
+        folder = Path(tempfile.mkdtemp(dir=self.root, prefix=f".creating-{name}-"))  # hidden: no voice's name
         try:
             voice = StoredVoice(
                 id=f"voice_{uuid.uuid4().hex}",
@@ -104,38 +109,75 @@ class VoiceStore:
                 ref_text=ref_text.strip() if ref_text and ref_text.strip() else None,
             )
             _write_atomically(folder / _AUDIO, _wav_bytes(reference))
-            _write_atomically(folder / _META, json.dumps(asdict(voice)).encode())  # last: the voice now exists
+            _write_atomically(folder / _META, json.dumps(asdict(voice)).encode())
+            self._claim(folder, name)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         return voice
 
+    def _claim(self, made: Path, name: str) -> None:
+        """`made` renamed to `name`, the atomic claim across processes sharing the store: onto a voice's directory (or
+        anything but an empty one) the rename fails, and the name is taken. An empty directory there is what a create
+        of the earlier layout left when it died: no voice, replaced. A damaged entry is cleared first by a delete."""
+        try:
+            os.rename(made, self.root / name)
+        except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                raise VoiceExists(name) from None
+            raise
+
     def get(self, name: str) -> StoredVoice:
         """The voice stored as `name`, written in any case and with spaces around it, as a built-in voice's name may
-        be (stored names are lower case)."""
+        be (stored names are lower case); or, where no voice has that name, the voice whose id it is."""
         stored = name.strip().lower()
-        if not NAME_PATTERN.fullmatch(stored):
+        voice = self._readable(stored)
+        if voice is None and ID_PATTERN.fullmatch(stored):
+            voice = next((v for v in self.list() if v.id == stored), None)
+        if voice is None:
             raise VoiceNotFound(name)
+        return voice
+
+    def _readable(self, stored: str) -> StoredVoice | None:
+        """The voice in the directory `stored` (a stored name), or None where there is none or it cannot be read."""
+        if not NAME_PATTERN.fullmatch(stored):
+            return None
         try:
-            return StoredVoice(**json.loads((self.root / stored / _META).read_text()))
-        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, TypeError):
-            raise VoiceNotFound(name) from None
+            text = (self.root / stored / _META).read_text(encoding="utf-8")
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except (OSError, ValueError) as exc:  # unreadable, not UTF-8, a directory: a damaged entry, no voice
+            log.warning("voice store: %s cannot be read (%s); it is no voice until deleted", stored, exc)
+            return None
+        try:
+            voice = StoredVoice(**json.loads(text))
+        except (ValueError, TypeError) as exc:
+            log.warning("voice store: %s holds no voice's metadata (%s); it is no voice until deleted", stored, exc)
+            return None
+        if voice.name != stored or not isinstance(voice.id, str):
+            log.warning("voice store: %s holds another voice's metadata; it is no voice until deleted", stored)
+            return None
+        return voice
 
     def list(self) -> list[StoredVoice]:
-        voices = []
-        if not self.root.is_dir():  # nothing stored yet
-            return voices
-        for folder in sorted(self.root.iterdir()):
-            if not NAME_PATTERN.fullmatch(folder.name) or not folder.is_dir():  # a tombstone, or no voice's name
-                continue
-            try:
-                voices.append(self.get(folder.name))
-            except VoiceNotFound:
-                continue  # being written or deleted right now
-        return voices
+        try:
+            if not self.root.is_dir():  # nothing stored yet
+                return []
+            folders = sorted(self.root.iterdir())
+        except OSError as exc:
+            log.warning("voice store: %s cannot be listed (%s): no registered voices", self.root, exc)
+            return []
+        # a tombstone, a voice being made, or no voice's name: not read; one being deleted right now: None
+        readable = (self._readable(folder.name) for folder in folders if NAME_PATTERN.fullmatch(folder.name))
+        return [voice for voice in readable if voice is not None]
 
     def delete(self, name: str) -> None:
-        name = self.get(name).name
+        """The voice `name` (or id) deleted; a directory of that name that holds no voice (damaged, half-made) too."""
+        stored = name.strip().lower()
+        damaged = NAME_PATTERN.fullmatch(stored) is not None and (self.root / stored).is_dir()
+        if self._readable(stored) is None and not damaged:
+            stored = self.get(name).name  # by its id, or not found
+        name = stored
         tombstone = self.root / f".deleted-{name}-{uuid.uuid4().hex}"
         try:
             (self.root / name).rename(tombstone)  # gone for every reader at once
@@ -157,8 +199,8 @@ class VoiceStore:
             with wave.open(str(self.root / voice.name / _AUDIO), "rb") as w:
                 pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32767.0
                 clip = ReferenceAudio(pcm, w.getframerate())
-        except (FileNotFoundError, NotADirectoryError, wave.Error, EOFError):
-            raise VoiceNotFound(voice.name) from None  # deleted by another replica a moment ago
+        except (OSError, wave.Error, EOFError):
+            raise VoiceNotFound(voice.name) from None  # deleted by another replica a moment ago, or damaged
         self._audio_cache[key] = clip
         while len(self._audio_cache) > CACHE_VOICES:
             self._audio_cache.popitem(last=False)

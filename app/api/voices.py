@@ -36,7 +36,8 @@ def _builtin(catalog: VoiceCatalog, engine: SpeechEngine) -> list[dict[str, Any]
 
 def _uploaded(voice: StoredVoice, engine: SpeechEngine) -> dict[str, Any]:
     languages = [lang for lang in engine.languages() if lang != "Auto"]
-    return {**voice.public(), "type": "uploaded", "languages": languages, "engine": engine.name}
+    # named by its name or its id wherever a voice is named; no other name, as a built-in voice may have
+    return {**voice.public(), "type": "uploaded", "languages": languages, "engine": engine.name, "aliases": []}
 
 
 def _check_name(name: str) -> None:

@@ -97,6 +97,9 @@ def test_crud(cloning: RunningServer, sample: bytes) -> None:
     assert {v["name"] for v in listed if v["type"] == "uploaded"} == {"my-voice_1"}
     assert all(v["engine"] == "omni" for v in listed)
     assert httpx.get(f"{server.base_url}/v1/audio/voices/my-voice_1").json()["id"] == voice["id"]
+    # the listing's id names the voice as its name does (OpenAI's voices are named by id)
+    by_id = httpx.get(f"{server.base_url}/v1/audio/voices/{voice['id']}")
+    assert by_id.status_code == 200 and by_id.json()["name"] == "my-voice_1" and by_id.json()["aliases"] == []
     assert upload(server.base_url, "my-voice_1", sample).status_code == 409
     assert httpx.delete(f"{server.base_url}/v1/audio/voices/my-voice_1").status_code == 204
     gone = httpx.get(f"{server.base_url}/v1/audio/voices/my-voice_1")

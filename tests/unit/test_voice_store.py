@@ -53,3 +53,61 @@ def test_names_outside_the_pattern_are_never_files(tmp_path: Path, name: str) ->
     store = VoiceStore(tmp_path)
     with pytest.raises(VoiceNotFound):
         store.get(name)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda folder: (folder / "voice.json").write_bytes(b"\xff\xfe"), id="metadata-not-utf8"),
+        pytest.param(lambda folder: (folder / "voice.json").mkdir(), id="metadata-a-directory"),
+        pytest.param(lambda folder: (folder / "voice.json").write_text('{"name": 1}'), id="metadata-not-a-voice"),
+        pytest.param(lambda folder: None, id="no-metadata"),  # a replica that died mid-upload, before the rename
+    ],
+)
+def test_a_damaged_entry_is_no_voice_to_readers_and_can_be_deleted_and_its_name_taken_again(
+    tmp_path: Path, damage: object
+) -> None:
+    """An entry the store cannot read (a half-written or damaged folder on the shared volume) is not found, never an
+    error: a request naming it is told the voice is unknown, the listing leaves it out, and a delete clears it, so
+    that its name can be registered again without anyone cleaning the volume by hand."""
+    store = VoiceStore(tmp_path)
+    store.create("fine", CLIP, None)
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    damage(folder)  # type: ignore[operator]
+    with pytest.raises(VoiceNotFound):
+        store.get("broken")
+    assert [voice.name for voice in store.list()] == ["fine"]
+    store.delete("broken")
+    assert not folder.exists()
+    assert store.create("broken", CLIP, None).name == "broken"
+
+
+def test_an_empty_folder_left_by_a_create_that_died_does_not_hold_its_name(tmp_path: Path) -> None:
+    store = VoiceStore(tmp_path)
+    (tmp_path / "orphan").mkdir()
+    assert store.create("orphan", CLIP, None) == store.get("orphan")
+
+
+def test_a_store_that_cannot_be_listed_lists_no_voices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = VoiceStore(tmp_path)
+    store.create("fine", CLIP, None)
+
+    def unreadable(self: Path) -> object:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "iterdir", unreadable)
+    assert store.list() == []
+
+
+def test_a_voice_is_found_by_its_id_as_well_as_its_name(tmp_path: Path) -> None:
+    """The listing gives each uploaded voice an `id` (`voice_<hex>`), as OpenAI's voices have: it names the voice
+    wherever its name does. A voice whose name looks like an id is found by its name first."""
+    store = VoiceStore(tmp_path)
+    voice = store.create("carol", CLIP, None)
+    assert store.get(voice.id) == voice and store.get(voice.id.upper()) == voice
+    store.delete(voice.id)
+    with pytest.raises(VoiceNotFound):
+        store.get(voice.id)
+    named_like_an_id = store.create(voice.id, CLIP, None)  # the freed id, now a name
+    assert store.get(voice.id) == named_like_an_id
