@@ -38,6 +38,11 @@ class Format:
     bit_rate: int | None = None  # bits per second of a lossy codec; None: lossless, no rate to set
     # Options for FFmpeg's muxer, as (name, value) pairs (a tuple keeps the table immutable).
     muxer_options: tuple[tuple[str, str], ...] = ()
+    # Samples a decoder plays before the audio: the encoder's delay where the container does not tell the decoder to
+    # trim it (at any rate; measured with FFmpeg's decoders, tests/unit/test_encoder_lead.py). Word timestamps are
+    # shifted by it. `lead_samples_whole`: a whole file's, where its header says otherwise (None: the same).
+    lead_samples: int = 0
+    lead_samples_whole: int | None = None
 
 
 _MP3_RATES = frozenset({8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000})
@@ -46,7 +51,10 @@ _MP3_RATES = frozenset({8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 4
 FORMATS: Final[dict[str, Format]] = {
     f.name: f
     for f in (
-        Format("mp3", "audio/mpeg", "mp3", "libmp3lame", True, _MP3_RATES, 64_000),
+        # a whole file's LAME header states the delay, which decoders trim; a stream has no header
+        Format(
+            "mp3", "audio/mpeg", "mp3", "libmp3lame", True, _MP3_RATES, 64_000, lead_samples=1105, lead_samples_whole=0
+        ),
         Format(
             "opus",
             "audio/ogg; codecs=opus",
@@ -58,7 +66,8 @@ FORMATS: Final[dict[str, Format]] = {
             # The Ogg muxer holds pages back for up to a second by default; 20 ms pages let each chunk out at once.
             (("page_duration", "20000"),),
         ),
-        Format("aac", "audio/aac", "adts", "aac", True, _MP3_RATES, 64_000),  # (AAC's 7350 is below the API's range)
+        # (AAC's 7350 is below the API's range); ADTS has no field for the encoder's delay
+        Format("aac", "audio/aac", "adts", "aac", True, _MP3_RATES, 64_000, lead_samples=1024),
         Format("flac", "audio/flac", "flac", "flac", True),
         Format("wav", "audio/wav", "wav", "pcm_s16le", False),
         Format("pcm", "audio/pcm", None, "pcm_s16le", False),
@@ -69,6 +78,12 @@ RESPONSE_FORMATS: Final = tuple(FORMATS)
 # The schemas' type for `response_format`, built from the table: the same as writing the six names out.
 ResponseFormat = Literal[RESPONSE_FORMATS]  # type: ignore[valid-type]
 CONTENT_TYPES: Final[dict[str, str]] = {name: f.content_type for name, f in FORMATS.items()}
+
+
+def lead_samples(name: str, whole_file: bool = False) -> int:
+    """The samples a decoder plays before the audio of format `name` (a stream's, or a whole file's)."""
+    fmt = get_format(name)
+    return fmt.lead_samples if not whole_file or fmt.lead_samples_whole is None else fmt.lead_samples_whole
 
 
 def get_format(name: str) -> Format:

@@ -22,7 +22,7 @@ import anyio
 import numpy as np
 
 from app.audio.encoders import StreamEncoder, create_encoder
-from app.audio.formats import FORMATS
+from app.audio.formats import FORMATS, lead_samples
 from app.audio.transforms import StreamResampler
 from app.engine_protocol import AudioChunk, EngineUnavailable
 from app.speech.errors import Failed, SpeechError, Stopped, Unavailable
@@ -84,6 +84,9 @@ class EncodedAudio:
         self._encoder: StreamEncoder = create_encoder(response_format, sample_rate, whole_file)
         self._whole_file = whole_file  # answered once complete: its first audio is not its first bytes (`_streamed`)
         self._inline_format = not FORMATS[response_format].ffmpeg
+        # what a decoder plays before the audio (mp3's and aac's encoder delay, where the container does not trim it):
+        # words are timed as a player plays them
+        self._lead_s = lead_samples(response_format, whole_file) / sample_rate
         self._stop_reason: str | None = None
         # the outcome when a cancellation from outside ends it, where its caller knows better than "client_gone" (a
         # WebSocket stream that cut off a client not reading: client_stalled)
@@ -228,7 +231,7 @@ class EncodedAudio:
                     if self._stopped.is_set():  # stopped while its client read: not the chunk's other slices
                         raise Stopped(self._stop_reason or "drain")
                 if chunk.words:
-                    yield [word.shifted(offset_s) for word in chunk.words]
+                    yield [word.shifted(offset_s + self._lead_s) for word in chunk.words]
             rate = self._sample_rate if self._resampler is None else self._resampler.source_rate
             tail = self._finish() if self._inline(rate) else await asyncio.to_thread(self._finish)
             if tail:

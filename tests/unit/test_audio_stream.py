@@ -17,6 +17,7 @@ from app.api.schemas import SpeechUsage
 from app.engine_protocol import AudioChunk, EngineUnavailable
 from app.speech.encoding import EncodedAudio
 from app.speech.errors import Stopped
+from app.text.words import WordTiming
 
 
 def tone(seconds: float, rate: int = 24_000) -> np.ndarray:
@@ -276,3 +277,33 @@ async def test_a_thread_that_encodes_after_the_stream_closed_is_a_no_op() -> Non
     assert audio._convert(tone(0.3), 24_000) == b""
     assert audio._finish() == b""
     await rest.aclose()
+
+
+@pytest.mark.parametrize(
+    ("response_format", "whole_file", "lead_s"),
+    [
+        ("pcm", False, 0.0),
+        ("opus", False, 0.0),
+        ("mp3", False, 1105 / 24_000),  # a stream carries no header that tells the decoder to trim LAME's delay
+        ("mp3", True, 0.0),  # a whole file's does
+        ("aac", False, 1024 / 24_000),  # ADTS has no field for it
+        ("aac", True, 1024 / 24_000),
+    ],
+)
+async def test_words_are_timed_as_a_player_plays_the_format(
+    response_format: str, whole_file: bool, lead_s: float
+) -> None:
+    """A decoder of mp3 (a stream) or aac plays the encoder's delay before the audio (tests/unit/test_encoder_lead.py
+    measures it): each word is timed that much later, so that captions keep time with what is heard."""
+
+    async def worded() -> AsyncIterator[AudioChunk]:
+        yield AudioChunk(tone(0.6), 24_000, words=(WordTiming("hello", 0.1, 0.4),))
+        yield AudioChunk(tone(0.6), 24_000, words=(WordTiming("there", 0.0, 0.5),))
+
+    rest = worded()
+    audio = EncodedAudio(await anext(rest), rest, response_format, 24_000, CloseRecorder(), whole_file=whole_file)
+    words = [w for item in [i async for i in audio.events()] if isinstance(item, list) for w in item]
+    assert [(w.word, w.start_s, w.end_s) for w in words] == [
+        ("hello", pytest.approx(0.1 + lead_s), pytest.approx(0.4 + lead_s)),
+        ("there", pytest.approx(0.6 + lead_s), pytest.approx(1.1 + lead_s)),
+    ]
