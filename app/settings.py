@@ -758,7 +758,10 @@ class Settings(BaseSettings):
     )
     api_keys_file: str | None = Field(None, description="File of API keys, one per line (# comments).")
     api_key_max_concurrency: int | None = Field(
-        None, ge=1, description="Requests in progress per API key (429 beyond)."
+        None,
+        ge=1,
+        description="Speech in progress per API key (a request, a batch, a WebSocket session; 429 beyond); its other "
+        "API calls (models, voices, capabilities) are not counted.",
     )
     ref_audio_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -32,6 +32,9 @@ OPEN_PATHS = frozenset(
 )
 # the playground's and the docs' static files: the page asks for the key and sends it with its API calls
 OPEN_PREFIXES = ("/static/", "/docs-assets/")
+# what the per-key limit counts: speech (a request, a batch, the WebSocket); a key busy speaking may still list the
+# models, its voices and the capabilities
+SPEECH_PREFIX = "/v1/audio/speech"
 
 
 def load_api_keys(keys: list[str], keys_file: str | None) -> list[str]:
@@ -85,21 +88,26 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        admitted = self._admit(_bearer(header), given=bool(header), how="Send it as 'Authorization: Bearer <key>'.")
+        speech = path.startswith(SPEECH_PREFIX)
+        how = "Send it as 'Authorization: Bearer <key>'."
+        admitted = self._admit(_bearer(header), given=bool(header), how=how, counted=speech)
         if isinstance(admitted, ApiError):
             await send_error(send, admitted, request_id_of(scope))
             return
-        await self._run_holding(admitted, scope, receive, send)
+        if speech:
+            await self._run_holding(admitted, scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
-    def _admit(self, presented: str, given: bool, how: str) -> int | ApiError:
-        """The key a request holds while it runs, or its refusal: no or a wrong key (401), or the key already running
-        as many requests as it may (429)."""
+    def _admit(self, presented: str, given: bool, how: str, counted: bool = True) -> int | ApiError:
+        """The key a request holds while it runs, or its refusal: no or a wrong key (401), or, for speech
+        (`counted`), the key already running as many as it may (429)."""
         key = self._match(presented) if presented else None
         if key is None:
             metrics.REJECTED.labels("unauthorized").inc()
             message = "Incorrect API key provided." if given else f"You didn't provide an API key. {how}"
             return ApiError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
-        if self._max_per_key is not None and self._in_flight.get(key, 0) >= self._max_per_key:
+        if counted and self._max_per_key is not None and self._in_flight.get(key, 0) >= self._max_per_key:
             metrics.REJECTED.labels("per_key_limit").inc()
             return ApiError(
                 429,

@@ -111,3 +111,32 @@ async def test_the_limit_still_holds_while_a_request_runs() -> None:
     await middleware(http_scope(), http_receive, client)
     assert client.next_status == 429
     assert middleware._in_flight == {0: 0}
+
+
+async def test_a_key_busy_speaking_may_still_list_models_and_voices_but_not_speak_again() -> None:
+    """The limit is on speech (syntheses: the speech routes and their WebSocket), which is what it protects: a key
+    streaming one reply could not list the models or its voices (a client checking its voice before the next
+    sentence was refused 429)."""
+    statuses: dict[str, int] = {}
+
+    async def while_speaking(message: Message) -> None:
+        if message.get("more_body") is True and not statuses:
+            for method, path in (
+                ("GET", "/v1/models"),
+                ("GET", "/v1/audio/voices"),
+                ("POST", "/v1/audio/speech/batch"),
+            ):
+                sent: list[int] = []
+
+                async def record(reply: Message, sent: list[int] = sent) -> None:
+                    if reply["type"] == "http.response.start":
+                        sent.append(reply["status"])
+
+                scope = {**http_scope(), "method": method, "path": path}
+                await middleware(scope, http_receive, record)
+                statuses[path] = sent[0]
+
+    middleware = ApiKeyMiddleware(answering_app(), [KEY], max_concurrency_per_key=1)
+    await middleware(http_scope(), http_receive, while_speaking)
+    assert statuses == {"/v1/models": 200, "/v1/audio/voices": 200, "/v1/audio/speech/batch": 429}
+    assert middleware._in_flight == {0: 0}
