@@ -250,6 +250,8 @@ def install_error_handlers(app: FastAPI) -> None:
             message = not_found(request)
         if exc.status_code == 400 and exc.detail == FASTAPI_BODY_PARSE_ERROR:
             message, code = INVALID_JSON, "invalid_json"
+        elif exc.status_code == 400 and _is_multipart(request):  # the form parser's own: its message says what
+            code = "invalid_multipart"
         error_type = INVALID_REQUEST if exc.status_code < 500 else SERVER_ERROR
         return ApiError(exc.status_code, message, type=error_type, code=code, headers=exc.headers).response()
 
@@ -260,6 +262,10 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SpeechError, on_speech_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
+
+
+def _is_multipart(request: Request) -> bool:
+    return request.headers.get("content-type", "").partition(";")[0].strip().lower() == "multipart/form-data"
 
 
 def websocket_error_message(error: ApiError) -> dict[str, Any]:

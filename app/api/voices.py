@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
@@ -108,9 +109,13 @@ async def get_voice(
         raise _not_found(name) from None
 
 
-def multipart_form(request: Request) -> None:
+UPLOAD_FIELDS = ("name", "audio_sample", "consent", "ref_text")
+
+
+async def multipart_form(request: Request) -> None:
     """The upload is a multipart form (it carries a file): any other body is told so, before its fields are read
-    (which would name a field missing that a JSON body did send)."""
+    (which would name a field missing that a JSON body did send). Each field once, and no other (as a JSON body's
+    unknown argument is refused): a field sent twice had one of its values taken silently, a misspelt one ignored."""
     kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if kind != "multipart/form-data":
         raise ApiError(
@@ -119,6 +124,14 @@ def multipart_form(request: Request) -> None:
             f"and ref_text if you have it), not {kind or 'a body without a Content-Type'}.",
             code="invalid_request",
         )
+    sent = Counter(field for field, _ in (await request.form()).multi_items())  # the form the route's fields read
+    for field, times in sent.items():
+        if field not in UPLOAD_FIELDS:
+            raise invalid_param(
+                field, f"Unknown field '{field}': an upload has {', '.join(UPLOAD_FIELDS[:-1])} and ref_text."
+            )
+        if times > 1:
+            raise invalid_param(field, f"'{field}' was sent {times} times; send it once.")
 
 
 @router.post(

@@ -148,6 +148,30 @@ def test_a_broken_upload_is_told_what_is_wrong_with_its_form(cloning: RunningSer
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert "boundary" in error["message"].lower() and "JSON" not in error["message"], error
+    assert error["code"] == "invalid_multipart", error  # a code to branch on, as every other 400 has
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ([("name", "second")], "name"),  # one of them was taken, silently
+        ([("voice_name", "x")], "voice_name"),  # a misspelt field was ignored, where a JSON body's is refused
+    ],
+)
+def test_a_form_field_sent_twice_or_unknown_is_refused_naming_it(
+    cloning: RunningServer, sample: bytes, extra: list[tuple[str, str]], param: str
+) -> None:
+    fields = [("name", "twice"), ("consent", "true"), ("ref_text", "Hello."), *extra]
+    response = httpx.post(
+        f"{cloning.base_url}/v1/audio/voices",
+        data=dict(fields) if len({k for k, _ in fields}) == len(fields) else None,
+        files=[("audio_sample", ("s.wav", sample, "audio/wav"))]
+        + ([(k, (None, v)) for k, v in fields] if len({k for k, _ in fields}) != len(fields) else []),
+        timeout=30,
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param, response.text
+    assert httpx.get(f"{cloning.base_url}/v1/audio/voices/twice").status_code == 404  # nothing registered
 
 
 @pytest.mark.parametrize("body", [{"json": {"name": "x", "consent": True}}, {"data": {"name": "x", "consent": "true"}}])
