@@ -54,9 +54,12 @@ class CopyWatch:
 
     def _wait_each(self) -> None:
         if self._device is not None:
-            import torch  # only in the stage's process, on the GPU
+            try:
+                import torch  # only in the stage's process, on the GPU
 
-            torch.cuda.set_device(self._device)
+                torch.cuda.set_device(self._device)
+            except Exception:  # waiting on an event needs no current device where the process has one GPU
+                log.warning("timeline: the copies' thread could not set its GPU", exc_info=True)
         while True:
             event, streams = self._steps.get()
             try:
