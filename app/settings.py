@@ -760,8 +760,8 @@ class Settings(BaseSettings):
     api_key_max_concurrency: int | None = Field(
         None,
         ge=1,
-        description="Speech in progress per API key (a request, a batch, a WebSocket session; 429 beyond); its other "
-        "API calls (models, voices, capabilities) are not counted.",
+        description="Speech in progress per API key (a request, a batch, a WebSocket session) and voice uploads "
+        "(429 beyond); its other API calls (the models, the voices' listing, the capabilities) are not counted.",
     )
     ref_audio_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

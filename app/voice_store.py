@@ -97,7 +97,10 @@ class VoiceStore:
         self.root.mkdir(parents=True, exist_ok=True)
         if self._readable(name) is not None:
             raise VoiceExists(name)
+        if ID_PATTERN.fullmatch(name):  # it would take another voice's id
+            raise ValueError(f"a voice's name cannot have the shape of an id: {name!r}")
         folder = Path(tempfile.mkdtemp(dir=self.root, prefix=f".creating-{name}-"))  # hidden: no voice's name
+        folder.chmod(0o755)  # as a directory made with mkdir is (mkdtemp's is its owner's alone)
         try:
             voice = StoredVoice(
                 id=f"voice_{uuid.uuid4().hex}",
@@ -174,7 +177,7 @@ class VoiceStore:
     def delete(self, name: str) -> None:
         """The voice `name` (or id) deleted; a directory of that name that holds no voice (damaged, half-made) too."""
         stored = name.strip().lower()
-        damaged = NAME_PATTERN.fullmatch(stored) is not None and (self.root / stored).is_dir()
+        damaged = NAME_PATTERN.fullmatch(stored) is not None and os.path.lexists(self.root / stored)
         if self._readable(stored) is None and not damaged:
             stored = self.get(name).name  # by its id, or not found
         name = stored
@@ -183,6 +186,8 @@ class VoiceStore:
             (self.root / name).rename(tombstone)  # gone for every reader at once
         except FileNotFoundError:
             raise VoiceNotFound(name) from None
+        if tombstone.is_symlink() or not tombstone.is_dir():  # a file where a voice's directory would be
+            tombstone.unlink(missing_ok=True)
         shutil.rmtree(tombstone, ignore_errors=True)
         for key in [k for k in self._audio_cache if k[0] == name]:
             del self._audio_cache[key]

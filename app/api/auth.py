@@ -32,9 +32,11 @@ OPEN_PATHS = frozenset(
 )
 # the playground's and the docs' static files: the page asks for the key and sends it with its API calls
 OPEN_PREFIXES = ("/static/", "/docs-assets/")
-# what the per-key limit counts: speech (a request, a batch, the WebSocket); a key busy speaking may still list the
-# models, its voices and the capabilities
+# what the per-key limit counts: speech (a request, a batch, the WebSocket) and a voice's upload (its audio decoded on
+# the threads that encode every stream's); a key busy speaking may still list the models, its voices and the
+# capabilities
 SPEECH_PREFIX = "/v1/audio/speech"
+UPLOAD = ("POST", "/v1/audio/voices")
 
 
 def load_api_keys(keys: list[str], keys_file: str | None) -> list[str]:
@@ -88,13 +90,13 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        speech = path.startswith(SPEECH_PREFIX)
+        counted = path.startswith(SPEECH_PREFIX) or (scope.get("method"), path) == UPLOAD
         how = "Send it as 'Authorization: Bearer <key>'."
-        admitted = self._admit(_bearer(header), given=bool(header), how=how, counted=speech)
+        admitted = self._admit(_bearer(header), given=bool(header), how=how, counted=counted)
         if isinstance(admitted, ApiError):
             await send_error(send, admitted, request_id_of(scope))
             return
-        if speech:
+        if counted:
             await self._run_holding(admitted, scope, receive, send)
         else:
             await self.app(scope, receive, send)

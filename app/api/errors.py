@@ -248,10 +248,10 @@ def install_error_handlers(app: FastAPI) -> None:
         message, code = _STATUS_MESSAGES.get(exc.status_code, (str(exc.detail), None))
         if exc.status_code == 404:
             message = not_found(request)
-        if exc.status_code == 400 and exc.detail == FASTAPI_BODY_PARSE_ERROR:
-            message, code = INVALID_JSON, "invalid_json"
-        elif exc.status_code == 400 and _is_multipart(request):  # the form parser's own: its message says what
+        if exc.status_code == 400 and _is_multipart(request):  # the form parser's own: its message says what
             code = "invalid_multipart"
+        elif exc.status_code == 400 and exc.detail == FASTAPI_BODY_PARSE_ERROR:
+            message, code = INVALID_JSON, "invalid_json"
         error_type = INVALID_REQUEST if exc.status_code < 500 else SERVER_ERROR
         return ApiError(exc.status_code, message, type=error_type, code=code, headers=exc.headers).response()
 

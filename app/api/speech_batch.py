@@ -165,8 +165,9 @@ async def create_speech_batch(
         present = await unless_disconnected(request, batch)
     finally:
         deadline.cancel()
-    finished = present and not batch.cancelled()
-    if finished:
+    # every item ended: answered as a batch that finished, whatever stopped it in its last moment
+    finished = present and (not batch.cancelled() or len(done) == len(items))
+    if finished and not batch.cancelled():
         batch.result()  # a failure of the batch's own (an item's is its outcome) is a 500, as a request's would be
     stopped = to_api_error(Stopped(ended.reason or "drain")) if present else ApiError(CLIENT_LEFT, "The client left.")
     # every item that ran has its outcome in `done`; those a drain stopped before they ended fail with it

@@ -15,7 +15,7 @@ from app.audio.reference import MAX_REFERENCE_BYTES, prepare_reference_audio
 from app.engine_protocol import SpeechEngine, UnsupportedParameter
 from app.speech.errors import invalid_value
 from app.text.hygiene import text_problem
-from app.voice_store import NAME_PATTERN, StoredVoice, VoiceExists, VoiceNotFound, VoiceStore
+from app.voice_store import ID_PATTERN, NAME_PATTERN, StoredVoice, VoiceExists, VoiceNotFound, VoiceStore
 from app.voices import GENERIC_VOICE, VoiceCatalog
 
 router = APIRouter()
@@ -112,7 +112,7 @@ async def get_voice(
 UPLOAD_FIELDS = ("name", "audio_sample", "consent", "ref_text")
 
 
-async def multipart_form(request: Request) -> None:
+async def multipart_form(request: Request, engine: Annotated[SpeechEngine, Depends(get_engine)]) -> None:
     """The upload is a multipart form (it carries a file): any other body is told so, before its fields are read
     (which would name a field missing that a JSON body did send). Each field once, and no other (as a JSON body's
     unknown argument is refused): a field sent twice had one of its values taken silently, a misspelt one ignored."""
@@ -124,11 +124,14 @@ async def multipart_form(request: Request) -> None:
             f"and ref_text if you have it), not {kind or 'a body without a Content-Type'}.",
             code="invalid_request",
         )
+    if not engine.capabilities().voice_cloning:  # the route says that first, whatever the fields
+        return
     sent = Counter(field for field, _ in (await request.form()).multi_items())  # the form the route's fields read
     for field, times in sent.items():
         if field not in UPLOAD_FIELDS:
+            shown = field[:64] if text_problem(field) is None else "(a name of unprintable characters)"
             raise invalid_param(
-                field, f"Unknown field '{field}': an upload has {', '.join(UPLOAD_FIELDS[:-1])} and ref_text."
+                shown, f"Unknown field '{shown}': an upload has {', '.join(UPLOAD_FIELDS[:-1])} and ref_text."
             )
         if times > 1:
             raise invalid_param(field, f"'{field}' was sent {times} times; send it once.")
@@ -159,6 +162,8 @@ async def create_voice(
         )
     if not NAME_PATTERN.fullmatch(name):
         raise invalid_param("name", "'name' must be 1–64 characters of a-z, 0-9, '_' and '-'.")
+    if ID_PATTERN.fullmatch(name):
+        raise invalid_param("name", "'name' cannot have the shape of a voice's id ('voice_' and 32 hex digits).")
     if ref_text is not None and (problem := text_problem(ref_text, multiline=True)) is not None:
         raise invalid_param("ref_text", invalid_value("ref_text", problem))
     if not consent:

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import time
 import uuid
+from typing import Any
 
 from app.engine_protocol import ReferenceAudio
 from app.settings import Settings
@@ -92,10 +93,10 @@ class BatchEnd:
     def __init__(self) -> None:
         self.reason: str | None = None
 
-    def stop(self, task: asyncio.Future[object], reason: str) -> None:
+    def stop(self, task: asyncio.Task[Any], reason: str) -> None:
         """Stop the batch's `task` for `reason` (the first reason given stands)."""
-        if not task.done():
-            self.reason = self.reason or reason
+        if not task.done() and not task.cancelling():  # a second cancel would cut the items' clean-up short
+            self.reason = reason
             task.cancel()
 
 

@@ -71,6 +71,7 @@ class EncodedAudio:
         on_first_audio: Callable[[], None] | None = None,
         whole_file: bool = False,
         cancelled_as: Callable[[], str] | None = None,
+        words_as_played: bool = True,
     ) -> None:
         self._first = first
         self._rest = rest
@@ -86,7 +87,7 @@ class EncodedAudio:
         self._inline_format = not FORMATS[response_format].ffmpeg
         # what a decoder plays before the audio (mp3's and aac's encoder delay, where the container does not trim it):
         # words are timed as a player plays them
-        self._lead_s = lead_samples(response_format, whole_file) / sample_rate
+        self._lead_s = lead_samples(response_format, whole_file) / sample_rate if words_as_played else 0.0
         self._stop_reason: str | None = None
         # the outcome when a cancellation from outside ends it, where its caller knows better than "client_gone" (a
         # WebSocket stream that cut off a client not reading: client_stalled)

@@ -184,6 +184,9 @@ class SpeechRun:
     # its audio counted as delivered when it ends (`speech_audio_seconds_total`): a batch's items are counted by the
     # batch once it answers with them
     counts_audio: bool = True
+    # words timed as a player of the response plays them (mp3's and aac's decoder lead); False: as synthesized, as a
+    # WebSocket sentence's are, beside its trailing words and its length
+    words_as_played: bool = True
 
     def cancelled_as(self) -> str:
         """The outcome of a cancellation from outside: the stream's reason where it has one, else a client that left
@@ -271,6 +274,7 @@ class SpeechRun:
             first_audio_written,
             whole_file=output.whole_file,
             cancelled_as=self.cancelled_as,
+            words_as_played=self.words_as_played,
         )
         # a WebSocket utterance times its listener itself, across its sentences, as they reach the socket
         audio.listener = ListenerClock(started) if self.observe_ttfa else None

@@ -80,7 +80,7 @@ async def speak_sentence(
     ticket = await service.admitted(timing, len(text))
     run = SpeechRun(
         service, timing.received, timing, {}, "websocket", observe_ttfa=False, stream_ended_as=stream_ended_as,
-        deadline_from=turn,
+        deadline_from=turn, words_as_played=False,  # timed from the sentence's start as synthesized, as its trailer
     )  # fmt: skip
     audio = await run.open(job, output, ticket)
     async for item in audio.events():

@@ -156,6 +156,7 @@ def test_a_broken_upload_is_told_what_is_wrong_with_its_form(cloning: RunningSer
     [
         ([("name", "second")], "name"),  # one of them was taken, silently
         ([("voice_name", "x")], "voice_name"),  # a misspelt field was ignored, where a JSON body's is refused
+        ([("name\u202e", "x")], "(a name of unprintable characters)"),  # never echoed as sent
     ],
 )
 def test_a_form_field_sent_twice_or_unknown_is_refused_naming_it(
@@ -209,6 +210,14 @@ def test_an_engine_that_cannot_clone_refuses_uploads(server: RunningServer, samp
     assert error["type"] == "invalid_request_error" and error["code"] == "voice_cloning_unsupported"
     assert error["param"] is None and "cannot clone" in error["message"]
     assert httpx.get(f"{server.base_url}/v1/audio/voices/refused").status_code == 404  # nothing stored
+    # told that first, whatever its fields: a misspelt one is not what keeps it from registering here
+    misspelt = httpx.post(
+        f"{server.base_url}/v1/audio/voices",
+        data={"name": "refused", "consent": "true", "voice_name": "x"},
+        files={"audio_sample": ("s.wav", sample, "audio/wav")},
+        timeout=60,
+    )
+    assert misspelt.json()["error"]["code"] == "voice_cloning_unsupported", misspelt.text
 
 
 def test_a_voice_registered_by_a_cloning_replica_on_one_that_cannot_clone(

@@ -125,6 +125,7 @@ async def test_a_key_busy_speaking_may_still_list_models_and_voices_but_not_spea
                 ("GET", "/v1/models"),
                 ("GET", "/v1/audio/voices"),
                 ("POST", "/v1/audio/speech/batch"),
+                ("POST", "/v1/audio/voices"),  # an upload decodes its audio: counted
             ):
                 sent: list[int] = []
 
@@ -134,9 +135,14 @@ async def test_a_key_busy_speaking_may_still_list_models_and_voices_but_not_spea
 
                 scope = {**http_scope(), "method": method, "path": path}
                 await middleware(scope, http_receive, record)
-                statuses[path] = sent[0]
+                statuses[f"{method} {path}"] = sent[0]
 
     middleware = ApiKeyMiddleware(answering_app(), [KEY], max_concurrency_per_key=1)
     await middleware(http_scope(), http_receive, while_speaking)
-    assert statuses == {"/v1/models": 200, "/v1/audio/voices": 200, "/v1/audio/speech/batch": 429}
+    assert statuses == {
+        "GET /v1/models": 200,
+        "GET /v1/audio/voices": 200,
+        "POST /v1/audio/speech/batch": 429,
+        "POST /v1/audio/voices": 429,
+    }
     assert middleware._in_flight == {0: 0}

@@ -307,3 +307,10 @@ async def test_words_are_timed_as_a_player_plays_the_format(
         ("hello", pytest.approx(0.1 + lead_s), pytest.approx(0.4 + lead_s)),
         ("there", pytest.approx(0.6 + lead_s), pytest.approx(1.1 + lead_s)),
     ]
+    # a WebSocket sentence's words stay as synthesized, beside its trailing words and its length
+    rest = worded()
+    audio = EncodedAudio(
+        await anext(rest), rest, response_format, 24_000, CloseRecorder(), whole_file=whole_file, words_as_played=False
+    )
+    words = [w for item in [i async for i in audio.events()] if isinstance(item, list) for w in item]
+    assert [(w.start_s, w.end_s) for w in words] == [(pytest.approx(0.1), pytest.approx(0.4)), (0.6, 1.1)]

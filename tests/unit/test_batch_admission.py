@@ -363,3 +363,25 @@ async def test_an_item_running_when_the_batch_times_out_is_aborted_as_a_timeout_
 
 def aborted(reason: str) -> float:
     return REGISTRY.get_sample_value("speech_aborted_total", {"reason": reason}) or 0.0
+
+
+async def test_a_batch_is_stopped_once_whoever_asks_after_the_first() -> None:
+    """A second cancel would cut short the items' clean-up (the engine told to abort): the deadline that fires while
+    a drain's stop unwinds the batch, or a drain after the deadline, asks nothing more, and the first reason stands."""
+    entered = asyncio.Event()
+
+    async def batch_running() -> None:
+        entered.set()
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            await asyncio.sleep(0.01)  # the clean-up, during which a second stop arrives
+
+    task = asyncio.create_task(batch_running())
+    await entered.wait()
+    ended = batch.BatchEnd()
+    ended.stop(task, "drain")
+    ended.stop(task, "timeout")
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ended.reason == "drain" and task.cancelling() == 1

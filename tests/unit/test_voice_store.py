@@ -102,12 +102,28 @@ def test_a_store_that_cannot_be_listed_lists_no_voices(tmp_path: Path, monkeypat
 
 def test_a_voice_is_found_by_its_id_as_well_as_its_name(tmp_path: Path) -> None:
     """The listing gives each uploaded voice an `id` (`voice_<hex>`), as OpenAI's voices have: it names the voice
-    wherever its name does. A voice whose name looks like an id is found by its name first."""
+    wherever its name does."""
     store = VoiceStore(tmp_path)
     voice = store.create("carol", CLIP, None)
     assert store.get(voice.id) == voice and store.get(voice.id.upper()) == voice
     store.delete(voice.id)
     with pytest.raises(VoiceNotFound):
         store.get(voice.id)
-    named_like_an_id = store.create(voice.id, CLIP, None)  # the freed id, now a name
-    assert store.get(voice.id) == named_like_an_id
+
+
+def test_a_name_with_the_shape_of_an_id_is_refused_so_that_no_voice_takes_anothers_id(tmp_path: Path) -> None:
+    store = VoiceStore(tmp_path)
+    voice = store.create("alice", CLIP, None)
+    with pytest.raises(ValueError, match="shape of an id"):
+        store.create(voice.id, CLIP, None)
+    assert store.get(voice.id) == voice
+
+
+def test_a_file_where_a_voices_directory_would_be_is_cleared_by_a_delete(tmp_path: Path) -> None:
+    store = VoiceStore(tmp_path)
+    (tmp_path / "stray").write_text("not a voice")
+    with pytest.raises(VoiceExists):
+        store.create("stray", CLIP, None)
+    store.delete("stray")
+    assert not (tmp_path / "stray").exists()
+    assert store.create("stray", CLIP, None).name == "stray"
