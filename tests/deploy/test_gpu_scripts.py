@@ -2754,13 +2754,10 @@ def test_omni_timeline_splits_every_windows_hand_off_at_its_write_where_the_conn
     assert "| code2wav's read | 2 | 2.5 | 2.5 | 2.5 |" in text
 
 
-def test_omni_timeline_splits_every_windows_code2wav_step_at_its_workers_call_where_the_worker_recorded_it(
-    tmp_path: Path,
-) -> None:
-    """code2wav's worker records each step's call (launched, returned) for every window it runs: every window's code2wav
-    step splits into the way to the worker, the worker's call and the way back to code2wav's scheduler."""
-    module = gpu_script("omni_timeline")
-    lines = {
+def one_step_events(decoded_at: float, copied_at: float | None = None) -> dict[str, list[tuple[float, str]]]:
+    """One request's first window through code2wav's step, its worker's call recorded (and its copy, where given)."""
+    copied = [(copied_at, "window_copied")] if copied_at is not None else []
+    return {
         "server": [(0.0, "submitted"), (40.0, "first_audio")],
         "talker": [(20.0, "window_sent")],
         "code2wav": [
@@ -2768,10 +2765,19 @@ def test_omni_timeline_splits_every_windows_code2wav_step_at_its_workers_call_wh
             (23.0, "window_scheduled"),
             (24.5, "window_launched"),
             (29.0, "window_returned"),
-            (31.0, "window_decoded"),
+            *copied,
+            (decoded_at, "window_decoded"),
         ],
     }
-    write_one_requests_events(tmp_path, lines)
+
+
+def test_omni_timeline_splits_every_windows_code2wav_step_at_its_workers_call_where_the_worker_recorded_it(
+    tmp_path: Path,
+) -> None:
+    """code2wav's worker records each step's call (launched, returned) for every window it runs: every window's code2wav
+    step splits into the way to the worker, the worker's call and the way back to code2wav's scheduler."""
+    module = gpu_script("omni_timeline")
+    write_one_requests_events(tmp_path, one_step_events(31.0))
     requests = module.load([tmp_path])
     assert module.step_phases(requests["r1"]) == {
         "to code2wav's worker": pytest.approx([1.5]),
@@ -2792,19 +2798,7 @@ def test_omni_timeline_splits_the_way_back_to_code2wavs_scheduler_at_the_steps_c
     """Where code2wav's worker recorded when each step's output was on the host (`window_copied`), the way back to
     its scheduler splits into the step's GPU work and copy, and the wait after it; the way back whole stays."""
     module = gpu_script("omni_timeline")
-    lines = {
-        "server": [(0.0, "submitted"), (40.0, "first_audio")],
-        "talker": [(20.0, "window_sent")],
-        "code2wav": [
-            (22.0, "window_ready"),
-            (23.0, "window_scheduled"),
-            (24.5, "window_launched"),
-            (29.0, "window_returned"),
-            (36.0, "window_copied"),
-            (38.5, "window_decoded"),
-        ],
-    }
-    write_one_requests_events(tmp_path, lines)
+    write_one_requests_events(tmp_path, one_step_events(38.5, copied_at=36.0))
     requests = module.load([tmp_path])
     assert module.step_phases(requests["r1"]) == {
         "to code2wav's worker": pytest.approx([1.5]),

@@ -348,7 +348,7 @@ async def test_an_item_running_when_the_batch_times_out_is_aborted_as_a_timeout_
 
     monkeypatch.setattr(SpeechService, "admitted", late)
     fake = FakeAsyncOmni()
-    engine = make_engine(custom_voice_dir, fake, request_timeout_s=1.0)
+    engine = make_engine(custom_voice_dir, fake, request_timeout_s=3.0)  # seconds for the item to reach the engine
     await engine.start()
     fake.step_delay_s = 3600.0  # after its warm-up
     app = create_app(service_settings(engine), engine=engine)
