@@ -155,7 +155,7 @@ async def create_speech_batch(
     checked = [checked_item(shared, raw, index) for index, raw in enumerate(body.items)]
     items = [BatchItem(i, entry, entry.input) for i, entry in enumerate(checked) if isinstance(entry, SpeechBatchItem)]
     refused: list[str] = []  # the admission gate's refusals, as they happen
-    done: dict[int, ItemOutcome] = {}  # each item's outcome as it ends: kept where a drain stops the rest
+    done: dict[int, ItemOutcome] = {}  # each item's outcome as it ends: kept where a drain or its deadline stops it
     ended = BatchEnd()  # why it was stopped, where it was: a drain, or its deadline
     batch = asyncio.ensure_future(synthesize_batch(service, items, request_id, slots, refused, done, ended))
     # one request: the request timeout bounds the batch whole (each item's synthesis is bounded, not its wait for a
@@ -170,7 +170,7 @@ async def create_speech_batch(
     if finished and not batch.cancelled():
         batch.result()  # a failure of the batch's own (an item's is its outcome) is a 500, as a request's would be
     stopped = to_api_error(Stopped(ended.reason or "drain")) if present else ApiError(CLIENT_LEFT, "The client left.")
-    # every item that ran has its outcome in `done`; those a drain stopped before they ended fail with it
+    # every item that ran has its outcome in `done`; those stopped before they ended (a drain, the deadline) fail so
     outcomes: list[ItemOutcome | ApiError] = [
         done.get(index, entry if isinstance(entry, ApiError) else stopped) if present else stopped
         for index, entry in enumerate(checked)
