@@ -35,7 +35,7 @@ OPEN_PREFIXES = ("/static/", "/docs-assets/")
 # what the per-key limit counts: speech (a request, a batch, the WebSocket) and a voice's upload (its audio decoded on
 # the threads that encode every stream's); a key busy speaking may still list the models, its voices and the
 # capabilities
-SPEECH_PREFIX = "/v1/audio/speech"
+COUNTED_PREFIX = "/v1/audio/speech"
 UPLOAD = ("POST", "/v1/audio/voices")
 
 
@@ -90,7 +90,7 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        counted = path.startswith(SPEECH_PREFIX) or (scope.get("method"), path) == UPLOAD
+        counted = path.startswith(COUNTED_PREFIX) or (scope.get("method"), path) == UPLOAD
         how = "Send it as 'Authorization: Bearer <key>'."
         admitted = self._admit(_bearer(header), given=bool(header), how=how, counted=counted)
         if isinstance(admitted, ApiError):

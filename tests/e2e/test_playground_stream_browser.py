@@ -96,7 +96,12 @@ async def test_words_stream_in_and_each_sentence_plays_as_it_completes(
     stats = await page.eval_on_selector("#stats", "el => ({...el.dataset})")
     first_audio = log[positions(log, "audio")[0]]
     assert float(stats["ttfa"]) > 0 and (await page.inner_text("#ttfa")).endswith(" ms")
-    assert abs(float(stats["ttfa"]) - (first_audio["at"] - log[ended_first]["at"])) < 5
+    # timed from that word, not the first: nearer the one than half the way to the other (the log's lines are written
+    # a moment after what they record, and a busy machine stretches the moment: 5.6 ms once, where 5 were allowed)
+    first_sent = log[positions(log, "sent")[0]]
+    from_ending_word = first_audio["at"] - log[ended_first]["at"]
+    assert log[ended_first]["at"] - first_sent["at"] > 100  # two anchors far enough apart to tell
+    assert abs(float(stats["ttfa"]) - from_ending_word) < (log[ended_first]["at"] - first_sent["at"]) / 2
     assert "word that ends the first sentence" in await page.get_attribute("#ttfa-label", "title")
     assert "word that ends the first sentence" in await page.inner_text("#stats-note")
     assert await page.eval_on_selector_all("#sentences li", "items => items.map((i) => i.className)") == ["spoken"] * 3
