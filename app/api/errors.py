@@ -248,8 +248,8 @@ def install_error_handlers(app: FastAPI) -> None:
         message, code = _STATUS_MESSAGES.get(exc.status_code, (str(exc.detail), None))
         if exc.status_code == 404:
             message = not_found(request)
-        if exc.status_code == 400 and _is_multipart(request):  # the form parser's own: its message says what
-            code = "invalid_multipart"
+        if exc.status_code == 400 and media_type(request) == "multipart/form-data":
+            code = "invalid_multipart"  # the form parser's own: its message says what
         elif exc.status_code == 400 and exc.detail == FASTAPI_BODY_PARSE_ERROR:
             message, code = INVALID_JSON, "invalid_json"
         error_type = INVALID_REQUEST if exc.status_code < 500 else SERVER_ERROR
@@ -264,8 +264,9 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http_error)
 
 
-def _is_multipart(request: Request) -> bool:
-    return request.headers.get("content-type", "").partition(";")[0].strip().lower() == "multipart/form-data"
+def media_type(request: Request) -> str:
+    """The request body's media type, lower case, without its parameters ("" where it names none)."""
+    return request.headers.get("content-type", "").partition(";")[0].strip().lower()
 
 
 def websocket_error_message(error: ApiError) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFil
 from fastapi.responses import JSONResponse
 
 from app.api.dependencies import get_catalog, get_engine, get_voice_store
-from app.api.errors import ApiError, error_responses, invalid_param
+from app.api.errors import ApiError, error_responses, invalid_param, media_type
 from app.audio.reference import MAX_REFERENCE_BYTES, prepare_reference_audio
 from app.engine_protocol import SpeechEngine, UnsupportedParameter
 from app.speech.errors import invalid_value
@@ -116,7 +116,7 @@ async def multipart_form(request: Request, engine: Annotated[SpeechEngine, Depen
     """The upload is a multipart form (it carries a file): any other body is told so, before its fields are read
     (which would name a field missing that a JSON body did send). Each field once, and no other (as a JSON body's
     unknown argument is refused): a field sent twice had one of its values taken silently, a misspelt one ignored."""
-    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    kind = media_type(request)
     if kind != "multipart/form-data":
         raise ApiError(
             400,
@@ -130,9 +130,8 @@ async def multipart_form(request: Request, engine: Annotated[SpeechEngine, Depen
     for field, times in sent.items():
         if field not in UPLOAD_FIELDS:
             shown = field[:64] if text_problem(field) is None else "(a name of unprintable characters)"
-            raise invalid_param(
-                shown, f"Unknown field '{shown}': an upload has {', '.join(UPLOAD_FIELDS[:-1])} and ref_text."
-            )
+            fields = f"{', '.join(UPLOAD_FIELDS[:-1])} and {UPLOAD_FIELDS[-1]}"
+            raise invalid_param(shown, f"Unknown field '{shown}': an upload has {fields}.")
         if times > 1:
             raise invalid_param(field, f"'{field}' was sent {times} times; send it once.")
 
