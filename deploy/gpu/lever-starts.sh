@@ -104,7 +104,8 @@
 #                            before the first
 #   SWITCH_SETTLE_S=1        after the file is written, before the round's first level (the talker reads it every
 #                            quarter second)
-#   TIMELINE_LEVELS="1:16 32:64"  with TORCH_PROFILE=1 on the omni engine (TARGET=service, service-pair): before the
+#   TIMELINE_LEVELS="1:16 32:64"  with TORCH_PROFILE=1 on the omni engine (TARGET=service, service-pair; levels given
+#                            without it are refused before anything starts): before the
 #                            profiles, the request timeline (app/engines/omni/stage_plugins/timeline.py) over each
 #                            level:requests (all sent at once, c=1 one after another), its events kept gzipped in
 #                            timeline/<server>-c<level>/, read by deploy/gpu/omni_timeline.py into
@@ -186,6 +187,7 @@ MIN_START_S=${MIN_START_S:-90}
 SWEEP_ALLOWANCE_S=180
 SWEEP_MARGIN_S=${SWEEP_MARGIN_S:-30}
 PROFILE_LEVELS=${PROFILE_LEVELS-1 8}
+timeline_asked=${TIMELINE_LEVELS:-}
 TIMELINE_LEVELS=${TIMELINE_LEVELS-1:16 32:64}
 ALL_SWEEPS="bench-first c1 burst-c8 burst-c32 burst-c32-ba steady-c8 steady-c32 steady-c64 bench-again"
 SWEEPS=${SWEEPS-${ALL_SWEEPS/ steady-c64/}}  # 64 streams only where named: a round's time
@@ -211,6 +213,13 @@ for entry in $TIMELINE_LEVELS; do  # checked before anything starts
   esac
   tags_seen="$tags_seen$tag "
 done
+# the omni engine records its timeline through the stages' profiler directory, set up only with TORCH_PROFILE=1:
+# levels asked for without it would be left out of every start, unsaid
+if [ -n "$timeline_asked" ] && [ "${TORCH_PROFILE}" != 1 ] && ! on_sglang; then
+  echo "lever-starts: TIMELINE_LEVELS needs TORCH_PROFILE=1 on the omni engine (PROFILE_LEVELS= for the timeline" \
+    "without the PyTorch profiles)" >&2
+  exit 64
+fi
 SWITCH_ROUNDS=${SWITCH_ROUNDS:-}
 SWITCH_SETTLE_S=${SWITCH_SETTLE_S:-1}
 # the levers a lever switch file may name (app/engines/omni/stage_plugins/lever_switch.py's LEVERS), and the folders of

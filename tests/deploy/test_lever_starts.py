@@ -565,6 +565,10 @@ def test_a_timeline_level_with_a_stagger_records_a_steady_load_under_a_name_of_i
     assert "a1 timeline c64 steady" in (tmp_path / "out/progress.txt").read_text()
     refused = run(tmp_path, out="other", VARIANTS="a1:A", LEVER_A="", TORCH_PROFILE="1", TIMELINE_LEVELS="64:x:2")
     assert refused.returncode == 64 and "TIMELINE_LEVELS: '64:x:2'" in refused.stderr
+    # levels asked for without the stages' profiler would be left out silently: a run's timeline lost, found after
+    unrecorded = run(tmp_path, out="third", TARGET="service", VARIANTS="a1:A", LEVER_A="", TIMELINE_LEVELS="64:192:2")
+    assert unrecorded.returncode == 64 and "TIMELINE_LEVELS needs TORCH_PROFILE=1" in unrecorded.stderr
+    assert not (tmp_path / "third").exists()
 
 
 def test_switch_rounds_sweep_each_rounds_levels_in_one_start_with_its_levers_written_first(tmp_path: Path) -> None:
