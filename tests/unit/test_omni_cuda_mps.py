@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -181,6 +182,7 @@ def test_stop_waits_for_a_quit_that_takes_its_time_and_kills_one_that_takes_too_
     [first] = live_daemons()
     patient.stop()
     assert not alive(first) and "did not finish quitting" not in caplog.text
+    monkeypatch.setenv(CLIENTS_VARIABLE, str(os.getpid()))  # a client still connected: the whole allowance
     hasty = CudaMpsDaemon(quit_timeout_s=0.2)
     hasty.start()
     second = hasty.pid
@@ -252,3 +254,23 @@ def test_an_operators_daemon_is_used_not_doubled(
     assert not list(tmp_path.glob("speech-mps-*"))
     ours.stop()
     assert alive(operators)  # not ours to stop
+
+
+def test_a_daemon_that_had_no_clients_left_is_not_waited_for_long(
+    daemons: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On the GPU, every stop waited the whole 30 s for `quit` with no client connected when it began (`clients_at_stop:
+    {}`, benchmarks/gpu/2026-12-02-h200-omni-code2wav-cap-8-two-starts/): with none left there is nothing for the
+    daemon to wait for and nothing a kill can cut short, so a stop gives it a short allowance, not the whole one."""
+    monkeypatch.setenv(CLIENTS_VARIABLE, "")
+    monkeypatch.setenv(QUIT_DELAY_VARIABLE, "60")
+    caplog.set_level(logging.INFO, logger="app.engines.omni.cuda_mps")
+    daemon = CudaMpsDaemon(quit_timeout_s=60, clientless_quit_timeout_s=0.3)
+    daemon.start()
+    pid = daemon.pid
+    began = time.monotonic()
+    daemon.stop()
+    assert time.monotonic() - began < 30  # the whole allowance would be 60 s
+    assert pid is not None and not alive(pid) and live_daemons() == []
+    [record] = [record for record in caplog.records if "had no clients left" in record.getMessage()]
+    assert record.levelname == "INFO" and "did not finish quitting" not in caplog.text

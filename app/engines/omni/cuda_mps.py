@@ -29,6 +29,10 @@ PIPE_VARIABLE = "CUDA_MPS_PIPE_DIRECTORY"
 LOG_VARIABLE = "CUDA_MPS_LOG_DIRECTORY"
 DEVICES_VARIABLE = "CUDA_VISIBLE_DEVICES"
 CLIENT_LIST_TIMEOUT_S = 2.0  # each of the questions asked at a stop about the clients still connected
+# `quit` with no client left: on H200s it still ran the whole 30 s allowance at every stop (`clients_at_stop: {}`,
+# benchmarks/gpu/2026-12-02-h200-omni-code2wav-cap-8-two-starts/). With no client there is nothing to wait for and
+# nothing a kill can cut short: a drain is not held for it
+CLIENTLESS_QUIT_TIMEOUT_S = 5.0
 COMMAND_LINE_CHARS = 200
 
 
@@ -66,12 +70,14 @@ class CudaMpsDaemon:
         root: str | None = None,
         answer_timeout_s: float = 10.0,
         quit_timeout_s: float = 30.0,
+        clientless_quit_timeout_s: float = CLIENTLESS_QUIT_TIMEOUT_S,
     ) -> None:
         self._control = control
         self._root = root  # where the private directory goes (default: the temporary directory)
         self._answer_timeout_s = answer_timeout_s
         # `quit` returns only once the MPS server has gone: on an H100, 10 s after vllm-omni's last stage had stopped
         self._quit_timeout_s = quit_timeout_s
+        self._clientless_quit_timeout_s = min(clientless_quit_timeout_s, quit_timeout_s)
         self._binary: str | None = None
         self._directory: str | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -156,7 +162,7 @@ class CudaMpsDaemon:
 
     def stop(self) -> None:
         """Tell the daemon (and its MPS server) to quit, once every client is gone, and kill it if it has not quit
-        within the time allowed; forget its environment."""
+        within the time allowed (a short one where no client was left); forget its environment."""
         with self._lock:
             self._stopped = True
             process = self._process
@@ -165,18 +171,23 @@ class CudaMpsDaemon:
             started = time.monotonic()
             env = os.environ | self._environment
             clients = self._clients(env)  # read before `quit`, after which the daemon may answer nothing
-            answer = self._send("quit", env, max(0.1, self._quit_timeout_s - (time.monotonic() - started)))
+            allowed = self._quit_timeout_s if clients is None or clients else self._clientless_quit_timeout_s
+            answer = self._send("quit", env, max(0.1, allowed - (time.monotonic() - started)))
             try:
-                process.wait(timeout=max(1.0, self._quit_timeout_s - (time.monotonic() - started)))
+                process.wait(timeout=max(0.1, allowed - (time.monotonic() - started)))
             except subprocess.TimeoutExpired:
-                # `quit` waits for the MPS server's clients to go: those still connected are why it did not finish
-                log.warning(
-                    "the MPS control daemon did not finish quitting: killed",
-                    extra={
-                        "timeout_s": self._quit_timeout_s, "answer": answer and answer.returncode,
-                        "clients_at_stop": clients,
-                    },
-                )  # fmt: skip
+                if clients == {}:
+                    log.info("the MPS control daemon had no clients left and had not quit: killed",
+                             extra={"timeout_s": allowed})  # fmt: skip
+                else:
+                    # `quit` waits for the MPS server's clients to go: those still connected are why it did not finish
+                    log.warning(
+                        "the MPS control daemon did not finish quitting: killed",
+                        extra={
+                            "timeout_s": allowed, "answer": answer and answer.returncode,
+                            "clients_at_stop": clients,
+                        },
+                    )  # fmt: skip
                 self._kill()
             self._process = None
             for key, value in self._environment.items():
@@ -200,17 +211,19 @@ class CudaMpsDaemon:
             pass
         process.wait()
 
-    def _clients(self, env: Mapping[str, str]) -> dict[str, str]:
+    def _clients(self, env: Mapping[str, str]) -> dict[str, str] | None:
         """The clients still connected to the daemon's MPS servers, each process id with its command line (empty
-        where it is gone or unreadable), as `get_server_list` and `get_client_list` answer within a short wait."""
+        where it is gone or unreadable), as `get_server_list` and `get_client_list` answer within a short wait; None
+        where a question went unanswered (not known to be none)."""
         servers = self._send("get_server_list", env, CLIENT_LIST_TIMEOUT_S)
         if servers is None or servers.returncode != 0:
-            return {}
+            return None
         clients: dict[str, str] = {}
         for server in servers.stdout.split():
             answer = self._send(f"get_client_list {server}", env, CLIENT_LIST_TIMEOUT_S) if server.isdigit() else None
-            if answer is not None and answer.returncode == 0:
-                clients |= {pid: command_line(pid) for pid in answer.stdout.split() if pid.isdigit()}
+            if answer is None or answer.returncode != 0:
+                return None
+            clients |= {pid: command_line(pid) for pid in answer.stdout.split() if pid.isdigit()}
         return clients
 
     def _answers(self, env: Mapping[str, str], timeout_s: float = 10.0) -> bool:
