@@ -324,16 +324,20 @@ class OmniSettings(BaseModel):
         "out and hand them to code2wav. At 1 ms against the 5-ms default, code2wav's wait for its first window at one "
         "stream was unchanged (41.7 against 41.5 ms; benchmarks/gpu/2026-11-30-h200x2-pair-fused-prefetch/).",
     )
-    cuda_mps: bool = Field(
+    cuda_mps: bool | Literal["auto"] = Field(
         False,
         description="Run its stage processes (talker, codec decoder) as clients of a CUDA MPS daemon this server "
         "starts, so that their kernels share the GPU side by side instead of time-sliced; needs "
         "nvidia-cuda-mps-control (the NVIDIA driver's utilities). Under an MPS daemon set by CUDA_MPS_PIPE_DIRECTORY "
-        "(a GPU shared through the device plugin's MPS), that one serves. Off by default: on two H200s it did "
-        "1.09-1.10x the work at a sustained 32 streams but made each stream 5-8% slower at one "
-        "(benchmarks/gpu/2026-11-30-h200x2-mps-fill-swapped/). Turn it on for a GPU this server has to itself that "
-        "is kept at 32 streams or more, where the work done counts for more than one stream's pace; leave it off "
-        "where a GPU serves a few streams at a time, or other processes share it." + _deprecated("omni_cuda_mps"),
+        "(a GPU shared through the device plugin's MPS), that one serves. `auto`: only where, at the start, the GPU "
+        "is this server's alone (nvidia-smi lists no other compute process on it) and the control program is there; "
+        "otherwise without, the log saying why. Off by default. On two H200s it did 1.09-1.10x the work at a "
+        "sustained 32 streams but made each stream 5-8% slower at one "
+        "(benchmarks/gpu/2026-11-30-h200x2-mps-fill-swapped/); on one H200 at a steady 64 streams 1% ran dry against "
+        "9-12% without (one start, benchmarks/gpu/2026-12-02-h200-omni-code2wav-cap-8-two-starts/). Turn it on for a "
+        "GPU this server has to itself that is kept at 32 streams or more, where the work done counts for more than "
+        "one stream's pace; leave it off where a GPU serves a few streams at a time, or other processes share it."
+        + _deprecated("omni_cuda_mps"),
     )
     fixed_length: bool = Field(
         False,

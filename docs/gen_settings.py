@@ -80,6 +80,8 @@ def _type_name(annotation: Any) -> str:
         return f"list of {_type_name(item)} (comma list or JSON)"
     if origin is dict:
         return "JSON object"
+    if origin in (typing.Union, types.UnionType):  # several kinds, e.g. `true` | `false` | `auto`
+        return " | ".join(_type_name(part) for part in typing.get_args(annotation) if part is not type(None))
     if isinstance(annotation, type):
         return {"str": "text", "int": "integer", "float": "number", "bool": "`true` | `false`"}.get(
             annotation.__name__, annotation.__name__

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from app.engines.omni.cuda_mps import PIPE_VARIABLE, CudaMpsDaemon
+from app.engines.omni.cuda_mps import PIPE_VARIABLE, CudaMpsDaemon, gpu_neighbours
 
 pytestmark = pytest.mark.skipif(
     shutil.which("nvidia-cuda-mps-control") is None, reason="no nvidia-cuda-mps-control on this host"
@@ -65,7 +65,9 @@ def test_a_cuda_client_runs_through_the_daemon_and_stop_leaves_nothing() -> None
     process.wait(timeout=30)
     started = time.monotonic()
     daemon.stop()
-    print(f"quit took {time.monotonic() - started:.1f} s")
+    took = time.monotonic() - started
+    print(f"quit took {took:.1f} s")
+    assert took < 10  # no client left: 5 s allowed, not the 30 s every stop on H200s used to wait
     assert not running(pid) and not any(running(s) for s in servers)
     assert PIPE_VARIABLE not in os.environ and not os.path.exists(pipe)
 
@@ -89,3 +91,21 @@ def test_a_daemon_that_cannot_quit_in_time_is_killed_with_its_server() -> None:
     while any(running(s) for s in servers) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(running(s) for s in servers)  # the MPS server, with its client gone
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="no nvidia-smi on this host")
+def test_auto_starts_no_daemon_beside_a_process_nvidia_smi_lists_on_the_gpu() -> None:
+    """SPEECH_OMNI__CUDA_MPS=auto against the real nvidia-smi: a plain CUDA process (no MPS) on the GPU is listed as
+    a neighbour, and the daemon is then not started."""
+    process = client(120)
+    try:
+        neighbours = gpu_neighbours(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        assert neighbours is not None, "nvidia-smi could not list the GPU's processes"
+        if str(process.pid) not in neighbours:
+            pytest.skip(f"nvidia-smi does not show this process's pid (its PID namespace?): {neighbours}")
+        daemon = CudaMpsDaemon(only_alone=True)
+        daemon.start()
+        assert daemon.pid is None and PIPE_VARIABLE not in os.environ
+    finally:
+        process.kill()
+        process.wait()

@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
+from typing import Literal
 
 import pytest
 from pydantic import AliasChoices, BaseModel, Field
@@ -120,3 +121,17 @@ def test_the_hook_fills_the_settings_page_and_only_it() -> None:
     assert build(page, "api.md") == page
     with pytest.raises(ValueError, match="marker"):
         build("# Settings\n", "settings.md")
+
+
+def test_a_setting_of_several_kinds_names_each_of_them() -> None:
+    """SPEECH_OMNI__CUDA_MPS is `true`, `false` or `auto`: the page said `Union[bool, Literal['auto']]`."""
+
+    class Choice(BaseSettings):
+        model_config = SettingsConfigDict(env_prefix="SPEECH_T_")
+        mps: bool | Literal["auto"] = Field(False, description="Off by default.")
+        size: int | Literal["max"] | None = Field(None, description="")
+
+    markdown = gen.render(Choice)
+    assert rows(markdown)["SPEECH_T_MPS"][:2] == ["`true` \\| `false` \\| `auto`", "`false`"]
+    assert rows(markdown)["SPEECH_T_SIZE"][0] == "integer \\| `max`"
+    assert rows(gen.render(Settings))["SPEECH_OMNI__CUDA_MPS"][:2] == ["`true` \\| `false` \\| `auto`", "`false`"]

@@ -16,8 +16,16 @@ import pytest
 
 from app.engines import omni_engine
 from app.engines.omni import OmniEngine
-from app.engines.omni.cuda_mps import LOG_VARIABLE, PIPE_VARIABLE, CudaMpsDaemon, CudaMpsError, client_devices
+from app.engines.omni.cuda_mps import (
+    LOG_VARIABLE,
+    PIPE_VARIABLE,
+    CudaMpsDaemon,
+    CudaMpsError,
+    client_devices,
+    gpu_neighbours,
+)
 from app.settings import Settings
+from tests.fakes import nvidia_smi
 from tests.fakes.nvidia_cuda_mps_control import (
     ANSWER_DELAY_VARIABLE,
     CLIENTS_VARIABLE,
@@ -43,6 +51,9 @@ def daemons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     install(bin_dir)
+    nvidia_smi.install(bin_dir)  # no compute process on the GPU unless a test lists some
+    for variable in (nvidia_smi.APPS_VARIABLE, nvidia_smi.FAIL_VARIABLE, nvidia_smi.IDS_VARIABLE):
+        monkeypatch.delenv(variable, raising=False)
     pids_file = tmp_path / "daemon-pids"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv(PIDS_VARIABLE, str(pids_file))
@@ -63,19 +74,20 @@ def live_daemons() -> list[int]:
     return [pid for pid in started_daemons(Path(os.environ[PIDS_VARIABLE])) if alive(pid)]
 
 
-def engine_with_mps(model_dir: Path, tmp_path: Path, seen: dict[str, str | None]) -> OmniEngine:
+def engine_with_mps(model_dir: Path, tmp_path: Path, seen: dict[str, str | None], mps: bool | str = True) -> OmniEngine:
     omni = FakeAsyncOmni()
 
     def factory(**kwargs: object) -> FakeAsyncOmni:
         seen["pipe"] = os.environ.get(PIPE_VARIABLE)  # what the stage processes vllm-omni spawns now will inherit
         seen["devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
-        seen["daemon_devices"] = (Path(os.environ[LOG_VARIABLE]) / "visible-devices").read_text()
+        if LOG_VARIABLE in os.environ:
+            seen["daemon_devices"] = (Path(os.environ[LOG_VARIABLE]) / "visible-devices").read_text()
         omni.kwargs = kwargs
         return omni
 
     settings = Settings(
         engine="omni", model=str(model_dir), load_format="dummy", voice_store=str(tmp_path / "voices"),
-        deploy_config="deploy/vllm-omni/customvoice.yaml", omni_warmup_batch_sizes=[1], omni_cuda_mps=True,
+        deploy_config="deploy/vllm-omni/customvoice.yaml", omni_warmup_batch_sizes=[1], omni_cuda_mps=mps,
     )  # fmt: skip
     engine = omni_engine(settings, omni_factory=factory)
     defaults = coerce_param_message_types(omni.default_sampling_params_list, True)
@@ -274,3 +286,75 @@ def test_a_daemon_that_had_no_clients_left_is_not_waited_for_long(
     assert pid is not None and not alive(pid) and live_daemons() == []
     [record] = [record for record in caplog.records if "had no clients left" in record.getMessage()]
     assert record.levelname == "INFO" and "did not finish quitting" not in caplog.text
+
+
+async def test_auto_starts_the_daemon_on_a_gpu_no_other_process_uses(
+    daemons: None, custom_voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEECH_OMNI__CUDA_MPS=auto: where nvidia-smi lists no compute process on the server's GPUs (asked about those
+    CUDA_VISIBLE_DEVICES names), the stages start under the server's own daemon, as with `true`."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    monkeypatch.setenv(nvidia_smi.IDS_VARIABLE, str(tmp_path / "ids"))
+    seen: dict[str, str | None] = {}
+    engine = engine_with_mps(custom_voice_dir, tmp_path, seen, mps="auto")
+    await engine.start()
+    assert seen["pipe"] is not None and len(live_daemons()) == 1
+    assert (tmp_path / "ids").read_text() == "1,3"
+    await engine.close()
+    assert live_daemons() == [] and PIPE_VARIABLE not in os.environ
+
+
+@pytest.mark.parametrize(
+    ("setting", "why"),
+    [
+        ((nvidia_smi.APPS_VARIABLE, "4242,python3;4343,other"), "other processes use the GPU: {'4242': 'python3', "),
+        ((nvidia_smi.FAIL_VARIABLE, "1"), "nvidia-smi could not list the GPU's processes"),
+        (("PATH", "/nonexistent"), "nvidia-cuda-mps-control is not on PATH"),
+    ],
+)
+async def test_auto_starts_no_daemon_where_the_gpu_is_not_the_servers_alone_and_says_why(
+    daemons: None,
+    custom_voice_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    setting: tuple[str, str],
+    why: str,
+) -> None:
+    """A neighbour on the GPU, a GPU nvidia-smi cannot read, or no control program: `auto` serves without MPS (where
+    `true` refuses to start without the control program) and the log says which."""
+    caplog.set_level(logging.INFO, logger="app.engines.omni.cuda_mps")
+    monkeypatch.setenv(*setting)
+    seen: dict[str, str | None] = {}
+    engine = engine_with_mps(custom_voice_dir, tmp_path, seen, mps="auto")
+    await engine.start()
+    assert engine.health().ready and seen["pipe"] is None and live_daemons() == []
+    [said] = [record.getMessage() for record in caplog.records if "without MPS" in record.getMessage()]
+    assert said.startswith("omni engine without MPS (SPEECH_OMNI__CUDA_MPS=auto): " + why), said
+    await engine.close()
+
+
+def test_on_a_gpu_other_processes_use_true_starts_the_daemon_and_warns(
+    daemons: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(nvidia_smi.APPS_VARIABLE, "4242,python3")
+    daemon = CudaMpsDaemon()
+    daemon.start()
+    try:
+        assert daemon.pid is not None and alive(daemon.pid)
+        [warning] = [record for record in caplog.records if "other processes use" in record.getMessage()]
+        assert getattr(warning, "neighbours", None) == {"4242": "python3"}
+    finally:
+        daemon.stop()
+
+
+def test_gpu_neighbours_asks_about_the_servers_gpus_only_and_reads_each_process(
+    daemons: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(nvidia_smi.IDS_VARIABLE, str(tmp_path / "ids"))
+    monkeypatch.setenv(nvidia_smi.APPS_VARIABLE, "17,/usr/bin/python3;18,a, b")
+    assert gpu_neighbours("GPU-8977f7c4") == {"17": "/usr/bin/python3", "18": "a, b"}
+    assert (tmp_path / "ids").read_text() == "GPU-8977f7c4"
+    monkeypatch.delenv(nvidia_smi.APPS_VARIABLE)
+    assert gpu_neighbours(None) == {} and (tmp_path / "ids").read_text() == ""  # every GPU: no -i
+    assert gpu_neighbours("0", smi="no-such-program") is None

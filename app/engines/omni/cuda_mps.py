@@ -8,6 +8,10 @@ directories, started before vllm-omni spawns its stages, which inherit them thro
 CUDA_VISIBLE_DEVICES numbers the server's GPUs, their numbers as the MPS server gives them: 0, 1, ...); after the engine
 has shut down it is told to quit, and killed if it has not within the time allowed, so that it never outlives the
 server holding GPU memory.
+
+SPEECH_OMNI__CUDA_MPS=auto starts it only where the GPU is this server's alone: where, at the start, `nvidia-smi`
+lists no compute process on the server's GPUs and the control program is there. A neighbour that is not an MPS client
+would take turns with the MPS server as a whole, and the measured gains were on a GPU a server had to itself.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from collections.abc import Mapping
 log = logging.getLogger(__name__)
 
 CONTROL = "nvidia-cuda-mps-control"
+SMI = "nvidia-smi"
+SMI_TIMEOUT_S = 10.0
 PIPE_VARIABLE = "CUDA_MPS_PIPE_DIRECTORY"
 LOG_VARIABLE = "CUDA_MPS_LOG_DIRECTORY"
 DEVICES_VARIABLE = "CUDA_VISIBLE_DEVICES"
@@ -59,6 +65,30 @@ def client_devices(daemon_devices: str | None) -> str | None:
     return ",".join(str(index) for index in range(len(entries)))
 
 
+def gpu_neighbours(devices: str | None, smi: str = SMI) -> dict[str, str] | None:
+    """The compute processes on the GPUs `devices` names (CUDA_VISIBLE_DEVICES' indices or UUIDs; every GPU of the
+    host where it names none), each pid with its name, as `nvidia-smi` lists them; None where it is missing or fails.
+    In a container it lists only the processes its PID namespace shows: others' may be left out."""
+    binary = shutil.which(smi)
+    if binary is None:
+        return None
+    command = [binary, "--query-compute-apps=pid,process_name", "--format=csv,noheader"]
+    if devices and devices.strip():
+        command += ["-i", devices.strip()]
+    try:
+        listed = subprocess.run(command, capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0:
+        return None
+    neighbours: dict[str, str] = {}
+    for line in listed.stdout.splitlines():
+        pid, _, name = line.partition(",")
+        if pid.strip().isdigit():  # not "No running processes found" nor "[N/A]"
+            neighbours[pid.strip()] = name.strip()
+    return neighbours
+
+
 class CudaMpsError(RuntimeError):
     """The MPS daemon could not be started or does not answer."""
 
@@ -71,8 +101,13 @@ class CudaMpsDaemon:
         answer_timeout_s: float = 10.0,
         quit_timeout_s: float = 30.0,
         clientless_quit_timeout_s: float = CLIENTLESS_QUIT_TIMEOUT_S,
+        only_alone: bool = False,
+        smi: str = SMI,
     ) -> None:
         self._control = control
+        # SPEECH_OMNI__CUDA_MPS=auto: started only on a GPU with no other compute process, otherwise none, and why said
+        self._only_alone = only_alone
+        self._smi = smi
         self._root = root  # where the private directory goes (default: the temporary directory)
         self._answer_timeout_s = answer_timeout_s
         # `quit` returns only once the MPS server has gone: on an H100, 10 s after vllm-omni's last stage had stopped
@@ -104,18 +139,36 @@ class CudaMpsDaemon:
         return self._process.pid if self._process is not None else None
 
     def start(self) -> None:
-        """Start the daemon and point this process's environment at it; raise CudaMpsError if it cannot serve."""
+        """Start the daemon and point this process's environment at it; raise CudaMpsError if it cannot serve. Where
+        only a GPU of its own will do (`only_alone`) and this one is not, start nothing and say why."""
         with self._lock:
             if self._stopped:
                 raise CudaMpsError("the server stopped before its MPS daemon had started")
             binary = shutil.which(self._control)
+            given = bool(os.environ.get(PIPE_VARIABLE))  # an operator's daemon: their choice, whatever runs beside
+            neighbours = None if given else gpu_neighbours(os.environ.get(DEVICES_VARIABLE), self._smi)
+            if self._only_alone and not given:
+                why_not = (
+                    f"{self._control} is not on PATH" if binary is None
+                    else f"{self._smi} could not list the GPU's processes" if neighbours is None
+                    else f"other processes use the GPU: {neighbours}" if neighbours
+                    else None
+                )  # fmt: skip
+                if why_not is not None:
+                    log.info("omni engine without MPS (SPEECH_OMNI__CUDA_MPS=auto): " + why_not)
+                    return
+            if neighbours:
+                log.warning(
+                    "omni engine under MPS on a GPU other processes use: each takes turns with the MPS server",
+                    extra={"neighbours": neighbours},
+                )
             if binary is None:
                 raise CudaMpsError(
                     f"SPEECH_OMNI__CUDA_MPS is on but {self._control} is not on PATH: it ships with the NVIDIA "
                     "driver's utilities (in a container, the NVIDIA runtime mounts it with the compute capability)"
                 )
             self._binary = binary
-            if os.environ.get(PIPE_VARIABLE):
+            if given:
                 # an operator's daemon (e.g. a GPU shared through the device plugin's MPS): use it, start none
                 if not self._answers(os.environ):
                     raise CudaMpsError(f"no MPS control daemon answers at {PIPE_VARIABLE}={os.environ[PIPE_VARIABLE]}")

@@ -303,7 +303,7 @@ class OmniEngine:
                 "random weights (load_format dummy): code2wav decodes eagerly, without the profile's decoder graphs "
                 "and batching, so its timing is not that of real weights"
             )
-        self._mps = CudaMpsDaemon() if settings.cuda_mps else None
+        self._mps = CudaMpsDaemon(only_alone=settings.cuda_mps == "auto") if settings.cuda_mps else None
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
