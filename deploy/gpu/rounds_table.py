@@ -37,6 +37,7 @@ LEVELS = (
     ("burst of 32", "closed-burst-c32"),
     ("steady c=8", "closed-c8"),
     ("steady c=32", "closed-c32"),
+    ("steady c=64", "closed-c64"),  # only where lever-starts.sh's SWEEPS named steady-c64
 )
 # what each level's results.json (the load tool's first run) gives, by name
 LEVEL_FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {

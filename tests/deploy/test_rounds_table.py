@@ -112,3 +112,19 @@ def test_steps_shows_each_phase_of_the_talkers_steps_at_one_stream_and_at_32_one
     assert "| prompt: prompt | 5.4 / 14.9 | 5.4 / 14.9 |" in at_32
     assert not [line for line in lines if "execute_model" in line]  # in no round's tables: no row
     assert "| decode: to the next step |" not in table(tmp_path, "--rounds", "a1", "s1").stdout  # only with --steps
+
+
+def test_a_steady_64_is_a_level_of_its_own_where_a_round_ran_it(tmp_path: Path) -> None:
+    """lever-starts.sh's steady-c64 (closed-c64) is tabled and judged like the other levels; without it, no row."""
+    write_round(tmp_path / "a1", 110, 20.0, 11.0)
+    write_round(tmp_path / "m1", 100, 22.0, 10.0)
+    run = {"uninterrupted_s": {"p50": 0.1, "p95": 0.151}, "ran_dry_share": 0.01, "throughput_rps": 31.81}
+    (tmp_path / "m1" / "closed-c64").mkdir()
+    (tmp_path / "m1" / "closed-c64" / "results.json").write_text(json.dumps({"runs": [run]}))
+    lines = table(tmp_path, "--rounds", "a1", "m1", "--baseline", "a1").stdout.splitlines()
+    assert "| steady c=64 uninterrupted p95 | – | 151 |" in lines
+    assert "| steady c=64 ran dry % | – | 1 |" in lines
+    assert "| steady c=64 req/s | – | 31.81 |" in lines
+    ratios = lines[lines.index("| figure | m1 |") :]
+    assert not [line for line in ratios if "steady c=64" in line]  # the baseline lacks it: no ratio to show
+    assert "steady c=64" not in table(tmp_path, "--rounds", "a1").stdout
