@@ -331,13 +331,13 @@ class OmniSettings(BaseModel):
         "nvidia-cuda-mps-control (the NVIDIA driver's utilities). Under an MPS daemon set by CUDA_MPS_PIPE_DIRECTORY "
         "(a GPU shared through the device plugin's MPS), that one serves. `auto`: only where, at the start, the GPU "
         "is this server's alone (nvidia-smi lists no other compute process on it) and the control program is there; "
-        "otherwise without, the log saying why. Off by default. On two H200s it did 1.09-1.10x the work at a "
-        "sustained 32 streams but made each stream 5-8% slower at one "
-        "(benchmarks/gpu/2026-11-30-h200x2-mps-fill-swapped/); on one H200 at a steady 64 streams 1% ran dry against "
-        "9-12% without (one start, benchmarks/gpu/2026-12-02-h200-omni-code2wav-cap-8-two-starts/). Turn it on for a "
-        "GPU this server has to itself that is kept at 32 streams or more, where the work done counts for more than "
-        "one stream's pace; leave it off where a GPU serves a few streams at a time, or other processes share it."
-        + _deprecated("omni_cuda_mps"),
+        "otherwise without, the log saying why. Off by default. It does not win at every level: on one H200, two "
+        "starts each, at a steady 32 and 64 streams it cut the time to uninterrupted audio p95 to 0.73-0.76x with "
+        "1.03-1.06x the work and at most 1% of streams ran dry at 64 against 6-8% without, but each stream was "
+        "slower at one (1.07-1.18x end to end) and vllm-omni's own benchmark at 32 did not favour it "
+        "(benchmarks/gpu/2026-12-03-h200-omni-mps-two-starts/). Use `auto` for a GPU this server has to itself that "
+        "is kept at 32 streams or more, where the work done counts for more than one stream's pace; leave it off "
+        "where a GPU serves a few streams at a time, or other processes share it." + _deprecated("omni_cuda_mps"),
     )
     fixed_length: bool = Field(
         False,
