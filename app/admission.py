@@ -21,6 +21,20 @@ class Rejected(Exception):
         self.retry_after_s = retry_after_s
 
 
+class HoldTime:
+    """How long a place is held (a slot of the gate, a place of an API key's): a moving average of the holds
+    observed, the first five weighed alike, then each a fifth; 1 s before any, so that a hint can be given at once."""
+
+    def __init__(self) -> None:
+        self.seconds = 1.0
+        self._observed = 0
+
+    def observe(self, held_s: float) -> None:
+        self._observed += 1
+        weight = 0.2 if self._observed > 5 else 1.0 / self._observed
+        self.seconds += weight * (held_s - self.seconds)
+
+
 @dataclass
 class Ticket:
     granted_at: float
@@ -37,8 +51,7 @@ class AdmissionGate:
         self.queue_timeout_s = queue_timeout_s
         self.in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
-        self._service_s = 1.0  # moving average of how long a slot is held; seeds Retry-After before any data
-        self._observed = 0
+        self._service = HoldTime()
 
     @property
     def queued(self) -> int:
@@ -47,7 +60,7 @@ class AdmissionGate:
     def retry_after_s(self) -> int:
         """Seconds until the queue ahead would have drained at the observed service time (at least 1)."""
         ahead = self.in_flight + self.queued
-        return max(1, math.ceil(self._service_s * max(ahead, 1) / self.max_concurrency))
+        return max(1, math.ceil(self._service.seconds * max(ahead, 1) / self.max_concurrency))
 
     async def acquire(self) -> Ticket:
         arrived = time.perf_counter()
@@ -95,10 +108,7 @@ class AdmissionGate:
         if ticket.released:
             return
         ticket.released = True
-        held = time.perf_counter() - ticket.granted_at
-        self._observed += 1
-        weight = 0.2 if self._observed > 5 else 1.0 / self._observed
-        self._service_s += weight * (held - self._service_s)
+        self._service.observe(time.perf_counter() - ticket.granted_at)
         self._release_slot()
 
     def _release_slot(self) -> None:

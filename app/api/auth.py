@@ -16,13 +16,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
+from app.admission import HoldTime
 from app.api.errors import ApiError, websocket_error_message
 from app.api.middleware import log_api_request, request_id_of, send_error
 from app.settings import InvalidSettings
@@ -65,13 +69,36 @@ def _bearer(header: str) -> str:
     return presented.strip() if scheme.lower() == "bearer" else ""
 
 
+@dataclass
+class KeyPlaces:
+    """What one key's counted requests hold: when each of those still running began, and how long one has held its
+    place (`HoldTime`, as the admission gate's slots). The limit counts requests, not time: a place frees when a
+    request ends, so when the next one will is an estimate from the key's own requests."""
+
+    started: list[float] = field(default_factory=list)
+    hold: HoldTime = field(default_factory=HoldTime)
+
+    def free_in_s(self, now: float) -> int:
+        """Whole seconds, rounded up (at least 1), until the key's oldest running request would end at its observed
+        hold time: the first of its places expected to free (asked only while one runs at least). One already past
+        it may end any moment: 1."""
+        return max(1, math.ceil(self.hold.seconds - (now - min(self.started))))
+
+
 class ApiKeyMiddleware:
-    def __init__(self, app: ASGIApp, keys: list[str], max_concurrency_per_key: int | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: list[str],
+        max_concurrency_per_key: int | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.app = app
         # compare digests of equal length: the time taken tells nothing about how much of a key matched
         self._digests = [hashlib.sha256(key.encode()).digest() for key in keys]
         self._max_per_key = max_concurrency_per_key
-        self._in_flight: dict[int, int] = {}
+        self._places: dict[int, KeyPlaces] = {}
+        self._clock = clock  # a test's own, so that a hold's length is what it says
 
     def _match(self, presented: str) -> int | None:
         digest = hashlib.sha256(presented.encode()).digest()
@@ -103,13 +130,14 @@ class ApiKeyMiddleware:
 
     def _admit(self, presented: str, given: bool, how: str, counted: bool = True) -> int | ApiError:
         """The key a request holds while it runs, or its refusal: no or a wrong key (401), or, for speech
-        (`counted`), the key already running as many as it may (429)."""
+        (`counted`), the key already running as many as it may (429, `Retry-After` when a place should free)."""
         key = self._match(presented) if presented else None
         if key is None:
             metrics.REJECTED.labels("unauthorized").inc()
             message = "Incorrect API key provided." if given else f"You didn't provide an API key. {how}"
             return ApiError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
-        if counted and self._max_per_key is not None and self._in_flight.get(key, 0) >= self._max_per_key:
+        places = self._places.setdefault(key, KeyPlaces())
+        if counted and self._max_per_key is not None and len(places.started) >= self._max_per_key:
             metrics.REJECTED.labels("per_key_limit").inc()
             return ApiError(
                 429,
@@ -117,7 +145,7 @@ class ApiKeyMiddleware:
                 f"request{'' if self._max_per_key == 1 else 's'} in progress.",
                 type="requests",
                 code="rate_limit_exceeded",
-                headers={"Retry-After": "1"},
+                headers={"Retry-After": str(places.free_in_s(self._clock()))},
             )
         return key
 
@@ -126,14 +154,17 @@ class ApiKeyMiddleware:
         response's last byte or the WebSocket's close is sent (or once the client has left the WebSocket), not when
         the app returns after it. A client that sends its next request as soon as it has read the last one is then
         never refused for a request that it has already seen end."""
-        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        places = self._places[key]
+        started = self._clock()
+        places.started.append(started)
         held = True
 
         def release() -> None:
             nonlocal held
             if held:
                 held = False
-                self._in_flight[key] -= 1
+                places.started.remove(started)
+                places.hold.observe(self._clock() - started)
 
         async def sending(message: Message) -> None:
             kind = message["type"]

@@ -193,7 +193,9 @@ def test_a_key_at_its_limit_is_refused_with_1013(limited_server: RunningServer) 
         with connect(ws_url(limited_server, f"?api_key={KEY}")) as second:
             error = json.loads(second.recv(timeout=10))
             assert (error["type"], error["code"]) == ("error", "rate_limit_exceeded")
-            assert error["retry_after"] == 1 and error["error"]["type"] == "requests"
+            # when the first session should end, at how long the key's earlier ones held their place: at least 1 s
+            assert isinstance(error["retry_after"], int) and error["retry_after"] >= 1
+            assert error["error"]["type"] == "requests"
             assert closed_with(second) == 1013
         body = {"model": "tts-1", "voice": "alloy", "input": "Over HTTP.", "response_format": "pcm"}
         response = httpx.post(f"{limited_server.base_url}/v1/audio/speech", json=body, headers=AUTH, timeout=30)

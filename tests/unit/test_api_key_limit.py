@@ -1,6 +1,6 @@
 """SPEECH_API_KEY_MAX_CONCURRENCY as a client that never runs two requests at once meets it: the key's place is free
 again by the time the client has seen its request end (the response's last byte, the WebSocket's close), so that its
-next request, sent at once, is never refused for the one before."""
+next request, sent at once, is never refused for the one before; and a client refused is told when to come back."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ async def test_a_request_sent_as_the_last_one_ends_is_not_refused() -> None:
     client = NextRequestOnEnd(middleware, last_byte)
     await middleware(http_scope(), http_receive, client)
     assert client.next_status == 200
-    assert middleware._in_flight == {0: 0}
+    assert middleware._places[0].started == []
 
 
 async def test_a_request_sent_once_the_client_left_its_websocket_is_not_refused() -> None:
@@ -102,7 +102,7 @@ async def test_a_request_sent_once_the_client_left_its_websocket_is_not_refused(
 
     await middleware(ws_scope(), receive, send)
     assert statuses == [200]
-    assert middleware._in_flight == {0: 0}
+    assert middleware._places[0].started == []
 
 
 async def test_the_limit_still_holds_while_a_request_runs() -> None:
@@ -110,7 +110,7 @@ async def test_the_limit_still_holds_while_a_request_runs() -> None:
     client = NextRequestOnEnd(middleware, lambda message: message.get("more_body") is True)
     await middleware(http_scope(), http_receive, client)
     assert client.next_status == 429
-    assert middleware._in_flight == {0: 0}
+    assert middleware._places[0].started == []
 
 
 async def test_a_key_busy_speaking_may_still_list_models_and_voices_but_not_speak_again() -> None:
@@ -145,4 +145,53 @@ async def test_a_key_busy_speaking_may_still_list_models_and_voices_but_not_spea
         "POST /v1/audio/speech/batch": 429,
         "POST /v1/audio/voices": 429,
     }
-    assert middleware._in_flight == {0: 0}
+    assert middleware._places[0].started == []
+
+
+class FakeClock:
+    """The middleware's clock, moved by the test alone: a hold lasts exactly as long as the test says."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def answer(middleware: ApiKeyMiddleware) -> tuple[int, dict[bytes, bytes]]:
+    """A counted request's status and headers."""
+    started: list[Message] = []
+
+    async def record(sent: Message) -> None:
+        if sent["type"] == "http.response.start":
+            started.append(sent)
+
+    await middleware(http_scope(), http_receive, record)
+    return started[0]["status"], dict(started[0]["headers"])
+
+
+async def test_a_key_at_its_limit_is_told_when_its_oldest_request_should_end() -> None:
+    """The limit counts requests, not time: a place frees when one of the key's requests ends. Retry-After is when
+    the oldest running one should, at how long the key's requests have held their places, rounded up to whole
+    seconds; one already past that may end any moment (1). Before, it was 1 whatever the key was running."""
+    clock = FakeClock()
+    middleware = ApiKeyMiddleware(answering_app(), [KEY], max_concurrency_per_key=1, clock=clock)
+
+    async def ten_seconds_of_audio(message: Message) -> None:
+        if message.get("more_body") is True:
+            clock.now += 10.0
+
+    await middleware(http_scope(), http_receive, ten_seconds_of_audio)  # the key's requests hold a place 10 s
+    told: dict[float, tuple[int, bytes | None]] = {}
+
+    async def refused_while_streaming(message: Message) -> None:
+        if message.get("more_body") is True:
+            began = clock.now
+            for running_s in (3.5, 9.0, 12.0):
+                clock.now = began + running_s
+                status, headers = await answer(middleware)
+                told[running_s] = (status, headers.get(b"retry-after"))
+
+    await middleware(http_scope(), http_receive, refused_while_streaming)
+    assert told == {3.5: (429, b"7"), 9.0: (429, b"1"), 12.0: (429, b"1")}
+    assert middleware._places[0].started == []
