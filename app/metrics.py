@@ -1,7 +1,7 @@
 """The service's Prometheus families. They live in the process's default registry, beside vllm-omni's own.
 
-Labels stay bounded: status codes, the six formats, two stream kinds, a handful of reasons. Never a request id, a
-voice name or a text.
+Labels stay bounded: status codes, the six formats, two stream kinds, a handful of reasons, the service's own error
+codes. Never a request id, a voice name or a text.
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 LOOP_LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 REQUESTS = Counter(
-    "speech_requests_total", "Speech requests answered, by HTTP status.", ["status", "response_format", "stream"]
+    "speech_requests_total",
+    "Speech requests answered, by HTTP status; an error by the `code` of its OpenAI error body too (empty: none).",
+    ["status", "response_format", "stream", "code"],
 )
 TTFA = Histogram(
     "speech_ttfa_seconds",
@@ -134,6 +136,12 @@ START = Gauge(
     "total, from the service's first import until the engine was warm.",
     ["phase"],
 )
+
+
+def count_request(status: int, response_format: str, stream: str, code: str | None) -> None:
+    """One speech request answered (`REQUESTS`); `code` is its error body's code, and None (a success, a 499, which
+    has no body) the empty label, as the body's null would be."""
+    REQUESTS.labels(str(status), response_format, stream, code or "").inc()
 
 
 # The streams a ran-dry share is counted for, each at 0 from the start: with none run dry it reads 0, not "no data".

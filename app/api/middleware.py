@@ -306,7 +306,7 @@ class SpeechAccountingMiddleware:
             summary.setdefault("stream_format", "batch")
         response_format = str(summary.get("response_format", "unknown"))
         stream = str(summary.get("stream_format", "unknown"))
-        metrics.REQUESTS.labels(str(status), response_format, stream).inc()
+        metrics.count_request(status, response_format, stream, refusal.get("code"))  # the code the client was told
         summary.update(request_id=state.get("request_id", ""), status=status)
         if (timeline := state.get("ttfa_timeline")) is not None:  # milestones reached, in s since arrival
             summary["timeline_s"] = timeline.offsets()

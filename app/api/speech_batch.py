@@ -121,7 +121,7 @@ def count(outcome: ItemOutcome | ApiError, error: ApiError | None, request_id: s
     """Each item is counted and logged as one speech request, `stream` label `batch`; one that failed with why, as a
     request refused is (`error`: its `item_error`)."""
     status = 200 if error is None else error.status
-    metrics.REQUESTS.labels(str(status), response_format, "batch").inc()
+    metrics.count_request(status, response_format, "batch", error.code if error is not None else None)
     summary = dict(outcome.summary) if isinstance(outcome, ItemOutcome) else {"stream_format": "batch"}
     summary.setdefault("response_format", response_format)
     if status == CLIENT_LEFT:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.types import Message, Receive, Scope, Send
+from prometheus_client import REGISTRY
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.auth import ApiKeyMiddleware
+from app.api.middleware import SpeechAccountingMiddleware
 
 KEY = "sk-unit-0123456789"
 AUTH = [(b"authorization", f"Bearer {KEY}".encode())]
@@ -30,7 +32,7 @@ class NextRequestOnEnd:
     """The client: the moment its request ends for it (what `ends` names is sent), it sends its next request through
     the same middleware, and keeps the status that request was answered with."""
 
-    def __init__(self, middleware: ApiKeyMiddleware, ends: Any) -> None:
+    def __init__(self, middleware: ASGIApp, ends: Any) -> None:
         self.middleware = middleware
         self.ends = ends
         self.next_status: int | None = None
@@ -195,3 +197,17 @@ async def test_a_key_at_its_limit_is_told_when_its_oldest_request_should_end() -
     await middleware(http_scope(), http_receive, refused_while_streaming)
     assert told == {3.5: (429, b"7"), 9.0: (429, b"1"), 12.0: (429, b"1")}
     assert middleware._places[0].started == []
+
+
+async def test_a_request_refused_at_its_keys_limit_is_counted_with_the_code_its_error_carries() -> None:
+    """As the server stacks them (app/server.py): the speech accounting counts the 429 under `rate_limit_exceeded`,
+    the code of the error body it was answered with. It was told from the others by no label (its format and stream
+    `unknown`: refused before its body was read)."""
+    limited = ApiKeyMiddleware(answering_app(), [KEY], max_concurrency_per_key=1)
+    counted = SpeechAccountingMiddleware(limited)
+    labels = {"status": "429", "response_format": "unknown", "stream": "unknown", "code": "rate_limit_exceeded"}
+    before = REGISTRY.get_sample_value("speech_requests_total", labels) or 0.0
+    client = NextRequestOnEnd(counted, lambda message: message.get("more_body") is True)  # the whole stack again
+    await counted(http_scope(), http_receive, client)
+    assert client.next_status == 429
+    assert (REGISTRY.get_sample_value("speech_requests_total", labels) or 0.0) - before == 1

@@ -45,7 +45,7 @@ async def test_a_batch_none_of_whose_items_was_admitted_is_a_429_with_the_longes
         raise Full("queue_full", next(waits))
 
     monkeypatch.setattr(SpeechService, "admitted", full)
-    labels = {"status": "429", "response_format": "pcm", "stream": "batch"}
+    labels = {"status": "429", "response_format": "pcm", "stream": "batch", "code": "rate_limit_exceeded"}
     before = REGISTRY.get_sample_value("speech_requests_total", labels) or 0.0
     response = await answer(custom_voice_dir, 3)
     assert response.status_code == 429, response.text

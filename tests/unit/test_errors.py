@@ -299,7 +299,7 @@ async def test_a_request_refused_for_its_request_id_is_counted_and_logged_as_eve
     accounting and the API request log as a 400 from the schema or a refused key does, under the id it answered
     with; it had been answered before either saw it, neither counted nor logged."""
     app = create_app(Settings(engine="embedded"))
-    labels = {"status": "400", "response_format": "unknown", "stream": "unknown"}
+    labels = {"status": "400", "response_format": "unknown", "stream": "unknown", "code": "invalid_value"}
     before = REGISTRY.get_sample_value("speech_requests_total", labels) or 0.0
     bad = {"X-Request-Id": b"esc\x1b[31m"}
     with caplog.at_level(logging.INFO, logger="app.api.middleware"):
@@ -315,6 +315,28 @@ async def test_a_request_refused_for_its_request_id_is_counted_and_logged_as_eve
         line = lines.get(answer.headers[REQUEST_ID_HEADER])
         assert line is not None and line.getMessage() == message, caplog.text
         assert (getattr(line, "status", None), getattr(line, "error", None)) == (400, refused)
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"input": "Hi.", "bogus": 1}, "unknown_parameter"),
+        ({"voice": "alloy"}, "missing_required_parameter"),
+        ({"input": "Hi.", "speed": "fast"}, "invalid_type"),
+        ("not an object", "invalid_request"),
+    ],
+)
+async def test_a_request_the_schema_refuses_is_counted_with_the_code_its_error_carries(body: object, code: str) -> None:
+    """The server's own stack: a 400 from the request's schema is counted under the `code` of the error body it was
+    answered with, as every error is. It was told from the others by no label (its format and stream `unknown`, as
+    the body was never read as a request)."""
+    app = create_app(Settings(engine="embedded"))
+    labels = {"status": "400", "response_format": "unknown", "stream": "unknown", "code": code}
+    before = REGISTRY.get_sample_value("speech_requests_total", labels) or 0.0
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        answer = await client.post("/v1/audio/speech", json=body)
+    assert (answer.status_code, answer.json()["error"]["code"]) == (400, code)
+    assert (REGISTRY.get_sample_value("speech_requests_total", labels) or 0.0) - before == 1
 
 
 def test_a_websocket_upgrade_refused_or_accepted_carries_its_request_id() -> None:
