@@ -72,12 +72,13 @@ class AdmissionGate:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), self.queue_timeout_s)  # raises Rejected if refused
-        except TimeoutError:
-            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:  # granted in the same instant
-                return Ticket(time.perf_counter(), time.perf_counter() - arrived)
-            waiter.cancel()
-            raise Rejected("queue_timeout", self.retry_after_s()) from None
+            # asyncio.wait, not wait_for: Python 3.11's wait_for returns a result that came in the step its caller
+            # was cancelled and drops the cancel, so a caller stopped as it was handed the slot (a batch item its
+            # batch's drain, deadline or departed client stopped) ran on past its stop; wait always raises it
+            await asyncio.wait((waiter,), timeout=self.queue_timeout_s)
+            if not waiter.done():  # no slot in time (one granted in the same instant is taken)
+                waiter.cancel()
+                raise Rejected("queue_timeout", self.retry_after_s())
         except asyncio.CancelledError:  # the caller went away while queued
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 self._release_slot()  # it was handed a slot it will never use
@@ -86,6 +87,7 @@ class AdmissionGate:
             raise
         finally:
             self._prune()
+        waiter.result()  # raises Rejected if refused (a drain out of time)
         now = time.perf_counter()
         return Ticket(now, now - arrived)
 

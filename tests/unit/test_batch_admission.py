@@ -385,3 +385,47 @@ async def test_a_batch_is_stopped_once_whoever_asks_after_the_first() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert ended.reason == "drain" and task.cancelling() == 1
+
+
+async def test_an_item_handed_its_slot_in_the_instant_a_drain_stops_the_batch_ends_with_the_drain(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one slot is handed to the batch's queued item in the very step the drain stops the batch. Python 3.11's
+    `asyncio.wait_for` then returns the slot and drops the cancel: the item ran on, past the stop, until its own
+    deadline, and was answered and counted as a 504 timeout (`speech_aborted_total{reason="timeout"}`). It never
+    started before the stop: it ends with the batch's reason, the drain's 503, and no synthesis is begun for it."""
+    stops: list[batch.BatchStop] = []
+
+    class Kept(batch.BatchStop):
+        def __init__(self, task: asyncio.Task[None], ended: batch.BatchEnd) -> None:
+            super().__init__(task, ended)
+            stops.append(self)
+
+    monkeypatch.setattr(batch, "BatchStop", Kept)
+    fake = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, fake, max_concurrency=1, request_timeout_s=1.0)
+    await engine.start()
+    fake.step_delay_s = 3600.0  # after its warm-up: an item that reaches the engine runs until its deadline
+    app = create_app(service_settings(engine), engine=engine)
+    gate: AdmissionGate = app.state.gate
+    held = await gate.acquire()  # another request's slot: the item queues behind it
+    acquire, queues = AdmissionGate.acquire, asyncio.Event()
+
+    async def told(self: AdmissionGate) -> object:
+        queues.set()  # the test resumes once this has run up to its wait in the queue
+        return await acquire(self)
+
+    monkeypatch.setattr(AdmissionGate, "acquire", told)
+    before = {reason: aborted(reason) for reason in ("timeout", "drain")}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        body = {"voice": "vivian", "response_format": "pcm", "items": [ITEM]}
+        posted = asyncio.ensure_future(client.post("/v1/audio/speech/batch", json=body, timeout=60))
+        await queues.wait()
+        assert gate.queued == 1
+        gate.release(held)  # the slot goes to the queued item...
+        stops[0].stop("drain")  # ...in the step the drain stops its batch
+        response = await posted
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["code"] == "server_shutting_down"
+    assert aborted("timeout") == before["timeout"]
+    assert gate.idle  # the slot it was handed is free again
