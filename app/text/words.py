@@ -81,6 +81,11 @@ def align_words(written: Sequence[str], spoken: Sequence[SpokenWord]) -> list[Wo
     the reader rewrote (numbers, abbreviations, symbols) shares the time of the spoken words in its place."""
     if not written:
         return []
+    # Punctuation standing alone ("well - maybe", "A – B") is no written word; the forced aligner, given the text as
+    # written, times it as a word of its own, over the pause it marks. Left in, it stretched the word before it over
+    # that pause (a spoken word with no written one), or pulled the first word back to it: left out, as the pause of
+    # the punctuation after a word is (`words_from_pieces`), its neighbours keep their own times.
+    spoken = [word for word in spoken if written_words(word.text)]
     if not spoken:
         return [WordTiming(word, 0.0, 0.0) for word in written]
     timings: list[WordTiming] = []

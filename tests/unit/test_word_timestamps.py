@@ -78,6 +78,31 @@ def test_unspoken_words_are_instants_and_extra_spoken_words_extend_the_previous_
     assert align_words(["a"], []) == [WordTiming("a", 0, 0)]
 
 
+def test_a_dash_standing_alone_is_no_word_and_lends_its_pause_to_no_word_beside_it() -> None:
+    """The forced aligner is given the text as written and times a dash between spaces as a word of its own, over the
+    pause it marks (on hibari's "Well - maybe", Whisper put "-" at 0.58-0.84 s). It is punctuation, no written word,
+    as a comma is: it stretched the word before it over the pause ("Well" to 0.84 s, hibari's own ends at 0.60 s), or
+    pulled a first word back to it, where a comma's pause is left out of its word."""
+    written = written_words("Well - maybe, A – B.")
+    assert written == ["Well", "maybe", "A", "B"]
+    aligned = [
+        SpokenWord("Well", 0.3, 0.6), SpokenWord("-", 0.6, 0.85), SpokenWord("maybe,", 0.85, 1.1),
+        SpokenWord("A", 1.1, 1.3), SpokenWord("–", 1.3, 1.5), SpokenWord("B.", 1.5, 1.7),
+    ]  # fmt: skip
+    assert align_words(written, aligned) == [
+        WordTiming("Well", 0.3, 0.6), WordTiming("maybe", 0.85, 1.1), WordTiming("A", 1.1, 1.3),
+        WordTiming("B", 1.5, 1.7),
+    ]  # fmt: skip
+    leading = [SpokenWord("—", 0.3, 0.5), SpokenWord("Maybe", 0.5, 0.6), SpokenWord("so.", 0.6, 0.9)]
+    assert align_words(written_words("— Maybe so."), leading) == [
+        WordTiming("Maybe", 0.5, 0.6), WordTiming("so", 0.6, 0.9)
+    ]  # fmt: skip
+    # a symbol that is a word as written ("&", "§") is still matched, and a reader's extra word still extends its own
+    assert align_words(["a", "&", "b"], spoken("a", "&", "b", "uh")) == [
+        WordTiming("a", 0, 0.5), WordTiming("&", 1, 1.5), WordTiming("b", 2, 3.5)
+    ]  # fmt: skip
+
+
 def test_durations_output_is_an_appended_protobuf_field() -> None:
     patched = hibari_alignment.with_durations_output(b"MODEL")
     name = hibari_alignment.DURATIONS_OUTPUT.encode()
