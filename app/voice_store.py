@@ -6,7 +6,9 @@ name: that rename is the atomic claim on a name (it fails onto a voice's directo
 same name at once get one 201 and one 409, and a voice is visible whole or not at all. A directory a replica left
 half-made or damaged (it died, the volume was touched by hand) is no voice: not found, not listed, and a delete clears
 it. Deleting renames the directory away first. Nothing is cached across processes: every replica reads the store, so
-an upload or a delete through one is seen by all at once. A voice is named by its name or by its id.
+an upload or a delete through one is seen by all at once. A voice is named by its name or by its id. What a replica
+that died left of a create or a delete (its hidden directory) is swept when a replica starts, once old enough that no
+live replica can still be at work in it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ ID_PATTERN = re.compile(r"voice_[0-9a-f]{32}")
 CACHE_VOICES = 64
 _META = "voice.json"
 _AUDIO = "audio.wav"
+_CREATING = ".creating-"  # a voice being made, renamed to its name once whole
+_DELETED = ".deleted-"  # a voice being deleted, renamed away before it is removed
+# A hidden directory left this long after its last change is a leftover of a replica that died. A live replica's create
+# writes its two files and renames the directory within seconds, and a delete removes its tombstone right after the
+# rename; the margin is for the clocks of the replicas and of the shared volume's server, which need not agree, and
+# for a slow volume. A younger one may be another replica's create in progress, which a sweep would break.
+LEFTOVER_AGE_S = 15 * 60
 
 
 class VoiceExists(Exception):
@@ -92,6 +101,41 @@ class VoiceStore:
         self.root = Path(root)
         # (name, id) -> decoded clip, most recently used last; bounded (a 30 s clip is ~3 MB decoded)
         self._audio_cache: OrderedDict[tuple[str, str], ReferenceAudio] = OrderedDict()
+
+    def sweep_leftovers(self, older_than_s: float = LEFTOVER_AGE_S, now: float | None = None) -> int:
+        """Remove what creates and deletes left half-done (their hidden directories) when their replica died, once
+        unchanged for `older_than_s` (`now`: the wall-clock time to judge by, time.time() unless given); returns how
+        many. Nothing else in the store is touched, and a store that is not there or cannot be read is left as it is
+        (logged): a server starts whatever is left."""
+        now = time.time() if now is None else now
+        try:
+            if not self.root.is_dir():  # nothing stored yet
+                return 0
+            entries = [entry for entry in self.root.iterdir() if entry.name.startswith((_CREATING, _DELETED))]
+        except OSError as exc:
+            log.warning("voice store: %s cannot be listed (%s): leftovers not swept", self.root, exc)
+            return 0
+        swept = 0
+        for entry in entries:
+            try:
+                info = entry.lstat()
+                # its last change: ctime moves with a rename (a tombstone's mtime is still its voice's creation) and
+                # with every file written into it; mtime too, for one set ahead by hand
+                if now - max(info.st_mtime, info.st_ctime) < older_than_s:
+                    continue  # maybe another replica's create or delete at work right now
+                if entry.is_symlink() or not entry.is_dir():
+                    entry.unlink(missing_ok=True)
+                else:
+                    shutil.rmtree(entry)
+            except FileNotFoundError:  # another replica swept it first
+                continue
+            except OSError as exc:
+                log.warning("voice store: leftover %s cannot be removed (%s)", entry.name, exc)
+                continue
+            swept += 1
+        if swept:
+            log.info("voice store: swept leftovers of creates and deletes that never finished", extra={"swept": swept})
+        return swept
 
     def create(self, name: str, reference: ReferenceAudio, ref_text: str | None) -> StoredVoice:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,10 @@
-"""The voice store on its own: atomic names, stale handles after a delete or re-upload, a bounded clip cache."""
+"""The voice store on its own: atomic names, stale handles after a delete or re-upload, a bounded clip cache, and the
+leftovers of replicas that died swept (as the server starts)."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +12,10 @@ import pytest
 
 from app import voice_store
 from app.engine_protocol import ReferenceAudio
+from app.server import create_app
 from app.voice_store import VoiceExists, VoiceNotFound, VoiceStore
+from tests.fakes.vllm_omni_0_30 import FakeAsyncOmni
+from tests.unit.test_omni_engine import make_engine, service_settings
 
 CLIP = ReferenceAudio((0.2 * np.sin(np.arange(24_000) / 5)).astype(np.float32), 24_000)
 
@@ -127,3 +133,63 @@ def test_a_file_where_a_voices_directory_would_be_is_cleared_by_a_delete(tmp_pat
     store.delete("stray")
     assert not (tmp_path / "stray").exists()
     assert store.create("stray", CLIP, None).name == "stray"
+
+
+def leftovers(root: Path) -> tuple[Path, Path, Path]:
+    """What replicas that died left: a create's hidden directory half-written, a delete's tombstone, and a tombstone
+    that is a file (a file stood where a voice's directory would be)."""
+    creating = root / ".creating-half-abc123"
+    creating.mkdir()
+    (creating / ".audio.wav.x.tmp").write_bytes(b"RIFF")
+    tombstone = root / f".deleted-gone-{'0' * 32}"
+    tombstone.mkdir()
+    (tombstone / "voice.json").write_text("{}")
+    file_tombstone = root / f".deleted-file-{'1' * 32}"
+    file_tombstone.write_text("x")
+    return creating, tombstone, file_tombstone
+
+
+def test_leftovers_of_creates_and_deletes_that_died_are_swept_once_old_and_nothing_else(tmp_path: Path) -> None:
+    """A replica that died mid-create or mid-delete left its hidden directory: never a voice, never removed. Swept
+    once unchanged for `LEFTOVER_AGE_S`; a younger one may be another live replica's create, and is kept."""
+    store = VoiceStore(tmp_path)
+    store.create("kept", CLIP, None)
+    (tmp_path / ".other-hidden").mkdir()  # not the store's: never touched
+    left = leftovers(tmp_path)
+    now = time.time()
+    assert store.sweep_leftovers(now=now + 60) == 0  # a minute on: maybe still at work
+    assert all(path.exists() for path in left)
+    assert store.sweep_leftovers(now=now + voice_store.LEFTOVER_AGE_S + 60) == 3
+    assert not any(os.path.lexists(path) for path in left)
+    assert (tmp_path / ".other-hidden").is_dir()
+    assert [voice.name for voice in store.list()] == ["kept"] and store.audio(store.get("kept")) is not None
+
+
+def test_a_store_not_there_yet_or_unreadable_sweeps_nothing_and_raises_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert VoiceStore(tmp_path / "absent").sweep_leftovers() == 0
+    assert not (tmp_path / "absent").exists()  # not created by the sweep
+    leftovers(tmp_path)
+
+    def unreadable(self: Path) -> object:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "iterdir", unreadable)
+    assert VoiceStore(tmp_path).sweep_leftovers(now=time.time() + 86_400) == 0
+
+
+async def test_the_server_sweeps_the_stores_leftovers_as_it_starts(
+    tmp_path: Path, custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    swept: list[Path] = []
+
+    def sweep(self: VoiceStore, *args: object, **kwargs: object) -> int:
+        swept.append(self.root)
+        return 0
+
+    monkeypatch.setattr(VoiceStore, "sweep_leftovers", sweep)
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni(), voice_store=str(tmp_path))
+    app = create_app(service_settings(engine), engine=engine)
+    async with app.router.lifespan_context(app):
+        assert swept == [tmp_path]
