@@ -206,9 +206,11 @@ class SpeechRun:
         chunks = engine.synthesize(job)
         try:
             remaining = request_timeout_s - (time.perf_counter() - counted_from)
-            first = await asyncio.wait_for(
-                first_chunk(chunks, engine, job.trace_id or job.request_id), max(remaining, 0.001)
-            )
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns a result that came in the step its caller
+            # was cancelled and drops the cancel, so a request whose client left as its first audio came ran on, its
+            # slot held and the engine synthesizing to the end; awaited here, in the request's task, the cancel stands
+            async with asyncio.timeout(max(remaining, 0.001)):
+                first = await first_chunk(chunks, engine, job.trace_id or job.request_id)
         except BaseException as exc:
             gate.release(ticket)
             await chunks.aclose()
