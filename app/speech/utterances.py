@@ -273,6 +273,13 @@ class StreamedSpeech:
         """Nothing to finish: no open utterance, no text waiting (a drain may end the stream now)."""
         return not self.open_utterances and not self.buffer.strip()
 
+    @property
+    def max_chars(self) -> int:
+        """The longest piece the text is cut into: SPEECH_SENTENCE_MAX_CHARS, or the longest `input` a request may
+        have where that is shorter (SPEECH_MAX_INPUT_CHARS): each piece is a request of its own, and one longer would
+        be refused after its audio.start, its text lost."""
+        return min(self.settings.sentence_max_chars, self.service.engine.capabilities().max_input_chars)
+
     async def configure(self, options: SpeechOptions, granularity: Granularity) -> None:
         """The voice and options of the utterances that follow, checked now: everything but the text."""
         voice = await self.service.resolve_voice(options)
@@ -297,10 +304,12 @@ class StreamedSpeech:
             if self.lifecycle.session_grace_left_s() <= 0:
                 raise ShuttingDown()
         self.refuse_ssml(text)
-        units, rest = complete_units(self.buffer + text, self.settings.sentence_max_chars, self.granularity)
+        units, rest = complete_units(self.buffer + text, self.max_chars, self.granularity)
         # the text left waiting for its end holds at most what one request may: unbounded, each message would scan more
         limit = self.service.engine.capabilities().max_input_chars
-        if len(rest) > limit:
+        # as a request would have it: the blanks around it are no part of what is spoken (a piece of `max_chars`
+        # waits with the space before it and the one after it)
+        if len(rest.strip()) > limit:
             why = (
                 "an utterance with split_granularity 'none' is spoken as one text"
                 if self.granularity == "none"
@@ -309,7 +318,7 @@ class StreamedSpeech:
             raise Refused(
                 "text",
                 f"At most {limit} characters wait to be spoken at once ({why}); this input.text would make it "
-                f"{len(rest)}. It was not added: send input.done, then the rest.",
+                f"{len(rest.strip())}. It was not added: send input.done, then the rest.",
             )
         self.begin_utterance()
         self.open_utterances[self.utterance].chars += len(text)
@@ -347,7 +356,7 @@ class StreamedSpeech:
         if close and self.utterance not in self.open_utterances:
             return
         self.begin_utterance()
-        sentences = final_units(self.buffer, self.settings.sentence_max_chars, self.granularity)
+        sentences = final_units(self.buffer, self.max_chars, self.granularity)
         refusal = None
         trailing: list[str] = []
         utterance = self.open_utterances[self.utterance]
@@ -381,8 +390,7 @@ class StreamedSpeech:
                 return False
             self.gap_checked = True
             # its TTFA counts from the arrival of its text, not from this look
-            max_chars = self.settings.sentence_max_chars
-            sentences, rest = complete_units(self.buffer, max_chars, self.granularity, final=True)
+            sentences, rest = complete_units(self.buffer, self.max_chars, self.granularity, final=True)
             self.enqueue(sentences, rest, arrived=self.buffered_at)
             return False
         if self.unspoken:  # still speaking: silence from the client is expected

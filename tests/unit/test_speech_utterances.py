@@ -6,6 +6,7 @@ is a short tone."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -250,6 +251,41 @@ async def test_an_unsplit_utterance_takes_no_more_text_than_one_request_speaks(s
         by_sentence.text("b" * 30)
     by_sentence.text(". Then more.")  # an end arrives: what waited is queued, and no longer waits
     assert queued(by_sentence)[0] == "b" * (limit - 20) + "." and len(by_sentence.buffer) < 20
+
+
+class ShortInputToneEngine(ToneEngine):
+    """The tone engine on a server whose SPEECH_MAX_INPUT_CHARS (100) is below SPEECH_SENTENCE_MAX_CHARS."""
+
+    def capabilities(self) -> EngineCapabilities:
+        return dataclasses.replace(super().capabilities(), max_input_chars=100)
+
+
+@pytest.mark.parametrize("granularity", ["sentence", "clause"])
+async def test_streamed_text_is_cut_into_pieces_no_longer_than_a_request_may_speak(
+    tmp_path: Path, granularity: Any
+) -> None:
+    """Each piece is a request of its own, refused over the server's longest `input`: where that is shorter than
+    SPEECH_SENTENCE_MAX_CHARS, a long sentence (or a run without one's end) is cut to it, never queued whole to be
+    refused after its audio.start and lost."""
+    short = ShortInputToneEngine()
+    settings = Settings(ws_sentence_idle_s=SENTENCE_IDLE_S, ws_idle_timeout_s=IDLE_TIMEOUT_S, sentence_max_chars=200)
+    gate = AdmissionGate(2, 4, 5.0)
+    catalog = VoiceCatalog(tuple(short.voices()), {})
+    service = SpeechService(short, settings, catalog, VoiceStore(tmp_path), gate, Lifecycle(5.0, gate))  # type: ignore[arg-type]
+    speech = await configured(service, granularity)
+    long_sentence = (
+        "This sentence has a great many words in it and goes on well past one hundred characters, as long ones do."
+    )
+    exactly_the_limit = (
+        "A sentence of exactly one hundred characters waits with the spaces around it, and still fits in one."
+    )
+    text = f"Short one. {long_sentence} {exactly_the_limit} {'word ' * 50}"
+    for start in range(0, len(text), 30):  # as an LLM writes it, in pieces
+        speech.text(text[start : start + 30])
+    speech.done()
+    pieces = [piece for piece in queued(speech) if isinstance(piece, str)]
+    assert all(len(piece) <= 100 for piece in pieces), [len(piece) for piece in pieces]
+    assert " ".join(pieces).split() == text.split()  # nothing lost
 
 
 async def test_two_sessions_under_one_request_id_are_tracked_apart(service: SpeechService) -> None:
