@@ -187,6 +187,10 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
     param = str(loc[0]) if loc and isinstance(loc[0], str) else None
     if kind == "json_invalid":
         return ApiError(400, INVALID_JSON, code="invalid_json")
+    if param is None and kind == "string_unicode" and isinstance(name := error.get("input"), str):
+        # a key holding a lone surrogate (JSON's "\ud800"): pydantic cannot read it as a name and reports it at the
+        # body's place. No field has such a name; it is told by code point, as it cannot be written back as UTF-8
+        return ApiError(400, name_not_unicode(name), code="unknown_parameter")
     if param is None:
         body = error.get("input")
         if isinstance(body, bytes):  # not read as JSON: its Content-Type said otherwise
@@ -212,6 +216,13 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
             return invalid_param(param, too_many_characters(param, int(limit), len(error["input"])), "string_too_long")
         detail = f"at least {characters(int(limit))}, not {len(error['input'])}"
     return ApiError(400, invalid_value(param, detail), param=param, code=code)
+
+
+def name_not_unicode(name: str) -> str:
+    """Why a field's name is no name: where its first lone surrogate is."""
+    index, half = next(((i, ch) for i, ch in enumerate(name) if "\ud800" <= ch <= "\udfff"), (0, ""))
+    where = f"a lone surrogate, U+{ord(half):04X}, at position {index} of the name" if half else "the name"
+    return f"Unrecognized request argument supplied: a field name that is not valid Unicode ({where})."
 
 
 _STATUS_MESSAGES = {404: ("Not found.", "not_found"), 405: ("Method not allowed.", "method_not_allowed")}

@@ -154,6 +154,22 @@ def test_unknown_field_named_body() -> None:
     assert (error.param, error.code) == ("body", "unknown_parameter")
 
 
+@pytest.mark.parametrize("fastapi_loc", [False, True], ids=["pydantic", "fastapi"])
+@pytest.mark.parametrize("name", ["\ud800", "spe\udc00ed"])
+def test_a_field_name_that_is_not_unicode_is_refused_as_such(fastapi_loc: bool, name: str) -> None:
+    """JSON may write a lone surrogate into a key (`{"\\ud800": 1}`): pydantic cannot read it as a name and reports
+    it where the body itself would be at fault. The body is an object; what is wrong is one of its names, said so
+    (by code point: the name cannot be written back as UTF-8), not "the body must be a JSON object"."""
+    error = schema_error(body(**{name: 1}), fastapi_loc=fastapi_loc)
+    assert error.code == "unknown_parameter"
+    half = next(ch for ch in name if "\ud800" <= ch <= "\udfff")
+    assert f"U+{ord(half):04X}" in error.message and "JSON object" not in error.message
+    error.response()  # the answer can be written (a surrogate in it would fail to encode: a 500)
+    with pytest.raises(ValidationError) as info:  # a WebSocket's session.config alike
+        SessionConfig.model_validate({"type": "session.config", name: 1})
+    assert validation_error(info.value.errors()).code == "unknown_parameter"
+
+
 # -- schema: what it accepts ---------------------------------------------------------------------------------------
 
 
