@@ -72,7 +72,10 @@ def checked_item(shared: dict[str, Any], item: Any, index: int) -> SpeechBatchIt
     try:
         own = SpeechBatchItem.model_validate(item)
     except ValidationError as exc:
-        return validation_error(exc.errors())
+        error = validation_error(exc.errors())
+        if error.param is None:  # at fault as a whole (a name that is no name): the item, as `items[index]`
+            return ApiError(error.status, error.message, type=error.type, param=f"items[{index}]", code=error.code)
+        return error
     mine = {name: getattr(own, name) for name in own.model_fields_set}
     inherited = {k: v for k, v in shared.items() if not (k in VOICE_FIELDS and VOICE_FIELDS & mine.keys())}
     fields = voice_from_speaker({**inherited, **mine})

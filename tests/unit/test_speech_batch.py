@@ -5,6 +5,7 @@ fake vllm-omni engine)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import httpx
@@ -78,12 +79,20 @@ async def test_an_items_error_names_the_field_at_fault_where_it_is(custom_voice_
             {"text": "no input", "language": "English"},
             {"input": "Hello there.", "max_new_tokens": 11},
             "Not an object.",
+            {"input": "Hi.", "language": "English", "\ud800": 1},  # a name that is no name: the item is at fault
         ],
     }
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
-        response = await client.post("/v1/audio/speech/batch", json=body, timeout=60)
+        sent = json.dumps(body)  # as ASCII, the lone surrogate written "\ud800", as JSON allows
+        response = await client.post(
+            "/v1/audio/speech/batch", content=sent, headers={"Content-Type": "application/json"}, timeout=60
+        )
     assert response.status_code == 200, response.text
     results = response.json()["results"]
     assert results[0]["status"] == "success", results[0]
     params = [result["error"]["param"] for result in results[1:]]
-    assert params == ["items[1].voice", "items[2].speed", "items[3].stream", "items[4].input", "language", "items[6]"]
+    assert params == [
+        *("items[1].voice", "items[2].speed", "items[3].stream", "items[4].input", "language", "items[6]"),
+        "items[7]",
+    ]
+    assert results[7]["error"]["code"] == "unknown_parameter"
