@@ -45,16 +45,18 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
         if settings.switch_interval_ms is not None:  # before the engine starts its threads in this process
             sys.setswitchinterval(settings.switch_interval_ms / 1000)
             log.info("thread switch interval", extra={"seconds": sys.getswitchinterval()})
-        # what a replica that died left of a voice's create or delete: in a thread, the store may be a network volume
-        await asyncio.to_thread(app.state.voice_store.sweep_leftovers)
         # Load in the background: /health answers at once, /ready turns 200 when the engine is warm.
         loading = asyncio.create_task(start_engine(engine), name="engine-start")
         loading.add_done_callback(_log_start_failure)
+        # what a replica that died left of a voice's create or delete, swept beside the engine's start, in a thread:
+        # the store may be a slow network volume, which must hold up neither the listening nor the engine
+        sweeping = asyncio.create_task(asyncio.to_thread(app.state.voice_store.sweep_leftovers), name="voice-sweep")
         lag = asyncio.create_task(loop_lag.watch(metrics.LOOP_LAG.observe), name="loop-lag")
         try:
             yield
         finally:
             loading.cancel()
+            sweeping.cancel()  # a thread still at it is left to finish on its own
             lag.cancel()
             await asyncio.gather(lag, return_exceptions=True)
             await engine.close()

@@ -143,7 +143,7 @@ class VoiceStore:
             raise VoiceExists(name)
         if ID_PATTERN.fullmatch(name):  # it would take another voice's id
             raise ValueError(f"a voice's name cannot have the shape of an id: {name!r}")
-        folder = Path(tempfile.mkdtemp(dir=self.root, prefix=f".creating-{name}-"))  # hidden: no voice's name
+        folder = Path(tempfile.mkdtemp(dir=self.root, prefix=f"{_CREATING}{name}-"))  # hidden: no voice's name
         folder.chmod(0o755)  # as a directory made with mkdir is (mkdtemp's is its owner's alone)
         try:
             voice = StoredVoice(
@@ -225,7 +225,7 @@ class VoiceStore:
         if self._readable(stored) is None and not damaged:
             stored = self.get(name).name  # by its id, or not found
         name = stored
-        tombstone = self.root / f".deleted-{name}-{uuid.uuid4().hex}"
+        tombstone = self.root / f"{_DELETED}{name}-{uuid.uuid4().hex}"
         try:
             (self.root / name).rename(tombstone)  # gone for every reader at once
         except FileNotFoundError:

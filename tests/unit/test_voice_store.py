@@ -3,7 +3,9 @@ leftovers of replicas that died swept (as the server starts)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -183,13 +185,16 @@ async def test_the_server_sweeps_the_stores_leftovers_as_it_starts(
     tmp_path: Path, custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     swept: list[Path] = []
+    done = threading.Event()
 
     def sweep(self: VoiceStore, *args: object, **kwargs: object) -> int:
         swept.append(self.root)
+        done.set()
         return 0
 
     monkeypatch.setattr(VoiceStore, "sweep_leftovers", sweep)
     engine = make_engine(custom_voice_dir, FakeAsyncOmni(), voice_store=str(tmp_path))
     app = create_app(service_settings(engine), engine=engine)
     async with app.router.lifespan_context(app):
+        await asyncio.to_thread(done.wait, 60)  # beside the engine's start, in a thread of its own
         assert swept == [tmp_path]
