@@ -92,6 +92,10 @@ class ApiError(Exception):
     def body(self) -> dict[str, Any]:
         return error_body(self.message, type=self.type, param=self.param, code=self.code)
 
+    def naming(self, param: str) -> ApiError:
+        """The same error, its `param` the one given (where in a larger body the fault is)."""
+        return ApiError(self.status, self.message, type=self.type, param=param, code=self.code, headers=self.headers)
+
     def refusal(self) -> dict[str, str]:
         """Why, as a request's log line tells it: its type, code and param (those set), never its message (it may
         quote the input)."""

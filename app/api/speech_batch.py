@@ -74,7 +74,7 @@ def checked_item(shared: dict[str, Any], item: Any, index: int) -> SpeechBatchIt
     except ValidationError as exc:
         error = validation_error(exc.errors())
         if error.param is None:  # at fault as a whole (a name that is no name): the item, as `items[index]`
-            return ApiError(error.status, error.message, type=error.type, param=f"items[{index}]", code=error.code)
+            return error.naming(f"items[{index}]")
         return error
     mine = {name: getattr(own, name) for name in own.model_fields_set}
     inherited = {k: v for k, v in shared.items() if not (k in VOICE_FIELDS and VOICE_FIELDS & mine.keys())}
@@ -101,8 +101,7 @@ def located(error: ApiError | None, item: Any, shared: dict[str, Any], index: in
     field = re.split(r"[.\[]", error.param, maxsplit=1)[0]
     if field in shared and not (isinstance(item, dict) and field in item):  # the batch's value
         return error
-    param = f"items[{index}].{error.param}"
-    return ApiError(error.status, error.message, type=error.type, param=param, code=error.code, headers=error.headers)
+    return error.naming(f"items[{index}].{error.param}")
 
 
 def item_result(outcome: ItemOutcome | ApiError, error: ApiError | None, index: int) -> dict[str, Any]:

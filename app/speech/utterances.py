@@ -309,7 +309,8 @@ class StreamedSpeech:
         limit = self.service.engine.capabilities().max_input_chars
         # as a request would have it: the blanks around it are no part of what is spoken (a piece of `max_chars`
         # waits with the space before it and the one after it)
-        if len(rest.strip()) > limit:
+        waiting = len(rest.strip())
+        if waiting > limit:
             why = (
                 "an utterance with split_granularity 'none' is spoken as one text"
                 if self.granularity == "none"
@@ -318,7 +319,7 @@ class StreamedSpeech:
             raise Refused(
                 "text",
                 f"At most {limit} characters wait to be spoken at once ({why}); this input.text would make it "
-                f"{len(rest.strip())}. It was not added: send input.done, then the rest.",
+                f"{waiting}. It was not added: send input.done, then the rest.",
             )
         self.begin_utterance()
         self.open_utterances[self.utterance].chars += len(text)
