@@ -58,8 +58,20 @@ def _ends_sentence(text: str, match: re.Match[str]) -> bool:
         return False
     if word in _FINAL_BEFORE_CAPITAL:
         return nxt.isupper()
-    # An initial or an acronym: "J. K. Rowling", "U.S. Army"
-    return not (len(word) == 1 and word.isalpha()) and not re.fullmatch(r"(?:[a-z]\.)+[a-z]", word)
+    if len(word) == 1 and word.isalpha():
+        # An initial, of the name after it and in its script: "J. K. Rowling", "А. С. Пушкин". A letter of another
+        # script than the next word's ends its sentence ("ﷺ. World"): this cut is no doubtful one, as a voice that
+        # cannot read the letter refuses the sentence holding it, and joined, the next sentence would go with it
+        lead = rest.lstrip("\"'“‘([«")[:1]
+        return lead.isalpha() and _script(word) != _script(lead)
+    # An acronym: "U.S. Army"
+    return not re.fullmatch(r"(?:[a-z]\.)+[a-z]", word)
+
+
+def _script(letter: str) -> str:
+    """The script a letter is written in, as the first word of its name ("LATIN", "CYRILLIC", "ARABIC"), read in its
+    compatibility form: full-width "Ｊ" and mathematical "𝐉" are Latin."""
+    return unicodedata.name(unicodedata.normalize("NFKC", letter)[:1] or letter, "").split(" ")[0]
 
 
 def split_sentences(text: str, max_chars: int = 250) -> list[str]:

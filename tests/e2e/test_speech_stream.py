@@ -287,6 +287,22 @@ def test_a_sentence_the_voice_cannot_read_is_refused_naming_text(server: Running
     assert events[-1]["type"] == "session.done" and len(audio[1]) > 1000, events
 
 
+def test_a_sentence_the_voice_cannot_read_is_refused_alone_and_the_next_is_spoken(server: RunningServer) -> None:
+    """ "ﷺ." (one Arabic letter, a whole phrase) was taken for an initial ("J. Smith") and spoken with the sentence
+    after it: the voice refused the two together, and "World is here." was never spoken. It is refused alone, naming
+    `text`, and the next sentence is spoken."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": "Hello. ﷺ. World is here."})
+        send(ws, {"type": "input.done"})
+        events, audio = receive_through_errors(ws)
+    started = [e["sentence_text"] for e in events if e["type"] == "audio.start"]
+    assert started == ["Hello.", "ﷺ.", "World is here."], events
+    assert [e["param"] for e in events if e["type"] == "error"] == ["text"], events
+    assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 3}
+    assert word_error_rate("World is here.", transcribe(decode(audio[2], "pcm"))) <= 0.34
+
+
 def test_a_character_cut_in_two_utf16_halves_across_messages_is_spoken_whole(server: RunningServer) -> None:
     """JSON writes a character beyond the BMP as two UTF-16 escapes; a client that cuts its text by UTF-16 length
     (JavaScript's) sends the halves in two messages: they are one character, as in one message."""

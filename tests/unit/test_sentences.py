@@ -165,6 +165,29 @@ def streamed(pieces: list[str], granularity: Any = "sentence") -> list[str]:
     return spoken + final_units(buffer, 250, granularity)
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a ligature that is a whole phrase (U+FDFA), a lone Cyrillic letter: a voice that reads English refuses
+        # each; joined to the sentence after it, it took that sentence with it, its words never spoken
+        ("Hello. ﷺ. World is here.", ["Hello.", "ﷺ.", "World is here."]),
+        ("Hello. Ж. World is here.", ["Hello.", "Ж.", "World is here."]),
+        ("Bye. J. Smith is here.", ["Bye.", "J. Smith is here."]),  # a letter of the next word's script: an initial
+        ("А. С. Пушкин wrote it. Yes.", ["А. С. Пушкин wrote it.", "Yes."]),
+    ],
+)
+@pytest.mark.parametrize("granularity", ["sentence", "clause"])
+def test_a_letter_of_another_script_than_the_next_words_is_no_initial(
+    text: str, expected: list[str], granularity: str
+) -> None:
+    """ "J. K. Rowling" is one sentence: a single letter before a full stop is taken for an initial of the name after
+    it. A letter of another script than the next word's ("ﷺ. World") is none: the sentence ends there, whole or
+    streamed in, and a voice that cannot read it refuses it alone."""
+    assert split_sentences(text) == expected
+    assert streamed([text], granularity) == expected
+    assert streamed([word + " " for word in text.split(" ")], granularity) == expected
+
+
 @pytest.mark.parametrize("chunks", [["Hello.", " 😀.", " World."], list("Hello. 😀. World. 🙂! Fine.")])
 def test_streamed_text_keeps_a_sentence_with_nothing_to_say_for_the_next(chunks: list[str]) -> None:
     """As the WebSocket cuts text that arrives (`complete_units`, then `final_units` at input.done): "😀." is

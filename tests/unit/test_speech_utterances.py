@@ -215,6 +215,18 @@ async def test_sentences_are_queued_as_their_end_becomes_certain(service: Speech
     assert speech.utterance == 2 and speech.sentence_index == 0
 
 
+async def test_a_sentence_of_a_letter_of_another_script_is_queued_alone_not_with_the_next(
+    service: SpeechService,
+) -> None:
+    """ "ﷺ." (a letter no English voice reads) was taken for an initial ("J. Smith") and queued with the sentence after
+    it, which its refusal then took with it: it is a sentence of its own, refused alone."""
+    speech = await configured(service)
+    for piece in ("Hello. ", "ﷺ. ", "World is here."):
+        speech.text(piece)
+    speech.done()
+    assert queued(speech) == ["Hello.", "ﷺ.", "World is here.", 3]
+
+
 @pytest.mark.parametrize(
     ("granularity", "while_arriving", "at_done"),
     [
