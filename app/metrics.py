@@ -52,7 +52,8 @@ LOOP_LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0
 
 REQUESTS = Counter(
     "speech_requests_total",
-    "Speech requests answered, by HTTP status; an error by the `code` of its OpenAI error body too (empty: none).",
+    "Speech requests answered, by HTTP status; an error by the `code` of its OpenAI error body too (empty: none). "
+    "A WebSocket session refused before it spoke (stream websocket) counts as a request refused with its error would.",
     ["status", "response_format", "stream", "code"],
 )
 TTFA = Histogram(

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import metrics
 from app.admission import HoldTime
 from app.api.errors import ApiError, websocket_error_message
-from app.api.middleware import log_api_request, request_id_of, send_error
+from app.api.middleware import count_refused, log_api_request, request_id_of, send_error
 from app.settings import InvalidSettings
 
 OPEN_PATHS = frozenset(
@@ -199,6 +199,7 @@ class ApiKeyMiddleware:
             how="Send 'Authorization: Bearer <key>' or the query parameter api_key.",
         )
         if isinstance(admitted, ApiError):
+            count_refused(scope, admitted)
             try:
                 await _refuse_websocket(receive, send, admitted, 1008 if admitted.status == 401 else 1013)
             finally:  # also where its client left meanwhile (the send raised): it was refused all the same

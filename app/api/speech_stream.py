@@ -48,7 +48,7 @@ from app.api.errors import (
     unknown_parameter,
     validation_error,
 )
-from app.api.middleware import request_id_of
+from app.api.middleware import count_refused, request_id_of
 from app.api.speech_frames import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
@@ -246,9 +246,7 @@ class SpeechStreamSession:
                         raise SessionClosed(CLOSE_GOING_AWAY)
                 elif self.speech.voice is None:
                     message = "No valid session.config arrived in time."
-                    await self.frames.close_with(
-                        ApiError(408, message, code=CONFIG_TIMEOUT, param="type"), CLOSE_POLICY
-                    )
+                    await self.refuse(ApiError(408, message, code=CONFIG_TIMEOUT, param="type"))
                 elif self.speech.look():
                     if self.listening():
                         self.speech.heard()  # idle from when it has read its audio, not from when it was sent
@@ -364,8 +362,13 @@ class SpeechStreamSession:
             # before a valid session.config, as from vllm-omni, that `error` is the last message: the session closes
             # (1008) instead of answering each later message with it
             if self.speech.voice is None:
-                await self.frames.close_with(to_api_error(exc), CLOSE_POLICY)
+                await self.refuse(to_api_error(exc))
             await self.frames.send_error(exc)
+
+    async def refuse(self, error: ApiError) -> None:
+        """No session without a valid session.config: told `error`, counted as refused, closed 1008."""
+        count_refused(self.ws.scope, error)
+        await self.frames.close_with(error, CLOSE_POLICY)
 
     def read(self, message: dict[str, Any]) -> dict[str, Any]:
         """A client's message as a JSON object, within the size limits (a session.config may carry a reference
@@ -423,7 +426,9 @@ async def speech_stream(websocket: WebSocket) -> None:
     except ShuttingDown as exc:
         # refused before the upgrade, as the HTTP 503 a request gets: a balancer retries it on another replica, which
         # it could not do with a session closed after the upgrade
-        await websocket.send_denial_response(to_api_error(exc).response())
+        refusal = to_api_error(exc)
+        count_refused(websocket.scope, refusal)
+        await websocket.send_denial_response(refusal.response())
         return
     await websocket.accept()
     metrics.WS_SESSIONS.inc()

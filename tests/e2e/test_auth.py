@@ -150,3 +150,23 @@ def test_every_api_request_beside_speech_is_logged_once_with_its_outcome(secured
         401,
     ), line
     assert line["error"]["code"] == "invalid_api_key" and "sk-ws-guess" not in secured.log_path.read_text()
+
+
+def test_a_refused_websocket_is_counted_as_a_refused_request(secured: RunningServer) -> None:
+    """A WebSocket refused for its key (1008) or at its key's limit (1013) is counted in speech_requests_total, as a
+    request refused for the same reason is: stream `websocket`, the status and code of the error it was told, format
+    `unknown`. It was counted nowhere there, an operator watching refusals blind to every WebSocket's. Counted before
+    its `error` is sent: read once the client has it, no waiting."""
+    url = secured.base_url.replace("http", "ws", 1) + "/v1/audio/speech/stream"
+    unauthorized = {"status": "401", "response_format": "unknown", "stream": "websocket", "code": "invalid_api_key"}
+    limited = {"status": "429", "response_format": "unknown", "stream": "websocket", "code": "rate_limit_exceeded"}
+    before = {"401": secured.metric("speech_requests_total", **unauthorized)}
+    with ws_connect(f"{url}?api_key=sk-ws-wrong") as ws:
+        assert json.loads(ws.recv(timeout=10))["code"] == "invalid_api_key"
+    assert secured.metric("speech_requests_total", **unauthorized) == before["401"] + 1
+    before["429"] = secured.metric("speech_requests_total", **limited)
+    with ws_connect(url, additional_headers={"Authorization": f"Bearer {KEY_B}"}):  # holds KEY_B's one place
+        with ws_connect(url, additional_headers={"Authorization": f"Bearer {KEY_B}"}) as second:
+            assert json.loads(second.recv(timeout=10))["code"] == "rate_limit_exceeded"
+    assert secured.metric("speech_requests_total", **limited) == before["429"] + 1
+    assert secured.metric("speech_requests_total", **unauthorized) == before["401"] + 1  # each counted once

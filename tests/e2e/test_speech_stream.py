@@ -72,6 +72,14 @@ def utterances_counted_since(server: RunningServer, before: dict[str, float]) ->
     return {outcome: after[outcome] - before[outcome] for outcome in OUTCOMES}
 
 
+def refused_sessions(server: RunningServer, code: str, status: str | None = None) -> float:
+    """How many WebSocket sessions were refused so far with the error `code` (and `status`, where given): counted in
+    speech_requests_total as a request refused for the same reason is, their format `unknown` (no session.config
+    taken). Counted before the session's `error` is sent: read once the client has it, no waiting."""
+    labels = {"stream": "websocket", "response_format": "unknown", "code": code}
+    return server.metric("speech_requests_total", **labels, **({"status": status} if status else {}))
+
+
 def speaks_on(ws: ClientConnection) -> None:
     """The session goes on: a next utterance is spoken."""
     send(ws, {"type": "input.text", "text": "Spoken after all."})
@@ -214,23 +222,28 @@ def test_every_format_decodes(server: RunningServer, response_format: str, sampl
     ],
 )
 def test_a_bad_first_message_gets_one_error_and_a_close(server: RunningServer, first: object, code: str) -> None:
-    """As from vllm-omni 0.30: no session without a valid session.config first; the client is told why, once."""
+    """As from vllm-omni 0.30: no session without a valid session.config first; the client is told why, once. The
+    session refused is counted as a request refused for the same reason is (`refused_sessions`)."""
+    before = refused_sessions(server, code)
     with connect(ws_url(server)) as ws:
         ws.send(first if isinstance(first, str) else json.dumps(first))
         assert json.loads(ws.recv(timeout=10))["code"] == code
         with pytest.raises(ConnectionClosed):
             ws.recv(timeout=10)
         assert ws.close_code == 1008
+    assert refused_sessions(server, code) == before + 1
 
 
 def test_a_session_closed_before_its_config_closes_normally(server: RunningServer) -> None:
     """session.close speaks what was sent, then closes: sent first, nothing was, so it closes 1000 with no error (a
-    client that gives up before configuring is not told it did wrong)."""
+    client that gives up before configuring is not told it did wrong, nor counted as refused)."""
+    before = server.metric("speech_requests_total", stream="websocket")
     with connect(ws_url(server)) as ws:
         send(ws, {"type": "session.close"})
         with pytest.raises(ConnectionClosed):
             ws.recv(timeout=10)
         assert ws.close_code == 1000
+    assert server.metric("speech_requests_total", stream="websocket") == before
 
 
 def test_an_utterance_with_nothing_to_speak_is_told_so(server: RunningServer) -> None:
@@ -505,11 +518,13 @@ def test_keys_by_header_or_query_never_logged(guarded_server: RunningServer) -> 
 
 
 def test_config_timeout_closes(guarded_server: RunningServer) -> None:
+    before = refused_sessions(guarded_server, "session_config_timeout", "408")
     with connect(ws_url(guarded_server, f"?api_key={KEY}")) as ws:
         assert json.loads(ws.recv(timeout=10))["code"] == "session_config_timeout"
         with pytest.raises(ConnectionClosed):
             ws.recv(timeout=10)
         assert ws.close_code == 1008
+    assert refused_sessions(guarded_server, "session_config_timeout", "408") == before + 1
 
 
 def long_text(sentences: int) -> str:
@@ -619,6 +634,7 @@ def test_drain_finishes_the_utterance_then_closes_1001(guarded_server: RunningSe
         assert refused.value.response.headers["X-Request-Id"] == "ws-in-drain"
         assert json.loads(refused.value.response.body)["error"]["code"] == "server_shutting_down"
         assert guarded_server.metric("speech_rejected_total", reason="draining") == 1  # counted as a request's is
+        assert refused_sessions(guarded_server, "server_shutting_down", "503") == 1
         send(ws, {"type": "input.text", "text": " after it."})
         send(ws, {"type": "input.done"})
         events, _ = receive_through_errors(ws)

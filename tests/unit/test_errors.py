@@ -359,6 +359,61 @@ def test_a_websocket_upgrade_refused_or_accepted_carries_its_request_id() -> Non
     assert HEX32.fullmatch(generated.value.headers[REQUEST_ID_HEADER])
 
 
+WS_KEY = "sk-unit-ws-0123456789"
+
+
+def websocket_refusals() -> dict[tuple[str, str], float]:
+    """speech_requests_total's WebSocket series so far, their format `unknown`: by status and code."""
+    samples = [sample for family in REGISTRY.collect() if family.name == "speech_requests" for sample in family.samples]
+    return {
+        (sample.labels["status"], sample.labels["code"]): sample.value
+        for sample in samples
+        if sample.name == "speech_requests_total"
+        and (sample.labels["stream"], sample.labels["response_format"]) == ("websocket", "unknown")
+    }
+
+
+def refusals_since(before: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
+    """What `websocket_refusals` counted since `before`: the series that moved, by how much."""
+    now = websocket_refusals()
+    return {key: now[key] - before.get(key, 0.0) for key in now if now[key] != before.get(key, 0.0)}
+
+
+def test_a_websocket_session_refused_is_counted_as_the_request_refused_for_the_same_reason() -> None:
+    """The server's own stack: a session refused before it spoke is counted in speech_requests_total (it went
+    uncounted), once, with stream `websocket`, the status of the error it was told (the HTTP status a request gets for
+    the same refusal) and that error's code; its format `unknown`, as no session.config was taken. Counted before the
+    client is told: by the time it reads its `error`, the count has moved. A session that ends without a refusal is
+    not counted there (its utterances are, in speech_ws_utterances_total)."""
+    app = create_app(Settings(engine="embedded", api_keys=[WS_KEY], api_key_max_concurrency=1))
+    client = TestClient(app)
+    path = "/v1/audio/speech/stream"
+    before = websocket_refusals()
+    with client.websocket_connect(f"{path}?api_key=sk-wrong") as refused:  # a wrong key: 1008
+        assert refused.receive_json()["code"] == "invalid_api_key"
+        assert refusals_since(before) == {("401", "invalid_api_key"): 1}
+    before = websocket_refusals()
+    with client.websocket_connect(f"{path}?api_key={WS_KEY}") as held:
+        with client.websocket_connect(f"{path}?api_key={WS_KEY}") as refused:  # the key's one place is held: 1013
+            assert refused.receive_json()["code"] == "rate_limit_exceeded"
+        assert refusals_since(before) == {("429", "rate_limit_exceeded"): 1}
+        before = websocket_refusals()
+        held.send_json({"type": "input.text", "text": "Too early."})  # no valid session.config first: 1008
+        assert held.receive_json()["code"] == "session_config_required"
+        assert refusals_since(before) == {("400", "session_config_required"): 1}
+    before = websocket_refusals()
+    with client.websocket_connect(f"{path}?api_key={WS_KEY}") as closed:  # closed by its client: no refusal
+        closed.send_json({"type": "session.close"})
+        closed.receive()
+    with client.websocket_connect("/v1/elsewhere?api_key=sk-wrong") as elsewhere:  # no speech: not counted, as a
+        assert elsewhere.receive_json()["code"] == "invalid_api_key"  # key refused on GET /v1/models is not
+    assert refusals_since(before) == {}
+    app.state.lifecycle.draining = True
+    with pytest.raises(WebSocketDenialResponse), client.websocket_connect(f"{path}?api_key={WS_KEY}"):  # before the
+        pass  # upgrade, as the HTTP 503 a request gets
+    assert refusals_since(before) == {("503", "server_shutting_down"): 1}
+
+
 async def test_missing_request_id_is_generated_and_unique() -> None:
     ids = set()
     for _ in range(5):
