@@ -282,7 +282,6 @@ class SpeechAccountingMiddleware:
     PATH = "/v1/audio/speech"
     BATCH_PATH = "/v1/audio/speech/batch"
     PATHS = (PATH, BATCH_PATH)  # its requests: `ApiRequestLogMiddleware` logs the others
-    STREAM_PATH = "/v1/audio/speech/stream"  # the WebSocket: its refusals are counted where made (`count_refused`)
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -315,11 +314,14 @@ class SpeechAccountingMiddleware:
         log.info("speech request", extra=summary)
 
 
+STREAM_PATH = "/v1/audio/speech/stream"  # the speech WebSocket: its refusals are counted where made (`count_refused`)
+
+
 def count_refused(scope: Scope, error: ApiError) -> None:
     """A speech WebSocket session refused before it spoke: for its key or its key's limit, by a drain, for want of a
     valid session.config (closed 1008 or 1013, or its upgrade answered 503). Counted as a request refused with the same
     error is, under its status and code, `stream` websocket and `response_format` unknown (no session.config taken);
     before its client is told, so that a client that has read the refusal finds it counted. A session that spoke is
     not counted here: its utterances are (`speech_ws_utterances_total`), one a full server refused among them."""
-    if scope["path"] == SpeechAccountingMiddleware.STREAM_PATH:  # as the key refused on other routes is not counted
+    if scope["path"] == STREAM_PATH:  # as the key refused on other routes is not counted
         metrics.count_request(error.status, "unknown", "websocket", error.code)

@@ -48,7 +48,7 @@ from app.api.errors import (
     unknown_parameter,
     validation_error,
 )
-from app.api.middleware import count_refused, request_id_of
+from app.api.middleware import STREAM_PATH, count_refused, request_id_of
 from app.api.speech_frames import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
@@ -409,7 +409,7 @@ async def never() -> None:
     await asyncio.Event().wait()
 
 
-@router.get("/v1/audio/speech/stream", include_in_schema=False)
+@router.get(STREAM_PATH, include_in_schema=False)
 async def speech_stream_over_http() -> None:
     """The WebSocket's address asked without an upgrade: 426, naming what it needs, not a 404."""
     raise ApiError(
@@ -418,7 +418,7 @@ async def speech_stream_over_http() -> None:
     )  # fmt: skip
 
 
-@router.websocket("/v1/audio/speech/stream")
+@router.websocket(STREAM_PATH)
 async def speech_stream(websocket: WebSocket) -> None:
     service = service_of(websocket.app.state)
     try:
