@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from app.engines.embedded.reader import read_tokens
+from app.engines.embedded.stop import Stop, SynthesisStopped
 from app.text.words import SpokenWord
 
 if TYPE_CHECKING:
@@ -67,22 +68,35 @@ def load_session(model: Hibari, threads: int) -> Any:
 
 
 def synthesize_ids(
-    session: Any, ids: list[int], speed: float, rng: np.random.Generator
+    session: Any, ids: list[int], speed: float, rng: np.random.Generator, stop: Stop
 ) -> tuple[np.ndarray, np.ndarray]:
-    """hibari's `from_ids`, also returning each id's duration: (float32 wav, int64 durations in model frames)."""
+    """hibari's `from_ids`, also returning each id's duration: (float32 wav, int64 durations in model frames).
+    `SynthesisStopped` where `stop` is set before or during the network run (the vocoder is not begun)."""
     from hibari import dsp
 
-    outputs = session.run(None, {"ids": np.asarray([ids], np.int64), "speed": np.asarray([speed], np.float32)})
+    outputs = run_network(session, None, ids, speed, stop)
     spectra, durations = outputs[:6], outputs[6]
+    stop.check()  # the vocoder costs about as much again as the network run, and cannot be stopped once begun
     return dsp.synth(*(o[0] for o in spectra), rng), np.asarray(durations).reshape(-1)
 
 
-def frames_at(session: Any, ids: list[int], speed: float) -> int:
+def frames_at(session: Any, ids: list[int], speed: float, stop: Stop) -> int:
     """How many model frames hibari gives `ids` at `speed` (its whole-frame durations summed). ONNX Runtime runs the
     whole network whatever output is asked for: a second synthesis's cost, paid only above FAST_SPEED."""
-    inputs = {"ids": np.asarray([ids], np.int64), "speed": np.asarray([speed], np.float32)}
-    (frames,) = session.run([DURATIONS_OUTPUT], inputs)
+    (frames,) = run_network(session, [DURATIONS_OUTPUT], ids, speed, stop)
     return int(np.asarray(frames).sum())
+
+
+def run_network(session: Any, outputs: list[str] | None, ids: list[int], speed: float, stop: Stop) -> list[Any]:
+    """One run of hibari's network, which `stop` ends at its next node: `SynthesisStopped`, not onnxruntime's error."""
+    stop.check()
+    inputs = {"ids": np.asarray([ids], np.int64), "speed": np.asarray([speed], np.float32)}
+    try:
+        return session.run(outputs, inputs, stop.run_options)
+    except Exception as exc:
+        if stop.is_set:  # terminated by its flag (onnxruntime raises its generic Fail): stopped, not failed
+            raise SynthesisStopped() from exc
+        raise
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,10 @@
 
 Each piece of text (a sentence: `app.speech.sentences.SentencePipeline` fronts this engine) is synthesized in a
 worker thread, so the event loop never waits on the model. A fixed pool of workers, each with its own model
-instance, bounds CPU use. Only the bundled voice is offered: hibari's other voices are downloaded from a hub on
-first use, which a production service must never do behind a caller's back.
+instance, bounds CPU use. A sentence nobody will hear any more (its caller left, or its request was aborted) is
+stopped at its next step (`stop.py`), its worker freed for the requests waiting for one. Only the bundled voice is
+offered: hibari's other voices are downloaded from a hub on first use, which a production service must never do
+behind a caller's back.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from app.engine_protocol import (
 )
 from app.engines.embedded import alignment
 from app.engines.embedded.reader import text_reader
+from app.engines.embedded.stop import Stop, SynthesisStopped
 from app.settings import MAX_INPUT_CHARS
 from app.text.normalize import ReadingRules
 from app.text.words import WordTiming, align_words, written_words
@@ -116,8 +119,7 @@ class EmbeddedEngine:
         self._max_input_chars = max_input_chars
         self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="hibari")
         self._models: queue.SimpleQueue[Voice] = queue.SimpleQueue()
-        self._active: dict[str, int] = {}  # request id -> its syntheses in progress
-        self._aborted: set[str] = set()
+        self._active: dict[str, set[Stop]] = {}  # request id -> the stops of its syntheses in progress
         self._ready = False
         self._detail = "loading"
         self._failed = False  # failed to load: a restart is the only way back
@@ -154,7 +156,7 @@ class EmbeddedEngine:
         model.sess = None  # the session above replaces it: one copy of the network per worker
         # loads the G2P and runs the graph once so the first request is not slow
         self._models.put(voice)
-        self._synthesize_sentence(_WARMUP_TEXT, 1.0, 0, word_timestamps=True)
+        self._synthesize_sentence(_WARMUP_TEXT, 1.0, 0, Stop(), word_timestamps=True)
         return self._models.get()
 
     async def close(self) -> None:
@@ -189,8 +191,9 @@ class EmbeddedEngine:
 
     # -- synthesis ------------------------------------------------------------------------------------------------
     async def abort(self, request_id: str) -> None:
-        if self._active.get(request_id):
-            self._aborted.add(request_id)
+        """Stop `request_id`'s syntheses in progress at their next step: they end without audio."""
+        for stop in self._active.get(request_id, ()):
+            stop.set()
 
     async def synthesize(self, job: SynthesisJob) -> AsyncIterator[AudioChunk]:
         """One piece of text (the sentence pipeline in front of this engine cuts long text into sentences) as one
@@ -198,26 +201,35 @@ class EmbeddedEngine:
         if not self._ready:
             raise EngineUnavailable("the embedded engine is not ready")
         loop = asyncio.get_running_loop()
-        self._active[job.request_id] = self._active.get(job.request_id, 0) + 1
+        stop = Stop()  # this job's alone: another job of the same request (or of none) runs on
+        self._active.setdefault(job.request_id, set()).add(stop)
         if job.timing is not None:
             job.timing.mark("submitted")
         pending = loop.run_in_executor(
-            self._executor, self._synthesize_sentence, job.text, job.speed, job.seed, job.word_timestamps
+            self._executor, self._synthesize_sentence, job.text, job.speed, job.seed, stop, job.word_timestamps
         )
         try:
-            audio = await pending
+            try:
+                audio = await pending
+            except SynthesisStopped:
+                return  # aborted: it ends without audio, as an aborted request's synthesis always has
             if not audio.phoneme_ids:  # e.g. Chinese text: this English voice has no phonemes for it
                 raise UnsupportedParameter(
                     "input", f"This voice speaks English only and cannot read: {job.text[:80]!r}."
                 )
-            if job.request_id not in self._aborted and len(audio.samples):
+            if not stop.is_set and len(audio.samples):  # not aborted after its thread was done
                 yield AudioChunk(audio.samples, SAMPLE_RATE, audio.phoneme_ids, audio.frames, audio.words)
         finally:
-            pending.cancel()  # a caller that left before the thread started: the work is never done
-            self._active[job.request_id] -= 1
-            if not self._active[job.request_id]:
+            # Here the caller has its audio, or it left (its task was cancelled, or it closed this stream while the
+            # sentence was synthesized): nobody waits for the sentence any more. A thread still running it stops at
+            # its next step rather than spend a worker's CPU on audio nobody will hear; one that had not started yet
+            # never runs. Once the audio is here, the stop changes nothing.
+            stop.set()
+            pending.cancel()
+            stops = self._active[job.request_id]
+            stops.discard(stop)
+            if not stops:
                 del self._active[job.request_id]
-                self._aborted.discard(job.request_id)
 
     async def unreadable(self, pieces: list[str]) -> str | None:
         """The first piece this voice has no phonemes for (or that its text reader fails on), if any: only the
@@ -244,8 +256,11 @@ class EmbeddedEngine:
             self._models.put(voice)
 
     def _synthesize_sentence(
-        self, sentence: str, speed: float, seed: int | None, word_timestamps: bool = False
+        self, sentence: str, speed: float, seed: int | None, stop: Stop, word_timestamps: bool = False
     ) -> SentenceAudio:
+        """`sentence`'s audio, or `SynthesisStopped` once `stop` is set: checked before the text is read, before each
+        phoneme piece's network run and its vocoding, before the time-stretch, and inside a network run."""
+        stop.check()  # stopped while it waited for a worker
         voice = self._models.get()
         try:
             rng = np.random.default_rng(seed)
@@ -260,14 +275,15 @@ class EmbeddedEngine:
                 if len(ids) <= 2:  # only the padding: nothing in this piece the model can say
                     continue
                 phoneme_ids += len(ids)
-                audio, durations = alignment.synthesize_ids(voice.session, ids, model_speed, rng)
+                audio, durations = alignment.synthesize_ids(voice.session, ids, model_speed, rng, stop)
                 if model_speed != 1.0:
                     made += int(durations.sum())
-                    at_one += alignment.frames_at(voice.session, ids, 1.0)
+                    at_one += alignment.frames_at(voice.session, ids, 1.0, stop)
                 clock.add(piece, durations, len(audio))
                 parts.append(audio)
         finally:
-            self._models.put(voice)
+            self._models.put(voice)  # stopped or not: the next request's
+        stop.check()  # before the time-stretch (FFmpeg's atempo) and the word timing
         samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
         frames = len(samples) // FRAME_SAMPLES
         # what hibari's whole steps fell short of the speed asked of it is atempo's to make up
