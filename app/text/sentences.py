@@ -30,6 +30,9 @@ _FINAL_BEFORE_CAPITAL = frozenset(
 _TERMINATOR = re.compile(r"[.!?…]+[\"'”’)\]»]*(?=\s|$)|[。！？]+[”’」』）]*")
 _CLAUSE_BREAK = re.compile(r"(?<=[,;:—–])\s+|(?<=[，、；：])")
 _SPACE = re.compile(r"\s+")
+# Symbols that Unicode files under punctuation but a voice reads aloud ("&" is "and", "%" "percent"), as it does
+# inside a sentence ("Tom & Jerry"): standing alone they go with a neighbour, never dropped as punctuation is
+_READ_SYMBOLS = frozenset("#%&/@§¶‰‱")
 
 
 def is_speakable(text: str) -> bool:
@@ -111,10 +114,15 @@ def with_silent_words_attached(pieces: list[str], max_chars: int) -> list[str]:
 
 
 def has_silent_words(piece: str) -> bool:
-    """Words as written with nothing to speak ("😀."): a word of the input all the same, unlike punctuation."""
+    """Words as written that are no sentence to speak on their own ("😀.", "&"): words of the input all the same,
+    unlike punctuation and marks ("...", "***")."""
     if is_speakable(piece):
         return False
-    return any(not unicodedata.category(ch).startswith("P") for word in written_words(piece) for ch in word)
+    return any(
+        ch in _READ_SYMBOLS or not unicodedata.category(ch).startswith("P")
+        for word in written_words(piece)
+        for ch in word
+    )
 
 
 def _split_long(sentence: str, max_chars: int) -> list[str]:

@@ -85,6 +85,15 @@ def test_a_word_with_nothing_to_say_is_timed_where_it_stands_even_as_a_sentence_
     assert starts == sorted(starts)
 
 
+def test_a_symbol_the_voice_reads_is_spoken_and_timed_where_it_stands_alone(server: RunningServer) -> None:
+    """ "&" is Unicode punctuation that the voice reads ("and"): alone after a sentence's end it was dropped, neither
+    spoken nor among the words, where inside a sentence ("Tom & Jerry") it is both."""
+    events = sse_events(server, input="Hello there. &", word_timestamps=True, seed=4)
+    words = [w for e in events if e["type"] == "speech.audio.timestamps" for w in e["words"]]  # type: ignore[attr-defined]
+    assert [w["word"] for w in words] == ["Hello", "there", "&"]
+    assert words[-1]["end_ms"] > words[-1]["start_ms"]  # said, not an instant  # type: ignore[operator]
+
+
 def test_word_timestamps_follow_speed(server: RunningServer) -> None:
     """At speed 2 the audio is time-stretched: the word times shrink with it and stay within the audio."""
     normal = sse_events(server, input="The quick brown fox jumps over the lazy dog.", word_timestamps=True, seed=1)

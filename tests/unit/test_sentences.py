@@ -154,6 +154,14 @@ def test_a_sentence_of_words_with_nothing_to_say_goes_with_a_neighbour_so_its_wo
     assert split_sentences("Wonderful. 😀. Marvellous.", max_chars=10) == ["Wonderful.", "😀. Marvellous."]  # else over
 
 
+@pytest.mark.parametrize("symbol", ["&", "%", "#", "@", "/", "§"])
+def test_a_symbol_a_voice_reads_is_kept_where_it_stands_alone(symbol: str) -> None:
+    """Unicode files "&" under punctuation, but a voice reads it ("and"), as it does inside a sentence ("Tom & Jerry"):
+    alone between sentences or after the last it was dropped, never spoken and missing from the word timestamps."""
+    assert split_sentences(f"Hello. {symbol}") == [f"Hello. {symbol}"]
+    assert split_sentences(f"Hello.\n{symbol}\nWorld.") == ["Hello.", f"{symbol} World."]
+
+
 def streamed(pieces: list[str], granularity: Any = "sentence") -> list[str]:
     """What the WebSocket speaks of text that arrives in these pieces: `complete_units` as each comes, then
     `final_units` at input.done."""
