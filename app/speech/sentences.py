@@ -58,12 +58,13 @@ _CLAUSE_END = re.compile(r"(?<=[,;:—–])\s+|(?<=[，、；：])")
 
 def complete_units(text: str, max_chars: int, granularity: Granularity, final: bool = False) -> tuple[list[str], str]:
     """The pieces of arriving text whose end is certain, and the rest, cut as `split_granularity` asks: whole
-    sentences; also clauses (`clause`); nothing before input.done (`none`, which `final_units` speaks whole)."""
+    sentences; also clauses (`clause`); nothing before input.done (`none`, which `final_units` speaks whole). The
+    rest ends with its blanks settled (`settled_blanks`)."""
     if granularity == "none":
-        return [], text
+        return [], settled_blanks(text)
     sentences, rest = complete_sentences(text, max_chars, final=final)
     if granularity == "sentence":
-        return sentences, rest
+        return sentences, settled_blanks(rest)
     clauses = [clause for sentence in sentences for clause in _CLAUSE_END.split(sentence)]
     ends = [match.end() for match in _CLAUSE_END.finditer(rest)]
     # a last clause with nothing to say ("—", "😀,") waits for the next, as such a last sentence does
@@ -74,7 +75,20 @@ def complete_units(text: str, max_chars: int, granularity: Granularity, final: b
     # one with nothing to say inside goes with a neighbour, as a sentence's does: no request of its own to be refused
     # (the text after a sentence's end begins with the space after it: not the clause's)
     pieces = [clause.strip() for clause in clauses + done if clause.strip()]
-    return with_silent_words_attached(pieces, max_chars), rest[cut:]
+    return with_silent_words_attached(pieces, max_chars), settled_blanks(rest[cut:])
+
+
+def settled_blanks(rest: str) -> str:
+    """Text left waiting with the blanks after its last word cut to what they say: that the word ended (a space),
+    or where a line breaks (a line break; two: a paragraph's). The text that waits is scanned again at each message
+    and bounded by its words: kept whole, blanks streamed after them (an LLM stuck writing spaces) piled up without
+    end, each message costing more than the last."""
+    words = rest.rstrip()
+    blanks = len(rest) - len(words)
+    if blanks <= 2:
+        return rest
+    breaks = rest.count("\n", len(words))
+    return words + ("\n" * min(breaks, 2) if breaks else " ")
 
 
 def final_units(text: str, max_chars: int, granularity: Granularity) -> list[str]:

@@ -265,6 +265,30 @@ async def test_an_unsplit_utterance_takes_no_more_text_than_one_request_speaks(s
     assert queued(by_sentence)[0] == "b" * (limit - 20) + "." and len(by_sentence.buffer) < 20
 
 
+@pytest.mark.parametrize("granularity", ["sentence", "clause", "none"])
+async def test_blanks_streamed_after_the_last_word_do_not_pile_up_in_the_text_that_waits(
+    service: SpeechService, granularity: Any
+) -> None:
+    """The text waiting for its end is bounded (each message scans it again) by its words, not by the blanks after
+    them: an LLM stuck writing spaces, or a client sending 128 KiB of them per message, grew it without end and made
+    every message cost more (a second of the server's event loop each, at 40 MB). What waits keeps what the blanks
+    say: that the last word ended, and where a line breaks."""
+    speech = await configured(service, granularity)
+    speech.text("Hello there")
+    for blanks in (" ", "\t ", " " * 10_000) * 100:
+        speech.text(blanks)
+    assert len(speech.buffer) < 20
+    speech.text("friend")  # a word of its own, not "therefriend"
+    for blanks in ("  ", "\r\n", "\n", " " * 10_000):
+        speech.text(blanks)
+    assert len(speech.buffer) < 40
+    speech.text("Bye.")
+    speech.done()
+    pieces = [piece for piece in queued(speech) if isinstance(piece, str)]
+    assert " ".join(pieces).split() == ["Hello", "there", "friend", "Bye."]
+    assert len(pieces) == (1 if granularity == "none" else 2)  # the line break still ends a sentence
+
+
 class ShortInputToneEngine(ToneEngine):
     """The tone engine on a server whose SPEECH_MAX_INPUT_CHARS (100) is below SPEECH_SENTENCE_MAX_CHARS."""
 
