@@ -44,6 +44,7 @@ from app.api.errors import (
     ApiError,
     invalid_param,
     missing_parameter,
+    name_not_unicode,
     to_api_error,
     unknown_parameter,
     validation_error,
@@ -398,6 +399,9 @@ def refuse_unknown_fields(data: dict[str, Any], *fields: str) -> None:
     past them): a field the client meant to matter is never dropped unnoticed."""
     for name in data:
         if name != "type" and name not in fields:
+            if first_lone_half(name) is not None:  # half a UTF-16 pair (JSON's "\ud800"): echoed, the error would
+                # be no valid Unicode, which a strict client cannot parse; told by code point, as session.config's
+                raise ApiError(400, name_not_unicode(name), code="unknown_parameter")
             raise unknown_parameter(name)
 
 

@@ -476,6 +476,26 @@ def test_malformed_messages_are_answered_and_the_connection_kept(server: Running
         assert events[-1]["type"] == "session.done" and len(audio[0]) > 1000
 
 
+@pytest.mark.parametrize("kind", ["input.text", "input.done", "session.close"])
+def test_a_field_name_that_is_not_unicode_is_told_by_code_point(server: RunningServer, kind: str) -> None:
+    """JSON may write half a UTF-16 pair into a key ("\\ud800"). Echoed back, the error is no valid Unicode: a strict
+    client's JSON parser (Rust's serde_json) refuses the whole message, and Python's print of it raises. It is named
+    by where its lone surrogate is, as the same key in session.config (or a POST body) is."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        text = {"text": "Never spoken."} if kind == "input.text" else {}
+        send(ws, {"type": kind, **text, "sp\ud800ed": 1})  # written as JSON's escape: "sp\\ud800ed"
+        error = json.loads(ws.recv(timeout=10))
+        assert (error["type"], error["code"]) == ("error", "unknown_parameter"), error
+        assert "U+D800, at position 2 of the name" in error["message"], error
+        json.dumps(error, ensure_ascii=False).encode()  # valid Unicode throughout: raises on a lone surrogate
+        send(ws, {"type": "input.text", "text": "Still here."})  # the message was refused; the session goes on
+        send(ws, {"type": "input.done"})
+        events, audio = receive_utterance(ws)
+        assert [e["sentence_text"] for e in events if e["type"] == "audio.start"] == ["Still here."]
+        assert events[-1]["type"] == "session.done" and len(audio[0]) > 1000
+
+
 GUARDED_BODY_BYTES = 128 * 1024  # the least SPEECH_MAX_BODY_BYTES may be
 
 
