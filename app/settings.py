@@ -335,9 +335,14 @@ class OmniSettings(BaseModel):
         "starts each, at a steady 32 and 64 streams it cut the time to uninterrupted audio p95 to 0.73-0.76x with "
         "1.03-1.06x the work and at most 1% of streams ran dry at 64 against 6-8% without, but each stream was "
         "slower at one (1.07-1.18x end to end) and vllm-omni's own benchmark at 32 did not favour it "
-        "(benchmarks/gpu/2026-12-03-h200-omni-mps-two-starts/). Use `auto` for a GPU this server has to itself that "
-        "is kept at 32 streams or more, where the work done counts for more than one stream's pace; leave it off "
-        "where a GPU serves a few streams at a time, or other processes share it." + _deprecated("omni_cuda_mps"),
+        "(benchmarks/gpu/2026-12-03-h200-omni-mps-two-starts/). The single-GPU deploy profiles make code2wav a "
+        "below-normal-priority MPS client (CUDA_MPS_CLIENT_PRIORITY in its stage's env, read only under MPS), so "
+        "that the talker's kernels go first: so, in a later run, MPS led at every level from one stream to a steady "
+        "64, with one stream 1.03x end to end and vllm-omni's benchmark not yet run on it "
+        "(benchmarks/gpu/2026-12-03-h200-omni-mps-code2wav-priority/). Use `auto` for a GPU this server has to "
+        "itself that is kept at 32 streams or more, where the work done counts for more than one stream's pace; leave "
+        "it off where a GPU serves a few streams at a time, or other processes share it."
+        + _deprecated("omni_cuda_mps"),
     )
     fixed_length: bool = Field(
         False,

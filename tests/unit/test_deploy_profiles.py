@@ -95,3 +95,16 @@ def test_every_knob_is_commented(profile: Path) -> None:
         if index == 0 or not lines[index - 1].strip().startswith("#"):
             bare.append(line.strip())
     assert bare == []
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name)
+def test_code2wav_gives_way_to_the_talker_under_cuda_mps(profile: Path) -> None:
+    """Where both stages share a GPU, code2wav is a below-normal-priority CUDA MPS client and the talker a normal one:
+    the measured order (benchmarks/gpu/2026-12-03-h200-omni-mps-code2wav-priority; the reverse was behind MPS alone).
+    vllm-omni 0.30 applies a stage's `env` in its process, which CUDA reads as it starts there: strings only."""
+    talker, code2wav = yaml.safe_load(profile.read_text())["stages"]
+    assert "CUDA_MPS_CLIENT_PRIORITY" not in (talker.get("env") or {})
+    if talker["devices"] == code2wav["devices"]:
+        assert code2wav["env"] == {"CUDA_MPS_CLIENT_PRIORITY": "1"}
+    else:  # a GPU each: no neighbour on the GPU to give way to
+        assert "env" not in code2wav
