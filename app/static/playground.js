@@ -373,13 +373,14 @@ class TextStream {
     this.stats = { ttfa: NaN, total: NaN, audio: NaN, rtf: NaN, playback: NaN };
     this.ttfaFrom = NaN; // when the piece that ended the first sentence was sent
     this.closed = false;
+    this.errors = []; // the server's error messages, in order
     this.done = new Promise((resolve, reject) => { this.resolve = resolve; this.reject = reject; });
     this.done.catch(() => {}); // failures are read by whoever awaits it
     this.socket = new WebSocket(streamUrl());
     this.socket.binaryType = "arraybuffer";
     this.opened = new Promise((resolve) => { this.socket.onopen = resolve; });
     this.socket.onmessage = (event) => this.receive(event.data);
-    this.socket.onclose = (event) => this.fail(`The connection closed (code ${event.code}).`);
+    this.socket.onclose = (event) => this.disconnected(event.code);
     this.config = { type: "session.config", ...config, response_format: "pcm" };
     this.ticker = setInterval(() => this.tick(), 40);
   }
@@ -430,14 +431,18 @@ class TextStream {
       this.log("session.close", "");
       this.resolve(message);
     } else if (message.type === "error") {
-      this.fail(message.message, message.code);
+      // Not the end by itself: after most errors (a sentence the voice cannot read, skipped) the session goes on, and
+      // the server closes the connection after those that end it.
+      this.errors.push(message.message);
+      this.log("error", message.code ? `${message.code}: ${message.message}` : message.message);
+      if (current === this) setStatus("status", message.message, true);
     }
   }
 
   audio(bytes) {
     const now = performance.now();
     if (!this.received) this.firstAudio(now);
-    if (this.player.marks.length <= this.sentence) {
+    if (this.player.marks.at(-1)?.label !== this.sentence) { // by label: a sentence skipped has no audio, no mark
       this.player.mark(this.sentence);
       this.log("audio", `#${this.sentence} first bytes`, this.sentence);
     }
@@ -474,12 +479,21 @@ class TextStream {
     }
   }
 
-  fail(message, code = "") {
+  fail(message) {
     if (this.closed) return;
     this.closed = true;
-    this.log("error", code ? `${code}: ${message}` : message);
+    this.log("error", message);
     this.socket.close();
     this.reject(new Error(message));
+  }
+
+  // The server closed the connection before the session was done: the error it sent last says why (already logged).
+  disconnected(code) {
+    if (this.closed) return;
+    if (!this.errors.length) return this.fail(`The connection closed (code ${code}).`);
+    this.closed = true;
+    this.log("closed", `code ${code}`);
+    this.reject(new Error(this.errors[this.errors.length - 1]));
   }
 
   stop() {
@@ -528,7 +542,10 @@ async function ended(stream, run) {
     if (current !== stream) return;
     if (stream.received) offerDownload(wavFile(stream.parts, stream.player.sampleRate), "speech.wav");
     const sentences = `${message.total_sentences} sentence${message.total_sentences === 1 ? "" : "s"}`;
-    setStatus("status", `Done: ${sentences}, ${stream.received} bytes of pcm.`);
+    const errors = stream.errors.length;
+    const last = stream.errors[errors - 1];
+    const told = errors ? ` ${errors === 1 ? "An error" : `${errors} errors, the last`}: ${last}` : "";
+    setStatus("status", `Done: ${sentences}, ${stream.received} bytes of pcm.${told}`, errors > 0);
     finish(stats, early);
   } catch (error) {
     if (current !== stream) return; // stopped, and the page said so

@@ -1,8 +1,9 @@
 """The playground's streamed-text modes in headless chromium, against the real server: text sent word by word over
 WS /v1/audio/speech/stream (as an LLM writes, at 20 words/s) and as it is typed. Proofs come from the page's own log
 of what it sent and received, in order: the first sentence is heard before the last word is sent, the sentences
-arrive and play in order, TTFA counts from the word that ended the first sentence. Errors (an unknown voice, a wrong
-API key) are shown. A screenshot is kept (playground-stream.png) and its path printed."""
+arrive and play in order, TTFA counts from the word that ended the first sentence. Errors are shown: those the server
+closes the connection after (an unknown voice, a wrong API key) end the run, one it goes on after (a sentence skipped)
+does not. A screenshot is kept (playground-stream.png) and its path printed."""
 
 from __future__ import annotations
 
@@ -128,9 +129,32 @@ async def test_a_server_error_is_shown(browser: Any, server: RunningServer) -> N
     log = await page.evaluate(READ_LOG)
     assert [entry["kind"] for entry in log if entry["kind"] == "error"] == ["error"]
     assert log[positions(log, "error")[0]]["detail"].startswith("voice_not_found:")
+    assert log[-1]["kind"] == "closed"  # the server's close after the error ended the run, not the error alone
     assert positions(log, "audio.start") == [] and await page.is_hidden("#sentences")
     assert len(positions(log, "sent")) < len(TEXT.split())  # sending stopped at the error
     assert await page.is_enabled("#speak") and await page.is_disabled("#stop")
+    await page.close()
+    assert watch.problems == []
+
+
+async def test_an_error_the_session_goes_on_after_is_shown_and_the_rest_is_spoken(
+    browser: Any, server: RunningServer
+) -> None:
+    """A sentence the voice cannot read is refused with an `error` after which the server keeps the session open:
+    the page shows the error and goes on, and the sentence after it is spoken. Only an error the server closes the
+    connection after (the test above) ends the run."""
+    page, watch = await open_playground(browser, server.base_url)
+    status = await stream_words(page, "This is spoken first. Привет мир. And this is spoken after it.")
+    log = await page.evaluate(READ_LOG)
+    assert len(positions(log, "error")) == 1, log
+    refusal = log[positions(log, "error")[0]]["detail"].split(": ", 1)[1]
+    spoken = [entry["detail"] for entry in log if entry["kind"] == "audio.start"]
+    assert spoken[-1] == '#2 "And this is spoken after it."', log
+    assert [log[i]["sentence"] for i in positions(log, "audio")] == ["0", "2"]  # the refused one has no audio
+    assert positions(log, "input.done") and positions(log, "session.done"), log
+    assert status.startswith("Done:") and refusal in status, status  # the error stays in sight
+    assert await page.eval_on_selector("#status", "el => el.className") == "error"
+    await page.wait_for_selector("#log-lines li[data-kind='played']", state="attached", timeout=60_000)
     await page.close()
     assert watch.problems == []
 
