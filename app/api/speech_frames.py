@@ -15,7 +15,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from starlette.websockets import WebSocketDisconnected
 
 from app.api.errors import ApiError, to_api_error, websocket_error_message
-from app.audio.formats import DEFAULT_SAMPLE_RATE
+from app.audio.formats import DEFAULT_SAMPLE_RATE, decoded_sample_rate
 from app.speech.errors import Full, SpeechError, Stopped
 from app.speech.utterances import Sentence
 from app.text.words import WordTiming
@@ -75,10 +75,16 @@ class Frames:
                 **self.indices(sentence, "audio.start"),
                 "sentence_text": sentence.text,
                 "format": options.response_format,
-                "sample_rate": options.sample_rate or DEFAULT_SAMPLE_RATE,
+                "sample_rate": self.sample_rate(sentence),
                 **({"word_timestamps": True} if options.word_timestamps else {}),
             }
         )
+
+    @staticmethod
+    def sample_rate(sentence: Sentence) -> int:
+        """The rate the sentence's audio decodes at, which is not always the one asked (opus: 48 kHz)."""
+        options = sentence.voice.options
+        return decoded_sample_rate(options.response_format, options.sample_rate or DEFAULT_SAMPLE_RATE)
 
     async def audio(self, sentence: Sentence, data: bytes, start_s: float, end_s: float) -> None:
         if self.chunks is not None:
@@ -104,7 +110,7 @@ class Frames:
             "chunk_id": self.chunks - 1,
             "chunk_start_ms": round(start_s * 1000),
             "chunk_end_ms": round(end_s * 1000),
-            "sample_rate": sentence.voice.options.sample_rate or DEFAULT_SAMPLE_RATE,
+            "sample_rate": self.sample_rate(sentence),
             "audio_b64": base64.b64encode(data).decode("ascii"),
             "timestamps": None if words is None else [word.as_dict() for word in words],
         }

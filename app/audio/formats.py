@@ -2,7 +2,8 @@
 
 Everything else reads this table: the encoders (container, codec, bit rate), the request schemas (the allowed values
 of `response_format`, the range of `sample_rate`), the sample-rate check, the capabilities endpoint, the
-`Content-Type` of a response and the load tool (its `--format` choices and how it decodes what it receives).
+`Content-Type` of a response, the rate the WebSocket says a sentence's audio decodes at, and the load tool (its
+`--format` choices and how it decodes what it receives).
 
 Every format streams here: each encoded chunk leaves as soon as the muxer has produced it. `stream: false` asks for
 one whole file instead, whose header can state the length a stream does not know yet (see `app.audio.encoders`).
@@ -43,6 +44,9 @@ class Format:
     # shifted by it. `lead_samples_whole`: a whole file's, where its header says otherwise (None: the same).
     lead_samples: int = 0
     lead_samples_whole: int | None = None
+    # The rate a decoder gives back whatever rate was encoded; None: the rate encoded. Opus's: 48 kHz, as FFmpeg's
+    # decoder and opusfile return it (RFC 7845: the Ogg header's input rate, the one asked, is for information only).
+    decoded_rate: int | None = None
 
 
 _MP3_RATES = frozenset({8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000})
@@ -65,6 +69,7 @@ FORMATS: Final[dict[str, Format]] = {
             32_000,
             # The Ogg muxer holds pages back for up to a second by default; 20 ms pages let each chunk out at once.
             (("page_duration", "20000"),),
+            decoded_rate=48_000,
         ),
         # (AAC's 7350 is below the API's range); ADTS has no field for the encoder's delay
         Format("aac", "audio/aac", "adts", "aac", True, _MP3_RATES, 64_000, lead_samples=1024),
@@ -84,6 +89,13 @@ def lead_samples(name: str, whole_file: bool = False) -> int:
     """The samples a decoder plays before the audio of format `name` (a stream's, or a whole file's)."""
     fmt = get_format(name)
     return fmt.lead_samples if not whole_file or fmt.lead_samples_whole is None else fmt.lead_samples_whole
+
+
+def decoded_sample_rate(name: str, sample_rate: int) -> int:
+    """The rate a client's decoder gives audio of format `name` encoded at `sample_rate`: the one to announce, since a
+    client sets its player by it (raw pcm has no header to say otherwise)."""
+    fixed = get_format(name).decoded_rate
+    return sample_rate if fixed is None else fixed
 
 
 def get_format(name: str) -> Format:

@@ -3,6 +3,7 @@ incremental synthesis, formats, errors, keys, admission, disconnects and the dra
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import socket
@@ -15,6 +16,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from loadtest.audio import decode, transcribe, word_error_rate
+from tests.e2e.test_speech_formats import check_rate
 from tests.support.server import RunningServer, start_server
 
 PATH = "/v1/audio/speech/stream"
@@ -191,9 +193,11 @@ def test_a_pause_in_the_text_speaks_a_finished_sentence(server: RunningServer) -
 
 @pytest.mark.parametrize(
     ("response_format", "sample_rate"),
-    [("mp3", None), ("opus", None), ("aac", None), ("flac", 16000), ("wav", 16000), ("pcm", 16000)],
+    [("mp3", None), ("opus", None), ("opus", 8000), ("aac", None), ("flac", 16000), ("wav", 16000), ("pcm", 16000)],
 )
 def test_every_format_decodes(server: RunningServer, response_format: str, sample_rate: int | None) -> None:
+    """Each sentence's audio decodes at the rate its audio.start announces: a client sets its player by that number
+    (pcm has nothing else to tell it). Opus decodes at 48 kHz whatever rate was asked (its header records that one)."""
     text = "Every format streams."
     config: dict[str, object] = {"type": "session.config", "voice": "alloy", "response_format": response_format}
     if sample_rate:
@@ -205,9 +209,25 @@ def test_every_format_decodes(server: RunningServer, response_format: str, sampl
         events, audio = receive_utterance(ws)
     assert events[0]["format"] == response_format
     decoded = decode(audio[0], response_format, pcm_rate=sample_rate or 24_000)
-    if sample_rate and response_format != "pcm":
-        assert decoded.sample_rate == sample_rate
+    check_rate(audio[0], decoded, response_format, sample_rate or 24_000)
+    assert events[0]["sample_rate"] == decoded.sample_rate, events[0]
     assert word_error_rate(text, transcribe(decoded)) <= 0.2
+
+
+def test_word_timestamp_frames_announce_the_rate_opus_decodes_at(server: RunningServer) -> None:
+    """With word_timestamps the audio.chunk frames carry the rate too: each says the one the sentence decodes at."""
+    config = {"type": "session.config", "voice": "alloy", "response_format": "opus", "sample_rate": 16000}
+    with connect(ws_url(server)) as ws:
+        send(ws, {**config, "word_timestamps": True})
+        send(ws, {"type": "input.text", "text": "Timed words in Opus."})
+        send(ws, {"type": "input.done"})
+        events, _ = receive_utterance(ws)
+    chunks = [event for event in events if event["type"] == "audio.chunk"]
+    data = b"".join(base64.b64decode(str(chunk["audio_b64"])) for chunk in chunks)
+    decoded = decode(data, "opus")
+    check_rate(data, decoded, "opus", 16000)
+    announced = [event["sample_rate"] for event in events if "sample_rate" in event]
+    assert len(announced) == len(chunks) + 1 and set(announced) == {decoded.sample_rate}, announced
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from app.audio.formats import (
     MIN_SAMPLE_RATE,
     RESPONSE_FORMATS,
     ResponseFormat,
+    decoded_sample_rate,
     get_format,
 )
 from app.server import create_app
@@ -91,6 +92,25 @@ def test_each_encoder_writes_the_container_codec_and_rate_the_table_names(name: 
         assert DEMUXER.get(fmt.container, fmt.container) in container.format.name.split(",")
         stream = container.streams.audio[0]
         assert stream.codec_context.name == DECODER.get(fmt.codec, fmt.codec)
-        assert stream.codec_context.sample_rate == (48_000 if name == "opus" else DEFAULT_SAMPLE_RATE)
+        assert stream.codec_context.sample_rate == decoded_sample_rate(name, DEFAULT_SAMPLE_RATE)
         if fmt.bit_rate is not None and name != "opus":  # Ogg records no bit rate to read back
             assert stream.bit_rate == pytest.approx(fmt.bit_rate, rel=0.05)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_table_says_the_rate_each_format_decodes_at(name: str) -> None:
+    """What the WebSocket announces for a sentence's audio (`decoded_sample_rate`) is what FFmpeg's decoder gives back,
+    at every rate asked: opus 48 kHz whatever was encoded, every other format the rate encoded (pcm has no header:
+    the rate announced is all a client has)."""
+    for rate in sorted({DEFAULT_SAMPLE_RATE, 16_000, MIN_SAMPLE_RATE, MAX_SAMPLE_RATE}):
+        if FORMATS[name].sample_rates is not None and rate not in FORMATS[name].sample_rates:
+            continue
+        encoder = create_encoder(name, rate)
+        data = encoder.encode(np.zeros(rate // 10, np.float32)) + encoder.finish()
+        if FORMATS[name].container is None:
+            assert decoded_sample_rate(name, rate) == rate
+            continue
+        with av.open(io.BytesIO(data)) as container:
+            frames = list(container.decode(audio=0))
+        assert frames and {frame.sample_rate for frame in frames} == {decoded_sample_rate(name, rate)}, (name, rate)
+    assert decoded_sample_rate(name, 16_000) == (48_000 if name == "opus" else 16_000)
