@@ -5,6 +5,11 @@ in the middle of a sentence ("Dr. | Smith", "Jan. | 5th", "3. | 50") ruins its p
 delays audio a little, so every doubtful case is left joined. Sentences longer than `max_chars` are cut again at
 clause punctuation (then at spaces), so no single piece keeps the listener waiting or overruns an engine's limit.
 Every word of the input lands in exactly one piece: nothing is dropped.
+
+A word is never cut: one longer than `max_chars` is a piece of its own, whatever its script (a German compound, a
+Greek word, a URL), and the transports bound it as they bound any text (a request's `input`, a WebSocket's text that
+waits). Only text of the scripts written without spaces between words (Chinese, Japanese, Thai...) has no word end
+to wait for: a run of it is cut at the limit, beside one of its characters.
 """
 
 from __future__ import annotations
@@ -33,6 +38,14 @@ _SPACE = re.compile(r"\s+")
 # Symbols that Unicode files under punctuation but a voice reads aloud ("&" is "and", "%" "percent"), as it does
 # inside a sentence ("Tom & Jerry"): standing alone they go with a neighbour, never dropped as punctuation is
 _READ_SYMBOLS = frozenset("#%&/@§¶‰‱")
+# The scripts written without spaces between words, as `_script` names them ("CJK" unified ideographs; "IDEOGRAPHIC"
+# marks, 々 and 〇; the prolonged sound mark ー, "KATAKANA-HIRAGANA"): a run of their text may be cut between any two
+# of its characters, where a word of any other script is kept whole
+_UNSPACED_SCRIPTS = frozenset(
+    """CJK IDEOGRAPHIC HIRAGANA KATAKANA KATAKANA-HIRAGANA BOPOMOFO YI THAI LAO KHMER MYANMAR TIBETAN JAVANESE
+    BALINESE""".split()
+)
+_VIRAMA = 9  # the canonical combining class of a virama (Khmer's coeng, Myanmar's): it ties its letter to the next
 
 
 def is_speakable(text: str) -> bool:
@@ -78,8 +91,8 @@ def _script(letter: str) -> str:
 
 
 def split_sentences(text: str, max_chars: int = 250) -> list[str]:
-    """Cut text into speakable pieces of at most `max_chars` characters (single Latin-script words longer than that
-    excepted)."""
+    """Cut text into speakable pieces of at most `max_chars` characters (a single word longer than that excepted,
+    in a script written with spaces: it is a piece of its own, never cut)."""
     pieces: list[str] = []
     for paragraph in re.split(r"\n\s*\n|\r?\n", text):
         paragraph = _SPACE.sub(" ", paragraph).strip()
@@ -131,12 +144,39 @@ def _split_long(sentence: str, max_chars: int) -> list[str]:
     out: list[str] = []
     for clause in _pack(_CLAUSE_BREAK.split(sentence), max_chars):
         for piece in _pack(clause.split(" "), max_chars) if len(clause) > max_chars else [clause]:
-            if len(piece) > max_chars and " " not in piece and not piece.isascii():
-                # unspaced scripts (Chinese, Japanese) have no word boundary to wait for: cut at the limit
-                out.extend(piece[i : i + max_chars] for i in range(0, len(piece), max_chars))
-            else:
-                out.append(piece)
+            out.extend(_cut_run(piece, max_chars) if len(piece) > max_chars and " " not in piece else [piece])
     return out
+
+
+def _cut_run(run: str, max_chars: int) -> list[str]:
+    """A run without spaces longer than `max_chars`, cut at the last place within the limit where `_may_cut_before`
+    allows, else at the first after it: a word of a spaced script, however long, stays whole (the Latin word in a
+    Chinese sentence too), and a run of an unspaced script is cut at the limit."""
+    # each character told once, not at each place: a WebSocket message may hold 128 KiB of one word
+    unspaced = frozenset(ch for ch in set(run) if _script(ch) in _UNSPACED_SCRIPTS)
+    if not unspaced:  # a word, however long
+        return [run]
+    pieces: list[str] = []
+    start = 0
+    while len(run) - start > max_chars:
+        within = range(start + max_chars, start, -1)
+        end = next((i for i in within if _may_cut_before(run, i, unspaced)), None)
+        if end is None:
+            after = range(start + max_chars + 1, len(run))
+            end = next((i for i in after if _may_cut_before(run, i, unspaced)), len(run))
+        pieces.append(run[start:end])
+        start = end
+    return [*pieces, run[start:]] if start < len(run) else pieces
+
+
+def _may_cut_before(run: str, i: int, unspaced: frozenset[str]) -> bool:
+    """Whether a run without spaces may be cut before `run[i]`: beside a character of an unspaced script (those of
+    the run: `unspaced`), never inside a word of another, nor between a letter and what goes with it (a combining
+    mark, as a Thai or Khmer vowel sign; the letter after a virama, which stacks under it)."""
+    before, after = run[i - 1], run[i]
+    if before not in unspaced and after not in unspaced:
+        return False
+    return unicodedata.category(after)[0] != "M" and unicodedata.combining(before) != _VIRAMA
 
 
 def _pack(parts: list[str], max_chars: int) -> list[str]:

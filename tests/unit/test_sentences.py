@@ -162,15 +162,15 @@ def test_a_symbol_a_voice_reads_is_kept_where_it_stands_alone(symbol: str) -> No
     assert split_sentences(f"Hello.\n{symbol}\nWorld.") == ["Hello.", f"{symbol} World."]
 
 
-def streamed(pieces: list[str], granularity: Any = "sentence") -> list[str]:
+def streamed(pieces: list[str], granularity: Any = "sentence", max_chars: int = 250) -> list[str]:
     """What the WebSocket speaks of text that arrives in these pieces: `complete_units` as each comes, then
     `final_units` at input.done."""
     spoken: list[str] = []
     buffer = ""
     for piece in pieces:
-        units, buffer = complete_units(buffer + piece, 250, granularity)
+        units, buffer = complete_units(buffer + piece, max_chars, granularity)
         spoken += units
-    return spoken + final_units(buffer, 250, granularity)
+    return spoken + final_units(buffer, max_chars, granularity)
 
 
 @pytest.mark.parametrize(
@@ -389,7 +389,8 @@ def _random_text(rng: random.Random) -> str:
     for _ in range(n):
         word = rng.choice(_VOCAB)
         if rng.random() < 0.02:
-            word = "y" * rng.randint(40, 320)  # a word longer than some max_chars
+            # a word longer than some max_chars, in a script written with spaces: never cut, whatever its letters
+            word = rng.choice(["y", "é", "ж", "λ"]) * rng.randint(40, 320)
         parts.append(word)
         parts.append(rng.choice(_SEPARATORS))
     return rng.choice(["", " ", "\n"]) + "".join(parts)
@@ -428,6 +429,76 @@ def test_long_cjk_sentences_are_cut_to_max_chars_without_losing_text() -> None:
     unbroken = "你好" * 100
     pieces = split_sentences(unbroken, max_chars=50)
     assert all(len(p) <= 50 for p in pieces) and "".join(pieces) == unbroken
+
+
+# -- a word longer than max_chars: kept whole whatever its script; only scripts written without spaces are cut -------
+
+# Real words past 40 characters, in spaced scripts: the same word with and without letters outside ASCII
+_LONG_WORDS = [
+    pytest.param("Rindfleischetikettierungsueberwachungsaufgabenuebertragungsgesetz", id="ascii"),
+    pytest.param("Donaudampfschifffahrtselektrizitätenhauptbetriebswerkbauunterbeamtengesellschaft", id="german"),
+    pytest.param("megszentségteleníthetetlenségeskedéseitekért", id="hungarian"),
+    pytest.param("тетрагидропиранилциклопентилтетрагидропиридопиридиновые", id="russian"),
+    pytest.param(
+        "Λοπαδοτεμαχοσελαχογαλεοκρανιολειψανοδριμυποτριμματοσιλφιοκαραβομελιτοκατακεχυμενοκιχλεπικοσσυφοφαττοπεριστερ"
+        "αλεκτρυονοπτοκεφαλλιοκιγκλοπελειολαγῳοσιραιοβαφητραγανοπτερύγων",
+        id="greek",
+    ),
+    pytest.param("https://example.org/wiki/Café_de_Flore_(Saint-Germain-des-Prés)", id="url"),
+]
+# Text of scripts written without spaces between words, past 40 characters
+_UNSPACED = [
+    pytest.param("中华人民共和国国家标准化管理委员会" * 7, id="chinese"),
+    pytest.param("東京特許許可局のカタカナとひらがなテキスト" * 6, id="japanese"),
+    pytest.param("ภาษาไทยเขียนติดกันโดยไม่เว้นวรรคระหว่างคำ" * 4, id="thai"),
+    pytest.param("ພາສາລາວຂຽນຕິດກັນໂດຍບໍ່ມີຍະຫວ່າງ" * 4, id="lao"),
+    pytest.param("ភាសាខ្មែរសរសេរជាប់គ្នាដោយគ្មានដកឃ្លា" * 4, id="khmer"),
+    pytest.param("မြန်မာဘာသာစကားကိုစကားလုံးများကြားနေရာမထားဘဲရေးသည်" * 3, id="myanmar"),
+]
+
+
+def in_messages_of_seven(text: str) -> list[str]:
+    """`text` as a client streams it, a few characters per message."""
+    return [text[start : start + 7] for start in range(0, len(text), 7)]
+
+
+@pytest.mark.parametrize("word", _LONG_WORDS)
+def test_a_word_longer_than_max_chars_is_kept_whole_whatever_its_script(word: str) -> None:
+    """A long German compound, a Hungarian, Russian or Greek word, a URL with one "é": each was cut every
+    `max_chars` characters, mid-word, for holding a letter outside ASCII, where the same length of ASCII is kept
+    whole. Requested or streamed, it is one piece: spoken whole, as an ASCII word is."""
+    assert len(word) > 40
+    text = f"Before it {word} after it."
+    for pieces in (split_sentences(text, max_chars=40), streamed(in_messages_of_seven(text), max_chars=40)):
+        assert word in pieces, pieces
+        assert all(len(p) <= 40 for p in pieces if p != word)
+        assert words(" ".join(pieces)) == words(text)
+
+
+@pytest.mark.parametrize("text", _UNSPACED)
+def test_text_of_a_script_written_without_spaces_is_cut_at_max_chars(text: str) -> None:
+    """Chinese, Japanese, Thai, Lao, Khmer, Myanmar: no space to wait for, so cut at the limit, requested or
+    streamed; never before a combining mark, which is its letter's (a Thai, Lao, Khmer or Myanmar vowel sign alone
+    opened the next piece), nor after a virama, which stacks the next letter under its own."""
+    assert len(text) > 100 and " " not in text
+    for limit in range(40, 48):  # the cut falls on other letters at each
+        for pieces in (split_sentences(text, limit), streamed(in_messages_of_seven(text), max_chars=limit)):
+            assert "".join(pieces) == text
+            assert all(len(p) <= limit for p in pieces), [len(p) for p in pieces]
+            assert not any(unicodedata.category(p[0]).startswith("M") for p in pieces), pieces
+            assert not any(unicodedata.combining(p[-1]) == 9 for p in pieces[:-1]), pieces  # 9: a virama's class
+
+
+def test_a_spaced_word_inside_unspaced_text_is_kept_whole_and_the_rest_cut_around_it() -> None:
+    """Chinese written with a Latin word inside, no space around it: cut at the limit beside a Chinese character,
+    never inside the Latin word (which was cut where the run held a Chinese character, as pure ASCII is not)."""
+    word = "Donaudampfschifffahrtselektrizitätenhauptbetriebswerkbauunterbeamtengesellschaft"
+    ascii_word = "x" * 60
+    text = "他说" + word + "这个词很长" * 12 + ascii_word + "也是" * 10
+    for pieces in (split_sentences(text, max_chars=40), streamed(in_messages_of_seven(text), max_chars=40)):
+        assert "".join(pieces) == text
+        assert sum(word in p for p in pieces) == 1 and sum(ascii_word in p for p in pieces) == 1, pieces
+        assert all(len(p) <= 40 for p in pieces if word not in p and ascii_word not in p), pieces
 
 
 # -- is_speakable --------------------------------------------------------------------------------------------------

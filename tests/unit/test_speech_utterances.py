@@ -324,6 +324,66 @@ async def test_streamed_text_is_cut_into_pieces_no_longer_than_a_request_may_spe
     assert " ".join(pieces).split() == text.split()  # nothing lost
 
 
+# Aristophanes' dish, in Greek and in its Latin transliteration: one word, longer than a request may be below
+LOPADO_GREEK = (
+    "λοπαδοτεμαχοσελαχογαλεοκρανιολειψανοδριμυποτριμματοσιλφιοκαραβομελιτοκατακεχυμενοκιχλεπικοσσυφοφαττοπεριστερ"
+    "αλεκτρυονοπτοκεφαλλιοκιγκλοπελειολαγῳοσιραιοβαφητραγανοπτερύγων"
+)
+LOPADO_LATIN = (
+    "Lopadotemachoselachogaleokranioleipsanodrimhypotrimmatosilphiokarabomelitokatakechymenokichlepikossyphophatto"
+    "peristeralektryonoptekephalliokigklopeleiolagoiosiraiobaphetraganopterygon"
+)
+
+
+@pytest.mark.parametrize(
+    ("word", "too_long"),
+    [
+        pytest.param("Rindfleischetikettierungsueberwachungsaufgabenuebertragungsgesetz", LOPADO_LATIN, id="ascii"),
+        pytest.param(
+            "Donaudampfschifffahrtselektrizitätenhauptbetriebswerkbauunterbeamtengesellschaft", LOPADO_GREEK, id="greek"
+        ),
+    ],
+)
+async def test_a_long_streamed_word_is_spoken_whole_or_refused_whatever_its_script(
+    tmp_path: Path, word: str, too_long: str
+) -> None:
+    """A word longer than SPEECH_SENTENCE_MAX_CHARS waits for its end and is spoken whole; one longer than a request
+    may be (SPEECH_MAX_INPUT_CHARS) is refused, naming `text`. A word with a letter outside ASCII (a German "ä", a
+    Greek word) was spoken in pieces cut mid-word instead, never refused: an ASCII word of the same length was not."""
+    short = ShortInputToneEngine()
+    settings = Settings(ws_sentence_idle_s=SENTENCE_IDLE_S, ws_idle_timeout_s=IDLE_TIMEOUT_S, sentence_max_chars=40)
+    gate = AdmissionGate(2, 4, 5.0)
+    catalog = VoiceCatalog(tuple(short.voices()), {})
+    service = SpeechService(short, settings, catalog, VoiceStore(tmp_path), gate, Lifecycle(5.0, gate))  # type: ignore[arg-type]
+    speech = await configured(service)
+    assert 40 < len(word) <= 100 < len(too_long)
+    text = f"Before it {word} after it. Then "
+    for start in range(0, len(text), 7):  # as an LLM writes it, in pieces
+        speech.text(text[start : start + 7])
+    assert queued(speech) == ["Before it", word, "after it."]
+    with pytest.raises(Refused, match="no sentence end or space") as refused:
+        speech.text(too_long)
+    assert refused.value.param == "text"
+    speech.text("the end.")
+    speech.done()
+    assert queued(speech) == ["Then the end.", 4]
+
+
+async def test_a_long_run_of_a_script_written_without_spaces_is_streamed_in_pieces(tmp_path: Path) -> None:
+    """Chinese has no space to wait for: streamed past the longest request, it is cut at the limit and spoken."""
+    short = ShortInputToneEngine()
+    settings = Settings(ws_sentence_idle_s=SENTENCE_IDLE_S, ws_idle_timeout_s=IDLE_TIMEOUT_S, sentence_max_chars=40)
+    gate = AdmissionGate(2, 4, 5.0)
+    catalog = VoiceCatalog(tuple(short.voices()), {})
+    service = SpeechService(short, settings, catalog, VoiceStore(tmp_path), gate, Lifecycle(5.0, gate))  # type: ignore[arg-type]
+    speech = await configured(service)
+    text = "中华人民共和国国家标准化管理委员会" * 10
+    speech.text(text)
+    speech.done()
+    pieces = [piece for piece in queued(speech) if isinstance(piece, str)]
+    assert "".join(pieces) == text and all(len(piece) <= 40 for piece in pieces)
+
+
 async def test_two_sessions_under_one_request_id_are_tracked_apart(service: SpeechService) -> None:
     """Two WebSocket sessions may carry the same X-Request-Id: the end of one's utterance leaves the other's tracked,
     so that a drain still waits for it."""
