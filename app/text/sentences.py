@@ -77,7 +77,12 @@ def _ends_sentence(text: str, match: re.Match[str]) -> bool:
     if len(word) == 1 and word.isalpha():
         # An initial, of the name after it and in its script: "J. K. Rowling", "А. С. Пушкин". A letter of another
         # script than the next word's ends its sentence ("ﷺ. World"): this cut is no doubtful one, as a voice that
-        # cannot read the letter refuses the sentence holding it, and joined, the next sentence would go with it
+        # cannot read the letter refuses the sentence holding it, and joined, the next sentence would go with it.
+        # So does one character written for a whole word or phrase (ﷺ, ﷲ: more than a digraph's two letters in its
+        # compatibility form), which is never an initial, even before a number ("ﷺ. 5 apples"); a letter before a
+        # number may be an abbreviation ("c. 1900", Russian "с. 25") and stays joined
+        if len(unicodedata.normalize("NFKC", word)) > 2:
+            return True
         lead = rest.lstrip("\"'“‘([«")[:1]
         return lead.isalpha() and _script(word) != _script(lead)
     # An acronym: "U.S. Army"

@@ -182,6 +182,13 @@ def streamed(pieces: list[str], granularity: Any = "sentence", max_chars: int = 
         ("Hello. Ж. World is here.", ["Hello.", "Ж.", "World is here."]),
         ("Bye. J. Smith is here.", ["Bye.", "J. Smith is here."]),  # a letter of the next word's script: an initial
         ("А. С. Пушкин wrote it. Yes.", ["А. С. Пушкин wrote it.", "Yes."]),
+        # one character written for a whole word or phrase (ﷺ, ﷲ) is no initial, whatever follows it: before a number
+        # it went with the sentence after it, which its refusal took with it
+        ("Hello. ﷺ. 5 apples are here.", ["Hello.", "ﷺ.", "5 apples are here."]),
+        ("Hello. ﷲ. $5 is the price.", ["Hello.", "ﷲ.", "$5 is the price."]),
+        # a single letter before a number may be an abbreviation ("c. 1900", Russian "с. 25", a page): left joined
+        ("Born c. 1900 in Ohio. Yes.", ["Born c. 1900 in Ohio.", "Yes."]),
+        ("См. с. 25 там. Yes.", ["См. с. 25 там.", "Yes."]),
     ],
 )
 @pytest.mark.parametrize("granularity", ["sentence", "clause"])

@@ -227,6 +227,18 @@ async def test_a_sentence_of_a_letter_of_another_script_is_queued_alone_not_with
     assert queued(speech) == ["Hello.", "ﷺ.", "World is here.", 3]
 
 
+async def test_a_sentence_of_a_phrase_in_one_character_is_queued_alone_before_a_number(
+    service: SpeechService,
+) -> None:
+    """ "ﷺ." is one character written for a whole phrase: no initial even where a number follows ("5 apples"), which
+    was queued with it and refused with it, never spoken."""
+    speech = await configured(service)
+    for piece in ("Hello. ", "ﷺ. ", "5 apples are here."):
+        speech.text(piece)
+    speech.done()
+    assert queued(speech) == ["Hello.", "ﷺ.", "5 apples are here.", 3]
+
+
 @pytest.mark.parametrize(
     ("granularity", "while_arriving", "at_done"),
     [
