@@ -7,6 +7,11 @@ from dataclasses import dataclass
 from app.engine_protocol import VoiceInfo
 
 GENERIC_VOICE = "default"
+# The longest voice name or id a request may give (`voice`, `{"id": ...}`, `speaker`, a voice's path): room for any
+# voice's, an uploaded name (64 characters, `app.voice_store.NAME_PATTERN`), an id (`voice_` and 32 hex digits), an
+# engine voice or an alias, with the spaces around it that resolution ignores. A longer one names no voice: it is
+# refused, saying this limit, before it is looked up or quoted back in an error (or a log line).
+MAX_VOICE_NAME_CHARS = 256
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,7 @@ from app.api.speech_frames import (
 )
 from app.audio.formats import ResponseFormat
 from app.speech.errors import Failed, ShuttingDown, SpeechError
-from app.speech.options import DEFAULT_VOICE, Name, SpeechOptions, VoiceRef
+from app.speech.options import DEFAULT_VOICE, SpeechOptions, VoiceName, VoiceRef
 from app.speech.run import SpeechService
 from app.speech.sentences import Granularity
 from app.speech.utterances import StreamedSpeech
@@ -97,7 +97,7 @@ class SessionConfig(SpeechOptions):
     model_config = ConfigDict(strict=False)  # as vllm-omni reads it: "1.5" is a speed
 
     type: Literal["session.config"]
-    voice: Name | VoiceRef = DEFAULT_VOICE  # vllm-omni sends a name; OpenAI's {"id": ...} as the body takes it
+    voice: VoiceName | VoiceRef = DEFAULT_VOICE  # vllm-omni sends a name; OpenAI's {"id": ...} as the body takes it
     response_format: ResponseFormat = "wav"  # vllm-omni's default
     split_granularity: Granularity | None = Field(
         None,

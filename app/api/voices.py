@@ -13,10 +13,10 @@ from app.api.dependencies import get_catalog, get_engine, get_voice_store
 from app.api.errors import ApiError, error_responses, invalid_param, media_type
 from app.audio.reference import MAX_REFERENCE_BYTES, prepare_reference_audio
 from app.engine_protocol import SpeechEngine, UnsupportedParameter
-from app.speech.errors import invalid_value
+from app.speech.errors import invalid_value, too_many_characters
 from app.text.hygiene import text_problem
 from app.voice_store import ID_PATTERN, NAME_PATTERN, StoredVoice, VoiceExists, VoiceNotFound, VoiceStore
-from app.voices import GENERIC_VOICE, VoiceCatalog
+from app.voices import GENERIC_VOICE, MAX_VOICE_NAME_CHARS, VoiceCatalog
 
 router = APIRouter()
 
@@ -42,7 +42,10 @@ def _uploaded(voice: StoredVoice, engine: SpeechEngine) -> dict[str, Any]:
 
 
 def _check_name(name: str) -> None:
-    """A name from the path: echoed in errors, so it must be clean text first."""
+    """A name from the path: echoed in errors, so it must be clean text first, and no longer than a voice's name may
+    be in a request (the server reads a path of any length: a longer one was quoted back whole)."""
+    if len(name) > MAX_VOICE_NAME_CHARS:
+        raise invalid_param("name", too_many_characters("name", MAX_VOICE_NAME_CHARS, len(name)), "string_too_long")
     if (problem := text_problem(name)) is not None:
         raise invalid_param("name", f"Invalid voice name: {problem}.")
 

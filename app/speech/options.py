@@ -8,12 +8,12 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from app.audio.formats import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, ResponseFormat
 from app.settings import MAX_INPUT_CHARS
 from app.text.hygiene import check_multiline, check_single_line
-from app.voices import GENERIC_VOICE
+from app.voices import GENERIC_VOICE, MAX_VOICE_NAME_CHARS
 
 TaskTypeName = Literal["CustomVoice", "VoiceDesign", "Base"]
 
@@ -24,6 +24,10 @@ DEFAULT_VOICE = GENERIC_VOICE
 # Every text field but `input` (which text normalisation makes speakable): valid Unicode, no control characters.
 Name = Annotated[str, AfterValidator(check_single_line)]
 FreeText = Annotated[str, AfterValidator(check_multiline)]
+# A voice's name or id, however it is sent (`voice`, {"id": ...}, `speaker`): no longer than any voice's, its length
+# checked first (before it is scanned, looked up, or quoted back in an "Unknown voice" error), and refused with that
+# limit, never the name.
+VoiceName = Annotated[str, StringConstraints(max_length=MAX_VOICE_NAME_CHARS), AfterValidator(check_single_line)]
 
 
 class VoiceRef(BaseModel):
@@ -31,7 +35,7 @@ class VoiceRef(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    id: Name = Field(min_length=1, max_length=256)
+    id: VoiceName = Field(min_length=1)
 
 
 def check_speaker_embedding(value: list[float] | None) -> list[float] | None:
@@ -58,12 +62,12 @@ class ModelOption(BaseModel):
 class OpenAIVoiceOptions(BaseModel):
     """OpenAI's own fields, after the text."""
 
-    voice: Name | VoiceRef = Field(
+    voice: VoiceName | VoiceRef = Field(
         DEFAULT_VOICE,
         description='A voice name (OpenAI names are aliases) or {"id": ...}. `speaker` is another name for it. '
         'Omitted or "default": the model\'s default voice.',
     )
-    speaker: Name | None = Field(None, min_length=1, max_length=256, description="vllm-omni's other name for `voice`.")
+    speaker: VoiceName | None = Field(None, min_length=1, description="vllm-omni's other name for `voice`.")
     instructions: FreeText | None = Field(
         None,
         max_length=MAX_INPUT_CHARS,

@@ -42,6 +42,7 @@ CASES = [
     ("unknown voice", with_(voice="nobody"), 400, "voice", "voice_not_found"),
     ("voice wrong type", with_(voice=7), 400, "voice", None),
     ("voice object without id", with_(voice={"name": "alloy"}), 400, "voice", None),
+    ("voice too long", with_(voice="v" * 1_000_000), 400, "voice", "string_too_long"),
     ("bad response_format", with_(response_format="ogg"), 400, "response_format", None),
     ("bad stream_format", with_(stream_format="chunks"), 400, "stream_format", None),
     ("speed too low", with_(speed=0.2), 400, "speed", None),
@@ -98,12 +99,20 @@ def test_malformed_body(server: RunningServer, raw: bytes) -> None:
         (with_(model=""), "at least 1 character"),
         (with_(voice={"name": "alloy"}), "'voice.id'"),  # the object form's missing key, not the field itself
         (with_(voice="nobody"), "alloy"),  # the names a request may give, OpenAI's among them
+        (with_(voice="v" * 1_000_000), "at most 256 characters, not 1000000"),  # the limit, not the name
     ],
-    ids=["string-too-long", "string-too-short", "voice-object-without-id", "unknown-voice-lists-aliases"],
+    ids=[
+        "string-too-long",
+        "string-too-short",
+        "voice-object-without-id",
+        "unknown-voice-lists-aliases",
+        "voice-too-long",
+    ],
 )
 def test_validation_messages_say_what_is_wrong_with_the_field(server: RunningServer, body: dict, says: str) -> None:
     error = httpx.post(f"{server.base_url}/v1/audio/speech", json=body, timeout=30).json()["error"]
     assert says in error["message"], error
+    assert "vvvv" not in error["message"], error["message"][:200]  # the voice too long is not quoted back
 
 
 @pytest.mark.parametrize(

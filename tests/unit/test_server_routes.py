@@ -12,6 +12,8 @@ import pytest_asyncio
 
 from app.server import create_app
 from app.settings import Settings
+from app.speech.errors import too_many_characters
+from app.voices import MAX_VOICE_NAME_CHARS
 
 
 @pytest_asyncio.fixture
@@ -85,3 +87,19 @@ async def test_head_adds_no_operation_to_the_openapi_document(client: httpx.Asyn
     """One operation per route and method a client calls: a HEAD beside each GET would repeat its operation id."""
     paths = (await client.get("/openapi.json")).json()["paths"]
     assert "/v1/models" in paths and not [path for path, operations in paths.items() if "head" in operations]
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+async def test_a_voice_path_longer_than_any_voices_name_is_refused_saying_the_limit_not_the_name(
+    client: httpx.AsyncClient, method: str
+) -> None:
+    """The path's name was quoted whole in the 404 ("No voice named '...'"), as long as the URL the server read; a name
+    no voice can have is refused as `voice` is, saying the limit and the length."""
+    name = "n" * 60_000  # under httpx's longest URL; the server reads longer ones
+    response = await client.request(method, f"/v1/audio/voices/{name}")
+    assert response.status_code == 400, response.text[:200]
+    error = response.json()["error"]
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", "name", "string_too_long")
+    assert error["message"] == too_many_characters("name", MAX_VOICE_NAME_CHARS, len(name))
+    found = await client.request(method, f"/v1/audio/voices/{'n' * MAX_VOICE_NAME_CHARS}")
+    assert found.status_code == 404 and found.json()["error"]["code"] == "voice_not_found"

@@ -10,15 +10,17 @@ import pytest
 from pydantic import ValidationError
 
 from app.api.errors import ApiError, to_api_error, validation_error
-from app.api.schemas import SpeechRequest
+from app.api.schemas import SpeechBatchRequest, SpeechRequest
+from app.api.speech_batch import checked_item
 from app.api.speech_stream import SessionConfig
 from app.audio.formats import DEFAULT_SAMPLE_RATE, RESPONSE_FORMATS
 from app.engine_protocol import EngineCapabilities, ReferenceAudio, SynthesisJob, TaskType, VoiceInfo
 from app.settings import MAX_INPUT_CHARS
-from app.speech.errors import Refused, SpeechError
+from app.speech.errors import Refused, SpeechError, too_many_characters
 from app.speech.jobs import OutputSpec, build_job
 from app.speech.options import VoiceRef
-from app.voices import VoiceCatalog
+from app.voice_store import ID_PATTERN, NAME_PATTERN
+from app.voices import MAX_VOICE_NAME_CHARS, VoiceCatalog
 
 BASE: dict[str, Any] = {"model": "tts-1", "input": "Hello there.", "voice": "alloy"}
 
@@ -210,6 +212,85 @@ def test_voice_object_form() -> None:
     request = SpeechRequest.model_validate(body(voice={"id": "heart"}))
     assert request.voice == VoiceRef(id="heart")
     assert request.voice_name == "heart"
+
+
+# -- a voice's name: as long as any voice's, and no longer -----------------------------------------------------------
+
+HUGE_VOICE = "v" * (2 * 1024 * 1024)  # megabytes: no voice's name, which an error once quoted back whole
+
+
+def voice_fields(form: str, voice: str) -> dict[str, Any]:
+    """The fields that name `voice`, in each way a request may: a name, OpenAI's object, vllm-omni's `speaker`."""
+    return {"name": {"voice": voice}, "object": {"voice": {"id": voice}}, "speaker": {"speaker": voice}}[form]
+
+
+def voice_refusal(where: str, fields: dict[str, Any]) -> ApiError | None:
+    """The 400 the fields get where a voice is named (None where they are accepted): a POST body, a session.config, a
+    batch (its shared voice, or an item's own)."""
+    try:
+        match where:
+            case "body":
+                SpeechRequest.model_validate({"input": "Hi.", **fields})
+            case "session.config":
+                SessionConfig.model_validate({"type": "session.config", **fields})
+            case "batch":
+                SpeechBatchRequest.model_validate({"items": [{"input": "Hi."}], **fields})
+            case "batch item":
+                item = checked_item({}, {"input": "Hi.", **fields}, 0)
+                return item if isinstance(item, ApiError) else None
+    except ValidationError as exc:
+        return validation_error(exc.errors())
+    return None
+
+
+VOICE_PLACES = ["body", "session.config", "batch", "batch item"]
+
+
+@pytest.mark.parametrize("form", ["name", "object", "speaker"])
+@pytest.mark.parametrize("where", VOICE_PLACES)
+@pytest.mark.parametrize("length", [MAX_VOICE_NAME_CHARS + 1, len(HUGE_VOICE)], ids=["limit+1", "megabytes"])
+def test_a_voice_name_longer_than_any_voices_is_refused_saying_the_limit_not_the_name(
+    where: str, form: str, length: int
+) -> None:
+    """A name no voice can have is refused before it is looked up: a 400 naming the field sent, which says the limit
+    and the length, never the name (an error's message is read by the client and logged by it)."""
+    param = "speaker" if form == "speaker" else "voice"
+    error = voice_refusal(where, voice_fields(form, HUGE_VOICE[:length]))
+    assert error is not None
+    assert (error.status, error.param, error.code) == (400, param, "string_too_long")
+    assert error.type == "invalid_request_error"
+    assert error.message == too_many_characters(param, MAX_VOICE_NAME_CHARS, length)
+    assert "vvvv" not in error.message
+
+
+LONGEST_UPLOADED_NAME = "n" * 64
+VOICE_ID = "voice_" + "0123456789abcdef" * 2
+
+
+@pytest.mark.parametrize("form", ["name", "object", "speaker"])
+@pytest.mark.parametrize("where", VOICE_PLACES)
+@pytest.mark.parametrize(
+    "voice",
+    [
+        pytest.param(LONGEST_UPLOADED_NAME, id="longest-uploaded-name"),
+        pytest.param(VOICE_ID, id="voice-id"),
+        pytest.param(f"  {LONGEST_UPLOADED_NAME}  ", id="spaces-around"),  # resolution ignores them
+        pytest.param("v" * MAX_VOICE_NAME_CHARS, id="at-the-limit"),
+    ],
+)
+def test_every_name_a_voice_can_have_is_taken(where: str, form: str, voice: str) -> None:
+    assert NAME_PATTERN.fullmatch(LONGEST_UPLOADED_NAME) and ID_PATTERN.fullmatch(VOICE_ID)
+    assert voice_refusal(where, voice_fields(form, voice)) is None
+
+
+def test_an_unknown_voice_is_quoted_at_most_as_long_as_a_voice_name_may_be() -> None:
+    """The unknown voice's error quotes its name ("Unknown voice '...'"): one at the limit whole, one past it never
+    reaches that error."""
+    at_limit = "n" * MAX_VOICE_NAME_CHARS
+    error = build_error(body(voice=at_limit))
+    assert (error.param, error.code) == ("voice", "voice_not_found") and f"'{at_limit}'" in error.message
+    with pytest.raises(ValidationError):
+        build(body(voice=HUGE_VOICE))
 
 
 # -- build_job: what depends on the engine ---------------------------------------------------------------------------
