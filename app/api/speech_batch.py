@@ -24,7 +24,7 @@ from app.audio.formats import CONTENT_TYPES
 from app.speech.batch import STREAM_LABEL, BatchEnd, BatchItem, BatchSlots, ItemOutcome, synthesize_batch
 from app.speech.errors import Full, ShuttingDown, Stopped
 from app.speech.options import voice_from_speaker
-from app.speech.run import SpeechService, gate_refusal, observe_ttfa
+from app.speech.run import SpeechService, ended_as, gate_refusal, has_ended, observe_ttfa
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -119,13 +119,26 @@ def item_result(outcome: ItemOutcome | ApiError, error: ApiError | None, index: 
     }
 
 
-def count(outcome: ItemOutcome | ApiError, error: ApiError | None, request_id: str, response_format: str) -> None:
+def count(
+    outcome: ItemOutcome | ApiError,
+    error: ApiError | None,
+    request_id: str,
+    response_format: str,
+    stopped_as: str | None = None,
+    started: ItemOutcome | None = None,
+) -> None:
     """Each item is counted and logged as one speech request, `stream` label `batch`; one that failed with why, as a
-    request refused is (`error`: its `item_error`)."""
+    request refused is (`error`: its `item_error`). One the batch's stop cut short (`stopped_as`: drain, timeout or
+    client_gone) is logged with what it said of itself as it ran (`started`, where it had started) and ends with
+    that reason: aborted for it where its synthesis had begun (its run said so as it stopped), not where it was
+    still queued (as `speech_aborted_total` counts them)."""
     status = 200 if error is None else error.status
     metrics.count_request(status, response_format, "batch", error.code if error is not None else None)
-    summary = dict(outcome.summary) if isinstance(outcome, ItemOutcome) else {"stream_format": "batch"}
+    own = outcome if isinstance(outcome, ItemOutcome) else started
+    summary = dict(own.summary) if own is not None else {"stream_format": "batch"}
     summary.setdefault("response_format", response_format)
+    if stopped_as is not None and not has_ended(summary):
+        ended_as(summary, stopped_as, aborted=False)
     if status == CLIENT_LEFT:
         summary["outcome"] = "client_gone"  # as a streamed request's: no fault of the request's
     elif error is not None:
@@ -159,7 +172,8 @@ async def create_speech_batch(
     refused: list[str] = []  # the admission gate's refusals, as they happen
     done: dict[int, ItemOutcome] = {}  # each item's outcome as it ends: kept where a drain or its deadline stops it
     ended = BatchEnd()  # why it was stopped, where it was: a drain, or its deadline
-    batch = asyncio.ensure_future(synthesize_batch(service, items, request_id, slots, refused, done, ended))
+    started: dict[int, ItemOutcome] = {}  # each item's from its start: logged as it stood where a stop cuts it short
+    batch = asyncio.ensure_future(synthesize_batch(service, items, request_id, slots, refused, done, ended, started))
     # one request: the request timeout bounds the batch whole (each item's synthesis is bounded, not its wait for a
     # slot nor the items after it), under the fleet's proxy timeouts; the items that ended are answered
     deadline = asyncio.get_running_loop().call_later(service.settings.request_timeout_s, ended.stop, batch, "timeout")
@@ -171,7 +185,8 @@ async def create_speech_batch(
     finished = present and (not batch.cancelled() or len(done) == len(items))
     if finished and not batch.cancelled():
         batch.result()  # a failure of the batch's own (an item's is its outcome) is a 500, as a request's would be
-    stopped = to_api_error(Stopped(ended.reason or "drain")) if present else ApiError(CLIENT_LEFT, "The client left.")
+    stop_reason = (ended.reason or "drain") if present else "client_gone"  # where the batch was stopped
+    stopped = to_api_error(Stopped(stop_reason)) if present else ApiError(CLIENT_LEFT, "The client left.")
     # every item that ran has its outcome in `done`; those stopped before they ended (a drain, the deadline) fail so
     outcomes: list[ItemOutcome | ApiError] = [
         done.get(index, entry if isinstance(entry, ApiError) else stopped) if present else stopped
@@ -193,7 +208,8 @@ async def create_speech_batch(
         metrics.REJECTED.labels(reason).inc()
     request.state.batch_items_counted = True  # each item below, as a request of its own
     for index, (entry, outcome, error) in enumerate(zip(checked, outcomes, errors, strict=True)):
-        count(outcome, error, f"{request_id}-{index}", _format_of(entry, body))
+        cut_short = stop_reason if outcome is stopped else None
+        count(outcome, error, f"{request_id}-{index}", _format_of(entry, body), cut_short, started.get(index))
     if not present:  # nobody is left to answer
         log.info("batch abandoned by its client", extra={"request_id": request_id, "items": len(checked)})
         return Response(status_code=CLIENT_LEFT)

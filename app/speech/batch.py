@@ -118,10 +118,12 @@ async def speak_whole(
     references: SharedReferences | None,
     refused: list[str],
     ended: BatchEnd | None = None,
+    started_items: dict[int, ItemOutcome] | None = None,
 ) -> ItemOutcome:
     """One item, whole: its job, a slot, the engine's audio encoded into one file. A refusal of the admission gate
     adds its reason to `refused`, for the route to count once it knows whether the batch was refused whole; a batch
-    stopped while the item runs (`ended`) aborts it for the batch's reason."""
+    stopped while the item runs (`ended`) aborts it for the batch's reason. Its outcome goes to `started_items` (by its
+    index) as it starts, the same that it returns: what it said of itself is kept where a stop cuts it short."""
     started = time.perf_counter()
     timing = TtfaTimeline(started)
     summary: dict[str, object] = {
@@ -132,6 +134,8 @@ async def speak_whole(
         "batch_item": item.index,
     }
     outcome = ItemOutcome(item.index, item.options.response_format, summary)
+    if started_items is not None:
+        started_items[item.index] = outcome
     try:  # the batch was checked open when it was accepted: a drain lets it finish, as it lets a queued request
         service.check_input(item.text)
         voice = await service.resolve_voice(item.options, references.decode if references else None)
@@ -154,7 +158,8 @@ async def speak_whole(
         log.exception("synthesis failed", extra={"request_id": request_id, "batch_item": item.index})
         outcome.error = Failed(request_id)
         outcome.error.__cause__ = exc
-    summary.setdefault("e2e_s", round(time.perf_counter() - started, 4))
+    finally:  # also where the batch's stop cut it short
+        summary.setdefault("e2e_s", round(time.perf_counter() - started, 4))
     return outcome
 
 
@@ -166,18 +171,21 @@ async def synthesize_batch(
     refused: list[str],
     finished: dict[int, ItemOutcome],
     ended: BatchEnd | None = None,
+    started_items: dict[int, ItemOutcome] | None = None,
 ) -> None:
     """Every item, as batch slots come free, in the order given. The lifecycle counts the batch as work in progress
     until it ends. The admission gate's refusals go to `refused`, and each item's outcome to `finished` (by its
     index), as they happen: what ended is kept when the batch is stopped before the rest (`ended` says why: a drain, or
-    its deadline)."""
+    its deadline). Each item's outcome goes to `started_items` too as it starts, filled in as it runs: what an item the
+    stop cut short had said of itself."""
 
     references = SharedReferences(service.settings)
     ended = ended or BatchEnd()
 
     async def one(item: BatchItem) -> None:
         async with slots:
-            finished[item.index] = await speak_whole(service, item, request_id, references, refused, ended)
+            outcome = await speak_whole(service, item, request_id, references, refused, ended, started_items)
+            finished[item.index] = outcome
 
     task = asyncio.current_task()
     assert task is not None

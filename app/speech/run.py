@@ -148,6 +148,18 @@ async def first_chunk(chunks: AsyncGenerator[AudioChunk], engine: SpeechEngine, 
         raise Failed(request_id) from exc
 
 
+def ended_as(summary: dict[str, object], outcome: str, aborted: bool) -> None:
+    """How a request ended, as its log line says it: its `outcome`, and where its synthesis had begun and was stopped
+    the reason it was aborted for (`abort_reason`, as `speech_aborted_total` counts it); none where it ran to its end
+    or was stopped before any synthesis began (still queued: among the requests, not the aborts)."""
+    summary.update(outcome=outcome, abort_reason=outcome if aborted else None, completed=outcome == "completed")
+
+
+def has_ended(summary: dict[str, object]) -> bool:
+    """Whether `ended_as` has said how the request ended: its run did, once its synthesis had begun."""
+    return "outcome" in summary
+
+
 def observe_ttfa(response_format: str, stream: str, ttfa_s: float, phases: dict[str, float]) -> None:
     """One TTFA and its phases (which add up to it), as the metrics count them for every transport."""
     metrics.TTFA.labels(response_format, stream).observe(ttfa_s)
@@ -215,7 +227,9 @@ class SpeechRun:
             gate.release(ticket)
             await chunks.aclose()
             if isinstance(exc, asyncio.CancelledError):  # the client left (or was cut off) while the engine started
-                metrics.ABORTED.labels(self.cancelled_as()).inc()
+                reason = self.cancelled_as()
+                metrics.ABORTED.labels(reason).inc()
+                ended_as(summary, reason, aborted=True)  # as its log line says it, beside the count
                 with anyio.CancelScope(shield=True):
                     await engine.abort(job.request_id)
             if isinstance(exc, TimeoutError):
@@ -260,10 +274,8 @@ class SpeechRun:
                 engine_first_audio_s=round((timing.first_chunk or now) - started, 4),
                 e2e_s=round(now - started, 4),
                 audio_s=round(audio_s, 3),
-                outcome=outcome,
-                abort_reason=None if outcome == "completed" else outcome,
-                completed=outcome == "completed",
             )
+            ended_as(summary, outcome, aborted=outcome != "completed")
 
         deadline = asyncio.get_running_loop().time() + request_timeout_s - (time.perf_counter() - counted_from)
         audio = EncodedAudio(

@@ -209,10 +209,12 @@ async def test_two_batches_sent_with_one_request_id_are_each_work_the_drain_wait
     assert lifecycle.idle
 
 
-async def batch_left_by_its_client(custom_voice_dir: Path, items: int, leave: asyncio.Event) -> list[dict[str, object]]:
-    """A batch of `items` sent through the app's ASGI interface by a client that leaves once `leave` is set: what the
-    app sent it."""
-    engine = make_engine(custom_voice_dir, FakeAsyncOmni())
+async def batch_left_by_its_client(
+    custom_voice_dir: Path, items: int, leave: asyncio.Event, request_id: str | None = None, **settings: object
+) -> list[dict[str, object]]:
+    """A batch of `items` sent through the app's ASGI interface by a client that leaves once `leave` is set (with
+    `request_id` as its X-Request-Id, on an engine with `settings`): what the app sent it."""
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni(), **settings)
     await engine.start()
     app = create_app(service_settings(engine), engine=engine)
     body = json.dumps({"voice": "vivian", "response_format": "pcm", "items": [ITEM] * items}).encode()
@@ -240,7 +242,11 @@ async def batch_left_by_its_client(custom_voice_dir: Path, items: int, leave: as
         "raw_path": b"/v1/audio/speech/batch",
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *([(b"x-request-id", request_id.encode())] if request_id else []),
+        ],
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 80),
     }
