@@ -269,13 +269,20 @@ def test_a_caller_that_leaves_mid_batch_stops_the_rest(batch_server: RunningServ
 
 
 def test_a_batch_the_drain_outlasts_keeps_the_items_it_finished(tmp_path: Path) -> None:
-    """SIGTERM, and a drain of 3 s, while a batch of two short items and four of a minute and a half each runs one
-    item at a time: the answer is the short items' audio, and the items the drain stopped each fail with 503 (the
-    whole batch once failed with 503, its finished items thrown away)."""
-    env = {"SPEECH_BATCH_CONCURRENCY": "1", "SPEECH_BATCH_MAX_CHARS": "20000", "SPEECH_DRAIN_TIMEOUT_S": "3"}
+    """SIGTERM, and a drain of 3 s, while a batch of two short items and eight of three and a half minutes each runs
+    one item at a time: the answer is the short items' audio, and the items the drain stopped each fail with 503 (the
+    whole batch once failed with 503, its finished items thrown away). The embedded engine speaks at over 100x real
+    time on an idle machine (an item of 1 853 characters, 107 s of audio, in 0.75 s): the long items are the longest
+    an input may be, and eight of them, so that they outlast the drain several times over on any machine."""
+    env = {
+        "SPEECH_BATCH_CONCURRENCY": "1",
+        "SPEECH_BATCH_MAX_ITEMS": "10",
+        "SPEECH_BATCH_MAX_CHARS": "40000",
+        "SPEECH_DRAIN_TIMEOUT_S": "3",
+    }
     server = start_server(tmp_path / "server.log", env=env)
-    longer = " ".join([LONG] * 3)
-    items = [{"input": "Hello there."}, {"input": "Short too."}, *({"input": longer} for _ in range(4))]
+    longest = " ".join([LONG] * 6)  # 3 707 characters, under the longest input (4 096)
+    items = [{"input": "Hello there."}, {"input": "Short too."}, *({"input": longest} for _ in range(8))]
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             pending = pool.submit(batch, server, {"items": items, "response_format": "pcm"})
@@ -289,7 +296,7 @@ def test_a_batch_the_drain_outlasts_keeps_the_items_it_finished(tmp_path: Path) 
         assert len(base64.b64decode(by_index[0]["audio_data"])) > 10_000
         stopped = [r for r in answer["results"] if r["status"] != "success"]
         assert stopped and all(r["error"]["code"] == "server_shutting_down" for r in stopped), answer["results"]
-        assert (answer["succeeded"], answer["failed"]) == (6 - len(stopped), len(stopped))
+        assert (answer["succeeded"], answer["failed"]) == (len(items) - len(stopped), len(stopped))
         assert server.process.wait(timeout=60) == 0
     finally:
         server.stop()
