@@ -393,13 +393,8 @@ async def test_a_batch_is_stopped_once_whoever_asks_after_the_first() -> None:
     assert ended.reason == "drain" and task.cancelling() == 1
 
 
-async def test_an_item_handed_its_slot_in_the_instant_a_drain_stops_the_batch_ends_with_the_drain(
-    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The one slot is handed to the batch's queued item in the very step the drain stops the batch. Python 3.11's
-    `asyncio.wait_for` then returns the slot and drops the cancel: the item ran on, past the stop, until its own
-    deadline, and was answered and counted as a 504 timeout (`speech_aborted_total{reason="timeout"}`). It never
-    started before the stop: it ends with the batch's reason, the drain's 503, and no synthesis is begun for it."""
+def kept_batch_stops(monkeypatch: pytest.MonkeyPatch) -> list[batch.BatchStop]:
+    """Every batch's stop, as it is made (the one a drain calls): a test stops a batch as a drain does."""
     stops: list[batch.BatchStop] = []
 
     class Kept(batch.BatchStop):
@@ -408,6 +403,17 @@ async def test_an_item_handed_its_slot_in_the_instant_a_drain_stops_the_batch_en
             stops.append(self)
 
     monkeypatch.setattr(batch, "BatchStop", Kept)
+    return stops
+
+
+async def test_an_item_handed_its_slot_in_the_instant_a_drain_stops_the_batch_ends_with_the_drain(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one slot is handed to the batch's queued item in the very step the drain stops the batch. Python 3.11's
+    `asyncio.wait_for` then returns the slot and drops the cancel: the item ran on, past the stop, until its own
+    deadline, and was answered and counted as a 504 timeout (`speech_aborted_total{reason="timeout"}`). It never
+    started before the stop: it ends with the batch's reason, the drain's 503, and no synthesis is begun for it."""
+    stops = kept_batch_stops(monkeypatch)
     fake = FakeAsyncOmni()
     engine = make_engine(custom_voice_dir, fake, max_concurrency=1, request_timeout_s=1.0)
     await engine.start()

@@ -17,7 +17,7 @@ import pytest
 from app.server import create_app
 from app.speech import batch
 from tests.fakes.vllm_omni_0_30 import FakeAsyncOmni
-from tests.unit.test_batch_admission import ITEM, aborted, batch_left_by_its_client
+from tests.unit.test_batch_admission import ITEM, aborted, batch_left_by_its_client, kept_batch_stops
 from tests.unit.test_omni_engine import make_engine, service_settings
 
 BATCH_ID = "stopped-batch"
@@ -58,14 +58,7 @@ async def stopped_by_the_server(
 ) -> int:
     """The batch stopped for `reason` ("drain", "timeout") once its first item runs, as a drain that runs out of time
     stops it (`BatchStop.stop`) and as its deadline does (the same `BatchEnd.stop`): the status it was answered with."""
-    stops: list[batch.BatchStop] = []
-
-    class Kept(batch.BatchStop):
-        def __init__(self, task: asyncio.Task[None], ended: batch.BatchEnd) -> None:
-            super().__init__(task, ended)
-            stops.append(self)
-
-    monkeypatch.setattr(batch, "BatchStop", Kept)
+    stops = kept_batch_stops(monkeypatch)
     engine = make_engine(custom_voice_dir, FakeAsyncOmni(), **SETTINGS)
     await engine.start()
     app = create_app(service_settings(engine), engine=engine)

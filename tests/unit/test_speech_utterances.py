@@ -308,6 +308,17 @@ class ShortInputToneEngine(ToneEngine):
         return dataclasses.replace(super().capabilities(), max_input_chars=100)
 
 
+def short_input_service(tmp_path: Path, sentence_max_chars: int) -> SpeechService:
+    """A speech service on `ShortInputToneEngine`, its sentences cut at `sentence_max_chars`."""
+    short = ShortInputToneEngine()
+    settings = Settings(
+        ws_sentence_idle_s=SENTENCE_IDLE_S, ws_idle_timeout_s=IDLE_TIMEOUT_S, sentence_max_chars=sentence_max_chars
+    )
+    gate = AdmissionGate(2, 4, 5.0)
+    catalog = VoiceCatalog(tuple(short.voices()), {})
+    return SpeechService(short, settings, catalog, VoiceStore(tmp_path), gate, Lifecycle(5.0, gate))  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("granularity", ["sentence", "clause"])
 async def test_streamed_text_is_cut_into_pieces_no_longer_than_a_request_may_speak(
     tmp_path: Path, granularity: Any
@@ -315,11 +326,7 @@ async def test_streamed_text_is_cut_into_pieces_no_longer_than_a_request_may_spe
     """Each piece is a request of its own, refused over the server's longest `input`: where that is shorter than
     SPEECH_SENTENCE_MAX_CHARS, a long sentence (or a run without one's end) is cut to it, never queued whole to be
     refused after its audio.start and lost."""
-    short = ShortInputToneEngine()
-    settings = Settings(ws_sentence_idle_s=SENTENCE_IDLE_S, ws_idle_timeout_s=IDLE_TIMEOUT_S, sentence_max_chars=200)
-    gate = AdmissionGate(2, 4, 5.0)
-    catalog = VoiceCatalog(tuple(short.voices()), {})
-    service = SpeechService(short, settings, catalog, VoiceStore(tmp_path), gate, Lifecycle(5.0, gate))  # type: ignore[arg-type]
+    service = short_input_service(tmp_path, 200)
     speech = await configured(service, granularity)
     long_sentence = (
         "This sentence has a great many words in it and goes on well past one hundred characters, as long ones do."
@@ -362,11 +369,7 @@ async def test_a_long_streamed_word_is_spoken_whole_or_refused_whatever_its_scri
     """A word longer than SPEECH_SENTENCE_MAX_CHARS waits for its end and is spoken whole; one longer than a request
     may be (SPEECH_MAX_INPUT_CHARS) is refused, naming `text`. A word with a letter outside ASCII (a German "ä", a
     Greek word) was spoken in pieces cut mid-word instead, never refused: an ASCII word of the same length was not."""
-    short = ShortInputToneEngine()
-    settings = Settings(ws_sentence_idle_s=SENTENCE_IDLE_S, ws_idle_timeout_s=IDLE_TIMEOUT_S, sentence_max_chars=40)
-    gate = AdmissionGate(2, 4, 5.0)
-    catalog = VoiceCatalog(tuple(short.voices()), {})
-    service = SpeechService(short, settings, catalog, VoiceStore(tmp_path), gate, Lifecycle(5.0, gate))  # type: ignore[arg-type]
+    service = short_input_service(tmp_path, 40)
     speech = await configured(service)
     assert 40 < len(word) <= 100 < len(too_long)
     text = f"Before it {word} after it. Then "
@@ -383,11 +386,7 @@ async def test_a_long_streamed_word_is_spoken_whole_or_refused_whatever_its_scri
 
 async def test_a_long_run_of_a_script_written_without_spaces_is_streamed_in_pieces(tmp_path: Path) -> None:
     """Chinese has no space to wait for: streamed past the longest request, it is cut at the limit and spoken."""
-    short = ShortInputToneEngine()
-    settings = Settings(ws_sentence_idle_s=SENTENCE_IDLE_S, ws_idle_timeout_s=IDLE_TIMEOUT_S, sentence_max_chars=40)
-    gate = AdmissionGate(2, 4, 5.0)
-    catalog = VoiceCatalog(tuple(short.voices()), {})
-    service = SpeechService(short, settings, catalog, VoiceStore(tmp_path), gate, Lifecycle(5.0, gate))  # type: ignore[arg-type]
+    service = short_input_service(tmp_path, 40)
     speech = await configured(service)
     text = "中华人民共和国国家标准化管理委员会" * 10
     speech.text(text)
