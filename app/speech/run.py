@@ -234,6 +234,7 @@ class SpeechRun:
                     await engine.abort(job.request_id)
             if isinstance(exc, TimeoutError):
                 metrics.ABORTED.labels("timeout").inc()
+                ended_as(summary, "timeout", aborted=True)
                 raise Stopped("timeout") from exc
             raise
         timing.mark("first_chunk")

@@ -14,6 +14,7 @@ import pytest
 from app.admission import AdmissionGate
 from app.engine_protocol import AudioChunk, SynthesisJob
 from app.lifecycle import Lifecycle
+from app.speech.errors import Stopped
 from app.speech.jobs import OutputSpec
 from app.speech.run import SpeechRun
 from app.timing import TtfaTimeline
@@ -55,4 +56,24 @@ async def test_a_request_cancelled_in_the_step_its_first_audio_arrives_is_stoppe
     with pytest.raises(asyncio.CancelledError):
         await opening
     assert engine.aborted == ["r1"]
+    assert gate.idle
+
+
+async def test_a_request_whose_deadline_passes_before_its_first_audio_says_how_it_ended() -> None:
+    """The request's deadline passes while the engine has not yet given its first audio: it is stopped, counted in
+    `speech_aborted_total{reason="timeout"}` and answered with a 504, and its log line says so as a client that left
+    then has it say (`outcome`, `abort_reason`); it had only its `error`."""
+    engine = FirstAudioOnCue()  # whose first audio never comes
+    gate = AdmissionGate(max_concurrency=1, max_queue=0, queue_timeout_s=1.0)
+    settings = SimpleNamespace(request_timeout_s=0.05)
+    service = SimpleNamespace(engine=engine, settings=settings, gate=gate, lifecycle=Lifecycle(1.0, gate))
+    started = time.perf_counter()
+    summary: dict[str, object] = {}
+    run = SpeechRun(service, started, TtfaTimeline(started), summary, "audio")  # type: ignore[arg-type]
+    ticket = await gate.acquire()
+    job = SynthesisJob(request_id="r1", text="Hello.", voice="vivian")
+    with pytest.raises(Stopped) as stopped:
+        await run.open(job, OutputSpec("pcm", 24000), ticket)
+    assert stopped.value.reason == "timeout"
+    assert (summary["outcome"], summary["abort_reason"], summary["completed"]) == ("timeout", "timeout", False)
     assert gate.idle
