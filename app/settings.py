@@ -325,24 +325,24 @@ class OmniSettings(BaseModel):
         "stream was unchanged (41.7 against 41.5 ms; benchmarks/gpu/2026-11-30-h200x2-pair-fused-prefetch/).",
     )
     cuda_mps: bool | Literal["auto"] = Field(
-        False,
+        "auto",
         description="Run its stage processes (talker, codec decoder) as clients of a CUDA MPS daemon this server "
         "starts, so that their kernels share the GPU side by side instead of time-sliced; needs "
         "nvidia-cuda-mps-control (the NVIDIA driver's utilities). Under an MPS daemon set by CUDA_MPS_PIPE_DIRECTORY "
-        "(a GPU shared through the device plugin's MPS), that one serves. `auto`: only where, at the start, the GPU "
-        "is this server's alone (nvidia-smi lists no other compute process on it) and the control program is there; "
-        "otherwise without, the log saying why. Off by default. It does not win at every level: on one H200, two "
-        "starts each, at a steady 32 and 64 streams it cut the time to uninterrupted audio p95 to 0.73-0.76x with "
-        "1.03-1.06x the work and at most 1% of streams ran dry at 64 against 6-8% without, but each stream was "
-        "slower at one (1.07-1.18x end to end) and vllm-omni's own benchmark at 32 did not favour it "
-        "(benchmarks/gpu/2026-12-03-h200-omni-mps-two-starts/). The single-GPU deploy profiles make code2wav a "
-        "below-normal-priority MPS client (CUDA_MPS_CLIENT_PRIORITY in its stage's env, read only under MPS), so "
-        "that the talker's kernels go first: so, in a later run, MPS led at every level from one stream to a steady "
-        "64, with one stream 1.03x end to end and vllm-omni's benchmark not yet run on it "
-        "(benchmarks/gpu/2026-12-03-h200-omni-mps-code2wav-priority/). Use `auto` for a GPU this server has to "
-        "itself that is kept at 32 streams or more, where the work done counts for more than one stream's pace; leave "
-        "it off where a GPU serves a few streams at a time, or other processes share it."
-        + _deprecated("omni_cuda_mps"),
+        "(a GPU shared through the device plugin's MPS), that one serves. `auto` (the default): only where the two "
+        "stages share a GPU (the deploy profile's `devices`), at the start the GPU is this server's alone (nvidia-smi "
+        "lists no other compute process on it) and the control program is there; otherwise, or where the daemon fails "
+        "to start, without, the log saying why. `true` starts it whatever it sees and refuses to start without it; "
+        "`false` never. The single-GPU deploy profiles make code2wav a below-normal-priority MPS client "
+        "(CUDA_MPS_CLIENT_PRIORITY in its stage's env, read only under MPS), so that the talker's kernels go first. "
+        "On one H200, two starts each beside three without (benchmarks/gpu/2026-12-04-h200-omni-mps-priority-both-"
+        "tools/), it cut the time to uninterrupted audio p95 to 0.84-0.86x at a steady 8 streams and 0.68-0.76x at "
+        "32 and 64, with 1.06-1.12x the requests a second at 8 and 32 and 1-6% of streams run dry at 64 against "
+        "9-14%; in a burst of 32 its p95 was within the starts' spread at 1.09-1.10x the requests a second; "
+        "vllm-omni's own benchmark at 32 streams did 1.10-1.16x the requests a second at 0.76-0.92x the time to "
+        "first audio p95. At one stream the time to uninterrupted audio (35-37 ms) was within the spread of the "
+        "starts without (32-44), but each whole utterance took about 1.1x as long. Set `false` for a GPU that other "
+        "processes or pods share unseen (in a container nvidia-smi sees only its own)." + _deprecated("omni_cuda_mps"),
     )
     fixed_length: bool = Field(
         False,

@@ -134,4 +134,4 @@ def test_a_setting_of_several_kinds_names_each_of_them() -> None:
     markdown = gen.render(Choice)
     assert rows(markdown)["SPEECH_T_MPS"][:2] == ["`true` \\| `false` \\| `auto`", "`false`"]
     assert rows(markdown)["SPEECH_T_SIZE"][0] == "integer \\| `max`"
-    assert rows(gen.render(Settings))["SPEECH_OMNI__CUDA_MPS"][:2] == ["`true` \\| `false` \\| `auto`", "`false`"]
+    assert rows(gen.render(Settings))["SPEECH_OMNI__CUDA_MPS"][:2] == ["`true` \\| `false` \\| `auto`", "`auto`"]

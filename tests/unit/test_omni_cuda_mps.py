@@ -24,6 +24,7 @@ from app.engines.omni.cuda_mps import (
     client_devices,
     gpu_neighbours,
 )
+from app.engines.omni.engine import stages_share_a_gpu
 from app.settings import Settings
 from tests.fakes import nvidia_smi
 from tests.fakes.nvidia_cuda_mps_control import (
@@ -74,7 +75,13 @@ def live_daemons() -> list[int]:
     return [pid for pid in started_daemons(Path(os.environ[PIDS_VARIABLE])) if alive(pid)]
 
 
-def engine_with_mps(model_dir: Path, tmp_path: Path, seen: dict[str, str | None], mps: bool | str = True) -> OmniEngine:
+def engine_with_mps(
+    model_dir: Path,
+    tmp_path: Path,
+    seen: dict[str, str | None],
+    mps: bool | str = True,
+    profile: str = "deploy/vllm-omni/customvoice.yaml",
+) -> OmniEngine:
     omni = FakeAsyncOmni()
 
     def factory(**kwargs: object) -> FakeAsyncOmni:
@@ -87,7 +94,7 @@ def engine_with_mps(model_dir: Path, tmp_path: Path, seen: dict[str, str | None]
 
     settings = Settings(
         engine="omni", model=str(model_dir), load_format="dummy", voice_store=str(tmp_path / "voices"),
-        deploy_config="deploy/vllm-omni/customvoice.yaml", omni_warmup_batch_sizes=[1], omni_cuda_mps=mps,
+        deploy_config=profile, omni_warmup_batch_sizes=[1], omni_cuda_mps=mps,
     )  # fmt: skip
     engine = omni_engine(settings, omni_factory=factory)
     defaults = coerce_param_message_types(omni.default_sampling_params_list, True)
@@ -331,6 +338,63 @@ async def test_auto_starts_no_daemon_where_the_gpu_is_not_the_servers_alone_and_
     assert engine.health().ready and seen["pipe"] is None and live_daemons() == []
     [said] = [record.getMessage() for record in caplog.records if "without MPS" in record.getMessage()]
     assert said.startswith("omni engine without MPS (SPEECH_OMNI__CUDA_MPS=auto): " + why), said
+    await engine.close()
+
+
+def test_auto_is_the_default() -> None:
+    """MPS with code2wav the lower-priority client led at every sustained level on both tools in two starts
+    (benchmarks/gpu/2026-12-04-h200-omni-mps-priority-both-tools/): a server whose GPU is its own gets it unasked."""
+    assert Settings().omni.cuda_mps == "auto"
+
+
+async def test_auto_starts_no_daemon_where_the_stages_run_on_different_gpus(
+    daemons: None, custom_voice_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """two-gpu.yaml puts the talker on one GPU and code2wav on another: MPS would have nothing to share."""
+    caplog.set_level(logging.INFO, logger="app.engines.omni.engine")
+    seen: dict[str, str | None] = {}
+    engine = engine_with_mps(custom_voice_dir, tmp_path, seen, mps="auto", profile="deploy/vllm-omni/two-gpu.yaml")
+    await engine.start()
+    assert engine.health().ready and seen["pipe"] is None and live_daemons() == []
+    assert "omni engine without MPS (SPEECH_OMNI__CUDA_MPS=auto): its two stages run on different GPUs" in caplog.text
+    await engine.close()
+
+
+@pytest.mark.parametrize(
+    ("profile", "overrides", "shared"),
+    [
+        ("deploy/vllm-omni/customvoice.yaml", None, True),
+        ("deploy/vllm-omni/two-gpu.yaml", None, False),
+        ("deploy/vllm-omni/two-gpu.yaml", {"1": {"devices": "0"}}, True),
+        ("deploy/vllm-omni/two-gpu.yaml", {"0": {"devices": "0,1"}}, True),
+        ("deploy/vllm-omni/customvoice.yaml", {"1": {"devices": " 1 "}}, False),
+        (None, None, True),  # vllm-omni's own profile: both on the first GPU
+        ("deploy/vllm-omni/customvoice.yaml", {"0": {"devices": ""}}, True),  # one naming none: may share
+    ],
+)
+def test_stages_share_a_gpu_reads_each_stages_devices(
+    profile: str | None, overrides: dict[str, dict[str, object]] | None, shared: bool
+) -> None:
+    assert stages_share_a_gpu(profile, overrides) is shared
+
+
+async def test_under_auto_a_daemon_that_fails_to_start_leaves_the_server_without_mps(
+    daemons: None,
+    custom_voice_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`auto` is the default: a daemon that cannot start (here: one already running) must not keep the server from
+    serving, where `true` refuses to start (test_a_daemon_that_fails_to_start_says_why)."""
+    caplog.set_level(logging.INFO, logger="app.engines.omni.cuda_mps")
+    monkeypatch.setenv(FAIL_VARIABLE, "1")
+    seen: dict[str, str | None] = {}
+    engine = engine_with_mps(custom_voice_dir, tmp_path, seen, mps="auto")
+    await engine.start()
+    assert engine.health().ready and seen["pipe"] is None and PIPE_VARIABLE not in os.environ
+    [record] = [record for record in caplog.records if "daemon did not start" in record.getMessage()]
+    assert record.levelname == "WARNING" and "An instance of this daemon is already running" in record.getMessage()
     await engine.close()
 
 

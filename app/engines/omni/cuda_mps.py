@@ -9,9 +9,10 @@ CUDA_VISIBLE_DEVICES numbers the server's GPUs, their numbers as the MPS server 
 has shut down it is told to quit, and killed if it has not within the time allowed, so that it never outlives the
 server holding GPU memory.
 
-SPEECH_OMNI__CUDA_MPS=auto starts it only where the GPU is this server's alone: where, at the start, `nvidia-smi`
-lists no compute process on the server's GPUs and the control program is there. A neighbour that is not an MPS client
-would take turns with the MPS server as a whole, and the measured gains were on a GPU a server had to itself.
+SPEECH_OMNI__CUDA_MPS=auto (the default) starts it only where the GPU is this server's alone: where, at the start,
+`nvidia-smi` lists no compute process on the server's GPUs and the control program is there; a daemon that then fails
+to start leaves the server without MPS, its log saying why. A neighbour that is not an MPS client would take turns with
+the MPS server as a whole, and the measured gains were on a GPU a server had to itself.
 """
 
 from __future__ import annotations
@@ -174,7 +175,13 @@ class CudaMpsDaemon:
                     raise CudaMpsError(f"no MPS control daemon answers at {PIPE_VARIABLE}={os.environ[PIPE_VARIABLE]}")
                 log.info("omni engine under the MPS daemon given", extra={PIPE_VARIABLE: os.environ[PIPE_VARIABLE]})
                 return
-            self._start_own(binary)
+            try:
+                self._start_own(binary)
+            except CudaMpsError as error:
+                if not self._only_alone:
+                    raise
+                # `auto` (the default) is a speed-up, not a requirement: a daemon that cannot start here costs it
+                log.warning(f"omni engine without MPS (SPEECH_OMNI__CUDA_MPS=auto): its daemon did not start: {error}")
 
     def _start_own(self, binary: str) -> None:
         self._directory = tempfile.mkdtemp(prefix="speech-mps-", dir=self._root)

@@ -303,7 +303,12 @@ class OmniEngine:
                 "random weights (load_format dummy): code2wav decodes eagerly, without the profile's decoder graphs "
                 "and batching, so its timing is not that of real weights"
             )
-        self._mps = CudaMpsDaemon(only_alone=settings.cuda_mps == "auto") if settings.cuda_mps else None
+        self._mps: CudaMpsDaemon | None = None
+        if settings.cuda_mps == "auto" and not stages_share_a_gpu(settings.deploy_config, settings.stage_overrides):
+            # MPS lets two processes' kernels share one GPU: with each stage on a GPU of its own, nothing to share
+            log.info("omni engine without MPS (SPEECH_OMNI__CUDA_MPS=auto): its two stages run on different GPUs")
+        elif settings.cuda_mps:
+            self._mps = CudaMpsDaemon(only_alone=settings.cuda_mps == "auto")
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -676,6 +681,14 @@ def stage_settings(
             stages = (yaml.safe_load(f) or {}).get("stages") or []
         stage = dict(next((s for s in stages if s.get("stage_id") == stage_id), {}))
     return {**stage, **((stage_overrides or {}).get(str(stage_id)) or {})}
+
+
+def stages_share_a_gpu(deploy_config: str | None, stage_overrides: dict[str, dict[str, object]] | None) -> bool:
+    """Whether the talker and code2wav may run on one GPU: their `devices` (the profile's, or the overrides') name one
+    in common, or either names none (vllm-omni's own profiles put both on the first)."""
+    named = [str(stage_settings(deploy_config, stage_overrides, stage).get("devices") or "") for stage in (0, 1)]
+    talker, code2wav = ({entry.strip() for entry in devices.split(",") if entry.strip()} for devices in named)
+    return not talker or not code2wav or bool(talker & code2wav)
 
 
 def talker_limits(
