@@ -84,9 +84,28 @@ def _ends_sentence(text: str, match: re.Match[str]) -> bool:
         if len(unicodedata.normalize("NFKC", word)) > 2:
             return True
         lead = rest.lstrip("\"'“‘([«")[:1]
-        return lead.isalpha() and _script(word) != _script(lead)
+        if lead.isalpha():
+            return _script(word) != _script(lead)
+        # Before a number or a symbol a letter may abbreviate a word of its sentence ("born c. 1900", Russian
+        # "см. с. 25"): left joined where the next letter on its line is of its script. One of another script than
+        # the words after it ("Hello. Ж. 5 apples") abbreviates nothing there; joined, a voice that cannot read it
+        # would refuse those words with it. Until a letter comes, streamed text waits joined: a later letter may
+        # still cut it, and a cut is never undone. (The text before it is no guide: streamed, it was cut off already.)
+        after = _letter_after(text, match.end())
+        return after is not None and _script(word) != _script(after)
     # An acronym: "U.S. Army"
     return not re.fullmatch(r"(?:[a-z]\.)+[a-z]", word)
+
+
+def _letter_after(text: str, start: int) -> str | None:
+    """The first letter from `start` to its line's end, if any. The scan stops at it: the scans after a line's
+    single letters read each stretch between two letters once, not the rest of the line each time."""
+    for at in range(start, len(text)):
+        if text[at].isalpha():
+            return text[at]
+        if text[at] == "\n":
+            return None
+    return None
 
 
 def _script(letter: str) -> str:

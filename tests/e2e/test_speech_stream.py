@@ -336,6 +336,29 @@ def test_a_sentence_the_voice_cannot_read_is_refused_alone_and_the_next_is_spoke
     assert word_error_rate("World is here.", transcribe(decode(audio[2], "pcm"))) <= 0.34
 
 
+def test_a_letter_of_another_script_before_a_number_is_refused_alone_and_the_next_is_spoken(
+    server: RunningServer,
+) -> None:
+    """ "Ж." before "5 apples" was taken for an abbreviation ("c. 1900") and spoken with the sentence after it: the
+    voice refused the two together, and "5 apples are here." was never spoken. "Ж." is refused alone, naming `text`,
+    and the next sentence is spoken. POST /v1/audio/speech refuses the same input whole, with a 400 on `input`."""
+    import httpx
+
+    text = "Hello. Ж. 5 apples are here."
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": text})
+        send(ws, {"type": "input.done"})
+        events, audio = receive_through_errors(ws)
+    started = [e["sentence_text"] for e in events if e["type"] == "audio.start"]
+    assert started == ["Hello.", "Ж.", "5 apples are here."], events
+    assert [e["param"] for e in events if e["type"] == "error"] == ["text"], events
+    assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 3}
+    assert word_error_rate("five apples are here.", transcribe(decode(audio[2], "pcm"))) <= 0.34
+    http = httpx.post(f"{server.base_url}/v1/audio/speech", json={"input": text, "voice": "alloy"}, timeout=30)
+    assert http.status_code == 400 and http.json()["error"]["param"] == "input", http.text
+
+
 def test_a_character_cut_in_two_utf16_halves_across_messages_is_spoken_whole(server: RunningServer) -> None:
     """JSON writes a character beyond the BMP as two UTF-16 escapes; a client that cuts its text by UTF-16 length
     (JavaScript's) sends the halves in two messages: they are one character, as in one message."""

@@ -189,6 +189,14 @@ def streamed(pieces: list[str], granularity: Any = "sentence", max_chars: int = 
         # a single letter before a number may be an abbreviation ("c. 1900", Russian "с. 25", a page): left joined
         ("Born c. 1900 in Ohio. Yes.", ["Born c. 1900 in Ohio.", "Yes."]),
         ("См. с. 25 там. Yes.", ["См. с. 25 там.", "Yes."]),
+        ("C. 1900 it was built. Yes.", ["C. 1900 it was built.", "Yes."]),
+        # but not a letter of another script than the words after it: it abbreviates nothing there, and joined to the
+        # sentence after it, it took that sentence with it where a voice refused the letter
+        ("Hello. Ж. 5 apples are here.", ["Hello.", "Ж.", "5 apples are here."]),
+        ("Ж. 5 apples are here.", ["Ж.", "5 apples are here."]),
+        ("Привет. Ж. 5 apples are here.", ["Привет.", "Ж.", "5 apples are here."]),
+        ("Hello ж. 5 apples are here.", ["Hello ж.", "5 apples are here."]),
+        ("Hello. «Ж.» $5 is the price.", ["Hello.", "«Ж.»", "$5 is the price."]),
     ],
 )
 @pytest.mark.parametrize("granularity", ["sentence", "clause"])

@@ -239,6 +239,16 @@ async def test_a_sentence_of_a_phrase_in_one_character_is_queued_alone_before_a_
     assert queued(speech) == ["Hello.", "ﷺ.", "5 apples are here.", 3]
 
 
+async def test_a_letter_of_another_script_before_a_number_is_queued_alone(service: SpeechService) -> None:
+    """ "Ж." before "5 apples" was taken for an abbreviation ("c. 1900") and queued with the sentence after it, which
+    its refusal took with it: "5 apples are here." was never spoken. It is a sentence of its own, refused alone."""
+    speech = await configured(service)
+    for piece in ("Hello. ", "Ж. ", "5 apples are here."):
+        speech.text(piece)
+    speech.done()
+    assert queued(speech) == ["Hello.", "Ж.", "5 apples are here.", 3]
+
+
 @pytest.mark.parametrize(
     ("granularity", "while_arriving", "at_done"),
     [
