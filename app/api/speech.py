@@ -132,7 +132,7 @@ async def speech_response(
     service.check_input(body.input)
     voice = await service.resolve_voice(body)
     job, output = service.build_job(voice, body.input, request_id, whole_file=body.whole_file)
-    ticket = await service.admitted(timing, len(body.input))
+    ticket = await service.admitted(timing, len(body.input), summary=summary)  # a drain may end it queued
     run = SpeechRun(service, timing.received, timing, summary, str(summary["stream_format"]))
     audio = await run.open(job, output, ticket)
     if output.whole_file:

@@ -141,7 +141,8 @@ async def speak_whole(
         voice = await service.resolve_voice(item.options, references.decode if references else None)
         job, output = service.build_job(voice, item.text, f"{request_id}-{item.index}", whole_file=True)
         outcome.response_format = output.response_format
-        ticket = await service.admitted(timing, len(item.text), count_refusal=False)  # the route counts it
+        # the route counts a refusal; a drain that turns it away while it queues ends it in its summary
+        ticket = await service.admitted(timing, len(item.text), count_refusal=False, summary=summary)
         # the batch's answer counts its audio and TTFA: nothing of an item reaches its client before it
         run = SpeechRun(
             service, started, timing, summary, STREAM_LABEL, counts_audio=False, observe_ttfa=False,

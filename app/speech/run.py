@@ -97,17 +97,25 @@ class SpeechService:
             continues=continues,
         )
 
-    async def admitted(self, timing: TtfaTimeline, chars: int, count_refusal: bool = True) -> Ticket:
-        """A slot for a job of `chars` characters: `Full` when none comes, `ShuttingDown` when the drain ends first.
+    async def admitted(
+        self, timing: TtfaTimeline, chars: int, count_refusal: bool = True, summary: dict[str, object] | None = None
+    ) -> Ticket:
+        """A slot for a job of `chars` characters: `Full` when none comes, `ShuttingDown` when the drain ends first
+        (the request's `summary`, where given, then ends as the drain's, never begun: `ended_as`).
         `count_refusal=False` leaves a refusal to whoever counts the request it belongs to (a batch's items: one
         request or several, known only when every item has ended; `gate_refusal` reads the reason)."""
         timing.mark("queued")
-        # accepted before a drain began: served, queued or not, while the drain lasts
-        ticket = await admit(self.gate, count_refusal)
-        timing.mark("admitted", ticket.granted_at)
-        if self.lifecycle.drained:  # validated before the drain began, but reached the gate only after it ended
-            self.gate.release(ticket)
-            raise ShuttingDown()
+        try:
+            # accepted before a drain began: served, queued or not, while the drain lasts
+            ticket = await admit(self.gate, count_refusal)
+            timing.mark("admitted", ticket.granted_at)
+            if self.lifecycle.drained:  # validated before the drain began, but reached the gate only after it ended
+                self.gate.release(ticket)
+                raise ShuttingDown()
+        except ShuttingDown:  # still queued when the drain ran out of time: stopped by it before any synthesis
+            if summary is not None:
+                ended_as(summary, "drain", aborted=False)
+            raise
         metrics.QUEUE_WAIT.observe(ticket.queued_s)
         metrics.INPUT_CHARACTERS.inc(chars)
         return ticket
@@ -149,14 +157,18 @@ async def first_chunk(chunks: AsyncGenerator[AudioChunk], engine: SpeechEngine, 
 
 
 def ended_as(summary: dict[str, object], outcome: str, aborted: bool) -> None:
-    """How a request ended, as its log line says it: its `outcome`, and where its synthesis had begun and was stopped
-    the reason it was aborted for (`abort_reason`, as `speech_aborted_total` counts it); none where it ran to its end
-    or was stopped before any synthesis began (still queued: among the requests, not the aborts)."""
+    """How a request ended, as its log line says it and the metrics count it, in one step: its `outcome`, and where
+    its synthesis had begun and was stopped the reason it was aborted for (`abort_reason`, counted in
+    `speech_aborted_total` under it); none where it ran to its end or was stopped before any synthesis began (still
+    queued: among the requests, not the aborts)."""
     summary.update(outcome=outcome, abort_reason=outcome if aborted else None, completed=outcome == "completed")
+    if aborted:
+        metrics.ABORTED.labels(outcome).inc()
 
 
 def has_ended(summary: dict[str, object]) -> bool:
-    """Whether `ended_as` has said how the request ended: its run did, once its synthesis had begun."""
+    """Whether `ended_as` has said how the request ended: its run did, once its synthesis had begun, and its admission
+    where a drain that ran out of time turned it away while it queued."""
     return "outcome" in summary
 
 
@@ -227,13 +239,10 @@ class SpeechRun:
             gate.release(ticket)
             await chunks.aclose()
             if isinstance(exc, asyncio.CancelledError):  # the client left (or was cut off) while the engine started
-                reason = self.cancelled_as()
-                metrics.ABORTED.labels(reason).inc()
-                ended_as(summary, reason, aborted=True)  # as its log line says it, beside the count
+                ended_as(summary, self.cancelled_as(), aborted=True)
                 with anyio.CancelScope(shield=True):
                     await engine.abort(job.request_id)
             if isinstance(exc, TimeoutError):
-                metrics.ABORTED.labels("timeout").inc()
                 ended_as(summary, "timeout", aborted=True)
                 raise Stopped("timeout") from exc
             raise
@@ -259,24 +268,23 @@ class SpeechRun:
             metrics.E2E.labels(self.stream_label).observe(now - started)
             if self.counts_audio and (outcome == "completed" or not output.whole_file):  # a whole file cut short
                 metrics.AUDIO_SECONDS.inc(audio_s)  # was never sent
+            summary.update(
+                engine_first_audio_s=round((timing.first_chunk or now) - started, 4),
+                e2e_s=round(now - started, 4),
+                audio_s=round(audio_s, 3),
+            )
+            ended_as(summary, outcome, aborted=outcome != "completed")  # counted as an abort where it was one
             if outcome == "completed":
                 if audio_s > 0:
                     metrics.RTF.observe((now - ticket.granted_at) / audio_s)
                 if audio.listener is not None and timing.ttfa_s is not None:
                     observe_uninterrupted(output.response_format, self.stream_label, timing.ttfa_s, audio.listener)
             else:
-                metrics.ABORTED.labels(outcome).inc()
                 # an error or the deadline after the 200 (before it, the 5xx or 504 is counted): a drain's stop is
                 # no failure, nor a client that left
                 if outcome in ("error", "timeout") and self.stream_label in metrics.HTTP_STREAMS:
                     metrics.STREAM_ERRORS.labels(self.stream_label).inc()
                 await engine.abort(job.request_id)
-            summary.update(
-                engine_first_audio_s=round((timing.first_chunk or now) - started, 4),
-                e2e_s=round(now - started, 4),
-                audio_s=round(audio_s, 3),
-            )
-            ended_as(summary, outcome, aborted=outcome != "completed")
 
         deadline = asyncio.get_running_loop().time() + request_timeout_s - (time.perf_counter() - counted_from)
         audio = EncodedAudio(

@@ -505,10 +505,16 @@ def test_drain_out_of_time_refuses_the_queue_and_stops_the_streams(tmp_path: Pat
     statuses: list[int] = []
 
     def queued() -> None:
-        statuses.append(httpx.post(f"{server.base_url}/v1/audio/speech", json=speech(), timeout=60).status_code)
+        headers = {"X-Request-Id": "queued"}
+        response = httpx.post(f"{server.base_url}/v1/audio/speech", json=speech(), headers=headers, timeout=60)
+        statuses.append(response.status_code)
 
     with httpx.stream(
-        "POST", f"{server.base_url}/v1/audio/speech", json=speech(LONGEST_TEXT, stream_format="sse"), timeout=120
+        "POST",
+        f"{server.base_url}/v1/audio/speech",
+        json=speech(LONGEST_TEXT, stream_format="sse"),
+        headers={"X-Request-Id": "streaming"},
+        timeout=120,
     ) as response:
         lines = response.iter_lines()
         assert next(lines).startswith("data: ")
@@ -528,3 +534,8 @@ def test_drain_out_of_time_refuses_the_queue_and_stops_the_streams(tmp_path: Pat
     assert statuses == [503]  # refused, not left hanging: the replica is going away
     assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "server_shutting_down"
     assert server.process.wait(60) == 0
+    # both end with the drain as their outcome (the queued one's line had none): the stream aborted by it, the queued
+    # request, never begun, not
+    records = request_records(server, {"streaming", "queued"})
+    ended = {request_id: (r.get("outcome"), r.get("abort_reason")) for request_id, r in records.items()}
+    assert ended == {"streaming": ("drain", "drain"), "queued": ("drain", None)}, ended

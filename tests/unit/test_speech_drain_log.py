@@ -1,0 +1,104 @@
+"""What the log says of a request a drain turned away while it waited for a slot (POST /v1/audio/speech and a batch's
+item, on the route over a fake vllm-omni engine): accepted before the drain, queued for the engine when the drain ran
+out of time, it is answered 503 and ends with one "speech request" line whose `outcome` is `drain`, its
+`abort_reason` null (no synthesis had begun: counted among the requests and the drain's refusals, not the aborts), as
+docs/operations.md has it and as a batch's item still queued when the drain stopped its batch says."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import REGISTRY
+
+from app.admission import AdmissionGate
+from app.lifecycle import Lifecycle
+from app.server import create_app
+from tests.fakes.vllm_omni_0_30 import FakeAsyncOmni
+from tests.unit.test_batch_admission import ITEM, aborted, rejected
+from tests.unit.test_omni_engine import make_engine, service_settings
+
+REQUEST_ID = "queued-at-the-drain"
+
+
+def speech_requests(labels: dict[str, str]) -> float:
+    return REGISTRY.get_sample_value("speech_requests_total", labels) or 0.0
+
+
+async def turned_away_by_the_drain(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch, path: str, body: dict[str, Any]
+) -> httpx.Response:
+    """`body` posted to `path` while another request holds the one slot, so that it queues for it; then a drain that
+    runs out of time at once (`SPEECH_DRAIN_TIMEOUT_S` 0) turns the queue away. The answer."""
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni(), max_concurrency=1)
+    await engine.start()
+    app = create_app(service_settings(engine), engine=engine)
+    gate: AdmissionGate = app.state.gate
+    lifecycle: Lifecycle = app.state.lifecycle
+    held = await gate.acquire()  # another request's slot: this one queues behind it
+    acquire, queues = AdmissionGate.acquire, asyncio.Event()
+
+    async def told(self: AdmissionGate) -> object:
+        queues.set()  # the test resumes once this has run up to its wait in the queue
+        return await acquire(self)
+
+    monkeypatch.setattr(AdmissionGate, "acquire", told)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        headers = {"X-Request-Id": REQUEST_ID}
+        posted = asyncio.ensure_future(client.post(path, json=body, headers=headers, timeout=60))
+        await queues.wait()
+        assert gate.queued == 1
+        lifecycle.drain_timeout_s = 0
+        drained = asyncio.Event()
+        lifecycle.begin_drain(drained.set)  # out of time at once: the queue is turned away
+        response = await posted
+    gate.release(held)
+    await asyncio.wait_for(drained.wait(), 5)  # the drain ends once the slot held is given back
+    return response
+
+
+def logged(caplog: pytest.LogCaptureFixture, request_id: str) -> logging.LogRecord:
+    (line,) = [r for r in caplog.records if r.getMessage() == "speech request" and r.request_id == request_id]
+    return line
+
+
+async def test_a_request_queued_when_the_drain_runs_out_logs_the_drain_as_its_outcome(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its line had its `error` and status alone: no `outcome`, where a batch's item queued at the same point says
+    `drain`. An operator could not tell from the log a request the drain turned away from one refused at the door."""
+    caplog.set_level(logging.INFO)
+    labels = {"status": "503", "response_format": "pcm", "stream": "audio", "code": "server_shutting_down"}
+    before = (rejected("draining"), aborted("drain"), speech_requests(labels))
+    body = {"model": "tts-1", "voice": "vivian", "input": "Hello there.", "response_format": "pcm"}
+    response = await turned_away_by_the_drain(custom_voice_dir, monkeypatch, "/v1/audio/speech", body)
+    assert response.status_code == 503 and response.json()["error"]["code"] == "server_shutting_down"
+    line = logged(caplog, REQUEST_ID)
+    assert line.status == 503 and line.error["code"] == "server_shutting_down"  # type: ignore[attr-defined]
+    assert getattr(line, "outcome", None) == "drain"
+    assert getattr(line, "abort_reason", "missing") is None  # never begun: not aborted
+    assert getattr(line, "completed", None) is False
+    # counted once, as a request and as the drain's refusal; not as an abort
+    after = (rejected("draining"), aborted("drain"), speech_requests(labels))
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 0, 1]
+
+
+async def test_a_batch_item_queued_for_the_engine_when_the_drain_runs_out_logs_the_drain_as_its_outcome(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The item waits for the server's slot (the admission gate), not for one of its batch's, when the drain runs out
+    of time: it ends as the single request above does, the drain its `outcome`, not aborted."""
+    caplog.set_level(logging.INFO)
+    before = aborted("drain")
+    body = {"voice": "vivian", "response_format": "pcm", "items": [ITEM]}
+    response = await turned_away_by_the_drain(custom_voice_dir, monkeypatch, "/v1/audio/speech/batch", body)
+    assert response.status_code == 503, response.text
+    line = logged(caplog, f"{REQUEST_ID}-0")
+    assert line.status == 503 and line.stream_format == "batch"  # type: ignore[attr-defined]
+    assert getattr(line, "outcome", None) == "drain"
+    assert getattr(line, "abort_reason", "missing") is None
+    assert aborted("drain") == before
