@@ -370,6 +370,7 @@ class TextStream {
     this.parts = [];
     this.received = 0;
     this.sentence = -1; // whose audio frames are arriving
+    this.refusal = null; // the error told while that sentence is open (from its audio.start to its audio.done)
     this.stats = { ttfa: NaN, total: NaN, audio: NaN, rtf: NaN, playback: NaN };
     this.ttfaFrom = NaN; // when the piece that ended the first sentence was sent
     this.closed = false;
@@ -417,13 +418,17 @@ class TextStream {
       this.sentence = message.sentence_index;
       this.sentences[this.sentence] = message.sentence_text;
       this.player.sampleRate = message.sample_rate;
+      this.refusal = null;
       const item = document.createElement("li");
       item.textContent = message.sentence_text;
       $("sentences").append(item);
       $("sentences").hidden = false;
       this.log("audio.start", `#${this.sentence} ${JSON.stringify(message.sentence_text)}`, this.sentence);
     } else if (message.type === "audio.done") {
-      this.log("audio.done", `#${message.sentence_index} ${message.total_bytes} bytes`, message.sentence_index);
+      const index = message.sentence_index;
+      this.log("audio.done", `#${index} ${message.total_bytes} bytes${message.error ? " error" : ""}`, index);
+      if (message.error) this.notSpoken(index, message.total_bytes, this.refusal);
+      this.refusal = null;
     } else if (message.type === "session.done") {
       this.log("session.done", `${message.total_sentences} sentences`);
       this.closed = true;
@@ -434,6 +439,7 @@ class TextStream {
       // Not the end by itself: after most errors (a sentence the voice cannot read, skipped) the session goes on, and
       // the server closes the connection after those that end it.
       this.errors.push(message.message);
+      this.refusal = message.message; // the open sentence's, if its audio.done says it ended with an error
       this.log("error", message.code ? `${message.code}: ${message.message}` : message.message);
       if (current === this) setStatus("status", message.message, true);
     }
@@ -450,6 +456,20 @@ class TextStream {
     this.parts.push(bytes);
     this.stats.total = now - this.started;
     this.player.push(bytes);
+  }
+
+  // A sentence whose audio.done says its audio did not come to its end (refused: the voice cannot read it; or cut
+  // short): listed as not spoken, with the error told while it was open, and never marked spoken or speaking.
+  notSpoken(index, bytes, reason) {
+    const item = $("sentences").children[index];
+    if (!item) return;
+    item.className = "refused";
+    item.dataset.refused = "1";
+    const note = document.createElement("span");
+    note.className = "reason";
+    note.textContent = ` (${bytes ? "cut short" : "not spoken"}${reason ? `: ${reason}` : ""})`;
+    item.append(note);
+    item.title = reason ?? "";
   }
 
   // TTFA counts from sending the piece that ended the first sentence (every sentence ends in a piece sent earlier).
@@ -470,11 +490,13 @@ class TextStream {
     if (heard !== null && heard !== this.heard) {
       this.heard = heard;
       this.log("speaking", `#${heard}`, heard);
-      items.forEach((item, i) => { item.className = i < heard ? "spoken" : i === heard ? "speaking" : ""; });
+      items.forEach((item, i) => {
+        if (!item.dataset.refused) item.className = i < heard ? "spoken" : i === heard ? "speaking" : "";
+      });
     }
     if (this.closed && this.player.playedOut) {
       clearInterval(this.ticker);
-      items.forEach((item) => { item.className = "spoken"; });
+      items.forEach((item) => { if (!item.dataset.refused) item.className = "spoken"; });
       if (this.received) this.log("played", "");
     }
   }

@@ -159,6 +159,33 @@ async def test_an_error_the_session_goes_on_after_is_shown_and_the_rest_is_spoke
     assert watch.problems == []
 
 
+async def test_a_refused_sentence_is_listed_as_not_spoken(browser: Any, server: RunningServer) -> None:
+    """The sentence the voice refuses has its `audio.start`, then the `error`, then an `audio.done` with `"error":
+    true`: the page lists it as not spoken, with the server's reason, never as spoken (the sentences around it are),
+    neither while the one after it plays nor once all has played."""
+    page, watch = await open_playground(browser, server.base_url)
+    await stream_words(page, "This is spoken first. Привет мир. And this is spoken after it.")
+    log = await page.evaluate(READ_LOG)
+    refusal = log[positions(log, "error")[0]]["detail"].split(": ", 1)[1]
+    assert [entry["detail"] for entry in log if entry["kind"] == "audio.start"][1] == '#1 "Привет мир."', log
+    read = "items => items.map((i) => ({className: i.className, text: i.textContent, title: i.title}))"
+    await page.wait_for_selector("#sentences li:nth-child(3).speaking", timeout=60_000)
+    assert [item["className"] for item in await page.eval_on_selector_all("#sentences li", read)] == [
+        "spoken",
+        "refused",
+        "speaking",
+    ]
+    await page.wait_for_selector("#log-lines li[data-kind='played']", state="attached", timeout=60_000)
+    items = await page.eval_on_selector_all("#sentences li", read)
+    assert [item["className"] for item in items] == ["spoken", "refused", "spoken"], items
+    assert items[1]["text"].startswith("Привет мир.") and "not spoken" in items[1]["text"], items
+    assert refusal in items[1]["text"] and refusal in items[1]["title"], items
+    assert all("not spoken" not in item["text"] for item in (items[0], items[2])), items
+    assert log[positions(log, "audio.done")[1]]["detail"].endswith("error"), log  # the log says so too
+    await page.close()
+    assert watch.problems == []
+
+
 async def test_as_i_type_sends_finished_words(browser: Any, server: RunningServer) -> None:
     """Start, type (fixing a typo in the word being typed), Finish: each word goes out once a space ends it, the
     typo never does, and the sentences are spoken."""
