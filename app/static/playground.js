@@ -357,6 +357,9 @@ function streamUrl() {
   return url.href;
 }
 
+// The codes the server closes a session with after telling why in an `error` (docs/websocket.md).
+const TOLD_BEFORE_CLOSE = new Set([1000, 1001, 1008, 1011, 1013]);
+
 // One WebSocket session: text goes out piece by piece, each sentence's pcm plays as it arrives (back to back, in order,
 // on one Web Audio clock), and every message sent or received is logged on the page in the order it happened.
 class TextStream {
@@ -375,13 +378,14 @@ class TextStream {
     this.ttfaFrom = NaN; // when the piece that ended the first sentence was sent
     this.closed = false;
     this.errors = []; // the server's error messages, in order
+    this.lastError = null; // the last error's message while nothing else has come after it: a close now may be its
     this.done = new Promise((resolve, reject) => { this.resolve = resolve; this.reject = reject; });
     this.done.catch(() => {}); // failures are read by whoever awaits it
     this.socket = new WebSocket(streamUrl());
     this.socket.binaryType = "arraybuffer";
     this.opened = new Promise((resolve) => { this.socket.onopen = resolve; });
     this.socket.onmessage = (event) => this.receive(event.data);
-    this.socket.onclose = (event) => this.disconnected(event.code);
+    this.socket.onclose = (event) => this.disconnected(event);
     this.config = { type: "session.config", ...config, response_format: "pcm" };
     this.ticker = setInterval(() => this.tick(), 40);
   }
@@ -412,6 +416,7 @@ class TextStream {
   }
 
   receive(data) {
+    this.lastError = null; // set again below if this is an error
     if (typeof data !== "string") return this.audio(new Uint8Array(data));
     const message = JSON.parse(data);
     if (message.type === "audio.start") {
@@ -439,6 +444,7 @@ class TextStream {
       // Not the end by itself: after most errors (a sentence the voice cannot read, skipped) the session goes on, and
       // the server closes the connection after those that end it.
       this.errors.push(message.message);
+      this.lastError = message.message;
       this.refusal = message.message; // the open sentence's, if its audio.done says it ended with an error
       this.log("error", message.code ? `${message.code}: ${message.message}` : message.message);
       if (current === this) setStatus("status", message.message, true);
@@ -509,13 +515,19 @@ class TextStream {
     this.reject(new Error(message));
   }
 
-  // The server closed the connection before the session was done: the error it sent last says why (already logged).
-  disconnected(code) {
+  // The connection closed before the session was done. Where the server closed it with a code it sends an error
+  // before (the session ended: a wrong key or voice, a full server, a drain, its own failure, idle) and that error
+  // came right before, nothing after it, that error says why (already logged); else the close itself does: 1006 (no
+  // close frame), 1009 (a message too big) and the like come with no error, and an earlier one (a sentence refused,
+  // the session going on) had nothing to do with it.
+  disconnected(event) {
     if (this.closed) return;
-    if (!this.errors.length) return this.fail(`The connection closed (code ${code}).`);
+    const close = `code ${event.code}${event.reason ? `: ${event.reason}` : ""}`;
+    const cause = TOLD_BEFORE_CLOSE.has(event.code) ? this.lastError : null;
+    if (cause === null) return this.fail(`The connection closed (${close}).`);
     this.closed = true;
-    this.log("closed", `code ${code}`);
-    this.reject(new Error(this.errors[this.errors.length - 1]));
+    this.log("closed", close);
+    this.reject(new Error(cause));
   }
 
   stop() {

@@ -3,7 +3,8 @@ WS /v1/audio/speech/stream (as an LLM writes, at 20 words/s) and as it is typed.
 of what it sent and received, in order: the first sentence is heard before the last word is sent, the sentences
 arrive and play in order, TTFA counts from the word that ended the first sentence. Errors are shown: those the server
 closes the connection after (an unknown voice, a wrong API key) end the run, one it goes on after (a sentence skipped)
-does not. A screenshot is kept (playground-stream.png) and its path printed."""
+does not; a close with no error of its own (1009, a lost connection) is shown as itself, never as such an earlier
+error. A screenshot is kept (playground-stream.png) and its path printed."""
 
 from __future__ import annotations
 
@@ -182,6 +183,64 @@ async def test_a_refused_sentence_is_listed_as_not_spoken(browser: Any, server: 
     assert refusal in items[1]["text"] and refusal in items[1]["title"], items
     assert all("not spoken" not in item["text"] for item in (items[0], items[2])), items
     assert log[positions(log, "audio.done")[1]]["detail"].endswith("error"), log  # the log says so too
+    await page.close()
+    assert watch.problems == []
+
+
+async def test_a_close_after_a_refused_sentence_is_shown_as_the_close(browser: Any, server: RunningServer) -> None:
+    """A sentence refused (an `error` the session goes on after), then a piece of text over SPEECH_MAX_BODY_BYTES
+    (25 MiB, pasted while typing): the server closes the connection with 1009, no `error` first. The page shows the
+    close as the run's end, with its code, not the earlier refusal, which had nothing to do with it."""
+    page, watch = await open_playground(browser, server.base_url)
+    await page.select_option("#mode", "typing")
+    await page.fill("#input", "")
+    await page.click("#speak")
+    await page.wait_for_selector("#log-lines li[data-kind='session.config']", state="attached")
+    await page.keyboard.type("This is spoken first. Привет мир. And ", delay=20)
+    await page.wait_for_selector("#log-lines li[data-kind='error']", state="attached", timeout=30_000)
+    log = await page.evaluate(READ_LOG)
+    refusal = log[positions(log, "error")[0]]["detail"].split(": ", 1)[1]
+    assert refusal in await page.inner_text("#status")
+    await page.evaluate("""() => { const input = document.getElementById('input');
+        input.value += 'a '.repeat(13 * 1024 * 1024) + 'too much. ';
+        input.dispatchEvent(new Event('input')); }""")
+    await page.wait_for_function("document.getElementById('stats').dataset.done === '1'", timeout=60_000)
+    status = await page.inner_text("#status")
+    assert "code 1009" in status and refusal not in status, status
+    assert await page.eval_on_selector("#status", "el => el.className") == "error"
+    log = await page.evaluate(READ_LOG)
+    ends = [entry["detail"] for entry in log if entry["kind"] in ("error", "closed")]
+    assert len(ends) == 2 and ends[0].endswith(refusal) and "code 1009" in ends[1], ends
+    await page.close()
+    assert watch.problems == []
+
+
+async def test_a_connection_lost_right_after_a_refused_sentence_is_shown_as_lost(
+    browser: Any, server: RunningServer
+) -> None:
+    """The connection is lost (1006: no close frame, as when a proxy or the network drops it) right after the `error`
+    refusing a sentence, the session going on: the page shows the lost connection, not the refusal, as the run's end
+    (the route passes every frame on, then drops both sides once the refusal has reached the page)."""
+    page, watch = await open_playground(browser, server.base_url)
+
+    async def route(ws: Any) -> None:
+        upstream = ws.connect_to_server()
+
+        async def to_page(message: str | bytes) -> None:
+            ws.send(message)
+            if isinstance(message, str) and json.loads(message)["type"] == "error":
+                await ws.close(code=1006)
+                await upstream.close()
+
+        upstream.on_message(to_page)
+
+    await page.route_web_socket("**/v1/audio/speech/stream", route)
+    status = await stream_words(page, "This is spoken first. Привет мир. And this is never sent, nor spoken.", rate=5)
+    log = await page.evaluate(READ_LOG)
+    refusal = log[positions(log, "error")[0]]["detail"].split(": ", 1)[1]
+    assert "cannot read" in refusal, log
+    assert "code 1006" in status and refusal not in status, status
+    assert await page.eval_on_selector("#status", "el => el.className") == "error"
     await page.close()
     assert watch.problems == []
 
