@@ -393,6 +393,19 @@ async def test_a_batch_is_stopped_once_whoever_asks_after_the_first() -> None:
     assert ended.reason == "drain" and task.cancelling() == 1
 
 
+def told_when_queued(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """An event set as a request reaches the admission gate: the test resumes once it has run up to its wait in the
+    queue."""
+    acquire, queues = AdmissionGate.acquire, asyncio.Event()
+
+    async def told(self: AdmissionGate) -> object:
+        queues.set()
+        return await acquire(self)
+
+    monkeypatch.setattr(AdmissionGate, "acquire", told)
+    return queues
+
+
 def kept_batch_stops(monkeypatch: pytest.MonkeyPatch) -> list[batch.BatchStop]:
     """Every batch's stop, as it is made (the one a drain calls): a test stops a batch as a drain does."""
     stops: list[batch.BatchStop] = []
@@ -421,13 +434,7 @@ async def test_an_item_handed_its_slot_in_the_instant_a_drain_stops_the_batch_en
     app = create_app(service_settings(engine), engine=engine)
     gate: AdmissionGate = app.state.gate
     held = await gate.acquire()  # another request's slot: the item queues behind it
-    acquire, queues = AdmissionGate.acquire, asyncio.Event()
-
-    async def told(self: AdmissionGate) -> object:
-        queues.set()  # the test resumes once this has run up to its wait in the queue
-        return await acquire(self)
-
-    monkeypatch.setattr(AdmissionGate, "acquire", told)
+    queues = told_when_queued(monkeypatch)
     before = {reason: aborted(reason) for reason in ("timeout", "drain")}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
         body = {"voice": "vivian", "response_format": "pcm", "items": [ITEM]}

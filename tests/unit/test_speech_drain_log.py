@@ -19,7 +19,7 @@ from app.admission import AdmissionGate
 from app.lifecycle import Lifecycle
 from app.server import create_app
 from tests.fakes.vllm_omni_0_30 import FakeAsyncOmni
-from tests.unit.test_batch_admission import ITEM, aborted, rejected
+from tests.unit.test_batch_admission import ITEM, aborted, rejected, told_when_queued
 from tests.unit.test_omni_engine import make_engine, service_settings
 
 REQUEST_ID = "queued-at-the-drain"
@@ -40,13 +40,7 @@ async def turned_away_by_the_drain(
     gate: AdmissionGate = app.state.gate
     lifecycle: Lifecycle = app.state.lifecycle
     held = await gate.acquire()  # another request's slot: this one queues behind it
-    acquire, queues = AdmissionGate.acquire, asyncio.Event()
-
-    async def told(self: AdmissionGate) -> object:
-        queues.set()  # the test resumes once this has run up to its wait in the queue
-        return await acquire(self)
-
-    monkeypatch.setattr(AdmissionGate, "acquire", told)
+    queues = told_when_queued(monkeypatch)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
         headers = {"X-Request-Id": REQUEST_ID}
         posted = asyncio.ensure_future(client.post(path, json=body, headers=headers, timeout=60))
