@@ -351,7 +351,7 @@ async def test_auto_starts_no_daemon_where_the_stages_run_on_different_gpus(
     daemons: None, custom_voice_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """two-gpu.yaml puts the talker on one GPU and code2wav on another: MPS would have nothing to share."""
-    caplog.set_level(logging.INFO, logger="app.engines.omni.engine")
+    caplog.set_level(logging.INFO, logger="app.engines.omni.cuda_mps")
     seen: dict[str, str | None] = {}
     engine = engine_with_mps(custom_voice_dir, tmp_path, seen, mps="auto", profile="deploy/vllm-omni/two-gpu.yaml")
     await engine.start()

@@ -9,10 +9,10 @@ CUDA_VISIBLE_DEVICES numbers the server's GPUs, their numbers as the MPS server 
 has shut down it is told to quit, and killed if it has not within the time allowed, so that it never outlives the
 server holding GPU memory.
 
-SPEECH_OMNI__CUDA_MPS=auto (the default) starts it only where the GPU is this server's alone: where, at the start,
-`nvidia-smi` lists no compute process on the server's GPUs and the control program is there; a daemon that then fails
-to start leaves the server without MPS, its log saying why. A neighbour that is not an MPS client would take turns with
-the MPS server as a whole, and the measured gains were on a GPU a server had to itself.
+SPEECH_OMNI__CUDA_MPS=auto (the default) starts it only where the two stages share a GPU that is this server's alone:
+where, at the start, `nvidia-smi` lists no compute process on the server's GPUs and the control program is there; a
+daemon that then fails to start leaves the server without MPS, its log saying why. A neighbour that is not an MPS
+client would take turns with the MPS server as a whole, and the measured gains were on a GPU a server had to itself.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ CLIENT_LIST_TIMEOUT_S = 2.0  # each of the questions asked at a stop about the c
 # nothing a kill can cut short: a drain is not held for it
 CLIENTLESS_QUIT_TIMEOUT_S = 5.0
 COMMAND_LINE_CHARS = 200
+AUTO_DECLINED = "omni engine without MPS (SPEECH_OMNI__CUDA_MPS=auto): "  # then why
 
 
 def command_line(pid: str) -> str:
@@ -104,10 +105,13 @@ class CudaMpsDaemon:
         clientless_quit_timeout_s: float = CLIENTLESS_QUIT_TIMEOUT_S,
         only_alone: bool = False,
         smi: str = SMI,
+        stages_share_a_gpu: bool = True,
     ) -> None:
         self._control = control
-        # SPEECH_OMNI__CUDA_MPS=auto: started only on a GPU with no other compute process, otherwise none, and why said
+        # SPEECH_OMNI__CUDA_MPS=auto: started only where the stages share a GPU with no other compute process,
+        # otherwise none, and why said
         self._only_alone = only_alone
+        self._stages_share_a_gpu = stages_share_a_gpu  # MPS shares one GPU: with a GPU each, it has nothing to share
         self._smi = smi
         self._root = root  # where the private directory goes (default: the temporary directory)
         self._answer_timeout_s = answer_timeout_s
@@ -145,6 +149,9 @@ class CudaMpsDaemon:
         with self._lock:
             if self._stopped:
                 raise CudaMpsError("the server stopped before its MPS daemon had started")
+            if self._only_alone and not self._stages_share_a_gpu:
+                log.info(AUTO_DECLINED + "its two stages run on different GPUs")
+                return
             binary = shutil.which(self._control)
             given = bool(os.environ.get(PIPE_VARIABLE))  # an operator's daemon: their choice, whatever runs beside
             neighbours = None if given else gpu_neighbours(os.environ.get(DEVICES_VARIABLE), self._smi)
@@ -156,7 +163,7 @@ class CudaMpsDaemon:
                     else None
                 )  # fmt: skip
                 if why_not is not None:
-                    log.info("omni engine without MPS (SPEECH_OMNI__CUDA_MPS=auto): " + why_not)
+                    log.info(AUTO_DECLINED + why_not)
                     return
             if neighbours:
                 log.warning(
@@ -181,7 +188,7 @@ class CudaMpsDaemon:
                 if not self._only_alone:
                     raise
                 # `auto` (the default) is a speed-up, not a requirement: a daemon that cannot start here costs it
-                log.warning(f"omni engine without MPS (SPEECH_OMNI__CUDA_MPS=auto): its daemon did not start: {error}")
+                log.warning(f"{AUTO_DECLINED}its daemon did not start: {error}")
 
     def _start_own(self, binary: str) -> None:
         self._directory = tempfile.mkdtemp(prefix="speech-mps-", dir=self._root)

@@ -303,12 +303,14 @@ class OmniEngine:
                 "random weights (load_format dummy): code2wav decodes eagerly, without the profile's decoder graphs "
                 "and batching, so its timing is not that of real weights"
             )
-        self._mps: CudaMpsDaemon | None = None
-        if settings.cuda_mps == "auto" and not stages_share_a_gpu(settings.deploy_config, settings.stage_overrides):
-            # MPS lets two processes' kernels share one GPU: with each stage on a GPU of its own, nothing to share
-            log.info("omni engine without MPS (SPEECH_OMNI__CUDA_MPS=auto): its two stages run on different GPUs")
-        elif settings.cuda_mps:
-            self._mps = CudaMpsDaemon(only_alone=settings.cuda_mps == "auto")
+        self._mps = (
+            CudaMpsDaemon(
+                only_alone=settings.cuda_mps == "auto",
+                stages_share_a_gpu=stages_share_a_gpu(settings.deploy_config, settings.stage_overrides),
+            )
+            if settings.cuda_mps
+            else None
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
