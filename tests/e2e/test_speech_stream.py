@@ -320,41 +320,33 @@ def test_a_sentence_the_voice_cannot_read_is_refused_naming_text(server: Running
     assert events[-1]["type"] == "session.done" and len(audio[1]) > 1000, events
 
 
-def test_a_sentence_the_voice_cannot_read_is_refused_alone_and_the_next_is_spoken(server: RunningServer) -> None:
-    """ "ﷺ." (one Arabic letter, a whole phrase) was taken for an initial ("J. Smith") and spoken with the sentence
-    after it: the voice refused the two together, and "World is here." was never spoken. It is refused alone, naming
-    `text`, and the next sentence is spoken."""
-    with connect(ws_url(server)) as ws:
-        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
-        send(ws, {"type": "input.text", "text": "Hello. ﷺ. World is here."})
-        send(ws, {"type": "input.done"})
-        events, audio = receive_through_errors(ws)
-    started = [e["sentence_text"] for e in events if e["type"] == "audio.start"]
-    assert started == ["Hello.", "ﷺ.", "World is here."], events
-    assert [e["param"] for e in events if e["type"] == "error"] == ["text"], events
-    assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 3}
-    assert word_error_rate("World is here.", transcribe(decode(audio[2], "pcm"))) <= 0.34
-
-
-def test_a_letter_of_another_script_before_a_number_is_refused_alone_and_the_next_is_spoken(
-    server: RunningServer,
+@pytest.mark.parametrize(
+    ("text", "refused", "after", "heard"),
+    [
+        # one Arabic letter, a whole phrase, was taken for an initial ("J. Smith")
+        ("Hello. ﷺ. World is here.", "ﷺ.", "World is here.", "World is here."),
+        # a letter of another script before a number was taken for an abbreviation ("c. 1900")
+        ("Hello. Ж. 5 apples are here.", "Ж.", "5 apples are here.", "five apples are here."),
+    ],
+)
+def test_a_sentence_the_voice_cannot_read_is_refused_alone_and_the_next_is_spoken(
+    server: RunningServer, text: str, refused: str, after: str, heard: str
 ) -> None:
-    """ "Ж." before "5 apples" was taken for an abbreviation ("c. 1900") and spoken with the sentence after it: the
-    voice refused the two together, and "5 apples are here." was never spoken. "Ж." is refused alone, naming `text`,
-    and the next sentence is spoken. POST /v1/audio/speech refuses the same input whole, with a 400 on `input`."""
+    """A one-letter sentence the voice cannot read was spoken with the sentence after it: the voice refused the two
+    together, and the next sentence was never spoken. It is refused alone, naming `text`, and the next sentence is
+    spoken. POST /v1/audio/speech refuses the same input whole, with a 400 on `input`."""
     import httpx
 
-    text = "Hello. Ж. 5 apples are here."
     with connect(ws_url(server)) as ws:
         send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
         send(ws, {"type": "input.text", "text": text})
         send(ws, {"type": "input.done"})
         events, audio = receive_through_errors(ws)
     started = [e["sentence_text"] for e in events if e["type"] == "audio.start"]
-    assert started == ["Hello.", "Ж.", "5 apples are here."], events
+    assert started == ["Hello.", refused, after], events
     assert [e["param"] for e in events if e["type"] == "error"] == ["text"], events
     assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 3}
-    assert word_error_rate("five apples are here.", transcribe(decode(audio[2], "pcm"))) <= 0.34
+    assert word_error_rate(heard, transcribe(decode(audio[2], "pcm"))) <= 0.34
     http = httpx.post(f"{server.base_url}/v1/audio/speech", json={"input": text, "voice": "alloy"}, timeout=30)
     assert http.status_code == 400 and http.json()["error"]["param"] == "input", http.text
 
