@@ -86,7 +86,9 @@
 #                            own. burst-c32-ba, in a pair only: the burst of 32 again with B's requests first (the
 #                            load tool runs its targets in turn), so that a side worse in bursts is told apart from
 #                            the one that goes second. steady-c64, only where named: 384 requests at 64 streams,
-#                            spread as the steady levels' are, after steady c32
+#                            spread as the steady levels' are, after steady c32. bench-c1 and bench-c8, only where
+#                            named: vllm-omni's benchmark at 1 and at 8 streams (16 and 24 prompts), after c1: the
+#                            referee where a lever changes only what few streams run
 #   SWITCH_ROUNDS=""         TARGET=service: round:LEVERS words (LEVERS comma-separated among prompt_batch and
 #                            frames_as_lists, or empty; each on in every variant's settings, as by default; a round
 #                            runs without any lever it does not name), e.g. "a1:frames_as_lists
@@ -189,8 +191,9 @@ SWEEP_MARGIN_S=${SWEEP_MARGIN_S:-30}
 PROFILE_LEVELS=${PROFILE_LEVELS-1 8}
 timeline_asked=${TIMELINE_LEVELS:-}
 TIMELINE_LEVELS=${TIMELINE_LEVELS-1:16 32:64}
-ALL_SWEEPS="bench-first c1 burst-c8 burst-c32 burst-c32-ba steady-c8 steady-c32 steady-c64 bench-again"
-SWEEPS=${SWEEPS-${ALL_SWEEPS/ steady-c64/}}  # 64 streams only where named: a round's time
+ALL_SWEEPS="bench-first c1 bench-c1 bench-c8 burst-c8 burst-c32 burst-c32-ba steady-c8 steady-c32 steady-c64 bench-again"
+DEFAULT_SWEEPS=${ALL_SWEEPS/ bench-c1 bench-c8/}
+SWEEPS=${SWEEPS-${DEFAULT_SWEEPS/ steady-c64/}}  # 64 streams and the benchmark's low levels only where named
 for sweep in $SWEEPS; do  # checked before anything starts
   case " $ALL_SWEEPS " in
     *" $sweep "*) ;;
@@ -247,8 +250,10 @@ if [ -n "$SWITCH_ROUNDS" ]; then  # checked before anything starts
     rounds_seen="$rounds_seen${round%%:*} "
   done
 fi
-# steady-c64 (384 requests at about 25 a second): a start's levels, and each round's, take about 30 s more
+# steady-c64 (384 requests at about 25 a second): a start's levels, and each round's, take about 30 s more; the
+# benchmark at 1 and 8 streams (its start and 16 or 24 prompts each) about 30 s more together
 sweeps steady-c64 && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 30))
+{ sweeps bench-c1 || sweeps bench-c8; } && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 30))
 if [ -z "${ROUND_S:-}" ]; then ROUND_S=120 && sweeps steady-c64 && ROUND_S=150; fi  # a round's levels, unless set
 # each profiled window, its traces written and summarised: about a minute
 [ "$TORCH_PROFILE" = 1 ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 60 * $(wc -w <<<"$PROFILE_LEVELS")))
@@ -567,6 +572,10 @@ level_sweeps() {  # a variant's levels, from the first benchmark to the request 
       >>"$OUT/sweeps.log" 2>&1
   sweeps c1 && step "c1" on_load_cpus env ROUNDS=1 CONCURRENCY=1 REQUESTS=16 WARMUP=1 SWEEP_NAME=c1 "$SBS" \
     sweep-closed >>"$OUT/sweeps.log" 2>&1
+  for level in 1 8; do  # the referee where few streams run (16 and 24 prompts: side-by-side.sh's BENCH_PROMPTS)
+    sweeps "bench-c$level" && step "bench c$level" on_load_cpus env CONCURRENCY="$level" SWEEP_NAME="c$level" "$SBS" \
+      sweep-bench >>"$OUT/sweeps.log" 2>&1
+  done
   for level_requests in 8:32 32:96; do  # bursts: every worker sends at once
     level=${level_requests%:*}
     sweeps "burst-c$level" || continue

@@ -51,7 +51,12 @@ LEVEL_FIGURES: dict[str, Callable[[dict[str, Any]], float]] = {
 }
 # what vllm-omni's benchmark result gives: (name, its key)
 BENCH_FIGURES = (("req/s", "request_throughput"), ("TTFP p50", "p50_audio_ttfp_ms"), ("TTFP p95", "p95_audio_ttfp_ms"))
-BENCHES = (("benchmark c=32, first", "bench-first-c32"), ("benchmark c=32, again", "bench-again-c32"))
+BENCHES = (
+    ("benchmark c=32, first", "bench-first-c32"),
+    ("benchmark c=1", "bench-c1"),  # only where lever-starts.sh's SWEEPS named bench-c1 and bench-c8
+    ("benchmark c=8", "bench-c8"),
+    ("benchmark c=32, again", "bench-again-c32"),
+)
 # the talker's step tables in timeline-c32.md (deploy/gpu/omni_timeline.py): (label, the table's heading, its row)
 STEPS = (
     ("decode step, to the next p50 ms", "decode only", "to the next step"),

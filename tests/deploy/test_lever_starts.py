@@ -502,6 +502,26 @@ def test_a_steady_64_streams_is_a_sweep_of_its_own_after_steady_c32_and_not_run_
     assert "steady c64" not in (tmp_path / "default/progress.txt").read_text()
 
 
+def test_the_benchmark_at_one_and_eight_streams_runs_after_c1_where_named_and_not_by_default(tmp_path: Path) -> None:
+    """A lever that changes only what few streams run is refereed where it acts: vllm-omni's benchmark at 1 and 8
+    streams, named in SWEEPS (the default sweeps leave them out: a round's time)."""
+    done = run(tmp_path, VARIANTS="a1:A", LEVER_A="", SWEEPS="bench-c8 steady-c8 bench-c1 c1 bench-first")
+    assert done.returncode == 0, done.stdout + done.stderr
+    swept = [(call[0], call[2], call[3]) for call in calls(tmp_path) if call[0].startswith("sweep-")]
+    assert swept == [
+        ("sweep-bench", "first-c32", "32"),
+        ("sweep-closed", "c1", "1"),
+        ("sweep-bench", "c1", "1"),
+        ("sweep-bench", "c8", "8"),
+        ("sweep-closed", "c8", "8"),
+    ]
+    assert "a1 bench c1" in (tmp_path / "out/progress.txt").read_text()
+    default = run(tmp_path, out="default", VARIANTS="a1:A", LEVER_A="")
+    assert default.returncode == 0, default.stdout + default.stderr
+    assert "bench c1" not in (tmp_path / "default/progress.txt").read_text()
+    assert "bench c8" not in (tmp_path / "default/progress.txt").read_text()
+
+
 def test_the_omni_engines_request_timeline_is_recorded_at_each_timeline_level_and_read_into_its_phases(
     tmp_path: Path,
 ) -> None:

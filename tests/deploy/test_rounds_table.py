@@ -128,3 +128,20 @@ def test_a_steady_64_is_a_level_of_its_own_where_a_round_ran_it(tmp_path: Path) 
     ratios = lines[lines.index("| figure | m1 |") :]
     assert not [line for line in ratios if "steady c=64" in line]  # the baseline lacks it: no ratio to show
     assert "steady c=64" not in table(tmp_path, "--rounds", "a1").stdout
+
+
+def test_the_benchmark_at_one_stream_is_a_row_and_a_ratio_where_the_rounds_ran_it(tmp_path: Path) -> None:
+    for name, rps, p95 in (("a1", 1.80, 40.0), ("x1", 1.95, 36.0), ("a2", 1.84, 44.0)):
+        write_round(tmp_path / name, 110, 20.0, 11.0)
+        bench = tmp_path / name / "bench-c1"
+        bench.mkdir()
+        (bench / "c1-service.json").write_text(
+            json.dumps({"request_throughput": rps, "p50_audio_ttfp_ms": 30.0, "p95_audio_ttfp_ms": p95})
+        )
+    done = table(tmp_path, "--rounds", "a1", "x1", "a2", "--baseline", "a1", "a2")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "| benchmark c=1 req/s | 1.80 | 1.95 | 1.84 |" in lines
+    assert not [line for line in lines if line.startswith("| benchmark c=8")]  # no such sweep: no row
+    ratios = lines[lines.index("| figure | x1 |") :]
+    assert "| benchmark c=1 TTFP p95 | 0.86×* |" in ratios  # 36 against the median of 40 and 44

@@ -9,7 +9,13 @@ from typing import get_args
 
 import pytest
 
-from app.engines.omni.stage_plugins.fused_launch import KERNELS, VARIABLE, FusedLaunch, from_environment
+from app.engines.omni.stage_plugins.fused_launch import (
+    DEPENDENT_MAX_ROWS,
+    KERNELS,
+    VARIABLE,
+    FusedLaunch,
+    from_environment,
+)
 from app.settings import OmniSettings
 
 
@@ -38,3 +44,13 @@ def test_a_value_it_does_not_know_is_said_and_the_default_kept(value: str, caplo
     with caplog.at_level(logging.WARNING, logger="vllm.speech.plugin"):
         assert from_environment({VARIABLE: value}) == FusedLaunch()
     assert VARIABLE in caplog.text and repr(value) in caplog.text
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_dependent_launches_are_asked_for_up_to_one_row_block_of_16_streams(kernels: str) -> None:
+    """Past 16 rows the launches are the tuned kernels' own, not dependent: where prefetch with dependent launches
+    lost (bursts of 32) it differed from them by its dependent launches alone."""
+    dependent = FusedLaunch(kernels, True)  # type: ignore[arg-type]
+    assert DEPENDENT_MAX_ROWS == 16
+    assert [dependent.dependent_at(block_m) for block_m in (16, 32, 64, 128)] == [True, False, False, False]
+    assert not any(FusedLaunch(kernels, False).dependent_at(block_m) for block_m in (16, 32))  # type: ignore[arg-type]

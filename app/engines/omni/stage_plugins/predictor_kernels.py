@@ -670,7 +670,7 @@ class Predictor:
             self.launch, block_m, x.dtype, self.hidden, projected_width, self.intermediate
         )
         qkv_tiles, gate_up_tiles = launched_qkv or qkv_tiles, launched_gate_up or gate_up_tiles
-        pdl = self.launch.dependent and dependent_launch(x.device)
+        pdl = dependent_at(self.launch, block_m, x.device)
         launch = dependent_kwargs(pdl)
         # the split launches' float32 partials (a row block's products, then each block's sums of squares)
         qkv_partials = partials(qkv_tiles, block_m, projected_width + projected_width // qkv_tiles.block_n, x)
@@ -723,7 +723,7 @@ def next_code(
     table of that codebook, the code's embedding into `x[:batch]`, the next position's input, in another."""
     rows, vocab = int(codes.shape[0]), int(head.shape[0])
     logits = torch.empty(rows, vocab, dtype=hidden.dtype, device=hidden.device)
-    pdl = launch.dependent and dependent_launch(hidden.device)
+    pdl = dependent_at(launch, launch_options(rows, hidden.dtype)[0], hidden.device)
     project(hidden, head, None, logits, rows, None, pdl, launch)
     draw(logits, codes, step, embedding, x, inverse_temperature, top_k, uniforms, pdl)
 
@@ -785,6 +785,12 @@ def partials(tiles: Tiles, block_m: int, width: int, like: torch.Tensor) -> torc
 def dependent_kwargs(pdl: bool) -> dict[str, bool]:
     """A launch's keyword for Triton to launch it as a programmatic dependent launch, where `pdl`; none otherwise."""
     return {"launch_pdl": True} if pdl else {}
+
+
+def dependent_at(launch: FusedLaunch, block_m: int, device: torch.device) -> bool:
+    """Whether a launch over a row block of `block_m` is a dependent one: `launch` asks for it at that block
+    (`FusedLaunch.dependent_at`) and `device` has them (`dependent_launch`)."""
+    return launch.dependent_at(block_m) and dependent_launch(device)
 
 
 def dependent_launch(device: torch.device) -> bool:
