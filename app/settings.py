@@ -268,8 +268,12 @@ class OmniSettings(BaseModel):
         "(benchmarks/gpu/2026-11-30-h200x2-fused-launch/, 2026-11-30-h200x2-pair-fused-prefetch/). Started in turn "
         "with the profile as shipped on one H200, prefetch with dependent launches did 1.06–1.10× the work at a "
         "steady 8 streams with no longer gap, but lost bursts of 32 (time to uninterrupted audio p95 278 and 285 "
-        "against 204–269 ms in the request timeline's): a setting for a GPU that serves at most 8 streams, measured "
-        "in one run (benchmarks/gpu/2026-12-01-h200-omni-fused-prefetch-in-turn/). "
+        "against 204–269 ms in the request timeline's) (benchmarks/gpu/2026-12-01-h200-omni-fused-prefetch-in-turn/). "
+        "With dependent launches only up to 16 streams and CUDA MPS, again in turn: at one stream 0.86–0.97× the "
+        "time end to end on the load tool and 0.85–0.88× on vllm-omni's benchmark in both starts, at 8 streams ahead "
+        "in one start and behind in the other (a start that was slower at 32 streams too, where it runs the default's "
+        "kernels) (benchmarks/gpu/2026-12-04-h200-omni-prefetch-dependent-to-16-rows/): a setting for a GPU that "
+        "serves one or a few streams at a time. "
         "app/engines/omni/stage_plugins/predictor_kernels.py.",
     )
     fused_dependent_launch: bool = Field(
