@@ -6,7 +6,8 @@ baseline rounds.
 
 For each round (a folder of side-by-side.sh's results): the load tool's levels (time to uninterrupted audio p50 / p95
 ms, the share of streams that ran dry, TTFA p95 ms, req/s; c=1: TTFA p50 / p95 and E2E p50), vllm-omni's benchmark
-(req/s, TTFP p50 / p95 ms), the GPU's mean utilization over each level (`gpu-util.md`), and from the request timeline
+(req/s, TTFP p50 / p95 ms), the GPU's mean utilization over each level (`gpu-util.md`) and the share of the host's
+CPU time its hypervisor stole (`host-cpu.md`), and from the request timeline
 at c=32 (`timeline-c32.md`) the talker's steps on the host: a decode-only step's time to the next and its
 preprocessing, a step that took in prompts and its prompt builder (p50 ms). A measure a round lacks is shown as –.
 
@@ -79,6 +80,20 @@ def bench_results(folder: Path) -> dict[str, Any] | None:
         try:
             return json.loads(path.read_text())
         except (OSError, ValueError):
+            return None
+    return None
+
+
+def host_steal(folder: Path) -> float | None:
+    """The share of the host's CPU time stolen by its hypervisor over the level (host-cpu.md, side-by-side.sh's)."""
+    try:
+        rows = [line.strip().strip("|").split("|") for line in (folder / "host-cpu.md").read_text().splitlines()]
+    except OSError:
+        return None
+    for cells in rows[2:3]:
+        try:
+            return float(cells[2])
+        except (IndexError, ValueError):
             return None
     return None
 
@@ -175,6 +190,7 @@ def read_round(folder: Path) -> Reading:
             except (KeyError, TypeError):
                 reading[f"{label} {name}"] = None
         reading[f"{label} GPU %"] = gpu_mean(folder / sweep)
+        reading[f"{label} host steal %"] = host_steal(folder / sweep)
     for label, sweep in BENCHES:
         bench = bench_results(folder / sweep)
         for name, key in BENCH_FIGURES:
@@ -191,7 +207,7 @@ def shown(value: float | None, name: str) -> str:
         return "–"
     if name.endswith("req/s"):
         return f"{value:.2f}"
-    if "step" in name:
+    if "step" in name or name.endswith("steal %"):
         return f"{value:.1f}"
     return f"{value:.0f}"
 

@@ -31,7 +31,8 @@
 #                                   /metrics before and after: metrics-<target>-before.txt, read by
 #                                   deploy/gpu/level_metrics.py into server-metrics.md; gpu-util.csv: every
 #                                   GPU's utilization sampled every 250 ms while the level ran, gpu-util.md its
-#                                   mean and share of samples at 90% or more a GPU), logs/, the profile
+#                                   mean and share of samples at 90% or more a GPU; host-cpu.md: where the
+#                                   host's CPU time went over the level, steal included), logs/, the profile
 #                                   copies used (profile.yaml, profile-vllm-omni.yaml, ...), commands.txt, gpu.txt,
 #                                   host.txt (each GPU's nearest cores and NUMA node, the host's NUMA nodes)
 #   WORK=/tmp/side-by-side          model directory, profile copies, logs, compile cache (CACHE=$WORK/compile-cache)
@@ -154,6 +155,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
 PYTHON=${PYTHON:-python3}
+PROC_STAT=${PROC_STAT:-/proc/stat}  # the host's CPU time counters (a stand-in in the tests)
 WORK=${WORK:-/tmp/side-by-side}
 OUT=${OUT:-$WORK/results}
 CACHE=${CACHE:-$WORK/compile-cache}
@@ -377,6 +379,27 @@ gpu_util_stop() {  # $1 a level's folder: the sampler stopped; each GPU's sample
       for (g in n) printf "| %s | %d | %.0f | %.0f%% |\n", g, n[g], sum[g] / n[g], 100 * busy[g] / n[g]
     }' "$1/gpu-util.csv" | { read -r head; read -r rule; printf '%s\n%s\n' "$head" "$rule"; sort -n -t'|' -k2; } \
     >"$1/gpu-util.md"
+}
+
+host_cpu_read() {  # $1 a file: the host's CPU time counters now (the first line of /proc/stat: every core's ticks)
+  head -n 1 "$PROC_STAT" >"$1" 2>/dev/null || rm -f "$1"
+}
+
+host_cpu_table() {  # $1 a level's folder: where the host's CPU time went between host-cpu-before.txt and -after.txt,
+  # in host-cpu.md: busy (user, nice, system, irq, softirq), waiting on I/O, and stolen (a virtual machine's cores
+  # ready to run while its hypervisor ran something else: what makes one start of a server slower than the next on
+  # the same host)
+  [ -f "$1/host-cpu-before.txt" ] && [ -f "$1/host-cpu-after.txt" ] || return 0
+  cat "$1/host-cpu-before.txt" "$1/host-cpu-after.txt" | awk '
+    NR == 1 { for (i = 2; i <= 9; i++) before[i] = $i }
+    NR == 2 { for (i = 2; i <= 9; i++) { d[i] = $i - before[i]; total += d[i] } }
+    END {
+      if (total <= 0) exit
+      print "| host CPU busy % | iowait % | steal % |"
+      print "| --- | --- | --- |"
+      printf "| %.0f | %.1f | %.1f |\n", 100 * (d[2] + d[3] + d[4] + d[7] + d[8]) / total, 100 * d[6] / total,
+        100 * d[9] / total
+    }' >"$1/host-cpu.md"
 }
 
 host_topology() {  # once a run, into host.txt: which cores and NUMA node each GPU is near (nvidia-smi's matrix) and
@@ -700,10 +723,13 @@ loadtest() {  # $1 closed or open, then speech-loadtest's level arguments
   log "$line"
   gpu_snapshot "before $name"
   metrics_snapshot "$OUT/$name" before
+  host_cpu_read "$OUT/$name/host-cpu-before.txt"
   gpu_util_start "$OUT/$name"
   "$PYTHON" -m loadtest.cli "${args[@]}"
   local rc=$?
   gpu_util_stop "$OUT/$name"
+  host_cpu_read "$OUT/$name/host-cpu-after.txt"
+  host_cpu_table "$OUT/$name"
   gpu_snapshot "after $name"
   metrics_snapshot "$OUT/$name" after
   if compgen -G "$OUT/$name/metrics-*-after.txt" >/dev/null; then  # the servers' side of the level, in one table

@@ -1209,6 +1209,20 @@ def test_side_by_side_samples_each_gpus_utilization_while_a_level_runs(tmp_path:
     assert "| 0 | 3 | 92 | 67% |" in table and "| 1 | 3 | 20 | 0% |" in table, table
 
 
+def test_side_by_side_tables_where_the_hosts_cpu_time_went_over_a_level_steal_included(tmp_path: Path) -> None:
+    """The host's CPU time counters are read before and after each level: host-cpu.md says what share of it was busy,
+    waiting on I/O, and stolen by a virtual machine's hypervisor (what can make one start slower than the next)."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 1000 10 0 0 100 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+    # during the level: 100 user, 50 system, 500 idle, 10 iowait and 80 stolen ticks, 740 in all
+    python = load_tool_python(tmp_path, f"    printf 'cpu  200 0 100 1500 20 0 0 180 0 0\\n' > {stat}")
+    env = sweep_env(tmp_path, python, TARGETS="service", CONCURRENCY="8", SWEEP_NAME="c8", PROC_STAT=str(stat))
+    done = subprocess.run([str(GPU / "side-by-side.sh"), "sweep-closed"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = (tmp_path / "results/closed-c8/host-cpu.md").read_text().splitlines()
+    assert table == ["| host CPU busy % | iowait % | steal % |", "| --- | --- | --- |", "| 20 | 1.4 | 10.8 |"]
+
+
 def test_side_by_side_stops_the_gpu_sampler_when_a_level_is_interrupted(tmp_path: Path) -> None:
     """Ctrl-C during a level (SIGINT to the run's process group): the sampler, which a script without job control
     starts with SIGINT ignored, is stopped with the run, not left sampling."""

@@ -145,3 +145,16 @@ def test_the_benchmark_at_one_stream_is_a_row_and_a_ratio_where_the_rounds_ran_i
     assert not [line for line in lines if line.startswith("| benchmark c=8")]  # no such sweep: no row
     ratios = lines[lines.index("| figure | x1 |") :]
     assert "| benchmark c=1 TTFP p95 | 0.86×* |" in ratios  # 36 against the median of 40 and 44
+
+
+def test_the_share_of_the_hosts_cpu_time_stolen_over_a_level_is_a_row_where_it_was_read(tmp_path: Path) -> None:
+    write_round(tmp_path / "a1", 110, 20.0, 11.0)
+    write_round(tmp_path / "x1", 100, 22.0, 10.0)
+    (tmp_path / "x1/closed-c32/host-cpu.md").write_text(
+        "| host CPU busy % | iowait % | steal % |\n| --- | --- | --- |\n| 41 | 0.2 | 12.5 |\n"
+    )
+    done = table(tmp_path, "--rounds", "a1", "x1", "--baseline", "a1")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "| steady c=32 host steal % | – | 12.5 |" in lines
+    assert not [line for line in lines if line.startswith("| steady c=8 host steal %")]  # read nowhere: no row
