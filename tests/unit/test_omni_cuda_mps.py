@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from app.engines import omni_engine
 from app.engines.omni import OmniEngine
 from app.engines.omni.cuda_mps import (
+    AUTO_DECLINED,
     LOG_VARIABLE,
     PIPE_VARIABLE,
     CudaMpsDaemon,
@@ -396,6 +398,50 @@ async def test_under_auto_a_daemon_that_fails_to_start_leaves_the_server_without
     [record] = [record for record in caplog.records if "daemon did not start" in record.getMessage()]
     assert record.levelname == "WARNING" and "An instance of this daemon is already running" in record.getMessage()
     await engine.close()
+
+
+def no_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A temporary directory under a regular file (TMPDIR pointing nowhere usable): the daemon's own directory cannot
+    be created. The pattern its error must match."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(blocker / "tmp"))
+    return re.escape(f"could not create the MPS daemon's directory in {blocker / 'tmp'}: ") + ".*Not a directory"
+
+
+def no_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A control program on PATH that cannot be executed (neither a binary nor a script): exec format error."""
+    (tmp_path / "bin" / "nvidia-cuda-mps-control").write_text("not a program\n")
+    return re.escape(f"could not be started in {tmp_path / 'speech-mps-'}") + ".*Exec format error"
+
+
+@pytest.mark.parametrize("failure", [no_directory, no_launch])
+def test_under_auto_a_daemon_that_cannot_make_its_directory_or_launch_leaves_the_server_without_mps(
+    daemons: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    failure: Callable[[Path, pytest.MonkeyPatch], str],
+) -> None:
+    """Not only a daemon that exits: an OSError on the way (its directory, launching the program) must not keep the
+    default from serving either."""
+    why = failure(tmp_path, monkeypatch)
+    CudaMpsDaemon(only_alone=True).start()
+    assert PIPE_VARIABLE not in os.environ and live_daemons() == []
+    [record] = [record for record in caplog.records if record.getMessage().startswith(AUTO_DECLINED)]
+    assert record.levelname == "WARNING" and re.search(why, record.getMessage()), record.getMessage()
+    assert not list(tmp_path.glob("speech-mps-*"))  # nothing left of its directory
+
+
+@pytest.mark.parametrize("failure", [no_directory, no_launch])
+def test_under_true_a_daemon_that_cannot_make_its_directory_or_launch_is_an_mps_error(
+    daemons: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: Callable[[Path, pytest.MonkeyPatch], str]
+) -> None:
+    why = failure(tmp_path, monkeypatch)
+    with pytest.raises(CudaMpsError, match=why):
+        CudaMpsDaemon().start()
+    assert PIPE_VARIABLE not in os.environ and live_daemons() == []
+    assert not list(tmp_path.glob("speech-mps-*"))
 
 
 def test_on_a_gpu_other_processes_use_true_starts_the_daemon_and_warns(

@@ -191,22 +191,34 @@ class CudaMpsDaemon:
                 log.warning(f"{AUTO_DECLINED}its daemon did not start: {error}")
 
     def _start_own(self, binary: str) -> None:
-        self._directory = tempfile.mkdtemp(prefix="speech-mps-", dir=self._root)
+        # an OSError on the way (an unusable TMPDIR, a program that cannot be executed) is a daemon that did not
+        # start, like one that exits: CudaMpsError, which `auto` declines and `true` refuses
+        try:
+            self._directory = tempfile.mkdtemp(prefix="speech-mps-", dir=self._root)
+        except OSError as error:
+            # tempfile.tempdir: the directory gettempdir() chose (None where it found none, as its error says)
+            where = self._root or tempfile.tempdir or "the temporary directory"
+            raise CudaMpsError(f"could not create the MPS daemon's directory in {where}: {error}") from error
         environment = {
             PIPE_VARIABLE: os.path.join(self._directory, "pipe"),
             LOG_VARIABLE: os.path.join(self._directory, "log"),
         }
-        for path in environment.values():
-            os.makedirs(path)
         env = os.environ | environment
         # output to a file, not a pipe that nobody reads; a session of its own, so that a signal meant for the
         # server's process group (Ctrl-C, a supervisor) does not kill it before its clients are gone
         output = os.path.join(environment[LOG_VARIABLE], "control-output.txt")
-        with open(output, "wb") as sink:
-            self._process = subprocess.Popen(
-                [binary, "-f"], env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
+        try:
+            for path in environment.values():
+                os.makedirs(path)
+            with open(output, "wb") as sink:
+                self._process = subprocess.Popen(
+                    [binary, "-f"], env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )  # fmt: skip
+        except OSError as error:
+            directory = self._directory
+            self._remove_directory()
+            raise CudaMpsError(f"{self._control} -f could not be started in {directory}: {error}") from error
         deadline = time.monotonic() + self._answer_timeout_s
         while not self._answers(env, timeout_s=max(0.5, deadline - time.monotonic())):
             exited = self._process.poll()
