@@ -12,11 +12,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from app.engines import omni_engine
-from app.engines.omni import OmniEngine
+from app.engines.omni import OmniEngine, cuda_mps
 from app.engines.omni.cuda_mps import (
     AUTO_DECLINED,
     LOG_VARIABLE,
@@ -441,6 +443,26 @@ def test_under_true_a_daemon_that_cannot_make_its_directory_or_launch_is_an_mps_
     with pytest.raises(CudaMpsError, match=why):
         CudaMpsDaemon().start()
     assert PIPE_VARIABLE not in os.environ and live_daemons() == []
+    assert not list(tmp_path.glob("speech-mps-*"))
+
+
+def test_a_control_program_that_cannot_be_run_to_ask_the_daemon_is_a_daemon_that_does_not_answer(
+    daemons: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The daemon launched, but asking it fails with an OSError (no process can be started: a full process table, the
+    program removed): under `auto` the server serves without MPS, the daemon killed and its directory removed."""
+
+    def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if os.path.basename(argv[0]) == "nvidia-cuda-mps-control":
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        return subprocess.run(argv, **kwargs)  # nvidia-smi, asked which processes use the GPU
+
+    monkeypatch.setattr(cuda_mps, "subprocess", SimpleNamespace(**{**vars(subprocess), "run": run}))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    CudaMpsDaemon(only_alone=True, answer_timeout_s=0.5).start()
+    assert PIPE_VARIABLE not in os.environ and live_daemons() == []
+    [record] = [record for record in caplog.records if record.getMessage().startswith(AUTO_DECLINED)]
+    assert "did not answer within 0.5 s" in record.getMessage()
     assert not list(tmp_path.glob("speech-mps-*"))
 
 

@@ -316,7 +316,7 @@ class CudaMpsDaemon:
                 [self._binary], input=command + "\n", env=dict(env), capture_output=True, text=True,
                 timeout=timeout_s, check=False,
             )  # fmt: skip
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, OSError):  # the program could not be run (no process to be had): no answer
             return None
 
     def _remove_directory(self) -> None:
