@@ -29,6 +29,8 @@ from pydantic_settings import (
 )
 
 from app.audio.fetch import FetchPolicy
+from app.text.hygiene import text_problem
+from app.voices import MAX_VOICE_NAME_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -710,7 +712,8 @@ class Settings(BaseSettings):
     voice_aliases: dict[str, str] = Field(
         default_factory=lambda: dict.fromkeys(OPENAI_VOICES, ""),
         description="Voice name -> engine voice id (JSON object); an empty id means the engine's default voice, and so "
-        "does an id that is no voice of the engine, with a warning at start.",
+        "does an id that is no voice of the engine, with a warning at start. A name is one a request's `voice` can "
+        f"send (at most {MAX_VOICE_NAME_CHARS} characters, no control characters), else the server does not start.",
     )
     max_input_chars: int = Field(
         MAX_INPUT_CHARS, ge=1, le=MAX_INPUT_CHARS, description="Longest accepted `input`, in characters."
@@ -898,6 +901,23 @@ class Settings(BaseSettings):
             )
         return limit
 
+    @field_validator("voice_aliases")
+    @classmethod
+    def _aliases_a_request_can_name(cls, aliases: dict[str, str]) -> dict[str, str]:
+        """An alias is asked for as a request's `voice`, and held to what that field takes: one no request could send
+        would never be used, yet the server would start with it without a word."""
+        for alias in aliases:
+            if len(alias) > MAX_VOICE_NAME_CHARS:
+                raise ValueError(
+                    f"the alias {_quoted(alias)} is {len(alias)} characters, longer than a request's `voice` may be "
+                    f"({MAX_VOICE_NAME_CHARS}): no request could name it. Shorten it"
+                )
+            if (problem := text_problem(alias)) is not None:
+                raise ValueError(
+                    f"the alias {_quoted(alias)} cannot be a request's `voice`, as {problem}: no request could name it"
+                )
+        return aliases
+
     @field_validator("cors_origins")
     @classmethod
     def _origins(cls, origins: list[str]) -> list[str]:
@@ -915,6 +935,11 @@ class Settings(BaseSettings):
             max_bytes=self.ref_audio_max_bytes,
             ca_bundle=self.ref_audio_ca_bundle,
         )
+
+
+def _quoted(text: str, most: int = 64) -> str:
+    """`text` quoted (control characters escaped), cut short past `most` characters."""
+    return repr(text) if len(text) <= most else f"{text[:most]!r}..."
 
 
 def settings_help() -> str:
@@ -984,7 +1009,10 @@ def load_settings(flags: Mapping[str, Any] | None = None) -> Settings:
                 name = f"{set_as[name]} (deprecated: {name})"
             if location and location[0] in flags:
                 name = f"--{str(location[0]).replace('_', '-')} ({name})"
-            shown = "" if field is not None and not field.repr else f" (got {error.get('input')!r})"
+            # the settings' own refusals (a ValueError) say what they refuse, cut short where it is long: the value
+            # is repeated only after pydantic's, and never a secret's
+            hidden = error.get("type") == "value_error" or (field is not None and not field.repr)
+            shown = "" if hidden else f" (got {error.get('input')!r})"
             message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
             if message.startswith(env_name(location) + NESTED_DELIMITER):  # a group's refusal naming its variables
                 problems.append(f"{message}{shown}")

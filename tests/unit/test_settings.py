@@ -5,6 +5,7 @@ own group."""
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 import re
@@ -12,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 import app.cli
 from app.engines import create_engine, engine_available, omni_engine
@@ -33,6 +34,8 @@ from app.settings import (
     settings_help,
     unknown_env_names,
 )
+from app.speech.options import VoiceName
+from app.voices import MAX_VOICE_NAME_CHARS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -429,6 +432,54 @@ def test_a_batch_limit_below_the_input_limit_is_refused_naming_both(monkeypatch:
     ), refused.value
     monkeypatch.setenv("SPEECH_BATCH_MAX_CHARS", "2000")  # equal: the longest input fits, alone
     assert load_settings().batch_max_chars == 2000
+
+
+@pytest.mark.parametrize(
+    ("alias", "says"),
+    [
+        pytest.param(
+            "n" * (MAX_VOICE_NAME_CHARS + 1),
+            f"is {MAX_VOICE_NAME_CHARS + 1} characters, longer than a request's `voice` may be "
+            f"({MAX_VOICE_NAME_CHARS})",
+            id="limit+1",
+        ),
+        pytest.param("n" * 100_000, "is 100000 characters", id="huge"),
+        pytest.param("narr\x00ator", "a control character (U+0000)", id="control-character"),
+        pytest.param("narr\u202eator", "a text-direction control (U+202E)", id="direction-control"),
+        pytest.param("narr\u2028ator", "a line separator (U+2028)", id="line-separator"),
+    ],
+)
+def test_a_voice_alias_no_request_could_name_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, alias: str, says: str
+) -> None:
+    """A request's `voice` is at most MAX_VOICE_NAME_CHARS characters on one line, without control characters: an
+    alias past that could never be asked for, so the server does not start with it (it used to, silently). The
+    refusal names the alias, cut short where it is long, and never repeats it whole."""
+    with pytest.raises(ValidationError):
+        TypeAdapter(VoiceName).validate_python(alias)  # what a request could not send...
+    monkeypatch.setenv("SPEECH_VOICE_ALIASES", json.dumps({"alloy": "", alias: "ryan"}))
+    with pytest.raises(InvalidSettings) as refused:
+        load_settings()  # ...is no alias either
+    message = str(refused.value)
+    assert message.startswith(f"SPEECH_VOICE_ALIASES: the alias {alias[:64]!r}"), message
+    assert says in message and "no request could name it" in message, message
+    assert "n" * 65 not in message and len(message) < 400, message
+    with pytest.raises(ValidationError):
+        Settings(voice_aliases={alias: ""})
+
+
+@pytest.mark.parametrize(
+    "alias",
+    [
+        pytest.param("n" * MAX_VOICE_NAME_CHARS, id="at-the-limit"),
+        pytest.param("Erzähler Ünal 語り手", id="non-ascii"),
+        pytest.param("a narrator", id="a-space"),
+    ],
+)
+def test_a_voice_alias_a_request_can_name_is_taken(monkeypatch: pytest.MonkeyPatch, alias: str) -> None:
+    assert TypeAdapter(VoiceName).validate_python(alias) == alias  # a request may send it
+    monkeypatch.setenv("SPEECH_VOICE_ALIASES", json.dumps({alias: "ryan"}))
+    assert load_settings().voice_aliases == {alias: "ryan"}
 
 
 @pytest.mark.parametrize(
