@@ -131,14 +131,18 @@ def count(
     request refused is (`error`: its `item_error`). One the batch's stop cut short (`stopped_as`: drain, timeout or
     client_gone) is logged with what it said of itself as it ran (`started`, where it had started) and ends with
     that reason: aborted for it where its synthesis had begun (its run said so as it stopped), not where it was
-    still queued (as `speech_aborted_total` counts them)."""
+    still queued (as `speech_aborted_total` counts them). One still queued when a drain ran out of time is also the
+    drain's refusal (`speech_rejected_total`), as a request queued then is; one the gate had turned away already
+    ended, its refusal counted with the gate's others."""
     status = 200 if error is None else error.status
     metrics.count_request(status, response_format, "batch", error.code if error is not None else None)
     own = outcome if isinstance(outcome, ItemOutcome) else started
     summary = dict(own.summary) if own is not None else {"stream_format": "batch"}
     summary.setdefault("response_format", response_format)
-    if stopped_as is not None and not has_ended(summary):
+    if stopped_as is not None and not has_ended(summary):  # never begun
         ended_as(summary, stopped_as, aborted=False)
+        if stopped_as == "drain":
+            metrics.REJECTED.labels("draining").inc()
     if status == CLIENT_LEFT:
         summary["outcome"] = "client_gone"  # as a streamed request's: no fault of the request's
     elif error is not None:

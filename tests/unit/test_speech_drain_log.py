@@ -96,3 +96,23 @@ async def test_a_batch_item_queued_for_the_engine_when_the_drain_runs_out_logs_t
     assert getattr(line, "outcome", None) == "drain"
     assert getattr(line, "abort_reason", "missing") is None
     assert aborted("drain") == before
+
+
+async def test_batch_items_still_queued_when_the_drain_runs_out_are_each_the_drains_refusal(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first item fails on its own (a voice the server does not have), the second waits for the server's slot and
+    the third for its batch's behind it when the drain runs out of time: each of the two is answered with the drain's
+    503 and counted as its refusal (`speech_rejected_total{reason="draining"}`), as a request queued there is, not as
+    an abort. `speech_rejected_total` counted neither."""
+    labels = {"status": "503", "response_format": "pcm", "stream": "batch", "code": "server_shutting_down"}
+    before = (rejected("draining"), aborted("drain"), speech_requests(labels))
+    body = {"voice": "vivian", "response_format": "pcm", "items": [{**ITEM, "voice": "nobody"}, ITEM, ITEM]}
+    response = await turned_away_by_the_drain(custom_voice_dir, monkeypatch, "/v1/audio/speech/batch", body)
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [result["status"] for result in results] == ["error", "error", "error"]
+    assert results[0]["error"]["code"] != "server_shutting_down"
+    assert [result["error"]["code"] for result in results[1:]] == ["server_shutting_down"] * 2
+    after = (rejected("draining"), aborted("drain"), speech_requests(labels))
+    assert [a - b for a, b in zip(after, before, strict=True)] == [2, 0, 2]
