@@ -916,6 +916,18 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"the alias {_quoted(alias)} cannot be a request's `voice`, as {problem}: no request could name it"
                 )
+            if alias != alias.strip() or not alias:  # a request's voice is matched stripped (VoiceCatalog.resolve)
+                raise ValueError(
+                    f"the alias {_quoted(alias)} is empty or begins or ends with a space: no request could name it"
+                )
+        # matched without regard to case: of two that differ only in case, a request could name only one
+        seen: dict[str, str] = {}
+        for alias in aliases:
+            if (other := seen.setdefault(alias.casefold(), alias)) != alias:
+                raise ValueError(
+                    f"the aliases {_quoted(other)} and {_quoted(alias)} differ only in case, and a request's `voice` "
+                    "is matched without regard to case: only one could be named"
+                )
         return aliases
 
     @field_validator("cors_origins")

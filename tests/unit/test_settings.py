@@ -469,6 +469,26 @@ def test_a_voice_alias_no_request_could_name_is_refused_naming_it(
 
 
 @pytest.mark.parametrize(
+    ("aliases", "says"),
+    [
+        ({" alloy": "ryan"}, "the alias ' alloy' is empty or begins or ends with a space"),
+        ({"narrator ": "ryan"}, "the alias 'narrator ' is empty or begins or ends with a space"),
+        ({"": "ryan"}, "the alias '' is empty"),
+        ({"Narrator": "ryan", "narrator": "vivian"}, "the aliases 'Narrator' and 'narrator' differ only in case"),
+    ],
+)
+def test_a_voice_alias_a_request_could_never_reach_is_refused(
+    monkeypatch: pytest.MonkeyPatch, aliases: dict[str, str], says: str
+) -> None:
+    """A request's voice is matched stripped and without regard to case (VoiceCatalog.resolve): an alias with a space
+    at an end, an empty one, or the second of two that differ only in case could never be reached."""
+    monkeypatch.setenv("SPEECH_VOICE_ALIASES", json.dumps(aliases))
+    with pytest.raises(InvalidSettings) as refused:
+        load_settings()
+    assert str(refused.value).startswith(f"SPEECH_VOICE_ALIASES: {says}"), refused.value
+
+
+@pytest.mark.parametrize(
     "alias",
     [
         pytest.param("n" * MAX_VOICE_NAME_CHARS, id="at-the-limit"),
