@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.dependencies import get_engine, get_lifecycle, get_settings
 from app.api.errors import RETRY_AFTER_DRAINING, RETRY_AFTER_NOT_READY, ApiError, error_responses
-from app.audio.formats import DEFAULT_SAMPLE_RATE, RESPONSE_FORMATS
+from app.audio.formats import DEFAULT_SAMPLE_RATE, FORMATS, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, RESPONSE_FORMATS
 from app.engine_protocol import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
@@ -51,7 +51,8 @@ async def speech_capabilities(
     engine: Annotated[SpeechEngine, Depends(get_engine)], settings: Annotated[Settings, Depends(get_settings)]
 ) -> dict[str, Any]:
     """What this server's engine honours in a speech request, so that a client (the playground at /) offers only
-    that: speeds, instructions, languages, cloning, the Qwen3-TTS task types and word timestamps."""
+    that: formats and their sample rates, speeds, instructions, languages, cloning, the Qwen3-TTS task types and word
+    timestamps."""
     caps = engine.capabilities()
     low, high = caps.speed_range
     return {
@@ -60,6 +61,17 @@ async def speech_capabilities(
         "response_formats": list(RESPONSE_FORMATS),
         "stream_formats": ["audio", "sse"],
         "sample_rate": DEFAULT_SAMPLE_RATE,
+        "sample_rate_range": {"min": MIN_SAMPLE_RATE, "max": MAX_SAMPLE_RATE},
+        # per format, from the formats table: the rates its codec carries (null: any in the range) and the rate its
+        # decoder gives back whatever was asked (null: the one asked; opus: 48000), which a player is set by
+        "formats": {
+            name: {
+                "content_type": fmt.content_type,
+                "sample_rates": sorted(fmt.sample_rates) if fmt.sample_rates is not None else None,
+                "decoded_sample_rate": fmt.decoded_rate,
+            }
+            for name, fmt in FORMATS.items()
+        },
         "max_input_chars": min(caps.max_input_chars, settings.max_input_chars),
         "speed": {"min": low, "max": high},
         "instructions": caps.instructions,

@@ -53,6 +53,17 @@ def test_capabilities_list_the_formats_table(server: RunningServer) -> None:
     caps = httpx.get(f"{server.base_url}/v1/audio/capabilities").json()
     assert caps["response_formats"] == list(FORMATS) == ["mp3", "opus", "aac", "flac", "wav", "pcm"]
     assert caps["sample_rate"] == DEFAULT_SAMPLE_RATE == 24_000
+    assert caps["sample_rate_range"] == {"min": 8_000, "max": 48_000}
+    # each format: its Content-Type, the rates its codec carries (null: any in the range), and the rate its decoder
+    # gives back whatever was asked (null: the rate asked): a client sets its player by it
+    assert caps["formats"]["opus"] == {
+        "content_type": "audio/ogg; codecs=opus",
+        "sample_rates": [8000, 12000, 16000, 24000, 48000],
+        "decoded_sample_rate": 48_000,
+    }
+    assert caps["formats"]["pcm"] == {"content_type": "audio/pcm", "sample_rates": None, "decoded_sample_rate": None}
+    assert caps["formats"]["mp3"]["sample_rates"][:3] == [8000, 11025, 12000]
+    assert list(caps["formats"]) == caps["response_formats"]
 
 
 def test_voices_list_shows_aliases(server: RunningServer) -> None:
