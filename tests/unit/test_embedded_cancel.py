@@ -1,7 +1,7 @@
 """The embedded engine stops a sentence part-way when nobody wants it any more: its caller left (the request's task
-was cancelled, or the stream closed) or the request was aborted. The real engine runs, on the CPU; its network
-session is watched, so that what ran after the stop is counted in the engine's own steps (network runs, one per
-phoneme piece), not in seconds.
+was cancelled, or the stream closed), the request was aborted, or the engine was closed. The real engine runs, on the
+CPU; its network session is watched, so that what ran after the stop is counted in the engine's own steps (network
+runs, one per phoneme piece), not in seconds.
 
 The watched session holds its next run at the door until the test has stopped the synthesis: the stop is then known
 to have come while the sentence was in progress, on its first piece, with more pieces after it."""
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from app.engine_protocol import AudioChunk, SynthesisJob
+from app.engine_protocol import AudioChunk, EngineUnavailable, SynthesisJob
 from app.engines.embedded import EmbeddedEngine, alignment
 from app.engines.embedded.engine import chunk_phonemes
 from app.settings import EmbeddedSettings, Settings
@@ -209,3 +209,37 @@ async def test_the_sentence_read_ahead_stops_when_its_listener_leaves(sessions: 
         assert [run.outcome for run in session.runs[before:]] == ["completed", "failed", "completed"]
     finally:
         await engine.close()
+
+
+def worker_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name.startswith("hibari")]
+
+
+async def test_close_stops_the_synthesis_in_progress_and_drops_the_queued_one(sessions: list[WatchedSession]) -> None:
+    """A shutdown after the drain: one sentence in progress on the one worker, one waiting for it. The one in progress
+    stops at its next step, the waiting one never runs, both streams say the engine went away, and close() returns
+    with no worker thread left behind."""
+    engine = await started(workers=1)
+    (session,) = sessions
+    before = len(session.runs)
+    session.hold_next = True
+    running = asyncio.create_task(audio_of(engine.synthesize(job("running"))))
+    await held(session)
+    waiting = asyncio.create_task(audio_of(engine.synthesize(job("waiting"))))
+    await asyncio.sleep(0)  # its stream has begun: it waits for the worker
+    closing = asyncio.create_task(engine.close())
+    await asyncio.sleep(0.1)
+    assert not closing.done()  # close() waits for the worker it has told to stop
+    session.release.set()
+    async with asyncio.timeout(HANG_GUARD_S):
+        await closing
+        with pytest.raises(EngineUnavailable):
+            await running
+        with pytest.raises(EngineUnavailable):
+            await waiting
+    # the piece held at the door was stopped by its terminate flag; no later piece and no other job ran
+    assert pieces_of(LONG) >= 3
+    assert [run.outcome for run in session.runs[before:]] == ["failed"]
+    assert worker_threads() == []
+    with pytest.raises(EngineUnavailable):
+        await audio_of(engine.synthesize(job("after", SHORT)))

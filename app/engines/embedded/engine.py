@@ -3,7 +3,8 @@
 Each piece of text (a sentence: `app.speech.sentences.SentencePipeline` fronts this engine) is synthesized in a
 worker thread, so the event loop never waits on the model. A fixed pool of workers, each with its own model
 instance, bounds CPU use. A sentence nobody will hear any more (its caller left, or its request was aborted) is
-stopped at its next step (`stop.py`), its worker freed for the requests waiting for one. Only the bundled voice is
+stopped at its next step (`stop.py`), its worker freed for the requests waiting for one; so is every sentence in
+progress when the engine is closed, and those still waiting for a worker never run. Only the bundled voice is
 offered: hibari's other voices are downloaded from a hub on first use, which a production service must never do
 behind a caller's back.
 """
@@ -11,14 +12,15 @@ behind a caller's back.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -49,6 +51,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 SAMPLE_RATE = 24_000
 FRAME_SAMPLES = 300  # the model's acoustic frame: 12.5 ms at 24 kHz; counted as output tokens
 # hibari's own speed control rounds each sound to a whole number of its 25-ms steps, and most sounds last 1 to 3:
@@ -68,6 +72,10 @@ _WARMUP_TEXT = "Warming up the speech engine."
 # The voice is English: other scripts are refused up front (hibari would skip them in silence). Digits of any script
 # and numbers past a quadrillion are its reader's to read (`reader.py`), the text left as written.
 READING = ReadingRules(latin_only=True)
+# How long close() waits for the workers it told to stop. A stopped sentence ends within one step, of which only a
+# phoneme piece's vocoder pass cannot be cut short (about a second on a busy CPU); this bound is only against a step
+# that never ends, so that the server's shutdown is never held hostage to one.
+CLOSE_WAIT_S = 10.0
 
 
 def model_speed_for(speed: float) -> float:
@@ -120,19 +128,18 @@ class EmbeddedEngine:
         self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="hibari")
         self._models: queue.SimpleQueue[Voice] = queue.SimpleQueue()
         self._active: dict[str, set[Stop]] = {}  # request id -> the stops of its syntheses in progress
+        self._work: set[concurrent.futures.Future[Any]] = set()  # what the workers run or have queued, until done
         self._ready = False
+        self._closed = False
         self._detail = "loading"
         self._failed = False  # failed to load: a restart is the only way back
         self._start_phases: dict[str, float] = {}  # seconds per phase, once started
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
         started = time.perf_counter()
         try:
-            models = await asyncio.gather(
-                *(loop.run_in_executor(self._executor, self._load_model) for _ in range(self._workers))
-            )
+            models = await asyncio.gather(*(self._submit(self._load_model) for _ in range(self._workers)))
         except Exception as exc:
             self._detail = f"failed to load: {exc}"
             self._failed = True
@@ -160,9 +167,34 @@ class EmbeddedEngine:
         return self._models.get()
 
     async def close(self) -> None:
+        """Refuse new work, drop what waits for a worker, and stop the sentences in progress at their next step
+        (their streams raise `EngineUnavailable`); return once the workers have ended, or after CLOSE_WAIT_S. Left to
+        run on, a sentence begun before the shutdown would hold a CPU, and the process's exit, for audio nobody gets."""
         self._ready = False
+        self._closed = True
         self._detail = "closed"
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        for stops in self._active.values():
+            for stop in stops:
+                stop.set()
+        self._executor.shutdown(wait=False, cancel_futures=True)  # what no worker has taken yet never runs
+        # nothing is submitted after the shutdown: what is in the set now is all there is to wait for
+        if not await asyncio.to_thread(self._join_workers, self._work.copy(), CLOSE_WAIT_S):
+            log.warning("embedded engine closed with syntheses still running", extra={"running": len(self._work)})
+
+    def _join_workers(self, work: set[concurrent.futures.Future[Any]], timeout_s: float) -> bool:
+        """Whether `work` has ended within `timeout_s`, its workers with it (waited off the event loop)."""
+        _, running = concurrent.futures.wait(work, timeout_s)
+        if running:
+            return False
+        self._executor.shutdown(wait=True)  # each worker is past its last job: it exits at once
+        return True
+
+    def _submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """`fn(*args)` on a worker, awaitable; close() waits for it (or drops it, if no worker has taken it yet)."""
+        work = self._executor.submit(fn, *args)
+        self._work.add(work)
+        work.add_done_callback(self._work.discard)
+        return asyncio.wrap_future(work)
 
     def health(self) -> EngineHealth:
         return EngineHealth(ready=self._ready, detail=self._detail, failed=self._failed)
@@ -200,18 +232,26 @@ class EmbeddedEngine:
         chunk, synthesized in a worker thread."""
         if not self._ready:
             raise EngineUnavailable("the embedded engine is not ready")
-        loop = asyncio.get_running_loop()
         stop = Stop()  # this job's alone: another job of the same request (or of none) runs on
         self._active.setdefault(job.request_id, set()).add(stop)
         if job.timing is not None:
             job.timing.mark("submitted")
-        pending = loop.run_in_executor(
-            self._executor, self._synthesize_sentence, job.text, job.speed, job.seed, stop, job.word_timestamps
-        )
+        pending = self._submit(self._synthesize_sentence, job.text, job.speed, job.seed, stop, job.word_timestamps)
         try:
             try:
-                audio = await pending
+                audio: SentenceAudio | None = await pending
             except SynthesisStopped:
+                audio = None
+            except asyncio.CancelledError:
+                # close() dropped it before a worker took it (the executor cancels what waits): not our caller's
+                # cancellation, which propagates
+                task = asyncio.current_task()
+                if not self._closed or (task is not None and task.cancelling()):
+                    raise
+                audio = None
+            if self._closed:  # closed under it: the caller hears that the engine went away, not a sentence cut short
+                raise EngineUnavailable("the embedded engine closed")
+            if audio is None:
                 return  # aborted: it ends without audio, as an aborted request's synthesis always has
             if not audio.phoneme_ids:  # e.g. Chinese text: this English voice has no phonemes for it
                 raise UnsupportedParameter(
@@ -236,7 +276,7 @@ class EmbeddedEngine:
         text-to-phoneme step runs, a millisecond or so per sentence."""
         if not self._ready:
             raise EngineUnavailable("the embedded engine is not ready")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._first_unreadable, pieces)
+        return await self._submit(self._first_unreadable, pieces)
 
     def _first_unreadable(self, pieces: list[str]) -> str | None:
         voice = self._models.get()
