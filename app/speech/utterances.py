@@ -321,6 +321,16 @@ class StreamedSpeech:
                 f"At most {limit} characters wait to be spoken at once ({why}); this input.text would make it "
                 f"{waiting}. It was not added: send input.done, then the rest.",
             )
+        # a word is never cut: one past what a request may speak, its end in this text, could only be refused after
+        # its sentence's audio.start; refused here, as the same word waiting for its end is
+        if (longest := max(units, key=len, default="")) and len(longest) > limit:
+            raise Refused(
+                "text",
+                f"A word is never cut, and a sentence holds at most {limit} characters (the longest input of a "
+                f"request): this input.text would make one of {len(longest)}, beginning {longest[:24]!r}. It was not "
+                "added: send it again without that word.",
+                "string_too_long",
+            )
         self.begin_utterance()
         self.open_utterances[self.utterance].chars += len(text)
         self.open_utterances[self.utterance].text_seen |= bool(text.strip())

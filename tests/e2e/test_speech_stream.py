@@ -320,6 +320,32 @@ def test_a_sentence_the_voice_cannot_read_is_refused_naming_text(server: Running
     assert events[-1]["type"] == "session.done" and len(audio[1]) > 1000, events
 
 
+def test_a_word_longer_than_a_request_may_be_is_refused_with_its_message_before_any_audio_start(
+    server: RunningServer,
+) -> None:
+    """A word is never cut: one past the longest `input` a request may have (4096 characters) can never be spoken.
+    Its end in the same message, it was queued as a sentence and refused only after that sentence's audio.start (an
+    error naming `input` in its message, then audio.done with error: true). The message that holds it is refused as
+    it comes, naming `text` and the limit, and not added, as text waiting past the limit is; the session goes on."""
+    word = "Supercalifragilistic" * 250  # 5000 characters
+    counted = utterances_counted(server)
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": f"{word} after it. "})
+        error = json.loads(ws.recv(timeout=30))
+        assert (error["type"], error["param"], error["code"]) == ("error", "text", "string_too_long"), error
+        assert error["error"]["param"] == "text" and error["error"]["type"] == "invalid_request_error", error
+        assert "4096" in error["message"] and "5000" in error["message"], error
+        assert "'input'" not in error["message"] and "not added" in error["message"], error
+        send(ws, {"type": "input.text", "text": "Spoken after all."})
+        send(ws, {"type": "input.done"})
+        events, audio = receive_utterance(ws)
+    assert [e["type"] for e in events] == ["audio.start", "audio.done", "session.done"], events
+    assert events[0]["sentence_text"] == "Spoken after all." and events[1]["error"] is False, events
+    assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 1} and len(audio[0]) > 1000
+    assert utterances_counted_since(server, counted) == {"completed": 1, "refused": 0, "error": 0}
+
+
 @pytest.mark.parametrize(
     ("text", "refused", "after", "heard"),
     [

@@ -394,6 +394,26 @@ async def test_a_long_streamed_word_is_spoken_whole_or_refused_whatever_its_scri
     assert queued(speech) == ["Then the end.", 4]
 
 
+async def test_a_word_too_long_for_a_request_is_refused_with_the_message_that_ends_it(tmp_path: Path) -> None:
+    """A word past the longest `input` whose end came in the same message (or completed one that waited) was queued as
+    a sentence, to be refused only after its audio.start. The message is refused as it comes, naming `text`, the limit
+    and the length, and not added, as the same word waiting for its end is; what waited before it is kept."""
+    service = short_input_service(tmp_path, 40)
+    speech = await configured(service)
+    with pytest.raises(Refused) as refused:
+        speech.text(f"Before it {LOPADO_LATIN} after it. ")
+    assert (refused.value.param, refused.value.code) == ("text", "string_too_long")
+    message = refused.value.message
+    assert "at most 100 characters" in message and f"one of {len(LOPADO_LATIN)}," in message, message
+    assert queued(speech) == [] and speech.buffer == ""
+    speech.text(f"Before it {LOPADO_LATIN[:90]}")  # a word of 90 waits for its end
+    with pytest.raises(Refused, match="never cut"):
+        speech.text(f"{LOPADO_LATIN[90:]} after it.")
+    speech.text(" after it.")
+    speech.done()
+    assert queued(speech) == ["Before it", LOPADO_LATIN[:90], "after it.", 3]
+
+
 async def test_a_long_run_of_a_script_written_without_spaces_is_streamed_in_pieces(tmp_path: Path) -> None:
     """Chinese has no space to wait for: streamed past the longest request, it is cut at the limit and spoken."""
     service = short_input_service(tmp_path, 40)
