@@ -323,7 +323,7 @@ class StreamedSpeech:
             )
         # a word is never cut: one past what a request may speak, its end in this text, could only be refused after
         # its sentence's audio.start; refused here, as the same word waiting for its end is
-        if (longest := max(units, key=len, default="")) and len(longest) > limit:
+        if (longest := max((unit.strip() for unit in units), key=len, default="")) and len(longest) > limit:
             raise Refused(
                 "text",
                 f"A word is never cut, and a sentence holds at most {limit} characters (the longest input of a "
