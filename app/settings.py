@@ -259,7 +259,8 @@ class OmniSettings(BaseModel):
     )
     fused_kernels: Literal["as-tuned", "split", "prefetch"] = Field(
         "as-tuned",
-        description="With `talker_model` `fused`, how its projection kernels are cut, up to 16 streams in bfloat16: "
+        description="With `talker_model` `fused`, how its projection kernels are cut, in launches of up to 16 rows "
+        "in bfloat16 (16 streams; 8 in a frame's first pass, which takes two positions at once): "
         "their tiles as each kernel's own timing chose (`as-tuned`); each reduction split across about as many "
         "programs as an H200 has SMs, the last of a block's programs summing their float32 partials in order "
         "(`split`, as sglang-omni's predictor cuts its own); or split so that each program loads its whole share "
@@ -271,7 +272,7 @@ class OmniSettings(BaseModel):
         "with the profile as shipped on one H200, prefetch with dependent launches did 1.06–1.10× the work at a "
         "steady 8 streams with no longer gap, but lost bursts of 32 (time to uninterrupted audio p95 278 and 285 "
         "against 204–269 ms in the request timeline's) (benchmarks/gpu/2026-12-01-h200-omni-fused-prefetch-in-turn/). "
-        "With dependent launches only up to 16 streams and CUDA MPS, again in turn: at one stream 0.86–0.97× the "
+        "With dependent launches only up to 16 rows and CUDA MPS, again in turn: at one stream 0.86–0.97× the "
         "time end to end on the load tool and 0.85–0.88× on vllm-omni's benchmark in both starts, at 8 streams ahead "
         "in one start and behind in the other (a start that was slower at 32 streams too, where it runs the default's "
         "kernels) (benchmarks/gpu/2026-12-04-h200-omni-prefetch-dependent-to-16-rows/): a setting for a GPU that "
@@ -282,7 +283,8 @@ class OmniSettings(BaseModel):
         False,
         description="With `talker_model` `fused`, launch its kernels as programmatic dependent launches (Hopper "
         "GPUs and later): each starts while the one before it finishes and waits only where it first reads what "
-        "that one wrote; up to 16 streams (one row block of the kernels): past that, where prefetch with them lost "
+        "that one wrote; in launches of up to 16 rows (one row block of the kernels: 16 streams, 8 in a frame's first "
+        "pass, which takes two positions at once): past that, where prefetch with them lost "
         "bursts of 32 by its dependent launches alone, the kernels launch as they do without. Alone on an H200 at "
         "one stream 0.95× the predictor's GPU time a frame with the as-tuned kernels; see `fused_kernels` for it "
         "beside split and prefetch.",
@@ -713,7 +715,9 @@ class Settings(BaseSettings):
         default_factory=lambda: dict.fromkeys(OPENAI_VOICES, ""),
         description="Voice name -> engine voice id (JSON object); an empty id means the engine's default voice, and so "
         "does an id that is no voice of the engine, with a warning at start. A name is one a request's `voice` can "
-        f"send (at most {MAX_VOICE_NAME_CHARS} characters, no control characters), else the server does not start.",
+        f"send (at most {MAX_VOICE_NAME_CHARS} characters, no control characters, not empty, no space at either "
+        "end, and not one that differs from another only in case: names are matched without regard to case), else "
+        "the server does not start.",
     )
     max_input_chars: int = Field(
         MAX_INPUT_CHARS, ge=1, le=MAX_INPUT_CHARS, description="Longest accepted `input`, in characters."

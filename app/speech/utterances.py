@@ -328,7 +328,7 @@ class StreamedSpeech:
                 "text",
                 f"A word is never cut, and a sentence holds at most {limit} characters (the longest input of a "
                 f"request): this input.text would make one of {len(longest)}, beginning {longest[:24]!r}. It was not "
-                "added: send it again without that word.",
+                "added (text sent before it still waits): send it again without that word.",
                 "string_too_long",
             )
         self.begin_utterance()

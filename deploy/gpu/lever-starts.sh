@@ -100,7 +100,8 @@
 #                            $OUT/<variant>/<round>/, the round's levers written to the file first: a lever and its
 #                            baseline in one start, level by level (deploy/gpu/rounds_table.py tables the rounds). The
 #                            second benchmark, the profiles and py-spy run once, after the last round, in its state
-#   ROUND_S=120              (150 with steady-c64) with UNTIL and SWITCH_ROUNDS: a round is begun only if ROUND_S
+#   ROUND_S=120              (30 more with steady-c64, 30 more with bench-c1 or bench-c8) with UNTIL and
+#                            SWITCH_ROUNDS: a round is begun only if ROUND_S
 #                            and what follows the rounds (the second benchmark, profiles, py-spy, the stop) fit
 #                            before the deadline; the start is kept time for two rounds, and how many fit is said
 #                            before the first
@@ -254,7 +255,11 @@ fi
 # benchmark at 1 and 8 streams (its start and 16 or 24 prompts each) about 30 s more together
 sweeps steady-c64 && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 30))
 { sweeps bench-c1 || sweeps bench-c8; } && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 30))
-if [ -z "${ROUND_S:-}" ]; then ROUND_S=120 && sweeps steady-c64 && ROUND_S=150; fi  # a round's levels, unless set
+if [ -z "${ROUND_S:-}" ]; then  # a round's levels, unless set
+  ROUND_S=120
+  sweeps steady-c64 && ROUND_S=$((ROUND_S + 30))
+  { sweeps bench-c1 || sweeps bench-c8; } && ROUND_S=$((ROUND_S + 30))
+fi
 # each profiled window, its traces written and summarised: about a minute
 [ "$TORCH_PROFILE" = 1 ] && SWEEP_ALLOWANCE_S=$((SWEEP_ALLOWANCE_S + 60 * $(wc -w <<<"$PROFILE_LEVELS")))
 # the omni engine's timeline levels (TORCH_PROFILE=1): about 20 s each

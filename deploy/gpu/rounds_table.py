@@ -87,15 +87,16 @@ def bench_results(folder: Path) -> dict[str, Any] | None:
 def host_steal(folder: Path) -> float | None:
     """The share of the host's CPU time stolen by its hypervisor over the level (host-cpu.md, side-by-side.sh's)."""
     try:
-        rows = [line.strip().strip("|").split("|") for line in (folder / "host-cpu.md").read_text().splitlines()]
+        lines = (folder / "host-cpu.md").read_text().splitlines()
     except OSError:
         return None
-    for cells in rows[2:3]:
-        try:
-            return float(cells[2])
-        except (IndexError, ValueError):
-            return None
-    return None
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines]
+    if len(rows) < 3 or "steal %" not in rows[0]:
+        return None
+    try:
+        return float(rows[2][rows[0].index("steal %")])
+    except (IndexError, ValueError):
+        return None
 
 
 def gpu_mean(folder: Path) -> float | None:

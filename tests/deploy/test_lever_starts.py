@@ -670,6 +670,23 @@ def test_a_round_with_steady_c64_is_expected_to_take_its_level_longer(tmp_path: 
     assert "v1: about 4 of 6 rounds of 150 s fit before the deadline" in (tmp_path / "out/progress.txt").read_text()
 
 
+def test_a_round_with_the_benchmark_at_few_streams_is_expected_to_take_its_levels_longer(tmp_path: Path) -> None:
+    """bench-c1 and bench-c8 run in every round too: about 30 s more on the rounds' estimate, as steady-c64's."""
+    done = run(
+        tmp_path,
+        TARGET="service",
+        VARIANTS="v1:S",
+        LEVER_S="SPEECH_OMNI__PROMPT_BATCH=true",
+        SWITCH_ROUNDS="a1: s1:prompt_batch a2: s2:prompt_batch a3: s3:prompt_batch",
+        SWITCH_SETTLE_S="0",
+        SWEEPS="c1 bench-c1 bench-c8 steady-c64",
+        UNTIL=str(int(time.time()) + 700),
+        FIRST_S="10",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rounds of 180 s fit before the deadline" in (tmp_path / "out/progress.txt").read_text()
+
+
 def test_two_timeline_levels_of_one_name_are_refused_before_anything_starts(tmp_path: Path) -> None:
     done = run(tmp_path, VARIANTS="a1:A", LEVER_A="", TORCH_PROFILE="1", TIMELINE_LEVELS="64:192:2 64:128:3")
     assert done.returncode == 64 and "TIMELINE_LEVELS: two levels of c64-steady" in done.stderr

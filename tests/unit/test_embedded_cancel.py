@@ -211,10 +211,6 @@ async def test_the_sentence_read_ahead_stops_when_its_listener_leaves(sessions: 
         await engine.close()
 
 
-def worker_threads() -> list[threading.Thread]:
-    return [thread for thread in threading.enumerate() if thread.name.startswith("hibari")]
-
-
 async def test_close_stops_the_synthesis_in_progress_and_drops_the_queued_one(sessions: list[WatchedSession]) -> None:
     """A shutdown after the drain: one sentence in progress on the one worker, one waiting for it. The one in progress
     stops at its next step, the waiting one never runs, both streams say the engine went away, and close() returns
@@ -226,7 +222,9 @@ async def test_close_stops_the_synthesis_in_progress_and_drops_the_queued_one(se
     running = asyncio.create_task(audio_of(engine.synthesize(job("running"))))
     await held(session)
     waiting = asyncio.create_task(audio_of(engine.synthesize(job("waiting"))))
+    reading = asyncio.create_task(engine.unreadable(["Waiting to be read."]))  # the read-ahead's check, queued too
     await asyncio.sleep(0)  # its stream has begun: it waits for the worker
+    workers = set(engine._executor._threads)  # this engine's, not another test's
     closing = asyncio.create_task(engine.close())
     await asyncio.sleep(0.1)
     assert not closing.done()  # close() waits for the worker it has told to stop
@@ -237,9 +235,11 @@ async def test_close_stops_the_synthesis_in_progress_and_drops_the_queued_one(se
             await running
         with pytest.raises(EngineUnavailable):
             await waiting
+        with pytest.raises(EngineUnavailable):
+            await reading
     # the piece held at the door was stopped by its terminate flag; no later piece and no other job ran
     assert pieces_of(LONG) >= 3
     assert [run.outcome for run in session.runs[before:]] == ["failed"]
-    assert worker_threads() == []
+    assert workers and not [thread for thread in workers if thread.is_alive()]
     with pytest.raises(EngineUnavailable):
         await audio_of(engine.synthesize(job("after", SHORT)))

@@ -10,8 +10,8 @@ from typing import get_args
 import pytest
 
 from app.engines.omni.stage_plugins.fused_launch import (
-    DEPENDENT_MAX_ROWS,
     KERNELS,
+    LAUNCHED_MAX_ROWS,
     VARIABLE,
     FusedLaunch,
     from_environment,
@@ -51,6 +51,6 @@ def test_dependent_launches_are_asked_for_up_to_one_row_block_of_16_streams(kern
     """Past 16 rows the launches are the tuned kernels' own, not dependent: where prefetch with dependent launches
     lost (bursts of 32) it differed from them by its dependent launches alone."""
     dependent = FusedLaunch(kernels, True)  # type: ignore[arg-type]
-    assert DEPENDENT_MAX_ROWS == 16
+    assert LAUNCHED_MAX_ROWS == 16
     assert [dependent.dependent_at(block_m) for block_m in (16, 32, 64, 128)] == [True, False, False, False]
     assert not any(FusedLaunch(kernels, False).dependent_at(block_m) for block_m in (16, 32))  # type: ignore[arg-type]

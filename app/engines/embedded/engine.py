@@ -74,7 +74,8 @@ _WARMUP_TEXT = "Warming up the speech engine."
 READING = ReadingRules(latin_only=True)
 # How long close() waits for the workers it told to stop. A stopped sentence ends within one step, of which only a
 # phoneme piece's vocoder pass cannot be cut short (about a second on a busy CPU); this bound is only against a step
-# that never ends, so that the server's shutdown is never held hostage to one.
+# that never ends, so that close() returns and the server's shutdown goes on (the process's exit still joins the
+# worker threads: Python's, not ours).
 CLOSE_WAIT_S = 10.0
 
 
@@ -189,6 +190,17 @@ class EmbeddedEngine:
         self._executor.shutdown(wait=True)  # each worker is past its last job: it exits at once
         return True
 
+    async def _result(self, pending: asyncio.Future[T]) -> T:
+        """What a worker returns for `pending` (`_submit`'s); `EngineUnavailable` where close() dropped it before a
+        worker took it (the executor cancels what waits): not the caller's own cancellation, which propagates."""
+        try:
+            return await pending
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not self._closed or (task is not None and task.cancelling()):
+                raise
+            raise EngineUnavailable("the embedded engine closed") from None
+
     def _submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """`fn(*args)` on a worker, awaitable; close() waits for it (or drops it, if no worker has taken it yet)."""
         work = self._executor.submit(fn, *args)
@@ -239,15 +251,8 @@ class EmbeddedEngine:
         pending = self._submit(self._synthesize_sentence, job.text, job.speed, job.seed, stop, job.word_timestamps)
         try:
             try:
-                audio: SentenceAudio | None = await pending
+                audio: SentenceAudio | None = await self._result(pending)
             except SynthesisStopped:
-                audio = None
-            except asyncio.CancelledError:
-                # close() dropped it before a worker took it (the executor cancels what waits): not our caller's
-                # cancellation, which propagates
-                task = asyncio.current_task()
-                if not self._closed or (task is not None and task.cancelling()):
-                    raise
                 audio = None
             if self._closed:  # closed under it: the caller hears that the engine went away, not a sentence cut short
                 raise EngineUnavailable("the embedded engine closed")
@@ -276,7 +281,7 @@ class EmbeddedEngine:
         text-to-phoneme step runs, a millisecond or so per sentence."""
         if not self._ready:
             raise EngineUnavailable("the embedded engine is not ready")
-        return await self._submit(self._first_unreadable, pieces)
+        return await self._result(self._submit(self._first_unreadable, pieces))
 
     def _first_unreadable(self, pieces: list[str]) -> str | None:
         voice = self._models.get()

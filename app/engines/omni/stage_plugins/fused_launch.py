@@ -13,11 +13,12 @@ VARIABLE = "SPEECH_OMNI_FUSED_KERNELS"
 Kernels = Literal["as-tuned", "split", "prefetch"]
 KERNELS: tuple[Kernels, ...] = get_args(Kernels)
 DEPENDENT = "dependent"
-# The most rows a launch is dependent at: one row block of the kernels, where the split and prefetch tiles apply too.
-# Started in turn on one H200, prefetch with dependent launches did more work up to 8 streams and lost bursts of 32,
-# where it differed from the tuned kernels by its dependent launches alone
+# The most rows of a launch (one row block of the kernels) that the split and prefetch tiles and dependent launches
+# apply to: 16 streams, 8 in a frame's first pass (positions 0 and 1 at once). The split and prefetch tiles' registers
+# hold no more; started in turn on one H200, prefetch with dependent launches did more work up to 8 streams and lost
+# bursts of 32, where it differed from the tuned kernels by its dependent launches alone
 # (benchmarks/gpu/2026-12-01-h200-omni-fused-prefetch-in-turn/).
-DEPENDENT_MAX_ROWS = 16
+LAUNCHED_MAX_ROWS = 16
 
 log = logging.getLogger("vllm.speech.plugin")  # under vLLM's logger, whose handler the stage process has
 
@@ -26,16 +27,16 @@ log = logging.getLogger("vllm.speech.plugin")  # under vLLM's logger, whose hand
 class FusedLaunch:
     """`kernels`: the projections' tiles as tuned one kernel at a time (`as-tuned`), each reduction split across
     more programs (`split`), or split so that each program's share of the weights is loaded whole before its input
-    (`prefetch`); `dependent`: launched as programmatic dependent launches where the GPU has them, up to
-    `DEPENDENT_MAX_ROWS` streams."""
+    (`prefetch`); `dependent`: launched as programmatic dependent launches where the GPU has them. Both apply to
+    launches of up to `LAUNCHED_MAX_ROWS` rows; past that, the tuned kernels' own launches."""
 
     kernels: Kernels = "as-tuned"
     dependent: bool = False
 
     def dependent_at(self, block_m: int) -> bool:
         """Whether the launches over a row block of `block_m` rows are to be dependent ones (where the GPU has them):
-        asked for, and the block at most `DEPENDENT_MAX_ROWS`."""
-        return self.dependent and block_m <= DEPENDENT_MAX_ROWS
+        asked for, and the block at most `LAUNCHED_MAX_ROWS`."""
+        return self.dependent and block_m <= LAUNCHED_MAX_ROWS
 
     def environment_value(self) -> str | None:
         """The variable's value for this launch; None for the default (the variable unset)."""

@@ -140,8 +140,8 @@ def divides(tiles: Tiles, k: int, n: int) -> bool:
 
 def tuned_only(launch: FusedLaunch, block_m: int, dtype: torch.dtype) -> bool:
     """Whether the tuned tiles serve whatever `launch` asks: asked for, or past the split and prefetch tiles' reach
-    (more than 16 rows, or a dtype of other than two bytes: their registers)."""
-    return launch.kernels == "as-tuned" or block_m > 16 or dtype.itemsize != 2
+    (more than `LAUNCHED_MAX_ROWS` rows, or a dtype of other than two bytes: their registers)."""
+    return launch.kernels == "as-tuned" or block_m > fused_launch.LAUNCHED_MAX_ROWS or dtype.itemsize != 2
 
 
 def launched_tiles(
