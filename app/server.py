@@ -84,6 +84,13 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
             target,
             known,
         )
+    for alias, target in app.state.catalog.shadowed_aliases().items():
+        log.warning(
+            "SPEECH_VOICE_ALIASES: %r names %r, but %r is also a voice of this engine, which a request for it gets",
+            alias,
+            target,
+            alias,
+        )
     metrics.BUILD.info({"version": __version__, "engine": engine.name, "model": engine.model_id})
     app.state.gate = admission_gate(settings, engine)
     app.state.voice_store = VoiceStore(settings.voice_store)

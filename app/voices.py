@@ -49,5 +49,16 @@ class VoiceCatalog:
         known = {voice.id.casefold() for voice in self.voices} | {GENERIC_VOICE}
         return {alias: target for alias, target in self.aliases.items() if target and target.casefold() not in known}
 
+    def shadowed_aliases(self) -> dict[str, str]:
+        """Aliases that an engine voice's own name hides (`resolve` matches voices first, without regard to case),
+        where the alias names another voice (a non-empty target: an empty one means the default on purpose): a
+        request for that name gets the engine's voice, never the alias's, which the operator should hear of."""
+        ids = {voice.id.casefold(): voice.id for voice in self.voices}
+        return {
+            alias: target
+            for alias, target in self.aliases.items()
+            if target and (own := ids.get(alias.strip().casefold())) is not None and self._voice_id(target) != own
+        }
+
     def aliases_of(self, voice_id: str) -> list[str]:
         return sorted(alias for alias, target in self.aliases.items() if self._voice_id(target) == voice_id)

@@ -1,5 +1,5 @@
 """What the server says at start about settings that do not do what they seem to: a voice alias naming no voice of
-the engine, a profiler folder for an engine without a profiler."""
+the engine or hidden by a voice of the same name, a profiler folder for an engine without a profiler."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from app.engine_protocol import VoiceInfo
+from app.engines import create_engine
 from app.server import create_app
 from app.settings import Settings
 
@@ -33,3 +35,19 @@ def test_a_profiler_folder_on_an_engine_without_a_profiler_is_said_at_start(
         create_app(Settings(profiler_dir=str(tmp_path)))
     warned = [record.getMessage() for record in caplog.records if "SPEECH_PROFILER_DIR" in record.getMessage()]
     assert len(warned) == 1 and "no profiler" in warned[0], caplog.text
+
+
+def test_an_alias_an_engine_voice_of_the_same_name_hides_is_logged_at_start(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request's name is matched against the engine's voices first: an alias "Ryan" to vivian would never be
+    reached, and the operator who set it hears so at start."""
+    settings = Settings(voice_aliases={"Ryan": "vivian", "alloy": ""})
+    engine = create_engine(settings)
+    voices = [VoiceInfo("vivian", "Vivian", ("English",)), VoiceInfo("ryan", "Ryan", ("English",))]
+    monkeypatch.setattr(engine, "voices", lambda: voices)
+    with caplog.at_level(logging.WARNING, logger="app.server"):
+        app = create_app(settings, engine=engine)
+    warned = [record.getMessage() for record in caplog.records if "'Ryan'" in record.getMessage()]
+    assert len(warned) == 1 and "also a voice of this engine" in warned[0], caplog.text
+    assert app.state.catalog.resolve("Ryan") == "ryan"

@@ -97,6 +97,14 @@ def test_unknown_targets_are_the_aliases_naming_a_voice_the_engine_lacks(catalog
     assert catalog.unknown_targets() == {"nova": "nobody"}  # empty targets mean the default on purpose
 
 
+def test_an_alias_named_as_an_engine_voice_is_shadowed_where_it_names_another() -> None:
+    """A request's name is matched against the engine's voices first: an alias "Ryan" to vivian is never reached."""
+    voices = (VoiceInfo("vivian", "Vivian", ("English",)), VoiceInfo("ryan", "Ryan", ("English",)))
+    catalog = VoiceCatalog(voices=voices, aliases={"Ryan": "vivian", "vivian": "Vivian", "alloy": "", "echo": "ryan"})
+    assert catalog.shadowed_aliases() == {"Ryan": "vivian"}  # one to its own voice, or to none, hides nothing
+    assert catalog.resolve("ryan") == "ryan"
+
+
 def test_an_alias_to_the_generic_default_voice_is_no_unknown_target() -> None:
     """ "default" names the default voice (vllm-omni's generic voice): an alias to it means what it says."""
     catalog = VoiceCatalog(voices=VOICES, aliases={"alloy": "default", "echo": "DEFAULT"})
