@@ -215,6 +215,22 @@ def test_the_predictor_is_as_accurate_launched_every_way(kernels: Any, streams: 
         )
 
 
+def test_past_one_row_block_every_launch_setting_runs_the_tuned_kernels_bit_for_bit(kernels: Any) -> None:
+    """At 32 streams (64 rows in the two-position pass, 32 after it) split, prefetch and dependent launches all stand
+    down (`LAUNCHED_MAX_ROWS`): the same launches as the tuned kernels', so the same bits, where below it they differ
+    in their sums' order."""
+    import torch
+
+    from app.engines.omni.stage_plugins.fused_launch import KERNELS, LAUNCHED_MAX_ROWS, FusedLaunch
+
+    streams = 2 * LAUNCHED_MAX_ROWS
+    tuned = frame_start(kernels, FusedLaunch(), streams, False, torch.bfloat16)
+    for kinds, dependent in itertools.product(KERNELS, (False, True)):
+        got = frame_start(kernels, FusedLaunch(kinds, dependent), streams, False, torch.bfloat16)
+        for a, b in zip(got, tuned, strict=True):
+            assert torch.equal(a, b), (kinds, dependent)
+
+
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float32"])
 def test_the_draw_keeps_the_top_k_scores_and_picks_what_the_reference_picks(kernels: Any, dtype_name: str) -> None:
     """`draw` (`sample_embed`; bfloat16 logits get 8 rounds of its threshold's bisection, their keys differing in the
