@@ -653,8 +653,12 @@ def test_a_switch_round_that_would_end_past_the_deadline_is_skipped_and_the_vari
     assert [call[0] for call in calls(tmp_path)] == ["start", "sweep-bench", "stop"]
 
 
-def test_a_round_with_steady_c64_is_expected_to_take_its_level_longer(tmp_path: Path) -> None:
-    """steady-c64 adds about 30 s to each round's levels: the rounds' estimate (ROUND_S unless set) grows with it."""
+@pytest.mark.parametrize(
+    ("sweeps", "round_s"), [("c1 steady-c64", 150), ("c1 bench-c1 bench-c8 steady-c64", 180)], ids=["c64", "c64+bench"]
+)
+def test_a_round_with_longer_levels_is_expected_to_take_them_longer(tmp_path: Path, sweeps: str, round_s: int) -> None:
+    """steady-c64 adds about 30 s to each round's levels, and the benchmark at 1 and 8 streams about 30 more: the
+    rounds' estimate (ROUND_S unless set) grows with them."""
     done = run(
         tmp_path,
         TARGET="service",
@@ -662,29 +666,12 @@ def test_a_round_with_steady_c64_is_expected_to_take_its_level_longer(tmp_path: 
         LEVER_S="SPEECH_OMNI__PROMPT_BATCH=true",
         SWITCH_ROUNDS="a1: s1:prompt_batch a2: s2:prompt_batch a3: s3:prompt_batch",
         SWITCH_SETTLE_S="0",
-        SWEEPS="c1 steady-c64",
+        SWEEPS=sweeps,
         UNTIL=str(int(time.time()) + 700),
         FIRST_S="10",
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "v1: about 4 of 6 rounds of 150 s fit before the deadline" in (tmp_path / "out/progress.txt").read_text()
-
-
-def test_a_round_with_the_benchmark_at_few_streams_is_expected_to_take_its_levels_longer(tmp_path: Path) -> None:
-    """bench-c1 and bench-c8 run in every round too: about 30 s more on the rounds' estimate, as steady-c64's."""
-    done = run(
-        tmp_path,
-        TARGET="service",
-        VARIANTS="v1:S",
-        LEVER_S="SPEECH_OMNI__PROMPT_BATCH=true",
-        SWITCH_ROUNDS="a1: s1:prompt_batch a2: s2:prompt_batch a3: s3:prompt_batch",
-        SWITCH_SETTLE_S="0",
-        SWEEPS="c1 bench-c1 bench-c8 steady-c64",
-        UNTIL=str(int(time.time()) + 700),
-        FIRST_S="10",
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "rounds of 180 s fit before the deadline" in (tmp_path / "out/progress.txt").read_text()
+    assert f"of 6 rounds of {round_s} s fit before the deadline" in (tmp_path / "out/progress.txt").read_text()
 
 
 def test_two_timeline_levels_of_one_name_are_refused_before_anything_starts(tmp_path: Path) -> None:
