@@ -29,6 +29,11 @@ class HoldTime:
         self.seconds = 1.0
         self._observed = 0
 
+    @property
+    def observed(self) -> bool:
+        """Whether any hold has been observed (else `seconds` is the 1-s stand-in)."""
+        return self._observed > 0
+
     def observe(self, held_s: float) -> None:
         self._observed += 1
         weight = 0.2 if self._observed > 5 else 1.0 / self._observed

@@ -78,11 +78,12 @@ class KeyPlaces:
     started: list[float] = field(default_factory=list)
     hold: HoldTime = field(default_factory=HoldTime)
 
-    def free_in_s(self, now: float) -> int:
+    def free_in_s(self, now: float, every_key: HoldTime) -> int:
         """Whole seconds, rounded up (at least 1), until the key's oldest running request would end at its observed
-        hold time: the first of its places expected to free (asked only while one runs at least). One already past
-        it may end any moment: 1."""
-        return max(1, math.ceil(self.hold.seconds - (now - min(self.started))))
+        hold time (every key's, until one of its own has ended): the first of its places expected to free (asked
+        only while one runs at least). One already past it may end any moment: 1."""
+        hold = self.hold if self.hold.observed else every_key
+        return max(1, math.ceil(hold.seconds - (now - min(self.started))))
 
 
 class ApiKeyMiddleware:
@@ -98,6 +99,7 @@ class ApiKeyMiddleware:
         self._digests = [hashlib.sha256(key.encode()).digest() for key in keys]
         self._max_per_key = max_concurrency_per_key
         self._places: dict[int, KeyPlaces] = {}
+        self._holds = HoldTime()  # every key's requests': a key's estimate until one of its own has ended
         self._clock = clock  # a test's own, so that a hold's length is what it says
 
     def _match(self, presented: str) -> int | None:
@@ -145,7 +147,7 @@ class ApiKeyMiddleware:
                 f"request{'' if self._max_per_key == 1 else 's'} in progress.",
                 type="requests",
                 code="rate_limit_exceeded",
-                headers={"Retry-After": str(places.free_in_s(self._clock()))},
+                headers={"Retry-After": str(places.free_in_s(self._clock(), self._holds))},
             )
         return key
 
@@ -164,7 +166,9 @@ class ApiKeyMiddleware:
             if held:
                 held = False
                 places.started.remove(started)
-                places.hold.observe(self._clock() - started)
+                held_s = self._clock() - started
+                places.hold.observe(held_s)
+                self._holds.observe(held_s)
 
         async def sending(message: Message) -> None:
             kind = message["type"]

@@ -199,6 +199,31 @@ async def test_a_key_at_its_limit_is_told_when_its_oldest_request_should_end() -
     assert middleware._places[0].started == []
 
 
+async def test_a_key_none_of_whose_requests_has_ended_is_told_from_every_keys_requests() -> None:
+    """A key's first requests have no hold time of their own yet: its Retry-After comes from every key's requests
+    (here another key's, 10 s each), not the 1-s stand-in that had a new client come back nine times too early."""
+    clock = FakeClock()
+    other = "sk-unit-other-9876543210"
+    middleware = ApiKeyMiddleware(answering_app(), [KEY, other], max_concurrency_per_key=1, clock=clock)
+
+    async def ten_seconds_of_audio(message: Message) -> None:
+        if message.get("more_body") is True:
+            clock.now += 10.0
+
+    other_scope = {**http_scope(), "headers": [(b"authorization", f"Bearer {other}".encode())]}
+    await middleware(other_scope, http_receive, ten_seconds_of_audio)  # the other key's request held 10 s
+    told: list[tuple[int, bytes | None]] = []
+
+    async def refused_while_streaming(message: Message) -> None:
+        if message.get("more_body") is True:
+            clock.now += 3.5
+            status, headers = await answer(middleware)
+            told.append((status, headers.get(b"retry-after")))
+
+    await middleware(http_scope(), http_receive, refused_while_streaming)  # this key's first request
+    assert told == [(429, b"7")]
+
+
 async def test_a_request_refused_at_its_keys_limit_is_counted_with_the_code_its_error_carries() -> None:
     """As the server stacks them (app/server.py): the speech accounting counts the 429 under `rate_limit_exceeded`,
     the code of the error body it was answered with. It was told from the others by no label (its format and stream
