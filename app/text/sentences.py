@@ -46,6 +46,11 @@ _UNSPACED_SCRIPTS = frozenset(
     BALINESE""".split()
 )
 _VIRAMA = 9  # the canonical combining class of a virama (Khmer's coeng, Myanmar's): it ties its letter to the next
+# Unicode's Logical_Order_Exception: vowels of Thai, Lao, New Tai Lue and Tai Viet written before the consonant they
+# follow in speech (เ in เมือง), so they go with the letter after them, not the one before
+_WRITTEN_BEFORE = frozenset(
+    map(chr, [*range(0x0E40, 0x0E45), *range(0x0EC0, 0x0EC5), *range(0x19B5, 0x19B8), 0x19BA, *range(0xAAB5, 0xAAB7)])
+) | frozenset(map(chr, [0xAAB9, 0xAABB, 0xAABC]))
 
 
 def is_speakable(text: str) -> bool:
@@ -196,11 +201,16 @@ def _cut_run(run: str, max_chars: int) -> list[str]:
 def _may_cut_before(run: str, i: int, unspaced: frozenset[str]) -> bool:
     """Whether a run without spaces may be cut before `run[i]`: beside a character of an unspaced script (those of
     the run: `unspaced`), never inside a word of another, nor between a letter and what goes with it (a combining
-    mark, as a Thai or Khmer vowel sign; the letter after a virama, which stacks under it)."""
+    mark, as a Thai or Khmer vowel sign; the letter after a virama, which stacks under it; the letter after a vowel
+    written before it, as Thai's เ)."""
     before, after = run[i - 1], run[i]
     if before not in unspaced and after not in unspaced:
         return False
-    return unicodedata.category(after)[0] != "M" and unicodedata.combining(before) != _VIRAMA
+    return (
+        unicodedata.category(after)[0] != "M"
+        and unicodedata.combining(before) != _VIRAMA
+        and before not in _WRITTEN_BEFORE
+    )
 
 
 def _pack(parts: list[str], max_chars: int) -> list[str]:

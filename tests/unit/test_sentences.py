@@ -490,11 +490,16 @@ def test_a_word_longer_than_max_chars_is_kept_whole_whatever_its_script(word: st
         assert words(" ".join(pieces)) == words(text)
 
 
+# Unicode's Logical_Order_Exception: vowels of Thai, Lao, New Tai Lue and Tai Viet written before their consonant
+WRITTEN_BEFORE = frozenset("เแโใไເແໂໃໄᦵᦶᦷᦺꪵꪶꪹꪻꪼ")
+
+
 @pytest.mark.parametrize("text", _UNSPACED)
 def test_text_of_a_script_written_without_spaces_is_cut_at_max_chars(text: str) -> None:
     """Chinese, Japanese, Thai, Lao, Khmer, Myanmar: no space to wait for, so cut at the limit, requested or
     streamed; never before a combining mark, which is its letter's (a Thai, Lao, Khmer or Myanmar vowel sign alone
-    opened the next piece), nor after a virama, which stacks the next letter under its own."""
+    opened the next piece), nor after a virama, which stacks the next letter under its own, nor after a Thai or Lao
+    vowel written before the consonant it follows in speech (เ in เมือง), which a cut there left alone."""
     assert len(text) > 100 and " " not in text
     for limit in range(40, 48):  # the cut falls on other letters at each
         for pieces in (split_sentences(text, limit), streamed(in_messages_of_seven(text), max_chars=limit)):
@@ -502,6 +507,7 @@ def test_text_of_a_script_written_without_spaces_is_cut_at_max_chars(text: str) 
             assert all(len(p) <= limit for p in pieces), [len(p) for p in pieces]
             assert not any(unicodedata.category(p[0]).startswith("M") for p in pieces), pieces
             assert not any(unicodedata.combining(p[-1]) == 9 for p in pieces[:-1]), pieces  # 9: a virama's class
+            assert not any(p[-1] in WRITTEN_BEFORE for p in pieces[:-1]), pieces
 
 
 def test_a_spaced_word_inside_unspaced_text_is_kept_whole_and_the_rest_cut_around_it() -> None:
