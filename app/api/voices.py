@@ -115,10 +115,24 @@ async def get_voice(
 UPLOAD_FIELDS = ("name", "audio_sample", "consent", "ref_text")
 
 
+def cloning_unsupported(engine: SpeechEngine) -> ApiError:
+    """An upload to an engine that cannot clone: a voice stored here could never be spoken."""
+    return ApiError(
+        400,
+        f"This server's model ('{engine.model_id}', {engine.name} engine) cannot clone voices, so it cannot "
+        "register one. Voice cloning needs a Qwen3-TTS Base checkpoint on the omni engine.",
+        code="voice_cloning_unsupported",
+    )
+
+
 async def multipart_form(request: Request, engine: Annotated[SpeechEngine, Depends(get_engine)]) -> None:
     """The upload is a multipart form (it carries a file): any other body is told so, before its fields are read
     (which would name a field missing that a JSON body did send). Each field once, and no other (as a JSON body's
     unknown argument is refused): a field sent twice had one of its values taken silently, a misspelt one ignored."""
+    if not engine.capabilities().voice_cloning:
+        # said first, whatever the body: no form would register a voice here (raised from this dependency, it comes
+        # before the route's own fields are checked, as their refusals would otherwise)
+        raise cloning_unsupported(engine)
     kind = media_type(request)
     if kind != "multipart/form-data":
         raise ApiError(
@@ -127,8 +141,6 @@ async def multipart_form(request: Request, engine: Annotated[SpeechEngine, Depen
             f"and ref_text if you have it), not {kind or 'a body without a Content-Type'}.",
             code="invalid_request",
         )
-    if not engine.capabilities().voice_cloning:  # the route says that first, whatever the fields
-        return
     sent = Counter(field for field, _ in (await request.form()).multi_items())  # the form the route's fields read
     for field, times in sent.items():
         if field not in UPLOAD_FIELDS:
@@ -154,14 +166,6 @@ async def create_voice(
     store: Annotated[VoiceStore, Depends(get_voice_store)],
     ref_text: Annotated[str | None, Form(max_length=4096, description="What the sample says.")] = None,
 ) -> JSONResponse:
-    if not engine.capabilities().voice_cloning:
-        # a voice stored here could never be spoken: every use of it would fail
-        raise ApiError(
-            400,
-            f"This server's model ('{engine.model_id}', {engine.name} engine) cannot clone voices, so it cannot "
-            "register one. Voice cloning needs a Qwen3-TTS Base checkpoint on the omni engine.",
-            code="voice_cloning_unsupported",
-        )
     if not NAME_PATTERN.fullmatch(name):
         raise invalid_param("name", "'name' must be 1–64 characters of a-z, 0-9, '_' and '-'.")
     if ID_PATTERN.fullmatch(name):

@@ -218,6 +218,14 @@ def test_an_engine_that_cannot_clone_refuses_uploads(server: RunningServer, samp
         timeout=60,
     )
     assert misspelt.json()["error"]["code"] == "voice_cloning_unsupported", misspelt.text
+    # nor what it lacks, nor a body of another kind: those would be told before, and then this
+    for incomplete in (
+        {"data": {"name": "refused", "consent": "true"}},
+        {"data": {"name": "refused"}, "files": {"audio_sample": ("s.wav", sample, "audio/wav")}},
+        {"json": {"name": "refused"}},
+    ):
+        response = httpx.post(f"{server.base_url}/v1/audio/voices", timeout=60, **incomplete)  # type: ignore[arg-type]
+        assert response.json()["error"]["code"] == "voice_cloning_unsupported", (incomplete, response.text)
 
 
 def test_a_voice_registered_by_a_cloning_replica_on_one_that_cannot_clone(
