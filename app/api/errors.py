@@ -28,6 +28,7 @@ from app.speech.errors import (
     invalid_value,
     too_many_characters,
 )
+from app.text.hygiene import text_problem
 
 
 class ErrorDetail(BaseModel):
@@ -123,9 +124,16 @@ def missing_parameter(param: str, path: str | None = None) -> ApiError:
 
 
 def unknown_parameter(param: str, path: str | None = None) -> ApiError:
-    """A field the request (or message) does not have, as OpenAI words it; `path` the key within `param`."""
-    message = f"Unrecognized request argument supplied: {path or param}"
-    return ApiError(400, message, param=param, code="unknown_parameter")
+    """A field the request (or message) does not have, as OpenAI words it; `path` the key within `param`. Both are
+    the caller's own names, echoed as `shown_name` shows them."""
+    message = f"Unrecognized request argument supplied: {shown_name(path or param)}"
+    return ApiError(400, message, param=shown_name(param), code="unknown_parameter")
+
+
+def shown_name(name: str) -> str:
+    """A field name the caller sent, as an error may echo it: its first 64 characters, where it is plain text (a
+    megabyte of name would come back twice, control characters would reach a terminal or a log viewer)."""
+    return name[:64] if text_problem(name) is None else "(a name of unprintable characters)"
 
 
 def internal_error(request_id: str) -> ApiError:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFil
 from fastapi.responses import JSONResponse
 
 from app.api.dependencies import get_catalog, get_engine, get_voice_store
-from app.api.errors import ApiError, error_responses, invalid_param, media_type
+from app.api.errors import ApiError, error_responses, invalid_param, media_type, shown_name
 from app.audio.reference import MAX_REFERENCE_BYTES, prepare_reference_audio
 from app.engine_protocol import SpeechEngine, UnsupportedParameter
 from app.speech.errors import invalid_value, too_many_characters
@@ -144,7 +144,7 @@ async def multipart_form(request: Request, engine: Annotated[SpeechEngine, Depen
     sent = Counter(field for field, _ in (await request.form()).multi_items())  # the form the route's fields read
     for field, times in sent.items():
         if field not in UPLOAD_FIELDS:
-            shown = field[:64] if text_problem(field) is None else "(a name of unprintable characters)"
+            shown = shown_name(field)
             fields = f"{', '.join(UPLOAD_FIELDS[:-1])} and {UPLOAD_FIELDS[-1]}"
             raise invalid_param(shown, f"Unknown field '{shown}': an upload has {fields}.")
         if times > 1:

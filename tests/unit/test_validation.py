@@ -105,6 +105,19 @@ def test_invalid_bodies(payload: dict[str, Any], param: str, code: str | None, f
     assert set(error.body()["error"]) == {"message", "type", "param", "code"}
 
 
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [("f" * 100_000, "f" * 64), ("\u202e\u0007evil\u001b[31m", "(a name of unprintable characters)")],
+    ids=["long", "control-characters"],
+)
+def test_an_unknown_fields_name_is_echoed_cut_short_and_only_where_it_is_plain_text(name: str, shown: str) -> None:
+    """The caller's own name comes back in `message` and `param`: a megabyte of it came back twice, and control or
+    text-direction characters reached whoever reads the error."""
+    error = schema_error(body(**{name: 1}), fastapi_loc=True)
+    assert error.message == f"Unrecognized request argument supplied: {shown}"
+    assert (error.param, error.code) == (shown, "unknown_parameter")
+
+
 @pytest.mark.parametrize("fastapi_loc", [False, True], ids=["pydantic", "fastapi"])
 def test_unknown_field_message_matches_openai(fastapi_loc: bool) -> None:
     error = schema_error(body(foo="bar"), fastapi_loc=fastapi_loc)
