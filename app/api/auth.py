@@ -63,6 +63,19 @@ def load_api_keys(keys: list[str], keys_file: str | None) -> list[str]:
     return loaded
 
 
+def _authorization(scope: Scope) -> str | None:
+    """The request's Authorization header ("" where it has none); None where it has several: which one counts is
+    each proxy's own choice (this server's took the last, a gateway before it may check the first), so none does."""
+    headers = [value for name, value in scope["headers"] if name == b"authorization"]
+    return None if len(headers) > 1 else (headers[0] if headers else b"").decode("latin-1")
+
+
+def _several_authorizations() -> ApiError:
+    metrics.REJECTED.labels("unauthorized").inc()
+    message = "The request has several Authorization headers. Send one: 'Authorization: Bearer <key>'."
+    return ApiError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
 def _bearer(header: str) -> str:
     """The key in an `Authorization: Bearer <key>` header; empty for anything else."""
     scheme, _, presented = header.partition(" ")
@@ -118,10 +131,14 @@ class ApiKeyMiddleware:
         if scope["type"] != "http" or not self._digests or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
             await self.app(scope, receive, send)
             return
-        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        header = _authorization(scope)
         counted = path.startswith(COUNTED_PREFIX) or (scope.get("method"), path) == UPLOAD
         how = "Send it as 'Authorization: Bearer <key>'."
-        admitted = self._admit(_bearer(header), given=bool(header), how=how, counted=counted)
+        admitted = (
+            _several_authorizations()
+            if header is None
+            else self._admit(_bearer(header), given=bool(header), how=how, counted=counted)
+        )
         if isinstance(admitted, ApiError):
             await send_error(send, admitted, request_id_of(scope))
             return
@@ -196,11 +213,15 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        admitted = self._admit(
-            _bearer(header) or from_query,
-            given=bool(header or from_query),
-            how="Send 'Authorization: Bearer <key>' or the query parameter api_key.",
+        header = _authorization(scope)
+        admitted = (
+            _several_authorizations()
+            if header is None
+            else self._admit(
+                _bearer(header) or from_query,
+                given=bool(header or from_query),
+                how="Send 'Authorization: Bearer <key>' or the query parameter api_key.",
+            )
         )
         if isinstance(admitted, ApiError):
             count_refused(scope, admitted)

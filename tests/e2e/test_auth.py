@@ -64,6 +64,25 @@ def test_auth_table(secured: RunningServer, headers: dict[str, str], status: int
         assert response.content == json.dumps(response.json(), separators=(",", ":"), ensure_ascii=False).encode()
 
 
+@pytest.mark.parametrize("first", [f"Bearer {KEY_A}", "Bearer sk-wrong"], ids=["good-first", "wrong-first"])
+def test_a_request_with_several_authorization_headers_is_refused_whichever_comes_first(
+    secured: RunningServer, first: str
+) -> None:
+    """Which of several headers counts is each proxy's own choice (this server took the last, a gateway before it may
+    check the first): none does, over HTTP and the WebSocket alike."""
+    others = [("Authorization", f"Bearer {KEY_B}" if first.endswith(KEY_A) else f"Bearer {KEY_A}")]
+    headers = httpx.Headers([("Authorization", first), *others])
+    response = httpx.post(f"{secured.base_url}/v1/audio/speech", json=BODY, headers=headers, timeout=60)
+    assert response.status_code == 401, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_api_key" and "several Authorization headers" in error["message"]
+    url = secured.base_url.replace("http", "ws", 1) + "/v1/audio/speech/stream"
+    with ws_connect(url, additional_headers=[("Authorization", first), *others], open_timeout=30) as ws:
+        told = json.loads(ws.recv(timeout=30))
+    assert told["code"] == "invalid_api_key" and "several Authorization headers" in told["message"], told
+    assert ws.close_code == 1008
+
+
 def test_every_api_route_is_protected(secured: RunningServer) -> None:
     for method, path in [("GET", "/v1/models"), ("GET", "/v1/audio/voices"), ("POST", "/v1/audio/speech")]:
         assert httpx.request(method, f"{secured.base_url}{path}").status_code == 401, path
