@@ -153,10 +153,12 @@ class BodySizeLimitMiddleware:
         headers = dict(scope["headers"])
         encodings = [v.decode("latin-1").strip() for k, v in scope["headers"] if k.lower() == b"content-encoding"]
         encoding = next((e for e in encodings if e and e.lower() != "identity"), None)
-        if encoding is not None:
+        declared = headers.get(b"content-length")
+        # HTTP/1.1: no Content-Length and no Transfer-Encoding, no body (a probe's GET): its encoding says nothing
+        has_body = (declared is not None and declared.strip() != b"0") or b"transfer-encoding" in headers
+        if encoding is not None and has_body:
             await send_error(send, _encoded(encoding), request_id_of(scope))
             return
-        declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await send_error(send, self._too_large(), request_id_of(scope))
             return

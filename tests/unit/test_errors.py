@@ -541,11 +541,25 @@ async def test_a_compressed_body_is_a_415_naming_its_encoding_not_a_json_error(e
 async def test_any_content_encoding_header_of_several_is_refused_and_not_echoed_at_length() -> None:
     exchange = await call(
         BodySizeLimitMiddleware(EchoApp(), max_bytes=CAP),
-        headers=[(b"content-encoding", b"x" * 5000), (b"content-encoding", b"identity")],
+        headers=[(b"content-encoding", b"x" * 5000), (b"content-encoding", b"identity"), (b"content-length", b"2")],
         messages=[{"type": "http.request", "body": b"{}", "more_body": False}],
     )
     assert exchange.status == 415
     assert len(exchange.json()["error"]["message"]) < 200
+
+
+@pytest.mark.parametrize("length", [None, b"0"], ids=["no-length", "length-0"])
+async def test_a_request_without_a_body_passes_whatever_its_content_encoding(length: bytes | None) -> None:
+    """A probe's GET with a stray Content-Encoding (a client's default headers) has no body to be encoded: it was
+    refused with a 415 all the same."""
+    inner = EchoApp()
+    headers = [(b"content-encoding", b"gzip"), *([(b"content-length", length)] if length is not None else [])]
+    exchange = await call(
+        BodySizeLimitMiddleware(inner, max_bytes=CAP),
+        headers=headers,
+        messages=[{"type": "http.request", "body": b"", "more_body": False}],
+    )
+    assert exchange.status == 200 and inner.scope is not None
 
 
 @pytest.mark.parametrize("encoding", [b"identity", b"IDENTITY", b""])
