@@ -219,6 +219,9 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
     if kind == "missing":
         return missing_parameter(param, path)
     detail = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    # a lone surrogate in a string pydantic reads itself: said as the other fields' text checks say it, and where
+    if kind == "string_unicode" and isinstance(error.get("input"), str):
+        detail = text_problem(error["input"]) or detail
     bounds = error.get("ctx") or {}
     code = "invalid_type" if kind.endswith("_type") or kind.endswith("_parsing") else "invalid_value"
     if kind.endswith(("too_long", "too_short")) and isinstance(error.get("input"), str):  # a string: its characters

@@ -185,6 +185,16 @@ def test_a_field_name_that_is_not_unicode_is_refused_as_such(fastapi_loc: bool, 
     assert validation_error(info.value.errors()).code == "unknown_parameter"
 
 
+@pytest.mark.parametrize("field", ["input", "voice", "speaker", "model", "instructions", "language"])
+def test_a_lone_surrogate_in_any_text_field_is_said_alike(field: str) -> None:
+    """Where pydantic cannot read a value as a string (a lone surrogate, JSON's "\\ud800"), the answer says what the
+    text checks of the other fields say: not valid Unicode, and where; not "unable to parse raw data"."""
+    error = schema_error(body(**{field: "ab\ud800"}), fastapi_loc=True)
+    assert error.param == field
+    assert "not valid Unicode (a lone surrogate, U+D800, at position 2)" in error.message, error.message
+    error.response()  # the answer can be written
+
+
 # -- schema: what it accepts ---------------------------------------------------------------------------------------
 
 
