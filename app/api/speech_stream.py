@@ -248,12 +248,19 @@ class SpeechStreamSession:
                 elif self.speech.voice is None:
                     message = "No valid session.config arrived in time."
                     await self.refuse(ApiError(408, message, code=CONFIG_TIMEOUT, param="type"))
-                elif self.speech.look():
-                    if self.listening():
-                        self.speech.heard()  # idle from when it has read its audio, not from when it was sent
-                    else:
-                        message = "The session was idle for too long."
-                        await self.frames.close_with(ApiError(408, message, code="idle_timeout"), CLOSE_NORMAL)
+                else:
+                    was_mid = self.speech.mid_utterance
+                    if self.speech.look():
+                        if self.listening():
+                            self.speech.heard()  # idle from when it has read its audio, not from when it was sent
+                        else:
+                            message = "The session was idle for too long."
+                            await self.frames.close_with(ApiError(408, message, code="idle_timeout"), CLOSE_NORMAL)
+                    elif was_mid and not self.speech.mid_utterance:
+                        # the idle time ended the utterance as input.done would: so is a half it held dropped, and
+                        # said (it would have crossed into the next utterance, and held back its session.config)
+                        if (stray := self.halves.end()) is not None:
+                            await self.frames.send_error(stray)
         except SessionClosed as closed:
             code = closed.code
         except Exception:

@@ -15,7 +15,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from tests.e2e.test_speech_stream import long_text, receive_utterance, send, ws_url
+from tests.e2e.test_speech_stream import long_text, receive_through_errors, receive_utterance, send, ws_url
 from tests.support.server import RunningServer, start_server
 
 pytestmark = pytest.mark.timing  # asserts on wall-clock time: tests/support/timing_stress.py
@@ -163,6 +163,34 @@ def test_a_fragment_left_unfinished_is_spoken_then_the_idle_session_closes(limit
         error = json.loads(ws.recv(timeout=10))
         assert (error["type"], error["code"]) == ("error", "idle_timeout")
         assert closed_with(ws) == 1000
+
+
+def test_a_half_character_left_when_the_idle_time_ends_the_utterance_is_dropped_and_said(
+    limited_server: RunningServer,
+) -> None:
+    """The idle time ends an utterance as input.done would: a first UTF-16 half the text ended with is dropped and
+    said then, not carried into the next utterance (whose session.config it held back as `input_pending`)."""
+    no_sessions(limited_server)
+    with connect(ws_url(limited_server), additional_headers=AUTH) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": "Hello there \ud83d"})  # json.dumps writes the half as \ud83d
+        events, _ = receive_through_errors(ws)
+        errors = [e for e in events if e["type"] == "error"]
+        assert len(errors) == 1 and errors[0]["param"] == "text", events
+        assert [e["sentence_text"] for e in events if e["type"] == "audio.start"] == ["Hello there"], events
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "wav"})  # between utterances
+        send(ws, {"type": "input.text", "text": "\ude00 New utterance."})
+        send(ws, {"type": "input.done"})
+        events, _ = receive_through_errors(ws)
+        assert not [e for e in events if e.get("code") == "input_pending"], events
+        # the second half finds no first to join: refused alone, as a half with no other in its message is
+        assert [e["param"] for e in events if e["type"] == "error"] == ["text"], events
+        assert "U+DE00" in str(events[0]["message"]), events
+        send(ws, {"type": "input.text", "text": "New utterance."})
+        send(ws, {"type": "input.done"})
+        events, audio = receive_through_errors(ws)
+        assert [e["sentence_text"] for e in events if e["type"] == "audio.start"] == ["New utterance."], events
+        assert audio[0][:4] == b"RIFF"  # the config between the utterances took: wav
 
 
 def test_a_sentence_spoken_after_the_writer_paused_counts_its_ttfa_from_its_text(
