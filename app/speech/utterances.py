@@ -305,9 +305,21 @@ class StreamedSpeech:
                 raise ShuttingDown()
         self.refuse_ssml(text)
         units, rest = complete_units(self.buffer + text, self.max_chars, self.granularity)
-        # the text left waiting for its end holds at most what one request may: unbounded, each message would scan more
         limit = self.service.engine.capabilities().max_input_chars
-        # as a request would have it: the blanks around it are no part of what is spoken (a piece of `max_chars`
+        # a word is never cut: one past what a request may speak, its end in this text (a sentence's or a space's:
+        # the words of the waiting text but a last one still open), could only be refused after its sentence's
+        # audio.start; refused here, as the same word waiting for its end is
+        ended = [] if self.granularity == "none" else rest.split() if rest[-1:].isspace() else rest.split()[:-1]
+        if (longest := max([*(unit.strip() for unit in units), *ended], key=len, default="")) and len(longest) > limit:
+            raise Refused(
+                "text",
+                f"A word is never cut, and a sentence holds at most {limit} characters (the longest input of a "
+                f"request): this input.text would make one of {len(longest)}, beginning {longest[:24]!r}. It was not "
+                "added (text sent before it still waits): send it again without that word.",
+                "string_too_long",
+            )
+        # the text left waiting for its end holds at most what one request may: unbounded, each message would scan more
+        # (as a request would have it: the blanks around it are no part of what is spoken; a piece of `max_chars`
         # waits with the space before it and the one after it)
         waiting = len(rest.strip())
         if waiting > limit:
@@ -320,16 +332,6 @@ class StreamedSpeech:
                 "text",
                 f"At most {limit} characters wait to be spoken at once ({why}); this input.text would make it "
                 f"{waiting}. It was not added: send input.done, then the rest.",
-            )
-        # a word is never cut: one past what a request may speak, its end in this text, could only be refused after
-        # its sentence's audio.start; refused here, as the same word waiting for its end is
-        if (longest := max((unit.strip() for unit in units), key=len, default="")) and len(longest) > limit:
-            raise Refused(
-                "text",
-                f"A word is never cut, and a sentence holds at most {limit} characters (the longest input of a "
-                f"request): this input.text would make one of {len(longest)}, beginning {longest[:24]!r}. It was not "
-                "added (text sent before it still waits): send it again without that word.",
-                "string_too_long",
             )
         self.begin_utterance()
         self.open_utterances[self.utterance].chars += len(text)

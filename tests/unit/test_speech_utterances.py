@@ -414,6 +414,19 @@ async def test_a_word_too_long_for_a_request_is_refused_with_the_message_that_en
     assert queued(speech) == ["Before it", LOPADO_LATIN[:90], "after it.", 3]
 
 
+@pytest.mark.parametrize("end", [" ", "\n", " and more"])
+async def test_a_word_too_long_ended_by_a_blank_is_refused_as_too_long_not_as_text_waiting(
+    tmp_path: Path, end: str
+) -> None:
+    """A space ends a word as a sentence's end does: the word past the longest `input` is named (string_too_long),
+    where a trailing blank got the refusal of text waiting with "no space to cut at" (invalid_value)."""
+    speech = await configured(short_input_service(tmp_path, 40))
+    with pytest.raises(Refused) as refused:
+        speech.text(f"{LOPADO_LATIN}{end}")
+    assert (refused.value.param, refused.value.code) == ("text", "string_too_long"), refused.value.message
+    assert "never cut" in refused.value.message and speech.buffer == ""
+
+
 async def test_a_long_run_of_a_script_written_without_spaces_is_streamed_in_pieces(tmp_path: Path) -> None:
     """Chinese has no space to wait for: streamed past the longest request, it is cut at the limit and spoken."""
     service = short_input_service(tmp_path, 40)
