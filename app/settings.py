@@ -811,7 +811,8 @@ class Settings(BaseSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Web origins allowed to call the API from a browser (comma list, e.g. https://app.example.com, "
-        "or *); none = no CORS.",
+        "or *); none = no CORS. The WebSocket too: a browser's page of another origin than the server's own (its "
+        "Host) opens a session only where listed here (403 `origin_not_allowed` before the upgrade otherwise).",
     )
     max_body_bytes: int = Field(
         25 * 1024 * 1024, ge=MIN_MESSAGE_BYTES, description="Largest accepted request body (413 beyond)."

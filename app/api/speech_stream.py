@@ -31,6 +31,7 @@ import logging
 import time
 from types import UnionType
 from typing import Annotated, Any, Literal, NoReturn, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, WebSocket
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -45,6 +46,7 @@ from app.api.errors import (
     invalid_param,
     missing_parameter,
     name_not_unicode,
+    shown_name,
     to_api_error,
     unknown_parameter,
     validation_error,
@@ -429,9 +431,30 @@ async def speech_stream_over_http() -> None:
     )  # fmt: skip
 
 
+def foreign_origin(websocket: WebSocket, allowed: list[str]) -> str | None:
+    """The Origin of a browser's page that may not open a session here, or None: a WebSocket has no CORS of its own,
+    so without this check any site a user visits could speak through a server the user reaches (a keyless one on
+    their machine). A page of this server's own host may, and those of SPEECH_CORS_ORIGINS ("*": any), as over HTTP;
+    a client that is no browser sends no Origin."""
+    origin = websocket.headers.get("origin")
+    if origin is None or "*" in allowed or origin in allowed:
+        return None
+    host = websocket.headers.get("host", "")
+    return None if urlsplit(origin).netloc.lower() == host.lower() else origin
+
+
 @router.websocket(STREAM_PATH)
 async def speech_stream(websocket: WebSocket) -> None:
     service = service_of(websocket.app.state)
+    if (origin := foreign_origin(websocket, service.settings.cors_origins)) is not None:
+        refusal = ApiError(
+            403,
+            f"A page of {shown_name(origin)} may not open a session here: its origin is not among SPEECH_CORS_ORIGINS.",
+            code="origin_not_allowed",
+        )
+        count_refused(websocket.scope, refusal)
+        await websocket.send_denial_response(refusal.response())
+        return
     try:
         service.check_not_draining()
     except ShuttingDown as exc:

@@ -98,3 +98,40 @@ async def test_an_origin_not_listed_is_blocked(browser: Any, cors_server: Runnin
 async def test_cors_is_off_by_default(browser: Any, server: RunningServer, web_app_port: int) -> None:
     result = await call_from(browser, f"http://127.0.0.1:{web_app_port}/", server.base_url)
     assert "blocked" in result, result
+
+
+# a web app's page opening a session (a browser sends its page's Origin; it cannot set Authorization: the key rides
+# in the query)
+OPEN_SESSION = """async ([url]) => new Promise((resolve) => {
+  const ws = new WebSocket(url);
+  ws.onopen = () => { ws.close(); resolve("open"); };
+  ws.onerror = () => resolve("refused");
+  setTimeout(() => resolve("no answer"), 20000);
+})"""
+
+
+async def open_from(browser: Any, page_url: str, ws_url: str) -> str:
+    page = await browser.new_page()
+    await PageWatch().attach(page)
+    await page.goto(page_url)
+    result = await page.evaluate(OPEN_SESSION, [ws_url])
+    await page.close()
+    return result
+
+
+def stream_url(server: RunningServer, key: str | None = None) -> str:
+    url = server.base_url.replace("http", "ws", 1) + "/v1/audio/speech/stream"
+    return url if key is None else f"{url}?api_key={key}"
+
+
+async def test_a_websocket_opens_from_a_listed_origin_and_the_servers_own_but_no_other(
+    browser: Any, cors_server: RunningServer, server: RunningServer, web_app_port: int
+) -> None:
+    """A WebSocket has no CORS of its own: any page a user visits could open one to a server the user reaches. It is
+    refused (403, before the upgrade) to a page of an origin neither listed in SPEECH_CORS_ORIGINS nor the server's
+    own, as a cross-origin fetch is blocked; a listed origin and the playground's own page open it."""
+    listed, other = f"http://127.0.0.1:{web_app_port}/", f"http://localhost:{web_app_port}/"
+    assert await open_from(browser, listed, stream_url(cors_server, KEY)) == "open"
+    assert await open_from(browser, other, stream_url(cors_server, KEY)) == "refused"
+    assert await open_from(browser, listed, stream_url(server)) == "refused"  # no SPEECH_CORS_ORIGINS: none listed
+    assert await open_from(browser, f"{server.base_url}/", stream_url(server)) == "open"  # the server's own page
