@@ -70,10 +70,13 @@ def _authorization(scope: Scope) -> str | None:
     return None if len(headers) > 1 else (headers[0] if headers else b"").decode("latin-1")
 
 
-def _several_authorizations() -> ApiError:
+def _unauthorized(message: str) -> ApiError:
+    """A 401, counted: no key, a wrong one, or several Authorization headers."""
     metrics.REJECTED.labels("unauthorized").inc()
-    message = "The request has several Authorization headers. Send one: 'Authorization: Bearer <key>'."
     return ApiError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+SEVERAL_AUTHORIZATIONS = "The request has several Authorization headers. Send one: 'Authorization: Bearer <key>'."
 
 
 def _bearer(header: str) -> str:
@@ -135,7 +138,7 @@ class ApiKeyMiddleware:
         counted = path.startswith(COUNTED_PREFIX) or (scope.get("method"), path) == UPLOAD
         how = "Send it as 'Authorization: Bearer <key>'."
         admitted = (
-            _several_authorizations()
+            _unauthorized(SEVERAL_AUTHORIZATIONS)
             if header is None
             else self._admit(_bearer(header), given=bool(header), how=how, counted=counted)
         )
@@ -152,9 +155,7 @@ class ApiKeyMiddleware:
         (`counted`), the key already running as many as it may (429, `Retry-After` when a place should free)."""
         key = self._match(presented) if presented else None
         if key is None:
-            metrics.REJECTED.labels("unauthorized").inc()
-            message = "Incorrect API key provided." if given else f"You didn't provide an API key. {how}"
-            return ApiError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+            return _unauthorized("Incorrect API key provided." if given else f"You didn't provide an API key. {how}")
         places = self._places.setdefault(key, KeyPlaces())
         if counted and self._max_per_key is not None and len(places.started) >= self._max_per_key:
             metrics.REJECTED.labels("per_key_limit").inc()
@@ -215,7 +216,7 @@ class ApiKeyMiddleware:
         started = time.perf_counter()
         header = _authorization(scope)
         admitted = (
-            _several_authorizations()
+            _unauthorized(SEVERAL_AUTHORIZATIONS)
             if header is None
             else self._admit(
                 _bearer(header) or from_query,

@@ -443,26 +443,27 @@ def foreign_origin(websocket: WebSocket, allowed: list[str]) -> str | None:
     return None if urlsplit(origin).netloc.lower() == host.lower() else origin
 
 
+async def deny_upgrade(websocket: WebSocket, refusal: ApiError) -> None:
+    """The session refused before the upgrade, with the HTTP answer a request would get, counted as refused."""
+    count_refused(websocket.scope, refusal)
+    await websocket.send_denial_response(refusal.response())
+
+
 @router.websocket(STREAM_PATH)
 async def speech_stream(websocket: WebSocket) -> None:
     service = service_of(websocket.app.state)
     if (origin := foreign_origin(websocket, service.settings.cors_origins)) is not None:
-        refusal = ApiError(
-            403,
-            f"A page of {shown_name(origin)} may not open a session here: its origin is not among SPEECH_CORS_ORIGINS.",
-            code="origin_not_allowed",
+        message = (
+            f"A page of {shown_name(origin)} may not open a session here: its origin is not among SPEECH_CORS_ORIGINS."
         )
-        count_refused(websocket.scope, refusal)
-        await websocket.send_denial_response(refusal.response())
+        await deny_upgrade(websocket, ApiError(403, message, code="origin_not_allowed"))
         return
     try:
         service.check_not_draining()
     except ShuttingDown as exc:
         # refused before the upgrade, as the HTTP 503 a request gets: a balancer retries it on another replica, which
         # it could not do with a session closed after the upgrade
-        refusal = to_api_error(exc)
-        count_refused(websocket.scope, refusal)
-        await websocket.send_denial_response(refusal.response())
+        await deny_upgrade(websocket, to_api_error(exc))
         return
     await websocket.accept()
     metrics.WS_SESSIONS.inc()

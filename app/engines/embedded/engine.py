@@ -77,6 +77,7 @@ READING = ReadingRules(latin_only=True)
 # that never ends, so that close() returns and the server's shutdown goes on (the process's exit still joins the
 # worker threads: Python's, not ours).
 CLOSE_WAIT_S = 10.0
+CLOSED = "the embedded engine closed"  # what a synthesis the close stopped, or dropped before it ran, raises
 
 
 def model_speed_for(speed: float) -> float:
@@ -199,7 +200,7 @@ class EmbeddedEngine:
             task = asyncio.current_task()
             if not self._closed or (task is not None and task.cancelling()):
                 raise
-            raise EngineUnavailable("the embedded engine closed") from None
+            raise EngineUnavailable(CLOSED) from None
 
     def _submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """`fn(*args)` on a worker, awaitable; close() waits for it (or drops it, if no worker has taken it yet)."""
@@ -255,7 +256,7 @@ class EmbeddedEngine:
             except SynthesisStopped:
                 audio = None
             if self._closed:  # closed under it: the caller hears that the engine went away, not a sentence cut short
-                raise EngineUnavailable("the embedded engine closed")
+                raise EngineUnavailable(CLOSED)
             if audio is None:
                 return  # aborted: it ends without audio, as an aborted request's synthesis always has
             if not audio.phoneme_ids:  # e.g. Chinese text: this English voice has no phonemes for it
