@@ -258,36 +258,31 @@ class OmniSettings(BaseModel):
         "package's vllm_omni.general_plugins entry point, so the service must be installed, as its image is.",
     )
     fused_kernels: Literal["as-tuned", "split", "prefetch"] = Field(
-        "as-tuned",
+        "prefetch",
         description="With `talker_model` `fused`, how its projection kernels are cut, in launches of up to 16 rows "
-        "in bfloat16 (16 streams; 8 in a frame's first pass, which takes two positions at once): "
-        "their tiles as each kernel's own timing chose (`as-tuned`); each reduction split across about as many "
-        "programs as an H200 has SMs, the last of a block's programs summing their float32 partials in order "
-        "(`split`, as sglang-omni's predictor cuts its own); or split so that each program loads its whole share "
-        "of the weights before its input (`prefetch`). Alone on an H200 at one stream, with dependent launches, split "
-        "took 1.03× and prefetch 0.78–0.79× the as-tuned predictor's GPU time a frame; in the server, split with them "
-        "took 1.14× as long end to end at one stream, and prefetch with them the same time as tuned (553 against 548 "
-        "ms on one GPU: the talker's step is bound by its host side there), 0.93–1.11× above "
-        "(benchmarks/gpu/2026-11-30-h200x2-fused-launch/, 2026-11-30-h200x2-pair-fused-prefetch/). Started in turn "
-        "with the profile as shipped on one H200, prefetch with dependent launches did 1.06–1.10× the work at a "
-        "steady 8 streams with no longer gap, but lost bursts of 32 (time to uninterrupted audio p95 278 and 285 "
-        "against 204–269 ms in the request timeline's) (benchmarks/gpu/2026-12-01-h200-omni-fused-prefetch-in-turn/). "
-        "With dependent launches only up to 16 rows and CUDA MPS, again in turn: at one stream 0.86–0.97× the "
-        "time end to end on the load tool and 0.85–0.88× on vllm-omni's benchmark in both starts, at 8 streams ahead "
-        "in one start and behind in the other (a start that was slower at 32 streams too, where it runs the default's "
-        "kernels) (benchmarks/gpu/2026-12-04-h200-omni-prefetch-dependent-to-16-rows/): a setting for a GPU that "
-        "serves one or a few streams at a time. "
+        "in bfloat16 (16 streams; 8 in a frame's first pass, which takes two positions at once; past that, and in "
+        "float32, the tuned kernels' own launches, bit for bit): each reduction split so that each program loads its "
+        "whole share of the weights before its input (`prefetch`, the default); their tiles as each kernel's own "
+        "timing chose (`as-tuned`); or each reduction split across about as many programs as an H200 has SMs, the "
+        "last of a block's programs summing their float32 partials in order (`split`, as sglang-omni's predictor cuts "
+        "its own). Alone on an H200 at one stream, with dependent launches, prefetch took 0.78–0.79× and split 1.03× "
+        "the as-tuned predictor's GPU time a frame (benchmarks/gpu/2026-11-30-h200x2-fused-launch/). In the server, "
+        "prefetch with dependent launches started in turn with as-tuned on one H200, three starts each, under CUDA "
+        "MPS: at one stream 0.83–0.95× the time end to end on the load tool and 1.13–1.19× the requests a second on "
+        "vllm-omni's benchmark; at 8 streams 1.22× the benchmark's and 1.17× the load tool's steady requests a second "
+        "(medians), with no longer gap; at 32 streams level (the same kernels there) "
+        "(benchmarks/gpu/2026-12-04-h200-omni-prefetch-six-starts/). "
         "app/engines/omni/stage_plugins/predictor_kernels.py.",
     )
     fused_dependent_launch: bool = Field(
-        False,
+        True,
         description="With `talker_model` `fused`, launch its kernels as programmatic dependent launches (Hopper "
-        "GPUs and later): each starts while the one before it finishes and waits only where it first reads what "
-        "that one wrote; in launches of up to 16 rows (one row block of the kernels: 16 streams, 8 in a frame's first "
-        "pass, which takes two positions at once): past that, where prefetch with them lost "
-        "bursts of 32 by its dependent launches alone, the kernels launch as they do without. Alone on an H200 at "
-        "one stream 0.95× the predictor's GPU time a frame with the as-tuned kernels; see `fused_kernels` for it "
-        "beside split and prefetch.",
+        "GPUs and later; elsewhere ordinary launches): each starts while the one before it finishes and waits only "
+        "where it first reads what that one wrote; in launches of up to 16 rows (one row block of the kernels: 16 "
+        "streams, 8 in a frame's first pass, which takes two positions at once): past that, where prefetch with them "
+        "lost bursts of 32 by its dependent launches alone (benchmarks/gpu/2026-12-01-h200-omni-fused-prefetch-in-"
+        "turn/), the kernels launch as they do without. Alone on an H200 at one stream 0.95× the predictor's GPU time "
+        "a frame with the as-tuned kernels; see `fused_kernels` for them with prefetch, the default.",
     )
     prompt_batch: bool = Field(
         True,

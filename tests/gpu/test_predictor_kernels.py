@@ -199,8 +199,8 @@ def test_the_predictor_is_as_accurate_launched_every_way(kernels: Any, streams: 
 
     from app.engines.omni.stage_plugins.fused_launch import KERNELS, FusedLaunch
 
-    truth = frame_start(kernels, FusedLaunch(), streams, False, torch.float32)
-    tuned = frame_start(kernels, FusedLaunch(), streams, False, torch.bfloat16)
+    truth = frame_start(kernels, kernels.AS_TUNED, streams, False, torch.float32)
+    tuned = frame_start(kernels, kernels.AS_TUNED, streams, False, torch.bfloat16)
     bound = [float((a - b).abs().max()) for a, b in zip(tuned, truth, strict=True)]
     assert all(0 < error < 0.5 for error in bound), bound  # bfloat16 computed, not float32, and not far off it
     for kinds, dependent, graphed in itertools.product(KERNELS, (False, True), (False, True)):
@@ -224,7 +224,7 @@ def test_past_one_row_block_every_launch_setting_runs_the_tuned_kernels_bit_for_
     from app.engines.omni.stage_plugins.fused_launch import KERNELS, LAUNCHED_MAX_ROWS, FusedLaunch
 
     streams = 2 * LAUNCHED_MAX_ROWS
-    tuned = frame_start(kernels, FusedLaunch(), streams, False, torch.bfloat16)
+    tuned = frame_start(kernels, kernels.AS_TUNED, streams, False, torch.bfloat16)
     for kinds, dependent in itertools.product(KERNELS, (False, True)):
         got = frame_start(kernels, FusedLaunch(kinds, dependent), streams, False, torch.bfloat16)
         for a, b in zip(got, tuned, strict=True):

@@ -34,8 +34,10 @@ def test_the_settings_offer_the_kernels_the_talkers_process_reads() -> None:
 
 
 def test_the_default_leaves_the_variable_unset() -> None:
-    assert FusedLaunch().environment_value() is None
+    """The default is prefetch with dependent launches (benchmarks/gpu/2026-12-04-h200-omni-prefetch-six-starts/)."""
+    assert FusedLaunch() == FusedLaunch("prefetch", True) and FusedLaunch().environment_value() is None
     assert FusedLaunch("split", True).environment_value() == "split+dependent"
+    assert FusedLaunch("as-tuned", False).environment_value() == "as-tuned"
     assert from_environment({}) == from_environment({VARIABLE: ""}) == FusedLaunch()
 
 
@@ -43,7 +45,7 @@ def test_the_default_leaves_the_variable_unset() -> None:
 def test_a_value_it_does_not_know_is_said_and_the_default_kept(value: str, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="vllm.speech.plugin"):
         assert from_environment({VARIABLE: value}) == FusedLaunch()
-    assert VARIABLE in caplog.text and repr(value) in caplog.text
+    assert VARIABLE in caplog.text and repr(value) in caplog.text and "prefetch+dependent" in caplog.text
 
 
 @pytest.mark.parametrize("kernels", KERNELS)

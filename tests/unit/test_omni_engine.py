@@ -535,16 +535,16 @@ async def test_the_fused_kernels_launch_reaches_the_stage_processes_environment_
             raw.append(os.environ.get(fused_launch.VARIABLE))
             seen.append(fused_launch.from_environment(os.environ))
 
-    for settings in ({"fused_kernels": "prefetch", "fused_dependent_launch": True}, {"fused_kernels": "split"}, {}):
+    for settings in ({"fused_kernels": "as-tuned", "fused_dependent_launch": False}, {"fused_kernels": "split"}, {}):
         engine = make_engine(custom_voice_dir, FakeAsyncOmni(), omni=settings)
         engine._factory = lambda **kwargs: Recording()
         await engine.start()
         await engine.close()
-    assert raw == ["prefetch+dependent", "split", None]
+    assert raw == ["as-tuned", "split+dependent", None]
     assert seen == [
+        fused_launch.FusedLaunch("as-tuned", False),
+        fused_launch.FusedLaunch("split", True),
         fused_launch.FusedLaunch("prefetch", True),
-        fused_launch.FusedLaunch("split"),
-        fused_launch.FusedLaunch(),
     ]
 
 

@@ -38,7 +38,7 @@ import triton.language as tl
 from app.engines.omni.stage_plugins import fused_launch
 from app.engines.omni.stage_plugins.fused_launch import FusedLaunch
 
-AS_TUNED = FusedLaunch()  # the kernels as tuned one at a time, not dependent launches
+AS_TUNED = FusedLaunch("as-tuned", dependent=False)  # the kernels as tuned one at a time, not dependent launches
 
 try:  # programmatic dependent launch (Hopper and later): a kernel starts while the one before it finishes
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
