@@ -22,6 +22,10 @@ _KEY_DROP = re.compile(r"[\W_]+")
 # Markdown's marks around a word ("**Install**", "`pip`", "*this*,"), the last with the sentence's punctuation after it
 _MARKS_BEFORE = re.compile(r"^([^\w\s*`]*)[*`]+(?=[^\s*`])")
 _MARKS_AFTER = re.compile(r"(?<=[^\s*`])[*`]+[^\w*`]*$")
+# Markdown's marks alone, two or more ("***" a rule, "```" a fence, "****" empty emphasis): punctuation, which a piece
+# of text holding nothing else is dropped as (`app.text.sentences.has_silent_words`); a single mark ("2 * 3") may be
+# an operator and stays a word
+_MARK_RUN = re.compile(r"[*`]{2,}")
 _ABBREVIATION = re.compile(r"[^\W\d_]\.[^\W\d_]")  # a full stop between letters
 
 
@@ -65,7 +69,7 @@ def written_words(text: str) -> list[str]:
             bare = word.rstrip(".")
             word = f"{bare}." if _ABBREVIATION.search(bare) else bare
         word = word.rstrip(_EDGE_PUNCTUATION) if word.startswith(_SIGNS) else word.strip(_EDGE_PUNCTUATION)
-        if word:
+        if word and not _MARK_RUN.fullmatch(word):
             words.append(word)
     return words
 

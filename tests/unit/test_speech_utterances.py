@@ -199,6 +199,17 @@ async def test_words_with_nothing_to_say_that_end_an_utterance_go_with_its_last_
     assert queued(speech) == ["Have a great day!", 1] and last.trailing == ["😊"]
 
 
+async def test_a_markdown_rule_that_ends_an_utterance_is_no_trailing_word(service: SpeechService) -> None:
+    """ "***" after the last sentence is punctuation, as it is where a request ends with it: no word to time (it was
+    timed as one, over the WebSocket only)."""
+    speech = await configured(service)
+    speech.text("Have a great day! ")
+    speech.text("***")
+    last = speech.last_sentence
+    speech.done()
+    assert queued(speech) == ["Have a great day!", 1] and last is not None and last.trailing == []
+
+
 async def test_sentences_are_queued_as_their_end_becomes_certain(service: SpeechService) -> None:
     speech = await configured(service)
     speech.text("Hello there. How are")

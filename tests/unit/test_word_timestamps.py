@@ -12,6 +12,7 @@ import pytest
 from app.engine_protocol import AudioChunk, SynthesisJob
 from app.engines.embedded import alignment as hibari_alignment
 from app.speech.sentences import LEAD_S, SentencePipeline
+from app.text.sentences import split_sentences
 from app.text.words import SpokenWord, WordTiming, align_words, written_words
 from tests.unit.test_speech_sentences import RATE, utterance
 
@@ -38,6 +39,24 @@ def test_markdowns_marks_are_no_part_of_a_word() -> None:
     assert written_words("Run (`pip`) with `-v`, `./run.sh` and **+5%** or a**2.") == [
         "Run", "pip", "with", "v", "./run.sh", "and", "+5%", "or", "a**2",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Install it. *** Then run it.",
+        "Install it.\n***\nThen run it.",
+        "Install it. ***. Then run it.",
+        "Install it. ** ``` Then run it.",
+        "Install it.\n```\nThen run it.",
+    ],
+)
+def test_a_run_of_markdowns_marks_alone_is_no_word_wherever_it_stands(text: str) -> None:
+    """A rule ("***") or a fence ("```") is punctuation, not a word, wherever it stands: "***" was timed as a word
+    inside a sentence ("Install it. *** Then") and dropped as one of its own (on its line), and "```" on its line went
+    with the next sentence as a word, though the voice says nothing for either."""
+    words = [word for piece in split_sentences(text) for word in written_words(piece)]
+    assert words == ["Install", "it", "Then", "run", "it"]
 
 
 def test_a_negative_number_keeps_its_sign_and_spanish_marks_are_punctuation() -> None:
