@@ -40,7 +40,7 @@ from app.speech.options import SpeechOptions
 from app.speech.run import SpeechRun, SpeechService, observe_ttfa, observe_uninterrupted
 from app.speech.sentences import Ahead, Granularity, complete_units, final_units
 from app.speech.voice import Voice
-from app.text.normalize import IS_SSML, is_ssml
+from app.text.normalize import IS_SSML, ZERO_WIDTH_SPACE, is_ssml
 from app.text.words import WordTiming, written_words
 from app.timing import ListenerClock, TtfaTimeline
 
@@ -298,6 +298,9 @@ class StreamedSpeech:
         """More text of the current utterance (its first opens it). `ShuttingDown` when the server drains, no utterance
         is open and the session's grace (text already on its way when the drain began) is over. Blank text before an
         utterance's first words opens none (an LLM's empty deltas): nothing a drain or a new config waits for."""
+        # the space a zero-width space marks, as the voice is given it (`normalize_text`): the text is cut into
+        # sentences, and its words bounded, before each sentence is normalised, and two words joined by one were one
+        text = text.replace(ZERO_WIDTH_SPACE, " ")
         if not text.strip() and self.utterance not in self.open_utterances:
             return
         if self.lifecycle.draining and self.utterance not in self.open_utterances:

@@ -35,6 +35,7 @@ _SSML_ROOT = re.compile(
 )
 # what a text refused as SSML is told, after what it names ("'input'", "This utterance's text")
 IS_SSML = "is SSML markup (it begins with <speak>); this API speaks plain text"
+ZERO_WIDTH_SPACE = "\u200b"  # a word break with no width: read as the space it marks
 _MICRO_SIGN = "\u00b5"  # `µg`, `µm`: read as "micro"; its compatibility form is Greek `μ`, a letter (`greek_symbol`)
 
 
@@ -78,8 +79,8 @@ def normalize_text(text: str, rules: ReadingRules | None = None, continues: bool
             out.append(ch if ch in _KEPT_CONTROLS else " ")
         elif category in ("Zl", "Zp"):
             out.append("\n")
-        elif ch == "\u200b":
-            out.append(" ")  # a zero-width space marks a word break
+        elif ch == ZERO_WIDTH_SPACE:
+            out.append(" ")
         elif category in ("Cf", "Co", "Cn"):
             continue
         elif rules.latin_only:

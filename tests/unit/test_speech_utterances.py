@@ -438,6 +438,17 @@ async def test_a_word_too_long_ended_by_a_blank_is_refused_as_too_long_not_as_te
     assert "never cut" in refused.value.message and speech.buffer == ""
 
 
+async def test_a_zero_width_space_between_words_parts_them_as_a_space_does(tmp_path: Path) -> None:
+    """A zero-width space marks a word break, and the voice is given a space there (`normalize_text`): two words
+    joined by one are two words here too, each cut and bounded as a word. Taken as one word, they were refused as a
+    word past the longest `input` (100 characters), though a request speaks the same text."""
+    speech = await configured(short_input_service(tmp_path, 40))
+    first, second = LOPADO_LATIN[:60], LOPADO_LATIN[60:120]
+    speech.text(f"Before it {first}\u200b{second} after it. ")
+    speech.done()
+    assert queued(speech) == ["Before it", first, second, "after it.", 4]
+
+
 async def test_a_long_run_of_a_script_written_without_spaces_is_streamed_in_pieces(tmp_path: Path) -> None:
     """Chinese has no space to wait for: streamed past the longest request, it is cut at the limit and spoken."""
     service = short_input_service(tmp_path, 40)
