@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 # Stripped from both ends of a written word: quotes, brackets, dashes and sentence punctuation. A trailing full stop
-# stays on words with a full stop inside ("e.g.", "U.S."): there it is part of the word as written.
+# stays on an abbreviation with a full stop inside ("e.g.", "U.S."): there it is part of the word as written.
 _EDGE_PUNCTUATION = "\"'“”‘’«»()[]{}<>,;:!?¿¡…—–-−"
 _SIGNS = ("-", "−")  # a hyphen-minus or minus sign right before a number is its sign ("-5°C", "-$5", "-.5"), not a dash
 _SIGNED = re.compile(r"[^\w\s]?\d")  # a number: a digit first, or after one sign of its own ("$5", ".5")
@@ -26,7 +26,10 @@ _MARKS_AFTER = re.compile(r"(?<=[^\s*`])[*`]+[^\w*`]*$")
 # of text holding nothing else is dropped as (`app.text.sentences.has_silent_words`); a single mark ("2 * 3") may be
 # an operator and stays a word
 _MARK_RUN = re.compile(r"[*`]{2,}")
-_ABBREVIATION = re.compile(r"[^\W\d_]\.[^\W\d_]")  # a full stop between letters
+# an abbreviation: letters in parts of one or two, a full stop after each ("e.g", "U.S.A", "Ph.D", before its last
+# full stop); an address or a file name ("example.com", "main.py") has longer parts, and the full stop after it is
+# the sentence's
+_ABBREVIATION = re.compile(r"(?:[^\W\d_]{1,2}\.)+[^\W\d_]{1,2}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +70,7 @@ def written_words(text: str) -> list[str]:
             word = lead[-1] + word
         if word.endswith("."):
             bare = word.rstrip(".")
-            word = f"{bare}." if _ABBREVIATION.search(bare) else bare
+            word = f"{bare}." if _ABBREVIATION.fullmatch(bare) else bare
         word = word.rstrip(_EDGE_PUNCTUATION) if word.startswith(_SIGNS) else word.strip(_EDGE_PUNCTUATION)
         if word and not _MARK_RUN.fullmatch(word):
             words.append(word)

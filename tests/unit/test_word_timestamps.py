@@ -29,6 +29,22 @@ def test_written_words_keep_numbers_and_abbreviations_as_written() -> None:
     ]  # fmt: skip
 
 
+def test_a_sentences_full_stop_after_an_address_or_a_file_name_is_no_part_of_it() -> None:
+    """A full stop inside a word keeps the one at its end only in an abbreviation of short parts ("e.g.", "Ph.D."):
+    an address or a file name that ends a sentence ("example.com.", "main.py.") was captioned with the sentence's
+    full stop, as "done" never is."""
+    text = (
+        "Visit example.com. Mail john.doe@example.com. Edit config.yaml. Run main.py. Use Node.js. Go to www.x.co.uk."
+    )
+    assert written_words(text) == [
+        "Visit", "example.com", "Mail", "john.doe@example.com", "Edit", "config.yaml", "Run", "main.py", "Use",
+        "Node.js", "Go", "to", "www.x.co.uk",
+    ]  # fmt: skip
+    assert written_words("See e.g. U.S.A. or a Ph.D. and B.Sc. at 3 p.m. a.k.a. done.") == [
+        "See", "e.g.", "U.S.A.", "or", "a", "Ph.D.", "and", "B.Sc.", "at", "3", "p.m.", "a.k.a.", "done",
+    ]  # fmt: skip
+
+
 def test_markdowns_marks_are_no_part_of_a_word() -> None:
     """What an LLM writes: captions show "Install", not "**Install"; "pip", not "`pip"."""
     text = "**Note:** **Install** the `pip` package from `requirements.txt`. See *this*, 2 * 3 and x_1."
