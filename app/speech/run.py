@@ -100,8 +100,9 @@ class SpeechService:
     async def admitted(
         self, timing: TtfaTimeline, chars: int, count_refusal: bool = True, summary: dict[str, object] | None = None
     ) -> Ticket:
-        """A slot for a job of `chars` characters: `Full` when none comes, `ShuttingDown` when the drain ends first
-        (the request's `summary`, where given, then ends as the drain's, never begun: `ended_as`).
+        """A slot for a job of `chars` characters: `Full` when none comes, `ShuttingDown` when the drain ends first,
+        or had ended before it came (the request's `summary`, where given, then ends as the drain's, never begun:
+        `ended_as`); each counted as the gate's refusal.
         `count_refusal=False` leaves a refusal to whoever counts the request it belongs to (a batch's items: one
         request or several, known only when every item has ended; `gate_refusal` reads the reason)."""
         timing.mark("queued")
@@ -111,7 +112,12 @@ class SpeechService:
             timing.mark("admitted", ticket.granted_at)
             if self.lifecycle.drained:  # validated before the drain began, but reached the gate only after it ended
                 self.gate.release(ticket)
-                raise ShuttingDown()
+                # the drain's refusal as every other 503 of a drain is, counted here alone: one the gate turned away
+                # in its queue was counted by `admit`, and never gets here; the cause lets a batch count its item
+                refusal = Rejected("draining", 1)
+                if count_refusal:
+                    metrics.REJECTED.labels(refusal.reason).inc()
+                raise ShuttingDown() from refusal
         except ShuttingDown:  # still queued when the drain ran out of time: stopped by it before any synthesis
             if summary is not None:
                 ended_as(summary, "drain", aborted=False)

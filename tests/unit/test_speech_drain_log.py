@@ -16,8 +16,12 @@ import pytest
 from prometheus_client import REGISTRY
 
 from app.admission import AdmissionGate
+from app.api.dependencies import service_of
 from app.lifecycle import Lifecycle
 from app.server import create_app
+from app.speech.errors import ShuttingDown
+from app.speech.run import SpeechService, gate_refusal
+from app.timing import TtfaTimeline
 from tests.fakes.vllm_omni_0_30 import FakeAsyncOmni
 from tests.unit.test_batch_admission import ITEM, aborted, rejected, told_when_queued
 from tests.unit.test_omni_engine import make_engine, service_settings
@@ -116,3 +120,59 @@ async def test_batch_items_still_queued_when_the_drain_runs_out_are_each_the_dra
     assert [result["error"]["code"] for result in results[1:]] == ["server_shutting_down"] * 2
     after = (rejected("draining"), aborted("drain"), speech_requests(labels))
     assert [a - b for a, b in zip(after, before, strict=True)] == [2, 0, 2]
+
+
+async def test_a_request_that_reaches_the_gate_after_the_drain_ended_is_the_drains_refusal(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Validated before the drain began, the request was still resolving its voice while the drain began and ended
+    (nothing was queued or streaming for it to wait for); it then reached the admission gate. It is answered the
+    drain's 503 and logged with the drain as its outcome, as one the drain turned away in the queue; it was not
+    counted among the refusals (`speech_rejected_total{reason="draining"}`), where every other 503 of a drain is."""
+    caplog.set_level(logging.INFO)
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni())
+    await engine.start()
+    app = create_app(service_settings(engine), engine=engine)
+    lifecycle: Lifecycle = app.state.lifecycle
+    lifecycle.drain_timeout_s = 0
+    resolve_voice = SpeechService.resolve_voice
+
+    async def drained_meanwhile(self: SpeechService, *args: Any, **kwargs: Any) -> Any:
+        drained = asyncio.Event()
+        lifecycle.begin_drain(drained.set)
+        await drained.wait()  # the drain found nothing to wait for: it has ended
+        return await resolve_voice(self, *args, **kwargs)
+
+    monkeypatch.setattr(SpeechService, "resolve_voice", drained_meanwhile)
+    labels = {"status": "503", "response_format": "pcm", "stream": "audio", "code": "server_shutting_down"}
+    before = (rejected("draining"), aborted("drain"), speech_requests(labels))
+    body = {"model": "tts-1", "voice": "vivian", "input": "Hello there.", "response_format": "pcm"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        response = await client.post("/v1/audio/speech", json=body, headers={"X-Request-Id": REQUEST_ID}, timeout=60)
+    assert response.status_code == 503 and response.json()["error"]["code"] == "server_shutting_down"
+    assert lifecycle.drained and app.state.gate.idle  # the slot it was handed is free again
+    assert getattr(logged(caplog, REQUEST_ID), "outcome", None) == "drain"
+    # counted once, as a request and as the drain's refusal; not as an abort
+    after = (rejected("draining"), aborted("drain"), speech_requests(labels))
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 0, 1]
+
+
+async def test_a_batch_item_that_reaches_the_gate_after_the_drain_ended_is_left_to_its_batch_to_count(
+    custom_voice_dir: Path,
+) -> None:
+    """A batch's item is admitted without counting its refusal (the batch counts its items once it knows whether it
+    was refused whole): the drain's refusal after the drain ended says its reason as the gate's own refusals do, so
+    that the batch counts it, and is not counted twice."""
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni())
+    await engine.start()
+    app = create_app(service_settings(engine), engine=engine)
+    service = service_of(app.state)
+    drained = asyncio.Event()
+    service.lifecycle.drain_timeout_s = 0
+    service.lifecycle.begin_drain(drained.set)
+    await drained.wait()
+    before = rejected("draining")
+    with pytest.raises(ShuttingDown) as refused:
+        await service.admitted(TtfaTimeline(0.0), 5, count_refusal=False)
+    assert gate_refusal(refused.value) == "draining"
+    assert rejected("draining") == before and service.gate.idle
