@@ -32,6 +32,10 @@ router = APIRouter()
 VOICE_FIELDS = {"voice", "speaker"}  # an item naming its voice either way replaces the batch's, named either way
 NO_WORD_TIMESTAMPS = "'word_timestamps' is not available in a batch (no headers per item)."
 ANSWER_ON_THE_LOOP_BYTES = 1 << 20  # of audio: a larger answer is encoded in a worker thread
+# an item never begun when its batch was stopped, as the refusal a request still queued for the same reason is
+# counted under: a drain out of time (the gate turns its queue away), or the deadline (no slot came in time, as
+# SPEECH_QUEUE_TIMEOUT_S refuses a request); a client that left is no refusal, nor is it for a request
+QUEUED_REFUSALS = {"drain": "draining", "timeout": "queue_timeout"}
 
 
 def check_size(body: SpeechBatchRequest, max_items: int, max_chars: int) -> None:
@@ -132,8 +136,9 @@ def count(
     client_gone) is logged with what it said of itself as it ran (`started`, where it had started) and ends with
     that reason: aborted for it where its synthesis had begun (its run said so as it stopped), not where it was
     still queued (as `speech_aborted_total` counts them). One still queued when a drain ran out of time is also the
-    drain's refusal (`speech_rejected_total`), as a request queued then is; one the gate had turned away already
-    ended, its refusal counted with the gate's others."""
+    drain's refusal (`speech_rejected_total`), as a request queued then is, and one still queued when the batch's
+    deadline passed a `queue_timeout`, as a request that waits for a slot past its bound is; one the gate had turned
+    away already ended, its refusal counted with the gate's others."""
     status = 200 if error is None else error.status
     metrics.count_request(status, response_format, "batch", error.code if error is not None else None)
     own = outcome if isinstance(outcome, ItemOutcome) else started
@@ -141,8 +146,8 @@ def count(
     summary.setdefault("response_format", response_format)
     if stopped_as is not None and not has_ended(summary):  # never begun
         ended_as(summary, stopped_as, aborted=False)
-        if stopped_as == "drain":
-            metrics.REJECTED.labels("draining").inc()
+        if (reason := QUEUED_REFUSALS.get(stopped_as)) is not None:  # refused without synthesis: every one counted
+            metrics.REJECTED.labels(reason).inc()
     if status == CLIENT_LEFT:
         summary["outcome"] = "client_gone"  # as a streamed request's: no fault of the request's
     elif error is not None:

@@ -448,3 +448,45 @@ async def test_an_item_handed_its_slot_in_the_instant_a_drain_stops_the_batch_en
     assert response.json()["error"]["code"] == "server_shutting_down"
     assert aborted("timeout") == before["timeout"]
     assert gate.idle  # the slot it was handed is free again
+
+
+async def test_items_still_waiting_for_a_slot_when_the_batch_times_out_are_each_a_queue_timeout(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another request holds the one slot past the batch's deadline: the first item waits for it at the admission
+    gate, the second for its batch's slot behind it. Both end with the deadline's 504, never begun (no abort). Each is
+    a refusal for want of a slot in time, as a request that waits for one past its own bound (SPEECH_QUEUE_TIMEOUT_S)
+    is refused `queue_timeout`, and as items queued when a drain runs out are the drain's refusals:
+    `speech_rejected_total` counted neither."""
+    caplog.set_level(logging.INFO)
+    stops = kept_batch_stops(monkeypatch)
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni(), max_concurrency=1, queue_timeout_s=60.0)
+    await engine.start()
+    app = create_app(service_settings(engine), engine=engine)
+    gate: AdmissionGate = app.state.gate
+    held = await gate.acquire()  # another request's slot, held until the batch has been answered
+    queues = told_when_queued(monkeypatch)
+    reasons = ("queue_timeout", "queue_full", "draining")
+    labels = {"status": "504", "response_format": "pcm", "stream": "batch", "code": "timeout"}
+    before = ({reason: rejected(reason) for reason in reasons}, aborted("timeout"), speech_requests(labels))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        body = {"voice": "vivian", "response_format": "pcm", "items": [ITEM, ITEM]}
+        posted = asyncio.ensure_future(
+            client.post("/v1/audio/speech/batch", json=body, headers={"X-Request-Id": "late"})
+        )
+        await queues.wait()
+        assert gate.queued == 1
+        stops[0].ended.stop(stops[0].task, "timeout")  # what the batch's deadline does when it passes
+        response = await posted
+    gate.release(held)
+    assert response.status_code == 504 and response.json()["error"]["code"] == "timeout", response.text
+    lines = [r for r in caplog.records if r.getMessage() == "speech request" and r.request_id.startswith("late-")]
+    assert [(r.outcome, r.abort_reason) for r in lines] == [("timeout", None)] * 2  # type: ignore[attr-defined]
+    counted = {reason: rejected(reason) - before[0][reason] for reason in reasons}
+    assert counted == {"queue_timeout": 2, "queue_full": 0, "draining": 0}
+    assert aborted("timeout") == before[1]
+    assert speech_requests(labels) - before[2] == 2  # each a request, answered the deadline's 504
+
+
+def speech_requests(labels: dict[str, str]) -> float:
+    return REGISTRY.get_sample_value("speech_requests_total", labels) or 0.0
