@@ -114,8 +114,8 @@ WS_UTTERANCES = Counter(
     "WebSocket utterances (/v1/audio/speech/stream) that had text, each counted once when it ends, by outcome: "
     "completed; error, an error of the server's own (an `error` message, or the session failing), however the "
     "utterance then ended: what the error alert counts beside the HTTP requests' 5xx; refused, errors of the "
-    "request's only (a field, nothing to speak, a full server); client_gone, client_stalled and stopped (a drain "
-    "among them), cut short by the session's end.",
+    "request's only (a field, nothing to speak, a full server, an input.text refused as too long); client_gone, "
+    "client_stalled and stopped (a drain among them), cut short by the session's end.",
     ["outcome"],
 )
 UTTERANCE_OUTCOMES = ("completed", "error", "refused", "client_gone", "client_stalled", "stopped")

@@ -32,7 +32,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 from app import metrics
 from app.speech.errors import Failed, Refused, ShuttingDown, SpeechError, Stopped
@@ -166,7 +166,9 @@ class Utterance:
 
     def ended(self, request_id: str, outcome: str) -> None:
         """One log line per utterance, however it ends, and one count for each that had text."""
-        if self.text_seen:  # an input.done with no text (or blanks alone) before it speaks nothing: not served
+        # an input.done with no text (or blanks alone) before it speaks nothing: not served; one whose text was all
+        # refused was told so, and counts as what it was
+        if self.text_seen or self.errors:
             metrics.WS_UTTERANCES.labels(outcome).inc()
         log.info(
             "speech utterance",
@@ -314,12 +316,15 @@ class StreamedSpeech:
         # audio.start; refused here, as the same word waiting for its end is
         ended = [] if self.granularity == "none" else rest.split() if rest[-1:].isspace() else rest.split()[:-1]
         if (longest := max([*(unit.strip() for unit in units), *ended], key=len, default="")) and len(longest) > limit:
-            raise Refused(
-                "text",
-                f"A word is never cut, and a sentence holds at most {limit} characters (the longest input of a "
-                f"request): this input.text would make one of {len(longest)}, beginning {longest[:24]!r}. It was not "
-                "added (text sent before it still waits): send it again without that word.",
-                "string_too_long",
+            self.refuse_text(
+                text,
+                Refused(
+                    "text",
+                    f"A word is never cut, and a sentence holds at most {limit} characters (the longest input of a "
+                    f"request): this input.text would make one of {len(longest)}, beginning {longest[:24]!r}. It was "
+                    "not added (text sent before it still waits): send it again without that word.",
+                    "string_too_long",
+                ),
             )
         # the text left waiting for its end holds at most what one request may: unbounded, each message would scan more
         # (as a request would have it: the blanks around it are no part of what is spoken; a piece of `max_chars`
@@ -331,10 +336,13 @@ class StreamedSpeech:
                 if self.granularity == "none"
                 else "text with no sentence end or space to cut at waits"
             )
-            raise Refused(
-                "text",
-                f"At most {limit} characters wait to be spoken at once ({why}); this input.text would make it "
-                f"{waiting}. It was not added: send input.done, then the rest.",
+            self.refuse_text(
+                text,
+                Refused(
+                    "text",
+                    f"At most {limit} characters wait to be spoken at once ({why}); this input.text would make it "
+                    f"{waiting}. It was not added: send input.done, then the rest.",
+                ),
             )
         self.begin_utterance()
         self.open_utterances[self.utterance].chars += len(text)
@@ -343,6 +351,17 @@ class StreamedSpeech:
         self.buffered_at = time.perf_counter()
         self.gap_checked = False
         self.enqueue(units, rest)
+
+    def refuse_text(self, text: str, refusal: Refused) -> NoReturn:
+        """`text` refused whole, none of it taken: the client is told an error of its request's, which its utterance
+        keeps (it then ends as refused, as one whose SSML or unreadable sentence was refused), opened by the refusal
+        where none was: the client sends the rest of that utterance, or its input.done, after it. Nothing of it is
+        taken as text, so its input.done finds no "nothing to speak" to refuse, and a session.config may still come."""
+        self.begin_utterance()
+        utterance = self.open_utterances[self.utterance]
+        utterance.chars += len(text)  # what arrived of it, as a refused SSML message's characters are
+        utterance.errors.append(refusal.code)
+        raise refusal
 
     def refuse_ssml(self, text: str) -> None:
         """An utterance whose text begins with SSML's root (perhaps across messages: nothing of it is queued before

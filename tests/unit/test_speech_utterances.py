@@ -930,3 +930,75 @@ async def test_waiting_for_the_rest_to_be_spoken_ends_when_a_drain_stops_the_str
     await asyncio.wait_for(finishing, 5)
     assert speech.open_utterances  # stopped, not spoken
     await speech.close("stopped")
+
+
+def utterance_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [record for record in caplog.records if record.getMessage() == "speech utterance"]
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        pytest.param(f"{LOPADO_LATIN} after it. ", "string_too_long", id="word-ended"),
+        pytest.param(LOPADO_LATIN, "invalid_value", id="text-waiting"),
+    ],
+)
+async def test_text_too_long_refused_before_its_utterance_opened_counts_that_utterance_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str, code: str
+) -> None:
+    """The first input.text of an utterance is refused as too long (a word past the longest `input`, or text waiting
+    past it), naming `text`; the client sends its text again without it and the utterance is spoken. The client was
+    told of an error of its request's, as when an utterance's SSML or a sentence the voice cannot read is refused:
+    the utterance counts as refused (`speech_ws_utterances_total`) with the code in its log line's errors. It counted
+    as completed, and with nothing spoken after it not at all, as if the refusal had never been told."""
+    speech = await configured(short_input_service(tmp_path, 40))
+    sink = RecordingSink()
+    before = counted()
+    speech.start(sink)
+    with caplog.at_level(logging.INFO, logger="app.speech.utterances"):
+        with pytest.raises(Refused) as refused:
+            speech.text(text)
+        assert (refused.value.param, refused.value.code) == ("text", code)
+        assert not speech.mid_utterance  # none of it was taken: a new session.config is still between utterances
+        speech.text("Spoken after all.")
+        speech.done()
+        await asyncio.wait_for(sink.done.wait(), 5)
+    assert [event for event in sink.events if event[0] in ("started", "error")] == [
+        ("started", 0, 0, "Spoken after all.")
+    ]
+    (line,) = utterance_lines(caplog)
+    assert line.errors == [code] and line.outcome == "refused" and line.sentences == 1  # type: ignore[attr-defined]
+    assert counted_since(before) == {"refused": 1}
+    await speech.close("stopped")
+
+
+async def test_an_utterance_whose_only_text_was_refused_as_too_long_counts_refused_and_is_told_nothing_more(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """input.done right after the refused message: the utterance ends with no sentence, its end told without a second
+    error (nothing was taken that could be "nothing to speak"), and it counts once, as refused. A refusal within an
+    utterance already open counts it refused too."""
+    speech = await configured(short_input_service(tmp_path, 40))
+    sink = RecordingSink()
+    before = counted()
+    speech.start(sink)
+    with caplog.at_level(logging.INFO, logger="app.speech.utterances"):
+        with pytest.raises(Refused, match="never cut"):
+            speech.text(f"{LOPADO_LATIN}. ")
+        speech.done()
+        await asyncio.wait_for(sink.done.wait(), 5)
+        assert sink.events == [("utterance_done", 0, 0)]
+        sink.done.clear()
+        speech.text("Before it ")
+        with pytest.raises(Refused, match="never cut"):
+            speech.text(f"{LOPADO_LATIN} after it.")
+        speech.text("after it.")
+        speech.done()
+        await asyncio.wait_for(sink.done.wait(), 5)
+    assert [event for event in sink.events if event[0] in ("started", "error")] == [
+        ("started", 1, 0, "Before it after it.")
+    ]
+    lines = utterance_lines(caplog)
+    assert [(line.errors, line.outcome) for line in lines] == [(["string_too_long"], "refused")] * 2  # type: ignore[attr-defined]
+    assert counted_since(before) == {"refused": 2}
+    await speech.close("stopped")
