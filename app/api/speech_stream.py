@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 from types import UnionType
 from typing import Annotated, Any, Literal, NoReturn, Union, get_args, get_origin
@@ -73,6 +74,23 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 
 CONFIG_TIMEOUT = "session_config_timeout"
+
+
+def _spelled(char: str) -> str:
+    """`char` as a JSON string may hold it: itself, or its \\u escape in hex digits of either case."""
+    digits = "".join(f"[{digit}{digit.upper()}]" if digit.isalpha() else digit for digit in f"{ord(char):04x}")
+    return f"(?:{re.escape(char)}|\\\\u{digits})"
+
+
+# every JSON string that json.loads reads as "session.config" (a few more match: one quoted inside another)
+_SESSION_CONFIG = re.compile('"' + "".join(map(_spelled, "session.config")) + '"')
+
+
+def names_session_config(raw: str) -> bool:
+    """Whether the JSON text `raw` holds a string reading session.config: as every client writes it, or spelled with
+    \\u escapes (searched for only where there are any escapes: the pattern is several times slower)."""
+    return '"session.config"' in raw or ("\\u" in raw and _SESSION_CONFIG.search(raw) is not None)
+
 
 # vllm-omni clients send null for an option they leave unset: null means omitted, as it always has here (the fields
 # that could never be null still refuse it)
@@ -388,13 +406,20 @@ class SpeechStreamSession:
             raise ApiError(400, "Messages are JSON text frames.", code="invalid_message")
         if len(raw) > self.settings.max_body_bytes:
             raise too_large(self.settings.max_body_bytes)
+        # told by its size before it is parsed: parsing megabytes of JSON (arrays nested deep, a million numbers)
+        # holds the event loop, and every other session, for as long, for a message refused anyway. Only a
+        # session.config may be longer, and one that holds no string reading session.config cannot be one
+        size = len(raw.encode())
+        over = size > self.settings.ws_max_message_bytes
+        if over and not names_session_config(raw):
+            raise too_large(self.settings.ws_max_message_bytes)
         try:
             data = json.loads(raw)
         except (ValueError, RecursionError):  # not JSON; an integer past Python's digits; arrays nested too deep
             raise ApiError(400, "The message is not valid JSON.", code="invalid_json") from None
         if not isinstance(data, dict):
             raise ApiError(400, "A message is a JSON object.", code="invalid_request")
-        if data.get("type") != "session.config" and len(raw.encode()) > self.settings.ws_max_message_bytes:
+        if over and data.get("type") != "session.config":  # it only held the string (a field's name or value)
             raise too_large(self.settings.ws_max_message_bytes)
         return data
 
