@@ -70,6 +70,28 @@ class IntendedCuts(logging.Filter):
         return task is None or task not in _CUT_ON_PURPOSE
 
 
+# uvicorn's words (websockets_sansio_impl) for a WebSocket text frame whose payload is not UTF-8
+_NOT_UTF8 = "Invalid UTF-8 sequence received from client."
+
+
+class TextNotUtf8(logging.Filter):
+    """uvicorn's report of a WebSocket text frame that is not UTF-8, made one info line. uvicorn closes the connection
+    with 1007 as it should, but reports it at error level with a traceback: the client's mistake, not the server's,
+    and any client could fill the log with errors and tracebacks. Every other line is kept as it is (a decode error
+    of the app's own is reported under other words)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if record.msg != _NOT_UTF8 or not isinstance(error, UnicodeDecodeError):
+            return True
+        record.msg, record.args = "websocket text frame is not UTF-8: closed with 1007", ()
+        record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+        record.exc_info, record.exc_text = None, None
+        record.detail = str(error)  # the byte and where: no more of the client's text than that
+        # the logger let it through at error level: at info it is kept only where info lines are logged
+        return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+
+
 def configure_logging(level: str) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
@@ -81,5 +103,6 @@ def configure_logging(level: str) -> None:
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)  # our own per-request line replaces it
     errors = logging.getLogger("uvicorn.error")
-    if not any(isinstance(f, IntendedCuts) for f in errors.filters):
-        errors.addFilter(IntendedCuts())
+    for kind in (IntendedCuts, TextNotUtf8):
+        if not any(isinstance(f, kind) for f in errors.filters):
+            errors.addFilter(kind())

@@ -18,8 +18,8 @@ so that `utterance_offset_ms + start_ms` times a word in the whole utterance.
 Close codes: 1000 `session.close` or the idle timeout; 1001 the server drains (after the current utterance); 1008 a
 missing or wrong API key, no valid `session.config` in time, or a first message that is not a valid one (one `error`,
 then the close, as from vllm-omni); 1013 the server is full (the `error` before it carries `retry_after`); 1009 a
-message over uvicorn's size cap (SPEECH_MAX_BODY_BYTES); 1011 the session failed for a reason of the server's own
-(`error` `internal_error` first).
+message over uvicorn's size cap (SPEECH_MAX_BODY_BYTES); 1007 a text frame that is not UTF-8 (uvicorn closes it, no
+`error` first); 1011 the session failed for a reason of the server's own (`error` `internal_error` first).
 """
 
 from __future__ import annotations

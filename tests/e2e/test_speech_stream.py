@@ -17,7 +17,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from loadtest.audio import decode, transcribe, word_error_rate
 from tests.e2e.test_speech_formats import check_rate
-from tests.support.server import RunningServer, start_server
+from tests.support.server import RunningServer, json_log_records, start_server
 
 PATH = "/v1/audio/speech/stream"
 KEY = "sk-stream-test-key"
@@ -556,6 +556,27 @@ def test_a_field_name_that_is_not_unicode_is_told_by_code_point(server: RunningS
         events, audio = receive_utterance(ws)
         assert [e["sentence_text"] for e in events if e["type"] == "audio.start"] == ["Still here."]
         assert events[-1]["type"] == "session.done" and len(audio[0]) > 1000
+
+
+def test_a_text_frame_that_is_not_utf8_closes_1007_logged_as_one_line_without_a_traceback(
+    server: RunningServer,
+) -> None:
+    """A text frame must hold UTF-8: one that does not closes the connection with 1007 (invalid payload data), as it
+    always has. It is the client's doing, so it is logged as one info line: any client could otherwise fill the log
+    with errors and tracebacks. The line is written before the close is sent: it is there once the client sees it."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        start = server.log_path.stat().st_size
+        ws.send('{"type": "input.text", "text": "Café."}'.encode("latin-1"), text=True)  # é as Latin-1: no UTF-8
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+        assert ws.close_code == 1007
+    with server.log_path.open("rb") as log:
+        log.seek(start)
+        written = log.read().decode("utf-8", errors="replace")
+    assert "Traceback" not in written and "UnicodeDecodeError" not in written, written
+    told = [record for record in json_log_records(written) if "utf-8" in str(record.get("message")).lower()]
+    assert [(record["level"], "exception" in record) for record in told] == [("info", False)], written
 
 
 GUARDED_BODY_BYTES = 128 * 1024  # the least SPEECH_MAX_BODY_BYTES may be

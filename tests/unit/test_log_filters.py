@@ -1,14 +1,16 @@
 """uvicorn's error line for a response left incomplete: dropped where the service cut the stream on purpose (it logs
-why itself), kept everywhere else (an app that really failed to finish a response, another request's task)."""
+why itself), kept everywhere else (an app that really failed to finish a response, another request's task). Its
+error and traceback for a WebSocket text frame that is not UTF-8 (a client's mistake): one info line."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import pytest
 
-from app.logs import IntendedCuts, cut_on_purpose, redact
+from app.logs import IntendedCuts, JsonFormatter, TextNotUtf8, cut_on_purpose, redact
 
 LEFT_INCOMPLETE = "ASGI callable returned without completing response."
 
@@ -62,3 +64,51 @@ def test_a_key_in_a_logged_request_line_or_header_is_redacted(line: str) -> None
     assert "k1" not in redacted and "[redacted]" in redacted, redacted
     if "=" in line:
         assert redacted.replace("[redacted]", "k1") == line  # nothing else of the request line touched
+
+
+class Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def logged_on_undecodable_text(message: str, level: int) -> list[logging.LogRecord]:
+    """The lines a logger at `level`, filtered as uvicorn.error is, writes of `message` logged as uvicorn logs a text
+    frame that is not UTF-8: `logger.exception` while the payload's decode error is handled."""
+    logger = logging.getLogger(f"{__name__}.uvicorn.error")
+    kept = Kept()
+    logger.addHandler(kept)
+    logger.addFilter(TextNotUtf8())
+    logger.setLevel(level)
+    logger.propagate = False
+    try:
+        try:
+            b'{"text": "Caf\xe9."}'.decode()
+        except UnicodeDecodeError:
+            logger.exception(message)
+    finally:
+        logger.removeHandler(kept)
+        logger.filters.clear()
+    return kept.records
+
+
+def test_a_text_frame_that_is_not_utf8_is_one_info_line_without_a_traceback() -> None:
+    [record] = logged_on_undecodable_text("Invalid UTF-8 sequence received from client.", logging.INFO)
+    line = JsonFormatter().format(record)
+    assert "Traceback" not in line, line
+    entry = json.loads(line)
+    assert (entry["level"], entry["message"]) == ("info", "websocket text frame is not UTF-8: closed with 1007")
+    assert "exception" not in entry and "0xe9" in entry["detail"], entry
+
+
+def test_a_text_frame_that_is_not_utf8_is_not_logged_where_info_lines_are_not() -> None:
+    assert logged_on_undecodable_text("Invalid UTF-8 sequence received from client.", logging.WARNING) == []
+
+
+def test_a_decode_error_of_the_apps_own_keeps_its_error_and_traceback() -> None:
+    [record] = logged_on_undecodable_text("Exception in ASGI application\n", logging.INFO)
+    assert record.levelno == logging.ERROR and record.exc_info is not None
+    assert "UnicodeDecodeError" in JsonFormatter().format(record)
