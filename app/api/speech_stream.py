@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal, NoReturn, Union, get_args, get_origi
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, WebSocket
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 from starlette.websockets import WebSocketState
 
@@ -92,10 +92,6 @@ def names_session_config(raw: str) -> bool:
     return '"session.config"' in raw or ("\\u" in raw and _SESSION_CONFIG.search(raw) is not None)
 
 
-# vllm-omni clients send null for an option they leave unset: null means omitted, as it always has here (the fields
-# that could never be null still refuse it)
-_NULLABLE = frozenset(SpeechOptions.model_fields) - {"response_format", "word_timestamps"}
-
 
 def _takes_numbers(annotation: Any) -> bool:
     """A field of numbers (int, float, a list of floats), optional or annotated or not."""
@@ -112,7 +108,8 @@ _NUMBERS = tuple(name for name, field in SpeechOptions.model_fields.items() if _
 
 class SessionConfig(SpeechOptions):
     """`session.config`: the fields of POST /v1/audio/speech but `input`, plus vllm-omni 0.30's session switches. An
-    omitted voice is the model's default voice, `speaker` names it as `voice` does."""
+    omitted voice is the model's default voice, `speaker` names it as `voice` does. Null for an optional field is the
+    field omitted (vllm-omni clients send it for what they leave unset), as in the body (`JsonFields`)."""
 
     model_config = ConfigDict(strict=False)  # as vllm-omni reads it: "1.5" is a speed
 
@@ -141,13 +138,6 @@ class SessionConfig(SpeechOptions):
             if isinstance(item, str) and "_" in item:  # Python reads "1_0" as 10: not what a client meant
                 raise PydanticCustomError("number_parsing", "must be a number, without '_'")
         return value
-
-    @model_validator(mode="before")
-    @classmethod
-    def _null_is_omitted(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        return {key: value for key, value in data.items() if value is not None or key not in _NULLABLE}
 
 
 def is_first_half(ch: str) -> bool:

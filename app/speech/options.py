@@ -30,6 +30,35 @@ FreeText = Annotated[str, AfterValidator(check_multiline)]
 VoiceName = Annotated[str, StringConstraints(max_length=MAX_VOICE_NAME_CHARS), AfterValidator(check_single_line)]
 
 
+def null_is_omitted(model: type[BaseModel], data: Any) -> Any:
+    """`data` without the optional fields of `model` sent as null: OpenAI's API reads null for an optional parameter
+    as not given, and JavaScript and generated clients send it for what they leave unset. Omitted, not set to their
+    default: a field sent counts (`stream: false` asks for a whole file; a batch item's field replaces the batch's),
+    and null is no value sent. A required field sent as null, and an unknown one, stay for validation to refuse."""
+    if not isinstance(data, dict) or not any(value is None for value in data.values()):
+        return data
+    fields = model.model_fields
+    return {
+        name: value
+        for name, value in data.items()
+        if value is not None or name not in fields or fields[name].is_required()
+    }
+
+
+class JsonFields(BaseModel):
+    """A JSON object's fields as every body and message of the API reads them, whatever the endpoint or transport:
+    an unknown field is refused (as OpenAI refuses unrecognized arguments), each value must be of its field's JSON
+    type (strict: no "1.5" for a number, unless a model says otherwise), and null for an optional field is the field
+    omitted."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_omitted(cls, data: Any) -> Any:
+        return null_is_omitted(cls, data)
+
+
 class VoiceRef(BaseModel):
     """OpenAI's object form of `voice`: {"id": "..."}."""
 
@@ -128,10 +157,12 @@ class Qwen3Extensions(BaseModel):
 
 
 def voice_from_speaker(data: Any) -> Any:
-    """The voice of a request's fields where `voice` is absent: `speaker` (vllm-omni 0.30's alias; two different names
-    are refused by the job builder, naming `speaker`), or none for a designed or cloned voice, which comes from
-    `instructions` or the reference audio (vllm-omni needs no name)."""
-    if not isinstance(data, dict) or "voice" in data:
+    """The voice of a request's fields where `voice` is absent or null: `speaker` (vllm-omni 0.30's alias; two
+    different names are refused by the job builder, naming `speaker`), or none for a designed or cloned voice, which
+    comes from `instructions` or the reference audio (vllm-omni needs no name)."""
+    if (
+        not isinstance(data, dict) or data.get("voice") is not None
+    ):  # null: an omitted voice (JsonFields drops it after this)
         return data
     if isinstance(data.get("speaker"), str):
         return {**data, "voice": data["speaker"]}
@@ -140,11 +171,9 @@ def voice_from_speaker(data: Any) -> Any:
     return data
 
 
-class SpeechOptions(Qwen3Extensions, OpenAIVoiceOptions, ModelOption):
-    """How to speak: the model, the voice and the Qwen3-TTS extensions, whatever the transport. Unknown fields are
-    refused, as OpenAI refuses unrecognized arguments."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
+class SpeechOptions(Qwen3Extensions, OpenAIVoiceOptions, ModelOption, JsonFields):
+    """How to speak: the model, the voice and the Qwen3-TTS extensions, whatever the transport, read as every JSON
+    body is (`JsonFields`: unknown fields refused, null for an optional field omitted)."""
 
     _check_speaker_embedding = field_validator("speaker_embedding")(check_speaker_embedding)
 

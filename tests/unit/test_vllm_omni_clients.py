@@ -265,3 +265,23 @@ async def test_a_speaker_embedding_clones_as_vllm_omni_builds_it(omni_api) -> No
     short = await client.post("/v1/audio/speech", json={**body, "speaker_embedding": embedding[:512]})
     assert short.status_code == 400 and short.json()["error"]["param"] == "speaker_embedding"
     assert len(omni.requests) == sent
+
+
+async def test_null_for_an_option_left_unset_is_the_option_omitted(omni_api) -> None:
+    """JavaScript and generated clients send null for an optional field they leave unset, and so does the OpenAI SDK
+    for an argument given as None: the default, as OpenAI's API reads it (`voice`, `speed`, `stream` and
+    `response_format` were 400s, the extension fields not). `stream: null` is no `stream: false`: the audio streams."""
+    client, omni = omni_api
+    assert (await client.post("/v1/audio/speech", json={"input": "Hi there."})).status_code == 200
+    default_voice = conditioning(omni)["speaker"]
+    unset = dict.fromkeys(("voice", "speed", "stream", "stream_format", "response_format", "language", "seed"))
+    response = await client.post("/v1/audio/speech", json={"input": "Hi there.", **unset})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "audio/mpeg" and "content-length" not in response.headers
+    assert conditioning(omni)["speaker"] == default_voice
+    sdk = AsyncOpenAI(base_url="http://omni/v1", api_key="none", http_client=client)
+    async with sdk.audio.speech.with_streaming_response.create(
+        model=SERVED, voice="vivian", input="Hi there.", speed=None, response_format=None, instructions=None
+    ) as answer:
+        assert answer.headers["content-type"] == "audio/mpeg"
+        assert len(await answer.read()) > 1000

@@ -1,0 +1,88 @@
+"""How every JSON body and message of the API is read, whatever its endpoint or transport: `null` for an optional field
+is the field omitted (OpenAI's reading; JavaScript and generated clients send it for what they leave unset), a
+required one given as `null` is refused by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from app.api.errors import validation_error
+from app.api.schemas import SpeechBatchItem, SpeechBatchRequest, SpeechRequest
+from app.api.speech_batch import checked_item, shared_fields
+from app.api.speech_stream import SessionConfig
+
+# each body or message, with the least it must carry
+MINIMAL: dict[type[BaseModel], dict[str, Any]] = {
+    SpeechRequest: {"input": "Hello there."},
+    SpeechBatchItem: {"input": "Hello there."},
+    SpeechBatchRequest: {"items": [{"input": "Hello there."}]},
+    SessionConfig: {"type": "session.config"},
+}
+
+
+def optional_fields() -> list[Any]:
+    return [
+        pytest.param(model, name, id=f"{model.__name__}.{name}")
+        for model in MINIMAL
+        for name, field in model.model_fields.items()
+        if not field.is_required()
+    ]
+
+
+def refusal(model: type[BaseModel], data: dict[str, Any]) -> Any:
+    with pytest.raises(ValidationError) as info:
+        model.model_validate(data)
+    return validation_error(info.value.errors())
+
+
+# -- null ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("model", "name"), optional_fields())
+def test_null_for_an_optional_field_is_the_field_omitted(model: type[BaseModel], name: str) -> None:
+    """Every optional field of every body and of a session.config reads null as omitted: its default, and not counted
+    as sent. `voice`, `speed`, `stream`, `response_format` and the switches had refused it (no string, number or
+    boolean) where the extension fields took it as omitted, and a session.config's format and word timings too."""
+    minimal = MINIMAL[model]
+    omitted = model.model_validate({k: v for k, v in minimal.items() if k != name})
+    sent = model.model_validate({**minimal, name: None})
+    assert sent.model_fields_set == omitted.model_fields_set  # not "sent": `stream: null` asks for no whole file
+    assert getattr(sent, name) == getattr(omitted, name)
+    if isinstance(sent, SpeechRequest) and isinstance(omitted, SpeechRequest):
+        assert (sent.whole_file, sent.stream_format) == (omitted.whole_file, omitted.stream_format)
+
+
+def test_null_voice_with_speaker_is_the_speaker() -> None:
+    """`voice: null` is an omitted voice: `speaker`, vllm-omni's other name for it, names it, as without `voice`."""
+    request = SpeechRequest.model_validate({"input": "Hi.", "voice": None, "speaker": "nova"})
+    assert request.voice_name == "nova"
+    item = SpeechBatchItem.model_validate({"input": "Hi.", "voice": None, "speaker": "nova"})
+    assert "voice" not in item.model_fields_set
+
+
+def test_null_in_a_batch_item_takes_the_batchs_value() -> None:
+    """An item's null is an item that does not set the field: it takes the batch's, as an item without it does."""
+    batch = SpeechBatchRequest.model_validate({"voice": "nova", "seed": 7, "items": [{}], "response_format": None})
+    shared = shared_fields(batch)
+    item = checked_item(shared, {"input": "Hi.", "voice": None, "seed": None, "response_format": None}, 0)
+    assert isinstance(item, SpeechBatchItem)
+    assert (item.voice_name, item.seed, item.response_format) == ("nova", 7, "wav")
+
+
+@pytest.mark.parametrize(
+    ("model", "data", "param"),
+    [
+        (SpeechRequest, {"input": None}, "input"),
+        (SpeechBatchItem, {"input": None}, "input"),
+        (SpeechBatchRequest, {"items": None}, "items"),
+        (SpeechRequest, {"input": "Hi.", "voice": {"id": None}}, "voice"),
+        (SessionConfig, {"type": None}, "type"),
+    ],
+)
+def test_null_for_a_required_field_is_refused_naming_it(model: type[BaseModel], data: dict, param: str) -> None:
+    error = refusal(model, data)
+    assert (error.status, error.param) == (400, param)
+    assert f"'{param}" in error.message
