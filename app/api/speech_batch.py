@@ -23,7 +23,7 @@ from app.api.schemas import SpeechBatchItem, SpeechBatchRequest, SpeechBatchResp
 from app.audio.formats import CONTENT_TYPES
 from app.speech.batch import STREAM_LABEL, BatchEnd, BatchItem, BatchSlots, ItemOutcome, synthesize_batch
 from app.speech.errors import Full, ShuttingDown, Stopped
-from app.speech.options import voice_from_speaker
+from app.speech.options import json_kind, voice_from_speaker
 from app.speech.run import SpeechService, ended_as, gate_refusal, has_ended, observe_ttfa
 
 log = logging.getLogger(__name__)
@@ -55,15 +55,6 @@ def shared_fields(body: SpeechBatchRequest) -> dict[str, Any]:
     shared = {name: getattr(body, name) for name in body.model_fields_set - {"items"}}
     shared.setdefault("response_format", body.response_format)
     return shared
-
-
-def json_kind(value: Any) -> str:
-    """What a JSON value that is not an object is, in words."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true or false"
-    return {str: "a string", list: "an array"}.get(type(value), "a number")
 
 
 def checked_item(shared: dict[str, Any], item: Any, index: int) -> SpeechBatchItem | ApiError:

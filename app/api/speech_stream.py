@@ -109,9 +109,10 @@ _NUMBERS = tuple(name for name, field in SpeechOptions.model_fields.items() if _
 class SessionConfig(SpeechOptions):
     """`session.config`: the fields of POST /v1/audio/speech but `input`, plus vllm-omni 0.30's session switches. An
     omitted voice is the model's default voice, `speaker` names it as `voice` does. Null for an optional field is the
-    field omitted (vllm-omni clients send it for what they leave unset), as in the body (`JsonFields`)."""
+    field omitted (vllm-omni clients send it for what they leave unset), and a switch is true or false, as in the body
+    (`JsonFields`)."""
 
-    model_config = ConfigDict(strict=False)  # as vllm-omni reads it: "1.5" is a speed
+    model_config = ConfigDict(strict=False)  # numbers as vllm-omni reads them: "1.5" is a speed
 
     type: Literal["session.config"]
     voice: VoiceName | VoiceRef = DEFAULT_VOICE  # vllm-omni sends a name; OpenAI's {"id": ...} as the body takes it

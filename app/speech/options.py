@@ -5,10 +5,22 @@ engine and the server's configuration is checked later, by `app.speech.jobs`."""
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from app.audio.formats import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, ResponseFormat
 from app.settings import MAX_INPUT_CHARS
@@ -30,6 +42,28 @@ FreeText = Annotated[str, AfterValidator(check_multiline)]
 VoiceName = Annotated[str, StringConstraints(max_length=MAX_VOICE_NAME_CHARS), AfterValidator(check_single_line)]
 
 
+def json_kind(value: Any) -> str:
+    """What a JSON value is, in words (for a refusal that says what came instead)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    return {str: "a string", list: "an array", dict: "an object"}.get(type(value), "a number")
+
+
+def is_switch(annotation: Any) -> bool:
+    """A field of `bool` or `bool | None`."""
+    if get_origin(annotation) in (Union, UnionType):
+        return all(arg in (bool, type(None)) for arg in get_args(annotation))
+    return annotation is bool
+
+
+@functools.cache
+def switches_of(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of `model` that are switches (read once per model: its fields do not change once it is built)."""
+    return frozenset(name for name, field in model.model_fields.items() if is_switch(field.annotation))
+
+
 def null_is_omitted(model: type[BaseModel], data: Any) -> Any:
     """`data` without the optional fields of `model` sent as null: OpenAI's API reads null for an optional parameter
     as not given, and JavaScript and generated clients send it for what they leave unset. Omitted, not set to their
@@ -48,8 +82,9 @@ def null_is_omitted(model: type[BaseModel], data: Any) -> Any:
 class JsonFields(BaseModel):
     """A JSON object's fields as every body and message of the API reads them, whatever the endpoint or transport:
     an unknown field is refused (as OpenAI refuses unrecognized arguments), each value must be of its field's JSON
-    type (strict: no "1.5" for a number, unless a model says otherwise), and null for an optional field is the field
-    omitted."""
+    type (strict: no "1.5" for a number, unless a model says otherwise), null for an optional field is the field
+    omitted, and a switch is `true` or `false` only, in every model (pydantic's lax reading, where a model asks for
+    it, takes "yes", "off", 1 and 0 for switches: a client that sends them has a bug worth hearing of)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -57,6 +92,15 @@ class JsonFields(BaseModel):
     @classmethod
     def _null_is_omitted(cls, data: Any) -> Any:
         return null_is_omitted(cls, data)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _switches_are_booleans(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, bool) and info.field_name in switches_of(cls):
+            raise PydanticCustomError(
+                "bool_type", "must be true or false (a JSON boolean), not {kind}", {"kind": json_kind(value)}
+            )
+        return value
 
 
 class VoiceRef(BaseModel):
@@ -173,7 +217,7 @@ def voice_from_speaker(data: Any) -> Any:
 
 class SpeechOptions(Qwen3Extensions, OpenAIVoiceOptions, ModelOption, JsonFields):
     """How to speak: the model, the voice and the Qwen3-TTS extensions, whatever the transport, read as every JSON
-    body is (`JsonFields`: unknown fields refused, null for an optional field omitted)."""
+    body is (`JsonFields`: unknown fields refused, null for an optional field omitted, switches true or false)."""
 
     _check_speaker_embedding = field_validator("speaker_embedding")(check_speaker_embedding)
 

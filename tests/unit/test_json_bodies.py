@@ -1,10 +1,11 @@
 """How every JSON body and message of the API is read, whatever its endpoint or transport: `null` for an optional field
 is the field omitted (OpenAI's reading; JavaScript and generated clients send it for what they leave unset), a
-required one given as `null` is refused by name."""
+required one given as `null` is refused by name; a switch is a JSON boolean."""
 
 from __future__ import annotations
 
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 import pytest
 from pydantic import BaseModel, ValidationError
@@ -29,6 +30,21 @@ def optional_fields() -> list[Any]:
         for model in MINIMAL
         for name, field in model.model_fields.items()
         if not field.is_required()
+    ]
+
+
+def is_switch(annotation: Any) -> bool:
+    if get_origin(annotation) in (Union, UnionType):
+        return all(arg in (bool, type(None)) for arg in get_args(annotation))
+    return annotation is bool
+
+
+def switches() -> list[Any]:
+    return [
+        pytest.param(model, name, id=f"{model.__name__}.{name}")
+        for model in MINIMAL
+        for name, field in model.model_fields.items()
+        if is_switch(field.annotation)
     ]
 
 
@@ -86,3 +102,42 @@ def test_null_for_a_required_field_is_refused_naming_it(model: type[BaseModel], 
     error = refusal(model, data)
     assert (error.status, error.param) == (400, param)
     assert f"'{param}" in error.message
+
+
+# -- switches ------------------------------------------------------------------------------------------------------
+
+
+def test_every_switch_is_found() -> None:
+    names = {name for param in switches() for name in param.values[1:]}
+    assert names == {
+        "stream",
+        "word_timestamps",
+        "ignore_eos",
+        "x_vector_only_mode",
+        "non_streaming_mode",
+        "stream_audio",
+    }
+
+
+@pytest.mark.parametrize("value", ["yes", "true", "false", 1, 0, 1.0, [], {}])
+@pytest.mark.parametrize(("model", "name"), switches())
+def test_a_switch_is_a_json_boolean(model: type[BaseModel], name: str, value: object) -> None:
+    """`"word_timestamps": "yes"` was a true switch in a session.config (pydantic's lax reading, which takes "on",
+    "1" and 1 alike): every switch of every body and message takes `true` or `false` only, and the refusal names the
+    field and says a boolean is expected, and what came instead."""
+    error = refusal(model, {**MINIMAL[model], name: value})
+    assert (error.status, error.param, error.code) == (400, name, "invalid_type")
+    assert error.message.startswith(f"Invalid value for '{name}': must be true or false (a JSON boolean), not ")
+
+
+@pytest.mark.parametrize("value", [True, False])
+@pytest.mark.parametrize(("model", "name"), switches())
+def test_a_switch_takes_true_and_false(model: type[BaseModel], name: str, value: bool) -> None:
+    assert getattr(model.model_validate({**MINIMAL[model], name: value}), name) is value
+
+
+def test_a_session_config_still_reads_numbers_sent_as_text() -> None:
+    """vllm-omni reads a session.config's numbers from text, and so does this server; its switches are booleans."""
+    config = SessionConfig.model_validate({"type": "session.config", "speed": "1.5", "seed": "7"})
+    assert (config.speed, config.seed) == (1.5, 7)
+    assert refusal(SessionConfig, {"type": "session.config", "word_timestamps": "true"}).param == "word_timestamps"
