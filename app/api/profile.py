@@ -11,11 +11,12 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Body, Depends
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from app.api.dependencies import get_engine
 from app.api.errors import SERVER_ERROR, ApiError, error_responses, to_api_error
 from app.engine_protocol import EngineUnavailable, Profiles, RecordsTimelines, SpeechEngine, profiled
+from app.speech.options import JsonFields
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -24,7 +25,10 @@ router = APIRouter(prefix="/admin/profile", tags=["admin"])
 RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
-class ProfileStart(BaseModel):
+class ProfileStart(JsonFields):
+    """POST /admin/profile/start. Unknown fields are refused, as every body's are: a misspelt one is never dropped
+    unnoticed for a run with the defaults."""
+
     run_id: str = Field(
         default_factory=lambda: time.strftime("run_%Y%m%d_%H%M%S"),
         pattern=RUN_ID,
@@ -39,7 +43,9 @@ class ProfileStart(BaseModel):
     )
 
 
-class ProfileStop(BaseModel):
+class ProfileStop(JsonFields):
+    """POST /admin/profile/stop. Unknown fields are refused."""
+
     run_id: str | None = Field(None, pattern=RUN_ID, description="The run to stop; default: whichever is on.")
 
 
