@@ -271,6 +271,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
+        if isinstance(exc.__cause__, ApiError):  # a body `app.api.json_body` refused to read: FastAPI's 400 from it
+            return exc.__cause__.response()
         message, code = _STATUS_MESSAGES.get(exc.status_code, (str(exc.detail), None))
         if exc.status_code == 404:
             message = not_found(request)

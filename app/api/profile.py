@@ -15,12 +15,13 @@ from pydantic import Field
 
 from app.api.dependencies import get_engine
 from app.api.errors import SERVER_ERROR, ApiError, error_responses, to_api_error
+from app.api.json_body import JsonBodyRoute
 from app.engine_protocol import EngineUnavailable, Profiles, RecordsTimelines, SpeechEngine, profiled
 from app.speech.options import JsonFields
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/admin/profile", tags=["admin"])
+router = APIRouter(prefix="/admin/profile", tags=["admin"], route_class=JsonBodyRoute)
 # a folder's name under the profiler's directory: never "." or "..", never a path
 RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 

@@ -15,6 +15,7 @@ from app.api.audio_stream import SpeechResponse, audio_body, sse_events
 from app.api.dependencies import get_service
 from app.api.disconnect import unless_disconnected
 from app.api.errors import CLIENT_LEFT, error_responses
+from app.api.json_body import JsonBodyRoute
 from app.api.schemas import SpeechRequest
 from app.audio.formats import CONTENT_TYPES
 from app.speech.encoding import EncodedAudio, Usage, WholeFile, complete_file
@@ -23,7 +24,7 @@ from app.speech.run import SpeechRun, SpeechService
 from app.timing import TtfaTimeline
 
 log = logging.getLogger(__name__)
-router = APIRouter()
+router = APIRouter(route_class=JsonBodyRoute)
 
 # vllm-omni 0.30's budget for X-Word-Timestamps: larger headers become opaque 502s behind common reverse proxies
 WORD_TIMESTAMPS_HEADER_LIMIT = 4096

@@ -19,6 +19,7 @@ from app import metrics
 from app.api.dependencies import get_batch_slots, get_service
 from app.api.disconnect import unless_disconnected
 from app.api.errors import CLIENT_LEFT, ApiError, error_responses, invalid_param, to_api_error, validation_error
+from app.api.json_body import JsonBodyRoute
 from app.api.schemas import SpeechBatchItem, SpeechBatchRequest, SpeechBatchResponse, SpeechUsage
 from app.audio.formats import CONTENT_TYPES
 from app.speech.batch import STREAM_LABEL, BatchEnd, BatchItem, BatchSlots, ItemOutcome, synthesize_batch
@@ -27,7 +28,7 @@ from app.speech.options import json_kind, voice_from_speaker
 from app.speech.run import SpeechService, ended_as, gate_refusal, has_ended, observe_ttfa
 
 log = logging.getLogger(__name__)
-router = APIRouter()
+router = APIRouter(route_class=JsonBodyRoute)
 
 VOICE_FIELDS = {"voice", "speaker"}  # an item naming its voice either way replaces the batch's, named either way
 NO_WORD_TIMESTAMPS = "'word_timestamps' is not available in a batch (no headers per item)."

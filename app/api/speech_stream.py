@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 import time
@@ -52,6 +51,7 @@ from app.api.errors import (
     unknown_parameter,
     validation_error,
 )
+from app.api.json_body import loads
 from app.api.middleware import STREAM_PATH, count_refused, request_id_of
 from app.api.speech_frames import (
     CLOSE_GOING_AWAY,
@@ -405,8 +405,8 @@ class SpeechStreamSession:
         if over and not names_session_config(raw):
             raise too_large(self.settings.ws_max_message_bytes)
         try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError):  # not JSON; an integer past Python's digits; arrays nested too deep
+            data = loads(raw)  # a number too long to read: refused naming its field, as in a body
+        except (ValueError, RecursionError):  # not JSON; arrays nested too deep
             raise ApiError(400, "The message is not valid JSON.", code="invalid_json") from None
         if not isinstance(data, dict):
             raise ApiError(400, "A message is a JSON object.", code="invalid_request")

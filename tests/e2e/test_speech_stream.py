@@ -238,7 +238,7 @@ def test_word_timestamp_frames_announce_the_rate_opus_decodes_at(server: Running
         ({"type": "session.config", "split_granularity": "word"}, "invalid_value"),
         ("{not json", "invalid_json"),
         ('{"type": "session.config", "voice": ' + "[" * 1000 + "]" * 1000 + "}", "invalid_json"),  # too deep
-        ('{"type": "session.config", "speed": ' + "1" * 5000 + "}", "invalid_json"),  # past Python's int digits
+        ('{"type": "session.config", "speed": ' + "1" * 5000 + "}", "invalid_value"),  # past Python's int digits
     ],
 )
 def test_a_bad_first_message_gets_one_error_and_a_close(server: RunningServer, first: object, code: str) -> None:
@@ -508,9 +508,14 @@ def test_malformed_messages_are_answered_and_the_connection_kept(server: Running
         send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
         ws.send("{not json")
         assert json.loads(ws.recv(timeout=10))["code"] == "invalid_json"
-        for unreadable in ("[" * 1000 + "]" * 1000, "1" * 5000):  # JSON Python's parser gives up on, not a 1011
+        # JSON Python's parser gives up on, not a 1011: nested too deep, and a number too long (named where it is)
+        for unreadable, code, param in (
+            ("[" * 1000 + "]" * 1000, "invalid_json", None),
+            ("1" * 5000, "invalid_value", "n"),
+        ):
             ws.send('{"type": "input.text", "text": "hi", "n": ' + unreadable + "}")
-            assert json.loads(ws.recv(timeout=10))["code"] == "invalid_json"
+            error = json.loads(ws.recv(timeout=10))
+            assert (error["code"], error["param"]) == (code, param)
         ws.send(b"\x00\x01")
         assert json.loads(ws.recv(timeout=10))["code"] == "invalid_message"
         send(ws, {"type": "input.text", "text": 42})

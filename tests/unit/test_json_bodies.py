@@ -1,7 +1,8 @@
 """How every JSON body and message of the API is read, whatever its endpoint or transport: `null` for an optional field
 is the field omitted (OpenAI's reading; JavaScript and generated clients send it for what they leave unset), a
 required one given as `null` is refused by name; a switch is a JSON boolean; an unknown field is refused by name,
-the admin's bodies' too."""
+the admin's bodies' too; a number too long for Python to read is refused naming where it is, not as a body that is no
+JSON."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Union, get_args, get_origin
 import httpx
 import pytest
 from pydantic import BaseModel, ValidationError
+from starlette.testclient import TestClient
 
 from app.api.errors import validation_error
 from app.api.profile import ProfileStart, ProfileStop
@@ -172,3 +174,67 @@ async def test_an_admin_profile_body_refuses_an_unknown_field_by_name(tmp_path: 
         "param": field,
         "code": "unknown_parameter",
     }
+
+
+# -- numbers too long to read --------------------------------------------------------------------------------------
+
+DIGITS = "1" * 5000  # past Python's 4300 digits of an int read from text
+TOO_LONG = "a number of 5000 digits, longer than the 4300 this server reads"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/audio/speech", '{"input": "Hi.", "seed": ' + DIGITS + "}", "seed"),
+        ("/v1/audio/speech", '{"input": "Hi.", "seed": -' + DIGITS + "}", "seed"),
+        ("/v1/audio/speech", '{"input": "Hi.", "extra_params": {"top_k": ' + DIGITS + "}}", "extra_params.top_k"),
+        ("/v1/audio/speech", '{"input": "Hi.", "speaker_embedding": [0.5, ' + DIGITS + "]}", "speaker_embedding[1]"),
+        ("/v1/audio/speech/batch", '{"items": [{"input": "A."}, {"seed": ' + DIGITS + "}]}", "items[1].seed"),
+        ("/admin/profile/start", '{"run_id": ' + DIGITS + "}", "run_id"),
+    ],
+    ids=["seed", "negative", "nested", "in-a-list", "batch-item", "admin"],
+)
+async def test_a_number_too_long_to_read_is_refused_naming_where_it_is(
+    tmp_path: Path, path: str, body: str, param: str
+) -> None:
+    """It was told as a body that is no JSON (`invalid_json`, naming nothing): the body is JSON, and one of its
+    numbers has more digits than Python reads into an int. Each is far past any limit of any field."""
+    app = create_app(Settings(engine="embedded", profiler_dir=str(tmp_path)))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        answer = await client.post(path, content=body, headers={"content-type": "application/json"})
+    assert answer.status_code == 400
+    assert answer.json()["error"] == {
+        "message": f"Invalid value for '{param}': {TOO_LONG}.",
+        "type": "invalid_request_error",
+        "param": param,
+        "code": "invalid_value",
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "param"),
+    [
+        ('{"input": "Hi.", "seed": ' + "1" * 4300 + "}", "invalid_value", "seed"),  # read: past the field's range
+        ('{"input": "Hi.", "seed": ' + DIGITS + ", }", "invalid_json", None),  # no JSON after all
+        ('{"input": "Hi.", "speed": ' + DIGITS + ".5}", "invalid_value", "speed"),  # a float: read, infinite
+    ],
+    ids=["at-the-limit", "not-json-after-it", "float"],
+)
+async def test_around_a_number_too_long(body: str, code: str, param: str | None) -> None:
+    app = create_app(Settings(engine="embedded"))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        answer = await client.post("/v1/audio/speech", content=body, headers={"content-type": "application/json"})
+    assert answer.status_code == 400
+    assert (answer.json()["error"]["code"], answer.json()["error"]["param"]) == (code, param)
+
+
+def test_a_number_too_long_in_a_websocket_message_is_refused_naming_its_field() -> None:
+    client = TestClient(create_app(Settings(engine="embedded")))
+    with client.websocket_connect("/v1/audio/speech/stream") as ws:
+        ws.send_text('{"type": "session.config", "speed": ' + DIGITS + "}")
+        error = ws.receive_json()
+    assert (error["code"], error["param"], error["message"]) == (
+        "invalid_value",
+        "speed",
+        f"Invalid value for 'speed': {TOO_LONG}.",
+    )
