@@ -7,8 +7,7 @@ JSON."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import UnionType
-from typing import Any, Union, get_args, get_origin
+from typing import Any
 
 import httpx
 import pytest
@@ -22,6 +21,7 @@ from app.api.speech_batch import checked_item, shared_fields
 from app.api.speech_stream import SessionConfig
 from app.server import create_app
 from app.settings import Settings
+from app.speech.options import is_switch
 
 # each body or message, with the least it must carry
 MINIMAL: dict[type[BaseModel], dict[str, Any]] = {
@@ -41,12 +41,6 @@ def optional_fields() -> list[Any]:
         for name, field in model.model_fields.items()
         if not field.is_required()
     ]
-
-
-def is_switch(annotation: Any) -> bool:
-    if get_origin(annotation) in (Union, UnionType):
-        return all(arg in (bool, type(None)) for arg in get_args(annotation))
-    return annotation is bool
 
 
 def switches() -> list[Any]:
@@ -119,7 +113,8 @@ def test_null_for_a_required_field_is_refused_naming_it(model: type[BaseModel], 
 
 
 def test_every_switch_is_found() -> None:
-    """The switches the tests below find in the bodies, all of them (a finder that missed one would test nothing)."""
+    """The switches the server (and the tests below) find in the bodies, all of them: one missed would be read as
+    its model reads it, and tested by nothing."""
     names = {name for param in switches() for name in param.values[1:]}
     assert names == {
         "stream",
