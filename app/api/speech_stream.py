@@ -92,7 +92,6 @@ def names_session_config(raw: str) -> bool:
     return '"session.config"' in raw or ("\\u" in raw and _SESSION_CONFIG.search(raw) is not None)
 
 
-
 def _takes_numbers(annotation: Any) -> bool:
     """A field of numbers (int, float, a list of floats), optional or annotated or not."""
     if get_origin(annotation) is Annotated:

@@ -204,9 +204,8 @@ def voice_from_speaker(data: Any) -> Any:
     """The voice of a request's fields where `voice` is absent or null: `speaker` (vllm-omni 0.30's alias; two
     different names are refused by the job builder, naming `speaker`), or none for a designed or cloned voice, which
     comes from `instructions` or the reference audio (vllm-omni needs no name)."""
-    if (
-        not isinstance(data, dict) or data.get("voice") is not None
-    ):  # null: an omitted voice (JsonFields drops it after this)
+    # a null voice is an omitted one (`JsonFields` drops it, after this has run)
+    if not isinstance(data, dict) or data.get("voice") is not None:
         return data
     if isinstance(data.get("speaker"), str):
         return {**data, "voice": data["speaker"]}

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from app.api import speech_stream
+from app.api import json_body, speech_stream
 from app.server import create_app
 from app.settings import MIN_MESSAGE_BYTES, Settings
 
@@ -43,9 +42,9 @@ def parsed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
     def loads(raw: str) -> Any:
         sizes.append(len(raw.encode()))
-        return json.loads(raw)
+        return json_body.loads(raw)
 
-    monkeypatch.setattr(speech_stream, "json", SimpleNamespace(loads=loads))
+    monkeypatch.setattr(speech_stream, "loads", loads)
     yield sizes
 
 
