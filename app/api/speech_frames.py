@@ -23,6 +23,7 @@ from app.text.words import WordTiming
 CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001  # the server drains
 CLOSE_POLICY = 1008  # no valid key, or no session.config in time
+CLOSE_NOT_UTF8 = 1007  # a text frame that is not UTF-8: uvicorn closes the session itself
 CLOSE_TOO_BIG = 1009  # a message over uvicorn's size cap (SPEECH_MAX_BODY_BYTES): uvicorn closes the session itself
 CLOSE_TRY_AGAIN = 1013  # the server is full
 CLOSE_INTERNAL_ERROR = 1011  # the session failed for a reason of the server's own

@@ -57,6 +57,7 @@ from app.api.speech_frames import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
     CLOSE_NORMAL,
+    CLOSE_NOT_UTF8,
     CLOSE_POLICY,
     CLOSE_TOO_BIG,
     CLOSE_TRY_AGAIN,
@@ -243,7 +244,9 @@ class SpeechStreamSession:
                     message, receiving = receiving.result(), None
                     self.speech.heard()
                     if message["type"] == "websocket.disconnect":  # the client left, or uvicorn closed on it
-                        if message.get("code") == CLOSE_TOO_BIG:  # a message over the body limit: refused
+                        # the client's own fault, which uvicorn closed on: a message over the body limit, a text
+                        # frame that is not UTF-8; its open utterance was refused, not its client gone
+                        if message.get("code") in (CLOSE_TOO_BIG, CLOSE_NOT_UTF8):
                             self.closed_as = "refused"
                         code = -1
                         return
@@ -306,8 +309,8 @@ class SpeechStreamSession:
         return now - self.unread[1] < self.settings.client_stall_timeout_s
 
     def cut_off(self) -> str | None:
-        """Why the server cut the connection, where it did: refused (a message over the body limit, 1009), or
-        client_stalled (aborted because its client stopped reading)."""
+        """Why the server cut the connection, where it did: refused (a message over the body limit, 1009; a text frame
+        that is not UTF-8, 1007), or client_stalled (aborted because its client stopped reading)."""
         if self.closed_as is not None:
             return self.closed_as
         return "client_stalled" if self.ws.scope.get("state", {}).get(STALLED_STATE_KEY) else None

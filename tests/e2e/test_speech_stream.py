@@ -584,6 +584,26 @@ def test_a_text_frame_that_is_not_utf8_closes_1007_logged_as_one_line_without_a_
     assert [(record["level"], "exception" in record) for record in told] == [("info", False)], written
 
 
+def test_a_text_frame_that_is_not_utf8_counts_the_open_utterance_as_refused(server: RunningServer) -> None:
+    """The client's own fault closed the session (1007), as a message over the body limit (1009) does: its open
+    utterance was refused, not its client gone (client_gone feeds the disconnect panels)."""
+    before = utterances_counted(server)
+    gone = server.metric("speech_ws_utterances_total", outcome="client_gone")
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        send(ws, {"type": "input.text", "text": "An utterance still open"})
+        ws.send('{"type": "input.text", "text": "Café"}'.encode("latin-1"), text=True)
+        with pytest.raises(ConnectionClosed):
+            while True:
+                ws.recv(timeout=10)
+        assert ws.close_code == 1007
+    deadline = time.monotonic() + 10
+    while utterances_counted_since(server, before)["refused"] < 1:
+        assert time.monotonic() < deadline, utterances_counted_since(server, before)
+        time.sleep(0.05)
+    assert server.metric("speech_ws_utterances_total", outcome="client_gone") == gone
+
+
 GUARDED_BODY_BYTES = 128 * 1024  # the least SPEECH_MAX_BODY_BYTES may be
 
 
