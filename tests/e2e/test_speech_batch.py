@@ -10,6 +10,7 @@ import io
 import json
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ import jsonschema
 import pytest
 
 from loadtest.audio import decode, transcribe, word_error_rate
+from tests.support.docs import fenced_blocks
 from tests.support.server import RunningServer, start_server
 
 SENTENCES = ["The quick brown fox jumps over the lazy dog.", "Please call Stella and ask her to bring these things."]
@@ -98,6 +100,29 @@ def test_items_of_mixed_formats_and_voices_read_back_and_say_their_words(batch_s
     jsonschema.validate(
         answer, {"$ref": "#/components/schemas/SpeechBatchResponse", "components": {"schemas": published}}
     )
+
+
+def test_the_docs_example_answers_as_the_page_says(batch_server: RunningServer, tmp_path: Path) -> None:
+    """docs/api.md's batch example, run with curl as written (only the address changed): the answer and each result
+    have the fields the page names, the first item in the batch's default format (wav), the second in its own (mp3),
+    each a whole file that decodes."""
+    (code,) = [code for _, code in fenced_blocks("docs/api.md", "## Batches", "sh")]
+    code = code.replace("localhost:8000", urlparse(batch_server.base_url).netloc)
+    done = subprocess.run(
+        ["bash", "-c", "set -euo pipefail\n" + code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert set(answer) == {"id", "results", "total", "succeeded", "failed"}, answer.keys()
+    assert (answer["total"], answer["succeeded"], answer["failed"]) == (2, 2, 0)
+    results = answer["results"]
+    assert [r["index"] for r in results] == [0, 1] and all(r["status"] == "success" for r in results)
+    assert all(set(r) == {"index", "status", "audio_data", "media_type", "usage"} for r in results)
+    assert [r["media_type"] for r in results] == ["audio/wav", "audio/mpeg"]
+    usage = {"input_tokens", "output_tokens", "total_tokens", "input_token_details"}  # as in speech.audio.done
+    assert all(set(r["usage"]) == usage for r in results)
+    for result, kind in zip(results, ("wav", "mp3"), strict=True):
+        assert decode(base64.b64decode(result["audio_data"]), kind).duration_s > 0.5
 
 
 def test_a_bad_item_fails_alone_with_an_openai_error_naming_its_field(batch_server: RunningServer) -> None:

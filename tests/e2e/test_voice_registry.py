@@ -5,6 +5,9 @@ refuses uploads."""
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +16,8 @@ import numpy as np
 import pytest
 
 from app.tools.qwen3_tts_model_dir import write_model_dir
+from loadtest.audio import decode
+from tests.support.docs import fenced_blocks
 from tests.support.server import RunningServer, fake_omni_command, start_server
 from tests.support.wav import pcm_wav, tone_wav
 
@@ -53,7 +58,8 @@ def upload(
 
 @pytest.fixture(scope="module")
 def base_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_model_dir(tmp_path_factory.mktemp("base-model"), "base")
+    """A Base checkpoint, served under its directory's name: the one docs/voices.md's example speaks with."""
+    return write_model_dir(tmp_path_factory.mktemp("base-model") / "Qwen3-TTS-12Hz-0.6B-Base", "base")
 
 
 def start_cloning_server(log_path: Path, base_model: Path, store: Path) -> RunningServer:
@@ -105,6 +111,32 @@ def test_crud(cloning: RunningServer, sample: bytes) -> None:
     gone = httpx.get(f"{server.base_url}/v1/audio/voices/my-voice_1")
     assert gone.status_code == 404 and gone.json()["error"]["code"] == "voice_not_found"
     assert httpx.delete(f"{server.base_url}/v1/audio/voices/my-voice_1").status_code == 404
+
+
+def test_the_docs_example_runs(cloning: RunningServer, sample: bytes, tmp_path: Path) -> None:
+    """docs/voices.md's example, run with curl as written (only the address changed) beside a narrator.wav: the upload
+    answers the fields its comment shows, the speech with the voice decodes, the listing has it, the delete took it."""
+    (code,) = [code for _, code in fenced_blocks("docs/voices.md", "## Voice cloning", "sh")]
+    (tmp_path / "narrator.wav").write_bytes(sample)
+    done = subprocess.run(
+        ["bash", "-c", "set -euo pipefail\n" + code.replace("http://localhost:8000", cloning.base_url)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    printed, at = [], 0  # the upload's answer, then the listing (curl adds no line breaks)
+    while at < len(done.stdout.rstrip()):
+        body, at = json.JSONDecoder().raw_decode(done.stdout, at)
+        printed.append(body)
+    uploaded, listing = printed
+    (shown,) = re.findall(r"^# (\{.*\})$", code, re.M)  # the answer the page shows
+    assert set(uploaded) == set(re.findall(r'"(\w+)":', shown)), (uploaded, shown)
+    assert uploaded["name"] == "narrator" and uploaded["has_ref_text"] is True and uploaded["id"].startswith("voice_")
+    assert "narrator" in listing["voices"] and "narrator" in [v["name"] for v in listing["data"]]
+    assert decode((tmp_path / "hello.mp3").read_bytes(), "mp3").duration_s > 0.5
+    assert httpx.get(f"{cloning.base_url}/v1/audio/voices/narrator", timeout=30).status_code == 404
 
 
 @pytest.mark.parametrize(
