@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import metrics
 from app.admission import HoldTime
 from app.api.errors import ApiError, websocket_error_message
-from app.api.middleware import count_refused, log_api_request, request_id_of, send_error
+from app.api.middleware import refused_session, request_id_of, send_error
 from app.settings import InvalidSettings
 
 OPEN_PATHS = frozenset(
@@ -213,7 +213,6 @@ class ApiKeyMiddleware:
         if not self._digests:
             await self.app(scope, receive, send)
             return
-        started = time.perf_counter()
         header = _authorization(scope)
         admitted = (
             _unauthorized(SEVERAL_AUTHORIZATIONS)
@@ -225,11 +224,8 @@ class ApiKeyMiddleware:
             )
         )
         if isinstance(admitted, ApiError):
-            count_refused(scope, admitted)
-            try:
-                await _refuse_websocket(receive, send, admitted, 1008 if admitted.status == 401 else 1013)
-            finally:  # also where its client left meanwhile (the send raised): it was refused all the same
-                log_api_request(scope, "WEBSOCKET", admitted.status, started, admitted.refusal())
+            refused_session(scope, admitted)
+            await _refuse_websocket(receive, send, admitted, 1008 if admitted.status == 401 else 1013)
             return
         await self._run_holding(admitted, scope, receive, send)
 

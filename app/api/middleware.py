@@ -108,7 +108,9 @@ class RequestIdMiddleware:
         request's is."""
         given = dict(scope["headers"]).get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1")
         request_id = valid_request_id(given)
-        scope.setdefault("state", {})["request_id"] = request_id
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        state["started_at"] = time.perf_counter()  # a refusal's log line times it from here (`refused_session`)
 
         async def send_with_id(message: Message) -> None:
             if message["type"] in ("websocket.accept", "websocket.http.response.start"):
@@ -316,14 +318,20 @@ class SpeechAccountingMiddleware:
         log.info("speech request", extra=summary)
 
 
-STREAM_PATH = "/v1/audio/speech/stream"  # the speech WebSocket: its refusals are counted where made (`count_refused`)
+STREAM_PATH = "/v1/audio/speech/stream"  # the speech WebSocket: its refusals are counted where made (`refused_session`)
 
 
-def count_refused(scope: Scope, error: ApiError) -> None:
-    """A speech WebSocket session refused before it spoke: for its key or its key's limit, by a drain, for want of a
-    valid session.config (closed 1008 or 1013, or its upgrade answered 503). Counted as a request refused with the same
-    error is, under its status and code, `stream` websocket and `response_format` unknown (no session.config taken);
-    before its client is told, so that a client that has read the refusal finds it counted. A session that spoke is
-    not counted here: its utterances are (`speech_ws_utterances_total`), one a full server refused among them."""
+def refused_session(scope: Scope, error: ApiError) -> None:
+    """A WebSocket session refused before it spoke: for its key or its key's limit, by a drain, for its page's origin,
+    for want of a valid session.config (closed 1008 or 1013, or its upgrade answered 403 or 503). Logged as the "api
+    request" line of method WEBSOCKET, with its status and why, under the id its refusal carries: a refusal counted
+    but never logged could not be found from the dashboard or from the id a client quotes. On the speech WebSocket it
+    is also counted as a request refused with the same error is, under its status and code, `stream` websocket and
+    `response_format` unknown (no session.config taken). Both before its client is told, so that a client that has
+    read the refusal finds it counted and logged, and one that left meanwhile was refused all the same. A session that
+    spoke is not counted here: its utterances are (`speech_ws_utterances_total`), one a full server refused among
+    them, each logged as a "speech utterance"."""
     if scope["path"] == STREAM_PATH:  # as the key refused on other routes is not counted
         metrics.count_request(error.status, "unknown", "websocket", error.code)
+    started = scope.get("state", {}).get("started_at", time.perf_counter())
+    log_api_request(scope, "WEBSOCKET", error.status, started, error.refusal())

@@ -52,7 +52,7 @@ from app.api.errors import (
     validation_error,
 )
 from app.api.json_body import loads
-from app.api.middleware import STREAM_PATH, count_refused, request_id_of
+from app.api.middleware import STREAM_PATH, refused_session, request_id_of
 from app.api.speech_frames import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
@@ -387,8 +387,8 @@ class SpeechStreamSession:
             await self.frames.send_error(exc)
 
     async def refuse(self, error: ApiError) -> None:
-        """No session without a valid session.config: told `error`, counted as refused, closed 1008."""
-        count_refused(self.ws.scope, error)
+        """No session without a valid session.config: told `error`, counted and logged as refused, closed 1008."""
+        refused_session(self.ws.scope, error)
         await self.frames.close_with(error, CLOSE_POLICY)
 
     def read(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -462,8 +462,8 @@ def foreign_origin(websocket: WebSocket, allowed: list[str]) -> str | None:
 
 
 async def deny_upgrade(websocket: WebSocket, refusal: ApiError) -> None:
-    """The session refused before the upgrade, with the HTTP answer a request would get, counted as refused."""
-    count_refused(websocket.scope, refusal)
+    """The session refused before the upgrade, with the HTTP answer a request would get; counted and logged."""
+    refused_session(websocket.scope, refusal)
     await websocket.send_denial_response(refusal.response())
 
 

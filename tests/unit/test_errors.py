@@ -414,6 +414,58 @@ def test_a_websocket_session_refused_is_counted_as_the_request_refused_for_the_s
     assert refusals_since(before) == {("503", "server_shutting_down"): 1}
 
 
+def test_a_websocket_session_refused_before_it_spoke_is_logged_once_with_its_refusal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every session refused before it spoke writes the one log line a refused request does ("api request", method
+    WEBSOCKET, its status and why), under the id its refusal carried: those refused for want of a session.config, for
+    their page's origin or by a drain were counted in speech_requests_total but logged nowhere, so a refusal seen on
+    the dashboard, or by a client quoting its X-Request-Id, could not be found in the log. Logged before the client is
+    told, as it is counted: no waiting for it."""
+    app = create_app(Settings(engine="embedded", cors_origins=["https://app.example.com"]))
+    client = TestClient(app)
+    path = "/v1/audio/speech/stream"
+
+    def lines(request_id: str) -> list[tuple[str, str, int, dict[str, str]]]:
+        return [
+            (r.method, r.path, r.status, r.error)  # type: ignore[attr-defined]
+            for r in caplog.records
+            if r.getMessage() == "api request" and getattr(r, "request_id", "") == request_id
+        ]
+
+    with caplog.at_level(logging.INFO, logger="app.api.middleware"):
+        with client.websocket_connect(path, headers={"X-Request-Id": "ws-no-config"}) as refused:
+            refused.send_json({"type": "input.text", "text": "Too early."})
+            assert refused.receive_json()["code"] == "session_config_required"
+            assert lines("ws-no-config") == [
+                (
+                    "WEBSOCKET",
+                    path,
+                    400,
+                    {"type": "invalid_request_error", "code": "session_config_required", "param": "type"},
+                )
+            ]
+        foreign = {"X-Request-Id": "ws-foreign", "Origin": "https://elsewhere.example"}
+        with pytest.raises(WebSocketDenialResponse), client.websocket_connect(path, headers=foreign):
+            pass
+        assert lines("ws-foreign") == [
+            ("WEBSOCKET", path, 403, {"type": "invalid_request_error", "code": "origin_not_allowed"})
+        ]
+        with client.websocket_connect(path, headers={"X-Request-Id": "ws-spoke"}) as spoke:  # not refused: no line
+            spoke.send_json({"type": "session.close"})
+            spoke.receive()
+        app.state.lifecycle.draining = True
+        with (
+            pytest.raises(WebSocketDenialResponse),
+            client.websocket_connect(path, headers={"X-Request-Id": "ws-in-drain"}),
+        ):
+            pass
+        assert lines("ws-in-drain") == [
+            ("WEBSOCKET", path, 503, {"type": "server_error", "code": "server_shutting_down"})
+        ]
+    assert lines("ws-spoke") == []
+
+
 async def test_missing_request_id_is_generated_and_unique() -> None:
     ids = set()
     for _ in range(5):
