@@ -86,7 +86,11 @@ TTFA_PHASE = Histogram(
     buckets=TTFA_PHASE_BUCKETS,
 )
 E2E = Histogram(
-    "speech_e2e_seconds", "Time from a request's arrival to its last byte.", ["stream"], buckets=E2E_BUCKETS
+    "speech_e2e_seconds",
+    "Time from a request's arrival to its last byte; over the WebSocket (stream websocket) one per sentence spoken, "
+    "from the arrival of the text that completed it (TTFA is observed once per utterance).",
+    ["stream"],
+    buckets=E2E_BUCKETS,
 )
 RTF = Histogram(
     "speech_rtf",
