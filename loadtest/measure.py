@@ -2,12 +2,12 @@
 
 TTFA is the time from sending the request to the first byte of audio payload: for wav, the first byte past the
 header (RIFF parsed up to the "data" chunk: 44 bytes from this server); for SSE, the first audio inside the
-`speech.audio.delta` events (again past a wav header); for other formats, the first body byte (container headers
-included: compare such formats only between servers that send them alike). E2E runs until the last byte. Audio
-duration comes from decoding what arrived. The arrival time of every chunk is kept for the modelled listener
-(`loadtest.playback`): when playback starts, how often and how long it stalls, and the time to uninterrupted audio
-(when a real-time listener could start and never run dry: TTFA plus the stream's largest deficit), the headline
-figure: a low TTFA whose stream then runs dry is not what a listener hears.
+`speech.audio.delta` events (again past a wav header); for compressed formats, the first byte of the first audio
+packet (for Ogg, of the page holding it), past the container's headers, which a server may send before any audio.
+E2E runs until the last byte. Audio duration comes from decoding what arrived. The arrival time of every chunk is kept
+for the modelled listener (`loadtest.playback`): when playback starts, how often and how long it stalls, and the time
+to uninterrupted audio (when a real-time listener could start and never run dry: TTFA plus the stream's largest
+deficit), the headline figure: a low TTFA whose stream then runs dry is not what a listener hears.
 """
 
 from __future__ import annotations
@@ -23,10 +23,18 @@ from typing import Any
 import httpx
 
 from loadtest.audio import DecodedAudio, decode
-from loadtest.playback import Playback, listen, wav_payload_offset
+from loadtest.playback import Playback, first_audio_at, listen, wav_payload_offset
 from loadtest.targets import Target
 
-__all__ = ["PayloadClock", "RequestResult", "describe_exception", "heard_fields", "measure", "wav_payload_offset"]
+__all__ = [
+    "PayloadClock",
+    "RequestResult",
+    "describe_exception",
+    "first_audio",
+    "heard_fields",
+    "measure",
+    "wav_payload_offset",
+]
 
 
 @dataclass
@@ -243,7 +251,7 @@ async def measure(
         200,
         True,
         None,
-        clock.first_at,
+        await first_audio(payload, clock, response_format),
         e2e,
         decoded.duration_s,
         len(decoded.samples),
@@ -252,6 +260,16 @@ async def measure(
         payload if keep_audio else None,
         **heard_fields(playback),
     )
+
+
+async def first_audio(payload: bytes, clock: PayloadClock, response_format: str) -> float | None:
+    """TTFA of a complete response: for compressed formats the arrival of its first audio packet's first byte, past
+    the container's headers (demuxed off the event loop), else the first byte of audio the clock saw (the first byte,
+    where the container cannot be demuxed)."""
+    if response_format in ("pcm", "wav"):
+        return clock.first_at  # the clock already read past a wav header as the bytes came
+    first = await asyncio.to_thread(first_audio_at, payload, clock.arrivals, response_format)
+    return clock.first_at if first is None else first
 
 
 async def _read_sse(response: httpx.Response, audio: bytearray, clock: PayloadClock) -> tuple[str, str | None] | None:

@@ -245,6 +245,34 @@ def _packet_playable(payload: bytes) -> PlayableSeconds | None:
     return playable
 
 
+def audio_offset(payload: bytes, response_format: str) -> int | None:
+    """Where a response's audio starts in its bytes: 0 for pcm; past the header for wav; for compressed formats the
+    first byte of the first audio packet (for Ogg, of the page holding it), past the container's headers (Ogg's
+    OpusHead and OpusTags pages, FLAC's metadata blocks, an ID3 tag), which a server may send before it has any
+    audio. None where that cannot be told (a wav header that never completed, a payload FFmpeg cannot demux)."""
+    if response_format == "pcm":
+        return 0
+    if response_format == "wav":
+        return wav_payload_offset(payload)
+    try:
+        with av.open(io.BytesIO(payload)) as container:
+            for packet in container.demux(container.streams.audio[0]):
+                if packet.size:  # the first packet with audio, in the order of the bytes
+                    return packet.pos if packet.pos is not None and packet.pos >= 0 else None
+    except (av.error.FFmpegError, IndexError):
+        return None
+    return None
+
+
+def first_audio_at(payload: bytes, arrivals: Sequence[tuple[float, int]], response_format: str) -> float | None:
+    """When the first byte of audio came (TTFA): the first of `arrivals` (seconds since send, payload bytes received
+    so far) that brought a byte past `audio_offset`; None where no audio came or where it starts cannot be told."""
+    offset = audio_offset(payload, response_format)
+    if offset is None:
+        return None
+    return next((at for at, received in arrivals if received > offset), None)
+
+
 def playable_seconds(payload: bytes, response_format: str, pcm_rate: int) -> PlayableSeconds | None:
     """How many seconds of audio the first n bytes of this payload make playable; None when that cannot be told."""
     if response_format == "pcm":

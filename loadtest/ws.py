@@ -9,8 +9,8 @@ as `input.text`, `input.done`, then everything up to `session.done`, then `sessi
 TTFA is measured from the send of the token that completed the first sentence as written: the one holding the last
 character of the first `audio.start`'s `sentence_text` (the server's own cut, so the client needs no sentence splitter
 of its own). It ends at the first byte of that sentence's audio payload (for wav, past its header; for compressed
-formats, the first byte, container header included, as over HTTP). It therefore includes the time the server waits to
-be sure the sentence is over: until the next word begins (one token later, 1 / rate), or its idle gap
+formats, of its first audio packet, past the container's headers, as over HTTP). It therefore includes the time the
+server waits to be sure the sentence is over: until the next word begins (one token later, 1 / rate), or its idle gap
 (SPEECH_WS_SENTENCE_IDLE_S) or `input.done` when no word follows. The server's own metric starts at that next word, so
 it reads lower by about one token interval.
 
@@ -42,6 +42,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketExce
 
 from loadtest.audio import DecodedAudio, decode
 from loadtest.measure import PayloadClock, RequestResult, describe_exception, heard_fields
+from loadtest.measure import first_audio as first_audio_of
 from loadtest.playback import listen_sentences
 from loadtest.targets import Target
 
@@ -321,11 +322,11 @@ async def _assess(
     if not sentences:
         return failed("empty_audio", "no sentence was spoken")
     first = completing_token(text_tokens, sentences[0].text)
-    first_audio = sentences[0].clock.first_at
+    payloads = [bytes(s.payload) for s in sentences]
+    first_audio = await first_audio_of(payloads[0], sentences[0].clock, response_format)
     if first is None or first_audio is None:
         return failed("empty_audio", "the first sentence brought no audio")
     rate = int(received.sample_rate or target.extra_body.get("sample_rate", 24_000))
-    payloads = [bytes(s.payload) for s in sentences]
     try:  # decoding is CPU work: off the event loop, so it does not delay other utterances' clocks
         decoded = await asyncio.to_thread(decode_sentences, payloads, response_format, rate)
     except Exception as exc:  # the server sent something no decoder accepts: count it, do not crash the run

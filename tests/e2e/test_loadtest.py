@@ -172,7 +172,7 @@ def test_open_loop_sse(server: RunningServer, tmp_path: Path) -> None:
     # mp3 inside SSE deltas: the player maps bytes to time by the packets PyAV demuxes
     assert run["playback"]["requests"] == run["ok"]
     assert all(r["ttfa_s"] <= r["playback_start_s"] <= r["e2e_s"] for r in run["per_request"])
-    # a listener of mp3 starts at the first complete packet, at or after TTFA's first byte, and may not start
+    # a listener of mp3 starts at the first complete packet, at or after TTFA (its first byte), and may not start
     # before it: the time to uninterrupted audio is at least that
     assert all(r["playback_start_s"] <= r["uninterrupted_s"] for r in run["per_request"])
     assert percentiles_ordered(run["uninterrupted_s"]) and 0 <= run["ran_dry_share"] <= 1

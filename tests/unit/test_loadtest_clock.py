@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import av
 import httpx
 import numpy as np
 import pytest
 
+from app.audio.encoders import create_encoder
 from loadtest import runner
 from loadtest.cli import KEEPALIVE_EXPIRY_S, build_targets, http_client, parse_args, pool_concurrency
 from loadtest.measure import measure, wav_payload_offset
@@ -250,6 +253,34 @@ async def test_sse_ttfa_is_the_first_delta_with_audio(serve) -> None:
     assert result.ttfa_s is not None and result.ttfa_s >= FIRST_AUDIO_DELAY_S
     assert result.audio_s == pytest.approx(0.75)
     assert result.audio is not None and result.audio.startswith(b"RIFF")
+
+
+def header_first_server(fmt: str) -> Handler:
+    """Sends a compressed stream's container headers (everything before its first audio packet) at once, and its
+    audio FIRST_AUDIO_DELAY_S later, as a server that opens its container before the model has spoken does."""
+    encoder = create_encoder(fmt, RATE)
+    payload = encoder.encode((np.frombuffer(pcm(1.0), "<i2") / 32768).astype(np.float32)) + encoder.finish()
+    with av.open(io.BytesIO(payload)) as container:
+        start = next(p.pos for p in container.demux(container.streams.audio[0]) if p.size)
+
+    async def handler(writer: asyncio.StreamWriter) -> None:
+        await respond(writer, "200 OK", "audio/x-compressed")
+        await send_chunk(writer, payload[:start])
+        await asyncio.sleep(FIRST_AUDIO_DELAY_S)
+        await send_chunk(writer, payload[start:])
+        await send_chunk(writer, b"")
+
+    return handler
+
+
+@pytest.mark.parametrize("fmt", ["opus", "flac"])
+async def test_ttfa_of_a_compressed_stream_starts_at_its_first_packet_not_its_container_header(serve, fmt) -> None:
+    url = await serve(header_first_server(fmt))
+    async with httpx.AsyncClient() as client:
+        result = await measure(client, target(url), "text", fmt, "audio", keep_audio=False)
+    assert result.ok, result
+    assert result.ttfa_s is not None and result.ttfa_s >= FIRST_AUDIO_DELAY_S  # the headers came at once
+    assert result.uninterrupted_s is not None and result.uninterrupted_s >= result.ttfa_s
 
 
 async def test_http_errors_are_counted_with_status_and_code(serve) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import struct
 
+import av
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -14,6 +16,7 @@ from app.audio.encoders import create_encoder
 from loadtest.playback import (
     EPSILON_S,
     _ogg_page_ends,
+    first_audio_at,
     listen,
     listen_sentences,
     playable_seconds,
@@ -166,6 +169,32 @@ def test_an_ogg_packet_plays_only_once_its_page_is_complete() -> None:
     assert audio_pages
     start, end = audio_pages[0]
     assert playable(end - 1) == playable(start)  # one byte short of the page: none of its packets yet
+
+
+def first_packet_at(payload: bytes) -> int:
+    """Where the container's first audio packet starts, as FFmpeg's demuxer reads it (for Ogg, its page)."""
+    with av.open(io.BytesIO(payload)) as container:
+        return next(p.pos for p in container.demux(container.streams.audio[0]) if p.size)
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "opus", "aac", "flac"])
+def test_first_audio_of_a_compressed_stream_is_its_first_packet_not_its_container_header(fmt: str) -> None:
+    """A server may send a container's headers (Ogg's OpusHead and OpusTags pages, FLAC's STREAMINFO and padding, an
+    ID3 tag) before it has any audio: their bytes are no more audio than a WAV header's."""
+    payload = b"".join(encoded_chunks(fmt, [1.0]))
+    start = first_packet_at(payload)
+    arrivals = [(0.05, start), (0.3, start + 1), (0.4, len(payload))] if start else [(0.3, 1), (0.4, len(payload))]
+    assert first_audio_at(payload, arrivals, fmt) == 0.3
+    if fmt in ("opus", "flac"):
+        assert start > 0  # these do have headers before the audio
+
+
+def test_first_audio_of_pcm_and_wav_is_the_first_byte_past_any_header() -> None:
+    header = wav_header(RATE)
+    assert first_audio_at(header + bytes(100), [(0.05, 20), (0.1, len(header)), (0.3, len(header) + 1)], "wav") == 0.3
+    assert first_audio_at(bytes(100), [(0.2, 1), (0.3, 100)], "pcm") == 0.2
+    assert first_audio_at(header, [(0.1, len(header))], "wav") is None  # a header and no audio
+    assert first_audio_at(b"not audio at all" * 10, [(0.1, 160)], "mp3") is None  # cannot be told
 
 
 def test_listen_plays_a_pcm_response_from_its_arrival_schedule() -> None:
