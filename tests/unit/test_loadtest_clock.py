@@ -312,6 +312,13 @@ def test_summarize_orders_percentiles() -> None:
     assert summarize([1.0, 2.0, 3.0, 4.0])["p50"] == 2.5
 
 
+def test_percentiles_of_a_small_level_lie_between_its_nearest_ranks_as_documented() -> None:
+    """docs/loadtest.md: pk at rank (n - 1) k / 100 from 0, linear between the two nearest; of 16 requests p95 is a
+    quarter of the way from the 15th to the slowest."""
+    stats = summarize([float(v) for v in range(16, 0, -1)])  # 1 … 16 s, in any order
+    assert (stats["p50"], stats["p90"], stats["p95"], stats["p99"]) == pytest.approx((8.5, 14.5, 15.25, 15.85))
+
+
 def test_ratio_and_target_parsing() -> None:
     assert ratio(1.0, 4.0) == 0.25
     assert ratio(None, 1.0) is None and ratio(1.0, 0.0) is None
