@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 from fastapi import Request, Response
@@ -29,6 +29,12 @@ class TooLong:
         self.digits = digits
 
 
+# the most text read a second time to find where a number too long to read is: past it the refusal names no field.
+# The second reading calls Python for every number, and the walk visits every value: on a 25-MB body of numbers that
+# held the event loop for seconds, where refusing it takes a fraction of one
+REREAD_MAX_CHARS = 1 << 20
+
+
 def loads(text: str | bytes) -> Any:
     """`json.loads(text)`, refusing a number too long to read with a 400 naming where it is (`number_too_long`).
     Any other fault is json.loads' own (a JSONDecodeError, a UnicodeDecodeError, a RecursionError)."""
@@ -37,14 +43,17 @@ def loads(text: str | bytes) -> Any:
     except json.JSONDecodeError:
         raise
     except ValueError as exc:
+        if len(text) > REREAD_MAX_CHARS:
+            raise number_too_long(None, None) from exc
         unread = read_past_long_numbers(text)  # raises as json.loads does where the text is no JSON after all
         if unread is None:
             raise
         raise number_too_long(*unread) from exc
 
 
-def read_past_long_numbers(text: str | bytes) -> tuple[str, int] | None:
-    """Where the first number too long to read is in `text` (its path, its digits); None where there is none."""
+def read_past_long_numbers(text: str | bytes) -> tuple[str | None, int] | None:
+    """Where the first number too long to read is in `text` (its path, None where it cannot be told: a key given
+    twice; its digits); None where there is none."""
     limit = sys.get_int_max_str_digits()
     found: list[TooLong] = []
 
@@ -61,26 +70,48 @@ def read_past_long_numbers(text: str | bytes) -> tuple[str, int] | None:
     return path_to(data, found[0]), found[0].digits
 
 
-def path_to(data: Any, target: object) -> str:
-    """`target`'s place in `data`, as OpenAI names a field within a body: `items[3].seed`; "" for `data` itself.
-    Walked without recursion: a body may nest as deep as the JSON reader goes, deeper than Python's stack."""
-    stack: list[tuple[Any, str]] = [(data, "")]
+def _entries(value: dict[str, Any] | list[Any]) -> Iterator[tuple[str | int, Any]]:
+    return iter(value.items()) if isinstance(value, dict) else enumerate(value)
+
+
+def _within(path: str, key: str | int) -> str:
+    """The path of `key` within the value at `path`: `items[3]`, `items[3].seed`."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{shown_name(key)}" if path else shown_name(key)
+
+
+def path_to(data: Any, target: object) -> str | None:
+    """`target`'s place in `data`, as OpenAI names a field within a body: `items[3].seed`; "" for `data` itself; None
+    where it is not there (a key given twice keeps its last value). Walked in the order of the text, without recursion
+    (a body may nest as deep as the JSON reader goes, deeper than Python's stack), a path made only for the objects
+    and arrays it goes into."""
+    if data is target:
+        return ""
+    stack = [(_entries(data), "")] if isinstance(data, (dict, list)) else []
     while stack:
-        value, path = stack.pop()
-        if value is target:
-            return path
-        if isinstance(value, dict):  # pushed last to first: found in the order of the text
-            keys = [(item, f"{path}.{shown_name(key)}" if path else shown_name(key)) for key, item in value.items()]
-            stack.extend(reversed(keys))
-        elif isinstance(value, list):
-            stack.extend(reversed([(item, f"{path}[{index}]") for index, item in enumerate(value)]))
-    return ""
+        entries, path = stack[-1]
+        for key, value in entries:
+            if value is target:
+                return _within(path, key)
+            if isinstance(value, (dict, list)):
+                stack.append((_entries(value), _within(path, key)))
+                break
+        else:
+            stack.pop()
+    return None
 
 
-def number_too_long(path: str, digits: int) -> ApiError:
-    """The 400 for a number of `digits` digits at `path` (one past any limit of any field: `invalid_value`)."""
-    detail = f"a number of {digits} digits, longer than the {sys.get_int_max_str_digits()} this server reads"
-    if not path:  # the whole text is that number: no field to name
+def number_too_long(path: str | None, digits: int | None) -> ApiError:
+    """The 400 for a number of `digits` digits (None: not counted) at `path` (None: not told; "": the whole text),
+    one past any limit of any field: `invalid_value`."""
+    limit = sys.get_int_max_str_digits()
+    detail = (
+        f"a number of {digits} digits, longer than the {limit} this server reads"
+        if digits is not None
+        else f"a number of more digits than the {limit} this server reads"
+    )
+    if not path:  # the whole text is that number, or where it is cannot be told: no field to name
         return ApiError(400, f"{detail[0].upper()}{detail[1:]}.", code="invalid_value")
     return invalid_param(path, invalid_value(path, detail))
 

@@ -97,7 +97,8 @@ def located(error: ApiError | None, item: Any, shared: dict[str, Any], index: in
     if error is None or error.param is None or error.param.startswith("items["):
         return error
     field = re.split(r"[.\[]", error.param, maxsplit=1)[0]
-    if field in shared and not (isinstance(item, dict) and field in item):  # the batch's value
+    # the batch's value: an item that leaves the field out or sends it null (null is omitted) takes it
+    if field in shared and not (isinstance(item, dict) and item.get(field) is not None):
         return error
     return error.naming(f"items[{index}].{error.param}")
 
@@ -249,11 +250,6 @@ def json_bytes(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
-def batch_answer_audio(audio: memoryview) -> bytes:
-    """A slice of an item's audio in base64 (a multiple of 3 bytes but for its last, so that the slices join)."""
-    return base64.b64encode(audio)
-
-
 class BatchAnswer:
     """The answer's JSON, each item's result in order and the counts, in parts as it is sent: its text, and in each
     successful item's `audio_data` the item's audio, encoded to base64 a slice at a time as it is written. Built whole
@@ -286,7 +282,7 @@ class BatchAnswer:
 
     def whole(self) -> bytes:
         """The answer at once (a small one)."""
-        return b"".join(part if isinstance(part, bytes) else batch_answer_audio(part) for part in self._parts)
+        return b"".join(part if isinstance(part, bytes) else base64.b64encode(part) for part in self._parts)
 
     async def pieces(self) -> AsyncIterator[bytes]:
         """The answer in pieces, each slice of audio encoded in a worker thread."""
@@ -295,7 +291,7 @@ class BatchAnswer:
                 yield part
                 continue
             for start in range(0, len(part), AUDIO_SLICE_BYTES):
-                yield await asyncio.to_thread(batch_answer_audio, part[start : start + AUDIO_SLICE_BYTES])
+                yield await asyncio.to_thread(base64.b64encode, part[start : start + AUDIO_SLICE_BYTES])
 
 
 def _format_of(entry: SpeechBatchItem | ApiError, body: SpeechBatchRequest) -> str:

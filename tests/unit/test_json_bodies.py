@@ -14,7 +14,8 @@ import pytest
 from pydantic import BaseModel, ValidationError
 from starlette.testclient import TestClient
 
-from app.api.errors import validation_error
+from app.api import json_body
+from app.api.errors import ApiError, validation_error
 from app.api.profile import ProfileStart, ProfileStop
 from app.api.schemas import SpeechBatchItem, SpeechBatchRequest, SpeechRequest
 from app.api.speech_batch import checked_item, shared_fields
@@ -233,3 +234,34 @@ def test_a_number_too_long_in_a_websocket_message_is_refused_naming_its_field() 
         "speed",
         f"Invalid value for 'speed': {TOO_LONG}.",
     )
+
+
+def test_a_long_number_in_a_large_body_is_refused_without_reading_the_body_again(monkeypatch: Any) -> None:
+    """Past `REREAD_MAX_CHARS` the body is not read a second time to find where the number is: that reading and the
+    walk after it held the event loop for seconds on a 25-MB body of numbers. The refusal says why, naming no field."""
+
+    def never(text: str | bytes) -> None:
+        raise AssertionError("read again")
+
+    monkeypatch.setattr(json_body, "read_past_long_numbers", never)
+    padding = "[" + ",".join(["1"] * (json_body.REREAD_MAX_CHARS // 2)) + "]"
+    with pytest.raises(ApiError) as refused:
+        json_body.loads('{"input": "Hi.", "padding": ' + padding + ', "seed": ' + DIGITS + "}")
+    assert (refused.value.status, refused.value.code, refused.value.param) == (400, "invalid_value", None)
+    assert refused.value.message == "A number of more digits than the 4300 this server reads."
+
+
+def test_where_a_long_number_is_cannot_be_told_of_a_key_given_twice() -> None:
+    """The last value of a key given twice is kept: the long number is nowhere in what was read, and the refusal
+    names no field rather than taking the whole body for the number."""
+    with pytest.raises(ApiError) as refused:
+        json_body.loads('{"seed": ' + DIGITS + ', "seed": 1}')
+    assert (refused.value.code, refused.value.param) == ("invalid_value", None)
+    assert refused.value.message == f"{TOO_LONG[0].upper()}{TOO_LONG[1:]}."
+
+
+def test_the_path_to_a_value_follows_the_text_through_objects_and_arrays() -> None:
+    target = object()
+    data = {"a": [1, {"b": 2}], "items": [{"x": 1}, {"y": [0, 0, target]}], "z": target}
+    assert json_body.path_to(data, target) == "items[1].y[2]"
+    assert json_body.path_to(data, object()) is None and json_body.path_to(target, target) == ""

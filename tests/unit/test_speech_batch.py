@@ -85,6 +85,7 @@ async def test_an_items_error_names_the_field_at_fault_where_it_is(custom_voice_
             {"input": "Hello there.", "max_new_tokens": 11},
             "Not an object.",
             {"input": "Hi.", "language": "English", "\ud800": 1},  # a name that is no name: the item is at fault
+            {"input": "Hello there.", "language": None, "max_new_tokens": 11},  # null: the batch's, as if omitted
         ],
     }
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
@@ -98,7 +99,7 @@ async def test_an_items_error_names_the_field_at_fault_where_it_is(custom_voice_
     params = [result["error"]["param"] for result in results[1:]]
     assert params == [
         *("items[1].voice", "items[2].speed", "items[3].stream", "items[4].input", "language", "items[6]"),
-        "items[7]",
+        *("items[7]", "language"),
     ]
     assert results[7]["error"]["code"] == "unknown_parameter"
 
