@@ -260,8 +260,8 @@ class OmniSettings(BaseModel):
     fused_kernels: Literal["as-tuned", "split", "prefetch"] = Field(
         "prefetch",
         description="With `talker_model` `fused`, how its projection kernels are cut, in launches of up to 16 rows "
-        "in bfloat16 (16 streams; 8 in a frame's first pass, which takes two positions at once; past that, and in "
-        "float32, the tuned kernels' own launches, bit for bit): each reduction split so that each program loads its "
+        "in bfloat16 (16 streams; 8 in a frame's first pass, which takes two positions at once; past that the tuned "
+        "kernels' own launches, bit for bit, and in float32 their tiles): each reduction split so that each program loads its "
         "whole share of the weights before its input (`prefetch`, the default); their tiles as each kernel's own "
         "timing chose (`as-tuned`); or each reduction split across about as many programs as an H200 has SMs, the "
         "last of a block's programs summing their float32 partials in order (`split`, as sglang-omni's predictor cuts "

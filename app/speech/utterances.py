@@ -353,14 +353,19 @@ class StreamedSpeech:
         self.enqueue(units, rest)
 
     def refuse_text(self, text: str, refusal: Refused) -> NoReturn:
-        """`text` refused whole, none of it taken: the client is told an error of its request's, which its utterance
-        keeps (it then ends as refused, as one whose SSML or unreadable sentence was refused), opened by the refusal
-        where none was: the client sends the rest of that utterance, or its input.done, after it. Nothing of it is
-        taken as text, so its input.done finds no "nothing to speak" to refuse, and a session.config may still come."""
-        self.begin_utterance()
-        utterance = self.open_utterances[self.utterance]
+        """`text` refused whole, none of it taken: the client is told an error of its request's. An open utterance
+        keeps it (it then ends as refused, as one whose SSML or unreadable sentence was refused). Where none is open,
+        none is opened (a session.config may still come, a drain finds nothing to wait for, and the text the client
+        sends again is an utterance of its own): the refusal is counted and logged at once, as an utterance that
+        ended refused with nothing taken, under the index the next utterance takes."""
+        utterance = self.open_utterances.get(self.utterance)
+        alone = utterance is None
+        if utterance is None:
+            utterance = Utterance(self.utterance, time.perf_counter())
         utterance.chars += len(text)  # what arrived of it, as a refused SSML message's characters are
         utterance.errors.append(refusal.code)
+        if alone:
+            utterance.ended(self.request_id, "refused")
         raise refusal
 
     def refuse_ssml(self, text: str) -> None:

@@ -949,8 +949,9 @@ async def test_text_too_long_refused_before_its_utterance_opened_counts_that_utt
     """The first input.text of an utterance is refused as too long (a word past the longest `input`, or text waiting
     past it), naming `text`; the client sends its text again without it and the utterance is spoken. The client was
     told of an error of its request's, as when an utterance's SSML or a sentence the voice cannot read is refused:
-    the utterance counts as refused (`speech_ws_utterances_total`) with the code in its log line's errors. It counted
-    as completed, and with nothing spoken after it not at all, as if the refusal had never been told."""
+    the refusal counts as an utterance refused (`speech_ws_utterances_total`) with the code in its log line's errors,
+    at once and without opening one: the text sent again is an utterance of its own, which completes. The refusal was
+    counted nowhere, as if it had never been told."""
     speech = await configured(short_input_service(tmp_path, 40))
     sink = RecordingSink()
     before = counted()
@@ -960,24 +961,25 @@ async def test_text_too_long_refused_before_its_utterance_opened_counts_that_utt
             speech.text(text)
         assert (refused.value.param, refused.value.code) == ("text", code)
         assert not speech.mid_utterance  # none of it was taken: a new session.config is still between utterances
+        assert speech.idle  # and a drain has nothing to wait for
         speech.text("Spoken after all.")
         speech.done()
         await asyncio.wait_for(sink.done.wait(), 5)
     assert [event for event in sink.events if event[0] in ("started", "error")] == [
         ("started", 0, 0, "Spoken after all.")
     ]
-    (line,) = utterance_lines(caplog)
-    assert line.errors == [code] and line.outcome == "refused" and line.sentences == 1  # type: ignore[attr-defined]
-    assert counted_since(before) == {"refused": 1}
+    lines = [(line.utterance, line.errors, line.outcome, line.sentences) for line in utterance_lines(caplog)]  # type: ignore[attr-defined]
+    assert lines == [(0, [code], "refused", 0), (0, [], "completed", 1)]
+    assert counted_since(before) == {"refused": 1, "completed": 1}
     await speech.close("stopped")
 
 
 async def test_an_utterance_whose_only_text_was_refused_as_too_long_counts_refused_and_is_told_nothing_more(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """input.done right after the refused message: the utterance ends with no sentence, its end told without a second
-    error (nothing was taken that could be "nothing to speak"), and it counts once, as refused. A refusal within an
-    utterance already open counts it refused too."""
+    """input.done right after the refused message: an utterance with no text ends, its end told without a second
+    error (nothing was taken that could be "nothing to speak"), and the refusal counts once, as refused. A refusal
+    within an utterance already open counts that utterance refused."""
     speech = await configured(short_input_service(tmp_path, 40))
     sink = RecordingSink()
     before = counted()
@@ -999,6 +1001,10 @@ async def test_an_utterance_whose_only_text_was_refused_as_too_long_counts_refus
         ("started", 1, 0, "Before it after it.")
     ]
     lines = utterance_lines(caplog)
-    assert [(line.errors, line.outcome) for line in lines] == [(["string_too_long"], "refused")] * 2  # type: ignore[attr-defined]
+    assert [(line.errors, line.outcome) for line in lines] == [  # type: ignore[attr-defined]
+        (["string_too_long"], "refused"),
+        ([], "completed"),  # the input.done's utterance, with no text: not counted
+        (["string_too_long"], "refused"),
+    ]
     assert counted_since(before) == {"refused": 2}
     await speech.close("stopped")
