@@ -401,7 +401,8 @@ class SpeechStreamSession:
             raise too_large(self.settings.max_body_bytes)
         # told by its size before it is parsed: parsing megabytes of JSON (arrays nested deep, a million numbers)
         # holds the event loop, and every other session, for as long, for a message refused anyway. Only a
-        # session.config may be longer, and one that holds no string reading session.config cannot be one
+        # session.config may be longer, and one that holds no string reading session.config cannot be one. A message
+        # crafted to hold that string is still parsed (up to SPEECH_MAX_BODY_BYTES, as a request's body is)
         size = len(raw.encode())
         over = size > self.settings.ws_max_message_bytes
         if over and not names_session_config(raw):

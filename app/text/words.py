@@ -22,10 +22,10 @@ _KEY_DROP = re.compile(r"[\W_]+")
 # Markdown's marks around a word ("**Install**", "`pip`", "*this*,"), the last with the sentence's punctuation after it
 _MARKS_BEFORE = re.compile(r"^([^\w\s*`]*)[*`]+(?=[^\s*`])")
 _MARKS_AFTER = re.compile(r"(?<=[^\s*`])[*`]+[^\w*`]*$")
-# Markdown's marks alone, two or more ("***" a rule, "```" a fence, "****" empty emphasis): punctuation, which a piece
-# of text holding nothing else is dropped as (`app.text.sentences.has_silent_words`); a single mark ("2 * 3") may be
-# an operator and stays a word
-_MARK_RUN = re.compile(r"[*`]{2,}")
+# Markdown's marks alone, two or more ("***" or "___" a rule, "```" or "~~~" a fence, "****" empty emphasis):
+# punctuation, which a piece of text holding nothing else is dropped as (`app.text.sentences.has_silent_words`); a
+# single mark ("2 * 3") may be an operator and stays a word
+_MARK_RUN = re.compile(r"[*`_~]{2,}")
 # an abbreviation: letters in parts of one or two, a full stop after each ("e.g", "U.S.A", "Ph.D", before its last
 # full stop); an address or a file name ("example.com", "main.py") has longer parts, and the full stop after it is
 # the sentence's

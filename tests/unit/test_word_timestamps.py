@@ -65,6 +65,8 @@ def test_markdowns_marks_are_no_part_of_a_word() -> None:
         "Install it. ***. Then run it.",
         "Install it. ** ``` Then run it.",
         "Install it.\n```\nThen run it.",
+        "Install it. ___ Then run it.",
+        "Install it.\n~~~\nThen run it.",
     ],
 )
 def test_a_run_of_markdowns_marks_alone_is_no_word_wherever_it_stands(text: str) -> None:
