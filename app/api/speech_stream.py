@@ -248,6 +248,8 @@ class SpeechStreamSession:
                         # frame that is not UTF-8; its open utterance was refused, not its client gone
                         if message.get("code") in (CLOSE_TOO_BIG, CLOSE_NOT_UTF8):
                             self.closed_as = "refused"
+                            if self.speech.voice is None:  # before any session.config: a session refused
+                                refused_session(self.ws.scope, self.closed_for(message["code"]))
                         code = -1
                         return
                     await self.on_message(message)
@@ -307,6 +309,13 @@ class SpeechStreamSession:
             return True
         self.unread = (unsent, self.unread[1])
         return now - self.unread[1] < self.settings.client_stall_timeout_s
+
+    def closed_for(self, code: int) -> ApiError:
+        """The refusal of a session uvicorn closed for its client's frame before it spoke, as a request is refused
+        for a body of the same fault: too large (1009), no text (1007)."""
+        if code == CLOSE_TOO_BIG:
+            return too_large(self.settings.max_body_bytes)
+        return ApiError(400, "A text frame must hold UTF-8 text.", code="invalid_message")
 
     def cut_off(self) -> str | None:
         """Why the server cut the connection, where it did: refused (a message over the body limit, 1009; a text frame

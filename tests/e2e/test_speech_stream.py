@@ -585,6 +585,30 @@ def test_a_text_frame_that_is_not_utf8_closes_1007_logged_as_one_line_without_a_
     assert [(record["level"], "exception" in record) for record in told] == [("info", False)], written
 
 
+def test_a_session_closed_1007_before_its_config_is_counted_and_logged_as_refused(server: RunningServer) -> None:
+    """A session whose first frame is not UTF-8 never spoke: it is refused as a request whose body is no text is
+    (400 `invalid_message`), counted in speech_requests_total and logged as its "api request" line, as every other
+    session refused before it spoke is. It was neither."""
+    before = refused_sessions(server, "invalid_message", "400")
+    start = server.log_path.stat().st_size
+    with connect(ws_url(server)) as ws:
+        ws.send('{"type": "session.config", "voice": "Café"}'.encode("latin-1"), text=True)
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+        assert ws.close_code == 1007
+    deadline = time.monotonic() + 10
+    while refused_sessions(server, "invalid_message", "400") < before + 1:
+        assert time.monotonic() < deadline, "the session was not counted"
+        time.sleep(0.05)
+    with server.log_path.open("rb") as log:
+        log.seek(start)
+        written = log.read().decode("utf-8", errors="replace")
+    lines = [
+        r for r in json_log_records(written) if r.get("message") == "api request" and r.get("method") == "WEBSOCKET"
+    ]
+    assert [(r["status"], r["error"]["code"]) for r in lines] == [(400, "invalid_message")], written
+
+
 def test_a_text_frame_that_is_not_utf8_counts_the_open_utterance_as_refused(server: RunningServer) -> None:
     """The client's own fault closed the session (1007), as a message over the body limit (1009) does: its open
     utterance was refused, not its client gone (client_gone feeds the disconnect panels)."""
