@@ -28,6 +28,7 @@ from app.settings import (
     settings_help,
 )
 
+INTERRUPTED_STATUS = 128 + signal.SIGINT  # the exit status after SIGINT (Ctrl-C), as a shell reports an interrupt
 HURRIED_SHUTDOWN_S = 2  # after a second SIGTERM: the connections of stopped streams get this long to close
 
 
@@ -39,13 +40,18 @@ class SpeechServer(uvicorn.Server):
     every request already accepted, streaming or queued for a slot, is served (up to SPEECH_DRAIN_TIMEOUT_S), and then
     the server shuts down and exits 0. A second SIGTERM ends the drain at once, as its timeout would (what still
     streams is stopped and told why), and gives connections `HURRIED_SHUTDOWN_S` to close, not the drain's time; the
-    engine is still stopped. A third, or SIGINT once shutting down, stops waiting for anything (the engine included)."""
+    engine is still stopped. A third, or SIGINT once shutting down, stops waiting for anything (the engine included).
+
+    SIGINT (Ctrl-C in a terminal) shuts down at once, without a drain, and the process exits 130 (128 + SIGINT), as a
+    shell expects of a program it interrupted: uvicorn would raise the signal again once shut down, which Python
+    reports as a KeyboardInterrupt traceback after the server's last log line."""
 
     def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle) -> None:
         super().__init__(config)
         self.lifecycle = lifecycle
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sigterms = 0
+        self.interrupted = False  # a SIGINT came: the process exits `INTERRUPTED_STATUS`
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -64,8 +70,10 @@ class SpeechServer(uvicorn.Server):
                 self.force_exit = True
             return
         super().handle_exit(sig, frame)
-        if sig == signal.SIGTERM and sig in self._captured_signals:
-            self._captured_signals.remove(sig)
+        if sig == signal.SIGINT:
+            self.interrupted = True
+        if sig in (signal.SIGTERM, signal.SIGINT) and sig in self._captured_signals:
+            self._captured_signals.remove(sig)  # not raised again once shut down: `main` exits with its own status
 
     def _drained(self) -> None:
         if not self.lifecycle.idle:
@@ -112,7 +120,10 @@ def main(argv: list[str] | None = None) -> None:
         app = create_app(settings)
     except InvalidSettings as exc:  # one line naming the variable, not a traceback through the settings' parsing
         raise SystemExit(f"speech-server: {exc}") from None
-    SpeechServer(server_config(app, settings), app.state.lifecycle).run()
+    server = SpeechServer(server_config(app, settings), app.state.lifecycle)
+    server.run()
+    if server.interrupted:
+        raise SystemExit(INTERRUPTED_STATUS)
 
 
 def server_config(app: FastAPI, settings: Settings) -> uvicorn.Config:
