@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
+import logging
 import os
 import signal
 import socket
@@ -29,7 +31,9 @@ from app.settings import (
 )
 
 INTERRUPTED_STATUS = 128 + signal.SIGINT  # the exit status after SIGINT (Ctrl-C), as a shell reports an interrupt
-HURRIED_SHUTDOWN_S = 2  # after a second SIGTERM: the connections of stopped streams get this long to close
+HURRIED_SHUTDOWN_S = 2
+
+log = logging.getLogger(__name__)  # after a second SIGTERM: the connections of stopped streams get this long to close
 
 
 class SpeechServer(uvicorn.Server):
@@ -116,14 +120,65 @@ def main(argv: list[str] | None = None) -> None:
         configure_logging(settings.log_level)
         log_env_warnings()  # once, now that logs go where the operator reads them
         log_settings_warnings(settings)
+        # bound before the engine is made and loaded (minutes on a GPU): a port in use or a host that is no address
+        # of this machine stops the start at once, in one line, where uvicorn would find it only after the app's
+        # start and log it as a bare OSError
+        sockets = listen(settings.host, settings.port, flags=vars(args))
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # engines load from local files only, never from a hub
         app = create_app(settings)
     except InvalidSettings as exc:  # one line naming the variable, not a traceback through the settings' parsing
         raise SystemExit(f"speech-server: {exc}") from None
     server = SpeechServer(server_config(app, settings), app.state.lifecycle)
-    server.run()
+    log.info(f"listening on {url(settings.host, settings.port)}", extra={"host": settings.host, "port": settings.port})
+    server.run(sockets)
     if server.interrupted:
         raise SystemExit(INTERRUPTED_STATUS)
+
+
+# what an operator can do about the commonest reasons a bind fails
+_BIND_ADVICE = {
+    errno.EADDRINUSE: ("port", "stop what holds it, or set another port"),
+    errno.EACCES: ("port", "a port below 1024 needs privileges: set a higher one"),
+    errno.EADDRNOTAVAIL: ("host", "not an address of this machine: set one of its addresses, or 0.0.0.0 for all"),
+}
+
+
+def listen(host: str, port: int, flags: dict[str, Any] | None = None) -> list[socket.socket]:
+    """Sockets bound to every address `host` names on `port` (as uvicorn would bind them), or `InvalidSettings`
+    naming the setting (the flag where one was given) and what to do."""
+
+    def named(setting: str) -> str:
+        variable = f"SPEECH_{setting.upper()}"
+        return f"--{setting} ({variable})" if (flags or {}).get(setting) is not None else variable
+
+    where = url(host, port)
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise InvalidSettings(
+            f"{named('host')}: cannot listen on {where}: {exc.strerror}: set an address or a name of this machine"
+        ) from None
+    sockets: list[socket.socket] = []
+    for family, kind, proto, address in dict.fromkeys((a[0], a[1], a[2], a[4]) for a in addresses):  # no repeats
+        sock = socket.socket(family, kind, proto)
+        sockets.append(sock)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart reuses a port left in TIME_WAIT
+            if family == socket.AF_INET6:  # its IPv4 twin, where the name has one, is bound on its own
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+        except OSError as exc:
+            for bound in sockets:
+                bound.close()
+            setting, advice = _BIND_ADVICE.get(exc.errno or 0, ("port", "set another host or port"))
+            raise InvalidSettings(
+                f"{named(setting)}: cannot listen on {where}: {exc.strerror or exc}: {advice}"
+            ) from None
+    return sockets
+
+
+def url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def server_config(app: FastAPI, settings: Settings) -> uvicorn.Config:

@@ -5,6 +5,7 @@ leave the API open."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -64,3 +65,29 @@ def test_a_secret_setting_is_named_but_never_echoed() -> None:
     done = start({"SPEECH_API_KEYS": "sk-secret-123", "SPEECH_API_KEY_MAX_CONCURRENCY": "0"})
     assert done.returncode != 0 and "SPEECH_API_KEY_MAX_CONCURRENCY" in done.stderr, done.stderr
     assert "sk-secret-123" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize(("where", "named", "said"), [("port", "SPEECH_PORT", "in use"), ("host", "SPEECH_HOST", "")])
+def test_an_address_it_cannot_listen_on_stops_it_in_one_line_before_the_engine_loads(
+    where: str, named: str, said: str
+) -> None:
+    """A port another process holds, or a host that is no address of this machine (192.0.2.1: a documentation
+    address), is found before the engine's load (minutes on a GPU engine), in one line naming the variable."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        env = {"SPEECH_PORT": str(held.getsockname()[1])} if where == "port" else {"SPEECH_HOST": "192.0.2.1"}
+        done = start(env)
+    assert done.returncode != 0
+    assert named in done.stderr and said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "engine ready" not in done.stderr, done.stderr
+
+
+def test_the_port_flag_is_named_where_it_was_given() -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        done = start({}, "--port", str(held.getsockname()[1]))
+    assert done.returncode != 0 and "--port" in done.stderr, done.stderr

@@ -260,7 +260,8 @@ def test_the_server_logs_each_deprecated_variable_once_at_start(
 
     monkeypatch.setattr(app.cli, "create_app", create_app)
     monkeypatch.setattr(app.cli, "configure_logging", lambda level: None)  # keep pytest's log capture
-    monkeypatch.setattr(app.cli.SpeechServer, "run", lambda self: None)
+    monkeypatch.setattr(app.cli, "listen", lambda host, port, flags=None: [])
+    monkeypatch.setattr(app.cli.SpeechServer, "run", lambda self, sockets=None: None)
     with caplog.at_level(logging.WARNING, logger="app.settings"):
         app.cli.main(["--engine", "embedded"])
     deprecated = sorted(getattr(record, "deprecated", "") for record in caplog.records)
