@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import ssl
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -29,7 +30,7 @@ from app.api.middleware import (
 from app.engine_protocol import SpeechEngine, TimesItsStart, profiled
 from app.engines import create_engine
 from app.lifecycle import Lifecycle
-from app.settings import Settings
+from app.settings import InvalidSettings, Settings
 from app.speech.batch import BatchSlots
 from app.voice_store import VoiceStore
 from app.voices import VoiceCatalog
@@ -120,6 +121,7 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
         BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, read_timeout_s=settings.request_read_timeout_s
     )
     keys = load_api_keys(settings.api_keys, settings.api_keys_file)
+    check_ca_bundle(settings.ref_audio_ca_bundle)
     app.add_middleware(ApiKeyMiddleware, keys=keys, max_concurrency_per_key=settings.api_key_max_concurrency)
     # every response, 413 and 500 included, carries the id; inside the accounting and the request log, so that its
     # own refusal (an X-Request-Id that is no text) is counted and logged as every other refusal is
@@ -137,6 +139,20 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
             max_age=600,
         )
     return app
+
+
+def check_ca_bundle(path: str | None) -> None:
+    """SPEECH_REF_AUDIO_CA_BUNDLE loaded once at start, as each ref_audio fetch loads it: one that is missing,
+    unreadable or holds no certificate would otherwise start the server and fail every https fetch instead."""
+    if not path:
+        return
+    try:
+        ssl.create_default_context(cafile=path)
+    except OSError as exc:  # ssl.SSLError too: a file of no certificate
+        raise InvalidSettings(
+            f"SPEECH_REF_AUDIO_CA_BUNDLE: cannot load {path} as CA certificates ({exc}): set a readable PEM file, or "
+            "unset it for the system's trust store"
+        ) from None
 
 
 def answer_head(app: FastAPI) -> None:

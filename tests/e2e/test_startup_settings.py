@@ -35,6 +35,9 @@ def start(env: dict[str, str], *flags: str) -> subprocess.CompletedProcess[str]:
         ({}, ("--port", "99999"), "--port"),
         ({"SPEECH_API_KEYS_FILE": "/nonexistent/keys"}, (), "SPEECH_API_KEYS_FILE"),
         ({}, ("--engine", "omni"), "--engine"),  # not installed here: neither vllm-omni nor a GPU
+        # a CA bundle that is missing, or holds no certificate (this file), would fail every ref_audio fetch instead
+        ({"SPEECH_REF_AUDIO_CA_BUNDLE": "/nonexistent/ca.pem"}, (), "SPEECH_REF_AUDIO_CA_BUNDLE"),
+        ({"SPEECH_REF_AUDIO_CA_BUNDLE": __file__}, (), "SPEECH_REF_AUDIO_CA_BUNDLE"),
     ],
 )
 def test_a_setting_the_server_cannot_use_is_named_in_one_line(
