@@ -16,6 +16,7 @@ from typing import Any, get_args
 import uvicorn
 from fastapi import FastAPI
 
+from app import __version__
 from app.http_protocol import guarded_protocol, guarded_websocket_protocol
 from app.lifecycle import Lifecycle
 from app.logs import configure_logging
@@ -102,6 +103,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=settings_help(),
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--host", help="address to listen on (SPEECH_HOST, default 0.0.0.0)")
     parser.add_argument("--port", type=int, help="port to listen on (SPEECH_PORT, default 8000)")
     parser.add_argument(

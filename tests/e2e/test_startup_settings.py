@@ -94,3 +94,12 @@ def test_the_port_flag_is_named_where_it_was_given() -> None:
         held.listen()
         done = start({}, "--port", str(held.getsockname()[1]))
     assert done.returncode != 0 and "--port" in done.stderr, done.stderr
+
+
+def test_version_prints_the_version_and_exits_zero() -> None:
+    """`speech-server --version` answers as a command-line program does, whatever the settings, starting nothing."""
+    from app import __version__
+
+    done = start({"SPEECH_PORT": "not a port"}, "--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"speech-server {__version__}", done.stdout
