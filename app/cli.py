@@ -29,6 +29,7 @@ from app.settings import (
     log_env_warnings,
     log_settings_warnings,
     settings_help,
+    settings_set,
 )
 
 INTERRUPTED_STATUS = 128 + signal.SIGINT  # the exit status after SIGINT (Ctrl-C), as a shell reports an interrupt
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     except InvalidSettings as exc:  # one line naming the variable, not a traceback through the settings' parsing
         raise SystemExit(f"speech-server: {exc}") from None
     server = SpeechServer(server_config(app, settings), app.state.lifecycle)
+    log.info("settings", extra={"set": settings_set(settings)})  # the defaults aside; API keys only counted
     log.info(f"listening on {url(settings.host, settings.port)}", extra={"host": settings.host, "port": settings.port})
     server.run(sockets)
     if server.interrupted:

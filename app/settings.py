@@ -14,7 +14,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -648,6 +648,27 @@ def log_env_warnings(env: Mapping[str, str] = os.environ) -> None:
             f"{variable}={old} is a deprecated path, read as {new}: set that instead",
             extra={"deprecated": old, "use": new, "variable": variable},
         )
+
+
+def settings_set(settings: Settings) -> dict[str, object]:
+    """The settings given a value (by a variable, a flag or a keyword), by the variable that sets each, defaults left
+    out: what the start logs so that an operator sees the configuration in force. A secret (a field kept out of its
+    repr, such as API keys) is given as how many values it holds, never as itself."""
+
+    def shown(info: FieldInfo, value: object) -> object:
+        if info.repr:
+            return value
+        return f"({len(value)} hidden)" if isinstance(value, Sized) else "(hidden)"
+
+    out: dict[str, object] = {}
+    for name in settings.model_fields_set:
+        info, value = Settings.model_fields[name], getattr(settings, name)
+        if isinstance(value, BaseModel):  # an engine's group: each of its fields set
+            for field in value.model_fields_set:
+                out[nested_env_name(name, field)] = shown(type(value).model_fields[field], getattr(value, field))
+        else:
+            out[f"{ENV_PREFIX}{name}".upper()] = shown(info, value)
+    return dict(sorted(out.items()))
 
 
 def log_settings_warnings(settings: Settings) -> None:

@@ -32,6 +32,7 @@ from app.settings import (
     log_settings_warnings,
     moved_path_env,
     settings_help,
+    settings_set,
     unknown_env_names,
 )
 from app.speech.options import VoiceName
@@ -535,3 +536,38 @@ def test_settings_that_cannot_go_together_are_refused_naming_the_variables(
     with pytest.raises(InvalidSettings) as refused:
         load_settings()
     assert str(refused.value).startswith(says), refused.value
+
+
+# -- what the start logs of the settings ----------------------------------------------------------------------------
+
+
+def test_the_settings_set_are_named_by_their_variables_and_a_secret_only_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The start's log says what was set (a variable, a flag, a keyword), each by the variable an operator would
+    change, the defaults left out; API keys appear as how many there are, never as themselves."""
+    monkeypatch.setenv("SPEECH_MAX_QUEUE", "7")
+    monkeypatch.setenv("SPEECH_API_KEYS", "sk-secret-1,sk-secret-2")
+    monkeypatch.setenv("SPEECH_EMBEDDED__WORKERS", "3")
+    settings = Settings(port=9001)
+    assert settings_set(settings) == {
+        "SPEECH_API_KEYS": "(2 hidden)",
+        "SPEECH_EMBEDDED__WORKERS": 3,
+        "SPEECH_MAX_QUEUE": 7,
+        "SPEECH_PORT": 9001,
+    }
+
+
+def test_the_server_logs_the_settings_set_once_at_start(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("SPEECH_API_KEYS", "sk-secret-1")
+    monkeypatch.setattr(app.cli, "create_app", lambda settings: SimpleNamespace(state=SimpleNamespace(lifecycle=None)))
+    monkeypatch.setattr(app.cli, "configure_logging", lambda level: None)  # keep pytest's log capture
+    monkeypatch.setattr(app.cli, "listen", lambda host, port, flags=None: [])
+    monkeypatch.setattr(app.cli.SpeechServer, "run", lambda self, sockets=None: None)
+    with caplog.at_level(logging.INFO):
+        app.cli.main(["--engine", "embedded", "--port", "9002"])
+    [record] = [record for record in caplog.records if record.getMessage() == "settings"]
+    assert record.set == {"SPEECH_API_KEYS": "(1 hidden)", "SPEECH_ENGINE": "embedded", "SPEECH_PORT": 9002}
+    assert "sk-secret-1" not in caplog.text
