@@ -33,9 +33,9 @@ from app.settings import (
 )
 
 INTERRUPTED_STATUS = 128 + signal.SIGINT  # the exit status after SIGINT (Ctrl-C), as a shell reports an interrupt
-HURRIED_SHUTDOWN_S = 2
+HURRIED_SHUTDOWN_S = 2  # after a second SIGTERM: the connections of stopped streams get this long to close
 
-log = logging.getLogger(__name__)  # after a second SIGTERM: the connections of stopped streams get this long to close
+log = logging.getLogger(__name__)
 
 
 class SpeechServer(uvicorn.Server):
@@ -163,12 +163,14 @@ def listen(host: str, port: int, flags: dict[str, Any] | None = None) -> list[so
             f"{named('host')}: cannot listen on {where}: {exc.strerror}: set an address or a name of this machine"
         ) from None
     sockets: list[socket.socket] = []
-    for family, kind, proto, address in dict.fromkeys((a[0], a[1], a[2], a[4]) for a in addresses):  # no repeats
+    entries = list(dict.fromkeys((a[0], a[1], a[2], a[4]) for a in addresses))  # no repeats
+    both = {family for family, *_ in entries} >= {socket.AF_INET, socket.AF_INET6}
+    for family, kind, proto, address in entries:
         sock = socket.socket(family, kind, proto)
         sockets.append(sock)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart reuses a port left in TIME_WAIT
-            if family == socket.AF_INET6:  # its IPv4 twin, where the name has one, is bound on its own
+            if family == socket.AF_INET6 and both:  # its IPv4 twin is bound on its own; alone ("::"), it takes both
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(address)
         except OSError as exc:
