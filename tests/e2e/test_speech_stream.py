@@ -609,6 +609,23 @@ def test_a_session_closed_1007_before_its_config_is_counted_and_logged_as_refuse
     assert [(r["status"], r["error"]["code"]) for r in lines] == [(400, "invalid_message")], written
 
 
+def closed_with(ws: ClientConnection, code: int, timeout: float) -> None:
+    """Everything the server still sends is read until it closes the session, with `code`."""
+    with pytest.raises(ConnectionClosed):
+        while True:
+            ws.recv(timeout=timeout)
+    assert ws.close_code == code
+
+
+def counted_refused_not_gone(server: RunningServer, before: dict[str, float], gone: float, deadline: float) -> None:
+    """The open utterance counted as refused once the server has ended the session (after the client saw its close:
+    waited for, up to `deadline`), not as its client gone (`gone`: that count before)."""
+    while utterances_counted_since(server, before)["refused"] < 1:
+        assert time.monotonic() < deadline, utterances_counted_since(server, before)
+        time.sleep(0.05)
+    assert server.metric("speech_ws_utterances_total", outcome="client_gone") == gone
+
+
 def test_a_text_frame_that_is_not_utf8_counts_the_open_utterance_as_refused(server: RunningServer) -> None:
     """The client's own fault closed the session (1007), as a message over the body limit (1009) does: its open
     utterance was refused, not its client gone (client_gone feeds the disconnect panels)."""
@@ -618,15 +635,8 @@ def test_a_text_frame_that_is_not_utf8_counts_the_open_utterance_as_refused(serv
         send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
         send(ws, {"type": "input.text", "text": "An utterance still open"})
         ws.send('{"type": "input.text", "text": "Café"}'.encode("latin-1"), text=True)
-        with pytest.raises(ConnectionClosed):
-            while True:
-                ws.recv(timeout=10)
-        assert ws.close_code == 1007
-    deadline = time.monotonic() + 10
-    while utterances_counted_since(server, before)["refused"] < 1:
-        assert time.monotonic() < deadline, utterances_counted_since(server, before)
-        time.sleep(0.05)
-    assert server.metric("speech_ws_utterances_total", outcome="client_gone") == gone
+        closed_with(ws, 1007, timeout=10)
+    counted_refused_not_gone(server, before, gone, time.monotonic() + 10)
 
 
 GUARDED_BODY_BYTES = 128 * 1024  # the least SPEECH_MAX_BODY_BYTES may be
@@ -749,15 +759,9 @@ def test_a_message_over_the_body_limit_closes_1009_and_its_utterance_counts_as_r
         send(ws, {"type": "input.text", "text": long_text(50) + " And then"})
         assert json.loads(ws.recv(timeout=30))["type"] == "audio.start"  # its first sentence is being spoken
         send(ws, {"type": "input.text", "text": "a " * GUARDED_BODY_BYTES})
-        with pytest.raises(ConnectionClosed):
-            while True:
-                ws.recv(timeout=30)
-        assert ws.close_code == 1009
+        closed_with(ws, 1009, timeout=30)
     deadline = time.monotonic() + 10
-    while utterances_counted_since(guarded_server, before)["refused"] < 1:
-        assert time.monotonic() < deadline, utterances_counted_since(guarded_server, before)
-        time.sleep(0.05)
-    assert guarded_server.metric("speech_ws_utterances_total", outcome="client_gone") == gone
+    counted_refused_not_gone(guarded_server, before, gone, deadline)
     while guarded_server.metric("speech_aborted_total", reason="refused") < aborted["refused"] + 1:
         assert time.monotonic() < deadline, "the sentence being spoken was not stopped as refused"
         time.sleep(0.05)
