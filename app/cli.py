@@ -32,7 +32,7 @@ from app.settings import (
     settings_set,
 )
 
-INTERRUPTED_STATUS = 128 + signal.SIGINT  # the exit status after SIGINT (Ctrl-C), as a shell reports an interrupt
+INTERRUPTED_STATUS = 128 + signal.SIGINT  # after SIGINT where it cannot kill the process, as a shell reports it
 HURRIED_SHUTDOWN_S = 2  # after a second SIGTERM: the connections of stopped streams get this long to close
 
 log = logging.getLogger(__name__)
@@ -48,16 +48,16 @@ class SpeechServer(uvicorn.Server):
     streams is stopped and told why), and gives connections `HURRIED_SHUTDOWN_S` to close, not the drain's time; the
     engine is still stopped. A third, or SIGINT once shutting down, stops waiting for anything (the engine included).
 
-    SIGINT (Ctrl-C in a terminal) shuts down at once, without a drain, and the process exits 130 (128 + SIGINT), as a
-    shell expects of a program it interrupted: uvicorn would raise the signal again once shut down, which Python
-    reports as a KeyboardInterrupt traceback after the server's last log line."""
+    SIGINT (Ctrl-C in a terminal) shuts down without a drain, and the process then ends by the signal, as a shell
+    expects of a program it interrupted: uvicorn would raise the signal again once shut down, which Python reports as
+    a KeyboardInterrupt traceback after the server's last log line."""
 
     def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle) -> None:
         super().__init__(config)
         self.lifecycle = lifecycle
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sigterms = 0
-        self.interrupted = False  # a SIGINT came: the process exits `INTERRUPTED_STATUS`
+        self.interrupted = False  # a SIGINT came: once shut down, the process ends by it
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -136,7 +136,11 @@ def main(argv: list[str] | None = None) -> None:
     log.info(f"listening on {url(settings.host, settings.port)}", extra={"host": settings.host, "port": settings.port})
     server.run(sockets)
     if server.interrupted:
-        raise SystemExit(INTERRUPTED_STATUS)
+        # killed by the signal, as a program a shell interrupts is (a script then stops rather than going on to its
+        # next command), now that the server has shut down: without a handler there is no traceback to print
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        raise SystemExit(INTERRUPTED_STATUS)  # where the signal cannot kill it (the init process of a container)
 
 
 # what an operator can do about the commonest reasons a bind fails
@@ -144,16 +148,27 @@ _BIND_ADVICE = {
     errno.EADDRINUSE: ("port", "stop what holds it, or set another port"),
     errno.EACCES: ("port", "a port below 1024 needs privileges: set a higher one"),
     errno.EADDRNOTAVAIL: ("host", "not an address of this machine: set one of its addresses, or 0.0.0.0 for all"),
+    errno.EINVAL: ("host", "set an address of this machine (an IPv6 link-local one with its %interface)"),
 }
+LISTEN_BACKLOG = 2048  # uvicorn's, which it sets again as it starts serving on the sockets
 
 
 def listen(host: str, port: int, flags: dict[str, Any] | None = None) -> list[socket.socket]:
-    """Sockets bound to every address `host` names on `port` (as uvicorn would bind them), or `InvalidSettings`
-    naming the setting (the flag where one was given) and what to do."""
+    """Sockets listening on every address `host` names on `port` (bound as uvicorn's event loop binds them: an IPv6
+    socket IPv6 only, a family the kernel has not skipped), or `InvalidSettings` naming the setting (the flag where one
+    was given) and what to do. Listening, not only bound: with SO_REUSEADDR a second bind to a port succeeds while no
+    socket listens on it, so a second server started beside one still loading would bind too, and find the port taken
+    only in uvicorn's start (where uvloop says nothing)."""
 
     def named(setting: str) -> str:
         variable = f"SPEECH_{setting.upper()}"
         return f"--{setting} ({variable})" if (flags or {}).get(setting) is not None else variable
+
+    def refused(exc: OSError) -> InvalidSettings:
+        for sock in sockets:
+            sock.close()
+        setting, advice = _BIND_ADVICE.get(exc.errno or 0, ("port", "set another host or port"))
+        return InvalidSettings(f"{named(setting)}: cannot listen on {where}: {exc.strerror or exc}: {advice}")
 
     where = url(host, port)
     try:
@@ -163,23 +178,24 @@ def listen(host: str, port: int, flags: dict[str, Any] | None = None) -> list[so
             f"{named('host')}: cannot listen on {where}: {exc.strerror}: set an address or a name of this machine"
         ) from None
     sockets: list[socket.socket] = []
-    entries = list(dict.fromkeys((a[0], a[1], a[2], a[4]) for a in addresses))  # no repeats
-    both = {family for family, *_ in entries} >= {socket.AF_INET, socket.AF_INET6}
-    for family, kind, proto, address in entries:
-        sock = socket.socket(family, kind, proto)
+    for family, kind, proto, address in dict.fromkeys((a[0], a[1], a[2], a[4]) for a in addresses):  # no repeats
+        try:
+            sock = socket.socket(family, kind, proto)
+        except OSError as exc:
+            if exc.errno == errno.EAFNOSUPPORT:  # IPv6 turned off in this kernel: its other addresses serve
+                continue
+            raise refused(exc) from None
         sockets.append(sock)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart reuses a port left in TIME_WAIT
-            if family == socket.AF_INET6 and both:  # its IPv4 twin is bound on its own; alone ("::"), it takes both
+            if family == socket.AF_INET6:  # its IPv4 twin, where the name has one, on a socket of its own
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(address)
+            sock.listen(LISTEN_BACKLOG)
         except OSError as exc:
-            for bound in sockets:
-                bound.close()
-            setting, advice = _BIND_ADVICE.get(exc.errno or 0, ("port", "set another host or port"))
-            raise InvalidSettings(
-                f"{named(setting)}: cannot listen on {where}: {exc.strerror or exc}: {advice}"
-            ) from None
+            raise refused(exc) from None
+    if not sockets:
+        raise InvalidSettings(f"{named('host')}: cannot listen on {where}: no address of a family this machine has")
     return sockets
 
 

@@ -40,7 +40,7 @@ def loads(text: str | bytes) -> Any:
     Any other fault is json.loads' own (a JSONDecodeError, a UnicodeDecodeError, a RecursionError)."""
     try:
         return json.loads(text)  # the C reader, as fast as ever, for every body that has no such number
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):  # no JSON, or no text: not a number's doing
         raise
     except ValueError as exc:
         if len(text) > REREAD_MAX_CHARS:

@@ -117,7 +117,7 @@ class UtteranceEnd:
 class Utterance:
     """What one utterance did, logged once when it ends."""
 
-    index: int
+    index: int | None  # None: a refusal that opened none, logged as an utterance of its own
     started: float
     chars: int = 0
     sentences: int = 0
@@ -357,11 +357,11 @@ class StreamedSpeech:
         keeps it (it then ends as refused, as one whose SSML or unreadable sentence was refused). Where none is open,
         none is opened (a session.config may still come, a drain finds nothing to wait for, and the text the client
         sends again is an utterance of its own): the refusal is counted and logged at once, as an utterance that
-        ended refused with nothing taken, under the index the next utterance takes."""
+        ended refused with nothing taken, and no index (the next utterance takes the one it would have had)."""
         utterance = self.open_utterances.get(self.utterance)
         alone = utterance is None
         if utterance is None:
-            utterance = Utterance(self.utterance, time.perf_counter())
+            utterance = Utterance(None, time.perf_counter())
         utterance.chars += len(text)  # what arrived of it, as a refused SSML message's characters are
         utterance.errors.append(refusal.code)
         if alone:

@@ -1,4 +1,4 @@
-"""app/cli.py's `listen`: the server's address bound before its engine loads, as uvicorn would bind it."""
+"""app/cli.py's `listen`: the server's address taken before its engine loads, as uvicorn's event loop would bind it."""
 
 from __future__ import annotations
 
@@ -10,27 +10,23 @@ from app.cli import listen
 from app.settings import InvalidSettings
 
 
-def ipv6_here() -> bool:
+def test_a_port_another_server_has_just_taken_is_refused_at_once() -> None:
+    """The first server's socket listens as soon as it is made: a second server started while the first still loads
+    its engine (minutes on a GPU) is refused naming the port. Only bound, with SO_REUSEADDR, both binds succeeded, and
+    the second found the port taken only as uvicorn started serving, where uvloop says nothing: it logged that it
+    served, and did not."""
+    first = listen("127.0.0.1", 0)
+    port = first[0].getsockname()[1]
     try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
-            probe.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not ipv6_here(), reason="no IPv6 on this machine")
-def test_the_ipv6_wildcard_alone_takes_ipv4_clients_too() -> None:
-    """SPEECH_HOST=:: names one IPv6 address: bound IPv6-only, as it was for the IPv4 twin of a name that has both,
-    no IPv4 client could connect, where uvicorn's own bind (and every earlier release) took both."""
-    (sock,) = listen("::", 0)
-    try:
-        sock.listen()
-        port = sock.getsockname()[1]
-        with socket.create_connection(("127.0.0.1", port), timeout=5):
+        with pytest.raises(
+            InvalidSettings, match=rf"^SPEECH_PORT: cannot listen on http://127\.0\.0\.1:{port}: .*in use"
+        ):
+            listen("127.0.0.1", port)
+        with socket.create_connection(("127.0.0.1", port), timeout=5):  # the first listens already
             pass
     finally:
-        sock.close()
+        for sock in first:
+            sock.close()
 
 
 def test_an_address_of_no_interface_here_is_refused_naming_the_host() -> None:

@@ -265,3 +265,10 @@ def test_the_path_to_a_value_follows_the_text_through_objects_and_arrays() -> No
     data = {"a": [1, {"b": 2}], "items": [{"x": 1}, {"y": [0, 0, target]}], "z": target}
     assert json_body.path_to(data, target) == "items[1].y[2]"
     assert json_body.path_to(data, object()) is None and json_body.path_to(target, target) == ""
+
+
+def test_a_large_body_that_is_no_utf8_is_told_so_not_taken_for_a_long_number() -> None:
+    """A UnicodeDecodeError is a ValueError too: past `REREAD_MAX_CHARS` it was answered as a number too long."""
+    body = b'{"input": "' + b"a" * json_body.REREAD_MAX_CHARS + b'\xff"}'
+    with pytest.raises(UnicodeDecodeError):
+        json_body.loads(body)

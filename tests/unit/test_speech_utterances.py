@@ -969,7 +969,7 @@ async def test_text_too_long_refused_before_its_utterance_opened_counts_that_utt
         ("started", 0, 0, "Spoken after all.")
     ]
     lines = [(line.utterance, line.errors, line.outcome, line.sentences) for line in utterance_lines(caplog)]  # type: ignore[attr-defined]
-    assert lines == [(0, [code], "refused", 0), (0, [], "completed", 1)]
+    assert lines == [(None, [code], "refused", 0), (0, [], "completed", 1)]
     assert counted_since(before) == {"refused": 1, "completed": 1}
     await speech.close("stopped")
 
