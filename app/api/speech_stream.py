@@ -29,8 +29,7 @@ import contextlib
 import logging
 import re
 import time
-from types import UnionType
-from typing import Annotated, Any, Literal, NoReturn, Union, get_args, get_origin
+from typing import Any, Literal, NoReturn
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, WebSocket
@@ -66,7 +65,7 @@ from app.api.speech_frames import (
 )
 from app.audio.formats import ResponseFormat
 from app.speech.errors import Failed, ShuttingDown, SpeechError
-from app.speech.options import DEFAULT_VOICE, SpeechOptions, VoiceName, VoiceRef
+from app.speech.options import DEFAULT_VOICE, SpeechOptions, VoiceName, VoiceRef, field_types
 from app.speech.run import SpeechService
 from app.speech.sentences import Granularity
 from app.speech.utterances import StreamedSpeech
@@ -95,11 +94,7 @@ def names_session_config(raw: str) -> bool:
 
 def _takes_numbers(annotation: Any) -> bool:
     """A field of numbers (int, float, a list of floats), optional or annotated or not."""
-    if get_origin(annotation) is Annotated:
-        return _takes_numbers(get_args(annotation)[0])
-    if get_origin(annotation) in (Union, UnionType):
-        return any(_takes_numbers(arg) for arg in get_args(annotation) if arg is not type(None))
-    return annotation in (int, float, list[float])
+    return any(kind in (int, float, list[float]) for kind in field_types(annotation))
 
 
 # the fields read leniently (numbers may come as text), but not from a switch nor from digits with underscores

@@ -51,11 +51,18 @@ def json_kind(value: Any) -> str:
     return {str: "a string", list: "an array", dict: "an object"}.get(type(value), "a number")
 
 
+def field_types(annotation: Any) -> tuple[Any, ...]:
+    """The types a field's values may have, its `Annotated` metadata and `None` aside: `float | None` is (float,)."""
+    if get_origin(annotation) is Annotated:
+        return field_types(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        return tuple(kind for arg in get_args(annotation) if arg is not type(None) for kind in field_types(arg))
+    return (annotation,)
+
+
 def is_switch(annotation: Any) -> bool:
     """A field of `bool` or `bool | None`."""
-    if get_origin(annotation) in (Union, UnionType):
-        return all(arg in (bool, type(None)) for arg in get_args(annotation))
-    return annotation is bool
+    return field_types(annotation) == (bool,)
 
 
 @functools.cache
