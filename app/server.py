@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import ssl
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -27,6 +26,7 @@ from app.api.middleware import (
     RequestIdMiddleware,
     SpeechAccountingMiddleware,
 )
+from app.audio.fetch import tls_verification
 from app.engine_protocol import SpeechEngine, TimesItsStart, profiled
 from app.engines import create_engine
 from app.lifecycle import Lifecycle
@@ -144,10 +144,8 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
 def check_ca_bundle(path: str | None) -> None:
     """SPEECH_REF_AUDIO_CA_BUNDLE loaded once at start, as each ref_audio fetch loads it: one that is missing,
     unreadable or holds no certificate would otherwise start the server and fail every https fetch instead."""
-    if not path:
-        return
     try:
-        ssl.create_default_context(cafile=path)
+        tls_verification(path)
     except OSError as exc:  # ssl.SSLError too: a file of no certificate
         raise InvalidSettings(
             f"SPEECH_REF_AUDIO_CA_BUNDLE: cannot load {path} as CA certificates ({exc}): set a readable PEM file, or "

@@ -72,9 +72,15 @@ def _as_url() -> Iterator[None]:
         raise _reject(f"ref_audio is not a valid URL ({exc}).") from exc
 
 
+def tls_verification(ca_bundle: str | None) -> ssl.SSLContext | bool:
+    """How an https fetch checks its server: against `ca_bundle`'s certificates, else the system's trust store. An
+    OSError (ssl.SSLError among them) where the bundle cannot be loaded, which the server's start checks."""
+    return ssl.create_default_context(cafile=ca_bundle) if ca_bundle else True
+
+
 async def fetch_reference(url: str, policy: FetchPolicy) -> bytes:
     timeout = httpx.Timeout(policy.read_timeout_s, connect=policy.connect_timeout_s)
-    verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=policy.ca_bundle) if policy.ca_bundle else True
+    verify = tls_verification(policy.ca_bundle)
     try:
         async with (
             asyncio.timeout(policy.total_timeout_s),
