@@ -9,12 +9,13 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.api.dependencies import get_engine, get_lifecycle, get_settings
+from app.api.dependencies import get_batch_slots, get_engine, get_lifecycle, get_settings
 from app.api.errors import RETRY_AFTER_DRAINING, RETRY_AFTER_NOT_READY, ApiError, error_responses
 from app.audio.formats import DEFAULT_SAMPLE_RATE, FORMATS, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, RESPONSE_FORMATS
 from app.engine_protocol import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
+from app.speech.batch import BatchSlots
 from app.speech.jobs import check_model
 from app.speech.models import served_models
 
@@ -48,11 +49,13 @@ async def retrieve_model(
 
 @router.get("/v1/audio/capabilities", responses=error_responses(401, 429))
 async def speech_capabilities(
-    engine: Annotated[SpeechEngine, Depends(get_engine)], settings: Annotated[Settings, Depends(get_settings)]
+    engine: Annotated[SpeechEngine, Depends(get_engine)],
+    settings: Annotated[Settings, Depends(get_settings)],
+    slots: Annotated[BatchSlots, Depends(get_batch_slots)],
 ) -> dict[str, Any]:
     """What this server's engine honours in a speech request, so that a client (the playground at /) offers only
     that: formats and their sample rates, speeds, instructions, languages, cloning, the Qwen3-TTS task types and word
-    timestamps."""
+    timestamps; and the limits a request and a batch are held to, read where the routes read them."""
     caps = engine.capabilities()
     low, high = caps.speed_range
     return {
@@ -73,6 +76,15 @@ async def speech_capabilities(
             for name, fmt in FORMATS.items()
         },
         "max_input_chars": min(caps.max_input_chars, settings.max_input_chars),
+        "max_body_bytes": settings.max_body_bytes,  # of any request's body: a batch's, a reference audio's
+        # POST /v1/audio/speech/batch: its items and their characters in all (`check_size`), the items of all batches
+        # synthesized at once (the slots its items take), and its deadline, whole
+        "batch": {
+            "max_items": settings.batch_max_items,
+            "max_chars": settings.batch_max_chars,
+            "concurrency": slots.size,
+            "timeout_s": settings.request_timeout_s,
+        },
         "speed": {"min": low, "max": high},
         "instructions": caps.instructions,
         "languages": list(caps.languages),

@@ -194,6 +194,39 @@ def test_a_batch_over_its_caps_or_with_a_bad_default_is_refused_whole(
     assert metric(batch_server, "speech_requests_total", **labels) == before + 1
 
 
+def test_the_capabilities_tell_the_batch_limits_the_server_holds_a_batch_to(batch_server: RunningServer) -> None:
+    """GET /v1/audio/capabilities, where a client learns the other limits, tells a batch's as the server enforces
+    them: a batch at each limit is taken and one over it refused (one item, one character, one byte of body).
+    Its items are refused for their own fault (a speed out of range), so that nothing is synthesized."""
+    caps = httpx.get(f"{batch_server.base_url}/v1/audio/capabilities", timeout=30).json()
+    limits = caps["batch"]
+    # SPEECH_REQUEST_TIMEOUT_S left as it is: the deadline of a batch, whole
+    assert limits == {"max_items": MAX_ITEMS, "max_chars": MAX_CHARS, "concurrency": 1, "timeout_s": 300.0}
+    unspoken = {"input": "Hi.", "speed": 9}
+    taken = batch(batch_server, {"items": [unspoken] * limits["max_items"]})
+    assert taken.status_code == 200 and taken.json()["failed"] == limits["max_items"], taken.text
+    over = batch(batch_server, {"items": [unspoken] * (limits["max_items"] + 1)})
+    assert over.status_code == 400 and over.json()["error"]["param"] == "items", over.text
+    assert f"at most {limits['max_items']} items" in over.json()["error"]["message"]
+    half = limits["max_chars"] // 2
+    texts = ["x" * half, "x" * (limits["max_chars"] - half)]
+    taken = batch(batch_server, {"items": [{**unspoken, "input": text} for text in texts]})
+    assert taken.status_code == 200, taken.text
+    over = batch(batch_server, {"items": [{**unspoken, "input": text + "x"} for text in texts]})
+    assert over.status_code == 413 and over.json()["error"]["code"] == "batch_too_large", over.text
+    # the body: its bytes, whatever they hold (blanks after the JSON object here)
+    whole = json.dumps({"items": [unspoken]}).encode()
+    for extra, status in ((0, 200), (1, 413)):
+        body = whole + b" " * (caps["max_body_bytes"] - len(whole) + extra)
+        response = httpx.post(
+            f"{batch_server.base_url}/v1/audio/speech/batch",
+            content=body,
+            headers={"content-type": "application/json"},
+            timeout=120,
+        )
+        assert response.status_code == status, response.text[:300]
+
+
 def test_an_item_takes_the_batch_default_as_a_request_would_take_its_own(batch_server: RunningServer) -> None:
     """A batch of clones by default whose item speaks a preset voice: the item's voice follows from its own task,
     not from a voice the batch's task implied (this engine cannot clone, so only that item can succeed)."""
@@ -254,7 +287,8 @@ def test_a_batch_takes_its_share_of_the_slots_and_a_stream_beside_it_is_admitted
         still_running = not pending.done()
         answer = pending.result().json()
         assert other.result().json()["succeeded"] == 2
-    assert max(held) == 1 and still_running  # its one slot the whole time; the stream came and went meanwhile
+    share = httpx.get(f"{batch_server.base_url}/v1/audio/capabilities", timeout=30).json()["batch"]["concurrency"]
+    assert max(held) == share == 1 and still_running  # its one slot the whole time; the stream came and went meanwhile
     assert answer["succeeded"] == MAX_ITEMS
     lines = speech_lines(batch_server)
     [beside] = [line for line in lines if line["request_id"] == "beside-the-batch"]

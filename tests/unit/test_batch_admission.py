@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -314,6 +315,32 @@ async def test_a_batch_that_outlasts_the_request_timeout_ends_its_items_with_the
     response = await answer(custom_voice_dir, 3, request_timeout_s=0.2)
     assert response.status_code == 504, response.text
     assert response.json()["error"]["code"] == "timeout"
+
+
+async def test_the_capabilities_tell_the_share_of_the_slots_and_the_deadline_a_batch_is_held_to(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GET /v1/audio/capabilities tells a batch's share of the slots as the server works it out (here its default, a
+    quarter of the concurrency) and its deadline; a batch none of whose items is admitted ends at that deadline."""
+
+    async def never(self: SpeechService, *args: object, **kwargs: object) -> object:
+        await asyncio.sleep(3600)
+        raise AssertionError("admitted")
+
+    monkeypatch.setattr(SpeechService, "admitted", never)
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni(), max_concurrency=8, request_timeout_s=0.3)
+    await engine.start()
+    app = create_app(service_settings(engine), engine=engine)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        limits = (await client.get("/v1/audio/capabilities")).json()["batch"]
+        assert (limits["concurrency"], limits["timeout_s"]) == (2, 0.3)
+        assert limits["concurrency"] == app.state.batch_slots.size  # the slots the batches take
+        started = time.monotonic()
+        body = {"voice": "vivian", "response_format": "pcm", "items": [ITEM] * 3}
+        response = await client.post("/v1/audio/speech/batch", json=body, timeout=60)
+        waited = time.monotonic() - started
+    assert response.status_code == 504 and response.json()["error"]["code"] == "timeout", response.text
+    assert limits["timeout_s"] <= waited < limits["timeout_s"] + 5
 
 
 async def test_a_batch_that_outlasts_the_request_timeout_answers_the_items_it_finished(
