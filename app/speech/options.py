@@ -86,14 +86,48 @@ def null_is_omitted(model: type[BaseModel], data: Any) -> Any:
     }
 
 
+# what a field's JSON schema says of the field rather than of its values: it stays beside the field, outside the
+# alternatives a value may match
+_FIELD_ANNOTATIONS = ("title", "description", "default", "examples", "deprecated")
+
+
+def takes_null(schema: dict[str, Any]) -> bool:
+    """Whether a field's JSON schema lets its value be null."""
+    kind = schema.get("type")
+    return (
+        kind == "null" or (isinstance(kind, list) and "null" in kind) or any(map(takes_null, schema.get("anyOf", [])))
+    )
+
+
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """A field's JSON schema that takes null beside its values, as pydantic writes an Optional field's: the values'
+    alternatives and null in `anyOf`, the field's title, description and default beside it."""
+    about = {key: value for key, value in schema.items() if key in _FIELD_ANNOTATIONS}
+    values = {key: value for key, value in schema.items() if key not in _FIELD_ANNOTATIONS}
+    alternatives = values["anyOf"] if values.keys() == {"anyOf"} else [values]
+    return {"anyOf": [*alternatives, {"type": "null"}], **about}
+
+
+def null_is_omitted_in_schema(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """The JSON schema of `model` as `null_is_omitted` reads its data: every optional field takes null, a required
+    one does not. The type of a field with a default (`speed: float = 1.0`) says nothing of null, and a client
+    generated from the OpenAPI document, or a JSON-Schema validator, held null invalid there, which the server takes."""
+    properties = schema.get("properties", {})
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        if key in properties and not field.is_required() and not takes_null(properties[key]):
+            properties[key] = nullable(properties[key])
+
+
 class JsonFields(BaseModel):
     """A JSON object's fields as every body and message of the API reads them, whatever the endpoint or transport:
     an unknown field is refused (as OpenAI refuses unrecognized arguments), each value must be of its field's JSON
     type (strict: no "1.5" for a number, unless a model says otherwise), null for an optional field is the field
-    omitted, and a switch is `true` or `false` only, in every model (pydantic's lax reading, where a model asks for
-    it, takes "yes", "off", 1 and 0 for switches: a client that sends them has a bug worth hearing of)."""
+    omitted (and its JSON schema says so), and a switch is `true` or `false` only, in every model (pydantic's lax
+    reading, where a model asks for it, takes "yes", "off", 1 and 0 for switches: a client that sends them has a bug
+    worth hearing of)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=null_is_omitted_in_schema)
 
     @model_validator(mode="before")
     @classmethod

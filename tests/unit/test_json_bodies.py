@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ValidationError
 from starlette.testclient import TestClient
 
@@ -108,6 +109,24 @@ def test_null_for_a_required_field_is_refused_naming_it(model: type[BaseModel], 
     error = refusal(model, data)
     assert (error.status, error.param) == (400, param)
     assert f"'{param}" in error.message
+
+
+@pytest.mark.parametrize("model", list(MINIMAL), ids=lambda model: model.__name__)
+def test_the_json_schema_takes_null_where_the_model_does(model: type[BaseModel]) -> None:
+    """Each body's JSON schema says what the body reads (the OpenAPI document's and a batch item's and a
+    session.config's, which no document carries): null for any optional field, never for a required one. The schema
+    of a field with a default and no `| None` (`speed`, `voice`, `stream`, `response_format`, the switches, a run's
+    `run_id`) held null invalid."""
+    validator = Draft202012Validator(model.model_json_schema())
+    minimal = MINIMAL[model]
+    for name, field in model.model_fields.items():
+        if field.is_required():
+            assert not validator.is_valid({**minimal, name: None}), name
+            with pytest.raises(ValidationError):
+                model.model_validate({**minimal, name: None})
+        else:
+            assert validator.is_valid({**minimal, name: None}), name
+            model.model_validate({**minimal, name: None})
 
 
 # -- switches ------------------------------------------------------------------------------------------------------

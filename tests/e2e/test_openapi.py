@@ -1,0 +1,143 @@
+"""The OpenAPI document (/openapi.json) against the server that serves it: a client generated from the document, or
+a JSON-Schema validator, checks a body by the document's schema, so the schema takes what the server takes and
+refuses what it refuses. Every JSON body takes null for an optional field (the field omitted, as OpenAI's API reads
+it), never for a required one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from jsonschema import Draft202012Validator
+
+from tests.support.server import RunningServer, start_server
+
+# every JSON body of the document, with what it must send (its required fields); the test sends each other as null
+REQUIRED: dict[str, dict[str, Any]] = {
+    "/v1/audio/speech": {"input": "Hello there."},
+    "/v1/audio/speech/batch": {"items": [{"input": "Hello there."}]},
+    "/admin/profile/start": {},
+    "/admin/profile/stop": {},
+}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """A server with every route a JSON body goes to (the profiler's only where SPEECH_PROFILER_DIR is set)."""
+    folder = tmp_path_factory.mktemp("openapi")
+    running = start_server(folder / "server.log", env={"SPEECH_PROFILER_DIR": str(folder / "profiles")})
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def document(served: RunningServer) -> dict[str, Any]:
+    response = httpx.get(f"{served.base_url}/openapi.json", timeout=30)
+    assert response.status_code == 200
+    return response.json()
+
+
+def body_validator(document: dict[str, Any], path: str) -> Draft202012Validator:
+    """The validator of `path`'s JSON body by the document's schema (OpenAPI 3.1: JSON Schema 2020-12)."""
+    assert document["openapi"].startswith("3.1.")
+    schema = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    return Draft202012Validator({**schema, "components": document["components"]})
+
+
+def body_model(document: dict[str, Any], path: str) -> dict[str, Any]:
+    """The object schema of `path`'s body (the profiler's body may itself be null: the object's branch)."""
+    schema = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    refs = [schema["$ref"]] if "$ref" in schema else [branch["$ref"] for branch in schema["anyOf"] if "$ref" in branch]
+    (ref,) = refs
+    return document["components"]["schemas"][ref.rsplit("/", 1)[1]]
+
+
+def taken(response: httpx.Response) -> bool:
+    """The body was read as valid: answered, or refused for no field of it (the embedded engine has no profiler)."""
+    if response.status_code == 200:
+        return True
+    error = response.json()["error"]
+    return (error["code"], error["param"]) == ("unsupported_engine", None)
+
+
+def test_every_json_body_of_the_document_is_checked_here(document: dict[str, Any]) -> None:
+    bodies = {
+        path
+        for path, operations in document["paths"].items()
+        for operation in operations.values()
+        if "application/json" in operation.get("requestBody", {}).get("content", {})
+    }
+    assert bodies == set(REQUIRED)
+
+
+@pytest.mark.parametrize("path", list(REQUIRED))
+def test_null_for_every_optional_field_is_valid_by_the_schema_as_the_server_takes_it(
+    served: RunningServer, document: dict[str, Any], path: str
+) -> None:
+    """A generated client sends null for what it leaves unset: the schema said that was invalid (`speed`,
+    `response_format`, `voice`, `stream`, the profiler's `run_id` ... had no null), though the server takes it."""
+    model = body_model(document, path)
+    optional = set(model["properties"]) - set(model.get("required", []))
+    body = {**dict.fromkeys(optional, None), **REQUIRED[path]}
+    errors = [f"{'.'.join(map(str, e.path))}: {e.message}" for e in body_validator(document, path).iter_errors(body)]
+    assert not errors, errors
+    response = httpx.post(f"{served.base_url}{path}", json=body, timeout=60)
+    assert taken(response), response.text[:500]
+
+
+@pytest.mark.parametrize("path", list(REQUIRED))
+def test_each_optional_field_alone_as_null_is_valid(document: dict[str, Any], path: str) -> None:
+    """Field by field: each optional field's schema itself takes null (not only the body as a whole)."""
+    model = body_model(document, path)
+    validator = body_validator(document, path)
+    for name in set(model["properties"]) - set(model.get("required", [])):
+        assert validator.is_valid({**REQUIRED[path], name: None}), (path, name)
+
+
+@pytest.mark.parametrize(
+    ("path", "field"), [(path, field) for path in REQUIRED for field in REQUIRED[path]], ids=lambda value: value
+)
+def test_null_for_a_required_field_is_invalid_by_the_schema_as_the_server_refuses_it(
+    served: RunningServer, document: dict[str, Any], path: str, field: str
+) -> None:
+    assert field in body_model(document, path)["required"]
+    body = {**REQUIRED[path], field: None}
+    assert not body_validator(document, path).is_valid(body)
+    response = httpx.post(f"{served.base_url}{path}", json=body, timeout=60)
+    assert response.status_code == 400 and response.json()["error"]["param"] == field, response.text
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "value"),
+    [
+        ("/v1/audio/speech", "speed", 4.5),  # bounds
+        ("/v1/audio/speech", "response_format", "ogg"),  # an enum
+        ("/v1/audio/speech", "stream", "true"),  # a switch is a boolean
+        ("/v1/audio/speech", "voice", 7),  # a name or {"id": ...}
+        ("/v1/audio/speech", "sample_rate", 7999),
+        ("/v1/audio/speech", "temperature", 0.5),  # no such field
+        ("/v1/audio/speech/batch", "items", []),
+        ("/v1/audio/speech/batch", "task_type", "Karaoke"),
+        ("/admin/profile/start", "run_id", "../up"),  # a pattern
+        ("/admin/profile/stop", "run_id", ""),
+    ],
+)
+def test_a_value_the_server_refuses_is_still_invalid_by_the_schema(
+    served: RunningServer, document: dict[str, Any], path: str, field: str, value: object
+) -> None:
+    """Taking null changed nothing else a field's schema says: its bounds, its values, its type."""
+    body = {**REQUIRED[path], field: value}
+    assert not body_validator(document, path).is_valid(body)
+    response = httpx.post(f"{served.base_url}{path}", json=body, timeout=60)
+    assert response.status_code == 400 and response.json()["error"]["param"] == field, response.text
+
+
+def test_the_descriptions_and_defaults_stay_beside_the_field(document: dict[str, Any]) -> None:
+    """A field that now takes null keeps its title, description and default where a documentation page reads them."""
+    speech = document["components"]["schemas"]["SpeechRequest"]["properties"]
+    assert speech["speed"]["default"] == 1.0 and speech["speed"]["title"] == "Speed"
+    assert speech["stream"]["description"].startswith("vllm-omni's switch") and speech["stream"]["default"] is False
+    assert speech["response_format"]["default"] == "mp3"
+    assert speech["input"]["description"].startswith("Text to speak") and "anyOf" not in speech["input"]
