@@ -1,5 +1,6 @@
 """uvicorn's HTTP and WebSocket protocols with the bounds they lack: how long a request's headers may take to arrive,
-and how long a client may leave what it is sent unread.
+and how long a client may leave what it is sent unread; and what is refused here, before any application runs (a
+request whose headers never arrive, one that is not valid HTTP), answered as the application answers a refusal.
 
 uvicorn bounds an idle keep-alive connection (`timeout_keep_alive`) but nothing else: a connection that never sends,
 or sends its headers a byte at a time, holds a socket and a parser forever; a client that stops reading holds its
@@ -17,6 +18,8 @@ import json
 import logging
 import socket
 import struct
+from collections.abc import Iterable
+from http import HTTPStatus
 from typing import Any
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
@@ -29,25 +32,21 @@ from app.api.middleware import REQUEST_ID_HEADER, valid_request_id
 log = logging.getLogger(__name__)
 
 
-def request_timeout_response(request_id: str) -> bytes:
-    """The 408 for a request whose headers never arrived whole: written here, below the application, with a request
-    id of its own (every response carries one)."""
-    body = json.dumps(
-        error_body("The request was not received in time; the connection is closed.", code="request_timeout")
-    ).encode()
-    head = (
-        b"HTTP/1.1 408 Request Timeout\r\n"
-        b"content-type: application/json\r\n"
-        b"content-length: "
-        + str(len(body)).encode()
-        + b"\r\n"
-        + REQUEST_ID_HEADER.encode()
-        + b": "
-        + request_id.encode()
-        + b"\r\n"
-        b"connection: close\r\n\r\n"
-    )
-    return head + body
+def refusal_response(
+    status: HTTPStatus, message: str, code: str, request_id: str, headers: Iterable[tuple[bytes, bytes]] = ()
+) -> bytes:
+    """A refusal written here, below the application, as it writes one: the OpenAI error, a request id of its own
+    (every response carries one), the server's own `headers` (Date, Server), and the connection closed."""
+    body = json.dumps(error_body(message, code=code)).encode()
+    head = [f"HTTP/1.1 {status.value} {status.phrase}".encode()]
+    head += [name + b": " + value for name, value in headers]
+    head += [
+        b"content-type: application/json",
+        b"content-length: " + str(len(body)).encode(),
+        REQUEST_ID_HEADER.encode() + b": " + request_id.encode(),
+        b"connection: close",
+    ]
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
 def kernel_unsent_bytes(sock: socket.socket) -> int:
@@ -191,7 +190,21 @@ class GuardedHTTPProtocol(WriteStallGuard, AutoHTTPProtocol):  # type: ignore[mi
             return
         request_id = valid_request_id(None)
         log.info("request headers not received in time", extra={"client": _peer(self.client), "request_id": request_id})
-        self.transport.write(request_timeout_response(request_id))
+        message = "The request was not received in time; the connection is closed."
+        self._refuse(HTTPStatus.REQUEST_TIMEOUT, message, "request_timeout", request_id)
+
+    # Replaces uvicorn's answer to bytes its HTTP parser cannot read (a malformed request line, a header no parser
+    # takes), which its httptools and h11 protocols alike call before any application runs, and which was plain text
+    # without a request id where every other refusal is an OpenAI error with one. (uvicorn logs it too, without id.)
+    def send_400_response(self, msg: str) -> None:
+        request_id = valid_request_id(None)
+        log.info("request not valid HTTP", extra={"client": _peer(self.client), "request_id": request_id})
+        message = "The request is not valid HTTP (its request line or a header); the connection is closed."
+        self._refuse(HTTPStatus.BAD_REQUEST, message, "invalid_http", request_id)
+
+    def _refuse(self, status: HTTPStatus, message: str, code: str, request_id: str) -> None:
+        headers = self.server_state.default_headers  # Date and Server, as on every other answer
+        self.transport.write(refusal_response(status, message, code, request_id, headers))
         self.transport.close()
 
     def _stalled_scope(self) -> dict[str, Any] | None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+import socket
+
 import httpx
 import openai
 import pytest
@@ -80,6 +84,35 @@ def test_the_websocket_address_over_plain_http_says_it_needs_an_upgrade(server: 
     response = httpx.get(f"{server.base_url}/v1/audio/speech/stream", timeout=30)
     assert_openai_error(response, 426, None, "upgrade_required")
     assert response.headers["upgrade"] == "websocket"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"NOT A REQUEST\r\n\r\n",
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Note: a\x01b\r\n\r\n",  # a control byte in a header
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n",  # a space in a header's name
+    ],
+    ids=["request-line", "header-value", "header-name"],
+)
+def test_a_request_no_http_parser_reads_is_an_openai_400_with_a_request_id(server: RunningServer, raw: bytes) -> None:
+    """The HTTP parser refuses it before the application sees it: it was answered in plain text, with no request id."""
+    host, port = server.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(raw)
+        answer = b""
+        while chunk := sock.recv(65536):  # the server closes the connection
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status, *lines = head.decode("latin-1").split("\r\n")
+    assert status.startswith("HTTP/1.1 400 "), answer[:300]
+    headers = {name.lower(): value for name, _, value in (line.partition(": ") for line in lines)}
+    assert headers["content-type"] == "application/json" and headers["connection"] == "close"
+    assert int(headers["content-length"]) == len(body)
+    assert re.fullmatch(r"[A-Za-z0-9._:-]{1,128}", headers["x-request-id"])
+    error = json.loads(body)["error"]
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", None, "invalid_http")
+    assert error["message"]
 
 
 @pytest.mark.parametrize(
