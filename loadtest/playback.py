@@ -4,11 +4,12 @@ real time, stalling whenever the audio received so far runs out, and resuming as
 The player needs to know, for every moment a chunk arrived, how many seconds of audio the bytes received so far can
 play. That mapping is exact for pcm (s16le mono at the requested rate) and wav (past the header, at the rate and
 frame size its `fmt ` chunk names). For compressed formats it is packet-exact: the response is demuxed with PyAV
-(FFmpeg), and a packet's audio counts as playable once its last byte has arrived (for Ogg, once the page holding it is
-complete, since a demuxer hands out no packet of a page before its end). Codec priming and decoder delay are not
-modelled (tens of milliseconds at most), and a real decoder's buffering may add a little latency this model does not
-see: for compressed formats the stall figures are a close lower bound, for pcm and wav they are exact up to the
-client's own scheduling.
+(FFmpeg), and a packet's audio counts as playable once its last byte has arrived; Ogg Opus is read by `loadtest.ogg`,
+a packet counting once the page holding its last segment is complete (a demuxer hands out no packet of a page before
+its end), for the time the granule positions give it (the pre-skip and end trimming left out). Codec priming and
+decoder delay are not modelled otherwise (tens of milliseconds at most), and a real decoder's buffering may add a
+little latency this model does not see: for compressed formats the stall figures are a close lower bound, for pcm and
+wav they are exact up to the client's own scheduling.
 
 Time to uninterrupted audio: a listener who starts at S plays the audio at position p at S + p, so a chunk that
 arrives at t after A seconds of audio came before it is in time if t <= S + A. The earliest start from which no chunk
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 import av
 
 from app.timing import RAN_DRY_EPSILON_S, ListenerClock
+from loadtest.ogg import opus_timeline
 
 # Stalls shorter than this are float noise in the arithmetic, not gaps a listener could hear; the server's listener
 # (app.timing, which also computes the time to uninterrupted audio for both) ignores the same.
@@ -195,54 +197,44 @@ def _wav_playable(payload: bytes) -> PlayableSeconds | None:
     return lambda received: max(0, received - data) // block_align / rate
 
 
-def _ogg_page_ends(payload: bytes) -> list[int]:
-    """End offset of every complete Ogg page, in order."""
-    ends, offset = [], 0
-    while len(payload) >= offset + 27 and payload[offset : offset + 4] == b"OggS":
-        segments = payload[offset + 26]
-        table = payload[offset + 27 : offset + 27 + segments]
-        if len(table) < segments:
-            break
-        offset += 27 + segments + sum(table)
-        if offset > len(payload):
-            break
-        ends.append(offset)
-    return ends
-
-
-def _packet_playable(payload: bytes) -> PlayableSeconds | None:
-    """Demux the whole response once: each packet's end offset in the byte stream and the audio it carries."""
-    packets: list[tuple[int, float]] = []
-    try:
-        with av.open(io.BytesIO(payload)) as container:
-            stream = container.streams.audio[0]
-            for packet in container.demux(stream):
-                if not packet.size:
-                    continue
-                if packet.pos is None or packet.pos < 0 or packet.duration is None or packet.time_base is None:
-                    return None  # the container does not say where its packets lie: no honest mapping
-                packets.append((packet.pos + packet.size, float(packet.duration * packet.time_base)))
-    except (av.error.FFmpegError, IndexError):
-        return None
-    if not packets:
-        return None
-    pages = _ogg_page_ends(payload) if payload[:4] == b"OggS" else []
-    ends: list[int] = []
-    totals: list[float] = []
-    total = 0.0
-    for end, seconds in sorted(packets):
-        if pages:  # an Ogg packet is handed out only once the page holding its last byte is complete
-            page = bisect.bisect_left(pages, end)
-            end = pages[page] if page < len(pages) else len(payload)
-        total += seconds
-        ends.append(end)
-        totals.append(total)
+def _timeline_playable(timeline: Sequence[tuple[int, float]]) -> PlayableSeconds:
+    """`timeline`: (byte count, seconds playable once that many bytes are in), in byte order."""
+    ends = [end for end, _ in timeline]
+    totals = [seconds for _, seconds in timeline]
 
     def playable(received: int) -> float:
         complete = bisect.bisect_right(ends, received)
         return totals[complete - 1] if complete else 0.0
 
     return playable
+
+
+def _packet_playable(payload: bytes) -> PlayableSeconds | None:
+    """Demux the whole response once: each packet's end offset in the byte stream and the audio it carries."""
+    timeline: list[tuple[int, float]] = []
+    total = 0.0
+    try:
+        with av.open(io.BytesIO(payload)) as container:
+            if "ogg" in container.format.name.split(","):
+                return None  # FFmpeg places an Ogg packet at the page it begins on, not where it ends: loadtest.ogg
+            stream = container.streams.audio[0]
+            for packet in container.demux(stream):
+                if not packet.size:
+                    continue
+                if packet.pos is None or packet.pos < 0 or packet.duration is None or packet.time_base is None:
+                    return None  # the container does not say where its packets lie: no honest mapping
+                total += float(packet.duration * packet.time_base)
+                timeline.append((packet.pos + packet.size, total))
+    except (av.error.FFmpegError, IndexError):
+        return None
+    return _timeline_playable(timeline) if timeline else None
+
+
+def _ogg_playable(payload: bytes) -> PlayableSeconds | None:
+    """Ogg Opus read page by page (`loadtest.ogg`): a packet plays once the page holding its last segment is in, for
+    the time its granule positions give it. Another codec in Ogg: no mapping."""
+    timeline = opus_timeline(payload)
+    return None if timeline is None else _timeline_playable(timeline)
 
 
 def audio_offset(payload: bytes, response_format: str) -> int | None:
@@ -281,6 +273,8 @@ def playable_seconds(payload: bytes, response_format: str, pcm_rate: int) -> Pla
         exact = _wav_playable(payload)
         if exact is not None:
             return exact
+    if payload[:4] == b"OggS":
+        return _ogg_playable(payload)
     return _packet_playable(payload)
 
 

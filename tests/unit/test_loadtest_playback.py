@@ -13,9 +13,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from app.audio.encoders import create_encoder
+from loadtest.ogg import pages as ogg_pages
 from loadtest.playback import (
     EPSILON_S,
-    _ogg_page_ends,
     first_audio_at,
     listen,
     listen_sentences,
@@ -161,7 +161,7 @@ def test_compressed_bytes_map_to_the_audio_of_complete_packets(fmt: str) -> None
 
 def test_an_ogg_packet_plays_only_once_its_page_is_complete() -> None:
     payload = b"".join(encoded_chunks("opus", [0.5, 0.5]))
-    pages = _ogg_page_ends(payload)
+    pages = [page.end for page in ogg_pages(payload)]
     assert len(pages) >= 3 and pages[-1] == len(payload)
     playable = playable_seconds(payload, "opus", RATE)
     assert playable is not None
