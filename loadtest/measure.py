@@ -4,10 +4,12 @@ TTFA is the time from sending the request to the first byte of audio payload: fo
 header (RIFF parsed up to the "data" chunk: 44 bytes from this server); for SSE, the first audio inside the
 `speech.audio.delta` events (again past a wav header); for compressed formats, the first byte of the first audio
 packet (for Ogg, of the page holding it), past the container's headers, which a server may send before any audio.
-E2E runs until the last byte. Audio duration comes from decoding what arrived. The arrival time of every chunk is kept
-for the modelled listener (`loadtest.playback`): when playback starts, how often and how long it stalls, and the time
-to uninterrupted audio (when a real-time listener could start and never run dry: TTFA plus the stream's largest
-deficit), the headline figure: a low TTFA whose stream then runs dry is not what a listener hears.
+E2E runs until the last byte. Audio duration comes from decoding what arrived: what a player plays, the codec's
+priming and padding left out where the stream signals them (`loadtest.playback` says which streams do not). The
+arrival time of every chunk is kept for the modelled listener (`loadtest.playback`): when playback starts, how often
+and how long it stalls, and the time to uninterrupted audio (when a real-time listener could start and never run dry:
+TTFA plus the stream's largest deficit), the headline figure: a low TTFA whose stream then runs dry is not what a
+listener hears.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ class RequestResult:
     least_in_hand_s: float | None = None  # the least audio the listener held before the last arrival (< 0: a wait)
     # time to uninterrupted audio, from TTFA's origin: the earliest start from which a real-time listener never runs
     # dry (loadtest.playback), TTFA plus the largest deficit for pcm and wav (for compressed formats the listener's
-    # first audio is the first complete packet, at or after TTFA's first byte); and that deficit (0: never ran dry)
+    # first audio is the first complete packet that plays any, at or after TTFA's first byte); and that deficit (0:
+    # never ran dry)
     uninterrupted_s: float | None = None
     deficit_s: float | None = None
     # when the load tool had the answer (a perf_counter value): whether it came in a loop's steady window

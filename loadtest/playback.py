@@ -3,13 +3,16 @@ real time, stalling whenever the audio received so far runs out, and resuming as
 
 The player needs to know, for every moment a chunk arrived, how many seconds of audio the bytes received so far can
 play. That mapping is exact for pcm (s16le mono at the requested rate) and wav (past the header, at the rate and
-frame size its `fmt ` chunk names). For compressed formats it is packet-exact: the response is demuxed with PyAV
-(FFmpeg), and a packet's audio counts as playable once its last byte has arrived; Ogg Opus is read by `loadtest.ogg`,
-a packet counting once the page holding its last segment is complete (a demuxer hands out no packet of a page before
-its end), for the time the granule positions give it (the pre-skip and end trimming left out). Codec priming and
-decoder delay are not modelled otherwise (tens of milliseconds at most), and a real decoder's buffering may add a
-little latency this model does not see: for compressed formats the stall figures are a close lower bound, for pcm and
-wav they are exact up to the client's own scheduling.
+frame size its `fmt ` chunk names). For compressed formats it is packet-exact and counts what a player plays: the
+response is demuxed and decoded with PyAV (FFmpeg), and the audio the decoder gives for a packet counts as playable once
+the packet's last byte has arrived; Ogg Opus is read by `loadtest.ogg`, a packet counting once the page holding its last
+segment is complete, for the time the granule positions give it. The priming and padding a stream signals (Opus's
+pre-skip and end trimming, an mp3 LAME/Xing header's encoder delay and padding) are not played, as FFmpeg's decoder
+drops them from `audio_s` too; those a stream does not signal (an mp3 stream without that header, as this service
+sends, and raw ADTS, which has no field for it) a decoder plays, and so they count: silence before the speech and
+after it, the lead the service shifts its word timestamps by (`app.audio.formats`). A real decoder's buffering may add
+a little latency this model does not see: for compressed formats the stall figures are a close lower bound, for pcm
+and wav they are exact up to the client's own scheduling.
 
 Time to uninterrupted audio: a listener who starts at S plays the audio at position p at S + p, so a chunk that
 arrives at t after A seconds of audio came before it is in time if t <= S + A. The earliest start from which no chunk
@@ -209,8 +212,11 @@ def _timeline_playable(timeline: Sequence[tuple[int, float]]) -> PlayableSeconds
     return playable
 
 
-def _packet_playable(payload: bytes) -> PlayableSeconds | None:
-    """Demux the whole response once: each packet's end offset in the byte stream and the audio it carries."""
+def _decoded_playable(payload: bytes) -> PlayableSeconds | None:
+    """Demux and decode the whole response once, as a player would: for each packet, where its last byte is and the
+    audio the decoder has played once it has it. FFmpeg's decoder drops the priming and padding that the stream
+    signals (an mp3 LAME/Xing header's encoder delay and padding, the priming an MP4 edit list skips), as in
+    `audio_s`."""
     timeline: list[tuple[int, float]] = []
     total = 0.0
     try:
@@ -219,12 +225,12 @@ def _packet_playable(payload: bytes) -> PlayableSeconds | None:
                 return None  # FFmpeg places an Ogg packet at the page it begins on, not where it ends: loadtest.ogg
             stream = container.streams.audio[0]
             for packet in container.demux(stream):
-                if not packet.size:
-                    continue
-                if packet.pos is None or packet.pos < 0 or packet.duration is None or packet.time_base is None:
+                if packet.size and (packet.pos is None or packet.pos < 0):
                     return None  # the container does not say where its packets lie: no honest mapping
-                total += float(packet.duration * packet.time_base)
-                timeline.append((packet.pos + packet.size, total))
+                # the empty packet at the end drains the decoder: what it still held plays once all is in
+                end = packet.pos + packet.size if packet.size else len(payload)
+                total += sum(frame.samples / frame.sample_rate for frame in stream.codec_context.decode(packet))
+                timeline.append((end, total))
     except (av.error.FFmpegError, IndexError):
         return None
     return _timeline_playable(timeline) if timeline else None
@@ -275,7 +281,7 @@ def playable_seconds(payload: bytes, response_format: str, pcm_rate: int) -> Pla
             return exact
     if payload[:4] == b"OggS":
         return _ogg_playable(payload)
-    return _packet_playable(payload)
+    return _decoded_playable(payload)
 
 
 def listen(

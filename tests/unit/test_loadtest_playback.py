@@ -13,6 +13,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from app.audio.encoders import create_encoder
+from app.audio.formats import get_format, lead_samples
+from loadtest.audio import decode
 from loadtest.ogg import pages as ogg_pages
 from loadtest.playback import (
     EPSILON_S,
@@ -157,6 +159,49 @@ def test_compressed_bytes_map_to_the_audio_of_complete_packets(fmt: str) -> None
     assert 0.85 <= seconds[0] <= 1.05, seconds
     assert 1.85 <= seconds[1] <= 2.05, seconds
     assert playable(0) == 0.0
+
+
+def played_by_ffmpeg(prefix: bytes, fmt: str) -> int:
+    """The samples FFmpeg's decoder plays from these bytes alone, as a player given them would."""
+    with av.open(io.BytesIO(prefix), format=get_format(fmt).container) as container:
+        return sum(frame.samples for frame in container.decode(audio=0))
+
+
+@pytest.mark.parametrize("whole_file", [False, True], ids=["stream", "whole-file"])
+@pytest.mark.parametrize("fmt", ["mp3", "aac", "flac"])
+def test_compressed_audio_plays_what_the_decoder_plays_from_the_bytes_in(fmt: str, whole_file: bool) -> None:
+    """At the end of every packet, the audio a listener has is what FFmpeg's decoder plays from the bytes so far: the
+    priming and padding a stream signals (an mp3 file's LAME header states the encoder's delay and padding) dropped
+    from the start and the end, as a gapless player drops them and as `audio_s` (decoded) already did."""
+    encoder = create_encoder(fmt, RATE, whole_file)
+    t = np.arange(RATE) / RATE
+    payload = encoder.encode((0.4 * np.sin(2 * np.pi * 330 * t)).astype(np.float32)) + encoder.finish()
+    playable = playable_seconds(payload, fmt, RATE)
+    assert playable is not None
+    with av.open(io.BytesIO(payload)) as container:
+        ends = [p.pos + p.size for p in container.demux(container.streams.audio[0]) if p.size]
+    for end in ends[2:]:  # FFmpeg recognises a bare mp3 or ADTS stream only from a few frames on
+        assert playable(end) * RATE == pytest.approx(played_by_ffmpeg(payload[:end], fmt), abs=1e-6), end
+    assert playable(len(payload)) == pytest.approx(decode(payload, fmt, RATE).duration_s, abs=1e-9)
+    if whole_file and fmt == "mp3":  # the header's delay, 1105 samples, is not played: 1 s of sine, 1 s of audio
+        assert playable(len(payload)) == pytest.approx(1.0, abs=1e-9)
+        assert playable(ends[0]) == 0.0  # the first frame is all delay
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "aac"])
+def test_a_stream_that_does_not_signal_its_priming_plays_it(fmt: str) -> None:
+    """This service's mp3 streams carry no LAME header (the muxer writes it only where it can go back to it) and ADTS
+    has no field for the priming: nothing tells a decoder to drop it, so it plays it (silence before the speech, the
+    lead the service shifts its word timestamps by) and the padding of the last frame, and the listener counts them."""
+    encoder = create_encoder(fmt, RATE)
+    payload = encoder.encode(np.zeros(RATE, np.float32)) + encoder.finish()
+    playable = playable_seconds(payload, fmt, RATE)
+    assert playable is not None
+    frame = 576 if fmt == "mp3" else 1024  # MPEG-2 layer III at 24 kHz; AAC-LC
+    played = round(playable(len(payload)) * RATE)
+    # the lead, then the second of silence, then the last frame's padding (LAME's may run a little over a frame)
+    assert RATE + lead_samples(fmt) <= played < RATE + lead_samples(fmt) + 2 * frame
+    assert played == len(decode(payload, fmt, RATE).samples)
 
 
 def test_an_ogg_packet_plays_only_once_its_page_is_complete() -> None:
