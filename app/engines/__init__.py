@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import platform
 import shutil
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,14 @@ _AUTO_ORDER = ("omni", "sglang", "embedded")
 # the package each engine imports, and whether it needs a GPU (and its settings group a model)
 _ENGINE_PACKAGES = {"embedded": "hibari", "omni": "vllm_omni", "sglang": "sglang_omni"}
 _GPU_ENGINES = ("omni", "sglang")
+# Each engine's packages come with the extra of its name (pyproject.toml), installed as README.md and docs/engines.md
+# say: with the word aligner beside a GPU engine, and sglang's without the test tools, whose pins conflict with its own
+_INSTALL_COMMANDS = {
+    "embedded": 'make install EXTRAS="--extra embedded"',
+    "omni": 'make install EXTRAS="--extra omni --extra align"',
+    "sglang": 'make install EXTRAS="--extra sglang --extra align" SYNC_FLAGS=--no-dev',
+}
+_DISTRIBUTIONS = {"embedded": "hibari-tts", "omni": "vllm-omni", "sglang": "sglang-omni"}  # as pip names them
 
 
 def gpu_present() -> bool:
@@ -32,11 +42,35 @@ def gpu_present() -> bool:
     )
 
 
+def package_installed(package: str) -> bool:
+    """`package` importable here, found without importing it."""
+    return importlib.util.find_spec(package) is not None
+
+
 def engine_available(name: str) -> bool:
+    return unavailable_because(name) is None
+
+
+def unavailable_because(name: str) -> str | None:
+    """Why engine `name` cannot run here, and what to do about it; None where it can."""
     package = _ENGINE_PACKAGES.get(name)
-    if package is None or importlib.util.find_spec(package) is None:
-        return False
-    return gpu_present() if name in _GPU_ENGINES else True
+    if package is None:
+        return f"there is no {name!r} engine"
+    if not package_installed(package):
+        if name in _GPU_ENGINES and not (sys.platform == "linux" and platform.machine() == "x86_64"):
+            # its extra's requirements are marked for Linux x86_64 alone: installed elsewhere it brings nothing
+            return f"the {name} engine runs on Linux x86_64 only (this is {sys.platform} {platform.machine()})"
+        if name == "sglang" and sys.version_info >= (3, 13):
+            return "the sglang engine runs on Python 3.11 or 3.12 only (sglang-omni's own limit)"
+        return (
+            f"the {name} engine is not installed (no {_DISTRIBUTIONS[name]} in this Python environment): install the "
+            f"`{name}` extra: {_INSTALL_COMMANDS[name]}"
+        )
+    if name in _GPU_ENGINES and not gpu_present():
+        hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+        why = f" (CUDA_VISIBLE_DEVICES={hidden} hides every GPU)" if hidden in ("", "-1") else ""
+        return f"the {name} engine needs an NVIDIA GPU, and this process sees none{why}"
+    return None
 
 
 def resolve_engine_name(requested: str, settings: Settings) -> str:
@@ -56,12 +90,11 @@ def resolve_engine_name(requested: str, settings: Settings) -> str:
 
 def create_engine(settings: Settings) -> SpeechEngine:
     name = resolve_engine_name(settings.engine, settings)
-    if not engine_available(name):
+    problem = unavailable_because(name)
+    if problem is not None:
         from app.settings import InvalidSettings
 
-        raise InvalidSettings(
-            f"SPEECH_ENGINE (--engine): the {name!r} engine is not available here (missing package or GPU)"
-        )
+        raise InvalidSettings(f"SPEECH_ENGINE (--engine): {problem}")
     if name == "embedded":
         from app.engines.embedded import EmbeddedEngine
         from app.speech.sentences import SentencePipeline

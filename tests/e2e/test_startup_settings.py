@@ -103,3 +103,15 @@ def test_version_prints_the_version_and_exits_zero() -> None:
     done = start({"SPEECH_PORT": "not a port"}, "--version")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"speech-server {__version__}", done.stdout
+
+
+def test_an_engine_not_installed_names_the_extra_to_install() -> None:
+    """sglang-omni can never be beside the test tools (uv.lock keeps them apart): `--engine sglang` here is an engine
+    not installed, as on any machine its extra was not installed on."""
+    done = start({}, "--engine", "sglang")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "speech-server: SPEECH_ENGINE (--engine): the sglang engine is not installed (no sglang-omni in this Python "
+        'environment): install the `sglang` extra: make install EXTRAS="--extra sglang --extra align" '
+        "SYNC_FLAGS=--no-dev"
+    ], done.stderr
