@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import errno
 import logging
 import os
 import signal
 import socket
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
 from types import FrameType
-from typing import Any, get_args
+from typing import Any, NoReturn, get_args
 
 import uvicorn
 from fastapi import FastAPI
@@ -50,7 +52,9 @@ class SpeechServer(uvicorn.Server):
 
     SIGINT (Ctrl-C in a terminal) shuts down without a drain, and the process then ends by the signal, as a shell
     expects of a program it interrupted: uvicorn would raise the signal again once shut down, which Python reports as
-    a KeyboardInterrupt traceback after the server's last log line."""
+    a KeyboardInterrupt traceback after the server's last log line. It ends as soon as the server has shut down (the
+    engine closed): asyncio would first wait for every thread it ran work in, an engine's load among them (minutes on
+    a GPU, where Ctrl-C came while it loaded)."""
 
     def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle) -> None:
         super().__init__(config)
@@ -62,6 +66,8 @@ class SpeechServer(uvicorn.Server):
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets)
+        if self.interrupted:
+            end_interrupted()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGTERM and self._loop is not None and self.started:
@@ -85,6 +91,33 @@ class SpeechServer(uvicorn.Server):
         if not self.lifecycle.idle:
             cut_off_stuck_writers(self.server_state.connections)
         self.should_exit = True
+
+
+def end_interrupted() -> NoReturn:
+    """End the process by SIGINT, as a program a shell interrupts is (a script then stops rather than going on to its
+    next command): without a handler there is no traceback to print. Nothing is waited for: not asyncio's worker
+    threads, nor other threads, nor exit handlers."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.raise_signal(signal.SIGINT)  # to this thread: it has ended the process before it returns
+    os._exit(INTERRUPTED_STATUS)  # where the signal cannot kill it (the init process of a container)
+
+
+@contextlib.contextmanager
+def interrupt_ends_start() -> Iterator[None]:
+    """Ctrl-C during the start, before the server handles signals itself, ends the process by SIGINT at once: there is
+    nothing yet to shut down, and Python would print a KeyboardInterrupt traceback from wherever the start was. Once
+    it serves, the server handles SIGINT itself (`SpeechServer`). The handler that was there is put back on the way
+    out (`main` called by a program of its own)."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread sets handlers
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def cut_off_stuck_writers(connections: Iterable[Any]) -> None:
@@ -117,30 +150,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    try:
-        settings = load_settings({k: v for k, v in vars(args).items() if v is not None})
-        configure_logging(settings.log_level)
-        log_env_warnings()  # once, now that logs go where the operator reads them
-        log_settings_warnings(settings)
-        # bound before the engine is made and loaded (minutes on a GPU): a port in use or a host that is no address
-        # of this machine stops the start at once, in one line, where uvicorn would find it only after the app's
-        # start and log it as a bare OSError
-        sockets = listen(settings.host, settings.port, flags=vars(args))
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # engines load from local files only, never from a hub
-        app = create_app(settings)
-    except InvalidSettings as exc:  # one line naming the variable, not a traceback through the settings' parsing
-        raise SystemExit(f"speech-server: {exc}") from None
-    server = SpeechServer(server_config(app, settings), app.state.lifecycle)
-    log.info("settings", extra={"set": settings_set(settings)})  # the defaults aside; API keys only counted
-    log.info(f"listening on {url(settings.host, settings.port)}", extra={"host": settings.host, "port": settings.port})
-    server.run(sockets)
-    if server.interrupted:
-        # killed by the signal, as a program a shell interrupts is (a script then stops rather than going on to its
-        # next command), now that the server has shut down: without a handler there is no traceback to print
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-        raise SystemExit(INTERRUPTED_STATUS)  # where the signal cannot kill it (the init process of a container)
+    with interrupt_ends_start():
+        args = parse_args(argv)
+        try:
+            settings = load_settings({k: v for k, v in vars(args).items() if v is not None})
+            configure_logging(settings.log_level)
+            log_env_warnings()  # once, now that logs go where the operator reads them
+            log_settings_warnings(settings)
+            # bound before the engine is made and loaded (minutes on a GPU): a port in use or a host that is no
+            # address of this machine stops the start at once, in one line, where uvicorn would find it only after
+            # the app's start and log it as a bare OSError
+            sockets = listen(settings.host, settings.port, flags=vars(args))
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # engines load from local files only, never from a hub
+            app = create_app(settings)
+        except InvalidSettings as exc:  # one line naming the variable, not a traceback through the settings' parsing
+            raise SystemExit(f"speech-server: {exc}") from None
+        server = SpeechServer(server_config(app, settings), app.state.lifecycle)
+        log.info("settings", extra={"set": settings_set(settings)})  # the defaults aside; API keys only counted
+        log.info(
+            f"listening on {url(settings.host, settings.port)}", extra={"host": settings.host, "port": settings.port}
+        )
+        server.run(sockets)  # after a SIGINT it does not return: the process ends by it once shut down
 
 
 # what an operator can do about the commonest reasons a bind fails

@@ -13,18 +13,21 @@ stage process's death (`kill_stage`): the requests in flight fail and every late
 only the engine's health check says so. With `--stage-process` it also runs a stand-in of vllm-omni's code2wav stage
 process (a child whose command line carries the title vllm-omni 0.30 gives that process,
 `StageEngineCoreProc_stage1_replica0_DP0`): killing it kills the stage the same way, as `deploy/fleet/fleet.sh
-kill-stage` does on a GPU host.
+kill-stage` does on a GPU host. `--start-delay-s` makes its engine's start as slow as a GPU's (minutes there): the
+AsyncOmni is made that long after the server listens, and the line `making AsyncOmni` is logged as that begins.
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 
 from app.cli import SpeechServer, server_config
 from app.engines import omni_as_served, omni_engine
@@ -39,6 +42,8 @@ from tests.fakes.vllm_omni_0_30 import (
     tokens_input,
 )
 
+log = logging.getLogger(__name__)
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.fakes.omni_server")
@@ -49,6 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--orchestrator-period-ms", type=float, default=20.0)
     parser.add_argument("--stage-process", action="store_true", help="a code2wav stage process whose death kills it")
+    parser.add_argument(
+        "--start-delay-s", type=float, default=0.0, help="seconds AsyncOmni takes to be made (minutes on a GPU)"
+    )
     return parser.parse_args(argv)
 
 
@@ -62,7 +70,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.frames is not None:  # as a bench profile fixes stage 0's length: N + 1 tokens make N frames
         talker = omni.default_sampling_params_list[0]
         talker.max_tokens = talker.min_tokens = args.frames + 1
-    engine = omni_engine(settings, omni_factory=lambda **_: omni)
+
+    def made(**_: object) -> FakeAsyncOmni:
+        """As vllm-omni's AsyncOmni is made: in a thread of the server's, as slowly as asked."""
+        if args.start_delay_s:
+            log.info("making AsyncOmni", extra={"delay_s": args.start_delay_s})
+            time.sleep(args.start_delay_s)
+        return omni
+
+    engine = omni_engine(settings, omni_factory=made)
     defaults = coerce_param_message_types(omni.default_sampling_params_list, True)
     engine.use_helpers(defaults, estimate_prompt_len, WordTokenizer(), tokens_input)
     app = create_app(settings, engine=omni_as_served(engine, settings))

@@ -77,7 +77,7 @@ def fake_omni_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "tests.fakes.omni_server", *args]
 
 
-def start_fake_omni(folder: Path, *args: str, **env: str) -> RunningServer:
+def start_fake_omni(folder: Path, *args: str, wait_ready: bool = True, **env: str) -> RunningServer:
     """The server on the omni engine over the vllm-omni fakes (with its command-line `args`): a CustomVoice model
     directory in `folder`, the shipped profile, warm-up at batch size 1, and `env` on top."""
     from app.tools.qwen3_tts_model_dir import write_model_dir
@@ -88,7 +88,7 @@ def start_fake_omni(folder: Path, *args: str, **env: str) -> RunningServer:
         "SPEECH_OMNI__WARMUP_BATCH_SIZES": "1",
         **env,
     }
-    return start_server(folder / "server.log", env=settings, command=fake_omni_command(*args))
+    return start_server(folder / "server.log", env=settings, wait_ready=wait_ready, command=fake_omni_command(*args))
 
 
 def fake_sglang_command(*args: str) -> list[str]:
@@ -136,6 +136,18 @@ def start_server(
     if wait_ready:
         wait_until(server, "/ready", timeout_s)
     return server
+
+
+def wait_for_log(server: RunningServer, message: str, timeout_s: float = 120.0) -> None:
+    """Return once the server has logged a line whose message is `message`."""
+    deadline = time.monotonic() + timeout_s
+    while not any(record.get("message") == message for record in server.log_events()):
+        if server.process.poll() is not None:
+            raise RuntimeError(f"speech-server exited early:\n{server.log_path.read_text()[-4000:]}")
+        if time.monotonic() > deadline:
+            server.stop()
+            raise TimeoutError(f"speech-server never logged {message!r}:\n{server.log_path.read_text()[-4000:]}")
+        time.sleep(0.05)
 
 
 def wait_until(server: RunningServer, path: str, timeout_s: float) -> None:
