@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 
 
 def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAPI:
+    # the files the settings name, read before the engine is made: one at fault stops the start in its own words,
+    # not after the engine's model files were read, nor behind what the engine refuses
+    keys = load_api_keys(settings.api_keys, settings.api_keys_file)
+    check_ca_bundle(settings.ref_audio_ca_bundle)
     engine = engine or create_engine(settings)
 
     @asynccontextmanager
@@ -120,8 +124,6 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
     app.add_middleware(
         BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, read_timeout_s=settings.request_read_timeout_s
     )
-    keys = load_api_keys(settings.api_keys, settings.api_keys_file)
-    check_ca_bundle(settings.ref_audio_ca_bundle)
     app.add_middleware(ApiKeyMiddleware, keys=keys, max_concurrency_per_key=settings.api_key_max_concurrency)
     # every response, 413 and 500 included, carries the id; inside the accounting and the request log, so that its
     # own refusal (an X-Request-Id that is no text) is counted and logged as every other refusal is

@@ -115,3 +115,19 @@ def test_an_engine_not_installed_names_the_extra_to_install() -> None:
         'environment): install the `sglang` extra: make install EXTRAS="--extra sglang --extra align" '
         "SYNC_FLAGS=--no-dev"
     ], done.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"SPEECH_REF_AUDIO_CA_BUNDLE": "/nonexistent/ca.pem"}, "SPEECH_REF_AUDIO_CA_BUNDLE"),
+        ({"SPEECH_API_KEYS_FILE": "/nonexistent/keys"}, "SPEECH_API_KEYS_FILE"),
+    ],
+)
+def test_a_file_setting_it_cannot_read_stops_it_before_the_engine_is_made(env: dict[str, str], named: str) -> None:
+    """Checked after the engine had been made (on a GPU engine, its model's files read), and after whatever that
+    refused: here the sglang engine, not installed, was named instead of the file at fault. The file is named first."""
+    done = start(env, "--engine", "sglang")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"speech-server: {named}: "), done.stderr
+    assert "admission" not in done.stdout + done.stderr  # logged once the engine is made
