@@ -17,7 +17,7 @@ import typing
 from collections.abc import Mapping, Sequence, Sized
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -121,7 +121,15 @@ def user_voice_store(env: Mapping[str, str] = os.environ) -> str:
     return os.path.join(data_home, "speech-service", "voices")
 
 
-class EmbeddedSettings(BaseModel):
+class SettingsGroup(BaseModel):
+    """A group of settings (an engine's own): a key that is none of its settings is refused, whether the group is
+    given whole (SPEECH_<GROUP> as JSON) or key by key (SPEECH_<GROUP>__<KEY>), as a misspelt name would otherwise
+    leave the server on the default the operator meant to change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class EmbeddedSettings(SettingsGroup):
     """The embedded engine (hibari-tts on the CPU): `SPEECH_EMBEDDED__<FIELD>`."""
 
     workers: int = Field(
@@ -142,7 +150,7 @@ TALKER_LEVERS = ("prompt_batch",)
 SWITCHABLE_LEVERS = (*TALKER_LEVERS, "frames_as_lists")
 
 
-class OmniSettings(BaseModel):
+class OmniSettings(SettingsGroup):
     """The omni engine (Qwen3-TTS on vllm-omni, on a GPU): `SPEECH_OMNI__<FIELD>`."""
 
     model: str | None = Field(None, description="Qwen3-TTS model directory." + _deprecated("model"))
@@ -402,7 +410,7 @@ class OmniSettings(BaseModel):
         return self
 
 
-class SglangSettings(BaseModel):
+class SglangSettings(SettingsGroup):
     """The sglang engine (Qwen3-TTS on sglang-omni 0.1.8, on a GPU, in the server's process): `SPEECH_SGLANG__<FIELD>`.
     The pipeline's own settings keep sglang-omni's names (its `--<stage>.<group>.<field>` flags)."""
 
@@ -614,7 +622,8 @@ def _is_group(info: FieldInfo) -> bool:
 def unknown_env_names(env: Mapping[str, str] = os.environ) -> list[tuple[str, str | None]]:
     """(variable, the setting it may have meant) for every SPEECH_ variable in `env` that no setting reads, in `env`
     order: a misspelt name is otherwise ignored without a word. A nested field's own keys (`<setting>__<key>`)
-    count as the field's."""
+    count as the field's. A name under a group that is none of its settings is among them, but a start never logs it:
+    the settings refuse it first (`SettingsGroup`)."""
     known = setting_env_names()
     read = known | PROCESS_ENV | TOOL_ENV
     nested = tuple(setting + NESTED_DELIMITER for setting in _mapping_env_names())  # a mapping's keys below it
@@ -1025,6 +1034,23 @@ def _field_path(location: Sequence[object]) -> list[str]:
     return path or [str(part) for part in location if isinstance(part, str)][:1]
 
 
+def unknown_group_key(group: str, key: str, present: set[str]) -> str:
+    """The refusal of `key` in settings group `group`, naming the variable that gave it (among `present`, the
+    environment's names in capitals): the key's own (SPEECH_<GROUP>__<KEY>, or one below it), else the group's whole."""
+    whole = f"{ENV_PREFIX}{group}".upper()
+    own = nested_env_name(group, key)
+    variable = next((name for name in sorted(present) if name == own or name.startswith(own + NESTED_DELIMITER)), None)
+    fields = list(Settings.model_fields[group].annotation.model_fields)  # type: ignore[union-attr]
+    meant = difflib.get_close_matches(key.lower(), fields, n=1, cutoff=0.8)
+    if not meant:
+        hint = " (speech-server --help lists them)"
+    elif variable is None:
+        hint = f": did you mean {meant[0]!r}?"
+    else:
+        hint = f": did you mean {nested_env_name(group, meant[0])}?"
+    return f"{variable or whole}: {key!r} is no setting of the {whole} group{hint}"
+
+
 def load_settings(flags: Mapping[str, Any] | None = None) -> Settings:
     """`Settings` from the environment with the command line's `flags` on top, or `InvalidSettings` naming what is
     wrong; a secret's value (a field not shown in its repr, such as API keys) is never repeated."""
@@ -1037,6 +1063,9 @@ def load_settings(flags: Mapping[str, Any] | None = None) -> Settings:
         set_as = {new: old for old, new in deprecated_env_names() if new not in present}  # read from the old name
         for error in exc.errors():
             location = error.get("loc", ())
+            if error.get("type") == "extra_forbidden" and len(location) == 2:  # a group's key: none of its settings
+                problems.append(unknown_group_key(str(location[0]), str(location[1]), present))
+                continue
             field = Settings.model_fields.get(str(location[0])) if location else None
             name = env_name(location)
             if name in set_as:

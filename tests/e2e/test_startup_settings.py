@@ -32,6 +32,9 @@ def start(env: dict[str, str], *flags: str) -> subprocess.CompletedProcess[str]:
         ({"SPEECH_MAX_QUEUE": "abc"}, (), "SPEECH_MAX_QUEUE"),
         ({"SPEECH_EMBEDDED__WORKERS": "0"}, (), "SPEECH_EMBEDDED__WORKERS"),
         ({"SPEECH_VOICE_ALIASES": "notjson"}, (), "SPEECH_VOICE_ALIASES"),
+        # a key of an engine's group that is none of its settings, in the group given whole or as a variable of its own
+        ({"SPEECH_EMBEDDED": '{"workerz": 2}'}, (), "SPEECH_EMBEDDED: 'workerz'"),
+        ({"SPEECH_EMBEDDED__WORKERZ": "2"}, (), "SPEECH_EMBEDDED__WORKERZ"),
         ({}, ("--port", "99999"), "--port"),
         ({"SPEECH_API_KEYS_FILE": "/nonexistent/keys"}, (), "SPEECH_API_KEYS_FILE"),
         ({}, ("--engine", "omni"), "--engine"),  # not installed here: neither vllm-omni nor a GPU

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 import app.cli
 from app.engines import create_engine, engine_available, omni_engine
@@ -420,6 +420,77 @@ def test_a_bad_value_of_a_deprecated_variable_is_named_as_set(monkeypatch: pytes
     with pytest.raises(InvalidSettings) as refused:
         load_settings()
     assert str(refused.value).startswith("SPEECH_EMBEDDED_WORKERS (deprecated: SPEECH_EMBEDDED__WORKERS): "), refused
+
+
+# every settings group: each engine's
+GROUPS = [
+    name
+    for name, info in Settings.model_fields.items()
+    if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+]
+
+
+def test_each_engine_has_a_settings_group() -> None:
+    assert sorted(GROUPS) == ["embedded", "omni", "sglang"]
+
+
+@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        # a group given whole, as JSON: the key was ignored without a word
+        ("SPEECH_{G}", '{"worker_z": 2}', "SPEECH_{G}: 'worker_z' is no setting of the SPEECH_{G} group"),
+        # ...and one of its keys as a variable of its own: logged and ignored, the server started on the defaults
+        ("SPEECH_{G}__WORKER_Z", "2", "SPEECH_{G}__WORKER_Z: 'worker_z' is no setting of the SPEECH_{G} group"),
+        ("SPEECH_{G}__WORKER_Z__A", "2", "SPEECH_{G}__WORKER_Z__A: 'worker_z' is no setting of the SPEECH_{G} group"),
+    ],
+)
+def test_a_key_that_is_no_setting_of_its_group_is_refused_naming_it_and_the_group(
+    monkeypatch: pytest.MonkeyPatch, group: str, variable: str, value: str, said: str
+) -> None:
+    monkeypatch.setenv(variable.format(G=group.upper()), value)
+    with pytest.raises(InvalidSettings) as refused:
+        load_settings()
+    assert str(refused.value).startswith(said.format(G=group.upper())), refused.value
+    with pytest.raises(ValidationError):  # refused however it is given
+        Settings(**{group: {"worker_z": 2}})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        (
+            "SPEECH_EMBEDDED",
+            '{"workerz": 2}',
+            "SPEECH_EMBEDDED: 'workerz' is no setting of the SPEECH_EMBEDDED group: did you mean 'workers'?",
+        ),
+        (
+            "SPEECH_EMBEDDED__WORKERZ",
+            "2",
+            "SPEECH_EMBEDDED__WORKERZ: 'workerz' is no setting of the SPEECH_EMBEDDED "
+            "group: did you mean SPEECH_EMBEDDED__WORKERS?",
+        ),
+        (
+            "SPEECH_OMNI__NOTHING_LIKE_IT",
+            "1",
+            "SPEECH_OMNI__NOTHING_LIKE_IT: 'nothing_like_it' is no setting of the "
+            "SPEECH_OMNI group (speech-server --help lists them)",
+        ),
+    ],
+)
+def test_a_key_that_is_no_setting_of_its_group_is_told_the_setting_it_may_have_meant(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, said: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(InvalidSettings) as refused:
+        load_settings()
+    assert str(refused.value) == said
+
+
+def test_a_group_whole_and_its_keys_one_by_one_still_combine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPEECH_EMBEDDED", '{"workers": 3}')
+    monkeypatch.setenv("SPEECH_EMBEDDED__THREADS_PER_WORKER", "2")
+    assert load_settings().embedded == EmbeddedSettings(workers=3, threads_per_worker=2)
 
 
 def test_a_batch_limit_below_the_input_limit_is_refused_naming_both(monkeypatch: pytest.MonkeyPatch) -> None:
