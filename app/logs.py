@@ -26,6 +26,9 @@ def redact(message: str) -> str:
 
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime", "taskName"}
+# Extras meant for a terminal, not a log: uvicorn's copy of a message with colour codes for its coloured console
+_TERMINAL_ONLY = {"color_message"}
+_LEFT_OUT = _STANDARD | _TERMINAL_ONLY
 
 
 class JsonFormatter(logging.Formatter):
@@ -36,7 +39,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": redact(record.getMessage()),
         }
-        entry.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
+        entry.update({k: v for k, v in record.__dict__.items() if k not in _LEFT_OUT})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

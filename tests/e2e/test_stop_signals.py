@@ -80,6 +80,7 @@ def assert_no_traceback(server: RunningServer) -> None:
     log = server.log_path.read_text()
     assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
     assert all(line.startswith("{") for line in log.splitlines()), log[-3000:]  # every line still JSON
+    assert "\\u001b" not in log, log[-3000:]  # no terminal colour codes inside them
 
 
 def end(process: subprocess.Popen[bytes]) -> None:

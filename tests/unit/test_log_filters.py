@@ -112,3 +112,22 @@ def test_a_decode_error_of_the_apps_own_keeps_its_error_and_traceback() -> None:
     [record] = logged_on_undecodable_text("Exception in ASGI application\n", logging.INFO)
     assert record.levelno == logging.ERROR and record.exc_info is not None
     assert "UnicodeDecodeError" in JsonFormatter().format(record)
+
+
+def test_uvicorns_colour_copy_of_a_message_stays_out_of_the_json_line() -> None:
+    """uvicorn gives some lines a copy of their message with terminal colour codes (`color_message`, for its own
+    coloured console): the line carried it, escape codes and all, beside the message itself."""
+    record = logging.getLogger("uvicorn.error").makeRecord(  # as uvicorn logs its start (uvicorn/server.py)
+        "uvicorn.error",
+        logging.INFO,
+        __file__,
+        1,
+        "Started server process [%d]",
+        (42,),
+        None,
+        extra={"color_message": "Started server process [\x1b[36m%d\x1b[0m]"},
+    )
+    line = JsonFormatter().format(record)
+    assert "\\u001b" not in line and "\x1b" not in line, line
+    entry = json.loads(line)
+    assert entry["message"] == "Started server process [42]" and "color_message" not in entry, entry
