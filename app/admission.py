@@ -1,6 +1,6 @@
-"""Admission: at most N syntheses run; up to Q more wait, first come first served, for a bounded time; the rest are
-refused at once with a retry hint. A speech API is judged at p95: answering "not now" quickly beats answering late,
-and a queue without bound only converts overload into latency for everyone.
+"""Admission: at most N syntheses run; up to Q more wait, first come first served, for a bounded time (and never past
+their own deadline); the rest are refused at once with a retry hint. A speech API is judged at p95: answering "not
+now" quickly beats answering late, and a queue without bound only converts overload into latency for everyone.
 """
 
 from __future__ import annotations
@@ -67,7 +67,12 @@ class AdmissionGate:
         ahead = self.in_flight + self.queued
         return max(1, math.ceil(self._service.seconds * max(ahead, 1) / self.max_concurrency))
 
-    async def acquire(self) -> Ticket:
+    async def acquire(self, deadline: float | None = None) -> Ticket:
+        """A slot: at once where one is free, else after a wait in the queue of at most `queue_timeout_s`, and never
+        past `deadline` (the caller's own, a `time.perf_counter()` time; None: none). A waiter whose own deadline comes
+        first is refused then as the queue refuses one whose time in it is up (`queue_timeout`): handed a slot later,
+        it would reach the engine with no time left, only to be stopped there. A free slot is granted whatever the
+        deadline: no wait is spent, and what is left of the caller's time is its synthesis's to meet."""
         arrived = time.perf_counter()
         if self.in_flight < self.max_concurrency and not self.queued:
             self.in_flight += 1
@@ -76,11 +81,12 @@ class AdmissionGate:
             raise Rejected("queue_full", self.retry_after_s())
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        patience = self.queue_timeout_s if deadline is None else min(self.queue_timeout_s, deadline - arrived)
         try:
             # asyncio.wait, not wait_for: Python 3.11's wait_for returns a result that came in the step its caller
             # was cancelled and drops the cancel, so a caller stopped as it was handed the slot (a batch item its
             # batch's drain, deadline or departed client stopped) ran on past its stop; wait always raises it
-            await asyncio.wait((waiter,), timeout=self.queue_timeout_s)
+            await asyncio.wait((waiter,), timeout=max(patience, 0.0))
             if not waiter.done():  # no slot in time (one granted in the same instant is taken)
                 waiter.cancel()
                 raise Rejected("queue_timeout", self.retry_after_s())

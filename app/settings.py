@@ -776,13 +776,20 @@ class Settings(BaseSettings):
         "thread that hands its outputs to the loop one at a time), so a stream's audio can wait for that lock at "
         "every hand-over.",
     )
-    queue_timeout_s: float = Field(10.0, ge=0, description="Longest wait for a slot before a 429.")
+    queue_timeout_s: float = Field(
+        10.0,
+        ge=0,
+        description="Longest wait for a slot before a 429; never past the request's own request_timeout_s, which "
+        "refuses a request still queued when it passes the same way.",
+    )
     request_timeout_s: float = Field(
         300.0,
         gt=0,
-        description="Longest synthesis; then it is aborted. The time its client takes to read the audio sent to it "
-        "is not counted, up to that audio's length (a player reading in real time is never cut). A batch's longest "
-        "too, whole: its items not ended by then fail with the timeout, those that ended are answered.",
+        description="Longest synthesis; then it is aborted. A request still waiting for a slot when it passes is "
+        "refused with the queue's 429 instead, never sent to the engine. The time its client takes to read the audio "
+        "sent to it is not counted, up to that audio's length (a player reading in real time is never cut). A "
+        "batch's longest too, whole: its items not ended by then fail with the timeout, those that ended are "
+        "answered.",
     )
     drain_timeout_s: float = Field(
         30.0,

@@ -133,8 +133,8 @@ async def speech_response(
     service.check_input(body.input)
     voice = await service.resolve_voice(body)
     job, output = service.build_job(voice, body.input, request_id, whole_file=body.whole_file)
-    ticket = await service.admitted(timing, len(body.input), summary=summary)  # a drain may end it queued
     run = SpeechRun(service, timing.received, timing, summary, str(summary["stream_format"]))
+    ticket = await run.admitted(len(body.input))  # a drain, or its own deadline, may end it queued
     audio = await run.open(job, output, ticket)
     if output.whole_file:
         return await whole_file_response(audio, output.response_format, job.word_timestamps, request_id)

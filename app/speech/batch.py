@@ -141,13 +141,14 @@ async def speak_whole(
         voice = await service.resolve_voice(item.options, references.decode if references else None)
         job, output = service.build_job(voice, item.text, f"{request_id}-{item.index}", whole_file=True)
         outcome.response_format = output.response_format
-        # the route counts a refusal; a drain that turns it away while it queues ends it in its summary
-        ticket = await service.admitted(timing, len(item.text), count_refusal=False, summary=summary)
         # the batch's answer counts its audio and TTFA: nothing of an item reaches its client before it
         run = SpeechRun(
             service, started, timing, summary, STREAM_LABEL, counts_audio=False, observe_ttfa=False,
             stream_ended_as=(lambda: ended.reason) if ended is not None else None,
         )  # fmt: skip
+        # the route counts a refusal; a drain that turns it away while it queues ends it in its summary. Its own
+        # deadline counts from its start, after the batch's: the batch's stops it first, in the queue or not
+        ticket = await run.admitted(len(item.text), count_refusal=False)
         audio = await run.open(job, output, ticket)
         file = await complete_file(audio, False, f"{request_id}-{item.index}")
         outcome.data, outcome.usage, outcome.timing = file.data, audio.usage, timing

@@ -98,17 +98,23 @@ class SpeechService:
         )
 
     async def admitted(
-        self, timing: TtfaTimeline, chars: int, count_refusal: bool = True, summary: dict[str, object] | None = None
+        self,
+        timing: TtfaTimeline,
+        chars: int,
+        deadline: float | None,
+        count_refusal: bool = True,
+        summary: dict[str, object] | None = None,
     ) -> Ticket:
-        """A slot for a job of `chars` characters: `Full` when none comes, `ShuttingDown` when the drain ends first,
-        or had ended before it came (the request's `summary`, where given, then ends as the drain's, never begun:
-        `ended_as`); each counted as the gate's refusal.
+        """A slot for a job of `chars` characters: `Full` when none comes, by the queue's timeout or by the request's
+        own `deadline` (`SpeechRun.deadline`; None: none), whichever comes first, `ShuttingDown` when the drain ends
+        first, or had ended before it came (the request's `summary`, where given, then ends as the drain's, never
+        begun: `ended_as`); each counted as the gate's refusal.
         `count_refusal=False` leaves a refusal to whoever counts the request it belongs to (a batch's items: one
         request or several, known only when every item has ended; `gate_refusal` reads the reason)."""
         timing.mark("queued")
         try:
             # accepted before a drain began: served, queued or not, while the drain lasts
-            ticket = await admit(self.gate, count_refusal)
+            ticket = await admit(self.gate, count_refusal, deadline)
             timing.mark("admitted", ticket.granted_at)
             if self.lifecycle.drained:  # validated before the drain began, but reached the gate only after it ended
                 self.gate.release(ticket)
@@ -127,9 +133,9 @@ class SpeechService:
         return ticket
 
 
-async def admit(gate: AdmissionGate, count_refusal: bool = True) -> Ticket:
+async def admit(gate: AdmissionGate, count_refusal: bool = True, deadline: float | None = None) -> Ticket:
     try:
-        return await gate.acquire()
+        return await gate.acquire(deadline)
     except Rejected as exc:
         if count_refusal:
             metrics.REJECTED.labels(exc.reason).inc()
@@ -218,6 +224,20 @@ class SpeechRun:
     # WebSocket sentence's are, beside its trailing words and its length
     words_as_played: bool = True
 
+    @property
+    def deadline(self) -> float:
+        """When the request's time is up (a `time.perf_counter()` time): `SPEECH_REQUEST_TIMEOUT_S` from its arrival,
+        or from its turn (`deadline_from`). Its wait for a slot ends there at the latest, and its synthesis too."""
+        counted_from = self.started if self.deadline_from is None else self.deadline_from
+        return counted_from + self.service.settings.request_timeout_s
+
+    async def admitted(self, chars: int, count_refusal: bool = True) -> Ticket:
+        """A slot for this request's job of `chars` characters (`SpeechService.admitted`), waited for no longer than
+        the request's own deadline: a request whose deadline passes while it is queued is refused as the queue
+        refuses one (`queue_timeout`), never sent to the engine with no time left. Its summary ends as the drain's
+        where a drain turns it away."""
+        return await self.service.admitted(self.timing, chars, self.deadline, count_refusal, self.summary)
+
     def cancelled_as(self) -> str:
         """The outcome of a cancellation from outside: the stream's reason where it has one, else a client that left
         (a stream that cut off a client not reading is not one whose client left)."""
@@ -228,14 +248,12 @@ class SpeechRun:
     ) -> EncodedAudio:
         """Start the engine and wait for its first audio (a failure before any audio is a SpeechError)."""
         started, timing, summary = self.started, self.timing, self.summary
-        counted_from = started if self.deadline_from is None else self.deadline_from
         engine, gate, lifecycle = self.service.engine, self.service.gate, self.service.lifecycle
-        request_timeout_s = self.service.settings.request_timeout_s
         job = dataclasses.replace(job, timing=timing)
         summary.update(voice=job.voice, job_id=job.request_id, queued_s=round(ticket.queued_s, 4))
         chunks = engine.synthesize(job)
         try:
-            remaining = request_timeout_s - (time.perf_counter() - counted_from)
+            remaining = self.deadline - time.perf_counter()
             # asyncio.timeout, not wait_for: Python 3.11's wait_for returns a result that came in the step its caller
             # was cancelled and drops the cancel, so a request whose client left as its first audio came ran on, its
             # slot held and the engine synthesizing to the end; awaited here, in the request's task, the cancel stands
@@ -292,7 +310,7 @@ class SpeechRun:
                     metrics.STREAM_ERRORS.labels(self.stream_label).inc()
                 await engine.abort(job.request_id)
 
-        deadline = asyncio.get_running_loop().time() + request_timeout_s - (time.perf_counter() - counted_from)
+        deadline = asyncio.get_running_loop().time() + self.deadline - time.perf_counter()
         audio = EncodedAudio(
             first,
             chunks,

@@ -77,11 +77,11 @@ async def speak_sentence(
     turn = time.perf_counter()  # its deadline counts from here; its TTFA from its text's arrival
     service.check_ready()
     job, output = service.build_job(voice, text, request_id, continues=continues)
-    ticket = await service.admitted(timing, len(text))
     run = SpeechRun(
         service, timing.received, timing, {}, "websocket", observe_ttfa=False, stream_ended_as=stream_ended_as,
         deadline_from=turn, words_as_played=False,  # timed from the sentence's start as synthesized, as its trailer
     )  # fmt: skip
+    ticket = await run.admitted(len(text))  # waited for no longer than its deadline, counted from its turn
     audio = await run.open(job, output, ticket)
     async for item in audio.events():
         yield EncodedPiece(item, audio.encoded_s) if isinstance(item, bytes) else item

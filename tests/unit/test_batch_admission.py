@@ -113,7 +113,7 @@ async def test_a_batch_refused_whole_is_one_rejection_as_it_is_one_request(
     """The sustained-rejections alert reads `speech_rejected_total`: a batch of 3 refused as one 429 weighs as one
     refused request there, as it does in `speech_requests_total`, not as three."""
 
-    async def full(self: AdmissionGate) -> object:
+    async def full(self: AdmissionGate, deadline: float | None = None) -> object:
         raise Rejected("queue_full", 5)
 
     monkeypatch.setattr(AdmissionGate, "acquire", full)
@@ -129,12 +129,12 @@ async def test_items_refused_beside_items_served_are_each_a_rejection_as_each_is
     acquire = AdmissionGate.acquire
     calls = 0
 
-    async def second_and_third_refused(self: AdmissionGate) -> object:
+    async def second_and_third_refused(self: AdmissionGate, deadline: float | None = None) -> object:
         nonlocal calls
         calls += 1
         if calls in (2, 3):
             raise Rejected("queue_timeout", 2)
-        return await acquire(self)
+        return await acquire(self, deadline)
 
     monkeypatch.setattr(AdmissionGate, "acquire", second_and_third_refused)
     before = rejected("queue_timeout")
@@ -154,7 +154,7 @@ async def test_items_the_gate_refused_are_counted_even_when_the_client_leaves_be
     calls = 0
     waiting = asyncio.Event()  # the refusal has happened and another item waits for a slot
 
-    async def first_refused_then_waits(self: AdmissionGate) -> object:
+    async def first_refused_then_waits(self: AdmissionGate, deadline: float | None = None) -> object:
         nonlocal calls
         calls += 1
         if calls == 1:
@@ -267,11 +267,11 @@ async def test_a_batch_whose_client_left_observes_no_ttfa_for_the_items_that_end
     calls = 0
     first_ended, second_waits, leave = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
-    async def first_served_then_waits(self: AdmissionGate) -> object:
+    async def first_served_then_waits(self: AdmissionGate, deadline: float | None = None) -> object:
         nonlocal calls
         calls += 1
         if calls == 1:
-            return await acquire(self)
+            return await acquire(self, deadline)
         second_waits.set()
         await asyncio.sleep(60)
         raise AssertionError("not reached")
@@ -425,9 +425,9 @@ def told_when_queued(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
     queue."""
     acquire, queues = AdmissionGate.acquire, asyncio.Event()
 
-    async def told(self: AdmissionGate) -> object:
+    async def told(self: AdmissionGate, deadline: float | None = None) -> object:
         queues.set()
-        return await acquire(self)
+        return await acquire(self, deadline)
 
     monkeypatch.setattr(AdmissionGate, "acquire", told)
     return queues

@@ -173,6 +173,6 @@ async def test_a_batch_item_that_reaches_the_gate_after_the_drain_ended_is_left_
     await drained.wait()
     before = rejected("draining")
     with pytest.raises(ShuttingDown) as refused:
-        await service.admitted(TtfaTimeline(0.0), 5, count_refusal=False)
+        await service.admitted(TtfaTimeline(0.0), 5, deadline=None, count_refusal=False)
     assert gate_refusal(refused.value) == "draining"
     assert rejected("draining") == before and service.gate.idle
