@@ -103,7 +103,13 @@ IN_FLIGHT = Gauge("speech_in_flight", "Syntheses holding a slot (streaming or ab
 WS_SESSIONS = Gauge("speech_ws_sessions", "Open WebSocket speech sessions (/v1/audio/speech/stream).")
 QUEUE_DEPTH = Gauge("speech_queue_depth", "Requests waiting for a slot.")
 QUEUE_WAIT = Histogram("speech_queue_wait_seconds", "Time admitted requests waited for a slot.", buckets=QUEUE_BUCKETS)
-REJECTED = Counter("speech_rejected_total", "Requests refused without synthesis, by reason.", ["reason"])
+REJECTED = Counter(
+    "speech_rejected_total",
+    "Requests refused without synthesis, by reason: queue_full and queue_timeout for want of a slot (the server "
+    "turning work away), draining, unauthorized, per_key_limit, and batch_timeout for a batch's items its deadline "
+    "stopped while they waited on the batch itself (its share of slots, their reference audio).",
+    ["reason"],
+)
 ABORTED = Counter("speech_aborted_total", "Syntheses stopped before they finished, by reason.", ["reason"])
 STREAM_ERRORS = Counter(
     "speech_stream_errors_total",
@@ -125,7 +131,7 @@ WS_UTTERANCES = Counter(
 UTTERANCE_OUTCOMES = ("completed", "error", "refused", "client_gone", "client_stalled", "stopped")
 # Every reason a request can be refused or a synthesis stopped. Each series exists from the start at 0, so `rate()`
 # and the alerts see the first event (a series born at 1 has no increase to show).
-REJECT_REASONS = ("queue_full", "queue_timeout", "draining", "unauthorized", "per_key_limit")
+REJECT_REASONS = ("queue_full", "queue_timeout", "draining", "unauthorized", "per_key_limit", "batch_timeout")
 ABORT_REASONS = ("client_gone", "client_stalled", "timeout", "drain", "error", "refused")
 BUILD = Info("speech_build", "The service's version and engine.")
 READY = Gauge("speech_ready", "1 while this replica answers /ready with 200 (engine warm, not draining).")

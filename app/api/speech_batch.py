@@ -35,10 +35,6 @@ VOICE_FIELDS = {"voice", "speaker"}  # an item naming its voice either way repla
 NO_WORD_TIMESTAMPS = "'word_timestamps' is not available in a batch (no headers per item)."
 ANSWER_ON_THE_LOOP_BYTES = 1 << 20  # of audio: a larger answer is encoded in worker threads, a slice at a time
 AUDIO_SLICE_BYTES = 3 << 20  # of an item's audio encoded to base64 at once: a multiple of 3, so that the slices join
-# an item never begun when its batch was stopped, as the refusal a request still queued for the same reason is
-# counted under: a drain out of time (the gate turns its queue away), or the deadline (no slot came in time, as
-# SPEECH_QUEUE_TIMEOUT_S refuses a request); a client that left is no refusal, nor is it for a request
-QUEUED_REFUSALS = {"drain": "draining", "timeout": "queue_timeout"}
 
 
 def check_size(body: SpeechBatchRequest, max_items: int, max_chars: int) -> None:
@@ -83,6 +79,21 @@ def checked_item(shared: dict[str, Any], item: Any, index: int) -> SpeechBatchIt
     return merged
 
 
+def stopped_refusal(stopped_as: str, item: ItemOutcome | None) -> str | None:
+    """The refusal an item never begun is counted as when its batch was stopped (`stopped_as`), as a request turned
+    away for the same reason is: a drain out of time, the drain's (`draining`), wherever the item waited, as the gate
+    turns its queue away. The batch's deadline, `queue_timeout` where the item waited in the server's queue for a
+    slot (`ItemOutcome.at_gate`), as a request that waits for one past its bound is; `batch_timeout` where it waited on
+    its own batch (for the batch's share of slots, its reference audio): the batch's size against its time, no sign
+    of a server turning work away (the sustained-rejections alert reads `queue_timeout`). A client that left: none, as
+    for a request."""
+    if stopped_as == "drain":
+        return "draining"
+    if stopped_as == "timeout":
+        return "queue_timeout" if item is not None and item.at_gate else "batch_timeout"
+    return None
+
+
 def item_error(outcome: ItemOutcome | ApiError) -> ApiError | None:
     """Why the item failed, as the API error a request would get; None where it succeeded."""
     if isinstance(outcome, ItemOutcome) and outcome.error is None and outcome.data is not None:
@@ -125,10 +136,8 @@ def count(
     request refused is (`error`: its `item_error`). One the batch's stop cut short (`stopped_as`: drain, timeout or
     client_gone) is logged with what it said of itself as it ran (`started`, where it had started) and ends with
     that reason: aborted for it where its synthesis had begun (its run said so as it stopped), not where it was
-    still queued (as `speech_aborted_total` counts them). One still queued when a drain ran out of time is also the
-    drain's refusal (`speech_rejected_total`), as a request queued then is, and one still queued when the batch's
-    deadline passed a `queue_timeout`, as a request that waits for a slot past its bound is; one the gate had turned
-    away already ended, its refusal counted with the gate's others."""
+    still queued (as `speech_aborted_total` counts them), but refused (`speech_rejected_total`, `stopped_refusal`);
+    one the gate had turned away already ended, its refusal counted with the gate's others."""
     status = 200 if error is None else error.status
     metrics.count_request(status, response_format, "batch", error.code if error is not None else None)
     own = outcome if isinstance(outcome, ItemOutcome) else started
@@ -136,7 +145,7 @@ def count(
     summary.setdefault("response_format", response_format)
     if stopped_as is not None and not has_ended(summary):  # never begun
         ended_as(summary, stopped_as, aborted=False)
-        if (reason := QUEUED_REFUSALS.get(stopped_as)) is not None:  # refused without synthesis: every one counted
+        if (reason := stopped_refusal(stopped_as, started)) is not None:  # refused without synthesis
             metrics.REJECTED.labels(reason).inc()
     if status == CLIENT_LEFT:
         summary["outcome"] = "client_gone"  # as a streamed request's: no fault of the request's

@@ -48,6 +48,9 @@ class ItemOutcome:
     usage: Usage | None = None
     error: BaseException | None = None
     timing: TtfaTimeline | None = None  # its TTFA once its file was complete (observed when the batch is answered)
+    # waiting in the admission gate's queue for one of the server's slots: a stop of the batch that finds it there
+    # refuses it for want of a slot (not while it waits for its batch's own slots or resolves its voice)
+    at_gate: bool = False
 
 
 class BatchSlots:
@@ -148,7 +151,9 @@ async def speak_whole(
         )  # fmt: skip
         # the route counts a refusal; a drain that turns it away while it queues ends it in its summary. Its own
         # deadline counts from its start, after the batch's: the batch's stops it first, in the queue or not
+        outcome.at_gate = True  # a stop of the batch now finds it waiting for the server's slot
         ticket = await run.admitted(len(item.text), count_refusal=False)
+        outcome.at_gate = False
         audio = await run.open(job, output, ticket)
         file = await complete_file(audio, False, f"{request_id}-{item.index}")
         outcome.data, outcome.usage, outcome.timing = file.data, audio.usage, timing

@@ -208,3 +208,25 @@ def test_the_first_audio_objective_counts_the_metrics_stream_kinds() -> None:
     dashboard = (ROOT / "deploy/grafana/speech.json").read_text().replace('\\"', '"')
     panels = re.findall(r"speech_ttfa_seconds_bucket\{([^}]*)\}", dashboard)
     assert panels and all(matcher in selector for selector in panels)
+
+
+def test_only_refusals_for_want_of_a_slot_fire_the_capacity_alert(tmp_path: Path) -> None:
+    """SpeechSustainedRejections says the server turns work away for want of capacity: a full queue, or no slot in
+    time (`queue_full`, `queue_timeout`). A batch's items that ran out of their batch's own time while they waited on
+    the batch (`batch_timeout`), a drain's refusals, and keys refused are no such sign: a second of each, for twenty
+    minutes, pages nobody; a second of `queue_timeout` does."""
+    rule = next(
+        r for group in yaml.safe_load(RULES.read_text())["groups"] for r in group["rules"]
+        if r.get("alert") == "SpeechSustainedRejections"
+    )  # fmt: skip
+    others = [
+        {"series": f'speech_rejected_total{{reason="{reason}"}}', "values": "0+60x30"}
+        for reason in ("batch_timeout", "draining", "unauthorized", "per_key_limit")
+    ]
+    check = {"eval_time": "20m", "alertname": "SpeechSustainedRejections"}
+    promtool_passes(tmp_path, others, alert_rule_test=[{**check, "exp_alerts": []}])
+    annotations = {**rule["annotations"]}
+    annotations["description"] = annotations["description"].replace("{{ $value | humanize }}", "1")
+    fired = [{"exp_labels": rule["labels"], "exp_annotations": annotations}]
+    full = {"series": 'speech_rejected_total{reason="queue_timeout"}', "values": "0+60x30"}
+    promtool_passes(tmp_path, [*others, full], alert_rule_test=[{**check, "exp_alerts": fired}])

@@ -477,14 +477,15 @@ async def test_an_item_handed_its_slot_in_the_instant_a_drain_stops_the_batch_en
     assert gate.idle  # the slot it was handed is free again
 
 
-async def test_items_still_waiting_for_a_slot_when_the_batch_times_out_are_each_a_queue_timeout(
+async def test_only_an_item_waiting_for_the_servers_slot_when_the_batch_times_out_is_a_queue_timeout(
     custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Another request holds the one slot past the batch's deadline: the first item waits for it at the admission
-    gate, the second for its batch's slot behind it. Both end with the deadline's 504, never begun (no abort). Each is
-    a refusal for want of a slot in time, as a request that waits for one past its own bound (SPEECH_QUEUE_TIMEOUT_S)
-    is refused `queue_timeout`, and as items queued when a drain runs out are the drain's refusals:
-    `speech_rejected_total` counted neither."""
+    gate, the second for its batch's slot behind it. Both end with the deadline's 504, never begun (no abort). The
+    first is a refusal for want of a slot in time, as a request that waits for one past its own bound is refused
+    `queue_timeout`. The second waited on its own batch alone: it was counted `queue_timeout` too, so that one
+    batch too large for its time on an idle server looked like a server turning work away (the sustained-rejections
+    alert reads `queue_timeout`). It is counted as the batch's own timeout, `batch_timeout`."""
     caplog.set_level(logging.INFO)
     stops = kept_batch_stops(monkeypatch)
     engine = make_engine(custom_voice_dir, FakeAsyncOmni(), max_concurrency=1, queue_timeout_s=60.0)
@@ -493,7 +494,7 @@ async def test_items_still_waiting_for_a_slot_when_the_batch_times_out_are_each_
     gate: AdmissionGate = app.state.gate
     held = await gate.acquire()  # another request's slot, held until the batch has been answered
     queues = told_when_queued(monkeypatch)
-    reasons = ("queue_timeout", "queue_full", "draining")
+    reasons = ("queue_timeout", "batch_timeout", "queue_full", "draining")
     labels = {"status": "504", "response_format": "pcm", "stream": "batch", "code": "timeout"}
     before = ({reason: rejected(reason) for reason in reasons}, aborted("timeout"), speech_requests(labels))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
@@ -510,9 +511,66 @@ async def test_items_still_waiting_for_a_slot_when_the_batch_times_out_are_each_
     lines = [r for r in caplog.records if r.getMessage() == "speech request" and r.request_id.startswith("late-")]
     assert [(r.outcome, r.abort_reason) for r in lines] == [("timeout", None)] * 2  # type: ignore[attr-defined]
     counted = {reason: rejected(reason) - before[0][reason] for reason in reasons}
-    assert counted == {"queue_timeout": 2, "queue_full": 0, "draining": 0}
+    assert counted == {"queue_timeout": 1, "batch_timeout": 1, "queue_full": 0, "draining": 0}
     assert aborted("timeout") == before[1]
     assert speech_requests(labels) - before[2] == 2  # each a request, answered the deadline's 504
+
+
+async def test_an_item_still_resolving_its_voice_when_the_batch_times_out_is_the_batchs_timeout_not_the_queues(
+    custom_voice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The item is still fetching its reference audio (its voice resolved before it reaches the admission gate) when
+    the batch's deadline passes, on a server with every slot free: it fails with the deadline's 504 as before, and is
+    counted `batch_timeout`, not as a refusal for want of a slot (`queue_timeout`), which it never waited for."""
+    stops = kept_batch_stops(monkeypatch)
+    fetching = asyncio.Event()
+
+    async def slow_reference(self: SpeechService, *args: object, **kwargs: object) -> object:
+        fetching.set()
+        await asyncio.sleep(3600)  # the reference audio's server never answers before the deadline
+        raise AssertionError("fetched")
+
+    monkeypatch.setattr(SpeechService, "resolve_voice", slow_reference)
+    engine = make_engine(custom_voice_dir, FakeAsyncOmni())
+    await engine.start()
+    app = create_app(service_settings(engine), engine=engine)
+    reasons = ("queue_timeout", "batch_timeout")
+    before = ({reason: rejected(reason) for reason in reasons}, aborted("timeout"))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        body = {"voice": "vivian", "response_format": "pcm", "items": [ITEM]}
+        posted = asyncio.ensure_future(client.post("/v1/audio/speech/batch", json=body, timeout=60))
+        await fetching.wait()
+        stops[0].ended.stop(stops[0].task, "timeout")  # what the batch's deadline does when it passes
+        response = await posted
+    assert response.status_code == 504 and response.json()["error"]["code"] == "timeout", response.text
+    counted = {reason: rejected(reason) - before[0][reason] for reason in reasons}
+    assert counted == {"queue_timeout": 0, "batch_timeout": 1}
+    assert aborted("timeout") == before[1]
+    assert app.state.gate.idle
+
+
+async def test_a_batch_too_large_for_its_time_on_an_idle_server_counts_no_refusal_for_capacity(
+    custom_voice_dir: Path,
+) -> None:
+    """The batch's deadline (`request_timeout_s`) passes while its first item is synthesized and the second waits for
+    the batch's one slot, every slot of the server's but one free: the server turned nothing away, so nothing is
+    counted where the sustained-rejections alert reads (`queue_full`, `queue_timeout`). The first item is aborted for
+    the timeout, the second is the batch's own timeout."""
+    fake = FakeAsyncOmni()
+    engine = make_engine(custom_voice_dir, fake, max_concurrency=4, batch_concurrency=1, request_timeout_s=0.5)
+    await engine.start()
+    fake.step_delay_s = 3600.0  # after its warm-up: the first item runs until the batch's deadline
+    app = create_app(service_settings(engine), engine=engine)
+    reasons = ("queue_timeout", "queue_full", "batch_timeout")
+    before = ({reason: rejected(reason) for reason in reasons}, aborted("timeout"))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        body = {"voice": "vivian", "response_format": "pcm", "items": [ITEM, ITEM]}
+        response = await client.post("/v1/audio/speech/batch", json=body, timeout=60)
+    assert response.status_code == 504 and response.json()["error"]["code"] == "timeout", response.text
+    counted = {reason: rejected(reason) - before[0][reason] for reason in reasons}
+    assert counted == {"queue_timeout": 0, "queue_full": 0, "batch_timeout": 1}
+    assert aborted("timeout") - before[1] == 1
+    assert app.state.gate.idle
 
 
 def speech_requests(labels: dict[str, str]) -> float:
