@@ -19,13 +19,22 @@ _EDGE_PUNCTUATION = "\"'“”‘’«»()[]{}<>,;:!?¿¡…—–-−"
 _SIGNS = ("-", "−")  # a hyphen-minus or minus sign right before a number is its sign ("-5°C", "-$5", "-.5"), not a dash
 _SIGNED = re.compile(r"[^\w\s]?\d")  # a number: a digit first, or after one sign of its own ("$5", ".5")
 _KEY_DROP = re.compile(r"[\W_]+")
-# Markdown's marks around a word ("**Install**", "`pip`", "*this*,"), the last with the sentence's punctuation after it
-_MARKS_BEFORE = re.compile(r"^([^\w\s*`]*)[*`]+(?=[^\s*`])")
-_MARKS_AFTER = re.compile(r"(?<=[^\s*`])[*`]+[^\w*`]*$")
-# Markdown's marks alone, two or more ("***" or "___" a rule, "```" or "~~~" a fence, "****" empty emphasis):
-# punctuation, which a piece of text holding nothing else is dropped as (`app.text.sentences.has_silent_words`); a
-# single mark ("2 * 3") may be an operator and stays a word
+# Markdown's marks around a word ("**Install**", "`pip`", "*this*,", "~~struck~~"), the last with the sentence's
+# punctuation after it. A strike's tildes are two or more: one before a word is part of it ("~5" about five,
+# "~/.bashrc" a home directory's file). The run of marks is taken whole, never tried again in parts ("~~~~" as "~~" and
+# "~~"): a long run that matched no way would otherwise be tried in exponentially many
+_MARKS = r"(?:[*`]|~~+)++"
+_MARKS_BEFORE = re.compile(rf"^([^\w\s*`~]*){_MARKS}(?=[^\s*`~])")
+_MARKS_AFTER = re.compile(rf"(?<=[^\s*`~]){_MARKS}[^\w*`~]*$")
+# Markdown's marks alone are punctuation, which a piece of text holding nothing else is dropped as
+# (`app.text.sentences.has_silent_words`), never words: two or more as one word ("***" or "___" a rule, "```" or "~~~"
+# a fence, "****" empty emphasis); a rule written with blanks between its marks ("* * *", "_ _ _", "** * **": three or
+# more of one mark, wherever it stands, as "***" is); a heading's underline, a line of "=" alone (a line of "-" is
+# dashes, punctuation already). A single mark ("2 * 3") may be an operator and stays a word; so does "===" inside a
+# line ("a === b"), which a voice reads as "equals"
 _MARK_RUN = re.compile(r"[*`_~]{2,}")
+_SPACED_RULE = re.compile(r"(?<!\S)([*_])(?:[^\S\n]*\1){2,}(?=[.!?…]*(?!\S))")
+_UNDERLINE = re.compile(r"^[^\S\n]*=+[^\S\n]*$", re.MULTILINE)
 # an abbreviation: letters in parts of one or two, a full stop after each ("e.g", "U.S.A", "Ph.D", before its last
 # full stop); an address or a file name ("example.com", "main.py") has longer parts, and the full stop after it is
 # the sentence's
@@ -59,9 +68,9 @@ class SpokenWord:
 
 def written_words(text: str) -> list[str]:
     """The words of `text` as written: whitespace-separated, without the punctuation and Markdown marks around
-    them."""
+    them; Markdown's marks alone are none (`_MARK_RUN`, `_SPACED_RULE`, `_UNDERLINE`)."""
     words: list[str] = []
-    for written in text.split():
+    for written in _SPACED_RULE.sub(" ", _UNDERLINE.sub(" ", text)).split():
         # outside the marks, punctuation is the sentence's ("`main.py`." is "main.py"); a mark alone ("2 * 3") stays
         token = _MARKS_BEFORE.sub(r"\1", _MARKS_AFTER.sub("", written))
         word = token.strip(_EDGE_PUNCTUATION)

@@ -77,6 +77,37 @@ def test_a_run_of_markdowns_marks_alone_is_no_word_wherever_it_stands(text: str)
     assert words == ["Install", "it", "Then", "run", "it"]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Install it\n===\nThen run it.",  # a heading's underline (setext)
+        "Install it\n---\nThen run it.",
+        "Install it. * * * Then run it.",  # a rule written with spaces
+        "Install it.\n* * *\nThen run it.",
+        "Install it.\n- - -\nThen run it.",
+        "Install it.\n_ _ _\nThen run it.",
+        "Install it. _ _ _. Then run it.",
+        "Install it.\n** * **\nThen run it.",
+    ],
+)
+def test_a_rule_or_a_headings_underline_is_no_word(text: str) -> None:
+    """A line of "=" under a heading was timed as a word (and read aloud as "equals"), and a rule written with spaces
+    ("* * *", "_ _ _") as three: Markdown's marks alone are no words, however they are spaced."""
+    words = [word for piece in split_sentences(text) for word in written_words(piece)]
+    assert words == written_words(text) == ["Install", "it", "Then", "run", "it"]
+
+
+def test_a_strike_through_is_no_part_of_the_words_it_wraps() -> None:
+    """ "~~strike~~" was captioned as written, tildes and all: the words struck through are the words, as the
+    voice says them (its reader drops a strike's marks); a single tilde ("~5", "~/.bashrc") is no such mark."""
+    assert written_words("A ~~strike~~ and ~~two words~~, (~~$50~~) **~~both~~**.") == [
+        "A", "strike", "and", "two", "words", "$50", "both",
+    ]  # fmt: skip
+    assert written_words("About ~5 minutes in ~/.bashrc, 2 * 3 and a === b.") == [
+        "About", "~5", "minutes", "in", "~/.bashrc", "2", "*", "3", "and", "a", "===", "b",
+    ]  # fmt: skip
+
+
 def test_a_negative_number_keeps_its_sign_and_spanish_marks_are_punctuation() -> None:
     """ "-5°C" is minus five (its sign once dropped as a dash, so the label said the opposite); "¿Qué" and "¡Sí" lose
     their opening marks as "Qué?" and "Sí!" lose their closing ones; a dash between words is still no word."""
