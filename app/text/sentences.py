@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from app.text.words import written_words
+from app.text.words import is_abbreviation, written_words
 
 # A period after these never ends a sentence ("Dr. Smith", "approx. 5", "Fig. 3").
 _NEVER_FINAL = frozenset(
@@ -59,9 +59,10 @@ def is_speakable(text: str) -> bool:
 
 
 def _word_before(text: str, end: int) -> str:
-    # after whitespace of any kind: a word at a line's start ("\nDr.") is read as "dr", not "\ndr"
+    """The word that ends at `end`, as written. After whitespace of any kind: a word at a line's start ("\nDr.") is
+    "Dr", not "\nDr"."""
     start = next((i + 1 for i in range(end - 1, -1, -1) if text[i].isspace()), 0)
-    return text[start:end].lstrip("\"'“‘([«").lower()
+    return text[start:end].lstrip("\"'“‘([«")
 
 
 def _ends_sentence(text: str, match: re.Match[str]) -> bool:
@@ -74,7 +75,8 @@ def _ends_sentence(text: str, match: re.Match[str]) -> bool:
     punct = match.group(0)
     if not punct.startswith(".") or punct.startswith(".."):
         return True  # "!", "?", "…", "..." followed by a non-lowercase word
-    word = _word_before(text, match.start())
+    written = _word_before(text, match.start())
+    word = written.lower()
     if word in _NEVER_FINAL:
         return False
     if word in _FINAL_BEFORE_CAPITAL:
@@ -98,8 +100,9 @@ def _ends_sentence(text: str, match: re.Match[str]) -> bool:
         # still cut it, and a cut is never undone. (The text before it is no guide: streamed, it was cut off already.)
         after = _letter_after(text, match.end())
         return after is not None and _script(word) != _script(after)
-    # An acronym: "U.S. Army"
-    return not re.fullmatch(r"(?:[a-z]\.)+[a-z]", word)
+    # An abbreviation's full stop is its own ("U.S. Army", "Lt.Col. Smith"), as its word timestamp has it: an end of its
+    # sentence too only maybe ("in the U.S. The"), left joined. An address's ("x.ai.") is the sentence's.
+    return not is_abbreviation(written)
 
 
 def _letter_after(text: str, start: int) -> str | None:
@@ -254,7 +257,7 @@ def complete_sentences(text: str, max_chars: int = 250, final: bool = False) -> 
     tail = text[cut:].strip()
     if final and tail:
         ending = next((m for m in _TERMINATOR.finditer(tail) if m.end() == len(tail)), None)
-        if ending is not None and _word_before(tail, ending.start()) not in _NEVER_FINAL:
+        if ending is not None and _word_before(tail, ending.start()).lower() not in _NEVER_FINAL:
             cut = len(text)
     if not final:  # a last sentence with words but nothing to say waits to go with the next (split_sentences)
         cut = _before_silent_sentences(text, cut)

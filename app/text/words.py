@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 # Stripped from both ends of a written word: quotes, brackets, dashes and sentence punctuation. A trailing full stop
-# stays on an abbreviation with a full stop inside ("e.g.", "U.S."): there it is part of the word as written.
+# stays on an abbreviation with a full stop inside ("e.g.", "U.S.": `is_abbreviation`): there it is part of the word
+# as written.
 _EDGE_PUNCTUATION = "\"'“”‘’«»()[]{}<>,;:!?¿¡…—–-−"
 _SIGNS = ("-", "−")  # a hyphen-minus or minus sign right before a number is its sign ("-5°C", "-$5", "-.5"), not a dash
 _SIGNED = re.compile(r"[^\w\s]?\d")  # a number: a digit first, or after one sign of its own ("$5", ".5")
@@ -35,10 +36,6 @@ _MARKS_AFTER = re.compile(rf"(?<=[^\s*`~]){_MARKS}[^\w*`~]*$")
 _MARK_RUN = re.compile(r"[*`_~]{2,}")
 _SPACED_RULE = re.compile(r"(?<!\S)([*_])(?:[^\S\n]*\1){2,}(?=[.!?…]*(?!\S))")
 _UNDERLINE = re.compile(r"^[^\S\n]*=+[^\S\n]*$", re.MULTILINE)
-# an abbreviation: letters in parts of one or two, a full stop after each ("e.g", "U.S.A", "Ph.D", before its last
-# full stop); an address or a file name ("example.com", "main.py") has longer parts, and the full stop after it is
-# the sentence's
-_ABBREVIATION = re.compile(r"(?:[^\W\d_]{1,2}\.)+[^\W\d_]{1,2}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +76,27 @@ def written_words(text: str) -> list[str]:
             word = lead[-1] + word
         if word.endswith("."):
             bare = word.rstrip(".")
-            word = f"{bare}." if _ABBREVIATION.fullmatch(bare) else bare
+            word = f"{bare}." if is_abbreviation(bare) else bare
         word = word.rstrip(_EDGE_PUNCTUATION) if word.startswith(_SIGNS) else word.strip(_EDGE_PUNCTUATION)
         if word and not _MARK_RUN.fullmatch(word):
             words.append(word)
     return words
+
+
+def is_abbreviation(word: str) -> bool:
+    """Whether `word`, written before a full stop ("U.S" of "U.S."), is an abbreviation with a full stop inside, whose
+    last full stop is its own: part of the word as written, and no sure end of its sentence ("the U.S. Army",
+    "Lt.Col. Smith"). Each of its parts is a single letter ("e.g", "U.S.A", "т.е") or a word cut short, capitalised
+    ("Ph.D", "B.Sc", "Lt.Col", "Maj.Gen": four letters at most). A word of other parts has no full stop after its
+    last part, and one there is its sentence's: an address or a file name ("example.com", "x.ai", "main.py",
+    "Node.js"), a version ("3.11"). Where both readings fit, a lowercase part of two letters or more makes it an
+    address ("x.ai", and so "op.cit"): a domain or a file's extension is far more common in what is read out than a
+    Latin abbreviation written without its space ("op. cit."); short capitalised parts make it an abbreviation, as
+    titles and degrees are written, though an address in capitals ("X.AI") then reads as one too."""
+    parts = word.split(".")
+    return len(parts) > 1 and all(
+        part.isalpha() and (len(part) == 1 or (len(part) <= 4 and part[0].isupper())) for part in parts
+    )
 
 
 def _key(word: str) -> str:

@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
-from loadtest.audio import DecodedAudio
+from loadtest.audio import DecodedAudio, transcribe
 from tests.support.docs import fenced_blocks
 from tests.support.server import RunningServer
 from tests.support.word_timing import assert_words_cover, start_errors_ms
@@ -92,6 +92,21 @@ def test_a_symbol_the_voice_reads_is_spoken_and_timed_where_it_stands_alone(serv
     words = [w for e in events if e["type"] == "speech.audio.timestamps" for w in e["words"]]  # type: ignore[attr-defined]
     assert [w["word"] for w in words] == ["Hello", "there", "&"]
     assert words[-1]["end_ms"] > words[-1]["start_ms"]  # said, not an instant  # type: ignore[operator]
+
+
+def test_markdowns_marks_alone_are_no_words_and_an_abbreviation_keeps_its_full_stop(server: RunningServer) -> None:
+    """What an LLM writes, timed as written: a heading's underline ("===") was a word, and said ("equals"); a strike's
+    tildes stayed on the word they wrap; a rule written with spaces ("* * *") was three words; "x.ai." kept the
+    sentence's full stop and "Lt.Col." lost its own."""
+    text = "Setup\n=====\nRun the ~~old~~ tools.\n\n* * *\n\nVisit x.ai. Ask Lt.Col. Smith."
+    events = sse_events(server, input=text, word_timestamps=True, seed=5)
+    words = [w for e in events if e["type"] == "speech.audio.timestamps" for w in e["words"]]  # type: ignore[attr-defined]
+    written = ["Setup", "Run", "the", "old", "tools", "Visit", "x.ai", "Ask", "Lt.Col.", "Smith"]
+    assert [w["word"] for w in words] == written
+    pcm = b"".join(base64.b64decode(str(e["audio"])) for e in events if e["type"] == "speech.audio.delta")
+    audio = DecodedAudio(np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0, 24_000, 1, "pcm_s16le")
+    assert_words_cover(words, audio)
+    assert "equal" not in transcribe(audio).lower()
 
 
 def test_word_timestamps_follow_speed(server: RunningServer) -> None:

@@ -30,6 +30,7 @@ def words(text: str) -> list[str]:
         ("Use tools, e.g. hammers. Also nails.", ["Use tools, e.g. hammers.", "Also nails."]),
         ("Some fruit, i.e. Apples, remain. Fine.", ["Some fruit, i.e. Apples, remain.", "Fine."]),
         ("The U.S. Army arrived. It left.", ["The U.S. Army arrived.", "It left."]),
+        ("Ask Lt.Col. Smith now. He knows.", ["Ask Lt.Col. Smith now.", "He knows."]),
         ("J. K. Rowling wrote it. Yes.", ["J. K. Rowling wrote it.", "Yes."]),
         ("Prof. Plum and Capt. Kirk met. Done.", ["Prof. Plum and Capt. Kirk met.", "Done."]),
         ("It weighs approx. 5 kg. Done.", ["It weighs approx. 5 kg.", "Done."]),

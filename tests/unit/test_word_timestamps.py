@@ -45,6 +45,44 @@ def test_a_sentences_full_stop_after_an_address_or_a_file_name_is_no_part_of_it(
     ]  # fmt: skip
 
 
+def test_an_abbreviations_last_full_stop_is_its_own_and_an_addresss_is_the_sentences() -> None:
+    """ "x.ai." kept the sentence's full stop (two letters after the dot were read as an abbreviation's part, as in
+    "Ph.D."), and "Lt.Col." lost its own (three letters were read as an address's). An abbreviation's parts are single
+    letters or short capitalised words; an address's or a file name's last part is neither."""
+    text = "Visit x.ai. Ask Lt.Col. Smith, a Ph.D. Open main.c. Read т.е. and README.md. See Maj.Gen."
+    assert written_words(text) == [
+        "Visit", "x.ai", "Ask", "Lt.Col.", "Smith", "a", "Ph.D.", "Open", "main.c", "Read", "т.е.", "and",
+        "README.md", "See", "Maj.Gen.",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "word",
+    [
+        "e.g",
+        "U.S",
+        "Ph.D",
+        "Lt.Col",
+        "B.Sc",
+        "a.k.a",
+        "т.е",
+        "x.ai",
+        "example.com",
+        "main.py",
+        "Node.js",
+        "v1.2",
+        "3.11",
+    ],
+)
+def test_a_sentence_ends_after_a_word_exactly_where_the_full_stop_is_not_the_words(word: str) -> None:
+    """Where a sentence ends and which words keep a full stop is one rule: a word that keeps its last full stop
+    (an abbreviation) does not end its sentence at it ("Lt.Col. Smith" was cut in two), and one whose full stop is
+    the sentence's ("x.ai.") does."""
+    text = f"We saw {word}. Then we left."
+    keeps_its_stop = f"{word}." in written_words(text)
+    assert split_sentences(text) == ([text] if keeps_its_stop else [f"We saw {word}.", "Then we left."])
+
+
 def test_markdowns_marks_are_no_part_of_a_word() -> None:
     """What an LLM writes: captions show "Install", not "**Install"; "pip", not "`pip"."""
     text = "**Note:** **Install** the `pip` package from `requirements.txt`. See *this*, 2 * 3 and x_1."
