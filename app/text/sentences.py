@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterator
 
 from app.text.words import is_abbreviation, written_words
 
@@ -32,7 +33,9 @@ _FINAL_BEFORE_CAPITAL = frozenset(
 )
 
 # Western terminators need a space (or the end) after them; CJK ones are written without spaces.
-_TERMINATOR = re.compile(r"[.!?…]+[\"'”’)\]»]*(?=\s|$)|[。！？]+[”’」』）]*")
+_STOPS = ".!?…"
+_TERMINATOR = re.compile(rf"[{_STOPS}]+[\"'”’)\]»]*(?=\s|$)|[。！？]+[”’」』）]*")
+_STOPS_RUN = re.compile(rf"[{_STOPS}]+")
 _CLAUSE_BREAK = re.compile(r"(?<=[,;:—–])\s+|(?<=[，、；：])")
 _SPACE = re.compile(r"\s+")
 # Symbols that Unicode files under punctuation but a voice reads aloud ("&" is "and", "%" "percent"), as it does
@@ -65,7 +68,9 @@ def _word_before(text: str, end: int) -> str:
     return text[start:end].lstrip("\"'“‘([«")
 
 
-def _ends_sentence(text: str, match: re.Match[str]) -> bool:
+def _ends_sentence(text: str, match: re.Match[str], begun: int, whole: bool) -> bool:
+    """Whether the terminator `match` ends the sentence that began at `begun`. `whole`: False for text still arriving,
+    where a decision that needs what comes next waits for it (no end yet): a cut is never undone."""
     rest = text[match.end() :].lstrip()
     if not rest:
         return True
@@ -86,29 +91,52 @@ def _ends_sentence(text: str, match: re.Match[str]) -> bool:
         # script than the next word's ends its sentence ("ﷺ. World"): this cut is no doubtful one, as a voice that
         # cannot read the letter refuses the sentence holding it, and joined, the next sentence would go with it.
         # So does one character written for a whole word or phrase (ﷺ, ﷲ: more than a digraph's two letters in its
-        # compatibility form), which is never an initial, even before a number ("ﷺ. 5 apples"); a letter before a
-        # number may be an abbreviation ("c. 1900", Russian "с. 25") and stays joined
+        # compatibility form), which is never an initial, even before a number ("ﷺ. 5 apples").
         if len(unicodedata.normalize("NFKC", word)) > 2:
             return True
-        lead = rest.lstrip("\"'“‘([«")[:1]
-        if lead.isalpha():
-            return _script(word) != _script(lead)
         # Before a number or a symbol a letter may abbreviate a word of its sentence ("born c. 1900", Russian
-        # "см. с. 25"): left joined where the next letter on its line is of its script. One of another script than
-        # the words after it ("Hello. Ж. 5 apples") abbreviates nothing there; joined, a voice that cannot read it
-        # would refuse those words with it. Until a letter comes, streamed text waits joined: a later letter may
-        # still cut it, and a cut is never undone. (The text before it is no guide: streamed, it was cut off already.)
-        after = _letter_after(text, match.end())
-        return after is not None and _script(word) != _script(after)
+        # "см. с. 25"): left joined where its sentence's letters beside it are of its script, the first after it (up
+        # to the next terminator: "Born c. 1900. Привет." is one English sentence), else the last before it in its
+        # sentence (streamed, still there: text is cut off at a sentence's end only). One of another script ("Hello.
+        # Ж. 5 apples", "Hello. Ж. 5.") abbreviates nothing there; joined, a voice that cannot read it would refuse
+        # those words with it. A letter with none beside it in its sentence ("Ж. 5.", and so "С. 25." alone) is a
+        # sentence of its own: cut there, a voice that reads it only pauses.
+        near = _letter_after(text, match.end(), whole)
+        if near == _UNDECIDED:
+            return False  # streamed: the next letter or terminator may still come
+        if near is None:
+            near = _letter_before(text, begun, match.start() - 1)
+        return near is None or _script(word) != _script(near)
     # An abbreviation's full stop is its own ("U.S. Army", "Lt.Col. Smith"), as its word timestamp has it: an end of its
     # sentence too only maybe ("in the U.S. The"), left joined. An address's ("x.ai.") is the sentence's.
     return not is_abbreviation(written)
 
 
-def _letter_after(text: str, start: int) -> str | None:
-    """The first letter from `start` to its line's end, if any. The scan stops at it: the scans after a line's
-    single letters read each stretch between two letters once, not the rest of the line each time."""
-    for at in range(start, len(text)):
+_UNDECIDED = ""  # streamed text ended before a letter, a terminator or a line break: what decides is still to come
+
+
+def _letter_after(text: str, start: int, whole: bool) -> str | None:
+    """The first letter from `start` to its sentence's next terminator or its line's end, if any (None), or
+    `_UNDECIDED` where streamed text (not `whole`) ends before either. The scan stops at the letter: the scans after a
+    line's single letters read each stretch between two letters once, not the rest of the line each time."""
+    at = start
+    while at < len(text):
+        if text[at].isalpha():
+            return text[at]
+        if text[at] == "\n":
+            return None
+        if (terminator := _TERMINATOR.match(text, at)) is not None:
+            # streamed, "5." at the text's end may still become "5.5"
+            return None if whole or terminator.end() < len(text) else _UNDECIDED
+        # a run of stops that is no terminator ("5.5", "...x") is read once, not again from each of its stops
+        stops = _STOPS_RUN.match(text, at)
+        at = stops.end() if stops is not None else at + 1
+    return None if whole else _UNDECIDED
+
+
+def _letter_before(text: str, begun: int, end: int) -> str | None:
+    """The last letter before `end` in its sentence (from `begun`) and on its line, if any."""
+    for at in range(end - 1, begun - 1, -1):
         if text[at].isalpha():
             return text[at]
         if text[at] == "\n":
@@ -129,12 +157,22 @@ def split_sentences(text: str, max_chars: int = 250) -> list[str]:
     for paragraph in re.split(r"\n\s*\n|\r?\n", text):
         paragraph = _SPACE.sub(" ", paragraph).strip()
         cut = 0
-        for match in _TERMINATOR.finditer(paragraph):
-            if _ends_sentence(paragraph, match):
-                pieces.extend(_split_long(paragraph[cut : match.end()].strip(), max_chars))
-                cut = match.end()
+        for end in _sentence_ends(paragraph):
+            pieces.extend(_split_long(paragraph[cut:end].strip(), max_chars))
+            cut = end
         pieces.extend(_split_long(paragraph[cut:].strip(), max_chars))
     return with_silent_words_attached(pieces, max_chars)
+
+
+def _sentence_ends(text: str, start: int = 0, end: int | None = None, *, whole: bool = True) -> Iterator[int]:
+    """Where the sentences of `text[start:end]` end, each decided on all of `text`. `whole`: False for text still
+    arriving, whose end may be no sentence's yet: a terminator's is one once the next word has begun (its first
+    character tells "Dr. Smith" from "Done. Then")."""
+    begun = start
+    for match in _TERMINATOR.finditer(text, start, len(text) if end is None else end):
+        if (whole or text[match.end() :].strip()) and _ends_sentence(text, match, begun, whole):
+            begun = match.end()
+            yield begun
 
 
 def with_silent_words_attached(pieces: list[str], max_chars: int) -> list[str]:
@@ -236,7 +274,7 @@ def _pack(parts: list[str], max_chars: int) -> list[str]:
 def _before_silent_sentences(text: str, cut: int) -> int:
     """`cut` moved back over the sentences before it that have nothing to say."""
     starts = {0} | {i + 1 for i, ch in enumerate(text[:cut]) if ch == "\n"}
-    starts |= {m.end() for m in _TERMINATOR.finditer(text, 0, cut) if _ends_sentence(text, m)}
+    starts |= set(_sentence_ends(text, 0, cut, whole=False))
     bounds = sorted(b for b in starts if b < cut)
     while bounds and not is_speakable(text[bounds[-1] : cut]):  # a line break or "..." between is no word either
         cut = bounds.pop()
@@ -251,9 +289,8 @@ def complete_sentences(text: str, max_chars: int = 250, final: bool = False) -> 
     `split_sentences` would cut it there anyway. `final` (the text paused long enough) also gives up a tail that ends
     like a sentence, unless it ends on a word that never ends one ("Dr.")."""
     cut = text.rfind("\n") + 1
-    for match in _TERMINATOR.finditer(text, cut):
-        if text[match.end() :].strip() and _ends_sentence(text, match):
-            cut = match.end()
+    for end in _sentence_ends(text, cut, whole=False):
+        cut = end
     tail = text[cut:].strip()
     if final and tail:
         ending = next((m for m in _TERMINATOR.finditer(tail) if m.end() == len(tail)), None)

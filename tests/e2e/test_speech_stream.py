@@ -355,6 +355,8 @@ def test_a_word_longer_than_a_request_may_be_is_refused_with_its_message_before_
         ("Hello. ﷺ. World is here.", "ﷺ.", "World is here.", "World is here."),
         # a letter of another script before a number was taken for an abbreviation ("c. 1900")
         ("Hello. Ж. 5 apples are here.", "Ж.", "5 apples are here.", "five apples are here."),
+        # and with no letter after the number: "5." went with "Ж." and was refused with it
+        ("Hello. Ж. 5.", "Ж.", "5.", "five."),
     ],
 )
 def test_a_sentence_the_voice_cannot_read_is_refused_alone_and_the_next_is_spoken(

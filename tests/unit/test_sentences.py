@@ -198,6 +198,17 @@ def streamed(pieces: list[str], granularity: Any = "sentence", max_chars: int = 
         ("Привет. Ж. 5 apples are here.", ["Привет.", "Ж.", "5 apples are here."]),
         ("Hello ж. 5 apples are here.", ["Hello ж.", "5 apples are here."]),
         ("Hello. «Ж.» $5 is the price.", ["Hello.", "«Ж.»", "$5 is the price."]),
+        # nor where no letter follows it in its sentence: the letter before it there tells, and with none it is a
+        # sentence of its own, abbreviating nothing ("Ж. 5." went whole to a voice that refused it, "5." never spoken)
+        ("Hello. Ж. 5.", ["Hello.", "Ж.", "5."]),
+        ("Ж. 5.", ["Ж.", "5."]),
+        ("Hello ж. 5.", ["Hello ж.", "5."]),
+        ("Hello. Ж. 5.\nFine.", ["Hello.", "Ж.", "5.", "Fine."]),
+        ("Hello. Ж. 5. Fine.", ["Hello.", "Ж.", "5.", "Fine."]),
+        ("Born c. 1900.", ["Born c. 1900."]),
+        ("Он родился с. 1900. Yes.", ["Он родился с. 1900.", "Yes."]),
+        # the letters after it are looked for up to its sentence's next terminator: the next sentence's are no guide
+        ("Born c. 1900. Привет.", ["Born c. 1900.", "Привет."]),
     ],
 )
 @pytest.mark.parametrize("granularity", ["sentence", "clause"])
@@ -210,6 +221,46 @@ def test_a_letter_of_another_script_than_the_next_words_is_no_initial(
     assert split_sentences(text) == expected
     assert streamed([text], granularity) == expected
     assert streamed([word + " " for word in text.split(" ")], granularity) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "complete", "waiting"),
+    [
+        ("Born c. 1900 ", [], "Born c. 1900"),
+        ("См. с. 25 ", [], "См. с. 25"),
+        ("Born c. 1900. ", [], "Born c. 1900."),
+        ("Hello. Ж. 5 ", ["Hello."], "Ж. 5"),
+        ("Hello. Ж. 5.", ["Hello."], "Ж. 5."),  # "5." may still be "5.5"
+        ("Hello. Ж. 5. ", ["Hello.", "Ж."], "5."),
+    ],
+)
+def test_a_letter_before_a_number_waits_for_what_decides_it(text: str, complete: list[str], waiting: str) -> None:
+    """Streamed, a lone letter before a number ends no sentence until its sentence's next letter after it says whose
+    script it is in ("c. 1900 in Ohio", "Ж. 5 apples"), or a terminator or a line break says none comes: cut before,
+    it would never be joined again."""
+    units, rest = complete_units(text, 250, "sentence")
+    assert (units, rest.strip()) == (complete, waiting)
+
+
+# single letters, numbers and abbreviations beside words of two scripts, where a sentence's end is decided by what
+# stands around a full stop
+_LETTERS_AND_NUMBERS = [
+    "c.", "Ж.", "ж.", "J.", "K.", "ﷺ.", "«Ж.»", "5", "5.", "5.5", "$5", "1900", "1900.", "Hello.", "hello", "Smith",
+    "apples", "Yes!", "Привет.", "там.", "яблоки", "Dr.", "U.S.", "e.g.", "Ph.D.", "Lt.Col.", "x.ai.", "\n",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_streamed_text_is_cut_where_the_whole_text_is(seed: int) -> None:
+    """Text that arrives in pieces is cut where the same text sent whole is: a lone letter's sentence was decided on
+    the letters after it on its line, which streamed text cut at a sentence's end did not have ("K. 1900 5. Ж." was
+    cut after "K." whole, not streamed)."""
+    rng = random.Random(seed)
+    for _ in range(200):
+        text = " ".join(rng.choices(_LETTERS_AND_NUMBERS, k=rng.randint(1, 10))).replace(" \n ", "\n")
+        whole = split_sentences(text)
+        for chunks in ([text], [word + " " for word in text.split(" ")], list(text)):
+            assert [unit.strip() for unit in streamed(chunks)] == whole, (text, chunks)
 
 
 @pytest.mark.parametrize("chunks", [["Hello.", " 😀.", " World."], list("Hello. 😀. World. 🙂! Fine.")])

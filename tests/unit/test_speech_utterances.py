@@ -260,6 +260,16 @@ async def test_a_letter_of_another_script_before_a_number_is_queued_alone(servic
     assert queued(speech) == ["Hello.", "Ж.", "5 apples are here.", 3]
 
 
+async def test_a_letter_of_another_script_before_a_last_number_is_queued_alone(service: SpeechService) -> None:
+    """ "Ж." before "5." with no letter after it was still taken for an abbreviation ("c. 1900") and queued with "5.",
+    which its refusal took with it; "Born c. 1900." is still one sentence."""
+    speech = await configured(service)
+    for piece in ("Hello. ", "Ж. ", "5. ", "Born ", "c. ", "1900."):
+        speech.text(piece)
+    speech.done()
+    assert queued(speech) == ["Hello.", "Ж.", "5.", "Born c. 1900.", 4]
+
+
 @pytest.mark.parametrize(
     ("granularity", "while_arriving", "at_done"),
     [
