@@ -32,10 +32,10 @@ _FINAL_BEFORE_CAPITAL = frozenset(
     etc inc ltd co corp bros llc plc dept univ assn ave blvd rd hwy""".split()
 )
 
-# Western terminators need a space (or the end) after them; CJK ones are written without spaces.
-_STOPS = ".!?…"
-_TERMINATOR = re.compile(rf"[{_STOPS}]+[\"'”’)\]»]*(?=\s|$)|[。！？]+[”’」』）]*")
-_STOPS_RUN = re.compile(rf"[{_STOPS}]+")
+# Western terminators need a space (or the end) after them; CJK ones are written without spaces. A terminator begins
+# where its run of stops does, and its runs are taken whole: a run with no space after it ("x....x") is tried once,
+# where trying it again from each of its stops took time that grew with the square of its length
+_TERMINATOR = re.compile(r"(?<![.!?…])[.!?…]++[\"'”’)\]»]*+(?=\s|$)|[。！？]+[”’」』）]*")
 _CLAUSE_BREAK = re.compile(r"(?<=[,;:—–])\s+|(?<=[，、；：])")
 _SPACE = re.compile(r"\s+")
 # Symbols that Unicode files under punctuation but a voice reads aloud ("&" is "and", "%" "percent"), as it does
@@ -128,9 +128,7 @@ def _letter_after(text: str, start: int, whole: bool) -> str | None:
         if (terminator := _TERMINATOR.match(text, at)) is not None:
             # streamed, "5." at the text's end may still become "5.5"
             return None if whole or terminator.end() < len(text) else _UNDECIDED
-        # a run of stops that is no terminator ("5.5", "...x") is read once, not again from each of its stops
-        stops = _STOPS_RUN.match(text, at)
-        at = stops.end() if stops is not None else at + 1
+        at += 1
     return None if whole else _UNDECIDED
 
 

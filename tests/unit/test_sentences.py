@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 import unicodedata
 from typing import Any
 
@@ -476,6 +477,18 @@ def test_no_word_is_ever_dropped_and_pieces_fit(seed: int) -> None:
             assert "\n" not in piece and "\t" not in piece and "  " not in piece
             assert is_speakable(piece)
             assert len(piece) <= max_chars or len(piece.split()) == 1, (piece, max_chars)
+
+
+def test_a_long_run_of_stops_that_ends_no_sentence_is_read_once() -> None:
+    """A run of full stops with no space after it ("x....x") was tried as a sentence's end again from each of its
+    stops, in time that grew with the square of its length: a WebSocket message of thirty runs of 4000 (each one word,
+    within the longest input) held the server's event loop for 12 s, and every other session's audio with it."""
+    text = ("x" + "." * 4000 + "x ") * 30
+    started = time.perf_counter()
+    assert split_sentences(text) == text.split()  # each word longer than a piece may be: a piece of its own
+    units, rest = complete_units(text, 250, "sentence")
+    assert [*units, rest.strip()] == text.split()
+    assert time.perf_counter() - started < 1.0
 
 
 def test_default_max_chars_is_250() -> None:
