@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SkipValidation, model_validator
 
 from app.api.errors import ErrorDetail
 from app.audio.formats import ResponseFormat
@@ -15,6 +15,7 @@ from app.speech.options import (
     OpenAIVoiceOptions,
     Qwen3Extensions,
     SpeechOptions,
+    null_is_omitted_in_schema,
 )
 
 StreamFormat = Literal["audio", "sse"]
@@ -72,11 +73,22 @@ class SpeechRequest(SpeechOptions, Qwen3Extensions, StreamSwitches, OpenAIVoiceO
 # -- POST /v1/audio/speech/batch (vllm-omni 0.30's shape) ------------------------------------------------------------
 
 
-class SpeechBatchItem(SpeechOptions, Qwen3Extensions, OpenAIVoiceOptions, TextInput, ModelOption):
-    """One item of a batch: its text, and the batch's options with the item's own on top (the same fields and limits as
-    POST /v1/audio/speech, but the stream switches: every item is a whole file). The voice follows from the merged
-    fields (`voice_from_speaker`), not from the item's alone."""
+def batch_item_schema(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """An item's JSON schema: its fields as a body's (null for an optional one is omitted), none with a default of its
+    own: an item that omits a field takes the batch's value."""
+    null_is_omitted_in_schema(schema, model)
+    for field in schema.get("properties", {}).values():
+        field.pop("default", None)
 
+
+class SpeechBatchItem(SpeechOptions, Qwen3Extensions, OpenAIVoiceOptions, TextInput, ModelOption):
+    """One item of a batch: its `input`, and any field of POST /v1/audio/speech but the stream switches (every item is
+    a whole file), with the same limits. A field the item omits, or sends as null, takes the batch's value; a `voice`
+    or `speaker` of the item's replaces the batch's, named either way."""
+
+    model_config = ConfigDict(json_schema_extra=batch_item_schema)
+
+    # the voice follows from the merged fields (`app.api.speech_batch.checked_item`), not from the item's alone
     @model_validator(mode="before")
     @classmethod
     def _voice_from_speaker(cls, data: Any) -> Any:  # replaces SpeechOptions': the merge applies it
@@ -87,11 +99,13 @@ class SpeechBatchRequest(SpeechOptions):
     """POST /v1/audio/speech/batch: `items`, each with its `input` and any option of its own; every option given
     here is the default of every item that does not set it. Unknown fields are refused."""
 
-    items: list[Any] = Field(  # each checked as its own request: an item that is no object fails alone
+    # Each item is read by the route, one by one (`app.api.speech_batch.checked_item`), so that a bad item (an unknown
+    # field, a value out of range, no object at all) fails alone, the others spoken; here the items are left as sent,
+    # and documented as the model the route checks each by.
+    items: list[SkipValidation[SpeechBatchItem]] = Field(
         min_length=1,
-        description="The utterances: objects with `input` and, where an item differs from the batch, its own "
-        "`voice`, `response_format`, `language` ... (any field of POST /v1/audio/speech but the stream switches).",
-        json_schema_extra={"items": {"type": "object"}},
+        description="The utterances: each its `input` and, where it differs from the batch, its own `voice`, "
+        "`response_format`, `language` ... An item at fault fails alone, with its own error.",
     )
     response_format: ResponseFormat = Field("wav", description="The items' format unless one sets its own.")
 

@@ -141,3 +141,73 @@ def test_the_descriptions_and_defaults_stay_beside_the_field(document: dict[str,
     assert speech["stream"]["description"].startswith("vllm-omni's switch") and speech["stream"]["default"] is False
     assert speech["response_format"]["default"] == "mp3"
     assert speech["input"]["description"].startswith("Text to speak") and "anyOf" not in speech["input"]
+
+
+BATCH = "/v1/audio/speech/batch"
+
+
+def batch_item_schema(document: dict[str, Any]) -> dict[str, Any]:
+    """The schema the document gives an item of a batch (a `$ref` followed): the item model's, by its name."""
+    item = body_model(document, BATCH)["properties"]["items"]["items"]
+    if "$ref" in item:
+        item = document["components"]["schemas"][item["$ref"].rsplit("/", 1)[1]]
+    assert item.get("title") == "SpeechBatchItem", item  # the name a generated client gives its class
+    return item
+
+
+def test_a_batch_item_is_documented_by_the_fields_the_server_checks_it_by(document: dict[str, Any]) -> None:
+    """A batch's items were documented as any JSON object: a generated client saw none of an item's fields. They are
+    a request's fields but the stream switches, with their bounds and values; an item that omits one, or sends it as
+    null, takes the batch's (so no default of its own is documented)."""
+    item = batch_item_schema(document)
+    speech = body_model(document, "/v1/audio/speech")
+    assert set(item["properties"]) == set(speech["properties"]) - {"stream", "stream_format"}
+    assert item["required"] == ["input"] and item["additionalProperties"] is False
+    for name, field in item["properties"].items():
+        assert "default" not in field, (name, field)
+        mine = {key: value for key, value in field.items() if key not in ("default", "description")}
+        theirs = {
+            key: value for key, value in speech["properties"][name].items() if key not in ("default", "description")
+        }
+        assert mine == theirs, name  # the same values, bounds and nullability as a request's
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"input": "Hi.", "temperature": 0.5},  # no such field
+        {"input": "Hi.", "stream": True},  # no stream switches in an item: each is a whole file
+        {"input": "Hi.", "response_format": "ogg"},  # an enum
+        {"input": "Hi.", "task_type": "Karaoke"},
+        {"input": "Hi.", "speed": 9},  # bounds
+        {"input": "Hi.", "voice": 7},
+        {"input": ""},
+        {"input": None},  # required: no null
+        {"text": "no input"},
+        "Not an object.",
+    ],
+    ids=repr,
+)
+def test_an_item_the_server_refuses_is_invalid_by_the_schema_and_fails_alone(
+    served: RunningServer, document: dict[str, Any], item: object
+) -> None:
+    """The schema refuses what the server refuses of an item; the server still answers the item with its own error,
+    the batch's other items spoken."""
+    good = {"input": "Hello there.", "speed": None, "response_format": "pcm", "voice": {"id": "alloy"}}
+    assert body_validator(document, BATCH).is_valid({"items": [good]})
+    assert not body_validator(document, BATCH).is_valid({"items": [good, item]})
+    response = httpx.post(
+        f"{served.base_url}{BATCH}", json={"response_format": "pcm", "items": [good, item]}, timeout=120
+    )
+    assert response.status_code == 200, response.text
+    first, second = response.json()["results"]
+    assert first["status"] == "success" and second["status"] == "error", second
+    assert second["error"]["param"].startswith("items[1]"), second["error"]
+
+
+def test_each_optional_field_of_an_item_alone_as_null_is_valid(document: dict[str, Any]) -> None:
+    """An item's null is its field omitted (the batch's value), as a body's is."""
+    item = batch_item_schema(document)
+    validator = body_validator(document, BATCH)
+    for name in set(item["properties"]) - {"input"}:
+        assert validator.is_valid({"items": [{"input": "Hi.", name: None}]}), name
