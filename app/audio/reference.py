@@ -43,6 +43,8 @@ def reference_bytes(value: str, max_bytes: int = MAX_REFERENCE_BYTES) -> bytes:
         raise _reject("ref_audio URLs are fetched separately; this function takes base64 or a data URI.")
     match = _DATA_URI.fullmatch(text)
     payload = match.group("data") if match else text
+    # told by the text's length before it is decoded, and by the audio's bytes after: base64's four characters for
+    # every three bytes (or fewer, padded) let a clip a few bytes over the limit pass the first
     if len(payload) > max_bytes * 4 // 3 + 4:
         raise _reject(f"ref_audio is larger than {max_bytes} bytes.")
     try:
@@ -51,6 +53,8 @@ def reference_bytes(value: str, max_bytes: int = MAX_REFERENCE_BYTES) -> bytes:
         raise _reject("ref_audio is not valid base64.") from exc
     if not data:
         raise _reject("ref_audio is empty.")
+    if len(data) > max_bytes:
+        raise _reject(f"ref_audio is larger than {max_bytes} bytes.")
     return data
 
 

@@ -68,6 +68,16 @@ def test_size_cap() -> None:
         decode_reference_audio(b64(wav_bytes(2.0)), max_bytes=1000)
 
 
+@pytest.mark.parametrize("over", [1, 2, 3])
+def test_the_size_cap_is_the_decoded_audios_to_the_byte(over: int) -> None:
+    """SPEECH_REF_AUDIO_MAX_BYTES holds the audio, not its base64 text: a clip up to three bytes over it passed the
+    check of the text's length (four characters for every three bytes, whatever the padding), and was taken."""
+    clip = wav_bytes(1.5)
+    decode_reference_audio(b64(clip), max_bytes=len(clip))
+    with pytest.raises(UnsupportedParameter, match=f"larger than {len(clip) - over} bytes"):
+        decode_reference_audio(b64(clip), max_bytes=len(clip) - over)
+
+
 def wav_with_header(channels: int, bits: int, frames: bytes = b"") -> bytes:
     """A RIFF/WAVE file with whatever header values a hostile caller likes."""
     import struct
