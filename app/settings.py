@@ -827,7 +827,12 @@ class Settings(BaseSettings):
         False,
         description="Also fetch from non-public addresses (private, loopback, link-local): trusted networks only.",
     )
-    ref_audio_max_bytes: int = Field(10 * 1024 * 1024, ge=1024, description="Largest reference audio accepted.")
+    ref_audio_max_bytes: int = Field(
+        10 * 1024 * 1024,
+        ge=1024,
+        description="Largest reference audio accepted: a request's ref_audio (400 beyond) and a voice upload's "
+        "audio_sample (413 beyond).",
+    )
     ref_audio_ca_bundle: str | None = Field(None, description="CA bundle for https ref_audio hosts with a private CA.")
     voice_store: str = Field(
         default_factory=user_voice_store,

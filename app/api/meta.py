@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api.dependencies import get_batch_slots, get_engine, get_lifecycle, get_settings
 from app.api.errors import RETRY_AFTER_DRAINING, RETRY_AFTER_NOT_READY, ApiError, error_responses
 from app.audio.formats import DEFAULT_SAMPLE_RATE, FORMATS, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, RESPONSE_FORMATS
+from app.audio.reference import REFERENCE_SECONDS
 from app.engine_protocol import SpeechEngine
 from app.lifecycle import Lifecycle
 from app.settings import Settings
@@ -55,9 +56,11 @@ async def speech_capabilities(
 ) -> dict[str, Any]:
     """What this server's engine honours in a speech request, so that a client (the playground at /) offers only
     that: formats and their sample rates, speeds, instructions, languages, cloning, the Qwen3-TTS task types and word
-    timestamps; and the limits a request and a batch are held to, read where the routes read them."""
+    timestamps; and the limits a request, a batch, a WebSocket session and a clip to clone from are held to, read
+    where the routes read them."""
     caps = engine.capabilities()
     low, high = caps.speed_range
+    shortest, longest = REFERENCE_SECONDS
     return {
         "engine": engine.name,
         "model": engine.model_id,
@@ -84,6 +87,19 @@ async def speech_capabilities(
             "max_chars": settings.batch_max_chars,
             "concurrency": slots.size,
             "timeout_s": settings.request_timeout_s,
+        },
+        # WS /v1/audio/speech/stream: each message but session.config (which `max_body_bytes` holds), the wait for
+        # a session.config, and a session's silence before it is closed
+        "websocket": {
+            "max_message_bytes": settings.ws_max_message_bytes,
+            "config_timeout_s": settings.ws_config_timeout_s,
+            "idle_timeout_s": settings.ws_idle_timeout_s,
+        },
+        # a clip to clone from: a voice upload's `audio_sample`, a request's `ref_audio`
+        "reference_audio": {
+            "max_bytes": settings.ref_audio_max_bytes,
+            "min_seconds": shortest,
+            "max_seconds": longest,
         },
         "speed": {"min": low, "max": high},
         "instructions": caps.instructions,

@@ -9,10 +9,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
 from fastapi.responses import JSONResponse
 
-from app.api.dependencies import get_catalog, get_engine, get_voice_store
+from app.api.dependencies import get_catalog, get_engine, get_settings, get_voice_store
 from app.api.errors import ApiError, error_responses, invalid_param, media_type, shown_name
-from app.audio.reference import MAX_REFERENCE_BYTES, prepare_reference_audio
+from app.audio.reference import REFERENCE_SECONDS, prepare_reference_audio
 from app.engine_protocol import SpeechEngine, UnsupportedParameter
+from app.settings import Settings
 from app.speech.errors import invalid_value, too_many_characters
 from app.text.hygiene import text_problem
 from app.voice_store import ID_PATTERN, NAME_PATTERN, StoredVoice, VoiceExists, VoiceNotFound, VoiceStore
@@ -113,6 +114,10 @@ async def get_voice(
 
 
 UPLOAD_FIELDS = ("name", "audio_sample", "consent", "ref_text")
+AUDIO_SAMPLE = (
+    "{:g}–{:g} s of the voice, no larger than SPEECH_REF_AUDIO_MAX_BYTES (`reference_audio` in GET "
+    "/v1/audio/capabilities): wav, mp3, flac, ogg, m4a..."
+).format(*REFERENCE_SECONDS)
 
 
 def cloning_unsupported(engine: SpeechEngine) -> ApiError:
@@ -159,11 +164,12 @@ async def multipart_form(request: Request, engine: Annotated[SpeechEngine, Depen
 )
 async def create_voice(
     name: Annotated[str, Form(description="[a-z0-9_-]{1,64}")],
-    audio_sample: Annotated[UploadFile, File(description="1–30 s of the voice, ≤ 10 MB: wav, mp3, flac, ogg, m4a...")],
+    audio_sample: Annotated[UploadFile, File(description=AUDIO_SAMPLE)],
     consent: Annotated[bool, Form(description="The speaker agreed to have their voice cloned: must be true.")],
     engine: Annotated[SpeechEngine, Depends(get_engine)],
     catalog: Annotated[VoiceCatalog, Depends(get_catalog)],
     store: Annotated[VoiceStore, Depends(get_voice_store)],
+    settings: Annotated[Settings, Depends(get_settings)],
     ref_text: Annotated[str | None, Form(max_length=4096, description="What the sample says.")] = None,
 ) -> JSONResponse:
     if not NAME_PATTERN.fullmatch(name):
@@ -176,14 +182,11 @@ async def create_voice(
         raise invalid_param("consent", "Registering a voice needs 'consent' = true: the speaker's agreement.")
     if catalog.resolve(name) is not None:
         raise ApiError(409, f"'{name}' is a built-in voice or alias.", param="name", code="voice_exists")
-    data = await audio_sample.read(MAX_REFERENCE_BYTES + 1)
-    if len(data) > MAX_REFERENCE_BYTES:
-        raise ApiError(
-            413,
-            f"'audio_sample' is larger than {MAX_REFERENCE_BYTES} bytes.",
-            param="audio_sample",
-            code="file_too_large",
-        )
+    max_bytes = settings.ref_audio_max_bytes  # as a request's `ref_audio` is held to it
+    data = await audio_sample.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        message = f"'audio_sample' is larger than {max_bytes} bytes."
+        raise ApiError(413, message, param="audio_sample", code="file_too_large")
     try:
         reference = await asyncio.to_thread(prepare_reference_audio, data)
     except UnsupportedParameter as exc:

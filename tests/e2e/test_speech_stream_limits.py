@@ -327,3 +327,60 @@ def test_a_session_outlives_the_request_header_deadline(quick_headers_server: Ru
         assert len(audio[0]) > 0
         send(ws, {"type": "session.close"})
         assert closed_with(ws) == 1000
+
+
+SMALL = {"max_message_bytes": 2048, "config_timeout_s": 1.5, "idle_timeout_s": 2.5}
+
+
+@pytest.fixture(scope="module")
+def small_limits_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """A session's limits set low, each to a value of its own."""
+    running = start_server(
+        tmp_path_factory.mktemp("ws-small-limits") / "server.log",
+        env={
+            "SPEECH_WS_MAX_MESSAGE_BYTES": str(SMALL["max_message_bytes"]),
+            "SPEECH_WS_CONFIG_TIMEOUT_S": str(SMALL["config_timeout_s"]),
+            "SPEECH_WS_IDLE_TIMEOUT_S": str(SMALL["idle_timeout_s"]),
+            "SPEECH_EMBEDDED__WORKERS": "1",
+        },
+    )
+    yield running
+    running.stop()
+
+
+def padded(message: dict[str, object], size: int) -> str:
+    """`message` as JSON text of `size` bytes exactly (blanks after the object: valid JSON, nothing more said)."""
+    text = json.dumps(message)
+    assert len(text.encode()) <= size
+    return text + " " * (size - len(text.encode()))
+
+
+def test_the_capabilities_tell_the_session_limits_the_server_holds_a_session_to(
+    small_limits_server: RunningServer,
+) -> None:
+    """GET /v1/audio/capabilities told a request's and a batch's limits, not a WebSocket session's, which a client
+    learnt only from a refusal or a close. It tells them as the server holds a session to them: a message at the
+    limit is taken and one byte more refused; no session.config, and then silence, closed once their time is up."""
+    limits = httpx.get(f"{small_limits_server.base_url}/v1/audio/capabilities", timeout=30).json()["websocket"]
+    assert limits == SMALL, limits
+    with connect(ws_url(small_limits_server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        ws.send(padded({"type": "input.text", "text": "Hello."}, limits["max_message_bytes"]))
+        ws.send(padded({"type": "input.text", "text": " Never spoken."}, limits["max_message_bytes"] + 1))
+        send(ws, {"type": "input.done"})
+        events, _ = receive_through_errors(ws)
+        errors = [event for event in events if event["type"] == "error"]
+        assert [error["code"] for error in errors] == ["message_too_large"], events
+        assert f"limit of {limits['max_message_bytes']} bytes" in str(errors[0]["message"])
+        assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 1}, events[-1]
+        quiet_from = time.monotonic()
+        error = json.loads(ws.recv(timeout=30))
+        assert error["code"] == "idle_timeout", error
+        assert limits["idle_timeout_s"] - 0.3 <= time.monotonic() - quiet_from <= limits["idle_timeout_s"] + 3.0
+        assert closed_with(ws) == 1000
+    opened = time.monotonic()
+    with connect(ws_url(small_limits_server)) as ws:
+        error = json.loads(ws.recv(timeout=30))
+        assert error["code"] == "session_config_timeout", error
+        assert limits["config_timeout_s"] - 0.1 <= time.monotonic() - opened <= limits["config_timeout_s"] + 3.0
+        assert closed_with(ws) == 1008

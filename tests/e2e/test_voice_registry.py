@@ -62,12 +62,13 @@ def base_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_model_dir(tmp_path_factory.mktemp("base-model") / "Qwen3-TTS-12Hz-0.6B-Base", "base")
 
 
-def start_cloning_server(log_path: Path, base_model: Path, store: Path) -> RunningServer:
+def start_cloning_server(log_path: Path, base_model: Path, store: Path, **settings: str) -> RunningServer:
     env = {
         "SPEECH_OMNI__MODEL": str(base_model),
         "SPEECH_OMNI__DEPLOY_CONFIG": "deploy/vllm-omni/voice-clone.yaml",
         "SPEECH_OMNI__WARMUP_BATCH_SIZES": "1",
         "SPEECH_VOICE_STORE": str(store),
+        **settings,
     }
     return start_server(log_path, env=env, command=fake_omni_command())
 
@@ -316,3 +317,42 @@ def test_concurrent_uploads_never_corrupt_the_store(shared_store, sample: bytes)
     with concurrent.futures.ThreadPoolExecutor(8) as pool:  # the same name from both replicas at once
         same = list(pool.map(lambda i: upload((a, b)[i % 2].base_url, "contested", sample).status_code, range(8)))
     assert sorted(same) == [201] + [409] * 7
+
+
+RATE = 24_000  # the rate a reference clip is kept at: its samples are counted as sent
+
+
+def clip(samples: int) -> bytes:
+    return tone_wav(samples / RATE, rate=RATE)
+
+
+def test_the_capabilities_tell_the_reference_audio_limits_an_upload_is_held_to(
+    tmp_path: Path, base_model: Path
+) -> None:
+    """GET /v1/audio/capabilities did not tell how large and how long a clip to clone from may be, and an upload was
+    held to 10 MiB whatever SPEECH_REF_AUDIO_MAX_BYTES said (a request's `ref_audio` was held to it). An upload is
+    now held to that setting, and the capabilities tell it and the clip's shortest and longest, as the server holds
+    an upload to them: a clip at each limit is taken, one sample or one byte more refused."""
+    longest = len(clip(30 * RATE))
+    # room for one sample more than the longest clip
+    server = start_cloning_server(
+        tmp_path / "server.log", base_model, tmp_path / "voices", SPEECH_REF_AUDIO_MAX_BYTES=str(longest + 2)
+    )
+    try:
+        limits = httpx.get(f"{server.base_url}/v1/audio/capabilities", timeout=30).json()["reference_audio"]
+        assert limits == {"max_bytes": longest + 2, "min_seconds": 1.0, "max_seconds": 30.0}, limits
+        shortest, longest_samples = int(limits["min_seconds"] * RATE), int(limits["max_seconds"] * RATE)
+        assert upload(server.base_url, "shortest", clip(shortest)).status_code == 201
+        assert upload(server.base_url, "longest", clip(longest_samples)).status_code == 201
+        for name, audio in (("too-short", clip(shortest - 1)), ("too-long", clip(longest_samples + 1))):
+            refused = upload(server.base_url, name, audio)
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["error"]["param"] == "audio_sample" and " s" in refused.json()["error"]["message"]
+        at_limit = clip(longest_samples + 1)  # refused for its length, not its size: its size was taken
+        assert len(at_limit) == limits["max_bytes"]
+        over = upload(server.base_url, "too-large", at_limit + b"\0")
+        assert over.status_code == 413, over.text
+        assert over.json()["error"]["param"] == "audio_sample"
+        assert f"larger than {limits['max_bytes']} bytes" in over.json()["error"]["message"]
+    finally:
+        server.stop()
