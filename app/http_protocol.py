@@ -1,6 +1,7 @@
 """uvicorn's HTTP and WebSocket protocols with the bounds they lack: how long a request's headers may take to arrive,
 and how long a client may leave what it is sent unread; and what is refused here, before any application runs (a
-request whose headers never arrive, one that is not valid HTTP), answered as the application answers a refusal.
+request whose headers never arrive, one that is not valid HTTP, a WebSocket upgrade that is no valid handshake),
+answered as the application answers a refusal.
 
 uvicorn bounds an idle keep-alive connection (`timeout_keep_alive`) but nothing else: a connection that never sends,
 or sends its headers a byte at a time, holds a socket and a parser forever; a client that stops reading holds its
@@ -24,6 +25,8 @@ from typing import Any
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.exceptions import RequestLineTooLong, SecurityError
+from websockets.http11 import Request
 
 from app.api.audio_stream import STALLED_STATE_KEY, UNSENT_STATE_KEY
 from app.api.errors import error_body
@@ -214,20 +217,68 @@ class GuardedHTTPProtocol(WriteStallGuard, AutoHTTPProtocol):  # type: ignore[mi
         return self.cycle.scope if self.cycle is not None else {}
 
 
+# what websockets' refusal of a handshake says of how to ask again, kept on the refusal written here
+HANDSHAKE_REFUSAL_HEADERS = ("allow", "upgrade")
+
+
 class GuardedWebSocketProtocol(WriteStallGuard, WebSocketsSansIOProtocol):  # type: ignore[misc]
     """A WebSocket whose client reads nothing for `write_stall_timeout_s` while frames wait to be sent is aborted, as
-    an HTTP response is: the session sees its client gone, and its scope's state says it stalled."""
+    an HTTP response is: the session sees its client gone, and its scope's state says it stalled. An upgrade request
+    that is no valid WebSocket handshake is refused as the application refuses a request."""
 
     def _stalled_scope(self) -> dict[str, Any] | None:
         # aborted even where uvicorn already closes (a pong that never came): that close waits for the unread frames
         return getattr(self, "scope", {})  # the session's, once its upgrade request was read
 
-    def handle_connect(self, event: Any) -> None:
+    def handle_connect(self, event: Request) -> None:
+        # websockets' verdict on the handshake (its sans-I/O `accept`, which sends nothing; uvicorn asks it again for
+        # a valid one, and gets the same answer): uvicorn wrote its refusal (no or a malformed Sec-WebSocket-Key, a
+        # Sec-WebSocket-Version other than 13, a method other than GET) as websockets words it, plain text without a
+        # request id, where every other refusal is the OpenAI error with one
+        verdict = self.conn.accept(event)
+        if verdict.status_code != 101:
+            sent = event.headers.get_all(REQUEST_ID_HEADER)
+            # what websockets' refusal says of how to ask again (Allow: GET) is kept
+            again = [(k, v) for k, v in verdict.headers.raw_items() if k.lower() in HANDSHAKE_REFUSAL_HEADERS]
+            self._refuse_handshake(HTTPStatus(verdict.status_code), sent[0] if sent else None, again)
+            return
         super().handle_connect(event)
-        scope = getattr(self, "scope", None)  # none where uvicorn refused the upgrade itself (a 400, no session)
-        if scope is not None:
-            # the session asks it before calling itself idle: a client still reading its audio is listening
-            scope.setdefault("state", {})[UNSENT_STATE_KEY] = lambda: unsent_bytes(self.transport)
+        # the session asks it before calling itself idle: a client still reading its audio is listening
+        self.scope.setdefault("state", {})[UNSENT_STATE_KEY] = lambda: unsent_bytes(self.transport)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # websockets gave up reading the upgrade request that uvicorn's HTTP parser read (a line or more headers than
+        # it reads, a body): it queues an answer of its own, which uvicorn never sends, and the connection stayed
+        # open, its headers' deadline ended, for as long as the client held it
+        if not self.handshake_initiated and self.conn.handshake_exc is not None and not self.transport.is_closing():
+            fault = self.conn.handshake_exc
+            if isinstance(fault, RequestLineTooLong):
+                self._refuse_handshake(HTTPStatus.REQUEST_URI_TOO_LONG)
+            elif isinstance(fault, SecurityError):  # a header line too long, too many headers
+                self._refuse_handshake(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
+            else:
+                self._refuse_handshake(HTTPStatus.BAD_REQUEST)
+
+    def _refuse_handshake(
+        self, status: HTTPStatus, given_id: str | None = None, headers: Iterable[tuple[str, str]] = ()
+    ) -> None:
+        """The upgrade refused before any session, as the application refuses a request: the OpenAI error saying
+        why websockets refused it (`handshake_exc`), the caller's request id where it sent a valid one (as for any
+        upgrade), the server's headers and `headers`, and the connection closed."""
+        request_id = valid_request_id(given_id)
+        reason = handshake_fault(self.conn.handshake_exc) or status.phrase
+        log.info(
+            "websocket handshake refused",
+            extra={"client": _peer(self.client), "request_id": request_id, "detail": reason},
+        )
+        message = f"The WebSocket handshake is invalid: {reason}; the connection is closed."
+        own = [(name.lower().encode(), value.encode()) for name, value in headers]
+        answer = refusal_response(status, message, "invalid_handshake", request_id, [*self.default_headers, *own])
+        # as uvicorn marks an upgrade it refuses: no session, nothing more to send or to wait for
+        self.handshake_initiated = self.handshake_complete = self.close_sent = True
+        self.transport.write(answer)
+        self.transport.close()
 
     async def send(self, message: Any) -> None:
         await super().send(message)
@@ -236,6 +287,16 @@ class GuardedWebSocketProtocol(WriteStallGuard, WebSocketsSansIOProtocol):  # ty
             # count it as the handshake's end and logs "ASGI callable returned without completing handshake" at
             # error level for every such refusal
             self.handshake_complete = True
+
+
+def handshake_fault(exc: BaseException | None) -> str:
+    """What websockets found wrong with a handshake, with the causes it gives ("did not receive a valid HTTP
+    request; unsupported request body"); "" for none."""
+    faults = []
+    while exc is not None:
+        faults.append(str(exc))
+        exc = exc.__cause__
+    return "; ".join(fault for fault in faults if fault)
 
 
 def _peer(client: tuple[str, int] | None) -> str:

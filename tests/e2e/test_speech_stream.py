@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import signal
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -252,6 +254,106 @@ def test_a_bad_first_message_gets_one_error_and_a_close(server: RunningServer, f
             ws.recv(timeout=10)
         assert ws.close_code == 1008
     assert refused_sessions(server, code) == before + 1
+
+
+UPGRADE = {
+    "Host": "localhost",
+    "Upgrade": "websocket",
+    "Connection": "Upgrade",
+    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+    "Sec-WebSocket-Version": "13",
+}
+
+
+def raw_answer(server: RunningServer, request: bytes) -> tuple[str, dict[str, str], bytes]:
+    """The server's answer to `request`, sent as it is on a socket of its own: its status line, its headers (by
+    lower-case name) and its body, read until the server closes the connection."""
+    host, port = server.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status, *lines = head.decode("latin-1").split("\r\n")
+    return status, {name.lower(): value for name, _, value in (line.partition(": ") for line in lines)}, body
+
+
+@pytest.mark.parametrize(
+    ("method", "change", "status", "says"),
+    [
+        ("GET", {"Sec-WebSocket-Key": None}, 400, "Sec-WebSocket-Key"),
+        ("GET", {"Sec-WebSocket-Key": "not a key"}, 400, "Sec-WebSocket-Key"),
+        ("GET", {"Sec-WebSocket-Version": "8"}, 400, "Sec-WebSocket-Version"),
+        ("GET", {"Sec-WebSocket-Version": None}, 400, "Sec-WebSocket-Version"),
+        ("POST", {}, 405, "POST"),
+    ],
+    ids=["no-key", "bad-key", "wrong-version", "no-version", "post"],
+)
+def test_an_upgrade_the_websocket_handshake_refuses_is_an_openai_error_with_a_request_id(
+    server: RunningServer, method: str, change: dict[str, str | None], status: int, says: str
+) -> None:
+    """An upgrade request that is no valid WebSocket handshake was refused by the WebSocket library below the API,
+    in plain text and without X-Request-Id, where every other refusal is an OpenAI error with one. It is refused in
+    that shape now, with the status the handshake's fault calls for, saying what is wrong, and the connection closed;
+    a valid X-Request-Id sent with it is the one answered and logged, as for any upgrade."""
+    headers = {name: value for name, value in {**UPGRADE, **change}.items() if value is not None}
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    own_id = f"handshake-{uuid.uuid4().hex}"
+    request = f"{method} {PATH} HTTP/1.1\r\n{head}X-Request-Id: {own_id}\r\n\r\n".encode()
+    line, answered, body = raw_answer(server, request)
+    assert line.startswith(f"HTTP/1.1 {status} "), (line, body[:300])
+    assert answered["content-type"] == "application/json" and answered["connection"] == "close", answered
+    assert int(answered["content-length"]) == len(body) and "date" in answered and "server" in answered
+    assert answered["x-request-id"] == own_id
+    if status == 405:
+        assert answered["allow"] == "GET"
+    error = json.loads(body)["error"]
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", None, "invalid_handshake")
+    assert says in error["message"], error
+    logged = [event for event in server.log_events() if event.get("request_id") == own_id]
+    assert [event["message"] for event in logged] == ["websocket handshake refused"], logged
+
+
+@pytest.mark.parametrize(
+    ("query", "extra", "status"),
+    [
+        ("", "X-Long: " + "a" * 9000 + "\r\n", 431),  # a header line longer than the WebSocket library reads
+        ("", "".join(f"X-Header-{n}: v\r\n" for n in range(130)), 431),  # more headers than it reads
+        ("?pad=" + "a" * 9000, "", 414),  # a request line longer than it reads
+        ("", "Content-Length: 5\r\n", 400),  # a handshake has no body
+        ("", "Transfer-Encoding: chunked\r\n", 400),
+    ],
+    ids=["long-header", "many-headers", "long-request-line", "body", "chunked"],
+)
+def test_an_upgrade_the_websocket_library_cannot_read_is_refused_not_left_open(
+    server: RunningServer, query: str, extra: str, status: int
+) -> None:
+    """The HTTP parser reads it, the WebSocket library does not, and gives up on it: nothing was answered and the
+    connection stayed open, with no deadline left on it (its headers had arrived), for as long as the client held it.
+    It is refused as a bad handshake is, and closed."""
+    head = "".join(f"{name}: {value}\r\n" for name, value in UPGRADE.items())
+    line, answered, body = raw_answer(server, f"GET {PATH}{query} HTTP/1.1\r\n{head}{extra}\r\n".encode())
+    assert line.startswith(f"HTTP/1.1 {status} "), (line, body[:300])
+    assert answered["content-type"] == "application/json" and answered["connection"] == "close", answered
+    assert re.fullmatch(r"[A-Za-z0-9._:-]{1,128}", answered["x-request-id"])
+    error = json.loads(body)["error"]
+    assert (error["param"], error["code"]) == (None, "invalid_handshake"), error
+
+
+def test_a_valid_upgrade_sent_by_hand_is_still_taken(server: RunningServer) -> None:
+    """The handshake's check refuses no valid upgrade: one sent by hand is answered 101, with its request id."""
+    head = "".join(f"{name}: {value}\r\n" for name, value in UPGRADE.items())
+    host, port = server.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(f"GET {PATH} HTTP/1.1\r\n{head}X-Request-Id: by-hand\r\n\r\n".encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += sock.recv(65536)
+    status, *lines = answer.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+    headers = {name.lower(): value for name, _, value in (line.partition(": ") for line in lines)}
+    assert status.startswith("HTTP/1.1 101 "), status
+    assert headers["sec-websocket-accept"] == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" and headers["x-request-id"] == "by-hand"
 
 
 def test_a_session_closed_before_its_config_closes_normally(server: RunningServer) -> None:
