@@ -38,6 +38,9 @@ _FINAL_BEFORE_CAPITAL = frozenset(
 _TERMINATOR = re.compile(r"(?<![.!?…])[.!?…]++[\"'”’)\]»]*+(?=\s|$)|[。！？]+[”’」』）]*")
 _CLAUSE_BREAK = re.compile(r"(?<=[,;:—–])\s+|(?<=[，、；：])")
 _SPACE = re.compile(r"\s+")
+# where the next word begins: looked for from a terminator on, never by copying the text after it (a message of
+# 128 KiB holds tens of thousands of terminators, and a copy of the rest at each took time that grew with its square)
+_NEXT_WORD = re.compile(r"\S")
 # Symbols that Unicode files under punctuation but a voice reads aloud ("&" is "and", "%" "percent"), as it does
 # inside a sentence ("Tom & Jerry"): standing alone they go with a neighbour, never dropped as punctuation is
 _READ_SYMBOLS = frozenset("#%&/@§¶‰‱")
@@ -71,10 +74,10 @@ def _word_before(text: str, end: int) -> str:
 def _ends_sentence(text: str, match: re.Match[str], begun: int, whole: bool) -> bool:
     """Whether the terminator `match` ends the sentence that began at `begun`. `whole`: False for text still arriving,
     where a decision that needs what comes next waits for it (no end yet): a cut is never undone."""
-    rest = text[match.end() :].lstrip()
-    if not rest:
+    following = _NEXT_WORD.search(text, match.end())
+    if following is None:
         return True
-    nxt = rest[0]
+    nxt = following.group()
     if nxt.islower():
         return False  # "... and so on. and then" / "wait... what"
     punct = match.group(0)
@@ -168,7 +171,7 @@ def _sentence_ends(text: str, start: int = 0, end: int | None = None, *, whole: 
     character tells "Dr. Smith" from "Done. Then")."""
     begun = start
     for match in _TERMINATOR.finditer(text, start, len(text) if end is None else end):
-        if (whole or text[match.end() :].strip()) and _ends_sentence(text, match, begun, whole):
+        if (whole or _NEXT_WORD.search(text, match.end())) and _ends_sentence(text, match, begun, whole):
             begun = match.end()
             yield begun
 

@@ -491,6 +491,19 @@ def test_a_long_run_of_stops_that_ends_no_sentence_is_read_once() -> None:
     assert time.perf_counter() - started < 1.0
 
 
+def test_text_of_many_terminators_is_split_in_time_that_grows_with_its_length() -> None:
+    """Whether a terminator ends its sentence was told from a copy of all the text after it, taken again at each: a
+    WebSocket message of 128 KiB of short sentences ("Dr. 5. ...", tens of thousands of terminators), split again as
+    it came, held the event loop over a second, every other session's audio with it, and four times that (a larger
+    SPEECH_WS_MAX_MESSAGE_BYTES) twenty. The next word is looked for where the terminator ends instead."""
+    text = "Dr. 5. " * (512 * 1024 // len("Dr. 5. "))
+    started = time.perf_counter()
+    units, rest = complete_units(text, 250, "sentence")
+    assert len(units) == text.count("5.") - 1 and rest.strip() == "Dr. 5."  # the last waits for what comes next
+    assert len(split_sentences(text)) == text.count("5.")
+    assert time.perf_counter() - started < 8.0  # seconds: 20 or more before, under one now
+
+
 def test_default_max_chars_is_250() -> None:
     text = " ".join(["word"] * 100)  # 499 characters
     pieces = split_sentences(text)
