@@ -253,12 +253,15 @@ class GuardedWebSocketProtocol(WriteStallGuard, WebSocketsSansIOProtocol):  # ty
         # open, its headers' deadline ended, for as long as the client held it
         if not self.handshake_initiated and self.conn.handshake_exc is not None and not self.transport.is_closing():
             fault = self.conn.handshake_exc
+            # its request id as sent, read from the request uvicorn passed on whole in `data`: the library, which
+            # gave up on it, has none to tell
+            given_id = sent_request_id(data)
             if isinstance(fault, RequestLineTooLong):
-                self._refuse_handshake(HTTPStatus.REQUEST_URI_TOO_LONG)
+                self._refuse_handshake(HTTPStatus.REQUEST_URI_TOO_LONG, given_id)
             elif isinstance(fault, SecurityError):  # a header line too long, too many headers
-                self._refuse_handshake(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
+                self._refuse_handshake(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, given_id)
             else:
-                self._refuse_handshake(HTTPStatus.BAD_REQUEST)
+                self._refuse_handshake(HTTPStatus.BAD_REQUEST, given_id)
 
     def _refuse_handshake(
         self, status: HTTPStatus, given_id: str | None = None, headers: Iterable[tuple[str, str]] = ()
@@ -287,6 +290,16 @@ class GuardedWebSocketProtocol(WriteStallGuard, WebSocketsSansIOProtocol):  # ty
             # count it as the handshake's end and logs "ASGI callable returned without completing handshake" at
             # error level for every such refusal
             self.handshake_complete = True
+
+
+def sent_request_id(request: bytes) -> str | None:
+    """The first X-Request-Id of an HTTP request's head (`request`, as uvicorn passes an upgrade on: its request line
+    and a header a line), as sent; None where it has none."""
+    for line in request.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
+        name, colon, value = line.partition(b":")
+        if colon and name.strip().lower() == REQUEST_ID_HEADER.encode():
+            return value.strip().decode("latin-1")
+    return None
 
 
 def handshake_fault(exc: BaseException | None) -> str:

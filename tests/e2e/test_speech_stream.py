@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import signal
 import socket
 import time
@@ -331,14 +330,19 @@ def test_an_upgrade_the_websocket_library_cannot_read_is_refused_not_left_open(
 ) -> None:
     """The HTTP parser reads it, the WebSocket library does not, and gives up on it: nothing was answered and the
     connection stayed open, with no deadline left on it (its headers had arrived), for as long as the client held it.
-    It is refused as a bad handshake is, and closed."""
+    It is refused as a bad handshake is, and closed; a valid X-Request-Id sent with it is the one answered and logged,
+    as for a handshake the library read and refused (it was answered with one of the server's own)."""
     head = "".join(f"{name}: {value}\r\n" for name, value in UPGRADE.items())
-    line, answered, body = raw_answer(server, f"GET {PATH}{query} HTTP/1.1\r\n{head}{extra}\r\n".encode())
+    own_id = f"unread-{uuid.uuid4().hex}"
+    request = f"GET {PATH}{query} HTTP/1.1\r\n{head}X-Request-Id: {own_id}\r\n{extra}\r\n"
+    line, answered, body = raw_answer(server, request.encode())
     assert line.startswith(f"HTTP/1.1 {status} "), (line, body[:300])
     assert answered["content-type"] == "application/json" and answered["connection"] == "close", answered
-    assert re.fullmatch(r"[A-Za-z0-9._:-]{1,128}", answered["x-request-id"])
+    assert answered["x-request-id"] == own_id
     error = json.loads(body)["error"]
     assert (error["param"], error["code"]) == (None, "invalid_handshake"), error
+    logged = [event for event in server.log_events() if event.get("request_id") == own_id]
+    assert [event["message"] for event in logged] == ["websocket handshake refused"], logged
 
 
 def test_a_valid_upgrade_sent_by_hand_is_still_taken(server: RunningServer) -> None:
