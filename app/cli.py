@@ -104,6 +104,10 @@ def end_interrupted() -> NoReturn:
     os._exit(INTERRUPTED_STATUS)  # where the signal cannot kill it (the init process of a container)
 
 
+def _end_on_interrupt(sig: int, frame: FrameType | None) -> NoReturn:
+    end_interrupted()
+
+
 @contextlib.contextmanager
 def interrupt_ends_start() -> Iterator[None]:
     """Ctrl-C during the start, before the server handles signals itself, ends the process by SIGINT at once: there is
@@ -113,7 +117,9 @@ def interrupt_ends_start() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():  # only the main thread sets handlers
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # a handler, not the default action: the kernel kills a PID namespace's init process (a container's, whose
+    # entrypoint this server is) by no signal left to the default action, and Ctrl-C (docker run -it) did nothing
+    previous = signal.signal(signal.SIGINT, _end_on_interrupt)
     try:
         yield
     finally:

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-from tests.support.server import RunningServer, start_fake_omni, start_server, wait_for_log
+import pytest
+
+from app.cli import INTERRUPTED_STATUS
+from tests.support.server import RunningServer, server_command, start_fake_omni, start_server, wait_for_log
 
 ENDS_WITHIN_S = 60  # a shutdown takes a second or two; this leaves a busy machine its time, far below the loads below
 
@@ -61,6 +66,52 @@ def test_sigint_before_the_server_serves_ends_it_without_a_traceback(tmp_path: P
         end(server.process)
     assert status == -signal.SIGINT
     assert_no_traceback(server)
+
+
+# a command run as its own PID namespace's first process, as a container's entrypoint is: a program launched with
+# SIGINT ignored (a background job's) passes that on, so it is put back to the default first
+AS_INIT = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])",
+    "unshare",
+    "--pid",
+    "--fork",
+    "--mount-proc",
+]
+
+
+def runs_as_init() -> bool:
+    """Whether this machine lets a test run a process as its PID namespace's init (root and util-linux's unshare)."""
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run([*AS_INIT[3:], "true"], capture_output=True, check=False).returncode == 0
+
+
+@pytest.mark.skipif(not runs_as_init(), reason="needs unshare --pid (root)")
+def test_sigint_before_the_server_serves_ends_it_as_a_containers_init_process(tmp_path: Path) -> None:
+    """The image runs the server as its container's init process (its ENTRYPOINT, PID 1), which the kernel kills by
+    no signal it leaves to the default action: Ctrl-C during the start (`docker run -it`) was ignored, the start went
+    on, and the server served. It ends the start there too, with the status a shell gives a program it interrupted."""
+    keys = tmp_path / "keys"
+    os.mkfifo(keys)
+    command = [*AS_INIT, *server_command(), "--engine", "embedded"]
+    server = start_server(
+        tmp_path / "server.log", env={"SPEECH_API_KEYS_FILE": str(keys)}, wait_ready=False, command=command
+    )
+    try:
+        writer = open_once_read(keys, server.process)  # the server, its namespace's PID 1, now reads its keys
+        try:
+            (init,) = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
+            os.kill(int(init), signal.SIGINT)
+            status = server.process.wait(ENDS_WITHIN_S)  # unshare's: its child's
+        finally:
+            os.close(writer)
+    finally:
+        end(server.process)
+    assert status == INTERRUPTED_STATUS
+    log = server.log_path.read_text()
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
 
 
 def open_once_read(fifo: Path, process: subprocess.Popen[bytes], timeout_s: float = 120.0) -> int:
