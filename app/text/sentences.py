@@ -64,11 +64,16 @@ def is_speakable(text: str) -> bool:
     return any(unicodedata.category(ch)[0] in "LN" or unicodedata.category(ch) == "Sc" for ch in text)
 
 
+# What opens a word before its letters: quotes, brackets, Spanish's inverted marks, and Markdown's emphasis, code and
+# strike marks ("**Dr. Smith**", "_Dr. Who_"), which word timestamps strip too (`app.text.words.written_words`)
+_OPENING = "\"'“‘([«¿¡*_~`"
+
+
 def _word_before(text: str, end: int) -> str:
-    """The word that ends at `end`, as written. After whitespace of any kind: a word at a line's start ("\nDr.") is
-    "Dr", not "\nDr"."""
+    """The word that ends at `end`, as written, without what opens it (`_OPENING`: "**Dr" is "Dr"). After whitespace
+    of any kind: a word at a line's start ("\nDr.") is "Dr", not "\nDr"."""
     start = next((i + 1 for i in range(end - 1, -1, -1) if text[i].isspace()), 0)
-    return text[start:end].lstrip("\"'“‘([«")
+    return text[start:end].lstrip(_OPENING)
 
 
 def _ends_sentence(text: str, match: re.Match[str], begun: int, whole: bool) -> bool:
