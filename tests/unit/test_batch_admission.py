@@ -340,7 +340,7 @@ async def test_the_capabilities_tell_the_share_of_the_slots_and_the_deadline_a_b
         response = await client.post("/v1/audio/speech/batch", json=body, timeout=60)
         waited = time.monotonic() - started
     assert response.status_code == 504 and response.json()["error"]["code"] == "timeout", response.text
-    assert limits["timeout_s"] <= waited < limits["timeout_s"] + 5
+    assert limits["timeout_s"] <= waited < limits["timeout_s"] + 30  # its deadline, not the client's 60 s
 
 
 async def test_a_batch_that_outlasts_the_request_timeout_answers_the_items_it_finished(

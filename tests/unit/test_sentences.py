@@ -484,11 +484,11 @@ def test_a_long_run_of_stops_that_ends_no_sentence_is_read_once() -> None:
     stops, in time that grew with the square of its length: a WebSocket message of thirty runs of 4000 (each one word,
     within the longest input) held the server's event loop for 12 s, and every other session's audio with it."""
     text = ("x" + "." * 4000 + "x ") * 30
-    started = time.perf_counter()
+    started = time.process_time()  # this process's CPU time: another process busy on the machine adds none
     assert split_sentences(text) == text.split()  # each word longer than a piece may be: a piece of its own
     units, rest = complete_units(text, 250, "sentence")
     assert [*units, rest.strip()] == text.split()
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 3.0  # seconds of CPU: 18 before, milliseconds now
 
 
 @pytest.mark.parametrize(
@@ -516,11 +516,11 @@ def test_text_of_many_terminators_is_split_in_time_that_grows_with_its_length() 
     it came, held the event loop over a second, every other session's audio with it, and four times that (a larger
     SPEECH_WS_MAX_MESSAGE_BYTES) twenty. The next word is looked for where the terminator ends instead."""
     text = "Dr. 5. " * (512 * 1024 // len("Dr. 5. "))
-    started = time.perf_counter()
+    started = time.process_time()  # this process's CPU time: another process busy on the machine adds none
     units, rest = complete_units(text, 250, "sentence")
     assert len(units) == text.count("5.") - 1 and rest.strip() == "Dr. 5."  # the last waits for what comes next
     assert len(split_sentences(text)) == text.count("5.")
-    assert time.perf_counter() - started < 8.0  # seconds: 20 or more before, under one now
+    assert time.process_time() - started < 8.0  # seconds of CPU: 20 or more before, under one now
 
 
 def test_default_max_chars_is_250() -> None:
