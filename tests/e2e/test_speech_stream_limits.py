@@ -376,11 +376,11 @@ def test_the_capabilities_tell_the_session_limits_the_server_holds_a_session_to(
         quiet_from = time.monotonic()
         error = json.loads(ws.recv(timeout=30))
         assert error["code"] == "idle_timeout", error
-        assert limits["idle_timeout_s"] - 0.3 <= time.monotonic() - quiet_from <= limits["idle_timeout_s"] + 3.0
+        assert limits["idle_timeout_s"] - 0.3 <= time.monotonic() - quiet_from <= limits["idle_timeout_s"] + 6.0
         assert closed_with(ws) == 1000
     opened = time.monotonic()
     with connect(ws_url(small_limits_server)) as ws:
         error = json.loads(ws.recv(timeout=30))
         assert error["code"] == "session_config_timeout", error
-        assert limits["config_timeout_s"] - 0.1 <= time.monotonic() - opened <= limits["config_timeout_s"] + 3.0
+        assert limits["config_timeout_s"] - 0.1 <= time.monotonic() - opened <= limits["config_timeout_s"] + 6.0
         assert closed_with(ws) == 1008
