@@ -218,7 +218,7 @@ class SpeechRun:
     # its sentences one after another; waiting for the ones before it is not its synthesis)
     deadline_from: float | None = None
     # its audio counted as delivered when it ends (`speech_audio_seconds_total`): a batch's items are counted by the
-    # batch once it answers with them
+    # batch once it answers with them, a WebSocket sentence's as its audio is delivered
     counts_audio: bool = True
     # words timed as a player of the response plays them (mp3's and aac's decoder lead); False: as synthesized, as a
     # WebSocket sentence's are, beside its trailing words and its length

@@ -80,6 +80,7 @@ async def speak_sentence(
     run = SpeechRun(
         service, timing.received, timing, {}, "websocket", observe_ttfa=False, stream_ended_as=stream_ended_as,
         deadline_from=turn, words_as_played=False,  # timed from the sentence's start as synthesized, as its trailer
+        counts_audio=False,  # counted as it is delivered (`Speaker.deliver`): it is synthesized ahead of that
     )  # fmt: skip
     ticket = await run.admitted(len(text))  # waited for no longer than its deadline, counted from its turn
     audio = await run.open(job, output, ticket)
@@ -610,6 +611,9 @@ class Speaker:
             utterance.sentences += 1
             utterance.audio_bytes += total
             utterance.audio_s += spoken_s
+            # the audio delivered, not the audio synthesized: a sentence synthesized ahead whose client stopped
+            # reading or left was never sent, or only its beginning
+            metrics.AUDIO_SECONDS.inc(spoken_s)
             with contextlib.suppress(Exception):
                 await self.sink.sentence_ended(sentence, total, error=not ended)
 

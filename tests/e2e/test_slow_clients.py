@@ -225,14 +225,15 @@ def connection_ended(sock: socket.socket) -> bool:
     return True
 
 
-def websocket_open(server: RunningServer) -> socket.socket:
+def websocket_open(server: RunningServer, request_id: str | None = None) -> socket.socket:
     """A WebSocket session over a raw socket with a small receive buffer: the handshake read, nothing after."""
     sock = connect(server, recv_buffer=4096)
     key = base64.b64encode(os.urandom(16)).decode()
+    named = f"X-Request-Id: {request_id}\r\n" if request_id else ""
     sock.sendall(
         (
             "GET /v1/audio/speech/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            f"{named}Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
         ).encode()
     )
     head = b""
@@ -291,6 +292,36 @@ def test_a_websocket_client_that_never_reads_is_cut_off(guarded: RunningServer) 
         f"{guarded.base_url}/v1/audio/speech", content=BODY, headers={"content-type": "application/json"}, timeout=30
     )
     assert response.status_code == 200  # the slot came back
+
+
+def test_a_websocket_session_cut_off_counts_only_the_audio_it_delivered(guarded: RunningServer) -> None:
+    """`speech_audio_seconds_total` is the audio delivered: a session whose client stopped reading adds what its
+    sentences wrote before it was cut off, as its `speech utterance` line says (`audio_s`). Before, each sentence
+    added all the audio synthesized for it, the sentence left half written and the one synthesized ahead of it,
+    never sent, alike."""
+    before = guarded.metric("speech_audio_seconds_total")
+    request_id = f"stall-audio-{uuid.uuid4().hex[:8]}"
+    sock = websocket_open(guarded, request_id)
+    try:
+        websocket_send(sock, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        websocket_send(sock, {"type": "input.text", "text": LONGEST_TEXT})
+        websocket_send(sock, {"type": "input.done"})
+        deadline = time.monotonic() + 60
+        while not (
+            stalled := [
+                e
+                for e in guarded.log_events()
+                if e.get("message") == "speech utterance" and e.get("request_id") == request_id
+            ]
+        ):
+            assert time.monotonic() < deadline, "the stalled session was never cut off"
+            time.sleep(0.2)
+        assert stalled[0]["outcome"] == "client_stalled"
+        assert connection_ended(sock)
+    finally:
+        sock.close()
+    # the log line rounds to the millisecond
+    assert guarded.metric("speech_audio_seconds_total") - before == pytest.approx(stalled[0]["audio_s"], abs=0.002)
 
 
 def test_an_upgrade_refused_by_the_websocket_layer_is_answered_cleanly(guarded: RunningServer) -> None:
