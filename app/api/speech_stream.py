@@ -346,6 +346,12 @@ class SpeechStreamSession:
         try:
             data = self.read(message)
             kind = data.get("type")
+            # told in JSON's terms, as `text` is: an unknown type is named in the message, and a value that is no
+            # string would be named in Python's ("None", "True")
+            if kind is None:  # null is the field omitted, and a message's type is required
+                raise missing_parameter("type")
+            if not isinstance(kind, str):
+                raise ApiError(400, "'type' must be a string.", param="type", code="invalid_type")
             if kind == "session.config":
                 if self.speech.mid_utterance or self.halves.held:  # a config changes whole utterances only
                     raise invalid_param("type", "Send input.done before a new session.config.", "input_pending")

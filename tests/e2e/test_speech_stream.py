@@ -652,6 +652,43 @@ def test_malformed_messages_are_answered_and_the_connection_kept(server: Running
         assert events[-1]["type"] == "session.done" and len(audio[0]) > 1000
 
 
+def test_a_message_without_a_type_or_with_one_not_a_string_is_told_so(server: RunningServer) -> None:
+    """A message's `type` is required, a string: one without it (or null, which is the field omitted) is told it is
+    missing, as `text` missing is, and one of another JSON type that it must be a string. Before, both were an
+    unknown message type named in Python's words ("Unknown message type None", "True", "['x']")."""
+    with connect(ws_url(server)) as ws:
+        send(ws, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        for message in ({"text": "Never spoken."}, {"type": None, "text": "Never spoken."}):
+            send(ws, message)
+            error = json.loads(ws.recv(timeout=10))
+            assert (error["code"], error["param"]) == ("missing_required_parameter", "type"), error
+            assert error["message"] == "Missing required parameter: 'type'."
+        for kind in (True, 5, ["input.text"], {"name": "input.text"}):
+            send(ws, {"type": kind, "text": "Never spoken."})
+            error = json.loads(ws.recv(timeout=10))
+            assert (error["code"], error["param"], error["message"]) == (
+                "invalid_type",
+                "type",
+                "'type' must be a string.",
+            ), error
+        send(ws, {"type": "what"})
+        assert json.loads(ws.recv(timeout=10))["message"].startswith("Unknown message type 'what': ")
+        send(ws, {"type": "input.text", "text": "Still here."})
+        send(ws, {"type": "input.done"})
+        events, _ = receive_utterance(ws)
+        assert [e["sentence_text"] for e in events if e["type"] == "audio.start"] == ["Still here."]
+    # as the first message it is the session's refusal, counted under its code
+    before = server.metric("speech_requests_total", stream="websocket", code="missing_required_parameter")
+    with connect(ws_url(server)) as ws:
+        send(ws, {"voice": "alloy"})
+        error = json.loads(ws.recv(timeout=10))
+        assert (error["code"], error["param"]) == ("missing_required_parameter", "type"), error
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    assert server.metric("speech_requests_total", stream="websocket", code="missing_required_parameter") == before + 1
+
+
 @pytest.mark.parametrize("kind", ["input.text", "input.done", "session.close"])
 def test_a_field_name_that_is_not_unicode_is_told_by_code_point(server: RunningServer, kind: str) -> None:
     """JSON may write half a UTF-16 pair into a key ("\\ud800"). Echoed back, the error is no valid Unicode: a strict
