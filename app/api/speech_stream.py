@@ -222,14 +222,21 @@ class SpeechStreamSession:
         code = CLOSE_NORMAL
         try:
             while True:
-                if receiving is None:
+                # the next message is read once the text read ahead of the speech leaves room for it: a client that
+                # writes faster than it is spoken waits on its connection, its text not held here
+                if receiving is None and self.speech.room.is_set():
                     receiving = asyncio.create_task(self.ws.receive())
+                reading: asyncio.Future[Any] = receiving or asyncio.ensure_future(self.speech.room.wait())
                 drain = asyncio.ensure_future(self.lifecycle.drain_started.wait() if not drain_seen else never())
                 stop = asyncio.ensure_future(self.speech.stopped.wait())
-                waits = {receiving, speaker, drain, stop}
+                waits = {reading, speaker, drain, stop}
                 done, _ = await asyncio.wait(waits, timeout=self.timeout(), return_when=asyncio.FIRST_COMPLETED)
                 drain.cancel()
                 stop.cancel()
+                if receiving is None:
+                    reading.cancel()
+                    if reading in done:
+                        continue  # room to read the next message
                 if speaker in done:
                     speaker.result()  # raises the SessionClosed that the frames raised
                     raise SessionClosed(CLOSE_GOING_AWAY)  # else the last utterance ended while the server drains
@@ -253,7 +260,8 @@ class SpeechStreamSession:
                     # idle, unless its client's next message is already on its way (sent with the session's first:
                     # a session that began just before the drain is served, not closed with its text unread)
                     grace = self.lifecycle.session_grace_left_s()
-                    if self.speech.idle and not (await asyncio.wait({receiving}, timeout=grace))[0]:
+                    # (no message is read while speech is queued: then it is not idle)
+                    if self.speech.idle and not (receiving and (await asyncio.wait({receiving}, timeout=grace))[0]):
                         raise SessionClosed(CLOSE_GOING_AWAY)
                 elif self.speech.voice is None:
                     message = "No valid session.config arrived in time."

@@ -46,6 +46,12 @@ from app.timing import ListenerClock, TtfaTimeline
 
 log = logging.getLogger(__name__)
 
+# the text a stream reads ahead of its speech (characters queued to be spoken, not yet delivered): past it, its next
+# message waits until some has been spoken, so that a client that writes faster than it is spoken (megabytes a
+# second, compressed to kilobytes on the wire) is held back by its connection instead of held in memory. Half an hour
+# of speech: an LLM's longest reply is read whole at once.
+MAX_UNSPOKEN_CHARS = 32768
+
 
 @dataclasses.dataclass(frozen=True)
 class EncodedPiece:
@@ -251,6 +257,9 @@ class StreamedSpeech:
         self.quiet_since = time.perf_counter()
         self.heard_until = 0.0  # when a listener playing every utterance so far, one after another, has heard them
         self.unspoken = 0  # sentences queued, being synthesized or being delivered
+        self.unspoken_chars = 0  # their text's
+        self.room = asyncio.Event()  # set while their text is under MAX_UNSPOKEN_CHARS: more may be read
+        self.room.set()
         self.gap_checked = False  # the buffered text has had its SPEECH_WS_SENTENCE_IDLE_S look
         self.utterance = 0
         self.sentence_index = 0  # within the utterance being received
@@ -463,6 +472,9 @@ class StreamedSpeech:
             self.queue.put_nowait(self.last_sentence)
             self.sentence_index += 1
             self.unspoken += 1
+            self.unspoken_chars += len(text)
+        if self.unspoken_chars >= MAX_UNSPOKEN_CHARS:
+            self.room.clear()
 
     def start(self, sink: SpeechSink) -> asyncio.Task[None]:
         """Speak what is queued, now and later, through `sink`: the task ends when a drain may end the stream (the
@@ -538,6 +550,9 @@ class Speaker:
                 finally:
                     lookahead.release()
                     speech.unspoken -= 1
+                    speech.unspoken_chars -= len(sentence.text)
+                    if speech.unspoken_chars < MAX_UNSPOKEN_CHARS:
+                        speech.room.set()
                     if not speech.unspoken:
                         speech.quiet_from(time.perf_counter())
         finally:

@@ -324,6 +324,42 @@ def test_a_websocket_session_cut_off_counts_only_the_audio_it_delivered(guarded:
     assert guarded.metric("speech_audio_seconds_total") - before == pytest.approx(stalled[0]["audio_s"], abs=0.002)
 
 
+def test_a_websocket_client_that_writes_faster_than_it_is_spoken_is_held_back(guarded: RunningServer) -> None:
+    """Text is read ahead of its speech up to a bound (32768 characters not yet spoken): past it, the next message is
+    read once some of it has been spoken, and a client that sends megabytes of text and reads nothing waits on its
+    sends until it is cut off as one that stopped reading. Before, every message was read and queued as it came, the
+    server's memory and event loop given to text hours ahead of its speech (50 MB of text, compressed to kilobytes
+    on the wire, held 600 MB)."""
+    request_id = f"flood-{uuid.uuid4().hex[:8]}"
+    sock = websocket_open(guarded, request_id)
+    sent = 0
+    try:
+        websocket_send(sock, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
+        piece = "Short sentence here. " * 5000  # 105 000 characters, within the message limit
+        try:
+            for _ in range(40):  # 4.2 MB
+                websocket_send(sock, {"type": "input.text", "text": piece})
+                sent += len(piece)
+        except OSError:  # the sends wait until the server cuts the session off, as a stalled client's
+            pass
+        deadline = time.monotonic() + 60
+        while not (
+            ended := [
+                e
+                for e in guarded.log_events()
+                if e.get("message") == "speech utterance" and e.get("request_id") == request_id
+            ]
+        ):
+            assert time.monotonic() < deadline, "the session was never cut off"
+            time.sleep(0.2)
+    finally:
+        sock.close()
+    assert sent < 40 * len(piece)  # held back
+    assert ended[0]["outcome"] == "client_stalled"
+    # read: the bound, the message that crossed it, and what was spoken meanwhile (into the socket's buffers)
+    assert ended[0]["chars"] < 32768 + 2 * len(piece), ended[0]
+
+
 def test_an_upgrade_refused_by_the_websocket_layer_is_answered_cleanly(guarded: RunningServer) -> None:
     """An upgrade the WebSocket layer refuses before the application sees it (no Sec-WebSocket-Key: scanners and some
     health checks send such): a 400, the connection closed, and nothing at error level in the log."""
