@@ -64,7 +64,7 @@ from app.api.speech_frames import (
     SessionClosed,
 )
 from app.audio.formats import ResponseFormat
-from app.speech.errors import Failed, ShuttingDown, SpeechError
+from app.speech.errors import EngineFailed, Failed, ShuttingDown, SpeechError, Unavailable
 from app.speech.options import DEFAULT_VOICE, SpeechOptions, VoiceName, VoiceRef, field_types
 from app.speech.run import SpeechService
 from app.speech.sentences import Granularity
@@ -497,7 +497,8 @@ async def speech_stream(websocket: WebSocket) -> None:
         return
     try:
         service.check_not_draining()
-    except ShuttingDown as exc:
+        service.check_ready()  # an engine loading or failed for good would fail every sentence after its audio.start
+    except (ShuttingDown, Unavailable, EngineFailed) as exc:
         # refused before the upgrade, as the HTTP 503 a request gets: a balancer retries it on another replica, which
         # it could not do with a session closed after the upgrade
         await deny_upgrade(websocket, to_api_error(exc))

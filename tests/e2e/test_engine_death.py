@@ -12,8 +12,11 @@ import time
 
 import httpx
 import pytest
+from websockets.datastructures import Headers
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
-from tests.support.server import start_fake_omni
+from tests.support.server import RunningServer, start_fake_omni, wait_for_log
 
 pytestmark = pytest.mark.timing  # asserts on wall-clock time: tests/support/timing_stress.py
 
@@ -71,6 +74,43 @@ def test_an_engine_that_dies_fails_its_streams_visibly_then_readiness_and_livene
         refused = httpx.post(f"{server.base_url}/v1/audio/speech", json={**LONG, "response_format": "pcm"}, timeout=10)
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "engine_failed"
         assert "Retry-After" not in refused.headers and "Retry-After" not in ready.headers  # no retry here mends it
+        status, headers, error = websocket_refusal(server)
+        assert status == 503 and error["code"] == "engine_failed"
+        assert "Retry-After" not in headers
         assert server.process.poll() is None  # alive, for its orchestrator to restart
+    finally:
+        server.stop()
+
+
+def websocket_refusal(server: RunningServer) -> tuple[int, Headers, dict[str, object]]:
+    """The HTTP answer to a WebSocket upgrade that is refused (a failure where it is accepted): its status, headers
+    and OpenAI error."""
+    url = server.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with pytest.raises(InvalidStatus) as refused:
+        with connect(url, open_timeout=10) as ws:
+            ws.send(json.dumps({"type": "session.config", "voice": "vivian"}))
+            ws.send(json.dumps({"type": "input.text", "text": "Never spoken."}))
+            ws.send(json.dumps({"type": "input.done"}))
+            pytest.fail(f"a session was opened on an engine that cannot speak: {ws.recv(timeout=10)}")
+    answer = refused.value.response
+    return answer.status_code, answer.headers, json.loads(bytes(answer.body or b""))["error"]
+
+
+def test_a_websocket_session_is_refused_before_the_upgrade_while_the_engine_loads(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A session asked for while the engine is not ready is refused before the upgrade, with the 503 a request gets
+    (`engine_unavailable`, Retry-After), which a balancer retries on another replica, as a draining server's is (and
+    once the engine has failed for good, `engine_failed`: above). Before, it was accepted, its config too, and each of
+    its sentences then failed after its audio.start, counted as the server's error."""
+    server = start_fake_omni(tmp_path_factory.mktemp("loading"), "--start-delay-s", "600", wait_ready=False)
+    try:
+        wait_for_log(server, "making AsyncOmni")
+        request = httpx.post(f"{server.base_url}/v1/audio/speech", json={"input": "Hello.", "voice": "vivian"})
+        assert request.status_code == 503 and request.json()["error"]["code"] == "engine_unavailable"
+        status, headers, error = websocket_refusal(server)
+        assert status == 503 and error == request.json()["error"]
+        assert headers["Retry-After"] == request.headers["Retry-After"]
+        assert headers["X-Request-Id"]
     finally:
         server.stop()

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client import REGISTRY
-from starlette.testclient import TestClient, WebSocketDenialResponse
+from starlette.testclient import WebSocketDenialResponse
 
 from app.api.errors import (
     INVALID_REQUEST,
@@ -44,6 +44,7 @@ from app.speech.errors import (
     Unavailable,
     UnknownModel,
 )
+from tests.support.asgi import ready_client
 
 Message = dict[str, Any]
 ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Any]
@@ -343,20 +344,20 @@ def test_a_websocket_upgrade_refused_or_accepted_carries_its_request_id() -> Non
     """A session's handshake is answered with its id as every response is: the drain's 503 before the upgrade (a
     balancer retries it elsewhere, and the id is what ties its log lines together), and an accepted upgrade's 101."""
     app = create_app(Settings(engine="embedded"))
-    client = TestClient(app)
-    with client.websocket_connect("/v1/audio/speech/stream", headers={"X-Request-Id": "ws-open"}) as accepted:
-        assert (REQUEST_ID_HEADER.encode(), b"ws-open") in accepted.extra_headers
-    app.state.lifecycle.draining = True
-    with (
-        pytest.raises(WebSocketDenialResponse) as refused,
-        client.websocket_connect("/v1/audio/speech/stream", headers={"X-Request-Id": "ws-in-drain"}),
-    ):
-        pass
-    assert refused.value.status_code == 503 and refused.value.json()["error"]["code"] == "server_shutting_down"
-    assert refused.value.headers.get_list(REQUEST_ID_HEADER) == ["ws-in-drain"]
-    with pytest.raises(WebSocketDenialResponse) as generated, client.websocket_connect("/v1/audio/speech/stream"):
-        pass
-    assert HEX32.fullmatch(generated.value.headers[REQUEST_ID_HEADER])
+    with ready_client(app) as client:
+        with client.websocket_connect("/v1/audio/speech/stream", headers={"X-Request-Id": "ws-open"}) as accepted:
+            assert (REQUEST_ID_HEADER.encode(), b"ws-open") in accepted.extra_headers
+        app.state.lifecycle.draining = True
+        with (
+            pytest.raises(WebSocketDenialResponse) as refused,
+            client.websocket_connect("/v1/audio/speech/stream", headers={"X-Request-Id": "ws-in-drain"}),
+        ):
+            pass
+        assert refused.value.status_code == 503 and refused.value.json()["error"]["code"] == "server_shutting_down"
+        assert refused.value.headers.get_list(REQUEST_ID_HEADER) == ["ws-in-drain"]
+        with pytest.raises(WebSocketDenialResponse) as generated, client.websocket_connect("/v1/audio/speech/stream"):
+            pass
+        assert HEX32.fullmatch(generated.value.headers[REQUEST_ID_HEADER])
 
 
 WS_KEY = "sk-unit-ws-0123456789"
@@ -386,32 +387,32 @@ def test_a_websocket_session_refused_is_counted_as_the_request_refused_for_the_s
     client is told: by the time it reads its `error`, the count has moved. A session that ends without a refusal is
     not counted there (its utterances are, in speech_ws_utterances_total)."""
     app = create_app(Settings(engine="embedded", api_keys=[WS_KEY], api_key_max_concurrency=1))
-    client = TestClient(app)
-    path = "/v1/audio/speech/stream"
-    before = websocket_refusals()
-    with client.websocket_connect(f"{path}?api_key=sk-wrong") as refused:  # a wrong key: 1008
-        assert refused.receive_json()["code"] == "invalid_api_key"
-        assert refusals_since(before) == {("401", "invalid_api_key"): 1}
-    before = websocket_refusals()
-    with client.websocket_connect(f"{path}?api_key={WS_KEY}") as held:
-        with client.websocket_connect(f"{path}?api_key={WS_KEY}") as refused:  # the key's one place is held: 1013
-            assert refused.receive_json()["code"] == "rate_limit_exceeded"
-        assert refusals_since(before) == {("429", "rate_limit_exceeded"): 1}
+    with ready_client(app) as client:
+        path = "/v1/audio/speech/stream"
         before = websocket_refusals()
-        held.send_json({"type": "input.text", "text": "Too early."})  # no valid session.config first: 1008
-        assert held.receive_json()["code"] == "session_config_required"
-        assert refusals_since(before) == {("400", "session_config_required"): 1}
-    before = websocket_refusals()
-    with client.websocket_connect(f"{path}?api_key={WS_KEY}") as closed:  # closed by its client: no refusal
-        closed.send_json({"type": "session.close"})
-        closed.receive()
-    with client.websocket_connect("/v1/elsewhere?api_key=sk-wrong") as elsewhere:  # no speech: not counted, as a
-        assert elsewhere.receive_json()["code"] == "invalid_api_key"  # key refused on GET /v1/models is not
-    assert refusals_since(before) == {}
-    app.state.lifecycle.draining = True
-    with pytest.raises(WebSocketDenialResponse), client.websocket_connect(f"{path}?api_key={WS_KEY}"):  # before the
-        pass  # upgrade, as the HTTP 503 a request gets
-    assert refusals_since(before) == {("503", "server_shutting_down"): 1}
+        with client.websocket_connect(f"{path}?api_key=sk-wrong") as refused:  # a wrong key: 1008
+            assert refused.receive_json()["code"] == "invalid_api_key"
+            assert refusals_since(before) == {("401", "invalid_api_key"): 1}
+        before = websocket_refusals()
+        with client.websocket_connect(f"{path}?api_key={WS_KEY}") as held:
+            with client.websocket_connect(f"{path}?api_key={WS_KEY}") as refused:  # the key's one place is held: 1013
+                assert refused.receive_json()["code"] == "rate_limit_exceeded"
+            assert refusals_since(before) == {("429", "rate_limit_exceeded"): 1}
+            before = websocket_refusals()
+            held.send_json({"type": "input.text", "text": "Too early."})  # no valid session.config first: 1008
+            assert held.receive_json()["code"] == "session_config_required"
+            assert refusals_since(before) == {("400", "session_config_required"): 1}
+        before = websocket_refusals()
+        with client.websocket_connect(f"{path}?api_key={WS_KEY}") as closed:  # closed by its client: no refusal
+            closed.send_json({"type": "session.close"})
+            closed.receive()
+        with client.websocket_connect("/v1/elsewhere?api_key=sk-wrong") as elsewhere:  # no speech: not counted, as a
+            assert elsewhere.receive_json()["code"] == "invalid_api_key"  # key refused on GET /v1/models is not
+        assert refusals_since(before) == {}
+        app.state.lifecycle.draining = True
+        with pytest.raises(WebSocketDenialResponse), client.websocket_connect(f"{path}?api_key={WS_KEY}"):  # before the
+            pass  # upgrade, as the HTTP 503 a request gets
+        assert refusals_since(before) == {("503", "server_shutting_down"): 1}
 
 
 def test_a_websocket_session_refused_before_it_spoke_is_logged_once_with_its_refusal(
@@ -423,47 +424,47 @@ def test_a_websocket_session_refused_before_it_spoke_is_logged_once_with_its_ref
     the dashboard, or by a client quoting its X-Request-Id, could not be found in the log. Logged before the client is
     told, as it is counted: no waiting for it."""
     app = create_app(Settings(engine="embedded", cors_origins=["https://app.example.com"]))
-    client = TestClient(app)
-    path = "/v1/audio/speech/stream"
+    with ready_client(app) as client:
+        path = "/v1/audio/speech/stream"
 
-    def lines(request_id: str) -> list[tuple[str, str, int, dict[str, str]]]:
-        return [
-            (r.method, r.path, r.status, r.error)  # type: ignore[attr-defined]
-            for r in caplog.records
-            if r.getMessage() == "api request" and getattr(r, "request_id", "") == request_id
-        ]
-
-    with caplog.at_level(logging.INFO, logger="app.api.middleware"):
-        with client.websocket_connect(path, headers={"X-Request-Id": "ws-no-config"}) as refused:
-            refused.send_json({"type": "input.text", "text": "Too early."})
-            assert refused.receive_json()["code"] == "session_config_required"
-            assert lines("ws-no-config") == [
-                (
-                    "WEBSOCKET",
-                    path,
-                    400,
-                    {"type": "invalid_request_error", "code": "session_config_required", "param": "type"},
-                )
+        def lines(request_id: str) -> list[tuple[str, str, int, dict[str, str]]]:
+            return [
+                (r.method, r.path, r.status, r.error)  # type: ignore[attr-defined]
+                for r in caplog.records
+                if r.getMessage() == "api request" and getattr(r, "request_id", "") == request_id
             ]
-        foreign = {"X-Request-Id": "ws-foreign", "Origin": "https://elsewhere.example"}
-        with pytest.raises(WebSocketDenialResponse), client.websocket_connect(path, headers=foreign):
-            pass
-        assert lines("ws-foreign") == [
-            ("WEBSOCKET", path, 403, {"type": "invalid_request_error", "code": "origin_not_allowed"})
-        ]
-        with client.websocket_connect(path, headers={"X-Request-Id": "ws-spoke"}) as spoke:  # not refused: no line
-            spoke.send_json({"type": "session.close"})
-            spoke.receive()
-        app.state.lifecycle.draining = True
-        with (
-            pytest.raises(WebSocketDenialResponse),
-            client.websocket_connect(path, headers={"X-Request-Id": "ws-in-drain"}),
-        ):
-            pass
-        assert lines("ws-in-drain") == [
-            ("WEBSOCKET", path, 503, {"type": "server_error", "code": "server_shutting_down"})
-        ]
-    assert lines("ws-spoke") == []
+
+        with caplog.at_level(logging.INFO, logger="app.api.middleware"):
+            with client.websocket_connect(path, headers={"X-Request-Id": "ws-no-config"}) as refused:
+                refused.send_json({"type": "input.text", "text": "Too early."})
+                assert refused.receive_json()["code"] == "session_config_required"
+                assert lines("ws-no-config") == [
+                    (
+                        "WEBSOCKET",
+                        path,
+                        400,
+                        {"type": "invalid_request_error", "code": "session_config_required", "param": "type"},
+                    )
+                ]
+            foreign = {"X-Request-Id": "ws-foreign", "Origin": "https://elsewhere.example"}
+            with pytest.raises(WebSocketDenialResponse), client.websocket_connect(path, headers=foreign):
+                pass
+            assert lines("ws-foreign") == [
+                ("WEBSOCKET", path, 403, {"type": "invalid_request_error", "code": "origin_not_allowed"})
+            ]
+            with client.websocket_connect(path, headers={"X-Request-Id": "ws-spoke"}) as spoke:  # not refused: no line
+                spoke.send_json({"type": "session.close"})
+                spoke.receive()
+            app.state.lifecycle.draining = True
+            with (
+                pytest.raises(WebSocketDenialResponse),
+                client.websocket_connect(path, headers={"X-Request-Id": "ws-in-drain"}),
+            ):
+                pass
+            assert lines("ws-in-drain") == [
+                ("WEBSOCKET", path, 503, {"type": "server_error", "code": "server_shutting_down"})
+            ]
+        assert lines("ws-spoke") == []
 
 
 async def test_missing_request_id_is_generated_and_unique() -> None:

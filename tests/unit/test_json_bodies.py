@@ -13,7 +13,6 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ValidationError
-from starlette.testclient import TestClient
 
 from app.api import json_body
 from app.api.errors import ApiError, validation_error
@@ -24,6 +23,7 @@ from app.api.speech_stream import SessionConfig
 from app.server import create_app
 from app.settings import Settings
 from app.speech.options import is_switch
+from tests.support.asgi import ready_client
 
 # each body or message, with the least it must carry
 MINIMAL: dict[type[BaseModel], dict[str, Any]] = {
@@ -244,8 +244,10 @@ async def test_around_a_number_too_long(body: str, code: str, param: str | None)
 
 
 def test_a_number_too_long_in_a_websocket_message_is_refused_naming_its_field() -> None:
-    client = TestClient(create_app(Settings(engine="embedded")))
-    with client.websocket_connect("/v1/audio/speech/stream") as ws:
+    with (
+        ready_client(create_app(Settings(engine="embedded"))) as client,
+        client.websocket_connect("/v1/audio/speech/stream") as ws,
+    ):
         ws.send_text('{"type": "session.config", "speed": ' + DIGITS + "}")
         error = ws.receive_json()
     assert (error["code"], error["param"], error["message"]) == (

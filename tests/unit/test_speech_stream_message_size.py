@@ -16,6 +16,7 @@ from starlette.websockets import WebSocketDisconnect
 from app.api import json_body, speech_stream
 from app.server import create_app
 from app.settings import MIN_MESSAGE_BYTES, Settings
+from tests.support.asgi import ready_client
 
 PATH = "/v1/audio/speech/stream"
 LIMIT = MIN_MESSAGE_BYTES  # SPEECH_WS_MAX_MESSAGE_BYTES; SPEECH_MAX_BODY_BYTES keeps its default, far above
@@ -49,8 +50,9 @@ def parsed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
 
 @pytest.fixture(scope="module")
-def client() -> TestClient:
-    return TestClient(create_app(Settings(engine="embedded", ws_max_message_bytes=LIMIT)))
+def client() -> Iterator[TestClient]:
+    with ready_client(create_app(Settings(engine="embedded", ws_max_message_bytes=LIMIT))) as client:
+        yield client
 
 
 def answer(client: TestClient, raw: str) -> tuple[dict[str, Any], int]:
