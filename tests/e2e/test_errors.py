@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 
 import httpx
 import openai
 import pytest
 
-from tests.support.server import RunningServer
+from tests.support.server import RunningServer, raw_answer
 
 VALID = {"model": "tts-1", "input": "Hello.", "voice": "alloy"}
 
@@ -97,16 +96,8 @@ def test_the_websocket_address_over_plain_http_says_it_needs_an_upgrade(server: 
 )
 def test_a_request_no_http_parser_reads_is_an_openai_400_with_a_request_id(server: RunningServer, raw: bytes) -> None:
     """The HTTP parser refuses it before the application sees it: it was answered in plain text, with no request id."""
-    host, port = server.base_url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(raw)
-        answer = b""
-        while chunk := sock.recv(65536):  # the server closes the connection
-            answer += chunk
-    head, _, body = answer.partition(b"\r\n\r\n")
-    status, *lines = head.decode("latin-1").split("\r\n")
-    assert status.startswith("HTTP/1.1 400 "), answer[:300]
-    headers = {name.lower(): value for name, _, value in (line.partition(": ") for line in lines)}
+    status, headers, body = raw_answer(server, raw)  # the server closes the connection
+    assert status.startswith("HTTP/1.1 400 "), (status, body[:300])
     assert headers["content-type"] == "application/json" and headers["connection"] == "close"
     assert int(headers["content-length"]) == len(body)
     assert re.fullmatch(r"[A-Za-z0-9._:-]{1,128}", headers["x-request-id"])

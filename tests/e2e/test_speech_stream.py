@@ -18,7 +18,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from loadtest.audio import decode, transcribe, word_error_rate
 from tests.e2e.test_speech_formats import check_rate
-from tests.support.server import RunningServer, json_log_records, start_server
+from tests.support.server import RunningServer, json_log_records, raw_answer, start_server
 
 PATH = "/v1/audio/speech/stream"
 KEY = "sk-stream-test-key"
@@ -262,20 +262,6 @@ UPGRADE = {
     "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
     "Sec-WebSocket-Version": "13",
 }
-
-
-def raw_answer(server: RunningServer, request: bytes) -> tuple[str, dict[str, str], bytes]:
-    """The server's answer to `request`, sent as it is on a socket of its own: its status line, its headers (by
-    lower-case name) and its body, read until the server closes the connection."""
-    host, port = server.base_url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(request)
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
-    head, _, body = answer.partition(b"\r\n\r\n")
-    status, *lines = head.decode("latin-1").split("\r\n")
-    return status, {name.lower(): value for name, _, value in (line.partition(": ") for line in lines)}, body
 
 
 @pytest.mark.parametrize(

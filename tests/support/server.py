@@ -165,3 +165,17 @@ def wait_until(server: RunningServer, path: str, timeout_s: float) -> None:
     raise TimeoutError(
         f"speech-server not answering {path} after {timeout_s} s:\n{server.log_path.read_text()[-4000:]}"
     )
+
+
+def raw_answer(server: RunningServer, request: bytes) -> tuple[str, dict[str, str], bytes]:
+    """The server's answer to `request`, sent as it is on a socket of its own: its status line, its headers (by
+    lower-case name) and its body, read until the server closes the connection."""
+    host, port = server.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status, *lines = head.decode("latin-1").split("\r\n")
+    return status, {name.lower(): value for name, _, value in (line.partition(": ") for line in lines)}, body
