@@ -261,6 +261,20 @@ def test_an_engine_that_cannot_clone_refuses_uploads(server: RunningServer, samp
         assert response.json()["error"]["code"] == "voice_cloning_unsupported", (incomplete, response.text)
 
 
+def test_a_delete_on_an_engine_that_cannot_clone_finds_no_uploaded_voice_and_keeps_the_built_in_ones(
+    server: RunningServer,
+) -> None:
+    """docs/api.md: a delete there is a 404, and a built-in voice's name a 400 on `name` on every server."""
+    response = httpx.delete(f"{server.base_url}/v1/audio/voices/never-uploaded")
+    assert response.status_code == 404 and response.json()["error"]["code"] == "voice_not_found", response.text
+    for built_in in ("heart", "alloy"):  # the engine's own voice, and an alias that speaks with it
+        response = httpx.delete(f"{server.base_url}/v1/audio/voices/{built_in}")
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert (error["code"], error["param"]) == ("invalid_value", "name"), error
+    assert httpx.get(f"{server.base_url}/v1/audio/voices/heart").status_code == 200  # still there
+
+
 def test_a_voice_registered_by_a_cloning_replica_on_one_that_cannot_clone(
     cloning: RunningServer, tmp_path: Path, sample: bytes
 ) -> None:
