@@ -473,7 +473,22 @@ class StreamedSpeech:
             self.sentence_index += 1
             self.unspoken += 1
             self.unspoken_chars += len(text)
-        if self.unspoken_chars >= MAX_UNSPOKEN_CHARS:
+        self._make_room()
+
+    def spoken(self, sentence: Sentence) -> None:
+        """`sentence` is off the queue (delivered, or given up): its text leaves room to read more, and where it was
+        the last, the idle time counts from now."""
+        self.unspoken -= 1
+        self.unspoken_chars -= len(sentence.text)
+        self._make_room()
+        if not self.unspoken:
+            self.quiet_from(time.perf_counter())
+
+    def _make_room(self) -> None:
+        # more text is read while what is queued to be spoken is under MAX_UNSPOKEN_CHARS
+        if self.unspoken_chars < MAX_UNSPOKEN_CHARS:
+            self.room.set()
+        else:
             self.room.clear()
 
     def start(self, sink: SpeechSink) -> asyncio.Task[None]:
@@ -549,12 +564,7 @@ class Speaker:
                     await self.deliver(sentence, produced)
                 finally:
                     lookahead.release()
-                    speech.unspoken -= 1
-                    speech.unspoken_chars -= len(sentence.text)
-                    if speech.unspoken_chars < MAX_UNSPOKEN_CHARS:
-                        speech.room.set()
-                    if not speech.unspoken:
-                        speech.quiet_from(time.perf_counter())
+                    speech.spoken(sentence)
         finally:
             starter.cancel()
             for ahead in running:
