@@ -174,16 +174,22 @@ def test_a_session_config_still_reads_numbers_sent_as_text() -> None:
 # -- the admin's bodies --------------------------------------------------------------------------------------------
 
 
+async def refused(path: str, profiler_dir: Path | None = None, **request: Any) -> dict[str, Any]:
+    """The error an embedded server's app answers a POST to `path` with (`request`: httpx's arguments), a 400;
+    `profiler_dir` turns its profiler's routes on."""
+    settings = Settings(engine="embedded", profiler_dir=None if profiler_dir is None else str(profiler_dir))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(settings)), base_url="http://test") as c:
+        answer = await c.post(path, **request)
+    assert answer.status_code == 400, answer.text
+    return answer.json()["error"]
+
+
 @pytest.mark.parametrize("route", ["start", "stop"])
 @pytest.mark.parametrize("field", ["run-id", "timeline_"])
 async def test_an_admin_profile_body_refuses_an_unknown_field_by_name(tmp_path: Path, route: str, field: str) -> None:
     """As every other body does: a misspelt field (`run-id`) was dropped unnoticed, the run named by the default (or
     the profiler run where the timeline was meant)."""
-    app = create_app(Settings(engine="embedded", profiler_dir=str(tmp_path / "profiles")))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
-        answer = await client.post(f"/admin/profile/{route}", json={field: "r1"})
-    assert answer.status_code == 400
-    assert answer.json()["error"] == {
+    assert await refused(f"/admin/profile/{route}", tmp_path / "profiles", json={field: "r1"}) == {
         "message": f"Unrecognized request argument supplied: {field}",
         "type": "invalid_request_error",
         "param": field,
@@ -214,11 +220,7 @@ async def test_a_number_too_long_to_read_is_refused_naming_where_it_is(
 ) -> None:
     """It was told as a body that is no JSON (`invalid_json`, naming nothing): the body is JSON, and one of its
     numbers has more digits than Python reads into an int. Each is far past any limit of any field."""
-    app = create_app(Settings(engine="embedded", profiler_dir=str(tmp_path)))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
-        answer = await client.post(path, content=body, headers={"content-type": "application/json"})
-    assert answer.status_code == 400
-    assert answer.json()["error"] == {
+    assert await refused(path, tmp_path, content=body, headers={"content-type": "application/json"}) == {
         "message": f"Invalid value for '{param}': {TOO_LONG}.",
         "type": "invalid_request_error",
         "param": param,
@@ -236,11 +238,8 @@ async def test_a_number_too_long_to_read_is_refused_naming_where_it_is(
     ids=["at-the-limit", "not-json-after-it", "float"],
 )
 async def test_around_a_number_too_long(body: str, code: str, param: str | None) -> None:
-    app = create_app(Settings(engine="embedded"))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
-        answer = await client.post("/v1/audio/speech", content=body, headers={"content-type": "application/json"})
-    assert answer.status_code == 400
-    assert (answer.json()["error"]["code"], answer.json()["error"]["param"]) == (code, param)
+    error = await refused("/v1/audio/speech", content=body, headers={"content-type": "application/json"})
+    assert (error["code"], error["param"]) == (code, param)
 
 
 def test_a_number_too_long_in_a_websocket_message_is_refused_naming_its_field() -> None:
