@@ -28,7 +28,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from app.audio.fetch import FetchPolicy
+from app.audio.fetch import MAX_REFERENCE_BYTES, FetchPolicy
 from app.text.hygiene import text_problem
 from app.voices import MAX_VOICE_NAME_CHARS
 
@@ -828,7 +828,7 @@ class Settings(BaseSettings):
         description="Also fetch from non-public addresses (private, loopback, link-local): trusted networks only.",
     )
     ref_audio_max_bytes: int = Field(
-        10 * 1024 * 1024,
+        MAX_REFERENCE_BYTES,
         ge=1024,
         description="Largest reference audio accepted: a request's ref_audio (400 beyond) and a voice upload's "
         "audio_sample (413 beyond).",

@@ -24,12 +24,16 @@ from app.engine_protocol import UnsupportedParameter
 MAX_REDIRECTS = 3
 
 
+# the largest reference audio taken by default, fetched or sent (SPEECH_REF_AUDIO_MAX_BYTES)
+MAX_REFERENCE_BYTES = 10 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class FetchPolicy:
     allowed_hosts: frozenset[str] = field(default_factory=frozenset)
     allow_http: bool = False
     allow_private: bool = False
-    max_bytes: int = 10 * 1024 * 1024
+    max_bytes: int = MAX_REFERENCE_BYTES
     connect_timeout_s: float = 3.0
     read_timeout_s: float = 5.0
     total_timeout_s: float = 15.0

@@ -11,10 +11,10 @@ import re
 import av
 import numpy as np
 
+from app.audio.fetch import MAX_REFERENCE_BYTES
 from app.audio.transforms import resample
 from app.engine_protocol import ReferenceAudio, UnsupportedParameter
 
-MAX_REFERENCE_BYTES = 10 * 1024 * 1024
 MAX_CHANNELS = 8
 REFERENCE_RATE = 24_000
 REFERENCE_SECONDS = (1.0, 30.0)
