@@ -14,7 +14,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence, Sized
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -632,8 +632,7 @@ def unknown_env_names(env: Mapping[str, str] = os.environ) -> list[tuple[str, st
         name = key.upper()
         if not name.startswith(ENV_PREFIX) or name in read or name.startswith((TOOL_ENV_PREFIX, *nested)):
             continue
-        meant = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
-        unknown.append((key, meant[0] if meant else None))
+        unknown.append((key, likely_meant(name, known)))
     return unknown
 
 
@@ -1046,6 +1045,13 @@ def _field_path(location: Sequence[object]) -> list[str]:
     return path or [str(part) for part in location if isinstance(part, str)][:1]
 
 
+def likely_meant(name: str, known: Iterable[str]) -> str | None:
+    """The one of `known` that `name` is most likely a misspelling of, if any is close: a letter or two off in a name
+    of some length, never a guess between unlike names."""
+    meant = difflib.get_close_matches(name, list(known), n=1, cutoff=0.8)
+    return meant[0] if meant else None
+
+
 def unknown_group_key(group: str, key: str, present: set[str]) -> str:
     """The refusal of `key` in settings group `group`, naming the variable that gave it (among `present`, the
     environment's names in capitals): the key's own (SPEECH_<GROUP>__<KEY>, or one below it), else the group's whole."""
@@ -1053,13 +1059,13 @@ def unknown_group_key(group: str, key: str, present: set[str]) -> str:
     own = nested_env_name(group, key)
     variable = next((name for name in sorted(present) if name == own or name.startswith(own + NESTED_DELIMITER)), None)
     fields = list(Settings.model_fields[group].annotation.model_fields)  # type: ignore[union-attr]
-    meant = difflib.get_close_matches(key.lower(), fields, n=1, cutoff=0.8)
-    if not meant:
+    meant = likely_meant(key.lower(), fields)
+    if meant is None:
         hint = " (speech-server --help lists them)"
     elif variable is None:
-        hint = f": did you mean {meant[0]!r}?"
+        hint = f": did you mean {meant!r}?"
     else:
-        hint = f": did you mean {nested_env_name(group, meant[0])}?"
+        hint = f": did you mean {nested_env_name(group, meant)}?"
     return f"{variable or whole}: {key!r} is no setting of the {whole} group{hint}"
 
 

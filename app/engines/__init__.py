@@ -8,6 +8,7 @@ import platform
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # vllm-omni's stage processes import the stage plugins through this package: it stays light
@@ -16,19 +17,31 @@ if TYPE_CHECKING:  # vllm-omni's stage processes import the stage plugins throug
     from app.engines.sglang import SglangEngine
     from app.settings import Settings
 
-# Engines this build provides, by name. `auto` picks the first whose requirements are met.
-_AUTO_ORDER = ("omni", "sglang", "embedded")
-# the package each engine imports, and whether it needs a GPU (and its settings group a model)
-_ENGINE_PACKAGES = {"embedded": "hibari", "omni": "vllm_omni", "sglang": "sglang_omni"}
-_GPU_ENGINES = ("omni", "sglang")
+
+@dataclass(frozen=True, slots=True)
+class EngineKind:
+    """What an engine needs to run: `package` is what it imports, `distribution` that package as pip names it,
+    `install` the command that brings it, `gpu` whether it needs an NVIDIA GPU (and its settings group a model)."""
+
+    package: str
+    distribution: str
+    install: str
+    gpu: bool
+
+
+# Engines this build provides, by name, in the order `auto` tries them: the first whose requirements are met.
 # Each engine's packages come with the extra of its name (pyproject.toml), installed as README.md and docs/engines.md
 # say: with the word aligner beside a GPU engine, and sglang's without the test tools, whose pins conflict with its own
-_INSTALL_COMMANDS = {
-    "embedded": 'make install EXTRAS="--extra embedded"',
-    "omni": 'make install EXTRAS="--extra omni --extra align"',
-    "sglang": 'make install EXTRAS="--extra sglang --extra align" SYNC_FLAGS=--no-dev',
+ENGINES = {
+    "omni": EngineKind("vllm_omni", "vllm-omni", 'make install EXTRAS="--extra omni --extra align"', gpu=True),
+    "sglang": EngineKind(
+        "sglang_omni",
+        "sglang-omni",
+        'make install EXTRAS="--extra sglang --extra align" SYNC_FLAGS=--no-dev',
+        gpu=True,
+    ),
+    "embedded": EngineKind("hibari", "hibari-tts", 'make install EXTRAS="--extra embedded"', gpu=False),
 }
-_DISTRIBUTIONS = {"embedded": "hibari-tts", "omni": "vllm-omni", "sglang": "sglang-omni"}  # as pip names them
 
 
 def gpu_present() -> bool:
@@ -53,20 +66,20 @@ def engine_available(name: str) -> bool:
 
 def unavailable_because(name: str) -> str | None:
     """Why engine `name` cannot run here, and what to do about it; None where it can."""
-    package = _ENGINE_PACKAGES.get(name)
-    if package is None:
+    kind = ENGINES.get(name)
+    if kind is None:
         return f"there is no {name!r} engine"
-    if not package_installed(package):
-        if name in _GPU_ENGINES and not (sys.platform == "linux" and platform.machine() == "x86_64"):
+    if not package_installed(kind.package):
+        if kind.gpu and not (sys.platform == "linux" and platform.machine() == "x86_64"):
             # its extra's requirements are marked for Linux x86_64 alone: installed elsewhere it brings nothing
             return f"the {name} engine runs on Linux x86_64 only (this is {sys.platform} {platform.machine()})"
         if name == "sglang" and sys.version_info >= (3, 13):
             return "the sglang engine runs on Python 3.11 or 3.12 only (sglang-omni's own limit)"
         return (
-            f"the {name} engine is not installed (no {_DISTRIBUTIONS[name]} in this Python environment): install the "
-            f"`{name}` extra: {_INSTALL_COMMANDS[name]}"
+            f"the {name} engine is not installed (no {kind.distribution} in this Python environment): install the "
+            f"`{name}` extra: {kind.install}"
         )
-    if name in _GPU_ENGINES and not gpu_present():
+    if kind.gpu and not gpu_present():
         hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
         why = f" (CUDA_VISIBLE_DEVICES={hidden} hides every GPU)" if hidden in ("", "-1") else ""
         return f"the {name} engine needs an NVIDIA GPU, and this process sees none{why}"
@@ -78,8 +91,8 @@ def resolve_engine_name(requested: str, settings: Settings) -> str:
     (sglang-omni, SPEECH_SGLANG__MODEL), else embedded."""
     if requested != "auto":
         return requested
-    for name in _AUTO_ORDER:
-        if engine_available(name) and (name not in _GPU_ENGINES or getattr(settings, name).model):
+    for name, kind in ENGINES.items():
+        if engine_available(name) and (not kind.gpu or getattr(settings, name).model):
             return name
     from app.settings import InvalidSettings  # here: stage processes import this package, and not the settings
 
