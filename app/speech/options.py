@@ -71,6 +71,12 @@ def switches_of(model: type[BaseModel]) -> frozenset[str]:
     return frozenset(name for name, field in model.model_fields.items() if is_switch(field.annotation))
 
 
+@functools.cache
+def integers_of(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of `model` whose values are integers (`int` or `int | None`), read once per model."""
+    return frozenset(name for name, field in model.model_fields.items() if field_types(field.annotation) == (int,))
+
+
 def null_is_omitted(model: type[BaseModel], data: Any) -> Any:
     """`data` without the optional fields of `model` sent as null: OpenAI's API reads null for an optional parameter
     as not given, and JavaScript and generated clients send it for what they leave unset. Omitted, not set to their
@@ -123,7 +129,8 @@ class JsonFields(BaseModel):
     """A JSON object's fields as every body and message of the API reads them, whatever the endpoint or transport:
     an unknown field is refused (as OpenAI refuses unrecognized arguments), each value must be of its field's JSON
     type (strict: no "1.5" for a number, unless a model says otherwise), null for an optional field is the field
-    omitted (and its JSON schema says so), and a switch is `true` or `false` only, in every model (pydantic's lax
+    omitted (and its JSON schema says so), an integer may be written with a zero fraction (`24000.0`), and a switch is
+    `true` or `false` only, in every model (pydantic's lax
     reading, where a model asks for it, takes "yes", "off", 1 and 0 for switches: a client that sends them has a bug
     worth hearing of)."""
 
@@ -141,6 +148,10 @@ class JsonFields(BaseModel):
             raise PydanticCustomError(
                 "bool_type", "must be true or false (a JSON boolean), not {kind}", {"kind": json_kind(value)}
             )
+        # JSON has one kind of number, and JSON Schema's `integer` (as /openapi.json documents these fields) is any
+        # number without a fraction: 24000.0 (a Python client's float) is the integer, which strict reading refused
+        if type(value) is float and value.is_integer() and info.field_name in integers_of(cls):
+            return int(value)
         return value
 
 

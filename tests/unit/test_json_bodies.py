@@ -22,7 +22,7 @@ from app.api.speech_batch import checked_item, shared_fields
 from app.api.speech_stream import SessionConfig
 from app.server import create_app
 from app.settings import Settings
-from app.speech.options import is_switch
+from app.speech.options import field_types, is_switch
 from tests.support.asgi import ready_client
 
 # each body or message, with the least it must carry
@@ -169,6 +169,50 @@ def test_a_session_config_still_reads_numbers_sent_as_text() -> None:
     config = SessionConfig.model_validate({"type": "session.config", "speed": "1.5", "seed": "7"})
     assert (config.speed, config.seed) == (1.5, 7)
     assert refusal(SessionConfig, {"type": "session.config", "word_timestamps": "true"}).param == "word_timestamps"
+
+
+def integer_fields() -> list[Any]:
+    return [
+        pytest.param(model, name, id=f"{model.__name__}.{name}")
+        for model in MINIMAL
+        for name, field in model.model_fields.items()
+        if field_types(field.annotation) == (int,)
+    ]
+
+
+def outcome(model: type[BaseModel], data: dict[str, Any], name: str) -> tuple[str, Any]:
+    try:
+        value = getattr(model.model_validate(data), name)
+    except ValidationError as exc:
+        error = validation_error(exc.errors())
+        return ("refused", (error.param, error.code))
+    return ("taken", (type(value), value))
+
+
+def test_every_integer_field_is_found() -> None:
+    assert {p.values[1] for p in integer_fields()} >= {"seed", "max_new_tokens", "sample_rate"}
+
+
+@pytest.mark.parametrize("number", [1, 24000])
+@pytest.mark.parametrize(("model", "name"), integer_fields())
+def test_an_integer_field_takes_a_whole_number_written_with_a_fraction(
+    model: type[BaseModel], name: str, number: int
+) -> None:
+    """`"sample_rate": 24000.0` was refused as no integer, though JSON has one kind of number and JSON Schema's
+    `integer`, as /openapi.json documents these fields, is any number without a fraction (a Python client's float,
+    `json.dumps(24000.0)`, sends it so): it is read as the integer, taken or refused as that integer is."""
+    data = {**MINIMAL[model], name: number}
+    assert outcome(model, {**data, name: float(number)}, name) == outcome(model, data, name)
+    schema = model.model_json_schema()
+    if outcome(model, data, name)[0] == "taken":
+        assert not list(Draft202012Validator(schema).iter_errors({**data, name: float(number)}))
+
+
+@pytest.mark.parametrize("value", [1.5, 1e-9, float("inf"), float("nan")])
+@pytest.mark.parametrize(("model", "name"), integer_fields())
+def test_an_integer_field_refuses_a_number_with_a_fraction(model: type[BaseModel], name: str, value: float) -> None:
+    error = refusal(model, {**MINIMAL[model], name: value})
+    assert (error.status, error.param) == (400, name)
 
 
 # -- the admin's bodies --------------------------------------------------------------------------------------------
