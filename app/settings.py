@@ -878,6 +878,14 @@ class Settings(BaseSettings):
         description="WebSocket speech: largest message but session.config (max_body_bytes). Left unset, "
         "max_body_bytes where that is lower.",
     )
+    ws_max_read_ahead_chars: int = Field(
+        32768,
+        ge=1,
+        description="WebSocket speech: most characters of text read ahead of the speech (queued, not yet spoken); "
+        "past it, the next message is read once some has been spoken, and a client that sends more than that plus "
+        "what its connection buffers before it reads any audio is cut off as stalled. At least max_input_chars: a "
+        "text one request could speak is read whole, in however many messages, before its client reads any audio.",
+    )
     # -- each engine's own settings: the engine is given these and nothing else of this object ---------------------
     embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
     omni: OmniSettings = Field(default_factory=OmniSettings)
@@ -940,6 +948,18 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"{limit} is below SPEECH_MAX_INPUT_CHARS ({longest}): an input a request may send could never be "
                 "sent in a batch, not even alone. Raise this, or lower that"
+            )
+        return limit
+
+    @field_validator("ws_max_read_ahead_chars")
+    @classmethod
+    def _reads_the_longest_input_ahead(cls, limit: int, info: ValidationInfo) -> int:
+        longest = info.data.get("max_input_chars")
+        if isinstance(longest, int) and limit < longest:
+            raise ValueError(
+                f"{limit} is below SPEECH_MAX_INPUT_CHARS ({longest}): a client that sends an input a request may "
+                "send, in pieces, before it reads any audio could be held back on its sends, and cut off as stalled. "
+                "Raise this, or lower that"
             )
         return limit
 

@@ -89,11 +89,12 @@ async def speech_capabilities(
             "timeout_s": settings.request_timeout_s,
         },
         # WS /v1/audio/speech/stream: each message but session.config (which `max_body_bytes` holds), the wait for
-        # a session.config, and a session's silence before it is closed
+        # a session.config, a session's silence before it is closed, and how far its text is read ahead of its speech
         "websocket": {
             "max_message_bytes": settings.ws_max_message_bytes,
             "config_timeout_s": settings.ws_config_timeout_s,
             "idle_timeout_s": settings.ws_idle_timeout_s,
+            "max_read_ahead_chars": settings.ws_max_read_ahead_chars,
         },
         # a clip to clone from: a voice upload's `audio_sample`, a request's `ref_audio`
         "reference_audio": {

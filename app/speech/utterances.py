@@ -46,12 +46,6 @@ from app.timing import ListenerClock, TtfaTimeline
 
 log = logging.getLogger(__name__)
 
-# the text a stream reads ahead of its speech (characters queued to be spoken, not yet delivered): past it, its next
-# message waits until some has been spoken, so that a client that writes faster than it is spoken (megabytes a
-# second, compressed to kilobytes on the wire) is held back by its connection instead of held in memory. Half an hour
-# of speech: an LLM's longest reply is read whole at once.
-MAX_UNSPOKEN_CHARS = 32768
-
 
 @dataclasses.dataclass(frozen=True)
 class EncodedPiece:
@@ -258,7 +252,7 @@ class StreamedSpeech:
         self.heard_until = 0.0  # when a listener playing every utterance so far, one after another, has heard them
         self.unspoken = 0  # sentences queued, being synthesized or being delivered
         self.unspoken_chars = 0  # their text's
-        self.room = asyncio.Event()  # set while their text is under MAX_UNSPOKEN_CHARS: more may be read
+        self.room = asyncio.Event()  # set while their text is under SPEECH_WS_MAX_READ_AHEAD_CHARS: more may be read
         self.room.set()
         self.gap_checked = False  # the buffered text has had its SPEECH_WS_SENTENCE_IDLE_S look
         self.utterance = 0
@@ -485,8 +479,11 @@ class StreamedSpeech:
             self.quiet_from(time.perf_counter())
 
     def _make_room(self) -> None:
-        # more text is read while what is queued to be spoken is under MAX_UNSPOKEN_CHARS
-        if self.unspoken_chars < MAX_UNSPOKEN_CHARS:
+        # more text is read while what is queued to be spoken (not yet delivered) is under the read-ahead: past it,
+        # the next message waits until some has been spoken, so that a client that writes faster than it is spoken
+        # (megabytes a second, compressed to kilobytes on the wire) is held back by its connection instead of held
+        # in memory
+        if self.unspoken_chars < self.settings.ws_max_read_ahead_chars:
             self.room.set()
         else:
             self.room.clear()

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.timing  # asserts on wall-clock time: tests/support/tim
 READ_TIMEOUT_S = 1.0
 KEEP_ALIVE_S = 1.0
 STALL_S = 2.0
+READ_AHEAD_CHARS = 4096  # SPEECH_WS_MAX_READ_AHEAD_CHARS, at its floor (SPEECH_MAX_INPUT_CHARS)
 LONGEST_TEXT = " ".join(f"Sentence number {n} is here to keep the engine busy for a while." for n in range(62))
 BODY = json.dumps({"model": "tts-1", "voice": "alloy", "input": "Hello there.", "response_format": "pcm"}).encode()
 
@@ -33,6 +34,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]
         "SPEECH_REQUEST_READ_TIMEOUT_S": str(READ_TIMEOUT_S),
         "SPEECH_KEEP_ALIVE_TIMEOUT_S": str(KEEP_ALIVE_S),
         "SPEECH_CLIENT_STALL_TIMEOUT_S": str(STALL_S),
+        "SPEECH_WS_MAX_READ_AHEAD_CHARS": str(READ_AHEAD_CHARS),
         "SPEECH_MAX_CONCURRENCY": "1",
     }
     running = start_server(tmp_path_factory.mktemp("guarded") / "server.log", env=env)
@@ -325,19 +327,19 @@ def test_a_websocket_session_cut_off_counts_only_the_audio_it_delivered(guarded:
 
 
 def test_a_websocket_client_that_writes_faster_than_it_is_spoken_is_held_back(guarded: RunningServer) -> None:
-    """Text is read ahead of its speech up to a bound (32768 characters not yet spoken): past it, the next message is
-    read once some of it has been spoken, and a client that sends megabytes of text and reads nothing waits on its
-    sends until it is cut off as one that stopped reading. Before, every message was read and queued as it came, the
-    server's memory and event loop given to text hours ahead of its speech (50 MB of text, compressed to kilobytes
-    on the wire, held 600 MB)."""
+    """Text is read ahead of its speech up to a bound (SPEECH_WS_MAX_READ_AHEAD_CHARS not yet spoken): past it, the
+    next message is read once some of it has been spoken, and a client that sends megabytes of text and reads nothing
+    waits on its sends until it is cut off as one that stopped reading. Before, every message was read and queued as
+    it came, the server's memory and event loop given to text hours ahead of its speech (50 MB of text, compressed to
+    kilobytes on the wire, held 600 MB); later the bound was a fixed 32768 characters, which no setting changed."""
     request_id = f"flood-{uuid.uuid4().hex[:8]}"
     sock = websocket_open(guarded, request_id)
     sent = 0
     try:
         websocket_send(sock, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
-        piece = "Short sentence here. " * 5000  # 105 000 characters, within the message limit
+        piece = "Short sentence here. " * 500  # 10 500 characters: the bound and two, under 32768
         try:
-            for _ in range(40):  # 4.2 MB
+            for _ in range(400):  # 4.2 MB
                 websocket_send(sock, {"type": "input.text", "text": piece})
                 sent += len(piece)
         except OSError:  # the sends wait until the server cuts the session off, as a stalled client's
@@ -354,10 +356,10 @@ def test_a_websocket_client_that_writes_faster_than_it_is_spoken_is_held_back(gu
             time.sleep(0.2)
     finally:
         sock.close()
-    assert sent < 40 * len(piece)  # held back
+    assert sent < 400 * len(piece)  # held back
     assert ended[0]["outcome"] == "client_stalled"
     # read: the bound, the message that crossed it, and what was spoken meanwhile (into the socket's buffers)
-    assert ended[0]["chars"] < 32768 + 2 * len(piece), ended[0]
+    assert ended[0]["chars"] < READ_AHEAD_CHARS + 2 * len(piece), ended[0]
 
 
 def test_an_upgrade_refused_by_the_websocket_layer_is_answered_cleanly(guarded: RunningServer) -> None:

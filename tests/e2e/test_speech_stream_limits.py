@@ -329,7 +329,7 @@ def test_a_session_outlives_the_request_header_deadline(quick_headers_server: Ru
         assert closed_with(ws) == 1000
 
 
-SMALL = {"max_message_bytes": 2048, "config_timeout_s": 1.5, "idle_timeout_s": 2.5}
+SMALL = {"max_message_bytes": 2048, "config_timeout_s": 1.5, "idle_timeout_s": 2.5, "max_read_ahead_chars": 5000}
 
 
 @pytest.fixture(scope="module")
@@ -341,6 +341,7 @@ def small_limits_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
             "SPEECH_WS_MAX_MESSAGE_BYTES": str(SMALL["max_message_bytes"]),
             "SPEECH_WS_CONFIG_TIMEOUT_S": str(SMALL["config_timeout_s"]),
             "SPEECH_WS_IDLE_TIMEOUT_S": str(SMALL["idle_timeout_s"]),
+            "SPEECH_WS_MAX_READ_AHEAD_CHARS": str(SMALL["max_read_ahead_chars"]),
             "SPEECH_EMBEDDED__WORKERS": "1",
         },
     )
@@ -360,7 +361,8 @@ def test_the_capabilities_tell_the_session_limits_the_server_holds_a_session_to(
 ) -> None:
     """GET /v1/audio/capabilities told a request's and a batch's limits, not a WebSocket session's, which a client
     learnt only from a refusal or a close. It tells them as the server holds a session to them: a message at the
-    limit is taken and one byte more refused; no session.config, and then silence, closed once their time is up."""
+    limit is taken and one byte more refused; no session.config, and then silence, closed once their time is up (the
+    read-ahead as tests/unit/test_speech_stream_read_ahead.py holds a session to it)."""
     limits = httpx.get(f"{small_limits_server.base_url}/v1/audio/capabilities", timeout=30).json()["websocket"]
     assert limits == SMALL, limits
     with connect(ws_url(small_limits_server)) as ws:

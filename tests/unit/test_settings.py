@@ -507,6 +507,30 @@ def test_a_batch_limit_below_the_input_limit_is_refused_naming_both(monkeypatch:
     assert load_settings().batch_max_chars == 2000
 
 
+def test_the_websocket_read_ahead_is_read_and_held_to_the_longest_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    """How far a WebSocket session reads its text ahead of its speech: a positive number of characters, and not below
+    SPEECH_MAX_INPUT_CHARS, so that a text as long as one request's `input` is read whole, in however many messages,
+    before its client reads any audio: a client that sends that much and only then listens is never held back on its
+    sends (nor cut off as one that stopped reading), whatever its connection buffers."""
+    assert Settings().ws_max_read_ahead_chars == 32768
+    monkeypatch.setenv("SPEECH_WS_MAX_READ_AHEAD_CHARS", "8000")
+    assert load_settings().ws_max_read_ahead_chars == 8000
+    for value in ("0", "-1", "many"):
+        monkeypatch.setenv("SPEECH_WS_MAX_READ_AHEAD_CHARS", value)
+        with pytest.raises(InvalidSettings) as refused:
+            load_settings()
+        assert str(refused.value).startswith("SPEECH_WS_MAX_READ_AHEAD_CHARS: "), refused.value
+    monkeypatch.setenv("SPEECH_WS_MAX_READ_AHEAD_CHARS", "1000")
+    monkeypatch.setenv("SPEECH_MAX_INPUT_CHARS", "2000")
+    with pytest.raises(InvalidSettings) as refused:
+        load_settings()
+    assert str(refused.value).startswith("SPEECH_WS_MAX_READ_AHEAD_CHARS: ") and "SPEECH_MAX_INPUT_CHARS" in str(
+        refused.value
+    ), refused.value
+    monkeypatch.setenv("SPEECH_WS_MAX_READ_AHEAD_CHARS", "2000")  # equal: the longest input is read whole
+    assert load_settings().ws_max_read_ahead_chars == 2000
+
+
 @pytest.mark.parametrize(
     ("alias", "says"),
     [
