@@ -35,6 +35,13 @@ from app.settings import (
 )
 
 INTERRUPTED_STATUS = 128 + signal.SIGINT  # after SIGINT where it cannot kill the process, as a shell reports it
+# After SIGTERM before the server served (its start, the engine's load). SIGINT ends the process the same way whenever
+# it comes (by the signal, as a shell expects), and so does SIGTERM: 0, as after the drain once serving, since a stop
+# the supervisor asked for and got is no failure, wherever in the start it came. 143 (128 + SIGTERM) would read as a
+# crash to a restart policy or an alert on failed pods, for a pod deleted while it loaded.
+STOPPED_STATUS = 0
+STOPPED_STARTING = "stopped while the server was starting"
+STOPPED_LOADING = "stopped while the engine was loading"
 HURRIED_SHUTDOWN_S = 2  # after a second SIGTERM: the connections of stopped streams get this long to close
 
 log = logging.getLogger(__name__)
@@ -54,7 +61,11 @@ class SpeechServer(uvicorn.Server):
     expects of a program it interrupted: uvicorn would raise the signal again once shut down, which Python reports as
     a KeyboardInterrupt traceback after the server's last log line. It ends as soon as the server has shut down (the
     engine closed): asyncio would first wait for every thread it ran work in, an engine's load among them (minutes on
-    a GPU, where Ctrl-C came while it loaded)."""
+    a GPU, where Ctrl-C came while it loaded).
+
+    SIGTERM while the engine still loads drains as above (there is little to wait for: no speech before the engine is
+    ready), and the process then ends with `STOPPED_STATUS` once the server has shut down, not waiting for the load
+    either: a pod deleted while it loads would otherwise wait out its grace period and be killed."""
 
     def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle) -> None:
         super().__init__(config)
@@ -68,6 +79,8 @@ class SpeechServer(uvicorn.Server):
         await super().serve(sockets)
         if self.interrupted:
             end_interrupted()
+        if self.lifecycle.engine_loading:  # shut down by SIGTERM before the engine was ready
+            end_stopped(STOPPED_LOADING)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGTERM and self._loop is not None and self.started:
@@ -97,33 +110,58 @@ def end_interrupted() -> NoReturn:
     """End the process by SIGINT, as a program a shell interrupts is (a script then stops rather than going on to its
     next command): without a handler there is no traceback to print. Nothing is waited for: not asyncio's worker
     threads, nor other threads, nor exit handlers."""
-    for handler in logging.getLogger().handlers:
-        handler.flush()
+    _flush_logs()
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.raise_signal(signal.SIGINT)  # to this thread: it has ended the process before it returns
     os._exit(INTERRUPTED_STATUS)  # where the signal cannot kill it (the init process of a container)
+
+
+def end_stopped(message: str) -> NoReturn:
+    """End the process with `STOPPED_STATUS`, saying why in `message`, where a SIGTERM came before the server served:
+    there is nothing left to do. As after Ctrl-C (`end_interrupted`), nothing is waited for: not the thread an
+    engine's load runs in (minutes on a GPU; the engine itself was closed by the server's shutdown, where it had
+    begun), nor other threads, nor exit handlers. An exit, not the signal's default action, which the kernel does not
+    take for a container's init process."""
+    log.info(message)
+    _flush_logs()
+    os._exit(STOPPED_STATUS)
+
+
+def _flush_logs() -> None:
+    for handler in logging.getLogger().handlers:
+        handler.flush()
 
 
 def _end_on_interrupt(sig: int, frame: FrameType | None) -> NoReturn:
     end_interrupted()
 
 
+def _end_on_stop(sig: int, frame: FrameType | None) -> NoReturn:
+    end_stopped(STOPPED_STARTING)
+
+
 @contextlib.contextmanager
-def interrupt_ends_start() -> Iterator[None]:
+def signals_end_start() -> Iterator[None]:
     """Ctrl-C during the start, before the server handles signals itself, ends the process by SIGINT at once: there is
-    nothing yet to shut down, and Python would print a KeyboardInterrupt traceback from wherever the start was. Once
-    it serves, the server handles SIGINT itself (`SpeechServer`). The handler that was there is put back on the way
-    out (`main` called by a program of its own)."""
+    nothing yet to shut down, and Python would print a KeyboardInterrupt traceback from wherever the start was.
+    SIGTERM there ends it at once too, with `STOPPED_STATUS`, as SIGTERM once serving ends it. Once it serves, the
+    server handles both itself (`SpeechServer`). The handlers that were there are put back on the way out (`main`
+    called by a program of its own)."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread sets handlers
         yield
         return
-    # a handler, not the default action: the kernel kills a PID namespace's init process (a container's, whose
-    # entrypoint this server is) by no signal left to the default action, and Ctrl-C (docker run -it) did nothing
-    previous = signal.signal(signal.SIGINT, _end_on_interrupt)
+    # handlers, not the default action: the kernel kills a PID namespace's init process (a container's, whose
+    # entrypoint this server is) by no signal left to the default action, and Ctrl-C (docker run -it) did nothing,
+    # nor did SIGTERM (a pod deleted while it started waited out its grace period)
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, _end_on_interrupt),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, _end_on_stop),
+    }
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def cut_off_stuck_writers(connections: Iterable[Any]) -> None:
@@ -156,7 +194,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    with interrupt_ends_start():
+    with signals_end_start():
         args = parse_args(argv)
         try:
             settings = load_settings({k: v for k, v in vars(args).items() if v is not None})
@@ -176,7 +214,8 @@ def main(argv: list[str] | None = None) -> None:
         log.info(
             f"listening on {url(settings.host, settings.port)}", extra={"host": settings.host, "port": settings.port}
         )
-        server.run(sockets)  # after a SIGINT it does not return: the process ends by it once shut down
+        # after a SIGINT, or a SIGTERM while the engine loaded, it does not return: the process ends once shut down
+        server.run(sockets)
 
 
 # what an operator can do about the commonest reasons a bind fails

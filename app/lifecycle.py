@@ -39,6 +39,9 @@ class Lifecycle:
         self._task: asyncio.Task[None] | None = None
         self.drain_started = asyncio.Event()  # long-lived connections (WebSocket sessions) wait on it
         self._drain_began: float | None = None
+        # the engine's start has begun and not finished (cut short by the shutdown, it stays so): what it runs in a
+        # thread (vllm-omni's AsyncOmni made, minutes on a GPU) cannot be stopped, so the process ends without it
+        self.engine_loading = False
 
     def track(self, key: str, stream: Stoppable, request_id: str) -> None:
         """`stream` is work in progress until `untrack(key)`: `key` is unique to it; `request_id` is the id its request

@@ -51,8 +51,16 @@ def create_app(settings: Settings, engine: SpeechEngine | None = None) -> FastAP
             sys.setswitchinterval(settings.switch_interval_ms / 1000)
             log.info("thread switch interval", extra={"seconds": sys.getswitchinterval()})
         # Load in the background: /health answers at once, /ready turns 200 when the engine is warm.
+        lifecycle.engine_loading = True
         loading = asyncio.create_task(start_engine(engine), name="engine-start")
         loading.add_done_callback(_log_start_failure)
+
+        def loaded(task: asyncio.Task[None]) -> None:
+            # started, or failed: nothing of it runs on. Cancelled by the shutdown, its thread still loads
+            if not task.cancelled():
+                lifecycle.engine_loading = False
+
+        loading.add_done_callback(loaded)
         # what a replica that died left of a voice's create or delete, swept beside the engine's start, in a thread:
         # the store may be a slow network volume, which must hold up neither the listening nor the engine
         sweeping = asyncio.create_task(asyncio.to_thread(app.state.voice_store.sweep_leftovers), name="voice-sweep")

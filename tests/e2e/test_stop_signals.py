@@ -1,6 +1,6 @@
-"""How the server stops at an operator's signal, from a terminal (Ctrl-C, SIGINT) as from a supervisor (SIGTERM, in
-test_resilience.py): promptly, with its own status, and without a traceback, whether it has started or is still
-starting."""
+"""How the server stops at an operator's signal, from a terminal (Ctrl-C, SIGINT) as from a supervisor (SIGTERM; its
+drain once serving is in test_resilience.py): promptly, with its own status, and without a traceback, whether it has
+started or is still starting."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ from app.cli import INTERRUPTED_STATUS
 from tests.support.server import RunningServer, server_command, start_fake_omni, start_server, wait_for_log
 
 ENDS_WITHIN_S = 60  # a shutdown takes a second or two; this leaves a busy machine its time, far below the loads below
+# the lines an operator reads where a stop came before the server served
+STOPPED_LOADING = "stopped while the engine was loading"
+STOPPED_STARTING = "stopped while the server was starting"
 
 
 def test_sigint_once_ready_ends_by_it_without_a_traceback(tmp_path: Path) -> None:
@@ -47,6 +50,22 @@ def test_sigint_while_the_engine_loads_ends_it_without_waiting_for_the_load(tmp_
     assert_no_traceback(server)
 
 
+def test_sigterm_while_the_engine_loads_ends_it_without_waiting_for_the_load(tmp_path: Path) -> None:
+    """A pod deleted while its GPU engine loads: SIGTERM began the drain, which had nothing to wait for, but the
+    process then waited for the thread making the engine to finish the whole load (minutes) before it exited, and the
+    pod's grace period ran out into a SIGKILL. It ends once shut down, with the status a drain ends with, saying why."""
+    server = start_fake_omni(tmp_path, "--start-delay-s", "600", wait_ready=False)
+    try:
+        wait_for_log(server, "making AsyncOmni")
+        server.process.send_signal(signal.SIGTERM)
+        status = server.process.wait(ENDS_WITHIN_S)
+    finally:
+        end(server.process)
+    assert status == 0
+    assert STOPPED_LOADING in messages(server), server.log_path.read_text()[-3000:]
+    assert_no_traceback(server)
+
+
 def test_sigint_before_the_server_serves_ends_it_without_a_traceback(tmp_path: Path) -> None:
     """Ctrl-C while the start still prepares what it serves with (its settings' files read, the engine made), before
     the server's own handling of signals is in place, ended the process with a KeyboardInterrupt traceback from
@@ -65,6 +84,27 @@ def test_sigint_before_the_server_serves_ends_it_without_a_traceback(tmp_path: P
     finally:
         end(server.process)
     assert status == -signal.SIGINT
+    assert_no_traceback(server)
+
+
+def test_sigterm_before_the_server_serves_ends_it_with_status_zero(tmp_path: Path) -> None:
+    """SIGTERM while the start still prepares what it serves with, before the server handles signals itself, killed
+    the process by the signal (status -15, which a supervisor reads as a crash), where SIGTERM once serving ends it
+    with status 0. It ends at once with 0 there too, saying why. Held reading its API keys from a pipe, as above."""
+    keys = tmp_path / "keys"
+    os.mkfifo(keys)
+    server = start_server(tmp_path / "server.log", env={"SPEECH_API_KEYS_FILE": str(keys)}, wait_ready=False)
+    try:
+        writer = open_once_read(keys, server.process)
+        try:
+            server.process.send_signal(signal.SIGTERM)
+            status = server.process.wait(ENDS_WITHIN_S)
+        finally:
+            os.close(writer)
+    finally:
+        end(server.process)
+    assert status == 0
+    assert STOPPED_STARTING in messages(server), server.log_path.read_text()[-3000:]
     assert_no_traceback(server)
 
 
@@ -112,6 +152,37 @@ def test_sigint_before_the_server_serves_ends_it_as_a_containers_init_process(tm
     assert status == INTERRUPTED_STATUS
     log = server.log_path.read_text()
     assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
+
+
+@pytest.mark.skipif(not runs_as_init(), reason="needs unshare --pid (root)")
+def test_sigterm_before_the_server_serves_ends_it_as_a_containers_init_process(tmp_path: Path) -> None:
+    """A pod deleted while its server, the container's init process, was still starting: the kernel delivers an init
+    process no signal left to the default action, so SIGTERM was ignored, the start went on (and then loaded the
+    engine) until the grace period ran out into a SIGKILL. It ends the start there too, with status 0."""
+    keys = tmp_path / "keys"
+    os.mkfifo(keys)
+    command = [*AS_INIT, *server_command(), "--engine", "embedded"]
+    server = start_server(
+        tmp_path / "server.log", env={"SPEECH_API_KEYS_FILE": str(keys)}, wait_ready=False, command=command
+    )
+    try:
+        writer = open_once_read(keys, server.process)  # the server, its namespace's PID 1, now reads its keys
+        try:
+            (init,) = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
+            os.kill(int(init), signal.SIGTERM)
+            status = server.process.wait(ENDS_WITHIN_S)  # unshare's: its child's
+        finally:
+            os.close(writer)
+    finally:
+        end(server.process)
+    assert status == 0
+    log = server.log_path.read_text()
+    assert STOPPED_STARTING in messages(server), log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+
+
+def messages(server: RunningServer) -> list[object]:
+    return [record.get("message") for record in server.log_events()]
 
 
 def open_once_read(fifo: Path, process: subprocess.Popen[bytes], timeout_s: float = 120.0) -> int:
