@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SkipValidation, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, PrivateAttr, model_validator
 
 from app.api.errors import ErrorDetail
 from app.audio.formats import ResponseFormat
@@ -16,6 +16,7 @@ from app.speech.options import (
     Qwen3Extensions,
     SpeechOptions,
     null_is_omitted_in_schema,
+    nullable,
 )
 
 StreamFormat = Literal["audio", "sse"]
@@ -73,18 +74,48 @@ class SpeechRequest(SpeechOptions, Qwen3Extensions, StreamSwitches, OpenAIVoiceO
 # -- POST /v1/audio/speech/batch (vllm-omni 0.30's shape) ------------------------------------------------------------
 
 
+def word_timestamps_false_only(schema: dict[str, Any]) -> None:
+    """`word_timestamps` in a batch's JSON schema: false (or null, omitted) only, as the route takes it; true is
+    refused (`app.api.speech_batch.NO_WORD_TIMESTAMPS`), so a client generated from the document is not offered it.
+    Pinned to false rather than left out: the schema refuses unknown fields (`additionalProperties: false`), and the
+    server takes `"word_timestamps": false`, which a client that sends every field it knows does send; left out, a
+    JSON-Schema validator would refuse a body the server takes."""
+    properties = schema.get("properties", {})
+    if "word_timestamps" not in properties:
+        return
+    field = properties["word_timestamps"]
+    about = {key: field[key] for key in ("title", "default") if key in field}
+    properties["word_timestamps"] = nullable(
+        {
+            "type": "boolean",
+            "const": False,
+            **about,
+            "description": "Only false in a batch: its answer has no headers per item to carry word timings "
+            "(true is refused).",
+        }
+    )
+
+
+def batch_request_schema(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """The batch's JSON schema: its fields as a body's (null for an optional one is omitted), `word_timestamps`
+    false only."""
+    null_is_omitted_in_schema(schema, model)
+    word_timestamps_false_only(schema)
+
+
 def batch_item_schema(schema: dict[str, Any], model: type[BaseModel]) -> None:
     """An item's JSON schema: its fields as a body's (null for an optional one is omitted), none with a default of its
-    own: an item that omits a field takes the batch's value."""
+    own (an item that omits a field takes the batch's value), `word_timestamps` false only."""
     null_is_omitted_in_schema(schema, model)
     for field in schema.get("properties", {}).values():
         field.pop("default", None)
+    word_timestamps_false_only(schema)
 
 
 class SpeechBatchItem(SpeechOptions, Qwen3Extensions, OpenAIVoiceOptions, TextInput, ModelOption):
     """One item of a batch: its `input`, and any field of POST /v1/audio/speech but the stream switches (every item is
-    a whole file), with the same limits. A field the item omits, or sends as null, takes the batch's value; a `voice`
-    or `speaker` of the item's replaces the batch's, named either way."""
+    a whole file), with the same limits; `word_timestamps` false only. A field the item omits, or sends as null, takes
+    the batch's value; a `voice` or `speaker` of the item's replaces the batch's, named either way."""
 
     model_config = ConfigDict(json_schema_extra=batch_item_schema)
 
@@ -95,14 +126,25 @@ class SpeechBatchItem(SpeechOptions, Qwen3Extensions, OpenAIVoiceOptions, TextIn
         return data
 
 
+def as_sent(item: Any) -> Any:
+    return item
+
+
+# An item left as sent (the route checks it), documented as a `$ref` to the SpeechBatchItem component: pydantic's
+# SkipValidation wrote the model's schema inline in `items`, which a generated client read as an anonymous type.
+UncheckedItem = Annotated[Any, PlainValidator(as_sent, json_schema_input_type=SpeechBatchItem)]
+
+
 class SpeechBatchRequest(SpeechOptions):
     """POST /v1/audio/speech/batch: `items`, each with its `input` and any option of its own; every option given
     here is the default of every item that does not set it. Unknown fields are refused."""
 
+    model_config = ConfigDict(json_schema_extra=batch_request_schema)
+
     # Each item is read by the route, one by one (`app.api.speech_batch.checked_item`), so that a bad item (an unknown
     # field, a value out of range, no object at all) fails alone, the others spoken; here the items are left as sent,
     # and documented as the model the route checks each by.
-    items: list[SkipValidation[SpeechBatchItem]] = Field(
+    items: list[UncheckedItem] = Field(
         min_length=1,
         description="The utterances: each its `input` and, where it differs from the batch, its own `voice`, "
         "`response_format`, `language` ... An item at fault fails alone, with its own error.",

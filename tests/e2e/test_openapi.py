@@ -165,6 +165,8 @@ def test_a_batch_item_is_documented_by_the_fields_the_server_checks_it_by(docume
     assert item["required"] == ["input"] and item["additionalProperties"] is False
     for name, field in item["properties"].items():
         assert "default" not in field, (name, field)
+        if name == "word_timestamps":  # false only (see below)
+            continue
         mine = {key: value for key, value in field.items() if key not in ("default", "description")}
         theirs = {
             key: value for key, value in speech["properties"][name].items() if key not in ("default", "description")
@@ -211,3 +213,50 @@ def test_each_optional_field_of_an_item_alone_as_null_is_valid(document: dict[st
     validator = body_validator(document, BATCH)
     for name in set(item["properties"]) - {"input"}:
         assert validator.is_valid({"items": [{"input": "Hi.", name: None}]}), name
+
+
+def test_a_batch_item_is_a_named_component_the_items_refer_to(document: dict[str, Any]) -> None:
+    """The item's schema was written inline in the batch's `items`, so a generated client gave an item an anonymous
+    type (and the `SpeechBatchItem` component beside it, referred to by nothing, a second class of its own)."""
+    items = body_model(document, BATCH)["properties"]["items"]
+    assert items["type"] == "array" and items["items"] == {"$ref": "#/components/schemas/SpeechBatchItem"}, items
+    assert document["components"]["schemas"]["SpeechBatchItem"]["title"] == "SpeechBatchItem"
+
+
+GOOD_ITEM = {"input": "Hello there.", "response_format": "pcm"}
+
+
+@pytest.mark.parametrize(
+    ("where", "body", "param"),
+    [
+        ("batch", {"items": [GOOD_ITEM], "word_timestamps": True}, "word_timestamps"),
+        ("item", {"items": [GOOD_ITEM, {**GOOD_ITEM, "word_timestamps": True}]}, "items[1].word_timestamps"),
+    ],
+    ids=["batch", "item"],
+)
+def test_a_batch_offers_no_word_timestamps_as_the_server_refuses_them(
+    served: RunningServer, document: dict[str, Any], where: str, body: dict[str, Any], param: str
+) -> None:
+    """A batch has no headers per item to carry word timings: `word_timestamps: true` is refused (the batch's whole,
+    an item's alone), so the document offered a generated client a switch that could only fail. It is documented as
+    false alone, which the server takes (as it takes null, the field omitted)."""
+    model = batch_item_schema(document) if where == "item" else body_model(document, BATCH)
+    field = Draft202012Validator({**model["properties"]["word_timestamps"], "components": document["components"]})
+    assert not field.is_valid(True) and field.is_valid(False) and field.is_valid(None)
+    validator = body_validator(document, BATCH)
+    assert not validator.is_valid(body)
+    response = httpx.post(f"{served.base_url}{BATCH}", json=body, timeout=120)
+    if where == "batch":
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+    else:
+        assert response.status_code == 200, response.text
+        error = response.json()["results"][1]["error"]
+    assert error["param"] == param and "not available in a batch" in error["message"], error
+    for value in (False, None):  # what the document takes, the server takes
+        pinned = {**body, "items": [{**item, "word_timestamps": value} for item in body["items"]]}
+        pinned |= {"word_timestamps": value} if where == "batch" else {}
+        assert validator.is_valid(pinned), value
+        response = httpx.post(f"{served.base_url}{BATCH}", json=pinned, timeout=120)
+        assert response.status_code == 200, response.text
+        assert all(result["status"] == "success" for result in response.json()["results"]), response.text
