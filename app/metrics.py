@@ -87,14 +87,16 @@ TTFA_PHASE = Histogram(
 )
 E2E = Histogram(
     "speech_e2e_seconds",
-    "Time from a request's arrival to its last byte; over the WebSocket (stream websocket) one per sentence spoken, "
-    "from the arrival of the text that completed it (TTFA is observed once per utterance).",
+    "Time from a request's arrival to its last byte; over the WebSocket (stream websocket) one per sentence whose "
+    "delivery began, from the arrival of the text that completed it to its last byte delivered (TTFA is observed once "
+    "per utterance); a sentence synthesized ahead and never sent, its session cut off, has none.",
     ["stream"],
     buckets=E2E_BUCKETS,
 )
 RTF = Histogram(
     "speech_rtf",
-    "Synthesis time divided by the audio's duration (below 1: faster than real time).",
+    "Synthesis time divided by the audio's duration (below 1: faster than real time), of each request that completed "
+    "(a WebSocket sentence: delivered whole).",
     buckets=RTF_BUCKETS,
 )
 AUDIO_SECONDS = Counter("speech_audio_seconds_total", "Seconds of audio delivered.")
@@ -110,7 +112,12 @@ REJECTED = Counter(
     "stopped while they waited on the batch itself (its share of slots, their reference audio).",
     ["reason"],
 )
-ABORTED = Counter("speech_aborted_total", "Syntheses stopped before they finished, by reason.", ["reason"])
+ABORTED = Counter(
+    "speech_aborted_total",
+    "Syntheses stopped before they finished, by reason; a WebSocket sentence that its session's end cut off before "
+    "all its audio was delivered, also where its synthesis had finished (synthesized ahead, never sent).",
+    ["reason"],
+)
 STREAM_ERRORS = Counter(
     "speech_stream_errors_total",
     "HTTP streams (audio, sse) cut by an error or the request timeout after their 200 was sent: failures that "

@@ -201,6 +201,34 @@ def observe_uninterrupted(response_format: str, stream: str, ttfa_s: float, list
         metrics.RAN_DRY.labels(response_format, stream).inc()
 
 
+class Delivery:
+    """The delivery of a run's audio where it comes after the synthesis instead of with it: a WebSocket sentence is
+    synthesized ahead of its delivery, and a session cut off delivers none of the sentence synthesized ahead and only
+    the beginning of the one it was delivering. The run's end is counted once both have ended, as the delivery ended
+    (`SpeechRun.delivery`)."""
+
+    def __init__(self) -> None:
+        self._count: Callable[[bool, float, float | None], None] | None = None  # the run's, once its synthesis ended
+        self._ended: tuple[bool, float, float | None] | None = None
+
+    def synthesized(self, count: Callable[[bool, float, float | None], None]) -> None:
+        """The run's synthesis ended: `count` counts its end, told how its delivery ended (`ended`'s arguments)."""
+        self._count = count
+        self._counted()
+
+    def ended(self, whole: bool, audio_s: float, at: float | None) -> None:
+        """The delivery ended: `whole`, all of the audio was delivered; `audio_s` of it were; `at` is when
+        (perf_counter), None where it never began (the stream ended first). Only its first end counts."""
+        if self._ended is None:
+            self._ended = (whole, audio_s, at)
+            self._counted()
+
+    def _counted(self) -> None:
+        if self._count is not None and self._ended is not None:
+            count, self._count = self._count, None
+            count(*self._ended)
+
+
 @dataclasses.dataclass
 class SpeechRun:
     """One synthesis from admission to its last byte, with the accounting both transports share: TTFA, E2E, RTF,
@@ -218,8 +246,12 @@ class SpeechRun:
     # its sentences one after another; waiting for the ones before it is not its synthesis)
     deadline_from: float | None = None
     # its audio counted as delivered when it ends (`speech_audio_seconds_total`): a batch's items are counted by the
-    # batch once it answers with them, a WebSocket sentence's as its audio is delivered
+    # batch once it answers with them
     counts_audio: bool = True
+    # where its audio is delivered after its synthesis, not as it is made (a WebSocket sentence): its end is counted
+    # as delivered, once the delivery has ended too (E2E up to it, the audio delivered, completed only where all of
+    # it was, else aborted as its stream was cut); None: its end is its synthesis's
+    delivery: Delivery | None = None
     # words timed as a player of the response plays them (mp3's and aac's decoder lead); False: as synthesized, as a
     # WebSocket sentence's are, beside its trailing words and its length
     words_as_played: bool = True
@@ -289,25 +321,37 @@ class SpeechRun:
             lifecycle.untrack(job.request_id)
             now = time.perf_counter()
             audio_s = audio.usage.audio_samples / first.sample_rate if first else 0.0
-            metrics.E2E.labels(self.stream_label).observe(now - started)
-            if self.counts_audio and (outcome == "completed" or not output.whole_file):  # a whole file cut short
-                metrics.AUDIO_SECONDS.inc(audio_s)  # was never sent
             summary.update(
                 engine_first_audio_s=round((timing.first_chunk or now) - started, 4),
                 e2e_s=round(now - started, 4),
                 audio_s=round(audio_s, 3),
             )
-            ended_as(summary, outcome, aborted=outcome != "completed")  # counted as an abort where it was one
-            if outcome == "completed":
-                if audio_s > 0:
-                    metrics.RTF.observe((now - ticket.granted_at) / audio_s)
-                if audio.listener is not None and timing.ttfa_s is not None:
-                    observe_uninterrupted(output.response_format, self.stream_label, timing.ttfa_s, audio.listener)
-            else:
+
+            def count_end(whole: bool, delivered_s: float, delivered_at: float | None) -> None:
+                # completed where all of its audio was delivered; a synthesis that completed for audio never
+                # delivered whole ended as its stream was cut. Its E2E up to its delivery's end: none where none began
+                ended = outcome if outcome != "completed" or whole else self.cancelled_as()
+                if delivered_at is not None:
+                    metrics.E2E.labels(self.stream_label).observe(delivered_at - started)
+                if self.counts_audio:
+                    metrics.AUDIO_SECONDS.inc(delivered_s)
+                ended_as(summary, ended, aborted=ended != "completed")  # counted as an abort where it was one
+                if ended == "completed":
+                    if audio_s > 0:
+                        metrics.RTF.observe((now - ticket.granted_at) / audio_s)
+                    if audio.listener is not None and timing.ttfa_s is not None:
+                        observe_uninterrupted(output.response_format, self.stream_label, timing.ttfa_s, audio.listener)
                 # an error or the deadline after the 200 (before it, the 5xx or 504 is counted): a drain's stop is
                 # no failure, nor a client that left
-                if outcome in ("error", "timeout") and self.stream_label in metrics.HTTP_STREAMS:
+                elif ended in ("error", "timeout") and self.stream_label in metrics.HTTP_STREAMS:
                     metrics.STREAM_ERRORS.labels(self.stream_label).inc()
+
+            if self.delivery is None:  # delivered as it was made; a whole file cut short was never sent
+                sent_s = audio_s if outcome == "completed" or not output.whole_file else 0.0
+                count_end(outcome == "completed", sent_s, now)
+            else:
+                self.delivery.synthesized(count_end)
+            if outcome != "completed":
                 await engine.abort(job.request_id)
 
         deadline = asyncio.get_running_loop().time() + self.deadline - time.perf_counter()

@@ -37,7 +37,7 @@ from typing import NoReturn, Protocol
 from app import metrics
 from app.speech.errors import Failed, Refused, ShuttingDown, SpeechError, Stopped
 from app.speech.options import SpeechOptions
-from app.speech.run import SpeechRun, SpeechService, observe_ttfa, observe_uninterrupted
+from app.speech.run import Delivery, SpeechRun, SpeechService, observe_ttfa, observe_uninterrupted
 from app.speech.sentences import Ahead, Granularity, complete_units, final_units
 from app.speech.voice import Voice
 from app.text.normalize import IS_SSML, ZERO_WIDTH_SPACE, is_ssml
@@ -68,19 +68,20 @@ async def speak_sentence(
     timing: TtfaTimeline,
     continues: bool,
     stream_ended_as: Callable[[], str | None],
+    delivery: Delivery,
 ) -> AsyncIterator[EncodedPiece | list[WordTiming] | SentenceEnd]:
     """One sentence of streamed text as a request of its own (the WebSocket's): checked, admitted (it holds a
     slot while it is synthesized), synthesized and encoded; its pieces and word timings (timed from the start of
     the sentence), then its end. `continues`: a later sentence of the utterance, joined without the engine's
-    leading silence. The utterance's TTFA is observed by the caller, at its first bytes on the wire. A sentence cut
-    off by the stream's end is counted under `stream_ended_as`'s reason."""
+    leading silence. The utterance's TTFA is observed by the caller, at its first bytes on the wire. Its end is
+    counted as its `delivery` ends; a sentence cut off by the stream's end under `stream_ended_as`'s reason."""
     turn = time.perf_counter()  # its deadline counts from here; its TTFA from its text's arrival
     service.check_ready()
     job, output = service.build_job(voice, text, request_id, continues=continues)
     run = SpeechRun(
         service, timing.received, timing, {}, "websocket", observe_ttfa=False, stream_ended_as=stream_ended_as,
         deadline_from=turn, words_as_played=False,  # timed from the sentence's start as synthesized, as its trailer
-        counts_audio=False,  # counted as it is delivered (`Speaker.deliver`): it is synthesized ahead of that
+        delivery=delivery,  # counted as it is delivered (`Speaker.deliver`): it is synthesized ahead of that
     )  # fmt: skip
     ticket = await run.admitted(len(text))  # waited for no longer than its deadline, counted from its turn
     audio = await run.open(job, output, ticket)
@@ -102,6 +103,7 @@ class Sentence:
     # words written after it with nothing to say ("😊") that ended its utterance, timed (with no length) at its end
     trailing: list[str] = dataclasses.field(default_factory=list)
     words_told: bool = False  # its audio came to its end and its words went with it: `trailing` is read no more
+    delivery: Delivery = dataclasses.field(default_factory=Delivery)  # its end is counted as it is delivered
 
 
 @dataclasses.dataclass
@@ -261,11 +263,19 @@ class StreamedSpeech:
         self.open_utterances: dict[int, Utterance] = {}
         self.queue: asyncio.Queue[Sentence | UtteranceEnd] = asyncio.Queue()
         self.stopped = asyncio.Event()  # a drain out of time stops the stream
+        self.stopped_as: str | None = None  # the reason it gave
         self.speaker: asyncio.Task[None] | None = None
         self.all_spoken = asyncio.Event()
 
     def stop(self, reason: str) -> None:  # Stoppable, for the lifecycle
+        self.stopped_as = self.stopped_as or reason
         self.stopped.set()
+
+    def ended_as(self) -> str | None:
+        """Why the stream was cut short, where it was: the transport's cut (`cut_off`), or a drain out of time that
+        stopped it (drain); None, a client that left. A sentence cut off with it, being synthesized or delivered, is
+        counted under it."""
+        return self.cut_off() or self.stopped_as
 
     @property
     def mid_utterance(self) -> bool:
@@ -562,8 +572,13 @@ class Speaker:
                 finally:
                     lookahead.release()
                     speech.spoken(sentence)
+                    sentence.delivery.ended(False, 0.0, None)  # (ended by `deliver` unless cut off in its start)
         finally:
             starter.cancel()
+            # synthesized ahead of a delivery that never began (the stream ended first): none of it was delivered
+            while not started.empty():
+                if isinstance(entry := started.get_nowait(), tuple):
+                    entry[0].delivery.ended(False, 0.0, None)
             for ahead in running:
                 ahead.task.cancel()
             await asyncio.gather(starter, *(ahead.task for ahead in running), return_exceptions=True)
@@ -580,7 +595,8 @@ class Speaker:
             f"{self.speech.request_id}-u{sentence.utterance}s{sentence.index}",
             sentence.timing,
             continues=sentence.index > 0,
-            stream_ended_as=self.speech.cut_off,
+            stream_ended_as=self.speech.ended_as,
+            delivery=sentence.delivery,
         )
 
     async def outcomes(self, produced: Ahead[object]) -> AsyncIterator[object]:
@@ -633,9 +649,9 @@ class Speaker:
             utterance.sentences += 1
             utterance.audio_bytes += total
             utterance.audio_s += spoken_s
-            # the audio delivered, not the audio synthesized: a sentence synthesized ahead whose client stopped
-            # reading or left was never sent, or only its beginning
-            metrics.AUDIO_SECONDS.inc(spoken_s)
+            # its end counted as delivered, not as synthesized: a sentence whose client stopped reading or left was
+            # sent only in part (or not at all), however far its synthesis got
+            sentence.delivery.ended(ended, spoken_s, time.perf_counter())
             with contextlib.suppress(Exception):
                 await self.sink.sentence_ended(sentence, total, error=not ended)
 

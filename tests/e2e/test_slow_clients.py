@@ -296,14 +296,11 @@ def test_a_websocket_client_that_never_reads_is_cut_off(guarded: RunningServer) 
     assert response.status_code == 200  # the slot came back
 
 
-def test_a_websocket_session_cut_off_counts_only_the_audio_it_delivered(guarded: RunningServer) -> None:
-    """`speech_audio_seconds_total` is the audio delivered: a session whose client stopped reading adds what its
-    sentences wrote before it was cut off, as its `speech utterance` line says (`audio_s`). Before, each sentence
-    added all the audio synthesized for it, the sentence left half written and the one synthesized ahead of it,
-    never sent, alike."""
-    before = guarded.metric("speech_audio_seconds_total")
-    request_id = f"stall-audio-{uuid.uuid4().hex[:8]}"
-    sock = websocket_open(guarded, request_id)
+def stalled_session(server: RunningServer, prefix: str) -> dict[str, object]:
+    """A WebSocket session asked for the longest text by a client that reads none of it, until the server cuts it off
+    as client_stalled: its `speech utterance` line."""
+    request_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    sock = websocket_open(server, request_id)
     try:
         websocket_send(sock, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
         websocket_send(sock, {"type": "input.text", "text": LONGEST_TEXT})
@@ -312,7 +309,7 @@ def test_a_websocket_session_cut_off_counts_only_the_audio_it_delivered(guarded:
         while not (
             stalled := [
                 e
-                for e in guarded.log_events()
+                for e in server.log_events()
                 if e.get("message") == "speech utterance" and e.get("request_id") == request_id
             ]
         ):
@@ -322,8 +319,34 @@ def test_a_websocket_session_cut_off_counts_only_the_audio_it_delivered(guarded:
         assert connection_ended(sock)
     finally:
         sock.close()
+    return stalled[0]
+
+
+def test_a_websocket_session_cut_off_counts_only_the_audio_it_delivered(guarded: RunningServer) -> None:
+    """`speech_audio_seconds_total` is the audio delivered: a session whose client stopped reading adds what its
+    sentences wrote before it was cut off, as its `speech utterance` line says (`audio_s`). Before, each sentence
+    added all the audio synthesized for it, the sentence left half written and the one synthesized ahead of it,
+    never sent, alike."""
+    before = guarded.metric("speech_audio_seconds_total")
+    line = stalled_session(guarded, "stall-audio")
     # the log line rounds to the millisecond
-    assert guarded.metric("speech_audio_seconds_total") - before == pytest.approx(stalled[0]["audio_s"], abs=0.002)
+    assert guarded.metric("speech_audio_seconds_total") - before == pytest.approx(line["audio_s"], abs=0.002)
+
+
+def test_a_websocket_session_cut_off_counts_no_sentence_it_did_not_deliver_as_completed(
+    guarded: RunningServer,
+) -> None:
+    """`speech_e2e_seconds{stream="websocket"}` observes a sentence as it is delivered: a session whose client
+    stopped reading observes one per sentence its `speech utterance` line counts (those it began to deliver, the last
+    up to the cut), never the one synthesized ahead and never sent. That one is counted in `speech_aborted_total`
+    under the cut, client_stalled, as the one left half written is (where the one ahead had not begun when the cut
+    came, that one alone). Before, each sentence was observed once synthesized, as completed, the one never sent too,
+    and neither was counted as aborted."""
+    e2e = guarded.metric("speech_e2e_seconds_count", stream="websocket")
+    aborted = guarded.metric("speech_aborted_total", reason="client_stalled")
+    line = stalled_session(guarded, "stall-sentences")
+    assert guarded.metric("speech_e2e_seconds_count", stream="websocket") - e2e == line["sentences"]
+    assert guarded.metric("speech_aborted_total", reason="client_stalled") - aborted in (1, 2)
 
 
 def test_a_websocket_client_that_writes_faster_than_it_is_spoken_is_held_back(guarded: RunningServer) -> None:

@@ -541,6 +541,7 @@ async def test_an_utterance_is_told_in_order_and_accounted_once(
     ttfa_before = sample("speech_ttfa_seconds_count", ttfa)
     uninterrupted_before = sample("speech_uninterrupted_seconds_count", ttfa)
     completed_before = sample("speech_ws_utterances_total", {"outcome": "completed"})
+    sentences_before = sentences_counted()
     speaker = speech.start(sink)
     with caplog.at_level(logging.INFO, logger="app.speech.utterances"):
         speech.text("One sentence here. Another")
@@ -562,6 +563,8 @@ async def test_an_utterance_is_told_in_order_and_accounted_once(
     assert sample("speech_ttfa_seconds_count", ttfa) == ttfa_before + 1
     assert sample("speech_uninterrupted_seconds_count", ttfa) == uninterrupted_before + 1
     assert sample("speech_ws_utterances_total", {"outcome": "completed"}) == completed_before + 1
+    # each sentence delivered whole: its E2E and RTF, and its audio (0.1 s of tone each), none aborted
+    assert sentences_counted_since(sentences_before) == {"e2e": 2, "rtf": 2, "audio_s": 0.2}
     assert speech.idle and not speaker.done()
     await speech.close("stopped")
 
@@ -868,6 +871,53 @@ async def test_a_sentence_cut_off_before_the_stream_closes_is_counted_for_why_th
     after = {reason: sample("speech_aborted_total", {"reason": reason}) for reason in before}
     assert {reason: after[reason] - before[reason] for reason in before} == {"client_stalled": 1.0, "client_gone": 0.0}
     await speech.close("client_stalled")
+    assert service.lifecycle.idle
+
+
+def sentences_counted() -> dict[str, float]:
+    """What the metrics count of WebSocket sentences as they end: their E2E and RTF observations, the audio delivered,
+    and the syntheses aborted, by reason."""
+    return {
+        "e2e": sample("speech_e2e_seconds_count", {"stream": "websocket"}),
+        "rtf": sample("speech_rtf_count", {}),
+        "audio_s": sample("speech_audio_seconds_total", {}),
+        **{f"aborted {reason}": sample("speech_aborted_total", {"reason": reason}) for reason in metrics.ABORT_REASONS},
+    }
+
+
+def sentences_counted_since(before: dict[str, float]) -> dict[str, float]:
+    """What `sentences_counted` moved by since `before` (only what moved)."""
+    return {name: round(n - before[name], 3) for name, n in sentences_counted().items() if n != before[name]}
+
+
+@pytest.mark.parametrize(("how", "outcome"), [("client_gone",) * 2, ("client_stalled",) * 2, ("drain", "stopped")])
+async def test_a_sentence_synthesized_ahead_of_a_session_cut_off_is_never_counted_as_completed(
+    service: SpeechService, engine: ToneEngine, caplog: pytest.LogCaptureFixture, how: str, outcome: str
+) -> None:
+    """The session is cut off while its first sentence is being delivered (its client has read none of its audio)
+    and the second has been synthesized ahead of it, never sent: its client left, or stopped reading, or a drain ran
+    out of time. Neither sentence completed for its client: each is counted in speech_aborted_total for why the
+    session ended, as its utterance's line says it, and neither in speech_rtf; speech_e2e_seconds observes the one
+    whose delivery began, up to the cut (one per sentence of the line's `sentences`), not the one never sent. Before,
+    both counted as completed once synthesized: two E2E and two RTF observations, no abort."""
+    speech = await configured(service, cut_off=lambda: "client_stalled" if how == "client_stalled" else None)
+    sink = RecordingSink()
+    sink.hold = asyncio.Event()  # the client reads none of the first sentence's audio
+    before = sentences_counted()
+    speech.start(sink)
+    speech.text("First one. Second one. And")
+    # both synthesized, their slots given back: the second ahead of the first's delivery, which waits on its client
+    await until(lambda: "-Second one." in engine.steps and service.gate.idle, 30)
+    assert sink.events == [("started", 0, 0, "First one.")]
+    with caplog.at_level(logging.INFO, logger="app.speech.utterances"):
+        if how == "drain":
+            service.lifecycle.drain_timeout_s = 0
+            service.lifecycle.begin_drain()
+            await asyncio.wait_for(speech.stopped.wait(), 30)
+        await speech.close(outcome)
+    (line,) = utterance_lines(caplog)
+    assert (line.outcome, line.sentences, line.audio_s) == (outcome, 1, 0.0)  # type: ignore[attr-defined]
+    assert sentences_counted_since(before) == {"e2e": line.sentences, f"aborted {how}": 2}  # type: ignore[attr-defined]
     assert service.lifecycle.idle
 
 
