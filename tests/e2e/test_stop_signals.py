@@ -34,77 +34,54 @@ def test_sigint_once_ready_ends_by_it_without_a_traceback(tmp_path: Path) -> Non
     assert_no_traceback(server)
 
 
-def test_sigint_while_the_engine_loads_ends_it_without_waiting_for_the_load(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "expected"), [(signal.SIGINT, -signal.SIGINT), (signal.SIGTERM, 0)])
+def test_a_signal_while_the_engine_loads_ends_it_without_waiting_for_the_load(
+    tmp_path: Path, sig: signal.Signals, expected: int
+) -> None:
     """Ctrl-C while a GPU engine loads (vllm-omni's AsyncOmni is made in a thread of the server's, for minutes): the
     server shut down at once, but the process then waited for that thread to finish the whole load before it could
-    end, and a second Ctrl-C meanwhile printed a KeyboardInterrupt traceback. It ends by the signal once shut down,
-    as it does after the start."""
+    end, and a second Ctrl-C meanwhile printed a KeyboardInterrupt traceback. SIGTERM there (a pod deleted while its
+    engine loads) began the drain, which had nothing to wait for, then waited for the load likewise, until the pod's
+    grace period ran out into a SIGKILL. Each ends once shut down: SIGINT by the signal, as after the start, SIGTERM
+    with the status a drain ends with, saying why."""
     server = start_fake_omni(tmp_path, "--start-delay-s", "600", wait_ready=False)
     try:
         wait_for_log(server, "making AsyncOmni")
-        server.process.send_signal(signal.SIGINT)
+        server.process.send_signal(sig)
         status = server.process.wait(ENDS_WITHIN_S)
     finally:
         end(server.process)
-    assert status == -signal.SIGINT
+    assert status == expected
+    if sig == signal.SIGTERM:
+        assert STOPPED_LOADING in messages(server), server.log_path.read_text()[-3000:]
     assert_no_traceback(server)
 
 
-def test_sigterm_while_the_engine_loads_ends_it_without_waiting_for_the_load(tmp_path: Path) -> None:
-    """A pod deleted while its GPU engine loads: SIGTERM began the drain, which had nothing to wait for, but the
-    process then waited for the thread making the engine to finish the whole load (minutes) before it exited, and the
-    pod's grace period ran out into a SIGKILL. It ends once shut down, with the status a drain ends with, saying why."""
-    server = start_fake_omni(tmp_path, "--start-delay-s", "600", wait_ready=False)
-    try:
-        wait_for_log(server, "making AsyncOmni")
-        server.process.send_signal(signal.SIGTERM)
-        status = server.process.wait(ENDS_WITHIN_S)
-    finally:
-        end(server.process)
-    assert status == 0
-    assert STOPPED_LOADING in messages(server), server.log_path.read_text()[-3000:]
-    assert_no_traceback(server)
-
-
-def test_sigint_before_the_server_serves_ends_it_without_a_traceback(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "expected"), [(signal.SIGINT, -signal.SIGINT), (signal.SIGTERM, 0)])
+def test_a_signal_before_the_server_serves_ends_it_without_a_traceback(
+    tmp_path: Path, sig: signal.Signals, expected: int
+) -> None:
     """Ctrl-C while the start still prepares what it serves with (its settings' files read, the engine made), before
     the server's own handling of signals is in place, ended the process with a KeyboardInterrupt traceback from
-    wherever the start was. Here the start is held reading its API keys from a pipe, as a volume that does not answer
-    would hold it: the test holds the pipe's other end, so the signal comes while the server is surely reading."""
+    wherever the start was; SIGTERM there killed it by the signal (status -15, which a supervisor reads as a crash),
+    where SIGTERM once serving ends it with 0. SIGINT now ends it by the signal, SIGTERM with 0, saying why. Here the
+    start is held reading its API keys from a pipe, as a volume that does not answer would hold it: the test holds the
+    pipe's other end, so the signal comes while the server is surely reading."""
     keys = tmp_path / "keys"
     os.mkfifo(keys)
     server = start_server(tmp_path / "server.log", env={"SPEECH_API_KEYS_FILE": str(keys)}, wait_ready=False)
     try:
         writer = open_once_read(keys, server.process)
         try:
-            server.process.send_signal(signal.SIGINT)
+            server.process.send_signal(sig)
             status = server.process.wait(ENDS_WITHIN_S)
         finally:
             os.close(writer)
     finally:
         end(server.process)
-    assert status == -signal.SIGINT
-    assert_no_traceback(server)
-
-
-def test_sigterm_before_the_server_serves_ends_it_with_status_zero(tmp_path: Path) -> None:
-    """SIGTERM while the start still prepares what it serves with, before the server handles signals itself, killed
-    the process by the signal (status -15, which a supervisor reads as a crash), where SIGTERM once serving ends it
-    with status 0. It ends at once with 0 there too, saying why. Held reading its API keys from a pipe, as above."""
-    keys = tmp_path / "keys"
-    os.mkfifo(keys)
-    server = start_server(tmp_path / "server.log", env={"SPEECH_API_KEYS_FILE": str(keys)}, wait_ready=False)
-    try:
-        writer = open_once_read(keys, server.process)
-        try:
-            server.process.send_signal(signal.SIGTERM)
-            status = server.process.wait(ENDS_WITHIN_S)
-        finally:
-            os.close(writer)
-    finally:
-        end(server.process)
-    assert status == 0
-    assert STOPPED_STARTING in messages(server), server.log_path.read_text()[-3000:]
+    assert status == expected
+    if sig == signal.SIGTERM:
+        assert STOPPED_STARTING in messages(server), server.log_path.read_text()[-3000:]
     assert_no_traceback(server)
 
 
@@ -129,10 +106,15 @@ def runs_as_init() -> bool:
 
 
 @pytest.mark.skipif(not runs_as_init(), reason="needs unshare --pid (root)")
-def test_sigint_before_the_server_serves_ends_it_as_a_containers_init_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "expected"), [(signal.SIGINT, INTERRUPTED_STATUS), (signal.SIGTERM, 0)])
+def test_a_signal_before_the_server_serves_ends_it_as_a_containers_init_process(
+    tmp_path: Path, sig: signal.Signals, expected: int
+) -> None:
     """The image runs the server as its container's init process (its ENTRYPOINT, PID 1), which the kernel kills by
-    no signal it leaves to the default action: Ctrl-C during the start (`docker run -it`) was ignored, the start went
-    on, and the server served. It ends the start there too, with the status a shell gives a program it interrupted."""
+    no signal it leaves to the default action: Ctrl-C during the start (`docker run -it`) was ignored, and so was
+    SIGTERM (a pod deleted while it started waited out its grace period into a SIGKILL); the start went on, and the
+    server served. Either ends the start there too: SIGINT with the status a shell gives a program it interrupted,
+    SIGTERM with 0, as once serving."""
     keys = tmp_path / "keys"
     os.mkfifo(keys)
     command = [*AS_INIT, *server_command(), "--engine", "embedded"]
@@ -143,42 +125,17 @@ def test_sigint_before_the_server_serves_ends_it_as_a_containers_init_process(tm
         writer = open_once_read(keys, server.process)  # the server, its namespace's PID 1, now reads its keys
         try:
             (init,) = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
-            os.kill(int(init), signal.SIGINT)
+            os.kill(int(init), sig)
             status = server.process.wait(ENDS_WITHIN_S)  # unshare's: its child's
         finally:
             os.close(writer)
     finally:
         end(server.process)
-    assert status == INTERRUPTED_STATUS
+    assert status == expected
     log = server.log_path.read_text()
     assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
-
-
-@pytest.mark.skipif(not runs_as_init(), reason="needs unshare --pid (root)")
-def test_sigterm_before_the_server_serves_ends_it_as_a_containers_init_process(tmp_path: Path) -> None:
-    """A pod deleted while its server, the container's init process, was still starting: the kernel delivers an init
-    process no signal left to the default action, so SIGTERM was ignored, the start went on (and then loaded the
-    engine) until the grace period ran out into a SIGKILL. It ends the start there too, with status 0."""
-    keys = tmp_path / "keys"
-    os.mkfifo(keys)
-    command = [*AS_INIT, *server_command(), "--engine", "embedded"]
-    server = start_server(
-        tmp_path / "server.log", env={"SPEECH_API_KEYS_FILE": str(keys)}, wait_ready=False, command=command
-    )
-    try:
-        writer = open_once_read(keys, server.process)  # the server, its namespace's PID 1, now reads its keys
-        try:
-            (init,) = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
-            os.kill(int(init), signal.SIGTERM)
-            status = server.process.wait(ENDS_WITHIN_S)  # unshare's: its child's
-        finally:
-            os.close(writer)
-    finally:
-        end(server.process)
-    assert status == 0
-    log = server.log_path.read_text()
-    assert STOPPED_STARTING in messages(server), log[-3000:]
-    assert "Traceback" not in log, log[-3000:]
+    if sig == signal.SIGTERM:
+        assert STOPPED_STARTING in messages(server), log[-3000:]
 
 
 def messages(server: RunningServer) -> list[object]:
