@@ -66,15 +66,10 @@ def is_switch(annotation: Any) -> bool:
 
 
 @functools.cache
-def switches_of(model: type[BaseModel]) -> frozenset[str]:
-    """The fields of `model` that are switches (read once per model: its fields do not change once it is built)."""
-    return frozenset(name for name, field in model.model_fields.items() if is_switch(field.annotation))
-
-
-@functools.cache
-def integers_of(model: type[BaseModel]) -> frozenset[str]:
-    """The fields of `model` whose values are integers (`int` or `int | None`), read once per model."""
-    return frozenset(name for name, field in model.model_fields.items() if field_types(field.annotation) == (int,))
+def fields_of_type(model: type[BaseModel], kind: type) -> frozenset[str]:
+    """The fields of `model` whose values are of `kind` alone (`bool`: its switches, `bool | None` too; `int`: its
+    integers), read once per model: its fields do not change once it is built."""
+    return frozenset(name for name, field in model.model_fields.items() if field_types(field.annotation) == (kind,))
 
 
 def null_is_omitted(model: type[BaseModel], data: Any) -> Any:
@@ -130,9 +125,8 @@ class JsonFields(BaseModel):
     an unknown field is refused (as OpenAI refuses unrecognized arguments), each value must be of its field's JSON
     type (strict: no "1.5" for a number, unless a model says otherwise), null for an optional field is the field
     omitted (and its JSON schema says so), an integer may be written with a zero fraction (`24000.0`), and a switch is
-    `true` or `false` only, in every model (pydantic's lax
-    reading, where a model asks for it, takes "yes", "off", 1 and 0 for switches: a client that sends them has a bug
-    worth hearing of)."""
+    `true` or `false` only, in every model (pydantic's lax reading, where a model asks for it, takes "yes", "off", 1
+    and 0 for switches: a client that sends them has a bug worth hearing of)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=null_is_omitted_in_schema)
 
@@ -144,13 +138,13 @@ class JsonFields(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _switches_are_booleans(cls, value: Any, info: ValidationInfo) -> Any:
-        if not isinstance(value, bool) and info.field_name in switches_of(cls):
+        if not isinstance(value, bool) and info.field_name in fields_of_type(cls, bool):
             raise PydanticCustomError(
                 "bool_type", "must be true or false (a JSON boolean), not {kind}", {"kind": json_kind(value)}
             )
         # JSON has one kind of number, and JSON Schema's `integer` (as /openapi.json documents these fields) is any
         # number without a fraction: 24000.0 (a Python client's float) is the integer, which strict reading refused
-        if type(value) is float and value.is_integer() and info.field_name in integers_of(cls):
+        if type(value) is float and value.is_integer() and info.field_name in fields_of_type(cls, int):
             return int(value)
         return value
 
