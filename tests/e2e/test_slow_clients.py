@@ -305,21 +305,28 @@ def stalled_session(server: RunningServer, prefix: str) -> dict[str, object]:
         websocket_send(sock, {"type": "session.config", "voice": "alloy", "response_format": "pcm"})
         websocket_send(sock, {"type": "input.text", "text": LONGEST_TEXT})
         websocket_send(sock, {"type": "input.done"})
-        deadline = time.monotonic() + 60
-        while not (
-            stalled := [
-                e
-                for e in server.log_events()
-                if e.get("message") == "speech utterance" and e.get("request_id") == request_id
-            ]
-        ):
-            assert time.monotonic() < deadline, "the stalled session was never cut off"
-            time.sleep(0.2)
-        assert stalled[0]["outcome"] == "client_stalled"
+        stalled = utterance_line(server, request_id, "the stalled session was never cut off")
+        assert stalled["outcome"] == "client_stalled"
         assert connection_ended(sock)
     finally:
         sock.close()
-    return stalled[0]
+    return stalled
+
+
+def utterance_line(server: RunningServer, request_id: str, never: str) -> dict[str, object]:
+    """The `speech utterance` line of session `request_id`, once the server has logged it (`never`: the failure's
+    words where it has not within a minute)."""
+    deadline = time.monotonic() + 60
+    while not (
+        lines := [
+            e
+            for e in server.log_events()
+            if e.get("message") == "speech utterance" and e.get("request_id") == request_id
+        ]
+    ):
+        assert time.monotonic() < deadline, never
+        time.sleep(0.2)
+    return lines[0]
 
 
 def test_a_websocket_session_cut_off_counts_only_the_audio_it_delivered(guarded: RunningServer) -> None:
@@ -367,22 +374,13 @@ def test_a_websocket_client_that_writes_faster_than_it_is_spoken_is_held_back(gu
                 sent += len(piece)
         except OSError:  # the sends wait until the server cuts the session off, as a stalled client's
             pass
-        deadline = time.monotonic() + 60
-        while not (
-            ended := [
-                e
-                for e in guarded.log_events()
-                if e.get("message") == "speech utterance" and e.get("request_id") == request_id
-            ]
-        ):
-            assert time.monotonic() < deadline, "the session was never cut off"
-            time.sleep(0.2)
+        ended = utterance_line(guarded, request_id, "the session was never cut off")
     finally:
         sock.close()
     assert sent < 400 * len(piece)  # held back
-    assert ended[0]["outcome"] == "client_stalled"
+    assert ended["outcome"] == "client_stalled"
     # read: the bound, the message that crossed it, and what was spoken meanwhile (into the socket's buffers)
-    assert ended[0]["chars"] < READ_AHEAD_CHARS + 2 * len(piece), ended[0]
+    assert ended["chars"] < READ_AHEAD_CHARS + 2 * len(piece), ended
 
 
 def test_an_upgrade_refused_by_the_websocket_layer_is_answered_cleanly(guarded: RunningServer) -> None:
